@@ -1,0 +1,1 @@
+"""One module per ``neffcache`` subcommand: parse, call the core, render. No logic here."""

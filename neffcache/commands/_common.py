@@ -1,0 +1,62 @@
+"""Shared click options and output helpers for the subcommands."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from neffcache.config import Settings, read_settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def store_option(f: F) -> F:
+    return click.option("--store", "store", metavar="URL", default=None,
+                        help="Store: PATH, file://PATH or s3://BUCKET/PREFIX "
+                             "[env NEFFCACHE_STORE; default $NEFFCACHE_HOME/store].")(f)
+
+
+def index_option(f: F) -> F:
+    return click.option("--index", "index", metavar="URL", default=None,
+                        help="Index SQLAlchemy URL [env NEFFCACHE_INDEX; default "
+                             "sqlite:///$NEFFCACHE_HOME/index.db].")(f)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print one JSON document to stdout instead of a table.")(f)
+
+
+def settings_from(store: str | None = None, index: str | None = None) -> Settings:
+    return read_settings(os.environ, store=store, index=index)
+
+
+def emit_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def progress(message: str) -> None:
+    """A progress/log line on stderr (stdout is reserved for results)."""
+    click.echo(message, err=True)
+
+
+def format_table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

@@ -1,0 +1,112 @@
+"""Settings from flags, ``NEFFCACHE_*`` variables, a config file and defaults (pure core).
+
+Precedence: flag > environment > config file > default. Only the CLI and the server call
+``load_settings``; no module reads the environment at import time.
+
+    NEFFCACHE_HOME    embedded default: index.db (SQLite) and store/ (local store) under it
+    NEFFCACHE_STORE   a path, file://PATH or s3://BUCKET/PREFIX
+    NEFFCACHE_INDEX   a SQLAlchemy URL (sqlite:///..., postgresql+psycopg://...)
+    NEFFCACHE_CONFIG  a TOML file with `store` and/or `index` keys (default $NEFFCACHE_HOME/config.toml)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neffcache.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+FILE_KEYS = ("store", "index")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    home: Path
+    store_url: str
+    index_url: str
+    # True when an index was named (flag, variable or file) rather than the embedded default.
+    index_explicit: bool
+
+    @property
+    def index_is_embedded(self) -> bool:
+        return not self.index_explicit
+
+
+def default_home(environ: Mapping[str, str]) -> Path:
+    if environ.get("NEFFCACHE_HOME"):
+        return Path(environ["NEFFCACHE_HOME"]).expanduser()
+    base = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME", "~")) / ".cache")
+    return Path(base).expanduser() / "neffcache"
+
+
+def config_file_path(environ: Mapping[str, str]) -> Path:
+    if environ.get("NEFFCACHE_CONFIG"):
+        return Path(environ["NEFFCACHE_CONFIG"]).expanduser()
+    return default_home(environ) / "config.toml"
+
+
+def parse_config_file(text: str, source: str) -> dict[str, str]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - set(FILE_KEYS))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r} (expected {list(FILE_KEYS)})")
+    for k, v in data.items():
+        if not isinstance(v, str) or not v:
+            raise ConfigError(f"{source}: {k}: expected a non-empty string")
+    return dict(data)
+
+
+def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | None = None,
+                  *, store: str | None = None, index: str | None = None) -> Settings:
+    """Resolve settings; ``file_values`` is the parsed config file (or None)."""
+    file_values = file_values or {}
+    home = default_home(environ)
+    store_url = store or environ.get("NEFFCACHE_STORE") or file_values.get("store") \
+        or str(home / "store")
+    named_index = index or environ.get("NEFFCACHE_INDEX") or file_values.get("index")
+    index_url = named_index or f"sqlite:///{home / 'index.db'}"
+    _check_index_url(index_url)
+    return Settings(home=home, store_url=str(store_url), index_url=str(index_url),
+                    index_explicit=bool(named_index))
+
+
+def _check_index_url(url: str) -> None:
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if not scheme.startswith(("sqlite", "postgresql")):
+        raise ConfigError(f"index {redact_url(url)!r}: expected sqlite:///PATH or "
+                          f"postgresql+psycopg://USER@HOST/DB")
+
+
+def redact_url(url: str) -> str:
+    """A URL with any password replaced, for messages and logs."""
+    if "://" not in url or "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    if ":" in creds:
+        creds = creds.split(":", 1)[0] + ":***"
+    return f"{scheme}://{creds}@{host}"
+
+
+def read_settings(environ: Mapping[str, str], *, store: str | None = None,
+                  index: str | None = None) -> Settings:
+    """The I/O edge: read the config file if present, then resolve."""
+    path = config_file_path(environ)
+    values = None
+    if path.is_file():
+        try:
+            values = parse_config_file(path.read_text(encoding="utf-8"), str(path))
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    return load_settings(environ, values, store=store, index=index)

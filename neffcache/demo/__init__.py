@@ -1,0 +1,1 @@
+"""Demo helpers: a tiny locally built Flux2Klein pipeline and warm-up calls."""

@@ -1,0 +1,99 @@
+"""The domain exception tree; the CLI and the HTTP API map these classes to exit codes/statuses.
+
+    NeffcacheError                      (exit 1)
+    ├── UsageError                      (exit 2)  bad flags, settings or arguments
+    │   ├── ConfigError                           unknown key, bad URL, bad value
+    │   └── MatrixError                           malformed matrix file (names file + field)
+    ├── CacheMissError                  (exit 3)  requested cells have no entry (partial restore)
+    ├── IntegrityError                  (exit 4)  a blob or manifest fails size/sha256/schema checks
+    │   └── ManifestError                         hostile or malformed manifest
+    ├── FingerprintMismatchError        (exit 5)  entry built for another environment
+    ├── UnavailableError                (exit 6)  store or index unreachable after retries
+    ├── SchemaOutdatedError             (exit 7)  index schema older than this code
+    ├── NotFoundError                   (exit 1)  the one "not found" a store raises
+    ├── DeadlineExceededError           (exit 3)  restore ran out of time (treated as partial)
+    └── WorkerError                     (exit 1)  a warm-up failed, crashed or timed out
+"""
+
+from __future__ import annotations
+
+
+class NeffcacheError(Exception):
+    """Root of every error neffcache raises on purpose."""
+
+    hint: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+
+class UsageError(NeffcacheError):
+    """Bad flags, arguments or settings."""
+
+
+class ConfigError(UsageError):
+    """A setting is unknown or has a value that cannot be used."""
+
+
+class MatrixError(UsageError):
+    """A matrix file is malformed; the message names the file, the field and what was expected."""
+
+
+class CacheMissError(NeffcacheError):
+    """Some requested cells have no entry for this fingerprint."""
+
+
+class IntegrityError(NeffcacheError):
+    """Stored bytes do not match their recorded size or sha256."""
+
+
+class ManifestError(IntegrityError):
+    """A manifest is malformed or hostile (absolute path, `..`, duplicates, unknown root)."""
+
+
+class FingerprintMismatchError(NeffcacheError):
+    """An entry was built for a different environment than this host's."""
+
+
+class UnavailableError(NeffcacheError):
+    """The store or the index cannot be reached."""
+
+
+class SchemaOutdatedError(NeffcacheError):
+    """The index schema is older than this code expects."""
+
+    hint = "neffcache db upgrade"
+
+
+class NotFoundError(NeffcacheError):
+    """The object asked for does not exist in the store (the only 'not found' a store raises)."""
+
+
+class DeadlineExceededError(NeffcacheError):
+    """Work stopped because its deadline passed."""
+
+
+class WorkerError(NeffcacheError):
+    """A warm-up subprocess failed, crashed or timed out."""
+
+
+EXIT_CODES: dict[type[BaseException], int] = {
+    NeffcacheError: 1,
+    UsageError: 2,
+    CacheMissError: 3,
+    DeadlineExceededError: 3,
+    IntegrityError: 4,
+    FingerprintMismatchError: 5,
+    UnavailableError: 6,
+    SchemaOutdatedError: 7,
+}
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """Exit code for an exception, resolved by walking its class hierarchy (table order is moot)."""
+    for cls in type(exc).__mro__:
+        if cls in EXIT_CODES:
+            return EXIT_CODES[cls]
+    return 1

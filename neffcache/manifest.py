@@ -1,0 +1,187 @@
+"""Entry manifests: the versioned JSON record of one warmed cell's files (pure, no I/O).
+
+A manifest names the cell, the fingerprint, and every file the warm-up left in the backend's
+cache roots (root, relative path, size, sha256, mode), plus producer info. Decoding validates
+everything a hostile writer could abuse: absolute paths, ``..``, duplicates, unknown roots,
+malformed sizes and digests. The entry key is the digest of (cell key, fingerprint key).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from neffcache.canonical import canonical_json, digest_of
+from neffcache.errors import ManifestError
+from neffcache.fingerprint import Fingerprint
+from neffcache.matrix import Cell
+from neffcache.errors import MatrixError
+
+SCHEMA_VERSION = 1
+MAX_FILE_SIZE = 1 << 40
+MAX_FILES = 1_000_000
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_ROOT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    """One cached file: where it goes (root + relative path) and what it must contain."""
+
+    root: str
+    path: str
+    size: int
+    sha256: str
+    mode: int = 0o644
+
+    def to_json(self) -> dict[str, Any]:
+        return {"root": self.root, "path": self.path, "size": self.size,
+                "sha256": self.sha256, "mode": self.mode}
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """An entry: a cell warmed under a fingerprint, and the files it left."""
+
+    cell: Cell
+    fingerprint: Fingerprint
+    files: tuple[FileRecord, ...]
+    producer: tuple[tuple[str, str], ...] = ()
+    compile_seconds: float | None = None
+    created_at: str = ""
+
+    @property
+    def entry_key(self) -> str:
+        return entry_key(self.cell, self.fingerprint)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        return tuple(sorted({f.root for f in self.files}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "entry_key": self.entry_key,
+            "cell_id": self.cell.id,
+            "cell": self.cell.to_json(),
+            "fingerprint_key": self.fingerprint.key,
+            "fingerprint": self.fingerprint.to_json(),
+            "files": [f.to_json() for f in self.files],
+            "producer": dict(self.producer),
+            "compile_seconds": self.compile_seconds,
+            "created_at": self.created_at,
+        }
+
+
+def entry_key(cell: Cell, fingerprint: Fingerprint) -> str:
+    return digest_of({"cell": cell.key, "fingerprint": fingerprint.key})
+
+
+def encode_manifest(manifest: Manifest) -> bytes:
+    return canonical_json(manifest.to_json()).encode("utf-8")
+
+
+def decode_manifest(data: bytes | str, *, allowed_roots: Sequence[str] | None = None,
+                    source: str = "manifest") -> Manifest:
+    """Parse and validate manifest bytes; any problem is a one-line ManifestError."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{source}: not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{source}: expected a JSON object")
+    return manifest_from_json(doc, allowed_roots=allowed_roots, source=source)
+
+
+def manifest_from_json(doc: Mapping[str, Any], *, allowed_roots: Sequence[str] | None = None,
+                       source: str = "manifest") -> Manifest:
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ManifestError(f"{source}: schema_version {version!r} is not supported "
+                            f"(expected {SCHEMA_VERSION})")
+    try:
+        cell = Cell.from_json(doc["cell"])
+        fingerprint = Fingerprint.from_json(doc["fingerprint"])
+    except (KeyError, TypeError, ValueError, MatrixError) as exc:
+        raise ManifestError(f"{source}: bad cell or fingerprint: {exc}") from None
+    raw_files = doc.get("files")
+    if not isinstance(raw_files, list) or len(raw_files) > MAX_FILES:
+        raise ManifestError(f"{source}: files: expected a list of at most {MAX_FILES} records")
+    files = validate_files(raw_files, allowed_roots=allowed_roots, source=source)
+    producer = doc.get("producer", {})
+    if not isinstance(producer, dict):
+        raise ManifestError(f"{source}: producer: expected an object")
+    seconds = doc.get("compile_seconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
+        raise ManifestError(f"{source}: compile_seconds: expected a number or null")
+    manifest = Manifest(
+        cell=cell, fingerprint=fingerprint, files=files,
+        producer=tuple(sorted((str(k), str(v)) for k, v in producer.items())),
+        compile_seconds=float(seconds) if seconds is not None else None,
+        created_at=str(doc.get("created_at", "")),
+    )
+    claimed = doc.get("entry_key")
+    if claimed is not None and claimed != manifest.entry_key:
+        raise ManifestError(f"{source}: entry_key {claimed!r} does not match its cell and "
+                            f"fingerprint ({manifest.entry_key})")
+    return manifest
+
+
+def validate_relative_path(path: Any, source: str = "manifest") -> str:
+    """A safe relative POSIX path: no absolute, no `..`, no empty or `.` parts, no NUL/backslash."""
+    if not isinstance(path, str) or not path or len(path) > 4096:
+        raise ManifestError(f"{source}: path {path!r}: expected a non-empty relative path")
+    if path.startswith("/") or "\\" in path or "\x00" in path or re.match(r"^[A-Za-z]:", path):
+        raise ManifestError(f"{source}: path {path!r}: absolute or non-POSIX paths are refused")
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ManifestError(f"{source}: path {path!r}: empty, '.' or '..' components are refused")
+    return path
+
+
+def validate_files(raw: Sequence[Any], *, allowed_roots: Sequence[str] | None,
+                   source: str = "manifest") -> tuple[FileRecord, ...]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for i, item in enumerate(raw):
+        where = f"{source}: files[{i}]"
+        if not isinstance(item, dict):
+            raise ManifestError(f"{where}: expected an object")
+        root = item.get("root")
+        if not isinstance(root, str) or not _ROOT_RE.match(root):
+            raise ManifestError(f"{where}: root {root!r}: expected a short lowercase name")
+        if allowed_roots is not None and root not in allowed_roots:
+            raise ManifestError(f"{where}: unknown root {root!r} (expected one of "
+                                f"{sorted(allowed_roots)})")
+        path = validate_relative_path(item.get("path"), where)
+        size, sha, mode = item.get("size"), item.get("sha256"), item.get("mode", 0o644)
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_FILE_SIZE:
+            raise ManifestError(f"{where}: size {size!r}: expected an integer >= 0")
+        if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+            raise ManifestError(f"{where}: sha256 {sha!r}: expected 64 lowercase hex digits")
+        if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
+            raise ManifestError(f"{where}: mode {mode!r}: expected permission bits 0..0o777")
+        if (root, path) in seen:
+            raise ManifestError(f"{where}: duplicate path {root}/{path}")
+        # A file and a directory at one place would make the tree unrestorable.
+        seen.add((root, path))
+        out.append(FileRecord(root=root, path=path, size=size, sha256=sha, mode=mode))
+    _refuse_file_dir_clash(out, source)
+    return tuple(sorted(out, key=lambda f: (f.root, f.path)))
+
+
+def _refuse_file_dir_clash(files: Sequence[FileRecord], source: str) -> None:
+    paths = {(f.root, f.path) for f in files}
+    for f in files:
+        parts = f.path.split("/")
+        for n in range(1, len(parts)):
+            if (f.root, "/".join(parts[:n])) in paths:
+                raise ManifestError(f"{source}: {f.root}/{'/'.join(parts[:n])} is both a file "
+                                    f"and a directory")

@@ -1,0 +1,296 @@
+"""Matrix files (TOML) → pipelines → cells. Pure: parsing takes text, expansion takes values.
+
+A matrix declares, per pipeline, the modes, shapes, batch sizes and tensor-parallel degrees to
+warm; each combination is a cell. Cells are canonical (same input → same key) and carry a
+readable id such as ``flux2-klein/compile/1024x1024/b1/tp1``. Warm-up steps are not part of a
+cell: ``num_inference_steps`` never causes a compile.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from neffcache.canonical import digest_of
+from neffcache.errors import MatrixError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MODES = ("eager", "compile", "regional")
+BACKENDS = ("inductor", "neuron")
+DTYPES = ("float32", "bfloat16", "float16")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_SHAPE_RE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
+_CLASS_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_PIPELINE_KEYS = {
+    "name", "class", "model", "revision", "dtype", "mode", "modes", "components", "shapes",
+    "batch_sizes", "tp_degrees", "warmup_steps", "call_kwargs",
+}
+_TOP_KEYS = {"backend", "pipelines", "name", "description"}
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One thing to warm: a pipeline at one mode, shape, batch size and tensor-parallel degree."""
+
+    pipeline: str
+    pipeline_class: str
+    model: str
+    revision: str
+    dtype: str
+    mode: str
+    components: tuple[str, ...]
+    height: int
+    width: int
+    batch: int
+    tp: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.pipeline}/{self.mode}/{self.height}x{self.width}/b{self.batch}/tp{self.tp}"
+
+    @property
+    def key(self) -> str:
+        return digest_of(self.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "class": self.pipeline_class,
+            "model": self.model,
+            "revision": self.revision,
+            "dtype": self.dtype,
+            "mode": self.mode,
+            "components": list(self.components),
+            "height": self.height,
+            "width": self.width,
+            "batch": self.batch,
+            "tp": self.tp,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Cell:
+        try:
+            return cls(
+                pipeline=str(data["pipeline"]),
+                pipeline_class=str(data["class"]),
+                model=str(data["model"]),
+                revision=str(data["revision"]),
+                dtype=str(data["dtype"]),
+                mode=str(data["mode"]),
+                components=tuple(str(c) for c in data["components"]),
+                height=_as_int(data["height"]),
+                width=_as_int(data["width"]),
+                batch=_as_int(data["batch"]),
+                tp=_as_int(data["tp"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MatrixError(f"malformed cell {dict(data)!r}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSpec:
+    """One ``[[pipelines]]`` table of a matrix."""
+
+    name: str
+    pipeline_class: str
+    model: str
+    revision: str
+    dtype: str
+    modes: tuple[str, ...]
+    components: tuple[str, ...]
+    shapes: tuple[tuple[int, int], ...]
+    batch_sizes: tuple[int, ...]
+    tp_degrees: tuple[int, ...]
+    warmup_steps: int = 1
+    call_kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Matrix:
+    """A parsed matrix file: the backend and its pipelines, in declared order."""
+
+    backend: str
+    pipelines: tuple[PipelineSpec, ...]
+    source: str = "<matrix>"
+    name: str = ""
+    cells: tuple[Cell, ...] = field(default=(), compare=False)
+
+    def pipeline(self, name: str) -> PipelineSpec:
+        for spec in self.pipelines:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:
+    """Parse TOML text into a Matrix, raising MatrixError naming source, field and expectation."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MatrixError(f"{source}: not valid TOML: {exc}") from None
+    return matrix_from_dict(data, source)
+
+
+def matrix_from_dict(data: Mapping[str, Any], source: str = "<matrix>") -> Matrix:
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise MatrixError(f"{source}: unknown top-level key {unknown[0]!r} "
+                          f"(expected one of {sorted(_TOP_KEYS)})")
+    backend = data.get("backend", "inductor")
+    if backend not in BACKENDS:
+        raise MatrixError(f"{source}: backend: expected one of {list(BACKENDS)}, got {backend!r}")
+    tables = data.get("pipelines")
+    if not isinstance(tables, list) or not tables:
+        raise MatrixError(f"{source}: pipelines: expected at least one [[pipelines]] table")
+    specs = tuple(_parse_pipeline(t, f"{source}: pipelines[{i}]") for i, t in enumerate(tables))
+    names = [s.name for s in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise MatrixError(f"{source}: pipelines: duplicate name {dupes[0]!r}")
+    name = data.get("name", "")
+    if not isinstance(name, str):
+        raise MatrixError(f"{source}: name: expected a string")
+    matrix = Matrix(backend=backend, pipelines=specs, source=source, name=name)
+    return Matrix(backend=backend, pipelines=specs, source=source, name=name,
+                  cells=expand_cells(matrix))
+
+
+def _parse_pipeline(t: Any, where: str) -> PipelineSpec:
+    if not isinstance(t, dict):
+        raise MatrixError(f"{where}: expected a table")
+    unknown = sorted(set(t) - _PIPELINE_KEYS)
+    if unknown:
+        raise MatrixError(f"{where}: unknown key {unknown[0]!r} (expected one of "
+                          f"{sorted(_PIPELINE_KEYS)})")
+    name = _req_str(t, "name", where)
+    if not _NAME_RE.match(name):
+        raise MatrixError(f"{where}.name: expected letters, digits, '.', '_' or '-', got {name!r}")
+    where = f"{where} ({name})"
+    cls = _req_str(t, "class", where)
+    if not _CLASS_RE.match(cls):
+        raise MatrixError(f"{where}.class: expected 'module:ClassName' such as "
+                          f"'diffusers:Flux2KleinPipeline', got {cls!r}")
+    if "mode" in t and "modes" in t:
+        raise MatrixError(f"{where}: give either mode or modes, not both")
+    modes = _str_list(t, "modes", where) if "modes" in t else (_req_str(t, "mode", where),)
+    for m in modes:
+        if m not in MODES:
+            raise MatrixError(f"{where}.mode: expected one of {list(MODES)}, got {m!r}")
+    dtype = t.get("dtype", "bfloat16")
+    if dtype not in DTYPES:
+        raise MatrixError(f"{where}.dtype: expected one of {list(DTYPES)}, got {dtype!r}")
+    components = _str_list(t, "components", where) if "components" in t else ("transformer",)
+    needs_components = any(m != "eager" for m in modes)
+    if needs_components and not components:
+        raise MatrixError(f"{where}.components: compile/regional modes need at least one")
+    steps = t.get("warmup_steps", 1)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise MatrixError(f"{where}.warmup_steps: expected an integer >= 1, got {steps!r}")
+    call_kwargs = t.get("call_kwargs", {})
+    if not isinstance(call_kwargs, dict):
+        raise MatrixError(f"{where}.call_kwargs: expected a table")
+    return PipelineSpec(
+        name=name,
+        pipeline_class=cls,
+        model=_req_str(t, "model", where),
+        revision=str(t.get("revision", "main")),
+        dtype=dtype,
+        modes=tuple(dict.fromkeys(modes)),
+        components=components,
+        shapes=_parse_shapes(t, where),
+        batch_sizes=_pos_int_list(t, "batch_sizes", where, default=(1,)),
+        tp_degrees=_pos_int_list(t, "tp_degrees", where, default=(1,)),
+        warmup_steps=steps,
+        call_kwargs=tuple(sorted(call_kwargs.items())),
+    )
+
+
+def _req_str(t: Mapping[str, Any], key: str, where: str) -> str:
+    value = t.get(key)
+    if not isinstance(value, str) or not value:
+        raise MatrixError(f"{where}.{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _str_list(t: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = t.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise MatrixError(f"{where}.{key}: expected a list of strings, got {value!r}")
+    return tuple(dict.fromkeys(value))
+
+
+def _pos_int_list(t: Mapping[str, Any], key: str, where: str,
+                  default: tuple[int, ...]) -> tuple[int, ...]:
+    if key not in t:
+        return default
+    value = t[key]
+    ok = isinstance(value, list) and value and all(
+        isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096 for v in value)
+    if not ok:
+        raise MatrixError(f"{where}.{key}: expected a non-empty list of integers 1..4096, "
+                          f"got {value!r}")
+    return tuple(dict.fromkeys(value))
+
+
+def _parse_shapes(t: Mapping[str, Any], where: str) -> tuple[tuple[int, int], ...]:
+    value = t.get("shapes")
+    if not isinstance(value, list) or not value:
+        raise MatrixError(f"{where}.shapes: expected a non-empty list like [\"1024x1024\"], "
+                          f"got {value!r}")
+    shapes = []
+    for s in value:
+        m = _SHAPE_RE.match(s) if isinstance(s, str) else None
+        if not m:
+            raise MatrixError(f"{where}.shapes: expected 'HEIGHTxWIDTH' such as '1024x1024', "
+                              f"got {s!r}")
+        h, w = int(m.group(1)), int(m.group(2))
+        if h < 8 or w < 8 or h % 8 or w % 8:
+            raise MatrixError(f"{where}.shapes: {s!r}: height and width must be multiples of 8")
+        shapes.append((h, w))
+    return tuple(dict.fromkeys(shapes))
+
+
+def expand_cells(matrix: Matrix) -> tuple[Cell, ...]:
+    """Every cell of a matrix, in declared order, without duplicates."""
+    cells: dict[str, Cell] = {}
+    for p in matrix.pipelines:
+        for mode in p.modes:
+            components = p.components if mode != "eager" else ()
+            for h, w in p.shapes:
+                for b in p.batch_sizes:
+                    for tp in p.tp_degrees:
+                        cell = Cell(p.name, p.pipeline_class, p.model, p.revision, p.dtype,
+                                    mode, components, h, w, b, tp)
+                        cells.setdefault(cell.id, cell)
+    return tuple(cells.values())
+
+
+def select_cells(cells: Iterable[Cell], patterns: Iterable[str] | None) -> tuple[Cell, ...]:
+    """Cells whose id matches any glob pattern (all cells when no pattern is given)."""
+    pats = [p for p in (patterns or ()) if p]
+    if not pats:
+        return tuple(cells)
+    return tuple(c for c in cells if any(fnmatch.fnmatchcase(c.id, p) for p in pats))
+
+
+def shard_cells(cells: Iterable[Cell], index: int, count: int) -> tuple[Cell, ...]:
+    """The cells of shard ``index`` of ``count`` (0-based): round-robin over cells sorted by id,
+    so every CI job computes the same split and shard sizes differ by at most one."""
+    if count < 1 or not 0 <= index < count:
+        raise MatrixError(f"--shard: expected I/N with 0 <= I < N, got {index}/{count}")
+    ordered = sorted(cells, key=lambda c: c.id)
+    return tuple(ordered[index::count])

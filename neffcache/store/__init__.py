@@ -1,0 +1,31 @@
+"""Stores: where blobs and manifests live. ``open_store`` turns a URL into one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from neffcache.errors import ConfigError
+from neffcache.store.base import Store, blob_key, manifest_key
+
+__all__ = ["Store", "blob_key", "manifest_key", "open_store"]
+
+
+def open_store(url: str) -> Store:
+    """``s3://bucket/prefix`` → S3 store; ``file:///path`` or a plain path → local store."""
+    if url.startswith("s3://"):
+        from neffcache.store.s3 import S3Store  # boto3 is imported only when S3 is used
+
+        return S3Store.from_url(url)
+    if url.startswith("file://"):
+        return _local(url[len("file://"):])
+    if "://" in url:
+        raise ConfigError(f"store {url!r}: expected a path, file://PATH or s3://BUCKET/PREFIX")
+    return _local(url)
+
+
+def _local(path: str) -> Store:
+    from neffcache.store.local import LocalStore
+
+    if not path:
+        raise ConfigError("store: empty path")
+    return LocalStore(Path(path))

@@ -1,0 +1,63 @@
+"""The store protocol: a narrow, content-addressed object interface every backend implements.
+
+Keys are relative POSIX strings. Layout (under a store's root or prefix):
+
+    blobs/sha256/<aa>/<sha256>     file contents; identical files are stored once
+    manifests/<entry-key>.json     one manifest per entry, never overwritten
+
+Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
+SDK's other failures into ``UnavailableError`` once, inside the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import BinaryIO, Protocol, runtime_checkable
+
+BLOBS = "blobs/sha256/"
+MANIFESTS = "manifests/"
+
+
+def blob_key(sha256: str) -> str:
+    return f"{BLOBS}{sha256[:2]}/{sha256}"
+
+
+def manifest_key(entry_key: str) -> str:
+    return f"{MANIFESTS}{entry_key}.json"
+
+
+def entry_key_of(manifest_object_key: str) -> str | None:
+    """The entry key in a manifest object key, or None for anything else under manifests/."""
+    name = manifest_object_key.removeprefix(MANIFESTS)
+    if "/" in name or not name.endswith(".json"):
+        return None
+    return name[: -len(".json")]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What restore, publish, verify and gc need from a place that holds blobs and manifests."""
+
+    url: str
+
+    def check(self) -> None:
+        """Probe that the store is reachable; raise UnavailableError with a one-line reason."""
+
+    def has(self, key: str) -> bool:
+        """Whether an object exists."""
+
+    def open(self, key: str) -> BinaryIO:
+        """A readable stream of an object's bytes (caller closes it); NotFoundError if absent."""
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        """An object's bytes, or a range of them; NotFoundError if absent."""
+
+    def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
+        """Store an object from a stream. With if_absent, never overwrite another writer's
+        object: return False when the key already exists. True when this call wrote it."""
+
+    def list(self, prefix: str) -> Iterator[str]:
+        """Keys under a prefix, in no particular order."""
+
+    def delete(self, key: str) -> None:
+        """Remove an object; missing objects are not an error."""

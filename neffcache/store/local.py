@@ -1,0 +1,102 @@
+"""A store in a local directory: the embedded default under ``$NEFFCACHE_HOME/store``.
+
+Writes go to a temp file in the same directory, are fsynced, then linked into place; ``os.link``
+fails if the final name exists, which gives an atomic "create if absent" on POSIX filesystems.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from neffcache.errors import NotFoundError, UnavailableError, UsageError
+
+_CHUNK = 1 << 20
+
+
+class LocalStore:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.url = f"file://{self.root}"
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise UsageError(f"invalid store key {key!r}")
+        return self.root.joinpath(*parts)
+
+    def check(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UnavailableError(f"store {self.root}: cannot create: {exc.strerror}") from None
+        if not os.access(self.root, os.R_OK | os.X_OK):
+            raise UnavailableError(f"store {self.root}: not readable")
+
+    def has(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def open(self, key: str) -> BinaryIO:
+        try:
+            return open(self._path(key), "rb")
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFoundError(f"{self.url}/{key}: not found") from None
+        except OSError as exc:
+            raise UnavailableError(f"{self.url}/{key}: {exc.strerror}") from None
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        with self.open(key) as fh:
+            fh.seek(start)
+            return fh.read() if length is None else fh.read(length)
+
+    def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
+        final = self._path(key)
+        if if_absent and final.exists():
+            return False
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=final.parent)
+        except OSError as exc:
+            raise UnavailableError(f"{self.url}/{key}: cannot write: {exc.strerror}") from None
+        try:
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(source, out, _CHUNK)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o644)
+            if if_absent:
+                try:
+                    os.link(tmp, final)
+                except FileExistsError:
+                    return False
+            else:
+                os.replace(tmp, final)
+            return True
+        except OSError as exc:
+            raise UnavailableError(f"{self.url}/{key}: cannot write: {exc.strerror}") from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        base = self.root
+        start = base / prefix.rstrip("/") if prefix else base
+        if not start.exists():
+            return
+        for dirpath, _dirs, files in os.walk(start):
+            rel = Path(dirpath).relative_to(base).as_posix()
+            for name in files:
+                if name.startswith(".tmp-"):
+                    continue
+                key = name if rel == "." else f"{rel}/{name}"
+                if key.startswith(prefix):
+                    yield key
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()

@@ -1,0 +1,1 @@
+"""Test helpers and test doubles (each double is named as one)."""
