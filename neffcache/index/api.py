@@ -1,0 +1,170 @@
+"""``open_index`` and the ``Index`` handle: the only way the rest of neffcache talks to SQL.
+
+Opening never changes a schema unless asked: ``auto_upgrade=True`` (the CLI passes it for the
+embedded SQLite default) creates and migrates on first use; otherwise an empty or older
+schema raises SchemaOutdatedError naming ``neffcache db upgrade``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Engine, exc
+from sqlalchemy.orm import Session
+
+from neffcache.errors import SchemaOutdatedError
+from neffcache.fingerprint import Fingerprint
+from neffcache.index import coverage as _coverage
+from neffcache.index import queries, record
+from neffcache.index.engine import (
+    WRITE,
+    ensure_parent_dir,
+    make_engine,
+    normalise_url,
+    sqlite_path,
+    translate_errors,
+)
+from neffcache.index.schema import (
+    known_revisions,
+    read_schema_state,
+    require_current,
+    upgrade_engine,
+)
+from neffcache.index.values import CoverageReport, EntrySummary, SchemaState
+from neffcache.manifest import Manifest
+from neffcache.matrix import Cell
+
+
+class Index:
+    """An open index. Query methods return frozen dataclasses; call ``close()`` when done
+    (or use it as a context manager)."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self._engine = engine
+        self._writer = engine.execution_options(**WRITE)
+        self.url = url
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Session]:
+        with translate_errors(self.url), Session(self._engine) as session:
+            yield session
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Session]:
+        with translate_errors(self.url), Session(self._writer) as session, session.begin():
+            yield session
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def schema_state(self) -> SchemaState:
+        return read_schema_state(self._engine, self.url)
+
+    # --- writes -------------------------------------------------------------------------
+
+    def record_entry(self, manifest: Manifest, store_url: str) -> bool:
+        """Index a published entry; idempotent. True if it was not indexed before."""
+        return self.record_entries([manifest], store_url) == 1
+
+    def record_entries(self, manifests: Sequence[Manifest], store_url: str) -> int:
+        """Index many entries in one transaction; returns how many were new."""
+        try:
+            with self._write() as s:
+                return record.save_entries(s, manifests, store_url)
+        except exc.IntegrityError:
+            # Another writer indexed some of them between our check and our insert: retry
+            # once; the existing ones are then skipped.
+            with self._write() as s:
+                return record.save_entries(s, manifests, store_url)
+
+    def record_failure(self, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
+                       exit_status: int | None, seconds: float, log_tail: str) -> None:
+        """Record a failed warm-up of ``cell`` (the last 16,000 characters of its log)."""
+        with self._write() as s:
+            record.save_failure(s, run_id, cell, fingerprint, exit_status, seconds, log_tail)
+
+    def start_run(self, host: str, fingerprint: Fingerprint, matrix_name: str) -> str:
+        """Record the start of a precompile run; returns its id."""
+        with self._write() as s:
+            return record.save_run_start(s, host, fingerprint, matrix_name)
+
+    def finish_run(self, run_id: str, ok: int, failed: int) -> None:
+        """Record the end of a run: how many cells were warmed ok and how many failed."""
+        with self._write() as s:
+            record.save_run_finish(s, run_id, ok, failed)
+
+    def record_restore(self, report: Mapping[str, Any]) -> None:
+        """Record a restore. Keys read (all optional): host, fingerprint_key (or fingerprint
+        as {key: ...} or a key), matrix, restored and missing (lists of cell ids or of objects
+        with cell_id/id), cells_restored, cells_missing, files_fetched, files_skipped,
+        bytes_fetched (or bytes), seconds, exit_code. The whole report is kept as JSON."""
+        with self._write() as s:
+            s.add(record.restore_report_row(report))
+
+    def record_verification(self, entry_key: str, status: str) -> bool:
+        """Mark an entry verified (status such as 'ok' or 'corrupt'); False if unknown."""
+        with self._write() as s:
+            return record.save_verification(s, entry_key, status)
+
+    def remove_entries(self, entry_keys: Sequence[str]) -> int:
+        """Forget entries (not the store's manifests); returns how many were removed."""
+        with self._write() as s:
+            return record.delete_entries(s, entry_keys)
+
+    # --- reads --------------------------------------------------------------------------
+
+    def entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
+                limit: int | None = None) -> list[EntrySummary]:
+        with self._read() as s:
+            return queries.list_entries(s, cell_glob, fingerprint_key, limit)
+
+    def entry_keys(self) -> set[str]:
+        with self._read() as s:
+            return queries.all_entry_keys(s)
+
+    def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
+        with self._read() as s:
+            return queries.get_fingerprints(s, keys)
+
+    def coverage(self, cells: Sequence[Cell],
+                 fingerprints: Sequence[Fingerprint] = ()) -> CoverageReport:
+        """Every cell x (the given fingerprints + every fingerprint with an entry or a failure
+        for these cells): ready, failed (latest attempt failed, no entry) or missing."""
+        with self._read() as s:
+            facts = _coverage.fetch_coverage_facts(s, [c.key for c in cells])
+        return _coverage.build_coverage(cells, fingerprints, facts)
+
+
+def open_index(url: str, *, auto_upgrade: bool) -> Index:
+    """Open the index at ``url``. With ``auto_upgrade`` create/migrate it to this code's
+    schema; without, refuse anything but the current schema (SchemaOutdatedError).
+    An unreachable database raises UnavailableError (one line, password redacted)."""
+    url = normalise_url(url)
+    path = sqlite_path(url)
+    if not auto_upgrade and path is not None and not path.exists():
+        raise SchemaOutdatedError(f"index {url}: no such database file "
+                                  f"(create it with: neffcache db upgrade --index {url})")
+    if auto_upgrade:
+        ensure_parent_dir(url)
+    engine = make_engine(url)
+    try:
+        state = read_schema_state(engine, url)
+        if not state.up_to_date and auto_upgrade and (
+                state.current is None or state.current in known_revisions()):
+            upgrade_engine(engine, url)
+        else:
+            require_current(state)
+    except BaseException:
+        engine.dispose()
+        raise
+    return Index(engine, url)

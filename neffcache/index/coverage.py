@@ -1,0 +1,107 @@
+"""Coverage: every requested cell x every relevant fingerprint, with a status.
+
+``fetch_coverage_facts`` reads what the index knows about a set of cells in a few batched
+queries (by cell key, never one query per cell); ``build_coverage`` is pure and turns those
+facts into a report. Relevant fingerprints are the given ones (this host's) plus every
+fingerprint with an entry or a failure for any of the cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from neffcache.fingerprint import Fingerprint
+from neffcache.index.models import CellFailureRow, EntryRow
+from neffcache.index.queries import get_fingerprints
+from neffcache.index.record import as_utc, chunks
+from neffcache.index.values import (
+    FAILED,
+    MISSING,
+    READY,
+    CoverageFingerprint,
+    CoverageReport,
+    CoverageRow,
+)
+from neffcache.matrix import Cell
+
+
+@dataclass(frozen=True, slots=True)
+class FailureFact:
+    exit_status: int | None
+    log_tail: str
+    failed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageFacts:
+    """What the index holds for some cells, keyed by (cell key, fingerprint key)."""
+
+    entries: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    failures: dict[tuple[str, str], FailureFact] = field(default_factory=dict)
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+
+
+def fetch_coverage_facts(session: Session, cell_keys: Sequence[str]) -> CoverageFacts:
+    facts = CoverageFacts()
+    keys = sorted(set(cell_keys))
+    for part in chunks(keys):
+        entries = session.execute(
+            select(EntryRow.cell_key, EntryRow.fingerprint_key, EntryRow.entry_key,
+                   EntryRow.total_bytes).where(EntryRow.cell_key.in_(part)))
+        for cell_key, fp_key, entry_key, size in entries:
+            facts.entries[(cell_key, fp_key)] = (entry_key, size)
+        latest = (select(func.max(CellFailureRow.id))
+                  .where(CellFailureRow.cell_key.in_(part))
+                  .group_by(CellFailureRow.cell_key, CellFailureRow.fingerprint_key))
+        failures = session.execute(
+            select(CellFailureRow.cell_key, CellFailureRow.fingerprint_key,
+                   CellFailureRow.exit_status, CellFailureRow.log_tail,
+                   CellFailureRow.created_at).where(CellFailureRow.id.in_(latest)))
+        for cell_key, fp_key, status, tail, at in failures:
+            facts.failures[(cell_key, fp_key)] = FailureFact(status, tail, as_utc(at))
+    seen = sorted({fp for _, fp in facts.entries} | {fp for _, fp in facts.failures})
+    facts.fingerprints.update(get_fingerprints(session, seen))
+    return facts
+
+
+def build_coverage(cells: Sequence[Cell], given: Sequence[Fingerprint],
+                   facts: CoverageFacts) -> CoverageReport:
+    """Pure: the report for ``cells`` under the given fingerprints and those in ``facts``.
+    Fingerprint order: the given ones first (in order), then the others by key."""
+    cell_list = list({c.key: c for c in cells}.values())
+    given_keys = list(dict.fromkeys(fp.key for fp in given))
+    fps: dict[str, Fingerprint] = {fp.key: fp for fp in given}
+    for key, fp in facts.fingerprints.items():
+        fps.setdefault(key, fp)
+    order = given_keys + sorted(k for k in fps if k not in set(given_keys))
+    rows: list[CoverageRow] = []
+    counts = {k: {READY: 0, FAILED: 0, MISSING: 0} for k in order}
+    for cell in cell_list:
+        for fp_key in order:
+            row = _row(cell, fp_key, facts)
+            counts[fp_key][row.status] += 1
+            rows.append(row)
+    columns = tuple(CoverageFingerprint(
+        key=k, backend=fps[k].backend, fields=fps[k].fields, here=k in given_keys,
+        ready=counts[k][READY], failed=counts[k][FAILED], missing=counts[k][MISSING])
+        for k in order)
+    return CoverageReport(cells=tuple((c.id, c.key) for c in cell_list),
+                          fingerprints=columns, rows=tuple(rows))
+
+
+def _row(cell: Cell, fp_key: str, facts: CoverageFacts) -> CoverageRow:
+    pair = (cell.key, fp_key)
+    entry = facts.entries.get(pair)
+    if entry is not None:
+        return CoverageRow(cell.id, cell.key, fp_key, READY, entry_key=entry[0],
+                           total_bytes=entry[1])
+    failure = facts.failures.get(pair)
+    if failure is not None:
+        return CoverageRow(cell.id, cell.key, fp_key, FAILED, exit_status=failure.exit_status,
+                           log_tail=failure.log_tail, failed_at=failure.failed_at)
+    return CoverageRow(cell.id, cell.key, fp_key, MISSING)

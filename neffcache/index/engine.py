@@ -1,0 +1,135 @@
+"""Engines for index URLs: SQLite in WAL mode with a busy timeout and immediate write
+transactions, Postgres through psycopg 3; driver errors become neffcache errors here, once."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+from neffcache.config import redact_url
+from neffcache.errors import ConfigError, SchemaOutdatedError, UnavailableError
+
+BUSY_TIMEOUT_S = 30
+CONNECT_TIMEOUT_S = 10
+WRITE = {"neffcache_write": True}  # execution option: SQLite takes the write lock at BEGIN
+
+
+def normalise_url(url: str) -> str:
+    """``postgres://`` and ``postgresql://`` mean psycopg 3 (the only driver installed)."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a SQLite URL (None for in-memory or other databases)."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
+        return None
+    return Path(u.database)
+
+
+def make_engine(url: str) -> Engine:
+    url = normalise_url(url)
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError:
+        raise ConfigError(f"index {redact_url(url)!r}: not a SQLAlchemy URL") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return _sqlite_engine(url)
+    if backend == "postgresql":
+        try:
+            return create_engine(url, pool_pre_ping=True,
+                                 connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+        except ImportError as e:
+            raise ConfigError(f"index {redact_url(url)}: driver missing ({e}); "
+                              f"install neffcache[postgres]") from None
+    raise ConfigError(f"index {redact_url(url)!r}: expected sqlite:///PATH or "
+                      f"postgresql+psycopg://USER@HOST/DB")
+
+
+def _sqlite_engine(url: str) -> Engine:
+    in_memory = sqlite_path(url) is None
+    kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S,
+                                               "check_same_thread": False}}
+    if in_memory:
+        kwargs["poolclass"] = StaticPool
+    engine = create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
+        cur = dbapi_conn.cursor()
+        if not in_memory:
+            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # A deferred transaction that later writes cannot wait for the lock (SQLITE_BUSY at
+        # once); writers take it up front and wait up to the busy timeout instead.
+        immediate = conn.get_execution_options().get("neffcache_write")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def describe_error(url: str, err: BaseException) -> str:
+    """One line naming the index (password redacted) and the driver's reason."""
+    orig = getattr(err, "orig", None) or err
+    reason = " ".join(str(orig).split()) or type(orig).__name__
+    password = _password(url)
+    if password:
+        reason = reason.replace(password, "***")
+    return f"index {redact_url(url)}: {reason}"
+
+
+def _password(url: str) -> str | None:
+    try:
+        return make_url(normalise_url(url)).password  # type: ignore[return-value]
+    except exc.ArgumentError:
+        return None
+
+
+@contextlib.contextmanager
+def translate_errors(url: str) -> Iterator[None]:
+    """Turn SQLAlchemy/driver failures into UnavailableError or SchemaOutdatedError."""
+    try:
+        yield
+    except (exc.OperationalError, exc.InterfaceError) as e:
+        if _is_missing_table(e):
+            raise SchemaOutdatedError(f"{describe_error(url, e)} (schema missing or old)"
+                                      ) from None
+        raise UnavailableError(describe_error(url, e)) from None
+    except exc.ProgrammingError as e:
+        if _is_missing_table(e):
+            raise SchemaOutdatedError(f"{describe_error(url, e)} (schema missing or old)"
+                                      ) from None
+        raise
+
+
+def _is_missing_table(e: exc.DBAPIError) -> bool:
+    text = str(getattr(e, "orig", e)).lower()
+    return ("no such table" in text or "no such column" in text
+            or "does not exist" in text and ("relation" in text or "column" in text))
+
+
+def ensure_parent_dir(url: str) -> None:
+    path = sqlite_path(url)
+    if path is not None:
+        try:
+            os.makedirs(path.parent, exist_ok=True)
+        except OSError as e:
+            raise UnavailableError(f"index {url}: cannot create {path.parent}: "
+                                   f"{e.strerror}") from None

@@ -1,0 +1,189 @@
+"""The index's tables as SQLAlchemy 2 typed models; ORM rows never leave ``neffcache.index``.
+
+    fingerprints   key, backend, fields
+    cells          key, readable id, pipeline, mode, shape, batch, tp, full JSON
+    entries        one per (cell, fingerprint): where, how big, how long it took, verified?
+    blobs          sha256 -> size (identical files across entries counted once)
+    entry_files    an entry's files: position, root, path, sha256, size, mode
+    precompile_runs / cell_failures      precompile attempts and the cells that failed
+    restore_reports                      what each restore fetched, skipped or missed
+    matrices / matrix_cells              registered matrix files and their cells
+
+Every constraint and index is named by ``NAMING_CONVENTION`` so migrations stay portable.
+Timestamps are stored in UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+KEY = 64  # sha256 hex: cell keys, fingerprint keys, entry keys, blob digests
+UTC_TS = DateTime(timezone=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: UTC_TS}
+
+
+class FingerprintRow(Base):
+    __tablename__ = "fingerprints"
+
+    key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
+    backend: Mapped[str] = mapped_column(String(32))
+    fields: Mapped[dict[str, Any]]
+    first_seen_at: Mapped[datetime]
+
+
+class CellRow(Base):
+    __tablename__ = "cells"
+    __table_args__ = (Index(None, "id"), Index(None, "pipeline", "mode"))
+
+    key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
+    id: Mapped[str] = mapped_column(String(255))
+    pipeline: Mapped[str] = mapped_column(String(64))
+    mode: Mapped[str] = mapped_column(String(16))
+    height: Mapped[int]
+    width: Mapped[int]
+    batch: Mapped[int]
+    tp: Mapped[int]
+    json: Mapped[dict[str, Any]]
+
+
+class EntryRow(Base):
+    __tablename__ = "entries"
+    __table_args__ = (
+        UniqueConstraint("cell_key", "fingerprint_key"),
+        Index(None, "fingerprint_key"),
+        Index(None, "created_at"),
+    )
+
+    entry_key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
+    cell_key: Mapped[str] = mapped_column(ForeignKey("cells.key"))
+    fingerprint_key: Mapped[str] = mapped_column(ForeignKey("fingerprints.key"))
+    store_url: Mapped[str] = mapped_column(String(1024))
+    total_bytes: Mapped[int] = mapped_column(BigInteger)
+    file_count: Mapped[int]
+    compile_seconds: Mapped[float | None]
+    producer: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    recorded_at: Mapped[datetime]
+    verified_status: Mapped[str | None] = mapped_column(String(16))
+    verified_at: Mapped[datetime | None]
+
+
+class BlobRow(Base):
+    __tablename__ = "blobs"
+
+    sha256: Mapped[str] = mapped_column(String(KEY), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+
+
+class EntryFileRow(Base):
+    __tablename__ = "entry_files"
+    __table_args__ = (Index(None, "sha256"),)
+
+    entry_key: Mapped[str] = mapped_column(
+        ForeignKey("entries.entry_key", ondelete="CASCADE"), primary_key=True)
+    # Place in the manifest's (root, path)-sorted file list; paths may be too long for a key.
+    position: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    root: Mapped[str] = mapped_column(String(32))
+    path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(ForeignKey("blobs.sha256"))
+    size: Mapped[int] = mapped_column(BigInteger)
+    mode: Mapped[int]
+
+
+class PrecompileRunRow(Base):
+    __tablename__ = "precompile_runs"
+    __table_args__ = (Index(None, "started_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    host: Mapped[str] = mapped_column(String(255))
+    fingerprint_key: Mapped[str] = mapped_column(ForeignKey("fingerprints.key"))
+    matrix_name: Mapped[str] = mapped_column(String(255))
+    cells_ok: Mapped[int | None]
+    cells_failed: Mapped[int | None]
+
+
+class CellFailureRow(Base):
+    __tablename__ = "cell_failures"
+    __table_args__ = (Index(None, "cell_key", "fingerprint_key"), Index(None, "run_id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str | None] = mapped_column(
+        ForeignKey("precompile_runs.id", ondelete="SET NULL"))
+    cell_key: Mapped[str] = mapped_column(ForeignKey("cells.key"))
+    fingerprint_key: Mapped[str] = mapped_column(ForeignKey("fingerprints.key"))
+    exit_status: Mapped[int | None]
+    seconds: Mapped[float]
+    log_tail: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+
+
+class RestoreReportRow(Base):
+    __tablename__ = "restore_reports"
+    __table_args__ = (Index(None, "created_at"), Index(None, "fingerprint_key"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    host: Mapped[str] = mapped_column(String(255))
+    fingerprint_key: Mapped[str] = mapped_column(String(KEY))  # this host's; may have no entry
+    matrix: Mapped[str] = mapped_column(String(255))
+    cells_restored: Mapped[int]
+    cells_missing: Mapped[int]
+    restored: Mapped[list[Any]]
+    missing: Mapped[list[Any]]
+    files_fetched: Mapped[int]
+    files_skipped: Mapped[int]
+    bytes_fetched: Mapped[int] = mapped_column(BigInteger)
+    seconds: Mapped[float]
+    exit_code: Mapped[int]
+    report: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+
+class MatrixRow(Base):
+    __tablename__ = "matrices"
+    __table_args__ = (UniqueConstraint("name", "digest"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(255))
+    digest: Mapped[str] = mapped_column(String(KEY))
+    backend: Mapped[str] = mapped_column(String(32))
+    toml: Mapped[str] = mapped_column(Text)
+    registered_at: Mapped[datetime]
+
+
+class MatrixCellRow(Base):
+    __tablename__ = "matrix_cells"
+    __table_args__ = (Index(None, "cell_key"),)
+
+    matrix_id: Mapped[int] = mapped_column(
+        ForeignKey("matrices.id", ondelete="CASCADE"), primary_key=True)
+    cell_key: Mapped[str] = mapped_column(ForeignKey("cells.key"), primary_key=True)
+    position: Mapped[int]

@@ -1,0 +1,84 @@
+"""Read queries other than coverage: listing entries, entry keys, fingerprints."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from neffcache.fingerprint import Fingerprint
+from neffcache.index.models import CellRow, EntryRow, FingerprintRow
+from neffcache.index.record import as_utc, chunks
+from neffcache.index.values import EntrySummary
+
+_LIKE_ESCAPE = "\\"
+
+
+def glob_to_like(pattern: str) -> str:
+    """A LIKE pattern matching at least everything the glob matches (exact for * and ?;
+    a [...] class and everything after it become %). Callers re-check with fnmatch."""
+    out = []
+    for ch in pattern:
+        if ch == "[":
+            out.append("%")
+            break
+        if ch == "*":
+            out.append("%")
+        elif ch == "?":
+            out.append("_")
+        elif ch in ("%", "_", _LIKE_ESCAPE):
+            out.append(_LIKE_ESCAPE + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def list_entries(session: Session, cell_glob: str | None = None,
+                 fingerprint_key: str | None = None,
+                 limit: int | None = None) -> list[EntrySummary]:
+    """Entries, newest first; ``cell_glob`` matches cell ids (fnmatch, case-sensitive) and
+    ``fingerprint_key`` may be a full key or a prefix of one."""
+    stmt = (select(EntryRow, CellRow.id, FingerprintRow.backend)
+            .join(CellRow, CellRow.key == EntryRow.cell_key)
+            .join(FingerprintRow, FingerprintRow.key == EntryRow.fingerprint_key)
+            .order_by(EntryRow.created_at.desc(), EntryRow.entry_key))
+    if cell_glob:
+        stmt = stmt.where(CellRow.id.like(glob_to_like(cell_glob), escape=_LIKE_ESCAPE))
+    if fingerprint_key:
+        stmt = stmt.where(EntryRow.fingerprint_key.startswith(fingerprint_key, autoescape=True))
+    if limit is not None and not cell_glob:
+        stmt = stmt.limit(limit)
+    out: list[EntrySummary] = []
+    for row, cell_id, backend in session.execute(stmt):
+        if cell_glob and not fnmatch.fnmatchcase(cell_id, cell_glob):
+            continue  # LIKE is case-insensitive on SQLite and ignores [...] classes
+        out.append(_summary(row, cell_id, backend))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def _summary(row: EntryRow, cell_id: str, backend: str) -> EntrySummary:
+    return EntrySummary(
+        entry_key=row.entry_key, cell_id=cell_id, cell_key=row.cell_key,
+        fingerprint_key=row.fingerprint_key, backend=backend, store_url=row.store_url,
+        total_bytes=row.total_bytes, file_count=row.file_count,
+        compile_seconds=row.compile_seconds, created_at=as_utc(row.created_at),  # type: ignore[arg-type]
+        verified_status=row.verified_status, verified_at=as_utc(row.verified_at))
+
+
+def all_entry_keys(session: Session) -> set[str]:
+    return set(session.scalars(select(EntryRow.entry_key)))
+
+
+def get_fingerprints(session: Session, keys: Sequence[str]) -> dict[str, Fingerprint]:
+    out: dict[str, Fingerprint] = {}
+    for part in chunks(sorted(set(keys))):
+        for key, backend, fields in session.execute(
+                select(FingerprintRow.key, FingerprintRow.backend, FingerprintRow.fields)
+                .where(FingerprintRow.key.in_(part))):
+            out[key] = Fingerprint(backend=backend, fields=tuple(
+                sorted((str(k), str(v)) for k, v in fields.items())))
+    return out

@@ -1,0 +1,233 @@
+"""Writes to the index: entries (with their cells, fingerprints, blobs and files), failures,
+precompile runs, restore reports. Every function takes an open Session inside a write
+transaction; the caller commits. Inserts of shared rows are insert-if-absent."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import delete, exists, insert, select, update
+from sqlalchemy.orm import Session
+
+from neffcache.errors import UsageError
+from neffcache.fingerprint import Fingerprint
+from neffcache.index.models import (
+    BlobRow,
+    CellFailureRow,
+    CellRow,
+    EntryFileRow,
+    EntryRow,
+    FingerprintRow,
+    PrecompileRunRow,
+    RestoreReportRow,
+)
+from neffcache.manifest import Manifest
+from neffcache.matrix import Cell
+
+BATCH = 500  # rows per IN (...) list or multi-row insert; well under every driver's limit
+LOG_TAIL_CHARS = 16_000
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def as_utc(ts: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; everything the index stores is UTC."""
+    if ts is None:
+        return None
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+
+
+def parse_timestamp(text: str, default: datetime) -> datetime:
+    try:
+        ts = datetime.fromisoformat(text.strip())
+    except (ValueError, AttributeError):
+        return default
+    return as_utc(ts) or default
+
+
+def strip_credentials(url: str) -> str:
+    """A store URL without userinfo, query or fragment (those can carry credentials)."""
+    if "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    rest = rest.split("#", 1)[0].split("?", 1)[0]
+    authority, sep, path = rest.partition("/")
+    authority = authority.rsplit("@", 1)[-1]
+    return f"{scheme}://{authority}{sep}{path}"
+
+
+def chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def insert_if_absent(session: Session, model: type, rows: Sequence[Mapping[str, Any]]) -> None:
+    if not rows:
+        return
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    if session.get_bind().dialect.name == "postgresql":
+        stmt: Any = postgresql.insert(model).on_conflict_do_nothing()
+    else:
+        stmt = sqlite.insert(model).on_conflict_do_nothing()
+    for part in chunks(list(rows)):
+        session.execute(stmt, list(part))
+
+
+def fingerprint_row(fp: Fingerprint, now: datetime) -> dict[str, Any]:
+    return {"key": fp.key, "backend": fp.backend, "fields": dict(fp.fields), "first_seen_at": now}
+
+
+def cell_row(cell: Cell) -> dict[str, Any]:
+    return {"key": cell.key, "id": cell.id, "pipeline": cell.pipeline, "mode": cell.mode,
+            "height": cell.height, "width": cell.width, "batch": cell.batch, "tp": cell.tp,
+            "json": cell.to_json()}
+
+
+def save_fingerprints_and_cells(session: Session, fingerprints: Iterable[Fingerprint],
+                                cells: Iterable[Cell], now: datetime) -> None:
+    fps = {fp.key: fingerprint_row(fp, now) for fp in fingerprints}
+    cs = {c.key: cell_row(c) for c in cells}
+    insert_if_absent(session, FingerprintRow, [fps[k] for k in sorted(fps)])
+    insert_if_absent(session, CellRow, [cs[k] for k in sorted(cs)])
+
+
+def existing_entry_keys(session: Session, keys: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for part in chunks(keys):
+        found.update(session.scalars(select(EntryRow.entry_key)
+                                     .where(EntryRow.entry_key.in_(part))))
+    return found
+
+
+def save_entries(session: Session, manifests: Sequence[Manifest], store_url: str) -> int:
+    """Insert the manifests not yet indexed; returns how many were new."""
+    now = utcnow()
+    by_key = {m.entry_key: m for m in manifests}
+    new = [by_key[k] for k in sorted(set(by_key) - existing_entry_keys(session, list(by_key)))]
+    if not new:
+        return 0
+    save_fingerprints_and_cells(session, (m.fingerprint for m in new),
+                                (m.cell for m in new), now)
+    blobs = {f.sha256: f.size for m in new for f in m.files}
+    insert_if_absent(session, BlobRow, [{"sha256": s, "size": n} for s, n in sorted(blobs.items())])
+    url = strip_credentials(store_url)
+    entry_rows = [{
+        "entry_key": m.entry_key, "cell_key": m.cell.key, "fingerprint_key": m.fingerprint.key,
+        "store_url": url, "total_bytes": m.total_bytes, "file_count": len(m.files),
+        "compile_seconds": m.compile_seconds, "producer": dict(m.producer),
+        "created_at": parse_timestamp(m.created_at, now), "recorded_at": now,
+    } for m in new]
+    for part in chunks(entry_rows):
+        session.execute(insert(EntryRow), list(part))
+    file_rows = [{"entry_key": m.entry_key, "position": i, "root": f.root, "path": f.path,
+                  "sha256": f.sha256, "size": f.size, "mode": f.mode}
+                 for m in new for i, f in enumerate(m.files)]
+    for part in chunks(file_rows, 2000):
+        session.execute(insert(EntryFileRow), list(part))
+    return len(new)
+
+
+def delete_entries(session: Session, keys: Sequence[str]) -> int:
+    """Remove entries, their file rows, and blobs no remaining entry references."""
+    removed = 0
+    for part in chunks(list(keys)):
+        shas = set(session.scalars(select(EntryFileRow.sha256)
+                                   .where(EntryFileRow.entry_key.in_(part))))
+        session.execute(delete(EntryFileRow).where(EntryFileRow.entry_key.in_(part)))
+        removed += session.execute(delete(EntryRow).where(EntryRow.entry_key.in_(part))
+                                   ).rowcount or 0  # type: ignore[attr-defined]
+        for sha_part in chunks(sorted(shas)):
+            referenced = exists().where(EntryFileRow.sha256 == BlobRow.sha256)
+            session.execute(delete(BlobRow).where(BlobRow.sha256.in_(sha_part), ~referenced))
+    return removed
+
+
+def save_failure(session: Session, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
+                 exit_status: int | None, seconds: float, log_tail: str) -> None:
+    now = utcnow()
+    save_fingerprints_and_cells(session, [fingerprint], [cell], now)
+    session.add(CellFailureRow(run_id=run_id, cell_key=cell.key,
+                               fingerprint_key=fingerprint.key, exit_status=exit_status,
+                               seconds=float(seconds), log_tail=log_tail[-LOG_TAIL_CHARS:],
+                               created_at=now))
+
+
+def save_run_start(session: Session, host: str, fingerprint: Fingerprint,
+                   matrix_name: str) -> str:
+    now = utcnow()
+    save_fingerprints_and_cells(session, [fingerprint], [], now)
+    run_id = uuid.uuid4().hex
+    session.add(PrecompileRunRow(id=run_id, started_at=now, host=host[:255],
+                                 fingerprint_key=fingerprint.key, matrix_name=matrix_name[:255]))
+    return run_id
+
+
+def save_run_finish(session: Session, run_id: str, ok: int, failed: int) -> None:
+    result = session.execute(update(PrecompileRunRow).where(PrecompileRunRow.id == run_id)
+                             .values(finished_at=utcnow(), cells_ok=int(ok),
+                                     cells_failed=int(failed)))
+    if not result.rowcount:  # type: ignore[attr-defined]
+        raise UsageError(f"precompile run {run_id!r}: no such run in the index")
+
+
+def save_verification(session: Session, entry_key: str, status: str) -> bool:
+    result = session.execute(update(EntryRow).where(EntryRow.entry_key == entry_key)
+                             .values(verified_status=status[:16], verified_at=utcnow()))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _int(report: Mapping[str, Any], *names: str, default: int = 0) -> int:
+    for n in names:
+        v = report.get(n)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return int(v)
+    return default
+
+
+def _cell_ids(value: Any) -> list[str]:
+    """A list of cell ids from ids, or from objects with an ``id``/``cell_id``."""
+    if not isinstance(value, (list, tuple)):
+        return []
+    out = []
+    for v in value:
+        if isinstance(v, Mapping):
+            v = v.get("cell_id") or v.get("id")
+        out.append(str(v))
+    return out
+
+
+def restore_report_row(report: Mapping[str, Any]) -> RestoreReportRow:
+    """Map a restore report (see ``Index.record_restore``) to a row; unknown keys are kept
+    in the ``report`` JSON column only."""
+    fp = report.get("fingerprint")
+    fp_key = report.get("fingerprint_key") or (fp.get("key") if isinstance(fp, Mapping) else fp)
+    restored = _cell_ids(report.get("restored", []))
+    missing = _cell_ids(report.get("missing", []))
+    seconds = report.get("seconds", 0.0)
+    return RestoreReportRow(
+        host=str(report.get("host") or "unknown")[:255],
+        fingerprint_key=str(fp_key or "")[:64],
+        matrix=str(report.get("matrix") or "")[:255],
+        cells_restored=_int(report, "cells_restored", default=len(restored)),
+        cells_missing=_int(report, "cells_missing", default=len(missing)),
+        restored=restored, missing=missing,
+        files_fetched=_int(report, "files_fetched"),
+        files_skipped=_int(report, "files_skipped"),
+        bytes_fetched=_int(report, "bytes_fetched", "bytes"),
+        seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+        exit_code=_int(report, "exit_code"),
+        report=_jsonable(report),
+        created_at=utcnow(),
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,153 @@
+"""What index queries return: frozen dataclasses with ``to_json`` (the JSON fields are a
+contract: add, never rename). Pure; no SQLAlchemy here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+READY, FAILED, MISSING = "ready", "failed", "missing"
+STATUSES = (READY, FAILED, MISSING)
+
+
+def iso(ts: datetime | None) -> str | None:
+    return ts.isoformat(timespec="seconds") if ts is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class EntrySummary:
+    """One entry as the index knows it."""
+
+    entry_key: str
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    backend: str
+    store_url: str
+    total_bytes: int
+    file_count: int
+    compile_seconds: float | None
+    created_at: datetime
+    verified_status: str | None = None
+    verified_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "entry_key": self.entry_key, "cell_id": self.cell_id, "cell_key": self.cell_key,
+            "fingerprint_key": self.fingerprint_key, "backend": self.backend,
+            "store_url": self.store_url, "total_bytes": self.total_bytes,
+            "file_count": self.file_count, "compile_seconds": self.compile_seconds,
+            "created_at": iso(self.created_at), "verified_status": self.verified_status,
+            "verified_at": iso(self.verified_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageFingerprint:
+    """A fingerprint column of a coverage report, with its counts over the report's cells."""
+
+    key: str
+    backend: str
+    fields: tuple[tuple[str, str], ...]
+    here: bool  # given by the caller (this host's), rather than only found in the index
+    ready: int = 0
+    failed: int = 0
+    missing: int = 0
+
+    @property
+    def short(self) -> str:
+        return self.key[:12]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "backend": self.backend, "fields": dict(self.fields),
+                "here": self.here, "ready": self.ready, "failed": self.failed,
+                "missing": self.missing}
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageRow:
+    """One cell under one fingerprint: ready (an entry exists), failed (no entry, and the
+    latest attempt failed) or missing (never warmed)."""
+
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    status: str
+    entry_key: str | None = None
+    total_bytes: int | None = None
+    exit_status: int | None = None
+    log_tail: str | None = None
+    failed_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
+                "fingerprint_key": self.fingerprint_key, "status": self.status,
+                "entry_key": self.entry_key, "total_bytes": self.total_bytes,
+                "exit_status": self.exit_status, "log_tail": self.log_tail,
+                "failed_at": iso(self.failed_at)}
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageReport:
+    """Every requested cell x every relevant fingerprint, row-major by cell then fingerprint."""
+
+    cells: tuple[tuple[str, str], ...]  # (cell id, cell key) in the caller's order
+    fingerprints: tuple[CoverageFingerprint, ...]
+    rows: tuple[CoverageRow, ...]
+
+    def counts(self, fingerprint_key: str) -> dict[str, int]:
+        for fp in self.fingerprints:
+            if fp.key == fingerprint_key:
+                return {"ready": fp.ready, "failed": fp.failed, "missing": fp.missing}
+        raise KeyError(fingerprint_key)
+
+    def row(self, cell_key: str, fingerprint_key: str) -> CoverageRow:
+        for r in self.rows:
+            if r.cell_key == cell_key and r.fingerprint_key == fingerprint_key:
+                return r
+        raise KeyError((cell_key, fingerprint_key))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cells": [{"id": i, "key": k} for i, k in self.cells],
+                "fingerprints": [f.to_json() for f in self.fingerprints],
+                "rows": [r.to_json() for r in self.rows]}
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidManifest:
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReindexResult:
+    """What a reindex found in the store and changed in the index."""
+
+    scanned: int
+    added: int
+    already_indexed: int
+    removed: int
+    invalid: tuple[InvalidManifest, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scanned": self.scanned, "added": self.added,
+                "already_indexed": self.already_indexed, "removed": self.removed,
+                "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid]}
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaState:
+    """Which migration the database is at, and which this code expects."""
+
+    url: str  # redacted
+    current: str | None
+    head: str
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.head
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "current": self.current, "head": self.head,
+                "up_to_date": self.up_to_date}
