@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -70,3 +70,34 @@ def pg_url() -> str:
     """URL of the machine's real PostgreSQL (NEFFCACHE_TEST_PG_URL overrides)."""
     return os.environ.get("NEFFCACHE_TEST_PG_URL",
                           "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="session")
+def pg_new_database(pg_url: str) -> Iterator[Callable[[], str]]:
+    """A factory: each call creates a fresh, empty database (random name) on the real
+    PostgreSQL and returns its URL; every database made is dropped at the end of the session."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    base = make_url(pg_url)
+    admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    made: list[str] = []
+
+    def create() -> str:
+        name = f"neffcache_test_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        made.append(name)
+        return base.set(database=name).render_as_string(hide_password=False)
+
+    yield create
+    if made:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            for name in made:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_database_url(pg_new_database: Callable[[], str]) -> str:
+    """One fresh database for the whole test session (see pg_new_database)."""
+    return pg_new_database()
