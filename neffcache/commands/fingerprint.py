@@ -1,0 +1,99 @@
+"""``neffcache fingerprint``: this host's fingerprint, or why an entry's differs."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import click
+
+from neffcache.cli import EXIT_CODE_HELP
+from neffcache.commands._common import (
+    emit_json,
+    format_table,
+    json_option,
+    settings_from,
+    store_option,
+)
+from neffcache.errors import NotFoundError, UsageError
+
+_HEX_RE = re.compile(r"^[0-9a-f]{6,64}$")
+
+
+@click.command("fingerprint", epilog=EXIT_CODE_HELP)
+@click.option("--backend", "backend_name", metavar="NAME", default=None,
+              help="inductor or neuron [default: inductor, or the explained entry's].")
+@click.option("--explain", "explain", metavar="ENTRY_KEY", default=None,
+              help="Read that entry's manifest from the store and list the fingerprint fields "
+                   "that differ from this host's (a unique key prefix is enough).")
+@store_option
+@json_option
+def fingerprint(backend_name: str | None, explain: str | None, store: str | None,
+                as_json: bool) -> None:
+    """Print this host's fingerprint: what must match between the host that compiled an
+    entry and the host that restores it (backend, package versions, target, compiler flags,
+    and for inductor the torch path and CPU ISA).
+
+    With --explain ENTRY_KEY, say which fields differ from that entry's, i.e. why it would
+    not be used here. Exits 0 whether or not they match.
+
+    \b
+    Examples:
+      neffcache fingerprint --backend neuron
+      neffcache fingerprint --json
+      neffcache fingerprint --explain 3fa2c9d1e0b4
+    """
+    from neffcache.backends import get_backend
+    from neffcache.fingerprint import collect_fingerprint, diff_fingerprints
+
+    if explain is None:
+        fp = collect_fingerprint(get_backend(backend_name or "inductor").name, os.environ)
+        if as_json:
+            emit_json({"key": fp.key, "backend": fp.backend, "fields": dict(fp.fields),
+                       "unknown_fields": list(fp.unknown_fields)})
+            return
+        click.echo(f"fingerprint {fp.key}  (backend {fp.backend})")
+        click.echo(format_table(["field", "value"], [[k, v] for k, v in fp.fields]))
+        return
+    manifest = _read_entry(explain, store)
+    there = manifest.fingerprint
+    here = collect_fingerprint(get_backend(backend_name or there.backend).name, os.environ)
+    diffs = diff_fingerprints(here, there)
+    if as_json:
+        emit_json({"entry_key": manifest.entry_key, "cell_id": manifest.cell.id,
+                   "here": here.key, "there": there.key, "match": not diffs,
+                   "differences": [{"field": d.name, "here": d.here, "there": d.there}
+                                   for d in diffs]})
+        return
+    click.echo(f"entry {manifest.entry_key} ({manifest.cell.id})")
+    click.echo(f"  built for fingerprint {there.key[:12]}, this host is {here.key[:12]}")
+    if not diffs:
+        click.echo("same fingerprint: this entry would be used here")
+        return
+    click.echo(f"{len(diffs)} field(s) differ, so this entry would not be used here:")
+    click.echo(format_table(["field", "here", "entry"], [[d.name, d.here, d.there]
+                                                         for d in diffs]))
+
+
+def _read_entry(key: str, store: str | None):  # type: ignore[no-untyped-def]
+    from neffcache.manifest import decode_manifest
+    from neffcache.store import manifest_key, open_store
+    from neffcache.store.base import MANIFESTS, entry_key_of
+
+    key = key.strip().lower()
+    if not _HEX_RE.match(key):
+        raise UsageError(f"--explain {key!r}: expected an entry key (hex, at least 6 digits)")
+    s = open_store(settings_from(store).store_url)
+    if len(key) < 64:
+        matches = sorted(k for k in (entry_key_of(o) for o in s.list(MANIFESTS))
+                         if k and k.startswith(key))
+        if len(matches) != 1:
+            raise UsageError(f"--explain {key}: {'no' if not matches else len(matches)} "
+                             f"entries match that prefix in {s.url}")
+        key = matches[0]
+    try:
+        data = s.read(manifest_key(key))
+    except NotFoundError:
+        raise NotFoundError(f"entry {key}: no manifest in {s.url}",
+                            hint="neffcache ls") from None
+    return decode_manifest(data, source=f"manifests/{key}.json")

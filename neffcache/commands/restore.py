@@ -1,0 +1,209 @@
+"""``neffcache restore``: fetch a matrix's entries for this host's fingerprint into cache dirs."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from neffcache.cli import EXIT_CODE_HELP
+from neffcache.commands._common import (
+    emit_json,
+    human_bytes,
+    index_option,
+    json_option,
+    progress,
+    settings_from,
+    store_option,
+)
+from neffcache.config import Settings
+from neffcache.errors import UsageError
+
+INDEX_REPORT_TIMEOUT = 5.0
+
+
+@click.command("restore", epilog=EXIT_CODE_HELP)
+@click.argument("matrix", metavar="MATRIX", type=click.Path(dir_okay=False))
+@click.option("--to", "to", required=True, metavar="DIR", type=click.Path(file_okay=False),
+              help="Base directory: each cache root R is restored into DIR/R.")
+@click.option("--cells", "patterns", multiple=True, metavar="GLOB",
+              help="Only cells whose id matches GLOB (repeatable), e.g. 'flux2-klein/*/1024x*'.")
+@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              default=None, help="Stop starting new work after SECONDS (counted from the start "
+              "of the command); what is done stays, the rest is reported (exit 3).")
+@click.option("--print-env", is_flag=True,
+              help="Print `export VAR=...` lines for the backend's cache dirs on stdout, for "
+                   "`eval` (also creates the lock/scratch dirs).")
+@click.option("--workers", type=click.IntRange(1, 256), default=16, show_default=True,
+              help="Parallel transfers.")
+@store_option
+@index_option
+@json_option
+def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | None,
+            print_env: bool, workers: int, store: str | None, index: str | None,
+            as_json: bool) -> None:
+    """Fetch the entries of MATRIX built for this host's fingerprint into DIR.
+
+    For each cell (or each cell matching --cells) the entry key is derived from the cell and
+    this host's fingerprint and read from the store alone (no index needed). Every file is
+    streamed from its blob into a temp file beside its final path, checked against its size
+    and sha256, fsynced and renamed into place: nothing half-written is ever installed.
+    Files already present and valid are skipped, so a rerun fetches only what is missing.
+
+    The exit code follows the first rule that applies: 4 a manifest was rejected or a blob
+    was missing, corrupt or truncated (that file is never installed); 1 a file could not be
+    written locally; 6 the store could not be reached; 3 the deadline stopped the restore;
+    5 no requested cell could be restored and some missing cells were built for another
+    fingerprint (see `neffcache fingerprint --explain`); 3 some cells have no entry; 0 every
+    requested cell is in place.
+
+    --json prints one document: status, exit_code, fingerprint_key, cells_restored,
+    cells_missing, cells_incomplete, cells_failed, cells_elsewhere, entries,
+    files_fetched, files_skipped, files_failed, bytes_fetched, deadline_hit, seconds,
+    environment. Progress goes to stderr when it is a terminal.
+
+    \b
+    Examples:
+      neffcache restore matrix.toml --to /var/cache/neffcache
+      eval "$(neffcache restore matrix.toml --to /var/cache/neffcache --print-env)"
+      neffcache restore matrix.toml --to /mnt/cache --cells 'flux2-klein/*' --deadline 60
+      NEFFCACHE_STORE=s3://bucket/neff neffcache restore matrix.toml --to /mnt/c --json
+    """
+    started = time.monotonic()
+    if print_env and as_json:
+        raise UsageError("--print-env and --json both write to stdout; choose one "
+                         "(the JSON report has an `environment` field)")
+    from neffcache.backends import get_backend
+    from neffcache.fingerprint import collect_fingerprint
+    from neffcache.matrix import select_cells
+    from neffcache.matrix_io import load_matrix
+    from neffcache.restore import restore_cells
+    from neffcache.store import open_store
+
+    settings = settings_from(store, index)
+    m = load_matrix(matrix)
+    cells = select_cells(m.cells, patterns)
+    if not cells:
+        raise UsageError(f"--cells {' '.join(patterns)}: matches no cell of {matrix}")
+    backend = get_backend(m.backend)
+    fingerprint = collect_fingerprint(backend.name, os.environ)
+    for name in fingerprint.unknown_fields:
+        progress(f"warning: fingerprint field {name!r} is unknown on this host; entries built "
+                 f"elsewhere will not match")
+    target = Path(to).expanduser().absolute()
+    _make_scratch_dirs(backend, target)
+    s = open_store(settings.store_url)
+    s.check()
+    bar = _ProgressLine() if sys.stderr.isatty() and not print_env else None
+    result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
+                           deadline=started + deadline if deadline is not None else None,
+                           progress=bar.update if bar else None)
+    if bar:
+        bar.close()
+    doc = result.to_json()
+    if as_json:
+        emit_json(doc)
+    elif print_env:
+        for var, value in sorted(doc["environment"].items()):
+            sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
+        sys.stdout.flush()
+        progress(_summary(doc))
+    else:
+        click.echo(_summary(doc))
+        for line in _details(doc):
+            click.echo(line)
+    _send_report(settings, doc, m.name or matrix)
+    err = result.error()
+    if err is not None:
+        raise err
+
+
+def _make_scratch_dirs(backend: Any, target: Path) -> None:
+    from neffcache.backends import cache_environment, root_dirs
+
+    dirs = set(root_dirs(backend, str(target)).values())
+    scratch = set(cache_environment(backend, str(target)).values()) - dirs
+    for d in sorted(scratch):
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{d}: cannot create scratch directory: {exc.strerror}") from None
+
+
+def _summary(doc: dict[str, Any]) -> str:
+    n = len(doc["cells_requested"])
+    return (f"restored {len(doc['cells_restored'])}/{n} cells into {doc['target']}: fetched "
+            f"{doc['files_fetched']} files ({human_bytes(doc['bytes_fetched'])}), "
+            f"{doc['files_skipped']} already in place, in {doc['seconds']:.1f} s "
+            f"[fingerprint {doc['fingerprint_key'][:12]}]")
+
+
+def _details(doc: dict[str, Any]) -> list[str]:
+    lines = []
+    for label, key in (("missing", "cells_missing"), ("incomplete", "cells_incomplete")):
+        if doc[key]:
+            lines.append(f"{label}: {', '.join(doc[key])}")
+    for cid, fps in doc["cells_elsewhere"].items():
+        lines.append(f"built elsewhere: {cid} (fingerprints {', '.join(f[:12] for f in fps)})")
+    for f in doc["cells_failed"]:
+        lines.append(f"failed: {f['cell']}: {f['error']}")
+    lines.extend(f"file failed: {f['error']}" for f in doc["files_failed"][:10])
+    return lines
+
+
+class _ProgressLine:
+    """A single self-overwriting progress line on a terminal's stderr, at most ~10 updates/s."""
+
+    def __init__(self) -> None:
+        self._last = 0.0
+        self._shown = False
+
+    def update(self, done: int, total: int, nbytes: int) -> None:
+        now = time.monotonic()
+        if now - self._last < 0.1 and done < total:
+            return
+        self._last = now
+        self._shown = True
+        sys.stderr.write(f"\rrestore: {done}/{total} files, {human_bytes(nbytes)}\x1b[K")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self._shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _send_report(settings: Settings, doc: dict[str, Any], matrix: str) -> None:
+    """Record the restore in the index when one is configured or the embedded one exists; a
+    failure (or a slow index) is a warning, never a failed restore."""
+    if not (settings.index_explicit or (settings.home / "index.db").exists()):
+        return
+    report = dict(doc, host=socket.gethostname(), matrix=matrix)
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            from neffcache.index import open_index
+
+            with open_index(settings.index_url,
+                            auto_upgrade=settings.index_is_embedded) as idx:
+                idx.record_restore(report)
+        except BaseException as exc:  # noqa: BLE001 - reported as a warning below
+            errors.append(exc)
+
+    worker = threading.Thread(target=send, name="neffcache-index-report", daemon=True)
+    worker.start()
+    worker.join(INDEX_REPORT_TIMEOUT)
+    if worker.is_alive():
+        progress(f"warning: index did not answer within {INDEX_REPORT_TIMEOUT:.0f} s; "
+                 f"restore report not recorded")
+    elif errors:
+        msg = " ".join(str(errors[0]).split())
+        progress(f"warning: restore report not recorded in the index: {msg}")

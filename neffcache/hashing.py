@@ -1,0 +1,116 @@
+"""sha256 of files and streams: a whole-file digest, and a reader that hashes what it hands on.
+
+``VerifyingReader`` wraps a file being uploaded: it hashes every byte exactly once, in order,
+even when the consumer seeks back to re-read (botocore does, to compute its own checksums), and
+raises ``IntegrityError`` at end of file if the bytes are not the ones that were planned — so a
+file that changed while being uploaded is never committed under the wrong sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+from typing import BinaryIO
+
+from neffcache.errors import IntegrityError
+
+CHUNK = 1 << 20
+
+
+def sha256_file(path: str | Path) -> tuple[str, int]:
+    """(sha256 hex, size) of a file's bytes, read in chunks."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb", buffering=0) as fh:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while True:
+            n = fh.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+            size += n
+    return h.hexdigest(), size
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class VerifyingReader(io.RawIOBase):
+    """A read-only stream over ``raw`` that must yield exactly ``size`` bytes with ``sha256``.
+
+    Bytes are hashed the first time they are read; re-reads after a seek are not hashed again.
+    Reading past ``size`` or reaching EOF with a different digest raises ``IntegrityError``.
+    """
+
+    def __init__(self, raw: BinaryIO, *, size: int, sha256: str, name: str) -> None:
+        super().__init__()
+        self._raw = raw
+        self._size = size
+        self._sha256 = sha256
+        self._name = name
+        self._hash = hashlib.sha256()
+        self._hashed = 0  # bytes [0, _hashed) went into _hash, in order
+        self._pos = 0
+        self.verified = False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._pos = self._raw.seek(offset, whence)
+        return self._pos
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self._raw.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self._account(data)
+        self._pos += n
+        if n == 0 and self._pos >= self._hashed:
+            self._check_end()
+        return n
+
+    def _account(self, data: bytes) -> None:
+        start, end = self._pos, self._pos + len(data)
+        if end > self._size:
+            raise IntegrityError(f"{self._name}: grew beyond {self._size} bytes while being "
+                                 f"uploaded")
+        if start <= self._hashed < end:
+            self._hash.update(data[self._hashed - start:])
+            self._hashed = end
+
+    def _check_end(self) -> None:
+        if self._hashed != self._size:
+            raise IntegrityError(f"{self._name}: {self._hashed} bytes read, expected "
+                                 f"{self._size} (file changed while being uploaded)")
+        digest = self._hash.hexdigest()
+        if digest != self._sha256:
+            raise IntegrityError(f"{self._name}: sha256 {digest} differs from {self._sha256} "
+                                 f"(file changed while being uploaded)")
+        self.verified = True
+
+    def finish(self) -> None:
+        """Hash whatever the consumer did not read, then check size and sha256."""
+        if self.verified:
+            return
+        self.seek(self._hashed)
+        while self.read(CHUNK):
+            pass
+        if not self.verified:
+            self._check_end()
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()

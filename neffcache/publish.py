@@ -1,0 +1,229 @@
+"""Publish an entry: capture a warm-up's cache roots into blobs plus one manifest in a store.
+
+``plan_publish`` walks the roots and hashes every file (I/O, pure-data result);
+``publish_entry`` first writes a ``pending/`` intent naming the blobs it relies on (so a
+concurrent gc spares them), uploads only the blobs the store lacks, each verified while
+streaming, then writes the manifest last with if-absent (the commit point: first writer wins),
+a small ``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
+was built, but for another environment" without reading every manifest, and drops the intent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import io
+import os
+import platform
+import socket
+import stat
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from neffcache import __version__
+from neffcache.backends import Backend
+from neffcache.canonical import canonical_json
+from neffcache.errors import IntegrityError, UnavailableError, UsageError
+from neffcache.fingerprint import Fingerprint
+from neffcache.hashing import VerifyingReader, sha256_file
+from neffcache.manifest import FileRecord, Manifest, encode_manifest, validate_files
+from neffcache.matrix import Cell
+from neffcache.store import Store, blob_key, manifest_key
+from neffcache.store.base import PENDING, cell_pointer_key
+
+DEFAULT_WORKERS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    manifest: Manifest
+    created: bool  # False: an entry with this key already existed and stands unchanged
+    blobs_uploaded: int
+    blobs_skipped: int
+    bytes_uploaded: int
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.manifest
+        return {"entry_key": m.entry_key, "cell_id": m.cell.id, "cell_key": m.cell.key,
+                "fingerprint_key": m.fingerprint.key, "backend": m.fingerprint.backend,
+                "created": self.created, "files": len(m.files), "total_bytes": m.total_bytes,
+                "blobs_uploaded": self.blobs_uploaded, "blobs_skipped": self.blobs_skipped,
+                "bytes_uploaded": self.bytes_uploaded, "compile_seconds": m.compile_seconds}
+
+
+def default_producer() -> dict[str, str]:
+    """Who wrote an entry: tool version and host name (never credentials or the environment)."""
+    return {"neffcache": __version__, "host": socket.gethostname(),
+            "python": platform.python_version()}
+
+
+def plan_publish(backend: Backend, roots: Mapping[str, Path], *,
+                 workers: int = DEFAULT_WORKERS) -> tuple[FileRecord, ...]:
+    """Every regular file under each named root that the backend captures (locks, temp files,
+    dotfiles, symlinks and anything outside a root's capture globs skipped), hashed, sorted by
+    (root, path). A root that is not a directory is a UsageError."""
+    found: list[tuple[str, str, Path, int]] = []
+    for name, directory in sorted(roots.items()):
+        backend.root(name)  # unknown root name -> UsageError naming the choices
+        if not Path(directory).is_dir():
+            raise UsageError(f"root {name}={directory}: not a directory")
+        found.extend((name, rel, path, mode)
+                     for rel, path, mode in _walk(backend, name, Path(directory)))
+
+    def record(item: tuple[str, str, Path, int]) -> FileRecord:
+        root, rel, path, mode = item
+        try:
+            sha, size = sha256_file(path)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+        return FileRecord(root=root, path=rel, size=size, sha256=sha, mode=mode)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        records = list(pool.map(record, found))
+    # The same checks a reader applies: what we publish must decode.
+    return validate_files([r.to_json() for r in records], allowed_roots=backend.root_names,
+                          source="publish")
+
+
+def _walk(backend: Backend, root: str, top: Path) -> list[tuple[str, Path, int]]:
+    """Regular files under ``top`` the backend captures for ``root``, as (rel, path, mode)."""
+    globs = [g.split("/") for g in backend.root(root).capture]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+        rel_dir = Path(dirpath).relative_to(top).as_posix()
+        prefix = "" if rel_dir == "." else f"{rel_dir}/"
+        dirnames[:] = sorted(
+            d for d in dirnames
+            if not backend.is_ignored(d) and not os.path.islink(os.path.join(dirpath, d))
+            and _may_hold_captures(globs, f"{prefix}{d}".split("/")))
+        for fname in sorted(filenames):
+            rel = f"{prefix}{fname}"
+            if not backend.captures(root, rel):
+                continue
+            path = Path(dirpath, fname)
+            st = path.lstat()
+            if not stat.S_ISREG(st.st_mode):
+                continue  # symlinks, sockets, fifos are never captured
+            out.append((rel, path, stat.S_IMODE(st.st_mode)))
+    return out
+
+
+def _may_hold_captures(globs: list[list[str]], dir_parts: list[str]) -> bool:
+    """Whether a directory could contain a file matching a capture glob (component-wise), so
+    a root such as TMPDIR is not walked beyond the compiler's own subtree."""
+    if not globs:
+        return True
+    for g in globs:
+        k = min(len(dir_parts), len(g) - 1)
+        if all(fnmatch.fnmatchcase(dir_parts[i], g[i]) for i in range(k)):
+            return True
+    return False
+
+
+def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
+                  roots: Mapping[str, Path], *, producer: Mapping[str, str] | None = None,
+                  compile_seconds: float | None = None, workers: int = DEFAULT_WORKERS,
+                  files: tuple[FileRecord, ...] | None = None,
+                  on_progress: Callable[[int, int], None] | None = None) -> PublishResult:
+    """Upload the blobs the store lacks, then the manifest (if absent). ``files`` defaults to
+    ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is called per blob."""
+    if fingerprint.backend != backend.name:
+        raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
+                         f"not {backend.name!r}")
+    if files is None:
+        files = plan_publish(backend, roots, workers=workers)
+    manifest = Manifest(
+        cell=cell, fingerprint=fingerprint, files=files,
+        producer=tuple(sorted({**default_producer(), **(producer or {})}.items())),
+        compile_seconds=compile_seconds,
+        created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    mkey = manifest_key(manifest.entry_key)
+    if store.has(mkey):
+        _write_pointer(store, manifest)
+        return PublishResult(manifest, False, 0, len({f.sha256 for f in files}), 0)
+
+    sources = {f.sha256: (f, Path(roots[f.root], *f.path.split("/"))) for f in files}
+    intent = _write_intent(store, manifest)
+    try:
+        uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
+        created = store.put(mkey, io.BytesIO(encode_manifest(manifest)), if_absent=True)
+        # A gc that listed pending/ before our intent existed may have deleted an old blob we
+        # skipped: check the skipped ones once more, now that the manifest references them.
+        again = {s: sources[s] for s in skipped if not store.has(blob_key(s))}
+        if again:
+            _upload_blobs(store, again, workers, None)
+        _write_pointer(store, manifest)
+    finally:
+        with contextlib.suppress(UnavailableError):  # a stale intent expires on its own
+            store.delete(intent)
+    return PublishResult(manifest, created, len(uploaded), len(skipped), nbytes)
+
+
+def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
+                  on_progress: Callable[[int, int], None] | None
+                  ) -> tuple[list[str], list[str], int]:
+    uploaded: list[str] = []
+    skipped: list[str] = []
+    done = 0
+
+    def one(sha: str) -> tuple[str, bool]:
+        record, path = sources[sha]
+        key = blob_key(sha)
+        if store.has(key):
+            return sha, False
+        return sha, _upload_file(store, key, record, path)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for sha, wrote in pool.map(one, sorted(sources)):
+            (uploaded if wrote else skipped).append(sha)
+            done += 1
+            if on_progress:
+                on_progress(done, len(sources))
+    nbytes = sum(sources[s][0].size for s in uploaded)
+    return uploaded, skipped, nbytes
+
+
+def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool:
+    """Stream one file into the store, hashing as it goes; never commit changed bytes."""
+    name = f"{record.root}/{record.path}"
+    try:
+        raw = open(path, "rb")
+    except OSError as exc:
+        raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
+                             f"{exc.strerror}") from None
+    with VerifyingReader(raw, size=record.size, sha256=record.sha256, name=name) as reader:
+        wrote = store.put(key, reader, if_absent=True)  # type: ignore[arg-type]
+        if wrote:
+            try:
+                reader.finish()
+            except IntegrityError:
+                store.delete(key)  # ours, and wrong: take it back before anyone trusts it
+                raise
+    return wrote
+
+
+def intent_key(entry_key: str) -> str:
+    return f"{PENDING}{entry_key}.{uuid.uuid4().hex[:16]}.json"
+
+
+def _write_intent(store: Store, manifest: Manifest) -> str:
+    """Announce the blobs this publish relies on, before touching any (see neffcache.gc)."""
+    key = intent_key(manifest.entry_key)
+    body = {"entry_key": manifest.entry_key, "created_at": time.time(),
+            "host": socket.gethostname(), "blobs": sorted({f.sha256 for f in manifest.files})}
+    store.put(key, io.BytesIO(canonical_json(body).encode("utf-8")), if_absent=True)
+    return key
+
+
+def _write_pointer(store: Store, manifest: Manifest) -> None:
+    body = {"entry_key": manifest.entry_key, "cell_id": manifest.cell.id,
+            "cell_key": manifest.cell.key, "fingerprint_key": manifest.fingerprint.key,
+            "fingerprint": manifest.fingerprint.to_json()}
+    store.put(cell_pointer_key(manifest.cell.key, manifest.fingerprint.key),
+              io.BytesIO(canonical_json(body).encode("utf-8")), if_absent=True)

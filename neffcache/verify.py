@@ -1,0 +1,147 @@
+"""Store integrity: every manifest decodes, every blob it references exists and (unless quick)
+streams to exactly its recorded size and sha256. Each blob is checked once, however many
+entries share it. Problems are collected and reported, never raised one by one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from neffcache.backends import BACKENDS
+from neffcache.errors import (
+    IntegrityError,
+    ManifestError,
+    NeffcacheError,
+    NotFoundError,
+    UnavailableError,
+)
+from neffcache.hashing import CHUNK
+from neffcache.manifest import Manifest, decode_manifest
+from neffcache.store import Store, blob_key
+from neffcache.store.base import MANIFESTS, entry_key_of
+
+MAX_LISTED = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    key: str
+    kind: str  # manifest | missing | size | sha256 | unavailable
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"key": self.key, "kind": self.kind, "error": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    manifests: int
+    blobs: int
+    bytes_checked: int
+    problems: tuple[Problem, ...]
+    quick: bool
+    seconds: float
+
+    def error(self) -> NeffcacheError | None:
+        if not self.problems:
+            return None
+        kinds = {p.kind for p in self.problems}
+        first = self.problems[0].message
+        if kinds == {"unavailable"}:
+            return UnavailableError(f"{len(self.problems)} object(s) could not be read: {first}")
+        bad = [p for p in self.problems if p.kind != "unavailable"]
+        return IntegrityError(f"{len(bad)} integrity problem(s) in the store; first: "
+                              f"{bad[0].message}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": not self.problems, "manifests": self.manifests, "blobs": self.blobs,
+                "bytes_checked": self.bytes_checked, "quick": self.quick,
+                "problems": [p.to_json() for p in self.problems[:MAX_LISTED]],
+                "problem_count": len(self.problems), "seconds": round(self.seconds, 3)}
+
+
+def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
+                 progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    started = time.monotonic()
+    keys = sorted(k for k in store.list(MANIFESTS) if entry_key_of(k) is not None)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        blobs, problems = _read_manifests(store, keys, pool)
+
+        def check(sha: str) -> tuple[int, Problem | None]:
+            size, ref = blobs[sha]
+            try:
+                return _check_blob(store, sha, size, ref, quick)
+            except UnavailableError as exc:
+                return 0, Problem(blob_key(sha), "unavailable", str(exc))
+
+        checked = 0
+        for done, (nbytes, problem) in enumerate(pool.map(check, sorted(blobs)), 1):
+            checked += nbytes
+            if problem:
+                problems.append(problem)
+            if progress:
+                progress(done, len(blobs))
+    return VerifyReport(len(keys), len(blobs), checked, tuple(problems), quick,
+                        time.monotonic() - started)
+
+
+def _read_manifests(store: Store, keys: list[str], pool: ThreadPoolExecutor
+                    ) -> tuple[dict[str, tuple[int, str]], list[Problem]]:
+    """Decode every manifest; return sha256 -> (size, first referencing key), and problems."""
+    blobs: dict[str, tuple[int, str]] = {}
+    problems: list[Problem] = []
+    for key, doc in pool.map(lambda k: _read_manifest(store, k), keys):
+        if isinstance(doc, Problem):
+            problems.append(doc)
+            continue
+        for f in doc.files:
+            prior = blobs.setdefault(f.sha256, (f.size, key))
+            if prior[0] != f.size:
+                problems.append(Problem(key, "size", f"{key}: {f.root}/{f.path}: size {f.size} "
+                                        f"but {prior[1]} records {prior[0]} for the same "
+                                        f"sha256 {f.sha256[:12]}"))
+    return blobs, problems
+
+
+def _read_manifest(store: Store, key: str) -> tuple[str, Manifest | Problem]:
+    try:
+        data = store.read(key)
+        doc = decode_manifest(data, source=key)
+        backend = BACKENDS.get(doc.fingerprint.backend)
+        decode_manifest(data, allowed_roots=backend.root_names if backend else None, source=key)
+        if doc.entry_key != entry_key_of(key):
+            raise ManifestError(f"{key}: describes entry {doc.entry_key}")
+        return key, doc
+    except (ManifestError, NotFoundError) as exc:
+        return key, Problem(key, "manifest", str(exc))
+    except UnavailableError as exc:
+        return key, Problem(key, "unavailable", str(exc))
+
+
+def _check_blob(store: Store, sha: str, size: int, ref: str, quick: bool
+                ) -> tuple[int, Problem | None]:
+    key = blob_key(sha)
+    if quick:
+        if store.has(key):
+            return 0, None
+        return 0, Problem(key, "missing", f"{key}: missing (referenced by {ref})")
+    h = hashlib.sha256()
+    n = 0
+    try:
+        with store.open(key) as src:
+            while chunk := src.read(CHUNK):
+                n += len(chunk)
+                h.update(chunk)
+    except NotFoundError:
+        return 0, Problem(key, "missing", f"{key}: missing (referenced by {ref})")
+    if n != size:
+        return n, Problem(key, "size", f"{key}: {n} bytes, expected {size} (referenced by {ref})")
+    if h.hexdigest() != sha:
+        return n, Problem(key, "sha256", f"{key}: sha256 is {h.hexdigest()[:12]}, not its name "
+                          f"(referenced by {ref})")
+    return n, None
