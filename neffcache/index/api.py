@@ -104,10 +104,13 @@ class Index:
             record.save_run_finish(s, run_id, ok, failed)
 
     def record_restore(self, report: Mapping[str, Any]) -> None:
-        """Record a restore. Keys read (all optional): host, fingerprint_key (or fingerprint
-        as {key: ...} or a key), matrix, restored and missing (lists of cell ids or of objects
-        with cell_id/id), cells_restored, cells_missing, files_fetched, files_skipped,
-        bytes_fetched (or bytes), seconds, exit_code. The whole report is kept as JSON."""
+        """Record a restore report (``RestoreResult.to_json()`` plus ``host``, ``matrix``).
+
+        Keys read, all optional: host, fingerprint_key (or fingerprint: {key} or a key),
+        matrix, cells_restored and cells_missing (each a count, or the list of cell ids),
+        restored and missing (lists of cell ids, or of objects with cell_id/id),
+        files_fetched, files_skipped, bytes_fetched (or bytes), seconds, exit_code.
+        The whole report is also kept as JSON."""
         with self._write() as s:
             s.add(record.restore_report_row(report))
 
@@ -140,8 +143,9 @@ class Index:
                  fingerprints: Sequence[Fingerprint] = ()) -> CoverageReport:
         """Every cell x (the given fingerprints + every fingerprint with an entry or a failure
         for these cells): ready, failed (latest attempt failed, no entry) or missing."""
+        keys = [c.key for c in cells]
         with self._read() as s:
-            facts = _coverage.fetch_coverage_facts(s, [c.key for c in cells])
+            facts = _coverage.fetch_coverage_facts(s, keys)
         return _coverage.build_coverage(cells, fingerprints, facts)
 
 

@@ -73,7 +73,7 @@ def build_coverage(cells: Sequence[Cell], given: Sequence[Fingerprint],
                    facts: CoverageFacts) -> CoverageReport:
     """Pure: the report for ``cells`` under the given fingerprints and those in ``facts``.
     Fingerprint order: the given ones first (in order), then the others by key."""
-    cell_list = list({c.key: c for c in cells}.values())
+    cell_ids = _cell_ids_and_keys(cells)
     given_keys = list(dict.fromkeys(fp.key for fp in given))
     fps: dict[str, Fingerprint] = {fp.key: fp for fp in given}
     for key, fp in facts.fingerprints.items():
@@ -81,27 +81,34 @@ def build_coverage(cells: Sequence[Cell], given: Sequence[Fingerprint],
     order = given_keys + sorted(k for k in fps if k not in set(given_keys))
     rows: list[CoverageRow] = []
     counts = {k: {READY: 0, FAILED: 0, MISSING: 0} for k in order}
-    for cell in cell_list:
+    for cell_id, cell_key in cell_ids:
         for fp_key in order:
-            row = _row(cell, fp_key, facts)
+            row = _row(cell_id, cell_key, fp_key, facts)
             counts[fp_key][row.status] += 1
             rows.append(row)
     columns = tuple(CoverageFingerprint(
         key=k, backend=fps[k].backend, fields=fps[k].fields, here=k in given_keys,
         ready=counts[k][READY], failed=counts[k][FAILED], missing=counts[k][MISSING])
         for k in order)
-    return CoverageReport(cells=tuple((c.id, c.key) for c in cell_list),
-                          fingerprints=columns, rows=tuple(rows))
+    return CoverageReport(cells=cell_ids, fingerprints=columns, rows=tuple(rows))
 
 
-def _row(cell: Cell, fp_key: str, facts: CoverageFacts) -> CoverageRow:
-    pair = (cell.key, fp_key)
+def _cell_ids_and_keys(cells: Sequence[Cell]) -> tuple[tuple[str, str], ...]:
+    """(id, key) per distinct cell, in order; a key is a digest, so compute it once."""
+    out: dict[str, str] = {}
+    for c in cells:
+        out.setdefault(c.key, c.id)
+    return tuple((cell_id, key) for key, cell_id in out.items())
+
+
+def _row(cell_id: str, cell_key: str, fp_key: str, facts: CoverageFacts) -> CoverageRow:
+    pair = (cell_key, fp_key)
     entry = facts.entries.get(pair)
     if entry is not None:
-        return CoverageRow(cell.id, cell.key, fp_key, READY, entry_key=entry[0],
+        return CoverageRow(cell_id, cell_key, fp_key, READY, entry_key=entry[0],
                            total_bytes=entry[1])
     failure = facts.failures.get(pair)
     if failure is not None:
-        return CoverageRow(cell.id, cell.key, fp_key, FAILED, exit_status=failure.exit_status,
+        return CoverageRow(cell_id, cell_key, fp_key, FAILED, exit_status=failure.exit_status,
                            log_tail=failure.log_tail, failed_at=failure.failed_at)
-    return CoverageRow(cell.id, cell.key, fp_key, MISSING)
+    return CoverageRow(cell_id, cell_key, fp_key, MISSING)

@@ -202,20 +202,29 @@ def _cell_ids(value: Any) -> list[str]:
     return out
 
 
+def _cells_and_count(report: Mapping[str, Any], name: str) -> tuple[list[str], int]:
+    """``restored``/``missing`` lists and ``cells_<name>`` as a count or as the list itself."""
+    listed = _cell_ids(report.get(name))
+    value = report.get(f"cells_{name}")
+    if isinstance(value, (list, tuple)):
+        listed = listed or _cell_ids(value)
+        return listed, len(_cell_ids(value))
+    return listed, _int(report, f"cells_{name}", default=len(listed))
+
+
 def restore_report_row(report: Mapping[str, Any]) -> RestoreReportRow:
-    """Map a restore report (see ``Index.record_restore``) to a row; unknown keys are kept
-    in the ``report`` JSON column only."""
+    """Map a restore report (see ``Index.record_restore``) to a row; every key is also kept
+    in the ``report`` JSON column."""
     fp = report.get("fingerprint")
     fp_key = report.get("fingerprint_key") or (fp.get("key") if isinstance(fp, Mapping) else fp)
-    restored = _cell_ids(report.get("restored", []))
-    missing = _cell_ids(report.get("missing", []))
+    restored, n_restored = _cells_and_count(report, "restored")
+    missing, n_missing = _cells_and_count(report, "missing")
     seconds = report.get("seconds", 0.0)
     return RestoreReportRow(
         host=str(report.get("host") or "unknown")[:255],
         fingerprint_key=str(fp_key or "")[:64],
         matrix=str(report.get("matrix") or "")[:255],
-        cells_restored=_int(report, "cells_restored", default=len(restored)),
-        cells_missing=_int(report, "cells_missing", default=len(missing)),
+        cells_restored=n_restored, cells_missing=n_missing,
         restored=restored, missing=missing,
         files_fetched=_int(report, "files_fetched"),
         files_skipped=_int(report, "files_skipped"),
