@@ -4,6 +4,11 @@ Keys are relative POSIX strings. Layout (under a store's root or prefix):
 
     blobs/sha256/<aa>/<sha256>     file contents; identical files are stored once
     manifests/<entry-key>.json     one manifest per entry, never overwritten
+    cells/<cell-key>/<fingerprint-key>.json
+                                   pointer to an entry, written after its manifest, so a
+                                   restore can list which fingerprints a cell was built for
+    pending/<entry-key>.<id>.json  a publish in progress: the blobs it relies on (gc spares
+                                   them while the intent is younger than its grace period)
 
 Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
 SDK's other failures into ``UnavailableError`` once, inside the backend.
@@ -14,8 +19,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import BinaryIO, Protocol, runtime_checkable
 
+from neffcache.errors import UsageError
+
 BLOBS = "blobs/sha256/"
 MANIFESTS = "manifests/"
+CELLS = "cells/"
+PENDING = "pending/"
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a relative POSIX key with no empty, ``.`` or ``..`` part; else
+    raise UsageError. Every store applies the same rule, so no key escapes a root or prefix."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise UsageError(f"invalid store key {key!r}: expected a relative path without '..'")
+    return key
 
 
 def blob_key(sha256: str) -> str:
@@ -24,6 +42,10 @@ def blob_key(sha256: str) -> str:
 
 def manifest_key(entry_key: str) -> str:
     return f"{MANIFESTS}{entry_key}.json"
+
+
+def cell_pointer_key(cell_key: str, fingerprint_key: str) -> str:
+    return f"{CELLS}{cell_key}/{fingerprint_key}.json"
 
 
 def entry_key_of(manifest_object_key: str) -> str | None:

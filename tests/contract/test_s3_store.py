@@ -1,0 +1,182 @@
+"""What only the S3 store has to get right: URLs, endpoints, conditional multipart writes and
+the one place botocore errors become NotFoundError / UnavailableError."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+
+import pytest
+from botocore.stub import Stubber
+
+from neffcache.errors import ConfigError, NotFoundError, UnavailableError
+from neffcache.store.s3 import S3Store
+from tests.support.servers import free_port
+
+MiB = 1 << 20
+SECRET = "s3cr3t-never-in-messages"
+
+
+@pytest.fixture
+def fake_creds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDNEVERINMESSAGES")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def closed_endpoint() -> str:
+    return f"http://127.0.0.1:{free_port()}"  # bound then released: nothing listens there
+
+
+def assert_one_line_without_credentials(exc: BaseException) -> str:
+    msg = str(exc)
+    assert "\n" not in msg
+    assert SECRET not in msg and "AKIDNEVERINMESSAGES" not in msg
+    return msg
+
+
+# -- URLs and endpoints -----------------------------------------------------------------------
+
+def test_from_url_parses_bucket_and_prefix(fake_creds: None) -> None:
+    store = S3Store.from_url("s3://bkt/a/b/", environ={})
+    assert (store.bucket, store.prefix, store.url) == ("bkt", "a/b", "s3://bkt/a/b")
+    assert S3Store.from_url("s3://bkt", environ={}).url == "s3://bkt"
+
+
+@pytest.mark.parametrize("url", ["s3://", "s3:///prefix", "s3://user:pw@bkt/p", "s3://bkt/p?x=1",
+                                 "gs://bkt/p"])
+def test_from_url_rejects_malformed_urls(url: str) -> None:
+    with pytest.raises(ConfigError, match="s3://BUCKET/PREFIX"):
+        S3Store.from_url(url, environ={})
+
+
+def test_endpoint_variables_s3_specific_first(fake_creds: None) -> None:
+    env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:1111",
+           "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:2222"}
+    assert S3Store.from_url("s3://bkt/p", environ=env).endpoint == "http://127.0.0.1:2222"
+    del env["AWS_ENDPOINT_URL_S3"]
+    assert S3Store.from_url("s3://bkt/p", environ=env).endpoint == "http://127.0.0.1:1111"
+
+
+def test_endpoint_user_info_is_never_shown(fake_creds: None) -> None:
+    store = S3Store("bkt", "p", endpoint_url=f"http://user:{SECRET}@127.0.0.1:{free_port()}",
+                    max_attempts=1)
+    with pytest.raises(UnavailableError) as info:
+        store.check()
+    assert_one_line_without_credentials(info.value)
+
+
+# -- unreachable, no credentials, missing bucket ----------------------------------------------
+
+def test_check_on_unreachable_endpoint_is_unavailable(fake_creds: None) -> None:
+    endpoint = closed_endpoint()
+    store = S3Store("bkt", "p", endpoint_url=endpoint)
+    started = time.monotonic()
+    with pytest.raises(UnavailableError) as info:
+        store.check()
+    elapsed = time.monotonic() - started
+    msg = assert_one_line_without_credentials(info.value)
+    assert endpoint in msg and "s3://bkt/p" in msg
+    print(f"check() on a closed port failed after {elapsed:.2f}s")  # measured, not asserted
+
+
+OPERATIONS: dict[str, Callable[[S3Store], object]] = {
+    "has": lambda s: s.has("manifests/x.json"),
+    "open": lambda s: s.open("manifests/x.json"),
+    "read": lambda s: s.read("manifests/x.json", 1, 2),
+    "put": lambda s: s.put("manifests/x.json", io.BytesIO(b"x")),
+    "put-multipart": lambda s: s.put("blobs/x", io.BytesIO(b"x" * 6 * MiB)),
+    "list": lambda s: list(s.list("manifests/")),
+    "delete": lambda s: s.delete("manifests/x.json"),
+}
+
+
+@pytest.mark.parametrize("op", OPERATIONS)
+def test_every_operation_on_unreachable_endpoint_is_unavailable(fake_creds: None,
+                                                                op: str) -> None:
+    store = S3Store("bkt", "p", endpoint_url=closed_endpoint(), max_attempts=1,
+                    multipart_threshold=5 * MiB, part_size=5 * MiB)
+    with pytest.raises(UnavailableError) as info:
+        OPERATIONS[op](store)
+    assert_one_line_without_credentials(info.value)
+
+
+def test_missing_credentials_are_unavailable(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: object) -> None:
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", f"{tmp_path}/no-credentials")
+    monkeypatch.setenv("AWS_CONFIG_FILE", f"{tmp_path}/no-config")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = S3Store("bkt", "p", endpoint_url=closed_endpoint(), max_attempts=1)
+    with pytest.raises(UnavailableError, match="no usable AWS credentials"):
+        store.check()
+    with pytest.raises(UnavailableError, match="no usable AWS credentials"):
+        store.read("manifests/x.json")
+
+
+@pytest.mark.s3
+def test_missing_bucket_is_unavailable_not_not_found(s3_env: dict[str, str]) -> None:
+    store = S3Store.from_url("s3://nc-no-such-bucket/p")
+    with pytest.raises(UnavailableError, match="bucket does not exist"):
+        store.check()
+    with pytest.raises(UnavailableError, match="bucket does not exist"):
+        store.read("manifests/x.json")
+    with pytest.raises(UnavailableError, match="bucket does not exist"):
+        store.put("manifests/x.json", io.BytesIO(b"x"))
+
+
+# -- botocore errors translated once (real client, stubbed responses) -------------------------
+
+@pytest.mark.parametrize("code,status,expected,words", [
+    ("NoSuchKey", 404, NotFoundError, "not found"),
+    ("AccessDenied", 403, UnavailableError, "access denied"),
+    ("InvalidAccessKeyId", 403, UnavailableError, "access key id not recognised"),
+    ("SlowDown", 503, UnavailableError, "throttled"),
+    ("InternalError", 500, UnavailableError, "server error"),
+])
+def test_client_errors_are_translated(fake_creds: None, code: str, status: int,
+                                      expected: type[Exception], words: str) -> None:
+    store = S3Store("bkt", "p", endpoint_url=closed_endpoint(), max_attempts=1)
+    with Stubber(store._client) as stub:
+        stub.add_client_error("get_object", service_error_code=code, http_status_code=status,
+                              service_message=f"key {SECRET}")
+        with pytest.raises(expected, match=words) as info:
+            store.read("manifests/x.json")
+    msg = assert_one_line_without_credentials(info.value)
+    assert "s3://bkt/p/manifests/x.json" in msg
+
+
+# -- conditional writes on the moto server ----------------------------------------------------
+
+@pytest.mark.s3
+def test_keys_live_under_the_prefix(s3_url: str, s3_bucket: str,
+                                    s3_env: dict[str, str]) -> None:
+    import boto3
+
+    store = S3Store.from_url(s3_url)
+    store.put("manifests/a.json", io.BytesIO(b"{}"))
+    raw = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"])
+    keys = [o["Key"] for o in raw.list_objects_v2(Bucket=s3_bucket)["Contents"]]
+    assert keys == ["neff/manifests/a.json"]
+    sibling = S3Store.from_url(f"s3://{s3_bucket}/neff2")
+    raw.put_object(Bucket=s3_bucket, Key="neff2/manifests/b.json", Body=b"{}")
+    assert list(store.list("")) == ["manifests/a.json"]
+    assert list(sibling.list("")) == ["manifests/b.json"]
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("size", [100, 11 * MiB], ids=["put_object", "multipart"])
+def test_conditional_write_itself_refuses_to_overwrite(s3_url: str, size: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skip the HEAD shortcut so the server's If-None-Match is what stops the second writer."""
+    store = S3Store.from_url(s3_url, multipart_threshold=6 * MiB, part_size=5 * MiB)
+    assert store.put("blobs/k", io.BytesIO(b"1" * size)) is True
+    monkeypatch.setattr(store, "has", lambda key: False)
+    assert store.put("blobs/k", io.BytesIO(b"2" * size)) is False
+    assert store.read("blobs/k") == b"1" * size
+    uploads = store._client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", [])
+    assert uploads == []  # the refused multipart upload was aborted, not left behind
