@@ -1,0 +1,106 @@
+"""The index on the real PostgreSQL: migrations match the models, writes and queries work,
+concurrent writers agree, outdated schemas are refused."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from neffcache.errors import SchemaOutdatedError
+from neffcache.index import SCHEMA_REVISION, Index, open_index, schema_state, upgrade_index
+from neffcache.index.models import Base
+from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="module")
+def pg_index_url(pg_database_url: str) -> str:
+    assert upgrade_index(pg_database_url) == (None, SCHEMA_REVISION)
+    return pg_database_url
+
+
+@pytest.fixture
+def ix(pg_index_url: str) -> Iterator[Index]:
+    with open_index(pg_index_url, auto_upgrade=False) as index:
+        yield index
+
+
+def test_models_match_migrations_on_postgres(pg_index_url: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    engine = create_engine(pg_index_url)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}),
+                                Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_upgrade_is_a_no_op_when_current(pg_index_url: str) -> None:
+    assert upgrade_index(pg_index_url) == (SCHEMA_REVISION, SCHEMA_REVISION)
+    assert schema_state(pg_index_url).up_to_date
+
+
+def test_empty_database_is_refused_then_upgraded(pg_new_database: Callable[[], str]) -> None:
+    url = pg_new_database()
+    with pytest.raises(SchemaOutdatedError, match="no neffcache schema") as err:
+        open_index(url, auto_upgrade=False)
+    assert err.value.hint == "neffcache db upgrade"
+    assert upgrade_index(url.replace("postgresql+psycopg://", "postgresql://")) == (
+        None, SCHEMA_REVISION)
+    engine = create_engine(url)
+    assert "entries" in inspect(engine).get_table_names()
+    engine.dispose()
+    open_index(url, auto_upgrade=False).close()
+
+
+def test_entries_failures_and_coverage(ix: Index) -> None:
+    fp, other = make_fingerprint(101), make_fingerprint(102)
+    cells = [make_cell(n, pipeline="pg-cover") for n in range(4)]
+    m = make_manifest(cells[0], fp, files=[("inductor", "a/" + "x" * 3000, 5, "long path")])
+    assert ix.record_entry(m, "s3://k:s@bucket/p") is True
+    assert ix.record_entry(m, "s3://bucket/p") is False
+    ix.record_entries([make_manifest(c, other) for c in cells[1:3]], "s3://bucket/p")
+    run = ix.start_run("ci", fp, "pg")
+    ix.record_failure(run, cells[1], fp, 1, 2.0, "older")
+    ix.record_failure(run, cells[1], fp, 139, 2.0, "segfault")
+    ix.finish_run(run, ok=1, failed=1)
+    ix.record_restore({"host": "i-1", "fingerprint_key": fp.key, "cells_restored": [cells[0].id],
+                       "cells_missing": [c.id for c in cells[1:]], "exit_code": 3})
+
+    report = ix.coverage(cells, [fp])
+    assert report.counts(fp.key) == {"ready": 1, "failed": 1, "missing": 2}
+    assert report.counts(other.key) == {"ready": 2, "failed": 0, "missing": 2}
+    assert report.row(cells[1].key, fp.key).exit_status == 139
+    listed = ix.entries(cell_glob="pg-cover/*")
+    assert len(listed) == 3 and {e.store_url for e in listed} == {"s3://bucket/p"}
+    assert ix.entries(cell_glob="PG-cover/*") == []
+    assert ix.record_verification(m.entry_key, "ok")
+    assert ix.remove_entries([m.entry_key]) == 1
+
+
+def test_concurrent_writers_of_the_same_entries(pg_index_url: str) -> None:
+    fp = make_fingerprint(103)
+    manifests = [make_manifest(make_cell(n, pipeline="pg-race"), fp) for n in range(30)]
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            with open_index(pg_index_url, auto_upgrade=False) as ix:
+                results.append(sum(ix.record_entry(m, "/store") for m in manifests))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(results) == 30  # each entry is new exactly once
