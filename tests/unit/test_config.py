@@ -1,0 +1,53 @@
+"""Settings (pure): flag > environment > config file > default; unknown keys refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neffcache.config import load_settings, parse_config_file, redact_url
+from neffcache.errors import ConfigError
+
+ENV = {"HOME": "/home/u"}
+
+
+def test_defaults_live_under_home() -> None:
+    s = load_settings(ENV)
+    assert s.home == Path("/home/u/.cache/neffcache")
+    assert s.store_url == "/home/u/.cache/neffcache/store"
+    assert s.index_url == "sqlite:////home/u/.cache/neffcache/index.db"
+    assert not s.index_explicit
+    s = load_settings({"NEFFCACHE_HOME": "/srv/nc", **ENV})
+    assert s.store_url == "/srv/nc/store"
+
+
+def test_precedence_flag_env_file_default() -> None:
+    file = {"store": "s3://file/p", "index": "sqlite:///file.db"}
+    env = {**ENV, "NEFFCACHE_STORE": "s3://env/p", "NEFFCACHE_INDEX": "sqlite:///env.db"}
+    assert load_settings(ENV, file).store_url == "s3://file/p"
+    assert load_settings(env, file).store_url == "s3://env/p"
+    assert load_settings(env, file, store="s3://flag/p").store_url == "s3://flag/p"
+    assert load_settings(ENV, file).index_url == "sqlite:///file.db"
+    assert load_settings(env, file).index_url == "sqlite:///env.db"
+    s = load_settings(env, file, index="postgresql+psycopg://u@h/db")
+    assert s.index_url == "postgresql+psycopg://u@h/db"
+    assert s.index_explicit and load_settings(ENV, file).index_explicit
+
+
+def test_config_file_errors_name_the_file_and_key() -> None:
+    with pytest.raises(ConfigError, match=r"^c.toml: unknown key 'stroe'"):
+        parse_config_file('stroe = "x"', "c.toml")
+    with pytest.raises(ConfigError, match=r"^c.toml: store: expected a non-empty string"):
+        parse_config_file("store = 3", "c.toml")
+    with pytest.raises(ConfigError, match=r"^c.toml: not valid TOML"):
+        parse_config_file("store = ", "c.toml")
+    assert parse_config_file('store = "/x"', "c.toml") == {"store": "/x"}
+
+
+def test_bad_index_url_is_refused_without_leaking_a_password() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(ENV, index="mysql://u:secret@h/db")
+    assert "secret" not in str(info.value)
+    assert redact_url("postgresql+psycopg://u:pw@h/db") == "postgresql+psycopg://u:***@h/db"
+    assert redact_url("sqlite:///x.db") == "sqlite:///x.db"

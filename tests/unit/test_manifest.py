@@ -1,0 +1,133 @@
+"""Manifest encode/decode/validate (pure): hostile input is refused with a one-line error."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neffcache.errors import IntegrityError, ManifestError
+from neffcache.fingerprint import build_fingerprint
+from neffcache.manifest import (
+    FileRecord,
+    Manifest,
+    decode_manifest,
+    encode_manifest,
+    entry_key,
+    validate_relative_path,
+)
+from neffcache.matrix import Cell
+
+CELL = Cell("p", "diffusers:P", "m", "main", "bfloat16", "compile", ("transformer",), 64, 64, 1, 1)
+FP = build_fingerprint("neuron", {"version.torch": "2.6", "target": "trn2"})
+SHA = "ab" * 32
+
+
+def doc(files: list[dict[str, Any]]) -> bytes:
+    m = Manifest(CELL, FP, ())
+    d = m.to_json()
+    d["files"] = files
+    return json.dumps(d).encode()
+
+
+def rec(path: str = "ab/cd/x.neff", **kw: Any) -> dict[str, Any]:
+    return {"root": "neff", "path": path, "size": 3, "sha256": SHA, "mode": 0o644, **kw}
+
+
+@pytest.mark.parametrize("files, needle", [
+    ([rec("/etc/passwd")], "absolute"),
+    ([rec("../x")], "'..'"),
+    ([rec("a/../../x")], "'..'"),
+    ([rec("a//b")], "empty"),
+    ([rec("./a")], "'.'"),
+    ([rec("a\\b")], "non-POSIX"),
+    ([rec("C:x")], "absolute"),
+    ([rec(""), ], "non-empty"),
+    ([rec("a"), rec("a")], "duplicate path neff/a"),
+    ([rec("a"), rec("a/b")], "both a file and a directory"),
+    ([rec(root="etc")], "unknown root 'etc'"),
+    ([rec(root="../neff")], "root"),
+    ([rec(size=-1)], "size -1"),
+    ([rec(size="3")], "size '3'"),
+    ([rec(size=True)], "size True"),
+    ([rec(sha256="AB" * 32)], "sha256"),
+    ([rec(sha256="ab" * 31)], "sha256"),
+    ([rec(mode=0o4755)], "mode"),
+    (["x"], "expected an object"),
+])
+def test_hostile_or_malformed_files_are_refused(files: list[Any], needle: str) -> None:
+    with pytest.raises(ManifestError) as info:
+        decode_manifest(doc(files), allowed_roots=("neff", "hlo"), source="manifests/k.json")
+    msg = str(info.value)
+    assert needle in msg
+    assert msg.startswith("manifests/k.json")
+    assert "\n" not in msg
+
+
+def test_manifest_errors_are_integrity_errors() -> None:
+    assert issubclass(ManifestError, IntegrityError)
+
+
+def test_bad_documents_are_refused() -> None:
+    with pytest.raises(ManifestError, match="not valid JSON"):
+        decode_manifest(b"{")
+    with pytest.raises(ManifestError, match="expected a JSON object"):
+        decode_manifest(b"[]")
+    d = json.loads(doc([rec()]))
+    d["schema_version"] = 99
+    with pytest.raises(ManifestError, match="schema_version 99"):
+        decode_manifest(json.dumps(d))
+    d = json.loads(doc([rec()]))
+    d["entry_key"] = "0" * 64
+    with pytest.raises(ManifestError, match="does not match its cell"):
+        decode_manifest(json.dumps(d))
+
+
+def test_files_come_back_sorted_and_key_is_cell_plus_fingerprint() -> None:
+    m = decode_manifest(doc([rec("b"), rec("a"), rec("c", root="hlo")]),
+                        allowed_roots=("neff", "hlo"))
+    assert [(f.root, f.path) for f in m.files] == [("hlo", "c"), ("neff", "a"), ("neff", "b")]
+    assert m.entry_key == entry_key(CELL, FP)
+    other = build_fingerprint("neuron", {"version.torch": "2.7", "target": "trn2"})
+    assert entry_key(CELL, other) != m.entry_key
+
+
+_name = st.text(alphabet="abcdefghij0123456789_-.", min_size=1, max_size=12).filter(
+    lambda s: s not in (".", ".."))
+_path = st.lists(_name, min_size=1, max_size=4).map("/".join)
+_record = st.builds(FileRecord, root=st.sampled_from(["neff", "hlo"]), path=_path,
+                    size=st.integers(0, 1 << 40),
+                    sha256=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+                    mode=st.integers(0, 0o777))
+
+
+def _no_clash(files: list[FileRecord]) -> bool:
+    ids = {(f.root, f.path) for f in files}
+    if len(ids) != len(files):
+        return False
+    return not any((f.root, "/".join(f.path.split("/")[:n])) in ids
+                   for f in files for n in range(1, len(f.path.split("/"))))
+
+
+@settings(max_examples=150, deadline=None)
+@given(files=st.lists(_record, max_size=20).filter(_no_clash),
+       seconds=st.one_of(st.none(), st.floats(0, 1e6)),
+       producer=st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8),
+                                max_size=3))
+def test_round_trip(files: list[FileRecord], seconds: float | None,
+                    producer: dict[str, str]) -> None:
+    m = Manifest(CELL, FP, tuple(sorted(files, key=lambda f: (f.root, f.path))),
+                 producer=tuple(sorted(producer.items())), compile_seconds=seconds,
+                 created_at="2026-01-01T00:00:00Z")
+    data = encode_manifest(m)
+    back = decode_manifest(data, allowed_roots=("neff", "hlo"))
+    assert back == m
+    assert encode_manifest(back) == data  # canonical: same value, same bytes
+
+
+@given(_path)
+def test_generated_relative_paths_are_accepted(path: str) -> None:
+    assert validate_relative_path(path) == path
