@@ -21,10 +21,10 @@ A, B, C, D = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
 
 def test_plan_deletes_only_unreferenced_and_unprotected() -> None:
     keys = [blob_key(s) for s in (A, B, C, D)] + ["blobs/sha256/zz/junk"]
-    intents = [Intent("pending/fresh", 1000.0, frozenset({C})),
+    intents = [Intent("pending/fresh", 4990.0, frozenset({C})),
                Intent("pending/stale", 0.0, frozenset({D})),
                Intent("pending/unreadable", None, frozenset())]
-    plan = plan_gc(keys, {A}, intents, now=1000.0 + 10, grace=3600)
+    plan = plan_gc(keys, {A}, intents, now=5000.0, grace=3600)
     assert plan.delete == (blob_key(B), blob_key(D))
     assert plan.spared == (blob_key(C),)
     assert plan.stale_intents == ("pending/stale",)
