@@ -7,6 +7,8 @@ with a one-line message that never carries credentials.
 
 ``put(if_absent=True)`` is a conditional write (``If-None-Match: *`` on PutObject, and on
 CompleteMultipartUpload for large bodies), so a concurrent writer's object is never overwritten.
+If a retried attempt finds the object its own lost-response attempt wrote, put returns False:
+"already present" is the answer either way, which is what content-addressed callers need.
 
 Permissions: a reader needs ``s3:GetObject`` and ``s3:ListBucket`` on the prefix. Without
 ListBucket S3 answers 403 instead of 404 for a missing key, which reads as "unavailable".
@@ -101,6 +103,8 @@ class S3Store:
                 or any(c in bucket for c in "@:"):
             raise ConfigError(f"store {url!r}: expected s3://BUCKET/PREFIX")
         endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+        if env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
+            endpoint = None
         options.setdefault("endpoint_url", endpoint)
         return cls(bucket, parts.path, **options)
 
