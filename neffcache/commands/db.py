@@ -26,7 +26,7 @@ def db() -> None:
     """
 
 
-@db.command("upgrade")
+@db.command("upgrade", short_help="Create or migrate the index schema (idempotent).")
 @index_option
 @json_option
 def upgrade(index: str | None, as_json: bool) -> None:
@@ -57,7 +57,7 @@ def upgrade(index: str | None, as_json: bool) -> None:
         click.echo(f"{doc['url']}: upgraded {before or '(empty)'} -> {after}")
 
 
-@db.command("current")
+@db.command("current", short_help="Show the schema revision and the one needed.")
 @index_option
 @json_option
 @click.option("--check", is_flag=True,

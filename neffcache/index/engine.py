@@ -69,9 +69,9 @@ def _sqlite_engine(url: str) -> Engine:
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
         cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
         if not in_memory:
             cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 

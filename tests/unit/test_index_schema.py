@@ -151,3 +151,24 @@ def test_plain_postgresql_scheme_means_psycopg() -> None:
     assert normalise_url("postgresql://u@h/d") == "postgresql+psycopg://u@h/d"
     assert normalise_url("postgres://u@h/d") == "postgresql+psycopg://u@h/d"
     assert normalise_url("sqlite:///x") == "sqlite:///x"
+
+
+def test_concurrent_first_use_creates_the_schema_once(tmp_path: Path) -> None:
+    import threading
+
+    url = sqlite_url(tmp_path / "fresh")
+    errors: list[BaseException] = []
+
+    def first_use() -> None:
+        try:
+            open_index(url, auto_upgrade=True).close()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=first_use) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert schema_state(url).up_to_date
