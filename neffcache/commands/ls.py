@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from neffcache.commands._common import (
@@ -12,7 +14,9 @@ from neffcache.commands._common import (
     json_option,
     settings_from,
 )
-from neffcache.index.values import EntrySummary
+
+if TYPE_CHECKING:
+    from neffcache.index.values import EntrySummary
 
 
 def render_entries(entries: list[EntrySummary]) -> str:
