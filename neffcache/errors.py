@@ -12,7 +12,8 @@
     ├── SchemaOutdatedError             (exit 7)  index schema older than this code
     ├── NotFoundError                   (exit 1)  the one "not found" a store raises
     ├── DeadlineExceededError           (exit 3)  restore ran out of time (treated as partial)
-    └── WorkerError                     (exit 1)  a warm-up failed, crashed or timed out
+    ├── WorkerError                     (exit 1)  a warm-up failed, crashed or timed out
+    └── CompiledAfterRestoreError       (exit 1)  a warm-up against a restored entry compiled
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ class DeadlineExceededError(NeffcacheError):
 
 class WorkerError(NeffcacheError):
     """A warm-up subprocess failed, crashed or timed out."""
+
+
+class CompiledAfterRestoreError(NeffcacheError):
+    """A warm-up against a restored entry still compiled something (the cache did not hit)."""
 
 
 EXIT_CODES: dict[type[BaseException], int] = {
