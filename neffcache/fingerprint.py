@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import re
 import shlex
@@ -176,6 +177,8 @@ def inductor_facts(environ: Mapping[str, str]) -> dict[str, str]:
         "cpu.arch": platform.machine(),
         "cpu.isa": probe_isa_flags(),
         "inductor.settings": ";".join(settings) or "default",
+        # Measured: a consumer with another OMP thread count misses every kernel.
+        "cpu.threads": environ.get("OMP_NUM_THREADS", "").strip() or f"auto:{os.cpu_count()}",
     }
 
 

@@ -190,7 +190,7 @@ def _make_pipeline(seed: int) -> Any:
 
 def _make_tokenizer() -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import Qwen2TokenizerFast
+    from transformers import Qwen2TokenizerFast  # type: ignore[attr-defined]  # lazy v5 alias
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -233,7 +233,7 @@ def _make_text_encoder(vocab_size: int) -> Any:
         pad_token_id=0,
         eos_token_id=0,
     )
-    return Qwen3ForCausalLM(config).eval()
+    return Qwen3ForCausalLM(config)
 
 
 def _make_vae() -> Any:
@@ -250,7 +250,7 @@ def _make_vae() -> Any:
         latent_channels=_VAE_LATENT_CHANNELS,
         norm_num_groups=_VAE_GROUPS,
         sample_size=64,
-    ).eval()
+    )
 
 
 def _make_transformer() -> Any:
@@ -267,7 +267,7 @@ def _make_transformer() -> Any:
         timestep_guidance_channels=256,
         axes_dims_rope=_DIT_ROPE_AXES,
         guidance_embeds=False,
-    ).eval()
+    )
 
 
 def _save_pipeline(pipe: Any, directory: Path) -> None:

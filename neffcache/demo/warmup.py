@@ -42,7 +42,7 @@ def load_pipeline(model_path: str | Path, dtype: str = "float32", device: str = 
 
 
 def _dtype_kwarg() -> str:
-    """``dtype`` where Diffusers accepts it (it deprecates ``torch_dtype``), else ``torch_dtype``."""
+    """``dtype`` where Diffusers accepts it (newer releases deprecate ``torch_dtype``)."""
     try:
         from diffusers.utils import deprecation_utils
     except ImportError:
