@@ -163,6 +163,8 @@ def save_state(target_dirs: Mapping[str, str], records: Mapping[FileId, StateRec
     """Write each root's state file atomically (best effort: a failure only costs re-hashing)."""
     for root, d in target_dirs.items():
         mine = {p: r for (rt, p), r in records.items() if rt == root}
+        if not mine:
+            continue
         tmp = Path(d, f"{_TMP_PREFIX}{uuid.uuid4().hex[:12]}{_TMP_SUFFIX}")
         try:
             tmp.write_bytes(encode_state(mine))
