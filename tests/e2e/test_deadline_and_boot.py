@@ -99,3 +99,28 @@ def test_entries_only_for_another_environment_exit_5_and_explain(
     assert fields == {"cc_flags": ("--lnc=2 -O2", "--lnc=2 -O1"), "opt_level": ("2", "1")}
     text = cli("fingerprint", "--explain", built.json["entry_key"], env=here)
     assert text.code == 0 and "2 field(s) differ" in text.stdout
+
+
+@pytest.mark.s3
+def test_restore_report_goes_to_the_index_and_a_dead_index_only_warns(
+        cli: Cli, matrix: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    cache = make_neff_cache(tmp_path / "neff", seed=34, count=5, large=0)
+    assert cli("push", "--matrix", str(matrix), "--cell", CELL_64,
+               "--root", f"neff={cache.root}").code == 0
+    db = tmp_path / "team.db"
+    index = {"NEFFCACHE_INDEX": f"sqlite:///{db}"}
+    assert cli("db", "upgrade", env=index).code == 0
+    ok = cli("restore", str(matrix), "--to", str(tmp_path / "a"), "--cells", CELL_64,
+             env=index)
+    assert ok.code == 0, ok.stderr
+    rows = sqlite3.connect(db).execute(
+        "select files_fetched, exit_code, matrix from restore_reports").fetchall()
+    assert rows == [(5, 0, str(matrix))]
+
+    dead = {"NEFFCACHE_INDEX": "postgresql+psycopg://nobody@127.0.0.1:1/none"}
+    r = cli("restore", str(matrix), "--to", str(tmp_path / "b"), "--cells", CELL_64, env=dead)
+    assert r.code == 0, r.stderr
+    assert "warning: restore report not recorded" in r.stderr
+    assert restored_tree(tmp_path / "b" / "neff") == cache.files
