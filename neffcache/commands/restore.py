@@ -80,7 +80,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     if print_env and as_json:
         raise UsageError("--print-env and --json both write to stdout; choose one "
                          "(the JSON report has an `environment` field)")
-    from neffcache.backends import get_backend
+    from neffcache.backends import cache_environment, get_backend
     from neffcache.fingerprint import collect_fingerprint
     from neffcache.matrix import select_cells
     from neffcache.matrix_io import load_matrix
@@ -99,6 +99,10 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
                  f"elsewhere will not match")
     target = Path(to).expanduser().absolute()
     _make_scratch_dirs(backend, target)
+    if print_env:  # first, so `eval` sets the cache dirs even if the store is unreachable
+        for var, value in sorted(cache_environment(backend, str(target)).items()):
+            sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
+        sys.stdout.flush()
     s = open_store(settings.store_url)
     s.check()
     bar = _ProgressLine() if sys.stderr.isatty() and not print_env else None
@@ -111,9 +115,6 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     if as_json:
         emit_json(doc)
     elif print_env:
-        for var, value in sorted(doc["environment"].items()):
-            sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
-        sys.stdout.flush()
         progress(_summary(doc))
     else:
         click.echo(_summary(doc))

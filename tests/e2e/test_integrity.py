@@ -87,3 +87,6 @@ def test_hostile_manifest_is_rejected_and_nothing_escapes(
     assert all(p.startswith("work/target") for p in new), new
     assert not [p for p in (target / "neff").rglob("*") if p.is_file()]
     assert not Path("/etc/x").exists()
+    verify = cli("verify", "--json")
+    assert verify.code == 4
+    assert [p["kind"] for p in verify.json["problems"]] == ["manifest"]
