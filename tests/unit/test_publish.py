@@ -139,3 +139,20 @@ def test_verifying_reader_hashes_each_byte_once_across_seeks() -> None:
     partial.read(100)
     partial.finish()
     assert partial.verified
+
+
+def test_concurrent_publishes_of_one_entry_first_writer_wins(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = make_neff_cache(tmp_path / "neff", seed=4, count=30, large=0)
+    store = LocalStore(tmp_path / "store")
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(
+            lambda i: publish_entry(store, cell(), FP, NEURON, {"neff": cache.root},
+                                    compile_seconds=float(i)), range(4)))
+    assert sum(r.created for r in results) == 1
+    winner = next(r for r in results if r.created)
+    stored = decode_manifest(store.read(manifest_key(entry_key(cell(), FP))))
+    assert stored.compile_seconds == winner.manifest.compile_seconds
+    assert len(list(store.list("blobs/"))) == cache.unique_contents
+    assert list(store.list("pending/")) == []
