@@ -1,0 +1,229 @@
+"""``neffcache precompile MATRIX``: warm every cell not yet cached for this fingerprint, publish
+entries, record failures; a progress display on stderr, the results on stdout."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from typing import IO, TYPE_CHECKING, Any
+
+import click
+
+from neffcache.commands._common import (
+    emit_json,
+    format_table,
+    human_bytes,
+    index_option,
+    json_option,
+    settings_from,
+    store_option,
+)
+from neffcache.errors import UsageError, WorkerError
+
+if TYPE_CHECKING:
+    from neffcache.precompile import Event, PrecompileReport
+
+_SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    m = _SHARD_RE.match(text.strip())
+    if not m:
+        raise UsageError(f"--shard {text!r}: expected I/N such as 0/4 (shard I of N, from 0)")
+    return int(m.group(1)), int(m.group(2))
+
+
+class ProgressDisplay:
+    """Events as lines on stderr; on a terminal also a live status line with elapsed time."""
+
+    def __init__(self, total: int, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.total = total
+        self.running: dict[str, float] = {}
+        self.finished = 0
+        self.failed = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def __enter__(self) -> ProgressDisplay:
+        if self.tty:
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._ticker:
+            self._ticker.join()
+        with self._lock:
+            self._clear()
+
+    def __call__(self, event: Event) -> None:
+        kind, cell_id, message = event
+        with self._lock:
+            if kind == "start":
+                self.running[cell_id] = time.monotonic()
+            elif kind in ("done", "failed"):
+                self.running.pop(cell_id, None)
+                self.finished += 1
+                self.failed += kind == "failed"
+            self._clear()
+            self.stream.write(f"{kind:>7}  {cell_id}  {message}\n")
+            self._status()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                self._clear()
+                self._status()
+
+    def _clear(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+    def _status(self) -> None:
+        if not self.tty or not self.running:
+            self.stream.flush()
+            return
+        now = time.monotonic()
+        busy = ", ".join(f"{c} {now - t:.0f}s" for c, t in sorted(self.running.items()))
+        line = f"[{self.finished}/{self.total}] failed {self.failed} | running: {busy}"
+        self.stream.write(line[: max(20, _columns() - 1)])
+        self.stream.flush()
+
+
+def _columns() -> int:
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except OSError:
+        return 100
+
+
+def render_precompile(report: PrecompileReport) -> str:
+    rows = []
+    for c in report.cells:
+        verify = c.verify.status if c.verify else "-"
+        rows.append([c.cell_id, c.status if c.status != "failed" else f"failed({c.exit_status})",
+                     "-" if c.seconds is None else f"{c.seconds:.1f}",
+                     "-" if c.files is None else c.files,
+                     "-" if c.total_bytes is None else human_bytes(c.total_bytes), verify])
+    table = format_table(["CELL", "STATUS", "FIRST CALL S", "FILES", "SIZE", "VERIFY"], rows)
+    counts = ", ".join(f"{report.count(s)} {s}" for s in ("published", "exists", "skipped",
+                                                          "failed"))
+    return (f"{table}\n\n{counts} in {report.seconds:.1f} s "
+            f"(fingerprint {report.fingerprint_key[:12]}, store {report.store_url})")
+
+
+def failure_error(report: PrecompileReport) -> WorkerError | None:
+    """The error that makes the command exit 1 once every cell has been tried."""
+    parts = []
+    if report.failed:
+        ids = ", ".join(c.cell_id for c in report.failed[:5])
+        parts.append(f"{len(report.failed)} of {len(report.cells)} cells failed ({ids})")
+    if report.not_verified:
+        ids = ", ".join(f"{c.cell_id}: {c.verify.status}" for c in report.not_verified[:5]
+                        if c.verify)
+        parts.append(f"{len(report.not_verified)} restored entries did not warm cleanly ({ids})")
+    if not parts:
+        return None
+    return WorkerError("; ".join(parts),
+                       hint="neffcache coverage MATRIX --json shows each failure's log tail")
+
+
+@click.command("precompile")
+@click.argument("matrix", type=click.Path(dir_okay=False))
+@click.option("--cells", "cell_globs", metavar="GLOB", multiple=True,
+              help="Only cells whose id matches this glob (repeatable).")
+@click.option("--workers", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Cells warmed at the same time, each in its own process.")
+@click.option("--shard", metavar="I/N", default=None,
+              help="Only shard I of N (0 <= I < N; cells sorted by id, round-robin), for CI "
+                   "matrix jobs.")
+@click.option("--force", is_flag=True, help="Warm cells even if their entry already exists.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="Kill a cell's warm-up after this long and record it as failed.")
+@click.option("--verify", is_flag=True,
+              help="Restore each new entry into a new directory and warm it again in a fresh "
+                   "process; it must compile nothing (recorded in the index).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="Where the per-cell cache roots and logs go (default: a temp directory).")
+@click.option("--keep-workdir", is_flag=True, help="Keep cache roots and logs after the run.")
+@store_option
+@index_option
+@json_option
+def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: str | None,
+               force: bool, timeout: float | None, verify: bool, workdir: str | None,
+               keep_workdir: bool, store: str | None, index: str | None, as_json: bool) -> None:
+    """Warm every cell of MATRIX not yet cached for this host's fingerprint, and publish.
+
+    Each cell is warmed in its own worker process with fresh, empty cache roots and the
+    backend's cache variables set before torch is imported: the declared pipeline is loaded
+    with from_pretrained, moved to the device, compiled per mode and called once at the
+    cell's shape and batch. The files it left in the cache roots (never locks or temp files)
+    are published as an entry and indexed. A failed, crashed or timed-out warm-up is recorded
+    as a failed cell with its exit status and log tail, and nothing is published for it.
+    Cells whose entry already exists are skipped, so a rerun does nothing.
+
+    Progress goes to stderr (a live status line on a terminal); the result table (or JSON)
+    to stdout. Exits 1 if any cell failed (after trying every other cell), or if --verify
+    found a restored entry that still compiled.
+
+    \b
+    Examples:
+      neffcache precompile matrix.toml
+      neffcache precompile matrix.toml --cells 'flux2-klein/compile/*' --workers 2
+      neffcache precompile matrix.toml --shard 0/4 --timeout 3600   # CI job 1 of 4
+      neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
+
+    JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "seconds",
+    "counts": {"published", "exists", "skipped", "failed"}, "cells": [{"cell_id",
+    "cell_key", "entry_key", "status", "seconds", "wall_seconds", "files", "total_bytes",
+    "bytes_uploaded", "exit_status", "error", "log_tail", "verify": null | {"status" (hit,
+    compiled, verify-failed), "seconds", "restore_seconds", "error", "compiled"}}]}.
+    """
+    from pathlib import Path
+
+    from neffcache.fingerprint import collect_fingerprint
+    from neffcache.index import open_index
+    from neffcache.matrix import select_cells, shard_cells
+    from neffcache.matrix_io import load_matrix
+    from neffcache.precompile import PrecompileOptions, apply_precompile
+    from neffcache.store import open_store
+
+    spec = load_matrix(matrix)
+    cells = select_cells(spec.cells, cell_globs)
+    sh = parse_shard(shard)
+    if sh is not None:
+        cells = shard_cells(cells, *sh)
+    if not cells:
+        click.echo(f"{spec.source}: no cell selected", err=True)
+    settings = settings_from(store=store, index=index)
+    fingerprint = collect_fingerprint(spec.backend, os.environ)
+    st = open_store(settings.store_url)
+    st.check()
+    options = PrecompileOptions(workers=workers, force=force, timeout=timeout, verify=verify,
+                                workdir=Path(workdir) if workdir else None,
+                                keep_workdir=keep_workdir)
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix, \
+            ProgressDisplay(len(cells)) as display:
+        report = apply_precompile(spec, cells, st, ix, fingerprint, options,
+                                  environ=os.environ, progress=display)
+    _output(report, as_json)
+    err = failure_error(report)
+    if err is not None:
+        raise err
+
+
+def _output(report: Any, as_json: bool) -> None:
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        click.echo(render_precompile(report))

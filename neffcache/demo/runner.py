@@ -1,0 +1,224 @@
+"""The ``neffcache demo`` job: compile once, then boot a fresh instance warm, and measure it.
+
+Steps: build the tiny Flux2KleinPipeline under ``$NEFFCACHE_HOME/demo/`` (once), write the
+demo matrix next to it, precompile it (each cell warmed cold in its own worker, published to
+the store, indexed), then act as a new instance: an empty directory, ``neffcache restore``
+run as a separate process (the real boot-hook path), and one first call per cell in a fresh
+process against the restored roots, judged by neffcache.hit_check (new files, compile
+counters, C++ compiles). ``render_demo_matrix`` is pure; ``run_demo`` does the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from neffcache.config import Settings
+from neffcache.errors import UsageError
+from neffcache.hit_check import Verdict
+
+MODEL_DIR = "tiny-flux2-klein"
+MATRIX_FILE = "matrix.toml"
+INSTANCE_DIR = "instance"
+# Stable timings on a small shared machine (DESIGN.md); a value the user set is kept.
+DEMO_ENV = {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+_SHAPES_LINE = re.compile(r"^shapes = .*$", re.MULTILINE)
+_SHAPE = re.compile(r"^\d{1,5}x\d{1,5}$")
+
+
+@dataclass(frozen=True, slots=True)
+class DemoCell:
+    cell_id: str
+    entry_key: str
+    cold_seconds: float | None
+    cold_source: str  # "this run" (warmed now) or "entry" (read from the stored manifest)
+    restored_seconds: float | None
+    verdict: Verdict | None  # None: the restored warm-up did not finish
+    error: str | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        if self.cold_seconds and self.restored_seconds:
+            return self.cold_seconds / self.restored_seconds
+        return None
+
+    @property
+    def clean(self) -> bool:
+        return self.verdict is not None and not self.verdict.compiled
+
+    def to_json(self) -> dict[str, Any]:
+        sp = self.speedup
+        return {"cell_id": self.cell_id, "entry_key": self.entry_key,
+                "cold_seconds": self.cold_seconds, "cold_source": self.cold_source,
+                "restored_seconds": self.restored_seconds,
+                "speedup": None if sp is None else round(sp, 2),
+                "compiled_after_restore": None if self.verdict is None else self.verdict.compiled,
+                "evidence": self.verdict.to_json() if self.verdict else None,
+                "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class DemoReport:
+    model_dir: str
+    matrix_path: str
+    store_url: str
+    index_url: str
+    fingerprint_key: str
+    instance_dir: str
+    precompile: Any  # neffcache.precompile.PrecompileReport
+    restore: Mapping[str, Any]
+    restore_exit: int
+    cells: tuple[DemoCell, ...]
+    coverage: Any  # neffcache.index.CoverageReport
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return (self.restore_exit == 0 and not self.precompile.failed
+                and all(c.clean for c in self.cells))
+
+    def to_json(self) -> dict[str, Any]:
+        from neffcache.commands.coverage import coverage_document
+
+        return {"ok": self.ok, "model": self.model_dir, "matrix": self.matrix_path,
+                "store": self.store_url, "index": self.index_url,
+                "fingerprint_key": self.fingerprint_key, "instance": self.instance_dir,
+                "seconds": round(self.seconds, 3), "precompile": self.precompile.to_json(),
+                "restore": dict(self.restore), "restore_exit_code": self.restore_exit,
+                "cells": [c.to_json() for c in self.cells],
+                "coverage": coverage_document(self.matrix_path, "inductor",
+                                              self.fingerprint_key, self.coverage)}
+
+
+def parse_shapes(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    shapes = tuple(s.strip() for s in text.split(",") if s.strip())
+    bad = [s for s in shapes if not _SHAPE.match(s)]
+    if not shapes or bad:
+        raise UsageError(f"--shapes {text!r}: expected HEIGHTxWIDTH[,HEIGHTxWIDTH...] "
+                         f"such as 64x64,96x128")
+    return shapes
+
+
+def render_demo_matrix(template: str, shapes: Sequence[str] | None) -> str:
+    """The demo matrix text, with the template's shapes replaced when given (pure)."""
+    if not shapes:
+        return template
+    listed = ", ".join(f'"{s}"' for s in shapes)
+    return _SHAPES_LINE.sub(f"shapes = [{listed}]", template, count=1)
+
+
+def write_demo_matrix(demo_dir: Path, shapes: Sequence[str] | None) -> Path:
+    template = resources.files("neffcache.demo").joinpath(MATRIX_FILE).read_text("utf-8")
+    path = demo_dir / MATRIX_FILE
+    text = render_demo_matrix(template, shapes)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return path
+
+
+def demo_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    return {**DEMO_ENV, **environ}
+
+
+def run_demo(settings: Settings, *, shapes: Sequence[str] | None = None, workers: int = 1,
+             timeout: float | None = None, environ: Mapping[str, str],
+             say: Callable[[str], None], progress: Callable[[Any], None] | None = None
+             ) -> DemoReport:
+    from neffcache.backends import get_backend
+    from neffcache.demo.tiny_pipeline import build_tiny_flux2_klein
+    from neffcache.fingerprint import collect_fingerprint
+    from neffcache.index import open_index
+    from neffcache.matrix_io import load_matrix
+    from neffcache.precompile import PrecompileOptions, apply_precompile
+    from neffcache.store import open_store
+
+    started = time.monotonic()
+    env = demo_environment(environ)
+    demo_dir = settings.home / "demo"
+    demo_dir.mkdir(parents=True, exist_ok=True)
+    say(f"[1/4] tiny Flux2KleinPipeline: {demo_dir / MODEL_DIR} (built once, random weights)")
+    model_dir = build_tiny_flux2_klein(demo_dir / MODEL_DIR)
+    matrix = load_matrix(write_demo_matrix(demo_dir, shapes))
+    backend = get_backend(matrix.backend)
+    fingerprint = collect_fingerprint(matrix.backend, env)
+    store = open_store(settings.store_url)
+    store.check()
+    cells = matrix.cells
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        say(f"[2/4] precompile {len(cells)} cells of {matrix.source} (cold, one fresh "
+            f"process each) -> {store.url}")
+        pre = apply_precompile(matrix, cells, store, ix, fingerprint,
+                               PrecompileOptions(workers=workers, timeout=timeout),
+                               environ=env, progress=progress)
+        instance = demo_dir / INSTANCE_DIR
+        shutil.rmtree(instance, ignore_errors=True)
+        instance.mkdir(parents=True)
+        say(f"[3/4] fresh instance: empty {instance}; neffcache restore (separate process)")
+        restore_doc, restore_exit = _restore_cli(Path(matrix.source), instance, settings, env)
+        say("[4/4] first call per cell in a fresh process against the restored cache")
+        demo_cells = tuple(_restored_cell(matrix, cell, backend, store, fingerprint, pre,
+                                          instance, env, timeout, say) for cell in cells)
+        coverage = ix.coverage(cells, [fingerprint])
+    return DemoReport(model_dir=str(model_dir), matrix_path=matrix.source,
+                      store_url=store.url, index_url=settings.index_url,
+                      fingerprint_key=fingerprint.key, instance_dir=str(instance),
+                      precompile=pre, restore=restore_doc, restore_exit=restore_exit,
+                      cells=demo_cells, coverage=coverage, seconds=time.monotonic() - started)
+
+
+def _restore_cli(matrix_path: Path, target: Path, settings: Settings,
+                 env: Mapping[str, str]) -> tuple[dict[str, Any], int]:
+    """Run ``neffcache restore MATRIX --to DIR --json`` as its own process, as a boot hook."""
+    child_env = {**env, "NEFFCACHE_STORE": settings.store_url,
+                 "NEFFCACHE_INDEX": settings.index_url}
+    cmd = [sys.executable, "-m", "neffcache.cli", "restore", str(matrix_path),
+           "--to", str(target), "--json"]
+    proc = subprocess.run(cmd, env=child_env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, check=False)
+    try:
+        doc = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    except ValueError:
+        doc = {}
+    if not doc:
+        doc = {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return doc, proc.returncode
+
+
+def _restored_cell(matrix: Any, cell: Any, backend: Any, store: Any, fingerprint: Any,
+                   pre: Any, instance: Path, env: Mapping[str, str], timeout: float | None,
+                   say: Callable[[str], None]) -> DemoCell:
+    from neffcache.manifest import entry_key
+    from neffcache.precompile import stored_compile_seconds, warm_restored
+
+    key = entry_key(cell, fingerprint)
+    warmed = {c.cell_id: c for c in pre.cells}.get(cell.id)
+    if warmed is not None and warmed.seconds is not None:
+        cold, source = warmed.seconds, "this run"
+    else:
+        cold, source = stored_compile_seconds(store, key, backend), "entry"
+    runs = instance.parent / "runs" / re.sub(r"[^A-Za-z0-9.-]", "_", cell.id)
+    shutil.rmtree(runs, ignore_errors=True)
+    outcome = warm_restored(matrix, cell, backend, instance, runs, environ=env, timeout=timeout)
+    verdict = outcome.verdict()
+    if verdict is None:
+        say(f"      {cell.id}: restored warm-up failed: {outcome.error}")
+    else:
+        say(f"      {cell.id}: first call {outcome.seconds:.1f} s, compiled after restore: "
+            f"{verdict.summary()}")
+    return DemoCell(cell_id=cell.id, entry_key=key, cold_seconds=cold, cold_source=source,
+                    restored_seconds=outcome.seconds, verdict=verdict,
+                    error=None if outcome.ok else outcome.error)

@@ -1,0 +1,151 @@
+"""Proof that a hit is a hit: did a warm-up compile anything? Pure; no I/O, no torch.
+
+Hit counters alone are not trusted (inductor can report FX-graph hits while kernels rebuild),
+so a warm-up is judged on what real work leaves behind:
+
+- capturable files that appeared or changed in the cache roots (locks/temp files excluded);
+- compile counters that only move when code is generated: inductor FX-graph cache misses and
+  bypasses, AOTAutograd cache misses, C++ compiler runs that produced an object, library or
+  precompiled header (the preprocessor pass inductor runs on every start to key its headers
+  does not count), (a NEFF compilation shows as a new file).
+
+``judge_activity`` turns those facts into a verdict with the reasons spelled out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# (counter group, counter name) pairs that count real compilation work.
+WORK_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("inductor", "fxgraph_cache_miss"),
+    ("inductor", "fxgraph_cache_bypass"),
+    ("aot_autograd", "autograd_cache_miss"),
+    ("aot_autograd", "autograd_cache_bypass"),
+)
+# Counters shown for information (hits), never taken as proof of anything.
+HIT_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("inductor", "fxgraph_cache_hit"),
+    ("aot_autograd", "autograd_cache_hit"),
+    ("stats", "unique_graphs"),
+)
+# C++ builds whose output name ends like this are real compiles; ".i" is preprocessing.
+CPP_COMPILE_SUFFIXES = (".so", ".o", ".gch", ".pch", ".obj", ".dll")
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    """What is known about one capturable file: where it is and enough to notice a rewrite."""
+
+    root: str
+    path: str
+    size: int
+    mtime_ns: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.root}/{self.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileDiff:
+    new: tuple[str, ...]
+    changed: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompileActivity:
+    """What a warm-up did: counters (group -> name -> value) and C++ compiler outputs."""
+
+    counters: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    cpp_outputs: tuple[str, ...] = ()
+    cpp_probe: bool = False  # False when the C++ builder could not be instrumented
+
+    def counter(self, group: str, name: str) -> int:
+        for g, values in self.counters:
+            if g == group:
+                return dict(values).get(name, 0)
+        return 0
+
+    @property
+    def cpp_compiles(self) -> tuple[str, ...]:
+        return tuple(p for p in self.cpp_outputs if p.endswith(CPP_COMPILE_SUFFIXES))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"counters": {g: dict(v) for g, v in self.counters},
+                "cpp_outputs": list(self.cpp_outputs), "cpp_probe": self.cpp_probe}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CompileActivity:
+        raw = data.get("counters") or {}
+        counters = tuple(sorted(
+            (str(g), tuple(sorted((str(k), int(v)) for k, v in dict(vals).items())))
+            for g, vals in dict(raw).items()))
+        return cls(counters=counters,
+                   cpp_outputs=tuple(str(p) for p in data.get("cpp_outputs") or ()),
+                   cpp_probe=bool(data.get("cpp_probe", False)))
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``compiled`` is True if any evidence of compilation was found; ``reasons`` says which."""
+
+    compiled: bool
+    reasons: tuple[str, ...]
+    new_files: int
+    changed_files: int
+    work: tuple[tuple[str, int], ...] = field(default=())
+    hits: tuple[tuple[str, int], ...] = field(default=())
+    cpp_compiles: int = 0
+
+    def summary(self) -> str:
+        if not self.compiled:
+            hits = ", ".join(f"{k} {v}" for k, v in self.hits if v) or "no hit counters"
+            return f"no (0 new files, 0 compiles; {hits})"
+        return "YES: " + "; ".join(self.reasons)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"compiled": self.compiled, "reasons": list(self.reasons),
+                "new_files": self.new_files, "changed_files": self.changed_files,
+                "work_counters": dict(self.work), "hit_counters": dict(self.hits),
+                "cpp_compiles": self.cpp_compiles}
+
+
+def diff_files(before: Iterable[FileState], after: Iterable[FileState]) -> FileDiff:
+    """Files that appeared, changed (size or mtime) or disappeared between two scans."""
+    old = {f.id: f for f in before}
+    new = {f.id: f for f in after}
+    return FileDiff(
+        new=tuple(sorted(set(new) - set(old))),
+        changed=tuple(sorted(i for i in set(new) & set(old)
+                             if (new[i].size, new[i].mtime_ns) != (old[i].size, old[i].mtime_ns))),
+        removed=tuple(sorted(set(old) - set(new))),
+    )
+
+
+def _counter_name(group: str, name: str) -> str:
+    return f"{group}.{name}"
+
+
+def judge_activity(files: FileDiff, activity: CompileActivity, *, shown: int = 3) -> Verdict:
+    """Compiled if any capturable file is new or rewritten, any work counter moved, or the
+    C++ compiler produced anything. Pure."""
+    work = tuple((_counter_name(g, n), activity.counter(g, n)) for g, n in WORK_COUNTERS)
+    hits = tuple((_counter_name(g, n), activity.counter(g, n)) for g, n in HIT_COUNTERS)
+    cpp = activity.cpp_compiles
+    reasons: list[str] = []
+    if files.new:
+        reasons.append(f"{len(files.new)} new file(s) in the cache roots, e.g. "
+                       f"{', '.join(files.new[:shown])}")
+    if files.changed:
+        reasons.append(f"{len(files.changed)} cached file(s) rewritten, e.g. "
+                       f"{', '.join(files.changed[:shown])}")
+    reasons += [f"{name} = {value}" for name, value in work if value]
+    if cpp:
+        reasons.append(f"{len(cpp)} C++ compile(s), e.g. {', '.join(cpp[:shown])}")
+    return Verdict(compiled=bool(reasons), reasons=tuple(reasons), new_files=len(files.new),
+                   changed_files=len(files.changed), work=work, hits=hits,
+                   cpp_compiles=len(cpp))
