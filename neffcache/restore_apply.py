@@ -3,8 +3,9 @@
 Every path is opened relative to its root's directory descriptor, one component at a time with
 ``O_NOFOLLOW``: a symlink planted inside a target directory is never followed, so nothing is
 read or written outside the root. A file is streamed from its blob into a temp file in its final
-directory, its size and sha256 checked while streaming, fsynced, chmodded, then ``os.replace``d
-into place; the temp file is unlinked in ``finally``. Nothing half-written ever has a final name.
+directory, its size and sha256 checked while streaming, fsynced, chmodded, ``os.replace``d
+into place and its directory fsynced; the temp file is unlinked in ``finally``. Nothing
+half-written ever has a final name.
 """
 
 from __future__ import annotations
@@ -245,7 +246,6 @@ class _Collector:
         self.installed: list[Target] = []
         self.failures: list[FileFailure] = []
         self.states: list[tuple[FileId, StateRecord]] = []
-        self.dirs: set[tuple[str, str]] = set()
 
     def add(self, group: FetchGroup, results: list[tuple[Target, StateRecord | FileFailure]]
             ) -> None:
@@ -256,7 +256,6 @@ class _Collector:
                     continue
                 self.installed.append(t)
                 self.states.append((t.id, outcome))
-                self.dirs.add((t.root, t.path.rsplit("/", 1)[0] if "/" in t.path else ""))
             if results and not isinstance(results[0][1], FileFailure):
                 self.bytes += group.size
             self.files += len(results)
@@ -283,7 +282,6 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
         tally.failures.extend(FileFailure(t.root, t.path, "deadline",
                                           f"{t.root}/{t.path}: not started before the deadline")
                               for g in left for t in g.targets)
-        _fsync_dirs(roots, tally.dirs)
     finally:
         if own:
             roots.close()
@@ -372,6 +370,7 @@ def _install(roots: Roots, t: Target, src: BinaryIO, deadline: float | None) -> 
                 os.fchmod(out.fileno(), t.mode)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
             placed = True
+            os.fsync(dfd)  # the rename itself is durable before the file counts as installed
             st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
             return _state_record(st, t.sha256)
         finally:
@@ -402,11 +401,3 @@ def _copy_verified(src: BinaryIO, out: BinaryIO, t: Target, deadline: float | No
     if digest != t.sha256:
         raise IntegrityError(f"{t.root}/{t.path}: blob sha256 is {digest[:12]}, expected "
                              f"{t.sha256[:12]} (corrupt); not installed")
-
-
-def _fsync_dirs(roots: Roots, dirs: set[tuple[str, str]]) -> None:
-    """Make the renames durable: fsync every directory a file was installed into."""
-    for root, d in sorted(dirs):
-        with contextlib.suppress(OSError):
-            with roots.parent(root, f"{d}/x" if d else "x", create=False) as dfd:
-                os.fsync(dfd)

@@ -36,8 +36,9 @@ INDEX_REPORT_TIMEOUT = 5.0
 @click.option("--cells", "patterns", multiple=True, metavar="GLOB",
               help="Only cells whose id matches GLOB (repeatable), e.g. 'flux2-klein/*/1024x*'.")
 @click.option("--deadline", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              default=None, help="Stop starting new work after SECONDS (counted from the start "
-              "of the command); what is done stays, the rest is reported (exit 3).")
+              default=None, help="Stop starting new work SECONDS after the process started; "
+              "transfers in flight stop at their next chunk, what is done stays, the rest is "
+              "reported (exit 3).")
 @click.option("--print-env", is_flag=True,
               help="Print `export VAR=...` lines for the backend's cache dirs on stdout, for "
                    "`eval` (also creates the lock/scratch dirs).")
@@ -76,7 +77,8 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
       neffcache restore matrix.toml --to /mnt/cache --cells 'flux2-klein/*' --deadline 60
       NEFFCACHE_STORE=s3://bucket/neff neffcache restore matrix.toml --to /mnt/c --json
     """
-    started = time.monotonic()
+    started = _process_start()
+    until = started + deadline if deadline is not None else None
     if print_env and as_json:
         raise UsageError("--print-env and --json both write to stdout; choose one "
                          "(the JSON report has an `environment` field)")
@@ -107,7 +109,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     s.check()
     bar = _ProgressLine() if sys.stderr.isatty() and not print_env else None
     result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
-                           deadline=started + deadline if deadline is not None else None,
+                           deadline=until,
                            progress=bar.update if bar else None)
     if bar:
         bar.close()
@@ -120,10 +122,25 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         click.echo(_summary(doc))
         for line in _details(doc):
             click.echo(line)
-    _send_report(settings, doc, m.name or matrix)
+    timeout = INDEX_REPORT_TIMEOUT if until is None else \
+        min(INDEX_REPORT_TIMEOUT, max(0.5, until - time.monotonic()))
+    _send_report(settings, doc, m.name or matrix, timeout)
     err = result.error()
     if err is not None:
         raise err
+
+
+def _process_start() -> float:
+    """When this process started, on the ``time.monotonic()`` clock, so a --deadline also
+    counts interpreter start-up and imports (Linux /proc; elsewhere: now)."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        elapsed = time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.monotonic()
+    return time.monotonic() - min(max(elapsed, 0.0), 60.0)
 
 
 def _make_scratch_dirs(backend: Any, target: Path) -> None:
@@ -181,7 +198,8 @@ class _ProgressLine:
             sys.stderr.flush()
 
 
-def _send_report(settings: Settings, doc: dict[str, Any], matrix: str) -> None:
+def _send_report(settings: Settings, doc: dict[str, Any], matrix: str,
+                 timeout: float) -> None:
     """Record the restore in the index when one is configured or the embedded one exists; a
     failure (or a slow index) is a warning, never a failed restore."""
     if not (settings.index_explicit or (settings.home / "index.db").exists()):
@@ -201,10 +219,10 @@ def _send_report(settings: Settings, doc: dict[str, Any], matrix: str) -> None:
 
     worker = threading.Thread(target=send, name="neffcache-index-report", daemon=True)
     worker.start()
-    worker.join(INDEX_REPORT_TIMEOUT)
+    worker.join(timeout)
     if worker.is_alive():
-        progress(f"warning: index did not answer within {INDEX_REPORT_TIMEOUT:.0f} s; "
-                 f"restore report not recorded")
+        progress(f"warning: index did not answer within {timeout:.1f} s; restore report not "
+                 f"recorded")
     elif errors:
         msg = " ".join(str(errors[0]).split())
         progress(f"warning: restore report not recorded in the index: {msg}")
