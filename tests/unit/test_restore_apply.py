@@ -145,3 +145,28 @@ def test_missing_cell_built_elsewhere_is_reported(tmp_path: Path, published) -> 
     r = restore_cells(store, [cell()], NEURON, here, tmp_path / "t")
     assert r.resolution.elsewhere == ((cell().id, (FP.key,)),)
     assert type(r.error()).__name__ == "FingerprintMismatchError"
+
+
+def test_shared_blob_is_fetched_once_and_an_unreachable_store_is_exit_6(tmp_path: Path) -> None:
+    from neffcache.errors import UnavailableError
+    from tests.support.faulty_store import FaultyStore
+    from tests.support.memory_store import MemoryStore
+
+    src = tmp_path / "src"
+    (src / "a").mkdir(parents=True)
+    for name in ("a/1.neff", "a/2.neff", "3.neff"):
+        (src / name).write_bytes(b"same bytes everywhere")
+    (src / "4.neff").write_bytes(b"other")
+    inner = MemoryStore()
+    publish_entry(inner, cell(), FP, NEURON, {"neff": src})
+    store = FaultyStore(inner)
+    r = restore_cells(store, [cell()], NEURON, FP, tmp_path / "t")
+    assert r.error() is None and r.files_fetched == 4
+    assert len([c for c in store.calls if c[0] == "open"]) == 2  # one per distinct blob
+    assert read_tree(tmp_path / "t" / "neff").keys() >= {"a/1.neff", "a/2.neff", "3.neff"}
+
+    down = FaultyStore(inner, fail_on=1, fail_count=None, fail_methods={"open"})
+    r2 = restore_cells(down, [cell()], NEURON, FP, tmp_path / "t2")
+    assert isinstance(r2.error(), UnavailableError)
+    assert {f.kind for f in r2.failures} == {"unavailable"}
+    assert temps(tmp_path / "t2") == []
