@@ -49,8 +49,8 @@ def test_gc_spares_blobs_of_a_manifest_written_after_planning(tmp_path: Path) ->
     store.put(blob_key(A), io.BytesIO(b"orphan"))
     plan, seen_m, seen_i = collect_gc(store, now=0.0)
     assert plan.delete == (blob_key(A),)
-    # A publish lands between planning and deleting, referencing... a fresh blob, and we
-    # pretend the orphan is now referenced too by writing a manifest naming it.
+    # Between planning and deleting, a publish lands and a new manifest names the orphan:
+    # gc must read what appeared since it planned and keep that blob.
     fp = build_fingerprint("neuron", {"target": "trn2"})
     cell = Cell("p", "diffusers:P", "m", "main", "bfloat16", "eager", (), 64, 64, 1, 1)
     publish_entry(store, cell, fp, NEURON, {"neff": src})
