@@ -37,6 +37,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                    "Warm every cell of a matrix not yet cached, and publish entries."),
     "demo": ("neffcache.commands.demo", "demo",
              "Build a tiny pipeline, precompile, restore, show cold vs warm."),
+    "matrix": ("neffcache.commands.matrix", "matrix",
+               "Register matrix files in the index (with history) and list them."),
+    "serve": ("neffcache.commands.serve", "serve",
+              "Read-only HTTP API, Prometheus /metrics and coverage dashboard."),
 }
 
 EXIT_CODE_HELP = """\b

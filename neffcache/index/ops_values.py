@@ -1,0 +1,300 @@
+"""What the ops queries return (matrix versions, coverage grids, fingerprint and SDK totals,
+precompile runs, failures, restore reports) and the pure rules behind them.
+
+Pure: no SQLAlchemy, no I/O. ``to_json`` fields are a contract (add, never rename).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from neffcache.index.values import FAILED, MISSING, READY, iso
+
+HIT, PARTIAL, MISS, ERROR = "hit", "partial", "miss", "error"
+OUTCOMES = (HIT, PARTIAL, MISS, ERROR)
+# Upper bounds (seconds) of the restore-duration histogram; +Inf is implied.
+DURATION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# Fingerprint field that names the SDK a backend's entries were built with.
+SDK_FIELDS = {"neuron": "version.neuronx-cc", "inductor": "version.torch"}
+
+
+def restore_outcome(exit_code: int, cells_restored: int, cells_missing: int) -> str:
+    """hit: every requested cell in place; partial: some restored, some not; miss: nothing
+    restored because entries were missing (exit 3 or 5); error: anything else."""
+    if exit_code == 0:
+        return HIT
+    if exit_code in (3, 5):
+        return PARTIAL if cells_restored > 0 else MISS
+    return ERROR
+
+
+def sdk_version(backend: str, fields: Mapping[str, Any]) -> str:
+    """The SDK version a fingerprint stands for: neuronx-cc for neuron, torch for inductor."""
+    name = SDK_FIELDS.get(backend)
+    value = fields.get(name) if name else None
+    return str(value) if value else "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixVersion:
+    """One registered content of a named matrix. Versions count from 1 in order of first
+    registration; the current one is the one registered (or re-registered) last."""
+
+    id: int
+    name: str
+    version: int
+    digest: str
+    backend: str
+    cell_count: int
+    registered_at: datetime
+    current: bool
+    changed: bool = False  # set by register_matrix: this registration made it current
+    toml: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {"name": self.name, "version": self.version, "sha256": self.digest,
+               "backend": self.backend, "cells": self.cell_count,
+               "registered_at": iso(self.registered_at), "current": self.current,
+               "changed": self.changed}
+        if self.toml is not None:
+            doc["toml"] = self.toml
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintCounts:
+    """A fingerprint's column of a coverage grid, counted over the grid's cells."""
+
+    key: str
+    backend: str
+    sdk_version: str
+    ready: int
+    failed: int
+    missing: int
+
+    @property
+    def ratio(self) -> float:
+        total = self.ready + self.failed + self.missing
+        return self.ready / total if total else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "backend": self.backend, "sdk_version": self.sdk_version,
+                "ready": self.ready, "failed": self.failed, "missing": self.missing,
+                "ratio": round(self.ratio, 6)}
+
+
+@dataclass(frozen=True, slots=True)
+class GridRow:
+    cell_id: str
+    cell_key: str
+    statuses: tuple[str, ...]  # one per fingerprint column, in column order
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
+                "statuses": list(self.statuses)}
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageGrid:
+    """A page of a matrix's coverage: cells (matching ``pattern``) x fingerprint columns.
+    Counts cover every matching cell, not only the page."""
+
+    matrix: MatrixVersion
+    pattern: str | None
+    total_cells: int
+    offset: int
+    limit: int
+    fingerprints: tuple[FingerprintCounts, ...]
+    rows: tuple[GridRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"matrix": self.matrix.name, "version": self.matrix.version,
+                "sha256": self.matrix.digest, "cells_pattern": self.pattern,
+                "total_cells": self.total_cells, "offset": self.offset, "limit": self.limit,
+                "fingerprints": [f.to_json() for f in self.fingerprints],
+                "rows": [r.to_json() for r in self.rows]}
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintInfo:
+    key: str
+    backend: str
+    sdk_version: str
+    fields: tuple[tuple[str, str], ...]
+    first_seen_at: datetime | None
+
+
+def build_grid(matrix: MatrixVersion, cells: Sequence[tuple[str, str]],
+               columns: Sequence[FingerprintInfo], ready: set[tuple[str, str]],
+               failed: set[tuple[str, str]], *, pattern: str | None = None,
+               offset: int = 0, limit: int | None = None) -> CoverageGrid:
+    """Pure: statuses of ``cells`` ((id, key) pairs) under ``columns``. A (cell key,
+    fingerprint key) pair in ``ready`` has an entry; in ``failed`` (and not ready) its latest
+    attempt failed; otherwise it is missing — the same rule as ``Index.coverage``."""
+    chosen = [c for c in cells if not pattern or fnmatch.fnmatchcase(c[0], pattern)]
+    counts = [[0, 0, 0] for _ in columns]
+    keys = [f.key for f in columns]
+    for _cell_id, cell_key in chosen:
+        for j, fp_key in enumerate(keys):
+            pair = (cell_key, fp_key)
+            counts[j][0 if pair in ready else 1 if pair in failed else 2] += 1
+    stop = len(chosen) if limit is None else offset + limit
+    rows = tuple(GridRow(cell_id, cell_key, tuple(
+        READY if (cell_key, k) in ready else FAILED if (cell_key, k) in failed else MISSING
+        for k in keys)) for cell_id, cell_key in chosen[offset:stop])
+    fps = tuple(FingerprintCounts(f.key, f.backend, f.sdk_version, *c)
+                for f, c in zip(columns, counts, strict=True))
+    return CoverageGrid(matrix, pattern, len(chosen), offset,
+                        len(chosen) if limit is None else limit, fps, rows)
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintStats:
+    """A fingerprint with what the index holds for it."""
+
+    info: FingerprintInfo
+    entries: int
+    total_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        i = self.info
+        return {"key": i.key, "backend": i.backend, "sdk_version": i.sdk_version,
+                "fields": dict(i.fields), "first_seen_at": iso(i.first_seen_at),
+                "entries": self.entries, "total_bytes": self.total_bytes}
+
+
+@dataclass(frozen=True, slots=True)
+class SdkBytes:
+    """Entries and bytes per backend and SDK version (over every fingerprint with that SDK)."""
+
+    backend: str
+    sdk_version: str
+    fingerprints: int
+    entries: int
+    total_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "sdk_version": self.sdk_version,
+                "fingerprints": self.fingerprints, "entries": self.entries,
+                "total_bytes": self.total_bytes}
+
+
+def group_by_sdk(stats: Iterable[FingerprintStats]) -> tuple[SdkBytes, ...]:
+    """Pure: fingerprint totals summed per (backend, SDK version), largest first."""
+    acc: dict[tuple[str, str], list[int]] = {}
+    for s in stats:
+        a = acc.setdefault((s.info.backend, s.info.sdk_version), [0, 0, 0])
+        a[0] += 1
+        a[1] += s.entries
+        a[2] += s.total_bytes
+    rows = [SdkBytes(b, v, n, e, t) for (b, v), (n, e, t) in acc.items()]
+    return tuple(sorted(rows, key=lambda r: (-r.total_bytes, r.backend, r.sdk_version)))
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    id: str
+    started_at: datetime
+    finished_at: datetime | None
+    host: str
+    fingerprint_key: str
+    matrix: str
+    cells_ok: int | None
+    cells_failed: int | None
+    failures_recorded: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "started_at": iso(self.started_at),
+                "finished_at": iso(self.finished_at), "host": self.host,
+                "fingerprint_key": self.fingerprint_key, "matrix": self.matrix,
+                "cells_ok": self.cells_ok, "cells_failed": self.cells_failed,
+                "failures_recorded": self.failures_recorded}
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRecord:
+    """A failed warm-up of a cell under a fingerprint, with the tail of its log."""
+
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    run_id: str | None
+    exit_status: int | None
+    seconds: float
+    log_tail: str
+    failed_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
+                "fingerprint_key": self.fingerprint_key, "run_id": self.run_id,
+                "exit_status": self.exit_status, "seconds": self.seconds,
+                "log_tail": self.log_tail, "failed_at": iso(self.failed_at)}
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreRecord:
+    """One restore run as reported by ``neffcache restore``."""
+
+    id: int
+    created_at: datetime
+    host: str
+    fingerprint_key: str
+    matrix: str
+    cells_restored: int
+    cells_missing: int
+    missing: tuple[str, ...]
+    files_fetched: int
+    files_skipped: int
+    bytes_fetched: int
+    seconds: float
+    exit_code: int
+
+    @property
+    def outcome(self) -> str:
+        return restore_outcome(self.exit_code, self.cells_restored, self.cells_missing)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "created_at": iso(self.created_at), "host": self.host,
+                "fingerprint_key": self.fingerprint_key, "matrix": self.matrix,
+                "outcome": self.outcome, "cells_restored": self.cells_restored,
+                "cells_missing": self.cells_missing, "missing": list(self.missing),
+                "files_fetched": self.files_fetched, "files_skipped": self.files_skipped,
+                "bytes_fetched": self.bytes_fetched, "seconds": self.seconds,
+                "exit_code": self.exit_code}
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreOutcomeStats:
+    """Restores with one outcome: how many, total seconds and bytes, cumulative buckets."""
+
+    outcome: str
+    count: int
+    seconds_sum: float
+    bytes_sum: int
+    buckets: tuple[int, ...]  # cumulative counts per DURATION_BUCKETS bound
+
+    def to_json(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "count": self.count,
+                "seconds_sum": round(self.seconds_sum, 6), "bytes_sum": self.bytes_sum,
+                "buckets": [{"le": b, "count": n} for b, n in zip(
+                      DURATION_BUCKETS, self.buckets, strict=True)]}
+
+
+@dataclass(frozen=True, slots=True)
+class IndexTotals:
+    entries: int
+    total_bytes: int
+    fingerprints: int
+    cells: int
+    matrices: int
+    runs: int
+    restores: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entries": self.entries, "total_bytes": self.total_bytes,
+                "fingerprints": self.fingerprints, "cells": self.cells,
+                "matrices": self.matrices, "runs": self.runs, "restores": self.restores}

@@ -1,0 +1,145 @@
+"""The JSON endpoints of the read-only API (GET only). Each calls one index query and returns
+its ``to_json``; the response models in ``schemas`` document and check the shapes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+
+from neffcache.index import Index
+from neffcache.index import ops_queries as q
+from neffcache.index.matrices import get_matrix, list_matrices, matrix_versions
+from neffcache.index.ops_values import group_by_sdk
+from neffcache.server import schemas as m
+
+router = APIRouter(prefix="/api")
+
+Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many items.")]
+Glob = Annotated[str | None, Query(max_length=255, description="Cell id glob, e.g. "
+                                                                "'flux2-klein/compile/*'.")]
+MatrixName = Annotated[str, Query(min_length=1, max_length=255, description="Matrix name.")]
+Version = Annotated[int | None, Query(ge=1, le=1_000_000,
+                                      description="Matrix version [default: current].")]
+
+
+def _index(request: Request) -> Index:
+    index: Index = request.app.state.index
+    return index
+
+
+@router.get("/summary", response_model=m.Summary, summary="Totals, coverage per matrix x "
+            "fingerprint, bytes per SDK version, restore outcomes")
+def summary(request: Request) -> dict[str, Any]:
+    ix = _index(request)
+    return {
+        "index": request.app.state.index_label,
+        "totals": q.index_totals(ix).to_json(),
+        "coverage": [_coverage_counts(g.to_json()) for g in q.coverage_summaries(ix)],
+        "sdk_versions": [s.to_json() for s in group_by_sdk(q.fingerprint_stats(ix))],
+        "restore_outcomes": [o.to_json() for o in q.restore_outcomes(ix)],
+    }
+
+
+def _coverage_counts(grid: dict[str, Any]) -> dict[str, Any]:
+    return {"matrix": grid["matrix"], "version": grid["version"],
+            "cells": grid["total_cells"], "fingerprints": grid["fingerprints"]}
+
+
+@router.get("/matrices", response_model=list[m.MatrixDoc],
+            summary="The current version of every registered matrix")
+def matrices(request: Request) -> list[dict[str, Any]]:
+    return [v.to_json() for v in list_matrices(_index(request))]
+
+
+@router.get("/matrix", response_model=m.MatrixDetail,
+            summary="One matrix: the chosen version with its TOML, and its history",
+            responses={404: {"model": m.ErrorDoc}})
+def matrix(request: Request, name: MatrixName, version: Version = None) -> dict[str, Any]:
+    ix = _index(request)
+    chosen = get_matrix(ix, name, version, with_toml=True)
+    return {"current": chosen.to_json(),
+            "versions": [v.to_json() for v in matrix_versions(ix, name)]}
+
+
+@router.get("/coverage", response_model=m.CoverageGridDoc,
+            summary="A page of a matrix's cells x fingerprints, with status counts",
+            responses={404: {"model": m.ErrorDoc}})
+def coverage(request: Request, matrix: MatrixName, version: Version = None,
+             cells: Glob = None,
+             offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+             limit: Annotated[int, Query(ge=0, le=1000)] = 200) -> dict[str, Any]:
+    return q.coverage_grid(_index(request), matrix, version=version, pattern=cells or None,
+                           offset=offset, limit=limit).to_json()
+
+
+@router.get("/entries", response_model=list[m.EntryDoc], summary="Entries, newest first")
+def entries(request: Request, cells: Glob = None,
+            fingerprint: Annotated[str | None, Query(max_length=64, description=(
+                "A fingerprint key or a prefix of one."))] = None,
+            limit: Limit = 100) -> list[dict[str, Any]]:
+    return [e.to_json() for e in _index(request).entries(cells or None, fingerprint or None,
+                                                         limit)]
+
+
+@router.get("/fingerprints", response_model=list[m.FingerprintDoc],
+            summary="Every fingerprint with its entries and bytes")
+def fingerprints(request: Request) -> list[dict[str, Any]]:
+    return [s.to_json() for s in q.fingerprint_stats(_index(request))]
+
+
+@router.get("/sdk-versions", response_model=list[m.SdkBytesDoc],
+            summary="Entries and bytes per backend and SDK version")
+def sdk_versions(request: Request) -> list[dict[str, Any]]:
+    return [s.to_json() for s in group_by_sdk(q.fingerprint_stats(_index(request)))]
+
+
+@router.get("/runs", response_model=list[m.RunDoc], summary="Precompile runs, newest first")
+def runs(request: Request, matrix: Annotated[str | None, Query(max_length=255)] = None,
+         limit: Limit = 50) -> list[dict[str, Any]]:
+    return [r.to_json() for r in q.list_runs(_index(request), limit, matrix or None)]
+
+
+@router.get("/run", response_model=m.RunDetail,
+            summary="One precompile run and every failure it recorded, with log tails",
+            responses={404: {"model": m.ErrorDoc}})
+def run(request: Request, id: Annotated[str, Query(min_length=1, max_length=64)],
+        limit: Limit = 200) -> dict[str, Any]:
+    ix = _index(request)
+    summary = q.get_run(ix, id)
+    failures = q.list_failures(ix, run_id=id, current_only=False, limit=limit)
+    return {"run": summary.to_json(), "failures": [f.to_json() for f in failures]}
+
+
+@router.get("/failures", response_model=list[m.FailureDoc],
+            summary="Failed cells with their log tails, newest first",
+            responses={404: {"model": m.ErrorDoc}})
+def failures(request: Request,
+             matrix: Annotated[str | None, Query(max_length=255, description=(
+                 "Only cells of this registered matrix (current version)."))] = None,
+             fingerprint: Annotated[str | None, Query(max_length=64)] = None,
+             cells: Glob = None,
+             all: Annotated[bool, Query(description=(
+                 "Every recorded failure, not only the latest of each cell x fingerprint "
+                 "that still has no entry."))] = False,
+             limit: Limit = 100) -> list[dict[str, Any]]:
+    ix = _index(request)
+    version = get_matrix(ix, matrix) if matrix else None
+    return [f.to_json() for f in q.list_failures(
+        ix, matrix=version, fingerprint_key=fingerprint or None, cell_glob=cells or None,
+        current_only=not all, limit=limit)]
+
+
+@router.get("/restores", response_model=list[m.RestoreDoc],
+            summary="Restore reports, newest first")
+def restores(request: Request, host: Annotated[str | None, Query(max_length=255)] = None,
+             matrix: Annotated[str | None, Query(max_length=255)] = None,
+             limit: Limit = 50) -> list[dict[str, Any]]:
+    return [r.to_json() for r in q.list_restores(_index(request), limit=limit,
+                                                 host=host or None, matrix=matrix or None)]
+
+
+@router.get("/restore-outcomes", response_model=list[m.RestoreOutcomeDoc],
+            summary="Restores per outcome with duration buckets")
+def restore_outcomes(request: Request) -> list[dict[str, Any]]:
+    return [o.to_json() for o in q.restore_outcomes(_index(request))]

@@ -1,0 +1,251 @@
+// neffcache dashboard: fetches JSON from this server's /api and renders each table with one
+// innerHTML assignment (no per-cell DOM calls). No external resources; works offline.
+"use strict";
+
+const state = { matrix: null, pattern: "", offset: 0, limit: 200, grid: null, summary: null };
+const $ = (id) => document.getElementById(id);
+const SYMBOL = { ready: "\u2713", failed: "\u2717", missing: "\u2013" };
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => (
+    { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+}
+
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
+const num = (n) => Number(n).toLocaleString("en-US");
+const short = (key) => String(key || "").slice(0, 12);
+const when = (iso) => (iso ? iso.replace("T", " ").replace("+00:00", "Z") : "");
+
+async function getJSON(path) {
+  const response = await fetch(path, { headers: { Accept: "application/json" } });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    throw new Error(`${path}: ${response.status} ${body.error || response.statusText}`);
+  }
+  return body;
+}
+
+function showError(err) {
+  const box = $("error");
+  if (!err) { box.hidden = true; box.textContent = ""; return; }
+  box.hidden = false;
+  box.textContent = String(err.message || err);
+}
+
+// --- header and summary tables -------------------------------------------------------------
+
+function renderTotals(summary) {
+  const t = summary.totals;
+  $("totals").innerHTML = [
+    ["entries", num(t.entries)], ["stored", bytes(t.total_bytes)],
+    ["fingerprints", num(t.fingerprints)],
+    [t.matrices === 1 ? "matrix" : "matrices", num(t.matrices)],
+    [t.runs === 1 ? "precompile run" : "precompile runs", num(t.runs)],
+    [t.restores === 1 ? "restore" : "restores", num(t.restores)],
+  ].map(([label, value]) => `<span><b>${esc(value)}</b> ${esc(label)}</span>`).join("");
+  $("index-label").textContent = summary.index;
+}
+
+function renderSdk(rows) {
+  if (!rows.length) { $("sdk").innerHTML = `<tr><td class="empty">no entries</td></tr>`; return; }
+  const max = Math.max(...rows.map((r) => r.total_bytes), 1);
+  $("sdk").innerHTML = `<thead><tr><th>backend</th><th>SDK version</th><th class="num">fingerprints</th>
+    <th class="num">entries</th><th class="num">bytes</th><th style="width:30%"></th></tr></thead><tbody>` +
+    rows.map((r) => `<tr><td>${esc(r.backend)}</td><td><code>${esc(r.sdk_version)}</code></td>
+      <td class="num">${num(r.fingerprints)}</td><td class="num">${num(r.entries)}</td>
+      <td class="num">${esc(bytes(r.total_bytes))}</td>
+      <td><div class="hbar" style="width:${(100 * r.total_bytes / max).toFixed(1)}%"></div></td></tr>`).join("") +
+    "</tbody>";
+}
+
+function renderOutcomes(rows) {
+  $("outcomes").innerHTML = `<thead><tr><th>outcome</th><th class="num">restores</th>
+    <th class="num">mean seconds</th><th class="num">bytes fetched</th></tr></thead><tbody>` +
+    rows.map((o) => `<tr><td><span class="badge o-${esc(o.outcome)}">${esc(o.outcome)}</span></td>
+      <td class="num">${num(o.count)}</td>
+      <td class="num">${o.count ? (o.seconds_sum / o.count).toFixed(2) : "–"}</td>
+      <td class="num">${esc(bytes(o.bytes_sum))}</td></tr>`).join("") + "</tbody>";
+}
+
+function renderRestores(rows) {
+  if (!rows.length) {
+    $("restores").innerHTML = `<tr><td class="empty">no restore reported yet</td></tr>`;
+    return;
+  }
+  $("restores").innerHTML = `<thead><tr><th>time (UTC)</th><th>host</th><th>matrix</th>
+    <th>fingerprint</th><th>outcome</th><th class="num">restored</th><th class="num">missing</th>
+    <th class="num">bytes</th><th class="num">seconds</th><th class="num">exit</th></tr></thead><tbody>` +
+    rows.map((r) => `<tr><td>${esc(when(r.created_at))}</td><td>${esc(r.host)}</td>
+      <td>${esc(r.matrix)}</td><td><code title="${esc(r.fingerprint_key)}">${esc(short(r.fingerprint_key))}</code></td>
+      <td><span class="badge o-${esc(r.outcome)}">${esc(r.outcome)}</span></td>
+      <td class="num">${num(r.cells_restored)}</td>
+      <td class="num" title="${esc(r.missing.slice(0, 20).join("\n"))}">${num(r.cells_missing)}</td>
+      <td class="num">${esc(bytes(r.bytes_fetched))}</td><td class="num">${r.seconds.toFixed(2)}</td>
+      <td class="num">${esc(r.exit_code)}</td></tr>`).join("") + "</tbody>";
+}
+
+function renderRuns(rows) {
+  if (!rows.length) { $("runs").innerHTML = `<tr><td class="empty">no precompile run</td></tr>`; return; }
+  $("runs").innerHTML = `<thead><tr><th>started (UTC)</th><th>finished</th><th>host</th>
+    <th>matrix</th><th>fingerprint</th><th class="num">ok</th><th class="num">failed</th></tr></thead><tbody>` +
+    rows.map((r) => `<tr><td>${esc(when(r.started_at))}</td><td>${esc(when(r.finished_at) || "running")}</td>
+      <td>${esc(r.host)}</td><td>${esc(r.matrix)}</td>
+      <td><code title="${esc(r.fingerprint_key)}">${esc(short(r.fingerprint_key))}</code></td>
+      <td class="num">${r.cells_ok ?? "–"}</td><td class="num">${r.cells_failed ?? r.failures_recorded}</td></tr>`).join("") +
+    "</tbody>";
+}
+
+function failureHTML(f) {
+  return `<details class="failure"><summary><code>${esc(f.cell_id)}</code> on
+    <code title="${esc(f.fingerprint_key)}">${esc(short(f.fingerprint_key))}</code>:
+    exit ${esc(f.exit_status ?? "?")} after ${Number(f.seconds).toFixed(1)} s,
+    ${esc(when(f.failed_at))}</summary><div class="log"><pre>${esc(f.log_tail)}</pre></div></details>`;
+}
+
+function renderFailures(rows) {
+  $("failures").innerHTML = rows.length ? rows.map(failureHTML).join("")
+    : `<div class="empty">no failed cell</div>`;
+}
+
+// --- coverage grid -------------------------------------------------------------------------
+
+function renderMatrices(list) {
+  const select = $("matrix");
+  if (!list.length) {
+    select.innerHTML = "";
+    $("matrix-info").textContent = "no matrix registered (neffcache matrix register FILE)";
+    return false;
+  }
+  if (!list.some((m) => m.name === state.matrix)) state.matrix = list[0].name;
+  select.innerHTML = list.map((m) => `<option value="${esc(m.name)}"${m.name === state.matrix ? " selected" : ""}>${esc(m.name)}</option>`).join("");
+  const m = list.find((x) => x.name === state.matrix);
+  $("matrix-info").textContent = `version ${m.version} · ${num(m.cells)} cells · ${m.backend} · sha256 ${short(m.sha256)} · registered ${when(m.registered_at)}`;
+  return true;
+}
+
+function cardHTML(f) {
+  const total = f.ready + f.failed + f.missing || 1;
+  return `<div class="fp-card" data-fp="${esc(f.key)}"><div class="title">${esc(f.backend)} ${esc(f.sdk_version)}</div>
+    <code>${esc(short(f.key))}</code> <b>${(100 * f.ratio).toFixed(1)}%</b>
+    <div class="bar"><div class="r" style="width:${100 * f.ready / total}%"></div><div class="f" style="width:${100 * f.failed / total}%"></div></div>
+    <div class="counts"><span class="r">${num(f.ready)} ready</span> · <span class="f">${num(f.failed)} failed</span> · <span class="m">${num(f.missing)} missing</span></div></div>`;
+}
+
+function renderGrid(grid) {
+  state.grid = grid;
+  const fps = grid.fingerprints;
+  $("fp-summary").innerHTML = fps.length ? fps.map(cardHTML).join("")
+    : `<div class="empty">no entry or failure for any cell of this matrix yet</div>`;
+  const head = `<thead><tr><th class="cell">cell (${num(grid.total_cells)})</th>` + fps.map((f) =>
+    `<th title="${esc(f.key)}">${esc(f.sdk_version)}<span class="sub">${esc(short(f.key))}</span>` +
+    `<span class="sub">${num(f.ready)}/${num(f.ready + f.failed + f.missing)}</span></th>`).join("") + "</tr></thead>";
+  const body = grid.rows.map((row) => `<tr><td class="cell">${esc(row.cell_id)}</td>` +
+    row.statuses.map((s, j) => `<td class="st ${s}" data-status="${s}" data-j="${j}">${SYMBOL[s]}</td>`).join("") +
+    "</tr>").join("");
+  $("grid").innerHTML = head + `<tbody>${body || `<tr><td class="empty" colspan="${fps.length + 1}">no cell matches</td></tr>`}</tbody>`;
+  const first = grid.total_cells ? grid.offset + 1 : 0;
+  const last = grid.offset + grid.rows.length;
+  $("page-info").textContent = `cells ${num(first)}–${num(last)} of ${num(grid.total_cells)}`;
+  $("prev").disabled = grid.offset <= 0;
+  $("next").disabled = last >= grid.total_cells;
+}
+
+async function loadGrid() {
+  if (!state.matrix) { $("grid").innerHTML = ""; $("fp-summary").innerHTML = ""; return; }
+  const params = new URLSearchParams({ matrix: state.matrix, offset: state.offset, limit: state.limit });
+  if (state.pattern) params.set("cells", state.pattern);
+  renderGrid(await getJSON(`/api/coverage?${params}`));
+}
+
+async function loadFailures() {
+  const params = new URLSearchParams({ limit: 50 });
+  if (state.matrix) params.set("matrix", state.matrix);
+  $("failures-scope").textContent = state.matrix ? `(${state.matrix}, latest 50)` : "(latest 50)";
+  renderFailures(await getJSON(`/api/failures?${params}`));
+}
+
+async function showCellLog(td) {
+  const row = td.parentElement.rowIndex - 1;  // minus the header row
+  const cell = state.grid.rows[row];
+  const fp = state.grid.fingerprints[Number(td.dataset.j)];
+  const params = new URLSearchParams({ cells: cell.cell_id, fingerprint: fp.key, limit: 1 });
+  const box = $("cell-log");
+  box.hidden = false;
+  box.innerHTML = `<span class="muted">loading log of ${esc(cell.cell_id)}…</span>`;
+  const found = await getJSON(`/api/failures?${params}`);
+  box.innerHTML = found.length ? failureHTML(found[0]).replace("<details ", "<details open ")
+    : `<span class="muted">no failure recorded</span>`;
+}
+
+// --- wiring --------------------------------------------------------------------------------
+
+async function loadAll() {
+  try {
+    showError(null);
+    const [summary, matrices, restores, runs] = await Promise.all([
+      getJSON("/api/summary"), getJSON("/api/matrices"), getJSON("/api/restores?limit=25"),
+      getJSON("/api/runs?limit=20")]);
+    state.summary = summary;
+    renderTotals(summary);
+    renderSdk(summary.sdk_versions);
+    renderOutcomes(summary.restore_outcomes);
+    renderRestores(restores);
+    renderRuns(runs);
+    renderMatrices(matrices);
+    await Promise.all([loadGrid(), loadFailures()]);
+    document.body.dataset.loaded = "true";
+  } catch (err) {
+    showError(err);
+    document.body.dataset.loaded = "error";
+  }
+}
+
+function guarded(fn) {
+  return (...args) => fn(...args).catch(showError);
+}
+
+function debounce(fn, ms) {
+  let timer = null;
+  return (...args) => { clearTimeout(timer); timer = setTimeout(() => fn(...args), ms); };
+}
+
+function init() {
+  $("refresh").addEventListener("click", () => loadAll());
+  $("matrix").addEventListener("change", guarded(async (e) => {
+    state.matrix = e.target.value;
+    state.offset = 0;
+    $("cell-log").hidden = true;
+    await loadAll();
+  }));
+  $("filter").addEventListener("input", debounce(guarded(async (e) => {
+    state.pattern = e.target.value.trim();
+    state.offset = 0;
+    await loadGrid();
+  }), 250));
+  $("page-size").addEventListener("change", guarded(async (e) => {
+    state.limit = Number(e.target.value);
+    state.offset = 0;
+    await loadGrid();
+  }));
+  $("prev").addEventListener("click", guarded(async () => {
+    state.offset = Math.max(0, state.offset - state.limit);
+    await loadGrid();
+  }));
+  $("next").addEventListener("click", guarded(async () => {
+    state.offset += state.limit;
+    await loadGrid();
+  }));
+  $("grid").addEventListener("click", guarded(async (e) => {
+    const td = e.target.closest("td.st.failed");
+    if (td) await showCellLog(td);
+  }));
+  loadAll();
+}
+
+document.addEventListener("DOMContentLoaded", init);

@@ -1,0 +1,102 @@
+"""Seed an index for the ops-surface tests: a registered matrix, entries, failures, runs and
+restore reports with known statuses, at any scale (5,000 cells x 10 fingerprints included)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from neffcache.fingerprint import Fingerprint, build_fingerprint
+from neffcache.index import Index
+from neffcache.index.matrices import register_matrix
+from neffcache.index.models import CellFailureRow, PrecompileRunRow
+from neffcache.index.record import save_fingerprints_and_cells, utcnow
+from neffcache.matrix import Cell, Matrix, parse_matrix
+from tests.unit.test_index_factories import make_manifest
+
+READY, FAILED, MISSING = "ready", "failed", "missing"
+StatusRule = Callable[[int, int], str]  # (cell number, fingerprint number) -> status
+
+
+def matrix_text(name: str, *, pipelines: int = 1, modes: Sequence[str] = ("compile",),
+                shapes: int = 2, batches: int = 1, backend: str = "neuron") -> str:
+    """A matrix with pipelines x modes x shapes x batches cells (ids like
+    ``p0/compile/512x520/b1/tp1``)."""
+    shape_list = ", ".join(f'"{512 + 8 * (i // 10)}x{512 + 8 * (i % 10)}"' for i in range(shapes))
+    batch_list = ", ".join(str(b) for b in range(1, batches + 1))
+    mode_list = ", ".join(f'"{m}"' for m in modes)
+    parts = [f'name = "{name}"', f'backend = "{backend}"']
+    for p in range(pipelines):
+        parts.append(f'''
+[[pipelines]]
+name = "p{p}"
+class = "diffusers:Flux2KleinPipeline"
+model = "/models/p{p}"
+modes = [{mode_list}]
+shapes = [{shape_list}]
+batch_sizes = [{batch_list}]''')
+    return "\n".join(parts) + "\n"
+
+
+def sdk_fingerprint(n: int, backend: str = "neuron") -> Fingerprint:
+    """Fingerprint n: neuronx-cc 2.<n>.0 (its SDK version), target trn2."""
+    return build_fingerprint(backend, {"version.neuronx-cc": f"2.{n}.0",
+                                       "version.torch": "2.9.0", "target": "trn2"})
+
+
+@dataclass(frozen=True)
+class Seeded:
+    matrix: Matrix
+    fingerprints: tuple[Fingerprint, ...]
+    statuses: dict[tuple[str, str], str]  # (cell id, fingerprint key) -> status
+    entry_bytes: dict[str, int]  # fingerprint key -> total bytes of its entries
+
+    def count(self, fp: Fingerprint, status: str) -> int:
+        return sum(1 for (_, k), s in self.statuses.items() if k == fp.key and s == status)
+
+
+def seed(ix: Index, text: str, fingerprints: Sequence[Fingerprint], rule: StatusRule,
+         *, size: Callable[[int, int], int] = lambda n, i: 1000 + n,
+         log: Callable[[Cell, Fingerprint], str] = lambda c, fp: f"error: {c.id} failed\n"
+         ) -> Seeded:
+    """Register the matrix in ``text`` and give each cell x fingerprint the status ``rule``
+    says: an entry of ``size`` bytes, a recorded failure (one precompile run per
+    fingerprint) or nothing."""
+    matrix = parse_matrix(text, "seed.toml")
+    register_matrix(ix, matrix, text)
+    statuses: dict[tuple[str, str], str] = {}
+    manifests, failures = [], []
+    entry_bytes = {fp.key: 0 for fp in fingerprints}
+    for n, cell in enumerate(matrix.cells):
+        for i, fp in enumerate(fingerprints):
+            status = rule(n, i)
+            statuses[(cell.id, fp.key)] = status
+            if status == READY:
+                manifests.append(make_manifest(cell, fp, files=[("neff", "k.neff", size(n, i),
+                                                                 f"{cell.key}{fp.key}")]))
+                entry_bytes[fp.key] += size(n, i)
+            elif status == FAILED:
+                failures.append((cell, fp))
+    if manifests:
+        ix.record_entries(manifests, "s3://bucket/neff")
+    _bulk_failures(ix, failures, log)
+    return Seeded(matrix, tuple(fingerprints), statuses, entry_bytes)
+
+
+def _bulk_failures(ix: Index, pairs: list[tuple[Cell, Fingerprint]],
+                   log: Callable[[Cell, Fingerprint], str]) -> None:
+    if not pairs:
+        return
+    now = utcnow()
+    with ix._write() as s:  # noqa: SLF001 - test set-up at scale
+        save_fingerprints_and_cells(s, {fp for _, fp in pairs}, [c for c, _ in pairs], now)
+        runs = {}
+        for fp in {fp for _, fp in pairs}:
+            runs[fp.key] = f"run{fp.key[:28]}"
+            s.add(PrecompileRunRow(id=runs[fp.key], started_at=now, finished_at=now,
+                                   host="ci-1", fingerprint_key=fp.key, matrix_name="seed",
+                                   cells_ok=0, cells_failed=0))
+        s.flush()
+        s.add_all([CellFailureRow(run_id=runs[fp.key], cell_key=c.key, fingerprint_key=fp.key,
+                                  exit_status=1, seconds=2.0, log_tail=log(c, fp),
+                                  created_at=now) for c, fp in pairs])
