@@ -5,7 +5,7 @@ from ``manifests/<key>.json`` (no index needed). Missing cells are checked again
 ``cells/<cell-key>/`` pointers to tell "never built" from "built for another environment".
 
 Exit rule (``outcome_error``), first match wins:
-  4  a manifest was rejected, a blob was missing/corrupt/truncated, or two entries conflict
+  4  a manifest was rejected, or a blob was missing/corrupt/truncated
   1  a file could not be written locally (permissions, disk full, symlink in the way)
   6  the store could not be reached for some manifest or blob
   3  the deadline stopped the restore before everything was in place
@@ -49,7 +49,13 @@ from neffcache.restore_apply import (
     save_state,
     scan_present,
 )
-from neffcache.restore_plan import FileId, cell_verdicts, plan_restore, wanted_sizes
+from neffcache.restore_plan import (
+    Conflict,
+    FileId,
+    cell_verdicts,
+    plan_restore,
+    wanted_sizes,
+)
 from neffcache.store import Store, manifest_key
 from neffcache.store.base import CELLS
 
@@ -92,6 +98,8 @@ class RestoreResult:
     deadline_hit: bool
     seconds: float
     environment: tuple[tuple[str, str], ...] = field(default=())
+    # Paths entries disagree about; the first cell's record won each (see restore_plan).
+    conflicts: tuple[Conflict, ...] = field(default=())
 
     def error(self) -> NeffcacheError | None:
         return outcome_error(self)
@@ -125,6 +133,7 @@ class RestoreResult:
             "deadline_hit": self.deadline_hit,
             "seconds": round(self.seconds, 3),
             "environment": dict(self.environment),
+            "conflicts": len(self.conflicts),
         }
 
 
@@ -137,8 +146,8 @@ def outcome_error(r: RestoreResult) -> NeffcacheError | None:
             [(f.kind, f.message) for f in res.failed]:
         first.setdefault(kind, message)
     n_fail = len(r.failures) + len(res.failed)
-    if "integrity" in kinds or "conflict" in kinds:
-        msg = first.get("integrity") or first.get("conflict")
+    if "integrity" in kinds:
+        msg = first["integrity"]
         return IntegrityError(f"{n_fail} problem(s) found, nothing bad installed; first: {msg}",
                               hint="neffcache verify")
     if "io" in kinds:
@@ -251,8 +260,7 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
         plan = plan_restore(manifests, dirs, present)
         report = apply_restore(store, plan, workers=workers, deadline=deadline,
                                progress=progress, roots=roots)
-    failures = report.failures + tuple(FileFailure(c.root, c.path, "conflict", c.message)
-                                       for c in plan.conflicts)
+    failures = report.failures
     in_place: set[FileId] = {t.id for t in plan.present} | {t.id for t in report.installed}
     records.update(dict(report.states))
     save_state(dirs, {**{k: v for k, v in state.items() if k not in wanted}, **records})
@@ -264,4 +272,5 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
         files_skipped=len(plan.present), bytes_fetched=report.bytes_fetched, failures=failures,
         deadline_hit=report.deadline_hit or bool(resolution.unresolved),
         seconds=time.monotonic() - started,
-        environment=tuple(sorted(cache_environment(backend, str(target)).items())))
+        environment=tuple(sorted(cache_environment(backend, str(target)).items())),
+        conflicts=plan.conflicts)

@@ -58,7 +58,7 @@ class UnsafePathError(OSError):
 class FileFailure:
     root: str
     path: str
-    kind: str  # integrity | unavailable | io | deadline | conflict
+    kind: str  # integrity | unavailable | io | deadline
     message: str
 
     def to_json(self) -> dict[str, str]:

@@ -3,9 +3,12 @@
 Input: the entries' manifests, the target directory of each cache root, and what a scan found
 at each wanted path (size, sha256, mode). Output: a ``RestorePlan`` — fetch groups (one blob
 fetched once, installed at every path that wants it), files already present and valid, and
-conflicts (two entries wanting different bytes at one path: that file is refused). Also the
-per-cell verdicts once the I/O is done, and the local state records that let a rerun skip
-re-hashing unchanged files.
+conflicts. A conflict is two entries wanting different bytes at one path, which is common for
+compile caches (files are named by their inputs, but .so/.gch/NEFF bytes are not always
+reproducible): the first entry in the requested cell order wins that path, the others' records
+are skipped and reported; a file already present and valid for any of the records is left.
+Also the per-cell verdicts once the I/O is done, and the local state records that let a rerun
+skip re-hashing unchanged files.
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ class FetchGroup:
 
 @dataclass(frozen=True, slots=True)
 class Conflict:
+    """Entries wanting different bytes at one path; ``entry_keys[0]``'s record won (first in
+    cell order), ``sha256s`` are the distinct digests wanted, the winner's first."""
+
     root: str
     path: str
     entry_keys: tuple[str, ...]
@@ -68,7 +74,7 @@ class Conflict:
     def message(self) -> str:
         return (f"{self.root}/{self.path}: entries {', '.join(k[:12] for k in self.entry_keys)} "
                 f"want different bytes (sha256 {', '.join(s[:12] for s in self.sha256s)}); "
-                f"refusing this file")
+                f"kept entry {self.entry_keys[0][:12]}'s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +104,11 @@ def wanted_sizes(manifests: Iterable[Manifest]) -> dict[FileId, set[int]]:
 
 def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
                  present: Mapping[FileId, PresentFile]) -> RestorePlan:
-    """Decide per wanted file: already valid, fetch (grouped by sha256), or conflict.
+    """Decide per wanted file: already valid, or fetch (grouped by sha256); note conflicts.
 
     Files are scheduled in manifest order (cell by cell) so a deadline leaves whole cells done.
+    Where entries disagree about a path, the first manifest's record wins (a present file valid
+    for any of the records is left in place) and the disagreement is listed in ``conflicts``.
     """
     wants: dict[FileId, list[tuple[str, Target]]] = {}
     for m in manifests:
@@ -114,17 +122,17 @@ def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
     valid: list[Target] = []
     conflicts: list[Conflict] = []
     for fid, claims in wants.items():
-        digests = sorted({(t.sha256, t.size) for _, t in claims})
-        if len(digests) > 1:
-            conflicts.append(Conflict(fid[0], fid[1],
-                                      tuple(sorted({k for k, _ in claims})),
-                                      tuple(d for d, _ in digests)))
-            continue
         t = claims[0][1]
+        if any((c.sha256, c.size) != (t.sha256, t.size) for _, c in claims):
+            conflicts.append(Conflict(fid[0], fid[1],
+                                      tuple(dict.fromkeys(k for k, _ in claims)),
+                                      tuple(dict.fromkeys(c.sha256 for _, c in claims))))
         have = present.get(fid)
-        if have is not None and have.size == t.size and have.sha256 == t.sha256 \
-                and have.mode == t.mode:
-            valid.append(t)
+        match = None if have is None else next(
+            (c for _, c in claims if (have.size, have.sha256, have.mode) ==
+             (c.size, c.sha256, c.mode)), None)
+        if match is not None:
+            valid.append(match)
         else:
             groups.setdefault(t.sha256, []).append(t)
     fetch = tuple(FetchGroup(sha, ts[0].size, tuple(ts)) for sha, ts in groups.items())

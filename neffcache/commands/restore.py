@@ -68,7 +68,11 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     --json prints one document: status, exit_code, fingerprint_key, cells_restored,
     cells_missing, cells_incomplete, cells_failed, cells_elsewhere, entries,
     files_fetched, files_skipped, files_failed, bytes_fetched, deadline_hit, seconds,
-    environment. Progress goes to stderr when it is a terminal.
+    environment, conflicts. Progress goes to stderr when it is a terminal.
+
+    When two entries want different bytes at one path (compile outputs are not always
+    byte-reproducible), the first cell in matrix order wins that path; `conflicts` counts
+    such paths and a warning on stderr names a few.
 
     \b
     Examples:
@@ -113,6 +117,8 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
                            progress=bar.update if bar else None)
     if bar:
         bar.close()
+    if result.conflicts:
+        progress(_conflict_warning(result.conflicts))
     doc = result.to_json()
     if as_json:
         emit_json(doc)
@@ -153,6 +159,14 @@ def _make_scratch_dirs(backend: Any, target: Path) -> None:
             os.makedirs(d, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"{d}: cannot create scratch directory: {exc.strerror}") from None
+
+
+def _conflict_warning(conflicts: Any, listed: int = 3) -> str:
+    """One stderr line: how many paths entries disagreed about, and the first few."""
+    some = "; ".join(c.message for c in conflicts[:listed])
+    more = f"; and {len(conflicts) - listed} more" if len(conflicts) > listed else ""
+    return (f"warning: {len(conflicts)} path(s) are wanted with different bytes by different "
+            f"entries; the first cell's file was kept: {some}{more}")
 
 
 def _summary(doc: dict[str, Any]) -> str:

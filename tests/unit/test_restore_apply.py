@@ -170,3 +170,23 @@ def test_shared_blob_is_fetched_once_and_an_unreachable_store_is_exit_6(tmp_path
     assert isinstance(r2.error(), UnavailableError)
     assert {f.kind for f in r2.failures} == {"unavailable"}
     assert temps(tmp_path / "t2") == []
+
+
+def test_conflicting_entries_first_cell_wins_and_rerun_keeps_it(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    for h, body in ((64, b"built by the 64 cell"), (128, b"built by the 128 cell!")):
+        src = tmp_path / f"src{h}"
+        (src / "ab").mkdir(parents=True)
+        (src / "ab" / "k.so").write_bytes(body)
+        (src / f"own{h}.neff").write_bytes(body * 2)
+        publish_entry(store, cell(h), FP, NEURON, {"neff": src})
+    target = tmp_path / "t"
+    r = restore_cells(store, [cell(128), cell(64)], NEURON, FP, target)
+    assert r.error() is None and r.restored == (cell(128).id, cell(64).id)
+    assert len(r.conflicts) == 1 and r.conflicts[0].path == "ab/k.so"
+    assert r.to_json()["conflicts"] == 1
+    assert (target / "neff" / "ab" / "k.so").read_bytes() == b"built by the 128 cell!"
+    # The other order wants the 64 cell's bytes first, but the 128 cell's are valid: left.
+    again = restore_cells(store, [cell(64), cell(128)], NEURON, FP, target)
+    assert again.error() is None and again.files_fetched == 0
+    assert (target / "neff" / "ab" / "k.so").read_bytes() == b"built by the 128 cell!"

@@ -66,16 +66,43 @@ def test_present_and_valid_files_are_skipped_others_fetched() -> None:
     assert sorted(t.path for g in plan.fetch for t in g.targets) == ["2", "3", "4"]
 
 
-def test_conflicting_entries_refuse_only_that_file() -> None:
+def test_conflicting_entries_first_in_cell_order_wins() -> None:
     a = entry(64, f("same", "a"), f("ok", "c"))
+    b = entry(128, f("same", "b", size=11))
+    for order in ([a, b], [b, a]):
+        plan = plan_restore(order, DIRS, {})
+        assert len(plan.conflicts) == 1
+        c = plan.conflicts[0]
+        winner = next(r for r in order[0].files if r.path == "same")
+        assert (c.root, c.path) == ("neff", "same")
+        assert c.entry_keys == (order[0].entry_key, order[1].entry_key)
+        assert c.sha256s[0] == winner.sha256
+        assert "neff/same" in c.message and f"kept entry {order[0].entry_key[:12]}" in c.message
+        fetched = {t.path: t.sha256 for g in plan.fetch for t in g.targets}
+        assert fetched["same"] == winner.sha256  # fetched once, the winner's bytes
+        assert sorted(fetched) == ["ok", "same"]
+
+
+def test_conflict_present_and_valid_for_any_record_is_left() -> None:
+    a = entry(64, f("same", "a"))
+    b = entry(128, f("same", "b"))
+    for sha in ("a", "b"):
+        plan = plan_restore([a, b], DIRS, {("neff", "same"): PresentFile(10, sha * 64, 0o644)})
+        assert plan.fetch == () and [t.sha256[0] for t in plan.present] == [sha]
+        assert len(plan.conflicts) == 1  # still reported
+    other = plan_restore([a, b], DIRS, {("neff", "same"): PresentFile(10, "f" * 64, 0o644)})
+    assert [t.sha256[0] for g in other.fetch for t in g.targets] == ["a"]
+
+
+def test_conflicts_do_not_fail_the_restore() -> None:
+    a = entry(64, f("same", "a"))
     b = entry(128, f("same", "b"))
     plan = plan_restore([a, b], DIRS, {})
-    assert len(plan.conflicts) == 1
-    c = plan.conflicts[0]
-    assert (c.root, c.path) == ("neff", "same")
-    assert set(c.entry_keys) == {a.entry_key, b.entry_key}
-    assert "neff/same" in c.message and "refusing" in c.message
-    assert [t.path for g in plan.fetch for t in g.targets] == ["ok"]
+    restored, incomplete = cell_verdicts([a, b], {("neff", "same")})
+    assert restored == (a.cell.id, b.cell.id) and incomplete == ()
+    r = result(restored=(64, 128))
+    r = RestoreResult(**{**{k: getattr(r, k) for k in r.__slots__}, "conflicts": plan.conflicts})
+    assert code(r) == 0 and r.to_json()["conflicts"] == 1
 
 
 def test_same_bytes_from_two_entries_is_not_a_conflict() -> None:
@@ -157,5 +184,3 @@ def test_exit_rule() -> None:
     late = FileFailure("neff", "x", "deadline", "stopped")
     assert isinstance(outcome_error(result(failures=(late,), deadline=True)),
                       DeadlineExceededError)
-    conflict = FileFailure("neff", "x", "conflict", "neff/x: entries a, b want different")
-    assert code(result(restored=(64,), failures=(conflict,))) == 4
