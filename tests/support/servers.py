@@ -1,4 +1,5 @@
-"""Real local servers for tests: moto's S3 server as a subprocess on 127.0.0.1."""
+"""Real local servers for tests and benchmarks, on 127.0.0.1 only: moto's S3 server and
+SeaweedFS (`weed mini`), each as a subprocess started and stopped by a context manager."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from collections.abc import Iterator
+from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 
@@ -51,3 +53,57 @@ def moto_server() -> Iterator[str]:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+# --- SeaweedFS ------------------------------------------------------------------------------
+
+WEED_PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+              "volume.port.public", "filer.port", "filer.port.grpc", "filer.port.public",
+              "s3.port", "s3.port.grpc", "s3.port.iceberg", "s3.port.lance", "s3.metricsPort",
+              "admin.port", "admin.port.grpc", "webdav.port", "metricsPort")
+WEED_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                    "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@contextmanager
+def seaweedfs_server(data: Path, *, weed: str = "weed", timeout: float = 60.0,
+                     extra_args: Sequence[str] = ()) -> Iterator[str]:
+    """`weed mini` on 127.0.0.1 with every port given, no telemetry, data (and weed.log) in
+    ``data``; yield its S3 endpoint URL once it answers; stop it after."""
+    data.mkdir(parents=True, exist_ok=True)
+    ports = {name: free_port() for name in WEED_PORTS}
+    args = [weed, "mini", f"-dir={data}", f"-ip={LOOPBACK}", f"-ip.bind={LOOPBACK}",
+            "-master.telemetry=false", f"-metricsIp={LOOPBACK}", f"-s3.metricsIp={LOOPBACK}",
+            "-webdav=false", "-admin.ui=false", *(f"-{k}={v}" for k, v in ports.items()),
+            *extra_args]
+    with open(data / "weed.log", "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=data)
+    endpoint = f"http://{LOOPBACK}:{ports['s3.port']}"
+    try:
+        _wait_s3(endpoint, proc, timeout)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_s3(endpoint: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing",
+                          config=Config(retries={"max_attempts": 1}, connect_timeout=1))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.list_buckets()
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure means "not up yet"
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"SeaweedFS at {endpoint} did not come up: {exc}") from None
+            time.sleep(0.2)
