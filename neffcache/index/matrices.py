@@ -103,7 +103,7 @@ def _cell_counts(s: Session, ids: Sequence[int]) -> dict[int, int]:
         return {}
     return dict(s.execute(select(MatrixCellRow.matrix_id, func.count())  # type: ignore[arg-type]
                           .where(MatrixCellRow.matrix_id.in_(ids))
-                          .group_by(MatrixCellRow.matrix_id)).tuples().all())
+                          .group_by(MatrixCellRow.matrix_id)).all())
 
 
 def list_matrices(index: Index) -> list[MatrixVersion]:

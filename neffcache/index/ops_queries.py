@@ -57,10 +57,12 @@ def _matrix_pairs(s: Session, matrix_id: int) -> tuple[set[tuple[str, str]],
     """(cell key, fingerprint key) pairs with an entry, and pairs with a failure, for the
     cells of one matrix version."""
     in_matrix = select(MatrixCellRow.cell_key).where(MatrixCellRow.matrix_id == matrix_id)
-    ready = set(s.execute(select(EntryRow.cell_key, EntryRow.fingerprint_key)
-                          .where(EntryRow.cell_key.in_(in_matrix))).tuples())
-    failed = set(s.execute(select(CellFailureRow.cell_key, CellFailureRow.fingerprint_key)
-                           .where(CellFailureRow.cell_key.in_(in_matrix)).distinct()).tuples())
+    ready = {(c, f) for c, f in s.execute(
+        select(EntryRow.cell_key, EntryRow.fingerprint_key)
+        .where(EntryRow.cell_key.in_(in_matrix)))}
+    failed = {(c, f) for c, f in s.execute(
+        select(CellFailureRow.cell_key, CellFailureRow.fingerprint_key)
+        .where(CellFailureRow.cell_key.in_(in_matrix)).distinct())}
     return ready, failed
 
 
@@ -101,7 +103,7 @@ def fingerprint_stats(index: Index) -> list[FingerprintStats]:
     with index._read() as s:  # noqa: SLF001
         totals = {k: (n, b or 0) for k, n, b in s.execute(
             select(EntryRow.fingerprint_key, func.count(), func.sum(EntryRow.total_bytes))
-            .group_by(EntryRow.fingerprint_key)).tuples()}
+            .group_by(EntryRow.fingerprint_key))}
         infos = _columns(s, set(s.scalars(select(FingerprintRow.key))))
     return [FingerprintStats(i, *totals.get(i.key, (0, 0))) for i in infos]
 
@@ -132,7 +134,7 @@ def list_runs(index: Index, limit: int = 50, matrix: str | None = None) -> list[
         ids = [r.id for r in runs]
         failures = dict(s.execute(select(CellFailureRow.run_id, func.count())
                                   .where(CellFailureRow.run_id.in_(ids))
-                                  .group_by(CellFailureRow.run_id)).tuples().all()) if ids else {}
+                                  .group_by(CellFailureRow.run_id)).all()) if ids else {}
         return [RunSummary(r.id, as_utc(r.started_at), as_utc(r.finished_at),  # type: ignore[arg-type]
                            r.host, r.fingerprint_key, r.matrix_name, r.cells_ok,
                            r.cells_failed, int(failures.get(r.id, 0))) for r in runs]

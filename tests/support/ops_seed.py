@@ -19,14 +19,15 @@ StatusRule = Callable[[int, int], str]  # (cell number, fingerprint number) -> s
 
 
 def matrix_text(name: str, *, pipelines: int = 1, modes: Sequence[str] = ("compile",),
-                shapes: int = 2, batches: int = 1, backend: str = "neuron") -> str:
+                shapes: int = 2, batches: int = 1, backend: str = "neuron",
+                first: int = 0) -> str:
     """A matrix with pipelines x modes x shapes x batches cells (ids like
-    ``p0/compile/512x520/b1/tp1``)."""
+    ``p0/compile/512x520/b1/tp1``; pipelines are numbered from ``first``)."""
     shape_list = ", ".join(f'"{512 + 8 * (i // 10)}x{512 + 8 * (i % 10)}"' for i in range(shapes))
     batch_list = ", ".join(str(b) for b in range(1, batches + 1))
     mode_list = ", ".join(f'"{m}"' for m in modes)
     parts = [f'name = "{name}"', f'backend = "{backend}"']
-    for p in range(pipelines):
+    for p in range(first, first + pipelines):
         parts.append(f'''
 [[pipelines]]
 name = "p{p}"
@@ -100,3 +101,35 @@ def _bulk_failures(ix: Index, pairs: list[tuple[Cell, Fingerprint]],
         s.add_all([CellFailureRow(run_id=runs[fp.key], cell_key=c.key, fingerprint_key=fp.key,
                                   exit_status=1, seconds=2.0, log_tail=log(c, fp),
                                   created_at=now) for c, fp in pairs])
+
+
+DEMO_TABLE = [  # 6 cells of "demo" (current version 2) x 2 fingerprints
+    (READY, READY), (READY, FAILED), (FAILED, MISSING),
+    (MISSING, READY), (READY, MISSING), (MISSING, MISSING),
+]
+DEMO_RESTORES = [  # (host, fingerprint number, restored, missing, bytes, seconds, exit code)
+    ("i-hit", 0, 3, 0, 30_000, 0.8, 0),
+    ("i-partial", 1, 2, 1, 20_000, 4.0, 3),
+    ("i-error", 0, 0, 0, 0, 12.0, 6),
+]
+
+
+def seed_demo(ix: Index) -> Seeded:
+    """The ops tests' standard index: matrix "demo" registered twice (version 1 with 4 cells,
+    then version 2 with 6, statuses DEMO_TABLE), matrix "other" (2 cells, nothing built),
+    and the restore reports DEMO_RESTORES."""
+    v1 = matrix_text("demo", modes=("compile", "eager"), shapes=2)
+    register_matrix(ix, parse_matrix(v1, "demo.toml"), v1)
+    fps = (sdk_fingerprint(1), sdk_fingerprint(2))
+    seeded = seed(ix, matrix_text("demo", modes=("compile", "eager"), shapes=3), fps,
+                  lambda n, i: DEMO_TABLE[n][i], size=lambda n, i: 1000 * (n + 1) + i,
+                  log=lambda c, fp: f"compiling {c.id}\nneuronx-cc: error: out of memory\n")
+    other = matrix_text("other", shapes=2, first=7)
+    register_matrix(ix, parse_matrix(other, "other.toml"), other)
+    cells = [c.id for c in seeded.matrix.cells]
+    for host, fp_n, restored, missing, nbytes, secs, code in DEMO_RESTORES:
+        ix.record_restore({"host": host, "matrix": "demo", "fingerprint_key": fps[fp_n].key,
+                           "cells_restored": cells[:restored],
+                           "cells_missing": cells[restored:restored + missing],
+                           "bytes_fetched": nbytes, "seconds": secs, "exit_code": code})
+    return seeded

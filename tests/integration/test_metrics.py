@@ -1,0 +1,110 @@
+"""/metrics parsed with prometheus_client's own parser and checked against the seeded index,
+on SQLite and on the real PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from neffcache.index import open_index
+from neffcache.index.ops_values import DURATION_BUCKETS
+from tests.support.live_server import request, serve_in_thread
+from tests.support.ops_seed import DEMO_RESTORES, Seeded, seed_demo
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres",
+                                                               marks=pytest.mark.postgres)])
+def scraped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[tuple[dict[str, Any], Samples, Seeded]]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('metrics') / 'index.db'}"
+    else:
+        url = request.getfixturevalue("pg_new_database")()
+    with open_index(url, auto_upgrade=True) as ix:
+        data = seed_demo(ix)
+        with serve_in_thread(ix) as base:
+            reply = request_metrics(base)
+    families = {f.name: f for f in text_string_to_metric_families(reply)}
+    samples: Samples = {(s.name, frozenset(s.labels.items())): s.value
+                        for f in families.values() for s in f.samples}
+    yield families, samples, data
+
+
+def request_metrics(base: str) -> str:
+    reply = request(base + "/metrics")
+    assert reply.status == 200
+    assert reply.headers["content-type"].startswith("text/plain")
+    return reply.text
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+def test_types_of_the_families(scraped: tuple[dict[str, Any], Samples, Seeded]) -> None:
+    families, _, _ = scraped
+    kinds = {name: f.type for name, f in families.items()}
+    assert kinds == {
+        "neffcache_index_up": "gauge", "neffcache_entries": "gauge",
+        "neffcache_entry_bytes": "gauge", "neffcache_matrix_cells": "gauge",
+        "neffcache_coverage_ratio": "gauge", "neffcache_coverage_cells": "gauge",
+        "neffcache_failed_cells": "gauge", "neffcache_restores": "counter",
+        "neffcache_restore_bytes": "counter",
+        "neffcache_restore_duration_seconds": "histogram",
+    }
+
+
+def test_entries_and_bytes_per_sdk_version(scraped: tuple[dict[str, Any], Samples, Seeded]
+                                           ) -> None:
+    _, samples, data = scraped
+    assert value(samples, "neffcache_index_up") == 1
+    for fp in data.fingerprints:
+        sdk = fp.get("version.neuronx-cc")
+        assert value(samples, "neffcache_entries", backend="neuron", sdk_version=sdk) == \
+            data.count(fp, "ready")
+        assert value(samples, "neffcache_entry_bytes", backend="neuron", sdk_version=sdk) == \
+            data.entry_bytes[fp.key]
+
+
+def test_coverage_ratio_and_failed_cells(scraped: tuple[dict[str, Any], Samples, Seeded]
+                                         ) -> None:
+    _, samples, data = scraped
+    assert value(samples, "neffcache_matrix_cells", matrix="demo") == 6
+    assert value(samples, "neffcache_matrix_cells", matrix="other") == 2
+    for fp in data.fingerprints:
+        labels = {"matrix": "demo", "fingerprint": fp.key, "backend": "neuron",
+                  "sdk_version": fp.get("version.neuronx-cc")}
+        assert value(samples, "neffcache_coverage_ratio", **labels) == \
+            pytest.approx(data.count(fp, "ready") / 6)
+        for status in ("ready", "failed", "missing"):
+            assert value(samples, "neffcache_coverage_cells", status=status, **labels) == \
+                data.count(fp, status)
+        assert value(samples, "neffcache_failed_cells", matrix="demo", fingerprint=fp.key) == \
+            data.count(fp, "failed")
+    assert not [k for k in samples if k[0] == "neffcache_coverage_ratio"
+                and ("matrix", "other") in k[1]]
+
+
+def test_restore_outcomes_and_duration_histogram(
+        scraped: tuple[dict[str, Any], Samples, Seeded]) -> None:
+    _, samples, _ = scraped
+    expected = {"hit": [r for r in DEMO_RESTORES if r[6] == 0],
+                "partial": [r for r in DEMO_RESTORES if r[6] == 3 and r[2] > 0],
+                "miss": [], "error": [r for r in DEMO_RESTORES if r[6] not in (0, 3, 5)]}
+    for outcome, rows in expected.items():
+        assert value(samples, "neffcache_restores_total", outcome=outcome) == len(rows)
+        assert value(samples, "neffcache_restore_bytes_total", outcome=outcome) == \
+            sum(r[4] for r in rows)
+        h = "neffcache_restore_duration_seconds"
+        assert value(samples, f"{h}_count", outcome=outcome) == len(rows)
+        assert value(samples, f"{h}_sum", outcome=outcome) == pytest.approx(
+            sum(r[5] for r in rows))
+        for bound in DURATION_BUCKETS:
+            assert value(samples, f"{h}_bucket", outcome=outcome, le=repr(bound)) == \
+                sum(1 for r in rows if r[5] <= bound), (outcome, bound)
+        assert value(samples, f"{h}_bucket", outcome=outcome, le="+Inf") == len(rows)

@@ -1,0 +1,126 @@
+"""Pure parts of the ops surface: restore outcomes, SDK versions, the grid rule (same as
+coverage's), totals per SDK, the HTTP status table and the loopback check."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from neffcache import errors
+from neffcache.commands.serve import is_loopback
+from neffcache.index.coverage import CoverageFacts, FailureFact, build_coverage
+from neffcache.index.ops_values import (
+    FingerprintInfo,
+    FingerprintStats,
+    MatrixVersion,
+    build_grid,
+    group_by_sdk,
+    restore_outcome,
+    sdk_version,
+)
+from neffcache.server.status import HTTP_STATUSES, error_document, http_status_for
+from tests.unit.test_index_factories import make_cell, make_fingerprint
+
+NOW = datetime(2026, 3, 1, tzinfo=timezone.utc)
+VERSION = MatrixVersion(1, "m", 1, "0" * 64, "neuron", 0, NOW, True)
+
+
+@pytest.mark.parametrize(("code", "restored", "outcome"), [
+    (0, 3, "hit"), (0, 0, "hit"), (3, 2, "partial"), (3, 0, "miss"), (5, 0, "miss"),
+    (4, 2, "error"), (6, 0, "error"), (1, 0, "error"),
+])
+def test_restore_outcome(code: int, restored: int, outcome: str) -> None:
+    assert restore_outcome(code, restored, 1) == outcome
+
+
+def test_sdk_version_per_backend() -> None:
+    assert sdk_version("neuron", {"version.neuronx-cc": "2.21.1", "version.torch": "2.9"}) \
+        == "2.21.1"
+    assert sdk_version("inductor", {"version.torch": "2.13.0"}) == "2.13.0"
+    assert sdk_version("neuron", {}) == "unknown"
+    assert sdk_version("other", {"version.torch": "2"}) == "unknown"
+
+
+def _info(fp_n: int) -> FingerprintInfo:
+    fp = make_fingerprint(fp_n)
+    return FingerprintInfo(fp.key, fp.backend, f"2.{fp_n}.0", fp.fields, NOW)
+
+
+statuses = st.lists(st.lists(st.sampled_from(["ready", "failed", "missing", "both"]),
+                             min_size=3, max_size=3), min_size=1, max_size=12)
+
+
+@given(statuses)
+def test_build_grid_agrees_with_build_coverage(table: list[list[str]]) -> None:
+    """Whatever the facts, the grid's statuses and counts are those of Index.coverage."""
+    cells = [make_cell(n) for n in range(len(table))]
+    columns = [_info(i) for i in range(3)]
+    ready, failed = set(), set()
+    facts = CoverageFacts()
+    for cell, row in zip(cells, table, strict=True):
+        for col, status in zip(columns, row, strict=True):
+            pair = (cell.key, col.key)
+            if status in ("ready", "both"):
+                ready.add(pair)
+                facts.entries[pair] = ("e", 1)
+            if status in ("failed", "both"):
+                failed.add(pair)
+                facts.failures[pair] = FailureFact(1, "log", NOW)
+    fps = [make_fingerprint(i) for i in range(3)]
+    report = build_coverage(cells, fps, facts)
+    grid = build_grid(VERSION, [(c.id, c.key) for c in cells], columns, ready, failed)
+    assert [s for row in grid.rows for s in row.statuses] == [r.status for r in report.rows]
+    for col, fp in zip(grid.fingerprints, report.fingerprints, strict=True):
+        assert (col.ready, col.failed, col.missing) == (fp.ready, fp.failed, fp.missing)
+
+
+def test_build_grid_filters_pages_and_counts_over_all_matching_cells() -> None:
+    cells = [(f"p/compile/{n}x64/b1/tp1", f"k{n}") for n in range(10)] + \
+            [(f"p/eager/{n}x64/b1/tp1", f"e{n}") for n in range(5)]
+    col = _info(0)
+    ready = {(f"k{n}", col.key) for n in range(0, 10, 2)}
+    grid = build_grid(VERSION, cells, [col], ready, set(), pattern="p/compile/*",
+                      offset=8, limit=5)
+    assert grid.total_cells == 10
+    assert [r.cell_id for r in grid.rows] == ["p/compile/8x64/b1/tp1", "p/compile/9x64/b1/tp1"]
+    assert [r.statuses for r in grid.rows] == [("ready",), ("missing",)]
+    (counts,) = grid.fingerprints
+    assert (counts.ready, counts.failed, counts.missing, counts.ratio) == (5, 0, 5, 0.5)
+    doc = grid.to_json()
+    assert doc["limit"] == 5 and doc["offset"] == 8 and doc["cells_pattern"] == "p/compile/*"
+
+
+def test_group_by_sdk_sums_fingerprints_sharing_an_sdk_version() -> None:
+    a, b, c = _info(1), _info(2), _info(3)
+    b = FingerprintInfo(b.key, "neuron", "2.1.0", b.fields, NOW)  # same SDK as a, other fields
+    a = FingerprintInfo(a.key, "neuron", "2.1.0", a.fields, NOW)
+    rows = group_by_sdk([FingerprintStats(a, 2, 100), FingerprintStats(b, 3, 50),
+                         FingerprintStats(c, 1, 10)])
+    assert [(r.backend, r.sdk_version, r.fingerprints, r.entries, r.total_bytes)
+            for r in rows] == [("neuron", "2.1.0", 2, 5, 150), ("inductor", "2.3.0", 1, 1, 10)]
+
+
+def test_every_error_class_has_an_http_status_resolved_through_the_hierarchy() -> None:
+    assert http_status_for(errors.MatrixError("x")) == 400  # via UsageError
+    assert http_status_for(errors.ManifestError("x")) == 500  # via IntegrityError
+    assert http_status_for(errors.NotFoundError("x")) == 404
+    assert http_status_for(errors.UnavailableError("x")) == 503
+    assert http_status_for(errors.SchemaOutdatedError("x")) == 503
+    assert http_status_for(ValueError("x")) == 500
+    for cls in errors.EXIT_CODES:
+        assert cls in HTTP_STATUSES, cls
+    doc = error_document(errors.SchemaOutdatedError("index  at\nrevision 0"))
+    assert doc == {"error": "index at revision 0", "type": "SchemaOutdatedError",
+                   "hint": "neffcache db upgrade"}
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("[::1]", True),
+    ("localhost", True), ("0.0.0.0", False), ("10.0.0.5", False), ("::", False),
+    ("example.internal", False),
+])
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
