@@ -24,9 +24,10 @@ from neffcache.commands._common import (
     store_option,
 )
 from neffcache.config import Settings
-from neffcache.errors import UsageError
+from neffcache.errors import NeffcacheError, UsageError, exit_code_for
 
-INDEX_REPORT_TIMEOUT = 5.0
+# A boot must never wait long for a dashboard: the report gets this long, then is dropped.
+INDEX_REPORT_TIMEOUT = 2.0
 
 
 @click.command("restore", epilog=EXIT_CODE_HELP)
@@ -110,7 +111,13 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
             sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
         sys.stdout.flush()
     s = open_store(settings.store_url)
-    s.check()
+    try:
+        s.check()
+    except NeffcacheError as exc:
+        # A failed boot restore is exactly what the dashboard must show: report it too.
+        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), m.name or matrix,
+                     INDEX_REPORT_TIMEOUT)
+        raise
     bar = _ProgressLine() if sys.stderr.isatty() and not print_env else None
     result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
                            deadline=until,
@@ -167,6 +174,15 @@ def _conflict_warning(conflicts: Any, listed: int = 3) -> str:
     more = f"; and {len(conflicts) - listed} more" if len(conflicts) > listed else ""
     return (f"warning: {len(conflicts)} path(s) are wanted with different bytes by different "
             f"entries; the first cell's file was kept: {some}{more}")
+
+
+def _failure_doc(fingerprint: Any, target: Path, cells: Any, exc: BaseException) -> dict[str, Any]:
+    """A restore report for a run that failed before fetching anything."""
+    ids = [c.id for c in cells]
+    return {"status": "failed", "exit_code": exit_code_for(exc), "error": str(exc),
+            "fingerprint_key": fingerprint.key, "target": str(target), "cells_requested": ids,
+            "cells_restored": [], "cells_missing": ids, "files_fetched": 0, "files_skipped": 0,
+            "bytes_fetched": 0, "seconds": 0.0}
 
 
 def _summary(doc: dict[str, Any]) -> str:
