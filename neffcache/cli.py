@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 "Fetch a matrix's entries into cache dirs, verified."),
     "coverage": ("neffcache.commands.coverage", "coverage",
                  "Every cell x fingerprint with its status."),
-    "ls": ("neffcache.commands.ls", "ls", "List entries in the index (or the store)."),
+    "ls": ("neffcache.commands.ls", "ls", "List entries in the index."),
     "fingerprint": ("neffcache.commands.fingerprint", "fingerprint",
                     "Show this host's fingerprint or explain an entry's."),
     "verify": ("neffcache.commands.verify", "verify",
