@@ -102,10 +102,16 @@ class Verdict:
     cpp_compiles: int = 0
 
     def summary(self) -> str:
+        """One short line for a table; ``reasons`` has the details (with example files)."""
         if not self.compiled:
-            hits = ", ".join(f"{k} {v}" for k, v in self.hits if v) or "no hit counters"
-            return f"no (0 new files, 0 compiles; {hits})"
-        return "YES: " + "; ".join(self.reasons)
+            hit = dict(self.hits).get("inductor.fxgraph_cache_hit", 0)
+            return (f"no (0 new files, 0 cache misses, 0 C++ compiles"
+                    f"{f'; {hit} FX-graph hit(s)' if hit else ''})")
+        parts = [f"{self.new_files} new files"] if self.new_files else []
+        parts += [f"{self.changed_files} rewritten"] if self.changed_files else []
+        parts += [f"{name.split('.')[-1]}={value}" for name, value in self.work if value]
+        parts += [f"{self.cpp_compiles} C++ compiles"] if self.cpp_compiles else []
+        return f"YES ({', '.join(parts)})"
 
     def to_json(self) -> dict[str, Any]:
         return {"compiled": self.compiled, "reasons": list(self.reasons),
