@@ -102,8 +102,8 @@ class ProgressDisplay:
 
 def _columns() -> int:
     try:
-        return os.get_terminal_size(sys.stderr.fileno()).columns
-    except OSError:
+        return os.get_terminal_size(sys.stderr.fileno()).columns or 100
+    except (OSError, ValueError):
         return 100
 
 
@@ -120,6 +120,19 @@ def render_precompile(report: PrecompileReport) -> str:
                                                           "failed"))
     return (f"{table}\n\n{counts} in {report.seconds:.1f} s "
             f"(fingerprint {report.fingerprint_key[:12]}, store {report.store_url})")
+
+
+def neuron_overrides(backend: str, target: str | None, compile_only: bool) -> dict[str, str]:
+    """Variables --target/--compile-only set for the workers (and the fingerprint)."""
+    from neffcache.backends import neuron_env
+
+    if backend != "neuron" and (target or compile_only):
+        raise UsageError(f"--target/--compile-only apply to the neuron backend, and this "
+                         f"matrix's backend is {backend!r}")
+    env = {neuron_env.PLATFORM_TARGET: target} if target else {}
+    if compile_only:
+        env[neuron_env.COMPILE_ONLY] = "1"
+    return env
 
 
 def failure_error(report: PrecompileReport) -> WorkerError | None:
@@ -153,6 +166,12 @@ def failure_error(report: PrecompileReport) -> WorkerError | None:
 @click.option("--verify", is_flag=True,
               help="Restore each new entry into a new directory and warm it again in a fresh "
                    "process; it must compile nothing (recorded in the index).")
+@click.option("--target", type=click.Choice(["trn2", "trn3"]), default=None,
+              help="neuron: compile for this target (NEURON_PLATFORM_TARGET_OVERRIDE); it also "
+                   "enters the fingerprint.")
+@click.option("--compile-only", is_flag=True,
+              help="neuron: compile without running on a NeuronCore "
+                   "(TORCH_NEURONX_COMPILE_ONLY=1), on a host without Trainium; use with --target.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Where the per-cell cache roots and logs go (default: a temp directory).")
 @click.option("--keep-workdir", is_flag=True, help="Keep cache roots and logs after the run.")
@@ -160,8 +179,9 @@ def failure_error(report: PrecompileReport) -> WorkerError | None:
 @index_option
 @json_option
 def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: str | None,
-               force: bool, timeout: float | None, verify: bool, workdir: str | None,
-               keep_workdir: bool, store: str | None, index: str | None, as_json: bool) -> None:
+               force: bool, timeout: float | None, verify: bool, target: str | None,
+               compile_only: bool, workdir: str | None, keep_workdir: bool, store: str | None,
+               index: str | None, as_json: bool) -> None:
     """Warm every cell of MATRIX not yet cached for this host's fingerprint, and publish.
 
     Each cell is warmed in its own worker process with fresh, empty cache roots and the
@@ -181,6 +201,7 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
       neffcache precompile matrix.toml
       neffcache precompile matrix.toml --cells 'flux2-klein/compile/*' --workers 2
       neffcache precompile matrix.toml --shard 0/4 --timeout 3600   # CI job 1 of 4
+      neffcache precompile matrix.toml --compile-only --target trn2  # no Trainium here
       neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
 
     JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "seconds",
@@ -206,7 +227,8 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
     if not cells:
         click.echo(f"{spec.source}: no cell selected", err=True)
     settings = settings_from(store=store, index=index)
-    fingerprint = collect_fingerprint(spec.backend, os.environ)
+    environ = {**os.environ, **neuron_overrides(spec.backend, target, compile_only)}
+    fingerprint = collect_fingerprint(spec.backend, environ)
     st = open_store(settings.store_url)
     st.check()
     options = PrecompileOptions(workers=workers, force=force, timeout=timeout, verify=verify,
@@ -215,7 +237,7 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix, \
             ProgressDisplay(len(cells)) as display:
         report = apply_precompile(spec, cells, st, ix, fingerprint, options,
-                                  environ=os.environ, progress=display)
+                                  environ=environ, progress=display)
     _output(report, as_json)
     err = failure_error(report)
     if err is not None:

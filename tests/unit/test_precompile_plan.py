@@ -227,3 +227,13 @@ def test_progress_display_lines_and_terminal_status(tty: bool) -> None:
     assert any("failed  b/compile/64x64/b1/tp1  boom (exit 1)" in ln for ln in lines)
     assert ("running: a/compile/64x64/b1/tp1" in stream.text) == tty
     assert ("\x1b[K" in stream.text) == tty
+
+
+def test_neuron_overrides() -> None:
+    from neffcache.commands.precompile import neuron_overrides
+
+    assert neuron_overrides("neuron", "trn2", True) == {
+        "NEURON_PLATFORM_TARGET_OVERRIDE": "trn2", "TORCH_NEURONX_COMPILE_ONLY": "1"}
+    assert neuron_overrides("inductor", None, False) == {}
+    with pytest.raises(UsageError, match="neuron backend"):
+        neuron_overrides("inductor", "trn2", False)
