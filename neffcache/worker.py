@@ -132,7 +132,7 @@ class CompileProbe:
             probe.outputs.append(probe._relative(str(builder.get_target_file_path())))
             return original(builder, *args, **kwargs)
 
-        cpp_builder.CppBuilder.build = build  # type: ignore[method-assign]
+        cpp_builder.CppBuilder.build = build  # type: ignore[method-assign,assignment]
         self.instrumented = True
 
     def _relative(self, path: str) -> str:

@@ -11,6 +11,7 @@ import click
 from neffcache.commands._common import (
     emit_json,
     format_table,
+    human_bytes,
     index_option,
     json_option,
     progress,
@@ -40,9 +41,10 @@ def render_demo(report: DemoReport) -> str:
     table = format_table(["CELL", "COLD FIRST CALL", "RESTORED FIRST CALL", "SPEED-UP",
                           "COMPILED AFTER RESTORE"], rows)
     restore = report.restore
-    restored = (f"restore: exit {report.restore_exit}, {restore.get('files_fetched', '?')} files,"
-                f" {restore.get('bytes_fetched', '?')} bytes in "
-                f"{restore.get('seconds', '?')} s into {report.instance_dir}")
+    fetched = restore.get("bytes_fetched")
+    size = human_bytes(fetched) if isinstance(fetched, int) else "?"
+    restored = (f"restore: exit {report.restore_exit}, {restore.get('files_fetched', '?')} "
+                f"files, {size} in {restore.get('seconds', '?')} s into {report.instance_dir}")
     return "\n".join([
         table, "", restored,
         "cold = first call compiling from scratch; restored = first call in a fresh process "
