@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ from neffcache.worker import WorkerSpec, launch_command
 LOG_TAIL_CHARS = 16_000
 TIMEOUT_STATUS = 124  # what coreutils' timeout(1) reports; the log tail says "timed out"
 _CHILD_DEFAULTS = {"PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+# Workers running now (they run in their own sessions, so a Ctrl-C does not reach them).
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_RUNNING_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,8 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
         proc = subprocess.Popen(launch_command(spec_path, spec.cell, backend), env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
         try:
             status: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -133,6 +139,9 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
         except BaseException:
             _kill_group(proc)
             raise
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
     wall = time.monotonic() - started
     if timed_out:
         with open(log_path, "a", encoding="utf-8") as log:
@@ -142,6 +151,18 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
     return WorkerOutcome(cell_id=spec.cell.id, ok=ok, exit_status=status, timed_out=timed_out,
                          wall_seconds=wall, result=result, log_tail=tail(log_path),
                          base=Path(spec.base))
+
+
+def kill_running_workers() -> int:
+    """Kill every worker this process started that is still running (on an interrupt)."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return len(procs)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -26,7 +26,7 @@ from neffcache.backends import Backend, get_backend, root_dirs
 from neffcache.capture import captured_records
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint
-from neffcache.launch import WorkerOutcome, run_worker
+from neffcache.launch import WorkerOutcome, kill_running_workers, run_worker
 from neffcache.manifest import decode_manifest, entry_key
 from neffcache.matrix import Cell, Matrix
 from neffcache.store import Store, manifest_key
@@ -200,6 +200,7 @@ class _Run:
     emit: Callable[[Event], None]
     run_id: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stopping: threading.Event = field(default_factory=threading.Event)
 
 
 def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Any,
@@ -229,8 +230,13 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
         try:
             with ThreadPoolExecutor(max_workers=max(1, options.workers)) as pool:
                 numbered = list(enumerate(to_warm, 1))
-                for report in pool.map(lambda item: _warm(run, *item), numbered):
-                    reports[report.cell_id] = report
+                try:
+                    for report in pool.map(lambda item: _warm(run, *item), numbered):
+                        reports[report.cell_id] = report
+                except BaseException:  # Ctrl-C or a store failure: stop, do not start more
+                    run.stopping.set()
+                    kill_running_workers()
+                    raise
         finally:
             done = [r for r in reports.values() if r.status in (PUBLISHED, EXISTS)]
             failed = [r for r in reports.values() if r.status == FAILED]
@@ -268,10 +274,14 @@ def _warm(run: _Run, n: int, plan: CellPlan) -> CellReport:
     cell = plan.cell
     cell_dir = run.workdir / _slug(n, cell)
     spec = worker_spec(run.matrix, cell, cell_dir / "roots", cell_dir / "result.json")
+    if run.stopping.is_set():
+        return CellReport(cell.id, cell.key, plan.entry_key, FAILED, error="not started: stopped")
     run.emit(("start", cell.id, "warming"))
     outcome = run_worker(spec, run.backend, cell_dir, environ=run.environ,
                          extra_env=dict(run.options.extra_env), timeout=run.options.timeout)
     try:
+        if not outcome.ok and run.stopping.is_set():
+            return CellReport(cell.id, cell.key, plan.entry_key, FAILED, error="interrupted")
         if not outcome.ok:
             return _record_failure(run, plan, outcome)
         report = _publish(run, plan, spec, outcome)
