@@ -26,6 +26,7 @@ from neffcache.backends import Backend, get_backend, root_dirs
 from neffcache.capture import captured_records
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint
+from neffcache.index.matrices import matrix_name_of, register_matrix
 from neffcache.launch import WorkerOutcome, kill_running_workers, run_worker
 from neffcache.manifest import decode_manifest, entry_key
 from neffcache.matrix import Cell, Matrix
@@ -220,13 +221,14 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
             reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, SKIPPED)
             emit(("skip", p.cell.id, "ready (entry in store)"))
     _index_known_entries(store, index, [p for p in plans if p.action == SKIP], backend)
+    _register(index, matrix)
     to_warm = [p for p in plans if p.action == WARM]
     workdir = Path(options.workdir or tempfile.mkdtemp(prefix="neffcache-precompile-"))
     run = _Run(matrix, store, index, fingerprint, backend, options, environ, workdir, emit)
     if to_warm:
         workdir.mkdir(parents=True, exist_ok=True)
         run.run_id = index.start_run(socket.gethostname(), fingerprint,
-                                     matrix.name or matrix.source)
+                                     matrix_name_of(matrix))
         try:
             with ThreadPoolExecutor(max_workers=max(1, options.workers)) as pool:
                 numbered = list(enumerate(to_warm, 1))
@@ -364,3 +366,15 @@ def _verified(run: _Run, plan: CellPlan, report: VerifyReport) -> VerifyReport:
                               f"{'nothing compiled' if report.status == HIT else 'COMPILED'}")
     run.emit(("verify", plan.cell.id, f"{report.status}: {detail}"))
     return report
+
+
+def _register(index: Any, matrix: Matrix) -> None:
+    """Keep the declared matrix in the index, so coverage needs no file (a new version only
+    when its content changed)."""
+    if not matrix.source or matrix.source.startswith("<"):
+        return
+    try:
+        text = Path(matrix.source).read_text(encoding="utf-8")
+    except OSError:
+        return
+    register_matrix(index, matrix, text)
