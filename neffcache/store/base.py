@@ -9,6 +9,8 @@ Keys are relative POSIX strings. Layout (under a store's root or prefix):
                                    restore can list which fingerprints a cell was built for
     pending/<entry-key>.<id>.json  a publish in progress: the blobs it relies on (gc spares
                                    them while the intent is younger than its grace period)
+    packs/<aa>/<sha256>            many small blobs back to back, so a restore fetches them
+                                   in a few requests; an extra: every member is also a blob
 
 Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
 SDK's other failures into ``UnavailableError`` once, inside the backend.
@@ -25,6 +27,7 @@ BLOBS = "blobs/sha256/"
 MANIFESTS = "manifests/"
 CELLS = "cells/"
 PENDING = "pending/"
+PACKS = "packs/"
 
 
 def check_key(key: str) -> str:
@@ -38,6 +41,10 @@ def check_key(key: str) -> str:
 
 def blob_key(sha256: str) -> str:
     return f"{BLOBS}{sha256[:2]}/{sha256}"
+
+
+def pack_key(sha256: str) -> str:
+    return f"{PACKS}{sha256[:2]}/{sha256}"
 
 
 def manifest_key(entry_key: str) -> str:
@@ -68,8 +75,9 @@ class Store(Protocol):
     def has(self, key: str) -> bool:
         """Whether an object exists."""
 
-    def open(self, key: str) -> BinaryIO:
-        """A readable stream of an object's bytes (caller closes it); NotFoundError if absent."""
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+        """A readable stream of an object's bytes, or of ``length`` bytes from ``start`` (fewer
+        if the object ends first); the caller closes it. NotFoundError if absent."""
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         """An object's bytes, or a range of them; NotFoundError if absent."""

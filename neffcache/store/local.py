@@ -7,12 +7,13 @@ fails if the final name exists, which gives an atomic "create if absent" on POSI
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from neffcache.errors import NotFoundError, UnavailableError, UsageError
 
@@ -41,18 +42,22 @@ class LocalStore:
     def has(self, key: str) -> bool:
         return self._path(key).is_file()
 
-    def open(self, key: str) -> BinaryIO:
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+        if start < 0 or (length is not None and length < 0):
+            raise UsageError(f"{self.url}/{key}: negative range start={start} length={length}")
         try:
-            return open(self._path(key), "rb")
+            fh = open(self._path(key), "rb")
         except (FileNotFoundError, NotADirectoryError):
             raise NotFoundError(f"{self.url}/{key}: not found") from None
         except OSError as exc:
             raise UnavailableError(f"{self.url}/{key}: {exc.strerror}") from None
+        if start == 0 and length is None:
+            return fh
+        return _Range(fh, start, length)  # type: ignore[return-value]
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        with self.open(key) as fh:
-            fh.seek(start)
-            return fh.read() if length is None else fh.read(length)
+        with self.open(key, start, length) as fh:
+            return fh.read()
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         final = self._path(key)
@@ -100,3 +105,38 @@ class LocalStore:
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
+
+
+class _Range(io.RawIOBase):
+    """``length`` bytes of an open file from ``start`` (or up to its end)."""
+
+    def __init__(self, fh: BinaryIO, start: int, length: int | None) -> None:
+        super().__init__()
+        self._fh = fh
+        fh.seek(start)
+        self._left = length
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = -1 if size is None else size
+        if self._left is not None:
+            want = self._left if want < 0 else min(want, self._left)
+        data = self._fh.read(want)
+        if self._left is not None:
+            self._left -= len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._fh.close()
+        super().close()

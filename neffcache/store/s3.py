@@ -1,9 +1,11 @@
 """A store in an S3 bucket under a prefix (AWS or any S3-compatible server such as SeaweedFS).
 
-boto3 is imported here only, and this module only when an ``s3://`` store is opened. One client
-per store, shared by every thread. botocore errors are translated once, in ``_errors``: a missing
-key is ``NotFoundError``; anything else that stops a call after retries is ``UnavailableError``
-with a one-line message that never carries credentials.
+botocore is imported here only, and this module only when an ``s3://`` store is opened (botocore
+directly, not boto3: boto3 adds ~60 ms of imports a boot-time restore does not need). One client
+per store, shared by every thread; its pool holds ``max_pool_connections`` connections, so keep
+that at or above the number of threads that fetch at once. botocore errors are translated once,
+in ``_errors``: a missing key is ``NotFoundError``; anything else that stops a call after retries
+is ``UnavailableError`` with a one-line message that never carries credentials.
 
 ``put(if_absent=True)`` is a conditional write (``If-None-Match: *`` on PutObject, and on
 CompleteMultipartUpload for large bodies), so a concurrent writer's object is never overwritten.
@@ -23,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any, BinaryIO, NoReturn
 from urllib.parse import urlsplit
 
-import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -76,16 +78,16 @@ class S3Store:
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.multipart_threshold = multipart_threshold
         self.part_size = part_size
-        session = boto3.session.Session()  # sessions are not thread-safe; clients are
+        session = botocore.session.get_session()  # sessions are not thread-safe; clients are
         common: dict[str, Any] = {"tcp_keepalive": True}
         if endpoint_url:
             common["s3"] = {"addressing_style": "path"}  # moto, SeaweedFS, MinIO, IP endpoints
-        self._client = session.client("s3", endpoint_url=endpoint_url, config=Config(
+        self._client = session.create_client("s3", endpoint_url=endpoint_url, config=Config(
             max_pool_connections=max_pool_connections, connect_timeout=connect_timeout,
             read_timeout=read_timeout, retries={"mode": "standard", "max_attempts": max_attempts},
             **common))
         # check() must fail within seconds on an unreachable endpoint: few attempts, short waits.
-        self._probe = session.client("s3", endpoint_url=endpoint_url, config=Config(
+        self._probe = session.create_client("s3", endpoint_url=endpoint_url, config=Config(
             max_pool_connections=1, connect_timeout=min(connect_timeout, 2.0),
             read_timeout=min(read_timeout, 5.0), retries={"mode": "standard", "max_attempts": 2},
             **common))
@@ -121,17 +123,12 @@ class S3Store:
             return False
         return True
 
-    def open(self, key: str) -> BinaryIO:
-        with self._errors("GetObject", key):
-            body = self._client.get_object(Bucket=self.bucket, Key=self._full(key))["Body"]
-        return _Body(body, self, key)  # type: ignore[return-value]
-
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         if start < 0 or (length is not None and length < 0):
             raise UsageError(f"{self.url}/{key}: negative range start={start} length={length}")
         if length == 0:
             self._head(key)
-            return b""
+            return io.BytesIO()
         extra = {}
         if start or length is not None:
             end = "" if length is None else str(start + length - 1)
@@ -140,12 +137,15 @@ class S3Store:
             resp = self._client.get_object(Bucket=self.bucket, Key=self._full(key), **extra)
         except ClientError as exc:
             if _code(exc) in ("InvalidRange", "416"):
-                return b""  # the object exists; the range starts past its end
+                return io.BytesIO()  # the object exists; the range starts past its end
             self._raise(exc, "GetObject", key)
         except BotoCoreError as exc:
             self._raise(exc, "GetObject", key)
-        with self._errors("GetObject", key):
-            return bytes(resp["Body"].read())
+        return _Body(resp["Body"], self, key)  # type: ignore[return-value]
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        with self.open(key, start, length) as body:
+            return body.read()
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         full = self._full(key)

@@ -46,11 +46,12 @@ class FaultyStore:
         self._call("has", key)
         return self.inner.has(key)
 
-    def open(self, key: str) -> BinaryIO:
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         self._call("open", key)
         if self._damaged(key):
-            return io.BytesIO(self._damage(key, self.inner.read(key)))
-        return self.inner.open(key)
+            data = self._damage(key, self.inner.read(key))
+            return io.BytesIO(data[start:] if length is None else data[start:start + length])
+        return self.inner.open(key, start, length)
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         self._call("read", key)

@@ -29,8 +29,8 @@ class MemoryStore:
     def has(self, key: str) -> bool:
         return check_key(key) in self.objects
 
-    def open(self, key: str) -> BinaryIO:
-        return io.BytesIO(self._get(key))
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+        return io.BytesIO(self.read(key, start, length))
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         data = self._get(key)
