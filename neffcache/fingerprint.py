@@ -1,25 +1,32 @@
 """Host fingerprint: what must match between the machine that compiled and the one restoring.
 
-``build_fingerprint`` and ``diff_fingerprints`` are pure; ``collect_fingerprint`` gathers the
-facts with small probes (package metadata, /proc, DMI) and never imports torch or calls the
-instance metadata service. Volatile values (host names, temp paths, times) never enter it.
+``build_fingerprint``, ``diff_fingerprints``, ``canonical_cc_flags`` and ``check_usable`` are
+pure; ``collect_fingerprint`` gathers the facts with small probes (package metadata, /proc, DMI,
+dpkg's status file) and never imports torch, runs a command or calls the instance metadata
+service. Volatile values (host names, temp paths, times) never enter it.
+
+A fingerprint has ``fields`` (compared: they make its key) and ``info`` (recorded and shown,
+never compared): the EC2 instance type and the Neuron runtime version are info, because
+neither changes what the compiler writes, and a compile-only CI host has no runtime at all.
 """
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import importlib.util
 import os
 import platform
 import re
 import shlex
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from neffcache.backends import neuron_env
 from neffcache.canonical import digest_of
+from neffcache.errors import FingerprintMismatchError
 
 SCHEMA_VERSION = 1
 UNKNOWN = "unknown"
@@ -32,20 +39,51 @@ _INDUCTOR_NEUTRAL_VARS = {"TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THRE
                           "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE",
                           "TORCHINDUCTOR_FORCE_DISABLE_CACHES"}
 _DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")
+_DPKG_STATUS = Path("/var/lib/dpkg/status")
 _TARGET_RE = re.compile(r"^(trn\d+|inf\d+)")
 INSTANCE_TYPE_OVERRIDE = "NEFFCACHE_INSTANCE_TYPE"
+ABSENT = "absent"
+RUNTIME_FIELD = "version.neuron-runtime"
+# Why a field matters, shown by `neffcache fingerprint --explain` next to the two values.
+FIELD_NOTES: dict[str, str] = {
+    "backend": "the compiler backend (neuron or inductor)",
+    "version.torch": "torch traces the graphs the compiler sees",
+    "version.python": "Python version of the compiling process",
+    "version.diffusers": "diffusers builds the model code that is traced",
+    "version.transformers": "transformers builds the text encoder code that is traced",
+    "version.torch-neuronx": "TorchNeuron lowers the graphs; its own cache key ignores it",
+    "version.neuronx-cc": "the compiler that wrote the NEFFs; TorchNeuron's own key ignores it",
+    "version.neuronx-nki": "NKI kernels compiled into the NEFFs",
+    "version.nki": "NKI kernels compiled into the NEFFs",
+    "version.libneuronxla": "the XLA bridge of older torch-neuronx builds",
+    "target": f"Trainium generation the NEFFs were compiled for ({neuron_env.PLATFORM_TARGET} "
+              f"or the EC2 instance type)",
+    "lnc": f"logical NeuronCore config ({neuron_env.LOGICAL_NC_CONFIG})",
+    "cc_flags": f"compiler flags ({neuron_env.CC_FLAGS}, order and spacing ignored)",
+    "opt_level": f"optimisation level named in {neuron_env.CC_FLAGS}",
+    "torch.path": "inductor's C++ kernel keys include the torch install path",
+    "cpu.arch": "CPU architecture of the generated kernels",
+    "cpu.isa": "CPU instruction sets inductor generates code for",
+    "cpu.threads": "OMP thread count (enters inductor's kernel keys)",
+    "inductor.settings": "TORCHINDUCTOR_* settings that change generated code",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Fingerprint:
-    """A backend name plus sorted (field, value) pairs; ``key`` is their canonical digest."""
+    """A backend name plus sorted (field, value) pairs; ``key`` is their canonical digest.
+
+    ``info`` holds facts recorded alongside (instance type, runtime version) that never enter
+    the key or equality."""
 
     backend: str
     fields: tuple[tuple[str, str], ...]
+    info: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def key(self) -> str:
-        return digest_of(self.to_json())
+        return digest_of({"schema_version": SCHEMA_VERSION, "backend": self.backend,
+                          "fields": dict(self.fields)})
 
     @property
     def short(self) -> str:
@@ -60,18 +98,27 @@ class Fingerprint:
         required = ("target",) if self.backend == "neuron" else ()
         return tuple(f for f in required if self.get(f) == UNKNOWN)
 
+    def get_info(self, name: str, default: str = UNKNOWN) -> str:
+        return dict(self.info).get(name, default)
+
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "backend": self.backend,
-                "fields": dict(self.fields)}
+        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "backend": self.backend,
+                               "fields": dict(self.fields)}
+        if self.info:
+            doc["info"] = dict(self.info)
+        return doc
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Fingerprint:
         fields = data.get("fields")
         backend = data.get("backend")
-        if not isinstance(backend, str) or not isinstance(fields, dict):
+        info = data.get("info") or {}
+        if not isinstance(backend, str) or not isinstance(fields, dict) \
+                or not isinstance(info, dict):
             raise ValueError("fingerprint needs a backend string and a fields table")
         return cls(backend=backend,
-                   fields=tuple(sorted((str(k), str(v)) for k, v in fields.items())))
+                   fields=tuple(sorted((str(k), str(v)) for k, v in fields.items())),
+                   info=tuple(sorted((str(k), str(v)) for k, v in info.items())))
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +128,29 @@ class FieldDiff:
     there: str
 
 
-def build_fingerprint(backend: str, facts: Mapping[str, str]) -> Fingerprint:
-    return Fingerprint(backend=backend, fields=tuple(sorted((k, str(v)) for k, v in facts.items())))
+def build_fingerprint(backend: str, facts: Mapping[str, str],
+                      info: Mapping[str, str] | None = None) -> Fingerprint:
+    return Fingerprint(backend=backend, fields=tuple(sorted((k, str(v)) for k, v in facts.items())),
+                       info=tuple(sorted((k, str(v)) for k, v in (info or {}).items())))
+
+
+def check_usable(fingerprint: Fingerprint) -> None:
+    """Refuse a fingerprint that must not be used to build or restore entries: one whose
+    required fields (the neuron target) could not be determined. ``unknown`` never matches
+    anything, so such a host neither restores nor publishes. Pure."""
+    unknown = fingerprint.unknown_fields
+    if not unknown:
+        return
+    if unknown[0] == "target":
+        seen = fingerprint.get_info("instance_type")
+        raise FingerprintMismatchError(
+            f"fingerprint field 'target' is unknown on this host: {neuron_env.PLATFORM_TARGET} "
+            f"is not set and the instance type ({seen}) is not a Trainium one; an unknown "
+            f"target never matches an entry",
+            hint=f"export {neuron_env.PLATFORM_TARGET}=trn2 (or trn3), or "
+                 f"{INSTANCE_TYPE_OVERRIDE}=trn2.48xlarge")
+    raise FingerprintMismatchError(f"fingerprint field {unknown[0]!r} is unknown on this "
+                                   f"host; an unknown value never matches an entry")
 
 
 def diff_fingerprints(here: Fingerprint, there: Fingerprint) -> tuple[FieldDiff, ...]:
@@ -97,27 +165,61 @@ def diff_fingerprints(here: Fingerprint, there: Fingerprint) -> tuple[FieldDiff,
     return tuple(diffs)
 
 
-def canonical_cc_flags(flags: str) -> str:
-    """NEURON_CC_FLAGS with order and spacing normalised: `--a  -b` and `-b --a` give one key."""
+def _is_option(token: str) -> bool:
+    """A token that starts an option (``-O1``, ``--x``), not a value such as ``-1``."""
+    return token.startswith("-") and len(token) > 1 and not re.match(r"^-\d", token)
+
+
+def cc_flag_groups(flags: str) -> tuple[tuple[str, str], ...]:
+    """NEURON_CC_FLAGS as (option name, canonical spelling) pairs in the given order.
+
+    An option and its separate value become one spelling: ``--target trn2`` and
+    ``--target=trn2`` both give ``--target=trn2``; ``-O 1`` and ``-O1`` both give ``-O1``.
+    The name is what precedes ``=`` for long options and the first two characters for short
+    ones. Pure."""
     try:
         tokens = shlex.split(flags)
     except ValueError:
         tokens = flags.split()
-    # Keep a flag together with its separate value (`--target trn2`) before sorting.
-    groups: list[str] = []
-    for tok in tokens:
-        if groups and not tok.startswith("-") and groups[-1].startswith("-") and "=" not in groups[-1] \
-                and " " not in groups[-1]:
-            groups[-1] = f"{groups[-1]} {tok}"
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        value = tokens[i + 1] if i + 1 < len(tokens) else None
+        takes_next = value is not None and _is_option(tok) and not _is_option(value) \
+            and ("=" not in tok if tok.startswith("--") else len(tok) == 2)
+        if takes_next:
+            tok = f"{tok}={value}" if tok.startswith("--") else f"{tok}{value}"
+            i += 1
+        i += 1
+        if tok.startswith("--"):
+            name = tok.split("=", 1)[0]
+        elif _is_option(tok):
+            name = tok[:2]
         else:
-            groups.append(tok)
-    return " ".join(sorted(groups))
+            name = tok  # a stray value stands alone, so it is never glued to another flag
+        out.append((name, tok))
+    return tuple(out)
+
+
+def canonical_cc_flags(flags: str) -> str:
+    """NEURON_CC_FLAGS with order and spacing normalised, so ``--a  -b`` and ``-b --a`` give
+    one key. Options are sorted by name with a stable sort: a repeated option keeps its
+    relative order (the last one wins in the compiler, so ``-O1 -O2`` and ``-O2 -O1`` stay
+    different). Each spelling is shell-quoted, so a value with a space cannot be confused
+    with two options. Pure."""
+    groups = sorted(cc_flag_groups(flags), key=lambda g: g[0])
+    return " ".join(shlex.quote(spelling) for _, spelling in groups)
+
+
+_OPT_RE = re.compile(r"^(?:-O|--optlevel=|--opt-level=)([0-3])$")
 
 
 def opt_level(flags: str) -> str:
-    """The neuronx-cc optimisation level named in the flags, or 'default'."""
-    m = re.findall(r"(?:^|\s)(?:-O|--optlevel[= ]|--opt-level[= ])([0-3])\b", flags)
-    return m[-1] if m else "default"
+    """The neuronx-cc optimisation level the flags select (the last one named), or 'default'."""
+    levels = [m.group(1) for _, spelling in cc_flag_groups(flags)
+              for m in [_OPT_RE.match(spelling)] if m]
+    return levels[-1] if levels else "default"
 
 
 def target_from_instance_type(instance_type: str) -> str:
@@ -131,7 +233,7 @@ def _dist_version(name: str) -> str:
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
-        return "absent"
+        return ABSENT
 
 
 def _read_text(path: Path) -> str:
@@ -141,9 +243,51 @@ def _read_text(path: Path) -> str:
         return ""
 
 
-def probe_instance_type(environ: Mapping[str, str]) -> str:
+def probe_instance_type(environ: Mapping[str, str], dmi_path: Path | None = None) -> str:
     """Instance type from an override variable, else DMI (EC2 fills product_name); no network."""
-    return environ.get(INSTANCE_TYPE_OVERRIDE) or _read_text(_DMI_PRODUCT) or UNKNOWN
+    return (environ.get(INSTANCE_TYPE_OVERRIDE, "").strip()
+            or _read_text(dmi_path or _DMI_PRODUCT) or UNKNOWN)
+
+
+def runtime_version_from_dpkg_status(text: str, package: str = neuron_env.RUNTIME_PACKAGE
+                                     ) -> str | None:
+    """The version of an installed package in a dpkg status file's text (None if it is not
+    installed). Pure."""
+    for para in re.split(r"\n\s*\n", text):
+        values: dict[str, str] = {}
+        for line in para.splitlines():
+            name, sep, value = line.partition(":")
+            if sep and not line[:1].isspace():
+                values[name.strip().lower()] = value.strip()
+        status = values.get("status", "").split()
+        if values.get("package") == package and status[-1:] == ["installed"]:
+            return values.get("version") or None
+    return None
+
+
+def runtime_version_from_lib_names(names: Sequence[str],
+                                   lib: str = neuron_env.RUNTIME_LIB_NAME) -> str | None:
+    """The highest fully versioned ``libnrt.so.X.Y.Z`` among file names (None if none). Pure."""
+    best: tuple[int, ...] | None = None
+    for name in names:
+        rest = Path(name).name.removeprefix(f"{lib}.")
+        if rest == Path(name).name or not re.fullmatch(r"\d+(\.\d+){2,}", rest):
+            continue
+        version = tuple(int(p) for p in rest.split("."))
+        best = version if best is None or version > best else best
+    return ".".join(map(str, best)) if best else None
+
+
+def probe_runtime_version(dpkg_status: Path | None = None,
+                          lib_dirs: Sequence[str] = neuron_env.RUNTIME_LIB_DIRS) -> str:
+    """The Neuron runtime version from dpkg's status file, else from the runtime library's
+    versioned file name; 'absent' when neither says (files only: no command, no network)."""
+    text = _read_text(dpkg_status or _DPKG_STATUS)
+    version = runtime_version_from_dpkg_status(text) if text else None
+    if version is None:
+        names = [n for d in lib_dirs for n in glob.glob(f"{d}/{neuron_env.RUNTIME_LIB_NAME}.*")]
+        version = runtime_version_from_lib_names(names)
+    return version or ABSENT
 
 
 def probe_isa_flags() -> str:
@@ -182,10 +326,17 @@ def inductor_facts(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def neuron_facts(environ: Mapping[str, str]) -> dict[str, str]:
-    facts = {f"version.{d}": _dist_version(d) for d in neuron_env.SDK_DISTRIBUTIONS}
+def neuron_target(environ: Mapping[str, str], instance_type: str) -> str:
+    """The target: the override variable, else the instance type's family, else 'unknown'."""
     override = environ.get(neuron_env.PLATFORM_TARGET, "").strip().lower()
-    facts["target"] = override or target_from_instance_type(probe_instance_type(environ))
+    return override or target_from_instance_type(instance_type)
+
+
+def neuron_facts(environ: Mapping[str, str], instance_type: str | None = None
+                 ) -> dict[str, str]:
+    facts = {f"version.{d}": _dist_version(d) for d in neuron_env.SDK_DISTRIBUTIONS}
+    itype = instance_type if instance_type is not None else probe_instance_type(environ)
+    facts["target"] = neuron_target(environ, itype)
     facts["lnc"] = environ.get(neuron_env.LOGICAL_NC_CONFIG, "default").strip() or "default"
     flags = environ.get(neuron_env.CC_FLAGS, "")
     facts["cc_flags"] = canonical_cc_flags(flags)
@@ -196,8 +347,11 @@ def neuron_facts(environ: Mapping[str, str]) -> dict[str, str]:
 def collect_fingerprint(backend: str, environ: Mapping[str, str]) -> Fingerprint:
     """This host's fingerprint for a backend."""
     facts = common_facts()
+    info: dict[str, str] = {}
     if backend == "inductor":
         facts.update(inductor_facts(environ))
     elif backend == "neuron":
-        facts.update(neuron_facts(environ))
-    return build_fingerprint(backend, facts)
+        itype = probe_instance_type(environ)
+        facts.update(neuron_facts(environ, itype))
+        info = {"instance_type": itype, RUNTIME_FIELD: probe_runtime_version()}
+    return build_fingerprint(backend, facts, info)

@@ -1,20 +1,39 @@
-"""Every TorchNeuron / Neuron SDK environment variable name neffcache uses, in one place.
+"""Every TorchNeuron / Neuron SDK name neffcache uses, in one place: environment variables,
+distributions, the runtime package and the distributed backend.
 
 Some of these names are documented as "to be confirmed on hardware" (DESIGN.md §1); a rename
-upstream is a one-line change here.
+upstream is a one-line change here. No other module spells them (a unit test checks).
 """
 
+# Cache roots and scratch (read by torch_neuronx once, at import).
 NEFF_CACHE_DIR = "TORCH_NEURONX_NEFF_CACHE_DIR"
 NEFF_LOCK_DIR = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
 HLO_CACHE_DIR = "TORCH_NEURONX_HLO_CACHE_DIR"
+NEFF_CACHE_DEFAULT = "/tmp/neff_cache"
+NEFF_LOCK_DEFAULT = "/tmp/local_cache"
+HLO_CACHE_DEFAULT = "/tmp/neuron_hlo_cache"
+
+# Compile-only mode (compile on a host without Trainium) and the target it compiles for.
 COMPILE_ONLY = "TORCH_NEURONX_COMPILE_ONLY"
+COMPILE_ONLY_ON = "1"
 PLATFORM_TARGET = "NEURON_PLATFORM_TARGET_OVERRIDE"
+TARGETS = ("trn2", "trn3")
+
+# What enters TorchNeuron's own key (and so neffcache's fingerprint).
 LOGICAL_NC_CONFIG = "NEURON_LOGICAL_NC_CONFIG"
 CC_FLAGS = "NEURON_CC_FLAGS"
 RT_VISIBLE_CORES = "NEURON_RT_VISIBLE_CORES"
 
-NEFF_CACHE_DEFAULT = "/tmp/neff_cache"
-NEFF_LOCK_DEFAULT = "/tmp/local_cache"
-
-# Python distributions whose versions enter the neuron fingerprint.
+# Python distributions whose versions enter the neuron fingerprint (torch and Python are
+# common to every backend). NKI ships as `neuronx-nki` or, in newer SDKs, `nki`.
 SDK_DISTRIBUTIONS = ("torch-neuronx", "neuronx-cc", "neuronx-nki", "nki", "libneuronxla")
+
+# The Neuron runtime: its Debian package (read from dpkg's status file, never by running a
+# command) and where its shared library lives (a versioned file name is the fallback).
+RUNTIME_PACKAGE = "aws-neuronx-runtime-lib"
+RUNTIME_LIB_DIRS = ("/opt/aws/neuron/lib",)
+RUNTIME_LIB_NAME = "libnrt.so"
+
+# torch.distributed: the process-group backend and the DeviceMesh device type.
+DIST_BACKEND = "neuron"
+DEVICE = "neuron"

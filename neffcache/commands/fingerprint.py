@@ -31,11 +31,15 @@ _HEX_RE = re.compile(r"^[0-9a-f]{6,64}$")
 def fingerprint(backend_name: str | None, explain: str | None, store: str | None,
                 as_json: bool) -> None:
     """Print this host's fingerprint: what must match between the host that compiled an
-    entry and the host that restores it (backend, package versions, target, compiler flags,
-    and for inductor the torch path and CPU ISA).
+    entry and the host that restores it (backend; torch, diffusers, transformers and Python
+    versions; for neuron the torch-neuronx, neuronx-cc and NKI versions, the target trn2/trn3,
+    the logical-core config, the canonical compiler flags and opt level; for inductor the
+    torch path, CPU ISA and thread count). Facts shown under "info" (the instance type and
+    the Neuron runtime version) are recorded but never compared.
 
-    With --explain ENTRY_KEY, say which fields differ from that entry's, i.e. why it would
-    not be used here. Exits 0 whether or not they match.
+    With --explain ENTRY_KEY, name each field that differs from that entry's, with this
+    host's value, the entry's value and why the field matters, i.e. why the entry would not
+    be used here. Exits 0 whether or not they match.
 
     \b
     Examples:
@@ -44,35 +48,56 @@ def fingerprint(backend_name: str | None, explain: str | None, store: str | None
       neffcache fingerprint --explain 3fa2c9d1e0b4
     """
     from neffcache.backends import get_backend
-    from neffcache.fingerprint import collect_fingerprint, diff_fingerprints
+    from neffcache.fingerprint import FIELD_NOTES, collect_fingerprint, diff_fingerprints
 
     if explain is None:
         fp = collect_fingerprint(get_backend(backend_name or "inductor").name, os.environ)
         if as_json:
             emit_json({"key": fp.key, "backend": fp.backend, "fields": dict(fp.fields),
-                       "unknown_fields": list(fp.unknown_fields)})
+                       "info": dict(fp.info), "unknown_fields": list(fp.unknown_fields)})
             return
         click.echo(f"fingerprint {fp.key}  (backend {fp.backend})")
         click.echo(format_table(["field", "value"], [[k, v] for k, v in fp.fields]))
+        if fp.info:
+            click.echo("info (recorded, never compared): "
+                       + ", ".join(f"{k}={v}" for k, v in fp.info))
+        for name in fp.unknown_fields:
+            click.echo(f"warning: {name} is unknown on this host: nothing will be built or "
+                       f"restored here until it is known")
         return
     manifest = _read_entry(explain, store)
     there = manifest.fingerprint
     here = collect_fingerprint(get_backend(backend_name or there.backend).name, os.environ)
     diffs = diff_fingerprints(here, there)
+    info_here, info_there = dict(here.info), dict(there.info)
+    info_diffs = [(k, info_here.get(k, "absent"), info_there.get(k, "absent"))
+                  for k in sorted(set(info_here) | set(info_there))
+                  if info_here.get(k) != info_there.get(k)]
     if as_json:
         emit_json({"entry_key": manifest.entry_key, "cell_id": manifest.cell.id,
-                   "here": here.key, "there": there.key, "match": not diffs,
-                   "differences": [{"field": d.name, "here": d.here, "there": d.there}
-                                   for d in diffs]})
+                   "backend": there.backend, "here": here.key, "there": there.key,
+                   "match": not diffs and not here.unknown_fields,
+                   "unknown_here": list(here.unknown_fields),
+                   "differences": [{"field": d.name, "here": d.here, "there": d.there,
+                                    "note": FIELD_NOTES.get(d.name, "")} for d in diffs],
+                   "info_differences": [{"field": k, "here": a, "there": b}
+                                        for k, a, b in info_diffs]})
         return
-    click.echo(f"entry {manifest.entry_key} ({manifest.cell.id})")
+    click.echo(f"entry {manifest.entry_key} ({manifest.cell.id}, backend {there.backend})")
     click.echo(f"  built for fingerprint {there.key[:12]}, this host is {here.key[:12]}")
+    for name in here.unknown_fields:
+        click.echo(f"  {name} is unknown on this host, so no entry is used here")
     if not diffs:
-        click.echo("same fingerprint: this entry would be used here")
-        return
-    click.echo(f"{len(diffs)} field(s) differ, so this entry would not be used here:")
-    click.echo(format_table(["field", "here", "entry"], [[d.name, d.here, d.there]
-                                                         for d in diffs]))
+        click.echo("same fingerprint: this entry would be used here" if not here.unknown_fields
+                   else "same fields, but an unknown field never matches")
+    else:
+        click.echo(f"{len(diffs)} field(s) differ, so this entry would not be used here:")
+        click.echo(format_table(["field", "this host", "entry", "why it matters"],
+                                [[d.name, d.here, d.there, FIELD_NOTES.get(d.name, "")]
+                                 for d in diffs]))
+    if info_diffs:
+        click.echo("info (never compared): " + "; ".join(
+            f"{k}: this host {a}, entry {b}" for k, a, b in info_diffs))
 
 
 def _read_entry(key: str, store: str | None):  # type: ignore[no-untyped-def]
