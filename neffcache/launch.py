@@ -1,10 +1,14 @@
 """Start a warm-up worker for one cell and collect what it did (the parent side of the worker).
 
-``run_worker`` writes the spec, starts ``python -m neffcache.worker`` in its own session with
-the cache variables set in its environment (so they are in place before anything imports
-torch), waits up to a timeout (then kills the whole process group), and returns a
-``WorkerOutcome``: exit status, wall seconds, the worker's result document, the verdict of
-neffcache.hit_check, and the tail of its log.
+``run_worker`` writes the spec, starts ``python -m neffcache.worker`` (or torchrun with one
+worker per rank, for a tensor-parallel cell) in its own session with the cache variables set
+in its environment (so they are in place before anything imports torch), waits up to a
+timeout, then stops the whole process group, and returns a ``WorkerOutcome``: exit status,
+wall seconds, the worker's result document, the verdict of neffcache.hit_check, and the tail
+of its log.
+
+Stopping is SIGTERM first, SIGKILL after a grace period: torchrun starts each rank in a
+session of its own, so only torchrun itself (on SIGTERM) can reach and stop its ranks.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from neffcache.worker import WorkerSpec, launch_command
 
 LOG_TAIL_CHARS = 16_000
 TIMEOUT_STATUS = 124  # what coreutils' timeout(1) reports; the log tail says "timed out"
+STOP_GRACE_SECONDS = 40.0  # SIGTERM; torchrun gives its ranks 30 s to stop, then SIGKILLs them
 _CHILD_DEFAULTS = {"PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 # Workers running now (they run in their own sessions, so a Ctrl-C does not reach them).
 _RUNNING: set[subprocess.Popen[bytes]] = set()
@@ -153,25 +158,38 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
                          base=Path(spec.base))
 
 
-def kill_running_workers() -> int:
-    """Kill every worker this process started that is still running (on an interrupt)."""
+def kill_running_workers(grace: float = STOP_GRACE_SECONDS) -> int:
+    """Stop every worker this process started that is still running (on an interrupt)."""
     with _RUNNING_LOCK:
         procs = list(_RUNNING)
-    for proc in procs:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    _stop_groups(procs, grace)
     return len(procs)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the worker's own process group (it was started in a new session), then reap it."""
+def _kill_group(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_SECONDS) -> None:
+    """Stop the worker's own process group (it was started in a new session), then reap it."""
+    _stop_groups([proc], grace)
+    proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()
+
+
+def _stop_groups(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
+    """SIGTERM each group; SIGKILL the groups whose leader has not exited after ``grace``."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    until = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, until - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(proc, signal.SIGKILL)  # stragglers in the group, or the leader itself
 
 
 def _read_result(path: Path) -> dict[str, Any] | None:

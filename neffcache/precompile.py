@@ -1,7 +1,9 @@
 """Precompile a matrix: plan which cells to warm, warm each in a worker, publish, record.
 
 ``plan_precompile`` is pure: a cell whose entry (for this fingerprint) is already in the store
-is skipped unless forced, so a rerun does nothing. ``apply_precompile`` runs the warm cells
+is skipped unless forced, so a rerun does nothing; in compile-only mode an eager cell is
+refused with the reason (its NEFFs only exist once ops run on a device). ``apply_precompile``
+runs the warm cells
 in worker subprocesses (neffcache.launch), a few at a time, each in fresh empty cache roots;
 publishes what a successful warm-up captured as an entry (neffcache.publish) and indexes it;
 records a failed, crashed or timed-out warm-up as a failed cell (exit status, seconds, log
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from neffcache.backends import Backend, get_backend, root_dirs
+from neffcache.backends import Backend, compile_only_refusal, get_backend, root_dirs
 from neffcache.capture import captured_records
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint
@@ -33,8 +35,9 @@ from neffcache.matrix import Cell, Matrix
 from neffcache.store import Store, manifest_key
 from neffcache.worker import WorkerSpec
 
-WARM, SKIP = "warm", "skip"
+WARM, SKIP, REFUSE = "warm", "skip", "refuse"
 SKIPPED, PUBLISHED, EXISTS, FAILED = "skipped", "published", "exists", "failed"
+REFUSED = "refused"
 HIT, COMPILED, VERIFY_FAILED = "hit", "compiled", "verify-failed"
 
 # A progress event: (kind, cell id, message); kinds: start, skip, done, failed, verify, note.
@@ -50,6 +53,7 @@ class PrecompileOptions:
     workdir: Path | None = None
     keep_workdir: bool = False
     extra_env: tuple[tuple[str, str], ...] = ()
+    compile_only: bool = False  # no device here: cells that need one are refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +61,8 @@ class CellPlan:
     cell: Cell
     entry_key: str
     ready: bool  # the store already holds this cell's entry for the fingerprint
-    action: str  # warm | skip
+    action: str  # warm | skip | refuse
+    reason: str | None = None  # why a cell is refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,7 @@ class CellReport:
     cell_id: str
     cell_key: str
     entry_key: str
-    status: str  # skipped | published | exists | failed
+    status: str  # skipped | published | exists | failed | refused
     seconds: float | None = None  # the warm-up's first call (compile + run)
     wall_seconds: float | None = None
     files: int | None = None
@@ -129,22 +134,36 @@ class PrecompileReport:
                 "fingerprint_key": self.fingerprint_key, "store": self.store_url,
                 "run_id": self.run_id, "seconds": round(self.seconds, 3),
                 "workdir": self.workdir,
-                "counts": {s: self.count(s) for s in (PUBLISHED, EXISTS, SKIPPED, FAILED)},
+                "counts": {s: self.count(s) for s in (PUBLISHED, EXISTS, SKIPPED, FAILED,
+                                                      REFUSED)},
                 "cells": [c.to_json() for c in self.cells]}
 
 
 # --- plan (pure) ---------------------------------------------------------------------------
 
 def plan_precompile(cells: Sequence[Cell], fingerprint: Fingerprint,
-                    ready_entry_keys: Collection[str], *, force: bool = False
-                    ) -> tuple[CellPlan, ...]:
-    """Warm every cell without an entry for this fingerprint (every cell with ``force``)."""
+                    ready_entry_keys: Collection[str], *, force: bool = False,
+                    compile_only: bool = False) -> tuple[CellPlan, ...]:
+    """Warm every cell without an entry for this fingerprint (every cell with ``force``);
+    with ``compile_only``, refuse the cells that need a device (see refusal_reason)."""
     plans = []
     for cell in cells:
         key = entry_key(cell, fingerprint)
         ready = key in ready_entry_keys
-        plans.append(CellPlan(cell, key, ready, WARM if force or not ready else SKIP))
+        reason = refusal_reason(cell, compile_only) if not ready or force else None
+        if reason is not None:
+            plans.append(CellPlan(cell, key, ready, REFUSE, reason))
+        else:
+            plans.append(CellPlan(cell, key, ready, WARM if force or not ready else SKIP))
     return tuple(plans)
+
+
+def refusal_reason(cell: Cell, compile_only: bool) -> str | None:
+    """Why ``cell`` cannot be pre-compiled here (None: it can). Pure."""
+    if not compile_only:
+        return None
+    reason = compile_only_refusal(cell.mode)
+    return f"compile-only: {reason}" if reason else None
 
 
 def resolve_model(model: str, matrix_source: str) -> str:
@@ -213,13 +232,17 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
     started = time.monotonic()
     backend = get_backend(matrix.backend)
     plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
-                            force=options.force)
+                            force=options.force, compile_only=options.compile_only)
     emit = progress or (lambda event: None)
     reports: dict[str, CellReport] = {}
     for p in plans:
         if p.action == SKIP:
             reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, SKIPPED)
             emit(("skip", p.cell.id, "ready (entry in store)"))
+        elif p.action == REFUSE:
+            reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, REFUSED,
+                                            error=p.reason)
+            emit(("refused", p.cell.id, p.reason or ""))
     _index_known_entries(store, index, [p for p in plans if p.action == SKIP], backend)
     _register(index, matrix)
     to_warm = [p for p in plans if p.action == WARM]

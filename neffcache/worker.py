@@ -8,6 +8,14 @@ it to the backend's device, compiles the declared components per mode, makes one
 the cell's shape and batch, and writes a JSON result: seconds, compile counters, C++
 compiler outputs, and the capturable files before and after (neffcache.hit_check judges
 them). Any failure exits non-zero with the traceback on stderr; the parent keeps the log.
+
+A tensor-parallel cell (tp > 1) runs as tp ranks under torchrun (``launch_command``). Each
+rank joins the process group (``dist.init_process_group(backend="neuron")``), builds a 1-D
+``DeviceMesh("neuron", ranks)`` and loads the transformer with
+``from_pretrained(..., subfolder="transformer", parallel_config=TensorParallelConfig(mesh=mesh))``
+(diffusers' API), then the pipeline around it. All ranks share the cell's cache roots and
+lock dir, so each graph is compiled once; rank 0 alone scans the roots (with barriers so no
+rank is still writing) and writes the result.
 """
 
 from __future__ import annotations
@@ -68,21 +76,63 @@ class WorkerSpec:
             raise UsageError(f"worker spec: malformed: {exc}") from None
 
 
+TP_COMPONENT = "transformer"  # the component tensor-parallel cells shard
+TP_MESH_DIM = "tp"
+
+
+def torchrun_command(python: str, nproc: int, module: str, args: Sequence[str]) -> list[str]:
+    """``torchrun --standalone --nproc_per_node=N -m MODULE ARGS``, spelled as the interpreter
+    running ``torch.distributed.run`` (what the ``torchrun`` script runs), so the ranks use
+    the same Python as the parent. --standalone: a private rendezvous on this node. Pure."""
+    if nproc < 1:
+        raise UsageError(f"torchrun: --nproc_per_node must be >= 1, got {nproc}")
+    return [python, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={nproc}", "-m", module, *args]
+
+
 def launch_command(spec_path: str | Path, cell: Cell, backend: Backend,
                    python: str = sys.executable) -> list[str]:
-    """The command line that runs a worker for ``cell``.
+    """The command line that runs a worker for ``cell``: one process for tp == 1; for tp > 1
+    on a backend with a distributed backend, tp ranks under torchrun (one per NeuronCore on
+    this node). A tp > 1 cell on any other backend runs as one process, which refuses it."""
+    args = ["--spec", str(spec_path)]
+    if cell.tp > 1 and backend.dist_backend is not None:
+        return torchrun_command(python, cell.tp, "neffcache.worker", args)
+    return [python, "-m", "neffcache.worker", *args]
 
-    tp == 1: one process. tp > 1 on neuron: one process per NeuronCore under torchrun on this
-    node (the hook a later change fleshes out: the worker then needs
-    ``dist.init_process_group("neuron")``, a DeviceMesh and ``TensorParallelConfig`` passed
-    to the transformer's ``from_pretrained``; ranks share the cache roots, TorchNeuron locks
-    per key). The worker refuses tp > 1 until then, so such cells fail visibly.
-    """
-    worker = ["-m", "neffcache.worker", "--spec", str(spec_path)]
-    if cell.tp > 1 and backend.name == "neuron":
-        return [python, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc_per_node={cell.tp}", *worker]
-    return [python, *worker]
+
+@dataclass(frozen=True, slots=True)
+class Rank:
+    """Where this process sits in a torchrun job (rank 0 of 1 when not launched by torchrun)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Rank:
+        try:
+            return cls(int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1")),
+                       int(environ.get("LOCAL_RANK", "0")))
+        except ValueError:
+            raise WorkerError("RANK/WORLD_SIZE/LOCAL_RANK: expected integers (set by "
+                              "torchrun)") from None
+
+
+def check_rank(cell: Cell, backend: Backend, rank: Rank) -> None:
+    """A tp > 1 cell needs a backend with a distributed backend and exactly tp ranks."""
+    if cell.tp == 1 and rank.world_size == 1:
+        return
+    if backend.dist_backend is None:
+        raise WorkerError(f"cell {cell.id}: tensor parallel (tp={cell.tp}) is not supported "
+                          f"by the {backend.name} backend")
+    if rank.world_size != cell.tp:
+        raise WorkerError(f"cell {cell.id}: tp={cell.tp} but this job has WORLD_SIZE="
+                          f"{rank.world_size} (launch with torchrun --nproc_per_node={cell.tp})")
 
 
 def build_call_kwargs(cell: Cell, steps: int, call_kwargs: Mapping[str, Any],
@@ -112,13 +162,16 @@ def check_environment(backend: Backend, base: str, environ: Mapping[str, str]) -
 
 
 class CompileProbe:
-    """Records C++ compiler outputs (by wrapping inductor's CppBuilder.build) and reads
-    torch._dynamo's counters. Imports torch: create it only after the environment is set."""
+    """Records C++ compiler outputs (by wrapping inductor's CppBuilder.build, for backends
+    with ``cpp_probe``) and reads torch._dynamo's counters. May import torch: create it only
+    after the environment is set."""
 
-    def __init__(self, dirs: Mapping[str, str]) -> None:
+    def __init__(self, dirs: Mapping[str, str], cpp: bool = True) -> None:
         self._dirs = dirs
         self.outputs: list[str] = []
         self.instrumented = False
+        if not cpp:
+            return
         try:
             from torch._inductor import cpp_builder
         except ImportError:
@@ -142,8 +195,9 @@ class CompileProbe:
         return Path(path).name
 
     def snapshot(self) -> dict[str, Any]:
-        from torch._dynamo.utils import counters
-
+        counters: Mapping[str, Any] = {}
+        if "torch._dynamo" in sys.modules:  # not imported: nothing went through dynamo
+            from torch._dynamo.utils import counters
         return {"counters": {g: {k: int(v) for k, v in c.items()} for g, c in counters.items()
                              if c},
                 "cpp_outputs": list(self.outputs), "cpp_probe": self.instrumented}
@@ -157,21 +211,51 @@ def _dtype_kwarg() -> str:
     return "dtype" if hasattr(deprecation_utils, "_resolve_dtype") else "torch_dtype"
 
 
-def load_pipeline(spec: WorkerSpec, backend: Backend) -> Any:
+def _import_class(spec: str, what: str) -> Any:
+    module_name, _, class_name = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise WorkerError(f"{what} {spec!r}: cannot import: {exc}") from None
+
+
+def init_tensor_parallel(backend: Backend, rank: Rank) -> Any:
+    """Join the process group and return a 1-D DeviceMesh over every rank (dim "tp")."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    dist.init_process_group(backend=backend.dist_backend)
+    return DeviceMesh(backend.device, list(range(rank.world_size)),
+                      mesh_dim_names=(TP_MESH_DIM,))
+
+
+def load_tp_transformer(cls: Any, spec: WorkerSpec, mesh: Any, location: Mapping[str, Any],
+                        kwargs: Mapping[str, Any]) -> Any:
+    """The pipeline's transformer loaded sharded over ``mesh``: its class comes from the
+    pipeline's model_index.json, and diffusers shards it while reading the weights."""
+    from diffusers import TensorParallelConfig
+
+    index = cls.load_config(spec.model, **location)
+    entry = index.get(TP_COMPONENT) if isinstance(index, Mapping) else None
+    if not isinstance(entry, (list, tuple)) or len(entry) != 2 or None in entry:
+        raise WorkerError(f"cell {spec.cell.id}: tensor parallel shards the pipeline's "
+                          f"{TP_COMPONENT!r}, and {spec.model} declares none in model_index.json")
+    component_cls = _import_class(f"{entry[0]}:{entry[1]}", f"{TP_COMPONENT} class")
+    return component_cls.from_pretrained(
+        spec.model, subfolder=TP_COMPONENT, parallel_config=TensorParallelConfig(mesh=mesh),
+        **location, **kwargs)
+
+
+def load_pipeline(spec: WorkerSpec, backend: Backend, mesh: Any = None) -> Any:
     import torch
 
-    module_name, _, class_name = spec.cell.pipeline_class.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise WorkerError(f"pipeline class {spec.cell.pipeline_class!r}: cannot import: "
-                          f"{exc}") from None
+    cls = _import_class(spec.cell.pipeline_class, "pipeline class")
     kwargs: dict[str, Any] = {_dtype_kwarg(): getattr(torch, spec.cell.dtype)}
-    if Path(spec.model).is_dir():
-        kwargs["local_files_only"] = True
-    else:
-        kwargs["revision"] = spec.cell.revision
-    pipe = cls.from_pretrained(spec.model, **kwargs)
+    location: dict[str, Any] = ({"local_files_only": True} if Path(spec.model).is_dir()
+                                else {"revision": spec.cell.revision})
+    if mesh is not None:
+        kwargs[TP_COMPONENT] = load_tp_transformer(cls, spec, mesh, location, kwargs)
+    pipe = cls.from_pretrained(spec.model, **location, **kwargs)
     pipe = pipe.to(backend.device)
     if hasattr(pipe, "set_progress_bar_config"):
         pipe.set_progress_bar_config(disable=True)
@@ -207,31 +291,40 @@ def timed_call(pipe: Any, spec: WorkerSpec) -> float:
     return time.perf_counter() - start
 
 
-def run(spec: WorkerSpec) -> dict[str, Any]:
-    """Warm one cell in this process and return the result document."""
+def run(spec: WorkerSpec, rank: Rank | None = None) -> dict[str, Any]:
+    """Warm one cell in this process (one rank of it, for tp > 1) and return the result
+    document (complete on rank 0; other ranks do not scan the roots)."""
     from neffcache.capture import scan_roots
 
     started = time.perf_counter()
     backend = get_backend(spec.backend)
-    if spec.cell.tp > 1:
-        raise WorkerError(f"cell {spec.cell.id}: tensor-parallel warm-up (tp={spec.cell.tp}) "
-                          "is not implemented yet")
+    rank = rank or Rank.from_environ(os.environ)
+    check_rank(spec.cell, backend, rank)
     preloaded = sorted(m for m in ("torch", *backend.import_modules) if m in sys.modules)
     env_seen = check_environment(backend, spec.base, os.environ)
     dirs = root_dirs(backend, spec.base)
     for d in dirs.values():
         Path(d).mkdir(parents=True, exist_ok=True)
-    before = scan_roots(backend, dirs)
-    probe = CompileProbe(dirs)  # imports torch, after the environment check
+    before = scan_roots(backend, dirs) if rank.leader else ()
+    probe = CompileProbe(dirs, cpp=backend.cpp_probe)  # after the environment check
     for module in backend.import_modules:
         importlib.import_module(module)
-    t_import = time.perf_counter()
-    pipe = load_pipeline(spec, backend)
-    compiled = compile_components(pipe, spec.cell, backend)
-    t_load = time.perf_counter()
-    seconds = timed_call(pipe, spec)
-    activity = probe.snapshot()
-    after = scan_roots(backend, dirs)
+    mesh = init_tensor_parallel(backend, rank) if spec.cell.tp > 1 else None
+    try:
+        _barrier(mesh)  # rank 0 has scanned "before": now anyone may compile
+        t_import = time.perf_counter()
+        pipe = load_pipeline(spec, backend, mesh)
+        compiled = compile_components(pipe, spec.cell, backend)
+        t_load = time.perf_counter()
+        seconds = timed_call(pipe, spec)
+        activity = probe.snapshot()
+        _barrier(mesh)  # every rank has written what it compiled
+        after = scan_roots(backend, dirs) if rank.leader else ()
+    finally:
+        if mesh is not None:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
     return {
         "schema_version": RESULT_SCHEMA, "ok": True, "cell_id": spec.cell.id,
         "seconds": round(seconds, 3),
@@ -240,9 +333,17 @@ def run(spec: WorkerSpec) -> dict[str, Any]:
         "total_seconds": round(time.perf_counter() - started, 3),
         "compile_calls": compiled, "activity": activity,
         "environment": env_seen, "preloaded_modules": preloaded,
+        "ranks": rank.world_size,
         "files_before": [[f.root, f.path, f.size, f.mtime_ns] for f in before],
         "files_after": [[f.root, f.path, f.size, f.mtime_ns] for f in after],
     }
+
+
+def _barrier(mesh: Any) -> None:
+    if mesh is not None:
+        import torch.distributed as dist
+
+        dist.barrier()
 
 
 def write_result(path: str, doc: Mapping[str, Any]) -> None:
@@ -260,17 +361,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, help="JSON file describing the cell")
     args = parser.parse_args(argv)
     spec = WorkerSpec.from_json(json.loads(Path(args.spec).read_text(encoding="utf-8")))
+    rank = Rank.from_environ(os.environ)
     try:
-        doc = run(spec)
+        doc = run(spec, rank)
     except BaseException as exc:  # noqa: BLE001 - reported, then re-raised as an exit status
         traceback.print_exc()
-        write_result(spec.result_path, {"schema_version": RESULT_SCHEMA, "ok": False,
-                                        "cell_id": spec.cell.id,
-                                        "error": f"{type(exc).__name__}: {exc}"})
+        if rank.leader:  # other ranks' failures show in the log and torchrun's exit status
+            write_result(spec.result_path, {"schema_version": RESULT_SCHEMA, "ok": False,
+                                            "cell_id": spec.cell.id,
+                                            "error": f"{type(exc).__name__}: {exc}"})
         sys.stderr.flush()
         return 1
-    write_result(spec.result_path, doc)
-    print(f"neffcache worker: {spec.cell.id}: first call {doc['seconds']:.2f} s", file=sys.stderr)
+    if rank.leader:
+        write_result(spec.result_path, doc)
+    print(f"neffcache worker: {spec.cell.id}: rank {rank.rank}/{rank.world_size}: first call "
+          f"{doc['seconds']:.2f} s", file=sys.stderr)
     return 0
 
 

@@ -2,7 +2,8 @@
 
 Each backend names the cache roots its compiler writes (captured into entries and restored),
 the variables that point the compiler at them, scratch directories that must be writable but
-are never captured (lock dirs), the torch device and the ``torch.compile`` backend string.
+are never captured (lock dirs), the torch device, the ``torch.compile`` backend string, and
+the ``torch.distributed`` backend tensor-parallel cells use (None: no tensor parallel).
 Pure data: no torch import here.
 """
 
@@ -42,6 +43,10 @@ class Backend:
     ignore: tuple[str, ...] = ("*.lock", "*.tmp", "*.tmp.*", "tmp*", ".*")
     # modules the worker imports (after the cache environment is set) before loading a pipeline
     import_modules: tuple[str, ...] = ()
+    # torch.distributed process-group backend for tensor-parallel cells (None: not supported)
+    dist_backend: str | None = None
+    # whether the worker records C++ compiler runs (inductor's CppBuilder) as compile evidence
+    cpp_probe: bool = False
 
     @property
     def root_names(self) -> tuple[str, ...]:
@@ -68,14 +73,15 @@ class Backend:
 
 NEURON = Backend(
     name="neuron",
-    device="neuron",
+    device=neuron_env.DEVICE,
     compile_backend="neuron",
     roots=(
         CacheRoot("neff", neuron_env.NEFF_CACHE_DIR, neuron_env.NEFF_CACHE_DEFAULT),
-        CacheRoot("hlo", neuron_env.HLO_CACHE_DIR, "/tmp/neuron_hlo_cache"),
+        CacheRoot("hlo", neuron_env.HLO_CACHE_DIR, neuron_env.HLO_CACHE_DEFAULT),
     ),
     scratch=((neuron_env.NEFF_LOCK_DIR, "neff-locks"),),
     import_modules=("torch_neuronx",),
+    dist_backend=neuron_env.DIST_BACKEND,
 )
 
 # TorchInductor keeps its precompiled C++ headers in <tempdir>/torchinductor_<user>/
@@ -100,6 +106,7 @@ INDUCTOR = Backend(
     # Inductor's temp files are `.<pid>.<tid>.tmp`; a "tmp*" glob would also drop the (rare)
     # base32 cache file whose name starts with "tmp".
     ignore=("*.lock", "*.tmp", ".*"),
+    cpp_probe=True,
 )
 
 # How each mode compiles a component: the method called on it (None: eager, no compile call)
@@ -130,6 +137,14 @@ def compile_call(backend: Backend, mode: str) -> tuple[str, dict[str, object]] |
     if method is None:
         return None
     return method, {"backend": backend.compile_backend, **dict(COMPILE_OPTIONS)}
+
+
+def compile_only_refusal(mode: str) -> str | None:
+    """Why a cell in ``mode`` cannot be pre-compiled in compile-only mode (None: it can)."""
+    if compile_call(NEURON, mode) is None:
+        return ("eager cells compile each op the first time it runs on a NeuronCore, so their "
+                "NEFFs only exist once ops run on a device; compile-only mode runs none")
+    return None
 
 
 def root_dirs(backend: Backend, base: str) -> dict[str, str]:

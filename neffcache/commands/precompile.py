@@ -8,10 +8,12 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 import click
 
+from neffcache.backends import neuron_env
 from neffcache.commands._common import (
     emit_json,
     format_table,
@@ -24,6 +26,7 @@ from neffcache.commands._common import (
 from neffcache.errors import UsageError, WorkerError
 
 if TYPE_CHECKING:
+    from neffcache.matrix import Cell
     from neffcache.precompile import Event, PrecompileReport
 
 _SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
@@ -117,22 +120,41 @@ def render_precompile(report: PrecompileReport) -> str:
                      "-" if c.total_bytes is None else human_bytes(c.total_bytes), verify])
     table = format_table(["CELL", "STATUS", "FIRST CALL S", "FILES", "SIZE", "VERIFY"], rows)
     counts = ", ".join(f"{report.count(s)} {s}" for s in ("published", "exists", "skipped",
-                                                          "failed"))
+                                                          "failed", "refused")
+                       if s != "refused" or report.count(s))
+    refused = [c for c in report.cells if c.status == "refused"]
+    if refused:
+        table += "\n\n" + "\n".join(f"refused {c.cell_id}: {c.error}" for c in refused)
     return (f"{table}\n\n{counts} in {report.seconds:.1f} s "
             f"(fingerprint {report.fingerprint_key[:12]}, store {report.store_url})")
 
 
-def neuron_overrides(backend: str, target: str | None, compile_only: bool) -> dict[str, str]:
-    """Variables --target/--compile-only set for the workers (and the fingerprint)."""
-    from neffcache.backends import neuron_env
-
+def neuron_overrides(backend: str, target: str | None, compile_only: bool,
+                     environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Variables --target/--compile-only set for the workers (and the fingerprint). Compile-only
+    needs a target: --target, or the target variable already in the environment. Pure."""
     if backend != "neuron" and (target or compile_only):
         raise UsageError(f"--target/--compile-only apply to the neuron backend, and this "
                          f"matrix's backend is {backend!r}")
     env = {neuron_env.PLATFORM_TARGET: target} if target else {}
     if compile_only:
-        env[neuron_env.COMPILE_ONLY] = "1"
+        if not (target or (environ or {}).get(neuron_env.PLATFORM_TARGET, "").strip()):
+            raise UsageError(f"--compile-only needs --target {'|'.join(neuron_env.TARGETS)} "
+                             f"(or {neuron_env.PLATFORM_TARGET}): there is no Trainium device "
+                             f"here to tell which one to compile for")
+        env[neuron_env.COMPILE_ONLY] = neuron_env.COMPILE_ONLY_ON
     return env
+
+
+def refuse_if_nothing_left(cells: Sequence[Cell], compile_only: bool) -> None:
+    """Every selected cell refused (say, only eager cells with --compile-only) is a usage
+    error; some refused cells are reported per cell and the rest proceed."""
+    from neffcache.precompile import refusal_reason
+
+    reasons = [refusal_reason(c, compile_only) for c in cells]
+    if cells and all(reasons):
+        raise UsageError(f"{cells[0].id}: {reasons[0]} (all {len(cells)} selected cells are "
+                         f"refused)")
 
 
 def failure_error(report: PrecompileReport) -> WorkerError | None:
@@ -166,12 +188,15 @@ def failure_error(report: PrecompileReport) -> WorkerError | None:
 @click.option("--verify", is_flag=True,
               help="Restore each new entry into a new directory and warm it again in a fresh "
                    "process; it must compile nothing (recorded in the index).")
-@click.option("--target", type=click.Choice(["trn2", "trn3"]), default=None,
-              help="neuron: compile for this target (NEURON_PLATFORM_TARGET_OVERRIDE); it also "
-                   "enters the fingerprint.")
+@click.option("--target", type=click.Choice(list(neuron_env.TARGETS)), default=None,
+              help=f"neuron: compile for this target ({neuron_env.PLATFORM_TARGET}); it also "
+                   f"enters the fingerprint.")
 @click.option("--compile-only", is_flag=True,
-              help="neuron: compile without running on a NeuronCore "
-                   "(TORCH_NEURONX_COMPILE_ONLY=1), on a host without Trainium; use with --target.")
+              help=f"neuron: compile without running on a NeuronCore "
+                   f"({neuron_env.COMPILE_ONLY}={neuron_env.COMPILE_ONLY_ON}), on a host without "
+                   f"Trainium; needs --target. Eager cells are refused (their NEFFs only exist "
+                   f"once ops run on a device) and reported as such; if every selected cell is "
+                   f"refused the command exits 2.")
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Where the per-cell cache roots and logs go (default: a temp directory).")
 @click.option("--keep-workdir", is_flag=True, help="Keep cache roots and logs after the run.")
@@ -192,9 +217,14 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
     as a failed cell with its exit status and log tail, and nothing is published for it.
     Cells whose entry already exists are skipped, so a rerun does nothing.
 
+    A tensor-parallel cell (tp > 1, neuron) is warmed by tp ranks under `torchrun
+    --standalone --nproc_per_node=TP`, sharing one cache dir and lock dir, so each graph is
+    compiled once; it yields one entry.
+
     Progress goes to stderr (a live status line on a terminal); the result table (or JSON)
     to stdout. Exits 1 if any cell failed (after trying every other cell), or if --verify
-    found a restored entry that still compiled.
+    found a restored entry that still compiled; 5 if this host's fingerprint cannot be used
+    (neuron target unknown: give --target or set the target variable).
 
     \b
     Examples:
@@ -205,14 +235,14 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
       neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
 
     JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "seconds",
-    "counts": {"published", "exists", "skipped", "failed"}, "cells": [{"cell_id",
+    "counts": {"published", "exists", "skipped", "failed", "refused"}, "cells": [{"cell_id",
     "cell_key", "entry_key", "status", "seconds", "wall_seconds", "files", "total_bytes",
     "bytes_uploaded", "exit_status", "error", "log_tail", "verify": null | {"status" (hit,
     compiled, verify-failed), "seconds", "restore_seconds", "error", "compiled"}}]}.
     """
     from pathlib import Path
 
-    from neffcache.fingerprint import collect_fingerprint
+    from neffcache.fingerprint import check_usable, collect_fingerprint
     from neffcache.index import open_index
     from neffcache.matrix import select_cells, shard_cells
     from neffcache.matrix_io import load_matrix
@@ -227,13 +257,15 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
     if not cells:
         click.echo(f"{spec.source}: no cell selected", err=True)
     settings = settings_from(store=store, index=index)
-    environ = {**os.environ, **neuron_overrides(spec.backend, target, compile_only)}
+    environ = {**os.environ, **neuron_overrides(spec.backend, target, compile_only, os.environ)}
+    refuse_if_nothing_left(cells, compile_only)
     fingerprint = collect_fingerprint(spec.backend, environ)
+    check_usable(fingerprint)
     st = open_store(settings.store_url)
     st.check()
     options = PrecompileOptions(workers=workers, force=force, timeout=timeout, verify=verify,
                                 workdir=Path(workdir) if workdir else None,
-                                keep_workdir=keep_workdir)
+                                keep_workdir=keep_workdir, compile_only=compile_only)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix, \
             ProgressDisplay(len(cells)) as display:
         report = apply_precompile(spec, cells, st, ix, fingerprint, options,

@@ -97,7 +97,8 @@ def test_rerun_does_nothing(setup: dict) -> None:
     before = _manifest_keys(setup)
     r = _cli(setup, "precompile", str(setup["matrix"]))
     assert r.code == 0, r.stderr
-    assert r.doc["counts"] == {"published": 0, "exists": 0, "skipped": 2, "failed": 0}
+    assert r.doc["counts"] == {"published": 0, "exists": 0, "skipped": 2, "failed": 0,
+                               "refused": 0}
     assert r.doc["run_id"] is None
     assert _manifest_keys(setup) == before
 

@@ -134,7 +134,8 @@ def test_rerun_does_nothing(tmp_path: Path, double_env: Path, neffcache_home: Pa
     imports = len([e for e in _records(double_env) if e["event"] == "import"])
     code, again = _precompile(capsys, str(matrix))
     assert code == 0
-    assert again["counts"] == {"published": 0, "exists": 0, "skipped": 2, "failed": 0}
+    assert again["counts"] == {"published": 0, "exists": 0, "skipped": 2, "failed": 0,
+                               "refused": 0}
     assert again["run_id"] is None  # no run started: nothing to do
     assert len([e for e in _records(double_env) if e["event"] == "import"]) == imports
     # A new, empty index over the same store: still nothing to warm, and the index learns
