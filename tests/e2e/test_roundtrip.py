@@ -46,6 +46,13 @@ def test_2000_files_round_trip_byte_identical_and_rerun_fetches_nothing(
     assert whole.json["status"] == "partial"
     assert "2 of 3 cells have no entry" in whole.stderr
 
+    coverage = cli("coverage", str(matrix), "--json")
+    assert coverage.code == 0, coverage.stderr
+    status = {(r["cell_id"], r["fingerprint_key"]): r["status"] for r in coverage.json["rows"]}
+    fp = p["fingerprint_key"]
+    assert status == {(CELL_64, fp): "ready", (CELL_128, fp): "missing",
+                      (CELL_256, fp): "missing"}
+
 
 def test_print_env_is_evalable_and_creates_scratch_dirs(cli: Cli, matrix: Path,
                                                         tmp_path: Path) -> None:
