@@ -65,7 +65,7 @@ def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
       neffcache push --cell-json cell.json --backend inductor --root inductor=/tmp/ind --json
     """
     from neffcache.backends import get_backend
-    from neffcache.fingerprint import collect_fingerprint
+    from neffcache.fingerprint import check_usable, collect_fingerprint
     from neffcache.publish import publish_entry
     from neffcache.store import open_store
 
@@ -79,6 +79,7 @@ def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
     s = open_store(settings.store_url)
     s.check()
     fingerprint = collect_fingerprint(backend.name, os.environ)
+    check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it
     result = publish_entry(s, cell, fingerprint, backend, root_map,
                            compile_seconds=compile_seconds, workers=workers)
     indexed = _record(settings, result.manifest, s.url)
