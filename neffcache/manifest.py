@@ -4,6 +4,11 @@ A manifest names the cell, the fingerprint, and every file the warm-up left in t
 cache roots (root, relative path, size, sha256, mode), plus producer info. Decoding validates
 everything a hostile writer could abuse: absolute paths, ``..``, duplicates, unknown roots,
 malformed sizes and digests. The entry key is the digest of (cell key, fingerprint key).
+
+Optional ``packs`` (still schema 1; readers that do not know the field ignore it): objects holding
+many of the entry's small blobs back to back, each member named by sha256, offset and size, so a
+restore can fetch them in a few requests. Every member is also stored as its own blob; a member
+must be one of the manifest's files (same sha256 and size).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from neffcache.errors import MatrixError
 SCHEMA_VERSION = 1
 MAX_FILE_SIZE = 1 << 40
 MAX_FILES = 1_000_000
+MAX_PACKS = 100_000
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ROOT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
@@ -43,6 +49,28 @@ class FileRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PackMember:
+    """One blob inside a pack: its sha256, where it starts in the pack, its size."""
+
+    sha256: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class PackRecord:
+    """Small blobs back to back in one store object (``packs/<aa>/<sha256>``), by offset."""
+
+    sha256: str
+    size: int
+    members: tuple[PackMember, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "size": self.size,
+                "members": [[m.sha256, m.offset, m.size] for m in self.members]}
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """An entry: a cell warmed under a fingerprint, and the files it left."""
 
@@ -52,6 +80,7 @@ class Manifest:
     producer: tuple[tuple[str, str], ...] = ()
     compile_seconds: float | None = None
     created_at: str = ""
+    packs: tuple[PackRecord, ...] = ()
 
     @property
     def entry_key(self) -> str:
@@ -66,7 +95,7 @@ class Manifest:
         return tuple(sorted({f.root for f in self.files}))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "schema_version": SCHEMA_VERSION,
             "entry_key": self.entry_key,
             "cell_id": self.cell.id,
@@ -78,6 +107,9 @@ class Manifest:
             "compile_seconds": self.compile_seconds,
             "created_at": self.created_at,
         }
+        if self.packs:  # absent when empty: manifests without packs stay byte-identical
+            doc["packs"] = [p.to_json() for p in self.packs]
+        return doc
 
 
 def entry_key(cell: Cell, fingerprint: Fingerprint) -> str:
@@ -121,11 +153,13 @@ def manifest_from_json(doc: Mapping[str, Any], *, allowed_roots: Sequence[str] |
     seconds = doc.get("compile_seconds")
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
         raise ManifestError(f"{source}: compile_seconds: expected a number or null")
+    packs = validate_packs(doc.get("packs", []), files, source=source)
     manifest = Manifest(
         cell=cell, fingerprint=fingerprint, files=files,
         producer=tuple(sorted((str(k), str(v)) for k, v in producer.items())),
         compile_seconds=float(seconds) if seconds is not None else None,
         created_at=str(doc.get("created_at", "")),
+        packs=packs,
     )
     claimed = doc.get("entry_key")
     if claimed is not None and claimed != manifest.entry_key:
@@ -185,3 +219,49 @@ def _refuse_file_dir_clash(files: Sequence[FileRecord], source: str) -> None:
             if (f.root, "/".join(parts[:n])) in paths:
                 raise ManifestError(f"{source}: {f.root}/{'/'.join(parts[:n])} is both a file "
                                     f"and a directory")
+
+
+def validate_packs(raw: Any, files: Sequence[FileRecord], *,
+                   source: str = "manifest") -> tuple[PackRecord, ...]:
+    """Packs as decoded from JSON: digests well-formed, members in offset order, inside the
+    pack, not overlapping, and each one a file of the manifest (same sha256 and size)."""
+    if not isinstance(raw, list) or len(raw) > MAX_PACKS:
+        raise ManifestError(f"{source}: packs: expected a list of at most {MAX_PACKS} packs")
+    sizes = {f.sha256: f.size for f in files}
+    out = []
+    for i, item in enumerate(raw):
+        where = f"{source}: packs[{i}]"
+        if not isinstance(item, dict):
+            raise ManifestError(f"{where}: expected an object")
+        sha, size, members = item.get("sha256"), item.get("size"), item.get("members")
+        if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+            raise ManifestError(f"{where}: sha256 {sha!r}: expected 64 lowercase hex digits")
+        if not _is_size(size):
+            raise ManifestError(f"{where}: size {size!r}: expected an integer >= 0")
+        if not isinstance(members, list) or not members:
+            raise ManifestError(f"{where}: members: expected a non-empty list")
+        out.append(PackRecord(sha, size, _pack_members(members, size, sizes, where)))
+    return tuple(out)
+
+
+def _pack_members(raw: list[Any], pack_size: int, sizes: Mapping[str, int],
+                  where: str) -> tuple[PackMember, ...]:
+    members = []
+    end = 0
+    for j, m in enumerate(raw):
+        if not isinstance(m, list) or len(m) != 3:
+            raise ManifestError(f"{where}: members[{j}]: expected [sha256, offset, size]")
+        sha, offset, size = m
+        if not isinstance(sha, str) or sizes.get(sha) != size or not _is_size(size):
+            raise ManifestError(f"{where}: members[{j}]: {str(sha)[:16]!r} of size {size!r} "
+                                f"is not a file of this entry")
+        if not _is_size(offset) or offset < end or offset + size > pack_size:
+            raise ManifestError(f"{where}: members[{j}]: offset {offset!r} overlaps the "
+                                f"previous member or runs past the pack's {pack_size} bytes")
+        end = offset + size
+        members.append(PackMember(sha, offset, size))
+    return tuple(members)
+
+
+def _is_size(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and 0 <= value <= MAX_FILE_SIZE

@@ -3,7 +3,9 @@
 ``plan_publish`` walks the roots and hashes every file (I/O, pure-data result);
 ``publish_entry`` first writes a ``pending/`` intent naming the blobs it relies on (so a
 concurrent gc spares them), uploads only the blobs the store lacks, each verified while
-streaming, then writes the manifest last with if-absent (the commit point: first writer wins),
+streaming, then packs of its small blobs (see ``neffcache.packing``: an extra that lets a restore
+fetch thousands of small files in a few requests), then writes the manifest last with if-absent
+(the commit point: first writer wins),
 a small ``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
 was built, but for another environment" without reading every manifest, and drops the intent.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import hashlib
 import io
 import os
 import platform
@@ -21,7 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,12 +35,21 @@ from neffcache.canonical import canonical_json
 from neffcache.errors import IntegrityError, UnavailableError, UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.hashing import VerifyingReader, sha256_file
-from neffcache.manifest import FileRecord, Manifest, encode_manifest, validate_files
+from neffcache.manifest import (
+    FileRecord,
+    Manifest,
+    PackMember,
+    PackRecord,
+    encode_manifest,
+    validate_files,
+)
 from neffcache.matrix import Cell
+from neffcache.packing import DEFAULT_POLICY, PackPolicy, plan_packs
 from neffcache.store import Store, blob_key, manifest_key
-from neffcache.store.base import PENDING, cell_pointer_key
+from neffcache.store.base import PENDING, cell_pointer_key, pack_key
 
 DEFAULT_WORKERS = 8
+PACK_WORKERS = 4  # each holds one pack (at most PackPolicy.max_bytes) in memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +59,8 @@ class PublishResult:
     blobs_uploaded: int
     blobs_skipped: int
     bytes_uploaded: int
+    packs_uploaded: int = 0
+    pack_bytes_uploaded: int = 0
 
     def to_json(self) -> dict[str, Any]:
         m = self.manifest
@@ -54,7 +68,9 @@ class PublishResult:
                 "fingerprint_key": m.fingerprint.key, "backend": m.fingerprint.backend,
                 "created": self.created, "files": len(m.files), "total_bytes": m.total_bytes,
                 "blobs_uploaded": self.blobs_uploaded, "blobs_skipped": self.blobs_skipped,
-                "bytes_uploaded": self.bytes_uploaded, "compile_seconds": m.compile_seconds}
+                "bytes_uploaded": self.bytes_uploaded, "compile_seconds": m.compile_seconds,
+                "packs": len(m.packs), "packs_uploaded": self.packs_uploaded,
+                "pack_bytes_uploaded": self.pack_bytes_uploaded}
 
 
 def default_producer() -> dict[str, str]:
@@ -130,9 +146,11 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                   roots: Mapping[str, Path], *, producer: Mapping[str, str] | None = None,
                   compile_seconds: float | None = None, workers: int = DEFAULT_WORKERS,
                   files: tuple[FileRecord, ...] | None = None,
-                  on_progress: Callable[[int, int], None] | None = None) -> PublishResult:
-    """Upload the blobs the store lacks, then the manifest (if absent). ``files`` defaults to
-    ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is called per blob."""
+                  on_progress: Callable[[int, int], None] | None = None,
+                  packing: PackPolicy | None = DEFAULT_POLICY) -> PublishResult:
+    """Upload the blobs the store lacks, then packs of the small ones (``packing=None``: none),
+    then the manifest (if absent). ``files`` defaults to ``plan_publish(backend, roots)``;
+    ``on_progress(done, total)`` is called per blob."""
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
@@ -152,6 +170,9 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
     intent = _write_intent(store, manifest)
     try:
         uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
+        groups = plan_packs(files, packing) if packing is not None else ()
+        packs, packs_uploaded, pack_bytes = _upload_packs(store, groups, sources)
+        manifest = replace(manifest, packs=packs)
         created = store.put(mkey, io.BytesIO(encode_manifest(manifest)), if_absent=True)
         # A gc that listed pending/ before our intent existed may have deleted an old blob we
         # skipped: check the skipped ones once more, now that the manifest references them.
@@ -162,7 +183,8 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
     finally:
         with contextlib.suppress(UnavailableError):  # a stale intent expires on its own
             store.delete(intent)
-    return PublishResult(manifest, created, len(uploaded), len(skipped), nbytes)
+    return PublishResult(manifest, created, len(uploaded), len(skipped), nbytes,
+                         packs_uploaded, pack_bytes)
 
 
 def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
@@ -206,6 +228,40 @@ def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool
                 store.delete(key)  # ours, and wrong: take it back before anyone trusts it
                 raise
     return wrote
+
+
+def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...],
+                  sources: Mapping[str, tuple[FileRecord, Path]]
+                  ) -> tuple[tuple[PackRecord, ...], int, int]:
+    """Build each pack in memory from the local files (each member checked against its
+    sha256 again: a file that changed since it was hashed is an IntegrityError), store it under
+    its own sha256 if absent. Returns (pack records in order, packs uploaded, bytes uploaded)."""
+
+    def one(members: tuple[FileRecord, ...]) -> tuple[PackRecord, bool]:
+        body = bytearray()
+        layout = []
+        for f in members:
+            path = sources[f.sha256][1]
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
+                                     f"{exc.strerror}") from None
+            if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
+                raise IntegrityError(f"{path}: changed while being published (sha256 or size "
+                                     f"differs from {f.sha256[:12]})")
+            layout.append(PackMember(f.sha256, len(body), f.size))
+            body += data
+        sha = hashlib.sha256(body).hexdigest()
+        wrote = store.put(pack_key(sha), io.BytesIO(body), if_absent=True)
+        return PackRecord(sha, len(body), tuple(layout)), wrote
+
+    if not groups:
+        return (), 0, 0
+    with ThreadPoolExecutor(max_workers=min(PACK_WORKERS, len(groups))) as pool:
+        done = list(pool.map(one, groups))
+    wrote = [p for p, w in done if w]
+    return tuple(p for p, _ in done), len(wrote), sum(p.size for p in wrote)
 
 
 def intent_key(entry_key: str) -> str:

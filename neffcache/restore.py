@@ -4,6 +4,11 @@ For each cell the entry key is ``entry_key(cell, this host's fingerprint)``; its
 from ``manifests/<key>.json`` (no index needed). Missing cells are checked against the store's
 ``cells/<cell-key>/`` pointers to tell "never built" from "built for another environment".
 
+Each manifest read is also kept beside the cache (``<target>/.neffcache-entries/<key>.json``;
+manifests are immutable). ``restore_local`` uses those copies and the state file alone to answer
+"every requested cell is already in place" without contacting the store: the common boot of an
+instance whose cache survived, in one stat pass and no network.
+
 Exit rule (``outcome_error``), first match wins:
   4  a manifest was rejected, or a blob was missing/corrupt/truncated
   1  a file could not be written locally (permissions, disk full, symlink in the way)
@@ -17,7 +22,10 @@ Exit rule (``outcome_error``), first match wins:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,7 +46,7 @@ from neffcache.errors import (
     exit_code_for,
 )
 from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import Manifest, decode_manifest, entry_key
+from neffcache.manifest import Manifest, decode_manifest, encode_manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.restore_apply import (
     FileFailure,
@@ -56,11 +64,13 @@ from neffcache.restore_plan import (
     plan_restore,
     wanted_sizes,
 )
+from neffcache.restore_units import DEFAULT_UNITS, UnitPolicy
 from neffcache.store import Store, manifest_key
 from neffcache.store.base import CELLS
 
 REPORT_SCHEMA = 1
 MAX_LISTED_FAILURES = 100
+LOCAL_ENTRIES = ".neffcache-entries"
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,15 +253,17 @@ def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint
 
 def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
                   fingerprint: Fingerprint, target: Path, *, workers: int = 16,
-                  deadline: float | None = None, progress: Progress | None = None
-                  ) -> RestoreResult:
-    """Restore ``cells`` into ``target/<root>`` for each of the backend's cache roots."""
+                  deadline: float | None = None, progress: Progress | None = None,
+                  units: UnitPolicy = DEFAULT_UNITS) -> RestoreResult:
+    """Restore ``cells`` into ``target/<root>`` for each of the backend's cache roots;
+    ``units`` says how blobs become requests (pack runs, large-blob parts)."""
     started = time.monotonic()
     target = Path(target).absolute()
     dirs = root_dirs(backend, str(target))
     resolution = resolve_entries(store, cells, fingerprint, backend, workers=workers,
                                  deadline=deadline)
     manifests = resolution.found
+    save_local_manifests(target, manifests)
     with Roots(dirs) as roots:
         state = load_state(dirs)
         wanted = wanted_sizes(manifests)
@@ -259,18 +271,89 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
                                         deadline=deadline)
         plan = plan_restore(manifests, dirs, present)
         report = apply_restore(store, plan, workers=workers, deadline=deadline,
-                               progress=progress, roots=roots)
-    failures = report.failures
+                               progress=progress, roots=roots,
+                               packs=[p for m in manifests for p in m.packs], policy=units)
     in_place: set[FileId] = {t.id for t in plan.present} | {t.id for t in report.installed}
-    records.update(dict(report.states))
-    save_state(dirs, {**{k: v for k, v in state.items() if k not in wanted}, **records})
+    if report.states or any(state.get(k) != r for k, r in records.items()):
+        records.update(dict(report.states))
+        save_state(dirs, {**{k: v for k, v in state.items() if k not in wanted}, **records})
     restored, incomplete = cell_verdicts(manifests, in_place)
     return RestoreResult(
         backend=backend.name, fingerprint_key=fingerprint.key, store_url=store.url,
         target=str(target), requested=tuple(c.id for c in cells), resolution=resolution,
         restored=restored, incomplete=incomplete, files_fetched=len(report.installed),
-        files_skipped=len(plan.present), bytes_fetched=report.bytes_fetched, failures=failures,
+        files_skipped=len(plan.present), bytes_fetched=report.bytes_fetched,
+        failures=report.failures,
         deadline_hit=report.deadline_hit or bool(resolution.unresolved),
         seconds=time.monotonic() - started,
         environment=tuple(sorted(cache_environment(backend, str(target)).items())),
         conflicts=plan.conflicts)
+
+
+def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
+                  target: Path, *, store_url: str) -> RestoreResult | None:
+    """The result of a restore that finds everything in place, judged from the local copies
+    of the entries' manifests and the state file alone (no store, no hashing); None when any
+    requested cell lacks a local copy or any of its files is absent, changed or unvouched —
+    then a full ``restore_cells`` decides."""
+    started = time.monotonic()
+    target = Path(target).absolute()
+    manifests = []
+    for cell in cells:
+        m = load_local_manifest(target, entry_key(cell, fingerprint), backend)
+        if m is None:
+            return None
+        manifests.append(m)
+    dirs = root_dirs(backend, str(target))
+    if not all(os.path.isdir(d) for d in dirs.values()):
+        return None
+    with Roots(dirs) as roots:
+        state = load_state(dirs)
+        present, _ = scan_present(roots, wanted_sizes(manifests), state, hash_unknown=False)
+    plan = plan_restore(manifests, dirs, present)
+    if plan.fetch:
+        return None
+    found = tuple(manifests)
+    return RestoreResult(
+        backend=backend.name, fingerprint_key=fingerprint.key, store_url=store_url,
+        target=str(target), requested=tuple(c.id for c in cells),
+        resolution=Resolution(found, (), (), ()),
+        restored=tuple(m.cell.id for m in found), incomplete=(), files_fetched=0,
+        files_skipped=len(plan.present), bytes_fetched=0, failures=(), deadline_hit=False,
+        seconds=time.monotonic() - started,
+        environment=tuple(sorted(cache_environment(backend, str(target)).items())),
+        conflicts=plan.conflicts)
+
+
+# --- local copies of manifests ---------------------------------------------------------------
+
+def load_local_manifest(target: Path, key: str, backend: Backend) -> Manifest | None:
+    """The local copy of entry ``key``'s manifest, validated like one read from the store;
+    None if absent or not valid (then the store is asked)."""
+    path = Path(target, LOCAL_ENTRIES, f"{key}.json")
+    try:
+        m = decode_manifest(path.read_bytes(), allowed_roots=backend.root_names,
+                            source=str(path))
+    except (OSError, ManifestError):
+        return None
+    return m if m.entry_key == key else None
+
+
+def save_local_manifests(target: Path, manifests: Sequence[Manifest]) -> None:
+    """Keep a copy of each manifest beside the cache (best effort, written once: entries are
+    immutable). Not fsynced: a damaged copy only means asking the store again."""
+    d = Path(target, LOCAL_ENTRIES)
+    for m in manifests:
+        final = d / f"{m.entry_key}.json"
+        if final.exists():
+            continue
+        tmp = d / f".{m.entry_key}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(encode_manifest(m))
+            os.replace(tmp, final)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()

@@ -1,11 +1,13 @@
-"""Restore I/O: scan what is in place, then fetch, verify and install files atomically.
+"""Restore I/O: scan what is in place, then run the fetch units with a bounded pool.
 
 Every path is opened relative to its root's directory descriptor, one component at a time with
-``O_NOFOLLOW``: a symlink planted inside a target directory is never followed, so nothing is
-read or written outside the root. A file is streamed from its blob into a temp file in its final
-directory, its size and sha256 checked while streaming, fsynced, chmodded, ``os.replace``d
-into place and its directory fsynced; the temp file is unlinked in ``finally``. Nothing
-half-written ever has a final name.
+``O_NOFOLLOW`` (``DirCache``): a symlink planted inside a target directory is never followed, so
+nothing is read or written outside the root. How one unit fetches, verifies and installs its
+files atomically is in ``neffcache.restore_fetch``; this module schedules units in plan order
+(at most ``2 × workers`` in flight, none after the deadline) and tallies what they did.
+
+The scan is one pass of ``fstatat`` calls in path order; a file is hashed only when its size is
+one an entry wants and the state file does not vouch for it (same size, mtime, ctime, inode).
 """
 
 from __future__ import annotations
@@ -15,25 +17,18 @@ import errno
 import hashlib
 import os
 import stat
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
-from neffcache.errors import (
-    DeadlineExceededError,
-    IntegrityError,
-    NotFoundError,
-    UnavailableError,
-)
 from neffcache.hashing import CHUNK
 from neffcache.restore_plan import (
     STATE_FILE,
-    FetchGroup,
     FileId,
     PresentFile,
     RestorePlan,
@@ -42,12 +37,15 @@ from neffcache.restore_plan import (
     decode_state,
     encode_state,
 )
-from neffcache.store import Store, blob_key
+from neffcache.restore_units import DEFAULT_UNITS, Unit, UnitPolicy, plan_units, unit_groups
+from neffcache.store import Store
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TMP_PREFIX = ".neffcache-"
 _TMP_SUFFIX = ".tmp"
+_MAX_OPEN_DIRS = 64  # per DirCache: ``trim`` syncs and closes them beyond that
 Progress = Callable[[int, int, int], None]  # (files done, files total, bytes fetched)
+Outcome = tuple[Target, "StateRecord | FileFailure"]
 
 
 class UnsafePathError(OSError):
@@ -74,6 +72,7 @@ class RestoreReport:
     bytes_fetched: int
     deadline_hit: bool
     states: tuple[tuple[FileId, StateRecord], ...] = field(default=(), repr=False)
+    requests: int = 0
 
 
 # --- directory descriptors --------------------------------------------------------------------
@@ -84,10 +83,12 @@ class Roots:
     def __init__(self, target_dirs: Mapping[str, str]) -> None:
         self.fds: dict[str, int] = {}
         self.dirs = dict(target_dirs)
+        self.real: dict[str, str] = {}  # each root's resolved path, for _assert_inside
         try:
             for name, d in sorted(target_dirs.items()):
                 os.makedirs(d, exist_ok=True)
                 self.fds[name] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                self.real[name] = os.path.realpath(d)
         except BaseException:
             self.close()
             raise
@@ -106,48 +107,148 @@ class Roots:
     @contextlib.contextmanager
     def parent(self, root: str, path: str, *, create: bool) -> Iterator[int]:
         """The descriptor of a file's directory inside ``root``, never through a symlink."""
-        fd = os.dup(self.fds[root])
+        dirs = DirCache(self)
         try:
-            for part in path.split("/")[:-1]:
-                if create:
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(part, 0o755, dir_fd=fd)
-                try:
-                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a symlink or file in the way
-                        raise UnsafePathError(exc.errno, f"{root}/{path}: component {part!r} "
-                                              f"is a symlink or not a directory; refusing to "
-                                              f"follow it") from None
-                    raise
-                os.close(fd)
-                fd = nfd
-            _assert_inside(fd, self.dirs[root], root, path)
-            yield fd
+            yield dirs.get(root, path.rpartition("/")[0], create=create)
         finally:
+            dirs.close()
+
+
+class DirCache:
+    """Directory descriptors inside the roots for one thread: each opened once, from its parent,
+    with ``O_NOFOLLOW`` (created first when asked), and checked to lie inside its root. Records
+    which directories gained entries, so ``sync`` fsyncs each of them once. Descriptors stay
+    valid until ``trim`` or ``close``, which the owner calls between batches of work."""
+
+    def __init__(self, roots: Roots, *, check_inside: bool = True) -> None:
+        self.roots = roots
+        self.check_inside = check_inside
+        self.fds: dict[tuple[str, str], int] = {}
+        self.dirty: set[tuple[str, str]] = set()
+
+    def get(self, root: str, dir_path: str, *, create: bool) -> int:
+        """The descriptor of ``dir_path`` ("" for the root itself) inside ``root``."""
+        if not dir_path:
+            return self.roots.fds[root]
+        key = (root, dir_path)
+        fd = self.fds.get(key)
+        if fd is not None:
+            return fd
+        parent, _, name = dir_path.rpartition("/")
+        pfd = self.get(root, parent, create=create)
+        made = False
+        while True:
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
+                break
+            except FileNotFoundError:
+                if not create or made:
+                    raise
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a symlink or file in the way
+                    raise UnsafePathError(exc.errno, f"{root}/{dir_path}: component {name!r} "
+                                          f"is a symlink or not a directory; refusing to "
+                                          f"follow it") from None
+                raise
+            try:  # absent: create it (another thread may win the race: fine)
+                os.mkdir(name, 0o755, dir_fd=pfd)
+                self.dirty.add((root, parent))  # a new entry in the parent
+            except FileExistsError:
+                pass
+            made = True
+        try:
+            if self.check_inside:
+                _assert_inside(fd, self.roots.real[root], root, dir_path)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fds[key] = fd
+        return fd
+
+    def touched(self, root: str, dir_path: str) -> None:
+        """A file was renamed into ``dir_path``: fsync it at the next ``sync``."""
+        self.dirty.add((root, dir_path))
+
+    def sync(self) -> None:
+        """Make every directory that gained an entry since the last sync durable: one
+        ``syncfs`` per root where Linux offers it, else an fsync per directory (all are still
+        open: the cache syncs before it closes anything)."""
+        dirty, self.dirty = self.dirty, set()
+        if dirty and sync_filesystems(self.roots.fds[r] for r, _ in dirty):
+            return
+        for root, dir_path in sorted(dirty):
+            os.fsync(self.fds[(root, dir_path)] if dir_path else self.roots.fds[root])
+
+    def trim(self) -> None:
+        """Bound the descriptors held: past the limit, sync the dirty ones and close all."""
+        if len(self.fds) >= _MAX_OPEN_DIRS:
+            self.sync()
+            self._close_all()
+
+    def close(self) -> None:
+        self._close_all()
+
+    def _close_all(self) -> None:
+        fds, self.fds = self.fds, {}
+        for fd in fds.values():
             os.close(fd)
 
 
-def _assert_inside(fd: int, root_dir: str, root: str, path: str) -> None:
-    """Defence in depth: the resolved directory must lie inside the resolved root."""
-    proc = f"/proc/self/fd/{fd}"
-    if not os.path.exists(proc):
+def _assert_inside(fd: int, real_root: str, root: str, dir_path: str) -> None:
+    """Defence in depth: the directory just opened (component by component, no symlinks) must
+    be exactly ``<resolved root>/<dir_path>``; one readlink of /proc/self/fd (skipped where
+    there is no /proc)."""
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
         return
-    real, base = os.path.realpath(proc), os.path.realpath(root_dir)
-    if real != base and not real.startswith(base.rstrip("/") + "/"):
-        raise UnsafePathError(1, f"{root}/{path}: resolves outside the target root {base}")
+    if real != f"{real_root.rstrip('/')}/{dir_path}":
+        raise UnsafePathError(1, f"{root}/{dir_path}: resolves to {real}, outside the target "
+                              f"root {real_root}")
 
 
-def _file_name(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
+_syncfs: Callable[[int], int] | None | bool = False  # False: not looked up yet
 
 
-def _state_record(st: os.stat_result, sha256: str) -> StateRecord:
+def sync_filesystems(fds: Iterable[int]) -> bool:
+    """``syncfs(2)`` once for each distinct descriptor: everything dirty on its filesystem is
+    written back, in one call instead of one fsync per file and directory (on ext4 without a
+    journal, as on many VMs, per-file fsync also writes each inode and parent synchronously).
+    False where syncfs is not available (then the caller fsyncs file by file)."""
+    global _syncfs
+    if _syncfs is False:
+        _syncfs = _find_syncfs()
+    if _syncfs is None:
+        return False
+    for fd in set(fds):
+        if _syncfs(fd) != 0:  # type: ignore[operator]
+            import ctypes
+
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs: {os.strerror(err)}")
+    return True
+
+
+def _find_syncfs() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+def state_record(st: os.stat_result, sha256: str) -> StateRecord:
     return StateRecord(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha256,
                        stat.S_IMODE(st.st_mode))
 
 
-# --- scan ----------------------------------------------------------------------------------
+# --- state file ------------------------------------------------------------------------------
 
 def load_state(target_dirs: Mapping[str, str]) -> dict[FileId, StateRecord]:
     out: dict[FileId, StateRecord] = {}
@@ -177,46 +278,67 @@ def save_state(target_dirs: Mapping[str, str], records: Mapping[FileId, StateRec
                 tmp.unlink()
 
 
+# --- scan ------------------------------------------------------------------------------------
+
 def scan_present(roots: Roots, wanted: Mapping[FileId, set[int]],
                  state: Mapping[FileId, StateRecord], *, workers: int = 8,
-                 deadline: float | None = None) -> tuple[dict[FileId, PresentFile],
-                                                          dict[FileId, StateRecord]]:
+                 deadline: float | None = None, hash_unknown: bool = True
+                 ) -> tuple[dict[FileId, PresentFile], dict[FileId, StateRecord]]:
     """Look at every wanted path: its size and mode, and its sha256 when the size is one an
-    entry wants (taken from the state file when size, mtime, ctime and inode are unchanged)."""
-
-    def one(fid: FileId) -> tuple[FileId, PresentFile | None, StateRecord | None]:
-        if deadline is not None and time.monotonic() >= deadline:
-            return fid, None, None
-        root, path = fid
-        try:
-            with roots.parent(root, path, create=False) as dfd:
-                name = _file_name(path)
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                if not stat.S_ISREG(st.st_mode):
-                    return fid, None, None
-                mode = stat.S_IMODE(st.st_mode)
-                if st.st_size not in wanted[fid]:
-                    return fid, PresentFile(st.st_size, None, mode), None
-                rec = state.get(fid)
-                if rec is not None and rec.matches(st.st_size, st.st_mtime_ns,
-                                                   st.st_ctime_ns, st.st_ino):
-                    return fid, PresentFile(st.st_size, rec.sha256, mode), rec
-                sha = _hash_at(dfd, name, deadline)
-                if sha is None:
-                    return fid, None, None
-                return fid, PresentFile(st.st_size, sha, mode), _state_record(st, sha)
-        except OSError:
-            return fid, None, None
-
+    entry wants — from the state file when size, mtime, ctime and inode are unchanged, else by
+    hashing it (in a pool; skipped with ``hash_unknown=False``, leaving the file unknown)."""
     present: dict[FileId, PresentFile] = {}
     records: dict[FileId, StateRecord] = {}
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for fid, pf, rec in pool.map(one, sorted(wanted)):
-            if pf is not None:
-                present[fid] = pf
-            if rec is not None:
+    to_hash: list[tuple[FileId, os.stat_result]] = []
+    dirs = DirCache(roots, check_inside=False)  # metadata only: nothing is read or written
+    try:
+        for fid in sorted(wanted):
+            root, path = fid
+            dir_path, _, name = path.rpartition("/")
+            dirs.trim()
+            try:
+                st = os.stat(name, dir_fd=dirs.get(root, dir_path, create=False),
+                             follow_symlinks=False)
+            except OSError:
+                continue  # absent, or a symlink/file in the way: fetched (or refused) later
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            if st.st_size not in wanted[fid]:
+                present[fid] = PresentFile(st.st_size, None, mode)
+                continue
+            rec = state.get(fid)
+            if rec is not None and rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                               st.st_ino):
+                present[fid] = PresentFile(st.st_size, rec.sha256, mode)
                 records[fid] = rec
+            elif hash_unknown:
+                to_hash.append((fid, st))
+    finally:
+        dirs.close()
+    if to_hash:
+        _hash_present(roots, to_hash, present, records, workers, deadline)
     return present, records
+
+
+def _hash_present(roots: Roots, items: list[tuple[FileId, os.stat_result]],
+                  present: dict[FileId, PresentFile], records: dict[FileId, StateRecord],
+                  workers: int, deadline: float | None) -> None:
+    def one(item: tuple[FileId, os.stat_result]) -> tuple[FileId, str | None]:
+        (root, path), _st = item
+        if deadline is not None and time.monotonic() >= deadline:
+            return item[0], None
+        try:
+            with roots.parent(root, path, create=False) as dfd:
+                return item[0], _hash_at(dfd, path.rpartition("/")[2], deadline)
+        except OSError:
+            return item[0], None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items)))) as pool:
+        for (fid, sha), (_, st) in zip(pool.map(one, items), items, strict=True):
+            if sha is not None:
+                present[fid] = PresentFile(st.st_size, sha, stat.S_IMODE(st.st_mode))
+                records[fid] = state_record(st, sha)
 
 
 def _hash_at(dfd: int, name: str, deadline: float | None) -> str | None:
@@ -230,11 +352,7 @@ def _hash_at(dfd: int, name: str, deadline: float | None) -> str | None:
     return h.hexdigest()
 
 
-# --- apply ---------------------------------------------------------------------------------
-
-class _Stopped(Exception):
-    """The deadline passed while a file was being fetched."""
-
+# --- apply -----------------------------------------------------------------------------------
 
 class _Collector:
     """Thread-safe tally of what the workers did."""
@@ -247,55 +365,55 @@ class _Collector:
         self.failures: list[FileFailure] = []
         self.states: list[tuple[FileId, StateRecord]] = []
 
-    def add(self, group: FetchGroup, results: list[tuple[Target, StateRecord | FileFailure]]
-            ) -> None:
+    def add(self, outcomes: Sequence[Outcome], nbytes: int) -> None:
         with self.lock:
-            for t, outcome in results:
+            for t, outcome in outcomes:
                 if isinstance(outcome, FileFailure):
                     self.failures.append(outcome)
                     continue
                 self.installed.append(t)
                 self.states.append((t.id, outcome))
-            if results and not isinstance(results[0][1], FileFailure):
-                self.bytes += group.size
-            self.files += len(results)
-            if self.progress:
+            self.bytes += nbytes
+            self.files += len(outcomes)
+            if self.progress and outcomes:
                 self.progress(self.files, self.total, self.bytes)
 
 
 def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
                   deadline: float | None = None, progress: Progress | None = None,
-                  roots: Roots | None = None) -> RestoreReport:
-    """Fetch every group of the plan with a bounded pool; failures are collected, never raised.
+                  roots: Roots | None = None, packs: Sequence[object] = (),
+                  policy: UnitPolicy = DEFAULT_UNITS) -> RestoreReport:
+    """Fetch every group of the plan (from ``packs`` — the entries' ``PackRecord``s, in cell
+    order — where they hold it); failures are collected, never raised.
 
-    ``deadline`` is a ``time.monotonic()`` value: no group starts after it, and a transfer in
+    ``deadline`` is a ``time.monotonic()`` value: no unit starts after it, and a transfer in
     progress stops at its next chunk once it has passed (its temp file removed).
     """
+    from neffcache.restore_fetch import Fetcher
+
     own = roots is None
     roots = roots or Roots(dict(plan.target_dirs))
+    units = plan_units(plan.fetch, packs, policy)  # type: ignore[arg-type]
     tally = _Collector(plan.files_to_fetch, progress)
+    fetcher = Fetcher(store, roots, deadline)
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            left = _schedule(pool, plan.fetch,
-                             lambda g: tally.add(g, _fetch_group(store, roots, g, deadline)),
+            left = _schedule(pool, units, lambda u: tally.add(*fetcher.run(u)),
                              2 * max(1, workers), deadline)
-        tally.failures.extend(FileFailure(t.root, t.path, "deadline",
-                                          f"{t.root}/{t.path}: not started before the deadline")
-                              for g in left for t in g.targets)
+        tally.add(fetcher.abandon(left), 0)
     finally:
         if own:
             roots.close()
     deadline_hit = any(f.kind == "deadline" for f in tally.failures)
     return RestoreReport(tuple(tally.installed), tuple(tally.failures), tally.bytes,
-                         deadline_hit, tuple(tally.states))
+                         deadline_hit, tuple(tally.states), len(units) - len(left))
 
 
-def _schedule(pool: ThreadPoolExecutor, groups: Sequence[FetchGroup],
-              run: Callable[[FetchGroup], None], window: int, deadline: float | None
-              ) -> list[FetchGroup]:
-    """Submit groups in order, at most ``window`` in flight, none after the deadline; wait for
-    those in flight. Returns the groups never started."""
-    queue = list(reversed(groups))
+def _schedule(pool: ThreadPoolExecutor, units: Sequence[Unit], run: Callable[[Unit], None],
+              window: int, deadline: float | None) -> list[Unit]:
+    """Submit units in order, at most ``window`` in flight, none after the deadline; wait for
+    those in flight. Returns the units never started."""
+    queue = list(reversed(units))
     pending: set[Future[None]] = set()
     while queue or pending:
         while queue and len(pending) < window:
@@ -311,93 +429,6 @@ def _schedule(pool: ThreadPoolExecutor, groups: Sequence[FetchGroup],
     return []
 
 
-def _fetch_group(store: Store, roots: Roots, group: FetchGroup, deadline: float | None
-                 ) -> list[tuple[Target, StateRecord | FileFailure]]:
-    first, rest = group.targets[0], group.targets[1:]
-    out: list[tuple[Target, StateRecord | FileFailure]] = []
-    try:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise _Stopped
-        with store.open(blob_key(group.sha256)) as src:
-            out.append((first, _install(roots, first, src, deadline)))
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a reported FileFailure
-        failure = _failure(first, exc, group.sha256)
-        return [(t, FileFailure(t.root, t.path, failure.kind, failure.message))
-                for t in group.targets]
-    for t in rest:
-        try:
-            with roots.parent(first.root, first.path, create=False) as dfd:
-                fd = os.open(_file_name(first.path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             dir_fd=dfd)
-            with os.fdopen(fd, "rb") as src:
-                out.append((t, _install(roots, t, src, deadline)))
-        except Exception as exc:  # noqa: BLE001
-            out.append((t, _failure(t, exc, group.sha256)))
-    return out
-
-
-def _failure(t: Target, exc: BaseException, sha256: str) -> FileFailure:
-    where = f"{t.root}/{t.path}"
-    if isinstance(exc, (_Stopped, DeadlineExceededError)):
-        return FileFailure(t.root, t.path, "deadline", f"{where}: stopped at the deadline")
-    if isinstance(exc, NotFoundError):
-        return FileFailure(t.root, t.path, "integrity",
-                           f"{where}: blob {sha256[:12]} is missing from the store")
-    if isinstance(exc, IntegrityError):
-        return FileFailure(t.root, t.path, "integrity", str(exc))
-    if isinstance(exc, UnavailableError):
-        return FileFailure(t.root, t.path, "unavailable", str(exc))
-    if isinstance(exc, UnsafePathError):
-        return FileFailure(t.root, t.path, "io", exc.strerror or str(exc))
-    if isinstance(exc, OSError):
-        return FileFailure(t.root, t.path, "io", f"{where}: cannot write: {exc.strerror}")
-    return FileFailure(t.root, t.path, "io", f"{where}: {type(exc).__name__}: {exc}")
-
-
-def _install(roots: Roots, t: Target, src: BinaryIO, deadline: float | None) -> StateRecord:
-    """Stream ``src`` into a temp file beside ``t``'s final path, verify, then rename it there."""
-    name = _file_name(t.path)
-    with roots.parent(t.root, t.path, create=True) as dfd:
-        tmp = f"{_TMP_PREFIX}{uuid.uuid4().hex[:12]}{_TMP_SUFFIX}"
-        placed = False
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600, dir_fd=dfd)
-            with os.fdopen(fd, "wb") as out:
-                _copy_verified(src, out, t, deadline)
-                out.flush()
-                os.fsync(out.fileno())
-                os.fchmod(out.fileno(), t.mode)
-            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            placed = True
-            os.fsync(dfd)  # the rename itself is durable before the file counts as installed
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            return _state_record(st, t.sha256)
-        finally:
-            if not placed:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=dfd)
-
-
-def _copy_verified(src: BinaryIO, out: BinaryIO, t: Target, deadline: float | None) -> None:
-    h = hashlib.sha256()
-    n = 0
-    while True:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise _Stopped
-        chunk = src.read(CHUNK)
-        if not chunk:
-            break
-        n += len(chunk)
-        if n > t.size:
-            raise IntegrityError(f"{t.root}/{t.path}: blob {t.sha256[:12]} is larger than "
-                                 f"{t.size} bytes; not installed")
-        h.update(chunk)
-        out.write(chunk)
-    if n != t.size:
-        raise IntegrityError(f"{t.root}/{t.path}: blob {t.sha256[:12]} has {n} bytes, "
-                             f"expected {t.size} (truncated); not installed")
-    digest = h.hexdigest()
-    if digest != t.sha256:
-        raise IntegrityError(f"{t.root}/{t.path}: blob sha256 is {digest[:12]}, expected "
-                             f"{t.sha256[:12]} (corrupt); not installed")
+__all__ = ["DirCache", "FileFailure", "Progress", "RestoreReport", "Roots", "UnsafePathError",
+           "apply_restore", "load_state", "save_state", "scan_present", "state_record",
+           "unit_groups"]

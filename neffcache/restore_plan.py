@@ -112,12 +112,13 @@ def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
     """
     wants: dict[FileId, list[tuple[str, Target]]] = {}
     for m in manifests:
+        key = m.entry_key  # a digest: computed once per entry, not per file
         for f in m.files:
             if f.root not in target_dirs:
-                raise ManifestError(f"entry {m.entry_key[:12]}: file {f.root}/{f.path}: "
+                raise ManifestError(f"entry {key[:12]}: file {f.root}/{f.path}: "
                                     f"root {f.root!r} has no target directory")
             t = Target(f.root, f.path, f.size, f.sha256, f.mode)
-            wants.setdefault(t.id, []).append((m.entry_key, t))
+            wants.setdefault(t.id, []).append((key, t))
     groups: dict[str, list[Target]] = {}
     valid: list[Target] = []
     conflicts: list[Conflict] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shlex
 import socket
@@ -58,6 +59,9 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     streamed from its blob into a temp file beside its final path, checked against its size
     and sha256, fsynced and renamed into place: nothing half-written is ever installed.
     Files already present and valid are skipped, so a rerun fetches only what is missing.
+    When every requested cell is already in place — judged from the local copies of the
+    entries' manifests (DIR/.neffcache-entries/) and the state file, in one stat pass — the
+    store is not contacted at all.
 
     The exit code follows the first rule that applies: 4 a manifest was rejected or a blob
     was missing, corrupt or truncated (that file is never installed); 1 a file could not be
@@ -84,6 +88,9 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     """
     started = _process_start()
     until = started + deadline if deadline is not None else None
+    # A short-lived process making ~10 objects per file and no cycles worth collecting: the
+    # cyclic collector only costs time here (~5% of a large restore's CPU, measured).
+    gc.disable()
     if print_env and as_json:
         raise UsageError("--print-env and --json both write to stdout; choose one "
                          "(the JSON report has an `environment` field)")
@@ -91,8 +98,8 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     from neffcache.fingerprint import collect_fingerprint
     from neffcache.matrix import select_cells
     from neffcache.matrix_io import load_matrix
-    from neffcache.restore import restore_cells
-    from neffcache.store import open_store
+    from neffcache.restore import restore_local
+    from neffcache.store import describe_store
 
     settings = settings_from(store, index)
     m = load_matrix(matrix)
@@ -110,20 +117,13 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         for var, value in sorted(cache_environment(backend, str(target)).items()):
             sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
         sys.stdout.flush()
-    s = open_store(settings.store_url)
-    try:
-        s.check()
-    except NeffcacheError as exc:
-        # A failed boot restore is exactly what the dashboard must show: report it too.
-        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), m.name or matrix,
-                     INDEX_REPORT_TIMEOUT)
-        raise
-    bar = _ProgressLine() if sys.stderr.isatty() and not print_env else None
-    result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
-                           deadline=until,
-                           progress=bar.update if bar else None)
-    if bar:
-        bar.close()
+    # Everything already in place (local manifest copies + state file): no store needed.
+    result = restore_local(cells, backend, fingerprint, target,
+                           store_url=describe_store(settings.store_url))
+    if result is None:
+        result = _restore_from_store(settings, m.name or matrix, cells, backend, fingerprint,
+                                     target, workers=workers, until=until,
+                                     show_progress=sys.stderr.isatty() and not print_env)
     if result.conflicts:
         progress(_conflict_warning(result.conflicts))
     doc = result.to_json()
@@ -141,6 +141,28 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     err = result.error()
     if err is not None:
         raise err
+
+
+def _restore_from_store(settings: Settings, matrix: str, cells: Any, backend: Any,
+                        fingerprint: Any, target: Path, *, workers: int, until: float | None,
+                        show_progress: bool) -> Any:
+    from neffcache.restore import restore_cells
+    from neffcache.store import open_store
+
+    s = open_store(settings.store_url)
+    try:
+        s.check()
+    except NeffcacheError as exc:
+        # A failed boot restore is exactly what the dashboard must show: report it too.
+        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), matrix,
+                     INDEX_REPORT_TIMEOUT)
+        raise
+    bar = _ProgressLine() if show_progress else None
+    result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
+                           deadline=until, progress=bar.update if bar else None)
+    if bar:
+        bar.close()
+    return result
 
 
 def _process_start() -> float:

@@ -7,7 +7,7 @@ from pathlib import Path
 from neffcache.errors import ConfigError
 from neffcache.store.base import Store, blob_key, manifest_key
 
-__all__ = ["Store", "blob_key", "manifest_key", "open_store"]
+__all__ = ["Store", "blob_key", "describe_store", "manifest_key", "open_store"]
 
 
 def open_store(url: str) -> Store:
@@ -21,6 +21,15 @@ def open_store(url: str) -> Store:
     if "://" in url:
         raise ConfigError(f"store {url!r}: expected a path, file://PATH or s3://BUCKET/PREFIX")
     return _local(url)
+
+
+def describe_store(url: str) -> str:
+    """The URL ``open_store(url).url`` would report, without opening anything (no SDK import)."""
+    if url.startswith("s3://"):
+        bucket, _, prefix = url[len("s3://"):].partition("/")
+        prefix = prefix.strip("/")
+        return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+    return open_store(url).url  # a local store: constructing it touches nothing
 
 
 def _local(path: str) -> Store:

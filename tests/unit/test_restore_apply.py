@@ -127,8 +127,8 @@ def test_transfer_stops_at_the_deadline(tmp_path: Path) -> None:
             return self.raw.read(n)
 
     class SlowStore(LocalStore):
-        def open(self, key: str):  # type: ignore[no-untyped-def]
-            fh = super().open(key)
+        def open(self, key: str, start: int = 0, length: int | None = None):  # type: ignore[no-untyped-def]
+            fh = super().open(key, start, length)
             return Slow(fh) if key.startswith("blobs/") else fh  # type: ignore[arg-type]
 
     slow = SlowStore(tmp_path / "store")

@@ -110,14 +110,6 @@ def run(argv: Sequence[str], env: dict[str, str], *, check: bool = True) -> Time
     return t
 
 
-def settle(*dirs: Path) -> None:
-    """Between timed runs: remove the last output and flush dirty pages, so no run pays for
-    writing back another tool's files (neffcache fsyncs; the peers do not)."""
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
-    os.sync()
-
-
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -197,26 +189,33 @@ class Bench:
                 "--json", *extra]
 
     def cold(self, name: str, tree: ProfileTree, matrix: Path) -> dict[str, Any]:
-        """Alternate the tools run by run, each into an empty directory; medians."""
-        dest = self.work / "dest"
-        tools: dict[str, list[str]] = {
-            "neffcache": self.restore_cmd(matrix, name, dest),
-            "s5cmd": [s5cmd(), "--endpoint-url", self.endpoint, "cp",
-                      f"s3://{BUCKET}/plain/{name}/*", f"{dest}/neff/"],
-        }
-        if self.aws:
-            tools["aws s3 sync"] = [*self.aws, "--endpoint-url", self.endpoint, "s3", "sync",
-                                    f"s3://{BUCKET}/plain/{name}", f"{dest}/neff",
-                                    "--only-show-errors"]
+        """Alternate the tools run by run, each into a new empty directory; medians.
+
+        Outputs are deleted only when the benchmark ends: ext4 without a journal (as here)
+        skips inodes deleted in the last minutes when it allocates new ones, so deleting
+        thousands of files between runs would tax every later file creation."""
+        def commands(dest: Path) -> dict[str, list[str]]:
+            tools = {
+                "neffcache": self.restore_cmd(matrix, name, dest),
+                "s5cmd": [s5cmd(), "--endpoint-url", self.endpoint, "cp",
+                          f"s3://{BUCKET}/plain/{name}/*", f"{dest}/neff/"],
+            }
+            if self.aws:
+                tools["aws s3 sync"] = [*self.aws, "--endpoint-url", self.endpoint, "s3",
+                                        "sync", f"s3://{BUCKET}/plain/{name}", f"{dest}/neff",
+                                        "--only-show-errors"]
+            return tools
+
         env = dict(self.env, NEFFCACHE_HOME=str(self.work / "home-instance"))
-        times: dict[str, list[float]] = {k: [] for k in tools}
+        order = list(commands(self.work))
+        times: dict[str, list[float]] = {k: [] for k in order}
         rss: list[int] = []
         reported: list[float] = []
-        order = list(tools)
         for i in range(self.runs):
-            for tool in order[i % len(order):] + order[:i % len(order)]:
-                settle(dest)
-                t = run(tools[tool], env)
+            for j, tool in enumerate(order[i % len(order):] + order[:i % len(order)]):
+                dest = self.work / "out" / f"{name}-{i}-{j}"
+                os.sync()  # no run pays for writing back another's files
+                t = run(commands(dest)[tool], env)
                 times[tool].append(t.seconds)
                 if tool == "neffcache":
                     rss.append(t.max_rss_kib)
@@ -225,7 +224,6 @@ class Bench:
                     assert doc["files_fetched"] == len(tree.files), doc
                 check_tree(dest / "neff", tree, tool, full=(i == 0))
                 log(f"{name}: {tool} run {i + 1}: {t.seconds:.2f} s")
-        shutil.rmtree(dest, ignore_errors=True)
         return {"files": len(tree.files), "bytes": tree.total_bytes,
                 "unique_bytes": tree.unique_bytes,
                 "seconds": {k: v for k, v in times.items()},
@@ -253,7 +251,6 @@ class Bench:
                     doc = json.loads(t.stdout)
                     assert doc["files_fetched"] == 0 and doc["files_skipped"] == len(tree.files)
                     rss.append(t.max_rss_kib)
-        shutil.rmtree(dest, ignore_errors=True)
         return {"files": len(tree.files), "seconds": times,
                 "median": {k: statistics.median(v) for k, v in times.items()},
                 "neffcache_max_rss_mib": round(max(rss) / 1024, 1)}
@@ -455,7 +452,6 @@ def bench(args: argparse.Namespace, work: Path, runs: int, profiles: dict[str, P
             r["profile"] = {"small": prof.small, "small_size": prof.small_size,
                             "large": prof.large, "large_size": prof.large_size}
             results["profiles"][name] = r
-            shutil.rmtree(tree.root, ignore_errors=True)
         if not args.skip_noop:
             log(f"noop: writing {noop.small} files")
             tree = make_profile_cache(work / "src" / "noop", noop)
