@@ -23,6 +23,7 @@ Exit rule (``outcome_error``), first match wins:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 import uuid
@@ -46,7 +47,14 @@ from neffcache.errors import (
     exit_code_for,
 )
 from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import Manifest, decode_manifest, encode_manifest, entry_key
+from neffcache.manifest import (
+    SCHEMA_VERSION,
+    FileRecord,
+    Manifest,
+    decode_manifest,
+    encode_manifest,
+    entry_key,
+)
 from neffcache.matrix import Cell
 from neffcache.restore_apply import (
     FileFailure,
@@ -328,15 +336,32 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
 # --- local copies of manifests ---------------------------------------------------------------
 
 def load_local_manifest(target: Path, key: str, backend: Backend) -> Manifest | None:
-    """The local copy of entry ``key``'s manifest, validated like one read from the store;
-    None if absent or not valid (then the store is asked)."""
+    """The local copy of entry ``key``'s manifest, or None if absent or not usable (then the
+    store is asked). Checked lightly — JSON shape, roots, relative paths, and that it is entry
+    ``key`` — not with the store path's full validation: it is read only to *confirm* files
+    already in place (a restore that must write anything reads the manifest from the store),
+    and it lives in the target directory, which only the restoring user can write."""
     path = Path(target, LOCAL_ENTRIES, f"{key}.json")
     try:
-        m = decode_manifest(path.read_bytes(), allowed_roots=backend.root_names,
-                            source=str(path))
-    except (OSError, ManifestError):
+        doc = json.loads(path.read_bytes())
+        roots = set(backend.root_names)
+        files = tuple(FileRecord(f["root"], f["path"], f["size"], f["sha256"], f["mode"])
+                      for f in doc["files"])
+        if any(f.root not in roots or not _plain_relative(f.path) for f in files):
+            return None
+        m = Manifest(cell=Cell.from_json(doc["cell"]),
+                     fingerprint=Fingerprint.from_json(doc["fingerprint"]), files=files)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, NeffcacheError):
         return None
-    return m if m.entry_key == key else None
+    return m if doc.get("schema_version") == SCHEMA_VERSION and m.entry_key == key else None
+
+
+def _plain_relative(path: object) -> bool:
+    return isinstance(path, str) and bool(path) and path[0] != "/" and "\x00" not in path \
+        and not _BAD_PARTS.intersection(path.split("/"))
+
+
+_BAD_PARTS = frozenset({"", ".", ".."})
 
 
 def save_local_manifests(target: Path, manifests: Sequence[Manifest]) -> None:

@@ -286,36 +286,35 @@ def scan_present(roots: Roots, wanted: Mapping[FileId, set[int]],
                  ) -> tuple[dict[FileId, PresentFile], dict[FileId, StateRecord]]:
     """Look at every wanted path: its size and mode, and its sha256 when the size is one an
     entry wants — from the state file when size, mtime, ctime and inode are unchanged, else by
-    hashing it (in a pool; skipped with ``hash_unknown=False``, leaving the file unknown)."""
+    hashing it (in a pool; skipped with ``hash_unknown=False``, leaving the file unknown).
+
+    The look is one ``fstatat`` per file relative to its root, not following a symlink in the
+    last component. It may pass through a symlinked directory, but it only reads metadata and
+    a match with the state file means the very inode neffcache verified; a file that must be
+    hashed is opened component by component without following any symlink."""
     present: dict[FileId, PresentFile] = {}
     records: dict[FileId, StateRecord] = {}
     to_hash: list[tuple[FileId, os.stat_result]] = []
-    dirs = DirCache(roots, check_inside=False)  # metadata only: nothing is read or written
-    try:
-        for fid in sorted(wanted):
-            root, path = fid
-            dir_path, _, name = path.rpartition("/")
-            dirs.trim()
-            try:
-                st = os.stat(name, dir_fd=dirs.get(root, dir_path, create=False),
-                             follow_symlinks=False)
-            except OSError:
-                continue  # absent, or a symlink/file in the way: fetched (or refused) later
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            mode = stat.S_IMODE(st.st_mode)
-            if st.st_size not in wanted[fid]:
-                present[fid] = PresentFile(st.st_size, None, mode)
-                continue
-            rec = state.get(fid)
-            if rec is not None and rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                               st.st_ino):
-                present[fid] = PresentFile(st.st_size, rec.sha256, mode)
-                records[fid] = rec
-            elif hash_unknown:
-                to_hash.append((fid, st))
-    finally:
-        dirs.close()
+    fds = roots.fds
+    for fid in wanted:
+        root, path = fid
+        try:
+            st = os.stat(path, dir_fd=fds[root], follow_symlinks=False)
+        except OSError:
+            continue  # absent, or a file in the way: fetched (or refused) later
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_size not in wanted[fid]:
+            present[fid] = PresentFile(st.st_size, None, mode)
+            continue
+        rec = state.get(fid)
+        if rec is not None and rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                           st.st_ino):
+            present[fid] = PresentFile(st.st_size, rec.sha256, mode)
+            records[fid] = rec
+        elif hash_unknown:
+            to_hash.append((fid, st))
     if to_hash:
         _hash_present(roots, to_hash, present, records, workers, deadline)
     return present, records

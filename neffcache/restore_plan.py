@@ -117,25 +117,37 @@ def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
             if f.root not in target_dirs:
                 raise ManifestError(f"entry {key[:12]}: file {f.root}/{f.path}: "
                                     f"root {f.root!r} has no target directory")
-            t = Target(f.root, f.path, f.size, f.sha256, f.mode)
-            wants.setdefault(t.id, []).append((key, t))
+            fid = (f.root, f.path)
+            claims = wants.get(fid)
+            if claims is None:
+                wants[fid] = [(key, Target(f.root, f.path, f.size, f.sha256, f.mode))]
+            else:
+                claims.append((key, Target(f.root, f.path, f.size, f.sha256, f.mode)))
     groups: dict[str, list[Target]] = {}
     valid: list[Target] = []
     conflicts: list[Conflict] = []
-    for fid, claims in wants.items():
+    for fid, claims in wants.items():  # hot loop (10,000s of files): no generators inside
         t = claims[0][1]
-        if any((c.sha256, c.size) != (t.sha256, t.size) for _, c in claims):
+        if len(claims) > 1 and any((c.sha256, c.size) != (t.sha256, t.size)
+                                   for _, c in claims):
             conflicts.append(Conflict(fid[0], fid[1],
                                       tuple(dict.fromkeys(k for k, _ in claims)),
                                       tuple(dict.fromkeys(c.sha256 for _, c in claims))))
         have = present.get(fid)
-        match = None if have is None else next(
-            (c for _, c in claims if (have.size, have.sha256, have.mode) ==
-             (c.size, c.sha256, c.mode)), None)
+        match = None
+        if have is not None:
+            for _, c in claims:
+                if have.sha256 == c.sha256 and have.size == c.size and have.mode == c.mode:
+                    match = c
+                    break
         if match is not None:
             valid.append(match)
         else:
-            groups.setdefault(t.sha256, []).append(t)
+            group = groups.get(t.sha256)
+            if group is None:
+                groups[t.sha256] = [t]
+            else:
+                group.append(t)
     fetch = tuple(FetchGroup(sha, ts[0].size, tuple(ts)) for sha, ts in groups.items())
     return RestorePlan(target_dirs=tuple(sorted(target_dirs.items())), fetch=fetch,
                        present=tuple(valid), conflicts=tuple(conflicts))
