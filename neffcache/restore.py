@@ -22,11 +22,8 @@ Exit rule (``outcome_error``), first match wins:
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import time
-import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,14 +44,7 @@ from neffcache.errors import (
     exit_code_for,
 )
 from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import (
-    SCHEMA_VERSION,
-    FileRecord,
-    Manifest,
-    decode_manifest,
-    encode_manifest,
-    entry_key,
-)
+from neffcache.manifest import Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.restore_apply import (
     FileFailure,
@@ -64,6 +54,13 @@ from neffcache.restore_apply import (
     load_state,
     save_state,
     scan_present,
+)
+from neffcache.restore_local import (
+    LOCAL_ENTRIES,
+    confirm_in_place,
+    manifest_of,
+    read_local_doc,
+    save_local_manifests,
 )
 from neffcache.restore_plan import (
     Conflict,
@@ -78,7 +75,8 @@ from neffcache.store.base import CELLS
 
 REPORT_SCHEMA = 1
 MAX_LISTED_FAILURES = 100
-LOCAL_ENTRIES = ".neffcache-entries"
+__all__ = ["LOCAL_ENTRIES", "RestoreResult", "resolve_entries", "restore_cells",
+           "restore_local"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,84 +299,39 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
 def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
                   target: Path, *, store_url: str) -> RestoreResult | None:
     """The result of a restore that finds everything in place, judged from the local copies
-    of the entries' manifests and the state file alone (no store, no hashing); None when any
-    requested cell lacks a local copy or any of its files is absent, changed or unvouched —
-    then a full ``restore_cells`` decides."""
+    of the entries' manifests and the state files alone (no store, no hashing; see
+    ``neffcache.restore_local``); None when any requested cell lacks a local copy or any of
+    its files is absent, changed or unvouched — then a full ``restore_cells`` decides. The
+    result's manifests carry no file list: the files were confirmed, not planned."""
     started = time.monotonic()
     target = Path(target).absolute()
-    manifests = []
-    for cell in cells:
-        m = load_local_manifest(target, entry_key(cell, fingerprint), backend)
-        if m is None:
-            return None
-        manifests.append(m)
+    keys = [entry_key(c, fingerprint) for c in cells]
+    docs = [read_local_doc(target, k, backend.root_names) for k in keys]
     dirs = root_dirs(backend, str(target))
-    if not all(os.path.isdir(d) for d in dirs.values()):
+    if any(d is None for d in docs) or not all(os.path.isdir(d) for d in dirs.values()):
         return None
-    with Roots(dirs) as roots:
-        state = load_state(dirs)
-        present, _ = scan_present(roots, wanted_sizes(manifests), state, hash_unknown=False)
-    plan = plan_restore(manifests, dirs, present)
-    if plan.fetch:
+    confirmed = confirm_in_place(docs, dirs)  # type: ignore[arg-type]
+    conflicts: tuple[Conflict, ...] = ()
+    if confirmed is None:  # a file changed, or entries share paths: plan it, still locally
+        full = [manifest_of(d, k) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
+        if len(full) < 2 or any(m is None for m in full):
+            return None
+        with Roots(dirs) as roots:
+            present, _ = scan_present(roots, wanted_sizes(full), load_state(dirs),  # type: ignore[arg-type]
+                                      hash_unknown=False)
+        plan = plan_restore(full, dirs, present)  # type: ignore[arg-type]
+        if plan.fetch:
+            return None
+        confirmed, conflicts = len(plan.present), plan.conflicts
+    found = [manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
+    if any(m is None for m in found):
         return None
-    found = tuple(manifests)
     return RestoreResult(
         backend=backend.name, fingerprint_key=fingerprint.key, store_url=store_url,
         target=str(target), requested=tuple(c.id for c in cells),
-        resolution=Resolution(found, (), (), ()),
-        restored=tuple(m.cell.id for m in found), incomplete=(), files_fetched=0,
-        files_skipped=len(plan.present), bytes_fetched=0, failures=(), deadline_hit=False,
+        resolution=Resolution(tuple(found), (), (), ()),  # type: ignore[arg-type]
+        restored=tuple(c.id for c in cells), incomplete=(), files_fetched=0,
+        files_skipped=confirmed, bytes_fetched=0, failures=(), deadline_hit=False,
         seconds=time.monotonic() - started,
         environment=tuple(sorted(cache_environment(backend, str(target)).items())),
-        conflicts=plan.conflicts)
-
-
-# --- local copies of manifests ---------------------------------------------------------------
-
-def load_local_manifest(target: Path, key: str, backend: Backend) -> Manifest | None:
-    """The local copy of entry ``key``'s manifest, or None if absent or not usable (then the
-    store is asked). Checked lightly — JSON shape, roots, relative paths, and that it is entry
-    ``key`` — not with the store path's full validation: it is read only to *confirm* files
-    already in place (a restore that must write anything reads the manifest from the store),
-    and it lives in the target directory, which only the restoring user can write."""
-    path = Path(target, LOCAL_ENTRIES, f"{key}.json")
-    try:
-        doc = json.loads(path.read_bytes())
-        roots = set(backend.root_names)
-        files = tuple(FileRecord(f["root"], f["path"], f["size"], f["sha256"], f["mode"])
-                      for f in doc["files"])
-        if any(f.root not in roots or not _plain_relative(f.path) for f in files):
-            return None
-        m = Manifest(cell=Cell.from_json(doc["cell"]),
-                     fingerprint=Fingerprint.from_json(doc["fingerprint"]), files=files)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, NeffcacheError):
-        return None
-    return m if doc.get("schema_version") == SCHEMA_VERSION and m.entry_key == key else None
-
-
-def _plain_relative(path: object) -> bool:
-    return isinstance(path, str) and bool(path) and path[0] != "/" and "\x00" not in path \
-        and not _BAD_PARTS.intersection(path.split("/"))
-
-
-_BAD_PARTS = frozenset({"", ".", ".."})
-
-
-def save_local_manifests(target: Path, manifests: Sequence[Manifest]) -> None:
-    """Keep a copy of each manifest beside the cache (best effort, written once: entries are
-    immutable). Not fsynced: a damaged copy only means asking the store again."""
-    d = Path(target, LOCAL_ENTRIES)
-    for m in manifests:
-        final = d / f"{m.entry_key}.json"
-        if final.exists():
-            continue
-        tmp = d / f".{m.entry_key}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(encode_manifest(m))
-            os.replace(tmp, final)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        conflicts=conflicts)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import mmap
 import os
 import threading
 import time
@@ -502,6 +503,17 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 
 
 def _hash_range(fd: int, start: int, length: int, h: hashlib._Hash) -> None:
+    """Hash ``length`` bytes of the file from ``start``: through a read-only mapping of just
+    that range where possible (no copy out of the page cache; unmapped again at once, so peak
+    memory stays at one part), else by ``pread``."""
+    if length and start % mmap.ALLOCATIONGRANULARITY == 0:
+        try:
+            with mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=start) as mm:
+                with memoryview(mm) as view:
+                    h.update(view)
+            return
+        except (OSError, ValueError):
+            pass  # e.g. a filesystem without mmap: read it instead
     end = start + length
     while start < end:
         chunk = os.pread(fd, min(CHUNK, end - start), start)

@@ -280,3 +280,19 @@ def test_noop_restore_needs_no_store_and_notices_changes(tmp_path: Path, packed)
     assert fixed.files_fetched == 1 and (target / "neff" / victim).read_bytes() == files[victim]
     (target / LOCAL_ENTRIES / f"{manifest.entry_key}.json").write_bytes(b"{not json")
     assert restore_local([cell()], NEURON, FP, target, store_url=store.url) is None
+
+
+def test_noop_with_entries_sharing_a_path_is_planned_locally(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    for h, body in ((64, b"from the 64 cell"), (128, b"from the 128 cell")):
+        src = tmp_path / f"src{h}"
+        src.mkdir()
+        (src / "k.so").write_bytes(body)
+        (src / f"own{h}.neff").write_bytes(body * 3)
+        publish_entry(store, cell(h), FP, NEURON, {"neff": src})
+    target = tmp_path / "t"
+    assert restore_cells(store, [cell(64), cell(128)], NEURON, FP, target).error() is None
+    again = restore_local([cell(64), cell(128)], NEURON, FP, target, store_url=store.url)
+    assert again is not None and again.error() is None
+    assert again.files_skipped == 3 and len(again.conflicts) == 1
+    assert again.to_json()["entries"] == [m.entry_key for m in again.resolution.found]
