@@ -95,7 +95,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         raise UsageError("--print-env and --json both write to stdout; choose one "
                          "(the JSON report has an `environment` field)")
     from neffcache.backends import cache_environment, get_backend
-    from neffcache.fingerprint import collect_fingerprint
+    from neffcache.fingerprint import check_usable, collect_fingerprint
     from neffcache.matrix import select_cells
     from neffcache.matrix_io import load_matrix
     from neffcache.restore import restore_local
@@ -108,15 +108,18 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         raise UsageError(f"--cells {' '.join(patterns)}: matches no cell of {matrix}")
     backend = get_backend(m.backend)
     fingerprint = collect_fingerprint(backend.name, os.environ)
-    for name in fingerprint.unknown_fields:
-        progress(f"warning: fingerprint field {name!r} is unknown on this host; entries built "
-                 f"elsewhere will not match")
     target = Path(to).expanduser().absolute()
     _make_scratch_dirs(backend, target)
     if print_env:  # first, so `eval` sets the cache dirs even if the store is unreachable
         for var, value in sorted(cache_environment(backend, str(target)).items()):
             sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
         sys.stdout.flush()
+    try:  # an unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly
+        check_usable(fingerprint)
+    except NeffcacheError as exc:
+        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), m.name or matrix,
+                     INDEX_REPORT_TIMEOUT)
+        raise
     # Everything already in place (local manifest copies + state file): no store needed.
     result = restore_local(cells, backend, fingerprint, target,
                            store_url=describe_store(settings.store_url))

@@ -42,3 +42,13 @@ def test_push_refuses_an_unknown_target(unknown_target: Path, tmp_path: Path,
     assert code == 5, err
     assert "target" in err and "NEURON_PLATFORM_TARGET_OVERRIDE" in err
     assert not list((neffcache_home / "store").glob("manifests/*.json"))
+
+
+def test_restore_refuses_an_unknown_target_but_still_prints_the_env(
+        unknown_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = run(["restore", str(unknown_target), "--to", str(tmp_path / "cache"), "--print-env"])
+    out, err = capsys.readouterr()
+    assert code == 5, err
+    assert "target" in err
+    # the boot hook still gets a cache dir for the service to compile into just in time
+    assert f"TORCH_NEURONX_NEFF_CACHE_DIR={tmp_path / 'cache' / 'neff'}" in out
