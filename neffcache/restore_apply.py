@@ -84,6 +84,7 @@ class Roots:
         self.fds: dict[str, int] = {}
         self.dirs = dict(target_dirs)
         self.real: dict[str, str] = {}  # each root's resolved path, for _assert_inside
+        self.created: set[tuple[str, str]] = set()  # directories this restore made
         try:
             for name, d in sorted(target_dirs.items()):
                 os.makedirs(d, exist_ok=True)
@@ -136,7 +137,9 @@ class DirCache:
             return fd
         parent, _, name = dir_path.rpartition("/")
         pfd = self.get(root, parent, create=create)
-        made = False
+        created = self.roots.created
+        # Under a directory this restore created, the child cannot exist yet: mkdir first.
+        made = create and (root, parent) in created and self._mkdir(root, parent, name, pfd)
         while True:
             try:
                 fd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
@@ -150,20 +153,27 @@ class DirCache:
                                           f"is a symlink or not a directory; refusing to "
                                           f"follow it") from None
                 raise
-            try:  # absent: create it (another thread may win the race: fine)
-                os.mkdir(name, 0o755, dir_fd=pfd)
-                self.dirty.add((root, parent))  # a new entry in the parent
-            except FileExistsError:
-                pass
-            made = True
+            made = self._mkdir(root, parent, name, pfd) or True
         try:
-            if self.check_inside:
+            # A directory made by this restore, opened without following links from a checked
+            # parent, needs no further check; one that was there already gets one.
+            if self.check_inside and key not in created:
                 _assert_inside(fd, self.roots.real[root], root, dir_path)
         except BaseException:
             os.close(fd)
             raise
         self.fds[key] = fd
         return fd
+
+    def _mkdir(self, root: str, parent: str, name: str, pfd: int) -> bool:
+        """Create ``parent/name``; True if this call created it (another thread may win)."""
+        try:
+            os.mkdir(name, 0o755, dir_fd=pfd)
+        except FileExistsError:
+            return False
+        self.dirty.add((root, parent))  # a new entry in the parent
+        self.roots.created.add((root, f"{parent}/{name}" if parent else name))
+        return True
 
     def touched(self, root: str, dir_path: str) -> None:
         """A file was renamed into ``dir_path``: fsync it at the next ``sync``."""
@@ -230,16 +240,36 @@ def sync_filesystems(fds: Iterable[int]) -> bool:
 
 
 def _find_syncfs() -> Callable[[int], int] | None:
+    return _libc_function("syncfs", "c_int")  # type: ignore[return-value]
+
+
+_sync_file_range: Callable[[int, int, int, int], int] | None | bool = False
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing a range of a file to disk now, without waiting
+    (``sync_file_range(2)``, Linux), so the fsync at the end has less left to wait for. A hint:
+    where unavailable or failing, nothing happens (the fsync still makes the file durable)."""
+    global _sync_file_range
+    if _sync_file_range is False:
+        _sync_file_range = _libc_function("sync_file_range", "c_int", "c_longlong",
+                                          "c_longlong", "c_uint")
+    if _sync_file_range is not None and length > 0:
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)  # type: ignore[operator]
+
+
+def _libc_function(name: str, *argtypes: str) -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
         import ctypes
 
-        fn = ctypes.CDLL(None, use_errno=True).syncfs
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+        fn.argtypes = [getattr(ctypes, a) for a in argtypes]
+        fn.restype = ctypes.c_int
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
     return fn  # type: ignore[no-any-return]
 
 
@@ -429,5 +459,5 @@ def _schedule(pool: ThreadPoolExecutor, units: Sequence[Unit], run: Callable[[Un
 
 
 __all__ = ["DirCache", "FileFailure", "Progress", "RestoreReport", "Roots", "UnsafePathError",
-           "apply_restore", "load_state", "save_state", "scan_present", "state_record",
-           "unit_groups"]
+           "apply_restore", "load_state", "save_state", "scan_present", "start_writeback",
+           "state_record", "sync_filesystems", "unit_groups"]

@@ -42,6 +42,7 @@ from neffcache.restore_apply import (
     Outcome,
     Roots,
     UnsafePathError,
+    start_writeback,
     state_record,
     sync_filesystems,
 )
@@ -55,6 +56,13 @@ _TMP_SUFFIX = ".tmp"
 _names = itertools.count()
 _NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _BATCH_FILES = 32  # small files per fsync/rename batch (each holds a descriptor until then)
+_UMASK = -1  # the process umask, read once by the first Fetcher
+
+
+def _set_mode(fd: int, mode: int) -> None:
+    """Files are created with their final mode; fix it only where the umask took bits away."""
+    if mode & _UMASK or _UMASK < 0:
+        os.fchmod(fd, mode)
 
 
 class _Stopped(Exception):
@@ -70,7 +78,11 @@ class Fetcher:
     assembled from parts across units."""
 
     def __init__(self, store: Store, roots: Roots, deadline: float | None) -> None:
+        global _UMASK
         self.store, self.roots, self.deadline = store, roots, deadline
+        if _UMASK < 0:  # read once, before any worker thread creates files
+            _UMASK = os.umask(0o022)
+            os.umask(_UMASK)
         self._lock = threading.Lock()
         self._assemblies: dict[str, _Assembly] = {}
 
@@ -124,18 +136,17 @@ class Fetcher:
             return [o for s in run.slices for o in _fail_all(s.group, exc)]
         out: list[Outcome] = []
         with body, _Batch(dirs) as batch:
-            pos = run.start
+            window = _Window(body, run.start)
             for i, s in enumerate(run.slices):
                 g = s.group
+                data: bytes | memoryview = b""
                 try:
                     self._check()
-                    _skip(body, s.offset - pos)
-                    data = _read_exact(body, g.size)
-                    pos = s.offset + len(data)
+                    data = window.take(s.offset, g.size)
                     _verify_member(data, g, run.pack)
                 except IntegrityError as exc:
                     out.extend(_fail_all(g, exc))
-                    if pos < s.offset + g.size:  # the stream ended: the rest is missing too
+                    if len(data) < g.size:  # the stream ended: the rest is missing too
                         for rest in run.slices[i + 1:]:
                             out.extend(_fail_all(rest.group, IntegrityError(
                                 f"pack {run.pack[:12]} ends before offset {rest.offset} "
@@ -197,6 +208,7 @@ class Fetcher:
                 with asm.write_lock:
                     _pwrite_all(asm.fd, chunk, part.start + done)
                 done += len(chunk)
+        start_writeback(asm.fd, part.start, done)  # overlap the disk writes with the rest
         if done < part.length:
             t = g.targets[0]
             raise IntegrityError(f"{t.root}/{t.path}: blob {g.sha256[:12]} ends at "
@@ -315,11 +327,11 @@ def _place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateReco
     dir_path, _, name = t.path.rpartition("/")
     dfd = dirs.get(t.root, dir_path, create=True)
     tmp = _tmp_name()
-    fd = os.open(tmp, _NEW, 0o600, dir_fd=dfd)
+    fd = os.open(tmp, _NEW, t.mode, dir_fd=dfd)
     placed = False
     try:
         write(fd)
-        os.fchmod(fd, t.mode)
+        _set_mode(fd, t.mode)
         os.fsync(fd)
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         placed = True
@@ -362,10 +374,10 @@ class _Batch:
             try:
                 dfd = self.dirs.get(t.root, dir_path, create=True)
                 tmp = _tmp_name()
-                fd = os.open(tmp, _NEW, 0o600, dir_fd=dfd)
+                fd = os.open(tmp, _NEW, t.mode, dir_fd=dfd)
                 self.items.append((t, dir_path, dfd, tmp, fd))
                 _write_all(fd, data)
-                os.fchmod(fd, t.mode)
+                _set_mode(fd, t.mode)
             except Exception as exc:  # noqa: BLE001
                 if fd >= 0:
                     self._close([self.items.pop()], placed=set())
@@ -469,24 +481,37 @@ def _verify_member(data: bytes, g: FetchGroup, pack: str) -> None:
                              f"{digest[:12]}, expected {g.sha256[:12]} (corrupt); not installed")
 
 
-def _read_exact(src: BinaryIO, n: int) -> bytes:
-    """``n`` bytes, or fewer if the stream ends first."""
-    parts: list[bytes] = []
-    while n > 0:
-        chunk = src.read(n)
-        if not chunk:
-            break
-        parts.append(chunk)
-        n -= len(chunk)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+class _Window:
+    """Byte ranges of a stream, asked for in increasing order, served from large reads: a
+    range inside one read is a zero-copy view; one across reads is joined (a copy of just that
+    range). Holds one read (``CHUNK``) at a time."""
 
+    def __init__(self, src: BinaryIO, pos: int) -> None:
+        self._src = src
+        self._pos = pos  # stream offset of _buf[0]
+        self._buf: bytes = b""
 
-def _skip(src: BinaryIO, n: int) -> None:
-    while n > 0:
-        chunk = src.read(min(n, CHUNK))
-        if not chunk:
-            return
-        n -= len(chunk)
+    def take(self, offset: int, size: int) -> bytes | memoryview:
+        """``size`` bytes from ``offset``, or fewer if the stream ends first."""
+        start = offset - self._pos
+        while start >= len(self._buf):  # skip what lies before the range
+            start -= len(self._buf)
+            self._pos += len(self._buf)
+            self._buf = self._src.read(CHUNK)
+            if not self._buf:
+                return b""
+        if start + size <= len(self._buf):
+            return memoryview(self._buf)[start:start + size]
+        parts = [self._buf[start:]]
+        need = size - len(parts[0])
+        while need > 0:
+            self._pos += len(self._buf)
+            self._buf = self._src.read(max(CHUNK, need))
+            if not self._buf:
+                break
+            parts.append(self._buf[:need])
+            need -= len(parts[-1])
+        return b"".join(parts)
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:

@@ -87,23 +87,48 @@ class Timed:
     stderr: str
 
 
-def run(argv: Sequence[str], env: dict[str, str], *, check: bool = True) -> Timed:
-    """Run a command; wall time and the child's own peak RSS (wait4), output captured.
-
-    posix_spawn (vfork-like), not fork: a forked child would count this process's memory in
-    its peak RSS before it execs."""
-    exe = shutil.which(argv[0], path=env.get("PATH")) or argv[0]
+# A small process that starts every timed command. Linux records a child's peak RSS from the
+# memory it had when it exec'd, which after fork/vfork is its parent's: launched from this
+# (large) process, every child would report this process's peak instead of its own.
+_SPAWNER = r"""
+import json, os, subprocess, sys, tempfile, time
+for line in sys.stdin:
+    job = json.loads(line)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                   (os.POSIX_SPAWN_DUP2, out.fileno(), 1), (os.POSIX_SPAWN_DUP2, err.fileno(), 2)]
         started = time.perf_counter()
-        pid = os.posix_spawn(exe, list(argv), env, file_actions=actions)
-        _, status, usage = os.wait4(pid, 0)
+        proc = subprocess.Popen(job["argv"], env=job["env"], stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - started
-        out.seek(0)
-        err.seek(0)
-        t = Timed(seconds, usage.ru_maxrss, os.waitstatus_to_exitcode(status),
-                  out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+        out.seek(0); err.seek(0)
+        print(json.dumps({"seconds": seconds, "maxrss": usage.ru_maxrss,
+                          "code": os.waitstatus_to_exitcode(status),
+                          "stdout": out.read().decode(errors="replace"),
+                          "stderr": err.read().decode(errors="replace")}), flush=True)
+"""
+_spawner: subprocess.Popen[str] | None = None
+
+
+def start_spawner() -> None:
+    global _spawner
+    _spawner = subprocess.Popen([sys.executable, "-c", _SPAWNER], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+
+
+def stop_spawner() -> None:
+    if _spawner is not None and _spawner.stdin:
+        _spawner.stdin.close()
+        _spawner.wait(timeout=10)
+
+
+def run(argv: Sequence[str], env: dict[str, str], *, check: bool = True) -> Timed:
+    """Run a command (through the small spawner process); its wall time and its own peak RSS
+    (wait4), output captured."""
+    assert _spawner is not None and _spawner.stdin and _spawner.stdout
+    _spawner.stdin.write(json.dumps({"argv": list(argv), "env": env}) + "\n")
+    _spawner.stdin.flush()
+    r = json.loads(_spawner.stdout.readline())
+    t = Timed(r["seconds"], r["maxrss"], r["code"], r["stdout"], r["stderr"])
     if check and t.code != 0:
         raise RuntimeError(f"{argv[0]} {' '.join(argv[1:3])} exited {t.code}:\n"
                            f"{t.stderr[-2000:]}")
@@ -382,6 +407,14 @@ def profiles_from(args: argparse.Namespace) -> dict[str, Profile]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
+    start_spawner()  # first, while this process is still small
+    try:
+        return _main(args, started)
+    finally:
+        stop_spawner()
+
+
+def _main(args: argparse.Namespace, started: float) -> int:
     runs = args.runs or (2 if args.quick else 3)
     profiles = profiles_from(args)
     noop = replace(PROFILES["noop"], small=args.noop_files or PROFILES["noop"].small)
