@@ -37,7 +37,14 @@ from neffcache.restore_plan import (
     decode_state,
     encode_state,
 )
-from neffcache.restore_units import DEFAULT_UNITS, Unit, UnitPolicy, plan_units, unit_groups
+from neffcache.restore_units import (
+    DEFAULT_UNITS,
+    PackRun,
+    Unit,
+    UnitPolicy,
+    plan_units,
+    unit_groups,
+)
 from neffcache.store import Store
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -408,6 +415,14 @@ class _Collector:
                 self.progress(self.files, self.total, self.bytes)
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
                   deadline: float | None = None, progress: Progress | None = None,
                   roots: Roots | None = None, packs: Sequence[object] = (),
@@ -415,6 +430,9 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     """Fetch every group of the plan (from ``packs`` — the entries' ``PackRecord``s, in cell
     order — where they hold it); failures are collected, never raised.
 
+    Two lanes: pack runs, whose cost is creating thousands of small files (kernel and GIL
+    work that more threads than CPUs only slow down, measured), run on at most one thread per
+    CPU plus one; blob GETs and parts, whose cost is waiting on the network, on ``workers``.
     ``deadline`` is a ``time.monotonic()`` value: no unit starts after it, and a transfer in
     progress stops at its next chunk once it has passed (its temp file removed).
     """
@@ -425,10 +443,15 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     units = plan_units(plan.fetch, packs, policy)  # type: ignore[arg-type]
     tally = _Collector(plan.files_to_fetch, progress)
     fetcher = Fetcher(store, roots, deadline)
+    workers = max(1, workers)
+    file_workers = max(1, min(workers, usable_cpus() + 1))
+    runs = [u for u in units if isinstance(u, PackRun)]
+    blobs = [u for u in units if not isinstance(u, PackRun)]
     try:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            left = _schedule(pool, units, lambda u: tally.add(*fetcher.run(u)),
-                             2 * max(1, workers), deadline)
+        with ThreadPoolExecutor(max_workers=file_workers) as file_pool, \
+                ThreadPoolExecutor(max_workers=workers) as blob_pool:
+            left = _schedule([(file_pool, file_workers, runs), (blob_pool, 2 * workers, blobs)],
+                             lambda u: tally.add(*fetcher.run(u)), deadline)
         tally.add(fetcher.abandon(left), 0)
     finally:
         if own:
@@ -438,26 +461,32 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
                          deadline_hit, tuple(tally.states), len(units) - len(left))
 
 
-def _schedule(pool: ThreadPoolExecutor, units: Sequence[Unit], run: Callable[[Unit], None],
-              window: int, deadline: float | None) -> list[Unit]:
-    """Submit units in order, at most ``window`` in flight, none after the deadline; wait for
-    those in flight. Returns the units never started."""
-    queue = list(reversed(units))
-    pending: set[Future[None]] = set()
-    while queue or pending:
-        while queue and len(pending) < window:
-            if deadline is not None and time.monotonic() >= deadline:
-                left, queue = list(reversed(queue)), []
-                for fut in wait(pending).done:
-                    fut.result()
-                return left
-            pending.add(pool.submit(run, queue.pop()))
-        done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+Lane = tuple[ThreadPoolExecutor, int, Sequence[Unit]]  # pool, units in flight at most, units
+
+
+def _schedule(lanes: Sequence[Lane], run: Callable[[Unit], None], deadline: float | None
+              ) -> list[Unit]:
+    """Submit each lane's units in order, at most its window in flight, none after the
+    deadline; wait for those in flight. Returns the units never started."""
+    queues = [list(reversed(units)) for _, _, units in lanes]
+    in_flight = [0] * len(lanes)
+    pending: dict[Future[None], int] = {}
+    while any(queues) or pending:
+        for i, (pool, window, _) in enumerate(lanes):
+            while queues[i] and in_flight[i] < window:
+                if deadline is not None and time.monotonic() >= deadline:
+                    for fut in wait(pending).done:
+                        fut.result()
+                    return [u for q in queues for u in reversed(q)]
+                pending[pool.submit(run, queues[i].pop())] = i
+                in_flight[i] += 1
+        done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
         for fut in done:
+            in_flight[pending.pop(fut)] -= 1
             fut.result()  # run() itself never raises; surface bugs if it does
     return []
 
 
 __all__ = ["DirCache", "FileFailure", "Progress", "RestoreReport", "Roots", "UnsafePathError",
            "apply_restore", "load_state", "save_state", "scan_present", "start_writeback",
-           "state_record", "sync_filesystems", "unit_groups"]
+           "state_record", "sync_filesystems", "unit_groups", "usable_cpus"]

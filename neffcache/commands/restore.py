@@ -154,7 +154,9 @@ def _restore_from_store(settings: Settings, matrix: str, cells: Any, backend: An
     from neffcache.store import open_store
 
     if workers is None:  # threads beyond a few per CPU only contend for the GIL (measured)
-        workers = min(16, 4 * (os.cpu_count() or 1))
+        from neffcache.restore_apply import usable_cpus
+
+        workers = min(16, 4 * usable_cpus())
     s = open_store(settings.store_url)
     try:
         s.check()
