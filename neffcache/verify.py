@@ -1,6 +1,8 @@
 """Store integrity: every manifest decodes, every blob it references exists and (unless quick)
 streams to exactly its recorded size and sha256. Each blob is checked once, however many
-entries share it. Problems are collected and reported, never raised one by one.
+entries share it. Packs (small blobs back to back, which restores read first) are checked the
+same way: present, and each member's bytes at its offset match its sha256. Problems are
+collected and reported, never raised one by one.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from neffcache.errors import (
     UnavailableError,
 )
 from neffcache.hashing import CHUNK
-from neffcache.manifest import Manifest, decode_manifest
+from neffcache.manifest import Manifest, PackRecord, decode_manifest
 from neffcache.store import Store, blob_key
-from neffcache.store.base import MANIFESTS, entry_key_of
+from neffcache.store.base import MANIFESTS, entry_key_of, pack_key
 
 MAX_LISTED = 200
 
@@ -31,7 +33,7 @@ MAX_LISTED = 200
 @dataclass(frozen=True, slots=True)
 class Problem:
     key: str
-    kind: str  # manifest | missing | size | sha256 | unavailable
+    kind: str  # manifest | missing | size | sha256 | unavailable (packs: the same kinds)
     message: str
 
     def to_json(self) -> dict[str, str]:
@@ -46,6 +48,7 @@ class VerifyReport:
     problems: tuple[Problem, ...]
     quick: bool
     seconds: float
+    packs: int = 0
 
     def error(self) -> NeffcacheError | None:
         if not self.problems:
@@ -60,7 +63,7 @@ class VerifyReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": not self.problems, "manifests": self.manifests, "blobs": self.blobs,
-                "bytes_checked": self.bytes_checked, "quick": self.quick,
+                "bytes_checked": self.bytes_checked, "quick": self.quick, "packs": self.packs,
                 "problems": [p.to_json() for p in self.problems[:MAX_LISTED]],
                 "problem_count": len(self.problems), "seconds": round(self.seconds, 3)}
 
@@ -70,7 +73,7 @@ def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
     started = time.monotonic()
     keys = sorted(k for k in store.list(MANIFESTS) if entry_key_of(k) is not None)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        blobs, problems = _read_manifests(store, keys, pool)
+        blobs, problems, packs = _read_manifests(store, keys, pool)
 
         def check(sha: str) -> tuple[int, Problem | None]:
             size, ref = blobs[sha]
@@ -86,26 +89,35 @@ def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
                 problems.append(problem)
             if progress:
                 progress(done, len(blobs))
+        for nbytes, found in pool.map(lambda item: _check_pack(store, *item, quick),
+                                      sorted(packs.items())):
+            checked += nbytes
+            problems.extend(found)
     return VerifyReport(len(keys), len(blobs), checked, tuple(problems), quick,
-                        time.monotonic() - started)
+                        time.monotonic() - started, len(packs))
 
 
 def _read_manifests(store: Store, keys: list[str], pool: ThreadPoolExecutor
-                    ) -> tuple[dict[str, tuple[int, str]], list[Problem]]:
-    """Decode every manifest; return sha256 -> (size, first referencing key), and problems."""
+                    ) -> tuple[dict[str, tuple[int, str]], list[Problem],
+                               dict[str, tuple[PackRecord, str]]]:
+    """Decode every manifest; return sha256 -> (size, first referencing key), problems, and
+    pack sha256 -> (record, first referencing key)."""
     blobs: dict[str, tuple[int, str]] = {}
     problems: list[Problem] = []
+    packs: dict[str, tuple[PackRecord, str]] = {}
     for key, doc in pool.map(lambda k: _read_manifest(store, k), keys):
         if isinstance(doc, Problem):
             problems.append(doc)
             continue
+        for pack in doc.packs:
+            packs.setdefault(pack.sha256, (pack, key))
         for f in doc.files:
             prior = blobs.setdefault(f.sha256, (f.size, key))
             if prior[0] != f.size:
                 problems.append(Problem(key, "size", f"{key}: {f.root}/{f.path}: size {f.size} "
                                         f"but {prior[1]} records {prior[0]} for the same "
                                         f"sha256 {f.sha256[:12]}"))
-    return blobs, problems
+    return blobs, problems, packs
 
 
 def _read_manifest(store: Store, key: str) -> tuple[str, Manifest | Problem]:
@@ -145,3 +157,28 @@ def _check_blob(store: Store, sha: str, size: int, ref: str, quick: bool
         return n, Problem(key, "sha256", f"{key}: sha256 is {h.hexdigest()[:12]}, not its name "
                           f"(referenced by {ref})")
     return n, None
+
+
+def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
+                ) -> tuple[int, list[Problem]]:
+    pack, by = ref
+    key = pack_key(sha)
+    try:
+        if quick:
+            found = store.has(key)
+            return 0, [] if found else [Problem(key, "missing", f"{key}: missing "
+                                                f"(referenced by {by})")]
+        with store.open(key) as src:
+            data = src.read()  # packs are small by construction (tens of MiB at most)
+    except NotFoundError:
+        return 0, [Problem(key, "missing", f"{key}: missing (referenced by {by})")]
+    except UnavailableError as exc:
+        return 0, [Problem(key, "unavailable", str(exc))]
+    if len(data) != pack.size:
+        return len(data), [Problem(key, "size", f"{key}: {len(data)} bytes, expected "
+                                   f"{pack.size} (referenced by {by})")]
+    bad = [m for m in pack.members
+           if hashlib.sha256(data[m.offset:m.offset + m.size]).hexdigest() != m.sha256]
+    return len(data), [Problem(key, "sha256", f"{key}: member {m.sha256[:12]} at offset "
+                               f"{m.offset} does not match its sha256 (referenced by {by})")
+                       for m in bad]

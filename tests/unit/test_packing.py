@@ -333,3 +333,21 @@ def test_modes_survive_a_restrictive_umask(tmp_path: Path) -> None:
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "t" / "neff").iterdir()
              if p.suffix == ".neff"}
     assert modes == {"exe.neff": 0o755, "shared.neff": 0o664, "private.neff": 0o600}
+
+
+def test_verify_checks_packs_too(tmp_path: Path, packed) -> None:  # type: ignore[no-untyped-def]
+    from neffcache.verify import verify_store
+
+    store, manifest, _files = packed
+    ok = verify_store(store)
+    assert ok.error() is None and ok.packs == len(manifest.packs)
+    pack = manifest.packs[0]
+    path = store.root / pack_key(pack.sha256)
+    data = bytearray(path.read_bytes())
+    data[pack.members[0].offset] ^= 1
+    path.write_bytes(bytes(data))
+    bad = verify_store(store)
+    assert [(p.kind, p.key) for p in bad.problems] == [("sha256", pack_key(pack.sha256))]
+    assert exit_code_for(bad.error()) == 4  # type: ignore[arg-type]
+    path.unlink()
+    assert [p.kind for p in verify_store(store, quick=True).problems] == ["missing"]
