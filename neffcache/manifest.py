@@ -236,7 +236,7 @@ def validate_packs(raw: Any, files: Sequence[FileRecord], *,
         sha, size, members = item.get("sha256"), item.get("size"), item.get("members")
         if not isinstance(sha, str) or not _SHA256_RE.match(sha):
             raise ManifestError(f"{where}: sha256 {sha!r}: expected 64 lowercase hex digits")
-        if not _is_size(size):
+        if isinstance(size, bool) or not isinstance(size, int) or not _is_size(size):
             raise ManifestError(f"{where}: size {size!r}: expected an integer >= 0")
         if not isinstance(members, list) or not members:
             raise ManifestError(f"{where}: members: expected a non-empty list")

@@ -1,13 +1,14 @@
-"""Restore I/O: scan what is in place, then run the fetch units with a bounded pool.
+"""Restore I/O: scan what is in place, then run the fetch units in two bounded lanes.
 
-Every path is opened relative to its root's directory descriptor, one component at a time with
+Files are written through directory descriptors opened one component at a time with
 ``O_NOFOLLOW`` (``DirCache``): a symlink planted inside a target directory is never followed, so
-nothing is read or written outside the root. How one unit fetches, verifies and installs its
-files atomically is in ``neffcache.restore_fetch``; this module schedules units in plan order
-(at most ``2 × workers`` in flight, none after the deadline) and tallies what they did.
+nothing is written outside the root. How one unit fetches, verifies and installs its files
+atomically is in ``neffcache.restore_fetch`` (units) and ``neffcache.restore_files`` (files);
+this module schedules units in plan order (none after the deadline) and tallies what they did.
+Durability is batched: ``syncfs`` where Linux has it, else fsync per file and directory.
 
-The scan is one pass of ``fstatat`` calls in path order; a file is hashed only when its size is
-one an entry wants and the state file does not vouch for it (same size, mtime, ctime, inode).
+The scan is one ``fstatat`` per wanted file; a file is hashed only when its size is one an
+entry wants and the state file does not vouch for it (same size, mtime, ctime, inode).
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
                 problems.append(problem)
             if progress:
                 progress(done, len(blobs))
-        for nbytes, found in pool.map(lambda item: _check_pack(store, *item, quick),
+        for nbytes, found in pool.map(lambda item: _check_pack(store, item[0], item[1], quick),
                                       sorted(packs.items())):
             checked += nbytes
             problems.extend(found)

@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from typing import Any, BinaryIO, NoReturn
 from urllib.parse import urlsplit
 
-import botocore.session
-from botocore.config import Config
-from botocore.exceptions import (
+import botocore.session  # type: ignore[import-untyped]
+from botocore.config import Config  # type: ignore[import-untyped]
+from botocore.exceptions import (  # type: ignore[import-untyped]
     BotoCoreError,
     ClientError,
     NoCredentialsError,

@@ -301,12 +301,12 @@ def test_noop_with_entries_sharing_a_path_is_planned_locally(tmp_path: Path) -> 
 def test_window_serves_ranges_across_reads() -> None:
     import io
 
-    from neffcache import restore_fetch
+    from neffcache import restore_files
 
-    data = os.urandom(3 * restore_fetch.CHUNK + 123)
-    w = restore_fetch._Window(io.BytesIO(data[100:]), 100)
-    for off, size in ((100, 10), (200, restore_fetch.CHUNK), (restore_fetch.CHUNK + 500, 7),
-                      (2 * restore_fetch.CHUNK - 3, restore_fetch.CHUNK + 50)):
+    data = os.urandom(3 * restore_files.CHUNK + 123)
+    w = restore_files.Window(io.BytesIO(data[100:]), 100)
+    for off, size in ((100, 10), (200, restore_files.CHUNK), (restore_files.CHUNK + 500, 7),
+                      (2 * restore_files.CHUNK - 3, restore_files.CHUNK + 50)):
         assert bytes(w.take(off, size)) == data[off:off + size]
     assert bytes(w.take(len(data) - 5, 100)) == data[-5:]  # short: the stream ended
     assert w.take(len(data) + 10, 5) == b""
@@ -322,13 +322,13 @@ def test_modes_survive_a_restrictive_umask(tmp_path: Path) -> None:
     publish_entry(store, cell(), FP, NEURON, {"neff": src})
     old = os.umask(0o077)
     try:
-        from neffcache import restore_fetch
+        from neffcache import restore_files
 
-        restore_fetch._UMASK = -1  # read again under this umask
+        restore_files._UMASK = -1  # read again under this umask
         r = restore_cells(store, [cell()], NEURON, FP, tmp_path / "t")
     finally:
         os.umask(old)
-        restore_fetch._UMASK = -1
+        restore_files._UMASK = -1
     assert r.error() is None
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "t" / "neff").iterdir()
              if p.suffix == ".neff"}

@@ -194,6 +194,7 @@ class Bench:
     aws: list[str] | None
     runs: int
     workers: int | None
+    out: Path
 
     def push(self, name: str, tree: ProfileTree, matrix: Path) -> dict[str, Any]:
         env = dict(self.env, NEFFCACHE_HOME=str(self.work / "home-publisher"))
@@ -238,7 +239,7 @@ class Bench:
         reported: list[float] = []
         for i in range(self.runs):
             for j, tool in enumerate(order[i % len(order):] + order[:i % len(order)]):
-                dest = self.work / "out" / f"{name}-{i}-{j}"
+                dest = self.out / f"{name}-{i}-{j}"
                 os.sync()  # no run pays for writing back another's files
                 t = run(commands(dest)[tool], env)
                 times[tool].append(t.seconds)
@@ -316,6 +317,10 @@ def table(results: dict[str, Any]) -> str:
             ratio = "" if tool == "neffcache" else f"{nc / med:.2f}"
             target = f"<= {TARGETS[name]}" if tool == "s5cmd" else ""
             rows.append((label, tool, f"{med:.2f}", ratio, target))
+        phase = statistics.median(r["neffcache_reported_seconds"])
+        rows.append((label, "  of which restore phase", f"{phase:.2f}",
+                     f"{phase / r['median']['s5cmd']:.2f}" if "s5cmd" in r["median"] else "",
+                     "(no start-up)"))
         rows.append((label, "neffcache peak RSS", f"{r['neffcache_max_rss_mib']} MiB", "", ""))
     if "noop" in results:
         r = results["noop"]
@@ -374,6 +379,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="never pip-install awscli into a cached venv")
     p.add_argument("--workers", type=int, default=None, help="neffcache restore --workers")
     p.add_argument("--workdir", type=Path, default=None, help="keep data here (default: temp)")
+    p.add_argument("--dest", type=Path, default=None,
+                   help="restore into directories under DEST (default: WORKDIR/out), e.g. to "
+                        "compare another filesystem; removed at the end")
     p.add_argument("--out", type=Path, default=None, help="JSON results path")
     return p.parse_args(argv)
 
@@ -472,7 +480,9 @@ def bench(args: argparse.Namespace, work: Path, runs: int, profiles: dict[str, P
                      aws_access_key_id="testing", aws_secret_access_key="testing"
                      ).create_bucket(Bucket=BUCKET)
         results["versions"] = tool_versions(aws, env)
-        b = Bench(work, env, endpoint, aws, runs, args.workers)
+        out = (args.dest.absolute() / f"neffcache-bench-{os.getpid()}") if args.dest \
+            else work / "out"
+        b = Bench(work, env, endpoint, aws, runs, args.workers, out)
         for name, prof in profiles.items():
             log(f"{name}: writing {prof}")
             tree = make_profile_cache(work / "src" / name, prof)
@@ -493,7 +503,10 @@ def bench(args: argparse.Namespace, work: Path, runs: int, profiles: dict[str, P
             results["noop"] = b.noop(tree, matrix)
         if not args.skip_startup:
             results["startup"] = b.startup()
+    if args.dest:
+        shutil.rmtree(out, ignore_errors=True)
     results["host"]["loadavg_end"] = os.getloadavg()
+    results["dest"] = str(out.parent)
     results["verdicts"] = verdicts(results)
     return results
 
