@@ -2,9 +2,10 @@
 
 One command, from the checkout (uses tests/support for the server and the synthetic caches):
 
-    python tools/bench/restore.py            # full run (a few minutes on 2 cores)
-    python tools/bench/restore.py --quick    # smaller trees, fewer runs
+    python tools/bench/restore.py            # full run (3-5 min on 2 cores)
+    python tools/bench/restore.py --quick    # smaller trees, 2 runs (~2 min)
     python tools/bench/restore.py --profiles eager --runs 5 --out /tmp/r.json
+    python tools/bench/restore.py --dest /dev/shm   # restore into another filesystem
 
 It starts SeaweedFS on 127.0.0.1 (data in a temp dir), writes each profile's synthetic
 TorchNeuron cache, publishes it with `neffcache push` and uploads the same tree as plain
@@ -12,8 +13,13 @@ objects (`s5cmd cp`), then times, alternating the order run by run and taking me
 `neffcache restore` into an empty directory, `s5cmd cp 's3://…/*' dir/`, `aws s3 sync`; a
 no-op restore of the "noop" profile (everything present) against `s5cmd sync`; and
 `neffcache --help` against `python -c pass`. Prints a table of medians and ratios
-(neffcache / peer), the restore's peak RSS, and writes everything as JSON
-(tools/bench/results/restore-<time>.json unless --out).
+(neffcache / peer), the restore's own time without process start-up, its peak RSS, and writes
+everything as JSON (tools/bench/results/restore-<time>.json unless --out).
+
+Method: every command is started by a small helper process (so a child's peak RSS is its own),
+dirty pages are flushed before each timed run, and outputs are kept until the end (ext4 without
+a journal avoids reusing inodes deleted in the last minutes, which taxes later file creation).
+awscli is used from PATH, else installed into its own venv under ~/.cache/neffcache-bench.
 """
 
 from __future__ import annotations
