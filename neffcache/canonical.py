@@ -1,4 +1,4 @@
-"""Canonical JSON and digests: the same value always gives the same bytes and the same key (pure)."""
+"""Canonical JSON and digests: the same value always gives the same bytes and key (pure)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ Precedence: flag > environment > config file > default. Only the CLI and the ser
     NEFFCACHE_HOME    embedded default: index.db (SQLite) and store/ (local store) under it
     NEFFCACHE_STORE   a path, file://PATH or s3://BUCKET/PREFIX
     NEFFCACHE_INDEX   a SQLAlchemy URL (sqlite:///..., postgresql+psycopg://...)
-    NEFFCACHE_CONFIG  a TOML file with `store` and/or `index` keys (default $NEFFCACHE_HOME/config.toml)
+    NEFFCACHE_CONFIG  a TOML file with `store` and/or `index` keys
+                      (default $NEFFCACHE_HOME/config.toml)
 """
 
 from __future__ import annotations

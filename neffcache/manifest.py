@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from neffcache.canonical import canonical_json, digest_of
-from neffcache.errors import ManifestError
+from neffcache.errors import ManifestError, MatrixError
 from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell
-from neffcache.errors import MatrixError
 
 SCHEMA_VERSION = 1
 MAX_FILE_SIZE = 1 << 40

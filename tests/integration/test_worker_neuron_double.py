@@ -152,7 +152,8 @@ def test_rerun_does_nothing(tmp_path: Path, double_env: Path, neffcache_home: Pa
     # precompile registered the declared matrix, so coverage is known without the file
     assert run(["matrix", "ls", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert any(m["cells"] == 2 for m in (listed if isinstance(listed, list) else listed["matrices"]))
+    matrices = listed if isinstance(listed, list) else listed["matrices"]
+    assert any(m["cells"] == 2 for m in matrices)
 
 
 def test_failed_crashed_and_timed_out_cells_are_recorded_never_published(

@@ -10,8 +10,8 @@ test process as ``torch_neuronx``). It holds:
   ``<dir>/<k[0:2]>/<k[2:4]>/<k>.neff`` via a temp file and a rename under an exclusive file
   lock per key in the lock dir, kernels as ``<dir>/<sha256>/<sha256>.neff``, and (like a
   crashed concurrent writer) a stray ``.tmp`` file. In compile-only mode eager ops leave
-  no NEFF (there is no device to run them on). Everything it sees and does is appended as JSON lines to
-  ``$TORCH_NEURONX_DOUBLE_RECORD``.
+  no NEFF (there is no device to run them on). Everything it sees and does is appended as
+  JSON lines to ``$TORCH_NEURONX_DOUBLE_RECORD``.
 - ``neuron_double_pipeline.py``: ``DoubleNeuronPipeline``, a pipeline class with
   ``load_config``/``from_pretrained``/``.to("neuron")``/component ``.compile``/
   ``.compile_repeated_blocks`` that "compiles" through the double, and ``DoubleTransformer``
