@@ -161,6 +161,8 @@ def _check_blob(store: Store, sha: str, size: int, ref: str, quick: bool
 
 def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
                 ) -> tuple[int, list[Problem]]:
+    """A pack is present and (unless quick) each member's bytes at its offset match its
+    sha256; streamed member by member, so memory stays at one member."""
     pack, by = ref
     key = pack_key(sha)
     try:
@@ -168,17 +170,40 @@ def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
             found = store.has(key)
             return 0, [] if found else [Problem(key, "missing", f"{key}: missing "
                                                 f"(referenced by {by})")]
+        bad, n = [], 0
         with store.open(key) as src:
-            data = src.read()  # packs are small by construction (tens of MiB at most)
+            for m in pack.members:  # validated: in offset order, inside the pack
+                n += _read_count(src, m.offset - n)
+                data = _read_exact(src, m.size)
+                n += len(data)
+                if hashlib.sha256(data).hexdigest() != m.sha256:
+                    bad.append(m)
+            n += _read_count(src, None)
     except NotFoundError:
         return 0, [Problem(key, "missing", f"{key}: missing (referenced by {by})")]
     except UnavailableError as exc:
         return 0, [Problem(key, "unavailable", str(exc))]
-    if len(data) != pack.size:
-        return len(data), [Problem(key, "size", f"{key}: {len(data)} bytes, expected "
-                                   f"{pack.size} (referenced by {by})")]
-    bad = [m for m in pack.members
-           if hashlib.sha256(data[m.offset:m.offset + m.size]).hexdigest() != m.sha256]
-    return len(data), [Problem(key, "sha256", f"{key}: member {m.sha256[:12]} at offset "
-                               f"{m.offset} does not match its sha256 (referenced by {by})")
-                       for m in bad]
+    if n != pack.size:
+        return n, [Problem(key, "size", f"{key}: {n} bytes, expected {pack.size} "
+                           f"(referenced by {by})")]
+    return n, [Problem(key, "sha256", f"{key}: member {m.sha256[:12]} at offset {m.offset} "
+                       f"does not match its sha256 (referenced by {by})") for m in bad]
+
+
+def _read_exact(src: Any, size: int) -> bytes:
+    parts, left = [], size
+    while left > 0 and (chunk := src.read(min(left, CHUNK))):
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _read_count(src: Any, size: int | None) -> int:
+    """Read and drop ``size`` bytes (None: to the end); how many there were."""
+    n = 0
+    while size is None or n < size:
+        chunk = src.read(CHUNK if size is None else min(CHUNK, size - n))
+        if not chunk:
+            break
+        n += len(chunk)
+    return n
