@@ -60,3 +60,19 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def record_entry_or_warn(settings: Settings, manifest: Any, store_url: str) -> bool:
+    """Record a published entry in the index; the store is the source of truth, so a failure
+    only warns (with the command that repairs it) and returns False."""
+    from neffcache.errors import NeffcacheError
+    from neffcache.index import open_index
+
+    try:
+        with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as index:
+            index.record_entry(manifest, store_url)
+        return True
+    except NeffcacheError as exc:
+        progress(f"warning: entry not recorded in the index: {' '.join(str(exc).split())}")
+        progress(f"hint: {exc.hint or 'neffcache reindex'}")
+        return False

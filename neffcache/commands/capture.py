@@ -15,12 +15,11 @@ from neffcache.commands._common import (
     human_bytes,
     index_option,
     json_option,
-    progress,
+    record_entry_or_warn,
     settings_from,
     store_option,
 )
-from neffcache.config import Settings
-from neffcache.errors import NeffcacheError, UsageError
+from neffcache.errors import UsageError
 
 
 @click.command("capture", epilog=EXIT_CODE_HELP)
@@ -95,7 +94,7 @@ def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers
             doc.update({k: v for k, v in result.to_json().items()
                         if k in ("created", "files", "total_bytes", "blobs_uploaded",
                                  "bytes_uploaded")})
-            doc["indexed"] = _record(settings, result.manifest, s.url)
+            doc["indexed"] = record_entry_or_warn(settings, result.manifest, s.url)
     if as_json:
         emit_json(doc)
         return
@@ -112,17 +111,3 @@ def _summary(doc: dict[str, Any]) -> str:
     verb = "published" if doc.get("created") else "already present (another writer was first):"
     return (f"{head}: {verb} entry {doc['entry_key']} for {doc['cell_id']} "
             f"[fingerprint {str(doc['fingerprint_key'])[:12]}]")
-
-
-def _record(settings: Settings, manifest: Any, store_url: str) -> bool:
-    """Index the entry; the store is the source of truth, so a failure only warns."""
-    from neffcache.index import open_index
-
-    try:
-        with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as idx:
-            idx.record_entry(manifest, store_url)
-        return True
-    except NeffcacheError as exc:
-        progress(f"warning: entry not recorded in the index: {' '.join(str(exc).split())}")
-        progress("hint: neffcache reindex")
-        return False

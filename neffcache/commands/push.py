@@ -16,7 +16,7 @@ from neffcache.commands._common import (
     human_bytes,
     index_option,
     json_option,
-    progress,
+    record_entry_or_warn,
     settings_from,
     store_option,
 )
@@ -82,7 +82,7 @@ def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
     check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it
     result = publish_entry(s, cell, fingerprint, backend, root_map,
                            compile_seconds=compile_seconds, workers=workers)
-    indexed = _record(settings, result.manifest, s.url)
+    indexed = record_entry_or_warn(settings, result.manifest, s.url)
     doc: dict[str, Any] = dict(result.to_json(), indexed=indexed, store=s.url)
     if as_json:
         emit_json(doc)
@@ -140,21 +140,3 @@ def _parse_roots(specs: tuple[str, ...], backend: Any) -> dict[str, Path]:
             raise UsageError(f"--root {name}: given twice")
         out[name] = Path(directory).expanduser()
     return out
-
-
-def _record(settings: Any, manifest: Any, store_url: str) -> bool:
-    """Record the entry in the index; the store is the source of truth, so a failure warns."""
-    from neffcache.errors import NeffcacheError
-    from neffcache.index import open_index
-
-    try:
-        with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as index:
-            index.record_entry(manifest, store_url)
-        return True
-    except NeffcacheError as exc:
-        progress(f"warning: entry not recorded in the index: {' '.join(str(exc).split())}")
-        if exc.hint:
-            progress(f"hint: {exc.hint}")
-        else:
-            progress("hint: neffcache reindex")
-        return False
