@@ -18,8 +18,9 @@ SDK's other failures into ``UnavailableError`` once, inside the backend.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
-from typing import BinaryIO, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from neffcache.errors import UsageError
 
@@ -91,3 +92,27 @@ class Store(Protocol):
 
     def delete(self, key: str) -> None:
         """Remove an object; missing objects are not an error."""
+
+
+class ObjectStream(io.RawIOBase):
+    """A read-only stream of an object's bytes: a backend implements ``read`` and
+    ``_close_source``; the rest of the file protocol is shared."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def _close_source(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if not self.closed:
+            self._close_source()
+        super().close()

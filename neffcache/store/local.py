@@ -7,15 +7,15 @@ fails if the final name exists, which gives an atomic "create if absent" on POSI
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from neffcache.errors import NotFoundError, UnavailableError, UsageError
+from neffcache.store.base import ObjectStream
 
 _CHUNK = 1 << 20
 
@@ -107,7 +107,7 @@ class LocalStore:
             self._path(key).unlink()
 
 
-class _Range(io.RawIOBase):
+class _Range(ObjectStream):
     """``length`` bytes of an open file from ``start`` (or up to its end)."""
 
     def __init__(self, fh: BinaryIO, start: int, length: int | None) -> None:
@@ -115,9 +115,6 @@ class _Range(io.RawIOBase):
         self._fh = fh
         fh.seek(start)
         self._left = length
-
-    def readable(self) -> bool:
-        return True
 
     def read(self, size: int | None = -1) -> bytes:
         want = -1 if size is None else size
@@ -128,15 +125,5 @@ class _Range(io.RawIOBase):
             self._left -= len(data)
         return data
 
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._fh.close()
-        super().close()
+    def _close_source(self) -> None:
+        self._fh.close()

@@ -36,7 +36,7 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
 )
 
 from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
-from neffcache.store.base import check_key
+from neffcache.store.base import ObjectStream, check_key
 
 MiB = 1 << 20
 _NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
@@ -277,32 +277,19 @@ class S3Store:
                                f"({type(exc).__name__}, {op})") from exc
 
 
-class _Body(io.RawIOBase):
+class _Body(ObjectStream):
     """An object's streaming body that translates botocore errors raised while reading."""
 
     def __init__(self, body: Any, store: S3Store, key: str) -> None:
         super().__init__()
         self._body, self._store, self._key = body, store, key
 
-    def readable(self) -> bool:
-        return True
-
     def read(self, size: int | None = -1) -> bytes:
         with self._store._errors("GetObject", self._key):
             return bytes(self._body.read(None if size is None or size < 0 else size))
 
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._body.close()
-        super().close()
+    def _close_source(self) -> None:
+        self._body.close()
 
 
 def _code(exc: ClientError) -> str:
