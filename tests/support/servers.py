@@ -69,26 +69,45 @@ WEED_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "te
 def seaweedfs_server(data: Path, *, weed: str = "weed", timeout: float = 60.0,
                      extra_args: Sequence[str] = ()) -> Iterator[str]:
     """`weed mini` on 127.0.0.1 with every port given, no telemetry, data (and weed.log) in
-    ``data``; yield its S3 endpoint URL once it answers; stop it after."""
+    ``data``; yield its S3 endpoint URL once it answers; stop it after. Seventeen free ports
+    picked up front can be taken by someone else before weed binds them, so a start that
+    dies is retried on fresh ports."""
     data.mkdir(parents=True, exist_ok=True)
+    for attempt in range(3):
+        proc, endpoint = _start_weed(data, weed, extra_args)
+        try:
+            _wait_s3(endpoint, proc, timeout)
+        except RuntimeError:
+            _stop(proc)
+            if attempt == 2:
+                raise
+            continue
+        try:
+            yield endpoint
+        finally:
+            _stop(proc)
+        return
+
+
+def _start_weed(data: Path, weed: str,
+                extra_args: Sequence[str]) -> tuple[subprocess.Popen[bytes], str]:
     ports = {name: free_port() for name in WEED_PORTS}
     args = [weed, "mini", f"-dir={data}", f"-ip={LOOPBACK}", f"-ip.bind={LOOPBACK}",
             "-master.telemetry=false", f"-metricsIp={LOOPBACK}", f"-s3.metricsIp={LOOPBACK}",
             "-webdav=false", "-admin.ui=false", *(f"-{k}={v}" for k, v in ports.items()),
             *extra_args]
-    with open(data / "weed.log", "wb") as log:
+    with open(data / "weed.log", "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=data)
-    endpoint = f"http://{LOOPBACK}:{ports['s3.port']}"
+    return proc, f"http://{LOOPBACK}:{ports['s3.port']}"
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
     try:
-        _wait_s3(endpoint, proc, timeout)
-        yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _wait_s3(endpoint: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
