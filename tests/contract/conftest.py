@@ -1,8 +1,10 @@
 """The store fixture every contract test runs over: memory, local, faulty(memory), S3 on the
-moto server and S3 on SeaweedFS (a real S3-compatible server with atomic conditional writes)."""
+moto server (reads by the small http client, and by botocore as the fallback) and S3 on
+SeaweedFS (a real S3-compatible server with atomic conditional writes that checks signatures)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ S3_OPTIONS = {"multipart_threshold": 6 * MiB, "part_size": 5 * MiB}
 
 @pytest.fixture(params=["memory", "local", "faulty",
                         pytest.param("s3", marks=pytest.mark.s3),
+                        pytest.param("s3-botocore-reads", marks=pytest.mark.s3),
                         pytest.param("seaweedfs", marks=pytest.mark.seaweedfs)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     kind = request.param
@@ -36,7 +39,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
         return LocalStore(tmp_path / "store")
     from neffcache.store.s3 import S3Store
 
-    url = request.getfixturevalue("s3_url" if kind == "s3" else "seaweedfs_url")
+    url = request.getfixturevalue("seaweedfs_url" if kind == "seaweedfs" else "s3_url")
+    if kind == "s3-botocore-reads":  # the fallback when the environment needs botocore
+        return S3Store.from_url(url, environ=dict(os.environ, NEFFCACHE_S3_CLIENT="botocore"),
+                                **S3_OPTIONS)
     return S3Store.from_url(url, **S3_OPTIONS)
 
 

@@ -4,6 +4,7 @@ the one place botocore errors become NotFoundError / UnavailableError."""
 from __future__ import annotations
 
 import io
+import os
 import time
 from collections.abc import Callable
 
@@ -129,6 +130,44 @@ def test_missing_bucket_is_unavailable_not_not_found(s3_env: dict[str, str]) -> 
         store.put("manifests/x.json", io.BytesIO(b"x"))
 
 
+# -- which client reads -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("env,client", [
+    ({}, "http"),
+    ({"NEFFCACHE_S3_CLIENT": "botocore"}, "botocore"),
+    ({"AWS_USE_FIPS_ENDPOINT": "true"}, "botocore"),
+    ({"HTTPS_PROXY": "http://127.0.0.1:3128"}, "botocore"),
+    ({"https_proxy": "http://127.0.0.1:3128", "NO_PROXY": "localhost,127.0.0.1"}, "http"),
+    ({"http_proxy": "http://127.0.0.1:3128", "no_proxy": "*"}, "http"),
+])
+def test_reads_use_the_small_client_unless_the_environment_needs_botocore(
+        fake_creds: None, env: dict[str, str], client: str) -> None:
+    store = S3Store("bkt", "p", endpoint_url="http://127.0.0.1:9", environ=env)
+    assert store.client == client
+
+
+def test_unknown_client_choice_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="NEFFCACHE_S3_CLIENT"):
+        S3Store("bkt", "p", environ={"NEFFCACHE_S3_CLIENT": "boto4"})
+
+
+@pytest.mark.seaweedfs
+@pytest.mark.parametrize("client", ["http", "botocore"])
+def test_wrong_secret_is_refused_by_a_server_that_checks_signatures(
+        seaweedfs_url: str, client: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SeaweedFS runs with an identity, so it verifies every signature as AWS does."""
+    monkeypatch.setenv("NEFFCACHE_S3_CLIENT", client)
+    good = S3Store.from_url(seaweedfs_url)
+    good.put("manifests/a.json", io.BytesIO(b"{}"))
+    assert good.read("manifests/a.json") == b"{}"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    bad = S3Store.from_url(seaweedfs_url)
+    assert bad.client == client
+    with pytest.raises(UnavailableError, match="secret key does not match") as info:
+        bad.read("manifests/a.json")
+    assert_one_line_without_credentials(info.value)
+
+
 # -- botocore errors translated once (real client, stubbed responses) -------------------------
 
 @pytest.mark.parametrize("code,status,expected,words", [
@@ -140,8 +179,10 @@ def test_missing_bucket_is_unavailable_not_not_found(s3_env: dict[str, str]) -> 
 ])
 def test_client_errors_are_translated(fake_creds: None, code: str, status: int,
                                       expected: type[Exception], words: str) -> None:
-    store = S3Store("bkt", "p", endpoint_url=closed_endpoint(), max_attempts=1)
-    with Stubber(store._client) as stub:
+    store = S3Store("bkt", "p", endpoint_url=closed_endpoint(), max_attempts=1,
+                    environ=dict(os.environ, NEFFCACHE_S3_CLIENT="botocore"))
+    assert store.client == "botocore"
+    with Stubber(store._boto.client) as stub:
         stub.add_client_error("get_object", service_error_code=code, http_status_code=status,
                               service_message=f"key {SECRET}")
         with pytest.raises(expected, match=words) as info:
@@ -178,5 +219,5 @@ def test_conditional_write_itself_refuses_to_overwrite(s3_url: str, size: int,
     monkeypatch.setattr(store, "has", lambda key: False)
     assert store.put("blobs/k", io.BytesIO(b"2" * size)) is False
     assert store.read("blobs/k") == b"1" * size
-    uploads = store._client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", [])
+    uploads = store._boto.client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", [])
     assert uploads == []  # the refused multipart upload was aborted, not left behind

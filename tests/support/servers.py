@@ -3,6 +3,7 @@ SeaweedFS (`weed mini`), each as a subprocess started and stopped by a context m
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -63,6 +64,13 @@ WEED_PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grp
               "admin.port", "admin.port.grpc", "webdav.port", "metricsPort")
 WEED_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                     "AWS_DEFAULT_REGION": "us-east-1"}
+# With an identity configured SeaweedFS checks every request's SigV4 signature (without one it
+# lets anonymous requests through), so the tests see a wrong signature fail as on AWS.
+WEED_IDENTITIES = {"identities": [{
+    "name": "neffcache-tests",
+    "credentials": [{"accessKey": WEED_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                     "secretKey": WEED_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}],
+    "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
 
 
 @contextmanager
@@ -92,7 +100,10 @@ def seaweedfs_server(data: Path, *, weed: str = "weed", timeout: float = 60.0,
 def _start_weed(data: Path, weed: str,
                 extra_args: Sequence[str]) -> tuple[subprocess.Popen[bytes], str]:
     ports = {name: free_port() for name in WEED_PORTS}
-    args = [weed, "mini", f"-dir={data}", f"-ip={LOOPBACK}", f"-ip.bind={LOOPBACK}",
+    config = data / "s3-identities.json"
+    config.write_text(json.dumps(WEED_IDENTITIES), encoding="utf-8")
+    args = [weed, "mini", f"-dir={data}", f"-s3.config={config}", f"-ip={LOOPBACK}",
+            f"-ip.bind={LOOPBACK}",
             "-master.telemetry=false", f"-metricsIp={LOOPBACK}", f"-s3.metricsIp={LOOPBACK}",
             "-webdav=false", "-admin.ui=false", *(f"-{k}={v}" for k, v in ports.items()),
             *extra_args]
