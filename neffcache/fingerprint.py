@@ -249,11 +249,18 @@ def probe_instance_type(environ: Mapping[str, str], dmi_path: Path | None = None
             or _read_text(dmi_path or _DMI_PRODUCT) or UNKNOWN)
 
 
+_PARAGRAPH_END = re.compile(r"\n[ \t]*\n")
+
+
 def runtime_version_from_dpkg_status(text: str, package: str = neuron_env.RUNTIME_PACKAGE
                                      ) -> str | None:
     """The version of an installed package in a dpkg status file's text (None if it is not
-    installed). Pure."""
-    for para in re.split(r"\n\s*\n", text):
+    installed). Pure. Only paragraphs naming the package are parsed: a status file lists
+    every package on the host (~1 MB on a Neuron AMI) and this runs on every boot restore."""
+    named = re.compile(rf"^Package:[ \t]*{re.escape(package)}[ \t]*$", re.MULTILINE)
+    for found in named.finditer(text):  # dpkg writes Package first in each paragraph
+        end = _PARAGRAPH_END.search(text, found.end())
+        para = text[found.start():end.start() if end else len(text)]
         values: dict[str, str] = {}
         for line in para.splitlines():
             name, sep, value = line.partition(":")

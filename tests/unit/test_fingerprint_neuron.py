@@ -95,6 +95,18 @@ def test_runtime_version_from_dpkg_status() -> None:
     assert runtime_version_from_dpkg_status("") is None
 
 
+def test_dpkg_status_matches_the_whole_package_name_in_any_paragraph() -> None:
+    lookalike = "Package: aws-neuronx-runtime-lib-dev\nStatus: install ok installed\n" \
+                "Version: 9.0\n\n"
+    assert runtime_version_from_dpkg_status(lookalike) is None
+    last = lookalike + "Package: aws-neuronx-runtime-lib\nStatus: install ok installed\n" \
+        "Version: 2.28.1.0"  # the last paragraph, no trailing newline
+    assert runtime_version_from_dpkg_status(last) == "2.28.1.0"
+    big = "".join(f"Package: pkg{i}\nStatus: install ok installed\nVersion: {i}\n\n"
+                  for i in range(3000)) + DPKG
+    assert runtime_version_from_dpkg_status(big) == "2.27.23.0-8deec4dbf"
+
+
 def test_runtime_version_from_lib_names() -> None:
     names = ["/opt/aws/neuron/lib/libnrt.so", "libnrt.so.1", "libnrt.so.2.27.23.0",
              "libnrt.so.2.9.1", "libnrt.so.2.27.x", "libnccom.so.2.99.0"]
