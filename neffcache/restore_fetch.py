@@ -6,9 +6,10 @@
   own blobs.
 - ``BlobGet``: one GET, streamed into the temp file and hashed on the way.
 - ``BlobPart``: ranged GETs of one large blob run in parallel and ``pwrite`` into one shared
-  temp file; whichever worker completes the next part in order hashes it (mapped from the page
-  cache), so hashing overlaps the transfer; the worker that hashes the last part (or sees the
-  last part fail) finishes the file.
+  temp file. The file is hashed in part order as the bytes arrive: the worker of the next part
+  to hash hashes its bytes straight from its receive buffer; a part that lands before its turn
+  is hashed later from the page cache by whoever holds the hashing role. The worker that
+  hashes the last part (or sees the last part fail) finishes the file.
 A file wanted at several paths is fetched once and copied locally (and verified again). How a
 file is written, verified and renamed is in ``neffcache.restore_files``.
 """
@@ -45,6 +46,7 @@ from neffcache.restore_files import (
     hash_range,
     place,
     pwrite_all,
+    read_into,
     read_umask,
     tmp_name,
     verify_member,
@@ -170,32 +172,40 @@ class Fetcher:
             if asm is None:
                 asm = self._assemblies[g.sha256] = _Assembly(g, part.count)
         error: BaseException | None = None
+        progress = _PartProgress()
         try:
             asm.open(dirs)
             if asm.error is None:
                 self._check()
-                self._fetch_part(part, asm)
+                self._fetch_part(part, asm, progress)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a FileFailure
             error = exc
-        if not asm.part_done(part, error):
+        if not asm.part_done(part, error, streamed=progress.streaming):
             return []
         with self._lock:
             self._assemblies.pop(g.sha256, None)
         return asm.finish(dirs)
 
-    def _fetch_part(self, part: BlobPart, asm: _Assembly) -> None:
+    def _fetch_part(self, part: BlobPart, asm: _Assembly, progress: _PartProgress) -> None:
+        """Write the part's bytes at their offsets; once every earlier part is hashed, hash
+        this one as it arrives (from the receive buffer, not re-read from the file)."""
         g, done = part.group, 0
         buf = self._buffer()
         with self.store.open(blob_key(g.sha256), part.start, part.length) as body:
             while done < part.length:
                 self._check()
-                n = body.readinto(buf[:min(CHUNK, part.length - done)])
+                n = read_into(body, buf[:min(CHUNK, part.length - done)])
                 if not n:
                     break
                 # Writes to one file serialize on its inode lock anyway; waiting here (asleep)
                 # instead of in the kernel (spinning) saves the CPU the other parts need.
                 with asm.write_lock:
                     pwrite_all(asm.fd, buf[:n], part.start + done)
+                if not progress.streaming and asm.claim_head(part.index):
+                    progress.streaming = True
+                    hash_range(asm.fd, part.start, done, asm.digest)  # what came before
+                if progress.streaming:
+                    asm.digest.update(buf[:n])
                 done += n
         start_writeback(asm.fd, part.start, done)  # overlap the disk writes with the rest
         if done < part.length:
@@ -205,9 +215,17 @@ class Fetcher:
                                  f"not installed")
 
 
+class _PartProgress:
+    """Whether a part's worker took the hashing role while the part was arriving."""
+
+    streaming = False
+
+
 class _Assembly:
-    """A large file written by ``count`` parts into one temp file, hashed in part order as the
-    parts land (by whichever worker holds the hashing role)."""
+    """A large file written by ``count`` parts into one temp file, hashed in part order by
+    whichever worker holds the hashing role: the worker of the next part to hash while it is
+    still arriving (``claim_head``), else the worker that lands a part and finds the role free
+    (it hashes landed parts from the page cache)."""
 
     def __init__(self, g: FetchGroup, count: int) -> None:
         self.group, self.count = g, count
@@ -221,7 +239,7 @@ class _Assembly:
         self._next = 0  # parts [0, _next) are hashed
         self._hashing = False
         self._done = False
-        self._hash = hashlib.sha256()
+        self.digest = hashlib.sha256()  # written only by the holder of the hashing role
 
     def open(self, dirs: DirCache) -> None:
         """Create the temp file beside the first target (once; an error sticks)."""
@@ -240,7 +258,18 @@ class _Assembly:
                     self.dfd = -1
                 raise
 
-    def part_done(self, part: BlobPart, error: BaseException | None) -> bool:
+    def claim_head(self, index: int) -> bool:
+        """Take the hashing role for part ``index`` while it arrives: only when every earlier
+        part is hashed and nobody holds the role. The caller then hashes the part's bytes in
+        order and passes ``streamed=True`` to ``part_done``, which releases the role."""
+        with self._lock:
+            if self._hashing or self._next != index or self.error is not None:
+                return False
+            self._hashing = True
+            return True
+
+    def part_done(self, part: BlobPart, error: BaseException | None, *,
+                  streamed: bool = False) -> bool:
         """Record a finished part and hash what is ready. True (once) when every part has
         finished and the file is hashed or failed: the caller must then ``finish`` it."""
         with self._lock:
@@ -249,7 +278,10 @@ class _Assembly:
                 self.error = self.error or error
             else:
                 self._landed[part.index] = (part.start, part.length)
-            if self._hashing:
+            if streamed:  # this worker holds the role and hashed the part as it arrived
+                if error is None:
+                    self._next += 1
+            elif self._hashing:
                 return False
             self._hashing = True
         while True:
@@ -264,7 +296,7 @@ class _Assembly:
                     return False
                 start, length = self._landed[self._next]
             try:
-                hash_range(self.fd, start, length, self._hash)
+                hash_range(self.fd, start, length, self.digest)
             except OSError as exc:
                 with self._lock:
                     self.error = self.error or exc
@@ -277,7 +309,7 @@ class _Assembly:
         try:
             if self.error is not None:
                 raise self.error
-            digest = self._hash.hexdigest()
+            digest = self.digest.hexdigest()
             if digest != g.sha256:
                 raise IntegrityError(f"{t.root}/{t.path}: blob sha256 is {digest[:12]}, "
                                      f"expected {g.sha256[:12]} (corrupt); not installed")

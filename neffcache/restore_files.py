@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import io
 import itertools
 import mmap
 import os
@@ -264,6 +265,17 @@ class Window:
             parts.append(self._buf[:need])
             need -= len(parts[-1])
         return b"".join(parts)
+
+
+def read_into(src: BinaryIO, view: memoryview) -> int:
+    """Fill ``view`` from ``src`` (its ``readinto`` where it has one: no new buffer per read;
+    else ``read`` and a copy, since a store's stream need only be readable)."""
+    try:
+        return src.readinto(view)  # type: ignore[attr-defined]
+    except (AttributeError, NotImplementedError, io.UnsupportedOperation):
+        data = src.read(len(view))
+        view[:len(data)] = data
+        return len(data)
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:

@@ -76,13 +76,18 @@ def unit_groups(unit: Unit) -> tuple[FetchGroup, ...]:
 def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
                policy: UnitPolicy = DEFAULT_UNITS) -> tuple[Unit, ...]:
     """Requests for every group of ``fetch``; a blob held by several packs is read from the
-    first of ``packs`` (pass them in cell order) that holds it."""
+    first of ``packs`` (pass them in cell order) that holds it.
+
+    Order: the parts of split blobs first, largest blob first, then the rest in fetch order.
+    A split blob's sha256 runs through its parts in order, one part after another, so the
+    largest blob is the restore's critical path: starting it first overlaps its hashing with
+    everything else instead of leaving it as the tail."""
     where: dict[str, tuple[str, int]] = {}
     for p in packs:
         for m in p.members:
             where.setdefault(m.sha256, (p.sha256, m.offset))
     order = {g.sha256: i for i, g in enumerate(fetch)}
-    keyed: list[tuple[tuple[int, int], Unit]] = []
+    keyed: list[tuple[tuple[int, int, int, int], Unit]] = []
     in_packs: dict[str, list[Slice]] = {}
     for g in fetch:
         if g.sha256 in where and g.size > 0:
@@ -92,13 +97,13 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
             count = -(-g.size // policy.part_bytes)
             for i in range(count):
                 start = i * policy.part_bytes
-                keyed.append(((order[g.sha256], i), BlobPart(
+                keyed.append(((0, -g.size, order[g.sha256], i), BlobPart(
                     g, i, count, start, min(policy.part_bytes, g.size - start))))
         else:
-            keyed.append(((order[g.sha256], 0), BlobGet(g)))
+            keyed.append(((1, 0, order[g.sha256], 0), BlobGet(g)))
     for pack, slices in in_packs.items():
         for run in _runs(pack, sorted(slices, key=lambda s: s.offset), policy):
-            keyed.append(((min(order[s.group.sha256] for s in run.slices), 0), run))
+            keyed.append(((1, 0, min(order[s.group.sha256] for s in run.slices), 0), run))
     keyed.sort(key=lambda k: k[0])
     return tuple(u for _, u in keyed)
 

@@ -98,7 +98,8 @@ def test_plan_units_coalesces_pack_runs_and_splits_large_blobs() -> None:
         sha = f"{i:064x}"
         return FetchGroup(sha, size, (Target("neff", f"g{i}", size, sha, 0o644),))
 
-    groups = [group(i, 100) for i in range(5)] + [group(9, 1000), group(10, 50)]
+    groups = [group(i, 100) for i in range(5)] + [group(9, 1000), group(10, 50),
+                                                   group(11, 500)]
     members = (PackMember(groups[0].sha256, 0, 100), PackMember(groups[1].sha256, 100, 100),
                PackMember("e" * 64, 200, 5000),  # not needed: a gap
                PackMember(groups[2].sha256, 5200, 100), PackMember(groups[3].sha256, 5300, 100),
@@ -109,11 +110,15 @@ def test_plan_units_coalesces_pack_runs_and_splits_large_blobs() -> None:
     runs = [u for u in units if isinstance(u, PackRun)]
     assert [(r.start, r.length) for r in runs] == [(0, 200), (5200, 300)]  # gap > 1000: split
     parts = [u for u in units if isinstance(u, BlobPart)]
-    assert [(p.index, p.start, p.length) for p in parts] == [(0, 0, 300), (1, 300, 300),
-                                                              (2, 600, 300), (3, 900, 100)]
+    # Split blobs first, the largest first (its hash is the critical path), parts in order.
+    assert [(p.group.sha256, p.index, p.start, p.length) for p in parts] == [
+        (groups[5].sha256, 0, 0, 300), (groups[5].sha256, 1, 300, 300),
+        (groups[5].sha256, 2, 600, 300), (groups[5].sha256, 3, 900, 100),
+        (groups[7].sha256, 0, 0, 300), (groups[7].sha256, 1, 300, 200)]
+    assert units[:len(parts)] == tuple(parts)
     assert [u.group.sha256 for u in units if isinstance(u, BlobGet)] == [groups[6].sha256]
-    # Plan order: units follow their first group's place in the fetch list.
-    assert units.index(runs[0]) < units.index(runs[1]) < units.index(parts[0])
+    # The rest follow their first group's place in the fetch list.
+    assert units.index(runs[0]) < units.index(runs[1])
 
 
 # --- manifest ----------------------------------------------------------------------------------
