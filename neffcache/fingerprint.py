@@ -13,7 +13,6 @@ neither changes what the compiler writes, and a compile-only CI host has no runt
 from __future__ import annotations
 
 import glob
-import importlib.metadata
 import importlib.util
 import os
 import platform
@@ -26,6 +25,7 @@ from typing import Any
 
 from neffcache.backends import neuron_env
 from neffcache.canonical import digest_of
+from neffcache.distributions import versions
 from neffcache.errors import FingerprintMismatchError
 
 SCHEMA_VERSION = 1
@@ -229,13 +229,6 @@ def target_from_instance_type(instance_type: str) -> str:
 
 # --- probes (I/O) -----------------------------------------------------------------------------
 
-def _dist_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return ABSENT
-
-
 def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8", errors="replace").strip()
@@ -289,8 +282,13 @@ def probe_runtime_version(dpkg_status: Path | None = None,
                           lib_dirs: Sequence[str] = neuron_env.RUNTIME_LIB_DIRS) -> str:
     """The Neuron runtime version from dpkg's status file, else from the runtime library's
     versioned file name; 'absent' when neither says (files only: no command, no network)."""
-    text = _read_text(dpkg_status or _DPKG_STATUS)
-    version = runtime_version_from_dpkg_status(text) if text else None
+    try:
+        raw = (dpkg_status or _DPKG_STATUS).read_bytes()
+    except OSError:
+        raw = b""
+    # Decoding and scanning ~1 MB costs ~10 ms per boot; most hosts never mention the package.
+    named = neuron_env.RUNTIME_PACKAGE.encode() in raw
+    version = runtime_version_from_dpkg_status(raw.decode("utf-8", "replace")) if named else None
     if version is None:
         names = [n for d in lib_dirs for n in glob.glob(f"{d}/{neuron_env.RUNTIME_LIB_NAME}.*")]
         version = runtime_version_from_lib_names(names)
@@ -315,7 +313,7 @@ def probe_torch_path() -> str:
 
 
 def common_facts() -> dict[str, str]:
-    facts = {f"version.{d}": _dist_version(d) for d in COMMON_DISTRIBUTIONS}
+    facts = {f"version.{d}": v for d, v in versions(COMMON_DISTRIBUTIONS).items()}
     facts["version.python"] = platform.python_version()
     return facts
 
@@ -341,7 +339,7 @@ def neuron_target(environ: Mapping[str, str], instance_type: str) -> str:
 
 def neuron_facts(environ: Mapping[str, str], instance_type: str | None = None
                  ) -> dict[str, str]:
-    facts = {f"version.{d}": _dist_version(d) for d in neuron_env.SDK_DISTRIBUTIONS}
+    facts = {f"version.{d}": v for d, v in versions(neuron_env.SDK_DISTRIBUTIONS).items()}
     itype = instance_type if instance_type is not None else probe_instance_type(environ)
     facts["target"] = neuron_target(environ, itype)
     facts["lnc"] = environ.get(neuron_env.LOGICAL_NC_CONFIG, "default").strip() or "default"
