@@ -13,7 +13,7 @@ __all__ = ["Store", "blob_key", "describe_store", "manifest_key", "open_store"]
 def open_store(url: str) -> Store:
     """``s3://bucket/prefix`` → S3 store; ``file:///path`` or a plain path → local store."""
     if url.startswith("s3://"):
-        from neffcache.store.s3 import S3Store  # boto3 is imported only when S3 is used
+        from neffcache.store.s3 import S3Store  # no AWS SDK import until the first write
 
         return S3Store.from_url(url)
     if url.startswith("file://"):

@@ -54,6 +54,7 @@ RETRY_CODES = frozenset({"SlowDown", "RequestTimeout", "RequestTimeoutException"
 MAX_BACKOFF = 20.0
 _ERROR_BODY_LIMIT = 64 * 1024
 _CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
+_REGION = re.compile(rb"<Region>([a-z0-9-]{1,32})</Region>")
 _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 _NETWORK_ERRORS = (OSError, http.client.HTTPException)
 
@@ -179,17 +180,9 @@ class HttpS3Reader:
             creds = self._credentials()
             if creds is None:
                 raise no_credentials(where, op)
-            endpoint = self.endpoint
-            signed = self._sign(method, endpoint, path, params, headers, creds)
-            query = canonical_query(params)
-            target = canonical_path(path) + (f"?{query}" if query else "")
-            conn, reused = self._take(endpoint, timeouts)
+            conn, reused = self._take(self.endpoint, timeouts)
             try:
-                if conn.sock is None:
-                    conn.connect()
-                    conn.sock.settimeout(timeouts[1] if timeouts else self.read_timeout)
-                conn.request(method, target, headers=signed)
-                resp = conn.getresponse()
+                resp = self._send(conn, method, path, params, headers, creds, timeouts)
             except _NETWORK_ERRORS as exc:
                 conn.close()
                 if reused and not stale_retried:  # the server closed an idle connection
@@ -207,7 +200,7 @@ class HttpS3Reader:
             code = match.group(1).decode(errors="replace") if match else str(resp.status)
             if code in empty_on or str(resp.status) in empty_on:
                 return None
-            region = resp.getheader("x-amz-bucket-region")
+            region = _bucket_region(resp, body)
             if region and region != self.region and not redirected:
                 redirected = True
                 self._move_to(region)
@@ -215,13 +208,24 @@ class HttpS3Reader:
             if code == "RequestTimeTooSkewed" and self._correct_skew(resp):
                 attempt += 1
                 continue
-            if resp.status in RETRY_STATUS or code in RETRY_CODES:
-                attempt += 1
-                if attempt < limit:
-                    self._backoff(attempt, limit)
-                    continue
+            attempt += 1
+            if attempt < limit and (resp.status in RETRY_STATUS or code in RETRY_CODES):
+                self._backoff(attempt, limit)
+                continue
             raise client_failure(where, code, resp.status, op, key)
         raise unreachable(where, redact(self.endpoint.url), last, op)
+
+    def _send(self, conn: http.client.HTTPConnection, method: str, path: str,
+              params: Sequence[tuple[str, str]], headers: dict[str, str], creds: Credentials,
+              timeouts: tuple[float, float] | None) -> http.client.HTTPResponse:
+        if conn.sock is None:
+            conn.connect()
+            conn.sock.settimeout(timeouts[1] if timeouts else self.read_timeout)
+        query = canonical_query(params)
+        target = canonical_path(path) + (f"?{query}" if query else "")
+        conn.request(method, target,
+                     headers=self._sign(method, self.endpoint, path, params, headers, creds))
+        return conn.getresponse()
 
     def _sign(self, method: str, endpoint: Endpoint, path: str,
               params: Sequence[tuple[str, str]], headers: dict[str, str],
@@ -341,6 +345,14 @@ class HttpBody(ObjectStream):
 
     def _close_source(self) -> None:
         self._reader._finish(self._conn, self._resp)
+
+
+def _bucket_region(resp: http.client.HTTPResponse, body: bytes) -> str | None:
+    """The bucket's region when a reply names it (header, else the error body)."""
+    region = resp.getheader("x-amz-bucket-region")
+    if not region and (found := _REGION.search(body)):
+        region = found.group(1).decode()
+    return region
 
 
 def parse_list_page(body: bytes) -> tuple[list[str], str | None]:

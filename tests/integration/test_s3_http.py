@@ -98,6 +98,17 @@ def test_bucket_in_another_region_is_followed_once(served: tuple[str, S3ReplyDou
     assert r.region == "eu-west-1"
 
 
+def test_region_named_only_in_the_error_body_is_followed(
+        served: tuple[str, S3ReplyDouble]) -> None:
+    endpoint, double = served
+    wrong = s3_error("AuthorizationHeaderMalformed", 400)
+    wrong.body = wrong.body.replace(b"</Error>", b"<Region>ap-south-2</Region></Error>")
+    double.script = [wrong]
+    r = reader(endpoint)
+    assert read(r) == b"default body"
+    assert r.region == "ap-south-2" and len(double.seen) == 2
+
+
 def test_clock_skew_is_corrected_from_the_server_date(
         served: tuple[str, S3ReplyDouble]) -> None:
     endpoint, double = served
