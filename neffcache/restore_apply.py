@@ -443,9 +443,11 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     roots = roots or Roots(dict(plan.target_dirs))
     units = plan_units(plan.fetch, packs, policy)  # type: ignore[arg-type]
     tally = _Collector(plan.files_to_fetch, progress)
-    fetcher = Fetcher(store, roots, deadline)
+    from neffcache.restore_files import batch_files
+
     workers = max(1, workers)
     file_workers = max(1, min(workers, usable_cpus() + 1))
+    fetcher = Fetcher(store, roots, deadline, batch_files(file_workers, workers))
     runs = [u for u in units if isinstance(u, PackRun)]
     blobs = [u for u in units if not isinstance(u, PackRun)]
     try:

@@ -61,8 +61,10 @@ class Fetcher:
     """Runs units for ``apply_restore``; ``run`` never raises. Holds the large files being
     assembled from parts across units."""
 
-    def __init__(self, store: Store, roots: Roots, deadline: float | None) -> None:
+    def __init__(self, store: Store, roots: Roots, deadline: float | None,
+                 batch_files: int = BATCH_FILES) -> None:
         self.store, self.roots, self.deadline = store, roots, deadline
+        self.batch_files = batch_files
         read_umask()
         self._lock = threading.Lock()
         self._assemblies: dict[str, _Assembly] = {}
@@ -148,7 +150,7 @@ class Fetcher:
                         out.extend(fail_all(rest.group, exc))
                     break
                 out.extend(batch.add(g, data))
-                if len(batch) >= BATCH_FILES:
+                if len(batch) >= self.batch_files:
                     out.extend(batch.commit())
                     dirs.trim()
             out.extend(batch.commit())

@@ -393,7 +393,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smaller trees and 2 runs (~1-2 min)")
     p.add_argument("--profiles", default="eager,compiled",
                    help="comma-separated: eager, compiled (default both)")
-    p.add_argument("--runs", type=int, default=None, help="runs per tool (default 5; quick 2)")
+    p.add_argument("--runs", type=int, default=None, help="runs per tool (default 7; quick 2)")
     p.add_argument("--eager-files", type=int, help="eager: number of op NEFFs (default 3000)")
     p.add_argument("--eager-kib", type=str, help="eager: MIN,MAX KiB (default 8,256)")
     p.add_argument("--compiled-graphs", type=int, help="compiled: graph NEFFs (default 3)")
@@ -460,7 +460,7 @@ def compile_bytecode() -> None:
 
 
 def _main(args: argparse.Namespace, started: float) -> int:
-    runs = args.runs or (2 if args.quick else 5)
+    runs = args.runs or (2 if args.quick else 7)
     compile_bytecode()
     profiles = profiles_from(args)
     noop = replace(PROFILES["noop"], small=args.noop_files or PROFILES["noop"].small)
