@@ -42,12 +42,12 @@ def test_the_soft_limit_is_raised_to_the_hard_one(limits: dict[str, tuple[int, i
 
 def test_a_refused_raise_keeps_the_soft_limit(limits: dict[str, tuple[int, int]],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    limits["now"] = (256, 4096)
+    limits["now"] = (200, 4096)
 
     def refuse(which: int, value: tuple[int, int]) -> None:
         raise ValueError("not permitted")
 
     monkeypatch.setattr(resource, "setrlimit", refuse)
     n = restore_files.batch_files(3, 8)
-    assert 1 <= n < BATCH_FILES and n * 3 + 4 * 8 <= 256 // 2
-    assert limits["now"] == (256, 4096)
+    assert 1 <= n < BATCH_FILES and n * 3 + 4 * 8 <= 200 // 2
+    assert limits["now"] == (200, 4096)
