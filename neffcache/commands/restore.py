@@ -9,7 +9,6 @@ import os
 import shlex
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ from neffcache.commands._common import (
     index_option,
     json_option,
     progress,
+    report_to_index,
     settings_from,
     store_option,
 )
@@ -287,29 +287,7 @@ class _ProgressLine:
 
 def _send_report(settings: Settings, doc: dict[str, Any], matrix: str,
                  timeout: float) -> None:
-    """Record the restore in the index when one is configured or the embedded one exists; a
-    failure (or a slow index) is a warning, never a failed restore."""
-    if not (settings.index_explicit or (settings.home / "index.db").exists()):
-        return
+    """Record the restore in the index (see ``report_to_index``)."""
     report = dict(doc, host=socket.gethostname(), matrix=matrix)
-    errors: list[BaseException] = []
-
-    def send() -> None:
-        try:
-            from neffcache.index import open_index
-
-            with open_index(settings.index_url,
-                            auto_upgrade=settings.index_is_embedded) as idx:
-                idx.record_restore(report)
-        except BaseException as exc:  # noqa: BLE001 - reported as a warning below
-            errors.append(exc)
-
-    worker = threading.Thread(target=send, name="neffcache-index-report", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        progress(f"warning: index did not answer within {timeout:.1f} s; restore report not "
-                 f"recorded")
-    elif errors:
-        msg = " ".join(str(errors[0]).split())
-        progress(f"warning: restore report not recorded in the index: {msg}")
+    report_to_index(settings, "restore report", lambda idx: idx.record_restore(report),
+                    timeout)

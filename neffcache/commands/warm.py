@@ -4,7 +4,6 @@ DIR in a fresh process and report every cell that compiled (a miss); a boot heal
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from neffcache.commands._common import (
     index_option,
     json_option,
     progress,
+    report_to_index,
     settings_from,
 )
 from neffcache.config import Settings
@@ -112,32 +112,14 @@ def render_warm(doc: dict[str, Any]) -> str:
 
 
 def _send_report(settings: Settings, report: Any) -> None:
-    """Mark each warmed cell's entry verified (hit or compiled) in the index, when one is
-    configured or the embedded one exists; bounded in time, and never an error."""
-    if not (settings.index_explicit or (settings.home / "index.db").exists()):
-        return
+    """Mark each warmed cell's entry verified (hit or compiled) in the index (see
+    ``report_to_index``)."""
     judged = [(c.entry_key, c.status) for c in report.cells if c.status != "failed"]
     if not judged:
         return
-    errors: list[BaseException] = []
 
-    def send() -> None:
-        try:
-            from neffcache.index import open_index
+    def write(idx: Any) -> None:
+        for key, status in judged:
+            idx.record_verification(key, status)
 
-            with open_index(settings.index_url,
-                            auto_upgrade=settings.index_is_embedded) as idx:
-                for key, status in judged:
-                    idx.record_verification(key, status)
-        except BaseException as exc:  # noqa: BLE001 - reported as a warning below
-            errors.append(exc)
-
-    worker = threading.Thread(target=send, name="neffcache-warm-report", daemon=True)
-    worker.start()
-    worker.join(INDEX_REPORT_TIMEOUT)
-    if worker.is_alive():
-        progress(f"warning: index did not answer within {INDEX_REPORT_TIMEOUT:.0f} s; warm "
-                 f"results not recorded")
-    elif errors:
-        progress(f"warning: warm results not recorded in the index: "
-                 f"{' '.join(str(errors[0]).split())}")
+    report_to_index(settings, "warm results", write, INDEX_REPORT_TIMEOUT)
