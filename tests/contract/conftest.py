@@ -1,6 +1,7 @@
 """The store fixture every contract test runs over: memory, local, faulty(memory), S3 on the
 moto server (reads by the small http client, and by botocore as the fallback) and S3 on
-SeaweedFS (a real S3-compatible server with atomic conditional writes that checks signatures)."""
+SeaweedFS (a real S3-compatible server that checks signatures; its conditional PutObject is atomic,
+its conditional multipart complete not quite: see the race test)."""
 
 from __future__ import annotations
 
