@@ -15,7 +15,7 @@ If a retried attempt finds the object its own lost-response attempt wrote, put r
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO, NoReturn
 
@@ -119,19 +119,26 @@ class BotocoreS3:
             self.client.delete_object(Bucket=self.bucket, Key=key)
 
     def _put_small(self, key: str, where: str, body: bytes, if_absent: bool) -> bool:
+        return self._conditional("PutObject", where, key, if_absent, lambda cond: (
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=body, **cond)))
+
+    def _conditional(self, op: str, where: str, key: str, if_absent: bool,
+                     call: Callable[[dict[str, str]], object]) -> bool:
+        """Run a write with ``If-None-Match: *`` when ``if_absent``: True when it wrote, False
+        when the object already existed; a conflicting concurrent write is retried."""
         cond = {"IfNoneMatch": "*"} if if_absent else {}
         for _ in range(_CONFLICT_ATTEMPTS):
             try:
-                self.client.put_object(Bucket=self.bucket, Key=key, Body=body, **cond)
+                call(cond)
                 return True
             except ClientError as exc:
                 if _code(exc) in PRECONDITION and if_absent:
                     return False
                 if _code(exc) not in CONFLICT:
-                    self.fail(exc, where, "PutObject", key)
+                    self.fail(exc, where, op, key)
             except BotoCoreError as exc:
-                self.fail(exc, where, "PutObject", key)
-        raise UnavailableError(f"{where}: conflicting concurrent writes (PutObject)")
+                self.fail(exc, where, op, key)
+        raise UnavailableError(f"{where}: conflicting concurrent writes ({op})")
 
     def _put_multipart(self, key: str, where: str, first: bytes, source: BinaryIO,
                        if_absent: bool) -> bool:
@@ -171,22 +178,10 @@ class BotocoreS3:
 
     def _complete(self, key: str, where: str, upload_id: str, parts: _Parts,
                   if_absent: bool) -> bool:
-        cond = {"IfNoneMatch": "*"} if if_absent else {}
-        for _ in range(_CONFLICT_ATTEMPTS):
-            try:
-                self.client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id,
-                    MultipartUpload={"Parts": parts}, **cond)
-                return True
-            except ClientError as exc:
-                if _code(exc) in PRECONDITION and if_absent:
-                    return False
-                if _code(exc) not in CONFLICT:
-                    self.fail(exc, where, "CompleteMultipartUpload", key)
-            except BotoCoreError as exc:
-                self.fail(exc, where, "CompleteMultipartUpload", key)
-        raise UnavailableError(
-            f"{where}: conflicting concurrent writes (CompleteMultipartUpload)")
+        return self._conditional("CompleteMultipartUpload", where, key, if_absent, lambda cond: (
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id,
+                MultipartUpload={"Parts": parts}, **cond)))
 
     # -- errors -------------------------------------------------------------------------------
 
