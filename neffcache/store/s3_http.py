@@ -308,12 +308,6 @@ class HttpS3Reader:
         self._finish(conn, resp)
         return body
 
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
 
 class HttpBody(ObjectStream):
     """An object's body as it arrives; a dropped connection mid-body is ``UnavailableError``."""
