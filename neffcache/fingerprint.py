@@ -25,7 +25,7 @@ from typing import Any
 
 from neffcache.backends import neuron_env
 from neffcache.canonical import digest_of
-from neffcache.distributions import versions
+from neffcache.distributions import ABSENT, versions
 from neffcache.errors import FingerprintMismatchError
 
 SCHEMA_VERSION = 1
@@ -42,7 +42,6 @@ _DMI_PRODUCT = Path("/sys/devices/virtual/dmi/id/product_name")
 _DPKG_STATUS = Path("/var/lib/dpkg/status")
 _TARGET_RE = re.compile(r"^(trn\d+|inf\d+)")
 INSTANCE_TYPE_OVERRIDE = "NEFFCACHE_INSTANCE_TYPE"
-ABSENT = "absent"
 RUNTIME_FIELD = "version.neuron-runtime"
 # Why a field matters, shown by `neffcache fingerprint --explain` next to the two values.
 FIELD_NOTES: dict[str, str] = {
