@@ -35,6 +35,49 @@ def sha256_file(path: str | Path) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+def sha256_file_parts(path: str | Path, part_bytes: int) -> tuple[str, int, tuple[str, ...]]:
+    """(sha256 hex, size, sha256 hex of each ``part_bytes`` slice) of a file, in one read pass."""
+    whole, parts = hashlib.sha256(), PartHasher(part_bytes)
+    size = 0
+    with open(path, "rb", buffering=0) as fh:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while n := fh.readinto(buf):
+            whole.update(view[:n])
+            parts.update(view[:n])
+            size += n
+    return whole.hexdigest(), size, parts.digests()
+
+
+class PartHasher:
+    """The sha256 of each ``part_bytes`` slice of a stream fed in pieces of any size (the last
+    slice may be shorter; an empty stream has one empty part)."""
+
+    def __init__(self, part_bytes: int) -> None:
+        if part_bytes <= 0:
+            raise ValueError("part_bytes must be positive")
+        self.part_bytes = part_bytes
+        self._done: list[str] = []
+        self._hash = hashlib.sha256()
+        self._in_part = 0
+
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        while len(view):
+            take = min(len(view), self.part_bytes - self._in_part)
+            self._hash.update(view[:take])
+            self._in_part += take
+            view = view[take:]
+            if self._in_part == self.part_bytes:
+                self._done.append(self._hash.hexdigest())
+                self._hash, self._in_part = hashlib.sha256(), 0
+
+    def digests(self) -> tuple[str, ...]:
+        if self._in_part or not self._done:
+            return (*self._done, self._hash.hexdigest())
+        return tuple(self._done)
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

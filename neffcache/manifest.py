@@ -9,6 +9,12 @@ Optional ``packs`` (still schema 1; readers that do not know the field ignore it
 many of the entry's small blobs back to back, each member named by sha256, offset and size, so a
 restore can fetch them in a few requests. Every member is also stored as its own blob; a member
 must be one of the manifest's files (same sha256 and size).
+
+Optional ``parts`` (also schema 1): for a large file, the sha256 of each ``part_size`` slice of
+its bytes, so a restore fetching it in parallel ranged reads verifies every part as it arrives
+instead of hashing the whole file in order afterwards. Publish computes them in the same pass as
+the file's own sha256 (so they describe the bytes that sha256 names); a part that does not match
+fails the file. The file's sha256 still names its blob.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ SCHEMA_VERSION = 1
 MAX_FILE_SIZE = 1 << 40
 MAX_FILES = 1_000_000
 MAX_PACKS = 100_000
+MIN_PART_SIZE = 1 << 20
+MAX_PART_SIZE = 1 << 30
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ROOT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
@@ -70,6 +78,23 @@ class PackRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PartDigests:
+    """The sha256 of each ``part_size`` slice of one file's bytes (the last may be shorter)."""
+
+    sha256: str  # the file's own sha256: which blob these parts are of
+    part_size: int
+    digests: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sha256": self.sha256, "part_size": self.part_size,
+                "digests": list(self.digests)}
+
+
+def part_count(size: int, part_size: int) -> int:
+    return max(1, -(-size // part_size))
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """An entry: a cell warmed under a fingerprint, and the files it left."""
 
@@ -80,6 +105,7 @@ class Manifest:
     compile_seconds: float | None = None
     created_at: str = ""
     packs: tuple[PackRecord, ...] = ()
+    parts: tuple[PartDigests, ...] = ()
 
     @property
     def entry_key(self) -> str:
@@ -108,6 +134,8 @@ class Manifest:
         }
         if self.packs:  # absent when empty: manifests without packs stay byte-identical
             doc["packs"] = [p.to_json() for p in self.packs]
+        if self.parts:
+            doc["parts"] = [p.to_json() for p in self.parts]
         return doc
 
 
@@ -153,12 +181,14 @@ def manifest_from_json(doc: Mapping[str, Any], *, allowed_roots: Sequence[str] |
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
         raise ManifestError(f"{source}: compile_seconds: expected a number or null")
     packs = validate_packs(doc.get("packs", []), files, source=source)
+    parts = validate_parts(doc.get("parts", []), files, source=source)
     manifest = Manifest(
         cell=cell, fingerprint=fingerprint, files=files,
         producer=tuple(sorted((str(k), str(v)) for k, v in producer.items())),
         compile_seconds=float(seconds) if seconds is not None else None,
         created_at=str(doc.get("created_at", "")),
         packs=packs,
+        parts=parts,
     )
     claimed = doc.get("entry_key")
     if claimed is not None and claimed != manifest.entry_key:
@@ -260,6 +290,40 @@ def _pack_members(raw: list[Any], pack_size: int, sizes: Mapping[str, int],
         end = offset + size
         members.append(PackMember(sha, offset, size))
     return tuple(members)
+
+
+def validate_parts(raw: Any, files: Sequence[FileRecord], *,
+                   source: str = "manifest") -> tuple[PartDigests, ...]:
+    """Part digests as decoded from JSON: each names a file of the manifest (by sha256, once),
+    has a power-of-two part size the file is larger than, and one digest per part."""
+    if not isinstance(raw, list) or len(raw) > MAX_FILES:
+        raise ManifestError(f"{source}: parts: expected a list of at most {MAX_FILES} records")
+    sizes = {f.sha256: f.size for f in files}
+    seen: set[str] = set()
+    out = []
+    for i, item in enumerate(raw):
+        where = f"{source}: parts[{i}]"
+        if not isinstance(item, dict):
+            raise ManifestError(f"{where}: expected an object")
+        sha, part_size, digests = item.get("sha256"), item.get("part_size"), item.get("digests")
+        if not isinstance(sha, str) or sha not in sizes:
+            raise ManifestError(f"{where}: sha256 {str(sha)[:16]!r} is not a file of this entry")
+        if sha in seen:
+            raise ManifestError(f"{where}: a second record for {sha[:12]}")
+        seen.add(sha)
+        if isinstance(part_size, bool) or not isinstance(part_size, int) \
+                or not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE \
+                or part_size & (part_size - 1) or sizes[sha] <= part_size:
+            raise ManifestError(f"{where}: part_size {part_size!r}: expected a power of two "
+                                f"from {MIN_PART_SIZE} to {MAX_PART_SIZE}, smaller than the "
+                                f"file's {sizes[sha]} bytes")
+        count = part_count(sizes[sha], part_size)
+        if not isinstance(digests, list) or len(digests) != count \
+                or not all(isinstance(d, str) and _SHA256_RE.match(d) for d in digests):
+            raise ManifestError(f"{where}: digests: expected {count} sha256 hex digests, one "
+                                f"per part")
+        out.append(PartDigests(sha, part_size, tuple(digests)))
+    return tuple(out)
 
 
 def _is_size(value: Any) -> bool:

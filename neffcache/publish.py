@@ -4,7 +4,9 @@
 ``publish_entry`` first writes a ``pending/`` intent naming the blobs it relies on (so a
 concurrent gc spares them), uploads only the blobs the store lacks, each verified while
 streaming, then packs of its small blobs (see ``neffcache.packing``: an extra that lets a restore
-fetch thousands of small files in a few requests), then writes the manifest last with if-absent
+fetch thousands of small files in a few requests), records a sha256 per part of each large file
+(see ``neffcache.parts``: lets a restore verify parts as they arrive), then writes the manifest
+last with if-absent
 (the commit point: first writer wins),
 a small ``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
 was built, but for another environment" without reading every manifest, and drops the intent.
@@ -34,17 +36,19 @@ from neffcache.backends import Backend
 from neffcache.canonical import canonical_json
 from neffcache.errors import IntegrityError, UnavailableError, UsageError
 from neffcache.fingerprint import Fingerprint
-from neffcache.hashing import VerifyingReader, sha256_file
+from neffcache.hashing import VerifyingReader, sha256_file, sha256_file_parts
 from neffcache.manifest import (
     FileRecord,
     Manifest,
     PackMember,
     PackRecord,
+    PartDigests,
     encode_manifest,
     validate_files,
 )
 from neffcache.matrix import Cell
 from neffcache.packing import DEFAULT_POLICY, PackPolicy, plan_packs
+from neffcache.parts import DEFAULT_PARTS, PartPolicy, needs_parts
 from neffcache.store import Store, blob_key, manifest_key
 from neffcache.store.base import PENDING, cell_pointer_key, pack_key
 
@@ -147,10 +151,12 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                   compile_seconds: float | None = None, workers: int = DEFAULT_WORKERS,
                   files: tuple[FileRecord, ...] | None = None,
                   on_progress: Callable[[int, int], None] | None = None,
-                  packing: PackPolicy | None = DEFAULT_POLICY) -> PublishResult:
+                  packing: PackPolicy | None = DEFAULT_POLICY,
+                  parting: PartPolicy | None = DEFAULT_PARTS) -> PublishResult:
     """Upload the blobs the store lacks, then packs of the small ones (``packing=None``: none),
-    then the manifest (if absent). ``files`` defaults to ``plan_publish(backend, roots)``;
-    ``on_progress(done, total)`` is called per blob."""
+    then the manifest (if absent) with part digests of the large ones (``parting=None``: none).
+    ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
+    called per blob."""
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
@@ -172,7 +178,8 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
         groups = plan_packs(files, packing) if packing is not None else ()
         packs, packs_uploaded, pack_bytes = _upload_packs(store, groups, sources)
-        manifest = replace(manifest, packs=packs)
+        parts = _part_digests(files, sources, parting, workers) if parting is not None else ()
+        manifest = replace(manifest, packs=packs, parts=parts)
         created = store.put(mkey, io.BytesIO(encode_manifest(manifest)), if_absent=True)
         # A gc that listed pending/ before our intent existed may have deleted an old blob we
         # skipped: check the skipped ones once more, now that the manifest references them.
@@ -262,6 +269,30 @@ def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...],
         done = list(pool.map(one, groups))
     wrote = [p for p, w in done if w]
     return tuple(p for p, _ in done), len(wrote), sum(p.size for p in wrote)
+
+
+def _part_digests(files: tuple[FileRecord, ...], sources: Mapping[str, tuple[FileRecord, Path]],
+                  policy: PartPolicy, workers: int) -> tuple[PartDigests, ...]:
+    """A digest per part of each large file, read once more with its whole-file sha256, which
+    must still be the recorded one: the parts then describe exactly the bytes the sha256 names."""
+
+    def one(f: FileRecord) -> PartDigests:
+        path = sources[f.sha256][1]
+        try:
+            sha, size, digests = sha256_file_parts(path, policy.part_bytes)
+        except OSError as exc:
+            raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
+                                 f"{exc.strerror}") from None
+        if sha != f.sha256 or size != f.size:
+            raise IntegrityError(f"{path}: changed while being published (sha256 or size "
+                                 f"differs from {f.sha256[:12]})")
+        return PartDigests(f.sha256, policy.part_bytes, digests)
+
+    large = needs_parts(files, policy)
+    if not large:
+        return ()
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(large)))) as pool:
+        return tuple(pool.map(one, large))
 
 
 def intent_key(entry_key: str) -> str:

@@ -278,7 +278,8 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
         plan = plan_restore(manifests, dirs, present)
         report = apply_restore(store, plan, workers=workers, deadline=deadline,
                                progress=progress, roots=roots,
-                               packs=[p for m in manifests for p in m.packs], policy=units)
+                               packs=[p for m in manifests for p in m.packs], policy=units,
+                               parts=[p for m in manifests for p in m.parts])
     in_place: set[FileId] = {t.id for t in plan.present} | {t.id for t in report.installed}
     if report.states or any(state.get(k) != r for k, r in records.items()):
         records.update(dict(report.states))

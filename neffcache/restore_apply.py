@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neffcache.hashing import CHUNK
+from neffcache.manifest import PackRecord, PartDigests
 from neffcache.restore_plan import (
     STATE_FILE,
     FileId,
@@ -426,10 +427,12 @@ def usable_cpus() -> int:
 
 def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
                   deadline: float | None = None, progress: Progress | None = None,
-                  roots: Roots | None = None, packs: Sequence[object] = (),
-                  policy: UnitPolicy = DEFAULT_UNITS) -> RestoreReport:
+                  roots: Roots | None = None, packs: Sequence[PackRecord] = (),
+                  policy: UnitPolicy = DEFAULT_UNITS,
+                  parts: Sequence[PartDigests] = ()) -> RestoreReport:
     """Fetch every group of the plan (from ``packs`` — the entries' ``PackRecord``s, in cell
-    order — where they hold it); failures are collected, never raised.
+    order — where they hold it; large blobs verified per part where ``parts``, the entries'
+    ``PartDigests``, describe them); failures are collected, never raised.
 
     Two lanes: pack runs, whose cost is creating thousands of small files (kernel and GIL
     work that more threads than CPUs only slow down, measured), run on at most one thread per
@@ -441,7 +444,7 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
 
     own = roots is None
     roots = roots or Roots(dict(plan.target_dirs))
-    units = plan_units(plan.fetch, packs, policy)  # type: ignore[arg-type]
+    units = plan_units(plan.fetch, packs, policy, parts)
     tally = _Collector(plan.files_to_fetch, progress)
     from neffcache.restore_files import batch_files
 

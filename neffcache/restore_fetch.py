@@ -6,10 +6,12 @@
   own blobs.
 - ``BlobGet``: one GET, streamed into the temp file and hashed on the way.
 - ``BlobPart``: ranged GETs of one large blob run in parallel and ``pwrite`` into one shared
-  temp file. The file is hashed in part order as the bytes arrive: the worker of the next part
-  to hash hashes its bytes straight from its receive buffer; a part that lands before its turn
-  is hashed later from the page cache by whoever holds the hashing role. The worker that
-  hashes the last part (or sees the last part fail) finishes the file.
+  temp file. Where the manifest has part digests, each worker hashes its part as it arrives and
+  checks it against the part's digest: hashing runs on every fetching thread and ends with the
+  last byte. Otherwise the file is hashed in part order as the bytes arrive: the worker of the
+  next part to hash hashes its bytes straight from its receive buffer; a part that lands before
+  its turn is hashed later from the page cache by whoever holds the hashing role. The worker
+  that finishes the last part (or sees the last part fail) finishes the file.
 A file wanted at several paths is fetched once and copied locally (and verified again). How a
 file is written, verified and renamed is in ``neffcache.restore_files``.
 """
@@ -172,7 +174,8 @@ class Fetcher:
         with self._lock:
             asm = self._assemblies.get(g.sha256)
             if asm is None:
-                asm = self._assemblies[g.sha256] = _Assembly(g, part.count)
+                asm = self._assemblies[g.sha256] = _Assembly(g, part.count,
+                                                             by_parts=bool(part.digest))
         error: BaseException | None = None
         progress = _PartProgress()
         try:
@@ -189,10 +192,12 @@ class Fetcher:
         return asm.finish(dirs)
 
     def _fetch_part(self, part: BlobPart, asm: _Assembly, progress: _PartProgress) -> None:
-        """Write the part's bytes at their offsets; once every earlier part is hashed, hash
-        this one as it arrives (from the receive buffer, not re-read from the file)."""
+        """Write the part's bytes at their offsets and hash them as they arrive (from the
+        receive buffer, not re-read from the file): into the part's own digest where it has
+        one, else into the file's once every earlier part is hashed."""
         g, done = part.group, 0
         buf = self._buffer()
+        own = hashlib.sha256() if part.digest else None
         with self.store.open(blob_key(g.sha256), part.start, part.length) as body:
             while done < part.length:
                 self._check()
@@ -203,18 +208,26 @@ class Fetcher:
                 # instead of in the kernel (spinning) saves the CPU the other parts need.
                 with asm.write_lock:
                     pwrite_all(asm.fd, buf[:n], part.start + done)
-                if not progress.streaming and asm.claim_head(part.index):
-                    progress.streaming = True
-                    hash_range(asm.fd, part.start, done, asm.digest)  # what came before
-                if progress.streaming:
-                    asm.digest.update(buf[:n])
+                if own is not None:
+                    own.update(buf[:n])
+                else:
+                    if not progress.streaming and asm.claim_head(part.index):
+                        progress.streaming = True
+                        hash_range(asm.fd, part.start, done, asm.digest)  # what came before
+                    if progress.streaming:
+                        asm.digest.update(buf[:n])
                 done += n
         start_writeback(asm.fd, part.start, done)  # overlap the disk writes with the rest
+        t = g.targets[0]
         if done < part.length:
-            t = g.targets[0]
             raise IntegrityError(f"{t.root}/{t.path}: blob {g.sha256[:12]} ends at "
                                  f"{part.start + done} bytes, expected {g.size} (truncated); "
                                  f"not installed")
+        if own is not None and own.hexdigest() != part.digest:
+            raise IntegrityError(f"{t.root}/{t.path}: part {part.index + 1} of {part.count} "
+                                 f"(bytes {part.start}-{part.start + part.length - 1}) has "
+                                 f"sha256 {own.hexdigest()[:12]}, expected {part.digest[:12]} "
+                                 f"(corrupt); not installed")
 
 
 class _PartProgress:
@@ -224,13 +237,14 @@ class _PartProgress:
 
 
 class _Assembly:
-    """A large file written by ``count`` parts into one temp file, hashed in part order by
-    whichever worker holds the hashing role: the worker of the next part to hash while it is
+    """A large file written by ``count`` parts into one temp file. With ``by_parts`` each part's
+    worker verifies the part against its own digest; otherwise the file is hashed in part order
+    by whichever worker holds the hashing role: the worker of the next part to hash while it is
     still arriving (``claim_head``), else the worker that lands a part and finds the role free
     (it hashes landed parts from the page cache)."""
 
-    def __init__(self, g: FetchGroup, count: int) -> None:
-        self.group, self.count = g, count
+    def __init__(self, g: FetchGroup, count: int, *, by_parts: bool = False) -> None:
+        self.group, self.count, self.by_parts = g, count, by_parts
         self.dfd = self.fd = -1
         self.tmp = ""
         self.error: BaseException | None = None
@@ -278,8 +292,13 @@ class _Assembly:
             self._finished += 1
             if error is not None:
                 self.error = self.error or error
-            else:
+            elif not self.by_parts:
                 self._landed[part.index] = (part.start, part.length)
+            if self.by_parts:  # each part was verified by its worker: nothing left to hash
+                if self._finished == self.count and not self._done:
+                    self._done = True
+                    return True
+                return False
             if streamed:  # this worker holds the role and hashed the part as it arrived
                 if error is None:
                     self._next += 1
@@ -311,7 +330,7 @@ class _Assembly:
         try:
             if self.error is not None:
                 raise self.error
-            digest = self.digest.hexdigest()
+            digest = g.sha256 if self.by_parts else self.digest.hexdigest()
             if digest != g.sha256:
                 raise IntegrityError(f"{t.root}/{t.path}: blob sha256 is {digest[:12]}, "
                                      f"expected {g.sha256[:12]} (corrupt); not installed")

@@ -4,7 +4,9 @@ A blob the entries' packs hold is read from its pack: needed members close toget
 pack become one ranged read (``PackRun``), joining across gaps of unneeded bytes up to
 ``gap_bytes`` and stopping at ``run_bytes``, so thousands of small files cost a few dozen
 requests. Other blobs are one GET each (``BlobGet``), and large ones several ranged GETs in
-parallel (``BlobPart``), written in place and hashed in order as the parts land. Units come out
+parallel (``BlobPart``), written in place; each part is verified against its own digest where the
+manifest has part digests for the blob (split at the manifest's part size), else the whole file is
+hashed in order as the parts land. Units come out
 in the order of the plan's groups (cell by cell), so a deadline still leaves whole cells done.
 """
 
@@ -13,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from neffcache.manifest import PackRecord
+from neffcache.manifest import PackRecord, PartDigests, part_count
+from neffcache.parts import DEFAULT_PARTS, part_ranges
 from neffcache.restore_plan import FetchGroup
 
 MiB = 1 << 20
@@ -23,8 +26,8 @@ MiB = 1 << 20
 class UnitPolicy:
     run_bytes: int = 8 * MiB  # a ranged read of a pack covers at most this (unless one member)
     gap_bytes: int = 1 * MiB  # unneeded pack bytes worth reading to save a request
-    part_bytes: int = 16 * MiB  # large blobs are fetched in ranged parts of this size...
-    split_over: int = 24 * MiB  # ...when they are larger than this
+    part_bytes: int = DEFAULT_PARTS.part_bytes  # large blobs are fetched in parts this size...
+    split_over: int = DEFAULT_PARTS.over  # ...when they are larger than this (without digests)
 
 
 DEFAULT_UNITS = UnitPolicy()
@@ -57,13 +60,15 @@ class BlobGet:
 
 @dataclass(frozen=True, slots=True)
 class BlobPart:
-    """Part ``index`` of ``count`` of a large blob: ``length`` bytes from ``start``."""
+    """Part ``index`` of ``count`` of a large blob: ``length`` bytes from ``start``, with their
+    sha256 when the manifest has it (then every part of the blob has one)."""
 
     group: FetchGroup
     index: int
     count: int
     start: int
     length: int
+    digest: str = ""
 
 
 Unit = PackRun | BlobGet | BlobPart
@@ -74,9 +79,11 @@ def unit_groups(unit: Unit) -> tuple[FetchGroup, ...]:
 
 
 def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
-               policy: UnitPolicy = DEFAULT_UNITS) -> tuple[Unit, ...]:
+               policy: UnitPolicy = DEFAULT_UNITS,
+               parts: Iterable[PartDigests] = ()) -> tuple[Unit, ...]:
     """Requests for every group of ``fetch``; a blob held by several packs is read from the
-    first of ``packs`` (pass them in cell order) that holds it.
+    first of ``packs`` (pass them in cell order) that holds it, and split at the part size of
+    the first of ``parts`` that describes it.
 
     Order: the parts of split blobs first, largest blob first, then the rest in fetch order.
     A split blob's sha256 runs through its parts in order, one part after another, so the
@@ -86,6 +93,9 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
     for p in packs:
         for m in p.members:
             where.setdefault(m.sha256, (p.sha256, m.offset))
+    digests: dict[str, PartDigests] = {}
+    for d in parts:
+        digests.setdefault(d.sha256, d)
     order = {g.sha256: i for i, g in enumerate(fetch)}
     keyed: list[tuple[tuple[int, int, int, int], Unit]] = []
     in_packs: dict[str, list[Slice]] = {}
@@ -93,12 +103,11 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
         if g.sha256 in where and g.size > 0:
             pack, offset = where[g.sha256]
             in_packs.setdefault(pack, []).append(Slice(g, offset))
-        elif g.size > policy.split_over:
-            count = -(-g.size // policy.part_bytes)
-            for i in range(count):
-                start = i * policy.part_bytes
+        elif (d := _digests_for(g, digests)) is not None or g.size > policy.split_over:
+            ranges = part_ranges(g.size, d.part_size if d else policy.part_bytes)
+            for i, (start, length) in enumerate(ranges):
                 keyed.append(((0, -g.size, order[g.sha256], i), BlobPart(
-                    g, i, count, start, min(policy.part_bytes, g.size - start))))
+                    g, i, len(ranges), start, length, d.digests[i] if d else "")))
         else:
             keyed.append(((1, 0, order[g.sha256], 0), BlobGet(g)))
     for pack, slices in in_packs.items():
@@ -106,6 +115,13 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
             keyed.append(((1, 0, min(order[s.group.sha256] for s in run.slices), 0), run))
     keyed.sort(key=lambda k: k[0])
     return tuple(u for _, u in keyed)
+
+
+def _digests_for(g: FetchGroup, digests: dict[str, PartDigests]) -> PartDigests | None:
+    d = digests.get(g.sha256)
+    if d is None or g.size <= d.part_size or len(d.digests) != part_count(g.size, d.part_size):
+        return None  # not for a file of this size (a manifest that disagrees on it)
+    return d
 
 
 def _runs(pack: str, slices: list[Slice], policy: UnitPolicy) -> list[PackRun]:

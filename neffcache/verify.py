@@ -1,5 +1,6 @@
 """Store integrity: every manifest decodes, every blob it references exists and (unless quick)
-streams to exactly its recorded size and sha256. Each blob is checked once, however many
+streams to exactly its recorded size and sha256, and to the part digests manifests record for
+it (which restores verify large files by). Each blob is checked once, however many
 entries share it. Packs (small blobs back to back, which restores read first) are checked the
 same way: present, and each member's bytes at its offset match its sha256. Problems are
 collected and reported, never raised one by one.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +23,8 @@ from neffcache.errors import (
     NotFoundError,
     UnavailableError,
 )
-from neffcache.hashing import CHUNK
-from neffcache.manifest import Manifest, PackRecord, decode_manifest
+from neffcache.hashing import CHUNK, PartHasher
+from neffcache.manifest import Manifest, PackRecord, PartDigests, decode_manifest
 from neffcache.store import Store, blob_key
 from neffcache.store.base import MANIFESTS, entry_key_of, pack_key
 
@@ -73,20 +74,19 @@ def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
     started = time.monotonic()
     keys = sorted(k for k in store.list(MANIFESTS) if entry_key_of(k) is not None)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        blobs, problems, packs = _read_manifests(store, keys, pool)
+        blobs, problems, packs, parts = _read_manifests(store, keys, pool)
 
-        def check(sha: str) -> tuple[int, Problem | None]:
+        def check(sha: str) -> tuple[int, list[Problem]]:
             size, ref = blobs[sha]
             try:
-                return _check_blob(store, sha, size, ref, quick)
+                return _check_blob(store, sha, size, ref, quick, parts.get(sha, {}))
             except UnavailableError as exc:
-                return 0, Problem(blob_key(sha), "unavailable", str(exc))
+                return 0, [Problem(blob_key(sha), "unavailable", str(exc))]
 
         checked = 0
-        for done, (nbytes, problem) in enumerate(pool.map(check, sorted(blobs)), 1):
+        for done, (nbytes, found) in enumerate(pool.map(check, sorted(blobs)), 1):
             checked += nbytes
-            if problem:
-                problems.append(problem)
+            problems.extend(found)
             if progress:
                 progress(done, len(blobs))
         for nbytes, found in pool.map(lambda item: _check_pack(store, item[0], item[1], quick),
@@ -99,25 +99,30 @@ def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
 
 def _read_manifests(store: Store, keys: list[str], pool: ThreadPoolExecutor
                     ) -> tuple[dict[str, tuple[int, str]], list[Problem],
-                               dict[str, tuple[PackRecord, str]]]:
-    """Decode every manifest; return sha256 -> (size, first referencing key), problems, and
-    pack sha256 -> (record, first referencing key)."""
+                               dict[str, tuple[PackRecord, str]],
+                               dict[str, dict[PartDigests, str]]]:
+    """Decode every manifest; return sha256 -> (size, first referencing key), problems,
+    pack sha256 -> (record, first referencing key), and sha256 -> each distinct part digests
+    record -> first referencing key."""
     blobs: dict[str, tuple[int, str]] = {}
     problems: list[Problem] = []
     packs: dict[str, tuple[PackRecord, str]] = {}
+    parts: dict[str, dict[PartDigests, str]] = {}
     for key, doc in pool.map(lambda k: _read_manifest(store, k), keys):
         if isinstance(doc, Problem):
             problems.append(doc)
             continue
         for pack in doc.packs:
             packs.setdefault(pack.sha256, (pack, key))
+        for record in doc.parts:
+            parts.setdefault(record.sha256, {}).setdefault(record, key)
         for f in doc.files:
             prior = blobs.setdefault(f.sha256, (f.size, key))
             if prior[0] != f.size:
                 problems.append(Problem(key, "size", f"{key}: {f.root}/{f.path}: size {f.size} "
                                         f"but {prior[1]} records {prior[0]} for the same "
                                         f"sha256 {f.sha256[:12]}"))
-    return blobs, problems, packs
+    return blobs, problems, packs, parts
 
 
 def _read_manifest(store: Store, key: str) -> tuple[str, Manifest | Problem]:
@@ -135,28 +140,45 @@ def _read_manifest(store: Store, key: str) -> tuple[str, Manifest | Problem]:
         return key, Problem(key, "unavailable", str(exc))
 
 
-def _check_blob(store: Store, sha: str, size: int, ref: str, quick: bool
-                ) -> tuple[int, Problem | None]:
+def _check_blob(store: Store, sha: str, size: int, ref: str, quick: bool,
+                parts: Mapping[PartDigests, str]) -> tuple[int, list[Problem]]:
+    """The blob exists and (unless quick) has its size and sha256, and the part digests of
+    every manifest that records some for it."""
     key = blob_key(sha)
     if quick:
         if store.has(key):
-            return 0, None
-        return 0, Problem(key, "missing", f"{key}: missing (referenced by {ref})")
+            return 0, []
+        return 0, [Problem(key, "missing", f"{key}: missing (referenced by {ref})")]
     h = hashlib.sha256()
+    hashers = {p: PartHasher(p.part_size) for p in parts}
     n = 0
     try:
         with store.open(key) as src:
             while chunk := src.read(CHUNK):
                 n += len(chunk)
                 h.update(chunk)
+                for hasher in hashers.values():
+                    hasher.update(chunk)
     except NotFoundError:
-        return 0, Problem(key, "missing", f"{key}: missing (referenced by {ref})")
+        return 0, [Problem(key, "missing", f"{key}: missing (referenced by {ref})")]
     if n != size:
-        return n, Problem(key, "size", f"{key}: {n} bytes, expected {size} (referenced by {ref})")
+        return n, [Problem(key, "size", f"{key}: {n} bytes, expected {size} "
+                           f"(referenced by {ref})")]
     if h.hexdigest() != sha:
-        return n, Problem(key, "sha256", f"{key}: sha256 is {h.hexdigest()[:12]}, not its name "
-                          f"(referenced by {ref})")
-    return n, None
+        return n, [Problem(key, "sha256", f"{key}: sha256 is {h.hexdigest()[:12]}, not its "
+                           f"name (referenced by {ref})")]
+    return n, [_parts_problem(record, by, hasher.digests())
+               for (record, by), hasher in zip(parts.items(), hashers.values(), strict=True)
+               if hasher.digests() != record.digests]
+
+
+def _parts_problem(record: PartDigests, by: str, found: tuple[str, ...]) -> Problem:
+    bad = [i + 1 for i, (a, b) in enumerate(zip(found, record.digests, strict=False))
+           if a != b] \
+        or [min(len(found), len(record.digests)) + 1]  # a manifest that disagrees on the size
+    return Problem(by, "manifest", f"{by}: part digests of blob {record.sha256[:12]} do not "
+                   f"match its bytes (part {bad[0]} of {len(record.digests)}); restores of it "
+                   f"fail")
 
 
 def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool

@@ -1,10 +1,12 @@
 """A large blob fetched in ranged parts by many workers: hashed in part order, from the receive
-buffer when a part is next in turn and from the page cache when it landed early; corrupt or
-short parts never install the file. Parts are made tiny so a few MiB exercise every path."""
+buffer when a part is next in turn and from the page cache when it landed early, or, where the
+manifest has part digests, each part checked against its own as it arrives; corrupt or short
+parts never install the file. Parts are made tiny so a few MiB exercise every path."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import threading
@@ -16,11 +18,13 @@ import pytest
 from neffcache import restore_fetch
 from neffcache.backends import NEURON
 from neffcache.fingerprint import build_fingerprint
+from neffcache.manifest import decode_manifest, encode_manifest
 from neffcache.matrix import Cell
+from neffcache.parts import PartPolicy
 from neffcache.publish import publish_entry
 from neffcache.restore import restore_cells
 from neffcache.restore_units import UnitPolicy
-from neffcache.store import blob_key
+from neffcache.store import blob_key, manifest_key
 from neffcache.store.local import LocalStore
 
 FP = build_fingerprint("neuron", {"target": "trn2"})
@@ -149,5 +153,108 @@ def test_a_short_blob_is_truncated_not_installed(tmp_path: Path, big) -> None:  
     r = restore_cells(JitteryStore(store_dir, 2), [CELL], NEURON, FP, tmp_path / "t",
                       workers=8, units=TINY_PARTS)
     assert r.failures and {f.kind for f in r.failures} == {"integrity"}
+    assert "truncated" in r.failures[0].message
+    assert not (tmp_path / "t" / "neff" / "graph-a.neff").exists()
+
+
+# --- with part digests in the manifest ---------------------------------------------------------
+
+MiB_PARTS = PartPolicy(part_bytes=1024 * KiB, over=1024 * KiB)  # the smallest the manifest takes
+
+
+@pytest.fixture
+def digested(tmp_path: Path) -> tuple[Path, dict[str, bytes], str]:
+    """graph-a (3 MiB + 123) with four part digests; graph-b (exactly 1 MiB) without."""
+    root = tmp_path / "src"
+    root.mkdir()
+    files = {"graph-a.neff": os.urandom(3 * 1024 * KiB + 123),
+             "graph-b.neff": os.urandom(1024 * KiB)}
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    r = publish_entry(LocalStore(tmp_path / "store"), CELL, FP, NEURON, {"neff": root},
+                      parting=MiB_PARTS)
+    assert [(len(p.digests), p.part_size) for p in r.manifest.parts] == [(4, 1024 * KiB)]
+    return tmp_path / "store", files, r.manifest.parts[0].sha256
+
+
+def spy_part_checks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """(blob sha256, whether the part had its own digest) for each part fetched."""
+    seen: list[tuple[str, bool]] = []
+    real = restore_fetch.Fetcher._fetch_part
+
+    def counted(self, part, asm, progress):  # type: ignore[no-untyped-def]
+        seen.append((part.group.sha256, bool(part.digest)))
+        return real(self, part, asm, progress)
+
+    monkeypatch.setattr(restore_fetch.Fetcher, "_fetch_part", counted)
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_parts_with_digests_install_the_exact_bytes(tmp_path: Path, digested, seed: int,  # type: ignore[no-untyped-def]
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    store_dir, files, sha = digested
+    seen = spy_part_checks(monkeypatch)
+    hashing = spy_hashing(monkeypatch)
+    r = restore_cells(JitteryStore(store_dir, seed), [CELL], NEURON, FP, tmp_path / "t",
+                      workers=8, units=TINY_PARTS)
+    assert r.error() is None, r.failures
+    for name, data in files.items():
+        assert (tmp_path / "t" / "neff" / name).read_bytes() == data
+    # graph-a in the manifest's 1 MiB parts, each with its digest; graph-b (no digests) in the
+    # policy's 64 KiB parts through the whole-file hash.
+    assert sorted(d for s, d in seen if s == sha) == [True] * 4
+    assert [d for s, d in seen if s != sha] == [False] * 16
+    assert hashing["streamed"] <= 16
+
+
+@pytest.mark.parametrize("where", [0, 1024 * KiB - 1, 2 * 1024 * KiB + 5, 3 * 1024 * KiB + 122])
+def test_a_flipped_byte_fails_its_part_and_the_file_is_never_installed(  # type: ignore[no-untyped-def]
+        tmp_path: Path, digested, where: int) -> None:
+    store_dir, files, sha = digested
+    blob = store_dir / blob_key(sha)
+    data = bytearray(blob.read_bytes())
+    data[where] ^= 0x01
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(data))
+    r = restore_cells(JitteryStore(store_dir, 3), [CELL], NEURON, FP, tmp_path / "t",
+                      workers=8, units=TINY_PARTS)
+    assert [f.kind for f in r.failures] == ["integrity"]
+    assert f"part {where // (1024 * KiB) + 1} of 4" in r.failures[0].message
+    assert "corrupt" in r.failures[0].message
+    assert not (tmp_path / "t" / "neff" / "graph-a.neff").exists()
+    assert (tmp_path / "t" / "neff" / "graph-b.neff").read_bytes() == files["graph-b.neff"]
+    assert [p for p in (tmp_path / "t").rglob("*") if p.name.endswith(".tmp")] == []
+
+
+def test_a_manifest_whose_part_digest_is_wrong_installs_nothing(tmp_path: Path, digested  # type: ignore[no-untyped-def]
+                                                                ) -> None:
+    """The blob is intact, but a part digest names other bytes: the file is refused, not
+    installed on the strength of the other parts."""
+    store_dir, _files, _sha = digested
+    store = LocalStore(store_dir)
+    key = next(k for k in store.list("manifests/"))
+    doc = json.loads(store.read(key))
+    doc["parts"][0]["digests"][2] = "0" * 64
+    path = store_dir / key
+    path.chmod(0o644)
+    path.write_bytes(encode_manifest(decode_manifest(json.dumps(doc))))
+    assert key == manifest_key(decode_manifest(path.read_bytes()).entry_key)
+    r = restore_cells(JitteryStore(store_dir, 4), [CELL], NEURON, FP, tmp_path / "t",
+                      workers=8, units=TINY_PARTS)
+    assert [f.kind for f in r.failures] == ["integrity"]
+    assert "part 3 of 4" in r.failures[0].message
+    assert not (tmp_path / "t" / "neff" / "graph-a.neff").exists()
+
+
+def test_a_short_blob_with_digests_is_truncated_not_installed(tmp_path: Path, digested  # type: ignore[no-untyped-def]
+                                                              ) -> None:
+    store_dir, _files, sha = digested
+    blob = store_dir / blob_key(sha)
+    blob.chmod(0o644)
+    blob.write_bytes(blob.read_bytes()[:2 * 1024 * KiB + 7])
+    r = restore_cells(JitteryStore(store_dir, 5), [CELL], NEURON, FP, tmp_path / "t",
+                      workers=8, units=TINY_PARTS)
+    assert {f.kind for f in r.failures} == {"integrity"}
     assert "truncated" in r.failures[0].message
     assert not (tmp_path / "t" / "neff" / "graph-a.neff").exists()
