@@ -304,16 +304,23 @@ def read_into(src: BinaryIO, view: memoryview) -> int:
         return len(data)
 
 
+# Files are written in slices of this size. Measured here (kernel 6.18, ext4, 2-core VM): a
+# 339 MiB restore written as 1 MiB writes cost 0.78 s of system time, as 16-128 KiB writes
+# 0.37-0.45 s (likely the large page-cache folios the kernel allocates for large writes). The
+# extra syscalls are a few thousand per restore.
+WRITE_BYTES = 64 << 10
+
+
 def write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view[:WRITE_BYTES]):]
 
 
 def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
-        n = os.pwrite(fd, view, offset)
+        n = os.pwrite(fd, view[:WRITE_BYTES], offset)
         view, offset = view[n:], offset + n
 
 
