@@ -10,7 +10,6 @@ import importlib
 import importlib.util
 import os
 import sys
-import traceback
 from typing import Any
 
 import click
@@ -121,8 +120,7 @@ def run(argv: list[str] | None = None) -> int:
         exc.show()
         return 2
     except NeffcacheError as exc:
-        if os.environ.get("NEFFCACHE_DEBUG"):
-            traceback.print_exc()
+        _debug_traceback()
         msg = " ".join(str(exc).split())  # one line, always
         click.echo(f"Error: {msg}", err=True)
         if exc.hint:
@@ -134,11 +132,17 @@ def run(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line too
-        if os.environ.get("NEFFCACHE_DEBUG"):
-            traceback.print_exc()
+        _debug_traceback()
         click.echo(f"Error: unexpected {type(exc).__name__}: {exc}", err=True)
         click.echo("Hint: rerun with NEFFCACHE_DEBUG=1 for a traceback", err=True)
         return 1
+
+
+def _debug_traceback() -> None:
+    if os.environ.get("NEFFCACHE_DEBUG"):
+        import traceback  # only here: importing it costs every run a few ms of start-up
+
+        traceback.print_exc()
 
 
 if __name__ == "__main__":  # pragma: no cover

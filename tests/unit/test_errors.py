@@ -53,3 +53,13 @@ def test_cli_prints_one_line_error_and_hint(capsys: pytest.CaptureFixture[str],
     assert code == 2
     assert err.startswith("Error: /nonexistent/matrix.toml: matrix file not found")
     assert err.count("\n") == 1
+
+
+def test_neffcache_debug_adds_the_traceback(capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEFFCACHE_DEBUG", "1")
+    code = run(["restore", "/nonexistent/matrix.toml", "--to", "/tmp/x"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("Traceback (most recent call last):")
+    assert err.rstrip().splitlines()[-1].startswith("Error: /nonexistent/matrix.toml")
