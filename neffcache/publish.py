@@ -6,9 +6,8 @@ concurrent gc spares them), uploads only the blobs the store lacks, each verifie
 streaming, then packs of its small blobs (see ``neffcache.packing``: an extra that lets a restore
 fetch thousands of small files in a few requests), records a sha256 per part of each large file
 (see ``neffcache.parts``: lets a restore verify parts as they arrive), then writes the manifest
-last with if-absent
-(the commit point: first writer wins),
-a small ``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
+last with if-absent (the commit point: first writer wins), a small
+``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
 was built, but for another environment" without reading every manifest, and drops the intent.
 """
 

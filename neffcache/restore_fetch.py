@@ -330,8 +330,8 @@ class _Assembly:
         try:
             if self.error is not None:
                 raise self.error
-            digest = g.sha256 if self.by_parts else self.digest.hexdigest()
-            if digest != g.sha256:
+            digest = self.digest.hexdigest()
+            if not self.by_parts and digest != g.sha256:  # by parts: each part matched already
                 raise IntegrityError(f"{t.root}/{t.path}: blob sha256 is {digest[:12]}, "
                                      f"expected {g.sha256[:12]} (corrupt); not installed")
             os.fchmod(self.fd, t.mode)

@@ -4,10 +4,10 @@ A blob the entries' packs hold is read from its pack: needed members close toget
 pack become one ranged read (``PackRun``), joining across gaps of unneeded bytes up to
 ``gap_bytes`` and stopping at ``run_bytes``, so thousands of small files cost a few dozen
 requests. Other blobs are one GET each (``BlobGet``), and large ones several ranged GETs in
-parallel (``BlobPart``), written in place; each part is verified against its own digest where the
-manifest has part digests for the blob (split at the manifest's part size), else the whole file is
-hashed in order as the parts land. Units come out
-in the order of the plan's groups (cell by cell), so a deadline still leaves whole cells done.
+parallel (``BlobPart``), written in place; each part is verified against its own digest where
+the manifest has part digests for the blob (split at the manifest's part size), else the whole
+file is hashed in order as the parts land. Units come out in the order of the plan's groups
+(cell by cell), so a deadline still leaves whole cells done.
 """
 
 from __future__ import annotations

@@ -26,14 +26,17 @@ from neffcache.commands._common import (
 @json_option
 def verify(quick: bool, workers: int, store: str | None, as_json: bool) -> None:
     """Check that every manifest in the store decodes and every blob it references exists
-    and streams to exactly its recorded size and sha256.
+    and streams to exactly its recorded size and sha256 (and, for a large file, to the
+    per-part digests its manifest records, which restores verify it by). Packs are checked
+    too: present, and each member's bytes matching its sha256.
 
     Blobs shared by several entries are checked once. Any problem (a manifest that does not
-    decode or is hostile, a missing, truncated or corrupt blob) is listed and the command
-    exits 4; a store that cannot be read exits 6.
+    decode or is hostile, part digests that do not match their blob, a missing, truncated or
+    corrupt blob or pack) is listed and the command exits 4; a store that cannot be read
+    exits 6.
 
-    --json prints: ok, manifests, blobs, bytes_checked, quick, problems (key, kind, error),
-    problem_count, seconds.
+    --json prints: ok, manifests, blobs, packs, bytes_checked, quick, problems (key, kind,
+    error), problem_count, seconds.
 
     \b
     Examples:

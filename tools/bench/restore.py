@@ -2,7 +2,7 @@
 
 One command, from the checkout (uses tests/support for the server and the synthetic caches):
 
-    python tools/bench/restore.py            # full run (4-6 min on 2 cores)
+    python tools/bench/restore.py            # full run (5-7 min on 2 cores)
     python tools/bench/restore.py --quick    # smaller trees, 2 runs (~2 min)
     python tools/bench/restore.py --profiles eager --runs 5 --out /tmp/r.json
     python tools/bench/restore.py --dest /dev/shm   # restore into another filesystem
@@ -17,7 +17,10 @@ no-op restore of the "noop" profile (everything present) against `s5cmd sync`; a
 everything as JSON (tools/bench/results/restore-<time>.json unless --out).
 
 Method: every command is started by a small helper process (so a child's peak RSS is its own),
-dirty pages are flushed before each timed run, each run's output is then dropped from the page
+every profile is prepared (published, uploaded) first and the machine left to settle for 30 s
+(right after the uploads a run that follows s5cmd paid up to 3x the system time), each tool
+runs once untimed before the timed runs (SeaweedFS's first read of an object is slow), dirty
+pages are flushed before each timed run, each run's output is then dropped from the page
 cache (so every run starts as on a fresh instance) but kept on disk until the end (ext4 without
 a journal avoids reusing inodes deleted in the last minutes, which taxes later file creation).
 The neffcache package is byte-compiled first, as an installed wheel is (pip compiles on install).
@@ -245,6 +248,14 @@ class Bench:
         times: dict[str, list[float]] = {k: [] for k in order}
         rss: list[int] = []
         reported: list[float] = []
+        # One untimed run of each tool first: SeaweedFS's first read of an object is slow in
+        # ways S3, which an instance restores from, is not; and it would land on one tool only.
+        for tool in order:
+            dest = self.out / f"{name}-warmup-{tool.replace(' ', '-')}"
+            os.sync()
+            run(commands(dest)[tool], env)
+            check_tree(dest / "neff", tree, tool, full=False)
+            evict_page_cache(dest)
         for i in range(self.runs):
             for j, tool in enumerate(order[i % len(order):] + order[:i % len(order)]):
                 dest = self.out / f"{name}-{i}-{j}"
@@ -298,6 +309,17 @@ class Bench:
             for k in (list(cmds) if i % 2 == 0 else list(reversed(cmds))):
                 times[k].append(run(cmds[k], self.env).seconds)
         return {"seconds": times, "median": {k: statistics.median(v) for k, v in times.items()}}
+
+
+def settle(seconds: float) -> None:
+    """Flush, then wait before the first timed run. Measured here: for about half a minute
+    after the uploads, a restore run right after an s5cmd run paid up to 3x the system time
+    (one right after a restore did not; after a 30 or 70 s wait, neither did), which would
+    charge one tool for the set-up."""
+    os.sync()
+    if seconds > 0:
+        log(f"settling for {seconds:.0f} s after the uploads")
+        time.sleep(seconds)
 
 
 def evict_page_cache(root: Path) -> None:
@@ -406,6 +428,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-install", action="store_true",
                    help="never pip-install awscli into a cached venv")
     p.add_argument("--workers", type=int, default=None, help="neffcache restore --workers")
+    p.add_argument("--settle", type=float, default=None,
+                   help="seconds to wait after the uploads before timing (default 30; quick 5)")
     p.add_argument("--workdir", type=Path, default=None, help="keep data here (default: temp)")
     p.add_argument("--dest", type=Path, default=None,
                    help="restore into directories under DEST (default: WORKDIR/out), e.g. to "
@@ -461,6 +485,8 @@ def compile_bytecode() -> None:
 
 def _main(args: argparse.Namespace, started: float) -> int:
     runs = args.runs or (2 if args.quick else 7)
+    if args.settle is None:
+        args.settle = 5.0 if args.quick else 30.0
     compile_bytecode()
     profiles = profiles_from(args)
     noop = replace(PROFILES["noop"], small=args.noop_files or PROFILES["noop"].small)
@@ -521,12 +547,20 @@ def bench(args: argparse.Namespace, work: Path, runs: int, profiles: dict[str, P
         out = (args.dest.absolute() / f"neffcache-bench-{os.getpid()}") if args.dest \
             else work / "out"
         b = Bench(work, env, endpoint, aws, runs, args.workers, out)
+        prepared = {}
         for name, prof in profiles.items():
             log(f"{name}: writing {prof}")
             tree = make_profile_cache(work / "src" / name, prof)
             pushed = b.push(name, tree, matrix)
             log(f"{name}: published {len(tree.files)} files in {pushed['seconds_wall']:.1f} s")
-            plain = b.upload_plain(name, tree)
+            prepared[name] = (prof, tree, pushed, b.upload_plain(name, tree))
+        if not args.skip_noop:
+            log(f"noop: writing {noop.small} files")
+            noop_tree = make_profile_cache(work / "src" / "noop", noop)
+            b.push("noop", noop_tree, matrix)
+            b.upload_plain("noop", noop_tree)
+        settle(args.settle)
+        for name, (prof, tree, pushed, plain) in prepared.items():
             r = b.cold(name, tree, matrix)
             r["publish_seconds"] = pushed["seconds_wall"]
             r["plain_upload_seconds"] = round(plain, 3)
@@ -534,11 +568,7 @@ def bench(args: argparse.Namespace, work: Path, runs: int, profiles: dict[str, P
                             "large": prof.large, "large_size": prof.large_size}
             results["profiles"][name] = r
         if not args.skip_noop:
-            log(f"noop: writing {noop.small} files")
-            tree = make_profile_cache(work / "src" / "noop", noop)
-            b.push("noop", tree, matrix)
-            b.upload_plain("noop", tree)
-            results["noop"] = b.noop(tree, matrix)
+            results["noop"] = b.noop(noop_tree, matrix)
         if not args.skip_startup:
             results["startup"] = b.startup()
     if args.dest:
