@@ -16,13 +16,14 @@ no-op restore of the "noop" profile (everything present) against `s5cmd sync`; a
 (neffcache / peer), the restore's own time without process start-up, its peak RSS, and writes
 everything as JSON (tools/bench/results/restore-<time>.json unless --out).
 
-Method: every command is started by a small helper process (so a child's peak RSS is its own),
-every profile is prepared (published, uploaded) first and the machine left to settle for 30 s
-(right after the uploads a run that follows s5cmd paid up to 3x the system time), each tool
-runs once untimed before the timed runs (SeaweedFS's first read of an object is slow), dirty
-pages are flushed before each timed run, each run's output is then dropped from the page
-cache (so every run starts as on a fresh instance) but kept on disk until the end (ext4 without
-a journal avoids reusing inodes deleted in the last minutes, which taxes later file creation).
+Method: every command is started by a small helper process (so a child's peak RSS is its own).
+Every profile is prepared (published, uploaded) first and the machine left to settle for 30 s
+(right after the uploads, a run that followed s5cmd paid up to 3x the system time). neffcache
+and s5cmd each run once untimed first (SeaweedFS's first read of an object is slow; aws reads
+the objects s5cmd read). Dirty pages are flushed before each timed run, and each run's output
+is then dropped from the page cache (so every run starts as on a fresh instance) but kept on
+disk until the end (ext4 without a journal avoids reusing inodes deleted in the last minutes,
+which taxes later file creation).
 The neffcache package is byte-compiled first, as an installed wheel is (pip compiles on install).
 awscli is used from PATH, else installed into its own venv under ~/.cache/neffcache-bench.
 """
@@ -248,9 +249,10 @@ class Bench:
         times: dict[str, list[float]] = {k: [] for k in order}
         rss: list[int] = []
         reported: list[float] = []
-        # One untimed run of each tool first: SeaweedFS's first read of an object is slow in
-        # ways S3, which an instance restores from, is not; and it would land on one tool only.
-        for tool in order:
+        # One untimed run first of neffcache and of s5cmd (aws reads the same plain objects):
+        # SeaweedFS's first read of an object is slow in ways S3 is not, and it would land on
+        # whichever tool came first.
+        for tool in order[:2]:
             dest = self.out / f"{name}-warmup-{tool.replace(' ', '-')}"
             os.sync()
             run(commands(dest)[tool], env)
