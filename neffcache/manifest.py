@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,10 +170,7 @@ def manifest_from_json(doc: Mapping[str, Any], *, allowed_roots: Sequence[str] |
         fingerprint = Fingerprint.from_json(doc["fingerprint"])
     except (KeyError, TypeError, ValueError, MatrixError) as exc:
         raise ManifestError(f"{source}: bad cell or fingerprint: {exc}") from None
-    raw_files = doc.get("files")
-    if not isinstance(raw_files, list) or len(raw_files) > MAX_FILES:
-        raise ManifestError(f"{source}: files: expected a list of at most {MAX_FILES} records")
-    files = validate_files(raw_files, allowed_roots=allowed_roots, source=source)
+    files = validate_files(doc.get("files"), allowed_roots=allowed_roots, source=source)
     producer = doc.get("producer", {})
     if not isinstance(producer, dict):
         raise ManifestError(f"{source}: producer: expected an object")
@@ -209,14 +206,11 @@ def validate_relative_path(path: Any, source: str = "manifest") -> str:
     return path
 
 
-def validate_files(raw: Sequence[Any], *, allowed_roots: Sequence[str] | None,
+def validate_files(raw: Any, *, allowed_roots: Sequence[str] | None,
                    source: str = "manifest") -> tuple[FileRecord, ...]:
     seen: set[tuple[str, str]] = set()
     out = []
-    for i, item in enumerate(raw):
-        where = f"{source}: files[{i}]"
-        if not isinstance(item, dict):
-            raise ManifestError(f"{where}: expected an object")
+    for where, item in _objects(raw, "files", MAX_FILES, "records", source):
         root = item.get("root")
         if not isinstance(root, str) or not _ROOT_RE.match(root):
             raise ManifestError(f"{where}: root {root!r}: expected a short lowercase name")
@@ -254,14 +248,9 @@ def validate_packs(raw: Any, files: Sequence[FileRecord], *,
                    source: str = "manifest") -> tuple[PackRecord, ...]:
     """Packs as decoded from JSON: digests well-formed, members in offset order, inside the
     pack, not overlapping, and each one a file of the manifest (same sha256 and size)."""
-    if not isinstance(raw, list) or len(raw) > MAX_PACKS:
-        raise ManifestError(f"{source}: packs: expected a list of at most {MAX_PACKS} packs")
     sizes = {f.sha256: f.size for f in files}
     out = []
-    for i, item in enumerate(raw):
-        where = f"{source}: packs[{i}]"
-        if not isinstance(item, dict):
-            raise ManifestError(f"{where}: expected an object")
+    for where, item in _objects(raw, "packs", MAX_PACKS, "packs", source):
         sha, size, members = item.get("sha256"), item.get("size"), item.get("members")
         if not isinstance(sha, str) or not _SHA256_RE.match(sha):
             raise ManifestError(f"{where}: sha256 {sha!r}: expected 64 lowercase hex digits")
@@ -296,15 +285,10 @@ def validate_parts(raw: Any, files: Sequence[FileRecord], *,
                    source: str = "manifest") -> tuple[PartDigests, ...]:
     """Part digests as decoded from JSON: each names a file of the manifest (by sha256, once),
     has a power-of-two part size the file is larger than, and one digest per part."""
-    if not isinstance(raw, list) or len(raw) > MAX_FILES:
-        raise ManifestError(f"{source}: parts: expected a list of at most {MAX_FILES} records")
     sizes = {f.sha256: f.size for f in files}
     seen: set[str] = set()
     out = []
-    for i, item in enumerate(raw):
-        where = f"{source}: parts[{i}]"
-        if not isinstance(item, dict):
-            raise ManifestError(f"{where}: expected an object")
+    for where, item in _objects(raw, "parts", MAX_FILES, "records", source):
         sha, part_size, digests = item.get("sha256"), item.get("part_size"), item.get("digests")
         if not isinstance(sha, str) or sha not in sizes:
             raise ManifestError(f"{where}: sha256 {str(sha)[:16]!r} is not a file of this entry")
@@ -324,6 +308,19 @@ def validate_parts(raw: Any, files: Sequence[FileRecord], *,
                                 f"per part")
         out.append(PartDigests(sha, part_size, tuple(digests)))
     return tuple(out)
+
+
+def _objects(raw: Any, field: str, limit: int, noun: str,
+             source: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The objects of a JSON list field, each with where it is (for messages); a field that is
+    not a list of at most ``limit`` objects is a ManifestError."""
+    if not isinstance(raw, list) or len(raw) > limit:
+        raise ManifestError(f"{source}: {field}: expected a list of at most {limit} {noun}")
+    for i, item in enumerate(raw):
+        where = f"{source}: {field}[{i}]"
+        if not isinstance(item, dict):
+            raise ManifestError(f"{where}: expected an object")
+        yield where, item
 
 
 def _is_size(value: Any) -> bool:
