@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -23,15 +24,9 @@ def sha256_file(path: str | Path) -> tuple[str, int]:
     """(sha256 hex, size) of a file's bytes, read in chunks."""
     h = hashlib.sha256()
     size = 0
-    with open(path, "rb", buffering=0) as fh:
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
-        while True:
-            n = fh.readinto(buf)
-            if not n:
-                break
-            h.update(view[:n])
-            size += n
+    for chunk in _chunks(path):
+        h.update(chunk)
+        size += len(chunk)
     return h.hexdigest(), size
 
 
@@ -39,14 +34,20 @@ def sha256_file_parts(path: str | Path, part_bytes: int) -> tuple[str, int, tupl
     """(sha256 hex, size, sha256 hex of each ``part_bytes`` slice) of a file, in one read pass."""
     whole, parts = hashlib.sha256(), PartHasher(part_bytes)
     size = 0
+    for chunk in _chunks(path):
+        whole.update(chunk)
+        parts.update(chunk)
+        size += len(chunk)
+    return whole.hexdigest(), size, parts.digests()
+
+
+def _chunks(path: str | Path) -> Iterator[memoryview]:
+    """A file's bytes in order, as views of one reused buffer (each valid until the next)."""
     with open(path, "rb", buffering=0) as fh:
         buf = bytearray(CHUNK)
         view = memoryview(buf)
         while n := fh.readinto(buf):
-            whole.update(view[:n])
-            parts.update(view[:n])
-            size += n
-    return whole.hexdigest(), size, parts.digests()
+            yield view[:n]
 
 
 class PartHasher:
