@@ -12,13 +12,14 @@ import random
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from neffcache import restore_fetch
 from neffcache.backends import NEURON
 from neffcache.fingerprint import build_fingerprint
-from neffcache.manifest import decode_manifest, encode_manifest
+from neffcache.manifest import Manifest, decode_manifest, encode_manifest
 from neffcache.matrix import Cell
 from neffcache.parts import PartPolicy
 from neffcache.publish import publish_entry
@@ -66,16 +67,35 @@ class JitteryStore(LocalStore):
         return Jittery(fh, rng) if key.startswith("blobs/") else fh  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def big(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+def publish_two_graphs(tmp_path: Path, **publish: Any) -> tuple[Path, dict[str, bytes], Manifest]:
+    """graph-a (3 MiB + 123) and graph-b (exactly 1 MiB), published to a local store."""
     root = tmp_path / "src"
     root.mkdir()
     files = {"graph-a.neff": os.urandom(3 * 1024 * KiB + 123),
              "graph-b.neff": os.urandom(1024 * KiB)}
     for name, data in files.items():
         (root / name).write_bytes(data)
-    publish_entry(LocalStore(tmp_path / "store"), CELL, FP, NEURON, {"neff": root})
-    return tmp_path / "store", files
+    r = publish_entry(LocalStore(tmp_path / "store"), CELL, FP, NEURON, {"neff": root},
+                      **publish)
+    return tmp_path / "store", files, r.manifest
+
+
+def rewrite(path: Path, data: bytes) -> None:
+    """Replace a stored object's bytes (the store leaves them read-only)."""
+    path.chmod(0o644)
+    path.write_bytes(data)
+
+
+def flip_byte(path: Path, where: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[where] ^= 0x01
+    rewrite(path, bytes(data))
+
+
+@pytest.fixture
+def big(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    store_dir, files, _ = publish_two_graphs(tmp_path)
+    return store_dir, files
 
 
 def spy_hashing(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -130,11 +150,7 @@ def test_one_flipped_byte_in_any_part_is_never_installed(tmp_path: Path, big,  #
     sha = next(m for m in (p.name for p in (store_dir / "blobs").rglob("*"))
                if len(m) == 64 and (store_dir / blob_key(m)).stat().st_size ==
                len(files["graph-a.neff"]))
-    blob = store_dir / blob_key(sha)
-    data = bytearray(blob.read_bytes())
-    data[where] ^= 0x01
-    blob.chmod(0o644)
-    blob.write_bytes(bytes(data))
+    flip_byte(store_dir / blob_key(sha), where)
     r = restore_cells(JitteryStore(store_dir, 1), [CELL], NEURON, FP, tmp_path / "t",
                       workers=8, units=TINY_PARTS)
     assert [f.kind for f in r.failures] == ["integrity"]
@@ -148,8 +164,7 @@ def test_a_short_blob_is_truncated_not_installed(tmp_path: Path, big) -> None:  
     store_dir, files = big
     blob = next(p for p in (store_dir / "blobs").rglob("*")
                 if p.is_file() and p.stat().st_size == len(files["graph-a.neff"]))
-    blob.chmod(0o644)
-    blob.write_bytes(blob.read_bytes()[:2 * 1024 * KiB])
+    rewrite(blob, blob.read_bytes()[:2 * 1024 * KiB])
     r = restore_cells(JitteryStore(store_dir, 2), [CELL], NEURON, FP, tmp_path / "t",
                       workers=8, units=TINY_PARTS)
     assert r.failures and {f.kind for f in r.failures} == {"integrity"}
@@ -165,16 +180,9 @@ MiB_PARTS = PartPolicy(part_bytes=1024 * KiB, over=1024 * KiB)  # the smallest t
 @pytest.fixture
 def digested(tmp_path: Path) -> tuple[Path, dict[str, bytes], str]:
     """graph-a (3 MiB + 123) with four part digests; graph-b (exactly 1 MiB) without."""
-    root = tmp_path / "src"
-    root.mkdir()
-    files = {"graph-a.neff": os.urandom(3 * 1024 * KiB + 123),
-             "graph-b.neff": os.urandom(1024 * KiB)}
-    for name, data in files.items():
-        (root / name).write_bytes(data)
-    r = publish_entry(LocalStore(tmp_path / "store"), CELL, FP, NEURON, {"neff": root},
-                      parting=MiB_PARTS)
-    assert [(len(p.digests), p.part_size) for p in r.manifest.parts] == [(4, 1024 * KiB)]
-    return tmp_path / "store", files, r.manifest.parts[0].sha256
+    store_dir, files, manifest = publish_two_graphs(tmp_path, parting=MiB_PARTS)
+    assert [(len(p.digests), p.part_size) for p in manifest.parts] == [(4, 1024 * KiB)]
+    return store_dir, files, manifest.parts[0].sha256
 
 
 def spy_part_checks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
@@ -212,11 +220,7 @@ def test_parts_with_digests_install_the_exact_bytes(tmp_path: Path, digested, se
 def test_a_flipped_byte_fails_its_part_and_the_file_is_never_installed(  # type: ignore[no-untyped-def]
         tmp_path: Path, digested, where: int) -> None:
     store_dir, files, sha = digested
-    blob = store_dir / blob_key(sha)
-    data = bytearray(blob.read_bytes())
-    data[where] ^= 0x01
-    blob.chmod(0o644)
-    blob.write_bytes(bytes(data))
+    flip_byte(store_dir / blob_key(sha), where)
     r = restore_cells(JitteryStore(store_dir, 3), [CELL], NEURON, FP, tmp_path / "t",
                       workers=8, units=TINY_PARTS)
     assert [f.kind for f in r.failures] == ["integrity"]
@@ -237,8 +241,7 @@ def test_a_manifest_whose_part_digest_is_wrong_installs_nothing(tmp_path: Path, 
     doc = json.loads(store.read(key))
     doc["parts"][0]["digests"][2] = "0" * 64
     path = store_dir / key
-    path.chmod(0o644)
-    path.write_bytes(encode_manifest(decode_manifest(json.dumps(doc))))
+    rewrite(path, encode_manifest(decode_manifest(json.dumps(doc))))
     assert key == manifest_key(decode_manifest(path.read_bytes()).entry_key)
     r = restore_cells(JitteryStore(store_dir, 4), [CELL], NEURON, FP, tmp_path / "t",
                       workers=8, units=TINY_PARTS)
@@ -251,8 +254,7 @@ def test_a_short_blob_with_digests_is_truncated_not_installed(tmp_path: Path, di
                                                               ) -> None:
     store_dir, _files, sha = digested
     blob = store_dir / blob_key(sha)
-    blob.chmod(0o644)
-    blob.write_bytes(blob.read_bytes()[:2 * 1024 * KiB + 7])
+    rewrite(blob, blob.read_bytes()[:2 * 1024 * KiB + 7])
     r = restore_cells(JitteryStore(store_dir, 5), [CELL], NEURON, FP, tmp_path / "t",
                       workers=8, units=TINY_PARTS)
     assert {f.kind for f in r.failures} == {"integrity"}

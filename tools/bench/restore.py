@@ -2,7 +2,7 @@
 
 One command, from the checkout (uses tests/support for the server and the synthetic caches):
 
-    python tools/bench/restore.py            # full run (5-7 min on 2 cores)
+    python tools/bench/restore.py            # full run (5-9 min on 2 cores)
     python tools/bench/restore.py --quick    # smaller trees, 2 runs (~2 min)
     python tools/bench/restore.py --profiles eager --runs 5 --out /tmp/r.json
     python tools/bench/restore.py --dest /dev/shm   # restore into another filesystem
