@@ -3,7 +3,7 @@
 One command, from the checkout (uses tests/support for the server and the synthetic caches):
 
     python tools/bench/restore.py            # full run (5-9 min on 2 cores)
-    python tools/bench/restore.py --quick    # smaller trees, 2 runs (~2 min)
+    python tools/bench/restore.py --quick    # smaller trees, 2 runs (~3 min; a smoke run)
     python tools/bench/restore.py --profiles eager --runs 5 --out /tmp/r.json
     python tools/bench/restore.py --dest /dev/shm   # restore into another filesystem
 
@@ -414,7 +414,8 @@ def verdicts(results: dict[str, Any]) -> dict[str, bool]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="smaller trees and 2 runs (~1-2 min)")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller trees and 2 runs (~3 min; a smoke run: start-up dominates)")
     p.add_argument("--profiles", default="eager,compiled",
                    help="comma-separated: eager, compiled (default both)")
     p.add_argument("--runs", type=int, default=None, help="runs per tool (default 7; quick 2)")
