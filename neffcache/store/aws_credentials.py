@@ -515,8 +515,9 @@ class _Unreachable(_NetworkError):
 
 def _http(method: str, url: str, headers: Mapping[str, str],
           timeout: float) -> tuple[int, bytes]:
-    import http.client
     from urllib.parse import urlsplit
+
+    from neffcache.store.http1 import Connection, ProtocolError
 
     parts = urlsplit(url)
     try:
@@ -524,21 +525,26 @@ def _http(method: str, url: str, headers: Mapping[str, str],
     except ValueError:
         raise ConfigError(f"metadata URL for host {parts.hostname!r}: bad port") from None
     host = parts.hostname or ""
-    # An explicit port keeps http.client from reading an IPv6 address's last group as one.
-    conn: http.client.HTTPConnection = (
-        http.client.HTTPSConnection(host, port, timeout=timeout) if parts.scheme == "https"
-        else http.client.HTTPConnection(host, port, timeout=timeout))
+    tls = None
+    if parts.scheme == "https":
+        import ssl
+
+        tls = ssl.create_default_context()
+    conn = Connection(host, port, tls=tls)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    name = f"[{host}]" if ":" in host else host  # an IPv6 address, as in fd00:ec2::254
+    sent = {"host": f"{name}:{parts.port}" if parts.port else name, **headers}
+    if method in ("PUT", "POST"):
+        sent.setdefault("content-length", "0")  # the IMDSv2 token PUT has no body
     try:
         try:
-            conn.connect()
+            conn.connect(timeout, timeout)
         except OSError as exc:
             raise _Unreachable(f"cannot connect to {host}:{port}: {type(exc).__name__}") from None
         try:
-            conn.request(method, target, headers=dict(headers))
-            response = conn.getresponse()
+            response = conn.send(method, target, sent)
             return response.status, response.read()
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, ProtocolError) as exc:
             raise _NetworkError(f"{host}:{port}: {type(exc).__name__}") from None
     finally:
         conn.close()

@@ -1,9 +1,10 @@
-"""A botocore-free S3 read client: GET (ranged), HEAD and ListObjectsV2 over http.client, SigV4.
+"""A botocore-free S3 read client: GET (ranged), HEAD and ListObjectsV2 over HTTP/1.1, SigV4.
 
 Why: a boot-time restore only reads, and importing botocore and building a client costs about
-0.2 s before the first byte moves; this module imports the standard library only. Writes and
-the rarer setups (proxies, FIPS or dual-stack endpoints, SSO and assume-role credentials) stay
-with botocore: ``neffcache.store.s3`` decides which client serves a store.
+0.2 s before the first byte moves; this module imports the standard library only, and not
+http.client either (its header parser costs another ~25 ms; see ``neffcache.store.http1``).
+Writes and the rarer setups (proxies, FIPS or dual-stack endpoints, SSO and assume-role
+credentials) stay with botocore: ``neffcache.store.s3`` decides which client serves a store.
 
 Behaviour, as botocore's standard mode: connections are pooled and kept alive (one per
 concurrent request, up to ``max_pool_connections`` kept idle); connection failures, 429, 5xx,
@@ -16,7 +17,6 @@ connection returns to the pool only after the body was read to its end.
 
 from __future__ import annotations
 
-import http.client
 import io
 import random
 import re
@@ -24,12 +24,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus, urlsplit
 
 from neffcache.errors import ConfigError, UnavailableError
 from neffcache.store.base import ObjectStream
+from neffcache.store.http1 import Connection, IncompleteBody, ProtocolError, Response
 from neffcache.store.s3_errors import (
     RANGE_NOT_SATISFIABLE,
     client_failure,
@@ -46,6 +46,8 @@ from neffcache.store.s3_sigv4 import (
 )
 
 if TYPE_CHECKING:
+    import ssl
+
     from neffcache.store.aws_credentials import Credentials
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -56,7 +58,7 @@ _ERROR_BODY_LIMIT = 64 * 1024
 _CODE = re.compile(rb"<Code>([^<]{1,128})</Code>")
 _REGION = re.compile(rb"<Region>([a-z0-9-]{1,32})</Region>")
 _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
-_NETWORK_ERRORS = (OSError, http.client.HTTPException)
+_NETWORK_ERRORS = (OSError, ProtocolError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +114,11 @@ class HttpS3Reader:
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
         self._ca_bundle = ca_bundle
         self._pool_size = max_pool_connections
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[Connection] = []
         self._lock = threading.Lock()
         self._key: SigningKey | None = None
         self._skew = 0.0  # seconds to add to this host's clock
+        self._tls: ssl.SSLContext | None = None  # built once, at the first https connection
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -169,7 +172,7 @@ class HttpS3Reader:
                  headers: dict[str, str], op: str, where: str, key: str | None, *,
                  empty_on: frozenset[str] = frozenset(), attempts: int | None = None,
                  timeouts: tuple[float, float] | None = None
-                 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse] | None:
+                 ) -> tuple[Connection, Response] | None:
         """Send, retrying as botocore's standard mode does; the connection and the response
         (status 200/206, body unread), or None for a status in ``empty_on``."""
         limit = attempts or self.max_attempts
@@ -194,7 +197,10 @@ class HttpS3Reader:
                 continue
             if resp.status in (200, 206):
                 return conn, resp
-            body = b"" if method == "HEAD" else resp.read(_ERROR_BODY_LIMIT)
+            try:
+                body = b"" if method == "HEAD" else resp.read(_ERROR_BODY_LIMIT)
+            except _NETWORK_ERRORS:
+                body = b""
             self._finish(conn, resp)
             match = _CODE.search(body)
             code = match.group(1).decode(errors="replace") if match else str(resp.status)
@@ -215,17 +221,16 @@ class HttpS3Reader:
             raise client_failure(where, code, resp.status, op, key)
         raise unreachable(where, redact(self.endpoint.url), last, op)
 
-    def _send(self, conn: http.client.HTTPConnection, method: str, path: str,
+    def _send(self, conn: Connection, method: str, path: str,
               params: Sequence[tuple[str, str]], headers: dict[str, str], creds: Credentials,
-              timeouts: tuple[float, float] | None) -> http.client.HTTPResponse:
+              timeouts: tuple[float, float] | None) -> Response:
         if conn.sock is None:
-            conn.connect()
-            conn.sock.settimeout(timeouts[1] if timeouts else self.read_timeout)
+            conn.connect(timeouts[0] if timeouts else self.connect_timeout,
+                         timeouts[1] if timeouts else self.read_timeout)
         query = canonical_query(params)
         target = canonical_path(path) + (f"?{query}" if query else "")
-        conn.request(method, target,
-                     headers=self._sign(method, self.endpoint, path, params, headers, creds))
-        return conn.getresponse()
+        return conn.send(method, target,
+                         self._sign(method, self.endpoint, path, params, headers, creds))
 
     def _sign(self, method: str, endpoint: Endpoint, path: str,
               params: Sequence[tuple[str, str]], headers: dict[str, str],
@@ -249,10 +254,12 @@ class HttpS3Reader:
         if self._endpoint_url is None:
             self.endpoint = resolve_endpoint(self.bucket, region, None)
 
-    def _correct_skew(self, resp: http.client.HTTPResponse) -> bool:
-        date = resp.getheader("Date")
+    def _correct_skew(self, resp: Response) -> bool:
+        date = resp.header("Date")
         if not date:
             return False
+        from email.utils import parsedate_to_datetime  # only here: rare, and ~10 ms to import
+
         try:
             server = parsedate_to_datetime(date).timestamp()
         except (TypeError, ValueError):
@@ -263,43 +270,43 @@ class HttpS3Reader:
     # -- connections --------------------------------------------------------------------------
 
     def _take(self, endpoint: Endpoint, timeouts: tuple[float, float] | None
-              ) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle connection to ``endpoint`` (reused) or a new one."""
+              ) -> tuple[Connection, bool]:
+        """An idle connection to ``endpoint`` (reused) or a new, unopened one."""
         if timeouts is None:
             with self._lock:
                 while self._idle:
                     conn = self._idle.pop()
-                    if conn.host == endpoint.host and conn.sock is not None:
-                        conn.sock.settimeout(self.read_timeout)
+                    if conn.host == endpoint.host and conn.reusable:
+                        conn.set_timeout(self.read_timeout)
                         return conn, True
                     conn.close()
-        timeout = timeouts[0] if timeouts else self.connect_timeout
         if endpoint.scheme == "https":
-            import ssl
+            return Connection(endpoint.host, endpoint.port, tls=self._tls_context()), False
+        return Connection(endpoint.host, endpoint.port), False
 
-            ctx = ssl.create_default_context(cafile=self._ca_bundle)
-            return http.client.HTTPSConnection(endpoint.host, endpoint.port, timeout=timeout,
-                                               context=ctx), False
-        return http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout), False
-
-    def _give(self, conn: http.client.HTTPConnection) -> None:
+    def _tls_context(self) -> ssl.SSLContext:
         with self._lock:
-            if conn.sock is not None and len(self._idle) < self._pool_size:
+            if self._tls is None:
+                import ssl
+
+                self._tls = ssl.create_default_context(cafile=self._ca_bundle)
+            return self._tls
+
+    def _give(self, conn: Connection) -> None:
+        with self._lock:
+            if conn.reusable and len(self._idle) < self._pool_size:
                 self._idle.append(conn)
                 return
         conn.close()
 
-    def _finish(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+    def _finish(self, conn: Connection, resp: Response) -> None:
         """Return the connection if its response was read to the end, else drop it."""
-        if resp.isclosed() or resp.length == 0:
-            resp.close()
+        if resp.complete:
             self._give(conn)
         else:
-            resp.close()
             conn.close()
 
-    def _read_all(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
-                  where: str, op: str) -> bytes:
+    def _read_all(self, conn: Connection, resp: Response, where: str, op: str) -> bytes:
         try:
             body = resp.read()
         except _NETWORK_ERRORS as exc:
@@ -312,8 +319,8 @@ class HttpS3Reader:
 class HttpBody(ObjectStream):
     """An object's body as it arrives; a dropped connection mid-body is ``UnavailableError``."""
 
-    def __init__(self, reader: HttpS3Reader, conn: http.client.HTTPConnection,
-                 resp: http.client.HTTPResponse, where: str, op: str) -> None:
+    def __init__(self, reader: HttpS3Reader, conn: Connection, resp: Response, where: str,
+                 op: str) -> None:
         super().__init__()
         self._reader, self._conn, self._resp = reader, conn, resp
         self._where, self._op = where, op
@@ -333,17 +340,17 @@ class HttpBody(ObjectStream):
     def _dropped(self, exc: BaseException) -> UnavailableError:
         self._conn.close()
         what = type(exc).__name__
-        if isinstance(exc, http.client.IncompleteRead):
-            what = f"connection closed after {len(exc.partial)} more bytes"
+        if isinstance(exc, IncompleteBody):
+            what = str(exc)
         return unreachable(self._where, redact(self._reader.endpoint.url), what, self._op)
 
     def _close_source(self) -> None:
         self._reader._finish(self._conn, self._resp)
 
 
-def _bucket_region(resp: http.client.HTTPResponse, body: bytes) -> str | None:
+def _bucket_region(resp: Response, body: bytes) -> str | None:
     """The bucket's region when a reply names it (header, else the error body)."""
-    region = resp.getheader("x-amz-bucket-region")
+    region = resp.header("x-amz-bucket-region")
     if not region and (found := _REGION.search(body)):
         region = found.group(1).decode()
     return region

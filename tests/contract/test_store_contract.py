@@ -221,10 +221,14 @@ def test_check_passes_on_a_working_store(store: Store) -> None:
 
 # -- imports ----------------------------------------------------------------------------------
 
-def _aws_modules_after(code: str) -> list[str]:
+AWS_SDK = ("boto3", "botocore", "s3transfer")
+
+
+def _aws_modules_after(code: str, roots: tuple[str, ...] = AWS_SDK) -> list[str]:
+    """Modules under ``roots`` (package names or exact module names) imported by ``code``."""
     probe = (f"import sys\n{code}\n"
              "print(','.join(sorted(m for m in sys.modules "
-             "if m.split('.')[0] in ('boto3', 'botocore', 's3transfer'))))")
+             f"if m.split('.')[0] in {roots!r} or m in {roots!r})))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[2])
     return [m for m in out.stdout.strip().split(",") if m]
@@ -249,3 +253,16 @@ def test_s3_reads_import_no_aws_sdk_and_writes_botocore_alone(s3_url: str) -> No
         "s.put('manifests/x.json', io.BytesIO(b'{}')); assert s.read('manifests/x.json')")
     assert "botocore" in wrote  # the probe sees the SDK once it is used, so the above can fail
     assert not [m for m in wrote if m.split(".")[0] in ("boto3", "s3transfer")]
+
+
+@pytest.mark.s3
+def test_s3_reads_use_neither_http_client_nor_the_email_package(s3_url: str) -> None:
+    """http.client parses headers with the email package: ~25 ms of a boot's start-up."""
+    stack = ("http.client", "email")
+    opened = f"import io, neffcache.store; s = neffcache.store.open_store({s3_url!r})\n"
+    _aws_modules_after(opened + "s.put('manifests/r.json', io.BytesIO(b'{}'))")  # botocore
+    read = _aws_modules_after(
+        opened + "s.check(); assert not s.has('manifests/x.json'); list(s.list('manifests/'))\n"
+        "assert s.read('manifests/r.json') == b'{}'", stack)
+    assert read == []
+    assert _aws_modules_after("import http.client", stack)  # the probe can see them
