@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +71,7 @@ from neffcache.restore_plan import (
 from neffcache.restore_units import DEFAULT_UNITS, UnitPolicy
 from neffcache.store import Store, manifest_key
 from neffcache.store.base import CELLS
+from neffcache.thread_pool import map_in_threads
 
 REPORT_SCHEMA = 1
 MAX_LISTED_FAILURES = 100
@@ -220,14 +220,13 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
     missing: list[Cell] = []
     failed: list[CellFailure] = []
     unresolved: list[Cell] = []
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(cells) or 1))) as pool:
-        for cell, outcome in pool.map(one, cells):
-            if isinstance(outcome, Manifest):
-                found.append(outcome)
-            elif isinstance(outcome, CellFailure):
-                failed.append(outcome)
-            else:
-                (missing if outcome == "missing" else unresolved).append(cell)
+    for cell, outcome in map_in_threads(one, cells, workers):
+        if isinstance(outcome, Manifest):
+            found.append(outcome)
+        elif isinstance(outcome, CellFailure):
+            failed.append(outcome)
+        else:
+            (missing if outcome == "missing" else unresolved).append(cell)
     elsewhere = find_elsewhere(store, missing, fingerprint, workers=workers, deadline=deadline)
     return Resolution(tuple(found), tuple(missing), tuple(failed), tuple(unresolved), elsewhere)
 
@@ -249,10 +248,7 @@ def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint
         fps = sorted(n[:-5] for n in names if n.endswith(".json") and "/" not in n)
         return cell.id, tuple(f for f in fps if f != fingerprint.key)
 
-    if not cells:
-        return ()
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(cells)))) as pool:
-        return tuple((cid, fps) for cid, fps in pool.map(one, cells) if fps)
+    return tuple((cid, fps) for cid, fps in map_in_threads(one, cells, workers) if fps)
 
 
 # --- the whole restore ----------------------------------------------------------------------

@@ -23,7 +23,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,12 +41,12 @@ from neffcache.restore_plan import (
 from neffcache.restore_units import (
     DEFAULT_UNITS,
     PackRun,
-    Unit,
     UnitPolicy,
     plan_units,
     unit_groups,
 )
 from neffcache.store import Store
+from neffcache.thread_pool import map_in_threads, run_lanes
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TMP_PREFIX = ".neffcache-"
@@ -372,11 +371,10 @@ def _hash_present(roots: Roots, items: list[tuple[FileId, os.stat_result]],
         except OSError:
             return item[0], None
 
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items)))) as pool:
-        for (fid, sha), (_, st) in zip(pool.map(one, items), items, strict=True):
-            if sha is not None:
-                present[fid] = PresentFile(st.st_size, sha, stat.S_IMODE(st.st_mode))
-                records[fid] = state_record(st, sha)
+    for (fid, sha), (_, st) in zip(map_in_threads(one, items, workers), items, strict=True):
+        if sha is not None:
+            present[fid] = PresentFile(st.st_size, sha, stat.S_IMODE(st.st_mode))
+            records[fid] = state_record(st, sha)
 
 
 def _hash_at(dfd: int, name: str, deadline: float | None) -> str | None:
@@ -454,10 +452,8 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     runs = [u for u in units if isinstance(u, PackRun)]
     blobs = [u for u in units if not isinstance(u, PackRun)]
     try:
-        with ThreadPoolExecutor(max_workers=file_workers) as file_pool, \
-                ThreadPoolExecutor(max_workers=workers) as blob_pool:
-            left = _schedule([(file_pool, file_workers, runs), (blob_pool, 2 * workers, blobs)],
-                             lambda u: tally.add(*fetcher.run(u)), deadline)
+        left = run_lanes([(file_workers, runs), (workers, blobs)],
+                         lambda u: tally.add(*fetcher.run(u)), deadline)
         tally.add(fetcher.abandon(left), 0)
     finally:
         if own:
@@ -465,32 +461,6 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     deadline_hit = any(f.kind == "deadline" for f in tally.failures)
     return RestoreReport(tuple(tally.installed), tuple(tally.failures), tally.bytes,
                          deadline_hit, tuple(tally.states), len(units) - len(left))
-
-
-Lane = tuple[ThreadPoolExecutor, int, Sequence[Unit]]  # pool, units in flight at most, units
-
-
-def _schedule(lanes: Sequence[Lane], run: Callable[[Unit], None], deadline: float | None
-              ) -> list[Unit]:
-    """Submit each lane's units in order, at most its window in flight, none after the
-    deadline; wait for those in flight. Returns the units never started."""
-    queues = [list(reversed(units)) for _, _, units in lanes]
-    in_flight = [0] * len(lanes)
-    pending: dict[Future[None], int] = {}
-    while any(queues) or pending:
-        for i, (pool, window, _) in enumerate(lanes):
-            while queues[i] and in_flight[i] < window:
-                if deadline is not None and time.monotonic() >= deadline:
-                    for fut in wait(pending).done:
-                        fut.result()
-                    return [u for q in queues for u in reversed(q)]
-                pending[pool.submit(run, queues[i].pop())] = i
-                in_flight[i] += 1
-        done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-        for fut in done:
-            in_flight[pending.pop(fut)] -= 1
-            fut.result()  # run() itself never raises; surface bugs if it does
-    return []
 
 
 __all__ = ["DirCache", "FileFailure", "Progress", "RestoreReport", "Roots", "UnsafePathError",

@@ -12,6 +12,10 @@ from tests.e2e.conftest import CELL_64, Cli, restored_tree, temps_under
 from tests.support.synthetic import make_neff_cache
 
 HEAVY = ("torch", "diffusers", "transformers", "sqlalchemy", "alembic", "boto3")
+RESTORE_PATH = ("neffcache.cli", "neffcache.commands.restore", "neffcache.restore",
+                "neffcache.restore_apply", "neffcache.restore_fetch")
+# Not heavy, but a boot pays for them: concurrent.futures costs ~12 ms with the logging it pulls in.
+NOT_ON_BOOT = ("concurrent.futures", "logging")
 
 
 def _imported(stderr: str) -> set[str]:
@@ -24,11 +28,13 @@ def _imported(stderr: str) -> set[str]:
 
 
 def test_cli_and_restore_import_nothing_heavy() -> None:
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c",
-                           "import neffcache.cli; import neffcache.commands.restore"],
+    code = (f"import sys, {', '.join(RESTORE_PATH)}\n"
+            f"print(*sorted(set({NOT_ON_BOOT!r}) & set(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
                           capture_output=True, text=True, check=True)
     assert _imported(proc.stderr) & set(HEAVY) == set()
     assert "neffcache" in _imported(proc.stderr)
+    assert proc.stdout.split() == []
 
 
 @pytest.mark.s3
