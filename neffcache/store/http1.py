@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 MAX_LINE = 64 * 1024
 MAX_HEADERS = 100
+MAX_INTERIM = 8
 _CHUNK_SIZE_DIGITS = 16  # hex digits: anything longer is not a size a server means
 
 
@@ -81,11 +82,18 @@ class Connection:
             raise ProtocolError("connection is not open")
         if not self.reusable:
             raise ProtocolError("previous response on this connection was not read to its end")
-        self.sock.sendall(_request_bytes(method, target, headers))
-        self._response = _read_response(self._rfile, method)
-        if not self._response.keep_alive and self._response.complete:
+        request = _request_bytes(method, target, headers)
+        self._response = None
+        try:
+            self.sock.sendall(request)
+            response = _read_response(self._rfile, method)
+        except BaseException:
+            self.close()  # a failed exchange leaves nothing to reuse
+            raise
+        self._response = response
+        if not response.keep_alive and response.complete:
             self.close()
-        return self._response
+        return response
 
     def close(self) -> None:
         sock, rfile = self.sock, self._rfile
@@ -194,15 +202,16 @@ class Response:
 
 
 def _read_response(rfile: Any, method: str) -> Response:
-    while True:
+    for _ in range(MAX_INTERIM + 1):
         line = _line(rfile)
         if not line:
             raise ProtocolError("connection closed before a response")
         version, status = _status_line(line)
         headers = _headers(rfile)
-        if 100 <= status < 200 and status != 101:
-            continue  # an interim reply (100 Continue): the real one follows
-        break
+        if not (100 <= status < 200 and status != 101):
+            break  # 1xx but 101 are interim (100 Continue): the real reply follows
+    else:
+        raise ProtocolError(f"reply has more than {MAX_INTERIM} interim (1xx) responses")
     connection = {t.strip().lower() for t in headers.get("connection", "").split(",")}
     keep_alive = "close" not in connection and (version == "HTTP/1.1"
                                                 or "keep-alive" in connection)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from neffcache.store.http1 import (
     MAX_HEADERS,
+    MAX_INTERIM,
     MAX_LINE,
     Connection,
     IncompleteBody,
@@ -162,6 +163,15 @@ def test_interim_replies_are_skipped(double: RawHttpDouble) -> None:
     assert (resp.status, resp.read()) == (404, b"x")
 
 
+def test_endless_interim_replies_are_refused(double: RawHttpDouble) -> None:
+    double.script.append(RawReply(b"HTTP/1.1 100 Continue\r\n\r\n" * (MAX_INTERIM + 1) +
+                                  reply(b"x", "Content-Length: 1")))
+    conn = connect(double)
+    with pytest.raises(ProtocolError, match="interim"):
+        get(conn)
+    assert not conn.reusable and conn.sock is None
+
+
 def test_headers_are_lowercased_and_repeats_joined(double: RawHttpDouble) -> None:
     double.script.append(RawReply(reply(b"", "X-Amz-Thing: a", "x-amz-thing:  b ",
                                         "Date: Mon, 01 Jan 2030 00:00:00 GMT",
@@ -216,8 +226,10 @@ def test_a_body_cut_short_is_incomplete_never_data(double: RawHttpDouble, data: 
 def test_malformed_replies_are_protocol_errors(double: RawHttpDouble, data: bytes,
                                                message: str) -> None:
     double.script.append(RawReply(data, close=True))
+    conn = connect(double)
     with pytest.raises(ProtocolError, match=message):
-        get(connect(double))
+        get(conn)
+    assert not conn.reusable  # a failed exchange closes the connection
 
 
 @pytest.mark.parametrize("body,message", [
