@@ -55,9 +55,11 @@ def _serve_connection(double: RawHttpDouble, conn: socket.socket) -> None:
 
 
 @contextmanager
-def raw_http_double() -> Iterator[RawHttpDouble]:
-    """A listening double for the block; each connection is served on its own thread."""
-    listener = socket.create_server(("127.0.0.1", 0))
+def raw_http_double(host: str = "127.0.0.1") -> Iterator[RawHttpDouble]:
+    """A listening double on ``host`` (a loopback address) for the block; each connection is
+    served on its own thread."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.create_server((host, 0), family=family)
     double = RawHttpDouble(listener.getsockname()[1])
     stop = threading.Event()
 

@@ -30,6 +30,7 @@ from tests.support.imds_double import (
     ImdsDouble,
     credentials_document,
 )
+from tests.support.raw_http_double import RawReply, raw_http_double
 from tests.support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -837,3 +838,18 @@ def test_import_pulls_in_neither_botocore_nor_the_http_stack() -> None:
     code = ("import neffcache.store.aws_credentials, sys; "
             "assert 'botocore' not in sys.modules; assert 'http.client' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=60)
+
+
+def test_metadata_requests_name_the_host_and_send_an_empty_put_body() -> None:
+    """The IMDSv2 token is a PUT without a body; an IPv6 host (as fd00:ec2::254) is bracketed
+    in the Host header."""
+    with raw_http_double("::1") as double:
+        double.script.append(RawReply(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\ntoken"))
+        status, body = ac._http("PUT", f"http://[::1]:{double.port}/latest/api/token",
+                                 {"x-aws-ec2-metadata-token-ttl-seconds": "21600"}, 2.0)
+    assert (status, body) == (200, b"token")
+    request = double.requests[0].decode()
+    assert request.startswith("PUT /latest/api/token HTTP/1.1\r\n")
+    assert f"host: [::1]:{double.port}\r\n" in request
+    assert "content-length: 0\r\n" in request
+    assert "x-aws-ec2-metadata-token-ttl-seconds: 21600\r\n" in request
