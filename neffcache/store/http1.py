@@ -13,6 +13,7 @@ either side says ``close`` or the body was framed by the close. Anything malform
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -140,11 +141,8 @@ class Response:
         if self._framing == "length" and not self.complete:
             assert self._left is not None
             data: bytes = self._rfile.read(min(size, self._left))  # no second copy
-            if size and not data:
-                raise IncompleteBody(self._received, self._received + self._left)
-            self._left -= len(data)
-            self._received += len(data)
-            self.complete = self._left == 0
+            if size:
+                self._counted(len(data))
             return data
         buf = bytearray(size)
         n = self.readinto(buf)
@@ -157,13 +155,9 @@ class Response:
             return 0
         if self._framing == "length":
             assert self._left is not None
-            n = self._rfile.readinto(view[:self._left])
-            if not n:
-                raise IncompleteBody(self._received, self._received + self._left)
-            self._left -= n
-            self._received += n
-            self.complete = self._left == 0
-            return int(n)
+            n = int(self._rfile.readinto(view[:self._left]))
+            self._counted(n)
+            return n
         if self._framing == "chunked":
             return self._readinto_chunked(view)
         n = self._rfile.readinto(view)  # framed by the connection closing
@@ -172,6 +166,15 @@ class Response:
             return 0
         self._received += n
         return int(n)
+
+    def _counted(self, n: int) -> None:
+        """Account ``n`` bytes of a Content-Length body just read (0: the connection ended)."""
+        assert self._left is not None
+        if not n:
+            raise IncompleteBody(self._received, self._received + self._left)
+        self._left -= n
+        self._received += n
+        self.complete = self._left == 0
 
     def _readinto_chunked(self, view: memoryview) -> int:
         done = 0
@@ -215,20 +218,20 @@ def _read_response(rfile: Any, method: str) -> Response:
     connection = {t.strip().lower() for t in headers.get("connection", "").split(",")}
     keep_alive = "close" not in connection and (version == "HTTP/1.1"
                                                 or "keep-alive" in connection)
+    framing, length = "close", None
     if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-        return Response(rfile, status, headers, body="none", length=0, keep_alive=keep_alive)
-    if "transfer-encoding" in headers:
+        framing, length = "none", 0
+    elif "transfer-encoding" in headers:
         codings = [t.strip().lower() for t in headers["transfer-encoding"].split(",")]
         if codings[-1] == "chunked":
+            framing = "chunked"
             # With Content-Length too, chunked wins and the connection must not be reused.
-            return Response(rfile, status, headers, body="chunked", length=None,
-                            keep_alive=keep_alive and "content-length" not in headers)
-        return Response(rfile, status, headers, body="close", length=None, keep_alive=False)
-    if "content-length" in headers:
-        return Response(rfile, status, headers, body="length",
-                        length=_content_length(headers["content-length"]),
-                        keep_alive=keep_alive)
-    return Response(rfile, status, headers, body="close", length=None, keep_alive=False)
+            keep_alive = keep_alive and "content-length" not in headers
+    elif "content-length" in headers:
+        framing, length = "length", _content_length(headers["content-length"])
+    if framing == "close":
+        keep_alive = False
+    return Response(rfile, status, headers, body=framing, length=length, keep_alive=keep_alive)
 
 
 def _line(rfile: Any) -> bytes:
@@ -251,14 +254,21 @@ def _status_line(line: bytes) -> tuple[str, int]:
     return parts[0].decode("ascii"), status
 
 
-def _headers(rfile: Any) -> dict[str, str]:
-    headers: dict[str, str] = {}
+def _block(rfile: Any, what: str) -> Iterator[bytes]:
+    """The lines of a header (or trailer) block, up to the blank line that ends it."""
     for _ in range(MAX_HEADERS + 1):
         line = _line(rfile)
         if not line:
-            raise ProtocolError("connection closed inside the reply headers")
+            raise ProtocolError(f"connection closed inside the reply {what}")
         if line in (b"\r\n", b"\n"):
-            return headers
+            return
+        yield line
+    raise ProtocolError(f"reply has more than {MAX_HEADERS} {what[:-1]} lines")
+
+
+def _headers(rfile: Any) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for line in _block(rfile, "headers"):
         if line[:1] in (b" ", b"\t"):
             raise ProtocolError("reply uses obsolete header line folding")
         name, sep, value = line.decode("latin-1").partition(":")
@@ -268,7 +278,7 @@ def _headers(rfile: Any) -> dict[str, str]:
         if "\0" in text or "\r" in text:
             raise ProtocolError("reply has a malformed header value")
         headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    raise ProtocolError(f"reply has more than {MAX_HEADERS} header lines")
+    return headers
 
 
 def _content_length(value: str) -> int:
@@ -290,10 +300,5 @@ def _chunk_size(line: bytes) -> int:
 
 
 def _skip_trailers(rfile: Any) -> None:
-    for _ in range(MAX_HEADERS + 1):
-        line = _line(rfile)
-        if not line:
-            raise ProtocolError("connection closed inside the reply trailers")
-        if line in (b"\r\n", b"\n"):
-            return
-    raise ProtocolError(f"reply has more than {MAX_HEADERS} trailer lines")
+    for _ in _block(rfile, "trailers"):
+        pass
