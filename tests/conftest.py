@@ -11,6 +11,8 @@ import pytest
 
 from tests.support.servers import moto_server
 
+# Port 9 (discard) on loopback: nothing listens, so a metadata request fails at once.
+CLOSED_METADATA_ENDPOINT = "http://127.0.0.1:9"
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -26,6 +28,12 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("NEFFCACHE_HOME", str(home))
     for var in ("NEFFCACHE_STORE", "NEFFCACHE_INDEX", "NEFFCACHE_CONFIG", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
+    # No AWS config of this machine's, and an instance-metadata fallback that stays on
+    # loopback (a closed port): a test without credentials must never ask 169.254.169.254.
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(home / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_METADATA_ENDPOINT", CLOSED_METADATA_ENDPOINT)
+    monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", CLOSED_METADATA_ENDPOINT)
     return home
 
 

@@ -1,14 +1,8 @@
-"""A store in an S3 bucket under a prefix (AWS or any S3-compatible server such as SeaweedFS).
-
-Two clients serve it. Reads (has, open, read, list, check) go through ``s3_http``: SigV4 over
-http.client, standard library only, so a boot-time restore starts moving bytes ~0.2 s sooner
-than with botocore. Writes (put, delete) go through ``s3_botocore``, created on first use.
-botocore also takes the reads when the environment asks for what the small client does not do:
-``NEFFCACHE_S3_CLIENT=botocore``, an HTTP(S) proxy for the endpoint, FIPS or dual-stack
-endpoints; and it resolves the credentials when they come from SSO, assume-role, web identity
-or a credential process (``aws_credentials.NeedsBotocore``). Either way a missing key is
-``NotFoundError`` and anything else that stops a call after retries is ``UnavailableError``
-with a one-line message that never carries credentials.
+"""A store in an S3 bucket under a prefix (AWS or any S3-compatible server such as SeaweedFS),
+through one client for reads and writes: obstore (Rust's object_store, behind a thin Python
+binding; ~10 ms to import, requests, SigV4 signing, retries and connection pooling run outside
+the GIL). ``s3_config`` decides endpoint, region and credential source; ``s3_errors`` turns
+the client's exceptions into ``NotFoundError`` / ``UnavailableError`` / ``ConfigError``.
 
 Permissions: a reader needs ``s3:GetObject`` and ``s3:ListBucket`` on the prefix. Without
 ListBucket S3 answers 403 instead of 404 for a missing key, which reads as "unavailable".
@@ -17,29 +11,44 @@ ListBucket S3 answers 403 instead of 404 for a missing key, which reads as "unav
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, BinaryIO
-from urllib.parse import urlsplit
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from typing import Any, BinaryIO
 
-from neffcache.errors import ConfigError, NotFoundError, UsageError
-from neffcache.store.aws_credentials import (
-    CredentialProvider,
-    Credentials,
-    NeedsBotocore,
-    resolve_region,
+import obstore
+from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
+from obstore.store import S3Store as _Client
+
+from neffcache.errors import NotFoundError, UsageError
+from neffcache.store.base import BLOBS, PACKS, ObjectStream, check_key
+from neffcache.store.s3_config import (
+    NONE,
+    CredentialSource,
+    S3Location,
+    configured_endpoint,
+    credential_source,
+    locate,
+    parse_s3_url,
+    read_profile,
 )
-from neffcache.store.base import check_key
-from neffcache.store.s3_errors import redact
-from neffcache.store.s3_http import HttpS3Reader
-
-if TYPE_CHECKING:
-    from neffcache.store.s3_botocore import BotocoreS3
+from neffcache.store.s3_errors import (
+    RANGE_NOT_SATISFIABLE,
+    no_credentials,
+    redact,
+    response_code,
+    translate,
+)
 
 MiB = 1 << 20
-CLIENT_VARIABLE = "NEFFCACHE_S3_CLIENT"
-_PROXY_VARIABLES = ("https_proxy", "http_proxy", "all_proxy")
+# Whole requests get this long; a stalled body is caught sooner by the read timeout.
+REQUEST_TIMEOUT = timedelta(minutes=15)
+# obstore raises FileNotFoundError (not one of its own classes) for a missing object.
+_CLIENT_ERRORS = (BaseError, FileNotFoundError)
+# Keys whose name is the sha256 of their bytes: rewriting one rewrites the same bytes.
+_CONTENT_ADDRESSED = (BLOBS, PACKS)
 
 
 class S3Store:
@@ -50,29 +59,31 @@ class S3Store:
                  max_pool_connections: int = 64, multipart_threshold: int = 16 * MiB,
                  part_size: int = 16 * MiB, environ: Mapping[str, str] | None = None) -> None:
         if part_size < 5 * MiB or multipart_threshold < part_size:
-            raise ConfigError("S3 store: part_size must be >= 5 MiB and <= multipart_threshold")
+            raise UsageError("S3 store: part_size must be >= 5 MiB and <= multipart_threshold")
         env = os.environ if environ is None else environ
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self._options: dict[str, Any] = dict(
-            endpoint_url=endpoint_url, max_attempts=max_attempts, connect_timeout=connect_timeout,
-            read_timeout=read_timeout, max_pool_connections=max_pool_connections,
-            multipart_threshold=multipart_threshold, part_size=part_size)
+        self.multipart_threshold, self.part_size = multipart_threshold, part_size
+        profile = read_profile(env)
+        self.location = locate(bucket, self.prefix, endpoint_url, env, profile or {})
+        self.credentials: CredentialSource = credential_source(env, profile)
+        self.endpoint = redact(self.location.endpoint or "https://s3.amazonaws.com")
+        self._provider = None
+        if self.credentials.needs_botocore:
+            from neffcache.store.s3_profile import profile_credentials
+
+            self._provider = profile_credentials(self.credentials, self.url)
+        client = dict(connect_timeout=timedelta(seconds=connect_timeout),
+                      read_timeout=timedelta(seconds=read_timeout),
+                      pool_max_idle_per_host=str(max_pool_connections))
+        self._client = self._connect(client, max_attempts - 1)
+        # check() must fail within seconds on an unreachable endpoint: one retry, short waits.
+        self._probe_options = dict(client, connect_timeout=timedelta(
+            seconds=min(connect_timeout, 2.0)), read_timeout=timedelta(
+            seconds=min(read_timeout, 5.0)))
+        self._probe: _Client | None = None
         self._lock = threading.Lock()
-        self._boto_client: BotocoreS3 | None = None
-        self._reader: HttpS3Reader | None = None
-        self.client = "botocore" if reads_need_botocore(env, bucket, endpoint_url) else "http"
-        if self.client == "http":
-            self._reader = HttpS3Reader(
-                bucket, region=resolve_region(env), endpoint_url=endpoint_url,
-                credentials=CredentialSource(env), max_attempts=max_attempts,
-                connect_timeout=connect_timeout, read_timeout=read_timeout,
-                max_pool_connections=max_pool_connections,
-                ca_bundle=env.get("AWS_CA_BUNDLE") or None)
-            self.endpoint = redact(self._reader.endpoint.url)
-        else:
-            self.endpoint = self._boto.endpoint
 
     @classmethod
     def from_url(cls, url: str, environ: Mapping[str, str] | None = None,
@@ -80,28 +91,21 @@ class S3Store:
         """``s3://bucket/prefix``; the endpoint comes from AWS_ENDPOINT_URL_S3 or
         AWS_ENDPOINT_URL (else AWS's regional endpoint), credentials from the standard chain."""
         env = os.environ if environ is None else environ
-        parts = urlsplit(url)
-        bucket = parts.netloc
-        if parts.scheme != "s3" or not bucket or parts.query or parts.fragment \
-                or any(c in bucket for c in "@:"):
-            raise ConfigError(f"store {url!r}: expected s3://BUCKET/PREFIX")
-        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
-        if env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
-            endpoint = None
-        options.setdefault("endpoint_url", endpoint)
-        return cls(bucket, parts.path, environ=environ, **options)
+        bucket, prefix = parse_s3_url(url)
+        options.setdefault("endpoint_url", configured_endpoint(env))
+        return cls(bucket, prefix, environ=environ, **options)
 
     # -- the protocol -------------------------------------------------------------------------
 
     def check(self) -> None:
-        if self._reader is None:
-            self._boto.check(self._base(), self.url)
-            return
-        probe = (min(self._options["connect_timeout"], 2.0),
-                 min(self._options["read_timeout"], 5.0))
-        for _ in self._reader.list(self._base(), self.url, max_keys=1, attempts=2,
-                                   timeouts=probe):
-            pass
+        with self._lock:
+            if self._probe is None:
+                self._probe = self._connect(self._probe_options, 1)
+        self._no_source("ListObjectsV2")
+        try:
+            next(iter(obstore.list(self._probe, self.prefix or None, chunk_size=1)), None)
+        except _CLIENT_ERRORS as exc:
+            raise self._error(exc, "ListObjectsV2", None) from None
 
     def has(self, key: str) -> bool:
         try:
@@ -113,115 +117,170 @@ class S3Store:
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         if start < 0 or (length is not None and length < 0):
             raise UsageError(f"{self.url}/{key}: negative range start={start} length={length}")
+        check_key(key)
         if length == 0:
             self._head(key)
             return io.BytesIO()
-        full, where = self._full(key), f"{self.url}/{key}"
-        if self._reader is None:
-            return self._boto.get(full, where, start, length)
-        return self._reader.get(full, where, start, length)  # type: ignore[return-value]
+        options: dict[str, Any] = {}
+        if length is not None:
+            options["range"] = (start, start + length)
+        elif start:
+            options["range"] = {"offset": start}
+        self._no_source("GetObject")
+        try:
+            result = obstore.get(self._client, key, options=options)  # type: ignore[arg-type]
+        except _CLIENT_ERRORS as exc:
+            if response_code(exc)[0] in RANGE_NOT_SATISFIABLE:
+                return io.BytesIO()  # the object exists; the range starts past its end
+            raise self._error(exc, "GetObject", key) from None
+        return _Body(iter(result.stream(min_chunk_size=256 * 1024)), self, key)  # type: ignore[return-value]
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         with self.open(key, start, length) as body:
             return body.read()
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
-        return self._boto.put(self._full(key), f"{self.url}/{key}", source, if_absent,
-                              lambda: self.has(key))
+        check_key(key)
+        self._no_source("PutObject")
+        first = _read_up_to(source, self.multipart_threshold)
+        if len(first) < self.multipart_threshold or (
+                if_absent and not key.startswith(_CONTENT_ADDRESSED)):
+            # One conditional PutObject (If-None-Match: *): the server refuses to overwrite.
+            rest = b"" if len(first) < self.multipart_threshold else source.read()
+            return self._put_once(key, first + rest, if_absent)
+        if if_absent and self.has(key):
+            return False  # skip uploading a large body the store already holds
+        # A multipart upload cannot be made conditional through obstore; a racing writer of a
+        # content-addressed key writes the same bytes, so the last complete upload is harmless.
+        chunks = itertools.chain((first,), iter(lambda: source.read(self.part_size), b""))
+        try:
+            obstore.put(self._client, key, chunks, use_multipart=True, chunk_size=self.part_size,
+                        max_concurrency=4)
+        except _CLIENT_ERRORS as exc:
+            raise self._error(exc, "UploadPart", key) from None
+        return True
 
     def list(self, prefix: str) -> Iterator[str]:
-        base = self._base()
-        keys = self._boto.list(base + prefix, self.url) if self._reader is None \
-            else self._reader.list(base + prefix, self.url)
-        for key in keys:
-            yield key[len(base):]
+        """Keys under ``prefix``; object_store lists whole path segments, so a prefix that ends
+        inside a name is listed from its parent and filtered."""
+        parent = prefix.rpartition("/")[0]
+        self._no_source("ListObjectsV2")
+        try:
+            for batch in obstore.list(self._client, parent or None, chunk_size=1000):
+                for meta in batch:
+                    if meta["path"].startswith(prefix):
+                        yield meta["path"]
+        except _CLIENT_ERRORS as exc:
+            raise self._error(exc, "ListObjectsV2", None) from None
 
     def delete(self, key: str) -> None:
-        self._boto.delete(self._full(key), f"{self.url}/{key}")
+        check_key(key)
+        self._no_source("DeleteObject")
+        try:
+            obstore.delete(self._client, key)
+        except _CLIENT_ERRORS as exc:
+            error = self._error(exc, "DeleteObject", key)
+            if not isinstance(error, NotFoundError):
+                raise error from None
 
     # -- helpers ------------------------------------------------------------------------------
 
-    @property
-    def _boto(self) -> BotocoreS3:
-        """The botocore client, created on first use (its import alone takes ~0.1 s)."""
-        with self._lock:
-            if self._boto_client is None:
-                from neffcache.store.s3_botocore import BotocoreS3
+    def _connect(self, client: dict[str, Any], retries: int) -> _Client:
+        loc: S3Location = self.location
+        config: dict[str, Any] = {"virtual_hosted_style_request": loc.virtual_hosted}
+        if loc.endpoint:
+            config["endpoint"] = loc.endpoint
+        if loc.region:
+            config["region"] = loc.region
+        options = dict(client, timeout=REQUEST_TIMEOUT, allow_http=loc.allow_http)
+        retry = {"max_retries": max(0, retries), "retry_timeout": timedelta(minutes=3)}
+        try:
+            return _Client(self.bucket, prefix=self.prefix or None, config=config,
+                           client_options=options, retry_config=retry,  # type: ignore[arg-type]
+                           credential_provider=self._provider)  # type: ignore[arg-type]
+        except _CLIENT_ERRORS as exc:
+            raise self._error(exc, "configure", None) from None
 
-                self._boto_client = BotocoreS3(self.bucket, **self._options)
-            return self._boto_client
-
-    def _full(self, key: str) -> str:
-        return self._base() + check_key(key)
-
-    def _base(self) -> str:
-        return f"{self.prefix}/" if self.prefix else ""
+    def _put_once(self, key: str, body: bytes, if_absent: bool) -> bool:
+        try:
+            obstore.put(self._client, key, body, mode="create" if if_absent else "overwrite",
+                        use_multipart=False)
+        except (AlreadyExistsError, PreconditionError):
+            if if_absent:
+                return False
+            raise
+        except _CLIENT_ERRORS as exc:
+            raise self._error(exc, "PutObject", key) from None
+        return True
 
     def _head(self, key: str) -> None:
-        full, where = self._full(key), f"{self.url}/{key}"
-        if self._reader is None:
-            self._boto.head(full, where)
-        else:
-            self._reader.head(full, where)
+        check_key(key)
+        self._no_source("HeadObject")
+        try:
+            obstore.head(self._client, key)
+        except _CLIENT_ERRORS as exc:
+            raise self._error(exc, "HeadObject", key) from None
+
+    def _no_source(self, op: str) -> None:
+        if self.credentials.name == NONE:
+            raise no_credentials(self.url, op)
+
+    def _error(self, exc: BaseException, op: str, key: str | None) -> Exception:
+        where = f"{self.url}/{key}" if key else self.url
+        return translate(exc, where=where, endpoint=self.endpoint, op=op, key=key,
+                         source=self.credentials.name)
 
 
-class CredentialSource:
-    """Credentials for the small client: resolved by ``aws_credentials`` where it can, by
-    botocore's own chain where the environment asks for more (imported only then)."""
+class _Body(ObjectStream):
+    """An object's body as a stream: chunks from obstore, errors translated while reading."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self._provider = CredentialProvider(env)
-        self._lock = threading.Lock()
-        self._botocore: Callable[[], Credentials | None] | None = None
+    def __init__(self, chunks: Iterator[bytes], store: S3Store, key: str) -> None:
+        super().__init__()
+        self._chunks, self._store, self._key = chunks, store, key
+        self._buf = memoryview(b"")
 
-    def __call__(self) -> Credentials | None:
-        if self._botocore is None:
-            try:
-                return self._provider.get()
-            except NeedsBotocore:
-                with self._lock:
-                    if self._botocore is None:
-                        self._botocore = _botocore_credentials()
-        return self._botocore()
-
-
-def _botocore_credentials() -> Callable[[], Credentials | None]:
-    import botocore.session  # type: ignore[import-untyped]
-
-    found = botocore.session.get_session().get_credentials()
-
-    def frozen() -> Credentials | None:
-        if found is None:
-            return None
-        c = found.get_frozen_credentials()
-        return Credentials(c.access_key, c.secret_key, c.token, None, "botocore")
-
-    return frozen
-
-
-def reads_need_botocore(env: Mapping[str, str], bucket: str, endpoint_url: str | None) -> bool:
-    """Whether reads must go through botocore: asked for, or a proxy, FIPS or dual-stack
-    endpoint the small client does not implement."""
-    choice = env.get(CLIENT_VARIABLE, "auto").lower()
-    if choice not in ("auto", "botocore", "http"):
-        raise ConfigError(f"{CLIENT_VARIABLE}={choice!r}: expected auto, botocore or http")
-    if choice != "auto":
-        return choice == "botocore"
-    if any(env.get(v, "").lower() == "true"
-           for v in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT")):
-        return True
-    host = urlsplit(endpoint_url).hostname if endpoint_url else f"{bucket}.s3.amazonaws.com"
-    return uses_proxy(env, host or "")
-
-
-def uses_proxy(env: Mapping[str, str], host: str) -> bool:
-    """Whether a proxy variable applies to ``host`` (``no_proxy`` honoured as curl does:
-    ``*``, exact hosts and domain suffixes)."""
-    lowered = {k.lower(): v for k, v in env.items()}
-    if not any(lowered.get(v) for v in _PROXY_VARIABLES):
-        return False
-    for entry in lowered.get("no_proxy", "").split(","):
-        entry = entry.strip().lstrip(".").lower()
-        if entry == "*" or (entry and (host == entry or host.endswith("." + entry))):
+    def _fill(self) -> bool:
+        try:
+            self._buf = memoryview(next(self._chunks))
+        except StopIteration:
             return False
-    return True
+        except _CLIENT_ERRORS as exc:
+            raise self._store._error(exc, "GetObject", self._key) from None
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            parts = [bytes(self._buf)]
+            while self._fill():
+                parts.append(bytes(self._buf))
+            self._buf = memoryview(b"")
+            return b"".join(parts)
+        if not self._buf and not self._fill():
+            return b""
+        out, self._buf = self._buf[:size], self._buf[size:]
+        return bytes(out)
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._buf and not self._fill():
+            return 0
+        n = min(len(buffer), len(self._buf))
+        buffer[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def _close_source(self) -> None:
+        self._chunks = iter(())
+        self._buf = memoryview(b"")
+
+
+def _read_up_to(source: BinaryIO, size: int) -> bytes:
+    """Read exactly ``size`` bytes unless the stream ends first (streams may return less)."""
+    chunks: list[bytes] = []
+    left = size
+    while left > 0:
+        chunk = source.read(left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

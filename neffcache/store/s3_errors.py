@@ -1,21 +1,23 @@
-"""How an S3 failure reads: error codes to one-line reasons, shared by both S3 clients.
+"""The one place an S3 failure becomes a domain error: obstore's exceptions (and botocore's,
+for the credential sources it resolves) to ``NotFoundError``, ``UnavailableError`` (exit 6)
+or ``ConfigError`` (exit 2), each a one-line message with a hint where one helps.
 
-No SDK here: the botocore-free read client and the botocore client both build their
-``NotFoundError`` / ``UnavailableError`` messages from this table, so a failure reads the same
-whichever client met it. Messages name the store URL, the code, the HTTP status and the
-operation, never credentials.
+obstore reports a failed request as an exception whose text holds the HTTP status and the
+S3 error document; the status and ``<Code>`` are read from it and nothing else is kept, so a
+message names the store URL, the code, the HTTP status and the operation, never credentials
+or response bodies.
 """
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
-from neffcache.errors import NotFoundError, UnavailableError
+from neffcache.errors import ConfigError, NeffcacheError, NotFoundError, UnavailableError
 
 NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
-PRECONDITION = frozenset({"412", "PreconditionFailed"})
-CONFLICT = frozenset({"409", "ConditionalRequestConflict"})
 RANGE_NOT_SATISFIABLE = frozenset({"416", "InvalidRange"})
+REDIRECT = frozenset({"301", "PermanentRedirect", "AuthorizationHeaderMalformed"})
 REASONS = {
     "NoSuchBucket": "bucket does not exist",
     "AccessDenied": "access denied",
@@ -35,17 +37,70 @@ REASONS = {
     "InternalError": "server error after retries",
     "500": "server error after retries",
 }
-NO_CREDENTIALS = "no usable AWS credentials found (environment, ~/.aws, instance role)"
+HINTS = {
+    "InvalidAccessKeyId": "check AWS_ACCESS_KEY_ID / AWS_PROFILE (aws sts get-caller-identity)",
+    "SignatureDoesNotMatch": "check AWS_SECRET_ACCESS_KEY / AWS_PROFILE",
+    "ExpiredToken": "refresh the credentials (aws sso login, or a new session token)",
+    "AccessDenied": "the role needs s3:GetObject and s3:ListBucket on the prefix",
+    "403": "the role needs s3:GetObject and s3:ListBucket on the prefix",
+    "RequestTimeTooSkewed": "synchronise this host's clock (chrony, systemd-timesyncd)",
+}
+NO_CREDENTIALS = "no usable AWS credentials found (environment, ~/.aws, container, instance role)"
+NO_CREDENTIALS_HINT = ("set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or attach an "
+                       "instance role")
+_CODE = re.compile(r"<Code>([A-Za-z0-9.]{1,64})</Code>")
+_STATUS = re.compile(r"status(?: code)?:? (\d{3})\b")
+_URI = re.compile(r"Error performing \w+ (\S+)")
+_CREDENTIAL_PATHS = ("/latest/api/token", "/latest/meta-data/", "/v2/credentials",
+                     "/credentials", "sts.")
+
+
+def response_code(exc: BaseException) -> tuple[str, str]:
+    """(S3 error code or the HTTP status when the body had none, HTTP status or "?") from a
+    client exception's text; ("", "?") when no response was received."""
+    text = str(exc)
+    status = _STATUS.search(text)
+    code = _CODE.search(text)
+    got = status.group(1) if status else "?"
+    return (code.group(1) if code else (got if status else "")), got
+
+
+def translate(exc: BaseException, *, where: str, endpoint: str, op: str, key: str | None,
+              source: str) -> NeffcacheError:
+    """The domain error for a failed store call (``where`` names the object or store)."""
+    from obstore.exceptions import NotFoundError as ObjectNotFound
+    from obstore.exceptions import UnauthenticatedError
+
+    text = str(exc)
+    if isinstance(exc, UnauthenticatedError) or "credential provider" in text:
+        return UnavailableError(f"{where}: the {source} credential source failed ({op})",
+                                hint=NO_CREDENTIALS_HINT)
+    uri = _URI.search(text)
+    if uri and _is_credential_request(uri.group(1), endpoint):
+        return UnavailableError(f"{where}: cannot get credentials from the {source} source "
+                                f"({_short_reason(text)}, {op})", hint=NO_CREDENTIALS_HINT)
+    code, status = response_code(exc)
+    if isinstance(exc, (ObjectNotFound, FileNotFoundError)) and code != "NoSuchBucket":
+        return NotFoundError(f"{where}: not found") if key is not None else \
+            UnavailableError(f"{where}: not found (HTTP 404, {op})")
+    if code:
+        return client_failure(where, code, status, op, key)
+    return unreachable(where, endpoint, _short_reason(text), op)
 
 
 def client_failure(where: str, code: str, status: int | str, op: str,
-                   key: str | None) -> NotFoundError | UnavailableError:
+                   key: str | None) -> NotFoundError | UnavailableError | ConfigError:
     """The error for a request the server answered with ``code`` (an S3 error code, or the
     HTTP status when the body had none)."""
     if key is not None and code in NOT_FOUND:
         return NotFoundError(f"{where}: not found")
+    if code in REDIRECT:
+        return ConfigError(f"{where}: the bucket is in another region than the one configured "
+                           f"({code}, HTTP {status}, {op})",
+                           hint="set AWS_REGION to the bucket's region")
     reason = REASONS.get(code, "request failed")
-    return UnavailableError(f"{where}: {reason} ({code}, HTTP {status}, {op})")
+    return UnavailableError(f"{where}: {reason} ({code}, HTTP {status}, {op})",
+                            hint=HINTS.get(code))
 
 
 def unreachable(where: str, endpoint: str, what: str, op: str) -> UnavailableError:
@@ -53,13 +108,36 @@ def unreachable(where: str, endpoint: str, what: str, op: str) -> UnavailableErr
 
 
 def no_credentials(where: str, op: str) -> UnavailableError:
-    return UnavailableError(f"{where}: {NO_CREDENTIALS} ({op})")
+    return UnavailableError(f"{where}: {NO_CREDENTIALS} ({op})", hint=NO_CREDENTIALS_HINT)
 
 
 def redact(endpoint: str) -> str:
     """An endpoint URL without any user:password part."""
     parts = urlsplit(endpoint)
     host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
     if parts.port:
         host = f"{host}:{parts.port}"
     return f"{parts.scheme}://{host}{parts.path}" if parts.scheme else endpoint
+
+
+def _is_credential_request(uri: str, endpoint: str) -> bool:
+    """Whether the failed request went to a credential service rather than the store."""
+    host = urlsplit(uri).netloc
+    if endpoint and host == urlsplit(endpoint).netloc:
+        return False
+    return any(p in uri for p in _CREDENTIAL_PATHS)
+
+
+def _short_reason(text: str) -> str:
+    """A few words for a failure without a server answer (connection refused, timeout…)."""
+    lowered = text.lower()
+    if "timed out" in lowered or "timeout" in lowered:
+        return "timed out"
+    if "connect" in lowered:
+        return "connection failed"
+    if "error decoding response body" in lowered or "incomplete" in lowered:
+        return "response cut short"
+    status = _STATUS.search(text)
+    return f"HTTP {status.group(1)}" if status else "request failed"

@@ -1,7 +1,6 @@
 """The store fixture every contract test runs over: memory, local, faulty(memory), S3 on the
-moto server (reads by the small http client, and by botocore as the fallback) and S3 on
-SeaweedFS (a real S3-compatible server that checks signatures; its conditional PutObject is atomic,
-its conditional multipart complete not quite: see the race test)."""
+moto server and S3 on SeaweedFS (a real S3-compatible server that checks signatures), the
+latter also over IPv6 loopback (``http://[::1]:PORT``)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from neffcache.store.base import Store
 from tests.conftest import S3_ENV
 from tests.support.faulty_store import FaultyStore
 from tests.support.memory_store import MemoryStore
-from tests.support.servers import seaweedfs_server, weed_binary
+from tests.support.servers import moto_server, seaweedfs_server, weed_binary
 
 MiB = 1 << 20
 # Small multipart sizes so a multi-MiB test object goes through the multipart path on S3.
@@ -25,8 +24,8 @@ S3_OPTIONS = {"multipart_threshold": 6 * MiB, "part_size": 5 * MiB}
 
 @pytest.fixture(params=["memory", "local", "faulty",
                         pytest.param("s3", marks=pytest.mark.s3),
-                        pytest.param("s3-botocore-reads", marks=pytest.mark.s3),
-                        pytest.param("seaweedfs", marks=pytest.mark.seaweedfs)])
+                        pytest.param("seaweedfs", marks=pytest.mark.seaweedfs),
+                        pytest.param("s3-ipv6", marks=pytest.mark.s3)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     kind = request.param
     if kind == "memory":
@@ -39,11 +38,22 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
         return LocalStore(tmp_path / "store")
     from neffcache.store.s3 import S3Store
 
-    url = request.getfixturevalue("seaweedfs_url" if kind == "seaweedfs" else "s3_url")
-    if kind == "s3-botocore-reads":  # the fallback when the environment needs botocore
-        return S3Store.from_url(url, environ=dict(os.environ, NEFFCACHE_S3_CLIENT="botocore"),
-                                **S3_OPTIONS)
+    url = request.getfixturevalue({"s3": "s3_url", "s3-ipv6": "s3_ipv6_url"}.get(
+        kind, "seaweedfs_url"))
     return S3Store.from_url(url, **S3_OPTIONS)
+
+
+@pytest.fixture(scope="session")
+def moto_ipv6_endpoint() -> Iterator[str]:
+    """moto's S3 server on the IPv6 loopback: ``http://[::1]:PORT``."""
+    with moto_server("::1") as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_ipv6_url(moto_ipv6_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on the IPv6 moto server, with the standard AWS variables pointing at it."""
+    return _bucket_at(moto_ipv6_endpoint, monkeypatch)
 
 
 @pytest.fixture(scope="session")
@@ -61,10 +71,14 @@ def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
 @pytest.fixture
 def seaweedfs_url(seaweedfs_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """A fresh bucket on SeaweedFS, with the standard AWS variables pointing at it."""
+    return _bucket_at(seaweedfs_endpoint, monkeypatch)
+
+
+def _bucket_at(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     import boto3
 
-    for k, v in dict(S3_ENV, AWS_ENDPOINT_URL=seaweedfs_endpoint).items():
+    for k, v in dict(S3_ENV, AWS_ENDPOINT_URL=endpoint).items():
         monkeypatch.setenv(k, v)
     name = f"nc-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=seaweedfs_endpoint).create_bucket(Bucket=name)
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)
     return f"s3://{name}/neff"

@@ -1,5 +1,5 @@
-"""What only the S3 store has to get right: URLs, endpoints, conditional multipart writes and
-the one place botocore errors become NotFoundError / UnavailableError."""
+"""What only the S3 store has to get right: URLs, endpoints, conditional writes, and the one
+place client errors become NotFoundError / UnavailableError / ConfigError."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 
 import pytest
-from botocore.stub import Stubber
 
 from neffcache.errors import ConfigError, NotFoundError, UnavailableError
 from neffcache.store.s3 import S3Store
@@ -130,65 +129,32 @@ def test_missing_bucket_is_unavailable_not_not_found(s3_env: dict[str, str]) -> 
         store.put("manifests/x.json", io.BytesIO(b"x"))
 
 
-# -- which client reads -----------------------------------------------------------------------
-
-@pytest.mark.parametrize("env,client", [
-    ({}, "http"),
-    ({"NEFFCACHE_S3_CLIENT": "botocore"}, "botocore"),
-    ({"AWS_USE_FIPS_ENDPOINT": "true"}, "botocore"),
-    ({"HTTPS_PROXY": "http://127.0.0.1:3128"}, "botocore"),
-    ({"https_proxy": "http://127.0.0.1:3128", "NO_PROXY": "localhost,127.0.0.1"}, "http"),
-    ({"http_proxy": "http://127.0.0.1:3128", "no_proxy": "*"}, "http"),
-])
-def test_reads_use_the_small_client_unless_the_environment_needs_botocore(
-        fake_creds: None, env: dict[str, str], client: str) -> None:
-    store = S3Store("bkt", "p", endpoint_url="http://127.0.0.1:9", environ=env)
-    assert store.client == client
-
-
-def test_unknown_client_choice_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="NEFFCACHE_S3_CLIENT"):
-        S3Store("bkt", "p", environ={"NEFFCACHE_S3_CLIENT": "boto4"})
-
-
 @pytest.mark.seaweedfs
-@pytest.mark.parametrize("client", ["http", "botocore"])
 def test_wrong_secret_is_refused_by_a_server_that_checks_signatures(
-        seaweedfs_url: str, client: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        seaweedfs_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """SeaweedFS runs with an identity, so it verifies every signature as AWS does."""
-    monkeypatch.setenv("NEFFCACHE_S3_CLIENT", client)
     good = S3Store.from_url(seaweedfs_url)
     good.put("manifests/a.json", io.BytesIO(b"{}"))
     assert good.read("manifests/a.json") == b"{}"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     bad = S3Store.from_url(seaweedfs_url)
-    assert bad.client == client
     with pytest.raises(UnavailableError, match="secret key does not match") as info:
         bad.read("manifests/a.json")
     assert_one_line_without_credentials(info.value)
+    assert info.value.hint and "AWS_SECRET_ACCESS_KEY" in info.value.hint
+    with pytest.raises(UnavailableError, match="secret key does not match"):
+        bad.put("manifests/b.json", io.BytesIO(b"{}"))
 
 
-# -- botocore errors translated once (real client, stubbed responses) -------------------------
-
-@pytest.mark.parametrize("code,status,expected,words", [
-    ("NoSuchKey", 404, NotFoundError, "not found"),
-    ("AccessDenied", 403, UnavailableError, "access denied"),
-    ("InvalidAccessKeyId", 403, UnavailableError, "access key id not recognised"),
-    ("SlowDown", 503, UnavailableError, "throttled"),
-    ("InternalError", 500, UnavailableError, "server error"),
-])
-def test_client_errors_are_translated(fake_creds: None, code: str, status: int,
-                                      expected: type[Exception], words: str) -> None:
-    store = S3Store("bkt", "p", endpoint_url=closed_endpoint(), max_attempts=1,
-                    environ=dict(os.environ, NEFFCACHE_S3_CLIENT="botocore"))
-    assert store.client == "botocore"
-    with Stubber(store._boto.client) as stub:
-        stub.add_client_error("get_object", service_error_code=code, http_status_code=status,
-                              service_message=f"key {SECRET}")
-        with pytest.raises(expected, match=words) as info:
-            store.read("manifests/x.json")
-    msg = assert_one_line_without_credentials(info.value)
-    assert "s3://bkt/p/manifests/x.json" in msg
+@pytest.mark.seaweedfs
+def test_unknown_access_key_is_named(seaweedfs_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDNEVERINMESSAGES")
+    store = S3Store.from_url(seaweedfs_url)
+    for call in (store.check, lambda: store.read("manifests/a.json"),
+                 lambda: list(store.list("manifests/"))):
+        with pytest.raises(UnavailableError, match="access key id not recognised") as info:
+            call()
+        assert_one_line_without_credentials(info.value)
 
 
 # -- conditional writes on the moto server ----------------------------------------------------
@@ -210,14 +176,37 @@ def test_keys_live_under_the_prefix(s3_url: str, s3_bucket: str,
 
 
 @pytest.mark.s3
-@pytest.mark.parametrize("size", [100, 11 * MiB], ids=["put_object", "multipart"])
-def test_conditional_write_itself_refuses_to_overwrite(s3_url: str, size: int,
+@pytest.mark.parametrize("key", ["manifests/k.json", "pending/k.json", "blobs/k"])
+def test_conditional_write_itself_refuses_to_overwrite(s3_url: str, key: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Skip the HEAD shortcut so the server's If-None-Match is what stops the second writer."""
     store = S3Store.from_url(s3_url, multipart_threshold=6 * MiB, part_size=5 * MiB)
-    assert store.put("blobs/k", io.BytesIO(b"1" * size)) is True
+    assert store.put(key, io.BytesIO(b"1" * 100)) is True
     monkeypatch.setattr(store, "has", lambda key: False)
-    assert store.put("blobs/k", io.BytesIO(b"2" * size)) is False
-    assert store.read("blobs/k") == b"1" * size
-    uploads = store._boto.client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", [])
-    assert uploads == []  # the refused multipart upload was aborted, not left behind
+    assert store.put(key, io.BytesIO(b"2" * 100)) is False
+    assert store.read(key) == b"1" * 100
+
+
+@pytest.mark.s3
+def test_large_bodies_that_are_not_content_addressed_stay_conditional(s3_url: str) -> None:
+    """Above the multipart threshold a manifest-like key is still one conditional PutObject."""
+    store = S3Store.from_url(s3_url, multipart_threshold=6 * MiB, part_size=5 * MiB)
+    assert store.put("manifests/big.json", io.BytesIO(b"1" * 7 * MiB)) is True
+    assert store.put("manifests/big.json", io.BytesIO(b"2" * 7 * MiB)) is False
+    assert store.read("manifests/big.json", 0, 4) == b"1111"
+
+
+@pytest.mark.s3
+def test_large_blob_goes_multipart_and_is_skipped_when_present(s3_url: str, s3_bucket: str,
+                                                               s3_env: dict[str, str]) -> None:
+    import boto3
+
+    store = S3Store.from_url(s3_url, multipart_threshold=6 * MiB, part_size=5 * MiB)
+    body = bytes(range(256)) * (44 * 1024)  # 11 MiB: three parts
+    assert store.put("blobs/sha256/ab/big", io.BytesIO(body)) is True
+    assert store.put("blobs/sha256/ab/big", io.BytesIO(body)) is False  # present: nothing uploaded
+    assert store.read("blobs/sha256/ab/big") == body
+    raw = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"])
+    etag = raw.head_object(Bucket=s3_bucket, Key="neff/blobs/sha256/ab/big")["ETag"]
+    assert etag.strip('"').endswith("-3")  # a multipart upload of 5 + 5 + 1 MiB
+    assert raw.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []

@@ -38,14 +38,15 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
 
 
 @contextmanager
-def moto_server() -> Iterator[str]:
-    """Start `moto.server` on a free loopback port; yield its endpoint URL; stop it after."""
+def moto_server(host: str = LOOPBACK) -> Iterator[str]:
+    """Start `moto.server` on a free loopback port (``host`` 127.0.0.1 or ::1); yield its
+    endpoint URL; stop it after."""
     port = free_port()
     env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)],
+        [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    endpoint = f"http://{LOOPBACK}:{port}"
+    endpoint = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     try:
         wait_http(f"{endpoint}/moto-api/")
         yield endpoint

@@ -1,0 +1,171 @@
+"""How an ``s3://`` store is reached, decided from the environment alone: endpoint, region,
+addressing style and which credential source applies. Pure: reads no file but the AWS config
+files it is handed, opens no connection.
+
+The credentials themselves are resolved by libraries, never here: obstore (object_store) for
+environment keys, container credentials and the instance role; botocore for the profile-based
+sources it alone knows (shared credentials file, SSO, assume-role and credential_process
+profiles) and for web identity (obstore 0.12 always calls the public regional STS endpoint,
+while botocore honours AWS_ENDPOINT_URL_STS, which VPCs without internet access need).
+``credential_source`` only picks which of the two asks, in the order botocore's chain looks.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from neffcache.errors import ConfigError
+
+ENVIRONMENT = "environment"
+WEB_IDENTITY = "web-identity"
+PROFILE = "profile"
+CONTAINER = "container"
+INSTANCE = "instance-metadata"
+NONE = "none"
+
+# Keys that make a profile a credential source for botocore (its shared-file, config-file,
+# assume-role, SSO and process providers).
+_PROFILE_SOURCE_KEYS = frozenset({
+    "aws_access_key_id", "role_arn", "credential_process", "sso_session", "sso_start_url",
+    "web_identity_token_file", "credential_source", "source_profile", "login_session"})
+
+
+@dataclass(frozen=True, slots=True)
+class S3Location:
+    """Where a bucket is served and how to address it."""
+
+    bucket: str
+    prefix: str
+    endpoint: str | None  # None: AWS's regional endpoint, chosen by obstore
+    region: str | None
+    virtual_hosted: bool
+    allow_http: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialSource:
+    """Which credential source applies; ``profile`` is set when botocore resolves it."""
+
+    name: str
+    profile: str | None = None
+
+    @property
+    def needs_botocore(self) -> bool:
+        return self.name in (PROFILE, WEB_IDENTITY)
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/prefix`` → (bucket, prefix without surrounding slashes)."""
+    parts = urlsplit(url)
+    bucket = parts.netloc
+    if parts.scheme != "s3" or not bucket or parts.query or parts.fragment \
+            or any(c in bucket for c in "@:"):
+        raise ConfigError(f"store {url!r}: expected s3://BUCKET/PREFIX")
+    return bucket, parts.path.strip("/")
+
+
+def configured_endpoint(env: Mapping[str, str]) -> str | None:
+    """AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL (both ignored when
+    AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true), as the AWS SDKs read them."""
+    if env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
+        return None
+    return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+
+
+def locate(bucket: str, prefix: str, endpoint: str | None, env: Mapping[str, str],
+           profile: Mapping[str, str]) -> S3Location:
+    """The location of ``bucket``: an explicit endpoint is addressed path-style (moto,
+    SeaweedFS, MinIO, IP and IPv6 endpoints); AWS itself virtual-hosted, unless the bucket name
+    has dots (their TLS certificate would not match), with FIPS and dual-stack endpoints as
+    the AWS_USE_FIPS_ENDPOINT / AWS_USE_DUALSTACK_ENDPOINT variables ask."""
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or profile.get("region") \
+        or None
+    if endpoint:
+        scheme = urlsplit(endpoint).scheme
+        if scheme not in ("http", "https"):
+            raise ConfigError(f"S3 endpoint {_without_user(endpoint)!r}: expected http:// or "
+                              "https://")
+        return S3Location(bucket, prefix, endpoint.rstrip("/"), region, False, scheme == "http")
+    fips = _flag(env, "AWS_USE_FIPS_ENDPOINT")
+    dualstack = _flag(env, "AWS_USE_DUALSTACK_ENDPOINT")
+    dotted = "." in bucket
+    if not (fips or dualstack):
+        return S3Location(bucket, prefix, None, region, not dotted, False)
+    host = "s3" + ("-fips" if fips else "") + (".dualstack" if dualstack else "")
+    where = f"{host}.{region or 'us-east-1'}.amazonaws.com"
+    if dotted:
+        return S3Location(bucket, prefix, f"https://{where}", region, False, False)
+    return S3Location(bucket, prefix, f"https://{bucket}.{where}", region, True, False)
+
+
+def credential_source(env: Mapping[str, str], profile: Mapping[str, str] | None) -> (
+        CredentialSource):
+    """Which source botocore's chain would use first: environment keys, web identity from the
+    environment, a profile with credentials (``profile`` is its merged settings, or None when
+    neither file has it), container credentials, the instance role; or none at all."""
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        return CredentialSource(ENVIRONMENT)
+    if env.get("AWS_WEB_IDENTITY_TOKEN_FILE") and env.get("AWS_ROLE_ARN"):
+        return CredentialSource(WEB_IDENTITY)
+    name = profile_name(env)
+    explicit = bool(env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE"))
+    if explicit or (profile is not None and _PROFILE_SOURCE_KEYS & profile.keys()):
+        return CredentialSource(PROFILE, name)  # botocore reports a missing profile itself
+    if env.get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") \
+            or env.get("AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        return CredentialSource(CONTAINER)
+    if _flag(env, "AWS_EC2_METADATA_DISABLED"):
+        return CredentialSource(NONE)
+    return CredentialSource(INSTANCE)
+
+
+def profile_name(env: Mapping[str, str]) -> str:
+    return env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+
+
+def read_profile(env: Mapping[str, str]) -> dict[str, str] | None:
+    """The selected profile's settings from ~/.aws/credentials and ~/.aws/config (or the
+    files AWS_SHARED_CREDENTIALS_FILE / AWS_CONFIG_FILE name), the credentials file winning;
+    None when neither file has the profile. Unreadable or malformed files count as absent:
+    botocore, which resolves such profiles, reports them precisely."""
+    name = profile_name(env)
+    home = env.get("HOME") or os.path.expanduser("~")
+    found: dict[str, str] | None = None
+    config = _section(env.get("AWS_CONFIG_FILE") or f"{home}/.aws/config",
+                      name if name == "default" else f"profile {name}", home)
+    if config is None and name == "default":
+        config = _section(env.get("AWS_CONFIG_FILE") or f"{home}/.aws/config",
+                          "profile default", home)
+    credentials = _section(env.get("AWS_SHARED_CREDENTIALS_FILE") or f"{home}/.aws/credentials",
+                           name, home)
+    for part in (config, credentials):
+        if part is not None:
+            found = {**(found or {}), **part}
+    return found
+
+
+def _section(path: str, section: str, home: str) -> dict[str, str] | None:
+    parser = configparser.RawConfigParser()
+    try:
+        parser.read(path.replace("~", home, 1) if path.startswith("~") else path,
+                    encoding="utf-8")
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        return None
+    if not parser.has_section(section):
+        return None
+    return {k.lower(): v for k, v in parser.items(section)}
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() == "true"
+
+
+def _without_user(endpoint: str) -> str:
+    parts = urlsplit(endpoint)
+    if "@" not in parts.netloc:
+        return endpoint
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
