@@ -4,13 +4,12 @@ place client errors become NotFoundError / UnavailableError / ConfigError."""
 from __future__ import annotations
 
 import io
-import os
 import time
 from collections.abc import Callable
 
 import pytest
 
-from neffcache.errors import ConfigError, NotFoundError, UnavailableError
+from neffcache.errors import ConfigError, UnavailableError
 from neffcache.store.s3 import S3Store
 from tests.support.servers import free_port
 
