@@ -11,11 +11,11 @@ import pytest
 from tests.e2e.conftest import CELL_64, Cli, restored_tree, temps_under
 from tests.support.synthetic import make_neff_cache
 
-HEAVY = ("torch", "diffusers", "transformers", "sqlalchemy", "alembic", "boto3")
+HEAVY = ("torch", "diffusers", "transformers", "sqlalchemy", "alembic", "boto3", "botocore")
 RESTORE_PATH = ("neffcache.cli", "neffcache.commands.restore", "neffcache.restore",
                 "neffcache.restore_apply", "neffcache.restore_fetch")
-# Not heavy, but a boot pays for them: concurrent.futures costs ~12 ms with the logging it pulls in.
-NOT_ON_BOOT = ("concurrent.futures", "logging")
+# Not heavy, but a boot pays for them: http.client parses headers with the email package.
+NOT_ON_BOOT = ("http.client", "email")
 
 
 def _imported(stderr: str) -> set[str]:
