@@ -6,7 +6,9 @@ Precedence: flag > environment > config file > default. Only the CLI and the ser
     NEFFCACHE_HOME    embedded default: index.db (SQLite) and store/ (local store) under it
     NEFFCACHE_STORE   a path, file://PATH or s3://BUCKET/PREFIX
     NEFFCACHE_INDEX   a SQLAlchemy URL (sqlite:///..., postgresql+psycopg://...)
-    NEFFCACHE_CONFIG  a TOML file with `store` and/or `index` keys
+    NEFFCACHE_PYTHON  the interpreter that runs inference, whose package versions (and torch
+                      path) the fingerprint describes (default: the one running neffcache)
+    NEFFCACHE_CONFIG  a TOML file with `store`, `index` and/or `python` keys
                       (default $NEFFCACHE_HOME/config.toml)
 """
 
@@ -25,7 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-FILE_KEYS = ("store", "index")
+FILE_KEYS = ("store", "index", "python")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,8 @@ class Settings:
     index_url: str
     # True when an index was named (flag, variable or file) rather than the embedded default.
     index_explicit: bool
+    # The interpreter the fingerprint describes (None: the one running neffcache).
+    python: str | None = None
 
     @property
     def index_is_embedded(self) -> bool:
@@ -69,7 +73,8 @@ def parse_config_file(text: str, source: str) -> dict[str, str]:
 
 
 def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | None = None,
-                  *, store: str | None = None, index: str | None = None) -> Settings:
+                  *, store: str | None = None, index: str | None = None,
+                  python: str | None = None) -> Settings:
     """Resolve settings; ``file_values`` is the parsed config file (or None)."""
     file_values = file_values or {}
     home = default_home(environ)
@@ -78,8 +83,9 @@ def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | N
     named_index = index or environ.get("NEFFCACHE_INDEX") or file_values.get("index")
     index_url = named_index or f"sqlite:///{home / 'index.db'}"
     _check_index_url(index_url)
+    interpreter = python or environ.get("NEFFCACHE_PYTHON") or file_values.get("python")
     return Settings(home=home, store_url=str(store_url), index_url=str(index_url),
-                    index_explicit=bool(named_index))
+                    index_explicit=bool(named_index), python=interpreter or None)
 
 
 def _check_index_url(url: str) -> None:
@@ -101,7 +107,7 @@ def redact_url(url: str) -> str:
 
 
 def read_settings(environ: Mapping[str, str], *, store: str | None = None,
-                  index: str | None = None) -> Settings:
+                  index: str | None = None, python: str | None = None) -> Settings:
     """The I/O edge: read the config file if present, then resolve."""
     path = config_file_path(environ)
     values = None
@@ -110,4 +116,4 @@ def read_settings(environ: Mapping[str, str], *, store: str | None = None,
             values = parse_config_file(path.read_text(encoding="utf-8"), str(path))
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return load_settings(environ, values, store=store, index=index)
+    return load_settings(environ, values, store=store, index=index, python=python)

@@ -2,8 +2,10 @@
 
 ``build_fingerprint``, ``diff_fingerprints``, ``canonical_cc_flags`` and ``check_usable`` are
 pure; ``collect_fingerprint`` gathers the facts with small probes (package metadata, /proc, DMI,
-dpkg's status file) and never imports torch, runs a command or calls the instance metadata
-service. Volatile values (host names, temp paths, times) never enter it.
+dpkg's status file) and never imports torch or calls the instance metadata service. The only
+command it runs is the inference service's interpreter, when one is named (``python=``), to read
+its package versions (``neffcache.interpreter``). Volatile values (host names, temp paths,
+times) never enter it.
 
 A fingerprint has ``fields`` (compared: they make its key) and ``info`` (recorded and shown,
 never compared): the EC2 instance type and the Neuron runtime version are info, because
@@ -18,6 +20,7 @@ import os
 import platform
 import re
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,17 +314,55 @@ def probe_torch_path() -> str:
     return str(Path(list(spec.submodule_search_locations)[0]).resolve())
 
 
-def common_facts() -> dict[str, str]:
-    facts = {f"version.{d}": v for d, v in versions(COMMON_DISTRIBUTIONS).items()}
-    facts["version.python"] = platform.python_version()
+def interpreter_distributions(backend: str) -> tuple[str, ...]:
+    """The distributions whose versions enter a backend's fingerprint."""
+    sdk = neuron_env.SDK_DISTRIBUTIONS if backend == "neuron" else ()
+    return COMMON_DISTRIBUTIONS + sdk
+
+
+def interpreter_facts(backend: str, dist_versions: Mapping[str, str], python_version: str,
+                      torch_path: str) -> dict[str, str]:
+    """The fields that describe an interpreter rather than the host: distribution versions,
+    the Python version and, for inductor, the torch install path. Pure."""
+    facts = {f"version.{d}": dist_versions.get(d, ABSENT)
+             for d in interpreter_distributions(backend)}
+    facts["version.python"] = python_version
+    if backend == "inductor":
+        facts["torch.path"] = torch_path
     return facts
 
 
+def local_interpreter_facts(backend: str) -> dict[str, str]:
+    """``interpreter_facts`` of the interpreter running neffcache (no subprocess)."""
+    torch_path = probe_torch_path() if backend == "inductor" else ABSENT
+    return interpreter_facts(backend, versions(interpreter_distributions(backend)),
+                             platform.python_version(), torch_path)
+
+
+def other_interpreter_facts(backend: str, python: str,
+                            environ: Mapping[str, str]) -> dict[str, str]:
+    """``interpreter_facts`` of another interpreter, read by running it once."""
+    from neffcache.interpreter import probe_interpreter
+
+    found = probe_interpreter(python, interpreter_distributions(backend), environ=environ)
+    return interpreter_facts(backend, found.version_map, found.python_version,
+                             found.torch_path)
+
+
+def described_interpreter(python: str | None) -> str:
+    """The path of the interpreter a fingerprint collected with ``python`` describes."""
+    if python is None:
+        return sys.executable
+    from neffcache.interpreter import resolve_interpreter
+
+    return resolve_interpreter(python)
+
+
 def inductor_facts(environ: Mapping[str, str]) -> dict[str, str]:
+    """Host facts inductor's keys depend on (the interpreter's are in ``interpreter_facts``)."""
     settings = sorted(f"{k}={v}" for k, v in environ.items()
                       if k.startswith("TORCHINDUCTOR_") and k not in _INDUCTOR_NEUTRAL_VARS)
     return {
-        "torch.path": probe_torch_path(),
         "cpu.arch": platform.machine(),
         "cpu.isa": probe_isa_flags(),
         "inductor.settings": ";".join(settings) or "default",
@@ -338,7 +379,8 @@ def neuron_target(environ: Mapping[str, str], instance_type: str) -> str:
 
 def neuron_facts(environ: Mapping[str, str], instance_type: str | None = None
                  ) -> dict[str, str]:
-    facts = {f"version.{d}": v for d, v in versions(neuron_env.SDK_DISTRIBUTIONS).items()}
+    """Host facts TorchNeuron's output depends on (SDK versions are in ``interpreter_facts``)."""
+    facts: dict[str, str] = {}
     itype = instance_type if instance_type is not None else probe_instance_type(environ)
     facts["target"] = neuron_target(environ, itype)
     facts["lnc"] = environ.get(neuron_env.LOGICAL_NC_CONFIG, "default").strip() or "default"
@@ -348,9 +390,12 @@ def neuron_facts(environ: Mapping[str, str], instance_type: str | None = None
     return facts
 
 
-def collect_fingerprint(backend: str, environ: Mapping[str, str]) -> Fingerprint:
-    """This host's fingerprint for a backend."""
-    facts = common_facts()
+def collect_fingerprint(backend: str, environ: Mapping[str, str],
+                        python: str | None = None) -> Fingerprint:
+    """This host's fingerprint for a backend. The interpreter facts are those of ``python``
+    (the interpreter that will run inference) when given, else of the running one."""
+    facts = local_interpreter_facts(backend) if python is None \
+        else other_interpreter_facts(backend, python, environ)
     info: dict[str, str] = {}
     if backend == "inductor":
         facts.update(inductor_facts(environ))

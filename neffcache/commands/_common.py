@@ -28,13 +28,21 @@ def index_option(f: F) -> F:
                              "sqlite:///$NEFFCACHE_HOME/index.db].")(f)
 
 
+def python_option(f: F) -> F:
+    return click.option("--python", "python", metavar="PATH", default=None,
+                        help="Fingerprint the packages of this Python interpreter, the one that "
+                             "runs inference (e.g. /opt/venv/bin/python), instead of the one "
+                             "running neffcache [env NEFFCACHE_PYTHON; config key `python`].")(f)
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True,
                         help="Print one JSON document to stdout instead of a table.")(f)
 
 
-def settings_from(store: str | None = None, index: str | None = None) -> Settings:
-    return read_settings(os.environ, store=store, index=index)
+def settings_from(store: str | None = None, index: str | None = None,
+                  python: str | None = None) -> Settings:
+    return read_settings(os.environ, store=store, index=index, python=python)
 
 
 def emit_json(doc: Any) -> None:

@@ -15,6 +15,7 @@ from neffcache.commands._common import (
     human_bytes,
     index_option,
     json_option,
+    python_option,
     record_entry_or_warn,
     settings_from,
     store_option,
@@ -34,11 +35,12 @@ from neffcache.errors import UsageError
 @click.option("--dry-run", is_flag=True, help="Say what would be published; upload nothing.")
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Parallel hashing and uploads.")
+@python_option
 @store_option
 @index_option
 @json_option
 def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers: int,
-            store: str | None, index: str | None, as_json: bool) -> None:
+            python: str | None, store: str | None, index: str | None, as_json: bool) -> None:
     """Upload the files an instance compiled at run time, as the entry of one cell.
 
     A file in DIR's cache roots is runtime-compiled when no entry of MATRIX for this host's
@@ -65,6 +67,7 @@ def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers
       neffcache capture matrix.toml --cache /var/cache/neffcache \\
           --cell 'flux2-klein/compile/768x1360/b1/tp1'
       NEFFCACHE_STORE=s3://bucket/neff neffcache capture matrix.toml --cache /mnt/c --json
+      neffcache capture matrix.toml --cache /var/cache/neffcache --python /opt/venv/bin/python
     """
     from neffcache.backends import get_backend, root_dirs
     from neffcache.backfill import apply_backfill, plan_backfill, read_entries
@@ -79,9 +82,9 @@ def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers
     dirs = root_dirs(backend, str(target))
     if not any(Path(d).is_dir() for d in dirs.values()):
         raise UsageError(f"--cache {target}: no cache root in it ({', '.join(dirs.values())})")
-    fingerprint = collect_fingerprint(backend.name, os.environ)
+    settings = settings_from(store, index, python)
+    fingerprint = collect_fingerprint(backend.name, os.environ, python=settings.python)
     check_usable(fingerprint)
-    settings = settings_from(store, index)
     s = open_store(settings.store_url)
     s.check()
     entries = read_entries(s, m.cells, fingerprint, backend)

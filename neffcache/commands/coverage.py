@@ -13,6 +13,7 @@ from neffcache.commands._common import (
     format_table,
     index_option,
     json_option,
+    python_option,
     settings_from,
 )
 
@@ -52,9 +53,10 @@ def coverage_document(matrix_source: str, backend: str, here: str,
 @click.argument("matrix", type=click.Path(dir_okay=False))
 @click.option("--cells", "cell_globs", metavar="GLOB", multiple=True,
               help="Only cells whose id matches this glob (repeatable).")
+@python_option
 @index_option
 @json_option
-def coverage(matrix: str, cell_globs: tuple[str, ...], index: str | None,
+def coverage(matrix: str, cell_globs: tuple[str, ...], python: str | None, index: str | None,
              as_json: bool) -> None:
     """Show which cells of MATRIX are cached, for which fingerprints.
 
@@ -68,6 +70,7 @@ def coverage(matrix: str, cell_globs: tuple[str, ...], index: str | None,
       neffcache coverage matrix.toml
       neffcache coverage matrix.toml --cells 'flux2-klein/compile/*'
       neffcache coverage matrix.toml --json | jq '.fingerprints[] | {key, ready, missing}'
+      neffcache coverage matrix.toml --python /opt/venv/bin/python   # * = that interpreter's
 
     JSON output: {"matrix", "backend", "here" (this host's fingerprint key),
     "cells": [{"id", "key"}], "fingerprints": [{"key", "backend", "fields", "here", "ready",
@@ -81,8 +84,8 @@ def coverage(matrix: str, cell_globs: tuple[str, ...], index: str | None,
 
     spec = load_matrix(matrix)
     cells = select_cells(spec.cells, cell_globs)
-    here = collect_fingerprint(spec.backend, os.environ)
-    settings = settings_from(index=index)
+    settings = settings_from(index=index, python=python)
+    here = collect_fingerprint(spec.backend, os.environ, python=settings.python)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
         report = ix.coverage(cells, [here])
     if as_json:

@@ -16,6 +16,7 @@ from neffcache.commands._common import (
     human_bytes,
     index_option,
     json_option,
+    python_option,
     record_entry_or_warn,
     settings_from,
     store_option,
@@ -40,12 +41,14 @@ from neffcache.errors import MatrixError, UsageError
               help="How long the warm-up took (recorded in the manifest).")
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Parallel uploads.")
+@python_option
 @store_option
 @index_option
 @json_option
 def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
          roots: tuple[str, ...], backend_name: str | None, compile_seconds: float | None,
-         workers: int, store: str | None, index: str | None, as_json: bool) -> None:
+         workers: int, python: str | None, store: str | None, index: str | None,
+         as_json: bool) -> None:
     """Publish the files under each --root as the entry of one cell on this host's fingerprint.
 
     Every regular file under each root is hashed (locks, temp files, dotfiles and symlinks are
@@ -63,6 +66,8 @@ def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
       neffcache push --matrix matrix.toml --cell 'flux2-klein/compile/1024x1024/b1/tp1' \\
           --root neff=/tmp/neff_cache --root hlo=/tmp/neuron_hlo_cache --compile-seconds 812
       neffcache push --cell-json cell.json --backend inductor --root inductor=/tmp/ind --json
+      neffcache push --matrix matrix.toml --cell 'flux2-klein/compile/768x1360/b1/tp1' \\
+          --root neff=/var/cache/neffcache/neff --python /opt/venv/bin/python
     """
     from neffcache.backends import get_backend
     from neffcache.fingerprint import check_usable, collect_fingerprint
@@ -75,10 +80,10 @@ def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
         raise UsageError("--backend: required with a --cell-json that has no `backend` key")
     backend = get_backend(name)
     root_map = _parse_roots(roots, backend)
-    settings = settings_from(store, index)
+    settings = settings_from(store, index, python)
     s = open_store(settings.store_url)
     s.check()
-    fingerprint = collect_fingerprint(backend.name, os.environ)
+    fingerprint = collect_fingerprint(backend.name, os.environ, python=settings.python)
     check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it
     result = publish_entry(s, cell, fingerprint, backend, root_map,
                            compile_seconds=compile_seconds, workers=workers)

@@ -23,6 +23,7 @@ from neffcache.commands._common import (
     index_option,
     json_option,
     progress,
+    python_option,
     report_to_index,
     settings_from,
     store_option,
@@ -75,13 +76,14 @@ _FREEZE_REGISTERED = False
                    "`eval` (also creates the lock/scratch dirs).")
 @click.option("--workers", type=click.IntRange(1, 256), default=None, metavar="N",
               help="Parallel transfers [default: 4 per CPU, at most 16].")
+@python_option
 @store_option
 @index_option
 @json_option
 @_without_cyclic_gc
 def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | None,
-            print_env: bool, workers: int | None, store: str | None, index: str | None,
-            as_json: bool) -> None:
+            print_env: bool, workers: int | None, python: str | None, store: str | None,
+            index: str | None, as_json: bool) -> None:
     """Fetch the entries of MATRIX built for this host's fingerprint into DIR.
 
     For each cell (or each cell matching --cells) the entry key is derived from the cell and
@@ -103,7 +105,13 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     --json prints one document: status, exit_code, fingerprint_key, cells_restored,
     cells_missing, cells_incomplete, cells_failed, cells_elsewhere, entries,
     files_fetched, files_skipped, files_failed, bytes_fetched, deadline_hit, seconds,
-    environment, conflicts. Progress goes to stderr when it is a terminal.
+    environment, conflicts, fingerprint_python (the interpreter the fingerprint describes).
+    Progress goes to stderr when it is a terminal.
+
+    The fingerprint's package versions (torch, diffusers, transformers, the Neuron SDK) and
+    Python version are those of the interpreter that will run inference: --python PATH (or
+    NEFFCACHE_PYTHON, or the config key `python`), read by running it once; by default the
+    interpreter running neffcache.
 
     When two entries want different bytes at one path (compile outputs are not always
     byte-reproducible), the first cell in matrix order wins that path; `conflicts` counts
@@ -115,6 +123,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
       eval "$(neffcache restore matrix.toml --to /var/cache/neffcache --print-env)"
       neffcache restore matrix.toml --to /mnt/cache --cells 'flux2-klein/*' --deadline 60
       NEFFCACHE_STORE=s3://bucket/neff neffcache restore matrix.toml --to /mnt/c --json
+      neffcache restore matrix.toml --to /var/cache/neffcache --python /opt/venv/bin/python
     """
     started = _process_start()
     until = started + deadline if deadline is not None else None
@@ -122,25 +131,25 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         raise UsageError("--print-env and --json both write to stdout; choose one "
                          "(the JSON report has an `environment` field)")
     from neffcache.backends import cache_environment, get_backend
-    from neffcache.fingerprint import check_usable, collect_fingerprint
+    from neffcache.fingerprint import check_usable, collect_fingerprint, described_interpreter
     from neffcache.matrix import select_cells
     from neffcache.matrix_io import load_matrix
     from neffcache.restore import restore_local
     from neffcache.store import describe_store
 
-    settings = settings_from(store, index)
+    settings = settings_from(store, index, python)
     m = load_matrix(matrix)
     cells = select_cells(m.cells, patterns)
     if not cells:
         raise UsageError(f"--cells {' '.join(patterns)}: matches no cell of {matrix}")
     backend = get_backend(m.backend)
-    fingerprint = collect_fingerprint(backend.name, os.environ)
     target = Path(to).expanduser().absolute()
     _make_scratch_dirs(backend, target)
     if print_env:  # first, so `eval` sets the cache dirs even if the store is unreachable
         for var, value in sorted(cache_environment(backend, str(target)).items()):
             sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
         sys.stdout.flush()
+    fingerprint = collect_fingerprint(backend.name, os.environ, python=settings.python)
     try:  # an unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly
         check_usable(fingerprint)
     except NeffcacheError as exc:
@@ -156,7 +165,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
                                      show_progress=sys.stderr.isatty() and not print_env)
     if result.conflicts:
         progress(_conflict_warning(result.conflicts))
-    doc = result.to_json()
+    doc = dict(result.to_json(), fingerprint_python=described_interpreter(settings.python))
     if as_json:
         emit_json(doc)
     elif print_env:

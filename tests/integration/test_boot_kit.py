@@ -4,6 +4,8 @@ files, and the hook restores within its deadline or lets the service start anywa
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,11 +72,47 @@ def test_cloud_init_carries_the_kit_files_verbatim() -> None:
     yaml = pytest.importorskip("yaml")
     doc = yaml.safe_load((KIT / "cloud-init.yaml").read_text())
     files = {f["path"]: f["content"] for f in doc["write_files"]}
-    assert files["/usr/local/bin/neffcache-boot-hook"] == HOOK.read_text()
-    assert files["/etc/systemd/system/neffcache-restore.service"] == \
-        (KIT / "neffcache-restore.service").read_text()
-    assert files["/etc/systemd/system/inference.service.d/neffcache.conf"] == \
-        (KIT / "inference.service.d-neffcache.conf").read_text()
+    assert files == {
+        "/usr/local/bin/neffcache-boot-hook": HOOK.read_text(),
+        "/etc/neffcache/neffcache.env": (KIT / "neffcache.env").read_text(),
+        "/etc/neffcache/matrix.toml": (KIT / "matrix.toml").read_text(),
+        "/etc/systemd/system/neffcache-restore.service":
+            (KIT / "neffcache-restore.service").read_text(),
+        "/etc/systemd/system/inference.service.d/neffcache.conf":
+            (KIT / "inference.service.d-neffcache.conf").read_text(),
+    }
+    settings = _kit_settings()
+    # The env file points at the matrix cloud-init ships, and at the binary it installs.
+    assert settings["NEFFCACHE_MATRIX"] in files
+    installed = " ".join(" ".join(map(str, c)) if isinstance(c, list) else c
+                         for c in doc["runcmd"])
+    assert str(Path(settings["NEFFCACHE_BIN"]).parents[1]) in installed
+
+
+def _kit_settings() -> dict[str, str]:
+    """neffcache.env's settings, with commented-out ones (documented, optional) too."""
+    pairs = [line.lstrip("#").split("=", 1) for line in
+             (KIT / "neffcache.env").read_text().splitlines()
+             if re.match(r"^#?[A-Z][A-Z0-9_]*=", line)]
+    return {k: v for k, v in pairs}
+
+
+def test_the_shipped_matrix_is_a_valid_example() -> None:
+    from neffcache.matrix_io import load_matrix
+
+    m = load_matrix(str(KIT / "matrix.toml"))
+    assert m.backend == "neuron" and m.cells
+    assert "EXAMPLE" in (KIT / "matrix.toml").read_text().splitlines()[0]
+
+
+def test_every_setting_in_the_env_file_is_read_by_the_hook_or_by_neffcache() -> None:
+    hook = HOOK.read_text()
+    config = (Path(__file__).resolve().parents[2] / "neffcache" / "config.py").read_text()
+    settings = _kit_settings()
+    assert {"NEFFCACHE_BIN", "NEFFCACHE_PYTHON", "NEFFCACHE_MATRIX"} <= set(settings)
+    for var in settings:
+        if var.startswith("NEFFCACHE_"):
+            assert var in hook or var in config, var
 
 
 def _hook_env(tmp_path: Path, store: str, deadline: str = "20") -> dict[str, str]:
@@ -93,7 +131,7 @@ def _hook_env(tmp_path: Path, store: str, deadline: str = "20") -> dict[str, str
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_DEFAULT_REGION="us-east-1",
-    )
+    ) | {"NEFFCACHE_BIN": "neffcache", "NEFFCACHE_PYTHON": ""}
 
 
 def _env_file(tmp_path: Path) -> dict[str, str]:
@@ -134,16 +172,138 @@ def test_hook_lets_the_service_start_when_the_store_is_unreachable(tmp_path: Pat
     elapsed = time.monotonic() - started
 
     assert run.returncode == 0, run.stderr
-    assert "restore failed" in run.stderr
+    assert "restore failed with exit 6" in run.stderr
     # The service still gets a cache dir to compile into just in time.
     assert "TORCH_NEURONX_NEFF_CACHE_DIR" in _env_file(tmp_path)
+    _assert_persistent(_env_file(tmp_path), tmp_path / "cache")
     assert elapsed < 8 + 20, f"hook held boot for {elapsed:.1f}s past its deadline backstop"
 
 
-def test_hook_without_a_matrix_is_a_logged_no_op(tmp_path: Path) -> None:
+def _assert_persistent(service_env: dict[str, str], root: Path) -> None:
+    """Every variable points under the persistent root (never /tmp); the lock dir the
+    compiler needs writable exists."""
+    assert service_env
+    for var, value in service_env.items():
+        path = Path(shlex.split(value)[0])
+        assert path.is_relative_to(root) and not path.is_relative_to("/tmp/neff_cache"), var
+    locks = service_env.get("TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR")
+    assert locks is None or Path(shlex.split(locks)[0]).is_dir()
+
+
+def _fake_neffcache(tmp_path: Path, body: str) -> dict[str, str]:
+    """A stand-in `neffcache` first on PATH (the real CLI is tested elsewhere)."""
+    bindir = tmp_path / "fake-bin"
+    bindir.mkdir()
+    fake = bindir / "neffcache"
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    env = _hook_env(tmp_path, str(tmp_path / "store"))
+    env["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
+    env.pop("NEFFCACHE_BIN", None)
+    return env
+
+
+def _run_hook(env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", str(HOOK)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("body, said", [
+    ("echo 'Error: matrix.toml: backend: expected one of ...' >&2; exit 2",
+     "restore failed with exit 2"),
+    ("echo 'Traceback (most recent call last):' >&2; exit 1", "restore failed with exit 1"),
+    ("kill -SEGV $$", "restore failed with exit 139"),
+])
+def test_hook_writes_the_environment_when_restore_fails(tmp_path: Path, body: str,
+                                                        said: str) -> None:
+    run = _run_hook(_fake_neffcache(tmp_path, body))
+    assert run.returncode == 0, run.stderr
+    assert said in run.stderr and "computed by the hook" in run.stderr
+    service_env = _env_file(tmp_path)
+    assert set(service_env) == {"TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_HLO_CACHE_DIR",
+                                "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"}
+    _assert_persistent(service_env, tmp_path / "cache")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["neffcache.env"]
+
+
+def test_hook_keeps_what_restore_printed_before_failing(tmp_path: Path) -> None:
+    body = (f"echo \"export TORCH_NEURONX_NEFF_CACHE_DIR='{tmp_path}/cache/neff'\"\n"
+            "echo 'Error: store unavailable' >&2; exit 6")
+    run = _run_hook(_fake_neffcache(tmp_path, body))
+    assert run.returncode == 0 and "from neffcache restore" in run.stderr
+    assert _env_file(tmp_path) == {"TORCH_NEURONX_NEFF_CACHE_DIR": f"'{tmp_path}/cache/neff'"}
+
+
+def test_hook_writes_the_environment_when_neffcache_is_missing(tmp_path: Path) -> None:
+    env = _hook_env(tmp_path, str(tmp_path / "store"))
+    env["NEFFCACHE_BIN"] = "/nonexistent/neffcache"
+    run = _run_hook(env)
+    assert run.returncode == 0, run.stderr
+    assert "/nonexistent/neffcache not found (set NEFFCACHE_BIN)" in run.stderr
+    _assert_persistent(_env_file(tmp_path), tmp_path / "cache")
+
+
+def test_hook_writes_the_environment_when_restore_hangs(tmp_path: Path) -> None:
+    env = _fake_neffcache(tmp_path, "exec sleep 120")
+    env["NEFFCACHE_DEADLINE"] = "1"
+    started = time.monotonic()
+    run = _run_hook(env, timeout=90)
+    assert run.returncode == 0, run.stderr
+    assert time.monotonic() - started < 1 + 15 + 5 + 5  # deadline + backstop + kill grace
+    assert "did not stop within 16s and was killed" in run.stderr
+    _assert_persistent(_env_file(tmp_path), tmp_path / "cache")
+
+
+def test_hook_without_a_matrix_still_points_the_service_at_the_cache_root(tmp_path: Path
+                                                                          ) -> None:
     env = _hook_env(tmp_path, str(tmp_path / "store"))
     env["NEFFCACHE_MATRIX"] = ""
-    run = subprocess.run([str(HOOK)], env=env, capture_output=True, text=True, timeout=30)
+    env["NEFFCACHE_BIN"] = "/nonexistent/neffcache"  # not even run
+    run = _run_hook(env)
     assert run.returncode == 0
-    assert "NEFFCACHE_MATRIX is not set" in run.stderr
-    assert not (tmp_path / "run" / "neffcache.env").exists()
+    assert "NEFFCACHE_MATRIX is not set" in run.stderr and "not found" not in run.stderr
+    _assert_persistent(_env_file(tmp_path), tmp_path / "cache")
+
+
+def test_hook_with_the_real_neffcache_and_a_bad_interpreter_or_store(tmp_path: Path) -> None:
+    env = _hook_env(tmp_path, str(tmp_path / "no-such-store"))
+    env["NEFFCACHE_PYTHON"] = str(tmp_path / "no-such-python")
+    run = _run_hook(env)
+    assert run.returncode == 0, run.stderr
+    assert f"python interpreter {tmp_path / 'no-such-python'}: no such file" in run.stderr
+    assert "restore failed with exit 2" in run.stderr
+    assert "from neffcache restore" in run.stderr  # printed before the interpreter was probed
+    _assert_persistent(_env_file(tmp_path), tmp_path / "cache")
+
+    env.pop("NEFFCACHE_PYTHON")
+    (tmp_path / "run" / "neffcache.env").unlink()
+    run = _run_hook(env)  # a store path that does not exist holds no entry: exit 3
+    assert run.returncode == 0, run.stderr
+    assert "partial restore" in run.stderr and "from neffcache restore" in run.stderr
+    _assert_persistent(_env_file(tmp_path), tmp_path / "cache")
+
+
+@pytest.mark.parametrize("matrix_text, root_name", [
+    (MATRIX, "cache"),
+    (MATRIX.replace('backend = "neuron"', 'backend = "inductor"'), "cache"),
+    (MATRIX.replace('backend = "neuron"\n', ""), "cache"),  # the default backend: inductor
+    (MATRIX, "it's a cache/with space"),
+])
+def test_hook_computes_the_lines_restore_would_print(tmp_path: Path, matrix_text: str,
+                                                     root_name: str) -> None:
+    env = _hook_env(tmp_path, str(tmp_path / "no-such-store"))
+    Path(env["NEFFCACHE_MATRIX"]).write_text(matrix_text)
+    root = tmp_path / root_name
+    env["NEFFCACHE_CACHE_ROOT"] = f"{root}//"
+    printed = subprocess.run(
+        [sys.executable, "-m", "neffcache.cli", "restore", env["NEFFCACHE_MATRIX"], "--to",
+         str(root), "--print-env"], env=env, capture_output=True, text=True, timeout=60)
+    assert printed.stdout.startswith("export "), printed.stderr
+    expected = [line.removeprefix("export ") for line in printed.stdout.splitlines()]
+
+    env["NEFFCACHE_BIN"] = "/nonexistent/neffcache"
+    run = _run_hook(env)
+    assert run.returncode == 0 and "computed by the hook" in run.stderr
+    written = (tmp_path / "run" / "neffcache.env").read_text().splitlines()
+    assert written == expected
+    _assert_persistent(_env_file(tmp_path), root)

@@ -1,0 +1,141 @@
+"""The per-interpreter facts of a fingerprint (package versions, Python version, torch path)
+read from another Python, e.g. the inference service's, by running it once with a small script.
+
+The target interpreter needs no neffcache: the script uses only the standard library
+(``importlib.metadata`` and ``importlib.util.find_spec``; torch is located, never imported).
+``parse_probe_output`` is pure; ``resolve_interpreter`` and ``probe_interpreter`` do the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from neffcache.distributions import ABSENT
+from neffcache.errors import ConfigError
+
+# How long the target interpreter gets to answer (start-up plus a few metadata lookups).
+PROBE_TIMEOUT = 5.0
+HINT = ("point --python, NEFFCACHE_PYTHON or the config key `python` at the interpreter that "
+        "runs inference, e.g. /opt/venv/bin/python")
+_MARKER = "neffcache-probe:"
+
+# Runs in the target interpreter (Python 3.8+), with the distribution names as argv[1].
+# `-c` puts the working directory first on sys.path; the service does not have it there.
+PROBE_SCRIPT = f"""\
+import json, os, platform, sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
+import importlib.metadata as md
+import importlib.util
+versions = {{}}
+for name in json.loads(sys.argv[1]):
+    try:
+        versions[name] = md.version(name)
+    except md.PackageNotFoundError:
+        versions[name] = None
+spec = importlib.util.find_spec("torch")
+places = list(spec.submodule_search_locations or []) if spec is not None else []
+print({_MARKER!r} + json.dumps({{
+    "python": platform.python_version(),
+    "versions": versions,
+    "torch_path": os.path.realpath(places[0]) if places else None,
+}}))
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class InterpreterFacts:
+    """What a fingerprint takes from an interpreter rather than from the host."""
+
+    path: str
+    python_version: str
+    versions: tuple[tuple[str, str], ...]  # (distribution, version or 'absent')
+    torch_path: str  # the torch package directory, resolved, or 'absent'
+
+    @property
+    def version_map(self) -> dict[str, str]:
+        return dict(self.versions)
+
+
+def parse_probe_output(stdout: str, names: Sequence[str], path: str) -> InterpreterFacts:
+    """The facts from the probe script's stdout (its last marked line; anything the
+    interpreter's site hooks print before it is ignored). Pure."""
+    lines = [line for line in stdout.splitlines() if line.startswith(_MARKER)]
+    if not lines:
+        raise ValueError("no answer from the probe script")
+    doc = json.loads(lines[-1][len(_MARKER):])
+    found = doc.get("versions") if isinstance(doc, dict) else None
+    python = doc.get("python") if isinstance(doc, dict) else None
+    torch_path = doc.get("torch_path") if isinstance(doc, dict) else None
+    if not isinstance(found, dict) or not isinstance(python, str) or not python \
+            or not (torch_path is None or isinstance(torch_path, str)):
+        raise ValueError("the probe's answer lacks versions or the Python version")
+    versions = []
+    for name in names:
+        value = found.get(name)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"version of {name!r} is not a string")
+        versions.append((name, value or ABSENT))
+    return InterpreterFacts(path=path, python_version=python, versions=tuple(versions),
+                            torch_path=torch_path or ABSENT)
+
+
+def resolve_interpreter(value: str) -> str:
+    """The absolute path of the interpreter named by ``value`` (a path, or a bare name looked
+    up on PATH). Symlinks are kept: a venv's ``bin/python`` is a link to the base interpreter
+    and only its own path gives the venv's packages."""
+    if os.sep not in value:
+        found = shutil.which(value)
+        if found is None:
+            raise ConfigError(f"python interpreter {value!r}: not found on PATH", hint=HINT)
+        return os.path.abspath(found)
+    path = os.path.abspath(os.path.expanduser(value))
+    if not os.path.exists(path):
+        raise ConfigError(f"python interpreter {path}: no such file", hint=HINT)
+    if os.path.isdir(path):
+        raise ConfigError(f"python interpreter {path}: is a directory, expected an "
+                          f"executable such as {path.rstrip('/')}/bin/python", hint=HINT)
+    if not os.access(path, os.X_OK):
+        raise ConfigError(f"python interpreter {path}: not executable", hint=HINT)
+    return path
+
+
+def probe_interpreter(value: str, names: Sequence[str], *,
+                      environ: Mapping[str, str] | None = None,
+                      timeout: float = PROBE_TIMEOUT) -> InterpreterFacts:
+    """Run the interpreter once (at most ``timeout`` seconds) and read its facts; any failure
+    is a ConfigError naming the interpreter (exit 2)."""
+    import subprocess
+
+    path = resolve_interpreter(value)
+    try:
+        proc = subprocess.run([path, "-c", PROBE_SCRIPT, json.dumps(list(names))],
+                              capture_output=True, text=True, errors="replace",
+                              stdin=subprocess.DEVNULL, timeout=timeout,
+                              env=dict(os.environ if environ is None else environ))
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"python interpreter {path}: no answer within {timeout:g} s",
+                          hint=HINT) from None
+    except OSError as exc:
+        raise ConfigError(f"python interpreter {path}: cannot run it: {exc.strerror}",
+                          hint=HINT) from None
+    if proc.returncode != 0:
+        how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 \
+            else f"exited with {proc.returncode}"
+        raise ConfigError(f"python interpreter {path}: {how} while reading package versions: "
+                          f"{_last_line(proc.stderr)}", hint=HINT)
+    try:
+        return parse_probe_output(proc.stdout, names, path)
+    except ValueError as exc:
+        raise ConfigError(f"python interpreter {path}: did not answer like Python 3.8 or "
+                          f"later ({exc}): {_last_line(proc.stderr or proc.stdout)}",
+                          hint=HINT) from None
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
