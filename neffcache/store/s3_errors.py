@@ -1,5 +1,6 @@
-"""The one place an S3 failure becomes a domain error: obstore's exceptions (and botocore's,
-for the credential sources it resolves) to ``NotFoundError``, ``UnavailableError`` (exit 6)
+"""The one place an S3 failure becomes a domain error: obstore's exceptions (``translate``) and
+botocore's, for the credential sources it resolves (``credential_error``, by class name: no
+botocore import here), to ``NotFoundError``, ``UnavailableError`` (exit 6)
 or ``ConfigError`` (exit 2), each a one-line message with a hint where one helps.
 
 obstore reports a failed request as an exception whose text holds the HTTP status and the
@@ -11,9 +12,13 @@ or response bodies.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from neffcache.errors import ConfigError, NeffcacheError, NotFoundError, UnavailableError
+
+if TYPE_CHECKING:
+    from neffcache.store.s3_config import CredentialSource
 
 NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
 RANGE_NOT_SATISFIABLE = frozenset({"416", "InvalidRange"})
@@ -86,6 +91,43 @@ def translate(exc: BaseException, *, where: str, endpoint: str, op: str, key: st
     if code:
         return client_failure(where, code, status, op, key)
     return unreachable(where, endpoint, _short_reason(text), op)
+
+
+def credential_error(exc: BaseException, source: CredentialSource,
+                     where: str) -> NeffcacheError:
+    """The domain error for a botocore credential failure: a configuration the user must fix
+    is exit 2, a source that refused or could not be reached is exit 6."""
+    name = type(exc).__name__
+    profile = source.profile or "default"
+    detail = " ".join(str(exc).split())[:200]
+    if name == "ProfileNotFound":
+        return ConfigError(f"{where}: AWS profile {profile!r} is not in ~/.aws/config or "
+                           "~/.aws/credentials", hint=f"aws configure --profile {profile}")
+    if name in ("SSOTokenLoadError", "UnauthorizedSSOTokenError", "TokenRetrievalError",
+                "SSOError", "PendingAuthorizationExpiredError"):
+        return ConfigError(f"{where}: AWS SSO profile {profile!r} has no valid login ({name})",
+                           hint=f"aws sso login --profile {profile}")
+    if name in ("InvalidConfigError", "PartialCredentialsError", "InfiniteLoopConfigError",
+                "InvalidProfileConfigError"):
+        return ConfigError(f"{where}: AWS profile {profile!r} is misconfigured: {detail}",
+                           hint=f"aws configure list --profile {profile}")
+    if name == "CredentialRetrievalError":
+        return UnavailableError(f"{where}: the credential_process of AWS profile {profile!r} "
+                                f"failed: {detail}",
+                                hint="run the profile's credential_process by hand")
+    if name == "NoCredentialsError":
+        return UnavailableError(f"{where}: {NO_CREDENTIALS}", hint=NO_CREDENTIALS_HINT)
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
+                "ConnectionClosedError"):
+        return UnavailableError(f"{where}: cannot reach AWS STS for the {source.name} "
+                                f"credentials ({name})", hint="check AWS_ENDPOINT_URL_STS and "
+                                "the network path to STS")
+    what = "web identity token" if source.name == "web-identity" else f"profile {profile!r}"
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(
+        exc, "response") else None
+    return UnavailableError(f"{where}: AWS STS refused the {what} ({code or name})",
+                            hint="check AWS_ROLE_ARN and that the role trusts this identity "
+                                 "(aws sts get-caller-identity)")
 
 
 def client_failure(where: str, code: str, status: int | str, op: str,

@@ -1,6 +1,6 @@
 """Credentials that botocore resolves for obstore: profiles (shared files, SSO, assume-role,
 credential_process) and web identity. botocore is imported only here, only for those sources
-(~0.1-0.2 s); its failures become one-line errors with the command that fixes them."""
+(~0.1-0.2 s); its failures are translated by ``s3_errors.credential_error``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from neffcache.errors import ConfigError, NeffcacheError, UnavailableError
+from neffcache.errors import NeffcacheError, UnavailableError
 from neffcache.store.s3_config import CredentialSource
-from neffcache.store.s3_errors import NO_CREDENTIALS, NO_CREDENTIALS_HINT
+from neffcache.store.s3_errors import NO_CREDENTIALS, NO_CREDENTIALS_HINT, credential_error
 
 # obstore asks again after this long; botocore refreshes temporary credentials itself before
 # they expire, so a short lifetime here only costs a cheap call.
@@ -38,40 +38,3 @@ def profile_credentials(source: CredentialSource, where: str) -> Callable[[], di
                 "token": frozen.token, "expires_at": datetime.now(timezone.utc) + TTL}
 
     return provide
-
-
-def credential_error(exc: BaseException, source: CredentialSource,
-                     where: str) -> NeffcacheError:
-    """The domain error for a botocore credential failure: a configuration the user must fix
-    is exit 2, a source that refused or could not be reached is exit 6."""
-    name = type(exc).__name__
-    profile = source.profile or "default"
-    detail = " ".join(str(exc).split())[:200]
-    if name == "ProfileNotFound":
-        return ConfigError(f"{where}: AWS profile {profile!r} is not in ~/.aws/config or "
-                           "~/.aws/credentials", hint=f"aws configure --profile {profile}")
-    if name in ("SSOTokenLoadError", "UnauthorizedSSOTokenError", "TokenRetrievalError",
-                "SSOError", "PendingAuthorizationExpiredError"):
-        return ConfigError(f"{where}: AWS SSO profile {profile!r} has no valid login ({name})",
-                           hint=f"aws sso login --profile {profile}")
-    if name in ("InvalidConfigError", "PartialCredentialsError", "InfiniteLoopConfigError",
-                "InvalidProfileConfigError"):
-        return ConfigError(f"{where}: AWS profile {profile!r} is misconfigured: {detail}",
-                           hint=f"aws configure list --profile {profile}")
-    if name == "CredentialRetrievalError":
-        return UnavailableError(f"{where}: the credential_process of AWS profile {profile!r} "
-                                f"failed: {detail}",
-                                hint="run the profile's credential_process by hand")
-    if name == "NoCredentialsError":
-        return UnavailableError(f"{where}: {NO_CREDENTIALS}", hint=NO_CREDENTIALS_HINT)
-    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
-                "ConnectionClosedError"):
-        return UnavailableError(f"{where}: cannot reach AWS STS for the {source.name} "
-                                f"credentials ({name})", hint="check AWS_ENDPOINT_URL_STS and "
-                                "the network path to STS")
-    what = "web identity token" if source.name == "web-identity" else f"profile {profile!r}"
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(
-        exc, "response") else None
-    return UnavailableError(f"{where}: AWS STS refused the {what} ({code or name})",
-                            hint="check AWS_ROLE_ARN and that the role trusts this identity "
-                                 "(aws sts get-caller-identity)")
