@@ -209,3 +209,33 @@ def test_large_blob_goes_multipart_and_is_skipped_when_present(s3_url: str, s3_b
     etag = raw.head_object(Bucket=s3_bucket, Key="neff/blobs/sha256/ab/big")["ETag"]
     assert etag.strip('"').endswith("-3")  # a multipart upload of 5 + 5 + 1 MiB
     assert raw.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy", "ALL_PROXY"])
+def test_requests_go_through_the_configured_proxy(s3_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                  variable: str) -> None:
+    from tests.support.forward_proxy import ForwardProxy
+
+    with ForwardProxy() as proxy:
+        monkeypatch.setenv(variable, proxy.url)
+        store = S3Store.from_url(s3_url)
+        store.check()
+        assert store.put("manifests/p.json", io.BytesIO(b"{}")) is True
+        assert store.read("manifests/p.json") == b"{}"
+        assert list(store.list("manifests/")) == ["manifests/p.json"]
+        methods = {m for m, _ in proxy.seen}
+    assert {"GET", "PUT"} <= methods
+
+
+@pytest.mark.s3
+def test_no_proxy_bypasses_the_proxy(s3_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.forward_proxy import ForwardProxy
+
+    with ForwardProxy() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+        store = S3Store.from_url(s3_url)
+        store.put("manifests/q.json", io.BytesIO(b"{}"))
+        assert store.read("manifests/q.json") == b"{}"
+    assert proxy.seen == []

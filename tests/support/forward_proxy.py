@@ -1,0 +1,72 @@
+"""A forwarding HTTP proxy on 127.0.0.1 for tests: takes absolute-form requests
+(``GET http://host:port/path``), forwards them to that host, relays the answer and records
+which hosts it was asked for. Plain HTTP only (no CONNECT)."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "transfer-encoding", "te",
+              "trailer", "upgrade", "proxy-authorization"}
+
+
+class ForwardProxy:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []  # (method, netloc)
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server.proxy = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
+                                        daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> ForwardProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def record(self, method: str, netloc: str) -> None:
+        with self._lock:
+            self.seen.append((method, netloc))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def _forward(self) -> None:
+        target = urlsplit(self.path)
+        if target.scheme != "http" or not target.netloc:
+            self.send_error(400, "absolute http:// URI expected")
+            return
+        self.server.proxy.record(self.command, target.netloc)  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+        upstream = http.client.HTTPConnection(target.netloc, timeout=30)
+        path = target.path + (f"?{target.query}" if target.query else "")
+        upstream.request(self.command, path or "/", body=body, headers=headers)
+        resp = upstream.getresponse()
+        data = resp.read()
+        self.send_response(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in HOP_BY_HOP and k.lower() != "content-length":
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        upstream.close()
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward  # noqa: N815
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
