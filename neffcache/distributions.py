@@ -1,5 +1,7 @@
 """Installed distributions' versions, found the way ``importlib.metadata.version`` finds them
-but without importing it (~20 ms with its lookups, on every boot-time restore).
+but without importing it. Kept for a measured reason: in this venv ``importlib.metadata``
+costs a boot-time restore 50-65 ms (its import ~30 ms, then ten lookups that each walk every
+dist-info on sys.path); this scan takes 1-3 ms (measured 2026-12-01).
 
 Rule, as importlib.metadata's path finder: the first ``NAME-*.dist-info`` or ``NAME-*.egg-info``
 directory (names compared after PEP 503 normalisation) in ``sys.path`` order, listed in
