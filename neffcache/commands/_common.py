@@ -33,8 +33,9 @@ def json_option(f: F) -> F:
                         help="Print one JSON document to stdout instead of a table.")(f)
 
 
-def settings_from(store: str | None = None, index: str | None = None) -> Settings:
-    return read_settings(os.environ, store=store, index=index)
+def settings_from(store: str | None = None, index: str | None = None,
+                  reports: str | None = None) -> Settings:
+    return read_settings(os.environ, store=store, index=index, reports=reports)
 
 
 def emit_json(doc: Any) -> None:

@@ -20,10 +20,8 @@ from neffcache.cli import EXIT_CODE_HELP
 from neffcache.commands._common import (
     emit_json,
     human_bytes,
-    index_option,
     json_option,
     progress,
-    report_to_index,
     settings_from,
     store_option,
 )
@@ -31,7 +29,7 @@ from neffcache.config import Settings
 from neffcache.errors import NeffcacheError, UsageError, exit_code_for
 
 # A boot must never wait long for a dashboard: the report gets this long, then is dropped.
-INDEX_REPORT_TIMEOUT = 2.0
+REPORT_TIMEOUT = 2.0
 
 
 def _without_cyclic_gc(fn: Callable[..., None]) -> Callable[..., None]:
@@ -75,13 +73,18 @@ _FREEZE_REGISTERED = False
                    "`eval` (also creates the lock/scratch dirs).")
 @click.option("--workers", type=click.IntRange(1, 256), default=None, metavar="N",
               help="Parallel transfers [default: 4 per CPU, at most 16].")
+@click.option("--report-to", "report_to", metavar="store|none|DIR", default=None,
+              help="Where to write this run's restore report: `store` (one object under the "
+                   "store's reports/ prefix), `none`, or a local directory "
+                   "[env NEFFCACHE_REPORTS; default store].")
 @store_option
-@index_option
+@click.option("--index", "index", metavar="URL", default=None, hidden=True,
+              help="Ignored (restore never opens the index); kept so old boot hooks still run.")
 @json_option
 @_without_cyclic_gc
 def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | None,
-            print_env: bool, workers: int | None, store: str | None, index: str | None,
-            as_json: bool) -> None:
+            print_env: bool, workers: int | None, report_to: str | None, store: str | None,
+            index: str | None, as_json: bool) -> None:
     """Fetch the entries of MATRIX built for this host's fingerprint into DIR.
 
     For each cell (or each cell matching --cells) the entry key is derived from the cell and
@@ -100,6 +103,14 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     fingerprint (see `neffcache fingerprint --explain`); 3 some cells have no entry; 0 every
     requested cell is in place.
 
+    Each run (including one that fails early) writes a restore report: one small JSON
+    object `reports/<YYYY-MM-DD>/<host>-<UTC time>-<random>.json` in the store (create-only;
+    an IAM policy can allow PutObject on that prefix alone), or a file in --report-to DIR.
+    Restore never opens the index: `neffcache reindex`, `neffcache reports ingest` and
+    `neffcache serve` read reports into it. Writing the report gets at most 2 s (less when
+    the deadline is nearer); a failure is one warning line on stderr and never changes the
+    exit code.
+
     --json prints one document: status, exit_code, fingerprint_key, cells_restored,
     cells_missing, cells_incomplete, cells_failed, cells_elsewhere, entries,
     files_fetched, files_skipped, files_failed, bytes_fetched, deadline_hit, seconds,
@@ -115,6 +126,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
       eval "$(neffcache restore matrix.toml --to /var/cache/neffcache --print-env)"
       neffcache restore matrix.toml --to /mnt/cache --cells 'flux2-klein/*' --deadline 60
       NEFFCACHE_STORE=s3://bucket/neff neffcache restore matrix.toml --to /mnt/c --json
+      neffcache restore matrix.toml --to /mnt/c --report-to /var/log/neffcache/reports
     """
     started = _process_start()
     until = started + deadline if deadline is not None else None
@@ -128,7 +140,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     from neffcache.restore import restore_local
     from neffcache.store import describe_store
 
-    settings = settings_from(store, index)
+    settings = _settings(store, index, report_to)
     m = load_matrix(matrix)
     cells = select_cells(m.cells, patterns)
     if not cells:
@@ -144,8 +156,8 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     try:  # an unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly
         check_usable(fingerprint)
     except NeffcacheError as exc:
-        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), m.name or matrix,
-                     INDEX_REPORT_TIMEOUT)
+        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), fingerprint,
+                     m.name or matrix, REPORT_TIMEOUT)
         raise
     # Everything already in place (local manifest copies + state file): no store needed.
     result = restore_local(cells, backend, fingerprint, target,
@@ -165,12 +177,19 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         click.echo(_summary(doc))
         for line in _details(doc):
             click.echo(line)
-    timeout = INDEX_REPORT_TIMEOUT if until is None else \
-        min(INDEX_REPORT_TIMEOUT, max(0.5, until - time.monotonic()))
-    _send_report(settings, doc, m.name or matrix, timeout)
+    timeout = REPORT_TIMEOUT if until is None else \
+        min(REPORT_TIMEOUT, max(0.5, until - time.monotonic()))
+    _send_report(settings, doc, fingerprint, m.name or matrix, timeout)
     err = result.error()
     if err is not None:
         raise err
+
+
+def _settings(store: str | None, index: str | None, report_to: str | None) -> Settings:
+    if index is not None:
+        progress("warning: --index is ignored: restore writes its report to the store "
+                 "(see --report-to); neffcache reindex or serve reads reports into the index")
+    return settings_from(store, reports=report_to)
 
 
 def _restore_from_store(settings: Settings, matrix: str, cells: Any, backend: Any,
@@ -189,8 +208,8 @@ def _restore_from_store(settings: Settings, matrix: str, cells: Any, backend: An
         s.check()
     except NeffcacheError as exc:
         # A failed boot restore is exactly what the dashboard must show: report it too.
-        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), matrix,
-                     INDEX_REPORT_TIMEOUT)
+        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), fingerprint,
+                     matrix, REPORT_TIMEOUT)
         raise
     bar = _ProgressLine() if show_progress else None
     result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
@@ -237,6 +256,7 @@ def _failure_doc(fingerprint: Any, target: Path, cells: Any, exc: BaseException)
     """A restore report for a run that failed before fetching anything."""
     ids = [c.id for c in cells]
     return {"status": "failed", "exit_code": exit_code_for(exc), "error": str(exc),
+            "backend": fingerprint.backend,
             "fingerprint_key": fingerprint.key, "target": str(target), "cells_requested": ids,
             "cells_restored": [], "cells_missing": ids, "files_fetched": 0, "files_skipped": 0,
             "bytes_fetched": 0, "seconds": 0.0}
@@ -285,9 +305,21 @@ class _ProgressLine:
             sys.stderr.flush()
 
 
-def _send_report(settings: Settings, doc: dict[str, Any], matrix: str,
+def _send_report(settings: Settings, doc: dict[str, Any], fingerprint: Any, matrix: str,
                  timeout: float) -> None:
-    """Record the restore in the index (see ``report_to_index``)."""
-    report = dict(doc, host=socket.gethostname(), matrix=matrix)
-    report_to_index(settings, "restore report", lambda idx: idx.record_restore(report),
-                    timeout)
+    """Write this run's restore report where the settings say (never to the index)."""
+    from datetime import datetime, timezone
+
+    from neffcache import __version__
+    from neffcache.report_send import send_report
+    from neffcache.reports import build_report
+    from neffcache.store import describe_store
+
+    if settings.reports_to == "none":
+        return
+    doc = dict(doc)
+    doc.setdefault("store", describe_store(settings.store_url))
+    report = build_report(doc, fingerprint=fingerprint, host=socket.gethostname(),
+                          matrix=matrix, now=datetime.now(timezone.utc),
+                          nonce=os.urandom(4).hex(), version=__version__)
+    send_report(report, settings.reports_to, settings.store_url, timeout, progress)

@@ -1,6 +1,6 @@
 """Writes to the index: entries (with their cells, fingerprints, blobs and files), failures,
-precompile runs, restore reports. Every function takes an open Session inside a write
-transaction; the caller commits. Inserts of shared rows are insert-if-absent."""
+precompile runs, restore reports (with their fingerprints and the entries' last use). Every
+function takes an open Session inside a write transaction; the caller commits. Inserts of shared rows are insert-if-absent."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from neffcache.index.models import (
 )
 from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
+from neffcache.reports import Report
 
 BATCH = 500  # rows per IN (...) list or multi-row insert; well under every driver's limit
 LOG_TAIL_CHARS = 16_000
@@ -234,6 +235,53 @@ def restore_report_row(report: Mapping[str, Any]) -> RestoreReportRow:
         report=_jsonable(report),
         created_at=utcnow(),
     )
+
+
+def existing_report_ids(session: Session, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for part in chunks(sorted(set(ids))):
+        found.update(str(r) for r in session.scalars(
+            select(RestoreReportRow.report_id).where(RestoreReportRow.report_id.in_(part))))
+    return found
+
+
+def save_reports(session: Session, reports: Sequence[Report]) -> int:
+    """Insert the validated reports not yet ingested (by report id); record each fingerprint
+    they name (so the fleet's fingerprints show even when nothing was built for them) and
+    move the entries they found to their newest use. Returns how many were new."""
+    now = utcnow()
+    by_id = {r.report_id: r for r in reports}
+    new = [by_id[k] for k in sorted(set(by_id) - existing_report_ids(session, list(by_id)))]
+    if not new:
+        return 0
+    fps = {r.fingerprint.key: fingerprint_row(r.fingerprint, min(r.time, now))
+           for r in new if r.fingerprint is not None}
+    insert_if_absent(session, FingerprintRow, [fps[k] for k in sorted(fps)])
+    for r in new:
+        row = restore_report_row(r.to_json())
+        row.report_id, row.created_at = r.report_id, min(r.time, now)
+        session.add(row)
+    last_use: dict[str, datetime] = {}
+    for r in new:
+        if r.status != "failed":
+            when = min(r.time, now)  # a clock ahead of ours does not set a future last use
+            for key in r.entries:
+                last_use[key] = max(last_use.get(key, when), when)
+    _save_last_use(session, last_use)
+    return len(new)
+
+
+def _save_last_use(session: Session, last_use: Mapping[str, datetime]) -> None:
+    """``entries.last_used_at = max(it, t)`` per entry key, one UPDATE per distinct time."""
+    by_time: dict[datetime, list[str]] = {}
+    for key, when in last_use.items():
+        by_time.setdefault(when, []).append(key)
+    e = EntryRow
+    for when, keys in sorted(by_time.items()):
+        for part in chunks(sorted(keys)):
+            session.execute(update(e).where(e.entry_key.in_(part))
+                            .where((e.last_used_at.is_(None)) | (e.last_used_at < when))
+                            .values(last_used_at=when))
 
 
 def _jsonable(value: Any) -> Any:
