@@ -1,6 +1,7 @@
 """Writes to the index: entries (with their cells, fingerprints, blobs and files), failures,
 precompile runs, restore reports (with their fingerprints and the entries' last use). Every
-function takes an open Session inside a write transaction; the caller commits. Inserts of shared rows are insert-if-absent."""
+function takes an open Session inside a write transaction; the caller commits.
+Inserts of shared rows are insert-if-absent."""
 
 from __future__ import annotations
 
