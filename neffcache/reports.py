@@ -49,7 +49,7 @@ class Report:
     """One restore run as an instance reports it; every field validated."""
 
     report_id: str
-    time: datetime  # UTC, whole seconds
+    time: datetime  # UTC, to the microsecond (so runs within one second keep their order)
     host: str
     matrix: str
     backend: str
@@ -150,7 +150,7 @@ def build_report(doc: Mapping[str, Any], *, fingerprint: Fingerprint, host: str,
     """A report from a restore's JSON document (``RestoreResult.to_json()`` or the failure
     document restore writes when it stops early). Text is scrubbed of credentials and
     truncated to its bound; ``nonce`` is 8 hex characters (the caller draws them)."""
-    now = now.astimezone(timezone.utc).replace(microsecond=0)
+    now = now.astimezone(timezone.utc)
     report_id = make_report_id(host, now, nonce)
 
     def names(key: str) -> tuple[str, ...]:
@@ -234,7 +234,7 @@ def scrub(text: str) -> str:
 
 
 def format_time(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -303,9 +303,9 @@ class _Fields:
     def time(self, name: str) -> datetime:
         value = self._get(name)
         try:
-            when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+            when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ")
         except (TypeError, ValueError):
-            raise ReportError(f"{name}: expected YYYY-MM-DDTHH:MM:SSZ") from None
+            raise ReportError(f"{name}: expected YYYY-MM-DDTHH:MM:SS.ffffffZ") from None
         return when.replace(tzinfo=timezone.utc)
 
     def names(self, name: str) -> tuple[str, ...]:

@@ -252,7 +252,8 @@ def save_reports(session: Session, reports: Sequence[Report]) -> int:
     move the entries they found to their newest use. Returns how many were new."""
     now = utcnow()
     by_id = {r.report_id: r for r in reports}
-    new = [by_id[k] for k in sorted(set(by_id) - existing_report_ids(session, list(by_id)))]
+    fresh = set(by_id) - existing_report_ids(session, list(by_id))
+    new = sorted((by_id[k] for k in fresh), key=lambda r: (r.time, r.report_id))  # oldest first
     if not new:
         return 0
     fps = {r.fingerprint.key: fingerprint_row(r.fingerprint, min(r.time, now))

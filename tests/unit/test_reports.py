@@ -76,7 +76,7 @@ def test_round_trip_keeps_every_field_and_drops_the_rest() -> None:
     r = build()
     doc = json.loads(r.encode())
     assert "environment" not in doc and "cells_failed" not in doc
-    assert doc["fingerprint"] == FP.to_json() and doc["time"] == "2026-12-02T07:08:09Z"
+    assert doc["fingerprint"] == FP.to_json() and doc["time"] == "2026-12-02T07:08:09.123456Z"
     back = decode_report(r.encode(), source="k")
     assert back == r
     assert (back.exit_code, back.cells_missing, back.entries) == (3, ("b",), (ENTRY,))
@@ -122,7 +122,8 @@ def mutate(**changes: Any) -> bytes:
     (mutate(schema_version=2), "schema_version"),
     (mutate(report_id="../../etc/passwd"), "report_id"),
     (mutate(time="yesterday"), "time"),
-    (mutate(time="2026-12-03T07:08:09Z"), "report_id: its time"),
+    (mutate(time="2026-12-03T07:08:09.000000Z"), "report_id: its time"),
+    (mutate(time="2026-12-02T07:08:09Z"), "time"),
     (mutate(host=["x"]), "host"),
     (mutate(host="h" * 256), "host"),
     (mutate(fingerprint_key="F" * 64), "fingerprint_key"),
