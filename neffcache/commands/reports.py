@@ -43,7 +43,7 @@ def reports() -> None:
               help="Report files, or directories of *.json report files (repeatable), "
                    "instead of the store.")
 @click.option("--days", type=click.IntRange(min=0), default=None, metavar="N",
-              help="Only the store's reports of the last N days (UTC dates; today is 0) "
+              help="Only the store's reports dated from N days ago to tomorrow (UTC) "
                    "[default: every report].")
 @store_option
 @index_option
