@@ -153,19 +153,21 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         for var, value in sorted(cache_environment(backend, str(target)).items()):
             sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
         sys.stdout.flush()
-    try:  # an unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly
+    try:
+        # An unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly.
         check_usable(fingerprint)
+        # Everything already in place (local manifest copies + state file): no store needed.
+        result = restore_local(cells, backend, fingerprint, target,
+                               store_url=describe_store(settings.store_url))
+        if result is None:
+            result = _restore_from_store(settings, cells, backend, fingerprint, target,
+                                         workers=workers, until=until,
+                                         show_progress=sys.stderr.isatty() and not print_env)
     except NeffcacheError as exc:
+        # A boot restore that stops early is exactly what the dashboard must show: report it.
         _send_report(settings, _failure_doc(fingerprint, target, cells, exc), fingerprint,
                      m.name or matrix, REPORT_TIMEOUT)
         raise
-    # Everything already in place (local manifest copies + state file): no store needed.
-    result = restore_local(cells, backend, fingerprint, target,
-                           store_url=describe_store(settings.store_url))
-    if result is None:
-        result = _restore_from_store(settings, m.name or matrix, cells, backend, fingerprint,
-                                     target, workers=workers, until=until,
-                                     show_progress=sys.stderr.isatty() and not print_env)
     if result.conflicts:
         progress(_conflict_warning(result.conflicts))
     doc = result.to_json()
@@ -192,7 +194,7 @@ def _settings(store: str | None, index: str | None, report_to: str | None) -> Se
     return settings_from(store, reports=report_to)
 
 
-def _restore_from_store(settings: Settings, matrix: str, cells: Any, backend: Any,
+def _restore_from_store(settings: Settings, cells: Any, backend: Any,
                         fingerprint: Any, target: Path, *, workers: int | None,
                         until: float | None,
                         show_progress: bool) -> Any:
@@ -204,13 +206,7 @@ def _restore_from_store(settings: Settings, matrix: str, cells: Any, backend: An
 
         workers = min(16, 4 * usable_cpus())
     s = open_store(settings.store_url)
-    try:
-        s.check()
-    except NeffcacheError as exc:
-        # A failed boot restore is exactly what the dashboard must show: report it too.
-        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), fingerprint,
-                     matrix, REPORT_TIMEOUT)
-        raise
+    s.check()
     bar = _ProgressLine() if show_progress else None
     result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
                            deadline=until, progress=bar.update if bar else None)
