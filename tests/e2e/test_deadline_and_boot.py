@@ -39,6 +39,13 @@ def test_cli_and_restore_import_nothing_heavy() -> None:
     assert proc.stdout.split() == []
 
 
+def test_restore_help_imports_nothing_heavy() -> None:
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "neffcache.cli", "restore",
+                           "--help"], capture_output=True, text=True, check=True)
+    assert "--report-to" in proc.stdout
+    assert _imported(proc.stderr) & {*HEAVY, "botocore"} == set()
+
+
 @pytest.mark.s3
 def test_deadline_gives_partial_result_and_no_temp_files(cli: Cli, matrix: Path,
                                                          tmp_path: Path) -> None:
