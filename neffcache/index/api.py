@@ -120,12 +120,8 @@ class Index:
         report id. Returns how many were new."""
         if not reports:
             return 0
-        try:
-            with self._write() as s:
-                return record.save_reports(s, reports)
-        except exc.IntegrityError:  # another ingester won a race on some ids: skip those
-            with self._write() as s:
-                return record.save_reports(s, reports)
+        with self._write() as s:
+            return record.save_reports(s, reports)
 
     def known_report_ids(self, report_ids: Sequence[str]) -> set[str]:
         """Which of these report ids are already ingested."""

@@ -247,9 +247,10 @@ def existing_report_ids(session: Session, ids: Sequence[str]) -> set[str]:
 
 
 def save_reports(session: Session, reports: Sequence[Report]) -> int:
-    """Insert the validated reports not yet ingested (by report id); record each fingerprint
-    they name (so the fleet's fingerprints show even when nothing was built for them) and
-    move the entries they found to their newest use. Returns how many were new."""
+    """Insert the validated reports not yet ingested (unique by report id; a concurrent
+    ingester's rows are left alone); record each fingerprint they name (so the fleet's
+    fingerprints show even when nothing was built for them) and move the entries they found
+    to their newest use. Returns how many reports were new."""
     now = utcnow()
     by_id = {r.report_id: r for r in reports}
     fresh = set(by_id) - existing_report_ids(session, list(by_id))
@@ -259,10 +260,15 @@ def save_reports(session: Session, reports: Sequence[Report]) -> int:
     fps = {r.fingerprint.key: fingerprint_row(r.fingerprint, min(r.time, now))
            for r in new if r.fingerprint is not None}
     insert_if_absent(session, FingerprintRow, [fps[k] for k in sorted(fps)])
+    stmt = _insert_ignoring_duplicates(session, RestoreReportRow, "report_id")
+    columns = [c.key for c in RestoreReportRow.__table__.columns if c.key != "id"]
+    added = 0
     for r in new:
         row = restore_report_row(r.to_json())
         row.report_id, row.created_at = r.report_id, min(r.time, now)
-        session.add(row)
+        inserted = session.execute(stmt.values({c: getattr(row, c) for c in columns})
+                                   .returning(RestoreReportRow.id))
+        added += len(inserted.all())  # no row back: another ingester has it
     last_use: dict[str, datetime] = {}
     for r in new:
         if r.status != "failed":
@@ -270,7 +276,14 @@ def save_reports(session: Session, reports: Sequence[Report]) -> int:
             for key in r.entries:
                 last_use[key] = max(last_use.get(key, when), when)
     _save_last_use(session, last_use)
-    return len(new)
+    return added
+
+
+def _insert_ignoring_duplicates(session: Session, model: type, column: str) -> Any:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    return dialect.insert(model).on_conflict_do_nothing(index_elements=[column])
 
 
 def _save_last_use(session: Session, last_use: Mapping[str, datetime]) -> None:
