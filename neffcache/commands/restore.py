@@ -103,7 +103,8 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     fingerprint (see `neffcache fingerprint --explain`); 3 some cells have no entry; 0 every
     requested cell is in place.
 
-    Each run (including one that fails early) writes a restore report: one small JSON
+    Each run (also one that fails once the fingerprint is known, e.g. store unreachable)
+    writes a restore report: one small JSON
     object `reports/<YYYY-MM-DD>/<host>-<UTC time>-<random>.json` in the store (create-only;
     an IAM policy can allow PutObject on that prefix alone), or a file in --report-to DIR.
     Restore never opens the index: `neffcache reindex`, `neffcache reports ingest` and
