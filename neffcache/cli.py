@@ -29,7 +29,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                     "Show this host's fingerprint or explain an entry's."),
     "verify": ("neffcache.commands.verify", "verify",
                "Check every manifest's blobs exist and match their sha256."),
-    "reindex": ("neffcache.commands.reindex", "reindex", "Rebuild the index from the store."),
+    "reindex": ("neffcache.commands.reindex", "reindex",
+                "Rebuild the index from the store (manifests and restore reports)."),
+    "reports": ("neffcache.commands.reports", "reports",
+                "Ingest restore reports (store objects or files) into the index."),
     "db": ("neffcache.commands.db", "db", "Index database maintenance (upgrade)."),
     "gc": ("neffcache.commands.gc", "gc", "Delete blobs no manifest references."),
     "precompile": ("neffcache.commands.precompile", "precompile",
@@ -95,7 +98,8 @@ def group() -> None:
       NEFFCACHE_HOME    embedded default home (~/.cache/neffcache): index.db + store/
       NEFFCACHE_STORE   --store: PATH, file://PATH or s3://BUCKET/PREFIX
       NEFFCACHE_INDEX   --index: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB
-      NEFFCACHE_CONFIG  TOML file with `store` and `index` keys
+      NEFFCACHE_REPORTS restore --report-to: store (default), none or a directory
+      NEFFCACHE_CONFIG  TOML file with `store`, `index` and `reports` keys
       NEFFCACHE_DEBUG=1 show tracebacks
     S3 uses the standard AWS credential chain and AWS_ENDPOINT_URL.
     """

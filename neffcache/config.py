@@ -8,7 +8,9 @@ Precedence: flag > environment > config file > default. Only the CLI and the ser
     NEFFCACHE_INDEX   a SQLAlchemy URL (sqlite:///..., postgresql+psycopg://...)
     NEFFCACHE_PYTHON  the interpreter that runs inference, whose package versions (and torch
                       path) the fingerprint describes (default: the one running neffcache)
-    NEFFCACHE_CONFIG  a TOML file with `store`, `index` and/or `python` keys
+    NEFFCACHE_REPORTS where `restore` writes its report: `store` (default: the store's
+                      reports/ prefix), `none`, or a local directory path
+    NEFFCACHE_CONFIG  a TOML file with `store`, `index`, `python` and/or `reports` keys
                       (default $NEFFCACHE_HOME/config.toml)
 """
 
@@ -27,7 +29,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-FILE_KEYS = ("store", "index", "python")
+FILE_KEYS = ("store", "index", "python", "reports")
+REPORTS_TO_STORE, REPORTS_OFF = "store", "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,8 @@ class Settings:
     index_explicit: bool
     # The interpreter the fingerprint describes (None: the one running neffcache).
     python: str | None = None
+    # Where restore writes its report: "store", "none" or a directory path.
+    reports_to: str = REPORTS_TO_STORE
 
     @property
     def index_is_embedded(self) -> bool:
@@ -74,7 +79,7 @@ def parse_config_file(text: str, source: str) -> dict[str, str]:
 
 def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | None = None,
                   *, store: str | None = None, index: str | None = None,
-                  python: str | None = None) -> Settings:
+                  python: str | None = None, reports: str | None = None) -> Settings:
     """Resolve settings; ``file_values`` is the parsed config file (or None)."""
     file_values = file_values or {}
     home = default_home(environ)
@@ -84,8 +89,22 @@ def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | N
     index_url = named_index or f"sqlite:///{home / 'index.db'}"
     _check_index_url(index_url)
     interpreter = python or environ.get("NEFFCACHE_PYTHON") or file_values.get("python")
+    reports_to = reports_destination(reports or environ.get("NEFFCACHE_REPORTS")
+                                     or file_values.get("reports") or REPORTS_TO_STORE)
     return Settings(home=home, store_url=str(store_url), index_url=str(index_url),
-                    index_explicit=bool(named_index), python=interpreter or None)
+                    index_explicit=bool(named_index), python=interpreter or None,
+                    reports_to=reports_to)
+
+
+def reports_destination(value: str) -> str:
+    """``store``, ``none`` (any case) or a local directory path, as given."""
+    value = value.strip()
+    if value.lower() in (REPORTS_TO_STORE, REPORTS_OFF):
+        return value.lower()
+    if not value or "://" in value:
+        raise ConfigError(f"reports {redact_url(value)!r}: expected 'store' (the store's "
+                          f"reports/ prefix), 'none' or a local directory path")
+    return value
 
 
 def _check_index_url(url: str) -> None:
@@ -107,7 +126,8 @@ def redact_url(url: str) -> str:
 
 
 def read_settings(environ: Mapping[str, str], *, store: str | None = None,
-                  index: str | None = None, python: str | None = None) -> Settings:
+                  index: str | None = None, python: str | None = None,
+                  reports: str | None = None) -> Settings:
     """The I/O edge: read the config file if present, then resolve."""
     path = config_file_path(environ)
     values = None
@@ -116,4 +136,5 @@ def read_settings(environ: Mapping[str, str], *, store: str | None = None,
             values = parse_config_file(path.read_text(encoding="utf-8"), str(path))
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return load_settings(environ, values, store=store, index=index, python=python)
+    return load_settings(environ, values, store=store, index=index, python=python,
+                         reports=reports)

@@ -6,7 +6,8 @@
     │   └── MatrixError                           malformed matrix file (names file + field)
     ├── CacheMissError                  (exit 3)  requested cells have no entry (partial restore)
     ├── IntegrityError                  (exit 4)  a blob or manifest fails size/sha256/schema checks
-    │   └── ManifestError                         hostile or malformed manifest
+    │   ├── ManifestError                         hostile or malformed manifest
+    │   └── ReportError                           hostile or malformed restore report object
     ├── FingerprintMismatchError        (exit 5)  entry built for another environment
     ├── UnavailableError                (exit 6)  store or index unreachable after retries
     ├── SchemaOutdatedError             (exit 7)  index schema older than this code
@@ -52,6 +53,10 @@ class IntegrityError(NeffcacheError):
 
 class ManifestError(IntegrityError):
     """A manifest is malformed or hostile (absolute path, `..`, duplicates, unknown root)."""
+
+
+class ReportError(IntegrityError):
+    """A restore report object is malformed or hostile; ingestion skips it with a warning."""
 
 
 class FingerprintMismatchError(NeffcacheError):

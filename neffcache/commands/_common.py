@@ -41,8 +41,9 @@ def json_option(f: F) -> F:
 
 
 def settings_from(store: str | None = None, index: str | None = None,
-                  python: str | None = None) -> Settings:
-    return read_settings(os.environ, store=store, index=index, python=python)
+                  python: str | None = None, reports: str | None = None) -> Settings:
+    return read_settings(os.environ, store=store, index=index, python=python,
+                         reports=reports)
 
 
 def emit_json(doc: Any) -> None:

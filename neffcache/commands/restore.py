@@ -20,11 +20,9 @@ from neffcache.cli import EXIT_CODE_HELP
 from neffcache.commands._common import (
     emit_json,
     human_bytes,
-    index_option,
     json_option,
     progress,
     python_option,
-    report_to_index,
     settings_from,
     store_option,
 )
@@ -32,7 +30,7 @@ from neffcache.config import Settings
 from neffcache.errors import NeffcacheError, UsageError, exit_code_for
 
 # A boot must never wait long for a dashboard: the report gets this long, then is dropped.
-INDEX_REPORT_TIMEOUT = 2.0
+REPORT_TIMEOUT = 2.0
 
 
 def _without_cyclic_gc(fn: Callable[..., None]) -> Callable[..., None]:
@@ -77,12 +75,18 @@ _FREEZE_REGISTERED = False
 @click.option("--workers", type=click.IntRange(1, 256), default=None, metavar="N",
               help="Parallel transfers [default: 4 per CPU, at most 16].")
 @python_option
+@click.option("--report-to", "report_to", metavar="store|none|DIR", default=None,
+              help="Where to write this run's restore report: `store` (one object under the "
+                   "store's reports/ prefix), `none`, or a local directory "
+                   "[env NEFFCACHE_REPORTS; default store].")
 @store_option
-@index_option
+@click.option("--index", "index", metavar="URL", default=None, hidden=True,
+              help="Ignored (restore never opens the index); kept so old boot hooks still run.")
 @json_option
 @_without_cyclic_gc
 def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | None,
-            print_env: bool, workers: int | None, python: str | None, store: str | None,
+            print_env: bool, workers: int | None, python: str | None, report_to: str | None,
+            store: str | None,
             index: str | None, as_json: bool) -> None:
     """Fetch the entries of MATRIX built for this host's fingerprint into DIR.
 
@@ -101,6 +105,15 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     5 no requested cell could be restored and some missing cells were built for another
     fingerprint (see `neffcache fingerprint --explain`); 3 some cells have no entry; 0 every
     requested cell is in place.
+
+    Each run (also one that fails once the fingerprint is known, e.g. store unreachable)
+    writes a restore report: one small JSON
+    object `reports/<YYYY-MM-DD>/<host>-<UTC time>-<random>.json` in the store (create-only;
+    an IAM policy can allow PutObject on that prefix alone), or a file in --report-to DIR.
+    Restore never opens the index: `neffcache reindex`, `neffcache reports ingest` and
+    `neffcache serve` read reports into it. Writing the report gets at most 2 s (less when
+    the deadline is nearer); a failure is one warning line on stderr and never changes the
+    exit code.
 
     --json prints one document: status, exit_code, fingerprint_key, cells_restored,
     cells_missing, cells_incomplete, cells_failed, cells_elsewhere, entries,
@@ -124,6 +137,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
       neffcache restore matrix.toml --to /mnt/cache --cells 'flux2-klein/*' --deadline 60
       NEFFCACHE_STORE=s3://bucket/neff neffcache restore matrix.toml --to /mnt/c --json
       neffcache restore matrix.toml --to /var/cache/neffcache --python /opt/venv/bin/python
+      neffcache restore matrix.toml --to /mnt/c --report-to /var/log/neffcache/reports
     """
     started = _process_start()
     until = started + deadline if deadline is not None else None
@@ -137,7 +151,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     from neffcache.restore import restore_local
     from neffcache.store import describe_store
 
-    settings = settings_from(store, index, python)
+    settings = _settings(store, index, python, report_to)
     m = load_matrix(matrix)
     cells = select_cells(m.cells, patterns)
     if not cells:
@@ -150,19 +164,21 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
             sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
         sys.stdout.flush()
     fingerprint = collect_fingerprint(backend.name, os.environ, python=settings.python)
-    try:  # an unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly
+    try:
+        # An unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly.
         check_usable(fingerprint)
+        # Everything already in place (local manifest copies + state file): no store needed.
+        result = restore_local(cells, backend, fingerprint, target,
+                               store_url=describe_store(settings.store_url))
+        if result is None:
+            result = _restore_from_store(settings, cells, backend, fingerprint, target,
+                                         workers=workers, until=until,
+                                         show_progress=sys.stderr.isatty() and not print_env)
     except NeffcacheError as exc:
-        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), m.name or matrix,
-                     INDEX_REPORT_TIMEOUT)
+        # A boot restore that stops early is exactly what the dashboard must show: report it.
+        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), fingerprint,
+                     m.name or matrix, REPORT_TIMEOUT)
         raise
-    # Everything already in place (local manifest copies + state file): no store needed.
-    result = restore_local(cells, backend, fingerprint, target,
-                           store_url=describe_store(settings.store_url))
-    if result is None:
-        result = _restore_from_store(settings, m.name or matrix, cells, backend, fingerprint,
-                                     target, workers=workers, until=until,
-                                     show_progress=sys.stderr.isatty() and not print_env)
     if result.conflicts:
         progress(_conflict_warning(result.conflicts))
     doc = dict(result.to_json(), fingerprint_python=described_interpreter(settings.python))
@@ -174,15 +190,23 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         click.echo(_summary(doc))
         for line in _details(doc):
             click.echo(line)
-    timeout = INDEX_REPORT_TIMEOUT if until is None else \
-        min(INDEX_REPORT_TIMEOUT, max(0.5, until - time.monotonic()))
-    _send_report(settings, doc, m.name or matrix, timeout)
+    timeout = REPORT_TIMEOUT if until is None else \
+        min(REPORT_TIMEOUT, max(0.5, until - time.monotonic()))
+    _send_report(settings, doc, fingerprint, m.name or matrix, timeout)
     err = result.error()
     if err is not None:
         raise err
 
 
-def _restore_from_store(settings: Settings, matrix: str, cells: Any, backend: Any,
+def _settings(store: str | None, index: str | None, python: str | None,
+              report_to: str | None) -> Settings:
+    if index is not None:
+        progress("warning: --index is ignored: restore writes its report to the store "
+                 "(see --report-to); neffcache reindex or serve reads reports into the index")
+    return settings_from(store, python=python, reports=report_to)
+
+
+def _restore_from_store(settings: Settings, cells: Any, backend: Any,
                         fingerprint: Any, target: Path, *, workers: int | None,
                         until: float | None,
                         show_progress: bool) -> Any:
@@ -194,13 +218,7 @@ def _restore_from_store(settings: Settings, matrix: str, cells: Any, backend: An
 
         workers = min(16, 4 * usable_cpus())
     s = open_store(settings.store_url)
-    try:
-        s.check()
-    except NeffcacheError as exc:
-        # A failed boot restore is exactly what the dashboard must show: report it too.
-        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), matrix,
-                     INDEX_REPORT_TIMEOUT)
-        raise
+    s.check()
     bar = _ProgressLine() if show_progress else None
     result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
                            deadline=until, progress=bar.update if bar else None)
@@ -246,6 +264,7 @@ def _failure_doc(fingerprint: Any, target: Path, cells: Any, exc: BaseException)
     """A restore report for a run that failed before fetching anything."""
     ids = [c.id for c in cells]
     return {"status": "failed", "exit_code": exit_code_for(exc), "error": str(exc),
+            "backend": fingerprint.backend,
             "fingerprint_key": fingerprint.key, "target": str(target), "cells_requested": ids,
             "cells_restored": [], "cells_missing": ids, "files_fetched": 0, "files_skipped": 0,
             "bytes_fetched": 0, "seconds": 0.0}
@@ -294,9 +313,21 @@ class _ProgressLine:
             sys.stderr.flush()
 
 
-def _send_report(settings: Settings, doc: dict[str, Any], matrix: str,
+def _send_report(settings: Settings, doc: dict[str, Any], fingerprint: Any, matrix: str,
                  timeout: float) -> None:
-    """Record the restore in the index (see ``report_to_index``)."""
-    report = dict(doc, host=socket.gethostname(), matrix=matrix)
-    report_to_index(settings, "restore report", lambda idx: idx.record_restore(report),
-                    timeout)
+    """Write this run's restore report where the settings say (never to the index)."""
+    from datetime import datetime, timezone
+
+    from neffcache import __version__
+    from neffcache.report_send import send_report
+    from neffcache.reports import build_report
+    from neffcache.store import describe_store
+
+    if settings.reports_to == "none":
+        return
+    doc = dict(doc)
+    doc.setdefault("store", describe_store(settings.store_url))
+    report = build_report(doc, fingerprint=fingerprint, host=socket.gethostname(),
+                          matrix=matrix, now=datetime.now(timezone.utc),
+                          nonce=os.urandom(4).hex(), version=__version__)
+    send_report(report, settings.reports_to, settings.store_url, timeout, progress)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
 
 import click
 
 from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import index_option, progress, settings_from
-from neffcache.config import redact_url
+from neffcache.commands._common import index_option, progress, settings_from, store_option
+from neffcache.config import Settings, redact_url
 from neffcache.errors import ConfigError, UsageError
 
 LOOPBACK_NAMES = ("localhost",)
@@ -34,14 +39,28 @@ def is_loopback(host: str) -> bool:
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info",
                                                  "debug"]), default="warning",
               show_default=True, help="uvicorn's log level (access lines at info).")
+@click.option("--ingest-every", "ingest_every", type=click.FloatRange(min=0), default=60.0,
+              show_default=True, metavar="SECONDS",
+              help="Ingest new restore reports from the store's reports/ prefix this often; "
+                   "0 turns it off.")
+@store_option
 @index_option
-def serve(host: str, port: int, log_level: str, index: str | None) -> None:
+def serve(host: str, port: int, log_level: str, ingest_every: float, store: str | None,
+          index: str | None) -> None:
     """Serve the index over HTTP, read-only: JSON API, /metrics and a dashboard at /.
 
-    Everything is computed from the index on each request; nothing is cached and nothing is
-    written (any method but GET gets 405). Matrices appear once registered
-    (`neffcache matrix register FILE`; `neffcache precompile` registers its matrix too).
-    The dashboard works offline: its scripts and styles are served by this process.
+    Everything is computed from the index on each request; nothing is cached and the API
+    writes nothing (any method but GET gets 405).
+
+    In the background, every --ingest-every seconds, restore reports that instances wrote
+    under the store's reports/ prefix are ingested into the index (each once): at start the
+    last 7 days of date prefixes, then only yesterday's, today's and tomorrow's (UTC), and
+    objects already seen are not read again. A store that cannot be reached, or a malformed
+    report, is a warning on stderr; serving goes on. `neffcache reindex` ingests every report.
+
+    Matrices appear once registered (`neffcache matrix register FILE`; `neffcache precompile`
+    registers its matrix too). The dashboard works offline: its scripts and styles are
+    served by this process.
 
     \b
     Endpoints:
@@ -64,6 +83,7 @@ def serve(host: str, port: int, log_level: str, index: str | None) -> None:
     Examples:
       neffcache serve
       neffcache serve --port 9000 --index postgresql+psycopg://neffcache@db/neffcache
+      neffcache serve --store s3://my-bucket/neff --ingest-every 30
       curl -s 127.0.0.1:8077/api/summary | jq '.coverage[].fingerprints[].ratio'
       curl -s 127.0.0.1:8077/metrics | grep neffcache_coverage_ratio
     """
@@ -76,7 +96,7 @@ def serve(host: str, port: int, log_level: str, index: str | None) -> None:
                           f"pip install 'neffcache[serve]'") from None
     from neffcache.index import open_index
 
-    settings = settings_from(index=index)
+    settings = settings_from(store=store, index=index)
     if not is_loopback(host):
         progress(f"warning: binding {host}: the index's contents (matrices, hosts, log tails) "
                  f"are readable by anyone who can reach this port")
@@ -87,8 +107,43 @@ def serve(host: str, port: int, log_level: str, index: str | None) -> None:
         bound = sock.getsockname()[1]
         progress(f"neffcache serve: http://{_url_host(host)}:{bound}/ "
                  f"(index {redact_url(settings.index_url)}; Ctrl-C stops)")
-        with sock:
+        with sock, ingesting_reports(ix, settings, ingest_every):
             uvicorn.Server(config).run(sockets=[sock])
+
+
+@contextlib.contextmanager
+def ingesting_reports(index: Any, settings: Settings, every: float) -> Iterator[None]:
+    """Run a ReportPoller tick every ``every`` seconds in a daemon thread until the block
+    ends (0: not at all). Failures are warnings; the thread never stops the server."""
+    if every <= 0:
+        yield
+        return
+    from neffcache.index.ingest import ReportPoller
+    from neffcache.store import open_store
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        try:
+            poller = ReportPoller(index, open_store(settings.store_url), warn=progress)
+        except Exception as exc:  # noqa: BLE001 - a bad store setting must not stop serving
+            progress(f"warning: restore reports will not be ingested: {exc}")
+            return
+        while not stop.is_set():
+            try:
+                poller.safe_tick(datetime.now(timezone.utc))
+            except Exception as exc:  # noqa: BLE001 - keep serving whatever one tick does
+                progress(f"warning: restore report ingestion failed: {type(exc).__name__}: "
+                         f"{exc}")
+            stop.wait(every)
+
+    worker = threading.Thread(target=loop, name="neffcache-report-ingest", daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join(5)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -142,8 +143,10 @@ def run_demo(settings: Settings, *, shapes: Sequence[str] | None = None, workers
     from neffcache.demo.tiny_pipeline import build_tiny_flux2_klein
     from neffcache.fingerprint import collect_fingerprint
     from neffcache.index import open_index
+    from neffcache.index.ingest import ingest_reports
     from neffcache.matrix_io import load_matrix
     from neffcache.precompile import PrecompileOptions, apply_precompile
+    from neffcache.reports import date_prefixes
     from neffcache.store import open_store
 
     started = time.monotonic()
@@ -169,6 +172,7 @@ def run_demo(settings: Settings, *, shapes: Sequence[str] | None = None, workers
         instance.mkdir(parents=True)
         say(f"[3/4] fresh instance: empty {instance}; neffcache restore (separate process)")
         restore_doc, restore_exit = _restore_cli(Path(matrix.source), instance, settings, env)
+        ingest_reports(ix, store, date_prefixes(datetime.now(timezone.utc), 1))  # as serve does
         say("[4/4] first call per cell in a fresh process against the restored cache")
         demo_cells = tuple(_restored_cell(matrix, cell, backend, store, fingerprint, pre,
                                           instance, env, timeout, say) for cell in cells)
@@ -183,8 +187,7 @@ def run_demo(settings: Settings, *, shapes: Sequence[str] | None = None, workers
 def _restore_cli(matrix_path: Path, target: Path, settings: Settings,
                  env: Mapping[str, str]) -> tuple[dict[str, Any], int]:
     """Run ``neffcache restore MATRIX --to DIR --json`` as its own process, as a boot hook."""
-    child_env = {**env, "NEFFCACHE_STORE": settings.store_url,
-                 "NEFFCACHE_INDEX": settings.index_url}
+    child_env = {**env, "NEFFCACHE_STORE": settings.store_url}
     cmd = [sys.executable, "-m", "neffcache.cli", "restore", str(matrix_path),
            "--to", str(target), "--json"]
     proc = subprocess.run(cmd, env=child_env, stdin=subprocess.DEVNULL, capture_output=True,

@@ -5,11 +5,12 @@ Public API (others code against these names):
 
     open_index(url, *, auto_upgrade) -> Index      upgrade_index(url) -> (from_rev, to_rev)
     Index.record_entry / record_entries / record_failure / start_run / finish_run /
-          record_restore / record_verification / remove_entries
+          record_restore / record_reports / known_report_ids / record_verification /
+          remove_entries
     Index.entries(...) -> [EntrySummary]           Index.coverage(...) -> CoverageReport
     reindex(index, store) -> ReindexResult         schema_state(url) -> SchemaState
 
-Importing this package imports SQLAlchemy; the restore path imports it only when it records.
+Importing this package imports SQLAlchemy; the restore path never imports it.
 """
 
 from neffcache.index.api import Index, open_index

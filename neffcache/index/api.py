@@ -35,6 +35,7 @@ from neffcache.index.schema import (
 from neffcache.index.values import CoverageReport, EntrySummary, SchemaState
 from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
+from neffcache.reports import Report
 
 
 class Index:
@@ -113,6 +114,19 @@ class Index:
         The whole report is also kept as JSON."""
         with self._write() as s:
             s.add(record.restore_report_row(report))
+
+    def record_reports(self, reports: Sequence[Report]) -> int:
+        """Ingest validated restore reports (from the store or report files); idempotent by
+        report id. Returns how many were new."""
+        if not reports:
+            return 0
+        with self._write() as s:
+            return record.save_reports(s, reports)
+
+    def known_report_ids(self, report_ids: Sequence[str]) -> set[str]:
+        """Which of these report ids are already ingested."""
+        with self._read() as s:
+            return record.existing_report_ids(s, report_ids)
 
     def record_verification(self, entry_key: str, status: str) -> bool:
         """Mark an entry verified (status such as 'ok' or 'corrupt'); False if unknown."""

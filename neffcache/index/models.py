@@ -6,7 +6,8 @@
     blobs          sha256 -> size (identical files across entries counted once)
     entry_files    an entry's files: position, root, path, sha256, size, mode
     precompile_runs / cell_failures      precompile attempts and the cells that failed
-    restore_reports                      what each restore fetched, skipped or missed
+    restore_reports                      what each restore fetched, skipped or missed (one row
+                                         per report object, unique by report_id)
     matrices / matrix_cells              registered matrix files and their cells
 
 Every constraint and index is named by ``NAMING_CONVENTION`` so migrations stay portable.
@@ -93,6 +94,8 @@ class EntryRow(Base):
     recorded_at: Mapped[datetime]
     verified_status: Mapped[str | None] = mapped_column(String(16))
     verified_at: Mapped[datetime | None]
+    # The newest restore report (ingested from the store) that found this entry.
+    last_used_at: Mapped[datetime | None]
 
 
 class BlobRow(Base):
@@ -148,9 +151,13 @@ class CellFailureRow(Base):
 
 class RestoreReportRow(Base):
     __tablename__ = "restore_reports"
-    __table_args__ = (Index(None, "created_at"), Index(None, "fingerprint_key"))
+    __table_args__ = (Index(None, "created_at"), Index(None, "fingerprint_key"),
+                      Index(None, "report_id", unique=True))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # The report object's id (reports/<date>/<report-id>.json); ingesting it twice adds nothing.
+    # NULL for reports recorded before reports went through the store.
+    report_id: Mapped[str | None] = mapped_column(String(128))
     host: Mapped[str] = mapped_column(String(255))
     fingerprint_key: Mapped[str] = mapped_column(String(KEY))  # this host's; may have no entry
     matrix: Mapped[str] = mapped_column(String(255))

@@ -66,7 +66,8 @@ def _summary(row: EntryRow, cell_id: str, backend: str) -> EntrySummary:
         fingerprint_key=row.fingerprint_key, backend=backend, store_url=row.store_url,
         total_bytes=row.total_bytes, file_count=row.file_count,
         compile_seconds=row.compile_seconds, created_at=as_utc(row.created_at),  # type: ignore[arg-type]
-        verified_status=row.verified_status, verified_at=as_utc(row.verified_at))
+        verified_status=row.verified_status, verified_at=as_utc(row.verified_at),
+        last_used_at=as_utc(row.last_used_at))
 
 
 def all_entry_keys(session: Session) -> set[str]:

@@ -1,6 +1,7 @@
 """Writes to the index: entries (with their cells, fingerprints, blobs and files), failures,
-precompile runs, restore reports. Every function takes an open Session inside a write
-transaction; the caller commits. Inserts of shared rows are insert-if-absent."""
+precompile runs, restore reports (with their fingerprints and the entries' last use). Every
+function takes an open Session inside a write transaction; the caller commits.
+Inserts of shared rows are insert-if-absent."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from neffcache.index.models import (
 )
 from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
+from neffcache.reports import Report
 
 BATCH = 500  # rows per IN (...) list or multi-row insert; well under every driver's limit
 LOG_TAIL_CHARS = 16_000
@@ -234,6 +236,67 @@ def restore_report_row(report: Mapping[str, Any]) -> RestoreReportRow:
         report=_jsonable(report),
         created_at=utcnow(),
     )
+
+
+def existing_report_ids(session: Session, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for part in chunks(sorted(set(ids))):
+        found.update(str(r) for r in session.scalars(
+            select(RestoreReportRow.report_id).where(RestoreReportRow.report_id.in_(part))))
+    return found
+
+
+def save_reports(session: Session, reports: Sequence[Report]) -> int:
+    """Insert the validated reports not yet ingested (unique by report id; a concurrent
+    ingester's rows are left alone); record each fingerprint they name (so the fleet's
+    fingerprints show even when nothing was built for them) and move the entries they found
+    to their newest use. Returns how many reports were new."""
+    now = utcnow()
+    by_id = {r.report_id: r for r in reports}
+    fresh = set(by_id) - existing_report_ids(session, list(by_id))
+    new = sorted((by_id[k] for k in fresh), key=lambda r: (r.time, r.report_id))  # oldest first
+    if not new:
+        return 0
+    fps = {r.fingerprint.key: fingerprint_row(r.fingerprint, min(r.time, now))
+           for r in new if r.fingerprint is not None}
+    insert_if_absent(session, FingerprintRow, [fps[k] for k in sorted(fps)])
+    stmt = _insert_ignoring_duplicates(session, RestoreReportRow, "report_id")
+    columns = [c.key for c in RestoreReportRow.__table__.columns if c.key != "id"]
+    added = 0
+    for r in new:
+        row = restore_report_row(r.to_json())
+        row.report_id, row.created_at = r.report_id, min(r.time, now)
+        inserted = session.execute(stmt.values({c: getattr(row, c) for c in columns})
+                                   .returning(RestoreReportRow.id))
+        added += len(inserted.all())  # no row back: another ingester has it
+    last_use: dict[str, datetime] = {}
+    for r in new:
+        if r.status != "failed":
+            when = min(r.time, now)  # a clock ahead of ours does not set a future last use
+            for key in r.entries:
+                last_use[key] = max(last_use.get(key, when), when)
+    _save_last_use(session, last_use)
+    return added
+
+
+def _insert_ignoring_duplicates(session: Session, model: type, column: str) -> Any:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    return dialect.insert(model).on_conflict_do_nothing(index_elements=[column])
+
+
+def _save_last_use(session: Session, last_use: Mapping[str, datetime]) -> None:
+    """``entries.last_used_at = max(it, t)`` per entry key, one UPDATE per distinct time."""
+    by_time: dict[datetime, list[str]] = {}
+    for key, when in last_use.items():
+        by_time.setdefault(when, []).append(key)
+    e = EntryRow
+    for when, keys in sorted(by_time.items()):
+        for part in chunks(sorted(keys)):
+            session.execute(update(e).where(e.entry_key.in_(part))
+                            .where((e.last_used_at.is_(None)) | (e.last_used_at < when))
+                            .values(last_used_at=when))
 
 
 def _jsonable(value: Any) -> Any:

@@ -31,6 +31,7 @@ class EntrySummary:
     created_at: datetime
     verified_status: str | None = None
     verified_at: datetime | None = None
+    last_used_at: datetime | None = None  # newest ingested restore report that found it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,7 +40,7 @@ class EntrySummary:
             "store_url": self.store_url, "total_bytes": self.total_bytes,
             "file_count": self.file_count, "compile_seconds": self.compile_seconds,
             "created_at": iso(self.created_at), "verified_status": self.verified_status,
-            "verified_at": iso(self.verified_at),
+            "verified_at": iso(self.verified_at), "last_used_at": iso(self.last_used_at),
         }
 
 

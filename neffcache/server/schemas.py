@@ -91,6 +91,7 @@ class EntryDoc(BaseModel):
     created_at: str | None
     verified_status: str | None
     verified_at: str | None
+    last_used_at: str | None = None  # newest ingested restore report that found the entry
 
 
 class FingerprintDoc(BaseModel):

@@ -11,6 +11,9 @@ Keys are relative POSIX strings. Layout (under a store's root or prefix):
                                    them while the intent is younger than its grace period)
     packs/<aa>/<sha256>            many small blobs back to back, so a restore fetches them
                                    in a few requests; an extra: every member is also a blob
+    reports/<YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json
+                                   one restore report per restore run, written by the instance
+                                   (create-only); reindex and serve ingest them into the index
 
 Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
 SDK's other failures into ``UnavailableError`` once, inside the backend.
@@ -29,6 +32,7 @@ MANIFESTS = "manifests/"
 CELLS = "cells/"
 PENDING = "pending/"
 PACKS = "packs/"
+REPORTS = "reports/"
 
 
 def check_key(key: str) -> str:
@@ -54,6 +58,11 @@ def manifest_key(entry_key: str) -> str:
 
 def cell_pointer_key(cell_key: str, fingerprint_key: str) -> str:
     return f"{CELLS}{cell_key}/{fingerprint_key}.json"
+
+
+def report_key(day: str, report_id: str) -> str:
+    """``reports/<day>/<report-id>.json``; ``day`` is the report's UTC date, YYYY-MM-DD."""
+    return f"{REPORTS}{day}/{report_id}.json"
 
 
 def entry_key_of(manifest_object_key: str) -> str | None:

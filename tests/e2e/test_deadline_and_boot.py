@@ -5,14 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import CELL_64, Cli, restored_tree, temps_under
+from tests.e2e.conftest import CELL_64, Cli, restored_tree, split_url, temps_under
 from tests.support.synthetic import make_neff_cache
 
 HEAVY = ("torch", "diffusers", "transformers", "sqlalchemy", "alembic", "boto3", "botocore")
 RESTORE_PATH = ("neffcache.cli", "neffcache.commands.restore", "neffcache.restore",
+                "neffcache.reports", "neffcache.report_send",
                 "neffcache.restore_apply", "neffcache.restore_fetch")
 # Not heavy, but a boot pays for them: http.client parses headers with the email package.
 NOT_ON_BOOT = ("http.client", "email")
@@ -35,6 +37,13 @@ def test_cli_and_restore_import_nothing_heavy() -> None:
     assert _imported(proc.stderr) & set(HEAVY) == set()
     assert "neffcache" in _imported(proc.stderr)
     assert proc.stdout.split() == []
+
+
+def test_restore_help_imports_nothing_heavy() -> None:
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "neffcache.cli", "restore",
+                           "--help"], capture_output=True, text=True, check=True)
+    assert "--report-to" in proc.stdout
+    assert _imported(proc.stderr) & {*HEAVY, "botocore"} == set()
 
 
 @pytest.mark.s3
@@ -108,8 +117,8 @@ def test_entries_only_for_another_environment_exit_5_and_explain(
 
 
 @pytest.mark.s3
-def test_restore_report_goes_to_the_index_and_a_dead_index_only_warns(
-        cli: Cli, matrix: Path, tmp_path: Path) -> None:
+def test_restore_report_goes_to_the_store_and_reindex_puts_it_in_the_index(
+        cli: Cli, matrix: Path, tmp_path: Path, s3: Any, e2e_env: dict[str, str]) -> None:
     import sqlite3
 
     cache = make_neff_cache(tmp_path / "neff", seed=34, count=5, large=0)
@@ -118,15 +127,16 @@ def test_restore_report_goes_to_the_index_and_a_dead_index_only_warns(
     db = tmp_path / "team.db"
     index = {"NEFFCACHE_INDEX": f"sqlite:///{db}"}
     assert cli("db", "upgrade", env=index).code == 0
-    ok = cli("restore", str(matrix), "--to", str(tmp_path / "a"), "--cells", CELL_64,
-             env=index)
-    assert ok.code == 0, ok.stderr
+    # A dead index named on the instance is never contacted: no warning, same result.
+    dead = {"NEFFCACHE_INDEX": "postgresql+psycopg://nobody@127.0.0.1:1/none"}
+    ok = cli("restore", str(matrix), "--to", str(tmp_path / "a"), "--cells", CELL_64, env=dead)
+    assert ok.code == 0 and "warning" not in ok.stderr, ok.stderr
+    assert restored_tree(tmp_path / "a" / "neff") == cache.files
+    bucket, prefix = split_url(e2e_env["NEFFCACHE_STORE"])
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/reports/")
+    assert [o["Key"].endswith(".json") for o in listed["Contents"]] == [True]
+
+    assert cli("reindex", env=index).code == 0
     rows = sqlite3.connect(db).execute(
         "select files_fetched, exit_code, matrix from restore_reports").fetchall()
     assert rows == [(5, 0, str(matrix))]
-
-    dead = {"NEFFCACHE_INDEX": "postgresql+psycopg://nobody@127.0.0.1:1/none"}
-    r = cli("restore", str(matrix), "--to", str(tmp_path / "b"), "--cells", CELL_64, env=dead)
-    assert r.code == 0, r.stderr
-    assert "warning: restore report not recorded" in r.stderr
-    assert restored_tree(tmp_path / "b" / "neff") == cache.files

@@ -104,3 +104,40 @@ def test_concurrent_writers_of_the_same_entries(pg_index_url: str) -> None:
         t.join()
     assert errors == []
     assert sum(results) == 30  # each entry is new exactly once
+
+
+def test_concurrent_report_ingesters_add_each_report_once(pg_new_database: Callable[[], str]
+                                                          ) -> None:
+    from datetime import datetime, timezone
+
+    from neffcache.index.ops_queries import list_restores
+    from neffcache.reports import build_report
+
+    url = pg_new_database()
+    upgrade_index(url)
+    fp = make_fingerprint(3)
+    m = make_manifest(make_cell(3), fp)
+    when = datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc)
+    reports = [build_report({"status": "ok", "exit_code": 0, "entries": [m.entry_key]},
+                            fingerprint=fp, host=f"i-{n}", matrix="m", now=when,
+                            nonce=f"{n:08x}", version="0.1.0") for n in range(40)]
+    with open_index(url, auto_upgrade=False) as ix:
+        ix.record_entry(m, "s3://b/p")
+    added: list[int] = []
+    barrier = threading.Barrier(4)
+
+    def ingest() -> None:
+        with open_index(url, auto_upgrade=False) as own:
+            barrier.wait()
+            added.append(own.record_reports(reports))
+
+    threads = [threading.Thread(target=ingest) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with open_index(url, auto_upgrade=False) as ix:
+        assert sum(added) == 40 and len(list_restores(ix, limit=100)) == 40
+        assert ix.record_reports(reports) == 0
+        (entry,) = ix.entries()
+    assert entry.last_used_at == when

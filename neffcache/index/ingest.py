@@ -1,0 +1,180 @@
+"""Ingest restore reports into the index: report objects under the store's ``reports/`` prefix
+(reindex, serve's poller) and report files (``neffcache reports ingest --from``).
+
+Idempotent: a report id already in the index is not read again, and a malformed or hostile
+report is skipped with its one-line reason; only its validated fields ever reach the index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from neffcache.errors import NeffcacheError, NotFoundError, ReportError
+from neffcache.index.api import Index
+from neffcache.reports import MAX_BYTES, Report, date_prefixes, decode_report, report_id_of
+from neffcache.store.base import REPORTS, Store
+
+READERS = 8  # report objects fetched in parallel (S3 latency dominates)
+BATCH = 200  # reports ingested per transaction
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidReport:
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What an ingest found and added. ``settled`` (not in the JSON) holds the keys that need
+    no second look: ingested now or before, or invalid."""
+
+    scanned: int = 0
+    added: int = 0
+    already_ingested: int = 0
+    invalid: tuple[InvalidReport, ...] = ()
+    settled: frozenset[str] = field(default=frozenset(), compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scanned": self.scanned, "added": self.added,
+                "already_ingested": self.already_ingested,
+                "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid]}
+
+    def __add__(self, other: IngestResult) -> IngestResult:
+        return IngestResult(self.scanned + other.scanned, self.added + other.added,
+                            self.already_ingested + other.already_ingested,
+                            self.invalid + other.invalid, self.settled | other.settled)
+
+
+def plan_ingest(object_keys: Iterable[str], skip: Collection[str] = ()
+                ) -> tuple[list[tuple[str, str]], list[str]]:
+    """Pure: (object key, report id) pairs to consider, sorted, leaving out ``skip``; and the
+    keys under reports/ that do not name a report (skipped as invalid)."""
+    wanted, stray = [], []
+    for key in sorted(set(object_keys)):
+        if key in skip:
+            continue
+        rid = report_id_of(key)
+        (wanted.append((key, rid)) if rid else stray.append(key))
+    return wanted, stray
+
+
+def ingest_reports(index: Index, store: Store, prefixes: Sequence[str] = (REPORTS,), *,
+                   skip: Collection[str] = ()) -> IngestResult:
+    """Ingest every report object under ``prefixes`` whose key is not in ``skip`` and whose
+    id is not yet in the index."""
+    listed: list[str] = []
+    for prefix in prefixes:
+        listed.extend(store.list(prefix))
+    wanted, stray = plan_ingest(listed, skip)
+    invalid = [InvalidReport(k, f"{k}: not a report key (reports/YYYY-MM-DD/<report-id>.json)")
+               for k in stray]
+    known = index.known_report_ids([rid for _, rid in wanted])
+    to_read = [(k, rid) for k, rid in wanted if rid not in known]
+    settled = {k for k, rid in wanted if rid in known} | set(stray)
+    added, valid, pending = 0, 0, []
+    for key, item in zip((k for k, _ in to_read), _read_all(store, to_read), strict=True):
+        if isinstance(item, InvalidReport):
+            invalid.append(item)
+            settled.add(key)
+        elif item is not None:
+            valid += 1
+            pending.append(item)
+            settled.add(key)
+        if len(pending) >= BATCH:
+            added += index.record_reports(pending)
+            pending = []
+    added += index.record_reports(pending)
+    # Already ingested: known before this run, or recorded by another ingester meanwhile.
+    return IngestResult(scanned=len(wanted) + len(stray), added=added,
+                        already_ingested=len(known) + valid - added, invalid=tuple(invalid),
+                        settled=frozenset(settled))
+
+
+def _load(store: Store, key: str, rid: str) -> Report | InvalidReport | None:
+    try:
+        data = store.read(key, 0, MAX_BYTES + 1)
+    except NotFoundError:
+        return None  # deleted since listing
+    try:
+        report = decode_report(data, source=key)
+    except ReportError as exc:
+        return InvalidReport(key, str(exc))
+    if report.report_id != rid:
+        return InvalidReport(key, f"{key}: holds report {report.report_id!r}, not the one "
+                                  f"its name says")
+    return report
+
+
+def _read_all(store: Store, items: Sequence[tuple[str, str]]
+              ) -> Iterator[Report | InvalidReport | None]:
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        yield from pool.map(lambda kv: _load(store, *kv), items)
+
+
+def ingest_report_files(index: Index, paths: Sequence[Path]) -> IngestResult:
+    """Ingest report files: each path a file, or a directory whose ``*.json`` files are read
+    (not recursively)."""
+    files: list[Path] = []
+    for p in paths:
+        files.extend(sorted(p.glob("*.json")) if p.is_dir() else [p])
+    reports: list[Report] = []
+    invalid: list[InvalidReport] = []
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
+            reports.append(decode_report(data, source=str(f)))
+        except ReportError as exc:
+            invalid.append(InvalidReport(str(f), str(exc)))
+        except OSError as exc:
+            invalid.append(InvalidReport(str(f), f"{f}: cannot read: {exc.strerror}"))
+    unique = {r.report_id: r for r in reports}
+    added = sum(index.record_reports(list(unique.values())[i:i + BATCH])
+                for i in range(0, len(unique), BATCH))
+    return IngestResult(scanned=len(files), added=added,
+                        already_ingested=len(reports) - added, invalid=tuple(invalid))
+
+
+class ReportPoller:
+    """Serve's background ingestion: the first tick reads the last ``catch_up_days`` of
+    date prefixes, every later tick only yesterday's, today's and tomorrow's (UTC), and
+    keys already settled are remembered, so a tick reads only new objects."""
+
+    def __init__(self, index: Index, store: Store, *, catch_up_days: int = 7,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.index, self.store, self.warn = index, store, warn
+        self.catch_up_days = catch_up_days
+        self._settled: dict[str, set[str]] = {}  # date prefix -> settled keys
+        self._first = True
+
+    def tick(self, now: datetime) -> IngestResult:
+        back = self.catch_up_days if self._first else 1
+        prefixes = date_prefixes(now, back)
+        skip = set().union(*(self._settled.get(p, set()) for p in prefixes))
+        result = ingest_reports(self.index, self.store, prefixes, skip=skip)
+        self._first = False
+        window = set(date_prefixes(now, 1))
+        self._settled = {p: keys for p, keys in self._settled.items() if p in window}
+        for key in result.settled:
+            prefix = key.rsplit("/", 1)[0] + "/"
+            if prefix in window:
+                self._settled.setdefault(prefix, set()).add(key)
+        if self.warn:
+            for bad in result.invalid:
+                self.warn(f"warning: restore report skipped: {bad.reason}")
+        return result
+
+    def safe_tick(self, now: datetime) -> IngestResult | None:
+        """``tick``, with any store or index failure turned into one warning line."""
+        try:
+            return self.tick(now)
+        except NeffcacheError as exc:
+            if self.warn:
+                self.warn(f"warning: restore reports not ingested: {' '.join(str(exc).split())}")
+            return None

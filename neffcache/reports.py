@@ -1,0 +1,344 @@
+"""Restore reports as documents (pure): build one from a restore's JSON, name its store key,
+encode it, and validate one read back (every field checked and bounded; nothing else kept).
+
+A report is what an instance says about one restore run. It is written as one small object
+``reports/<YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json`` (or a local file of the same
+name), never to the index: ``neffcache reindex``, ``neffcache reports ingest`` and
+``neffcache serve`` read it back into the index. No file, network or database here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from neffcache.errors import ReportError
+from neffcache.fingerprint import Fingerprint
+from neffcache.store.base import REPORTS
+from neffcache.store.base import report_key as _report_key
+
+KIND = "neffcache.restore-report"
+SCHEMA_VERSION = 1
+
+MAX_BYTES = 4 << 20  # a report object larger than this is refused unread
+MAX_CELLS = 20_000  # ids per cell list (a large matrix, with room)
+MAX_TEXT = 2_000  # error messages, paths
+MAX_NAME = 255  # host, matrix, cell ids, backend, status words
+MAX_FIELDS = 200  # fingerprint fields and info
+MAX_INT = (1 << 63) - 1
+STATUSES = ("ok", "partial", "failed")
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HOST_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+REPORT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}-\d{8}T\d{6}Z-[0-9a-f]{8}")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# Credentials that could slip into free text: URL userinfo, query strings (presigned URLs carry
+# X-Amz-Signature / X-Amz-Credential / X-Amz-Security-Token there) and AWS access key ids.
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
+_QUERY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s?#]*)[?#][^\s'\"]*")
+_ACCESS_KEY = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One restore run as an instance reports it; every field validated."""
+
+    report_id: str
+    time: datetime  # UTC, to the microsecond (so runs within one second keep their order)
+    host: str
+    matrix: str
+    backend: str
+    fingerprint_key: str
+    fingerprint: Fingerprint | None
+    status: str
+    exit_code: int
+    error: str | None
+    store: str
+    target: str
+    cells_requested: tuple[str, ...]
+    cells_restored: tuple[str, ...]
+    cells_missing: tuple[str, ...]
+    cells_incomplete: tuple[str, ...]
+    entries: tuple[str, ...]  # entry keys found for the requested cells
+    files_fetched: int
+    files_skipped: int
+    files_failed: int
+    bytes_fetched: int
+    deadline_hit: bool
+    seconds: float
+    conflicts: int
+    version: str  # neffcache's version on the instance
+
+    @property
+    def key(self) -> str:
+        """Its object key in the store."""
+        return report_key(self.time, self.report_id)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": KIND, "schema_version": SCHEMA_VERSION, "report_id": self.report_id,
+            "time": format_time(self.time), "host": self.host, "matrix": self.matrix,
+            "backend": self.backend, "fingerprint_key": self.fingerprint_key,
+            "fingerprint": self.fingerprint.to_json() if self.fingerprint else None,
+            "status": self.status, "exit_code": self.exit_code, "error": self.error,
+            "store": self.store, "target": self.target,
+            "cells_requested": list(self.cells_requested),
+            "cells_restored": list(self.cells_restored),
+            "cells_missing": list(self.cells_missing),
+            "cells_incomplete": list(self.cells_incomplete),
+            "entries": list(self.entries),
+            "files_fetched": self.files_fetched, "files_skipped": self.files_skipped,
+            "files_failed": self.files_failed, "bytes_fetched": self.bytes_fetched,
+            "deadline_hit": self.deadline_hit, "seconds": self.seconds,
+            "conflicts": self.conflicts, "neffcache_version": self.version,
+        }
+
+    def encode(self) -> bytes:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: Any) -> Report:
+        """Validate a decoded report; ReportError names the first bad field."""
+        if not isinstance(data, Mapping):
+            raise ReportError("not a JSON object")
+        if data.get("kind") != KIND:
+            raise ReportError(f"kind: expected {KIND!r}")
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise ReportError(f"schema_version: expected {SCHEMA_VERSION}")
+        v = _Fields(data)
+        fp_key = v.hex64("fingerprint_key")
+        report = cls(
+            report_id=v.match("report_id", REPORT_ID), time=v.time("time"),
+            host=v.text("host", MAX_NAME), matrix=v.text("matrix", MAX_NAME),
+            backend=v.text("backend", MAX_NAME), fingerprint_key=fp_key,
+            fingerprint=v.fingerprint("fingerprint", fp_key),
+            status=v.choice("status", STATUSES), exit_code=v.integer("exit_code", 255),
+            error=v.text("error", MAX_TEXT, optional=True), store=v.text("store", MAX_TEXT),
+            target=v.text("target", MAX_TEXT),
+            cells_requested=v.names("cells_requested"),
+            cells_restored=v.names("cells_restored"), cells_missing=v.names("cells_missing"),
+            cells_incomplete=v.names("cells_incomplete"), entries=v.keys("entries"),
+            files_fetched=v.integer("files_fetched"), files_skipped=v.integer("files_skipped"),
+            files_failed=v.integer("files_failed"), bytes_fetched=v.integer("bytes_fetched"),
+            deadline_hit=v.flag("deadline_hit"), seconds=v.number("seconds"),
+            conflicts=v.integer("conflicts"), version=v.text("neffcache_version", MAX_NAME))
+        if report.report_id.rsplit("-", 2)[1] != report.time.strftime("%Y%m%dT%H%M%SZ"):
+            raise ReportError("report_id: its time does not match the report's time")
+        return report
+
+
+def decode_report(data: bytes, *, source: str) -> Report:
+    """Parse and validate a report object's bytes; ReportError names ``source`` and the field."""
+    if len(data) > MAX_BYTES:
+        raise ReportError(f"{source}: larger than {MAX_BYTES} bytes")
+    try:
+        doc = json.loads(data)
+        return Report.from_json(doc)
+    except ReportError as exc:
+        raise ReportError(f"{source}: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ReportError(f"{source}: not valid JSON: {str(exc)[:200]}") from None
+
+
+def build_report(doc: Mapping[str, Any], *, fingerprint: Fingerprint, host: str, matrix: str,
+                 now: datetime, nonce: str, version: str) -> Report:
+    """A report from a restore's JSON document (``RestoreResult.to_json()`` or the failure
+    document restore writes when it stops early). Text is scrubbed of credentials and
+    truncated to its bound; ``nonce`` is 8 hex characters (the caller draws them)."""
+    now = now.astimezone(timezone.utc)
+    report_id = make_report_id(host, now, nonce)
+
+    def names(key: str) -> tuple[str, ...]:
+        return tuple(_bounded(str(c), MAX_NAME) for c in (doc.get(key) or ())[:MAX_CELLS])
+
+    def count(key: str) -> int:
+        value = doc.get(key, 0)
+        return min(max(int(value), 0), MAX_INT) if isinstance(value, (int, float)) else 0
+
+    failed = doc.get("files_failed_count", doc.get("files_failed", 0))
+    seconds = doc.get("seconds", 0.0)
+    status = doc.get("status")
+    return Report(
+        report_id=report_id, time=now, host=_bounded(host, MAX_NAME),
+        matrix=_bounded(scrub(matrix), MAX_NAME),
+        backend=_bounded(str(doc.get("backend") or fingerprint.backend), MAX_NAME),
+        fingerprint_key=fingerprint.key, fingerprint=fingerprint,
+        status=status if status in STATUSES else "failed",
+        exit_code=min(max(count("exit_code"), 0), 255),
+        error=_bounded(scrub(str(doc["error"])), MAX_TEXT) if doc.get("error") else None,
+        store=_bounded(scrub(str(doc.get("store") or "")), MAX_TEXT),
+        target=_bounded(scrub(str(doc.get("target") or "")), MAX_TEXT),
+        cells_requested=names("cells_requested"), cells_restored=names("cells_restored"),
+        cells_missing=names("cells_missing"), cells_incomplete=names("cells_incomplete"),
+        entries=tuple(k for k in (doc.get("entries") or ())[:MAX_CELLS]
+                      if isinstance(k, str) and _HEX64.fullmatch(k)),
+        files_fetched=count("files_fetched"), files_skipped=count("files_skipped"),
+        files_failed=len(failed) if isinstance(failed, list) else count("files_failed_count"),
+        bytes_fetched=count("bytes_fetched"), deadline_hit=bool(doc.get("deadline_hit")),
+        seconds=float(seconds) if _finite(seconds) and seconds >= 0 else 0.0,
+        conflicts=count("conflicts"), version=_bounded(version, MAX_NAME))
+
+
+# --- keys ----------------------------------------------------------------------------------
+
+
+def safe_host(host: str) -> str:
+    """A host name usable in an object key: [A-Za-z0-9._-], at most 64 characters."""
+    cleaned = _HOST_UNSAFE.sub("_", host).strip("._-")[:64]
+    return cleaned or "unknown"
+
+
+def make_report_id(host: str, when: datetime, nonce: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{8}", nonce):
+        raise ValueError(f"nonce {nonce!r}: expected 8 lowercase hex characters")
+    stamp = when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{safe_host(host)}-{stamp}-{nonce}"
+
+
+def report_key(when: datetime, report_id: str) -> str:
+    """``reports/<YYYY-MM-DD>/<report-id>.json`` (the date is the report's UTC date)."""
+    return _report_key(f"{when.astimezone(timezone.utc):%Y-%m-%d}", report_id)
+
+
+def report_id_of(object_key: str) -> str | None:
+    """The report id in ``reports/<date>/<id>.json``, or None for any other key."""
+    parts = object_key.split("/")
+    if len(parts) != 3 or parts[0] + "/" != REPORTS or not _DATE.fullmatch(parts[1]) \
+            or not parts[2].endswith(".json"):
+        return None
+    rid = parts[2][: -len(".json")]
+    return rid if REPORT_ID.fullmatch(rid) else None
+
+
+def date_prefixes(now: datetime, days_back: int, days_ahead: int = 1) -> list[str]:
+    """``reports/<date>/`` for each UTC date from ``days_back`` days before ``now`` to
+    ``days_ahead`` after (an instance's clock may be a little ahead), oldest first."""
+    today = now.astimezone(timezone.utc).date()
+    return [f"{REPORTS}{today + timedelta(days=d):%Y-%m-%d}/"
+            for d in range(-days_back, days_ahead + 1)]
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def scrub(text: str) -> str:
+    """``text`` without URL credentials, URL query strings or AWS access key ids."""
+    text = _USERINFO.sub(r"\1", text)
+    text = _QUERY.sub(r"\1", text)
+    return _ACCESS_KEY.sub("AKIA…", text)
+
+
+def format_time(when: datetime) -> str:
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+class _Fields:
+    """Typed, bounded reads of a decoded report's fields (ReportError on the first bad one)."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data = data
+
+    def _get(self, name: str) -> Any:
+        if name not in self.data:
+            raise ReportError(f"{name}: missing")
+        return self.data[name]
+
+    def text(self, name: str, limit: int, *, optional: bool = False) -> Any:
+        value = self._get(name)
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or len(value) > limit:
+            raise ReportError(f"{name}: expected a string of at most {limit} characters")
+        if value != scrub(value):
+            raise ReportError(f"{name}: holds something that looks like a credential")
+        return value
+
+    def match(self, name: str, pattern: re.Pattern[str]) -> str:
+        value = self._get(name)
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise ReportError(f"{name}: malformed")
+        return value
+
+    def hex64(self, name: str) -> str:
+        return self.match(name, _HEX64)
+
+    def choice(self, name: str, choices: Sequence[str]) -> str:
+        value = self._get(name)
+        if value not in choices:
+            raise ReportError(f"{name}: expected one of {', '.join(choices)}")
+        return str(value)
+
+    def integer(self, name: str, limit: int = MAX_INT) -> int:
+        value = self._get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+            raise ReportError(f"{name}: expected an integer from 0 to {limit}")
+        return value
+
+    def number(self, name: str) -> float:
+        value = self._get(name)
+        if not _finite(value) or not 0 <= value <= 1e9:
+            raise ReportError(f"{name}: expected a non-negative number")
+        return float(value)
+
+    def flag(self, name: str) -> bool:
+        value = self._get(name)
+        if not isinstance(value, bool):
+            raise ReportError(f"{name}: expected true or false")
+        return value
+
+    def time(self, name: str) -> datetime:
+        value = self._get(name)
+        try:
+            when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ")
+        except (TypeError, ValueError):
+            raise ReportError(f"{name}: expected YYYY-MM-DDTHH:MM:SS.ffffffZ") from None
+        return when.replace(tzinfo=timezone.utc)
+
+    def names(self, name: str) -> tuple[str, ...]:
+        value = self._get(name)
+        if not isinstance(value, list) or len(value) > MAX_CELLS or not all(
+                isinstance(c, str) and 0 < len(c) <= MAX_NAME for c in value):
+            raise ReportError(f"{name}: expected a list of at most {MAX_CELLS} cell ids")
+        return tuple(value)
+
+    def keys(self, name: str) -> tuple[str, ...]:
+        value = self._get(name)
+        if not isinstance(value, list) or len(value) > MAX_CELLS or not all(
+                isinstance(k, str) and _HEX64.fullmatch(k) for k in value):
+            raise ReportError(f"{name}: expected a list of entry keys (64 hex characters)")
+        return tuple(value)
+
+    def fingerprint(self, name: str, key: str) -> Fingerprint | None:
+        value = self._get(name)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise ReportError(f"{name}: expected an object")
+        fields, info = value.get("fields"), value.get("info") or {}
+        if not isinstance(fields, Mapping) or not isinstance(info, Mapping) \
+                or len(fields) + len(info) > MAX_FIELDS or not all(
+                    isinstance(k, str) and isinstance(v, str) and len(k) <= MAX_NAME
+                    and len(v) <= MAX_TEXT for part in (fields, info) for k, v in part.items()):
+            raise ReportError(f"{name}: expected fields and info of at most {MAX_FIELDS} "
+                              f"string pairs")
+        try:
+            fp = Fingerprint.from_json(value)
+        except ValueError as exc:
+            raise ReportError(f"{name}: {exc}") from None
+        if fp.key != key:
+            raise ReportError(f"{name}: its key is not fingerprint_key")
+        return fp
