@@ -14,6 +14,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, inspect
 
+from neffcache.index import SCHEMA_REVISION
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "neffcache", "migrations")
 
@@ -83,10 +85,10 @@ def test_db_upgrade_from_an_installed_wheel(tmp_path: Path) -> None:
     url = f"sqlite:///{db}"
     done = sh(venv / "bin" / "neffcache", "db", "upgrade", "--index", url, "--json",
               cwd=outside, env=env)
-    assert json.loads(done.stdout)["to"] == "0001"
+    assert json.loads(done.stdout)["to"] == SCHEMA_REVISION
     engine = create_engine(url)
     assert {"entries", "cells", "fingerprints", "entry_files", "blobs", "cell_failures",
-            "precompile_runs", "restore_reports", "matrices", "matrix_cells"} <= set(
+            "precompile_runs", "restore_reports", "matrices", "matrix_cells", "cell_claims"} <= set(
         inspect(engine).get_table_names())
     engine.dispose()
     sh(venv / "bin" / "neffcache", "db", "current", "--index", url, "--check",
