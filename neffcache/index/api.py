@@ -140,14 +140,16 @@ class Index:
     def _now(self, session: Session) -> datetime:
         return self.lease_clock() if self.lease_clock else _claims.database_now(session)
 
-    def queue_claims(self, matrix_name: str, cells: Sequence[Cell],
-                     fingerprint: Fingerprint) -> int:
-        """Queue these cells (insert-if-absent) and delete this matrix's queue rows for cells
-        it no longer declares; returns how many of those were removed."""
+    def queue_claims(self, matrix_name: str, cells: Sequence[Cell], fingerprint: Fingerprint,
+                     declared_keys: Sequence[str]) -> int:
+        """Queue these cells (insert-if-absent) and delete the matrix's queue rows for cells
+        it no longer declares (not in ``declared_keys``, every cell of the matrix); returns
+        how many of those were removed."""
         with self._write() as s:
             now = self._now(s)
+            removed = _claims.remove_undeclared(s, matrix_name, declared_keys, now)
             _claims.queue_cells(s, matrix_name, cells, fingerprint, now)
-            return _claims.remove_undeclared(s, matrix_name, [c.key for c in cells], now)
+            return removed
 
     def claim_next(self, cell_keys: Sequence[str], fingerprint_key: str, *, holder: str,
                    host: str, lease_seconds: float, max_attempts: int) -> ClaimResult:
