@@ -68,7 +68,9 @@ class ClaimOptions:
 
     @property
     def poll_seconds(self) -> float:
-        return max(0.2, min(self.lease_seconds / 4, 10.0))
+        """How often a worker with nothing to claim looks again while cells are leased
+        elsewhere: one indexed query, and the worker exits at most this late."""
+        return max(0.2, min(self.lease_seconds / 4, 1.0))
 
 
 def host_label() -> str:
