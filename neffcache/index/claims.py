@@ -12,13 +12,14 @@ serialises claimers, and SQLAlchemy leaves the FOR UPDATE out.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, delete, exists, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
-from neffcache.index.models import CellClaimRow, CellFailureRow, EntryRow
+from neffcache.index.models import CellClaimRow, CellFailureRow, CellRow, EntryRow
 from neffcache.index.record import as_utc, chunks, insert_if_absent, save_fingerprints_and_cells
 from neffcache.index.values import ClaimResult, Lease, LiveLease
 from neffcache.matrix import Cell
@@ -152,12 +153,14 @@ def live_leases(session: Session, cell_keys: Sequence[str], now: datetime) -> li
 
 
 def all_live_leases(session: Session, now: datetime, limit: int = 500) -> list[LiveLease]:
-    """Every live lease (by the expires_at index), oldest claim first, at most ``limit``."""
+    """Every live lease (by the expires_at index), oldest claim first, at most ``limit``,
+    with the cell's readable id."""
     rows = session.execute(select(
         C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at, C.expires_at,
-        C.attempts).where(C.expires_at > now, C.holder.is_not(None))
+        C.attempts, CellRow.id).join(CellRow, CellRow.key == C.cell_key)
+        .where(C.expires_at > now, C.holder.is_not(None))
         .order_by(C.claimed_at).limit(limit))
-    return [_live(r) for r in rows]
+    return [replace(_live(r), cell_id=str(r[7])) for r in rows]
 
 
 def _live(r: Sequence[object]) -> LiveLease:

@@ -196,3 +196,10 @@ class LiveLease:
     heartbeat_at: datetime
     expires_at: datetime
     attempts: int
+    cell_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
+                "fingerprint_key": self.fingerprint_key, "host": self.host,
+                "since": iso(self.claimed_at), "heartbeat_at": iso(self.heartbeat_at),
+                "expires_at": iso(self.expires_at), "attempts": self.attempts}
