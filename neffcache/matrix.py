@@ -24,7 +24,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 MODES = ("eager", "compile", "regional")
-BACKENDS = ("inductor", "neuron")
 DTYPES = ("float32", "bfloat16", "float16")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SHAPE_RE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
@@ -150,9 +149,12 @@ def matrix_from_dict(data: Mapping[str, Any], source: str = "<matrix>") -> Matri
     if unknown:
         raise MatrixError(f"{source}: unknown top-level key {unknown[0]!r} "
                           f"(expected one of {sorted(_TOP_KEYS)})")
+    from neffcache.backends import BACKENDS  # the backend table (pure data)
+
     backend = data.get("backend", "inductor")
     if backend not in BACKENDS:
-        raise MatrixError(f"{source}: backend: expected one of {list(BACKENDS)}, got {backend!r}")
+        raise MatrixError(f"{source}: backend: expected one of {sorted(BACKENDS)}, "
+                          f"got {backend!r}")
     tables = data.get("pipelines")
     if not isinstance(tables, list) or not tables:
         raise MatrixError(f"{source}: pipelines: expected at least one [[pipelines]] table")

@@ -97,8 +97,8 @@ def launch_command(spec_path: str | Path, cell: Cell, backend: Backend,
     this node). A tp > 1 cell on any other backend runs as one process, which refuses it."""
     args = ["--spec", str(spec_path)]
     if cell.tp > 1 and backend.dist_backend is not None:
-        return torchrun_command(python, cell.tp, "neffcache.worker", args)
-    return [python, "-m", "neffcache.worker", *args]
+        return torchrun_command(python, cell.tp, backend.worker_module, args)
+    return [python, "-m", backend.worker_module, *args]
 
 
 @dataclass(frozen=True, slots=True)

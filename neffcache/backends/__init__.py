@@ -47,6 +47,8 @@ class Backend:
     dist_backend: str | None = None
     # whether the worker records C++ compiler runs (inductor's CppBuilder) as compile evidence
     cpp_probe: bool = False
+    # the module run as ``python -m MODULE --spec FILE`` to warm one cell
+    worker_module: str = "neffcache.worker"
 
     @property
     def root_names(self) -> tuple[str, ...]:
@@ -119,6 +121,13 @@ COMPILE_METHODS: dict[str, str | None] = {
 COMPILE_OPTIONS: tuple[tuple[str, object], ...] = (("fullgraph", True), ("dynamic", False))
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (NEURON, INDUCTOR)}
+
+
+def register_backend(backend: Backend) -> None:
+    """Add a backend to the table (or replace one of the same name). The two built-in
+    backends are always there; this is how a test backend (tests/support) joins them, in
+    each process that needs it."""
+    BACKENDS[backend.name] = backend
 
 
 def get_backend(name: str) -> Backend:

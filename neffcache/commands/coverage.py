@@ -1,5 +1,5 @@
 """``neffcache coverage MATRIX``: every cell of a matrix x every relevant fingerprint, with
-its status (ready, failed, missing), as a table or JSON."""
+its status (ready, in_progress, failed, missing), as a table or JSON."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 def _status_text(row: CoverageRow) -> str:
     if row.status == "failed":
         return "failed" if row.exit_status is None else f"failed({row.exit_status})"
+    if row.status == "in_progress" and row.since is not None:
+        return f"in_progress({row.host} since {row.since:%Y-%m-%d %H:%M:%S}Z)"
     return row.status
 
 
@@ -34,10 +36,11 @@ def render_coverage(report: CoverageReport) -> str:
     n = len(fps)
     grid = [[cell_id] + [_status_text(report.rows[i * n + j]) for j in range(n)]
             for i, (cell_id, _key) in enumerate(report.cells)]
-    summary = [[f"{fp.short}{'*' if fp.here else ''}", fp.backend, fp.ready, fp.failed,
-                fp.missing] for fp in fps]
+    summary = [[f"{fp.short}{'*' if fp.here else ''}", fp.backend, fp.ready, fp.in_progress,
+                fp.failed, fp.missing] for fp in fps]
     parts = [format_table(heads, grid), "",
-             format_table(["FINGERPRINT", "BACKEND", "READY", "FAILED", "MISSING"], summary),
+             format_table(["FINGERPRINT", "BACKEND", "READY", "IN PROGRESS", "FAILED",
+                           "MISSING"], summary),
              "* = this host's fingerprint"]
     return "\n".join(parts)
 
@@ -62,8 +65,10 @@ def coverage(matrix: str, cell_globs: tuple[str, ...], python: str | None, index
 
     Rows are the matrix's cells; columns are this host's fingerprint (marked *) and every
     other fingerprint with an entry or a failure for any of these cells. A status is
-    `ready` (an entry exists), `failed(N)` (no entry, and the latest warm-up exited with N;
-    its log tail is in the JSON) or `missing` (never warmed). Reads the index only.
+    `ready` (an entry exists), `in_progress(HOST since TIME)` (no entry yet; a `precompile
+    --claim` worker on HOST holds a live lease on it, claimed at TIME, UTC), `failed(N)` (no
+    entry, and the latest warm-up exited with N; its log tail is in the JSON) or `missing`
+    (never warmed). Reads the index only.
 
     \b
     Examples:
@@ -74,8 +79,9 @@ def coverage(matrix: str, cell_globs: tuple[str, ...], python: str | None, index
 
     JSON output: {"matrix", "backend", "here" (this host's fingerprint key),
     "cells": [{"id", "key"}], "fingerprints": [{"key", "backend", "fields", "here", "ready",
-    "failed", "missing"}], "rows": [{"cell_id", "cell_key", "fingerprint_key", "status",
-    "entry_key", "total_bytes", "exit_status", "log_tail", "failed_at"}]}.
+    "failed", "missing", "in_progress"}], "rows": [{"cell_id", "cell_key", "fingerprint_key",
+    "status", "entry_key", "total_bytes", "exit_status", "log_tail", "failed_at", "host",
+    "since", "lease_expires_at"}]}.
     """
     from neffcache.fingerprint import collect_fingerprint
     from neffcache.index import open_index

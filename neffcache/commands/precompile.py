@@ -182,6 +182,18 @@ def failure_error(report: PrecompileReport) -> WorkerError | None:
 @click.option("--shard", metavar="I/N", default=None,
               help="Only shard I of N (0 <= I < N; cells sorted by id, round-robin), for CI "
                    "matrix jobs.")
+@click.option("--claim", is_flag=True,
+              help="Take cells one at a time from the index's claim queue, shared by every "
+                   "worker on the same index (any number of machines): each cell is compiled "
+                   "once, a dead worker's cell goes back to the queue when its lease expires. "
+                   "Needs a shared index (Postgres; SQLite for workers on one host).")
+@click.option("--lease", "lease_seconds", type=click.FloatRange(min=1), default=300.0,
+              show_default=True, metavar="SECONDS",
+              help="--claim: a lease not renewed for this long (database clock) expires; "
+                   "heartbeats renew it every third of it while the cell compiles.")
+@click.option("--retries", type=click.IntRange(0, 100), default=2, show_default=True,
+              help="--claim: a failed cell is retried at most this often across all workers, "
+                   "then left failed with its log tail.")
 @click.option("--force", is_flag=True, help="Warm cells even if their entry already exists.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
               help="Kill a cell's warm-up after this long and record it as failed.")
@@ -204,9 +216,10 @@ def failure_error(report: PrecompileReport) -> WorkerError | None:
 @index_option
 @json_option
 def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: str | None,
-               force: bool, timeout: float | None, verify: bool, target: str | None,
-               compile_only: bool, workdir: str | None, keep_workdir: bool, store: str | None,
-               index: str | None, as_json: bool) -> None:
+               claim: bool, lease_seconds: float, retries: int, force: bool,
+               timeout: float | None, verify: bool, target: str | None, compile_only: bool,
+               workdir: str | None, keep_workdir: bool, store: str | None, index: str | None,
+               as_json: bool) -> None:
     """Warm every cell of MATRIX not yet cached for this host's fingerprint, and publish.
 
     Each cell is warmed in its own worker process with fresh, empty cache roots and the
@@ -221,6 +234,14 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
     --standalone --nproc_per_node=TP`, sharing one cache dir and lock dir, so each graph is
     compiled once; it yields one entry.
 
+    With --claim, every worker started with the same command on the same index (a CI
+    matrix, a Kubernetes Indexed Job, a SLURM array: see tools/launch/) takes the next cell
+    nobody has an entry or a live lease for, holds a lease with heartbeats while compiling,
+    and releases it when the entry is published or the cell failed (retried up to --retries
+    times across the fleet). A worker whose own cells are done waits while other cells are
+    still leased, and re-claims any whose lease expires (its holder died); it exits when
+    nothing is left. --shard splits cells statically instead; the two do not mix.
+
     Progress goes to stderr (a live status line on a terminal); the result table (or JSON)
     to stdout. Exits 1 if any cell failed (after trying every other cell), or if --verify
     found a restored entry that still compiled; 5 if this host's fingerprint cannot be used
@@ -231,6 +252,7 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
       neffcache precompile matrix.toml
       neffcache precompile matrix.toml --cells 'flux2-klein/compile/*' --workers 2
       neffcache precompile matrix.toml --shard 0/4 --timeout 3600   # CI job 1 of 4
+      neffcache precompile matrix.toml --claim --timeout 3600       # any number of workers
       neffcache precompile matrix.toml --compile-only --target trn2  # no Trainium here
       neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
 
@@ -252,6 +274,10 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
     spec = load_matrix(matrix)
     cells = select_cells(spec.cells, cell_globs)
     sh = parse_shard(shard)
+    if claim and (sh is not None or force):
+        raise UsageError(f"--claim and {'--shard' if sh is not None else '--force'} do not "
+                         f"mix: claiming shares cells dynamically and never re-warms a cell "
+                         f"with an entry")
     if sh is not None:
         cells = shard_cells(cells, *sh)
     if not cells:
@@ -268,8 +294,15 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
                                 keep_workdir=keep_workdir, compile_only=compile_only)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix, \
             ProgressDisplay(len(cells)) as display:
-        report = apply_precompile(spec, cells, st, ix, fingerprint, options,
+        if claim:
+            from neffcache.precompile_claims import ClaimOptions, apply_claims
+
+            report = apply_claims(spec, cells, st, ix, fingerprint, options,
+                                  ClaimOptions(lease_seconds=lease_seconds, retries=retries),
                                   environ=environ, progress=display)
+        else:
+            report = apply_precompile(spec, cells, st, ix, fingerprint, options,
+                                      environ=environ, progress=display)
     _output(report, as_json)
     err = failure_error(report)
     if err is not None:

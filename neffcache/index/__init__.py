@@ -7,6 +7,8 @@ Public API (others code against these names):
     Index.record_entry / record_entries / record_failure / start_run / finish_run /
           record_restore / record_reports / known_report_ids / record_verification /
           remove_entries
+    Index.queue_claims / claim_next / renew_lease / release_done / release_failed /
+          live_leases                              (precompile --claim; see index.claims)
     Index.entries(...) -> [EntrySummary]           Index.coverage(...) -> CoverageReport
     reindex(index, store) -> ReindexResult         schema_state(url) -> SchemaState
 
@@ -18,6 +20,7 @@ from neffcache.index.reindex import reindex
 from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
 from neffcache.index.values import (
     FAILED,
+    IN_PROGRESS,
     MISSING,
     READY,
     CoverageFingerprint,
@@ -30,7 +33,7 @@ from neffcache.index.values import (
 )
 
 __all__ = [
-    "FAILED", "MISSING", "READY", "SCHEMA_REVISION", "CoverageFingerprint", "CoverageReport",
-    "CoverageRow", "EntrySummary", "Index", "InvalidManifest", "ReindexResult", "SchemaState",
-    "open_index", "reindex", "schema_state", "upgrade_index",
+    "FAILED", "IN_PROGRESS", "MISSING", "READY", "SCHEMA_REVISION", "CoverageFingerprint",
+    "CoverageReport", "CoverageRow", "EntrySummary", "Index", "InvalidManifest", "ReindexResult",
+    "SchemaState", "open_index", "reindex", "schema_state", "upgrade_index",
 ]

@@ -8,7 +8,8 @@ schema raises SchemaOutdatedError naming ``neffcache db upgrade``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, exc
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from neffcache.errors import SchemaOutdatedError
 from neffcache.fingerprint import Fingerprint
+from neffcache.index import claims as _claims
 from neffcache.index import coverage as _coverage
 from neffcache.index import queries, record
 from neffcache.index.engine import (
@@ -32,7 +34,14 @@ from neffcache.index.schema import (
     require_current,
     upgrade_engine,
 )
-from neffcache.index.values import CoverageReport, EntrySummary, SchemaState
+from neffcache.index.values import (
+    ClaimResult,
+    CoverageReport,
+    EntrySummary,
+    Lease,
+    LiveLease,
+    SchemaState,
+)
 from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
 from neffcache.reports import Report
@@ -46,6 +55,8 @@ class Index:
         self._engine = engine
         self._writer = engine.execution_options(**WRITE)
         self.url = url
+        # Where lease times come from: None = the database's clock; tests set a fake clock.
+        self.lease_clock: Callable[[], datetime] | None = None
 
     # --- plumbing -----------------------------------------------------------------------
 
@@ -138,6 +149,50 @@ class Index:
         with self._write() as s:
             return record.delete_entries(s, entry_keys)
 
+    # --- claims (precompile --claim) -----------------------------------------------------
+
+    def _now(self, session: Session) -> datetime:
+        return self.lease_clock() if self.lease_clock else _claims.database_now(session)
+
+    def queue_claims(self, matrix_name: str, cells: Sequence[Cell], fingerprint: Fingerprint,
+                     declared_keys: Sequence[str]) -> int:
+        """Queue these cells (insert-if-absent) and delete the matrix's queue rows for cells
+        it no longer declares (not in ``declared_keys``, every cell of the matrix); returns
+        how many of those were removed."""
+        with self._write() as s:
+            now = self._now(s)
+            removed = _claims.remove_undeclared(s, matrix_name, declared_keys, now)
+            _claims.queue_cells(s, matrix_name, cells, fingerprint, now)
+            return removed
+
+    def claim_next(self, cell_keys: Sequence[str], fingerprint_key: str, *, holder: str,
+                   host: str, lease_seconds: float, max_attempts: int) -> ClaimResult:
+        """Claim the next queued cell with no entry and no live lease (see index.claims);
+        first records a failure for any lease that expired on its last allowed attempt."""
+        with self._write() as s:
+            now = self._now(s)
+            _claims.fail_exhausted(s, cell_keys, fingerprint_key, max_attempts, now)
+            return _claims.claim_next(s, cell_keys, fingerprint_key, holder=holder, host=host,
+                                      lease_seconds=lease_seconds, max_attempts=max_attempts,
+                                      now=now)
+
+    def renew_lease(self, lease: Lease, lease_seconds: float) -> bool:
+        with self._write() as s:
+            return _claims.renew(s, lease, lease_seconds, self._now(s))
+
+    def release_done(self, lease: Lease) -> None:
+        with self._write() as s:
+            _claims.release_done(s, lease)
+
+    def release_failed(self, lease: Lease) -> bool:
+        with self._write() as s:
+            return _claims.release_failed(s, lease)
+
+    def live_leases(self, limit: int = 500) -> list[LiveLease]:
+        """Cells in progress anywhere (live leases), oldest first."""
+        with self._read() as s:
+            return _claims.all_live_leases(s, self._now(s), limit)
+
     # --- reads --------------------------------------------------------------------------
 
     def entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
@@ -159,7 +214,7 @@ class Index:
         for these cells): ready, failed (latest attempt failed, no entry) or missing."""
         keys = [c.key for c in cells]
         with self._read() as s:
-            facts = _coverage.fetch_coverage_facts(s, keys)
+            facts = _coverage.fetch_coverage_facts(s, keys, self._now(s))
         return _coverage.build_coverage(cells, fingerprints, facts)
 
 

@@ -2,8 +2,9 @@
 
 ``fetch_coverage_facts`` reads what the index knows about a set of cells in a few batched
 queries (by cell key, never one query per cell); ``build_coverage`` is pure and turns those
-facts into a report. Relevant fingerprints are the given ones (this host's) plus every
-fingerprint with an entry or a failure for any of the cells.
+facts into a report (``now``, from the database clock, decides which leases are live).
+Relevant fingerprints are the given ones (this host's) plus every fingerprint with an entry,
+a failure or a live lease for any of the cells.
 """
 
 from __future__ import annotations
@@ -16,16 +17,19 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
+from neffcache.index.claims import live_leases
 from neffcache.index.models import CellFailureRow, EntryRow
 from neffcache.index.queries import get_fingerprints
 from neffcache.index.record import as_utc, chunks
 from neffcache.index.values import (
     FAILED,
+    IN_PROGRESS,
     MISSING,
     READY,
     CoverageFingerprint,
     CoverageReport,
     CoverageRow,
+    LiveLease,
 )
 from neffcache.matrix import Cell
 
@@ -43,10 +47,12 @@ class CoverageFacts:
 
     entries: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     failures: dict[tuple[str, str], FailureFact] = field(default_factory=dict)
+    leases: dict[tuple[str, str], LiveLease] = field(default_factory=dict)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
 
 
-def fetch_coverage_facts(session: Session, cell_keys: Sequence[str]) -> CoverageFacts:
+def fetch_coverage_facts(session: Session, cell_keys: Sequence[str],
+                         now: datetime) -> CoverageFacts:
     facts = CoverageFacts()
     keys = sorted(set(cell_keys))
     for part in chunks(keys):
@@ -64,7 +70,10 @@ def fetch_coverage_facts(session: Session, cell_keys: Sequence[str]) -> Coverage
                    CellFailureRow.created_at).where(CellFailureRow.id.in_(latest)))
         for cell_key, fp_key, status, tail, at in failures:
             facts.failures[(cell_key, fp_key)] = FailureFact(status, tail, as_utc(at))
-    seen = sorted({fp for _, fp in facts.entries} | {fp for _, fp in facts.failures})
+    for lease in live_leases(session, keys, now):
+        facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
+    seen = sorted({fp for _, fp in facts.entries} | {fp for _, fp in facts.failures}
+                  | {fp for _, fp in facts.leases})
     facts.fingerprints.update(get_fingerprints(session, seen))
     return facts
 
@@ -80,7 +89,7 @@ def build_coverage(cells: Sequence[Cell], given: Sequence[Fingerprint],
         fps.setdefault(key, fp)
     order = given_keys + sorted(k for k in fps if k not in set(given_keys))
     rows: list[CoverageRow] = []
-    counts = {k: {READY: 0, FAILED: 0, MISSING: 0} for k in order}
+    counts = {k: {READY: 0, IN_PROGRESS: 0, FAILED: 0, MISSING: 0} for k in order}
     for cell_id, cell_key in cell_ids:
         for fp_key in order:
             row = _row(cell_id, cell_key, fp_key, facts)
@@ -88,7 +97,8 @@ def build_coverage(cells: Sequence[Cell], given: Sequence[Fingerprint],
             rows.append(row)
     columns = tuple(CoverageFingerprint(
         key=k, backend=fps[k].backend, fields=fps[k].fields, here=k in given_keys,
-        ready=counts[k][READY], failed=counts[k][FAILED], missing=counts[k][MISSING])
+        ready=counts[k][READY], failed=counts[k][FAILED], missing=counts[k][MISSING],
+        in_progress=counts[k][IN_PROGRESS])
         for k in order)
     return CoverageReport(cells=cell_ids, fingerprints=columns, rows=tuple(rows))
 
@@ -107,6 +117,10 @@ def _row(cell_id: str, cell_key: str, fp_key: str, facts: CoverageFacts) -> Cove
     if entry is not None:
         return CoverageRow(cell_id, cell_key, fp_key, READY, entry_key=entry[0],
                            total_bytes=entry[1])
+    lease = facts.leases.get(pair)
+    if lease is not None:
+        return CoverageRow(cell_id, cell_key, fp_key, IN_PROGRESS, host=lease.host,
+                           since=lease.claimed_at, lease_expires_at=lease.expires_at)
     failure = facts.failures.get(pair)
     if failure is not None:
         return CoverageRow(cell_id, cell_key, fp_key, FAILED, exit_status=failure.exit_status,

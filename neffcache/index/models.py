@@ -9,6 +9,8 @@
     restore_reports                      what each restore fetched, skipped or missed (one row
                                          per report object, unique by report_id)
     matrices / matrix_cells              registered matrix files and their cells
+    cell_claims    the work queue of ``precompile --claim``: one row per (cell, fingerprint)
+                   still to warm, with the lease of the worker warming it (if any)
 
 Every constraint and index is named by ``NAMING_CONVENTION`` so migrations stay portable.
 Timestamps are stored in UTC.
@@ -194,3 +196,26 @@ class MatrixCellRow(Base):
         ForeignKey("matrices.id", ondelete="CASCADE"), primary_key=True)
     cell_key: Mapped[str] = mapped_column(ForeignKey("cells.key"), primary_key=True)
     position: Mapped[int]
+
+
+class CellClaimRow(Base):
+    """A (cell, fingerprint) queued for ``precompile --claim``; while ``holder`` is set and
+    ``expires_at`` is in the future (database clock), that worker holds the lease. The row is
+    deleted once the entry is published; ``attempts`` counts claims across the fleet."""
+
+    __tablename__ = "cell_claims"
+    __table_args__ = (Index(None, "fingerprint_key", "expires_at"), Index(None, "matrix_name"),
+                      Index(None, "expires_at"))
+
+    cell_key: Mapped[str] = mapped_column(ForeignKey("cells.key"), primary_key=True)
+    fingerprint_key: Mapped[str] = mapped_column(ForeignKey("fingerprints.key"),
+                                                 primary_key=True)
+    matrix_name: Mapped[str] = mapped_column(String(255))
+    position: Mapped[int]  # the cell's place in its matrix: claims go in matrix order
+    attempts: Mapped[int]
+    queued_at: Mapped[datetime]
+    holder: Mapped[str | None] = mapped_column(String(32))  # the lease's random token
+    host: Mapped[str | None] = mapped_column(String(255))  # "hostname pid N", for people
+    claimed_at: Mapped[datetime | None]
+    heartbeat_at: Mapped[datetime | None]
+    expires_at: Mapped[datetime | None]

@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 READY, FAILED, MISSING = "ready", "failed", "missing"
-STATUSES = (READY, FAILED, MISSING)
+IN_PROGRESS = "in_progress"  # no entry yet, and a worker holds a live lease on it
+STATUSES = (READY, IN_PROGRESS, FAILED, MISSING)
 
 
 def iso(ts: datetime | None) -> str | None:
@@ -55,6 +56,7 @@ class CoverageFingerprint:
     ready: int = 0
     failed: int = 0
     missing: int = 0
+    in_progress: int = 0
 
     @property
     def short(self) -> str:
@@ -63,13 +65,14 @@ class CoverageFingerprint:
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "backend": self.backend, "fields": dict(self.fields),
                 "here": self.here, "ready": self.ready, "failed": self.failed,
-                "missing": self.missing}
+                "missing": self.missing, "in_progress": self.in_progress}
 
 
 @dataclass(frozen=True, slots=True)
 class CoverageRow:
-    """One cell under one fingerprint: ready (an entry exists), failed (no entry, and the
-    latest attempt failed) or missing (never warmed)."""
+    """One cell under one fingerprint: ready (an entry exists), in_progress (no entry; a
+    worker holds a live lease: ``host`` since ``since``), failed (no entry, and the latest
+    attempt failed) or missing (never warmed)."""
 
     cell_id: str
     cell_key: str
@@ -80,13 +83,17 @@ class CoverageRow:
     exit_status: int | None = None
     log_tail: str | None = None
     failed_at: datetime | None = None
+    host: str | None = None  # in_progress: who holds the lease
+    since: datetime | None = None  # in_progress: when it was claimed
+    lease_expires_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"cell_id": self.cell_id, "cell_key": self.cell_key,
                 "fingerprint_key": self.fingerprint_key, "status": self.status,
                 "entry_key": self.entry_key, "total_bytes": self.total_bytes,
                 "exit_status": self.exit_status, "log_tail": self.log_tail,
-                "failed_at": iso(self.failed_at)}
+                "failed_at": iso(self.failed_at), "host": self.host, "since": iso(self.since),
+                "lease_expires_at": iso(self.lease_expires_at)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +107,8 @@ class CoverageReport:
     def counts(self, fingerprint_key: str) -> dict[str, int]:
         for fp in self.fingerprints:
             if fp.key == fingerprint_key:
-                return {"ready": fp.ready, "failed": fp.failed, "missing": fp.missing}
+                return {"ready": fp.ready, "failed": fp.failed, "missing": fp.missing,
+                        "in_progress": fp.in_progress}
         raise KeyError(fingerprint_key)
 
     def row(self, cell_key: str, fingerprint_key: str) -> CoverageRow:
@@ -152,3 +160,47 @@ class SchemaState:
     def to_json(self) -> dict[str, Any]:
         return {"url": self.url, "current": self.current, "head": self.head,
                 "up_to_date": self.up_to_date}
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's claim on one (cell, fingerprint): ``holder`` is its random token; the lease
+    lives until ``expires_at`` (database clock) unless renewed by a heartbeat."""
+
+    cell_key: str
+    fingerprint_key: str
+    holder: str
+    host: str
+    attempt: int  # 1 for the first claim across the fleet
+    claimed_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """What a claim found: a lease, or none, with how many other cells of the matrix are
+    being warmed under live leases right now (a worker with no lease waits while any are:
+    a lease whose holder dies expires and goes back to the queue)."""
+
+    lease: Lease | None
+    live_elsewhere: int
+
+
+@dataclass(frozen=True, slots=True)
+class LiveLease:
+    """A cell in progress, for coverage and the dashboard: who holds it, since when."""
+
+    cell_key: str
+    fingerprint_key: str
+    host: str
+    claimed_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+    attempts: int
+    cell_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
+                "fingerprint_key": self.fingerprint_key, "host": self.host,
+                "since": iso(self.claimed_at), "heartbeat_at": iso(self.heartbeat_at),
+                "expires_at": iso(self.expires_at), "attempts": self.attempts}

@@ -130,6 +130,13 @@ def failures(request: Request,
         current_only=not all, limit=limit)]
 
 
+@router.get("/in-progress", response_model=list[m.InProgressDoc],
+            summary="Cells being warmed now by precompile --claim workers (live leases): "
+                    "which host holds each, since when; oldest first")
+def in_progress(request: Request, limit: Limit = 200) -> list[dict[str, Any]]:
+    return [lease.to_json() for lease in _index(request).live_leases(limit)]
+
+
 @router.get("/restores", response_model=list[m.RestoreDoc],
             summary="Restore reports, newest first")
 def restores(request: Request, host: Annotated[str | None, Query(max_length=255)] = None,

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-Status = Literal["ready", "failed", "missing"]
+Status = Literal["ready", "in_progress", "failed", "missing"]
 Outcome = Literal["hit", "partial", "miss", "error"]
 
 
@@ -133,6 +133,17 @@ class FailureDoc(BaseModel):
     seconds: float
     log_tail: str = Field(description="The last 16,000 characters of the warm-up's log.")
     failed_at: str | None
+
+
+class InProgressDoc(BaseModel):
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    host: str = Field(description="Who holds the lease: host name and process id.")
+    since: str | None = Field(description="When the cell was claimed (UTC).")
+    heartbeat_at: str | None
+    expires_at: str | None = Field(description="The lease expires then unless renewed.")
+    attempts: int = Field(description="Claims of this cell so far, across all workers.")
 
 
 class RunDetail(BaseModel):

@@ -183,20 +183,31 @@ async function showCellLog(td) {
     : `<span class="muted">no failure recorded</span>`;
 }
 
+function renderInProgress(rows) {
+  $("in-progress").innerHTML = rows.length
+    ? `<thead><tr><th>cell</th><th>host</th><th>since</th><th>last heartbeat</th>
+       <th class="num">attempt</th></tr></thead><tbody>` +
+      rows.map((r) => `<tr><td>${esc(r.cell_id)}</td><td>${esc(r.host)}</td>
+        <td>${esc(r.since)}</td><td>${esc(r.heartbeat_at)}</td>
+        <td class="num">${num(r.attempts)}</td></tr>`).join("") + "</tbody>"
+    : `<tbody><tr><td class="muted">no cell is being warmed right now</td></tr></tbody>`;
+}
+
 // --- wiring --------------------------------------------------------------------------------
 
 async function loadAll() {
   try {
     showError(null);
-    const [summary, matrices, restores, runs] = await Promise.all([
+    const [summary, matrices, restores, runs, inProgress] = await Promise.all([
       getJSON("/api/summary"), getJSON("/api/matrices"), getJSON("/api/restores?limit=25"),
-      getJSON("/api/runs?limit=20")]);
+      getJSON("/api/runs?limit=20"), getJSON("/api/in-progress?limit=200")]);
     state.summary = summary;
     renderTotals(summary);
     renderSdk(summary.sdk_versions);
     renderOutcomes(summary.restore_outcomes);
     renderRestores(restores);
     renderRuns(runs);
+    renderInProgress(inProgress);
     renderMatrices(matrices);
     await Promise.all([loadGrid(), loadFailures()]);
     document.body.dataset.loaded = "true";

@@ -74,8 +74,8 @@ def test_entries_failures_and_coverage(ix: Index) -> None:
                        "cells_missing": [c.id for c in cells[1:]], "exit_code": 3})
 
     report = ix.coverage(cells, [fp])
-    assert report.counts(fp.key) == {"ready": 1, "failed": 1, "missing": 2}
-    assert report.counts(other.key) == {"ready": 2, "failed": 0, "missing": 2}
+    assert report.counts(fp.key) == {"ready": 1, "failed": 1, "missing": 2, "in_progress": 0}
+    assert report.counts(other.key) == {"ready": 2, "failed": 0, "missing": 2, "in_progress": 0}
     assert report.row(cells[1].key, fp.key).exit_status == 139
     listed = ix.entries(cell_glob="pg-cover/*")
     assert len(listed) == 3 and {e.store_url for e in listed} == {"s3://bucket/p"}

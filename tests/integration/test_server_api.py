@@ -234,3 +234,23 @@ def test_each_request_reads_the_index_afresh(tmp_path: Path) -> None:
         ix.record_restore({"host": "i-late", "fingerprint_key": "f" * 64, "exit_code": 0,
                            "cells_restored": ["a"], "seconds": 1.5})
         assert [r["host"] for r in api(base, "/api/restores")] == ["i-late"]
+
+
+def test_in_progress_lists_live_leases_with_host_and_since(tmp_path: Path) -> None:
+    from tests.unit.test_index_factories import make_cell, make_fingerprint
+
+    cells, fp = [make_cell(0), make_cell(1)], make_fingerprint(0)
+    with open_index(f"sqlite:///{tmp_path / 'index.db'}", auto_upgrade=True) as ix, \
+            serve_in_thread(ix) as base:
+        assert api(base, "/api/in-progress") == []
+        ix.queue_claims("m", cells, fp, [c.key for c in cells])
+        lease = ix.claim_next([c.key for c in cells], fp.key, holder="t" * 32,
+                              host="runner-7 pid 42", lease_seconds=600,
+                              max_attempts=3).lease
+        assert lease is not None
+        (row,) = api(base, "/api/in-progress")
+        assert (row["cell_id"], row["host"], row["attempts"]) == (cells[0].id,
+                                                                  "runner-7 pid 42", 1)
+        assert row["since"] == lease.claimed_at.isoformat(timespec="seconds")
+        ix.release_failed(lease)
+        assert api(base, "/api/in-progress") == []

@@ -88,7 +88,7 @@ def test_db_upgrade_from_an_installed_wheel(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["to"] == SCHEMA_REVISION
     engine = create_engine(url)
     assert {"entries", "cells", "fingerprints", "entry_files", "blobs", "cell_failures",
-            "precompile_runs", "restore_reports", "matrices", "matrix_cells"} <= set(
+            "precompile_runs", "restore_reports", "matrices", "matrix_cells", "cell_claims"} <= set(
         inspect(engine).get_table_names())
     engine.dispose()
     sh(venv / "bin" / "neffcache", "db", "current", "--index", url, "--check",

@@ -18,7 +18,8 @@ from neffcache.index.schema import (
 )
 
 TABLES = {"fingerprints", "cells", "entries", "blobs", "entry_files", "precompile_runs",
-          "cell_failures", "restore_reports", "matrices", "matrix_cells", "alembic_version"}
+          "cell_failures", "restore_reports", "matrices", "matrix_cells", "cell_claims",
+          "alembic_version"}
 
 
 def sqlite_url(tmp_path: Path, name: str = "index.db") -> str:

@@ -1,0 +1,168 @@
+"""The claim queue of ``precompile --claim``: queue, claim, heartbeat, release, clean up.
+
+Each function takes an open Session inside a write transaction and ``now``, a timestamp from
+ONE clock: the database's (``database_now``: Postgres ``now()``, SQLite's own clock, which is
+this host's, since SQLite is shared only on one host) or a test's fake clock. Lease times
+are never taken from the workers' own clocks, so hosts with skewed clocks cannot steal or
+keep leases. A claim is one statement: ``UPDATE ... WHERE key = (SELECT ... FOR UPDATE SKIP
+LOCKED LIMIT 1) RETURNING``; on SQLite the write transaction (BEGIN IMMEDIATE) already
+serialises claimers, and SQLAlchemy leaves the FOR UPDATE out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, delete, exists, func, or_, select, text, update
+from sqlalchemy.orm import Session
+
+from neffcache.fingerprint import Fingerprint
+from neffcache.index.models import CellClaimRow, CellFailureRow, CellRow, EntryRow
+from neffcache.index.record import as_utc, chunks, insert_if_absent, save_fingerprints_and_cells
+from neffcache.index.values import ClaimResult, Lease, LiveLease
+from neffcache.matrix import Cell
+
+C = CellClaimRow
+
+
+def database_now(session: Session) -> datetime:
+    """The database server's current time (UTC). Postgres: ``now()`` (the transaction's
+    start, so one transaction sees one time); SQLite: its own clock, in milliseconds."""
+    if session.get_bind().dialect.name == "postgresql":
+        value = session.scalar(select(func.now()))
+    else:
+        value = session.scalar(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"))
+        value = datetime.fromisoformat(str(value))
+    out = as_utc(value)
+    assert out is not None
+    return out
+
+
+def _free(now: datetime) -> object:
+    """No live lease: never claimed, released, or its holder stopped renewing it."""
+    return or_(C.holder.is_(None), C.expires_at <= now)
+
+
+def _has_entry() -> object:
+    return exists().where(EntryRow.cell_key == C.cell_key,
+                          EntryRow.fingerprint_key == C.fingerprint_key)
+
+
+def queue_cells(session: Session, matrix_name: str, cells: Sequence[Cell],
+                fingerprint: Fingerprint, now: datetime) -> None:
+    """Queue (cell, fingerprint) rows for cells that have none yet (insert-if-absent)."""
+    save_fingerprints_and_cells(session, [fingerprint], cells, now)
+    insert_if_absent(session, CellClaimRow, [
+        {"cell_key": c.key, "fingerprint_key": fingerprint.key, "matrix_name": matrix_name,
+         "position": i, "attempts": 0, "queued_at": now} for i, c in enumerate(cells)])
+
+
+def remove_undeclared(session: Session, matrix_name: str, declared_keys: Sequence[str],
+                      now: datetime) -> int:
+    """Delete this matrix's queue rows for cells it no longer declares (unless a live lease
+    is on them: their holder releases them). Returns how many were removed."""
+    result = session.execute(delete(C).where(
+        C.matrix_name == matrix_name, _free(now), C.cell_key.not_in(list(declared_keys))))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def fail_exhausted(session: Session, cell_keys: Sequence[str], fingerprint_key: str,
+                   max_attempts: int, now: datetime) -> int:
+    """A lease that expired on a cell's last allowed attempt (its worker died): record a
+    failure with the reason and clear the lease, so coverage says failed. Returns how many."""
+    rows = session.execute(select(C.cell_key, C.host, C.expires_at, C.attempts).where(
+        C.fingerprint_key == fingerprint_key, C.cell_key.in_(list(cell_keys)),
+        C.holder.is_not(None), C.expires_at <= now, C.attempts >= max_attempts)).all()
+    for cell_key, host, expires, attempts in rows:
+        session.add(CellFailureRow(
+            run_id=None, cell_key=cell_key, fingerprint_key=fingerprint_key,
+            exit_status=None, seconds=0.0, created_at=now,
+            log_tail=(f"neffcache: the lease of {host} expired at {expires} without a result "
+                      f"(worker died?); attempt {attempts} of {max_attempts}, not retried")))
+        session.execute(update(C).where(C.cell_key == cell_key,
+                                        C.fingerprint_key == fingerprint_key)
+                        .values(holder=None, host=None, expires_at=None))
+    return len(rows)
+
+
+def claim_next(session: Session, cell_keys: Sequence[str], fingerprint_key: str, *,
+               holder: str, host: str, lease_seconds: float, max_attempts: int,
+               now: datetime) -> ClaimResult:
+    """Claim the first queued cell (matrix order, fewest attempts first) of ``cell_keys``
+    with no entry, no live lease and attempts left, in one statement."""
+    keys = list(cell_keys)
+    expires = now + timedelta(seconds=lease_seconds)
+    pick = (select(C.cell_key)
+            .where(C.fingerprint_key == fingerprint_key, C.cell_key.in_(keys), _free(now),
+                   C.attempts < max_attempts, ~_has_entry())
+            .order_by(C.attempts, C.position, C.cell_key).limit(1)
+            .with_for_update(skip_locked=True).scalar_subquery())
+    stmt = (update(C).where(C.fingerprint_key == fingerprint_key, C.cell_key == pick)
+            .values(holder=holder, host=host, claimed_at=now, heartbeat_at=now,
+                    expires_at=expires, attempts=C.attempts + 1)
+            .returning(C.cell_key, C.attempts)
+            .execution_options(synchronize_session=False))
+    row = session.execute(stmt).first()
+    if row is not None:
+        return ClaimResult(Lease(row[0], fingerprint_key, holder, host, int(row[1]), now,
+                                 expires), 0)
+    live = session.scalar(select(func.count()).select_from(C).where(
+        C.fingerprint_key == fingerprint_key, C.cell_key.in_(keys), C.holder.is_not(None),
+        C.expires_at > now)) or 0
+    return ClaimResult(None, int(live))
+
+
+def _mine(lease: Lease) -> object:
+    return and_(C.cell_key == lease.cell_key, C.fingerprint_key == lease.fingerprint_key,
+                C.holder == lease.holder)
+
+
+def renew(session: Session, lease: Lease, lease_seconds: float, now: datetime) -> bool:
+    """Heartbeat: push the lease's expiry out; False if the lease is no longer ours."""
+    result = session.execute(update(C).where(_mine(lease)).values(
+        heartbeat_at=now, expires_at=now + timedelta(seconds=lease_seconds)))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def release_done(session: Session, lease: Lease) -> None:
+    """The entry is published (and indexed): the cell leaves the queue."""
+    session.execute(delete(C).where(C.cell_key == lease.cell_key,
+                                    C.fingerprint_key == lease.fingerprint_key))
+
+
+def release_failed(session: Session, lease: Lease) -> bool:
+    """The attempt failed: drop the lease; the cell is claimable again while it has attempts
+    left. False if the lease was no longer ours."""
+    result = session.execute(update(C).where(_mine(lease)).values(
+        holder=None, host=None, expires_at=None))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def live_leases(session: Session, cell_keys: Sequence[str], now: datetime) -> list[LiveLease]:
+    """Live leases on these cells (batched by cell key: the primary key's first column)."""
+    out: list[LiveLease] = []
+    for part in chunks(sorted(set(cell_keys))):
+        rows = session.execute(select(
+            C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at,
+            C.expires_at, C.attempts).where(C.cell_key.in_(part), C.holder.is_not(None),
+                                            C.expires_at > now))
+        out.extend(_live(r) for r in rows)
+    return out
+
+
+def all_live_leases(session: Session, now: datetime, limit: int = 500) -> list[LiveLease]:
+    """Every live lease (by the expires_at index), oldest claim first, at most ``limit``,
+    with the cell's readable id."""
+    rows = session.execute(select(
+        C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at, C.expires_at,
+        C.attempts, CellRow.id).join(CellRow, CellRow.key == C.cell_key)
+        .where(C.expires_at > now, C.holder.is_not(None))
+        .order_by(C.claimed_at).limit(limit))
+    return [replace(_live(r), cell_id=str(r[7])) for r in rows]
+
+
+def _live(r: Sequence[object]) -> LiveLease:
+    return LiveLease(str(r[0]), str(r[1]), str(r[2] or "?"), as_utc(r[3]),  # type: ignore
+                     as_utc(r[4]), as_utc(r[5]), int(r[6]))  # type: ignore[call-overload]
