@@ -1,7 +1,7 @@
 """Claims: the cell_claims work queue of ``precompile --claim`` (leases with heartbeats).
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 Create Date: 2026-12-08
 """
 
