@@ -67,7 +67,7 @@ def test_coverage_table(neffcache_home: Path, matrix: Path, cells: tuple[Cell, .
     assert lines[1].split() == [cells[0].id, "ready", "missing"]
     assert lines[2].split() == [cells[1].id, "failed(1)", "missing"]
     assert lines[3].split() == [cells[2].id, "missing", "ready"]
-    assert f"{here[:12]}*  inductor  1      1       2" in out
+    assert f"{here[:12]}*  inductor  1      0            1       2" in out  # in progress: 0
 
 
 def test_coverage_json_and_cell_glob(neffcache_home: Path, matrix: Path,
