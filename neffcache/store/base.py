@@ -11,6 +11,8 @@ Keys are relative POSIX strings. Layout (under a store's root or prefix):
                                    them while the intent is younger than its grace period)
     packs/<aa>/<sha256>            many small blobs back to back, so a restore fetches them
                                    in a few requests; an extra: every member is also a blob
+    retired/<time>-<id>.json       a retire: who, when, why, which entries and what they
+                                   referenced (gc spares that while the record is young)
 
 Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
 SDK's other failures into ``UnavailableError`` once, inside the backend.
@@ -29,6 +31,7 @@ MANIFESTS = "manifests/"
 CELLS = "cells/"
 PENDING = "pending/"
 PACKS = "packs/"
+RETIRED = "retired/"
 
 
 def check_key(key: str) -> str:
