@@ -191,7 +191,11 @@ def _index(fh: BinaryIO, size: int, name: str) -> tuple[str, Toc, dict[str, int]
 def _check_gaps(fh: BinaryIO, infos: list[tarfile.TarInfo], size: int, name: str) -> None:
     """The bytes after each member up to the next header, and after the last, are zeros."""
     ends = [(i.offset_data + i.size, nxt.offset) for i, nxt in pairwise(infos)]
-    ends.append((infos[-1].offset_data + infos[-1].size, size))
+    last = infos[-1].offset_data + infos[-1].size
+    if size < -(-last // _BLOCK) * _BLOCK + 2 * _BLOCK:
+        raise IntegrityError(f"bundle {name}: no end-of-archive marker after the last member "
+                             f"(truncated)")
+    ends.append((last, size))
     for start, stop in ends:
         pos = start
         while pos < stop:
