@@ -86,8 +86,29 @@ def _add(tar: tarfile.TarFile, store: Store, member: Member, small: dict[str, by
     with VerifyingReader(raw, size=member.size, sha256=member.sha256,
                          name=f"{store.url}/{member.name}") as reader:
         try:
-            tar.addfile(_info(member.name, member.size), reader)  # type: ignore[arg-type]
+            # tarfile wants full reads; object streams may return less per read.
+            tar.addfile(_info(member.name, member.size), _FullReads(reader))  # type: ignore[arg-type]
         except OSError as exc:  # tarfile: "unexpected end of data"
             raise IntegrityError(f"{store.url}/{member.name}: shorter than its recorded "
                                  f"{member.size} bytes ({exc})") from None
+        reader.read(1)  # reach the end: checks size and sha256 (object streams cannot seek)
         reader.finish()
+
+
+class _FullReads:
+    """``read(n)`` returns n bytes unless the stream ends (tarfile treats less as the end)."""
+
+    def __init__(self, src: VerifyingReader) -> None:
+        self._src = src
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            return self._src.read()  # type: ignore[no-any-return]
+        parts, left = [], size
+        while left > 0:
+            chunk = self._src.read(left)
+            if not chunk:
+                break
+            parts.append(chunk)
+            left -= len(chunk)
+        return b"".join(parts)

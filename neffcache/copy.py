@@ -79,6 +79,7 @@ def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> boo
         wrote = dst.put(key, reader, if_absent=True)  # type: ignore[arg-type]
         if wrote:
             try:
+                reader.read(1)  # reach the end: checks size and sha256 without a seek
                 reader.finish()
             except IntegrityError:
                 dst.delete(key)  # ours, and wrong: take it back before anyone trusts it
