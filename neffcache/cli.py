@@ -47,6 +47,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "Register matrix files in the index (with history) and list them."),
     "serve": ("neffcache.commands.serve", "serve",
               "Read-only HTTP API, Prometheus /metrics and coverage dashboard."),
+    "copy": ("neffcache.commands.copy", "copy",
+             "Copy entries between stores, blobs once, verified, resumable."),
+    "bundle": ("neffcache.commands.bundle", "bundle",
+               "Carry entries in one verified file: export, import, show."),
+    "retire": ("neffcache.commands.retire", "retire",
+               "Remove entries by policy (SDK versions kept, matrices kept); plan first."),
 }
 
 EXIT_CODE_HELP = """\b

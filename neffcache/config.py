@@ -31,6 +31,8 @@ else:  # pragma: no cover
 
 FILE_KEYS = ("store", "index", "python", "reports")
 REPORTS_TO_STORE, REPORTS_OFF = "store", "none"
+# Tables of the config file: [retire] holds the retire policy (`neffcache retire`).
+TABLE_KEYS = {"retire": {"keep_sdk_versions": int, "keep_matrices": list}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,8 @@ class Settings:
     python: str | None = None
     # Where restore writes its report: "store", "none" or a directory path.
     reports_to: str = REPORTS_TO_STORE
+    # The config file's [retire] table: keep_sdk_versions (int), keep_matrices (paths).
+    retire: tuple[tuple[str, Any], ...] = ()
 
     @property
     def index_is_embedded(self) -> bool:
@@ -63,18 +67,35 @@ def config_file_path(environ: Mapping[str, str]) -> Path:
     return default_home(environ) / "config.toml"
 
 
-def parse_config_file(text: str, source: str) -> dict[str, str]:
+def parse_config_file(text: str, source: str) -> dict[str, Any]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - set(FILE_KEYS))
+    unknown = sorted(set(data) - set(FILE_KEYS) - set(TABLE_KEYS))
     if unknown:
-        raise ConfigError(f"{source}: unknown key {unknown[0]!r} (expected {list(FILE_KEYS)})")
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r} (expected "
+                          f"{list(FILE_KEYS) + list(TABLE_KEYS)})")
     for k, v in data.items():
-        if not isinstance(v, str) or not v:
+        if k in TABLE_KEYS:
+            _check_table(k, v, source)
+        elif not isinstance(v, str) or not v:
             raise ConfigError(f"{source}: {k}: expected a non-empty string")
     return dict(data)
+
+
+def _check_table(name: str, value: Any, source: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {name}: expected a table ([{name}])")
+    spec = TABLE_KEYS[name]
+    for k, v in value.items():
+        if k not in spec:
+            raise ConfigError(f"{source}: [{name}] unknown key {k!r} (expected {sorted(spec)})")
+        if spec[k] is int and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ConfigError(f"{source}: [{name}] {k}: expected an integer >= 1")
+        if spec[k] is list and (not isinstance(v, list)
+                                or not all(isinstance(x, str) and x for x in v)):
+            raise ConfigError(f"{source}: [{name}] {k}: expected a list of file paths")
 
 
 def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | None = None,
@@ -91,9 +112,12 @@ def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | N
     interpreter = python or environ.get("NEFFCACHE_PYTHON") or file_values.get("python")
     reports_to = reports_destination(reports or environ.get("NEFFCACHE_REPORTS")
                                      or file_values.get("reports") or REPORTS_TO_STORE)
+    retire = file_values.get("retire") or {}
     return Settings(home=home, store_url=str(store_url), index_url=str(index_url),
                     index_explicit=bool(named_index), python=interpreter or None,
-                    reports_to=reports_to)
+                    reports_to=reports_to,
+                    retire=tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                        for k, v in retire.items())))
 
 
 def reports_destination(value: str) -> str:

@@ -8,6 +8,10 @@ grace period (default 1 hour) is spared, and manifests/intents are listed again 
 each batch of deletions. Intents older than the grace period are left by crashed publishes and
 are deleted. A manifest gc cannot read stops it (its references are unknown).
 
+Retired entries (``neffcache retire``) leave a record under ``retired/`` naming every blob and
+pack they referenced; while a record is younger than the grace period those blobs and packs are
+spared too, so a restore that read a manifest just before it was retired still finds its blobs.
+
 Packs (small blobs back to back, an extra: every member is also a blob) are named by manifests
 only, and a publish uploads its packs before its manifest, without naming them in its intent.
 So unreferenced packs are deleted only when no publish is in progress (no fresh intent at
@@ -27,7 +31,7 @@ from typing import Any
 from neffcache.errors import IntegrityError, NotFoundError
 from neffcache.manifest import SCHEMA_VERSION
 from neffcache.store import Store, blob_key
-from neffcache.store.base import BLOBS, MANIFESTS, PACKS, PENDING, pack_key
+from neffcache.store.base import BLOBS, MANIFESTS, PACKS, PENDING, RETIRED, pack_key
 
 DEFAULT_GRACE_SECONDS = 3600.0
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -214,10 +218,37 @@ def collect_gc(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SECONDS
     plan = plan_gc(blob_keys, refs, intents, now=now, grace=grace)
     delete_packs, spared_packs, packs, unknown_packs = plan_packs(pack_keys, pack_refs, intents,
                                                                   now=now, grace=grace)
-    plan = GcPlan(len(manifest_keys), plan.blobs, plan.referenced, plan.delete, plan.spared,
+    young_blobs, young_packs = read_retired(store, now=now, grace=grace, workers=workers)
+    delete, spared = _spare(plan.delete, plan.spared, sha_of_blob_key, young_blobs)
+    delete_packs, spared_packs = _spare(delete_packs, spared_packs, sha_of_pack_key, young_packs)
+    plan = GcPlan(len(manifest_keys), plan.blobs, plan.referenced, delete, spared,
                   plan.stale_intents, plan.unknown + unknown_packs, packs, delete_packs,
                   spared_packs)
     return plan, manifest_keys, intent_keys
+
+
+def read_retired(store: Store, *, now: float, grace: float, workers: int
+                 ) -> tuple[set[str], set[str]]:
+    """(blob sha256s, pack sha256s) named by retire records younger than ``grace``."""
+    from neffcache.retire import parse_record
+
+    blobs: set[str] = set()
+    packs: set[str] = set()
+    for data in _read_all(store, list(store.list(RETIRED)), workers).values():
+        created, b, p = parse_record(data) if data is not None else (None, set(), set())
+        if created is not None and now - created < grace:
+            blobs |= b
+            packs |= p
+    return blobs, packs
+
+
+def _spare(delete: tuple[str, ...], spared: tuple[str, ...], sha_of: Callable[[str], str | None],
+           protected: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Move the keys whose sha256 is protected from ``delete`` to ``spared`` (pure)."""
+    if not protected:
+        return delete, spared
+    moved = tuple(k for k in delete if sha_of(k) in protected)
+    return tuple(k for k in delete if sha_of(k) not in protected), tuple(sorted(spared + moved))
 
 
 def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,

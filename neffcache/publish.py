@@ -168,11 +168,11 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     mkey = manifest_key(manifest.entry_key)
     if store.has(mkey):
-        _write_pointer(store, manifest)
+        write_pointer(store, manifest)
         return PublishResult(manifest, False, 0, len({f.sha256 for f in files}), 0)
 
     sources = {f.sha256: (f, Path(roots[f.root], *f.path.split("/"))) for f in files}
-    intent = _write_intent(store, manifest)
+    intent = write_intent(store, manifest)
     try:
         uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
         groups = plan_packs(files, packing) if packing is not None else ()
@@ -185,7 +185,7 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         again = {s: sources[s] for s in skipped if not store.has(blob_key(s))}
         if again:
             _upload_blobs(store, again, workers, None)
-        _write_pointer(store, manifest)
+        write_pointer(store, manifest)
     finally:
         with contextlib.suppress(UnavailableError):  # a stale intent expires on its own
             store.delete(intent)
@@ -298,7 +298,7 @@ def intent_key(entry_key: str) -> str:
     return f"{PENDING}{entry_key}.{uuid.uuid4().hex[:16]}.json"
 
 
-def _write_intent(store: Store, manifest: Manifest) -> str:
+def write_intent(store: Store, manifest: Manifest) -> str:
     """Announce the blobs this publish relies on, before touching any (see neffcache.gc)."""
     key = intent_key(manifest.entry_key)
     body = {"entry_key": manifest.entry_key, "created_at": time.time(),
@@ -307,7 +307,7 @@ def _write_intent(store: Store, manifest: Manifest) -> str:
     return key
 
 
-def _write_pointer(store: Store, manifest: Manifest) -> None:
+def write_pointer(store: Store, manifest: Manifest) -> None:
     body = {"entry_key": manifest.entry_key, "cell_id": manifest.cell.id,
             "cell_key": manifest.cell.key, "fingerprint_key": manifest.fingerprint.key,
             "fingerprint": manifest.fingerprint.to_json()}

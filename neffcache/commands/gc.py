@@ -18,7 +18,7 @@ from neffcache.errors import UsageError
               help="Delete without asking (required when stdin is not a terminal).")
 @click.option("--grace", type=click.FloatRange(min=0), default=3600.0, show_default=True,
               metavar="SECONDS", help="Spare blobs named by a publish in progress that "
-              "started less than SECONDS ago.")
+              "started, or by entries retired, less than SECONDS ago.")
 @click.option("--workers", type=click.IntRange(1, 256), default=16, show_default=True,
               help="Parallel reads and deletes.")
 @store_option
@@ -30,7 +30,9 @@ def gc(dry_run: bool, yes: bool, grace: float, workers: int, store: str | None,
     Manifests are never deleted. gc lists blobs first, then reads every manifest; a blob
     named by a publish in progress (its pending/ intent is younger than --grace) is spared,
     and manifests that appear while gc runs are read again before each batch of deletions,
-    so a concurrent publish is safe. Unreferenced packs (small files stored together for
+    so a concurrent publish is safe. Blobs and packs of entries retired less than --grace
+    ago (`neffcache retire`) are spared too, so a restore that read a manifest just before
+    it was retired still finds every blob. Unreferenced packs (small files stored together for
     restore speed; every member is also a blob) are deleted only when no publish is in
     progress. A manifest gc cannot read stops it (exit 4).
     Without --yes it asks for confirmation on a terminal, and refuses otherwise.

@@ -74,6 +74,12 @@ _FREEZE_REGISTERED = False
                    "`eval` (also creates the lock/scratch dirs).")
 @click.option("--workers", type=click.IntRange(1, 256), default=None, metavar="N",
               help="Parallel transfers [default: 4 per CPU, at most 16].")
+@click.option("--from-bundle", "bundle", metavar="FILE", default=None,
+              type=click.Path(dir_okay=False),
+              help="Restore from a bundle file (`neffcache bundle export`) instead of the "
+                   "store: no store, no index, no network.")
+@click.option("--expect-sha256", "expect", metavar="DIGEST", default=None,
+              help="With --from-bundle: refuse the bundle (exit 4) unless its digest is DIGEST.")
 @python_option
 @click.option("--report-to", "report_to", metavar="store|none|DIR", default=None,
               help="Where to write this run's restore report: `store` (one object under the "
@@ -85,8 +91,8 @@ _FREEZE_REGISTERED = False
 @json_option
 @_without_cyclic_gc
 def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | None,
-            print_env: bool, workers: int | None, python: str | None, report_to: str | None,
-            store: str | None,
+            print_env: bool, workers: int | None, bundle: str | None, expect: str | None,
+            python: str | None, report_to: str | None, store: str | None,
             index: str | None, as_json: bool) -> None:
     """Fetch the entries of MATRIX built for this host's fingerprint into DIR.
 
@@ -130,6 +136,11 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     byte-reproducible), the first cell in matrix order wins that path; `conflicts` counts
     such paths and a warning on stderr names a few.
 
+    With --from-bundle FILE the entries come from a bundle instead of the store, and no
+    index is contacted. The bundle's structure (and, with --expect-sha256, its digest) is
+    checked first; before anything is installed every member is hashed against its table
+    of contents, so a truncated, tampered or foreign bundle is exit 4 with nothing installed.
+
     \b
     Examples:
       neffcache restore matrix.toml --to /var/cache/neffcache
@@ -138,6 +149,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
       NEFFCACHE_STORE=s3://bucket/neff neffcache restore matrix.toml --to /mnt/c --json
       neffcache restore matrix.toml --to /var/cache/neffcache --python /opt/venv/bin/python
       neffcache restore matrix.toml --to /mnt/c --report-to /var/log/neffcache/reports
+      neffcache restore matrix.toml --from-bundle neff.bundle --to /var/cache/neffcache
     """
     started = _process_start()
     until = started + deadline if deadline is not None else None
@@ -163,36 +175,35 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         for var, value in sorted(cache_environment(backend, str(target)).items()):
             sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
         sys.stdout.flush()
+    source = _open_bundle(bundle, expect)  # None without --from-bundle
     fingerprint = collect_fingerprint(backend.name, os.environ, python=settings.python)
     try:
         # An unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly.
         check_usable(fingerprint)
-        # Everything already in place (local manifest copies + state file): no store needed.
-        result = restore_local(cells, backend, fingerprint, target,
-                               store_url=describe_store(settings.store_url))
-        if result is None:
-            result = _restore_from_store(settings, cells, backend, fingerprint, target,
-                                         workers=workers, until=until,
-                                         show_progress=sys.stderr.isatty() and not print_env)
+        if source is not None:
+            result = _restore_from_bundle(source, cells, backend, fingerprint, target,
+                                          workers=workers, until=until)
+        else:  # everything already in place (local manifest copies + state file): no store
+            result = restore_local(cells, backend, fingerprint, target,
+                                   store_url=describe_store(settings.store_url)) or \
+                _restore_from_store(settings, cells, backend, fingerprint, target,
+                                    workers=workers, until=until,
+                                    show_progress=sys.stderr.isatty() and not print_env)
     except NeffcacheError as exc:
-        # A boot restore that stops early is exactly what the dashboard must show: report it.
-        _send_report(settings, _failure_doc(fingerprint, target, cells, exc), fingerprint,
-                     m.name or matrix, REPORT_TIMEOUT)
+        # A boot restore that stops early is exactly what the dashboard must show: report it
+        # (a bundle restore is for hosts with no store and no index: it reports nothing).
+        if source is None:
+            _send_report(settings, _failure_doc(fingerprint, target, cells, exc), fingerprint,
+                         m.name or matrix, REPORT_TIMEOUT)
         raise
     if result.conflicts:
         progress(_conflict_warning(result.conflicts))
     doc = dict(result.to_json(), fingerprint_python=described_interpreter(settings.python))
-    if as_json:
-        emit_json(doc)
-    elif print_env:
-        progress(_summary(doc))
-    else:
-        click.echo(_summary(doc))
-        for line in _details(doc):
-            click.echo(line)
+    _show(doc, as_json, print_env)
     timeout = REPORT_TIMEOUT if until is None else \
         min(REPORT_TIMEOUT, max(0.5, until - time.monotonic()))
-    _send_report(settings, doc, fingerprint, m.name or matrix, timeout)
+    if source is None:
+        _send_report(settings, doc, fingerprint, m.name or matrix, timeout)
     err = result.error()
     if err is not None:
         raise err
@@ -225,6 +236,43 @@ def _restore_from_store(settings: Settings, cells: Any, backend: Any,
     if bar:
         bar.close()
     return result
+
+
+def _show(doc: dict[str, Any], as_json: bool, print_env: bool) -> None:
+    if as_json:
+        emit_json(doc)
+    elif print_env:
+        progress(_summary(doc))
+    else:
+        click.echo(_summary(doc))
+        for line in _details(doc):
+            click.echo(line)
+
+
+def _open_bundle(bundle: str | None, expect: str | None) -> Any:
+    """The bundle as a read-only store, its structure (and digest) checked; None without one."""
+    if bundle is None:
+        if expect:
+            raise UsageError("--expect-sha256 checks a bundle: use it with --from-bundle FILE")
+        return None
+    from neffcache.bundle_store import BundleStore
+
+    return BundleStore(bundle, expect_sha256=expect)
+
+
+def _restore_from_bundle(source: Any, cells: Any, backend: Any, fingerprint: Any,
+                         target: Path, *, workers: int | None, until: float | None) -> Any:
+    """Hash every member of the bundle against its table of contents (nothing is installed
+    from a bad bundle), then restore from it as from a store."""
+    from neffcache.restore import restore_cells, restore_local
+
+    with source:
+        done = restore_local(cells, backend, fingerprint, target, store_url=source.url)
+        if done is not None:  # already in place: the bundle's structure was checked, enough
+            return done
+        source.verify_all()
+        return restore_cells(source, cells, backend, fingerprint, target,
+                             workers=workers or 4, deadline=until)
 
 
 def _process_start() -> float:

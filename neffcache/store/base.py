@@ -14,6 +14,8 @@ Keys are relative POSIX strings. Layout (under a store's root or prefix):
     reports/<YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json
                                    one restore report per restore run, written by the instance
                                    (create-only); reindex and serve ingest them into the index
+    retired/<time>-<id>.json       a retire: who, when, why, which entries and what they
+                                   referenced (gc spares that while the record is young)
 
 Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
 SDK's other failures into ``UnavailableError`` once, inside the backend.
@@ -33,6 +35,7 @@ CELLS = "cells/"
 PENDING = "pending/"
 PACKS = "packs/"
 REPORTS = "reports/"
+RETIRED = "retired/"
 
 
 def check_key(key: str) -> str:

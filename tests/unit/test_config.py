@@ -51,3 +51,17 @@ def test_bad_index_url_is_refused_without_leaking_a_password() -> None:
     assert "secret" not in str(info.value)
     assert redact_url("postgresql+psycopg://u:pw@h/db") == "postgresql+psycopg://u:***@h/db"
     assert redact_url("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_retire_table_is_read_and_checked() -> None:
+    from neffcache.config import load_settings, parse_config_file
+    from neffcache.errors import ConfigError
+
+    values = parse_config_file('[retire]\nkeep_sdk_versions = 2\nkeep_matrices = ["a.toml"]\n',
+                               "c.toml")
+    settings = load_settings({"NEFFCACHE_HOME": "/tmp/h"}, values)
+    assert dict(settings.retire) == {"keep_sdk_versions": 2, "keep_matrices": ("a.toml",)}
+    for bad in ('[retire]\nkeep_sdk_versions = 0\n', '[retire]\nkeep_days = 3\n',
+                'retire = "x"\n'):
+        with pytest.raises(ConfigError):
+            parse_config_file(bad, "c.toml")

@@ -1,0 +1,183 @@
+"""The bundle format (pure, no I/O): one tar file carrying entries to a host without the store.
+
+A bundle is a POSIX tar (optionally gzip-compressed) of store objects under their store keys
+(``manifests/``, ``cells/``, ``blobs/sha256/``, ``packs/``), each blob once. Its first member,
+``neffcache-bundle.json``, is the table of contents (TOC): every other member's name, size and
+sha256, and the entries the bundle carries. The sha256 of the TOC's bytes is the bundle's
+digest: it covers every member's sha256, so comparing it with a published digest
+(``--expect-sha256``) authenticates the whole file. A reader refuses any member the TOC does
+not list, any listed member that is absent or of another size or sha256, anything but regular
+files, and names that are not store keys of those four kinds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from neffcache.canonical import canonical_json
+from neffcache.errors import IntegrityError
+from neffcache.manifest import MAX_FILE_SIZE, Manifest
+from neffcache.store.base import blob_key, pack_key
+
+FORMAT = "neffcache-bundle"
+SCHEMA_VERSION = 1
+TOC_NAME = "neffcache-bundle.json"
+MAX_TOC_BYTES = 256 << 20
+MAX_MEMBERS = 2_000_000
+_HEX = "[0-9a-f]{64}"
+_NAME_RES = (
+    re.compile(rf"^manifests/{_HEX}\.json$"),
+    re.compile(rf"^cells/{_HEX}/{_HEX}\.json$"),
+    re.compile(rf"^blobs/sha256/[0-9a-f]{{2}}/({_HEX})$"),
+    re.compile(rf"^packs/[0-9a-f]{{2}}/({_HEX})$"),
+)
+_SHA_RE = re.compile(rf"^{_HEX}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One object in a bundle: its store key, size and sha256."""
+
+    name: str
+    size: int
+    sha256: str
+
+    def to_json(self) -> list[Any]:
+        return [self.name, self.size, self.sha256]
+
+
+@dataclass(frozen=True, slots=True)
+class BundleEntry:
+    entry_key: str
+    cell_id: str
+    fingerprint_key: str
+    backend: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"entry_key": self.entry_key, "cell_id": self.cell_id,
+                "fingerprint_key": self.fingerprint_key, "backend": self.backend}
+
+
+@dataclass(frozen=True, slots=True)
+class Toc:
+    entries: tuple[BundleEntry, ...]
+    members: tuple[Member, ...]  # in tar order, after the TOC itself
+    created_at: str = ""
+    producer: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(m.size for m in self.members)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "created_at": self.created_at,
+                "producer": dict(self.producer), "entries": [e.to_json() for e in self.entries],
+                "members": [m.to_json() for m in self.members]}
+
+
+def bundle_entry(m: Manifest) -> BundleEntry:
+    return BundleEntry(m.entry_key, m.cell.id, m.fingerprint.key, m.fingerprint.backend)
+
+
+def encode_toc(toc: Toc) -> bytes:
+    return canonical_json(toc.to_json()).encode("utf-8")
+
+
+def check_member_name(name: Any, sha256: str | None = None, source: str = "bundle") -> str:
+    """A member name must be a store key of a kind a bundle carries; a blob's or pack's name
+    must be its sha256's key."""
+    for pattern in _NAME_RES if isinstance(name, str) else ():
+        match = pattern.match(name)
+        if match is None:
+            continue
+        if match.groups() and sha256 is not None and \
+                name not in (blob_key(sha256), pack_key(sha256)):
+            raise IntegrityError(f"{source}: member {name!r} is not named by its sha256")
+        return name  # type: ignore[no-any-return]
+    raise IntegrityError(f"{source}: member name {str(name)[:120]!r} is not a bundle object "
+                         f"(expected manifests/, cells/, blobs/sha256/ or packs/ keys)")
+
+
+def decode_toc(data: bytes, source: str = "bundle") -> Toc:
+    """Parse and validate a TOC; anything unexpected is an IntegrityError naming it."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise IntegrityError(f"{source}: table of contents is not valid JSON") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise IntegrityError(f"{source}: not a neffcache bundle (no {FORMAT!r} table of "
+                             f"contents)")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise IntegrityError(f"{source}: bundle schema_version {doc.get('schema_version')!r} "
+                             f"is not supported (expected {SCHEMA_VERSION})")
+    members = _members(doc.get("members"), source)
+    entries = _entries(doc.get("entries"), {m.name for m in members}, source)
+    producer = doc.get("producer", {})
+    if not isinstance(producer, dict):
+        raise IntegrityError(f"{source}: producer: expected an object")
+    return Toc(entries, members, str(doc.get("created_at", "")),
+               tuple(sorted((str(k), str(v)) for k, v in producer.items())))
+
+
+def _members(raw: Any, source: str) -> tuple[Member, ...]:
+    if not isinstance(raw, list) or len(raw) > MAX_MEMBERS:
+        raise IntegrityError(f"{source}: members: expected a list of at most {MAX_MEMBERS}")
+    out: list[Member] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        if not isinstance(item, list) or len(item) != 3:
+            raise IntegrityError(f"{source}: members[{i}]: expected [name, size, sha256]")
+        name, size, sha = item
+        if not isinstance(sha, str) or not _SHA_RE.match(sha):
+            raise IntegrityError(f"{source}: members[{i}]: sha256 {str(sha)[:70]!r}: expected "
+                                 f"64 lowercase hex digits")
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_FILE_SIZE:
+            raise IntegrityError(f"{source}: members[{i}]: size {size!r}: expected an integer "
+                                 f">= 0")
+        check_member_name(name, sha, source)
+        if name in seen:
+            raise IntegrityError(f"{source}: member {name} listed twice")
+        seen.add(name)
+        out.append(Member(name, size, sha))
+    return tuple(out)
+
+
+def _entries(raw: Any, names: set[str], source: str) -> tuple[BundleEntry, ...]:
+    if not isinstance(raw, list) or len(raw) > MAX_MEMBERS:
+        raise IntegrityError(f"{source}: entries: expected a list")
+    out = []
+    for i, item in enumerate(raw):
+        fields = ("entry_key", "cell_id", "fingerprint_key", "backend")
+        if not isinstance(item, dict) or not all(isinstance(item.get(f), str) for f in fields):
+            raise IntegrityError(f"{source}: entries[{i}]: expected {', '.join(fields)}")
+        e = BundleEntry(*(item[f] for f in fields))
+        if not _SHA_RE.match(e.entry_key) or f"manifests/{e.entry_key}.json" not in names:
+            raise IntegrityError(f"{source}: entries[{i}]: entry {e.entry_key[:70]!r} has no "
+                                 f"manifest in the bundle")
+        out.append(e)
+    return tuple(out)
+
+
+def plan_members(manifests: Sequence[Manifest], manifest_bytes: Mapping[str, bytes],
+                 pointer_bytes: Mapping[str, bytes]) -> tuple[Member, ...]:
+    """The members of a bundle of these entries, in write order: manifests and pointers
+    (small, read first), then each blob once (largest first), then packs (pure)."""
+    from neffcache.hashing import sha256_bytes
+
+    members = [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(manifest_bytes.items())]
+    members += [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(pointer_bytes.items())]
+    blobs: dict[str, int] = {}
+    packs: dict[str, int] = {}
+    for m in manifests:
+        for f in m.files:
+            blobs.setdefault(f.sha256, f.size)
+        for p in m.packs:
+            packs.setdefault(p.sha256, p.size)
+    members += [Member(blob_key(s), n, s)
+                for s, n in sorted(blobs.items(), key=lambda i: (-i[1], i[0]))]
+    members += [Member(pack_key(s), n, s) for s, n in sorted(packs.items())]
+    return tuple(members)

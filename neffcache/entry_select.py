@@ -1,0 +1,84 @@
+"""Which entries a lifecycle command (copy, bundle export, retire) acts on, read from a store.
+
+``select_entry_keys`` lists entry keys: every manifest (``cells=None``), or the entries the
+``cells/<cell-key>/`` pointers name for the given cells; optionally only some fingerprints.
+``read_manifests`` reads and fully validates them (a bad manifest is an IntegrityError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from neffcache.backends import BACKENDS
+from neffcache.canonical import digest_of
+from neffcache.errors import ManifestError, UsageError
+from neffcache.manifest import Manifest, decode_manifest
+from neffcache.matrix import Cell
+from neffcache.store import Store, manifest_key
+from neffcache.store.base import CELLS, MANIFESTS, entry_key_of
+from neffcache.thread_pool import map_in_threads
+
+
+def match_fingerprint(key: str, wanted: Sequence[str]) -> bool:
+    """Whether fingerprint ``key`` is one of ``wanted`` (each a full key or a prefix of at least
+    6 hex digits); everything matches when ``wanted`` is empty."""
+    return not wanted or any(key.startswith(w) for w in wanted)
+
+
+def check_fingerprint_args(wanted: Iterable[str]) -> tuple[str, ...]:
+    out = tuple(w.strip().lower() for w in wanted)
+    for w in out:
+        if len(w) < 6 or len(w) > 64 or any(c not in "0123456789abcdef" for c in w):
+            raise UsageError(f"--fingerprint {w!r}: expected a fingerprint key or a prefix of "
+                             f"at least 6 hex digits")
+    return out
+
+
+def select_entry_keys(store: Store, cells: Sequence[Cell] | None,
+                      fingerprints: Sequence[str] = (), *, workers: int = 16) -> tuple[str, ...]:
+    """Entry keys in the store: all (``cells=None``) or those built for ``cells`` (through their
+    pointers), restricted to ``fingerprints`` when given; sorted, each once."""
+    if cells is None:
+        keys = set()
+        for k in store.list(MANIFESTS):
+            ek = entry_key_of(k)
+            if ek is not None:
+                keys.add(ek)
+        if not fingerprints:
+            return tuple(sorted(keys))
+        manifests = read_manifests(store, sorted(keys), workers=workers)
+        return tuple(sorted(m.entry_key for m in manifests
+                            if match_fingerprint(m.fingerprint.key, fingerprints)))
+
+    def pointed(cell: Cell) -> list[str]:
+        prefix = f"{CELLS}{cell.key}/"
+        out = []
+        for k in store.list(prefix):
+            name = k[len(prefix):]
+            if "/" in name or not name.endswith(".json"):
+                continue
+            fp = name[: -len(".json")]
+            if match_fingerprint(fp, fingerprints):
+                out.append(digest_of({"cell": cell.key, "fingerprint": fp}))
+        return out
+
+    found = {k for ks in map_in_threads(pointed, cells, workers) for k in ks}
+    return tuple(sorted(k for k in found if store.has(manifest_key(k))))
+
+
+def read_manifest(store: Store, key: str) -> Manifest:
+    """Entry ``key``'s manifest, validated (roots of its backend, entry key); ManifestError."""
+    source = manifest_key(key)
+    data = store.read(source)
+    m = decode_manifest(data, source=source)
+    backend = BACKENDS.get(m.fingerprint.backend)
+    if backend is not None:
+        m = decode_manifest(data, allowed_roots=backend.root_names, source=source)
+    if m.entry_key != key:
+        raise ManifestError(f"{source}: describes entry {m.entry_key}")
+    return m
+
+
+def read_manifests(store: Store, keys: Sequence[str], *, workers: int = 16
+                   ) -> tuple[Manifest, ...]:
+    return tuple(map_in_threads(lambda k: read_manifest(store, k), keys, workers))

@@ -1,0 +1,209 @@
+"""Retire entries by policy: keep the newest K SDK versions per backend and every entry of
+named matrices, retire the rest (``plan_retire`` is pure; ``apply_retire`` does the I/O).
+
+An entry's SDK version is the part of its fingerprint a Neuron SDK (or torch) release changes:
+for neuron the versions of neuronx-cc, torch-neuronx, NKI, libneuronxla and torch; for inductor
+torch's. Versions are ordered field by field, numerically where they are numbers.
+
+Apply writes the record first, ``retired/<time>-<id>.json`` (who, when, why, the policy, the
+entries, and every blob and pack they referenced), then deletes each retired entry's cell
+pointer and then its manifest. The blobs stay for ``gc``, which spares the blobs and packs a
+retire record younger than its grace period names: a restore that read a manifest just before
+it was retired still finds every blob. Records are never deleted: they are the history.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from neffcache.backends import neuron_env
+from neffcache.canonical import canonical_json
+from neffcache.errors import UsageError
+from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import Manifest
+from neffcache.store import Store, manifest_key
+from neffcache.store.base import RETIRED, cell_pointer_key
+
+RECORD_SCHEMA = 1
+SDK_FIELDS: dict[str, tuple[str, ...]] = {
+    "neuron": tuple(f"version.{d}" for d in ("neuronx-cc", *(
+        d for d in neuron_env.SDK_DISTRIBUTIONS if d != "neuronx-cc"), "torch")),
+    "inductor": ("version.torch",),
+}
+
+SdkVersion = tuple[tuple[str, str], ...]
+
+
+def sdk_version(fp: Fingerprint) -> SdkVersion:
+    """The (field, value) pairs of a fingerprint that name its SDK release."""
+    fields = SDK_FIELDS.get(fp.backend, ("version.torch",))
+    return tuple((f, fp.get(f, "absent")) for f in fields)
+
+
+def sdk_label(version: SdkVersion) -> str:
+    return ", ".join(f"{f.removeprefix('version.')} {v}" for f, v in version if v != "absent")
+
+
+def _part_key(value: str) -> tuple[tuple[int, int | str], ...]:
+    if value in ("absent", "unknown", ""):
+        return ((-1, 0),)
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"[.+\-_]", value))
+
+
+def version_order(version: SdkVersion) -> tuple[Any, ...]:
+    """A sort key: field by field, numerically where the parts are numbers."""
+    return tuple(_part_key(v) for _, v in version)
+
+
+@dataclass(frozen=True, slots=True)
+class RetirePolicy:
+    keep_sdk_versions: int | None = None  # newest K SDK versions per backend
+    keep_cells: frozenset[str] = frozenset()  # cell keys of the named matrices
+    keep_matrices: tuple[str, ...] = ()  # their names, for the record
+
+    def check(self) -> None:
+        if self.keep_sdk_versions is None and not self.keep_matrices:
+            raise UsageError("retire needs a policy: --keep-sdk-versions K and/or "
+                             "--keep-matrix FILE (or a [retire] table in the config file)")
+        if self.keep_sdk_versions is not None and self.keep_sdk_versions < 1:
+            raise UsageError(f"--keep-sdk-versions {self.keep_sdk_versions}: expected >= 1")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"keep_sdk_versions": self.keep_sdk_versions,
+                "keep_matrices": list(self.keep_matrices)}
+
+    def describe(self) -> str:
+        parts = []
+        if self.keep_sdk_versions is not None:
+            parts.append(f"keep the newest {self.keep_sdk_versions} SDK version(s) per backend")
+        if self.keep_matrices:
+            parts.append(f"keep the cells of {', '.join(self.keep_matrices)}")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryInfo:
+    entry_key: str
+    cell_key: str
+    cell_id: str
+    fingerprint_key: str
+    backend: str
+    sdk: SdkVersion
+    blobs: tuple[tuple[str, int], ...]
+    packs: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, m: Manifest) -> EntryInfo:
+        return cls(m.entry_key, m.cell.key, m.cell.id, m.fingerprint.key, m.fingerprint.backend,
+                   sdk_version(m.fingerprint), tuple(sorted({(f.sha256, f.size) for f in m.files})),
+                   tuple(sorted({(p.sha256, p.size) for p in m.packs})))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entry_key": self.entry_key, "cell_id": self.cell_id, "cell_key": self.cell_key,
+                "fingerprint_key": self.fingerprint_key, "backend": self.backend,
+                "sdk": dict(self.sdk), "bytes": sum(n for _, n in self.blobs)}
+
+
+@dataclass(frozen=True, slots=True)
+class RetirePlan:
+    policy: RetirePolicy
+    keep: tuple[EntryInfo, ...]
+    retire: tuple[EntryInfo, ...]
+    sdk_versions: tuple[tuple[str, SdkVersion, bool], ...]  # (backend, version, kept), newest first
+    blobs_freed: int
+    bytes_freed: int  # blobs and packs only retired entries reference (what gc then frees)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policy": self.policy.to_json(),
+                "sdk_versions": [{"backend": b, "sdk": dict(v), "label": sdk_label(v),
+                                  "kept": k} for b, v, k in self.sdk_versions],
+                "keep": [e.to_json() for e in self.keep],
+                "retire": [e.to_json() for e in self.retire],
+                "entries_kept": len(self.keep), "entries_retired": len(self.retire),
+                "blobs_freed": self.blobs_freed, "bytes_freed": self.bytes_freed}
+
+
+def plan_retire(entries: Iterable[EntryInfo], policy: RetirePolicy) -> RetirePlan:
+    """Which entries the policy keeps (any rule keeps an entry) and which it retires, and the
+    bytes gc frees afterwards (pure)."""
+    policy.check()
+    entries = sorted(entries, key=lambda e: (e.backend, e.cell_id, e.entry_key))
+    by_backend: dict[str, set[SdkVersion]] = {}
+    for e in entries:
+        by_backend.setdefault(e.backend, set()).add(e.sdk)
+    versions: list[tuple[str, SdkVersion, bool]] = []
+    kept_versions: set[tuple[str, SdkVersion]] = set()
+    for backend, found in sorted(by_backend.items()):
+        ordered = sorted(found, key=version_order, reverse=True)
+        k = len(ordered) if policy.keep_sdk_versions is None else policy.keep_sdk_versions
+        for i, v in enumerate(ordered):
+            kept = policy.keep_sdk_versions is not None and i < k
+            versions.append((backend, v, kept))
+            if kept:
+                kept_versions.add((backend, v))
+    keep = [e for e in entries
+            if (e.backend, e.sdk) in kept_versions or e.cell_key in policy.keep_cells]
+    kept_keys = {e.entry_key for e in keep}
+    retire = [e for e in entries if e.entry_key not in kept_keys]
+    still = {b for e in keep for b in (*e.blobs, *e.packs)}
+    freed_blobs = {b for e in retire for b in e.blobs} - still
+    freed_packs = {p for e in retire for p in e.packs} - still
+    return RetirePlan(policy, tuple(keep), tuple(retire), tuple(versions), len(freed_blobs),
+                      sum(n for _, n in freed_blobs | freed_packs))
+
+
+def retire_record(plan: RetirePlan, *, by: str, reason: str, now: float) -> dict[str, Any]:
+    """The record of one retire: who, when, why, the policy, the entries and what they
+    referenced (gc spares those blobs and packs while the record is young)."""
+    return {"schema_version": RECORD_SCHEMA, "created_at": now,
+            "retired_at": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "by": by, "reason": reason, "policy": plan.policy.to_json(),
+            "entries": [e.to_json() for e in plan.retire],
+            "blobs": sorted({s for e in plan.retire for s, _ in e.blobs}),
+            "packs": sorted({s for e in plan.retire for s, _ in e.packs})}
+
+
+def record_key(now: float) -> str:
+    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{RETIRED}{stamp}-{uuid.uuid4().hex[:8]}.json"
+
+
+def apply_retire(store: Store, plan: RetirePlan, *, by: str, reason: str,
+                 now: float | None = None) -> str:
+    """Write the record, then delete each retired entry's pointer and manifest. Returns the
+    record's key."""
+    now = time.time() if now is None else now
+    key = record_key(now)
+    body = canonical_json(retire_record(plan, by=by, reason=reason, now=now)).encode("utf-8")
+    store.put(key, io.BytesIO(body), if_absent=True)
+    for e in plan.retire:
+        store.delete(cell_pointer_key(e.cell_key, e.fingerprint_key))
+        store.delete(manifest_key(e.entry_key))
+    return key
+
+
+def parse_record(data: bytes) -> tuple[float | None, frozenset[str], frozenset[str]]:
+    """(created_at, blob sha256s, pack sha256s) of a retire record; (None, ∅, ∅) if unreadable."""
+    try:
+        doc = json.loads(data)
+        return (float(doc["created_at"]), frozenset(str(b) for b in doc.get("blobs", [])),
+                frozenset(str(p) for p in doc.get("packs", [])))
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
+        return None, frozenset(), frozenset()
+
+
+def policy_from(keep_sdk_versions: int | None, matrices: Sequence[tuple[str, Sequence[str]]],
+                config: Mapping[str, Any]) -> RetirePolicy:
+    """Flags over the config file's [retire] table; ``matrices`` are (name, cell keys)."""
+    k = keep_sdk_versions if keep_sdk_versions is not None else config.get("keep_sdk_versions")
+    return RetirePolicy(keep_sdk_versions=k,
+                        keep_cells=frozenset(c for _, cells in matrices for c in cells),
+                        keep_matrices=tuple(name for name, _ in matrices))
