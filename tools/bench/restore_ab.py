@@ -1,0 +1,126 @@
+"""Interleaved A/B of restore variants against s5cmd, in one run on one SeaweedFS.
+
+Each variant is an environment overlay for `neffcache restore` (e.g. PYTHONPATH pointing at
+another checkout, or a setting); runs rotate through the variants and s5cmd round by round,
+every output evicted from the page cache, so machine drift lands on all of them alike.
+Prints medians, each tool's ratio to s5cmd and the restore's user/system CPU.
+
+    python tools/bench/restore_ab.py --profile compiled \\
+        --variant 'before={"PYTHONPATH": "/path/to/old-checkout"}' --variant 'now={}'
+
+The restore.py benchmark's profiles, settle and eviction are reused; the entry is pushed by
+the checkout this script runs from (or --pusher PATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
+
+import restore as B  # noqa: E402  (the benchmark beside this file)
+
+from tests.support.servers import seaweedfs_server, weed_binary  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", choices=("eager", "compiled"), default="compiled")
+    p.add_argument("--variant", action="append", required=True, metavar="NAME=JSON",
+                   help="a variant: its name and a JSON object of environment overrides; "
+                        "`ARGS` in it adds restore arguments (e.g. '--workers 4')")
+    p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--pusher", metavar="PATH", help="PYTHONPATH of the checkout that pushes")
+    p.add_argument("--settle", type=float, default=20.0)
+    return p.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    variants: dict[str, dict[str, str]] = {}
+    for spec in args.variant:
+        name, _, overlay = spec.partition("=")
+        variants[name] = json.loads(overlay or "{}")
+    work = Path(tempfile.mkdtemp(prefix="neffcache-ab-"))
+    B.start_spawner()
+    try:
+        print(json.dumps(run(args, variants, work), indent=2))
+    finally:
+        B.stop_spawner()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def run(args: argparse.Namespace, variants: dict[str, dict[str, str]],
+        work: Path) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "NEFFCACHE_"))}
+    env.update(B.WEED_CREDENTIALS, NEFFCACHE_STORE=f"s3://{B.BUCKET}/neff",
+               NEFFCACHE_INSTANCE_TYPE="trn2.48xlarge", NEFFCACHE_HOME=str(work / "home"),
+               AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+    matrix = work / "matrix.toml"
+    matrix.write_text(B.MATRIX, encoding="utf-8")
+    profile = B.profiles_from(B.parse_args(["--profiles", args.profile]))[args.profile]
+    with seaweedfs_server(work / "seaweedfs", weed=weed_binary() or "weed") as endpoint:
+        env["AWS_ENDPOINT_URL"] = endpoint
+        import boto3
+
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                     aws_access_key_id="testing", aws_secret_access_key="testing"
+                     ).create_bucket(Bucket=B.BUCKET)
+        push_env = dict(env, PYTHONPATH=args.pusher) if args.pusher else env
+        bench = B.Bench(work, push_env, endpoint, None, args.runs, None, work / "out")
+        tree = B.make_profile_cache(work / "src", profile)
+        bench.push(args.profile, tree, matrix)
+        bench.upload_plain(args.profile, tree)
+        B.settle(args.settle)
+
+        def command(tool: str, dest: Path) -> tuple[list[str], dict[str, str]]:
+            if tool == "s5cmd":
+                return [B.s5cmd(), "--endpoint-url", endpoint, "cp",
+                        f"s3://{B.BUCKET}/plain/{args.profile}/*", f"{dest}/neff/"], env
+            overlay = dict(variants[tool])
+            extra = overlay.pop("ARGS", "").split()
+            return (["/usr/bin/time", "-f", "CPU %U %S", *B.neffcache(), "restore", str(matrix),
+                     "--to", str(dest), "--cells", B.CELLS[args.profile], "--json", *extra],
+                    dict(env, **overlay))
+
+        order = [*variants, "s5cmd"]
+        for k, tool in enumerate(order):  # one untimed run each: SeaweedFS's first reads are slow
+            dest = work / "out" / f"warmup-{k}"
+            B.run(*command(tool, dest))
+            B.evict_page_cache(dest)
+        times: dict[str, list[float]] = {t: [] for t in order}
+        cpu: dict[str, list[tuple[float, float]]] = {t: [] for t in variants}
+        for i in range(args.runs):
+            for j, tool in enumerate(order[i % len(order):] + order[:i % len(order)]):
+                dest = work / "out" / f"{i}-{j}"
+                os.sync()
+                t = B.run(*command(tool, dest))
+                times[tool].append(t.seconds)
+                if tool in variants:
+                    user, system = t.stderr.strip().splitlines()[-1].split()[1:3]
+                    cpu[tool].append((float(user), float(system)))
+                B.evict_page_cache(dest)
+    peer = statistics.median(times["s5cmd"])
+    result: dict[str, Any] = {"profile": args.profile, "runs": args.runs, "s5cmd": peer}
+    for tool in variants:
+        median = statistics.median(times[tool])
+        result[tool] = {"median": round(median, 3), "ratio_to_s5cmd": round(median / peer, 2),
+                        "user": statistics.median(u for u, _ in cpu[tool]),
+                        "system": statistics.median(s for _, s in cpu[tool])}
+        print(f"{tool:28s} {median:.3f} s  {median / peer:.2f} x s5cmd", file=sys.stderr)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
