@@ -47,6 +47,7 @@ MiB = 1 << 20
 REQUEST_TIMEOUT = timedelta(minutes=15)
 # obstore raises FileNotFoundError (not one of its own classes) for a missing object.
 _CLIENT_ERRORS = (BaseError, FileNotFoundError)
+_PROBE_PREFIX = "neffcache-check"
 # Keys whose name is the sha256 of their bytes: rewriting one rewrites the same bytes.
 _CONTENT_ADDRESSED = (BLOBS, PACKS)
 
@@ -102,8 +103,8 @@ class S3Store:
             if self._probe is None:
                 self._probe = self._connect(self._probe_options, 1)
         self._no_source("ListObjectsV2")
-        try:
-            next(iter(obstore.list(self._probe, self.prefix or None, chunk_size=1)), None)
+        try:  # one small LIST under a name nothing uses: proves bucket, credentials and access
+            obstore.list_with_delimiter(self._probe, _PROBE_PREFIX)
         except _CLIENT_ERRORS as exc:
             raise self._error(exc, "ListObjectsV2", None) from None
 
