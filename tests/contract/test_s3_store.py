@@ -239,3 +239,25 @@ def test_no_proxy_bypasses_the_proxy(s3_url: str, monkeypatch: pytest.MonkeyPatc
         store.put("manifests/q.json", io.BytesIO(b"{}"))
         assert store.read("manifests/q.json") == b"{}"
     assert proxy.seen == []
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("start,length", [(0, None), (1 * MiB, 3 * MiB)], ids=["whole", "range"])
+def test_a_cut_response_resumes_from_the_last_byte_received(
+        s3_url: str, monkeypatch: pytest.MonkeyPatch, start: int, length: int | None) -> None:
+    """A body cut short (reset or truncated by the network) costs one more ranged GET for what
+    is missing, never the whole object again (object_store resumes the stream)."""
+    from tests.support.forward_proxy import ForwardProxy
+
+    body = bytes(range(256)) * (20 * 1024)  # 5 MiB
+    S3Store.from_url(s3_url).put("blobs/sha256/ab/cut", io.BytesIO(body))
+    with ForwardProxy() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        store = S3Store.from_url(s3_url)
+        proxy.cut_gets, proxy.cut_after = 2, 512 * 1024
+        got = store.read("blobs/sha256/ab/cut", start, length)
+    end = len(body) if length is None else start + length
+    assert got == body[start:end]
+    assert len(proxy.ranges) == 3  # the first GET and one resumption per cut
+    resumed = [int(r.split("=")[1].split("-")[0]) for r in proxy.ranges[1:]]
+    assert resumed == [start + 512 * 1024, start + 1024 * 1024]

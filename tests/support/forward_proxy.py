@@ -1,6 +1,8 @@
 """A forwarding HTTP proxy on 127.0.0.1 for tests: takes absolute-form requests
 (``GET http://host:port/path``), forwards them to that host, relays the answer and records
-which hosts it was asked for. Plain HTTP only (no CONNECT)."""
+which hosts it was asked for. Plain HTTP only (no CONNECT). It can also cut responses short:
+``cut_gets = N`` makes the next N GET bodies stop (connection closed) after ``cut_after``
+bytes, as a reset or truncated response from S3 would."""
 
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "transfer-encoding
 class ForwardProxy:
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []  # (method, netloc)
+        self.ranges: list[str | None] = []  # the Range header of each GET
+        self.cut_gets = 0
+        self.cut_after = 0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.proxy = self  # type: ignore[attr-defined]
@@ -34,9 +39,17 @@ class ForwardProxy:
         self._server.shutdown()
         self._server.server_close()
 
-    def record(self, method: str, netloc: str) -> None:
+    def record(self, method: str, netloc: str, range_header: str | None) -> bool:
+        """Record a request; True when its response is to be cut short."""
         with self._lock:
             self.seen.append((method, netloc))
+            if method != "GET":
+                return False
+            self.ranges.append(range_header)
+            if self.cut_gets > 0:
+                self.cut_gets -= 1
+                return True
+            return False
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -47,7 +60,8 @@ class _Handler(BaseHTTPRequestHandler):
         if target.scheme != "http" or not target.netloc:
             self.send_error(400, "absolute http:// URI expected")
             return
-        self.server.proxy.record(self.command, target.netloc)  # type: ignore[attr-defined]
+        proxy = self.server.proxy  # type: ignore[attr-defined]
+        cut = proxy.record(self.command, target.netloc, self.headers.get("Range"))
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
@@ -62,7 +76,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(k, v)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        if self.command != "HEAD":
+        if cut:
+            self.wfile.write(data[:proxy.cut_after])
+            self.wfile.flush()
+            self.close_connection = True
+        elif self.command != "HEAD":
             self.wfile.write(data)
         upstream.close()
 
