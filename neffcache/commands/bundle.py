@@ -137,7 +137,7 @@ def import_(file: str, expect: str | None, workers: int, store: str | None,
     from neffcache.entry_select import read_manifests
     from neffcache.store import open_store
 
-    dst = open_store(settings_from(store).store_url)
+    dst = open_store(settings_from(store).store_url, create=True)
     with BundleStore(file, expect_sha256=expect) as src:
         src.verify_all()
         manifests = read_manifests(src, [e.entry_key for e in src.toc.entries])

@@ -85,7 +85,7 @@ def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers
     settings = settings_from(store, index, python)
     fingerprint = collect_fingerprint(backend.name, os.environ, python=settings.python)
     check_usable(fingerprint)
-    s = open_store(settings.store_url)
+    s = open_store(settings.store_url, create=True)
     s.check()
     entries = read_entries(s, m.cells, fingerprint, backend)
     present = scan_roots(backend, {k: v for k, v in dirs.items() if Path(v).is_dir()})

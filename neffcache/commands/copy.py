@@ -50,7 +50,7 @@ def copy(matrix: str | None, source: str, target: str, everything: bool,
     from neffcache.errors import UsageError
     from neffcache.store import open_store
 
-    src, dst = open_store(source), open_store(target)
+    src, dst = open_store(source), open_store(target, create=True)
     if src.url == dst.url:
         raise UsageError(f"--from and --to are the same store ({src.url})")
     src.check()

@@ -287,7 +287,7 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
     refuse_if_nothing_left(cells, compile_only)
     fingerprint = collect_fingerprint(spec.backend, environ)
     check_usable(fingerprint)
-    st = open_store(settings.store_url)
+    st = open_store(settings.store_url, create=True)
     st.check()
     options = PrecompileOptions(workers=workers, force=force, timeout=timeout, verify=verify,
                                 workdir=Path(workdir) if workdir else None,

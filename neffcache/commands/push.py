@@ -81,7 +81,7 @@ def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
     backend = get_backend(name)
     root_map = _parse_roots(roots, backend)
     settings = settings_from(store, index, python)
-    s = open_store(settings.store_url)
+    s = open_store(settings.store_url, create=True)
     s.check()
     fingerprint = collect_fingerprint(backend.name, os.environ, python=settings.python)
     check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it

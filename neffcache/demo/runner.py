@@ -158,7 +158,7 @@ def run_demo(settings: Settings, *, shapes: Sequence[str] | None = None, workers
     matrix = load_matrix(write_demo_matrix(demo_dir, shapes))
     backend = get_backend(matrix.backend)
     fingerprint = collect_fingerprint(matrix.backend, env)
-    store = open_store(settings.store_url)
+    store = open_store(settings.store_url, create=True)
     store.check()
     cells = matrix.cells
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:

@@ -10,17 +10,18 @@ from neffcache.store.base import Store, blob_key, manifest_key
 __all__ = ["Store", "blob_key", "describe_store", "manifest_key", "open_store"]
 
 
-def open_store(url: str) -> Store:
-    """``s3://bucket/prefix`` → S3 store; ``file:///path`` or a plain path → local store."""
+def open_store(url: str, *, create: bool = False) -> Store:
+    """``s3://bucket/prefix`` → S3 store; ``file:///path`` or a plain path → local store
+    (whose directory is created only with ``create``, by the commands that publish)."""
     if url.startswith("s3://"):
         from neffcache.store.s3 import S3Store  # no AWS SDK import until the first write
 
         return S3Store.from_url(url)
     if url.startswith("file://"):
-        return _local(url[len("file://"):])
+        return _local(url[len("file://"):], create)
     if "://" in url:
         raise ConfigError(f"store {url!r}: expected a path, file://PATH or s3://BUCKET/PREFIX")
-    return _local(url)
+    return _local(url, create)
 
 
 def describe_store(url: str) -> str:
@@ -32,9 +33,9 @@ def describe_store(url: str) -> str:
     return open_store(url).url  # a local store: constructing it touches nothing
 
 
-def _local(path: str) -> Store:
+def _local(path: str, create: bool) -> Store:
     from neffcache.store.local import LocalStore
 
     if not path:
         raise ConfigError("store: empty path")
-    return LocalStore(Path(path))
+    return LocalStore(Path(path), create=create)

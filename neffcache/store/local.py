@@ -2,6 +2,9 @@
 
 Writes go to a temp file in the same directory, are fsynced, then linked into place; ``os.link``
 fails if the final name exists, which gives an atomic "create if absent" on POSIX filesystems.
+Only a store opened with ``create=True`` (push, precompile, capture, import and copy targets)
+creates its directory; for every other command a directory that does not exist is a
+configuration error (a typo in --store must not read as an empty store, a cache miss).
 """
 
 from __future__ import annotations
@@ -14,16 +17,29 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from neffcache.errors import NotFoundError, UnavailableError, UsageError
+from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
 from neffcache.store.base import ObjectStream
 
 _CHUNK = 1 << 20
 
 
 class LocalStore:
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(root).expanduser().absolute()
         self.url = f"file://{self.root}"
+        self.create = create
+
+    def _require_root(self) -> None:
+        if self.create:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UnavailableError(f"store {self.root}: cannot create: "
+                                       f"{exc.strerror}") from None
+        elif not self.root.is_dir():
+            raise ConfigError(f"store {self.root}: no such directory (a local store is "
+                              "created by push or precompile)",
+                              hint="check --store / NEFFCACHE_STORE")
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
@@ -32,10 +48,7 @@ class LocalStore:
         return self.root.joinpath(*parts)
 
     def check(self) -> None:
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UnavailableError(f"store {self.root}: cannot create: {exc.strerror}") from None
+        self._require_root()
         if not os.access(self.root, os.R_OK | os.X_OK):
             raise UnavailableError(f"store {self.root}: not readable")
 
@@ -61,6 +74,7 @@ class LocalStore:
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         final = self._path(key)
+        self._require_root()
         if if_absent and final.exists():
             return False
         try:
