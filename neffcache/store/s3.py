@@ -53,7 +53,10 @@ _CONTENT_ADDRESSED = (BLOBS, PACKS)
 
 
 class S3Store:
-    """Objects at ``s3://<bucket>/<prefix>/<key>``; see the module docstring for the contract."""
+    """Objects at ``s3://<bucket>/<prefix>/<key>``; see the module docstring for the contract.
+
+    ``environ`` is what neffcache's own decisions read (endpoint, region, credential source;
+    tests pass their own); obstore itself reads the process environment for the rest."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  max_attempts: int = 5, connect_timeout: float = 5.0, read_timeout: float = 60.0,
