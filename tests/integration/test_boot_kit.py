@@ -277,9 +277,10 @@ def test_hook_with_the_real_neffcache_and_a_bad_interpreter_or_store(tmp_path: P
 
     env.pop("NEFFCACHE_PYTHON")
     (tmp_path / "run" / "neffcache.env").unlink()
-    run = _run_hook(env)  # a store path that does not exist holds no entry: exit 3
+    run = _run_hook(env)  # a store path that does not exist is a configuration error: exit 2
     assert run.returncode == 0, run.stderr
-    assert "partial restore" in run.stderr and "from neffcache restore" in run.stderr
+    assert "no such directory" in run.stderr and "restore failed with exit 2" in run.stderr
+    assert "from neffcache restore" in run.stderr
     _assert_persistent(_env_file(tmp_path), tmp_path / "cache")
 
 
