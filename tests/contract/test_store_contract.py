@@ -132,9 +132,9 @@ def test_put_if_absent_race_has_exactly_one_winner(store: Store, size: int, writ
     """Exactly one concurrent writer wins and the stored bytes are that writer's; a body above
     the multipart threshold at a key that is not content-addressed is one conditional PUT."""
     if size > MiB and request.node.callspec.params["store"] in ("s3", "s3-ipv6"):
-        pytest.skip("moto 5.2 checks If-None-Match, then reads a large body, then stores it, "
-                    "without a lock (moto/s3/responses.py): concurrent large PUTs can all "
-                    "succeed there (seen 1 in ~3 runs); this race runs on SeaweedFS instead")
+        pytest.skip("moto 5.2 checks If-None-Match, then computes the body's checksums and "
+                    "stores it, without a lock (moto/s3/responses.py, put_object): concurrent "
+                    "large PUTs can all succeed there; this race runs on SeaweedFS instead")
     bodies = [bytes([65 + i]) * size for i in range(writers)]
     barrier = threading.Barrier(writers)
 
