@@ -361,7 +361,7 @@ def warm_restored(matrix: Matrix, cell: Cell, backend: Backend, base: Path, work
 
 
 def _verify(run: _Run, plan: CellPlan, spec: WorkerSpec, cell_dir: Path) -> VerifyReport:
-    from neffcache.restore import restore_cells
+    from neffcache.restore.run import restore_cells
 
     run.emit(("verify", plan.cell.id, "restoring into a new directory and warming again"))
     target = cell_dir / "verify-roots"

@@ -21,8 +21,8 @@ from typing import Any
 from neffcache.backends import BACKENDS, root_dirs
 from neffcache.errors import IntegrityError, ManifestError, NeffcacheError, UsageError
 from neffcache.manifest import Manifest, decode_manifest
-from neffcache.restore_local import LOCAL_ENTRIES
-from neffcache.restore_plan import STATE_FILE
+from neffcache.restore.local import LOCAL_ENTRIES
+from neffcache.restore.state import STATE_FILE
 from neffcache.thread_pool import map_in_threads
 
 _CHUNK = 1 << 20
@@ -161,7 +161,7 @@ def verify_local(target: Path, *, workers: int = 4,
 def forget_states(manifests: Sequence[Manifest], target: str,
                   damaged: set[tuple[str, str]]) -> None:
     """Drop the damaged paths from their roots' state files, so restore re-hashes them."""
-    from neffcache.restore_apply import load_state, save_state
+    from neffcache.restore.state import load_state, save_state
 
     for name in sorted({m.fingerprint.backend for m in manifests}):
         dirs = root_dirs(BACKENDS[name], target)

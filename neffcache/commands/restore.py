@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import atexit
-import functools
-import gc
 import os
 import shlex
 import socket
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,37 +22,12 @@ from neffcache.commands._common import (
     settings_from,
     store_option,
 )
+from neffcache.commands._process import tuned_for_restore
 from neffcache.config import Settings
 from neffcache.errors import NeffcacheError, UsageError, exit_code_for
 
 # A boot must never wait long for a dashboard: the report gets this long, then is dropped.
 REPORT_TIMEOUT = 2.0
-
-
-def _without_cyclic_gc(fn: Callable[..., None]) -> Callable[..., None]:
-    """Run the command with the cyclic garbage collector off (it makes ~10 objects per file
-    and no cycles worth collecting: the collector only cost ~5% of a large restore's CPU), and
-    freeze what exists at exit so the interpreter's final collection skips it (~0.1 s,
-    measured). Both are undone for callers that run the command in-process."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        global _FREEZE_REGISTERED
-        enabled = gc.isenabled()
-        gc.disable()
-        if not _FREEZE_REGISTERED:
-            atexit.register(gc.freeze)
-            _FREEZE_REGISTERED = True
-        try:
-            fn(*args, **kwargs)
-        finally:
-            if enabled:
-                gc.enable()
-
-    return wrapper
-
-
-_FREEZE_REGISTERED = False
 
 
 @click.command("restore", epilog=EXIT_CODE_HELP)
@@ -89,7 +60,7 @@ _FREEZE_REGISTERED = False
 @click.option("--index", "index", metavar="URL", default=None, hidden=True,
               help="Ignored (restore never opens the index); kept so old boot hooks still run.")
 @json_option
-@_without_cyclic_gc
+@tuned_for_restore
 def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | None,
             print_env: bool, workers: int | None, bundle: str | None, expect: str | None,
             python: str | None, report_to: str | None, store: str | None,
@@ -160,7 +131,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     from neffcache.fingerprint import check_usable, collect_fingerprint, described_interpreter
     from neffcache.matrix import select_cells
     from neffcache.matrix_io import load_matrix
-    from neffcache.restore import restore_local
+    from neffcache.restore.local import restore_local
     from neffcache.store import describe_store
 
     settings = _settings(store, index, python, report_to)
@@ -221,11 +192,11 @@ def _restore_from_store(settings: Settings, cells: Any, backend: Any,
                         fingerprint: Any, target: Path, *, workers: int | None,
                         until: float | None,
                         show_progress: bool) -> Any:
-    from neffcache.restore import restore_cells
+    from neffcache.restore.run import restore_cells
     from neffcache.store import open_store
 
     if workers is None:  # threads beyond a few per CPU only contend for the GIL (measured)
-        from neffcache.restore_apply import usable_cpus
+        from neffcache.thread_pool import usable_cpus
 
         workers = min(16, 4 * usable_cpus())
     s = open_store(settings.store_url)
@@ -264,7 +235,8 @@ def _restore_from_bundle(source: Any, cells: Any, backend: Any, fingerprint: Any
                          target: Path, *, workers: int | None, until: float | None) -> Any:
     """Hash every member of the bundle against its table of contents (nothing is installed
     from a bad bundle), then restore from it as from a store."""
-    from neffcache.restore import restore_cells, restore_local
+    from neffcache.restore.local import restore_local
+    from neffcache.restore.run import restore_cells
 
     with source:
         done = restore_local(cells, backend, fingerprint, target, store_url=source.url)

@@ -10,8 +10,8 @@ from neffcache.backends import get_backend
 from neffcache.copy import copy_entries
 from neffcache.entry_select import read_manifests, select_entry_keys
 from neffcache.errors import IntegrityError
-from neffcache.restore import restore_cells
-from neffcache.restore_apply import load_state
+from neffcache.restore.run import restore_cells
+from neffcache.restore.state import load_state
 from neffcache.store import blob_key
 from neffcache.verify_local import verify_local
 from tests.support.lifecycle import cell, publish_synthetic, sdk_fingerprint

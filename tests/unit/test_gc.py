@@ -22,7 +22,7 @@ from neffcache.gc import (
 from neffcache.matrix import Cell
 from neffcache.packing import PackPolicy
 from neffcache.publish import publish_entry
-from neffcache.restore import restore_cells
+from neffcache.restore.run import restore_cells
 from neffcache.store import blob_key
 from neffcache.store.base import PACKS, pack_key
 from neffcache.store.local import LocalStore

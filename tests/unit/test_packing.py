@@ -23,9 +23,17 @@ from neffcache.manifest import (
 from neffcache.matrix import Cell
 from neffcache.packing import PackPolicy, plan_packs
 from neffcache.publish import publish_entry
-from neffcache.restore import LOCAL_ENTRIES, restore_cells, restore_local
-from neffcache.restore_plan import FetchGroup, Target
-from neffcache.restore_units import BlobGet, BlobPart, PackRun, UnitPolicy, plan_units
+from neffcache.restore.local import LOCAL_ENTRIES, restore_local
+from neffcache.restore.plan import (
+    BlobGet,
+    BlobPart,
+    FetchGroup,
+    PackRun,
+    Target,
+    UnitPolicy,
+    plan_units,
+)
+from neffcache.restore.run import restore_cells
 from neffcache.store import blob_key
 from neffcache.store.base import pack_key
 from neffcache.store.local import LocalStore
@@ -306,7 +314,7 @@ def test_noop_with_entries_sharing_a_path_is_planned_locally(tmp_path: Path) -> 
 def test_window_serves_ranges_across_reads() -> None:
     import io
 
-    from neffcache import restore_files
+    from neffcache.restore import install as restore_files
 
     data = os.urandom(3 * restore_files.CHUNK + 123)
     w = restore_files.Window(io.BytesIO(data[100:]), 100)
@@ -327,7 +335,7 @@ def test_modes_survive_a_restrictive_umask(tmp_path: Path) -> None:
     publish_entry(store, cell(), FP, NEURON, {"neff": src})
     old = os.umask(0o077)
     try:
-        from neffcache import restore_files
+        from neffcache.restore import install as restore_files
 
         restore_files._UMASK = -1  # read again under this umask
         r = restore_cells(store, [cell()], NEURON, FP, tmp_path / "t")

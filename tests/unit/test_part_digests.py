@@ -26,8 +26,7 @@ from neffcache.manifest import (
 from neffcache.matrix import Cell
 from neffcache.parts import PartPolicy, needs_parts, part_ranges
 from neffcache.publish import plan_publish, publish_entry
-from neffcache.restore_plan import FetchGroup, Target
-from neffcache.restore_units import BlobGet, BlobPart, UnitPolicy, plan_units
+from neffcache.restore.plan import BlobGet, BlobPart, FetchGroup, Target, UnitPolicy, plan_units
 from neffcache.store import blob_key
 from neffcache.store.local import LocalStore
 from neffcache.verify import verify_store

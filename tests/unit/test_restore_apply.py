@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from neffcache import restore_apply
 from neffcache.backends import NEURON
 from neffcache.fingerprint import build_fingerprint
 from neffcache.matrix import Cell
 from neffcache.publish import publish_entry
-from neffcache.restore import restore_cells
+from neffcache.restore import scan as restore_scan
+from neffcache.restore.run import restore_cells
 from neffcache.store import blob_key
 from neffcache.store.local import LocalStore
 from tests.support.synthetic import make_neff_cache, read_tree
@@ -49,8 +49,8 @@ def test_round_trip_then_nothing_to_do(tmp_path: Path, published, monkeypatch) -
     assert r.files_fetched == len(files)
 
     hashed: list[str] = []
-    real = restore_apply._hash_at
-    monkeypatch.setattr(restore_apply, "_hash_at",
+    real = restore_scan._hash_at
+    monkeypatch.setattr(restore_scan, "_hash_at",
                         lambda dfd, name, dl: hashed.append(name) or real(dfd, name, dl))
     again = restore_cells(store, [cell()], NEURON, FP, tmp_path / "t", workers=4)
     assert (again.files_fetched, again.files_skipped) == (0, len(files))

@@ -7,8 +7,8 @@ import resource
 
 import pytest
 
-from neffcache import restore_files
-from neffcache.restore_files import BATCH_FILES, batch_files
+from neffcache.commands._process import raise_open_file_limit
+from neffcache.restore.install import BATCH_FILES, batch_files
 
 
 @pytest.fixture
@@ -34,10 +34,18 @@ def test_many_threads_share_the_descriptor_limit(limits: dict[str, tuple[int, in
     assert batch_files(500, 256) == 1  # never zero: one file per batch still works
 
 
-def test_the_soft_limit_is_raised_to_the_hard_one(limits: dict[str, tuple[int, int]]) -> None:
+def test_batch_files_never_changes_the_limit(limits: dict[str, tuple[int, int]]) -> None:
     limits["now"] = (1024, 65536)
-    assert batch_files(193, 256) == BATCH_FILES
+    assert batch_files(193, 256) == 1  # lives within the soft limit it finds
+    assert limits["now"] == (1024, 65536)
+
+
+def test_the_cli_edge_raises_the_soft_limit_to_the_hard_one(
+        limits: dict[str, tuple[int, int]]) -> None:
+    limits["now"] = (1024, 65536)
+    assert raise_open_file_limit() == 65536
     assert limits["now"] == (65536, 65536)
+    assert batch_files(193, 256) == BATCH_FILES
 
 
 def test_a_refused_raise_keeps_the_soft_limit(limits: dict[str, tuple[int, int]],
@@ -48,6 +56,7 @@ def test_a_refused_raise_keeps_the_soft_limit(limits: dict[str, tuple[int, int]]
         raise ValueError("not permitted")
 
     monkeypatch.setattr(resource, "setrlimit", refuse)
-    n = restore_files.batch_files(3, 8)
+    assert raise_open_file_limit() == 200
+    n = batch_files(3, 8)
     assert 1 <= n < BATCH_FILES and n * 3 + 4 * 8 <= 200 // 2
     assert limits["now"] == (200, 4096)

@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from neffcache import restore_fetch
 from neffcache.backends import NEURON
 from neffcache.fingerprint import build_fingerprint
 from neffcache.manifest import Manifest, decode_manifest, encode_manifest
 from neffcache.matrix import Cell
 from neffcache.parts import PartPolicy
 from neffcache.publish import publish_entry
-from neffcache.restore import restore_cells
-from neffcache.restore_units import UnitPolicy
+from neffcache.restore import fetch as restore_fetch
+from neffcache.restore.plan import UnitPolicy
+from neffcache.restore.run import restore_cells
 from neffcache.store import blob_key, manifest_key
 from neffcache.store.local import LocalStore
 

@@ -13,17 +13,11 @@ from neffcache.errors import (
 from neffcache.fingerprint import build_fingerprint
 from neffcache.manifest import FileRecord, Manifest
 from neffcache.matrix import Cell
-from neffcache.restore import CellFailure, Resolution, RestoreResult, outcome_error
-from neffcache.restore_apply import FileFailure
-from neffcache.restore_plan import (
-    PresentFile,
-    StateRecord,
-    cell_verdicts,
-    decode_state,
-    encode_state,
-    plan_restore,
-    wanted_sizes,
-)
+from neffcache.restore.install import FileFailure
+from neffcache.restore.outcome import RestoreResult, outcome_error
+from neffcache.restore.plan import PresentFile, cell_verdicts, plan_restore, wanted_sizes
+from neffcache.restore.resolve import CellFailure, Resolution
+from neffcache.restore.state import StateRecord, decode_state, encode_state
 
 FP = build_fingerprint("neuron", {"target": "trn2"})
 DIRS = {"neff": "/t/neff", "hlo": "/t/hlo"}

@@ -13,7 +13,7 @@
   its turn is hashed later from the page cache by whoever holds the hashing role. The worker
   that finishes the last part (or sees the last part fail) finishes the file.
 A file wanted at several paths is fetched once and copied locally (and verified again). How a
-file is written, verified and renamed is in ``neffcache.restore_files``.
+file is written, verified and renamed is in ``neffcache.restore.install``.
 """
 
 from __future__ import annotations
@@ -27,18 +27,13 @@ from collections.abc import Iterable, Sequence
 
 from neffcache.errors import IntegrityError, NotFoundError
 from neffcache.hashing import CHUNK
-from neffcache.restore_apply import (
-    DirCache,
-    FileFailure,
-    Outcome,
-    Roots,
-    start_writeback,
-    state_record,
-)
-from neffcache.restore_files import (
+from neffcache.restore.fs import DirCache, Roots, start_writeback
+from neffcache.restore.install import (
     BATCH_FILES,
     NEW,
     Batch,
+    FileFailure,
+    Outcome,
     Stopped,
     Window,
     copies,
@@ -53,8 +48,8 @@ from neffcache.restore_files import (
     tmp_name,
     verify_member,
 )
-from neffcache.restore_plan import FetchGroup
-from neffcache.restore_units import BlobGet, BlobPart, PackRun, Unit, unit_groups
+from neffcache.restore.plan import BlobGet, BlobPart, FetchGroup, PackRun, Unit, unit_groups
+from neffcache.restore.state import state_record
 from neffcache.store import Store, blob_key
 from neffcache.store.base import pack_key
 

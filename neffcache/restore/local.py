@@ -17,16 +17,23 @@ import contextlib
 import json
 import os
 import stat
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from neffcache.backends import Backend, cache_environment, root_dirs
 from neffcache.errors import NeffcacheError
 from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import SCHEMA_VERSION, FileRecord, Manifest, encode_manifest
+from neffcache.manifest import SCHEMA_VERSION, FileRecord, Manifest, encode_manifest, entry_key
 from neffcache.matrix import Cell
-from neffcache.restore_plan import STATE_FILE, STATE_SCHEMA
+from neffcache.restore.fs import Roots
+from neffcache.restore.outcome import RestoreResult
+from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
+from neffcache.restore.resolve import Resolution
+from neffcache.restore.scan import scan_present
+from neffcache.restore.state import STATE_FILE, STATE_SCHEMA, load_state
 
 LOCAL_ENTRIES = ".neffcache-entries"
 _BAD_PARTS = frozenset({"", ".", ".."})
@@ -140,3 +147,44 @@ def save_local_manifests(target: Path, manifests: Sequence[Manifest]) -> None:
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink()
+
+
+def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
+                  target: Path, *, store_url: str) -> RestoreResult | None:
+    """The result of a restore that finds everything in place, judged from the local copies
+    of the entries' manifests and the state files alone (no store, no hashing; see
+    this module); None when any requested cell lacks a local copy or any of
+    its files is absent, changed or unvouched — then a full ``restore_cells`` decides. The
+    result's manifests carry no file list: the files were confirmed, not planned."""
+    started = time.monotonic()
+    target = Path(target).absolute()
+    keys = [entry_key(c, fingerprint) for c in cells]
+    docs = [read_local_doc(target, k, backend.root_names) for k in keys]
+    dirs = root_dirs(backend, str(target))
+    if any(d is None for d in docs) or not all(os.path.isdir(d) for d in dirs.values()):
+        return None
+    confirmed = confirm_in_place(docs, dirs)  # type: ignore[arg-type]
+    conflicts: tuple[Conflict, ...] = ()
+    if confirmed is None:  # a file changed, or entries share paths: plan it, still locally
+        full = [manifest_of(d, k) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
+        if len(full) < 2 or any(m is None for m in full):
+            return None
+        with Roots(dirs) as roots:
+            present, _ = scan_present(roots, wanted_sizes(full), load_state(dirs),  # type: ignore[arg-type]
+                                      hash_unknown=False)
+        plan = plan_restore(full, dirs, present)  # type: ignore[arg-type]
+        if plan.fetch:
+            return None
+        confirmed, conflicts = len(plan.present), plan.conflicts
+    found = [manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
+    if any(m is None for m in found):
+        return None
+    return RestoreResult(
+        backend=backend.name, fingerprint_key=fingerprint.key, store_url=store_url,
+        target=str(target), requested=tuple(c.id for c in cells),
+        resolution=Resolution(tuple(found), (), (), ()),  # type: ignore[arg-type]
+        restored=tuple(c.id for c in cells), incomplete=(), files_fetched=0,
+        files_skipped=confirmed, bytes_fetched=0, failures=(), deadline_hit=False,
+        seconds=time.monotonic() - started,
+        environment=tuple(sorted(cache_environment(backend, str(target)).items())),
+        conflicts=conflicts)

@@ -20,6 +20,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from neffcache.errors import (
@@ -29,22 +30,29 @@ from neffcache.errors import (
     UnavailableError,
 )
 from neffcache.hashing import CHUNK
-from neffcache.restore_apply import (
-    DirCache,
-    FileFailure,
-    Outcome,
-    UnsafePathError,
-    state_record,
-    sync_filesystems,
-)
-from neffcache.restore_plan import FetchGroup, StateRecord, Target
+from neffcache.restore.fs import TMP_PREFIX, TMP_SUFFIX, DirCache, UnsafePathError, sync_filesystems
+from neffcache.restore.plan import FetchGroup, Target
+from neffcache.restore.state import StateRecord, state_record
 
-_TMP = f".neffcache-{uuid.uuid4().hex[:8]}-"
-_TMP_SUFFIX = ".tmp"
+_TMP = f"{TMP_PREFIX}{uuid.uuid4().hex[:8]}-"
 _names = itertools.count()
 NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 BATCH_FILES = 32  # small files per flush/rename batch at most (see batch_files)
 _UMASK = -1  # the process umask, read once by the first Fetcher
+
+
+@dataclass(frozen=True, slots=True)
+class FileFailure:
+    root: str
+    path: str
+    kind: str  # integrity | unavailable | io | deadline
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"root": self.root, "path": self.path, "kind": self.kind, "error": self.message}
+
+
+Outcome = tuple[Target, "StateRecord | FileFailure"]
 
 
 def set_mode(fd: int, mode: int) -> None:
@@ -58,7 +66,7 @@ class Stopped(Exception):
 
 
 def tmp_name() -> str:
-    return f"{_TMP}{next(_names):x}{_TMP_SUFFIX}"
+    return f"{_TMP}{next(_names):x}{TMP_SUFFIX}"
 
 
 def read_umask() -> None:
@@ -269,24 +277,16 @@ class Window:
 
 def batch_files(pack_threads: int, transfer_threads: int) -> int:
     """Small files per batch: each holds a descriptor until its batch commits, so every pack
-    thread's batch must fit the descriptor limit beside the transfers' files, sockets and
-    directories. The soft limit is raised to the hard one first (as Go programs do), since
-    1,024 is common and a large host with ``--workers`` raised runs many pack threads (193
-    threads of 32 files would need ~6,000). 64 rather than 32 was no faster (measured)."""
+    thread's batch must fit the process's open-file soft limit beside the transfers' files,
+    sockets and directories. Reads the limit, never changes it: the CLI raises it once at
+    start (``neffcache.cli._process.raise_open_file_limit``). 64 rather than 32 was no faster
+    (measured)."""
     import resource
 
     try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (OSError, ValueError):
-        soft, hard = 1024, 1024
-    if hard == resource.RLIM_INFINITY:
-        hard = max(soft, 1 << 16)
-    if soft != resource.RLIM_INFINITY and soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (OSError, ValueError):
-            pass  # not permitted: live within the soft limit
+        soft = 1024
     if soft == resource.RLIM_INFINITY:
         return BATCH_FILES
     budget = soft // 2 - 4 * transfer_threads
