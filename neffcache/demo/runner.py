@@ -89,16 +89,14 @@ class DemoReport:
                 and all(c.clean for c in self.cells))
 
     def to_json(self) -> dict[str, Any]:
-        from neffcache.commands.coverage import coverage_document
-
         return {"ok": self.ok, "model": self.model_dir, "matrix": self.matrix_path,
                 "store": self.store_url, "index": self.index_url,
                 "fingerprint_key": self.fingerprint_key, "instance": self.instance_dir,
                 "seconds": round(self.seconds, 3), "precompile": self.precompile.to_json(),
                 "restore": dict(self.restore), "restore_exit_code": self.restore_exit,
                 "cells": [c.to_json() for c in self.cells],
-                "coverage": coverage_document(self.matrix_path, "inductor",
-                                              self.fingerprint_key, self.coverage)}
+                "coverage": {"matrix": self.matrix_path, "backend": "inductor",
+                             "here": self.fingerprint_key, **self.coverage.to_json()}}
 
 
 def parse_shapes(text: str | None) -> tuple[str, ...] | None:

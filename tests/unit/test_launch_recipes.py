@@ -14,7 +14,7 @@ import click
 import pytest
 import yaml
 
-from neffcache.commands.precompile import precompile
+from neffcache.cli.precompile import precompile
 
 LAUNCH = Path(__file__).resolve().parents[2] / "tools" / "launch"
 

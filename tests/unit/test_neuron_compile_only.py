@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from neffcache.backends import neuron_env
-from neffcache.commands.precompile import neuron_overrides, refuse_if_nothing_left
+from neffcache.cli.precompile import neuron_overrides, refuse_if_nothing_left
 from neffcache.errors import UsageError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.matrix import Cell

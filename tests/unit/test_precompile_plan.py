@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.backends import INDUCTOR, NEURON, cache_environment, compile_call
-from neffcache.commands.precompile import parse_shard
+from neffcache.cli.precompile import parse_shard
 from neffcache.demo.runner import parse_shapes, render_demo_matrix
 from neffcache.errors import UsageError, WorkerError
 from neffcache.fingerprint import build_fingerprint
@@ -215,7 +215,7 @@ class _Tty:
 
 @pytest.mark.parametrize("tty", [False, True])
 def test_progress_display_lines_and_terminal_status(tty: bool) -> None:
-    from neffcache.commands.precompile import ProgressDisplay
+    from neffcache.cli.precompile import ProgressDisplay
 
     stream = _Tty(tty)
     with ProgressDisplay(2, stream=stream) as display:  # type: ignore[arg-type]
@@ -230,7 +230,7 @@ def test_progress_display_lines_and_terminal_status(tty: bool) -> None:
 
 
 def test_neuron_overrides() -> None:
-    from neffcache.commands.precompile import neuron_overrides
+    from neffcache.cli.precompile import neuron_overrides
 
     assert neuron_overrides("neuron", "trn2", True) == {
         "NEURON_PLATFORM_TARGET_OVERRIDE": "trn2", "TORCH_NEURONX_COMPILE_ONLY": "1"}

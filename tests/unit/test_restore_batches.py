@@ -7,7 +7,7 @@ import resource
 
 import pytest
 
-from neffcache.commands._process import raise_open_file_limit
+from neffcache.cli._process import raise_open_file_limit
 from neffcache.restore.install import BATCH_FILES, batch_files
 
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import click
 
-from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     human_bytes,
     index_option,
@@ -21,7 +20,7 @@ from neffcache.commands._common import (
     settings_from,
     store_option,
 )
-from neffcache.errors import MatrixError, UsageError
+from neffcache.errors import EXIT_CODE_HELP, MatrixError, UsageError
 
 
 @click.command("push", epilog=EXIT_CODE_HELP)

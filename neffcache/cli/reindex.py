@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     index_option,
     json_option,

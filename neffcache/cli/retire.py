@@ -9,8 +9,7 @@ from typing import Any
 
 import click
 
-from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     human_bytes,
     index_option,
@@ -19,7 +18,7 @@ from neffcache.commands._common import (
     settings_from,
     store_option,
 )
-from neffcache.errors import NeffcacheError, UsageError
+from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, UsageError
 
 
 @click.command("retire", epilog=EXIT_CODE_HELP)

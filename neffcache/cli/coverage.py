@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     format_table,
     index_option,

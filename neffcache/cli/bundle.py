@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     human_bytes,
     json_option,
@@ -16,7 +15,8 @@ from neffcache.commands._common import (
     settings_from,
     store_option,
 )
-from neffcache.commands._select import cells_option, fingerprint_option, select_manifests
+from neffcache.cli._select import cells_option, fingerprint_option, select_manifests
+from neffcache.errors import EXIT_CODE_HELP
 
 FORMAT_HELP = """\b
 A bundle is a tar file: first neffcache-bundle.json, a table of contents listing every other

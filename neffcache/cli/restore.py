@@ -12,8 +12,7 @@ from typing import Any
 
 import click
 
-from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     human_bytes,
     json_option,
@@ -22,9 +21,9 @@ from neffcache.commands._common import (
     settings_from,
     store_option,
 )
-from neffcache.commands._process import tuned_for_restore
+from neffcache.cli._process import tuned_for_restore
 from neffcache.config import Settings
-from neffcache.errors import NeffcacheError, UsageError, exit_code_for
+from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, UsageError, exit_code_for
 
 # A boot must never wait long for a dashboard: the report gets this long, then is dropped.
 REPORT_TIMEOUT = 2.0

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     index_option,
     json_option,
@@ -16,6 +15,7 @@ from neffcache.commands._common import (
     settings_from,
     store_option,
 )
+from neffcache.errors import EXIT_CODE_HELP
 
 
 @click.group("reports")

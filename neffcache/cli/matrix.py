@@ -6,15 +6,8 @@ from pathlib import Path
 
 import click
 
-from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import (
-    emit_json,
-    format_table,
-    index_option,
-    json_option,
-    settings_from,
-)
-from neffcache.errors import MatrixError
+from neffcache.cli._common import emit_json, format_table, index_option, json_option, settings_from
+from neffcache.errors import EXIT_CODE_HELP, MatrixError
 
 
 @click.group("matrix", epilog=EXIT_CODE_HELP)

@@ -7,8 +7,7 @@ import re
 
 import click
 
-from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     format_table,
     json_option,
@@ -16,7 +15,7 @@ from neffcache.commands._common import (
     settings_from,
     store_option,
 )
-from neffcache.errors import NotFoundError, UsageError
+from neffcache.errors import EXIT_CODE_HELP, NotFoundError, UsageError
 
 _HEX_RE = re.compile(r"^[0-9a-f]{6,64}$")
 

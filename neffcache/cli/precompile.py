@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from neffcache.backends import neuron_env
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     format_table,
     human_bytes,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     format_table,
     human_bytes,
@@ -29,7 +29,7 @@ def _secs(value: float | None) -> str:
 
 
 def render_demo(report: DemoReport) -> str:
-    from neffcache.commands.coverage import render_coverage
+    from neffcache.cli.coverage import render_coverage
 
     rows = []
     for c in report.cells:

@@ -1,7 +1,8 @@
 """The ``neffcache`` console script: a lazy click group, and the one place errors become exits.
 
-Subcommands live in ``neffcache.commands.<name>`` and are imported only when run (or when
-``--help`` lists them), so ``neffcache restore`` on a boot path pays for nothing else.
+Subcommands live in ``neffcache.cli.<module>`` (the table ``COMMANDS``) and are imported only
+when run (or when ``--help`` lists them), so ``neffcache restore`` on a boot path pays for
+nothing else.
 """
 
 from __future__ import annotations
@@ -15,58 +16,45 @@ from typing import Any
 import click
 
 from neffcache import __version__
-from neffcache.errors import NeffcacheError, exit_code_for
+from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, exit_code_for
 
 # name -> (module, attribute, one-line help shown in `neffcache --help` without importing it)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "push": ("neffcache.commands.push", "push", "Publish an entry for a cell from cache dirs."),
-    "restore": ("neffcache.commands.restore", "restore",
+    "push": ("neffcache.cli.push", "push", "Publish an entry for a cell from cache dirs."),
+    "restore": ("neffcache.cli.restore", "restore",
                 "Fetch a matrix's entries into cache dirs, verified."),
-    "coverage": ("neffcache.commands.coverage", "coverage",
+    "coverage": ("neffcache.cli.coverage", "coverage",
                  "Every cell x fingerprint with its status."),
-    "ls": ("neffcache.commands.ls", "ls", "List entries in the index."),
-    "fingerprint": ("neffcache.commands.fingerprint", "fingerprint",
+    "ls": ("neffcache.cli.ls", "ls", "List entries in the index."),
+    "fingerprint": ("neffcache.cli.fingerprint", "fingerprint",
                     "Show this host's fingerprint or explain an entry's."),
-    "verify": ("neffcache.commands.verify", "verify",
+    "verify": ("neffcache.cli.maintenance", "verify",
                "Check every manifest's blobs exist and match their sha256."),
-    "reindex": ("neffcache.commands.reindex", "reindex",
+    "reindex": ("neffcache.cli.reindex", "reindex",
                 "Rebuild the index from the store (manifests and restore reports)."),
-    "reports": ("neffcache.commands.reports", "reports",
+    "reports": ("neffcache.cli.reports", "reports",
                 "Ingest restore reports (store objects or files) into the index."),
-    "db": ("neffcache.commands.db", "db", "Index database maintenance (upgrade)."),
-    "gc": ("neffcache.commands.gc", "gc", "Delete blobs no manifest references."),
-    "precompile": ("neffcache.commands.precompile", "precompile",
+    "db": ("neffcache.cli.db", "db", "Index database maintenance (upgrade)."),
+    "gc": ("neffcache.cli.maintenance", "gc", "Delete blobs no manifest references."),
+    "precompile": ("neffcache.cli.precompile", "precompile",
                    "Warm every cell of a matrix not yet cached, and publish entries."),
-    "warm": ("neffcache.commands.warm", "warm",
+    "warm": ("neffcache.cli.warm", "warm",
              "Boot check: first call of each cell against a restored cache; report misses."),
-    "capture": ("neffcache.commands.capture", "capture",
+    "capture": ("neffcache.cli.capture", "capture",
                 "Back-fill: publish files an instance compiled at run time as an entry."),
-    "demo": ("neffcache.commands.demo", "demo",
+    "demo": ("neffcache.cli.demo", "demo",
              "Build a tiny pipeline, precompile, restore, show cold vs warm."),
-    "matrix": ("neffcache.commands.matrix", "matrix",
+    "matrix": ("neffcache.cli.matrix", "matrix",
                "Register matrix files in the index (with history) and list them."),
-    "serve": ("neffcache.commands.serve", "serve",
+    "serve": ("neffcache.cli.serve", "serve",
               "Read-only HTTP API, Prometheus /metrics and coverage dashboard."),
-    "copy": ("neffcache.commands.copy", "copy",
+    "copy": ("neffcache.cli.copy", "copy",
              "Copy entries between stores, blobs once, verified, resumable."),
-    "bundle": ("neffcache.commands.bundle", "bundle",
+    "bundle": ("neffcache.cli.bundle", "bundle",
                "Carry entries in one verified file: export, import, show."),
-    "retire": ("neffcache.commands.retire", "retire",
+    "retire": ("neffcache.cli.retire", "retire",
                "Remove entries by policy (SDK versions kept, matrices kept); plan first."),
 }
-
-EXIT_CODE_HELP = """\b
-Exit codes (the same for every command):
-  0  success, or nothing to do
-  1  unexpected error
-  2  usage or configuration error
-  3  cache miss: some requested cells have no entry (partial restore)
-  4  integrity failure: a blob or manifest does not match its sha256/schema
-  5  fingerprint mismatch: entries exist only for another environment
-  6  store or index unavailable
-  7  index schema out of date (run: neffcache db upgrade)
-"""
-
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import emit_json, human_bytes, json_option, progress
-from neffcache.commands._select import cells_option, fingerprint_option, select_manifests
+from neffcache.cli._common import emit_json, human_bytes, json_option, progress
+from neffcache.cli._select import cells_option, fingerprint_option, select_manifests
+from neffcache.errors import EXIT_CODE_HELP
 
 
 @click.command("copy", epilog=EXIT_CODE_HELP)

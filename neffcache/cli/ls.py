@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     format_table,
     human_bytes,

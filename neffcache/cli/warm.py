@@ -9,8 +9,7 @@ from typing import Any
 
 import click
 
-from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import (
+from neffcache.cli._common import (
     emit_json,
     format_table,
     index_option,
@@ -20,7 +19,7 @@ from neffcache.commands._common import (
     settings_from,
 )
 from neffcache.config import Settings
-from neffcache.errors import UsageError
+from neffcache.errors import EXIT_CODE_HELP, UsageError
 
 # A boot must not wait for a dashboard: the index gets this long, then the report is dropped.
 INDEX_REPORT_TIMEOUT = 2.0

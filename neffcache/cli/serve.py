@@ -12,10 +12,9 @@ from typing import Any
 
 import click
 
-from neffcache.cli import EXIT_CODE_HELP
-from neffcache.commands._common import index_option, progress, settings_from, store_option
+from neffcache.cli._common import index_option, progress, settings_from, store_option
 from neffcache.config import Settings, redact_url
-from neffcache.errors import ConfigError, UsageError
+from neffcache.errors import EXIT_CODE_HELP, ConfigError, UsageError
 
 LOOPBACK_NAMES = ("localhost",)
 
