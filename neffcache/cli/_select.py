@@ -28,7 +28,11 @@ def select_manifests(store: Any, matrix: str | None, patterns: tuple[str, ...],
                      fingerprints: tuple[str, ...], everything: bool, *,
                      workers: int = 16) -> tuple[Any, ...]:
     """The validated manifests of the selected entries (sorted by entry key)."""
-    from neffcache.entry_select import check_fingerprint_args, read_manifests, select_entry_keys
+    from neffcache.lifecycle.entry_select import (
+        check_fingerprint_args,
+        read_manifests,
+        select_entry_keys,
+    )
 
     if everything == (matrix is not None):
         raise UsageError("give a MATRIX or --all (not both)")

@@ -80,7 +80,7 @@ def export(matrix: str | None, output: str, everything: bool, patterns: tuple[st
       neffcache bundle export matrix.toml --fingerprint 3f2a9c41 --gzip -o neff.bundle.gz
       neffcache bundle export --all --store s3://bucket/neff -o all.bundle --json
     """
-    from neffcache.bundle_write import export_bundle
+    from neffcache.lifecycle.bundle_write import export_bundle
     from neffcache.store import open_store
 
     s = open_store(settings_from(store).store_url)
@@ -132,9 +132,9 @@ def import_(file: str, expect: str | None, workers: int, store: str | None,
       neffcache bundle import neff.bundle
       neffcache bundle import neff.bundle --store s3://bucket/neff --expect-sha256 5be93...
     """
-    from neffcache.bundle_store import BundleStore
-    from neffcache.copy import copy_entries
-    from neffcache.entry_select import read_manifests
+    from neffcache.lifecycle.bundle_store import BundleStore
+    from neffcache.lifecycle.copy import copy_entries
+    from neffcache.lifecycle.entry_select import read_manifests
     from neffcache.store import open_store
 
     dst = open_store(settings_from(store).store_url)
@@ -170,7 +170,7 @@ def show(file: str, expect: str | None, full: bool, as_json: bool) -> None:
       neffcache bundle show neff.bundle
       neffcache bundle show neff.bundle --verify --expect-sha256 5be93...
     """
-    from neffcache.bundle_store import BundleStore
+    from neffcache.lifecycle.bundle_store import BundleStore
 
     with BundleStore(file, expect_sha256=expect) as b:
         if full:

@@ -1,5 +1,5 @@
 """``neffcache capture MATRIX --cache DIR``: back-fill what an instance compiled at run time
-as the entry of the cell it served (see neffcache.backfill)."""
+as the entry of the cell it served (see neffcache.precompile.backfill)."""
 
 from __future__ import annotations
 
@@ -69,10 +69,10 @@ def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers
       neffcache capture matrix.toml --cache /var/cache/neffcache --python /opt/venv/bin/python
     """
     from neffcache.backends import get_backend, root_dirs
-    from neffcache.backfill import apply_backfill, plan_backfill, read_entries
-    from neffcache.capture import scan_roots
     from neffcache.fingerprint import check_usable, collect_fingerprint
     from neffcache.matrix_io import load_matrix
+    from neffcache.precompile.backfill import apply_backfill, plan_backfill, read_entries
+    from neffcache.precompile.capture import scan_roots
     from neffcache.store import open_store
 
     m = load_matrix(matrix)

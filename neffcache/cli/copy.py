@@ -46,8 +46,8 @@ def copy(matrix: str | None, source: str, target: str, everything: bool,
       neffcache copy --all --from s3://bucket/neff --to /srv/neff-mirror --json
       neffcache copy matrix.toml --fingerprint 3f2a9c41 --from /srv/a --to s3://bucket/neff
     """
-    from neffcache.copy import copy_entries
     from neffcache.errors import UsageError
+    from neffcache.lifecycle.copy import copy_entries
     from neffcache.store import open_store
 
     src, dst = open_store(source), open_store(target)

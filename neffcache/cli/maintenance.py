@@ -63,8 +63,8 @@ def verify(quick: bool, workers: int, local: str | None, store: str | None,
     if local is not None:
         _verify_local(Path(local), workers, as_json)
         return
+    from neffcache.lifecycle.verify import verify_store
     from neffcache.store import open_store
-    from neffcache.verify import verify_store
 
     s = open_store(settings_from(store).store_url)
     s.check()
@@ -94,7 +94,7 @@ def verify(quick: bool, workers: int, local: str | None, store: str | None,
 
 
 def _verify_local(target: Path, workers: int, as_json: bool) -> None:
-    from neffcache.verify_local import verify_local
+    from neffcache.lifecycle.verify_local import verify_local
 
     report = verify_local(target, workers=min(workers, 8))
     if as_json:
@@ -147,7 +147,7 @@ def gc(dry_run: bool, yes: bool, grace: float, workers: int, store: str | None,
       neffcache gc --yes --store s3://bucket/neff
       neffcache gc --yes --grace 7200 --json
     """
-    from neffcache import gc as gc_mod
+    from neffcache.lifecycle import gc as gc_mod
     from neffcache.store import open_store
 
     s = open_store(settings_from(store).store_url)

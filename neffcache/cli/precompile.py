@@ -27,7 +27,7 @@ from neffcache.errors import UsageError, WorkerError
 
 if TYPE_CHECKING:
     from neffcache.matrix import Cell
-    from neffcache.precompile import Event, PrecompileReport
+    from neffcache.precompile.plan import Event, PrecompileReport
 
 _SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
 
@@ -149,7 +149,7 @@ def neuron_overrides(backend: str, target: str | None, compile_only: bool,
 def refuse_if_nothing_left(cells: Sequence[Cell], compile_only: bool) -> None:
     """Every selected cell refused (say, only eager cells with --compile-only) is a usage
     error; some refused cells are reported per cell and the rest proceed."""
-    from neffcache.precompile import refusal_reason
+    from neffcache.precompile.plan import refusal_reason
 
     reasons = [refusal_reason(c, compile_only) for c in cells]
     if cells and all(reasons):
@@ -268,7 +268,8 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
     from neffcache.index import open_index
     from neffcache.matrix import select_cells, shard_cells
     from neffcache.matrix_io import load_matrix
-    from neffcache.precompile import PrecompileOptions, apply_precompile
+    from neffcache.precompile.plan import PrecompileOptions
+    from neffcache.precompile.run import apply_precompile
     from neffcache.store import open_store
 
     spec = load_matrix(matrix)
@@ -295,7 +296,7 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix, \
             ProgressDisplay(len(cells)) as display:
         if claim:
-            from neffcache.precompile_claims import ClaimOptions, apply_claims
+            from neffcache.precompile.claims import ClaimOptions, apply_claims
 
             report = apply_claims(spec, cells, st, ix, fingerprint, options,
                                   ClaimOptions(lease_seconds=lease_seconds, retries=retries),

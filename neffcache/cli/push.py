@@ -70,7 +70,7 @@ def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
     """
     from neffcache.backends import get_backend
     from neffcache.fingerprint import check_usable, collect_fingerprint
-    from neffcache.publish import publish_entry
+    from neffcache.precompile.publish import publish_entry
     from neffcache.store import open_store
 
     cell, default_backend = _load_cell(cell_json, matrix, cell_id)

@@ -58,12 +58,16 @@ REPORT_TIMEOUT = 2.0
 @store_option
 @click.option("--index", "index", metavar="URL", default=None, hidden=True,
               help="Ignored (restore never opens the index); kept so old boot hooks still run.")
+@click.option("--dry-run", is_flag=True,
+              help="Only print the plan: what would be fetched (files, bytes, which packs and "
+                   "blobs, how many requests) and what is already in place. Reads manifests "
+                   "from the store; fetches no blob, writes nothing, sends no report.")
 @json_option
 @tuned_for_restore
 def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | None,
             print_env: bool, workers: int | None, bundle: str | None, expect: str | None,
             python: str | None, report_to: str | None, store: str | None,
-            index: str | None, as_json: bool) -> None:
+            index: str | None, dry_run: bool, as_json: bool) -> None:
     """Fetch the entries of MATRIX built for this host's fingerprint into DIR.
 
     For each cell (or each cell matching --cells) the entry key is derived from the cell and
@@ -106,6 +110,13 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     byte-reproducible), the first cell in matrix order wins that path; `conflicts` counts
     such paths and a warning on stderr names a few.
 
+    --dry-run prints the plan instead (--json: dry_run, status, exit_code, cells_missing,
+    cells_failed, cells_elsewhere, entries, files_to_fetch, files_present, blobs_to_fetch,
+    bytes_to_fetch, requests, pack_runs, blob_gets, blob_parts, packs, fetch — one record
+    per planned request: kind pack|blob|part, the pack or blob sha256, start, bytes — and
+    conflicts); its exit code is the one the restore would end with if every fetch
+    succeeded (3 some cells have no entry, 5, 4, 6 as above).
+
     With --from-bundle FILE the entries come from a bundle instead of the store, and no
     index is contacted. The bundle's structure (and, with --expect-sha256, its digest) is
     checked first; before anything is installed every member is hashed against its table
@@ -120,12 +131,11 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
       neffcache restore matrix.toml --to /var/cache/neffcache --python /opt/venv/bin/python
       neffcache restore matrix.toml --to /mnt/c --report-to /var/log/neffcache/reports
       neffcache restore matrix.toml --from-bundle neff.bundle --to /var/cache/neffcache
+      neffcache restore matrix.toml --to /var/cache/neffcache --dry-run --json
     """
     started = _process_start()
     until = started + deadline if deadline is not None else None
-    if print_env and as_json:
-        raise UsageError("--print-env and --json both write to stdout; choose one "
-                         "(the JSON report has an `environment` field)")
+    _check_flags(print_env=print_env, as_json=as_json, dry_run=dry_run, bundle=bundle)
     from neffcache.backends import cache_environment, get_backend
     from neffcache.fingerprint import check_usable, collect_fingerprint, described_interpreter
     from neffcache.matrix import select_cells
@@ -140,6 +150,9 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         raise UsageError(f"--cells {' '.join(patterns)}: matches no cell of {matrix}")
     backend = get_backend(m.backend)
     target = Path(to).expanduser().absolute()
+    if dry_run:
+        _dry_run(settings, cells, backend, target, workers=workers, as_json=as_json)
+        return
     _make_scratch_dirs(backend, target)
     if print_env:  # first, so `eval` sets the cache dirs even if the store is unreachable
         for var, value in sorted(cache_environment(backend, str(target)).items()):
@@ -187,6 +200,60 @@ def _settings(store: str | None, index: str | None, python: str | None,
     return settings_from(store, python=python, reports=report_to)
 
 
+def _check_flags(*, print_env: bool, as_json: bool, dry_run: bool, bundle: str | None) -> None:
+    if print_env and as_json:
+        raise UsageError("--print-env and --json both write to stdout; choose one "
+                         "(the JSON report has an `environment` field)")
+    if dry_run and (print_env or bundle):
+        raise UsageError("--dry-run goes with a store, without --print-env or --from-bundle")
+
+
+def _dry_run(settings: Settings, cells: Any, backend: Any, target: Path, *,
+             workers: int | None, as_json: bool) -> None:
+    """Print the plan a restore would run (nothing fetched, nothing written)."""
+    from neffcache.fingerprint import check_usable, collect_fingerprint
+    from neffcache.restore.preview import preview_restore
+    from neffcache.store import open_store
+    from neffcache.thread_pool import usable_cpus
+
+    fingerprint = collect_fingerprint(backend.name, os.environ, python=settings.python)
+    check_usable(fingerprint)
+    s = open_store(settings.store_url)
+    s.check()
+    preview = preview_restore(s, cells, backend, fingerprint, target,
+                              workers=workers or min(16, 4 * usable_cpus()))
+    doc = preview.to_json()
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(_dry_run_text(doc))
+    err = preview.error()
+    if err is not None:
+        raise err
+
+
+def _dry_run_text(doc: dict[str, Any]) -> str:
+    lines = [f"dry run: would fetch {doc['files_to_fetch']} files "
+             f"({human_bytes(doc['bytes_to_fetch'])}, {doc['blobs_to_fetch']} blobs) into "
+             f"{doc['target']} in {doc['requests']} requests: {doc['pack_runs']} pack reads "
+             f"from {len(doc['packs'])} packs, {doc['blob_gets']} blob GETs, "
+             f"{doc['blob_parts']} ranged parts; {doc['files_present']} files already in "
+             f"place [fingerprint {doc['fingerprint_key'][:12]}]"]
+    for u in doc["fetch"][:20]:
+        if u["kind"] == "pack":
+            lines.append(f"  pack {u['pack'][:12]}  bytes {u['start']}+{u['bytes']}  "
+                         f"{u['files']} files")
+        elif u["kind"] == "blob":
+            lines.append(f"  blob {u['sha256'][:12]}  {u['bytes']} bytes  {u['paths'][0]}")
+        else:
+            lines.append(f"  blob {u['sha256'][:12]}  part {u['part']}/{u['parts']}  "
+                         f"bytes {u['start']}+{u['bytes']}  {u['paths'][0]}")
+    if len(doc["fetch"]) > 20:
+        lines.append(f"  ... {doc['requests'] - 20} more requests (--json lists them)")
+    lines.extend(_details({**doc, "cells_incomplete": [], "files_failed": []}))
+    return "\n".join(lines)
+
+
 def _restore_from_store(settings: Settings, cells: Any, backend: Any,
                         fingerprint: Any, target: Path, *, workers: int | None,
                         until: float | None,
@@ -225,7 +292,7 @@ def _open_bundle(bundle: str | None, expect: str | None) -> Any:
         if expect:
             raise UsageError("--expect-sha256 checks a bundle: use it with --from-bundle FILE")
         return None
-    from neffcache.bundle_store import BundleStore
+    from neffcache.lifecycle.bundle_store import BundleStore
 
     return BundleStore(bundle, expect_sha256=expect)
 

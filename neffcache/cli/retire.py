@@ -73,8 +73,8 @@ def retire(keep_sdk: int | None, keep_matrices: tuple[str, ...], dry_run: bool, 
       neffcache retire --keep-sdk-versions 1 --store s3://bucket/neff --json --dry-run
       neffcache retire --yes && neffcache gc --yes     # policy from the config file
     """
-    from neffcache.entry_select import read_manifests, select_entry_keys
-    from neffcache.retire import EntryInfo, apply_retire, plan_retire, policy_from
+    from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
+    from neffcache.lifecycle.retire import EntryInfo, apply_retire, plan_retire, policy_from
     from neffcache.store import open_store
 
     settings = settings_from(store, index)
@@ -140,7 +140,7 @@ def _unindex(settings: Any, keys: list[str]) -> None:
 
 
 def _show(plan: Any, dry_run: bool, record: str | None) -> None:
-    from neffcache.retire import sdk_label
+    from neffcache.lifecycle.retire import sdk_label
 
     click.echo(f"policy: {plan.policy.describe()}")
     for backend, version, kept in plan.sdk_versions:

@@ -72,7 +72,7 @@ def warm(matrix: str, cache: str, patterns: tuple[str, ...], strict: bool,
     from neffcache.fingerprint import check_usable, collect_fingerprint
     from neffcache.matrix import select_cells
     from neffcache.matrix_io import load_matrix
-    from neffcache.warm import apply_warm
+    from neffcache.precompile.warm import apply_warm
 
     m = load_matrix(matrix)
     cells = select_cells(m.cells, patterns)

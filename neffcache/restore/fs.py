@@ -28,16 +28,20 @@ class UnsafePathError(OSError):
 # --- directory descriptors --------------------------------------------------------------------
 
 class Roots:
-    """Open descriptors of each target root (created if needed); close when done."""
+    """Open descriptors of each target root (created if needed; with ``create=False`` a
+    missing root is left out, for a look that must write nothing); close when done."""
 
-    def __init__(self, target_dirs: Mapping[str, str]) -> None:
+    def __init__(self, target_dirs: Mapping[str, str], *, create: bool = True) -> None:
         self.fds: dict[str, int] = {}
         self.dirs = dict(target_dirs)
         self.real: dict[str, str] = {}  # each root's resolved path, for _assert_inside
         self.created: set[tuple[str, str]] = set()  # directories this restore made
         try:
             for name, d in sorted(target_dirs.items()):
-                os.makedirs(d, exist_ok=True)
+                if create:
+                    os.makedirs(d, exist_ok=True)
+                elif not os.path.isdir(d):
+                    continue
                 self.fds[name] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 self.real[name] = os.path.realpath(d)
         except BaseException:

@@ -37,6 +37,8 @@ def scan_present(roots: Roots, wanted: Mapping[FileId, set[int]],
     fds = roots.fds
     for fid in wanted:
         root, path = fid
+        if root not in fds:
+            continue  # a root not there yet (a look that creates nothing): nothing in place
         try:
             st = os.stat(path, dir_fd=fds[root], follow_symlinks=False)
         except OSError:
