@@ -57,12 +57,12 @@ class RestoreResult:
     def error(self) -> NeffcacheError | None:
         return outcome_error(self)
 
-    def to_json(self) -> dict[str, Any]:
+    def judged_json(self) -> dict[str, Any]:
+        """The verdict and the cells, as a restore's report and a dry run both show them."""
         err = self.error()
         code = exit_code_for(err) if err else 0
         res = self.resolution
         return {
-            "schema_version": REPORT_SCHEMA,
             "status": "ok" if code == 0 else ("partial" if code == 3 else "failed"),
             "exit_code": code,
             "error": str(err) if err else None,
@@ -71,13 +71,20 @@ class RestoreResult:
             "store": self.store_url,
             "target": self.target,
             "cells_requested": list(self.requested),
-            "cells_restored": list(self.restored),
             "cells_missing": [c.id for c in res.missing],
-            "cells_incomplete": list(self.incomplete) + [c.id for c in res.unresolved],
             "cells_failed": [{"cell": f.cell_id, "kind": f.kind, "error": f.message}
                              for f in res.failed],
             "cells_elsewhere": {cid: list(fps) for cid, fps in res.elsewhere},
             "entries": [m.entry_key for m in res.found],
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        res = self.resolution
+        return {
+            "schema_version": REPORT_SCHEMA,
+            **self.judged_json(),
+            "cells_restored": list(self.restored),
+            "cells_incomplete": list(self.incomplete) + [c.id for c in res.unresolved],
             "files_fetched": self.files_fetched,
             "files_skipped": self.files_skipped,
             "files_failed": [f.to_json() for f in self.failures[:MAX_LISTED_FAILURES]],

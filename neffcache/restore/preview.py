@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import Backend, root_dirs
-from neffcache.errors import NeffcacheError, exit_code_for
+from neffcache.errors import NeffcacheError
 from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell
 from neffcache.restore.fs import Roots
@@ -47,26 +47,11 @@ class RestorePreview:
         return self.judged.error()
 
     def to_json(self) -> dict[str, Any]:
-        err = self.error()
-        code = exit_code_for(err) if err else 0
-        r, res, plan = self.judged, self.judged.resolution, self.plan
-        units = plan.units
+        plan, units = self.plan, self.plan.units
         return {
             "schema_version": PREVIEW_SCHEMA,
             "dry_run": True,
-            "status": "ok" if code == 0 else ("partial" if code == 3 else "failed"),
-            "exit_code": code,
-            "error": str(err) if err else None,
-            "backend": r.backend,
-            "fingerprint_key": r.fingerprint_key,
-            "store": r.store_url,
-            "target": r.target,
-            "cells_requested": list(r.requested),
-            "cells_missing": [c.id for c in res.missing],
-            "cells_failed": [{"cell": f.cell_id, "kind": f.kind, "error": f.message}
-                             for f in res.failed],
-            "cells_elsewhere": {cid: list(fps) for cid, fps in res.elsewhere},
-            "entries": [m.entry_key for m in res.found],
+            **self.judged.judged_json(),
             "files_to_fetch": plan.files_to_fetch,
             "files_present": len(plan.present),
             "blobs_to_fetch": len(plan.fetch),
