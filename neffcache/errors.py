@@ -107,3 +107,17 @@ def exit_code_for(exc: BaseException) -> int:
         if cls in EXIT_CODES:
             return EXIT_CODES[cls]
     return 1
+
+
+# The exit-code table as every command's --help shows it (exit_code_for is the mapping).
+EXIT_CODE_HELP = """\b
+Exit codes (the same for every command):
+  0  success, or nothing to do
+  1  unexpected error
+  2  usage or configuration error
+  3  cache miss: some requested cells have no entry (partial restore)
+  4  integrity failure: a blob or manifest does not match its sha256/schema
+  5  fingerprint mismatch: entries exist only for another environment
+  6  store or index unavailable
+  7  index schema out of date (run: neffcache db upgrade)
+"""

@@ -7,6 +7,7 @@ and was retired in favour of the library.)
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -95,3 +96,11 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
 
 
 __all__ = ["map_in_threads", "run_lanes"]
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)

@@ -48,7 +48,7 @@ class Backend:
     # whether the worker records C++ compiler runs (inductor's CppBuilder) as compile evidence
     cpp_probe: bool = False
     # the module run as ``python -m MODULE --spec FILE`` to warm one cell
-    worker_module: str = "neffcache.worker"
+    worker_module: str = "neffcache.precompile.worker"
 
     @property
     def root_names(self) -> tuple[str, ...]:

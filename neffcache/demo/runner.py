@@ -4,7 +4,7 @@ Steps: build the tiny Flux2KleinPipeline under ``$NEFFCACHE_HOME/demo/`` (once),
 demo matrix next to it, precompile it (each cell warmed cold in its own worker, published to
 the store, indexed), then act as a new instance: an empty directory, ``neffcache restore``
 run as a separate process (the real boot-hook path), and one first call per cell in a fresh
-process against the restored roots, judged by neffcache.hit_check (new files, compile
+process against the restored roots, judged by neffcache.precompile.hit_check (new files, compile
 counters, C++ compiles). ``render_demo_matrix`` is pure; ``run_demo`` does the I/O.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from neffcache.config import Settings
 from neffcache.errors import UsageError
-from neffcache.hit_check import Verdict
+from neffcache.precompile.hit_check import Verdict
 
 MODEL_DIR = "tiny-flux2-klein"
 MATRIX_FILE = "matrix.toml"
@@ -89,16 +89,14 @@ class DemoReport:
                 and all(c.clean for c in self.cells))
 
     def to_json(self) -> dict[str, Any]:
-        from neffcache.commands.coverage import coverage_document
-
         return {"ok": self.ok, "model": self.model_dir, "matrix": self.matrix_path,
                 "store": self.store_url, "index": self.index_url,
                 "fingerprint_key": self.fingerprint_key, "instance": self.instance_dir,
                 "seconds": round(self.seconds, 3), "precompile": self.precompile.to_json(),
                 "restore": dict(self.restore), "restore_exit_code": self.restore_exit,
                 "cells": [c.to_json() for c in self.cells],
-                "coverage": coverage_document(self.matrix_path, "inductor",
-                                              self.fingerprint_key, self.coverage)}
+                "coverage": {"matrix": self.matrix_path, "backend": "inductor",
+                             "here": self.fingerprint_key, **self.coverage.to_json()}}
 
 
 def parse_shapes(text: str | None) -> tuple[str, ...] | None:
@@ -145,7 +143,8 @@ def run_demo(settings: Settings, *, shapes: Sequence[str] | None = None, workers
     from neffcache.index import open_index
     from neffcache.index.ingest import ingest_reports
     from neffcache.matrix_io import load_matrix
-    from neffcache.precompile import PrecompileOptions, apply_precompile
+    from neffcache.precompile.plan import PrecompileOptions
+    from neffcache.precompile.run import apply_precompile
     from neffcache.reports import date_prefixes
     from neffcache.store import open_store
 
@@ -205,7 +204,8 @@ def _restored_cell(matrix: Any, cell: Any, backend: Any, store: Any, fingerprint
                    pre: Any, instance: Path, env: Mapping[str, str], timeout: float | None,
                    say: Callable[[str], None]) -> DemoCell:
     from neffcache.manifest import entry_key
-    from neffcache.precompile import stored_compile_seconds, warm_restored
+    from neffcache.precompile.plan import stored_compile_seconds
+    from neffcache.precompile.warm import warm_restored
 
     key = entry_key(cell, fingerprint)
     warmed = {c.cell_id: c for c in pre.cells}.get(cell.id)

@@ -13,9 +13,10 @@ from tests.e2e.conftest import CELL_64, Cli, restored_tree, split_url, temps_und
 from tests.support.synthetic import make_neff_cache
 
 HEAVY = ("torch", "diffusers", "transformers", "sqlalchemy", "alembic", "boto3", "botocore")
-RESTORE_PATH = ("neffcache.cli", "neffcache.commands.restore", "neffcache.restore",
+RESTORE_PATH = ("neffcache.cli", "neffcache.cli.restore",
                 "neffcache.reports", "neffcache.report_send",
-                "neffcache.restore_apply", "neffcache.restore_fetch")
+                "neffcache.restore.run", "neffcache.restore.local", "neffcache.restore.apply",
+                "neffcache.restore.fetch")
 # Not heavy, but a boot pays for them: http.client parses headers with the email package.
 NOT_ON_BOOT = ("http.client", "email")
 

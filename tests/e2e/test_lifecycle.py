@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from neffcache.backends import get_backend
-from neffcache.restore import restore_cells
+from neffcache.restore.run import restore_cells
 from neffcache.store import open_store
 from tests.conftest import CLOSED_METADATA_ENDPOINT
 from tests.e2e.conftest import CELL_64, CELL_128, Cli, restored_tree, split_url

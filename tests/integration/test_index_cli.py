@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.cli import run
-from neffcache.commands.coverage import render_coverage
+from neffcache.cli.coverage import render_coverage
 from neffcache.fingerprint import collect_fingerprint
 from neffcache.index import open_index
 from neffcache.manifest import encode_manifest

@@ -55,7 +55,7 @@ def serve_in_thread(index: Index) -> Iterator[str]:
     """``create_app(index)`` served by uvicorn on 127.0.0.1:<free port>; yields the base URL."""
     import uvicorn
 
-    from neffcache.commands.serve import bind_socket
+    from neffcache.cli.serve import bind_socket
     from neffcache.server.app import create_app
 
     sock = bind_socket("127.0.0.1", 0)

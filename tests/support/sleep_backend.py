@@ -4,7 +4,7 @@ scheduling is testable in seconds without torch.
 ``register()`` adds it to neffcache's backend table (``neffcache.backends.register_backend``)
 in the calling process; ``python -m tests.support.sleep_cli ARGS`` is the neffcache CLI with
 it registered. Its worker is ``tests.support.sleep_worker`` (a TEST DOUBLE of
-``neffcache.worker`` that speaks the same spec/result protocol). Per-cell seconds come from
+``worker`` that speaks the same spec/result protocol). Per-cell seconds come from
 ``seconds.json`` in the matrix's model directory ({cell id: seconds, or {"fail": msg}}).
 """
 

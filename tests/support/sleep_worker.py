@@ -1,4 +1,4 @@
-"""TEST DOUBLE of ``neffcache.worker`` for the ``test-sleep`` backend: reads the same spec,
+"""TEST DOUBLE of ``worker`` for the ``test-sleep`` backend: reads the same spec,
 "compiles" by sleeping the cell's seconds (from the model's seconds.json), leaves a few
 synthetic NEFFs in the cache root and writes the same result document. No torch.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.matrix import Cell
-from neffcache.worker import RESULT_SCHEMA, write_result
+from neffcache.precompile.worker import RESULT_SCHEMA, write_result
 from tests.support.sleep_backend import RECORD_VAR, SECONDS_FILE
 from tests.support.synthetic import make_neff_cache
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 import pytest
 
-from neffcache.cli import COMMANDS, EXIT_CODE_HELP, LazyGroup, group
-from neffcache.errors import EXIT_CODES
+from neffcache.cli import COMMANDS, LazyGroup, group
+from neffcache.errors import EXIT_CODE_HELP, EXIT_CODES
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

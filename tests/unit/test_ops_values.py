@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from neffcache import errors
-from neffcache.commands.serve import is_loopback
+from neffcache.cli.serve import is_loopback
 from neffcache.index.coverage import CoverageFacts, FailureFact, build_coverage
 from neffcache.index.ops_values import (
     FingerprintInfo,

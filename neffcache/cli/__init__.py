@@ -1,0 +1,147 @@
+"""The ``neffcache`` console script: a lazy click group, and the one place errors become exits.
+
+Subcommands live in ``neffcache.cli.<module>`` (the table ``COMMANDS``) and are imported only
+when run (or when ``--help`` lists them), so ``neffcache restore`` on a boot path pays for
+nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
+import click
+
+from neffcache import __version__
+from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, exit_code_for
+
+# name -> (module, attribute, one-line help shown in `neffcache --help` without importing it)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "push": ("neffcache.cli.push", "push", "Publish an entry for a cell from cache dirs."),
+    "restore": ("neffcache.cli.restore", "restore",
+                "Fetch a matrix's entries into cache dirs, verified."),
+    "coverage": ("neffcache.cli.coverage", "coverage",
+                 "Every cell x fingerprint with its status."),
+    "ls": ("neffcache.cli.ls", "ls", "List entries in the index."),
+    "fingerprint": ("neffcache.cli.fingerprint", "fingerprint",
+                    "Show this host's fingerprint or explain an entry's."),
+    "verify": ("neffcache.cli.maintenance", "verify",
+               "Check every manifest's blobs exist and match their sha256."),
+    "reindex": ("neffcache.cli.reindex", "reindex",
+                "Rebuild the index from the store (manifests and restore reports)."),
+    "reports": ("neffcache.cli.reports", "reports",
+                "Ingest restore reports (store objects or files) into the index."),
+    "db": ("neffcache.cli.db", "db", "Index database maintenance (upgrade)."),
+    "gc": ("neffcache.cli.maintenance", "gc", "Delete blobs no manifest references."),
+    "precompile": ("neffcache.cli.precompile", "precompile",
+                   "Warm every cell of a matrix not yet cached, and publish entries."),
+    "warm": ("neffcache.cli.warm", "warm",
+             "Boot check: first call of each cell against a restored cache; report misses."),
+    "capture": ("neffcache.cli.capture", "capture",
+                "Back-fill: publish files an instance compiled at run time as an entry."),
+    "demo": ("neffcache.cli.demo", "demo",
+             "Build a tiny pipeline, precompile, restore, show cold vs warm."),
+    "matrix": ("neffcache.cli.matrix", "matrix",
+               "Register matrix files in the index (with history) and list them."),
+    "serve": ("neffcache.cli.serve", "serve",
+              "Read-only HTTP API, Prometheus /metrics and coverage dashboard."),
+    "copy": ("neffcache.cli.copy", "copy",
+             "Copy entries between stores, blobs once, verified, resumable."),
+    "bundle": ("neffcache.cli.bundle", "bundle",
+               "Carry entries in one verified file: export, import, show."),
+    "retire": ("neffcache.cli.retire", "retire",
+               "Remove entries by policy (SDK versions kept, matrices kept); plan first."),
+}
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(n for n in COMMANDS if _available(n))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS or not _available(name):
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(n, COMMANDS[n][2]) for n in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _available(name: str) -> bool:
+    return importlib.util.find_spec(COMMANDS[name][0]) is not None
+
+
+@click.group(cls=LazyGroup, epilog=EXIT_CODE_HELP,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="neffcache")
+def group() -> None:
+    """Compile once in CI, boot any number of Trainium instances warm.
+
+    neffcache pre-compiles a declared matrix of pipelines x shapes x modes, stores the
+    compile caches content-addressed in S3 (or a local directory) with a SQL index, and
+    restores exactly the right entries onto a fresh instance, verified and atomic.
+
+    \b
+    Configuration (flag > environment > config file > default):
+      NEFFCACHE_HOME    embedded default home (~/.cache/neffcache): index.db + store/
+      NEFFCACHE_STORE   --store: PATH, file://PATH or s3://BUCKET/PREFIX
+      NEFFCACHE_INDEX   --index: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB
+      NEFFCACHE_REPORTS restore --report-to: store (default), none or a directory
+      NEFFCACHE_CONFIG  TOML file with `store`, `index` and `reports` keys
+      NEFFCACHE_DEBUG=1 show tracebacks
+    S3 uses the standard AWS credential chain and AWS_ENDPOINT_URL.
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    code = run(argv)
+    sys.exit(code)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code; every NeffcacheError maps to its code here."""
+    try:
+        result: Any = group.main(args=argv, prog_name="neffcache", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return 2
+    except NeffcacheError as exc:
+        _debug_traceback()
+        msg = " ".join(str(exc).split())  # one line, always
+        click.echo(f"Error: {msg}", err=True)
+        if exc.hint:
+            click.echo(f"Hint: {exc.hint}", err=True)
+        return exit_code_for(exc)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the last line of defence prints one line too
+        _debug_traceback()
+        click.echo(f"Error: unexpected {type(exc).__name__}: {exc}", err=True)
+        click.echo("Hint: rerun with NEFFCACHE_DEBUG=1 for a traceback", err=True)
+        return 1
+
+
+def _debug_traceback() -> None:
+    if os.environ.get("NEFFCACHE_DEBUG"):
+        import traceback  # only here: importing it costs every run a few ms of start-up
+
+        traceback.print_exc()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

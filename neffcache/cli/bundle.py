@@ -1,0 +1,191 @@
+"""``neffcache bundle``: carry entries in one verified file (export, import, show)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from neffcache.cli._common import (
+    emit_json,
+    human_bytes,
+    json_option,
+    progress,
+    settings_from,
+    store_option,
+)
+from neffcache.cli._select import cells_option, fingerprint_option, select_manifests
+from neffcache.errors import EXIT_CODE_HELP
+
+FORMAT_HELP = """\b
+A bundle is a tar file: first neffcache-bundle.json, a table of contents listing every other
+member (manifests/, cells/, blobs/sha256/, packs/ keys of a store, each blob once) with its
+size and sha256; the bundle's digest is the sha256 of that table, printed on export. Reading
+a bundle never extracts it: members are read by offset and checked against the table.
+"""
+
+
+def expect_option(f):  # type: ignore[no-untyped-def]
+    return click.option("--expect-sha256", "expect", metavar="DIGEST", default=None,
+                        help="Refuse the bundle (exit 4) unless its digest, printed by "
+                             "`bundle export`, is DIGEST.")(f)
+
+
+@click.group("bundle", epilog=EXIT_CODE_HELP)
+def bundle() -> None:
+    """Carry entries to hosts and regions without the store: one self-describing file.
+
+    `export` writes the entries of a matrix (or all) into a bundle; `import` publishes a
+    bundle's entries into a store; `neffcache restore MATRIX --from-bundle FILE --to DIR`
+    restores from a bundle with no store, no index and no network (an AMI bake, an
+    air-gapped host). A truncated, tampered or foreign bundle is refused with exit 4 and
+    nothing is installed.
+
+    \b
+    Examples:
+      neffcache bundle export matrix.toml -o neff.bundle
+      neffcache bundle import neff.bundle --store s3://other-region/neff
+      neffcache restore matrix.toml --from-bundle neff.bundle --to /var/cache/neffcache
+    """
+
+
+@bundle.command("export", epilog=FORMAT_HELP)
+@click.argument("matrix", metavar="[MATRIX]", required=False, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "output", required=True, metavar="FILE",
+              type=click.Path(dir_okay=False), help="The bundle file to write.")
+@click.option("--all", "everything", is_flag=True, help="Every entry of the store.")
+@cells_option
+@fingerprint_option
+@click.option("--gzip", "use_gzip", is_flag=True,
+              help="Compress with gzip (smaller; readers decompress it to a temp file first).")
+@store_option
+@json_option
+def export(matrix: str | None, output: str, everything: bool, patterns: tuple[str, ...],
+           fingerprints: tuple[str, ...], use_gzip: bool, store: str | None,
+           as_json: bool) -> None:
+    """Write the entries of MATRIX (every fingerprint built for its cells, or only
+    --fingerprint KEY; or --all) into one bundle FILE.
+
+    Every blob is checked against its sha256 as it is written; the file is written under a
+    temp name and renamed, so a failed export leaves nothing at FILE. Prints the bundle's
+    digest: publish it, and check it on the other side with --expect-sha256.
+
+    --json prints: file, sha256, entries (entry_key, cell_id, fingerprint_key, backend),
+    members, bytes (the members' total), file_bytes.
+
+    \b
+    Examples:
+      neffcache bundle export matrix.toml -o neff.bundle
+      neffcache bundle export matrix.toml --fingerprint 3f2a9c41 --gzip -o neff.bundle.gz
+      neffcache bundle export --all --store s3://bucket/neff -o all.bundle --json
+    """
+    from neffcache.lifecycle.bundle_write import export_bundle
+    from neffcache.store import open_store
+
+    s = open_store(settings_from(store).store_url)
+    s.check()
+    manifests = select_manifests(s, matrix, patterns, fingerprints, everything)
+    tty = sys.stderr.isatty()
+
+    def show(done: int, total: int) -> None:
+        if tty and (done == total or done % 50 == 0):
+            sys.stderr.write(f"\rexport: {done}/{total} objects\x1b[K" + ("\n" if done == total
+                                                                          else ""))
+
+    path = Path(output).expanduser().absolute()
+    digest, toc = export_bundle(s, manifests, path, gzip=use_gzip, on_progress=show)
+    doc = {"file": str(path), "sha256": digest, "entries": [e.to_json() for e in toc.entries],
+           "members": len(toc.members), "bytes": toc.total_bytes,
+           "file_bytes": path.stat().st_size}
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"wrote {path}: {len(toc.entries)} entries, {len(toc.members)} objects, "
+               f"{human_bytes(doc['file_bytes'])}")
+    click.echo(f"sha256 {digest}")
+
+
+@bundle.command("import", epilog=FORMAT_HELP)
+@click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
+@expect_option
+@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="Parallel uploads.")
+@store_option
+@json_option
+def import_(file: str, expect: str | None, workers: int, store: str | None,
+            as_json: bool) -> None:
+    """Publish every entry of bundle FILE into the store.
+
+    The whole bundle is checked first (structure, then every member against its sha256 in
+    the table of contents; with --expect-sha256, the table itself): a truncated, tampered or
+    foreign bundle is refused with exit 4 before anything is written. Then blobs and packs
+    the store lacks are uploaded, each verified again while streaming, and manifests and
+    pointers last; an entry the store already has stands unchanged (first writer wins).
+    Rerunning an interrupted import uploads only what is missing.
+
+    --json prints: file, sha256, source, target, entries, entries_copied, entries_present,
+    blobs_copied, blobs_skipped, bytes_copied, packs_copied, packs_skipped.
+
+    \b
+    Examples:
+      neffcache bundle import neff.bundle
+      neffcache bundle import neff.bundle --store s3://bucket/neff --expect-sha256 5be93...
+    """
+    from neffcache.lifecycle.bundle_store import BundleStore
+    from neffcache.lifecycle.copy import copy_entries
+    from neffcache.lifecycle.entry_select import read_manifests
+    from neffcache.store import open_store
+
+    dst = open_store(settings_from(store).store_url, create=True)
+    with BundleStore(file, expect_sha256=expect) as src:
+        src.verify_all()
+        manifests = read_manifests(src, [e.entry_key for e in src.toc.entries])
+        dst.check()
+        result = copy_entries(src, dst, manifests, workers=workers)
+        digest = src.digest
+    doc = dict(result.to_json(), file=str(Path(file).absolute()), sha256=digest)
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"{len(result.entries)} entries: {result.entries_copied} published, "
+               f"{result.entries_present} already in {dst.url}; blobs: {result.blobs_copied} "
+               f"uploaded ({human_bytes(result.bytes_copied)}), {result.blobs_skipped} already "
+               f"there")
+
+
+@bundle.command("show", epilog=FORMAT_HELP)
+@click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
+@expect_option
+@click.option("--verify", "full", is_flag=True, help="Also hash every member.")
+@json_option
+def show(file: str, expect: str | None, full: bool, as_json: bool) -> None:
+    """List a bundle's entries and print its digest (its structure is always checked;
+    --verify also hashes every member). A bad bundle exits 4.
+
+    --json prints: file, sha256, created_at, producer, entries, members, bytes, verified.
+
+    \b
+    Examples:
+      neffcache bundle show neff.bundle
+      neffcache bundle show neff.bundle --verify --expect-sha256 5be93...
+    """
+    from neffcache.lifecycle.bundle_store import BundleStore
+
+    with BundleStore(file, expect_sha256=expect) as b:
+        if full:
+            b.verify_all()
+        toc = b.toc
+        doc = {"file": str(b.path), "sha256": b.digest, "created_at": toc.created_at,
+               "producer": dict(toc.producer), "entries": [e.to_json() for e in toc.entries],
+               "members": len(toc.members), "bytes": toc.total_bytes, "verified": full}
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"{doc['file']}: {len(toc.entries)} entries, {len(toc.members)} objects, "
+               f"{human_bytes(toc.total_bytes)}, created {toc.created_at}")
+    click.echo(f"sha256 {doc['sha256']}" + (" (every member verified)" if full else ""))
+    for e in toc.entries:
+        click.echo(f"  {e.entry_key[:12]}  {e.backend:8}  {e.fingerprint_key[:12]}  {e.cell_id}")
+    if not toc.entries:
+        progress("warning: the bundle carries no entries")

@@ -1,0 +1,90 @@
+"""``neffcache db``: index database maintenance (upgrade the schema, show its revision)."""
+
+from __future__ import annotations
+
+import click
+
+from neffcache.cli._common import emit_json, index_option, json_option, settings_from
+from neffcache.config import redact_url
+from neffcache.errors import SchemaOutdatedError
+
+
+@click.group("db")
+def db() -> None:
+    """Index database maintenance.
+
+    The embedded SQLite index ($NEFFCACHE_HOME/index.db) is created and upgraded on first
+    use. A named index (--index or NEFFCACHE_INDEX, e.g. a shared Postgres) is only ever
+    changed by `neffcache db upgrade`; every other command refuses an outdated schema
+    (exit 7) until it is run.
+
+    \b
+    Examples:
+      neffcache db upgrade --index postgresql+psycopg://neff@db.internal/neffcache
+      neffcache db current --json
+      neffcache db current --check || neffcache db upgrade
+    """
+
+
+@db.command("upgrade", short_help="Create or migrate the index schema (idempotent).")
+@index_option
+@json_option
+def upgrade(index: str | None, as_json: bool) -> None:
+    """Create the index schema or migrate it to this version of neffcache.
+
+    Safe to rerun: an index already at the current revision is left as it is. Runs in one
+    transaction, so a failed upgrade changes nothing.
+
+    \b
+    Examples:
+      neffcache db upgrade
+      neffcache db upgrade --index sqlite:////var/lib/neffcache/index.db
+      NEFFCACHE_INDEX=postgresql+psycopg://neff@127.0.0.1/neff neffcache db upgrade --json
+
+    JSON output: {"url", "from", "to", "changed"}; "from" is null for a new database.
+    """
+    from neffcache.index import upgrade_index
+
+    settings = settings_from(index=index)
+    before, after = upgrade_index(settings.index_url)
+    doc = {"url": redact_url(settings.index_url), "from": before, "to": after,
+           "changed": before != after}
+    if as_json:
+        emit_json(doc)
+    elif before == after:
+        click.echo(f"{doc['url']}: already at revision {after}")
+    else:
+        click.echo(f"{doc['url']}: upgraded {before or '(empty)'} -> {after}")
+
+
+@db.command("current", short_help="Show the schema revision and the one needed.")
+@index_option
+@json_option
+@click.option("--check", is_flag=True,
+              help="Exit 7 when the schema is not the one this neffcache needs.")
+def current(index: str | None, as_json: bool, check: bool) -> None:
+    """Show the index's schema revision and the one this neffcache needs.
+
+    Reads only: a missing SQLite file is reported as empty, not created.
+
+    \b
+    Examples:
+      neffcache db current
+      neffcache db current --index postgresql+psycopg://neff@127.0.0.1/neff --json
+      neffcache db current --check
+
+    JSON output: {"url", "current", "head", "up_to_date"}.
+    """
+    from neffcache.index import schema_state
+
+    state = schema_state(settings_from(index=index).index_url)
+    if as_json:
+        emit_json(state.to_json())
+    else:
+        status = "up to date" if state.up_to_date else "needs: neffcache db upgrade"
+        click.echo(f"{state.url}: revision {state.current or '(empty)'}, "
+                   f"head {state.head} ({status})")
+    if check and not state.up_to_date:
+        raise SchemaOutdatedError(f"index {state.url} is at revision "
+                                  f"{state.current or '(empty)'}, this neffcache needs "
+                                  f"{state.head}")

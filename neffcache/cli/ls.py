@@ -1,0 +1,67 @@
+"""``neffcache ls``: list the entries the index knows, newest first."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from neffcache.cli._common import (
+    emit_json,
+    format_table,
+    human_bytes,
+    index_option,
+    json_option,
+    settings_from,
+)
+
+if TYPE_CHECKING:
+    from neffcache.index.values import EntrySummary
+
+
+def render_entries(entries: list[EntrySummary]) -> str:
+    rows = [[e.cell_id, e.fingerprint_key[:12], e.backend, human_bytes(e.total_bytes),
+             e.file_count, "-" if e.compile_seconds is None else f"{e.compile_seconds:.1f}s",
+             e.created_at.strftime("%Y-%m-%d %H:%M"), e.entry_key[:12]] for e in entries]
+    return format_table(["CELL", "FINGERPRINT", "BACKEND", "SIZE", "FILES", "COMPILE",
+                         "CREATED (UTC)", "ENTRY"], rows)
+
+
+@click.command("ls")
+@click.option("--cell", "cell_glob", metavar="GLOB", default=None,
+              help="Only cells whose id matches this glob, e.g. 'flux2-klein/compile/*'.")
+@click.option("--fingerprint", "fingerprint_key", metavar="KEY", default=None,
+              help="Only entries built under this fingerprint (full key or a prefix).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
+              help="At most N entries (the newest).")
+@index_option
+@json_option
+def ls(cell_glob: str | None, fingerprint_key: str | None, limit: int | None,
+       index: str | None, as_json: bool) -> None:
+    """List entries in the index, newest first.
+
+    An entry is one cell warmed under one fingerprint. The index can be rebuilt from the
+    store with `neffcache reindex`.
+
+    \b
+    Examples:
+      neffcache ls
+      neffcache ls --cell 'flux2-klein/*/1024x1024/*' --limit 20
+      neffcache ls --fingerprint 3fc2ffe4a216 --json
+
+    JSON output: {"entries": [{"entry_key", "cell_id", "cell_key", "fingerprint_key",
+    "backend", "store_url", "total_bytes", "file_count", "compile_seconds", "created_at",
+    "verified_status", "verified_at", "last_used_at"}], "count"}; last_used_at is the time
+    of the newest ingested restore report that found the entry (null: none yet).
+    """
+    from neffcache.index import open_index
+
+    settings = settings_from(index=index)
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        entries = ix.entries(cell_glob=cell_glob, fingerprint_key=fingerprint_key, limit=limit)
+    if as_json:
+        emit_json({"entries": [e.to_json() for e in entries], "count": len(entries)})
+    elif entries:
+        click.echo(render_entries(entries))
+    else:
+        click.echo("no entries", err=True)

@@ -1,0 +1,145 @@
+"""``neffcache matrix register|ls|show``: declared matrices kept in the index, with history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from neffcache.cli._common import emit_json, format_table, index_option, json_option, settings_from
+from neffcache.errors import EXIT_CODE_HELP, MatrixError
+
+
+@click.group("matrix", epilog=EXIT_CODE_HELP)
+def matrix() -> None:
+    """Register matrix files in the index and list them.
+
+    A registered matrix lets the index (and `neffcache serve`) compute coverage against the
+    expected set of cells without the file at hand. Registering changed content adds a
+    version; the latest registration is the current version.
+
+    \b
+    Examples:
+      neffcache matrix register matrix.toml
+      neffcache matrix ls
+      neffcache matrix show flux2-klein --versions
+    """
+
+
+@matrix.command("register", epilog=EXIT_CODE_HELP)
+@click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--name", metavar="NAME", default=None,
+              help="Register under NAME [default: the file's `name` key, else its stem].")
+@index_option
+@json_option
+def register(file: str, name: str | None, index: str | None, as_json: bool) -> None:
+    """Store FILE (its TOML, sha256 and cells) in the index as the current version.
+
+    The sha256 is taken over the canonical JSON of the parsed TOML, so comments and layout
+    do not make a new version. Registering the content of the current version again changes
+    nothing (changed: false); content seen in an older version makes that version current
+    again. Nothing is compiled or fetched.
+
+    --json prints: name, version, sha256, backend, cells, registered_at, current, changed.
+
+    \b
+    Examples:
+      neffcache matrix register matrix.toml
+      neffcache matrix register matrix.toml --name flux2-prod --json
+      NEFFCACHE_INDEX=postgresql+psycopg://ci@db/neffcache neffcache matrix register m.toml
+    """
+    from neffcache.index import open_index
+    from neffcache.index.matrices import register_matrix
+    from neffcache.matrix import parse_matrix
+
+    text = _read(file)
+    spec = parse_matrix(text, source=file)
+    if name is not None and not name.strip():
+        raise MatrixError("--name: expected a non-empty name")
+    settings = settings_from(index=index)
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        v = register_matrix(ix, spec, text, name)
+    if as_json:
+        emit_json(v.to_json())
+    else:
+        what = "registered" if v.changed else "unchanged"
+        click.echo(f"{what}: {v.name} version {v.version} ({v.cell_count} cells, "
+                   f"{v.backend}, sha256 {v.digest[:12]})")
+
+
+def _read(file: str) -> str:
+    try:
+        return Path(file).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MatrixError(f"{file}: matrix file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MatrixError(f"{file}: cannot read matrix file: {exc}") from None
+
+
+@matrix.command("ls", epilog=EXIT_CODE_HELP)
+@index_option
+@json_option
+def ls(index: str | None, as_json: bool) -> None:
+    """List registered matrices: the current version of each.
+
+    --json prints a list of: name, version, sha256, backend, cells, registered_at, current,
+    changed.
+
+    \b
+    Examples:
+      neffcache matrix ls
+      neffcache matrix ls --json | jq -r '.[].name'
+    """
+    from neffcache.index import open_index
+    from neffcache.index.matrices import list_matrices
+
+    settings = settings_from(index=index)
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        found = list_matrices(ix)
+    if as_json:
+        emit_json([v.to_json() for v in found])
+    elif not found:
+        click.echo("no matrix registered (neffcache matrix register FILE)", err=True)
+    else:
+        click.echo(format_table(
+            ["NAME", "VERSION", "CELLS", "BACKEND", "SHA256", "REGISTERED"],
+            [[v.name, v.version, v.cell_count, v.backend, v.digest[:12],
+              v.registered_at.isoformat(timespec="seconds")] for v in found]))
+
+
+@matrix.command("show", epilog=EXIT_CODE_HELP)
+@click.argument("name", metavar="NAME")
+@click.option("--version", "version", type=click.IntRange(min=1), default=None,
+              help="This version instead of the current one.")
+@click.option("--versions", "history", is_flag=True, help="List every version instead.")
+@index_option
+@json_option
+def show(name: str, version: int | None, history: bool, index: str | None,
+         as_json: bool) -> None:
+    """Print a registered matrix's TOML (current version, or --version N), or its history.
+
+    --json prints the version (name, version, sha256, backend, cells, registered_at,
+    current, changed, toml), or with --versions a list of versions without toml.
+
+    \b
+    Examples:
+      neffcache matrix show flux2-prod > matrix.toml
+      neffcache matrix show flux2-prod --version 1 | diff - matrix.toml
+      neffcache matrix show flux2-prod --versions
+    """
+    from neffcache.index import open_index
+    from neffcache.index.matrices import get_matrix, matrix_versions
+
+    settings = settings_from(index=index)
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        chosen = get_matrix(ix, name, version, with_toml=not history)
+        versions = matrix_versions(ix, name) if history else [chosen]
+    if as_json:
+        emit_json([v.to_json() for v in versions] if history else chosen.to_json())
+    elif history:
+        click.echo(format_table(
+            ["VERSION", "CURRENT", "CELLS", "SHA256", "REGISTERED"],
+            [[v.version, "*" if v.current else "", v.cell_count, v.digest[:12],
+              v.registered_at.isoformat(timespec="seconds")] for v in versions]))
+    else:
+        click.echo(chosen.toml or "", nl=False)

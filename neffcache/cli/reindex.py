@@ -1,0 +1,82 @@
+"""``neffcache reindex``: rebuild the index from the store's manifests."""
+
+from __future__ import annotations
+
+import click
+
+from neffcache.cli._common import (
+    emit_json,
+    index_option,
+    json_option,
+    progress,
+    settings_from,
+    store_option,
+)
+from neffcache.errors import IntegrityError
+
+_EVERY = 500
+
+
+@click.command("reindex")
+@click.option("--keep-missing", is_flag=True,
+              help="Keep index entries whose manifest is no longer in the store.")
+@store_option
+@index_option
+@json_option
+def reindex(keep_missing: bool, store: str | None, index: str | None, as_json: bool) -> None:
+    """Rebuild the index's entries from the store's manifests alone, and ingest its restore
+    reports.
+
+    The store is the source of truth: every valid manifest becomes an entry (with its cell,
+    fingerprint and files), entries whose manifest is gone are removed (unless
+    --keep-missing), and invalid manifests are skipped and listed with their reason; any
+    invalid manifest makes the exit code 4 after the rest is indexed. Failures, precompile
+    runs and restore reports already in the index are kept. Safe to rerun.
+
+    Then every restore report object under the store's reports/ prefix not yet in the index
+    is ingested (once: a report's id is unique in the index), giving the entries it found
+    their last use and recording its fingerprint. A malformed report is skipped with a
+    warning and does not change the exit code.
+
+    \b
+    Examples:
+      neffcache reindex
+      neffcache reindex --store s3://my-bucket/neff --index postgresql+psycopg://neff@db/neff
+      neffcache reindex --json
+
+    JSON output: {"store", "scanned", "added", "already_indexed", "removed",
+    "invalid": [{"key", "reason"}], "reports": {"scanned", "added", "already_ingested",
+    "invalid": [{"key", "reason"}]}}.
+    """
+    from neffcache.index import open_index
+    from neffcache.index import reindex as run_reindex
+    from neffcache.index.ingest import ingest_reports
+    from neffcache.store import open_store
+
+    settings = settings_from(store=store, index=index)
+    st = open_store(settings.store_url)
+    st.check()
+
+    def report(done: int, total: int) -> None:
+        if done % _EVERY == 0 or done == total:
+            progress(f"reindex: {done}/{total} manifests read")
+
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        result = run_reindex(ix, st, prune=not keep_missing, progress=report)
+        reports = ingest_reports(ix, st)
+    if as_json:
+        emit_json(dict(result.to_json(), store=st.url, reports=reports.to_json()))
+    else:
+        click.echo(f"{st.url}: {result.scanned} manifests, {result.added} added, "
+                   f"{result.already_indexed} already indexed, {result.removed} removed, "
+                   f"{len(result.invalid)} invalid")
+        click.echo(f"{st.url}: {reports.scanned} restore reports, {reports.added} added, "
+                   f"{reports.already_ingested} already ingested, "
+                   f"{len(reports.invalid)} skipped")
+    for bad in result.invalid:
+        progress(f"invalid: {bad.reason}")
+    for skipped in reports.invalid:
+        progress(f"warning: restore report skipped: {skipped.reason}")
+    if result.invalid:
+        raise IntegrityError(f"{len(result.invalid)} invalid manifest(s) skipped; first: "
+                             f"{result.invalid[0].reason}", hint="neffcache verify")

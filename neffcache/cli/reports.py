@@ -1,0 +1,96 @@
+"""``neffcache reports``: ingest restore reports (store objects or local files) into the index."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+from neffcache.cli._common import (
+    emit_json,
+    index_option,
+    json_option,
+    progress,
+    settings_from,
+    store_option,
+)
+from neffcache.errors import EXIT_CODE_HELP
+
+
+@click.group("reports")
+def reports() -> None:
+    """Restore reports: what each instance restored, read into the index.
+
+    Every `neffcache restore` writes one report: an object under the store's reports/
+    prefix (reports/YYYY-MM-DD/<host>-<UTC time>-<random>.json) or, with --report-to DIR
+    (or NEFFCACHE_REPORTS=DIR), a file in DIR. Instances never need database credentials:
+    `neffcache reindex`, `neffcache serve` (in the background) and `neffcache reports ingest`
+    put reports into the index, each once.
+
+    \b
+    Examples:
+      neffcache reports ingest
+      neffcache reports ingest --days 2 --store s3://my-bucket/neff --json
+      neffcache reports ingest --from /var/log/neffcache/reports
+    """
+
+
+@reports.command("ingest", epilog=EXIT_CODE_HELP,
+                 short_help="Read new restore reports into the index (idempotent).")
+@click.option("--from", "sources", multiple=True, metavar="PATH",
+              type=click.Path(exists=True, path_type=Path),
+              help="Report files, or directories of *.json report files (repeatable), "
+                   "instead of the store.")
+@click.option("--days", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Only the store's reports dated from N days ago to tomorrow (UTC) "
+                   "[default: every report].")
+@store_option
+@index_option
+@json_option
+def ingest(sources: tuple[Path, ...], days: int | None, store: str | None,
+           index: str | None, as_json: bool) -> None:
+    """Ingest restore reports into the index: from the store's reports/ prefix, or from
+    report files with --from.
+
+    A report whose id is already in the index is not read again, so reruns add nothing.
+    Each new report records the fingerprint it names (the fleet's fingerprints show even
+    when nothing was built for them) and the last use of the entries it found. A malformed
+    or hostile report is skipped with a warning (exit code unchanged); only its validated
+    fields ever reach the index.
+
+    \b
+    Examples:
+      neffcache reports ingest
+      neffcache reports ingest --days 1 --json
+      neffcache reports ingest --from /var/log/neffcache/reports --from ./one-report.json
+
+    JSON output: {"source", "scanned", "added", "already_ingested",
+    "invalid": [{"key", "reason"}]}.
+    """
+    from neffcache.index import open_index
+    from neffcache.index.ingest import ingest_report_files, ingest_reports
+    from neffcache.reports import date_prefixes
+    from neffcache.store import open_store
+    from neffcache.store.base import REPORTS
+
+    settings = settings_from(store=store, index=index)
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        if sources:
+            source = ", ".join(str(s) for s in sources)
+            result = ingest_report_files(ix, list(sources))
+        else:
+            st = open_store(settings.store_url)
+            st.check()
+            source = st.url
+            prefixes = [REPORTS] if days is None else \
+                date_prefixes(datetime.now(timezone.utc), days)
+            result = ingest_reports(ix, st, prefixes)
+    if as_json:
+        emit_json(dict(result.to_json(), source=source))
+    else:
+        click.echo(f"{source}: {result.scanned} restore reports, {result.added} added, "
+                   f"{result.already_ingested} already ingested, "
+                   f"{len(result.invalid)} skipped")
+    for bad in result.invalid:
+        progress(f"warning: restore report skipped: {bad.reason}")

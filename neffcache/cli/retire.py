@@ -1,0 +1,155 @@
+"""``neffcache retire``: remove entries by policy (SDK versions kept, matrices kept), plan first."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import sys
+from typing import Any
+
+import click
+
+from neffcache.cli._common import (
+    emit_json,
+    human_bytes,
+    index_option,
+    json_option,
+    progress,
+    settings_from,
+    store_option,
+)
+from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, UsageError
+
+
+@click.command("retire", epilog=EXIT_CODE_HELP)
+@click.option("--keep-sdk-versions", "keep_sdk", type=click.IntRange(min=1), default=None,
+              metavar="K", help="Keep the entries of the newest K SDK versions per backend "
+              "[config: [retire] keep_sdk_versions].")
+@click.option("--keep-matrix", "keep_matrices", multiple=True, metavar="FILE",
+              type=click.Path(dir_okay=False), help="Keep every entry of this matrix's cells, "
+              "whatever its SDK version (repeatable) [config: [retire] keep_matrices].")
+@click.option("--dry-run", is_flag=True, help="Only print the plan: what goes, the bytes freed.")
+@click.option("--yes", "-y", is_flag=True,
+              help="Retire without asking (required when stdin is not a terminal).")
+@click.option("--reason", default="", metavar="TEXT",
+              help="Why, for the record (default: the policy).")
+@click.option("--by", "by", default=None, metavar="NAME",
+              help="Who, for the record [default: USER@HOST].")
+@click.option("--workers", type=click.IntRange(1, 256), default=16, show_default=True,
+              help="Parallel manifest reads.")
+@store_option
+@index_option
+@json_option
+def retire(keep_sdk: int | None, keep_matrices: tuple[str, ...], dry_run: bool, yes: bool,
+           reason: str, by: str | None, workers: int, store: str | None, index: str | None,
+           as_json: bool) -> None:
+    """Retire the entries a policy does not keep; `neffcache gc` then frees their blobs.
+
+    An entry is kept when any rule keeps it: its SDK version (for neuron the versions of
+    neuronx-cc, torch-neuronx, NKI, libneuronxla and torch in its fingerprint; for inductor
+    torch's) is one of the newest K of its backend (--keep-sdk-versions K), or its cell is
+    a cell of a --keep-matrix FILE. Every other entry of the store is retired. Flags beat
+    the config file's [retire] table (keep_sdk_versions = K, keep_matrices = [FILE, ...]);
+    a retire with no rule at all is refused (exit 2).
+
+    The plan is computed first and printed (--dry-run stops there): the SDK versions found,
+    the entries kept and retired, and the bytes gc will free (blobs only retired entries
+    reference). Then a record is written to the store (retired/<time>-<id>.json: who, when,
+    why, the policy, the entries), and each retired entry's cell pointer and manifest are
+    deleted. Blobs are left to `neffcache gc`, which spares the blobs of entries retired
+    less than its --grace ago, so a restore that read a manifest just before it was retired
+    still completes. When an index is configured (or the embedded one exists) the retired
+    entries are removed from it too; a failing index is only a warning (`neffcache reindex`
+    repairs it). Without --yes it asks on a terminal and refuses otherwise.
+
+    --json prints: policy, sdk_versions (backend, sdk, label, kept), keep, retire (entry_key,
+    cell_id, cell_key, fingerprint_key, backend, sdk, bytes), entries_kept, entries_retired,
+    blobs_freed, bytes_freed, dry_run, record (the record's key; null on a dry run), store.
+
+    \b
+    Examples:
+      neffcache retire --keep-sdk-versions 2 --dry-run
+      neffcache retire --keep-sdk-versions 2 --keep-matrix prod.toml --yes --reason "SDK 2.26"
+      neffcache retire --keep-sdk-versions 1 --store s3://bucket/neff --json --dry-run
+      neffcache retire --yes && neffcache gc --yes     # policy from the config file
+    """
+    from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
+    from neffcache.lifecycle.retire import EntryInfo, apply_retire, plan_retire, policy_from
+    from neffcache.store import open_store
+
+    settings = settings_from(store, index)
+    config = dict(settings.retire)
+    files = keep_matrices or tuple(config.get("keep_matrices", ()))
+    policy = policy_from(keep_sdk, [_matrix_cells(f) for f in files], config)
+    policy.check()
+    s = open_store(settings.store_url)
+    s.check()
+    manifests = read_manifests(s, select_entry_keys(s, None, workers=workers), workers=workers)
+    plan = plan_retire([EntryInfo.of(m) for m in manifests], policy)
+    record = None
+    if not dry_run and plan.retire:
+        _confirm(plan, yes, s.url)
+        record = apply_retire(s, plan, by=by or _who(), reason=reason or policy.describe())
+        _unindex(settings, [e.entry_key for e in plan.retire])
+    if as_json:
+        emit_json(dict(plan.to_json(), dry_run=dry_run, record=record, store=s.url))
+        return
+    _show(plan, dry_run, record)
+
+
+def _matrix_cells(path: str) -> tuple[str, tuple[str, ...]]:
+    from neffcache.matrix_io import load_matrix
+
+    m = load_matrix(path)
+    return m.name or path, tuple(c.key for c in m.cells)
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _confirm(plan: Any, yes: bool, url: str) -> None:
+    if yes:
+        return
+    what = (f"retire {len(plan.retire)} of {len(plan.retire) + len(plan.keep)} entries "
+            f"({human_bytes(plan.bytes_freed)} freed by the next gc)")
+    if not sys.stdin.isatty():
+        raise UsageError(f"would {what}; refusing without --yes when stdin is not a terminal",
+                         hint="neffcache retire ... --dry-run, then the same with --yes")
+    if not click.confirm(f"{what[0].upper()}{what[1:]} from {url}?", err=True):
+        raise click.exceptions.Abort()
+
+
+def _unindex(settings: Any, keys: list[str]) -> None:
+    """Remove retired entries from the index when there is one; a failure only warns."""
+    if not (settings.index_explicit or (settings.home / "index.db").exists()):
+        return
+    from neffcache.index import open_index
+
+    try:
+        with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as idx:
+            idx.remove_entries(keys)
+    except NeffcacheError as exc:
+        progress(f"warning: retired entries not removed from the index: "
+                 f"{' '.join(str(exc).split())}")
+        progress("hint: neffcache reindex")
+
+
+def _show(plan: Any, dry_run: bool, record: str | None) -> None:
+    from neffcache.lifecycle.retire import sdk_label
+
+    click.echo(f"policy: {plan.policy.describe()}")
+    for backend, version, kept in plan.sdk_versions:
+        click.echo(f"  {'keep  ' if kept else 'retire'}  {backend:8}  {sdk_label(version)}")
+    for e in plan.retire:
+        verb = "would retire" if dry_run else "retired"
+        click.echo(f"{verb} {e.entry_key[:12]}  {e.cell_id}  [fingerprint "
+                   f"{e.fingerprint_key[:12]}]")
+    click.echo(f"{'dry run: ' if dry_run else ''}{len(plan.retire)} entries retired, "
+               f"{len(plan.keep)} kept; {plan.blobs_freed} blobs "
+               f"({human_bytes(plan.bytes_freed)}) freed by the next `neffcache gc`"
+               + (f"; record {record}" if record else ""))

@@ -1,1 +1,0 @@
-"""One module per ``neffcache`` subcommand: parse, call the core, render. No logic here."""

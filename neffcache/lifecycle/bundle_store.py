@@ -1,0 +1,257 @@
+"""A bundle file as a read-only store, so restore, copy and import read it like any store.
+
+Opening a bundle checks its structure without trusting it: the TOC comes first and is hashed
+(the bundle's digest, compared with ``expect_sha256`` when given); every other tar member must be
+a regular file the TOC lists, once, with the TOC's size, lying inside the file; every listed
+member must be present; the bytes between members (tar padding) and after the last must be
+zero, so no byte of the file escapes a check. ``verify_all`` then hashes every member against the
+TOC. Members are read by offset from the file, never extracted, so a member name never becomes
+a path. A gzip-compressed bundle is first decompressed into an anonymous temp file, no larger
+than its TOC allows.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
+from itertools import pairwise
+from pathlib import Path
+from typing import BinaryIO
+
+from neffcache.errors import IntegrityError, NotFoundError, UsageError
+from neffcache.lifecycle.bundle import MAX_TOC_BYTES, TOC_NAME, Member, Toc, decode_toc
+from neffcache.store.base import ObjectStream
+
+_CHUNK = 1 << 20
+_BLOCK = 512
+
+
+class BundleStore:
+    """Read-only Store over a bundle file. ``put`` and ``delete`` are UsageErrors."""
+
+    def __init__(self, path: str | Path, *, expect_sha256: str | None = None) -> None:
+        self.path = Path(path).expanduser().absolute()
+        self.url = f"bundle:{self.path}"
+        try:
+            self._fh: BinaryIO = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+        except FileNotFoundError:
+            raise UsageError(f"bundle {self.path}: no such file") from None
+        except OSError as exc:
+            raise UsageError(f"bundle {self.path}: cannot read: {exc.strerror}") from None
+        try:
+            if self._fh.read(2) == b"\x1f\x8b":
+                self._fh = _decompress(self.path, self._fh)
+            self._fh.seek(0, os.SEEK_END)
+            self._size = self._fh.tell()
+            self.digest, self.toc, self._offsets = _index(self._fh, self._size, str(self.path))
+        except BaseException:
+            self._fh.close()
+            raise
+        if expect_sha256 is not None and self.digest != expect_sha256.strip().lower():
+            self._fh.close()
+            raise IntegrityError(f"bundle {self.path}: digest {self.digest} is not the expected "
+                                 f"{expect_sha256}")
+        self._members = {m.name: m for m in self.toc.members}
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> BundleStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def verify_all(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Hash every member against the TOC; IntegrityError at the first that differs.
+        Returns the bytes checked."""
+        total = 0
+        for i, m in enumerate(self.toc.members, 1):
+            h = hashlib.sha256()
+            with self.open(m.name) as src:
+                while chunk := src.read(_CHUNK):
+                    h.update(chunk)
+            if h.hexdigest() != m.sha256:
+                raise IntegrityError(f"bundle {self.path}: member {m.name} does not match its "
+                                     f"sha256 in the table of contents (damaged or tampered)")
+            total += m.size
+            if progress:
+                progress(i, len(self.toc.members))
+        return total
+
+    # --- the store protocol ---------------------------------------------------------------
+
+    def check(self) -> None:
+        return None
+
+    def has(self, key: str) -> bool:
+        return key in self._members
+
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+        member = self._members.get(key)
+        if member is None:
+            raise NotFoundError(f"{self.url}: {key}: not in the bundle")
+        if start < 0 or (length is not None and length < 0):
+            raise UsageError(f"{self.url}/{key}: negative range start={start} length={length}")
+        start = min(start, member.size)
+        left = member.size - start if length is None else min(length, member.size - start)
+        return _Slice(self._fh, self._offsets[key] + start, left)  # type: ignore[return-value]
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        with self.open(key, start, length) as fh:
+            data = fh.read()
+        member = self._members[key]
+        if start == 0 and length is None and not key.startswith(("blobs/", "packs/")) \
+                and hashlib.sha256(data).hexdigest() != member.sha256:
+            raise IntegrityError(f"{self.url}: {key} does not match its sha256 in the table "
+                                 f"of contents")
+        return data
+
+    def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
+        raise UsageError(f"{self.url}: a bundle is read-only")
+
+    def list(self, prefix: str) -> Iterator[str]:
+        return iter([k for k in self._members if k.startswith(prefix)])
+
+    def delete(self, key: str) -> None:
+        raise UsageError(f"{self.url}: a bundle is read-only")
+
+
+class _Slice(ObjectStream):
+    """``left`` bytes of a shared file from ``offset``, read with ``os.pread`` (thread-safe)."""
+
+    def __init__(self, fh: BinaryIO, offset: int, left: int) -> None:
+        super().__init__()
+        self._fd = fh.fileno()
+        self._offset = offset
+        self._left = left
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = self._left if size is None or size < 0 else min(size, self._left)
+        parts = []
+        while want > 0:
+            data = os.pread(self._fd, min(want, 16 << 20), self._offset)
+            if not data:
+                raise IntegrityError("bundle: file ended inside a member (truncated)")
+            parts.append(data)
+            self._offset += len(data)
+            self._left -= len(data)
+            want -= len(data)
+        return b"".join(parts)
+
+    def _close_source(self) -> None:
+        return None
+
+
+def _index(fh: BinaryIO, size: int, name: str) -> tuple[str, Toc, dict[str, int]]:
+    """(digest, TOC, data offset per member) after every structural check (module docstring)."""
+    fh.seek(0)
+    try:
+        with tarfile.open(fileobj=fh, mode="r:", format=tarfile.GNU_FORMAT) as tar:
+            infos = tar.getmembers()
+    except (tarfile.TarError, EOFError, OSError, UnicodeError, ValueError) as exc:
+        raise IntegrityError(f"bundle {name}: not a readable tar file ({exc})") from None
+    if not infos or infos[0].name != TOC_NAME or not infos[0].isreg() \
+            or infos[0].size > MAX_TOC_BYTES:
+        raise IntegrityError(f"bundle {name}: not a neffcache bundle (its first member is not "
+                             f"{TOC_NAME})")
+    toc_info = infos[0]
+    toc_data = os.pread(fh.fileno(), toc_info.size, toc_info.offset_data)
+    if len(toc_data) != toc_info.size:
+        raise IntegrityError(f"bundle {name}: truncated inside its table of contents")
+    digest = hashlib.sha256(toc_data).hexdigest()
+    toc = decode_toc(toc_data, f"bundle {name}")
+    listed: dict[str, Member] = {m.name: m for m in toc.members}
+    offsets: dict[str, int] = {}
+    for info in infos[1:]:
+        what = f"bundle {name}: member {info.name[:120]!r}"
+        if not info.isreg():
+            raise IntegrityError(f"{what}: links, directories and devices are refused")
+        m = listed.get(info.name)
+        if m is None:
+            raise IntegrityError(f"{what}: not in the table of contents (foreign member)")
+        if info.name in offsets:
+            raise IntegrityError(f"{what}: appears twice")
+        if info.size != m.size or info.offset_data + info.size > size:
+            raise IntegrityError(f"{what}: {info.size} bytes where the table of contents says "
+                                 f"{m.size}, or the file ends inside it (truncated)")
+        offsets[info.name] = info.offset_data
+    missing = [n for n in listed if n not in offsets]
+    if missing:
+        raise IntegrityError(f"bundle {name}: {len(missing)} member(s) of the table of "
+                             f"contents are absent (truncated or damaged), first {missing[0]}")
+    _check_gaps(fh, infos, size, name)
+    return digest, toc, offsets
+
+
+def _check_gaps(fh: BinaryIO, infos: list[tarfile.TarInfo], size: int, name: str) -> None:
+    """The bytes after each member up to the next header, and after the last, are zeros."""
+    ends = [(i.offset_data + i.size, nxt.offset) for i, nxt in pairwise(infos)]
+    last = infos[-1].offset_data + infos[-1].size
+    if size < -(-last // _BLOCK) * _BLOCK + 2 * _BLOCK:
+        raise IntegrityError(f"bundle {name}: no end-of-archive marker after the last member "
+                             f"(truncated)")
+    ends.append((last, size))
+    for start, stop in ends:
+        pos = start
+        while pos < stop:
+            data = os.pread(fh.fileno(), min(stop - pos, _CHUNK), pos)
+            if not data:
+                break
+            if data.count(0) != len(data):
+                at = pos + len(data) - len(data.lstrip(bytes(1)))
+                raise IntegrityError(f"bundle {name}: unexpected bytes at offset {at} between "
+                                     f"members (damaged or tampered)")
+            pos += len(data)
+
+
+def _decompress(path: Path, fh: BinaryIO) -> BinaryIO:
+    """A gzip bundle's tar into an anonymous temp file, stopped as soon as it grows beyond
+    what its TOC (the first member) allows."""
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - returned open
+    fh.seek(0)
+    limit = MAX_TOC_BYTES + 2 * _BLOCK
+    written = 0
+    toc_end = None
+    try:
+        with gzip.GzipFile(fileobj=fh) as gz:
+            while chunk := gz.read(_CHUNK):
+                written += len(chunk)
+                if written > limit:
+                    raise IntegrityError(f"bundle {path}: decompresses to more than its table "
+                                         f"of contents lists")
+                out.write(chunk)
+                if toc_end is None and written >= _BLOCK:
+                    toc_end, limit = _toc_limit(out, path, written)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        out.close()
+        raise IntegrityError(f"bundle {path}: damaged gzip stream ({exc})") from None
+    except BaseException:
+        out.close()
+        raise
+    fh.close()
+    out.flush()
+    return out  # type: ignore[return-value]
+
+
+def _toc_limit(out: BinaryIO, path: Path, written: int) -> tuple[int | None, int]:
+    """Once the TOC is decompressed: (its end, the largest tar its members allow)."""
+    head = os.pread(out.fileno(), _BLOCK, 0)
+    try:
+        info = tarfile.TarInfo.frombuf(head, "utf-8", "surrogateescape")
+    except tarfile.HeaderError:
+        raise IntegrityError(f"bundle {path}: not a neffcache bundle") from None
+    if info.name != TOC_NAME or info.size > MAX_TOC_BYTES:
+        raise IntegrityError(f"bundle {path}: not a neffcache bundle (its first member is not "
+                             f"{TOC_NAME})")
+    end = _BLOCK + info.size
+    if written < end:
+        return None, MAX_TOC_BYTES + 2 * _BLOCK
+    toc = decode_toc(os.pread(out.fileno(), info.size, _BLOCK), f"bundle {path}")
+    per_member = 4 * _BLOCK  # header, a long-name header and its block, padding
+    limit = end + _BLOCK + sum(m.size + per_member for m in toc.members) + 20 * _BLOCK
+    return end, limit

@@ -1,0 +1,175 @@
+"""Verify a restored directory: re-hash every file against the manifests restore kept beside it
+(``DIR/.neffcache-entries/``), catching damage below the file system's metadata (a flipped bit
+leaves size and mtime alone, so restore's stat-based "already in place" check cannot see it).
+
+A damaged file's record is dropped from its root's state file, so the next ``neffcache restore``
+re-hashes it and fetches it again. ``plan_local_checks`` is pure; the rest reads files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neffcache.backends import BACKENDS, root_dirs
+from neffcache.errors import IntegrityError, ManifestError, NeffcacheError, UsageError
+from neffcache.manifest import Manifest, decode_manifest
+from neffcache.restore.local import LOCAL_ENTRIES
+from neffcache.restore.state import STATE_FILE
+from neffcache.thread_pool import map_in_threads
+
+_CHUNK = 1 << 20
+MAX_LISTED = 200
+
+
+@dataclass(frozen=True, slots=True)
+class LocalCheck:
+    """One path to check: where it is, and every (size, sha256, mode) an entry wants there
+    (several when entries disagree; restore keeps the first cell's, so any one is fine)."""
+
+    root: str
+    path: str
+    file: str
+    wanted: tuple[tuple[int, str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalProblem:
+    path: str
+    kind: str  # missing | type | size | sha256 | mode | manifest
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": self.path, "kind": self.kind, "error": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class LocalReport:
+    target: str
+    entries: int
+    files: int
+    bytes_checked: int
+    problems: tuple[LocalProblem, ...]
+    seconds: float
+
+    def error(self) -> NeffcacheError | None:
+        if not self.problems:
+            return None
+        return IntegrityError(f"{len(self.problems)} problem(s) in {self.target}; first: "
+                              f"{self.problems[0].message}",
+                              hint=f"neffcache restore MATRIX --to {self.target}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": not self.problems, "target": self.target, "entries": self.entries,
+                "files": self.files, "bytes_checked": self.bytes_checked,
+                "problems": [p.to_json() for p in self.problems[:MAX_LISTED]],
+                "problem_count": len(self.problems), "seconds": round(self.seconds, 3)}
+
+
+def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[LocalCheck, ...]:
+    """Each wanted path once, with every record wanting it (pure)."""
+    wanted: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
+    files: dict[tuple[str, str], str] = {}
+    for m in manifests:
+        dirs = root_dirs(BACKENDS[m.fingerprint.backend], target)
+        for f in m.files:
+            wanted.setdefault((f.root, f.path), []).append((f.size, f.sha256, f.mode))
+            files[(f.root, f.path)] = f"{dirs[f.root]}/{f.path}"
+    return tuple(LocalCheck(r, p, files[(r, p)], tuple(dict.fromkeys(w)))
+                 for (r, p), w in sorted(wanted.items()))
+
+
+def read_local_manifests(target: Path) -> tuple[tuple[Manifest, ...], list[LocalProblem]]:
+    d = target / LOCAL_ENTRIES
+    if not d.is_dir():
+        raise UsageError(f"{target}: no {LOCAL_ENTRIES}/ here: not a directory neffcache "
+                         f"restore wrote", hint=f"neffcache restore MATRIX --to {target}")
+    found, problems = [], []
+    for p in sorted(d.glob("*.json")):
+        try:
+            doc = decode_manifest(p.read_bytes(), source=str(p))
+            backend = BACKENDS.get(doc.fingerprint.backend)
+            if backend is None:
+                raise ManifestError(f"{p}: unknown backend {doc.fingerprint.backend!r}")
+            m = decode_manifest(p.read_bytes(), allowed_roots=backend.root_names, source=str(p))
+            if f"{m.entry_key}.json" != p.name:
+                raise ManifestError(f"{p}: describes entry {m.entry_key}")
+            found.append(m)
+        except (ManifestError, OSError) as exc:
+            problems.append(LocalProblem(str(p), "manifest", str(exc)))
+    return tuple(found), problems
+
+
+def check_file(c: LocalCheck) -> tuple[int, LocalProblem | None]:
+    """(bytes read, problem or None) for one path; never follows a symlink at the path."""
+    try:
+        fd = os.open(c.file, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return 0, LocalProblem(c.file, "missing", f"{c.file}: missing")
+    except OSError as exc:
+        return 0, LocalProblem(c.file, "type", f"{c.file}: cannot open as a regular file "
+                               f"({exc.strerror})")
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return 0, LocalProblem(c.file, "type", f"{c.file}: not a regular file")
+        sizes = {w[0] for w in c.wanted}
+        if st.st_size not in sizes:
+            return 0, LocalProblem(c.file, "size", f"{c.file}: {st.st_size} bytes, expected "
+                                   f"{' or '.join(str(s) for s in sorted(sizes))}")
+        h = hashlib.sha256()
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    sha, mode = h.hexdigest(), stat.S_IMODE(st.st_mode)
+    if not any(w[1] == sha for w in c.wanted):
+        return st.st_size, LocalProblem(c.file, "sha256", f"{c.file}: sha256 {sha[:12]} is not "
+                                        f"the manifest's {c.wanted[0][1][:12]} (damaged)")
+    if not any(w[1] == sha and w[2] == mode for w in c.wanted):
+        return st.st_size, LocalProblem(c.file, "mode", f"{c.file}: mode {mode:o}, expected "
+                                        f"{c.wanted[0][2]:o}")
+    return st.st_size, None
+
+
+def verify_local(target: Path, *, workers: int = 4,
+                 progress: Callable[[int, int], None] | None = None) -> LocalReport:
+    started = time.monotonic()
+    target = Path(target).expanduser().absolute()
+    manifests, problems = read_local_manifests(target)
+    checks = plan_local_checks(manifests, str(target))
+    checked = 0
+    for i in range(0, len(checks), 512):
+        for nbytes, problem in map_in_threads(check_file, checks[i:i + 512], workers):
+            checked += nbytes
+            if problem is not None:
+                problems.append(problem)
+        if progress:
+            progress(min(i + 512, len(checks)), len(checks))
+    damaged = {(c.root, c.path) for c in checks for p in problems if p.path == c.file}
+    if damaged:
+        forget_states(manifests, str(target), damaged)
+    return LocalReport(str(target), len(manifests), len(checks), checked, tuple(problems),
+                       time.monotonic() - started)
+
+
+def forget_states(manifests: Sequence[Manifest], target: str,
+                  damaged: set[tuple[str, str]]) -> None:
+    """Drop the damaged paths from their roots' state files, so restore re-hashes them."""
+    from neffcache.restore.state import load_state, save_state
+
+    for name in sorted({m.fingerprint.backend for m in manifests}):
+        dirs = root_dirs(BACKENDS[name], target)
+        state = load_state(dirs)
+        kept = {k: v for k, v in state.items() if k not in damaged}
+        if len(kept) != len(state):
+            emptied = {root for root, _ in damaged} - {root for root, _ in kept}
+            save_state(dirs, kept)
+            for root in emptied:  # save_state skips roots with no record left
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(dirs[root], STATE_FILE))

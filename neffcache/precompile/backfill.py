@@ -1,0 +1,152 @@
+"""Back-fill: publish the files an instance compiled at run time as the entry of a cell.
+
+A file in the cache roots is *runtime-compiled* when no entry of this fingerprint for the
+matrix lists its (root, path): restore did not put it there. Locks, temp files and dotfiles
+(restore's own state file among them) are never considered (``Backend.captures``).
+
+Attribution, kept simple so restore needs no change: the runtime-compiled files become the
+entry of ONE cell that has no entry for this fingerprint yet, and restore fetches it like any
+other entry. That cell is the one named with ``--cell``, or, when none is named, the only
+cell of the matrix without an entry. Entries are immutable and the first writer wins, so
+nothing is published for a cell that already has an entry (its files stay local); several
+cells without an entry and no ``--cell`` is a usage error, since files cannot be told apart.
+The entry holds only what was new on top of the restored entries, so it is meant to be
+restored together with them (the whole matrix, as the boot hook does).
+
+``plan_backfill`` is pure; ``hash_new_files`` and ``apply_backfill`` do the I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neffcache.backends import Backend
+from neffcache.errors import NotFoundError, UsageError
+from neffcache.fingerprint import Fingerprint
+from neffcache.hashing import sha256_file
+from neffcache.manifest import FileRecord, Manifest, decode_manifest, entry_key, validate_files
+from neffcache.matrix import Cell
+from neffcache.precompile.hit_check import FileState
+from neffcache.precompile.publish import PublishResult, publish_entry
+from neffcache.store import Store, manifest_key
+
+PUBLISH, EXISTS, NOTHING = "publish", "exists", "nothing"
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillPlan:
+    """What a capture will do: which files are runtime-compiled and which cell gets them."""
+
+    action: str  # publish | exists (the cell has an entry already) | nothing (no new files)
+    cell: Cell | None
+    entry_key: str | None
+    new_files: tuple[FileState, ...]
+    restored_files: int  # files in the roots that restored entries account for
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "cell_id": self.cell.id if self.cell else None,
+                "entry_key": self.entry_key, "new_files": len(self.new_files),
+                "new_bytes": sum(f.size for f in self.new_files),
+                "restored_files": self.restored_files, "reason": self.reason}
+
+
+def plan_backfill(present: Sequence[FileState], cells: Sequence[Cell], fingerprint: Fingerprint,
+                  entries: Mapping[str, Manifest], cell_id: str | None = None) -> BackfillPlan:
+    """Decide what to publish. ``present``: capturable files in the roots; ``cells``: the
+    matrix's cells; ``entries``: cell id -> this fingerprint's manifest, for the cells that
+    have one; ``cell_id``: the cell named with --cell. Pure."""
+    known = {(f.root, f.path) for m in entries.values() for f in m.files}
+    new = tuple(f for f in present if (f.root, f.path) not in known)
+    restored = len(present) - len(new)
+    cell = _attribute(cells, entries, cell_id, bool(new))
+    if not new:
+        return BackfillPlan(NOTHING, cell, None, (), restored,
+                            "no runtime-compiled files: every file came from a restored entry")
+    assert cell is not None
+    key = entry_key(cell, fingerprint)
+    if cell.id in entries:
+        return BackfillPlan(EXISTS, cell, key, new, restored,
+                            f"{cell.id} already has entry {key[:12]} (entries are immutable, "
+                            f"the first writer wins); the {len(new)} new file(s) stay local")
+    return BackfillPlan(PUBLISH, cell, key, new, restored,
+                        f"{len(new)} runtime-compiled file(s) become the entry of {cell.id}")
+
+
+def _attribute(cells: Sequence[Cell], entries: Mapping[str, Manifest], cell_id: str | None,
+               has_new: bool) -> Cell | None:
+    if cell_id is not None:
+        for c in cells:
+            if c.id == cell_id:
+                return c
+        some = ", ".join(c.id for c in cells[:3])
+        raise UsageError(f"--cell {cell_id!r}: no such cell in the matrix (cells look like "
+                         f"{some})")
+    if not has_new:
+        return None
+    without = [c for c in cells if c.id not in entries]
+    if len(without) == 1:
+        return without[0]
+    if not without:
+        raise UsageError("every cell of the matrix has an entry for this fingerprint, so the "
+                         "runtime-compiled files belong to no declared cell; add their "
+                         "shapes to the matrix, or name a cell with --cell")
+    ids = ", ".join(c.id for c in without[:4]) + (", ..." if len(without) > 4 else "")
+    raise UsageError(f"{len(without)} cells have no entry for this fingerprint ({ids}); name "
+                     f"the one this instance served with --cell ID")
+
+
+def read_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
+                 backend: Backend, workers: int = 16) -> dict[str, Manifest]:
+    """Cell id -> this fingerprint's manifest, for the cells whose entry the store holds."""
+
+    def one(cell: Cell) -> tuple[str, Manifest | None]:
+        key = entry_key(cell, fingerprint)
+        try:
+            data = store.read(manifest_key(key))
+        except NotFoundError:
+            return cell.id, None
+        return cell.id, decode_manifest(data, allowed_roots=backend.root_names,
+                                        source=f"manifests/{key}.json")
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(cells) or 1))) as pool:
+        return {cid: m for cid, m in pool.map(one, cells) if m is not None}
+
+
+def hash_new_files(plan: BackfillPlan, dirs: Mapping[str, str | Path],
+                   workers: int = 8) -> tuple[FileRecord, ...]:
+    """Records (size, sha256, mode) for the plan's new files, validated as a manifest's are."""
+
+    def record(f: FileState) -> FileRecord:
+        path = Path(dirs[f.root], *f.path.split("/"))
+        try:
+            sha, size = sha256_file(path)
+            mode = path.stat().st_mode & 0o777
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+        return FileRecord(root=f.root, path=f.path, size=size, sha256=sha, mode=mode)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        records = list(pool.map(record, plan.new_files))
+    return validate_files([r.to_json() for r in records], allowed_roots=list(dirs),
+                          source="capture")
+
+
+PRODUCER = {"tool": "neffcache capture", "source": "runtime-compiled (back-fill)"}
+
+
+def apply_backfill(store: Store, plan: BackfillPlan, backend: Backend, fingerprint: Fingerprint,
+                   dirs: Mapping[str, str | Path], *, workers: int = 8) -> PublishResult | None:
+    """Publish the plan's new files as its cell's entry (None unless the plan says publish).
+    The manifest is written if absent: when another instance back-filled the same cell
+    first, its entry stands and ``created`` is False."""
+    if plan.action != PUBLISH or plan.cell is None:
+        return None
+    files = hash_new_files(plan, dirs, workers=workers)
+    roots = {name: Path(d) for name, d in dirs.items()}
+    return publish_entry(store, plan.cell, fingerprint, backend, roots, producer=PRODUCER,
+                         files=files, workers=workers)

@@ -1,0 +1,215 @@
+"""``precompile --claim``: warm cells taken one at a time from the index's claim queue, so any
+number of workers on any number of machines share a matrix, and each cell is compiled once.
+
+Each worker queues the cells it would warm (insert-if-absent), then, per local slot, loops:
+claim the next cell with no entry and no live lease (neffcache.index.claims: one statement,
+``FOR UPDATE SKIP LOCKED`` on Postgres), warm and publish it as ``precompile`` does while a
+``Heartbeat`` thread renews the lease, then release it (done: the row is deleted; failed: the
+cell goes back to the queue while it has attempts left). With nothing to claim but cells
+still leased elsewhere, it waits and looks again: a lease whose holder died expires and is
+claimed anew. A worker exits when no cell is left to claim or in progress.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neffcache.backends import get_backend
+from neffcache.errors import NeffcacheError
+from neffcache.fingerprint import Fingerprint
+from neffcache.index.matrices import matrix_name_of
+from neffcache.matrix import Cell, Matrix
+from neffcache.precompile.launch import kill_running_workers
+from neffcache.precompile.plan import (
+    EXISTS,
+    FAILED,
+    PUBLISHED,
+    REFUSE,
+    REFUSED,
+    SKIP,
+    SKIPPED,
+    WARM,
+    CellPlan,
+    CellReport,
+    Event,
+    PrecompileOptions,
+    PrecompileReport,
+    find_ready,
+    plan_precompile,
+)
+from neffcache.precompile.run import _index_known_entries, _register, _Run, _warm
+from neffcache.store import Store, manifest_key
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOptions:
+    lease_seconds: float = 300.0  # a lease not renewed for this long goes back to the queue
+    retries: int = 2  # failed attempts retried at most this often across the fleet
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        return self.lease_seconds / 3  # two heartbeats may be missed before the lease expires
+
+    @property
+    def poll_seconds(self) -> float:
+        """How often a worker with nothing to claim looks again while cells are leased
+        elsewhere: one indexed query, and the worker exits at most this late."""
+        return max(0.2, min(self.lease_seconds / 4, 1.0))
+
+
+def host_label() -> str:
+    """Who holds a lease, for people reading coverage: host name and process id."""
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+class Heartbeat:
+    """Renews one lease every ``interval`` seconds on a daemon thread (a ``threading.Event``
+    wait loop) until stopped. The compile runs in a subprocess; this thread lives in the
+    parent, so a dead parent stops renewing and its lease expires. ``lost`` is set when the
+    index says the lease is no longer ours."""
+
+    def __init__(self, index: Any, lease: Any, lease_seconds: float, interval: float) -> None:
+        self._index, self._lease = index, lease
+        self._lease_seconds, self._interval = lease_seconds, interval
+        self._stop = threading.Event()
+        self.lost = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="neffcache-heartbeat",
+                                        daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                if not self._index.renew_lease(self._lease, self._lease_seconds):
+                    self.lost.set()
+                    return
+            except NeffcacheError as exc:  # a blip: try again at the next beat
+                print(f"neffcache: heartbeat failed: {exc}", file=sys.stderr)
+
+
+def apply_claims(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Any,
+                 fingerprint: Fingerprint, options: PrecompileOptions, claim: ClaimOptions, *,
+                 environ: Mapping[str, str],
+                 progress: Callable[[Event], None] | None = None) -> PrecompileReport:
+    """Warm cells from the claim queue until none is left to claim or in progress; the report
+    lists the cells this worker handled (skipped, refused, published, exists, failed)."""
+    started = time.monotonic()
+    backend = get_backend(matrix.backend)
+    plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
+                            compile_only=options.compile_only)
+    emit = progress or (lambda event: None)
+    reports: dict[str, CellReport] = {}
+    for p in plans:
+        if p.action == SKIP:
+            reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, SKIPPED)
+        elif p.action == REFUSE:
+            reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, REFUSED,
+                                            error=p.reason)
+            emit(("refused", p.cell.id, p.reason or ""))
+    _index_known_entries(store, index, [p for p in plans if p.action == SKIP], backend)
+    _register(index, matrix)
+    to_warm = {p.cell.key: p for p in plans if p.action == WARM}
+    name = matrix_name_of(matrix)
+    removed = index.queue_claims(name, [p.cell for p in to_warm.values()], fingerprint,
+                                 [c.key for c in matrix.cells])
+    if removed:
+        emit(("note", name, f"removed {removed} queued cell(s) the matrix no longer declares"))
+    workdir = Path(options.workdir or tempfile.mkdtemp(prefix="neffcache-precompile-"))
+    run = _Run(matrix, store, index, fingerprint, backend, options, environ, workdir, emit)
+    if to_warm:
+        workdir.mkdir(parents=True, exist_ok=True)
+        run.run_id = index.start_run(host_label(), fingerprint, name)
+        slots = _Slots(run, claim, to_warm, reports)
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, options.workers)) as pool:
+                try:
+                    list(pool.map(lambda _: slots.loop(), range(max(1, options.workers))))
+                except BaseException:
+                    run.stopping.set()
+                    kill_running_workers()
+                    raise
+        finally:
+            done = [r for r in reports.values() if r.status in (PUBLISHED, EXISTS)]
+            failed = [r for r in reports.values() if r.status == FAILED]
+            index.finish_run(run.run_id, len(done), len(failed))
+    if not options.keep_workdir and options.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    order = {c.id: i for i, c in enumerate(cells)}
+    return PrecompileReport(
+        matrix=matrix.source, backend=backend.name, fingerprint_key=fingerprint.key,
+        store_url=store.url, run_id=run.run_id,
+        cells=tuple(sorted(reports.values(), key=lambda r: order.get(r.cell_id, 0))),
+        seconds=time.monotonic() - started,
+        workdir=str(workdir) if options.keep_workdir or options.workdir else None)
+
+
+class _Slots:
+    """The claim loop that each of a worker's local slots runs."""
+
+    def __init__(self, run: _Run, claim: ClaimOptions, plans: Mapping[str, CellPlan],
+                 reports: dict[str, CellReport]) -> None:
+        self.run, self.claim, self.plans, self.reports = run, claim, plans, reports
+        self.keys = sorted(plans)
+        self.host = host_label()
+        self.numbers = itertools.count(1)
+        self.lock = threading.Lock()
+
+    def loop(self) -> None:
+        run = self.run
+        while not run.stopping.is_set():
+            result = run.index.claim_next(self.keys, run.fingerprint.key,
+                                          holder=uuid.uuid4().hex, host=self.host,
+                                          lease_seconds=self.claim.lease_seconds,
+                                          max_attempts=self.claim.retries + 1)
+            if result.lease is not None:
+                report = self._handle(result.lease)
+                with self.lock:
+                    self.reports[report.cell_id] = report
+            elif result.live_elsewhere:
+                run.stopping.wait(self.claim.poll_seconds)  # leased elsewhere: may yet expire
+            else:
+                return
+
+    def _handle(self, lease: Any) -> CellReport:
+        run = self.run
+        plan = self.plans[lease.cell_key]
+        if run.store.has(manifest_key(plan.entry_key)):  # published, but its index row lost
+            _index_known_entries(run.store, run.index, [plan], run.backend)
+            run.index.release_done(lease)
+            run.emit(("skip", plan.cell.id, "ready (entry in store)"))
+            return CellReport(plan.cell.id, plan.cell.key, plan.entry_key, EXISTS)
+        with self.lock:
+            n = next(self.numbers)
+        run.emit(("claim", plan.cell.id, f"attempt {lease.attempt}, lease "
+                                         f"{self.claim.lease_seconds:g} s"))
+        with Heartbeat(run.index, lease, self.claim.lease_seconds,
+                       self.claim.heartbeat_seconds) as beat:
+            report = _warm(run, n, plan)
+        if beat.lost.is_set():
+            run.emit(("note", plan.cell.id, "lease lost while warming (expired and claimed "
+                                            "elsewhere?)"))
+        if report.status in (PUBLISHED, EXISTS):
+            run.index.release_done(lease)
+        else:
+            run.index.release_failed(lease)
+        return report

@@ -1,0 +1,206 @@
+"""Start a warm-up worker for one cell and collect what it did (the parent side of the worker).
+
+``run_worker`` writes the spec, starts ``python -m worker`` (or torchrun with one
+worker per rank, for a tensor-parallel cell) in its own session with the cache variables set
+in its environment (so they are in place before anything imports torch), waits up to a
+timeout, then stops the whole process group, and returns a ``WorkerOutcome``: exit status,
+wall seconds, the worker's result document, the verdict of hit_check, and the tail
+of its log.
+
+Stopping is SIGTERM first, SIGKILL after a grace period: torchrun starts each rank in a
+session of its own, so only torchrun itself (on SIGTERM) can reach and stop its ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neffcache.backends import Backend, cache_environment, root_dirs
+from neffcache.precompile.hit_check import (
+    CompileActivity,
+    FileState,
+    Verdict,
+    diff_files,
+    judge_activity,
+)
+from neffcache.precompile.worker import WorkerSpec, launch_command
+
+LOG_TAIL_CHARS = 16_000
+TIMEOUT_STATUS = 124  # what coreutils' timeout(1) reports; the log tail says "timed out"
+STOP_GRACE_SECONDS = 40.0  # SIGTERM; torchrun gives its ranks 30 s to stop, then SIGKILLs them
+_CHILD_DEFAULTS = {"PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+# Workers running now (they run in their own sessions, so a Ctrl-C does not reach them).
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOutcome:
+    """How one worker run ended. ``ok`` means exit 0 and a complete result document."""
+
+    cell_id: str
+    ok: bool
+    exit_status: int | None
+    timed_out: bool
+    wall_seconds: float
+    result: Mapping[str, Any] | None
+    log_tail: str
+    base: Path  # where its cache roots are (<base>/<root name>)
+
+    @property
+    def seconds(self) -> float | None:
+        """The warm-up call's own duration (first call: compile + run)."""
+        if self.result and isinstance(self.result.get("seconds"), (int, float)):
+            return float(self.result["seconds"])
+        return None
+
+    @property
+    def error(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.wall_seconds:.0f} s"
+        if self.result and self.result.get("error"):
+            return str(self.result["error"])
+        last = [ln for ln in self.log_tail.splitlines() if ln.strip()]
+        return last[-1] if last else f"exit status {self.exit_status}"
+
+    def verdict(self) -> Verdict | None:
+        """Did this run compile anything? (None when it did not finish.)"""
+        if not self.ok or not self.result:
+            return None
+        return verdict_of(self.result)
+
+    def to_json(self) -> dict[str, Any]:
+        v = self.verdict()
+        r = self.result or {}
+        return {"cell_id": self.cell_id, "ok": self.ok, "exit_status": self.exit_status,
+                "timed_out": self.timed_out, "wall_seconds": round(self.wall_seconds, 3),
+                "seconds": self.seconds, "load_seconds": r.get("load_seconds"),
+                "import_seconds": r.get("import_seconds"),
+                "error": None if self.ok else self.error,
+                "compiled": v.to_json() if v else None}
+
+
+def verdict_of(result: Mapping[str, Any]) -> Verdict:
+    def states(rows: Any) -> list[FileState]:
+        return [FileState(str(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows or ()]
+
+    files = diff_files(states(result.get("files_before")), states(result.get("files_after")))
+    return judge_activity(files, CompileActivity.from_json(result.get("activity") or {}))
+
+
+def worker_environment(backend: Backend, base: Path, environ: Mapping[str, str],
+                       extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: ours, plus extras, with the cache variables pointing at
+    ``base`` (they win over anything inherited)."""
+    env = {**_CHILD_DEFAULTS, **environ, **(extra or {})}
+    env.update(cache_environment(backend, str(base)))
+    return env
+
+
+def tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
+               environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None,
+               timeout: float | None = None) -> WorkerOutcome:
+    """Run one worker to completion (or until ``timeout`` seconds) and collect its outcome.
+
+    ``workdir`` holds the spec, the log and the result; the roots are under ``spec.base``
+    and are created here (empty, unless the caller restored an entry into them first)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for d in root_dirs(backend, spec.base).values():
+        Path(d).mkdir(parents=True, exist_ok=True)
+    spec_path = workdir / "spec.json"
+    spec_path.write_text(json.dumps(spec.to_json(), indent=2, sort_keys=True), encoding="utf-8")
+    log_path = workdir / "worker.log"
+    result_path = Path(spec.result_path)
+    result_path.unlink(missing_ok=True)
+    env = worker_environment(backend, Path(spec.base), environ, extra_env)
+    started = time.monotonic()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(launch_command(spec_path, spec.cell, backend), env=env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
+        try:
+            status: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            status = TIMEOUT_STATUS
+        except BaseException:
+            _kill_group(proc)
+            raise
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
+    wall = time.monotonic() - started
+    if timed_out:
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"\nneffcache: worker timed out after {timeout} s and was killed\n")
+    result = _read_result(result_path)
+    ok = status == 0 and bool(result and result.get("ok"))
+    return WorkerOutcome(cell_id=spec.cell.id, ok=ok, exit_status=status, timed_out=timed_out,
+                         wall_seconds=wall, result=result, log_tail=tail(log_path),
+                         base=Path(spec.base))
+
+
+def kill_running_workers(grace: float = STOP_GRACE_SECONDS) -> int:
+    """Stop every worker this process started that is still running (on an interrupt)."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    _stop_groups(procs, grace)
+    return len(procs)
+
+
+def _kill_group(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_SECONDS) -> None:
+    """Stop the worker's own process group (it was started in a new session), then reap it."""
+    _stop_groups([proc], grace)
+    proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop_groups(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
+    """SIGTERM each group; SIGKILL the groups whose leader has not exited after ``grace``."""
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    until = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, until - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(proc, signal.SIGKILL)  # stragglers in the group, or the leader itself
+
+
+def _read_result(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,193 @@
+"""Plan a precompile (pure, plus the store look-ups it needs): which cells to warm, skip or refuse.
+
+``plan_precompile`` is pure: a cell whose entry (for this fingerprint) is already in the store
+is skipped unless forced, so a rerun does nothing; in compile-only mode an eager cell is refused
+with the reason (its NEFFs only exist once ops run on a device). Also the value objects a
+precompile reports (``CellReport``, ``PrecompileReport``) and each cell's ``WorkerSpec``.
+"""
+
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neffcache.backends import Backend, compile_only_refusal
+from neffcache.errors import NotFoundError
+from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import decode_manifest, entry_key
+from neffcache.matrix import Cell, Matrix
+from neffcache.precompile.worker import WorkerSpec
+from neffcache.store import Store, manifest_key
+
+WARM, SKIP, REFUSE = "warm", "skip", "refuse"
+SKIPPED, PUBLISHED, EXISTS, FAILED = "skipped", "published", "exists", "failed"
+REFUSED = "refused"
+HIT, COMPILED, VERIFY_FAILED = "hit", "compiled", "verify-failed"
+
+# A progress event: (kind, cell id, message); kinds: start, skip, done, failed, verify, note.
+Event = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PrecompileOptions:
+    workers: int = 1
+    force: bool = False
+    timeout: float | None = None
+    verify: bool = False
+    workdir: Path | None = None
+    keep_workdir: bool = False
+    extra_env: tuple[tuple[str, str], ...] = ()
+    compile_only: bool = False  # no device here: cells that need one are refused
+
+
+@dataclass(frozen=True, slots=True)
+class CellPlan:
+    cell: Cell
+    entry_key: str
+    ready: bool  # the store already holds this cell's entry for the fingerprint
+    action: str  # warm | skip | refuse
+    reason: str | None = None  # why a cell is refused
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """A fresh process warmed against the entry restored into a new directory."""
+
+    status: str  # hit | compiled | verify-failed
+    seconds: float | None  # that process's first call
+    restore_seconds: float
+    verdict: Mapping[str, Any] | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "seconds": self.seconds,
+                "restore_seconds": round(self.restore_seconds, 3), "error": self.error,
+                "compiled": self.verdict}
+
+
+@dataclass(frozen=True, slots=True)
+class CellReport:
+    cell_id: str
+    cell_key: str
+    entry_key: str
+    status: str  # skipped | published | exists | failed | refused
+    seconds: float | None = None  # the warm-up's first call (compile + run)
+    wall_seconds: float | None = None
+    files: int | None = None
+    total_bytes: int | None = None
+    bytes_uploaded: int | None = None
+    exit_status: int | None = None
+    error: str | None = None
+    log_tail: str | None = None
+    verify: VerifyReport | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
+                "entry_key": self.entry_key, "status": self.status, "seconds": self.seconds,
+                "wall_seconds": None if self.wall_seconds is None else round(self.wall_seconds, 3),
+                "files": self.files, "total_bytes": self.total_bytes,
+                "bytes_uploaded": self.bytes_uploaded, "exit_status": self.exit_status,
+                "error": self.error, "log_tail": self.log_tail,
+                "verify": self.verify.to_json() if self.verify else None}
+
+
+@dataclass(frozen=True, slots=True)
+class PrecompileReport:
+    matrix: str
+    backend: str
+    fingerprint_key: str
+    store_url: str
+    run_id: str | None
+    cells: tuple[CellReport, ...]
+    seconds: float
+    workdir: str | None = None
+
+    @property
+    def failed(self) -> tuple[CellReport, ...]:
+        return tuple(c for c in self.cells if c.status == FAILED)
+
+    @property
+    def not_verified(self) -> tuple[CellReport, ...]:
+        return tuple(c for c in self.cells if c.verify and c.verify.status != HIT)
+
+    def count(self, status: str) -> int:
+        return sum(1 for c in self.cells if c.status == status)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"matrix": self.matrix, "backend": self.backend,
+                "fingerprint_key": self.fingerprint_key, "store": self.store_url,
+                "run_id": self.run_id, "seconds": round(self.seconds, 3),
+                "workdir": self.workdir,
+                "counts": {s: self.count(s) for s in (PUBLISHED, EXISTS, SKIPPED, FAILED,
+                                                      REFUSED)},
+                "cells": [c.to_json() for c in self.cells]}
+
+
+# --- plan (pure) ---------------------------------------------------------------------------
+
+def plan_precompile(cells: Sequence[Cell], fingerprint: Fingerprint,
+                    ready_entry_keys: Collection[str], *, force: bool = False,
+                    compile_only: bool = False) -> tuple[CellPlan, ...]:
+    """Warm every cell without an entry for this fingerprint (every cell with ``force``);
+    with ``compile_only``, refuse the cells that need a device (see refusal_reason)."""
+    plans = []
+    for cell in cells:
+        key = entry_key(cell, fingerprint)
+        ready = key in ready_entry_keys
+        reason = refusal_reason(cell, compile_only) if not ready or force else None
+        if reason is not None:
+            plans.append(CellPlan(cell, key, ready, REFUSE, reason))
+        else:
+            plans.append(CellPlan(cell, key, ready, WARM if force or not ready else SKIP))
+    return tuple(plans)
+
+
+def refusal_reason(cell: Cell, compile_only: bool) -> str | None:
+    """Why ``cell`` cannot be pre-compiled here (None: it can). Pure."""
+    if not compile_only:
+        return None
+    reason = compile_only_refusal(cell.mode)
+    return f"compile-only: {reason}" if reason else None
+
+
+def resolve_model(model: str, matrix_source: str) -> str:
+    """A model written as ``./dir`` or ``../dir`` is relative to the matrix file; an existing
+    directory becomes absolute; anything else is a hub id, kept as is."""
+    if model.startswith(("./", "../")):
+        return str((Path(matrix_source).parent / model).resolve())
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.is_dir() else model
+
+
+def worker_spec(matrix: Matrix, cell: Cell, base: Path, result_path: Path) -> WorkerSpec:
+    pipeline = matrix.pipeline(cell.pipeline)
+    return WorkerSpec(cell=cell, backend=matrix.backend,
+                      model=resolve_model(cell.model, matrix.source), base=str(base),
+                      result_path=str(result_path), warmup_steps=pipeline.warmup_steps,
+                      call_kwargs=pipeline.call_kwargs)
+
+
+# --- I/O -------------------------------------------------------------------------------------
+
+def find_ready(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
+               workers: int = 16) -> set[str]:
+    """Entry keys of these cells that the store already holds (one existence check each)."""
+    keys = [entry_key(c, fingerprint) for c in cells]
+    if not keys:
+        return set()
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(keys)))) as pool:
+        present = list(pool.map(lambda k: store.has(manifest_key(k)), keys))
+    return {k for k, p in zip(keys, present, strict=True) if p}
+
+
+def stored_compile_seconds(store: Store, key: str, backend: Backend) -> float | None:
+    """The cold first-call seconds recorded in an entry's manifest (None if unknown)."""
+    try:
+        data = store.read(manifest_key(key))
+    except NotFoundError:
+        return None
+    return decode_manifest(data, allowed_roots=backend.root_names).compile_seconds

@@ -1,0 +1,315 @@
+"""Publish an entry: capture a warm-up's cache roots into blobs plus one manifest in a store.
+
+``plan_publish`` walks the roots and hashes every file (I/O, pure-data result);
+``publish_entry`` first writes a ``pending/`` intent naming the blobs it relies on (so a
+concurrent gc spares them), uploads only the blobs the store lacks, each verified while
+streaming, then packs of its small blobs (see ``packing``: an extra that lets a restore
+fetch thousands of small files in a few requests), records a sha256 per part of each large file
+(see ``neffcache.parts``: lets a restore verify parts as they arrive), then writes the manifest
+last with if-absent (the commit point: first writer wins), a small
+``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
+was built, but for another environment" without reading every manifest, and drops the intent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import io
+import os
+import platform
+import socket
+import stat
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from neffcache import __version__
+from neffcache.backends import Backend
+from neffcache.canonical import canonical_json
+from neffcache.errors import IntegrityError, UnavailableError, UsageError
+from neffcache.fingerprint import Fingerprint
+from neffcache.hashing import VerifyingReader, sha256_file, sha256_file_parts
+from neffcache.manifest import (
+    FileRecord,
+    Manifest,
+    PackMember,
+    PackRecord,
+    PartDigests,
+    encode_manifest,
+    validate_files,
+)
+from neffcache.matrix import Cell
+from neffcache.parts import DEFAULT_PARTS, PartPolicy, needs_parts
+from neffcache.precompile.packing import DEFAULT_POLICY, PackPolicy, plan_packs
+from neffcache.store import Store, blob_key, manifest_key
+from neffcache.store.base import PENDING, cell_pointer_key, pack_key
+
+DEFAULT_WORKERS = 8
+PACK_WORKERS = 4  # each holds one pack (at most PackPolicy.max_bytes) in memory
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    manifest: Manifest
+    created: bool  # False: an entry with this key already existed and stands unchanged
+    blobs_uploaded: int
+    blobs_skipped: int
+    bytes_uploaded: int
+    packs_uploaded: int = 0
+    pack_bytes_uploaded: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.manifest
+        return {"entry_key": m.entry_key, "cell_id": m.cell.id, "cell_key": m.cell.key,
+                "fingerprint_key": m.fingerprint.key, "backend": m.fingerprint.backend,
+                "created": self.created, "files": len(m.files), "total_bytes": m.total_bytes,
+                "blobs_uploaded": self.blobs_uploaded, "blobs_skipped": self.blobs_skipped,
+                "bytes_uploaded": self.bytes_uploaded, "compile_seconds": m.compile_seconds,
+                "packs": len(m.packs), "packs_uploaded": self.packs_uploaded,
+                "pack_bytes_uploaded": self.pack_bytes_uploaded}
+
+
+def default_producer() -> dict[str, str]:
+    """Who wrote an entry: tool version and host name (never credentials or the environment)."""
+    return {"neffcache": __version__, "host": socket.gethostname(),
+            "python": platform.python_version()}
+
+
+def plan_publish(backend: Backend, roots: Mapping[str, Path], *,
+                 workers: int = DEFAULT_WORKERS) -> tuple[FileRecord, ...]:
+    """Every regular file under each named root that the backend captures (locks, temp files,
+    dotfiles, symlinks and anything outside a root's capture globs skipped), hashed, sorted by
+    (root, path). A root that is not a directory is a UsageError."""
+    found: list[tuple[str, str, Path, int]] = []
+    for name, directory in sorted(roots.items()):
+        backend.root(name)  # unknown root name -> UsageError naming the choices
+        if not Path(directory).is_dir():
+            raise UsageError(f"root {name}={directory}: not a directory")
+        found.extend((name, rel, path, mode)
+                     for rel, path, mode in _walk(backend, name, Path(directory)))
+
+    def record(item: tuple[str, str, Path, int]) -> FileRecord:
+        root, rel, path, mode = item
+        try:
+            sha, size = sha256_file(path)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+        return FileRecord(root=root, path=rel, size=size, sha256=sha, mode=mode)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        records = list(pool.map(record, found))
+    # The same checks a reader applies: what we publish must decode.
+    return validate_files([r.to_json() for r in records], allowed_roots=backend.root_names,
+                          source="publish")
+
+
+def _walk(backend: Backend, root: str, top: Path) -> list[tuple[str, Path, int]]:
+    """Regular files under ``top`` the backend captures for ``root``, as (rel, path, mode)."""
+    globs = [g.split("/") for g in backend.root(root).capture]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+        rel_dir = Path(dirpath).relative_to(top).as_posix()
+        prefix = "" if rel_dir == "." else f"{rel_dir}/"
+        dirnames[:] = sorted(
+            d for d in dirnames
+            if not backend.is_ignored(d) and not os.path.islink(os.path.join(dirpath, d))
+            and _may_hold_captures(globs, f"{prefix}{d}".split("/")))
+        for fname in sorted(filenames):
+            rel = f"{prefix}{fname}"
+            if not backend.captures(root, rel):
+                continue
+            path = Path(dirpath, fname)
+            st = path.lstat()
+            if not stat.S_ISREG(st.st_mode):
+                continue  # symlinks, sockets, fifos are never captured
+            out.append((rel, path, stat.S_IMODE(st.st_mode)))
+    return out
+
+
+def _may_hold_captures(globs: list[list[str]], dir_parts: list[str]) -> bool:
+    """Whether a directory could contain a file matching a capture glob (component-wise), so
+    a root such as TMPDIR is not walked beyond the compiler's own subtree."""
+    if not globs:
+        return True
+    for g in globs:
+        k = min(len(dir_parts), len(g) - 1)
+        if all(fnmatch.fnmatchcase(dir_parts[i], g[i]) for i in range(k)):
+            return True
+    return False
+
+
+def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
+                  roots: Mapping[str, Path], *, producer: Mapping[str, str] | None = None,
+                  compile_seconds: float | None = None, workers: int = DEFAULT_WORKERS,
+                  files: tuple[FileRecord, ...] | None = None,
+                  on_progress: Callable[[int, int], None] | None = None,
+                  packing: PackPolicy | None = DEFAULT_POLICY,
+                  parting: PartPolicy | None = DEFAULT_PARTS) -> PublishResult:
+    """Upload the blobs the store lacks, then packs of the small ones (``packing=None``: none),
+    then the manifest (if absent) with part digests of the large ones (``parting=None``: none).
+    ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
+    called per blob."""
+    if fingerprint.backend != backend.name:
+        raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
+                         f"not {backend.name!r}")
+    if files is None:
+        files = plan_publish(backend, roots, workers=workers)
+    manifest = Manifest(
+        cell=cell, fingerprint=fingerprint, files=files,
+        producer=tuple(sorted({**default_producer(), **(producer or {})}.items())),
+        compile_seconds=compile_seconds,
+        created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    mkey = manifest_key(manifest.entry_key)
+    if store.has(mkey):
+        write_pointer(store, manifest)
+        return PublishResult(manifest, False, 0, len({f.sha256 for f in files}), 0)
+
+    sources = {f.sha256: (f, Path(roots[f.root], *f.path.split("/"))) for f in files}
+    intent = write_intent(store, manifest)
+    try:
+        uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
+        groups = plan_packs(files, packing) if packing is not None else ()
+        packs, packs_uploaded, pack_bytes = _upload_packs(store, groups, sources)
+        parts = _part_digests(files, sources, parting, workers) if parting is not None else ()
+        manifest = replace(manifest, packs=packs, parts=parts)
+        created = store.put(mkey, io.BytesIO(encode_manifest(manifest)), if_absent=True)
+        # A gc that listed pending/ before our intent existed may have deleted an old blob we
+        # skipped: check the skipped ones once more, now that the manifest references them.
+        again = {s: sources[s] for s in skipped if not store.has(blob_key(s))}
+        if again:
+            _upload_blobs(store, again, workers, None)
+        write_pointer(store, manifest)
+    finally:
+        with contextlib.suppress(UnavailableError):  # a stale intent expires on its own
+            store.delete(intent)
+    return PublishResult(manifest, created, len(uploaded), len(skipped), nbytes,
+                         packs_uploaded, pack_bytes)
+
+
+def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
+                  on_progress: Callable[[int, int], None] | None
+                  ) -> tuple[list[str], list[str], int]:
+    uploaded: list[str] = []
+    skipped: list[str] = []
+    done = 0
+
+    def one(sha: str) -> tuple[str, bool]:
+        record, path = sources[sha]
+        key = blob_key(sha)
+        if store.has(key):
+            return sha, False
+        return sha, _upload_file(store, key, record, path)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for sha, wrote in pool.map(one, sorted(sources)):
+            (uploaded if wrote else skipped).append(sha)
+            done += 1
+            if on_progress:
+                on_progress(done, len(sources))
+    nbytes = sum(sources[s][0].size for s in uploaded)
+    return uploaded, skipped, nbytes
+
+
+def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool:
+    """Stream one file into the store, hashing as it goes; never commit changed bytes."""
+    name = f"{record.root}/{record.path}"
+    try:
+        raw = open(path, "rb")
+    except OSError as exc:
+        raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
+                             f"{exc.strerror}") from None
+    with VerifyingReader(raw, size=record.size, sha256=record.sha256, name=name) as reader:
+        wrote = store.put(key, reader, if_absent=True)  # type: ignore[arg-type]
+        if wrote:
+            try:
+                reader.finish()
+            except IntegrityError:
+                store.delete(key)  # ours, and wrong: take it back before anyone trusts it
+                raise
+    return wrote
+
+
+def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...],
+                  sources: Mapping[str, tuple[FileRecord, Path]]
+                  ) -> tuple[tuple[PackRecord, ...], int, int]:
+    """Build each pack in memory from the local files (each member checked against its
+    sha256 again: a file that changed since it was hashed is an IntegrityError), store it under
+    its own sha256 if absent. Returns (pack records in order, packs uploaded, bytes uploaded)."""
+
+    def one(members: tuple[FileRecord, ...]) -> tuple[PackRecord, bool]:
+        body = bytearray()
+        layout = []
+        for f in members:
+            path = sources[f.sha256][1]
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
+                                     f"{exc.strerror}") from None
+            if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
+                raise IntegrityError(f"{path}: changed while being published (sha256 or size "
+                                     f"differs from {f.sha256[:12]})")
+            layout.append(PackMember(f.sha256, len(body), f.size))
+            body += data
+        sha = hashlib.sha256(body).hexdigest()
+        wrote = store.put(pack_key(sha), io.BytesIO(body), if_absent=True)
+        return PackRecord(sha, len(body), tuple(layout)), wrote
+
+    if not groups:
+        return (), 0, 0
+    with ThreadPoolExecutor(max_workers=min(PACK_WORKERS, len(groups))) as pool:
+        done = list(pool.map(one, groups))
+    wrote = [p for p, w in done if w]
+    return tuple(p for p, _ in done), len(wrote), sum(p.size for p in wrote)
+
+
+def _part_digests(files: tuple[FileRecord, ...], sources: Mapping[str, tuple[FileRecord, Path]],
+                  policy: PartPolicy, workers: int) -> tuple[PartDigests, ...]:
+    """A digest per part of each large file, read once more with its whole-file sha256, which
+    must still be the recorded one: the parts then describe exactly the bytes the sha256 names."""
+
+    def one(f: FileRecord) -> PartDigests:
+        path = sources[f.sha256][1]
+        try:
+            sha, size, digests = sha256_file_parts(path, policy.part_bytes)
+        except OSError as exc:
+            raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
+                                 f"{exc.strerror}") from None
+        if sha != f.sha256 or size != f.size:
+            raise IntegrityError(f"{path}: changed while being published (sha256 or size "
+                                 f"differs from {f.sha256[:12]})")
+        return PartDigests(f.sha256, policy.part_bytes, digests)
+
+    large = needs_parts(files, policy)
+    if not large:
+        return ()
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(large)))) as pool:
+        return tuple(pool.map(one, large))
+
+
+def intent_key(entry_key: str) -> str:
+    return f"{PENDING}{entry_key}.{uuid.uuid4().hex[:16]}.json"
+
+
+def write_intent(store: Store, manifest: Manifest) -> str:
+    """Announce the blobs this publish relies on, before touching any (see gc)."""
+    key = intent_key(manifest.entry_key)
+    body = {"entry_key": manifest.entry_key, "created_at": time.time(),
+            "host": socket.gethostname(), "blobs": sorted({f.sha256 for f in manifest.files})}
+    store.put(key, io.BytesIO(canonical_json(body).encode("utf-8")), if_absent=True)
+    return key
+
+
+def write_pointer(store: Store, manifest: Manifest) -> None:
+    body = {"entry_key": manifest.entry_key, "cell_id": manifest.cell.id,
+            "cell_key": manifest.cell.key, "fingerprint_key": manifest.fingerprint.key,
+            "fingerprint": manifest.fingerprint.to_json()}
+    store.put(cell_pointer_key(manifest.cell.key, manifest.fingerprint.key),
+              io.BytesIO(canonical_json(body).encode("utf-8")), if_absent=True)

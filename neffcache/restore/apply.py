@@ -1,0 +1,96 @@
+"""Apply a restore plan: run its fetch units in two bounded lanes and tally what they did.
+
+How one unit fetches, verifies and installs its files atomically is in ``neffcache.restore.fetch``
+(units) and ``neffcache.restore.install`` (files); this module schedules units in plan order
+(none after the deadline) and collects the outcomes. It never raises for a file.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from neffcache.restore.fetch import Fetcher
+from neffcache.restore.fs import Roots
+from neffcache.restore.install import FileFailure, Outcome, batch_files
+from neffcache.restore.plan import FileId, PackRun, RestorePlan, Target
+from neffcache.restore.state import StateRecord
+from neffcache.store import Store
+from neffcache.thread_pool import run_lanes, usable_cpus
+
+Progress = Callable[[int, int, int], None]  # (files done, files total, bytes fetched)
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    """What ``apply_restore`` did: files installed, bytes fetched from the store, failures."""
+
+    installed: tuple[Target, ...]
+    failures: tuple[FileFailure, ...]
+    bytes_fetched: int
+    deadline_hit: bool
+    states: tuple[tuple[FileId, StateRecord], ...] = field(default=(), repr=False)
+    requests: int = 0
+
+
+class _Collector:
+    """Thread-safe tally of what the workers did."""
+
+    def __init__(self, total: int, progress: Progress | None) -> None:
+        self.lock = threading.Lock()
+        self.total, self.progress = total, progress
+        self.files = self.bytes = 0
+        self.installed: list[Target] = []
+        self.failures: list[FileFailure] = []
+        self.states: list[tuple[FileId, StateRecord]] = []
+
+    def add(self, outcomes: Sequence[Outcome], nbytes: int) -> None:
+        with self.lock:
+            for t, outcome in outcomes:
+                if isinstance(outcome, FileFailure):
+                    self.failures.append(outcome)
+                    continue
+                self.installed.append(t)
+                self.states.append((t.id, outcome))
+            self.bytes += nbytes
+            self.files += len(outcomes)
+            if self.progress and outcomes:
+                self.progress(self.files, self.total, self.bytes)
+
+
+def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
+                  deadline: float | None = None, progress: Progress | None = None,
+                  roots: Roots | None = None) -> RestoreReport:
+    """Run every fetch unit of the plan (``plan.units``: pack runs, blob GETs, parts);
+    failures are collected, never raised.
+
+    Two lanes: pack runs, whose cost is creating thousands of small files (kernel and GIL
+    work that more threads than CPUs only slow down, measured), run on at most one thread per
+    CPU plus one; blob GETs and parts, whose cost is waiting on the network, on ``workers``.
+    ``deadline`` is a ``time.monotonic()`` value: no unit starts after it, and a transfer in
+    progress stops at its next chunk once it has passed (its temp file removed).
+    """
+    own = roots is None
+    roots = roots or Roots(dict(plan.target_dirs))
+    units = plan.units
+    tally = _Collector(plan.files_to_fetch, progress)
+
+    workers = max(1, workers)
+    file_workers = max(1, min(workers, usable_cpus() + 1))
+    fetcher = Fetcher(store, roots, deadline, batch_files(file_workers, workers))
+    runs = [u for u in units if isinstance(u, PackRun)]
+    blobs = [u for u in units if not isinstance(u, PackRun)]
+    try:
+        left = run_lanes([(file_workers, runs), (workers, blobs)],
+                         lambda u: tally.add(*fetcher.run(u)), deadline)
+        tally.add(fetcher.abandon(left), 0)
+    finally:
+        if own:
+            roots.close()
+    deadline_hit = any(f.kind == "deadline" for f in tally.failures)
+    return RestoreReport(tuple(tally.installed), tuple(tally.failures), tally.bytes,
+                         deadline_hit, tuple(tally.states), len(units) - len(left))
+
+
+__all__ = ["FileFailure", "Progress", "RestoreReport", "apply_restore"]

@@ -1,0 +1,190 @@
+"""Local copies of manifests, and the store-free check that a restore has nothing to do.
+
+Every manifest a restore reads is kept beside the cache (``<target>/.neffcache-entries/
+<entry-key>.json``; entries are immutable). When a boot finds its cache already in place, these
+copies and the state files (``<root>/.neffcache-state.json``: path → size, mtime, ctime, inode,
+sha256, mode as neffcache last verified them) answer "every requested file is in place" in one
+``fstatat`` per file: no store, no hashing, no per-file objects (10,000 files in ~0.1 s).
+
+The copies are read lightly (JSON shape, roots, relative paths, entry key): they only ever
+*confirm* files in place — a restore that must write anything reads the manifest from the
+store — and they live in the target directory, which only the restoring user can write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from neffcache.backends import Backend, cache_environment, root_dirs
+from neffcache.errors import NeffcacheError
+from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import SCHEMA_VERSION, FileRecord, Manifest, encode_manifest, entry_key
+from neffcache.matrix import Cell
+from neffcache.restore.fs import Roots
+from neffcache.restore.outcome import RestoreResult
+from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
+from neffcache.restore.resolve import Resolution
+from neffcache.restore.scan import scan_present
+from neffcache.restore.state import STATE_FILE, STATE_SCHEMA, load_state
+
+LOCAL_ENTRIES = ".neffcache-entries"
+_BAD_PARTS = frozenset({"", ".", ".."})
+
+
+def local_manifest_path(target: Path, key: str) -> Path:
+    return Path(target, LOCAL_ENTRIES, f"{key}.json")
+
+
+def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, Any] | None:
+    """The local copy of entry ``key``'s manifest as JSON, if present and plausible."""
+    try:
+        doc = json.loads(local_manifest_path(target, key).read_bytes())
+        if doc.get("schema_version") != SCHEMA_VERSION or doc.get("entry_key") != key:
+            return None
+        allowed = set(roots)
+        for f in doc["files"]:
+            if f["root"] not in allowed or not _plain_relative(f["path"]):
+                return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return doc  # type: ignore[no-any-return]
+
+
+def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
+                ) -> Manifest | None:
+    """A Manifest from a local copy (its file list left empty with ``with_files=False``), or
+    None if it is not entry ``key``."""
+    try:
+        files = tuple(FileRecord(f["root"], f["path"], f["size"], f["sha256"], f["mode"])
+                      for f in doc["files"]) if with_files else ()
+        m = Manifest(cell=Cell.from_json(doc["cell"]),
+                     fingerprint=Fingerprint.from_json(doc["fingerprint"]), files=files)
+    except (ValueError, KeyError, TypeError, AttributeError, NeffcacheError):
+        return None
+    return m if m.entry_key == key else None
+
+
+def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str, str]
+                     ) -> int | None:
+    """How many files the entries want, if every one is in place exactly as the state file
+    last vouched for it (size, mtime, ctime, inode unchanged; sha256 and mode as wanted);
+    None at the first doubt, or when two entries claim one path (the full plan decides)."""
+    states: dict[str, dict[str, list[Any]]] = {}
+    fds: dict[str, int] = {}
+    try:
+        for root, d in target_dirs.items():
+            states[root] = _raw_state(Path(d, STATE_FILE))
+            fds[root] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return _confirm(docs, states, fds)
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _confirm(docs: Sequence[Mapping[str, Any]], states: Mapping[str, dict[str, list[Any]]],
+             fds: Mapping[str, int]) -> int | None:
+    seen: set[tuple[str, str]] = set()
+    lstat, is_reg, mode_of = os.stat, stat.S_ISREG, stat.S_IMODE
+    for doc in docs:
+        for f in doc["files"]:  # hot loop: one fstatat, no objects made
+            root, path = f["root"], f["path"]
+            if len(docs) > 1:
+                if (root, path) in seen:
+                    return None
+                seen.add((root, path))
+            rec = states[root].get(path)
+            if rec is None or rec[4] != f["sha256"] or rec[0] != f["size"] \
+                    or rec[5] != f["mode"]:
+                return None
+            st = lstat(path, dir_fd=fds[root], follow_symlinks=False)
+            if st.st_ino != rec[3] or st.st_mtime_ns != rec[1] or st.st_ctime_ns != rec[2] \
+                    or st.st_size != rec[0] or not is_reg(st.st_mode) \
+                    or mode_of(st.st_mode) != rec[5]:
+                return None
+    return sum(len(doc["files"]) for doc in docs)
+
+
+def _raw_state(path: Path) -> dict[str, list[Any]]:
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError:
+        return {}
+    if doc.get("schema_version") != STATE_SCHEMA:
+        return {}
+    return doc["files"]  # type: ignore[no-any-return]
+
+
+def _plain_relative(path: object) -> bool:
+    return isinstance(path, str) and bool(path) and path[0] != "/" and "\x00" not in path \
+        and not _BAD_PARTS.intersection(path.split("/"))
+
+
+def save_local_manifests(target: Path, manifests: Sequence[Manifest]) -> None:
+    """Keep a copy of each manifest beside the cache (best effort, written once: entries are
+    immutable). Not fsynced: a damaged copy only means asking the store again."""
+    d = Path(target, LOCAL_ENTRIES)
+    for m in manifests:
+        final = d / f"{m.entry_key}.json"
+        if final.exists():
+            continue
+        tmp = d / f".{m.entry_key}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(encode_manifest(m))
+            os.replace(tmp, final)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
+                  target: Path, *, store_url: str) -> RestoreResult | None:
+    """The result of a restore that finds everything in place, judged from the local copies
+    of the entries' manifests and the state files alone (no store, no hashing; see
+    this module); None when any requested cell lacks a local copy or any of
+    its files is absent, changed or unvouched — then a full ``restore_cells`` decides. The
+    result's manifests carry no file list: the files were confirmed, not planned."""
+    started = time.monotonic()
+    target = Path(target).absolute()
+    keys = [entry_key(c, fingerprint) for c in cells]
+    docs = [read_local_doc(target, k, backend.root_names) for k in keys]
+    dirs = root_dirs(backend, str(target))
+    if any(d is None for d in docs) or not all(os.path.isdir(d) for d in dirs.values()):
+        return None
+    confirmed = confirm_in_place(docs, dirs)  # type: ignore[arg-type]
+    conflicts: tuple[Conflict, ...] = ()
+    if confirmed is None:  # a file changed, or entries share paths: plan it, still locally
+        full = [manifest_of(d, k) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
+        if len(full) < 2 or any(m is None for m in full):
+            return None
+        with Roots(dirs) as roots:
+            present, _ = scan_present(roots, wanted_sizes(full), load_state(dirs),  # type: ignore[arg-type]
+                                      hash_unknown=False)
+        plan = plan_restore(full, dirs, present)  # type: ignore[arg-type]
+        if plan.fetch:
+            return None
+        confirmed, conflicts = len(plan.present), plan.conflicts
+    found = [manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
+    if any(m is None for m in found):
+        return None
+    return RestoreResult(
+        backend=backend.name, fingerprint_key=fingerprint.key, store_url=store_url,
+        target=str(target), requested=tuple(c.id for c in cells),
+        resolution=Resolution(tuple(found), (), (), ()),  # type: ignore[arg-type]
+        restored=tuple(c.id for c in cells), incomplete=(), files_fetched=0,
+        files_skipped=confirmed, bytes_fetched=0, failures=(), deadline_hit=False,
+        seconds=time.monotonic() - started,
+        environment=tuple(sorted(cache_environment(backend, str(target)).items())),
+        conflicts=conflicts)

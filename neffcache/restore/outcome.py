@@ -1,0 +1,134 @@
+"""The outcome of a restore: what it did (``RestoreResult``, its report) and the error it ends with.
+
+Exit rule (``outcome_error``) (``outcome_error``), first match wins:
+  4  a manifest was rejected, or a blob was missing/corrupt/truncated
+  1  a file could not be written locally (permissions, disk full, symlink in the way)
+  6  the store could not be reached for some manifest or blob
+  3  the deadline stopped the restore before everything was in place
+  5  no requested cell could be restored and some missing cells have entries built for
+     another fingerprint
+  3  some requested cells have no entry
+  0  every requested cell is restored (or was already present and valid)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from neffcache.canonical import digest_of
+from neffcache.errors import (
+    CacheMissError,
+    DeadlineExceededError,
+    FingerprintMismatchError,
+    IntegrityError,
+    NeffcacheError,
+    UnavailableError,
+    exit_code_for,
+)
+from neffcache.restore.install import FileFailure
+from neffcache.restore.plan import Conflict
+from neffcache.restore.resolve import Resolution
+
+REPORT_SCHEMA = 1
+MAX_LISTED_FAILURES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    backend: str
+    fingerprint_key: str
+    store_url: str
+    target: str
+    requested: tuple[str, ...]
+    resolution: Resolution
+    restored: tuple[str, ...]
+    incomplete: tuple[str, ...]
+    files_fetched: int
+    files_skipped: int
+    bytes_fetched: int
+    failures: tuple[FileFailure, ...]
+    deadline_hit: bool
+    seconds: float
+    environment: tuple[tuple[str, str], ...] = field(default=())
+    # Paths entries disagree about; the first cell's record won each (see neffcache.restore.plan).
+    conflicts: tuple[Conflict, ...] = field(default=())
+
+    def error(self) -> NeffcacheError | None:
+        return outcome_error(self)
+
+    def judged_json(self) -> dict[str, Any]:
+        """The verdict and the cells, as a restore's report and a dry run both show them."""
+        err = self.error()
+        code = exit_code_for(err) if err else 0
+        res = self.resolution
+        return {
+            "status": "ok" if code == 0 else ("partial" if code == 3 else "failed"),
+            "exit_code": code,
+            "error": str(err) if err else None,
+            "backend": self.backend,
+            "fingerprint_key": self.fingerprint_key,
+            "store": self.store_url,
+            "target": self.target,
+            "cells_requested": list(self.requested),
+            "cells_missing": [c.id for c in res.missing],
+            "cells_failed": [{"cell": f.cell_id, "kind": f.kind, "error": f.message}
+                             for f in res.failed],
+            "cells_elsewhere": {cid: list(fps) for cid, fps in res.elsewhere},
+            "entries": [m.entry_key for m in res.found],
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        res = self.resolution
+        return {
+            "schema_version": REPORT_SCHEMA,
+            **self.judged_json(),
+            "cells_restored": list(self.restored),
+            "cells_incomplete": list(self.incomplete) + [c.id for c in res.unresolved],
+            "files_fetched": self.files_fetched,
+            "files_skipped": self.files_skipped,
+            "files_failed": [f.to_json() for f in self.failures[:MAX_LISTED_FAILURES]],
+            "files_failed_count": len(self.failures),
+            "bytes_fetched": self.bytes_fetched,
+            "deadline_hit": self.deadline_hit,
+            "seconds": round(self.seconds, 3),
+            "environment": dict(self.environment),
+            "conflicts": len(self.conflicts),
+        }
+
+
+def outcome_error(r: RestoreResult) -> NeffcacheError | None:
+    """The error a restore ends with (None for success); see the module docstring."""
+    res = r.resolution
+    kinds = {f.kind for f in r.failures} | {f.kind for f in res.failed}
+    first: dict[str, str] = {}
+    for kind, message in [(f.kind, f.message) for f in r.failures] + \
+            [(f.kind, f.message) for f in res.failed]:
+        first.setdefault(kind, message)
+    n_fail = len(r.failures) + len(res.failed)
+    if "integrity" in kinds:
+        msg = first["integrity"]
+        return IntegrityError(f"{n_fail} problem(s) found, nothing bad installed; first: {msg}",
+                              hint="neffcache verify")
+    if "io" in kinds:
+        return NeffcacheError(f"{n_fail} file(s) could not be installed; first: {first['io']}")
+    if "unavailable" in kinds:
+        return UnavailableError(f"store {r.store_url} unavailable: {first['unavailable']}")
+    if r.deadline_hit:
+        left = len(r.requested) - len(r.restored) - len(res.missing)
+        return DeadlineExceededError(
+            f"deadline reached: {len(r.restored)} of {len(r.requested)} cells restored, "
+            f"{left} not finished (rerun to resume)")
+    if res.missing:
+        ids = ", ".join(c.id for c in res.missing[:3]) + (", ..." if len(res.missing) > 3 else "")
+        if not r.restored and res.elsewhere:
+            cell_key = next(c.key for c in res.missing if c.id == res.elsewhere[0][0])
+            other = digest_of({"cell": cell_key, "fingerprint": res.elsewhere[0][1][0]})
+            return FingerprintMismatchError(
+                f"no requested cell has an entry for fingerprint {r.fingerprint_key[:12]}; "
+                f"{len(res.elsewhere)} were built for another environment ({ids})",
+                hint=f"neffcache fingerprint --explain {other}")
+        return CacheMissError(f"{len(res.missing)} of {len(r.requested)} cells have no entry for "
+                              f"fingerprint {r.fingerprint_key[:12]}: {ids}",
+                              hint="neffcache precompile MATRIX (on a build host)")
+    return None

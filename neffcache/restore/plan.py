@@ -1,0 +1,301 @@
+"""The whole restore plan (pure, no I/O): what is in place, what to fetch, and by which requests.
+
+Input: the entries' manifests, the target directory of each cache root, and what a scan found
+at each wanted path (size, sha256, mode). Output: a ``RestorePlan`` — fetch groups (one blob
+fetched once, installed at every path that wants it), files already present and valid,
+conflicts, and the fetch units (store requests) in the order they run. A conflict is two entries
+wanting different bytes at one path, which is common for compile caches (files are named by
+their inputs, but .so/.gch/NEFF bytes are not always reproducible): the first entry in the
+requested cell order wins that path, the others' records are skipped and reported; a file
+already present and valid for any of the records is left.
+
+Units: a blob the entries' packs hold is read from its pack: needed members close together in
+one pack become one ranged read (``PackRun``), joining across gaps of unneeded bytes up to
+``gap_bytes`` and stopping at ``run_bytes``, so thousands of small files cost a few dozen
+requests. Other blobs are one GET each (``BlobGet``), and large ones several ranged GETs in
+parallel (``BlobPart``), each part verified against its own digest where the manifest has part
+digests. Units come out in the order of the plan's groups (cell by cell), so a deadline still
+leaves whole cells done. Also the per-cell verdicts once the I/O is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from neffcache.errors import ManifestError
+from neffcache.manifest import Manifest, PackRecord, PartDigests, part_count
+from neffcache.parts import DEFAULT_PARTS, part_ranges
+
+FileId = tuple[str, str]  # (root, relative path)
+MiB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class PresentFile:
+    """What a scan found at a wanted path: ``sha256`` is None when it was not worth hashing."""
+
+    size: int
+    sha256: str | None
+    mode: int
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One file to have in place: root, relative path and the bytes it must hold."""
+
+    root: str
+    path: str
+    size: int
+    sha256: str
+    mode: int
+
+    @property
+    def id(self) -> FileId:
+        return (self.root, self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchGroup:
+    """One blob: fetched from the store into ``targets[0]``, copied locally to the others."""
+
+    sha256: str
+    size: int
+    targets: tuple[Target, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Entries wanting different bytes at one path; ``entry_keys[0]``'s record won (first in
+    cell order), ``sha256s`` are the distinct digests wanted, the winner's first."""
+
+    root: str
+    path: str
+    entry_keys: tuple[str, ...]
+    sha256s: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return (f"{self.root}/{self.path}: entries {', '.join(k[:12] for k in self.entry_keys)} "
+                f"want different bytes (sha256 {', '.join(s[:12] for s in self.sha256s)}); "
+                f"kept entry {self.entry_keys[0][:12]}'s")
+
+
+@dataclass(frozen=True, slots=True)
+class UnitPolicy:
+    run_bytes: int = 8 * MiB  # a ranged read of a pack covers at most this (unless one member)
+    gap_bytes: int = 1 * MiB  # unneeded pack bytes worth reading to save a request
+    part_bytes: int = DEFAULT_PARTS.part_bytes  # large blobs are fetched in parts this size...
+    split_over: int = DEFAULT_PARTS.over  # ...when they are larger than this (without digests)
+
+
+DEFAULT_UNITS = UnitPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """A group's bytes inside a pack, at ``offset`` from the pack's start."""
+
+    group: FetchGroup
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PackRun:
+    """One ranged read of a pack: ``length`` bytes from ``start``, holding ``slices``."""
+
+    pack: str  # the pack's sha256
+    start: int
+    length: int
+    slices: tuple[Slice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BlobGet:
+    """One GET of a whole blob."""
+
+    group: FetchGroup
+
+
+@dataclass(frozen=True, slots=True)
+class BlobPart:
+    """Part ``index`` of ``count`` of a large blob: ``length`` bytes from ``start``, with their
+    sha256 when the manifest has it (then every part of the blob has one)."""
+
+    group: FetchGroup
+    index: int
+    count: int
+    start: int
+    length: int
+    digest: str = ""
+
+
+Unit = PackRun | BlobGet | BlobPart
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    """The whole plan: files already in place, fetch groups, the store requests that bring
+    them (``units``, in the order they run), and the paths entries disagree about."""
+
+    target_dirs: tuple[tuple[str, str], ...]
+    fetch: tuple[FetchGroup, ...]
+    present: tuple[Target, ...]
+    conflicts: tuple[Conflict, ...]
+    units: tuple[Unit, ...] = ()
+
+    @property
+    def files_to_fetch(self) -> int:
+        return sum(len(g.targets) for g in self.fetch)
+
+    @property
+    def bytes_to_fetch(self) -> int:
+        return sum(g.size for g in self.fetch)
+
+    @property
+    def requests(self) -> int:
+        return len(self.units)
+
+
+def wanted_sizes(manifests: Iterable[Manifest]) -> dict[FileId, set[int]]:
+    """Every path the entries want, with the sizes they want there (what a scan must look at)."""
+    out: dict[FileId, set[int]] = {}
+    for m in manifests:
+        for f in m.files:
+            out.setdefault((f.root, f.path), set()).add(f.size)
+    return out
+
+
+def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
+                 present: Mapping[FileId, PresentFile], policy: UnitPolicy = DEFAULT_UNITS
+                 ) -> RestorePlan:
+    """Decide per wanted file: already valid, or fetch (grouped by sha256); note conflicts.
+
+    Files are scheduled in manifest order (cell by cell) so a deadline leaves whole cells done.
+    Where entries disagree about a path, the first manifest's record wins (a present file valid
+    for any of the records is left in place) and the disagreement is listed in ``conflicts``.
+    """
+    wants: dict[FileId, list[tuple[str, Target]]] = {}
+    for m in manifests:
+        key = m.entry_key  # a digest: computed once per entry, not per file
+        for f in m.files:
+            if f.root not in target_dirs:
+                raise ManifestError(f"entry {key[:12]}: file {f.root}/{f.path}: "
+                                    f"root {f.root!r} has no target directory")
+            fid = (f.root, f.path)
+            claims = wants.get(fid)
+            if claims is None:
+                wants[fid] = [(key, Target(f.root, f.path, f.size, f.sha256, f.mode))]
+            else:
+                claims.append((key, Target(f.root, f.path, f.size, f.sha256, f.mode)))
+    groups: dict[str, list[Target]] = {}
+    valid: list[Target] = []
+    conflicts: list[Conflict] = []
+    for fid, claims in wants.items():  # hot loop (10,000s of files): no generators inside
+        t = claims[0][1]
+        if len(claims) > 1 and any((c.sha256, c.size) != (t.sha256, t.size)
+                                   for _, c in claims):
+            conflicts.append(Conflict(fid[0], fid[1],
+                                      tuple(dict.fromkeys(k for k, _ in claims)),
+                                      tuple(dict.fromkeys(c.sha256 for _, c in claims))))
+        have = present.get(fid)
+        match = None
+        if have is not None:
+            for _, c in claims:
+                if have.sha256 == c.sha256 and have.size == c.size and have.mode == c.mode:
+                    match = c
+                    break
+        if match is not None:
+            valid.append(match)
+        else:
+            group = groups.get(t.sha256)
+            if group is None:
+                groups[t.sha256] = [t]
+            else:
+                group.append(t)
+    fetch = tuple(FetchGroup(sha, ts[0].size, tuple(ts)) for sha, ts in groups.items())
+    units = plan_units(fetch, [p for m in manifests for p in m.packs], policy,
+                       [p for m in manifests for p in m.parts]) if fetch else ()
+    return RestorePlan(target_dirs=tuple(sorted(target_dirs.items())), fetch=fetch,
+                       present=tuple(valid), conflicts=tuple(conflicts), units=units)
+
+
+def unit_groups(unit: Unit) -> tuple[FetchGroup, ...]:
+    return tuple(s.group for s in unit.slices) if isinstance(unit, PackRun) else (unit.group,)
+
+
+def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
+               policy: UnitPolicy = DEFAULT_UNITS,
+               parts: Iterable[PartDigests] = ()) -> tuple[Unit, ...]:
+    """Requests for every group of ``fetch``; a blob held by several packs is read from the
+    first of ``packs`` (pass them in cell order) that holds it, and split at the part size of
+    the first of ``parts`` that describes it.
+
+    Order: the parts of split blobs first, largest blob first, then the rest in fetch order.
+    A split blob's sha256 runs through its parts in order, one part after another, so the
+    largest blob is the restore's critical path: starting it first overlaps its hashing with
+    everything else instead of leaving it as the tail."""
+    where: dict[str, tuple[str, int]] = {}
+    for p in packs:
+        for m in p.members:
+            where.setdefault(m.sha256, (p.sha256, m.offset))
+    digests: dict[str, PartDigests] = {}
+    for d in parts:
+        digests.setdefault(d.sha256, d)
+    order = {g.sha256: i for i, g in enumerate(fetch)}
+    keyed: list[tuple[tuple[int, int, int, int], Unit]] = []
+    in_packs: dict[str, list[Slice]] = {}
+    for g in fetch:
+        if g.sha256 in where and g.size > 0:
+            pack, offset = where[g.sha256]
+            in_packs.setdefault(pack, []).append(Slice(g, offset))
+        elif (d := _digests_for(g, digests)) is not None or g.size > policy.split_over:
+            ranges = part_ranges(g.size, d.part_size if d else policy.part_bytes)
+            for i, (start, length) in enumerate(ranges):
+                keyed.append(((0, -g.size, order[g.sha256], i), BlobPart(
+                    g, i, len(ranges), start, length, d.digests[i] if d else "")))
+        else:
+            keyed.append(((1, 0, order[g.sha256], 0), BlobGet(g)))
+    for pack, slices in in_packs.items():
+        for run in _runs(pack, sorted(slices, key=lambda s: s.offset), policy):
+            keyed.append(((1, 0, min(order[s.group.sha256] for s in run.slices), 0), run))
+    keyed.sort(key=lambda k: k[0])
+    return tuple(u for _, u in keyed)
+
+
+def _digests_for(g: FetchGroup, digests: dict[str, PartDigests]) -> PartDigests | None:
+    d = digests.get(g.sha256)
+    if d is None or g.size <= d.part_size or len(d.digests) != part_count(g.size, d.part_size):
+        return None  # not for a file of this size (a manifest that disagrees on it)
+    return d
+
+
+def _runs(pack: str, slices: list[Slice], policy: UnitPolicy) -> list[PackRun]:
+    """Cut offset-sorted slices into runs: a new run when the gap or the length would grow
+    past the policy's limits."""
+    runs: list[PackRun] = []
+    current: list[Slice] = []
+    start = end = 0
+    for s in slices:
+        s_end = s.offset + s.group.size
+        if current and (s.offset - end > policy.gap_bytes or s_end - start > policy.run_bytes):
+            runs.append(PackRun(pack, start, end - start, tuple(current)))
+            current = []
+        if not current:
+            start = s.offset
+        current.append(s)
+        end = s_end
+    if current:
+        runs.append(PackRun(pack, start, end - start, tuple(current)))
+    return runs
+
+
+def cell_verdicts(manifests: Sequence[Manifest], in_place: set[FileId]
+                  ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(restored, incomplete) cell ids: restored when every file of its entry is in place."""
+    restored: list[str] = []
+    incomplete: list[str] = []
+    for m in manifests:
+        ok = all((f.root, f.path) in in_place for f in m.files)
+        (restored if ok else incomplete).append(m.cell.id)
+    return tuple(restored), tuple(incomplete)

@@ -1,0 +1,99 @@
+"""Resolve: read each requested cell's manifest for this fingerprint from the store, in parallel.
+
+For each cell the entry key is ``entry_key(cell, this host's fingerprint)``; its manifest is read
+from ``manifests/<key>.json`` (no index needed) and validated fully. Missing cells are checked
+against the store's ``cells/<cell-key>/`` pointers to tell "never built" from "built for another
+environment".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from neffcache.backends import Backend
+from neffcache.errors import ManifestError, NotFoundError, UnavailableError
+from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import Manifest, decode_manifest, entry_key
+from neffcache.matrix import Cell
+from neffcache.store import Store, manifest_key
+from neffcache.store.base import CELLS
+from neffcache.thread_pool import map_in_threads
+
+
+@dataclass(frozen=True, slots=True)
+class CellFailure:
+    cell_id: str
+    kind: str  # integrity | unavailable
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """Which requested cells have an entry for this fingerprint, and which do not."""
+
+    found: tuple[Manifest, ...]
+    missing: tuple[Cell, ...]
+    failed: tuple[CellFailure, ...]
+    unresolved: tuple[Cell, ...]  # not looked up before the deadline
+    elsewhere: tuple[tuple[str, tuple[str, ...]], ...] = ()  # cell id -> other fingerprint keys
+
+
+def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
+                    backend: Backend, *, workers: int = 16,
+                    deadline: float | None = None) -> Resolution:
+    """Read each cell's manifest for this fingerprint (in parallel), validating it fully."""
+
+    def one(cell: Cell) -> tuple[Cell, Manifest | CellFailure | str]:
+        if deadline is not None and time.monotonic() >= deadline:
+            return cell, "unresolved"
+        key = entry_key(cell, fingerprint)
+        try:
+            data = store.read(manifest_key(key))
+        except NotFoundError:
+            return cell, "missing"
+        except UnavailableError as exc:
+            return cell, CellFailure(cell.id, "unavailable", str(exc))
+        try:
+            m = decode_manifest(data, allowed_roots=backend.root_names,
+                                source=f"manifests/{key}.json")
+            if m.entry_key != key:
+                raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
+        except ManifestError as exc:
+            return cell, CellFailure(cell.id, "integrity", str(exc))
+        return cell, m
+
+    found: list[Manifest] = []
+    missing: list[Cell] = []
+    failed: list[CellFailure] = []
+    unresolved: list[Cell] = []
+    for cell, outcome in map_in_threads(one, cells, workers):
+        if isinstance(outcome, Manifest):
+            found.append(outcome)
+        elif isinstance(outcome, CellFailure):
+            failed.append(outcome)
+        else:
+            (missing if outcome == "missing" else unresolved).append(cell)
+    elsewhere = find_elsewhere(store, missing, fingerprint, workers=workers, deadline=deadline)
+    return Resolution(tuple(found), tuple(missing), tuple(failed), tuple(unresolved), elsewhere)
+
+
+def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint, *,
+                   workers: int = 16, deadline: float | None = None
+                   ) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """For cells without an entry here: the other fingerprints they were built for (one LIST
+    of ``cells/<cell-key>/`` each). Store errors here only lose the diagnosis."""
+
+    def one(cell: Cell) -> tuple[str, tuple[str, ...]]:
+        if deadline is not None and time.monotonic() >= deadline:
+            return cell.id, ()
+        prefix = f"{CELLS}{cell.key}/"
+        try:
+            names = [k[len(prefix):] for k in store.list(prefix)]
+        except (UnavailableError, NotFoundError):
+            return cell.id, ()
+        fps = sorted(n[:-5] for n in names if n.endswith(".json") and "/" not in n)
+        return cell.id, tuple(f for f in fps if f != fingerprint.key)
+
+    return tuple((cid, fps) for cid, fps in map_in_threads(one, cells, workers) if fps)

@@ -1,0 +1,91 @@
+"""Scan what is in place at every path the entries want: size, mode, and sha256 when useful.
+
+The look is one ``fstatat`` per wanted file; a file is hashed only when its size is one an
+entry wants and the state file does not vouch for it (same size, mtime, ctime, inode).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Mapping
+
+from neffcache.hashing import CHUNK
+from neffcache.restore.fs import Roots
+from neffcache.restore.plan import FileId, PresentFile
+from neffcache.restore.state import StateRecord, state_record
+from neffcache.thread_pool import map_in_threads
+
+
+def scan_present(roots: Roots, wanted: Mapping[FileId, set[int]],
+                 state: Mapping[FileId, StateRecord], *, workers: int = 8,
+                 deadline: float | None = None, hash_unknown: bool = True
+                 ) -> tuple[dict[FileId, PresentFile], dict[FileId, StateRecord]]:
+    """Look at every wanted path: its size and mode, and its sha256 when the size is one an
+    entry wants — from the state file when size, mtime, ctime and inode are unchanged, else by
+    hashing it (in a pool; skipped with ``hash_unknown=False``, leaving the file unknown).
+
+    The look is one ``fstatat`` per file relative to its root, not following a symlink in the
+    last component. It may pass through a symlinked directory, but it only reads metadata and
+    a match with the state file means the very inode neffcache verified; a file that must be
+    hashed is opened component by component without following any symlink."""
+    present: dict[FileId, PresentFile] = {}
+    records: dict[FileId, StateRecord] = {}
+    to_hash: list[tuple[FileId, os.stat_result]] = []
+    fds = roots.fds
+    for fid in wanted:
+        root, path = fid
+        if root not in fds:
+            continue  # a root not there yet (a look that creates nothing): nothing in place
+        try:
+            st = os.stat(path, dir_fd=fds[root], follow_symlinks=False)
+        except OSError:
+            continue  # absent, or a file in the way: fetched (or refused) later
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_size not in wanted[fid]:
+            present[fid] = PresentFile(st.st_size, None, mode)
+            continue
+        rec = state.get(fid)
+        if rec is not None and rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                           st.st_ino):
+            present[fid] = PresentFile(st.st_size, rec.sha256, mode)
+            records[fid] = rec
+        elif hash_unknown:
+            to_hash.append((fid, st))
+    if to_hash:
+        _hash_present(roots, to_hash, present, records, workers, deadline)
+    return present, records
+
+
+def _hash_present(roots: Roots, items: list[tuple[FileId, os.stat_result]],
+                  present: dict[FileId, PresentFile], records: dict[FileId, StateRecord],
+                  workers: int, deadline: float | None) -> None:
+    def one(item: tuple[FileId, os.stat_result]) -> tuple[FileId, str | None]:
+        (root, path), _st = item
+        if deadline is not None and time.monotonic() >= deadline:
+            return item[0], None
+        try:
+            with roots.parent(root, path, create=False) as dfd:
+                return item[0], _hash_at(dfd, path.rpartition("/")[2], deadline)
+        except OSError:
+            return item[0], None
+
+    for (fid, sha), (_, st) in zip(map_in_threads(one, items, workers), items, strict=True):
+        if sha is not None:
+            present[fid] = PresentFile(st.st_size, sha, stat.S_IMODE(st.st_mode))
+            records[fid] = state_record(st, sha)
+
+
+def _hash_at(dfd: int, name: str, deadline: float | None) -> str | None:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    h = hashlib.sha256()
+    with os.fdopen(fd, "rb", buffering=0) as fh:
+        while chunk := fh.read(CHUNK):
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,71 @@
+"""copy_entries between stores, and verify --local's re-hash of a restored directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neffcache.backends import get_backend
+from neffcache.errors import IntegrityError
+from neffcache.lifecycle.copy import copy_entries
+from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
+from neffcache.lifecycle.verify_local import verify_local
+from neffcache.restore.run import restore_cells
+from neffcache.restore.state import load_state
+from neffcache.store import blob_key
+from tests.support.lifecycle import cell, publish_synthetic, sdk_fingerprint
+from tests.support.memory_store import MemoryStore
+
+FP = sdk_fingerprint("2.19")
+
+
+def test_copy_is_idempotent_and_copies_each_blob_once(tmp_path: Path) -> None:
+    src = MemoryStore()
+    for i, h in enumerate((64, 128)):
+        publish_synthetic(src, cell(h), FP, tmp_path / str(h), seed=i)
+    manifests = read_manifests(src, select_entry_keys(src, [cell(64), cell(128)]))
+    dst = MemoryStore()
+    first = copy_entries(src, dst, manifests)
+    assert first.entries_copied == 2
+    assert first.blobs_copied == len(list(src.list("blobs/")))
+    again = copy_entries(src, dst, manifests)
+    assert (again.entries_copied, again.blobs_copied, again.entries_present) == (0, 0, 2)
+    assert select_entry_keys(dst, None) == select_entry_keys(src, None)
+
+
+def test_a_corrupt_source_blob_is_never_committed(tmp_path: Path) -> None:
+    src = MemoryStore()
+    result = publish_synthetic(src, cell(64), FP, tmp_path / "c", seed=3)
+    victim = result.manifest.files[0].sha256
+    data = bytearray(src.objects[blob_key(victim)])
+    data[0] ^= 1
+    src.objects[blob_key(victim)] = bytes(data)
+    dst = MemoryStore()
+    with pytest.raises(IntegrityError):
+        copy_entries(src, dst, [result.manifest])
+    assert not dst.has(blob_key(victim)) and not list(dst.list("manifests/"))
+
+
+def test_verify_local_finds_a_flipped_bit_and_forgets_its_state(tmp_path: Path) -> None:
+    store = MemoryStore()
+    publish_synthetic(store, cell(64), FP, tmp_path / "c", seed=5)
+    target = tmp_path / "restored"
+    r = restore_cells(store, [cell(64)], get_backend("neuron"), FP, target)
+    assert r.error() is None
+    assert verify_local(target).problems == ()
+    victim = sorted((target / "neff").rglob("*.neff"))[0]
+    st = victim.stat()
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    victim.write_bytes(data)
+    import os
+
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))  # damage below the metadata
+    report = verify_local(target)
+    assert [p.kind for p in report.problems] == ["sha256"]
+    assert report.error() is not None
+    rel = victim.relative_to(target / "neff").as_posix()
+    assert ("neff", rel) not in load_state({"neff": str(target / "neff")})
+    again = restore_cells(store, [cell(64)], get_backend("neuron"), FP, target)
+    assert again.files_fetched == 1 and verify_local(target).problems == ()

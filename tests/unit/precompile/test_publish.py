@@ -1,0 +1,158 @@
+"""plan_publish and publish_entry against a local store in a temp dir (fast, no network)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from neffcache.backends import INDUCTOR, NEURON
+from neffcache.errors import IntegrityError, UsageError
+from neffcache.fingerprint import build_fingerprint
+from neffcache.hashing import VerifyingReader, sha256_bytes
+from neffcache.manifest import decode_manifest, entry_key
+from neffcache.matrix import Cell
+from neffcache.precompile.publish import plan_publish, publish_entry
+from neffcache.store import blob_key, manifest_key
+from neffcache.store.base import cell_pointer_key
+from neffcache.store.local import LocalStore
+from tests.support.synthetic import make_neff_cache
+
+FP = build_fingerprint("neuron", {"target": "trn2"})
+
+
+def cell(h: int = 64) -> Cell:
+    return Cell("p", "diffusers:P", "m", "main", "bfloat16", "compile", ("transformer",),
+                h, h, 1, 1)
+
+
+def test_plan_skips_droppings_and_symlinks(tmp_path: Path) -> None:
+    cache = make_neff_cache(tmp_path / "neff", seed=3, count=30, large=0)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret").write_bytes(b"no")
+    os.symlink(tmp_path / "outside", tmp_path / "neff" / "linkdir")
+    os.symlink(tmp_path / "outside" / "secret", tmp_path / "neff" / "link.neff")
+    (tmp_path / "neff" / "ab" / "cd").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "neff" / "ab" / "cd" / "k.neff.lock").write_bytes(b"")
+    (tmp_path / "neff" / "exe.neff").write_bytes(b"x")
+    os.chmod(tmp_path / "neff" / "exe.neff", 0o755)
+    files = plan_publish(NEURON, {"neff": tmp_path / "neff"})
+    got = {f.path: f for f in files}
+    assert set(got) == set(cache.files) | {"exe.neff"}
+    assert got["exe.neff"].mode == 0o755
+    for rel, data in cache.files.items():
+        assert got[rel].sha256 == sha256_bytes(data) and got[rel].size == len(data)
+    assert [(f.root, f.path) for f in files] == sorted((f.root, f.path) for f in files)
+
+
+def test_plan_follows_capture_globs(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmpdir"
+    (tmp / "torchinductor_u" / "precompiled_headers").mkdir(parents=True)
+    (tmp / "torchinductor_u" / "precompiled_headers" / "h.gch").write_bytes(b"pch")
+    (tmp / "torchinductor_u" / "other").mkdir()
+    (tmp / "torchinductor_u" / "other" / "x").write_bytes(b"no")
+    (tmp / "unrelated").mkdir()
+    (tmp / "unrelated" / "y").write_bytes(b"no")
+    files = plan_publish(INDUCTOR, {"pch": tmp})
+    assert [f.path for f in files] == ["torchinductor_u/precompiled_headers/h.gch"]
+
+
+def test_plan_refuses_unknown_root_and_missing_dir(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no cache root 'inductor'"):
+        plan_publish(NEURON, {"inductor": tmp_path})
+    with pytest.raises(UsageError, match="not a directory"):
+        plan_publish(NEURON, {"neff": tmp_path / "nope"})
+
+
+def test_publish_uploads_each_blob_once_and_manifest_last(tmp_path: Path) -> None:
+    cache = make_neff_cache(tmp_path / "neff", seed=1, count=60, large=1, duplicate_ratio=0.3)
+    store = LocalStore(tmp_path / "store")
+    r = publish_entry(store, cell(), FP, NEURON, {"neff": cache.root},
+                      producer={"job": "ci-42"}, compile_seconds=12.5)
+    assert r.created
+    assert r.blobs_uploaded == cache.unique_contents and r.blobs_skipped == 0
+    assert r.bytes_uploaded == sum(len(b) for b in set(cache.files.values()))
+    assert len(list(store.list("blobs/"))) == cache.unique_contents
+    assert list(store.list("pending/")) == []
+    key = entry_key(cell(), FP)
+    m = decode_manifest(store.read(manifest_key(key)), allowed_roots=NEURON.root_names)
+    assert m == r.manifest and m.compile_seconds == 12.5
+    producer = dict(m.producer)
+    assert producer["job"] == "ci-42" and "host" in producer and "neffcache" in producer
+    assert not any("SECRET" in k.upper() or "KEY" in k.upper() for k in producer)
+    pointer = json.loads(store.read(cell_pointer_key(cell().key, FP.key)))
+    assert pointer["entry_key"] == key
+
+    before = store.read(manifest_key(key))
+    again = publish_entry(store, cell(), FP, NEURON, {"neff": cache.root}, compile_seconds=1.0)
+    assert not again.created and again.blobs_uploaded == 0
+    assert again.manifest.entry_key == key
+    assert store.read(manifest_key(key)) == before  # the first writer's manifest stands
+
+
+def test_second_entry_reuses_shared_blobs(tmp_path: Path) -> None:
+    cache = make_neff_cache(tmp_path / "neff", seed=2, count=20, large=0, duplicate_ratio=0)
+    store = LocalStore(tmp_path / "store")
+    publish_entry(store, cell(64), FP, NEURON, {"neff": cache.root})
+    (cache.root / "extra.neff").write_bytes(b"only in the second entry")
+    r = publish_entry(store, cell(128), FP, NEURON, {"neff": cache.root})
+    assert (r.blobs_uploaded, r.blobs_skipped) == (1, 20)
+    assert len(list(store.list("blobs/"))) == 21
+
+
+def test_a_file_changed_after_planning_is_never_stored(tmp_path: Path) -> None:
+    root = tmp_path / "neff"
+    root.mkdir()
+    (root / "a.neff").write_bytes(b"original")
+    (root / "b.neff").write_bytes(b"fine")
+    files = plan_publish(NEURON, {"neff": root})
+    (root / "a.neff").write_bytes(b"CHANGED!")  # same size, different bytes
+    store = LocalStore(tmp_path / "store")
+    with pytest.raises(IntegrityError, match="changed while being uploaded"):
+        publish_entry(store, cell(), FP, NEURON, {"neff": root}, files=files, workers=1)
+    assert not store.has(blob_key(sha256_bytes(b"original")))
+    assert not store.has(blob_key(sha256_bytes(b"CHANGED!")))
+    assert list(store.list("manifests/")) == []
+    assert list(store.list("pending/")) == []
+
+
+def test_verifying_reader_hashes_each_byte_once_across_seeks() -> None:
+    data = os.urandom(5000)
+    r = VerifyingReader(io.BytesIO(data), size=len(data), sha256=sha256_bytes(data), name="x")
+    assert r.read(3000) == data[:3000]
+    r.seek(0)
+    assert r.read() == data  # reads to EOF: verified there
+    assert r.verified
+    grow = VerifyingReader(io.BytesIO(data + b"!"), size=len(data), sha256=sha256_bytes(data),
+                           name="x")
+    with pytest.raises(IntegrityError, match="grew beyond"):
+        grow.read()
+    short = VerifyingReader(io.BytesIO(data[:10]), size=len(data), sha256=sha256_bytes(data),
+                            name="x")
+    with pytest.raises(IntegrityError, match="10 bytes read"):
+        short.read()
+    partial = VerifyingReader(io.BytesIO(data), size=len(data), sha256=sha256_bytes(data),
+                              name="x")
+    partial.read(100)
+    partial.finish()
+    assert partial.verified
+
+
+def test_concurrent_publishes_of_one_entry_first_writer_wins(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = make_neff_cache(tmp_path / "neff", seed=4, count=30, large=0)
+    store = LocalStore(tmp_path / "store")
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(
+            lambda i: publish_entry(store, cell(), FP, NEURON, {"neff": cache.root},
+                                    compile_seconds=float(i)), range(4)))
+    assert sum(r.created for r in results) == 1
+    winner = next(r for r in results if r.created)
+    stored = decode_manifest(store.read(manifest_key(entry_key(cell(), FP))))
+    assert stored.compile_seconds == winner.manifest.compile_seconds
+    assert len(list(store.list("blobs/"))) == cache.unique_contents
+    assert list(store.list("pending/")) == []

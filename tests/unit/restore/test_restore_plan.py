@@ -1,0 +1,180 @@
+"""plan_restore, cell verdicts, the state file and the exit rule (all pure)."""
+
+from __future__ import annotations
+
+from neffcache.errors import (
+    CacheMissError,
+    DeadlineExceededError,
+    FingerprintMismatchError,
+    IntegrityError,
+    UnavailableError,
+    exit_code_for,
+)
+from neffcache.fingerprint import build_fingerprint
+from neffcache.manifest import FileRecord, Manifest
+from neffcache.matrix import Cell
+from neffcache.restore.install import FileFailure
+from neffcache.restore.outcome import RestoreResult, outcome_error
+from neffcache.restore.plan import PresentFile, cell_verdicts, plan_restore, wanted_sizes
+from neffcache.restore.resolve import CellFailure, Resolution
+from neffcache.restore.state import StateRecord, decode_state, encode_state
+
+FP = build_fingerprint("neuron", {"target": "trn2"})
+DIRS = {"neff": "/t/neff", "hlo": "/t/hlo"}
+
+
+def cell(h: int) -> Cell:
+    return Cell("p", "diffusers:P", "m", "main", "bfloat16", "compile", ("transformer",),
+                h, h, 1, 1)
+
+
+def f(path: str, sha: str, size: int = 10, root: str = "neff", mode: int = 0o644) -> FileRecord:
+    return FileRecord(root, path, size, sha * 64 if len(sha) == 1 else sha, mode)
+
+
+def entry(h: int, *files: FileRecord) -> Manifest:
+    return Manifest(cell(h), FP, tuple(sorted(files, key=lambda r: (r.root, r.path))))
+
+
+def test_everything_absent_is_fetched_and_shared_blobs_once() -> None:
+    a = entry(64, f("x/1.neff", "a"), f("x/2.neff", "b"))
+    b = entry(128, f("y/1.neff", "a"), f("x/2.neff", "b"), f("h", "c", root="hlo"))
+    plan = plan_restore([a, b], DIRS, {})
+    by_sha = {g.sha256[0]: [t.path for t in g.targets] for g in plan.fetch}
+    assert by_sha == {"a": ["x/1.neff", "y/1.neff"], "b": ["x/2.neff"], "c": ["h"]}
+    assert plan.files_to_fetch == 4
+    assert plan.bytes_to_fetch == 30
+    assert plan.present == () and plan.conflicts == ()
+
+
+def test_present_and_valid_files_are_skipped_others_fetched() -> None:
+    a = entry(64, f("1", "a"), f("2", "b"), f("3", "c"), f("4", "d", mode=0o755))
+    present = {
+        ("neff", "1"): PresentFile(10, "a" * 64, 0o644),   # valid
+        ("neff", "2"): PresentFile(10, "f" * 64, 0o644),   # wrong bytes
+        ("neff", "3"): PresentFile(9, None, 0o644),        # wrong size, not hashed
+        ("neff", "4"): PresentFile(10, "d" * 64, 0o644),   # right bytes, wrong mode
+    }
+    plan = plan_restore([a], DIRS, present)
+    assert [t.path for t in plan.present] == ["1"]
+    assert sorted(t.path for g in plan.fetch for t in g.targets) == ["2", "3", "4"]
+
+
+def test_conflicting_entries_first_in_cell_order_wins() -> None:
+    a = entry(64, f("same", "a"), f("ok", "c"))
+    b = entry(128, f("same", "b", size=11))
+    for order in ([a, b], [b, a]):
+        plan = plan_restore(order, DIRS, {})
+        assert len(plan.conflicts) == 1
+        c = plan.conflicts[0]
+        winner = next(r for r in order[0].files if r.path == "same")
+        assert (c.root, c.path) == ("neff", "same")
+        assert c.entry_keys == (order[0].entry_key, order[1].entry_key)
+        assert c.sha256s[0] == winner.sha256
+        assert "neff/same" in c.message and f"kept entry {order[0].entry_key[:12]}" in c.message
+        fetched = {t.path: t.sha256 for g in plan.fetch for t in g.targets}
+        assert fetched["same"] == winner.sha256  # fetched once, the winner's bytes
+        assert sorted(fetched) == ["ok", "same"]
+
+
+def test_conflict_present_and_valid_for_any_record_is_left() -> None:
+    a = entry(64, f("same", "a"))
+    b = entry(128, f("same", "b"))
+    for sha in ("a", "b"):
+        plan = plan_restore([a, b], DIRS, {("neff", "same"): PresentFile(10, sha * 64, 0o644)})
+        assert plan.fetch == () and [t.sha256[0] for t in plan.present] == [sha]
+        assert len(plan.conflicts) == 1  # still reported
+    other = plan_restore([a, b], DIRS, {("neff", "same"): PresentFile(10, "f" * 64, 0o644)})
+    assert [t.sha256[0] for g in other.fetch for t in g.targets] == ["a"]
+
+
+def test_conflicts_do_not_fail_the_restore() -> None:
+    a = entry(64, f("same", "a"))
+    b = entry(128, f("same", "b"))
+    plan = plan_restore([a, b], DIRS, {})
+    restored, incomplete = cell_verdicts([a, b], {("neff", "same")})
+    assert restored == (a.cell.id, b.cell.id) and incomplete == ()
+    r = result(restored=(64, 128))
+    r = RestoreResult(**{**{k: getattr(r, k) for k in r.__slots__}, "conflicts": plan.conflicts})
+    assert code(r) == 0 and r.to_json()["conflicts"] == 1
+
+
+def test_same_bytes_from_two_entries_is_not_a_conflict() -> None:
+    plan = plan_restore([entry(64, f("s", "a")), entry(128, f("s", "a"))], DIRS, {})
+    assert plan.conflicts == ()
+    assert plan.files_to_fetch == 1
+
+
+def test_fetch_order_follows_the_entries() -> None:
+    a = entry(64, f("z", "1"))
+    b = entry(128, f("a", "2"))
+    assert [g.targets[0].path for g in plan_restore([a, b], DIRS, {}).fetch] == ["z", "a"]
+
+
+def test_root_without_target_dir_is_refused() -> None:
+    a = entry(64, f("x", "a", root="hlo"))
+    try:
+        plan_restore([a], {"neff": "/t/neff"}, {})
+    except IntegrityError as exc:
+        assert "root 'hlo' has no target directory" in str(exc)
+    else:
+        raise AssertionError("expected a ManifestError")
+
+
+def test_wanted_sizes_and_verdicts() -> None:
+    a = entry(64, f("1", "a", size=1), f("2", "b"))
+    b = entry(128, f("1", "c", size=2))
+    assert wanted_sizes([a, b]) == {("neff", "1"): {1, 2}, ("neff", "2"): {10}}
+    restored, incomplete = cell_verdicts([a, b], {("neff", "1"), ("neff", "2")})
+    assert restored == (a.cell.id, b.cell.id) and incomplete == ()
+    restored, incomplete = cell_verdicts([a, b], {("neff", "1")})
+    assert restored == (b.cell.id,) and incomplete == (a.cell.id,)
+
+
+def test_state_round_trip_and_garbage_is_empty() -> None:
+    recs = {"a/b": StateRecord(1, 2, 3, 4, "a" * 64, 0o644)}
+    assert decode_state(encode_state(recs)) == recs
+    assert recs["a/b"].matches(1, 2, 3, 4)
+    assert not recs["a/b"].matches(1, 2, 99, 4)  # ctime moved: re-hash
+    for junk in (b"", b"[]", b"{", b'{"schema_version": 1, "files": {"x": [1]}}',
+                 b'{"schema_version": 2, "files": {}}'):
+        assert decode_state(junk) == {}
+
+
+# --- the exit rule --------------------------------------------------------------------------
+
+def result(*, missing=(), restored=(), failed=(), failures=(), elsewhere=(), deadline=False,
+           requested=None):  # type: ignore[no-untyped-def]
+    res = Resolution(found=(), missing=tuple(cell(h) for h in missing), failed=tuple(failed),
+                     unresolved=(), elsewhere=tuple(elsewhere))
+    ids = tuple(cell(h).id for h in restored)
+    req = requested or tuple(cell(h).id for h in (*restored, *missing))
+    return RestoreResult("neuron", FP.key, "file:///s", "/t", req, res, ids, (), 0, 0, 0,
+                         tuple(failures), deadline, 0.1)
+
+
+def code(r: RestoreResult) -> int:
+    err = outcome_error(r)
+    return exit_code_for(err) if err else 0
+
+
+def test_exit_rule() -> None:
+    assert code(result(restored=(64,))) == 0
+    assert code(result(restored=(64,), missing=(128,))) == 3
+    assert isinstance(outcome_error(result(missing=(128,))), CacheMissError)
+    other = ((cell(128).id, ("f" * 64,)),)
+    mismatch = outcome_error(result(missing=(128,), elsewhere=other))
+    assert isinstance(mismatch, FingerprintMismatchError)
+    assert mismatch.hint and mismatch.hint.startswith("neffcache fingerprint --explain ")
+    # Some cell restored: a plain partial restore, even if others were built elsewhere.
+    assert code(result(restored=(64,), missing=(128,), elsewhere=other)) == 3
+    bad = FileFailure("neff", "x", "integrity", "neff/x: corrupt")
+    assert code(result(restored=(64,), failures=(bad,), deadline=True)) == 4
+    rejected = CellFailure(cell(64).id, "integrity", "manifests/k.json: path '../x'")
+    assert code(result(failed=(rejected,))) == 4
+    down = FileFailure("neff", "x", "unavailable", "store down")
+    assert isinstance(outcome_error(result(failures=(down,))), UnavailableError)
+    assert code(result(failures=(FileFailure("neff", "x", "io", "disk full"),))) == 1
+    late = FileFailure("neff", "x", "deadline", "stopped")
+    assert isinstance(outcome_error(result(failures=(late,), deadline=True)),
+                      DeadlineExceededError)
