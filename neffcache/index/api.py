@@ -124,7 +124,9 @@ class Index:
         files_fetched, files_skipped, bytes_fetched (or bytes), seconds, exit_code.
         The whole report is also kept as JSON."""
         with self._write() as s:
-            s.add(record.restore_report_row(report))
+            row = record.restore_report_row(report)
+            s.add(row)
+            record.restores_recorded(s, [row])
 
     def record_reports(self, reports: Sequence[Report]) -> int:
         """Ingest validated restore reports (from the store or report files); idempotent by

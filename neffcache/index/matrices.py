@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from neffcache.canonical import digest_of
 from neffcache.errors import MatrixError, NotFoundError
+from neffcache.index import aggregates
 from neffcache.index.api import Index
 from neffcache.index.models import CellRow, MatrixCellRow, MatrixRow
 from neffcache.index.ops_values import MatrixVersion
@@ -64,6 +65,8 @@ def register_matrix(index: Index, matrix: Matrix, text: str,
 def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool:
     now = utcnow()
     current = _current_id(s, name)
+    known = s.scalar(select(MatrixRow.id).where(MatrixRow.name == name,
+                                                MatrixRow.digest == digest))
     insert_if_absent(s, MatrixRow, [{"name": name, "digest": digest, "backend": matrix.backend,
                                      "toml": text, "registered_at": now}])
     matrix_id = s.scalar(select(MatrixRow.id).where(MatrixRow.name == name,
@@ -74,6 +77,8 @@ def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool
     save_fingerprints_and_cells(s, [], matrix.cells, now)
     insert_if_absent(s, MatrixCellRow, [{"matrix_id": matrix_id, "cell_key": c.key,
                                          "position": i} for i, c in enumerate(matrix.cells)])
+    if known is None:
+        aggregates.matrix_registered(s, matrix_id)
     s.execute(update(MatrixRow).where(MatrixRow.id == matrix_id).values(registered_at=now))
     return True
 
