@@ -52,7 +52,7 @@ from neffcache.index.ops_values import (
     restore_outcome,
     sdk_version,
 )
-from neffcache.index.queries import glob_to_like
+from neffcache.index.queries import glob_clause, key_prefix_clause
 from neffcache.index.record import as_utc
 
 
@@ -216,9 +216,7 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
         stmt = stmt.where(f.cell_key.in_(select(MatrixCellRow.cell_key)
                                          .where(MatrixCellRow.matrix_id == matrix.id)))
     if fingerprint_key:
-        stmt = stmt.where(f.fingerprint_key.startswith(fingerprint_key, autoescape=True))
-    if cell_glob:
-        stmt = stmt.where(CellRow.id.like(glob_to_like(cell_glob), escape="\\"))
+        stmt = stmt.where(key_prefix_clause(f.fingerprint_key, fingerprint_key))
     if current_only:
         latest = select(func.max(f.id)).group_by(f.cell_key, f.fingerprint_key)
         has_entry = (select(EntryRow.entry_key).where(EntryRow.cell_key == f.cell_key,
@@ -227,8 +225,12 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
         stmt = stmt.where(f.id.in_(latest), ~has_entry)
     out: list[FailureRecord] = []
     with index._read() as s:  # noqa: SLF001
-        for row, cell_id in s.execute(stmt.limit(limit if not cell_glob else None)):
-            if cell_glob and not fnmatch.fnmatchcase(cell_id, cell_glob):
+        exact = True
+        if cell_glob:
+            clause, exact = glob_clause(s, CellRow.id, cell_glob)
+            stmt = stmt.where(clause)
+        for row, cell_id in s.execute(stmt.limit(limit if exact else None)):
+            if not exact and not fnmatch.fnmatchcase(cell_id, cell_glob or "*"):
                 continue
             out.append(FailureRecord(cell_id, row.cell_key, row.fingerprint_key, row.run_id,
                                      row.exit_status, row.seconds, row.log_tail,
