@@ -210,6 +210,18 @@ class Index:
         with self._read() as s:
             return queries.get_fingerprints(s, keys)
 
+    def find_fingerprints(self, prefix: str) -> dict[str, Fingerprint]:
+        """Fingerprints whose key starts with ``prefix`` (hex), at most 10."""
+        from sqlalchemy import select
+
+        from neffcache.index.models import FingerprintRow
+
+        with self._read() as s:
+            keys = list(s.scalars(select(FingerprintRow.key).where(
+                queries.key_prefix_clause(FingerprintRow.key, prefix))
+                .order_by(FingerprintRow.key).limit(10)))
+            return queries.get_fingerprints(s, keys)
+
     def coverage(self, cells: Sequence[Cell],
                  fingerprints: Sequence[Fingerprint] = ()) -> CoverageReport:
         """Every cell x (the given fingerprints + every fingerprint with an entry or a failure
