@@ -57,9 +57,12 @@ from neffcache.restore_apply import (
 from neffcache.restore_local import (
     LOCAL_ENTRIES,
     confirm_in_place,
+    local_manifest_path,
     manifest_of,
     read_local_doc,
+    read_missing,
     save_local_manifests,
+    save_missing,
 )
 from neffcache.restore_plan import (
     Conflict,
@@ -266,6 +269,10 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
                                  deadline=deadline)
     manifests = resolution.found
     save_local_manifests(target, manifests)
+    if not resolution.unresolved and not resolution.failed:
+        other = dict(resolution.elsewhere)
+        save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())
+                                               for c in resolution.missing}, time.time())
     with Roots(dirs) as roots:
         state = load_state(dirs)
         wanted = wanted_sizes(manifests)
@@ -298,11 +305,19 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     """The result of a restore that finds everything in place, judged from the local copies
     of the entries' manifests and the state files alone (no store, no hashing; see
     ``neffcache.restore_local``); None when any requested cell lacks a local copy or any of
-    its files is absent, changed or unvouched — then a full ``restore_cells`` decides. The
-    result's manifests carry no file list: the files were confirmed, not planned."""
+    its files is absent, changed or unvouched — then a full ``restore_cells`` decides. Cells
+    the last full restore found without an entry (``read_missing``, for a few hours) count
+    as missing without asking the store. The result's manifests carry no file list: the
+    files were confirmed, not planned."""
     started = time.monotonic()
+    requested = tuple(c.id for c in cells)
     target = Path(target).absolute()
-    keys = [entry_key(c, fingerprint) for c in cells]
+    all_keys = [entry_key(c, fingerprint) for c in cells]
+    known_missing = read_missing(target, fingerprint.key, time.time()) if any(
+        not local_manifest_path(target, k).exists() for k in all_keys) else {}
+    missing = [c for c, k in zip(cells, all_keys, strict=True) if k in known_missing]
+    cells = [c for c, k in zip(cells, all_keys, strict=True) if k not in known_missing]
+    keys = [k for k in all_keys if k not in known_missing]
     docs = [read_local_doc(target, k, backend.root_names) for k in keys]
     dirs = root_dirs(backend, str(target))
     if any(d is None for d in docs) or not all(os.path.isdir(d) for d in dirs.values()):
@@ -323,10 +338,13 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     found = [manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
     if any(m is None for m in found):
         return None
+    elsewhere = tuple((c.id, known_missing[entry_key(c, fingerprint)]) for c in missing
+                      if known_missing[entry_key(c, fingerprint)])
     return RestoreResult(
         backend=backend.name, fingerprint_key=fingerprint.key, store_url=store_url,
-        target=str(target), requested=tuple(c.id for c in cells),
-        resolution=Resolution(tuple(found), (), (), ()),  # type: ignore[arg-type]
+        target=str(target), requested=requested,
+        resolution=Resolution(tuple(found), tuple(missing), (), (),  # type: ignore[arg-type]
+                              elsewhere),
         restored=tuple(c.id for c in cells), incomplete=(), files_fetched=0,
         files_skipped=confirmed, bytes_fetched=0, failures=(), deadline_hit=False,
         seconds=time.monotonic() - started,

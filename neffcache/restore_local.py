@@ -29,6 +29,11 @@ from neffcache.matrix import Cell
 from neffcache.restore_plan import STATE_FILE, STATE_SCHEMA
 
 LOCAL_ENTRIES = ".neffcache-entries"
+MISSING_FILE = "missing.json"  # in LOCAL_ENTRIES: entries the store lacked at the last restore
+MISSING_SCHEMA = 1
+# A cell the store had no entry for is asked for again after this long: until then a boot
+# whose other cells are in place takes the no-op path (no store request at all).
+MISSING_RECHECK_SECONDS = 6 * 3600.0
 _BAD_PARTS = frozenset({"", ".", ".."})
 
 
@@ -140,3 +145,45 @@ def save_local_manifests(target: Path, manifests: Sequence[Manifest]) -> None:
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink()
+
+
+def save_missing(target: Path, fingerprint_key: str,
+                 missing: Mapping[str, Sequence[str]], now: float) -> None:
+    """Remember which entry keys the store lacked (each with the other fingerprint keys its
+    cell was built for) at time ``now`` (epoch seconds); best effort, like the manifest copies.
+    An empty ``missing`` removes the record."""
+    d = Path(target, LOCAL_ENTRIES)
+    final = d / MISSING_FILE
+    if not missing:
+        with contextlib.suppress(OSError):
+            final.unlink()
+        return
+    tmp = d / f".{MISSING_FILE}.{uuid.uuid4().hex[:8]}.tmp"
+    doc = {"schema_version": MISSING_SCHEMA, "fingerprint_key": fingerprint_key,
+           "checked_at": now, "entries": {k: list(v) for k, v in sorted(missing.items())}}
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, final)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def read_missing(target: Path, fingerprint_key: str, now: float,
+                 max_age: float = MISSING_RECHECK_SECONDS) -> dict[str, tuple[str, ...]]:
+    """Entry keys recorded missing for this fingerprint less than ``max_age`` seconds ago
+    (with the other fingerprints their cells were built for); empty when unsure."""
+    try:
+        doc = json.loads(Path(target, LOCAL_ENTRIES, MISSING_FILE).read_bytes())
+        if doc.get("schema_version") != MISSING_SCHEMA \
+                or doc.get("fingerprint_key") != fingerprint_key:
+            return {}
+        age = now - float(doc["checked_at"])
+        if not 0 <= age < max_age:
+            return {}
+        return {str(k): tuple(str(f) for f in v) for k, v in doc["entries"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
