@@ -16,14 +16,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from neffcache import __version__
 from neffcache.config import redact_url
 from neffcache.errors import NeffcacheError
 from neffcache.index import Index
 from neffcache.server import schemas
-from neffcache.server.metrics import metrics_registry
+from neffcache.server.metrics import metrics_registry, render_metrics
 from neffcache.server.routes import router
 from neffcache.server.status import error_document, http_status_for, validation_document
 
@@ -94,7 +94,7 @@ def _add_system_routes(app: FastAPI) -> None:
              responses={200: {"content": {"text/plain": {}},
                               "description": "Prometheus text format 0.0.4"}})
     def metrics(request: Request) -> Response:
-        return Response(generate_latest(request.app.state.registry),
+        return Response(render_metrics(request.app.state.index, request.app.state.registry),
                         media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/", include_in_schema=False)
