@@ -1,7 +1,7 @@
 """Ops at fleet scale: aggregate tables kept up to date by every write (coverage counts per
 matrix version x fingerprint, entries and bytes per fingerprint, restore reports per hour x
 exit code x duration bucket, fingerprints named by restore reports), filled from the existing
-rows; and a pattern index on cells.id for LIKE 'prefix%' on Postgres under any collation.
+rows.
 
 Revision ID: 0004
 Revises: 0003
@@ -64,8 +64,6 @@ def upgrade() -> None:
         sa.Column("last_seen_at", TS, nullable=False),
         sa.PrimaryKeyConstraint("matrix", "fingerprint_key", name=op.f("pk_report_fingerprints")),
     )
-    op.create_index("ix_cells_id_pattern", "cells", ["id"],
-                    postgresql_ops={"id": "text_pattern_ops"})
     _fill()
 
 
@@ -81,7 +79,6 @@ def _fill() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index("ix_cells_id_pattern", table_name="cells")
     for table in ("report_fingerprints", "restore_counts", "fingerprint_counts",
                   "coverage_counts"):
         op.drop_table(table)

@@ -66,9 +66,7 @@ class FingerprintRow(Base):
 
 class CellRow(Base):
     __tablename__ = "cells"
-    __table_args__ = (Index(None, "id"), Index(None, "pipeline", "mode"),
-                      # LIKE 'prefix%' under a non-C collation (Postgres); SQLite: plain
-                      Index("ix_cells_id_pattern", "id", postgresql_ops={"id": "text_pattern_ops"}))
+    __table_args__ = (Index(None, "id"), Index(None, "pipeline", "mode"))
 
     key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
     id: Mapped[str] = mapped_column(String(255))
