@@ -77,8 +77,8 @@ def serve(host: str, port: int, log_level: str, ingest_every: float, store: str 
       /api/restores  /api/restore-outcomes        restore reports
       /api/restore-timeline?days=14&step=day|hour  restores per period by outcome
 
-    Errors are JSON {"error", "type", "hint"}: 400 bad parameter (value not echoed), 404 unknown matrix,
-    version or run, 503 index unavailable or schema out of date.
+    Errors are JSON {"error", "type", "hint"}: 400 bad parameter (value not echoed),
+    404 unknown matrix, version or run, 503 index unavailable or schema out of date.
 
     \b
     Examples:

@@ -75,22 +75,27 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def _labels(**labels: str) -> str:
+    """``{a="..",b=".."}`` with names sorted, as prometheus_client writes them."""
+    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in sorted(labels.items())) + "}"
+
+
 def coverage_text(grids: Sequence[CoverageGrid]) -> str:
     """Pure: the coverage families in the Prometheus text format 0.0.4."""
-    cells = [f'neffcache_matrix_cells{{matrix="{_label(g.matrix.name)}"}} '
+    cells = [f"neffcache_matrix_cells{_labels(matrix=g.matrix.name)} "
              f"{floatToGoString(g.total_cells)}" for g in grids]
     ratio, counts, failed = [], [], []
     for g in grids:
-        name = _label(g.matrix.name)
+        name = g.matrix.name
         for f in g.fingerprints:
-            base = (f'matrix="{name}",fingerprint="{_label(f.key)}",backend="{_label(f.backend)}"'
-                    f',sdk_version="{_label(f.sdk_version)}"')
-            ratio.append(f"neffcache_coverage_ratio{{{base}}} {floatToGoString(f.ratio)}")
+            base = {"matrix": name, "fingerprint": f.key, "backend": f.backend,
+                    "sdk_version": f.sdk_version}
+            ratio.append(f"neffcache_coverage_ratio{_labels(**base)} {floatToGoString(f.ratio)}")
             for status, n in (("ready", f.ready), ("failed", f.failed), ("missing", f.missing)):
-                counts.append(f'neffcache_coverage_cells{{{base},status="{status}"}} '
+                counts.append(f"neffcache_coverage_cells{_labels(**base, status=status)} "
                               f"{floatToGoString(n)}")
-            failed.append(f'neffcache_failed_cells{{matrix="{name}",fingerprint="{_label(f.key)}"}}'
-                          f" {floatToGoString(f.failed)}")
+            failed.append(f"neffcache_failed_cells{_labels(matrix=name, fingerprint=f.key)} "
+                          f"{floatToGoString(f.failed)}")
     out = []
     for metric, help_text, lines in (
             ("neffcache_matrix_cells", "Cells of the current version of a registered matrix.",
