@@ -86,15 +86,16 @@ def coverage_text(grids: Sequence[CoverageGrid]) -> str:
              f"{floatToGoString(g.total_cells)}" for g in grids]
     ratio, counts, failed = [], [], []
     for g in grids:
-        name = g.matrix.name
-        for f in g.fingerprints:
-            base = {"matrix": name, "fingerprint": f.key, "backend": f.backend,
-                    "sdk_version": f.sdk_version}
-            ratio.append(f"neffcache_coverage_ratio{_labels(**base)} {floatToGoString(f.ratio)}")
+        name = _label(g.matrix.name)
+        for f in g.fingerprints:  # label names in sorted order, as prometheus_client does
+            key = _label(f.key)
+            base = (f'backend="{_label(f.backend)}",fingerprint="{key}",matrix="{name}",'
+                    f'sdk_version="{_label(f.sdk_version)}"')
+            ratio.append(f"neffcache_coverage_ratio{{{base}}} {floatToGoString(f.ratio)}")
             for status, n in (("ready", f.ready), ("failed", f.failed), ("missing", f.missing)):
-                counts.append(f"neffcache_coverage_cells{_labels(**base, status=status)} "
+                counts.append(f'neffcache_coverage_cells{{{base},status="{status}"}} '
                               f"{floatToGoString(n)}")
-            failed.append(f"neffcache_failed_cells{_labels(matrix=name, fingerprint=f.key)} "
+            failed.append(f'neffcache_failed_cells{{fingerprint="{key}",matrix="{name}"}} '
                           f"{floatToGoString(f.failed)}")
     out = []
     for metric, help_text, lines in (
