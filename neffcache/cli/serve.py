@@ -49,7 +49,7 @@ def serve(host: str, port: int, log_level: str, ingest_every: float, store: str 
     """Serve the index over HTTP, read-only: JSON API, /metrics and a dashboard at /.
 
     Everything is computed from the index on each request; nothing is cached and the API
-    writes nothing (any method but GET gets 405).
+    writes nothing (GET and HEAD; any other method gets 405).
 
     In the background, every --ingest-every seconds, restore reports that instances wrote
     under the store's reports/ prefix are ingested into the index (each once): at start the
@@ -74,9 +74,10 @@ def serve(host: str, port: int, log_level: str, ingest_every: float, store: str 
       /api/entries  /api/fingerprints  /api/sdk-versions
       /api/runs  /api/run?id=ID  /api/failures   precompile runs and failed cells (log tails)
       /api/restores  /api/restore-outcomes        restore reports
+      /api/restore-timeline?days=14&step=day|hour  restores per period by outcome
 
-    Errors are JSON {"error", "type", "hint"}: 400 bad parameter, 404 unknown matrix,
-    version or run, 503 index unavailable or schema out of date.
+    Errors are JSON {"error", "type", "hint"}: 400 bad parameter (value not echoed),
+    404 unknown matrix, version or run, 503 index unavailable or schema out of date.
 
     \b
     Examples:

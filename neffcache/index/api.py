@@ -124,7 +124,9 @@ class Index:
         files_fetched, files_skipped, bytes_fetched (or bytes), seconds, exit_code.
         The whole report is also kept as JSON."""
         with self._write() as s:
-            s.add(record.restore_report_row(report))
+            row = record.restore_report_row(report)
+            s.add(row)
+            record.restores_recorded(s, [row])
 
     def record_reports(self, reports: Sequence[Report]) -> int:
         """Ingest validated restore reports (from the store or report files); idempotent by
@@ -206,6 +208,18 @@ class Index:
 
     def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
         with self._read() as s:
+            return queries.get_fingerprints(s, keys)
+
+    def find_fingerprints(self, prefix: str) -> dict[str, Fingerprint]:
+        """Fingerprints whose key starts with ``prefix`` (hex), at most 10."""
+        from sqlalchemy import select
+
+        from neffcache.index.models import FingerprintRow
+
+        with self._read() as s:
+            keys = list(s.scalars(select(FingerprintRow.key).where(
+                queries.key_prefix_clause(FingerprintRow.key, prefix))
+                .order_by(FingerprintRow.key).limit(10)))
             return queries.get_fingerprints(s, keys)
 
     def coverage(self, cells: Sequence[Cell],

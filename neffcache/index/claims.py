@@ -19,6 +19,7 @@ from sqlalchemy import and_, delete, exists, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
+from neffcache.index import aggregates
 from neffcache.index.models import CellClaimRow, CellFailureRow, CellRow, EntryRow
 from neffcache.index.record import as_utc, chunks, insert_if_absent, save_fingerprints_and_cells
 from neffcache.index.values import ClaimResult, Lease, LiveLease
@@ -76,6 +77,7 @@ def fail_exhausted(session: Session, cell_keys: Sequence[str], fingerprint_key: 
         C.fingerprint_key == fingerprint_key, C.cell_key.in_(list(cell_keys)),
         C.holder.is_not(None), C.expires_at <= now, C.attempts >= max_attempts)).all()
     for cell_key, host, expires, attempts in rows:
+        aggregates.failure_adding(session, cell_key, fingerprint_key)
         session.add(CellFailureRow(
             run_id=None, cell_key=cell_key, fingerprint_key=fingerprint_key,
             exit_status=None, seconds=0.0, created_at=now,

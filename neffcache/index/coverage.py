@@ -126,3 +126,14 @@ def _row(cell_id: str, cell_key: str, fp_key: str, facts: CoverageFacts) -> Cove
         return CoverageRow(cell_id, cell_key, fp_key, FAILED, exit_status=failure.exit_status,
                            log_tail=failure.log_tail, failed_at=failure.failed_at)
     return CoverageRow(cell_id, cell_key, fp_key, MISSING)
+
+
+def only_fingerprints(report: CoverageReport, keys: Sequence[str]) -> CoverageReport:
+    """Pure: the report with only these fingerprint columns (in this order; keys the report
+    lacks are left out)."""
+    index = {fp.key: j for j, fp in enumerate(report.fingerprints)}
+    chosen = [index[k] for k in dict.fromkeys(keys) if k in index]
+    n = len(report.fingerprints)
+    rows = tuple(report.rows[i * n + j] for i in range(len(report.cells)) for j in chosen)
+    return CoverageReport(cells=report.cells,
+                          fingerprints=tuple(report.fingerprints[j] for j in chosen), rows=rows)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import PurePath
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from neffcache.canonical import digest_of
 from neffcache.errors import MatrixError, NotFoundError
+from neffcache.index import aggregates
 from neffcache.index.api import Index
 from neffcache.index.models import CellRow, MatrixCellRow, MatrixRow
 from neffcache.index.ops_values import MatrixVersion
@@ -64,6 +66,8 @@ def register_matrix(index: Index, matrix: Matrix, text: str,
 def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool:
     now = utcnow()
     current = _current_id(s, name)
+    known = s.scalar(select(MatrixRow.id).where(MatrixRow.name == name,
+                                                MatrixRow.digest == digest))
     insert_if_absent(s, MatrixRow, [{"name": name, "digest": digest, "backend": matrix.backend,
                                      "toml": text, "registered_at": now}])
     matrix_id = s.scalar(select(MatrixRow.id).where(MatrixRow.name == name,
@@ -74,6 +78,8 @@ def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool
     save_fingerprints_and_cells(s, [], matrix.cells, now)
     insert_if_absent(s, MatrixCellRow, [{"matrix_id": matrix_id, "cell_key": c.key,
                                          "position": i} for i, c in enumerate(matrix.cells)])
+    if known is None:
+        aggregates.matrix_registered(s, matrix_id)
     s.execute(update(MatrixRow).where(MatrixRow.id == matrix_id).values(registered_at=now))
     return True
 
@@ -107,10 +113,21 @@ def _cell_counts(s: Session, ids: Sequence[int]) -> dict[int, int]:
 
 
 def list_matrices(index: Index) -> list[MatrixVersion]:
-    """The current version of every registered matrix, by name."""
+    """The current version of every registered matrix, by name (two queries in all)."""
     with index._read() as s:  # noqa: SLF001
-        names = list(s.scalars(select(MatrixRow.name).distinct().order_by(MatrixRow.name)))
-    return [next(v for v in matrix_versions(index, n) if v.current) for n in names]
+        rows = s.execute(select(MatrixRow.id, MatrixRow.name, MatrixRow.digest,
+                                MatrixRow.backend, MatrixRow.registered_at)
+                         .order_by(MatrixRow.name, MatrixRow.id)).all()
+        by_name: dict[str, list[Any]] = {}
+        for r in rows:
+            by_name.setdefault(r.name, []).append(r)
+        current = {name: max(enumerate(rs, 1), key=lambda x: (as_utc(x[1].registered_at),
+                                                              x[1].id))
+                   for name, rs in by_name.items()}
+        counts = _cell_counts(s, [r.id for _, r in current.values()])
+    return [MatrixVersion(r.id, name, n, r.digest, r.backend, counts.get(r.id, 0),
+                          as_utc(r.registered_at), True)  # type: ignore[arg-type]
+            for name, (n, r) in sorted(current.items())]
 
 
 def get_matrix(index: Index, name: str, version: int | None = None, *,

@@ -11,6 +11,9 @@
     matrices / matrix_cells              registered matrix files and their cells
     cell_claims    the work queue of ``precompile --claim``: one row per (cell, fingerprint)
                    still to warm, with the lease of the worker warming it (if any)
+    coverage_counts / fingerprint_counts / restore_counts / report_fingerprints
+                   aggregates kept up to date by every write (``neffcache.index.aggregates``)
+                   so the ops surface never reads whole tables per request
 
 Every constraint and index is named by ``NAMING_CONVENTION`` so migrations stay portable.
 Timestamps are stored in UTC.
@@ -219,3 +222,54 @@ class CellClaimRow(Base):
     claimed_at: Mapped[datetime | None]
     heartbeat_at: Mapped[datetime | None]
     expires_at: Mapped[datetime | None]
+
+
+class CoverageCountRow(Base):
+    """Per registered matrix version x fingerprint: cells with an entry (``ready``) and cells
+    whose warm-up failed with no entry (``failed``). Missing = the version's cells - both."""
+
+    __tablename__ = "coverage_counts"
+    __table_args__ = (Index(None, "fingerprint_key"),)
+
+    matrix_id: Mapped[int] = mapped_column(
+        ForeignKey("matrices.id", ondelete="CASCADE"), primary_key=True)
+    fingerprint_key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
+    ready: Mapped[int] = mapped_column(BigInteger)
+    failed: Mapped[int] = mapped_column(BigInteger)
+
+
+class FingerprintCountRow(Base):
+    """Entries and their bytes per fingerprint."""
+
+    __tablename__ = "fingerprint_counts"
+
+    fingerprint_key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
+    entries: Mapped[int] = mapped_column(BigInteger)
+    total_bytes: Mapped[int] = mapped_column(BigInteger)
+
+
+class RestoreCountRow(Base):
+    """Restore reports per hour (UTC, by report time), exit code, whether any cell was
+    restored, and duration bucket (index into DURATION_BUCKETS; len = over the last bound)."""
+
+    __tablename__ = "restore_counts"
+
+    period_start: Mapped[datetime] = mapped_column(primary_key=True)
+    exit_code: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    restored_any: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    bucket: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    restores: Mapped[int] = mapped_column(BigInteger)
+    seconds_sum: Mapped[float]
+    bytes_sum: Mapped[int] = mapped_column(BigInteger)
+
+
+class ReportFingerprintRow(Base):
+    """A fingerprint some host restored a matrix with (from restore reports), built for or
+    not: the dashboard shows it as a column even at 0 % coverage."""
+
+    __tablename__ = "report_fingerprints"
+
+    matrix: Mapped[str] = mapped_column(String(255), primary_key=True)
+    fingerprint_key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
+    reports: Mapped[int] = mapped_column(BigInteger)
+    last_seen_at: Mapped[datetime]

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
+from itertools import accumulate
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from neffcache.errors import NotFoundError
@@ -18,30 +19,40 @@ from neffcache.index.matrices import get_matrix, list_matrices, matrix_cell_refs
 from neffcache.index.models import (
     CellFailureRow,
     CellRow,
+    CoverageCountRow,
     EntryRow,
+    FingerprintCountRow,
     FingerprintRow,
     MatrixCellRow,
     MatrixRow,
     PrecompileRunRow,
+    ReportFingerprintRow,
+    RestoreCountRow,
     RestoreReportRow,
 )
 from neffcache.index.ops_values import (
     DURATION_BUCKETS,
+    NO_ENTRY,
+    OTHER_FINGERPRINT,
     OUTCOMES,
     CoverageGrid,
     FailureRecord,
+    FingerprintCounts,
     FingerprintInfo,
     FingerprintStats,
     IndexTotals,
     MatrixVersion,
     RestoreOutcomeStats,
+    RestorePoint,
     RestoreRecord,
     RunSummary,
     build_grid,
+    build_timeline,
+    miss_kind,
     restore_outcome,
     sdk_version,
 )
-from neffcache.index.queries import glob_to_like
+from neffcache.index.queries import glob_clause, key_prefix_clause
 from neffcache.index.record import as_utc
 
 
@@ -59,7 +70,8 @@ def _matrix_pairs(s: Session, matrix_id: int) -> tuple[set[tuple[str, str]],
     in_matrix = select(MatrixCellRow.cell_key).where(MatrixCellRow.matrix_id == matrix_id)
     ready = {(c, f) for c, f in s.execute(
         select(EntryRow.cell_key, EntryRow.fingerprint_key)
-        .where(EntryRow.cell_key.in_(in_matrix)))}
+        .join(MatrixCellRow, MatrixCellRow.cell_key == EntryRow.cell_key)
+        .where(MatrixCellRow.matrix_id == matrix_id))}
     failed = {(c, f) for c, f in s.execute(
         select(CellFailureRow.cell_key, CellFailureRow.fingerprint_key)
         .where(CellFailureRow.cell_key.in_(in_matrix)).distinct())}
@@ -73,45 +85,83 @@ def _columns(s: Session, keys: set[str]) -> list[FingerprintInfo]:
                             FingerprintRow.first_seen_at)
                      .where(FingerprintRow.key.in_(sorted(keys)))).all() if keys else []
     infos = [_fingerprint_info(*r) for r in rows]
+    known = {i.key for i in infos}  # a report may name a fingerprint only by its key
+    infos += [_fingerprint_info(k, "unknown", {}, None) for k in sorted(keys - known)]
     return sorted(infos, key=lambda f: (f.first_seen_at is None, f.first_seen_at, f.backend,
                                         f.sdk_version, f.key))
+
+
+def _reported(s: Session, names: Sequence[str]) -> dict[str, set[str]]:
+    """Fingerprints restore reports named, per matrix name."""
+    out: dict[str, set[str]] = {}
+    if names:
+        for name, fp in s.execute(select(ReportFingerprintRow.matrix,
+                                         ReportFingerprintRow.fingerprint_key)
+                                  .where(ReportFingerprintRow.matrix.in_(sorted(set(names))))):
+            out.setdefault(name, set()).add(fp)
+    return out
 
 
 def coverage_grid(index: Index, name: str, *, version: int | None = None,
                   pattern: str | None = None, offset: int = 0,
                   limit: int | None = None) -> CoverageGrid:
     """A registered matrix's cells (matching the glob ``pattern``) x every fingerprint with
-    an entry or a failure for any of its cells; counts over all matching cells, rows for
+    an entry or a failure for any of its cells, or that a restore report of this matrix
+    named (the fleet's fingerprints, even at 0 %); counts over all matching cells, rows for
     ``offset``..``offset + limit``."""
     v = get_matrix(index, name, version)
     cells = matrix_cell_refs(index, v.id)
     with index._read() as s:  # noqa: SLF001 - neffcache.index-internal
         ready, failed = _matrix_pairs(s, v.id)
-        columns = _columns(s, {fp for _, fp in ready} | {fp for _, fp in failed})
+        reported = _reported(s, [name]).get(name, set())
+        columns = _columns(s, {fp for _, fp in ready} | {fp for _, fp in failed} | reported)
     return build_grid(v, cells, columns, ready, failed, pattern=pattern, offset=offset,
                       limit=limit)
 
 
 def coverage_summaries(index: Index) -> list[CoverageGrid]:
-    """Counts (no rows) for the current version of every registered matrix."""
-    return [coverage_grid(index, m.name, version=m.version, limit=0)
-            for m in list_matrices(index)]
+    """Counts (no rows) for the current version of every registered matrix, from the
+    aggregates: a few small queries whatever the size of the index."""
+    versions = list_matrices(index)
+    ids = [v.id for v in versions]
+    with index._read() as s:  # noqa: SLF001
+        counts: dict[int, dict[str, tuple[int, int]]] = {}
+        for matrix_id, fp, ready, failed in s.execute(
+                select(CoverageCountRow.matrix_id, CoverageCountRow.fingerprint_key,
+                       CoverageCountRow.ready, CoverageCountRow.failed)
+                .where(CoverageCountRow.matrix_id.in_(ids))):
+            if ready or failed:
+                counts.setdefault(matrix_id, {})[fp] = (int(ready), int(failed))
+        reported = _reported(s, [v.name for v in versions])
+        keys = {fp for c in counts.values() for fp in c} | {
+            fp for fps in reported.values() for fp in fps}
+        columns = _columns(s, keys)
+    grids = []
+    for v in versions:
+        mine = counts.get(v.id, {})
+        wanted = set(mine) | reported.get(v.name, set())
+        fps = tuple(FingerprintCounts(
+            f.key, f.backend, f.sdk_version, mine.get(f.key, (0, 0))[0],
+            mine.get(f.key, (0, 0))[1],
+            v.cell_count - sum(mine.get(f.key, (0, 0)))) for f in columns if f.key in wanted)
+        grids.append(CoverageGrid(v, None, v.cell_count, 0, 0, fps, ()))
+    return grids
 
 
 def fingerprint_stats(index: Index) -> list[FingerprintStats]:
     """Every fingerprint with its entry count and bytes, oldest first."""
     with index._read() as s:  # noqa: SLF001
-        totals = {k: (n, b or 0) for k, n, b in s.execute(
-            select(EntryRow.fingerprint_key, func.count(), func.sum(EntryRow.total_bytes))
-            .group_by(EntryRow.fingerprint_key))}
+        totals = {k: (int(n), int(b)) for k, n, b in s.execute(
+            select(FingerprintCountRow.fingerprint_key, FingerprintCountRow.entries,
+                   FingerprintCountRow.total_bytes))}
         infos = _columns(s, set(s.scalars(select(FingerprintRow.key))))
     return [FingerprintStats(i, *totals.get(i.key, (0, 0))) for i in infos]
 
 
 def index_totals(index: Index) -> IndexTotals:
     with index._read() as s:  # noqa: SLF001
-        n_entries, n_bytes = s.execute(select(func.count(),
-                                              func.sum(EntryRow.total_bytes))).one()
+        n_entries, n_bytes = s.execute(select(func.sum(FingerprintCountRow.entries),
+                                              func.sum(FingerprintCountRow.total_bytes))).one()
 
         def count(model: type) -> int:
             return int(s.scalar(select(func.count()).select_from(model)) or 0)
@@ -120,7 +170,8 @@ def index_totals(index: Index) -> IndexTotals:
             entries=int(n_entries or 0), total_bytes=int(n_bytes or 0),
             fingerprints=count(FingerprintRow), cells=count(CellRow),
             matrices=int(s.scalar(select(func.count(MatrixRow.name.distinct()))) or 0),
-            runs=count(PrecompileRunRow), restores=count(RestoreReportRow))
+            runs=count(PrecompileRunRow),
+            restores=int(s.scalar(select(func.sum(RestoreCountRow.restores))) or 0))
 
 
 def list_runs(index: Index, limit: int = 50, matrix: str | None = None) -> list[RunSummary]:
@@ -165,9 +216,7 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
         stmt = stmt.where(f.cell_key.in_(select(MatrixCellRow.cell_key)
                                          .where(MatrixCellRow.matrix_id == matrix.id)))
     if fingerprint_key:
-        stmt = stmt.where(f.fingerprint_key.startswith(fingerprint_key, autoescape=True))
-    if cell_glob:
-        stmt = stmt.where(CellRow.id.like(glob_to_like(cell_glob), escape="\\"))
+        stmt = stmt.where(key_prefix_clause(f.fingerprint_key, fingerprint_key))
     if current_only:
         latest = select(func.max(f.id)).group_by(f.cell_key, f.fingerprint_key)
         has_entry = (select(EntryRow.entry_key).where(EntryRow.cell_key == f.cell_key,
@@ -176,8 +225,12 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
         stmt = stmt.where(f.id.in_(latest), ~has_entry)
     out: list[FailureRecord] = []
     with index._read() as s:  # noqa: SLF001
-        for row, cell_id in s.execute(stmt.limit(limit if not cell_glob else None)):
-            if cell_glob and not fnmatch.fnmatchcase(cell_id, cell_glob):
+        exact = True
+        if cell_glob:
+            clause, exact = glob_clause(s, CellRow.id, cell_glob)
+            stmt = stmt.where(clause)
+        for row, cell_id in s.execute(stmt.limit(limit if exact else None)):
+            if not exact and not fnmatch.fnmatchcase(cell_id, cell_glob or "*"):
                 continue
             out.append(FailureRecord(cell_id, row.cell_key, row.fingerprint_key, row.run_id,
                                      row.exit_status, row.seconds, row.log_tail,
@@ -209,23 +262,56 @@ def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
 def restore_outcomes(index: Index,
                      bounds: Sequence[float] = DURATION_BUCKETS) -> list[RestoreOutcomeStats]:
     """Every restore report summed per outcome (hit, partial, miss, error), with cumulative
-    duration buckets: one grouped query."""
-    r = RestoreReportRow
-    restored_any = case((r.cells_restored > 0, 1), else_=0)
-    buckets = [func.sum(case((r.seconds <= b, 1), else_=0)) for b in bounds]
-    stmt = (select(r.exit_code, restored_any, func.count(), func.sum(r.seconds),
-                   func.sum(r.bytes_fetched), *buckets)
-            .group_by(r.exit_code, restored_any))
+    duration buckets and misses split by kind: one grouped query over the aggregates."""
+    if tuple(bounds) != DURATION_BUCKETS:
+        raise ValueError("restore_outcomes: the aggregates are kept for DURATION_BUCKETS")
+    c = RestoreCountRow
+    stmt = (select(c.exit_code, c.restored_any, c.bucket, func.sum(c.restores),
+                   func.sum(c.seconds_sum), func.sum(c.bytes_sum))
+            .group_by(c.exit_code, c.restored_any, c.bucket))
     count = dict.fromkeys(OUTCOMES, 0)
     seconds = dict.fromkeys(OUTCOMES, 0.0)
     nbytes = dict.fromkeys(OUTCOMES, 0)
-    under = {o: [0] * len(bounds) for o in OUTCOMES}
+    kinds = {o: {NO_ENTRY: 0, OTHER_FINGERPRINT: 0} for o in OUTCOMES}
+    per_bucket = {o: [0] * (len(bounds) + 1) for o in OUTCOMES}
     with index._read() as s:  # noqa: SLF001
-        for code, any_restored, n, secs, size, *counts in s.execute(stmt):
+        for code, any_restored, bucket, n, secs, size in s.execute(stmt):
             o = restore_outcome(int(code), int(any_restored), 0)
-            count[o] += int(n)
+            count[o] += int(n or 0)
             seconds[o] += float(secs or 0.0)
             nbytes[o] += int(size or 0)
-            under[o] = [x + int(c or 0) for x, c in zip(under[o], counts, strict=True)]
-    return [RestoreOutcomeStats(o, count[o], seconds[o], nbytes[o], tuple(under[o]))
+            per_bucket[o][min(int(bucket), len(bounds))] += int(n or 0)
+            kind = miss_kind(int(code))
+            if kind is not None:
+                kinds[o][kind] += int(n or 0)
+    return [RestoreOutcomeStats(o, count[o], seconds[o], nbytes[o],
+                                tuple(accumulate(per_bucket[o][:len(bounds)])),
+                                kinds[o][NO_ENTRY], kinds[o][OTHER_FINGERPRINT])
             for o in OUTCOMES]
+
+
+def restore_timeline(index: Index, *, days: int = 14, step: str = "day",
+                     now: datetime | None = None) -> tuple[RestorePoint, ...]:
+    """Restores per ``step`` (hour or day, UTC) over the last ``days`` days, by outcome."""
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    if step == "hour":
+        first = hour - timedelta(hours=24 * days - 1)
+        starts = [first + timedelta(hours=i) for i in range(24 * days)]
+
+        def step_of(h: datetime) -> datetime:
+            return h
+    else:
+        today = hour.replace(hour=0)
+        first = today - timedelta(days=days - 1)
+        starts = [first + timedelta(days=i) for i in range(days)]
+
+        def step_of(h: datetime) -> datetime:
+            return h.replace(hour=0)
+    c = RestoreCountRow
+    with index._read() as s:  # noqa: SLF001
+        rows = [(as_utc(p), code, any_restored, n) for p, code, any_restored, n in s.execute(
+            select(c.period_start, c.exit_code, c.restored_any, func.sum(c.restores))
+            .where(c.period_start >= first)
+            .group_by(c.period_start, c.exit_code, c.restored_any))]
+    return build_timeline(rows, starts, step_of)  # type: ignore[arg-type]

@@ -22,6 +22,15 @@ DURATION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 SDK_FIELDS = {"neuron": "version.neuronx-cc", "inductor": "version.torch"}
 
 
+# Why cells were not restored, from a report's exit code: no entry anywhere for this
+# fingerprint (3) or entries built only for other fingerprints (5).
+NO_ENTRY, OTHER_FINGERPRINT = "no_entry", "other_fingerprint"
+
+
+def miss_kind(exit_code: int) -> str | None:
+    return {3: NO_ENTRY, 5: OTHER_FINGERPRINT}.get(exit_code)
+
+
 def restore_outcome(exit_code: int, cells_restored: int, cells_missing: int) -> str:
     """hit: every requested cell in place; partial: some restored, some not; miss: nothing
     restored because entries were missing (exit 3 or 5); error: anything else."""
@@ -276,9 +285,12 @@ class RestoreOutcomeStats:
     seconds_sum: float
     bytes_sum: int
     buckets: tuple[int, ...]  # cumulative counts per DURATION_BUCKETS bound
+    no_entry: int = 0  # of ``count``: restores that missed cells nothing was built for
+    other_fingerprint: int = 0  # ... whose cells were built only for other fingerprints
 
     def to_json(self) -> dict[str, Any]:
         return {"outcome": self.outcome, "count": self.count,
+                "no_entry": self.no_entry, "other_fingerprint": self.other_fingerprint,
                 "seconds_sum": round(self.seconds_sum, 6), "bytes_sum": self.bytes_sum,
                 "buckets": [{"le": b, "count": n} for b, n in zip(
                       DURATION_BUCKETS, self.buckets, strict=True)]}
@@ -298,3 +310,37 @@ class IndexTotals:
         return {"entries": self.entries, "total_bytes": self.total_bytes,
                 "fingerprints": self.fingerprints, "cells": self.cells,
                 "matrices": self.matrices, "runs": self.runs, "restores": self.restores}
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePoint:
+    """Restores reported in one period (UTC), by outcome; misses split by why."""
+
+    start: datetime
+    hit: int
+    partial: int
+    miss_no_entry: int
+    miss_other_fingerprint: int
+    error: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": iso(self.start), "hit": self.hit, "partial": self.partial,
+                "miss_no_entry": self.miss_no_entry,
+                "miss_other_fingerprint": self.miss_other_fingerprint, "error": self.error}
+
+
+def build_timeline(rows: Iterable[tuple[datetime, int, int, int]],
+                   starts: Sequence[datetime], step_of: Any) -> tuple[RestorePoint, ...]:
+    """Pure: (hour, exit code, restored any, restores) rows summed into the periods
+    ``starts`` (``step_of`` maps an hour to its period start); empty periods included."""
+    acc = {s: [0, 0, 0, 0, 0] for s in starts}
+    for hour, code, restored_any, n in rows:
+        slot = acc.get(step_of(hour))
+        if slot is None:
+            continue
+        outcome = restore_outcome(int(code), int(restored_any), 0)
+        if outcome == MISS:
+            slot[3 if miss_kind(int(code)) == OTHER_FINGERPRINT else 2] += int(n)
+        else:
+            slot[{HIT: 0, PARTIAL: 1, ERROR: 4}[outcome]] += int(n)
+    return tuple(RestorePoint(s, *acc[s]) for s in starts)

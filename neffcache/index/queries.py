@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, false, select
 from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
@@ -14,6 +16,7 @@ from neffcache.index.record import as_utc, chunks
 from neffcache.index.values import EntrySummary
 
 _LIKE_ESCAPE = "\\"
+_HEX = re.compile(r"[0-9a-f]{1,64}")
 
 
 def glob_to_like(pattern: str) -> str:
@@ -35,6 +38,24 @@ def glob_to_like(pattern: str) -> str:
     return "".join(out)
 
 
+def glob_clause(session: Session, column: Any, pattern: str) -> tuple[Any, bool]:
+    """A WHERE clause for the glob ``pattern`` on ``column`` and whether it is exact (then no
+    fnmatch re-check is needed and a LIMIT can go to SQL): SQLite's GLOB has fnmatch's
+    syntax (``[!...]`` spelled ``[^...]``); LIKE is exact on Postgres without ``[...]``."""
+    if session.get_bind().dialect.name == "sqlite":
+        return column.op("GLOB")(pattern.replace("[!", "[^")), True
+    return column.like(glob_to_like(pattern), escape=_LIKE_ESCAPE), "[" not in pattern
+
+
+def key_prefix_clause(column: Any, prefix: str) -> Any:
+    """``column`` starts with the hex ``prefix``, as a range an index serves under any
+    collation (LIKE 'abc%' cannot use one under C.UTF-8); a non-hex prefix matches nothing."""
+    p = prefix.lower()
+    if not _HEX.fullmatch(p):
+        return false()
+    return and_(column >= p, column < p + "g")  # "g" sorts after every hex digit
+
+
 def list_entries(session: Session, cell_glob: str | None = None,
                  fingerprint_key: str | None = None,
                  limit: int | None = None) -> list[EntrySummary]:
@@ -44,16 +65,18 @@ def list_entries(session: Session, cell_glob: str | None = None,
             .join(CellRow, CellRow.key == EntryRow.cell_key)
             .join(FingerprintRow, FingerprintRow.key == EntryRow.fingerprint_key)
             .order_by(EntryRow.created_at.desc(), EntryRow.entry_key))
+    exact = True
     if cell_glob:
-        stmt = stmt.where(CellRow.id.like(glob_to_like(cell_glob), escape=_LIKE_ESCAPE))
+        clause, exact = glob_clause(session, CellRow.id, cell_glob)
+        stmt = stmt.where(clause)
     if fingerprint_key:
-        stmt = stmt.where(EntryRow.fingerprint_key.startswith(fingerprint_key, autoescape=True))
-    if limit is not None and not cell_glob:
+        stmt = stmt.where(key_prefix_clause(EntryRow.fingerprint_key, fingerprint_key))
+    if limit is not None and exact:
         stmt = stmt.limit(limit)
     out: list[EntrySummary] = []
-    for row, cell_id, backend in session.execute(stmt):
-        if cell_glob and not fnmatch.fnmatchcase(cell_id, cell_glob):
-            continue  # LIKE is case-insensitive on SQLite and ignores [...] classes
+    for row, cell_id, backend in session.execute(stmt.execution_options(yield_per=1000)):
+        if not exact and not fnmatch.fnmatchcase(cell_id, cell_glob or "*"):
+            continue  # LIKE ignores [...] classes
         out.append(_summary(row, cell_id, backend))
         if limit is not None and len(out) >= limit:
             break

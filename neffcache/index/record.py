@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from neffcache.errors import UsageError
 from neffcache.fingerprint import Fingerprint
+from neffcache.index import aggregates
 from neffcache.index.models import (
     BlobRow,
     CellFailureRow,
@@ -127,6 +128,8 @@ def save_entries(session: Session, manifests: Sequence[Manifest], store_url: str
     } for m in new]
     for part in chunks(entry_rows):
         session.execute(insert(EntryRow), list(part))
+    aggregates.entries_added(session, [(r["cell_key"], r["fingerprint_key"], r["total_bytes"])
+                                       for r in entry_rows])
     file_rows = [{"entry_key": m.entry_key, "position": i, "root": f.root, "path": f.path,
                   "sha256": f.sha256, "size": f.size, "mode": f.mode}
                  for m in new for i, f in enumerate(m.files)]
@@ -142,11 +145,15 @@ def delete_entries(session: Session, keys: Sequence[str]) -> int:
         shas = set(session.scalars(select(EntryFileRow.sha256)
                                    .where(EntryFileRow.entry_key.in_(part))))
         session.execute(delete(EntryFileRow).where(EntryFileRow.entry_key.in_(part)))
+        gone = session.execute(select(EntryRow.cell_key, EntryRow.fingerprint_key,
+                                      EntryRow.total_bytes)
+                               .where(EntryRow.entry_key.in_(part))).all()
         removed += session.execute(delete(EntryRow).where(EntryRow.entry_key.in_(part))
                                    ).rowcount or 0  # type: ignore[attr-defined]
         for sha_part in chunks(sorted(shas)):
             referenced = exists().where(EntryFileRow.sha256 == BlobRow.sha256)
             session.execute(delete(BlobRow).where(BlobRow.sha256.in_(sha_part), ~referenced))
+        aggregates.entries_removed(session, [tuple(r) for r in gone])  # type: ignore[misc]
     return removed
 
 
@@ -154,6 +161,7 @@ def save_failure(session: Session, run_id: str | None, cell: Cell, fingerprint: 
                  exit_status: int | None, seconds: float, log_tail: str) -> None:
     now = utcnow()
     save_fingerprints_and_cells(session, [fingerprint], [cell], now)
+    aggregates.failure_adding(session, cell.key, fingerprint.key)
     session.add(CellFailureRow(run_id=run_id, cell_key=cell.key,
                                fingerprint_key=fingerprint.key, exit_status=exit_status,
                                seconds=float(seconds), log_tail=log_tail[-LOG_TAIL_CHARS:],
@@ -262,13 +270,15 @@ def save_reports(session: Session, reports: Sequence[Report]) -> int:
     insert_if_absent(session, FingerprintRow, [fps[k] for k in sorted(fps)])
     stmt = _insert_ignoring_duplicates(session, RestoreReportRow, "report_id")
     columns = [c.key for c in RestoreReportRow.__table__.columns if c.key != "id"]
-    added = 0
+    added: list[RestoreReportRow] = []
     for r in new:
         row = restore_report_row(r.to_json())
         row.report_id, row.created_at = r.report_id, min(r.time, now)
         inserted = session.execute(stmt.values({c: getattr(row, c) for c in columns})
                                    .returning(RestoreReportRow.id))
-        added += len(inserted.all())  # no row back: another ingester has it
+        if inserted.all():  # no row back: another ingester has it
+            added.append(row)
+    restores_recorded(session, added)
     last_use: dict[str, datetime] = {}
     for r in new:
         if r.status != "failed":
@@ -276,7 +286,14 @@ def save_reports(session: Session, reports: Sequence[Report]) -> int:
             for key in r.entries:
                 last_use[key] = max(last_use.get(key, when), when)
     _save_last_use(session, last_use)
-    return added
+    return len(added)
+
+
+def restores_recorded(session: Session, rows: Sequence[RestoreReportRow]) -> None:
+    """Count new restore report rows in the aggregates."""
+    aggregates.restores_added(session, [
+        (r.created_at, r.exit_code, r.cells_restored, r.seconds, r.bytes_fetched, r.matrix,
+         r.fingerprint_key) for r in rows])
 
 
 def _insert_ignoring_duplicates(session: Session, model: type, column: str) -> Any:

@@ -36,6 +36,11 @@ from neffcache.restore.scan import scan_present
 from neffcache.restore.state import STATE_FILE, STATE_SCHEMA, load_state
 
 LOCAL_ENTRIES = ".neffcache-entries"
+MISSING_FILE = "missing.json"  # in LOCAL_ENTRIES: entries the store lacked at the last restore
+MISSING_SCHEMA = 1
+# A cell the store had no entry for is asked for again after this long: until then a boot
+# whose other cells are in place takes the no-op path (no store request at all).
+MISSING_RECHECK_SECONDS = 6 * 3600.0
 _BAD_PARTS = frozenset({"", ".", ".."})
 
 
@@ -149,16 +154,66 @@ def save_local_manifests(target: Path, manifests: Sequence[Manifest]) -> None:
                 tmp.unlink()
 
 
+def save_missing(target: Path, fingerprint_key: str,
+                 missing: Mapping[str, Sequence[str]], now: float) -> None:
+    """Remember which entry keys the store lacked (each with the other fingerprint keys its
+    cell was built for) at time ``now`` (epoch seconds); best effort, like the manifest copies.
+    An empty ``missing`` removes the record."""
+    d = Path(target, LOCAL_ENTRIES)
+    final = d / MISSING_FILE
+    if not missing:
+        with contextlib.suppress(OSError):
+            final.unlink()
+        return
+    tmp = d / f".{MISSING_FILE}.{uuid.uuid4().hex[:8]}.tmp"
+    doc = {"schema_version": MISSING_SCHEMA, "fingerprint_key": fingerprint_key,
+           "checked_at": now, "entries": {k: list(v) for k, v in sorted(missing.items())}}
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, final)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def read_missing(target: Path, fingerprint_key: str, now: float,
+                 max_age: float = MISSING_RECHECK_SECONDS) -> dict[str, tuple[str, ...]]:
+    """Entry keys recorded missing for this fingerprint less than ``max_age`` seconds ago
+    (with the other fingerprints their cells were built for); empty when unsure."""
+    try:
+        doc = json.loads(Path(target, LOCAL_ENTRIES, MISSING_FILE).read_bytes())
+        if doc.get("schema_version") != MISSING_SCHEMA \
+                or doc.get("fingerprint_key") != fingerprint_key:
+            return {}
+        age = now - float(doc["checked_at"])
+        if not 0 <= age < max_age:
+            return {}
+        return {str(k): tuple(str(f) for f in v) for k, v in doc["entries"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
                   target: Path, *, store_url: str) -> RestoreResult | None:
     """The result of a restore that finds everything in place, judged from the local copies
     of the entries' manifests and the state files alone (no store, no hashing; see
     this module); None when any requested cell lacks a local copy or any of
-    its files is absent, changed or unvouched — then a full ``restore_cells`` decides. The
-    result's manifests carry no file list: the files were confirmed, not planned."""
+    its files is absent, changed or unvouched — then a full ``restore_cells`` decides. Cells
+    the last full restore found without an entry (``read_missing``, for a few hours) count
+    as missing without asking the store. The result's manifests carry no file list: the
+    files were confirmed, not planned."""
     started = time.monotonic()
+    requested = tuple(c.id for c in cells)
     target = Path(target).absolute()
-    keys = [entry_key(c, fingerprint) for c in cells]
+    all_keys = [entry_key(c, fingerprint) for c in cells]
+    known_missing = read_missing(target, fingerprint.key, time.time()) if any(
+        not local_manifest_path(target, k).exists() for k in all_keys) else {}
+    missing = [c for c, k in zip(cells, all_keys, strict=True) if k in known_missing]
+    cells = [c for c, k in zip(cells, all_keys, strict=True) if k not in known_missing]
+    keys = [k for k in all_keys if k not in known_missing]
     docs = [read_local_doc(target, k, backend.root_names) for k in keys]
     dirs = root_dirs(backend, str(target))
     if any(d is None for d in docs) or not all(os.path.isdir(d) for d in dirs.values()):
@@ -179,10 +234,13 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     found = [manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
     if any(m is None for m in found):
         return None
+    elsewhere = tuple((c.id, known_missing[entry_key(c, fingerprint)]) for c in missing
+                      if known_missing[entry_key(c, fingerprint)])
     return RestoreResult(
         backend=backend.name, fingerprint_key=fingerprint.key, store_url=store_url,
-        target=str(target), requested=tuple(c.id for c in cells),
-        resolution=Resolution(tuple(found), (), (), ()),  # type: ignore[arg-type]
+        target=str(target), requested=requested,
+        resolution=Resolution(tuple(found), tuple(missing), (), (),  # type: ignore[arg-type]
+                              elsewhere),
         restored=tuple(c.id for c in cells), incomplete=(), files_fetched=0,
         files_skipped=confirmed, bytes_fetched=0, failures=(), deadline_hit=False,
         seconds=time.monotonic() - started,

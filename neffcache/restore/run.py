@@ -15,10 +15,11 @@ from pathlib import Path
 
 from neffcache.backends import Backend, cache_environment, root_dirs
 from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import entry_key
 from neffcache.matrix import Cell
 from neffcache.restore.apply import Progress, apply_restore
 from neffcache.restore.fs import Roots
-from neffcache.restore.local import save_local_manifests
+from neffcache.restore.local import save_local_manifests, save_missing
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import (
     DEFAULT_UNITS,
@@ -47,6 +48,10 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
                                  deadline=deadline)
     manifests = resolution.found
     save_local_manifests(target, manifests)
+    if not resolution.unresolved and not resolution.failed:
+        other = dict(resolution.elsewhere)
+        save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())
+                                               for c in resolution.missing}, time.time())
     with Roots(dirs) as roots:
         state = load_state(dirs)
         wanted = wanted_sizes(manifests)

@@ -1,5 +1,6 @@
 """The FastAPI application: JSON API under /api, /healthz, /metrics, the dashboard at / with
-its static files, GET only (anything else is 405), errors mapped by ``status.HTTP_STATUSES``.
+its static files, GET and HEAD only (anything else is 405), errors mapped by
+``status.HTTP_STATUSES``; a bad parameter is a 400 in the same {error, type, hint} shape.
 
 The app reads through one open ``Index`` given by the caller; it never writes.
 """
@@ -12,18 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from neffcache import __version__
 from neffcache.config import redact_url
 from neffcache.errors import NeffcacheError
 from neffcache.index import Index
 from neffcache.server import schemas
-from neffcache.server.metrics import metrics_registry
+from neffcache.server.metrics import metrics_registry, render_metrics
 from neffcache.server.routes import router
-from neffcache.server.status import error_document, http_status_for
+from neffcache.server.status import error_document, http_status_for, validation_document
 
 # The dashboard loads nothing from elsewhere: scripts, styles and data come from this server.
 SECURITY_HEADERS = {
@@ -33,7 +35,7 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
-ALLOWED_METHODS = ("GET",)
+ALLOWED_METHODS = ("GET", "HEAD")
 
 
 def web_dir() -> Path:
@@ -54,7 +56,30 @@ def create_app(index: Index) -> FastAPI:
     app.mount("/static", StaticFiles(directory=web_dir()), name="static")
     _add_system_routes(app)
     _add_middleware(app)
+    _document_400(app)
     return app
+
+
+def _document_400(app: FastAPI) -> None:
+    """OpenAPI: a bad parameter is a 400 with the error document (FastAPI says 422)."""
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = plain()
+            spec.get("components", {}).get("schemas", {}).setdefault(
+                "ErrorDoc", schemas.ErrorDoc.model_json_schema())
+            for ops in spec.get("paths", {}).values():
+                for op in ops.values():
+                    responses = op.get("responses", {})
+                    if responses.pop("422", None) is not None:
+                        responses["400"] = {"description": "Bad parameter", "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/ErrorDoc"}}}}
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _add_system_routes(app: FastAPI) -> None:
@@ -69,7 +94,7 @@ def _add_system_routes(app: FastAPI) -> None:
              responses={200: {"content": {"text/plain": {}},
                               "description": "Prometheus text format 0.0.4"}})
     def metrics(request: Request) -> Response:
-        return Response(generate_latest(request.app.state.registry),
+        return Response(render_metrics(request.app.state.index, request.app.state.registry),
                         media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/", include_in_schema=False)
@@ -80,11 +105,18 @@ def _add_system_routes(app: FastAPI) -> None:
     def on_error(_request: Request, exc: NeffcacheError) -> JSONResponse:
         return JSONResponse(error_document(exc), status_code=http_status_for(exc))
 
+    @app.exception_handler(RequestValidationError)
+    def on_bad_parameter(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(validation_document(exc.errors()), status_code=400)
+
 
 def _add_middleware(app: FastAPI) -> None:
     @app.middleware("http")
     async def read_only(request: Request,
                         call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        head = request.method == "HEAD"
+        if head:  # answered as GET without the body (headers, status and length kept)
+            request.scope["method"] = "GET"
         if request.method not in ALLOWED_METHODS:
             response: Response = JSONResponse(
                 {"error": f"method {request.method} not allowed: this API is read-only",
@@ -94,4 +126,7 @@ def _add_middleware(app: FastAPI) -> None:
             response = await call_next(request)
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
+        if head:
+            response = Response(status_code=response.status_code,
+                                headers=dict(response.headers))
         return response

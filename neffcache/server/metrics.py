@@ -15,8 +15,9 @@ Collector; nothing is counted in this process, so any number of servers agree).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
+from prometheus_client import generate_latest
 from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
@@ -25,11 +26,12 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from neffcache.errors import NeffcacheError
 from neffcache.index import Index
 from neffcache.index import ops_queries as q
-from neffcache.index.ops_values import DURATION_BUCKETS, group_by_sdk
+from neffcache.index.ops_values import DURATION_BUCKETS, CoverageGrid, group_by_sdk
 
 
 class IndexCollector(Collector):
@@ -52,8 +54,61 @@ class IndexCollector(Collector):
 
     def _families(self) -> Iterator[Metric]:
         yield from _storage(self._index)
-        yield from _coverage(self._index)
         yield from _restores(self._index)
+
+
+def render_metrics(index: Index, registry: CollectorRegistry) -> bytes:
+    """The whole scrape: the registry's families (prometheus_client), then the coverage
+    families — about 13,000 samples for 50 matrices x 50 fingerprints — written straight to
+    the text format, which is several times faster than building Metric objects for them."""
+    head = generate_latest(registry)
+    if b"neffcache_index_up 0.0" in head:
+        return head
+    try:
+        grids = q.coverage_summaries(index)
+    except NeffcacheError:
+        return head
+    return head + coverage_text(grids).encode("utf-8")
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**labels: str) -> str:
+    """``{a="..",b=".."}`` with names sorted, as prometheus_client writes them."""
+    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in sorted(labels.items())) + "}"
+
+
+def coverage_text(grids: Sequence[CoverageGrid]) -> str:
+    """Pure: the coverage families in the Prometheus text format 0.0.4."""
+    cells = [f"neffcache_matrix_cells{_labels(matrix=g.matrix.name)} "
+             f"{floatToGoString(g.total_cells)}" for g in grids]
+    ratio, counts, failed = [], [], []
+    for g in grids:
+        name = _label(g.matrix.name)
+        for f in g.fingerprints:  # label names in sorted order, as prometheus_client does
+            key = _label(f.key)
+            base = (f'backend="{_label(f.backend)}",fingerprint="{key}",matrix="{name}",'
+                    f'sdk_version="{_label(f.sdk_version)}"')
+            ratio.append(f"neffcache_coverage_ratio{{{base}}} {floatToGoString(f.ratio)}")
+            for status, n in (("ready", f.ready), ("failed", f.failed), ("missing", f.missing)):
+                counts.append(f'neffcache_coverage_cells{{{base},status="{status}"}} '
+                              f"{floatToGoString(n)}")
+            failed.append(f'neffcache_failed_cells{{fingerprint="{key}",matrix="{name}"}} '
+                          f"{floatToGoString(f.failed)}")
+    out = []
+    for metric, help_text, lines in (
+            ("neffcache_matrix_cells", "Cells of the current version of a registered matrix.",
+             cells),
+            ("neffcache_coverage_ratio",
+             "Share of a matrix's cells with an entry for a fingerprint.", ratio),
+            ("neffcache_coverage_cells", "A matrix's cells per fingerprint and status.", counts),
+            ("neffcache_failed_cells",
+             "Cells whose latest warm-up failed and that have no entry.", failed)):
+        out.append(f"# HELP {metric} {help_text}\n# TYPE {metric} gauge\n")
+        out.extend(line + "\n" for line in lines)
+    return "".join(out)
 
 
 def _storage(ix: Index) -> Iterator[Metric]:
@@ -66,32 +121,6 @@ def _storage(ix: Index) -> Iterator[Metric]:
         size.add_metric([s.backend, s.sdk_version], s.total_bytes)
     yield entries
     yield size
-
-
-def _coverage(ix: Index) -> Iterator[Metric]:
-    labels = ["matrix", "fingerprint", "backend", "sdk_version"]
-    cells = GaugeMetricFamily("neffcache_matrix_cells",
-                              "Cells of the current version of a registered matrix.",
-                              labels=["matrix"])
-    ratio = GaugeMetricFamily("neffcache_coverage_ratio",
-                              "Share of a matrix's cells with an entry for a fingerprint.",
-                              labels=labels)
-    counts = GaugeMetricFamily("neffcache_coverage_cells",
-                               "A matrix's cells per fingerprint and status.",
-                               labels=[*labels, "status"])
-    failed = GaugeMetricFamily("neffcache_failed_cells",
-                               "Cells whose latest warm-up failed and that have no entry.",
-                               labels=["matrix", "fingerprint"])
-    for grid in q.coverage_summaries(ix):
-        name = grid.matrix.name
-        cells.add_metric([name], grid.total_cells)
-        for f in grid.fingerprints:
-            base = [name, f.key, f.backend, f.sdk_version]
-            ratio.add_metric(base, f.ratio)
-            for status, n in (("ready", f.ready), ("failed", f.failed), ("missing", f.missing)):
-                counts.add_metric([*base, status], n)
-            failed.add_metric([name, f.key], f.failed)
-    yield from (cells, ratio, counts, failed)
 
 
 def _restores(ix: Index) -> Iterator[Metric]:

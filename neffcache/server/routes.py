@@ -3,7 +3,7 @@ its ``to_json``; the response models in ``schemas`` document and check the shape
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
@@ -150,3 +150,14 @@ def restores(request: Request, host: Annotated[str | None, Query(max_length=255)
             summary="Restores per outcome with duration buckets")
 def restore_outcomes(request: Request) -> list[dict[str, Any]]:
     return [o.to_json() for o in q.restore_outcomes(_index(request))]
+
+
+@router.get("/restore-timeline", response_model=list[m.RestorePointDoc],
+            summary="Restores per day (or hour) by outcome, misses split into no entry and "
+                    "other fingerprint; empty periods included, oldest first")
+def restore_timeline(request: Request,
+                     days: Annotated[int, Query(ge=1, le=90, description=(
+                         "How many days back, today included."))] = 14,
+                     step: Annotated[Literal["day", "hour"], Query(description=(
+                         "Period of each point (UTC)."))] = "day") -> list[dict[str, Any]]:
+    return [p.to_json() for p in q.restore_timeline(_index(request), days=days, step=step)]

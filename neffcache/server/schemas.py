@@ -177,9 +177,22 @@ class BucketDoc(BaseModel):
 class RestoreOutcomeDoc(BaseModel):
     outcome: Outcome
     count: int
+    no_entry: int = Field(description="Of count: restores (exit 3) missing cells that have "
+                                      "no entry for their fingerprint.")
+    other_fingerprint: int = Field(description="Of count: restores (exit 5) whose cells were "
+                                               "built only for other fingerprints.")
     seconds_sum: float
     bytes_sum: int
     buckets: list[BucketDoc] = Field(description="Cumulative counts of durations <= le.")
+
+
+class RestorePointDoc(BaseModel):
+    start: str | None = Field(description="Start of the period (UTC).")
+    hit: int
+    partial: int
+    miss_no_entry: int
+    miss_other_fingerprint: int
+    error: int
 
 
 class TotalsDoc(BaseModel):

@@ -3,6 +3,9 @@ the same way (by walking the class hierarchy, so table order does not matter). P
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from neffcache.errors import (
     CacheMissError,
     DeadlineExceededError,
@@ -40,3 +43,16 @@ def error_document(exc: BaseException) -> dict[str, str | None]:
     """The JSON body of an error response: one-line message, error class, optional hint."""
     return {"error": " ".join(str(exc).split()), "type": type(exc).__name__,
             "hint": getattr(exc, "hint", None)}
+
+
+def validation_document(errors: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:
+    """The 400 body for bad query parameters: which parameter and what was expected, never
+    the value sent (it may be huge)."""
+    parts = []
+    for e in errors[:3]:
+        loc = [str(x) for x in e.get("loc", ()) if x not in ("query", "path", "body")]
+        msg = str(e.get("msg", "invalid value"))[:200]
+        parts.append(f"{'.'.join(loc) or 'request'}: {msg}")
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    return {"error": "bad parameter " + "; ".join(parts) + more, "type": "UsageError",
+            "hint": "see /openapi.json for the parameters each endpoint takes"}

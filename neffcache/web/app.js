@@ -193,18 +193,80 @@ function renderInProgress(rows) {
     : `<tbody><tr><td class="muted">no cell is being warmed right now</td></tr></tbody>`;
 }
 
+// --- restores over time, all matrices ------------------------------------------------------
+
+const SERIES = [["hit", "hit"], ["partial", "partial"], ["miss_no_entry", "miss: no entry"],
+  ["miss_other_fingerprint", "miss: other fingerprint"], ["error", "error"]];
+const SVG = "http://www.w3.org/2000/svg";
+
+function svgEl(name, attrs) {
+  const el = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  return el;
+}
+
+function renderTimeline(points) {
+  const box = $("timeline");
+  box.textContent = "";
+  const total = (p) => SERIES.reduce((n, [k]) => n + p[k], 0);
+  const max = Math.max(1, ...points.map(total));
+  const w = 28, gap = 6, h = 160, top = 10, bottom = 24;
+  const svg = svgEl("svg", { id: "timeline-chart", role: "img", width: points.length * (w + gap),
+    height: h + top + bottom, "aria-label": "Restores per day by outcome" });
+  points.forEach((p, i) => {
+    let y = top + h;
+    const x = i * (w + gap);
+    for (const [k, label] of SERIES) {
+      const bar = (p[k] / max) * h;
+      if (p[k] > 0) {
+        y -= bar;
+        const rect = svgEl("rect", { x, y, width: w, height: Math.max(bar, 1),
+          class: `tl-bar tl-${k}`, "data-series": k });
+        const title = svgEl("title", {});
+        title.textContent = `${p.start.slice(0, 10)}: ${p[k]} ${label}`;
+        rect.appendChild(title);
+        svg.appendChild(rect);
+      }
+    }
+    const text = svgEl("text", { x: x + w / 2, y: top + h + 16, "text-anchor": "middle",
+      class: "axis" });
+    text.textContent = p.start.slice(8, 10);
+    svg.appendChild(text);
+  });
+  const legend = document.createElement("div");
+  legend.className = "timeline-legend";
+  legend.innerHTML = SERIES.map(([k, label]) =>
+    `<span><span class="tl-swatch tl-${k}"></span>${esc(label)}</span>`).join(" ");
+  box.append(svg, legend);
+}
+
+function renderOverview(coverage) {
+  $("overview").innerHTML = coverage.length
+    ? `<thead><tr><th>matrix</th><th class="num">version</th><th class="num">cells</th>
+       <th>ready per fingerprint</th></tr></thead><tbody>` +
+      coverage.map((m) => `<tr><td>${esc(m.matrix)}</td><td class="num">${num(m.version)}</td>
+        <td class="num">${num(m.cells)}</td><td>${m.fingerprints.map((f) =>
+          `<span class="chip${f.ready ? "" : " zero"}" title="${esc(f.key)} (${esc(f.backend)}
+ ${esc(f.sdk_version)})">${esc(f.key.slice(0, 8))} ${Math.round(f.ratio * 100)} %</span>`)
+          .join(" ")}</td></tr>`).join("") + "</tbody>"
+    : `<tbody><tr><td class="muted">no matrix registered</td></tr></tbody>`;
+}
+
 // --- wiring --------------------------------------------------------------------------------
 
 async function loadAll() {
   try {
     showError(null);
-    const [summary, matrices, restores, runs, inProgress] = await Promise.all([
+    const [summary, matrices, restores, runs, inProgress, timeline] = await Promise.all([
       getJSON("/api/summary"), getJSON("/api/matrices"), getJSON("/api/restores?limit=25"),
-      getJSON("/api/runs?limit=20"), getJSON("/api/in-progress?limit=200")]);
+      getJSON("/api/runs?limit=20"), getJSON("/api/in-progress?limit=200"),
+      getJSON("/api/restore-timeline?days=14")]);
     state.summary = summary;
     renderTotals(summary);
     renderSdk(summary.sdk_versions);
     renderOutcomes(summary.restore_outcomes);
+    renderTimeline(timeline);
+    renderOverview(summary.coverage);
     renderRestores(restores);
     renderRuns(runs);
     renderInProgress(inProgress);

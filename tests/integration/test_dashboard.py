@@ -135,3 +135,42 @@ def test_5000_cells_by_10_fingerprints_stay_paged_and_usable(neffcache_home: Pat
         assert page.console_errors() == []
     print(f"\n5000x10 dashboard: first load {first_load:.2f} s, next page {next_page:.2f} s, "
           f"filter {filtered:.2f} s (incl. 250 ms debounce)")
+
+
+def test_fleet_view_shows_a_0_percent_fingerprint_column_and_restores_over_time(
+        neffcache_home: Path) -> None:
+    """A fingerprint the fleet restores with but nothing was built for is a column at 0 %;
+    restores per day are drawn by outcome, misses split by why."""
+    from datetime import datetime, timezone
+
+    from neffcache.reports import build_report
+
+    fleet = sdk_fingerprint(7)  # in restore reports only: no entry, no failure
+    with open_index(f"sqlite:///{neffcache_home / 'index.db'}", auto_upgrade=True) as ix:
+        data = seed_demo(ix)
+        cells = [c.id for c in data.matrix.cells]
+        ix.record_reports([build_report(
+            {"status": "partial", "exit_code": code, "cells_requested": cells,
+             "cells_missing": cells, "seconds": 1.5}, fingerprint=fleet, host=f"i-fleet-{n}",
+            matrix="demo", now=datetime.now(timezone.utc), nonce=f"{n:08x}", version="t")
+            for n, code in enumerate((3, 5, 5))])
+    with serve_subprocess({"NEFFCACHE_HOME": str(neffcache_home)}) as base, \
+            chromium() as page:
+        navigate(page, base + "/")
+        assert page.wait_for("document.body.dataset.loaded") == "true"
+        grid = read_grid(page)
+        assert fleet.key in grid["keys"]  # type: ignore[operator]
+        column = list(grid["keys"]).index(fleet.key)  # type: ignore[call-overload]
+        assert {statuses[column] for _, statuses in grid["rows"]} == {MISSING}  # type: ignore[attr-defined, index]
+        chips = page.evaluate("[...document.querySelectorAll('#overview .chip.zero')]"
+                              ".map(e => e.title + '|' + e.textContent).join('\\n')")
+        assert f"{fleet.key}" in chips and f"{fleet.key[:8]} 0 %" in chips
+        bars = json.loads(page.evaluate("""JSON.stringify(Object.fromEntries(
+            [...document.querySelectorAll('#timeline-chart rect')].map(r =>
+              [r.dataset.series, r.querySelector('title').textContent])))"""))
+        today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        assert bars["miss_other_fingerprint"] == f"{today}: 2 miss: other fingerprint"
+        assert bars["miss_no_entry"] == f"{today}: 1 miss: no entry"
+        assert {"hit", "partial", "error"} <= set(bars)  # the seeded demo restores
+        page.screenshot(ARTIFACTS / "dashboard-fleet.png", full_page=True)
+        assert page.console_errors() == []

@@ -170,19 +170,31 @@ def test_errors_are_json_with_the_status_from_the_table(base: str, path: str, st
     assert reply.json["error"] and "\n" not in reply.json["error"]
 
 
-def test_bad_parameters_are_422(base: str) -> None:
-    assert request(base + "/api/entries?limit=0").status == 422
-    assert request(base + "/api/coverage?matrix=demo&offset=-1").status == 422
-    assert request(base + "/api/coverage").status == 422  # matrix is required
+@pytest.mark.parametrize("path", ["/api/entries?limit=0", "/api/coverage?matrix=demo&offset=-1",
+                                  "/api/coverage", "/api/entries?cells=" + "x" * 100_000,
+                                  "/api/restore-timeline?step=week"])
+def test_bad_parameters_are_400_in_the_documented_shape(base: str, path: str) -> None:
+    reply = request(base + path)
+    assert reply.status == 400
+    assert set(reply.json) == {"error", "type", "hint"} and reply.json["type"] == "UsageError"
+    assert "\n" not in reply.json["error"] and len(reply.body) < 1000  # the value is not echoed
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])
+@pytest.mark.parametrize("path", ["/api/summary", "/metrics", "/", "/static/app.js",
+                                  "/healthz"])
+def test_head_answers_like_get_without_a_body(base: str, path: str) -> None:
+    got, head = request(base + path), request(base + path, method="HEAD")
+    assert (head.status, head.body) == (200, b"")
+    assert head.headers["content-type"] == got.headers["content-type"]
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
 @pytest.mark.parametrize("path", ["/api/summary", "/metrics", "/", "/static/app.js",
                                   "/no/such/path"])
 def test_anything_but_get_is_405(base: str, method: str, path: str) -> None:
     reply = request(base + path, method=method, data=b"{}" if method != "HEAD" else None)
     assert reply.status == 405
-    assert reply.headers["allow"] == "GET"
+    assert reply.headers["allow"] == "GET, HEAD"
 
 
 def test_openapi_describes_only_gets(base: str) -> None:

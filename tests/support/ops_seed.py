@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from neffcache.fingerprint import Fingerprint, build_fingerprint
 from neffcache.index import Index
+from neffcache.index.aggregates import rebuild_aggregates
 from neffcache.index.matrices import register_matrix
 from neffcache.index.models import CellFailureRow, PrecompileRunRow
 from neffcache.index.record import save_fingerprints_and_cells, utcnow
@@ -101,6 +102,8 @@ def _bulk_failures(ix: Index, pairs: list[tuple[Cell, Fingerprint]],
         s.add_all([CellFailureRow(run_id=runs[fp.key], cell_key=c.key, fingerprint_key=fp.key,
                                   exit_status=1, seconds=2.0, log_tail=log(c, fp),
                                   created_at=now) for c, fp in pairs])
+        s.flush()
+        rebuild_aggregates(s)  # rows written directly: recount
 
 
 DEMO_TABLE = [  # 6 cells of "demo" (current version 2) x 2 fingerprints

@@ -1,0 +1,214 @@
+"""The ops aggregates, kept up to date by the writes that change them (one transaction each):
+coverage counts per (matrix version, fingerprint), entries and bytes per fingerprint, restore
+reports per hour x exit code x duration bucket, and the fingerprints restore reports name.
+
+Every change is an ``INSERT .. ON CONFLICT DO UPDATE SET n = n + excluded.n`` (atomic on
+SQLite and Postgres, rows touched in key order so concurrent writers do not deadlock).
+``rebuild_aggregates`` recomputes them all from the base tables (migration 0004, reindex,
+bulk loads). Each function takes an open Session inside a write transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from neffcache.index.models import (
+    CellFailureRow,
+    CoverageCountRow,
+    EntryRow,
+    FingerprintCountRow,
+    MatrixCellRow,
+    ReportFingerprintRow,
+    RestoreCountRow,
+    RestoreReportRow,
+)
+from neffcache.index.ops_values import DURATION_BUCKETS
+
+BATCH = 500
+
+Pair = tuple[str, str]  # (cell key, fingerprint key)
+
+
+def _chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _add(session: Session, model: type, keys: Sequence[str],
+         rows: Mapping[tuple[Any, ...], Sequence[Any]], values: Sequence[str],
+         replace: Sequence[str] = ()) -> None:
+    """Upsert ``rows`` ({key tuple: value tuple}): ``values`` columns add, ``replace``
+    columns take the greatest of old and new."""
+    if not rows:
+        return
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    stmt: Any = dialect.insert(model)
+    table = model.__table__  # type: ignore[attr-defined]
+    update = {c: table.c[c] + stmt.excluded[c] for c in values}
+    update.update({c: func.max(table.c[c], stmt.excluded[c]) if dialect is sqlite
+                   else func.greatest(table.c[c], stmt.excluded[c]) for c in replace})
+    stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=update)
+    names = [*keys, *values, *replace]
+    docs = [dict(zip(names, (*k, *v), strict=True)) for k, v in sorted(rows.items())]
+    for part in _chunks(docs):
+        session.execute(stmt, list(part))
+
+
+def _matrices_of(session: Session, cell_keys: Iterable[str]) -> dict[str, list[int]]:
+    """Registered matrix versions holding each cell."""
+    out: dict[str, list[int]] = {}
+    for part in _chunks(sorted(set(cell_keys))):
+        for matrix_id, cell_key in session.execute(
+                select(MatrixCellRow.matrix_id, MatrixCellRow.cell_key)
+                .where(MatrixCellRow.cell_key.in_(part))):
+            out.setdefault(cell_key, []).append(matrix_id)
+    return out
+
+
+def _pairs_with(session: Session, model: Any, pairs: Sequence[Pair]) -> set[Pair]:
+    """Which of these (cell, fingerprint) pairs have a row in ``model`` (entries/failures)."""
+    found: set[Pair] = set()
+    by_fp: dict[str, list[str]] = {}
+    for cell, fp in pairs:
+        by_fp.setdefault(fp, []).append(cell)
+    for fp, cells in by_fp.items():
+        for part in _chunks(sorted(set(cells))):
+            found.update((c, fp) for c in session.scalars(
+                select(model.cell_key).where(model.fingerprint_key == fp,
+                                             model.cell_key.in_(part)).distinct()))
+    return found
+
+
+def _coverage_deltas(session: Session, deltas: Mapping[Pair, tuple[int, int]]) -> None:
+    """Apply (ready, failed) changes of (cell, fingerprint) pairs to every matrix version
+    holding the cell."""
+    matrices = _matrices_of(session, (c for c, _ in deltas))
+    rows: dict[tuple[Any, ...], list[int]] = {}
+    for (cell, fp), (ready, failed) in deltas.items():
+        for matrix_id in matrices.get(cell, ()):
+            acc = rows.setdefault((matrix_id, fp), [0, 0])
+            acc[0] += ready
+            acc[1] += failed
+    _add(session, CoverageCountRow, ("matrix_id", "fingerprint_key"), rows,
+         ("ready", "failed"))
+
+
+def entries_added(session: Session, entries: Sequence[tuple[str, str, int]]) -> None:
+    """New entries ((cell key, fingerprint key, total bytes)), already inserted: the cell is
+    now ready, and no longer failed where it had failed."""
+    pairs = [(c, f) for c, f, _ in entries]
+    failed = _pairs_with(session, CellFailureRow, pairs)
+    _coverage_deltas(session, {p: (1, -1 if p in failed else 0) for p in pairs})
+    per_fp: dict[tuple[Any, ...], list[int]] = {}
+    for _, fp, size in entries:
+        acc = per_fp.setdefault((fp,), [0, 0])
+        acc[0] += 1
+        acc[1] += int(size)
+    _add(session, FingerprintCountRow, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
+
+
+def entries_removed(session: Session, entries: Sequence[tuple[str, str, int]]) -> None:
+    """Entries just deleted: undo ``entries_added`` (a cell that had failed is failed again)."""
+    pairs = [(c, f) for c, f, _ in entries]
+    failed = _pairs_with(session, CellFailureRow, pairs)
+    _coverage_deltas(session, {p: (-1, 1 if p in failed else 0) for p in pairs})
+    per_fp: dict[tuple[Any, ...], list[int]] = {}
+    for _, fp, size in entries:
+        acc = per_fp.setdefault((fp,), [0, 0])
+        acc[0] -= 1
+        acc[1] -= int(size)
+    _add(session, FingerprintCountRow, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
+
+
+def failure_adding(session: Session, cell_key: str, fingerprint_key: str) -> None:
+    """Call before inserting a failure: the first failure of a cell with no entry makes it
+    failed."""
+    pair = [(cell_key, fingerprint_key)]
+    if _pairs_with(session, EntryRow, pair) or _pairs_with(session, CellFailureRow, pair):
+        return
+    _coverage_deltas(session, {pair[0]: (0, 1)})
+
+
+def matrix_registered(session: Session, matrix_id: int) -> None:
+    """Counts for a newly registered matrix version, from the base tables."""
+    _rebuild_coverage(session, select(MatrixCellRow.cell_key, MatrixCellRow.matrix_id)
+                      .where(MatrixCellRow.matrix_id == matrix_id).subquery())
+
+
+def hour_of(when: datetime) -> datetime:
+    when = when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when
+    return when.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def bucket_of(seconds: float) -> int:
+    return next((i for i, b in enumerate(DURATION_BUCKETS) if seconds <= b),
+                len(DURATION_BUCKETS))
+
+
+def restores_added(session: Session,
+                   rows: Iterable[tuple[datetime, int, int, float, int, str, str]]) -> None:
+    """New restore reports: (time, exit code, cells restored, seconds, bytes fetched, matrix,
+    fingerprint key)."""
+    counts: dict[tuple[Any, ...], list[Any]] = {}
+    seen: dict[tuple[Any, ...], list[Any]] = {}
+    for when, code, restored, seconds, nbytes, matrix, fp in rows:
+        key = (hour_of(when), int(code), 1 if restored > 0 else 0, bucket_of(float(seconds)))
+        acc = counts.setdefault(key, [0, 0.0, 0])
+        acc[0] += 1
+        acc[1] += float(seconds)
+        acc[2] += int(nbytes)
+        if fp:
+            s = seen.setdefault((matrix, fp), [0, when])
+            s[0] += 1
+            s[1] = max(s[1], when)
+    _add(session, RestoreCountRow, ("period_start", "exit_code", "restored_any", "bucket"),
+         counts, ("restores", "seconds_sum", "bytes_sum"))
+    _add(session, ReportFingerprintRow, ("matrix", "fingerprint_key"), seen, ("reports",),
+         replace=("last_seen_at",))
+
+
+# --- rebuild ------------------------------------------------------------------------------
+
+def _rebuild_coverage(session: Session, matrix_cells: Any) -> None:
+    mc = matrix_cells
+    rows: dict[tuple[Any, ...], list[int]] = {}
+    for matrix_id, fp, n in session.execute(
+            select(mc.c.matrix_id, EntryRow.fingerprint_key, func.count())
+            .join(EntryRow, EntryRow.cell_key == mc.c.cell_key)
+            .group_by(mc.c.matrix_id, EntryRow.fingerprint_key)):
+        rows[(matrix_id, fp)] = [int(n), 0]
+    failed_pairs = (select(CellFailureRow.cell_key, CellFailureRow.fingerprint_key)
+                    .distinct().subquery())
+    has_entry = (select(EntryRow.entry_key)
+                 .where(EntryRow.cell_key == failed_pairs.c.cell_key,
+                        EntryRow.fingerprint_key == failed_pairs.c.fingerprint_key).exists())
+    for matrix_id, fp, n in session.execute(
+            select(mc.c.matrix_id, failed_pairs.c.fingerprint_key, func.count())
+            .join(failed_pairs, failed_pairs.c.cell_key == mc.c.cell_key)
+            .where(~has_entry)
+            .group_by(mc.c.matrix_id, failed_pairs.c.fingerprint_key)):
+        rows.setdefault((matrix_id, fp), [0, 0])[1] = int(n)
+    _add(session, CoverageCountRow, ("matrix_id", "fingerprint_key"), rows, ("ready", "failed"))
+
+
+def rebuild_aggregates(session: Session) -> None:
+    """Recompute every aggregate from the base tables (after a bulk load or an upgrade)."""
+    for model in (CoverageCountRow, FingerprintCountRow, RestoreCountRow, ReportFingerprintRow):
+        session.execute(delete(model))
+    _rebuild_coverage(session, select(MatrixCellRow.cell_key, MatrixCellRow.matrix_id)
+                      .subquery())
+    per_fp = {(fp,): [int(n), int(b or 0)] for fp, n, b in session.execute(
+        select(EntryRow.fingerprint_key, func.count(), func.sum(EntryRow.total_bytes))
+        .group_by(EntryRow.fingerprint_key))}
+    _add(session, FingerprintCountRow, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
+    r = RestoreReportRow
+    restores_added(session, [tuple(row) for row in session.execute(  # type: ignore[misc]
+        select(r.created_at, r.exit_code, r.cells_restored, r.seconds, r.bytes_fetched,
+               r.matrix, r.fingerprint_key))])

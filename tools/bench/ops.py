@@ -1,0 +1,277 @@
+"""Ops at fleet scale: fill an index (SQLite and/or Postgres) as a large fleet would, then time
+what ops people run against it; prints medians.
+
+Full size (--scale 1): 50 matrices x 400 cells (20,000 cells), 50 fingerprints, 990,000
+entries, 10,000 failed cells, 100,000 restore reports. --scale shrinks cells, entries,
+failures and reports together (default 0.1: a smoke run). Matrices are registered, and one
+matrix's entries, 100 failures and 1,000 reports are recorded, through neffcache's own write
+path; the rest is bulk SQL (entries without file rows), after which the aggregates are
+recounted (``rebuild_aggregates``) and the tables analysed. The output says which is which.
+
+    .venv/bin/python tools/bench/ops.py                          # both databases, scale 0.1
+    .venv/bin/python tools/bench/ops.py --scale 1 --db postgres --repeat 7
+
+Postgres: a scratch database ``neffcache_bench_ops`` on --pg (dropped afterwards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from neffcache.fingerprint import Fingerprint, build_fingerprint  # noqa: E402
+from neffcache.index import Index, open_index, upgrade_index  # noqa: E402
+from neffcache.index.aggregates import rebuild_aggregates  # noqa: E402
+from neffcache.index.matrices import register_matrix, registered_cells  # noqa: E402
+from neffcache.index.models import (  # noqa: E402
+    CellFailureRow,
+    EntryRow,
+    PrecompileRunRow,
+    RestoreReportRow,
+)
+from neffcache.manifest import FileRecord, Manifest  # noqa: E402
+from neffcache.matrix import Cell, parse_matrix  # noqa: E402
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+PG_DB = "neffcache_bench_ops"
+CLI = [str(Path(sys.executable).with_name("neffcache"))]
+TARGETS = {"metrics": 0.2, "summary": 0.2, "dashboard": 1.0, "coverage_cli": 0.5,
+           "ls_glob_cli": 0.3}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def matrix_text(n: int, cells: int) -> str:
+    shapes = ", ".join(f'"{512 + 8 * (i // 20)}x{512 + 8 * (i % 20)}"' for i in range(cells))
+    return (f'name = "m{n:02d}"\nbackend = "neuron"\n\n[[pipelines]]\nname = "p{n:02d}"\n'
+            f'class = "diffusers:Flux2KleinPipeline"\nmodel = "/models/p{n}"\n'
+            f'modes = ["compile"]\nshapes = [{shapes}]\nbatch_sizes = [1]\n')
+
+
+def fingerprint(n: int) -> Fingerprint:
+    return build_fingerprint("neuron", {"version.neuronx-cc": f"2.{n}.0",
+                                        "version.torch": "2.9.0", "target": "trn2"})
+
+
+def manifest(cell: Cell, fp: Fingerprint) -> Manifest:
+    sha = hashlib.sha256(f"{cell.key}{fp.key}".encode()).hexdigest()
+    return Manifest(cell=cell, fingerprint=fp, files=(
+        FileRecord("neff", f"{sha[:2]}/{sha[2:4]}/{sha[:32]}.neff", 4096, sha, 0o644),))
+
+
+def fill(ix: Index, scale: float, notes: list[str]) -> dict[str, Any]:
+    """Fill ``ix``; returns facts the timings need (matrix names, a fingerprint key)."""
+    t0 = time.monotonic()
+    per_matrix = max(4, round(400 * scale))
+    fps = [fingerprint(n) for n in range(50)]
+    matrices = [parse_matrix(matrix_text(n, per_matrix), f"m{n:02d}.toml") for n in range(50)]
+    for n, m in enumerate(matrices):
+        register_matrix(ix, m, matrix_text(n, per_matrix))
+    notes.append(f"write path: register_matrix x {len(matrices)} ({per_matrix} cells each)")
+    pairs = [(c, fp) for m in matrices for c in m.cells for fp in fps]
+    random.Random(7).shuffle(pairs)
+    n_fail = len(pairs) // 100  # 1 %: 10,000 at full size
+    failed, built = pairs[:n_fail], pairs[n_fail:]
+    first = {c.key for c in matrices[0].cells}
+    own = [p for p in built if p[0].key in first]
+    for i in range(0, len(own), 500):
+        ix.record_entries([manifest(c, fp) for c, fp in own[i:i + 500]], "s3://bench/neff")
+    notes.append(f"write path: record_entries for matrix m00 ({len(own)} entries)")
+    run_id = ix.start_run("bench", fps[0], "m00")
+    for c, fp in failed[:100]:
+        ix.record_failure(run_id, c, fp, 1, 2.0, "warm-up failed")
+    notes.append("write path: record_failure x 100")
+    now = datetime.now(timezone.utc)
+    rng = random.Random(11)
+    n_reports = max(100, round(100_000 * scale))
+    report_fps = [*fps, fingerprint(99)]  # one fleet fingerprint nothing was built for
+
+    def report(i: int) -> dict[str, Any]:
+        m = matrices[i % 50]
+        code = rng.choice((0, 0, 0, 0, 0, 0, 3, 3, 5, 1))
+        restored = 0 if code in (1, 5) else per_matrix - (0 if code == 0 else 3)
+        return {"host": f"host-{i % 997}", "matrix": m.name, "exit_code": code,
+                "fingerprint_key": report_fps[i % len(report_fps)].key,
+                "cells_restored": restored, "cells_missing": per_matrix - restored,
+                "seconds": rng.uniform(0.05, 40), "bytes_fetched": rng.randrange(1 << 30),
+                "files_fetched": 10, "files_skipped": 0}
+    for i in range(1000):
+        ix.record_restore(report(i))
+    notes.append("write path: record_restore x 1,000")
+    bulk_entries = [p for p in built if p[0].key not in first]
+    with ix._write() as s:  # noqa: SLF001 - bulk load
+        rows = [{"entry_key": hashlib.sha256(f"{c.key}{fp.key}".encode()).hexdigest(),
+                 "cell_key": c.key, "fingerprint_key": fp.key, "store_url": "s3://bench/neff",
+                 "total_bytes": 4096, "file_count": 1, "compile_seconds": 30.0,
+                 "producer": {}, "created_at": now - timedelta(seconds=i),
+                 "recorded_at": now} for i, (c, fp) in enumerate(bulk_entries)]
+        for i in range(0, len(rows), 5000):
+            s.execute(EntryRow.__table__.insert(), rows[i:i + 5000])
+        s.execute(PrecompileRunRow.__table__.update().values(finished_at=now))
+        frows = [{"run_id": run_id, "cell_key": c.key, "fingerprint_key": fp.key,
+                  "exit_status": 1, "seconds": 2.0, "log_tail": "warm-up failed",
+                  "created_at": now} for c, fp in failed[100:]]
+        for i in range(0, len(frows), 5000):
+            s.execute(CellFailureRow.__table__.insert(), frows[i:i + 5000])
+        rrows = []
+        for i in range(1000, n_reports):
+            r = report(i)
+            rrows.append({**{k: r[k] for k in ("host", "matrix", "exit_code", "fingerprint_key",
+                                               "cells_restored", "cells_missing", "seconds",
+                                               "bytes_fetched", "files_fetched",
+                                               "files_skipped")},
+                          "report_id": f"bench-{i}", "restored": [], "missing": [],
+                          "report": {}, "created_at": now - timedelta(minutes=i % 40_000)})
+        for i in range(0, len(rrows), 5000):
+            s.execute(RestoreReportRow.__table__.insert(), rrows[i:i + 5000])
+        s.flush()
+        rebuild_aggregates(s)
+    notes.append(f"bulk SQL: {len(bulk_entries)} entries (no file rows), {len(frows)} failures, "
+                 f"{len(rrows)} restore reports; then rebuild_aggregates")
+    with ix._engine.connect() as conn:  # noqa: SLF001
+        from sqlalchemy import text
+        conn.execute(text("ANALYZE"))
+        conn.commit()
+    log(f"filled in {time.monotonic() - t0:.0f} s: {len(pairs)} pairs, {len(built)} entries")
+    return {"matrix": "m01", "fingerprint": fps[3].key, "cells": len(pairs) // 50,
+            "entries": len(built), "failures": len(failed), "reports": n_reports}
+
+
+def median(fn: Callable[[], Any], repeat: int) -> float:
+    fn()  # warm-up (imports, caches, connections)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=120) as r:  # noqa: S310 - loopback
+        return bytes(r.read())
+
+
+def serve(url: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([*CLI, "serve", "--index", url, "--port", str(port),
+                             "--ingest-every", "0"], env=env)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            get(base + "/healthz")
+            return proc, base
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("serve did not start")
+
+
+def measure(url: str, facts: dict[str, Any], repeat: int, home: Path) -> dict[str, float]:
+    env = {**os.environ, "NEFFCACHE_HOME": str(home), "NEFFCACHE_INDEX": url}
+    out: dict[str, float] = {}
+    with open_index(url, auto_upgrade=False) as ix:
+        cells = registered_cells(ix, facts["matrix"])
+        out["coverage_sql"] = median(lambda: ix.coverage(cells), repeat)
+
+    def cli(*args: str) -> Callable[[], None]:
+        return lambda: subprocess.run([*CLI, *args], env=env, check=True,
+                                      stdout=subprocess.DEVNULL)
+    out["coverage_cli"] = median(cli("coverage", facts["matrix"], "--json"), repeat)
+    out["ls_glob_cli"] = median(cli("ls", "--cell", "p0*/compile/*", "--limit", "100",
+                                    "--json"), repeat)
+    proc, base = serve(url, env)
+    try:
+        out["metrics"] = median(lambda: get(base + "/metrics"), repeat)
+        out["summary"] = median(lambda: get(base + "/api/summary"), repeat)
+        first = json.loads(get(base + "/api/matrices"))[0]["name"]
+        page = ["/api/summary", "/api/matrices", "/api/restores?limit=25", "/api/runs?limit=20",
+                "/api/in-progress?limit=200", "/api/restore-timeline?days=14",
+                f"/api/coverage?matrix={first}&limit=200", f"/api/failures?matrix={first}"]
+        out["dashboard"] = median(lambda: [get(base + p) for p in page], repeat)
+        out["metrics_bytes"] = len(get(base + "/metrics"))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return out
+
+
+def pg_scratch(admin: str) -> str:
+    import psycopg
+
+    dsn = admin.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {PG_DB}")
+        conn.execute(f"CREATE DATABASE {PG_DB}")
+    return admin.rsplit("/", 1)[0] + "/" + PG_DB
+
+
+def pg_drop(admin: str) -> None:
+    import psycopg
+
+    dsn = admin.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", type=float, default=0.1)
+    ap.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
+    ap.add_argument("--pg", default=os.environ.get("NEFFCACHE_TEST_POSTGRES", PG_ADMIN))
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="neffcache-bench-ops-") as tmp:
+        for db in (("sqlite", "postgres") if args.db == "both" else (args.db,)):
+            url = f"sqlite:///{tmp}/index.db" if db == "sqlite" else pg_scratch(args.pg)
+            try:
+                upgrade_index(url)
+                notes: list[str] = []
+                with open_index(url, auto_upgrade=False) as ix:
+                    facts = fill(ix, args.scale, notes)
+                for n in notes:
+                    print(f"[{db}] {n}")
+                results[db] = measure(url, facts, args.repeat, Path(tmp))
+            finally:
+                if db == "postgres":
+                    pg_drop(args.pg)
+    print(f"\nscale {args.scale}: {facts['cells']} cells x 50 fingerprints, {facts['entries']} "
+          f"entries, {facts['failures']} failures, {facts['reports']} restore reports; "
+          f"medians of {args.repeat}")
+    dbs = list(results)
+    print(f"| what | {' | '.join(dbs)} | target |")
+    print(f"|---|{'---|' * len(dbs)}---|")
+    for key in ("coverage_sql", "coverage_cli", "ls_glob_cli", "metrics", "summary",
+                "dashboard"):
+        cells = " | ".join(f"{results[d][key] * 1000:.0f} ms" for d in dbs)
+        target = f"<= {TARGETS[key] * 1000:.0f} ms" if key in TARGETS else ""
+        print(f"| {key} | {cells} | {target} |")
+    sizes = " | ".join(f"{int(results[d]['metrics_bytes'])} B" for d in dbs)
+    print(f"| metrics body | {sizes} | |")
+
+
+if __name__ == "__main__":
+    main()
