@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from neffcache.publish import publish_entry
+from neffcache.precompile.publish import publish_entry
 
 from neffcache.backends import NEURON
 from neffcache.errors import exit_code_for
