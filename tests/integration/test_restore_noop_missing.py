@@ -7,12 +7,11 @@ import json
 import time
 from pathlib import Path
 
-from neffcache.precompile.publish import publish_entry
-
 from neffcache.backends import NEURON
 from neffcache.errors import exit_code_for
 from neffcache.fingerprint import build_fingerprint
 from neffcache.matrix import Cell
+from neffcache.precompile.publish import publish_entry
 from neffcache.restore.local import (
     LOCAL_ENTRIES,
     MISSING_FILE,
