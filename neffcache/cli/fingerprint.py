@@ -117,12 +117,13 @@ def fingerprint(backend_name: str | None, explain: str | None, python: str | Non
                    f"{here.key[:12]} (python {interpreter})")
     for name in here.unknown_fields:
         click.echo(f"  {name} is unknown on this host, so no entry is used here")
+    what = "this entry" if manifest is not None else "its entries"
     if not diffs:
-        click.echo("same fingerprint: its entries would be used here"
+        click.echo(f"same fingerprint: {what} would be used here"
                    if not here.unknown_fields
                    else "same fields, but an unknown field never matches")
     else:
-        click.echo(f"{len(diffs)} field(s) differ, so its entries would not be used here:")
+        click.echo(f"{len(diffs)} field(s) differ, so {what} would not be used here:")
         click.echo(format_table(["field", "this host", "entry", "why it matters"],
                                 [[d.name, d.here, d.there, FIELD_NOTES.get(d.name, "")]
                                  for d in diffs]))

@@ -54,14 +54,15 @@ def reindex(keep_missing: bool, store: str | None, index: str | None, as_json: b
     from neffcache.store import open_store
 
     settings = settings_from(store=store, index=index)
-    st = open_store(settings.store_url)
-    st.check()
 
     def report(done: int, total: int) -> None:
         if done % _EVERY == 0 or done == total:
             progress(f"reindex: {done}/{total} manifests read")
 
+    # The index first: an outdated schema (exit 7) is refused before the store is read.
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        st = open_store(settings.store_url)
+        st.check()
         result = run_reindex(ix, st, prune=not keep_missing, progress=report)
         reports = ingest_reports(ix, st)
     if as_json:
