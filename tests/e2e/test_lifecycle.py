@@ -291,4 +291,8 @@ def test_retire_keeps_the_fingerprints_restored_lately(cli: Cli, tmp_path: Path,
         {published[("2.19", h)].entry_key for h in (64, 128)}
     assert plan.json["policy"]["keep_restored_days"] == 7
     assert plan.json["policy"]["keep_fingerprints"] == [old.key]
+    text = cli(*policy[:-1])
+    assert text.code == 0, text.stderr
+    assert "keep the fingerprints restored in the last 7 day(s) (1)" in text.stdout
+    assert f"keep {used.entry_key[:12]}" in text.stdout and "restored lately" in text.stdout
     assert len(list(store.list("manifests/"))) == 6  # a dry run retires nothing
