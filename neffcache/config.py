@@ -32,7 +32,8 @@ else:  # pragma: no cover
 FILE_KEYS = ("store", "index", "python", "reports")
 REPORTS_TO_STORE, REPORTS_OFF = "store", "none"
 # Tables of the config file: [retire] holds the retire policy (`neffcache retire`).
-TABLE_KEYS = {"retire": {"keep_sdk_versions": int, "keep_matrices": list}}
+TABLE_KEYS = {"retire": {"keep_sdk_versions": int, "keep_matrices": list,
+                         "keep_restored_days": int}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,8 @@ class Settings:
     python: str | None = None
     # Where restore writes its report: "store", "none" or a directory path.
     reports_to: str = REPORTS_TO_STORE
-    # The config file's [retire] table: keep_sdk_versions (int), keep_matrices (paths).
+    # The config file's [retire] table: keep_sdk_versions (int), keep_matrices (paths),
+    # keep_restored_days (int).
     retire: tuple[tuple[str, Any], ...] = ()
 
     @property

@@ -51,8 +51,9 @@ def ls(cell_glob: str | None, fingerprint_key: str | None, limit: int | None,
 
     JSON output: {"entries": [{"entry_key", "cell_id", "cell_key", "fingerprint_key",
     "backend", "store_url", "total_bytes", "file_count", "compile_seconds", "created_at",
-    "verified_status", "verified_at", "last_used_at"}], "count"}; last_used_at is the time
-    of the newest ingested restore report that found the entry (null: none yet).
+    "verified_status", "verified_at", "last_used_at", "restore_count"}], "count"};
+    last_used_at is the time of the newest ingested restore report that found the entry (null:
+    none yet), restore_count how many ingested ok/partial restore reports found it.
     """
     from neffcache.index import open_index
 

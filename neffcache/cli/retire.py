@@ -1,4 +1,5 @@
-"""``neffcache retire``: remove entries by policy (SDK versions kept, matrices kept), plan first."""
+"""``neffcache retire``: remove entries by policy (SDK versions, matrices and fingerprints
+restored lately kept), plan first."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, UsageError
 @click.option("--keep-matrix", "keep_matrices", multiple=True, metavar="FILE",
               type=click.Path(dir_okay=False), help="Keep every entry of this matrix's cells, "
               "whatever its SDK version (repeatable) [config: [retire] keep_matrices].")
+@click.option("--keep-restored-days", "keep_days", type=click.IntRange(min=1), default=None,
+              metavar="D", help="Keep every entry of each fingerprint an ok/partial restore "
+              "report (ingested into the index) found entries of in the last D days; needs "
+              "the index [config: [retire] keep_restored_days].")
 @click.option("--dry-run", is_flag=True, help="Only print the plan: what goes, the bytes freed.")
 @click.option("--yes", "-y", is_flag=True,
               help="Retire without asking (required when stdin is not a terminal).")
@@ -40,17 +45,21 @@ from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, UsageError
 @store_option
 @index_option
 @json_option
-def retire(keep_sdk: int | None, keep_matrices: tuple[str, ...], dry_run: bool, yes: bool,
-           reason: str, by: str | None, workers: int, store: str | None, index: str | None,
-           as_json: bool) -> None:
+def retire(keep_sdk: int | None, keep_matrices: tuple[str, ...], keep_days: int | None,
+           dry_run: bool, yes: bool, reason: str, by: str | None, workers: int,
+           store: str | None, index: str | None, as_json: bool) -> None:
     """Retire the entries a policy does not keep; `neffcache gc` then frees their blobs.
 
     An entry is kept when any rule keeps it: its SDK version (for neuron the versions of
     neuronx-cc, torch-neuronx, NKI, libneuronxla and torch in its fingerprint; for inductor
-    torch's) is one of the newest K of its backend (--keep-sdk-versions K), or its cell is
-    a cell of a --keep-matrix FILE. Every other entry of the store is retired. Flags beat
-    the config file's [retire] table (keep_sdk_versions = K, keep_matrices = [FILE, ...]);
-    a retire with no rule at all is refused (exit 2).
+    torch's) is one of the newest K of its backend (--keep-sdk-versions K), its cell is a
+    cell of a --keep-matrix FILE, or its fingerprint was restored in the last D days
+    (--keep-restored-days D: an ok or partial restore report ingested into the index found
+    an entry of that fingerprint; run `neffcache reports ingest` or `neffcache reindex`
+    first, or keep `neffcache serve` running). Every other entry of the store is retired.
+    Flags beat the config file's [retire] table (keep_sdk_versions = K, keep_matrices =
+    [FILE, ...], keep_restored_days = D); a retire with no rule at all is refused (exit 2),
+    and so is --keep-restored-days without an index (none configured and no embedded one).
 
     The plan is computed first and printed (--dry-run stops there): the SDK versions found,
     the entries kept and retired, and the bytes gc will free (blobs only retired entries
@@ -62,26 +71,38 @@ def retire(keep_sdk: int | None, keep_matrices: tuple[str, ...], dry_run: bool, 
     entries are removed from it too; a failing index is only a warning (`neffcache reindex`
     repairs it). Without --yes it asks on a terminal and refuses otherwise.
 
-    --json prints: policy, sdk_versions (backend, sdk, label, kept), keep, retire (entry_key,
-    cell_id, cell_key, fingerprint_key, backend, sdk, bytes), entries_kept, entries_retired,
-    blobs_freed, bytes_freed, dry_run, record (the record's key; null on a dry run), store.
+    --json prints: policy (keep_sdk_versions, keep_matrices, keep_restored_days,
+    keep_fingerprints), sdk_versions (backend, sdk, label, kept), keep (entry_key, cell_id,
+    cell_key, fingerprint_key, backend, sdk, bytes, kept_by: the rules that keep it, of
+    "sdk_version", "matrix", "restored"), retire (the same without kept_by), entries_kept,
+    entries_retired, blobs_freed, bytes_freed, dry_run, record (the record's key; null on a
+    dry run), store.
 
     \b
     Examples:
       neffcache retire --keep-sdk-versions 2 --dry-run
       neffcache retire --keep-sdk-versions 2 --keep-matrix prod.toml --yes --reason "SDK 2.26"
       neffcache retire --keep-sdk-versions 1 --store s3://bucket/neff --json --dry-run
+      neffcache retire --keep-sdk-versions 1 --keep-restored-days 7 --dry-run
       neffcache retire --yes && neffcache gc --yes     # policy from the config file
     """
     from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
-    from neffcache.lifecycle.retire import EntryInfo, apply_retire, plan_retire, policy_from
+    from neffcache.lifecycle.retire import (
+        EntryInfo,
+        apply_retire,
+        plan_retire,
+        policy_from,
+        with_restored,
+    )
     from neffcache.store import open_store
 
     settings = settings_from(store, index)
     config = dict(settings.retire)
     files = keep_matrices or tuple(config.get("keep_matrices", ()))
-    policy = policy_from(keep_sdk, [_matrix_cells(f) for f in files], config)
+    policy = policy_from(keep_sdk, [_matrix_cells(f) for f in files], config, keep_days)
     policy.check()
+    if policy.keep_restored_days is not None:
+        policy = with_restored(policy, _restored(settings, policy.keep_restored_days))
     s = open_store(settings.store_url)
     s.check()
     manifests = read_manifests(s, select_entry_keys(s, None, workers=workers), workers=workers)
@@ -124,9 +145,28 @@ def _confirm(plan: Any, yes: bool, url: str) -> None:
         raise click.exceptions.Abort()
 
 
+def _has_index(settings: Any) -> bool:
+    return bool(settings.index_explicit or (settings.home / "index.db").exists())
+
+
+def _restored(settings: Any, days: int) -> set[str]:
+    """The index's fingerprint keys restored in the last ``days`` days."""
+    if not _has_index(settings):
+        raise UsageError(f"--keep-restored-days {days} needs the index (restore reports are "
+                         f"counted there), and there is none",
+                         hint="neffcache reindex (or --index URL / NEFFCACHE_INDEX)")
+    from datetime import datetime, timedelta, timezone
+
+    from neffcache.index import open_index
+
+    since = datetime.now(timezone.utc) - timedelta(days=days)
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as idx:
+        return idx.restored_fingerprints(since)
+
+
 def _unindex(settings: Any, keys: list[str]) -> None:
     """Remove retired entries from the index when there is one; a failure only warns."""
-    if not (settings.index_explicit or (settings.home / "index.db").exists()):
+    if not _has_index(settings):
         return
     from neffcache.index import open_index
 
@@ -145,6 +185,10 @@ def _show(plan: Any, dry_run: bool, record: str | None) -> None:
     click.echo(f"policy: {plan.policy.describe()}")
     for backend, version, kept in plan.sdk_versions:
         click.echo(f"  {'keep  ' if kept else 'retire'}  {backend:8}  {sdk_label(version)}")
+    for e, rules in zip(plan.keep, plan.kept_by, strict=True):
+        if rules == ("restored",):
+            click.echo(f"keep {e.entry_key[:12]}  {e.cell_id}  [fingerprint "
+                       f"{e.fingerprint_key[:12]} restored lately]")
     for e in plan.retire:
         verb = "would retire" if dry_run else "retired"
         click.echo(f"{verb} {e.entry_key[:12]}  {e.cell_id}  [fingerprint "

@@ -206,6 +206,12 @@ class Index:
         with self._read() as s:
             return queries.all_entry_keys(s)
 
+    def restored_fingerprints(self, since: datetime) -> set[str]:
+        """Fingerprint keys an ok/partial restore report (ingested) found entries of at or
+        after ``since``."""
+        with self._read() as s:
+            return queries.restored_fingerprint_keys(s, since)
+
     def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
         with self._read() as s:
             return queries.get_fingerprints(s, keys)

@@ -35,6 +35,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -85,6 +86,7 @@ class EntryRow(Base):
         UniqueConstraint("cell_key", "fingerprint_key"),
         Index(None, "fingerprint_key"),
         Index(None, "created_at"),
+        Index(None, "last_used_at"),
     )
 
     entry_key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
@@ -101,6 +103,8 @@ class EntryRow(Base):
     verified_at: Mapped[datetime | None]
     # The newest restore report (ingested from the store) that found this entry.
     last_used_at: Mapped[datetime | None]
+    # How many ingested ok/partial restore reports found this entry.
+    restore_count: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
 
 
 class BlobRow(Base):

@@ -1,10 +1,12 @@
-"""Read queries other than coverage: listing entries, entry keys, fingerprints."""
+"""Read queries other than coverage: listing entries, entry keys, fingerprints, fingerprints
+restored lately."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, false, select
@@ -90,7 +92,14 @@ def _summary(row: EntryRow, cell_id: str, backend: str) -> EntrySummary:
         total_bytes=row.total_bytes, file_count=row.file_count,
         compile_seconds=row.compile_seconds, created_at=as_utc(row.created_at),  # type: ignore[arg-type]
         verified_status=row.verified_status, verified_at=as_utc(row.verified_at),
-        last_used_at=as_utc(row.last_used_at))
+        last_used_at=as_utc(row.last_used_at), restore_count=int(row.restore_count or 0))
+
+
+def restored_fingerprint_keys(session: Session, since: datetime) -> set[str]:
+    """Fingerprint keys with an entry an ok/partial restore report found at or after ``since``
+    (its ``last_used_at``); read through the last-use index, never every entry."""
+    return set(session.scalars(select(EntryRow.fingerprint_key).distinct()
+                               .where(EntryRow.last_used_at >= since)))
 
 
 def all_entry_keys(session: Session) -> set[str]:

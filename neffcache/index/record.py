@@ -1,7 +1,7 @@
 """Writes to the index: entries (with their cells, fingerprints, blobs and files), failures,
-precompile runs, restore reports (with their fingerprints and the entries' last use). Every
-function takes an open Session inside a write transaction; the caller commits.
-Inserts of shared rows are insert-if-absent."""
+precompile runs, restore reports (with their fingerprints and the entries' last use and
+restore count). Every function takes an open Session inside a write transaction; the caller
+commits. Inserts of shared rows are insert-if-absent."""
 
 from __future__ import annotations
 
@@ -286,7 +286,21 @@ def save_reports(session: Session, reports: Sequence[Report]) -> int:
             for key in r.entries:
                 last_use[key] = max(last_use.get(key, when), when)
     _save_last_use(session, last_use)
+    inserted_ids = {row.report_id for row in added}
+    _save_restore_counts(session, restore_counts(
+        r for r in new if r.report_id in inserted_ids))
     return len(added)
+
+
+def restore_counts(reports: Iterable[Report]) -> dict[str, int]:
+    """Per entry key, how many of ``reports`` (ok or partial) found it; each report counts an
+    entry once (pure)."""
+    counts: dict[str, int] = {}
+    for r in reports:
+        if r.status != "failed":
+            for key in set(r.entries):
+                counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def restores_recorded(session: Session, rows: Sequence[RestoreReportRow]) -> None:
@@ -314,6 +328,19 @@ def _save_last_use(session: Session, last_use: Mapping[str, datetime]) -> None:
             session.execute(update(e).where(e.entry_key.in_(part))
                             .where((e.last_used_at.is_(None)) | (e.last_used_at < when))
                             .values(last_used_at=when))
+
+
+def _save_restore_counts(session: Session, counts: Mapping[str, int]) -> None:
+    """``entries.restore_count += n`` per entry key, one UPDATE per distinct n. Only reports
+    this session inserted are counted, so concurrent ingesters never count one twice."""
+    by_n: dict[int, list[str]] = {}
+    for key, n in counts.items():
+        by_n.setdefault(n, []).append(key)
+    e = EntryRow
+    for n, keys in sorted(by_n.items()):
+        for part in chunks(sorted(keys)):
+            session.execute(update(e).where(e.entry_key.in_(part))
+                            .values(restore_count=e.restore_count + n))
 
 
 def _jsonable(value: Any) -> Any:

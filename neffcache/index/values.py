@@ -33,6 +33,7 @@ class EntrySummary:
     verified_status: str | None = None
     verified_at: datetime | None = None
     last_used_at: datetime | None = None  # newest ingested restore report that found it
+    restore_count: int = 0  # ingested ok/partial restore reports that found it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +43,7 @@ class EntrySummary:
             "file_count": self.file_count, "compile_seconds": self.compile_seconds,
             "created_at": iso(self.created_at), "verified_status": self.verified_status,
             "verified_at": iso(self.verified_at), "last_used_at": iso(self.last_used_at),
+            "restore_count": self.restore_count,
         }
 
 

@@ -1,5 +1,7 @@
-"""Retire entries by policy: keep the newest K SDK versions per backend and every entry of
-named matrices, retire the rest (``plan_retire`` is pure; ``apply_retire`` does the I/O).
+"""Retire entries by policy: keep the newest K SDK versions per backend, every entry of named
+matrices and every entry of the fingerprints restored lately, retire the rest (``plan_retire``
+is pure; ``apply_retire`` does the I/O). Which fingerprints were restored lately is the index's
+answer, handed in as ``RetirePolicy.keep_fingerprints``.
 
 An entry's SDK version is the part of its fingerprint a Neuron SDK (or torch) release changes:
 for neuron the versions of neuronx-cc, torch-neuronx, NKI, libneuronxla and torch; for inductor
@@ -19,8 +21,8 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -40,6 +42,8 @@ SDK_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 SdkVersion = tuple[tuple[str, str], ...]
+# The rules that can keep an entry, as the plan's JSON names them.
+KEPT_SDK, KEPT_MATRIX, KEPT_RESTORED = "sdk_version", "matrix", "restored"
 
 
 def sdk_version(fp: Fingerprint) -> SdkVersion:
@@ -68,17 +72,25 @@ class RetirePolicy:
     keep_sdk_versions: int | None = None  # newest K SDK versions per backend
     keep_cells: frozenset[str] = frozenset()  # cell keys of the named matrices
     keep_matrices: tuple[str, ...] = ()  # their names, for the record
+    keep_restored_days: int | None = None  # keep fingerprints restored in the last D days
+    keep_fingerprints: frozenset[str] = frozenset()  # those fingerprints' keys (the index's)
 
     def check(self) -> None:
-        if self.keep_sdk_versions is None and not self.keep_matrices:
-            raise UsageError("retire needs a policy: --keep-sdk-versions K and/or "
-                             "--keep-matrix FILE (or a [retire] table in the config file)")
+        if (self.keep_sdk_versions is None and not self.keep_matrices
+                and self.keep_restored_days is None):
+            raise UsageError("retire needs a policy: --keep-sdk-versions K, --keep-matrix FILE "
+                             "and/or --keep-restored-days D (or a [retire] table in the config "
+                             "file)")
         if self.keep_sdk_versions is not None and self.keep_sdk_versions < 1:
             raise UsageError(f"--keep-sdk-versions {self.keep_sdk_versions}: expected >= 1")
+        if self.keep_restored_days is not None and self.keep_restored_days < 1:
+            raise UsageError(f"--keep-restored-days {self.keep_restored_days}: expected >= 1")
 
     def to_json(self) -> dict[str, Any]:
         return {"keep_sdk_versions": self.keep_sdk_versions,
-                "keep_matrices": list(self.keep_matrices)}
+                "keep_matrices": list(self.keep_matrices),
+                "keep_restored_days": self.keep_restored_days,
+                "keep_fingerprints": sorted(self.keep_fingerprints)}
 
     def describe(self) -> str:
         parts = []
@@ -86,7 +98,21 @@ class RetirePolicy:
             parts.append(f"keep the newest {self.keep_sdk_versions} SDK version(s) per backend")
         if self.keep_matrices:
             parts.append(f"keep the cells of {', '.join(self.keep_matrices)}")
+        if self.keep_restored_days is not None:
+            parts.append(f"keep the fingerprints restored in the last "
+                         f"{self.keep_restored_days} day(s) ({len(self.keep_fingerprints)})")
         return "; ".join(parts)
+
+    def kept_by(self, e: EntryInfo, kept_versions: Set[tuple[str, SdkVersion]]) -> tuple[str, ...]:
+        """The rules that keep ``e`` (empty: retire it)."""
+        rules = []
+        if (e.backend, e.sdk) in kept_versions:
+            rules.append(KEPT_SDK)
+        if e.cell_key in self.keep_cells:
+            rules.append(KEPT_MATRIX)
+        if e.fingerprint_key in self.keep_fingerprints:
+            rules.append(KEPT_RESTORED)
+        return tuple(rules)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +143,7 @@ class RetirePlan:
     policy: RetirePolicy
     keep: tuple[EntryInfo, ...]
     retire: tuple[EntryInfo, ...]
+    kept_by: tuple[tuple[str, ...], ...]  # per entry of ``keep``: the rules that keep it
     sdk_versions: tuple[tuple[str, SdkVersion, bool], ...]  # (backend, version, kept), newest first
     blobs_freed: int
     bytes_freed: int  # blobs and packs only retired entries reference (what gc then frees)
@@ -125,7 +152,8 @@ class RetirePlan:
         return {"policy": self.policy.to_json(),
                 "sdk_versions": [{"backend": b, "sdk": dict(v), "label": sdk_label(v),
                                   "kept": k} for b, v, k in self.sdk_versions],
-                "keep": [e.to_json() for e in self.keep],
+                "keep": [dict(e.to_json(), kept_by=list(rules))
+                         for e, rules in zip(self.keep, self.kept_by, strict=True)],
                 "retire": [e.to_json() for e in self.retire],
                 "entries_kept": len(self.keep), "entries_retired": len(self.retire),
                 "blobs_freed": self.blobs_freed, "bytes_freed": self.bytes_freed}
@@ -149,14 +177,14 @@ def plan_retire(entries: Iterable[EntryInfo], policy: RetirePolicy) -> RetirePla
             versions.append((backend, v, kept))
             if kept:
                 kept_versions.add((backend, v))
-    keep = [e for e in entries
-            if (e.backend, e.sdk) in kept_versions or e.cell_key in policy.keep_cells]
-    kept_keys = {e.entry_key for e in keep}
-    retire = [e for e in entries if e.entry_key not in kept_keys]
+    rules = [(e, policy.kept_by(e, kept_versions)) for e in entries]
+    keep = [e for e, r in rules if r]
+    retire = [e for e, r in rules if not r]
     still = {b for e in keep for b in (*e.blobs, *e.packs)}
     freed_blobs = {b for e in retire for b in e.blobs} - still
     freed_packs = {p for e in retire for p in e.packs} - still
-    return RetirePlan(policy, tuple(keep), tuple(retire), tuple(versions), len(freed_blobs),
+    return RetirePlan(policy, tuple(keep), tuple(retire), tuple(r for _, r in rules if r),
+                      tuple(versions), len(freed_blobs),
                       sum(n for _, n in freed_blobs | freed_packs))
 
 
@@ -201,9 +229,19 @@ def parse_record(data: bytes) -> tuple[float | None, frozenset[str], frozenset[s
 
 
 def policy_from(keep_sdk_versions: int | None, matrices: Sequence[tuple[str, Sequence[str]]],
-                config: Mapping[str, Any]) -> RetirePolicy:
-    """Flags over the config file's [retire] table; ``matrices`` are (name, cell keys)."""
+                config: Mapping[str, Any], keep_restored_days: int | None = None
+                ) -> RetirePolicy:
+    """Flags over the config file's [retire] table; ``matrices`` are (name, cell keys). The
+    restored fingerprints are added by ``with_restored`` once the index has answered."""
     k = keep_sdk_versions if keep_sdk_versions is not None else config.get("keep_sdk_versions")
+    d = keep_restored_days if keep_restored_days is not None else config.get(
+        "keep_restored_days")
     return RetirePolicy(keep_sdk_versions=k,
                         keep_cells=frozenset(c for _, cells in matrices for c in cells),
-                        keep_matrices=tuple(name for name, _ in matrices))
+                        keep_matrices=tuple(name for name, _ in matrices),
+                        keep_restored_days=d)
+
+
+def with_restored(policy: RetirePolicy, fingerprint_keys: Iterable[str]) -> RetirePolicy:
+    """The policy with the fingerprints restored in its last ``keep_restored_days``."""
+    return replace(policy, keep_fingerprints=frozenset(fingerprint_keys))

@@ -92,6 +92,7 @@ class EntryDoc(BaseModel):
     verified_status: str | None
     verified_at: str | None
     last_used_at: str | None = None  # newest ingested restore report that found the entry
+    restore_count: int = 0  # ingested ok/partial restore reports that found the entry
 
 
 class FingerprintDoc(BaseModel):

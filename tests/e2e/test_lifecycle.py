@@ -1,6 +1,7 @@
 """Lifecycle on S3 (moto server), via the CLI: bundles (export → import → restore, restore with
 no store or network, hostile bundles), copy killed midway and rerun, retire on a store with
-three SDK versions while a restore is in flight, verify --local."""
+three SDK versions while a restore is in flight, retire keeping the fingerprints restored
+lately (from an ingested report), verify --local."""
 
 from __future__ import annotations
 
@@ -241,3 +242,57 @@ def test_retire_keeps_the_policy_entries_and_a_running_restore_finishes(
     assert swept.code == 0 and swept.json["deleted_count"] > 0
     after = cli("verify", "--json")
     assert after.code == 0 and after.json["manifests"] == 4
+
+
+def test_retire_keeps_the_fingerprints_restored_lately(cli: Cli, tmp_path: Path,
+                                                       s3_url: str) -> None:
+    from datetime import datetime, timezone
+
+    from neffcache.config import REPORTS_TO_STORE
+    from neffcache.report_send import write_report
+    from neffcache.reports import build_report
+
+    store = open_store(s3_url)
+    published = {}
+    for i, cc in enumerate(("2.18", "2.19", "2.21")):
+        for j, h in enumerate((64, 128)):
+            r = publish_synthetic(store, cell(h), sdk_fingerprint(cc), tmp_path / f"{cc}-{h}",
+                                  seed=200 + 10 * i + j, count=5)
+            published[(cc, h)] = r.manifest
+    policy = ("retire", "--keep-sdk-versions", "1", "--keep-restored-days", "7", "--dry-run",
+              "--json")
+    no_index = cli(*policy)
+    assert no_index.code == 2 and "needs the index" in no_index.stderr
+    assert "neffcache reindex" in no_index.stderr
+    assert cli("reindex", "--json").code == 0
+
+    old = sdk_fingerprint("2.18")
+    used = published[("2.18", 64)]
+    doc = {"status": "partial", "exit_code": 3, "cells_requested": [cell(64).id,
+           "tiny/compile/999x999/bs1"], "cells_restored": [cell(64).id],
+           "cells_missing": ["tiny/compile/999x999/bs1"], "entries": [used.entry_key]}
+    report = build_report(doc, fingerprint=old, host="i-0abc", matrix="tiny",
+                          now=datetime.now(timezone.utc), nonce="0123abcd", version="0.1.0")
+    write_report(report, REPORTS_TO_STORE, s3_url)
+    ingested = cli("reports", "ingest", "--json")
+    assert ingested.code == 0, ingested.stderr
+    assert ingested.json["added"] == 1
+    assert cli("reports", "ingest", "--json").json["added"] == 0
+    listed = {e["entry_key"]: e for e in cli("ls", "--json").json["entries"]}
+    assert listed[used.entry_key]["restore_count"] == 1
+    assert listed[published[("2.18", 128)].entry_key]["restore_count"] == 0
+
+    plan = cli(*policy)
+    assert plan.code == 0, plan.stderr
+    kept = {e["entry_key"]: e["kept_by"] for e in plan.json["keep"]}
+    assert kept == {published[("2.21", h)].entry_key: ["sdk_version"] for h in (64, 128)} | \
+        {published[("2.18", h)].entry_key: ["restored"] for h in (64, 128)}
+    assert {e["entry_key"] for e in plan.json["retire"]} == \
+        {published[("2.19", h)].entry_key for h in (64, 128)}
+    assert plan.json["policy"]["keep_restored_days"] == 7
+    assert plan.json["policy"]["keep_fingerprints"] == [old.key]
+    text = cli(*policy[:-1])
+    assert text.code == 0, text.stderr
+    assert "keep the fingerprints restored in the last 7 day(s) (1)" in text.stdout
+    assert f"keep {used.entry_key[:12]}" in text.stdout and "restored lately" in text.stdout
+    assert len(list(store.list("manifests/"))) == 6  # a dry run retires nothing

@@ -140,4 +140,6 @@ def test_concurrent_report_ingesters_add_each_report_once(pg_new_database: Calla
         assert sum(added) == 40 and len(list_restores(ix, limit=100)) == 40
         assert ix.record_reports(reports) == 0
         (entry,) = ix.entries()
+        assert ix.restored_fingerprints(when) == {fp.key}
     assert entry.last_used_at == when
+    assert entry.restore_count == 40  # each report counted by the one ingester that inserted it

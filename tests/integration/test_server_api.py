@@ -114,6 +114,7 @@ def test_entries_and_fingerprints(base: str, data: Seeded) -> None:
     entries = api(base, "/api/entries", fingerprint=fp.key[:8])
     assert len(entries) == data.count(fp, "ready")
     assert {e["fingerprint_key"] for e in entries} == {fp.key}
+    assert all(e["restore_count"] >= 0 and "last_used_at" in e for e in entries)
     eager_ready = [k for k, s in data.statuses.items()
                    if k[0].startswith("p0/eager/") and s == "ready"]
     assert len(api(base, "/api/entries", cells="p0/eager/*")) == len(eager_ready) == 2

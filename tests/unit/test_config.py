@@ -57,11 +57,13 @@ def test_retire_table_is_read_and_checked() -> None:
     from neffcache.config import load_settings, parse_config_file
     from neffcache.errors import ConfigError
 
-    values = parse_config_file('[retire]\nkeep_sdk_versions = 2\nkeep_matrices = ["a.toml"]\n',
-                               "c.toml")
+    values = parse_config_file('[retire]\nkeep_sdk_versions = 2\nkeep_matrices = ["a.toml"]\n'
+                               'keep_restored_days = 7\n', "c.toml")
     settings = load_settings({"NEFFCACHE_HOME": "/tmp/h"}, values)
-    assert dict(settings.retire) == {"keep_sdk_versions": 2, "keep_matrices": ("a.toml",)}
+    assert dict(settings.retire) == {"keep_sdk_versions": 2, "keep_matrices": ("a.toml",),
+                                     "keep_restored_days": 7}
     for bad in ('[retire]\nkeep_sdk_versions = 0\n', '[retire]\nkeep_days = 3\n',
+                '[retire]\nkeep_restored_days = 0\n', '[retire]\nkeep_restored_days = "7"\n',
                 'retire = "x"\n'):
         with pytest.raises(ConfigError):
             parse_config_file(bad, "c.toml")

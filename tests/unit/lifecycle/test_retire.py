@@ -15,7 +15,10 @@ from neffcache.lifecycle.retire import (
     RetirePolicy,
     apply_retire,
     plan_retire,
+    policy_from,
+    retire_record,
     version_order,
+    with_restored,
 )
 from neffcache.store import blob_key
 from tests.support.lifecycle import cell, publish_synthetic, sdk_fingerprint
@@ -65,6 +68,59 @@ def test_a_kept_matrix_keeps_its_cells_whatever_the_sdk(tmp_path: Path) -> None:
                                            keep_matrices=("prod",)))
     assert {e.cell_id for e in plan.retire} == {cell(128).id}
     assert len(plan.retire) == 2  # 128x128 under 2.9 and 2.10
+
+
+def test_restored_fingerprints_keep_all_their_entries_and_say_why(tmp_path: Path) -> None:
+    infos = _infos(_store(tmp_path))
+    old = sdk_fingerprint("2.9").key
+    policy = RetirePolicy(keep_sdk_versions=1, keep_restored_days=7,
+                          keep_fingerprints=frozenset({old, "f" * 64}))
+    plan = plan_retire(infos, policy)
+    kept = {(dict(e.sdk)["version.neuronx-cc"], e.cell_id): r
+            for e, r in zip(plan.keep, plan.kept_by, strict=True)}
+    assert kept == {("2.19", cell(64).id): ("sdk_version",),
+                    ("2.19", cell(128).id): ("sdk_version",),
+                    ("2.9", cell(64).id): ("restored",),
+                    ("2.9", cell(128).id): ("restored",)}
+    assert {dict(e.sdk)["version.neuronx-cc"] for e in plan.retire} == {"2.10"}
+    doc = plan.to_json()
+    assert sorted(tuple(e["kept_by"]) for e in doc["keep"]) == \
+        [("restored",), ("restored",), ("sdk_version",), ("sdk_version",)]
+    assert all("kept_by" not in e for e in doc["retire"])
+    assert doc["policy"]["keep_restored_days"] == 7
+    assert doc["policy"]["keep_fingerprints"] == sorted({old, "f" * 64})
+    record = retire_record(plan, by="ops@host", reason="", now=time.time())
+    assert record["policy"] == doc["policy"]
+
+
+def test_an_entry_kept_by_several_rules_names_each(tmp_path: Path) -> None:
+    infos = _infos(_store(tmp_path))
+    newest = sdk_fingerprint("2.19").key
+    plan = plan_retire(infos, RetirePolicy(keep_sdk_versions=1, keep_cells=frozenset(
+        {cell(64).key}), keep_matrices=("prod",), keep_restored_days=1,
+        keep_fingerprints=frozenset({newest})))
+    rules = {(e.fingerprint_key, e.cell_id): r
+             for e, r in zip(plan.keep, plan.kept_by, strict=True)}
+    assert rules[(newest, cell(64).id)] == ("sdk_version", "matrix", "restored")
+    assert rules[(newest, cell(128).id)] == ("sdk_version", "restored")
+    assert len(plan.retire) == 2  # 128x128 under 2.9 and 2.10
+
+
+def test_restored_days_alone_is_a_policy_and_nothing_restored_retires_all(tmp_path: Path
+                                                                          ) -> None:
+    infos = _infos(_store(tmp_path))
+    plan = plan_retire(infos, RetirePolicy(keep_restored_days=7))
+    assert plan.keep == () and len(plan.retire) == 6
+    assert all(not k for _, _, k in plan.sdk_versions)
+
+
+def test_restored_days_come_from_the_flag_over_the_config() -> None:
+    assert policy_from(None, [], {"keep_restored_days": 3}).keep_restored_days == 3
+    assert policy_from(None, [], {"keep_restored_days": 3}, 9).keep_restored_days == 9
+    policy = with_restored(policy_from(2, [], {}, 5), ["a" * 64])
+    assert policy.keep_fingerprints == frozenset({"a" * 64}) and policy.keep_sdk_versions == 2
+    with pytest.raises(UsageError, match="--keep-restored-days 0"):
+        RetirePolicy(keep_restored_days=0).check()
 
 
 def test_no_policy_is_refused() -> None:
