@@ -1,4 +1,5 @@
-"""Store integrity: every manifest decodes, every blob it references exists and (unless quick)
+"""Store integrity: every manifest decodes (part digests for every file over 24 MiB included),
+every blob it references exists and (unless quick)
 streams to exactly its recorded size and sha256, and to the part digests manifests record for
 it (which restores verify large files by). Each blob is checked once, however many
 entries share it. Packs (small blobs back to back, which restores read first) are checked the
