@@ -126,7 +126,7 @@ def _required_parts(files: tuple[FileRecord, ...]) -> tuple[PartDigests, ...]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(files=st.lists(_record, max_size=20).filter(_no_clash),
+@given(files=st.lists(_record, max_size=20, unique_by=lambda f: f.sha256).filter(_no_clash),
        seconds=st.one_of(st.none(), st.floats(0, 1e6)),
        producer=st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8),
                                 max_size=3))
