@@ -153,8 +153,8 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                   packing: PackPolicy | None = DEFAULT_POLICY,
                   parting: PartPolicy = DEFAULT_PARTS) -> PublishResult:
     """Upload the blobs the store lacks, then packs of the small ones (``packing=None``: none),
-    then the manifest (if absent) with part digests of the large ones (``parting``: which; every
-file over 24 MiB, whatever the policy, as the manifest requires).
+    then the manifest (if absent) with part digests of the large ones (``parting`` says which;
+    every file over 24 MiB whatever the policy, as the manifest requires).
     ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
     called per blob."""
     if fingerprint.backend != backend.name:

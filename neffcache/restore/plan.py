@@ -229,7 +229,8 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
     first of ``packs`` (pass them in cell order) that holds it, and a blob with part digests
     is split at the part size of the first of ``parts`` that describes it. A blob without
     (matching) part digests is one GET verified whole: decoding refuses a manifest whose large
-    files lack them, so only a small file, or a record for a file of another size, gets here.
+    files lack them, so only small files get here, or a large one whose only record is for a
+    file of another size (entries disagreeing about one sha256).
 
     Order: the parts of split blobs first, largest blob first, then the rest in fetch order:
     the largest blob is the longest piece of work, and starting it first keeps it from being
