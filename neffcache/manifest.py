@@ -10,11 +10,12 @@ many of the entry's small blobs back to back, each member named by sha256, offse
 restore can fetch them in a few requests. Every member is also stored as its own blob; a member
 must be one of the manifest's files (same sha256 and size).
 
-Optional ``parts`` (also schema 1): for a large file, the sha256 of each ``part_size`` slice of
-its bytes, so a restore fetching it in parallel ranged reads verifies every part as it arrives
-instead of hashing the whole file in order afterwards. Publish computes them in the same pass as
-the file's own sha256 (so they describe the bytes that sha256 names); a part that does not match
-fails the file. The file's sha256 still names its blob.
+``parts`` (also schema 1): for a large file, the sha256 of each ``part_size`` slice of its
+bytes, so a restore fetching it in parallel ranged reads verifies every part as it arrives.
+Required for every file ``neffcache.parts`` says needs them (over 24 MiB); optional for smaller
+files. Publish computes them in the same pass as the file's own sha256 (so they describe the
+bytes that sha256 names); a part that does not match fails the file. The file's sha256 still
+names its blob.
 """
 
 from __future__ import annotations
@@ -29,13 +30,12 @@ from neffcache.canonical import canonical_json, digest_of
 from neffcache.errors import ManifestError, MatrixError
 from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell
+from neffcache.parts import MAX_PART_SIZE, MIN_PART_SIZE, REQUIRED_OVER, needs_parts, part_count
 
 SCHEMA_VERSION = 1
 MAX_FILE_SIZE = 1 << 40
 MAX_FILES = 1_000_000
 MAX_PACKS = 100_000
-MIN_PART_SIZE = 1 << 20
-MAX_PART_SIZE = 1 << 30
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ROOT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
@@ -88,10 +88,6 @@ class PartDigests:
     def to_json(self) -> dict[str, Any]:
         return {"sha256": self.sha256, "part_size": self.part_size,
                 "digests": list(self.digests)}
-
-
-def part_count(size: int, part_size: int) -> int:
-    return max(1, -(-size // part_size))
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +175,7 @@ def manifest_from_json(doc: Mapping[str, Any], *, allowed_roots: Sequence[str] |
         raise ManifestError(f"{source}: compile_seconds: expected a number or null")
     packs = validate_packs(doc.get("packs", []), files, source=source)
     parts = validate_parts(doc.get("parts", []), files, source=source)
+    _require_parts(files, parts, source)
     manifest = Manifest(
         cell=cell, fingerprint=fingerprint, files=files,
         producer=tuple(sorted((str(k), str(v)) for k, v in producer.items())),
@@ -308,6 +305,17 @@ def validate_parts(raw: Any, files: Sequence[FileRecord], *,
                                 f"per part")
         out.append(PartDigests(sha, part_size, tuple(digests)))
     return tuple(out)
+
+
+def _require_parts(files: Sequence[FileRecord], parts: Sequence[PartDigests],
+                   source: str) -> None:
+    """Every file ``neffcache.parts`` says needs part digests has a record of them."""
+    have = {p.sha256 for p in parts}
+    for f in needs_parts(files):
+        if f.sha256 not in have:
+            raise ManifestError(f"{source}: file {f.root}/{f.path} ({f.size} bytes) has no part "
+                                f"digests: files over {REQUIRED_OVER} bytes need a 'parts' "
+                                f"record (sha256 {f.sha256[:12]}, a digest per part)")
 
 
 def _objects(raw: Any, field: str, limit: int, noun: str,

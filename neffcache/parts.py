@@ -1,36 +1,66 @@
-"""Large files in parts (pure): which files publish records per-part digests for, and the
-byte ranges of a file's parts.
+"""Large files in parts (pure): which files need per-part digests, and the byte ranges of a
+file's parts.
 
-A restore fetches a large file as parallel ranged reads of ``part_bytes`` each; with a digest
-per part in the manifest (``Manifest.parts``) each part is verified as it arrives, on the thread
-that fetched it, instead of the whole file being hashed in order at the end.
+A file over ``REQUIRED_OVER`` bytes must have a digest per part in its manifest
+(``Manifest.parts``; decoding refuses a manifest without them): a restore fetches it as parallel
+ranged reads, each part verified against its own digest as it arrives, on the thread that
+fetched it. Publish writes them for every such file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from neffcache.manifest import FileRecord, part_count
+from typing import Protocol, TypeVar
 
 MiB = 1 << 20
+PART_BYTES = 16 * MiB  # the part size publish digests at
+REQUIRED_OVER = 24 * MiB  # files larger than this must have part digests
+MIN_PART_SIZE = 1 << 20
+MAX_PART_SIZE = 1 << 30
+
+
+class _Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+
+F = TypeVar("F", bound=_Sized)
 
 
 @dataclass(frozen=True, slots=True)
 class PartPolicy:
-    """Files larger than ``over`` bytes are fetched (and, from publish, digested) in parts of
-    ``part_bytes`` (a power of two, at least 1 MiB: the manifest accepts no other)."""
+    """Files larger than ``over`` bytes are digested (by publish) in parts of ``part_bytes`` (a
+    power of two from 1 MiB: the manifest accepts no other). A policy may digest more files than
+    the manifest requires, never fewer: ``over`` and ``part_bytes`` are at most
+    ``REQUIRED_OVER``."""
 
-    part_bytes: int = 16 * MiB
-    over: int = 24 * MiB
+    part_bytes: int = PART_BYTES
+    over: int = REQUIRED_OVER
+
+    def __post_init__(self) -> None:
+        if not MIN_PART_SIZE <= self.part_bytes <= MAX_PART_SIZE \
+                or self.part_bytes & (self.part_bytes - 1):
+            raise ValueError(f"part_bytes {self.part_bytes}: expected a power of two from "
+                             f"{MIN_PART_SIZE} to {MAX_PART_SIZE}")
+        if max(self.over, self.part_bytes) > REQUIRED_OVER:
+            raise ValueError(f"over {self.over} and part_bytes {self.part_bytes}: expected at "
+                             f"most {REQUIRED_OVER} (files larger than that need part digests)")
 
 
 DEFAULT_PARTS = PartPolicy()
 
 
-def needs_parts(files: Iterable[FileRecord], policy: PartPolicy = DEFAULT_PARTS
-                ) -> tuple[FileRecord, ...]:
-    """One record per distinct large blob, in sha256 order."""
+def part_count(size: int, part_size: int) -> int:
+    return max(1, -(-size // part_size))
+
+
+def needs_parts(files: Iterable[F], policy: PartPolicy = DEFAULT_PARTS) -> tuple[F, ...]:
+    """One record per distinct large blob, in sha256 order. With the default policy: the files
+    a manifest must have part digests for."""
     over = max(policy.over, policy.part_bytes)  # a file of one part has no part digests
     return tuple(sorted({f.sha256: f for f in files if f.size > over}.values(),
                         key=lambda f: f.sha256))

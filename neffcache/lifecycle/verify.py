@@ -1,9 +1,10 @@
-"""Store integrity: every manifest decodes, every blob it references exists and (unless quick)
-streams to exactly its recorded size and sha256, and to the part digests manifests record for
-it (which restores verify large files by). Each blob is checked once, however many
-entries share it. Packs (small blobs back to back, which restores read first) are checked the
-same way: present, and each member's bytes at its offset match its sha256. Problems are
-collected and reported, never raised one by one.
+"""Store integrity: every manifest decodes (with part digests for every file over 24 MiB, which
+decoding requires), every blob it references exists and (unless quick) streams to exactly its
+recorded size and sha256, and to the part digests manifests record for it (which restores
+verify large files by). Each blob is checked once, however many entries share it. Packs (small
+blobs back to back, which restores read first) are checked the same way: present, and each
+member's bytes at its offset match its sha256. Problems are collected and reported, never
+raised one by one.
 """
 
 from __future__ import annotations

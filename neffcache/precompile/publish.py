@@ -151,9 +151,10 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                   files: tuple[FileRecord, ...] | None = None,
                   on_progress: Callable[[int, int], None] | None = None,
                   packing: PackPolicy | None = DEFAULT_POLICY,
-                  parting: PartPolicy | None = DEFAULT_PARTS) -> PublishResult:
+                  parting: PartPolicy = DEFAULT_PARTS) -> PublishResult:
     """Upload the blobs the store lacks, then packs of the small ones (``packing=None``: none),
-    then the manifest (if absent) with part digests of the large ones (``parting=None``: none).
+    then the manifest (if absent) with part digests of the large ones (``parting`` says which;
+    every file over 24 MiB whatever the policy, as the manifest requires).
     ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
     called per blob."""
     if fingerprint.backend != backend.name:
@@ -177,7 +178,7 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
         groups = plan_packs(files, packing) if packing is not None else ()
         packs, packs_uploaded, pack_bytes = _upload_packs(store, groups, sources)
-        parts = _part_digests(files, sources, parting, workers) if parting is not None else ()
+        parts = _part_digests(files, sources, parting, workers)
         manifest = replace(manifest, packs=packs, parts=parts)
         created = store.put(mkey, io.BytesIO(encode_manifest(manifest)), if_absent=True)
         # A gc that listed pending/ before our intent existed may have deleted an old blob we

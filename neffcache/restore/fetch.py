@@ -6,12 +6,9 @@
   own blobs.
 - ``BlobGet``: one GET, streamed into the temp file and hashed on the way.
 - ``BlobPart``: ranged GETs of one large blob run in parallel and ``pwrite`` into one shared
-  temp file. Where the manifest has part digests, each worker hashes its part as it arrives and
-  checks it against the part's digest: hashing runs on every fetching thread and ends with the
-  last byte. Otherwise the file is hashed in part order as the bytes arrive: the worker of the
-  next part to hash hashes its bytes straight from its receive buffer; a part that lands before
-  its turn is hashed later from the page cache by whoever holds the hashing role. The worker
-  that finishes the last part (or sees the last part fail) finishes the file.
+  temp file; each worker hashes its part as it arrives and checks it against the part's digest
+  from the manifest: hashing runs on every fetching thread and ends with the last byte. The
+  worker that finishes the last part (or sees the last part fail) finishes the file.
 A file wanted at several paths is fetched once and copied locally (and verified again). How a
 file is written, verified and renamed is in ``neffcache.restore.install``.
 """
@@ -40,7 +37,6 @@ from neffcache.restore.install import (
     copy_verified,
     fail_all,
     failure,
-    hash_range,
     place,
     pwrite_all,
     read_into,
@@ -169,30 +165,27 @@ class Fetcher:
         with self._lock:
             asm = self._assemblies.get(g.sha256)
             if asm is None:
-                asm = self._assemblies[g.sha256] = _Assembly(g, part.count,
-                                                             by_parts=bool(part.digest))
+                asm = self._assemblies[g.sha256] = _Assembly(g, part.count)
         error: BaseException | None = None
-        progress = _PartProgress()
         try:
             asm.open(dirs)
             if asm.error is None:
                 self._check()
-                self._fetch_part(part, asm, progress)
+                self._fetch_part(part, asm)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a FileFailure
             error = exc
-        if not asm.part_done(part, error, streamed=progress.streaming):
+        if not asm.part_done(error):
             return []
         with self._lock:
             self._assemblies.pop(g.sha256, None)
         return asm.finish(dirs)
 
-    def _fetch_part(self, part: BlobPart, asm: _Assembly, progress: _PartProgress) -> None:
+    def _fetch_part(self, part: BlobPart, asm: _Assembly) -> None:
         """Write the part's bytes at their offsets and hash them as they arrive (from the
-        receive buffer, not re-read from the file): into the part's own digest where it has
-        one, else into the file's once every earlier part is hashed."""
+        receive buffer, not re-read from the file) into the part's own digest."""
         g, done = part.group, 0
         buf = self._buffer()
-        own = hashlib.sha256() if part.digest else None
+        own = hashlib.sha256()
         with self.store.open(blob_key(g.sha256), part.start, part.length) as body:
             while done < part.length:
                 self._check()
@@ -203,14 +196,7 @@ class Fetcher:
                 # instead of in the kernel (spinning) saves the CPU the other parts need.
                 with asm.write_lock:
                     pwrite_all(asm.fd, buf[:n], part.start + done)
-                if own is not None:
-                    own.update(buf[:n])
-                else:
-                    if not progress.streaming and asm.claim_head(part.index):
-                        progress.streaming = True
-                        hash_range(asm.fd, part.start, done, asm.digest)  # what came before
-                    if progress.streaming:
-                        asm.digest.update(buf[:n])
+                own.update(buf[:n])
                 done += n
         start_writeback(asm.fd, part.start, done)  # overlap the disk writes with the rest
         t = g.targets[0]
@@ -218,39 +204,26 @@ class Fetcher:
             raise IntegrityError(f"{t.root}/{t.path}: blob {g.sha256[:12]} ends at "
                                  f"{part.start + done} bytes, expected {g.size} (truncated); "
                                  f"not installed")
-        if own is not None and own.hexdigest() != part.digest:
+        if own.hexdigest() != part.digest:
             raise IntegrityError(f"{t.root}/{t.path}: part {part.index + 1} of {part.count} "
                                  f"(bytes {part.start}-{part.start + part.length - 1}) has "
                                  f"sha256 {own.hexdigest()[:12]}, expected {part.digest[:12]} "
                                  f"(corrupt); not installed")
 
 
-class _PartProgress:
-    """Whether a part's worker took the hashing role while the part was arriving."""
-
-    streaming = False
-
-
 class _Assembly:
-    """A large file written by ``count`` parts into one temp file. With ``by_parts`` each part's
-    worker verifies the part against its own digest; otherwise the file is hashed in part order
-    by whichever worker holds the hashing role: the worker of the next part to hash while it is
-    still arriving (``claim_head``), else the worker that lands a part and finds the role free
-    (it hashes landed parts from the page cache)."""
+    """A large file written by ``count`` parts into one temp file; each part's worker verifies
+    its part against the part's own digest, so once every part has finished without error the
+    file holds the bytes its manifest names."""
 
-    def __init__(self, g: FetchGroup, count: int, *, by_parts: bool = False) -> None:
-        self.group, self.count, self.by_parts = g, count, by_parts
+    def __init__(self, g: FetchGroup, count: int) -> None:
+        self.group, self.count = g, count
         self.dfd = self.fd = -1
         self.tmp = ""
         self.error: BaseException | None = None
         self.write_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._landed: dict[int, tuple[int, int]] = {}  # part index -> (start, length)
         self._finished = 0
-        self._next = 0  # parts [0, _next) are hashed
-        self._hashing = False
-        self._done = False
-        self.digest = hashlib.sha256()  # written only by the holder of the hashing role
 
     def open(self, dirs: DirCache) -> None:
         """Create the temp file beside the first target (once; an error sticks)."""
@@ -269,66 +242,20 @@ class _Assembly:
                     self.dfd = -1
                 raise
 
-    def claim_head(self, index: int) -> bool:
-        """Take the hashing role for part ``index`` while it arrives: only when every earlier
-        part is hashed and nobody holds the role. The caller then hashes the part's bytes in
-        order and passes ``streamed=True`` to ``part_done``, which releases the role."""
-        with self._lock:
-            if self._hashing or self._next != index or self.error is not None:
-                return False
-            self._hashing = True
-            return True
-
-    def part_done(self, part: BlobPart, error: BaseException | None, *,
-                  streamed: bool = False) -> bool:
-        """Record a finished part and hash what is ready. True (once) when every part has
-        finished and the file is hashed or failed: the caller must then ``finish`` it."""
+    def part_done(self, error: BaseException | None) -> bool:
+        """Record a finished part (and its error, if any). True once, when every part has
+        finished: the caller must then ``finish`` the file."""
         with self._lock:
             self._finished += 1
             if error is not None:
                 self.error = self.error or error
-            elif not self.by_parts:
-                self._landed[part.index] = (part.start, part.length)
-            if self.by_parts:  # each part was verified by its worker: nothing left to hash
-                if self._finished == self.count and not self._done:
-                    self._done = True
-                    return True
-                return False
-            if streamed:  # this worker holds the role and hashed the part as it arrived
-                if error is None:
-                    self._next += 1
-            elif self._hashing:
-                return False
-            self._hashing = True
-        while True:
-            with self._lock:
-                if self.error is not None or self._next == self.count \
-                        or self._next not in self._landed:
-                    self._hashing = False
-                    if self._finished == self.count and not self._done and (
-                            self.error is not None or self._next == self.count):
-                        self._done = True
-                        return True
-                    return False
-                start, length = self._landed[self._next]
-            try:
-                hash_range(self.fd, start, length, self.digest)
-            except OSError as exc:
-                with self._lock:
-                    self.error = self.error or exc
-                continue
-            with self._lock:
-                self._next += 1
+            return self._finished == self.count
 
     def finish(self, dirs: DirCache) -> list[Outcome]:
         g, t = self.group, self.group.targets[0]
         try:
             if self.error is not None:
                 raise self.error
-            digest = self.digest.hexdigest()
-            if not self.by_parts and digest != g.sha256:  # by parts: each part matched already
-                raise IntegrityError(f"{t.root}/{t.path}: blob sha256 is {digest[:12]}, "
-                                     f"expected {g.sha256[:12]} (corrupt); not installed")
             os.fchmod(self.fd, t.mode)
             os.fsync(self.fd)
             os.replace(self.tmp, t.path.rpartition("/")[2], src_dir_fd=self.dfd,

@@ -15,7 +15,6 @@ import functools
 import hashlib
 import io
 import itertools
-import mmap
 import os
 import time
 import uuid
@@ -322,27 +321,6 @@ def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     while view:
         n = os.pwrite(fd, view[:WRITE_BYTES], offset)
         view, offset = view[n:], offset + n
-
-
-def hash_range(fd: int, start: int, length: int, h: hashlib._Hash) -> None:
-    """Hash ``length`` bytes of the file from ``start``: through a read-only mapping of just
-    that range where possible (no copy out of the page cache; unmapped again at once, so peak
-    memory stays at one part), else by ``pread``."""
-    if length and start % mmap.ALLOCATIONGRANULARITY == 0:
-        try:
-            with mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=start) as mm:
-                with memoryview(mm) as view:
-                    h.update(view)
-            return
-        except (OSError, ValueError):
-            pass  # e.g. a filesystem without mmap: read it instead
-    end = start + length
-    while start < end:
-        chunk = os.pread(fd, min(CHUNK, end - start), start)
-        if not chunk:
-            raise OSError(f"temp file ends at {start} bytes, expected {end}")
-        h.update(chunk)
-        start += len(chunk)
 
 
 def fail_all(g: FetchGroup, exc: BaseException) -> list[Outcome]:

@@ -12,10 +12,10 @@ already present and valid for any of the records is left.
 Units: a blob the entries' packs hold is read from its pack: needed members close together in
 one pack become one ranged read (``PackRun``), joining across gaps of unneeded bytes up to
 ``gap_bytes`` and stopping at ``run_bytes``, so thousands of small files cost a few dozen
-requests. Other blobs are one GET each (``BlobGet``), and large ones several ranged GETs in
-parallel (``BlobPart``), each part verified against its own digest where the manifest has part
-digests. Units come out in the order of the plan's groups (cell by cell), so a deadline still
-leaves whole cells done. Also the per-cell verdicts once the I/O is done.
+requests. Other blobs are one GET each (``BlobGet``), and those with part digests in the
+manifest (every file over 24 MiB has them) several ranged GETs in parallel (``BlobPart``), each
+part verified against its own digest. Units come out in the order of the plan's groups (cell by
+cell), so a deadline still leaves whole cells done. Also the per-cell verdicts once the I/O is done.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from neffcache.errors import ManifestError
-from neffcache.manifest import Manifest, PackRecord, PartDigests, part_count
-from neffcache.parts import DEFAULT_PARTS, part_ranges
+from neffcache.manifest import Manifest, PackRecord, PartDigests
+from neffcache.parts import part_count, part_ranges
 
 FileId = tuple[str, str]  # (root, relative path)
 MiB = 1 << 20
@@ -85,8 +85,6 @@ class Conflict:
 class UnitPolicy:
     run_bytes: int = 8 * MiB  # a ranged read of a pack covers at most this (unless one member)
     gap_bytes: int = 1 * MiB  # unneeded pack bytes worth reading to save a request
-    part_bytes: int = DEFAULT_PARTS.part_bytes  # large blobs are fetched in parts this size...
-    split_over: int = DEFAULT_PARTS.over  # ...when they are larger than this (without digests)
 
 
 DEFAULT_UNITS = UnitPolicy()
@@ -119,15 +117,15 @@ class BlobGet:
 
 @dataclass(frozen=True, slots=True)
 class BlobPart:
-    """Part ``index`` of ``count`` of a large blob: ``length`` bytes from ``start``, with their
-    sha256 when the manifest has it (then every part of the blob has one)."""
+    """Part ``index`` of ``count`` of a large blob: ``length`` bytes from ``start``, and their
+    sha256 from the manifest's part digests."""
 
     group: FetchGroup
     index: int
     count: int
     start: int
     length: int
-    digest: str = ""
+    digest: str
 
 
 Unit = PackRun | BlobGet | BlobPart
@@ -228,13 +226,15 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
                policy: UnitPolicy = DEFAULT_UNITS,
                parts: Iterable[PartDigests] = ()) -> tuple[Unit, ...]:
     """Requests for every group of ``fetch``; a blob held by several packs is read from the
-    first of ``packs`` (pass them in cell order) that holds it, and split at the part size of
-    the first of ``parts`` that describes it.
+    first of ``packs`` (pass them in cell order) that holds it, and a blob with part digests
+    is split at the part size of the first of ``parts`` that describes it. A blob without
+    (matching) part digests is one GET verified whole: decoding refuses a manifest whose large
+    files lack them, so only small files get here, or a large one whose only record is for a
+    file of another size (entries disagreeing about one sha256).
 
-    Order: the parts of split blobs first, largest blob first, then the rest in fetch order.
-    A split blob's sha256 runs through its parts in order, one part after another, so the
-    largest blob is the restore's critical path: starting it first overlaps its hashing with
-    everything else instead of leaving it as the tail."""
+    Order: the parts of split blobs first, largest blob first, then the rest in fetch order:
+    the largest blob is the longest piece of work, and starting it first keeps it from being
+    the tail."""
     where: dict[str, tuple[str, int]] = {}
     for p in packs:
         for m in p.members:
@@ -249,11 +249,11 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
         if g.sha256 in where and g.size > 0:
             pack, offset = where[g.sha256]
             in_packs.setdefault(pack, []).append(Slice(g, offset))
-        elif (d := _digests_for(g, digests)) is not None or g.size > policy.split_over:
-            ranges = part_ranges(g.size, d.part_size if d else policy.part_bytes)
+        elif (d := _digests_for(g, digests)) is not None:
+            ranges = part_ranges(g.size, d.part_size)
             for i, (start, length) in enumerate(ranges):
                 keyed.append(((0, -g.size, order[g.sha256], i), BlobPart(
-                    g, i, len(ranges), start, length, d.digests[i] if d else "")))
+                    g, i, len(ranges), start, length, d.digests[i])))
         else:
             keyed.append(((1, 0, order[g.sha256], 0), BlobGet(g)))
     for pack, slices in in_packs.items():

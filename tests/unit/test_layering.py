@@ -20,8 +20,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "neffcache.distributions", "neffcache.config"),
     ("neffcache.interpreter", "neffcache.backends"),
     ("neffcache.matrix", "neffcache.matrix_io", "neffcache.fingerprint"),
-    ("neffcache.manifest",),
     ("neffcache.parts",),
+    ("neffcache.manifest",),
     # storage and records
     ("neffcache.store",),
     ("neffcache.reports",),

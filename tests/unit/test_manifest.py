@@ -14,12 +14,14 @@ from neffcache.fingerprint import build_fingerprint
 from neffcache.manifest import (
     FileRecord,
     Manifest,
+    PartDigests,
     decode_manifest,
     encode_manifest,
     entry_key,
     validate_relative_path,
 )
 from neffcache.matrix import Cell
+from neffcache.parts import MAX_PART_SIZE, needs_parts, part_count
 
 CELL = Cell("p", "diffusers:P", "m", "main", "bfloat16", "compile", ("transformer",), 64, 64, 1, 1)
 FP = build_fingerprint("neuron", {"version.torch": "2.6", "target": "trn2"})
@@ -112,16 +114,28 @@ def _no_clash(files: list[FileRecord]) -> bool:
                    for f in files for n in range(1, len(f.path.split("/"))))
 
 
+def _required_parts(files: tuple[FileRecord, ...]) -> tuple[PartDigests, ...]:
+    """Part digests for each file a manifest requires them for (over 24 MiB), at the largest
+    part size the manifest accepts for it (so a 1 TiB file needs 1024, not 65,536)."""
+    out = []
+    for f in needs_parts(files):
+        size = min(MAX_PART_SIZE, 1 << ((f.size - 1).bit_length() - 1))
+        out.append(PartDigests(f.sha256, size, tuple(f"{i:064x}" for i in
+                                                     range(part_count(f.size, size)))))
+    return tuple(out)
+
+
 @settings(max_examples=150, deadline=None)
-@given(files=st.lists(_record, max_size=20).filter(_no_clash),
+@given(files=st.lists(_record, max_size=20, unique_by=lambda f: f.sha256).filter(_no_clash),
        seconds=st.one_of(st.none(), st.floats(0, 1e6)),
        producer=st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8),
                                 max_size=3))
 def test_round_trip(files: list[FileRecord], seconds: float | None,
                     producer: dict[str, str]) -> None:
-    m = Manifest(CELL, FP, tuple(sorted(files, key=lambda f: (f.root, f.path))),
+    ordered = tuple(sorted(files, key=lambda f: (f.root, f.path)))
+    m = Manifest(CELL, FP, ordered,
                  producer=tuple(sorted(producer.items())), compile_seconds=seconds,
-                 created_at="2026-01-01T00:00:00Z")
+                 created_at="2026-01-01T00:00:00Z", parts=_required_parts(ordered))
     data = encode_manifest(m)
     back = decode_manifest(data, allowed_roots=("neff", "hlo"))
     assert back == m

@@ -17,10 +17,12 @@ from neffcache.manifest import (
     Manifest,
     PackMember,
     PackRecord,
+    PartDigests,
     decode_manifest,
     encode_manifest,
 )
 from neffcache.matrix import Cell
+from neffcache.parts import PartPolicy
 from neffcache.precompile.packing import PackPolicy, plan_packs
 from neffcache.precompile.publish import publish_entry
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
@@ -113,16 +115,18 @@ def test_plan_units_coalesces_pack_runs_and_splits_large_blobs() -> None:
                PackMember(groups[2].sha256, 5200, 100), PackMember(groups[3].sha256, 5300, 100),
                PackMember(groups[4].sha256, 5400, 100))
     pack = PackRecord("a" * 64, 5500, members)
-    policy = UnitPolicy(run_bytes=350, gap_bytes=1000, part_bytes=300, split_over=400)
-    units = plan_units(groups, [pack], policy)
+    policy = UnitPolicy(run_bytes=350, gap_bytes=1000)
+    digests = [PartDigests(groups[5].sha256, 300, tuple(f"{i:064x}" for i in range(4))),
+               PartDigests(groups[7].sha256, 300, tuple(f"{i:064x}" for i in range(4, 6)))]
+    units = plan_units(groups, [pack], policy, digests)
     runs = [u for u in units if isinstance(u, PackRun)]
     assert [(r.start, r.length) for r in runs] == [(0, 200), (5200, 300)]  # gap > 1000: split
     parts = [u for u in units if isinstance(u, BlobPart)]
-    # Split blobs first, the largest first (its hash is the critical path), parts in order.
-    assert [(p.group.sha256, p.index, p.start, p.length) for p in parts] == [
-        (groups[5].sha256, 0, 0, 300), (groups[5].sha256, 1, 300, 300),
-        (groups[5].sha256, 2, 600, 300), (groups[5].sha256, 3, 900, 100),
-        (groups[7].sha256, 0, 0, 300), (groups[7].sha256, 1, 300, 200)]
+    # Split blobs first, the largest first (the longest work), parts in order.
+    assert [(p.group.sha256, p.index, p.start, p.length, p.digest) for p in parts] == [
+        (groups[5].sha256, 0, 0, 300, f"{0:064x}"), (groups[5].sha256, 1, 300, 300, f"{1:064x}"),
+        (groups[5].sha256, 2, 600, 300, f"{2:064x}"), (groups[5].sha256, 3, 900, 100, f"{3:064x}"),
+        (groups[7].sha256, 0, 0, 300, f"{4:064x}"), (groups[7].sha256, 1, 300, 200, f"{5:064x}")]
     assert units[:len(parts)] == tuple(parts)
     assert [u.group.sha256 for u in units if isinstance(u, BlobGet)] == [groups[6].sha256]
     # The rest follow their first group's place in the fetch list.
@@ -249,7 +253,6 @@ def test_dedupe_across_entries_blobs_once_shared_files_fetched_once(tmp_path: Pa
 
 
 def test_large_blob_in_parts_round_trip_and_corruption(tmp_path: Path) -> None:
-    parts = UnitPolicy(part_bytes=1 << 20, split_over=2 << 20)
     src = tmp_path / "src"
     (src / "ab" / "cd").mkdir(parents=True)
     big = os.urandom((5 << 20) + 12345)
@@ -257,17 +260,19 @@ def test_large_blob_in_parts_round_trip_and_corruption(tmp_path: Path) -> None:
     (src / "copy.neff").write_bytes(big)  # the same bytes at a second path: copied locally
     (src / "small.neff").write_bytes(b"tiny")
     store = LocalStore(tmp_path / "store")
-    publish_entry(store, cell(), FP, NEURON, {"neff": src})
+    publish_entry(store, cell(), FP, NEURON, {"neff": src},
+                  parting=PartPolicy(part_bytes=1 << 20, over=2 << 20))
     faulty = FaultyStore(store)
-    r = restore_cells(faulty, [cell()], NEURON, FP, tmp_path / "t", workers=4, units=parts)
+    r = restore_cells(faulty, [cell()], NEURON, FP, tmp_path / "t", workers=4)
     assert r.error() is None and tree(tmp_path / "t" / "neff") == tree(src)
     assert len([k for m, k in faulty.calls if m == "open" and
                 k == blob_key(sha256_bytes(big))]) == 6  # six ranged parts, one blob
 
     path = store.root / blob_key(sha256_bytes(big))
     path.write_bytes(big[:3 << 20] + bytes([big[3 << 20] ^ 1]) + big[(3 << 20) + 1:])
-    r2 = restore_cells(store, [cell()], NEURON, FP, tmp_path / "t2", workers=4, units=parts)
+    r2 = restore_cells(store, [cell()], NEURON, FP, tmp_path / "t2", workers=4)
     assert type(r2.error()).__name__ == "IntegrityError"
+    assert "part 4 of 6" in r2.failures[0].message
     assert {f.path for f in r2.failures} == {"ab/cd/big.neff", "copy.neff"}
     assert not (tmp_path / "t2" / "neff" / "ab" / "cd" / "big.neff").exists()
     assert (tmp_path / "t2" / "neff" / "small.neff").read_bytes() == b"tiny"

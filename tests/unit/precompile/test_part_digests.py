@@ -1,5 +1,6 @@
 """Part digests of large files: computed by publish in the same pass as the file's sha256,
-validated when a manifest is read, planned into ranged parts, and checked by verify. How a
+validated (and, for files over 24 MiB, required) when a manifest is read, planned into ranged
+parts, and checked by verify. How a
 restore verifies parts with them is in test_restore_fetch_parts."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from neffcache.manifest import (
     encode_manifest,
 )
 from neffcache.matrix import Cell
-from neffcache.parts import PartPolicy, needs_parts, part_ranges
+from neffcache.parts import REQUIRED_OVER, PartPolicy, needs_parts, part_ranges
 from neffcache.precompile.publish import plan_publish, publish_entry
 from neffcache.restore.plan import BlobGet, BlobPart, FetchGroup, Target, UnitPolicy, plan_units
 from neffcache.store import blob_key
@@ -79,6 +80,14 @@ def test_only_distinct_files_larger_than_the_threshold_and_a_part_get_digests() 
     assert needs_parts(files, PartPolicy(part_bytes=8 * MiB, over=0)) == ()
 
 
+@pytest.mark.parametrize("kwargs", [{"over": REQUIRED_OVER + 1}, {"part_bytes": 32 * MiB},
+                                    {"part_bytes": 3 * MiB}, {"part_bytes": MiB // 2}])
+def test_a_policy_that_would_leave_required_digests_out_or_be_refused_is_an_error(
+        kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="expected"):
+        PartPolicy(**kwargs)
+
+
 def test_part_ranges_cover_the_file_in_order() -> None:
     assert part_ranges(10, 4) == ((0, 4), (4, 4), (8, 2))
     assert part_ranges(8, 4) == ((0, 4), (4, 4))
@@ -122,6 +131,37 @@ def test_hostile_part_tables_are_refused(change: dict[str, Any], needle: str) ->
         decode_manifest(json.dumps(doc))
 
 
+def required_case() -> tuple[FileRecord, FileRecord, PartDigests]:
+    big = FileRecord("neff", "ab/graph.neff", REQUIRED_OVER + 1, "b" * 64)
+    other = FileRecord("neff", "other.neff", 3 * MiB, "c" * 64)
+    return big, other, PartDigests(big.sha256, 16 * MiB, (f"{1:064x}", f"{2:064x}"))
+
+
+def test_a_file_over_24_mib_without_part_digests_is_refused_by_name() -> None:
+    big, other, parts = required_case()
+    other_parts = PartDigests(other.sha256, MiB, tuple(f"{i:064x}" for i in range(3)))
+    for lacking in (Manifest(cell(), FP, (big, other)),
+                    Manifest(cell(), FP, (big, other), parts=(other_parts,))):
+        with pytest.raises(ManifestError) as err:
+            decode_manifest(encode_manifest(lacking), source="manifests/k.json")
+        assert str(err.value) == (
+            f"manifests/k.json: file neff/ab/graph.neff ({REQUIRED_OVER + 1} bytes) has no part "
+            f"digests: files over {REQUIRED_OVER} bytes need a 'parts' record (sha256 "
+            f"{big.sha256[:12]}, a digest per part)")
+    whole = Manifest(cell(), FP, (big, other), parts=(parts,))
+    assert decode_manifest(encode_manifest(whole)) == whole
+    # 24 MiB exactly, or less, needs none.
+    at_limit = Manifest(cell(), FP, (FileRecord("neff", "g", REQUIRED_OVER, "d" * 64), other))
+    assert decode_manifest(encode_manifest(at_limit)) == at_limit
+
+
+def test_a_file_over_24_mib_at_two_paths_needs_one_record() -> None:
+    big, _other, parts = required_case()
+    twice = Manifest(cell(), FP, (big, FileRecord("neff", "copy.neff", big.size, big.sha256)),
+                     parts=(parts,))
+    assert decode_manifest(encode_manifest(twice)) == twice
+
+
 def test_a_second_record_for_one_file_and_a_non_list_are_refused() -> None:
     files, parts = files_and_parts()
     doc = json.loads(encode_manifest(Manifest(cell(), FP, files, parts=(parts,))))
@@ -143,21 +183,20 @@ def group(i: int, size: int) -> FetchGroup:
 def test_plan_splits_at_the_manifests_part_size_and_attaches_each_digest() -> None:
     with_digests, without, small = group(1, 3 * MiB + 5), group(2, 3 * MiB), group(3, MiB)
     parts = PartDigests(with_digests.sha256, MiB, tuple(f"{i:064x}" for i in range(10, 14)))
-    policy = UnitPolicy(part_bytes=512 << 10, split_over=2 * MiB)
-    units = plan_units([with_digests, without, small], [], policy, [parts])
+    units = plan_units([with_digests, without, small], [], UnitPolicy(), [parts])
     split = [(u.group.sha256, u.start, u.length, u.digest) for u in units
              if isinstance(u, BlobPart)]
-    assert split[:4] == [(with_digests.sha256, i * MiB, MiB if i < 3 else 5, f"{10 + i:064x}")
-                         for i in range(4)]
-    assert [(s, d) for s, _, _, d in split[4:]] == [(without.sha256, "")] * 6  # policy's parts
-    assert [u.group.sha256 for u in units if isinstance(u, BlobGet)] == [small.sha256]
+    assert split == [(with_digests.sha256, i * MiB, MiB if i < 3 else 5, f"{10 + i:064x}")
+                     for i in range(4)]
+    # Blobs without part digests (decoding allows that only up to 24 MiB) are one GET each.
+    assert [u.group.sha256 for u in units if isinstance(u, BlobGet)] == [without.sha256,
+                                                                         small.sha256]
 
 
 def test_digests_for_a_file_of_another_size_are_not_used() -> None:
     g = group(1, 3 * MiB + 5)
     wrong = PartDigests(g.sha256, MiB, tuple(f"{i:064x}" for i in range(3)))  # for 3 MiB
-    units = plan_units([g], [], UnitPolicy(part_bytes=2 * MiB, split_over=2 * MiB), [wrong])
-    assert [(u.length, u.digest) for u in units] == [(2 * MiB, ""), (MiB + 5, "")]
+    assert plan_units([g], [], UnitPolicy(), [wrong]) == (BlobGet(g),)  # verified whole
 
 
 # --- publish and verify ------------------------------------------------------------------------
@@ -181,9 +220,6 @@ def test_publish_records_digests_of_each_large_blob_once(tmp_path: Path, source)
     assert r.manifest.parts == (PartDigests(sha256_bytes(files["graph.neff"]), MiB,
                                             by_slicing(files["graph.neff"], MiB)),)
     assert decode_manifest(store.read(next(iter(store.list("manifests/"))))) == r.manifest
-    plain = publish_entry(LocalStore(tmp_path / "s2"), cell(), FP, NEURON, {"neff": root},
-                          parting=None)
-    assert plain.manifest.parts == ()
     # The default policy digests files over 24 MiB only.
     assert publish_entry(LocalStore(tmp_path / "s3"), cell(), FP, NEURON,
                          {"neff": root}).manifest.parts == ()
@@ -195,7 +231,7 @@ def test_a_large_file_changed_before_its_parts_are_digested_is_refused(tmp_path:
     the part pass must notice it no longer has the planned sha256."""
     root, files = source
     store = LocalStore(tmp_path / "store")
-    publish_entry(store, cell(), FP, NEURON, {"neff": root}, parting=None)
+    publish_entry(store, cell(), FP, NEURON, {"neff": root})  # 2 MiB: no part digests
     planned = plan_publish(NEURON, {"neff": root})
     changed = bytearray(files["graph.neff"])
     changed[-1] ^= 1
@@ -228,3 +264,23 @@ def test_verify_reports_part_digests_that_do_not_match_the_blob(tmp_path: Path, 
     blob.chmod(0o644)
     blob.write_bytes(b"x" + blob.read_bytes()[1:])
     assert [p.kind for p in verify_store(store).problems] == ["sha256"]
+
+
+def test_verify_reports_a_manifest_lacking_required_part_digests(tmp_path: Path) -> None:
+    root = tmp_path / "src"
+    root.mkdir()
+    (root / "graph.neff").write_bytes(os.urandom(REQUIRED_OVER + 1))
+    store = LocalStore(tmp_path / "store")
+    r = publish_entry(store, cell(), FP, NEURON, {"neff": root})
+    assert [len(p.digests) for p in r.manifest.parts] == [2]  # publish writes them by default
+    assert verify_store(store, quick=True).problems == ()
+    key = next(iter(store.list("manifests/")))
+    doc = json.loads(store.read(key))
+    del doc["parts"]
+    (store.root / key).chmod(0o644)
+    (store.root / key).write_text(json.dumps(doc))
+    for quick in (True, False):
+        bad = verify_store(store, quick=quick)
+        assert [(p.kind, p.key) for p in bad.problems] == [("manifest", key)]
+        assert "neff/graph.neff" in bad.problems[0].message
+        assert "has no part digests" in bad.problems[0].message
