@@ -22,7 +22,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,8 @@ from neffcache.errors import NeffcacheError
 from neffcache.fingerprint import Fingerprint
 from neffcache.index.matrices import matrix_name_of
 from neffcache.matrix import Cell, Matrix
-from neffcache.precompile.launch import kill_running_workers
 from neffcache.precompile.plan import (
     EXISTS,
-    FAILED,
     PUBLISHED,
     REFUSE,
     REFUSED,
@@ -50,7 +47,7 @@ from neffcache.precompile.plan import (
     find_ready,
     plan_precompile,
 )
-from neffcache.precompile.run import _index_known_entries, _register, _Run, _warm
+from neffcache.precompile.run import _index_known_entries, _register, _Run, _warm, run_pool
 from neffcache.store import Store, manifest_key
 
 
@@ -140,18 +137,8 @@ def apply_claims(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Any
         workdir.mkdir(parents=True, exist_ok=True)
         run.run_id = index.start_run(host_label(), fingerprint, name)
         slots = _Slots(run, claim, to_warm, reports)
-        try:
-            with ThreadPoolExecutor(max_workers=max(1, options.workers)) as pool:
-                try:
-                    list(pool.map(lambda _: slots.loop(), range(max(1, options.workers))))
-                except BaseException:
-                    run.stopping.set()
-                    kill_running_workers()
-                    raise
-        finally:
-            done = [r for r in reports.values() if r.status in (PUBLISHED, EXISTS)]
-            failed = [r for r in reports.values() if r.status == FAILED]
-            index.finish_run(run.run_id, len(done), len(failed))
+        run_pool(run, reports, lambda pool: list(
+            pool.map(lambda _: slots.loop(), range(max(1, options.workers)))))
     if not options.keep_workdir and options.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     order = {c.id: i for i, c in enumerate(cells)}

@@ -107,20 +107,13 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
         workdir.mkdir(parents=True, exist_ok=True)
         run.run_id = index.start_run(socket.gethostname(), fingerprint,
                                      matrix_name_of(matrix))
-        try:
-            with ThreadPoolExecutor(max_workers=max(1, options.workers)) as pool:
-                numbered = list(enumerate(to_warm, 1))
-                try:
-                    for report in pool.map(lambda item: _warm(run, *item), numbered):
-                        reports[report.cell_id] = report
-                except BaseException:  # Ctrl-C or a store failure: stop, do not start more
-                    run.stopping.set()
-                    kill_running_workers()
-                    raise
-        finally:
-            done = [r for r in reports.values() if r.status in (PUBLISHED, EXISTS)]
-            failed = [r for r in reports.values() if r.status == FAILED]
-            index.finish_run(run.run_id, len(done), len(failed))
+        numbered = list(enumerate(to_warm, 1))
+
+        def warm_all(pool: ThreadPoolExecutor) -> None:
+            for report in pool.map(lambda item: _warm(run, *item), numbered):
+                reports[report.cell_id] = report
+
+        run_pool(run, reports, warm_all)
     if not options.keep_workdir and options.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     return PrecompileReport(
@@ -149,6 +142,25 @@ def _index_known_entries(store: Store, index: Any, plans: Sequence[CellPlan],
 def _slug(n: int, cell: Cell) -> str:
     return f"{n:03d}-" + "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in cell.id)
 
+
+
+def run_pool(run: _Run, reports: Mapping[str, CellReport],
+             work: Callable[[ThreadPoolExecutor], object]) -> None:
+    """Run ``work`` on a pool of ``run.options.workers`` threads; on any failure (Ctrl-C, a
+    store failure) stop the run and its worker processes and start nothing more; whatever
+    happens, record the run's published and failed counts in the index."""
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, run.options.workers)) as pool:
+            try:
+                work(pool)
+            except BaseException:
+                run.stopping.set()
+                kill_running_workers()
+                raise
+    finally:
+        done = [r for r in reports.values() if r.status in (PUBLISHED, EXISTS)]
+        failed = [r for r in reports.values() if r.status == FAILED]
+        run.index.finish_run(run.run_id, len(done), len(failed))
 
 def _warm(run: _Run, n: int, plan: CellPlan) -> CellReport:
     cell = plan.cell
