@@ -7,8 +7,7 @@ report is skipped with its one-line reason; only its validated fields ever reach
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -16,10 +15,10 @@ from typing import Any
 
 from neffcache.errors import NeffcacheError, NotFoundError, ReportError
 from neffcache.index.api import Index
+from neffcache.index.reindex import read_objects
 from neffcache.reports import MAX_BYTES, Report, date_prefixes, decode_report, report_id_of
 from neffcache.store.base import REPORTS, Store
 
-READERS = 8  # report objects fetched in parallel (S3 latency dominates)
 BATCH = 200  # reports ingested per transaction
 
 
@@ -78,7 +77,8 @@ def ingest_reports(index: Index, store: Store, prefixes: Sequence[str] = (REPORT
     to_read = [(k, rid) for k, rid in wanted if rid not in known]
     settled = {k for k, rid in wanted if rid in known} | set(stray)
     added, valid, pending = 0, 0, []
-    for key, item in zip((k for k, _ in to_read), _read_all(store, to_read), strict=True):
+    loaded = read_objects(lambda k, r: _load(store, k, r), to_read)
+    for key, item in zip((k for k, _ in to_read), loaded, strict=True):
         if isinstance(item, InvalidReport):
             invalid.append(item)
             settled.add(key)
@@ -109,12 +109,6 @@ def _load(store: Store, key: str, rid: str) -> Report | InvalidReport | None:
         return InvalidReport(key, f"{key}: holds report {report.report_id!r}, not the one "
                                   f"its name says")
     return report
-
-
-def _read_all(store: Store, items: Sequence[tuple[str, str]]
-              ) -> Iterator[Report | InvalidReport | None]:
-    with ThreadPoolExecutor(max_workers=READERS) as pool:
-        yield from pool.map(lambda kv: _load(store, *kv), items)
 
 
 def ingest_report_files(index: Index, paths: Sequence[Path]) -> IngestResult:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from neffcache.errors import ManifestError, NotFoundError
 from neffcache.index.api import Index
@@ -15,6 +16,7 @@ from neffcache.store.base import MANIFESTS, Store, entry_key_of
 
 READERS = 8  # manifests fetched in parallel (S3 latency dominates)
 BATCH = 200  # manifests indexed per transaction
+T = TypeVar("T")
 
 
 def plan_reindex(object_keys: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
@@ -39,10 +41,12 @@ def _load(store: Store, key: str, entry: str) -> Manifest | InvalidManifest | No
     return manifest
 
 
-def _read_all(store: Store, items: Sequence[tuple[str, str]]
-              ) -> Iterator[Manifest | InvalidManifest | None]:
+def read_objects(load: Callable[[str, str], T], items: Sequence[tuple[str, str]]
+                 ) -> Iterator[T]:
+    """``load(object key, expected name)`` for each pair, READERS objects at a time (S3
+    latency dominates), results in input order; shared by reindex and report ingestion."""
     with ThreadPoolExecutor(max_workers=READERS) as pool:
-        yield from pool.map(lambda kv: _load(store, *kv), items)
+        yield from pool.map(lambda kv: load(*kv), items)
 
 
 def reindex(index: Index, store: Store, *, prune: bool = True,
@@ -54,7 +58,7 @@ def reindex(index: Index, store: Store, *, prune: bool = True,
     invalid: list[InvalidManifest] = []
     added = 0
     pending: list[Manifest] = []
-    for done, item in enumerate(_read_all(store, wanted), 1):
+    for done, item in enumerate(read_objects(lambda k, e: _load(store, k, e), wanted), 1):
         if isinstance(item, InvalidManifest):
             invalid.append(item)
         elif item is not None:
