@@ -3,22 +3,23 @@ once, each verified while streaming, then manifests and pointers last, first wri
 
 Idempotent by construction, hence resumable: a blob, pack or manifest the target already holds
 is skipped, and an entry becomes visible in the target only once its manifest is written, after
-every object it references. A ``pending/`` intent per entry (as a publish writes) protects the
-blobs a copy relies on from a concurrent ``gc`` on the target. ``plan_copy`` is pure.
+every object it references. A ``pending/`` intent per entry (as a publish writes, renewed while
+the copy runs) protects the blobs a copy relies on from a concurrent ``gc`` on the target.
+``plan_copy`` is pure.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neffcache.errors import IntegrityError, UnavailableError
+from neffcache.errors import IntegrityError
 from neffcache.hashing import VerifyingReader
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
-from neffcache.precompile.publish import write_intent, write_pointer
+from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
+from neffcache.precompile.publish import write_pointer
 from neffcache.store import Store, blob_key, manifest_key
 from neffcache.store.base import pack_key
 from neffcache.thread_pool import map_in_threads
@@ -88,21 +89,21 @@ def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> boo
 
 
 def copy_entries(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers: int = 8,
-                 on_progress: Callable[[int, int], None] | None = None) -> CopyResult:
+                 on_progress: Callable[[int, int], None] | None = None,
+                 refresh_every: float = REFRESH_SECONDS) -> CopyResult:
     """Copy the entries' blobs and packs the target lacks, then their manifests and pointers.
     ``on_progress(done, total)`` is called per blob."""
     present = [m for m in manifests if dst.has(manifest_key(m.entry_key))]
     have = {m.entry_key for m in present}
     todo = [m for m in manifests if m.entry_key not in have]
     plan = plan_copy(todo)
-    intents = [write_intent(dst, m) for m in todo]
     done = 0
 
     def blob(item: tuple[str, int]) -> tuple[str, int, bool]:
         sha, size = item
         return sha, size, copy_object(src, dst, blob_key(sha), size, sha)
 
-    try:
+    with held_intents(dst, todo, every=refresh_every):
         outcomes = []
         for i in range(0, len(plan.blobs), 256):  # progress per batch, bounded memory
             batch = map_in_threads(blob, plan.blobs[i:i + 256], workers)
@@ -124,10 +125,6 @@ def copy_entries(src: Store, dst: Store, manifests: Sequence[Manifest], *, worke
         map_in_threads(blob, again, workers)
         for m in present:
             write_pointer(dst, m)  # a copy killed between manifest and pointer
-    finally:
-        for key in intents:
-            with contextlib.suppress(UnavailableError):  # a stale intent expires on its own
-                dst.delete(key)
     wrote = [(sha, size) for sha, size, w in outcomes if w]
     return CopyResult(
         source=src.url, target=dst.url, entries=tuple(m.entry_key for m in manifests),

@@ -2,11 +2,18 @@
 ``plan_packs`` are pure; the rest I/O).
 
 Concurrent publishes stay safe: a publish writes ``pending/<entry-key>.<id>.json`` naming every
-blob it relies on *before* uploading or skipping any, and drops it once its manifest is written.
-gc lists blobs first, then manifests and intents; a blob named by an intent younger than the
-grace period (default 1 hour) is spared, and manifests/intents are listed again right before
-each batch of deletions. Intents older than the grace period are left by crashed publishes and
-are deleted. A manifest gc cannot read stops it (its references are unknown).
+blob it relies on *before* uploading or skipping any, renews it (under a new key) every
+``REFRESH_SECONDS`` while it runs, and drops it once its manifest is written (see
+``precompile.intents``). gc lists blobs first, then manifests and intents; a blob named by an
+intent younger than the grace period (default 1 hour, at least ``GRACE_FLOOR_SECONDS`` unless
+forced: ``check_grace``) is spared, and manifests/intents are listed again right before each
+batch of deletions; a delete not started within ``RECHECK_SECONDS`` of that listing waits for
+the next one. Intents older than the grace period are left by crashed publishes and are
+deleted. A manifest gc cannot read stops it (its references are unknown).
+
+Multipart uploads (S3 only) left by killed publishes are aborted once started more than the
+grace period ago, unless a fresh intent names their blob (or, for a pack, any publish is in
+progress): ``plan_uploads`` decides, ``collect_uploads``/``apply_uploads`` do the I/O.
 
 Retired entries (``neffcache retire``) leave a record under ``retired/`` naming every blob and
 pack they referenced; while a record is younger than the grace period those blobs and packs are
@@ -23,20 +30,47 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
-from neffcache.errors import IntegrityError, NotFoundError
+from neffcache.errors import IntegrityError, NotFoundError, UsageError
 from neffcache.lifecycle.retire import parse_record
 from neffcache.manifest import SCHEMA_VERSION
+from neffcache.precompile.intents import GRACE_FLOOR_SECONDS, REFRESH_SECONDS
 from neffcache.store import Store, blob_key
-from neffcache.store.base import BLOBS, MANIFESTS, PACKS, PENDING, RETIRED, pack_key
+from neffcache.store.base import (
+    BLOBS,
+    MANIFESTS,
+    PACKS,
+    PENDING,
+    RETIRED,
+    MultipartUploads,
+    Upload,
+    pack_key,
+)
 
 DEFAULT_GRACE_SECONDS = 3600.0
+# A delete is issued within this long of the pending/ listing that cleared it, or waits for the
+# next listing: a publish that starts meanwhile has at most this long to be missed (its final
+# re-check of the blobs it skipped then finds any such deletion).
+RECHECK_SECONDS = 10.0
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _BATCH = 500
+
+
+def check_grace(grace: float, *, force: bool) -> None:
+    """A grace shorter than the floor could outlive no live intent: refuse it unless forced."""
+    if grace < GRACE_FLOOR_SECONDS and not force:
+        raise UsageError(f"gc --grace {grace:g}: shorter than the {GRACE_FLOOR_SECONDS:g} s "
+                         f"floor (a publish renews its pending/ note every "
+                         f"{REFRESH_SECONDS:g} s, so a shorter grace can delete the blobs of a "
+                         "publish in progress)",
+                         hint=f"use --grace {GRACE_FLOOR_SECONDS:g} or more, or add --force "
+                              "when no publish, copy or retire can be running")
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,9 +285,12 @@ def _spare(delete: tuple[str, ...], spared: tuple[str, ...], sha_of: Callable[[s
 
 
 def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
-             workers: int = 16) -> GcResult:
+             workers: int = 16, recheck: float = RECHECK_SECONDS,
+             clock: Callable[[], float] = time.monotonic) -> GcResult:
     """Delete the plan's blobs in batches; before each batch, read manifests and intents that
-    appeared since planning and keep any blob they name. Then the plan's packs, unless a
+    appeared since planning and keep any blob they name. A delete that would start more than
+    ``recheck`` seconds after that listing goes back for the next one (the first ``workers`` of
+    a batch always go, so every round makes progress). Then the plan's packs, unless a
     publish started since planning (its packs are named nowhere yet) and except those new
     manifests name. Then delete stale intents."""
     seen_manifests, seen_intents = set(seen[0]), set(seen[1])
@@ -275,17 +312,94 @@ def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
                 keep |= intent.blobs
             if not todo:
                 break
+            cleared = clock()
             batch, todo = todo[:_BATCH], todo[_BATCH:]
             go = [k for k in batch if sha_of_blob_key(k) not in keep]
             kept.extend(k for k in batch if sha_of_blob_key(k) in keep)
-            list(pool.map(store.delete, go))
-            deleted.extend(go)
+
+            def one(item: tuple[int, str], cleared: float = cleared) -> bool:
+                if item[0] >= workers and clock() - cleared > recheck:
+                    return False  # the listing that cleared it is too old: list again first
+                store.delete(item[1])
+                return True
+
+            done = list(pool.map(one, enumerate(go)))
+            deleted.extend(k for k, d in zip(go, done, strict=True) if d)
+            todo = [k for k, d in zip(go, done, strict=True) if not d] + todo
         packs = [] if publish_started else \
             [k for k in plan.delete_packs if sha_of_pack_key(k) not in new_packs]
         list(pool.map(store.delete, packs))
         list(pool.map(store.delete, plan.stale_intents))
     return GcResult(plan, tuple(deleted), tuple(kept), dry_run=False,
                     deleted_packs=tuple(packs))
+
+
+# --- multipart uploads (S3) ----------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class UploadPlan:
+    listed: int  # incomplete multipart uploads under the store's prefix
+    abort: tuple[Upload, ...]  # started more than the grace ago; no publish in progress needs it
+    spared: tuple[Upload, ...]  # as old, but a fresh intent names its blob (or a pack's publish)
+    unknown: tuple[Upload, ...] = ()  # not a blob or pack key: not neffcache's, left alone
+
+    def to_json(self) -> dict[str, Any]:
+        return {"listed": self.listed, "abort": [upload_json(u) for u in self.abort],
+                "spared": [upload_json(u) for u in self.spared],
+                "unknown": [upload_json(u) for u in self.unknown]}
+
+
+def upload_json(upload: Upload) -> dict[str, str]:
+    when = datetime.fromtimestamp(upload.initiated, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"key": upload.key, "upload_id": upload.upload_id, "initiated": when}
+
+
+def plan_uploads(uploads: Iterable[Upload], intents: Iterable[Intent], *, now: float,
+                 grace: float) -> UploadPlan:
+    """Uploads of blobs and packs started more than ``grace`` ago, to abort unless a fresh intent
+    names the blob (or, for a pack, any publish is in progress: intents do not name packs)
+    (pure)."""
+    uploads = list(uploads)
+    fresh = [i for i in intents if i.created_at is None or now - i.created_at < grace]
+    named = set().union(*(i.blobs for i in fresh)) if fresh else set()
+    abort: list[Upload] = []
+    spared: list[Upload] = []
+    unknown: list[Upload] = []
+    for u in sorted(uploads, key=lambda u: (u.key, u.upload_id)):
+        blob, pack = sha_of_blob_key(u.key), sha_of_pack_key(u.key)
+        if blob is None and pack is None:
+            unknown.append(u)
+        elif now - u.initiated >= grace:
+            needed = blob in named if blob is not None else bool(fresh)
+            (spared if needed else abort).append(u)
+    return UploadPlan(len(uploads), tuple(abort), tuple(spared), tuple(unknown))
+
+
+def collect_uploads(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SECONDS,
+                    workers: int = 16) -> tuple[UploadPlan, set[str]] | None:
+    """List the store's multipart uploads, then the intents; plan. None for a store without
+    multipart uploads (local, bundle). Also returns the intent keys seen, for ``apply_uploads``."""
+    if not isinstance(store, MultipartUploads):
+        return None
+    uploads = list(store.list_uploads())  # first: an upload started later is no candidate
+    intent_keys = set(store.list(PENDING))
+    intents = read_intents(store, intent_keys, workers)
+    return plan_uploads(uploads, intents, now=now, grace=grace), intent_keys
+
+
+def apply_uploads(store: Store, plan: UploadPlan, seen_intents: set[str], *,
+                  workers: int = 16) -> tuple[Upload, ...]:
+    """Abort the plan's uploads, except those named by intents that appeared since planning
+    (and every pack's, if any did). Returns the uploads aborted."""
+    if not plan.abort or not isinstance(store, MultipartUploads):
+        return ()
+    new = read_intents(store, set(store.list(PENDING)) - seen_intents, workers)
+    named = set().union(*(i.blobs for i in new)) if new else set()
+    go = [u for u in plan.abort
+          if not (sha_of_blob_key(u.key) in named or (new and sha_of_pack_key(u.key)))]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        list(pool.map(store.abort_upload, go))
+    return tuple(go)
 
 
 def dry_run(plan: GcPlan) -> GcResult:

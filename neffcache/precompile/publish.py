@@ -2,7 +2,8 @@
 
 ``plan_publish`` walks the roots and hashes every file (I/O, pure-data result);
 ``publish_entry`` first writes a ``pending/`` intent naming the blobs it relies on (so a
-concurrent gc spares them), uploads only the blobs the store lacks, each verified while
+concurrent gc spares them; renewed in the background while the publish runs, see ``intents``),
+uploads only the blobs the store lacks, each verified while
 streaming, then packs of its small blobs (see ``packing``: an extra that lets a restore
 fetch thousands of small files in a few requests), records a sha256 per part of each large file
 (see ``neffcache.parts``: lets a restore verify parts as they arrive), then writes the manifest
@@ -13,7 +14,6 @@ was built, but for another environment" without reading every manifest, and drop
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import hashlib
 import io
@@ -21,8 +21,6 @@ import os
 import platform
 import socket
 import stat
-import time
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -33,7 +31,7 @@ from typing import Any
 from neffcache import __version__
 from neffcache.backends import Backend
 from neffcache.canonical import canonical_json
-from neffcache.errors import IntegrityError, UnavailableError, UsageError
+from neffcache.errors import IntegrityError, UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.hashing import VerifyingReader, sha256_file, sha256_file_parts
 from neffcache.manifest import (
@@ -47,9 +45,10 @@ from neffcache.manifest import (
 )
 from neffcache.matrix import Cell
 from neffcache.parts import DEFAULT_PARTS, PartPolicy, needs_parts
+from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
 from neffcache.precompile.packing import DEFAULT_POLICY, PackPolicy, plan_packs
 from neffcache.store import Store, blob_key, manifest_key
-from neffcache.store.base import PENDING, cell_pointer_key, pack_key
+from neffcache.store.base import cell_pointer_key, pack_key
 
 DEFAULT_WORKERS = 8
 PACK_WORKERS = 4  # each holds one pack (at most PackPolicy.max_bytes) in memory
@@ -151,12 +150,13 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                   files: tuple[FileRecord, ...] | None = None,
                   on_progress: Callable[[int, int], None] | None = None,
                   packing: PackPolicy | None = DEFAULT_POLICY,
-                  parting: PartPolicy = DEFAULT_PARTS) -> PublishResult:
+                  parting: PartPolicy = DEFAULT_PARTS,
+                  refresh_every: float = REFRESH_SECONDS) -> PublishResult:
     """Upload the blobs the store lacks, then packs of the small ones (``packing=None``: none),
     then the manifest (if absent) with part digests of the large ones (``parting`` says which;
     every file over 24 MiB whatever the policy, as the manifest requires).
     ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
-    called per blob."""
+    called per blob; the publish's intent is renewed every ``refresh_every`` seconds."""
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
@@ -173,23 +173,21 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         return PublishResult(manifest, False, 0, len({f.sha256 for f in files}), 0)
 
     sources = {f.sha256: (f, Path(roots[f.root], *f.path.split("/"))) for f in files}
-    intent = write_intent(store, manifest)
-    try:
+    # The intent is in the store before any blob is looked at: a blob found present and skipped
+    # is named by a fresh intent from then on, so gc spares it.
+    with held_intents(store, [manifest], every=refresh_every):
         uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
         groups = plan_packs(files, packing) if packing is not None else ()
         packs, packs_uploaded, pack_bytes = _upload_packs(store, groups, sources)
         parts = _part_digests(files, sources, parting, workers)
         manifest = replace(manifest, packs=packs, parts=parts)
         created = store.put(mkey, io.BytesIO(encode_manifest(manifest)), if_absent=True)
-        # A gc that listed pending/ before our intent existed may have deleted an old blob we
-        # skipped: check the skipped ones once more, now that the manifest references them.
+        # A gc batch cleared before our intent existed may delete a blob we skipped after it
+        # listed pending/: check the skipped ones once more, now that the manifest names them.
         again = {s: sources[s] for s in skipped if not store.has(blob_key(s))}
         if again:
             _upload_blobs(store, again, workers, None)
         write_pointer(store, manifest)
-    finally:
-        with contextlib.suppress(UnavailableError):  # a stale intent expires on its own
-            store.delete(intent)
     return PublishResult(manifest, created, len(uploaded), len(skipped), nbytes,
                          packs_uploaded, pack_bytes)
 
@@ -293,19 +291,6 @@ def _part_digests(files: tuple[FileRecord, ...], sources: Mapping[str, tuple[Fil
         return ()
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(large)))) as pool:
         return tuple(pool.map(one, large))
-
-
-def intent_key(entry_key: str) -> str:
-    return f"{PENDING}{entry_key}.{uuid.uuid4().hex[:16]}.json"
-
-
-def write_intent(store: Store, manifest: Manifest) -> str:
-    """Announce the blobs this publish relies on, before touching any (see gc)."""
-    key = intent_key(manifest.entry_key)
-    body = {"entry_key": manifest.entry_key, "created_at": time.time(),
-            "host": socket.gethostname(), "blobs": sorted({f.sha256 for f in manifest.files})}
-    store.put(key, io.BytesIO(canonical_json(body).encode("utf-8")), if_absent=True)
-    return key
 
 
 def write_pointer(store: Store, manifest: Manifest) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from neffcache.errors import UsageError
@@ -104,6 +105,26 @@ class Store(Protocol):
 
     def delete(self, key: str) -> None:
         """Remove an object; missing objects are not an error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """An incomplete multipart upload: its key (relative, as in the store), id, start time."""
+
+    key: str
+    upload_id: str
+    initiated: float  # seconds since the epoch, by the server's clock
+
+
+@runtime_checkable
+class MultipartUploads(Protocol):
+    """What a store with multipart uploads (S3) adds, for gc to abort those left behind."""
+
+    def list_uploads(self) -> Iterator[Upload]:
+        """Incomplete multipart uploads under the store's prefix."""
+
+    def abort_upload(self, upload: Upload) -> None:
+        """Abort one; an upload already completed or aborted is not an error."""
 
 
 class ObjectStream(io.RawIOBase):

@@ -23,7 +23,7 @@ from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
 from obstore.store import S3Store as _Client
 
 from neffcache.errors import NotFoundError, UsageError
-from neffcache.store.base import BLOBS, PACKS, ObjectStream, check_key
+from neffcache.store.base import BLOBS, PACKS, ObjectStream, Upload, check_key
 from neffcache.store.s3_config import (
     NONE,
     CredentialSource,
@@ -88,6 +88,8 @@ class S3Store:
             seconds=min(read_timeout, 5.0)))
         self._probe: _Client | None = None
         self._lock = threading.Lock()
+        self._timeouts = (connect_timeout, read_timeout, max_attempts)
+        self._uploads: Any = None  # s3_uploads.UploadClient, made when gc first asks
 
     @classmethod
     def from_url(cls, url: str, environ: Mapping[str, str] | None = None,
@@ -186,6 +188,27 @@ class S3Store:
             error = self._error(exc, "DeleteObject", key)
             if not isinstance(error, NotFoundError):
                 raise error from None
+
+    # -- multipart uploads (store.base.MultipartUploads; gc only) ---------------------------
+
+    def list_uploads(self) -> Iterator[Upload]:
+        """Incomplete multipart uploads under the prefix (through botocore: see s3_uploads)."""
+        return self._upload_client().list()
+
+    def abort_upload(self, upload: Upload) -> None:
+        self._upload_client().abort(upload)
+
+    def _upload_client(self) -> Any:
+        from neffcache.store.s3_uploads import UploadClient
+
+        with self._lock:
+            if self._uploads is None:
+                connect, read, attempts = self._timeouts
+                self._uploads = UploadClient(self.location, where=self.url,
+                                             endpoint=self.endpoint, source=self.credentials,
+                                             connect_timeout=connect, read_timeout=read,
+                                             max_attempts=attempts)
+            return self._uploads
 
     # -- helpers ------------------------------------------------------------------------------
 

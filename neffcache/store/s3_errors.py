@@ -1,6 +1,7 @@
 """The one place an S3 failure becomes a domain error: obstore's exceptions (``translate``) and
-botocore's, for the credential sources it resolves (``credential_error``, by class name: no
-botocore import here), to ``NotFoundError``, ``UnavailableError`` (exit 6)
+botocore's, for the credential sources it resolves (``credential_error``) and the multipart-upload
+calls gc makes through it (``botocore_failure``; both by class name: no botocore import here),
+to ``NotFoundError``, ``UnavailableError`` (exit 6)
 or ``ConfigError`` (exit 2), each a one-line message with a hint where one helps.
 
 obstore reports a failed request as an exception whose text holds the HTTP status and the
@@ -56,6 +57,14 @@ NO_CREDENTIALS_HINT = ("set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFI
 _CODE = re.compile(r"<Code>([A-Za-z0-9.]{1,64})</Code>")
 _STATUS = re.compile(r"status(?: code)?:? (\d{3})\b")
 _URI = re.compile(r"Error performing \w+ (\S+)")
+_BOTOCORE_UNREACHABLE = frozenset({"EndpointConnectionError", "ConnectTimeoutError",
+                                   "ReadTimeoutError", "ConnectionClosedError",
+                                   "ProxyConnectionError", "SSLError", "HTTPClientError"})
+_BOTOCORE_CREDENTIALS = frozenset({
+    "NoCredentialsError", "ProfileNotFound", "SSOTokenLoadError", "UnauthorizedSSOTokenError",
+    "TokenRetrievalError", "SSOError", "PendingAuthorizationExpiredError", "InvalidConfigError",
+    "PartialCredentialsError", "InfiniteLoopConfigError", "InvalidProfileConfigError",
+    "CredentialRetrievalError"})
 _CREDENTIAL_PATHS = ("/latest/api/token", "/latest/meta-data/", "/v2/credentials",
                      "/credentials", "sts.")
 
@@ -128,6 +137,28 @@ def credential_error(exc: BaseException, source: CredentialSource,
     return UnavailableError(f"{where}: AWS STS refused the {what} ({code or name})",
                             hint="check AWS_ROLE_ARN and that the role trusts this identity "
                                  "(aws sts get-caller-identity)")
+
+
+def botocore_failure(exc: BaseException, *, where: str, endpoint: str, op: str,
+                     source: CredentialSource, denied_hint: str | None = None
+                     ) -> NeffcacheError:
+    """The domain error for a failed botocore S3 call: the server's code and status only (never
+    the response body or credentials); ``denied_hint`` names the permissions ``op`` needs."""
+    name = type(exc).__name__
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict) and isinstance(response.get("Error"), dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
+        code = str(response["Error"].get("Code") or status)
+        if code in ("AccessDenied", "403") and denied_hint:
+            return UnavailableError(f"{where}: access denied ({code}, HTTP {status}, {op})",
+                                    hint=denied_hint)
+        return client_failure(where, code, status, op, None)
+    if name in _BOTOCORE_UNREACHABLE:
+        return unreachable(where, endpoint, "timed out" if "Timeout" in name
+                           else "connection failed", op)
+    if name in _BOTOCORE_CREDENTIALS:
+        return credential_error(exc, source, where)
+    return UnavailableError(f"{where}: {op} failed ({name})")
 
 
 def client_failure(where: str, code: str, status: int | str, op: str,

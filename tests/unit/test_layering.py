@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.precompile.worker",),
     ("neffcache.precompile.launch",),
     ("neffcache.precompile.packing",),
+    ("neffcache.precompile.intents",),
     ("neffcache.precompile.publish",),
     ("neffcache.precompile.plan",),
     ("neffcache.precompile.warm",),

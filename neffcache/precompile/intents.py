@@ -1,0 +1,107 @@
+"""Publish intents: the ``pending/`` notes naming the blobs a publish (or copy) relies on, written
+before it decides anything, renewed in the background while it runs, dropped when it ends.
+
+gc spares what an intent younger than its grace names, and refuses a grace shorter than
+``GRACE_FLOOR_SECONDS`` unless forced. A holder renews every ``REFRESH_SECONDS`` (a quarter of
+the floor) by writing a fresh intent under a new key, then deleting the previous one: there is
+always at least one intent in the store, and a gc that listed ``pending/`` before the renewal
+sees the new key as new and reads it again before its next batch of deletions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from neffcache.canonical import canonical_json
+from neffcache.errors import NeffcacheError, UnavailableError
+from neffcache.manifest import Manifest
+from neffcache.store import Store
+from neffcache.store.base import PENDING
+
+# The shortest grace gc accepts without --force. A live intent is at most REFRESH_SECONDS old
+# plus one renewal that may take as long as the store client's retries (3 min in s3.py); ten
+# minutes also absorbs a few minutes of clock skew between the publishing host and gc's.
+GRACE_FLOOR_SECONDS = 600.0
+REFRESH_SECONDS = GRACE_FLOOR_SECONDS / 4
+
+
+def intent_key(entry_key: str) -> str:
+    return f"{PENDING}{entry_key}.{uuid.uuid4().hex[:16]}.json"
+
+
+def intent_body(manifest: Manifest, now: float, host: str) -> bytes:
+    """The intent document: entry key, when it was written, and every blob it names (pure)."""
+    body: dict[str, Any] = {"entry_key": manifest.entry_key, "created_at": now, "host": host,
+                            "blobs": sorted({f.sha256 for f in manifest.files})}
+    return canonical_json(body).encode("utf-8")
+
+
+def write_intent(store: Store, manifest: Manifest) -> str:
+    """Announce the blobs a publish relies on, before touching any (see gc); returns its key."""
+    key = intent_key(manifest.entry_key)
+    body = intent_body(manifest, time.time(), socket.gethostname())
+    store.put(key, io.BytesIO(body), if_absent=True)
+    return key
+
+
+class IntentHolder:
+    """Holds one intent per manifest: written at construction (so before any blob is looked
+    at), renewed every ``every`` seconds by a background thread, deleted by ``release``."""
+
+    def __init__(self, store: Store, manifests: Sequence[Manifest], *,
+                 every: float = REFRESH_SECONDS) -> None:
+        self.store = store
+        self.manifests = tuple(manifests)
+        self.every = every
+        self.keys = [write_intent(store, m) for m in self.manifests]
+        self.renewals = 0  # intents rewritten (for tests and diagnostics)
+        self.failures = 0  # renewals that failed: the previous intent stands, the next tick retries
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="neffcache-intents", daemon=True)
+        if self.manifests:
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            for i, manifest in enumerate(self.manifests):
+                if self._stop.is_set():
+                    return
+                self._renew(i, manifest)
+
+    def _renew(self, i: int, manifest: Manifest) -> None:
+        try:
+            fresh = write_intent(self.store, manifest)
+        except NeffcacheError:
+            self.failures += 1
+            return
+        old, self.keys[i] = self.keys[i], fresh
+        self.renewals += 1
+        with contextlib.suppress(NeffcacheError):  # a leftover expires after the grace
+            self.store.delete(old)
+
+    def release(self) -> None:
+        """Stop renewing and delete the current intents (a failed delete expires on its own)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        for key in self.keys:
+            with contextlib.suppress(UnavailableError):
+                self.store.delete(key)
+
+
+@contextlib.contextmanager
+def held_intents(store: Store, manifests: Sequence[Manifest], *,
+                 every: float = REFRESH_SECONDS) -> Iterator[IntentHolder]:
+    """Intents for ``manifests`` in the store for as long as the block runs, kept fresh."""
+    holder = IntentHolder(store, manifests, every=every)
+    try:
+        yield holder
+    finally:
+        holder.release()
