@@ -238,7 +238,7 @@ def test_retire_keeps_the_policy_entries_and_a_running_restore_finishes(
     rec = json.loads(store.read(record))
     assert rec["reason"] == "SDK 2.18 EOL" and "@" in rec["by"] and rec["retired_at"]
     assert cli("verify").code == 0
-    swept = cli("gc", "--yes", "--grace", "0", "--json")
+    swept = cli("gc", "--yes", "--grace", "0", "--force", "--json")
     assert swept.code == 0 and swept.json["deleted_count"] > 0
     after = cli("verify", "--json")
     assert after.code == 0 and after.json["manifests"] == 4

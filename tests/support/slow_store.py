@@ -1,0 +1,56 @@
+"""Test double: a transparent store wrapper that makes writes slow, so a publish through it runs
+long (and deterministically so: a fixed wait per object), while recording the keys written."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+from neffcache.store.base import Store
+
+
+class SlowStore:
+    """Each ``put`` of a key under one of ``prefixes`` waits ``delay`` seconds first; every
+    call goes to ``inner`` unchanged. ``puts`` records each key put, in order; ``on_has``, if
+    set, is called with the key after each ``has`` answers (a hook to act between a publish's
+    decision and its next step)."""
+
+    def __init__(self, inner: Store, *, delay: float, prefixes: tuple[str, ...] = ("",),
+                 on_has: Callable[[str, bool], None] | None = None) -> None:
+        self.inner = inner
+        self.url = f"slow+{inner.url}"
+        self.delay = delay
+        self.prefixes = prefixes
+        self.on_has = on_has
+        self.puts: list[str] = []
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        self.inner.check()
+
+    def has(self, key: str) -> bool:
+        found = self.inner.has(key)
+        if self.on_has is not None:
+            self.on_has(key, found)
+        return found
+
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+        return self.inner.open(key, start, length)
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        return self.inner.read(key, start, length)
+
+    def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
+        with self._lock:
+            self.puts.append(key)
+        if key.startswith(self.prefixes):
+            time.sleep(self.delay)
+        return self.inner.put(key, source, if_absent=if_absent)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        return self.inner.list(prefix)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
