@@ -54,3 +54,19 @@ def test_gc_deletes_only_unreferenced_blobs(cli: Cli, matrix: Path, tmp_path: Pa
     out = tmp_path / "out"
     assert cli("restore", str(matrix), "--to", str(out), "--cells", CELL_64).code == 0
     assert restored_tree(out / "neff") == cache.files
+
+
+def test_gc_refuses_a_grace_below_the_floor_unless_forced(cli: Cli, s3: Any,
+                                                          s3_url: str) -> None:
+    bucket, prefix = split_url(s3_url)
+    orphan = b"left by a crashed publish"
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/{blob_key(sha256_bytes(orphan))}", Body=orphan)
+    short = cli("gc", "--yes", "--grace", "0")
+    assert short.code == 2
+    assert "600 s floor" in short.stderr and "Hint:" in short.stderr and "--force" in short.stderr
+    assert s3.list_objects_v2(Bucket=bucket, Prefix=prefix)["KeyCount"] == 1  # nothing touched
+    forced = cli("gc", "--yes", "--grace", "0", "--force", "--json")
+    assert forced.code == 0, forced.stderr
+    assert forced.json["deleted"] == [blob_key(sha256_bytes(orphan))]
+    assert forced.json["uploads"] == {"listed": 0, "abort": [], "spared": [], "unknown": [],
+                                      "aborted": []}

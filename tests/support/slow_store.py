@@ -1,5 +1,6 @@
 """Test double: a transparent store wrapper that makes writes slow, so a publish through it runs
-long (and deterministically so: a fixed wait per object), while recording the keys written."""
+long, deterministically: a fixed wait per object, or a gate the test opens a few writes at a
+time; it records the keys written."""
 
 from __future__ import annotations
 
@@ -12,17 +13,20 @@ from neffcache.store.base import Store
 
 
 class SlowStore:
-    """Each ``put`` of a key under one of ``prefixes`` waits ``delay`` seconds first; every
+    """Each ``put`` of a key under one of ``prefixes`` waits ``delay`` seconds first, and takes
+    one permit of ``gate`` if one is given (``gate.release(n)`` lets n more through); every
     call goes to ``inner`` unchanged. ``puts`` records each key put, in order; ``on_has``, if
     set, is called with the key after each ``has`` answers (a hook to act between a publish's
     decision and its next step)."""
 
-    def __init__(self, inner: Store, *, delay: float, prefixes: tuple[str, ...] = ("",),
+    def __init__(self, inner: Store, *, delay: float = 0.0, prefixes: tuple[str, ...] = ("",),
+                 gate: threading.Semaphore | None = None,
                  on_has: Callable[[str, bool], None] | None = None) -> None:
         self.inner = inner
         self.url = f"slow+{inner.url}"
         self.delay = delay
         self.prefixes = prefixes
+        self.gate = gate
         self.on_has = on_has
         self.puts: list[str] = []
         self._lock = threading.Lock()
@@ -46,6 +50,8 @@ class SlowStore:
         with self._lock:
             self.puts.append(key)
         if key.startswith(self.prefixes):
+            if self.gate is not None:
+                self.gate.acquire()
             time.sleep(self.delay)
         return self.inner.put(key, source, if_absent=if_absent)
 
