@@ -163,3 +163,43 @@ def test_missing_object_without_a_key_is_unavailable() -> None:
 def test_redact_drops_user_info_and_brackets_ipv6() -> None:
     assert redact("http://user:pw@[::1]:9000/x") == "http://[::1]:9000/x"
     assert redact("https://h.example") == "https://h.example"
+
+
+def _boto_errors() -> list[tuple[BaseException, type[Exception], str, str | None]]:
+    from botocore.exceptions import (  # type: ignore[import-untyped]
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        ReadTimeoutError,
+    )
+
+    def client(code: str, status: int) -> ClientError:
+        return ClientError({"Error": {"Code": code, "Message": "secret-ish body"},
+                            "ResponseMetadata": {"HTTPStatusCode": status}}, "X")
+
+    return [
+        (client("AccessDenied", 403), UnavailableError, "access denied (AccessDenied, HTTP 403, "
+         "ListMultipartUploads)", "s3:ListBucketMultipartUploads"),
+        (client("SlowDown", 503), UnavailableError, "throttled", None),
+        (client("PermanentRedirect", 301), ConfigError, "another region", "AWS_REGION"),
+        (EndpointConnectionError(endpoint_url="http://127.0.0.1:9000"), UnavailableError,
+         "cannot reach S3 endpoint http://127.0.0.1:9000 (connection failed", None),
+        (ReadTimeoutError(endpoint_url="http://127.0.0.1:9000"), UnavailableError,
+         "(timed out, ListMultipartUploads)", None),
+        (NoCredentialsError(), UnavailableError, "no usable AWS credentials", None),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_botocore_failures_are_translated_without_bodies(case: int) -> None:
+    from neffcache.store.s3_config import CredentialSource
+    from neffcache.store.s3_errors import botocore_failure
+
+    exc, kind, words, hint = _boto_errors()[case]
+    err = botocore_failure(exc, where="s3://bkt/p", endpoint="http://127.0.0.1:9000",
+                           op="ListMultipartUploads", source=CredentialSource(ENVIRONMENT),
+                           denied_hint="gc needs s3:ListBucketMultipartUploads")
+    assert type(err) is kind and words in str(err), str(err)
+    assert "secret-ish" not in str(err) and "\n" not in str(err)
+    if hint is not None:
+        assert hint in (getattr(err, "hint", None) or "")
