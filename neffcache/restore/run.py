@@ -61,9 +61,14 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
     started = time.monotonic()
     target = Path(target).absolute()
     with lock_destination(str(target), deadline=deadline, on_wait=notice) as held:
-        result = _locked(store, cells, backend, fingerprint, target, held, started,
-                         workers=workers, deadline=deadline, progress=progress, units=units)
-        held.finished()
+        try:
+            result = _locked(store, cells, backend, fingerprint, target, held, started,
+                             workers=workers, deadline=deadline, progress=progress,
+                             units=units)
+        except Exception:
+            held.finished()  # unwound: its temp files were removed on the way
+            raise
+        held.finished()  # (not when interrupted: then the next run sweeps the roots)
     return result
 
 
