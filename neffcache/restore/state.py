@@ -2,8 +2,9 @@
 
 ``<root>/.neffcache-state.json`` maps each path to (size, mtime_ns, ctime_ns, inode, sha256,
 mode) as neffcache last verified it; a file whose size, times and inode still match needs no
-hashing. A restore writes it only after a ``syncfs`` has put those files on disk. Reading a damaged state file yields an empty state (files get re-hashed); writing one
-is best effort (atomic, a failure only costs re-hashing).
+hashing. A restore writes it only after a ``syncfs`` has put those files on disk. Reading a
+damaged state file yields an empty state (files get re-hashed); writing one is best effort
+(atomic, a failure only costs re-hashing).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""A restore killed (SIGKILL) at random moments, again and again, then rerun: the tree is
-byte-identical to what was published and no temp file is left anywhere under DIR."""
+"""The destination through the CLI: a restore killed (SIGKILL) at random moments, again and again,
+then rerun, leaves the published tree byte for byte and no temp file anywhere under DIR; a
+second restore into a busy DIR waits until its deadline (exit 3); a symlinked root is exit 2."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+from neffcache.restore.dest import lock_destination
 from tests.e2e.conftest import CELL_64, MATRIX, temps_under
-from tests.support.synthetic import KiB, MiB, Profile, make_profile_cache
+from tests.support.synthetic import KiB, MiB, Profile, make_neff_cache, make_profile_cache
 
 KILLS = 20
 # Several large files (fetched in parts into one shared temp file each) and many small ones
@@ -88,3 +90,44 @@ def test_twenty_kills_then_a_rerun_leave_the_exact_tree_and_no_temp_file(tmp_pat
     assert completed < KILLS and most > 0, seed  # kills landed mid-write
     if left_behind:
         assert "stale temp file(s)" in rerun.stderr
+
+
+def _small_store(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(MATRIX, encoding="utf-8")
+    env = _env(tmp_path)
+    cache = make_neff_cache(tmp_path / "src", seed=3, count=8, large=0)
+    push = subprocess.run([sys.executable, "-m", "neffcache.cli", "push", "--matrix",
+                           str(matrix), "--cell", CELL_64, "--root", f"neff={cache.root}"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert push.returncode == 0, push.stderr
+    return matrix, env
+
+
+def test_a_restore_into_a_busy_directory_waits_until_its_deadline(tmp_path: Path) -> None:
+    matrix, env = _small_store(tmp_path)
+    out = tmp_path / "out"
+    with lock_destination(str(out)):
+        r = subprocess.run([sys.executable, "-m", "neffcache.cli", "restore", str(matrix),
+                            "--to", str(out), "--cells", CELL_64, "--deadline", "3"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert f"waiting for restore pid {os.getpid()}" in r.stderr
+    assert "deadline reached while waiting" in r.stderr
+    assert not (out / "neff").exists()
+
+
+def test_a_symlinked_root_is_exit_2_in_one_line_and_nothing_escapes(tmp_path: Path) -> None:
+    matrix, env = _small_store(tmp_path)
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    outside.mkdir()
+    out.mkdir()
+    (out / "neff").symlink_to(outside)
+    r = subprocess.run([sys.executable, "-m", "neffcache.cli", "restore", str(matrix), "--to",
+                        str(out), "--cells", CELL_64], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"Error: {out}/neff is a symlink: restore never follows a symlink out of the "
+        f"destination; remove it (or restore to another --to)"]
+    assert list(outside.iterdir()) == []
