@@ -215,7 +215,7 @@ _syncfs: Callable[[int], int] | None | bool = False  # False: not looked up yet
 
 
 def sync_filesystems(fds: Iterable[int]) -> bool:
-    """``syncfs(2)`` once for each distinct descriptor: everything dirty on its filesystem is
+    """``syncfs(2)`` once for each filesystem the descriptors are on: everything dirty on it is
     written back, in one call instead of one fsync per file and directory (on ext4 without a
     journal, as on many VMs, per-file fsync also writes each inode and parent synchronously).
     False where syncfs is not available (then the caller fsyncs file by file)."""
@@ -224,7 +224,8 @@ def sync_filesystems(fds: Iterable[int]) -> bool:
         _syncfs = _find_syncfs()
     if _syncfs is None:
         return False
-    for fd in set(fds):
+    one_per_fs = {os.fstat(fd).st_dev: fd for fd in fds}
+    for fd in one_per_fs.values():
         if _syncfs(fd) != 0:  # type: ignore[operator]
             import ctypes
 

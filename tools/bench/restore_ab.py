@@ -9,8 +9,10 @@ Prints medians, each tool's ratio to s5cmd and the restore's user/system CPU.
         --variant 'before={"PYTHONPATH": "/path/to/old-checkout"}' --variant 'now={}'
 
 With --io-load every round is run twice, once quiet and once while another process writes to
-the same disk (``dd oflag=direct`` in a loop, beside the restores' output), and both
-conditions' medians and ratios are reported. The issue's compiled tree (6 x 64 MiB + 300
+the same disk (``dd`` in a loop, beside the restores' output: ``buffered``, the default, leaves
+dirty pages that any sync must also write, as a busy service's writes would; ``direct`` uses
+O_DIRECT and only contends for the device), and both conditions' medians and ratios are
+reported. The issue's compiled tree (6 x 64 MiB + 300
 small files) is ``--tree '--compiled-graphs 6 --compiled-mib 64,64 --compiled-small 300'``.
 
 The restore.py benchmark's profiles, settle and eviction are reused; the entry is pushed by
@@ -54,24 +56,27 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tree", default="", metavar="ARGS",
                    help="restore.py's profile options, e.g. '--compiled-graphs 6 "
                         "--compiled-mib 64,64 --compiled-small 300'")
-    p.add_argument("--io-load", action="store_true",
+    p.add_argument("--io-load", nargs="?", const="buffered", choices=("buffered", "direct"),
+                   default=None,
                    help="also run every round while another process writes to the same disk "
-                        "(dd oflag=direct in a loop); report both conditions")
+                        "(dd in a loop, buffered or O_DIRECT); report both conditions")
     return p.parse_args()
 
 
 class IoLoad:
-    """Another process writing to the disk of ``where`` for as long as it runs: ``dd`` with
-    O_DIRECT, 1 MiB writes, rewriting a 256 MiB file in a loop (no page cache of its own, so
-    only the disk is contended, not memory)."""
+    """Another process writing to the disk of ``where`` for as long as it runs: ``dd``, 1 MiB
+    writes, rewriting a 512 MiB file in a loop; ``buffered`` (its dirty pages are written back
+    by the kernel, and any sync of the filesystem waits for them) or ``direct`` (O_DIRECT: only
+    the device is contended)."""
 
-    def __init__(self, where: Path) -> None:
+    def __init__(self, where: Path, kind: str) -> None:
         self.path = where / "io-load.bin"
+        self.flag = "oflag=direct" if kind == "direct" else ""
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> IoLoad:
         loop = (f"while :; do dd if=/dev/zero of={shlex.quote(str(self.path))} bs=1M "
-                f"count=256 oflag=direct conv=notrunc status=none; done")
+                f"count=512 {self.flag} conv=notrunc status=none; done")
         self.proc = subprocess.Popen(["bash", "-c", loop], start_new_session=True)
         time.sleep(0.5)  # let it reach a steady rate
         return self
@@ -147,7 +152,7 @@ def run(args: argparse.Namespace, variants: dict[str, dict[str, str]],
                 for j, tool in enumerate(order[i % len(order):] + order[:i % len(order)]):
                     dest = work / "out" / f"{c}-{i}-{j}"
                     os.sync()
-                    with IoLoad(work) if c == "io-load" else _Nothing():
+                    with IoLoad(work, args.io_load) if c == "io-load" else _Nothing():
                         t = B.run(*command(tool, dest))
                     times[c][tool].append(t.seconds)
                     if tool in variants:
@@ -156,7 +161,7 @@ def run(args: argparse.Namespace, variants: dict[str, dict[str, str]],
                     B.evict_page_cache(dest)
                     B.log(f"{c} round {i + 1}: {tool} {t.seconds:.2f} s")
     result: dict[str, Any] = {"profile": args.profile, "tree": args.tree, "runs": args.runs,
-                              "loadavg": os.getloadavg()}
+                              "io_load": args.io_load, "loadavg": os.getloadavg()}
     for c in conditions:
         peer = statistics.median(times[c]["s5cmd"])
         result[c] = {"s5cmd": round(peer, 3), "s5cmd_runs": times[c]["s5cmd"]}
