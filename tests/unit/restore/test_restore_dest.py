@@ -207,3 +207,19 @@ def test_files_not_known_to_be_on_disk_are_not_vouched_for(
     again = restore_cells(store, [CELL], NEURON, FP, target)  # hashes, trusts, vouches now
     assert again.error() is None and again.files_fetched == 0
     assert len(load_state({"neff": str(target / "neff")})) == len(files)
+
+
+def test_the_sweep_after_a_killed_restore_never_follows_a_symlink(tmp_path: Path,
+                                                                  published) -> None:  # type: ignore[no-untyped-def]
+    store, _files = published
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None
+    outside.mkdir()
+    theirs = outside / ".neffcache-11111111-1.tmp"
+    theirs.write_bytes(b"not ours")
+    (target / "neff" / "elsewhere").symlink_to(outside)
+    (target / "neff" / ".neffcache-22222222-1.tmp").symlink_to(theirs)  # the link goes
+    (target / ENTRIES_DIR / LOCK_FILE).write_text("restore pid 1 since 0\n")
+    r = restore_cells(store, [CELL], NEURON, FP, target)
+    assert r.error() is None and r.stale_temps_removed == 1
+    assert theirs.read_bytes() == b"not ours"
