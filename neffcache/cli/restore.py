@@ -73,7 +73,8 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     For each cell (or each cell matching --cells) the entry key is derived from the cell and
     this host's fingerprint and read from the store alone (no index needed). Every file is
     streamed from its blob into a temp file beside its final path, checked against its size
-    and sha256, fsynced and renamed into place: nothing half-written is ever installed.
+    and sha256 and renamed into place: nothing half-written is ever installed. One syncfs at
+    the end puts everything on disk before the state file vouches for it.
     Files already present and valid are skipped, so a rerun fetches only what is missing.
     When every requested cell is already in place — judged from the local copies of the
     entries' manifests (DIR/.neffcache-entries/) and the state file, in one stat pass — the
@@ -98,13 +99,21 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     --json prints one document: status, exit_code, fingerprint_key, cells_restored,
     cells_missing, cells_incomplete, cells_failed, cells_elsewhere, entries,
     files_fetched, files_skipped, files_failed, bytes_fetched, deadline_hit, seconds,
-    environment, conflicts, fingerprint_python (the interpreter the fingerprint describes).
+    environment, conflicts, stale_temps_removed, fingerprint_python (the interpreter the
+    fingerprint describes).
     Progress goes to stderr when it is a terminal.
 
     The fingerprint's package versions (torch, diffusers, transformers, the Neuron SDK) and
     Python version are those of the interpreter that will run inference: --python PATH (or
     NEFFCACHE_PYTHON, or the config key `python`), read by running it once; by default the
     interpreter running neffcache.
+
+    One restore per DIR: a restore holds DIR/.neffcache-entries/lock while it runs; a second
+    one into the same DIR waits for it (a line on stderr says so) — without --deadline for as
+    long as the first runs, with --deadline until then (exit 3). Temp files a killed restore
+    left (.neffcache-*.tmp) are removed and counted (stale_temps_removed). A symlink at a
+    cache root (DIR/neff, ...) or at DIR/.neffcache-entries is refused (exit 2), never
+    followed out of DIR.
 
     When two entries want different bytes at one path (compile outputs are not always
     byte-reproducible), the first cell in matrix order wins that path; `conflicts` counts
@@ -181,6 +190,9 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         raise
     if result.conflicts:
         progress(_conflict_warning(result.conflicts))
+    if result.stale_temps_removed:
+        progress(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
+                 f"(.neffcache-*.tmp) left by an interrupted restore")
     doc = dict(result.to_json(), fingerprint_python=described_interpreter(settings.python))
     _show(doc, as_json, print_env)
     timeout = REPORT_TIMEOUT if until is None else \
@@ -269,7 +281,8 @@ def _restore_from_store(settings: Settings, cells: Any, backend: Any,
     s.check()
     bar = _ProgressLine() if show_progress else None
     result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
-                           deadline=until, progress=bar.update if bar else None)
+                           deadline=until, progress=bar.update if bar else None,
+                           notice=progress)
     if bar:
         bar.close()
     return result
@@ -310,7 +323,7 @@ def _restore_from_bundle(source: Any, cells: Any, backend: Any, fingerprint: Any
             return done
         source.verify_all()
         return restore_cells(source, cells, backend, fingerprint, target,
-                             workers=workers or 4, deadline=until)
+                             workers=workers or 4, deadline=until, notice=progress)
 
 
 def _process_start() -> float:

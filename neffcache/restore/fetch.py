@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 from neffcache.errors import IntegrityError, NotFoundError
 from neffcache.hashing import CHUNK
-from neffcache.restore.fs import DirCache, Roots, start_writeback
+from neffcache.restore.fs import DirCache, Roots, start_writeback, tmp_name
 from neffcache.restore.install import (
     BATCH_FILES,
     NEW,
@@ -36,12 +36,10 @@ from neffcache.restore.install import (
     copies,
     copy_verified,
     fail_all,
-    failure,
     place,
     pwrite_all,
     read_into,
     read_umask,
-    tmp_name,
     verify_member,
 )
 from neffcache.restore.plan import BlobGet, BlobPart, FetchGroup, PackRun, Unit, unit_groups
@@ -81,11 +79,6 @@ class Fetcher:
                 out = self._blob(unit.group, dirs)
             else:
                 out = self._part(unit, dirs)
-            try:
-                dirs.sync()
-            except OSError as exc:
-                out = [(t, o if isinstance(o, FileFailure) else failure(t, exc, ""))
-                       for t, o in out]
         finally:
             dirs.close()
         return out, _bytes(out, unit_groups(unit))
@@ -257,11 +250,9 @@ class _Assembly:
             if self.error is not None:
                 raise self.error
             os.fchmod(self.fd, t.mode)
-            os.fsync(self.fd)
             os.replace(self.tmp, t.path.rpartition("/")[2], src_dir_fd=self.dfd,
                        dst_dir_fd=self.dfd)
             self.tmp = ""
-            os.fsync(self.dfd)
             rec = state_record(os.fstat(self.fd), t.sha256)
         except Exception as exc:  # noqa: BLE001
             self.discard()

@@ -1,27 +1,71 @@
 """File-system primitives of a restore (the bottom layer): directory descriptors, syncfs.
 
 Files are written through directory descriptors opened one component at a time with
-``O_NOFOLLOW`` (``DirCache``): a symlink planted inside a target directory is never followed, so
-nothing is written outside the root. Durability is batched: ``syncfs`` where Linux has it (via
-ctypes), else fsync per file and directory. Nothing here knows about entries or the store.
+``O_NOFOLLOW`` (``Roots`` for the top-level roots, ``DirCache`` below them): a symlink at a root
+or planted inside one is never followed, so nothing is written outside DIR. Durability is one
+``syncfs`` per filesystem at the end of a restore (``sync_filesystems``, via ctypes; ``os.sync``
+where there is none). Temp files are named ``.neffcache-*.tmp`` (``tmp_name``, ``is_temp``).
+Nothing here knows about entries or the store.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
+import stat
 import sys
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from neffcache.errors import UsageError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 TMP_PREFIX = ".neffcache-"
 TMP_SUFFIX = ".tmp"
-_MAX_OPEN_DIRS = 64  # per DirCache: ``trim`` syncs and closes them beyond that
+_TMP = f"{TMP_PREFIX}{uuid.uuid4().hex[:8]}-"  # unique per process; a counter after it
+_names = itertools.count()
+_MAX_OPEN_DIRS = 64  # per DirCache: ``trim`` closes them beyond that
 
 
 class UnsafePathError(OSError):
     """A path component inside a target root is a symlink or not a directory."""
+
+
+def tmp_name() -> str:
+    """A fresh temp file name: ``.neffcache-<8 hex, per process>-<counter>.tmp``."""
+    return f"{_TMP}{next(_names):x}{TMP_SUFFIX}"
+
+
+def is_temp(name: str) -> bool:
+    """Whether ``name`` is one of neffcache's temp file names (``.neffcache-*.tmp``)."""
+    return name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX) and \
+        len(name) > len(TMP_PREFIX) + len(TMP_SUFFIX)
+
+
+def open_dir_at(parent: str | int, name: str, *, create: bool, what: str) -> int:
+    """The descriptor of directory ``name`` in ``parent`` (a path, followed as given, or a
+    descriptor), created if asked, never through a symlink at ``name``: one there, or a
+    file, is refused (``UsageError``, exit 2; ``what`` names it in the message)."""
+    pfd = parent if isinstance(parent, int) else \
+        os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=pfd)
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=pfd)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+        raise UsageError(f"{what} is {kind}: restore never follows a symlink out of the "
+                         f"destination; remove it (or restore to another --to)")
+    finally:
+        if pfd is not parent:
+            os.close(pfd)
 
 
 
@@ -29,7 +73,9 @@ class UnsafePathError(OSError):
 
 class Roots:
     """Open descriptors of each target root (created if needed; with ``create=False`` a
-    missing root is left out, for a look that must write nothing); close when done."""
+    missing root is left out, for a look that must write nothing); close when done. The
+    directory above the roots (DIR) is followed as named; a root that is a symlink is refused
+    (``UsageError``), never followed out of DIR."""
 
     def __init__(self, target_dirs: Mapping[str, str], *, create: bool = True) -> None:
         self.fds: dict[str, int] = {}
@@ -38,12 +84,14 @@ class Roots:
         self.created: set[tuple[str, str]] = set()  # directories this restore made
         try:
             for name, d in sorted(target_dirs.items()):
+                base, _, leaf = d.rstrip("/").rpartition("/")
+                base = base or "/"
                 if create:
-                    os.makedirs(d, exist_ok=True)
-                elif not os.path.isdir(d):
+                    os.makedirs(base, exist_ok=True)
+                elif not os.path.lexists(d):
                     continue
-                self.fds[name] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                self.real[name] = os.path.realpath(d)
+                self.fds[name] = open_dir_at(base, leaf, create=create, what=d)
+                self.real[name] = f"{os.path.realpath(base).rstrip('/')}/{leaf}"
         except BaseException:
             self.close()
             raise
@@ -71,15 +119,15 @@ class Roots:
 
 class DirCache:
     """Directory descriptors inside the roots for one thread: each opened once, from its parent,
-    with ``O_NOFOLLOW`` (created first when asked), and checked to lie inside its root. Records
-    which directories gained entries, so ``sync`` fsyncs each of them once. Descriptors stay
-    valid until ``trim`` or ``close``, which the owner calls between batches of work."""
+    with ``O_NOFOLLOW`` (created first when asked), and checked to lie inside its root.
+    Descriptors stay valid until ``trim`` or ``close``, which the owner calls between batches
+    of work. Nothing here syncs: a restore makes everything durable at once at its end
+    (``make_durable``)."""
 
     def __init__(self, roots: Roots, *, check_inside: bool = True) -> None:
         self.roots = roots
         self.check_inside = check_inside
         self.fds: dict[tuple[str, str], int] = {}
-        self.dirty: set[tuple[str, str]] = set()
 
     def get(self, root: str, dir_path: str, *, create: bool) -> int:
         """The descriptor of ``dir_path`` ("" for the root itself) inside ``root``."""
@@ -125,28 +173,12 @@ class DirCache:
             os.mkdir(name, 0o755, dir_fd=pfd)
         except FileExistsError:
             return False
-        self.dirty.add((root, parent))  # a new entry in the parent
         self.roots.created.add((root, f"{parent}/{name}" if parent else name))
         return True
 
-    def touched(self, root: str, dir_path: str) -> None:
-        """A file was renamed into ``dir_path``: fsync it at the next ``sync``."""
-        self.dirty.add((root, dir_path))
-
-    def sync(self) -> None:
-        """Make every directory that gained an entry since the last sync durable: one
-        ``syncfs`` per root where Linux offers it, else an fsync per directory (all are still
-        open: the cache syncs before it closes anything)."""
-        dirty, self.dirty = self.dirty, set()
-        if dirty and sync_filesystems(self.roots.fds[r] for r, _ in dirty):
-            return
-        for root, dir_path in sorted(dirty):
-            os.fsync(self.fds[(root, dir_path)] if dir_path else self.roots.fds[root])
-
     def trim(self) -> None:
-        """Bound the descriptors held: past the limit, sync the dirty ones and close all."""
+        """Bound the descriptors held: past the limit, close them all."""
         if len(self.fds) >= _MAX_OPEN_DIRS:
-            self.sync()
             self._close_all()
 
     def close(self) -> None:
@@ -171,11 +203,19 @@ def _assert_inside(fd: int, real_root: str, root: str, dir_path: str) -> None:
                               f"root {real_root}")
 
 
+def make_durable(roots: Roots) -> None:
+    """Everything written under the roots reaches the disk: one ``syncfs`` per root's
+    filesystem (Linux), else ``os.sync``. A restore calls it once, after its last file and
+    before the state file that lets a later run trust those files without hashing them."""
+    if not sync_filesystems(roots.fds.values()):
+        os.sync()
+
+
 _syncfs: Callable[[int], int] | None | bool = False  # False: not looked up yet
 
 
 def sync_filesystems(fds: Iterable[int]) -> bool:
-    """``syncfs(2)`` once for each distinct descriptor: everything dirty on its filesystem is
+    """``syncfs(2)`` once for each filesystem the descriptors are on: everything dirty on it is
     written back, in one call instead of one fsync per file and directory (on ext4 without a
     journal, as on many VMs, per-file fsync also writes each inode and parent synchronously).
     False where syncfs is not available (then the caller fsyncs file by file)."""
@@ -184,7 +224,8 @@ def sync_filesystems(fds: Iterable[int]) -> bool:
         _syncfs = _find_syncfs()
     if _syncfs is None:
         return False
-    for fd in set(fds):
+    one_per_fs = {os.fstat(fd).st_dev: fd for fd in fds}
+    for fd in one_per_fs.values():
         if _syncfs(fd) != 0:  # type: ignore[operator]
             import ctypes
 

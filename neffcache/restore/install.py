@@ -1,11 +1,13 @@
 """Installing one file: temp file beside its final path, verified bytes, atomic rename.
 
-Every file is written to a temp file in its final directory (created with its final mode; the
-mode fixed only where the umask took bits away), its size and sha256 checked before it can have
-a name, made durable, and ``os.replace``d into place; its directory is made durable before the
-file counts as installed. The temp file is removed on any failure: nothing half-written ever has
-a final name. Small files go in batches (``Batch``): written, flushed together, renamed
-together. Failures become ``FileFailure`` records (``failure``), never exceptions.
+Every file is written to a temp file in its final directory (``.neffcache-*.tmp``, created with
+its final mode; the mode fixed only where the umask took bits away), its size and sha256 checked
+before it can have a name, and ``os.replace``d into place (a rename replaces whatever is at the
+final name, a symlink included: nothing is written through one). The temp file is removed on
+any failure: nothing half-written ever has a final name. No file is fsynced here: the restore
+makes them all durable with one ``syncfs`` before its state file vouches for any of them
+(``neffcache.restore.run``). Small files go in batches (``Batch``): written, renamed together.
+Failures become ``FileFailure`` records (``failure``), never exceptions.
 """
 
 from __future__ import annotations
@@ -14,10 +16,8 @@ import contextlib
 import functools
 import hashlib
 import io
-import itertools
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -29,12 +29,10 @@ from neffcache.errors import (
     UnavailableError,
 )
 from neffcache.hashing import CHUNK
-from neffcache.restore.fs import TMP_PREFIX, TMP_SUFFIX, DirCache, UnsafePathError, sync_filesystems
+from neffcache.restore.fs import DirCache, UnsafePathError, tmp_name
 from neffcache.restore.plan import FetchGroup, Target
 from neffcache.restore.state import StateRecord, state_record
 
-_TMP = f"{TMP_PREFIX}{uuid.uuid4().hex[:8]}-"
-_names = itertools.count()
 NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 BATCH_FILES = 32  # small files per flush/rename batch at most (see batch_files)
 _UMASK = -1  # the process umask, read once by the first Fetcher
@@ -64,10 +62,6 @@ class Stopped(Exception):
     """The deadline passed while a unit was running."""
 
 
-def tmp_name() -> str:
-    return f"{_TMP}{next(_names):x}{TMP_SUFFIX}"
-
-
 def read_umask() -> None:
     """Read the process umask once, before any worker thread creates files."""
     global _UMASK
@@ -80,7 +74,7 @@ def read_umask() -> None:
 
 def place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateRecord:
     """Write a temp file beside ``t``'s path with ``write(fd)`` (which verifies), set its mode,
-    fsync, rename it into place; the directory is fsynced at the unit's ``dirs.sync()``."""
+    rename it into place (made durable by the restore's one ``syncfs`` at its end)."""
     dir_path, _, name = t.path.rpartition("/")
     dfd = dirs.get(t.root, dir_path, create=True)
     tmp = tmp_name()
@@ -89,10 +83,8 @@ def place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateRecor
     try:
         write(fd)
         set_mode(fd, t.mode)
-        os.fsync(fd)
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         placed = True
-        dirs.touched(t.root, dir_path)
         return state_record(os.fstat(fd), t.sha256)
     finally:
         os.close(fd)
@@ -102,11 +94,8 @@ def place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateRecor
 
 
 class Batch:
-    """Small files written to temp files first, made durable together (one ``syncfs``, or an
-    fsync each where there is none), renamed together, and the renames made durable together
-    (``DirCache.sync``): two flushes per batch instead of a file and a directory fsync per
-    file, and still never a name pointing at bytes that are not on disk. Uncommitted temp
-    files are removed on exit."""
+    """Small files written to temp files first and renamed together once verified (each
+    holds a descriptor until then). Uncommitted temp files are removed on exit."""
 
     def __init__(self, dirs: DirCache) -> None:
         self.dirs = dirs
@@ -146,33 +135,13 @@ class Batch:
         out: list[Outcome] = []
         placed: set[int] = set()
         try:
-            synced = []
-            try:
-                flushed = bool(items) and sync_filesystems(
-                    self.dirs.roots.fds[t.root] for t, *_ in items)
-            except OSError as exc:
-                return [*out, *((t, failure(t, exc, t.sha256)) for t, *_ in items)]
-            if flushed:
-                synced = items  # every temp file's data and inode are on disk
-            else:
-                for item in items:
-                    try:
-                        os.fsync(item[4])
-                        synced.append(item)
-                    except OSError as exc:
-                        out.append((item[0], failure(item[0], exc, item[0].sha256)))
-            for t, dir_path, dfd, tmp, fd in synced:
+            for t, _dir_path, dfd, tmp, fd in items:
                 try:
                     os.replace(tmp, t.path.rpartition("/")[2], src_dir_fd=dfd, dst_dir_fd=dfd)
                     placed.add(fd)
-                    self.dirs.touched(t.root, dir_path)
                     out.append((t, state_record(os.fstat(fd), t.sha256)))
                 except OSError as exc:
                     out.append((t, failure(t, exc, t.sha256)))
-            self.dirs.sync()
-        except OSError as exc:  # a directory fsync failed: nothing in this batch is durable
-            out = [(t, o if isinstance(o, FileFailure) else failure(t, exc, t.sha256))
-                   for t, o in out]
         finally:
             self._close(items, placed)
         return out

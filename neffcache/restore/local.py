@@ -18,7 +18,6 @@ import json
 import os
 import stat
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,14 +27,15 @@ from neffcache.errors import NeffcacheError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import SCHEMA_VERSION, FileRecord, Manifest, encode_manifest, entry_key
 from neffcache.matrix import Cell
-from neffcache.restore.fs import Roots
+from neffcache.restore.dest import ENTRIES_DIR, is_unclean
+from neffcache.restore.fs import Roots, tmp_name
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
 from neffcache.restore.scan import scan_present
 from neffcache.restore.state import STATE_FILE, STATE_SCHEMA, load_state
 
-LOCAL_ENTRIES = ".neffcache-entries"
+LOCAL_ENTRIES = ENTRIES_DIR
 MISSING_FILE = "missing.json"  # in LOCAL_ENTRIES: entries the store lacked at the last restore
 MISSING_SCHEMA = 1
 # A cell the store had no entry for is asked for again after this long: until then a boot
@@ -87,7 +87,7 @@ def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str
     try:
         for root, d in target_dirs.items():
             states[root] = _raw_state(Path(d, STATE_FILE))
-            fds[root] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fds[root] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         return _confirm(docs, states, fds)
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
@@ -129,6 +129,14 @@ def _raw_state(path: Path) -> dict[str, list[Any]]:
     return doc["files"]  # type: ignore[no-any-return]
 
 
+def _real_dir(path: Path) -> bool:
+    """A directory, and not through a symlink at its last component."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _plain_relative(path: object) -> bool:
     return isinstance(path, str) and bool(path) and path[0] != "/" and "\x00" not in path \
         and not _BAD_PARTS.intersection(path.split("/"))
@@ -142,7 +150,7 @@ def save_local_manifests(target: Path, manifests: Sequence[Manifest]) -> None:
         final = d / f"{m.entry_key}.json"
         if final.exists():
             continue
-        tmp = d / f".{m.entry_key}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp = d / tmp_name()
         try:
             d.mkdir(parents=True, exist_ok=True)
             tmp.write_bytes(encode_manifest(m))
@@ -165,7 +173,7 @@ def save_missing(target: Path, fingerprint_key: str,
         with contextlib.suppress(OSError):
             final.unlink()
         return
-    tmp = d / f".{MISSING_FILE}.{uuid.uuid4().hex[:8]}.tmp"
+    tmp = d / tmp_name()
     doc = {"schema_version": MISSING_SCHEMA, "fingerprint_key": fingerprint_key,
            "checked_at": now, "entries": {k: list(v) for k, v in sorted(missing.items())}}
     try:
@@ -201,13 +209,17 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     """The result of a restore that finds everything in place, judged from the local copies
     of the entries' manifests and the state files alone (no store, no hashing; see
     this module); None when any requested cell lacks a local copy or any of
-    its files is absent, changed or unvouched — then a full ``restore_cells`` decides. Cells
+    its files is absent, changed or unvouched, when a root or the entries directory is a
+    symlink, or when a restore is running in DIR or was killed there (its lock file is
+    marked: the full run sweeps its temp files) — then a full ``restore_cells`` decides. Cells
     the last full restore found without an entry (``read_missing``, for a few hours) count
     as missing without asking the store. The result's manifests carry no file list: the
     files were confirmed, not planned."""
     started = time.monotonic()
     requested = tuple(c.id for c in cells)
     target = Path(target).absolute()
+    if is_unclean(str(target)) or not _real_dir(Path(target, LOCAL_ENTRIES)):
+        return None
     all_keys = [entry_key(c, fingerprint) for c in cells]
     known_missing = read_missing(target, fingerprint.key, time.time()) if any(
         not local_manifest_path(target, k).exists() for k in all_keys) else {}
@@ -216,7 +228,7 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     keys = [k for k in all_keys if k not in known_missing]
     docs = [read_local_doc(target, k, backend.root_names) for k in keys]
     dirs = root_dirs(backend, str(target))
-    if any(d is None for d in docs) or not all(os.path.isdir(d) for d in dirs.values()):
+    if any(d is None for d in docs) or not all(_real_dir(Path(d)) for d in dirs.values()):
         return None
     confirmed = confirm_in_place(docs, dirs)  # type: ignore[arg-type]
     conflicts: tuple[Conflict, ...] = ()

@@ -53,6 +53,8 @@ class RestoreResult:
     environment: tuple[tuple[str, str], ...] = field(default=())
     # Paths entries disagree about; the first cell's record won each (see neffcache.restore.plan).
     conflicts: tuple[Conflict, ...] = field(default=())
+    # Temp files a killed restore had left in DIR, removed by this one.
+    stale_temps_removed: int = 0
 
     def error(self) -> NeffcacheError | None:
         return outcome_error(self)
@@ -94,6 +96,7 @@ class RestoreResult:
             "seconds": round(self.seconds, 3),
             "environment": dict(self.environment),
             "conflicts": len(self.conflicts),
+            "stale_temps_removed": self.stale_temps_removed,
         }
 
 

@@ -5,73 +5,150 @@ Steps, each a module of this package (imports point down this list):
 ``scan`` (what is in place) → ``plan`` (what to fetch, as which requests) → ``apply``
 (``fetch`` units, ``install`` files, on ``fs`` primitives) → ``outcome`` (result and exit rule).
 ``neffcache.restore.local.restore_local`` answers "all in place" without the store.
+
+The whole run holds DIR's lock (``dest``): stale temp files of a killed restore are swept
+first, and the state file is written last, only after one ``syncfs`` has put every file it
+vouches for on disk: a crash at any point leaves no file that a later run trusts unhashed
+without its bytes on disk.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from neffcache.backends import Backend, cache_environment, root_dirs
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import entry_key
 from neffcache.matrix import Cell
-from neffcache.restore.apply import Progress, apply_restore
-from neffcache.restore.fs import Roots
+from neffcache.restore.apply import Progress, RestoreReport, apply_restore
+from neffcache.restore.dest import (
+    Held,
+    lock_destination,
+    sweep_dirs,
+    sweep_entries,
+    sweep_trees,
+)
+from neffcache.restore.fs import Roots, make_durable
+from neffcache.restore.install import FileFailure
 from neffcache.restore.local import save_local_manifests, save_missing
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import (
     DEFAULT_UNITS,
     FileId,
+    RestorePlan,
     UnitPolicy,
     cell_verdicts,
     plan_restore,
     wanted_sizes,
 )
-from neffcache.restore.resolve import resolve_entries
+from neffcache.restore.resolve import Resolution, resolve_entries
 from neffcache.restore.scan import scan_present
-from neffcache.restore.state import load_state, save_state
+from neffcache.restore.state import StateRecord, load_state, save_state
 from neffcache.store import Store
 
 
 def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
                   fingerprint: Fingerprint, target: Path, *, workers: int = 16,
                   deadline: float | None = None, progress: Progress | None = None,
-                  units: UnitPolicy = DEFAULT_UNITS) -> RestoreResult:
+                  units: UnitPolicy = DEFAULT_UNITS,
+                  notice: Callable[[str], None] | None = None) -> RestoreResult:
     """Restore ``cells`` into ``target/<root>`` for each of the backend's cache roots;
-    ``units`` says how blobs become requests (pack runs, large-blob parts)."""
+    ``units`` says how blobs become requests (pack runs, large-blob parts). Holds the
+    target's lock throughout (waiting for a restore already running there: ``notice`` is
+    told; at most until ``deadline``)."""
     started = time.monotonic()
     target = Path(target).absolute()
+    with lock_destination(str(target), deadline=deadline, on_wait=notice) as held:
+        try:
+            result = _locked(store, cells, backend, fingerprint, target, held, started,
+                             workers=workers, deadline=deadline, progress=progress,
+                             units=units)
+        except Exception:
+            held.finished()  # unwound: its temp files were removed on the way
+            raise
+        held.finished()  # (not when interrupted: then the next run sweeps the roots)
+    return result
+
+
+def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
+            target: Path, held: Held, started: float, *, workers: int,
+            deadline: float | None, progress: Progress | None,
+            units: UnitPolicy) -> RestoreResult:
     dirs = root_dirs(backend, str(target))
     resolution = resolve_entries(store, cells, fingerprint, backend, workers=workers,
                                  deadline=deadline)
     manifests = resolution.found
-    save_local_manifests(target, manifests)
-    if not resolution.unresolved and not resolution.failed:
-        other = dict(resolution.elsewhere)
-        save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())
-                                               for c in resolution.missing}, time.time())
-    with Roots(dirs) as roots:
+    with Roots(dirs) as roots:  # refuses a root that is a symlink
+        # Under the lock every temp file is stale: in the entries directory, in the
+        # directories this run writes to, and (after a killed run) anywhere under the roots.
+        stale = sweep_entries(held) + (sweep_trees(roots) if held.unclean else 0)
+        save_local_manifests(target, manifests)
+        if not resolution.unresolved and not resolution.failed:
+            other = dict(resolution.elsewhere)
+            save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())
+                                                   for c in resolution.missing}, time.time())
         state = load_state(dirs)
         wanted = wanted_sizes(manifests)
         present, records = scan_present(roots, wanted, state, workers=min(workers, 8),
                                         deadline=deadline)
         plan = plan_restore(manifests, dirs, present, units)
+        if not held.unclean:
+            stale += sweep_dirs(roots, _write_dirs(plan))
         report = apply_restore(store, plan, workers=workers, deadline=deadline,
                                progress=progress, roots=roots)
-    in_place: set[FileId] = {t.id for t in plan.present} | {t.id for t in report.installed}
-    if report.states or any(state.get(k) != r for k, r in records.items()):
         records.update(dict(report.states))
-        save_state(dirs, {**{k: v for k, v in state.items() if k not in wanted}, **records})
+        failures = report.failures
+        if any(state.get(k) != r for k, r in records.items()):
+            durable = _make_durable(roots, deadline)
+            if isinstance(durable, FileFailure):
+                failures += (durable,)
+            kept = {k: v for k, v in state.items() if k not in wanted}
+            save_state(dirs, {**kept, **_vouched(records, state, durable is True)})
+    return _result(store, cells, backend, fingerprint, target, resolution, plan, report,
+                   failures, started, stale)
+
+
+def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:
+    return {(t.root, t.path.rpartition("/")[0]) for g in plan.fetch for t in g.targets}
+
+
+def _make_durable(roots: Roots, deadline: float | None) -> bool | FileFailure:
+    """One ``syncfs`` per filesystem before the state file may vouch for new files; False
+    when the deadline has passed (then the state file does not vouch for them: a later run
+    hashes them once)."""
+    if deadline is not None and time.monotonic() >= deadline:
+        return False
+    try:
+        make_durable(roots)
+    except OSError as exc:
+        root = min(roots.fds)
+        return FileFailure(root, "", "io", f"{root}: the restored files could not be made "
+                           f"durable (syncfs: {exc.strerror or exc}); rerun the restore")
+    return True
+
+
+def _vouched(records: Mapping[FileId, StateRecord], state: Mapping[FileId, StateRecord],
+             durable: bool) -> dict[FileId, StateRecord]:
+    """What the state file may say: every record when the files are known to be on disk,
+    else only those the previous state file already vouched for."""
+    return dict(records) if durable else {k: r for k, r in records.items() if state.get(k) == r}
+
+
+def _result(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
+            target: Path, resolution: Resolution, plan: RestorePlan, report: RestoreReport,
+            failures: tuple[FileFailure, ...], started: float, stale: int) -> RestoreResult:
+    manifests = resolution.found
+    in_place: set[FileId] = {t.id for t in plan.present} | {t.id for t in report.installed}
     restored, incomplete = cell_verdicts(manifests, in_place)
     return RestoreResult(
         backend=backend.name, fingerprint_key=fingerprint.key, store_url=store.url,
         target=str(target), requested=tuple(c.id for c in cells), resolution=resolution,
         restored=restored, incomplete=incomplete, files_fetched=len(report.installed),
         files_skipped=len(plan.present), bytes_fetched=report.bytes_fetched,
-        failures=report.failures,
+        failures=failures,
         deadline_hit=report.deadline_hit or bool(resolution.unresolved),
         seconds=time.monotonic() - started,
         environment=tuple(sorted(cache_environment(backend, str(target)).items())),
-        conflicts=plan.conflicts)
+        conflicts=plan.conflicts, stale_temps_removed=stale)

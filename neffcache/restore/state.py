@@ -2,8 +2,9 @@
 
 ``<root>/.neffcache-state.json`` maps each path to (size, mtime_ns, ctime_ns, inode, sha256,
 mode) as neffcache last verified it; a file whose size, times and inode still match needs no
-hashing. Reading a damaged state file yields an empty state (files get re-hashed); writing one
-is best effort (atomic, a failure only costs re-hashing).
+hashing. A restore writes it only after a ``syncfs`` has put those files on disk. Reading a
+damaged state file yields an empty state (files get re-hashed); writing one is best effort
+(atomic, a failure only costs re-hashing).
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import contextlib
 import json
 import os
 import stat
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neffcache.restore.fs import TMP_PREFIX, TMP_SUFFIX
+from neffcache.restore.fs import tmp_name
 from neffcache.restore.plan import FileId
 
 STATE_FILE = ".neffcache-state.json"
@@ -85,7 +85,7 @@ def save_state(target_dirs: Mapping[str, str], records: Mapping[FileId, StateRec
         mine = {p: r for (rt, p), r in records.items() if rt == root}
         if not mine:
             continue
-        tmp = Path(d, f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}{TMP_SUFFIX}")
+        tmp = Path(d, tmp_name())
         try:
             tmp.write_bytes(encode_state(mine))
             os.replace(tmp, Path(d, STATE_FILE))

@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.index",),
     # restore: its steps, bottom to top
     ("neffcache.restore.fs", "neffcache.restore.plan"),
+    ("neffcache.restore.dest",),
     ("neffcache.restore.state",),
     ("neffcache.restore.scan",),
     ("neffcache.restore.install",),

@@ -8,6 +8,13 @@ Prints medians, each tool's ratio to s5cmd and the restore's user/system CPU.
     python tools/bench/restore_ab.py --profile compiled \\
         --variant 'before={"PYTHONPATH": "/path/to/old-checkout"}' --variant 'now={}'
 
+With --io-load every round is run twice, once quiet and once while another process writes to
+the same disk (``dd`` in a loop, beside the restores' output: ``buffered``, the default, leaves
+dirty pages that any sync must also write, as a busy service's writes would; ``direct`` uses
+O_DIRECT and only contends for the device), and both conditions' medians and ratios are
+reported. The issue's compiled tree (6 x 64 MiB + 300
+small files) is ``--tree '--compiled-graphs 6 --compiled-mib 64,64 --compiled-small 300'``.
+
 The restore.py benchmark's profiles, settle and eviction are reused; the entry is pushed by
 the checkout this script runs from (or --pusher PATH).
 """
@@ -17,10 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +53,39 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--pusher", metavar="PATH", help="PYTHONPATH of the checkout that pushes")
     p.add_argument("--settle", type=float, default=20.0)
+    p.add_argument("--tree", default="", metavar="ARGS",
+                   help="restore.py's profile options, e.g. '--compiled-graphs 6 "
+                        "--compiled-mib 64,64 --compiled-small 300'")
+    p.add_argument("--io-load", nargs="?", const="buffered", choices=("buffered", "direct"),
+                   default=None,
+                   help="also run every round while another process writes to the same disk "
+                        "(dd in a loop, buffered or O_DIRECT); report both conditions")
     return p.parse_args()
+
+
+class IoLoad:
+    """Another process writing to the disk of ``where`` for as long as it runs: ``dd``, 1 MiB
+    writes, rewriting a 512 MiB file in a loop; ``buffered`` (its dirty pages are written back
+    by the kernel, and any sync of the filesystem waits for them) or ``direct`` (O_DIRECT: only
+    the device is contended)."""
+
+    def __init__(self, where: Path, kind: str) -> None:
+        self.path = where / "io-load.bin"
+        self.flag = "oflag=direct" if kind == "direct" else ""
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> IoLoad:
+        loop = (f"while :; do dd if=/dev/zero of={shlex.quote(str(self.path))} bs=1M "
+                f"count=512 {self.flag} conv=notrunc status=none; done")
+        self.proc = subprocess.Popen(["bash", "-c", loop], start_new_session=True)
+        time.sleep(0.5)  # let it reach a steady rate
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: bash and its dd
+            self.proc.wait()
+        self.path.unlink(missing_ok=True)
 
 
 def main() -> int:
@@ -69,7 +112,8 @@ def run(args: argparse.Namespace, variants: dict[str, dict[str, str]],
                AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull)
     matrix = work / "matrix.toml"
     matrix.write_text(B.MATRIX, encoding="utf-8")
-    profile = B.profiles_from(B.parse_args(["--profiles", args.profile]))[args.profile]
+    profile = B.profiles_from(B.parse_args(["--profiles", args.profile,
+                                            *shlex.split(args.tree)]))[args.profile]
     with seaweedfs_server(work / "seaweedfs", weed=weed_binary() or "weed") as endpoint:
         env["AWS_ENDPOINT_URL"] = endpoint
         import boto3
@@ -99,27 +143,46 @@ def run(args: argparse.Namespace, variants: dict[str, dict[str, str]],
             dest = work / "out" / f"warmup-{k}"
             B.run(*command(tool, dest))
             B.evict_page_cache(dest)
-        times: dict[str, list[float]] = {t: [] for t in order}
-        cpu: dict[str, list[tuple[float, float]]] = {t: [] for t in variants}
+        conditions = ["quiet", "io-load"] if args.io_load else ["quiet"]
+        times = {c: {t: [] for t in order} for c in conditions}
+        cpu: dict[str, dict[str, list[tuple[float, float]]]] = {
+            c: {t: [] for t in variants} for c in conditions}
         for i in range(args.runs):
-            for j, tool in enumerate(order[i % len(order):] + order[:i % len(order)]):
-                dest = work / "out" / f"{i}-{j}"
-                os.sync()
-                t = B.run(*command(tool, dest))
-                times[tool].append(t.seconds)
-                if tool in variants:
-                    user, system = t.stderr.strip().splitlines()[-1].split()[1:3]
-                    cpu[tool].append((float(user), float(system)))
-                B.evict_page_cache(dest)
-    peer = statistics.median(times["s5cmd"])
-    result: dict[str, Any] = {"profile": args.profile, "runs": args.runs, "s5cmd": peer}
-    for tool in variants:
-        median = statistics.median(times[tool])
-        result[tool] = {"median": round(median, 3), "ratio_to_s5cmd": round(median / peer, 2),
-                        "user": statistics.median(u for u, _ in cpu[tool]),
-                        "system": statistics.median(s for _, s in cpu[tool])}
-        print(f"{tool:28s} {median:.3f} s  {median / peer:.2f} x s5cmd", file=sys.stderr)
+            for c in conditions:
+                for j, tool in enumerate(order[i % len(order):] + order[:i % len(order)]):
+                    dest = work / "out" / f"{c}-{i}-{j}"
+                    os.sync()
+                    with IoLoad(work, args.io_load) if c == "io-load" else _Nothing():
+                        t = B.run(*command(tool, dest))
+                    times[c][tool].append(t.seconds)
+                    if tool in variants:
+                        user, system = t.stderr.strip().splitlines()[-1].split()[1:3]
+                        cpu[c][tool].append((float(user), float(system)))
+                    B.evict_page_cache(dest)
+                    B.log(f"{c} round {i + 1}: {tool} {t.seconds:.2f} s")
+    result: dict[str, Any] = {"profile": args.profile, "tree": args.tree, "runs": args.runs,
+                              "io_load": args.io_load, "loadavg": os.getloadavg()}
+    for c in conditions:
+        peer = statistics.median(times[c]["s5cmd"])
+        result[c] = {"s5cmd": round(peer, 3), "s5cmd_runs": times[c]["s5cmd"]}
+        for tool in variants:
+            median = statistics.median(times[c][tool])
+            result[c][tool] = {"median": round(median, 3),
+                               "ratio_to_s5cmd": round(median / peer, 2),
+                               "runs": [round(x, 3) for x in times[c][tool]],
+                               "user": statistics.median(u for u, _ in cpu[c][tool]),
+                               "system": statistics.median(s for _, s in cpu[c][tool])}
+            print(f"{c:8s} {tool:24s} {median:.3f} s  {median / peer:.2f} x s5cmd "
+                  f"({peer:.3f} s)", file=sys.stderr)
     return result
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 if __name__ == "__main__":

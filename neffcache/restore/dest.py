@@ -1,0 +1,151 @@
+"""The destination DIR of a restore: its lock, the mark a killed restore leaves, stale temp files.
+
+A restore that writes holds ``DIR/.neffcache-entries/lock`` (``flock``, exclusive) for its whole
+run; a second restore into DIR waits for it (until its deadline, if it has one). While the lock
+is held the file names the restore holding it; the restore empties it when it ends. A non-empty
+lock file nobody holds is the mark of a restore that was killed: its temp files
+(``.neffcache-*.tmp``) are stale, and the next restore sweeps the roots for them. Temp files
+only ever exist while a restore holds the lock, so any found by the holder are stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from neffcache.errors import DeadlineExceededError
+from neffcache.restore.fs import DirCache, Roots, is_temp, open_dir_at
+
+ENTRIES_DIR = ".neffcache-entries"  # manifest copies, missing.json and the lock
+LOCK_FILE = "lock"
+_POLL = (0.02, 0.25)  # first and longest wait between tries for a lock held elsewhere
+
+
+class Held:
+    """The lock on a destination, held: ``unclean`` says the last restore did not finish."""
+
+    def __init__(self, fd: int, entries_fd: int, unclean: bool) -> None:
+        self.fd, self.entries_fd, self.unclean = fd, entries_fd, unclean
+
+    def finished(self) -> None:
+        """This restore ended (whatever its outcome): clear the mark."""
+        os.ftruncate(self.fd, 0)
+
+
+@contextlib.contextmanager
+def lock_destination(target: str, *, deadline: float | None = None,
+                     on_wait: Callable[[str], None] | None = None) -> Iterator[Held]:
+    """Hold DIR's restore lock for the block (creating ``DIR/.neffcache-entries``; a symlink
+    there is refused). A restore already holding it is waited for: without ``deadline``
+    as long as it runs, else until ``deadline`` (``time.monotonic()``), then
+    ``DeadlineExceededError``. ``on_wait`` is told once, with who holds it."""
+    os.makedirs(target, exist_ok=True)
+    efd = open_dir_at(target, ENTRIES_DIR, create=True,
+                      what=f"{target.rstrip('/')}/{ENTRIES_DIR}")
+    fd = -1
+    try:
+        fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                     dir_fd=efd)
+        _acquire(fd, target, deadline, on_wait)
+        unclean = os.fstat(fd).st_size > 0
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"restore pid {os.getpid()} since {time.time():.0f}\n".encode(), 0)
+        yield Held(fd, efd, unclean)
+    finally:
+        if fd >= 0:
+            os.close(fd)  # releases the lock
+        os.close(efd)
+
+
+def _acquire(fd: int, target: str, deadline: float | None,
+             on_wait: Callable[[str], None] | None) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another restore"
+    if on_wait is not None:
+        on_wait(f"waiting for {holder} into {target} to finish (one restore per directory)")
+    if deadline is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    pause = _POLL[0]
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceededError(
+                f"deadline reached while waiting for {holder} into {target} to finish "
+                f"(one restore per directory); nothing was restored by this run")
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, _POLL[1])
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            continue
+
+
+def is_unclean(target: str) -> bool:
+    """Whether DIR's lock file is marked: a restore is running there or was killed (then the
+    next restore must run in full, to sweep its temp files). One stat."""
+    try:
+        return os.stat(f"{target.rstrip('/')}/{ENTRIES_DIR}/{LOCK_FILE}",
+                       follow_symlinks=False).st_size > 0
+    except OSError:
+        return False
+
+
+def sweep_dirs(roots: Roots, dirs: Iterable[tuple[str, str]]) -> int:
+    """Remove every temp file directly in each existing ``(root, dir path)``; how many."""
+    cache = DirCache(roots, check_inside=False)
+    n = 0
+    try:
+        for root, dir_path in sorted(set(dirs)):
+            try:
+                fd = cache.get(root, dir_path, create=False)
+            except OSError:  # absent (nothing stale there), or not a directory
+                continue
+            n += _sweep_fd(fd)
+            cache.trim()
+    finally:
+        cache.close()
+    return n
+
+
+def sweep_entries(held: Held) -> int:
+    return _sweep_fd(held.entries_fd)
+
+
+def sweep_trees(roots: Roots) -> int:
+    """Remove every temp file anywhere under the roots (never following a symlink); how many.
+    For the run after a killed one, which may have written in directories this run does not
+    plan to touch."""
+    n = 0
+    for fd in roots.fds.values():
+        for _dir, _subdirs, files, dfd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+            n += _unlink_temps(dfd, files)
+    return n
+
+
+def _sweep_fd(fd: int) -> int:
+    return _unlink_temps(fd, os.listdir(fd))
+
+
+def _unlink_temps(dfd: int, names: Iterable[str]) -> int:
+    n = 0
+    for name in names:
+        if not is_temp(name):
+            continue
+        try:
+            if stat.S_ISDIR(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                continue
+            os.unlink(name, dir_fd=dfd)
+            n += 1
+        except FileNotFoundError:
+            continue
+    return n

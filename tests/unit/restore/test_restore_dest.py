@@ -1,0 +1,225 @@
+"""The destination of a restore: one restore per DIR (lock), stale temp files swept, symlinks at
+the roots and the entries directory refused, the final file replaced (never written through),
+and durability by one syncfs before the state file vouches for anything."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from neffcache.backends import NEURON
+from neffcache.errors import DeadlineExceededError, UsageError
+from neffcache.fingerprint import build_fingerprint
+from neffcache.matrix import Cell
+from neffcache.precompile.publish import publish_entry
+from neffcache.restore import run as restore_run
+from neffcache.restore.dest import ENTRIES_DIR, LOCK_FILE, is_unclean, lock_destination
+from neffcache.restore.local import restore_local
+from neffcache.restore.run import restore_cells
+from neffcache.restore.state import STATE_FILE, load_state
+from neffcache.store.local import LocalStore
+from tests.support.synthetic import make_neff_cache, read_tree
+
+FP = build_fingerprint("neuron", {"target": "trn2"})
+CELL = Cell("p", "diffusers:P", "m", "main", "bfloat16", "compile", ("transformer",),
+            64, 64, 1, 1)
+
+
+@pytest.fixture
+def published(tmp_path: Path) -> tuple[LocalStore, dict[str, bytes]]:
+    cache = make_neff_cache(tmp_path / "src", seed=7, count=30, large=1)
+    store = LocalStore(tmp_path / "store")
+    publish_entry(store, CELL, FP, NEURON, {"neff": cache.root})
+    return store, cache.files
+
+
+def temps(root: Path) -> list[Path]:
+    return [p for p in root.rglob(".neffcache-*") if p.name.endswith(".tmp")]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    out = read_tree(root)
+    out.pop(STATE_FILE, None)
+    return out
+
+
+# --- the lock -------------------------------------------------------------------------------
+
+def test_a_second_restore_waits_until_its_deadline_then_exits_3(tmp_path: Path,
+                                                                 published) -> None:  # type: ignore[no-untyped-def]
+    store, _files = published
+    target = tmp_path / "t"
+    told: list[str] = []
+    with lock_destination(str(target)):
+        with pytest.raises(DeadlineExceededError, match="waiting for restore pid"):
+            restore_cells(store, [CELL], NEURON, FP, target,
+                          deadline=time.monotonic() + 0.3, notice=told.append)
+    assert len(told) == 1 and str(target) in told[0]
+    assert not (target / "neff").exists()  # it wrote nothing while it waited
+
+
+def test_without_a_deadline_it_waits_for_the_first_then_runs(tmp_path: Path,
+                                                            published) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target = tmp_path / "t"
+    waiting = threading.Event()
+    results: list[object] = []
+
+    def second() -> None:
+        results.append(restore_cells(store, [CELL], NEURON, FP, target,
+                                     notice=lambda _m: waiting.set()))
+
+    with lock_destination(str(target)):
+        t = threading.Thread(target=second)
+        t.start()
+        assert waiting.wait(30)
+        assert t.is_alive() and not (target / "neff").exists()
+    t.join(60)
+    r = results[0]
+    assert r.error() is None  # type: ignore[attr-defined]
+    assert tree(target / "neff") == files
+    assert (target / ENTRIES_DIR / LOCK_FILE).stat().st_size == 0  # the mark is cleared
+
+
+def test_stale_temps_of_a_killed_restore_are_removed_and_counted(tmp_path: Path,
+                                                                 published) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target = tmp_path / "t"
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None
+    # What a restore killed mid-run leaves: temps here and there, a marked lock file, and
+    # (since it never wrote its state file) a file the state file does not vouch for.
+    some = sorted(files)
+    litter = [target / "neff" / ".neffcache-0badc0de-1.tmp",
+              (target / "neff" / some[3]).parent / ".neffcache-0badc0de-2.tmp",
+              (target / "neff" / some[7]).parent / ".neffcache-0badc0de-3.tmp",
+              target / ENTRIES_DIR / ".neffcache-0badc0de-4.tmp"]
+    for p in litter:
+        p.write_bytes(b"half")
+    keep = target / "neff" / "not-ours.tmp"
+    keep.write_bytes(b"x")
+    (target / ENTRIES_DIR / LOCK_FILE).write_text("restore pid 1 since 0\n")
+    assert is_unclean(str(target))
+    # The marked lock file keeps the store-free no-op path from skipping the sweep.
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is None
+    r = restore_cells(store, [CELL], NEURON, FP, target)
+    assert r.error() is None and r.stale_temps_removed == len(litter)
+    assert r.to_json()["stale_temps_removed"] == len(litter)
+    assert temps(target) == [] and keep.exists()
+    assert not is_unclean(str(target))
+    assert tree(target / "neff") == {**files, "not-ours.tmp": b"x"}
+
+
+def test_temps_in_the_directories_a_restore_writes_are_swept_without_a_mark(
+        tmp_path: Path, published) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target = tmp_path / "t"
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None
+    victim = sorted(files)[5]
+    (target / "neff" / victim).unlink()
+    stale = (target / "neff" / victim).parent / ".neffcache-feedf00d-9.tmp"
+    stale.write_bytes(b"half")
+    r = restore_cells(store, [CELL], NEURON, FP, target)
+    assert r.error() is None and r.files_fetched == 1 and r.stale_temps_removed == 1
+    assert not stale.exists()
+
+
+# --- symlinks -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("link", ["neff", ENTRIES_DIR])
+def test_a_symlink_at_a_root_or_the_entries_dir_is_refused(tmp_path: Path, published,
+                                                           link: str) -> None:  # type: ignore[no-untyped-def]
+    store, _files = published
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    outside.mkdir()
+    target.mkdir()
+    (target / link).symlink_to(outside)
+    with pytest.raises(UsageError, match="is a symlink: restore never follows"):
+        restore_cells(store, [CELL], NEURON, FP, target)
+    assert list(outside.iterdir()) == []
+
+
+def test_a_root_made_a_symlink_after_a_restore_is_not_a_no_op(tmp_path: Path,
+                                                              published) -> None:  # type: ignore[no-untyped-def]
+    store, _files = published
+    target = tmp_path / "t"
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is not None
+    (target / "neff").rename(tmp_path / "moved")
+    (target / "neff").symlink_to(tmp_path / "moved")
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is None
+    with pytest.raises(UsageError):
+        restore_cells(store, [CELL], NEURON, FP, target)
+
+
+def test_a_symlink_at_a_final_path_is_replaced_not_written_through(tmp_path: Path,
+                                                                   published) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target, outside = tmp_path / "t", tmp_path / "outside.neff"
+    outside.write_bytes(b"precious")
+    victim = sorted(files)[2]
+    (target / "neff" / victim).parent.mkdir(parents=True)
+    (target / "neff" / victim).symlink_to(outside)
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None
+    assert outside.read_bytes() == b"precious"
+    assert not (target / "neff" / victim).is_symlink()
+    assert tree(target / "neff") == files
+
+
+# --- durability -----------------------------------------------------------------------------
+
+def test_one_syncfs_before_the_state_file_and_no_per_file_fsync(
+        tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target = tmp_path / "t"
+    events: list[str] = []
+    real_fsync, real_durable = os.fsync, restore_run.make_durable
+    monkeypatch.setattr(os, "fsync", lambda fd: events.append("fsync") or real_fsync(fd))
+
+    def durable(roots):  # type: ignore[no-untyped-def]
+        events.append("state exists" if (target / "neff" / STATE_FILE).exists() else "syncfs")
+        real_durable(roots)
+
+    monkeypatch.setattr(restore_run, "make_durable", durable)
+    r = restore_cells(store, [CELL], NEURON, FP, target)
+    assert r.error() is None and r.files_fetched == len(files)
+    assert events == ["syncfs"]  # once, before the state file existed; no fsync per file
+    assert len(load_state({"neff": str(target / "neff")})) == len(files)
+
+
+def test_files_not_known_to_be_on_disk_are_not_vouched_for(
+        tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target = tmp_path / "t"
+
+    def failing(_roots):  # type: ignore[no-untyped-def]
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(restore_run, "make_durable", failing)
+    r = restore_cells(store, [CELL], NEURON, FP, target)
+    assert r.to_json()["exit_code"] == 1 and "could not be made durable" in str(r.error())
+    assert load_state({"neff": str(target / "neff")}) == {}
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is None
+    monkeypatch.undo()
+    again = restore_cells(store, [CELL], NEURON, FP, target)  # hashes, trusts, vouches now
+    assert again.error() is None and again.files_fetched == 0
+    assert len(load_state({"neff": str(target / "neff")})) == len(files)
+
+
+def test_the_sweep_after_a_killed_restore_never_follows_a_symlink(tmp_path: Path,
+                                                                  published) -> None:  # type: ignore[no-untyped-def]
+    store, _files = published
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None
+    outside.mkdir()
+    theirs = outside / ".neffcache-11111111-1.tmp"
+    theirs.write_bytes(b"not ours")
+    (target / "neff" / "elsewhere").symlink_to(outside)
+    (target / "neff" / ".neffcache-22222222-1.tmp").symlink_to(theirs)  # the link goes
+    (target / ENTRIES_DIR / LOCK_FILE).write_text("restore pid 1 since 0\n")
+    r = restore_cells(store, [CELL], NEURON, FP, target)
+    assert r.error() is None and r.stale_temps_removed == 1
+    assert theirs.read_bytes() == b"not ours"
