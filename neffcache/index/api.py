@@ -202,9 +202,24 @@ class Index:
         with self._read() as s:
             return queries.list_entries(s, cell_glob, fingerprint_key, limit)
 
-    def entry_keys(self) -> set[str]:
+    def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of these entry keys are indexed (primary-key lookups, a few hundred keys
+        per query): what a run needs, never every key."""
         with self._read() as s:
-            return queries.all_entry_keys(s)
+            return record.existing_entry_keys(s, sorted(set(keys)))
+
+    def entry_key_pages(self, size: int = queries.KEY_PAGE) -> Iterator[list[str]]:
+        """Every indexed entry key in key order, ``size`` at a time, each page read in its
+        own short transaction (keyset pagination: memory stays one page, and pages may be
+        deleted from between reads)."""
+        after: str | None = None
+        while True:
+            with self._read() as s:
+                page = queries.entry_keys_after(s, after, size)
+            if not page:
+                return
+            yield page
+            after = page[-1]
 
     def restored_fingerprints(self, since: datetime) -> set[str]:
         """Fingerprint keys an ok/partial restore report (ingested) found entries of at or

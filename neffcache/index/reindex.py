@@ -4,6 +4,7 @@ entries whose manifest is no longer in the store are removed (unless ``prune=Fal
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -16,6 +17,7 @@ from neffcache.store.base import MANIFESTS, Store, entry_key_of
 
 READERS = 8  # manifests fetched in parallel (S3 latency dominates)
 BATCH = 200  # manifests indexed per transaction
+REMOVE_BATCH = 2_000  # stale entries removed per transaction
 T = TypeVar("T")
 
 
@@ -51,18 +53,20 @@ def read_objects(load: Callable[[str, str], T], items: Sequence[tuple[str, str]]
 
 def reindex(index: Index, store: Store, *, prune: bool = True,
             progress: Callable[[int, int], None] | None = None) -> ReindexResult:
-    """Index every valid manifest in ``store``; see the module docstring."""
+    """Index every valid manifest in ``store``; see the module docstring. Memory: the store's
+    listing, plus one batch of manifests and one page of index keys (never every indexed key
+    in a set)."""
     wanted, _stray = plan_reindex(list(store.list(MANIFESTS)))
-    known = index.entry_keys()
-    found: set[str] = set()
+    found: list[str] = []  # entry keys with a valid manifest, in key order (as ``wanted``)
     invalid: list[InvalidManifest] = []
     added = 0
     pending: list[Manifest] = []
-    for done, item in enumerate(read_objects(lambda k, e: _load(store, k, e), wanted), 1):
+    items = read_objects(lambda k, e: _load(store, k, e), wanted)
+    for done, ((_, entry), item) in enumerate(zip(wanted, items, strict=True), 1):
         if isinstance(item, InvalidManifest):
             invalid.append(item)
         elif item is not None:
-            found.add(item.entry_key)
+            found.append(entry)  # the listing's string: no second copy of the key
             pending.append(item)
         if len(pending) >= BATCH:
             added += index.record_entries(pending, store.url)
@@ -71,7 +75,33 @@ def reindex(index: Index, store: Store, *, prune: bool = True,
             progress(done, len(wanted))
     if pending:
         added += index.record_entries(pending, store.url)
-    removed = index.remove_entries(sorted(known - found)) if prune else 0
+    found.sort()  # already in order (the listing is sorted): a linear pass
+    removed = remove_stale(index, found) if prune else 0
     return ReindexResult(scanned=len(wanted), added=added,
                          already_indexed=len(found) - added, removed=removed,
                          invalid=tuple(invalid))
+
+
+def stale_keys(page: Sequence[str], found: Sequence[str]) -> list[str]:
+    """Pure: the keys of ``page`` not in ``found`` (sorted; a binary search each)."""
+    out = []
+    for key in page:
+        i = bisect.bisect_left(found, key)
+        if i == len(found) or found[i] != key:
+            out.append(key)
+    return out
+
+
+def remove_stale(index: Index, found: Sequence[str]) -> int:
+    """Remove the indexed entries whose key is not in ``found`` (sorted), walking the index's
+    keys a page at a time and deleting a batch per transaction."""
+    removed = 0
+    stale: list[str] = []
+    for page in index.entry_key_pages():
+        stale.extend(stale_keys(page, found))
+        if len(stale) >= REMOVE_BATCH:
+            removed += index.remove_entries(stale)
+            stale = []
+    if stale:
+        removed += index.remove_entries(stale)
+    return removed

@@ -60,6 +60,10 @@ from neffcache.restore.run import restore_cells
 from neffcache.store import Store, manifest_key
 
 
+READERS = 16  # manifests read in parallel when indexing entries the index does not know
+RECORD_BATCH = 200  # entries recorded per transaction
+
+
 @dataclass
 class _Run:
     """Shared state of one apply_precompile call (threads publish and record through it)."""
@@ -127,16 +131,27 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
 def _index_known_entries(store: Store, index: Any, plans: Sequence[CellPlan],
                          backend: Backend) -> None:
     """Entries already in the store but unknown to this index get indexed (coverage stays
-    true when several indexes share a store); nothing is written when all are known."""
-    known = index.entry_keys() if plans else set()
-    for p in plans:
-        if p.entry_key in known:
-            continue
+    true when several indexes share a store): only these cells' entry keys are looked up
+    (never every indexed key); the unknown ones are read in parallel and recorded
+    RECORD_BATCH per transaction. Nothing is written when all are known."""
+    if not plans:
+        return
+    known = index.indexed_entry_keys([p.entry_key for p in plans])
+    unknown = [p.entry_key for p in plans if p.entry_key not in known]
+
+    def read(key: str) -> Any:
         try:
-            data = store.read(manifest_key(p.entry_key))
+            data = store.read(manifest_key(key))
         except NotFoundError:
-            continue
-        index.record_entry(decode_manifest(data, allowed_roots=backend.root_names), store.url)
+            return None
+        return decode_manifest(data, allowed_roots=backend.root_names)
+
+    if not unknown:
+        return
+    with ThreadPoolExecutor(max_workers=min(READERS, len(unknown))) as pool:
+        manifests = [m for m in pool.map(read, unknown) if m is not None]
+    for i in range(0, len(manifests), RECORD_BATCH):
+        index.record_entries(manifests[i:i + RECORD_BATCH], store.url)
 
 
 def _slug(n: int, cell: Cell) -> str:
