@@ -59,7 +59,6 @@ from neffcache.precompile.worker import WorkerSpec
 from neffcache.restore.run import restore_cells
 from neffcache.store import Store, manifest_key
 
-
 READERS = 16  # manifests read in parallel when indexing entries the index does not know
 RECORD_BATCH = 200  # entries recorded per transaction
 
