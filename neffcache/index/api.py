@@ -47,6 +47,9 @@ from neffcache.matrix import Cell
 from neffcache.reports import Report
 
 
+ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few round trips)
+
+
 class Index:
     """An open index. Query methods return frozen dataclasses; call ``close()`` when done
     (or use it as a context manager)."""
@@ -89,7 +92,12 @@ class Index:
         return self.record_entries([manifest], store_url) == 1
 
     def record_entries(self, manifests: Sequence[Manifest], store_url: str) -> int:
-        """Index many entries in one transaction; returns how many were new."""
+        """Index many entries, ENTRY_BATCH per transaction (entries, files and aggregates
+        together); returns how many were new."""
+        return sum(self._record_batch(part, store_url)
+                   for part in record.chunks(list(manifests), ENTRY_BATCH))
+
+    def _record_batch(self, manifests: Sequence[Manifest], store_url: str) -> int:
         try:
             with self._write() as s:
                 return record.save_entries(s, manifests, store_url)

@@ -60,7 +60,6 @@ from neffcache.restore.run import restore_cells
 from neffcache.store import Store, manifest_key
 
 READERS = 16  # manifests read in parallel when indexing entries the index does not know
-RECORD_BATCH = 200  # entries recorded per transaction
 
 
 @dataclass
@@ -131,8 +130,8 @@ def _index_known_entries(store: Store, index: Any, plans: Sequence[CellPlan],
                          backend: Backend) -> None:
     """Entries already in the store but unknown to this index get indexed (coverage stays
     true when several indexes share a store): only these cells' entry keys are looked up
-    (never every indexed key); the unknown ones are read in parallel and recorded
-    RECORD_BATCH per transaction. Nothing is written when all are known."""
+    (never every indexed key); the unknown ones are read in parallel and recorded a batch
+    per transaction (``Index.record_entries``). Nothing is written when all are known."""
     if not plans:
         return
     known = index.indexed_entry_keys([p.entry_key for p in plans])
@@ -149,8 +148,8 @@ def _index_known_entries(store: Store, index: Any, plans: Sequence[CellPlan],
         return
     with ThreadPoolExecutor(max_workers=min(READERS, len(unknown))) as pool:
         manifests = [m for m in pool.map(read, unknown) if m is not None]
-    for i in range(0, len(manifests), RECORD_BATCH):
-        index.record_entries(manifests[i:i + RECORD_BATCH], store.url)
+    if manifests:
+        index.record_entries(manifests, store.url)
 
 
 def _slug(n: int, cell: Cell) -> str:

@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, text
 
-from neffcache.index import Index, open_index
+from neffcache.index import Index, api, open_index
 from neffcache.manifest import encode_manifest
 from neffcache.matrix import parse_matrix
-from neffcache.precompile import run as run_mod
 from neffcache.precompile.plan import SKIPPED, PrecompileOptions
 from neffcache.precompile.run import apply_precompile
 from neffcache.store.base import manifest_key
@@ -80,7 +79,7 @@ def test_planning_reads_only_the_matrix_cells_entries(tmp_path: Path, log: Selec
     for m in mine:
         store.put(manifest_key(m.entry_key), io.BytesIO(encode_manifest(m)), if_absent=False)
     others = [make_manifest(make_cell(n), make_fingerprint(n % 3)) for n in range(OTHERS)]
-    monkeypatch.setattr(run_mod, "RECORD_BATCH", 2)  # several batches for 5 unknown entries
+    monkeypatch.setattr(api, "ENTRY_BATCH", 2)  # several transactions for 5 unknown entries
     with open_index(f"sqlite:///{tmp_path / 'index.db'}", auto_upgrade=True) as ix:
         ix.record_entries(others, "/elsewhere")
         ix.record_entry(mine[0], store.url)  # known; the other five only the store has
