@@ -83,13 +83,14 @@ def reindex(index: Index, store: Store, *, prune: bool = True,
 
 
 def stale_keys(page: Sequence[str], found: Sequence[str]) -> list[str]:
-    """Pure: the keys of ``page`` not in ``found`` (sorted; a binary search each)."""
-    out = []
-    for key in page:
-        i = bisect.bisect_left(found, key)
-        if i == len(found) or found[i] != key:
-            out.append(key)
-    return out
+    """Pure: the keys of ``page`` not in ``found`` (sorted), in page order. Only the slice of
+    ``found`` within the page's key range is hashed, so memory stays about one page."""
+    if not page:
+        return []
+    lo = bisect.bisect_left(found, min(page))
+    hi = bisect.bisect_right(found, max(page))
+    window = set(found[lo:hi])
+    return [key for key in page if key not in window]
 
 
 def remove_stale(index: Index, found: Sequence[str]) -> int:

@@ -73,6 +73,8 @@ def test_stale_keys_are_those_not_found() -> None:
     assert stale_keys(["a", "b", "c", "d"], ["b", "d", "e"]) == ["a", "c"]
     assert stale_keys(["a"], []) == ["a"]
     assert stale_keys([], ["a"]) == []
+    assert stale_keys(["d", "a", "c"], ["a", "b", "c"]) == ["d"]  # any page order
+    assert stale_keys(["b"], ["a", "c"]) == ["b"]
 
 
 def test_prune_walks_the_index_a_page_at_a_time_and_removes_in_batches(
