@@ -46,7 +46,6 @@ from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
 from neffcache.reports import Report
 
-
 ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few round trips)
 
 

@@ -13,7 +13,7 @@ from neffcache.errors import ManifestError, NotFoundError
 from neffcache.index.api import Index
 from neffcache.index.values import InvalidManifest, ReindexResult
 from neffcache.manifest import Manifest, decode_manifest
-from neffcache.store.base import MANIFESTS, Store, entry_key_of
+from neffcache.store.base import MANIFESTS, Store, entry_key_of, manifest_key
 
 READERS = 8  # manifests fetched in parallel (S3 latency dominates)
 BATCH = 200  # manifests indexed per transaction
@@ -76,7 +76,10 @@ def reindex(index: Index, store: Store, *, prune: bool = True,
     if pending:
         added += index.record_entries(pending, store.url)
     found.sort()  # already in order (the listing is sorted): a linear pass
-    removed = remove_stale(index, found) if prune else 0
+    # An entry published while the store was read is in the index but not in the listing:
+    # a candidate is removed only if its manifest is still absent.
+    removed = (remove_stale(index, found, lambda keys: stored_manifests(store, keys))
+               if prune else 0)
     return ReindexResult(scanned=len(wanted), added=added,
                          already_indexed=len(found) - added, removed=removed,
                          invalid=tuple(invalid))
@@ -93,16 +96,30 @@ def stale_keys(page: Sequence[str], found: Sequence[str]) -> list[str]:
     return [key for key in page if key not in window]
 
 
-def remove_stale(index: Index, found: Sequence[str]) -> int:
+def remove_stale(index: Index, found: Sequence[str],
+                 still_stored: Callable[[Sequence[str]], set[str]] | None = None) -> int:
     """Remove the indexed entries whose key is not in ``found`` (sorted), walking the index's
-    keys a page at a time and deleting a batch per transaction."""
+    keys a page at a time and deleting a batch per transaction. ``still_stored(keys)`` names
+    the candidates whose manifest the store holds after all (published since the listing):
+    those stay."""
     removed = 0
     stale: list[str] = []
+
+    def flush() -> int:
+        keep = still_stored(stale) if still_stored is not None else set()
+        return index.remove_entries([k for k in stale if k not in keep])
+
     for page in index.entry_key_pages():
         stale.extend(stale_keys(page, found))
         if len(stale) >= REMOVE_BATCH:
-            removed += index.remove_entries(stale)
+            removed += flush()
             stale = []
     if stale:
-        removed += index.remove_entries(stale)
+        removed += flush()
     return removed
+
+
+def stored_manifests(store: Store, keys: Sequence[str]) -> set[str]:
+    """Which of these entry keys have a manifest in ``store`` now (READERS checks at a time)."""
+    present = read_objects(lambda k, _: store.has(manifest_key(k)), [(k, k) for k in keys])
+    return {k for k, p in zip(keys, present, strict=True) if p}

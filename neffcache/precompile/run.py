@@ -136,6 +136,8 @@ def _index_known_entries(store: Store, index: Any, plans: Sequence[CellPlan],
         return
     known = index.indexed_entry_keys([p.entry_key for p in plans])
     unknown = [p.entry_key for p in plans if p.entry_key not in known]
+    if not unknown:
+        return
 
     def read(key: str) -> Any:
         try:
@@ -144,8 +146,6 @@ def _index_known_entries(store: Store, index: Any, plans: Sequence[CellPlan],
             return None
         return decode_manifest(data, allowed_roots=backend.root_names)
 
-    if not unknown:
-        return
     with ThreadPoolExecutor(max_workers=min(READERS, len(unknown))) as pool:
         manifests = [m for m in pool.map(read, unknown) if m is not None]
     if manifests:

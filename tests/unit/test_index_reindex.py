@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import io
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,26 @@ def test_prune_walks_the_index_a_page_at_a_time_and_removes_in_batches(
     assert result.removed == len(ms) - len(kept) == sum(removes)
     assert len(removes) > 1 and max(removes) < 5 + 4  # a batch, never everything at once
     assert cover.counts(fp.key)["ready"] == len(kept)  # the aggregates followed
+
+
+def test_an_entry_published_while_the_store_is_read_is_not_pruned(tmp_path: Path) -> None:
+    fp = make_fingerprint()
+    old, late = make_manifest(make_cell(1), fp), make_manifest(make_cell(2), fp)
+    gone = make_manifest(make_cell(3), fp)
+
+    with open_index(f"sqlite:///{tmp_path / 'index.db'}", auto_upgrade=True) as ix:
+
+        class LateStore(LocalStore):
+            def list(self, prefix: str) -> Iterator[str]:
+                listed = sorted(super().list(prefix))
+                # Another host publishes and indexes an entry once the listing is taken.
+                put(self, manifest_key(late.entry_key), encode_manifest(late))
+                ix.record_entry(late, self.url)
+                return iter(listed)
+
+        store = LateStore(tmp_path / "store")
+        put(store, manifest_key(old.entry_key), encode_manifest(old))
+        ix.record_entries([old, gone], store.url)  # gone's manifest is not in the store
+        result = reindex(ix, store)
+        assert result.removed == 1
+        assert all_keys(ix) == {old.entry_key, late.entry_key}
