@@ -46,6 +46,8 @@ from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
 from neffcache.reports import Report
 
+ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few round trips)
+
 
 class Index:
     """An open index. Query methods return frozen dataclasses; call ``close()`` when done
@@ -89,7 +91,12 @@ class Index:
         return self.record_entries([manifest], store_url) == 1
 
     def record_entries(self, manifests: Sequence[Manifest], store_url: str) -> int:
-        """Index many entries in one transaction; returns how many were new."""
+        """Index many entries, ENTRY_BATCH per transaction (entries, files and aggregates
+        together); returns how many were new."""
+        return sum(self._record_batch(part, store_url)
+                   for part in record.chunks(list(manifests), ENTRY_BATCH))
+
+    def _record_batch(self, manifests: Sequence[Manifest], store_url: str) -> int:
         try:
             with self._write() as s:
                 return record.save_entries(s, manifests, store_url)
@@ -202,9 +209,24 @@ class Index:
         with self._read() as s:
             return queries.list_entries(s, cell_glob, fingerprint_key, limit)
 
-    def entry_keys(self) -> set[str]:
+    def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of these entry keys are indexed (primary-key lookups, a few hundred keys
+        per query): what a run needs, never every key."""
         with self._read() as s:
-            return queries.all_entry_keys(s)
+            return record.existing_entry_keys(s, sorted(set(keys)))
+
+    def entry_key_pages(self, size: int = queries.KEY_PAGE) -> Iterator[list[str]]:
+        """Every indexed entry key in key order, ``size`` at a time, each page read in its
+        own short transaction (keyset pagination: memory stays one page, and pages may be
+        deleted from between reads)."""
+        after: str | None = None
+        while True:
+            with self._read() as s:
+                page = queries.entry_keys_after(s, after, size)
+            if not page:
+                return
+            yield page
+            after = page[-1]
 
     def restored_fingerprints(self, since: datetime) -> set[str]:
         """Fingerprint keys an ok/partial restore report (ingested) found entries of at or

@@ -1,5 +1,5 @@
-"""Read queries other than coverage: listing entries, entry keys, fingerprints, fingerprints
-restored lately."""
+"""Read queries other than coverage: listing entries, entry keys (a page at a time),
+fingerprints, fingerprints restored lately."""
 
 from __future__ import annotations
 
@@ -102,8 +102,16 @@ def restored_fingerprint_keys(session: Session, since: datetime) -> set[str]:
                                .where(EntryRow.last_used_at >= since)))
 
 
-def all_entry_keys(session: Session) -> set[str]:
-    return set(session.scalars(select(EntryRow.entry_key)))
+KEY_PAGE = 10_000  # entry keys per page when every key must be visited (reindex's prune)
+
+
+def entry_keys_after(session: Session, after: str | None, limit: int) -> list[str]:
+    """Up to ``limit`` entry keys greater than ``after`` (all from the start when None), in
+    key order: one range scan of the primary key."""
+    stmt = select(EntryRow.entry_key).order_by(EntryRow.entry_key).limit(limit)
+    if after is not None:
+        stmt = stmt.where(EntryRow.entry_key > after)
+    return list(session.scalars(stmt))
 
 
 def get_fingerprints(session: Session, keys: Sequence[str]) -> dict[str, Fingerprint]:

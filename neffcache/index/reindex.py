@@ -4,6 +4,7 @@ entries whose manifest is no longer in the store are removed (unless ``prune=Fal
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -12,10 +13,11 @@ from neffcache.errors import ManifestError, NotFoundError
 from neffcache.index.api import Index
 from neffcache.index.values import InvalidManifest, ReindexResult
 from neffcache.manifest import Manifest, decode_manifest
-from neffcache.store.base import MANIFESTS, Store, entry_key_of
+from neffcache.store.base import MANIFESTS, Store, entry_key_of, manifest_key
 
 READERS = 8  # manifests fetched in parallel (S3 latency dominates)
 BATCH = 200  # manifests indexed per transaction
+REMOVE_BATCH = 2_000  # stale entries removed per transaction
 T = TypeVar("T")
 
 
@@ -51,18 +53,20 @@ def read_objects(load: Callable[[str, str], T], items: Sequence[tuple[str, str]]
 
 def reindex(index: Index, store: Store, *, prune: bool = True,
             progress: Callable[[int, int], None] | None = None) -> ReindexResult:
-    """Index every valid manifest in ``store``; see the module docstring."""
+    """Index every valid manifest in ``store``; see the module docstring. Memory: the store's
+    listing, plus one batch of manifests and one page of index keys (never every indexed key
+    in a set)."""
     wanted, _stray = plan_reindex(list(store.list(MANIFESTS)))
-    known = index.entry_keys()
-    found: set[str] = set()
+    found: list[str] = []  # entry keys with a valid manifest, in key order (as ``wanted``)
     invalid: list[InvalidManifest] = []
     added = 0
     pending: list[Manifest] = []
-    for done, item in enumerate(read_objects(lambda k, e: _load(store, k, e), wanted), 1):
+    items = read_objects(lambda k, e: _load(store, k, e), wanted)
+    for done, ((_, entry), item) in enumerate(zip(wanted, items, strict=True), 1):
         if isinstance(item, InvalidManifest):
             invalid.append(item)
         elif item is not None:
-            found.add(item.entry_key)
+            found.append(entry)  # the listing's string: no second copy of the key
             pending.append(item)
         if len(pending) >= BATCH:
             added += index.record_entries(pending, store.url)
@@ -71,7 +75,51 @@ def reindex(index: Index, store: Store, *, prune: bool = True,
             progress(done, len(wanted))
     if pending:
         added += index.record_entries(pending, store.url)
-    removed = index.remove_entries(sorted(known - found)) if prune else 0
+    found.sort()  # already in order (the listing is sorted): a linear pass
+    # An entry published while the store was read is in the index but not in the listing:
+    # a candidate is removed only if its manifest is still absent.
+    removed = (remove_stale(index, found, lambda keys: stored_manifests(store, keys))
+               if prune else 0)
     return ReindexResult(scanned=len(wanted), added=added,
                          already_indexed=len(found) - added, removed=removed,
                          invalid=tuple(invalid))
+
+
+def stale_keys(page: Sequence[str], found: Sequence[str]) -> list[str]:
+    """Pure: the keys of ``page`` not in ``found`` (sorted), in page order. Only the slice of
+    ``found`` within the page's key range is hashed, so memory stays about one page."""
+    if not page:
+        return []
+    lo = bisect.bisect_left(found, min(page))
+    hi = bisect.bisect_right(found, max(page))
+    window = set(found[lo:hi])
+    return [key for key in page if key not in window]
+
+
+def remove_stale(index: Index, found: Sequence[str],
+                 still_stored: Callable[[Sequence[str]], set[str]] | None = None) -> int:
+    """Remove the indexed entries whose key is not in ``found`` (sorted), walking the index's
+    keys a page at a time and deleting a batch per transaction. ``still_stored(keys)`` names
+    the candidates whose manifest the store holds after all (published since the listing):
+    those stay."""
+    removed = 0
+    stale: list[str] = []
+
+    def flush() -> int:
+        keep = still_stored(stale) if still_stored is not None else set()
+        return index.remove_entries([k for k in stale if k not in keep])
+
+    for page in index.entry_key_pages():
+        stale.extend(stale_keys(page, found))
+        if len(stale) >= REMOVE_BATCH:
+            removed += flush()
+            stale = []
+    if stale:
+        removed += flush()
+    return removed
+
+
+def stored_manifests(store: Store, keys: Sequence[str]) -> set[str]:
+    """Which of these entry keys have a manifest in ``store`` now (READERS checks at a time)."""
+    present = read_objects(lambda k, _: store.has(manifest_key(k)), [(k, k) for k in keys])
+    return {k for k, p in zip(keys, present, strict=True) if p}

@@ -59,6 +59,8 @@ from neffcache.precompile.worker import WorkerSpec
 from neffcache.restore.run import restore_cells
 from neffcache.store import Store, manifest_key
 
+READERS = 16  # manifests read in parallel when indexing entries the index does not know
+
 
 @dataclass
 class _Run:
@@ -127,16 +129,27 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
 def _index_known_entries(store: Store, index: Any, plans: Sequence[CellPlan],
                          backend: Backend) -> None:
     """Entries already in the store but unknown to this index get indexed (coverage stays
-    true when several indexes share a store); nothing is written when all are known."""
-    known = index.entry_keys() if plans else set()
-    for p in plans:
-        if p.entry_key in known:
-            continue
+    true when several indexes share a store): only these cells' entry keys are looked up
+    (never every indexed key); the unknown ones are read in parallel and recorded a batch
+    per transaction (``Index.record_entries``). Nothing is written when all are known."""
+    if not plans:
+        return
+    known = index.indexed_entry_keys([p.entry_key for p in plans])
+    unknown = [p.entry_key for p in plans if p.entry_key not in known]
+    if not unknown:
+        return
+
+    def read(key: str) -> Any:
         try:
-            data = store.read(manifest_key(p.entry_key))
+            data = store.read(manifest_key(key))
         except NotFoundError:
-            continue
-        index.record_entry(decode_manifest(data, allowed_roots=backend.root_names), store.url)
+            return None
+        return decode_manifest(data, allowed_roots=backend.root_names)
+
+    with ThreadPoolExecutor(max_workers=min(READERS, len(unknown))) as pool:
+        manifests = [m for m in pool.map(read, unknown) if m is not None]
+    if manifests:
+        index.record_entries(manifests, store.url)
 
 
 def _slug(n: int, cell: Cell) -> str:

@@ -143,3 +143,24 @@ def test_concurrent_report_ingesters_add_each_report_once(pg_new_database: Calla
         assert ix.restored_fingerprints(when) == {fp.key}
     assert entry.last_used_at == when
     assert entry.restore_count == 40  # each report counted by the one ingester that inserted it
+
+
+def test_key_lookups_and_pages_read_only_what_they_name(
+        pg_new_database: Callable[[], str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from neffcache.index import api
+    from neffcache.index.reindex import remove_stale
+
+    url = pg_new_database()
+    upgrade_index(url)
+    fp = make_fingerprint(4)
+    ms = [make_manifest(make_cell(n), fp) for n in range(7)]
+    keys = sorted(m.entry_key for m in ms)
+    monkeypatch.setattr(api, "ENTRY_BATCH", 3)
+    with open_index(url, auto_upgrade=False) as ix:
+        assert ix.record_entries(ms, "s3://b/p") == 7
+        assert ix.indexed_entry_keys([keys[0], keys[6], "0" * 64]) == {keys[0], keys[6]}
+        assert list(ix.entry_key_pages(size=3)) == [keys[:3], keys[3:6], keys[6:]]
+        assert remove_stale(ix, keys[::2]) == 3
+        assert [k for page in ix.entry_key_pages(size=2) for k in page] == keys[::2]
+        cover = ix.coverage([m.cell for m in ms], [fp])
+    assert cover.counts(fp.key)["ready"] == 4

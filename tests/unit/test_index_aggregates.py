@@ -101,3 +101,26 @@ def test_restore_outcomes_split_misses_and_the_timeline_counts_per_day(ix: Index
 def test_hour_and_bucket_rules() -> None:
     assert hour_of(datetime(2026, 1, 2, 3, 4, 5)) == datetime(2026, 1, 2, 3, tzinfo=timezone.utc)
     assert [bucket_of(s) for s in (0.1, 0.5, 0.6, 600.0, 601.0)] == [0, 0, 1, 9, 10]
+
+
+def test_batched_recording_keeps_the_aggregates_and_commits_a_batch_at_a_time(
+        ix: Index, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy import event
+
+    from neffcache.index import api
+
+    text = matrix_text("m", shapes=7)
+    matrix = parse_matrix(text, "m.toml")
+    register_matrix(ix, matrix, text)
+    fp = sdk_fingerprint(1)
+    ix.record_failure(None, matrix.cells[4], fp, 1, 2.0, "boom")  # failed, then built
+    commits: list[int] = []
+    event.listen(ix._engine, "commit", lambda conn: commits.append(1))  # noqa: SLF001
+    monkeypatch.setattr(api, "ENTRY_BATCH", 3)
+    ms = [make_manifest(c, fp) for c in matrix.cells]
+    assert ix.record_entries(ms + ms[:2], "file:///s") == 7  # duplicates count once
+    assert len(commits) == 3  # 9 manifests, 3 per transaction
+    assert snapshot(ix) == recounted(ix)
+    grid = q.coverage_grid(ix, "m")
+    assert {f.key: (f.ready, f.failed, f.missing) for f in grid.fingerprints} == {
+        fp.key: (7, 0, 0)}
