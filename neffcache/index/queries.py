@@ -1,5 +1,6 @@
 """Read queries other than coverage: listing entries, entry keys, fingerprints, fingerprints
-restored lately."""
+restored lately, the database's clock. Core only (``neffcache.index.tables``): no ORM import.
+Each function takes a Session or a Connection."""
 
 from __future__ import annotations
 
@@ -9,13 +10,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, false, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ARRAY, String, and_, any_, bindparam, false, func, select, text
 
 from neffcache.fingerprint import Fingerprint
-from neffcache.index.models import CellRow, EntryRow, FingerprintRow
-from neffcache.index.record import as_utc, chunks
-from neffcache.index.values import EntrySummary
+from neffcache.index.tables import cells, entries, fingerprints
+from neffcache.index.values import EntrySummary, as_utc, chunks
 
 _LIKE_ESCAPE = "\\"
 _HEX = re.compile(r"[0-9a-f]{1,64}")
@@ -40,11 +39,11 @@ def glob_to_like(pattern: str) -> str:
     return "".join(out)
 
 
-def glob_clause(session: Session, column: Any, pattern: str) -> tuple[Any, bool]:
+def glob_clause(session: Any, column: Any, pattern: str) -> tuple[Any, bool]:
     """A WHERE clause for the glob ``pattern`` on ``column`` and whether it is exact (then no
     fnmatch re-check is needed and a LIMIT can go to SQL): SQLite's GLOB has fnmatch's
     syntax (``[!...]`` spelled ``[^...]``); LIKE is exact on Postgres without ``[...]``."""
-    if session.get_bind().dialect.name == "sqlite":
+    if dialect_name(session) == "sqlite":
         return column.op("GLOB")(pattern.replace("[!", "[^")), True
     return column.like(glob_to_like(pattern), escape=_LIKE_ESCAPE), "[" not in pattern
 
@@ -58,60 +57,125 @@ def key_prefix_clause(column: Any, prefix: str) -> Any:
     return and_(column >= p, column < p + "g")  # "g" sorts after every hex digit
 
 
-def list_entries(session: Session, cell_glob: str | None = None,
+def dialect_name(conn: Any) -> str:
+    """``sqlite`` or ``postgresql``, of a Connection or a Session."""
+    bind = conn if hasattr(conn, "dialect") else conn.get_bind()
+    return str(bind.dialect.name)
+
+
+def key_batches(conn: Any, keys: Sequence[str]) -> list[Sequence[str]]:
+    """``keys`` in batches for ``key_in``: one on Postgres (an array parameter has no size
+    limit), BATCH-sized IN lists on SQLite."""
+    if dialect_name(conn) == "postgresql":
+        return [keys] if keys else []
+    return list(chunks(keys))
+
+
+def key_in(conn: Any, column: Any, keys: Sequence[str]) -> Any:
+    """``column`` is one of ``keys``: ``= ANY(array)`` on Postgres (one parameter: the driver
+    need not parse hundreds of placeholders), ``IN (...)`` on SQLite. Both use an index."""
+    if dialect_name(conn) == "postgresql":
+        return column == any_(bindparam(None, list(keys), type_=ARRAY(String)))
+    return column.in_(keys)
+
+
+def database_now(conn: Any) -> datetime:
+    """The database server's current time (UTC). Postgres: ``now()`` (the transaction's
+    start, so one transaction sees one time); SQLite: its own clock, in milliseconds."""
+    if dialect_name(conn) == "postgresql":
+        value = conn.scalar(select(func.now()))
+    else:
+        value = conn.scalar(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"))
+        value = datetime.fromisoformat(str(value))
+    out = as_utc(value)
+    assert out is not None
+    return out
+
+
+def list_entries(conn: Any, cell_glob: str | None = None,
                  fingerprint_key: str | None = None,
                  limit: int | None = None) -> list[EntrySummary]:
     """Entries, newest first; ``cell_glob`` matches cell ids (fnmatch, case-sensitive) and
-    ``fingerprint_key`` may be a full key or a prefix of one."""
-    stmt = (select(EntryRow, CellRow.id, FingerprintRow.backend)
-            .join(CellRow, CellRow.key == EntryRow.cell_key)
-            .join(FingerprintRow, FingerprintRow.key == EntryRow.fingerprint_key)
-            .order_by(EntryRow.created_at.desc(), EntryRow.entry_key))
+    ``fingerprint_key`` may be a full key or a prefix of one.
+
+    With a glob and a limit, the cheaper of two plans (same rows, same order): walk the
+    entries newest first and keep those whose cell matches until ``limit`` are found (a broad
+    glob: ~limit x cells/matching cells rows read), or read the matching cells' entries and
+    sort them (a narrow glob: ~matching cells x fingerprints rows)."""
+    e, c, f = entries, cells, fingerprints
+    stmt = (select(e.c.entry_key, c.c.id, e.c.cell_key, e.c.fingerprint_key, f.c.backend,
+                   e.c.store_url, e.c.total_bytes, e.c.file_count, e.c.compile_seconds,
+                   e.c.created_at, e.c.verified_status, e.c.verified_at, e.c.last_used_at,
+                   e.c.restore_count)
+            .select_from(e.join(c, c.c.key == e.c.cell_key)
+                         .join(f, f.c.key == e.c.fingerprint_key))
+            .order_by(e.c.created_at.desc(), e.c.entry_key))
     exact = True
-    if cell_glob:
-        clause, exact = glob_clause(session, CellRow.id, cell_glob)
-        stmt = stmt.where(clause)
     if fingerprint_key:
-        stmt = stmt.where(key_prefix_clause(EntryRow.fingerprint_key, fingerprint_key))
+        stmt = stmt.where(key_prefix_clause(e.c.fingerprint_key, fingerprint_key))
+    if cell_glob:
+        clause, exact = glob_clause(conn, c.c.id, cell_glob)
+        if limit is not None and _walk_newest(conn, clause, limit, bool(fingerprint_key)):
+            # The cell test as a set membership the planner cannot turn into an index lookup
+            # on entries.cell_key (``|| ''``): it walks entries by created_at and stops early.
+            matching = select(c.c.key).where(clause).scalar_subquery()
+            stmt = stmt.where((e.c.cell_key + "").in_(matching))
+        else:
+            stmt = stmt.where(clause)
     if limit is not None and exact:
         stmt = stmt.limit(limit)
     out: list[EntrySummary] = []
-    for row, cell_id, backend in session.execute(stmt.execution_options(yield_per=1000)):
-        if not exact and not fnmatch.fnmatchcase(cell_id, cell_glob or "*"):
+    for row in conn.execute(stmt.execution_options(yield_per=1000)):
+        if not exact and not fnmatch.fnmatchcase(row[1], cell_glob or "*"):
             continue  # LIKE ignores [...] classes
-        out.append(_summary(row, cell_id, backend))
+        out.append(_summary(row))
         if limit is not None and len(out) >= limit:
             break
     return out
 
 
-def _summary(row: EntryRow, cell_id: str, backend: str) -> EntrySummary:
+def _walk_newest(conn: Any, cell_clause: Any, limit: int, by_fingerprint: bool) -> bool:
+    """Whether walking entries newest first reads fewer rows than sorting the matches."""
+    matching, all_cells, n_fps = conn.execute(select(
+        select(func.count()).select_from(cells).where(cell_clause).scalar_subquery(),
+        select(func.count()).select_from(cells).scalar_subquery(),
+        select(func.count()).select_from(fingerprints).scalar_subquery())).one()
+    if not matching:
+        return False
+    n_fps = max(1, n_fps)  # entries per cell, at most
+    walked = limit * all_cells / matching * (n_fps if by_fingerprint else 1)
+    return bool(walked < matching * n_fps)
+
+
+def _summary(row: Any) -> EntrySummary:
+    (entry_key, cell_id, cell_key, fp_key, backend, store_url, total_bytes, file_count,
+     compile_seconds, created_at, verified_status, verified_at, last_used_at,
+     restore_count) = row
     return EntrySummary(
-        entry_key=row.entry_key, cell_id=cell_id, cell_key=row.cell_key,
-        fingerprint_key=row.fingerprint_key, backend=backend, store_url=row.store_url,
-        total_bytes=row.total_bytes, file_count=row.file_count,
-        compile_seconds=row.compile_seconds, created_at=as_utc(row.created_at),  # type: ignore[arg-type]
-        verified_status=row.verified_status, verified_at=as_utc(row.verified_at),
-        last_used_at=as_utc(row.last_used_at), restore_count=int(row.restore_count or 0))
+        entry_key=entry_key, cell_id=cell_id, cell_key=cell_key, fingerprint_key=fp_key,
+        backend=backend, store_url=store_url, total_bytes=total_bytes, file_count=file_count,
+        compile_seconds=compile_seconds, created_at=as_utc(created_at),  # type: ignore[arg-type]
+        verified_status=verified_status, verified_at=as_utc(verified_at),
+        last_used_at=as_utc(last_used_at), restore_count=int(restore_count or 0))
 
 
-def restored_fingerprint_keys(session: Session, since: datetime) -> set[str]:
+def restored_fingerprint_keys(session: Any, since: datetime) -> set[str]:
     """Fingerprint keys with an entry an ok/partial restore report found at or after ``since``
     (its ``last_used_at``); read through the last-use index, never every entry."""
-    return set(session.scalars(select(EntryRow.fingerprint_key).distinct()
-                               .where(EntryRow.last_used_at >= since)))
+    return set(session.scalars(select(entries.c.fingerprint_key).distinct()
+                               .where(entries.c.last_used_at >= since)))
 
 
-def all_entry_keys(session: Session) -> set[str]:
-    return set(session.scalars(select(EntryRow.entry_key)))
+def all_entry_keys(session: Any) -> set[str]:
+    return set(session.scalars(select(entries.c.entry_key)))
 
 
-def get_fingerprints(session: Session, keys: Sequence[str]) -> dict[str, Fingerprint]:
+def get_fingerprints(session: Any, keys: Sequence[str]) -> dict[str, Fingerprint]:
     out: dict[str, Fingerprint] = {}
-    for part in chunks(sorted(set(keys))):
+    for part in key_batches(session, sorted(set(keys))):
         for key, backend, fields in session.execute(
-                select(FingerprintRow.key, FingerprintRow.backend, FingerprintRow.fields)
-                .where(FingerprintRow.key.in_(part))):
+                select(fingerprints.c.key, fingerprints.c.backend, fingerprints.c.fields)
+                .where(key_in(session, fingerprints.c.key, part))).all():
             out[key] = Fingerprint(backend=backend, fields=tuple(
                 sorted((str(k), str(v)) for k, v in fields.items())))
     return out
