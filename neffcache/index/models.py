@@ -83,6 +83,8 @@ class EntryRow(Base):
     __tablename__ = "entries"
     __table_args__ = (
         UniqueConstraint("cell_key", "fingerprint_key"),
+        # Covering: coverage reads a matrix's entries from this index alone (migration 0006).
+        Index(None, "cell_key", "fingerprint_key", "entry_key", "total_bytes"),
         Index(None, "fingerprint_key"),
         Index(None, "created_at"),
         Index(None, "last_used_at"),
