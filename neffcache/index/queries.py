@@ -7,7 +7,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import ARRAY, String, and_, any_, bindparam, false, func, select, text
@@ -101,7 +101,9 @@ def list_entries(conn: Any, cell_glob: str | None = None,
     With a glob and a limit, the cheaper of two plans (same rows, same order): walk the
     entries newest first and keep those whose cell matches until ``limit`` are found (a broad
     glob: ~limit x cells/matching cells rows read), or read the matching cells' entries and
-    sort them (a narrow glob: ~matching cells x fingerprints rows)."""
+    sort them (a narrow glob: ~matching cells x fingerprints rows). The walk is bounded to
+    the newest few times the rows it expects to read; short of ``limit`` rows there (the
+    matching cells' entries are older than the rest), the sorted plan answers instead."""
     e, c, f = entries, cells, fingerprints
     stmt = (select(e.c.entry_key, c.c.id, e.c.cell_key, e.c.fingerprint_key, f.c.backend,
                    e.c.store_url, e.c.total_bytes, e.c.file_count, e.c.compile_seconds,
@@ -110,41 +112,61 @@ def list_entries(conn: Any, cell_glob: str | None = None,
             .select_from(e.join(c, c.c.key == e.c.cell_key)
                          .join(f, f.c.key == e.c.fingerprint_key))
             .order_by(e.c.created_at.desc(), e.c.entry_key))
-    exact = True
     if fingerprint_key:
         stmt = stmt.where(key_prefix_clause(e.c.fingerprint_key, fingerprint_key))
-    if cell_glob:
-        clause, exact = glob_clause(conn, c.c.id, cell_glob)
-        if limit is not None and _walk_newest(conn, clause, limit, bool(fingerprint_key)):
-            # The cell test as a set membership the planner cannot turn into an index lookup
-            # on entries.cell_key (``|| ''``): it walks entries by created_at and stops early.
-            matching = select(c.c.key).where(clause).scalar_subquery()
-            stmt = stmt.where((e.c.cell_key + "").in_(matching))
-        else:
-            stmt = stmt.where(clause)
-    if limit is not None and exact:
+    if not cell_glob:
+        return _run(conn, stmt, None, limit)
+    clause, exact = glob_clause(conn, c.c.id, cell_glob)
+    check = None if exact else cell_glob  # LIKE ignores [...] classes: fnmatch re-checks
+    walk = _walk_budget(conn, clause, limit, bool(fingerprint_key)) if limit else None
+    if walk is not None:
+        # The cell test as a set membership the planner cannot turn into an index lookup on
+        # entries.cell_key (``|| ''``): it reads entries by created_at, newest first, no
+        # older than the walk's budget allows, and stops at the limit.
+        matching = select(c.c.key).where(clause).scalar_subquery()
+        oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
+                  .offset(walk).limit(1).scalar_subquery())
+        found = _run(conn, stmt.where((e.c.cell_key + "").in_(matching),
+                                      e.c.created_at >= func.coalesce(oldest, _EPOCH)),
+                     check, limit)
+        if limit is not None and len(found) >= limit:
+            return found
+    return _run(conn, stmt.where(clause), check, limit)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _run(conn: Any, stmt: Any, check: str | None, limit: int | None) -> list[EntrySummary]:
+    """Rows of ``stmt`` whose cell id matches the glob ``check`` (None: all), up to ``limit``
+    (in SQL unless rows are re-checked here)."""
+    if limit is not None and check is None:
         stmt = stmt.limit(limit)
     out: list[EntrySummary] = []
     for row in conn.execute(stmt.execution_options(yield_per=1000)):
-        if not exact and not fnmatch.fnmatchcase(row[1], cell_glob or "*"):
-            continue  # LIKE ignores [...] classes
+        if check is not None and not fnmatch.fnmatchcase(row[1], check):
+            continue
         out.append(_summary(row))
         if limit is not None and len(out) >= limit:
             break
     return out
 
 
-def _walk_newest(conn: Any, cell_clause: Any, limit: int, by_fingerprint: bool) -> bool:
-    """Whether walking entries newest first reads fewer rows than sorting the matches."""
+def _walk_budget(conn: Any, cell_clause: Any, limit: int, by_fingerprint: bool) -> int | None:
+    """How many of the newest entries to walk, if walking reads fewer rows than sorting the
+    matches (None: sort). Estimated from how many cells match, assuming their entries are
+    spread over time like the rest; the budget is four times the estimate."""
     matching, all_cells, n_fps = conn.execute(select(
         select(func.count()).select_from(cells).where(cell_clause).scalar_subquery(),
         select(func.count()).select_from(cells).scalar_subquery(),
         select(func.count()).select_from(fingerprints).scalar_subquery())).one()
     if not matching:
-        return False
+        return None
     n_fps = max(1, n_fps)  # entries per cell, at most
     walked = limit * all_cells / matching * (n_fps if by_fingerprint else 1)
-    return bool(walked < matching * n_fps)
+    if walked >= matching * n_fps:
+        return None
+    return int(4 * walked) + limit
 
 
 def _summary(row: Any) -> EntrySummary:

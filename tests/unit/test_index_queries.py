@@ -23,6 +23,7 @@ from tests.unit.test_index_factories import make_cell, make_fingerprint, make_ma
 
 GLOBS = ["flux2-klein/*", "flux2-klein/compile/64x*", "*/64x7[0-9]/*", "sdxl/*",
          "flux2-klein/compile/6[4]x1[!0]*", "nothing/*"]
+OLDEST = "flux2-klein/compile/64x[6-9]*"  # cells 0-4, whose entries are the oldest
 
 
 def fill(ix: Index) -> None:
@@ -40,13 +41,17 @@ def fill(ix: Index) -> None:
 
 
 def check_plans(ix: Index) -> None:
-    walked = []
     with ix._connect() as conn:  # noqa: SLF001
-        for glob in GLOBS:
+        def walks(glob: str, limit: int) -> bool:
             clause, _ = q.glob_clause(conn, q.cells.c.id, glob)
-            walked.append(q._walk_newest(conn, clause, 5, False))  # noqa: SLF001
-    assert True in walked and False in walked  # both plans are exercised below
-    for glob in GLOBS:
+            return q._walk_budget(conn, clause, limit, False) is not None  # noqa: SLF001
+
+        plans = {walks(glob, 5) for glob in GLOBS}
+        assert plans == {True, False}  # both plans are exercised below
+        # The oldest five cells: the walk is chosen, finds nothing among the newest entries
+        # its budget allows, and the sorted plan answers.
+        assert walks(OLDEST, 1)
+    for glob in [*GLOBS, OLDEST]:
         everything = ix.entries(cell_glob=glob)
         assert everything == sorted(everything, key=lambda e: (-e.created_at.timestamp(),
                                                                 e.entry_key))
@@ -56,6 +61,7 @@ def check_plans(ix: Index) -> None:
         with_fp = [e for e in everything if e.fingerprint_key.startswith(fp)]
         assert ix.entries(cell_glob=glob, fingerprint_key=fp, limit=3) == with_fp[:3]
     assert len(ix.entries(cell_glob="flux2-klein/*")) == 120
+    assert len(ix.entries(cell_glob=OLDEST, limit=1)) == 1
 
 
 @pytest.fixture
