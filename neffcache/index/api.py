@@ -8,8 +8,7 @@ schema raises SchemaOutdatedError naming ``neffcache db upgrade``.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import sys
+import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -53,24 +52,23 @@ if TYPE_CHECKING:
     from neffcache.reports import Report
 
 
-def _lazy_module(name: str) -> Any:
-    """``name``, imported when an attribute is first read (``importlib.util.LazyLoader``)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    assert spec is not None and spec.loader is not None
-    spec.loader = importlib.util.LazyLoader(spec.loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+class _OnFirstUse:
+    """A module imported when one of its attributes is first read: the import system's lock
+    makes concurrent first uses wait for one complete import (``importlib.util.LazyLoader``
+    is not thread-safe before Python 3.12)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
 
 
 if not TYPE_CHECKING:
     # The write paths and ``sqlalchemy.orm`` load on first use: a read command (``ls``,
     # ``coverage``) starts without the ORM and the mapped models.
-    _claims = _lazy_module("neffcache.index.claims")
-    record = _lazy_module("neffcache.index.record")
+    _claims = _OnFirstUse("neffcache.index.claims")
+    record = _OnFirstUse("neffcache.index.record")
 
 
 class Index:
