@@ -105,33 +105,44 @@ def list_entries(conn: Any, cell_glob: str | None = None,
     the newest few times the rows it expects to read; short of ``limit`` rows there (the
     matching cells' entries are older than the rest), the sorted plan answers instead."""
     e, c, f = entries, cells, fingerprints
-    stmt = (select(e.c.entry_key, c.c.id, e.c.cell_key, e.c.fingerprint_key, f.c.backend,
-                   e.c.store_url, e.c.total_bytes, e.c.file_count, e.c.compile_seconds,
-                   e.c.created_at, e.c.verified_status, e.c.verified_at, e.c.last_used_at,
-                   e.c.restore_count)
-            .select_from(e.join(c, c.c.key == e.c.cell_key)
-                         .join(f, f.c.key == e.c.fingerprint_key))
-            .order_by(e.c.created_at.desc(), e.c.entry_key))
-    if fingerprint_key:
-        stmt = stmt.where(key_prefix_clause(e.c.fingerprint_key, fingerprint_key))
+
+    def listing(cell_key: Any) -> Any:
+        stmt = (select(e.c.entry_key, c.c.id, e.c.cell_key, e.c.fingerprint_key, f.c.backend,
+                       e.c.store_url, e.c.total_bytes, e.c.file_count, e.c.compile_seconds,
+                       e.c.created_at, e.c.verified_status, e.c.verified_at, e.c.last_used_at,
+                       e.c.restore_count)
+                .select_from(e.join(c, c.c.key == cell_key)
+                             .join(f, f.c.key == e.c.fingerprint_key))
+                .order_by(e.c.created_at.desc(), e.c.entry_key))
+        if fingerprint_key:
+            stmt = stmt.where(key_prefix_clause(e.c.fingerprint_key, fingerprint_key))
+        return stmt
+
     if not cell_glob:
-        return _run(conn, stmt, None, limit)
+        return _run(conn, listing(e.c.cell_key), None, limit)
     clause, exact = glob_clause(conn, c.c.id, cell_glob)
     check = None if exact else cell_glob  # LIKE ignores [...] classes: fnmatch re-checks
-    walk = _walk_budget(conn, clause, limit, bool(fingerprint_key)) if limit else None
-    if walk is not None:
-        # The cell test as a set membership the planner cannot turn into an index lookup on
-        # entries.cell_key (``|| ''``): it reads entries by created_at, newest first, no
-        # older than the walk's budget allows, and stops at the limit.
+    plan = _walk_plan(conn, clause, limit, bool(fingerprint_key)) if limit else None
+    if plan is not None:
+        budget, sorted_rows = plan
+        # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot
+        # start from the matching cells and look their entries up, so it reads entries by
+        # created_at, newest first, no older than the walk's budget allows, and stops at the
+        # limit; each entry's cell is then one primary-key lookup.
+        unindexed = e.c.cell_key + ""
         matching = select(c.c.key).where(clause).scalar_subquery()
-        oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
-                  .offset(walk).limit(1).scalar_subquery())
-        found = _run(conn, stmt.where((e.c.cell_key + "").in_(matching),
-                                      e.c.created_at >= func.coalesce(oldest, _EPOCH)),
-                     check, limit)
-        if limit is not None and len(found) >= limit:
-            return found
-    return _run(conn, stmt.where(clause), check, limit)
+        while True:
+            oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
+                      .offset(budget).limit(1).scalar_subquery())
+            found = _run(conn, listing(unindexed).where(
+                unindexed.in_(matching), e.c.created_at >= func.coalesce(oldest, _EPOCH)),
+                check, limit)
+            if len(found) >= limit:  # type: ignore[operator]
+                return found
+            if budget >= sorted_rows:
+                break  # walking further would read more rows than sorting the matches
+            budget *= 8  # the newest entries are not spread like the rest: walk further
+    return _run(conn, listing(e.c.cell_key).where(clause), check, limit)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -152,10 +163,13 @@ def _run(conn: Any, stmt: Any, check: str | None, limit: int | None) -> list[Ent
     return out
 
 
-def _walk_budget(conn: Any, cell_clause: Any, limit: int, by_fingerprint: bool) -> int | None:
-    """How many of the newest entries to walk, if walking reads fewer rows than sorting the
-    matches (None: sort). Estimated from how many cells match, assuming their entries are
-    spread over time like the rest; the budget is four times the estimate."""
+def _walk_plan(conn: Any, cell_clause: Any, limit: int,
+               by_fingerprint: bool) -> tuple[int, int] | None:
+    """(how many of the newest entries to walk first, how many rows sorting the matches
+    reads) if walking reads fewer rows than sorting them, else None. Estimated from how many
+    cells match, assuming their entries are spread over time like the rest; the first walk
+    is four times the estimate, each next one eight times the last, until a walk covers as
+    many rows as sorting would read: then the sorted plan answers."""
     matching, all_cells, n_fps = conn.execute(select(
         select(func.count()).select_from(cells).where(cell_clause).scalar_subquery(),
         select(func.count()).select_from(cells).scalar_subquery(),
@@ -166,7 +180,7 @@ def _walk_budget(conn: Any, cell_clause: Any, limit: int, by_fingerprint: bool) 
     walked = limit * all_cells / matching * (n_fps if by_fingerprint else 1)
     if walked >= matching * n_fps:
         return None
-    return int(4 * walked) + limit
+    return int(4 * walked) + limit, matching * n_fps
 
 
 def _summary(row: Any) -> EntrySummary:

@@ -44,7 +44,7 @@ def check_plans(ix: Index) -> None:
     with ix._connect() as conn:  # noqa: SLF001
         def walks(glob: str, limit: int) -> bool:
             clause, _ = q.glob_clause(conn, q.cells.c.id, glob)
-            return q._walk_budget(conn, clause, limit, False) is not None  # noqa: SLF001
+            return q._walk_plan(conn, clause, limit, False) is not None  # noqa: SLF001
 
         plans = {walks(glob, 5) for glob in GLOBS}
         assert plans == {True, False}  # both plans are exercised below
