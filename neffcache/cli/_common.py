@@ -62,7 +62,10 @@ def json_text(doc: Any, depth: int = 2, _pad: str = "") -> str:
         return "{\n" + ",\n".join(items) + "\n" + _pad + "}"
     if depth > 0 and isinstance(doc, (list, tuple)) and doc:
         inner = _pad + "  "
-        items = [inner + json_text(v, depth - 1, inner) for v in doc]
+        if depth == 1:  # one line per item (the 20,000-row case): no recursion per item
+            items = [inner + line for line in map(_ONE_LINE.encode, doc)]
+        else:
+            items = [inner + json_text(v, depth - 1, inner) for v in doc]
         return "[\n" + ",\n".join(items) + "\n" + _pad + "]"
     return _ONE_LINE.encode(doc)
 
