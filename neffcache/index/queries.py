@@ -102,8 +102,9 @@ def list_entries(conn: Any, cell_glob: str | None = None,
     entries newest first and keep those whose cell matches until ``limit`` are found (a broad
     glob: ~limit x cells/matching cells rows read), or read the matching cells' entries and
     sort them (a narrow glob: ~matching cells x fingerprints rows). The walk is bounded to
-    the newest few times the rows it expects to read; short of ``limit`` rows there (the
-    matching cells' entries are older than the rest), the sorted plan answers instead."""
+    the newest few times the rows it expects to read and widened eightfold while it finds
+    fewer than ``limit`` (the matching cells' entries are older than the rest), until it
+    would read as many rows as sorting: then the sorted plan answers."""
     e, c, f = entries, cells, fingerprints
 
     def listing(cell_key: Any) -> Any:
