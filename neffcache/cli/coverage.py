@@ -16,6 +16,7 @@ from neffcache.cli._common import (
     python_option,
     settings_from,
 )
+from neffcache.cli._process import without_cyclic_gc
 
 if TYPE_CHECKING:
     from neffcache.index.values import CoverageReport, CoverageRow
@@ -67,6 +68,7 @@ def coverage_document(matrix_source: str, backend: str, here: str | None,
 @python_option
 @index_option
 @json_option
+@without_cyclic_gc
 def coverage(matrix: str, cell_globs: tuple[str, ...], fingerprints: tuple[str, ...],
              check: bool, python: str | None, index: str | None, as_json: bool) -> None:
     """Show which cells of a matrix are cached, for which fingerprints.

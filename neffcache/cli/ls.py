@@ -14,6 +14,7 @@ from neffcache.cli._common import (
     json_option,
     settings_from,
 )
+from neffcache.cli._process import without_cyclic_gc
 
 if TYPE_CHECKING:
     from neffcache.index.values import EntrySummary
@@ -36,6 +37,7 @@ def render_entries(entries: list[EntrySummary]) -> str:
               help="At most N entries (the newest).")
 @index_option
 @json_option
+@without_cyclic_gc
 def ls(cell_glob: str | None, fingerprint_key: str | None, limit: int | None,
        index: str | None, as_json: bool) -> None:
     """List entries in the index, newest first.

@@ -8,18 +8,17 @@ schema raises SchemaOutdatedError naming ``neffcache db upgrade``.
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, exc
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Engine, exc
 
 from neffcache.errors import SchemaOutdatedError
 from neffcache.fingerprint import Fingerprint
-from neffcache.index import claims as _claims
 from neffcache.index import coverage as _coverage
-from neffcache.index import queries, record
+from neffcache.index import queries
 from neffcache.index.engine import (
     WRITE,
     ensure_parent_dir,
@@ -42,9 +41,34 @@ from neffcache.index.values import (
     LiveLease,
     SchemaState,
 )
-from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
-from neffcache.reports import Report
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from neffcache.index import claims as _claims
+    from neffcache.index import record
+    from neffcache.manifest import Manifest
+    from neffcache.reports import Report
+
+
+class _OnFirstUse:
+    """A module imported when one of its attributes is first read: the import system's lock
+    makes concurrent first uses wait for one complete import (``importlib.util.LazyLoader``
+    is not thread-safe before Python 3.12)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+if not TYPE_CHECKING:
+    # The write paths and ``sqlalchemy.orm`` load on first use: a read command (``ls``,
+    # ``coverage``) starts without the ORM and the mapped models.
+    _claims = _OnFirstUse("neffcache.index.claims")
+    record = _OnFirstUse("neffcache.index.record")
 
 ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few round trips)
 
@@ -64,11 +88,21 @@ class Index:
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Session]:
+        from sqlalchemy.orm import Session
+
         with translate_errors(self.url), Session(self._engine) as session:
             yield session
 
     @contextlib.contextmanager
+    def _connect(self) -> Iterator[Connection]:
+        """A Core connection for reads (no ORM)."""
+        with translate_errors(self.url), self._engine.connect() as conn:
+            yield conn
+
+    @contextlib.contextmanager
     def _write(self) -> Iterator[Session]:
+        from sqlalchemy.orm import Session
+
         with translate_errors(self.url), Session(self._writer) as session, session.begin():
             yield session
 
@@ -160,8 +194,8 @@ class Index:
 
     # --- claims (precompile --claim) -----------------------------------------------------
 
-    def _now(self, session: Session) -> datetime:
-        return self.lease_clock() if self.lease_clock else _claims.database_now(session)
+    def _now(self, conn: Any) -> datetime:
+        return self.lease_clock() if self.lease_clock else queries.database_now(conn)
 
     def queue_claims(self, matrix_name: str, cells: Sequence[Cell], fingerprint: Fingerprint,
                      declared_keys: Sequence[str]) -> int:
@@ -206,8 +240,8 @@ class Index:
 
     def entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
                 limit: int | None = None) -> list[EntrySummary]:
-        with self._read() as s:
-            return queries.list_entries(s, cell_glob, fingerprint_key, limit)
+        with self._connect() as conn:
+            return queries.list_entries(conn, cell_glob, fingerprint_key, limit)
 
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of these entry keys are indexed (primary-key lookups, a few hundred keys
@@ -235,28 +269,28 @@ class Index:
             return queries.restored_fingerprint_keys(s, since)
 
     def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
-        with self._read() as s:
-            return queries.get_fingerprints(s, keys)
+        with self._connect() as conn:
+            return queries.get_fingerprints(conn, keys)
 
     def find_fingerprints(self, prefix: str) -> dict[str, Fingerprint]:
         """Fingerprints whose key starts with ``prefix`` (hex), at most 10."""
         from sqlalchemy import select
 
-        from neffcache.index.models import FingerprintRow
+        from neffcache.index.tables import fingerprints
 
-        with self._read() as s:
-            keys = list(s.scalars(select(FingerprintRow.key).where(
-                queries.key_prefix_clause(FingerprintRow.key, prefix))
-                .order_by(FingerprintRow.key).limit(10)))
-            return queries.get_fingerprints(s, keys)
+        key = fingerprints.c.key
+        with self._connect() as conn:
+            keys = list(conn.scalars(select(key).where(queries.key_prefix_clause(key, prefix))
+                                     .order_by(key).limit(10)))
+            return queries.get_fingerprints(conn, keys)
 
     def coverage(self, cells: Sequence[Cell],
                  fingerprints: Sequence[Fingerprint] = ()) -> CoverageReport:
         """Every cell x (the given fingerprints + every fingerprint with an entry or a failure
         for these cells): ready, failed (latest attempt failed, no entry) or missing."""
         keys = [c.key for c in cells]
-        with self._read() as s:
-            facts = _coverage.fetch_coverage_facts(s, keys, self._now(s))
+        with self._connect() as conn:
+            facts = _coverage.fetch_coverage_facts(conn, keys, self._now(conn))
         return _coverage.build_coverage(cells, fingerprints, facts)
 
 

@@ -1,8 +1,8 @@
 """The claim queue of ``precompile --claim``: queue, claim, heartbeat, release, clean up.
 
 Each function takes an open Session inside a write transaction and ``now``, a timestamp from
-ONE clock: the database's (``database_now``: Postgres ``now()``, SQLite's own clock, which is
-this host's, since SQLite is shared only on one host) or a test's fake clock. Lease times
+ONE clock: the database's (``queries.database_now``: Postgres ``now()``, SQLite's own clock,
+which is this host's, since SQLite is shared only on one host) or a test's fake clock. Lease times
 are never taken from the workers' own clocks, so hosts with skewed clocks cannot steal or
 keep leases. A claim is one statement: ``UPDATE ... WHERE key = (SELECT ... FOR UPDATE SKIP
 LOCKED LIMIT 1) RETURNING``; on SQLite the write transaction (BEGIN IMMEDIATE) already
@@ -15,30 +15,18 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, delete, exists, func, or_, select, text, update
+from sqlalchemy import and_, delete, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
+from neffcache.index.coverage import live_lease
 from neffcache.index.models import CellClaimRow, CellFailureRow, CellRow, EntryRow
-from neffcache.index.record import as_utc, chunks, insert_if_absent, save_fingerprints_and_cells
+from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells
 from neffcache.index.values import ClaimResult, Lease, LiveLease
 from neffcache.matrix import Cell
 
 C = CellClaimRow
-
-
-def database_now(session: Session) -> datetime:
-    """The database server's current time (UTC). Postgres: ``now()`` (the transaction's
-    start, so one transaction sees one time); SQLite: its own clock, in milliseconds."""
-    if session.get_bind().dialect.name == "postgresql":
-        value = session.scalar(select(func.now()))
-    else:
-        value = session.scalar(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"))
-        value = datetime.fromisoformat(str(value))
-    out = as_utc(value)
-    assert out is not None
-    return out
 
 
 def _free(now: datetime) -> object:
@@ -142,18 +130,6 @@ def release_failed(session: Session, lease: Lease) -> bool:
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def live_leases(session: Session, cell_keys: Sequence[str], now: datetime) -> list[LiveLease]:
-    """Live leases on these cells (batched by cell key: the primary key's first column)."""
-    out: list[LiveLease] = []
-    for part in chunks(sorted(set(cell_keys))):
-        rows = session.execute(select(
-            C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at,
-            C.expires_at, C.attempts).where(C.cell_key.in_(part), C.holder.is_not(None),
-                                            C.expires_at > now))
-        out.extend(_live(r) for r in rows)
-    return out
-
-
 def all_live_leases(session: Session, now: datetime, limit: int = 500) -> list[LiveLease]:
     """Every live lease (by the expires_at index), oldest claim first, at most ``limit``,
     with the cell's readable id."""
@@ -162,9 +138,6 @@ def all_live_leases(session: Session, now: datetime, limit: int = 500) -> list[L
         C.attempts, CellRow.id).join(CellRow, CellRow.key == C.cell_key)
         .where(C.expires_at > now, C.holder.is_not(None))
         .order_by(C.claimed_at).limit(limit))
-    return [replace(_live(r), cell_id=str(r[7])) for r in rows]
+    return [replace(live_lease(r), cell_id=str(r[7])) for r in rows]
 
 
-def _live(r: Sequence[object]) -> LiveLease:
-    return LiveLease(str(r[0]), str(r[1]), str(r[2] or "?"), as_utc(r[3]),  # type: ignore
-                     as_utc(r[4]), as_utc(r[5]), int(r[6]))  # type: ignore[call-overload]

@@ -12,15 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
-from neffcache.index.claims import live_leases
-from neffcache.index.models import CellFailureRow, EntryRow
-from neffcache.index.queries import get_fingerprints
-from neffcache.index.record import as_utc, chunks
+from neffcache.index.queries import get_fingerprints, key_batches, key_in
+from neffcache.index.tables import cell_claims, cell_failures, entries
 from neffcache.index.values import (
     FAILED,
     IN_PROGRESS,
@@ -30,6 +28,7 @@ from neffcache.index.values import (
     CoverageReport,
     CoverageRow,
     LiveLease,
+    as_utc,
 )
 from neffcache.matrix import Cell
 
@@ -51,31 +50,50 @@ class CoverageFacts:
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
 
 
-def fetch_coverage_facts(session: Session, cell_keys: Sequence[str],
+def fetch_coverage_facts(conn: Any, cell_keys: Sequence[str],
                          now: datetime) -> CoverageFacts:
+    """What the index holds for these cells (``conn``: a Connection or a Session)."""
     facts = CoverageFacts()
     keys = sorted(set(cell_keys))
-    for part in chunks(keys):
-        entries = session.execute(
-            select(EntryRow.cell_key, EntryRow.fingerprint_key, EntryRow.entry_key,
-                   EntryRow.total_bytes).where(EntryRow.cell_key.in_(part)))
-        for cell_key, fp_key, entry_key, size in entries:
-            facts.entries[(cell_key, fp_key)] = (entry_key, size)
-        latest = (select(func.max(CellFailureRow.id))
-                  .where(CellFailureRow.cell_key.in_(part))
-                  .group_by(CellFailureRow.cell_key, CellFailureRow.fingerprint_key))
-        failures = session.execute(
-            select(CellFailureRow.cell_key, CellFailureRow.fingerprint_key,
-                   CellFailureRow.exit_status, CellFailureRow.log_tail,
-                   CellFailureRow.created_at).where(CellFailureRow.id.in_(latest)))
-        for cell_key, fp_key, status, tail, at in failures:
+    e, f = entries, cell_failures
+    for part in key_batches(conn, keys):
+        rows = conn.execute(select(e.c.cell_key, e.c.fingerprint_key, e.c.entry_key,
+                                   e.c.total_bytes).where(key_in(conn, e.c.cell_key, part)))
+        facts.entries.update(((cell_key, fp_key), (entry_key, size))
+                             for cell_key, fp_key, entry_key, size in rows.all())
+        latest = (select(func.max(f.c.id)).where(key_in(conn, f.c.cell_key, part))
+                  .group_by(f.c.cell_key, f.c.fingerprint_key))
+        failures = conn.execute(
+            select(f.c.cell_key, f.c.fingerprint_key, f.c.exit_status, f.c.log_tail,
+                   f.c.created_at).where(f.c.id.in_(latest)))
+        for cell_key, fp_key, status, tail, at in failures.all():
             facts.failures[(cell_key, fp_key)] = FailureFact(status, tail, as_utc(at))
-    for lease in live_leases(session, keys, now):
+    for lease in live_leases(conn, keys, now):
         facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
     seen = sorted({fp for _, fp in facts.entries} | {fp for _, fp in facts.failures}
                   | {fp for _, fp in facts.leases})
-    facts.fingerprints.update(get_fingerprints(session, seen))
+    facts.fingerprints.update(get_fingerprints(conn, seen))
     return facts
+
+
+def live_leases(conn: Any, cell_keys: Sequence[str], now: datetime) -> list[LiveLease]:
+    """Live leases on these cells (batched by cell key: the primary key's first column)."""
+    c = cell_claims
+    out: list[LiveLease] = []
+    for part in key_batches(conn, sorted(set(cell_keys))):
+        rows = conn.execute(select(
+            c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at, c.c.heartbeat_at,
+            c.c.expires_at, c.c.attempts).where(key_in(conn, c.c.cell_key, part),
+                                                c.c.holder.is_not(None), c.c.expires_at > now))
+        out.extend(live_lease(r) for r in rows.all())
+    return out
+
+
+def live_lease(r: Sequence[object]) -> LiveLease:
+    """A LiveLease from (cell key, fingerprint key, host, claimed, heartbeat, expires,
+    attempts)."""
+    return LiveLease(str(r[0]), str(r[1]), str(r[2] or "?"), as_utc(r[3]),  # type: ignore
+                     as_utc(r[4]), as_utc(r[5]), int(r[6]))  # type: ignore[call-overload]
 
 
 def build_coverage(cells: Sequence[Cell], given: Sequence[Fingerprint],

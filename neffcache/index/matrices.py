@@ -12,19 +12,25 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import func, select
 
 from neffcache.canonical import digest_of
 from neffcache.errors import MatrixError, NotFoundError
-from neffcache.index import aggregates
 from neffcache.index.api import Index
-from neffcache.index.models import CellRow, MatrixCellRow, MatrixRow
 from neffcache.index.ops_values import MatrixVersion
-from neffcache.index.record import as_utc, insert_if_absent, save_fingerprints_and_cells, utcnow
+from neffcache.index.tables import cells as C
+from neffcache.index.tables import matrices as M
+from neffcache.index.tables import matrix_cells as MC
+from neffcache.index.values import as_utc
 from neffcache.matrix import Cell, Matrix
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+# Reads here are Core (``tables``): ``coverage NAME`` starts without the ORM; registering a
+# matrix (a write) imports the models and the aggregates in ``_save``.
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,14 +70,18 @@ def register_matrix(index: Index, matrix: Matrix, text: str,
 
 
 def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool:
+    from sqlalchemy import update
+
+    from neffcache.index import aggregates
+    from neffcache.index.models import MatrixCellRow, MatrixRow
+    from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells, utcnow
+
     now = utcnow()
     current = _current_id(s, name)
-    known = s.scalar(select(MatrixRow.id).where(MatrixRow.name == name,
-                                                MatrixRow.digest == digest))
+    known = s.scalar(select(M.c.id).where(M.c.name == name, M.c.digest == digest))
     insert_if_absent(s, MatrixRow, [{"name": name, "digest": digest, "backend": matrix.backend,
                                      "toml": text, "registered_at": now}])
-    matrix_id = s.scalar(select(MatrixRow.id).where(MatrixRow.name == name,
-                                                    MatrixRow.digest == digest))
+    matrix_id = s.scalar(select(M.c.id).where(M.c.name == name, M.c.digest == digest))
     assert matrix_id is not None
     if matrix_id == current:
         return False
@@ -84,17 +94,16 @@ def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool
     return True
 
 
-def _current_id(s: Session, name: str) -> int | None:
-    return s.scalar(select(MatrixRow.id).where(MatrixRow.name == name)
-                    .order_by(MatrixRow.registered_at.desc(), MatrixRow.id.desc()).limit(1))
+def _current_id(s: Any, name: str) -> int | None:
+    return s.scalar(select(M.c.id).where(M.c.name == name)  # type: ignore[no-any-return]
+                    .order_by(M.c.registered_at.desc(), M.c.id.desc()).limit(1))
 
 
 def matrix_versions(index: Index, name: str) -> list[MatrixVersion]:
     """Every version of a matrix, oldest first (empty if the name is unknown)."""
-    with index._read() as s:  # noqa: SLF001
-        rows = s.execute(select(MatrixRow.id, MatrixRow.digest, MatrixRow.backend,
-                                MatrixRow.registered_at)
-                         .where(MatrixRow.name == name).order_by(MatrixRow.id)).all()
+    with index._connect() as s:  # noqa: SLF001
+        rows = s.execute(select(M.c.id, M.c.digest, M.c.backend, M.c.registered_at)
+                         .where(M.c.name == name).order_by(M.c.id)).all()
         counts = _cell_counts(s, [r.id for r in rows])
     if not rows:
         return []
@@ -104,20 +113,19 @@ def matrix_versions(index: Index, name: str) -> list[MatrixVersion]:
             for n, r in enumerate(rows, 1)]
 
 
-def _cell_counts(s: Session, ids: Sequence[int]) -> dict[int, int]:
+def _cell_counts(s: Any, ids: Sequence[int]) -> dict[int, int]:
     if not ids:
         return {}
-    return dict(s.execute(select(MatrixCellRow.matrix_id, func.count())  # type: ignore[arg-type]
-                          .where(MatrixCellRow.matrix_id.in_(ids))
-                          .group_by(MatrixCellRow.matrix_id)).all())
+    return dict(s.execute(select(MC.c.matrix_id, func.count())
+                          .where(MC.c.matrix_id.in_(ids))
+                          .group_by(MC.c.matrix_id)).all())
 
 
 def list_matrices(index: Index) -> list[MatrixVersion]:
     """The current version of every registered matrix, by name (two queries in all)."""
-    with index._read() as s:  # noqa: SLF001
-        rows = s.execute(select(MatrixRow.id, MatrixRow.name, MatrixRow.digest,
-                                MatrixRow.backend, MatrixRow.registered_at)
-                         .order_by(MatrixRow.name, MatrixRow.id)).all()
+    with index._connect() as s:  # noqa: SLF001
+        rows = s.execute(select(M.c.id, M.c.name, M.c.digest, M.c.backend, M.c.registered_at)
+                         .order_by(M.c.name, M.c.id)).all()
         by_name: dict[str, list[Any]] = {}
         for r in rows:
             by_name.setdefault(r.name, []).append(r)
@@ -145,27 +153,24 @@ def get_matrix(index: Index, name: str, version: int | None = None, *,
                             f"(versions 1..{len(versions)})")
     if not with_toml:
         return chosen
-    with index._read() as s:  # noqa: SLF001
-        text = s.scalar(select(MatrixRow.toml).where(MatrixRow.id == chosen.id))
+    with index._connect() as s:  # noqa: SLF001
+        text = s.scalar(select(M.c.toml).where(M.c.id == chosen.id))
     return MatrixVersion(chosen.id, chosen.name, chosen.version, chosen.digest, chosen.backend,
                          chosen.cell_count, chosen.registered_at, chosen.current, False, text)
 
 
 def matrix_cell_refs(index: Index, matrix_id: int) -> list[tuple[str, str]]:
     """(cell id, cell key) of a registered version, in declared order."""
-    with index._read() as s:  # noqa: SLF001
+    with index._connect() as s:  # noqa: SLF001
         return [(i, k) for i, k in s.execute(
-            select(CellRow.id, CellRow.key)
-            .join(MatrixCellRow, MatrixCellRow.cell_key == CellRow.key)
-            .where(MatrixCellRow.matrix_id == matrix_id).order_by(MatrixCellRow.position))]
+            select(C.c.id, C.c.key).select_from(C.join(MC, MC.c.cell_key == C.c.key))
+            .where(MC.c.matrix_id == matrix_id).order_by(MC.c.position))]
 
 
 def registered_cells(index: Index, name: str, version: int | None = None) -> tuple[Cell, ...]:
     """The cells of a registered matrix, in declared order: pass them to ``Index.coverage``."""
     v = get_matrix(index, name, version)
-    with index._read() as s:  # noqa: SLF001
-        rows = s.scalars(select(CellRow.json)
-                         .join(MatrixCellRow, MatrixCellRow.cell_key == CellRow.key)
-                         .where(MatrixCellRow.matrix_id == v.id)
-                         .order_by(MatrixCellRow.position))
+    with index._connect() as s:  # noqa: SLF001
+        rows = s.scalars(select(C.c.json).select_from(C.join(MC, MC.c.cell_key == C.c.key))
+                         .where(MC.c.matrix_id == v.id).order_by(MC.c.position))
         return tuple(Cell.from_json(j) for j in rows)

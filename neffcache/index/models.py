@@ -27,7 +27,6 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
@@ -39,6 +38,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from neffcache.index.tables import KEY, UTC_TS
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -47,8 +48,6 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-KEY = 64  # sha256 hex: cell keys, fingerprint keys, entry keys, blob digests
-UTC_TS = DateTime(timezone=True)
 
 
 class Base(DeclarativeBase):
@@ -84,6 +83,8 @@ class EntryRow(Base):
     __tablename__ = "entries"
     __table_args__ = (
         UniqueConstraint("cell_key", "fingerprint_key"),
+        # Covering: coverage reads a matrix's entries from this index alone (migration 0006).
+        Index(None, "cell_key", "fingerprint_key", "entry_key", "total_bytes"),
         Index(None, "fingerprint_key"),
         Index(None, "created_at"),
         Index(None, "last_used_at"),

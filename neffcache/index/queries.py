@@ -1,21 +1,20 @@
 """Read queries other than coverage: listing entries, entry keys (a page at a time),
-fingerprints, fingerprints restored lately."""
+fingerprints, fingerprints restored lately, the database's clock. Core only
+(``neffcache.index.tables``): no ORM import. Each function takes a Session or a Connection."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import and_, false, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ARRAY, String, and_, any_, bindparam, false, func, select, text
 
 from neffcache.fingerprint import Fingerprint
-from neffcache.index.models import CellRow, EntryRow, FingerprintRow
-from neffcache.index.record import as_utc, chunks
-from neffcache.index.values import EntrySummary
+from neffcache.index.tables import cells, entries, fingerprints
+from neffcache.index.values import EntrySummary, as_utc, chunks
 
 _LIKE_ESCAPE = "\\"
 _HEX = re.compile(r"[0-9a-f]{1,64}")
@@ -40,11 +39,11 @@ def glob_to_like(pattern: str) -> str:
     return "".join(out)
 
 
-def glob_clause(session: Session, column: Any, pattern: str) -> tuple[Any, bool]:
+def glob_clause(session: Any, column: Any, pattern: str) -> tuple[Any, bool]:
     """A WHERE clause for the glob ``pattern`` on ``column`` and whether it is exact (then no
     fnmatch re-check is needed and a LIMIT can go to SQL): SQLite's GLOB has fnmatch's
     syntax (``[!...]`` spelled ``[^...]``); LIKE is exact on Postgres without ``[...]``."""
-    if session.get_bind().dialect.name == "sqlite":
+    if dialect_name(session) == "sqlite":
         return column.op("GLOB")(pattern.replace("[!", "[^")), True
     return column.like(glob_to_like(pattern), escape=_LIKE_ESCAPE), "[" not in pattern
 
@@ -58,68 +57,170 @@ def key_prefix_clause(column: Any, prefix: str) -> Any:
     return and_(column >= p, column < p + "g")  # "g" sorts after every hex digit
 
 
-def list_entries(session: Session, cell_glob: str | None = None,
+def dialect_name(conn: Any) -> str:
+    """``sqlite`` or ``postgresql``, of a Connection or a Session."""
+    bind = conn if hasattr(conn, "dialect") else conn.get_bind()
+    return str(bind.dialect.name)
+
+
+def key_batches(conn: Any, keys: Sequence[str]) -> list[Sequence[str]]:
+    """``keys`` in batches for ``key_in``: one on Postgres (an array parameter has no size
+    limit), BATCH-sized IN lists on SQLite."""
+    if dialect_name(conn) == "postgresql":
+        return [keys] if keys else []
+    return list(chunks(keys))
+
+
+def key_in(conn: Any, column: Any, keys: Sequence[str]) -> Any:
+    """``column`` is one of ``keys``: ``= ANY(array)`` on Postgres (one parameter: the driver
+    need not parse hundreds of placeholders), ``IN (...)`` on SQLite. Both use an index."""
+    if dialect_name(conn) == "postgresql":
+        return column == any_(bindparam(None, list(keys), type_=ARRAY(String)))
+    return column.in_(keys)
+
+
+def database_now(conn: Any) -> datetime:
+    """The database server's current time (UTC). Postgres: ``now()`` (the transaction's
+    start, so one transaction sees one time); SQLite: its own clock, in milliseconds."""
+    if dialect_name(conn) == "postgresql":
+        value = conn.scalar(select(func.now()))
+    else:
+        value = conn.scalar(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"))
+        value = datetime.fromisoformat(str(value))
+    out = as_utc(value)
+    assert out is not None
+    return out
+
+
+def list_entries(conn: Any, cell_glob: str | None = None,
                  fingerprint_key: str | None = None,
                  limit: int | None = None) -> list[EntrySummary]:
     """Entries, newest first; ``cell_glob`` matches cell ids (fnmatch, case-sensitive) and
-    ``fingerprint_key`` may be a full key or a prefix of one."""
-    stmt = (select(EntryRow, CellRow.id, FingerprintRow.backend)
-            .join(CellRow, CellRow.key == EntryRow.cell_key)
-            .join(FingerprintRow, FingerprintRow.key == EntryRow.fingerprint_key)
-            .order_by(EntryRow.created_at.desc(), EntryRow.entry_key))
-    exact = True
-    if cell_glob:
-        clause, exact = glob_clause(session, CellRow.id, cell_glob)
-        stmt = stmt.where(clause)
-    if fingerprint_key:
-        stmt = stmt.where(key_prefix_clause(EntryRow.fingerprint_key, fingerprint_key))
-    if limit is not None and exact:
+    ``fingerprint_key`` may be a full key or a prefix of one.
+
+    With a glob and a limit, the cheaper of two plans (same rows, same order): walk the
+    entries newest first and keep those whose cell matches until ``limit`` are found (a broad
+    glob: ~limit x cells/matching cells rows read), or read the matching cells' entries and
+    sort them (a narrow glob: ~matching cells x fingerprints rows). The walk is bounded to
+    the newest few times the rows it expects to read and widened eightfold while it finds
+    fewer than ``limit`` (the matching cells' entries are older than the rest), until it
+    would read as many rows as sorting: then the sorted plan answers."""
+    e, c, f = entries, cells, fingerprints
+
+    def listing(cell_key: Any) -> Any:
+        stmt = (select(e.c.entry_key, c.c.id, e.c.cell_key, e.c.fingerprint_key, f.c.backend,
+                       e.c.store_url, e.c.total_bytes, e.c.file_count, e.c.compile_seconds,
+                       e.c.created_at, e.c.verified_status, e.c.verified_at, e.c.last_used_at,
+                       e.c.restore_count)
+                .select_from(e.join(c, c.c.key == cell_key)
+                             .join(f, f.c.key == e.c.fingerprint_key))
+                .order_by(e.c.created_at.desc(), e.c.entry_key))
+        if fingerprint_key:
+            stmt = stmt.where(key_prefix_clause(e.c.fingerprint_key, fingerprint_key))
+        return stmt
+
+    if not cell_glob:
+        return _run(conn, listing(e.c.cell_key), None, limit)
+    clause, exact = glob_clause(conn, c.c.id, cell_glob)
+    check = None if exact else cell_glob  # LIKE ignores [...] classes: fnmatch re-checks
+    plan = _walk_plan(conn, clause, limit, bool(fingerprint_key)) if limit else None
+    if plan is not None:
+        budget, sorted_rows = plan
+        # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot
+        # start from the matching cells and look their entries up, so it reads entries by
+        # created_at, newest first, no older than the walk's budget allows, and stops at the
+        # limit; each entry's cell is then one primary-key lookup.
+        unindexed = e.c.cell_key + ""
+        matching = select(c.c.key).where(clause).scalar_subquery()
+        while True:
+            oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
+                      .offset(budget).limit(1).scalar_subquery())
+            found = _run(conn, listing(unindexed).where(
+                unindexed.in_(matching), e.c.created_at >= func.coalesce(oldest, _EPOCH)),
+                check, limit)
+            if len(found) >= limit:  # type: ignore[operator]
+                return found
+            if budget >= sorted_rows:
+                break  # walking further would read more rows than sorting the matches
+            budget *= 8  # the newest entries are not spread like the rest: walk further
+    return _run(conn, listing(e.c.cell_key).where(clause), check, limit)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _run(conn: Any, stmt: Any, check: str | None, limit: int | None) -> list[EntrySummary]:
+    """Rows of ``stmt`` whose cell id matches the glob ``check`` (None: all), up to ``limit``
+    (in SQL unless rows are re-checked here)."""
+    if limit is not None and check is None:
         stmt = stmt.limit(limit)
     out: list[EntrySummary] = []
-    for row, cell_id, backend in session.execute(stmt.execution_options(yield_per=1000)):
-        if not exact and not fnmatch.fnmatchcase(cell_id, cell_glob or "*"):
-            continue  # LIKE ignores [...] classes
-        out.append(_summary(row, cell_id, backend))
+    for row in conn.execute(stmt.execution_options(yield_per=1000)):
+        if check is not None and not fnmatch.fnmatchcase(row[1], check):
+            continue
+        out.append(_summary(row))
         if limit is not None and len(out) >= limit:
             break
     return out
 
 
-def _summary(row: EntryRow, cell_id: str, backend: str) -> EntrySummary:
+def _walk_plan(conn: Any, cell_clause: Any, limit: int,
+               by_fingerprint: bool) -> tuple[int, int] | None:
+    """(how many of the newest entries to walk first, how many rows sorting the matches
+    reads) if walking reads fewer rows than sorting them, else None. Estimated from how many
+    cells match, assuming their entries are spread over time like the rest; the first walk
+    is four times the estimate, each next one eight times the last, until a walk covers as
+    many rows as sorting would read: then the sorted plan answers."""
+    matching, all_cells, n_fps = conn.execute(select(
+        select(func.count()).select_from(cells).where(cell_clause).scalar_subquery(),
+        select(func.count()).select_from(cells).scalar_subquery(),
+        select(func.count()).select_from(fingerprints).scalar_subquery())).one()
+    if not matching:
+        return None
+    n_fps = max(1, n_fps)  # entries per cell, at most
+    walked = limit * all_cells / matching * (n_fps if by_fingerprint else 1)
+    if walked >= matching * n_fps:
+        return None
+    return int(4 * walked) + limit, matching * n_fps
+
+
+def _summary(row: Any) -> EntrySummary:
+    (entry_key, cell_id, cell_key, fp_key, backend, store_url, total_bytes, file_count,
+     compile_seconds, created_at, verified_status, verified_at, last_used_at,
+     restore_count) = row
     return EntrySummary(
-        entry_key=row.entry_key, cell_id=cell_id, cell_key=row.cell_key,
-        fingerprint_key=row.fingerprint_key, backend=backend, store_url=row.store_url,
-        total_bytes=row.total_bytes, file_count=row.file_count,
-        compile_seconds=row.compile_seconds, created_at=as_utc(row.created_at),  # type: ignore[arg-type]
-        verified_status=row.verified_status, verified_at=as_utc(row.verified_at),
-        last_used_at=as_utc(row.last_used_at), restore_count=int(row.restore_count or 0))
+        entry_key=entry_key, cell_id=cell_id, cell_key=cell_key, fingerprint_key=fp_key,
+        backend=backend, store_url=store_url, total_bytes=total_bytes, file_count=file_count,
+        compile_seconds=compile_seconds, created_at=as_utc(created_at),  # type: ignore[arg-type]
+        verified_status=verified_status, verified_at=as_utc(verified_at),
+        last_used_at=as_utc(last_used_at), restore_count=int(restore_count or 0))
 
 
-def restored_fingerprint_keys(session: Session, since: datetime) -> set[str]:
+def restored_fingerprint_keys(session: Any, since: datetime) -> set[str]:
     """Fingerprint keys with an entry an ok/partial restore report found at or after ``since``
     (its ``last_used_at``); read through the last-use index, never every entry."""
-    return set(session.scalars(select(EntryRow.fingerprint_key).distinct()
-                               .where(EntryRow.last_used_at >= since)))
+    return set(session.scalars(select(entries.c.fingerprint_key).distinct()
+                               .where(entries.c.last_used_at >= since)))
 
 
 KEY_PAGE = 10_000  # entry keys per page when every key must be visited (reindex's prune)
 
 
-def entry_keys_after(session: Session, after: str | None, limit: int) -> list[str]:
+def entry_keys_after(session: Any, after: str | None, limit: int) -> list[str]:
     """Up to ``limit`` entry keys greater than ``after`` (all from the start when None), in
     key order: one range scan of the primary key."""
-    stmt = select(EntryRow.entry_key).order_by(EntryRow.entry_key).limit(limit)
+    stmt = select(entries.c.entry_key).order_by(entries.c.entry_key).limit(limit)
     if after is not None:
-        stmt = stmt.where(EntryRow.entry_key > after)
+        stmt = stmt.where(entries.c.entry_key > after)
     return list(session.scalars(stmt))
 
 
-def get_fingerprints(session: Session, keys: Sequence[str]) -> dict[str, Fingerprint]:
+def get_fingerprints(session: Any, keys: Sequence[str]) -> dict[str, Fingerprint]:
     out: dict[str, Fingerprint] = {}
-    for part in chunks(sorted(set(keys))):
+    for part in key_batches(session, sorted(set(keys))):
         for key, backend, fields in session.execute(
-                select(FingerprintRow.key, FingerprintRow.backend, FingerprintRow.fields)
-                .where(FingerprintRow.key.in_(part))):
+                select(fingerprints.c.key, fingerprints.c.backend, fingerprints.c.fields)
+                .where(key_in(session, fingerprints.c.key, part))).all():
             out[key] = Fingerprint(backend=backend, fields=tuple(
                 sorted((str(k), str(v)) for k, v in fields.items())))
     return out

@@ -26,23 +26,16 @@ from neffcache.index.models import (
     PrecompileRunRow,
     RestoreReportRow,
 )
+from neffcache.index.values import as_utc, chunks
 from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
 from neffcache.reports import Report
 
-BATCH = 500  # rows per IN (...) list or multi-row insert; well under every driver's limit
 LOG_TAIL_CHARS = 16_000
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def as_utc(ts: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes; everything the index stores is UTC."""
-    if ts is None:
-        return None
-    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
 
 
 def parse_timestamp(text: str, default: datetime) -> datetime:
@@ -62,11 +55,6 @@ def strip_credentials(url: str) -> str:
     authority, sep, path = rest.partition("/")
     authority = authority.rsplit("@", 1)[-1]
     return f"{scheme}://{authority}{sep}{path}"
-
-
-def chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
 
 
 def insert_if_absent(session: Session, model: type, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -3,13 +3,29 @@ contract: add, never rename). Pure; no SQLAlchemy here."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 READY, FAILED, MISSING = "ready", "failed", "missing"
 IN_PROGRESS = "in_progress"  # no entry yet, and a worker holds a live lease on it
 STATUSES = (READY, IN_PROGRESS, FAILED, MISSING)
+
+
+BATCH = 500  # rows per IN (...) list or multi-row insert; well under every driver's limit
+
+
+def chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def as_utc(ts: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; everything the index stores is UTC."""
+    if ts is None:
+        return None
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
 
 
 def iso(ts: datetime | None) -> str | None:

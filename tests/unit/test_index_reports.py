@@ -127,7 +127,7 @@ def test_restored_fingerprints_are_those_an_ok_or_partial_report_found_lately(ix
 
 def test_the_migration_counts_the_reports_already_ingested(tmp_path: Path) -> None:
     from neffcache.index.engine import make_engine
-    from neffcache.index.schema import downgrade_engine, upgrade_engine
+    from neffcache.index.schema import SCHEMA_REVISION, downgrade_engine, upgrade_engine
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     fp = make_fingerprint(1)
@@ -140,7 +140,7 @@ def test_the_migration_counts_the_reports_already_ingested(tmp_path: Path) -> No
     engine = make_engine(url)
     try:
         downgrade_engine(engine, url, "0004")
-        assert upgrade_engine(engine, url) == ("0004", "0005")
+        assert upgrade_engine(engine, url) == ("0004", SCHEMA_REVISION)
     finally:
         engine.dispose()
     with open_index(url, auto_upgrade=False) as ix:

@@ -10,8 +10,15 @@ recounted (``rebuild_aggregates``) and the tables analysed. The output says whic
 
     .venv/bin/python tools/bench/ops.py                          # both databases, scale 0.1
     .venv/bin/python tools/bench/ops.py --scale 1 --db postgres --repeat 7
+    .venv/bin/python tools/bench/ops.py --scale 1 --keep /var/tmp/bench-ops --only cli \
+        --out tools/bench/results/ops-cli.json    # fill once (~N min), reuse on later runs
 
-Postgres: a scratch database ``neffcache_bench_ops`` on --pg (dropped afterwards).
+Postgres: a scratch database ``neffcache_bench_ops`` on --pg (dropped afterwards, unless
+--keep). With --keep DIR the SQLite file and the Postgres database are kept, and a later run
+with the same DIR and --scale reuses them (upgraded to this code's schema first) instead of
+filling again. The CLI timings are whole commands (interpreter start to exit), interleaved
+with two peers timed the same way in the same run (``python -c pass`` and ``python -c
+"import sqlalchemy"``) so a reader can judge a loaded machine; ``uptime``'s load is printed.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,8 +60,10 @@ from neffcache.matrix import Cell, parse_matrix  # noqa: E402
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PG_DB = "neffcache_bench_ops"
 CLI = [str(Path(sys.executable).with_name("neffcache"))]
+PEERS = {"peer_python": [sys.executable, "-c", "pass"],
+         "peer_import_sqlalchemy": [sys.executable, "-c", "import sqlalchemy"]}
 TARGETS = {"metrics": 0.2, "summary": 0.2, "dashboard": 1.0, "coverage_cli": 0.5,
-           "ls_glob_cli": 0.3}
+           "ls_glob_cli": 0.3, "ls_glob_older_cli": 0.3}
 
 
 def log(msg: str) -> None:
@@ -189,19 +200,49 @@ def serve(url: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("serve did not start")
 
 
-def measure(url: str, facts: dict[str, Any], repeat: int, home: Path) -> dict[str, float]:
+def cli_timings(facts: dict[str, Any], repeat: int,
+                env: dict[str, str]) -> dict[str, float]:
+    """Whole-command medians of the two CLI reads and of the peers, interleaved round-robin
+    (one run of each per round, after a warm-up round) so load hits them alike."""
+    commands = {
+        "coverage_cli": [*CLI, "coverage", facts["matrix"], "--json"],
+        "ls_glob_cli": [*CLI, "ls", "--cell", "p0*/compile/*", "--limit", "100", "--json"],
+        # The newest ~20,000 entries (m00's, through the write path) match no p4* cell.
+        "ls_glob_older_cli": [*CLI, "ls", "--cell", "p4*/compile/*", "--limit", "100",
+                              "--json"],
+        **PEERS,
+    }
+    times: dict[str, list[float]] = {k: [] for k in commands}
+    cpu: dict[str, list[float]] = {k: [] for k in commands}
+    for round_ in range(repeat + 1):
+        for name, argv in commands.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.perf_counter()
+            subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+            wall = time.perf_counter() - t
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if round_:  # round 0 warms the page cache
+                times[name].append(wall)
+                cpu[name].append(after.ru_utime - before.ru_utime
+                                 + after.ru_stime - before.ru_stime)
+    out = {k: statistics.median(v) for k, v in times.items()}
+    out.update({f"{k}_cpu": statistics.median(v) for k, v in cpu.items()})
+    return out
+
+
+def measure(url: str, facts: dict[str, Any], repeat: int, home: Path,
+            only_cli: bool) -> dict[str, float]:
     env = {**os.environ, "NEFFCACHE_HOME": str(home), "NEFFCACHE_INDEX": url}
+    # As an installed package runs: its bytecode cached (pip compiles it at install; an
+    # editable checkout under PYTHONDONTWRITEBYTECODE=1 would recompile every module per run).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     out: dict[str, float] = {}
     with open_index(url, auto_upgrade=False) as ix:
         cells = registered_cells(ix, facts["matrix"])
         out["coverage_sql"] = median(lambda: ix.coverage(cells), repeat)
-
-    def cli(*args: str) -> Callable[[], None]:
-        return lambda: subprocess.run([*CLI, *args], env=env, check=True,
-                                      stdout=subprocess.DEVNULL)
-    out["coverage_cli"] = median(cli("coverage", facts["matrix"], "--json"), repeat)
-    out["ls_glob_cli"] = median(cli("ls", "--cell", "p0*/compile/*", "--limit", "100",
-                                    "--json"), repeat)
+    out.update(cli_timings(facts, repeat, env))
+    if only_cli:
+        return out
     proc, base = serve(url, env)
     try:
         out["metrics"] = median(lambda: get(base + "/metrics"), repeat)
@@ -218,14 +259,36 @@ def measure(url: str, facts: dict[str, Any], repeat: int, home: Path) -> dict[st
     return out
 
 
+def kept_facts(marker: Path, url: str, db: str) -> dict[str, Any] | None:
+    """The facts of a database a previous --keep run filled, if it is still there."""
+    if not marker.exists():
+        return None
+    if db == "sqlite" and not Path(url.removeprefix("sqlite:///")).exists():
+        return None
+    try:
+        facts: dict[str, Any] = json.loads(marker.read_text())
+        upgrade_index(url)
+        with open_index(url, auto_upgrade=False) as ix:
+            if not registered_cells(ix, facts["matrix"]):
+                return None
+    except Exception as exc:  # noqa: BLE001 - anything wrong: fill again
+        log(f"[{db}] kept database not reusable ({exc}); filling again")
+        return None
+    return facts
+
+
+def pg_url(admin: str) -> str:
+    return admin.rsplit("/", 1)[0] + "/" + PG_DB
+
+
 def pg_scratch(admin: str) -> str:
     import psycopg
 
     dsn = admin.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {PG_DB}")
+        conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {PG_DB}")
-    return admin.rsplit("/", 1)[0] + "/" + PG_DB
+    return pg_url(admin)
 
 
 def pg_drop(admin: str) -> None:
@@ -236,41 +299,103 @@ def pg_drop(admin: str) -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
 
 
+def load() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def commit() -> str:
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def run_db(db: str, args: argparse.Namespace, work: Path) -> tuple[dict[str, Any],
+                                                                   dict[str, float]]:
+    marker = work / f"{db}-scale-{args.scale}.json"
+    if db == "sqlite":
+        url = f"sqlite:///{work}/index-{args.scale}.db"
+    else:
+        url = pg_url(args.pg)
+    facts = kept_facts(marker, url, db) if args.keep else None
+    if facts is not None:
+        print(f"[{db}] reusing the database filled by an earlier --keep run ({marker})")
+    else:
+        marker.unlink(missing_ok=True)
+        if db == "sqlite":
+            for suffix in ("", "-wal", "-shm"):
+                Path(url.removeprefix("sqlite:///") + suffix).unlink(missing_ok=True)
+        else:
+            pg_scratch(args.pg)
+        upgrade_index(url)
+        notes: list[str] = []
+        t0 = time.monotonic()
+        with open_index(url, auto_upgrade=False) as ix:
+            facts = fill(ix, args.scale, notes)
+        facts["fill_seconds"] = round(time.monotonic() - t0)
+        for n in notes:
+            print(f"[{db}] {n}")
+        print(f"[{db}] filled in {facts['fill_seconds']} s")
+        if args.keep:
+            marker.write_text(json.dumps(facts))
+    return facts, measure(url, facts, args.repeat, work, args.only == "cli")
+
+
 def main() -> None:
+    global PG_DB  # noqa: PLW0603 - one scratch database name for the whole run
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
     ap.add_argument("--pg", default=os.environ.get("NEFFCACHE_TEST_POSTGRES", PG_ADMIN))
+    ap.add_argument("--pg-db", default=PG_DB, help="name of the scratch Postgres database")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--keep", metavar="DIR", type=Path, default=None,
+                    help="keep the filled databases (SQLite file in DIR, the Postgres "
+                         "database) and reuse them on a later run with the same DIR and --scale")
+    ap.add_argument("--only", choices=("all", "cli"), default="all",
+                    help="cli: time the SQL and the CLI commands only (no server)")
+    ap.add_argument("--out", type=Path, default=None, help="also write the results as JSON")
     args = ap.parse_args()
+    PG_DB = args.pg_db
     results: dict[str, dict[str, float]] = {}
+    load_start = load()
+    print(f"load at start: {load_start}")
     with tempfile.TemporaryDirectory(prefix="neffcache-bench-ops-") as tmp:
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for db in (("sqlite", "postgres") if args.db == "both" else (args.db,)):
-            url = f"sqlite:///{tmp}/index.db" if db == "sqlite" else pg_scratch(args.pg)
             try:
-                upgrade_index(url)
-                notes: list[str] = []
-                with open_index(url, auto_upgrade=False) as ix:
-                    facts = fill(ix, args.scale, notes)
-                for n in notes:
-                    print(f"[{db}] {n}")
-                results[db] = measure(url, facts, args.repeat, Path(tmp))
+                facts, results[db] = run_db(db, args, work)
             finally:
-                if db == "postgres":
+                if db == "postgres" and not args.keep:
                     pg_drop(args.pg)
+    load_end = load()
+    print(f"load at end:   {load_end}")
     print(f"\nscale {args.scale}: {facts['cells']} cells x 50 fingerprints, {facts['entries']} "
           f"entries, {facts['failures']} failures, {facts['reports']} restore reports; "
-          f"medians of {args.repeat}")
+          f"medians of {args.repeat}; CLI rows are whole commands, interleaved with the peers")
     dbs = list(results)
     print(f"| what | {' | '.join(dbs)} | target |")
     print(f"|---|{'---|' * len(dbs)}---|")
-    for key in ("coverage_sql", "coverage_cli", "ls_glob_cli", "metrics", "summary",
-                "dashboard"):
-        cells = " | ".join(f"{results[d][key] * 1000:.0f} ms" for d in dbs)
+    keys = ("coverage_sql", "coverage_cli", "ls_glob_cli", "ls_glob_older_cli", *PEERS,
+            "metrics", "summary", "dashboard")
+    for key in (k for k in keys if all(k in results[d] for d in dbs)):
+        cells = " | ".join(f"{results[d][key] * 1000:.0f} ms" + (
+            f" (cpu {results[d][key + '_cpu'] * 1000:.0f} ms)" if key + "_cpu" in results[d]
+            else "") for d in dbs)
         target = f"<= {TARGETS[key] * 1000:.0f} ms" if key in TARGETS else ""
+        if key in PEERS:
+            target = "peer: " + " ".join(PEERS[key][1:]).replace(sys.executable, "python")
         print(f"| {key} | {cells} | {target} |")
-    sizes = " | ".join(f"{int(results[d]['metrics_bytes'])} B" for d in dbs)
-    print(f"| metrics body | {sizes} | |")
+    if all("metrics_bytes" in results[d] for d in dbs):
+        sizes = " | ".join(f"{int(results[d]['metrics_bytes'])} B" for d in dbs)
+        print(f"| metrics body | {sizes} | |")
+    if args.out:
+        args.out.write_text(json.dumps({
+            "commit": commit(), "scale": args.scale, "repeat": args.repeat,
+            "cpus": os.cpu_count(), "machine": platform.machine(),
+            "load_start": load_start, "load_end": load_end, "facts": facts,
+            "seconds": results, "targets": TARGETS,
+            "peers": {k: " ".join(v[1:]) for k, v in PEERS.items()}}, indent=2) + "\n")
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

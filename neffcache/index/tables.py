@@ -1,0 +1,61 @@
+"""The columns the read paths query, as SQLAlchemy Core table clauses: reads such as ``ls``
+and ``coverage`` then import no ORM (``sqlalchemy.orm`` and the mapped models cost a CLI
+command ~0.15 s of start-up). ``models`` stays the one schema definition (DDL, migrations,
+writes); ``tests/unit/test_index_tables.py`` keeps these columns and types in step with it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, BigInteger, DateTime, Float, Integer, String, Text, column, table
+
+KEY = 64  # sha256 hex: cell keys, fingerprint keys, entry keys, blob digests
+UTC_TS = DateTime(timezone=True)
+
+fingerprints = table(
+    "fingerprints",
+    column("key", String(KEY)), column("backend", String(32)), column("fields", JSON),
+)
+
+cells = table(
+    "cells",
+    column("key", String(KEY)), column("id", String(255)), column("json", JSON),
+)
+
+entries = table(
+    "entries",
+    column("entry_key", String(KEY)), column("cell_key", String(KEY)),
+    column("fingerprint_key", String(KEY)), column("store_url", String(1024)),
+    column("total_bytes", BigInteger), column("file_count", Integer),
+    column("compile_seconds", Float), column("created_at", UTC_TS),
+    column("verified_status", String(16)), column("verified_at", UTC_TS),
+    column("last_used_at", UTC_TS), column("restore_count", Integer),
+)
+
+cell_failures = table(
+    "cell_failures",
+    column("id", Integer), column("cell_key", String(KEY)),
+    column("fingerprint_key", String(KEY)), column("exit_status", Integer),
+    column("log_tail", Text), column("created_at", UTC_TS),
+)
+
+cell_claims = table(
+    "cell_claims",
+    column("cell_key", String(KEY)), column("fingerprint_key", String(KEY)),
+    column("host", String(255)), column("holder", String(32)), column("attempts", Integer),
+    column("claimed_at", UTC_TS), column("heartbeat_at", UTC_TS),
+    column("expires_at", UTC_TS),
+)
+
+matrices = table(
+    "matrices",
+    column("id", Integer), column("name", String(255)), column("digest", String(KEY)),
+    column("backend", String(32)), column("toml", Text), column("registered_at", UTC_TS),
+)
+
+matrix_cells = table(
+    "matrix_cells",
+    column("matrix_id", Integer), column("cell_key", String(KEY)),
+    column("position", Integer),
+)
+
+ALL = (fingerprints, cells, entries, cell_failures, cell_claims, matrices, matrix_cells)
