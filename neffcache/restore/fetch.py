@@ -108,18 +108,22 @@ class Fetcher:
             dirs.close()
         return out, _bytes(out, unit_groups(unit))
 
-    def abandon(self, units: Sequence[Unit]) -> list[Outcome]:
-        """Deadline failures for units never started; large files left unfinished removed."""
+    def abandon(self, units: Sequence[Unit], running: Sequence[Unit] = ()) -> list[Outcome]:
+        """Deadline failures for units never started (``units``) and for units still running
+        on a thread that hangs (``running``); large files left unfinished are removed, except
+        those a running unit still writes to (its thread removes them if it ever returns)."""
+        busy = {g.sha256 for unit in running for g in unit_groups(unit)}
         out: list[Outcome] = []
         seen: set[str] = set()
-        for unit in units:
+        for unit in (*units, *running):
             for g in unit_groups(unit):
                 if g.sha256 in seen:
                     continue
                 seen.add(g.sha256)
-                asm = self._assemblies.pop(g.sha256, None)
-                if asm is not None:
-                    asm.discard()
+                if g.sha256 not in busy:
+                    asm = self._assemblies.pop(g.sha256, None)
+                    if asm is not None:
+                        asm.discard()
                 out.extend(fail_all(g, Stopped()))
         return out
 

@@ -3,7 +3,8 @@
 For each cell the entry key is ``entry_key(cell, this host's fingerprint)``; its manifest is read
 from ``manifests/<key>.json`` (no index needed) and validated fully. Missing cells are checked
 against the store's ``cells/<cell-key>/`` pointers to tell "never built" from "built for another
-environment".
+environment". A manifest that does not decode is read again (at most ``ATTEMPTS`` reads): a
+body damaged on the way costs one more GET, a damaged object fails its cell.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from neffcache.errors import ManifestError, NotFoundError, UnavailableError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
+from neffcache.restore.fetch import ATTEMPTS
 from neffcache.store import Store, manifest_key
 from neffcache.store.base import CELLS
 from neffcache.thread_pool import map_in_threads
@@ -49,26 +51,31 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
         if deadline is not None and time.monotonic() >= deadline:
             return cell, "unresolved"
         key = entry_key(cell, fingerprint)
-        try:
-            data = store.read(manifest_key(key))
-        except NotFoundError:
-            return cell, "missing"
-        except UnavailableError as exc:
-            return cell, CellFailure(cell.id, "unavailable", str(exc))
-        try:
-            m = decode_manifest(data, allowed_roots=backend.root_names,
-                                source=f"manifests/{key}.json")
-            if m.entry_key != key:
-                raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
-        except ManifestError as exc:
-            return cell, CellFailure(cell.id, "integrity", str(exc))
-        return cell, m
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                data = store.read(manifest_key(key))
+            except NotFoundError:
+                return cell, "missing"
+            except UnavailableError as exc:
+                return cell, CellFailure(cell.id, "unavailable", str(exc))
+            try:
+                m = decode_manifest(data, allowed_roots=backend.root_names,
+                                    source=f"manifests/{key}.json")
+                if m.entry_key != key:
+                    raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
+                return cell, m
+            except ManifestError as exc:  # damaged on the way, or at rest: read it again
+                if attempt == ATTEMPTS or (deadline is not None
+                                           and time.monotonic() >= deadline):
+                    return cell, CellFailure(cell.id, "integrity", str(exc))
+        raise AssertionError("unreachable")
 
     found: list[Manifest] = []
     missing: list[Cell] = []
     failed: list[CellFailure] = []
     unresolved: list[Cell] = []
-    for cell, outcome in map_in_threads(one, cells, workers):
+    for cell, outcome in map_in_threads(one, cells, workers, deadline=deadline,
+                                        late=lambda c: (c, "unresolved")):
         if isinstance(outcome, Manifest):
             found.append(outcome)
         elif isinstance(outcome, CellFailure):
@@ -96,4 +103,5 @@ def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint
         fps = sorted(n[:-5] for n in names if n.endswith(".json") and "/" not in n)
         return cell.id, tuple(f for f in fps if f != fingerprint.key)
 
-    return tuple((cid, fps) for cid, fps in map_in_threads(one, cells, workers) if fps)
+    return tuple((cid, fps) for cid, fps in map_in_threads(
+        one, cells, workers, deadline=deadline, late=lambda c: (c.id, ())) if fps)

@@ -52,7 +52,9 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
         other = dict(resolution.elsewhere)
         save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())
                                                for c in resolution.missing}, time.time())
-    with Roots(dirs) as roots:
+    roots = Roots(dirs)
+    report = None
+    try:
         state = load_state(dirs)
         wanted = wanted_sizes(manifests)
         present, records = scan_present(roots, wanted, state, workers=min(workers, 8),
@@ -60,6 +62,9 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
         plan = plan_restore(manifests, dirs, present, units)
         report = apply_restore(store, plan, workers=workers, deadline=deadline,
                                progress=progress, roots=roots)
+    finally:
+        if report is None or not report.hung:  # a hung transfer's thread still uses them
+            roots.close()
     in_place: set[FileId] = {t.id for t in plan.present} | {t.id for t in report.installed}
     if report.states or any(state.get(k) != r for k, r in records.items()):
         records.update(dict(report.states))
