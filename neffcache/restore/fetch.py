@@ -63,10 +63,13 @@ from neffcache.restore.state import state_record
 from neffcache.store import Store, blob_key
 from neffcache.store.base import pack_key
 
-ATTEMPTS = 3  # fetches of one piece (blob, part, pack member) before its file fails
+# Fetches of one piece (blob, part, pack member) before its file fails: as many as the S3
+# client's attempts per request (S3Store max_attempts).
+ATTEMPTS = 5
 # What a body can do wrong on the way: break off after the client's own resumptions
 # (UnavailableError) or arrive short or corrupt (IntegrityError).
 BODY_FAULTS = (IntegrityError, UnavailableError)
+
 
 class Fetcher:
     """Runs units for ``apply_restore``; ``run`` never raises. Holds the large files being

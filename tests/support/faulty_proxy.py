@@ -69,8 +69,8 @@ class FaultyProxy:
         self._server.server_close()
 
     def fault_next(self, contains: str, fault: str) -> None:
-        """The next object GET whose path contains ``contains`` gets ``fault``."""
-        if fault not in FAULTS:
+        """The next object GET whose path contains ``contains`` gets ``fault`` ("": none)."""
+        if fault and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}")
         with self._lock:
             self._forced.append((contains, fault))
