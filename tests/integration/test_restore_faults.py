@@ -140,6 +140,7 @@ def test_faults_at_30_percent_of_gets_still_restore_the_tree(
     tree = trees[tree_name]
     with FaultyProxy(seed=sum(map(ord, tree_name + fault)), rate=0.3, faults=(fault,)) as proxy:
         r, _ = restore(base_env, matrix, tree, proxy, tmp_path / "out")
+    print(f"{tree_name} {fault}: {proxy.object_gets} object GETs, {dict(proxy.injected)}")
     assert r.code == 0, r.stderr
     assert proxy.injected[fault] >= 2  # faults really happened (a few dozen GETs in all)
     assert restored_tree(tmp_path / "out" / "neff") == tree.files

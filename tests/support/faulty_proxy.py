@@ -6,8 +6,8 @@ body, then the connection closed; Content-Length still promises all of it), ``co
 whole body with a byte flipped: same length, other sha256), ``slowdown`` (503 with S3's
 SlowDown error document) and ``stall`` (no answer for ``stall_seconds``, then the answer).
 
-Which GET gets which fault is a pure function of (seed, URL path, Range header, how many times
-that same request was seen), not of the order threads send requests in, so a seed gives the
+Which GET gets which fault is a pure function of (seed, key, Range header, how many times that
+same request was seen), not of the order threads send requests in, so a seed gives the
 same faults run after run. ``fault_next`` forces a fault on the next GET whose path contains a
 string (e.g. the manifest's); ``stall_all`` makes every request wait (a stalled server).
 """
@@ -82,7 +82,8 @@ class FaultyProxy:
             fault = ""
             n = self._seen[(path, range_header)]
             self._seen[(path, range_header)] += 1
-            h = hashlib.sha256(f"{self.seed}|{path}|{range_header}|{n}".encode()).digest()
+            key = path.lstrip("/").partition("/")[2]  # without the bucket: tests name it at random
+            h = hashlib.sha256(f"{self.seed}|{key}|{range_header}|{n}".encode()).digest()
             roll, pick, place = struct.unpack_from(">QQQ", h)
             if method == "GET" and _is_object(path, query):
                 self.object_gets += 1
