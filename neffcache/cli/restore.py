@@ -29,6 +29,7 @@ from neffcache.errors import (
     EXIT_CODE_HELP,
     DeadlineExceededError,
     NeffcacheError,
+    UnavailableError,
     UsageError,
     exit_code_for,
 )
@@ -229,6 +230,9 @@ def _before(until: float | None, work: Callable[[], Any]) -> Any:
     worker.start()
     worker.join(max(0.0, until + OVERRUN - time.monotonic()))
     if failed:
+        if isinstance(failed[0], UnavailableError) and time.monotonic() >= until:
+            raise DeadlineExceededError(f"{failed[0]}; the deadline passed first (the store "
+                                        "client's waits end at the deadline)") from None
         raise failed[0]
     if done:
         return done[0]

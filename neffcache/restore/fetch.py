@@ -59,7 +59,7 @@ from neffcache.restore.plan import (
     Unit,
     unit_groups,
 )
-from neffcache.restore.state import state_record
+from neffcache.restore.state import StateRecord, state_record
 from neffcache.store import Store, blob_key
 from neffcache.store.base import pack_key
 
@@ -109,6 +109,8 @@ class Fetcher:
                        for t, o in out]
         finally:
             dirs.close()
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            out = [(t, _stopped(o)) for t, o in out]
         return out, _bytes(out, unit_groups(unit))
 
     def abandon(self, units: Sequence[Unit], running: Sequence[Unit] = ()) -> list[Outcome]:
@@ -368,6 +370,15 @@ class _Assembly:
 
 
 # --- outcomes ---------------------------------------------------------------------------------
+
+def _stopped(o: StateRecord | FileFailure) -> StateRecord | FileFailure:
+    """A store failure that ends after the deadline was cut short by it (the client's timeouts
+    and retries are clipped to the deadline): a deadline stop, not an unreachable store."""
+    if isinstance(o, FileFailure) and o.kind == "unavailable":
+        return FileFailure(o.root, o.path, "deadline",
+                           f"{o.root}/{o.path}: stopped at the deadline ({o.message})")
+    return o
+
 
 def _bytes(out: Sequence[Outcome], groups: Iterable[FetchGroup]) -> int:
     """Bytes of the groups whose first target was installed by this call."""

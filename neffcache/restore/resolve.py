@@ -50,25 +50,8 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
     def one(cell: Cell) -> tuple[Cell, Manifest | CellFailure | str]:
         if deadline is not None and time.monotonic() >= deadline:
             return cell, "unresolved"
-        key = entry_key(cell, fingerprint)
-        for attempt in range(1, ATTEMPTS + 1):
-            try:
-                data = store.read(manifest_key(key))
-            except NotFoundError:
-                return cell, "missing"
-            except UnavailableError as exc:
-                return cell, CellFailure(cell.id, "unavailable", str(exc))
-            try:
-                m = decode_manifest(data, allowed_roots=backend.root_names,
-                                    source=f"manifests/{key}.json")
-                if m.entry_key != key:
-                    raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
-                return cell, m
-            except ManifestError as exc:  # damaged on the way, or at rest: read it again
-                if attempt == ATTEMPTS or (deadline is not None
-                                           and time.monotonic() >= deadline):
-                    return cell, CellFailure(cell.id, "integrity", str(exc))
-        raise AssertionError("unreachable")
+        return cell, _read_manifest(store, cell, entry_key(cell, fingerprint), backend,
+                                    deadline)
 
     found: list[Manifest] = []
     missing: list[Cell] = []
@@ -84,6 +67,31 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
             (missing if outcome == "missing" else unresolved).append(cell)
     elsewhere = find_elsewhere(store, missing, fingerprint, workers=workers, deadline=deadline)
     return Resolution(tuple(found), tuple(missing), tuple(failed), tuple(unresolved), elsewhere)
+
+
+def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
+                   deadline: float | None) -> Manifest | CellFailure | str:
+    """The cell's manifest, a failure, "missing", or "unresolved" (stopped by the deadline);
+    one that does not decode is read again, at most ``ATTEMPTS`` reads in all."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            data = store.read(manifest_key(key))
+        except NotFoundError:
+            return "missing"
+        except UnavailableError as exc:
+            if deadline is not None and time.monotonic() >= deadline:
+                return "unresolved"  # the deadline cut the client's waits short
+            return CellFailure(cell.id, "unavailable", str(exc))
+        try:
+            m = decode_manifest(data, allowed_roots=backend.root_names,
+                                source=f"manifests/{key}.json")
+            if m.entry_key != key:
+                raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
+            return m
+        except ManifestError as exc:  # damaged on the way, or at rest: read it again
+            if attempt == ATTEMPTS or (deadline is not None and time.monotonic() >= deadline):
+                return CellFailure(cell.id, "integrity", str(exc))
+    raise AssertionError("unreachable")
 
 
 def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint, *,

@@ -140,7 +140,6 @@ def test_faults_at_30_percent_of_gets_still_restore_the_tree(
     tree = trees[tree_name]
     with FaultyProxy(seed=sum(map(ord, tree_name + fault)), rate=0.3, faults=(fault,)) as proxy:
         r, _ = restore(base_env, matrix, tree, proxy, tmp_path / "out")
-    print(f"{tree_name} {fault}: {proxy.object_gets} object GETs, {dict(proxy.injected)}")
     assert r.code == 0, r.stderr
     assert proxy.injected[fault] >= 2  # faults really happened (a few dozen GETs in all)
     assert restored_tree(tmp_path / "out" / "neff") == tree.files
@@ -223,7 +222,7 @@ def test_transfers_that_stall_midway_are_left_at_the_deadline(
         proxy.fault_next("/manifests/", "")  # the manifest arrives; the data GETs may hang
         r, seconds = restore(base_env, matrix, tree, proxy, tmp_path / "out", "--deadline",
                              "5")
-        assert seconds <= 6, (seconds, r.stderr)
+            assert seconds <= 6, (seconds, r.stderr)
         assert proxy.injected["stall"] >= 1
     assert r.code in (3, 6), r.stderr
     assert r.json["files_fetched"] < len(tree.files)
