@@ -210,7 +210,8 @@ def _report_timeout(until: float | None) -> float:
 
 
 def _before(until: float | None, work: Callable[[], Any]) -> Any:
-    """``work()``, waited for until a moment after the deadline at most: the store calls
+    """``work()``, waited for until a moment after the deadline (or after now, when it has
+    passed already) at most: the store calls
     inside already stop by then (their timeouts and retries are clipped to the deadline,
     and the fetch workers are not waited for), so this only catches a call that hangs
     anyway (e.g. the store check): DeadlineExceededError, exit 3. ``work`` then runs on in a
@@ -228,7 +229,7 @@ def _before(until: float | None, work: Callable[[], Any]) -> Any:
 
     worker = threading.Thread(target=run, name="neffcache-restore-main", daemon=True)
     worker.start()
-    worker.join(max(0.0, until + OVERRUN - time.monotonic()))
+    worker.join(max(0.0, until - time.monotonic()) + OVERRUN)
     if failed:
         if isinstance(failed[0], UnavailableError) and time.monotonic() >= until:
             raise DeadlineExceededError(f"{failed[0]}; the deadline passed first (the store "
@@ -314,7 +315,8 @@ def _restore_from_store(settings: Settings, cells: Any, backend: Any,
 
         workers = min(16, 4 * usable_cpus())
     s = open_store(settings.store_url, deadline=until)
-    s.check()
+    if until is None or time.monotonic() < until:  # past it, nothing more is asked of the store
+        s.check()
     bar = _ProgressLine() if show_progress else None
     result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
                            deadline=until, progress=bar.update if bar else None)
