@@ -21,7 +21,7 @@ U = TypeVar("U")
 THREAD_NAME = "neffcache-restore"
 # After the deadline, how long units still running get to notice it (they check between
 # chunks) before they are left running and reported as stuck.
-GRACE = 0.25
+GRACE = 0.2
 
 
 def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], object],

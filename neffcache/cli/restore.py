@@ -36,9 +36,9 @@ from neffcache.errors import (
 
 # A boot must never wait long for a dashboard: the report gets this long, then is dropped.
 REPORT_TIMEOUT = 2.0
-LATE_REPORT_TIMEOUT = 0.3  # ... and this long once the deadline has passed
+LATE_REPORT_TIMEOUT = 0.2  # ... and this long once the deadline has passed
 # How long after the deadline the restore is waited for (its workers get thread_pool.GRACE).
-OVERRUN = 0.4
+OVERRUN = 0.3
 
 
 @click.command("restore", epilog=EXIT_CODE_HELP)
@@ -203,7 +203,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
 
 
 def _report_timeout(until: float | None) -> float:
-    """The report's time budget: 2 s, less when the deadline is nearer, 0.3 s past it."""
+    """The report's time budget: 2 s, less when the deadline is nearer, 0.2 s past it."""
     if until is None:
         return REPORT_TIMEOUT
     return min(REPORT_TIMEOUT, max(LATE_REPORT_TIMEOUT, until - time.monotonic()))
