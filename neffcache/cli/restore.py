@@ -50,7 +50,8 @@ OVERRUN = 0.3
 @click.option("--deadline", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               default=None, help="Stop starting new work SECONDS after the process started; "
               "transfers in flight stop at their next chunk, what is done stays, the rest is "
-              "reported (exit 3).")
+              "reported (exit 3). Every store wait (connect, read, retries) is clipped to it: "
+              "the command returns within SECONDS + 1 s whatever the server does.")
 @click.option("--print-env", is_flag=True,
               help="Print `export VAR=...` lines for the backend's cache dirs on stdout, for "
                    "`eval` (also creates the lock/scratch dirs).")
