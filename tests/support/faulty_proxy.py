@@ -8,7 +8,7 @@ SlowDown error document) and ``stall`` (no answer for ``stall_seconds``, then th
 
 Which GET gets which fault is a pure function of (seed, key, Range header, how many times that
 same request was seen), not of the order threads send requests in, so a seed gives the
-same faults run after run. ``fault_next`` forces a fault on the next GET whose path contains a
+same faults run after run. ``fault_next`` forces a fault on the next GET whose URL contains a
 string (e.g. the manifest's); ``stall_all`` makes every request wait (a stalled server).
 """
 
@@ -69,7 +69,8 @@ class FaultyProxy:
         self._server.server_close()
 
     def fault_next(self, contains: str, fault: str) -> None:
-        """The next object GET whose path contains ``contains`` gets ``fault`` ("": none)."""
+        """The next GET (of an object or a listing) whose path and query contain
+        ``contains`` gets ``fault`` ("": none); calls queue up."""
         if fault and fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}")
         with self._lock:
@@ -85,16 +86,17 @@ class FaultyProxy:
             key = path.lstrip("/").partition("/")[2]  # without the bucket: tests name it at random
             h = hashlib.sha256(f"{self.seed}|{key}|{range_header}|{n}".encode()).digest()
             roll, pick, place = struct.unpack_from(">QQQ", h)
+            forced = next((f for f in self._forced if f[0] in f"{path}?{query}"), None)
+            if method == "GET" and forced is not None:
+                self._forced.remove(forced)
+                fault = forced[1]
+            elif method == "GET" and _is_object(path, query) and self.faults \
+                    and roll / 2**64 < self.rate:
+                fault = self.faults[pick % len(self.faults)]
             if method == "GET" and _is_object(path, query):
                 self.object_gets += 1
-                forced = next((f for f in self._forced if f[0] in path), None)
-                if forced is not None:
-                    self._forced.remove(forced)
-                    fault = forced[1]
-                elif self.faults and roll / 2**64 < self.rate:
-                    fault = self.faults[pick % len(self.faults)]
-                if fault:
-                    self.injected[fault] += 1
+            if fault:
+                self.injected[fault] += 1
             self.log.append((method, path, range_header, fault))
             return fault, place
 
