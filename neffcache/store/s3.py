@@ -6,7 +6,8 @@ the client's exceptions into ``NotFoundError`` / ``UnavailableError`` / ``Config
 
 Retries are obstore's (one policy for every call): a failed request (5xx such as SlowDown,
 a refused or dropped connection, a timeout of a read-only request) is sent again up to
-``max_attempts`` times in all, after full-jitter exponential backoff (100 ms doubling, capped),
+``max_attempts`` times in all, after exponential backoff with jitter (100 ms, then each sleep
+drawn between 100 ms and twice the last; capped),
 and a response cut short is resumed with a ranged GET from the last byte received. With a
 ``deadline`` every wait — connect, read, a whole request, the backoff and the retrying — is
 clipped to what is left of it when the store is opened.
