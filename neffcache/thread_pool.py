@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -19,13 +19,21 @@ R = TypeVar("R")
 U = TypeVar("U")
 
 THREAD_NAME = "neffcache-restore"
+# After the deadline, how long units still running get to notice it (they check between
+# chunks) before they are left running and reported as stuck.
+GRACE = 0.2
 
 
 def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], object],
-              deadline: float | None = None, *, name: str = THREAD_NAME) -> list[U]:
+              deadline: float | None = None, *, name: str = THREAD_NAME,
+              stuck: list[U] | None = None) -> list[U]:
     """Run ``run(unit)`` for each lane's units, in order, on that lane's own number of threads
     (never more than it has units); no unit starts once ``deadline`` (a ``time.monotonic()``
     value) has passed. Returns the units never started, lane by lane, in their order.
+
+    With a deadline this never waits more than ``GRACE`` seconds past it: units still running
+    then (a call that hangs) are left running on their threads and appended to ``stuck``; the
+    caller must not take back what they hold (the process ends them when it exits).
 
     An exception from ``run`` stops every thread from starting another unit and is re-raised
     here once all threads have ended."""
@@ -43,56 +51,77 @@ def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], objec
 
     pools: list[ThreadPoolExecutor] = []
     submitted: list[list[Future[bool]]] = []
+    late: list[U] = []
     try:
         for k, (threads, units) in enumerate(lanes):
             pool = ThreadPoolExecutor(max(1, min(threads, len(units))),
                                       thread_name_prefix=f"{name}-{k}")
             pools.append(pool)
             submitted.append([pool.submit(guarded, u) for u in units])
-        left, error = _collect(lanes, submitted)
+        wait([f for fs in submitted for f in fs],
+             timeout=None if deadline is None else max(0.0, deadline + GRACE - time.monotonic()))
+        left, late, error = _collect(lanes, submitted)
     except BaseException:  # Ctrl-C while waiting: nothing more starts
         stop.set()
         raise
     finally:
         for pool in pools:
-            pool.shutdown(wait=True, cancel_futures=stop.is_set())
+            pool.shutdown(wait=not late, cancel_futures=stop.is_set() or bool(late))
+    if stuck is not None:
+        stuck.extend(late)
     if error is not None:
         raise error
     return left
 
 
-def _collect(lanes: Sequence[tuple[int, Sequence[U]]],
-             submitted: list[list[Future[bool]]]) -> tuple[list[U], BaseException | None]:
-    """The units that never started, and the first failure (in lane and unit order)."""
+def _collect(lanes: Sequence[tuple[int, Sequence[U]]], submitted: list[list[Future[bool]]]
+             ) -> tuple[list[U], list[U], BaseException | None]:
+    """The units that never started, those still running (only after a deadline's wait), and
+    the first failure (in lane and unit order)."""
     left: list[U] = []
+    late: list[U] = []
     error: BaseException | None = None
     for (_, units), futures in zip(lanes, submitted, strict=True):
         for unit, future in zip(units, futures, strict=True):
+            if not future.done() and not future.cancel():
+                late.append(unit)
+                continue
+            if future.cancelled():
+                left.append(unit)
+                continue
             exc = future.exception()
             if exc is not None:
                 error = error or exc
             elif not future.result():
                 left.append(unit)
-    return left, error
+    return left, late, error
 
 
 def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
-                   name: str = THREAD_NAME) -> list[R]:
+                   name: str = THREAD_NAME, deadline: float | None = None,
+                   late: Callable[[T], R] | None = None) -> list[R]:
     """``[fn(x) for x in items]`` on at most ``workers`` threads (inline when one would do);
     returns the results in input order. The first exception ``fn`` raises is re-raised here once
-    every thread has stopped; no item starts after it."""
+    every thread has stopped; no item starts after it.
+
+    With a ``deadline`` (and ``late``, required then) every item runs on a thread and an item
+    not started by the deadline, or still running ``GRACE`` seconds after it, gives
+    ``late(x)``: the caller never waits on a call that hangs."""
     todo = list(items)
-    if min(workers, len(todo)) <= 1:
+    if deadline is None and min(workers, len(todo)) <= 1:
         return [fn(x) for x in todo]
-    results: list[R] = []
+    if deadline is not None and late is None:
+        raise ValueError("map_in_threads: a deadline needs `late` for the items it stops")
     indexed: dict[int, R] = {}
 
     def one(i: int) -> None:
         indexed[i] = fn(todo[i])
 
-    run_lanes([(workers, range(len(todo)))], one, name=name)
-    results.extend(indexed[i] for i in range(len(todo)))
-    return results
+    stuck: list[int] = []
+    left = run_lanes([(workers, range(len(todo)))], one, deadline, name=name, stuck=stuck)
+    stopped = set(left) | set(stuck)
+    return [late(todo[i]) if i in stopped and late is not None else indexed[i]
+            for i in range(len(todo))]
 
 
 __all__ = ["map_in_threads", "run_lanes"]

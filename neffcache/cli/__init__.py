@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import sys
 from typing import Any
 
 import click
@@ -101,8 +100,9 @@ def group() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    code = run(argv)
-    sys.exit(code)
+    from neffcache.cli._process import exit_process
+
+    exit_process(run(argv))
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""Process-wide settings a command makes once, at the CLI edge: the open-file limit, the cyclic GC.
+"""Process-wide settings a command makes once, at the CLI edge: the open-file limit, the cyclic GC,
+and how the process ends (``exit_process``).
 
 The library below never changes the process: ``neffcache.restore`` only reads the open-file
 limit (``neffcache.restore.install.batch_files``) and leaves the garbage collector alone; a
@@ -75,3 +76,28 @@ def without_cyclic_gc(fn: Callable[..., None]) -> Callable[..., None]:
                 gc.enable()
 
     return wrapper
+
+
+def exit_process(code: int) -> None:
+    """End the process with ``code``. Normally ``sys.exit``; when a thread that is not a daemon
+    is still running (a restore worker whose store call hangs, left behind at the deadline),
+    the interpreter would wait for it at exit, so the output is flushed and the process ends
+    at once (``os._exit``): a --deadline holds whatever the server does."""
+    import os
+    import sys
+    import threading
+    import time
+
+    waiting = [t for t in threading.enumerate()
+               if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    until = time.monotonic() + 0.05  # idle pool threads end at once; a hung one does not
+    for t in waiting:
+        t.join(max(0.0, until - time.monotonic()))
+    if any(t.is_alive() for t in waiting):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)

@@ -6,7 +6,9 @@ import os
 import shlex
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,20 @@ from neffcache.cli._common import (
 )
 from neffcache.cli._process import tuned_for_restore
 from neffcache.config import Settings
-from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, UsageError, exit_code_for
+from neffcache.errors import (
+    EXIT_CODE_HELP,
+    DeadlineExceededError,
+    NeffcacheError,
+    UnavailableError,
+    UsageError,
+    exit_code_for,
+)
 
 # A boot must never wait long for a dashboard: the report gets this long, then is dropped.
 REPORT_TIMEOUT = 2.0
+LATE_REPORT_TIMEOUT = 0.2  # ... and this long once the deadline has passed
+# How long after the deadline the restore is waited for (its workers get thread_pool.GRACE).
+OVERRUN = 0.3
 
 
 @click.command("restore", epilog=EXIT_CODE_HELP)
@@ -38,7 +50,8 @@ REPORT_TIMEOUT = 2.0
 @click.option("--deadline", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               default=None, help="Stop starting new work SECONDS after the process started; "
               "transfers in flight stop at their next chunk, what is done stays, the rest is "
-              "reported (exit 3).")
+              "reported (exit 3). Every store wait (connect, read, retries) is clipped to it: "
+              "the command returns within SECONDS + 1 s whatever the server does.")
 @click.option("--print-env", is_flag=True,
               help="Print `export VAR=...` lines for the backend's cache dirs on stdout, for "
                    "`eval` (also creates the lock/scratch dirs).")
@@ -178,15 +191,15 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         else:  # everything already in place (local manifest copies + state file): no store
             result = restore_local(cells, backend, fingerprint, target,
                                    store_url=describe_store(settings.store_url)) or \
-                _restore_from_store(settings, cells, backend, fingerprint, target,
-                                    workers=workers, until=until,
-                                    show_progress=sys.stderr.isatty() and not print_env)
+                _before(until, lambda: _restore_from_store(
+                    settings, cells, backend, fingerprint, target, workers=workers,
+                    until=until, show_progress=sys.stderr.isatty() and not print_env))
     except NeffcacheError as exc:
         # A boot restore that stops early is exactly what the dashboard must show: report it
         # (a bundle restore is for hosts with no store and no index: it reports nothing).
         if source is None:
             _send_report(settings, _failure_doc(fingerprint, target, cells, exc), fingerprint,
-                         m.name or matrix, REPORT_TIMEOUT)
+                         m.name or matrix, _report_timeout(until))
         raise
     if result.conflicts:
         progress(_conflict_warning(result.conflicts))
@@ -195,13 +208,50 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
                  f"(.neffcache-*.tmp) left by an interrupted restore")
     doc = dict(result.to_json(), fingerprint_python=described_interpreter(settings.python))
     _show(doc, as_json, print_env)
-    timeout = REPORT_TIMEOUT if until is None else \
-        min(REPORT_TIMEOUT, max(0.5, until - time.monotonic()))
     if source is None:
-        _send_report(settings, doc, fingerprint, m.name or matrix, timeout)
+        _send_report(settings, doc, fingerprint, m.name or matrix, _report_timeout(until))
     err = result.error()
     if err is not None:
         raise err
+
+
+def _report_timeout(until: float | None) -> float:
+    """The report's time budget: 2 s, less when the deadline is nearer, 0.2 s past it."""
+    if until is None:
+        return REPORT_TIMEOUT
+    return min(REPORT_TIMEOUT, max(LATE_REPORT_TIMEOUT, until - time.monotonic()))
+
+
+def _before(until: float | None, work: Callable[[], Any]) -> Any:
+    """``work()``, waited for until a moment after the deadline (or after now, when it has
+    passed already) at most: the store calls
+    inside already stop by then (their timeouts and retries are clipped to the deadline,
+    and the fetch workers are not waited for), so this only catches a call that hangs
+    anyway (e.g. the store check): DeadlineExceededError, exit 3. ``work`` then runs on in a
+    daemon thread until the process ends."""
+    if until is None:
+        return work()
+    done: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name="neffcache-restore-main", daemon=True)
+    worker.start()
+    worker.join(max(0.0, until - time.monotonic()) + OVERRUN)
+    if failed:
+        if isinstance(failed[0], UnavailableError) and time.monotonic() >= until:
+            raise DeadlineExceededError(f"{failed[0]}; the deadline passed first (the store "
+                                        "client's waits end at the deadline)") from None
+        raise failed[0]
+    if done:
+        return done[0]
+    raise DeadlineExceededError("the store did not answer before the deadline; nothing more "
+                                "was installed (a rerun fetches what is missing)")
 
 
 def _settings(store: str | None, index: str | None, python: str | None,
@@ -277,8 +327,9 @@ def _restore_from_store(settings: Settings, cells: Any, backend: Any,
         from neffcache.thread_pool import usable_cpus
 
         workers = min(16, 4 * usable_cpus())
-    s = open_store(settings.store_url)
-    s.check()
+    s = open_store(settings.store_url, deadline=until)
+    if until is None or time.monotonic() < until:  # past it, nothing more is asked of the store
+        s.check()
     bar = _ProgressLine() if show_progress else None
     result = restore_cells(s, cells, backend, fingerprint, target, workers=workers,
                            deadline=until, progress=bar.update if bar else None,

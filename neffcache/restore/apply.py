@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from neffcache.restore.fetch import Fetcher
 from neffcache.restore.fs import Roots
 from neffcache.restore.install import FileFailure, Outcome, batch_files
-from neffcache.restore.plan import FileId, PackRun, RestorePlan, Target
+from neffcache.restore.plan import FileId, PackRun, RestorePlan, Target, Unit
 from neffcache.restore.state import StateRecord
 from neffcache.store import Store
 from neffcache.thread_pool import run_lanes, usable_cpus
@@ -32,6 +32,7 @@ class RestoreReport:
     deadline_hit: bool
     states: tuple[tuple[FileId, StateRecord], ...] = field(default=(), repr=False)
     requests: int = 0
+    hung: int = 0  # units still running at the deadline (a store call that did not return)
 
 
 class _Collector:
@@ -69,7 +70,9 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     work that more threads than CPUs only slow down, measured), run on at most one thread per
     CPU plus one; blob GETs and parts, whose cost is waiting on the network, on ``workers``.
     ``deadline`` is a ``time.monotonic()`` value: no unit starts after it, and a transfer in
-    progress stops at its next chunk once it has passed (its temp file removed).
+    progress stops at its next chunk once it has passed (its temp file removed). A unit whose
+    store call hangs is not waited for past the deadline (``run_lanes``): its files are
+    reported as stopped and ``hung`` counts it; the caller must then leave ``roots`` open.
     """
     own = roots is None
     roots = roots or Roots(dict(plan.target_dirs))
@@ -81,16 +84,20 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     fetcher = Fetcher(store, roots, deadline, batch_files(file_workers, workers))
     runs = [u for u in units if isinstance(u, PackRun)]
     blobs = [u for u in units if not isinstance(u, PackRun)]
+    hung: list[Unit] = []
     try:
         left = run_lanes([(file_workers, runs), (workers, blobs)],
-                         lambda u: tally.add(*fetcher.run(u)), deadline)
-        tally.add(fetcher.abandon(left), 0)
+                         lambda u: tally.add(*fetcher.run(u)), deadline, stuck=hung)
+        tally.add(fetcher.abandon(left, hung), 0)
     finally:
-        if own:
+        if own and not hung:
             roots.close()
-    deadline_hit = any(f.kind == "deadline" for f in tally.failures)
-    return RestoreReport(tuple(tally.installed), tuple(tally.failures), tally.bytes,
-                         deadline_hit, tuple(tally.states), len(units) - len(left))
+    with tally.lock:  # a hung unit that returns later must not change this report
+        installed, failures = tuple(tally.installed), tuple(tally.failures)
+        states, nbytes = tuple(tally.states), tally.bytes
+    deadline_hit = any(f.kind == "deadline" for f in failures)
+    return RestoreReport(installed, failures, nbytes, deadline_hit, states,
+                         len(units) - len(left) - len(hung), len(hung))
 
 
 __all__ = ["FileFailure", "Progress", "RestoreReport", "apply_restore"]

@@ -1,14 +1,19 @@
 """Run one fetch unit: bring its bytes from the store, verify them, install them.
 
 - ``PackRun``: one ranged read of a pack, read in large windows; each member (small by
-  construction) is checked against its sha256 and written in a batch; a corrupt member fails
-  alone, a short read fails the rest. A pack missing from the store falls back to the members'
-  own blobs.
+  construction) is checked against its sha256 and written in a batch. A corrupt member is read
+  again alone (its own range); a stream that breaks or ends early is read again from the first
+  member it did not deliver, never from the run's start. A pack missing from the store falls
+  back to the members' own blobs.
 - ``BlobGet``: one GET, streamed into the temp file and hashed on the way.
 - ``BlobPart``: ranged GETs of one large blob run in parallel and ``pwrite`` into one shared
   temp file; each worker hashes its part as it arrives and checks it against the part's digest
   from the manifest: hashing runs on every fetching thread and ends with the last byte. The
   worker that finishes the last part (or sees the last part fail) finishes the file.
+Refetching is driven by verification, which the store client cannot do: a piece (a blob, a part,
+a pack member) whose body breaks off, ends early or does not match its digest is fetched again,
+at most ``ATTEMPTS`` times in all, before its file fails. Retrying a failed request (5xx, a
+refused connection) and resuming a cut response is the store client's job, not this module's.
 A file wanted at several paths is fetched once and copied locally (and verified again). How a
 file is written, verified and renamed is in ``neffcache.restore.install``.
 """
@@ -21,8 +26,9 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from typing import BinaryIO
 
-from neffcache.errors import IntegrityError, NotFoundError
+from neffcache.errors import IntegrityError, NotFoundError, UnavailableError
 from neffcache.hashing import CHUNK
 from neffcache.restore.fs import DirCache, Roots, start_writeback, tmp_name
 from neffcache.restore.install import (
@@ -42,10 +48,25 @@ from neffcache.restore.install import (
     read_umask,
     verify_member,
 )
-from neffcache.restore.plan import BlobGet, BlobPart, FetchGroup, PackRun, Unit, unit_groups
-from neffcache.restore.state import state_record
+from neffcache.restore.plan import (
+    BlobGet,
+    BlobPart,
+    FetchGroup,
+    PackRun,
+    Slice,
+    Unit,
+    unit_groups,
+)
+from neffcache.restore.state import StateRecord, state_record
 from neffcache.store import Store, blob_key
 from neffcache.store.base import pack_key
+
+# Fetches of one piece (blob, part, pack member) before its file fails: as many as the S3
+# client's attempts per request (S3Store max_attempts).
+ATTEMPTS = 5
+# What a body can do wrong on the way: break off after the client's own resumptions
+# (UnavailableError) or arrive short or corrupt (IntegrityError).
+BODY_FAULTS = (IntegrityError, UnavailableError)
 
 
 class Fetcher:
@@ -81,20 +102,26 @@ class Fetcher:
                 out = self._part(unit, dirs)
         finally:
             dirs.close()
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            out = [(t, _stopped(o)) for t, o in out]
         return out, _bytes(out, unit_groups(unit))
 
-    def abandon(self, units: Sequence[Unit]) -> list[Outcome]:
-        """Deadline failures for units never started; large files left unfinished removed."""
+    def abandon(self, units: Sequence[Unit], running: Sequence[Unit] = ()) -> list[Outcome]:
+        """Deadline failures for units never started (``units``) and for units still running
+        on a thread that hangs (``running``); large files left unfinished are removed, except
+        those a running unit still writes to (its thread removes them if it ever returns)."""
+        busy = {g.sha256 for unit in running for g in unit_groups(unit)}
         out: list[Outcome] = []
         seen: set[str] = set()
-        for unit in units:
+        for unit in (*units, *running):
             for g in unit_groups(unit):
                 if g.sha256 in seen:
                     continue
                 seen.add(g.sha256)
-                asm = self._assemblies.pop(g.sha256, None)
-                if asm is not None:
-                    asm.discard()
+                if g.sha256 not in busy:
+                    asm = self._assemblies.pop(g.sha256, None)
+                    if asm is not None:
+                        asm.discard()
                 out.extend(fail_all(g, Stopped()))
         return out
 
@@ -105,53 +132,99 @@ class Fetcher:
             raise Stopped
 
     def _pack(self, run: PackRun, dirs: DirCache) -> list[Outcome]:
-        try:
-            self._check()
-            body = self.store.open(pack_key(run.pack), run.start, run.length)
-        except NotFoundError:  # packs are an extra: the members are blobs too
-            return [o for s in run.slices for o in self._blob(s.group, dirs)]
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a FileFailure
-            return [o for s in run.slices for o in fail_all(s.group, exc)]
+        """Read the run's members from one ranged read; a stream that breaks or ends early is
+        read again from the first member it did not deliver (at most ``ATTEMPTS`` reads in
+        all), a corrupt member is read again alone (``_member``)."""
+        key, slices = pack_key(run.pack), run.slices
         out: list[Outcome] = []
-        with body, Batch(dirs) as batch:
-            window = Window(body, run.start)
-            for i, s in enumerate(run.slices):
-                g = s.group
-                data: bytes | memoryview = b""
+        i = reads = 0  # the first member not yet handled; ranged reads opened so far
+        with Batch(dirs) as batch:
+            while i < len(slices):
+                start = run.start if i == 0 else slices[i].offset
                 try:
                     self._check()
-                    data = window.take(s.offset, g.size)
-                    verify_member(data, g, run.pack)
-                except IntegrityError as exc:
-                    out.extend(fail_all(g, exc))
-                    if len(data) < g.size:  # the stream ended: the rest is missing too
-                        for rest in run.slices[i + 1:]:
-                            out.extend(fail_all(rest.group, IntegrityError(
-                                f"pack {run.pack[:12]} ends before offset {rest.offset} "
-                                f"(truncated)")))
-                        break
-                    continue
-                except Exception as exc:  # noqa: BLE001
-                    for rest in run.slices[i:]:
-                        out.extend(fail_all(rest.group, exc))
+                    body = self.store.open(key, start, run.start + run.length - start)
+                except NotFoundError:  # packs are an extra: the members are blobs too
+                    out.extend(o for s in slices[i:] for o in self._blob(s.group, dirs))
                     break
-                out.extend(batch.add(g, data))
-                if len(batch) >= self.batch_files:
-                    out.extend(batch.commit())
-                    dirs.trim()
+                except Exception as exc:  # noqa: BLE001 - every failure becomes a FileFailure
+                    out.extend(o for s in slices[i:] for o in fail_all(s.group, exc))
+                    break
+                reads += 1
+                with body:
+                    i, broken = self._members(run, i, Window(body, start), batch, out)
+                if broken is not None and (reads >= ATTEMPTS or isinstance(broken, Stopped)):
+                    out.extend(o for s in slices[i:] for o in fail_all(s.group, broken))
+                    break
             out.extend(batch.commit())
         return out
 
-    def _blob(self, g: FetchGroup, dirs: DirCache) -> list[Outcome]:
-        first = g.targets[0]
-        try:
+    def _members(self, run: PackRun, i: int, window: Window, batch: Batch,
+                 out: list[Outcome]) -> tuple[int, BaseException | None]:
+        """Take members from ``i`` on out of one stream into the batch; (the first member not
+        handled, why the stream stopped delivering or None when every member was handled)."""
+        while i < len(run.slices):
+            s = run.slices[i]
+            g = s.group
+            try:
+                self._check()
+                data = window.take(s.offset, g.size)
+            except Exception as exc:  # noqa: BLE001 - the stream broke (or the deadline)
+                return i, exc
+            if len(data) < g.size:  # the stream ended early: read again from this member
+                return i, IntegrityError(f"pack {run.pack[:12]} ends before offset "
+                                         f"{s.offset + len(data)} (truncated)")
+            try:
+                try:
+                    verify_member(data, g, run.pack)
+                except IntegrityError:
+                    data = self._member(run.pack, s)
+            except Exception as exc:  # noqa: BLE001
+                out.extend(fail_all(g, exc))
+            else:
+                out.extend(batch.add(g, data))
+                if len(batch) >= self.batch_files:
+                    out.extend(batch.commit())
+                    batch.dirs.trim()
+            i += 1
+        return i, None
+
+    def _member(self, pack: str, s: Slice) -> bytes:
+        """A member that arrived corrupt, read again alone (its own range of the pack) until
+        it verifies, at most ``ATTEMPTS - 1`` more times; the last IntegrityError if never."""
+        for attempt in range(2, ATTEMPTS + 1):
             self._check()
-            with self.store.open(blob_key(g.sha256)) as src:
-                rec = place(dirs, first, lambda fd: copy_verified(src, fd, first,
-                                                                    self.deadline))
-        except Exception as exc:  # noqa: BLE001
-            return fail_all(g, exc)
-        return [(first, rec), *copies(dirs, g)]
+            data = self.store.read(pack_key(pack), s.offset, s.group.size)
+            try:
+                verify_member(data, s.group, pack)
+                return data
+            except IntegrityError:
+                if attempt == ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _blob(self, g: FetchGroup, dirs: DirCache) -> list[Outcome]:
+        """One GET streamed into a temp file; a body that breaks, ends early or does not
+        verify is fetched again (at most ``ATTEMPTS`` GETs)."""
+        first = g.targets[0]
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                self._check()
+                src = self.store.open(blob_key(g.sha256))
+            except Exception as exc:  # noqa: BLE001 - the store retried the request already
+                return fail_all(g, exc)
+            try:
+                with src:
+                    rec = place(dirs, first, lambda fd, src=src: copy_verified(
+                        src, fd, first, self.deadline))
+            except BODY_FAULTS as exc:
+                if attempt == ATTEMPTS:
+                    return fail_all(g, exc)
+                continue
+            except Exception as exc:  # noqa: BLE001
+                return fail_all(g, exc)
+            return [(first, rec), *copies(dirs, g)]
+        raise AssertionError("unreachable")
 
     def _part(self, part: BlobPart, dirs: DirCache) -> list[Outcome]:
         g = part.group
@@ -174,23 +247,36 @@ class Fetcher:
         return asm.finish(dirs)
 
     def _fetch_part(self, part: BlobPart, asm: _Assembly) -> None:
+        """Fetch the part; one that breaks, ends early or does not match its digest is
+        fetched again (its own range only, at most ``ATTEMPTS`` GETs)."""
+        for attempt in range(1, ATTEMPTS + 1):
+            self._check()
+            body = self.store.open(blob_key(part.group.sha256), part.start, part.length)
+            try:
+                with body:
+                    self._receive_part(part, asm, body)
+                return
+            except BODY_FAULTS:
+                if attempt == ATTEMPTS:
+                    raise
+
+    def _receive_part(self, part: BlobPart, asm: _Assembly, body: BinaryIO) -> None:
         """Write the part's bytes at their offsets and hash them as they arrive (from the
         receive buffer, not re-read from the file) into the part's own digest."""
         g, done = part.group, 0
         buf = self._buffer()
         own = hashlib.sha256()
-        with self.store.open(blob_key(g.sha256), part.start, part.length) as body:
-            while done < part.length:
-                self._check()
-                n = read_into(body, buf[:min(CHUNK, part.length - done)])
-                if not n:
-                    break
-                # Writes to one file serialize on its inode lock anyway; waiting here (asleep)
-                # instead of in the kernel (spinning) saves the CPU the other parts need.
-                with asm.write_lock:
-                    pwrite_all(asm.fd, buf[:n], part.start + done)
-                own.update(buf[:n])
-                done += n
+        while done < part.length:
+            self._check()
+            n = read_into(body, buf[:min(CHUNK, part.length - done)])
+            if not n:
+                break
+            # Writes to one file serialize on its inode lock anyway; waiting here (asleep)
+            # instead of in the kernel (spinning) saves the CPU the other parts need.
+            with asm.write_lock:
+                pwrite_all(asm.fd, buf[:n], part.start + done)
+            own.update(buf[:n])
+            done += n
         start_writeback(asm.fd, part.start, done)  # overlap the disk writes with the rest
         t = g.targets[0]
         if done < part.length:
@@ -275,6 +361,15 @@ class _Assembly:
 
 
 # --- outcomes ---------------------------------------------------------------------------------
+
+def _stopped(o: StateRecord | FileFailure) -> StateRecord | FileFailure:
+    """A store failure that ends after the deadline was cut short by it (the client's timeouts
+    and retries are clipped to the deadline): a deadline stop, not an unreachable store."""
+    if isinstance(o, FileFailure) and o.kind == "unavailable":
+        return FileFailure(o.root, o.path, "deadline",
+                           f"{o.root}/{o.path}: stopped at the deadline ({o.message})")
+    return o
+
 
 def _bytes(out: Sequence[Outcome], groups: Iterable[FetchGroup]) -> int:
     """Bytes of the groups whose first target was installed by this call."""

@@ -3,7 +3,8 @@
 For each cell the entry key is ``entry_key(cell, this host's fingerprint)``; its manifest is read
 from ``manifests/<key>.json`` (no index needed) and validated fully. Missing cells are checked
 against the store's ``cells/<cell-key>/`` pointers to tell "never built" from "built for another
-environment".
+environment". A manifest that does not decode is read again (at most ``ATTEMPTS`` reads): a
+body damaged on the way costs one more GET, a damaged object fails its cell.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from neffcache.errors import ManifestError, NotFoundError, UnavailableError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
+from neffcache.restore.fetch import ATTEMPTS
 from neffcache.store import Store, manifest_key
 from neffcache.store.base import CELLS
 from neffcache.thread_pool import map_in_threads
@@ -48,27 +50,15 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
     def one(cell: Cell) -> tuple[Cell, Manifest | CellFailure | str]:
         if deadline is not None and time.monotonic() >= deadline:
             return cell, "unresolved"
-        key = entry_key(cell, fingerprint)
-        try:
-            data = store.read(manifest_key(key))
-        except NotFoundError:
-            return cell, "missing"
-        except UnavailableError as exc:
-            return cell, CellFailure(cell.id, "unavailable", str(exc))
-        try:
-            m = decode_manifest(data, allowed_roots=backend.root_names,
-                                source=f"manifests/{key}.json")
-            if m.entry_key != key:
-                raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
-        except ManifestError as exc:
-            return cell, CellFailure(cell.id, "integrity", str(exc))
-        return cell, m
+        return cell, _read_manifest(store, cell, entry_key(cell, fingerprint), backend,
+                                    deadline)
 
     found: list[Manifest] = []
     missing: list[Cell] = []
     failed: list[CellFailure] = []
     unresolved: list[Cell] = []
-    for cell, outcome in map_in_threads(one, cells, workers):
+    for cell, outcome in map_in_threads(one, cells, workers, deadline=deadline,
+                                        late=lambda c: (c, "unresolved")):
         if isinstance(outcome, Manifest):
             found.append(outcome)
         elif isinstance(outcome, CellFailure):
@@ -77,6 +67,31 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
             (missing if outcome == "missing" else unresolved).append(cell)
     elsewhere = find_elsewhere(store, missing, fingerprint, workers=workers, deadline=deadline)
     return Resolution(tuple(found), tuple(missing), tuple(failed), tuple(unresolved), elsewhere)
+
+
+def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
+                   deadline: float | None) -> Manifest | CellFailure | str:
+    """The cell's manifest, a failure, "missing", or "unresolved" (stopped by the deadline);
+    one that does not decode is read again, at most ``ATTEMPTS`` reads in all."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            data = store.read(manifest_key(key))
+        except NotFoundError:
+            return "missing"
+        except UnavailableError as exc:
+            if deadline is not None and time.monotonic() >= deadline:
+                return "unresolved"  # the deadline cut the client's waits short
+            return CellFailure(cell.id, "unavailable", str(exc))
+        try:
+            m = decode_manifest(data, allowed_roots=backend.root_names,
+                                source=f"manifests/{key}.json")
+            if m.entry_key != key:
+                raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
+            return m
+        except ManifestError as exc:  # damaged on the way, or at rest: read it again
+            if attempt == ATTEMPTS or (deadline is not None and time.monotonic() >= deadline):
+                return CellFailure(cell.id, "integrity", str(exc))
+    raise AssertionError("unreachable")
 
 
 def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint, *,
@@ -96,4 +111,5 @@ def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint
         fps = sorted(n[:-5] for n in names if n.endswith(".json") and "/" not in n)
         return cell.id, tuple(f for f in fps if f != fingerprint.key)
 
-    return tuple((cid, fps) for cid, fps in map_in_threads(one, cells, workers) if fps)
+    return tuple((cid, fps) for cid, fps in map_in_threads(
+        one, cells, workers, deadline=deadline, late=lambda c: (c.id, ())) if fps)

@@ -62,25 +62,29 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
     target = Path(target).absolute()
     with lock_destination(str(target), deadline=deadline, on_wait=notice) as held:
         try:
-            result = _locked(store, cells, backend, fingerprint, target, held, started,
-                             workers=workers, deadline=deadline, progress=progress,
-                             units=units)
+            result, hung = _locked(store, cells, backend, fingerprint, target, held, started,
+                                   workers=workers, deadline=deadline, progress=progress,
+                                   units=units)
         except Exception:
             held.finished()  # unwound: its temp files were removed on the way
             raise
-        held.finished()  # (not when interrupted: then the next run sweeps the roots)
+        if not hung:  # a transfer hung at the deadline may still leave a temp file behind
+            held.finished()  # (nor when interrupted: then the next run sweeps the roots)
     return result
 
 
 def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
             target: Path, held: Held, started: float, *, workers: int,
             deadline: float | None, progress: Progress | None,
-            units: UnitPolicy) -> RestoreResult:
+            units: UnitPolicy) -> tuple[RestoreResult, bool]:
+    """The restore under the lock; and whether a transfer still hangs at the deadline."""
     dirs = root_dirs(backend, str(target))
     resolution = resolve_entries(store, cells, fingerprint, backend, workers=workers,
                                  deadline=deadline)
     manifests = resolution.found
-    with Roots(dirs) as roots:  # refuses a root that is a symlink
+    roots = Roots(dirs)  # refuses a root that is a symlink
+    report: RestoreReport | None = None
+    try:
         # Under the lock every temp file is stale: in the entries directory, in the
         # directories this run writes to, and (after a killed run) anywhere under the roots.
         stale = sweep_entries(held) + (sweep_trees(roots) if held.unclean else 0)
@@ -106,8 +110,11 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
                 failures += (durable,)
             kept = {k: v for k, v in state.items() if k not in wanted}
             save_state(dirs, {**kept, **_vouched(records, state, durable is True)})
+    finally:
+        if report is None or not report.hung:  # a hung transfer's thread still uses them
+            roots.close()
     return _result(store, cells, backend, fingerprint, target, resolution, plan, report,
-                   failures, started, stale)
+                   failures, started, stale), bool(report.hung)
 
 
 def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:

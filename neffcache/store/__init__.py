@@ -10,13 +10,14 @@ from neffcache.store.base import Store, blob_key, manifest_key
 __all__ = ["Store", "blob_key", "describe_store", "manifest_key", "open_store"]
 
 
-def open_store(url: str, *, create: bool = False) -> Store:
+def open_store(url: str, *, create: bool = False, deadline: float | None = None) -> Store:
     """``s3://bucket/prefix`` → S3 store; ``file:///path`` or a plain path → local store
-    (whose directory is created only with ``create``, by the commands that publish)."""
+    (whose directory is created only with ``create``, by the commands that publish). With a
+    ``deadline`` (``time.monotonic()``) a network store clips every wait to what is left."""
     if url.startswith("s3://"):
         from neffcache.store.s3 import S3Store  # no AWS SDK import until the first write
 
-        return S3Store.from_url(url)
+        return S3Store.from_url(url, deadline=deadline)
     if url.startswith("file://"):
         return _local(url[len("file://"):], create)
     if "://" in url:

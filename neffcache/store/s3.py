@@ -4,6 +4,14 @@ binding; ~10 ms to import, requests, SigV4 signing, retries and connection pooli
 the GIL). ``s3_config`` decides endpoint, region and credential source; ``s3_errors`` turns
 the client's exceptions into ``NotFoundError`` / ``UnavailableError`` / ``ConfigError``.
 
+Retries are obstore's (one policy for every call): a failed request (5xx such as SlowDown,
+a refused or dropped connection, a timeout of a read-only request) is sent again up to
+``max_attempts`` times in all, after exponential backoff with jitter (100 ms, then each sleep
+drawn between 100 ms and twice the last; capped),
+and a response cut short is resumed with a ranged GET from the last byte received. With a
+``deadline`` every wait — connect, read, a whole request, the backoff and the retrying — is
+clipped to what is left of it when the store is opened.
+
 Permissions: a reader needs ``s3:GetObject`` and ``s3:ListBucket`` on the prefix. Without
 ListBucket S3 answers 403 instead of 404 for a missing key, which reads as "unavailable".
 """
@@ -14,6 +22,7 @@ import io
 import itertools
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any, BinaryIO
@@ -44,7 +53,10 @@ from neffcache.store.s3_errors import (
 
 MiB = 1 << 20
 # Whole requests get this long; a stalled body is caught sooner by the read timeout.
-REQUEST_TIMEOUT = timedelta(minutes=15)
+REQUEST_TIMEOUT = 15 * 60.0
+RETRY_TIMEOUT = 3 * 60.0  # no retry starts later than this after a call's first attempt
+MAX_BACKOFF = 15.0  # obstore's default cap on one backoff sleep
+PROBE_TIMEOUT = 5.0  # check() fails within about this on an unreachable endpoint
 # obstore raises FileNotFoundError (not one of its own classes) for a missing object.
 _CLIENT_ERRORS = (BaseError, FileNotFoundError)
 _PROBE_PREFIX = "neffcache-check"
@@ -61,7 +73,8 @@ class S3Store:
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  max_attempts: int = 5, connect_timeout: float = 5.0, read_timeout: float = 60.0,
                  max_pool_connections: int = 64, multipart_threshold: int = 16 * MiB,
-                 part_size: int = 16 * MiB, environ: Mapping[str, str] | None = None) -> None:
+                 part_size: int = 16 * MiB, environ: Mapping[str, str] | None = None,
+                 deadline: float | None = None) -> None:
         if part_size < 5 * MiB or multipart_threshold < part_size:
             raise UsageError("S3 store: part_size must be >= 5 MiB and <= multipart_threshold")
         env = os.environ if environ is None else environ
@@ -78,14 +91,21 @@ class S3Store:
             from neffcache.store.s3_profile import profile_credentials
 
             self._provider = profile_credentials(self.credentials, self.url)
-        client = dict(connect_timeout=timedelta(seconds=connect_timeout),
-                      read_timeout=timedelta(seconds=read_timeout),
-                      pool_max_idle_per_host=str(max_pool_connections))
-        self._client = self._connect(client, max_attempts - 1)
-        # check() must fail within seconds on an unreachable endpoint: one retry, short waits.
-        self._probe_options = dict(client, connect_timeout=timedelta(
-            seconds=min(connect_timeout, 2.0)), read_timeout=timedelta(
-            seconds=min(read_timeout, 5.0)))
+        # With a deadline (a time.monotonic() value) no wait may outlast it.
+        left = None if deadline is None else max(0.05, deadline - time.monotonic())
+
+        def clip(seconds: float) -> float:
+            return seconds if left is None else min(seconds, left)
+
+        self._retries = max(0, max_attempts - 1)
+        self._timeouts = (clip(connect_timeout), clip(read_timeout), clip(REQUEST_TIMEOUT),
+                          clip(RETRY_TIMEOUT))
+        self._client = self._connect(self._timeouts, max_pool_connections)
+        # check() must fail within seconds on an unreachable endpoint: short waits, and no
+        # retry starts after PROBE_TIMEOUT (the same number of attempts as every other call).
+        self._probe_timeouts = (clip(min(connect_timeout, 2.0)), clip(min(read_timeout, 5.0)),
+                                clip(PROBE_TIMEOUT), clip(PROBE_TIMEOUT))
+        self._pool = max_pool_connections
         self._probe: _Client | None = None
         self._lock = threading.Lock()
         self._timeouts = (connect_timeout, read_timeout, max_attempts)
@@ -106,7 +126,7 @@ class S3Store:
     def check(self) -> None:
         with self._lock:
             if self._probe is None:
-                self._probe = self._connect(self._probe_options, 1)
+                self._probe = self._connect(self._probe_timeouts, self._pool)
         self._no_source("ListObjectsV2")
         try:  # one small LIST under a name nothing uses: proves bucket, credentials and access
             obstore.list_with_delimiter(self._probe, _PROBE_PREFIX)
@@ -212,15 +232,20 @@ class S3Store:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _connect(self, client: dict[str, Any], retries: int) -> _Client:
+    def _connect(self, timeouts: tuple[float, float, float, float], pool: int) -> _Client:
+        """A client whose connect, read and whole-request timeouts and retry window are
+        ``timeouts`` (seconds); one backoff sleep never outlasts the retry window."""
+        connect, read, request, retrying = (timedelta(seconds=t) for t in timeouts)
         loc: S3Location = self.location
         config: dict[str, Any] = {"virtual_hosted_style_request": loc.virtual_hosted}
         if loc.endpoint:
             config["endpoint"] = loc.endpoint
         if loc.region:
             config["region"] = loc.region
-        options = dict(client, timeout=REQUEST_TIMEOUT, allow_http=loc.allow_http)
-        retry = {"max_retries": max(0, retries), "retry_timeout": timedelta(minutes=3)}
+        options = dict(connect_timeout=connect, read_timeout=read, timeout=request,
+                       pool_max_idle_per_host=str(pool), allow_http=loc.allow_http)
+        retry = {"max_retries": self._retries, "retry_timeout": retrying,
+                 "backoff": {"max_backoff": min(retrying, timedelta(seconds=MAX_BACKOFF))}}
         try:
             return _Client(self.bucket, prefix=self.prefix or None, config=config,
                            client_options=options, retry_config=retry,  # type: ignore[arg-type]

@@ -261,3 +261,35 @@ def test_a_cut_response_resumes_from_the_last_byte_received(
     assert len(proxy.ranges) == 3  # the first GET and one resumption per cut
     resumed = [int(r.split("=")[1].split("-")[0]) for r in proxy.ranges[1:]]
     assert resumed == [start + 512 * 1024, start + 1024 * 1024]
+
+
+@pytest.mark.s3
+def test_the_store_check_outlasts_a_few_slowdowns(s3_url: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """check() gets the same attempts as every other call (it once gave up after two)."""
+    from tests.support.faulty_proxy import FaultyProxy
+
+    with FaultyProxy() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        for _ in range(3):
+            proxy.fault_next("neffcache-check", "slowdown")
+        S3Store.from_url(s3_url).check()
+    assert proxy.injected["slowdown"] == 3
+
+
+@pytest.mark.s3
+def test_a_deadline_clips_every_wait_of_a_stalled_call(s3_url: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that stops answering: with a deadline 1.5 s away the read gives up by then
+    (timeouts and retry window clipped), not after the 60 s read timeout."""
+    from tests.support.faulty_proxy import FaultyProxy
+
+    S3Store.from_url(s3_url).put("manifests/s.json", io.BytesIO(b"{}"))
+    with FaultyProxy(stall_seconds=30) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        deadline = time.monotonic() + 1.5
+        store = S3Store.from_url(s3_url, deadline=deadline)
+        proxy.stall_all = True
+        with pytest.raises(UnavailableError, match="timed out"):
+            store.read("manifests/s.json")
+        assert time.monotonic() - deadline < 1.0  # the issue's deadline + 1 s

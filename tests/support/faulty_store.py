@@ -21,12 +21,15 @@ class FaultyStore:
                    "list", "delete"); None counts them all
       truncate     key → number of bytes a read of that key returns before the data ends
       corrupt      keys whose bytes read back with one byte flipped (same size, other sha256)
-    ``calls`` records every (method, key) in order, for assertions such as "fetched once".
+      damaged_reads how many reads of each truncated/corrupt key come back damaged before it
+                   reads back intact (None: every one), as a fault on the way rather than at rest
+    ``calls`` records every (method, key) in order, for assertions such as "fetched once";
+    ``ranges`` every (key, start, length) read or opened.
     """
 
     def __init__(self, inner: Store, *, fail_on: int | None = None, fail_count: int | None = 1,
                  fail_methods: set[str] | None = None, truncate: dict[str, int] | None = None,
-                 corrupt: set[str] | None = None) -> None:
+                 corrupt: set[str] | None = None, damaged_reads: int | None = None) -> None:
         self.inner = inner
         self.url = f"faulty+{inner.url}"
         self.fail_on = fail_on
@@ -34,7 +37,10 @@ class FaultyStore:
         self.fail_methods = fail_methods
         self.truncate: dict[str, int] = dict(truncate or {})
         self.corrupt: set[str] = set(corrupt or ())
+        self.damaged_reads = damaged_reads
         self.calls: list[tuple[str, str]] = []
+        self.ranges: list[tuple[str, int, int | None]] = []
+        self._damages: dict[str, int] = {}
         self._counted = 0
         self._lock = threading.Lock()
 
@@ -48,6 +54,7 @@ class FaultyStore:
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         self._call("open", key)
+        self.ranges.append((key, start, length))
         if self._damaged(key):
             data = self._damage(key, self.inner.read(key))
             return io.BytesIO(data[start:] if length is None else data[start:start + length])
@@ -55,6 +62,7 @@ class FaultyStore:
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         self._call("read", key)
+        self.ranges.append((key, start, length))
         if not self._damaged(key):
             return self.inner.read(key, start, length)
         data = self._damage(key, self.inner.read(key))
@@ -85,7 +93,11 @@ class FaultyStore:
             raise UnavailableError(f"{self.url}: injected failure on call {n} ({method} {key!r})")
 
     def _damaged(self, key: str) -> bool:
-        return key in self.truncate or key in self.corrupt
+        if key not in self.truncate and key not in self.corrupt:
+            return False
+        with self._lock:
+            n = self._damages[key] = self._damages.get(key, 0) + 1
+        return self.damaged_reads is None or n <= self.damaged_reads
 
     def _damage(self, key: str, data: bytes) -> bytes:
         if key in self.truncate:

@@ -188,6 +188,42 @@ def test_deadline_stops_every_lane_and_returns_lane_by_lane() -> None:
     assert left == ["a1", "a2", "b1"]
 
 
+def test_a_unit_that_hangs_is_left_running_after_the_deadline() -> None:
+    """A unit blocked in a call that ignores the deadline is not waited for beyond GRACE: it
+    is returned in ``stuck`` (not among the never-started units) and keeps its thread."""
+    release = threading.Event()
+    ran: list[str] = []
+
+    def run(u: str) -> None:
+        ran.append(u)
+        if u == "hang":
+            release.wait(WAIT)
+
+    stuck: list[str] = []
+    try:
+        left = run_lanes([(1, ["hang", "after"]), (1, ["ok"])], run,
+                         time.monotonic() + 0.1, stuck=stuck)
+    finally:
+        release.set()
+    assert (left, stuck, sorted(ran)) == (["after"], ["hang"], ["hang", "ok"])
+
+
+def test_map_with_a_deadline_gives_late_for_what_did_not_finish() -> None:
+    release = threading.Event()
+
+    def fn(x: int) -> int:
+        if x == 1:
+            release.wait(WAIT)
+        return x * 10
+
+    try:
+        got = map_in_threads(fn, [0, 1, 2], 1, deadline=time.monotonic() + 0.1,
+                             late=lambda x: -x)
+    finally:
+        release.set()
+    assert got == [0, -1, -2]
+
+
 def test_lanes_reraise_a_failure_after_every_thread_finished() -> None:
     finished: list[str] = []
     both_running = threading.Barrier(2, timeout=WAIT)
