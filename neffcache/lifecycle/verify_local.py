@@ -21,7 +21,8 @@ from typing import Any
 from neffcache.backends import BACKENDS, root_dirs
 from neffcache.errors import IntegrityError, ManifestError, NeffcacheError, UsageError
 from neffcache.manifest import Manifest, decode_manifest
-from neffcache.restore.local import LOCAL_ENTRIES
+from neffcache.restore.dest import lock_destination
+from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
 from neffcache.restore.state import STATE_FILE
 from neffcache.thread_pool import map_in_threads
 
@@ -88,11 +89,10 @@ def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[Local
 
 def read_local_manifests(target: Path) -> tuple[tuple[Manifest, ...], list[LocalProblem]]:
     d = target / LOCAL_ENTRIES
-    if not d.is_dir():
-        raise UsageError(f"{target}: no {LOCAL_ENTRIES}/ here: not a directory neffcache "
-                         f"restore wrote", hint=f"neffcache restore MATRIX --to {target}")
     found, problems = [], []
     for p in sorted(d.glob("*.json")):
+        if p.name == MISSING_FILE:  # what the store lacked at the last restore: no manifest
+            continue
         try:
             doc = decode_manifest(p.read_bytes(), source=str(p))
             backend = BACKENDS.get(doc.fingerprint.backend)
@@ -139,8 +139,23 @@ def check_file(c: LocalCheck) -> tuple[int, LocalProblem | None]:
 
 def verify_local(target: Path, *, workers: int = 4,
                  progress: Callable[[int, int], None] | None = None) -> LocalReport:
+    """Re-hash what the local manifest copies say is restored in ``target``, under the
+    directory's restore lock (a restore running there is waited for: its half-done tree is
+    not damage, and both may rewrite the state file)."""
     started = time.monotonic()
     target = Path(target).expanduser().absolute()
+    if not (target / LOCAL_ENTRIES).is_dir():
+        raise UsageError(f"{target}: no {LOCAL_ENTRIES}/ here: not a directory neffcache "
+                         f"restore wrote", hint=f"neffcache restore MATRIX --to {target}")
+    with lock_destination(str(target), who="verify --local") as held:
+        report = _verify_locked(target, workers, progress, started)
+        if not held.unclean:  # a killed restore's mark stays for the next restore's sweep
+            held.finished()
+    return report
+
+
+def _verify_locked(target: Path, workers: int, progress: Callable[[int, int], None] | None,
+                   started: float) -> LocalReport:
     manifests, problems = read_local_manifests(target)
     checks = plan_local_checks(manifests, str(target))
     checked = 0

@@ -38,7 +38,8 @@ class Held:
 
 @contextlib.contextmanager
 def lock_destination(target: str, *, deadline: float | None = None,
-                     on_wait: Callable[[str], None] | None = None) -> Iterator[Held]:
+                     on_wait: Callable[[str], None] | None = None,
+                     who: str = "restore") -> Iterator[Held]:
     """Hold DIR's restore lock for the block (creating ``DIR/.neffcache-entries``; a symlink
     there is refused). A restore already holding it is waited for: without ``deadline``
     as long as it runs, else until ``deadline`` (``time.monotonic()``), then
@@ -53,7 +54,7 @@ def lock_destination(target: str, *, deadline: float | None = None,
         _acquire(fd, target, deadline, on_wait)
         unclean = os.fstat(fd).st_size > 0
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"restore pid {os.getpid()} since {time.time():.0f}\n".encode(), 0)
+        os.pwrite(fd, f"{who} pid {os.getpid()} since {time.time():.0f}\n".encode(), 0)
         yield Held(fd, efd, unclean)
     finally:
         if fd >= 0:

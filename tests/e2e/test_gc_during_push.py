@@ -64,6 +64,7 @@ def test_gc_rounds_during_a_long_push_leave_the_store_whole(cli: Cli, tmp_path: 
     rounds: list[tuple[bool, dict[str, object]]] = []
     try:
         while pusher.is_alive() and len(rounds) < 40:
+            round_started = time.monotonic()
             junk = os.urandom(256)  # something gc must delete: proves it ran for real
             store.put(blob_key(sha256_bytes(junk)), io.BytesIO(junk))
             swept = cli("gc", "--yes", "--grace", str(GRACE), "--force", "--json")
@@ -73,6 +74,9 @@ def test_gc_rounds_during_a_long_push_leave_the_store_whole(cli: Cli, tmp_path: 
             assert checked.code == 0 and checked.json["problems"] == [], checked.stdout
             rounds.append((pusher.is_alive(), swept.json))
             gate.release(PER_ROUND)
+            # A round lasts a grace at least, so a push alive for 4 rounds has outlived 3
+            # graces on a fast machine too.
+            time.sleep(max(0.0, round_started + GRACE - time.monotonic()))
     finally:
         gate.release(100_000)
         pusher.join(timeout=300)

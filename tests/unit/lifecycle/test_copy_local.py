@@ -69,3 +69,38 @@ def test_verify_local_finds_a_flipped_bit_and_forgets_its_state(tmp_path: Path) 
     assert ("neff", rel) not in load_state({"neff": str(target / "neff")})
     again = restore_cells(store, [cell(64)], get_backend("neuron"), FP, target)
     assert again.files_fetched == 1 and verify_local(target).problems == ()
+
+
+def test_verify_local_is_clean_after_a_restore_that_missed_a_cell(tmp_path: Path) -> None:
+    """The restore's record of missing entries (missing.json) lives beside the manifest
+    copies; it is not a manifest and not damage."""
+    store = MemoryStore()
+    publish_synthetic(store, cell(64), FP, tmp_path / "c", seed=6)
+    target = tmp_path / "restored"
+    r = restore_cells(store, [cell(64), cell(128)], get_backend("neuron"), FP, target)
+    assert r.resolution.missing and (target / ".neffcache-entries" / "missing.json").is_file()
+    report = verify_local(target)
+    assert report.problems == () and report.entries == 1
+
+
+def test_verify_local_waits_for_a_restore_running_in_the_directory(tmp_path: Path) -> None:
+    """Forgetting a damaged file's state rewrites the state file: under the restore lock."""
+    import threading
+
+    from neffcache.restore.dest import lock_destination
+
+    store = MemoryStore()
+    publish_synthetic(store, cell(64), FP, tmp_path / "c", seed=7)
+    target = tmp_path / "restored"
+    assert restore_cells(store, [cell(64)], get_backend("neuron"), FP, target).error() is None
+    victim = sorted((target / "neff").rglob("*.neff"))[0]
+    victim.write_bytes(b"damaged")
+    done = threading.Event()
+    with lock_destination(str(target)):
+        t = threading.Thread(target=lambda: (verify_local(target), done.set()))
+        t.start()
+        assert not done.wait(0.5)  # held: verify waits before touching the state file
+    t.join(10)
+    assert done.is_set()
+    rel = victim.relative_to(target / "neff").as_posix()
+    assert ("neff", rel) not in load_state({"neff": str(target / "neff")})
