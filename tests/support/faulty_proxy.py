@@ -21,17 +21,17 @@ import struct
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
-from tests.support.forward_proxy import HOP_BY_HOP
+from tests.support.forward_proxy import HOP_BY_HOP, LoopbackProxy
 
 FAULTS = ("reset", "truncate", "corrupt", "slowdown", "stall")
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
             b"<Message>Please reduce your request rate.</Message></Error>")
 
 
-class FaultyProxy:
+class FaultyProxy(LoopbackProxy):
     """``rate`` of object GETs (GETs of a key, not listings) get one of ``faults``."""
 
     def __init__(self, *, seed: int = 0, rate: float = 0.0,
@@ -39,6 +39,7 @@ class FaultyProxy:
         unknown = set(faults) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; expected some of {FAULTS}")
+        super().__init__(_Handler)
         self.seed, self.rate, self.faults = seed, rate, tuple(faults)
         self.stall_seconds = stall_seconds
         self.stall_all = False
@@ -47,26 +48,11 @@ class FaultyProxy:
         self.log: list[tuple[str, str, str | None, str]] = []  # method, path, range, fault
         self._forced: list[tuple[str, str]] = []  # (path substring, fault)
         self._seen: Counter[tuple[str, str | None]] = Counter()
-        self._lock = threading.Lock()
         self._release = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.proxy = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
-                                        daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> FaultyProxy:
-        self._thread.start()
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self._release.set()  # stalled handlers answer now
-        self._server.shutdown()
-        self._server.server_close()
+        super().__exit__(*exc)
 
     def fault_next(self, contains: str, fault: str) -> None:
         """The next GET (of an object or a listing) whose path and query contain

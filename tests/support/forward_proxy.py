@@ -9,20 +9,21 @@ from __future__ import annotations
 import http.client
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "transfer-encoding", "te",
               "trailer", "upgrade", "proxy-authorization"}
 
 
-class ForwardProxy:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str]] = []  # (method, netloc)
-        self.ranges: list[str | None] = []  # the Range header of each GET
-        self.cut_gets = 0
-        self.cut_after = 0
+class LoopbackProxy:
+    """A threaded proxy server on 127.0.0.1 serving ``handler`` (which finds this object as
+    ``self.server.proxy``); started and stopped as a context manager."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
         self._server.proxy = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
                                         daemon=True)
@@ -31,13 +32,25 @@ class ForwardProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def __enter__(self) -> ForwardProxy:
+    def __enter__(self: _P) -> _P:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+_P = TypeVar("_P", bound=LoopbackProxy)
+
+
+class ForwardProxy(LoopbackProxy):
+    def __init__(self) -> None:
+        super().__init__(_Handler)
+        self.seen: list[tuple[str, str]] = []  # (method, netloc)
+        self.ranges: list[str | None] = []  # the Range header of each GET
+        self.cut_gets = 0
+        self.cut_after = 0
 
     def record(self, method: str, netloc: str, range_header: str | None) -> bool:
         """Record a request; True when its response is to be cut short."""
