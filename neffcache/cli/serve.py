@@ -102,13 +102,27 @@ def serve(host: str, port: int, log_level: str, ingest_every: float, store: str 
                  f"are readable by anyone who can reach this port")
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
         sock = bind_socket(host, port)
-        config = uvicorn.Config(create_app(ix), log_level=log_level, server_header=False,
-                                access_log=log_level in ("info", "debug"))
+        config = server_config(create_app(ix), log_level=log_level)
         bound = sock.getsockname()[1]
         progress(f"neffcache serve: http://{_url_host(host)}:{bound}/ "
                  f"(index {redact_url(settings.index_url)}; Ctrl-C stops)")
         with sock, ingesting_reports(ix, settings, ingest_every):
             uvicorn.Server(config).run(sockets=[sock])
+
+
+# The longest request head uvicorn's HTTP/1.1 parser (h11) buffers before it answers. At h11's
+# default (16 KiB) a long query string that arrives in more than one read is refused with a
+# plain-text 400 and a reset connection, before the app can answer it in the documented shape.
+MAX_REQUEST_HEAD = 1 << 20
+
+
+def server_config(app: Any, *, log_level: str = "warning") -> Any:
+    """uvicorn's configuration for the ops server (``neffcache serve`` and the tests)."""
+    import uvicorn
+
+    return uvicorn.Config(app, log_level=log_level, server_header=False,
+                          access_log=log_level in ("info", "debug"),
+                          h11_max_incomplete_event_size=MAX_REQUEST_HEAD)
 
 
 @contextlib.contextmanager

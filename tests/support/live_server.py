@@ -55,11 +55,11 @@ def serve_in_thread(index: Index) -> Iterator[str]:
     """``create_app(index)`` served by uvicorn on 127.0.0.1:<free port>; yields the base URL."""
     import uvicorn
 
-    from neffcache.cli.serve import bind_socket
+    from neffcache.cli.serve import bind_socket, server_config
     from neffcache.server.app import create_app
 
     sock = bind_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(index), log_level="warning"))
+    server = uvicorn.Server(server_config(create_app(index)))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
