@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from neffcache.backends import get_backend
 from neffcache.errors import NeffcacheError
 from neffcache.fingerprint import Fingerprint
 from neffcache.index.matrices import matrix_name_of
@@ -34,20 +30,22 @@ from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.plan import (
     EXISTS,
     PUBLISHED,
-    REFUSE,
-    REFUSED,
-    SKIP,
-    SKIPPED,
     WARM,
     CellPlan,
     CellReport,
     Event,
     PrecompileOptions,
     PrecompileReport,
-    find_ready,
-    plan_precompile,
 )
-from neffcache.precompile.run import _index_known_entries, _register, _Run, _warm, run_pool
+from neffcache.precompile.run import (
+    Run,
+    begin_run,
+    finish_run,
+    index_known_entries,
+    prepare_run,
+    run_pool,
+    warm_cell,
+)
 from neffcache.store import Store, manifest_key
 
 
@@ -111,49 +109,30 @@ def apply_claims(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Any
     """Warm cells from the claim queue until none is left to claim or in progress; the report
     lists the cells this worker handled (skipped, refused, published, exists, failed)."""
     started = time.monotonic()
-    backend = get_backend(matrix.backend)
-    plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
-                            compile_only=options.compile_only)
-    emit = progress or (lambda event: None)
-    reports: dict[str, CellReport] = {}
-    for p in plans:
-        if p.action == SKIP:
-            reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, SKIPPED)
-        elif p.action == REFUSE:
-            reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, REFUSED,
-                                            error=p.reason)
-            emit(("refused", p.cell.id, p.reason or ""))
-    _index_known_entries(store, index, [p for p in plans if p.action == SKIP], backend)
-    _register(index, matrix)
+    run, plans, reports = prepare_run(matrix, cells, store, index, fingerprint, options,
+                                      environ=environ, progress=progress, force=False,
+                                      announce_skips=False)
     to_warm = {p.cell.key: p for p in plans if p.action == WARM}
     name = matrix_name_of(matrix)
     removed = index.queue_claims(name, [p.cell for p in to_warm.values()], fingerprint,
                                  [c.key for c in matrix.cells])
     if removed:
-        emit(("note", name, f"removed {removed} queued cell(s) the matrix no longer declares"))
-    workdir = Path(options.workdir or tempfile.mkdtemp(prefix="neffcache-precompile-"))
-    run = _Run(matrix, store, index, fingerprint, backend, options, environ, workdir, emit)
+        run.emit(("note", name, f"removed {removed} queued cell(s) the matrix no longer "
+                                f"declares"))
     if to_warm:
-        workdir.mkdir(parents=True, exist_ok=True)
-        run.run_id = index.start_run(host_label(), fingerprint, name)
+        begin_run(run, host_label())
         slots = _Slots(run, claim, to_warm, reports)
         run_pool(run, reports, lambda pool: list(
             pool.map(lambda _: slots.loop(), range(max(1, options.workers)))))
-    if not options.keep_workdir and options.workdir is None:
-        shutil.rmtree(workdir, ignore_errors=True)
     order = {c.id: i for i, c in enumerate(cells)}
-    return PrecompileReport(
-        matrix=matrix.source, backend=backend.name, fingerprint_key=fingerprint.key,
-        store_url=store.url, run_id=run.run_id,
-        cells=tuple(sorted(reports.values(), key=lambda r: order.get(r.cell_id, 0))),
-        seconds=time.monotonic() - started,
-        workdir=str(workdir) if options.keep_workdir or options.workdir else None)
+    return finish_run(run, started, sorted(reports.values(),
+                                           key=lambda r: order.get(r.cell_id, 0)))
 
 
 class _Slots:
     """The claim loop that each of a worker's local slots runs."""
 
-    def __init__(self, run: _Run, claim: ClaimOptions, plans: Mapping[str, CellPlan],
+    def __init__(self, run: Run, claim: ClaimOptions, plans: Mapping[str, CellPlan],
                  reports: dict[str, CellReport]) -> None:
         self.run, self.claim, self.plans, self.reports = run, claim, plans, reports
         self.keys = sorted(plans)
@@ -181,7 +160,7 @@ class _Slots:
         run = self.run
         plan = self.plans[lease.cell_key]
         if run.store.has(manifest_key(plan.entry_key)):  # published, but its index row lost
-            _index_known_entries(run.store, run.index, [plan], run.backend)
+            index_known_entries(run.store, run.index, [plan], run.backend)
             run.index.release_done(lease)
             run.emit(("skip", plan.cell.id, "ready (entry in store)"))
             return CellReport(plan.cell.id, plan.cell.key, plan.entry_key, EXISTS)
@@ -191,7 +170,7 @@ class _Slots:
                                          f"{self.claim.lease_seconds:g} s"))
         with Heartbeat(run.index, lease, self.claim.lease_seconds,
                        self.claim.heartbeat_seconds) as beat:
-            report = _warm(run, n, plan)
+            report = warm_cell(run, n, plan)
         if beat.lost.is_set():
             run.emit(("note", plan.cell.id, "lease lost while warming (expired and claimed "
                                             "elsewhere?)"))

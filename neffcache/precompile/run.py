@@ -63,8 +63,8 @@ READERS = 16  # manifests read in parallel when indexing entries the index does 
 
 
 @dataclass
-class _Run:
-    """Shared state of one apply_precompile call (threads publish and record through it)."""
+class Run:
+    """Shared state of one run, static or claimed (threads publish and record through it)."""
 
     matrix: Matrix
     store: Store
@@ -87,46 +87,70 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
     """Warm, publish and record every planned cell; never raises for a failed cell (the
     report says which failed). ``index`` is a neffcache.index.Index."""
     started = time.monotonic()
+    run, plans, reports = prepare_run(matrix, cells, store, index, fingerprint, options,
+                                      environ=environ, progress=progress, force=options.force,
+                                      announce_skips=True)
+    to_warm = [p for p in plans if p.action == WARM]
+    if to_warm:
+        begin_run(run, socket.gethostname())
+        numbered = list(enumerate(to_warm, 1))
+
+        def warm_all(pool: ThreadPoolExecutor) -> None:
+            for report in pool.map(lambda item: warm_cell(run, *item), numbered):
+                reports[report.cell_id] = report
+
+        run_pool(run, reports, warm_all)
+    return finish_run(run, started, [reports[p.cell.id] for p in plans if p.cell.id in reports])
+
+
+def prepare_run(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Any,
+                fingerprint: Fingerprint, options: PrecompileOptions, *,
+                environ: Mapping[str, str], progress: Callable[[Event], None] | None,
+                force: bool, announce_skips: bool
+                ) -> tuple[Run, list[CellPlan], dict[str, CellReport]]:
+    """What a static and a claimed run do first: plan the cells, report the skipped
+    (``announce_skips``: as events too) and refused ones, index the ready entries the index
+    lacks, register the matrix; the run's shared state, the plans and the reports so far."""
     backend = get_backend(matrix.backend)
     plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
-                            force=options.force, compile_only=options.compile_only)
+                            force=force, compile_only=options.compile_only)
     emit = progress or (lambda event: None)
     reports: dict[str, CellReport] = {}
     for p in plans:
         if p.action == SKIP:
             reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, SKIPPED)
-            emit(("skip", p.cell.id, "ready (entry in store)"))
+            if announce_skips:
+                emit(("skip", p.cell.id, "ready (entry in store)"))
         elif p.action == REFUSE:
             reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, REFUSED,
                                             error=p.reason)
             emit(("refused", p.cell.id, p.reason or ""))
-    _index_known_entries(store, index, [p for p in plans if p.action == SKIP], backend)
+    index_known_entries(store, index, [p for p in plans if p.action == SKIP], backend)
     _register(index, matrix)
-    to_warm = [p for p in plans if p.action == WARM]
     workdir = Path(options.workdir or tempfile.mkdtemp(prefix="neffcache-precompile-"))
-    run = _Run(matrix, store, index, fingerprint, backend, options, environ, workdir, emit)
-    if to_warm:
-        workdir.mkdir(parents=True, exist_ok=True)
-        run.run_id = index.start_run(socket.gethostname(), fingerprint,
-                                     matrix_name_of(matrix))
-        numbered = list(enumerate(to_warm, 1))
+    run = Run(matrix, store, index, fingerprint, backend, options, environ, workdir, emit)
+    return run, plans, reports
 
-        def warm_all(pool: ThreadPoolExecutor) -> None:
-            for report in pool.map(lambda item: _warm(run, *item), numbered):
-                reports[report.cell_id] = report
 
-        run_pool(run, reports, warm_all)
+def begin_run(run: Run, host: str) -> None:
+    """Before the first warm-up: the work directory, and the run's row in the index."""
+    run.workdir.mkdir(parents=True, exist_ok=True)
+    run.run_id = run.index.start_run(host, run.fingerprint, matrix_name_of(run.matrix))
+
+
+def finish_run(run: Run, started: float, cells: Sequence[CellReport]) -> PrecompileReport:
+    """Remove the work directory (unless kept or given) and make the report."""
+    options = run.options
     if not options.keep_workdir and options.workdir is None:
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(run.workdir, ignore_errors=True)
     return PrecompileReport(
-        matrix=matrix.source, backend=backend.name, fingerprint_key=fingerprint.key,
-        store_url=store.url, run_id=run.run_id,
-        cells=tuple(reports[p.cell.id] for p in plans if p.cell.id in reports),
-        seconds=time.monotonic() - started,
-        workdir=str(workdir) if options.keep_workdir or options.workdir else None)
+        matrix=run.matrix.source, backend=run.backend.name,
+        fingerprint_key=run.fingerprint.key, store_url=run.store.url, run_id=run.run_id,
+        cells=tuple(cells), seconds=time.monotonic() - started,
+        workdir=str(run.workdir) if options.keep_workdir or options.workdir else None)
 
 
-def _index_known_entries(store: Store, index: Any, plans: Sequence[CellPlan],
+def index_known_entries(store: Store, index: Any, plans: Sequence[CellPlan],
                          backend: Backend) -> None:
     """Entries already in the store but unknown to this index get indexed (coverage stays
     true when several indexes share a store): only these cells' entry keys are looked up
@@ -157,7 +181,7 @@ def _slug(n: int, cell: Cell) -> str:
 
 
 
-def run_pool(run: _Run, reports: Mapping[str, CellReport],
+def run_pool(run: Run, reports: Mapping[str, CellReport],
              work: Callable[[ThreadPoolExecutor], object]) -> None:
     """Run ``work`` on a pool of ``run.options.workers`` threads; on any failure (Ctrl-C, a
     store failure) stop the run and its worker processes and start nothing more; whatever
@@ -175,7 +199,7 @@ def run_pool(run: _Run, reports: Mapping[str, CellReport],
         failed = [r for r in reports.values() if r.status == FAILED]
         run.index.finish_run(run.run_id, len(done), len(failed))
 
-def _warm(run: _Run, n: int, plan: CellPlan) -> CellReport:
+def warm_cell(run: Run, n: int, plan: CellPlan) -> CellReport:
     cell = plan.cell
     cell_dir = run.workdir / _slug(n, cell)
     spec = worker_spec(run.matrix, cell, cell_dir / "roots", cell_dir / "result.json")
@@ -198,7 +222,7 @@ def _warm(run: _Run, n: int, plan: CellPlan) -> CellReport:
             shutil.rmtree(cell_dir, ignore_errors=True)
 
 
-def _record_failure(run: _Run, plan: CellPlan, outcome: WorkerOutcome) -> CellReport:
+def _record_failure(run: Run, plan: CellPlan, outcome: WorkerOutcome) -> CellReport:
     with run.lock:
         run.index.record_failure(run.run_id, plan.cell, run.fingerprint, outcome.exit_status,
                                  outcome.wall_seconds, outcome.log_tail)
@@ -210,7 +234,7 @@ def _record_failure(run: _Run, plan: CellPlan, outcome: WorkerOutcome) -> CellRe
                       log_tail=outcome.log_tail[-2000:])
 
 
-def _publish(run: _Run, plan: CellPlan, spec: WorkerSpec, outcome: WorkerOutcome) -> CellReport:
+def _publish(run: Run, plan: CellPlan, spec: WorkerSpec, outcome: WorkerOutcome) -> CellReport:
     roots = {name: Path(d) for name, d in root_dirs(run.backend, spec.base).items()}
     files = captured_records(run.backend, plan_publish(run.backend, roots))
     producer = {"tool": "neffcache precompile", "run_id": str(run.run_id),
@@ -229,7 +253,7 @@ def _publish(run: _Run, plan: CellPlan, spec: WorkerSpec, outcome: WorkerOutcome
                       bytes_uploaded=result.bytes_uploaded, exit_status=outcome.exit_status)
 
 
-def _verify(run: _Run, plan: CellPlan, spec: WorkerSpec, cell_dir: Path) -> VerifyReport:
+def _verify(run: Run, plan: CellPlan, spec: WorkerSpec, cell_dir: Path) -> VerifyReport:
     run.emit(("verify", plan.cell.id, "restoring into a new directory and warming again"))
     target = cell_dir / "verify-roots"
     restored = restore_cells(run.store, [plan.cell], run.backend, run.fingerprint, target)
@@ -249,7 +273,7 @@ def _verify(run: _Run, plan: CellPlan, spec: WorkerSpec, cell_dir: Path) -> Veri
     return _verified(run, plan, report)
 
 
-def _verified(run: _Run, plan: CellPlan, report: VerifyReport) -> VerifyReport:
+def _verified(run: Run, plan: CellPlan, report: VerifyReport) -> VerifyReport:
     with run.lock:
         run.index.record_verification(plan.entry_key, report.status)
     detail = report.error or (f"first call {report.seconds:.1f} s, "
