@@ -18,6 +18,7 @@ import stat
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 
 from neffcache.errors import UsageError
 
@@ -36,6 +37,22 @@ class UnsafePathError(OSError):
 def tmp_name() -> str:
     """A fresh temp file name: ``.neffcache-<8 hex, per process>-<counter>.tmp``."""
     return f"{_TMP}{next(_names):x}{TMP_SUFFIX}"
+
+
+def replace_best_effort(final: Path, data: bytes) -> None:
+    """Write ``data`` to ``final`` through a temp file beside it and a rename (creating the
+    directory), not fsynced; any OSError is swallowed: for the restore's own bookkeeping
+    files, where a lost or missing write only costs asking the store or hashing again."""
+    tmp = final.with_name(tmp_name())
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, final)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def is_temp(name: str) -> bool:

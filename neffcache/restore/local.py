@@ -28,7 +28,7 @@ from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import SCHEMA_VERSION, FileRecord, Manifest, encode_manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.restore.dest import ENTRIES_DIR, is_unclean
-from neffcache.restore.fs import Roots, tmp_name
+from neffcache.restore.fs import Roots, replace_best_effort
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
@@ -148,18 +148,8 @@ def save_local_manifests(target: Path, manifests: Sequence[Manifest]) -> None:
     d = Path(target, LOCAL_ENTRIES)
     for m in manifests:
         final = d / f"{m.entry_key}.json"
-        if final.exists():
-            continue
-        tmp = d / tmp_name()
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(encode_manifest(m))
-            os.replace(tmp, final)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        if not final.exists():
+            replace_best_effort(final, encode_manifest(m))
 
 
 def save_missing(target: Path, fingerprint_key: str,
@@ -173,18 +163,9 @@ def save_missing(target: Path, fingerprint_key: str,
         with contextlib.suppress(OSError):
             final.unlink()
         return
-    tmp = d / tmp_name()
     doc = {"schema_version": MISSING_SCHEMA, "fingerprint_key": fingerprint_key,
            "checked_at": now, "entries": {k: list(v) for k, v in sorted(missing.items())}}
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, final)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    replace_best_effort(final, json.dumps(doc, sort_keys=True).encode())
 
 
 def read_missing(target: Path, fingerprint_key: str, now: float,

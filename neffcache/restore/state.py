@@ -9,7 +9,6 @@ damaged state file yields an empty state (files get re-hashed); writing one is b
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neffcache.restore.fs import tmp_name
+from neffcache.restore.fs import replace_best_effort
 from neffcache.restore.plan import FileId
 
 STATE_FILE = ".neffcache-state.json"
@@ -85,12 +84,4 @@ def save_state(target_dirs: Mapping[str, str], records: Mapping[FileId, StateRec
         mine = {p: r for (rt, p), r in records.items() if rt == root}
         if not mine:
             continue
-        tmp = Path(d, tmp_name())
-        try:
-            tmp.write_bytes(encode_state(mine))
-            os.replace(tmp, Path(d, STATE_FILE))
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        replace_best_effort(Path(d, STATE_FILE), encode_state(mine))
