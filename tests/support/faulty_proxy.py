@@ -15,16 +15,12 @@ string (e.g. the manifest's); ``stall_all`` makes every request wait (a stalled 
 from __future__ import annotations
 
 import hashlib
-import http.client
-import socket
 import struct
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler
-from urllib.parse import urlsplit
 
-from tests.support.forward_proxy import HOP_BY_HOP, LoopbackProxy
+from tests.support.forward_proxy import ForwardingHandler, LoopbackProxy
 
 FAULTS = ("reset", "truncate", "corrupt", "slowdown", "stall")
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -95,65 +91,31 @@ def _is_object(path: str, query: str) -> bool:
     return "list-type" not in query and len([p for p in path.split("/") if p]) >= 2
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
+class _Handler(ForwardingHandler):
     def _forward(self) -> None:
-        target = urlsplit(self.path)
-        if target.scheme != "http" or not target.netloc:
-            self.send_error(400, "absolute http:// URI expected")
+        target = self.target()
+        if target is None:
             return
         proxy: FaultyProxy = self.server.proxy  # type: ignore[attr-defined]
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
+        body = self.read_body()
         if proxy.stall_all:
             proxy.wait_stall()
         fault, place = proxy.decide(self.command, target.path, target.query,
                                     self.headers.get("Range"))
         if fault == "slowdown":
-            self._answer(503, "Slow Down", [("Content-Type", "application/xml")], SLOWDOWN)
+            self.answer(503, "Slow Down", [("Content-Type", "application/xml")], SLOWDOWN)
             return
         if fault == "stall":
             proxy.wait_stall()
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
-        upstream = http.client.HTTPConnection(target.netloc, timeout=30)
-        try:
-            path = target.path + (f"?{target.query}" if target.query else "")
-            upstream.request(self.command, path or "/", body=body, headers=headers)
-            resp = upstream.getresponse()
-            data = resp.read()
-            status, reason, got = resp.status, resp.reason, resp.getheaders()
-        finally:
-            upstream.close()
-        kept = [(k, v) for k, v in got
-                if k.lower() not in HOP_BY_HOP and k.lower() != "content-length"]
+        status, reason, kept, data = self.ask_upstream(target, body)
         if fault == "corrupt" and data and status < 300:
             i = place % len(data)
             data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
         if fault in ("reset", "truncate") and data and status < 300:
-            self.send_response(status, reason)
-            for k, v in kept:
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data[:place % len(data)])
-            self.wfile.flush()
-            self.close_connection = True
-            if fault == "reset":  # SO_LINGER 0: close() sends RST instead of FIN
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                           struct.pack("ii", 1, 0))
+            self.answer(status, reason, kept, data, cut_at=place % len(data),
+                        reset=fault == "reset")
             return
-        self._answer(status, reason, kept, data, head=self.command == "HEAD")
-
-    def _answer(self, status: int, reason: str, headers: list[tuple[str, str]], data: bytes,
-                head: bool = False) -> None:
-        self.send_response(status, reason)
-        for k, v in headers:
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if not head:
-            self.wfile.write(data)
+        self.answer(status, reason, kept, data)
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward  # noqa: N815
 
