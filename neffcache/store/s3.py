@@ -98,9 +98,9 @@ class S3Store:
             return seconds if left is None else min(seconds, left)
 
         self._retries = max(0, max_attempts - 1)
-        self._timeouts = (clip(connect_timeout), clip(read_timeout), clip(REQUEST_TIMEOUT),
-                          clip(RETRY_TIMEOUT))
-        self._client = self._connect(self._timeouts, max_pool_connections)
+        self._client = self._connect((clip(connect_timeout), clip(read_timeout),
+                                      clip(REQUEST_TIMEOUT), clip(RETRY_TIMEOUT)),
+                                     max_pool_connections)
         # check() must fail within seconds on an unreachable endpoint: short waits, and no
         # retry starts after PROBE_TIMEOUT (the same number of attempts as every other call).
         self._probe_timeouts = (clip(min(connect_timeout, 2.0)), clip(min(read_timeout, 5.0)),
@@ -108,7 +108,7 @@ class S3Store:
         self._pool = max_pool_connections
         self._probe: _Client | None = None
         self._lock = threading.Lock()
-        self._timeouts = (connect_timeout, read_timeout, max_attempts)
+        self._upload_settings = (connect_timeout, read_timeout, max_attempts)  # for gc
         self._uploads: Any = None  # s3_uploads.UploadClient, made when gc first asks
 
     @classmethod
@@ -223,7 +223,7 @@ class S3Store:
 
         with self._lock:
             if self._uploads is None:
-                connect, read, attempts = self._timeouts
+                connect, read, attempts = self._upload_settings
                 self._uploads = UploadClient(self.location, where=self.url,
                                              endpoint=self.endpoint, source=self.credentials,
                                              connect_timeout=connect, read_timeout=read,
