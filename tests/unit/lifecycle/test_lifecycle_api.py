@@ -3,6 +3,8 @@ result's exit code and --json document."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,15 @@ from neffcache.store import Store, blob_key, open_store
 from tests.support.lifecycle import cell, publish_synthetic, sdk_fingerprint
 
 OLD, NEW = sdk_fingerprint("2.18"), sdk_fingerprint("2.19")
+HEAVY = ("sqlalchemy", "torch", "boto3", "botocore", "diffusers", "fastapi")
+
+
+def test_the_face_is_light() -> None:
+    code = ("import sys, neffcache.lifecycle; "
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[3])
+    assert out.stdout.strip() == "[]"
 
 
 def _store(tmp_path: Path, name: str = "store") -> tuple[Store, str]:
