@@ -114,8 +114,7 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
     now = time.time()
     if request.uploads_only:
         return _collect_uploads(s, request, now)
-    plan, seen_m, seen_i = collect_gc(s, now=now, grace=request.grace,
-                                         workers=request.workers)
+    plan, seen_m, seen_i = collect_gc(s, now=now, grace=request.grace, workers=request.workers)
     uploads_error: str | None = None
     try:
         found = collect_uploads(s, now=now, grace=request.grace, workers=request.workers)
