@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from neffcache.config import Settings, read_settings
+from neffcache.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,6 +77,31 @@ _ONE_LINE = json.JSONEncoder(sort_keys=True, default=str, separators=(", ", ": "
 def progress(message: str) -> None:
     """A progress/log line on stderr (stdout is reserved for results)."""
     click.echo(message, err=True)
+
+
+def counter(label: str, unit: str, every: int = 1) -> Callable[[int, int], None] | None:
+    """A ``progress(done, total)`` callback drawing "label: done/total unit" on one stderr line
+    (every ``every``-th call, and the last), or None when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        if done == total or done % every == 0:
+            sys.stderr.write(f"\r{label}: {done}/{total} {unit}\x1b[K"
+                             + ("\n" if done == total else ""))
+            sys.stderr.flush()
+
+    return show
+
+
+def confirm_or_refuse(question: str, refusal: str, hint: str) -> bool:
+    """A terminal's yes to ``question`` (a no is click's Abort); without a terminal, refuse:
+    UsageError(``refusal``, ``hint``). For a destructive command run without --yes."""
+    if not sys.stdin.isatty():
+        raise UsageError(refusal, hint=hint)
+    if not click.confirm(question, err=True):
+        raise click.exceptions.Abort()
+    return True
 
 
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:

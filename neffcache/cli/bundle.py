@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import click
 
 from neffcache.cli._common import (
+    counter,
     emit_json,
     human_bytes,
     json_option,
     progress,
-    settings_from,
     store_option,
 )
-from neffcache.cli._select import cells_option, fingerprint_option, select_manifests
+from neffcache.cli._select import cells_option, fingerprint_option
 from neffcache.errors import EXIT_CODE_HELP
 
 FORMAT_HELP = """\b
@@ -80,30 +77,19 @@ def export(matrix: str | None, output: str, everything: bool, patterns: tuple[st
       neffcache bundle export matrix.toml --fingerprint 3f2a9c41 --gzip -o neff.bundle.gz
       neffcache bundle export --all --store s3://bucket/neff -o all.bundle --json
     """
-    from neffcache.lifecycle.bundle_write import export_bundle
-    from neffcache.store import open_store
+    from neffcache.lifecycle import ExportBundleRequest, export_bundle
 
-    s = open_store(settings_from(store).store_url)
-    s.check()
-    manifests = select_manifests(s, matrix, patterns, fingerprints, everything)
-    tty = sys.stderr.isatty()
-
-    def show(done: int, total: int) -> None:
-        if tty and (done == total or done % 50 == 0):
-            sys.stderr.write(f"\rexport: {done}/{total} objects\x1b[K" + ("\n" if done == total
-                                                                          else ""))
-
-    path = Path(output).expanduser().absolute()
-    digest, toc = export_bundle(s, manifests, path, gzip=use_gzip, on_progress=show)
-    doc = {"file": str(path), "sha256": digest, "entries": [e.to_json() for e in toc.entries],
-           "members": len(toc.members), "bytes": toc.total_bytes,
-           "file_bytes": path.stat().st_size}
+    result = export_bundle(ExportBundleRequest(
+        output, matrix=matrix, cells=patterns, fingerprints=fingerprints,
+        all_entries=everything, gzip=use_gzip, store=store,
+        progress=counter("export", "objects", 50)))
     if as_json:
-        emit_json(doc)
+        emit_json(result.to_json())
         return
-    click.echo(f"wrote {path}: {len(toc.entries)} entries, {len(toc.members)} objects, "
-               f"{human_bytes(doc['file_bytes'])}")
-    click.echo(f"sha256 {digest}")
+    toc = result.toc
+    click.echo(f"wrote {result.file}: {len(toc.entries)} entries, {len(toc.members)} objects, "
+               f"{human_bytes(result.file_bytes)}")
+    click.echo(f"sha256 {result.sha256}")
 
 
 @bundle.command("import", epilog=FORMAT_HELP)
@@ -132,26 +118,17 @@ def import_(file: str, expect: str | None, workers: int, store: str | None,
       neffcache bundle import neff.bundle
       neffcache bundle import neff.bundle --store s3://bucket/neff --expect-sha256 5be93...
     """
-    from neffcache.lifecycle.bundle_store import BundleStore
-    from neffcache.lifecycle.copy import copy_entries
-    from neffcache.lifecycle.entry_select import read_manifests
-    from neffcache.store import open_store
+    from neffcache.lifecycle import ImportBundleRequest, import_bundle
 
-    dst = open_store(settings_from(store).store_url, create=True)
-    with BundleStore(file, expect_sha256=expect) as src:
-        src.verify_all()
-        manifests = read_manifests(src, [e.entry_key for e in src.toc.entries])
-        dst.check()
-        result = copy_entries(src, dst, manifests, workers=workers)
-        digest = src.digest
-    doc = dict(result.to_json(), file=str(Path(file).absolute()), sha256=digest)
+    result = import_bundle(ImportBundleRequest(file, expect_sha256=expect, store=store,
+                                               workers=workers))
     if as_json:
-        emit_json(doc)
+        emit_json(result.to_json())
         return
-    click.echo(f"{len(result.entries)} entries: {result.entries_copied} published, "
-               f"{result.entries_present} already in {dst.url}; blobs: {result.blobs_copied} "
-               f"uploaded ({human_bytes(result.bytes_copied)}), {result.blobs_skipped} already "
-               f"there")
+    c = result.copy
+    click.echo(f"{len(c.entries)} entries: {c.entries_copied} published, "
+               f"{c.entries_present} already in {c.target}; blobs: {c.blobs_copied} "
+               f"uploaded ({human_bytes(c.bytes_copied)}), {c.blobs_skipped} already there")
 
 
 @bundle.command("show", epilog=FORMAT_HELP)
@@ -170,21 +147,16 @@ def show(file: str, expect: str | None, full: bool, as_json: bool) -> None:
       neffcache bundle show neff.bundle
       neffcache bundle show neff.bundle --verify --expect-sha256 5be93...
     """
-    from neffcache.lifecycle.bundle_store import BundleStore
+    from neffcache.lifecycle import ShowBundleRequest, show_bundle
 
-    with BundleStore(file, expect_sha256=expect) as b:
-        if full:
-            b.verify_all()
-        toc = b.toc
-        doc = {"file": str(b.path), "sha256": b.digest, "created_at": toc.created_at,
-               "producer": dict(toc.producer), "entries": [e.to_json() for e in toc.entries],
-               "members": len(toc.members), "bytes": toc.total_bytes, "verified": full}
+    result = show_bundle(ShowBundleRequest(file, expect_sha256=expect, verify=full))
     if as_json:
-        emit_json(doc)
+        emit_json(result.to_json())
         return
-    click.echo(f"{doc['file']}: {len(toc.entries)} entries, {len(toc.members)} objects, "
+    toc = result.toc
+    click.echo(f"{result.file}: {len(toc.entries)} entries, {len(toc.members)} objects, "
                f"{human_bytes(toc.total_bytes)}, created {toc.created_at}")
-    click.echo(f"sha256 {doc['sha256']}" + (" (every member verified)" if full else ""))
+    click.echo(f"sha256 {result.sha256}" + (" (every member verified)" if full else ""))
     for e in toc.entries:
         click.echo(f"  {e.entry_key[:12]}  {e.backend:8}  {e.fingerprint_key[:12]}  {e.cell_id}")
     if not toc.entries:

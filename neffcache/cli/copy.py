@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from neffcache.cli._common import emit_json, human_bytes, json_option, progress
-from neffcache.cli._select import cells_option, fingerprint_option, select_manifests
+from neffcache.cli._common import counter, emit_json, human_bytes, json_option, progress
+from neffcache.cli._select import cells_option, fingerprint_option
 from neffcache.errors import EXIT_CODE_HELP
 
 
@@ -46,31 +44,18 @@ def copy(matrix: str | None, source: str, target: str, everything: bool,
       neffcache copy --all --from s3://bucket/neff --to /srv/neff-mirror --json
       neffcache copy matrix.toml --fingerprint 3f2a9c41 --from /srv/a --to s3://bucket/neff
     """
-    from neffcache.errors import UsageError
-    from neffcache.lifecycle.copy import copy_entries
-    from neffcache.store import open_store
+    from neffcache.lifecycle import CopyEntriesRequest, copy_entries
 
-    src, dst = open_store(source), open_store(target, create=True)
-    if src.url == dst.url:
-        raise UsageError(f"--from and --to are the same store ({src.url})")
-    src.check()
-    dst.check()
-    manifests = select_manifests(src, matrix, patterns, fingerprints, everything,
-                                 workers=workers)
-    tty = sys.stderr.isatty()
-
-    def show(done: int, total: int) -> None:
-        if tty:
-            sys.stderr.write(f"\rcopy: {done}/{total} blobs\x1b[K" + ("\n" if done == total
-                                                                       else ""))
-
-    result = copy_entries(src, dst, manifests, workers=workers, on_progress=show)
+    result = copy_entries(CopyEntriesRequest(
+        source, target, matrix=matrix, cells=patterns, fingerprints=fingerprints,
+        all_entries=everything, workers=workers, progress=counter("copy", "blobs")))
     if as_json:
         emit_json(result.to_json())
         return
     click.echo(f"{len(result.entries)} entries: {result.entries_copied} copied, "
-               f"{result.entries_present} already in {dst.url}; blobs: {result.blobs_copied} "
-               f"copied ({human_bytes(result.bytes_copied)}), {result.blobs_skipped} already "
-               f"there; packs: {result.packs_copied} copied, {result.packs_skipped} already there")
+               f"{result.entries_present} already in {result.target}; blobs: "
+               f"{result.blobs_copied} copied ({human_bytes(result.bytes_copied)}), "
+               f"{result.blobs_skipped} already there; packs: {result.packs_copied} copied, "
+               f"{result.packs_skipped} already there")
     if not result.entries:
         progress("warning: no entries selected")

@@ -3,26 +3,65 @@ restored lately kept), plan first."""
 
 from __future__ import annotations
 
-import getpass
-import socket
-import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from neffcache.cli._common import (
+    confirm_or_refuse,
     emit_json,
     human_bytes,
     index_option,
     json_option,
     progress,
-    settings_from,
     store_option,
 )
-from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, UsageError
+from neffcache.errors import EXIT_CODE_HELP
+
+if TYPE_CHECKING:
+    from neffcache.lifecycle import RetireEntriesResult
+
+RETIRE_HELP = """Retire the entries a policy does not keep; `neffcache gc` then frees their blobs.
+
+An entry is kept when any rule keeps it: its SDK version (for neuron the versions of
+neuronx-cc, torch-neuronx, NKI, libneuronxla and torch in its fingerprint; for inductor
+torch's) is one of the newest K of its backend (--keep-sdk-versions K), its cell is a
+cell of a --keep-matrix FILE, or its fingerprint was restored in the last D days
+(--keep-restored-days D: an ok or partial restore report ingested into the index found
+an entry of that fingerprint; run `neffcache reports ingest` or `neffcache reindex`
+first, or keep `neffcache serve` running). Every other entry of the store is retired.
+Flags beat the config file's [retire] table (keep_sdk_versions = K, keep_matrices =
+[FILE, ...], keep_restored_days = D); a retire with no rule at all is refused (exit 2),
+and so is --keep-restored-days without an index (none configured and no embedded one).
+
+The plan is computed first and printed (--dry-run stops there): the SDK versions found,
+the entries kept and retired, and the bytes gc will free (blobs only retired entries
+reference). Then a record is written to the store (retired/<time>-<id>.json: who, when,
+why, the policy, the entries), and each retired entry's cell pointer and manifest are
+deleted. Blobs are left to `neffcache gc`, which spares the blobs of entries retired
+less than its --grace ago, so a restore that read a manifest just before it was retired
+still completes. When an index is configured (or the embedded one exists) the retired
+entries are removed from it too; a failing index is only a warning (`neffcache reindex`
+repairs it). Without --yes it asks on a terminal and refuses otherwise.
+
+--json prints: policy (keep_sdk_versions, keep_matrices, keep_restored_days,
+keep_fingerprints), sdk_versions (backend, sdk, label, kept), keep (entry_key, cell_id,
+cell_key, fingerprint_key, backend, sdk, bytes, kept_by: the rules that keep it, of
+"sdk_version", "matrix", "restored"), retire (the same without kept_by), entries_kept,
+entries_retired, blobs_freed, bytes_freed, dry_run, record (the record's key; null on a
+dry run), store.
+
+\b
+Examples:
+  neffcache retire --keep-sdk-versions 2 --dry-run
+  neffcache retire --keep-sdk-versions 2 --keep-matrix prod.toml --yes --reason "SDK 2.26"
+  neffcache retire --keep-sdk-versions 1 --store s3://bucket/neff --json --dry-run
+  neffcache retire --keep-sdk-versions 1 --keep-restored-days 7 --dry-run
+  neffcache retire --yes && neffcache gc --yes     # policy from the config file
+"""
 
 
-@click.command("retire", epilog=EXIT_CODE_HELP)
+@click.command("retire", help=RETIRE_HELP, epilog=EXIT_CODE_HELP)
 @click.option("--keep-sdk-versions", "keep_sdk", type=click.IntRange(min=1), default=None,
               metavar="K", help="Keep the entries of the newest K SDK versions per backend "
               "[config: [retire] keep_sdk_versions].")
@@ -48,140 +87,33 @@ from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, UsageError
 def retire(keep_sdk: int | None, keep_matrices: tuple[str, ...], keep_days: int | None,
            dry_run: bool, yes: bool, reason: str, by: str | None, workers: int,
            store: str | None, index: str | None, as_json: bool) -> None:
-    """Retire the entries a policy does not keep; `neffcache gc` then frees their blobs.
+    from neffcache.lifecycle import RetireEntriesRequest, retire_entries
 
-    An entry is kept when any rule keeps it: its SDK version (for neuron the versions of
-    neuronx-cc, torch-neuronx, NKI, libneuronxla and torch in its fingerprint; for inductor
-    torch's) is one of the newest K of its backend (--keep-sdk-versions K), its cell is a
-    cell of a --keep-matrix FILE, or its fingerprint was restored in the last D days
-    (--keep-restored-days D: an ok or partial restore report ingested into the index found
-    an entry of that fingerprint; run `neffcache reports ingest` or `neffcache reindex`
-    first, or keep `neffcache serve` running). Every other entry of the store is retired.
-    Flags beat the config file's [retire] table (keep_sdk_versions = K, keep_matrices =
-    [FILE, ...], keep_restored_days = D); a retire with no rule at all is refused (exit 2),
-    and so is --keep-restored-days without an index (none configured and no embedded one).
-
-    The plan is computed first and printed (--dry-run stops there): the SDK versions found,
-    the entries kept and retired, and the bytes gc will free (blobs only retired entries
-    reference). Then a record is written to the store (retired/<time>-<id>.json: who, when,
-    why, the policy, the entries), and each retired entry's cell pointer and manifest are
-    deleted. Blobs are left to `neffcache gc`, which spares the blobs of entries retired
-    less than its --grace ago, so a restore that read a manifest just before it was retired
-    still completes. When an index is configured (or the embedded one exists) the retired
-    entries are removed from it too; a failing index is only a warning (`neffcache reindex`
-    repairs it). Without --yes it asks on a terminal and refuses otherwise.
-
-    --json prints: policy (keep_sdk_versions, keep_matrices, keep_restored_days,
-    keep_fingerprints), sdk_versions (backend, sdk, label, kept), keep (entry_key, cell_id,
-    cell_key, fingerprint_key, backend, sdk, bytes, kept_by: the rules that keep it, of
-    "sdk_version", "matrix", "restored"), retire (the same without kept_by), entries_kept,
-    entries_retired, blobs_freed, bytes_freed, dry_run, record (the record's key; null on a
-    dry run), store.
-
-    \b
-    Examples:
-      neffcache retire --keep-sdk-versions 2 --dry-run
-      neffcache retire --keep-sdk-versions 2 --keep-matrix prod.toml --yes --reason "SDK 2.26"
-      neffcache retire --keep-sdk-versions 1 --store s3://bucket/neff --json --dry-run
-      neffcache retire --keep-sdk-versions 1 --keep-restored-days 7 --dry-run
-      neffcache retire --yes && neffcache gc --yes     # policy from the config file
-    """
-    from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
-    from neffcache.lifecycle.retire import (
-        EntryInfo,
-        apply_retire,
-        plan_retire,
-        policy_from,
-        with_restored,
-    )
-    from neffcache.store import open_store
-
-    settings = settings_from(store, index)
-    config = dict(settings.retire)
-    files = keep_matrices or tuple(config.get("keep_matrices", ()))
-    policy = policy_from(keep_sdk, [_matrix_cells(f) for f in files], config, keep_days)
-    policy.check()
-    if policy.keep_restored_days is not None:
-        policy = with_restored(policy, _restored(settings, policy.keep_restored_days))
-    s = open_store(settings.store_url)
-    s.check()
-    manifests = read_manifests(s, select_entry_keys(s, None, workers=workers), workers=workers)
-    plan = plan_retire([EntryInfo.of(m) for m in manifests], policy)
-    record = None
-    if not dry_run and plan.retire:
-        _confirm(plan, yes, s.url)
-        record = apply_retire(s, plan, by=by or _who(), reason=reason or policy.describe())
-        _unindex(settings, [e.entry_key for e in plan.retire])
+    result = retire_entries(RetireEntriesRequest(
+        keep_sdk_versions=keep_sdk, keep_matrices=keep_matrices, keep_restored_days=keep_days,
+        store=store, index=index, reason=reason, by=by, workers=workers, dry_run=dry_run,
+        confirmed=yes, confirm=_ask, notice=progress))
     if as_json:
-        emit_json(dict(plan.to_json(), dry_run=dry_run, record=record, store=s.url))
+        emit_json(result.to_json())
         return
-    _show(plan, dry_run, record)
+    _show(result)
 
 
-def _matrix_cells(path: str) -> tuple[str, tuple[str, ...]]:
-    from neffcache.matrix_io import load_matrix
-
-    m = load_matrix(path)
-    return m.name or path, tuple(c.key for c in m.cells)
-
-
-def _who() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
-def _confirm(plan: Any, yes: bool, url: str) -> None:
-    if yes:
-        return
+def _ask(preview: RetireEntriesResult) -> bool:
+    """retire without --yes: a terminal's consent, or a refusal."""
+    plan = preview.plan
     what = (f"retire {len(plan.retire)} of {len(plan.retire) + len(plan.keep)} entries "
             f"({human_bytes(plan.bytes_freed)} freed by the next gc)")
-    if not sys.stdin.isatty():
-        raise UsageError(f"would {what}; refusing without --yes when stdin is not a terminal",
-                         hint="neffcache retire ... --dry-run, then the same with --yes")
-    if not click.confirm(f"{what[0].upper()}{what[1:]} from {url}?", err=True):
-        raise click.exceptions.Abort()
+    return confirm_or_refuse(
+        f"{what[0].upper()}{what[1:]} from {preview.store}?",
+        f"would {what}; refusing without --yes when stdin is not a terminal",
+        hint="neffcache retire ... --dry-run, then the same with --yes")
 
 
-def _has_index(settings: Any) -> bool:
-    return bool(settings.index_explicit or (settings.home / "index.db").exists())
+def _show(result: RetireEntriesResult) -> None:
+    from neffcache.lifecycle import sdk_label
 
-
-def _restored(settings: Any, days: int) -> set[str]:
-    """The index's fingerprint keys restored in the last ``days`` days."""
-    if not _has_index(settings):
-        raise UsageError(f"--keep-restored-days {days} needs the index (restore reports are "
-                         f"counted there), and there is none",
-                         hint="neffcache reindex (or --index URL / NEFFCACHE_INDEX)")
-    from datetime import datetime, timedelta, timezone
-
-    from neffcache.index import open_index
-
-    since = datetime.now(timezone.utc) - timedelta(days=days)
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as idx:
-        return idx.restored_fingerprints(since)
-
-
-def _unindex(settings: Any, keys: list[str]) -> None:
-    """Remove retired entries from the index when there is one; a failure only warns."""
-    if not _has_index(settings):
-        return
-    from neffcache.index import open_index
-
-    try:
-        with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as idx:
-            idx.remove_entries(keys)
-    except NeffcacheError as exc:
-        progress(f"warning: retired entries not removed from the index: "
-                 f"{' '.join(str(exc).split())}")
-        progress("hint: neffcache reindex")
-
-
-def _show(plan: Any, dry_run: bool, record: str | None) -> None:
-    from neffcache.lifecycle.retire import sdk_label
-
+    plan, dry_run, record = result.plan, result.dry_run, result.record
     click.echo(f"policy: {plan.policy.describe()}")
     for backend, version, kept in plan.sdk_versions:
         click.echo(f"  {'keep  ' if kept else 'retire'}  {backend:8}  {sdk_label(version)}")

@@ -25,9 +25,9 @@ from neffcache.store import Store, manifest_key
 from neffcache.store.base import cell_pointer_key
 
 
-def export_bundle(store: Store, manifests: Sequence[Manifest], out: Path, *,
-                  gzip: bool = False,
-                  on_progress: Callable[[int, int], None] | None = None) -> tuple[str, Toc]:
+def write_bundle(store: Store, manifests: Sequence[Manifest], out: Path, *,
+                 gzip: bool = False,
+                 on_progress: Callable[[int, int], None] | None = None) -> tuple[str, Toc]:
     """Write the entries (manifests, pointers, blobs, packs) to ``out``; (digest, TOC)."""
     if not manifests:
         raise UsageError("no entries selected: nothing to export")

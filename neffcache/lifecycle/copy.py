@@ -17,6 +17,7 @@ from typing import Any
 
 from neffcache.errors import IntegrityError
 from neffcache.hashing import VerifyingReader
+from neffcache.lifecycle.exit_rule import ExitRule
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
 from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
 from neffcache.precompile.publish import write_pointer
@@ -38,7 +39,11 @@ class CopyPlan:
 
 
 @dataclass(frozen=True, slots=True)
-class CopyResult:
+class CopyEntriesResult(ExitRule):
+    """What a copy did: the entries asked for, those written and those already in the target,
+    blobs and packs copied or skipped. A copy that returns succeeded (exit 0): a mismatch
+    raises IntegrityError instead."""
+
     source: str
     target: str
     entries: tuple[str, ...]  # every entry key asked for
@@ -51,6 +56,8 @@ class CopyResult:
     packs_skipped: int
 
     def to_json(self) -> dict[str, Any]:
+        """``neffcache copy --json``: source, target, entries, entries_copied, entries_present,
+        blobs_copied, blobs_skipped, bytes_copied, packs_copied, packs_skipped."""
         return {"source": self.source, "target": self.target, "entries": list(self.entries),
                 "entries_copied": self.entries_copied, "entries_present": self.entries_present,
                 "blobs_copied": self.blobs_copied, "blobs_skipped": self.blobs_skipped,
@@ -88,9 +95,9 @@ def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> boo
     return wrote
 
 
-def copy_entries(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers: int = 8,
-                 on_progress: Callable[[int, int], None] | None = None,
-                 refresh_every: float = REFRESH_SECONDS) -> CopyResult:
+def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers: int = 8,
+               on_progress: Callable[[int, int], None] | None = None,
+               refresh_every: float = REFRESH_SECONDS) -> CopyEntriesResult:
     """Copy the entries' blobs and packs the target lacks, then their manifests and pointers.
     ``on_progress(done, total)`` is called per blob."""
     present = [m for m in manifests if dst.has(manifest_key(m.entry_key))]
@@ -126,7 +133,7 @@ def copy_entries(src: Store, dst: Store, manifests: Sequence[Manifest], *, worke
         for m in present:
             write_pointer(dst, m)  # a copy killed between manifest and pointer
     wrote = [(sha, size) for sha, size, w in outcomes if w]
-    return CopyResult(
+    return CopyEntriesResult(
         source=src.url, target=dst.url, entries=tuple(m.entry_key for m in manifests),
         entries_copied=copied, entries_present=len(present) + len(todo) - copied,
         blobs_copied=len(wrote), blobs_skipped=len(outcomes) - len(wrote),

@@ -3,17 +3,21 @@
 ``select_entry_keys`` lists entry keys: every manifest (``cells=None``), or the entries the
 ``cells/<cell-key>/`` pointers name for the given cells; optionally only some fingerprints.
 ``read_manifests`` reads and fully validates them (a bad manifest is an IntegrityError).
+``select_manifests`` does both for a command's selection: MATRIX [--cells] | --all, and
+--fingerprint.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from neffcache.backends import BACKENDS
 from neffcache.canonical import digest_of
 from neffcache.errors import ManifestError, UsageError
 from neffcache.manifest import Manifest, decode_manifest
-from neffcache.matrix import Cell
+from neffcache.matrix import Cell, select_cells
+from neffcache.matrix_io import load_matrix
 from neffcache.store import Store, manifest_key
 from neffcache.store.base import CELLS, MANIFESTS, entry_key_of
 from neffcache.thread_pool import map_in_threads
@@ -82,3 +86,25 @@ def read_manifest(store: Store, key: str) -> Manifest:
 def read_manifests(store: Store, keys: Sequence[str], *, workers: int = 16
                    ) -> tuple[Manifest, ...]:
     return tuple(map_in_threads(lambda k: read_manifest(store, k), keys, workers))
+
+
+def select_manifests(store: Store, matrix: str | Path | None, patterns: Sequence[str] = (),
+                     fingerprints: Sequence[str] = (), everything: bool = False, *,
+                     workers: int = 16) -> tuple[Manifest, ...]:
+    """The validated manifests of the selected entries, sorted by entry key: those built for
+    the cells of ``matrix`` (only the cells whose id matches one of ``patterns``, when given),
+    or every entry (``everything``); only ``fingerprints`` (keys or prefixes) when given.
+    UsageError for a selection that is not exactly one of the two, or matches no cell."""
+    if everything == (matrix is not None):
+        raise UsageError("give a MATRIX or --all (not both)")
+    if everything and patterns:
+        raise UsageError("--cells selects cells of a MATRIX; it cannot be used with --all")
+    wanted = check_fingerprint_args(fingerprints)
+    cells = None
+    if matrix is not None:
+        m = load_matrix(matrix)
+        cells = select_cells(m.cells, tuple(patterns))
+        if not cells:
+            raise UsageError(f"--cells {' '.join(patterns)}: matches no cell of {matrix}")
+    keys = select_entry_keys(store, cells, wanted, workers=workers)
+    return read_manifests(store, keys, workers=workers)

@@ -402,7 +402,8 @@ def apply_uploads(store: Store, plan: UploadPlan, seen_intents: set[str], *,
     return tuple(go)
 
 
-def dry_run(plan: GcPlan) -> GcResult:
+def plan_only(plan: GcPlan) -> GcResult:
+    """The result of a dry run: the plan, nothing deleted."""
     return GcResult(plan, (), (), dry_run=True)
 
 

@@ -25,6 +25,7 @@ from neffcache.errors import (
     UnavailableError,
 )
 from neffcache.hashing import CHUNK, PartHasher
+from neffcache.lifecycle.exit_rule import ExitRule
 from neffcache.manifest import Manifest, PackRecord, PartDigests, decode_manifest
 from neffcache.store import Store, blob_key
 from neffcache.store.base import MANIFESTS, entry_key_of, pack_key
@@ -43,7 +44,11 @@ class Problem:
 
 
 @dataclass(frozen=True, slots=True)
-class VerifyReport:
+class VerifyStoreResult(ExitRule):
+    """What ``verify_store`` found: counts, bytes read, every problem. ``error()`` is an
+    IntegrityError (exit 4) for any problem but unreadable objects, an UnavailableError (exit 6)
+    when objects could only not be read, None when there is no problem (exit 0)."""
+
     manifests: int
     blobs: int
     bytes_checked: int
@@ -53,6 +58,7 @@ class VerifyReport:
     packs: int = 0
 
     def error(self) -> NeffcacheError | None:
+        """IntegrityError (exit 4), UnavailableError (only unreadable objects: exit 6) or None."""
         if not self.problems:
             return None
         kinds = {p.kind for p in self.problems}
@@ -64,6 +70,8 @@ class VerifyReport:
                               f"{bad[0].message}")
 
     def to_json(self) -> dict[str, Any]:
+        """``neffcache verify --json``: ok, manifests, blobs, packs, bytes_checked, quick,
+        problems (key, kind, error; the first 200), problem_count, seconds."""
         return {"ok": not self.problems, "manifests": self.manifests, "blobs": self.blobs,
                 "bytes_checked": self.bytes_checked, "quick": self.quick, "packs": self.packs,
                 "problems": [p.to_json() for p in self.problems[:MAX_LISTED]],
@@ -71,7 +79,9 @@ class VerifyReport:
 
 
 def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
-                 progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+                 progress: Callable[[int, int], None] | None = None) -> VerifyStoreResult:
+    """Check every manifest of ``store`` and every blob and pack it references (each once);
+    ``progress(done, total)`` per blob. The store use case is ``lifecycle.verify_store``."""
     started = time.monotonic()
     keys = sorted(k for k in store.list(MANIFESTS) if entry_key_of(k) is not None)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -94,7 +104,7 @@ def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
                                       sorted(packs.items())):
             checked += nbytes
             problems.extend(found)
-    return VerifyReport(len(keys), len(blobs), checked, tuple(problems), quick,
+    return VerifyStoreResult(len(keys), len(blobs), checked, tuple(problems), quick,
                         time.monotonic() - started, len(packs))
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from neffcache.backends import BACKENDS, root_dirs
 from neffcache.errors import IntegrityError, ManifestError, NeffcacheError, UsageError
+from neffcache.lifecycle.exit_rule import ExitRule
 from neffcache.manifest import Manifest, decode_manifest
 from neffcache.restore.dest import lock_destination
 from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
@@ -52,7 +53,10 @@ class LocalProblem:
 
 
 @dataclass(frozen=True, slots=True)
-class LocalReport:
+class VerifyLocalDirResult(ExitRule):
+    """What ``verify_local`` found in a restored directory: counts, bytes re-hashed, every
+    problem. ``error()`` is an IntegrityError (exit 4) for any problem, else None (exit 0)."""
+
     target: str
     entries: int
     files: int
@@ -61,6 +65,7 @@ class LocalReport:
     seconds: float
 
     def error(self) -> NeffcacheError | None:
+        """IntegrityError (exit 4) naming the first problem, or None."""
         if not self.problems:
             return None
         return IntegrityError(f"{len(self.problems)} problem(s) in {self.target}; first: "
@@ -68,6 +73,8 @@ class LocalReport:
                               hint=f"neffcache restore MATRIX --to {self.target}")
 
     def to_json(self) -> dict[str, Any]:
+        """``neffcache verify --local DIR --json``: ok, target, entries, files, bytes_checked,
+        problems (path, kind, error; the first 200), problem_count, seconds."""
         return {"ok": not self.problems, "target": self.target, "entries": self.entries,
                 "files": self.files, "bytes_checked": self.bytes_checked,
                 "problems": [p.to_json() for p in self.problems[:MAX_LISTED]],
@@ -138,7 +145,7 @@ def check_file(c: LocalCheck) -> tuple[int, LocalProblem | None]:
 
 
 def verify_local(target: Path, *, workers: int = 4,
-                 progress: Callable[[int, int], None] | None = None) -> LocalReport:
+                 progress: Callable[[int, int], None] | None = None) -> VerifyLocalDirResult:
     """Re-hash what the local manifest copies say is restored in ``target``, under the
     directory's restore lock (a restore running there is waited for: its half-done tree is
     not damage, and both may rewrite the state file)."""
@@ -155,7 +162,7 @@ def verify_local(target: Path, *, workers: int = 4,
 
 
 def _verify_locked(target: Path, workers: int, progress: Callable[[int, int], None] | None,
-                   started: float) -> LocalReport:
+                   started: float) -> VerifyLocalDirResult:
     manifests, problems = read_local_manifests(target)
     checks = plan_local_checks(manifests, str(target))
     checked = 0
@@ -169,7 +176,7 @@ def _verify_locked(target: Path, workers: int, progress: Callable[[int, int], No
     damaged = {(c.root, c.path) for c in checks for p in problems if p.path == c.file}
     if damaged:
         forget_states(manifests, str(target), damaged)
-    return LocalReport(str(target), len(manifests), len(checks), checked, tuple(problems),
+    return VerifyLocalDirResult(str(target), len(manifests), len(checks), checked, tuple(problems),
                        time.monotonic() - started)
 
 

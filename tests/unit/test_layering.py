@@ -52,11 +52,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.precompile.run", "neffcache.precompile.backfill"),
     ("neffcache.precompile.claims", "neffcache.precompile"),
     # lifecycle: what happens to entries after they are published
+    ("neffcache.lifecycle.exit_rule",),
     ("neffcache.lifecycle.entry_select", "neffcache.lifecycle.bundle",
      "neffcache.lifecycle.verify", "neffcache.lifecycle.verify_local",
      "neffcache.lifecycle.retire"),
     ("neffcache.lifecycle.gc", "neffcache.lifecycle.copy", "neffcache.lifecycle.bundle_store"),
-    ("neffcache.lifecycle.bundle_write", "neffcache.lifecycle"),
+    ("neffcache.lifecycle.bundle_write",),
+    # lifecycle's use cases, and its face
+    ("neffcache.lifecycle.verify_run", "neffcache.lifecycle.gc_run",
+     "neffcache.lifecycle.retire_run", "neffcache.lifecycle.copy_run",
+     "neffcache.lifecycle.bundle_run", "neffcache.lifecycle"),
     # applications of the library
     ("neffcache.demo", "neffcache.server"),
     ("neffcache.cli._common", "neffcache.cli._select", "neffcache.cli._process"),

@@ -13,8 +13,8 @@ from neffcache.errors import IntegrityError, ManifestError, UsageError
 from neffcache.hashing import sha256_bytes
 from neffcache.lifecycle.bundle import TOC_NAME, Member, Toc, decode_toc, encode_toc
 from neffcache.lifecycle.bundle_store import BundleStore
-from neffcache.lifecycle.bundle_write import export_bundle
-from neffcache.lifecycle.copy import copy_entries
+from neffcache.lifecycle.bundle_write import write_bundle
+from neffcache.lifecycle.copy import apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
 from neffcache.store import blob_key
 from tests.support.lifecycle import bundle_with, cell, publish_synthetic, sdk_fingerprint, write_tar
@@ -28,7 +28,7 @@ def bundle(tmp_path: Path) -> tuple[Path, str, MemoryStore]:
         publish_synthetic(store, cell(h), sdk_fingerprint("2.19"), tmp_path / f"c{h}", seed=i)
     manifests = read_manifests(store, select_entry_keys(store, None))
     path = tmp_path / "neff.bundle"
-    digest, _ = export_bundle(store, manifests, path)
+    digest, _ = write_bundle(store, manifests, path)
     return path, digest, store
 
 
@@ -39,7 +39,7 @@ def test_export_then_import_gives_the_same_objects(bundle: tuple[Path, str, Memo
         assert b.verify_all() > 0
         assert sorted(b.list("blobs/")) == sorted(store.list("blobs/"))
         target = MemoryStore()
-        result = copy_entries(b, target, read_manifests(b, [e.entry_key for e in b.toc.entries]))
+        result = apply_copy(b, target, read_manifests(b, [e.entry_key for e in b.toc.entries]))
     assert result.entries_copied == 2 and result.blobs_copied == len(list(store.list("blobs/")))
     for prefix in ("blobs/", "manifests/", "cells/", "packs/"):
         assert {k: store.objects[k] for k in store.list(prefix)} == \
@@ -51,7 +51,7 @@ def test_gzip_bundle_reads_the_same(tmp_path: Path, bundle: tuple[Path, str, Mem
                                     ) -> None:
     _, digest, store = bundle
     gz = tmp_path / "neff.bundle.gz"
-    gz_digest, _ = export_bundle(store, read_manifests(store, select_entry_keys(store, None)),
+    gz_digest, _ = write_bundle(store, read_manifests(store, select_entry_keys(store, None)),
                                  gz, gzip=True)
     assert gz.read_bytes()[:2] == b"\x1f\x8b"
     with BundleStore(gz, expect_sha256=gz_digest) as b:

@@ -1,4 +1,4 @@
-"""copy_entries between stores, and verify --local's re-hash of a restored directory."""
+"""apply_copy between stores, and verify --local's re-hash of a restored directory."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from neffcache.backends import get_backend
 from neffcache.errors import IntegrityError
-from neffcache.lifecycle.copy import copy_entries
+from neffcache.lifecycle.copy import apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
 from neffcache.lifecycle.verify_local import verify_local
 from neffcache.restore.run import restore_cells
@@ -26,10 +26,10 @@ def test_copy_is_idempotent_and_copies_each_blob_once(tmp_path: Path) -> None:
         publish_synthetic(src, cell(h), FP, tmp_path / str(h), seed=i)
     manifests = read_manifests(src, select_entry_keys(src, [cell(64), cell(128)]))
     dst = MemoryStore()
-    first = copy_entries(src, dst, manifests)
+    first = apply_copy(src, dst, manifests)
     assert first.entries_copied == 2
     assert first.blobs_copied == len(list(src.list("blobs/")))
-    again = copy_entries(src, dst, manifests)
+    again = apply_copy(src, dst, manifests)
     assert (again.entries_copied, again.blobs_copied, again.entries_present) == (0, 0, 2)
     assert select_entry_keys(dst, None) == select_entry_keys(src, None)
 
@@ -43,7 +43,7 @@ def test_a_corrupt_source_blob_is_never_committed(tmp_path: Path) -> None:
     src.objects[blob_key(victim)] = bytes(data)
     dst = MemoryStore()
     with pytest.raises(IntegrityError):
-        copy_entries(src, dst, [result.manifest])
+        apply_copy(src, dst, [result.manifest])
     assert not dst.has(blob_key(victim)) and not list(dst.list("manifests/"))
 
 

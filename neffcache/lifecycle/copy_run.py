@@ -1,0 +1,53 @@
+"""The copy use case, ``copy_entries``: open both stores, select the entries, copy them (see
+``copy`` for how); from a typed request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from neffcache.errors import UsageError
+from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
+from neffcache.lifecycle.entry_select import select_manifests
+from neffcache.store import open_store
+
+
+@dataclass(frozen=True, slots=True)
+class CopyEntriesRequest:
+    """What ``copy_entries`` copies, from where to where.
+
+    ``source``/``target``: store URLs (PATH, file://PATH or s3://BUCKET/PREFIX; a local target
+    is created). The selection: the entries built for the cells of ``matrix`` (only those
+    whose id matches one of ``cells``, globs, when given), or every entry with
+    ``all_entries``; only the fingerprints ``fingerprints`` (keys or prefixes of at least 6 hex
+    digits) when given. ``workers``: parallel transfers; ``progress(done, total)`` per batch
+    of blobs.
+    """
+
+    source: str
+    target: str
+    matrix: str | Path | None = None
+    cells: Sequence[str] = ()
+    fingerprints: Sequence[str] = ()
+    all_entries: bool = False
+    workers: int = 8
+    progress: Callable[[int, int], None] | None = None
+
+
+def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
+    """Copy the selected entries from ``source`` to ``target``: each blob and pack the target
+    lacks once, verified against its size and sha256 while it streams, then manifests and
+    cell pointers (first writer wins). Rerunning an interrupted copy copies only what is
+    missing. Raises UsageError (exit 2) for the same store twice or a bad selection,
+    IntegrityError (exit 4) for a source object that does not match its sha256 (nothing of it
+    is kept), UnavailableError (exit 6) when a store cannot be reached."""
+    src, dst = open_store(request.source), open_store(request.target, create=True)
+    if src.url == dst.url:
+        raise UsageError(f"--from and --to are the same store ({src.url})")
+    src.check()
+    dst.check()
+    manifests = select_manifests(src, request.matrix, request.cells, request.fingerprints,
+                                 request.all_entries, workers=request.workers)
+    return apply_copy(src, dst, manifests, workers=request.workers,
+                      on_progress=request.progress)

@@ -1,0 +1,157 @@
+"""The gc use case, ``collect_garbage``: plan the blobs, packs and stale multipart uploads to
+delete or abort, ask for consent, apply; from a typed request (see ``gc`` for the rules)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from neffcache.config import read_settings
+from neffcache.errors import UnavailableError, UsageError
+from neffcache.lifecycle.exit_rule import ExitRule
+from neffcache.lifecycle.gc import (
+    DEFAULT_GRACE_SECONDS,
+    GcResult,
+    UploadPlan,
+    apply_gc,
+    apply_uploads,
+    check_grace,
+    collect_gc,
+    collect_uploads,
+    describe,
+    plan_only,
+    upload_json,
+)
+from neffcache.store import Store, open_store
+from neffcache.store.base import Upload
+
+
+@dataclass(frozen=True, slots=True)
+class CollectGarbageResult(ExitRule):
+    """What gc planned and did. ``gc``: the blob and pack plan and what was deleted (None with
+    ``uploads_only``); ``uploads``: the multipart-upload plan (None for a store without them,
+    such as a local one, or when they could not be listed: then ``uploads_error`` says why);
+    ``aborted``: the uploads aborted. A result is a success (exit 0)."""
+
+    store: str
+    dry_run: bool
+    grace: float
+    gc: GcResult | None
+    uploads: UploadPlan | None
+    aborted: tuple[Upload, ...] = ()
+    uploads_error: str | None = None
+
+    @property
+    def pending(self) -> str:
+        """What applying the plan deletes or aborts, in words ("3 blob(s), 1 pack(s) and 0
+        multipart upload(s)"; with ``uploads_only``, "2 multipart upload(s)")."""
+        stale = len(self.uploads.abort) if self.uploads is not None else 0
+        if self.gc is None:
+            return f"{stale} multipart upload(s)"
+        plan = self.gc.plan
+        return (f"{len(plan.delete)} blob(s), {len(plan.delete_packs)} pack(s) and "
+                f"{stale} multipart upload(s)")
+
+    def counts(self) -> Mapping[str, int]:
+        """The summary's numbers (manifests, blobs, referenced, unreferenced, spared, deleted,
+        stale_intents, packs, unreferenced_packs, deleted_packs); empty with ``uploads_only``."""
+        return {} if self.gc is None else describe(self.gc)
+
+    def to_json(self) -> dict[str, Any]:
+        """``neffcache gc --json``: the plan (manifests, blobs, referenced, delete, spared,
+        stale_intents, unknown, packs, delete_packs, spared_packs), deleted, deleted_count,
+        deleted_packs, kept_on_recheck, dry_run, store, uploads (null when there are none to
+        list; else listed, abort, spared, unknown, aborted) and, when uploads could not be
+        listed, uploads_error. With ``uploads_only``: store, dry_run, uploads."""
+        uploads = None if self.uploads is None else \
+            dict(self.uploads.to_json(), aborted=[upload_json(u) for u in self.aborted])
+        if self.gc is None:
+            return {"store": self.store, "dry_run": self.dry_run, "uploads": uploads}
+        doc = dict(self.gc.to_json(), store=self.store, uploads=uploads)
+        if self.uploads_error is not None:
+            doc["uploads_error"] = self.uploads_error
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class CollectGarbageRequest:
+    """What ``collect_garbage`` does.
+
+    ``store``: a store URL (None: as the CLI would, NEFFCACHE_STORE > config file > default);
+    ``grace``: seconds a publish in progress or a retire is protected for, and the age past
+    which multipart uploads are aborted (at least 600 unless ``force``); ``uploads_only``: only
+    abort stale multipart uploads; ``workers``: parallel reads and deletes.
+    ``dry_run``: plan only. Otherwise deleting needs consent: ``confirmed=True``, or a
+    ``confirm(preview)`` callback (``preview`` is the dry run's result) returning True; when
+    it returns False nothing is deleted and the result is the dry run's. It never prompts.
+    ``notice(line)``: warnings (multipart uploads that could not be listed).
+    """
+
+    store: str | None = None
+    grace: float = DEFAULT_GRACE_SECONDS
+    force: bool = False
+    uploads_only: bool = False
+    workers: int = 16
+    dry_run: bool = False
+    confirmed: bool = False
+    confirm: Callable[[CollectGarbageResult], bool] | None = None
+    notice: Callable[[str], None] | None = None
+
+
+def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
+    """Delete blobs and packs no manifest references (sparing those of publishes in progress
+    and of entries retired less than ``grace`` ago) and abort stale multipart uploads; plan
+    first. Raises UsageError (exit 2) for a grace below the floor without ``force`` and when
+    there is something to delete without consent (``confirmed`` or ``confirm``), IntegrityError
+    (exit 4) when a manifest cannot be read, UnavailableError (exit 6) when the store cannot
+    be reached (or, with ``uploads_only``, its uploads cannot be listed)."""
+    check_grace(request.grace, force=request.force)
+    s = open_store(read_settings(os.environ, store=request.store).store_url)
+    s.check()
+    now = time.time()
+    if request.uploads_only:
+        return _collect_uploads(s, request, now)
+    plan, seen_m, seen_i = collect_gc(s, now=now, grace=request.grace, workers=request.workers)
+    uploads_error: str | None = None
+    try:
+        found = collect_uploads(s, now=now, grace=request.grace, workers=request.workers)
+    except UnavailableError as exc:
+        found, uploads_error = None, str(exc)
+        if request.notice is not None:
+            hint = f" (Hint: {exc.hint})" if exc.hint else ""
+            request.notice(f"warning: multipart uploads not checked: {exc}{hint}")
+    preview = CollectGarbageResult(s.url, True, request.grace, plan_only(plan),
+                                   found[0] if found else None, (), uploads_error)
+    doomed = len(plan.delete) + len(plan.delete_packs) + (len(found[0].abort) if found else 0)
+    if request.dry_run or ((doomed or plan.stale_intents) and not _consent(request, preview)):
+        return preview
+    result = apply_gc(s, plan, (seen_m, seen_i), workers=request.workers)
+    aborted = () if not found else apply_uploads(s, *found, workers=request.workers)
+    return replace(preview, dry_run=False, gc=result, aborted=aborted)
+
+
+def _collect_uploads(s: Store, request: CollectGarbageRequest,
+                     now: float) -> CollectGarbageResult:
+    """gc with ``uploads_only``: only the stale multipart uploads."""
+    found = collect_uploads(s, now=now, grace=request.grace, workers=request.workers)
+    preview = CollectGarbageResult(s.url, request.dry_run, request.grace, None,
+                                   found[0] if found else None)
+    if found is None or request.dry_run:
+        return preview
+    plan, seen = found
+    if plan.abort and not _consent(request, replace(preview, dry_run=True)):
+        return replace(preview, dry_run=True)
+    return replace(preview, aborted=apply_uploads(s, plan, seen, workers=request.workers))
+
+
+def _consent(request: CollectGarbageRequest, preview: CollectGarbageResult) -> bool:
+    """Whether to go on: ``confirmed``, else what ``confirm`` answers; with neither, refuse."""
+    if request.confirmed:
+        return True
+    if request.confirm is None:
+        raise UsageError(f"gc would delete or abort {preview.pending} in {preview.store}; "
+                         "not confirmed", hint="neffcache gc --dry-run, then neffcache gc --yes")
+    return request.confirm(preview)

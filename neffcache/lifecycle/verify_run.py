@@ -1,0 +1,67 @@
+"""The verify use cases: ``verify_store`` (a store's integrity) and ``verify_local_dir`` (a
+restored directory re-hashed against its manifests), each from a typed request."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from neffcache.config import read_settings
+from neffcache.lifecycle import verify, verify_local
+from neffcache.lifecycle.verify import VerifyStoreResult
+from neffcache.lifecycle.verify_local import VerifyLocalDirResult
+from neffcache.store import open_store
+
+# Re-hashing a restored directory is disk-bound: more readers than this only contend.
+LOCAL_WORKERS_MAX = 8
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyStoreRequest:
+    """What ``verify_store`` checks.
+
+    ``store``: a store URL (None: as the CLI would, NEFFCACHE_STORE > config file > default);
+    ``quick``: only check that every referenced blob and pack exists (no download);
+    ``workers``: parallel reads; ``progress(done, total)``: called per blob checked.
+    """
+
+    store: str | None = None
+    quick: bool = False
+    workers: int = 8
+    progress: Callable[[int, int], None] | None = None
+
+
+def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
+    """Check that every manifest in the store decodes and every blob and pack it references
+    exists and streams to exactly its recorded size and sha256 (and part digests); each blob
+    once. Problems are collected in the result (exit 4, or 6 when objects could only not be
+    read), never raised one by one. Raises UnavailableError (exit 6) when the store cannot be
+    reached at all, ConfigError for a bad store URL."""
+    s = open_store(read_settings(os.environ, store=request.store).store_url)
+    s.check()
+    return verify.verify_store(s, quick=request.quick, workers=request.workers,
+                               progress=request.progress)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyLocalDirRequest:
+    """What ``verify_local_dir`` checks: ``target``, a directory ``neffcache restore`` wrote
+    (it holds ``.neffcache-entries/``); ``workers`` parallel reads (at most 8 are used);
+    ``progress(done, total)`` after each batch of files."""
+
+    target: str | Path
+    workers: int = 8
+    progress: Callable[[int, int], None] | None = None
+
+
+def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
+    """Re-hash every file of every entry restored into ``target`` against the manifest restore
+    kept there, under the directory's restore lock (a restore running there is waited for). A
+    damaged file is listed and forgotten by its root's state file, so the next restore fetches
+    it again; any problem is exit 4. No store is read. Raises UsageError (exit 2) when
+    ``target`` is not a directory neffcache restore wrote."""
+    return verify_local.verify_local(Path(request.target),
+                                     workers=min(request.workers, LOCAL_WORKERS_MAX),
+                                     progress=request.progress)
