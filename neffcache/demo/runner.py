@@ -290,6 +290,7 @@ def _restored_cell(matrix: Matrix, cell: Cell, backend: Backend, store: Store,
 
     key = entry_key(cell, fingerprint)
     warmed = {c.cell_id: c for c in pre.cells}.get(cell.id)
+    cold: float | None
     if warmed is not None and warmed.seconds is not None:
         cold, source = warmed.seconds, "this run"
     else:
