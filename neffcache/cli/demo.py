@@ -3,7 +3,6 @@ would, and show cold vs restored first-call times and the coverage table."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import click
@@ -15,20 +14,19 @@ from neffcache.cli._common import (
     index_option,
     json_option,
     progress,
-    settings_from,
     store_option,
 )
-from neffcache.errors import CompiledAfterRestoreError
 
 if TYPE_CHECKING:
-    from neffcache.demo.runner import DemoReport
+    from neffcache.demo import DemoResult
 
 
 def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-def render_demo(report: DemoReport) -> str:
+def render_demo(report: DemoResult) -> str:
+    """The per-cell table, the restore line, the coverage table and the verdict."""
     from neffcache.cli.coverage import render_coverage
 
     rows = []
@@ -94,20 +92,18 @@ def demo(shapes: str | None, workers: int, timeout: float, store: str | None,
     "restored_seconds", "speedup", "compiled_after_restore", "evidence", "error"}],
     "coverage" (as `coverage --json`)}.
     """
-    from neffcache.demo.runner import parse_shapes, run_demo
+    from neffcache.demo import DemoRequest, run_demo
 
-    settings = settings_from(store=store, index=index)
-    report = run_demo(settings, shapes=parse_shapes(shapes), workers=workers, timeout=timeout,
-                      environ=os.environ, say=progress, progress=_event_line)
+    result = run_demo(DemoRequest(shapes=shapes, workers=workers, timeout=timeout,
+                                  store=store, index=index, notice=progress,
+                                  progress=_event_line))
     if as_json:
-        emit_json(report.to_json())
+        emit_json(result.to_json())
     else:
-        click.echo(render_demo(report))
-    if not report.ok:
-        bad = [c.cell_id for c in report.cells if not c.clean]
-        raise CompiledAfterRestoreError(
-            f"demo: {len(bad)} cell(s) compiled or failed after restore ({', '.join(bad)})"
-            if bad else f"demo: restore exited {report.restore_exit} or a warm-up failed")
+        click.echo(render_demo(result))
+    err = result.error()
+    if err is not None:
+        raise err
 
 
 def _event_line(event: tuple[str, str, str]) -> None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import re
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,13 +12,12 @@ from neffcache.cli._common import (
     index_option,
     json_option,
     python_option,
-    settings_from,
     store_option,
 )
-from neffcache.config import Settings
-from neffcache.errors import EXIT_CODE_HELP, NotFoundError, UsageError
+from neffcache.errors import EXIT_CODE_HELP
 
-_HEX_RE = re.compile(r"^[0-9a-f]{6,64}$")
+if TYPE_CHECKING:
+    from neffcache.fingerprint_explain import ExplainResult, FingerprintResult
 
 
 @click.command("fingerprint", epilog=EXIT_CODE_HELP)
@@ -61,122 +59,64 @@ def fingerprint(backend_name: str | None, explain: str | None, python: str | Non
       neffcache fingerprint --explain 3fa2c9d1e0b4      # an entry key or a fingerprint key
       neffcache fingerprint --backend neuron --python /opt/venv/bin/python --json
     """
-    from neffcache.backends import get_backend
-    from neffcache.fingerprint import (
-        FIELD_NOTES,
-        collect_fingerprint,
-        described_interpreter,
-        diff_fingerprints,
+    from neffcache.fingerprint_explain import (
+        ExplainRequest,
+        FingerprintRequest,
+        explain_fingerprint,
+        show_fingerprint,
     )
 
-    settings = settings_from(store, index=index, python=python)
-    interpreter = described_interpreter(settings.python)
     if explain is None:
-        fp = collect_fingerprint(get_backend(backend_name or "inductor").name, os.environ,
-                                 python=settings.python)
+        shown = show_fingerprint(FingerprintRequest(backend=backend_name, python=python))
         if as_json:
-            emit_json({"key": fp.key, "backend": fp.backend, "fields": dict(fp.fields),
-                       "info": dict(fp.info), "unknown_fields": list(fp.unknown_fields),
-                       "python": interpreter})
-            return
-        click.echo(f"fingerprint {fp.key}  (backend {fp.backend}, python {interpreter})")
-        click.echo(format_table(["field", "value"], [[k, v] for k, v in fp.fields]))
-        if fp.info:
-            click.echo("info (recorded, never compared): "
-                       + ", ".join(f"{k}={v}" for k, v in fp.info))
-        for name in fp.unknown_fields:
-            click.echo(f"warning: {name} is unknown on this host: nothing will be built or "
-                       f"restored here until it is known")
+            emit_json(shown.to_json())
+        else:
+            click.echo(render_fingerprint(shown))
         return
-    manifest, there = _explained(explain, settings)
-    here = collect_fingerprint(get_backend(backend_name or there.backend).name, os.environ,
-                               python=settings.python)
-    diffs = diff_fingerprints(here, there)
-    info_here, info_there = dict(here.info), dict(there.info)
-    info_diffs = [(k, info_here.get(k, "absent"), info_there.get(k, "absent"))
-                  for k in sorted(set(info_here) | set(info_there))
-                  if info_here.get(k) != info_there.get(k)]
+    result = explain_fingerprint(ExplainRequest(key=explain, backend=backend_name,
+                                                python=python, store=store, index=index))
     if as_json:
-        emit_json({"entry_key": manifest.entry_key if manifest else None,
-                   "cell_id": manifest.cell.id if manifest else None,
-                   "backend": there.backend, "here": here.key, "there": there.key,
-                   "match": not diffs and not here.unknown_fields,
-                   "unknown_here": list(here.unknown_fields),
-                   "differences": [{"field": d.name, "here": d.here, "there": d.there,
-                                    "note": FIELD_NOTES.get(d.name, "")} for d in diffs],
-                   "info_differences": [{"field": k, "here": a, "there": b}
-                                        for k, a, b in info_diffs],
-                   "python": interpreter})
-        return
-    if manifest is not None:
-        click.echo(f"entry {manifest.entry_key} ({manifest.cell.id}, backend {there.backend})")
-        click.echo(f"  built for fingerprint {there.key[:12]}, this host is {here.key[:12]} "
-                   f"(python {interpreter})")
+        emit_json(result.to_json())
     else:
-        click.echo(f"fingerprint {there.key} (backend {there.backend}); this host is "
-                   f"{here.key[:12]} (python {interpreter})")
-    for name in here.unknown_fields:
-        click.echo(f"  {name} is unknown on this host, so no entry is used here")
-    what = "this entry" if manifest is not None else "its entries"
+        click.echo(render_explain(result))
+
+
+def render_fingerprint(result: FingerprintResult) -> str:
+    """This host's fingerprint as a table, its info line and a warning per unknown field."""
+    fp = result.fingerprint
+    lines = [f"fingerprint {fp.key}  (backend {fp.backend}, python {result.python})",
+             format_table(["field", "value"], [[k, v] for k, v in fp.fields])]
+    if fp.info:
+        lines.append("info (recorded, never compared): "
+                     + ", ".join(f"{k}={v}" for k, v in fp.info))
+    lines += [f"warning: {name} is unknown on this host: nothing will be built or "
+              f"restored here until it is known" for name in fp.unknown_fields]
+    return "\n".join(lines)
+
+
+def render_explain(result: ExplainResult) -> str:
+    """Which fields differ between this host and the explained entry or fingerprint."""
+    here, there, diffs = result.here, result.there, result.differences
+    if result.entry_key is not None:
+        lines = [f"entry {result.entry_key} ({result.cell_id}, backend {there.backend})",
+                 f"  built for fingerprint {there.key[:12]}, this host is {here.key[:12]} "
+                 f"(python {result.python})"]
+    else:
+        lines = [f"fingerprint {there.key} (backend {there.backend}); this host is "
+                 f"{here.key[:12]} (python {result.python})"]
+    lines += [f"  {name} is unknown on this host, so no entry is used here"
+              for name in here.unknown_fields]
+    what = "this entry" if result.entry_key is not None else "its entries"
     if not diffs:
-        click.echo(f"same fingerprint: {what} would be used here"
-                   if not here.unknown_fields
-                   else "same fields, but an unknown field never matches")
+        lines.append(f"same fingerprint: {what} would be used here"
+                     if not here.unknown_fields
+                     else "same fields, but an unknown field never matches")
     else:
-        click.echo(f"{len(diffs)} field(s) differ, so {what} would not be used here:")
-        click.echo(format_table(["field", "this host", "entry", "why it matters"],
-                                [[d.name, d.here, d.there, FIELD_NOTES.get(d.name, "")]
-                                 for d in diffs]))
-    if info_diffs:
-        click.echo("info (never compared): " + "; ".join(
-            f"{k}: this host {a}, entry {b}" for k, a, b in info_diffs))
-
-
-def _explained(key: str, settings: Settings):  # type: ignore[no-untyped-def]
-    """(manifest, its fingerprint) of an entry in the store, else (None, fingerprint) of a
-    fingerprint key (or unique prefix) in the index."""
-    try:
-        manifest = _read_entry(key, settings.store_url)
-        return manifest, manifest.fingerprint
-    except (NotFoundError, UsageError) as exc:
-        missed = exc
-    clean = key.strip().lower()
-    if not _HEX_RE.match(clean):
-        raise missed
-    from neffcache.errors import UnavailableError
-    from neffcache.index import open_index
-
-    try:
-        with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-            found = ix.find_fingerprints(clean)
-    except UnavailableError:
-        raise missed from None
-    if len(found) == 1:
-        return None, next(iter(found.values()))
-    raise UsageError(f"--explain {clean}: no entry in the store and "
-                     f"{'no' if not found else len(found)} fingerprints in the index "
-                     f"match that key", hint="neffcache ls; neffcache coverage MATRIX")
-
-
-def _read_entry(key: str, store_url: str):  # type: ignore[no-untyped-def]
-    from neffcache.manifest import decode_manifest
-    from neffcache.store import manifest_key, open_store
-    from neffcache.store.base import MANIFESTS, entry_key_of
-
-    key = key.strip().lower()
-    if not _HEX_RE.match(key):
-        raise UsageError(f"--explain {key!r}: expected an entry key (hex, at least 6 digits)")
-    s = open_store(store_url)
-    if len(key) < 64:
-        matches = sorted(k for k in (entry_key_of(o) for o in s.list(MANIFESTS))
-                         if k and k.startswith(key))
-        if len(matches) != 1:
-            raise UsageError(f"--explain {key}: {'no' if not matches else len(matches)} "
-                             f"entries match that prefix in {s.url}")
-        key = matches[0]
-    try:
-        data = s.read(manifest_key(key))
-    except NotFoundError:
-        raise NotFoundError(f"entry {key}: no manifest in {s.url}",
-                            hint="neffcache ls") from None
-    return decode_manifest(data, source=f"manifests/{key}.json")
+        lines.append(f"{len(diffs)} field(s) differ, so {what} would not be used here:")
+        lines.append(format_table(["field", "this host", "entry", "why it matters"],
+                                  [[d.name, d.here, d.there, result.note(d.name)]
+                                   for d in diffs]))
+    if result.info_differences:
+        lines.append("info (never compared): " + "; ".join(
+            f"{d.name}: this host {d.here}, entry {d.there}" for d in result.info_differences))
+    return "\n".join(lines)

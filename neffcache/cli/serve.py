@@ -2,31 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
-import socket
-import threading
-from collections.abc import Iterator
-from datetime import datetime, timezone
-from typing import Any
-
 import click
 
-from neffcache.cli._common import index_option, progress, settings_from, store_option
-from neffcache.config import Settings, redact_url
-from neffcache.errors import EXIT_CODE_HELP, ConfigError, UsageError
-
-LOOPBACK_NAMES = ("localhost",)
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and 'localhost' (pure)."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+from neffcache.cli._common import index_option, progress, store_option
+from neffcache.errors import EXIT_CODE_HELP
 
 
 @click.command("serve", epilog=EXIT_CODE_HELP)
@@ -87,94 +66,9 @@ def serve(host: str, port: int, log_level: str, ingest_every: float, store: str 
       curl -s 127.0.0.1:8077/api/summary | jq '.coverage[].fingerprints[].ratio'
       curl -s 127.0.0.1:8077/metrics | grep neffcache_coverage_ratio
     """
-    try:
-        import uvicorn
+    from neffcache.server import ServeRequest
+    from neffcache.server import serve as run_server
 
-        from neffcache.server.app import create_app
-    except ImportError as exc:
-        raise ConfigError(f"neffcache serve needs the serve extra ({exc.name} is missing): "
-                          f"pip install 'neffcache[serve]'") from None
-    from neffcache.index import open_index
-
-    settings = settings_from(store=store, index=index)
-    if not is_loopback(host):
-        progress(f"warning: binding {host}: the index's contents (matrices, hosts, log tails) "
-                 f"are readable by anyone who can reach this port")
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        sock = bind_socket(host, port)
-        config = server_config(create_app(ix), log_level=log_level)
-        bound = sock.getsockname()[1]
-        progress(f"neffcache serve: http://{_url_host(host)}:{bound}/ "
-                 f"(index {redact_url(settings.index_url)}; Ctrl-C stops)")
-        with sock, ingesting_reports(ix, settings, ingest_every):
-            uvicorn.Server(config).run(sockets=[sock])
-
-
-# The longest request head uvicorn's HTTP/1.1 parser (h11) buffers before it answers. At h11's
-# default (16 KiB) a long query string that arrives in more than one read is refused with a
-# plain-text 400 and a reset connection, before the app can answer it in the documented shape.
-MAX_REQUEST_HEAD = 1 << 20
-
-
-def server_config(app: Any, *, log_level: str = "warning") -> Any:
-    """uvicorn's configuration for the ops server (``neffcache serve`` and the tests)."""
-    import uvicorn
-
-    return uvicorn.Config(app, log_level=log_level, server_header=False,
-                          access_log=log_level in ("info", "debug"),
-                          h11_max_incomplete_event_size=MAX_REQUEST_HEAD)
-
-
-@contextlib.contextmanager
-def ingesting_reports(index: Any, settings: Settings, every: float) -> Iterator[None]:
-    """Run a ReportPoller tick every ``every`` seconds in a daemon thread until the block
-    ends (0: not at all). Failures are warnings; the thread never stops the server."""
-    if every <= 0:
-        yield
-        return
-    from neffcache.index.ingest import ReportPoller
-    from neffcache.store import open_store
-
-    stop = threading.Event()
-
-    def loop() -> None:
-        try:
-            poller = ReportPoller(index, open_store(settings.store_url), warn=progress)
-        except Exception as exc:  # noqa: BLE001 - a bad store setting must not stop serving
-            progress(f"warning: restore reports will not be ingested: {exc}")
-            return
-        while not stop.is_set():
-            try:
-                poller.safe_tick(datetime.now(timezone.utc))
-            except Exception as exc:  # noqa: BLE001 - keep serving whatever one tick does
-                progress(f"warning: restore report ingestion failed: {type(exc).__name__}: "
-                         f"{exc}")
-            stop.wait(every)
-
-    worker = threading.Thread(target=loop, name="neffcache-report-ingest", daemon=True)
-    worker.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        worker.join(5)
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port; a one-line UsageError if that is impossible."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise UsageError(f"--host {host} --port {port}: cannot listen: "
-                         f"{exc.strerror or exc}") from None
-    sock.set_inheritable(True)
-    return sock
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+    run_server(ServeRequest(host=host, port=port, log_level=log_level,
+                            ingest_every=ingest_every, store=store, index=index,
+                            notice=progress))

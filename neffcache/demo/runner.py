@@ -22,11 +22,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from neffcache.config import Settings
-from neffcache.errors import UsageError
+from neffcache.config import Settings, read_settings
+from neffcache.errors import CompiledAfterRestoreError, NeffcacheError, UsageError, exit_code_for
 from neffcache.precompile.hit_check import Verdict
+
+if TYPE_CHECKING:
+    from neffcache.backends import Backend
+    from neffcache.fingerprint import Fingerprint
+    from neffcache.index import CoverageReport
+    from neffcache.matrix import Cell, Matrix
+    from neffcache.precompile.plan import PrecompileReport
+    from neffcache.store import Store
 
 MODEL_DIR = "tiny-flux2-klein"
 MATRIX_FILE = "matrix.toml"
@@ -35,10 +43,38 @@ INSTANCE_DIR = "instance"
 DEMO_ENV = {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
 _SHAPES_LINE = re.compile(r"^shapes = .*$", re.MULTILINE)
 _SHAPE = re.compile(r"^\d{1,5}x\d{1,5}$")
+DEFAULT_TIMEOUT = 1800.0
+Event = tuple[str, str, str]  # (kind, cell id, message), as precompile reports progress
+
+
+@dataclass(frozen=True, slots=True)
+class DemoRequest:
+    """What ``neffcache demo`` is asked to do.
+
+    shapes: the shapes to warm instead of the demo matrix's two, as the --shapes text
+    ("64x64,96x128") or a sequence of "HxW" strings (None: the matrix's). workers: cells
+    compiled at the same time. timeout: seconds before one warm-up is killed (None: never).
+    store, index: URLs (None: NEFFCACHE_* > config file > the embedded default under
+    $NEFFCACHE_HOME). environ: the workers' environment (None: ``os.environ``; OMP_NUM_THREADS
+    and TORCHINDUCTOR_COMPILE_THREADS default to 1). notice: receives the step lines;
+    progress: the precompile's per-cell events (kind, cell id, message).
+    """
+
+    shapes: str | Sequence[str] | None = None
+    workers: int = 1
+    timeout: float | None = DEFAULT_TIMEOUT
+    store: str | None = None
+    index: str | None = None
+    environ: Mapping[str, str] | None = None
+    notice: Callable[[str], None] | None = None
+    progress: Callable[[Event], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class DemoCell:
+    """One cell of the demo: its cold and restored first-call seconds and whether anything
+    compiled after restore (``verdict``; None when the restored warm-up did not finish)."""
+
     cell_id: str
     entry_key: str
     cold_seconds: float | None
@@ -69,18 +105,24 @@ class DemoCell:
 
 
 @dataclass(frozen=True, slots=True)
-class DemoReport:
+class DemoResult:
+    """The demo's outcome: where the model, matrix, store, index and instance are, the
+    precompile's report, the restore's JSON document and exit code, one DemoCell per cell,
+    the coverage of the matrix for this host's fingerprint, and the seconds it all took.
+    ``ok`` (exit 0) when the restore exited 0, no cell failed to precompile and nothing
+    compiled after restore; otherwise ``error()`` is a CompiledAfterRestoreError (exit 1)."""
+
     model_dir: str
     matrix_path: str
     store_url: str
     index_url: str
     fingerprint_key: str
     instance_dir: str
-    precompile: Any  # neffcache.precompile.PrecompileReport
+    precompile: PrecompileReport
     restore: Mapping[str, Any]
     restore_exit: int
     cells: tuple[DemoCell, ...]
-    coverage: Any  # neffcache.index.CoverageReport
+    coverage: CoverageReport
     seconds: float
 
     @property
@@ -88,7 +130,24 @@ class DemoReport:
         return (self.restore_exit == 0 and not self.precompile.failed
                 and all(c.clean for c in self.cells))
 
+    def error(self) -> NeffcacheError | None:
+        """None when ``ok``; else which cells compiled or failed after restore, or that the
+        restore or a warm-up failed."""
+        if self.ok:
+            return None
+        bad = [c.cell_id for c in self.cells if not c.clean]
+        return CompiledAfterRestoreError(
+            f"demo: {len(bad)} cell(s) compiled or failed after restore ({', '.join(bad)})"
+            if bad else f"demo: restore exited {self.restore_exit} or a warm-up failed")
+
+    @property
+    def exit_code(self) -> int:
+        """0 when ``ok``, else 1."""
+        err = self.error()
+        return 0 if err is None else exit_code_for(err)
+
     def to_json(self) -> dict[str, Any]:
+        """The ``neffcache demo --json`` document."""
         return {"ok": self.ok, "model": self.model_dir, "matrix": self.matrix_path,
                 "store": self.store_url, "index": self.index_url,
                 "fingerprint_key": self.fingerprint_key, "instance": self.instance_dir,
@@ -100,6 +159,7 @@ class DemoReport:
 
 
 def parse_shapes(text: str | None) -> tuple[str, ...] | None:
+    """The --shapes text as a tuple of "HxW" strings (None stays None); UsageError if bad."""
     if text is None:
         return None
     shapes = tuple(s.strip() for s in text.split(",") if s.strip())
@@ -133,10 +193,25 @@ def demo_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {**DEMO_ENV, **environ}
 
 
-def run_demo(settings: Settings, *, shapes: Sequence[str] | None = None, workers: int = 1,
-             timeout: float | None = None, environ: Mapping[str, str],
-             say: Callable[[str], None], progress: Callable[[Any], None] | None = None
-             ) -> DemoReport:
+def run_demo(request: DemoRequest) -> DemoResult:
+    """Build the tiny pipeline (once), precompile the demo matrix, restore it into an empty
+    directory with ``neffcache restore`` in a separate process, and time each cell's first
+    call in a fresh process against the restored cache (imports torch only in the workers
+    and when building the model).
+
+    Returns a DemoResult whether or not the cells stayed warm (its ``exit_code`` says).
+    Raises UsageError for bad shapes, and the store's and the index's errors when they cannot
+    be opened."""
+    shapes = request.shapes
+    parsed = parse_shapes(shapes if shapes is None or isinstance(shapes, str)
+                          else ",".join(shapes))
+    settings = read_settings(os.environ, store=request.store, index=request.index)
+    say = request.notice or _silent
+    return _run(settings, parsed, request, say)
+
+
+def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
+         say: Callable[[str], None]) -> DemoResult:
     from neffcache.backends import get_backend
     from neffcache.demo.tiny_pipeline import build_tiny_flux2_klein
     from neffcache.fingerprint import collect_fingerprint
@@ -149,7 +224,8 @@ def run_demo(settings: Settings, *, shapes: Sequence[str] | None = None, workers
     from neffcache.store import open_store
 
     started = time.monotonic()
-    env = demo_environment(environ)
+    workers, timeout = request.workers, request.timeout
+    env = demo_environment(os.environ if request.environ is None else request.environ)
     demo_dir = settings.home / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
     say(f"[1/4] tiny Flux2KleinPipeline: {demo_dir / MODEL_DIR} (built once, random weights)")
@@ -165,7 +241,7 @@ def run_demo(settings: Settings, *, shapes: Sequence[str] | None = None, workers
             f"process each) -> {store.url}")
         pre = apply_precompile(matrix, cells, store, ix, fingerprint,
                                PrecompileOptions(workers=workers, timeout=timeout),
-                               environ=env, progress=progress)
+                               environ=env, progress=request.progress)
         instance = demo_dir / INSTANCE_DIR
         shutil.rmtree(instance, ignore_errors=True)
         instance.mkdir(parents=True)
@@ -176,11 +252,15 @@ def run_demo(settings: Settings, *, shapes: Sequence[str] | None = None, workers
         demo_cells = tuple(_restored_cell(matrix, cell, backend, store, fingerprint, pre,
                                           instance, env, timeout, say) for cell in cells)
         coverage = ix.coverage(cells, [fingerprint])
-    return DemoReport(model_dir=str(model_dir), matrix_path=matrix.source,
+    return DemoResult(model_dir=str(model_dir), matrix_path=matrix.source,
                       store_url=store.url, index_url=settings.index_url,
                       fingerprint_key=fingerprint.key, instance_dir=str(instance),
                       precompile=pre, restore=restore_doc, restore_exit=restore_exit,
                       cells=demo_cells, coverage=coverage, seconds=time.monotonic() - started)
+
+
+def _silent(_message: str) -> None:
+    pass
 
 
 def _restore_cli(matrix_path: Path, target: Path, settings: Settings,
@@ -200,8 +280,9 @@ def _restore_cli(matrix_path: Path, target: Path, settings: Settings,
     return doc, proc.returncode
 
 
-def _restored_cell(matrix: Any, cell: Any, backend: Any, store: Any, fingerprint: Any,
-                   pre: Any, instance: Path, env: Mapping[str, str], timeout: float | None,
+def _restored_cell(matrix: Matrix, cell: Cell, backend: Backend, store: Store,
+                   fingerprint: Fingerprint, pre: PrecompileReport, instance: Path,
+                   env: Mapping[str, str], timeout: float | None,
                    say: Callable[[str], None]) -> DemoCell:
     from neffcache.manifest import entry_key
     from neffcache.precompile.plan import stored_compile_seconds
@@ -209,6 +290,7 @@ def _restored_cell(matrix: Any, cell: Any, backend: Any, store: Any, fingerprint
 
     key = entry_key(cell, fingerprint)
     warmed = {c.cell_id: c for c in pre.cells}.get(cell.id)
+    cold: float | None
     if warmed is not None and warmed.seconds is not None:
         cold, source = warmed.seconds, "this run"
     else:

@@ -55,8 +55,7 @@ def serve_in_thread(index: Index) -> Iterator[str]:
     """``create_app(index)`` served by uvicorn on 127.0.0.1:<free port>; yields the base URL."""
     import uvicorn
 
-    from neffcache.cli.serve import bind_socket, server_config
-    from neffcache.server.app import create_app
+    from neffcache.server import bind_socket, create_app, server_config
 
     sock = bind_socket("127.0.0.1", 0)
     server = uvicorn.Server(server_config(create_app(index)))

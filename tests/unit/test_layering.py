@@ -27,6 +27,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.reports",),
     ("neffcache.report_send",),
     ("neffcache.index",),
+    # `neffcache fingerprint`'s use cases (they read the store and the index)
+    ("neffcache.fingerprint_explain",),
     # restore: its steps, bottom to top
     ("neffcache.restore.fs", "neffcache.restore.plan"),
     ("neffcache.restore.dest",),

@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from neffcache import errors
-from neffcache.cli.serve import is_loopback
 from neffcache.index.coverage import CoverageFacts, FailureFact, build_coverage
 from neffcache.index.ops_values import (
     FingerprintInfo,
@@ -21,6 +20,7 @@ from neffcache.index.ops_values import (
     restore_outcome,
     sdk_version,
 )
+from neffcache.server import is_loopback
 from neffcache.server.status import HTTP_STATUSES, error_document, http_status_for
 from tests.unit.test_index_factories import make_cell, make_fingerprint
 

@@ -1,0 +1,233 @@
+"""``neffcache fingerprint``'s use cases: show this host's fingerprint, or explain why an
+entry's (read from the store) or a fingerprint's (read from the index) differs from it.
+
+    show_fingerprint(FingerprintRequest) -> FingerprintResult
+    explain_fingerprint(ExplainRequest) -> ExplainResult
+
+Both exit 0 whether or not the fingerprints match: a result is information, never an error.
+The store and the index (SQLAlchemy) are imported only when ``explain_fingerprint`` needs them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from neffcache.backends import get_backend
+from neffcache.config import Settings, read_settings
+from neffcache.errors import NeffcacheError, NotFoundError, UnavailableError, UsageError
+from neffcache.fingerprint import (
+    FIELD_NOTES,
+    FieldDiff,
+    Fingerprint,
+    collect_fingerprint,
+    described_interpreter,
+    diff_fingerprints,
+)
+
+if TYPE_CHECKING:
+    from neffcache.manifest import Manifest
+
+__all__ = ["ExplainRequest", "ExplainResult", "FingerprintRequest", "FingerprintResult",
+           "explain_fingerprint", "show_fingerprint"]
+
+DEFAULT_BACKEND = "inductor"
+_HEX_RE = re.compile(r"^[0-9a-f]{6,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintRequest:
+    """Which fingerprint of this host to collect.
+
+    backend: "inductor" or "neuron" (None: inductor). python: the interpreter that runs
+    inference, whose package versions, Python version and torch path are read by running it
+    once (None: NEFFCACHE_PYTHON > config key ``python`` > the interpreter running
+    neffcache). environ: the variables the fingerprint and the settings are read from
+    (None: ``os.environ``)."""
+
+    backend: str | None = None
+    python: str | None = None
+    environ: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintResult:
+    """This host's fingerprint and the interpreter it describes (``python``, a path)."""
+
+    fingerprint: Fingerprint
+    python: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``neffcache fingerprint --json`` document: key, backend, fields, info,
+        unknown_fields, python."""
+        fp = self.fingerprint
+        return {"key": fp.key, "backend": fp.backend, "fields": dict(fp.fields),
+                "info": dict(fp.info), "unknown_fields": list(fp.unknown_fields),
+                "python": self.python}
+
+    def error(self) -> NeffcacheError | None:
+        """Always None: an unknown field is a warning to show, not a failure."""
+        return None
+
+    @property
+    def exit_code(self) -> int:
+        """Always 0."""
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainRequest:
+    """What to explain: ``key`` is an entry key (its manifest is read from the store) or a
+    fingerprint key (read from the index), either one or a unique prefix of at least 6 hex
+    digits; the store is tried first.
+
+    backend: the backend of this host's fingerprint (None: the explained one's). python,
+    environ: as in FingerprintRequest. store, index: URLs (None: NEFFCACHE_STORE /
+    NEFFCACHE_INDEX > config file > the embedded default)."""
+
+    key: str
+    backend: str | None = None
+    python: str | None = None
+    store: str | None = None
+    index: str | None = None
+    environ: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainResult:
+    """This host's fingerprint (``here``) against an entry's or a fingerprint's (``there``).
+
+    entry_key and cell_id name the entry (None when ``key`` was a fingerprint key);
+    differences are the compared fields that differ (``FieldDiff(name, here, there)``, a
+    field missing on one side is "absent"); info_differences the recorded, never compared
+    facts that differ; python the interpreter ``here`` describes."""
+
+    here: Fingerprint
+    there: Fingerprint
+    python: str
+    entry_key: str | None = None
+    cell_id: str | None = None
+    differences: tuple[FieldDiff, ...] = ()
+    info_differences: tuple[FieldDiff, ...] = ()
+
+    @property
+    def match(self) -> bool:
+        """True when an entry built for ``there`` would be used on this host."""
+        return not self.differences and not self.here.unknown_fields
+
+    @staticmethod
+    def note(field_name: str) -> str:
+        """Why a fingerprint field matters (empty for a field without a note)."""
+        return FIELD_NOTES.get(field_name, "")
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``neffcache fingerprint --explain KEY --json`` document."""
+        return {"entry_key": self.entry_key, "cell_id": self.cell_id,
+                "backend": self.there.backend, "here": self.here.key,
+                "there": self.there.key, "match": self.match,
+                "unknown_here": list(self.here.unknown_fields),
+                "differences": [{"field": d.name, "here": d.here, "there": d.there,
+                                 "note": self.note(d.name)} for d in self.differences],
+                "info_differences": [{"field": d.name, "here": d.here, "there": d.there}
+                                     for d in self.info_differences],
+                "python": self.python}
+
+    def error(self) -> NeffcacheError | None:
+        """Always None: a difference is the answer asked for, not a failure."""
+        return None
+
+    @property
+    def exit_code(self) -> int:
+        """Always 0, whether or not the fingerprints match."""
+        return 0
+
+
+def show_fingerprint(request: FingerprintRequest) -> FingerprintResult:
+    """This host's fingerprint for ``request.backend``, as ``neffcache fingerprint`` shows it.
+
+    Raises UsageError for an unknown backend, ConfigError for a bad setting or a ``python``
+    that cannot be run."""
+    environ = os.environ if request.environ is None else request.environ
+    settings = read_settings(environ, python=request.python)
+    interpreter = described_interpreter(settings.python)
+    backend = get_backend(request.backend or DEFAULT_BACKEND).name
+    return FingerprintResult(collect_fingerprint(backend, environ, python=settings.python),
+                             interpreter)
+
+
+def explain_fingerprint(request: ExplainRequest) -> ExplainResult:
+    """Name each fingerprint field that differs between this host and an entry (or a
+    fingerprint in the index), as ``neffcache fingerprint --explain KEY`` does.
+
+    Raises UsageError when ``key`` is not hex, matches no entry or several, and no single
+    fingerprint in the index; NotFoundError when a full entry key has no manifest and is no
+    fingerprint key either (exit 2 and 4)."""
+    environ = os.environ if request.environ is None else request.environ
+    settings = read_settings(environ, store=request.store, index=request.index,
+                             python=request.python)
+    interpreter = described_interpreter(settings.python)
+    manifest, there = _explained(request.key, settings)
+    here = collect_fingerprint(get_backend(request.backend or there.backend).name, environ,
+                               python=settings.python)
+    info_here, info_there = dict(here.info), dict(there.info)
+    info_diffs = tuple(FieldDiff(k, info_here.get(k, "absent"), info_there.get(k, "absent"))
+                       for k in sorted(set(info_here) | set(info_there))
+                       if info_here.get(k) != info_there.get(k))
+    return ExplainResult(here=here, there=there, python=interpreter,
+                         entry_key=manifest.entry_key if manifest else None,
+                         cell_id=manifest.cell.id if manifest else None,
+                         differences=diff_fingerprints(here, there),
+                         info_differences=info_diffs)
+
+
+def _explained(key: str, settings: Settings) -> tuple[Manifest | None, Fingerprint]:
+    """(manifest, its fingerprint) of an entry in the store, else (None, fingerprint) of a
+    fingerprint key (or unique prefix) in the index."""
+    try:
+        manifest = _read_entry(key, settings.store_url)
+        return manifest, manifest.fingerprint
+    except (NotFoundError, UsageError) as exc:
+        missed = exc
+    clean = key.strip().lower()
+    if not _HEX_RE.match(clean):
+        raise missed
+    from neffcache.index import open_index
+
+    try:
+        with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+            found = ix.find_fingerprints(clean)
+    except UnavailableError:
+        raise missed from None
+    if len(found) == 1:
+        return None, next(iter(found.values()))
+    raise UsageError(f"--explain {clean}: no entry in the store and "
+                     f"{'no' if not found else len(found)} fingerprints in the index "
+                     f"match that key", hint="neffcache ls; neffcache coverage MATRIX")
+
+
+def _read_entry(key: str, store_url: str) -> Manifest:
+    """The manifest of the entry ``key`` (or the one entry whose key starts with it)."""
+    from neffcache.manifest import decode_manifest
+    from neffcache.store import manifest_key, open_store
+    from neffcache.store.base import MANIFESTS, entry_key_of
+
+    key = key.strip().lower()
+    if not _HEX_RE.match(key):
+        raise UsageError(f"--explain {key!r}: expected an entry key (hex, at least 6 digits)")
+    s = open_store(store_url)
+    if len(key) < 64:
+        matches = sorted(k for k in (entry_key_of(o) for o in s.list(MANIFESTS))
+                         if k and k.startswith(key))
+        if len(matches) != 1:
+            raise UsageError(f"--explain {key}: {'no' if not matches else len(matches)} "
+                             f"entries match that prefix in {s.url}")
+        key = matches[0]
+    try:
+        data = s.read(manifest_key(key))
+    except NotFoundError:
+        raise NotFoundError(f"entry {key}: no manifest in {s.url}",
+                            hint="neffcache ls") from None
+    return decode_manifest(data, source=f"manifests/{key}.json")

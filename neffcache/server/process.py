@@ -1,0 +1,175 @@
+"""The server's process set-up: bind the socket, open the index, ingest restore reports in the
+background, and run uvicorn until it is stopped (``neffcache serve``). Light to import:
+uvicorn, FastAPI and SQLAlchemy are imported inside the functions that need them."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from neffcache.config import Settings, read_settings, redact_url
+from neffcache.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
+
+    from neffcache.index import Index
+
+LOOPBACK_NAMES = ("localhost",)
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8077
+DEFAULT_INGEST_EVERY = 60.0
+# The longest request head uvicorn's HTTP/1.1 parser (h11) buffers before it answers. At h11's
+# default (16 KiB) a long query string that arrives in more than one read is refused with a
+# plain-text 400 and a reset connection, before the app can answer it in the documented shape.
+MAX_REQUEST_HEAD = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ServeRequest:
+    """What ``neffcache serve`` is asked to do.
+
+    host, port: the address to listen on (port 0 picks a free one); anything but loopback
+    gets a warning through ``notice``. log_level: uvicorn's (access lines at info and debug).
+    ingest_every: seconds between ingests of the store's restore reports (0: never).
+    store, index: URLs; None resolves as the CLI does (NEFFCACHE_* > config file > default).
+    notice: receives the warnings and the "serving at" line (default: dropped).
+    """
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    log_level: str = "warning"
+    ingest_every: float = DEFAULT_INGEST_EVERY
+    store: str | None = None
+    index: str | None = None
+    notice: Callable[[str], None] | None = None
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and 'localhost' (pure)."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def require_serve_extra() -> None:
+    """Raise a ConfigError naming the ``serve`` extra when FastAPI, uvicorn or
+    prometheus_client is missing."""
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"neffcache serve needs the serve extra ({exc.name} is missing): "
+                          f"pip install 'neffcache[serve]'") from None
+
+
+def serve(request: ServeRequest) -> None:
+    """Serve the index read-only over HTTP until the process is stopped (Ctrl-C or SIGTERM:
+    uvicorn's handlers end it gracefully), then return None.
+
+    Opens the index (upgrading an embedded one), binds ``host:port`` before anything is
+    printed, and every ``ingest_every`` seconds ingests the store's restore reports in a
+    daemon thread (its failures are warnings; serving goes on).
+
+    Raises ConfigError when the ``serve`` extra is not installed (exit 2), UsageError when the
+    address cannot be listened on (exit 2), and the index's errors when it cannot be opened.
+    """
+    require_serve_extra()
+    import uvicorn
+
+    from neffcache.index import open_index
+    from neffcache.server.app import create_app
+
+    say = request.notice or _silent
+    settings = read_settings(os.environ, store=request.store, index=request.index)
+    if not is_loopback(request.host):
+        say(f"warning: binding {request.host}: the index's contents (matrices, hosts, log "
+            f"tails) are readable by anyone who can reach this port")
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        sock = bind_socket(request.host, request.port)
+        config = server_config(create_app(ix), log_level=request.log_level)
+        bound = sock.getsockname()[1]
+        say(f"neffcache serve: http://{_url_host(request.host)}:{bound}/ "
+            f"(index {redact_url(settings.index_url)}; Ctrl-C stops)")
+        with sock, ingesting_reports(ix, settings, request.ingest_every, say):
+            uvicorn.Server(config).run(sockets=[sock])
+
+
+def server_config(app: FastAPI, *, log_level: str = "warning") -> uvicorn.Config:
+    """uvicorn's configuration for the ops server (``neffcache serve`` and the tests)."""
+    import uvicorn
+
+    return uvicorn.Config(app, log_level=log_level, server_header=False,
+                          access_log=log_level in ("info", "debug"),
+                          h11_max_incomplete_event_size=MAX_REQUEST_HEAD)
+
+
+@contextlib.contextmanager
+def ingesting_reports(index: Index, settings: Settings, every: float,
+                      warn: Callable[[str], None]) -> Iterator[None]:
+    """Run a ReportPoller tick every ``every`` seconds in a daemon thread until the block
+    ends (0: not at all). Failures are warnings; the thread never stops the server."""
+    if every <= 0:
+        yield
+        return
+    from neffcache.index.ingest import ReportPoller
+    from neffcache.store import open_store
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        try:
+            poller = ReportPoller(index, open_store(settings.store_url), warn=warn)
+        except Exception as exc:  # noqa: BLE001 - a bad store setting must not stop serving
+            warn(f"warning: restore reports will not be ingested: {exc}")
+            return
+        while not stop.is_set():
+            try:
+                poller.safe_tick(datetime.now(timezone.utc))
+            except Exception as exc:  # noqa: BLE001 - keep serving whatever one tick does
+                warn(f"warning: restore report ingestion failed: {type(exc).__name__}: {exc}")
+            stop.wait(every)
+
+    worker = threading.Thread(target=loop, name="neffcache-report-ingest", daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join(5)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port; a one-line UsageError if that is impossible."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"--host {host} --port {port}: cannot listen: "
+                         f"{exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _silent(_message: str) -> None:
+    pass
