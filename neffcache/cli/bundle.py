@@ -132,10 +132,9 @@ def import_(file: str, expect: str | None, workers: int, store: str | None,
       neffcache bundle import neff.bundle
       neffcache bundle import neff.bundle --store s3://bucket/neff --expect-sha256 5be93...
     """
-    from neffcache.lifecycle.bundle_store import BundleStore
     from neffcache.lifecycle.copy import copy_entries
     from neffcache.lifecycle.entry_select import read_manifests
-    from neffcache.store import open_store
+    from neffcache.store import BundleStore, open_store
 
     dst = open_store(settings_from(store).store_url, create=True)
     with BundleStore(file, expect_sha256=expect) as src:
@@ -170,7 +169,7 @@ def show(file: str, expect: str | None, full: bool, as_json: bool) -> None:
       neffcache bundle show neff.bundle
       neffcache bundle show neff.bundle --verify --expect-sha256 5be93...
     """
-    from neffcache.lifecycle.bundle_store import BundleStore
+    from neffcache.store import BundleStore
 
     with BundleStore(file, expect_sha256=expect) as b:
         if full:

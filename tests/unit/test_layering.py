@@ -38,7 +38,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.resolve",),
     ("neffcache.restore.outcome",),
     ("neffcache.restore.local",),
-    ("neffcache.restore.run", "neffcache.restore.preview", "neffcache.restore"),
+    ("neffcache.restore.run", "neffcache.restore.preview"),
+    ("neffcache.restore.session", "neffcache.restore"),
     # precompile: warm cells in workers, publish entries
     ("neffcache.precompile.hit_check",),
     ("neffcache.precompile.capture",),
@@ -52,10 +53,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.precompile.run", "neffcache.precompile.backfill"),
     ("neffcache.precompile.claims", "neffcache.precompile"),
     # lifecycle: what happens to entries after they are published
-    ("neffcache.lifecycle.entry_select", "neffcache.lifecycle.bundle",
-     "neffcache.lifecycle.verify", "neffcache.lifecycle.verify_local",
-     "neffcache.lifecycle.retire"),
-    ("neffcache.lifecycle.gc", "neffcache.lifecycle.copy", "neffcache.lifecycle.bundle_store"),
+    ("neffcache.lifecycle.entry_select", "neffcache.lifecycle.verify",
+     "neffcache.lifecycle.verify_local", "neffcache.lifecycle.retire"),
+    ("neffcache.lifecycle.gc", "neffcache.lifecycle.copy"),
     ("neffcache.lifecycle.bundle_write", "neffcache.lifecycle"),
     # applications of the library
     ("neffcache.demo", "neffcache.server"),
