@@ -11,7 +11,8 @@ from neffcache.backends import get_backend
 from neffcache.fingerprint import collect_fingerprint
 from neffcache.matrix_io import load_matrix
 from neffcache.precompile.publish import publish_entry
-from neffcache.store import Store
+from neffcache.store import BLOBS, CELLS, MANIFESTS, PACKS, BundleStore, Store
+from tests.support.lifecycle import bundle_with
 from tests.support.synthetic import make_neff_cache
 
 # A neuron matrix of two cells; NEFFCACHE_INSTANCE_TYPE gives the host a known target.
@@ -55,3 +56,14 @@ def publish_for_this_host(store: Store, matrix: Path, work: Path, cell_ids: list
         large = max(result.manifest.files, key=lambda f: f.size)
         out.append(Published(cell.id, cache.files, large.sha256))
     return out
+
+
+def bundle_of_directory(store_dir: Path, path: Path) -> str:
+    """A bundle at ``path`` of every manifest, pointer, blob and pack of the local store in
+    ``store_dir`` (written by hand, not by ``neffcache bundle export``); its digest."""
+    objects = [(key, p.read_bytes()) for p in sorted(store_dir.rglob("*")) if p.is_file()
+               and (key := p.relative_to(store_dir).as_posix()).startswith(
+                   (MANIFESTS, CELLS, BLOBS, PACKS))]
+    bundle_with(path, objects)
+    with BundleStore(path) as bundle:
+        return bundle.digest

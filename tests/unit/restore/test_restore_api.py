@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.errors import UsageError
+from neffcache.errors import IntegrityError, UsageError
 from neffcache.restore import (
     STATE_FILE,
     RestorePreview,
@@ -18,8 +18,14 @@ from neffcache.restore import (
     preview_restore,
     restore,
 )
-from neffcache.store import blob_key, open_store
-from tests.support.host_entries import INSTANCE_TYPE, MATRIX, Published, publish_for_this_host
+from neffcache.store import BundleStore, blob_key, describe_store, open_store
+from tests.support.host_entries import (
+    INSTANCE_TYPE,
+    MATRIX,
+    Published,
+    bundle_of_directory,
+    publish_for_this_host,
+)
 from tests.support.synthetic import read_tree
 
 CELL_64 = "tiny/compile/64x64/b1/tp1"
@@ -116,3 +122,23 @@ def test_a_pattern_matching_no_cell_is_refused(tmp_path: Path, world) -> None:  
     matrix, store, _ = world
     with pytest.raises(UsageError, match="matches no cell"):
         restore(request(tmp_path, matrix, store, "nope/*"))
+
+
+def test_a_bundle_opens_as_a_store_and_restores_without_one(tmp_path: Path, world) -> None:  # type: ignore[no-untyped-def]
+    matrix, store, published = world
+    path = tmp_path / "entries.bundle"
+    digest = bundle_of_directory(Path(store), path)
+    bundle = open_store(f"bundle:{path}", expect_sha256=digest)
+    assert isinstance(bundle, BundleStore) and bundle.url == describe_store(f"bundle:{path}")
+    bundle.close()
+    with pytest.raises(IntegrityError, match="is not the expected"):
+        open_store(f"bundle:{path}", expect_sha256="0" * 64)
+    with pytest.raises(UsageError, match="checks a bundle"):
+        open_store(store, expect_sha256=digest)
+
+    result = restore(request(tmp_path, matrix, str(tmp_path / "no-store"), CELL_64,
+                             bundle=path, expect_sha256=digest))
+    assert result.exit_code == 0 and result.to_json()["files_fetched"] == len(published.files)
+    assert not (tmp_path / "reports").exists()  # a bundle restore reports nothing
+    with pytest.raises(IntegrityError):
+        restore(request(tmp_path, matrix, store, CELL_64, bundle=path, expect_sha256="0" * 64))
