@@ -19,8 +19,8 @@ from typing import Any
 
 from neffcache.errors import ReportError
 from neffcache.fingerprint import Fingerprint
-from neffcache.store.base import REPORTS
-from neffcache.store.base import report_key as _report_key
+from neffcache.store import REPORTS
+from neffcache.store import report_key as _report_key
 
 KIND = "neffcache.restore-report"
 SCHEMA_VERSION = 1

@@ -14,9 +14,10 @@ one takes ``dry_run``, and ``confirmed`` or a ``confirm(preview)`` callback.
     show_bundle(ShowBundleRequest) -> ShowBundleResult               neffcache bundle show
 
 Modules, bottom to top (see ARCHITECTURE.md): ``exit_rule`` the results' exit rule ·
-``entry_select`` which entries · ``bundle`` the bundle format · ``verify`` and
+``entry_select`` which entries · ``verify`` and
 ``verify_local`` integrity of a store and of a restored tree · ``retire`` by policy · ``gc``
-unreferenced blobs · ``copy`` between stores · ``bundle_store`` and ``bundle_write`` ·
+unreferenced blobs · ``copy`` between stores · ``bundle_write`` a bundle file (its format
+and the bundle store live in ``neffcache.store``) ·
 ``verify_run``, ``gc_run``, ``retire_run``, ``copy_run`` and ``bundle_run`` the use cases.
 Importing this package imports no SQL, AWS or torch library.
 """

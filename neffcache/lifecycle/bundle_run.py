@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.config import read_settings
-from neffcache.lifecycle.bundle import Toc
-from neffcache.lifecycle.bundle_store import BundleStore
 from neffcache.lifecycle.bundle_write import write_bundle
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_manifests
 from neffcache.lifecycle.exit_rule import ExitRule
-from neffcache.store import open_store
+from neffcache.store import BundleStore, Toc, open_store
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,10 +18,18 @@ from pathlib import Path
 
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
 from neffcache.hashing import VerifyingReader, sha256_bytes
-from neffcache.lifecycle.bundle import TOC_NAME, Member, Toc, bundle_entry, encode_toc, plan_members
 from neffcache.manifest import Manifest, encode_manifest
 from neffcache.precompile.publish import default_producer
-from neffcache.store import Store, manifest_key
+from neffcache.store import (
+    TOC_NAME,
+    Member,
+    Store,
+    Toc,
+    bundle_entry,
+    encode_toc,
+    manifest_key,
+    plan_members,
+)
 from neffcache.store.base import cell_pointer_key
 
 

@@ -1,9 +1,42 @@
 """Restore a matrix's entries from the store alone: resolve, plan, fetch, install, judge.
 
-Modules, top to bottom (each imports only those below it; see ARCHITECTURE.md): ``run`` the
-whole restore · ``preview`` its plan, for --dry-run · ``local`` the store-free "already in
-place" check · ``outcome`` result and exit rule · ``resolve`` manifests from the store ·
-``apply`` runs the plan's units · ``fetch`` one unit · ``install`` one file, atomically ·
-``scan`` what is in place · ``state`` the per-root state file · ``plan`` the whole plan
-(pure) · ``fs`` file-system primitives.
+Use cases (code outside ``neffcache.restore`` imports only this face):
+
+- ``restore(RestoreRequest) -> RestoreResult``: the whole restore as ``neffcache restore``
+  runs it (settings, deadline, the store-free "all in place" check, store or bundle, the
+  restore report). The result knows its ``exit_code``, ``error()`` and ``to_json()``.
+- ``preview_restore(RestoreRequest) -> RestorePreview``: its dry run (``--dry-run``): the
+  plan, nothing fetched or written.
+- ``restore_cells(store, cells, backend, fingerprint, target)``: the restore step alone, from
+  a store already open, for a caller that has the cells and the fingerprint (no settings,
+  no store-free check, no report).
+
+Also here for other packages: the destination's lock (``lock_destination``), the files a
+restore keeps beside the cache (``LOCAL_ENTRIES``, ``MISSING_FILE``, ``STATE_FILE``) and the
+state file's reader and writer (``load_state``, ``save_state``).
+
+Modules, top to bottom (each imports only those below it; see ARCHITECTURE.md): ``session``
+the use cases · ``run`` the whole restore from a store · ``preview`` its plan, for --dry-run ·
+``local`` the store-free "already in place" check · ``outcome`` result and exit rule ·
+``resolve`` manifests from the store · ``apply`` runs the plan's units · ``fetch`` one unit ·
+``install`` one file, atomically · ``scan`` what is in place · ``state`` the per-root state
+file · ``dest`` the destination's lock · ``plan`` the whole plan (pure) · ``fs`` file-system
+primitives.
 """
+
+from __future__ import annotations
+
+from neffcache.restore.apply import Progress
+from neffcache.restore.dest import lock_destination
+from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
+from neffcache.restore.outcome import RestoreResult
+from neffcache.restore.preview import RestorePreview
+from neffcache.restore.run import restore_cells
+from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
+from neffcache.restore.state import STATE_FILE, load_state, save_state
+
+__all__ = [
+    "LOCAL_ENTRIES", "MISSING_FILE", "STATE_FILE", "Progress", "RestorePreview",
+    "RestoreRequest", "RestoreResult", "default_workers", "load_state", "lock_destination",
+    "preview_restore", "restore", "restore_cells", "save_state",
+]

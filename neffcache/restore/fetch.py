@@ -58,8 +58,7 @@ from neffcache.restore.plan import (
     unit_groups,
 )
 from neffcache.restore.state import StateRecord, state_record
-from neffcache.store import Store, blob_key
-from neffcache.store.base import pack_key
+from neffcache.store import Store, blob_key, pack_key
 
 # Fetches of one piece (blob, part, pack member) before its file fails: as many as the S3
 # client's attempts per request (S3Store max_attempts).

@@ -1,6 +1,6 @@
 """The outcome of a restore: what it did (``RestoreResult``, its report) and the error it ends with.
 
-Exit rule (``outcome_error``) (``outcome_error``), first match wins:
+Exit rule (``outcome_error``), first match wins:
   4  a manifest was rejected, or a blob was missing/corrupt/truncated
   1  a file could not be written locally (permissions, disk full, symlink in the way)
   6  the store could not be reached for some manifest or blob
@@ -36,6 +36,13 @@ MAX_LISTED_FAILURES = 100
 
 @dataclass(frozen=True, slots=True)
 class RestoreResult:
+    """What a restore did: the cells requested, restored, missing or incomplete, the files
+    fetched, skipped and failed, and the cache environment of the target.
+
+    ``error()`` is the exception the restore ends with (None: every requested cell is in
+    place); ``exit_code`` its exit code (module docstring); ``to_json()`` the document
+    ``neffcache restore --json`` prints and the restore report is built from."""
+
     backend: str
     fingerprint_key: str
     store_url: str
@@ -55,9 +62,18 @@ class RestoreResult:
     conflicts: tuple[Conflict, ...] = field(default=())
     # Temp files a killed restore had left in DIR, removed by this one.
     stale_temps_removed: int = 0
+    # The interpreter the fingerprint describes (``neffcache.restore.restore`` sets it).
+    fingerprint_python: str | None = None
 
     def error(self) -> NeffcacheError | None:
+        """The error this restore ends with, or None; see the module docstring."""
         return outcome_error(self)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every requested cell is in place, else the error's exit code."""
+        err = self.error()
+        return 0 if err is None else exit_code_for(err)
 
     def judged_json(self) -> dict[str, Any]:
         """The verdict and the cells, as a restore's report and a dry run both show them."""
@@ -81,6 +97,9 @@ class RestoreResult:
         }
 
     def to_json(self) -> dict[str, Any]:
+        """The restore's JSON document (a documented contract: fields are added, never
+        renamed): status, exit_code, error, the cells, files and bytes, deadline_hit,
+        seconds, environment, conflicts, stale_temps_removed, fingerprint_python."""
         res = self.resolution
         return {
             "schema_version": REPORT_SCHEMA,
@@ -97,6 +116,7 @@ class RestoreResult:
             "environment": dict(self.environment),
             "conflicts": len(self.conflicts),
             "stale_temps_removed": self.stale_temps_removed,
+            "fingerprint_python": self.fingerprint_python,
         }
 
 

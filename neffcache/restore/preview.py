@@ -44,9 +44,18 @@ class RestorePreview:
     judged: RestoreResult
 
     def error(self) -> NeffcacheError | None:
+        """The error the restore would end with if every planned fetch succeeded, or None."""
         return self.judged.error()
 
+    @property
+    def exit_code(self) -> int:
+        """What ``neffcache restore --dry-run`` exits with: 0, or the error's exit code."""
+        return self.judged.exit_code
+
     def to_json(self) -> dict[str, Any]:
+        """The document ``restore --dry-run --json`` prints: dry_run, the verdict and cells,
+        files_to_fetch, files_present, blobs_to_fetch, bytes_to_fetch, requests, pack_runs,
+        blob_gets, blob_parts, packs, fetch (one record per request), conflicts."""
         plan, units = self.plan, self.plan.units
         return {
             "schema_version": PREVIEW_SCHEMA,
@@ -81,9 +90,9 @@ def unit_json(u: Unit) -> dict[str, Any]:
             "start": u.start, "bytes": u.length, "paths": paths}
 
 
-def preview_restore(store: Store, cells: Sequence[Cell], backend: Backend,
-                    fingerprint: Fingerprint, target: Path, *, workers: int = 16,
-                    units: UnitPolicy = DEFAULT_UNITS) -> RestorePreview:
+def preview_cells(store: Store, cells: Sequence[Cell], backend: Backend,
+                  fingerprint: Fingerprint, target: Path, *, workers: int = 16,
+                  units: UnitPolicy = DEFAULT_UNITS) -> RestorePreview:
     """Resolve, scan and plan as ``restore_cells`` would, without creating or writing
     anything (no directories, no manifest copies, no state file) and without fetching."""
     started = time.monotonic()

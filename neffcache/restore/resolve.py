@@ -19,8 +19,7 @@ from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.restore.fetch import ATTEMPTS
-from neffcache.store import Store, manifest_key
-from neffcache.store.base import CELLS
+from neffcache.store import CELLS, Store, manifest_key
 from neffcache.thread_pool import map_in_threads
 
 

@@ -1,19 +1,88 @@
-"""Stores: where blobs and manifests live. ``open_store`` turns a URL into one."""
+"""Stores: where blobs, packs and manifests live. ``open_store`` turns a URL into one.
+
+The face of the package: code outside ``neffcache.store`` imports these names from here, never
+from a submodule.
+
+- ``open_store(url)`` / ``describe_store(url)``: a path, ``file://PATH``, ``s3://BUCKET/PREFIX``
+  or ``bundle:FILE`` (a bundle file, read-only) → a ``Store``.
+- ``Store`` the narrow protocol, ``MultipartUploads`` / ``Upload`` what S3 adds for gc,
+  ``ObjectStream`` the base of a backend's read stream; ``NotFoundError`` the one "not found".
+- The key layout (see ``neffcache.store.base``): ``BLOBS``, ``MANIFESTS``, ``CELLS``,
+  ``PENDING``, ``PACKS``, ``REPORTS``, ``RETIRED`` and ``blob_key``, ``pack_key``,
+  ``manifest_key``, ``cell_pointer_key``, ``report_key``, ``entry_key_of``, ``check_key``.
+- Bundles: ``BundleStore`` (a bundle file as a read-only store) and the format, pure:
+  ``Toc``, ``Member``, ``BundleEntry``, ``TOC_NAME``, ``bundle_entry``, ``encode_toc``,
+  ``decode_toc``, ``plan_members``.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from neffcache.errors import ConfigError
-from neffcache.store.base import Store, blob_key, manifest_key
+from neffcache.errors import ConfigError, NotFoundError, UsageError
+from neffcache.store.base import (
+    BLOBS,
+    CELLS,
+    MANIFESTS,
+    PACKS,
+    PENDING,
+    REPORTS,
+    RETIRED,
+    MultipartUploads,
+    ObjectStream,
+    Store,
+    Upload,
+    blob_key,
+    cell_pointer_key,
+    check_key,
+    entry_key_of,
+    manifest_key,
+    pack_key,
+    report_key,
+)
+from neffcache.store.bundle import BundleStore
+from neffcache.store.bundle_format import (
+    TOC_NAME,
+    BundleEntry,
+    Member,
+    Toc,
+    bundle_entry,
+    decode_toc,
+    encode_toc,
+    plan_members,
+)
 
-__all__ = ["Store", "blob_key", "describe_store", "manifest_key", "open_store"]
+__all__ = [
+    "BLOBS", "CELLS", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED", "TOC_NAME",
+    "BundleEntry", "BundleStore", "Member", "MultipartUploads", "NotFoundError", "ObjectStream",
+    "Store", "Toc", "Upload", "blob_key", "bundle_entry", "cell_pointer_key", "check_key",
+    "decode_toc", "describe_store", "encode_toc", "entry_key_of", "manifest_key", "open_store",
+    "pack_key", "plan_members", "report_key",
+]
+
+BUNDLE = "bundle:"
 
 
-def open_store(url: str, *, create: bool = False, deadline: float | None = None) -> Store:
-    """``s3://bucket/prefix`` → S3 store; ``file:///path`` or a plain path → local store
-    (whose directory is created only with ``create``, by the commands that publish). With a
-    ``deadline`` (``time.monotonic()``) a network store clips every wait to what is left."""
+def open_store(url: str, *, create: bool = False, deadline: float | None = None,
+               expect_sha256: str | None = None) -> Store:
+    """The store at ``url``:
+
+    - ``s3://bucket/prefix`` → S3 store; with a ``deadline`` (``time.monotonic()``) every wait
+      is clipped to what is left;
+    - ``file:///path`` or a plain path → local store (whose directory is created only with
+      ``create``, by the commands that publish);
+    - ``bundle:FILE`` → the bundle file as a read-only ``BundleStore`` (its structure checked
+      on opening; with ``expect_sha256``, its digest too: IntegrityError otherwise). Close it
+      when done (it is a context manager).
+
+    ConfigError for any other URL; UsageError for ``expect_sha256`` with a URL that is not a
+    bundle's."""
+    if url.startswith(BUNDLE):
+        if create:
+            raise UsageError(f"{url}: a bundle is read-only")
+        return BundleStore(url[len(BUNDLE):], expect_sha256=expect_sha256)
+    if expect_sha256 is not None:
+        raise UsageError(f"store {url}: expect_sha256 checks a bundle (bundle:FILE)")
     if url.startswith("s3://"):
         from neffcache.store.s3 import S3Store  # no AWS SDK import until the first write
 
@@ -21,7 +90,8 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None)
     if url.startswith("file://"):
         return _local(url[len("file://"):], create)
     if "://" in url:
-        raise ConfigError(f"store {url!r}: expected a path, file://PATH or s3://BUCKET/PREFIX")
+        raise ConfigError(f"store {url!r}: expected a path, file://PATH, s3://BUCKET/PREFIX "
+                          f"or bundle:FILE")
     return _local(url, create)
 
 
@@ -31,6 +101,8 @@ def describe_store(url: str) -> str:
         bucket, _, prefix = url[len("s3://"):].partition("/")
         prefix = prefix.strip("/")
         return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+    if url.startswith(BUNDLE):
+        return f"{BUNDLE}{Path(url[len(BUNDLE):]).expanduser().absolute()}"
     return open_store(url).url  # a local store: constructing it touches nothing
 
 

@@ -13,7 +13,8 @@ from tests.e2e.conftest import CELL_64, Cli, restored_tree, split_url, temps_und
 from tests.support.synthetic import make_neff_cache
 
 HEAVY = ("torch", "diffusers", "transformers", "sqlalchemy", "alembic", "boto3", "botocore")
-RESTORE_PATH = ("neffcache.cli", "neffcache.cli.restore",
+RESTORE_PATH = ("neffcache.cli", "neffcache.cli.restore", "neffcache.restore",
+                "neffcache.restore.session", "neffcache.store",
                 "neffcache.reports", "neffcache.report_send",
                 "neffcache.restore.run", "neffcache.restore.local", "neffcache.restore.apply",
                 "neffcache.restore.fetch")

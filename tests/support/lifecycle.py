@@ -11,10 +11,9 @@ from pathlib import Path
 from neffcache.backends import get_backend
 from neffcache.fingerprint import Fingerprint, build_fingerprint
 from neffcache.hashing import sha256_bytes
-from neffcache.lifecycle.bundle import TOC_NAME, Member, Toc, encode_toc
 from neffcache.matrix import Cell
 from neffcache.precompile.publish import PublishResult, publish_entry
-from neffcache.store import Store
+from neffcache.store import TOC_NAME, Member, Store, Toc, encode_toc
 from tests.support.synthetic import make_neff_cache
 
 

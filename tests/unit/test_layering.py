@@ -40,7 +40,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.resolve",),
     ("neffcache.restore.outcome",),
     ("neffcache.restore.local",),
-    ("neffcache.restore.run", "neffcache.restore.preview", "neffcache.restore"),
+    ("neffcache.restore.run", "neffcache.restore.preview"),
+    ("neffcache.restore.session", "neffcache.restore"),
     # precompile: warm cells in workers, publish entries
     ("neffcache.precompile.hit_check",),
     ("neffcache.precompile.capture",),
@@ -55,10 +56,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.precompile.claims", "neffcache.precompile"),
     # lifecycle: what happens to entries after they are published
     ("neffcache.lifecycle.exit_rule",),
-    ("neffcache.lifecycle.entry_select", "neffcache.lifecycle.bundle",
+    ("neffcache.lifecycle.entry_select",
      "neffcache.lifecycle.verify", "neffcache.lifecycle.verify_local",
      "neffcache.lifecycle.retire"),
-    ("neffcache.lifecycle.gc", "neffcache.lifecycle.copy", "neffcache.lifecycle.bundle_store"),
+    ("neffcache.lifecycle.gc", "neffcache.lifecycle.copy"),
     ("neffcache.lifecycle.bundle_write",),
     # lifecycle's use cases, and its face
     ("neffcache.lifecycle.verify_run", "neffcache.lifecycle.gc_run",

@@ -11,12 +11,10 @@ import pytest
 
 from neffcache.errors import IntegrityError, ManifestError, UsageError
 from neffcache.hashing import sha256_bytes
-from neffcache.lifecycle.bundle import TOC_NAME, Member, Toc, decode_toc, encode_toc
-from neffcache.lifecycle.bundle_store import BundleStore
 from neffcache.lifecycle.bundle_write import write_bundle
 from neffcache.lifecycle.copy import apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
-from neffcache.store import blob_key
+from neffcache.store import TOC_NAME, BundleStore, Member, Toc, blob_key, decode_toc, encode_toc
 from tests.support.lifecycle import bundle_with, cell, publish_synthetic, sdk_fingerprint, write_tar
 from tests.support.memory_store import MemoryStore
 

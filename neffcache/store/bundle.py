@@ -1,4 +1,5 @@
-"""A bundle file as a read-only store, so restore, copy and import read it like any store.
+"""A bundle file as a read-only store (``open_store("bundle:FILE")``), so restore, copy and
+import read it like any store.
 
 Opening a bundle checks its structure without trusting it: the TOC comes first and is hashed
 (the bundle's digest, compared with ``expect_sha256`` when given); every other tar member must be
@@ -12,19 +13,19 @@ than its TOC allows.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
-import tarfile
-import tempfile
 from collections.abc import Callable, Iterator
 from itertools import pairwise
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
-from neffcache.lifecycle.bundle import MAX_TOC_BYTES, TOC_NAME, Member, Toc, decode_toc
 from neffcache.store.base import ObjectStream
+from neffcache.store.bundle_format import MAX_TOC_BYTES, TOC_NAME, Member, Toc, decode_toc
+
+if TYPE_CHECKING:
+    import tarfile
 
 _CHUNK = 1 << 20
 _BLOCK = 512
@@ -149,6 +150,8 @@ class _Slice(ObjectStream):
 
 def _index(fh: BinaryIO, size: int, name: str) -> tuple[str, Toc, dict[str, int]]:
     """(digest, TOC, data offset per member) after every structural check (module docstring)."""
+    import tarfile  # here, not at the top: the store face stays cheap to import
+
     fh.seek(0)
     try:
         with tarfile.open(fileobj=fh, mode="r:", format=tarfile.GNU_FORMAT) as tar:
@@ -212,6 +215,9 @@ def _check_gaps(fh: BinaryIO, infos: list[tarfile.TarInfo], size: int, name: str
 def _decompress(path: Path, fh: BinaryIO) -> BinaryIO:
     """A gzip bundle's tar into an anonymous temp file, stopped as soon as it grows beyond
     what its TOC (the first member) allows."""
+    import gzip
+    import tempfile
+
     out = tempfile.TemporaryFile()  # noqa: SIM115 - returned open
     fh.seek(0)
     limit = MAX_TOC_BYTES + 2 * _BLOCK
@@ -240,6 +246,8 @@ def _decompress(path: Path, fh: BinaryIO) -> BinaryIO:
 
 def _toc_limit(out: BinaryIO, path: Path, written: int) -> tuple[int | None, int]:
     """Once the TOC is decompressed: (its end, the largest tar its members allow)."""
+    import tarfile
+
     head = os.pread(out.fileno(), _BLOCK, 0)
     try:
         info = tarfile.TarInfo.frombuf(head, "utf-8", "surrogateescape")

@@ -1,0 +1,335 @@
+"""The restore use case as one call: ``restore`` (settings, matrix and cells, the deadline, the
+store-free check, store or bundle, the restore report) and its dry run, ``preview_restore``.
+
+``neffcache restore`` is this module plus option parsing and rendering; an inference server
+restores in-process with the same call. Imports point down: ``run``, ``preview`` and ``local``
+do the work; this module decides which of them runs, within which time, and reports it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from neffcache.backends import Backend, cache_environment, get_backend, root_dirs
+from neffcache.config import REPORTS_OFF, Settings, read_settings
+from neffcache.errors import (
+    DeadlineExceededError,
+    NeffcacheError,
+    UnavailableError,
+    UsageError,
+    exit_code_for,
+)
+from neffcache.fingerprint import (
+    Fingerprint,
+    check_usable,
+    collect_fingerprint,
+    described_interpreter,
+)
+from neffcache.matrix import Cell, Matrix, select_cells
+from neffcache.matrix_io import load_matrix
+from neffcache.report_send import send_report
+from neffcache.reports import build_report
+from neffcache.restore.apply import Progress
+from neffcache.restore.local import restore_local
+from neffcache.restore.outcome import RestoreResult
+from neffcache.restore.plan import Conflict
+from neffcache.restore.preview import RestorePreview, preview_cells
+from neffcache.restore.run import restore_cells
+from neffcache.store import BundleStore, describe_store, open_store
+from neffcache.thread_pool import usable_cpus
+
+# A boot must never wait long for a dashboard: the report gets this long, then is dropped.
+REPORT_TIMEOUT = 2.0
+LATE_REPORT_TIMEOUT = 0.2  # ... and this long once the deadline has passed
+# How long after the deadline the restore is waited for (its workers get thread_pool.GRACE).
+OVERRUN = 0.3
+BUNDLE_WORKERS = 4  # a local file: a few readers are enough
+
+T = TypeVar("T")
+Notice = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreRequest:
+    """What to restore, where, and within what (the flags of ``neffcache restore``).
+
+    matrix         the matrix: a TOML file's path, or a ``Matrix`` already loaded
+                   (``neffcache.matrix_io.load_matrix``)
+    to             base directory: each cache root R is restored into ``to/R``
+    cells          glob patterns of cell ids (``--cells``); empty: every cell
+    deadline       seconds after ``started`` at which no new work starts; what is done
+                   stays, the rest is reported (exit 3); every store wait is clipped to it
+    started        when the clock started, on ``time.monotonic()`` (the CLI passes its
+                   process start); None: when the call starts
+    workers        parallel transfers; None: 4 per CPU, at most 16 (4 from a bundle)
+    bundle         restore from this bundle file instead of the store (no store, no
+                   network, no report); ``expect_sha256``: refuse it unless its digest is that
+    python         the interpreter the fingerprint describes; None: NEFFCACHE_PYTHON, the
+                   config file, else the running one
+    report_to      ``store``, ``none`` or a directory; None: NEFFCACHE_REPORTS, config, store
+    store          the store URL; None: NEFFCACHE_STORE, the config file, the default
+    notice         gets each warning and log line (lock wait, conflicts, stale temp files,
+                   a report not written); None: they are dropped
+    progress       gets (files done, files total, bytes fetched) while fetching from a store
+    on_environment gets the cache environment (variable -> directory) once the scratch
+                   directories exist and before the store, the bundle or the interpreter is
+                   touched: a boot hook can export it even when the restore then fails
+    """
+
+    matrix: str | Path | Matrix
+    to: str | Path
+    cells: Sequence[str] = ()
+    deadline: float | None = None
+    started: float | None = None
+    workers: int | None = None
+    bundle: str | Path | None = None
+    expect_sha256: str | None = None
+    python: str | None = None
+    report_to: str | None = None
+    store: str | None = None
+    notice: Notice | None = None
+    progress: Progress | None = None
+    on_environment: Callable[[Mapping[str, str]], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    """What every restore derives from its request before touching the store."""
+
+    settings: Settings
+    matrix_name: str  # as the report names it
+    cells: tuple[Cell, ...]
+    backend: Backend
+    target: Path
+    until: float | None  # the deadline on the time.monotonic() clock
+    workers: int | None
+    notice: Notice
+    progress: Progress | None
+
+
+def restore(request: RestoreRequest) -> RestoreResult:
+    """Fetch the matrix's entries built for this host's fingerprint into ``request.to``.
+
+    Every requested cell already in place (judged from the local manifest copies and the
+    state files) returns at once without contacting the store; otherwise the entries are
+    read from the store (or the bundle, first hashed member by member) and every file is
+    verified before it is renamed into place (``neffcache.restore.run``). A restore report
+    is written where ``report_to`` says (not for a bundle), within 2 s (less near the
+    deadline); failing to write it is one notice, never an error.
+
+    Returns a ``RestoreResult`` (``exit_code``, ``error()``, ``to_json()``: 0 every cell in
+    place; 3 some have no entry or the deadline stopped it; 4 integrity; 5 built for another
+    fingerprint only; 6 store unavailable; 1 a local write failed). Raises a NeffcacheError
+    when no restore could run at all: bad request or configuration (exit 2), a bundle that
+    fails its checks (4), the store unreachable (6) or silent past the deadline (3) — a
+    failure report is written for those that happen once the fingerprint is known.
+    """
+    s = _session(request)
+    _make_scratch_dirs(s.backend, s.target)
+    if request.on_environment is not None:  # before anything that can fail on the network
+        request.on_environment(cache_environment(s.backend, str(s.target)))
+    source = _open_bundle(request)
+    try:
+        fingerprint = collect_fingerprint(s.backend.name, os.environ, python=s.settings.python)
+        result = _restore(s, fingerprint, source)
+    finally:
+        if source is not None:
+            source.close()
+    if result.conflicts:
+        s.notice(conflict_warning(result.conflicts))
+    if result.stale_temps_removed:
+        s.notice(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
+                 f"(.neffcache-*.tmp) left by an interrupted restore")
+    result = replace(result, fingerprint_python=described_interpreter(s.settings.python))
+    if source is None:
+        _send_report(s, result.to_json(), fingerprint)
+    return result
+
+
+def preview_restore(request: RestoreRequest) -> RestorePreview:
+    """The plan ``restore(request)`` would run (``neffcache restore --dry-run``): what it would
+    fetch, from which packs and blobs, in how many requests, and what is already in place.
+    Reads manifests from the store; fetches no blob, creates and writes nothing, sends no
+    report; ``deadline`` and the callbacks are not used.
+
+    The result's ``exit_code`` is the one the restore would end with if every fetch
+    succeeded (3 some cells have no entry, 5, 4, 6 as for ``restore``). Raises a
+    NeffcacheError as ``restore`` does (a ``bundle`` is refused: exit 2)."""
+    if request.bundle is not None:
+        raise UsageError("--dry-run goes with a store, without --print-env or --from-bundle")
+    s = _session(request)
+    fingerprint = collect_fingerprint(s.backend.name, os.environ, python=s.settings.python)
+    check_usable(fingerprint)
+    store = open_store(s.settings.store_url)
+    store.check()
+    return preview_cells(store, s.cells, s.backend, fingerprint, s.target,
+                         workers=s.workers or default_workers())
+
+
+def default_workers() -> int:
+    """Parallel transfers from a store: threads beyond a few per CPU only contend for the GIL
+    (measured)."""
+    return min(16, 4 * usable_cpus())
+
+
+def conflict_warning(conflicts: Sequence[Conflict], listed: int = 3) -> str:
+    """One line: how many paths entries disagreed about, and the first few."""
+    some = "; ".join(c.message for c in conflicts[:listed])
+    more = f"; and {len(conflicts) - listed} more" if len(conflicts) > listed else ""
+    return (f"warning: {len(conflicts)} path(s) are wanted with different bytes by different "
+            f"entries; the first cell's file was kept: {some}{more}")
+
+
+def _session(request: RestoreRequest) -> _Session:
+    started = time.monotonic() if request.started is None else request.started
+    until = None if request.deadline is None else started + request.deadline
+    settings = read_settings(os.environ, store=request.store, python=request.python,
+                             reports=request.report_to)
+    if isinstance(request.matrix, Matrix):
+        m, label = request.matrix, request.matrix.source
+    else:
+        m, label = load_matrix(request.matrix), str(request.matrix)
+    cells = select_cells(m.cells, request.cells)
+    if not cells:
+        raise UsageError(f"--cells {' '.join(request.cells)}: matches no cell of {label}")
+    return _Session(settings=settings, matrix_name=m.name or label, cells=cells,
+                    backend=get_backend(m.backend),
+                    target=Path(request.to).expanduser().absolute(), until=until,
+                    workers=request.workers, notice=request.notice or _drop,
+                    progress=request.progress)
+
+
+def _drop(message: str) -> None:
+    return None
+
+
+def _open_bundle(request: RestoreRequest) -> BundleStore | None:
+    """The bundle as a read-only store, its structure (and digest) checked; None without one."""
+    if request.bundle is None:
+        if request.expect_sha256:
+            raise UsageError("--expect-sha256 checks a bundle: use it with --from-bundle FILE")
+        return None
+    return BundleStore(request.bundle, expect_sha256=request.expect_sha256)
+
+
+def _restore(s: _Session, fingerprint: Fingerprint,
+             source: BundleStore | None) -> RestoreResult:
+    """The restore once the fingerprint is known; a failure before any result is reported
+    (a bundle restore is for hosts with no store and no index: it reports nothing)."""
+    try:
+        # An unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly.
+        check_usable(fingerprint)
+        if source is not None:
+            return _from_bundle(s, fingerprint, source)
+        # Everything already in place (local manifest copies + state file): no store.
+        return restore_local(s.cells, s.backend, fingerprint, s.target,
+                             store_url=describe_store(s.settings.store_url)) or \
+            _before(s.until, lambda: _from_store(s, fingerprint))
+    except NeffcacheError as exc:
+        # A boot restore that stops early is exactly what the dashboard must show.
+        if source is None:
+            _send_report(s, _failure_doc(s, fingerprint, exc), fingerprint)
+        raise
+
+
+def _from_store(s: _Session, fingerprint: Fingerprint) -> RestoreResult:
+    store = open_store(s.settings.store_url, deadline=s.until)
+    if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
+        store.check()
+    return restore_cells(store, s.cells, s.backend, fingerprint, s.target,
+                         workers=s.workers or default_workers(), deadline=s.until,
+                         progress=s.progress, notice=s.notice)
+
+
+def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> RestoreResult:
+    """Hash every member of the bundle against its table of contents (nothing is installed
+    from a bad bundle), then restore from it as from a store."""
+    done = restore_local(s.cells, s.backend, fingerprint, s.target, store_url=source.url)
+    if done is not None:  # already in place: the bundle's structure was checked, enough
+        return done
+    source.verify_all()
+    return restore_cells(source, s.cells, s.backend, fingerprint, s.target,
+                         workers=s.workers or BUNDLE_WORKERS, deadline=s.until,
+                         notice=s.notice)
+
+
+def _before(until: float | None, work: Callable[[], T]) -> T:
+    """``work()``, waited for until a moment after the deadline (or after now, when it has
+    passed already) at most: the store calls
+    inside already stop by then (their timeouts and retries are clipped to the deadline,
+    and the fetch workers are not waited for), so this only catches a call that hangs
+    anyway (e.g. the store check): DeadlineExceededError, exit 3. ``work`` then runs on in a
+    daemon thread until the process ends."""
+    if until is None:
+        return work()
+    done: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name="neffcache-restore-main", daemon=True)
+    worker.start()
+    worker.join(max(0.0, until - time.monotonic()) + OVERRUN)
+    if failed:
+        if isinstance(failed[0], UnavailableError) and time.monotonic() >= until:
+            raise DeadlineExceededError(f"{failed[0]}; the deadline passed first (the store "
+                                        "client's waits end at the deadline)") from None
+        raise failed[0]
+    if done:
+        return done[0]
+    raise DeadlineExceededError("the store did not answer before the deadline; nothing more "
+                                "was installed (a rerun fetches what is missing)")
+
+
+def _make_scratch_dirs(backend: Backend, target: Path) -> None:
+    dirs = set(root_dirs(backend, str(target)).values())
+    scratch = set(cache_environment(backend, str(target)).values()) - dirs
+    for d in sorted(scratch):
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{d}: cannot create scratch directory: {exc.strerror}") from None
+
+
+def _failure_doc(s: _Session, fingerprint: Fingerprint, exc: BaseException) -> dict[str, Any]:
+    """A restore report for a run that failed before fetching anything."""
+    ids = [c.id for c in s.cells]
+    return {"status": "failed", "exit_code": exit_code_for(exc), "error": str(exc),
+            "backend": fingerprint.backend,
+            "fingerprint_key": fingerprint.key, "target": str(s.target), "cells_requested": ids,
+            "cells_restored": [], "cells_missing": ids, "files_fetched": 0, "files_skipped": 0,
+            "bytes_fetched": 0, "seconds": 0.0}
+
+
+def _report_timeout(until: float | None) -> float:
+    """The report's time budget: 2 s, less when the deadline is nearer, 0.2 s past it."""
+    if until is None:
+        return REPORT_TIMEOUT
+    return min(REPORT_TIMEOUT, max(LATE_REPORT_TIMEOUT, until - time.monotonic()))
+
+
+def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint) -> None:
+    """Write this run's restore report where the settings say (never to the index)."""
+    from neffcache import __version__  # at call time: the package's __init__ may import us
+
+    if s.settings.reports_to == REPORTS_OFF:
+        return
+    doc = dict(doc)
+    doc.setdefault("store", describe_store(s.settings.store_url))
+    report = build_report(doc, fingerprint=fingerprint, host=socket.gethostname(),
+                          matrix=s.matrix_name, now=datetime.now(timezone.utc),
+                          nonce=os.urandom(4).hex(), version=__version__)
+    send_report(report, s.settings.reports_to, s.settings.store_url,
+                _report_timeout(s.until), s.notice)
