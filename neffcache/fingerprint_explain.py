@@ -211,8 +211,7 @@ def _explained(key: str, settings: Settings) -> tuple[Manifest | None, Fingerpri
 def _read_entry(key: str, store_url: str) -> Manifest:
     """The manifest of the entry ``key`` (or the one entry whose key starts with it)."""
     from neffcache.manifest import decode_manifest
-    from neffcache.store import manifest_key, open_store
-    from neffcache.store.base import MANIFESTS, entry_key_of
+    from neffcache.store import MANIFESTS, entry_key_of, manifest_key, open_store
 
     key = key.strip().lower()
     if not _HEX_RE.match(key):

@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from neffcache.backends import neuron_env
 from neffcache.errors import UsageError
 
+__all__ = [
+    "BACKENDS", "COMPILE_METHODS", "COMPILE_OPTIONS", "INDUCTOR", "NEURON", "Backend",
+    "CacheRoot", "cache_environment", "compile_call", "compile_only_refusal", "get_backend",
+    "neuron_env", "register_backend", "root_dirs",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class CacheRoot:

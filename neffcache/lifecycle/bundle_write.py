@@ -26,11 +26,11 @@ from neffcache.store import (
     Store,
     Toc,
     bundle_entry,
+    cell_pointer_key,
     encode_toc,
     manifest_key,
     plan_members,
 )
-from neffcache.store.base import cell_pointer_key
 
 
 def write_bundle(store: Store, manifests: Sequence[Manifest], out: Path, *,

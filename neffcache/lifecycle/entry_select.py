@@ -18,8 +18,7 @@ from neffcache.errors import ManifestError, UsageError
 from neffcache.manifest import Manifest, decode_manifest
 from neffcache.matrix import Cell, select_cells
 from neffcache.matrix_io import load_matrix
-from neffcache.store import Store, manifest_key
-from neffcache.store.base import CELLS, MANIFESTS, entry_key_of
+from neffcache.store import CELLS, MANIFESTS, Store, entry_key_of, manifest_key
 from neffcache.thread_pool import map_in_threads
 
 

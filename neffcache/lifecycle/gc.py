@@ -41,15 +41,16 @@ from neffcache.errors import IntegrityError, NotFoundError, UsageError
 from neffcache.lifecycle.retire import parse_record
 from neffcache.manifest import SCHEMA_VERSION
 from neffcache.precompile.intents import GRACE_FLOOR_SECONDS, REFRESH_SECONDS
-from neffcache.store import Store, blob_key
-from neffcache.store.base import (
+from neffcache.store import (
     BLOBS,
     MANIFESTS,
     PACKS,
     PENDING,
     RETIRED,
     MultipartUploads,
+    Store,
     Upload,
+    blob_key,
     pack_key,
 )
 

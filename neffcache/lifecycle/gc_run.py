@@ -25,8 +25,7 @@ from neffcache.lifecycle.gc import (
     plan_only,
     upload_json,
 )
-from neffcache.store import Store, open_store
-from neffcache.store.base import Upload
+from neffcache.store import Store, Upload, open_store
 
 
 @dataclass(frozen=True, slots=True)

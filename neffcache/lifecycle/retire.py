@@ -31,8 +31,7 @@ from neffcache.canonical import canonical_json
 from neffcache.errors import UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest
-from neffcache.store import Store, manifest_key
-from neffcache.store.base import RETIRED, cell_pointer_key
+from neffcache.store import RETIRED, Store, cell_pointer_key, manifest_key
 
 RECORD_SCHEMA = 1
 SDK_FIELDS: dict[str, tuple[str, ...]] = {

@@ -27,8 +27,7 @@ from neffcache.errors import (
 from neffcache.hashing import CHUNK, PartHasher
 from neffcache.lifecycle.exit_rule import ExitRule
 from neffcache.manifest import Manifest, PackRecord, PartDigests, decode_manifest
-from neffcache.store import Store, blob_key
-from neffcache.store.base import MANIFESTS, entry_key_of, pack_key
+from neffcache.store import MANIFESTS, Store, blob_key, entry_key_of, pack_key
 
 MAX_LISTED = 200
 

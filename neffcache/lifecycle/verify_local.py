@@ -22,9 +22,7 @@ from neffcache.backends import BACKENDS, root_dirs
 from neffcache.errors import IntegrityError, ManifestError, NeffcacheError, UsageError
 from neffcache.lifecycle.exit_rule import ExitRule
 from neffcache.manifest import Manifest, decode_manifest
-from neffcache.restore.dest import lock_destination
-from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
-from neffcache.restore.state import STATE_FILE
+from neffcache.restore import LOCAL_ENTRIES, MISSING_FILE, STATE_FILE, lock_destination
 from neffcache.thread_pool import map_in_threads
 
 _CHUNK = 1 << 20
@@ -183,7 +181,7 @@ def _verify_locked(target: Path, workers: int, progress: Callable[[int, int], No
 def forget_states(manifests: Sequence[Manifest], target: str,
                   damaged: set[tuple[str, str]]) -> None:
     """Drop the damaged paths from their roots' state files, so restore re-hashes them."""
-    from neffcache.restore.state import load_state, save_state
+    from neffcache.restore import load_state, save_state
 
     for name in sorted({m.fingerprint.backend for m in manifests}):
         dirs = root_dirs(BACKENDS[name], target)

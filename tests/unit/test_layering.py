@@ -229,3 +229,49 @@ def test_architecture_md_maps_the_tree() -> None:
     assert sorted(wanted - mapped) == []  # in the tree, not on the map
     assert sorted(p for p in mapped - files if not p.endswith(SUMMARISED)
                   and (PACKAGE.parent / p).suffix == ".py") == []  # on the map, not in the tree
+
+
+# Packages with a face: outside package P, code imports only ``neffcache.P`` (its
+# ``__init__``), or a submodule the face names in its ``__all__``.
+def package_of(name: str) -> str | None:
+    """``neffcache.P`` for a module inside subpackage P (P itself included), else None."""
+    parts = name.split(".")
+    if len(parts) < 2:
+        return None
+    pkg = ".".join(parts[:2])
+    return pkg if (PACKAGE.parent / pkg.replace(".", "/") / "__init__.py").exists() else None
+
+
+def face_exports(pkg: str) -> set[str]:
+    """The names in ``pkg``'s ``__all__`` (read with ast)."""
+    path = PACKAGE.parent / pkg.replace(".", "/") / "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return {e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant)}
+    return set()
+
+
+def behind_faces(edges: dict[str, dict[str, int]]) -> list[str]:
+    out = []
+    for src, targets in sorted(edges.items()):
+        for dst, line in sorted(targets.items()):
+            pkg = package_of(dst)
+            if pkg is None or dst == pkg or package_of(src) == pkg:
+                continue
+            if dst.split(".")[2] in face_exports(pkg) and dst.count(".") == 2:
+                continue
+            out.append(f"{src}:{line} imports {dst} (import {pkg} instead)")
+    return out
+
+
+def test_other_packages_are_reached_through_their_faces() -> None:
+    assert behind_faces(graph()) == []
+
+
+def test_the_face_rule_can_fail() -> None:
+    edges = {"neffcache.cli.restore": {"neffcache.restore.run": 4, "neffcache.restore": 5},
+             "neffcache.restore.run": {"neffcache.restore.fs": 2}}
+    assert behind_faces(edges) == [
+        "neffcache.cli.restore:4 imports neffcache.restore.run (import neffcache.restore "
+        "instead)"]
