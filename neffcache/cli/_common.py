@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -119,46 +118,3 @@ def human_bytes(n: float) -> str:
         n /= 1024
     return f"{n:.1f} TiB"
 
-
-def record_entry_or_warn(settings: Settings, manifest: Any, store_url: str) -> bool:
-    """Record a published entry in the index; the store is the source of truth, so a failure
-    only warns (with the command that repairs it) and returns False."""
-    from neffcache.errors import NeffcacheError
-    from neffcache.index import open_index
-
-    try:
-        with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as index:
-            index.record_entry(manifest, store_url)
-        return True
-    except NeffcacheError as exc:
-        progress(f"warning: entry not recorded in the index: {' '.join(str(exc).split())}")
-        progress(f"hint: {exc.hint or 'neffcache reindex'}")
-        return False
-
-
-def report_to_index(settings: Settings, what: str, write: Callable[[Any], None],
-                    timeout: float) -> None:
-    """Run ``write(index)`` when an index is configured or the embedded one exists, in a
-    background thread given at most ``timeout`` seconds: a slow or failing index is a warning
-    naming ``what``, never an error (a boot must not wait on a dashboard)."""
-    if not (settings.index_explicit or (settings.home / "index.db").exists()):
-        return
-    errors: list[BaseException] = []
-
-    def send() -> None:
-        try:
-            from neffcache.index import open_index
-
-            with open_index(settings.index_url,
-                            auto_upgrade=settings.index_is_embedded) as idx:
-                write(idx)
-        except BaseException as exc:  # noqa: BLE001 - reported as a warning below
-            errors.append(exc)
-
-    worker = threading.Thread(target=send, name="neffcache-index-report", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        progress(f"warning: index did not answer within {timeout:.1f} s; {what} not recorded")
-    elif errors:
-        progress(f"warning: {what} not recorded in the index: {' '.join(str(errors[0]).split())}")

@@ -1,15 +1,14 @@
 """``neffcache precompile MATRIX``: warm every cell not yet cached for this fingerprint, publish
-entries, record failures; a progress display on stderr, the results on stdout."""
+entries, record failures; a progress display on stderr, the results on stdout. The use case is
+``neffcache.precompile.precompile``; this module parses, displays and renders."""
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 import click
 
@@ -20,31 +19,19 @@ from neffcache.cli._common import (
     human_bytes,
     index_option,
     json_option,
-    settings_from,
+    progress,
     store_option,
 )
-from neffcache.errors import UsageError, WorkerError
 
 if TYPE_CHECKING:
-    from neffcache.matrix import Cell
-    from neffcache.precompile.plan import Event, PrecompileReport
-
-_SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
-
-
-def parse_shard(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    m = _SHARD_RE.match(text.strip())
-    if not m:
-        raise UsageError(f"--shard {text!r}: expected I/N such as 0/4 (shard I of N, from 0)")
-    return int(m.group(1)), int(m.group(2))
+    from neffcache.precompile import Event, PrecompileReport
 
 
 class ProgressDisplay:
-    """Events as lines on stderr; on a terminal also a live status line with elapsed time."""
+    """Events as lines on stderr; on a terminal also a live status line with elapsed time.
+    ``total`` (the selected cells) may come later, through ``set_total``."""
 
-    def __init__(self, total: int, stream: IO[str] | None = None) -> None:
+    def __init__(self, total: int = 0, stream: IO[str] | None = None) -> None:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.total = total
@@ -67,6 +54,10 @@ class ProgressDisplay:
             self._ticker.join()
         with self._lock:
             self._clear()
+
+    def set_total(self, total: int) -> None:
+        with self._lock:
+            self.total = total
 
     def __call__(self, event: Event) -> None:
         kind, cell_id, message = event
@@ -129,51 +120,52 @@ def render_precompile(report: PrecompileReport) -> str:
             f"(fingerprint {report.fingerprint_key[:12]}, store {report.store_url})")
 
 
-def neuron_overrides(backend: str, target: str | None, compile_only: bool,
-                     environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Variables --target/--compile-only set for the workers (and the fingerprint). Compile-only
-    needs a target: --target, or the target variable already in the environment. Pure."""
-    if backend != "neuron" and (target or compile_only):
-        raise UsageError(f"--target/--compile-only apply to the neuron backend, and this "
-                         f"matrix's backend is {backend!r}")
-    env = {neuron_env.PLATFORM_TARGET: target} if target else {}
-    if compile_only:
-        if not (target or (environ or {}).get(neuron_env.PLATFORM_TARGET, "").strip()):
-            raise UsageError(f"--compile-only needs --target {'|'.join(neuron_env.TARGETS)} "
-                             f"(or {neuron_env.PLATFORM_TARGET}): there is no Trainium device "
-                             f"here to tell which one to compile for")
-        env[neuron_env.COMPILE_ONLY] = neuron_env.COMPILE_ONLY_ON
-    return env
+PRECOMPILE_HELP = """\
+Warm every cell of MATRIX not yet cached for this host's fingerprint, and publish.
+
+Each cell is warmed in its own worker process with fresh, empty cache roots and the
+backend's cache variables set before torch is imported: the declared pipeline is loaded
+with from_pretrained, moved to the device, compiled per mode and called once at the
+cell's shape and batch. The files it left in the cache roots (never locks or temp files)
+are published as an entry and indexed. A failed, crashed or timed-out warm-up is recorded
+as a failed cell with its exit status and log tail, and nothing is published for it.
+Cells whose entry already exists are skipped, so a rerun does nothing.
+
+A tensor-parallel cell (tp > 1, neuron) is warmed by tp ranks under `torchrun
+--standalone --nproc_per_node=TP`, sharing one cache dir and lock dir, so each graph is
+compiled once; it yields one entry.
+
+With --claim, every worker started with the same command on the same index (a CI
+matrix, a Kubernetes Indexed Job, a SLURM array: see tools/launch/) takes the next cell
+nobody has an entry or a live lease for, holds a lease with heartbeats while compiling,
+and releases it when the entry is published or the cell failed (retried up to --retries
+times across the fleet). A worker whose own cells are done waits while other cells are
+still leased, and re-claims any whose lease expires (its holder died); it exits when
+nothing is left. --shard splits cells statically instead; the two do not mix.
+
+Progress goes to stderr (a live status line on a terminal); the result table (or JSON)
+to stdout. Exits 1 if any cell failed (after trying every other cell), or if --verify
+found a restored entry that still compiled; 5 if this host's fingerprint cannot be used
+(neuron target unknown: give --target or set the target variable).
+
+\b
+Examples:
+  neffcache precompile matrix.toml
+  neffcache precompile matrix.toml --cells 'flux2-klein/compile/*' --workers 2
+  neffcache precompile matrix.toml --shard 0/4 --timeout 3600   # CI job 1 of 4
+  neffcache precompile matrix.toml --claim --timeout 3600       # any number of workers
+  neffcache precompile matrix.toml --compile-only --target trn2  # no Trainium here
+  neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
+
+JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "seconds",
+"counts": {"published", "exists", "skipped", "failed", "refused"}, "cells": [{"cell_id",
+"cell_key", "entry_key", "status", "seconds", "wall_seconds", "files", "total_bytes",
+"bytes_uploaded", "exit_status", "error", "log_tail", "verify": null | {"status" (hit,
+compiled, verify-failed), "seconds", "restore_seconds", "error", "compiled"}}]}.
+"""
 
 
-def refuse_if_nothing_left(cells: Sequence[Cell], compile_only: bool) -> None:
-    """Every selected cell refused (say, only eager cells with --compile-only) is a usage
-    error; some refused cells are reported per cell and the rest proceed."""
-    from neffcache.precompile.plan import refusal_reason
-
-    reasons = [refusal_reason(c, compile_only) for c in cells]
-    if cells and all(reasons):
-        raise UsageError(f"{cells[0].id}: {reasons[0]} (all {len(cells)} selected cells are "
-                         f"refused)")
-
-
-def failure_error(report: PrecompileReport) -> WorkerError | None:
-    """The error that makes the command exit 1 once every cell has been tried."""
-    parts = []
-    if report.failed:
-        ids = ", ".join(c.cell_id for c in report.failed[:5])
-        parts.append(f"{len(report.failed)} of {len(report.cells)} cells failed ({ids})")
-    if report.not_verified:
-        ids = ", ".join(f"{c.cell_id}: {c.verify.status}" for c in report.not_verified[:5]
-                        if c.verify)
-        parts.append(f"{len(report.not_verified)} restored entries did not warm cleanly ({ids})")
-    if not parts:
-        return None
-    return WorkerError("; ".join(parts),
-                       hint="neffcache coverage MATRIX --json shows each failure's log tail")
-
-
-@click.command("precompile")
+@click.command("precompile", help=PRECOMPILE_HELP)
 @click.argument("matrix", type=click.Path(dir_okay=False))
 @click.option("--cells", "cell_globs", metavar="GLOB", multiple=True,
               help="Only cells whose id matches this glob (repeatable).")
@@ -220,98 +212,21 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
                timeout: float | None, verify: bool, target: str | None, compile_only: bool,
                workdir: str | None, keep_workdir: bool, store: str | None, index: str | None,
                as_json: bool) -> None:
-    """Warm every cell of MATRIX not yet cached for this host's fingerprint, and publish.
+    """Parse, call ``neffcache.precompile.precompile``, render (help: PRECOMPILE_HELP)."""
+    from neffcache.precompile import PrecompileRequest
+    from neffcache.precompile import precompile as run_precompile
 
-    Each cell is warmed in its own worker process with fresh, empty cache roots and the
-    backend's cache variables set before torch is imported: the declared pipeline is loaded
-    with from_pretrained, moved to the device, compiled per mode and called once at the
-    cell's shape and batch. The files it left in the cache roots (never locks or temp files)
-    are published as an entry and indexed. A failed, crashed or timed-out warm-up is recorded
-    as a failed cell with its exit status and log tail, and nothing is published for it.
-    Cells whose entry already exists are skipped, so a rerun does nothing.
-
-    A tensor-parallel cell (tp > 1, neuron) is warmed by tp ranks under `torchrun
-    --standalone --nproc_per_node=TP`, sharing one cache dir and lock dir, so each graph is
-    compiled once; it yields one entry.
-
-    With --claim, every worker started with the same command on the same index (a CI
-    matrix, a Kubernetes Indexed Job, a SLURM array: see tools/launch/) takes the next cell
-    nobody has an entry or a live lease for, holds a lease with heartbeats while compiling,
-    and releases it when the entry is published or the cell failed (retried up to --retries
-    times across the fleet). A worker whose own cells are done waits while other cells are
-    still leased, and re-claims any whose lease expires (its holder died); it exits when
-    nothing is left. --shard splits cells statically instead; the two do not mix.
-
-    Progress goes to stderr (a live status line on a terminal); the result table (or JSON)
-    to stdout. Exits 1 if any cell failed (after trying every other cell), or if --verify
-    found a restored entry that still compiled; 5 if this host's fingerprint cannot be used
-    (neuron target unknown: give --target or set the target variable).
-
-    \b
-    Examples:
-      neffcache precompile matrix.toml
-      neffcache precompile matrix.toml --cells 'flux2-klein/compile/*' --workers 2
-      neffcache precompile matrix.toml --shard 0/4 --timeout 3600   # CI job 1 of 4
-      neffcache precompile matrix.toml --claim --timeout 3600       # any number of workers
-      neffcache precompile matrix.toml --compile-only --target trn2  # no Trainium here
-      neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
-
-    JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "seconds",
-    "counts": {"published", "exists", "skipped", "failed", "refused"}, "cells": [{"cell_id",
-    "cell_key", "entry_key", "status", "seconds", "wall_seconds", "files", "total_bytes",
-    "bytes_uploaded", "exit_status", "error", "log_tail", "verify": null | {"status" (hit,
-    compiled, verify-failed), "seconds", "restore_seconds", "error", "compiled"}}]}.
-    """
-    from pathlib import Path
-
-    from neffcache.fingerprint import check_usable, collect_fingerprint
-    from neffcache.index import open_index
-    from neffcache.matrix import select_cells, shard_cells
-    from neffcache.matrix_io import load_matrix
-    from neffcache.precompile.plan import PrecompileOptions
-    from neffcache.precompile.run import apply_precompile
-    from neffcache.store import open_store
-
-    spec = load_matrix(matrix)
-    cells = select_cells(spec.cells, cell_globs)
-    sh = parse_shard(shard)
-    if claim and (sh is not None or force):
-        raise UsageError(f"--claim and {'--shard' if sh is not None else '--force'} do not "
-                         f"mix: claiming shares cells dynamically and never re-warms a cell "
-                         f"with an entry")
-    if sh is not None:
-        cells = shard_cells(cells, *sh)
-    if not cells:
-        click.echo(f"{spec.source}: no cell selected", err=True)
-    settings = settings_from(store=store, index=index)
-    environ = {**os.environ, **neuron_overrides(spec.backend, target, compile_only, os.environ)}
-    refuse_if_nothing_left(cells, compile_only)
-    fingerprint = collect_fingerprint(spec.backend, environ)
-    check_usable(fingerprint)
-    st = open_store(settings.store_url, create=True)
-    st.check()
-    options = PrecompileOptions(workers=workers, force=force, timeout=timeout, verify=verify,
-                                workdir=Path(workdir) if workdir else None,
-                                keep_workdir=keep_workdir, compile_only=compile_only)
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix, \
-            ProgressDisplay(len(cells)) as display:
-        if claim:
-            from neffcache.precompile.claims import ClaimOptions, apply_claims
-
-            report = apply_claims(spec, cells, st, ix, fingerprint, options,
-                                  ClaimOptions(lease_seconds=lease_seconds, retries=retries),
-                                  environ=environ, progress=display)
-        else:
-            report = apply_precompile(spec, cells, st, ix, fingerprint, options,
-                                      environ=environ, progress=display)
-    _output(report, as_json)
-    err = failure_error(report)
+    with ProgressDisplay() as display:
+        result = run_precompile(PrecompileRequest(
+            matrix=matrix, cells=cell_globs, workers=workers, shard=shard, claim=claim,
+            lease_seconds=lease_seconds, retries=retries, force=force, timeout=timeout,
+            verify=verify, target=target, compile_only=compile_only, workdir=workdir,
+            keep_workdir=keep_workdir, store=store, index=index, notice=progress,
+            progress=display, selected=display.set_total))
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        click.echo(render_precompile(result.report))
+    err = result.error()
     if err is not None:
         raise err
-
-
-def _output(report: Any, as_json: bool) -> None:
-    if as_json:
-        emit_json(report.to_json())
-    else:
-        click.echo(render_precompile(report))

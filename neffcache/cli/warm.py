@@ -1,10 +1,9 @@
 """``neffcache warm MATRIX --cache DIR``: after a restore, run each cell's first call against
-DIR in a fresh process and report every cell that compiled (a miss); a boot health check."""
+DIR in a fresh process and report every cell that compiled (a miss); a boot health check. The
+use case is ``neffcache.precompile.check_warm``; this module parses and renders."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import click
@@ -15,17 +14,40 @@ from neffcache.cli._common import (
     index_option,
     json_option,
     progress,
-    report_to_index,
-    settings_from,
 )
-from neffcache.config import Settings
-from neffcache.errors import EXIT_CODE_HELP, UsageError
+from neffcache.errors import EXIT_CODE_HELP
 
-# A boot must not wait for a dashboard: the index gets this long, then the report is dropped.
-INDEX_REPORT_TIMEOUT = 2.0
+WARM_HELP = """\
+Run each declared cell's first call against the restored cache in DIR and report any
+cell that compiled.
+
+Meant for an instance right after `neffcache restore MATRIX --to DIR`: each cell (or
+each cell matching --cells) is warmed in turn in a fresh worker process whose cache
+variables point at DIR itself, exactly as the inference service will see it: the
+pipeline is loaded, compiled per mode and called once at the cell's shape and batch. A
+cell that left new or rewritten files in the cache roots, or moved a compile counter,
+compiled: its entry is missing, incomplete or built for another environment. What it
+compiled stays in DIR (the service benefits), and `neffcache capture` can back-fill it.
+Cells run one at a time, since they share DIR.
+
+Without --strict a cell that compiled is reported and the exit is 0; with --strict it
+exits 3. A cell whose warm-up failed, crashed or timed out always exits 1. When an index
+is configured (or the embedded one exists) each cell's result is recorded on its entry
+(verified: hit or compiled) within 2 seconds; an index error is only a warning.
+
+--json prints: matrix, backend, fingerprint_key, cache_dir, seconds, counts {hit,
+compiled, failed}, cells [{cell_id, cell_key, entry_key, status, seconds, wall_seconds,
+compiled (the evidence: reasons, new_files, ...), error, log_tail}].
+
+\b
+Examples:
+  neffcache restore matrix.toml --to /var/cache/neffcache
+  neffcache warm matrix.toml --cache /var/cache/neffcache --strict
+  neffcache warm matrix.toml --cache /var/cache/neffcache --cells 'flux2-klein/*' --json
+"""
 
 
-@click.command("warm", epilog=EXIT_CODE_HELP)
+@click.command("warm", help=WARM_HELP, epilog=EXIT_CODE_HELP)
 @click.argument("matrix", metavar="MATRIX", type=click.Path(dir_okay=False))
 @click.option("--cache", "cache", required=True, metavar="DIR",
               type=click.Path(file_okay=False),
@@ -41,60 +63,18 @@ INDEX_REPORT_TIMEOUT = 2.0
 @json_option
 def warm(matrix: str, cache: str, patterns: tuple[str, ...], strict: bool,
          timeout: float | None, index: str | None, as_json: bool) -> None:
-    """Run each declared cell's first call against the restored cache in DIR and report any
-    cell that compiled.
+    """Parse, call ``neffcache.precompile.check_warm``, render (help: WARM_HELP)."""
+    from neffcache.precompile import WarmRequest, check_warm
 
-    Meant for an instance right after `neffcache restore MATRIX --to DIR`: each cell (or
-    each cell matching --cells) is warmed in turn in a fresh worker process whose cache
-    variables point at DIR itself, exactly as the inference service will see it: the
-    pipeline is loaded, compiled per mode and called once at the cell's shape and batch. A
-    cell that left new or rewritten files in the cache roots, or moved a compile counter,
-    compiled: its entry is missing, incomplete or built for another environment. What it
-    compiled stays in DIR (the service benefits), and `neffcache capture` can back-fill it.
-    Cells run one at a time, since they share DIR.
-
-    Without --strict a cell that compiled is reported and the exit is 0; with --strict it
-    exits 3. A cell whose warm-up failed, crashed or timed out always exits 1. When an index
-    is configured (or the embedded one exists) each cell's result is recorded on its entry
-    (verified: hit or compiled) within 2 seconds; an index error is only a warning.
-
-    --json prints: matrix, backend, fingerprint_key, cache_dir, seconds, counts {hit,
-    compiled, failed}, cells [{cell_id, cell_key, entry_key, status, seconds, wall_seconds,
-    compiled (the evidence: reasons, new_files, ...), error, log_tail}].
-
-    \b
-    Examples:
-      neffcache restore matrix.toml --to /var/cache/neffcache
-      neffcache warm matrix.toml --cache /var/cache/neffcache --strict
-      neffcache warm matrix.toml --cache /var/cache/neffcache --cells 'flux2-klein/*' --json
-    """
-    from neffcache.backends import get_backend, root_dirs
-    from neffcache.fingerprint import check_usable, collect_fingerprint
-    from neffcache.matrix import select_cells
-    from neffcache.matrix_io import load_matrix
-    from neffcache.precompile.warm import apply_warm
-
-    m = load_matrix(matrix)
-    cells = select_cells(m.cells, patterns)
-    if not cells:
-        raise UsageError(f"--cells {' '.join(patterns)}: matches no cell of {matrix}")
-    backend = get_backend(m.backend)
-    target = Path(cache).expanduser().absolute()
-    missing = [d for d in root_dirs(backend, str(target)).values() if not Path(d).is_dir()]
-    if len(missing) == len(backend.roots):
-        raise UsageError(f"--cache {target}: no cache root in it ({', '.join(missing)}); "
-                         f"restore into it first: neffcache restore {matrix} --to {target}")
-    fingerprint = collect_fingerprint(backend.name, os.environ)
-    check_usable(fingerprint)
-    report = apply_warm(m, cells, fingerprint, target, environ=os.environ, timeout=timeout,
-                        progress=lambda e: progress(f"{e[0]:>8}  {e[1]}  {e[2]}"))
-    doc = report.to_json()
+    result = check_warm(WarmRequest(
+        matrix=matrix, cache=cache, cells=patterns, strict=strict, timeout=timeout,
+        index=index, notice=progress,
+        progress=lambda e: progress(f"{e[0]:>8}  {e[1]}  {e[2]}")))
     if as_json:
-        emit_json(doc)
+        emit_json(result.to_json())
     else:
-        click.echo(render_warm(doc))
-    _send_report(settings_from(index=index), report)
-    err = report.error(strict)
+        click.echo(render_warm(result.to_json()))
+    err = result.error()
     if err is not None:
         raise err
 
@@ -108,17 +88,3 @@ def render_warm(doc: dict[str, Any]) -> str:
     return (format_table(["CELL", "RESULT", "FIRST CALL S", "DETAIL"], rows) + "\n\n"
             f"{counts['hit']} hit, {counts['compiled']} compiled, {counts['failed']} failed "
             f"against {doc['cache_dir']} [fingerprint {doc['fingerprint_key'][:12]}]")
-
-
-def _send_report(settings: Settings, report: Any) -> None:
-    """Mark each warmed cell's entry verified (hit or compiled) in the index (see
-    ``report_to_index``)."""
-    judged = [(c.entry_key, c.status) for c in report.cells if c.status != "failed"]
-    if not judged:
-        return
-
-    def write(idx: Any) -> None:
-        for key, status in judged:
-            idx.record_verification(key, status)
-
-    report_to_index(settings, "warm results", write, INDEX_REPORT_TIMEOUT)

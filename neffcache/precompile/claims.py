@@ -8,49 +8,45 @@ claim the next cell with no entry and no live lease (neffcache.index.claims: one
 cell goes back to the queue while it has attempts left). With nothing to claim but cells
 still leased elsewhere, it waits and looks again: a lease whose holder died expires and is
 claimed anew. A worker exits when no cell is left to claim or in progress.
+
+The claim loop is the driver; what it does per cell are the steps of ``PrecompileRun``
+(``neffcache.precompile.run``): ``open_run``, ``start``, ``in_slots``, then per claimed cell
+``already_published`` or ``warm``, and ``finish``.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import socket
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from neffcache.errors import NeffcacheError
 from neffcache.fingerprint import Fingerprint
-from neffcache.index.matrices import matrix_name_of
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.plan import (
     EXISTS,
     PUBLISHED,
-    WARM,
-    CellPlan,
-    CellReport,
     Event,
     PrecompileOptions,
     PrecompileReport,
 )
-from neffcache.precompile.run import (
-    Run,
-    begin_run,
-    finish_run,
-    index_known_entries,
-    prepare_run,
-    run_pool,
-    warm_cell,
-)
-from neffcache.store import Store, manifest_key
+from neffcache.precompile.run import PrecompileRun, open_run
+from neffcache.store import Store
+
+if TYPE_CHECKING:
+    from neffcache.index import Index
+    from neffcache.index.values import Lease
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimOptions:
+    """How ``precompile --claim`` holds its cells: the lease and the retries."""
+
     lease_seconds: float = 300.0  # a lease not renewed for this long goes back to the queue
     retries: int = 2  # failed attempts retried at most this often across the fleet
 
@@ -76,7 +72,8 @@ class Heartbeat:
     parent, so a dead parent stops renewing and its lease expires. ``lost`` is set when the
     index says the lease is no longer ours."""
 
-    def __init__(self, index: Any, lease: Any, lease_seconds: float, interval: float) -> None:
+    def __init__(self, index: Index, lease: Lease, lease_seconds: float,
+                 interval: float) -> None:
         self._index, self._lease = index, lease
         self._lease_seconds, self._interval = lease_seconds, interval
         self._stop = threading.Event()
@@ -102,80 +99,66 @@ class Heartbeat:
                 print(f"neffcache: heartbeat failed: {exc}", file=sys.stderr)
 
 
-def apply_claims(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Any,
+def apply_claims(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
                  fingerprint: Fingerprint, options: PrecompileOptions, claim: ClaimOptions, *,
                  environ: Mapping[str, str],
                  progress: Callable[[Event], None] | None = None) -> PrecompileReport:
     """Warm cells from the claim queue until none is left to claim or in progress; the report
     lists the cells this worker handled (skipped, refused, published, exists, failed)."""
-    started = time.monotonic()
-    run, plans, reports = prepare_run(matrix, cells, store, index, fingerprint, options,
-                                      environ=environ, progress=progress, force=False,
-                                      announce_skips=False)
-    to_warm = {p.cell.key: p for p in plans if p.action == WARM}
+    from neffcache.index.matrices import matrix_name_of
+
+    run = open_run(matrix, cells, store, index, fingerprint, options, environ=environ,
+                   progress=progress, force=False, announce_skips=False)
     name = matrix_name_of(matrix)
-    removed = index.queue_claims(name, [p.cell for p in to_warm.values()], fingerprint,
+    removed = index.queue_claims(name, [p.cell for p in run.to_warm], fingerprint,
                                  [c.key for c in matrix.cells])
     if removed:
         run.emit(("note", name, f"removed {removed} queued cell(s) the matrix no longer "
                                 f"declares"))
-    if to_warm:
-        begin_run(run, host_label())
-        slots = _Slots(run, claim, to_warm, reports)
-        run_pool(run, reports, lambda pool: list(
-            pool.map(lambda _: slots.loop(), range(max(1, options.workers)))))
-    order = {c.id: i for i, c in enumerate(cells)}
-    return finish_run(run, started, sorted(reports.values(),
-                                           key=lambda r: order.get(r.cell_id, 0)))
+    if run.to_warm:
+        run.start(host_label())
+        run.in_slots(_ClaimLoop(run, index, claim).drain)
+    return run.finish()
 
 
-class _Slots:
-    """The claim loop that each of a worker's local slots runs."""
+class _ClaimLoop:
+    """What each of a worker's local slots runs: claim a cell, warm it under a heartbeat,
+    release it; until nothing is left to claim or leased elsewhere."""
 
-    def __init__(self, run: Run, claim: ClaimOptions, plans: Mapping[str, CellPlan],
-                 reports: dict[str, CellReport]) -> None:
-        self.run, self.claim, self.plans, self.reports = run, claim, plans, reports
-        self.keys = sorted(plans)
+    def __init__(self, run: PrecompileRun, index: Index, claim: ClaimOptions) -> None:
+        self.run, self.index, self.claim = run, index, claim
+        self.plans = {p.cell.key: p for p in run.to_warm}
+        self.keys = sorted(self.plans)
         self.host = host_label()
-        self.numbers = itertools.count(1)
-        self.lock = threading.Lock()
 
-    def loop(self) -> None:
-        run = self.run
-        while not run.stopping.is_set():
-            result = run.index.claim_next(self.keys, run.fingerprint.key,
-                                          holder=uuid.uuid4().hex, host=self.host,
-                                          lease_seconds=self.claim.lease_seconds,
-                                          max_attempts=self.claim.retries + 1)
+    def drain(self) -> None:
+        run, claim = self.run, self.claim
+        while not run.stopping:
+            result = self.index.claim_next(self.keys, run.fingerprint.key,
+                                           holder=uuid.uuid4().hex, host=self.host,
+                                           lease_seconds=claim.lease_seconds,
+                                           max_attempts=claim.retries + 1)
             if result.lease is not None:
-                report = self._handle(result.lease)
-                with self.lock:
-                    self.reports[report.cell_id] = report
+                self._warm_leased(result.lease)
             elif result.live_elsewhere:
-                run.stopping.wait(self.claim.poll_seconds)  # leased elsewhere: may yet expire
+                run.pause(claim.poll_seconds)  # leased elsewhere: may yet expire
             else:
                 return
 
-    def _handle(self, lease: Any) -> CellReport:
-        run = self.run
-        plan = self.plans[lease.cell_key]
-        if run.store.has(manifest_key(plan.entry_key)):  # published, but its index row lost
-            index_known_entries(run.store, run.index, [plan], run.backend)
-            run.index.release_done(lease)
-            run.emit(("skip", plan.cell.id, "ready (entry in store)"))
-            return CellReport(plan.cell.id, plan.cell.key, plan.entry_key, EXISTS)
-        with self.lock:
-            n = next(self.numbers)
+    def _warm_leased(self, lease: Lease) -> None:
+        run, plan = self.run, self.plans[lease.cell_key]
+        if run.already_published(plan) is not None:
+            self.index.release_done(lease)
+            return
         run.emit(("claim", plan.cell.id, f"attempt {lease.attempt}, lease "
                                          f"{self.claim.lease_seconds:g} s"))
-        with Heartbeat(run.index, lease, self.claim.lease_seconds,
+        with Heartbeat(self.index, lease, self.claim.lease_seconds,
                        self.claim.heartbeat_seconds) as beat:
-            report = warm_cell(run, n, plan)
+            report = run.warm(plan)
         if beat.lost.is_set():
             run.emit(("note", plan.cell.id, "lease lost while warming (expired and claimed "
                                             "elsewhere?)"))
         if report.status in (PUBLISHED, EXISTS):
-            run.index.release_done(lease)
+            self.index.release_done(lease)
         else:
-            run.index.release_failed(lease)
-        return report
+            self.index.release_failed(lease)

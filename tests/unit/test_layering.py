@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.run", "neffcache.restore.preview"),
     ("neffcache.restore.session", "neffcache.restore"),
     # precompile: warm cells in workers, publish entries
-    ("neffcache.precompile.hit_check",),
+    ("neffcache.precompile.hit_check", "neffcache.precompile.indexing"),
     ("neffcache.precompile.capture",),
     ("neffcache.precompile.worker",),
     ("neffcache.precompile.launch",),
@@ -53,7 +53,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.precompile.plan",),
     ("neffcache.precompile.warm",),
     ("neffcache.precompile.run", "neffcache.precompile.backfill"),
-    ("neffcache.precompile.claims", "neffcache.precompile"),
+    ("neffcache.precompile.push_cell", "neffcache.precompile.backfill_cell",
+     "neffcache.precompile.warm_check"),
+    ("neffcache.precompile.claims",),
+    ("neffcache.precompile.session", "neffcache.precompile"),
     # lifecycle: what happens to entries after they are published
     ("neffcache.lifecycle.exit_rule",),
     ("neffcache.lifecycle.entry_select",

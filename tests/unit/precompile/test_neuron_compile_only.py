@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from neffcache.backends import neuron_env
-from neffcache.cli.precompile import neuron_overrides, refuse_if_nothing_left
 from neffcache.errors import UsageError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.matrix import Cell
 from neffcache.precompile.plan import REFUSE, SKIP, WARM, plan_precompile
+from neffcache.precompile.session import neuron_overrides, refuse_if_nothing_left
 
 FP = build_fingerprint("neuron", {"target": "trn2"})
 

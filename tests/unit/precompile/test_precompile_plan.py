@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from neffcache.backends import INDUCTOR, NEURON, cache_environment, compile_call
-from neffcache.cli.precompile import parse_shard
 from neffcache.demo.runner import parse_shapes, render_demo_matrix
 from neffcache.errors import UsageError, WorkerError
 from neffcache.fingerprint import build_fingerprint
@@ -23,6 +22,7 @@ from neffcache.precompile.hit_check import (
 )
 from neffcache.precompile.launch import verdict_of, worker_environment
 from neffcache.precompile.plan import SKIP, WARM, plan_precompile, resolve_model
+from neffcache.precompile.session import parse_shard
 from neffcache.precompile.worker import (
     WorkerSpec,
     build_call_kwargs,
@@ -241,7 +241,7 @@ def test_progress_display_lines_and_terminal_status(tty: bool) -> None:
 
 
 def test_neuron_overrides() -> None:
-    from neffcache.cli.precompile import neuron_overrides
+    from neffcache.precompile.session import neuron_overrides
 
     assert neuron_overrides("neuron", "trn2", True) == {
         "NEURON_PLATFORM_TARGET_OVERRIDE": "trn2", "TORCH_NEURONX_COMPILE_ONLY": "1"}

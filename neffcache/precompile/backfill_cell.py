@@ -1,0 +1,124 @@
+"""``capture_entry(CaptureRequest) -> CaptureResult``: the use case behind ``neffcache capture``:
+back-fill what an instance compiled at run time as the entry of the cell it served (the plan
+and the publish are ``backfill``'s), then index it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neffcache.errors import NeffcacheError, UsageError, exit_code_for
+from neffcache.precompile.backfill import BackfillPlan, apply_backfill, plan_backfill, read_entries
+from neffcache.precompile.capture import scan_roots
+from neffcache.precompile.indexing import record_entry_or_warn
+from neffcache.precompile.publish import PublishResult
+
+# What a capture's JSON takes from the publish's, when it published.
+_PUBLISH_FIELDS = ("created", "files", "total_bytes", "blobs_uploaded", "bytes_uploaded")
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureRequest:
+    """What ``neffcache capture`` is asked to back-fill; each field is the flag of that name.
+
+    ``matrix``: the matrix file. ``cache``: the restored cache directory the service compiled
+    into (each cache root R is ``cache/R``). ``cell_id``: the cell the runtime-compiled files
+    belong to (None: the only cell without an entry for this fingerprint). ``dry_run``: plan
+    only, upload nothing. ``workers``: parallel hashing and uploads. ``python``: fingerprint
+    this interpreter's packages. ``store``, ``index``, ``python``: None resolves them as the
+    CLI does (NEFFCACHE_* > config file > default), from ``environ`` (None: the process's, at
+    call time). ``notice``: warnings (the index did not record the entry).
+    """
+
+    matrix: str | Path
+    cache: str | Path
+    cell_id: str | None = None
+    dry_run: bool = False
+    workers: int = 8
+    python: str | None = None
+    store: str | None = None
+    index: str | None = None
+    environ: Mapping[str, str] | None = None
+    notice: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureResult:
+    """What a capture found and did. ``plan.action``: publish, exists (the cell has an entry
+    already: nothing published) or nothing (no runtime-compiled file). ``published`` is the
+    publish (None on a dry run or when the plan publishes nothing); ``indexed``: whether the
+    index recorded it (None when nothing was published).
+
+    ``to_json()`` is the ``neffcache capture --json`` document. ``error()`` is always None and
+    ``exit_code`` 0: a capture that cannot decide or publish raises instead.
+    """
+
+    plan: BackfillPlan
+    fingerprint_key: str
+    store_url: str
+    dry_run: bool
+    published: PublishResult | None = None
+    indexed: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc = dict(self.plan.to_json(), fingerprint_key=self.fingerprint_key,
+                   store=self.store_url, dry_run=self.dry_run)
+        if self.published is not None:
+            doc.update({k: v for k, v in self.published.to_json().items()
+                        if k in _PUBLISH_FIELDS})
+            doc["indexed"] = self.indexed
+        return doc
+
+    def error(self) -> NeffcacheError | None:
+        return None
+
+    @property
+    def exit_code(self) -> int:
+        err = self.error()
+        return 0 if err is None else exit_code_for(err)
+
+
+def capture_entry(request: CaptureRequest) -> CaptureResult:
+    """Upload the files an instance compiled at run time (in no entry of the matrix for this
+    host's fingerprint) as the entry of one cell without an entry, and index it (see
+    ``neffcache capture --help``).
+
+    Raises UsageError (exit 2) when the cache dir holds no cache root, the named cell is not
+    in the matrix, or the files cannot be attributed to one cell (several cells without an
+    entry and no ``cell_id``); MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
+    when this host's fingerprint cannot be used; UnavailableError (6) when the store cannot
+    be reached. An index failure is only a notice.
+    """
+    from neffcache.backends import get_backend, root_dirs
+    from neffcache.config import read_settings
+    from neffcache.fingerprint import check_usable, collect_fingerprint
+    from neffcache.matrix_io import load_matrix
+    from neffcache.store import open_store
+
+    environ = os.environ if request.environ is None else request.environ
+    m = load_matrix(request.matrix)
+    backend = get_backend(m.backend)
+    target = Path(request.cache).expanduser().absolute()
+    dirs = root_dirs(backend, str(target))
+    if not any(Path(d).is_dir() for d in dirs.values()):
+        raise UsageError(f"--cache {target}: no cache root in it ({', '.join(dirs.values())})")
+    settings = read_settings(environ, store=request.store, index=request.index,
+                             python=request.python)
+    fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
+    check_usable(fingerprint)
+    store = open_store(settings.store_url, create=True)
+    store.check()
+    entries = read_entries(store, m.cells, fingerprint, backend)
+    present = scan_roots(backend, {k: v for k, v in dirs.items() if Path(v).is_dir()})
+    plan = plan_backfill(present, m.cells, fingerprint, entries, request.cell_id)
+    published, indexed = None, None
+    if not request.dry_run:
+        published = apply_backfill(store, plan, backend, fingerprint, dirs,
+                                   workers=request.workers)
+        if published is not None:
+            indexed = record_entry_or_warn(settings, published.manifest, store.url,
+                                           request.notice)
+    return CaptureResult(plan, fingerprint.key, store.url, request.dry_run, published, indexed)

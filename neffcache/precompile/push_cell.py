@@ -1,0 +1,175 @@
+"""``push(PushRequest) -> PushResult``: the use case behind ``neffcache push``: publish the
+cache dirs of one warmed cell as its entry on this host's fingerprint, then index it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neffcache.backends import Backend
+from neffcache.errors import MatrixError, NeffcacheError, UsageError, exit_code_for
+from neffcache.matrix import Cell
+from neffcache.precompile.indexing import record_entry_or_warn
+from neffcache.precompile.publish import PublishResult, publish_entry
+
+
+@dataclass(frozen=True, slots=True)
+class PushRequest:
+    """Which cell to publish, and from which cache roots; each field is the flag of that name.
+
+    The cell: ``cell`` itself, or ``cell_json`` (a file holding a cell's JSON, which may carry
+    a ``backend`` key; ``"-"`` reads stdin), or ``matrix`` with ``cell_id``. ``roots``: each
+    cache root's directory, as ``{name: dir}`` or as ``"NAME=DIR"`` strings (``--root``).
+    ``backend``: inductor or neuron (None: the matrix's, or the cell JSON's ``backend``).
+    ``compile_seconds``: how long the warm-up took (in the manifest). ``workers``: parallel
+    uploads. ``python``: fingerprint this interpreter's packages. ``store``, ``index``,
+    ``python``: None resolves them as the CLI does (NEFFCACHE_* > config file > default), from
+    ``environ`` (None: the process's, at call time). ``notice``: warnings (the index did not
+    record the entry).
+    """
+
+    roots: Mapping[str, str | Path] | Sequence[str] = ()
+    cell_json: str | Path | None = None
+    matrix: str | Path | None = None
+    cell_id: str | None = None
+    cell: Cell | None = None
+    backend: str | None = None
+    compile_seconds: float | None = None
+    workers: int = 8
+    python: str | None = None
+    store: str | None = None
+    index: str | None = None
+    environ: Mapping[str, str] | None = None
+    notice: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    """A published (or already present) entry. ``published.created`` is False when the entry
+    existed and stands unchanged (the first writer wins); ``indexed``: the index recorded it
+    (if not, the store still holds it: ``neffcache reindex``).
+
+    ``to_json()`` is the ``neffcache push --json`` document (entry_key, cell_id,
+    fingerprint_key, created, files, total_bytes, blobs_uploaded, blobs_skipped,
+    bytes_uploaded, indexed, store, ...). ``error()`` is always None and ``exit_code`` 0: a
+    push that cannot publish raises instead.
+    """
+
+    published: PublishResult
+    indexed: bool
+    store_url: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.published.to_json(), indexed=self.indexed, store=self.store_url)
+
+    def error(self) -> NeffcacheError | None:
+        return None
+
+    @property
+    def exit_code(self) -> int:
+        err = self.error()
+        return 0 if err is None else exit_code_for(err)
+
+
+def push(request: PushRequest) -> PushResult:
+    """Publish the files under each cache root as the entry of one cell on this host's
+    fingerprint, then record it in the index (see ``neffcache push --help``).
+
+    Raises UsageError (exit 2) when the cell is not named exactly once, cannot be read or is
+    not in the matrix, the backend is unknown, or a root is malformed, unknown or given
+    twice; FingerprintMismatchError (5) when this host's fingerprint cannot be used;
+    UnavailableError (6) when the store cannot be reached. An index failure is only a notice.
+    """
+    from neffcache.backends import get_backend
+    from neffcache.config import read_settings
+    from neffcache.fingerprint import check_usable, collect_fingerprint
+    from neffcache.store import open_store
+
+    environ = os.environ if request.environ is None else request.environ
+    cell, default_backend = _load_cell(request)
+    name = request.backend or default_backend
+    if not name:
+        raise UsageError("--backend: required with a --cell-json that has no `backend` key")
+    backend = get_backend(name)
+    roots = parse_roots(request.roots, backend)
+    settings = read_settings(environ, store=request.store, index=request.index,
+                             python=request.python)
+    store = open_store(settings.store_url, create=True)
+    store.check()
+    fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
+    check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it
+    result = publish_entry(store, cell, fingerprint, backend, roots,
+                           compile_seconds=request.compile_seconds, workers=request.workers)
+    indexed = record_entry_or_warn(settings, result.manifest, store.url, request.notice)
+    return PushResult(result, indexed, store.url)
+
+
+def _load_cell(request: PushRequest) -> tuple[Cell, str | None]:
+    """The cell and the backend it names (None when it names none)."""
+    cell_json, matrix, cell_id = request.cell_json, request.matrix, request.cell_id
+    if request.cell is not None:
+        if cell_json or matrix or cell_id:
+            raise UsageError("give the cell once: a Cell, --cell-json, or --matrix with --cell")
+        return request.cell, None
+    if cell_json and (matrix or cell_id):
+        raise UsageError("give either --cell-json or --matrix with --cell, not both")
+    if cell_json:
+        return _read_cell_json(str(cell_json))
+    if not (matrix and cell_id):
+        raise UsageError("name the cell: --cell-json FILE, or --matrix MATRIX --cell ID")
+    from neffcache.matrix_io import load_matrix
+
+    m = load_matrix(matrix)
+    for c in m.cells:
+        if c.id == cell_id:
+            return c, m.backend
+    some = ", ".join(c.id for c in m.cells[:3])
+    raise UsageError(f"--cell {cell_id!r}: no such cell in {matrix} (cells look like {some})")
+
+
+def _read_cell_json(cell_json: str) -> tuple[Cell, str | None]:
+    try:
+        text = sys.stdin.read() if cell_json == "-" else Path(cell_json).read_text("utf-8")
+        data = json.loads(text)
+    except OSError as exc:
+        raise UsageError(f"{cell_json}: cannot read: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"{cell_json}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{cell_json}: expected a JSON object (a cell)")
+    data = data.get("cell", data)
+    try:
+        return Cell.from_json(data), data.get("backend")
+    except MatrixError as exc:
+        raise UsageError(f"{cell_json}: {exc}") from None
+
+
+def parse_roots(roots: Mapping[str, str | Path] | Sequence[str],
+                backend: Backend) -> dict[str, Path]:
+    """Each cache root's directory, checked against ``backend``'s root names: from a mapping,
+    or from ``NAME=DIR`` strings (``--root``; a name given twice is a UsageError)."""
+    if isinstance(roots, Mapping):
+        specs = [f"{name}={directory}" for name, directory in roots.items()]
+    elif isinstance(roots, str):
+        specs = [roots]
+    else:
+        specs = list(roots)
+    if not specs:
+        raise UsageError(f"--root: name at least one cache root, e.g. "
+                         f"{backend.root_names[0]}=/tmp/cache")
+    out: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, directory = spec.partition("=")
+        if not sep or not name or not directory:
+            raise UsageError(f"--root {spec!r}: expected NAME=DIR, e.g. "
+                             f"{backend.root_names[0]}=/tmp/cache")
+        backend.root(name)
+        if name in out:
+            raise UsageError(f"--root {name}: given twice")
+        out[name] = Path(directory).expanduser()
+    return out

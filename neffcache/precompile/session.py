@@ -1,0 +1,202 @@
+"""``precompile(PrecompileRequest) -> PrecompileResult``: the use case behind ``neffcache
+precompile``: select and shard the cells, refuse what cannot run here, then a static or a
+claimed run (``run``, ``claims``); the result knows its JSON and its exit code.
+
+``parse_shard``, ``neuron_overrides`` and ``refuse_if_nothing_left`` (the request's checks) and
+``failure_error`` (the exit rule) are pure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neffcache.backends import neuron_env
+from neffcache.errors import NeffcacheError, UsageError, WorkerError, exit_code_for
+from neffcache.matrix import Cell
+from neffcache.precompile.claims import ClaimOptions, apply_claims
+from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
+from neffcache.precompile.run import apply_precompile
+
+_SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class PrecompileRequest:
+    """What ``neffcache precompile`` is asked to do; each field is the flag of that name.
+
+    ``matrix``: the matrix file. ``cells``: globs of cell ids (none: every cell).
+    ``workers``: cells warmed at once, each in its own process. ``shard``: ``"I/N"``, only
+    shard I of N (cells sorted by id, round-robin). ``claim``: take cells from the index's
+    claim queue instead (``lease_seconds``, ``retries``); it mixes with neither ``shard`` nor
+    ``force``. ``force``: warm cells whose entry exists. ``timeout``: seconds per warm-up.
+    ``verify``: restore each new entry into a new directory and warm it again.
+    ``target``, ``compile_only``: neuron only (``compile_only`` needs a target, from
+    ``target`` or the environment). ``workdir``, ``keep_workdir``: where cache roots and logs
+    go, and whether they stay. ``store``, ``index``: URLs; None resolves them as the CLI does
+    (NEFFCACHE_* > config file > default), from ``environ``.
+    ``environ``: the environment for the settings, the fingerprint and the workers (None: the
+    process's, read at call time). ``notice``: log lines (say, "no cell selected").
+    ``progress``: each event ``(kind, cell id, message)``. ``selected``: told the number of
+    selected cells once, before the first event (a progress display's total).
+    """
+
+    matrix: str | Path
+    cells: Sequence[str] = ()
+    workers: int = 1
+    shard: str | None = None
+    claim: bool = False
+    lease_seconds: float = 300.0
+    retries: int = 2
+    force: bool = False
+    timeout: float | None = None
+    verify: bool = False
+    target: str | None = None
+    compile_only: bool = False
+    workdir: str | Path | None = None
+    keep_workdir: bool = False
+    store: str | None = None
+    index: str | None = None
+    environ: Mapping[str, str] | None = None
+    notice: Callable[[str], None] | None = None
+    progress: Callable[[Event], None] | None = None
+    selected: Callable[[int], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrecompileResult:
+    """How a precompile ended: ``report`` has a row per selected cell (skipped, refused,
+    published, exists, failed; with ``verify``, each new entry's verdict).
+
+    ``to_json()`` is the ``neffcache precompile --json`` document. ``error()`` is a
+    WorkerError when a cell failed or a verified entry still compiled, else None;
+    ``exit_code`` is then 1, else 0.
+    """
+
+    report: PrecompileReport
+
+    def to_json(self) -> dict[str, Any]:
+        return self.report.to_json()
+
+    def error(self) -> NeffcacheError | None:
+        return failure_error(self.report)
+
+    @property
+    def exit_code(self) -> int:
+        err = self.error()
+        return 0 if err is None else exit_code_for(err)
+
+
+def precompile(request: PrecompileRequest) -> PrecompileResult:
+    """Warm every selected cell of the matrix not yet cached for this host's fingerprint, each
+    in its own worker process, and publish and index what each compiled (see
+    ``neffcache precompile --help``). A failed cell does not stop the others; the result says
+    which failed.
+
+    Raises UsageError (exit 2) for a bad shard, ``claim`` with ``shard`` or ``force``,
+    ``target``/``compile_only`` off neuron, ``compile_only`` without a target, or every
+    selected cell refused; MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
+    when this host's fingerprint cannot be used (neuron target unknown); UnavailableError (6)
+    when the store or the index cannot be reached.
+    """
+    from neffcache.config import read_settings
+    from neffcache.fingerprint import check_usable, collect_fingerprint
+    from neffcache.index import open_index
+    from neffcache.matrix import select_cells, shard_cells
+    from neffcache.matrix_io import load_matrix
+    from neffcache.store import open_store
+
+    environ = os.environ if request.environ is None else request.environ
+    spec = load_matrix(request.matrix)
+    cells = select_cells(spec.cells, request.cells)
+    shard = parse_shard(request.shard)
+    if request.claim and (shard is not None or request.force):
+        raise UsageError(f"--claim and {'--shard' if shard is not None else '--force'} do not "
+                         f"mix: claiming shares cells dynamically and never re-warms a cell "
+                         f"with an entry")
+    if shard is not None:
+        cells = shard_cells(cells, *shard)
+    if not cells and request.notice is not None:
+        request.notice(f"{spec.source}: no cell selected")
+    settings = read_settings(environ, store=request.store, index=request.index)
+    env = {**environ, **neuron_overrides(spec.backend, request.target, request.compile_only,
+                                         environ)}
+    refuse_if_nothing_left(cells, request.compile_only)
+    fingerprint = collect_fingerprint(spec.backend, env)
+    check_usable(fingerprint)
+    store = open_store(settings.store_url, create=True)
+    store.check()
+    options = PrecompileOptions(workers=request.workers, force=request.force,
+                                timeout=request.timeout, verify=request.verify,
+                                workdir=Path(request.workdir) if request.workdir else None,
+                                keep_workdir=request.keep_workdir,
+                                compile_only=request.compile_only)
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        if request.selected is not None:
+            request.selected(len(cells))
+        if request.claim:
+            report = apply_claims(spec, cells, store, ix, fingerprint, options,
+                                  ClaimOptions(lease_seconds=request.lease_seconds,
+                                               retries=request.retries),
+                                  environ=env, progress=request.progress)
+        else:
+            report = apply_precompile(spec, cells, store, ix, fingerprint, options,
+                                      environ=env, progress=request.progress)
+    return PrecompileResult(report)
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"I/N"`` as (I, N); None for None. Anything else is a UsageError. Pure."""
+    if text is None:
+        return None
+    m = _SHARD_RE.match(text.strip())
+    if not m:
+        raise UsageError(f"--shard {text!r}: expected I/N such as 0/4 (shard I of N, from 0)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def neuron_overrides(backend: str, target: str | None, compile_only: bool,
+                     environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Variables --target/--compile-only set for the workers (and the fingerprint). Compile-only
+    needs a target: --target, or the target variable already in the environment. Pure."""
+    if backend != "neuron" and (target or compile_only):
+        raise UsageError(f"--target/--compile-only apply to the neuron backend, and this "
+                         f"matrix's backend is {backend!r}")
+    env = {neuron_env.PLATFORM_TARGET: target} if target else {}
+    if compile_only:
+        if not (target or (environ or {}).get(neuron_env.PLATFORM_TARGET, "").strip()):
+            raise UsageError(f"--compile-only needs --target {'|'.join(neuron_env.TARGETS)} "
+                             f"(or {neuron_env.PLATFORM_TARGET}): there is no Trainium device "
+                             f"here to tell which one to compile for")
+        env[neuron_env.COMPILE_ONLY] = neuron_env.COMPILE_ONLY_ON
+    return env
+
+
+def refuse_if_nothing_left(cells: Sequence[Cell], compile_only: bool) -> None:
+    """Every selected cell refused (say, only eager cells with --compile-only) is a usage
+    error; some refused cells are reported per cell and the rest proceed. Pure."""
+    reasons = [refusal_reason(c, compile_only) for c in cells]
+    if cells and all(reasons):
+        raise UsageError(f"{cells[0].id}: {reasons[0]} (all {len(cells)} selected cells are "
+                         f"refused)")
+
+
+def failure_error(report: PrecompileReport) -> WorkerError | None:
+    """The exit rule: the error that makes precompile exit 1 once every cell has been tried
+    (a failed cell, or a verified entry that did not warm cleanly); None otherwise. Pure."""
+    parts = []
+    if report.failed:
+        ids = ", ".join(c.cell_id for c in report.failed[:5])
+        parts.append(f"{len(report.failed)} of {len(report.cells)} cells failed ({ids})")
+    if report.not_verified:
+        ids = ", ".join(f"{c.cell_id}: {c.verify.status}" for c in report.not_verified[:5]
+                        if c.verify)
+        parts.append(f"{len(report.not_verified)} restored entries did not warm cleanly ({ids})")
+    if not parts:
+        return None
+    return WorkerError("; ".join(parts),
+                       hint="neffcache coverage MATRIX --json shows each failure's log tail")
