@@ -1,3 +1,223 @@
-"""neffcache: compile once in CI, boot any number of Trainium instances warm."""
+"""neffcache: compile once in CI, boot any number of Trainium instances warm.
 
-__version__ = "0.1.0"
+The public Python API: one call per use case, ``verb(Request) -> Result``. A request is a
+frozen dataclass holding what the command's flags hold (a field left None is read as the CLI
+reads it: flag > ``NEFFCACHE_*`` > config file > default). A result knows its ``exit_code``
+(the CLI's, 0 = success), its ``error()`` (the exception the CLI would report, or None) and
+its ``to_json()`` (the command's ``--json`` document). A call raises a ``NeffcacheError``
+subclass only when it cannot produce a result at all (bad input, store unreachable, ...).
+
+    restore(RestoreRequest) -> RestoreResult                   neffcache restore
+    preview_restore(RestoreRequest) -> RestorePreview          neffcache restore --dry-run
+    precompile(PrecompileRequest) -> PrecompileResult          neffcache precompile
+    push(PushRequest) -> PushResult                            neffcache push
+    capture_entry(CaptureRequest) -> CaptureResult             neffcache capture
+    check_warm(WarmRequest) -> WarmResult                      neffcache warm
+    coverage(CoverageRequest) -> CoverageResult                neffcache coverage
+    list_entries(ListEntriesRequest) -> ListEntriesResult      neffcache ls
+    show_fingerprint(FingerprintRequest) -> FingerprintResult  neffcache fingerprint
+    explain_fingerprint(ExplainRequest) -> ExplainResult       neffcache fingerprint --explain
+    verify(VerifyStoreRequest) -> VerifyStoreResult            neffcache verify
+    verify_local_dir(VerifyLocalDirRequest) -> ...             neffcache verify --local
+    collect_garbage(CollectGarbageRequest) -> ...              neffcache gc
+    retire_entries(RetireEntriesRequest) -> ...                neffcache retire
+    copy_entries(CopyEntriesRequest) -> ...                    neffcache copy
+    export_bundle / import_bundle / show_bundle                neffcache bundle ...
+    reindex_store, ingest_restore_reports                      neffcache reindex, reports ingest
+    register_matrix_file, list_registered_matrices,
+    show_registered_matrix                                     neffcache matrix ...
+    upgrade_schema, show_schema                                neffcache db upgrade, db current
+    serve(ServeRequest)                                        neffcache serve
+    run_demo(DemoRequest) -> DemoResult                        neffcache demo
+
+Import names from here (``from neffcache import RestoreRequest, restore``): ``neffcache.restore``
+and ``neffcache.precompile`` are the functions, not the packages of the same name. Every name
+in ``__all__`` is stable: fields are added, never renamed or removed, within a major version.
+``restore`` and ``precompile`` load with the package (both are light: no torch, no SQL, no
+AWS SDK); the other names load on first use, so ``import neffcache`` stays cheap on a boot path.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from neffcache.errors import (
+    CacheMissError,
+    CompiledAfterRestoreError,
+    ConfigError,
+    DeadlineExceededError,
+    FingerprintMismatchError,
+    IntegrityError,
+    ManifestError,
+    MatrixError,
+    NeffcacheError,
+    NotFoundError,
+    ReportError,
+    SchemaOutdatedError,
+    UnavailableError,
+    UsageError,
+    WorkerError,
+)
+from neffcache.precompile import (
+    CaptureRequest,
+    CaptureResult,
+    PrecompileRequest,
+    PrecompileResult,
+    PushRequest,
+    PushResult,
+    WarmRequest,
+    WarmResult,
+    capture_entry,
+    check_warm,
+    precompile,
+    push,
+)
+
+# Bound after the packages of the same name are imported, so these names are the functions.
+from neffcache.restore import (
+    RestorePreview,
+    RestoreRequest,
+    RestoreResult,
+    preview_restore,
+    restore,
+)
+from neffcache.version import __version__
+
+if TYPE_CHECKING:
+    from neffcache.demo import DemoRequest, DemoResult, run_demo
+    from neffcache.fingerprint_explain import (
+        ExplainRequest,
+        ExplainResult,
+        FingerprintRequest,
+        FingerprintResult,
+        explain_fingerprint,
+        show_fingerprint,
+    )
+    from neffcache.index import (
+        CoverageRequest,
+        CoverageResult,
+        IngestRestoreReportsRequest,
+        IngestRestoreReportsResult,
+        ListEntriesRequest,
+        ListEntriesResult,
+        ListRegisteredMatricesRequest,
+        ListRegisteredMatricesResult,
+        RegisterMatrixFileRequest,
+        RegisterMatrixFileResult,
+        ReindexStoreRequest,
+        ReindexStoreResult,
+        ShowRegisteredMatrixRequest,
+        ShowRegisteredMatrixResult,
+        ShowSchemaRequest,
+        ShowSchemaResult,
+        UpgradeSchemaRequest,
+        UpgradeSchemaResult,
+        coverage,
+        ingest_restore_reports,
+        list_entries,
+        list_registered_matrices,
+        register_matrix_file,
+        reindex_store,
+        show_registered_matrix,
+        show_schema,
+        upgrade_schema,
+    )
+    from neffcache.lifecycle import (
+        CollectGarbageRequest,
+        CollectGarbageResult,
+        CopyEntriesRequest,
+        CopyEntriesResult,
+        ExportBundleRequest,
+        ExportBundleResult,
+        ImportBundleRequest,
+        ImportBundleResult,
+        RetireEntriesRequest,
+        RetireEntriesResult,
+        ShowBundleRequest,
+        ShowBundleResult,
+        VerifyLocalDirRequest,
+        VerifyLocalDirResult,
+        VerifyStoreRequest,
+        VerifyStoreResult,
+        collect_garbage,
+        copy_entries,
+        export_bundle,
+        import_bundle,
+        retire_entries,
+        show_bundle,
+        verify_local_dir,
+        verify_store,
+    )
+    from neffcache.lifecycle import verify_store as verify
+    from neffcache.server import ServeRequest, serve
+
+# name -> the face that holds it (loaded on first use: SQL, FastAPI and torch only when asked)
+_LAZY: dict[str, str] = {
+    **dict.fromkeys((
+        "CoverageRequest", "CoverageResult", "IngestRestoreReportsRequest",
+        "IngestRestoreReportsResult", "ListEntriesRequest", "ListEntriesResult",
+        "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult",
+        "RegisterMatrixFileRequest", "RegisterMatrixFileResult", "ReindexStoreRequest",
+        "ReindexStoreResult", "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult",
+        "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
+        "coverage", "ingest_restore_reports", "list_entries", "list_registered_matrices",
+        "register_matrix_file", "reindex_store", "show_registered_matrix", "show_schema",
+        "upgrade_schema"), "neffcache.index"),
+    **dict.fromkeys((
+        "CollectGarbageRequest", "CollectGarbageResult", "CopyEntriesRequest",
+        "CopyEntriesResult", "ExportBundleRequest", "ExportBundleResult", "ImportBundleRequest",
+        "ImportBundleResult", "RetireEntriesRequest", "RetireEntriesResult",
+        "ShowBundleRequest", "ShowBundleResult", "VerifyLocalDirRequest",
+        "VerifyLocalDirResult", "VerifyStoreRequest", "VerifyStoreResult", "collect_garbage",
+        "copy_entries", "export_bundle", "import_bundle", "retire_entries", "show_bundle",
+        "verify_local_dir", "verify_store"), "neffcache.lifecycle"),
+    **dict.fromkeys(("ExplainRequest", "ExplainResult", "FingerprintRequest",
+                     "FingerprintResult", "explain_fingerprint", "show_fingerprint"),
+                    "neffcache.fingerprint_explain"),
+    **dict.fromkeys(("ServeRequest", "serve"), "neffcache.server"),
+    **dict.fromkeys(("DemoRequest", "DemoResult", "run_demo"), "neffcache.demo"),
+}
+# Short names for the calls people reach for most.
+_ALIASES: dict[str, str] = {"verify": "verify_store"}
+
+
+def __getattr__(name: str) -> Any:
+    target = _ALIASES.get(name, name)
+    if target not in _LAZY:
+        raise AttributeError(f"module 'neffcache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[target]), target)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+__all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the imports
+    "__version__",
+    "CacheMissError", "CaptureRequest", "CaptureResult", "CollectGarbageRequest",
+    "CollectGarbageResult", "CompiledAfterRestoreError", "ConfigError", "CopyEntriesRequest",
+    "CopyEntriesResult", "CoverageRequest", "CoverageResult", "DeadlineExceededError",
+    "DemoRequest", "DemoResult", "ExplainRequest", "ExplainResult", "ExportBundleRequest",
+    "ExportBundleResult", "FingerprintMismatchError", "FingerprintRequest", "FingerprintResult",
+    "ImportBundleRequest", "ImportBundleResult", "IngestRestoreReportsRequest",
+    "IngestRestoreReportsResult", "IntegrityError", "ListEntriesRequest", "ListEntriesResult",
+    "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult", "ManifestError",
+    "MatrixError", "NeffcacheError", "NotFoundError", "PrecompileRequest", "PrecompileResult",
+    "PushRequest", "PushResult", "RegisterMatrixFileRequest", "RegisterMatrixFileResult",
+    "ReindexStoreRequest", "ReindexStoreResult", "ReportError", "RestorePreview",
+    "RestoreRequest", "RestoreResult", "RetireEntriesRequest", "RetireEntriesResult",
+    "SchemaOutdatedError", "ServeRequest", "ShowBundleRequest", "ShowBundleResult",
+    "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult", "ShowSchemaRequest",
+    "ShowSchemaResult", "UnavailableError", "UpgradeSchemaRequest", "UpgradeSchemaResult",
+    "UsageError", "VerifyLocalDirRequest", "VerifyLocalDirResult", "VerifyStoreRequest",
+    "VerifyStoreResult", "WarmRequest", "WarmResult", "WorkerError", "capture_entry",
+    "check_warm", "collect_garbage", "copy_entries", "coverage", "explain_fingerprint",
+    "export_bundle", "import_bundle", "ingest_restore_reports", "list_entries",
+    "list_registered_matrices", "precompile", "preview_restore", "push", "register_matrix_file",
+    "reindex_store", "restore", "retire_entries", "run_demo", "serve", "show_bundle",
+    "show_fingerprint", "show_registered_matrix", "show_schema", "upgrade_schema", "verify",
+    "verify_local_dir", "verify_store"
+]

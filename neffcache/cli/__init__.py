@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from neffcache import __version__
 from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, exit_code_for
+from neffcache.version import __version__
 
 # name -> (module, attribute, one-line help shown in `neffcache --help` without importing it)
 COMMANDS: dict[str, tuple[str, str, str]] = {

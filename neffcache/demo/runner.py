@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from neffcache.config import Settings, read_settings
 from neffcache.errors import CompiledAfterRestoreError, NeffcacheError, UsageError, exit_code_for
-from neffcache.precompile.hit_check import Verdict
+from neffcache.precompile import Verdict
 
 if TYPE_CHECKING:
     from neffcache.backends import Backend
     from neffcache.fingerprint import Fingerprint
     from neffcache.index import CoverageReport
     from neffcache.matrix import Cell, Matrix
-    from neffcache.precompile.plan import PrecompileReport
+    from neffcache.precompile import PrecompileReport
     from neffcache.store import Store
 
 MODEL_DIR = "tiny-flux2-klein"
@@ -218,8 +218,7 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     from neffcache.index import open_index
     from neffcache.index.ingest import ingest_reports
     from neffcache.matrix_io import load_matrix
-    from neffcache.precompile.plan import PrecompileOptions
-    from neffcache.precompile.run import apply_precompile
+    from neffcache.precompile import PrecompileOptions, apply_precompile
     from neffcache.reports import date_prefixes
     from neffcache.store import open_store
 
@@ -285,8 +284,7 @@ def _restored_cell(matrix: Matrix, cell: Cell, backend: Backend, store: Store,
                    env: Mapping[str, str], timeout: float | None,
                    say: Callable[[str], None]) -> DemoCell:
     from neffcache.manifest import entry_key
-    from neffcache.precompile.plan import stored_compile_seconds
-    from neffcache.precompile.warm import warm_restored
+    from neffcache.precompile import stored_compile_seconds, warm_restored
 
     key = entry_key(cell, fingerprint)
     warmed = {c.cell_id: c for c in pre.cells}.get(cell.id)

@@ -19,7 +19,7 @@ from pathlib import Path
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
 from neffcache.hashing import VerifyingReader, sha256_bytes
 from neffcache.manifest import Manifest, encode_manifest
-from neffcache.precompile.publish import default_producer
+from neffcache.precompile import default_producer
 from neffcache.store import (
     TOC_NAME,
     Member,

@@ -19,8 +19,7 @@ from neffcache.errors import IntegrityError
 from neffcache.hashing import VerifyingReader
 from neffcache.lifecycle.exit_rule import ExitRule
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
-from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
-from neffcache.precompile.publish import write_pointer
+from neffcache.precompile import REFRESH_SECONDS, held_intents, write_pointer
 from neffcache.store import Store, blob_key, manifest_key, pack_key
 from neffcache.thread_pool import map_in_threads
 

@@ -40,7 +40,7 @@ from typing import Any
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
 from neffcache.lifecycle.retire import parse_record
 from neffcache.manifest import SCHEMA_VERSION
-from neffcache.precompile.intents import GRACE_FLOOR_SECONDS, REFRESH_SECONDS
+from neffcache.precompile import GRACE_FLOOR_SECONDS, REFRESH_SECONDS
 from neffcache.store import (
     BLOBS,
     MANIFESTS,

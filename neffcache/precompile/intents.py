@@ -22,8 +22,7 @@ from typing import Any
 from neffcache.canonical import canonical_json
 from neffcache.errors import NeffcacheError, UnavailableError
 from neffcache.manifest import Manifest
-from neffcache.store import Store
-from neffcache.store.base import PENDING
+from neffcache.store import PENDING, Store
 
 # The shortest grace gc accepts without --force. A live intent is at most REFRESH_SECONDS old
 # plus one renewal that may take as long as the store client's retries (3 min in s3.py); ten

@@ -28,7 +28,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from neffcache import __version__
 from neffcache.backends import Backend
 from neffcache.canonical import canonical_json
 from neffcache.errors import IntegrityError, UsageError
@@ -47,8 +46,8 @@ from neffcache.matrix import Cell
 from neffcache.parts import DEFAULT_PARTS, PartPolicy, needs_parts
 from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
 from neffcache.precompile.packing import DEFAULT_POLICY, PackPolicy, plan_packs
-from neffcache.store import Store, blob_key, manifest_key
-from neffcache.store.base import cell_pointer_key, pack_key
+from neffcache.store import Store, blob_key, cell_pointer_key, manifest_key, pack_key
+from neffcache.version import __version__
 
 DEFAULT_WORKERS = 8
 PACK_WORKERS = 4  # each holds one pack (at most PackPolicy.max_bytes) in memory

@@ -17,6 +17,7 @@ process (``warm_restored``), which must compile nothing.
 
 from __future__ import annotations
 
+import glob
 import itertools
 import queue
 import shutil
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neffcache.backends import Backend, get_backend, root_dirs
-from neffcache.errors import NotFoundError
+from neffcache.errors import NeffcacheError, NotFoundError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest
 from neffcache.matrix import Cell, Matrix
@@ -62,7 +63,7 @@ from neffcache.precompile.plan import (
 from neffcache.precompile.publish import plan_publish, publish_entry
 from neffcache.precompile.warm import warm_restored
 from neffcache.precompile.worker import WorkerSpec
-from neffcache.restore.run import restore_cells
+from neffcache.restore import RestoreRequest, RestoreResult, restore
 from neffcache.store import Store, manifest_key
 
 if TYPE_CHECKING:
@@ -301,11 +302,17 @@ class PrecompileRun:
     def _verify(self, plan: CellPlan, cell_dir: Path) -> VerifyReport:
         self.emit(("verify", plan.cell.id, "restoring into a new directory and warming again"))
         target = cell_dir / "verify-roots"
-        restored = restore_cells(self.store, [plan.cell], self.backend, self.fingerprint, target)
-        err = restored.error()
-        if err is not None or plan.cell.id not in restored.restored:
+        try:  # as an instance would: the restore use case, for the fingerprint built here
+            restored: RestoreResult | None = restore(RestoreRequest(
+                self.matrix, target, cells=(glob.escape(plan.cell.id),), store=self.store.url,
+                fingerprint=self.fingerprint, report_to="none"))
+        except NeffcacheError as exc:
+            restored, err = None, exc
+        else:
+            err = restored.error()
+        if restored is None or err is not None or plan.cell.id not in restored.restored:
             return self._verified(plan, VerifyReport(
-                VERIFY_FAILED, None, restored.seconds,
+                VERIFY_FAILED, None, restored.seconds if restored else 0.0,
                 error=f"restore: {err or 'cell not restored'}"))
         outcome = warm_restored(self.matrix, plan.cell, self.backend, target,
                                 cell_dir / "verify", environ=self.environ,

@@ -45,6 +45,7 @@ from neffcache.restore.preview import RestorePreview, preview_cells
 from neffcache.restore.run import restore_cells
 from neffcache.store import BundleStore, describe_store, open_store
 from neffcache.thread_pool import usable_cpus
+from neffcache.version import __version__
 
 # A boot must never wait long for a dashboard: the report gets this long, then is dropped.
 REPORT_TIMEOUT = 2.0
@@ -82,6 +83,8 @@ class RestoreRequest:
     on_environment gets the cache environment (variable -> directory) once the scratch
                    directories exist and before the store, the bundle or the interpreter is
                    touched: a boot hook can export it even when the restore then fails
+    fingerprint    restore the entries built for this fingerprint; None: this host's, read
+                   with ``python`` (``precompile --verify`` passes the one it built for)
     """
 
     matrix: str | Path | Matrix
@@ -98,6 +101,7 @@ class RestoreRequest:
     notice: Notice | None = None
     progress: Progress | None = None
     on_environment: Callable[[Mapping[str, str]], None] | None = None
+    fingerprint: Fingerprint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +142,7 @@ def restore(request: RestoreRequest) -> RestoreResult:
         request.on_environment(cache_environment(s.backend, str(s.target)))
     source = _open_bundle(request)
     try:
-        fingerprint = collect_fingerprint(s.backend.name, os.environ, python=s.settings.python)
+        fingerprint = _fingerprint(request, s)
         result = _restore(s, fingerprint, source)
     finally:
         if source is not None:
@@ -166,7 +170,7 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
     if request.bundle is not None:
         raise UsageError("--dry-run goes with a store, without --print-env or --from-bundle")
     s = _session(request)
-    fingerprint = collect_fingerprint(s.backend.name, os.environ, python=s.settings.python)
+    fingerprint = _fingerprint(request, s)
     check_usable(fingerprint)
     store = open_store(s.settings.store_url)
     store.check()
@@ -205,6 +209,13 @@ def _session(request: RestoreRequest) -> _Session:
                     target=Path(request.to).expanduser().absolute(), until=until,
                     workers=request.workers, notice=request.notice or _drop,
                     progress=request.progress)
+
+
+def _fingerprint(request: RestoreRequest, s: _Session) -> Fingerprint:
+    """The request's fingerprint, else this host's (with the configured interpreter)."""
+    if request.fingerprint is not None:
+        return request.fingerprint
+    return collect_fingerprint(s.backend.name, os.environ, python=s.settings.python)
 
 
 def _drop(message: str) -> None:
@@ -322,7 +333,7 @@ def _report_timeout(until: float | None) -> float:
 
 def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint) -> None:
     """Write this run's restore report where the settings say (never to the index)."""
-    from neffcache import __version__  # at call time: the package's __init__ may import us
+
 
     if s.settings.reports_to == REPORTS_OFF:
         return

@@ -18,7 +18,6 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from neffcache import __version__
 from neffcache.config import redact_url
 from neffcache.errors import NeffcacheError
 from neffcache.index import Index
@@ -26,6 +25,7 @@ from neffcache.server import schemas
 from neffcache.server.metrics import metrics_registry, render_metrics
 from neffcache.server.routes import router
 from neffcache.server.status import error_document, http_status_for, validation_document
+from neffcache.version import __version__
 
 # The dashboard loads nothing from elsewhere: scripts, styles and data come from this server.
 SECURITY_HEADERS = {

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "neffcache"
 # tree in the same order.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # core: pure models and small helpers (no store, no index, no network)
-    ("neffcache", "neffcache.errors"),
+    ("neffcache.version", "neffcache.errors"),
     ("neffcache.canonical", "neffcache.hashing", "neffcache.thread_pool",
      "neffcache.distributions", "neffcache.config"),
     ("neffcache.interpreter", "neffcache.backends"),
@@ -70,6 +70,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "neffcache.lifecycle.bundle_run", "neffcache.lifecycle"),
     # applications of the library
     ("neffcache.demo", "neffcache.server"),
+    # the public Python API: every face's use cases, re-exported
+    ("neffcache",),
     ("neffcache.cli._common", "neffcache.cli._select", "neffcache.cli._process"),
     ("neffcache.cli",),
 )
