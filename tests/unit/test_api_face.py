@@ -46,8 +46,7 @@ def test_help_documents_the_calls() -> None:
 
 def test_import_neffcache_is_light() -> None:
     heavy = ("torch", "diffusers", "sqlalchemy", "boto3", "botocore", "fastapi", "obstore")
-    code = ("import sys, neffcache; print(','.join(m for m in %r if m in sys.modules))"
-            % (heavy,))
+    code = f"import sys, neffcache; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == ""
