@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from neffcache.errors import ConfigError
-from neffcache.store.base import Store, blob_key, manifest_key
+from neffcache.store.base import MANIFESTS, REPORTS, Store, blob_key, entry_key_of, manifest_key
 
-__all__ = ["Store", "blob_key", "describe_store", "manifest_key", "open_store"]
+__all__ = ["MANIFESTS", "REPORTS", "Store", "blob_key", "describe_store", "entry_key_of",
+           "manifest_key", "open_store"]
 
 
 def open_store(url: str, *, create: bool = False, deadline: float | None = None) -> Store:
