@@ -175,11 +175,18 @@ def _read_fingerprints(conn: Any, keys: Sequence[str], facts: CoverageFacts) -> 
             facts.first_seen[key] = as_utc(first_seen)
 
 
-def live_lease(r: Sequence[object]) -> LiveLease:
+def live_lease(r: Sequence[Any]) -> LiveLease:
     """A LiveLease from (cell key, fingerprint key, host, claimed, heartbeat, expires,
-    attempts)."""
-    return LiveLease(str(r[0]), str(r[1]), str(r[2] or "?"), as_utc(r[3]),  # type: ignore
-                     as_utc(r[4]), as_utc(r[5]), int(r[6]))  # type: ignore[call-overload]
+    attempts); a live lease has all three times."""
+    claimed, heartbeat, expires = (_utc(t) for t in r[3:6])
+    return LiveLease(str(r[0]), str(r[1]), str(r[2] or "?"), claimed, heartbeat, expires,
+                     int(r[6]))
+
+
+def _utc(ts: datetime | None) -> datetime:
+    out = as_utc(ts)
+    assert out is not None
+    return out
 
 
 def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from neffcache.index.shapes import (
     CoverageGridDoc,
@@ -20,6 +20,7 @@ from neffcache.index.shapes import (
     GridRowDoc,
     MatrixCoverageDoc,
     MatrixDoc,
+    Outcome,
     RestoreDoc,
     RestoreOutcomeDoc,
     RestorePointDoc,
@@ -30,8 +31,11 @@ from neffcache.index.shapes import (
 )
 from neffcache.index.values import CoverageReport, iso
 
-HIT, PARTIAL, MISS, ERROR = "hit", "partial", "miss", "error"
-OUTCOMES = (HIT, PARTIAL, MISS, ERROR)
+HIT: Final = "hit"
+PARTIAL: Final = "partial"
+MISS: Final = "miss"
+ERROR: Final = "error"
+OUTCOMES: tuple[Outcome, ...] = (HIT, PARTIAL, MISS, ERROR)
 # Upper bounds (seconds) of the restore-duration histogram; +Inf is implied.
 DURATION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # Fingerprint field that names the SDK a backend's entries were built with.
@@ -47,7 +51,7 @@ def miss_kind(exit_code: int) -> str | None:
     return {3: NO_ENTRY, 5: OTHER_FINGERPRINT}.get(exit_code)
 
 
-def restore_outcome(exit_code: int, cells_restored: int, cells_missing: int) -> str:
+def restore_outcome(exit_code: int, cells_restored: int, cells_missing: int) -> Outcome:
     """hit: every requested cell in place; partial: some restored, some not; miss: nothing
     restored because entries were missing (exit 3 or 5); error: anything else."""
     if exit_code == 0:
@@ -278,7 +282,7 @@ class RestoreRecord:
     exit_code: int
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         return restore_outcome(self.exit_code, self.cells_restored, self.cells_missing)
 
     def to_json(self) -> RestoreDoc:
@@ -295,7 +299,7 @@ class RestoreRecord:
 class RestoreOutcomeStats:
     """Restores with one outcome: how many, total seconds and bytes, cumulative buckets."""
 
-    outcome: str
+    outcome: Outcome
     count: int
     seconds_sum: float
     bytes_sum: int

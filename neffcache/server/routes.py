@@ -67,7 +67,7 @@ def summary(request: Request) -> Summary:
     }
 
 
-@router.get("/matrices", response_model=list[m.MatrixDocModel],
+@router.get("/matrices", response_model=m.MatrixDocList,
             summary="The current version of every registered matrix")
 def matrices(request: Request) -> list[MatrixDoc]:
     return [v.to_json() for v in list_matrices(_index(request))]
@@ -94,7 +94,7 @@ def coverage(request: Request, matrix: MatrixName, version: Version = None,
                                            offset=offset, limit=limit).to_json()
 
 
-@router.get("/entries", response_model=list[m.EntryModel], summary="Entries, newest first")
+@router.get("/entries", response_model=m.EntryList, summary="Entries, newest first")
 def entries(request: Request, cells: Glob = None,
             fingerprint: Annotated[str | None, Query(max_length=64, description=(
                 "A fingerprint key or a prefix of one."))] = None,
@@ -103,19 +103,19 @@ def entries(request: Request, cells: Glob = None,
                                                          limit)]
 
 
-@router.get("/fingerprints", response_model=list[m.FingerprintModel],
+@router.get("/fingerprints", response_model=m.FingerprintList,
             summary="Every fingerprint with its entries and bytes")
 def fingerprints(request: Request) -> list[FingerprintDoc]:
     return [s.to_json() for s in fingerprint_stats(_index(request))]
 
 
-@router.get("/sdk-versions", response_model=list[m.SdkBytesModel],
+@router.get("/sdk-versions", response_model=m.SdkBytesList,
             summary="Entries and bytes per backend and SDK version")
 def sdk_versions(request: Request) -> list[SdkBytesDoc]:
     return [s.to_json() for s in group_by_sdk(fingerprint_stats(_index(request)))]
 
 
-@router.get("/runs", response_model=list[m.RunModel], summary="Precompile runs, newest first")
+@router.get("/runs", response_model=m.RunList, summary="Precompile runs, newest first")
 def runs(request: Request, matrix: Annotated[str | None, Query(max_length=255)] = None,
          limit: Limit = 50) -> list[RunDoc]:
     return [r.to_json() for r in list_runs(_index(request), limit, matrix or None)]
@@ -132,7 +132,7 @@ def run(request: Request, id: Annotated[str, Query(min_length=1, max_length=64)]
     return {"run": summary.to_json(), "failures": [f.to_json() for f in failures]}
 
 
-@router.get("/failures", response_model=list[m.FailureModel],
+@router.get("/failures", response_model=m.FailureList,
             summary="Failed cells with their log tails, newest first",
             responses={404: {"model": m.ErrorDoc}})
 def failures(request: Request,
@@ -151,14 +151,14 @@ def failures(request: Request,
         current_only=not all, limit=limit)]
 
 
-@router.get("/in-progress", response_model=list[m.InProgressModel],
+@router.get("/in-progress", response_model=m.InProgressList,
             summary="Cells being warmed now by precompile --claim workers (live leases): "
                     "which host holds each, since when; oldest first")
 def in_progress(request: Request, limit: Limit = 200) -> list[InProgressDoc]:
     return [lease.to_json() for lease in _index(request).live_leases(limit)]
 
 
-@router.get("/restores", response_model=list[m.RestoreModel],
+@router.get("/restores", response_model=m.RestoreList,
             summary="Restore reports, newest first")
 def restores(request: Request, host: Annotated[str | None, Query(max_length=255)] = None,
              matrix: Annotated[str | None, Query(max_length=255)] = None,
@@ -167,13 +167,13 @@ def restores(request: Request, host: Annotated[str | None, Query(max_length=255)
                                                  host=host or None, matrix=matrix or None)]
 
 
-@router.get("/restore-outcomes", response_model=list[m.RestoreOutcomeModel],
+@router.get("/restore-outcomes", response_model=m.RestoreOutcomeList,
             summary="Restores per outcome with duration buckets")
 def restore_outcomes(request: Request) -> list[RestoreOutcomeDoc]:
     return [o.to_json() for o in outcome_stats(_index(request))]
 
 
-@router.get("/restore-timeline", response_model=list[m.RestorePointModel],
+@router.get("/restore-timeline", response_model=m.RestorePointList,
             summary="Restores per day (or hour) by outcome, misses split into no entry and "
                     "other fingerprint; empty periods included, oldest first")
 def restore_timeline(request: Request,

@@ -88,15 +88,21 @@ def _convert(tp: Any) -> Any:
         return model_of(tp)
     origin, args = get_origin(tp), get_args(tp)
     if origin is list:
-        return list[_convert(args[0])]  # type: ignore[misc]
+        return list_of(_convert(args[0]))
     if origin is dict:
-        return dict[_convert(args[0]), _convert(args[1])]  # type: ignore[misc]
+        return dict.__class_getitem__((_convert(args[0]), _convert(args[1])))
     if origin in (Union, types.UnionType):
         return Union[tuple(_convert(a) for a in args)]  # noqa: UP007 - built at run time
     return tp
 
 
-# The models the routes name (OpenAPI components keep these names).
+def list_of(item: Any) -> Any:
+    """``list[item]`` for a type only known at run time (a type checker cannot follow
+    ``list[variable]``)."""
+    return list.__class_getitem__(item)
+
+
+# The models the routes name (OpenAPI components keep these names, the documents' names).
 MatrixDocModel = model_of(MatrixDoc)
 MatrixDetailModel = model_of(MatrixDetail)
 CoverageGridModel = model_of(CoverageGridDoc)
@@ -111,3 +117,13 @@ RestoreModel = model_of(RestoreDoc)
 RestoreOutcomeModel = model_of(RestoreOutcomeDoc)
 RestorePointModel = model_of(RestorePointDoc)
 SummaryModel = model_of(Summary)
+MatrixDocList = list_of(MatrixDocModel)
+EntryList = list_of(EntryModel)
+FingerprintList = list_of(FingerprintModel)
+SdkBytesList = list_of(SdkBytesModel)
+RunList = list_of(RunModel)
+FailureList = list_of(FailureModel)
+InProgressList = list_of(InProgressModel)
+RestoreList = list_of(RestoreModel)
+RestoreOutcomeList = list_of(RestoreOutcomeModel)
+RestorePointList = list_of(RestorePointModel)
