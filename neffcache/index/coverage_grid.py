@@ -7,8 +7,9 @@ dashboard's summary and /metrics all get their statuses and counts from here.
 - ``fetch_coverage_facts`` (cells by key: any cell list) and ``fetch_matrix_facts`` (the cells
   of a registered matrix version) read what the index holds in a fixed number of batched
   queries, never one per cell; ``now`` (the database clock) decides which leases are live.
-- ``build_coverage`` (pure) applies the rule to every cell x fingerprint and counts;
-  ``only_fingerprints`` (pure) picks and orders columns.
+- ``coverage_table`` (pure) applies the rule to every cell x fingerprint and counts: the
+  one place statuses and counts come from. ``build_coverage`` adds each row's details (the
+  CLI's report); ``grid_page`` pages it (the API's grid).
 - ``matrix_coverage`` is a registered matrix's report, columns in first-seen order, with a
   page of rows: the API's grid. ``coverage_summaries`` counts every registered matrix from
   the aggregates (which count by the same rule) and moves leased cells to in_progress by
@@ -39,8 +40,8 @@ from neffcache.index.matrix_reads import (
 from neffcache.index.ops_values import (
     CoverageGrid,
     FingerprintCounts,
+    GridRow,
     MatrixVersion,
-    grid_page,
     sdk_version,
 )
 from neffcache.index.queries import key_batches, key_in
@@ -189,34 +190,62 @@ def _utc(ts: datetime | None) -> datetime:
     return out
 
 
-def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
-                   given: Sequence[Fingerprint], facts: CoverageFacts) -> CoverageReport:
-    """Pure: the report for ``cells`` (Cells, or (id, key) pairs) under the given
-    fingerprints, those in ``facts`` and those it names. Fingerprint order: the given ones
-    first (in order), then the others by key; a named key the index does not know is a
-    column of backend ``unknown``."""
+@dataclass(frozen=True, slots=True)
+class CoverageTable:
+    """Cells x fingerprint columns: each cell's status per column (by ``status_of``) and each
+    column's counts (in its CoverageFingerprint); pure, without the rows' details."""
+
+    cells: tuple[tuple[str, str], ...]  # (cell id, cell key)
+    columns: tuple[CoverageFingerprint, ...]
+    statuses: tuple[tuple[Status, ...], ...]  # per cell, one per column
+
+    def only(self, keys: Sequence[str]) -> CoverageTable:
+        """These columns only, in this order (keys the table lacks are left out)."""
+        index = {c.key: j for j, c in enumerate(self.columns)}
+        chosen = [index[k] for k in dict.fromkeys(keys) if k in index]
+        return CoverageTable(self.cells, tuple(self.columns[j] for j in chosen),
+                             tuple(tuple(row[j] for j in chosen) for row in self.statuses))
+
+
+def coverage_table(cells: Sequence[Cell] | Sequence[tuple[str, str]],
+                   given: Sequence[Fingerprint], facts: CoverageFacts) -> CoverageTable:
+    """Pure, and the one place statuses and counts come from: ``cells`` (Cells, or (id, key)
+    pairs) under the given fingerprints, those in ``facts`` and those it names. Column
+    order: the given ones first (in order), then the others by key; a named key the index
+    does not know is a column of backend ``unknown``."""
     cell_ids = _cell_ids_and_keys(cells)
     given_keys = list(dict.fromkeys(fp.key for fp in given))
     fps: dict[str, Fingerprint] = {fp.key: fp for fp in given}
     for key, fp in facts.fingerprints.items():
         fps.setdefault(key, fp)
     known = set(given_keys)
-    others = sorted(k for k in {*fps, *facts.named} if k not in known)
-    order = given_keys + others
-    rows: list[CoverageRow] = []
-    counts = {k: {READY: 0, IN_PROGRESS: 0, FAILED: 0, MISSING: 0} for k in order}
-    for cell_id, cell_key in cell_ids:
-        for fp_key in order:
-            row = _row(cell_id, cell_key, fp_key, facts)
-            counts[fp_key][row.status] += 1
-            rows.append(row)
+    order = given_keys + sorted(k for k in {*fps, *facts.named} if k not in known)
+    entries, leases, failures = facts.entries, facts.leases, facts.failures
+    statuses = tuple(tuple(status_of((ck, k) in entries, (ck, k) in leases, (ck, k) in failures)
+                           for k in order) for _, ck in cell_ids)
     unknown = Fingerprint(backend="unknown", fields=())
-    columns = tuple(CoverageFingerprint(
-        key=k, backend=fps.get(k, unknown).backend, fields=fps.get(k, unknown).fields,
-        here=k in known, ready=counts[k][READY], failed=counts[k][FAILED],
-        missing=counts[k][MISSING], in_progress=counts[k][IN_PROGRESS])
-        for k in order)
-    return CoverageReport(cells=cell_ids, fingerprints=columns, rows=tuple(rows))
+    columns = []
+    for j, k in enumerate(order):
+        column = [row[j] for row in statuses]
+        fp = fps.get(k, unknown)
+        columns.append(CoverageFingerprint(
+            key=k, backend=fp.backend, fields=fp.fields, here=k in known,
+            ready=column.count(READY), failed=column.count(FAILED),
+            missing=column.count(MISSING), in_progress=column.count(IN_PROGRESS)))
+    return CoverageTable(cell_ids, tuple(columns), statuses)
+
+
+def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
+                   given: Sequence[Fingerprint], facts: CoverageFacts) -> CoverageReport:
+    """Pure: ``coverage_table`` with each cell x fingerprint as a CoverageRow carrying what
+    explains its status (entry, lease holder, failure and its log tail)."""
+    table = coverage_table(cells, given, facts)
+    keys = [c.key for c in table.columns]
+    rows = tuple(_row(cell_id, cell_key, k, status, facts)
+                 for (cell_id, cell_key), statuses in zip(table.cells, table.statuses,
+                                                          strict=True)
+                 for k, status in zip(keys, statuses, strict=True))
+    return CoverageReport(cells=table.cells, fingerprints=table.columns, rows=rows)
 
 
 def _cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
@@ -229,22 +258,19 @@ def _cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
     return tuple((cell_id, key) for key, cell_id in out.items())
 
 
-def _row(cell_id: str, cell_key: str, fp_key: str, facts: CoverageFacts) -> CoverageRow:
+def _row(cell_id: str, cell_key: str, fp_key: str, status: Status,
+         facts: CoverageFacts) -> CoverageRow:
     pair = (cell_key, fp_key)
-    entry = facts.entries.get(pair)
-    lease = facts.leases.get(pair)
-    failure = facts.failures.get(pair)
-    status = status_of(entry is not None, lease is not None, failure is not None)
     if status == READY:
-        assert entry is not None
-        return CoverageRow(cell_id, cell_key, fp_key, READY, entry_key=entry[0],
-                           total_bytes=entry[1])
+        entry_key, size = facts.entries[pair]
+        return CoverageRow(cell_id, cell_key, fp_key, READY, entry_key=entry_key,
+                           total_bytes=size)
     if status == IN_PROGRESS:
-        assert lease is not None
+        lease = facts.leases[pair]
         return CoverageRow(cell_id, cell_key, fp_key, IN_PROGRESS, host=lease.host,
                            since=lease.claimed_at, lease_expires_at=lease.expires_at)
     if status == FAILED:
-        assert failure is not None
+        failure = facts.failures[pair]
         return CoverageRow(cell_id, cell_key, fp_key, FAILED, exit_status=failure.exit_status,
                            log_tail=failure.log_tail, failed_at=failure.failed_at)
     return CoverageRow(cell_id, cell_key, fp_key, MISSING)
@@ -259,6 +285,22 @@ def only_fingerprints(report: CoverageReport, keys: Sequence[str]) -> CoverageRe
     rows = tuple(report.rows[i * n + j] for i in range(len(report.cells)) for j in chosen)
     return CoverageReport(cells=report.cells,
                           fingerprints=tuple(report.fingerprints[j] for j in chosen), rows=rows)
+
+
+def grid_page(matrix: MatrixVersion, table: CoverageTable, *, pattern: str | None = None,
+              offset: int = 0, limit: int | None = None) -> CoverageGrid:
+    """Pure: a coverage table (of the cells matching ``pattern``) as the API's grid: its
+    columns' counts over every cell, and the statuses of cells ``offset``..``offset +
+    limit``."""
+    total = len(table.cells)
+    stop = total if limit is None else offset + limit
+    rows = tuple(GridRow(cell_id, cell_key, statuses) for (cell_id, cell_key), statuses
+                 in zip(table.cells[offset:stop], table.statuses[offset:stop], strict=True))
+    fps = tuple(FingerprintCounts(c.key, c.backend, sdk_version(c.backend, dict(c.fields)),
+                                  c.ready, c.failed, c.missing, c.in_progress)
+                for c in table.columns)
+    return CoverageGrid(matrix, pattern, total, offset, total if limit is None else limit,
+                        fps, rows)
 
 
 def first_seen_order(keys: Iterable[str], first_seen: Mapping[str, datetime | None],
@@ -292,11 +334,10 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
     facts = fetch_matrix_facts(conn, chosen.id, now, named=named)
     chosen = replace(chosen, cell_count=len(refs))
     cells = [c for c in refs if not pattern or fnmatch.fnmatchcase(c[0], pattern)]
-    report = build_coverage(cells, (), facts)
-    order = first_seen_order((f.key for f in report.fingerprints), facts.first_seen,
+    table = coverage_table(cells, (), facts)
+    order = first_seen_order((c.key for c in table.columns), facts.first_seen,
                              facts.fingerprints)
-    return grid_page(chosen, only_fingerprints(report, order), pattern=pattern,
-                     offset=offset, limit=limit)
+    return grid_page(chosen, table.only(order), pattern=pattern, offset=offset, limit=limit)
 
 
 def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:

@@ -29,7 +29,7 @@ from neffcache.index.shapes import (
     Status,
     TotalsDoc,
 )
-from neffcache.index.values import CoverageReport, iso
+from neffcache.index.values import iso
 
 HIT: Final = "hit"
 PARTIAL: Final = "partial"
@@ -162,22 +162,6 @@ class FingerprintInfo:
     sdk_version: str
     fields: tuple[tuple[str, str], ...]
     first_seen_at: datetime | None
-
-
-def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | None = None,
-              offset: int = 0, limit: int | None = None) -> CoverageGrid:
-    """Pure: a coverage report (of the cells matching ``pattern``) as a grid: its columns'
-    counts over every cell, and the statuses of the cells ``offset``..``offset + limit``."""
-    n = len(report.fingerprints)
-    total = len(report.cells)
-    stop = total if limit is None else offset + limit
-    rows = tuple(GridRow(cell_id, cell_key, tuple(r.status for r in report.rows[i * n:i * n + n]))
-                 for i, (cell_id, cell_key) in enumerate(report.cells[offset:stop], offset))
-    fps = tuple(FingerprintCounts(f.key, f.backend, sdk_version(f.backend, dict(f.fields)),
-                                  f.ready, f.failed, f.missing, f.in_progress)
-                for f in report.fingerprints)
-    return CoverageGrid(matrix, pattern, total, offset, total if limit is None else limit,
-                        fps, rows)
 
 
 @dataclass(frozen=True, slots=True)
