@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import emit_json, index_option, json_option, settings_from
-from neffcache.config import redact_url
-from neffcache.errors import SchemaOutdatedError
+from neffcache.cli._common import emit_json, index_option, json_option
 
 
 @click.group("db")
@@ -43,18 +41,15 @@ def upgrade(index: str | None, as_json: bool) -> None:
 
     JSON output: {"url", "from", "to", "changed"}; "from" is null for a new database.
     """
-    from neffcache.index import upgrade_index
+    from neffcache.index import UpgradeSchemaRequest, upgrade_schema
 
-    settings = settings_from(index=index)
-    before, after = upgrade_index(settings.index_url)
-    doc = {"url": redact_url(settings.index_url), "from": before, "to": after,
-           "changed": before != after}
+    result = upgrade_schema(UpgradeSchemaRequest(index=index))
     if as_json:
-        emit_json(doc)
-    elif before == after:
-        click.echo(f"{doc['url']}: already at revision {after}")
+        emit_json(result.to_json())
+    elif not result.changed:
+        click.echo(f"{result.url}: already at revision {result.after}")
     else:
-        click.echo(f"{doc['url']}: upgraded {before or '(empty)'} -> {after}")
+        click.echo(f"{result.url}: upgraded {result.before or '(empty)'} -> {result.after}")
 
 
 @db.command("current", short_help="Show the schema revision and the one needed.")
@@ -75,16 +70,16 @@ def current(index: str | None, as_json: bool, check: bool) -> None:
 
     JSON output: {"url", "current", "head", "up_to_date"}.
     """
-    from neffcache.index import schema_state
+    from neffcache.index import ShowSchemaRequest, show_schema
 
-    state = schema_state(settings_from(index=index).index_url)
+    result = show_schema(ShowSchemaRequest(index=index, check=check))
+    state = result.state
     if as_json:
-        emit_json(state.to_json())
+        emit_json(result.to_json())
     else:
         status = "up to date" if state.up_to_date else "needs: neffcache db upgrade"
         click.echo(f"{state.url}: revision {state.current or '(empty)'}, "
                    f"head {state.head} ({status})")
-    if check and not state.up_to_date:
-        raise SchemaOutdatedError(f"index {state.url} is at revision "
-                                  f"{state.current or '(empty)'}, this neffcache needs "
-                                  f"{state.head}")
+    err = result.error()
+    if err is not None:
+        raise err

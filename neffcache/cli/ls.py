@@ -6,21 +6,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from neffcache.cli._common import (
-    emit_json,
-    format_table,
-    human_bytes,
-    index_option,
-    json_option,
-    settings_from,
-)
+from neffcache.cli._common import emit_json, format_table, human_bytes, index_option, json_option
 from neffcache.cli._process import without_cyclic_gc
 
 if TYPE_CHECKING:
-    from neffcache.index.values import EntrySummary
+    from collections.abc import Sequence
+
+    from neffcache.index import EntrySummary
 
 
-def render_entries(entries: list[EntrySummary]) -> str:
+def render_entries(entries: Sequence[EntrySummary]) -> str:
     rows = [[e.cell_id, e.fingerprint_key[:12], e.backend, human_bytes(e.total_bytes),
              e.file_count, "-" if e.compile_seconds is None else f"{e.compile_seconds:.1f}s",
              e.created_at.strftime("%Y-%m-%d %H:%M"), e.entry_key[:12]] for e in entries]
@@ -57,14 +52,13 @@ def ls(cell_glob: str | None, fingerprint_key: str | None, limit: int | None,
     last_used_at is the time of the newest ingested restore report that found the entry (null:
     none yet), restore_count how many ingested ok/partial restore reports found it.
     """
-    from neffcache.index import open_index
+    from neffcache.index import ListEntriesRequest, list_entries
 
-    settings = settings_from(index=index)
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        entries = ix.entries(cell_glob=cell_glob, fingerprint_key=fingerprint_key, limit=limit)
+    result = list_entries(ListEntriesRequest(cell=cell_glob, fingerprint=fingerprint_key,
+                                             limit=limit, index=index))
     if as_json:
-        emit_json({"entries": [e.to_json() for e in entries], "count": len(entries)})
-    elif entries:
-        click.echo(render_entries(entries))
+        emit_json(result.to_json())
+    elif result.entries:
+        click.echo(render_entries(result.entries))
     else:
         click.echo("no entries", err=True)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from neffcache.cli._common import emit_json, format_table, index_option, json_option, settings_from
-from neffcache.errors import EXIT_CODE_HELP, MatrixError
+from neffcache.cli._common import emit_json, format_table, index_option, json_option
+from neffcache.errors import EXIT_CODE_HELP
 
 
 @click.group("matrix", epilog=EXIT_CODE_HELP)
@@ -48,32 +46,16 @@ def register(file: str, name: str | None, index: str | None, as_json: bool) -> N
       neffcache matrix register matrix.toml --name flux2-prod --json
       NEFFCACHE_INDEX=postgresql+psycopg://ci@db/neffcache neffcache matrix register m.toml
     """
-    from neffcache.index import open_index
-    from neffcache.index.matrices import register_matrix
-    from neffcache.matrix import parse_matrix
+    from neffcache.index import RegisterMatrixFileRequest, register_matrix_file
 
-    text = _read(file)
-    spec = parse_matrix(text, source=file)
-    if name is not None and not name.strip():
-        raise MatrixError("--name: expected a non-empty name")
-    settings = settings_from(index=index)
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        v = register_matrix(ix, spec, text, name)
+    v = register_matrix_file(RegisterMatrixFileRequest(file=file, name=name,
+                                                       index=index)).version
     if as_json:
         emit_json(v.to_json())
     else:
         what = "registered" if v.changed else "unchanged"
         click.echo(f"{what}: {v.name} version {v.version} ({v.cell_count} cells, "
                    f"{v.backend}, sha256 {v.digest[:12]})")
-
-
-def _read(file: str) -> str:
-    try:
-        return Path(file).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MatrixError(f"{file}: matrix file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MatrixError(f"{file}: cannot read matrix file: {exc}") from None
 
 
 @matrix.command("ls", epilog=EXIT_CODE_HELP)
@@ -90,14 +72,12 @@ def ls(index: str | None, as_json: bool) -> None:
       neffcache matrix ls
       neffcache matrix ls --json | jq -r '.[].name'
     """
-    from neffcache.index import open_index
-    from neffcache.index.matrices import list_matrices
+    from neffcache.index import ListRegisteredMatricesRequest, list_registered_matrices
 
-    settings = settings_from(index=index)
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        found = list_matrices(ix)
+    result = list_registered_matrices(ListRegisteredMatricesRequest(index=index))
+    found = result.matrices
     if as_json:
-        emit_json([v.to_json() for v in found])
+        emit_json(result.to_json())
     elif not found:
         click.echo("no matrix registered (neffcache matrix register FILE)", err=True)
     else:
@@ -127,15 +107,13 @@ def show(name: str, version: int | None, history: bool, index: str | None,
       neffcache matrix show flux2-prod --version 1 | diff - matrix.toml
       neffcache matrix show flux2-prod --versions
     """
-    from neffcache.index import open_index
-    from neffcache.index.matrices import get_matrix, matrix_versions
+    from neffcache.index import ShowRegisteredMatrixRequest, show_registered_matrix
 
-    settings = settings_from(index=index)
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        chosen = get_matrix(ix, name, version, with_toml=not history)
-        versions = matrix_versions(ix, name) if history else [chosen]
+    result = show_registered_matrix(ShowRegisteredMatrixRequest(
+        name=name, version=version, versions=history, index=index))
+    chosen, versions = result.chosen, result.versions
     if as_json:
-        emit_json([v.to_json() for v in versions] if history else chosen.to_json())
+        emit_json(result.to_json())
     elif history:
         click.echo(format_table(
             ["VERSION", "CURRENT", "CELLS", "SHA256", "REGISTERED"],

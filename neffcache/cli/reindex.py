@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import (
-    emit_json,
-    index_option,
-    json_option,
-    progress,
-    settings_from,
-    store_option,
-)
-from neffcache.errors import IntegrityError
+from neffcache.cli._common import emit_json, index_option, json_option, progress, store_option
 
 _EVERY = 500
 
@@ -48,36 +40,28 @@ def reindex(keep_missing: bool, store: str | None, index: str | None, as_json: b
     "invalid": [{"key", "reason"}], "reports": {"scanned", "added", "already_ingested",
     "invalid": [{"key", "reason"}]}}.
     """
-    from neffcache.index import open_index
-    from neffcache.index import reindex as run_reindex
-    from neffcache.index.ingest import ingest_reports
-    from neffcache.store import open_store
-
-    settings = settings_from(store=store, index=index)
+    from neffcache.index import ReindexStoreRequest, reindex_store
 
     def report(done: int, total: int) -> None:
         if done % _EVERY == 0 or done == total:
             progress(f"reindex: {done}/{total} manifests read")
 
-    # The index first: an outdated schema (exit 7) is refused before the store is read.
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        st = open_store(settings.store_url)
-        st.check()
-        result = run_reindex(ix, st, prune=not keep_missing, progress=report)
-        reports = ingest_reports(ix, st)
+    result = reindex_store(ReindexStoreRequest(keep_missing=keep_missing, store=store,
+                                               index=index, progress=report))
+    found, reports = result.manifests, result.reports
     if as_json:
-        emit_json(dict(result.to_json(), store=st.url, reports=reports.to_json()))
+        emit_json(result.to_json())
     else:
-        click.echo(f"{st.url}: {result.scanned} manifests, {result.added} added, "
-                   f"{result.already_indexed} already indexed, {result.removed} removed, "
-                   f"{len(result.invalid)} invalid")
-        click.echo(f"{st.url}: {reports.scanned} restore reports, {reports.added} added, "
+        click.echo(f"{result.store}: {found.scanned} manifests, {found.added} added, "
+                   f"{found.already_indexed} already indexed, {found.removed} removed, "
+                   f"{len(found.invalid)} invalid")
+        click.echo(f"{result.store}: {reports.scanned} restore reports, {reports.added} added, "
                    f"{reports.already_ingested} already ingested, "
                    f"{len(reports.invalid)} skipped")
-    for bad in result.invalid:
+    for bad in found.invalid:
         progress(f"invalid: {bad.reason}")
     for skipped in reports.invalid:
         progress(f"warning: restore report skipped: {skipped.reason}")
-    if result.invalid:
-        raise IntegrityError(f"{len(result.invalid)} invalid manifest(s) skipped; first: "
-                             f"{result.invalid[0].reason}", hint="neffcache verify")
+    err = result.error()
+    if err is not None:
+        raise err

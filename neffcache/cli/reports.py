@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 
 import click
 
-from neffcache.cli._common import (
-    emit_json,
-    index_option,
-    json_option,
-    progress,
-    settings_from,
-    store_option,
-)
+from neffcache.cli._common import emit_json, index_option, json_option, progress, store_option
 from neffcache.errors import EXIT_CODE_HELP
 
 
@@ -68,29 +60,16 @@ def ingest(sources: tuple[Path, ...], days: int | None, store: str | None,
     JSON output: {"source", "scanned", "added", "already_ingested",
     "invalid": [{"key", "reason"}]}.
     """
-    from neffcache.index import open_index
-    from neffcache.index.ingest import ingest_report_files, ingest_reports
-    from neffcache.reports import date_prefixes
-    from neffcache.store import open_store
-    from neffcache.store.base import REPORTS
+    from neffcache.index import IngestRestoreReportsRequest, ingest_restore_reports
 
-    settings = settings_from(store=store, index=index)
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        if sources:
-            source = ", ".join(str(s) for s in sources)
-            result = ingest_report_files(ix, list(sources))
-        else:
-            st = open_store(settings.store_url)
-            st.check()
-            source = st.url
-            prefixes = [REPORTS] if days is None else \
-                date_prefixes(datetime.now(timezone.utc), days)
-            result = ingest_reports(ix, st, prefixes)
+    result = ingest_restore_reports(IngestRestoreReportsRequest(
+        sources=sources, days=days, store=store, index=index))
+    found = result.ingest
     if as_json:
-        emit_json(dict(result.to_json(), source=source))
+        emit_json(result.to_json())
     else:
-        click.echo(f"{source}: {result.scanned} restore reports, {result.added} added, "
-                   f"{result.already_ingested} already ingested, "
-                   f"{len(result.invalid)} skipped")
-    for bad in result.invalid:
+        click.echo(f"{result.source}: {found.scanned} restore reports, {found.added} added, "
+                   f"{found.already_ingested} already ingested, "
+                   f"{len(found.invalid)} skipped")
+    for bad in found.invalid:
         progress(f"warning: restore report skipped: {bad.reason}")

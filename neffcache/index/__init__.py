@@ -1,39 +1,234 @@
 """The SQL index (SQLAlchemy 2 + Alembic): cells, fingerprints, entries, files, precompile
-runs, failures, restore reports and matrices; coverage and listing queries.
+runs, failures, restore reports and matrices; coverage and listing queries. Outside this
+package, import only ``neffcache.index`` (these names), never a submodule.
 
-Public API (others code against these names):
+Use cases (``verb(Request) -> Result``; the result has ``to_json()``, ``error()`` and
+``exit_code``; index/store/python settings None mean "as the CLI would": NEFFCACHE_* >
+config file > default, read at call time):
 
-    open_index(url, *, auto_upgrade) -> Index      upgrade_index(url) -> (from_rev, to_rev)
-    Index.record_entry / record_entries / record_failure / start_run / finish_run /
-          record_restore / record_reports / known_report_ids / record_verification /
-          remove_entries
-    Index.queue_claims / claim_next / renew_lease / release_done / release_failed /
-          live_leases                              (precompile --claim; see index.claims)
-    Index.entries(...) -> [EntrySummary]           Index.coverage(...) -> CoverageReport
-    reindex(index, store) -> ReindexResult         schema_state(url) -> SchemaState
+    coverage(CoverageRequest) -> CoverageResult                          neffcache coverage
+    list_entries(ListEntriesRequest) -> ListEntriesResult                neffcache ls
+    reindex_store(ReindexStoreRequest) -> ReindexStoreResult             neffcache reindex
+    ingest_restore_reports(IngestRestoreReportsRequest)
+        -> IngestRestoreReportsResult                                    neffcache reports ingest
+    register_matrix_file(RegisterMatrixFileRequest)
+        -> RegisterMatrixFileResult                                      neffcache matrix register
+    list_registered_matrices(ListRegisteredMatricesRequest)
+        -> ListRegisteredMatricesResult                                  neffcache matrix ls
+    show_registered_matrix(ShowRegisteredMatrixRequest)
+        -> ShowRegisteredMatrixResult                                    neffcache matrix show
+    upgrade_schema(UpgradeSchemaRequest) -> UpgradeSchemaResult          neffcache db upgrade
+    show_schema(ShowSchemaRequest) -> ShowSchemaResult                   neffcache db current
 
-Importing this package imports SQLAlchemy; the restore path never imports it.
+The handle and the building blocks other packages use:
+
+    open_index(url, *, auto_upgrade) -> Index   the only way into SQL: writes (record_*,
+        start_run, finish_run, remove_entries), claims (queue_claims, claim_next, ...),
+        reads (entries, coverage, matrix_coverage, coverage_summaries, live_leases, ...),
+        sessions (connection, read_session, write_session, engine)
+    upgrade_index(url), schema_state(url), SCHEMA_REVISION
+    matrices: matrix_name_of, matrix_digest, register_matrix(index, matrix, text, name),
+        get_matrix, list_matrices, matrix_versions, registered_cells
+    restore reports: ingest_reports(index, store), ingest_report_files, ReportPoller
+    ops reads (the HTTP API, /metrics): fingerprint_stats, index_totals, list_runs, get_run,
+        list_failures, list_restores, restore_outcomes, restore_timeline, group_by_sdk
+    values (frozen dataclasses) and their JSON documents (TypedDicts, ``*Doc``; the API's
+        response models are built from them)
+
+Importing this package imports SQLAlchemy Core (not the ORM, not FastAPI or pydantic); the
+ops reads load the ORM on first use. The restore path never imports this package.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from neffcache.index.api import Index, open_index
-from neffcache.index.reindex import reindex
+from neffcache.index.calls import (
+    IngestRestoreReportsRequest,
+    IngestRestoreReportsResult,
+    ListEntriesRequest,
+    ListEntriesResult,
+    ListRegisteredMatricesRequest,
+    ListRegisteredMatricesResult,
+    RegisterMatrixFileRequest,
+    RegisterMatrixFileResult,
+    ReindexStoreRequest,
+    ReindexStoreResult,
+    ShowRegisteredMatrixRequest,
+    ShowRegisteredMatrixResult,
+    ShowSchemaRequest,
+    ShowSchemaResult,
+    UpgradeSchemaRequest,
+    UpgradeSchemaResult,
+    ingest_restore_reports,
+    list_entries,
+    list_registered_matrices,
+    register_matrix_file,
+    reindex_store,
+    show_registered_matrix,
+    show_schema,
+    upgrade_schema,
+)
+from neffcache.index.coverage_call import HOST, CoverageRequest, CoverageResult, coverage
+from neffcache.index.coverage_grid import status_of
+from neffcache.index.ingest import (
+    IngestResult,
+    InvalidReport,
+    ReportPoller,
+    ingest_report_files,
+    ingest_reports,
+)
+from neffcache.index.matrices import (
+    get_matrix,
+    list_matrices,
+    matrix_digest,
+    matrix_name_of,
+    matrix_versions,
+    register_matrix,
+    registered_cells,
+)
+from neffcache.index.ops_values import (
+    DURATION_BUCKETS,
+    OUTCOMES,
+    CoverageGrid,
+    FailureRecord,
+    FingerprintCounts,
+    FingerprintInfo,
+    FingerprintStats,
+    GridRow,
+    IndexTotals,
+    MatrixVersion,
+    RestoreOutcomeStats,
+    RestorePoint,
+    RestoreRecord,
+    RunSummary,
+    SdkBytes,
+    group_by_sdk,
+    restore_outcome,
+    sdk_version,
+)
 from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
+from neffcache.index.shapes import (
+    BucketDoc,
+    CoverageCellDoc,
+    CoverageCheckDoc,
+    CoverageDoc,
+    CoverageFingerprintDoc,
+    CoverageGridDoc,
+    CoverageReportDoc,
+    CoverageRowDoc,
+    Doc,
+    EntriesDoc,
+    EntryDoc,
+    FailureDoc,
+    FingerprintCountsDoc,
+    FingerprintDoc,
+    GridRowDoc,
+    IngestDoc,
+    IngestReportsDoc,
+    InProgressDoc,
+    InvalidDoc,
+    MatrixCoverageDoc,
+    MatrixDetail,
+    MatrixDoc,
+    NotReadyDoc,
+    Outcome,
+    ReindexDoc,
+    ReindexStoreDoc,
+    RestoreDoc,
+    RestoreOutcomeDoc,
+    RestorePointDoc,
+    RunDetail,
+    RunDoc,
+    SchemaStateDoc,
+    SdkBytesDoc,
+    Status,
+    Summary,
+    TotalsDoc,
+    UpgradeDoc,
+)
 from neffcache.index.values import (
     FAILED,
     IN_PROGRESS,
     MISSING,
     READY,
+    STATUSES,
+    ClaimResult,
     CoverageFingerprint,
     CoverageReport,
     CoverageRow,
     EntrySummary,
     InvalidManifest,
+    Lease,
+    LiveLease,
     ReindexResult,
     SchemaState,
 )
 
+if TYPE_CHECKING:
+    from neffcache.index.ops_queries import (
+        fingerprint_stats,
+        get_run,
+        index_totals,
+        list_failures,
+        list_restores,
+        list_runs,
+        restore_outcomes,
+        restore_timeline,
+    )
+
+# The ops reads import the ORM: loaded when first asked for, so ``ls`` and ``coverage``
+# start without it.
+_ON_FIRST_USE = {name: "neffcache.index.ops_queries" for name in (
+    "fingerprint_stats", "get_run", "index_totals", "list_failures", "list_restores",
+    "list_runs", "restore_outcomes", "restore_timeline")}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
-    "FAILED", "IN_PROGRESS", "MISSING", "READY", "SCHEMA_REVISION", "CoverageFingerprint",
-    "CoverageReport", "CoverageRow", "EntrySummary", "Index", "InvalidManifest", "ReindexResult",
-    "SchemaState", "open_index", "reindex", "schema_state", "upgrade_index",
+    # use cases
+    "HOST", "CoverageRequest", "CoverageResult", "IngestRestoreReportsRequest",
+    "IngestRestoreReportsResult", "ListEntriesRequest", "ListEntriesResult",
+    "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult",
+    "RegisterMatrixFileRequest", "RegisterMatrixFileResult", "ReindexStoreRequest",
+    "ReindexStoreResult", "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult",
+    "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
+    "coverage", "ingest_restore_reports", "list_entries", "list_registered_matrices",
+    "register_matrix_file", "reindex_store", "show_registered_matrix", "show_schema",
+    "upgrade_schema",
+    # the handle, the schema
+    "SCHEMA_REVISION", "Index", "open_index", "schema_state", "upgrade_index",
+    # matrices, restore reports
+    "get_matrix", "list_matrices", "matrix_digest", "matrix_name_of", "matrix_versions",
+    "register_matrix", "registered_cells", "IngestResult", "InvalidReport", "ReportPoller",
+    "ingest_report_files", "ingest_reports",
+    # ops reads
+    "fingerprint_stats", "get_run", "index_totals", "list_failures", "list_restores",
+    "list_runs", "restore_outcomes", "restore_timeline", "group_by_sdk", "restore_outcome",
+    "sdk_version", "status_of",
+    # values
+    "DURATION_BUCKETS", "FAILED", "IN_PROGRESS", "MISSING", "OUTCOMES", "READY", "STATUSES",
+    "ClaimResult", "CoverageFingerprint", "CoverageGrid", "CoverageReport", "CoverageRow",
+    "EntrySummary", "FailureRecord", "FingerprintCounts", "FingerprintInfo",
+    "FingerprintStats", "GridRow", "IndexTotals", "InvalidManifest", "Lease", "LiveLease",
+    "MatrixVersion", "ReindexResult", "RestoreOutcomeStats", "RestorePoint", "RestoreRecord",
+    "RunSummary", "SchemaState", "SdkBytes",
+    # JSON documents
+    "BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc", "CoverageFingerprintDoc",
+    "CoverageGridDoc", "CoverageReportDoc", "CoverageRowDoc", "Doc", "EntriesDoc", "EntryDoc",
+    "FailureDoc", "FingerprintCountsDoc", "FingerprintDoc", "GridRowDoc", "InProgressDoc",
+    "IngestDoc", "IngestReportsDoc", "InvalidDoc", "MatrixCoverageDoc", "MatrixDetail",
+    "MatrixDoc", "NotReadyDoc", "Outcome", "ReindexDoc", "ReindexStoreDoc", "RestoreDoc",
+    "RestoreOutcomeDoc", "RestorePointDoc", "RunDetail", "RunDoc", "SchemaStateDoc",
+    "SdkBytesDoc", "Status", "Summary", "TotalsDoc", "UpgradeDoc",
 ]

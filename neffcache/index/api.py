@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, exc
 
 from neffcache.errors import SchemaOutdatedError
 from neffcache.fingerprint import Fingerprint
-from neffcache.index import coverage as _coverage
+from neffcache.index import coverage_grid as _coverage
 from neffcache.index import queries
 from neffcache.index.engine import (
     WRITE,
@@ -27,6 +27,7 @@ from neffcache.index.engine import (
     sqlite_path,
     translate_errors,
 )
+from neffcache.index.ops_values import CoverageGrid
 from neffcache.index.schema import (
     known_revisions,
     read_schema_state,
@@ -84,27 +85,42 @@ class Index:
         # Where lease times come from: None = the database's clock; tests set a fake clock.
         self.lease_clock: Callable[[], datetime] | None = None
 
-    # --- plumbing -----------------------------------------------------------------------
+    # --- sessions: the only way into SQL ------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine, for event listeners (tests count statements) and bulk
+        tools; queries go through ``connection``, ``read_session`` or ``write_session``."""
+        return self._engine
 
     @contextlib.contextmanager
-    def _read(self) -> Iterator[Session]:
+    def read_session(self) -> Iterator[Session]:
+        """An ORM session for reads (no transaction is committed); driver errors become
+        UnavailableError or SchemaOutdatedError."""
         from sqlalchemy.orm import Session
 
         with translate_errors(self.url), Session(self._engine) as session:
             yield session
 
     @contextlib.contextmanager
-    def _connect(self) -> Iterator[Connection]:
-        """A Core connection for reads (no ORM)."""
+    def connection(self) -> Iterator[Connection]:
+        """A Core connection for reads (no ORM import: what ``ls`` and ``coverage`` use)."""
         with translate_errors(self.url), self._engine.connect() as conn:
             yield conn
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[Session]:
+    def write_session(self) -> Iterator[Session]:
+        """An ORM session in one write transaction, committed when the block ends (rolled
+        back on an exception); SQLite takes its write lock at BEGIN."""
         from sqlalchemy.orm import Session
 
         with translate_errors(self.url), Session(self._writer) as session, session.begin():
             yield session
+
+    def now(self, conn: Connection | Session) -> datetime:
+        """The time leases are judged by: ``lease_clock()`` when set (tests), else the
+        database's clock (read through ``conn``)."""
+        return self.lease_clock() if self.lease_clock else queries.database_now(conn)
 
     def close(self) -> None:
         self._engine.dispose()
@@ -132,28 +148,28 @@ class Index:
 
     def _record_batch(self, manifests: Sequence[Manifest], store_url: str) -> int:
         try:
-            with self._write() as s:
+            with self.write_session() as s:
                 return record.save_entries(s, manifests, store_url)
         except exc.IntegrityError:
             # Another writer indexed some of them between our check and our insert: retry
             # once; the existing ones are then skipped.
-            with self._write() as s:
+            with self.write_session() as s:
                 return record.save_entries(s, manifests, store_url)
 
     def record_failure(self, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
                        exit_status: int | None, seconds: float, log_tail: str) -> None:
         """Record a failed warm-up of ``cell`` (the last 16,000 characters of its log)."""
-        with self._write() as s:
+        with self.write_session() as s:
             record.save_failure(s, run_id, cell, fingerprint, exit_status, seconds, log_tail)
 
     def start_run(self, host: str, fingerprint: Fingerprint, matrix_name: str) -> str:
         """Record the start of a precompile run; returns its id."""
-        with self._write() as s:
+        with self.write_session() as s:
             return record.save_run_start(s, host, fingerprint, matrix_name)
 
     def finish_run(self, run_id: str, ok: int, failed: int) -> None:
         """Record the end of a run: how many cells were warmed ok and how many failed."""
-        with self._write() as s:
+        with self.write_session() as s:
             record.save_run_finish(s, run_id, ok, failed)
 
     def record_restore(self, report: Mapping[str, Any]) -> None:
@@ -164,7 +180,7 @@ class Index:
         restored and missing (lists of cell ids, or of objects with cell_id/id),
         files_fetched, files_skipped, bytes_fetched (or bytes), seconds, exit_code.
         The whole report is also kept as JSON."""
-        with self._write() as s:
+        with self.write_session() as s:
             row = record.restore_report_row(report)
             s.add(row)
             record.restores_recorded(s, [row])
@@ -174,36 +190,33 @@ class Index:
         report id. Returns how many were new."""
         if not reports:
             return 0
-        with self._write() as s:
+        with self.write_session() as s:
             return record.save_reports(s, reports)
 
     def known_report_ids(self, report_ids: Sequence[str]) -> set[str]:
         """Which of these report ids are already ingested."""
-        with self._read() as s:
+        with self.read_session() as s:
             return record.existing_report_ids(s, report_ids)
 
     def record_verification(self, entry_key: str, status: str) -> bool:
         """Mark an entry verified (status such as 'ok' or 'corrupt'); False if unknown."""
-        with self._write() as s:
+        with self.write_session() as s:
             return record.save_verification(s, entry_key, status)
 
     def remove_entries(self, entry_keys: Sequence[str]) -> int:
         """Forget entries (not the store's manifests); returns how many were removed."""
-        with self._write() as s:
+        with self.write_session() as s:
             return record.delete_entries(s, entry_keys)
 
     # --- claims (precompile --claim) -----------------------------------------------------
-
-    def _now(self, conn: Any) -> datetime:
-        return self.lease_clock() if self.lease_clock else queries.database_now(conn)
 
     def queue_claims(self, matrix_name: str, cells: Sequence[Cell], fingerprint: Fingerprint,
                      declared_keys: Sequence[str]) -> int:
         """Queue these cells (insert-if-absent) and delete the matrix's queue rows for cells
         it no longer declares (not in ``declared_keys``, every cell of the matrix); returns
         how many of those were removed."""
-        with self._write() as s:
-            now = self._now(s)
+        with self.write_session() as s:
+            now = self.now(s)
             removed = _claims.remove_undeclared(s, matrix_name, declared_keys, now)
             _claims.queue_cells(s, matrix_name, cells, fingerprint, now)
             return removed
@@ -212,41 +225,41 @@ class Index:
                    host: str, lease_seconds: float, max_attempts: int) -> ClaimResult:
         """Claim the next queued cell with no entry and no live lease (see index.claims);
         first records a failure for any lease that expired on its last allowed attempt."""
-        with self._write() as s:
-            now = self._now(s)
+        with self.write_session() as s:
+            now = self.now(s)
             _claims.fail_exhausted(s, cell_keys, fingerprint_key, max_attempts, now)
             return _claims.claim_next(s, cell_keys, fingerprint_key, holder=holder, host=host,
                                       lease_seconds=lease_seconds, max_attempts=max_attempts,
                                       now=now)
 
     def renew_lease(self, lease: Lease, lease_seconds: float) -> bool:
-        with self._write() as s:
-            return _claims.renew(s, lease, lease_seconds, self._now(s))
+        with self.write_session() as s:
+            return _claims.renew(s, lease, lease_seconds, self.now(s))
 
     def release_done(self, lease: Lease) -> None:
-        with self._write() as s:
+        with self.write_session() as s:
             _claims.release_done(s, lease)
 
     def release_failed(self, lease: Lease) -> bool:
-        with self._write() as s:
+        with self.write_session() as s:
             return _claims.release_failed(s, lease)
 
     def live_leases(self, limit: int = 500) -> list[LiveLease]:
         """Cells in progress anywhere (live leases), oldest first."""
-        with self._read() as s:
-            return _claims.all_live_leases(s, self._now(s), limit)
+        with self.read_session() as s:
+            return _claims.all_live_leases(s, self.now(s), limit)
 
     # --- reads --------------------------------------------------------------------------
 
     def entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
                 limit: int | None = None) -> list[EntrySummary]:
-        with self._connect() as conn:
+        with self.connection() as conn:
             return queries.list_entries(conn, cell_glob, fingerprint_key, limit)
 
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of these entry keys are indexed (primary-key lookups, a few hundred keys
         per query): what a run needs, never every key."""
-        with self._read() as s:
+        with self.read_session() as s:
             return record.existing_entry_keys(s, sorted(set(keys)))
 
     def entry_key_pages(self, size: int = queries.KEY_PAGE) -> Iterator[list[str]]:
@@ -255,7 +268,7 @@ class Index:
         deleted from between reads)."""
         after: str | None = None
         while True:
-            with self._read() as s:
+            with self.read_session() as s:
                 page = queries.entry_keys_after(s, after, size)
             if not page:
                 return
@@ -265,11 +278,11 @@ class Index:
     def restored_fingerprints(self, since: datetime) -> set[str]:
         """Fingerprint keys an ok/partial restore report (ingested) found entries of at or
         after ``since``."""
-        with self._read() as s:
+        with self.read_session() as s:
             return queries.restored_fingerprint_keys(s, since)
 
     def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
-        with self._connect() as conn:
+        with self.connection() as conn:
             return queries.get_fingerprints(conn, keys)
 
     def find_fingerprints(self, prefix: str) -> dict[str, Fingerprint]:
@@ -279,19 +292,37 @@ class Index:
         from neffcache.index.tables import fingerprints
 
         key = fingerprints.c.key
-        with self._connect() as conn:
+        with self.connection() as conn:
             keys = list(conn.scalars(select(key).where(queries.key_prefix_clause(key, prefix))
                                      .order_by(key).limit(10)))
             return queries.get_fingerprints(conn, keys)
 
     def coverage(self, cells: Sequence[Cell],
                  fingerprints: Sequence[Fingerprint] = ()) -> CoverageReport:
-        """Every cell x (the given fingerprints + every fingerprint with an entry or a failure
-        for these cells): ready, failed (latest attempt failed, no entry) or missing."""
+        """Every cell x (the given fingerprints + every fingerprint with an entry, a failure or
+        a live lease for these cells): ready, in_progress (a live lease, no entry), failed
+        (latest attempt failed, no entry) or missing; see ``coverage_grid``."""
         keys = [c.key for c in cells]
-        with self._connect() as conn:
-            facts = _coverage.fetch_coverage_facts(conn, keys, self._now(conn))
+        with self.connection() as conn:
+            facts = _coverage.fetch_coverage_facts(conn, keys, self.now(conn))
         return _coverage.build_coverage(cells, fingerprints, facts)
+
+    def matrix_coverage(self, name: str, *, version: int | None = None,
+                        pattern: str | None = None, offset: int = 0,
+                        limit: int | None = None) -> CoverageGrid:
+        """A page of a registered matrix's coverage (the API's grid): the statuses and counts
+        of ``coverage`` for its cells matching ``pattern``, columns in first-seen order, plus
+        the fingerprints its restore reports named; see ``coverage_grid.matrix_coverage``.
+        NotFoundError for an unknown name or version."""
+        with self.connection() as conn:
+            return _coverage.matrix_coverage(conn, self.now(conn), name, version=version,
+                                             pattern=pattern, offset=offset, limit=limit)
+
+    def coverage_summaries(self) -> list[CoverageGrid]:
+        """Coverage counts (no rows) of the current version of every registered matrix, from
+        the aggregates: the dashboard's summary and /metrics."""
+        with self.connection() as conn:
+            return _coverage.coverage_summaries(conn, self.now(conn))
 
 
 def open_index(url: str, *, auto_upgrade: bool) -> Index:

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, delete, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Exists, and_, delete, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
-from neffcache.index.coverage import live_lease
+from neffcache.index.coverage_grid import live_lease
 from neffcache.index.models import CellClaimRow, CellFailureRow, CellRow, EntryRow
 from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells
 from neffcache.index.values import ClaimResult, Lease, LiveLease
@@ -29,12 +29,12 @@ from neffcache.matrix import Cell
 C = CellClaimRow
 
 
-def _free(now: datetime) -> object:
+def _free(now: datetime) -> ColumnElement[bool]:
     """No live lease: never claimed, released, or its holder stopped renewing it."""
     return or_(C.holder.is_(None), C.expires_at <= now)
 
 
-def _has_entry() -> object:
+def _has_entry() -> Exists:
     return exists().where(EntryRow.cell_key == C.cell_key,
                           EntryRow.fingerprint_key == C.fingerprint_key)
 
@@ -104,7 +104,7 @@ def claim_next(session: Session, cell_keys: Sequence[str], fingerprint_key: str,
     return ClaimResult(None, int(live))
 
 
-def _mine(lease: Lease) -> object:
+def _mine(lease: Lease) -> ColumnElement[bool]:
     return and_(C.cell_key == lease.cell_key, C.fingerprint_key == lease.fingerprint_key,
                 C.holder == lease.holder)
 

@@ -11,13 +11,13 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from neffcache.errors import NeffcacheError, NotFoundError, ReportError
 from neffcache.index.api import Index
 from neffcache.index.reindex import read_objects
+from neffcache.index.shapes import IngestDoc
 from neffcache.reports import MAX_BYTES, Report, date_prefixes, decode_report, report_id_of
-from neffcache.store.base import REPORTS, Store
+from neffcache.store import REPORTS, Store
 
 BATCH = 200  # reports ingested per transaction
 
@@ -39,7 +39,7 @@ class IngestResult:
     invalid: tuple[InvalidReport, ...] = ()
     settled: frozenset[str] = field(default=frozenset(), compare=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> IngestDoc:
         return {"scanned": self.scanned, "added": self.added,
                 "already_ingested": self.already_ingested,
                 "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid]}

@@ -10,20 +10,25 @@ current again (``registered_at`` moves to now). Versions count from 1 per name.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from neffcache.canonical import digest_of
-from neffcache.errors import MatrixError, NotFoundError
+from neffcache.errors import MatrixError
 from neffcache.index.api import Index
+from neffcache.index.matrix_reads import (
+    cell_refs_in,
+    cells_in,
+    choose_version,
+    current_versions_in,
+    toml_in,
+    versions_in,
+)
 from neffcache.index.ops_values import MatrixVersion
-from neffcache.index.tables import cells as C
 from neffcache.index.tables import matrices as M
-from neffcache.index.tables import matrix_cells as MC
-from neffcache.index.values import as_utc
 from neffcache.matrix import Cell, Matrix
 
 if TYPE_CHECKING:
@@ -61,7 +66,7 @@ def register_matrix(index: Index, matrix: Matrix, text: str,
     safe to call from several precompile shards at once."""
     name = (name or matrix_name_of(matrix))[:255]
     digest = matrix_digest(text, matrix.source)
-    with index._write() as s:  # noqa: SLF001 - neffcache.index-internal
+    with index.write_session() as s:
         changed = _save(s, matrix, text, name, digest)
     found = [v for v in matrix_versions(index, name) if v.digest == digest]
     v = found[0]
@@ -101,76 +106,35 @@ def _current_id(s: Any, name: str) -> int | None:
 
 def matrix_versions(index: Index, name: str) -> list[MatrixVersion]:
     """Every version of a matrix, oldest first (empty if the name is unknown)."""
-    with index._connect() as s:  # noqa: SLF001
-        rows = s.execute(select(M.c.id, M.c.digest, M.c.backend, M.c.registered_at)
-                         .where(M.c.name == name).order_by(M.c.id)).all()
-        counts = _cell_counts(s, [r.id for r in rows])
-    if not rows:
-        return []
-    current = max(rows, key=lambda r: (as_utc(r.registered_at), r.id)).id
-    return [MatrixVersion(r.id, name, n, r.digest, r.backend, counts.get(r.id, 0),
-                          as_utc(r.registered_at), r.id == current)  # type: ignore[arg-type]
-            for n, r in enumerate(rows, 1)]
-
-
-def _cell_counts(s: Any, ids: Sequence[int]) -> dict[int, int]:
-    if not ids:
-        return {}
-    return dict(s.execute(select(MC.c.matrix_id, func.count())
-                          .where(MC.c.matrix_id.in_(ids))
-                          .group_by(MC.c.matrix_id)).all())
+    with index.connection() as conn:
+        return versions_in(conn, name)
 
 
 def list_matrices(index: Index) -> list[MatrixVersion]:
     """The current version of every registered matrix, by name (two queries in all)."""
-    with index._connect() as s:  # noqa: SLF001
-        rows = s.execute(select(M.c.id, M.c.name, M.c.digest, M.c.backend, M.c.registered_at)
-                         .order_by(M.c.name, M.c.id)).all()
-        by_name: dict[str, list[Any]] = {}
-        for r in rows:
-            by_name.setdefault(r.name, []).append(r)
-        current = {name: max(enumerate(rs, 1), key=lambda x: (as_utc(x[1].registered_at),
-                                                              x[1].id))
-                   for name, rs in by_name.items()}
-        counts = _cell_counts(s, [r.id for _, r in current.values()])
-    return [MatrixVersion(r.id, name, n, r.digest, r.backend, counts.get(r.id, 0),
-                          as_utc(r.registered_at), True)  # type: ignore[arg-type]
-            for name, (n, r) in sorted(current.items())]
+    with index.connection() as conn:
+        return current_versions_in(conn)
 
 
 def get_matrix(index: Index, name: str, version: int | None = None, *,
                with_toml: bool = False) -> MatrixVersion:
     """A matrix's current version (or ``version``); NotFoundError names what is unknown."""
-    versions = matrix_versions(index, name)
-    if not versions:
-        raise NotFoundError(f"matrix {name!r}: not registered (neffcache matrix register FILE)")
-    if version is None:
-        chosen = next(v for v in versions if v.current)
-    elif 1 <= version <= len(versions):
-        chosen = versions[version - 1]
-    else:
-        raise NotFoundError(f"matrix {name!r}: no version {version} "
-                            f"(versions 1..{len(versions)})")
-    if not with_toml:
-        return chosen
-    with index._connect() as s:  # noqa: SLF001
-        text = s.scalar(select(M.c.toml).where(M.c.id == chosen.id))
-    return MatrixVersion(chosen.id, chosen.name, chosen.version, chosen.digest, chosen.backend,
-                         chosen.cell_count, chosen.registered_at, chosen.current, False, text)
+    with index.connection() as conn:
+        chosen = choose_version(versions_in(conn, name), name, version)
+        if not with_toml:
+            return chosen
+        text = toml_in(conn, chosen.id)
+    return replace(chosen, toml=text)
 
 
 def matrix_cell_refs(index: Index, matrix_id: int) -> list[tuple[str, str]]:
     """(cell id, cell key) of a registered version, in declared order."""
-    with index._connect() as s:  # noqa: SLF001
-        return [(i, k) for i, k in s.execute(
-            select(C.c.id, C.c.key).select_from(C.join(MC, MC.c.cell_key == C.c.key))
-            .where(MC.c.matrix_id == matrix_id).order_by(MC.c.position))]
+    with index.connection() as conn:
+        return cell_refs_in(conn, matrix_id)
 
 
 def registered_cells(index: Index, name: str, version: int | None = None) -> tuple[Cell, ...]:
     """The cells of a registered matrix, in declared order: pass them to ``Index.coverage``."""
-    v = get_matrix(index, name, version)
-    with index._connect() as s:  # noqa: SLF001
-        rows = s.scalars(select(C.c.json).select_from(C.join(MC, MC.c.cell_key == C.c.key))
-                         .where(MC.c.matrix_id == v.id).order_by(MC.c.position))
-        return tuple(Cell.from_json(j) for j in rows)
+    with index.connection() as conn:
+        v = choose_version(versions_in(conn, name, counts=False), name, version)
+        return cells_in(conn, v.id)

@@ -1,6 +1,6 @@
-"""Read queries for the ops surface (HTTP API, dashboard, metrics): coverage grids of
-registered matrices, fingerprint and SDK totals, precompile runs, failures, restore reports
-and restore outcome aggregates. Each is a few set-based queries, never one per cell."""
+"""Read queries for the ops surface (HTTP API, dashboard, metrics): fingerprint and SDK
+totals, precompile runs, failures, restore reports and restore outcome aggregates (coverage
+is ``coverage_grid``'s). Each is a few set-based queries, never one per cell."""
 
 from __future__ import annotations
 
@@ -15,18 +15,15 @@ from sqlalchemy.orm import Session
 
 from neffcache.errors import NotFoundError
 from neffcache.index.api import Index
-from neffcache.index.matrices import get_matrix, list_matrices, matrix_cell_refs
 from neffcache.index.models import (
     CellFailureRow,
     CellRow,
-    CoverageCountRow,
     EntryRow,
     FingerprintCountRow,
     FingerprintRow,
     MatrixCellRow,
     MatrixRow,
     PrecompileRunRow,
-    ReportFingerprintRow,
     RestoreCountRow,
     RestoreReportRow,
 )
@@ -35,9 +32,7 @@ from neffcache.index.ops_values import (
     NO_ENTRY,
     OTHER_FINGERPRINT,
     OUTCOMES,
-    CoverageGrid,
     FailureRecord,
-    FingerprintCounts,
     FingerprintInfo,
     FingerprintStats,
     IndexTotals,
@@ -46,7 +41,6 @@ from neffcache.index.ops_values import (
     RestorePoint,
     RestoreRecord,
     RunSummary,
-    build_grid,
     build_timeline,
     miss_kind,
     restore_outcome,
@@ -63,21 +57,6 @@ def _fingerprint_info(key: str, backend: str, fields: dict[str, Any],
                            as_utc(first_seen))
 
 
-def _matrix_pairs(s: Session, matrix_id: int) -> tuple[set[tuple[str, str]],
-                                                        set[tuple[str, str]]]:
-    """(cell key, fingerprint key) pairs with an entry, and pairs with a failure, for the
-    cells of one matrix version."""
-    in_matrix = select(MatrixCellRow.cell_key).where(MatrixCellRow.matrix_id == matrix_id)
-    ready = {(c, f) for c, f in s.execute(
-        select(EntryRow.cell_key, EntryRow.fingerprint_key)
-        .join(MatrixCellRow, MatrixCellRow.cell_key == EntryRow.cell_key)
-        .where(MatrixCellRow.matrix_id == matrix_id))}
-    failed = {(c, f) for c, f in s.execute(
-        select(CellFailureRow.cell_key, CellFailureRow.fingerprint_key)
-        .where(CellFailureRow.cell_key.in_(in_matrix)).distinct())}
-    return ready, failed
-
-
 def _columns(s: Session, keys: set[str]) -> list[FingerprintInfo]:
     """Fingerprints by first appearance (then backend, SDK version, key): the grid's
     column order."""
@@ -91,66 +70,9 @@ def _columns(s: Session, keys: set[str]) -> list[FingerprintInfo]:
                                         f.sdk_version, f.key))
 
 
-def _reported(s: Session, names: Sequence[str]) -> dict[str, set[str]]:
-    """Fingerprints restore reports named, per matrix name."""
-    out: dict[str, set[str]] = {}
-    if names:
-        for name, fp in s.execute(select(ReportFingerprintRow.matrix,
-                                         ReportFingerprintRow.fingerprint_key)
-                                  .where(ReportFingerprintRow.matrix.in_(sorted(set(names))))):
-            out.setdefault(name, set()).add(fp)
-    return out
-
-
-def coverage_grid(index: Index, name: str, *, version: int | None = None,
-                  pattern: str | None = None, offset: int = 0,
-                  limit: int | None = None) -> CoverageGrid:
-    """A registered matrix's cells (matching the glob ``pattern``) x every fingerprint with
-    an entry or a failure for any of its cells, or that a restore report of this matrix
-    named (the fleet's fingerprints, even at 0 %); counts over all matching cells, rows for
-    ``offset``..``offset + limit``."""
-    v = get_matrix(index, name, version)
-    cells = matrix_cell_refs(index, v.id)
-    with index._read() as s:  # noqa: SLF001 - neffcache.index-internal
-        ready, failed = _matrix_pairs(s, v.id)
-        reported = _reported(s, [name]).get(name, set())
-        columns = _columns(s, {fp for _, fp in ready} | {fp for _, fp in failed} | reported)
-    return build_grid(v, cells, columns, ready, failed, pattern=pattern, offset=offset,
-                      limit=limit)
-
-
-def coverage_summaries(index: Index) -> list[CoverageGrid]:
-    """Counts (no rows) for the current version of every registered matrix, from the
-    aggregates: a few small queries whatever the size of the index."""
-    versions = list_matrices(index)
-    ids = [v.id for v in versions]
-    with index._read() as s:  # noqa: SLF001
-        counts: dict[int, dict[str, tuple[int, int]]] = {}
-        for matrix_id, fp, ready, failed in s.execute(
-                select(CoverageCountRow.matrix_id, CoverageCountRow.fingerprint_key,
-                       CoverageCountRow.ready, CoverageCountRow.failed)
-                .where(CoverageCountRow.matrix_id.in_(ids))):
-            if ready or failed:
-                counts.setdefault(matrix_id, {})[fp] = (int(ready), int(failed))
-        reported = _reported(s, [v.name for v in versions])
-        keys = {fp for c in counts.values() for fp in c} | {
-            fp for fps in reported.values() for fp in fps}
-        columns = _columns(s, keys)
-    grids = []
-    for v in versions:
-        mine = counts.get(v.id, {})
-        wanted = set(mine) | reported.get(v.name, set())
-        fps = tuple(FingerprintCounts(
-            f.key, f.backend, f.sdk_version, mine.get(f.key, (0, 0))[0],
-            mine.get(f.key, (0, 0))[1],
-            v.cell_count - sum(mine.get(f.key, (0, 0)))) for f in columns if f.key in wanted)
-        grids.append(CoverageGrid(v, None, v.cell_count, 0, 0, fps, ()))
-    return grids
-
-
 def fingerprint_stats(index: Index) -> list[FingerprintStats]:
     """Every fingerprint with its entry count and bytes, oldest first."""
-    with index._read() as s:  # noqa: SLF001
+    with index.read_session() as s:
         totals = {k: (int(n), int(b)) for k, n, b in s.execute(
             select(FingerprintCountRow.fingerprint_key, FingerprintCountRow.entries,
                    FingerprintCountRow.total_bytes))}
@@ -159,7 +81,7 @@ def fingerprint_stats(index: Index) -> list[FingerprintStats]:
 
 
 def index_totals(index: Index) -> IndexTotals:
-    with index._read() as s:  # noqa: SLF001
+    with index.read_session() as s:
         n_entries, n_bytes = s.execute(select(func.sum(FingerprintCountRow.entries),
                                               func.sum(FingerprintCountRow.total_bytes))).one()
 
@@ -176,7 +98,7 @@ def index_totals(index: Index) -> IndexTotals:
 
 def list_runs(index: Index, limit: int = 50, matrix: str | None = None) -> list[RunSummary]:
     """Precompile runs, newest first, with how many failures each recorded."""
-    with index._read() as s:  # noqa: SLF001
+    with index.read_session() as s:
         stmt = (select(PrecompileRunRow).order_by(PrecompileRunRow.started_at.desc(),
                                                   PrecompileRunRow.id).limit(limit))
         if matrix:
@@ -192,7 +114,7 @@ def list_runs(index: Index, limit: int = 50, matrix: str | None = None) -> list[
 
 
 def get_run(index: Index, run_id: str) -> RunSummary:
-    with index._read() as s:  # noqa: SLF001
+    with index.read_session() as s:
         r = s.get(PrecompileRunRow, run_id)
         if r is None:
             raise NotFoundError(f"precompile run {run_id!r}: not in the index")
@@ -224,7 +146,7 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
                      .exists())
         stmt = stmt.where(f.id.in_(latest), ~has_entry)
     out: list[FailureRecord] = []
-    with index._read() as s:  # noqa: SLF001
+    with index.read_session() as s:
         exact = True
         if cell_glob:
             clause, exact = glob_clause(s, CellRow.id, cell_glob)
@@ -251,7 +173,7 @@ def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
         stmt = stmt.where(r.host == host)
     if matrix:
         stmt = stmt.where(r.matrix == matrix)
-    with index._read() as s:  # noqa: SLF001
+    with index.read_session() as s:
         return [RestoreRecord(row.id, as_utc(row.created_at), row.host,  # type: ignore[arg-type]
                               row.fingerprint_key, row.matrix, row.cells_restored,
                               row.cells_missing, tuple(str(c) for c in (row.missing or ())),
@@ -274,7 +196,7 @@ def restore_outcomes(index: Index,
     nbytes = dict.fromkeys(OUTCOMES, 0)
     kinds = {o: {NO_ENTRY: 0, OTHER_FINGERPRINT: 0} for o in OUTCOMES}
     per_bucket = {o: [0] * (len(bounds) + 1) for o in OUTCOMES}
-    with index._read() as s:  # noqa: SLF001
+    with index.read_session() as s:
         for code, any_restored, bucket, n, secs, size in s.execute(stmt):
             o = restore_outcome(int(code), int(any_restored), 0)
             count[o] += int(n or 0)
@@ -309,7 +231,7 @@ def restore_timeline(index: Index, *, days: int = 14, step: str = "day",
         def step_of(h: datetime) -> datetime:
             return h.replace(hour=0)
     c = RestoreCountRow
-    with index._read() as s:  # noqa: SLF001
+    with index.read_session() as s:
         rows = [(as_utc(p), code, any_restored, n) for p, code, any_restored, n in s.execute(
             select(c.period_start, c.exit_code, c.restored_any, func.sum(c.restores))
             .where(c.period_start >= first)

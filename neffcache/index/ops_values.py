@@ -1,21 +1,41 @@
 """What the ops queries return (matrix versions, coverage grids, fingerprint and SDK totals,
 precompile runs, failures, restore reports) and the pure rules behind them.
 
-Pure: no SQLAlchemy, no I/O. ``to_json`` fields are a contract (add, never rename).
+Pure: no SQLAlchemy, no I/O. ``to_json`` builds the documents declared in ``shapes`` (the
+fields are a contract: add, never rename).
 """
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-from neffcache.index.values import FAILED, MISSING, READY, iso
+from neffcache.index.shapes import (
+    CoverageGridDoc,
+    FailureDoc,
+    FingerprintCountsDoc,
+    FingerprintDoc,
+    GridRowDoc,
+    MatrixCoverageDoc,
+    MatrixDoc,
+    Outcome,
+    RestoreDoc,
+    RestoreOutcomeDoc,
+    RestorePointDoc,
+    RunDoc,
+    SdkBytesDoc,
+    Status,
+    TotalsDoc,
+)
+from neffcache.index.values import iso
 
-HIT, PARTIAL, MISS, ERROR = "hit", "partial", "miss", "error"
-OUTCOMES = (HIT, PARTIAL, MISS, ERROR)
+HIT: Final = "hit"
+PARTIAL: Final = "partial"
+MISS: Final = "miss"
+ERROR: Final = "error"
+OUTCOMES: tuple[Outcome, ...] = (HIT, PARTIAL, MISS, ERROR)
 # Upper bounds (seconds) of the restore-duration histogram; +Inf is implied.
 DURATION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # Fingerprint field that names the SDK a backend's entries were built with.
@@ -31,7 +51,7 @@ def miss_kind(exit_code: int) -> str | None:
     return {3: NO_ENTRY, 5: OTHER_FINGERPRINT}.get(exit_code)
 
 
-def restore_outcome(exit_code: int, cells_restored: int, cells_missing: int) -> str:
+def restore_outcome(exit_code: int, cells_restored: int, cells_missing: int) -> Outcome:
     """hit: every requested cell in place; partial: some restored, some not; miss: nothing
     restored because entries were missing (exit 3 or 5); error: anything else."""
     if exit_code == 0:
@@ -64,11 +84,11 @@ class MatrixVersion:
     changed: bool = False  # set by register_matrix: this registration made it current
     toml: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        doc = {"name": self.name, "version": self.version, "sha256": self.digest,
-               "backend": self.backend, "cells": self.cell_count,
-               "registered_at": iso(self.registered_at), "current": self.current,
-               "changed": self.changed}
+    def to_json(self) -> MatrixDoc:
+        doc: MatrixDoc = {"name": self.name, "version": self.version, "sha256": self.digest,
+                          "backend": self.backend, "cells": self.cell_count,
+                          "registered_at": iso(self.registered_at), "current": self.current,
+                          "changed": self.changed}
         if self.toml is not None:
             doc["toml"] = self.toml
         return doc
@@ -84,25 +104,26 @@ class FingerprintCounts:
     ready: int
     failed: int
     missing: int
+    in_progress: int = 0
 
     @property
     def ratio(self) -> float:
-        total = self.ready + self.failed + self.missing
+        total = self.ready + self.failed + self.missing + self.in_progress
         return self.ready / total if total else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FingerprintCountsDoc:
         return {"key": self.key, "backend": self.backend, "sdk_version": self.sdk_version,
                 "ready": self.ready, "failed": self.failed, "missing": self.missing,
-                "ratio": round(self.ratio, 6)}
+                "in_progress": self.in_progress, "ratio": round(self.ratio, 6)}
 
 
 @dataclass(frozen=True, slots=True)
 class GridRow:
     cell_id: str
     cell_key: str
-    statuses: tuple[str, ...]  # one per fingerprint column, in column order
+    statuses: tuple[Status, ...]  # one per fingerprint column, in column order
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> GridRowDoc:
         return {"cell_id": self.cell_id, "cell_key": self.cell_key,
                 "statuses": list(self.statuses)}
 
@@ -120,12 +141,18 @@ class CoverageGrid:
     fingerprints: tuple[FingerprintCounts, ...]
     rows: tuple[GridRow, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CoverageGridDoc:
         return {"matrix": self.matrix.name, "version": self.matrix.version,
                 "sha256": self.matrix.digest, "cells_pattern": self.pattern,
                 "total_cells": self.total_cells, "offset": self.offset, "limit": self.limit,
                 "fingerprints": [f.to_json() for f in self.fingerprints],
                 "rows": [r.to_json() for r in self.rows]}
+
+    def counts_json(self) -> MatrixCoverageDoc:
+        """The counts without rows (/api/summary's coverage)."""
+        return {"matrix": self.matrix.name, "version": self.matrix.version,
+                "cells": self.total_cells,
+                "fingerprints": [f.to_json() for f in self.fingerprints]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,30 +164,6 @@ class FingerprintInfo:
     first_seen_at: datetime | None
 
 
-def build_grid(matrix: MatrixVersion, cells: Sequence[tuple[str, str]],
-               columns: Sequence[FingerprintInfo], ready: set[tuple[str, str]],
-               failed: set[tuple[str, str]], *, pattern: str | None = None,
-               offset: int = 0, limit: int | None = None) -> CoverageGrid:
-    """Pure: statuses of ``cells`` ((id, key) pairs) under ``columns``. A (cell key,
-    fingerprint key) pair in ``ready`` has an entry; in ``failed`` (and not ready) its latest
-    attempt failed; otherwise it is missing — the same rule as ``Index.coverage``."""
-    chosen = [c for c in cells if not pattern or fnmatch.fnmatchcase(c[0], pattern)]
-    counts = [[0, 0, 0] for _ in columns]
-    keys = [f.key for f in columns]
-    for _cell_id, cell_key in chosen:
-        for j, fp_key in enumerate(keys):
-            pair = (cell_key, fp_key)
-            counts[j][0 if pair in ready else 1 if pair in failed else 2] += 1
-    stop = len(chosen) if limit is None else offset + limit
-    rows = tuple(GridRow(cell_id, cell_key, tuple(
-        READY if (cell_key, k) in ready else FAILED if (cell_key, k) in failed else MISSING
-        for k in keys)) for cell_id, cell_key in chosen[offset:stop])
-    fps = tuple(FingerprintCounts(f.key, f.backend, f.sdk_version, *c)
-                for f, c in zip(columns, counts, strict=True))
-    return CoverageGrid(matrix, pattern, len(chosen), offset,
-                        len(chosen) if limit is None else limit, fps, rows)
-
-
 @dataclass(frozen=True, slots=True)
 class FingerprintStats:
     """A fingerprint with what the index holds for it."""
@@ -169,7 +172,7 @@ class FingerprintStats:
     entries: int
     total_bytes: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FingerprintDoc:
         i = self.info
         return {"key": i.key, "backend": i.backend, "sdk_version": i.sdk_version,
                 "fields": dict(i.fields), "first_seen_at": iso(i.first_seen_at),
@@ -186,7 +189,7 @@ class SdkBytes:
     entries: int
     total_bytes: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SdkBytesDoc:
         return {"backend": self.backend, "sdk_version": self.sdk_version,
                 "fingerprints": self.fingerprints, "entries": self.entries,
                 "total_bytes": self.total_bytes}
@@ -216,7 +219,7 @@ class RunSummary:
     cells_failed: int | None
     failures_recorded: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunDoc:
         return {"id": self.id, "started_at": iso(self.started_at),
                 "finished_at": iso(self.finished_at), "host": self.host,
                 "fingerprint_key": self.fingerprint_key, "matrix": self.matrix,
@@ -237,7 +240,7 @@ class FailureRecord:
     log_tail: str
     failed_at: datetime
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FailureDoc:
         return {"cell_id": self.cell_id, "cell_key": self.cell_key,
                 "fingerprint_key": self.fingerprint_key, "run_id": self.run_id,
                 "exit_status": self.exit_status, "seconds": self.seconds,
@@ -263,10 +266,10 @@ class RestoreRecord:
     exit_code: int
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         return restore_outcome(self.exit_code, self.cells_restored, self.cells_missing)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RestoreDoc:
         return {"id": self.id, "created_at": iso(self.created_at), "host": self.host,
                 "fingerprint_key": self.fingerprint_key, "matrix": self.matrix,
                 "outcome": self.outcome, "cells_restored": self.cells_restored,
@@ -280,7 +283,7 @@ class RestoreRecord:
 class RestoreOutcomeStats:
     """Restores with one outcome: how many, total seconds and bytes, cumulative buckets."""
 
-    outcome: str
+    outcome: Outcome
     count: int
     seconds_sum: float
     bytes_sum: int
@@ -288,7 +291,7 @@ class RestoreOutcomeStats:
     no_entry: int = 0  # of ``count``: restores that missed cells nothing was built for
     other_fingerprint: int = 0  # ... whose cells were built only for other fingerprints
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RestoreOutcomeDoc:
         return {"outcome": self.outcome, "count": self.count,
                 "no_entry": self.no_entry, "other_fingerprint": self.other_fingerprint,
                 "seconds_sum": round(self.seconds_sum, 6), "bytes_sum": self.bytes_sum,
@@ -306,7 +309,7 @@ class IndexTotals:
     runs: int
     restores: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TotalsDoc:
         return {"entries": self.entries, "total_bytes": self.total_bytes,
                 "fingerprints": self.fingerprints, "cells": self.cells,
                 "matrices": self.matrices, "runs": self.runs, "restores": self.restores}
@@ -323,7 +326,7 @@ class RestorePoint:
     miss_other_fingerprint: int
     error: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RestorePointDoc:
         return {"start": iso(self.start), "hit": self.hit, "partial": self.partial,
                 "miss_no_entry": self.miss_no_entry,
                 "miss_other_fingerprint": self.miss_other_fingerprint, "error": self.error}

@@ -123,7 +123,7 @@ def list_entries(conn: Any, cell_glob: str | None = None,
         return _run(conn, listing(e.c.cell_key), None, limit)
     clause, exact = glob_clause(conn, c.c.id, cell_glob)
     check = None if exact else cell_glob  # LIKE ignores [...] classes: fnmatch re-checks
-    plan = _walk_plan(conn, clause, limit, bool(fingerprint_key)) if limit else None
+    plan = walk_plan(conn, clause, limit, bool(fingerprint_key)) if limit else None
     if plan is not None:
         budget, sorted_rows = plan
         # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot
@@ -164,7 +164,7 @@ def _run(conn: Any, stmt: Any, check: str | None, limit: int | None) -> list[Ent
     return out
 
 
-def _walk_plan(conn: Any, cell_clause: Any, limit: int,
+def walk_plan(conn: Any, cell_clause: Any, limit: int,
                by_fingerprint: bool) -> tuple[int, int] | None:
     """(how many of the newest entries to walk first, how many rows sorting the matches
     reads) if walking reads fewer rows than sorting them, else None. Estimated from how many

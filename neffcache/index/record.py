@@ -108,7 +108,7 @@ def save_entries(session: Session, manifests: Sequence[Manifest], store_url: str
     blobs = {f.sha256: f.size for m in new for f in m.files}
     insert_if_absent(session, BlobRow, [{"sha256": s, "size": n} for s, n in sorted(blobs.items())])
     url = strip_credentials(store_url)
-    entry_rows = [{
+    entry_rows: list[dict[str, Any]] = [{
         "entry_key": m.entry_key, "cell_key": m.cell.key, "fingerprint_key": m.fingerprint.key,
         "store_url": url, "total_bytes": m.total_bytes, "file_count": len(m.files),
         "compile_seconds": m.compile_seconds, "producer": dict(m.producer),

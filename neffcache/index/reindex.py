@@ -13,7 +13,7 @@ from neffcache.errors import ManifestError, NotFoundError
 from neffcache.index.api import Index
 from neffcache.index.values import InvalidManifest, ReindexResult
 from neffcache.manifest import Manifest, decode_manifest
-from neffcache.store.base import MANIFESTS, Store, entry_key_of, manifest_key
+from neffcache.store import MANIFESTS, Store, entry_key_of, manifest_key
 
 READERS = 8  # manifests fetched in parallel (S3 latency dominates)
 BATCH = 200  # manifests indexed per transaction

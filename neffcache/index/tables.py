@@ -14,6 +14,7 @@ UTC_TS = DateTime(timezone=True)
 fingerprints = table(
     "fingerprints",
     column("key", String(KEY)), column("backend", String(32)), column("fields", JSON),
+    column("first_seen_at", UTC_TS),
 )
 
 cells = table(
@@ -58,4 +59,16 @@ matrix_cells = table(
     column("position", Integer),
 )
 
-ALL = (fingerprints, cells, entries, cell_failures, cell_claims, matrices, matrix_cells)
+coverage_counts = table(
+    "coverage_counts",
+    column("matrix_id", Integer), column("fingerprint_key", String(KEY)),
+    column("ready", BigInteger), column("failed", BigInteger),
+)
+
+report_fingerprints = table(
+    "report_fingerprints",
+    column("matrix", String(255)), column("fingerprint_key", String(KEY)),
+)
+
+ALL = (fingerprints, cells, entries, cell_failures, cell_claims, matrices, matrix_cells,
+       coverage_counts, report_fingerprints)

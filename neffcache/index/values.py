@@ -1,16 +1,29 @@
-"""What index queries return: frozen dataclasses with ``to_json`` (the JSON fields are a
-contract: add, never rename). Pure; no SQLAlchemy here."""
+"""What index queries return: frozen dataclasses with ``to_json`` (the documents are declared
+once in ``shapes``; the JSON fields are a contract: add, never rename). Pure; no SQLAlchemy."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Final
 
-READY, FAILED, MISSING = "ready", "failed", "missing"
-IN_PROGRESS = "in_progress"  # no entry yet, and a worker holds a live lease on it
-STATUSES = (READY, IN_PROGRESS, FAILED, MISSING)
+from neffcache.index.shapes import (
+    CoverageFingerprintDoc,
+    CoverageReportDoc,
+    CoverageRowDoc,
+    EntryDoc,
+    InProgressDoc,
+    ReindexDoc,
+    SchemaStateDoc,
+    Status,
+)
+
+READY: Final = "ready"  # an entry exists
+IN_PROGRESS: Final = "in_progress"  # no entry yet, and a worker holds a live lease on it
+FAILED: Final = "failed"  # no entry, no live lease, and the latest warm-up failed
+MISSING: Final = "missing"  # never warmed
+STATUSES: tuple[Status, ...] = (READY, IN_PROGRESS, FAILED, MISSING)
 
 
 BATCH = 500  # rows per IN (...) list or multi-row insert; well under every driver's limit
@@ -51,7 +64,7 @@ class EntrySummary:
     last_used_at: datetime | None = None  # newest ingested restore report that found it
     restore_count: int = 0  # ingested ok/partial restore reports that found it
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> EntryDoc:
         return {
             "entry_key": self.entry_key, "cell_id": self.cell_id, "cell_key": self.cell_key,
             "fingerprint_key": self.fingerprint_key, "backend": self.backend,
@@ -80,7 +93,7 @@ class CoverageFingerprint:
     def short(self) -> str:
         return self.key[:12]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CoverageFingerprintDoc:
         return {"key": self.key, "backend": self.backend, "fields": dict(self.fields),
                 "here": self.here, "ready": self.ready, "failed": self.failed,
                 "missing": self.missing, "in_progress": self.in_progress}
@@ -95,7 +108,7 @@ class CoverageRow:
     cell_id: str
     cell_key: str
     fingerprint_key: str
-    status: str
+    status: Status
     entry_key: str | None = None
     total_bytes: int | None = None
     exit_status: int | None = None
@@ -105,7 +118,7 @@ class CoverageRow:
     since: datetime | None = None  # in_progress: when it was claimed
     lease_expires_at: datetime | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CoverageRowDoc:
         return {"cell_id": self.cell_id, "cell_key": self.cell_key,
                 "fingerprint_key": self.fingerprint_key, "status": self.status,
                 "entry_key": self.entry_key, "total_bytes": self.total_bytes,
@@ -135,7 +148,7 @@ class CoverageReport:
                 return r
         raise KeyError((cell_key, fingerprint_key))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CoverageReportDoc:
         return {"cells": [{"id": i, "key": k} for i, k in self.cells],
                 "fingerprints": [f.to_json() for f in self.fingerprints],
                 "rows": [r.to_json() for r in self.rows]}
@@ -157,7 +170,7 @@ class ReindexResult:
     removed: int
     invalid: tuple[InvalidManifest, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReindexDoc:
         return {"scanned": self.scanned, "added": self.added,
                 "already_indexed": self.already_indexed, "removed": self.removed,
                 "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid]}
@@ -175,7 +188,7 @@ class SchemaState:
     def up_to_date(self) -> bool:
         return self.current == self.head
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SchemaStateDoc:
         return {"url": self.url, "current": self.current, "head": self.head,
                 "up_to_date": self.up_to_date}
 
@@ -217,7 +230,7 @@ class LiveLease:
     attempts: int
     cell_id: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> InProgressDoc:
         return {"cell_id": self.cell_id, "cell_key": self.cell_key,
                 "fingerprint_key": self.fingerprint_key, "host": self.host,
                 "since": iso(self.claimed_at), "heartbeat_at": iso(self.heartbeat_at),

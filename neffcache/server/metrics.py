@@ -7,6 +7,7 @@ Collector; nothing is counted in this process, so any number of servers agree).
     neffcache_matrix_cells{matrix}                          cells of the current version
     neffcache_coverage_ratio{matrix,fingerprint,backend,sdk_version}     ready / cells
     neffcache_coverage_cells{matrix,fingerprint,backend,sdk_version,status}   cell counts
+                                            (status: ready, in_progress, failed, missing)
     neffcache_failed_cells{matrix,fingerprint}              cells whose warm-up failed
     neffcache_restores_total{outcome}                       restore reports (hit|partial|miss|error)
     neffcache_restore_bytes_total{outcome}                  bytes those restores fetched
@@ -29,9 +30,14 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from neffcache.errors import NeffcacheError
-from neffcache.index import Index
-from neffcache.index import ops_queries as q
-from neffcache.index.ops_values import DURATION_BUCKETS, CoverageGrid, group_by_sdk
+from neffcache.index import (
+    DURATION_BUCKETS,
+    CoverageGrid,
+    Index,
+    fingerprint_stats,
+    group_by_sdk,
+    restore_outcomes,
+)
 
 
 class IndexCollector(Collector):
@@ -65,7 +71,7 @@ def render_metrics(index: Index, registry: CollectorRegistry) -> bytes:
     if b"neffcache_index_up 0.0" in head:
         return head
     try:
-        grids = q.coverage_summaries(index)
+        grids = index.coverage_summaries()
     except NeffcacheError:
         return head
     return head + coverage_text(grids).encode("utf-8")
@@ -92,7 +98,8 @@ def coverage_text(grids: Sequence[CoverageGrid]) -> str:
             base = (f'backend="{_label(f.backend)}",fingerprint="{key}",matrix="{name}",'
                     f'sdk_version="{_label(f.sdk_version)}"')
             ratio.append(f"neffcache_coverage_ratio{{{base}}} {floatToGoString(f.ratio)}")
-            for status, n in (("ready", f.ready), ("failed", f.failed), ("missing", f.missing)):
+            for status, n in (("ready", f.ready), ("in_progress", f.in_progress),
+                              ("failed", f.failed), ("missing", f.missing)):
                 counts.append(f'neffcache_coverage_cells{{{base},status="{status}"}} '
                               f"{floatToGoString(n)}")
             failed.append(f'neffcache_failed_cells{{fingerprint="{key}",matrix="{name}"}} '
@@ -116,7 +123,7 @@ def _storage(ix: Index) -> Iterator[Metric]:
                                 labels=["backend", "sdk_version"])
     size = GaugeMetricFamily("neffcache_entry_bytes", "Bytes of the entries per SDK version.",
                              labels=["backend", "sdk_version"])
-    for s in group_by_sdk(q.fingerprint_stats(ix)):
+    for s in group_by_sdk(fingerprint_stats(ix)):
         entries.add_metric([s.backend, s.sdk_version], s.entries)
         size.add_metric([s.backend, s.sdk_version], s.total_bytes)
     yield entries
@@ -130,7 +137,7 @@ def _restores(ix: Index) -> Iterator[Metric]:
                                labels=["outcome"])
     hist = HistogramMetricFamily("neffcache_restore_duration_seconds",
                                  "How long reported restores took.", labels=["outcome"])
-    for o in q.restore_outcomes(ix):
+    for o in restore_outcomes(ix):
         total.add_metric([o.outcome], o.count)
         size.add_metric([o.outcome], o.bytes_sum)
         buckets = [(_le(b), n) for b, n in zip(DURATION_BUCKETS, o.buckets, strict=True)]

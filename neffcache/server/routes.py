@@ -1,16 +1,42 @@
 """The JSON endpoints of the read-only API (GET only). Each calls one index query and returns
-its ``to_json``; the response models in ``schemas`` document and check the shapes."""
+its ``to_json`` (a document the index declares); the response models in ``schemas``, built
+from those declarations, document and check the shapes."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 
-from neffcache.index import Index
-from neffcache.index import ops_queries as q
-from neffcache.index.matrices import get_matrix, list_matrices, matrix_versions
-from neffcache.index.ops_values import group_by_sdk
+from neffcache.index import (
+    CoverageGridDoc,
+    EntryDoc,
+    FailureDoc,
+    FingerprintDoc,
+    Index,
+    InProgressDoc,
+    MatrixDetail,
+    MatrixDoc,
+    RestoreDoc,
+    RestoreOutcomeDoc,
+    RestorePointDoc,
+    RunDetail,
+    RunDoc,
+    SdkBytesDoc,
+    Summary,
+    fingerprint_stats,
+    get_matrix,
+    get_run,
+    group_by_sdk,
+    index_totals,
+    list_failures,
+    list_matrices,
+    list_restores,
+    list_runs,
+    matrix_versions,
+)
+from neffcache.index import restore_outcomes as outcome_stats
+from neffcache.index import restore_timeline as timeline_points
 from neffcache.server import schemas as m
 
 router = APIRouter(prefix="/api")
@@ -28,90 +54,85 @@ def _index(request: Request) -> Index:
     return index
 
 
-@router.get("/summary", response_model=m.Summary, summary="Totals, coverage per matrix x "
+@router.get("/summary", response_model=m.SummaryModel, summary="Totals, coverage per matrix x "
             "fingerprint, bytes per SDK version, restore outcomes")
-def summary(request: Request) -> dict[str, Any]:
+def summary(request: Request) -> Summary:
     ix = _index(request)
     return {
         "index": request.app.state.index_label,
-        "totals": q.index_totals(ix).to_json(),
-        "coverage": [_coverage_counts(g.to_json()) for g in q.coverage_summaries(ix)],
-        "sdk_versions": [s.to_json() for s in group_by_sdk(q.fingerprint_stats(ix))],
-        "restore_outcomes": [o.to_json() for o in q.restore_outcomes(ix)],
+        "totals": index_totals(ix).to_json(),
+        "coverage": [g.counts_json() for g in ix.coverage_summaries()],
+        "sdk_versions": [s.to_json() for s in group_by_sdk(fingerprint_stats(ix))],
+        "restore_outcomes": [o.to_json() for o in outcome_stats(ix)],
     }
 
 
-def _coverage_counts(grid: dict[str, Any]) -> dict[str, Any]:
-    return {"matrix": grid["matrix"], "version": grid["version"],
-            "cells": grid["total_cells"], "fingerprints": grid["fingerprints"]}
-
-
-@router.get("/matrices", response_model=list[m.MatrixDoc],
+@router.get("/matrices", response_model=m.MatrixDocList,
             summary="The current version of every registered matrix")
-def matrices(request: Request) -> list[dict[str, Any]]:
+def matrices(request: Request) -> list[MatrixDoc]:
     return [v.to_json() for v in list_matrices(_index(request))]
 
 
-@router.get("/matrix", response_model=m.MatrixDetail,
+@router.get("/matrix", response_model=m.MatrixDetailModel,
             summary="One matrix: the chosen version with its TOML, and its history",
             responses={404: {"model": m.ErrorDoc}})
-def matrix(request: Request, name: MatrixName, version: Version = None) -> dict[str, Any]:
+def matrix(request: Request, name: MatrixName, version: Version = None) -> MatrixDetail:
     ix = _index(request)
     chosen = get_matrix(ix, name, version, with_toml=True)
     return {"current": chosen.to_json(),
             "versions": [v.to_json() for v in matrix_versions(ix, name)]}
 
 
-@router.get("/coverage", response_model=m.CoverageGridDoc,
+@router.get("/coverage", response_model=m.CoverageGridModel,
             summary="A page of a matrix's cells x fingerprints, with status counts",
             responses={404: {"model": m.ErrorDoc}})
 def coverage(request: Request, matrix: MatrixName, version: Version = None,
              cells: Glob = None,
              offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-             limit: Annotated[int, Query(ge=0, le=1000)] = 200) -> dict[str, Any]:
-    return q.coverage_grid(_index(request), matrix, version=version, pattern=cells or None,
-                           offset=offset, limit=limit).to_json()
+             limit: Annotated[int, Query(ge=0, le=1000)] = 200) -> CoverageGridDoc:
+    return _index(request).matrix_coverage(matrix, version=version, pattern=cells or None,
+                                           offset=offset, limit=limit).to_json()
 
 
-@router.get("/entries", response_model=list[m.EntryDoc], summary="Entries, newest first")
+@router.get("/entries", response_model=m.EntryList, summary="Entries, newest first")
 def entries(request: Request, cells: Glob = None,
             fingerprint: Annotated[str | None, Query(max_length=64, description=(
                 "A fingerprint key or a prefix of one."))] = None,
-            limit: Limit = 100) -> list[dict[str, Any]]:
+            limit: Limit = 100) -> list[EntryDoc]:
     return [e.to_json() for e in _index(request).entries(cells or None, fingerprint or None,
                                                          limit)]
 
 
-@router.get("/fingerprints", response_model=list[m.FingerprintDoc],
+@router.get("/fingerprints", response_model=m.FingerprintList,
             summary="Every fingerprint with its entries and bytes")
-def fingerprints(request: Request) -> list[dict[str, Any]]:
-    return [s.to_json() for s in q.fingerprint_stats(_index(request))]
+def fingerprints(request: Request) -> list[FingerprintDoc]:
+    return [s.to_json() for s in fingerprint_stats(_index(request))]
 
 
-@router.get("/sdk-versions", response_model=list[m.SdkBytesDoc],
+@router.get("/sdk-versions", response_model=m.SdkBytesList,
             summary="Entries and bytes per backend and SDK version")
-def sdk_versions(request: Request) -> list[dict[str, Any]]:
-    return [s.to_json() for s in group_by_sdk(q.fingerprint_stats(_index(request)))]
+def sdk_versions(request: Request) -> list[SdkBytesDoc]:
+    return [s.to_json() for s in group_by_sdk(fingerprint_stats(_index(request)))]
 
 
-@router.get("/runs", response_model=list[m.RunDoc], summary="Precompile runs, newest first")
+@router.get("/runs", response_model=m.RunList, summary="Precompile runs, newest first")
 def runs(request: Request, matrix: Annotated[str | None, Query(max_length=255)] = None,
-         limit: Limit = 50) -> list[dict[str, Any]]:
-    return [r.to_json() for r in q.list_runs(_index(request), limit, matrix or None)]
+         limit: Limit = 50) -> list[RunDoc]:
+    return [r.to_json() for r in list_runs(_index(request), limit, matrix or None)]
 
 
-@router.get("/run", response_model=m.RunDetail,
+@router.get("/run", response_model=m.RunDetailModel,
             summary="One precompile run and every failure it recorded, with log tails",
             responses={404: {"model": m.ErrorDoc}})
 def run(request: Request, id: Annotated[str, Query(min_length=1, max_length=64)],
-        limit: Limit = 200) -> dict[str, Any]:
+        limit: Limit = 200) -> RunDetail:
     ix = _index(request)
-    summary = q.get_run(ix, id)
-    failures = q.list_failures(ix, run_id=id, current_only=False, limit=limit)
+    summary = get_run(ix, id)
+    failures = list_failures(ix, run_id=id, current_only=False, limit=limit)
     return {"run": summary.to_json(), "failures": [f.to_json() for f in failures]}
 
 
-@router.get("/failures", response_model=list[m.FailureDoc],
+@router.get("/failures", response_model=m.FailureList,
             summary="Failed cells with their log tails, newest first",
             responses={404: {"model": m.ErrorDoc}})
 def failures(request: Request,
@@ -122,42 +143,42 @@ def failures(request: Request,
              all: Annotated[bool, Query(description=(
                  "Every recorded failure, not only the latest of each cell x fingerprint "
                  "that still has no entry."))] = False,
-             limit: Limit = 100) -> list[dict[str, Any]]:
+             limit: Limit = 100) -> list[FailureDoc]:
     ix = _index(request)
     version = get_matrix(ix, matrix) if matrix else None
-    return [f.to_json() for f in q.list_failures(
+    return [f.to_json() for f in list_failures(
         ix, matrix=version, fingerprint_key=fingerprint or None, cell_glob=cells or None,
         current_only=not all, limit=limit)]
 
 
-@router.get("/in-progress", response_model=list[m.InProgressDoc],
+@router.get("/in-progress", response_model=m.InProgressList,
             summary="Cells being warmed now by precompile --claim workers (live leases): "
                     "which host holds each, since when; oldest first")
-def in_progress(request: Request, limit: Limit = 200) -> list[dict[str, Any]]:
+def in_progress(request: Request, limit: Limit = 200) -> list[InProgressDoc]:
     return [lease.to_json() for lease in _index(request).live_leases(limit)]
 
 
-@router.get("/restores", response_model=list[m.RestoreDoc],
+@router.get("/restores", response_model=m.RestoreList,
             summary="Restore reports, newest first")
 def restores(request: Request, host: Annotated[str | None, Query(max_length=255)] = None,
              matrix: Annotated[str | None, Query(max_length=255)] = None,
-             limit: Limit = 50) -> list[dict[str, Any]]:
-    return [r.to_json() for r in q.list_restores(_index(request), limit=limit,
+             limit: Limit = 50) -> list[RestoreDoc]:
+    return [r.to_json() for r in list_restores(_index(request), limit=limit,
                                                  host=host or None, matrix=matrix or None)]
 
 
-@router.get("/restore-outcomes", response_model=list[m.RestoreOutcomeDoc],
+@router.get("/restore-outcomes", response_model=m.RestoreOutcomeList,
             summary="Restores per outcome with duration buckets")
-def restore_outcomes(request: Request) -> list[dict[str, Any]]:
-    return [o.to_json() for o in q.restore_outcomes(_index(request))]
+def restore_outcomes(request: Request) -> list[RestoreOutcomeDoc]:
+    return [o.to_json() for o in outcome_stats(_index(request))]
 
 
-@router.get("/restore-timeline", response_model=list[m.RestorePointDoc],
+@router.get("/restore-timeline", response_model=m.RestorePointList,
             summary="Restores per day (or hour) by outcome, misses split into no entry and "
                     "other fingerprint; empty periods included, oldest first")
 def restore_timeline(request: Request,
                      days: Annotated[int, Query(ge=1, le=90, description=(
                          "How many days back, today included."))] = 14,
                      step: Annotated[Literal["day", "hour"], Query(description=(
-                         "Period of each point (UTC)."))] = "day") -> list[dict[str, Any]]:
-    return [p.to_json() for p in q.restore_timeline(_index(request), days=days, step=step)]
+                         "Period of each point (UTC)."))] = "day") -> list[RestorePointDoc]:
+    return [p.to_json() for p in timeline_points(_index(request), days=days, step=step)]

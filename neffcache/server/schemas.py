@@ -1,14 +1,42 @@
 """Response models of the HTTP API: they document the JSON (served as /openapi.json) and check
-every response against it. Field names follow the index values' ``to_json`` (the contract)."""
+every response against it. Each is generated from the index's declaration of that document
+(a TypedDict of ``neffcache.index``, the same one the CLI's ``--json`` and the values'
+``to_json`` use), so a shape is written once; only the server's own documents (errors,
+health) are declared here."""
 
 from __future__ import annotations
 
-from typing import Literal
+import types
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
-Status = Literal["ready", "in_progress", "failed", "missing"]
-Outcome = Literal["hit", "partial", "miss", "error"]
+from neffcache.index import (
+    CoverageGridDoc,
+    Doc,
+    EntryDoc,
+    FailureDoc,
+    FingerprintDoc,
+    InProgressDoc,
+    MatrixDetail,
+    MatrixDoc,
+    RestoreDoc,
+    RestoreOutcomeDoc,
+    RestorePointDoc,
+    RunDetail,
+    RunDoc,
+    SdkBytesDoc,
+    Summary,
+)
 
 
 class ErrorDoc(BaseModel):
@@ -24,191 +52,78 @@ class Health(BaseModel):
     schema_head: str
 
 
-class MatrixDoc(BaseModel):
-    name: str
-    version: int = Field(description="1 for the first content registered under this name.")
-    sha256: str = Field(description="sha256 of the canonical JSON of the parsed TOML.")
-    backend: str
-    cells: int
-    registered_at: str | None
-    current: bool
-    changed: bool
-    toml: str | None = None
+_MODELS: dict[type, type[BaseModel]] = {}
 
 
-class MatrixDetail(BaseModel):
-    current: MatrixDoc
-    versions: list[MatrixDoc] = Field(description="Every version, oldest first.")
+def model_of(shape: type) -> type[BaseModel]:
+    """The pydantic model of a TypedDict document, of the same name: every key a field (its
+    ``Doc`` the field's description; a key the document may lack defaults to None), nested
+    documents as their models."""
+    if shape in _MODELS:
+        return _MODELS[shape]
+    required = shape.__required_keys__  # type: ignore[attr-defined]
+    fields: dict[str, Any] = {}
+    for name, hint in get_type_hints(shape, include_extras=True).items():
+        tp, description = _unwrap(hint)
+        tp = _convert(tp)
+        if name in required:
+            fields[name] = (tp, Field(description=description))
+        else:
+            fields[name] = (tp | None, Field(None, description=description))
+    model: type[BaseModel] = create_model(shape.__name__, __doc__=shape.__doc__, **fields)
+    _MODELS[shape] = model
+    return model
 
 
-class FingerprintCountsDoc(BaseModel):
-    key: str
-    backend: str
-    sdk_version: str
-    ready: int
-    failed: int
-    missing: int
-    ratio: float = Field(description="ready / cells.")
+def _unwrap(hint: Any) -> tuple[Any, str | None]:
+    if get_origin(hint) is Annotated:
+        tp, *meta = get_args(hint)
+        return tp, next((m.text for m in meta if isinstance(m, Doc)), None)
+    return hint, None
 
 
-class GridRowDoc(BaseModel):
-    cell_id: str
-    cell_key: str
-    statuses: list[Status] = Field(description="One per fingerprint, in column order.")
+def _convert(tp: Any) -> Any:
+    """``tp`` with every TypedDict inside it (lists, dicts, unions) replaced by its model."""
+    if isinstance(tp, type) and is_typeddict(tp):
+        return model_of(tp)
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is list:
+        return list_of(_convert(args[0]))
+    if origin is dict:
+        return dict.__class_getitem__((_convert(args[0]), _convert(args[1])))
+    if origin in (Union, types.UnionType):
+        return Union[tuple(_convert(a) for a in args)]  # noqa: UP007 - built at run time
+    return tp
 
 
-class CoverageGridDoc(BaseModel):
-    matrix: str
-    version: int
-    sha256: str
-    cells_pattern: str | None
-    total_cells: int = Field(description="Cells matching the pattern (all pages).")
-    offset: int
-    limit: int
-    fingerprints: list[FingerprintCountsDoc] = Field(
-        description="Columns: every fingerprint with an entry or a failure for a cell of the "
-                    "matrix; counts over the matching cells.")
-    rows: list[GridRowDoc]
+def list_of(item: Any) -> Any:
+    """``list[item]`` for a type only known at run time (a type checker cannot follow
+    ``list[variable]``)."""
+    return list.__class_getitem__(item)
 
 
-class MatrixCoverageDoc(BaseModel):
-    matrix: str
-    version: int
-    cells: int
-    fingerprints: list[FingerprintCountsDoc]
-
-
-class EntryDoc(BaseModel):
-    entry_key: str
-    cell_id: str
-    cell_key: str
-    fingerprint_key: str
-    backend: str
-    store_url: str
-    total_bytes: int
-    file_count: int
-    compile_seconds: float | None
-    created_at: str | None
-    verified_status: str | None
-    verified_at: str | None
-    last_used_at: str | None = None  # newest ingested restore report that found the entry
-    restore_count: int = 0  # ingested ok/partial restore reports that found the entry
-
-
-class FingerprintDoc(BaseModel):
-    key: str
-    backend: str
-    sdk_version: str
-    fields: dict[str, str]
-    first_seen_at: str | None
-    entries: int
-    total_bytes: int
-
-
-class SdkBytesDoc(BaseModel):
-    backend: str
-    sdk_version: str
-    fingerprints: int
-    entries: int
-    total_bytes: int
-
-
-class RunDoc(BaseModel):
-    id: str
-    started_at: str | None
-    finished_at: str | None
-    host: str
-    fingerprint_key: str
-    matrix: str
-    cells_ok: int | None
-    cells_failed: int | None
-    failures_recorded: int
-
-
-class FailureDoc(BaseModel):
-    cell_id: str
-    cell_key: str
-    fingerprint_key: str
-    run_id: str | None
-    exit_status: int | None
-    seconds: float
-    log_tail: str = Field(description="The last 16,000 characters of the warm-up's log.")
-    failed_at: str | None
-
-
-class InProgressDoc(BaseModel):
-    cell_id: str
-    cell_key: str
-    fingerprint_key: str
-    host: str = Field(description="Who holds the lease: host name and process id.")
-    since: str | None = Field(description="When the cell was claimed (UTC).")
-    heartbeat_at: str | None
-    expires_at: str | None = Field(description="The lease expires then unless renewed.")
-    attempts: int = Field(description="Claims of this cell so far, across all workers.")
-
-
-class RunDetail(BaseModel):
-    run: RunDoc
-    failures: list[FailureDoc]
-
-
-class RestoreDoc(BaseModel):
-    id: int
-    created_at: str | None
-    host: str
-    fingerprint_key: str
-    matrix: str
-    outcome: Outcome = Field(description="hit: every cell restored; partial: some; miss: "
-                                         "none (no entries); error: any other failure.")
-    cells_restored: int
-    cells_missing: int
-    missing: list[str]
-    files_fetched: int
-    files_skipped: int
-    bytes_fetched: int
-    seconds: float
-    exit_code: int
-
-
-class BucketDoc(BaseModel):
-    le: float
-    count: int
-
-
-class RestoreOutcomeDoc(BaseModel):
-    outcome: Outcome
-    count: int
-    no_entry: int = Field(description="Of count: restores (exit 3) missing cells that have "
-                                      "no entry for their fingerprint.")
-    other_fingerprint: int = Field(description="Of count: restores (exit 5) whose cells were "
-                                               "built only for other fingerprints.")
-    seconds_sum: float
-    bytes_sum: int
-    buckets: list[BucketDoc] = Field(description="Cumulative counts of durations <= le.")
-
-
-class RestorePointDoc(BaseModel):
-    start: str | None = Field(description="Start of the period (UTC).")
-    hit: int
-    partial: int
-    miss_no_entry: int
-    miss_other_fingerprint: int
-    error: int
-
-
-class TotalsDoc(BaseModel):
-    entries: int
-    total_bytes: int
-    fingerprints: int
-    cells: int
-    matrices: int
-    runs: int
-    restores: int
-
-
-class Summary(BaseModel):
-    index: str
-    totals: TotalsDoc
-    coverage: list[MatrixCoverageDoc]
-    sdk_versions: list[SdkBytesDoc]
-    restore_outcomes: list[RestoreOutcomeDoc]
+# The models the routes name (OpenAPI components keep these names, the documents' names).
+MatrixDocModel = model_of(MatrixDoc)
+MatrixDetailModel = model_of(MatrixDetail)
+CoverageGridModel = model_of(CoverageGridDoc)
+EntryModel = model_of(EntryDoc)
+FingerprintModel = model_of(FingerprintDoc)
+SdkBytesModel = model_of(SdkBytesDoc)
+RunModel = model_of(RunDoc)
+RunDetailModel = model_of(RunDetail)
+FailureModel = model_of(FailureDoc)
+InProgressModel = model_of(InProgressDoc)
+RestoreModel = model_of(RestoreDoc)
+RestoreOutcomeModel = model_of(RestoreOutcomeDoc)
+RestorePointModel = model_of(RestorePointDoc)
+SummaryModel = model_of(Summary)
+MatrixDocList = list_of(MatrixDocModel)
+EntryList = list_of(EntryModel)
+FingerprintList = list_of(FingerprintModel)
+SdkBytesList = list_of(SdkBytesModel)
+RunList = list_of(RunModel)
+FailureList = list_of(FailureModel)
+InProgressList = list_of(InProgressModel)
+RestoreList = list_of(RestoreModel)
+RestoreOutcomeList = list_of(RestoreOutcomeModel)
+RestorePointList = list_of(RestorePointModel)

@@ -4,7 +4,8 @@
 
 const state = { matrix: null, pattern: "", offset: 0, limit: 200, grid: null, summary: null };
 const $ = (id) => document.getElementById(id);
-const SYMBOL = { ready: "\u2713", failed: "\u2717", missing: "\u2013" };
+const SYMBOL = { ready: "\u2713", in_progress: "\u2026", failed: "\u2717", missing: "\u2013" };
+const cellsOf = (f) => f.ready + (f.in_progress || 0) + f.failed + f.missing;
 
 function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g, (c) => (
@@ -130,11 +131,11 @@ function renderMatrices(list) {
 }
 
 function cardHTML(f) {
-  const total = f.ready + f.failed + f.missing || 1;
+  const total = cellsOf(f) || 1;
   return `<div class="fp-card" data-fp="${esc(f.key)}"><div class="title">${esc(f.backend)} ${esc(f.sdk_version)}</div>
     <code>${esc(short(f.key))}</code> <b>${(100 * f.ratio).toFixed(1)}%</b>
-    <div class="bar"><div class="r" style="width:${100 * f.ready / total}%"></div><div class="f" style="width:${100 * f.failed / total}%"></div></div>
-    <div class="counts"><span class="r">${num(f.ready)} ready</span> · <span class="f">${num(f.failed)} failed</span> · <span class="m">${num(f.missing)} missing</span></div></div>`;
+    <div class="bar"><div class="r" style="width:${100 * f.ready / total}%"></div><div class="p" style="width:${100 * (f.in_progress || 0) / total}%"></div><div class="f" style="width:${100 * f.failed / total}%"></div></div>
+    <div class="counts"><span class="r">${num(f.ready)} ready</span> · ${f.in_progress ? `<span class="p">${num(f.in_progress)} in progress</span> · ` : ""}<span class="f">${num(f.failed)} failed</span> · <span class="m">${num(f.missing)} missing</span></div></div>`;
 }
 
 function renderGrid(grid) {
@@ -144,7 +145,7 @@ function renderGrid(grid) {
     : `<div class="empty">no entry or failure for any cell of this matrix yet</div>`;
   const head = `<thead><tr><th class="cell">cell (${num(grid.total_cells)})</th>` + fps.map((f) =>
     `<th title="${esc(f.key)}">${esc(f.sdk_version)}<span class="sub">${esc(short(f.key))}</span>` +
-    `<span class="sub">${num(f.ready)}/${num(f.ready + f.failed + f.missing)}</span></th>`).join("") + "</tr></thead>";
+    `<span class="sub">${num(f.ready)}/${num(cellsOf(f))}</span></th>`).join("") + "</tr></thead>";
   const body = grid.rows.map((row) => `<tr><td class="cell">${esc(row.cell_id)}</td>` +
     row.statuses.map((s, j) => `<td class="st ${s}" data-status="${s}" data-j="${j}">${SYMBOL[s]}</td>`).join("") +
     "</tr>").join("");

@@ -90,7 +90,7 @@ def _bulk_failures(ix: Index, pairs: list[tuple[Cell, Fingerprint]],
     if not pairs:
         return
     now = utcnow()
-    with ix._write() as s:  # noqa: SLF001 - test set-up at scale
+    with ix.write_session() as s:  # test set-up at scale
         save_fingerprints_and_cells(s, {fp for _, fp in pairs}, [c for c, _ in pairs], now)
         runs = {}
         for fp in {fp for _, fp in pairs}:

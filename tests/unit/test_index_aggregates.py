@@ -37,7 +37,7 @@ def ix(tmp_path: Path) -> Iterator[Index]:
 def snapshot(ix: Index) -> dict[str, set[tuple[Any, ...]]]:
     """Every aggregate row (zero counts dropped: a recount does not write them)."""
     out = {}
-    with ix._read() as s:  # noqa: SLF001
+    with ix.read_session() as s:
         for model in MODELS:
             cols = list(model.__table__.columns)  # type: ignore[attr-defined]
             rows = {tuple(r) for r in s.execute(select(*cols))}
@@ -47,7 +47,7 @@ def snapshot(ix: Index) -> dict[str, set[tuple[Any, ...]]]:
 
 
 def recounted(ix: Index) -> dict[str, set[tuple[Any, ...]]]:
-    with ix._write() as s:  # noqa: SLF001
+    with ix.write_session() as s:
         rebuild_aggregates(s)
     return snapshot(ix)
 
@@ -72,10 +72,10 @@ def test_every_write_keeps_the_aggregates_equal_to_a_recount(ix: Index) -> None:
                     matrix_text("m", shapes=4))  # a new version: counted at registration
     live = snapshot(ix)
     assert live == recounted(ix)
-    grid = q.coverage_grid(ix, "m", version=1)
+    grid = ix.matrix_coverage("m", version=1)
     summary = {f.key: (f.ready, f.failed, f.missing)
-               for f in q.coverage_summaries(ix)[0].fingerprints}
-    assert (grid.total_cells, q.coverage_grid(ix, "m").total_cells) == (6, 4)
+               for f in ix.coverage_summaries()[0].fingerprints}
+    assert (grid.total_cells, ix.matrix_coverage("m").total_cells) == (6, 4)
     assert {f.key: (f.ready, f.failed, f.missing) for f in grid.fingerprints} == {
         fp1.key: (2, 2, 2), fp2.key: (1, 0, 5), fp3.key: (0, 0, 6)}
     assert summary == {fp1.key: (2, 2, 0), fp2.key: (1, 0, 3), fp3.key: (0, 0, 4)}
@@ -115,12 +115,12 @@ def test_batched_recording_keeps_the_aggregates_and_commits_a_batch_at_a_time(
     fp = sdk_fingerprint(1)
     ix.record_failure(None, matrix.cells[4], fp, 1, 2.0, "boom")  # failed, then built
     commits: list[int] = []
-    event.listen(ix._engine, "commit", lambda conn: commits.append(1))  # noqa: SLF001
+    event.listen(ix.engine, "commit", lambda conn: commits.append(1))
     monkeypatch.setattr(api, "ENTRY_BATCH", 3)
     ms = [make_manifest(c, fp) for c in matrix.cells]
     assert ix.record_entries(ms + ms[:2], "file:///s") == 7  # duplicates count once
     assert len(commits) == 3  # 9 manifests, 3 per transaction
     assert snapshot(ix) == recounted(ix)
-    grid = q.coverage_grid(ix, "m")
+    grid = ix.matrix_coverage("m")
     assert {f.key: (f.ready, f.failed, f.missing) for f in grid.fingerprints} == {
         fp.key: (7, 0, 0)}

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import event
 
 from neffcache.index import FAILED, MISSING, READY, Index, open_index
-from neffcache.index.coverage import CoverageFacts, FailureFact, build_coverage
+from neffcache.index.coverage_grid import CoverageFacts, FailureFact, build_coverage
 from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
 
 
@@ -88,7 +88,7 @@ def test_coverage_of_5000_cells_by_10_fingerprints_in_batched_queries(ix: Index)
     here = make_fingerprint(99)  # this host: nothing anywhere
 
     statements: list[str] = []
-    engine = ix._engine  # noqa: SLF001 - counting statements is the point of this test
+    engine = ix.engine  # counting statements is the point of this test
     listener = lambda *a: statements.append(a[2])  # noqa: E731
     event.listen(engine, "before_cursor_execute", listener)
     try:
@@ -116,7 +116,7 @@ def _bulk_failures(ix: Index, pairs: list) -> None:
     from neffcache.index.models import CellFailureRow
     from neffcache.index.record import save_fingerprints_and_cells, utcnow
 
-    with ix._write() as s:  # noqa: SLF001 - test set-up at scale
+    with ix.write_session() as s:  # test set-up at scale
         save_fingerprints_and_cells(s, {fp for _, fp in pairs}, [c for c, _ in pairs], utcnow())
         s.add_all([CellFailureRow(run_id=None, cell_key=c.key, fingerprint_key=fp.key,
                                   exit_status=1, seconds=1.0, log_tail="boom",

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.index import Index, open_index, reindex
-from neffcache.index.reindex import plan_reindex, stale_keys
+from neffcache.index import Index, open_index
+from neffcache.index.reindex import plan_reindex, reindex, stale_keys
 from neffcache.manifest import encode_manifest
 from neffcache.store.base import manifest_key
 from neffcache.store.local import LocalStore
 from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
 
-reindex_mod = importlib.import_module("neffcache.index.reindex")  # the package exports the function
+reindex_mod = importlib.import_module("neffcache.index.reindex")
 
 
 def all_keys(ix: Index) -> set[str]:

@@ -87,7 +87,7 @@ def rule(n: int, i: int) -> str:
 def test_grid_statuses_match_index_coverage(ix: Index) -> None:
     fps = [sdk_fingerprint(1), sdk_fingerprint(2)]
     seeded = seed(ix, matrix_text("m", shapes=6), fps, rule)
-    grid = q.coverage_grid(ix, "m")
+    grid = ix.matrix_coverage("m")
     assert grid.total_cells == 6
     assert {f.key for f in grid.fingerprints} == {fp.key for fp in fps}
     got = {(r.cell_id, f.key): s for r in grid.rows
@@ -110,7 +110,7 @@ def test_an_entry_after_a_failure_makes_the_cell_ready_and_drops_it_from_failure
     from tests.unit.test_index_factories import make_manifest
 
     ix.record_entry(make_manifest(seeded.matrix.cells[0], fp), "/store")
-    assert [r.statuses for r in q.coverage_grid(ix, "m").rows] == [(READY,), (FAILED,)]
+    assert [r.statuses for r in ix.matrix_coverage("m").rows] == [(READY,), (FAILED,)]
     current = q.list_failures(ix)
     assert [f.cell_id for f in current] == [seeded.matrix.cells[1].id]
     assert len(q.list_failures(ix, current_only=False)) == 2
@@ -172,11 +172,11 @@ def test_grid_of_5000_cells_by_10_fingerprints_uses_few_queries(ix: Index) -> No
     text = matrix_text("big", pipelines=5, modes=("compile", "eager"), shapes=25, batches=20)
     seed(ix, text, fps, lambda n, i: READY if n % 10 < i else FAILED if n % 10 == i else MISSING)
     statements: list[str] = []
-    engine = ix._engine  # noqa: SLF001 - counting statements is the point
+    engine = ix.engine  # counting statements is the point
     listener = lambda *a: statements.append(a[2])  # noqa: E731
     event.listen(engine, "before_cursor_execute", listener)
     try:
-        grid = q.coverage_grid(ix, "big", offset=4800, limit=500)
+        grid = ix.matrix_coverage("big", offset=4800, limit=500)
     finally:
         event.remove(engine, "before_cursor_execute", listener)
     assert grid.total_cells == 5000 and len(grid.rows) == 200

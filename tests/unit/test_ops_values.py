@@ -1,5 +1,5 @@
-"""Pure parts of the ops surface: restore outcomes, SDK versions, the grid rule (same as
-coverage's), totals per SDK, the HTTP status table and the loopback check."""
+"""Pure parts of the ops surface: restore outcomes, SDK versions, the grid page (coverage's
+statuses and counts), totals per SDK, the HTTP status table and the loopback check."""
 
 from __future__ import annotations
 
@@ -10,16 +10,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from neffcache import errors
-from neffcache.index.coverage import CoverageFacts, FailureFact, build_coverage
+from neffcache.index.coverage_grid import (
+    CoverageFacts,
+    FailureFact,
+    build_coverage,
+    coverage_table,
+    grid_page,
+    status_of,
+)
 from neffcache.index.ops_values import (
     FingerprintInfo,
     FingerprintStats,
     MatrixVersion,
-    build_grid,
     group_by_sdk,
     restore_outcome,
     sdk_version,
 )
+from neffcache.index.values import LiveLease
 from neffcache.server import is_loopback
 from neffcache.server.status import HTTP_STATUSES, error_document, http_status_for
 from tests.unit.test_index_factories import make_cell, make_fingerprint
@@ -49,48 +56,64 @@ def _info(fp_n: int) -> FingerprintInfo:
     return FingerprintInfo(fp.key, fp.backend, f"2.{fp_n}.0", fp.fields, NOW)
 
 
-statuses = st.lists(st.lists(st.sampled_from(["ready", "failed", "missing", "both"]),
+statuses = st.lists(st.lists(st.sampled_from(["ready", "failed", "missing", "both", "leased",
+                                              "leased_failed"]),
                              min_size=3, max_size=3), min_size=1, max_size=12)
 
 
 @given(statuses)
-def test_build_grid_agrees_with_build_coverage(table: list[list[str]]) -> None:
-    """Whatever the facts, the grid's statuses and counts are those of Index.coverage."""
+def test_grid_page_shows_the_statuses_and_counts_of_build_coverage(table: list[list[str]]
+                                                                    ) -> None:
+    """Whatever the facts, a grid page's statuses and counts are those of the coverage report
+    (the one engine), and each status is the rule's."""
     cells = [make_cell(n) for n in range(len(table))]
-    columns = [_info(i) for i in range(3)]
-    ready, failed = set(), set()
+    fps = [make_fingerprint(i) for i in range(3)]
     facts = CoverageFacts()
     for cell, row in zip(cells, table, strict=True):
-        for col, status in zip(columns, row, strict=True):
-            pair = (cell.key, col.key)
+        for fp, status in zip(fps, row, strict=True):
+            pair = (cell.key, fp.key)
             if status in ("ready", "both"):
-                ready.add(pair)
                 facts.entries[pair] = ("e", 1)
-            if status in ("failed", "both"):
-                failed.add(pair)
+            if status in ("failed", "both", "leased_failed"):
                 facts.failures[pair] = FailureFact(1, "log", NOW)
-    fps = [make_fingerprint(i) for i in range(3)]
+            if status.startswith("leased"):
+                facts.leases[pair] = LiveLease(cell.key, fp.key, "h", NOW, NOW, NOW, 1)
     report = build_coverage(cells, fps, facts)
-    grid = build_grid(VERSION, [(c.id, c.key) for c in cells], columns, ready, failed)
+    grid = grid_page(VERSION, coverage_table(cells, fps, facts))
     assert [s for row in grid.rows for s in row.statuses] == [r.status for r in report.rows]
+    for r in report.rows:
+        pair = (r.cell_key, r.fingerprint_key)
+        assert r.status == status_of(pair in facts.entries, pair in facts.leases,
+                                     pair in facts.failures)
     for col, fp in zip(grid.fingerprints, report.fingerprints, strict=True):
-        assert (col.ready, col.failed, col.missing) == (fp.ready, fp.failed, fp.missing)
+        assert (col.ready, col.in_progress, col.failed, col.missing) == (
+            fp.ready, fp.in_progress, fp.failed, fp.missing)
+        assert col.ready + col.in_progress + col.failed + col.missing == len(cells)
 
 
-def test_build_grid_filters_pages_and_counts_over_all_matching_cells() -> None:
-    cells = [(f"p/compile/{n}x64/b1/tp1", f"k{n}") for n in range(10)] + \
-            [(f"p/eager/{n}x64/b1/tp1", f"e{n}") for n in range(5)]
-    col = _info(0)
-    ready = {(f"k{n}", col.key) for n in range(0, 10, 2)}
-    grid = build_grid(VERSION, cells, [col], ready, set(), pattern="p/compile/*",
-                      offset=8, limit=5)
+def test_status_rule() -> None:
+    assert status_of(True, True, True) == "ready"
+    assert status_of(False, True, True) == "in_progress"
+    assert status_of(False, False, True) == "failed"
+    assert status_of(False, False, False) == "missing"
+
+
+def test_grid_page_pages_rows_and_counts_over_all_cells() -> None:
+    cells = [(f"p/compile/{n}x64/b1/tp1", f"k{n}") for n in range(10)]
+    fp = make_fingerprint(0)
+    facts = CoverageFacts(entries={(f"k{n}", fp.key): (None, None) for n in range(0, 10, 2)},
+                          fingerprints={fp.key: fp})
+    grid = grid_page(VERSION, coverage_table(cells, (), facts), pattern="p/compile/*",
+                     offset=8, limit=5)
     assert grid.total_cells == 10
     assert [r.cell_id for r in grid.rows] == ["p/compile/8x64/b1/tp1", "p/compile/9x64/b1/tp1"]
     assert [r.statuses for r in grid.rows] == [("ready",), ("missing",)]
     (counts,) = grid.fingerprints
     assert (counts.ready, counts.failed, counts.missing, counts.ratio) == (5, 0, 5, 0.5)
+    assert counts.sdk_version == sdk_version(fp.backend, dict(fp.fields))
     doc = grid.to_json()
     assert doc["limit"] == 5 and doc["offset"] == 8 and doc["cells_pattern"] == "p/compile/*"
+    assert doc["fingerprints"][0]["in_progress"] == 0
 
 
 def test_group_by_sdk_sums_fingerprints_sharing_an_sdk_version() -> None:

@@ -115,7 +115,7 @@ def fill(url: str, entries: int, work: Path, vacuum: bool = True) -> list[str]:
             ix.record_entries(own[i:i + 500], "s3://bench/neff")
         notes.append(f"write path: record_entries, m00 x 5 fingerprints ({len(own)} entries)")
         now = datetime.now(timezone.utc)
-        with ix._write() as s:  # noqa: SLF001 - bulk load
+        with ix.write_session() as s:  # bulk load
             save_fingerprints_and_cells(s, fps, [], now)
             batch: list[dict[str, Any]] = []
             n_bulk = 0
@@ -138,7 +138,7 @@ def fill(url: str, entries: int, work: Path, vacuum: bool = True) -> list[str]:
                 s.execute(EntryRow.__table__.insert(), batch)
             rebuild_aggregates(s)
         notes.append(f"bulk SQL: {n_bulk:,} entries without file rows; aggregates recounted")
-        with ix._engine.connect() as conn:  # noqa: SLF001
+        with ix.engine.connect() as conn:
             if conn.dialect.name == "postgresql" and vacuum:
                 # What autovacuum does after a bulk insert: index-only scans (the key pages)
                 # skip the heap only once the visibility map is set.
@@ -159,7 +159,7 @@ def explain(url: str) -> list[str]:
     from neffcache.index.models import EntryRow
 
     out = []
-    with open_index(url, auto_upgrade=False) as ix, ix._engine.connect() as conn:  # noqa: SLF001
+    with open_index(url, auto_upgrade=False) as ix, ix.engine.connect() as conn:
         keys = list(conn.execute(select(EntryRow.entry_key).limit(500)).scalars())
         pg = conn.dialect.name == "postgresql"
         for name, stmt in (
@@ -207,13 +207,13 @@ def write_path(url: str, entries: int, per_mode: int, rounds: int, batch: int
                         for i in range(0, len(todo), batch):
                             ix.record_entries(todo[i:i + batch], "s3://bench/neff")
                     else:
-                        with ix._write() as s:  # noqa: SLF001 - the peer
+                        with ix.write_session() as s:  # the peer
                             from neffcache.index.record import save_fingerprints_and_cells
                             save_fingerprints_and_cells(s, [fp], [], datetime.now(timezone.utc))
                         for i in range(0, len(todo), batch):
                             part = todo[i:i + batch]
                             now = datetime.now(timezone.utc)
-                            with ix._write() as s:  # noqa: SLF001
+                            with ix.write_session() as s:
                                 insert_if_absent(s, BlobRow, sorted(
                                     ({"sha256": f.sha256, "size": f.size} for m in part
                                      for f in m.files), key=lambda b: b["sha256"]))
@@ -260,19 +260,19 @@ def child(step: str, url: str, work: Path, entries: int) -> dict[str, Any]:
                                       environ={})
             assert report.run_id is None and len(report.cells) == len(ms[0].cells)
         elif step == "reindex":
-            from neffcache.index import reindex
+            from neffcache.index.reindex import reindex
 
             result = reindex(ix, store, prune=False)
             assert result.scanned == len(ms[0].cells), result
         elif step in ("prune-before", "prune-after"):
             from sqlalchemy import text
 
-            with ix._engine.connect() as conn:  # noqa: SLF001 - the store's listing, stood in
+            with ix.engine.connect() as conn:  # the store's listing, stood in
                 found = sorted(conn.execute(text("SELECT entry_key FROM entries")).scalars())
             t0 = time.perf_counter()
             base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             if step == "prune-before":  # the code this replaced (reindex before 8b88987)
-                with ix._engine.connect() as conn:  # noqa: SLF001
+                with ix.engine.connect() as conn:
                     known = set(conn.execute(text("SELECT entry_key FROM entries")).scalars())
                 removed = ix.remove_entries(sorted(known - set(found)))
             else:

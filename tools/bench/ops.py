@@ -128,7 +128,7 @@ def fill(ix: Index, scale: float, notes: list[str]) -> dict[str, Any]:
         ix.record_restore(report(i))
     notes.append("write path: record_restore x 1,000")
     bulk_entries = [p for p in built if p[0].key not in first]
-    with ix._write() as s:  # noqa: SLF001 - bulk load
+    with ix.write_session() as s:  # bulk load
         rows = [{"entry_key": hashlib.sha256(f"{c.key}{fp.key}".encode()).hexdigest(),
                  "cell_key": c.key, "fingerprint_key": fp.key, "store_url": "s3://bench/neff",
                  "total_bytes": 4096, "file_count": 1, "compile_seconds": 30.0,
@@ -157,7 +157,7 @@ def fill(ix: Index, scale: float, notes: list[str]) -> dict[str, Any]:
         rebuild_aggregates(s)
     notes.append(f"bulk SQL: {len(bulk_entries)} entries (no file rows), {len(frows)} failures, "
                  f"{len(rrows)} restore reports; then rebuild_aggregates")
-    with ix._engine.connect() as conn:  # noqa: SLF001
+    with ix.engine.connect() as conn:
         from sqlalchemy import text
         conn.execute(text("ANALYZE"))
         conn.commit()

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from neffcache.index import IN_PROGRESS, MISSING, Index, open_index
 from neffcache.index.models import CellClaimRow
@@ -56,7 +55,7 @@ def claim(ix: Index, who: str, max_attempts: int = 3) -> Lease | None:
 
 
 def rows(ix: Index) -> list[CellClaimRow]:
-    with Session(ix._engine) as s:  # noqa: SLF001 - reading the queue is the point here
+    with ix.read_session() as s:  # reading the queue is the point here
         return list(s.scalars(select(CellClaimRow)))
 
 

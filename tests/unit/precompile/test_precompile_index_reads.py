@@ -59,7 +59,7 @@ def log() -> Iterator[SelectLog]:
 def entry_rows_fetched(ix: Index, log: SelectLog) -> list[str]:
     """Replay every logged SELECT that reads the entries table; the entry keys it returned."""
     keys: list[str] = []
-    with ix._engine.connect() as conn:  # noqa: SLF001 - replaying the index's own reads
+    with ix.engine.connect() as conn:  # replaying the index's own reads
         raw = conn.connection.driver_connection
         for statement, params in log.selects:
             if "FROM entries" not in statement or "entry_key" not in statement:
@@ -115,6 +115,6 @@ def test_nothing_is_recorded_when_the_index_knows_every_ready_entry(
         monkeypatch.setattr(ix, "record_entries",
                             lambda ms, url: calls.append(len(ms)) or real(ms, url))
         apply_precompile(matrix, matrix.cells, store, ix, fp, PrecompileOptions(), environ={})
-        with ix._engine.connect() as conn:  # noqa: SLF001
+        with ix.engine.connect() as conn:
             n = conn.execute(text("SELECT count(*) FROM entries")).scalar_one()
     assert calls == [] and n == len(mine)

@@ -1,0 +1,398 @@
+"""The index's use cases other than coverage, one call each, as the CLI runs them: list
+entries (``ls``), rebuild from the store (``reindex``), ingest restore reports (``reports
+ingest``), register / list / show matrices (``matrix``), upgrade / show the schema (``db``).
+
+Each takes a frozen request whose ``index``/``store`` settings are None for "as the CLI
+would" (NEFFCACHE_* > config file > default, read at call time) and returns a frozen result
+with ``to_json()`` (the command's ``--json`` document), ``error()`` and ``exit_code``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from neffcache.config import Settings, read_settings, redact_url
+from neffcache.errors import (
+    IntegrityError,
+    MatrixError,
+    NeffcacheError,
+    SchemaOutdatedError,
+    exit_code_for,
+)
+from neffcache.index.api import Index, open_index
+from neffcache.index.ingest import IngestResult, ingest_report_files, ingest_reports
+from neffcache.index.matrices import get_matrix, list_matrices, matrix_versions, register_matrix
+from neffcache.index.reindex import reindex
+from neffcache.index.schema import schema_state, upgrade_index
+from neffcache.index.values import EntrySummary, ReindexResult, SchemaState
+
+if TYPE_CHECKING:
+    from neffcache.index.ops_values import MatrixVersion
+    from neffcache.index.shapes import (
+        EntriesDoc,
+        IngestReportsDoc,
+        MatrixDoc,
+        ReindexStoreDoc,
+        SchemaStateDoc,
+        UpgradeDoc,
+    )
+
+
+def _settings(index: str | None, store: str | None = None) -> Settings:
+    return read_settings(os.environ, index=index, store=store)
+
+
+def _open(settings: Settings) -> Index:
+    """The index as the CLI opens it: the embedded default is created or upgraded on first
+    use; a named one must already be at this code's schema."""
+    return open_index(settings.index_url, auto_upgrade=settings.index_is_embedded)
+
+
+@dataclass(frozen=True, slots=True)
+class _Success:
+    """Results whose outcome is always a success (exit 0)."""
+
+    def error(self) -> NeffcacheError | None:
+        """None: this call either returns a result or raises."""
+        return None
+
+    @property
+    def exit_code(self) -> int:
+        return 0
+
+
+# --- ls ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ListEntriesRequest:
+    """``neffcache ls``: ``cell`` a cell id glob, ``fingerprint`` a key or a prefix of one,
+    ``limit`` at most this many (the newest); ``index`` the index URL (None: as the CLI)."""
+
+    cell: str | None = None
+    fingerprint: str | None = None
+    limit: int | None = None
+    index: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListEntriesResult(_Success):
+    """The entries found, newest first."""
+
+    entries: tuple[EntrySummary, ...]
+
+    def to_json(self) -> EntriesDoc:
+        """{"entries": [EntrySummary.to_json()], "count"}, as ``ls --json`` prints."""
+        return {"entries": [e.to_json() for e in self.entries], "count": len(self.entries)}
+
+
+def list_entries(request: ListEntriesRequest) -> ListEntriesResult:
+    """The entries the index knows, newest first. Raises UnavailableError (exit 6) or
+    SchemaOutdatedError (7) for the index."""
+    with _open(_settings(request.index)) as ix:
+        found = ix.entries(cell_glob=request.cell, fingerprint_key=request.fingerprint,
+                           limit=request.limit)
+    return ListEntriesResult(tuple(found))
+
+
+# --- reindex -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ReindexStoreRequest:
+    """``neffcache reindex``: ``keep_missing`` keeps entries whose manifest is gone;
+    ``store``/``index`` URLs (None: as the CLI); ``progress(done, total)`` is called after
+    each manifest read."""
+
+    keep_missing: bool = False
+    store: str | None = None
+    index: str | None = None
+    progress: Callable[[int, int], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReindexStoreResult:
+    """What a reindex found in the store (``manifests``) and which restore reports it
+    ingested (``reports``). ``exit_code`` 4 (IntegrityError) when a manifest was invalid
+    (skipped and listed; the rest was indexed), else 0."""
+
+    store: str
+    manifests: ReindexResult
+    reports: IngestResult
+
+    def to_json(self) -> ReindexStoreDoc:
+        """{"store", "scanned", "added", "already_indexed", "removed", "invalid", "reports":
+        {"scanned", "added", "already_ingested", "invalid"}}, as ``reindex --json`` prints."""
+        m = self.manifests.to_json()
+        return {"store": self.store, "scanned": m["scanned"], "added": m["added"],
+                "already_indexed": m["already_indexed"], "removed": m["removed"],
+                "invalid": m["invalid"], "reports": self.reports.to_json()}
+
+    def error(self) -> IntegrityError | None:
+        invalid = self.manifests.invalid
+        if not invalid:
+            return None
+        return IntegrityError(f"{len(invalid)} invalid manifest(s) skipped; first: "
+                              f"{invalid[0].reason}", hint="neffcache verify")
+
+    @property
+    def exit_code(self) -> int:
+        err = self.error()
+        return 0 if err is None else exit_code_for(err)
+
+
+def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
+    """Rebuild the index's entries from the store's manifests alone (see ``neffcache reindex
+    --help``), then ingest the store's restore reports not yet in the index. The index is
+    opened first, so an outdated schema (SchemaOutdatedError, exit 7) is refused before the
+    store is read; an unreachable store or index raises UnavailableError (6)."""
+    from neffcache.store import open_store
+
+    settings = _settings(request.index, request.store)
+    with _open(settings) as ix:
+        st = open_store(settings.store_url)
+        st.check()
+        result = reindex(ix, st, prune=not request.keep_missing, progress=request.progress)
+        reports = ingest_reports(ix, st)
+    return ReindexStoreResult(st.url, result, reports)
+
+
+# --- reports ingest ------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class IngestRestoreReportsRequest:
+    """``neffcache reports ingest``: ``sources`` report files or directories of ``*.json``
+    files (empty: the store's reports/ prefix); ``days`` only the store's reports dated from
+    N days ago to tomorrow (UTC; None: all); ``store``/``index`` URLs (None: as the CLI)."""
+
+    sources: Sequence[str | Path] = ()
+    days: int | None = None
+    store: str | None = None
+    index: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IngestRestoreReportsResult(_Success):
+    """What was read (``source``: the store URL or the files) and added. A malformed report
+    is skipped and listed in ``ingest.invalid``; it does not change the exit code."""
+
+    source: str
+    ingest: IngestResult
+
+    def to_json(self) -> IngestReportsDoc:
+        """{"source", "scanned", "added", "already_ingested", "invalid": [{"key",
+        "reason"}]}, as ``reports ingest --json`` prints."""
+        doc = self.ingest.to_json()
+        return {"source": self.source, "scanned": doc["scanned"], "added": doc["added"],
+                "already_ingested": doc["already_ingested"], "invalid": doc["invalid"]}
+
+
+def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestoreReportsResult:
+    """Ingest restore reports into the index, each once (by report id): from report files,
+    else from the store. Raises UnavailableError (6) / SchemaOutdatedError (7)."""
+    from neffcache.reports import date_prefixes
+    from neffcache.store import REPORTS, open_store
+
+    settings = _settings(request.index, request.store)
+    with _open(settings) as ix:
+        if request.sources:
+            source = ", ".join(str(s) for s in request.sources)
+            result = ingest_report_files(ix, [Path(s) for s in request.sources])
+        else:
+            st = open_store(settings.store_url)
+            st.check()
+            source = st.url
+            prefixes = [REPORTS] if request.days is None else \
+                date_prefixes(datetime.now(timezone.utc), request.days)
+            result = ingest_reports(ix, st, prefixes)
+    return IngestRestoreReportsResult(source, result)
+
+
+# --- matrix register / ls / show -----------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class RegisterMatrixFileRequest:
+    """``neffcache matrix register``: the matrix ``file``, registered under ``name`` (None:
+    its ``name`` key, else its stem); ``index`` URL (None: as the CLI)."""
+
+    file: str | Path
+    name: str | None = None
+    index: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterMatrixFileResult(_Success):
+    """The version now current (``changed`` False when it already was)."""
+
+    version: MatrixVersion
+
+    def to_json(self) -> MatrixDoc:
+        """name, version, sha256, backend, cells, registered_at, current, changed."""
+        return self.version.to_json()
+
+
+def register_matrix_file(request: RegisterMatrixFileRequest) -> RegisterMatrixFileResult:
+    """Store a matrix file (its TOML, sha256 and cells) in the index as the current version
+    of its name; idempotent. Raises MatrixError (exit 2) for an unreadable or invalid file or
+    an empty name, UnavailableError (6) / SchemaOutdatedError (7) for the index."""
+    from neffcache.matrix import parse_matrix
+
+    file = str(request.file)
+    text = _read_matrix(file)
+    spec = parse_matrix(text, source=file)
+    if request.name is not None and not request.name.strip():
+        raise MatrixError("--name: expected a non-empty name")
+    with _open(_settings(request.index)) as ix:
+        return RegisterMatrixFileResult(register_matrix(ix, spec, text, request.name))
+
+
+def _read_matrix(file: str) -> str:
+    try:
+        return Path(file).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MatrixError(f"{file}: matrix file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MatrixError(f"{file}: cannot read matrix file: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ListRegisteredMatricesRequest:
+    """``neffcache matrix ls``: ``index`` URL (None: as the CLI)."""
+
+    index: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListRegisteredMatricesResult(_Success):
+    """The current version of every registered matrix, by name."""
+
+    matrices: tuple[MatrixVersion, ...]
+
+    def to_json(self) -> list[MatrixDoc]:
+        """A list (as ``matrix ls --json`` prints) of name, version, sha256, backend, cells,
+        registered_at, current, changed."""
+        return [v.to_json() for v in self.matrices]
+
+
+def list_registered_matrices(request: ListRegisteredMatricesRequest
+                             ) -> ListRegisteredMatricesResult:
+    """Registered matrices, the current version of each. Raises UnavailableError (6) /
+    SchemaOutdatedError (7)."""
+    with _open(_settings(request.index)) as ix:
+        return ListRegisteredMatricesResult(tuple(list_matrices(ix)))
+
+
+@dataclass(frozen=True, slots=True)
+class ShowRegisteredMatrixRequest:
+    """``neffcache matrix show``: matrix ``name``, its ``version`` (None: the current one),
+    or with ``versions`` its whole history; ``index`` URL (None: as the CLI)."""
+
+    name: str
+    version: int | None = None
+    versions: bool = False
+    index: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShowRegisteredMatrixResult(_Success):
+    """``chosen``: the version asked for (with its TOML unless ``history``); ``versions``:
+    every version oldest first with ``history``, else just ``chosen``."""
+
+    chosen: MatrixVersion
+    versions: tuple[MatrixVersion, ...]
+    history: bool = False
+
+    def to_json(self) -> MatrixDoc | list[MatrixDoc]:
+        """The version (with "toml"), or with history a list of versions without toml."""
+        if self.history:
+            return [v.to_json() for v in self.versions]
+        return self.chosen.to_json()
+
+
+def show_registered_matrix(request: ShowRegisteredMatrixRequest) -> ShowRegisteredMatrixResult:
+    """A registered matrix's version with its TOML, or its history. Raises NotFoundError
+    (exit 1) for an unknown name or version, UnavailableError (6) / SchemaOutdatedError (7)
+    for the index."""
+    with _open(_settings(request.index)) as ix:
+        chosen = get_matrix(ix, request.name, request.version, with_toml=not request.versions)
+        versions = tuple(matrix_versions(ix, request.name)) if request.versions else (chosen,)
+    return ShowRegisteredMatrixResult(chosen, versions, request.versions)
+
+
+# --- db upgrade / current ------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class UpgradeSchemaRequest:
+    """``neffcache db upgrade``: ``index`` URL (None: as the CLI)."""
+
+    index: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeSchemaResult(_Success):
+    """The revision before (None: a new database) and after; ``url`` password redacted."""
+
+    url: str
+    before: str | None
+    after: str
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def to_json(self) -> UpgradeDoc:
+        """{"url", "from", "to", "changed"}, as ``db upgrade --json`` prints."""
+        return {"url": self.url, "from": self.before, "to": self.after,
+                "changed": self.changed}
+
+
+def upgrade_schema(request: UpgradeSchemaRequest) -> UpgradeSchemaResult:
+    """Create the index schema or migrate it to this code's head, in one transaction (safe
+    to rerun). Raises UnavailableError (6) when the database cannot be reached."""
+    url = _settings(request.index).index_url
+    before, after = upgrade_index(url)
+    return UpgradeSchemaResult(redact_url(url), before, after)
+
+
+@dataclass(frozen=True, slots=True)
+class ShowSchemaRequest:
+    """``neffcache db current``: ``index`` URL (None: as the CLI); ``check`` makes an
+    outdated schema the result's error (exit 7)."""
+
+    index: str | None = None
+    check: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ShowSchemaResult:
+    """Where the schema stands (``state``). ``exit_code`` 7 (SchemaOutdatedError) with
+    ``check`` when it is not this code's head, else 0."""
+
+    state: SchemaState
+    check: bool = False
+
+    def to_json(self) -> SchemaStateDoc:
+        """{"url", "current", "head", "up_to_date"}, as ``db current --json`` prints."""
+        return self.state.to_json()
+
+    def error(self) -> SchemaOutdatedError | None:
+        state = self.state
+        if not self.check or state.up_to_date:
+            return None
+        return SchemaOutdatedError(f"index {state.url} is at revision "
+                                   f"{state.current or '(empty)'}, this neffcache needs "
+                                   f"{state.head}")
+
+    @property
+    def exit_code(self) -> int:
+        err = self.error()
+        return 0 if err is None else exit_code_for(err)
+
+
+def show_schema(request: ShowSchemaRequest) -> ShowSchemaResult:
+    """The index's schema revision and the one this code needs; reads only (a missing SQLite
+    file is reported as empty, not created). Raises UnavailableError (6)."""
+    return ShowSchemaResult(schema_state(_settings(request.index).index_url), request.check)

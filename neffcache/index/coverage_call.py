@@ -1,0 +1,169 @@
+"""The ``coverage`` use case: a matrix (a file, or a registered name) x fingerprints, each
+cell with its status, and the ``--check`` gate; what ``neffcache coverage`` prints."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from neffcache.errors import CacheMissError, MatrixError, NotFoundError, UsageError, exit_code_for
+from neffcache.index.api import Index, open_index
+from neffcache.index.coverage_grid import only_fingerprints
+from neffcache.index.matrices import get_matrix, registered_cells
+from neffcache.index.values import READY, CoverageReport, CoverageRow
+
+if TYPE_CHECKING:
+    from neffcache.fingerprint import Fingerprint
+    from neffcache.index.shapes import CoverageDoc
+    from neffcache.matrix import Cell
+
+HOST = "host"  # in CoverageRequest.fingerprints: this host's fingerprint
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageRequest:
+    """What ``coverage`` reads (the flags of ``neffcache coverage``).
+
+    matrix: a matrix file (a path, or a name ending in .toml or holding a /), else the name
+        of a matrix registered in the index (its current version).
+    cells: cell id globs; only matching cells (all cells when empty).
+    fingerprints: columns to show, each a key, a unique prefix of one, ``"host"`` (this
+        host's fingerprint, taken with ``python``) or a Fingerprint. Empty: this host's and
+        every fingerprint with an entry, a failure or a live lease for these cells.
+    check: judge the cells (``CoverageResult.error``): every selected cell must be ready for
+        every given fingerprint (this host's when none is given).
+    python: the interpreter whose packages this host's fingerprint describes (None: as the
+        CLI would: NEFFCACHE_PYTHON > config file > the running one).
+    index: the index URL (None: NEFFCACHE_INDEX > config file > the embedded default,
+        created on first use).
+    """
+
+    matrix: str | Path
+    cells: Sequence[str] = ()
+    fingerprints: Sequence[str | Fingerprint] = ()
+    check: bool = False
+    python: str | None = None
+    index: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageResult:
+    """A coverage report of one matrix, and the check when one was asked for.
+
+    matrix: the matrix file as given, or the registered matrix's name; backend: its backend.
+    here: this host's fingerprint when it was taken (no --fingerprint, or ``host``).
+    report: cells x fingerprints with statuses and counts (``CoverageReport``).
+    not_ready: with ``check``, the rows of the checked fingerprints that are not ready
+        (None without ``check``).
+    ``exit_code``: 0, or 3 (CacheMissError) when a checked cell is not ready.
+    """
+
+    matrix: str
+    backend: str
+    here: Fingerprint | None
+    report: CoverageReport
+    cell_globs: tuple[str, ...] = ()
+    not_ready: tuple[CoverageRow, ...] | None = None
+
+    def to_json(self) -> CoverageDoc:
+        """The document ``neffcache coverage --json`` prints: {"matrix", "backend", "here",
+        "cells", "fingerprints", "rows"} and, with check, "check": {"ok", "not_ready"}."""
+        report = self.report.to_json()
+        doc: CoverageDoc = {"matrix": self.matrix, "backend": self.backend,
+                            "here": self.here.key if self.here else None,
+                            "cells": report["cells"], "fingerprints": report["fingerprints"],
+                            "rows": report["rows"]}
+        if self.not_ready is not None:
+            doc["check"] = {"ok": not self.not_ready, "not_ready": [
+                {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key,
+                 "status": r.status} for r in self.not_ready]}
+        return doc
+
+    def error(self) -> CacheMissError | None:
+        """CacheMissError (exit 3) naming up to three cells when a checked cell is not
+        ready; None otherwise."""
+        if not self.not_ready:
+            return None
+        checked = self.not_ready
+        ids = ", ".join(sorted({r.cell_id for r in checked})[:3])
+        return CacheMissError(f"{len(checked)} cell x fingerprint pair(s) of {self.matrix} are "
+                              f"not ready: {ids}{', ...' if len(checked) > 3 else ''}",
+                              hint="neffcache precompile MATRIX (on a build host)")
+
+    @property
+    def exit_code(self) -> int:
+        err = self.error()
+        return 0 if err is None else exit_code_for(err)
+
+
+def coverage(request: CoverageRequest) -> CoverageResult:
+    """Every cell of a matrix x every relevant fingerprint, with its status (ready,
+    in_progress, failed, missing) and counts per fingerprint; reads the index only.
+
+    Raises MatrixError (exit 2) for a matrix that is neither a readable file nor a registered
+    name, UsageError (2) for a --fingerprint that names no single fingerprint,
+    UnavailableError (6) / SchemaOutdatedError (7) for the index. The check's outcome is in
+    the result (``exit_code`` 3), not raised."""
+    from neffcache.config import read_settings
+    from neffcache.matrix import select_cells
+
+    settings = read_settings(os.environ, index=request.index, python=request.python)
+    wanted = tuple(request.fingerprints)
+    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        source, backend, all_cells = _load_cells(ix, str(request.matrix))
+        cells = select_cells(all_cells, tuple(request.cells))
+        here, given = _fingerprints(ix, backend, wanted, settings.python)
+        report = ix.coverage(cells, given)
+    if wanted:
+        report = only_fingerprints(report, [fp.key for fp in given])
+    not_ready = None
+    if request.check:
+        keys = {fp.key for fp in given}
+        not_ready = tuple(r for r in report.rows
+                          if r.fingerprint_key in keys and r.status != READY)
+    return CoverageResult(source, backend, here, report, tuple(request.cells), not_ready)
+
+
+def _load_cells(ix: Index, matrix: str) -> tuple[str, str, tuple[Cell, ...]]:
+    """(source, backend, cells) of a matrix file, else of a registered matrix by name."""
+    from neffcache.matrix_io import load_matrix
+
+    if Path(matrix).exists() or "/" in matrix or matrix.endswith(".toml"):  # a file
+        spec = load_matrix(matrix)
+        return spec.source, spec.backend, tuple(spec.cells)
+    try:
+        version = get_matrix(ix, matrix)
+    except NotFoundError:
+        raise MatrixError(f"{matrix}: no such matrix file, and no matrix of that name is "
+                          f"registered in the index",
+                          hint="neffcache matrix register FILE") from None
+    return version.name, version.backend, registered_cells(ix, matrix)
+
+
+def _fingerprints(ix: Index, backend: str, wanted: Sequence[str | Fingerprint],
+                  python: str | None) -> tuple[Fingerprint | None, list[Fingerprint]]:
+    """(this host's fingerprint or None, the fingerprints to show first, in order)."""
+    from neffcache.fingerprint import collect_fingerprint
+
+    here = None
+    if not wanted or HOST in wanted:
+        here = collect_fingerprint(backend, os.environ, python=python)
+    given: list[Fingerprint] = []
+    for w in wanted or (HOST,):
+        if not isinstance(w, str):
+            given.append(w)
+        elif w == HOST:
+            assert here is not None
+            given.append(here)
+        else:
+            found = ix.find_fingerprints(w.strip().lower())
+            if len(found) != 1:
+                what = "no fingerprint" if not found else f"{len(found)} fingerprints"
+                raise UsageError(f"--fingerprint {w}: {what} in the index with that key "
+                                 f"prefix (expected a key or a unique prefix of one, or "
+                                 f"'host')")
+            given.extend(found.values())
+    return here, given

@@ -1,0 +1,419 @@
+"""Coverage, the one engine: every cell x every relevant fingerprint with its status, and the
+counts per fingerprint. ``neffcache coverage``, /api/coverage (and the dashboard's grid), the
+dashboard's summary and /metrics all get their statuses and counts from here.
+
+- ``status_of`` is the rule: ready (an entry), in_progress (no entry; a live lease), failed
+  (no entry, no lease; a recorded failure), missing (none of these).
+- ``fetch_coverage_facts`` (cells by key: any cell list) and ``fetch_matrix_facts`` (the cells
+  of a registered matrix version) read what the index holds in a fixed number of batched
+  queries, never one per cell; ``now`` (the database clock) decides which leases are live.
+- ``coverage_table`` (pure) applies the rule to every cell x fingerprint and counts: the
+  one place statuses and counts come from. ``build_coverage`` adds each row's details (the
+  CLI's report); ``grid_page`` pages it (the API's grid).
+- ``matrix_coverage`` is a registered matrix's report, columns in first-seen order, with a
+  page of rows: the API's grid. ``coverage_summaries`` counts every registered matrix from
+  the aggregates (which count by the same rule) and moves leased cells to in_progress by
+  ``status_of``: the dashboard's summary and /metrics, a few queries at any index size.
+
+Relevant fingerprints are the given ones (this host's) plus every fingerprint with an entry,
+a failure or a live lease for any of the cells, plus (for a registered matrix in the API) the
+fingerprints restore reports of that matrix named. Core only: no ORM import.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import ColumnElement, func, select
+
+from neffcache.fingerprint import Fingerprint
+from neffcache.index.matrix_reads import (
+    cell_refs_in,
+    choose_version,
+    current_versions_in,
+    versions_in,
+)
+from neffcache.index.ops_values import (
+    CoverageGrid,
+    FingerprintCounts,
+    GridRow,
+    MatrixVersion,
+    sdk_version,
+)
+from neffcache.index.queries import key_batches, key_in
+from neffcache.index.shapes import Status
+from neffcache.index.tables import (
+    cell_claims,
+    cell_failures,
+    coverage_counts,
+    entries,
+    fingerprints,
+    matrix_cells,
+    report_fingerprints,
+)
+from neffcache.index.values import (
+    FAILED,
+    IN_PROGRESS,
+    MISSING,
+    READY,
+    CoverageFingerprint,
+    CoverageReport,
+    CoverageRow,
+    LiveLease,
+    as_utc,
+)
+from neffcache.matrix import Cell
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+Pair = tuple[str, str]  # (cell key, fingerprint key)
+InScope = Callable[[Any], ColumnElement[bool]]  # a cell-key column -> "in the cells asked for"
+
+
+def status_of(entry: bool, lease: bool, failure: bool) -> Status:
+    """The coverage rule for one cell x fingerprint (pure): an entry wins, then a live lease,
+    then a recorded failure; else missing."""
+    if entry:
+        return READY
+    if lease:
+        return IN_PROGRESS
+    return FAILED if failure else MISSING
+
+
+@dataclass(frozen=True, slots=True)
+class FailureFact:
+    exit_status: int | None
+    log_tail: str
+    failed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageFacts:
+    """What the index holds for some cells, keyed by (cell key, fingerprint key). Without
+    details an entry is (None, None) and a failure has no log tail."""
+
+    entries: dict[Pair, tuple[str | None, int | None]] = field(default_factory=dict)
+    failures: dict[Pair, FailureFact] = field(default_factory=dict)
+    leases: dict[Pair, LiveLease] = field(default_factory=dict)
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+    first_seen: dict[str, datetime | None] = field(default_factory=dict)
+    named: tuple[str, ...] = ()  # columns even with nothing for these cells (restore reports)
+
+
+def fetch_coverage_facts(conn: Any, cell_keys: Sequence[str], now: datetime, *,
+                         details: bool = True) -> CoverageFacts:
+    """What the index holds for these cells (``conn``: a Connection or a Session): three
+    queries per batch of cell keys (one batch on Postgres), then the fingerprints."""
+    keys = sorted(set(cell_keys))
+    scopes = [_keys_scope(conn, part) for part in key_batches(conn, keys)]
+    return _fetch(conn, scopes, now, details)
+
+
+def fetch_matrix_facts(conn: Any, matrix_id: int, now: datetime, *, details: bool = False,
+                       named: Sequence[str] = ()) -> CoverageFacts:
+    """What the index holds for the cells of a registered matrix version: one query each for
+    entries, failures and live leases, whatever the cell count, then the fingerprints (with
+    ``named`` ones)."""
+    in_matrix = select(matrix_cells.c.cell_key).where(matrix_cells.c.matrix_id == matrix_id)
+    return _fetch(conn, [lambda col: col.in_(in_matrix)], now, details, named)
+
+
+def _keys_scope(conn: Any, part: Sequence[str]) -> InScope:
+    return lambda col: key_in(conn, col, part)
+
+
+def _fetch(conn: Any, scopes: Sequence[InScope], now: datetime, details: bool,
+           named: Sequence[str] = ()) -> CoverageFacts:
+    facts = CoverageFacts(named=tuple(dict.fromkeys(named)))
+    e, f, c = entries, cell_failures, cell_claims
+    for in_scope in scopes:
+        if details:
+            rows = conn.execute(select(e.c.cell_key, e.c.fingerprint_key, e.c.entry_key,
+                                       e.c.total_bytes).where(in_scope(e.c.cell_key)))
+            facts.entries.update(((ck, fk), (key, size)) for ck, fk, key, size in rows.all())
+            latest = (select(func.max(f.c.id)).where(in_scope(f.c.cell_key))
+                      .group_by(f.c.cell_key, f.c.fingerprint_key))
+            failed = conn.execute(select(f.c.cell_key, f.c.fingerprint_key, f.c.exit_status,
+                                         f.c.log_tail, f.c.created_at)
+                                  .where(f.c.id.in_(latest)))
+            for ck, fk, status, tail, at in failed.all():
+                facts.failures[(ck, fk)] = FailureFact(status, tail, as_utc(at))
+        else:
+            rows = conn.execute(select(e.c.cell_key, e.c.fingerprint_key)
+                                .where(in_scope(e.c.cell_key)))
+            facts.entries.update(((ck, fk), (None, None)) for ck, fk in rows.all())
+            failed = conn.execute(select(f.c.cell_key, f.c.fingerprint_key).distinct()
+                                  .where(in_scope(f.c.cell_key)))
+            facts.failures.update(((ck, fk), FailureFact(None, "", None))
+                                  for ck, fk in failed.all())
+    for in_scope in scopes:
+        leases = conn.execute(select(
+            c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at, c.c.heartbeat_at,
+            c.c.expires_at, c.c.attempts).where(in_scope(c.c.cell_key), c.c.holder.is_not(None),
+                                                c.c.expires_at > now))
+        for r in leases.all():
+            lease = live_lease(r)
+            facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
+    seen = {fp for _, fp in facts.entries} | {fp for _, fp in facts.failures} | {
+        fp for _, fp in facts.leases} | set(facts.named)
+    _read_fingerprints(conn, sorted(seen), facts)
+    return facts
+
+
+def _read_fingerprints(conn: Any, keys: Sequence[str], facts: CoverageFacts) -> None:
+    fp = fingerprints
+    for part in key_batches(conn, keys):
+        for key, backend, fields, first_seen in conn.execute(
+                select(fp.c.key, fp.c.backend, fp.c.fields, fp.c.first_seen_at)
+                .where(key_in(conn, fp.c.key, part))).all():
+            facts.fingerprints[key] = Fingerprint(backend=backend, fields=tuple(
+                sorted((str(k), str(v)) for k, v in fields.items())))
+            facts.first_seen[key] = as_utc(first_seen)
+
+
+def live_lease(r: Sequence[Any]) -> LiveLease:
+    """A LiveLease from (cell key, fingerprint key, host, claimed, heartbeat, expires,
+    attempts); a live lease has all three times."""
+    claimed, heartbeat, expires = (_utc(t) for t in r[3:6])
+    return LiveLease(str(r[0]), str(r[1]), str(r[2] or "?"), claimed, heartbeat, expires,
+                     int(r[6]))
+
+
+def _utc(ts: datetime | None) -> datetime:
+    out = as_utc(ts)
+    assert out is not None
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageTable:
+    """Cells x fingerprint columns: each cell's status per column (by ``status_of``) and each
+    column's counts (in its CoverageFingerprint); pure, without the rows' details."""
+
+    cells: tuple[tuple[str, str], ...]  # (cell id, cell key)
+    columns: tuple[CoverageFingerprint, ...]
+    statuses: tuple[tuple[Status, ...], ...]  # per cell, one per column
+
+    def only(self, keys: Sequence[str]) -> CoverageTable:
+        """These columns only, in this order (keys the table lacks are left out)."""
+        index = {c.key: j for j, c in enumerate(self.columns)}
+        chosen = [index[k] for k in dict.fromkeys(keys) if k in index]
+        return CoverageTable(self.cells, tuple(self.columns[j] for j in chosen),
+                             tuple(tuple(row[j] for j in chosen) for row in self.statuses))
+
+
+def coverage_table(cells: Sequence[Cell] | Sequence[tuple[str, str]],
+                   given: Sequence[Fingerprint], facts: CoverageFacts) -> CoverageTable:
+    """Pure, and the one place statuses and counts come from: ``cells`` (Cells, or (id, key)
+    pairs) under the given fingerprints, those in ``facts`` and those it names. Column
+    order: the given ones first (in order), then the others by key; a named key the index
+    does not know is a column of backend ``unknown``."""
+    cell_ids = _cell_ids_and_keys(cells)
+    given_keys = list(dict.fromkeys(fp.key for fp in given))
+    fps: dict[str, Fingerprint] = {fp.key: fp for fp in given}
+    for key, fp in facts.fingerprints.items():
+        fps.setdefault(key, fp)
+    known = set(given_keys)
+    order = given_keys + sorted(k for k in {*fps, *facts.named} if k not in known)
+    entries, leases, failures = facts.entries, facts.leases, facts.failures
+    statuses = tuple(tuple(status_of((ck, k) in entries, (ck, k) in leases, (ck, k) in failures)
+                           for k in order) for _, ck in cell_ids)
+    unknown = Fingerprint(backend="unknown", fields=())
+    columns = []
+    for j, k in enumerate(order):
+        column = [row[j] for row in statuses]
+        fp = fps.get(k, unknown)
+        columns.append(CoverageFingerprint(
+            key=k, backend=fp.backend, fields=fp.fields, here=k in known,
+            ready=column.count(READY), failed=column.count(FAILED),
+            missing=column.count(MISSING), in_progress=column.count(IN_PROGRESS)))
+    return CoverageTable(cell_ids, tuple(columns), statuses)
+
+
+def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
+                   given: Sequence[Fingerprint], facts: CoverageFacts) -> CoverageReport:
+    """Pure: ``coverage_table`` with each cell x fingerprint as a CoverageRow carrying what
+    explains its status (entry, lease holder, failure and its log tail)."""
+    table = coverage_table(cells, given, facts)
+    keys = [c.key for c in table.columns]
+    rows = tuple(_row(cell_id, cell_key, k, status, facts)
+                 for (cell_id, cell_key), statuses in zip(table.cells, table.statuses,
+                                                          strict=True)
+                 for k, status in zip(keys, statuses, strict=True))
+    return CoverageReport(cells=table.cells, fingerprints=table.columns, rows=rows)
+
+
+def _cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
+                       ) -> tuple[tuple[str, str], ...]:
+    """(id, key) per distinct cell, in order; a key is a digest, so compute it once."""
+    out: dict[str, str] = {}
+    for c in cells:
+        cell_id, key = c if isinstance(c, tuple) else (c.id, c.key)
+        out.setdefault(key, cell_id)
+    return tuple((cell_id, key) for key, cell_id in out.items())
+
+
+def _row(cell_id: str, cell_key: str, fp_key: str, status: Status,
+         facts: CoverageFacts) -> CoverageRow:
+    pair = (cell_key, fp_key)
+    if status == READY:
+        entry_key, size = facts.entries[pair]
+        return CoverageRow(cell_id, cell_key, fp_key, READY, entry_key=entry_key,
+                           total_bytes=size)
+    if status == IN_PROGRESS:
+        lease = facts.leases[pair]
+        return CoverageRow(cell_id, cell_key, fp_key, IN_PROGRESS, host=lease.host,
+                           since=lease.claimed_at, lease_expires_at=lease.expires_at)
+    if status == FAILED:
+        failure = facts.failures[pair]
+        return CoverageRow(cell_id, cell_key, fp_key, FAILED, exit_status=failure.exit_status,
+                           log_tail=failure.log_tail, failed_at=failure.failed_at)
+    return CoverageRow(cell_id, cell_key, fp_key, MISSING)
+
+
+def only_fingerprints(report: CoverageReport, keys: Sequence[str]) -> CoverageReport:
+    """Pure: the report with only these fingerprint columns (in this order; keys the report
+    lacks are left out)."""
+    index = {fp.key: j for j, fp in enumerate(report.fingerprints)}
+    chosen = [index[k] for k in dict.fromkeys(keys) if k in index]
+    n = len(report.fingerprints)
+    rows = tuple(report.rows[i * n + j] for i in range(len(report.cells)) for j in chosen)
+    return CoverageReport(cells=report.cells,
+                          fingerprints=tuple(report.fingerprints[j] for j in chosen), rows=rows)
+
+
+def grid_page(matrix: MatrixVersion, table: CoverageTable, *, pattern: str | None = None,
+              offset: int = 0, limit: int | None = None) -> CoverageGrid:
+    """Pure: a coverage table (of the cells matching ``pattern``) as the API's grid: its
+    columns' counts over every cell, and the statuses of cells ``offset``..``offset +
+    limit``."""
+    total = len(table.cells)
+    stop = total if limit is None else offset + limit
+    rows = tuple(GridRow(cell_id, cell_key, statuses) for (cell_id, cell_key), statuses
+                 in zip(table.cells[offset:stop], table.statuses[offset:stop], strict=True))
+    fps = tuple(FingerprintCounts(c.key, c.backend, sdk_version(c.backend, dict(c.fields)),
+                                  c.ready, c.failed, c.missing, c.in_progress)
+                for c in table.columns)
+    return CoverageGrid(matrix, pattern, total, offset, total if limit is None else limit,
+                        fps, rows)
+
+
+def first_seen_order(keys: Iterable[str], first_seen: Mapping[str, datetime | None],
+                     fps: Mapping[str, Fingerprint]) -> list[str]:
+    """Pure: fingerprint keys by first appearance, then backend, SDK version and key (the
+    dashboard's column order; a key the index does not know goes last)."""
+    def rank(k: str) -> tuple[Any, ...]:
+        fp = fps.get(k)
+        seen = first_seen.get(k)
+        backend = fp.backend if fp else "unknown"
+        return (seen is None, seen, backend, sdk_version(backend, dict(fp.fields) if fp else {}),
+                k)
+
+    return sorted(keys, key=rank)
+
+
+# --- registered matrices: the API's grid, the summaries ------------------------------------
+
+def matrix_coverage(conn: Connection, now: datetime, name: str, *,
+                    version: int | None = None, pattern: str | None = None, offset: int = 0,
+                    limit: int | None = None) -> CoverageGrid:
+    """A registered matrix's coverage (current version, or ``version``): its cells matching
+    the glob ``pattern`` x every fingerprint with an entry, a failure or a live lease for any
+    of its cells, or that a restore report of this matrix named (the fleet's fingerprints,
+    even at 0 %), in first-seen order; counts over every matching cell, rows for
+    ``offset``..``offset + limit``. A fixed number of queries (``Index.matrix_coverage``)."""
+    chosen = choose_version(versions_in(conn, name, counts=False), name, version)
+    refs = cell_refs_in(conn, chosen.id)
+    named = list(conn.scalars(select(report_fingerprints.c.fingerprint_key)
+                              .where(report_fingerprints.c.matrix == name)))
+    facts = fetch_matrix_facts(conn, chosen.id, now, named=named)
+    chosen = replace(chosen, cell_count=len(refs))
+    cells = [c for c in refs if not pattern or fnmatch.fnmatchcase(c[0], pattern)]
+    table = coverage_table(cells, (), facts)
+    order = first_seen_order((c.key for c in table.columns), facts.first_seen,
+                             facts.fingerprints)
+    return grid_page(chosen, table.only(order), pattern=pattern, offset=offset, limit=limit)
+
+
+def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
+    """Counts (no rows) for the current version of every registered matrix: ready and failed
+    from the aggregates (kept by the rule without leases), cells with a live lease moved to
+    their status by ``status_of``, missing the rest; columns as ``matrix_coverage`` chooses
+    them. A few small queries whatever the size of the index (``Index.coverage_summaries``)."""
+    versions = current_versions_in(conn)
+    ids = [v.id for v in versions]
+    counts: dict[int, dict[str, dict[str, int]]] = {}
+    named: dict[str, set[str]] = {}
+    if ids:
+        cc, rf = coverage_counts, report_fingerprints
+        for matrix_id, fp, ready, failed in conn.execute(
+                select(cc.c.matrix_id, cc.c.fingerprint_key, cc.c.ready, cc.c.failed)
+                .where(cc.c.matrix_id.in_(ids))):
+            if ready or failed:
+                counts.setdefault(matrix_id, {})[fp] = {READY: int(ready), FAILED: int(failed),
+                                                        IN_PROGRESS: 0}
+        for matrix_id, fp, failure in _leased_cells(conn, ids, now):
+            _move_leased(counts.setdefault(matrix_id, {}).setdefault(fp, dict(_ZERO)), failure)
+        for matrix, fp in conn.execute(select(rf.c.matrix, rf.c.fingerprint_key).where(
+                rf.c.matrix.in_(sorted({v.name for v in versions})))):
+            named.setdefault(matrix, set()).add(fp)
+    keys = sorted({fp for c in counts.values() for fp in c}
+                  | {fp for fps in named.values() for fp in fps})
+    facts = CoverageFacts()
+    _read_fingerprints(conn, keys, facts)
+    order = first_seen_order(keys, facts.first_seen, facts.fingerprints)
+    grids = []
+    for v in versions:
+        mine = counts.get(v.id, {})
+        wanted = set(mine) | named.get(v.name, set())
+        fps = tuple(_column_counts(k, facts.fingerprints.get(k), v, mine.get(k, _ZERO))
+                    for k in order if k in wanted)
+        grids.append(CoverageGrid(v, None, v.cell_count, 0, 0, fps, ()))
+    return grids
+
+
+def _move_leased(acc: dict[str, int], failure: bool) -> None:
+    """The aggregates count a leased cell (no entry) as the rule does without its lease:
+    move it to the status the rule gives it with the lease (missing is what the others
+    leave, so it is never counted)."""
+    before, after = status_of(False, False, failure), status_of(False, True, failure)
+    if before != MISSING:
+        acc[before] -= 1
+    if after != MISSING:
+        acc[after] += 1
+
+
+_ZERO = {READY: 0, FAILED: 0, IN_PROGRESS: 0}
+
+
+def _leased_cells(conn: Connection, matrix_ids: Sequence[int],
+                  now: datetime) -> list[tuple[int, str, bool]]:
+    """(matrix id, fingerprint key, has a failure) per live lease on a cell of these matrix
+    versions that has no entry (few: one per busy worker)."""
+    c, mc, e, f = cell_claims, matrix_cells, entries, cell_failures
+    has_entry = (select(e.c.entry_key).where(e.c.cell_key == c.c.cell_key,
+                                             e.c.fingerprint_key == c.c.fingerprint_key)
+                 .exists())
+    has_failure = (select(f.c.id).where(f.c.cell_key == c.c.cell_key,
+                                        f.c.fingerprint_key == c.c.fingerprint_key).exists())
+    rows = conn.execute(
+        select(mc.c.matrix_id, c.c.fingerprint_key, has_failure)
+        .select_from(c.join(mc, mc.c.cell_key == c.c.cell_key))
+        .where(mc.c.matrix_id.in_(matrix_ids), c.c.holder.is_not(None), c.c.expires_at > now,
+               ~has_entry))
+    return [(int(m), str(fp), bool(failure)) for m, fp, failure in rows]
+
+
+def _column_counts(key: str, fp: Fingerprint | None, v: MatrixVersion,
+                   acc: Mapping[str, int]) -> FingerprintCounts:
+    backend = fp.backend if fp else "unknown"
+    ready, failed, in_progress = acc[READY], acc[FAILED], acc[IN_PROGRESS]
+    return FingerprintCounts(key, backend, sdk_version(backend, dict(fp.fields) if fp else {}),
+                             ready, failed, v.cell_count - ready - failed - in_progress,
+                             in_progress)
+

@@ -1,0 +1,93 @@
+"""Reads of registered matrices on an open connection (Core, no ORM): a name's versions and
+the current one, every current version, a version's cells and TOML. ``matrices`` wraps them
+for an ``Index``; the coverage engine reads them inside its own connection."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+
+from neffcache.errors import NotFoundError
+from neffcache.index.ops_values import MatrixVersion
+from neffcache.index.tables import cells as C
+from neffcache.index.tables import matrices as M
+from neffcache.index.tables import matrix_cells as MC
+from neffcache.index.values import as_utc
+from neffcache.matrix import Cell
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+
+def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[MatrixVersion]:
+    """Every version of matrix ``name``, oldest first (empty if unknown); without ``counts``
+    every ``cell_count`` is 0 (one query fewer, for a caller that reads the cells anyway)."""
+    rows = conn.execute(select(M.c.id, M.c.digest, M.c.backend, M.c.registered_at)
+                        .where(M.c.name == name).order_by(M.c.id)).all()
+    if not rows:
+        return []
+    n_cells = cell_counts(conn, [r.id for r in rows]) if counts else {}
+    current = max(rows, key=lambda r: (as_utc(r.registered_at), r.id)).id
+    return [MatrixVersion(r.id, name, n, r.digest, r.backend, n_cells.get(r.id, 0),
+                          as_utc(r.registered_at), r.id == current)  # type: ignore[arg-type]
+            for n, r in enumerate(rows, 1)]
+
+
+def choose_version(versions: Sequence[MatrixVersion], name: str,
+                   version: int | None = None) -> MatrixVersion:
+    """Pure: the current version (or ``version``) of ``versions``; NotFoundError names what
+    is unknown."""
+    if not versions:
+        raise NotFoundError(f"matrix {name!r}: not registered (neffcache matrix register FILE)")
+    if version is None:
+        return next(v for v in versions if v.current)
+    if 1 <= version <= len(versions):
+        return versions[version - 1]
+    raise NotFoundError(f"matrix {name!r}: no version {version} "
+                        f"(versions 1..{len(versions)})")
+
+
+def cell_counts(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
+    """Cells per registered version."""
+    if not ids:
+        return {}
+    return {int(k): int(n) for k, n in conn.execute(
+        select(MC.c.matrix_id, func.count()).where(MC.c.matrix_id.in_(ids))
+        .group_by(MC.c.matrix_id)).all()}
+
+
+def current_versions_in(conn: Connection) -> list[MatrixVersion]:
+    """The current version of every registered matrix, by name (two queries in all)."""
+    rows = conn.execute(select(M.c.id, M.c.name, M.c.digest, M.c.backend, M.c.registered_at)
+                        .order_by(M.c.name, M.c.id)).all()
+    by_name: dict[str, list[Any]] = {}
+    for r in rows:
+        by_name.setdefault(r.name, []).append(r)
+    current = {name: max(enumerate(rs, 1), key=lambda x: (as_utc(x[1].registered_at),
+                                                          x[1].id))
+               for name, rs in by_name.items()}
+    counts = cell_counts(conn, [r.id for _, r in current.values()])
+    return [MatrixVersion(r.id, name, n, r.digest, r.backend, counts.get(r.id, 0),
+                          as_utc(r.registered_at), True)  # type: ignore[arg-type]
+            for name, (n, r) in sorted(current.items())]
+
+
+def cell_refs_in(conn: Connection, matrix_id: int) -> list[tuple[str, str]]:
+    """(cell id, cell key) of a registered version, in declared order."""
+    return [(i, k) for i, k in conn.execute(
+        select(C.c.id, C.c.key).select_from(C.join(MC, MC.c.cell_key == C.c.key))
+        .where(MC.c.matrix_id == matrix_id).order_by(MC.c.position))]
+
+
+def cells_in(conn: Connection, matrix_id: int) -> tuple[Cell, ...]:
+    """The cells of a registered version, in declared order."""
+    rows = conn.scalars(select(C.c.json).select_from(C.join(MC, MC.c.cell_key == C.c.key))
+                        .where(MC.c.matrix_id == matrix_id).order_by(MC.c.position))
+    return tuple(Cell.from_json(j) for j in rows)
+
+
+def toml_in(conn: Connection, matrix_id: int) -> str | None:
+    """The TOML a version was registered with."""
+    return conn.scalar(select(M.c.toml).where(M.c.id == matrix_id))

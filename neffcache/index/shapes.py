@@ -1,0 +1,360 @@
+"""The JSON documents of the index's values, each declared once as a TypedDict (pure typing):
+the values' ``to_json`` build them, the CLI's ``--json`` prints them, and the HTTP API's
+response models are generated from them (``neffcache.server.schemas``). Fields are a
+contract: add, never rename or drop.
+
+A field's description for the OpenAPI document rides along as ``Annotated[T, Doc("...")]``;
+a key that may be absent is declared in a ``total=False`` class (the API shows it as null).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal, TypedDict
+
+Status = Literal["ready", "in_progress", "failed", "missing"]
+Outcome = Literal["hit", "partial", "miss", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    """A field's description in the API's OpenAPI document (``Annotated`` metadata)."""
+
+    text: str
+
+
+# --- registered matrices --------------------------------------------------------------------
+
+class _MatrixFields(TypedDict):
+    name: str
+    version: Annotated[int, Doc("1 for the first content registered under this name.")]
+    sha256: Annotated[str, Doc("sha256 of the canonical JSON of the parsed TOML.")]
+    backend: str
+    cells: int
+    registered_at: str | None
+    current: bool
+    changed: bool
+
+
+class MatrixDoc(_MatrixFields, total=False):
+    """A registered matrix version (``matrix ls/show --json``, /api/matrices)."""
+
+    toml: str | None
+
+
+class MatrixDetail(TypedDict):
+    """One matrix: the chosen version with its TOML, and its history (/api/matrix)."""
+
+    current: MatrixDoc
+    versions: Annotated[list[MatrixDoc], Doc("Every version, oldest first.")]
+
+
+# --- coverage -------------------------------------------------------------------------------
+
+class CoverageCellDoc(TypedDict):
+    id: str
+    key: str
+
+
+class CoverageFingerprintDoc(TypedDict):
+    """A fingerprint column of ``coverage --json`` with its counts over the cells."""
+
+    key: str
+    backend: str
+    fields: dict[str, str]
+    here: Annotated[bool, Doc("This host's fingerprint (given), not only found in the index.")]
+    ready: int
+    failed: int
+    missing: int
+    in_progress: int
+
+
+class CoverageRowDoc(TypedDict):
+    """One cell under one fingerprint, with what explains its status."""
+
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    status: Status
+    entry_key: str | None
+    total_bytes: int | None
+    exit_status: int | None
+    log_tail: str | None
+    failed_at: str | None
+    host: str | None
+    since: str | None
+    lease_expires_at: str | None
+
+
+class CoverageReportDoc(TypedDict):
+    cells: list[CoverageCellDoc]
+    fingerprints: list[CoverageFingerprintDoc]
+    rows: list[CoverageRowDoc]
+
+
+class NotReadyDoc(TypedDict):
+    cell_id: str
+    fingerprint_key: str
+    status: Status
+
+
+class CoverageCheckDoc(TypedDict):
+    ok: bool
+    not_ready: list[NotReadyDoc]
+
+
+class _CoverageFields(CoverageReportDoc):
+    matrix: str
+    backend: str
+    here: str | None
+
+
+class CoverageDoc(_CoverageFields, total=False):
+    """``neffcache coverage --json``: the report, the matrix it is of, and the check."""
+
+    check: CoverageCheckDoc
+
+
+class FingerprintCountsDoc(TypedDict):
+    """A fingerprint's column of a coverage grid, counted over the grid's cells."""
+
+    key: str
+    backend: str
+    sdk_version: str
+    ready: int
+    failed: int
+    missing: int
+    in_progress: Annotated[int, Doc("Cells a precompile --claim worker is warming now.")]
+    ratio: Annotated[float, Doc("ready / cells.")]
+
+
+class GridRowDoc(TypedDict):
+    cell_id: str
+    cell_key: str
+    statuses: Annotated[list[Status], Doc("One per fingerprint, in column order.")]
+
+
+class CoverageGridDoc(TypedDict):
+    """A page of a registered matrix's cells x fingerprints (/api/coverage)."""
+
+    matrix: str
+    version: int
+    sha256: str
+    cells_pattern: str | None
+    total_cells: Annotated[int, Doc("Cells matching the pattern (all pages).")]
+    offset: int
+    limit: int
+    fingerprints: Annotated[list[FingerprintCountsDoc], Doc(
+        "Columns: every fingerprint with an entry, a failure or a live lease for a cell of "
+        "the matrix, or that a restore report of the matrix named; counts over the matching "
+        "cells.")]
+    rows: list[GridRowDoc]
+
+
+class MatrixCoverageDoc(TypedDict):
+    matrix: str
+    version: int
+    cells: int
+    fingerprints: list[FingerprintCountsDoc]
+
+
+# --- entries, fingerprints, runs, failures --------------------------------------------------
+
+class EntryDoc(TypedDict):
+    """One entry as the index knows it."""
+
+    entry_key: str
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    backend: str
+    store_url: str
+    total_bytes: int
+    file_count: int
+    compile_seconds: float | None
+    created_at: str | None
+    verified_status: str | None
+    verified_at: str | None
+    last_used_at: Annotated[str | None, Doc(
+        "Time of the newest ingested restore report that found the entry (null: none yet).")]
+    restore_count: Annotated[int, Doc(
+        "Ingested ok/partial restore reports that found the entry.")]
+
+
+class EntriesDoc(TypedDict):
+    """``neffcache ls --json``."""
+
+    entries: list[EntryDoc]
+    count: int
+
+
+class FingerprintDoc(TypedDict):
+    key: str
+    backend: str
+    sdk_version: str
+    fields: dict[str, str]
+    first_seen_at: str | None
+    entries: int
+    total_bytes: int
+
+
+class SdkBytesDoc(TypedDict):
+    backend: str
+    sdk_version: str
+    fingerprints: int
+    entries: int
+    total_bytes: int
+
+
+class RunDoc(TypedDict):
+    id: str
+    started_at: str | None
+    finished_at: str | None
+    host: str
+    fingerprint_key: str
+    matrix: str
+    cells_ok: int | None
+    cells_failed: int | None
+    failures_recorded: int
+
+
+class FailureDoc(TypedDict):
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    run_id: str | None
+    exit_status: int | None
+    seconds: float
+    log_tail: Annotated[str, Doc("The last 16,000 characters of the warm-up's log.")]
+    failed_at: str | None
+
+
+class RunDetail(TypedDict):
+    run: RunDoc
+    failures: list[FailureDoc]
+
+
+class InProgressDoc(TypedDict):
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    host: Annotated[str, Doc("Who holds the lease: host name and process id.")]
+    since: Annotated[str | None, Doc("When the cell was claimed (UTC).")]
+    heartbeat_at: str | None
+    expires_at: Annotated[str | None, Doc("The lease expires then unless renewed.")]
+    attempts: Annotated[int, Doc("Claims of this cell so far, across all workers.")]
+
+
+# --- restores -------------------------------------------------------------------------------
+
+class RestoreDoc(TypedDict):
+    id: int
+    created_at: str | None
+    host: str
+    fingerprint_key: str
+    matrix: str
+    outcome: Annotated[Outcome, Doc("hit: every cell restored; partial: some; miss: none "
+                                    "(no entries); error: any other failure.")]
+    cells_restored: int
+    cells_missing: int
+    missing: list[str]
+    files_fetched: int
+    files_skipped: int
+    bytes_fetched: int
+    seconds: float
+    exit_code: int
+
+
+class BucketDoc(TypedDict):
+    le: float
+    count: int
+
+
+class RestoreOutcomeDoc(TypedDict):
+    outcome: Outcome
+    count: int
+    no_entry: Annotated[int, Doc("Of count: restores (exit 3) missing cells that have no "
+                                 "entry for their fingerprint.")]
+    other_fingerprint: Annotated[int, Doc("Of count: restores (exit 5) whose cells were "
+                                          "built only for other fingerprints.")]
+    seconds_sum: float
+    bytes_sum: int
+    buckets: Annotated[list[BucketDoc], Doc("Cumulative counts of durations <= le.")]
+
+
+class RestorePointDoc(TypedDict):
+    start: Annotated[str | None, Doc("Start of the period (UTC).")]
+    hit: int
+    partial: int
+    miss_no_entry: int
+    miss_other_fingerprint: int
+    error: int
+
+
+class TotalsDoc(TypedDict):
+    entries: int
+    total_bytes: int
+    fingerprints: int
+    cells: int
+    matrices: int
+    runs: int
+    restores: int
+
+
+class Summary(TypedDict):
+    """Totals, coverage per matrix x fingerprint, bytes per SDK version, restore outcomes."""
+
+    index: str
+    totals: TotalsDoc
+    coverage: list[MatrixCoverageDoc]
+    sdk_versions: list[SdkBytesDoc]
+    restore_outcomes: list[RestoreOutcomeDoc]
+
+
+# --- reindex, report ingestion, schema ------------------------------------------------------
+
+class InvalidDoc(TypedDict):
+    key: str
+    reason: str
+
+
+class ReindexDoc(TypedDict):
+    scanned: int
+    added: int
+    already_indexed: int
+    removed: int
+    invalid: list[InvalidDoc]
+
+
+class IngestDoc(TypedDict):
+    scanned: int
+    added: int
+    already_ingested: int
+    invalid: list[InvalidDoc]
+
+
+class ReindexStoreDoc(ReindexDoc):
+    """``neffcache reindex --json``."""
+
+    store: str
+    reports: IngestDoc
+
+
+class IngestReportsDoc(IngestDoc):
+    """``neffcache reports ingest --json``."""
+
+    source: str
+
+
+class SchemaStateDoc(TypedDict):
+    """``neffcache db current --json``."""
+
+    url: str
+    current: str | None
+    head: str
+    up_to_date: bool
+
+
+# ``from`` is a keyword: the functional form. ``neffcache db upgrade --json``.
+UpgradeDoc = TypedDict("UpgradeDoc", {"url": str, "from": str | None, "to": str,
+                                      "changed": bool})
