@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from typing import Any
 
 import click
 
@@ -108,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; every NeffcacheError maps to its code here."""
     try:
-        result: Any = group.main(args=argv, prog_name="neffcache", standalone_mode=False)
-        return result if isinstance(result, int) else 0
+        returned: object = group.main(args=argv, prog_name="neffcache", standalone_mode=False)
+        return returned if isinstance(returned, int) else 0
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort:

@@ -215,8 +215,7 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     from neffcache.backends import get_backend
     from neffcache.demo.tiny_pipeline import build_tiny_flux2_klein
     from neffcache.fingerprint import collect_fingerprint
-    from neffcache.index import open_index
-    from neffcache.index.ingest import ingest_reports
+    from neffcache.index import ingest_reports, open_index
     from neffcache.matrix_io import load_matrix
     from neffcache.precompile import PrecompileOptions, apply_precompile
     from neffcache.reports import date_prefixes

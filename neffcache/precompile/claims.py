@@ -39,8 +39,7 @@ from neffcache.precompile.run import PrecompileRun, open_run
 from neffcache.store import Store
 
 if TYPE_CHECKING:
-    from neffcache.index import Index
-    from neffcache.index.values import Lease
+    from neffcache.index import Index, Lease
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +104,7 @@ def apply_claims(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Ind
                  progress: Callable[[Event], None] | None = None) -> PrecompileReport:
     """Warm cells from the claim queue until none is left to claim or in progress; the report
     lists the cells this worker handled (skipped, refused, published, exists, failed)."""
-    from neffcache.index.matrices import matrix_name_of
+    from neffcache.index import matrix_name_of
 
     run = open_run(matrix, cells, store, index, fingerprint, options, environ=environ,
                    progress=progress, force=False, announce_skips=False)

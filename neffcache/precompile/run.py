@@ -168,7 +168,7 @@ class PrecompileRun:
 
     def start(self, host: str) -> None:
         """Before the first warm-up: the work directory, and the run's row in the index."""
-        from neffcache.index.matrices import matrix_name_of
+        from neffcache.index import matrix_name_of
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.run_id = self.index.start_run(host, self.fingerprint, matrix_name_of(self.matrix))
@@ -368,7 +368,7 @@ def _slug(n: int, cell: Cell) -> str:
 def _register(index: Index, matrix: Matrix) -> None:
     """Keep the declared matrix in the index, so coverage needs no file (a new version only
     when its content changed)."""
-    from neffcache.index.matrices import register_matrix
+    from neffcache.index import register_matrix
 
     if not matrix.source or matrix.source.startswith("<"):
         return

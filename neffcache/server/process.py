@@ -124,7 +124,7 @@ def ingesting_reports(index: Index, settings: Settings, every: float,
     if every <= 0:
         yield
         return
-    from neffcache.index.ingest import ReportPoller
+    from neffcache.index import ReportPoller
     from neffcache.store import open_store
 
     stop = threading.Event()
