@@ -302,14 +302,15 @@ class PrecompileRun:
     def _verify(self, plan: CellPlan, cell_dir: Path) -> VerifyReport:
         self.emit(("verify", plan.cell.id, "restoring into a new directory and warming again"))
         target = cell_dir / "verify-roots"
+        restored: RestoreResult | None = None
+        err: NeffcacheError | None
         try:  # as an instance would: the restore use case, for the fingerprint built here
-            restored: RestoreResult | None = restore(RestoreRequest(
+            restored = restore(RestoreRequest(
                 self.matrix, target, cells=(glob.escape(plan.cell.id),), store=self.store.url,
                 fingerprint=self.fingerprint, report_to="none"))
-        except NeffcacheError as exc:
-            restored, err = None, exc
-        else:
             err = restored.error()
+        except NeffcacheError as exc:
+            err = exc
         if restored is None or err is not None or plan.cell.id not in restored.restored:
             return self._verified(plan, VerifyReport(
                 VERIFY_FAILED, None, restored.seconds if restored else 0.0,

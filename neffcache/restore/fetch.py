@@ -21,6 +21,7 @@ file is written, verified and renamed is in ``neffcache.restore.install``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import threading
@@ -214,8 +215,8 @@ class Fetcher:
                 return fail_all(g, exc)
             try:
                 with src:
-                    rec = place(dirs, first, lambda fd, src=src: copy_verified(
-                        src, fd, first, self.deadline))
+                    rec = place(dirs, first, functools.partial(
+                        copy_verified, src, t=first, deadline=self.deadline))
             except BODY_FAULTS as exc:
                 if attempt == ATTEMPTS:
                     return fail_all(g, exc)

@@ -249,11 +249,11 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
         if g.sha256 in where and g.size > 0:
             pack, offset = where[g.sha256]
             in_packs.setdefault(pack, []).append(Slice(g, offset))
-        elif (d := _digests_for(g, digests)) is not None:
-            ranges = part_ranges(g.size, d.part_size)
+        elif (pd := _digests_for(g, digests)) is not None:
+            ranges = part_ranges(g.size, pd.part_size)
             for i, (start, length) in enumerate(ranges):
                 keyed.append(((0, -g.size, order[g.sha256], i), BlobPart(
-                    g, i, len(ranges), start, length, d.digests[i])))
+                    g, i, len(ranges), start, length, pd.digests[i])))
         else:
             keyed.append(((1, 0, order[g.sha256], 0), BlobGet(g)))
     for pack, slices in in_packs.items():

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
@@ -43,6 +43,9 @@ from neffcache.store.s3_config import (
     parse_s3_url,
     read_profile,
 )
+
+if TYPE_CHECKING:
+    from obstore.store import S3Config  # a TypedDict of the type stubs only
 from neffcache.store.s3_errors import (
     RANGE_NOT_SATISFIABLE,
     no_credentials,
@@ -237,7 +240,7 @@ class S3Store:
         ``timeouts`` (seconds); one backoff sleep never outlasts the retry window."""
         connect, read, request, retrying = (timedelta(seconds=t) for t in timeouts)
         loc: S3Location = self.location
-        config: dict[str, Any] = {"virtual_hosted_style_request": loc.virtual_hosted}
+        config: S3Config = {"virtual_hosted_style_request": loc.virtual_hosted}
         if loc.endpoint:
             config["endpoint"] = loc.endpoint
         if loc.region:
