@@ -109,6 +109,24 @@ def exit_code_for(exc: BaseException) -> int:
     return 1
 
 
+class ExitRule:
+    """The exit rule every use case's result shares: ``exit_code`` is 0 when ``error()`` is
+    None, else that error's code (``exit_code_for``). A result overrides ``error()`` with its
+    own judgement; one whose outcome is always a success keeps this one."""
+
+    __slots__ = ()
+
+    def error(self) -> NeffcacheError | None:
+        """The error the CLI raises for this outcome (None: a success)."""
+        return None
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a success, else the exit code of ``error()``."""
+        err = self.error()
+        return 0 if err is None else exit_code_for(err)
+
+
 # The exit-code table as every command's --help shows it (exit_code_for is the mapping).
 EXIT_CODE_HELP = """\b
 Exit codes (the same for every command):

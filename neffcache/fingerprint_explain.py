@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from neffcache.backends import get_backend
 from neffcache.config import Settings, read_settings
-from neffcache.errors import NeffcacheError, NotFoundError, UnavailableError, UsageError
+from neffcache.errors import ExitRule, NeffcacheError, NotFoundError, UnavailableError, UsageError
 from neffcache.fingerprint import (
     FIELD_NOTES,
     FieldDiff,
@@ -54,7 +54,7 @@ class FingerprintRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class FingerprintResult:
+class FingerprintResult(ExitRule):
     """This host's fingerprint and the interpreter it describes (``python``, a path)."""
 
     fingerprint: Fingerprint
@@ -71,11 +71,6 @@ class FingerprintResult:
     def error(self) -> NeffcacheError | None:
         """Always None: an unknown field is a warning to show, not a failure."""
         return None
-
-    @property
-    def exit_code(self) -> int:
-        """Always 0."""
-        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +92,7 @@ class ExplainRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class ExplainResult:
+class ExplainResult(ExitRule):
     """This host's fingerprint (``here``) against an entry's or a fingerprint's (``there``).
 
     entry_key and cell_id name the entry (None when ``key`` was a fingerprint key);
@@ -138,11 +133,6 @@ class ExplainResult:
     def error(self) -> NeffcacheError | None:
         """Always None: a difference is the answer asked for, not a failure."""
         return None
-
-    @property
-    def exit_code(self) -> int:
-        """Always 0, whether or not the fingerprints match."""
-        return 0
 
 
 def show_fingerprint(request: FingerprintRequest) -> FingerprintResult:

@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neffcache.config import Settings, read_settings
-from neffcache.errors import CompiledAfterRestoreError, NeffcacheError, UsageError, exit_code_for
+from neffcache.errors import (
+    CompiledAfterRestoreError,
+    ExitRule,
+    NeffcacheError,
+    UsageError,
+)
 from neffcache.precompile import Verdict
 
 if TYPE_CHECKING:
@@ -105,7 +110,7 @@ class DemoCell:
 
 
 @dataclass(frozen=True, slots=True)
-class DemoResult:
+class DemoResult(ExitRule):
     """The demo's outcome: where the model, matrix, store, index and instance are, the
     precompile's report, the restore's JSON document and exit code, one DemoCell per cell,
     the coverage of the matrix for this host's fingerprint, and the seconds it all took.
@@ -139,12 +144,6 @@ class DemoResult:
         return CompiledAfterRestoreError(
             f"demo: {len(bad)} cell(s) compiled or failed after restore ({', '.join(bad)})"
             if bad else f"demo: restore exited {self.restore_exit} or a warm-up failed")
-
-    @property
-    def exit_code(self) -> int:
-        """0 when ``ok``, else 1."""
-        err = self.error()
-        return 0 if err is None else exit_code_for(err)
 
     def to_json(self) -> dict[str, Any]:
         """The ``neffcache demo --json`` document."""

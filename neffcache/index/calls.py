@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING
 
 from neffcache.config import Settings, read_settings, redact_url
 from neffcache.errors import (
+    ExitRule,
     IntegrityError,
     MatrixError,
-    NeffcacheError,
     SchemaOutdatedError,
-    exit_code_for,
 )
 from neffcache.index.api import Index, open_index
 from neffcache.index.ingest import IngestResult, ingest_report_files, ingest_reports
@@ -54,16 +53,8 @@ def _open(settings: Settings) -> Index:
 
 
 @dataclass(frozen=True, slots=True)
-class _Success:
-    """Results whose outcome is always a success (exit 0)."""
-
-    def error(self) -> NeffcacheError | None:
-        """None: this call either returns a result or raises."""
-        return None
-
-    @property
-    def exit_code(self) -> int:
-        return 0
+class _Success(ExitRule):
+    """Results whose outcome is always a success (exit 0): the call returns one or raises."""
 
 
 # --- ls ------------------------------------------------------------------------------------
@@ -114,7 +105,7 @@ class ReindexStoreRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class ReindexStoreResult:
+class ReindexStoreResult(ExitRule):
     """What a reindex found in the store (``manifests``) and which restore reports it
     ingested (``reports``). ``exit_code`` 4 (IntegrityError) when a manifest was invalid
     (skipped and listed; the rest was indexed), else 0."""
@@ -137,11 +128,6 @@ class ReindexStoreResult:
             return None
         return IntegrityError(f"{len(invalid)} invalid manifest(s) skipped; first: "
                               f"{invalid[0].reason}", hint="neffcache verify")
-
-    @property
-    def exit_code(self) -> int:
-        err = self.error()
-        return 0 if err is None else exit_code_for(err)
 
 
 def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
@@ -367,7 +353,7 @@ class ShowSchemaRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class ShowSchemaResult:
+class ShowSchemaResult(ExitRule):
     """Where the schema stands (``state``). ``exit_code`` 7 (SchemaOutdatedError) with
     ``check`` when it is not this code's head, else 0."""
 
@@ -385,11 +371,6 @@ class ShowSchemaResult:
         return SchemaOutdatedError(f"index {state.url} is at revision "
                                    f"{state.current or '(empty)'}, this neffcache needs "
                                    f"{state.head}")
-
-    @property
-    def exit_code(self) -> int:
-        err = self.error()
-        return 0 if err is None else exit_code_for(err)
 
 
 def show_schema(request: ShowSchemaRequest) -> ShowSchemaResult:

@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from neffcache.errors import CacheMissError, MatrixError, NotFoundError, UsageError, exit_code_for
+from neffcache.errors import (
+    CacheMissError,
+    ExitRule,
+    MatrixError,
+    NotFoundError,
+    UsageError,
+)
 from neffcache.index.api import Index, open_index
 from neffcache.index.coverage_grid import only_fingerprints
 from neffcache.index.matrices import get_matrix, registered_cells
@@ -50,7 +56,7 @@ class CoverageRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class CoverageResult:
+class CoverageResult(ExitRule):
     """A coverage report of one matrix, and the check when one was asked for.
 
     matrix: the matrix file as given, or the registered matrix's name; backend: its backend.
@@ -92,11 +98,6 @@ class CoverageResult:
         return CacheMissError(f"{len(checked)} cell x fingerprint pair(s) of {self.matrix} are "
                               f"not ready: {ids}{', ...' if len(checked) > 3 else ''}",
                               hint="neffcache precompile MATRIX (on a build host)")
-
-    @property
-    def exit_code(self) -> int:
-        err = self.error()
-        return 0 if err is None else exit_code_for(err)
 
 
 def coverage(request: CoverageRequest) -> CoverageResult:

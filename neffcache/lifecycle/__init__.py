@@ -13,7 +13,7 @@ one takes ``dry_run``, and ``confirmed`` or a ``confirm(preview)`` callback.
     import_bundle(ImportBundleRequest) -> ImportBundleResult         neffcache bundle import
     show_bundle(ShowBundleRequest) -> ShowBundleResult               neffcache bundle show
 
-Modules, bottom to top (see ARCHITECTURE.md): ``exit_rule`` the results' exit rule ·
+Modules, bottom to top (see ARCHITECTURE.md):
 ``entry_select`` which entries · ``verify`` and
 ``verify_local`` integrity of a store and of a restored tree · ``retire`` by policy · ``gc``
 unreferenced blobs · ``copy`` between stores · ``bundle_write`` a bundle file (its format

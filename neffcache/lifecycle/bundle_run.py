@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.config import read_settings
+from neffcache.errors import ExitRule
 from neffcache.lifecycle.bundle_write import write_bundle
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_manifests
-from neffcache.lifecycle.exit_rule import ExitRule
 from neffcache.store import BundleStore, Toc, open_store
 
 

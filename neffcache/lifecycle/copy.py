@@ -15,9 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neffcache.errors import IntegrityError
+from neffcache.errors import ExitRule, IntegrityError
 from neffcache.hashing import VerifyingReader
-from neffcache.lifecycle.exit_rule import ExitRule
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
 from neffcache.precompile import REFRESH_SECONDS, held_intents, write_pointer
 from neffcache.store import Store, blob_key, manifest_key, pack_key

@@ -10,8 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from neffcache.config import read_settings
-from neffcache.errors import UnavailableError, UsageError
-from neffcache.lifecycle.exit_rule import ExitRule
+from neffcache.errors import ExitRule, UnavailableError, UsageError
 from neffcache.lifecycle.gc import (
     DEFAULT_GRACE_SECONDS,
     GcResult,

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.config import Settings, read_settings
-from neffcache.errors import NeffcacheError, UsageError
+from neffcache.errors import ExitRule, NeffcacheError, UsageError
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
-from neffcache.lifecycle.exit_rule import ExitRule
 from neffcache.lifecycle.retire import (
     EntryInfo,
     RetirePlan,

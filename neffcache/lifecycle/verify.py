@@ -18,6 +18,7 @@ from typing import Any
 
 from neffcache.backends import BACKENDS
 from neffcache.errors import (
+    ExitRule,
     IntegrityError,
     ManifestError,
     NeffcacheError,
@@ -25,7 +26,6 @@ from neffcache.errors import (
     UnavailableError,
 )
 from neffcache.hashing import CHUNK, PartHasher
-from neffcache.lifecycle.exit_rule import ExitRule
 from neffcache.manifest import Manifest, PackRecord, PartDigests, decode_manifest
 from neffcache.store import MANIFESTS, Store, blob_key, entry_key_of, pack_key
 

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import BACKENDS, root_dirs
-from neffcache.errors import IntegrityError, ManifestError, NeffcacheError, UsageError
-from neffcache.lifecycle.exit_rule import ExitRule
+from neffcache.errors import ExitRule, IntegrityError, ManifestError, NeffcacheError, UsageError
 from neffcache.manifest import Manifest, decode_manifest
 from neffcache.restore import LOCAL_ENTRIES, MISSING_FILE, STATE_FILE, lock_destination
 from neffcache.thread_pool import map_in_threads

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neffcache.errors import NeffcacheError, UsageError, exit_code_for
+from neffcache.errors import ExitRule, UsageError
 from neffcache.precompile.backfill import BackfillPlan, apply_backfill, plan_backfill, read_entries
 from neffcache.precompile.capture import scan_roots
 from neffcache.precompile.indexing import record_entry_or_warn
@@ -46,7 +46,7 @@ class CaptureRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class CaptureResult:
+class CaptureResult(ExitRule):
     """What a capture found and did. ``plan.action``: publish, exists (the cell has an entry
     already: nothing published) or nothing (no runtime-compiled file). ``published`` is the
     publish (None on a dry run or when the plan publishes nothing); ``indexed``: whether the
@@ -71,14 +71,6 @@ class CaptureResult:
                         if k in _PUBLISH_FIELDS})
             doc["indexed"] = self.indexed
         return doc
-
-    def error(self) -> NeffcacheError | None:
-        return None
-
-    @property
-    def exit_code(self) -> int:
-        err = self.error()
-        return 0 if err is None else exit_code_for(err)
 
 
 def capture_entry(request: CaptureRequest) -> CaptureResult:

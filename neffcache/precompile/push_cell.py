@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import Backend
-from neffcache.errors import MatrixError, NeffcacheError, UsageError, exit_code_for
+from neffcache.errors import ExitRule, MatrixError, UsageError
 from neffcache.matrix import Cell
 from neffcache.precompile.indexing import record_entry_or_warn
 from neffcache.precompile.publish import PublishResult, publish_entry
@@ -49,7 +49,7 @@ class PushRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class PushResult:
+class PushResult(ExitRule):
     """A published (or already present) entry. ``published.created`` is False when the entry
     existed and stands unchanged (the first writer wins); ``indexed``: the index recorded it
     (if not, the store still holds it: ``neffcache reindex``).
@@ -66,14 +66,6 @@ class PushResult:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.published.to_json(), indexed=self.indexed, store=self.store_url)
-
-    def error(self) -> NeffcacheError | None:
-        return None
-
-    @property
-    def exit_code(self) -> int:
-        err = self.error()
-        return 0 if err is None else exit_code_for(err)
 
 
 def push(request: PushRequest) -> PushResult:

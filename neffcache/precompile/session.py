@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import neuron_env
-from neffcache.errors import NeffcacheError, UsageError, WorkerError, exit_code_for
+from neffcache.errors import ExitRule, NeffcacheError, UsageError, WorkerError
 from neffcache.matrix import Cell
 from neffcache.precompile.claims import ClaimOptions, apply_claims
 from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
@@ -68,7 +68,7 @@ class PrecompileRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class PrecompileResult:
+class PrecompileResult(ExitRule):
     """How a precompile ended: ``report`` has a row per selected cell (skipped, refused,
     published, exists, failed; with ``verify``, each new entry's verdict).
 
@@ -84,11 +84,6 @@ class PrecompileResult:
 
     def error(self) -> NeffcacheError | None:
         return failure_error(self.report)
-
-    @property
-    def exit_code(self) -> int:
-        err = self.error()
-        return 0 if err is None else exit_code_for(err)
 
 
 def precompile(request: PrecompileRequest) -> PrecompileResult:

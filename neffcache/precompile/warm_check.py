@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neffcache.config import Settings
-from neffcache.errors import NeffcacheError, UsageError, exit_code_for
+from neffcache.errors import ExitRule, NeffcacheError, UsageError
 from neffcache.precompile.indexing import report_to_index
 from neffcache.precompile.warm import FAILED, Event, WarmReport, apply_warm
 
@@ -47,7 +47,7 @@ class WarmRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class WarmResult:
+class WarmResult(ExitRule):
     """Each cell's first call against the restored cache: hit, compiled (a miss) or failed
     (``report``).
 
@@ -64,11 +64,6 @@ class WarmResult:
 
     def error(self) -> NeffcacheError | None:
         return self.report.error(self.strict)
-
-    @property
-    def exit_code(self) -> int:
-        err = self.error()
-        return 0 if err is None else exit_code_for(err)
 
 
 def check_warm(request: WarmRequest) -> WarmResult:

@@ -20,6 +20,7 @@ from neffcache.canonical import digest_of
 from neffcache.errors import (
     CacheMissError,
     DeadlineExceededError,
+    ExitRule,
     FingerprintMismatchError,
     IntegrityError,
     NeffcacheError,
@@ -35,7 +36,7 @@ MAX_LISTED_FAILURES = 100
 
 
 @dataclass(frozen=True, slots=True)
-class RestoreResult:
+class RestoreResult(ExitRule):
     """What a restore did: the cells requested, restored, missing or incomplete, the files
     fetched, skipped and failed, and the cache environment of the target.
 
@@ -68,12 +69,6 @@ class RestoreResult:
     def error(self) -> NeffcacheError | None:
         """The error this restore ends with, or None; see the module docstring."""
         return outcome_error(self)
-
-    @property
-    def exit_code(self) -> int:
-        """0 when every requested cell is in place, else the error's exit code."""
-        err = self.error()
-        return 0 if err is None else exit_code_for(err)
 
     def judged_json(self) -> dict[str, Any]:
         """The verdict and the cells, as a restore's report and a dry run both show them."""

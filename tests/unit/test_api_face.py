@@ -50,3 +50,13 @@ def test_import_neffcache_is_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == ""
+
+
+def test_every_result_knows_its_exit_code_and_its_json() -> None:
+    results = [n for n in neffcache.__all__ if n.endswith(("Result", "Preview"))]
+    assert len(results) >= 20
+    lacking = [n for n in results
+               if not isinstance(getattr(getattr(neffcache, n), "exit_code", None), property)
+               or not callable(getattr(getattr(neffcache, n), "to_json", None))
+               or not callable(getattr(getattr(neffcache, n), "error", None))]
+    assert lacking == []

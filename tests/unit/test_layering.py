@@ -58,7 +58,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.precompile.claims",),
     ("neffcache.precompile.session", "neffcache.precompile"),
     # lifecycle: what happens to entries after they are published
-    ("neffcache.lifecycle.exit_rule",),
     ("neffcache.lifecycle.entry_select",
      "neffcache.lifecycle.verify", "neffcache.lifecycle.verify_local",
      "neffcache.lifecycle.retire"),
