@@ -1,5 +1,5 @@
 """Process-wide settings a command makes once, at the CLI edge: the open-file limit, the cyclic GC,
-and how the process ends (``exit_process``).
+signal handlers (``stop_on_signals``), and how the process ends (``exit_process``).
 
 The library below never changes the process: ``neffcache.restore`` only reads the open-file
 limit (``neffcache.restore.install.batch_files``) and leaves the garbage collector alone; a
@@ -11,6 +11,9 @@ from __future__ import annotations
 import atexit
 import functools
 import gc
+import os
+import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -78,14 +81,58 @@ def without_cyclic_gc(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
+STOP_SIGNALS = ("SIGTERM", "SIGINT")
+
+
+class stop_on_signals:  # noqa: N801 - used as a context manager, named like one
+    """``with stop_on_signals() as stop:`` SIGTERM and SIGINT set ``stop.event`` (a
+    ``threading.Event`` to hand to a library call as its ``stop``) instead of ending the
+    process, so the call can end its worker processes and release what it holds; then
+    ``stop.exit_code`` is the conventional 128 + signal (143, 130), None without a signal.
+    A second signal ends the process at once (the default action; compile workers die with
+    it, see ``neffcache.precompile.launch``). The previous handlers come back on exit. Only
+    the main thread can install handlers; elsewhere this does nothing."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> stop_on_signals:
+        if threading.current_thread() is threading.main_thread():
+            for name in STOP_SIGNALS:
+                sig = getattr(signal, name)
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal.Signals(self.signum).name if self.signum is not None else None
+
+    @property
+    def exit_code(self) -> int | None:
+        return 128 + self.signum if self.signum is not None else None
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signum is not None:  # asked twice: stop waiting for a graceful end
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.signum = signum
+        self.event.set()  # only flags: the main thread never waits on this event's lock
+
+
 def exit_process(code: int) -> None:
     """End the process with ``code``. Normally ``sys.exit``; when a thread that is not a daemon
     is still running (a restore worker whose store call hangs, left behind at the deadline),
     the interpreter would wait for it at exit, so the output is flushed and the process ends
     at once (``os._exit``): a --deadline holds whatever the server does."""
-    import os
     import sys
-    import threading
     import time
 
     waiting = [t for t in threading.enumerate()

@@ -22,9 +22,10 @@ from neffcache.cli._common import (
     progress,
     store_option,
 )
+from neffcache.cli._process import stop_on_signals
 
 if TYPE_CHECKING:
-    from neffcache.precompile import Event, PrecompileReport
+    from neffcache.precompile import Event, PrecompileReport, StopSummary
 
 
 class ProgressDisplay:
@@ -38,6 +39,7 @@ class ProgressDisplay:
         self.running: dict[str, float] = {}
         self.finished = 0
         self.failed = 0
+        self.cancelled = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -64,10 +66,11 @@ class ProgressDisplay:
         with self._lock:
             if kind == "start":
                 self.running[cell_id] = time.monotonic()
-            elif kind in ("done", "failed"):
+            elif kind in ("done", "failed", "cancel"):
                 self.running.pop(cell_id, None)
                 self.finished += 1
                 self.failed += kind == "failed"
+                self.cancelled += kind == "cancel"
             self._clear()
             self.stream.write(f"{kind:>7}  {cell_id}  {message}\n")
             self._status()
@@ -99,6 +102,14 @@ def _columns() -> int:
         return os.get_terminal_size(sys.stderr.fileno()).columns or 100
     except (OSError, ValueError):
         return 100
+
+
+def stop_line(signal_name: str, stopped: StopSummary | None) -> str:
+    """The one line a stopped precompile prints on stderr."""
+    running, cancelled, released = ((stopped.running, stopped.cancelled, stopped.released)
+                                    if stopped else (0, 0, 0))
+    return (f"neffcache: stopped by {signal_name}: {running} cell(s) running, {cancelled} "
+            f"cancelled, {released} lease(s) released")
 
 
 def render_precompile(report: PrecompileReport) -> str:
@@ -142,6 +153,13 @@ and releases it when the entry is published or the cell failed (retried up to --
 times across the fleet). A worker whose own cells are done waits while other cells are
 still leased, and re-claims any whose lease expires (its holder died); it exits when
 nothing is left. --shard splits cells statically instead; the two do not mix.
+
+SIGTERM or SIGINT (a cancelled CI job, a deleted pod, a preempted SLURM job, Ctrl-C) stops
+the run: every compile process group is ended, the cells are reported cancelled, --claim
+leases are released as cancelled (no retry spent: the cell is claimable at once), and the
+command exits 143 (SIGTERM) or 130 (SIGINT) after a one-line summary on stderr. A second
+signal ends it at once. Compile processes never outlive their runner, a SIGKILLed one
+included (Linux).
 
 Progress goes to stderr (a live status line on a terminal); the result table (or JSON)
 to stdout. Exits 1 if any cell failed (after trying every other cell), or if --verify
@@ -216,17 +234,20 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
     from neffcache.precompile import PrecompileRequest
     from neffcache.precompile import precompile as run_precompile
 
-    with ProgressDisplay() as display:
+    with stop_on_signals() as stop, ProgressDisplay() as display:
         result = run_precompile(PrecompileRequest(
             matrix=matrix, cells=cell_globs, workers=workers, shard=shard, claim=claim,
             lease_seconds=lease_seconds, retries=retries, force=force, timeout=timeout,
             verify=verify, target=target, compile_only=compile_only, workdir=workdir,
             keep_workdir=keep_workdir, store=store, index=index, notice=progress,
-            progress=display, selected=display.set_total))
+            progress=display, selected=display.set_total, stop=stop.event))
     if as_json:
         emit_json(result.to_json())
     else:
         click.echo(render_precompile(result.report))
+    if stop.signal_name is not None and stop.exit_code is not None:
+        click.echo(stop_line(stop.signal_name, result.report.stopped), err=True)
+        raise click.exceptions.Exit(stop.exit_code)
     err = result.error()
     if err is not None:
         raise err

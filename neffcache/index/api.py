@@ -244,6 +244,12 @@ class Index:
         with self.write_session() as s:
             return _claims.release_failed(s, lease)
 
+    def release_cancelled(self, lease: Lease) -> bool:
+        """The holder was stopped: free the lease without spending an attempt (the cell is
+        claimable at once); False if the lease was no longer ours."""
+        with self.write_session() as s:
+            return _claims.release_cancelled(s, lease)
+
     def live_leases(self, limit: int = 500) -> list[LiveLease]:
         """Cells in progress anywhere (live leases), oldest first."""
         with self.read_session() as s:

@@ -1,5 +1,8 @@
 """The claim queue of ``precompile --claim``: queue, claim, heartbeat, release, clean up.
 
+A lease ends one of three ways: done (the row goes), failed (the attempt counts) or
+cancelled (the runner was stopped: the attempt is given back).
+
 Each function takes an open Session inside a write transaction and ``now``, a timestamp from
 ONE clock: the database's (``queries.database_now``: Postgres ``now()``, SQLite's own clock,
 which is this host's, since SQLite is shared only on one host) or a test's fake clock. Lease times
@@ -15,7 +18,18 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, Exists, and_, delete, exists, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Exists,
+    and_,
+    case,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
@@ -127,6 +141,17 @@ def release_failed(session: Session, lease: Lease) -> bool:
     left. False if the lease was no longer ours."""
     result = session.execute(update(C).where(_mine(lease)).values(
         holder=None, host=None, expires_at=None))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def release_cancelled(session: Session, lease: Lease) -> bool:
+    """The runner was stopped (SIGTERM, SIGINT) mid-attempt: drop the lease and give back
+    the attempt its claim counted, so no retry is spent and the cell is claimable at once.
+    The existing columns say it (no lease, attempts as before the claim). False if the lease
+    was no longer ours."""
+    result = session.execute(update(C).where(_mine(lease)).values(
+        holder=None, host=None, expires_at=None,
+        attempts=case((C.attempts > 0, C.attempts - 1), else_=0)))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 

@@ -38,6 +38,7 @@ from neffcache.precompile.plan import (
     Event,
     PrecompileOptions,
     PrecompileReport,
+    StopSummary,
     VerifyReport,
     stored_compile_seconds,
 )
@@ -57,7 +58,7 @@ __all__ = [
     "GRACE_FLOOR_SECONDS", "REFRESH_SECONDS", "BackfillPlan", "CaptureRequest", "CaptureResult",
     "CellReport", "ClaimOptions", "Event", "PrecompileOptions", "PrecompileReport",
     "PrecompileRequest", "PrecompileResult", "PublishResult", "PushRequest", "PushResult",
-    "Verdict", "VerifyReport", "WarmCell", "WarmReport", "WarmRequest", "WarmResult",
+    "StopSummary", "Verdict", "VerifyReport", "WarmCell", "WarmReport", "WarmRequest", "WarmResult",
     "apply_precompile", "capture_entry", "check_warm", "default_producer", "held_intents",
     "precompile", "publish_entry", "push", "stored_compile_seconds", "warm_restored",
     "write_pointer",

@@ -9,6 +9,12 @@ cell goes back to the queue while it has attempts left). With nothing to claim b
 still leased elsewhere, it waits and looks again: a lease whose holder died expires and is
 claimed anew. A worker exits when no cell is left to claim or in progress.
 
+Stopped (the request's ``stop`` event, which ``neffcache precompile`` sets on SIGTERM or
+SIGINT), a worker ends its compile processes (``PrecompileRun.in_slots``) and releases each
+lease it holds as cancelled (``Index.release_cancelled``): the attempt is given back and the
+cell is claimable at once by another worker. A worker that dies without that (SIGKILL) takes
+its compile processes with it (``launch``), and its leases expire as before.
+
 The claim loop is the driver; what it does per cell are the steps of ``PrecompileRun``
 (``neffcache.precompile.run``): ``open_run``, ``start``, ``in_slots``, then per claimed cell
 ``already_published`` or ``warm``, and ``finish``.
@@ -101,23 +107,26 @@ class Heartbeat:
 def apply_claims(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
                  fingerprint: Fingerprint, options: PrecompileOptions, claim: ClaimOptions, *,
                  environ: Mapping[str, str],
-                 progress: Callable[[Event], None] | None = None) -> PrecompileReport:
-    """Warm cells from the claim queue until none is left to claim or in progress; the report
-    lists the cells this worker handled (skipped, refused, published, exists, failed)."""
+                 progress: Callable[[Event], None] | None = None,
+                 stop: threading.Event | None = None) -> PrecompileReport:
+    """Warm cells from the claim queue until none is left to claim or in progress, or
+    ``stop`` is set; the report lists the cells this worker handled (skipped, refused,
+    published, exists, failed, cancelled)."""
     from neffcache.index import matrix_name_of
 
     run = open_run(matrix, cells, store, index, fingerprint, options, environ=environ,
-                   progress=progress, force=False, announce_skips=False)
+                   progress=progress, force=False, announce_skips=False, stop=stop)
     name = matrix_name_of(matrix)
     removed = index.queue_claims(name, [p.cell for p in run.to_warm], fingerprint,
                                  [c.key for c in matrix.cells])
     if removed:
         run.emit(("note", name, f"removed {removed} queued cell(s) the matrix no longer "
                                 f"declares"))
+    loop = _ClaimLoop(run, index, claim)
     if run.to_warm:
         run.start(host_label())
-        run.in_slots(_ClaimLoop(run, index, claim).drain)
-    return run.finish()
+        run.in_slots(loop.drain)
+    return run.finish(released=loop.released)
 
 
 class _ClaimLoop:
@@ -129,6 +138,8 @@ class _ClaimLoop:
         self.plans = {p.cell.key: p for p in run.to_warm}
         self.keys = sorted(self.plans)
         self.host = host_label()
+        self.released = 0  # leases given back as cancelled
+        self._lock = threading.Lock()
 
     def drain(self) -> None:
         run, claim = self.run, self.claim
@@ -159,5 +170,9 @@ class _ClaimLoop:
                                             "elsewhere?)"))
         if report.status in (PUBLISHED, EXISTS):
             self.index.release_done(lease)
+        elif run.cancelled:  # stopped, not failed: no retry spent, claimable at once
+            if self.index.release_cancelled(lease):
+                with self._lock:
+                    self.released += 1
         else:
             self.index.release_failed(lease)

@@ -9,6 +9,16 @@ of its log.
 
 Stopping is SIGTERM first, SIGKILL after a grace period: torchrun starts each rank in a
 session of its own, so only torchrun itself (on SIGTERM) can reach and stop its ranks.
+``kill_running_workers`` does that to every worker still running (a run stopped or interrupted).
+
+A worker never outlives its runner, even a SIGKILLed one: in the child, between fork and
+exec, ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` asks the kernel to kill it when the runner dies
+(then it checks the runner did not die before that call). Chosen over a watchdog thread in
+the worker because it needs no cooperation from the command (torchrun, a test double) and no
+polling, and the kernel delivers it whatever killed the parent; it costs one libc call per
+start. Each worker (each torchrun rank too) sets the same for its own parent at start
+(``worker.main``). Elsewhere than Linux there is no such call, and a SIGKILLed runner can
+still orphan its worker (SIGTERM and SIGINT stop it either way).
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +42,10 @@ from neffcache.precompile.hit_check import (
     diff_files,
     judge_activity,
 )
-from neffcache.precompile.worker import WorkerSpec, launch_command
+from neffcache.precompile.worker import WorkerSpec, die_with_parent, launch_command
 
 LOG_TAIL_CHARS = 16_000
+TERMINATED_STATUS = 143  # 128 + SIGTERM: a worker whose runner was already gone
 TIMEOUT_STATUS = 124  # what coreutils' timeout(1) reports; the log tail says "timed out"
 STOP_GRACE_SECONDS = 40.0  # SIGTERM; torchrun gives its ranks 30 s to stop, then SIGKILLs them
 _CHILD_DEFAULTS = {"PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
@@ -138,7 +149,7 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(launch_command(spec_path, spec.cell, backend), env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_child_guard())
         with _RUNNING_LOCK:
             _RUNNING.add(proc)
         try:
@@ -164,8 +175,25 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
                          base=Path(spec.base))
 
 
+def _child_guard() -> Callable[[], None] | None:
+    """What the child runs before exec: die with this process (see the module's docstring),
+    and exit at once if this process is already gone. None where the platform has no way."""
+    set_pdeathsig = die_with_parent()
+    if set_pdeathsig is None:
+        return None
+    parent = os.getpid()
+
+    def guard() -> None:  # in the forked child: only a libc call and two syscalls
+        set_pdeathsig()
+        if os.getppid() != parent:  # the runner died before the call above
+            os._exit(TERMINATED_STATUS)
+
+    return guard
+
+
 def kill_running_workers(grace: float = STOP_GRACE_SECONDS) -> int:
-    """Stop every worker this process started that is still running (on an interrupt)."""
+    """End the process group of every worker this process started that is still running
+    (a run stopped or interrupted) and return how many there were."""
     with _RUNNING_LOCK:
         procs = list(_RUNNING)
     _stop_groups(procs, grace)

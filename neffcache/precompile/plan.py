@@ -26,9 +26,11 @@ from neffcache.store import Store, manifest_key
 WARM, SKIP, REFUSE = "warm", "skip", "refuse"
 SKIPPED, PUBLISHED, EXISTS, FAILED = "skipped", "published", "exists", "failed"
 REFUSED = "refused"
+CANCELLED = "cancelled"  # its worker was ended because the run was stopped (not a failure)
 HIT, COMPILED, VERIFY_FAILED = "hit", "compiled", "verify-failed"
 
-# A progress event: (kind, cell id, message); kinds: start, skip, done, failed, verify, note.
+# A progress event: (kind, cell id, message); kinds: start, skip, done, failed, cancel,
+# verify, note, claim.
 Event = tuple[str, str, str]
 
 
@@ -74,7 +76,7 @@ class CellReport:
     cell_id: str
     cell_key: str
     entry_key: str
-    status: str  # skipped | published | exists | failed | refused
+    status: str  # skipped | published | exists | failed | refused | cancelled
     seconds: float | None = None  # the warm-up's first call (compile + run)
     wall_seconds: float | None = None
     files: int | None = None
@@ -96,6 +98,21 @@ class CellReport:
 
 
 @dataclass(frozen=True, slots=True)
+class StopSummary:
+    """How a stopped run ended: ``running`` cells whose workers were ended, ``cancelled``
+    cells reported as such (running or claimed, not finished), ``released`` leases given back
+    as cancelled (``--claim``: no attempt spent, claimable at once)."""
+
+    running: int
+    cancelled: int
+    released: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"running": self.running, "cancelled": self.cancelled,
+                "released": self.released}
+
+
+@dataclass(frozen=True, slots=True)
 class PrecompileReport:
     matrix: str
     backend: str
@@ -105,6 +122,7 @@ class PrecompileReport:
     cells: tuple[CellReport, ...]
     seconds: float
     workdir: str | None = None
+    stopped: StopSummary | None = None  # set when the run's stop event ended it
 
     @property
     def failed(self) -> tuple[CellReport, ...]:
@@ -124,6 +142,7 @@ class PrecompileReport:
                 "workdir": self.workdir,
                 "counts": {s: self.count(s) for s in (PUBLISHED, EXISTS, SKIPPED, FAILED,
                                                       REFUSED)},
+                "stopped": self.stopped.to_json() if self.stopped else None,
                 "cells": [c.to_json() for c in self.cells]}
 
 

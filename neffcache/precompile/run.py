@@ -12,6 +12,13 @@ cache roots; publishes what a successful warm-up captured as an entry
 warm-up as a failed cell (exit status, seconds, log tail) and publishes nothing for it. With
 ``verify`` each new entry is restored into a new directory and warmed once more in a fresh
 process (``warm_restored``), which must compile nothing.
+
+Stopping: a run given a ``stop`` event (``threading.Event``) watches it while its slots run
+(``in_slots`` looks every ``STOP_POLL_SECONDS``). Once set, no cell is started, the process
+group of every running worker is ended, those cells are reported ``cancelled`` (never
+recorded as failures) and the report's ``stopped`` says how many. Who sets the event (a
+signal handler at the CLI edge, a caller's own thread) is not this module's business: the
+library installs no signal handler.
 """
 
 
@@ -26,7 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +46,7 @@ from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.capture import captured_records
 from neffcache.precompile.launch import WorkerOutcome, kill_running_workers, run_worker
 from neffcache.precompile.plan import (
+    CANCELLED,
     COMPILED,
     EXISTS,
     FAILED,
@@ -55,6 +63,7 @@ from neffcache.precompile.plan import (
     Event,
     PrecompileOptions,
     PrecompileReport,
+    StopSummary,
     VerifyReport,
     find_ready,
     plan_precompile,
@@ -70,16 +79,19 @@ if TYPE_CHECKING:
     from neffcache.index import Index
 
 READERS = 16  # manifests read in parallel when indexing entries the index does not know
+STOP_POLL_SECONDS = 0.1  # how often a running run looks at its stop event
 
 
 def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
                      fingerprint: Fingerprint, options: PrecompileOptions, *,
                      environ: Mapping[str, str],
-                     progress: Callable[[Event], None] | None = None) -> PrecompileReport:
+                     progress: Callable[[Event], None] | None = None,
+                     stop: threading.Event | None = None) -> PrecompileReport:
     """Warm, publish and record every planned cell, ``options.workers`` at a time; never
-    raises for a failed cell (the report says which failed)."""
+    raises for a failed cell (the report says which failed). Setting ``stop`` ends the run
+    early (see the module's docstring)."""
     run = open_run(matrix, cells, store, index, fingerprint, options, environ=environ,
-                   progress=progress, force=options.force, announce_skips=True)
+                   progress=progress, force=options.force, announce_skips=True, stop=stop)
     if run.to_warm:
         run.start(socket.gethostname())
         planned: queue.SimpleQueue[CellPlan] = queue.SimpleQueue()
@@ -101,7 +113,8 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
 def open_run(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
              fingerprint: Fingerprint, options: PrecompileOptions, *,
              environ: Mapping[str, str], progress: Callable[[Event], None] | None,
-             force: bool, announce_skips: bool) -> PrecompileRun:
+             force: bool, announce_skips: bool,
+             stop: threading.Event | None = None) -> PrecompileRun:
     """What a static and a claimed run do first: plan the cells, report the skipped
     (``announce_skips``: as events too) and refused ones, index the ready entries the index
     lacks, register the matrix; the run, ready for ``start``."""
@@ -124,7 +137,7 @@ def open_run(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
     _register(index, matrix)
     workdir = Path(options.workdir or tempfile.mkdtemp(prefix="neffcache-precompile-"))
     return PrecompileRun(matrix, store, index, fingerprint, backend, options, environ,
-                         workdir, emit, plans, reports, started)
+                         workdir, emit, plans, reports, started, stop)
 
 
 class PrecompileRun:
@@ -135,7 +148,8 @@ class PrecompileRun:
     def __init__(self, matrix: Matrix, store: Store, index: Index, fingerprint: Fingerprint,
                  backend: Backend, options: PrecompileOptions, environ: Mapping[str, str],
                  workdir: Path, emit: Callable[[Event], None], plans: Sequence[CellPlan],
-                 reports: Mapping[str, CellReport], started: float) -> None:
+                 reports: Mapping[str, CellReport], started: float,
+                 stop: threading.Event | None = None) -> None:
         self.matrix, self.store, self.index = matrix, store, index
         self.fingerprint, self.backend, self.options = fingerprint, backend, options
         self.environ, self.workdir = environ, workdir
@@ -146,6 +160,8 @@ class PrecompileRun:
         self._started = started
         self._lock = threading.Lock()  # the reports, the cell numbers, the index's writes
         self._stopping = threading.Event()
+        self._cancel = stop if stop is not None else threading.Event()  # the caller's stop
+        self._ended_workers = 0  # workers ended because of the stop event
         self._numbers = itertools.count(1)
 
     @property
@@ -155,12 +171,19 @@ class PrecompileRun:
 
     @property
     def stopping(self) -> bool:
-        """True once a slot failed or the run was interrupted: start nothing more."""
-        return self._stopping.is_set()
+        """True once a slot failed, the run was interrupted or stopped: start nothing more."""
+        return self._stopping.is_set() or self._cancel.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the caller's stop event is set."""
+        return self._cancel.is_set()
 
     def pause(self, seconds: float) -> None:
         """Wait ``seconds``, or less when the run stops meanwhile."""
-        self._stopping.wait(seconds)
+        until = time.monotonic() + seconds
+        while not self.stopping and (left := until - time.monotonic()) > 0:
+            self._stopping.wait(min(left, STOP_POLL_SECONDS))
 
     def emit(self, event: Event) -> None:
         """A progress event, to the run's ``progress`` callback."""
@@ -176,15 +199,23 @@ class PrecompileRun:
     def in_slots(self, slot: Callable[[], None]) -> None:
         """Run ``slot`` in ``options.workers`` threads at once until each returns. On any
         failure (Ctrl-C, a store failure) stop the run and its worker processes, so the other
-        slots start nothing more, and raise it; whatever happens, record the run's published
-        and failed counts in the index."""
+        slots start nothing more, and raise it; when the stop event is set, end the running
+        workers' process groups (their slots report them cancelled) and let the slots return.
+        Whatever happens, record the run's published and failed counts in the index."""
         count = max(1, self.options.workers)
         try:
             with ThreadPoolExecutor(max_workers=count) as pool:
-                futures = [pool.submit(self._guarded, slot) for _ in range(count)]
+                pending = {pool.submit(self._guarded, slot) for _ in range(count)}
                 try:
-                    for future in as_completed(futures):
-                        future.result()
+                    while pending:
+                        ended, pending = wait(pending, timeout=STOP_POLL_SECONDS,
+                                              return_when=FIRST_EXCEPTION)
+                        for future in ended:
+                            future.result()
+                        if self._cancel.is_set():
+                            # again at each look: a worker may have started just before
+                            self._stopping.set()
+                            self._ended_workers += kill_running_workers()
                 except BaseException:
                     self._stopping.set()
                     kill_running_workers()
@@ -222,9 +253,10 @@ class PrecompileRun:
         self._keep(report)
         return report
 
-    def finish(self) -> PrecompileReport:
+    def finish(self, released: int = 0) -> PrecompileReport:
         """Remove the work directory (unless kept or given) and make the report: a cell per
-        plan that has a report, in the order of the cells."""
+        plan that has a report, in the order of the cells; when the run was stopped, its
+        ``stopped`` summary (``released``: leases the driver gave back as cancelled)."""
         options = self.options
         if not options.keep_workdir and options.workdir is None:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -234,7 +266,10 @@ class PrecompileRun:
             matrix=self.matrix.source, backend=self.backend.name,
             fingerprint_key=self.fingerprint.key, store_url=self.store.url, run_id=self.run_id,
             cells=tuple(cells), seconds=time.monotonic() - self._started,
-            workdir=str(self.workdir) if options.keep_workdir or options.workdir else None)
+            workdir=str(self.workdir) if options.keep_workdir or options.workdir else None,
+            stopped=StopSummary(self._ended_workers,
+                                sum(1 for c in cells if c.status == CANCELLED), released)
+            if self.cancelled else None)
 
     # --- one cell ------------------------------------------------------------------------
 
@@ -249,13 +284,20 @@ class PrecompileRun:
         cell_dir = self.workdir / _slug(n, cell)
         spec = worker_spec(self.matrix, cell, cell_dir / "roots", cell_dir / "result.json")
         if self.stopping:
-            return CellReport(cell.id, cell.key, plan.entry_key, FAILED,
+            return CellReport(cell.id, cell.key, plan.entry_key,
+                              CANCELLED if self.cancelled else FAILED,
                               error="not started: stopped")
         self.emit(("start", cell.id, "warming"))
         outcome = run_worker(spec, self.backend, cell_dir, environ=self.environ,
                              extra_env=dict(self.options.extra_env),
                              timeout=self.options.timeout)
         try:
+            if not outcome.ok and self.cancelled:
+                self.emit(("cancel", cell.id, f"worker ended: the run was stopped "
+                                              f"({outcome.wall_seconds:.1f} s)"))
+                return CellReport(cell.id, cell.key, plan.entry_key, CANCELLED,
+                                  wall_seconds=outcome.wall_seconds,
+                                  exit_status=outcome.exit_status, error="cancelled: stopped")
             if not outcome.ok and self.stopping:
                 return CellReport(cell.id, cell.key, plan.entry_key, FAILED, error="interrupted")
             if not outcome.ok:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,11 @@ class PrecompileRequest:
     process's, read at call time). ``notice``: log lines (say, "no cell selected").
     ``progress``: each event ``(kind, cell id, message)``. ``selected``: told the number of
     selected cells once, before the first event (a progress display's total).
+    ``stop``: set it (from any thread, or a signal handler the caller installed) to stop the
+    run: no cell is started, every running worker's process group is ended, its cell is
+    reported ``cancelled`` and, with ``claim``, its lease released as cancelled (no retry
+    spent, claimable at once); the report's ``stopped`` counts them. The call installs no
+    signal handler.
     """
 
     matrix: str | Path
@@ -65,6 +71,7 @@ class PrecompileRequest:
     notice: Callable[[str], None] | None = None
     progress: Callable[[Event], None] | None = None
     selected: Callable[[int], None] | None = None
+    stop: threading.Event | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +81,8 @@ class PrecompileResult(ExitRule):
 
     ``to_json()`` is the ``neffcache precompile --json`` document. ``error()`` is a
     WorkerError when a cell failed or a verified entry still compiled, else None;
-    ``exit_code`` is then 1, else 0.
+    ``exit_code`` is then 1, else 0. A stopped run (``report.stopped``) with cancelled cells
+    exits 1 too (``neffcache precompile`` exits 128 + the signal instead).
     """
 
     report: PrecompileReport
@@ -137,10 +145,10 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
             report = apply_claims(spec, cells, store, ix, fingerprint, options,
                                   ClaimOptions(lease_seconds=request.lease_seconds,
                                                retries=request.retries),
-                                  environ=env, progress=request.progress)
+                                  environ=env, progress=request.progress, stop=request.stop)
         else:
             report = apply_precompile(spec, cells, store, ix, fingerprint, options,
-                                      environ=env, progress=request.progress)
+                                      environ=env, progress=request.progress, stop=request.stop)
     return PrecompileResult(report)
 
 
@@ -184,6 +192,8 @@ def failure_error(report: PrecompileReport) -> WorkerError | None:
     """The exit rule: the error that makes precompile exit 1 once every cell has been tried
     (a failed cell, or a verified entry that did not warm cleanly); None otherwise. Pure."""
     parts = []
+    if report.stopped is not None and report.stopped.cancelled:
+        parts.append(f"stopped: {report.stopped.cancelled} cell(s) cancelled")
     if report.failed:
         ids = ", ".join(c.cell_id for c in report.failed[:5])
         parts.append(f"{len(report.failed)} of {len(report.cells)} cells failed ({ids})")

@@ -28,7 +28,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -356,7 +356,50 @@ def write_result(path: str, doc: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def die_with_parent() -> Callable[[], None] | None:
+    """A call that makes the calling process get SIGKILL when its parent dies (Linux
+    ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` through ctypes), or None where there is none (not
+    Linux, no libc). The kernel delivers it even when the parent was SIGKILLed, which no
+    watchdog thread in the parent could. Resolved once: the returned call only enters libc,
+    so it is cheap enough for a child between fork and exec. (The signal comes when the
+    parent's *thread* that forked ends: the launcher's thread waits for the child.)"""
+    global _PDEATHSIG
+    if _PDEATHSIG is None:
+        _PDEATHSIG = _resolve_pdeathsig()
+    return _PDEATHSIG if callable(_PDEATHSIG) else None
+
+
+_PDEATHSIG: Callable[[], None] | bool | None = None  # None: not looked up; False: none here
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _resolve_pdeathsig() -> Callable[[], None] | bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        import signal
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError, ImportError):
+        return False
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    kill = int(signal.SIGKILL)
+
+    def set_pdeathsig() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+
+    return set_pdeathsig
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # Under torchrun this rank's parent is torchrun (which its runner's death kills, see
+    # launch): the rank follows it. For a single worker this repeats what launch did.
+    guard = die_with_parent()
+    if guard is not None:
+        guard()
     parser = argparse.ArgumentParser(prog="python -m neffcache.precompile.worker",
                                      description="Warm one cell (started by neffcache).")
     parser.add_argument("--spec", required=True, help="JSON file describing the cell")

@@ -134,6 +134,17 @@ def test_failed_cells_are_retried_at_most_n_times_then_left_failed(ix: Index) ->
     assert (row.status, row.log_tail) == ("failed", "attempt 2 failed")
 
 
+def test_a_cancelled_lease_is_claimable_at_once_and_spends_no_attempt(ix: Index) -> None:
+    ix.queue_claims("m", CELLS[:1], FP, KEYS)
+    lease = claim(ix, "a", max_attempts=1)
+    assert lease is not None and lease.attempt == 1
+    assert ix.release_cancelled(lease)
+    assert not ix.release_cancelled(lease)  # no longer ours
+    again = claim(ix, "b", max_attempts=1)  # at once, and the one allowed attempt is left
+    assert again is not None and again.cell_key == lease.cell_key and again.attempt == 1
+    assert ix.coverage(CELLS[:1], [FP]).rows[0].status == "in_progress"
+
+
 def test_a_lease_that_expires_on_the_last_attempt_is_recorded_as_failed(
         ix: Index, clock: FakeClock) -> None:
     ix.queue_claims("m", CELLS[:1], FP, KEYS)
