@@ -5,7 +5,10 @@ the index is the embedded SQLite default of each test's own NEFFCACHE_HOME."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,6 +116,34 @@ def test_a_claimed_run_publishes_every_cell_once(tmp_path: Path, store: str,
     assert all(st.has(manifest_key(c["entry_key"])) for c in doc["cells"])
     rerun = precompile(PrecompileRequest(matrix, claim=True, store=store, environ=env))
     assert rerun.exit_code == 0 and rerun.to_json()["counts"]["skipped"] == 3
+
+
+def test_a_stop_event_ends_a_claimed_run_and_releases_its_lease_as_cancelled(
+        tmp_path: Path, store: str, env: dict[str, str]) -> None:
+    matrix = write_sleep_matrix(tmp_path, {OK: 120.0})
+    stop = threading.Event()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def progress(event: tuple[str, str, str]) -> None:
+        if event[0] == "start":
+            stop.set()  # as a caller's own signal handler or thread would
+
+    result = precompile(PrecompileRequest(matrix, claim=True, lease_seconds=60, retries=0,
+                                          store=store, environ=env, progress=progress,
+                                          stop=stop))
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # none installed
+    doc = result.to_json()
+    assert doc["stopped"] == {"running": 1, "cancelled": 1, "released": 1}
+    assert [c["status"] for c in doc["cells"]] == ["cancelled"]
+    assert doc["counts"]["failed"] == 0
+    assert result.exit_code == 1 and "stopped" in str(result.error())
+
+    # the attempt was given back: with --retries 0 the cell is claimed and published now
+    (tmp_path / "sleepy-model" / "seconds.json").write_text(json.dumps({OK: 0.05}))
+    again = precompile(PrecompileRequest(matrix, claim=True, lease_seconds=60, retries=0,
+                                         store=store, environ=env))
+    assert again.exit_code == 0 and again.to_json()["stopped"] is None
+    assert [c["status"] for c in again.to_json()["cells"]] == ["published"]
 
 
 def test_notice_says_when_no_cell_is_selected(tmp_path: Path, store: str,
