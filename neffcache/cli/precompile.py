@@ -122,8 +122,8 @@ def render_precompile(report: PrecompileReport) -> str:
                      "-" if c.total_bytes is None else human_bytes(c.total_bytes), verify])
     table = format_table(["CELL", "STATUS", "FIRST CALL S", "FILES", "SIZE", "VERIFY"], rows)
     counts = ", ".join(f"{report.count(s)} {s}" for s in ("published", "exists", "skipped",
-                                                          "failed", "refused")
-                       if s != "refused" or report.count(s))
+                                                          "failed", "refused", "cancelled")
+                       if s not in ("refused", "cancelled") or report.count(s))
     refused = [c for c in report.cells if c.status == "refused"]
     if refused:
         table += "\n\n" + "\n".join(f"refused {c.cell_id}: {c.error}" for c in refused)
@@ -176,10 +176,12 @@ Examples:
   neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
 
 JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "seconds",
-"counts": {"published", "exists", "skipped", "failed", "refused"}, "cells": [{"cell_id",
-"cell_key", "entry_key", "status", "seconds", "wall_seconds", "files", "total_bytes",
-"bytes_uploaded", "exit_status", "error", "log_tail", "verify": null | {"status" (hit,
-compiled, verify-failed), "seconds", "restore_seconds", "error", "compiled"}}]}.
+"counts": {"published", "exists", "skipped", "failed", "refused"}, "stopped": null |
+{"running", "cancelled", "released"}, "cells": [{"cell_id", "cell_key", "entry_key",
+"status" (published, exists, skipped, failed, refused, cancelled), "seconds",
+"wall_seconds", "files", "total_bytes", "bytes_uploaded", "exit_status", "error",
+"log_tail", "verify": null | {"status" (hit, compiled, verify-failed), "seconds",
+"restore_seconds", "error", "compiled"}}]}.
 """
 
 
