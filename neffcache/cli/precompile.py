@@ -14,6 +14,7 @@ import click
 
 from neffcache.backends import neuron_env
 from neffcache.cli._common import (
+    allow_missing_packages_option,
     emit_json,
     format_table,
     human_bytes,
@@ -146,7 +147,9 @@ nothing is left. --shard splits cells statically instead; the two do not mix.
 Progress goes to stderr (a live status line on a terminal); the result table (or JSON)
 to stdout. Exits 1 if any cell failed (after trying every other cell), or if --verify
 found a restored entry that still compiled; 5 if this host's fingerprint cannot be used
-(neuron target unknown: give --target or set the target variable).
+(neuron target unknown: give --target or set the target variable); 2 if the interpreter
+running neffcache lacks what the backend needs (torch; torch-neuronx for neuron), unless
+--allow-missing-packages (not --force: that one re-warms cells that have an entry).
 
 \b
 Examples:
@@ -204,14 +207,15 @@ compiled, verify-failed), "seconds", "restore_seconds", "error", "compiled"}}]}.
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Where the per-cell cache roots and logs go (default: a temp directory).")
 @click.option("--keep-workdir", is_flag=True, help="Keep cache roots and logs after the run.")
+@allow_missing_packages_option
 @store_option
 @index_option
 @json_option
 def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: str | None,
                claim: bool, lease_seconds: float, retries: int, force: bool,
                timeout: float | None, verify: bool, target: str | None, compile_only: bool,
-               workdir: str | None, keep_workdir: bool, store: str | None, index: str | None,
-               as_json: bool) -> None:
+               workdir: str | None, keep_workdir: bool, allow_missing_packages: bool,
+               store: str | None, index: str | None, as_json: bool) -> None:
     """Parse, call ``neffcache.precompile.precompile``, render (help: PRECOMPILE_HELP)."""
     from neffcache.precompile import PrecompileRequest
     from neffcache.precompile import precompile as run_precompile
@@ -222,7 +226,8 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
             lease_seconds=lease_seconds, retries=retries, force=force, timeout=timeout,
             verify=verify, target=target, compile_only=compile_only, workdir=workdir,
             keep_workdir=keep_workdir, store=store, index=index, notice=progress,
-            progress=display, selected=display.set_total))
+            progress=display, selected=display.set_total,
+            allow_missing_packages=allow_missing_packages))
     if as_json:
         emit_json(result.to_json())
     else:

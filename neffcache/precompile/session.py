@@ -34,6 +34,8 @@ class PrecompileRequest:
     shard I of N (cells sorted by id, round-robin). ``claim``: take cells from the index's
     claim queue instead (``lease_seconds``, ``retries``); it mixes with neither ``shard`` nor
     ``force``. ``force``: warm cells whose entry exists. ``timeout``: seconds per warm-up.
+    ``allow_missing_packages``: run even when this interpreter lacks what the backend needs
+    (torch; torch-neuronx for neuron), else a UsageError.
     ``verify``: restore each new entry into a new directory and warm it again.
     ``target``, ``compile_only``: neuron only (``compile_only`` needs a target, from
     ``target`` or the environment). ``workdir``, ``keep_workdir``: where cache roots and logs
@@ -65,6 +67,7 @@ class PrecompileRequest:
     notice: Callable[[str], None] | None = None
     progress: Callable[[Event], None] | None = None
     selected: Callable[[int], None] | None = None
+    allow_missing_packages: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +97,18 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
 
     Raises UsageError (exit 2) for a bad shard, ``claim`` with ``shard`` or ``force``,
     ``target``/``compile_only`` off neuron, ``compile_only`` without a target, or every
-    selected cell refused; MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
+    selected cell refused, or this interpreter lacks what the backend needs (without
+    ``allow_missing_packages``); MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
     when this host's fingerprint cannot be used (neuron target unknown); UnavailableError (6)
     when the store or the index cannot be reached.
     """
     from neffcache.config import read_settings
-    from neffcache.fingerprint import check_usable, collect_fingerprint
+    from neffcache.fingerprint import (
+        check_publishable,
+        check_usable,
+        collect_fingerprint,
+        described_interpreter,
+    )
     from neffcache.index import open_index
     from neffcache.matrix import select_cells, shard_cells
     from neffcache.matrix_io import load_matrix
@@ -123,6 +132,8 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
     refuse_if_nothing_left(cells, request.compile_only)
     fingerprint = collect_fingerprint(spec.backend, env)
     check_usable(fingerprint)
+    check_publishable(fingerprint, described_interpreter(None),
+                      allow_missing=request.allow_missing_packages, environ=environ)
     store = open_store(settings.store_url, create=True)
     store.check()
     options = PrecompileOptions(workers=request.workers, force=request.force,
