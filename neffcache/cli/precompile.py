@@ -151,6 +151,11 @@ found a restored entry that still compiled; 5 if this host's fingerprint cannot 
 running neffcache lacks what the backend needs (torch; torch-neuronx for neuron), unless
 --allow-missing-packages (not --force: that one re-warms cells that have an entry).
 
+MATRIX is registered in the index under its `name` (coverage and the dashboard follow the
+registered matrix). An edited copy that kept the `name` of a registered matrix with other
+content is refused (exit 2, naming the matrix, its registered digest and the file) before
+any cell is warmed, unless --replace-matrix makes it the new current version.
+
 \b
 Examples:
   neffcache precompile matrix.toml
@@ -159,6 +164,7 @@ Examples:
   neffcache precompile matrix.toml --claim --timeout 3600       # any number of workers
   neffcache precompile matrix.toml --compile-only --target trn2  # no Trainium here
   neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
+  neffcache precompile matrix-v2.toml --replace-matrix  # same `name`, edited: version 2
 
 JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "seconds",
 "counts": {"published", "exists", "skipped", "failed", "refused"}, "cells": [{"cell_id",
@@ -208,6 +214,10 @@ compiled, verify-failed), "seconds", "restore_seconds", "error", "compiled"}}]}.
               help="Where the per-cell cache roots and logs go (default: a temp directory).")
 @click.option("--keep-workdir", is_flag=True, help="Keep cache roots and logs after the run.")
 @allow_missing_packages_option
+@click.option("--replace-matrix", is_flag=True,
+              help="Register MATRIX as the current version of its `name` even when the index "
+                   "holds other content under that name (without it that is refused, exit 2, "
+                   "before any cell is warmed).")
 @store_option
 @index_option
 @json_option
@@ -215,7 +225,8 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
                claim: bool, lease_seconds: float, retries: int, force: bool,
                timeout: float | None, verify: bool, target: str | None, compile_only: bool,
                workdir: str | None, keep_workdir: bool, allow_missing_packages: bool,
-               store: str | None, index: str | None, as_json: bool) -> None:
+               replace_matrix: bool, store: str | None, index: str | None,
+               as_json: bool) -> None:
     """Parse, call ``neffcache.precompile.precompile``, render (help: PRECOMPILE_HELP)."""
     from neffcache.precompile import PrecompileRequest
     from neffcache.precompile import precompile as run_precompile
@@ -227,7 +238,7 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
             verify=verify, target=target, compile_only=compile_only, workdir=workdir,
             keep_workdir=keep_workdir, store=store, index=index, notice=progress,
             progress=display, selected=display.set_total,
-            allow_missing_packages=allow_missing_packages))
+            allow_missing_packages=allow_missing_packages, replace_matrix=replace_matrix))
     if as_json:
         emit_json(result.to_json())
     else:
