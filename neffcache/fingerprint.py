@@ -29,7 +29,7 @@ from typing import Any
 from neffcache.backends import neuron_env
 from neffcache.canonical import digest_of
 from neffcache.distributions import ABSENT, versions
-from neffcache.errors import FingerprintMismatchError
+from neffcache.errors import FingerprintMismatchError, UsageError
 
 SCHEMA_VERSION = 1
 UNKNOWN = "unknown"
@@ -153,6 +153,44 @@ def check_usable(fingerprint: Fingerprint) -> None:
                  f"{INSTANCE_TYPE_OVERRIDE}=trn2.48xlarge")
     raise FingerprintMismatchError(f"fingerprint field {unknown[0]!r} is unknown on this "
                                    f"host; an unknown value never matches an entry")
+
+
+# What each backend's compile needs in the interpreter that runs it; an entry published
+# without them says so in its fingerprint (version.NAME = absent) and matches no real host.
+REQUIRED_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
+    "inductor": ("torch",),
+    "neuron": ("torch", "torch-neuronx"),
+}
+ALLOW_MISSING_FLAG = "--allow-missing-packages"
+ALLOW_MISSING_VAR = "NEFFCACHE_ALLOW_MISSING_PACKAGES"  # "1": the flag, for a whole job
+
+
+def missing_distributions(fingerprint: Fingerprint) -> tuple[str, ...]:
+    """The distributions its backend needs (``REQUIRED_DISTRIBUTIONS``) that the fingerprint
+    says are absent from its interpreter. Pure."""
+    return tuple(name for name in REQUIRED_DISTRIBUTIONS.get(fingerprint.backend, ())
+                 if fingerprint.get(f"version.{name}") == ABSENT)
+
+
+def check_publishable(fingerprint: Fingerprint, python: str, *, allow_missing: bool = False,
+                      environ: Mapping[str, str] | None = None) -> None:
+    """Refuse (UsageError, exit 2) to publish under a fingerprint whose interpreter
+    (``python``, its path) lacks what the backend needs, e.g. torch-neuronx for neuron: such
+    an entry is built for an environment no inference host has. ``allow_missing`` (the
+    ``--allow-missing-packages`` flag) or ``NEFFCACHE_ALLOW_MISSING_PACKAGES=1`` in
+    ``environ`` publishes anyway. Pure."""
+    missing = missing_distributions(fingerprint)
+    forced = (environ or {}).get(ALLOW_MISSING_VAR, "").strip().lower() in ("1", "true", "yes")
+    if not missing or allow_missing or forced:
+        return
+    names = " and ".join(missing)
+    raise UsageError(
+        f"python interpreter {python}: has no {names}, which the {fingerprint.backend} "
+        f"backend needs; the fingerprint would say {names} absent and the entry would match "
+        f"no host that runs inference",
+        hint=f"install {' '.join(missing)} into that interpreter, point --python (or "
+             f"NEFFCACHE_PYTHON) at the interpreter that runs inference, or pass "
+             f"{ALLOW_MISSING_FLAG} ({ALLOW_MISSING_VAR}=1) to publish anyway")
 
 
 def diff_fingerprints(here: Fingerprint, there: Fingerprint) -> tuple[FieldDiff, ...]:

@@ -35,6 +35,15 @@ def python_option(f: F) -> F:
                              "running neffcache [env NEFFCACHE_PYTHON; config key `python`].")(f)
 
 
+def allow_missing_packages_option(f: F) -> F:
+    return click.option("--allow-missing-packages", "allow_missing_packages", is_flag=True,
+                        help="Publish even when the fingerprinted interpreter lacks what the "
+                             "backend needs (torch; torch-neuronx for neuron). Without it "
+                             "that is refused (exit 2): such an entry's fingerprint says the "
+                             "package is absent and matches no host that runs inference "
+                             "[env NEFFCACHE_ALLOW_MISSING_PACKAGES=1].")(f)
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True,
                         help="Print one JSON document to stdout instead of a table.")(f)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from neffcache.cli._common import (
+    allow_missing_packages_option,
     emit_json,
     human_bytes,
     index_option,
@@ -34,7 +35,9 @@ Entries are immutable and the first writer wins: when the cell already has an en
 local. Several cells without an entry and no --cell is a usage error (exit 2), since
 files cannot be told apart by cell. A back-filled entry holds only what was new on top
 of the restored entries, so restore it together with them (the whole matrix, as the
-boot hook does). `neffcache warm` shows which cells compiled.
+boot hook does). `neffcache warm` shows which cells compiled. An interpreter without what
+the backend needs (torch; torch-neuronx for neuron) is refused (exit 2, a dry run too)
+unless --allow-missing-packages.
 
 --json prints: action (publish, exists, nothing), cell_id, entry_key, new_files,
 new_bytes, restored_files, reason, fingerprint_key, and when published: created,
@@ -63,17 +66,20 @@ Examples:
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Parallel hashing and uploads.")
 @python_option
+@allow_missing_packages_option
 @store_option
 @index_option
 @json_option
 def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers: int,
-            python: str | None, store: str | None, index: str | None, as_json: bool) -> None:
+            python: str | None, allow_missing_packages: bool, store: str | None,
+            index: str | None, as_json: bool) -> None:
     """Parse, call ``neffcache.precompile.capture_entry``, render (help: CAPTURE_HELP)."""
     from neffcache.precompile import CaptureRequest, capture_entry
 
     result = capture_entry(CaptureRequest(
         matrix=matrix, cache=cache, cell_id=cell_id, dry_run=dry_run, workers=workers,
-        python=python, store=store, index=index, notice=progress))
+        python=python, store=store, index=index, notice=progress,
+        allow_missing_packages=allow_missing_packages))
     if as_json:
         emit_json(result.to_json())
     else:

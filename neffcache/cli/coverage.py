@@ -50,7 +50,10 @@ entry, and the latest warm-up exited with N; its log tail is in the JSON) or `mi
 (never warmed). Reads the index only.
 
 With --check the exit code says whether the cells are covered: 0 every selected cell is
-ready for every checked fingerprint, 3 some are not (listed on stderr).
+ready for every checked fingerprint, 3 some are not (listed on stderr), including for a
+full fingerprint key nothing has been built for yet (a column of `missing`, backend
+`unknown`) and for this host's fingerprint when the index has never seen it. A malformed
+key or a prefix that names no single fingerprint is a usage error (exit 2).
 
 \b
 Examples:
@@ -77,7 +80,8 @@ given keys are shown), "cells": [{"id", "key"}], "fingerprints": [{"key", "backe
               help="Only cells whose id matches this glob (repeatable).")
 @click.option("--fingerprint", "fingerprints", metavar="KEY|host", multiple=True,
               help="Only this fingerprint's column: a key or a unique prefix of one (as "
-                   "`coverage` and `ls` print them), or `host` for this host's (repeatable). "
+                   "`coverage` and `ls` print them; a full key nothing was built for yet is "
+                   "a column of `missing`), or `host` for this host's (repeatable). "
                    "Default: this host's and every fingerprint with an entry, a failure or "
                    "a lease for these cells.")
 @click.option("--check", is_flag=True,

@@ -13,8 +13,9 @@ def matrix() -> None:
     """Register matrix files in the index and list them.
 
     A registered matrix lets the index (and `neffcache serve`) compute coverage against the
-    expected set of cells without the file at hand. Registering changed content adds a
-    version; the latest registration is the current version.
+    expected set of cells without the file at hand. Registering changed content under a
+    registered name is refused unless --replace (then it adds a version); the latest
+    registration is the current version.
 
     \b
     Examples:
@@ -28,15 +29,21 @@ def matrix() -> None:
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
 @click.option("--name", metavar="NAME", default=None,
               help="Register under NAME [default: the file's `name` key, else its stem].")
+@click.option("--replace", is_flag=True,
+              help="Make FILE the current version even when NAME is registered with other "
+                   "content (without it that is refused, exit 2).")
 @index_option
 @json_option
-def register(file: str, name: str | None, index: str | None, as_json: bool) -> None:
+def register(file: str, name: str | None, replace: bool, index: str | None,
+             as_json: bool) -> None:
     """Store FILE (its TOML, sha256 and cells) in the index as the current version.
 
     The sha256 is taken over the canonical JSON of the parsed TOML, so comments and layout
     do not make a new version. Registering the content of the current version again changes
-    nothing (changed: false); content seen in an older version makes that version current
-    again. Nothing is compiled or fetched.
+    nothing (changed: false). Other content under a registered name (an edited copy that
+    kept its `name`) is refused (exit 2, naming the matrix, the registered digest and FILE)
+    unless --replace: then it becomes a new version, or content seen in an older version
+    makes that version current again. Nothing is compiled or fetched.
 
     --json prints: name, version, sha256, backend, cells, registered_at, current, changed.
 
@@ -44,12 +51,13 @@ def register(file: str, name: str | None, index: str | None, as_json: bool) -> N
     Examples:
       neffcache matrix register matrix.toml
       neffcache matrix register matrix.toml --name flux2-prod --json
+      neffcache matrix register matrix-v2.toml --replace   # a new version of its name
       NEFFCACHE_INDEX=postgresql+psycopg://ci@db/neffcache neffcache matrix register m.toml
     """
     from neffcache.index import RegisterMatrixFileRequest, register_matrix_file
 
-    v = register_matrix_file(RegisterMatrixFileRequest(file=file, name=name,
-                                                       index=index)).version
+    v = register_matrix_file(RegisterMatrixFileRequest(file=file, name=name, index=index,
+                                                       replace=replace)).version
     if as_json:
         emit_json(v.to_json())
     else:

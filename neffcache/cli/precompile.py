@@ -14,6 +14,7 @@ import click
 
 from neffcache.backends import neuron_env
 from neffcache.cli._common import (
+    allow_missing_packages_option,
     emit_json,
     format_table,
     human_bytes,
@@ -164,7 +165,14 @@ included (Linux).
 Progress goes to stderr (a live status line on a terminal); the result table (or JSON)
 to stdout. Exits 1 if any cell failed (after trying every other cell), or if --verify
 found a restored entry that still compiled; 5 if this host's fingerprint cannot be used
-(neuron target unknown: give --target or set the target variable).
+(neuron target unknown: give --target or set the target variable); 2 if the interpreter
+running neffcache lacks what the backend needs (torch; torch-neuronx for neuron), unless
+--allow-missing-packages (not --force: that one re-warms cells that have an entry).
+
+MATRIX is registered in the index under its `name` (coverage and the dashboard follow the
+registered matrix). An edited copy that kept the `name` of a registered matrix with other
+content is refused (exit 2, naming the matrix, its registered digest and the file) before
+any cell is warmed, unless --replace-matrix makes it the new current version.
 
 \b
 Examples:
@@ -174,6 +182,7 @@ Examples:
   neffcache precompile matrix.toml --claim --timeout 3600       # any number of workers
   neffcache precompile matrix.toml --compile-only --target trn2  # no Trainium here
   neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
+  neffcache precompile matrix-v2.toml --replace-matrix  # same `name`, edited: version 2
 
 JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "seconds",
 "counts": {"published", "exists", "skipped", "failed", "refused"}, "stopped": null |
@@ -224,13 +233,19 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Where the per-cell cache roots and logs go (default: a temp directory).")
 @click.option("--keep-workdir", is_flag=True, help="Keep cache roots and logs after the run.")
+@allow_missing_packages_option
+@click.option("--replace-matrix", is_flag=True,
+              help="Register MATRIX as the current version of its `name` even when the index "
+                   "holds other content under that name (without it that is refused, exit 2, "
+                   "before any cell is warmed).")
 @store_option
 @index_option
 @json_option
 def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: str | None,
                claim: bool, lease_seconds: float, retries: int, force: bool,
                timeout: float | None, verify: bool, target: str | None, compile_only: bool,
-               workdir: str | None, keep_workdir: bool, store: str | None, index: str | None,
+               workdir: str | None, keep_workdir: bool, allow_missing_packages: bool,
+               replace_matrix: bool, store: str | None, index: str | None,
                as_json: bool) -> None:
     """Parse, call ``neffcache.precompile.precompile``, render (help: PRECOMPILE_HELP)."""
     from neffcache.precompile import PrecompileRequest
@@ -242,7 +257,8 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
             lease_seconds=lease_seconds, retries=retries, force=force, timeout=timeout,
             verify=verify, target=target, compile_only=compile_only, workdir=workdir,
             keep_workdir=keep_workdir, store=store, index=index, notice=progress,
-            progress=display, selected=display.set_total, stop=stop.event))
+            progress=display, selected=display.set_total, stop=stop.event,
+            allow_missing_packages=allow_missing_packages, replace_matrix=replace_matrix))
     if as_json:
         emit_json(result.to_json())
     else:

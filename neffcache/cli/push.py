@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from neffcache.cli._common import (
+    allow_missing_packages_option,
     emit_json,
     human_bytes,
     index_option,
@@ -27,6 +28,11 @@ a file that changes mid-upload is never stored under the wrong sha256. The manif
 written last and only if absent: the first writer of an entry wins, and a second push of
 the same cell and fingerprint leaves it unchanged (created: false). The entry is then
 recorded in the index; if that fails the store still holds it (`neffcache reindex`).
+
+The fingerprinted interpreter (--python, else the one running neffcache) must have what
+the backend needs: torch (inductor), torch and torch-neuronx (neuron). One that lacks it is
+refused (exit 2, naming the interpreter and the package) unless --allow-missing-packages:
+its entry would match no host that runs inference.
 
 --json prints: entry_key, cell_id, fingerprint_key, created, files, total_bytes,
 blobs_uploaded, blobs_skipped, bytes_uploaded, indexed.
@@ -59,13 +65,14 @@ Examples:
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Parallel uploads.")
 @python_option
+@allow_missing_packages_option
 @store_option
 @index_option
 @json_option
 def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
          roots: tuple[str, ...], backend_name: str | None, compile_seconds: float | None,
-         workers: int, python: str | None, store: str | None, index: str | None,
-         as_json: bool) -> None:
+         workers: int, python: str | None, allow_missing_packages: bool, store: str | None,
+         index: str | None, as_json: bool) -> None:
     """Parse, call ``neffcache.precompile.push``, render (help: PUSH_HELP)."""
     from neffcache.precompile import PushRequest
     from neffcache.precompile import push as push_cell
@@ -73,7 +80,7 @@ def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
     result = push_cell(PushRequest(
         roots=roots, cell_json=cell_json, matrix=matrix, cell_id=cell_id, backend=backend_name,
         compile_seconds=compile_seconds, workers=workers, python=python, store=store,
-        index=index, notice=progress))
+        index=index, notice=progress, allow_missing_packages=allow_missing_packages))
     if as_json:
         emit_json(result.to_json())
     else:

@@ -45,8 +45,9 @@ The exit code follows the first rule that applies: 4 a manifest was rejected or 
 was missing, corrupt or truncated (that file is never installed); 1 a file could not be
 written locally; 6 the store could not be reached; 3 the deadline stopped the restore;
 5 no requested cell could be restored and some missing cells were built for another
-fingerprint (see `neffcache fingerprint --explain`); 3 some cells have no entry; 0 every
-requested cell is in place.
+fingerprint (the hint is a `neffcache fingerprint --explain KEY` command carrying this
+restore's --python and --store, shell-quoted: run as printed, it names the fields that
+differ); 3 some cells have no entry; 0 every requested cell is in place.
 
 Each run (also one that fails once the fingerprint is known, e.g. store unreachable)
 writes a restore report: one small JSON

@@ -214,7 +214,7 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     from neffcache.backends import get_backend
     from neffcache.demo.tiny_pipeline import build_tiny_flux2_klein
     from neffcache.fingerprint import collect_fingerprint
-    from neffcache.index import ingest_reports, open_index
+    from neffcache.index import ingest_reports, open_index, register_matrix
     from neffcache.matrix_io import load_matrix
     from neffcache.precompile import PrecompileOptions, apply_precompile
     from neffcache.reports import date_prefixes
@@ -234,6 +234,9 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     store.check()
     cells = matrix.cells
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        # The demo owns its matrix: other --shapes replace the registered one on purpose.
+        register_matrix(ix, matrix, Path(matrix.source).read_text(encoding="utf-8"),
+                        replace=True)
         say(f"[2/4] precompile {len(cells)} cells of {matrix.source} (cold, one fresh "
             f"process each) -> {store.url}")
         pre = apply_precompile(matrix, cells, store, ix, fingerprint,

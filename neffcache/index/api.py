@@ -303,14 +303,17 @@ class Index:
                                      .order_by(key).limit(10)))
             return queries.get_fingerprints(conn, keys)
 
-    def coverage(self, cells: Sequence[Cell],
-                 fingerprints: Sequence[Fingerprint] = ()) -> CoverageReport:
+    def coverage(self, cells: Sequence[Cell], fingerprints: Sequence[Fingerprint] = (),
+                 keys: Sequence[str] = ()) -> CoverageReport:
         """Every cell x (the given fingerprints + every fingerprint with an entry, a failure or
         a live lease for these cells): ready, in_progress (a live lease, no entry), failed
-        (latest attempt failed, no entry) or missing; see ``coverage_grid``."""
-        keys = [c.key for c in cells]
+        (latest attempt failed, no entry) or missing; see ``coverage_grid``. ``keys``: more
+        fingerprint keys to show as columns, known to the index or not (a key nothing was
+        built for is a column of backend ``unknown``, every cell missing)."""
+        cell_keys = [c.key for c in cells]
         with self.connection() as conn:
-            facts = _coverage.fetch_coverage_facts(conn, keys, self.now(conn))
+            facts = _coverage.fetch_coverage_facts(conn, cell_keys, self.now(conn),
+                                                   named=keys)
         return _coverage.build_coverage(cells, fingerprints, facts)
 
     def matrix_coverage(self, name: str, *, version: int | None = None,

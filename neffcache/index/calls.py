@@ -202,11 +202,13 @@ def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestor
 @dataclass(frozen=True, slots=True)
 class RegisterMatrixFileRequest:
     """``neffcache matrix register``: the matrix ``file``, registered under ``name`` (None:
-    its ``name`` key, else its stem); ``index`` URL (None: as the CLI)."""
+    its ``name`` key, else its stem); ``index`` URL (None: as the CLI). ``replace``: make
+    it current even when that name's current version has other content (else refused)."""
 
     file: str | Path
     name: str | None = None
     index: str | None = None
+    replace: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +225,8 @@ class RegisterMatrixFileResult(_Success):
 def register_matrix_file(request: RegisterMatrixFileRequest) -> RegisterMatrixFileResult:
     """Store a matrix file (its TOML, sha256 and cells) in the index as the current version
     of its name; idempotent. Raises MatrixError (exit 2) for an unreadable or invalid file or
-    an empty name, UnavailableError (6) / SchemaOutdatedError (7) for the index."""
+    an empty name, UsageError (2) when that name is registered with other content and
+    ``replace`` is not set, UnavailableError (6) / SchemaOutdatedError (7) for the index."""
     from neffcache.matrix import parse_matrix
 
     file = str(request.file)
@@ -232,7 +235,8 @@ def register_matrix_file(request: RegisterMatrixFileRequest) -> RegisterMatrixFi
     if request.name is not None and not request.name.strip():
         raise MatrixError("--name: expected a non-empty name")
     with _open(_settings(request.index)) as ix:
-        return RegisterMatrixFileResult(register_matrix(ix, spec, text, request.name))
+        return RegisterMatrixFileResult(register_matrix(ix, spec, text, request.name,
+                                                        replace=request.replace))
 
 
 def _read_matrix(file: str) -> str:

@@ -4,6 +4,7 @@ cell with its status, and the ``--check`` gate; what ``neffcache coverage`` prin
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from neffcache.matrix import Cell
 
 HOST = "host"  # in CoverageRequest.fingerprints: this host's fingerprint
+_FULL_KEY = re.compile(r"[0-9a-f]{64}")  # a fingerprint key (sha256 hex)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +39,10 @@ class CoverageRequest:
         of a matrix registered in the index (its current version).
     cells: cell id globs; only matching cells (all cells when empty).
     fingerprints: columns to show, each a key, a unique prefix of one, ``"host"`` (this
-        host's fingerprint, taken with ``python``) or a Fingerprint. Empty: this host's and
-        every fingerprint with an entry, a failure or a live lease for these cells.
+        host's fingerprint, taken with ``python``) or a Fingerprint. A full key the index
+        does not know (nothing built for it yet) is a column with every cell missing.
+        Empty: this host's and every fingerprint with an entry, a failure or a live lease
+        for these cells.
     check: judge the cells (``CoverageResult.error``): every selected cell must be ready for
         every given fingerprint (this host's when none is given).
     python: the interpreter whose packages this host's fingerprint describes (None: as the
@@ -105,7 +109,9 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     in_progress, failed, missing) and counts per fingerprint; reads the index only.
 
     Raises MatrixError (exit 2) for a matrix that is neither a readable file nor a registered
-    name, UsageError (2) for a --fingerprint that names no single fingerprint,
+    name, UsageError (2) for a --fingerprint that is malformed, or a prefix that names no
+    single fingerprint (a full key nothing was built for is a column: missing, exit 3 under
+    check),
     UnavailableError (6) / SchemaOutdatedError (7) for the index. The check's outcome is in
     the result (``exit_code`` 3), not raised."""
     from neffcache.config import read_settings
@@ -116,13 +122,14 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
         source, backend, all_cells = _load_cells(ix, str(request.matrix))
         cells = select_cells(all_cells, tuple(request.cells))
-        here, given = _fingerprints(ix, backend, wanted, settings.python)
-        report = ix.coverage(cells, given)
+        here, given, order = _fingerprints(ix, backend, wanted, settings.python)
+        known = {fp.key for fp in given}
+        report = ix.coverage(cells, given, keys=[k for k in order if k not in known])
     if wanted:
-        report = only_fingerprints(report, [fp.key for fp in given])
+        report = only_fingerprints(report, order)
     not_ready = None
     if request.check:
-        keys = {fp.key for fp in given}
+        keys = set(order)
         not_ready = tuple(r for r in report.rows
                           if r.fingerprint_key in keys and r.status != READY)
     return CoverageResult(source, backend, here, report, tuple(request.cells), not_ready)
@@ -145,26 +152,41 @@ def _load_cells(ix: Index, matrix: str) -> tuple[str, str, tuple[Cell, ...]]:
 
 
 def _fingerprints(ix: Index, backend: str, wanted: Sequence[str | Fingerprint],
-                  python: str | None) -> tuple[Fingerprint | None, list[Fingerprint]]:
-    """(this host's fingerprint or None, the fingerprints to show first, in order)."""
+                  python: str | None
+                  ) -> tuple[Fingerprint | None, list[Fingerprint], list[str]]:
+    """(this host's fingerprint or None, the fingerprints to show first, the keys of the
+    columns in order). A full key the index does not know is a column too (nothing has been
+    built for it: every cell missing); an unknown prefix, a malformed key or an ambiguous
+    prefix is a UsageError."""
     from neffcache.fingerprint import collect_fingerprint
 
     here = None
     if not wanted or HOST in wanted:
         here = collect_fingerprint(backend, os.environ, python=python)
     given: list[Fingerprint] = []
+    order: list[str] = []
     for w in wanted or (HOST,):
         if not isinstance(w, str):
             given.append(w)
+            order.append(w.key)
         elif w == HOST:
             assert here is not None
             given.append(here)
+            order.append(here.key)
         else:
-            found = ix.find_fingerprints(w.strip().lower())
+            key = w.strip().lower()
+            found = ix.find_fingerprints(key)
+            if not found and _FULL_KEY.fullmatch(key):
+                order.append(key)  # a fingerprint nothing has been built for yet
+                continue
             if len(found) != 1:
                 what = "no fingerprint" if not found else f"{len(found)} fingerprints"
                 raise UsageError(f"--fingerprint {w}: {what} in the index with that key "
                                  f"prefix (expected a key or a unique prefix of one, or "
-                                 f"'host')")
+                                 f"'host')",
+                                 hint=None if found else "a fingerprint nothing has been "
+                                 "built for yet: give its full 64-hex key "
+                                 "(`neffcache fingerprint` on a host that has it prints it)")
             given.extend(found.values())
-    return here, given
+            order.extend(found)
+    return here, given, order

@@ -106,12 +106,13 @@ class CoverageFacts:
 
 
 def fetch_coverage_facts(conn: Any, cell_keys: Sequence[str], now: datetime, *,
-                         details: bool = True) -> CoverageFacts:
+                         details: bool = True, named: Sequence[str] = ()) -> CoverageFacts:
     """What the index holds for these cells (``conn``: a Connection or a Session): three
-    queries per batch of cell keys (one batch on Postgres), then the fingerprints."""
+    queries per batch of cell keys (one batch on Postgres), then the fingerprints (with
+    ``named`` ones: columns even when nothing was built for them)."""
     keys = sorted(set(cell_keys))
     scopes = [_keys_scope(conn, part) for part in key_batches(conn, keys)]
-    return _fetch(conn, scopes, now, details)
+    return _fetch(conn, scopes, now, details, named)
 
 
 def fetch_matrix_facts(conn: Any, matrix_id: int, now: datetime, *, details: bool = False,

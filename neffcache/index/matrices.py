@@ -14,10 +14,10 @@ from dataclasses import replace
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from neffcache.canonical import digest_of
-from neffcache.errors import MatrixError
+from neffcache.errors import MatrixError, UsageError
 from neffcache.index.api import Index
 from neffcache.index.matrix_reads import (
     cell_refs_in,
@@ -60,18 +60,41 @@ def matrix_digest(text: str, source: str = "<matrix>") -> str:
 
 
 def register_matrix(index: Index, matrix: Matrix, text: str,
-                    name: str | None = None) -> MatrixVersion:
+                    name: str | None = None, *, replace: bool = False) -> MatrixVersion:
     """Record ``matrix`` (parsed from ``text``) as the current version of its name; returns
     that version (``changed`` is False when it already was the current one). Idempotent and
-    safe to call from several precompile shards at once."""
+    safe to call from several precompile shards at once.
+
+    A name whose current version has other content (another digest: an edited copy of a
+    matrix that kept its ``name``) is refused with a UsageError (exit 2) unless ``replace``:
+    then this content becomes the current version (a new one, or an older one again)."""
     name = (name or matrix_name_of(matrix))[:255]
     digest = matrix_digest(text, matrix.source)
     with index.write_session() as s:
+        if not replace:
+            _refuse_other_content(s, name, digest, matrix.source)
         changed = _save(s, matrix, text, name, digest)
     found = [v for v in matrix_versions(index, name) if v.digest == digest]
     v = found[0]
     return MatrixVersion(v.id, v.name, v.version, v.digest, v.backend, v.cell_count,
                          v.registered_at, v.current, changed)
+
+
+def _refuse_other_content(s: Session, name: str, digest: str, source: str) -> None:
+    current = _current_id(s, name)
+    if current is None:
+        return
+    registered = s.scalar(select(M.c.digest).where(M.c.id == current))
+    if registered is None or registered == digest:
+        return
+    version = s.scalar(select(func.count()).select_from(M).where(M.c.name == name,
+                                                                 M.c.id <= current))
+    raise UsageError(
+        f"matrix {name!r} is registered with other content (version {version}, digest "
+        f"{registered[:12]}) than {source} (digest {digest[:12]}); refusing to replace it",
+        hint="give the edited copy its own `name`, or replace the registered matrix on "
+             "purpose: neffcache precompile --replace-matrix, neffcache matrix register "
+             "--replace")
 
 
 def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool:

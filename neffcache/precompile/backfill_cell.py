@@ -31,6 +31,8 @@ class CaptureRequest:
     this interpreter's packages. ``store``, ``index``, ``python``: None resolves them as the
     CLI does (NEFFCACHE_* > config file > default), from ``environ`` (None: the process's, at
     call time). ``notice``: warnings (the index did not record the entry).
+    ``allow_missing_packages``: publish even when the interpreter lacks what the backend
+    needs (torch; torch-neuronx for neuron), else a UsageError (a dry run too).
     """
 
     matrix: str | Path
@@ -43,6 +45,7 @@ class CaptureRequest:
     index: str | None = None
     environ: Mapping[str, str] | None = None
     notice: Callable[[str], None] | None = None
+    allow_missing_packages: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +83,19 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
 
     Raises UsageError (exit 2) when the cache dir holds no cache root, the named cell is not
     in the matrix, or the files cannot be attributed to one cell (several cells without an
-    entry and no ``cell_id``); MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
+    entry and no ``cell_id``), or the interpreter lacks what the backend needs without
+    ``allow_missing_packages``; MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
     when this host's fingerprint cannot be used; UnavailableError (6) when the store cannot
     be reached. An index failure is only a notice.
     """
     from neffcache.backends import get_backend, root_dirs
     from neffcache.config import read_settings
-    from neffcache.fingerprint import check_usable, collect_fingerprint
+    from neffcache.fingerprint import (
+        check_publishable,
+        check_usable,
+        collect_fingerprint,
+        described_interpreter,
+    )
     from neffcache.matrix_io import load_matrix
     from neffcache.store import open_store
 
@@ -101,6 +110,8 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
                              python=request.python)
     fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
     check_usable(fingerprint)
+    check_publishable(fingerprint, described_interpreter(settings.python),
+                      allow_missing=request.allow_missing_packages, environ=environ)
     store = open_store(settings.store_url, create=True)
     store.check()
     entries = read_entries(store, m.cells, fingerprint, backend)

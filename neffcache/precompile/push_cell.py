@@ -30,7 +30,8 @@ class PushRequest:
     uploads. ``python``: fingerprint this interpreter's packages. ``store``, ``index``,
     ``python``: None resolves them as the CLI does (NEFFCACHE_* > config file > default), from
     ``environ`` (None: the process's, at call time). ``notice``: warnings (the index did not
-    record the entry).
+    record the entry). ``allow_missing_packages``: publish even when the interpreter lacks
+    what the backend needs (torch; torch-neuronx for neuron), else a UsageError.
     """
 
     roots: Mapping[str, str | Path] | Sequence[str] = ()
@@ -46,6 +47,7 @@ class PushRequest:
     index: str | None = None
     environ: Mapping[str, str] | None = None
     notice: Callable[[str], None] | None = None
+    allow_missing_packages: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +75,20 @@ def push(request: PushRequest) -> PushResult:
     fingerprint, then record it in the index (see ``neffcache push --help``).
 
     Raises UsageError (exit 2) when the cell is not named exactly once, cannot be read or is
-    not in the matrix, the backend is unknown, or a root is malformed, unknown or given
-    twice; FingerprintMismatchError (5) when this host's fingerprint cannot be used;
-    UnavailableError (6) when the store cannot be reached. An index failure is only a notice.
+    not in the matrix, the backend is unknown, a root is malformed, unknown or given
+    twice, or the interpreter lacks what the backend needs (torch, torch-neuronx) without
+    ``allow_missing_packages``; FingerprintMismatchError (5) when this host's fingerprint
+    cannot be used; UnavailableError (6) when the store cannot be reached. An index failure
+    is only a notice.
     """
     from neffcache.backends import get_backend
     from neffcache.config import read_settings
-    from neffcache.fingerprint import check_usable, collect_fingerprint
+    from neffcache.fingerprint import (
+        check_publishable,
+        check_usable,
+        collect_fingerprint,
+        described_interpreter,
+    )
     from neffcache.store import open_store
 
     environ = os.environ if request.environ is None else request.environ
@@ -91,10 +100,12 @@ def push(request: PushRequest) -> PushResult:
     roots = parse_roots(request.roots, backend)
     settings = read_settings(environ, store=request.store, index=request.index,
                              python=request.python)
-    store = open_store(settings.store_url, create=True)
-    store.check()
     fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
     check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it
+    check_publishable(fingerprint, described_interpreter(settings.python),
+                      allow_missing=request.allow_missing_packages, environ=environ)
+    store = open_store(settings.store_url, create=True)
+    store.check()
     result = publish_entry(store, cell, fingerprint, backend, roots,
                            compile_seconds=request.compile_seconds, workers=request.workers)
     indexed = record_entry_or_warn(settings, result.manifest, store.url, request.notice)

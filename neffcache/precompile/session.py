@@ -14,14 +14,17 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neffcache.backends import neuron_env
 from neffcache.errors import ExitRule, NeffcacheError, UsageError, WorkerError
-from neffcache.matrix import Cell
+from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.claims import ClaimOptions, apply_claims
 from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
 from neffcache.precompile.run import apply_precompile
+
+if TYPE_CHECKING:
+    from neffcache.index import Index
 
 _SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
 
@@ -35,6 +38,10 @@ class PrecompileRequest:
     shard I of N (cells sorted by id, round-robin). ``claim``: take cells from the index's
     claim queue instead (``lease_seconds``, ``retries``); it mixes with neither ``shard`` nor
     ``force``. ``force``: warm cells whose entry exists. ``timeout``: seconds per warm-up.
+    ``allow_missing_packages``: run even when this interpreter lacks what the backend needs
+    (torch; torch-neuronx for neuron), else a UsageError. ``replace_matrix``: register the
+    matrix as the current version of its name even when that name is registered with other
+    content (else a UsageError before any cell is warmed).
     ``verify``: restore each new entry into a new directory and warm it again.
     ``target``, ``compile_only``: neuron only (``compile_only`` needs a target, from
     ``target`` or the environment). ``workdir``, ``keep_workdir``: where cache roots and logs
@@ -72,6 +79,8 @@ class PrecompileRequest:
     progress: Callable[[Event], None] | None = None
     selected: Callable[[int], None] | None = None
     stop: threading.Event | None = None
+    allow_missing_packages: bool = False
+    replace_matrix: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +111,19 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
 
     Raises UsageError (exit 2) for a bad shard, ``claim`` with ``shard`` or ``force``,
     ``target``/``compile_only`` off neuron, ``compile_only`` without a target, or every
-    selected cell refused; MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
+    selected cell refused, or this interpreter lacks what the backend needs (without
+    ``allow_missing_packages``), or the matrix's name is registered with other content
+    (without ``replace_matrix``); MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
     when this host's fingerprint cannot be used (neuron target unknown); UnavailableError (6)
     when the store or the index cannot be reached.
     """
     from neffcache.config import read_settings
-    from neffcache.fingerprint import check_usable, collect_fingerprint
+    from neffcache.fingerprint import (
+        check_publishable,
+        check_usable,
+        collect_fingerprint,
+        described_interpreter,
+    )
     from neffcache.index import open_index
     from neffcache.matrix import select_cells, shard_cells
     from neffcache.matrix_io import load_matrix
@@ -131,6 +147,8 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
     refuse_if_nothing_left(cells, request.compile_only)
     fingerprint = collect_fingerprint(spec.backend, env)
     check_usable(fingerprint)
+    check_publishable(fingerprint, described_interpreter(None),
+                      allow_missing=request.allow_missing_packages, environ=environ)
     store = open_store(settings.store_url, create=True)
     store.check()
     options = PrecompileOptions(workers=request.workers, force=request.force,
@@ -139,6 +157,7 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
                                 keep_workdir=request.keep_workdir,
                                 compile_only=request.compile_only)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
+        _register_first(ix, spec, request.replace_matrix)
         if request.selected is not None:
             request.selected(len(cells))
         if request.claim:
@@ -150,6 +169,21 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
             report = apply_precompile(spec, cells, store, ix, fingerprint, options,
                                       environ=env, progress=request.progress, stop=request.stop)
     return PrecompileResult(report)
+
+
+def _register_first(ix: Index, spec: Matrix, replace: bool) -> None:
+    """Register the matrix file before any work, so an edited copy under a registered name
+    is refused at once (unless ``replace``); the run's own registration then finds it
+    current."""
+    from neffcache.index import register_matrix
+
+    if not spec.source or spec.source.startswith("<"):
+        return
+    try:
+        text = Path(spec.source).read_text(encoding="utf-8")
+    except OSError:
+        return
+    register_matrix(ix, spec, text, replace=replace)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

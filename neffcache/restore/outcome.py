@@ -13,6 +13,8 @@ Exit rule (``outcome_error``), first match wins:
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +67,9 @@ class RestoreResult(ExitRule):
     stale_temps_removed: int = 0
     # The interpreter the fingerprint describes (``neffcache.restore.restore`` sets it).
     fingerprint_python: str | None = None
+    # The flags with which `neffcache fingerprint --explain` takes the same fingerprint and
+    # reads the same store (--python PATH, --store URL): the exit-5 hint carries them.
+    explain_args: tuple[str, ...] = ()
 
     def error(self) -> NeffcacheError | None:
         """The error this restore ends with, or None; see the module docstring."""
@@ -115,6 +120,13 @@ class RestoreResult(ExitRule):
         }
 
 
+def explain_command(key: str, args: Sequence[str] = ()) -> str:
+    """``neffcache fingerprint --explain KEY`` with the flags that reproduce the fingerprint
+    compared (``--python PATH``) and the store read, quoted for a POSIX shell: run as printed,
+    it names the fields that differ."""
+    return shlex.join(["neffcache", "fingerprint", "--explain", key, *args])
+
+
 def outcome_error(r: RestoreResult) -> NeffcacheError | None:
     """The error a restore ends with (None for success); see the module docstring."""
     res = r.resolution
@@ -145,7 +157,7 @@ def outcome_error(r: RestoreResult) -> NeffcacheError | None:
             return FingerprintMismatchError(
                 f"no requested cell has an entry for fingerprint {r.fingerprint_key[:12]}; "
                 f"{len(res.elsewhere)} were built for another environment ({ids})",
-                hint=f"neffcache fingerprint --explain {other}")
+                hint=explain_command(other, r.explain_args))
         return CacheMissError(f"{len(res.missing)} of {len(r.requested)} cells have no entry for "
                               f"fingerprint {r.fingerprint_key[:12]}: {ids}",
                               hint="neffcache precompile MATRIX (on a build host)")

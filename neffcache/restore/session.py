@@ -152,7 +152,8 @@ def restore(request: RestoreRequest) -> RestoreResult:
     if result.stale_temps_removed:
         s.notice(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
                  f"(.neffcache-*.tmp) left by an interrupted restore")
-    result = replace(result, fingerprint_python=described_interpreter(s.settings.python))
+    result = replace(result, fingerprint_python=described_interpreter(s.settings.python),
+                     explain_args=_explain_args(s, result.store_url))
     if source is None:
         _send_report(s, result.to_json(), fingerprint)
     return result
@@ -174,8 +175,10 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
     check_usable(fingerprint)
     store = open_store(s.settings.store_url)
     store.check()
-    return preview_cells(store, s.cells, s.backend, fingerprint, s.target,
-                         workers=s.workers or default_workers())
+    preview = preview_cells(store, s.cells, s.backend, fingerprint, s.target,
+                            workers=s.workers or default_workers())
+    return replace(preview, judged=replace(preview.judged,
+                                           explain_args=_explain_args(s, store.url)))
 
 
 def default_workers() -> int:
@@ -209,6 +212,15 @@ def _session(request: RestoreRequest) -> _Session:
                     target=Path(request.to).expanduser().absolute(), until=until,
                     workers=request.workers, notice=request.notice or _drop,
                     progress=request.progress)
+
+
+def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
+    """The flags `neffcache fingerprint --explain` needs to compare the fingerprint this
+    restore took (its interpreter, when one was named: flag, NEFFCACHE_PYTHON or config) with
+    an entry in the store it read."""
+    python = s.settings.python
+    args = ("--python", described_interpreter(python)) if python is not None else ()
+    return (*args, "--store", store_url)
 
 
 def _fingerprint(request: RestoreRequest, s: _Session) -> Fingerprint:

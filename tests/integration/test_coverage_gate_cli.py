@@ -70,12 +70,25 @@ def test_check_defaults_to_this_hosts_fingerprint(
     assert {r["fingerprint_key"] for r in doc["check"]["not_ready"]} == {here}
 
 
+def test_check_of_a_fingerprint_nothing_was_built_for_exits_3(
+        capsys: pytest.CaptureFixture[str], seeded: tuple[str, str, str]) -> None:
+    new = sdk_fingerprint(7).key  # well formed, never indexed
+    code, doc, err = cli(capsys, "coverage", "prod", "--fingerprint", new, "--check", "--json")
+    assert code == 3, err
+    assert "not ready" in err and doc["check"]["ok"] is False
+    assert {r["fingerprint_key"] for r in doc["check"]["not_ready"]} == {new}
+    code, out, err = cli(capsys, "coverage", "prod", "--fingerprint", new)
+    assert code == 0 and new[:12] in out and "missing" in out, err
+
+
 def test_unknown_names_and_keys_are_one_line_usage_errors(
         capsys: pytest.CaptureFixture[str], seeded: tuple[str, str, str]) -> None:
     code, _, err = cli(capsys, "coverage", "nope")
     assert code == 2 and "no matrix of that name is registered" in err
     code, _, err = cli(capsys, "coverage", "prod", "--fingerprint", "ffffffffffff")
-    assert code == 2 and "--fingerprint ffffffffffff" in err
+    assert code == 2 and "--fingerprint ffffffffffff" in err and "full 64-hex key" in err
+    code, _, err = cli(capsys, "coverage", "prod", "--fingerprint", "x" * 64, "--check")
+    assert code == 2 and "--fingerprint" in err
 
 
 def test_explain_accepts_a_fingerprint_key(capsys: pytest.CaptureFixture[str],

@@ -43,7 +43,10 @@ def test_register_ls_show_with_history(capsys: pytest.CaptureFixture[str], tmp_p
     assert code == 0 and out.startswith("unchanged: prod version 1 (2 cells")
     v2_text = matrix_text("prod", shapes=5)
     f.write_text(v2_text, encoding="utf-8")
-    second = as_json(capsys, "matrix", "register", str(f))
+    code, out, err = cli(capsys, "matrix", "register", str(f))  # other content, same name
+    assert code == 2 and not out and err.startswith("Error: matrix 'prod' is registered")
+    assert first["sha256"][:12] in err and str(f) in err and "--replace" in err
+    second = as_json(capsys, "matrix", "register", str(f), "--replace")
     assert (second["version"], second["cells"], second["changed"]) == (2, 5, True)
     assert second["sha256"] != first["sha256"]
 

@@ -108,7 +108,9 @@ def test_a_broken_pipeline_class_is_a_failed_cell_and_no_entry(setup: dict,
     model = setup["home"] / "demo" / "tiny-flux2-klein"
     text = (setup["matrix"].read_text()
             .replace("diffusers:Flux2KleinPipeline", "diffusers:NoSuchPipeline")
-            .replace('"./tiny-flux2-klein"', f'"{model}"'))
+            .replace('"./tiny-flux2-klein"', f'"{model}"')
+            .replace('name = "neffcache-demo"', 'name = "broken-demo"'))  # a matrix of its own
+    assert 'name = "broken-demo"' in text
     broken = tmp_path / "broken-matrix.toml"
     broken.write_text(text)
     before = _manifest_keys(setup)

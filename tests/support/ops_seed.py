@@ -61,11 +61,11 @@ def seed(ix: Index, text: str, fingerprints: Sequence[Fingerprint], rule: Status
          *, size: Callable[[int, int], int] = lambda n, i: 1000 + n,
          log: Callable[[Cell, Fingerprint], str] = lambda c, fp: f"error: {c.id} failed\n"
          ) -> Seeded:
-    """Register the matrix in ``text`` and give each cell x fingerprint the status ``rule``
-    says: an entry of ``size`` bytes, a recorded failure (one precompile run per
-    fingerprint) or nothing."""
+    """Register the matrix in ``text`` (replacing other content under its name: a new
+    version) and give each cell x fingerprint the status ``rule`` says: an entry of ``size``
+    bytes, a recorded failure (one precompile run per fingerprint) or nothing."""
     matrix = parse_matrix(text, "seed.toml")
-    register_matrix(ix, matrix, text)
+    register_matrix(ix, matrix, text, replace=True)
     statuses: dict[tuple[str, str], str] = {}
     manifests, failures = [], []
     entry_bytes = {fp.key: 0 for fp in fingerprints}

@@ -69,7 +69,7 @@ def test_every_write_keeps_the_aggregates_equal_to_a_recount(ix: Index) -> None:
                        "seconds": 0.7})
     ix.remove_entries([make_manifest(cells[0], fp1).entry_key])  # failed again
     register_matrix(ix, parse_matrix(matrix_text("m", shapes=4), "m.toml"),
-                    matrix_text("m", shapes=4))  # a new version: counted at registration
+                    matrix_text("m", shapes=4), replace=True)  # a new version: counted then
     live = snapshot(ix)
     assert live == recounted(ix)
     grid = ix.matrix_coverage("m", version=1)

@@ -221,3 +221,20 @@ def test_coverage_refuses_unknown_matrices_and_fingerprints(url: str,
         coverage(CoverageRequest(matrix="nope", index=url))
     with pytest.raises(UsageError, match="no fingerprint in the index"):
         coverage(CoverageRequest(matrix="prod", fingerprints=["abcdef"], index=url))
+    with pytest.raises(UsageError, match="no fingerprint in the index"):  # malformed
+        coverage(CoverageRequest(matrix="prod", fingerprints=["z" * 64], check=True, index=url))
+
+
+def test_coverage_check_of_a_fingerprint_nothing_was_built_for_is_a_miss(
+        url: str, matrix_file: Path) -> None:
+    fp1, _ = _seed_prod(url, matrix_file)
+    new = sdk_fingerprint(9).key  # a well-formed key the index has never seen
+    shown = coverage(CoverageRequest(matrix="prod", fingerprints=[new.upper(), fp1], index=url))
+    doc = shown.to_json()
+    assert shown.exit_code == 0 and [f["key"] for f in doc["fingerprints"]] == [new, fp1]
+    assert [(f["backend"], f["ready"], f["missing"]) for f in doc["fingerprints"]] == [
+        ("unknown", 0, 3), ("neuron", 3, 0)]
+    gate = coverage(CoverageRequest(matrix="prod", fingerprints=[new], check=True, index=url))
+    assert gate.exit_code == 3 and "not ready" in str(gate.error())
+    assert {(r["fingerprint_key"], r["status"]) for r in gate.to_json()["check"]["not_ready"]
+            } == {(new, MISSING)}

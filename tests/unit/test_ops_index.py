@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event
 
-from neffcache.errors import MatrixError, NotFoundError
+from neffcache.errors import MatrixError, NotFoundError, UsageError
 from neffcache.index import Index, open_index
 from neffcache.index import ops_queries as q
 from neffcache.index.matrices import (
@@ -31,8 +31,9 @@ def ix(tmp_path: Path) -> Iterator[Index]:
         yield index
 
 
-def register(ix: Index, text: str, name: str | None = None):  # type: ignore[no-untyped-def]
-    return register_matrix(ix, parse_matrix(text, "m.toml"), text, name)
+def register(ix: Index, text: str, name: str | None = None,  # type: ignore[no-untyped-def]
+             replace: bool = False):
+    return register_matrix(ix, parse_matrix(text, "m.toml"), text, name, replace=replace)
 
 
 def test_digest_ignores_comments_and_layout() -> None:
@@ -56,10 +57,16 @@ def test_register_keeps_history_and_the_latest_is_current(ix: Index) -> None:
     assert (v1.version, v1.cell_count, v1.current, v1.changed) == (1, 2, True, True)
     again = register(ix, "# same content\n" + v1_text)
     assert (again.version, again.changed) == (1, False)
-    v2 = register(ix, v2_text)
+    with pytest.raises(UsageError, match=r"matrix 'm' is registered with other content "
+                                         r"\(version 1, digest [0-9a-f]{12}\) than m.toml"):
+        register(ix, v2_text)  # an edited copy under the same name: refused
+    assert [v.version for v in matrix_versions(ix, "m")] == [1]
+    v2 = register(ix, v2_text, replace=True)
     assert (v2.version, v2.cell_count, v2.changed) == (2, 3, True)
     assert [(v.version, v.current) for v in matrix_versions(ix, "m")] == [(1, False), (2, True)]
-    back = register(ix, v1_text)  # rolling back makes version 1 current again
+    with pytest.raises(UsageError, match="version 2"):
+        register(ix, v1_text)  # rolling back is a replacement too
+    back = register(ix, v1_text, replace=True)  # makes version 1 current again
     assert (back.version, back.current, back.changed) == (1, True, True)
     assert get_matrix(ix, "m").version == 1
     assert get_matrix(ix, "m", 2, with_toml=True).toml == v2_text

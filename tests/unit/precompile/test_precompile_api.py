@@ -156,6 +156,33 @@ def test_notice_says_when_no_cell_is_selected(tmp_path: Path, store: str,
     assert notices == [f"{matrix}: no cell selected"]
 
 
+def test_an_edited_copy_of_a_registered_matrix_is_refused_unless_replaced(
+        tmp_path: Path, store: str, env: dict[str, str]) -> None:
+    from neffcache.index import ListRegisteredMatricesRequest, list_registered_matrices
+
+    prod = write_sleep_matrix(tmp_path / "prod", {OK: 0.05}, name="prod")
+    assert precompile(PrecompileRequest(prod, store=store, environ=env)).exit_code == 0
+    copy = write_sleep_matrix(tmp_path / "copy", {OK: 0.05, BAD: 0.05}, name="prod")
+    events: list[tuple[str, str, str]] = []
+    with pytest.raises(UsageError) as err:
+        precompile(PrecompileRequest(copy, store=store, environ=env, progress=events.append))
+    message = str(err.value)
+    assert exit_code_for(err.value) == 2 and "\n" not in message
+    assert "matrix 'prod' is registered with other content (version 1, digest" in message
+    assert str(copy) in message and err.value.hint and "--replace-matrix" in err.value.hint
+    assert events == []  # refused before any cell was warmed
+    listed = list_registered_matrices(ListRegisteredMatricesRequest()).to_json()
+    assert [(m["name"], m["version"], m["cells"]) for m in listed] == [("prod", 1, 1)]
+
+    replaced = precompile(PrecompileRequest(copy, store=store, environ=env,
+                                            replace_matrix=True))
+    assert replaced.exit_code == 0
+    listed = list_registered_matrices(ListRegisteredMatricesRequest()).to_json()
+    assert [(m["name"], m["version"], m["cells"]) for m in listed] == [("prod", 2, 2)]
+    again = precompile(PrecompileRequest(copy, store=store, environ=env))  # now current
+    assert again.exit_code == 0
+
+
 # --- push ---------------------------------------------------------------------------------
 
 def test_push_publishes_a_cell_from_a_cache_dir_and_indexes_it(tmp_path: Path,

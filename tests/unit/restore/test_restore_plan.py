@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import replace
+
 from neffcache.errors import (
     CacheMissError,
     DeadlineExceededError,
@@ -166,6 +169,10 @@ def test_exit_rule() -> None:
     mismatch = outcome_error(result(missing=(128,), elsewhere=other))
     assert isinstance(mismatch, FingerprintMismatchError)
     assert mismatch.hint and mismatch.hint.startswith("neffcache fingerprint --explain ")
+    flags = ("--python", "/opt/my venv/bin/python", "--store", "file:///s")
+    quoted = outcome_error(replace(result(missing=(128,), elsewhere=other), explain_args=flags))
+    assert quoted is not None and quoted.hint is not None
+    assert shlex.split(quoted.hint)[4:] == list(flags)  # quoted for a shell, run as printed
     # Some cell restored: a plain partial restore, even if others were built elsewhere.
     assert code(result(restored=(64,), missing=(128,), elsewhere=other)) == 3
     bad = FileFailure("neff", "x", "integrity", "neff/x: corrupt")
