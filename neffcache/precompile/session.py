@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from neffcache.backends import neuron_env
 from neffcache.errors import ExitRule, NeffcacheError, UsageError, WorkerError
-from neffcache.matrix import Cell, Matrix
+from neffcache.matrix import Cell, Matrix, select_cells, shard_cells
 from neffcache.precompile.claims import ClaimOptions, apply_claims
 from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
 from neffcache.precompile.run import apply_precompile
@@ -125,22 +125,12 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
         described_interpreter,
     )
     from neffcache.index import open_index
-    from neffcache.matrix import select_cells, shard_cells
     from neffcache.matrix_io import load_matrix
     from neffcache.store import open_store
 
     environ = os.environ if request.environ is None else request.environ
     spec = load_matrix(request.matrix)
-    cells = select_cells(spec.cells, request.cells)
-    shard = parse_shard(request.shard)
-    if request.claim and (shard is not None or request.force):
-        raise UsageError(f"--claim and {'--shard' if shard is not None else '--force'} do not "
-                         f"mix: claiming shares cells dynamically and never re-warms a cell "
-                         f"with an entry")
-    if shard is not None:
-        cells = shard_cells(cells, *shard)
-    if not cells and request.notice is not None:
-        request.notice(f"{spec.source}: no cell selected")
+    cells = _selected_cells(request, spec)
     settings = read_settings(environ, store=request.store, index=request.index)
     env = {**environ, **neuron_overrides(spec.backend, request.target, request.compile_only,
                                          environ)}
@@ -169,6 +159,21 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
             report = apply_precompile(spec, cells, store, ix, fingerprint, options,
                                       environ=env, progress=request.progress, stop=request.stop)
     return PrecompileResult(report)
+
+
+def _selected_cells(request: PrecompileRequest, spec: Matrix) -> tuple[Cell, ...]:
+    """The cells ``--cells`` and ``--shard`` select (``--claim`` takes no shard or force)."""
+    cells = select_cells(spec.cells, request.cells)
+    shard = parse_shard(request.shard)
+    if request.claim and (shard is not None or request.force):
+        raise UsageError(f"--claim and {'--shard' if shard is not None else '--force'} do not "
+                         f"mix: claiming shares cells dynamically and never re-warms a cell "
+                         f"with an entry")
+    if shard is not None:
+        cells = shard_cells(cells, *shard)
+    if not cells and request.notice is not None:
+        request.notice(f"{spec.source}: no cell selected")
+    return cells
 
 
 def _register_first(ix: Index, spec: Matrix, replace: bool) -> None:
