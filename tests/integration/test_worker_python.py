@@ -1,6 +1,7 @@
 """``warm --python X`` and ``precompile --python X`` run their workers under X, an interpreter
 that has no neffcache (a wrapper that records each call and execs this interpreter with -S,
-so no site-packages: no neffcache, click or torch), and fingerprint X, not the interpreter
+so no site-packages: no neffcache, click or torch; the system Python when there is one),
+and fingerprint X, not the interpreter
 running neffcache. The ``test-sleep`` TEST BACKEND stands in for torch. Also: the worker's
 import chain is the standard library and neffcache alone."""
 
@@ -29,7 +30,8 @@ def _test_backend() -> None:
 
 @pytest.fixture
 def inference_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """X: records its argv and PYTHONPATH, then runs this interpreter without site-packages.
+    """X: records its argv and PYTHONPATH, then runs the system Python (else this one) without
+    site-packages.
     PYTHONPATH holds only a link to tests/ (the test worker's module), and the cwd is not the
     checkout, so the workers can import neffcache only through what the launcher adds."""
     only_tests = tmp_path / "only-tests"
@@ -44,9 +46,16 @@ def inference_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                  "link=$( (readlink \"$first/neffcache\"; ls -A \"$first\") | tr '\\n' ' ')\n"
                  f"printf '%s\\n' \"$* LINK=$link PYTHONPATH=${{PYTHONPATH:-}}\""
                  f" >> {tmp_path}/calls\n"
-                 f"exec {sys.executable} -S \"$@\"\n", encoding="utf-8")
+                 f"exec {_base_python()} -S \"$@\"\n", encoding="utf-8")
     x.chmod(0o755)
     return x
+
+
+def _base_python() -> str:
+    """The system Python when there is one (so even the Python version may differ from
+    neffcache's), else this one."""
+    system = Path("/usr/bin/python3")
+    return str(system) if system.is_file() and os.access(system, os.X_OK) else sys.executable
 
 
 def _calls(tmp_path: Path) -> list[str]:
