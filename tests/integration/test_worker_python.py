@@ -1,9 +1,8 @@
 """``warm --python X`` and ``precompile --python X`` run their workers under X, an interpreter
-that has no neffcache (a wrapper that records each call and execs this interpreter with -S,
-so no site-packages: no neffcache, click or torch; the system Python when there is one),
-and fingerprint X, not the interpreter
-running neffcache. The ``test-sleep`` TEST BACKEND stands in for torch. Also: the worker's
-import chain is the standard library and neffcache alone."""
+without neffcache (a wrapper that records each call, then execs the system Python, else this
+one, with -S: no site-packages, so no neffcache, click or torch), and fingerprint X, not the
+interpreter running neffcache. The ``test-sleep`` TEST BACKEND stands in for torch. Also: the
+worker's import chain is the standard library and neffcache alone."""
 
 from __future__ import annotations
 
