@@ -30,9 +30,11 @@ def index_option(f: F) -> F:
 
 def python_option(f: F) -> F:
     return click.option("--python", "python", metavar="PATH", default=None,
-                        help="Fingerprint the packages of this Python interpreter, the one that "
-                             "runs inference (e.g. /opt/venv/bin/python), instead of the one "
-                             "running neffcache [env NEFFCACHE_PYTHON; config key `python`].")(f)
+                        help="The Python interpreter that runs inference (e.g. "
+                             "/opt/venv/bin/python): the fingerprint describes its packages, "
+                             "and precompile and warm run their workers under it (it needs no "
+                             "neffcache); default: the one running neffcache [env "
+                             "NEFFCACHE_PYTHON; config key `python`].")(f)
 
 
 def allow_missing_packages_option(f: F) -> F:

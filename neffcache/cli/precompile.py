@@ -21,6 +21,7 @@ from neffcache.cli._common import (
     index_option,
     json_option,
     progress,
+    python_option,
     store_option,
 )
 from neffcache.cli._process import stop_on_signals
@@ -166,8 +167,14 @@ Progress goes to stderr (a live status line on a terminal); the result table (or
 to stdout. Exits 1 if any cell failed (after trying every other cell), or if --verify
 found a restored entry that still compiled; 5 if this host's fingerprint cannot be used
 (neuron target unknown: give --target or set the target variable); 2 if the interpreter
-running neffcache lacks what the backend needs (torch; torch-neuronx for neuron), unless
---allow-missing-packages (not --force: that one re-warms cells that have an entry).
+(--python, else the one running neffcache) lacks what the backend needs (torch;
+torch-neuronx for neuron), unless --allow-missing-packages (not --force: that one re-warms
+cells that have an entry).
+
+With --python PATH (NEFFCACHE_PYTHON, config key `python`) the workers run under PATH, the
+interpreter with torch and diffusers, and the fingerprint describes it; PATH needs no
+neffcache (this one is put first on the workers' PYTHONPATH), so neffcache can live in a
+venv of its own.
 
 MATRIX is registered in the index under its `name` (coverage and the dashboard follow the
 registered matrix). An edited copy that kept the `name` of a registered matrix with other
@@ -181,6 +188,7 @@ Examples:
   neffcache precompile matrix.toml --shard 0/4 --timeout 3600   # CI job 1 of 4
   neffcache precompile matrix.toml --claim --timeout 3600       # any number of workers
   neffcache precompile matrix.toml --compile-only --target trn2  # no Trainium here
+  neffcache precompile matrix.toml --python /opt/venv/bin/python  # torch lives there
   neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
   neffcache precompile matrix-v2.toml --replace-matrix  # same `name`, edited: version 2
 
@@ -234,6 +242,7 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
               help="Where the per-cell cache roots and logs go (default: a temp directory).")
 @click.option("--keep-workdir", is_flag=True, help="Keep cache roots and logs after the run.")
 @allow_missing_packages_option
+@python_option
 @click.option("--replace-matrix", is_flag=True,
               help="Register MATRIX as the current version of its `name` even when the index "
                    "holds other content under that name (without it that is refused, exit 2, "
@@ -245,7 +254,7 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
                claim: bool, lease_seconds: float, retries: int, force: bool,
                timeout: float | None, verify: bool, target: str | None, compile_only: bool,
                workdir: str | None, keep_workdir: bool, allow_missing_packages: bool,
-               replace_matrix: bool, store: str | None, index: str | None,
+               python: str | None, replace_matrix: bool, store: str | None, index: str | None,
                as_json: bool) -> None:
     """Parse, call ``neffcache.precompile.precompile``, render (help: PRECOMPILE_HELP)."""
     from neffcache.precompile import PrecompileRequest
@@ -258,7 +267,8 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
             verify=verify, target=target, compile_only=compile_only, workdir=workdir,
             keep_workdir=keep_workdir, store=store, index=index, notice=progress,
             progress=display, selected=display.set_total, stop=stop.event,
-            allow_missing_packages=allow_missing_packages, replace_matrix=replace_matrix))
+            allow_missing_packages=allow_missing_packages, replace_matrix=replace_matrix,
+            python=python))
     if as_json:
         emit_json(result.to_json())
     else:

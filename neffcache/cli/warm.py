@@ -14,6 +14,7 @@ from neffcache.cli._common import (
     index_option,
     json_option,
     progress,
+    python_option,
 )
 from neffcache.errors import EXIT_CODE_HELP
 
@@ -30,6 +31,11 @@ compiled: its entry is missing, incomplete or built for another environment. Wha
 compiled stays in DIR (the service benefits), and `neffcache capture` can back-fill it.
 Cells run one at a time, since they share DIR.
 
+The workers run under --python (NEFFCACHE_PYTHON, config key `python`), the interpreter
+the service runs (torch, diffusers), and the fingerprint describes it; that interpreter
+needs no neffcache (this one is put first on its PYTHONPATH). Default: the interpreter
+running neffcache, which then needs the backend's packages.
+
 Without --strict a cell that compiled is reported and the exit is 0; with --strict it
 exits 3. A cell whose warm-up failed, crashed or timed out always exits 1. When an index
 is configured (or the embedded one exists) each cell's result is recorded on its entry
@@ -43,6 +49,7 @@ compiled (the evidence: reasons, new_files, ...), error, log_tail}].
 Examples:
   neffcache restore matrix.toml --to /var/cache/neffcache
   neffcache warm matrix.toml --cache /var/cache/neffcache --strict
+  neffcache warm matrix.toml --cache /var/cache/neffcache --python /opt/venv/bin/python
   neffcache warm matrix.toml --cache /var/cache/neffcache --cells 'flux2-klein/*' --json
 """
 
@@ -59,16 +66,17 @@ Examples:
               help="Exit 3 when any cell compiled (a cache miss), for health checks.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
               help="Kill a cell's warm-up after this long (reported as failed).")
+@python_option
 @index_option
 @json_option
 def warm(matrix: str, cache: str, patterns: tuple[str, ...], strict: bool,
-         timeout: float | None, index: str | None, as_json: bool) -> None:
+         timeout: float | None, python: str | None, index: str | None, as_json: bool) -> None:
     """Parse, call ``neffcache.precompile.check_warm``, render (help: WARM_HELP)."""
     from neffcache.precompile import WarmRequest, check_warm
 
     result = check_warm(WarmRequest(
         matrix=matrix, cache=cache, cells=patterns, strict=strict, timeout=timeout,
-        index=index, notice=progress,
+        index=index, notice=progress, python=python,
         progress=lambda e: progress(f"{e[0]:>8}  {e[1]}  {e[2]}")))
     if as_json:
         emit_json(result.to_json())

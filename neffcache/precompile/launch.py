@@ -7,6 +7,14 @@ timeout, then stops the whole process group, and returns a ``WorkerOutcome``: ex
 wall seconds, the worker's result document, the verdict of hit_check, and the tail
 of its log.
 
+With ``python`` (``--python``: the interpreter that runs inference, which has torch but maybe
+no neffcache) the worker runs under that interpreter, and finds this neffcache through
+``PYTHONPATH``: a directory in the workdir holding only a link to this neffcache package is
+put first (before any inherited entries), never the directory that holds it (a venv's
+site-packages would shadow the interpreter's own packages). The worker's imports are the
+standard library, neffcache and what the backend loads (a test keeps them so, and Python 3.10
+needs tomli besides).
+
 Stopping is SIGTERM first, SIGKILL after a grace period: torchrun starts each rank in a
 session of its own, so only torchrun itself (on SIGTERM) can reach and stop its ranks.
 ``kill_running_workers`` does that to every worker still running (a run stopped or interrupted).
@@ -48,6 +56,7 @@ LOG_TAIL_CHARS = 16_000
 TERMINATED_STATUS = 143  # 128 + SIGTERM: a worker whose runner was already gone
 TIMEOUT_STATUS = 124  # what coreutils' timeout(1) reports; the log tail says "timed out"
 STOP_GRACE_SECONDS = 40.0  # SIGTERM; torchrun gives its ranks 30 s to stop, then SIGKILLs them
+_PACKAGE = Path(__file__).resolve().parent.parent  # this neffcache package's directory
 _CHILD_DEFAULTS = {"PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 # Workers running now (they run in their own sessions, so a Ctrl-C does not reach them).
 _RUNNING: set[subprocess.Popen[bytes]] = set()
@@ -117,6 +126,20 @@ def worker_environment(backend: Backend, base: Path, environ: Mapping[str, str],
     return env
 
 
+def import_path(workdir: Path, environ: Mapping[str, str]) -> str:
+    """``PYTHONPATH`` for a worker under another interpreter: ``workdir/import`` (holding a
+    link named neffcache to this neffcache package) first, then ``environ``'s entries."""
+    shim = workdir / "import"
+    shim.mkdir(parents=True, exist_ok=True)
+    link = shim / "neffcache"
+    package = _PACKAGE
+    if not link.is_symlink() or link.resolve() != package:
+        link.unlink(missing_ok=True)
+        link.symlink_to(package, target_is_directory=True)
+    inherited = environ.get("PYTHONPATH", "")
+    return os.pathsep.join([str(shim), inherited] if inherited else [str(shim)])
+
+
 def tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
     try:
         with open(path, "rb") as fh:
@@ -130,11 +153,12 @@ def tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
 
 def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
                environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None,
-               timeout: float | None = None) -> WorkerOutcome:
+               timeout: float | None = None, python: str | None = None) -> WorkerOutcome:
     """Run one worker to completion (or until ``timeout`` seconds) and collect its outcome.
 
     ``workdir`` holds the spec, the log and the result; the roots are under ``spec.base``
-    and are created here (empty, unless the caller restored an entry into them first)."""
+    and are created here (empty, unless the caller restored an entry into them first).
+    ``python``: the interpreter to run it under (None: this one; see the module's docstring)."""
     workdir.mkdir(parents=True, exist_ok=True)
     for d in root_dirs(backend, spec.base).values():
         Path(d).mkdir(parents=True, exist_ok=True)
@@ -144,10 +168,14 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
     result_path = Path(spec.result_path)
     result_path.unlink(missing_ok=True)
     env = worker_environment(backend, Path(spec.base), environ, extra_env)
+    command = launch_command(spec_path, spec.cell, backend)
+    if python is not None:
+        command = launch_command(spec_path, spec.cell, backend, python=python)
+        env["PYTHONPATH"] = import_path(workdir, env)
     started = time.monotonic()
     timed_out = False
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(launch_command(spec_path, spec.cell, backend), env=env,
+        proc = subprocess.Popen(command, env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=_child_guard())
         with _RUNNING_LOCK:

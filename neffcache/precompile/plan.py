@@ -44,6 +44,7 @@ class PrecompileOptions:
     keep_workdir: bool = False
     extra_env: tuple[tuple[str, str], ...] = ()
     compile_only: bool = False  # no device here: cells that need one are refused
+    python: str | None = None  # the workers' interpreter (--python); None: this one
 
 
 @dataclass(frozen=True, slots=True)

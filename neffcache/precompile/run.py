@@ -290,7 +290,7 @@ class PrecompileRun:
         self.emit(("start", cell.id, "warming"))
         outcome = run_worker(spec, self.backend, cell_dir, environ=self.environ,
                              extra_env=dict(self.options.extra_env),
-                             timeout=self.options.timeout)
+                             timeout=self.options.timeout, python=self.options.python)
         try:
             if not outcome.ok and self.cancelled:
                 self.emit(("cancel", cell.id, f"worker ended: the run was stopped "
@@ -360,7 +360,7 @@ class PrecompileRun:
         outcome = warm_restored(self.matrix, plan.cell, self.backend, target,
                                 cell_dir / "verify", environ=self.environ,
                                 extra_env=dict(self.options.extra_env),
-                                timeout=self.options.timeout)
+                                timeout=self.options.timeout, python=self.options.python)
         verdict = outcome.verdict()
         if verdict is None:
             report = VerifyReport(VERIFY_FAILED, None, restored.seconds, error=outcome.error)

@@ -38,7 +38,10 @@ class PrecompileRequest:
     shard I of N (cells sorted by id, round-robin). ``claim``: take cells from the index's
     claim queue instead (``lease_seconds``, ``retries``); it mixes with neither ``shard`` nor
     ``force``. ``force``: warm cells whose entry exists. ``timeout``: seconds per warm-up.
-    ``allow_missing_packages``: run even when this interpreter lacks what the backend needs
+    ``python``: the interpreter the workers run under and the fingerprint describes (the one
+    that runs inference: torch, diffusers; it needs no neffcache); None resolves it as the CLI
+    does (NEFFCACHE_PYTHON > config key ``python`` > the interpreter running neffcache).
+    ``allow_missing_packages``: run even when that interpreter lacks what the backend needs
     (torch; torch-neuronx for neuron), else a UsageError. ``replace_matrix``: register the
     matrix as the current version of its name even when that name is registered with other
     content (else a UsageError before any cell is warmed).
@@ -81,6 +84,7 @@ class PrecompileRequest:
     stop: threading.Event | None = None
     allow_missing_packages: bool = False
     replace_matrix: bool = False
+    python: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,13 +135,15 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
     environ = os.environ if request.environ is None else request.environ
     spec = load_matrix(request.matrix)
     cells = _selected_cells(request, spec)
-    settings = read_settings(environ, store=request.store, index=request.index)
+    settings = read_settings(environ, store=request.store, index=request.index,
+                             python=request.python)
     env = {**environ, **neuron_overrides(spec.backend, request.target, request.compile_only,
                                          environ)}
     refuse_if_nothing_left(cells, request.compile_only)
-    fingerprint = collect_fingerprint(spec.backend, env)
+    fingerprint = collect_fingerprint(spec.backend, env, python=settings.python)
     check_usable(fingerprint)
-    check_publishable(fingerprint, described_interpreter(None),
+    python = None if settings.python is None else described_interpreter(settings.python)
+    check_publishable(fingerprint, described_interpreter(python),
                       allow_missing=request.allow_missing_packages, environ=environ)
     store = open_store(settings.store_url, create=True)
     store.check()
@@ -145,7 +151,7 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
                                 timeout=request.timeout, verify=request.verify,
                                 workdir=Path(request.workdir) if request.workdir else None,
                                 keep_workdir=request.keep_workdir,
-                                compile_only=request.compile_only)
+                                compile_only=request.compile_only, python=python)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
         _register_first(ix, spec, request.replace_matrix)
         if request.selected is not None:

@@ -104,9 +104,11 @@ def judge_outcome(cell: Cell, key: str, outcome: WorkerOutcome) -> WarmCell:
 
 def apply_warm(matrix: Matrix, cells: Sequence[Cell], fingerprint: Fingerprint, cache_dir: Path,
                *, environ: Mapping[str, str], timeout: float | None = None,
-               progress: Callable[[Event], None] | None = None) -> WarmReport:
-    """Warm each cell in turn in a fresh process against ``cache_dir/<root>``; never raises for
-    a cell that failed or compiled (the report says which)."""
+               progress: Callable[[Event], None] | None = None,
+               python: str | None = None) -> WarmReport:
+    """Warm each cell in turn in a fresh process (under ``python``; None: this interpreter)
+    against ``cache_dir/<root>``; never raises for a cell that failed or compiled (the report
+    says which)."""
     started = time.monotonic()
     backend = get_backend(matrix.backend)
     emit = progress or (lambda event: None)
@@ -116,7 +118,7 @@ def apply_warm(matrix: Matrix, cells: Sequence[Cell], fingerprint: Fingerprint, 
         for n, cell in enumerate(cells, 1):
             emit(("start", cell.id, f"first call against {cache_dir}"))
             outcome = warm_restored(matrix, cell, backend, cache_dir, workdir / f"{n:03d}",
-                                    environ=environ, timeout=timeout)
+                                    environ=environ, timeout=timeout, python=python)
             result = judge_outcome(cell, entry_key(cell, fingerprint), outcome)
             emit((result.status, cell.id, _describe(result)))
             results.append(result)
@@ -139,8 +141,9 @@ def _describe(result: WarmCell) -> str:
 
 def warm_restored(matrix: Matrix, cell: Cell, backend: Backend, base: Path, workdir: Path, *,
                   environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None,
-                  timeout: float | None = None) -> WorkerOutcome:
-    """Warm ``cell`` in a fresh process against cache roots already restored under ``base``."""
+                  timeout: float | None = None, python: str | None = None) -> WorkerOutcome:
+    """Warm ``cell`` in a fresh process (under ``python``; None: this interpreter) against
+    cache roots already restored under ``base``."""
     spec = worker_spec(matrix, cell, base, workdir / "result.json")
     return run_worker(spec, backend, workdir, environ=environ, extra_env=extra_env,
-                      timeout=timeout)
+                      timeout=timeout, python=python)

@@ -29,7 +29,10 @@ class WarmRequest:
     ``matrix``: the matrix file. ``cache``: the directory ``neffcache restore --to`` filled
     (each cache root R is ``cache/R``), warmed in place. ``cells``: globs of cell ids (none:
     every cell). ``strict``: a cell that compiled is an error (exit 3). ``timeout``: seconds
-    per warm-up. ``index``: the index URL; None resolves it as the CLI does (NEFFCACHE_INDEX >
+    per warm-up. ``python``: the interpreter the warm-ups run under and the fingerprint
+    describes (the service's: torch, diffusers; it needs no neffcache); None resolves it as
+    the CLI does (NEFFCACHE_PYTHON > config key ``python`` > the interpreter running
+    neffcache). ``index``: the index URL; None resolves it as the CLI does (NEFFCACHE_INDEX >
     config file > default), from ``environ`` (None: the process's, at call time; also the
     fingerprint's and the workers' environment). ``notice``: warnings (the index did not
     record the verdicts). ``progress``: each event ``(kind, cell id, message)``.
@@ -44,6 +47,7 @@ class WarmRequest:
     environ: Mapping[str, str] | None = None
     notice: Callable[[str], None] | None = None
     progress: Callable[[Event], None] | None = None
+    python: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,7 @@ def check_warm(request: WarmRequest) -> WarmResult:
     """
     from neffcache.backends import get_backend, root_dirs
     from neffcache.config import read_settings
-    from neffcache.fingerprint import check_usable, collect_fingerprint
+    from neffcache.fingerprint import check_usable, collect_fingerprint, described_interpreter
     from neffcache.matrix import select_cells
     from neffcache.matrix_io import load_matrix
 
@@ -94,11 +98,12 @@ def check_warm(request: WarmRequest) -> WarmResult:
     if len(missing) == len(backend.roots):
         raise UsageError(f"--cache {target}: no cache root in it ({', '.join(missing)}); "
                          f"restore into it first: neffcache restore {matrix} --to {target}")
-    settings = read_settings(environ, index=request.index)
-    fingerprint = collect_fingerprint(backend.name, environ)
+    settings = read_settings(environ, index=request.index, python=request.python)
+    fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
     check_usable(fingerprint)
+    python = None if settings.python is None else described_interpreter(settings.python)
     report = apply_warm(m, cells, fingerprint, target, environ=environ,
-                        timeout=request.timeout, progress=request.progress)
+                        timeout=request.timeout, progress=request.progress, python=python)
     _record_verdicts(settings, report, request.notice)
     return WarmResult(report, request.strict)
 
