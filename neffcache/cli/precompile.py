@@ -357,4 +357,6 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
         raise click.exceptions.Exit(stop.exit_code)
     err = result.error()
     if err is not None:
+        if display.jsonl:  # the "Error:" line that follows is text, as for every command
+            display.notice(f"error: {err}")
         raise err

@@ -129,6 +129,9 @@ class Beats:
     def _run(self) -> None:
         look = max(0.05, min(1.0, self.interval / 4))
         while not self._stop.wait(look):
-            for beat in self.due():
-                if self._tell is not None:
-                    self._tell(beat)
+            try:
+                for beat in self.due():
+                    if self._tell is not None:
+                        self._tell(beat)
+            except Exception:  # noqa: BLE001 - say, stderr closed: the run goes on, untold
+                return
