@@ -4,10 +4,12 @@ entries, record failures; a progress display on stderr, the results on stdout. T
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING
 
 import click
@@ -20,25 +22,63 @@ from neffcache.cli._common import (
     human_bytes,
     index_option,
     json_option,
-    progress,
     python_option,
     store_option,
 )
 from neffcache.cli._process import stop_on_signals
 
 if TYPE_CHECKING:
-    from neffcache.precompile import Event, PrecompileReport, StopSummary
+    from neffcache.precompile import CellBeat, Event, PrecompileReport, StopSummary
+
+
+LOG_FORMATS = ("text", "jsonl")
+# the phase a progress event's cell is in after it (a JSON line's "phase")
+EVENT_PHASES = {"start": "starting", "claim": "claimed", "verify": "verifying",
+                "done": "done", "failed": "failed", "cancel": "cancelled", "skip": "skipped",
+                "refused": "refused", "wait": "waiting"}
+
+
+def human_elapsed(seconds: float) -> str:
+    """``45s``, ``2m05s``, ``1h02m``: elapsed time for a log line. Pure."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def heartbeat_line(beat: CellBeat) -> str:
+    """A heartbeat as a text log line (as the event lines: kind, cell, then what it says)."""
+    return (f"{'beat':>7}  {beat.cell_id}  {human_elapsed(beat.elapsed)} {beat.phase}  "
+            f"log: {beat.line or '-'}")
+
+
+def jsonl_line(event: str, cell: str | None, message: str, *, elapsed: float | None = None,
+               phase: str | None = None, ts: datetime | None = None) -> str:
+    """One JSON object for ``--log-format jsonl``: ts (UTC, ISO 8601), event, cell, elapsed
+    (seconds since the cell's worker started, or null), phase, message."""
+    when = (ts or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return json.dumps({"ts": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                       "event": event, "cell": cell,
+                       "elapsed": None if elapsed is None else round(elapsed, 1),
+                       "phase": phase, "message": message}, ensure_ascii=False)
 
 
 class ProgressDisplay:
-    """Events as lines on stderr; on a terminal also a live status line with elapsed time.
-    ``total`` (the selected cells) may come later, through ``set_total``."""
+    """Events and heartbeats as lines on stderr. ``text``: an event per line; on a terminal
+    also a live status line with elapsed time and phase, off one a heartbeat line per running
+    cell (``beat``). ``jsonl``: every event, heartbeat and notice as a JSON object per line,
+    no status line. ``total`` (the selected cells) may come later, through ``set_total``."""
 
-    def __init__(self, total: int = 0, stream: IO[str] | None = None) -> None:
+    def __init__(self, total: int = 0, stream: IO[str] | None = None,
+                 log_format: str = "text") -> None:
         self.stream = stream or sys.stderr
-        self.tty = self.stream.isatty()
+        self.jsonl = log_format == "jsonl"
+        self.tty = self.stream.isatty() and not self.jsonl
         self.total = total
         self.running: dict[str, float] = {}
+        self.phases: dict[str, str] = {}
         self.finished = 0
         self.failed = 0
         self.cancelled = 0
@@ -66,16 +106,41 @@ class ProgressDisplay:
     def __call__(self, event: Event) -> None:
         kind, cell_id, message = event
         with self._lock:
+            started = self.running.get(cell_id)
             if kind == "start":
-                self.running[cell_id] = time.monotonic()
+                self.running[cell_id] = started = time.monotonic()
             elif kind in ("done", "failed", "cancel"):
                 self.running.pop(cell_id, None)
+                self.phases.pop(cell_id, None)
                 self.finished += 1
                 self.failed += kind == "failed"
                 self.cancelled += kind == "cancel"
-            self._clear()
-            self.stream.write(f"{kind:>7}  {cell_id}  {message}\n")
-            self._status()
+            if self.jsonl:
+                elapsed = None if started is None else time.monotonic() - started
+                self._write(jsonl_line(kind, cell_id, message, elapsed=elapsed,
+                                       phase=EVENT_PHASES.get(kind)))
+            else:
+                self._write(f"{kind:>7}  {cell_id}  {message}")
+
+    def beat(self, beat: CellBeat) -> None:
+        """A heartbeat: a line off a terminal (or JSON); on one, the status line's phase."""
+        with self._lock:
+            self.phases[beat.cell_id] = beat.phase
+            if self.jsonl:
+                self._write(jsonl_line("heartbeat", beat.cell_id, beat.line,
+                                       elapsed=beat.elapsed, phase=beat.phase))
+            elif not self.tty:
+                self._write(heartbeat_line(beat))
+
+    def notice(self, message: str) -> None:
+        """A log line that is no cell's event (say, "no cell selected")."""
+        with self._lock:
+            self._write(jsonl_line("notice", None, message) if self.jsonl else message)
+
+    def _write(self, line: str) -> None:
+        self._clear()
+        self.stream.write(line + "\n")
+        self._status()
 
     def _tick(self) -> None:
         while not self._stop.wait(1.0):
@@ -93,7 +158,9 @@ class ProgressDisplay:
             self.stream.flush()
             return
         now = time.monotonic()
-        busy = ", ".join(f"{c} {now - t:.0f}s" for c, t in sorted(self.running.items()))
+        busy = ", ".join(f"{c} {now - t:.0f}s" + (f" {self.phases[c]}" if c in self.phases
+                                                  else "")
+                         for c, t in sorted(self.running.items()))
         line = f"[{self.finished}/{self.total}] failed {self.failed} | running: {busy}"
         self.stream.write(line[: max(20, _columns() - 1)])
         self.stream.flush()
@@ -163,10 +230,19 @@ command exits 143 (SIGTERM) or 130 (SIGINT) after a one-line summary on stderr. 
 signal ends it at once. Compile processes never outlive their runner, a SIGKILLed one
 included (Linux).
 
-Progress goes to stderr (a live status line on a terminal); the result table (or JSON)
-to stdout. Exits 1 if any cell failed (after trying every other cell), or if --verify
-found a restored entry that still compiled; 5 if this host's fingerprint cannot be used
-(neuron target unknown: give --target or set the target variable); 2 if the interpreter
+Progress goes to stderr, the result table (or JSON) to stdout. On a terminal a live
+status line shows each running cell's elapsed time and phase. Off a terminal (a CI log,
+kubectl logs, a SLURM output file) each running cell gets a heartbeat line every
+--heartbeat seconds (default 30): elapsed time, phase (starting, importing, loading,
+compiling, publishing, verifying) and the worker's last log line, trimmed; with --claim a
+worker waiting for a lease says so as often ("waiting for a lease: N cell(s) held by other
+runners"). --log-format jsonl (or NEFFCACHE_LOG_FORMAT=jsonl) writes every event and
+heartbeat as one JSON object per line instead: {"ts" (UTC ISO 8601), "event", "cell",
+"elapsed", "phase", "message"}.
+
+Exits 1 if any cell failed (after trying every other cell), or if --verify found a
+restored entry that still compiled; 5 if this host's fingerprint cannot be used (neuron
+target unknown: give --target or set the target variable); 2 if the interpreter
 (--python, else the one running neffcache) lacks what the backend needs (torch;
 torch-neuronx for neuron), unless --allow-missing-packages (not --force: that one re-warms
 cells that have an entry).
@@ -187,6 +263,7 @@ Examples:
   neffcache precompile matrix.toml --cells 'flux2-klein/compile/*' --workers 2
   neffcache precompile matrix.toml --shard 0/4 --timeout 3600   # CI job 1 of 4
   neffcache precompile matrix.toml --claim --timeout 3600       # any number of workers
+  neffcache precompile matrix.toml --claim --heartbeat 60 --log-format jsonl 2> log.jsonl
   neffcache precompile matrix.toml --compile-only --target trn2  # no Trainium here
   neffcache precompile matrix.toml --python /opt/venv/bin/python  # torch lives there
   neffcache precompile matrix.toml --verify --json | jq '.cells[] | {cell_id, status}'
@@ -247,6 +324,16 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
               help="Register MATRIX as the current version of its `name` even when the index "
                    "holds other content under that name (without it that is refused, exit 2, "
                    "before any cell is warmed).")
+@click.option("--heartbeat", "heartbeat_seconds", type=click.FloatRange(min=0), default=30.0,
+              show_default=True, metavar="SECONDS",
+              help="Off a terminal (and with --log-format jsonl): a line per running cell this "
+                   "often, with elapsed time, phase and the worker's last log line; --claim: "
+                   "a worker waiting for a lease says so as often. 0: none.")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text",
+              show_default=True, envvar="NEFFCACHE_LOG_FORMAT", show_envvar=True,
+              help="stderr's log: text lines, or jsonl (one JSON object per event and "
+                   "heartbeat: ts, event, cell, elapsed, phase, message) for CI systems that "
+                   "parse logs. Results stay on stdout.")
 @store_option
 @index_option
 @json_option
@@ -254,28 +341,32 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
                claim: bool, lease_seconds: float, retries: int, force: bool,
                timeout: float | None, verify: bool, target: str | None, compile_only: bool,
                workdir: str | None, keep_workdir: bool, allow_missing_packages: bool,
-               python: str | None, replace_matrix: bool, store: str | None, index: str | None,
+               python: str | None, replace_matrix: bool, heartbeat_seconds: float,
+               log_format: str, store: str | None, index: str | None,
                as_json: bool) -> None:
     """Parse, call ``neffcache.precompile.precompile``, render (help: PRECOMPILE_HELP)."""
     from neffcache.precompile import PrecompileRequest
     from neffcache.precompile import precompile as run_precompile
 
-    with stop_on_signals() as stop, ProgressDisplay() as display:
+    display = ProgressDisplay(log_format=log_format)
+    with stop_on_signals() as stop, display:
         result = run_precompile(PrecompileRequest(
             matrix=matrix, cells=cell_globs, workers=workers, shard=shard, claim=claim,
             lease_seconds=lease_seconds, retries=retries, force=force, timeout=timeout,
             verify=verify, target=target, compile_only=compile_only, workdir=workdir,
-            keep_workdir=keep_workdir, store=store, index=index, notice=progress,
+            keep_workdir=keep_workdir, store=store, index=index, notice=display.notice,
             progress=display, selected=display.set_total, stop=stop.event,
             allow_missing_packages=allow_missing_packages, replace_matrix=replace_matrix,
-            python=python))
+            python=python, heartbeat=display.beat, heartbeat_seconds=heartbeat_seconds))
     if as_json:
         emit_json(result.to_json())
     else:
         click.echo(render_precompile(result.report))
     if stop.signal_name is not None and stop.exit_code is not None:
-        click.echo(stop_line(stop.signal_name, result.report.stopped), err=True)
+        display.notice(stop_line(stop.signal_name, result.report.stopped))
         raise click.exceptions.Exit(stop.exit_code)
     err = result.error()
     if err is not None:
+        if display.jsonl:  # the "Error:" line that follows is text, as for every command
+            display.notice(f"error: {err}")
         raise err

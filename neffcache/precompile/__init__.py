@@ -20,6 +20,7 @@ against restored roots) and ``Verdict``, ``stored_compile_seconds``, ``publish_e
 Modules, bottom to top (each imports only those before it here; see ARCHITECTURE.md):
 ``hit_check`` did a warm-up compile? · ``indexing`` tell the index, warn on failure ·
 ``capture`` the files of an entry · ``worker`` the subprocess · ``launch`` start it ·
+``heartbeat`` what each running cell does, at an interval ·
 ``packing``, ``intents`` and ``publish`` write an entry into a store (``intents``: the
 pending/ notes that keep gc off a publish in progress) · ``plan`` which cells to warm ·
 ``warm`` first call against restored caches · ``run`` the whole precompile · ``backfill``
@@ -31,6 +32,7 @@ case. Importing this package imports no SQL, AWS SDK or torch.
 from neffcache.precompile.backfill import BackfillPlan
 from neffcache.precompile.backfill_cell import CaptureRequest, CaptureResult, capture_entry
 from neffcache.precompile.claims import ClaimOptions
+from neffcache.precompile.heartbeat import CellBeat
 from neffcache.precompile.hit_check import Verdict
 from neffcache.precompile.intents import GRACE_FLOOR_SECONDS, REFRESH_SECONDS, held_intents
 from neffcache.precompile.plan import (
@@ -56,7 +58,7 @@ from neffcache.precompile.warm_check import WarmRequest, WarmResult, check_warm
 
 __all__ = [
     "GRACE_FLOOR_SECONDS", "REFRESH_SECONDS", "BackfillPlan", "CaptureRequest", "CaptureResult",
-    "CellReport", "ClaimOptions", "Event", "PrecompileOptions", "PrecompileReport",
+    "CellBeat", "CellReport", "ClaimOptions", "Event", "PrecompileOptions", "PrecompileReport",
     "PrecompileRequest", "PrecompileResult", "PublishResult", "PushRequest", "PushResult",
     "StopSummary", "Verdict", "VerifyReport", "WarmCell", "WarmReport", "WarmRequest", "WarmResult",
     "apply_precompile", "capture_entry", "check_warm", "default_producer", "held_intents",

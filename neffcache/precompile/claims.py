@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from neffcache.errors import NeffcacheError
 from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell, Matrix
+from neffcache.precompile.heartbeat import CellBeat
 from neffcache.precompile.plan import (
     EXISTS,
     PUBLISHED,
@@ -75,11 +76,11 @@ class Heartbeat:
     """Renews one lease every ``interval`` seconds on a daemon thread (a ``threading.Event``
     wait loop) until stopped. The compile runs in a subprocess; this thread lives in the
     parent, so a dead parent stops renewing and its lease expires. ``lost`` is set when the
-    index says the lease is no longer ours."""
+    index says the lease is no longer ours; a failed renewal is told to ``note``."""
 
     def __init__(self, index: Index, lease: Lease, lease_seconds: float,
-                 interval: float) -> None:
-        self._index, self._lease = index, lease
+                 interval: float, note: Callable[[str], None] = lambda message: None) -> None:
+        self._index, self._lease, self._note = index, lease, note
         self._lease_seconds, self._interval = lease_seconds, interval
         self._stop = threading.Event()
         self.lost = threading.Event()
@@ -101,28 +102,32 @@ class Heartbeat:
                     self.lost.set()
                     return
             except NeffcacheError as exc:  # a blip: try again at the next beat
-                print(f"neffcache: heartbeat failed: {exc}", file=sys.stderr)
+                self._note(f"lease renewal failed (trying again in {self._interval:g} s): "
+                           f"{exc}")
 
 
 def apply_claims(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
                  fingerprint: Fingerprint, options: PrecompileOptions, claim: ClaimOptions, *,
                  environ: Mapping[str, str],
                  progress: Callable[[Event], None] | None = None,
-                 stop: threading.Event | None = None) -> PrecompileReport:
+                 stop: threading.Event | None = None,
+                 heartbeat: Callable[[CellBeat], None] | None = None) -> PrecompileReport:
     """Warm cells from the claim queue until none is left to claim or in progress, or
     ``stop`` is set; the report lists the cells this worker handled (skipped, refused,
-    published, exists, failed, cancelled)."""
+    published, exists, failed, cancelled). While it waits for a lease it says so (a
+    ``wait`` event) at once, then every ``options.heartbeat_seconds``."""
     from neffcache.index import matrix_name_of
 
     run = open_run(matrix, cells, store, index, fingerprint, options, environ=environ,
-                   progress=progress, force=False, announce_skips=False, stop=stop)
+                   progress=progress, force=False, announce_skips=False, stop=stop,
+                   heartbeat=heartbeat)
     name = matrix_name_of(matrix)
     removed = index.queue_claims(name, [p.cell for p in run.to_warm], fingerprint,
                                  [c.key for c in matrix.cells])
     if removed:
         run.emit(("note", name, f"removed {removed} queued cell(s) the matrix no longer "
                                 f"declares"))
-    loop = _ClaimLoop(run, index, claim)
+    loop = _ClaimLoop(run, index, claim, name)
     if run.to_warm:
         run.start(host_label())
         run.in_slots(loop.drain)
@@ -133,13 +138,15 @@ class _ClaimLoop:
     """What each of a worker's local slots runs: claim a cell, warm it under a heartbeat,
     release it; until nothing is left to claim or leased elsewhere."""
 
-    def __init__(self, run: PrecompileRun, index: Index, claim: ClaimOptions) -> None:
-        self.run, self.index, self.claim = run, index, claim
+    def __init__(self, run: PrecompileRun, index: Index, claim: ClaimOptions,
+                 name: str = "") -> None:
+        self.run, self.index, self.claim, self.name = run, index, claim, name
         self.plans = {p.cell.key: p for p in run.to_warm}
         self.keys = sorted(self.plans)
         self.host = host_label()
         self.released = 0  # leases given back as cancelled
         self._lock = threading.Lock()
+        self._next_wait = 0.0  # when a waiting slot may say so again (monotonic)
 
     def drain(self) -> None:
         run, claim = self.run, self.claim
@@ -149,11 +156,27 @@ class _ClaimLoop:
                                            lease_seconds=claim.lease_seconds,
                                            max_attempts=claim.retries + 1)
             if result.lease is not None:
+                with self._lock:
+                    self._next_wait = 0.0  # waiting again later: say so at once
                 self._warm_leased(result.lease)
             elif result.live_elsewhere:
+                self._say_waiting(result.live_elsewhere)
                 run.pause(claim.poll_seconds)  # leased elsewhere: may yet expire
             else:
                 return
+
+    def _say_waiting(self, held: int) -> None:
+        """A ``wait`` event, at most once per heartbeat interval across the slots (only the
+        first of a wait when heartbeats are off)."""
+        interval = self.run.options.heartbeat_seconds
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next_wait:
+                return
+            self._next_wait = now + interval if interval > 0 else float("inf")
+        self.run.emit(("wait", self.name, f"waiting for a lease: {held} cell(s) held by "
+                                          f"other runners, next check in "
+                                          f"{self.claim.poll_seconds:g} s"))
 
     def _warm_leased(self, lease: Lease) -> None:
         run, plan = self.run, self.plans[lease.cell_key]
@@ -163,7 +186,8 @@ class _ClaimLoop:
         run.emit(("claim", plan.cell.id, f"attempt {lease.attempt}, lease "
                                          f"{self.claim.lease_seconds:g} s"))
         with Heartbeat(self.index, lease, self.claim.lease_seconds,
-                       self.claim.heartbeat_seconds) as beat:
+                       self.claim.heartbeat_seconds,
+                       note=lambda message: run.emit(("note", plan.cell.id, message))) as beat:
             report = run.warm(plan)
         if beat.lost.is_set():
             run.emit(("note", plan.cell.id, "lease lost while warming (expired and claimed "

@@ -30,7 +30,7 @@ CANCELLED = "cancelled"  # its worker was ended because the run was stopped (not
 HIT, COMPILED, VERIFY_FAILED = "hit", "compiled", "verify-failed"
 
 # A progress event: (kind, cell id, message); kinds: start, skip, done, failed, cancel,
-# verify, note, claim.
+# verify, note, claim, wait (--claim: waiting for a lease; the cell id is the matrix name).
 Event = tuple[str, str, str]
 
 
@@ -45,6 +45,7 @@ class PrecompileOptions:
     extra_env: tuple[tuple[str, str], ...] = ()
     compile_only: bool = False  # no device here: cells that need one are refused
     python: str | None = None  # the workers' interpreter (--python); None: this one
+    heartbeat_seconds: float = 0.0  # a heartbeat per running cell this often (0: none)
 
 
 @dataclass(frozen=True, slots=True)

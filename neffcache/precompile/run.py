@@ -44,6 +44,7 @@ from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.capture import captured_records
+from neffcache.precompile.heartbeat import PUBLISHING, VERIFYING, Beats, CellBeat
 from neffcache.precompile.launch import WorkerOutcome, kill_running_workers, run_worker
 from neffcache.precompile.plan import (
     CANCELLED,
@@ -78,6 +79,7 @@ from neffcache.store import Store, manifest_key
 if TYPE_CHECKING:
     from neffcache.index import Index
 
+WORKER_LOG = "worker.log"  # the log run_worker writes in a cell's directory
 READERS = 16  # manifests read in parallel when indexing entries the index does not know
 STOP_POLL_SECONDS = 0.1  # how often a running run looks at its stop event
 
@@ -86,12 +88,15 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
                      fingerprint: Fingerprint, options: PrecompileOptions, *,
                      environ: Mapping[str, str],
                      progress: Callable[[Event], None] | None = None,
-                     stop: threading.Event | None = None) -> PrecompileReport:
+                     stop: threading.Event | None = None,
+                     heartbeat: Callable[[CellBeat], None] | None = None) -> PrecompileReport:
     """Warm, publish and record every planned cell, ``options.workers`` at a time; never
     raises for a failed cell (the report says which failed). Setting ``stop`` ends the run
-    early (see the module's docstring)."""
+    early (see the module's docstring); ``heartbeat`` is told a ``CellBeat`` per running cell
+    every ``options.heartbeat_seconds``."""
     run = open_run(matrix, cells, store, index, fingerprint, options, environ=environ,
-                   progress=progress, force=options.force, announce_skips=True, stop=stop)
+                   progress=progress, force=options.force, announce_skips=True, stop=stop,
+                   heartbeat=heartbeat)
     if run.to_warm:
         run.start(socket.gethostname())
         planned: queue.SimpleQueue[CellPlan] = queue.SimpleQueue()
@@ -114,7 +119,8 @@ def open_run(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
              fingerprint: Fingerprint, options: PrecompileOptions, *,
              environ: Mapping[str, str], progress: Callable[[Event], None] | None,
              force: bool, announce_skips: bool,
-             stop: threading.Event | None = None) -> PrecompileRun:
+             stop: threading.Event | None = None,
+             heartbeat: Callable[[CellBeat], None] | None = None) -> PrecompileRun:
     """What a static and a claimed run do first: plan the cells, report the skipped
     (``announce_skips``: as events too) and refused ones, index the ready entries the index
     lacks, register the matrix; the run, ready for ``start``."""
@@ -136,8 +142,10 @@ def open_run(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
     index_known_entries(store, index, [p for p in plans if p.action == SKIP], backend)
     _register(index, matrix)
     workdir = Path(options.workdir or tempfile.mkdtemp(prefix="neffcache-precompile-"))
-    return PrecompileRun(matrix, store, index, fingerprint, backend, options, environ,
-                         workdir, emit, plans, reports, started, stop)
+    run = PrecompileRun(matrix, store, index, fingerprint, backend, options, environ,
+                        workdir, emit, plans, reports, started, stop)
+    run.beats = Beats(options.heartbeat_seconds, heartbeat)
+    return run
 
 
 class PrecompileRun:
@@ -163,6 +171,7 @@ class PrecompileRun:
         self._cancel = stop if stop is not None else threading.Event()  # the caller's stop
         self._ended_workers = 0  # workers ended because of the stop event
         self._numbers = itertools.count(1)
+        self.beats = Beats(0.0, None)  # the running cells' heartbeats (open_run sets them)
 
     @property
     def to_warm(self) -> tuple[CellPlan, ...]:
@@ -204,7 +213,7 @@ class PrecompileRun:
         Whatever happens, record the run's published and failed counts in the index."""
         count = max(1, self.options.workers)
         try:
-            with ThreadPoolExecutor(max_workers=count) as pool:
+            with self.beats, ThreadPoolExecutor(max_workers=count) as pool:
                 pending = {pool.submit(self._guarded, slot) for _ in range(count)}
                 try:
                     while pending:
@@ -288,10 +297,11 @@ class PrecompileRun:
                               CANCELLED if self.cancelled else FAILED,
                               error="not started: stopped")
         self.emit(("start", cell.id, "warming"))
-        outcome = run_worker(spec, self.backend, cell_dir, environ=self.environ,
-                             extra_env=dict(self.options.extra_env),
-                             timeout=self.options.timeout, python=self.options.python)
+        self.beats.watch(cell.id, cell_dir / WORKER_LOG)
         try:
+            outcome = run_worker(spec, self.backend, cell_dir, environ=self.environ,
+                                 extra_env=dict(self.options.extra_env),
+                                 timeout=self.options.timeout, python=self.options.python)
             if not outcome.ok and self.cancelled:
                 self.emit(("cancel", cell.id, f"worker ended: the run was stopped "
                                               f"({outcome.wall_seconds:.1f} s)"))
@@ -302,11 +312,14 @@ class PrecompileRun:
                 return CellReport(cell.id, cell.key, plan.entry_key, FAILED, error="interrupted")
             if not outcome.ok:
                 return self._record_failure(plan, outcome)
+            self.beats.phase(cell.id, PUBLISHING)
             report = self._publish(plan, spec, outcome)
             if self.options.verify:
+                self.beats.phase(cell.id, VERIFYING, cell_dir / "verify" / WORKER_LOG)
                 report = replace(report, verify=self._verify(plan, cell_dir))
             return report
         finally:
+            self.beats.forget(cell.id)
             if not self.options.keep_workdir:
                 shutil.rmtree(cell_dir, ignore_errors=True)
 

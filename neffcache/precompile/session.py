@@ -20,6 +20,7 @@ from neffcache.backends import neuron_env
 from neffcache.errors import ExitRule, NeffcacheError, UsageError, WorkerError
 from neffcache.matrix import Cell, Matrix, select_cells, shard_cells
 from neffcache.precompile.claims import ClaimOptions, apply_claims
+from neffcache.precompile.heartbeat import CellBeat
 from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
 from neffcache.precompile.run import apply_precompile
 
@@ -58,7 +59,9 @@ class PrecompileRequest:
     run: no cell is started, every running worker's process group is ended, its cell is
     reported ``cancelled`` and, with ``claim``, its lease released as cancelled (no retry
     spent, claimable at once); the report's ``stopped`` counts them. The call installs no
-    signal handler.
+    signal handler. ``heartbeat``: told a ``CellBeat`` (elapsed, phase, the worker's last log
+    line) per running cell every ``heartbeat_seconds`` (0: never); with ``claim``, a worker
+    waiting for a lease says so (a ``wait`` event) as often.
     """
 
     matrix: str | Path
@@ -85,6 +88,8 @@ class PrecompileRequest:
     allow_missing_packages: bool = False
     replace_matrix: bool = False
     python: str | None = None
+    heartbeat: Callable[[CellBeat], None] | None = None
+    heartbeat_seconds: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +156,8 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
                                 timeout=request.timeout, verify=request.verify,
                                 workdir=Path(request.workdir) if request.workdir else None,
                                 keep_workdir=request.keep_workdir,
-                                compile_only=request.compile_only, python=python)
+                                compile_only=request.compile_only, python=python,
+                                heartbeat_seconds=max(0.0, request.heartbeat_seconds))
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
         _register_first(ix, spec, request.replace_matrix)
         if request.selected is not None:
@@ -160,10 +166,12 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
             report = apply_claims(spec, cells, store, ix, fingerprint, options,
                                   ClaimOptions(lease_seconds=request.lease_seconds,
                                                retries=request.retries),
-                                  environ=env, progress=request.progress, stop=request.stop)
+                                  environ=env, progress=request.progress, stop=request.stop,
+                                  heartbeat=request.heartbeat)
         else:
             report = apply_precompile(spec, cells, store, ix, fingerprint, options,
-                                      environ=env, progress=request.progress, stop=request.stop)
+                                      environ=env, progress=request.progress, stop=request.stop,
+                                      heartbeat=request.heartbeat)
     return PrecompileResult(report)
 
 

@@ -38,6 +38,7 @@ from neffcache.errors import UsageError, WorkerError
 from neffcache.matrix import Cell
 
 SPEC_SCHEMA = 1
+PHASE_MARK = "neffcache worker: phase: "  # a line in the log: what the worker does now
 RESULT_SCHEMA = 1
 DEFAULT_PROMPT = "a photo of a small cactus with a happy face"
 
@@ -308,15 +309,18 @@ def run(spec: WorkerSpec, rank: Rank | None = None) -> dict[str, Any]:
         Path(d).mkdir(parents=True, exist_ok=True)
     before = scan_roots(backend, dirs) if rank.leader else ()
     probe = CompileProbe(dirs, cpp=backend.cpp_probe)  # after the environment check
+    say_phase("importing", rank)
     for module in backend.import_modules:
         importlib.import_module(module)
     mesh = init_tensor_parallel(backend, rank) if spec.cell.tp > 1 else None
     try:
         _barrier(mesh)  # rank 0 has scanned "before": now anyone may compile
         t_import = time.perf_counter()
+        say_phase("loading", rank)
         pipe = load_pipeline(spec, backend, mesh)
         compiled = compile_components(pipe, spec.cell, backend)
         t_load = time.perf_counter()
+        say_phase("compiling", rank)  # the first call: compile + run
         seconds = timed_call(pipe, spec)
         activity = probe.snapshot()
         _barrier(mesh)  # every rank has written what it compiled
@@ -338,6 +342,13 @@ def run(spec: WorkerSpec, rank: Rank | None = None) -> dict[str, Any]:
         "files_before": [[f.root, f.path, f.size, f.mtime_ns] for f in before],
         "files_after": [[f.root, f.path, f.size, f.mtime_ns] for f in after],
     }
+
+
+def say_phase(phase: str, rank: Rank | None = None) -> None:
+    """One ``PHASE_MARK`` line on stderr (rank 0 only): the runner's heartbeats read the
+    latest from the log (``neffcache.precompile.heartbeat``)."""
+    if rank is None or rank.leader:
+        print(f"{PHASE_MARK}{phase}", file=sys.stderr, flush=True)
 
 
 def _barrier(mesh: Any) -> None:

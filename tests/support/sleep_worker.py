@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.matrix import Cell
-from neffcache.precompile.worker import RESULT_SCHEMA, write_result
+from neffcache.precompile.worker import RESULT_SCHEMA, say_phase, write_result
 from tests.support.sleep_backend import RECORD_VAR, SECONDS_FILE
 from tests.support.synthetic import make_neff_cache
 
@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"test-sleep worker: {cell_id}: {plan.get('fail')}", file=sys.stderr)
         return 1
     started = time.perf_counter()
+    say_phase("compiling")
+    print(f"test-sleep worker: {cell_id}: sleeping {float(plan):g} s", flush=True)
     time.sleep(float(plan))
     seed = int.from_bytes(cell_id.encode()[-8:], "little")
     cache = make_neff_cache(Path(spec["base"]) / "neff", seed=seed, count=4, large=0,

@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.precompile.capture",),
     ("neffcache.precompile.worker",),
     ("neffcache.precompile.launch",),
+    ("neffcache.precompile.heartbeat",),
     ("neffcache.precompile.packing",),
     ("neffcache.precompile.intents",),
     ("neffcache.precompile.publish",),

@@ -1,0 +1,137 @@
+"""Heartbeats: what each running cell is doing, told at a fixed interval (a thread of the run).
+
+A run ``watch``es a cell when its worker starts (the worker's log file, the run's phase), sets
+its phase as it goes (``starting``, ``publishing``, ``verifying``) and ``forget``s it when done.
+While a ``Beats`` is entered, a daemon thread looks a few times per interval and, for each
+cell whose next beat is due (every ``interval`` seconds since its start), calls ``tell`` with a
+``CellBeat``: elapsed seconds, the phase, the worker's last non-empty log line. While the
+worker runs, the phase is the latest ``PHASE_MARK`` line it printed (``importing``,
+``loading``, ``compiling``), or ``starting`` before the first. The library prints nothing:
+the caller renders beats (``neffcache precompile``: a line each off a terminal, or JSON).
+``worker_phase`` and ``last_log_line`` are pure.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from neffcache.precompile.launch import tail
+from neffcache.precompile.worker import PHASE_MARK
+
+STARTING, PUBLISHING, VERIFYING = "starting", "publishing", "verifying"
+LINE_CHARS = 200  # a beat's log line is trimmed to this many characters
+_TAIL_BYTES = 8192  # what a beat reads of the log's end
+
+
+@dataclass(frozen=True, slots=True)
+class CellBeat:
+    """One heartbeat of a running cell."""
+
+    cell_id: str
+    elapsed: float  # seconds since its worker started
+    phase: str
+    line: str  # the worker's last non-empty log line ("" before the first)
+
+    def to_json(self) -> dict[str, object]:
+        return {"cell_id": self.cell_id, "elapsed": round(self.elapsed, 1),
+                "phase": self.phase, "line": self.line}
+
+
+def worker_phase(log_text: str) -> str | None:
+    """The latest phase a worker announced in this log text (None: none yet). Pure."""
+    at = log_text.rfind(PHASE_MARK)
+    if at < 0:
+        return None
+    return log_text[at + len(PHASE_MARK):].split("\n", 1)[0].strip() or None
+
+
+def last_log_line(log_text: str, limit: int = LINE_CHARS) -> str:
+    """The last non-empty line (carriage-return progress bars: its last segment), trimmed
+    to ``limit`` characters with an ellipsis. Pure."""
+    for raw in reversed(log_text.splitlines()):
+        line = raw.rsplit("\r", 1)[-1].strip()
+        if line:
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
+@dataclass(slots=True)
+class _Watched:
+    started: float
+    log: Path
+    phase: str
+    due: float  # when its next beat is due (monotonic)
+
+
+class Beats:
+    """The running cells of one run and the thread that tells their heartbeats. Inert (no
+    thread, nothing told) when ``interval`` is 0 or ``tell`` is None."""
+
+    def __init__(self, interval: float, tell: Callable[[CellBeat], None] | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval if tell is not None else 0.0
+        self._tell = tell
+        self._clock = clock
+        self._cells: dict[str, _Watched] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, cell_id: str, log: Path) -> None:
+        now = self._clock()
+        with self._lock:
+            self._cells[cell_id] = _Watched(now, log, STARTING, now + self.interval)
+
+    def phase(self, cell_id: str, phase: str, log: Path | None = None) -> None:
+        """The run's own phase of a cell (and, say for a verify run, another log to read)."""
+        with self._lock:
+            if (w := self._cells.get(cell_id)) is not None:
+                w.phase, w.log = phase, log or w.log
+
+    def forget(self, cell_id: str) -> None:
+        with self._lock:
+            self._cells.pop(cell_id, None)
+
+    def due(self) -> list[CellBeat]:
+        """The beats due now (each cell's next one moves an interval on)."""
+        if self.interval <= 0:
+            return []
+        now = self._clock()
+        with self._lock:
+            ready = [(cid, w, w.phase, w.log) for cid, w in self._cells.items() if w.due <= now]
+            for _, w, _, _ in ready:
+                w.due += self.interval * max(1, int((now - w.due) // self.interval) + 1)
+        beats = []
+        for cid, w, phase, log in ready:
+            text = tail(log, _TAIL_BYTES)
+            if phase == STARTING:
+                phase = worker_phase(text) or STARTING
+            beats.append(CellBeat(cid, now - w.started, phase, last_log_line(text)))
+        return beats
+
+    def __enter__(self) -> Beats:
+        if self.interval > 0 and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="neffcache-beats",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        look = max(0.05, min(1.0, self.interval / 4))
+        while not self._stop.wait(look):
+            try:
+                for beat in self.due():
+                    if self._tell is not None:
+                        self._tell(beat)
+            except Exception:  # noqa: BLE001 - say, stderr closed: the run goes on, untold
+                return
