@@ -244,24 +244,39 @@ def test_slurm_documents_the_gate_as_a_dependent_job() -> None:
     assert params["check"] is True and params["fingerprints"] == ("host",)
 
 
-def _fake_venv(tmp_path: Path) -> Path:
-    """A venv whose activate puts a neffcache that records its arguments and TMPDIR on PATH."""
+RECORD = """#!/bin/sh
+printf '%s\\n' "$*" "$TMPDIR" "$NEFFCACHE_PYTHON" > "$RECORD_TO/called"
+[ -d "$TMPDIR" ] && echo '{}'
+"""
+
+# Like neffcache on SIGTERM: takes a while to end its compiles and release its leases, then 143.
+SLOW_STOP = """#!/bin/sh
+trap 'sleep 1; [ -d "$TMPDIR" ] && echo stopped > "$RECORD_TO/stopped"; exit 143' TERM
+echo started > "$RECORD_TO/started"
+while :; do sleep 0.1; done
+"""
+
+
+def _venv(tmp_path: Path, neffcache: str) -> Path:
+    """A real venv (its own activate script) with a stand-in neffcache in its bin/."""
     venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "activate").write_text(f'PATH="{venv}/bin:$PATH"\nexport PATH\n')
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     fake = venv / "bin" / "neffcache"
-    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$*" "$TMPDIR" "$NEFFCACHE_PYTHON" '
-                    f'> "{tmp_path}/called"\n[ -d "$TMPDIR" ] && echo "{{}}"\n')
+    fake.write_text(neffcache)
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     return venv
 
 
+def _slurm_env(tmp_path: Path, index: str, neffcache: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "TMPDIR")}
+    return {**env, "NEFFCACHE_VENV": str(_venv(tmp_path, neffcache)), "NEFFCACHE_INDEX": index,
+            "NEFFCACHE_PYTHON": "/opt/inference/bin/python", "NEFFCACHE_SCRATCH": str(tmp_path),
+            "SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3", "RECORD_TO": str(tmp_path)}
+
+
 def _run_slurm(tmp_path: Path, index: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NEFFCACHE_VENV": str(_fake_venv(tmp_path)), "NEFFCACHE_INDEX": index,
-           "NEFFCACHE_PYTHON": "/opt/inference/bin/python", "NEFFCACHE_SCRATCH": str(tmp_path),
-           "SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3"}
-    return subprocess.run(["bash", str(SLURM)], cwd=tmp_path, env=env, text=True,
-                          capture_output=True, timeout=30)
+    return subprocess.run(["bash", str(SLURM)], cwd=tmp_path, text=True, capture_output=True,
+                          env=_slurm_env(tmp_path, index, RECORD), timeout=30)
 
 
 def test_slurm_task_runs_neffcache_from_its_venv_with_node_local_scratch(tmp_path: Path) -> None:
@@ -272,6 +287,30 @@ def test_slurm_task_runs_neffcache_from_its_venv_with_node_local_scratch(tmp_pat
     assert tmpdir.startswith(f"{tmp_path}/neffcache-77-3.") and not Path(tmpdir).exists()
     assert python == "/opt/inference/bin/python"
     assert (tmp_path / "precompile-3.json").read_text() == "{}\n"
+
+
+def test_slurm_task_waits_for_neffcache_to_stop_when_the_step_is_signalled(
+        tmp_path: Path) -> None:
+    """SLURM signals every process of the step once; the script must neither die first (the
+    scratch directory would go while neffcache still stops) nor forward a second signal."""
+    import signal
+    import time
+
+    env = _slurm_env(tmp_path, "postgresql+psycopg://u:p@db:5432/neffcache", SLOW_STOP)
+    task = subprocess.Popen(["bash", str(SLURM)], cwd=tmp_path, env=env, text=True,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "started").exists():
+            assert time.monotonic() < deadline and task.poll() is None, task.stderr
+            time.sleep(0.05)
+        os.killpg(task.pid, signal.SIGTERM)  # as slurmstepd does: the whole step
+        assert task.wait(timeout=20) == 143
+    finally:
+        if task.poll() is None:
+            os.killpg(task.pid, signal.SIGKILL)
+    assert (tmp_path / "stopped").read_text() == "stopped\n"  # scratch was still there
+    assert not list(tmp_path.glob("neffcache-77-3.*"))  # and removed afterwards
 
 
 @pytest.mark.parametrize("index", ["sqlite:////shared/index.db", ""])
