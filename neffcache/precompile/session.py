@@ -152,12 +152,7 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
                       allow_missing=request.allow_missing_packages, environ=environ)
     store = open_store(settings.store_url, create=True)
     store.check()
-    options = PrecompileOptions(workers=request.workers, force=request.force,
-                                timeout=request.timeout, verify=request.verify,
-                                workdir=Path(request.workdir) if request.workdir else None,
-                                keep_workdir=request.keep_workdir,
-                                compile_only=request.compile_only, python=python,
-                                heartbeat_seconds=max(0.0, request.heartbeat_seconds))
+    options = _options(request, python)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
         _register_first(ix, spec, request.replace_matrix)
         if request.selected is not None:
@@ -173,6 +168,16 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
                                       environ=env, progress=request.progress, stop=request.stop,
                                       heartbeat=request.heartbeat)
     return PrecompileResult(report)
+
+
+def _options(request: PrecompileRequest, python: str | None) -> PrecompileOptions:
+    """How each cell is warmed: the request's knobs, and the workers' interpreter."""
+    return PrecompileOptions(workers=request.workers, force=request.force,
+                             timeout=request.timeout, verify=request.verify,
+                             workdir=Path(request.workdir) if request.workdir else None,
+                             keep_workdir=request.keep_workdir,
+                             compile_only=request.compile_only, python=python,
+                             heartbeat_seconds=max(0.0, request.heartbeat_seconds))
 
 
 def _selected_cells(request: PrecompileRequest, spec: Matrix) -> tuple[Cell, ...]:
