@@ -6,12 +6,12 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 
 from neffcache.config import Settings, read_settings
-from neffcache.errors import UsageError
+from neffcache.errors import NeffcacheError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,6 +55,26 @@ def settings_from(store: str | None = None, index: str | None = None,
                   python: str | None = None, reports: str | None = None) -> Settings:
     return read_settings(os.environ, store=store, index=index, python=python,
                          reports=reports)
+
+
+class Outcome(Protocol):
+    """What every use case returns (``errors.ExitRule``): its JSON and its error."""
+
+    def to_json(self) -> Any: ...
+
+    def error(self) -> NeffcacheError | None: ...
+
+
+def finish(result: Outcome, as_json: bool, text: Callable[[], str]) -> None:
+    """Print a use case's result, its ``--json`` document or ``text()``, to stdout; then raise
+    its error, which the group turns into the ``Error:``/``Hint:`` lines and the exit code."""
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        click.echo(text())
+    err = result.error()
+    if err is not None:
+        raise err
 
 
 def emit_json(doc: Any) -> None:

@@ -7,6 +7,7 @@ import click
 from neffcache.cli._common import (
     counter,
     emit_json,
+    finish,
     human_bytes,
     json_option,
     progress,
@@ -83,13 +84,9 @@ def export(matrix: str | None, output: str, everything: bool, patterns: tuple[st
         output, matrix=matrix, cells=patterns, fingerprints=fingerprints,
         all_entries=everything, gzip=use_gzip, store=store,
         progress=counter("export", "objects", 50)))
-    if as_json:
-        emit_json(result.to_json())
-        return
     toc = result.toc
-    click.echo(f"wrote {result.file}: {len(toc.entries)} entries, {len(toc.members)} objects, "
-               f"{human_bytes(result.file_bytes)}")
-    click.echo(f"sha256 {result.sha256}")
+    finish(result, as_json, lambda: f"wrote {result.file}: {len(toc.entries)} entries, "
+           f"{len(toc.members)} objects, {human_bytes(result.file_bytes)}\nsha256 {result.sha256}")
 
 
 @bundle.command("import", epilog=FORMAT_HELP)
@@ -122,13 +119,10 @@ def import_(file: str, expect: str | None, workers: int, store: str | None,
 
     result = import_bundle(ImportBundleRequest(file, expect_sha256=expect, store=store,
                                                workers=workers))
-    if as_json:
-        emit_json(result.to_json())
-        return
     c = result.copy
-    click.echo(f"{len(c.entries)} entries: {c.entries_copied} published, "
-               f"{c.entries_present} already in {c.target}; blobs: {c.blobs_copied} "
-               f"uploaded ({human_bytes(c.bytes_copied)}), {c.blobs_skipped} already there")
+    finish(result, as_json, lambda: f"{len(c.entries)} entries: {c.entries_copied} published, "
+           f"{c.entries_present} already in {c.target}; blobs: {c.blobs_copied} uploaded "
+           f"({human_bytes(c.bytes_copied)}), {c.blobs_skipped} already there")
 
 
 @bundle.command("show", epilog=FORMAT_HELP)

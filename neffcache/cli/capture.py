@@ -10,7 +10,7 @@ import click
 
 from neffcache.cli._common import (
     allow_missing_packages_option,
-    emit_json,
+    finish,
     human_bytes,
     index_option,
     json_option,
@@ -80,13 +80,7 @@ def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers
         matrix=matrix, cache=cache, cell_id=cell_id, dry_run=dry_run, workers=workers,
         python=python, store=store, index=index, notice=progress,
         allow_missing_packages=allow_missing_packages))
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        click.echo(_summary(result.to_json()))
-    err = result.error()
-    if err is not None:
-        raise err
+    finish(result, as_json, lambda: _summary(result.to_json()))
 
 
 def _summary(doc: dict[str, Any]) -> str:

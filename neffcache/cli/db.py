@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import emit_json, index_option, json_option
+from neffcache.cli._common import finish, index_option, json_option
 
 
 @click.group("db")
@@ -44,12 +44,9 @@ def upgrade(index: str | None, as_json: bool) -> None:
     from neffcache.index import UpgradeSchemaRequest, upgrade_schema
 
     result = upgrade_schema(UpgradeSchemaRequest(index=index))
-    if as_json:
-        emit_json(result.to_json())
-    elif not result.changed:
-        click.echo(f"{result.url}: already at revision {result.after}")
-    else:
-        click.echo(f"{result.url}: upgraded {result.before or '(empty)'} -> {result.after}")
+    finish(result, as_json, lambda: f"{result.url}: already at revision {result.after}"
+           if not result.changed else
+           f"{result.url}: upgraded {result.before or '(empty)'} -> {result.after}")
 
 
 @db.command("current", short_help="Show the schema revision and the one needed.")
@@ -74,12 +71,6 @@ def current(index: str | None, as_json: bool, check: bool) -> None:
 
     result = show_schema(ShowSchemaRequest(index=index, check=check))
     state = result.state
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        status = "up to date" if state.up_to_date else "needs: neffcache db upgrade"
-        click.echo(f"{state.url}: revision {state.current or '(empty)'}, "
-                   f"head {state.head} ({status})")
-    err = result.error()
-    if err is not None:
-        raise err
+    status = "up to date" if state.up_to_date else "needs: neffcache db upgrade"
+    finish(result, as_json, lambda: f"{state.url}: revision {state.current or '(empty)'}, "
+                                    f"head {state.head} ({status})")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from neffcache.cli._common import (
-    emit_json,
+    finish,
     format_table,
     human_bytes,
     index_option,
@@ -97,13 +97,7 @@ def demo(shapes: str | None, workers: int, timeout: float, store: str | None,
     result = run_demo(DemoRequest(shapes=shapes, workers=workers, timeout=timeout,
                                   store=store, index=index, notice=progress,
                                   progress=_event_line))
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        click.echo(render_demo(result))
-    err = result.error()
-    if err is not None:
-        raise err
+    finish(result, as_json, lambda: render_demo(result))
 
 
 def _event_line(event: tuple[str, str, str]) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from neffcache.cli._common import (
-    emit_json,
+    finish,
     format_table,
     index_option,
     json_option,
@@ -68,17 +68,11 @@ def fingerprint(backend_name: str | None, explain: str | None, python: str | Non
 
     if explain is None:
         shown = show_fingerprint(FingerprintRequest(backend=backend_name, python=python))
-        if as_json:
-            emit_json(shown.to_json())
-        else:
-            click.echo(render_fingerprint(shown))
+        finish(shown, as_json, lambda: render_fingerprint(shown))
         return
     result = explain_fingerprint(ExplainRequest(key=explain, backend=backend_name,
                                                 python=python, store=store, index=index))
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        click.echo(render_explain(result))
+    finish(result, as_json, lambda: render_explain(result))
 
 
 def render_fingerprint(result: FingerprintResult) -> str:

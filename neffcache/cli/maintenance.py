@@ -11,6 +11,7 @@ from neffcache.cli._common import (
     confirm_or_refuse,
     counter,
     emit_json,
+    finish,
     human_bytes,
     json_option,
     progress,
@@ -115,20 +116,14 @@ def verify(quick: bool, workers: int, local: str | None, store: str | None,
     else:
         result = verify_store(VerifyStoreRequest(store=store, quick=quick, workers=workers,
                                                  progress=counter("verify", "blobs", 50)))
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        _show_verify(result)
-    err = result.error()
-    if err is not None:
-        raise err
+    finish(result, as_json, lambda: _verify_text(result))
 
 
-def _show_verify(result: VerifyStoreResult | VerifyLocalDirResult) -> None:
+def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
+    """One line per problem (the count goes to stderr), or the one "ok" line."""
     from neffcache.lifecycle import VerifyStoreResult
 
-    for p in result.problems:
-        click.echo(f"{p.kind}: {p.message}")
+    lines = [f"{p.kind}: {p.message}" for p in result.problems]
     if isinstance(result, VerifyStoreResult):
         what = ("exist" if result.quick
                 else f"match their sha256 ({human_bytes(result.bytes_checked)})")
@@ -136,13 +131,14 @@ def _show_verify(result: VerifyStoreResult | VerifyLocalDirResult) -> None:
             progress(f"{len(result.problems)} problem(s) in {result.manifests} manifests, "
                      f"{result.blobs} blobs")
         else:
-            click.echo(f"ok: {result.manifests} manifests decode, {result.blobs} blobs {what}")
+            lines.append(f"ok: {result.manifests} manifests decode, {result.blobs} blobs {what}")
     elif result.problems:
         progress(f"{len(result.problems)} problem(s) in {result.files} files of "
                  f"{result.entries} entries")
     else:
-        click.echo(f"ok: {result.files} files of {result.entries} entries in {result.target} "
-                   f"match their sha256 ({human_bytes(result.bytes_checked)})")
+        lines.append(f"ok: {result.files} files of {result.entries} entries in "
+                     f"{result.target} match their sha256 ({human_bytes(result.bytes_checked)})")
+    return "\n".join(lines)
 
 
 @click.command("gc", help=GC_HELP, epilog=EXIT_CODE_HELP)

@@ -9,7 +9,7 @@ import click
 
 from neffcache.cli._common import (
     allow_missing_packages_option,
-    emit_json,
+    finish,
     human_bytes,
     index_option,
     json_option,
@@ -81,13 +81,7 @@ def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
         roots=roots, cell_json=cell_json, matrix=matrix, cell_id=cell_id, backend=backend_name,
         compile_seconds=compile_seconds, workers=workers, python=python, store=store,
         index=index, notice=progress, allow_missing_packages=allow_missing_packages))
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        click.echo(render_push(result.to_json()))
-    err = result.error()
-    if err is not None:
-        raise err
+    finish(result, as_json, lambda: render_push(result.to_json()))
 
 
 def render_push(doc: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ import click
 
 from neffcache.cli._common import (
     emit_json,
+    finish,
     human_bytes,
     json_option,
     progress,
@@ -204,14 +205,7 @@ def _show(doc: dict[str, Any], as_json: bool, print_env: bool) -> None:
 
 def _show_preview(preview: RestorePreview, as_json: bool) -> None:
     """Print the plan a restore would run (nothing fetched, nothing written)."""
-    doc = preview.to_json()
-    if as_json:
-        emit_json(doc)
-    else:
-        click.echo(_dry_run_text(doc))
-    err = preview.error()
-    if err is not None:
-        raise err
+    finish(preview, as_json, lambda: _dry_run_text(preview.to_json()))
 
 
 def _dry_run_text(doc: dict[str, Any]) -> str:

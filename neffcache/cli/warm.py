@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from neffcache.cli._common import (
-    emit_json,
+    finish,
     format_table,
     index_option,
     json_option,
@@ -78,13 +78,7 @@ def warm(matrix: str, cache: str, patterns: tuple[str, ...], strict: bool,
         matrix=matrix, cache=cache, cells=patterns, strict=strict, timeout=timeout,
         index=index, notice=progress, python=python,
         progress=lambda e: progress(f"{e[0]:>8}  {e[1]}  {e[2]}")))
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        click.echo(render_warm(result.to_json()))
-    err = result.error()
-    if err is not None:
-        raise err
+    finish(result, as_json, lambda: render_warm(result.to_json()))
 
 
 def render_warm(doc: dict[str, Any]) -> str:
