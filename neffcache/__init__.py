@@ -33,8 +33,8 @@ subclass only when it cannot produce a result at all (bad input, store unreachab
 Import names from here (``from neffcache import RestoreRequest, restore``): ``neffcache.restore``
 and ``neffcache.precompile`` are the functions, not the packages of the same name. Every name
 in ``__all__`` is stable: fields are added, never renamed or removed, within a major version.
-``restore`` and ``precompile`` load with the package (both are light: no torch, no SQL, no
-AWS SDK); the other names load on first use, so ``import neffcache`` stays cheap on a boot path.
+Every call loads its machinery on first use (the faces of restore and precompile are
+lazy, PEP 562), so ``import neffcache`` costs a few milliseconds on every command's start-up.
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# Bound after the packages of the same name are imported, so these names are the functions
+# (importing a subpackage later sets the parent's attribute only on its first import).
+import neffcache.precompile  # noqa: F401 - the light face (PEP 562): see the wrappers below
+import neffcache.restore  # noqa: F401 - the light face (PEP 562): see the wrappers below
 from neffcache.errors import (
     CacheMissError,
     CompiledAfterRestoreError,
@@ -58,29 +62,6 @@ from neffcache.errors import (
     UnavailableError,
     UsageError,
     WorkerError,
-)
-from neffcache.precompile import (
-    CaptureRequest,
-    CaptureResult,
-    PrecompileRequest,
-    PrecompileResult,
-    PushRequest,
-    PushResult,
-    WarmRequest,
-    WarmResult,
-    capture_entry,
-    check_warm,
-    precompile,
-    push,
-)
-
-# Bound after the packages of the same name are imported, so these names are the functions.
-from neffcache.restore import (
-    RestorePreview,
-    RestoreRequest,
-    RestoreResult,
-    preview_restore,
-    restore,
 )
 from neffcache.version import __version__
 
@@ -150,7 +131,87 @@ if TYPE_CHECKING:
         verify_store,
     )
     from neffcache.lifecycle import verify_store as verify
+    from neffcache.precompile import (
+        CaptureRequest,
+        CaptureResult,
+        PrecompileRequest,
+        PrecompileResult,
+        PushRequest,
+        PushResult,
+        WarmRequest,
+        WarmResult,
+    )
+    from neffcache.restore import RestorePreview, RestoreRequest, RestoreResult
     from neffcache.server import ServeRequest, serve
+
+
+def restore(request: RestoreRequest) -> RestoreResult:
+    """Fetch the matrix's entries built for this host's fingerprint into ``request.to``, every
+    file verified against its sha256 and renamed into place (``neffcache restore``); cells
+    already in place are judged without contacting the store; a restore report is written.
+
+    Returns a ``RestoreResult`` (``exit_code``: 0 every cell in place; 3 some have no entry or
+    the deadline stopped it; 4 integrity; 5 built for another fingerprint only; 6 store
+    unavailable; 1 a local write failed; ``to_json()`` is ``restore --json``). Raises a
+    NeffcacheError when no restore could run at all (bad request 2, bad bundle 4, store
+    unreachable 6, silent past the deadline 3). Full contract:
+    ``neffcache.restore.session.restore``.
+    """
+    from neffcache.restore import restore as call
+
+    return call(request)
+
+
+def preview_restore(request: RestoreRequest) -> RestorePreview:
+    """The plan ``restore(request)`` would run (``restore --dry-run``): what it would fetch,
+    from which packs and blobs, in how many requests; fetches and writes nothing. Its
+    ``exit_code`` is the one the restore would end with. Full contract:
+    ``neffcache.restore.session.preview_restore``."""
+    from neffcache.restore import preview_restore as call
+
+    return call(request)
+
+
+# The precompile calls, as functions that load the precompile machinery when called (the
+# face of that package stays light, and so does every command's start-up).
+def precompile(request: PrecompileRequest) -> PrecompileResult:
+    """Warm every selected cell of the matrix not yet cached for this host's fingerprint, each
+    in its own worker process; publish and index what each compiled (``neffcache precompile``).
+
+    Returns a ``PrecompileResult`` (``exit_code`` 1 if a cell failed, after every other cell
+    was tried); raises a NeffcacheError when no run could start (bad request 2, fingerprint 5,
+    store or index unreachable 6). Full contract: ``neffcache.precompile.session.precompile``.
+    """
+    from neffcache.precompile import precompile as call
+
+    return call(request)
+
+
+def push(request: PushRequest) -> PushResult:
+    """Publish the files under each cache root as the entry of one cell on this host's
+    fingerprint, and index it (``neffcache push``); raises when it cannot publish.
+    Full contract: ``neffcache.precompile.push_cell.push``."""
+    from neffcache.precompile import push as call
+
+    return call(request)
+
+
+def capture_entry(request: CaptureRequest) -> CaptureResult:
+    """Publish what an instance compiled at run time as the entry of the cell it served
+    (``neffcache capture``). Full contract: ``neffcache.precompile.backfill_cell``."""
+    from neffcache.precompile import capture_entry as call
+
+    return call(request)
+
+
+def check_warm(request: WarmRequest) -> WarmResult:
+    """Each cell's first call in a fresh process against restored caches: did it compile?
+    (``neffcache warm``; ``exit_code`` 3 on a miss with ``strict``). Full contract:
+    ``neffcache.precompile.warm_check.check_warm``."""
+    from neffcache.precompile import check_warm as call
+
+    return call(request)
+
 
 # name -> the face that holds it (loaded on first use: SQL, FastAPI and torch only when asked)
 _LAZY: dict[str, str] = {
@@ -176,6 +237,10 @@ _LAZY: dict[str, str] = {
                      "FingerprintResult", "explain_fingerprint", "show_fingerprint"),
                     "neffcache.fingerprint_explain"),
     **dict.fromkeys(("ServeRequest", "serve"), "neffcache.server"),
+    **dict.fromkeys(("RestorePreview", "RestoreRequest", "RestoreResult"), "neffcache.restore"),
+    **dict.fromkeys(("CaptureRequest", "CaptureResult", "PrecompileRequest", "PrecompileResult",
+                     "PushRequest", "PushResult", "WarmRequest", "WarmResult"),
+                    "neffcache.precompile"),
     **dict.fromkeys(("DemoRequest", "DemoResult", "run_demo"), "neffcache.demo"),
 }
 # Short names for the calls people reach for most.

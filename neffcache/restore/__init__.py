@@ -26,14 +26,40 @@ primitives.
 
 from __future__ import annotations
 
-from neffcache.restore.apply import Progress
-from neffcache.restore.dest import lock_destination
-from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
-from neffcache.restore.outcome import RestoreResult
-from neffcache.restore.preview import RestorePreview
-from neffcache.restore.run import restore_cells
-from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
-from neffcache.restore.state import STATE_FILE, load_state, save_state
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from neffcache.restore.apply import Progress
+    from neffcache.restore.dest import lock_destination
+    from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
+    from neffcache.restore.outcome import RestoreResult
+    from neffcache.restore.preview import RestorePreview
+    from neffcache.restore.run import restore_cells
+    from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
+    from neffcache.restore.state import STATE_FILE, load_state, save_state
+
+# name -> the module that defines it, imported on first use: `import neffcache` (every
+# command) loads this face, and only a restore needs the restore machinery.
+_HOME: dict[str, str] = {
+    **dict.fromkeys(("Progress",), "apply"),
+    **dict.fromkeys(("lock_destination",), "dest"),
+    **dict.fromkeys(("LOCAL_ENTRIES", "MISSING_FILE"), "local"),
+    **dict.fromkeys(("RestoreResult",), "outcome"),
+    **dict.fromkeys(("RestorePreview",), "preview"),
+    **dict.fromkeys(("restore_cells",), "run"),
+    **dict.fromkeys(("RestoreRequest", "default_workers", "preview_restore", "restore"), "session"),
+    **dict.fromkeys(("STATE_FILE", "load_state", "save_state"), "state"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'neffcache.restore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"neffcache.restore.{module}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "LOCAL_ENTRIES", "MISSING_FILE", "STATE_FILE", "Progress", "RestorePreview",
