@@ -1,10 +1,12 @@
-"""File-system primitives of a restore (the bottom layer): directory descriptors, syncfs.
+"""File-system primitives of a restore (the bottom layer): directory descriptors, syncs.
 
 Files are written through directory descriptors opened one component at a time with
 ``O_NOFOLLOW`` (``Roots`` for the top-level roots, ``DirCache`` below them): a symlink at a root
-or planted inside one is never followed, so nothing is written outside DIR. Durability is one
-``syncfs`` per filesystem at the end of a restore (``sync_filesystems``, via ctypes; ``os.sync``
-where there is none). Temp files are named ``.neffcache-*.tmp`` (``tmp_name``, ``is_temp``).
+or planted inside one is never followed, so nothing is written outside DIR. Durability is per file:
+writeback is started as a file lands (``start_writeback``, ``sync_file_range`` via ctypes) and
+the file ``fdatasync``ed and its directory fsynced at the end (``datasync_at``, ``fsync_dir``),
+never a ``syncfs`` of the whole file system (``sync_filesystems``, kept for the benchmark).
+Temp files are named ``.neffcache-*.tmp`` (``tmp_name``, ``is_temp``).
 Nothing here knows about entries or the store.
 """
 
@@ -138,8 +140,8 @@ class DirCache:
     """Directory descriptors inside the roots for one thread: each opened once, from its parent,
     with ``O_NOFOLLOW`` (created first when asked), and checked to lie inside its root.
     Descriptors stay valid until ``trim`` or ``close``, which the owner calls between batches
-    of work. Nothing here syncs: a restore makes everything durable at once at its end
-    (``make_durable``)."""
+    of work. Nothing here syncs: a restore makes its files durable at its end
+    (``neffcache.restore.state.sync_records``)."""
 
     def __init__(self, roots: Roots, *, check_inside: bool = True) -> None:
         self.roots = roots
@@ -220,12 +222,22 @@ def _assert_inside(fd: int, real_root: str, root: str, dir_path: str) -> None:
                               f"root {real_root}")
 
 
-def make_durable(roots: Roots) -> None:
-    """Everything written under the roots reaches the disk: one ``syncfs`` per root's
-    filesystem (Linux), else ``os.sync``. A restore calls it once, after its last file and
-    before the state file that lets a later run trust those files without hashing them."""
-    if not sync_filesystems(roots.fds.values()):
-        os.sync()
+def datasync_at(dfd: int, name: str, same: Callable[[os.stat_result], bool]) -> bool:
+    """``fdatasync`` the file ``name`` in directory ``dfd`` (never through a symlink) if
+    ``same(its stat)``: True when it was that file and its bytes are now on disk."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        if not same(os.fstat(fd)):
+            return False
+        os.fdatasync(fd)
+        return True
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(dfd: int) -> None:
+    """``fsync`` a directory: the names renamed into it are on disk."""
+    os.fsync(dfd)
 
 
 _syncfs: Callable[[int], int] | None | bool = False  # False: not looked up yet
@@ -233,9 +245,9 @@ _syncfs: Callable[[int], int] | None | bool = False  # False: not looked up yet
 
 def sync_filesystems(fds: Iterable[int]) -> bool:
     """``syncfs(2)`` once for each filesystem the descriptors are on: everything dirty on it is
-    written back, in one call instead of one fsync per file and directory (on ext4 without a
-    journal, as on many VMs, per-file fsync also writes each inode and parent synchronously).
-    False where syncfs is not available (then the caller fsyncs file by file)."""
+    written back, another process's writes included (so beside a heavy writer it waits for
+    those too). Restore no longer uses it (``state.sync_records`` syncs only its own files);
+    ``tools/bench/durability.py`` measures it. False where syncfs is not available."""
     global _syncfs
     if _syncfs is False:
         _syncfs = _find_syncfs()

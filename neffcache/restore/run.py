@@ -7,9 +7,10 @@ Steps, each a module of this package (imports point down this list):
 ``neffcache.restore.local.restore_local`` answers "all in place" without the store.
 
 The whole run holds DIR's lock (``dest``): stale temp files of a killed restore are swept
-first, and the state file is written last, only after one ``syncfs`` has put every file it
-vouches for on disk: a crash at any point leaves no file that a later run trusts unhashed
-without its bytes on disk.
+first, and the state file is written last, vouching only for files already vouched for and
+those this run has ``fdatasync``ed (``state.sync_records``; never a ``syncfs`` of the whole
+file system): a crash at any point leaves no file that a later run trusts unhashed without its
+bytes on disk.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from neffcache.restore.dest import (
     sweep_entries,
     sweep_trees,
 )
-from neffcache.restore.fs import Roots, make_durable
+from neffcache.restore.fs import Roots
 from neffcache.restore.install import FileFailure
 from neffcache.restore.local import save_local_manifests, save_missing
 from neffcache.restore.outcome import RestoreResult
@@ -45,7 +46,7 @@ from neffcache.restore.plan import (
 )
 from neffcache.restore.resolve import Resolution, resolve_entries
 from neffcache.restore.scan import scan_present
-from neffcache.restore.state import StateRecord, load_state, save_state
+from neffcache.restore.state import Durable, StateRecord, load_state, save_state, sync_records
 from neffcache.store import Store
 
 
@@ -104,12 +105,13 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
                                progress=progress, roots=roots)
         records.update(dict(report.states))
         failures = report.failures
-        if any(state.get(k) != r for k, r in records.items()):
-            durable = _make_durable(roots, deadline)
-            if isinstance(durable, FileFailure):
-                failures += (durable,)
-            kept = {k: v for k, v in state.items() if k not in wanted}
-            save_state(dirs, {**kept, **_vouched(records, state, durable is True)})
+        fresh = {k: r for k, r in records.items() if state.get(k) != r}
+        if fresh:
+            durable, failed = _make_durable(roots, fresh, workers, deadline)
+            failures += failed
+            old = Durable.from_state(state, [k for k in state if k not in wanted
+                                             or records.get(k) == state[k]])
+            save_state(dirs, old | durable)
     finally:
         if report is None or not report.hung:  # a hung transfer's thread still uses them
             roots.close()
@@ -121,26 +123,15 @@ def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:
     return {(t.root, t.path.rpartition("/")[0]) for g in plan.fetch for t in g.targets}
 
 
-def _make_durable(roots: Roots, deadline: float | None) -> bool | FileFailure:
-    """One ``syncfs`` per filesystem before the state file may vouch for new files; False
-    when the deadline has passed (then the state file does not vouch for them: a later run
-    hashes them once)."""
-    if deadline is not None and time.monotonic() >= deadline:
-        return False
-    try:
-        make_durable(roots)
-    except OSError as exc:
-        root = min(roots.fds)
-        return FileFailure(root, "", "io", f"{root}: the restored files could not be made "
-                           f"durable (syncfs: {exc.strerror or exc}); rerun the restore")
-    return True
-
-
-def _vouched(records: Mapping[FileId, StateRecord], state: Mapping[FileId, StateRecord],
-             durable: bool) -> dict[FileId, StateRecord]:
-    """What the state file may say: every record when the files are known to be on disk,
-    else only those the previous state file already vouched for."""
-    return dict(records) if durable else {k: r for k, r in records.items() if state.get(k) == r}
+def _make_durable(roots: Roots, fresh: Mapping[FileId, StateRecord], workers: int,
+                  deadline: float | None) -> tuple[Durable, tuple[FileFailure, ...]]:
+    """``fdatasync`` the files verified this run (only ours, never the whole file system) before
+    the state file may vouch for them; one not synced by the deadline is not vouched for (a
+    later run hashes it once), one whose sync failed is a failure."""
+    done = sync_records(roots, fresh, workers=min(workers, 8), deadline=deadline)
+    return done.durable, tuple(
+        FileFailure(root, path, "io", f"{root}/{path}: could not be made durable ({why}); "
+                    f"rerun the restore") for (root, path), why in done.failed)
 
 
 def _result(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,

@@ -2,9 +2,11 @@
 
 ``<root>/.neffcache-state.json`` maps each path to (size, mtime_ns, ctime_ns, inode, sha256,
 mode) as neffcache last verified it; a file whose size, times and inode still match needs no
-hashing. A restore writes it only after a ``syncfs`` has put those files on disk. Reading a
-damaged state file yields an empty state (files get re-hashed); writing one is best effort
-(atomic, a failure only costs re-hashing).
+hashing. Only a ``Durable`` set can be saved, and one is made only by ``sync_records`` (each
+file ``fdatasync``ed and its directory fsynced by this process) or from what a state file
+already vouched for (``Durable.from_state``): the state file never vouches for bytes that may
+not be on disk. Reading a damaged state file yields an empty state (files get re-hashed);
+writing one is best effort (atomic, a failure only costs re-hashing).
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from neffcache.restore.fs import replace_best_effort
+from neffcache.restore.fs import DirCache, Roots, datasync_at, fsync_dir, replace_best_effort
 from neffcache.restore.plan import FileId
+from neffcache.thread_pool import map_in_threads
 
 STATE_FILE = ".neffcache-state.json"
 STATE_SCHEMA = 1
@@ -78,10 +83,88 @@ def load_state(target_dirs: Mapping[str, str]) -> dict[FileId, StateRecord]:
     return out
 
 
-def save_state(target_dirs: Mapping[str, str], records: Mapping[FileId, StateRecord]) -> None:
-    """Write each root's state file atomically (best effort: a failure only costs re-hashing)."""
+def save_state(target_dirs: Mapping[str, str], durable: Durable) -> None:
+    """Write each root's state file atomically (best effort: a failure only costs re-hashing),
+    vouching for exactly the ``durable`` records."""
     for root, d in target_dirs.items():
-        mine = {p: r for (rt, p), r in records.items() if rt == root}
+        mine = {p: r for (rt, p), r in durable.records.items() if rt == root}
         if not mine:
             continue
         replace_best_effort(Path(d, STATE_FILE), encode_state(mine))
+
+
+_PROOF = object()  # only this module makes Durable sets
+
+
+@dataclass(frozen=True, slots=True)
+class Durable:
+    """State records whose files are known to be on disk: the only thing ``save_state`` takes.
+    Made by ``sync_records`` (fdatasynced here) and ``from_state`` (vouched for before)."""
+
+    records: Mapping[FileId, StateRecord]
+    proof: object = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.proof is not _PROOF:
+            raise TypeError("Durable is made only by sync_records or Durable.from_state")
+
+    @staticmethod
+    def from_state(state: Mapping[FileId, StateRecord], keep: Iterable[FileId]) -> Durable:
+        """The records of ``keep`` exactly as a loaded state file vouched for them."""
+        return Durable(MappingProxyType({k: state[k] for k in keep if k in state}), _PROOF)
+
+    def __or__(self, other: Durable) -> Durable:
+        return Durable(MappingProxyType({**self.records, **other.records}), _PROOF)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncOutcome:
+    durable: Durable
+    failed: tuple[tuple[FileId, str], ...]  # a file whose fdatasync failed, and why
+    late: int  # files not made durable before the deadline (left unvouched, no failure)
+
+
+def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: int = 8,
+                 deadline: float | None = None) -> SyncOutcome:
+    """Make the files of ``fresh`` durable: each opened without following a symlink, checked to
+    be the very inode and times of its record, ``fdatasync``ed (writeback was started as it
+    landed), then its directory fsynced once. The result vouches only for files that passed
+    all of that; one that changed meanwhile or came after the deadline is left out (a later
+    run hashes it again)."""
+    by_dir: dict[tuple[str, str], list[tuple[FileId, StateRecord]]] = {}
+    for fid, rec in sorted(fresh.items()):
+        by_dir.setdefault((fid[0], fid[1].rpartition("/")[0]), []).append((fid, rec))
+
+    def one(item: tuple[tuple[str, str], list[tuple[FileId, StateRecord]]]
+            ) -> tuple[list[FileId], list[tuple[FileId, str]]]:
+        (root, dir_path), files = item
+        done: list[FileId] = []
+        failed: list[tuple[FileId, str]] = []
+        dirs = DirCache(roots)
+        try:
+            dfd = dirs.get(root, dir_path, create=False)
+            for fid, rec in files:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return [], failed
+                try:
+                    if datasync_at(dfd, fid[1].rpartition("/")[2], _same_file(rec)):
+                        done.append(fid)
+                except OSError as exc:
+                    failed.append((fid, exc.strerror or str(exc)))
+            fsync_dir(dfd)
+        except OSError as exc:
+            return [], failed + [(f, exc.strerror or str(exc)) for f, _ in files]
+        finally:
+            dirs.close()
+        return done, failed
+
+    results = map_in_threads(one, list(by_dir.items()), workers, deadline=deadline,
+                             late=lambda _item: ([], []))
+    durable = [fid for done, _ in results for fid in done]
+    failed = tuple(f for _, fs in results for f in fs)
+    return SyncOutcome(Durable(MappingProxyType({k: fresh[k] for k in durable}), _PROOF),
+                       failed, len(fresh) - len(durable) - len(failed))
+
+
+def _same_file(rec: StateRecord) -> Callable[[os.stat_result], bool]:
+    return lambda st: rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)

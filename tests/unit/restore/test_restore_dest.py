@@ -1,6 +1,7 @@
 """The destination of a restore: one restore per DIR (lock), stale temp files swept, symlinks at
 the roots and the entries directory refused, the final file replaced (never written through),
-and durability by one syncfs before the state file vouches for anything."""
+and durability: each new file fdatasynced (never a syncfs) before the state file vouches for
+it, and only a ``Durable`` set can be saved."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from neffcache.errors import DeadlineExceededError, UsageError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.matrix import Cell
 from neffcache.precompile.publish import publish_entry
-from neffcache.restore import run as restore_run
+from neffcache.restore import fs as restore_fs
 from neffcache.restore.dest import ENTRIES_DIR, LOCK_FILE, is_unclean, lock_destination
 from neffcache.restore.local import restore_local
 from neffcache.restore.run import restore_cells
-from neffcache.restore.state import STATE_FILE, load_state
+from neffcache.restore.state import STATE_FILE, Durable, StateRecord, load_state
 from neffcache.store.local import LocalStore
 from tests.support.synthetic import make_neff_cache, read_tree
 
@@ -171,22 +172,27 @@ def test_a_symlink_at_a_final_path_is_replaced_not_written_through(tmp_path: Pat
 
 # --- durability -----------------------------------------------------------------------------
 
-def test_one_syncfs_before_the_state_file_and_no_per_file_fsync(
+def test_each_new_file_is_fdatasynced_before_the_state_file_and_no_syncfs(
         tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     store, files = published
     target = tmp_path / "t"
-    events: list[str] = []
-    real_fsync, real_durable = os.fsync, restore_run.make_durable
-    monkeypatch.setattr(os, "fsync", lambda fd: events.append("fsync") or real_fsync(fd))
+    synced: list[str] = []
+    real = os.fdatasync
+    state_file = target / "neff" / STATE_FILE
 
-    def durable(roots):  # type: ignore[no-untyped-def]
-        events.append("state exists" if (target / "neff" / STATE_FILE).exists() else "syncfs")
-        real_durable(roots)
+    def fdatasync(fd: int) -> None:
+        assert not state_file.exists()  # every file is synced before the state file is written
+        real(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
 
-    monkeypatch.setattr(restore_run, "make_durable", durable)
+    def no_syncfs(_fds):  # type: ignore[no-untyped-def]
+        raise AssertionError("syncfs of the whole file system")
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(restore_fs, "sync_filesystems", no_syncfs)
     r = restore_cells(store, [CELL], NEURON, FP, target)
     assert r.error() is None and r.files_fetched == len(files)
-    assert events == ["syncfs"]  # once, before the state file existed; no fsync per file
+    assert sorted(synced) == sorted(str(target / "neff" / p) for p in files)
     assert len(load_state({"neff": str(target / "neff")})) == len(files)
 
 
@@ -194,19 +200,29 @@ def test_files_not_known_to_be_on_disk_are_not_vouched_for(
         tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     store, files = published
     target = tmp_path / "t"
+    real = os.fdatasync
+    bad = sorted(files)[3]
 
-    def failing(_roots):  # type: ignore[no-untyped-def]
-        raise OSError(5, "Input/output error")
+    def failing(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/" + bad):
+            raise OSError(5, "Input/output error")
+        real(fd)
 
-    monkeypatch.setattr(restore_run, "make_durable", failing)
+    monkeypatch.setattr(os, "fdatasync", failing)
     r = restore_cells(store, [CELL], NEURON, FP, target)
     assert r.to_json()["exit_code"] == 1 and "could not be made durable" in str(r.error())
-    assert load_state({"neff": str(target / "neff")}) == {}
+    vouched = load_state({"neff": str(target / "neff")})
+    assert ("neff", bad) not in vouched and len(vouched) == len(files) - 1
     assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is None
     monkeypatch.undo()
-    again = restore_cells(store, [CELL], NEURON, FP, target)  # hashes, trusts, vouches now
+    again = restore_cells(store, [CELL], NEURON, FP, target)  # hashes, syncs, vouches now
     assert again.error() is None and again.files_fetched == 0
     assert len(load_state({"neff": str(target / "neff")})) == len(files)
+
+
+def test_a_durable_set_is_made_only_by_a_sync_or_from_a_state_file() -> None:
+    with pytest.raises(TypeError, match="made only by"):
+        Durable({("neff", "a"): StateRecord(1, 2, 3, 4, "0" * 64, 0o644)})
 
 
 def test_the_sweep_after_a_killed_restore_never_follows_a_symlink(tmp_path: Path,
