@@ -1,0 +1,137 @@
+"""A restore SIGKILLed at random points (writes, renames, the sync) never leaves a state file that
+vouches for a file this process did not fdatasync, nor for bytes that differ from its record."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from neffcache.backends import NEURON
+from neffcache.fingerprint import build_fingerprint
+from neffcache.matrix import Cell
+from neffcache.precompile.publish import publish_entry
+from neffcache.restore.state import STATE_FILE, load_state
+from neffcache.store.local import LocalStore
+from tests.support.synthetic import make_neff_cache
+
+FP = build_fingerprint("neuron", {"target": "trn2"})
+CELL = Cell("p", "diffusers:P", "m", "main", "bfloat16", "compile", ("transformer",),
+            64, 64, 1, 1)
+
+# The child restores, counting the calls that change files (write, rename, fdatasync, fsync); at
+# call number KILL_AT it SIGKILLs itself. Every fdatasync that returned is logged (path, inode)
+# with an O_APPEND write, which survives the kill. With KILL_AT < 0 it runs to the end and logs
+# how many calls there were and where the sync began.
+CHILD = """
+import os, signal, sys, threading
+from pathlib import Path
+from neffcache.backends import NEURON
+from neffcache.fingerprint import build_fingerprint
+from neffcache.matrix import Cell
+from neffcache.restore.run import restore_cells
+from neffcache.store.local import LocalStore
+
+store, target, kill_at, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+logfd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+real = {n: getattr(os, n) for n in ("write", "replace", "fdatasync", "fsync")}
+lock, count, first_sync = threading.Lock(), [0], [-1]
+
+def note(line):
+    real["write"](logfd, (line + "\\n").encode())
+
+def counted(name):
+    def call(*a, **k):
+        with lock:
+            count[0] += 1
+            n = count[0]
+            if name == "fdatasync" and first_sync[0] < 0:
+                first_sync[0] = n
+        if n == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        out = real[name](*a, **k)
+        if name == "fdatasync":
+            note("synced %s %d" % (os.readlink("/proc/self/fd/%d" % a[0]), os.fstat(a[0]).st_ino))
+        return out
+    return call
+
+for n in real:
+    setattr(os, n, counted(n))
+fp = build_fingerprint("neuron", {"target": "trn2"})
+cell = Cell("p", "diffusers:P", "m", "main", "bfloat16", "compile", ("transformer",),
+            64, 64, 1, 1)
+r = restore_cells(LocalStore(store), [cell], NEURON, fp, Path(target), workers=4)
+note("done %d %d %s" % (count[0], first_sync[0], r.error() is None))
+"""
+
+
+def run_child(store: Path, target: Path, kill_at: int, log: Path) -> int:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run([sys.executable, "-c", CHILD, str(store), str(target), str(kill_at),
+                           str(log)], env=env, timeout=120).returncode
+
+
+def synced_files(log: Path) -> set[tuple[str, int]]:
+    out = set()
+    for line in log.read_text().splitlines():
+        if line.startswith("synced "):
+            path, ino = line[len("synced "):].rsplit(" ", 1)
+            out.add((path, int(ino)))
+    return out
+
+
+def assert_vouches_only_durable(root: Path, synced: set[tuple[str, int]]) -> int:
+    """Every record the state file vouches for whose file is still that file (so a later run
+    would skip hashing it) was fdatasynced, inode and all, and holds the recorded bytes."""
+    trusted = 0
+    for (_root, path), rec in load_state({"neff": str(root)}).items():
+        try:
+            st = os.lstat(root / path)
+        except FileNotFoundError:
+            continue
+        if not rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+            continue  # a later run hashes it again
+        assert (str(root / path), st.st_ino) in synced, f"{path} vouched for but never synced"
+        assert hashlib.sha256((root / path).read_bytes()).hexdigest() == rec.sha256
+        trusted += 1
+    return trusted
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_restore_killed_anywhere_never_vouches_for_an_unsynced_file(tmp_path: Path,
+                                                                        seed: int) -> None:
+    cache = make_neff_cache(tmp_path / "src", seed=seed, count=40, large=1)
+    store = LocalStore(tmp_path / "store")
+    publish_entry(store, CELL, FP, NEURON, {"neff": cache.root})
+    log = tmp_path / "log"
+    calib = tmp_path / "calib"
+    assert run_child(tmp_path / "store", calib, -1, log) == 0
+    total, first_sync, ok = log.read_text().splitlines()[-1].split()[1:]
+    assert ok == "True" and 0 < int(first_sync) < int(total)
+
+    rng = random.Random(seed)
+    # Half the kills anywhere, half inside the sync step (which the calibration run located).
+    points = [rng.randint(1, int(total)) for _ in range(4)] + \
+             [rng.randint(int(first_sync), int(total)) for _ in range(4)]
+    target = tmp_path / "t"
+    root = target / "neff"
+    killed = vouched_midway = 0  # vouched_midway: killed runs whose state file vouched for some
+    for point in points:
+        # Each run starts from what the killed runs before it left (and, at times, from scratch).
+        if rng.random() < 0.3 and target.exists():
+            shutil.rmtree(target)
+            log.unlink()
+        code = run_child(tmp_path / "store", target, point, log)
+        killed += code == -9
+        if (root / STATE_FILE).exists():
+            vouched_midway += assert_vouches_only_durable(root, synced_files(log)) > 0
+    assert killed >= 2 and vouched_midway >= 1  # (a later run may finish before its point)
+    assert run_child(tmp_path / "store", target, -1, log) == 0
+    assert assert_vouches_only_durable(root, synced_files(log)) == len(cache.files)
+    assert {p: (root / p).read_bytes() for p in cache.files} == cache.files
