@@ -2,10 +2,10 @@
 
 Files are written through directory descriptors opened one component at a time with
 ``O_NOFOLLOW`` (``Roots`` for the top-level roots, ``DirCache`` below them): a symlink at a root
-or planted inside one is never followed, so nothing is written outside DIR. Durability is per file:
-writeback is started as a file lands (``start_writeback``, ``sync_file_range`` via ctypes) and
-the file ``fdatasync``ed and its directory fsynced at the end (``datasync_at``, ``fsync_dir``),
-never a ``syncfs`` of the whole file system (``sync_filesystems``, kept for the benchmark).
+or planted inside one is never followed, so nothing is written outside DIR. Durability is per
+file: writeback is started as a file lands (``start_writeback``, ``sync_file_range`` via
+ctypes) and the file ``fdatasync``ed at the end (``datasync_at``), never a ``syncfs`` of the
+whole file system (``sync_filesystems``, kept for the benchmark).
 Temp files are named ``.neffcache-*.tmp`` (``tmp_name``, ``is_temp``).
 Nothing here knows about entries or the store.
 """
@@ -222,10 +222,11 @@ def _assert_inside(fd: int, real_root: str, root: str, dir_path: str) -> None:
                               f"root {real_root}")
 
 
-def datasync_at(dfd: int, name: str, same: Callable[[os.stat_result], bool]) -> bool:
-    """``fdatasync`` the file ``name`` in directory ``dfd`` (never through a symlink) if
-    ``same(its stat)``: True when it was that file and its bytes are now on disk."""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+def datasync_at(dfd: int, path: str, same: Callable[[os.stat_result], bool]) -> bool:
+    """``fdatasync`` the file at ``path`` under directory ``dfd`` (not through a symlink at its
+    name) if ``same(its stat)``: True when it was that file and its bytes are now on disk. Only
+    reads and syncs, and only an inode the caller recognises, like the scan's ``fstatat``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     try:
         if not same(os.fstat(fd)):
             return False
@@ -233,11 +234,6 @@ def datasync_at(dfd: int, name: str, same: Callable[[os.stat_result], bool]) -> 
         return True
     finally:
         os.close(fd)
-
-
-def fsync_dir(dfd: int) -> None:
-    """``fsync`` a directory: the names renamed into it are on disk."""
-    os.fsync(dfd)
 
 
 _syncfs: Callable[[int], int] | None | bool = False  # False: not looked up yet

@@ -3,7 +3,7 @@
 ``<root>/.neffcache-state.json`` maps each path to (size, mtime_ns, ctime_ns, inode, sha256,
 mode) as neffcache last verified it; a file whose size, times and inode still match needs no
 hashing. Only a ``Durable`` set can be saved, and one is made only by ``sync_records`` (each
-file ``fdatasync``ed and its directory fsynced by this process) or from what a state file
+file ``fdatasync``ed by this process) or from what a state file
 already vouched for (``Durable.from_state``): the state file never vouches for bytes that may
 not be on disk. Reading a damaged state file yields an empty state (files get re-hashed);
 writing one is best effort (atomic, a failure only costs re-hashing).
@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from neffcache.restore.fs import DirCache, Roots, datasync_at, fsync_dir, replace_best_effort
+from neffcache.restore.fs import Roots, datasync_at, replace_best_effort
 from neffcache.restore.plan import FileId
 from neffcache.thread_pool import map_in_threads
 
@@ -126,44 +126,30 @@ class SyncOutcome:
 
 def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: int = 8,
                  deadline: float | None = None) -> SyncOutcome:
-    """Make the files of ``fresh`` durable: each opened without following a symlink, checked to
-    be the very inode and times of its record, ``fdatasync``ed (writeback was started as it
-    landed), then its directory fsynced once. The result vouches only for files that passed
-    all of that; one that changed meanwhile or came after the deadline is left out (a later
-    run hashes it again)."""
-    by_dir: dict[tuple[str, str], list[tuple[FileId, StateRecord]]] = {}
-    for fid, rec in sorted(fresh.items()):
-        by_dir.setdefault((fid[0], fid[1].rpartition("/")[0]), []).append((fid, rec))
+    """Make the files of ``fresh`` durable: each opened from its root (never through a symlink
+    at its name), checked to be the very inode and times of its record, and ``fdatasync``ed
+    (writeback was started as it landed). The result vouches only for files that passed all
+    of that; one that changed meanwhile or came after the deadline is left out (a later run
+    hashes it again). Directories are not fsynced: a rename lost in a crash leaves the old
+    file or none at the name, never this inode, so its record no longer matches and it is
+    hashed again."""
+    items = sorted(fresh.items())
 
-    def one(item: tuple[tuple[str, str], list[tuple[FileId, StateRecord]]]
-            ) -> tuple[list[FileId], list[tuple[FileId, str]]]:
-        (root, dir_path), files = item
-        done: list[FileId] = []
-        failed: list[tuple[FileId, str]] = []
-        dirs = DirCache(roots)
+    def one(item: tuple[FileId, StateRecord]) -> bool | str:
+        (root, path), rec = item
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
         try:
-            dfd = dirs.get(root, dir_path, create=False)
-            for fid, rec in files:
-                if deadline is not None and time.monotonic() >= deadline:
-                    return [], failed
-                try:
-                    if datasync_at(dfd, fid[1].rpartition("/")[2], _same_file(rec)):
-                        done.append(fid)
-                except OSError as exc:
-                    failed.append((fid, exc.strerror or str(exc)))
-            fsync_dir(dfd)
+            return datasync_at(roots.fds[root], path, _same_file(rec))
         except OSError as exc:
-            return [], failed + [(f, exc.strerror or str(exc)) for f, _ in files]
-        finally:
-            dirs.close()
-        return done, failed
+            return exc.strerror or str(exc)
 
-    results = map_in_threads(one, list(by_dir.items()), workers, deadline=deadline,
-                             late=lambda _item: ([], []))
-    durable = [fid for done, _ in results for fid in done]
-    failed = tuple(f for _, fs in results for f in fs)
-    return SyncOutcome(Durable(MappingProxyType({k: fresh[k] for k in durable}), _PROOF),
-                       failed, len(fresh) - len(durable) - len(failed))
+    results = map_in_threads(one, items, workers, deadline=deadline, late=lambda _item: False)
+    durable = {fid: rec for (fid, rec), ok in zip(items, results, strict=True) if ok is True}
+    failed = tuple((fid, why) for (fid, _), why in zip(items, results, strict=True)
+                   if isinstance(why, str))
+    return SyncOutcome(Durable(MappingProxyType(durable), _PROOF), failed,
+                       len(items) - len(durable) - len(failed))
 
 
 def _same_file(rec: StateRecord) -> Callable[[os.stat_result], bool]:

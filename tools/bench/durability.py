@@ -6,9 +6,10 @@ name, renamed into place) and then makes it durable one way, timed end to end:
 - ``none``: no sync at all (the floor; the ``defer`` option costs this now, and a re-hash of
   the unvouched files by the next run, printed as ``rehash``);
 - ``syncfs``: one ``syncfs(2)`` of the whole file system at the end (what restore did);
-- ``fdatasync``: each file ``fdatasync``ed before its rename, each directory fsynced at the end;
+- ``fdatasync``: each file ``fdatasync``ed before its rename;
 - ``writeback``: ``sync_file_range(SYNC_FILE_RANGE_WRITE)`` as each file lands, then each file
-  ``fdatasync``ed (8 threads) and each directory fsynced at the end (what restore does now).
+  ``fdatasync``ed (8 threads) at the end (what restore does now; no directory fsync is needed,
+  see ``neffcache.restore.state.sync_records``).
 
 Trees: ``small`` (3,000 files of 1-128 KiB in 30 directories) and ``large`` (4 x 64 MiB).
 With ``--load`` (default both) every round also runs beside another process writing 2 GiB
@@ -78,15 +79,6 @@ def sync_one(root: Path, rel: str) -> None:
         os.close(fd)
 
 
-def fsync_dirs(root: Path, rels: list[str]) -> None:
-    for d in sorted({str(Path(r).parent) for r in rels}) + ["."]:
-        fd = os.open(root / d, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def one_round(root: Path, files: list[tuple[str, bytes]], mode: str) -> float:
     shutil.rmtree(root, ignore_errors=True)
     for d in {str(Path(r).parent) for r, _ in files}:
@@ -96,9 +88,7 @@ def one_round(root: Path, files: list[tuple[str, bytes]], mode: str) -> float:
         list(pool.map(lambda f: write_one(root, f[0], f[1], mode), files))
         if mode == "writeback":
             list(pool.map(lambda f: sync_one(root, f[0]), files))
-    if mode in ("writeback", "fdatasync"):
-        fsync_dirs(root, [r for r, _ in files])
-    elif mode == "syncfs":
+    if mode == "syncfs":
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
         try:
             sync_filesystems([fd])
