@@ -11,6 +11,7 @@ writing one is best effort (atomic, a failure only costs re-hashing).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -121,7 +122,7 @@ class Durable:
 class SyncOutcome:
     durable: Durable
     failed: tuple[tuple[FileId, str], ...]  # a file whose fdatasync failed, and why
-    late: int  # files not made durable before the deadline (left unvouched, no failure)
+    skipped: int  # not made durable: changed or gone meanwhile, or past the deadline (unvouched)
 
 
 def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: int = 8,
@@ -141,7 +142,11 @@ def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: 
             return False
         try:
             return datasync_at(roots.fds[root], path, _same_file(rec))
+        except (FileNotFoundError, NotADirectoryError):
+            return False  # gone or replaced meanwhile: not that file, so not vouched for
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a symlink at the name now: not that file either
+                return False
             return exc.strerror or str(exc)
 
     results = map_in_threads(one, items, workers, deadline=deadline, late=lambda _item: False)

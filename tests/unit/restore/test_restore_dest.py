@@ -19,9 +19,17 @@ from neffcache.matrix import Cell
 from neffcache.precompile.publish import publish_entry
 from neffcache.restore import fs as restore_fs
 from neffcache.restore.dest import ENTRIES_DIR, LOCK_FILE, is_unclean, lock_destination
+from neffcache.restore.fs import Roots
 from neffcache.restore.local import restore_local
 from neffcache.restore.run import restore_cells
-from neffcache.restore.state import STATE_FILE, Durable, StateRecord, load_state
+from neffcache.restore.state import (
+    STATE_FILE,
+    Durable,
+    StateRecord,
+    load_state,
+    state_record,
+    sync_records,
+)
 from neffcache.store.local import LocalStore
 from tests.support.synthetic import make_neff_cache, read_tree
 
@@ -218,6 +226,24 @@ def test_files_not_known_to_be_on_disk_are_not_vouched_for(
     again = restore_cells(store, [CELL], NEURON, FP, target)  # hashes, syncs, vouches now
     assert again.error() is None and again.files_fetched == 0
     assert len(load_state({"neff": str(target / "neff")})) == len(files)
+
+
+def test_sync_vouches_only_for_the_very_file_it_verified(tmp_path: Path) -> None:
+    root = tmp_path / "neff"
+    (root / "d").mkdir(parents=True)
+    recs = {}
+    for name in ("same", "replaced", "gone", "linked"):
+        (root / "d" / name).write_bytes(name.encode())
+        recs[("neff", f"d/{name}")] = state_record(os.stat(root / "d" / name), "0" * 64)
+    (root / "d" / "new").write_bytes(b"replaced")
+    os.replace(root / "d" / "new", root / "d" / "replaced")  # another inode at the name now
+    (root / "d" / "gone").unlink()
+    (root / "d" / "linked").unlink()
+    (root / "d" / "linked").symlink_to(root / "d" / "same")
+    with Roots({"neff": str(root)}) as roots:
+        done = sync_records(roots, recs)
+    assert set(done.durable.records) == {("neff", "d/same")}
+    assert done.failed == () and done.skipped == 3
 
 
 def test_a_durable_set_is_made_only_by_a_sync_or_from_a_state_file() -> None:
