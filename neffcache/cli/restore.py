@@ -35,8 +35,8 @@ RESTORE_HELP = """Fetch the entries of MATRIX built for this host's fingerprint 
 For each cell (or each cell matching --cells) the entry key is derived from the cell and
 this host's fingerprint and read from the store alone (no index needed). Every file is
 streamed from its blob into a temp file beside its final path, checked against its size
-and sha256 and renamed into place: nothing half-written is ever installed. One syncfs at
-the end puts everything on disk before the state file vouches for it.
+and sha256 and renamed into place: nothing half-written is ever installed. Each new file
+is fdatasynced (only ours, never the whole file system) before the state file vouches for it.
 Files already present and valid are skipped, so a rerun fetches only what is missing.
 When every requested cell is already in place — judged from the local copies of the
 entries' manifests (DIR/.neffcache-entries/) and the state file, in one stat pass — the
