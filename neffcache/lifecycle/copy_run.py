@@ -11,7 +11,7 @@ from pathlib import Path
 from neffcache.errors import UsageError
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import select_manifests
-from neffcache.store import open_store, side_environ
+from neffcache.store import TempFiles, open_store, side_environ
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,9 @@ def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
         raise UsageError(f"--from and --to are the same store ({src.url})")
     src.check()
     dst.check()
+    if isinstance(dst, TempFiles):
+        for temp in dst.stale_temps():  # what an earlier, killed copy left
+            dst.remove_temp(temp)
     manifests = select_manifests(src, request.matrix, request.cells, request.fingerprints,
                                  request.all_entries, workers=request.workers)
     return apply_copy(src, dst, manifests, workers=request.workers,

@@ -32,6 +32,8 @@ from neffcache.store.base import (
     MultipartUploads,
     ObjectStream,
     Store,
+    TempFile,
+    TempFiles,
     Upload,
     blob_key,
     cell_pointer_key,
@@ -57,7 +59,8 @@ from neffcache.store.s3_config import side_environ
 __all__ = [
     "BLOBS", "CELLS", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED", "TOC_NAME",
     "BundleEntry", "BundleStore", "Member", "MultipartUploads", "NotFoundError", "ObjectStream",
-    "Store", "Toc", "Upload", "blob_key", "bundle_entry", "cell_pointer_key", "check_key",
+    "Store", "TempFile", "TempFiles", "Toc", "Upload", "blob_key", "bundle_entry",
+    "cell_pointer_key", "check_key",
     "decode_toc", "describe_store", "encode_toc", "entry_key_of", "manifest_key", "open_store",
     "pack_key", "plan_members", "report_key", "side_environ",
 ]
