@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -118,3 +119,30 @@ def test_copy_s3_to_s3_survives_ten_kills(moto_endpoint: str, second_moto: str,
     # the source server never saw the target's objects: the two sides are apart
     source = client(moto_endpoint, "from-key", "us-east-1")
     assert source.list_objects_v2(Bucket=name, Prefix="cp/").get("KeyCount", 0) == 0
+
+
+def test_copy_into_a_local_store_killed_leaves_no_temp_files(tmp_path: Path) -> None:
+    """A copy into a local store SIGKILLed mid-blob leaves ``.tmp-<pid>-*`` files; the rerun
+    sweeps them (their writer is dead) and ``verify`` ends clean with none reported."""
+    src = open_store(str(tmp_path / "src"), create=True)
+    for i in range(3):
+        cache = make_neff_cache(tmp_path / f"c{i}", seed=i, count=6, large=3,
+                                large_size=(20 * MiB, 30 * MiB), droppings=False)
+        publish_entry(src, cell(64 * (i + 1)), sdk_fingerprint("2.19"), get_backend("neuron"),
+                      {"neff": cache.root})
+    env = dict(os.environ)
+    dst = tmp_path / "dst"
+    args = ["copy", "--all", "--from", str(tmp_path / "src"), "--to", str(dst), "--workers", "4"]
+    rng, litter = random.Random(7), 0
+    for _ in range(5):
+        proc = subprocess.Popen([sys.executable, "-m", "neffcache.cli", *args], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 0.8))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        litter = max(litter, len(list(dst.rglob(".tmp-*"))))
+    assert litter > 0  # the kills did land inside a put
+    assert run(args, env).returncode == 0
+    assert list(dst.rglob(".tmp-*")) == []
+    verify = run(["verify", "--store", str(dst), "--json"], env)
+    assert verify.returncode == 0 and json.loads(verify.stdout)["temp_files"] == []
