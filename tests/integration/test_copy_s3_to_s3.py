@@ -146,3 +146,29 @@ def test_copy_into_a_local_store_killed_leaves_no_temp_files(tmp_path: Path) -> 
     assert list(dst.rglob(".tmp-*")) == []
     verify = run(["verify", "--store", str(dst), "--json"], env)
     assert verify.returncode == 0 and json.loads(verify.stdout)["temp_files"] == []
+
+
+def test_a_large_body_that_fails_its_sha256_starts_no_upload(moto_endpoint: str,
+                                                              tmp_path: Path) -> None:
+    """A multipart-sized body is spooled and verified before the upload starts: a mismatch
+    leaves no object and no multipart upload (and the spool has no name to leave behind)."""
+    import io
+
+    from neffcache.errors import IntegrityError
+    from neffcache.hashing import VerifyingReader
+    from neffcache.store.s3 import S3Store
+
+    name = f"nc-{uuid.uuid4().hex[:10]}"
+    s3 = client(moto_endpoint, "k", "us-east-1")
+    s3.create_bucket(Bucket=name)
+    env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1",
+           "AWS_EC2_METADATA_DISABLED": "true", "HOME": str(tmp_path)}
+    store = S3Store(name, "p", endpoint_url=moto_endpoint, environ=env,
+                    multipart_threshold=5 * MiB, part_size=5 * MiB)
+    body = bytes(12 * MiB)
+    reader = VerifyingReader(io.BytesIO(body), size=len(body), sha256="0" * 64, name="x")
+    key = blob_key("0" * 64)
+    with pytest.raises(IntegrityError):
+        store.put(key, reader)  # type: ignore[arg-type]
+    assert not store.has(key)
+    assert s3.list_multipart_uploads(Bucket=name).get("Uploads", []) == []
