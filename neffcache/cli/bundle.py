@@ -30,6 +30,15 @@ def expect_option(f):  # type: ignore[no-untyped-def]
                              "`bundle export`, is DIGEST.")(f)
 
 
+def max_bytes_option(f):  # type: ignore[no-untyped-def]
+    return click.option("--max-bytes", "max_bytes", type=click.IntRange(min=0), default=None,
+                        metavar="BYTES",
+                        help="Refuse (exit 4) a gzip bundle that decompresses to more than "
+                             "BYTES. Without it an unauthenticated gzip bundle may expand to "
+                             "16x its size (+16 MiB); with --expect-sha256 to what its "
+                             "table of contents lists.")(f)
+
+
 @click.group("bundle", epilog=EXIT_CODE_HELP)
 def bundle() -> None:
     """Carry entries to hosts and regions without the store: one self-describing file.
@@ -92,12 +101,13 @@ def export(matrix: str | None, output: str, everything: bool, patterns: tuple[st
 @bundle.command("import", epilog=FORMAT_HELP)
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
 @expect_option
+@max_bytes_option
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Parallel uploads.")
 @store_option
 @json_option
-def import_(file: str, expect: str | None, workers: int, store: str | None,
-            as_json: bool) -> None:
+def import_(file: str, expect: str | None, max_bytes: int | None, workers: int,
+            store: str | None, as_json: bool) -> None:
     """Publish every entry of bundle FILE into the store.
 
     The whole bundle is checked first (structure, then every member against its sha256 in
@@ -118,7 +128,7 @@ def import_(file: str, expect: str | None, workers: int, store: str | None,
     from neffcache.lifecycle import ImportBundleRequest, import_bundle
 
     result = import_bundle(ImportBundleRequest(file, expect_sha256=expect, store=store,
-                                               workers=workers))
+                                               workers=workers, max_bytes=max_bytes))
     c = result.copy
     finish(result, as_json, lambda: f"{len(c.entries)} entries: {c.entries_copied} published, "
            f"{c.entries_present} already in {c.target}; blobs: {c.blobs_copied} uploaded "
@@ -128,9 +138,11 @@ def import_(file: str, expect: str | None, workers: int, store: str | None,
 @bundle.command("show", epilog=FORMAT_HELP)
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
 @expect_option
+@max_bytes_option
 @click.option("--verify", "full", is_flag=True, help="Also hash every member.")
 @json_option
-def show(file: str, expect: str | None, full: bool, as_json: bool) -> None:
+def show(file: str, expect: str | None, max_bytes: int | None, full: bool,
+         as_json: bool) -> None:
     """List a bundle's entries and print its digest (its structure is always checked;
     --verify also hashes every member). A bad bundle exits 4.
 
@@ -143,7 +155,8 @@ def show(file: str, expect: str | None, full: bool, as_json: bool) -> None:
     """
     from neffcache.lifecycle import ShowBundleRequest, show_bundle
 
-    result = show_bundle(ShowBundleRequest(file, expect_sha256=expect, verify=full))
+    result = show_bundle(ShowBundleRequest(file, expect_sha256=expect, verify=full,
+                                           max_bytes=max_bytes))
     if as_json:
         emit_json(result.to_json())
         return

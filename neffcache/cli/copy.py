@@ -15,13 +15,18 @@ from neffcache.errors import EXIT_CODE_HELP
               help="Source store: PATH, file://PATH or s3://BUCKET/PREFIX.")
 @click.option("--to", "target", required=True, metavar="URL",
               help="Target store: PATH, file://PATH or s3://BUCKET/PREFIX.")
+@click.option("--from-profile", metavar="NAME",
+              help="AWS profile of the source store (else NEFFCACHE_FROM_AWS_* or AWS_*).")
+@click.option("--to-profile", metavar="NAME",
+              help="AWS profile of the target store (else NEFFCACHE_TO_AWS_* or AWS_*).")
 @click.option("--all", "everything", is_flag=True, help="Every entry of the source store.")
 @cells_option
 @fingerprint_option
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Parallel transfers.")
 @json_option
-def copy(matrix: str | None, source: str, target: str, everything: bool,
+def copy(matrix: str | None, source: str, target: str, from_profile: str | None,
+         to_profile: str | None, everything: bool,
          patterns: tuple[str, ...], fingerprints: tuple[str, ...], workers: int,
          as_json: bool) -> None:
     """Copy entries from one store to another: another region, a local mirror.
@@ -35,6 +40,10 @@ def copy(matrix: str | None, source: str, target: str, everything: bool,
     again: what the target already holds is skipped, nothing is copied twice. A publish-style
     pending/ note protects the copied blobs from a concurrent `neffcache gc` on the target.
 
+    Two S3 stores with their own endpoint, region or keys: each side reads AWS_* as usual,
+    overridden by NEFFCACHE_FROM_AWS_* / NEFFCACHE_TO_AWS_* (e.g. NEFFCACHE_TO_AWS_REGION),
+    NEFFCACHE_FROM_S3_ENDPOINT / NEFFCACHE_TO_S3_ENDPOINT, and --from-profile / --to-profile.
+
     --json prints: source, target, entries, entries_copied, entries_present, blobs_copied,
     blobs_skipped, bytes_copied, packs_copied, packs_skipped.
 
@@ -43,12 +52,14 @@ def copy(matrix: str | None, source: str, target: str, everything: bool,
       neffcache copy matrix.toml --from s3://neff-us-east-1/neff --to s3://neff-eu-west-1/neff
       neffcache copy --all --from s3://bucket/neff --to /srv/neff-mirror --json
       neffcache copy matrix.toml --fingerprint 3f2a9c41 --from /srv/a --to s3://bucket/neff
+      neffcache copy --all --from s3://a/neff --to s3://b/neff --from-profile us --to-profile eu
     """
     from neffcache.lifecycle import CopyEntriesRequest, copy_entries
 
     result = copy_entries(CopyEntriesRequest(
         source, target, matrix=matrix, cells=patterns, fingerprints=fingerprints,
-        all_entries=everything, workers=workers, progress=counter("copy", "blobs")))
+        all_entries=everything, workers=workers, progress=counter("copy", "blobs"),
+        source_profile=from_profile, target_profile=to_profile))
     if as_json:
         emit_json(result.to_json())
         return

@@ -73,14 +73,16 @@ On S3, incomplete multipart uploads of blobs and packs started more than --grace
 aborted (their parts are billed until then), except those a publish in progress names;
 --uploads does only that. A local store has none. Listing them needs
 s3:ListBucketMultipartUploads (and aborting s3:AbortMultipartUpload): without it, plain gc
-warns and goes on, gc --uploads fails (exit 6).
+warns and goes on, gc --uploads fails (exit 6). On a local store, temp files a killed
+writer left (.tmp-<pid>-*, the PID gone or older than an hour) are removed.
 Without --yes it asks for confirmation on a terminal, and refuses otherwise.
 
 --json prints: manifests, blobs, referenced, delete, spared, stale_intents, unknown,
 packs, delete_packs, spared_packs, deleted, deleted_count, deleted_packs,
 kept_on_recheck, dry_run, store, uploads (null on a local store; else listed, abort,
 spared, unknown, aborted: lists of key, upload_id, initiated) and, when uploads could not
-be listed, uploads_error. With --uploads: store, dry_run, uploads.
+be listed, uploads_error; temp_files, temp_files_removed. With --uploads: store, dry_run,
+uploads.
 
 \b
 Examples:
@@ -132,6 +134,10 @@ def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
                      f"{result.blobs} blobs")
         else:
             lines.append(f"ok: {result.manifests} manifests decode, {result.blobs} blobs {what}")
+        if result.temps:
+            progress(f"warning: {len(result.temps)} stale temp file(s) of killed writers "
+                     f"({human_bytes(sum(t.size for t in result.temps))}); neffcache gc "
+                     "removes them")
     elif result.problems:
         progress(f"{len(result.problems)} problem(s) in {result.files} files of "
                  f"{result.entries} entries")
@@ -195,6 +201,9 @@ def _show_gc(result: CollectGarbageResult) -> None:
                f"unreferenced ({d['spared']} spared for a publish in progress); deleted "
                f"{d['deleted']}; {d['packs']} packs stored, {d['unreferenced_packs']} "
                f"unreferenced, deleted {d['deleted_packs']}")
+    if result.temps:
+        click.echo(f"{'would remove' if result.dry_run else 'removed'} {len(result.temps)} "
+                   "stale temp file(s)")
     if result.uploads is not None:
         _show_uploads(result)
 

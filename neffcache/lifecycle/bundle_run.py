@@ -81,12 +81,14 @@ class ImportBundleRequest:
     """What ``import_bundle`` publishes: every entry of bundle ``file``, refused unless its
     digest is ``expect_sha256`` (when given), into ``store`` (None: as the CLI would,
     NEFFCACHE_STORE > config file > default; a local store is created); ``workers``
-    parallel uploads."""
+    parallel uploads; ``max_bytes``: the most a gzip bundle may decompress to (see
+    ``store.BundleStore``)."""
 
     file: str | Path
     expect_sha256: str | None = None
     store: str | None = None
     workers: int = 8
+    max_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,8 @@ def import_bundle(request: ImportBundleRequest) -> ImportBundleResult:
     Raises IntegrityError (exit 4) for a truncated, tampered or foreign bundle, before
     anything is written; UnavailableError (exit 6) when the store cannot be reached."""
     dst = open_store(read_settings(os.environ, store=request.store).store_url, create=True)
-    with BundleStore(request.file, expect_sha256=request.expect_sha256) as src:
+    with BundleStore(request.file, expect_sha256=request.expect_sha256,
+                     max_bytes=request.max_bytes) as src:
         src.verify_all()
         manifests = read_manifests(src, [e.entry_key for e in src.toc.entries])
         dst.check()
@@ -125,11 +128,12 @@ def import_bundle(request: ImportBundleRequest) -> ImportBundleResult:
 class ShowBundleRequest:
     """Which bundle ``show_bundle`` reads: ``file``, refused unless its digest is
     ``expect_sha256`` (when given); ``verify`` also hashes every member (the structure is
-    always checked)."""
+    always checked); ``max_bytes``: the most a gzip bundle may decompress to."""
 
     file: str | Path
     expect_sha256: str | None = None
     verify: bool = False
+    max_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +159,8 @@ class ShowBundleResult(ExitRule):
 def show_bundle(request: ShowBundleRequest) -> ShowBundleResult:
     """Read a bundle's table of contents and check its structure (and, with ``verify``, every
     member against its sha256). Raises IntegrityError (exit 4) for a bad bundle."""
-    with BundleStore(request.file, expect_sha256=request.expect_sha256) as b:
+    with BundleStore(request.file, expect_sha256=request.expect_sha256,
+                     max_bytes=request.max_bytes) as b:
         if request.verify:
             b.verify_all()
         return ShowBundleResult(str(b.path), b.digest, b.toc, request.verify)

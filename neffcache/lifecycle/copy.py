@@ -74,10 +74,16 @@ def plan_copy(manifests: Sequence[Manifest]) -> CopyPlan:
     return CopyPlan(tuple(order), tuple(sorted(packs.values(), key=lambda p: p.sha256)))
 
 
+def already_copied(dst: Store, key: str) -> bool:
+    """The skip decision, in one place: whether ``dst`` already holds ``key`` (a rerun skips
+    it). Content-addressed keys are written only after their sha256 was checked."""
+    return dst.has(key)
+
+
 def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> bool:
     """Stream one object from ``src`` to ``dst`` unless ``dst`` has it; its bytes must have
     ``size`` and ``sha256`` or nothing is committed (IntegrityError). True when written."""
-    if dst.has(key):
+    if already_copied(dst, key):
         return False
     with src.open(key) as raw:
         reader = VerifyingReader(raw, size=size, sha256=sha256, name=f"{src.url}/{key}")

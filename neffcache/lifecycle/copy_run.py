@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from neffcache.errors import UsageError
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import select_manifests
-from neffcache.store import open_store
+from neffcache.store import TempFiles, open_store, side_environ
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +23,9 @@ class CopyEntriesRequest:
     whose id matches one of ``cells``, globs, when given), or every entry with
     ``all_entries``; only the fingerprints ``fingerprints`` (keys or prefixes of at least 6 hex
     digits) when given. ``workers``: parallel transfers; ``progress(done, total)`` per batch
-    of blobs.
+    of blobs. Each side is configured on its own (two endpoints, regions, keys): from
+    ``environ`` (default: the process's) with ``NEFFCACHE_FROM_*`` / ``NEFFCACHE_TO_*``
+    overrides and ``source_profile`` / ``target_profile`` (see ``store.side_environ``).
     """
 
     source: str
@@ -33,6 +36,9 @@ class CopyEntriesRequest:
     all_entries: bool = False
     workers: int = 8
     progress: Callable[[int, int], None] | None = None
+    source_profile: str | None = None
+    target_profile: str | None = None
+    environ: Mapping[str, str] | None = None
 
 
 def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
@@ -42,11 +48,17 @@ def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
     missing. Raises UsageError (exit 2) for the same store twice or a bad selection,
     IntegrityError (exit 4) for a source object that does not match its sha256 (nothing of it
     is kept), UnavailableError (exit 6) when a store cannot be reached."""
-    src, dst = open_store(request.source), open_store(request.target, create=True)
+    env = os.environ if request.environ is None else request.environ
+    src = open_store(request.source, environ=side_environ(env, "FROM", request.source_profile))
+    dst = open_store(request.target, create=True,
+                     environ=side_environ(env, "TO", request.target_profile))
     if src.url == dst.url:
         raise UsageError(f"--from and --to are the same store ({src.url})")
     src.check()
     dst.check()
+    if isinstance(dst, TempFiles):
+        for temp in dst.stale_temps():  # what an earlier, killed copy left
+            dst.remove_temp(temp)
     manifests = select_manifests(src, request.matrix, request.cells, request.fingerprints,
                                  request.all_entries, workers=request.workers)
     return apply_copy(src, dst, manifests, workers=request.workers,

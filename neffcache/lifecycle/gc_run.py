@@ -24,7 +24,7 @@ from neffcache.lifecycle.gc import (
     plan_only,
     upload_json,
 )
-from neffcache.store import Store, Upload, open_store
+from neffcache.store import Store, TempFile, TempFiles, Upload, open_store
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,8 @@ class CollectGarbageResult(ExitRule):
     uploads: UploadPlan | None
     aborted: tuple[Upload, ...] = ()
     uploads_error: str | None = None
+    temps: tuple[TempFile, ...] = ()  # stale temp files a killed writer left (local store)
+    temps_removed: int = 0
 
     @property
     def pending(self) -> str:
@@ -63,12 +65,15 @@ class CollectGarbageResult(ExitRule):
         stale_intents, unknown, packs, delete_packs, spared_packs), deleted, deleted_count,
         deleted_packs, kept_on_recheck, dry_run, store, uploads (null when there are none to
         list; else listed, abort, spared, unknown, aborted) and, when uploads could not be
-        listed, uploads_error. With ``uploads_only``: store, dry_run, uploads."""
+        listed, uploads_error; temp_files (stale temp files of killed writers, the first 200)
+        and temp_files_removed. With ``uploads_only``: store, dry_run, uploads."""
         uploads = None if self.uploads is None else \
             dict(self.uploads.to_json(), aborted=[upload_json(u) for u in self.aborted])
         if self.gc is None:
             return {"store": self.store, "dry_run": self.dry_run, "uploads": uploads}
-        doc = dict(self.gc.to_json(), store=self.store, uploads=uploads)
+        doc = dict(self.gc.to_json(), store=self.store, uploads=uploads,
+                   temp_files=[t.key for t in self.temps[:200]],
+                   temp_files_removed=self.temps_removed)
         if self.uploads_error is not None:
             doc["uploads_error"] = self.uploads_error
         return doc
@@ -121,14 +126,19 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
         if request.notice is not None:
             hint = f" (Hint: {exc.hint})" if exc.hint else ""
             request.notice(f"warning: multipart uploads not checked: {exc}{hint}")
+    temps = tuple(s.stale_temps()) if isinstance(s, TempFiles) else ()
     preview = CollectGarbageResult(s.url, True, request.grace, plan_only(plan),
-                                   found[0] if found else None, (), uploads_error)
+                                   found[0] if found else None, (), uploads_error, temps)
     doomed = len(plan.delete) + len(plan.delete_packs) + (len(found[0].abort) if found else 0)
-    if request.dry_run or ((doomed or plan.stale_intents) and not _consent(request, preview)):
+    if request.dry_run or ((doomed or plan.stale_intents or temps)
+                           and not _consent(request, preview)):
         return preview
     result = apply_gc(s, plan, (seen_m, seen_i), workers=request.workers)
     aborted = () if not found else apply_uploads(s, *found, workers=request.workers)
-    return replace(preview, dry_run=False, gc=result, aborted=aborted)
+    for temp in temps:
+        s.remove_temp(temp)  # type: ignore[attr-defined]  # temps only come from TempFiles
+    return replace(preview, dry_run=False, gc=result, aborted=aborted,
+                   temps_removed=len(temps))
 
 
 def _collect_uploads(s: Store, request: CollectGarbageRequest,

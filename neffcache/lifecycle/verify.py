@@ -27,7 +27,15 @@ from neffcache.errors import (
 )
 from neffcache.hashing import CHUNK, PartHasher
 from neffcache.manifest import Manifest, PackRecord, PartDigests, decode_manifest
-from neffcache.store import MANIFESTS, Store, blob_key, entry_key_of, pack_key
+from neffcache.store import (
+    MANIFESTS,
+    Store,
+    TempFile,
+    TempFiles,
+    blob_key,
+    entry_key_of,
+    pack_key,
+)
 
 MAX_LISTED = 200
 
@@ -55,6 +63,7 @@ class VerifyStoreResult(ExitRule):
     quick: bool
     seconds: float
     packs: int = 0
+    temps: tuple[TempFile, ...] = ()  # stale temp files of killed writers: reported, harmless
 
     def error(self) -> NeffcacheError | None:
         """IntegrityError (exit 4), UnavailableError (only unreadable objects: exit 6) or None."""
@@ -70,11 +79,13 @@ class VerifyStoreResult(ExitRule):
 
     def to_json(self) -> dict[str, Any]:
         """``neffcache verify --json``: ok, manifests, blobs, packs, bytes_checked, quick,
-        problems (key, kind, error; the first 200), problem_count, seconds."""
+        problems (key, kind, error; the first 200), problem_count, seconds, temp_files (stale
+        temp files a killed writer left, which ``gc`` removes: key, size; the first 200)."""
         return {"ok": not self.problems, "manifests": self.manifests, "blobs": self.blobs,
                 "bytes_checked": self.bytes_checked, "quick": self.quick, "packs": self.packs,
                 "problems": [p.to_json() for p in self.problems[:MAX_LISTED]],
-                "problem_count": len(self.problems), "seconds": round(self.seconds, 3)}
+                "problem_count": len(self.problems), "seconds": round(self.seconds, 3),
+                "temp_files": [{"key": t.key, "size": t.size} for t in self.temps[:MAX_LISTED]]}
 
 
 def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
@@ -103,8 +114,9 @@ def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
                                       sorted(packs.items())):
             checked += nbytes
             problems.extend(found)
+    temps = tuple(store.stale_temps()) if isinstance(store, TempFiles) else ()
     return VerifyStoreResult(len(keys), len(blobs), checked, tuple(problems), quick,
-                        time.monotonic() - started, len(packs))
+                             time.monotonic() - started, len(packs), temps)
 
 
 def _read_manifests(store: Store, keys: list[str], pool: ThreadPoolExecutor

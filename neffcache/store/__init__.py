@@ -17,6 +17,7 @@ from a submodule.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from neffcache.errors import ConfigError, NotFoundError, UsageError
@@ -31,6 +32,8 @@ from neffcache.store.base import (
     MultipartUploads,
     ObjectStream,
     Store,
+    TempFile,
+    TempFiles,
     Upload,
     blob_key,
     cell_pointer_key,
@@ -51,24 +54,28 @@ from neffcache.store.bundle_format import (
     encode_toc,
     plan_members,
 )
+from neffcache.store.s3_config import side_environ
 
 __all__ = [
     "BLOBS", "CELLS", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED", "TOC_NAME",
     "BundleEntry", "BundleStore", "Member", "MultipartUploads", "NotFoundError", "ObjectStream",
-    "Store", "Toc", "Upload", "blob_key", "bundle_entry", "cell_pointer_key", "check_key",
+    "Store", "TempFile", "TempFiles", "Toc", "Upload", "blob_key", "bundle_entry",
+    "cell_pointer_key", "check_key",
     "decode_toc", "describe_store", "encode_toc", "entry_key_of", "manifest_key", "open_store",
-    "pack_key", "plan_members", "report_key",
+    "pack_key", "plan_members", "report_key", "side_environ",
 ]
 
 BUNDLE = "bundle:"
 
 
 def open_store(url: str, *, create: bool = False, deadline: float | None = None,
-               expect_sha256: str | None = None) -> Store:
+               expect_sha256: str | None = None,
+               environ: Mapping[str, str] | None = None) -> Store:
     """The store at ``url``:
 
     - ``s3://bucket/prefix`` → S3 store; with a ``deadline`` (``time.monotonic()``) every wait
-      is clipped to what is left;
+      is clipped to what is left; ``environ`` (default: the process's) is what it is
+      configured from (``side_environ`` makes one per side of a copy);
     - ``file:///path`` or a plain path → local store (whose directory is created only with
       ``create``, by the commands that publish);
     - ``bundle:FILE`` → the bundle file as a read-only ``BundleStore`` (its structure checked
@@ -86,7 +93,7 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None,
     if url.startswith("s3://"):
         from neffcache.store.s3 import S3Store  # no AWS SDK import until the first write
 
-        return S3Store.from_url(url, deadline=deadline)
+        return S3Store.from_url(url, environ, deadline=deadline)
     if url.startswith("file://"):
         return _local(url[len("file://"):], create)
     if "://" in url:

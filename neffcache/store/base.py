@@ -127,6 +127,26 @@ class MultipartUploads(Protocol):
         """Abort one; an upload already completed or aborted is not an error."""
 
 
+@dataclass(frozen=True, slots=True)
+class TempFile:
+    """A temp file a killed writer left in a store: its key (relative), size, mtime."""
+
+    key: str
+    size: int
+    mtime: float  # seconds since the epoch
+
+
+@runtime_checkable
+class TempFiles(Protocol):
+    """What a store that writes through temp files (local) adds, for verify and gc."""
+
+    def stale_temps(self) -> Iterator[TempFile]:
+        """Temp files no live writer owns (dead PID, or older than a grace period)."""
+
+    def remove_temp(self, temp: TempFile) -> None:
+        """Remove one; one already gone is not an error."""
+
+
 class ObjectStream(io.RawIOBase):
     """A read-only stream of an object's bytes: a backend implements ``read`` and
     ``_close_source``; the rest of the file protocol is shared."""

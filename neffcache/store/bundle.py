@@ -7,8 +7,15 @@ a regular file the TOC lists, once, with the TOC's size, lying inside the file; 
 member must be present; the bytes between members (tar padding) and after the last must be
 zero, so no byte of the file escapes a check. ``verify_all`` then hashes every member against the
 TOC. Members are read by offset from the file, never extracted, so a member name never becomes
-a path. A gzip-compressed bundle is first decompressed into an anonymous temp file, no larger
-than its TOC allows.
+a path. A plain tar bundle is a whole number of 10 KiB tar records (what tar writes), so a cut
+anywhere, its trailing padding included, is refused.
+
+A gzip-compressed bundle is first decompressed into an anonymous temp file. Its cap comes from
+the trusted side, never from its TOC alone: the TOC's digest is compared with ``expect_sha256``
+the moment the TOC is decompressed (an authenticated TOC's sizes are then the cap), an
+operator's ``max_bytes`` caps it always, and an unauthenticated bundle without ``max_bytes``
+may grow to at most ``UNTRUSTED_GZIP_RATIO`` times its compressed size (plus 16 MiB) and
+never into the last ``TMP_RESERVE`` bytes free in the temp directory.
 """
 
 from __future__ import annotations
@@ -29,12 +36,16 @@ if TYPE_CHECKING:
 
 _CHUNK = 1 << 20
 _BLOCK = 512
+RECORD = 20 * _BLOCK  # tar's record: every tar file is a whole number of them
+UNTRUSTED_GZIP_RATIO = 16
+TMP_RESERVE = 64 << 20
 
 
 class BundleStore:
     """Read-only Store over a bundle file. ``put`` and ``delete`` are UsageErrors."""
 
-    def __init__(self, path: str | Path, *, expect_sha256: str | None = None) -> None:
+    def __init__(self, path: str | Path, *, expect_sha256: str | None = None,
+                 max_bytes: int | None = None) -> None:
         self.path = Path(path).expanduser().absolute()
         self.url = f"bundle:{self.path}"
         try:
@@ -43,19 +54,21 @@ class BundleStore:
             raise UsageError(f"bundle {self.path}: no such file") from None
         except OSError as exc:
             raise UsageError(f"bundle {self.path}: cannot read: {exc.strerror}") from None
+        expect = None if expect_sha256 is None else expect_sha256.strip().lower()
         try:
-            if self._fh.read(2) == b"\x1f\x8b":
-                self._fh = _decompress(self.path, self._fh)
+            gzipped = self._fh.read(2) == b"\x1f\x8b"
+            if gzipped:
+                self._fh = _decompress(self.path, self._fh, expect, max_bytes)
             self._fh.seek(0, os.SEEK_END)
             self._size = self._fh.tell()
-            self.digest, self.toc, self._offsets = _index(self._fh, self._size, str(self.path))
+            if self._size % RECORD:
+                raise IntegrityError(f"bundle {self.path}: {self._size} bytes is not a whole "
+                                     f"number of tar records (truncated)")
+            self.digest, self.toc, self._offsets = _index(self._fh, self._size, str(self.path),
+                                                          expect)
         except BaseException:
             self._fh.close()
             raise
-        if expect_sha256 is not None and self.digest != expect_sha256.strip().lower():
-            self._fh.close()
-            raise IntegrityError(f"bundle {self.path}: digest {self.digest} is not the expected "
-                                 f"{expect_sha256}")
         self._members = {m.name: m for m in self.toc.members}
 
     def close(self) -> None:
@@ -148,7 +161,14 @@ class _Slice(ObjectStream):
         return None
 
 
-def _index(fh: BinaryIO, size: int, name: str) -> tuple[str, Toc, dict[str, int]]:
+def check_digest(digest: str, expect: str | None, name: str) -> None:
+    """IntegrityError unless the TOC's ``digest`` is the ``expect``ed one (when given)."""
+    if expect is not None and digest != expect:
+        raise IntegrityError(f"bundle {name}: digest {digest} is not the expected {expect}")
+
+
+def _index(fh: BinaryIO, size: int, name: str,
+           expect: str | None = None) -> tuple[str, Toc, dict[str, int]]:
     """(digest, TOC, data offset per member) after every structural check (module docstring)."""
     import tarfile  # here, not at the top: the store face stays cheap to import
 
@@ -167,6 +187,7 @@ def _index(fh: BinaryIO, size: int, name: str) -> tuple[str, Toc, dict[str, int]
     if len(toc_data) != toc_info.size:
         raise IntegrityError(f"bundle {name}: truncated inside its table of contents")
     digest = hashlib.sha256(toc_data).hexdigest()
+    check_digest(digest, expect, name)  # before anything the TOC says is believed
     toc = decode_toc(toc_data, f"bundle {name}")
     listed: dict[str, Member] = {m.name: m for m in toc.members}
     offsets: dict[str, int] = {}
@@ -212,27 +233,36 @@ def _check_gaps(fh: BinaryIO, infos: list[tarfile.TarInfo], size: int, name: str
             pos += len(data)
 
 
-def _decompress(path: Path, fh: BinaryIO) -> BinaryIO:
-    """A gzip bundle's tar into an anonymous temp file, stopped as soon as it grows beyond
-    what its TOC (the first member) allows."""
+def _decompress(path: Path, fh: BinaryIO, expect: str | None,
+                max_bytes: int | None) -> BinaryIO:
+    """A gzip bundle's tar into an anonymous temp file, stopped as soon as it grows beyond its
+    cap (see the module docstring); the TOC's digest is checked as soon as it is out."""
     import gzip
     import tempfile
 
+    fh.seek(0, os.SEEK_END)
+    trusted_cap = _untrusted_cap(fh.tell(), max_bytes)
     out = tempfile.TemporaryFile()  # noqa: SIM115 - returned open
     fh.seek(0)
-    limit = MAX_TOC_BYTES + 2 * _BLOCK
+    limit = min(MAX_TOC_BYTES + 2 * _BLOCK, trusted_cap)
     written = 0
     toc_end = None
     try:
         with gzip.GzipFile(fileobj=fh) as gz:
-            while chunk := gz.read(_CHUNK):
+            while chunk := gz.read(max(1, min(_CHUNK, limit + 1 - written))):
                 written += len(chunk)
                 if written > limit:
-                    raise IntegrityError(f"bundle {path}: decompresses to more than its table "
-                                         f"of contents lists")
+                    raise IntegrityError(f"bundle {path}: decompresses to more than "
+                                         f"{limit} bytes (its cap){_CAP_HINT}")
                 out.write(chunk)
                 if toc_end is None and written >= _BLOCK:
-                    toc_end, limit = _toc_limit(out, path, written)
+                    toc_end, toc_cap = _toc_limit(out, path, written, expect)
+                    authenticated = toc_end is not None and expect is not None
+                    own = max_bytes if max_bytes is not None else toc_cap
+                    limit = min(toc_cap, own if authenticated else trusted_cap)
+                    if written > limit:
+                        raise IntegrityError(f"bundle {path}: decompresses to more than "
+                                             f"{limit} bytes (its cap){_CAP_HINT}")
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         out.close()
         raise IntegrityError(f"bundle {path}: damaged gzip stream ({exc})") from None
@@ -244,8 +274,28 @@ def _decompress(path: Path, fh: BinaryIO) -> BinaryIO:
     return out  # type: ignore[return-value]
 
 
-def _toc_limit(out: BinaryIO, path: Path, written: int) -> tuple[int | None, int]:
-    """Once the TOC is decompressed: (its end, the largest tar its members allow)."""
+_CAP_HINT = "; pass --expect-sha256 or --max-bytes to allow more"
+
+
+def _untrusted_cap(compressed: int, max_bytes: int | None) -> int:
+    """The most an unauthenticated gzip bundle may expand to: the operator's ``max_bytes``,
+    else a fixed ratio of its compressed size; never into the temp directory's last bytes."""
+    import tempfile
+
+    cap = max_bytes if max_bytes is not None else \
+        compressed * UNTRUSTED_GZIP_RATIO + (16 << 20)
+    try:
+        st = os.statvfs(tempfile.gettempdir())
+        cap = min(cap, max(0, st.f_bavail * st.f_frsize - TMP_RESERVE))
+    except OSError:
+        pass
+    return cap
+
+
+def _toc_limit(out: BinaryIO, path: Path, written: int,
+               expect: str | None) -> tuple[int | None, int]:
+    """Once the TOC is decompressed: (its end, the largest tar its members allow), its digest
+    checked against ``expect`` first."""
     import tarfile
 
     head = os.pread(out.fileno(), _BLOCK, 0)
@@ -259,7 +309,9 @@ def _toc_limit(out: BinaryIO, path: Path, written: int) -> tuple[int | None, int
     end = _BLOCK + info.size
     if written < end:
         return None, MAX_TOC_BYTES + 2 * _BLOCK
-    toc = decode_toc(os.pread(out.fileno(), info.size, _BLOCK), f"bundle {path}")
+    data = os.pread(out.fileno(), info.size, _BLOCK)
+    check_digest(hashlib.sha256(data).hexdigest(), expect, str(path))
+    toc = decode_toc(data, f"bundle {path}")
     per_member = 4 * _BLOCK  # header, a long-name header and its block, padding
-    limit = end + _BLOCK + sum(m.size + per_member for m in toc.members) + 20 * _BLOCK
+    limit = end + _BLOCK + sum(m.size + per_member for m in toc.members) + 3 * RECORD
     return end, limit

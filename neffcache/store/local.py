@@ -2,6 +2,9 @@
 
 Writes go to a temp file in the same directory, are fsynced, then linked into place; ``os.link``
 fails if the final name exists, which gives an atomic "create if absent" on POSIX filesystems.
+Temp names carry the writer's PID (``.tmp-<pid>-<random>``): one whose process is gone, or older
+than ``TEMP_GRACE_SECONDS``, is stale (a writer killed mid-put); ``stale_temps`` lists them,
+``verify`` reports them, ``gc`` removes them and a copy into the store sweeps them first.
 Only a store opened with ``create=True`` (push, precompile, capture, import and copy targets)
 creates its directory; for every other command a directory that does not exist is a
 configuration error (a typo in --store must not read as an empty store, a cache miss).
@@ -13,14 +16,17 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
-from neffcache.store.base import ObjectStream
+from neffcache.store.base import ObjectStream, TempFile
 
 _CHUNK = 1 << 20
+TEMP_PREFIX = ".tmp-"
+TEMP_GRACE_SECONDS = 3600.0  # a live writer's temp file older than this is stale too
 
 
 class LocalStore:
@@ -79,7 +85,7 @@ class LocalStore:
             return False
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=final.parent)
+            fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=final.parent)
         except OSError as exc:
             raise UnavailableError(f"{self.url}/{key}: cannot write: {exc.strerror}") from None
         try:
@@ -110,7 +116,7 @@ class LocalStore:
         for dirpath, _dirs, files in os.walk(start):
             rel = Path(dirpath).relative_to(base).as_posix()
             for name in files:
-                if name.startswith(".tmp-"):
+                if name.startswith(TEMP_PREFIX):
                     continue
                 key = name if rel == "." else f"{rel}/{name}"
                 if key.startswith(prefix):
@@ -119,6 +125,51 @@ class LocalStore:
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
+
+    # -- temp files a killed writer left (store.base.TempFiles) ------------------------------
+
+    def stale_temps(self, grace: float = TEMP_GRACE_SECONDS) -> Iterator[TempFile]:
+        """Temp files whose writer is dead (by the PID in the name) or older than ``grace``."""
+        if not self.root.is_dir():
+            return
+        now = time.time()
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if not name.startswith(TEMP_PREFIX):
+                    continue
+                path = Path(dirpath, name)
+                try:
+                    st = path.lstat()
+                except FileNotFoundError:
+                    continue
+                if now - st.st_mtime >= grace or not _writer_alive(name):
+                    yield TempFile(path.relative_to(self.root).as_posix(), st.st_size,
+                                   st.st_mtime)
+
+    def remove_temp(self, temp: TempFile) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.root / temp.key)
+
+    def sweep_temps(self, grace: float = TEMP_GRACE_SECONDS) -> int:
+        """Remove the stale temp files; how many."""
+        stale = list(self.stale_temps(grace))
+        for temp in stale:
+            self.remove_temp(temp)
+        return len(stale)
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the process named in a temp file's name still runs (unknown PID: assume so)."""
+    pid = name[len(TEMP_PREFIX):].partition("-")[0]
+    if not pid.isdigit():
+        return True  # an older name without a PID: only its age tells
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class _Range(ObjectStream):

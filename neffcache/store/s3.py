@@ -19,8 +19,9 @@ ListBucket S3 answers 403 instead of 404 for a missing key, which reads as "unav
 from __future__ import annotations
 
 import io
-import itertools
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -34,6 +35,7 @@ from obstore.store import S3Store as _Client
 from neffcache.errors import NotFoundError, UsageError
 from neffcache.store.base import BLOBS, PACKS, ObjectStream, Upload, check_key
 from neffcache.store.s3_config import (
+    ENVIRONMENT,
     NONE,
     CredentialSource,
     S3Location,
@@ -65,6 +67,9 @@ _CLIENT_ERRORS = (BaseError, FileNotFoundError)
 _PROBE_PREFIX = "neffcache-check"
 # Keys whose name is the sha256 of their bytes: rewriting one rewrites the same bytes.
 _CONTENT_ADDRESSED = (BLOBS, PACKS)
+_KEY_VARIABLES = (("access_key_id", "AWS_ACCESS_KEY_ID"),
+                  ("secret_access_key", "AWS_SECRET_ACCESS_KEY"),
+                  ("session_token", "AWS_SESSION_TOKEN"))
 
 
 class S3Store:
@@ -85,6 +90,7 @@ class S3Store:
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.multipart_threshold, self.part_size = multipart_threshold, part_size
+        self._keys = {name: env[var] for name, var in _KEY_VARIABLES if env.get(var)}
         profile = read_profile(env)
         self.location = locate(bucket, self.prefix, endpoint_url, env, profile or {})
         self.credentials: CredentialSource = credential_source(env, profile)
@@ -118,10 +124,15 @@ class S3Store:
     def from_url(cls, url: str, environ: Mapping[str, str] | None = None,
                  **options: Any) -> S3Store:
         """``s3://bucket/prefix``; the endpoint comes from AWS_ENDPOINT_URL_S3 or
-        AWS_ENDPOINT_URL (else AWS's regional endpoint), credentials from the standard chain."""
+        AWS_ENDPOINT_URL (else AWS's regional endpoint), credentials from the standard chain;
+        NEFFCACHE_S3_MULTIPART_THRESHOLD and NEFFCACHE_S3_PART_SIZE (bytes) tune uploads."""
         env = os.environ if environ is None else environ
         bucket, prefix = parse_s3_url(url)
         options.setdefault("endpoint_url", configured_endpoint(env))
+        for name, var in (("multipart_threshold", "NEFFCACHE_S3_MULTIPART_THRESHOLD"),
+                          ("part_size", "NEFFCACHE_S3_PART_SIZE")):
+            if env.get(var):
+                options.setdefault(name, _byte_count(var, env[var]))
         return cls(bucket, prefix, environ=environ, **options)
 
     # -- the protocol -------------------------------------------------------------------------
@@ -181,12 +192,19 @@ class S3Store:
             return False  # skip uploading a large body the store already holds
         # A multipart upload cannot be made conditional through obstore; a racing writer of a
         # content-addressed key writes the same bytes, so the last complete upload is harmless.
-        chunks = itertools.chain((first,), iter(lambda: source.read(self.part_size), b""))
-        try:
-            obstore.put(self._client, key, chunks, use_multipart=True, chunk_size=self.part_size,
-                        max_concurrency=4)
-        except _CLIENT_ERRORS as exc:
-            raise self._error(exc, "UploadPart", key) from None
+        # The body is spooled first to an unnamed temp file (bounded memory, no name to leave
+        # behind): ``source`` may itself be an obstore stream (an S3 -> S3 copy), and reading one
+        # inside obstore.put panics ("Cannot start a runtime from within a runtime"). A
+        # source that fails its sha256 (VerifyingReader) fails here, before any upload starts.
+        with tempfile.TemporaryFile(prefix=".neffcache-put-") as spool:
+            spool.write(first)
+            shutil.copyfileobj(source, spool, self.part_size)
+            spool.seek(0)
+            try:
+                obstore.put(self._client, key, spool, use_multipart=True,
+                            chunk_size=self.part_size, max_concurrency=4)
+            except _CLIENT_ERRORS as exc:
+                raise self._error(exc, "UploadPart", key) from None
         return True
 
     def list(self, prefix: str) -> Iterator[str]:
@@ -245,6 +263,8 @@ class S3Store:
             config["endpoint"] = loc.endpoint
         if loc.region:
             config["region"] = loc.region
+        if self.credentials.name == ENVIRONMENT:  # this store's keys, not the process's
+            config.update(self._keys)  # type: ignore[typeddict-item]
         options = dict(connect_timeout=connect, read_timeout=read, timeout=request,
                        pool_max_idle_per_host=str(pool), allow_http=loc.allow_http)
         retry = {"max_retries": self._retries, "retry_timeout": retrying,
@@ -339,3 +359,10 @@ def _read_up_to(source: BinaryIO, size: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+def _byte_count(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{name}={value!r}: expected a number of bytes") from None

@@ -58,6 +58,31 @@ class CredentialSource:
         return self.name in (PROFILE, WEB_IDENTITY)
 
 
+def side_environ(env: Mapping[str, str], side: str, profile: str | None = None) -> (
+        dict[str, str]):
+    """The environment one side of a two-store command (``side`` FROM or TO) reads: ``env``
+    with every ``NEFFCACHE_<SIDE>_AWS_*`` variable as ``AWS_*``, ``NEFFCACHE_<SIDE>_S3_*`` as
+    ``NEFFCACHE_S3_*`` and ``NEFFCACHE_<SIDE>_S3_ENDPOINT`` as ``AWS_ENDPOINT_URL_S3``; a
+    ``profile`` selects that AWS profile and drops the shared environment keys (pure)."""
+    out = dict(env)
+    head = f"NEFFCACHE_{side}_"
+    if profile:
+        for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            out.pop(var, None)
+        out["AWS_PROFILE"] = profile
+    for var, value in env.items():
+        if not var.startswith(head):
+            continue
+        rest = var[len(head):]
+        if rest == "S3_ENDPOINT":
+            out["AWS_ENDPOINT_URL_S3"] = value
+        elif rest.startswith("AWS_"):
+            out[rest] = value
+        elif rest.startswith("S3_"):
+            out[f"NEFFCACHE_{rest}"] = value
+    return out
+
+
 def parse_s3_url(url: str) -> tuple[str, str]:
     """``s3://bucket/prefix`` → (bucket, prefix without surrounding slashes)."""
     parts = urlsplit(url)
