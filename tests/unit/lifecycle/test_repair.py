@@ -149,3 +149,36 @@ def test_repair_refuses_no_source_and_two_sources(good: Good) -> None:
         repair_store(RepairRequest(store=good.store))
     with pytest.raises(UsageError):
         repair_store(RepairRequest(store=good.store, source=good.store, from_dir="/tmp"))
+
+
+@pytest.mark.parametrize("writer", ["copy", "bundle-import", "push"])
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "quarantined"])
+def test_writers_never_skip_a_known_bad_object(good: Good, tmp_path: Path, writer: str,
+                                               damage: str) -> None:
+    """push, copy and bundle import rewrite a blob of an entry the target already has when the
+    blob is missing, has the wrong size or is quarantined under damaged/."""
+    import io
+
+    from neffcache.lifecycle import ImportBundleRequest, import_bundle
+    from neffcache.store import DAMAGED
+
+    target = _damaged_copy(good, str(tmp_path / "t"), "blob-deleted")
+    key = blob_key(_unpacked_small(good.manifest))
+    if damage != "deleted":
+        src = open_store(good.store).read(key)
+        body = src[:-1] if damage == "truncated" else bytes([src[0] ^ 1]) + src[1:]
+        target.put(key, io.BytesIO(body), if_absent=True)
+    if damage == "quarantined":
+        target.put(DAMAGED + key, io.BytesIO(b"{}"), if_absent=True)
+    assert verify_store(target).problems
+    if writer == "copy":
+        apply_copy(open_store(good.store), target, [good.manifest])
+    elif writer == "bundle-import":
+        import_bundle(ImportBundleRequest(good.bundle, store=target.url))
+    else:
+        cache = make_neff_cache(tmp_path / "cache", seed=7, count=10, large=1, droppings=False,
+                                large_size=(REQUIRED_OVER + MiB, REQUIRED_OVER + MiB + 1))
+        publish_entry(target, cell(64), FP, get_backend(FP.backend), {"neff": cache.root},
+                      packing=SMALL_PACKS)
+    assert verify_store(target).problems == ()
+    assert not target.has(DAMAGED + key)
