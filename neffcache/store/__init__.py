@@ -11,6 +11,7 @@ from a submodule.
   ``PENDING``, ``PACKS``, ``REPORTS``, ``RETIRED`` and ``blob_key``, ``pack_key``,
   ``manifest_key``, ``cell_pointer_key``, ``report_key``, ``entry_key_of``, ``check_key``;
   ``DAMAGED`` and ``holds_good`` (skip only an object that is not known to be bad).
+- ``MirroredStore``: stores read in order, a miss or a re-read going to the next.
 - Bundles: ``BundleStore`` (a bundle file as a read-only store) and the format, pure:
   ``Toc``, ``Member``, ``BundleEntry``, ``TOC_NAME``, ``bundle_entry``, ``encode_toc``,
   ``decode_toc``, ``plan_members``.
@@ -54,10 +55,12 @@ from neffcache.store.bundle_format import (
     encode_toc,
     plan_members,
 )
+from neffcache.store.mirrored import MirroredStore
 
 __all__ = [
     "BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED", "TOC_NAME",
-    "BundleEntry", "BundleStore", "Member", "MultipartUploads", "NotFoundError", "ObjectStream",
+    "BundleEntry", "BundleStore", "Member", "MirroredStore", "MultipartUploads", "NotFoundError",
+    "ObjectStream",
     "Store", "Toc", "Upload", "blob_key", "bundle_entry", "cell_pointer_key", "check_key",
     "decode_toc", "describe_store", "encode_toc", "entry_key_of", "holds_good", "manifest_key",
     "open_store", "pack_key", "plan_members", "report_key",
