@@ -129,10 +129,10 @@ Examples:
                    "store: no store, no index, no network.")
 @click.option("--expect-sha256", "expect", metavar="DIGEST", default=None,
               help="With --from-bundle: refuse the bundle (exit 4) unless its digest is DIGEST.")
-@click.option("--mirror", "mirrors", multiple=True, metavar="URL", envvar="NEFFCACHE_MIRRORS",
+@click.option("--mirror", "mirrors", multiple=True, metavar="URL",
               help="Another store (PATH, s3://..., bundle:FILE) read after --store, in order; "
                    "an object missing from one or failing verification comes from the next. "
-                   "Repeatable [env NEFFCACHE_MIRRORS, space-separated].")
+                   "Repeatable [env NEFFCACHE_MIRRORS or config `mirrors`, space-separated].")
 @python_option
 @click.option("--report-to", "report_to", metavar="store|none|DIR", default=None,
               help="Where to write this run's restore report: `store` (one object under the "

@@ -87,7 +87,8 @@ class RestoreRequest:
     fingerprint    restore the entries built for this fingerprint; None: this host's, read
                    with ``python`` (``precompile --verify`` passes the one it built for)
     mirrors        store URLs (or bundle:FILE) read in order after the store: an object
-                   missing from one, or failing verification, is fetched from the next
+                   missing from one, or failing verification, is fetched from the next;
+                   empty: NEFFCACHE_MIRRORS, the config file's ``mirrors``, none
     """
 
     matrix: str | Path | Matrix
@@ -216,7 +217,8 @@ def _session(request: RestoreRequest) -> _Session:
                     backend=get_backend(m.backend),
                     target=Path(request.to).expanduser().absolute(), until=until,
                     workers=request.workers, notice=request.notice or _drop,
-                    progress=request.progress, mirrors=tuple(request.mirrors))
+                    progress=request.progress,
+                    mirrors=tuple(request.mirrors) or settings.mirrors)
 
 
 def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:

@@ -73,3 +73,14 @@ def test_restore_from_a_damaged_primary_with_one_mirror_is_byte_identical(
     mirror_url = open_store(mirror).url
     assert served.get(mirror_url, 0) >= 1, served
     assert served.get(open_store(str(primary)).url, 0) >= 1, served
+
+
+def test_mirrors_come_from_the_environment_or_the_config_file() -> None:
+    from neffcache.config import load_settings, parse_config_file
+
+    env = {"NEFFCACHE_HOME": "/h", "NEFFCACHE_MIRRORS": "s3://b/m bundle:/opt/x.bundle"}
+    assert load_settings(env).mirrors == ("s3://b/m", "bundle:/opt/x.bundle")
+    file = parse_config_file('mirrors = "/srv/m"', "config.toml")
+    assert load_settings({"NEFFCACHE_HOME": "/h"}, file).mirrors == ("/srv/m",)
+    assert load_settings(env, file).mirrors[0] == "s3://b/m"
+    assert load_settings({"NEFFCACHE_HOME": "/h"}).mirrors == ()
