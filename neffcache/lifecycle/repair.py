@@ -21,7 +21,16 @@ from neffcache.hashing import CHUNK, VerifyingReader
 from neffcache.lifecycle.verify import Problem
 from neffcache.lifecycle.verify_local import read_local_manifests
 from neffcache.manifest import Manifest, PackRecord, decode_manifest, encode_manifest
-from neffcache.store import BLOBS, MANIFESTS, PACKS, Store, blob_key, entry_key_of, pack_key
+from neffcache.store import (
+    BLOBS,
+    DAMAGED,
+    MANIFESTS,
+    PACKS,
+    Store,
+    blob_key,
+    entry_key_of,
+    pack_key,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +112,10 @@ def rewrite_object(target: Store, source: Store, item: RepairItem) -> str:
             _stream(target, source, item)
     except (NotFoundError, IntegrityError):
         return "unavailable"
-    return "repaired" if object_is_good(target, item) else "unavailable"
+    if not object_is_good(target, item):
+        return "unavailable"
+    target.delete(DAMAGED + item.key)  # no longer quarantined
+    return "repaired"
 
 
 def _stream(target: Store, source: Store, item: RepairItem) -> None:

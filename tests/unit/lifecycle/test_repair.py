@@ -182,3 +182,21 @@ def test_writers_never_skip_a_known_bad_object(good: Good, tmp_path: Path, write
                       packing=SMALL_PACKS)
     assert verify_store(target).problems == ()
     assert not target.has(DAMAGED + key)
+
+
+def test_verify_quarantine_makes_copy_rewrite_a_flipped_blob_of_the_same_size(
+        good: Good, tmp_path: Path) -> None:
+    """The issue's case: one byte flipped, size unchanged; verify --quarantine marks it and a
+    copy from a good store then rewrites it."""
+    from neffcache.lifecycle import VerifyStoreRequest
+    from neffcache.lifecycle import verify_store as verify_use_case
+    from neffcache.store import DAMAGED
+
+    target = _damaged_copy(good, str(tmp_path / "t"), "blob-flipped")
+    key = blob_key(_unpacked_small(good.manifest))
+    apply_copy(open_store(good.store), target, [good.manifest])
+    assert verify_store(target).problems, "without a mark, the same size is not known bad"
+    verify_use_case(VerifyStoreRequest(store=target.url, quarantine=True))
+    assert target.has(DAMAGED + key)
+    apply_copy(open_store(good.store), target, [good.manifest])
+    assert verify_store(target).problems == () and not target.has(DAMAGED + key)
