@@ -84,3 +84,34 @@ def test_mirrors_come_from_the_environment_or_the_config_file() -> None:
     assert load_settings({"NEFFCACHE_HOME": "/h"}, file).mirrors == ("/srv/m",)
     assert load_settings(env, file).mirrors[0] == "s3://b/m"
     assert load_settings({"NEFFCACHE_HOME": "/h"}).mirrors == ()
+
+
+def test_an_s3_primary_with_damage_restores_from_a_local_mirror(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_url: str) -> None:
+    import io
+
+    from neffcache.lifecycle.copy import apply_copy
+    from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
+
+    monkeypatch.setenv(*INSTANCE_TYPE)
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(MATRIX, encoding="utf-8")
+    mirror = open_store(str(tmp_path / "mirror"), create=True)
+    (published,) = publish_for_this_host(mirror, matrix, tmp_path / "work", [CELL_64],
+                                         count=40)
+    primary = open_store(s3_url)
+    apply_copy(mirror, primary, read_manifests(mirror, select_entry_keys(mirror, None)))
+    keys = sorted(k for k in primary.list("") if k.startswith((BLOBS, PACKS)))
+    for key in keys[::10]:
+        data = bytearray(primary.read(key))
+        data[len(data) // 2] ^= 0x40
+        primary.delete(key)
+        primary.put(key, io.BytesIO(bytes(data)), if_absent=True)
+    primary.delete(blob_key(published.large_sha256))
+    result = restore(RestoreRequest(matrix=matrix, to=tmp_path / "out", cells=[CELL_64],
+                                    store=s3_url, report_to="none", mirrors=[mirror.url]))
+    assert result.exit_code == 0, result.to_json()
+    tree = read_tree(tmp_path / "out" / "neff")
+    tree.pop(STATE_FILE)
+    assert tree == published.files
+    assert result.to_json()["served_by"][mirror.url] >= len(keys[::10]) + 1
