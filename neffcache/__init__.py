@@ -22,6 +22,7 @@ subclass only when it cannot produce a result at all (bad input, store unreachab
     collect_garbage(CollectGarbageRequest) -> ...              neffcache gc
     retire_entries(RetireEntriesRequest) -> ...                neffcache retire
     copy_entries(CopyEntriesRequest) -> ...                    neffcache copy
+    repair_store(RepairRequest) -> RepairResult                neffcache repair
     export_bundle / import_bundle / show_bundle                neffcache bundle ...
     reindex_store, ingest_restore_reports                      neffcache reindex, reports ingest
     register_matrix_file, list_registered_matrices,
@@ -113,6 +114,8 @@ if TYPE_CHECKING:
         ExportBundleResult,
         ImportBundleRequest,
         ImportBundleResult,
+        RepairRequest,
+        RepairResult,
         RetireEntriesRequest,
         RetireEntriesResult,
         ShowBundleRequest,
@@ -125,6 +128,7 @@ if TYPE_CHECKING:
         copy_entries,
         export_bundle,
         import_bundle,
+        repair_store,
         retire_entries,
         show_bundle,
         verify_local_dir,
@@ -228,7 +232,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys((
         "CollectGarbageRequest", "CollectGarbageResult", "CopyEntriesRequest",
         "CopyEntriesResult", "ExportBundleRequest", "ExportBundleResult", "ImportBundleRequest",
-        "ImportBundleResult", "RetireEntriesRequest", "RetireEntriesResult",
+        "ImportBundleResult", "RepairRequest", "RepairResult", "RetireEntriesRequest",
+        "RetireEntriesResult", "repair_store",
         "ShowBundleRequest", "ShowBundleResult", "VerifyLocalDirRequest",
         "VerifyLocalDirResult", "VerifyStoreRequest", "VerifyStoreResult", "collect_garbage",
         "copy_entries", "export_bundle", "import_bundle", "retire_entries", "show_bundle",
@@ -272,7 +277,8 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult", "ManifestError",
     "MatrixError", "NeffcacheError", "NotFoundError", "PrecompileRequest", "PrecompileResult",
     "PushRequest", "PushResult", "RegisterMatrixFileRequest", "RegisterMatrixFileResult",
-    "ReindexStoreRequest", "ReindexStoreResult", "ReportError", "RestorePreview",
+    "ReindexStoreRequest", "ReindexStoreResult", "RepairRequest", "RepairResult",
+    "ReportError", "RestorePreview",
     "RestoreRequest", "RestoreResult", "RetireEntriesRequest", "RetireEntriesResult",
     "SchemaOutdatedError", "ServeRequest", "ShowBundleRequest", "ShowBundleResult",
     "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult", "ShowSchemaRequest",
@@ -282,7 +288,8 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "check_warm", "collect_garbage", "copy_entries", "coverage", "explain_fingerprint",
     "export_bundle", "import_bundle", "ingest_restore_reports", "list_entries",
     "list_registered_matrices", "precompile", "preview_restore", "push", "register_matrix_file",
-    "reindex_store", "restore", "retire_entries", "run_demo", "serve", "show_bundle",
+    "reindex_store", "repair_store", "restore", "retire_entries", "run_demo", "serve",
+    "show_bundle",
     "show_fingerprint", "show_registered_matrix", "show_schema", "upgrade_schema", "verify",
     "verify_local_dir", "verify_store"
 ]

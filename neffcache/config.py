@@ -29,7 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-FILE_KEYS = ("store", "index", "python", "reports")
+FILE_KEYS = ("store", "index", "python", "reports", "mirrors")
 REPORTS_TO_STORE, REPORTS_OFF = "store", "none"
 # Tables of the config file: [retire] holds the retire policy (`neffcache retire`).
 TABLE_KEYS = {"retire": {"keep_sdk_versions": int, "keep_matrices": list,
@@ -50,6 +50,9 @@ class Settings:
     # The config file's [retire] table: keep_sdk_versions (int), keep_matrices (paths),
     # keep_restored_days (int).
     retire: tuple[tuple[str, Any], ...] = ()
+    # Stores a restore reads after store_url, in order (NEFFCACHE_MIRRORS or the file's
+    # `mirrors`, space-separated; restore --mirror replaces them).
+    mirrors: tuple[str, ...] = ()
 
     @property
     def index_is_embedded(self) -> bool:
@@ -115,9 +118,10 @@ def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | N
     reports_to = reports_destination(reports or environ.get("NEFFCACHE_REPORTS")
                                      or file_values.get("reports") or REPORTS_TO_STORE)
     retire = file_values.get("retire") or {}
+    mirrors = str(environ.get("NEFFCACHE_MIRRORS") or file_values.get("mirrors") or "")
     return Settings(home=home, store_url=str(store_url), index_url=str(index_url),
                     index_explicit=bool(named_index), python=interpreter or None,
-                    reports_to=reports_to,
+                    reports_to=reports_to, mirrors=tuple(mirrors.split()),
                     retire=tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
                                         for k, v in retire.items())))
 

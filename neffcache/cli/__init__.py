@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "reports": ("neffcache.cli.reports", "reports",
                 "Ingest restore reports (store objects or files) into the index."),
     "db": ("neffcache.cli.db", "db", "Index database maintenance (upgrade)."),
+    "repair": ("neffcache.cli.repair", "repair",
+               "Rewrite missing or damaged objects from a mirror, bundle or directory."),
     "gc": ("neffcache.cli.maintenance", "gc",
            "Delete blobs no manifest references; abort stale uploads."),
     "precompile": ("neffcache.cli.precompile", "precompile",

@@ -101,10 +101,13 @@ Examples:
 @click.option("--local", "local", metavar="DIR", default=None, type=click.Path(file_okay=False),
               help="Instead of the store: re-hash the files restored into DIR against the "
                    "manifests restore kept there.")
+@click.option("--quarantine", is_flag=True,
+              help="Mark each damaged blob or pack under damaged/ in the store, so push, copy "
+                   "and bundle import rewrite it instead of skipping it.")
 @store_option
 @json_option
 def verify(quick: bool, workers: int, local: str | None, store: str | None,
-           as_json: bool) -> None:
+           as_json: bool, quarantine: bool = False) -> None:
     from neffcache.lifecycle import (
         VerifyLocalDirRequest,
         VerifyStoreRequest,
@@ -117,7 +120,8 @@ def verify(quick: bool, workers: int, local: str | None, store: str | None,
         result = verify_local_dir(VerifyLocalDirRequest(local, workers=workers))
     else:
         result = verify_store(VerifyStoreRequest(store=store, quick=quick, workers=workers,
-                                                 progress=counter("verify", "blobs", 50)))
+                                                 progress=counter("verify", "blobs", 50),
+                                                 quarantine=quarantine))
     finish(result, as_json, lambda: _verify_text(result))
 
 

@@ -129,6 +129,10 @@ Examples:
                    "store: no store, no index, no network.")
 @click.option("--expect-sha256", "expect", metavar="DIGEST", default=None,
               help="With --from-bundle: refuse the bundle (exit 4) unless its digest is DIGEST.")
+@click.option("--mirror", "mirrors", multiple=True, metavar="URL",
+              help="Another store (PATH, s3://..., bundle:FILE) read after --store, in order; "
+                   "an object missing from one or failing verification comes from the next. "
+                   "Repeatable [env NEFFCACHE_MIRRORS or config `mirrors`, space-separated].")
 @python_option
 @click.option("--report-to", "report_to", metavar="store|none|DIR", default=None,
               help="Where to write this run's restore report: `store` (one object under the "
@@ -146,7 +150,8 @@ Examples:
 def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | None,
             print_env: bool, workers: int | None, bundle: str | None, expect: str | None,
             python: str | None, report_to: str | None, store: str | None,
-            index: str | None, dry_run: bool, as_json: bool) -> None:
+            index: str | None, dry_run: bool, as_json: bool,
+            mirrors: tuple[str, ...] = ()) -> None:
     started = _process_start()
     _check_flags(print_env=print_env, as_json=as_json, dry_run=dry_run, bundle=bundle)
     if index is not None:
@@ -161,7 +166,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         workers=workers, bundle=bundle, expect_sha256=expect, python=python,
         report_to=report_to, store=store, notice=bar.notice if bar else progress,
         progress=bar.update if bar else None,
-        on_environment=_print_env if print_env else None)
+        on_environment=_print_env if print_env else None, mirrors=mirrors)
     if dry_run:
         _show_preview(preview_restore(request), as_json)
         return
@@ -248,6 +253,7 @@ def _details(doc: dict[str, Any]) -> list[str]:
     for f in doc["cells_failed"]:
         lines.append(f"failed: {f['cell']}: {f['error']}")
     lines.extend(f"file failed: {f['error']}" for f in doc["files_failed"][:10])
+    lines.extend(f"served by {url}: {n} object(s)" for url, n in doc["served_by"].items())
     return lines
 
 

@@ -9,6 +9,7 @@ one takes ``dry_run``, and ``confirmed`` or a ``confirm(preview)`` callback.
     collect_garbage(CollectGarbageRequest) -> CollectGarbageResult   neffcache gc
     retire_entries(RetireEntriesRequest) -> RetireEntriesResult      neffcache retire
     copy_entries(CopyEntriesRequest) -> CopyEntriesResult            neffcache copy
+    repair_store(RepairRequest) -> RepairResult                      neffcache repair
     export_bundle(ExportBundleRequest) -> ExportBundleResult         neffcache bundle export
     import_bundle(ImportBundleRequest) -> ImportBundleResult         neffcache bundle import
     show_bundle(ShowBundleRequest) -> ShowBundleResult               neffcache bundle show
@@ -16,9 +17,10 @@ one takes ``dry_run``, and ``confirmed`` or a ``confirm(preview)`` callback.
 Modules, bottom to top (see ARCHITECTURE.md):
 ``entry_select`` which entries · ``verify`` and
 ``verify_local`` integrity of a store and of a restored tree · ``retire`` by policy · ``gc``
-unreferenced blobs · ``copy`` between stores · ``bundle_write`` a bundle file (its format
-and the bundle store live in ``neffcache.store``) ·
-``verify_run``, ``gc_run``, ``retire_run``, ``copy_run`` and ``bundle_run`` the use cases.
+unreferenced blobs · ``copy`` between stores · ``repair`` bad objects from good bytes ·
+``bundle_write`` a bundle file (its format and the bundle store live in ``neffcache.store``) ·
+``verify_run``, ``gc_run``, ``retire_run``, ``copy_run``, ``repair_run`` and ``bundle_run`` the
+use cases.
 Importing this package imports no SQL, AWS or torch library.
 """
 
@@ -40,6 +42,7 @@ from neffcache.lifecycle.gc_run import (
     CollectGarbageResult,
     collect_garbage,
 )
+from neffcache.lifecycle.repair_run import RepairRequest, RepairResult, repair_store
 from neffcache.lifecycle.retire import sdk_label
 from neffcache.lifecycle.retire_run import (
     RetireEntriesRequest,
@@ -58,8 +61,10 @@ from neffcache.lifecycle.verify_run import (
 __all__ = [
     "CollectGarbageRequest", "CollectGarbageResult", "CopyEntriesRequest", "CopyEntriesResult",
     "ExportBundleRequest", "ExportBundleResult", "ImportBundleRequest", "ImportBundleResult",
-    "RetireEntriesRequest", "RetireEntriesResult", "ShowBundleRequest", "ShowBundleResult",
+    "RepairRequest", "RepairResult", "RetireEntriesRequest", "RetireEntriesResult",
+    "ShowBundleRequest", "ShowBundleResult",
     "VerifyLocalDirRequest", "VerifyLocalDirResult", "VerifyStoreRequest", "VerifyStoreResult",
-    "collect_garbage", "copy_entries", "export_bundle", "import_bundle", "retire_entries",
+    "collect_garbage", "copy_entries", "export_bundle", "import_bundle", "repair_store",
+    "retire_entries",
     "sdk_label", "show_bundle", "verify_local_dir", "verify_store",
 ]

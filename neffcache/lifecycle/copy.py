@@ -19,7 +19,7 @@ from neffcache.errors import ExitRule, IntegrityError
 from neffcache.hashing import VerifyingReader
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
 from neffcache.precompile import REFRESH_SECONDS, held_intents, write_pointer
-from neffcache.store import Store, blob_key, manifest_key, pack_key
+from neffcache.store import Store, blob_key, holds_good, manifest_key, pack_key
 from neffcache.thread_pool import map_in_threads
 
 
@@ -74,16 +74,17 @@ def plan_copy(manifests: Sequence[Manifest]) -> CopyPlan:
     return CopyPlan(tuple(order), tuple(sorted(packs.values(), key=lambda p: p.sha256)))
 
 
-def already_copied(dst: Store, key: str) -> bool:
-    """The skip decision, in one place: whether ``dst`` already holds ``key`` (a rerun skips
-    it). Content-addressed keys are written only after their sha256 was checked."""
-    return dst.has(key)
+def already_copied(dst: Store, key: str, size: int) -> bool:
+    """The skip decision, in one place: whether ``dst`` already holds a good ``key`` (a rerun
+    skips it); an object that is missing, the wrong size or marked damaged is rewritten."""
+    return holds_good(dst, key, size)
 
 
 def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> bool:
-    """Stream one object from ``src`` to ``dst`` unless ``dst`` has it; its bytes must have
-    ``size`` and ``sha256`` or nothing is committed (IntegrityError). True when written."""
-    if already_copied(dst, key):
+    """Stream one object from ``src`` to ``dst`` unless ``dst`` holds it and it is not known to
+    be bad (``holds_good``); its bytes must have ``size`` and ``sha256`` or nothing is
+    committed (IntegrityError). True when written."""
+    if already_copied(dst, key, size):
         return False
     with src.open(key) as raw:
         reader = VerifyingReader(raw, size=size, sha256=sha256, name=f"{src.url}/{key}")
@@ -106,7 +107,7 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
     present = [m for m in manifests if dst.has(manifest_key(m.entry_key))]
     have = {m.entry_key for m in present}
     todo = [m for m in manifests if m.entry_key not in have]
-    plan = plan_copy(todo)
+    plan = plan_copy(manifests)  # a present entry's objects too: one may have gone bad
     done = 0
 
     def blob(item: tuple[str, int]) -> tuple[str, int, bool]:

@@ -3,6 +3,7 @@ restored directory re-hashed against its manifests), each from a typed request."
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from neffcache.config import read_settings
 from neffcache.lifecycle import verify, verify_local
 from neffcache.lifecycle.verify import VerifyStoreResult
 from neffcache.lifecycle.verify_local import VerifyLocalDirResult
-from neffcache.store import open_store
+from neffcache.store import BLOBS, DAMAGED, PACKS, open_store
 
 # Re-hashing a restored directory is disk-bound: more readers than this only contend.
 LOCAL_WORKERS_MAX = 8
@@ -25,12 +26,15 @@ class VerifyStoreRequest:
     ``store``: a store URL (None: as the CLI would, NEFFCACHE_STORE > config file > default);
     ``quick``: only check that every referenced blob and pack exists (no download);
     ``workers``: parallel reads; ``progress(done, total)``: called per blob checked.
+    ``quarantine``: mark each damaged blob or pack (wrong size or sha256) with a
+    ``damaged/<key>`` object, so push, copy and bundle import rewrite it instead of skipping.
     """
 
     store: str | None = None
     quick: bool = False
     workers: int = 8
     progress: Callable[[int, int], None] | None = None
+    quarantine: bool = False
 
 
 def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
@@ -41,8 +45,13 @@ def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
     reached at all, ConfigError for a bad store URL."""
     s = open_store(read_settings(os.environ, store=request.store).store_url)
     s.check()
-    return verify.verify_store(s, quick=request.quick, workers=request.workers,
-                               progress=request.progress)
+    result = verify.verify_store(s, quick=request.quick, workers=request.workers,
+                                 progress=request.progress)
+    if request.quarantine:
+        for p in result.problems:
+            if p.kind in ("size", "sha256") and p.key.startswith((BLOBS, PACKS)):
+                s.put(DAMAGED + p.key, io.BytesIO(p.message.encode("utf-8")), if_absent=True)
+    return result
 
 
 @dataclass(frozen=True, slots=True)

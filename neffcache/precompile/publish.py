@@ -30,7 +30,7 @@ from typing import Any
 
 from neffcache.backends import Backend
 from neffcache.canonical import canonical_json
-from neffcache.errors import IntegrityError, UsageError
+from neffcache.errors import IntegrityError, ManifestError, NotFoundError, UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.hashing import VerifyingReader, sha256_file, sha256_file_parts
 from neffcache.manifest import (
@@ -39,6 +39,7 @@ from neffcache.manifest import (
     PackMember,
     PackRecord,
     PartDigests,
+    decode_manifest,
     encode_manifest,
     validate_files,
 )
@@ -46,7 +47,14 @@ from neffcache.matrix import Cell
 from neffcache.parts import DEFAULT_PARTS, PartPolicy, needs_parts
 from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
 from neffcache.precompile.packing import DEFAULT_POLICY, PackPolicy, plan_packs
-from neffcache.store import Store, blob_key, cell_pointer_key, manifest_key, pack_key
+from neffcache.store import (
+    Store,
+    blob_key,
+    cell_pointer_key,
+    holds_good,
+    manifest_key,
+    pack_key,
+)
 from neffcache.version import __version__
 
 DEFAULT_WORKERS = 8
@@ -167,11 +175,9 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         compile_seconds=compile_seconds,
         created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     mkey = manifest_key(manifest.entry_key)
-    if store.has(mkey):
-        write_pointer(store, manifest)
-        return PublishResult(manifest, False, 0, len({f.sha256 for f in files}), 0)
-
     sources = {f.sha256: (f, Path(roots[f.root], *f.path.split("/"))) for f in files}
+    if store.has(mkey):
+        return _refill(store, manifest, mkey, sources, workers)
     # The intent is in the store before any blob is looked at: a blob found present and skipped
     # is named by a fresh intent from then on, so gc spares it.
     with held_intents(store, [manifest], every=refresh_every):
@@ -191,6 +197,20 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                          packs_uploaded, pack_bytes)
 
 
+def _refill(store: Store, manifest: Manifest, mkey: str,
+            sources: Mapping[str, tuple[FileRecord, Path]], workers: int) -> PublishResult:
+    """The entry exists: upload only the blobs it names that the store lacks or holds known
+    bad (``holds_good``), so a push repairs what a gone-bad store lost."""
+    try:
+        named = {f.sha256 for f in decode_manifest(store.read(mkey), source=mkey).files}
+    except (ManifestError, NotFoundError):
+        named = set(sources)
+    uploaded, skipped, nbytes = _upload_blobs(
+        store, {s: v for s, v in sources.items() if s in named}, workers, None)
+    write_pointer(store, manifest)
+    return PublishResult(manifest, False, len(uploaded), len(sources) - len(uploaded), nbytes)
+
+
 def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
                   on_progress: Callable[[int, int], None] | None
                   ) -> tuple[list[str], list[str], int]:
@@ -201,7 +221,7 @@ def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], 
     def one(sha: str) -> tuple[str, bool]:
         record, path = sources[sha]
         key = blob_key(sha)
-        if store.has(key):
+        if holds_good(store, key, record.size):
             return sha, False
         return sha, _upload_file(store, key, record, path)
 

@@ -70,6 +70,8 @@ class RestoreResult(ExitRule):
     # The flags with which `neffcache fingerprint --explain` takes the same fingerprint and
     # reads the same store (--python PATH, --store URL): the exit-5 hint carries them.
     explain_args: tuple[str, ...] = ()
+    # With mirrors: (store URL, objects or ranges it served), in the stores' order.
+    served_by: tuple[tuple[str, int], ...] = ()
 
     def error(self) -> NeffcacheError | None:
         """The error this restore ends with, or None; see the module docstring."""
@@ -99,7 +101,8 @@ class RestoreResult(ExitRule):
     def to_json(self) -> dict[str, Any]:
         """The restore's JSON document (a documented contract: fields are added, never
         renamed): status, exit_code, error, the cells, files and bytes, deadline_hit,
-        seconds, environment, conflicts, stale_temps_removed, fingerprint_python."""
+        seconds, environment, conflicts, stale_temps_removed, fingerprint_python, served_by
+        (store URL -> objects served; empty without mirrors)."""
         res = self.resolution
         return {
             "schema_version": REPORT_SCHEMA,
@@ -117,6 +120,7 @@ class RestoreResult(ExitRule):
             "conflicts": len(self.conflicts),
             "stale_temps_removed": self.stale_temps_removed,
             "fingerprint_python": self.fingerprint_python,
+            "served_by": dict(self.served_by),
         }
 
 

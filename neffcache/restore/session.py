@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +44,7 @@ from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict
 from neffcache.restore.preview import RestorePreview, preview_cells
 from neffcache.restore.run import restore_cells
-from neffcache.store import BundleStore, describe_store, open_store
+from neffcache.store import BundleStore, MirroredStore, Store, describe_store, open_store
 from neffcache.thread_pool import usable_cpus
 from neffcache.version import __version__
 
@@ -85,6 +86,9 @@ class RestoreRequest:
                    touched: a boot hook can export it even when the restore then fails
     fingerprint    restore the entries built for this fingerprint; None: this host's, read
                    with ``python`` (``precompile --verify`` passes the one it built for)
+    mirrors        store URLs (or bundle:FILE) read in order after the store: an object
+                   missing from one, or failing verification, is fetched from the next;
+                   empty: NEFFCACHE_MIRRORS, the config file's ``mirrors``, none
     """
 
     matrix: str | Path | Matrix
@@ -102,6 +106,7 @@ class RestoreRequest:
     progress: Progress | None = None
     on_environment: Callable[[Mapping[str, str]], None] | None = None
     fingerprint: Fingerprint | None = None
+    mirrors: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,7 @@ class _Session:
     workers: int | None
     notice: Notice
     progress: Progress | None
+    mirrors: tuple[str, ...] = ()
 
 
 def restore(request: RestoreRequest) -> RestoreResult:
@@ -211,7 +217,8 @@ def _session(request: RestoreRequest) -> _Session:
                     backend=get_backend(m.backend),
                     target=Path(request.to).expanduser().absolute(), until=until,
                     workers=request.workers, notice=request.notice or _drop,
-                    progress=request.progress)
+                    progress=request.progress,
+                    mirrors=tuple(request.mirrors) or settings.mirrors)
 
 
 def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
@@ -267,9 +274,25 @@ def _from_store(s: _Session, fingerprint: Fingerprint) -> RestoreResult:
     store = open_store(s.settings.store_url, deadline=s.until)
     if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
         store.check()
+    if s.mirrors:
+        return _from_mirrors(s, fingerprint, store)
     return restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                          workers=s.workers or default_workers(), deadline=s.until,
                          progress=s.progress, notice=s.notice)
+
+
+def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> RestoreResult:
+    """The store, then each mirror in order; the result says what each served."""
+    with ExitStack() as stack:
+        mirrors = [open_store(url, deadline=s.until) for url in s.mirrors]
+        for m in mirrors:
+            if isinstance(m, BundleStore):
+                stack.enter_context(m)
+        store = MirroredStore([primary, *mirrors])
+        result = restore_cells(store, s.cells, s.backend, fingerprint, s.target,
+                               workers=s.workers or default_workers(), deadline=s.until,
+                               progress=s.progress, notice=s.notice)
+        return replace(result, served_by=tuple(store.served().items()))
 
 
 def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> RestoreResult:

@@ -9,7 +9,9 @@ from a submodule.
   ``ObjectStream`` the base of a backend's read stream; ``NotFoundError`` the one "not found".
 - The key layout (see ``neffcache.store.base``): ``BLOBS``, ``MANIFESTS``, ``CELLS``,
   ``PENDING``, ``PACKS``, ``REPORTS``, ``RETIRED`` and ``blob_key``, ``pack_key``,
-  ``manifest_key``, ``cell_pointer_key``, ``report_key``, ``entry_key_of``, ``check_key``.
+  ``manifest_key``, ``cell_pointer_key``, ``report_key``, ``entry_key_of``, ``check_key``;
+  ``DAMAGED`` and ``holds_good`` (skip only an object that is not known to be bad).
+- ``MirroredStore``: stores read in order, a miss or a re-read going to the next.
 - Bundles: ``BundleStore`` (a bundle file as a read-only store) and the format, pure:
   ``Toc``, ``Member``, ``BundleEntry``, ``TOC_NAME``, ``bundle_entry``, ``encode_toc``,
   ``decode_toc``, ``plan_members``.
@@ -24,6 +26,7 @@ from neffcache.errors import ConfigError, NotFoundError, UsageError
 from neffcache.store.base import (
     BLOBS,
     CELLS,
+    DAMAGED,
     MANIFESTS,
     PACKS,
     PENDING,
@@ -39,6 +42,7 @@ from neffcache.store.base import (
     cell_pointer_key,
     check_key,
     entry_key_of,
+    holds_good,
     manifest_key,
     pack_key,
     report_key,
@@ -54,15 +58,17 @@ from neffcache.store.bundle_format import (
     encode_toc,
     plan_members,
 )
+from neffcache.store.mirrored import MirroredStore
 from neffcache.store.s3_config import side_environ
 
 __all__ = [
-    "BLOBS", "CELLS", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED", "TOC_NAME",
-    "BundleEntry", "BundleStore", "Member", "MultipartUploads", "NotFoundError", "ObjectStream",
+    "BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED", "TOC_NAME",
+    "BundleEntry", "BundleStore", "Member", "MirroredStore", "MultipartUploads", "NotFoundError",
+    "ObjectStream",
     "Store", "TempFile", "TempFiles", "Toc", "Upload", "blob_key", "bundle_entry",
     "cell_pointer_key", "check_key",
-    "decode_toc", "describe_store", "encode_toc", "entry_key_of", "manifest_key", "open_store",
-    "pack_key", "plan_members", "report_key", "side_environ",
+    "decode_toc", "describe_store", "encode_toc", "entry_key_of", "holds_good", "manifest_key",
+    "open_store", "pack_key", "plan_members", "report_key", "side_environ",
 ]
 
 BUNDLE = "bundle:"

@@ -16,6 +16,8 @@ Keys are relative POSIX strings. Layout (under a store's root or prefix):
                                    (create-only); reindex and serve ingest them into the index
     retired/<time>-<id>.json       a retire: who, when, why, which entries and what they
                                    referenced (gc spares that while the record is young)
+    damaged/<key>                  quarantine: an object found damaged; writers treat the
+                                   object as absent (``holds_good``) until it is rewritten
 
 Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
 SDK's other failures into ``UnavailableError`` once, inside the backend.
@@ -28,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
-from neffcache.errors import UsageError
+from neffcache.errors import NotFoundError, UsageError
 
 BLOBS = "blobs/sha256/"
 MANIFESTS = "manifests/"
@@ -37,6 +39,7 @@ PENDING = "pending/"
 PACKS = "packs/"
 REPORTS = "reports/"
 RETIRED = "retired/"
+DAMAGED = "damaged/"
 
 
 def check_key(key: str) -> str:
@@ -67,6 +70,21 @@ def cell_pointer_key(cell_key: str, fingerprint_key: str) -> str:
 def report_key(day: str, report_id: str) -> str:
     """``reports/<day>/<report-id>.json``; ``day`` is the report's UTC date, YYYY-MM-DD."""
     return f"{REPORTS}{day}/{report_id}.json"
+
+
+def holds_good(store: Store, key: str, size: int) -> bool:
+    """Whether a writer may skip ``key``: the object exists, is ``size`` bytes (one ranged
+    read of its last byte) and is not quarantined under ``damaged/``. A known-bad object (a
+    wrong size or quarantined) is deleted, so the caller's create-only put rewrites it."""
+    try:
+        tail = store.read(key, max(0, size - 1), 2)
+    except NotFoundError:
+        return False
+    if len(tail) == min(size, 1) and not store.has(DAMAGED + key):
+        return True
+    store.delete(key)
+    store.delete(DAMAGED + key)
+    return False
 
 
 def entry_key_of(manifest_object_key: str) -> str | None:

@@ -62,12 +62,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.lifecycle.entry_select",
      "neffcache.lifecycle.verify", "neffcache.lifecycle.verify_local",
      "neffcache.lifecycle.retire"),
-    ("neffcache.lifecycle.gc", "neffcache.lifecycle.copy"),
+    ("neffcache.lifecycle.gc", "neffcache.lifecycle.copy", "neffcache.lifecycle.repair"),
     ("neffcache.lifecycle.bundle_write",),
     # lifecycle's use cases, and its face
     ("neffcache.lifecycle.verify_run", "neffcache.lifecycle.gc_run",
      "neffcache.lifecycle.retire_run", "neffcache.lifecycle.copy_run",
-     "neffcache.lifecycle.bundle_run", "neffcache.lifecycle"),
+     "neffcache.lifecycle.bundle_run", "neffcache.lifecycle.repair_run",
+     "neffcache.lifecycle"),
     # applications of the library
     ("neffcache.demo", "neffcache.server"),
     # the public Python API: every face's use cases, re-exported

@@ -1,0 +1,192 @@
+"""Repair a store: which objects are missing or damaged (from verify's problems, pure), and the
+sources of good bytes a repair rewrites them from (another store, a bundle, a restored dir).
+
+``plan_repair`` is pure. ``rewrite_object`` writes one object, and only when the target's copy
+is still bad right before the write and the new bytes match the manifest's size and sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from neffcache.backends import BACKENDS, root_dirs
+from neffcache.errors import IntegrityError, ManifestError, NotFoundError, UsageError
+from neffcache.hashing import CHUNK, VerifyingReader
+from neffcache.lifecycle.verify import Problem
+from neffcache.lifecycle.verify_local import read_local_manifests
+from neffcache.manifest import Manifest, PackRecord, decode_manifest, encode_manifest
+from neffcache.store import (
+    BLOBS,
+    DAMAGED,
+    MANIFESTS,
+    PACKS,
+    Store,
+    blob_key,
+    entry_key_of,
+    pack_key,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RepairItem:
+    """One object to rewrite: its key, kind (blob | pack | manifest), why, and (blobs and
+    packs) the size and sha256 its new bytes must have."""
+
+    key: str
+    kind: str
+    reason: str
+    size: int | None = None
+    sha256: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"key": self.key, "kind": self.kind, "reason": self.reason,
+                "size": self.size, "sha256": self.sha256}
+
+
+def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
+                packs: Mapping[str, PackRecord]) -> tuple[RepairItem, ...]:
+    """The objects to rewrite for verify's ``problems``, each once, in key order (pure).
+    ``blobs``: sha256 -> size and ``packs``: sha256 -> record, as the manifests record them.
+    An unreadable object ("unavailable") is not planned: it may be good."""
+    items: dict[str, RepairItem] = {}
+    for p in problems:
+        if p.kind == "unavailable" or p.key in items:
+            continue
+        name = p.key.rsplit("/", 1)[-1]
+        if p.key.startswith(BLOBS) and name in blobs:
+            items[p.key] = RepairItem(p.key, "blob", p.kind, blobs[name], name)
+        elif p.key.startswith(PACKS) and name in packs:
+            items[p.key] = RepairItem(p.key, "pack", p.kind, packs[name].size, name)
+        elif p.key.startswith(MANIFESTS) and entry_key_of(p.key) is not None:
+            items[p.key] = RepairItem(p.key, "manifest", p.kind)
+    return tuple(items[k] for k in sorted(items))
+
+
+def good_manifest(data: bytes, key: str) -> Manifest | None:
+    """The manifest in ``data`` when it decodes and describes the entry its key names."""
+    try:
+        doc = decode_manifest(data, source=key)
+        backend = BACKENDS.get(doc.fingerprint.backend)
+        decode_manifest(data, allowed_roots=backend.root_names if backend else None, source=key)
+    except ManifestError:
+        return None
+    return doc if doc.entry_key == entry_key_of(key) else None
+
+
+def object_is_good(store: Store, item: RepairItem) -> bool:
+    """Whether the target's object is good after all (re-checked right before a write)."""
+    try:
+        if item.kind == "manifest":
+            return good_manifest(store.read(item.key), item.key) is not None
+        h, n = hashlib.sha256(), 0
+        with store.open(item.key) as src:
+            while chunk := src.read(CHUNK):
+                n += len(chunk)
+                h.update(chunk)
+    except NotFoundError:
+        return False
+    return n == item.size and h.hexdigest() == item.sha256
+
+
+def rewrite_object(target: Store, source: Store, item: RepairItem) -> str:
+    """Rewrite one object of ``target`` from ``source``: "repaired", "good" (the target's copy
+    is good: untouched), or "unavailable" (the source lacks good bytes)."""
+    if object_is_good(target, item):
+        return "good"
+    try:
+        if item.kind == "manifest":
+            data = source.read(item.key)
+            if good_manifest(data, item.key) is None:
+                return "unavailable"
+            if object_is_good(target, item):  # another writer got there first
+                return "good"
+            target.delete(item.key)
+            target.put(item.key, io.BytesIO(data), if_absent=True)
+        else:
+            _stream(target, source, item)
+    except (NotFoundError, IntegrityError):
+        return "unavailable"
+    if not object_is_good(target, item):
+        return "unavailable"
+    target.delete(DAMAGED + item.key)  # no longer quarantined
+    return "repaired"
+
+
+def _stream(target: Store, source: Store, item: RepairItem) -> None:
+    """Replace a bad blob or pack with ``source``'s bytes, checked while they stream: a
+    mismatch leaves nothing of them (IntegrityError)."""
+    assert item.size is not None and item.sha256 is not None
+    with source.open(item.key) as raw:
+        reader = VerifyingReader(raw, size=item.size, sha256=item.sha256,
+                                 name=f"{source.url}/{item.key}")
+        target.delete(item.key)
+        wrote = target.put(item.key, reader, if_absent=True)  # type: ignore[arg-type]
+        if wrote:
+            try:
+                reader.read(1)
+                reader.finish()
+            except IntegrityError:
+                target.delete(item.key)
+                raise
+
+
+class DirSource:
+    """A restored directory as a read-only source of objects: blobs by the files its manifest
+    copies name (each re-hashed), packs rebuilt from their members, manifests from the copies.
+    Only ``open``, ``read`` and ``has`` are meaningful; bytes are checked by the caller."""
+
+    def __init__(self, target: str | Path) -> None:
+        self.url = f"dir:{target}"
+        root = Path(target)
+        if not root.is_dir():
+            raise UsageError(f"--from-dir {target}: not a directory")
+        manifests, _ = read_local_manifests(root)
+        self.manifests = {m.entry_key: m for m in manifests}
+        self.files: dict[str, str] = {}
+        self.packs: dict[str, PackRecord] = {}
+        for m in manifests:
+            dirs = root_dirs(BACKENDS[m.fingerprint.backend], str(root))
+            for f in m.files:
+                self.files.setdefault(f.sha256, os.path.join(dirs[f.root], f.path))
+            for p in m.packs:
+                self.packs.setdefault(p.sha256, p)
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        with self.open(key) as src:
+            data = src.read()
+        return data[start:] if length is None else data[start:start + length]
+
+    def has(self, key: str) -> bool:
+        try:
+            self.open(key).close()
+        except NotFoundError:
+            return False
+        return True
+
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+        name = key.rsplit("/", 1)[-1]
+        entry = entry_key_of(key) if key.startswith(MANIFESTS) else None
+        if entry is not None and entry in self.manifests:
+            return io.BytesIO(encode_manifest(self.manifests[entry]))
+        if key == blob_key(name) and name in self.files:
+            try:
+                return open(self.files[name], "rb")
+            except OSError as exc:
+                raise NotFoundError(f"{self.url}: {key}: {exc}") from exc
+        if key == pack_key(name) and name in self.packs:
+            return io.BytesIO(b"".join(self._pack(self.packs[name])))
+        raise NotFoundError(f"{self.url}: {key}: not in the directory's manifests")
+
+    def _pack(self, pack: PackRecord) -> Iterator[bytes]:
+        at = 0
+        for m in pack.members:
+            yield b"\0" * (m.offset - at)
+            yield self.read(blob_key(m.sha256))
+            at = m.offset + m.size
+        yield b"\0" * (pack.size - at)
