@@ -139,8 +139,26 @@ def entry_key(cell: Cell, fingerprint: Fingerprint) -> str:
     return digest_of({"cell": cell.key, "fingerprint": fingerprint.key})
 
 
+DIGEST_FIELD = "manifest_sha256"
+
+
 def encode_manifest(manifest: Manifest) -> bytes:
-    return canonical_json(manifest.to_json()).encode("utf-8")
+    """Canonical JSON carrying its own digest (``manifest_sha256``: the sha256 of the canonical
+    JSON without that field), so a bit flip that still decodes is caught on read."""
+    body = manifest.to_json()
+    return canonical_json({**body, DIGEST_FIELD: digest_of(body)}).encode("utf-8")
+
+
+def check_digest(doc: dict[str, Any], source: str) -> dict[str, Any]:
+    """``doc`` without its digest field, which must match; a manifest written before digests
+    existed has none and is judged by its fields alone (its blobs are still verified)."""
+    if DIGEST_FIELD not in doc:
+        return doc
+    body = {k: v for k, v in doc.items() if k != DIGEST_FIELD}
+    if doc[DIGEST_FIELD] != digest_of(body):
+        raise ManifestError(f"{source}: the manifest does not match its own sha256 "
+                            "(damaged in the store or on the way)")
+    return body
 
 
 def decode_manifest(data: bytes | str, *, allowed_roots: Sequence[str] | None = None,
@@ -152,7 +170,8 @@ def decode_manifest(data: bytes | str, *, allowed_roots: Sequence[str] | None = 
         raise ManifestError(f"{source}: not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise ManifestError(f"{source}: expected a JSON object")
-    return manifest_from_json(doc, allowed_roots=allowed_roots, source=source)
+    return manifest_from_json(check_digest(doc, source), allowed_roots=allowed_roots,
+                              source=source)
 
 
 def manifest_from_json(doc: Mapping[str, Any], *, allowed_roots: Sequence[str] | None = None,

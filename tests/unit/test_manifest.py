@@ -145,3 +145,16 @@ def test_round_trip(files: list[FileRecord], seconds: float | None,
 @given(_path)
 def test_generated_relative_paths_are_accepted(path: str) -> None:
     assert validate_relative_path(path) == path
+
+
+def test_a_manifest_carries_its_own_digest_and_a_flip_that_still_decodes_is_refused() -> None:
+    data = encode_manifest(Manifest(CELL, FP, (FileRecord("neff", "a.neff", 3, SHA, 0o644),)))
+    assert json.loads(data)["manifest_sha256"]
+    assert decode_manifest(data).files[0].size == 3
+    flipped = data.replace(b'"size":3', b'"size":4')  # still valid JSON, still a manifest
+    assert flipped != data
+    with pytest.raises(ManifestError, match="does not match its own sha256"):
+        decode_manifest(flipped)
+    # written before digests existed: judged by its fields alone
+    legacy = {k: v for k, v in json.loads(data).items() if k != "manifest_sha256"}
+    assert decode_manifest(json.dumps(legacy).encode()).files[0].size == 3

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from neffcache.canonical import digest_of
 from neffcache.errors import IntegrityError, ManifestError, UsageError
 from neffcache.hashing import sha256_bytes
 from neffcache.lifecycle.bundle_write import write_bundle
@@ -148,6 +149,8 @@ def test_a_hostile_manifest_inside_a_consistent_bundle_is_refused(
     key = next(iter(store.list("manifests/")))
     doc = json.loads(store.objects[key])
     doc["files"][0]["path"] = "../../escape.neff"
+    del doc["manifest_sha256"]  # a forger recomputes the self-digest: the path check must hold
+    doc["manifest_sha256"] = digest_of(doc)
     bundle_with(tmp_path / "h", [(key, json.dumps(doc).encode())])
     with BundleStore(tmp_path / "h") as b:
         b.verify_all()  # consistent with its TOC: the manifest itself is what is refused

@@ -149,6 +149,7 @@ def test_a_manifest_whose_part_digest_is_wrong_installs_nothing(tmp_path: Path, 
     store = LocalStore(store_dir)
     key = next(k for k in store.list("manifests/"))
     doc = json.loads(store.read(key))
+    doc.pop("manifest_sha256", None)  # the field checks are under test, not the digest
     doc["parts"][0]["digests"][2] = "0" * 64
     path = store_dir / key
     rewrite(path, encode_manifest(decode_manifest(json.dumps(doc))))
