@@ -253,7 +253,7 @@ def _details(doc: dict[str, Any]) -> list[str]:
     for f in doc["cells_failed"]:
         lines.append(f"failed: {f['cell']}: {f['error']}")
     lines.extend(f"file failed: {f['error']}" for f in doc["files_failed"][:10])
-    lines.extend(f"served by {url}: {n} object(s)" for url, n in doc["served_by"].items())
+    lines.extend(f"served by {url}: {n} object(s)" for url, n in doc.get("served_by", {}).items())
     return lines
 
 
