@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 
 from neffcache.index import (
     CoverageGridDoc,
@@ -39,7 +41,22 @@ from neffcache.index import restore_outcomes as outcome_stats
 from neffcache.index import restore_timeline as timeline_points
 from neffcache.server import schemas as m
 
-router = APIRouter(prefix="/api")
+
+def known_parameters_only(request: Request) -> None:
+    """A query parameter the endpoint does not declare is a 400 (a misspelt ``limt`` or an
+    ``offset`` it does not take would otherwise be ignored silently)."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    known = {p.alias for p in route.dependant.query_params}
+    unknown = sorted(k for k in request.query_params if k not in known)
+    if unknown:
+        raise RequestValidationError([
+            {"loc": ("query", k), "msg": "unknown parameter", "type": "extra_forbidden"}
+            for k in unknown])
+
+
+router = APIRouter(prefix="/api", dependencies=[Depends(known_parameters_only)])
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many items.")]
 Glob = Annotated[str | None, Query(max_length=255, description="Cell id glob, e.g. "

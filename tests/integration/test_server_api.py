@@ -181,6 +181,23 @@ def test_bad_parameters_are_400_in_the_documented_shape(base: str, path: str) ->
     assert "\n" not in reply.json["error"] and len(reply.body) < 1000  # the value is not echoed
 
 
+@pytest.mark.parametrize("path", ["/api/entries?limt=5", "/api/restores?offset=10",
+                                  "/api/fingerprints?x=1", "/api/runs?limit=5&matrx=demo"])
+def test_an_unknown_parameter_is_a_400_naming_it(base: str, path: str) -> None:
+    reply = request(base + path)
+    assert reply.status == 400
+    assert set(reply.json) == {"error", "type", "hint"} and reply.json["type"] == "UsageError"
+    name = path.split("&")[-1].split("?")[-1].split("=")[0]
+    assert f"{name}: unknown parameter" in reply.json["error"]
+
+
+def test_openapi_documents_the_400_of_every_api_operation(base: str) -> None:
+    spec = get_json(base + "/openapi.json")
+    for path, ops in spec["paths"].items():
+        if path.startswith("/api/"):
+            assert all("400" in op["responses"] for op in ops.values()), path
+
+
 def test_a_long_query_arriving_in_pieces_gets_the_documented_400(base: str) -> None:
     """A 100 KB query string sent in several writes, as a slow client or a small socket buffer
     delivers it: the server reads all of it and answers in the documented shape (at the HTTP
