@@ -258,9 +258,10 @@ class Index:
     # --- reads --------------------------------------------------------------------------
 
     def entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
-                limit: int | None = None) -> list[EntrySummary]:
+                limit: int | None = None, after: str | None = None) -> list[EntrySummary]:
+        """Entries newest first; ``after``: continue after the entry of that cursor."""
         with self.connection() as conn:
-            return queries.list_entries(conn, cell_glob, fingerprint_key, limit)
+            return queries.list_entries(conn, cell_glob, fingerprint_key, limit, after)
 
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of these entry keys are indexed (primary-key lookups, a few hundred keys

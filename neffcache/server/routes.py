@@ -4,13 +4,14 @@ from those declarations, document and check the shapes."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from neffcache.index import (
+    CURSOR_PATTERN,
     CoverageGridDoc,
     EntryDoc,
     FailureDoc,
@@ -26,6 +27,7 @@ from neffcache.index import (
     RunDoc,
     SdkBytesDoc,
     Summary,
+    entry_cursor,
     fingerprint_stats,
     get_matrix,
     get_run,
@@ -111,13 +113,25 @@ def coverage(request: Request, matrix: MatrixName, version: Version = None,
                                            offset=offset, limit=limit).to_json()
 
 
-@router.get("/entries", response_model=m.EntryList, summary="Entries, newest first")
-def entries(request: Request, cells: Glob = None,
+NEXT = "Next-Cursor"  # response header: pass it as ``after`` for the next page
+_NEXT_DOC: dict[int | str, dict[str, Any]] = {200: {"headers": {NEXT: {
+    "schema": {"type": "string"},
+    "description": "Present when more items may follow: the `after` of the next page."}}}}
+
+
+@router.get("/entries", response_model=m.EntryList, summary="Entries, newest first; keyset "
+            "paging: pass the Next-Cursor header of a page as `after`", responses=_NEXT_DOC)
+def entries(request: Request, response: Response, cells: Glob = None,
             fingerprint: Annotated[str | None, Query(max_length=64, description=(
                 "A fingerprint key or a prefix of one."))] = None,
-            limit: Limit = 100) -> list[EntryDoc]:
-    return [e.to_json() for e in _index(request).entries(cells or None, fingerprint or None,
-                                                         limit)]
+            limit: Limit = 100,
+            after: Annotated[str | None, Query(pattern=CURSOR_PATTERN, description=(
+                "Continue after this cursor (a page's Next-Cursor header)."))] = None,
+            ) -> list[EntryDoc]:
+    found = _index(request).entries(cells or None, fingerprint or None, limit, after or None)
+    if len(found) >= limit:
+        response.headers[NEXT] = entry_cursor(found[-1])
+    return [e.to_json() for e in found]
 
 
 @router.get("/fingerprints", response_model=m.FingerprintList,

@@ -125,6 +125,32 @@ def test_entries_and_fingerprints(base: str, data: Seeded) -> None:
     assert {s["sdk_version"] for s in api(base, "/api/sdk-versions")} == {"2.1.0", "2.2.0"}
 
 
+@pytest.mark.parametrize("kind", ["all", "glob", "class-glob", "fingerprint"])
+def test_entries_cursor_walks_every_row_exactly_once(base: str, data: Seeded,
+                                                     kind: str) -> None:
+    filters = {"all": {}, "glob": {"cells": "p0/*"}, "class-glob": {"cells": "p[01]/eager/*"},
+               "fingerprint": {"fingerprint": data.fingerprints[1].key[:6]}}[kind]
+    whole = [e["entry_key"] for e in api(base, "/api/entries", limit=1000, **filters)]
+    seen: list[str] = []
+    after = None
+    for _ in range(len(whole) + 2):
+        query = urllib.parse.urlencode({"limit": 2, **filters, **({"after": after} if after
+                                                                   else {})})
+        reply = request(f"{base}/api/entries?{query}")
+        assert reply.status == 200
+        seen += [e["entry_key"] for e in reply.json]
+        after = reply.headers.get("next-cursor")
+        if after is None:
+            break
+    assert len(whole) >= 2 and seen == whole and len(set(seen)) == len(seen)
+
+
+@pytest.mark.parametrize("cursor", ["nope", "12.XYZ", "1.2.3", "123456789012345678.ab"])
+def test_a_bad_cursor_is_a_400(base: str, cursor: str) -> None:
+    reply = request(f"{base}/api/entries?after={cursor}")
+    assert reply.status == 400 and reply.json["type"] == "UsageError"
+
+
 def test_runs_failures_and_log_tails(base: str, data: Seeded) -> None:
     failures = api(base, "/api/failures", matrix="demo")
     failed = {k for k, s in data.statuses.items() if s == "failed"}
