@@ -117,6 +117,18 @@ class Index:
         with translate_errors(self.url), Session(self._writer) as session, session.begin():
             yield session
 
+    def refresh_statistics(self, tables: Sequence[str]) -> None:
+        """ANALYZE ``tables`` after a bulk write on PostgreSQL, so plans do not wait for
+        autovacuum (a fresh million-row index read ``entries`` whole: 353 ms instead of
+        23 ms). SQLite keeps the plans it has (no sqlite_stat1): nothing to do."""
+        if self._engine.dialect.name != "postgresql":
+            return
+        from sqlalchemy import text
+
+        with translate_errors(self.url), self._writer.begin() as conn:
+            for table in tables:
+                conn.execute(text(f"ANALYZE {conn.dialect.identifier_preparer.quote(table)}"))
+
     def now(self, conn: Connection | Session) -> datetime:
         """The time leases are judged by: ``lease_clock()`` when set (tests), else the
         database's clock (read through ``conn``)."""
