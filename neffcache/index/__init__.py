@@ -109,6 +109,7 @@ from neffcache.index.ops_values import (
     restore_outcome,
     sdk_version,
 )
+from neffcache.index.queries import CURSOR_PATTERN, entry_cursor
 from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
 from neffcache.index.shapes import (
     BucketDoc,
@@ -207,7 +208,8 @@ __all__ = [
     "register_matrix_file", "reindex_store", "show_registered_matrix", "show_schema",
     "upgrade_schema",
     # the handle, the schema
-    "SCHEMA_REVISION", "Index", "open_index", "schema_state", "upgrade_index",
+    "SCHEMA_REVISION", "CURSOR_PATTERN", "Index", "entry_cursor", "open_index", "schema_state",
+    "upgrade_index",
     # matrices, restore reports
     "get_matrix", "list_matrices", "matrix_digest", "matrix_name_of", "matrix_versions",
     "register_matrix", "registered_cells", "IngestResult", "InvalidReport", "ReportPoller",

@@ -117,6 +117,18 @@ class Index:
         with translate_errors(self.url), Session(self._writer) as session, session.begin():
             yield session
 
+    def refresh_statistics(self, tables: Sequence[str]) -> None:
+        """ANALYZE ``tables`` after a bulk write on PostgreSQL, so plans do not wait for
+        autovacuum (a fresh million-row index read ``entries`` whole: 353 ms instead of
+        23 ms). SQLite keeps the plans it has (no sqlite_stat1): nothing to do."""
+        if self._engine.dialect.name != "postgresql":
+            return
+        from sqlalchemy import text
+
+        with translate_errors(self.url), self._writer.begin() as conn:
+            for table in tables:
+                conn.execute(text(f"ANALYZE {conn.dialect.identifier_preparer.quote(table)}"))
+
     def now(self, conn: Connection | Session) -> datetime:
         """The time leases are judged by: ``lease_clock()`` when set (tests), else the
         database's clock (read through ``conn``)."""
@@ -258,9 +270,10 @@ class Index:
     # --- reads --------------------------------------------------------------------------
 
     def entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
-                limit: int | None = None) -> list[EntrySummary]:
+                limit: int | None = None, after: str | None = None) -> list[EntrySummary]:
+        """Entries newest first; ``after``: continue after the entry of that cursor."""
         with self.connection() as conn:
-            return queries.list_entries(conn, cell_glob, fingerprint_key, limit)
+            return queries.list_entries(conn, cell_glob, fingerprint_key, limit, after)
 
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of these entry keys are indexed (primary-key lookups, a few hundred keys

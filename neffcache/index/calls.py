@@ -26,6 +26,7 @@ from neffcache.errors import (
 from neffcache.index.api import Index, open_index
 from neffcache.index.ingest import IngestResult, ingest_report_files, ingest_reports
 from neffcache.index.matrices import get_matrix, list_matrices, matrix_versions, register_matrix
+from neffcache.index.queries import entry_cursor
 from neffcache.index.reindex import reindex
 from neffcache.index.schema import schema_state, upgrade_index
 from neffcache.index.values import EntrySummary, ReindexResult, SchemaState
@@ -62,23 +63,28 @@ class _Success(ExitRule):
 @dataclass(frozen=True, slots=True)
 class ListEntriesRequest:
     """``neffcache ls``: ``cell`` a cell id glob, ``fingerprint`` a key or a prefix of one,
-    ``limit`` at most this many (the newest); ``index`` the index URL (None: as the CLI)."""
+    ``limit`` at most this many (the newest); ``after`` a cursor (a page's ``next``): only
+    the entries after it; ``index`` the index URL (None: as the CLI)."""
 
     cell: str | None = None
     fingerprint: str | None = None
     limit: int | None = None
     index: str | None = None
+    after: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ListEntriesResult(_Success):
-    """The entries found, newest first."""
+    """The entries found, newest first; ``next``: the cursor of the next page (None: the
+    listing is complete)."""
 
     entries: tuple[EntrySummary, ...]
+    next: str | None = None
 
     def to_json(self) -> EntriesDoc:
-        """{"entries": [EntrySummary.to_json()], "count"}, as ``ls --json`` prints."""
-        return {"entries": [e.to_json() for e in self.entries], "count": len(self.entries)}
+        """{"entries": [EntrySummary.to_json()], "count", "next"}, as ``ls --json`` prints."""
+        return {"entries": [e.to_json() for e in self.entries], "count": len(self.entries),
+                "next": self.next}
 
 
 def list_entries(request: ListEntriesRequest) -> ListEntriesResult:
@@ -86,8 +92,9 @@ def list_entries(request: ListEntriesRequest) -> ListEntriesResult:
     SchemaOutdatedError (7) for the index."""
     with _open(_settings(request.index)) as ix:
         found = ix.entries(cell_glob=request.cell, fingerprint_key=request.fingerprint,
-                           limit=request.limit)
-    return ListEntriesResult(tuple(found))
+                           limit=request.limit, after=request.after)
+    more = request.limit is not None and len(found) >= request.limit
+    return ListEntriesResult(tuple(found), entry_cursor(found[-1]) if more else None)
 
 
 # --- reindex -------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from neffcache.errors import NeffcacheError, NotFoundError, ReportError
 from neffcache.index.api import Index
-from neffcache.index.reindex import read_objects
+from neffcache.index.reindex import BULK, read_objects
 from neffcache.index.shapes import IngestDoc
 from neffcache.reports import MAX_BYTES, Report, date_prefixes, decode_report, report_id_of
 from neffcache.store import REPORTS, Store
@@ -90,6 +90,8 @@ def ingest_reports(index: Index, store: Store, prefixes: Sequence[str] = (REPORT
             added += index.record_reports(pending)
             pending = []
     added += index.record_reports(pending)
+    if added >= BULK:
+        index.refresh_statistics(["restore_reports", "entries"])
     # Already ingested: known before this run, or recorded by another ingester meanwhile.
     return IngestResult(scanned=len(wanted) + len(stray), added=added,
                         already_ingested=len(known) + valid - added, invalid=tuple(invalid),

@@ -7,11 +7,12 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import ARRAY, String, and_, any_, bindparam, false, func, select, text
+from sqlalchemy import ARRAY, String, and_, any_, bindparam, false, func, or_, select, text
 
+from neffcache.errors import UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.index.tables import cells, entries, fingerprints
 from neffcache.index.values import EntrySummary, as_utc, chunks
@@ -92,9 +93,29 @@ def database_now(conn: Any) -> datetime:
     return out
 
 
+CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9a-f]{1,64}$"  # every string it matches is a cursor
+_CURSOR = re.compile(CURSOR_PATTERN)
+
+
+def entry_cursor(entry: EntrySummary) -> str:
+    """A keyset cursor, opaque to callers: the listing continues after ``entry`` (newest
+    first). Microseconds since the epoch of its creation, a dot, its key."""
+    micros = (entry.created_at - _EPOCH) // timedelta(microseconds=1)
+    return f"{micros}.{entry.entry_key}"
+
+
+def parse_entry_cursor(cursor: str) -> tuple[datetime, str]:
+    """(created_at, entry_key) of a cursor from ``entry_cursor``; UsageError if malformed."""
+    if not _CURSOR.fullmatch(cursor):
+        raise UsageError(f"bad cursor {cursor[:40]!r}", hint="pass the `next` cursor of "
+                         "the previous page unchanged")
+    micros, key = cursor.split(".")
+    return _EPOCH + timedelta(microseconds=int(micros)), key
+
+
 def list_entries(conn: Any, cell_glob: str | None = None,
                  fingerprint_key: str | None = None,
-                 limit: int | None = None) -> list[EntrySummary]:
+                 limit: int | None = None, after: str | None = None) -> list[EntrySummary]:
     """Entries, newest first; ``cell_glob`` matches cell ids (fnmatch, case-sensitive) and
     ``fingerprint_key`` may be a full key or a prefix of one.
 
@@ -104,8 +125,10 @@ def list_entries(conn: Any, cell_glob: str | None = None,
     sort them (a narrow glob: ~matching cells x fingerprints rows). The walk is bounded to
     the newest few times the rows it expects to read and widened eightfold while it finds
     fewer than ``limit`` (the matching cells' entries are older than the rest), until it
-    would read as many rows as sorting: then the sorted plan answers."""
+    would read as many rows as sorting: then the sorted plan answers. ``after`` (a cursor
+    from ``entry_cursor``): only the entries listed after that one (keyset paging)."""
     e, c, f = entries, cells, fingerprints
+    position = parse_entry_cursor(after) if after else None
 
     def listing(cell_key: Any) -> Any:
         stmt = (select(e.c.entry_key, c.c.id, e.c.cell_key, e.c.fingerprint_key, f.c.backend,
@@ -117,13 +140,18 @@ def list_entries(conn: Any, cell_glob: str | None = None,
                 .order_by(e.c.created_at.desc(), e.c.entry_key))
         if fingerprint_key:
             stmt = stmt.where(key_prefix_clause(e.c.fingerprint_key, fingerprint_key))
+        if position is not None:
+            stmt = stmt.where(or_(e.c.created_at < position[0], and_(
+                e.c.created_at == position[0], e.c.entry_key > position[1])))
         return stmt
 
     if not cell_glob:
         return _run(conn, listing(e.c.cell_key), None, limit)
     clause, exact = glob_clause(conn, c.c.id, cell_glob)
     check = None if exact else cell_glob  # LIKE ignores [...] classes: fnmatch re-checks
-    plan = walk_plan(conn, clause, limit, bool(fingerprint_key)) if limit else None
+    # the walk counts from the newest entry: a page further on is read by the sorted plan
+    plan = (walk_plan(conn, clause, limit, bool(fingerprint_key))
+            if limit and position is None else None)
     if plan is not None:
         budget, sorted_rows = plan
         # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot

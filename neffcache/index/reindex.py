@@ -51,6 +51,9 @@ def read_objects(load: Callable[[str, str], T], items: Sequence[tuple[str, str]]
         yield from pool.map(lambda kv: load(*kv), items)
 
 
+BULK = 1000  # rows written past which the planner's statistics are refreshed
+
+
 def reindex(index: Index, store: Store, *, prune: bool = True,
             progress: Callable[[int, int], None] | None = None) -> ReindexResult:
     """Index every valid manifest in ``store``; see the module docstring. Memory: the store's
@@ -80,6 +83,8 @@ def reindex(index: Index, store: Store, *, prune: bool = True,
     # a candidate is removed only if its manifest is still absent.
     removed = (remove_stale(index, found, lambda keys: stored_manifests(store, keys))
                if prune else 0)
+    if added + removed >= BULK:
+        index.refresh_statistics(["entries", "cells", "fingerprints"])
     return ReindexResult(scanned=len(wanted), added=added,
                          already_indexed=len(found) - added, removed=removed,
                          invalid=tuple(invalid))

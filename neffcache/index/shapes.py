@@ -182,10 +182,11 @@ class EntryDoc(TypedDict):
 
 
 class EntriesDoc(TypedDict):
-    """``neffcache ls --json``."""
+    """``neffcache ls --json``; ``next``: pass as ``--after`` for the next page (null: none)."""
 
     entries: list[EntryDoc]
     count: int
+    next: str | None
 
 
 class FingerprintDoc(TypedDict):

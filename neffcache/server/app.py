@@ -69,10 +69,11 @@ def _document_400(app: FastAPI) -> None:
             spec = plain()
             spec.get("components", {}).get("schemas", {}).setdefault(
                 "ErrorDoc", schemas.ErrorDoc.model_json_schema())
-            for ops in spec.get("paths", {}).values():
+            for path, ops in spec.get("paths", {}).items():
                 for op in ops.values():
-                    responses = op.get("responses", {})
-                    if responses.pop("422", None) is not None:
+                    responses = op.get("responses", {})  # /api/*: unknown parameters too
+                    if (responses.pop("422", None) is not None
+                            or path.startswith("/api/")):
                         responses["400"] = {"description": "Bad parameter", "content": {
                             "application/json": {
                                 "schema": {"$ref": "#/components/schemas/ErrorDoc"}}}}

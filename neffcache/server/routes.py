@@ -4,11 +4,14 @@ from those declarations, document and check the shapes."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 
 from neffcache.index import (
+    CURSOR_PATTERN,
     CoverageGridDoc,
     EntryDoc,
     FailureDoc,
@@ -24,6 +27,7 @@ from neffcache.index import (
     RunDoc,
     SdkBytesDoc,
     Summary,
+    entry_cursor,
     fingerprint_stats,
     get_matrix,
     get_run,
@@ -39,7 +43,22 @@ from neffcache.index import restore_outcomes as outcome_stats
 from neffcache.index import restore_timeline as timeline_points
 from neffcache.server import schemas as m
 
-router = APIRouter(prefix="/api")
+
+def known_parameters_only(request: Request) -> None:
+    """A query parameter the endpoint does not declare is a 400 (a misspelt ``limt`` or an
+    ``offset`` it does not take would otherwise be ignored silently)."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    known = {p.alias for p in route.dependant.query_params}
+    unknown = sorted(k for k in request.query_params if k not in known)
+    if unknown:
+        raise RequestValidationError([
+            {"loc": ("query", k), "msg": "unknown parameter", "type": "extra_forbidden"}
+            for k in unknown])
+
+
+router = APIRouter(prefix="/api", dependencies=[Depends(known_parameters_only)])
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many items.")]
 Glob = Annotated[str | None, Query(max_length=255, description="Cell id glob, e.g. "
@@ -94,13 +113,25 @@ def coverage(request: Request, matrix: MatrixName, version: Version = None,
                                            offset=offset, limit=limit).to_json()
 
 
-@router.get("/entries", response_model=m.EntryList, summary="Entries, newest first")
-def entries(request: Request, cells: Glob = None,
+NEXT = "Next-Cursor"  # response header: pass it as ``after`` for the next page
+_NEXT_DOC: dict[int | str, dict[str, Any]] = {200: {"headers": {NEXT: {
+    "schema": {"type": "string"},
+    "description": "Present when more items may follow: the `after` of the next page."}}}}
+
+
+@router.get("/entries", response_model=m.EntryList, summary="Entries, newest first; keyset "
+            "paging: pass the Next-Cursor header of a page as `after`", responses=_NEXT_DOC)
+def entries(request: Request, response: Response, cells: Glob = None,
             fingerprint: Annotated[str | None, Query(max_length=64, description=(
                 "A fingerprint key or a prefix of one."))] = None,
-            limit: Limit = 100) -> list[EntryDoc]:
-    return [e.to_json() for e in _index(request).entries(cells or None, fingerprint or None,
-                                                         limit)]
+            limit: Limit = 100,
+            after: Annotated[str | None, Query(pattern=CURSOR_PATTERN, description=(
+                "Continue after this cursor (a page's Next-Cursor header)."))] = None,
+            ) -> list[EntryDoc]:
+    found = _index(request).entries(cells or None, fingerprint or None, limit, after or None)
+    if len(found) >= limit:
+        response.headers[NEXT] = entry_cursor(found[-1])
+    return [e.to_json() for e in found]
 
 
 @router.get("/fingerprints", response_model=m.FingerprintList,

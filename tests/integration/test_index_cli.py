@@ -122,6 +122,30 @@ def test_ls_table_and_json(neffcache_home: Path, cells: tuple[Cell, ...],
     assert capsys.readouterr().err.strip() == "no entries"
 
 
+def test_ls_pages_with_after_cover_every_entry_once(neffcache_home: Path,
+                                                    cells: tuple[Cell, ...],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with open_index(embedded_url(neffcache_home), auto_upgrade=True) as ix:
+        for i, cell in enumerate(cells):
+            for n in (1, 2):
+                ix.record_entry(make_manifest(cell, make_fingerprint(n * 100 + i)), "s3://b")
+    assert run(["ls", "--json"]) == 0
+    whole = [e["entry_key"] for e in json.loads(capsys.readouterr().out)["entries"]]
+    seen: list[str] = []
+    after: list[str] = []
+    while True:
+        assert run(["ls", "--json", "--limit", "2", *after]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        seen += [e["entry_key"] for e in doc["entries"]]
+        if doc["next"] is None:
+            break
+        after = ["--after", doc["next"]]
+    assert len(whole) > 2 and seen == whole
+    assert run(["ls", "--limit", "2"]) == 0
+    assert "--after" in capsys.readouterr().err
+    assert run(["ls", "--after", "bogus"]) == 2
+
+
 def test_reindex_from_the_store(neffcache_home: Path, cells: tuple[Cell, ...],
                                 capsys: pytest.CaptureFixture[str]) -> None:
     store = LocalStore(neffcache_home / "store")

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
 from neffcache.errors import SchemaOutdatedError
 from neffcache.index import SCHEMA_REVISION, Index, open_index, schema_state, upgrade_index
@@ -164,3 +164,21 @@ def test_key_lookups_and_pages_read_only_what_they_name(
         assert [k for page in ix.entry_key_pages(size=2) for k in page] == keys[::2]
         cover = ix.coverage([m.cell for m in ms], [fp])
     assert cover.counts(fp.key)["ready"] == 4
+
+
+def test_refresh_statistics_analyzes_the_tables_named(pg_new_database: Callable[[], str]
+                                                      ) -> None:
+    url = pg_new_database()
+    with open_index(url, auto_upgrade=True) as index:
+        index.record_entries([make_manifest(make_cell(n, pipeline="pg-stats"),
+                                            make_fingerprint(7)) for n in range(3)], "s3://b")
+
+        def analyzed() -> dict[str, bool]:
+            with index.connection() as conn:
+                return {name: when is not None for name, when in conn.execute(text(
+                    "SELECT relname, last_analyze FROM pg_stat_user_tables "
+                    "WHERE relname IN ('entries', 'cells', 'matrices')"))}
+
+        assert not any(analyzed().values())
+        index.refresh_statistics(["entries", "cells"])
+        assert analyzed() == {"entries": True, "cells": True, "matrices": False}

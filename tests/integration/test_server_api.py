@@ -125,6 +125,32 @@ def test_entries_and_fingerprints(base: str, data: Seeded) -> None:
     assert {s["sdk_version"] for s in api(base, "/api/sdk-versions")} == {"2.1.0", "2.2.0"}
 
 
+@pytest.mark.parametrize("kind", ["all", "glob", "class-glob", "fingerprint"])
+def test_entries_cursor_walks_every_row_exactly_once(base: str, data: Seeded,
+                                                     kind: str) -> None:
+    filters = {"all": {}, "glob": {"cells": "p0/*"}, "class-glob": {"cells": "p[01]/eager/*"},
+               "fingerprint": {"fingerprint": data.fingerprints[1].key[:6]}}[kind]
+    whole = [e["entry_key"] for e in api(base, "/api/entries", limit=1000, **filters)]
+    seen: list[str] = []
+    after = None
+    for _ in range(len(whole) + 2):
+        query = urllib.parse.urlencode({"limit": 2, **filters, **({"after": after} if after
+                                                                   else {})})
+        reply = request(f"{base}/api/entries?{query}")
+        assert reply.status == 200
+        seen += [e["entry_key"] for e in reply.json]
+        after = reply.headers.get("next-cursor")
+        if after is None:
+            break
+    assert len(whole) >= 2 and seen == whole and len(set(seen)) == len(seen)
+
+
+@pytest.mark.parametrize("cursor", ["nope", "12.XYZ", "1.2.3", "123456789012345678.ab"])
+def test_a_bad_cursor_is_a_400(base: str, cursor: str) -> None:
+    reply = request(f"{base}/api/entries?after={cursor}")
+    assert reply.status == 400 and reply.json["type"] == "UsageError"
+
+
 def test_runs_failures_and_log_tails(base: str, data: Seeded) -> None:
     failures = api(base, "/api/failures", matrix="demo")
     failed = {k for k, s in data.statuses.items() if s == "failed"}
@@ -179,6 +205,23 @@ def test_bad_parameters_are_400_in_the_documented_shape(base: str, path: str) ->
     assert reply.status == 400
     assert set(reply.json) == {"error", "type", "hint"} and reply.json["type"] == "UsageError"
     assert "\n" not in reply.json["error"] and len(reply.body) < 1000  # the value is not echoed
+
+
+@pytest.mark.parametrize("path", ["/api/entries?limt=5", "/api/restores?offset=10",
+                                  "/api/fingerprints?x=1", "/api/runs?limit=5&matrx=demo"])
+def test_an_unknown_parameter_is_a_400_naming_it(base: str, path: str) -> None:
+    reply = request(base + path)
+    assert reply.status == 400
+    assert set(reply.json) == {"error", "type", "hint"} and reply.json["type"] == "UsageError"
+    name = path.split("&")[-1].split("?")[-1].split("=")[0]
+    assert f"{name}: unknown parameter" in reply.json["error"]
+
+
+def test_openapi_documents_the_400_of_every_api_operation(base: str) -> None:
+    spec = get_json(base + "/openapi.json")
+    for path, ops in spec["paths"].items():
+        if path.startswith("/api/"):
+            assert all("400" in op["responses"] for op in ops.values()), path
 
 
 def test_a_long_query_arriving_in_pieces_gets_the_documented_400(base: str) -> None:

@@ -114,7 +114,8 @@ def test_list_entries_newest_first_with_a_glob_and_a_limit(url: str) -> None:
 
 
 def test_list_entries_on_the_embedded_default_creates_it(neffcache_home: Path) -> None:
-    assert list_entries(ListEntriesRequest()).to_json() == {"entries": [], "count": 0}
+    assert list_entries(ListEntriesRequest()).to_json() == {"entries": [], "count": 0,
+                                                          "next": None}
     assert (neffcache_home / "index.db").is_file()
 
 
