@@ -6,6 +6,7 @@ Collector; nothing is counted in this process, so any number of servers agree).
     neffcache_entry_bytes{backend,sdk_version}              bytes of those entries
     neffcache_matrix_cells{matrix}                          cells of the current version
     neffcache_coverage_ratio{matrix,fingerprint,backend,sdk_version}     ready / cells
+                                            (a matrix with nothing built: one series, labels "", 0)
     neffcache_coverage_cells{matrix,fingerprint,backend,sdk_version,status}   cell counts
                                             (status: ready, in_progress, failed, missing)
     neffcache_failed_cells{matrix,fingerprint}              cells whose warm-up failed
@@ -93,6 +94,9 @@ def coverage_text(grids: Sequence[CoverageGrid]) -> str:
     ratio, counts, failed = [], [], []
     for g in grids:
         name = _label(g.matrix.name)
+        if not g.fingerprints:  # nothing built: still a series, so a ratio alert can fire
+            ratio.append(f'neffcache_coverage_ratio{{backend="",fingerprint="",matrix="{name}",'
+                         f'sdk_version=""}} 0.0')
         for f in g.fingerprints:  # label names in sorted order, as prometheus_client does
             key = _label(f.key)
             base = (f'backend="{_label(f.backend)}",fingerprint="{key}",matrix="{name}",'
