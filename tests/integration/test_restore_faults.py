@@ -33,6 +33,10 @@ pytestmark = pytest.mark.s3
 EAGER = Profile("eager", small=400, small_size=(1 * KiB, 24 * KiB))
 COMPILED = Profile("compiled", small=140, small_size=(1 * KiB, 16 * KiB), large=3,
                    large_size=(2 * MiB + 123, 5 * MiB + 7))
+# The measured compiled shape (issue 22: 6 large files fetched in parts, 300 small ones), the
+# large files scaled down to 8-12 MiB: with 1 MiB parts still ~60 ranged GETs to stall.
+COMPILED_6 = Profile("compiled6", small=300, small_size=(1 * KiB, 16 * KiB), large=6,
+                     large_size=(8 * MiB + 321, 12 * MiB + 5))
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ def trees(base_env: dict[str, str], matrix: Path,
         for k, v in base_env.items():
             mp.setenv(k, v)
         fingerprint = collect_fingerprint("neuron", base_env)
-        for profile in (EAGER, COMPILED):
+        for profile in (EAGER, COMPILED, COMPILED_6):
             root = tmp_path_factory.mktemp(profile.name)
             make_profile_cache(root, profile, seed=12)
             url = f"s3://{bucket}/{profile.name}"
@@ -248,3 +252,33 @@ def test_every_object_get_went_through_the_proxy(
     assert len(parts) == 3 + 4 + 6  # 1 MiB parts of the three large files
     packs = {path for _, path, _, _ in proxy.log if "/packs/" in path}
     assert len(packs) >= 2
+
+
+@pytest.mark.parametrize("deadline", [5, 10])
+def test_stalls_on_the_compiled_tree_end_within_deadline_plus_1_s(
+        trees: dict[str, Published], base_env: dict[str, str], matrix: Path, tmp_path: Path,
+        deadline: int) -> None:
+    """Issue 22: 30 % of object GETs (parts, packs, blobs) stall for 30 s on a tree of six
+    large files in parts and 300 small ones: the command exits within deadline + 1 s (it does
+    not wait for the hung transfers, nor for their threads at interpreter exit), installs
+    nothing wrong, and a rerun without faults completes the tree and sweeps the temp files the
+    abandoned transfers left."""
+    tree = trees["compiled6"]
+    with FaultyProxy(seed=22 + deadline, rate=0.3, faults=("stall",),
+                     stall_seconds=30) as proxy:
+        proxy.fault_next("/manifests/", "")
+        r, seconds = restore(base_env, matrix, tree, proxy, tmp_path / "out", "--deadline",
+                             str(deadline))
+        print(f"deadline {deadline}: exited after {seconds:.2f} s")
+        assert seconds <= deadline + 1, (seconds, r.stderr)
+        assert proxy.injected["stall"] >= 5
+    assert r.code == 3, r.stderr
+    assert r.json["deadline_hit"] is True
+    got = restored_tree(tmp_path / "out" / "neff")
+    left = {p for p in got if p.rpartition("/")[2].startswith(".neffcache-")}
+    assert [p for p in set(got) - left if got[p] != tree.files.get(p)] == []
+    with FaultyProxy() as clean:
+        again, _ = restore(base_env, matrix, tree, clean, tmp_path / "out")
+    assert again.code == 0, again.stderr
+    assert restored_tree(tmp_path / "out" / "neff") == tree.files
+    assert temps_under(tmp_path / "out") == []
