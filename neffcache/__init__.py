@@ -30,6 +30,8 @@ subclass only when it cannot produce a result at all (bad input, store unreachab
     upgrade_schema, show_schema                                neffcache db upgrade, db current
     serve(ServeRequest)                                        neffcache serve
     run_demo(DemoRequest) -> DemoResult                        neffcache demo
+    generate_key(GenerateKeyRequest) -> KeyResult              neffcache keys generate
+    show_key(ShowKeyRequest) -> KeyResult                      neffcache keys show
 
 Import names from here (``from neffcache import RestoreRequest, restore``): ``neffcache.restore``
 and ``neffcache.precompile`` are the functions, not the packages of the same name. Every name
@@ -61,6 +63,7 @@ from neffcache.errors import (
     ReportError,
     SchemaOutdatedError,
     UnavailableError,
+    UntrustedEntryError,
     UsageError,
     WorkerError,
 )
@@ -105,6 +108,7 @@ if TYPE_CHECKING:
         show_schema,
         upgrade_schema,
     )
+    from neffcache.keys import GenerateKeyRequest, KeyResult, ShowKeyRequest, generate_key, show_key
     from neffcache.lifecycle import (
         CollectGarbageRequest,
         CollectGarbageResult,
@@ -247,6 +251,8 @@ _LAZY: dict[str, str] = {
                      "PushRequest", "PushResult", "WarmRequest", "WarmResult"),
                     "neffcache.precompile"),
     **dict.fromkeys(("DemoRequest", "DemoResult", "run_demo"), "neffcache.demo"),
+    **dict.fromkeys(("GenerateKeyRequest", "KeyResult", "ShowKeyRequest", "generate_key",
+                     "show_key"), "neffcache.keys"),
 }
 # Short names for the calls people reach for most.
 _ALIASES: dict[str, str] = {"verify": "verify_store"}
@@ -271,7 +277,9 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "CollectGarbageResult", "CompiledAfterRestoreError", "ConfigError", "CopyEntriesRequest",
     "CopyEntriesResult", "CoverageRequest", "CoverageResult", "DeadlineExceededError",
     "DemoRequest", "DemoResult", "ExplainRequest", "ExplainResult", "ExportBundleRequest",
-    "ExportBundleResult", "FingerprintMismatchError", "FingerprintRequest", "FingerprintResult",
+    "ExportBundleResult", "FingerprintMismatchError", "GenerateKeyRequest", "KeyResult",
+    "ShowKeyRequest", "UntrustedEntryError", "generate_key", "show_key", "FingerprintRequest",
+    "FingerprintResult",
     "ImportBundleRequest", "ImportBundleResult", "IngestRestoreReportsRequest",
     "IngestRestoreReportsResult", "IntegrityError", "ListEntriesRequest", "ListEntriesResult",
     "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult", "ManifestError",

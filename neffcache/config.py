@@ -10,7 +10,13 @@ Precedence: flag > environment > config file > default. Only the CLI and the ser
                       path) the fingerprint describes (default: the one running neffcache)
     NEFFCACHE_REPORTS where `restore` writes its report: `store` (default: the store's
                       reports/ prefix), `none`, or a local directory path
-    NEFFCACHE_CONFIG  a TOML file with `store`, `index`, `python` and/or `reports` keys
+    NEFFCACHE_MIRRORS stores a restore reads after the store, in order (space-separated)
+    NEFFCACHE_TRUSTED_KEYS  public keys (ed25519:...) or files of them; restore then refuses
+                      entries not signed by one of them
+    NEFFCACHE_SIGNING_KEY_FILE  the Ed25519 private key (PEM) publish signs manifests with;
+                      NEFFCACHE_SIGNING_KEY: the same PEM as text (environment only)
+    NEFFCACHE_CONFIG  a TOML file with `store`, `index`, `python`, `reports`, `mirrors`,
+                      `trusted_keys` and/or `signing_key_file` keys
                       (default $NEFFCACHE_HOME/config.toml)
 """
 
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +35,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-FILE_KEYS = ("store", "index", "python", "reports", "mirrors")
+FILE_KEYS = ("store", "index", "python", "reports", "mirrors", "trusted_keys",
+             "signing_key_file")
 REPORTS_TO_STORE, REPORTS_OFF = "store", "none"
 # Tables of the config file: [retire] holds the retire policy (`neffcache retire`).
 TABLE_KEYS = {"retire": {"keep_sdk_versions": int, "keep_matrices": list,
@@ -53,6 +60,13 @@ class Settings:
     # Stores a restore reads after store_url, in order (NEFFCACHE_MIRRORS or the file's
     # `mirrors`, space-separated; restore --mirror replaces them).
     mirrors: tuple[str, ...] = ()
+    # Public keys (ed25519:<base64>) or files of them a restore requires an entry to be signed
+    # by (NEFFCACHE_TRUSTED_KEYS or the file's `trusted_keys`, space-separated); empty: any.
+    trusted_keys: tuple[str, ...] = ()
+    # The private key publish signs with: a PEM file (NEFFCACHE_SIGNING_KEY_FILE or the file's
+    # `signing_key_file`), else the PEM text of NEFFCACHE_SIGNING_KEY (environment only).
+    signing_key_file: str | None = None
+    signing_key_pem: str | None = field(default=None, repr=False)
 
     @property
     def index_is_embedded(self) -> bool:
@@ -119,9 +133,14 @@ def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | N
                                      or file_values.get("reports") or REPORTS_TO_STORE)
     retire = file_values.get("retire") or {}
     mirrors = str(environ.get("NEFFCACHE_MIRRORS") or file_values.get("mirrors") or "")
+    trusted = str(environ.get("NEFFCACHE_TRUSTED_KEYS") or file_values.get("trusted_keys") or "")
     return Settings(home=home, store_url=str(store_url), index_url=str(index_url),
                     index_explicit=bool(named_index), python=interpreter or None,
                     reports_to=reports_to, mirrors=tuple(mirrors.split()),
+                    trusted_keys=tuple(trusted.split()),
+                    signing_key_file=environ.get("NEFFCACHE_SIGNING_KEY_FILE")
+                    or file_values.get("signing_key_file") or None,
+                    signing_key_pem=environ.get("NEFFCACHE_SIGNING_KEY") or None,
                     retire=tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
                                         for k, v in retire.items())))
 

@@ -7,7 +7,8 @@
     ├── CacheMissError                  (exit 3)  requested cells have no entry (partial restore)
     ├── IntegrityError                  (exit 4)  a blob or manifest fails size/sha256/schema checks
     │   ├── ManifestError                         hostile or malformed manifest
-    │   └── ReportError                           hostile or malformed restore report object
+    │   ├── ReportError                           hostile or malformed restore report object
+    │   └── UntrustedEntryError                   unsigned, or signed by a key not trusted
     ├── FingerprintMismatchError        (exit 5)  entry built for another environment
     ├── UnavailableError                (exit 6)  store or index unreachable after retries
     ├── SchemaOutdatedError             (exit 7)  index schema older than this code
@@ -57,6 +58,11 @@ class ManifestError(IntegrityError):
 
 class ReportError(IntegrityError):
     """A restore report object is malformed or hostile; ingestion skips it with a warning."""
+
+
+class UntrustedEntryError(IntegrityError):
+    """With trusted keys configured: an entry is unsigned, signed by a key not trusted, or its
+    signature does not match its manifest."""
 
 
 class FingerprintMismatchError(NeffcacheError):

@@ -10,6 +10,10 @@ many of the entry's small blobs back to back, each member named by sha256, offse
 restore can fetch them in a few requests. Every member is also stored as its own blob; a member
 must be one of the manifest's files (same sha256 and size).
 
+``signature`` (also schema 1; outside the digest): who vouched for the entry, an Ed25519
+signature by a publisher's key over the manifest's digest (``neffcache.signing`` makes and checks
+it). Restore refuses unsigned or untrusted entries only when trusted keys are configured.
+
 ``parts`` (also schema 1): for a large file, the sha256 of each ``part_size`` slice of its
 bytes, so a restore fetching it in parallel ranged reads verifies every part as it arrives.
 Required for every file ``neffcache.parts`` says needs them (over 24 MiB); optional for smaller
@@ -23,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from neffcache.canonical import canonical_json, digest_of
@@ -38,6 +42,8 @@ MAX_FILES = 1_000_000
 MAX_PACKS = 100_000
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ROOT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_KEY_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+_ED25519_B64_RE = re.compile(r"^[A-Za-z0-9+/]{86}==$")  # 64 bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,18 @@ class PartDigests:
 
 
 @dataclass(frozen=True, slots=True)
+class Signature:
+    """An Ed25519 signature (base64) over an entry's digest, by the key ``key_id`` names
+    (16 hex digits of the sha256 of its raw public key; see ``neffcache.signing``)."""
+
+    key_id: str
+    ed25519: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key_id": self.key_id, "ed25519": self.ed25519}
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """An entry: a cell warmed under a fingerprint, and the files it left."""
 
@@ -102,6 +120,7 @@ class Manifest:
     created_at: str = ""
     packs: tuple[PackRecord, ...] = ()
     parts: tuple[PartDigests, ...] = ()
+    signature: Signature | None = None  # outside to_json(): it signs that body's digest
 
     @property
     def entry_key(self) -> str:
@@ -140,25 +159,53 @@ def entry_key(cell: Cell, fingerprint: Fingerprint) -> str:
 
 
 DIGEST_FIELD = "manifest_sha256"
+SIGNATURE_FIELD = "signature"
+
+
+def manifest_digest(manifest: Manifest) -> str:
+    """The sha256 of the manifest's canonical body: what ``manifest_sha256`` records and what a
+    signature signs (everything but those two fields)."""
+    return digest_of(manifest.to_json())
 
 
 def encode_manifest(manifest: Manifest) -> bytes:
     """Canonical JSON carrying its own digest (``manifest_sha256``: the sha256 of the canonical
-    JSON without that field), so a bit flip that still decodes is caught on read."""
+    JSON without that field), so a bit flip that still decodes is caught on read, and the
+    entry's signature when it has one."""
     body = manifest.to_json()
-    return canonical_json({**body, DIGEST_FIELD: digest_of(body)}).encode("utf-8")
+    doc = {**body, DIGEST_FIELD: digest_of(body)}
+    if manifest.signature is not None:
+        doc[SIGNATURE_FIELD] = manifest.signature.to_json()
+    return canonical_json(doc).encode("utf-8")
 
 
 def check_digest(doc: dict[str, Any], source: str) -> dict[str, Any]:
-    """``doc`` without its digest field, which must match; a manifest written before digests
-    existed has none and is judged by its fields alone (its blobs are still verified)."""
+    """``doc`` without its digest and signature fields; the digest must match. A manifest
+    written before digests existed has none and is judged by its fields alone (its blobs are
+    still verified); a signature needs a digest."""
+    body = {k: v for k, v in doc.items() if k not in (DIGEST_FIELD, SIGNATURE_FIELD)}
     if DIGEST_FIELD not in doc:
-        return doc
-    body = {k: v for k, v in doc.items() if k != DIGEST_FIELD}
+        if SIGNATURE_FIELD in doc:
+            raise ManifestError(f"{source}: signed but without {DIGEST_FIELD}")
+        return body
     if doc[DIGEST_FIELD] != digest_of(body):
         raise ManifestError(f"{source}: the manifest does not match its own sha256 "
                             "(damaged in the store or on the way)")
     return body
+
+
+def signature_from_json(raw: Any, source: str) -> Signature | None:
+    """The ``signature`` field: absent, or ``{"key_id": 16 hex, "ed25519": base64}``."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"key_id", "ed25519"}:
+        raise ManifestError(f"{source}: signature: expected {{key_id, ed25519}}")
+    key_id, value = raw["key_id"], raw["ed25519"]
+    if not isinstance(key_id, str) or not _KEY_ID_RE.match(key_id):
+        raise ManifestError(f"{source}: signature key_id {key_id!r}: expected 16 hex digits")
+    if not isinstance(value, str) or not _ED25519_B64_RE.match(value):
+        raise ManifestError(f"{source}: signature: expected a base64 Ed25519 signature")
+    return Signature(key_id, value)
 
 
 def decode_manifest(data: bytes | str, *, allowed_roots: Sequence[str] | None = None,
@@ -170,8 +217,10 @@ def decode_manifest(data: bytes | str, *, allowed_roots: Sequence[str] | None = 
         raise ManifestError(f"{source}: not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise ManifestError(f"{source}: expected a JSON object")
-    return manifest_from_json(check_digest(doc, source), allowed_roots=allowed_roots,
-                              source=source)
+    signature = signature_from_json(doc.get(SIGNATURE_FIELD), source)
+    manifest = manifest_from_json(check_digest(doc, source), allowed_roots=allowed_roots,
+                                  source=source)
+    return replace(manifest, signature=signature) if signature is not None else manifest
 
 
 def manifest_from_json(doc: Mapping[str, Any], *, allowed_roots: Sequence[str] | None = None,

@@ -53,6 +53,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "Copy entries between stores, blobs once, verified, resumable."),
     "bundle": ("neffcache.cli.bundle", "bundle",
                "Carry entries in one verified file: export, import, show."),
+    "keys": ("neffcache.cli.keys", "keys",
+             "Signing keys: generate one, show the public key restores trust."),
     "retire": ("neffcache.cli.retire", "retire",
                "Remove entries by policy (SDK versions kept, matrices kept); plan first."),
 }

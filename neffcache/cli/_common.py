@@ -28,6 +28,17 @@ def index_option(f: F) -> F:
                              "sqlite:///$NEFFCACHE_HOME/index.db].")(f)
 
 
+def signing_key_option(f: F) -> F:
+    return click.option("--signing-key", "signing_key", metavar="FILE", default=None,
+                        type=click.Path(dir_okay=False),
+                        help="Sign each manifest published with this Ed25519 private key "
+                             "(PEM; `neffcache keys generate` makes one): restores that "
+                             "trust its public key accept the entry [env "
+                             "NEFFCACHE_SIGNING_KEY_FILE, or the PEM itself in "
+                             "NEFFCACHE_SIGNING_KEY; config key `signing_key_file`; "
+                             "default: unsigned].")(f)
+
+
 def python_option(f: F) -> F:
     return click.option("--python", "python", metavar="PATH", default=None,
                         help="The Python interpreter that runs inference (e.g. "

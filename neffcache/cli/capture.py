@@ -16,6 +16,7 @@ from neffcache.cli._common import (
     json_option,
     progress,
     python_option,
+    signing_key_option,
     store_option,
 )
 from neffcache.errors import EXIT_CODE_HELP
@@ -66,20 +67,21 @@ Examples:
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Parallel hashing and uploads.")
 @python_option
+@signing_key_option
 @allow_missing_packages_option
 @store_option
 @index_option
 @json_option
 def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers: int,
             python: str | None, allow_missing_packages: bool, store: str | None,
-            index: str | None, as_json: bool) -> None:
+            index: str | None, as_json: bool, signing_key: str | None = None) -> None:
     """Parse, call ``neffcache.precompile.capture_entry``, render (help: CAPTURE_HELP)."""
     from neffcache.precompile import CaptureRequest, capture_entry
 
     result = capture_entry(CaptureRequest(
         matrix=matrix, cache=cache, cell_id=cell_id, dry_run=dry_run, workers=workers,
         python=python, store=store, index=index, notice=progress,
-        allow_missing_packages=allow_missing_packages))
+        allow_missing_packages=allow_missing_packages, signing_key=signing_key))
     finish(result, as_json, lambda: _summary(result.to_json()))
 
 

@@ -23,6 +23,7 @@ from neffcache.cli._common import (
     index_option,
     json_option,
     python_option,
+    signing_key_option,
     store_option,
 )
 from neffcache.cli._process import stop_on_signals
@@ -320,6 +321,7 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
 @click.option("--keep-workdir", is_flag=True, help="Keep cache roots and logs after the run.")
 @allow_missing_packages_option
 @python_option
+@signing_key_option
 @click.option("--replace-matrix", is_flag=True,
               help="Register MATRIX as the current version of its `name` even when the index "
                    "holds other content under that name (without it that is refused, exit 2, "
@@ -343,7 +345,7 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
                workdir: str | None, keep_workdir: bool, allow_missing_packages: bool,
                python: str | None, replace_matrix: bool, heartbeat_seconds: float,
                log_format: str, store: str | None, index: str | None,
-               as_json: bool) -> None:
+               as_json: bool, signing_key: str | None = None) -> None:
     """Parse, call ``neffcache.precompile.precompile``, render (help: PRECOMPILE_HELP)."""
     from neffcache.precompile import PrecompileRequest
     from neffcache.precompile import precompile as run_precompile
@@ -357,7 +359,8 @@ def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: st
             keep_workdir=keep_workdir, store=store, index=index, notice=display.notice,
             progress=display, selected=display.set_total, stop=stop.event,
             allow_missing_packages=allow_missing_packages, replace_matrix=replace_matrix,
-            python=python, heartbeat=display.beat, heartbeat_seconds=heartbeat_seconds))
+            python=python, heartbeat=display.beat, heartbeat_seconds=heartbeat_seconds,
+            signing_key=signing_key))
     if as_json:
         emit_json(result.to_json())
     else:

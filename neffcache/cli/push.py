@@ -15,6 +15,7 @@ from neffcache.cli._common import (
     json_option,
     progress,
     python_option,
+    signing_key_option,
     store_option,
 )
 from neffcache.errors import EXIT_CODE_HELP
@@ -65,6 +66,7 @@ Examples:
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Parallel uploads.")
 @python_option
+@signing_key_option
 @allow_missing_packages_option
 @store_option
 @index_option
@@ -72,7 +74,7 @@ Examples:
 def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
          roots: tuple[str, ...], backend_name: str | None, compile_seconds: float | None,
          workers: int, python: str | None, allow_missing_packages: bool, store: str | None,
-         index: str | None, as_json: bool) -> None:
+         index: str | None, as_json: bool, signing_key: str | None = None) -> None:
     """Parse, call ``neffcache.precompile.push``, render (help: PUSH_HELP)."""
     from neffcache.precompile import PushRequest
     from neffcache.precompile import push as push_cell
@@ -80,7 +82,8 @@ def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
     result = push_cell(PushRequest(
         roots=roots, cell_json=cell_json, matrix=matrix, cell_id=cell_id, backend=backend_name,
         compile_seconds=compile_seconds, workers=workers, python=python, store=store,
-        index=index, notice=progress, allow_missing_packages=allow_missing_packages))
+        index=index, notice=progress, allow_missing_packages=allow_missing_packages,
+        signing_key=signing_key))
     finish(result, as_json, lambda: render_push(result.to_json()))
 
 

@@ -32,6 +32,7 @@ from neffcache.manifest import FileRecord, Manifest, decode_manifest, entry_key,
 from neffcache.matrix import Cell
 from neffcache.precompile.hit_check import FileState
 from neffcache.precompile.publish import PublishResult, publish_entry
+from neffcache.signing import SigningKey
 from neffcache.store import Store, manifest_key
 
 PUBLISH, EXISTS, NOTHING = "publish", "exists", "nothing"
@@ -140,13 +141,15 @@ PRODUCER = {"tool": "neffcache capture", "source": "runtime-compiled (back-fill)
 
 
 def apply_backfill(store: Store, plan: BackfillPlan, backend: Backend, fingerprint: Fingerprint,
-                   dirs: Mapping[str, str | Path], *, workers: int = 8) -> PublishResult | None:
+                   dirs: Mapping[str, str | Path], *, workers: int = 8,
+                   signer: SigningKey | None = None) -> PublishResult | None:
     """Publish the plan's new files as its cell's entry (None unless the plan says publish).
     The manifest is written if absent: when another instance back-filled the same cell
-    first, its entry stands and ``created`` is False."""
+    first, its entry stands and ``created`` is False. ``signer``: the instance's own key (a
+    fleet trusts it, or not, apart from CI's)."""
     if plan.action != PUBLISH or plan.cell is None:
         return None
     files = hash_new_files(plan, dirs, workers=workers)
     roots = {name: Path(d) for name, d in dirs.items()}
     return publish_entry(store, plan.cell, fingerprint, backend, roots, producer=PRODUCER,
-                         files=files, workers=workers)
+                         files=files, workers=workers, signer=signer)

@@ -33,6 +33,9 @@ class CaptureRequest:
     call time). ``notice``: warnings (the index did not record the entry).
     ``allow_missing_packages``: publish even when the interpreter lacks what the backend
     needs (torch; torch-neuronx for neuron), else a UsageError (a dry run too).
+    ``signing_key``: sign the entry with this PEM file's Ed25519 key, the instance's own
+    (None: NEFFCACHE_SIGNING_KEY_FILE, the config's ``signing_key_file``,
+    NEFFCACHE_SIGNING_KEY, else unsigned).
     """
 
     matrix: str | Path
@@ -46,6 +49,7 @@ class CaptureRequest:
     environ: Mapping[str, str] | None = None
     notice: Callable[[str], None] | None = None
     allow_missing_packages: bool = False
+    signing_key: str | Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +100,7 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
         collect_fingerprint,
         described_interpreter,
     )
+    from neffcache.key_files import signer_for
     from neffcache.matrix_io import load_matrix
     from neffcache.store import open_store
 
@@ -112,6 +117,7 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     check_usable(fingerprint)
     check_publishable(fingerprint, described_interpreter(settings.python),
                       allow_missing=request.allow_missing_packages, environ=environ)
+    signer = signer_for(request.signing_key, settings)
     store = open_store(settings.store_url, create=True)
     store.check()
     entries = read_entries(store, m.cells, fingerprint, backend)
@@ -120,7 +126,7 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     published, indexed = None, None
     if not request.dry_run:
         published = apply_backfill(store, plan, backend, fingerprint, dirs,
-                                   workers=request.workers)
+                                   workers=request.workers, signer=signer)
         if published is not None:
             indexed = record_entry_or_warn(settings, published.manifest, store.url,
                                            request.notice)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import decode_manifest, entry_key
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.worker import WorkerSpec
+from neffcache.signing import SigningKey
 from neffcache.store import Store, manifest_key
 
 WARM, SKIP, REFUSE = "warm", "skip", "refuse"
@@ -46,6 +47,7 @@ class PrecompileOptions:
     compile_only: bool = False  # no device here: cells that need one are refused
     python: str | None = None  # the workers' interpreter (--python); None: this one
     heartbeat_seconds: float = 0.0  # a heartbeat per running cell this often (0: none)
+    signer: SigningKey | None = field(default=None, repr=False)  # signs each new manifest
 
 
 @dataclass(frozen=True, slots=True)

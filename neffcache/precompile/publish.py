@@ -47,6 +47,7 @@ from neffcache.matrix import Cell
 from neffcache.parts import DEFAULT_PARTS, PartPolicy, needs_parts
 from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
 from neffcache.precompile.packing import DEFAULT_POLICY, PackPolicy, plan_packs
+from neffcache.signing import SigningKey, sign_manifest
 from neffcache.store import (
     Store,
     blob_key,
@@ -78,6 +79,7 @@ class PublishResult:
                 "created": self.created, "files": len(m.files), "total_bytes": m.total_bytes,
                 "blobs_uploaded": self.blobs_uploaded, "blobs_skipped": self.blobs_skipped,
                 "bytes_uploaded": self.bytes_uploaded, "compile_seconds": m.compile_seconds,
+                "signed_by": m.signature.key_id if m.signature else None,
                 "packs": len(m.packs), "packs_uploaded": self.packs_uploaded,
                 "pack_bytes_uploaded": self.pack_bytes_uploaded}
 
@@ -158,12 +160,14 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                   on_progress: Callable[[int, int], None] | None = None,
                   packing: PackPolicy | None = DEFAULT_POLICY,
                   parting: PartPolicy = DEFAULT_PARTS,
-                  refresh_every: float = REFRESH_SECONDS) -> PublishResult:
+                  refresh_every: float = REFRESH_SECONDS,
+                  signer: SigningKey | None = None) -> PublishResult:
     """Upload the blobs the store lacks, then packs of the small ones (``packing=None``: none),
     then the manifest (if absent) with part digests of the large ones (``parting`` says which;
     every file over 24 MiB whatever the policy, as the manifest requires).
     ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
-    called per blob; the publish's intent is renewed every ``refresh_every`` seconds."""
+    called per blob; the publish's intent is renewed every ``refresh_every`` seconds;
+    ``signer`` signs the manifest (over its digest: every field, packs and parts included)."""
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
@@ -186,6 +190,8 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         packs, packs_uploaded, pack_bytes = _upload_packs(store, groups, sources)
         parts = _part_digests(files, sources, parting, workers)
         manifest = replace(manifest, packs=packs, parts=parts)
+        if signer is not None:
+            manifest = sign_manifest(manifest, signer)
         created = store.put(mkey, io.BytesIO(encode_manifest(manifest)), if_absent=True)
         # A gc batch cleared before our intent existed may delete a blob we skipped after it
         # listed pending/: check the skipped ones once more, now that the manifest names them.

@@ -32,6 +32,9 @@ class PushRequest:
     ``environ`` (None: the process's, at call time). ``notice``: warnings (the index did not
     record the entry). ``allow_missing_packages``: publish even when the interpreter lacks
     what the backend needs (torch; torch-neuronx for neuron), else a UsageError.
+    ``signing_key``: sign the manifest with this PEM file's Ed25519 key (None:
+    NEFFCACHE_SIGNING_KEY_FILE, the config's ``signing_key_file``, NEFFCACHE_SIGNING_KEY,
+    else unsigned).
     """
 
     roots: Mapping[str, str | Path] | Sequence[str] = ()
@@ -48,6 +51,7 @@ class PushRequest:
     environ: Mapping[str, str] | None = None
     notice: Callable[[str], None] | None = None
     allow_missing_packages: bool = False
+    signing_key: str | Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,7 @@ def push(request: PushRequest) -> PushResult:
         collect_fingerprint,
         described_interpreter,
     )
+    from neffcache.key_files import signer_for
     from neffcache.store import open_store
 
     environ = os.environ if request.environ is None else request.environ
@@ -104,10 +109,12 @@ def push(request: PushRequest) -> PushResult:
     check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it
     check_publishable(fingerprint, described_interpreter(settings.python),
                       allow_missing=request.allow_missing_packages, environ=environ)
+    signer = signer_for(request.signing_key, settings)
     store = open_store(settings.store_url, create=True)
     store.check()
     result = publish_entry(store, cell, fingerprint, backend, roots,
-                           compile_seconds=request.compile_seconds, workers=request.workers)
+                           compile_seconds=request.compile_seconds, workers=request.workers,
+                           signer=signer)
     indexed = record_entry_or_warn(settings, result.manifest, store.url, request.notice)
     return PushResult(result, indexed, store.url)
 

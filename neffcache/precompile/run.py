@@ -342,7 +342,8 @@ class PrecompileRun:
                     "matrix": self.matrix.name or Path(self.matrix.source).name,
                     "worker_wall_seconds": f"{outcome.wall_seconds:.3f}"}
         result = publish_entry(self.store, plan.cell, self.fingerprint, self.backend, roots,
-                               producer=producer, compile_seconds=outcome.seconds, files=files)
+                               producer=producer, compile_seconds=outcome.seconds, files=files,
+                               signer=self.options.signer)
         with self._lock:
             self.index.record_entry(result.manifest, self.store.url)
         status = PUBLISHED if result.created else EXISTS

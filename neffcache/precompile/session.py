@@ -12,7 +12,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +61,9 @@ class PrecompileRequest:
     spent, claimable at once); the report's ``stopped`` counts them. The call installs no
     signal handler. ``heartbeat``: told a ``CellBeat`` (elapsed, phase, the worker's last log
     line) per running cell every ``heartbeat_seconds`` (0: never); with ``claim``, a worker
-    waiting for a lease says so (a ``wait`` event) as often.
+    waiting for a lease says so (a ``wait`` event) as often. ``signing_key``: sign each new
+    manifest with this PEM file's Ed25519 key (None: NEFFCACHE_SIGNING_KEY_FILE, the config's
+    ``signing_key_file``, NEFFCACHE_SIGNING_KEY, else unsigned).
     """
 
     matrix: str | Path
@@ -90,6 +92,7 @@ class PrecompileRequest:
     python: str | None = None
     heartbeat: Callable[[CellBeat], None] | None = None
     heartbeat_seconds: float = 30.0
+    signing_key: str | Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,7 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
         described_interpreter,
     )
     from neffcache.index import open_index
+    from neffcache.key_files import signer_for
     from neffcache.matrix_io import load_matrix
     from neffcache.store import open_store
 
@@ -150,9 +154,10 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
     python = None if settings.python is None else described_interpreter(settings.python)
     check_publishable(fingerprint, described_interpreter(python),
                       allow_missing=request.allow_missing_packages, environ=environ)
+    signer = signer_for(request.signing_key, settings)  # a bad key fails before any work
     store = open_store(settings.store_url, create=True)
     store.check()
-    options = _options(request, python)
+    options = replace(_options(request, python), signer=signer)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
         _register_first(ix, spec, request.replace_matrix)
         if request.selected is not None:

@@ -25,7 +25,15 @@ from typing import Any
 from neffcache.backends import Backend, cache_environment, root_dirs
 from neffcache.errors import NeffcacheError
 from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import SCHEMA_VERSION, FileRecord, Manifest, encode_manifest, entry_key
+from neffcache.manifest import (
+    DIGEST_FIELD,
+    SCHEMA_VERSION,
+    SIGNATURE_FIELD,
+    FileRecord,
+    Manifest,
+    encode_manifest,
+    entry_key,
+)
 from neffcache.matrix import Cell
 from neffcache.restore.dest import ENTRIES_DIR, is_unclean
 from neffcache.restore.fs import Roots, replace_best_effort
@@ -34,6 +42,7 @@ from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
 from neffcache.restore.scan import scan_present
 from neffcache.restore.state import STATE_FILE, STATE_SCHEMA, load_state
+from neffcache.signing import PublicKey, signed_digest_trusted
 
 LOCAL_ENTRIES = ENTRIES_DIR
 MISSING_FILE = "missing.json"  # in LOCAL_ENTRIES: entries the store lacked at the last restore
@@ -186,7 +195,8 @@ def read_missing(target: Path, fingerprint_key: str, now: float,
 
 
 def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
-                  target: Path, *, store_url: str) -> RestoreResult | None:
+                  target: Path, *, store_url: str,
+                  trusted: Sequence[PublicKey] = ()) -> RestoreResult | None:
     """The result of a restore that finds everything in place, judged from the local copies
     of the entries' manifests and the state files alone (no store, no hashing; see
     this module); None when any requested cell lacks a local copy or any of
@@ -194,8 +204,10 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     symlink, or when a restore is running in DIR or was killed there (its lock file is
     marked: the full run sweeps its temp files) — then a full ``restore_cells`` decides. Cells
     the last full restore found without an entry (``read_missing``, for a few hours) count
-    as missing without asking the store. The result's manifests carry no file list: the
-    files were confirmed, not planned."""
+    as missing without asking the store. With keys ``trusted``, every local copy must carry
+    a trusted key's signature of its digest (a copy an earlier restore wrote before keys were
+    required, or signed by a key since dropped, sends the run to the store, which judges it).
+    The result's manifests carry no file list: the files were confirmed, not planned."""
     started = time.monotonic()
     requested = tuple(c.id for c in cells)
     target = Path(target).absolute()
@@ -210,6 +222,9 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     docs = [read_local_doc(target, k, backend.root_names) for k in keys]
     dirs = root_dirs(backend, str(target))
     if any(d is None for d in docs) or not all(_real_dir(Path(d)) for d in dirs.values()):
+        return None
+    if trusted and not all(signed_digest_trusted(d.get(SIGNATURE_FIELD), d.get(DIGEST_FIELD),
+                                                 trusted) for d in docs):  # type: ignore[union-attr]
         return None
     confirmed = confirm_in_place(docs, dirs)  # type: ignore[arg-type]
     conflicts: tuple[Conflict, ...] = ()

@@ -29,6 +29,7 @@ from neffcache.restore.plan import (
 from neffcache.restore.resolve import Resolution, resolve_entries
 from neffcache.restore.scan import scan_present
 from neffcache.restore.state import load_state
+from neffcache.signing import PublicKey
 from neffcache.store import Store
 
 PREVIEW_SCHEMA = 1
@@ -92,14 +93,15 @@ def unit_json(u: Unit) -> dict[str, Any]:
 
 def preview_cells(store: Store, cells: Sequence[Cell], backend: Backend,
                   fingerprint: Fingerprint, target: Path, *, workers: int = 16,
-                  units: UnitPolicy = DEFAULT_UNITS) -> RestorePreview:
+                  units: UnitPolicy = DEFAULT_UNITS,
+                  trusted: Sequence[PublicKey] = ()) -> RestorePreview:
     """Resolve, scan and plan as ``restore_cells`` would, without creating or writing
     anything (no directories, no manifest copies, no state file) and without fetching."""
     started = time.monotonic()
     target = Path(target).absolute()
     dirs = root_dirs(backend, str(target))
     resolution: Resolution = resolve_entries(store, cells, fingerprint, backend,
-                                             workers=workers)
+                                             workers=workers, trusted=trusted)
     manifests = resolution.found
     with Roots(dirs, create=False) as roots:
         present, _ = scan_present(roots, wanted_sizes(manifests), load_state(dirs),

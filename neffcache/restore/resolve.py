@@ -4,7 +4,9 @@ For each cell the entry key is ``entry_key(cell, this host's fingerprint)``; its
 from ``manifests/<key>.json`` (no index needed) and validated fully. Missing cells are checked
 against the store's ``cells/<cell-key>/`` pointers to tell "never built" from "built for another
 environment". A manifest that does not decode is read again (at most ``ATTEMPTS`` reads): a
-body damaged on the way costs one more GET, a damaged object fails its cell.
+body damaged on the way costs one more GET, a damaged object fails its cell. With trusted keys,
+a manifest that is unsigned or not signed by one of them counts as damaged (``check_trusted``):
+read again (from the next mirror, if any), then the cell fails with an integrity error.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from neffcache.backends import Backend
-from neffcache.errors import ManifestError, NotFoundError, UnavailableError
+from neffcache.errors import ManifestError, NotFoundError, UnavailableError, UntrustedEntryError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.restore.fetch import ATTEMPTS
+from neffcache.signing import PublicKey, check_trusted
 from neffcache.store import CELLS, Store, manifest_key
 from neffcache.thread_pool import map_in_threads
 
@@ -43,14 +46,16 @@ class Resolution:
 
 def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
                     backend: Backend, *, workers: int = 16,
-                    deadline: float | None = None) -> Resolution:
-    """Read each cell's manifest for this fingerprint (in parallel), validating it fully."""
+                    deadline: float | None = None,
+                    trusted: Sequence[PublicKey] = ()) -> Resolution:
+    """Read each cell's manifest for this fingerprint (in parallel), validating it fully (and
+    its signature, when keys are ``trusted``)."""
 
     def one(cell: Cell) -> tuple[Cell, Manifest | CellFailure | str]:
         if deadline is not None and time.monotonic() >= deadline:
             return cell, "unresolved"
         return cell, _read_manifest(store, cell, entry_key(cell, fingerprint), backend,
-                                    deadline)
+                                    deadline, trusted)
 
     found: list[Manifest] = []
     missing: list[Cell] = []
@@ -69,7 +74,8 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
 
 
 def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
-                   deadline: float | None) -> Manifest | CellFailure | str:
+                   deadline: float | None, trusted: Sequence[PublicKey] = ()
+                   ) -> Manifest | CellFailure | str:
     """The cell's manifest, a failure, "missing", or "unresolved" (stopped by the deadline);
     one that does not decode is read again, at most ``ATTEMPTS`` reads in all."""
     for attempt in range(1, ATTEMPTS + 1):
@@ -86,8 +92,10 @@ def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
                                 source=f"manifests/{key}.json")
             if m.entry_key != key:
                 raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
+            check_trusted(m, trusted, f"manifests/{key}.json")
             return m
-        except ManifestError as exc:  # damaged on the way, or at rest: read it again
+        # damaged on the way or at rest, or untrusted (a mirror may hold the signed one): again
+        except (ManifestError, UntrustedEntryError) as exc:
             if attempt == ATTEMPTS or (deadline is not None and time.monotonic() >= deadline):
                 return CellFailure(cell.id, "integrity", str(exc))
     raise AssertionError("unreachable")

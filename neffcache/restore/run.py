@@ -47,6 +47,7 @@ from neffcache.restore.plan import (
 from neffcache.restore.resolve import Resolution, resolve_entries
 from neffcache.restore.scan import scan_present
 from neffcache.restore.state import Durable, StateRecord, load_state, save_state, sync_records
+from neffcache.signing import PublicKey
 from neffcache.store import Store
 
 
@@ -54,9 +55,11 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
                   fingerprint: Fingerprint, target: Path, *, workers: int = 16,
                   deadline: float | None = None, progress: Progress | None = None,
                   units: UnitPolicy = DEFAULT_UNITS,
-                  notice: Callable[[str], None] | None = None) -> RestoreResult:
+                  notice: Callable[[str], None] | None = None,
+                  trusted: Sequence[PublicKey] = ()) -> RestoreResult:
     """Restore ``cells`` into ``target/<root>`` for each of the backend's cache roots;
-    ``units`` says how blobs become requests (pack runs, large-blob parts). Holds the
+    ``units`` says how blobs become requests (pack runs, large-blob parts); with keys
+    ``trusted``, an entry not signed by one of them is refused (integrity). Holds the
     target's lock throughout (waiting for a restore already running there: ``notice`` is
     told; at most until ``deadline``)."""
     started = time.monotonic()
@@ -65,7 +68,7 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
         try:
             result, hung = _locked(store, cells, backend, fingerprint, target, held, started,
                                    workers=workers, deadline=deadline, progress=progress,
-                                   units=units)
+                                   units=units, trusted=trusted)
         except Exception:
             held.finished()  # unwound: its temp files were removed on the way
             raise
@@ -77,11 +80,11 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
 def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
             target: Path, held: Held, started: float, *, workers: int,
             deadline: float | None, progress: Progress | None,
-            units: UnitPolicy) -> tuple[RestoreResult, bool]:
+            units: UnitPolicy, trusted: Sequence[PublicKey]) -> tuple[RestoreResult, bool]:
     """The restore under the lock; and whether a transfer still hangs at the deadline."""
     dirs = root_dirs(backend, str(target))
     resolution = resolve_entries(store, cells, fingerprint, backend, workers=workers,
-                                 deadline=deadline)
+                                 deadline=deadline, trusted=trusted)
     manifests = resolution.found
     roots = Roots(dirs)  # refuses a root that is a symlink
     report: RestoreReport | None = None

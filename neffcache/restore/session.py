@@ -34,6 +34,7 @@ from neffcache.fingerprint import (
     collect_fingerprint,
     described_interpreter,
 )
+from neffcache.key_files import load_trusted_keys
 from neffcache.matrix import Cell, Matrix, select_cells
 from neffcache.matrix_io import load_matrix
 from neffcache.report_send import send_report
@@ -44,6 +45,7 @@ from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict
 from neffcache.restore.preview import RestorePreview, preview_cells
 from neffcache.restore.run import restore_cells
+from neffcache.signing import PublicKey
 from neffcache.store import BundleStore, MirroredStore, Store, describe_store, open_store
 from neffcache.thread_pool import usable_cpus
 from neffcache.version import __version__
@@ -89,6 +91,9 @@ class RestoreRequest:
     mirrors        store URLs (or bundle:FILE) read in order after the store: an object
                    missing from one, or failing verification, is fetched from the next;
                    empty: NEFFCACHE_MIRRORS, the config file's ``mirrors``, none
+    trusted_keys   public keys (``ed25519:<base64>``) or files of them: every entry must be
+                   signed by one (else that cell fails, exit 4); empty:
+                   NEFFCACHE_TRUSTED_KEYS, the config file's ``trusted_keys``, none (any entry)
     """
 
     matrix: str | Path | Matrix
@@ -107,6 +112,7 @@ class RestoreRequest:
     on_environment: Callable[[Mapping[str, str]], None] | None = None
     fingerprint: Fingerprint | None = None
     mirrors: Sequence[str] = ()
+    trusted_keys: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +129,7 @@ class _Session:
     notice: Notice
     progress: Progress | None
     mirrors: tuple[str, ...] = ()
+    trusted: tuple[PublicKey, ...] = ()  # entries must be signed by one of these (if any)
 
 
 def restore(request: RestoreRequest) -> RestoreResult:
@@ -182,7 +189,7 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
     store = open_store(s.settings.store_url)
     store.check()
     preview = preview_cells(store, s.cells, s.backend, fingerprint, s.target,
-                            workers=s.workers or default_workers())
+                            workers=s.workers or default_workers(), trusted=s.trusted)
     return replace(preview, judged=replace(preview.judged,
                                            explain_args=_explain_args(s, store.url)))
 
@@ -218,7 +225,9 @@ def _session(request: RestoreRequest) -> _Session:
                     target=Path(request.to).expanduser().absolute(), until=until,
                     workers=request.workers, notice=request.notice or _drop,
                     progress=request.progress,
-                    mirrors=tuple(request.mirrors) or settings.mirrors)
+                    mirrors=tuple(request.mirrors) or settings.mirrors,
+                    trusted=load_trusted_keys(tuple(request.trusted_keys)
+                                              or settings.trusted_keys))
 
 
 def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
@@ -261,7 +270,8 @@ def _restore(s: _Session, fingerprint: Fingerprint,
             return _from_bundle(s, fingerprint, source)
         # Everything already in place (local manifest copies + state file): no store.
         return restore_local(s.cells, s.backend, fingerprint, s.target,
-                             store_url=describe_store(s.settings.store_url)) or \
+                             store_url=describe_store(s.settings.store_url),
+                             trusted=s.trusted) or \
             _before(s.until, lambda: _from_store(s, fingerprint))
     except NeffcacheError as exc:
         # A boot restore that stops early is exactly what the dashboard must show.
@@ -278,7 +288,7 @@ def _from_store(s: _Session, fingerprint: Fingerprint) -> RestoreResult:
         return _from_mirrors(s, fingerprint, store)
     return restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                          workers=s.workers or default_workers(), deadline=s.until,
-                         progress=s.progress, notice=s.notice)
+                         progress=s.progress, notice=s.notice, trusted=s.trusted)
 
 
 def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> RestoreResult:
@@ -291,20 +301,21 @@ def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> Rest
         store = MirroredStore([primary, *mirrors])
         result = restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                                workers=s.workers or default_workers(), deadline=s.until,
-                               progress=s.progress, notice=s.notice)
+                               progress=s.progress, notice=s.notice, trusted=s.trusted)
         return replace(result, served_by=tuple(store.served().items()))
 
 
 def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> RestoreResult:
     """Hash every member of the bundle against its table of contents (nothing is installed
     from a bad bundle), then restore from it as from a store."""
-    done = restore_local(s.cells, s.backend, fingerprint, s.target, store_url=source.url)
+    done = restore_local(s.cells, s.backend, fingerprint, s.target, store_url=source.url,
+                         trusted=s.trusted)
     if done is not None:  # already in place: the bundle's structure was checked, enough
         return done
     source.verify_all()
     return restore_cells(source, s.cells, s.backend, fingerprint, s.target,
                          workers=s.workers or BUNDLE_WORKERS, deadline=s.until,
-                         notice=s.notice)
+                         notice=s.notice, trusted=s.trusted)
 
 
 def _before(until: float | None, work: Callable[[], T]) -> T:

@@ -22,6 +22,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.matrix", "neffcache.matrix_io", "neffcache.fingerprint"),
     ("neffcache.parts",),
     ("neffcache.manifest",),
+    # signed entries: signatures and trust (pure), then key files and the keys use cases
+    ("neffcache.signing",),
+    ("neffcache.key_files", "neffcache.keys"),
     # storage and records
     ("neffcache.store",),
     ("neffcache.reports",),
