@@ -223,8 +223,8 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     dirs = root_dirs(backend, str(target))
     if any(d is None for d in docs) or not all(_real_dir(Path(d)) for d in dirs.values()):
         return None
-    if trusted and not all(signed_digest_trusted(d.get(SIGNATURE_FIELD), d.get(DIGEST_FIELD),
-                                                 trusted) for d in docs):  # type: ignore[union-attr]
+    if trusted and not all(d is not None and signed_digest_trusted(
+            d.get(SIGNATURE_FIELD), d.get(DIGEST_FIELD), trusted) for d in docs):
         return None
     confirmed = confirm_in_place(docs, dirs)  # type: ignore[arg-type]
     conflicts: tuple[Conflict, ...] = ()
