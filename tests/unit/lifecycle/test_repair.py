@@ -200,3 +200,30 @@ def test_verify_quarantine_makes_copy_rewrite_a_flipped_blob_of_the_same_size(
     assert target.has(DAMAGED + key)
     apply_copy(open_store(good.store), target, [good.manifest])
     assert verify_store(target).problems == () and not target.has(DAMAGED + key)
+
+
+@pytest.mark.parametrize("source", ["store", "bundle", "dir"])
+def test_a_repaired_manifest_keeps_its_signature(tmp_path: Path, source: str) -> None:
+    """A signed entry's manifest deleted, then repaired from each kind of source: the rewritten
+    manifest still carries the publisher's signature, and a restore trusting that key takes it."""
+    from neffcache.manifest import decode_manifest
+    from neffcache.signing import check_trusted, generate_signing_key
+
+    _, key = generate_signing_key()
+    cache = make_neff_cache(tmp_path / "cache", seed=9, count=6, large=0, droppings=False)
+    store = open_store(str(tmp_path / "store"), create=True)
+    m = publish_entry(store, cell(128), FP, get_backend(FP.backend), {"neff": cache.root},
+                      packing=SMALL_PACKS, signer=key).manifest
+    assert m.signature is not None and m.signature.key_id == key.public.key_id
+    export_bundle(ExportBundleRequest(tmp_path / "b.bundle", all_entries=True, store=store.url))
+    restored = tmp_path / "restored"
+    assert restore_cells(store, [cell(128)], get_backend("neuron"), FP, restored,
+                         trusted=[key.public]).error() is None
+    good = Good(store.url, tmp_path / "b.bundle", restored, m)
+    target = _damaged_copy(good, str(tmp_path / "target"), "manifest-deleted")
+    result = repair_store(RepairRequest(store=target.url, confirmed=True,
+                                        **_source(source, good)))  # type: ignore[arg-type]
+    assert result.error() is None, result.to_json()
+    back = decode_manifest(target.read(manifest_key(m.entry_key)))
+    assert back.signature == m.signature
+    check_trusted(back, [key.public], "repaired")
