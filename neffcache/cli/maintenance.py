@@ -34,7 +34,8 @@ too: present, and each member's bytes matching its sha256.
 Blobs shared by several entries are checked once. Any problem (a manifest that does not
 decode or is hostile, part digests that do not match their blob, a missing, truncated or
 corrupt blob or pack) is listed and the command exits 4; a store that cannot be read
-exits 6.
+exits 6. With --trusted-key (or NEFFCACHE_TRUSTED_KEYS) an entry none of those keys signed
+is listed too (kind untrusted): what a restore trusting them would refuse.
 
 --json prints: ok, manifests, blobs, packs, bytes_checked, quick, problems (key, kind,
 error), problem_count, seconds.
@@ -104,10 +105,15 @@ Examples:
 @click.option("--quarantine", is_flag=True,
               help="Mark each damaged blob or pack under damaged/ in the store, so push, copy "
                    "and bundle import rewrite it instead of skipping it.")
+@click.option("--trusted-key", "trusted_keys", multiple=True, metavar="KEY|FILE",
+              help="Also report each entry not signed by one of these public keys (kind "
+                   "untrusted): what a restore trusting them would refuse. Repeatable "
+                   "[env NEFFCACHE_TRUSTED_KEYS or config `trusted_keys`].")
 @store_option
 @json_option
 def verify(quick: bool, workers: int, local: str | None, store: str | None,
-           as_json: bool, quarantine: bool = False) -> None:
+           as_json: bool, quarantine: bool = False,
+           trusted_keys: tuple[str, ...] = ()) -> None:
     from neffcache.lifecycle import (
         VerifyLocalDirRequest,
         VerifyStoreRequest,
@@ -121,7 +127,8 @@ def verify(quick: bool, workers: int, local: str | None, store: str | None,
     else:
         result = verify_store(VerifyStoreRequest(store=store, quick=quick, workers=workers,
                                                  progress=counter("verify", "blobs", 50),
-                                                 quarantine=quarantine))
+                                                 quarantine=quarantine,
+                                                 trusted_keys=trusted_keys))
     finish(result, as_json, lambda: _verify_text(result))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +24,11 @@ from neffcache.errors import (
     NeffcacheError,
     NotFoundError,
     UnavailableError,
+    UntrustedEntryError,
 )
 from neffcache.hashing import CHUNK, PartHasher
 from neffcache.manifest import Manifest, PackRecord, PartDigests, decode_manifest
+from neffcache.signing import PublicKey, check_trusted
 from neffcache.store import (
     MANIFESTS,
     Store,
@@ -89,13 +91,16 @@ class VerifyStoreResult(ExitRule):
 
 
 def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
-                 progress: Callable[[int, int], None] | None = None) -> VerifyStoreResult:
+                 progress: Callable[[int, int], None] | None = None,
+                 trusted: Sequence[PublicKey] = ()) -> VerifyStoreResult:
     """Check every manifest of ``store`` and every blob and pack it references (each once);
-    ``progress(done, total)`` per blob. The store use case is ``lifecycle.verify_store``."""
+    ``progress(done, total)`` per blob; with keys ``trusted``, a manifest none of them signed
+    is a problem too (kind ``untrusted``: what a restore trusting them would refuse). The
+    store use case is ``lifecycle.verify_store``."""
     started = time.monotonic()
     keys = sorted(k for k in store.list(MANIFESTS) if entry_key_of(k) is not None)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        blobs, problems, packs, parts = _read_manifests(store, keys, pool)
+        blobs, problems, packs, parts = _read_manifests(store, keys, pool, trusted)
 
         def check(sha: str) -> tuple[int, list[Problem]]:
             size, ref = blobs[sha]
@@ -119,7 +124,8 @@ def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
                              time.monotonic() - started, len(packs), temps)
 
 
-def _read_manifests(store: Store, keys: list[str], pool: ThreadPoolExecutor
+def _read_manifests(store: Store, keys: list[str], pool: ThreadPoolExecutor,
+                    trusted: Sequence[PublicKey] = ()
                     ) -> tuple[dict[str, tuple[int, str]], list[Problem],
                                dict[str, tuple[PackRecord, str]],
                                dict[str, dict[PartDigests, str]]]:
@@ -134,6 +140,10 @@ def _read_manifests(store: Store, keys: list[str], pool: ThreadPoolExecutor
         if isinstance(doc, Problem):
             problems.append(doc)
             continue
+        try:
+            check_trusted(doc, trusted, key)
+        except UntrustedEntryError as exc:  # its blobs are still checked: they may be fine
+            problems.append(Problem(key, "untrusted", str(exc)))
         for pack in doc.packs:
             packs.setdefault(pack.sha256, (pack, key))
         for record in doc.parts:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from neffcache.config import read_settings
+from neffcache.key_files import load_trusted_keys
 from neffcache.lifecycle import verify, verify_local
 from neffcache.lifecycle.verify import VerifyStoreResult
 from neffcache.lifecycle.verify_local import VerifyLocalDirResult
@@ -28,6 +29,9 @@ class VerifyStoreRequest:
     ``workers``: parallel reads; ``progress(done, total)``: called per blob checked.
     ``quarantine``: mark each damaged blob or pack (wrong size or sha256) with a
     ``damaged/<key>`` object, so push, copy and bundle import rewrite it instead of skipping.
+    ``trusted_keys``: public keys (``ed25519:...``) or files of them; a manifest none of them
+    signed is a problem (``untrusted``: a restore trusting them would refuse it). Empty:
+    NEFFCACHE_TRUSTED_KEYS, the config file's ``trusted_keys``, else signatures are not checked.
     """
 
     store: str | None = None
@@ -35,6 +39,7 @@ class VerifyStoreRequest:
     workers: int = 8
     progress: Callable[[int, int], None] | None = None
     quarantine: bool = False
+    trusted_keys: Sequence[str] = ()
 
 
 def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
@@ -43,10 +48,12 @@ def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
     once. Problems are collected in the result (exit 4, or 6 when objects could only not be
     read), never raised one by one. Raises UnavailableError (exit 6) when the store cannot be
     reached at all, ConfigError for a bad store URL."""
-    s = open_store(read_settings(os.environ, store=request.store).store_url)
+    settings = read_settings(os.environ, store=request.store)
+    trusted = load_trusted_keys(tuple(request.trusted_keys) or settings.trusted_keys)
+    s = open_store(settings.store_url)
     s.check()
     result = verify.verify_store(s, quick=request.quick, workers=request.workers,
-                                 progress=request.progress)
+                                 progress=request.progress, trusted=trusted)
     if request.quarantine:
         for p in result.problems:
             if p.kind in ("size", "sha256") and p.key.startswith((BLOBS, PACKS)):

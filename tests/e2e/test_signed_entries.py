@@ -186,3 +186,16 @@ def test_a_bad_signing_key_fails_before_anything_is_published(cli: Cli, matrix: 
     assert r.code == 2 and "not an unencrypted Ed25519 private key" in r.stderr
     assert "AAAA" not in r.stderr
     assert restore(cli, matrix, tmp_path / "out").code == 3  # nothing was published
+
+
+def test_verify_lists_the_entries_a_trusting_restore_would_refuse(cli: Cli, matrix: Path,
+                                                                  tmp_path: Path) -> None:
+    key, public, _ = make_key(cli, tmp_path, "ci")
+    push(cli, matrix, tmp_path, CELL_64, b"signed neff", key)
+    unsigned = push(cli, matrix, tmp_path, CELL_128, b"unsigned neff", None)
+    assert cli("verify").code == 0  # no keys: signatures are not checked
+    r = cli("verify", "--trusted-key", public, "--json")
+    assert r.code == 4
+    assert [(p["kind"], p["key"]) for p in r.json["problems"]] == [
+        ("untrusted", f"manifests/{unsigned['entry_key']}.json")]
+    assert cli("verify", env={"NEFFCACHE_TRUSTED_KEYS": public}).code == 4
