@@ -129,6 +129,11 @@ Examples:
                    "store: no store, no index, no network.")
 @click.option("--expect-sha256", "expect", metavar="DIGEST", default=None,
               help="With --from-bundle: refuse the bundle (exit 4) unless its digest is DIGEST.")
+@click.option("--max-bytes", "bundle_max_bytes", type=click.IntRange(min=0), default=None,
+              metavar="BYTES",
+              help="With --from-bundle: refuse (exit 4) a gzip bundle that decompresses to "
+                   "more than BYTES [default: with --expect-sha256 what its table of "
+                   "contents lists, else 16x its size + 16 MiB].")
 @click.option("--mirror", "mirrors", multiple=True, metavar="URL",
               help="Another store (PATH, s3://..., bundle:FILE) read after --store, in order; "
                    "an object missing from one or failing verification comes from the next. "
@@ -157,7 +162,8 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
             print_env: bool, workers: int | None, bundle: str | None, expect: str | None,
             python: str | None, report_to: str | None, store: str | None,
             index: str | None, dry_run: bool, as_json: bool,
-            mirrors: tuple[str, ...] = (), trusted_keys: tuple[str, ...] = ()) -> None:
+            mirrors: tuple[str, ...] = (), trusted_keys: tuple[str, ...] = (),
+            bundle_max_bytes: int | None = None) -> None:
     started = _process_start()
     _check_flags(print_env=print_env, as_json=as_json, dry_run=dry_run, bundle=bundle)
     if index is not None:
@@ -173,7 +179,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         report_to=report_to, store=store, notice=bar.notice if bar else progress,
         progress=bar.update if bar else None,
         on_environment=_print_env if print_env else None, mirrors=mirrors,
-        trusted_keys=trusted_keys)
+        trusted_keys=trusted_keys, bundle_max_bytes=bundle_max_bytes)
     if dry_run:
         _show_preview(preview_restore(request), as_json)
         return

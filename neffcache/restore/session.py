@@ -75,7 +75,9 @@ class RestoreRequest:
                    process start); None: when the call starts
     workers        parallel transfers; None: 4 per CPU, at most 16 (4 from a bundle)
     bundle         restore from this bundle file instead of the store (no store, no
-                   network, no report); ``expect_sha256``: refuse it unless its digest is that
+                   network, no report); ``expect_sha256``: refuse it unless its digest is that;
+                   ``bundle_max_bytes``: the most a gzip bundle may decompress to (default:
+                   the expected digest's bundle, else 16 x its compressed size + 16 MiB)
     python         the interpreter the fingerprint describes; None: NEFFCACHE_PYTHON, the
                    config file, else the running one
     report_to      ``store``, ``none`` or a directory; None: NEFFCACHE_REPORTS, config, store
@@ -104,6 +106,7 @@ class RestoreRequest:
     workers: int | None = None
     bundle: str | Path | None = None
     expect_sha256: str | None = None
+    bundle_max_bytes: int | None = None
     python: str | None = None
     report_to: str | None = None
     store: str | None = None
@@ -255,8 +258,11 @@ def _open_bundle(request: RestoreRequest) -> BundleStore | None:
     if request.bundle is None:
         if request.expect_sha256:
             raise UsageError("--expect-sha256 checks a bundle: use it with --from-bundle FILE")
+        if request.bundle_max_bytes is not None:
+            raise UsageError("--max-bytes caps a gzip bundle: use it with --from-bundle FILE")
         return None
-    return BundleStore(request.bundle, expect_sha256=request.expect_sha256)
+    return BundleStore(request.bundle, expect_sha256=request.expect_sha256,
+                       max_bytes=request.bundle_max_bytes)
 
 
 def _restore(s: _Session, fingerprint: Fingerprint,

@@ -214,3 +214,52 @@ def test_the_good_bundles_import(good: Good, tmp_path: Path) -> None:
              "--store", str(tmp_path / "store"), "--expect-sha256", good.digest],
             capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
+
+
+RESTORE_MATRIX = """\
+backend = "neuron"
+[[pipelines]]
+name = "tiny"
+class = "diffusers:Flux2KleinPipeline"
+model = "/models/tiny-flux2-klein"
+mode = "compile"
+shapes = ["64x64", "128x128"]
+"""
+RESTORE_CASES = ("gzip-bomb", "gzip-bomb-max-bytes", "gzip-bomb-wrong-digest",
+                 "gzip-truncated-half", "truncated-last-byte", "traversal-dotdot", "symlink",
+                 "toc-size-forged", "member-bit-flip")
+
+
+@pytest.mark.parametrize("case", RESTORE_CASES)
+def test_restore_from_a_hostile_bundle_is_refused_and_writes_within_the_cap(
+        case: str, good: Good, tmp_path: Path) -> None:
+    """`restore --from-bundle` shares the opener: the same caps hold (``--max-bytes`` too),
+    and nothing lands in the cache directories."""
+    make, options = CASES[case]
+    path = tmp_path / "hostile.bundle"
+    data = make(good)
+    path.write_bytes(data)
+    cap = cap_for(data)
+    (tmp_path / "matrix.toml").write_text(RESTORE_MATRIX)
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"),
+           "NEFFCACHE_INSTANCE_TYPE": "trn2.48xlarge"}
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER.format(cap=cap), "restore", str(tmp_path / "matrix.toml"),
+         "--to", str(out), "--from-bundle", str(path), *options],
+        capture_output=True, text=True, env=env, timeout=300)
+    err, _, wchar = proc.stderr.rpartition("WCHAR ")
+    assert proc.returncode == 4, proc.stderr[-2000:]
+    assert "Traceback" not in err and err.strip().splitlines()[0].startswith("Error: "), err
+    assert int(wchar) <= (2 * MiB if "--max-bytes" in options else cap)  # the operator's cap
+    restored = [p for p in (out / "neff").rglob("*") if p.is_file()] if out.exists() else []
+    assert restored == []
+
+
+def test_restore_max_bytes_needs_a_bundle(tmp_path: Path) -> None:
+    (tmp_path / "matrix.toml").write_text(RESTORE_MATRIX)
+    proc = subprocess.run([sys.executable, "-m", "neffcache.cli", "restore",
+                           str(tmp_path / "matrix.toml"), "--to", str(tmp_path / "o"),
+                           "--max-bytes", "100"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--from-bundle" in proc.stderr
