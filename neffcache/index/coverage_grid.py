@@ -48,6 +48,7 @@ from neffcache.index.ops_values import (
     fingerprint_target,
     known_versions,
     sdk_version,
+    severity,
 )
 from neffcache.index.queries import dialect_name, key_batches, key_in
 from neffcache.index.shapes import Status
@@ -388,8 +389,8 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
     """Counts (no rows) for the current version of every registered matrix: ready and failed
     from the aggregates (kept by the rule without leases), cells with a live lease moved to
     their status by ``status_of``, missing the rest; columns as ``matrix_coverage`` chooses
-    them, worst first. A few small queries whatever the size of the index
-    (``Index.coverage_summaries``)."""
+    them, worst first; the matrices by their worst column. A few small queries whatever the
+    size of the index (``Index.coverage_summaries``)."""
     versions = current_versions_in(conn)
     ids = [v.id for v in versions]
     counts: dict[int, dict[str, dict[str, int]]] = {}
@@ -418,7 +419,8 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
         fps = by_severity(_column_counts(k, facts.fingerprints.get(k), v, mine.get(k, _ZERO),
                                          restores.get(k, 0)) for k in {*mine, *restores})
         grids.append(CoverageGrid(v, None, v.cell_count, 0, 0, tuple(fps), ()))
-    return grids
+    return sorted(grids, key=lambda g: (not g.fingerprints, severity(g.fingerprints[0])
+                                        if g.fingerprints else (), g.matrix.name))
 
 
 def _move_leased(acc: dict[str, int], failure: bool) -> None:
