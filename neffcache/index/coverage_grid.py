@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Select, func, select, true
+from sqlalchemy import ColumnElement, Select, func, select, text, true
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index.matrix_reads import (
@@ -127,6 +127,11 @@ def fetch_matrix_facts(conn: Any, matrix_id: int, now: datetime, *, details: boo
     entries, failures and live leases, whatever the cell count, then the fingerprints (with
     ``named`` ones)."""
     in_matrix = select(matrix_cells.c.cell_key).where(matrix_cells.c.matrix_id == matrix_id)
+    if dialect_name(conn) == "postgresql":
+        # Without statistics the planner guesses thousands of entries per cell, and at that
+        # cost it JIT-compiles the probe: ~0.1 s spent before a 20,000-row read (this read
+        # transaction only).
+        conn.execute(text("SET LOCAL jit = off"))
     return _fetch(conn, [lambda col: col.in_(in_matrix)], now, details, named,
                   pairs=matrix_entry_pairs(conn, matrix_id))
 
