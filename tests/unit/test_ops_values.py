@@ -1,5 +1,6 @@
 """Pure parts of the ops surface: restore outcomes, SDK versions, the grid page (coverage's
-statuses and counts), the dashboard's worst-first order and card facts, totals per SDK, the HTTP status table and the loopback check."""
+statuses and counts), the dashboard's worst-first order and card facts, totals per SDK, the
+HTTP status table and the loopback check."""
 
 from __future__ import annotations
 
