@@ -467,6 +467,7 @@ function init() {
     if (td) await showCellLog(td);
   }));
   window.addEventListener("popstate", () => { readURL(); loadAll(); });
+  window.addEventListener("hashchange", () => { readURL(); loadAll(); });
   loadAll();
 }
 

@@ -268,5 +268,13 @@ def test_at_52_fingerprints_the_worst_come_first_the_grid_is_above_the_fold_and_
         assert page.evaluate("location.search") == \
             f"?matrix=side&fingerprint={chosen.key}&refresh=1"
         assert page.evaluate("document.getElementById('refresh-every').value") == "1"
+
+        first = side.fingerprints[0]  # the same selection as a fragment: #matrix=&fingerprint=
+        navigate(page, f"{base}/#matrix=side&fingerprint={first.key}&refresh=0")
+        page.wait_for("document.body.dataset.loaded === 'true' && document.querySelector("
+                      "'.fp-card.selected')?.dataset.fp === " + json.dumps(first.key))
+        assert page.evaluate("document.getElementById('matrix').value") == "side"
+        assert page.evaluate("location.search") == \
+            f"?matrix=side&fingerprint={first.key}&refresh=0"
         assert page.console_errors() == []
     assert data.count(half, FAILED) == 60 and data.count(restored, MISSING) == 120
