@@ -55,6 +55,7 @@ function renderTotals(summary) {
     [t.restores === 1 ? "restore" : "restores", num(t.restores)],
   ].map(([label, value]) => `<span><b>${esc(value)}</b> ${esc(label)}</span>`).join("");
   $("index-label").textContent = summary.index;
+  $("index-label").title = summary.index;
 }
 
 function renderSdk(rows) {
