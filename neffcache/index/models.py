@@ -88,6 +88,10 @@ class EntryRow(Base):
         Index(None, "fingerprint_key"),
         Index(None, "created_at"),
         Index(None, "last_used_at"),
+        # The verified few: the grid's warm marks for a page of cells (migration 0007).
+        Index("ix_entries_verified", "cell_key", "fingerprint_key", "verified_status",
+              sqlite_where=text("verified_status IS NOT NULL"),
+              postgresql_where=text("verified_status IS NOT NULL")),
     )
 
     entry_key: Mapped[str] = mapped_column(String(KEY), primary_key=True)

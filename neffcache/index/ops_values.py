@@ -94,9 +94,33 @@ class MatrixVersion:
         return doc
 
 
+def fingerprint_target(backend: str, fields: Mapping[str, Any]) -> str:
+    """What a fingerprint's entries run on: the Neuron target (with its LNC when not the
+    default), the CPU architecture for inductor; 'unknown' when the fingerprint does not say."""
+    if backend == "neuron":
+        target = str(fields.get("target") or "unknown")
+        lnc = str(fields.get("lnc") or "default")
+        return target if lnc == "default" else f"{target} lnc={lnc}"
+    if backend == "inductor":
+        return str(fields.get("cpu.arch") or "unknown")
+    return "unknown"
+
+
+def known_versions(backend: str, fields: Mapping[str, Any]) -> str:
+    """When a fingerprint's SDK version is not a version (absent, unknown): the package
+    versions it does name besides the SDK, e.g. 'torch 2.9.0 · torch-neuronx absent'; else ''."""
+    if sdk_version(backend, fields) not in ("absent", "unknown"):
+        return ""
+    sdk = SDK_FIELDS.get(backend)
+    return " · ".join(f"{name[len('version.'):]} {value}" for name, value in sorted(
+        fields.items()) if name.startswith("version.") and name != sdk)
+
+
 @dataclass(frozen=True, slots=True)
 class FingerprintCounts:
-    """A fingerprint's column of a coverage grid, counted over the grid's cells."""
+    """A fingerprint's column of a coverage grid, counted over the grid's cells, with what
+    the dashboard's card names (target, the versions it knows) and the restore reports of
+    the matrix that named it."""
 
     key: str
     backend: str
@@ -105,6 +129,9 @@ class FingerprintCounts:
     failed: int
     missing: int
     in_progress: int = 0
+    target: str = "unknown"
+    known: str = ""
+    restores: int = 0
 
     @property
     def ratio(self) -> float:
@@ -114,7 +141,21 @@ class FingerprintCounts:
     def to_json(self) -> FingerprintCountsDoc:
         return {"key": self.key, "backend": self.backend, "sdk_version": self.sdk_version,
                 "ready": self.ready, "failed": self.failed, "missing": self.missing,
-                "in_progress": self.in_progress, "ratio": round(self.ratio, 6)}
+                "in_progress": self.in_progress, "ratio": round(self.ratio, 6),
+                "target": self.target, "known": self.known, "restores": self.restores}
+
+
+def severity(f: FingerprintCounts) -> tuple[Any, ...]:
+    """Pure: the dashboard's order, worst first: restored by the fleet with nothing built,
+    then the most failed cells, then the most missing; ties by backend, SDK version, target
+    and key."""
+    return (not (f.restores and not f.ready), -f.failed, -f.missing, f.backend,
+            f.sdk_version, f.target, f.key)
+
+
+def by_severity(columns: Iterable[FingerprintCounts]) -> list[FingerprintCounts]:
+    """Pure: ``columns`` worst first (``severity``)."""
+    return sorted(columns, key=severity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +163,13 @@ class GridRow:
     cell_id: str
     cell_key: str
     statuses: tuple[Status, ...]  # one per fingerprint column, in column order
+    # (column, how a first call after restore went: hit = warm, compiled, verify-failed)
+    verified: tuple[tuple[int, str], ...] = ()
 
     def to_json(self) -> GridRowDoc:
         return {"cell_id": self.cell_id, "cell_key": self.cell_key,
-                "statuses": list(self.statuses)}
+                "statuses": list(self.statuses),
+                "verified": {str(j): status for j, status in self.verified}}
 
 
 @dataclass(frozen=True, slots=True)

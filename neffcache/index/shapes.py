@@ -126,12 +126,21 @@ class FingerprintCountsDoc(TypedDict):
     missing: int
     in_progress: Annotated[int, Doc("Cells a precompile --claim worker is warming now.")]
     ratio: Annotated[float, Doc("ready / cells.")]
+    target: Annotated[str, Doc("What its entries run on: the Neuron target (trn2, with its "
+                               "LNC if set), inductor's CPU architecture, or 'unknown'.")]
+    known: Annotated[str, Doc("When the SDK version is absent or unknown: the package "
+                              "versions the fingerprint names, e.g. 'torch 2.9.0'; else ''.")]
+    restores: Annotated[int, Doc("Restore reports of this matrix under this fingerprint.")]
 
 
 class GridRowDoc(TypedDict):
     cell_id: str
     cell_key: str
     statuses: Annotated[list[Status], Doc("One per fingerprint, in column order.")]
+    verified: Annotated[dict[str, str], Doc(
+        "Column number -> how the entry's first call after a restore went, where known "
+        "(neffcache warm, precompile --verify): 'hit' (warm: nothing compiled), 'compiled', "
+        "'verify-failed'.")]
 
 
 class CoverageGridDoc(TypedDict):

@@ -2,7 +2,11 @@
 // innerHTML assignment (no per-cell DOM calls). No external resources; works offline.
 "use strict";
 
-const state = { matrix: null, pattern: "", offset: 0, limit: 200, grid: null, summary: null };
+// The selection lives in the URL (?matrix=NAME&fingerprint=KEY&cells=GLOB&refresh=SECONDS, or
+// the same after #): a link opens it, and choosing something rewrites the address.
+const state = { matrix: null, fingerprint: null, pattern: "", offset: 0, limit: 200,
+  refresh: 30, grid: null, summary: null, moreOpen: false, loads: 0, busy: false };
+const CARDS = 4;  // full cards, worst first; the rest are one line each under "N more"
 const $ = (id) => document.getElementById(id);
 const SYMBOL = { ready: "\u2713", in_progress: "\u2026", failed: "\u2717", missing: "\u2013" };
 const cellsOf = (f) => f.ready + (f.in_progress || 0) + f.failed + f.missing;
@@ -51,6 +55,7 @@ function renderTotals(summary) {
     [t.restores === 1 ? "restore" : "restores", num(t.restores)],
   ].map(([label, value]) => `<span><b>${esc(value)}</b> ${esc(label)}</span>`).join("");
   $("index-label").textContent = summary.index;
+  $("index-label").title = summary.index;
 }
 
 function renderSdk(rows) {
@@ -116,38 +121,115 @@ function renderFailures(rows) {
 
 // --- coverage grid -------------------------------------------------------------------------
 
-function renderMatrices(list) {
+function readURL() {
+  const q = new URLSearchParams(location.search);
+  const h = new URLSearchParams(location.hash.replace(/^#/, ""));
+  const get = (k) => q.get(k) ?? h.get(k);
+  state.matrix = get("matrix") || null;
+  state.fingerprint = get("fingerprint") || null;
+  state.pattern = get("cells") || "";
+  const every = Number(get("refresh") ?? 30);
+  state.refresh = Number.isFinite(every) && every >= 0 ? every : 30;
+}
+
+function linkTo(matrix, fingerprint) {
+  const q = new URLSearchParams();
+  if (matrix) q.set("matrix", matrix);
+  if (fingerprint) q.set("fingerprint", fingerprint);
+  if (state.pattern) q.set("cells", state.pattern);
+  if (state.refresh !== 30) q.set("refresh", state.refresh);
+  return `?${q}`;
+}
+
+function writeURL() {
+  const url = linkTo(state.matrix, state.fingerprint);
+  if (url !== location.search || location.hash) history.replaceState(null, "", url);
+  $("permalink").href = url;
+}
+
+function renderMatrices(list, summary) {
   const select = $("matrix");
   if (!list.length) {
     select.innerHTML = "";
     $("matrix-info").textContent = "no matrix registered (neffcache matrix register FILE)";
     return false;
   }
-  if (!list.some((m) => m.name === state.matrix)) state.matrix = list[0].name;
+  // No choice in the URL: the matrix the summary puts first (its worst fingerprint is worst).
+  const worst = summary.coverage.length ? summary.coverage[0].matrix : list[0].name;
+  if (!list.some((m) => m.name === state.matrix)) {
+    state.matrix = list.some((m) => m.name === worst) ? worst : list[0].name;
+  }
   select.innerHTML = list.map((m) => `<option value="${esc(m.name)}"${m.name === state.matrix ? " selected" : ""}>${esc(m.name)}</option>`).join("");
   const m = list.find((x) => x.name === state.matrix);
   $("matrix-info").textContent = `version ${m.version} · ${num(m.cells)} cells · ${m.backend} · sha256 ${short(m.sha256)} · registered ${when(m.registered_at)}`;
   return true;
 }
 
+const restoredOnly = (f) => f.restores > 0 && f.ready === 0;
+const pct = (f) => `${(100 * f.ratio).toFixed(1)}%`;
+
 function cardHTML(f) {
   const total = cellsOf(f) || 1;
-  return `<div class="fp-card" data-fp="${esc(f.key)}"><div class="title">${esc(f.backend)} ${esc(f.sdk_version)}</div>
-    <code>${esc(short(f.key))}</code> <b>${(100 * f.ratio).toFixed(1)}%</b>
+  const sel = f.key === state.fingerprint ? " selected" : "";
+  const alarm = restoredOnly(f) ? `<div class="alarm">${num(f.restores)} restores · nothing built</div>`
+    : f.restores ? `<div class="muted restores">${num(f.restores)} restores</div>` : "";
+  return `<a class="fp-card${sel}${restoredOnly(f) ? " alarming" : ""}" data-fp="${esc(f.key)}"
+    href="${esc(linkTo(state.matrix, f.key))}" title="${esc(f.key)}">
+    <div class="title">${f.backend === "unknown" ? "fingerprint not in the index"
+      : `${esc(f.backend)} ${esc(f.sdk_version)} <span class="target">${esc(f.target)}</span>`}</div>
+    ${f.known ? `<div class="known">${esc(f.known)}</div>` : ""}${alarm}
+    <code>${esc(short(f.key))}</code> <b>${pct(f)}</b>
     <div class="bar"><div class="r" style="width:${100 * f.ready / total}%"></div><div class="p" style="width:${100 * (f.in_progress || 0) / total}%"></div><div class="f" style="width:${100 * f.failed / total}%"></div></div>
-    <div class="counts"><span class="r">${num(f.ready)} ready</span> · ${f.in_progress ? `<span class="p">${num(f.in_progress)} in progress</span> · ` : ""}<span class="f">${num(f.failed)} failed</span> · <span class="m">${num(f.missing)} missing</span></div></div>`;
+    <div class="counts"><span class="r">${num(f.ready)} ready</span> · ${f.in_progress ? `<span class="p">${num(f.in_progress)} in progress</span> · ` : ""}<span class="f">${num(f.failed)} failed</span> · <span class="m">${num(f.missing)} missing</span></div></a>`;
+}
+
+function rowHTML(f) {
+  const sel = f.key === state.fingerprint ? " selected" : "";
+  return `<a class="fp-row${sel}" data-fp="${esc(f.key)}" href="${esc(linkTo(state.matrix, f.key))}"
+    title="${esc(f.key)}"><code>${esc(short(f.key))}</code> <span>${esc(f.backend)} ${esc(f.sdk_version)}</span>
+    <span class="target">${esc(f.target)}</span> <span class="f">${num(f.failed)} failed</span>
+    <span class="m">${num(f.missing)} missing</span>${f.restores ? ` <span class="muted">${num(f.restores)} restores</span>` : ""}
+    <b>${pct(f)}</b></a>`;
+}
+
+function renderCards(fps) {
+  if (!fps.length) {
+    $("fp-summary").innerHTML = `<div class="empty">no entry or failure for any cell of this matrix yet</div>`;
+    return;
+  }
+  const shown = fps.slice(0, CARDS);
+  const chosen = fps.find((f) => f.key === state.fingerprint);
+  if (chosen && !shown.includes(chosen)) shown.push(chosen);
+  const rest = fps.filter((f) => !shown.includes(f));
+  $("fp-summary").innerHTML = shown.map(cardHTML).join("") + (rest.length
+    ? `<details id="fp-more" class="fp-more"${state.moreOpen ? " open" : ""}><summary>${num(rest.length)} more
+       fingerprint${rest.length === 1 ? "" : "s"}, worst first</summary><div class="fp-list">${rest.map(rowHTML).join("")}</div></details>`
+    : "");
+  $("fp-more")?.addEventListener("toggle", (e) => { state.moreOpen = e.target.open; });
+}
+
+const VERIFIED = { hit: ["warm", "warm: a first call after restore compiled nothing"],
+  compiled: ["compiled", "compiled on its first call after restore"],
+  "verify-failed": ["vfailed", "the first call after restore failed"] };
+
+function statusTD(s, j, verified, selected) {
+  const v = VERIFIED[verified];
+  const cls = `st ${s}${v && s === "ready" ? ` ${v[0]}` : ""}${selected ? " sel" : ""}`;
+  const extra = v ? ` data-verified="${esc(verified)}" title="${esc(v[1])}"` : "";
+  return `<td class="${cls}" data-status="${s}" data-j="${j}"${extra}>${SYMBOL[s]}</td>`;
 }
 
 function renderGrid(grid) {
   state.grid = grid;
   const fps = grid.fingerprints;
-  $("fp-summary").innerHTML = fps.length ? fps.map(cardHTML).join("")
-    : `<div class="empty">no entry or failure for any cell of this matrix yet</div>`;
-  const head = `<thead><tr><th class="cell">cell (${num(grid.total_cells)})</th>` + fps.map((f) =>
-    `<th title="${esc(f.key)}">${esc(f.sdk_version)}<span class="sub">${esc(short(f.key))}</span>` +
+  renderCards(fps);
+  const chosen = fps.findIndex((f) => f.key === state.fingerprint);
+  const head = `<thead><tr><th class="cell">cell (${num(grid.total_cells)})</th>` + fps.map((f, j) =>
+    `<th title="${esc(f.key)}" data-fp="${esc(f.key)}"${j === chosen ? ' class="sel"' : ""}>${esc(f.sdk_version)}` +
+    `<span class="sub">${esc(f.target)}</span><span class="sub">${esc(short(f.key))}</span>` +
     `<span class="sub">${num(f.ready)}/${num(cellsOf(f))}</span></th>`).join("") + "</tr></thead>";
   const body = grid.rows.map((row) => `<tr><td class="cell">${esc(row.cell_id)}</td>` +
-    row.statuses.map((s, j) => `<td class="st ${s}" data-status="${s}" data-j="${j}">${SYMBOL[s]}</td>`).join("") +
+    row.statuses.map((s, j) => statusTD(s, j, (row.verified || {})[j], j === chosen)).join("") +
     "</tr>").join("");
   $("grid").innerHTML = head + `<tbody>${body || `<tr><td class="empty" colspan="${fps.length + 1}">no cell matches</td></tr>`}</tbody>`;
   const first = grid.total_cells ? grid.offset + 1 : 0;
@@ -155,6 +237,11 @@ function renderGrid(grid) {
   $("page-info").textContent = `cells ${num(first)}–${num(last)} of ${num(grid.total_cells)}`;
   $("prev").disabled = grid.offset <= 0;
   $("next").disabled = last >= grid.total_cells;
+  const th = chosen >= 0 ? $("grid").querySelector("thead th.sel") : null;
+  const wrap = $("grid").parentElement;
+  if (th && (th.offsetLeft < wrap.scrollLeft || th.offsetLeft > wrap.scrollLeft + wrap.clientWidth - th.offsetWidth)) {
+    wrap.scrollLeft = Math.max(0, th.offsetLeft - wrap.clientWidth / 3);
+  }
 }
 
 async function loadGrid() {
@@ -167,7 +254,9 @@ async function loadGrid() {
 async function loadFailures() {
   const params = new URLSearchParams({ limit: 50 });
   if (state.matrix) params.set("matrix", state.matrix);
-  $("failures-scope").textContent = state.matrix ? `(${state.matrix}, latest 50)` : "(latest 50)";
+  if (state.fingerprint) params.set("fingerprint", state.fingerprint);
+  const scope = [state.matrix, state.fingerprint && short(state.fingerprint)].filter(Boolean);
+  $("failures-scope").textContent = `(${[...scope, "latest 50"].join(", ")})`;
   renderFailures(await getJSON(`/api/failures?${params}`));
 }
 
@@ -245,10 +334,10 @@ function renderOverview(coverage) {
   $("overview").innerHTML = coverage.length
     ? `<thead><tr><th>matrix</th><th class="num">version</th><th class="num">cells</th>
        <th>ready per fingerprint</th></tr></thead><tbody>` +
-      coverage.map((m) => `<tr><td>${esc(m.matrix)}</td><td class="num">${num(m.version)}</td>
+      coverage.map((m) => `<tr><td><a href="${esc(linkTo(m.matrix, null))}" data-matrix="${esc(m.matrix)}">${esc(m.matrix)}</a></td><td class="num">${num(m.version)}</td>
         <td class="num">${num(m.cells)}</td><td>${m.fingerprints.map((f) =>
-          `<span class="chip${f.ready ? "" : " zero"}" title="${esc(f.key)} (${esc(f.backend)}
- ${esc(f.sdk_version)})">${esc(f.key.slice(0, 8))} ${Math.round(f.ratio * 100)} %</span>`)
+          `<a class="chip${f.ready ? "" : " zero"}" href="${esc(linkTo(m.matrix, f.key))}" data-matrix="${esc(m.matrix)}" data-fp="${esc(f.key)}" title="${esc(f.key)} (${esc(f.backend)}
+ ${esc(f.sdk_version)} ${esc(f.target)})">${esc(f.key.slice(0, 8))} ${Math.round(f.ratio * 100)} %</a>`)
           .join(" ")}</td></tr>`).join("") + "</tbody>"
     : `<tbody><tr><td class="muted">no matrix registered</td></tr></tbody>`;
 }
@@ -256,6 +345,8 @@ function renderOverview(coverage) {
 // --- wiring --------------------------------------------------------------------------------
 
 async function loadAll() {
+  if (state.busy) return;  // an auto-refresh while a load is still running: skip it
+  state.busy = true;
   try {
     showError(null);
     const [summary, matrices, restores, runs, inProgress, timeline] = await Promise.all([
@@ -267,16 +358,21 @@ async function loadAll() {
     renderSdk(summary.sdk_versions);
     renderOutcomes(summary.restore_outcomes);
     renderTimeline(timeline);
-    renderOverview(summary.coverage);
     renderRestores(restores);
     renderRuns(runs);
     renderInProgress(inProgress);
-    renderMatrices(matrices);
+    renderMatrices(matrices, summary);
+    writeURL();
+    renderOverview(summary.coverage);
     await Promise.all([loadGrid(), loadFailures()]);
+    state.loads += 1;
+    document.body.dataset.loads = String(state.loads);
     document.body.dataset.loaded = "true";
   } catch (err) {
     showError(err);
     document.body.dataset.loaded = "error";
+  } finally {
+    state.busy = false;
   }
 }
 
@@ -289,17 +385,69 @@ function debounce(fn, ms) {
   return (...args) => { clearTimeout(timer); timer = setTimeout(() => fn(...args), ms); };
 }
 
+let refreshTimer = null;
+
+function scheduleRefresh() {
+  clearInterval(refreshTimer);
+  refreshTimer = state.refresh > 0 ? setInterval(() => loadAll(), state.refresh * 1000) : null;
+  const select = $("refresh-every");
+  if (![...select.options].some((o) => Number(o.value) === state.refresh)) {
+    select.insertAdjacentHTML("beforeend", `<option value="${state.refresh}">${state.refresh} s</option>`);
+  }
+  select.value = String(state.refresh);
+}
+
+function chooseFingerprint(key) {
+  state.fingerprint = key === state.fingerprint ? null : key;
+  writeURL();
+  if (state.grid) renderGrid(state.grid);
+  if (state.summary) renderOverview(state.summary.coverage);
+  return loadFailures();
+}
+
+async function chooseMatrix(name, fingerprint) {
+  state.matrix = name;
+  state.fingerprint = fingerprint;
+  state.offset = 0;
+  $("cell-log").hidden = true;
+  await loadAll();
+}
+
+// Links inside the page (cards, compact rows, column heads, overview chips) change the
+// selection in place; a new tab or a copied link opens the same selection.
+function onSelect(e) {
+  if (e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+  const el = e.target.closest("[data-fp], [data-matrix]");
+  if (!el || el.tagName === "TD") return;
+  e.preventDefault();
+  const matrix = el.dataset.matrix;
+  if (matrix && matrix !== state.matrix) {
+    guarded(chooseMatrix)(matrix, el.dataset.fp || null);
+  } else if (el.dataset.fp) {
+    guarded(chooseFingerprint)(el.dataset.fp);
+  }
+}
+
 function init() {
+  readURL();
+  $("filter").value = state.pattern;
+  scheduleRefresh();
   $("refresh").addEventListener("click", () => loadAll());
-  $("matrix").addEventListener("change", guarded(async (e) => {
-    state.matrix = e.target.value;
-    state.offset = 0;
-    $("cell-log").hidden = true;
-    await loadAll();
-  }));
+  $("refresh-every").addEventListener("change", (e) => {
+    state.refresh = Number(e.target.value);
+    scheduleRefresh();
+    writeURL();
+  });
+  $("matrix").addEventListener("change", guarded((e) => chooseMatrix(e.target.value, state.fingerprint)));
+  $("fp-summary").addEventListener("click", onSelect);
+  $("overview").addEventListener("click", onSelect);
+  $("grid").addEventListener("click", (e) => {
+    if (e.target.closest("thead th[data-fp]")) onSelect(e);
+  });
   $("filter").addEventListener("input", debounce(guarded(async (e) => {
     state.pattern = e.target.value.trim();
     state.offset = 0;
+    writeURL();
     await loadGrid();
   }), 250));
   $("page-size").addEventListener("change", guarded(async (e) => {
@@ -319,6 +467,8 @@ function init() {
     const td = e.target.closest("td.st.failed");
     if (td) await showCellLog(td);
   }));
+  window.addEventListener("popstate", () => { readURL(); loadAll(); });
+  window.addEventListener("hashchange", () => { readURL(); loadAll(); });
   loadAll();
 }
 

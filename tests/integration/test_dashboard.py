@@ -1,18 +1,22 @@
 """The dashboard in headless Debian Chromium (driven over CDP) against the real
 ``neffcache serve`` on the embedded index: the grid shows the index's statuses, the filter,
-paging and failure logs work, nothing is fetched from another host, and screenshots are kept
-under artifacts/ (gitignored) for a human to look at."""
+paging and failure logs work, nothing is fetched from another host, at 52 fingerprints the
+worst come first with the grid on the first screen, links and auto-refresh keep a selection,
+and screenshots are kept under artifacts/ (gitignored) for a human to look at."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from neffcache.index import open_index
+from neffcache.fingerprint import Fingerprint, build_fingerprint
+from neffcache.index import Index, open_index
+from neffcache.reports import build_report
 from tests.support.chromium import Page, chromium, navigate
 from tests.support.live_server import serve_subprocess
 from tests.support.ops_seed import (
@@ -21,6 +25,7 @@ from tests.support.ops_seed import (
     MISSING,
     READY,
     Seeded,
+    StatusRule,
     matrix_text,
     sdk_fingerprint,
     seed,
@@ -141,10 +146,6 @@ def test_fleet_view_shows_a_0_percent_fingerprint_column_and_restores_over_time(
         neffcache_home: Path) -> None:
     """A fingerprint the fleet restores with but nothing was built for is a column at 0 %;
     restores per day are drawn by outcome, misses split by why."""
-    from datetime import datetime, timezone
-
-    from neffcache.reports import build_report
-
     fleet = sdk_fingerprint(7)  # in restore reports only: no entry, no failure
     with open_index(f"sqlite:///{neffcache_home / 'index.db'}", auto_upgrade=True) as ix:
         data = seed_demo(ix)
@@ -174,3 +175,106 @@ def test_fleet_view_shows_a_0_percent_fingerprint_column_and_restores_over_time(
         assert {"hit", "partial", "error"} <= set(bars)  # the seeded demo restores
         page.screenshot(ARTIFACTS / "dashboard-fleet.png", full_page=True)
         assert page.console_errors() == []
+
+
+def fleet_of_52() -> tuple[list[Fingerprint], Fingerprint, Fingerprint]:
+    """52 fingerprints: 45 SDK versions on trn2, five with neuronx-cc absent (on trn1),
+    one the fleet restores with and nothing was built for, one with half its cells failed."""
+    fps = [sdk_fingerprint(n) for n in range(45)]
+    fps += [build_fingerprint("neuron", {"version.neuronx-cc": "absent", "version.torch":
+                                         f"2.{n}.0", "target": "trn1"}) for n in range(5)]
+    restored = build_fingerprint("neuron", {"version.neuronx-cc": "2.99.0", "target": "trn2",
+                                            "version.torch": "2.9.0", "lnc": "1"})
+    half = build_fingerprint("neuron", {"version.neuronx-cc": "2.50.0", "target": "trn3",
+                                        "version.torch": "2.9.0"})
+    return [*fps, half, restored], restored, half
+
+
+def fleet_rule(n_fps: int) -> StatusRule:
+    def rule(n: int, i: int) -> str:
+        if i == n_fps - 1:  # restored: nothing built
+            return MISSING
+        if i == n_fps - 2:  # half: every other cell failed
+            return FAILED if n % 2 else READY
+        return FAILED if (n + i) % 40 == 0 else MISSING if (n * 7 + i) % 11 == 0 else READY
+    return rule
+
+
+def seed_fleet(ix: Index) -> tuple[Seeded, Fingerprint, Fingerprint, Seeded]:
+    """Matrix "fleet": 120 cells x 52 fingerprints (6,240 grid cells, ~5,200 entries), restore
+    reports naming the restored-only fingerprint, a few entries verified (warm, compiled);
+    matrix "side": 8 cells x 3 fingerprints."""
+    fps, restored, half = fleet_of_52()
+    text = matrix_text("fleet", pipelines=2, modes=("compile", "eager"), shapes=30)
+    data = seed(ix, text, fps, fleet_rule(len(fps)))
+    cells = [c.id for c in data.matrix.cells]
+    ix.record_reports([build_report(
+        {"status": "partial", "exit_code": 3, "cells_requested": cells, "cells_missing": cells,
+         "seconds": 1.0}, fingerprint=restored, host=f"i-fleet-{n}", matrix="fleet",
+        now=datetime.now(timezone.utc), nonce=f"{n:08x}", version="t") for n in range(3)])
+    for entry, status in zip(ix.entries("p0/compile/*", fps[0].key, limit=3),
+                             ("hit", "hit", "compiled"), strict=True):
+        assert ix.record_verification(entry.entry_key, status)
+    side = seed(ix, matrix_text("side", shapes=4, first=5, modes=("compile", "eager")),
+                fps[10:13], lambda n, i: READY if n % 3 else MISSING)
+    return data, restored, half, side
+
+
+CARD_KEYS = "[...document.querySelectorAll('#fp-summary .fp-card')].map(e => e.dataset.fp)"
+
+
+def test_at_52_fingerprints_the_worst_come_first_the_grid_is_above_the_fold_and_links_open_a_selection(  # noqa: E501
+        neffcache_home: Path) -> None:
+    with open_index(f"sqlite:///{neffcache_home / 'index.db'}", auto_upgrade=True) as ix:
+        data, restored, half, side = seed_fleet(ix)
+    with serve_subprocess({"NEFFCACHE_HOME": str(neffcache_home)}) as base, \
+            chromium(1280, 800) as page:
+        navigate(page, base + "/")
+        assert page.wait_for("document.body.dataset.loaded") == "true"
+        assert page.evaluate("document.getElementById('matrix').value") == "fleet"
+        cards = page.evaluate(CARD_KEYS)
+        assert cards[:2] == [restored.key, half.key], cards
+        texts = page.evaluate("[...document.querySelectorAll('.fp-card, .fp-row')]"
+                              ".map(e => e.textContent.replace(/\\s+/g, ' '))")
+        assert len(texts) == 52 and all(" trn" in t for t in texts), texts
+        assert "3 restores · nothing built" in texts[0] and "trn2 lnc=1" in texts[0]
+        assert any("neuron absent" in t and "trn1" in t for t in texts)
+        top = page.evaluate("document.querySelector('#grid tbody tr').getBoundingClientRect()"
+                            ".top")
+        assert top < 800 - 40, top  # the grid's first row is on the first screen
+        keys = read_grid(page)["keys"]
+        assert keys[:2] == [restored.key, half.key]  # type: ignore[index]
+        warm = page.evaluate("[...document.querySelectorAll('#grid td.st.ready.warm')]"
+                             ".map(td => td.dataset.verified).join(',')")
+        assert warm == "hit,hit"
+        assert page.evaluate("document.querySelectorAll('#grid td[data-verified=compiled]')"
+                             ".length") == 1
+        page.screenshot(ARTIFACTS / "dashboard-worst-first.png", full_page=False)
+
+        page.evaluate(f"document.querySelector('.fp-card[data-fp=\"{half.key}\"]').click()")
+        page.wait_for("document.querySelector('#grid thead th.sel')?.title === "
+                      f"{json.dumps(half.key)}")
+        assert f"fingerprint={half.key}" in page.evaluate("location.search")
+        assert "matrix=fleet" in page.evaluate("location.search")
+
+        chosen = side.fingerprints[2]
+        navigate(page, f"{base}/?matrix=side&fingerprint={chosen.key}&refresh=1")
+        page.wait_for("Number(document.body.dataset.loads) >= 3")  # refreshed twice
+        assert page.evaluate("document.getElementById('matrix').value") == "side"
+        assert page.evaluate("document.querySelector('.fp-card.selected').dataset.fp") \
+            == chosen.key
+        assert page.evaluate("document.querySelector('#grid thead th.sel').title") \
+            == chosen.key
+        assert page.evaluate("location.search") == \
+            f"?matrix=side&fingerprint={chosen.key}&refresh=1"
+        assert page.evaluate("document.getElementById('refresh-every').value") == "1"
+
+        first = side.fingerprints[0]  # the same selection as a fragment: #matrix=&fingerprint=
+        navigate(page, f"{base}/#matrix=side&fingerprint={first.key}&refresh=0")
+        page.wait_for("document.body.dataset.loaded === 'true' && document.querySelector("
+                      "'.fp-card.selected')?.dataset.fp === " + json.dumps(first.key))
+        assert page.evaluate("document.getElementById('matrix').value") == "side"
+        assert page.evaluate("location.search") == \
+            f"?matrix=side&fingerprint={first.key}&refresh=0"
+        assert page.console_errors() == []
+    assert data.count(half, FAILED) == 60 and data.count(restored, MISSING) == 120

@@ -182,3 +182,64 @@ def test_refresh_statistics_analyzes_the_tables_named(pg_new_database: Callable[
         assert not any(analyzed().values())
         index.refresh_statistics(["entries", "cells"])
         assert analyzed() == {"entries": True, "cells": True, "matrices": False}
+
+
+BULK = [  # 10 matrices x 400 cells, 20 fingerprints, 79,200 entries; statistics never taken
+    "ALTER TABLE entries SET (autovacuum_enabled = false)",
+    """INSERT INTO fingerprints (key, backend, fields, first_seen_at)
+       SELECT md5('f' || f) || md5('g' || f), 'neuron', '{"target": "trn2"}', now()
+       FROM generate_series(0, 19) f""",
+    """INSERT INTO cells (key, id, pipeline, mode, height, width, batch, tp, json)
+       SELECT md5('c' || n) || md5('d' || n), 'p/compile/' || n, 'p', 'compile', 512, 512, 1,
+              1, '{}' FROM generate_series(0, 3999) n""",
+    """INSERT INTO matrices (id, name, digest, backend, toml, registered_at)
+       SELECT m, 'm' || m, md5('m' || m) || md5('n' || m), 'neuron', '', now()
+       FROM generate_series(0, 9) m""",
+    """INSERT INTO matrix_cells (matrix_id, cell_key, position)
+       SELECT n / 400, md5('c' || n) || md5('d' || n), n % 400 FROM generate_series(0, 3999) n""",
+    """INSERT INTO entries (entry_key, cell_key, fingerprint_key, store_url, total_bytes,
+                           file_count, producer, created_at, recorded_at, verified_status)
+       SELECT md5('e' || n || '/' || f) || md5('x' || n || '/' || f), md5('c' || n) ||
+              md5('d' || n), md5('f' || f) || md5('g' || f), 's3://b', 4096, 1, '{}', now(),
+              now(), CASE WHEN n % 97 = 0 THEN 'hit' END
+       FROM generate_series(0, 3999) n, generate_series(0, 19) f WHERE (n + f) % 100 <> 0""",
+]
+
+
+def test_a_matrix_grid_probes_entries_per_cell_before_any_analyze(
+        pg_new_database: Callable[[], str]) -> None:
+    """Right after a bulk fill (no ANALYZE, autovacuum off) the planner has no statistics:
+    the plain ``IN (subquery)`` reads every entry (a sequential scan), while the grid's
+    LATERAL probe is a nested loop over the (cell, fingerprint) index, and a page's verified
+    cells come from the partial index. The grid's counts are still right."""
+    from sqlalchemy import select
+
+    from neffcache.index.coverage_grid import matrix_entry_pairs, verified_pairs
+    from neffcache.index.tables import entries, matrix_cells
+
+    url = pg_new_database()
+    upgrade_index(url)
+    with open_index(url, auto_upgrade=False) as ix:
+        with ix.engine.begin() as conn:
+            for sql in BULK:
+                conn.execute(text(sql))
+        with ix.connection() as conn:
+            assert conn.scalar(text("SELECT count(*) FROM pg_stats WHERE tablename = 'entries'"
+                                    )) == 0
+
+            def plan(query: object) -> str:
+                sql = query.compile(conn, compile_kwargs={"literal_binds": True})  # type: ignore[attr-defined]
+                return "\n".join(r[0] for r in conn.execute(text(f"EXPLAIN {sql}")))
+
+            e, mc = entries, matrix_cells
+            plain = select(e.c.cell_key, e.c.fingerprint_key).where(e.c.cell_key.in_(
+                select(mc.c.cell_key).where(mc.c.matrix_id == 3)))
+            assert "Seq Scan on entries" in plan(plain)
+            probe = plan(matrix_entry_pairs(conn, 3))
+            assert "Nested Loop" in probe and "Seq Scan on entries" not in probe, probe
+            assert len(conn.execute(matrix_entry_pairs(conn, 3)).all()) == 400 * 20 - 80
+            keys = list(conn.scalars(select(mc.c.cell_key).where(mc.c.matrix_id == 3)))
+            assert len(verified_pairs(conn, keys)) == 4 * 20  # cells 1261, 1358, 1455, 1552
+        grid = ix.matrix_coverage("m3", limit=200)
+        assert sum(f.ready for f in grid.fingerprints) == 400 * 20 - 80
+        assert sum(len(r.verified) for r in grid.rows) == 2 * 20  # on the first 200 rows

@@ -191,3 +191,27 @@ def test_grid_of_5000_cells_by_10_fingerprints_uses_few_queries(ix: Index) -> No
         [500 * i for i in range(10)]
     assert all(f.failed == 500 for f in grid.fingerprints)
     assert len(statements) <= 10  # a fixed number, whatever the cell count (BEGINs included)
+
+
+def test_summary_and_grid_put_the_worst_fingerprint_first(ix: Index) -> None:
+    """Restored with nothing built first, then most failed, then most missing; the summary's
+    matrices by their worst column."""
+    fps = [sdk_fingerprint(1), sdk_fingerprint(2), sdk_fingerprint(3)]
+    table = [[READY, FAILED, FAILED], [READY, FAILED, MISSING], [READY, READY, MISSING],
+             [READY, READY, MISSING]]
+    seed(ix, matrix_text("a", shapes=4), fps, lambda n, i: table[n][i])
+    seed(ix, matrix_text("b", shapes=2, first=3), fps[:1], lambda n, i: READY)
+    restored = sdk_fingerprint(9)
+    ix.record_restore({"host": "h", "matrix": "b", "fingerprint_key": restored.key,
+                       "cells_restored": 0, "cells_missing": 2, "exit_code": 3, "seconds": 1})
+    worst_first = [fps[1].key, fps[2].key, fps[0].key]
+    grids = ix.coverage_summaries()
+    assert [g.matrix.name for g in grids] == ["b", "a"]
+    assert [f.key for f in grids[0].fingerprints] == [restored.key, fps[0].key]
+    assert (grids[0].fingerprints[0].restores, grids[0].fingerprints[0].ready) == (1, 0)
+    assert [f.key for f in grids[1].fingerprints] == worst_first
+    grid = ix.matrix_coverage("a")
+    assert [f.key for f in grid.fingerprints] == worst_first
+    assert [r.statuses for r in grid.rows][0] == (FAILED, FAILED, READY)
+    assert [f.key for f in ix.matrix_coverage("b").fingerprints] == [restored.key, fps[0].key]
+    assert grid.fingerprints[0].target == "trn2"

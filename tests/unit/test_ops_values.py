@@ -1,5 +1,6 @@
 """Pure parts of the ops surface: restore outcomes, SDK versions, the grid page (coverage's
-statuses and counts), totals per SDK, the HTTP status table and the loopback check."""
+statuses and counts), the dashboard's worst-first order and card facts, totals per SDK, the
+HTTP status table and the loopback check."""
 
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ from neffcache.index.coverage_grid import (
     status_of,
 )
 from neffcache.index.ops_values import (
+    FingerprintCounts,
     FingerprintInfo,
     FingerprintStats,
     MatrixVersion,
+    by_severity,
+    fingerprint_target,
     group_by_sdk,
+    known_versions,
     restore_outcome,
     sdk_version,
 )
@@ -147,3 +152,29 @@ def test_every_error_class_has_an_http_status_resolved_through_the_hierarchy() -
 ])
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def _col(key: str, ready: int, failed: int, missing: int, restores: int = 0,
+         sdk: str = "2.1.0") -> FingerprintCounts:
+    return FingerprintCounts(key, "neuron", sdk, ready, failed, missing, restores=restores)
+
+
+def test_worst_first_restored_with_nothing_built_then_most_failed_then_most_missing() -> None:
+    cols = [_col("a", 90, 0, 10), _col("b", 50, 50, 0), _col("c", 0, 0, 100, restores=3),
+            _col("d", 80, 10, 10), _col("e", 0, 0, 100), _col("f", 60, 10, 30),
+            _col("g", 80, 10, 10, sdk="2.0.0"), _col("h", 1, 0, 99, restores=9)]
+    assert [c.key for c in by_severity(cols)] == ["c", "b", "f", "g", "d", "e", "h", "a"]
+
+
+def test_a_card_names_the_target_and_what_a_fingerprint_without_its_sdk_knows() -> None:
+    assert fingerprint_target("neuron", {"target": "trn2", "lnc": "default"}) == "trn2"
+    assert fingerprint_target("neuron", {"target": "trn2", "lnc": "1"}) == "trn2 lnc=1"
+    assert fingerprint_target("neuron", {}) == "unknown"
+    assert fingerprint_target("inductor", {"cpu.arch": "x86_64"}) == "x86_64"
+    absent = {"version.neuronx-cc": "absent", "version.torch": "2.9.0",
+              "version.torch-neuronx": "absent", "target": "trn1"}
+    assert known_versions("neuron", absent) == "torch 2.9.0 · torch-neuronx absent"
+    assert known_versions("neuron", {**absent, "version.neuronx-cc": "2.21.0"}) == ""
+    doc = FingerprintCounts("k", "neuron", "absent", 0, 0, 4, target="trn1",
+                            known="torch 2.9.0", restores=2).to_json()
+    assert (doc["target"], doc["known"], doc["restores"]) == ("trn1", "torch 2.9.0", 2)

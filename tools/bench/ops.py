@@ -247,7 +247,8 @@ def measure(url: str, facts: dict[str, Any], repeat: int, home: Path,
     try:
         out["metrics"] = median(lambda: get(base + "/metrics"), repeat)
         out["summary"] = median(lambda: get(base + "/api/summary"), repeat)
-        first = json.loads(get(base + "/api/matrices"))[0]["name"]
+        # The matrix the dashboard opens on: the summary's first (its worst column is worst).
+        first = json.loads(get(base + "/api/summary"))["coverage"][0]["matrix"]
         page = ["/api/summary", "/api/matrices", "/api/restores?limit=25", "/api/runs?limit=20",
                 "/api/in-progress?limit=200", "/api/restore-timeline?days=14",
                 f"/api/coverage?matrix={first}&limit=200", f"/api/failures?matrix={first}"]
