@@ -31,7 +31,8 @@ The handle and the building blocks other packages use:
         get_matrix, list_matrices, matrix_versions, registered_cells
     restore reports: ingest_reports(index, store), ingest_report_files, ReportPoller
     ops reads (the HTTP API, /metrics): fingerprint_stats, index_totals, list_runs, get_run,
-        list_failures, list_restores, restore_outcomes, restore_timeline, group_by_sdk
+        list_failures, list_restores, restore_outcomes, restore_timeline, group_by_sdk,
+        lease_stats, last_precompile_runs
     values (frozen dataclasses) and their JSON documents (TypedDicts, ``*Doc``; the API's
         response models are built from them)
 
@@ -99,6 +100,8 @@ from neffcache.index.ops_values import (
     FingerprintStats,
     GridRow,
     IndexTotals,
+    LeaseStats,
+    MatrixRunTime,
     MatrixVersion,
     RestoreOutcomeStats,
     RestorePoint,
@@ -173,6 +176,8 @@ if TYPE_CHECKING:
         fingerprint_stats,
         get_run,
         index_totals,
+        last_precompile_runs,
+        lease_stats,
         list_failures,
         list_restores,
         list_runs,
@@ -183,8 +188,8 @@ if TYPE_CHECKING:
 # The ops reads import the ORM: loaded when first asked for, so ``ls`` and ``coverage``
 # start without it.
 _ON_FIRST_USE = {name: "neffcache.index.ops_queries" for name in (
-    "fingerprint_stats", "get_run", "index_totals", "list_failures", "list_restores",
-    "list_runs", "restore_outcomes", "restore_timeline")}
+    "fingerprint_stats", "get_run", "index_totals", "last_precompile_runs", "lease_stats",
+    "list_failures", "list_restores", "list_runs", "restore_outcomes", "restore_timeline")}
 
 
 def __getattr__(name: str) -> Any:
@@ -215,16 +220,16 @@ __all__ = [
     "register_matrix", "registered_cells", "IngestResult", "InvalidReport", "ReportPoller",
     "ingest_report_files", "ingest_reports",
     # ops reads
-    "fingerprint_stats", "get_run", "index_totals", "list_failures", "list_restores",
-    "list_runs", "restore_outcomes", "restore_timeline", "group_by_sdk", "restore_outcome",
-    "sdk_version", "status_of",
+    "fingerprint_stats", "get_run", "index_totals", "last_precompile_runs", "lease_stats",
+    "list_failures", "list_restores", "list_runs", "restore_outcomes", "restore_timeline",
+    "group_by_sdk", "restore_outcome", "sdk_version", "status_of",
     # values
     "DURATION_BUCKETS", "FAILED", "IN_PROGRESS", "MISSING", "OUTCOMES", "READY", "STATUSES",
     "ClaimResult", "CoverageFingerprint", "CoverageGrid", "CoverageReport", "CoverageRow",
     "EntrySummary", "FailureRecord", "FingerprintCounts", "FingerprintInfo",
-    "FingerprintStats", "GridRow", "IndexTotals", "InvalidManifest", "Lease", "LiveLease",
-    "MatrixVersion", "ReindexResult", "RestoreOutcomeStats", "RestorePoint", "RestoreRecord",
-    "RunSummary", "SchemaState", "SdkBytes",
+    "FingerprintStats", "GridRow", "IndexTotals", "InvalidManifest", "Lease", "LeaseStats",
+    "LiveLease", "MatrixRunTime", "MatrixVersion", "ReindexResult", "RestoreOutcomeStats",
+    "RestorePoint", "RestoreRecord", "RunSummary", "SchemaState", "SdkBytes",
     # JSON documents
     "BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc", "CoverageFingerprintDoc",
     "CoverageGridDoc", "CoverageReportDoc", "CoverageRowDoc", "Doc", "EntriesDoc", "EntryDoc",

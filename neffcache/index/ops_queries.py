@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from neffcache.errors import NotFoundError
 from neffcache.index.api import Index
 from neffcache.index.models import (
+    CellClaimRow,
     CellFailureRow,
     CellRow,
     EntryRow,
@@ -36,6 +37,8 @@ from neffcache.index.ops_values import (
     FingerprintInfo,
     FingerprintStats,
     IndexTotals,
+    LeaseStats,
+    MatrixRunTime,
     MatrixVersion,
     RestoreOutcomeStats,
     RestorePoint,
@@ -237,3 +240,40 @@ def restore_timeline(index: Index, *, days: int = 14, step: str = "day",
             .where(c.period_start >= first)
             .group_by(c.period_start, c.exit_code, c.restored_any))]
     return build_timeline(rows, starts, step_of)  # type: ignore[arg-type]
+
+
+RUN_WINDOW = timedelta(days=7)  # how far back the last precompile run of a matrix is looked for
+
+
+def lease_stats(index: Index) -> list[LeaseStats]:
+    """Held leases per (matrix, fingerprint) at the database's clock, live and expired: the
+    leased rows only, by a range of the expires_at index (a queued row without a lease has
+    no expiry), so the cost follows the busy and dead workers, not the queue's length."""
+    c = CellClaimRow
+    counts: dict[tuple[str, str], list[int]] = {}
+    with index.read_session() as s:
+        now = index.now(s)
+        for matrix, fp, expires in s.execute(
+                select(c.matrix_name, c.fingerprint_key, c.expires_at)
+                .where(c.expires_at > _EPOCH, c.holder.is_not(None))):
+            acc = counts.setdefault((str(matrix), str(fp)), [0, 0])
+            acc[0 if as_utc(expires) > now else 1] += 1  # type: ignore[operator]
+    return [LeaseStats(m, fp, live, expired)
+            for (m, fp), (live, expired) in sorted(counts.items())]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[MatrixRunTime]:
+    """When a precompile run of each registered matrix (and of any matrix run in the window)
+    last started, looked for only in the last ``window`` (a range of the started_at index):
+    None for a registered matrix with no run that recent."""
+    r = PrecompileRunRow
+    with index.read_session() as s:
+        since = index.now(s) - window
+        latest = {str(m): as_utc(t) for m, t in s.execute(
+            select(r.matrix_name, func.max(r.started_at)).where(r.started_at >= since)
+            .group_by(r.matrix_name))}
+        names = set(s.scalars(select(MatrixRow.name).distinct())) | set(latest)
+    return [MatrixRunTime(m, latest.get(m)) for m in sorted(names)]

@@ -344,6 +344,25 @@ class RestoreOutcomeStats:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseStats:
+    """Claim-queue leases of one (matrix, fingerprint) at the database's clock: held and
+    live, and held but past their expiry (the holder stopped renewing: a dead worker)."""
+
+    matrix: str
+    fingerprint_key: str
+    active: int
+    expired: int
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixRunTime:
+    """When a precompile run for a matrix last started (None: none in the window)."""
+
+    matrix: str
+    started_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class IndexTotals:
     entries: int
     total_bytes: int

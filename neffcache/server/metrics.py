@@ -6,10 +6,15 @@ Collector; nothing is counted in this process, so any number of servers agree).
     neffcache_entry_bytes{backend,sdk_version}              bytes of those entries
     neffcache_matrix_cells{matrix}                          cells of the current version
     neffcache_coverage_ratio{matrix,fingerprint,backend,sdk_version}     ready / cells
-                                            (a matrix with nothing built: one series, labels "", 0)
+                                            (a matrix with nothing built: one series, labels "", 0;
+                                             a fingerprint only restore reports name: 0)
     neffcache_coverage_cells{matrix,fingerprint,backend,sdk_version,status}   cell counts
                                             (status: ready, in_progress, failed, missing)
     neffcache_failed_cells{matrix,fingerprint}              cells whose warm-up failed
+    neffcache_cells_in_progress{matrix,fingerprint}         cells a live lease is warming
+    neffcache_leases_active{matrix,fingerprint}             live claim-queue leases
+    neffcache_leases_expired{matrix,fingerprint}            leases held past their expiry
+    neffcache_last_precompile_run_timestamp_seconds{matrix} last run's start (0: none in 7 days)
     neffcache_restores_total{outcome}                       restore reports (hit|partial|miss|error)
     neffcache_restore_bytes_total{outcome}                  bytes those restores fetched
     neffcache_restore_duration_seconds{outcome}             histogram of restore durations
@@ -37,6 +42,8 @@ from neffcache.index import (
     Index,
     fingerprint_stats,
     group_by_sdk,
+    last_precompile_runs,
+    lease_stats,
     restore_outcomes,
 )
 
@@ -62,6 +69,8 @@ class IndexCollector(Collector):
     def _families(self) -> Iterator[Metric]:
         yield from _storage(self._index)
         yield from _restores(self._index)
+        yield from _leases(self._index)
+        yield from _runs(self._index)
 
 
 def render_metrics(index: Index, registry: CollectorRegistry) -> bytes:
@@ -91,7 +100,7 @@ def coverage_text(grids: Sequence[CoverageGrid]) -> str:
     """Pure: the coverage families in the Prometheus text format 0.0.4."""
     cells = [f"neffcache_matrix_cells{_labels(matrix=g.matrix.name)} "
              f"{floatToGoString(g.total_cells)}" for g in grids]
-    ratio, counts, failed = [], [], []
+    ratio, counts, failed, busy = [], [], [], []
     for g in grids:
         name = _label(g.matrix.name)
         if not g.fingerprints:  # nothing built: still a series, so a ratio alert can fire
@@ -108,6 +117,8 @@ def coverage_text(grids: Sequence[CoverageGrid]) -> str:
                               f"{floatToGoString(n)}")
             failed.append(f'neffcache_failed_cells{{fingerprint="{key}",matrix="{name}"}} '
                           f"{floatToGoString(f.failed)}")
+            busy.append(f'neffcache_cells_in_progress{{fingerprint="{key}",matrix="{name}"}} '
+                        f"{floatToGoString(f.in_progress)}")
     out = []
     for metric, help_text, lines in (
             ("neffcache_matrix_cells", "Cells of the current version of a registered matrix.",
@@ -116,7 +127,9 @@ def coverage_text(grids: Sequence[CoverageGrid]) -> str:
              "Share of a matrix's cells with an entry for a fingerprint.", ratio),
             ("neffcache_coverage_cells", "A matrix's cells per fingerprint and status.", counts),
             ("neffcache_failed_cells",
-             "Cells whose latest warm-up failed and that have no entry.", failed)):
+             "Cells whose latest warm-up failed and that have no entry.", failed),
+            ("neffcache_cells_in_progress",
+             "Cells with no entry that a live claim-queue lease is warming.", busy)):
         out.append(f"# HELP {metric} {help_text}\n# TYPE {metric} gauge\n")
         out.extend(line + "\n" for line in lines)
     return "".join(out)
@@ -147,6 +160,30 @@ def _restores(ix: Index) -> Iterator[Metric]:
         buckets = [(_le(b), n) for b, n in zip(DURATION_BUCKETS, o.buckets, strict=True)]
         hist.add_metric([o.outcome], [*buckets, ("+Inf", o.count)], sum_value=o.seconds_sum)
     yield from (total, size, hist)
+
+
+def _leases(ix: Index) -> Iterator[Metric]:
+    labels = ["matrix", "fingerprint"]
+    active = GaugeMetricFamily("neffcache_leases_active", "Live claim-queue leases "
+                               "(cells a precompile --claim worker holds).", labels=labels)
+    expired = GaugeMetricFamily("neffcache_leases_expired", "Leases still held past their "
+                                "expiry: the holder stopped renewing (a dead worker?).",
+                                labels=labels)
+    for s in lease_stats(ix):
+        if s.active:
+            active.add_metric([s.matrix, s.fingerprint_key], s.active)
+        if s.expired:
+            expired.add_metric([s.matrix, s.fingerprint_key], s.expired)
+    yield from (active, expired)
+
+
+def _runs(ix: Index) -> Iterator[Metric]:
+    last = GaugeMetricFamily("neffcache_last_precompile_run_timestamp_seconds",
+                             "When a precompile run of the matrix last started (Unix time; 0: "
+                             "none in the last 7 days).", labels=["matrix"])
+    for r in last_precompile_runs(ix):
+        last.add_metric([r.matrix], r.started_at.timestamp() if r.started_at else 0.0)
+    yield last
 
 
 def _le(bound: float) -> str:

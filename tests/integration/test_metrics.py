@@ -3,6 +3,7 @@ on SQLite and on the real PostgreSQL."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from neffcache.index import open_index
 from neffcache.index.ops_values import DURATION_BUCKETS
 from tests.support.live_server import request, serve_in_thread
-from tests.support.ops_seed import DEMO_RESTORES, Seeded, seed_demo
+from tests.support.ops_seed import DEMO_RESTORES, OpsExtras, Seeded, seed_demo, seed_ops_extras
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -21,18 +22,41 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
                                                                marks=pytest.mark.postgres)])
 def scraped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[tuple[dict[str, Any], Samples, Seeded]]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path_factory.mktemp('metrics') / 'index.db'}"
-    else:
-        url = request.getfixturevalue("pg_new_database")()
+    url = _index_url(request, tmp_path_factory)
     with open_index(url, auto_upgrade=True) as ix:
         data = seed_demo(ix)
         with serve_in_thread(ix) as base:
             reply = request_metrics(base)
-    families = {f.name: f for f in text_string_to_metric_families(reply)}
+    families, samples = parse(reply)
+    yield families, samples, data
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres",
+                                                               marks=pytest.mark.postgres)])
+def scraped_ops(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[Samples, Seeded, OpsExtras, float]]:
+    """The demo index plus leases, a precompile run and a report-only fingerprint."""
+    url = _index_url(request, tmp_path_factory)
+    with open_index(url, auto_upgrade=True) as ix:
+        data = seed_demo(ix)
+        before = time.time()
+        extras = seed_ops_extras(ix, data)
+        with serve_in_thread(ix) as base:
+            _, samples = parse(request_metrics(base))
+    yield samples, data, extras, before
+
+
+def _index_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path_factory.mktemp('metrics') / 'index.db'}"
+    return str(request.getfixturevalue("pg_new_database")())
+
+
+def parse(text: str) -> tuple[dict[str, Any], Samples]:
+    families = {f.name: f for f in text_string_to_metric_families(text)}
     samples: Samples = {(s.name, frozenset(s.labels.items())): s.value
                         for f in families.values() for s in f.samples}
-    yield families, samples, data
+    return families, samples
 
 
 def request_metrics(base: str) -> str:
@@ -53,7 +77,10 @@ def test_types_of_the_families(scraped: tuple[dict[str, Any], Samples, Seeded]) 
         "neffcache_index_up": "gauge", "neffcache_entries": "gauge",
         "neffcache_entry_bytes": "gauge", "neffcache_matrix_cells": "gauge",
         "neffcache_coverage_ratio": "gauge", "neffcache_coverage_cells": "gauge",
-        "neffcache_failed_cells": "gauge", "neffcache_restores": "counter",
+        "neffcache_failed_cells": "gauge", "neffcache_cells_in_progress": "gauge",
+        "neffcache_leases_active": "gauge", "neffcache_leases_expired": "gauge",
+        "neffcache_last_precompile_run_timestamp_seconds": "gauge",
+        "neffcache_restores": "counter",
         "neffcache_restore_bytes": "counter",
         "neffcache_restore_duration_seconds": "histogram",
     }
@@ -109,3 +136,46 @@ def test_restore_outcomes_and_duration_histogram(
             assert value(samples, f"{h}_bucket", outcome=outcome, le=repr(bound)) == \
                 sum(1 for r in rows if r[5] <= bound), (outcome, bound)
         assert value(samples, f"{h}_bucket", outcome=outcome, le="+Inf") == len(rows)
+
+
+def series(samples: Samples, name: str, **labels: str) -> dict[frozenset[tuple[str, str]], float]:
+    """Every sample of ``name`` whose labels include ``labels``."""
+    want = set(labels.items())
+    return {k[1]: v for k, v in samples.items() if k[0] == name and want <= k[1]}
+
+
+def test_leases_and_cells_in_progress(scraped_ops: tuple[Samples, Seeded, OpsExtras, float]
+                                      ) -> None:
+    samples, data, extras, _ = scraped_ops
+    fp = extras.leased.key
+    assert value(samples, "neffcache_leases_active", matrix="demo", fingerprint=fp) == 1
+    assert value(samples, "neffcache_leases_expired", matrix="demo", fingerprint=fp) == 1
+    assert value(samples, "neffcache_cells_in_progress", matrix="demo", fingerprint=fp) == 1
+    labels = {"matrix": "demo", "fingerprint": fp, "backend": "neuron", "sdk_version": "2.3.0"}
+    assert value(samples, "neffcache_coverage_cells", status="in_progress", **labels) == 1
+    assert value(samples, "neffcache_coverage_cells", status="missing", **labels) == 5
+    assert value(samples, "neffcache_coverage_ratio", **labels) == 0
+    for other in data.fingerprints:  # no lease: nothing in progress, no lease series
+        assert value(samples, "neffcache_cells_in_progress", matrix="demo",
+                     fingerprint=other.key) == 0
+        assert not series(samples, "neffcache_leases_active", fingerprint=other.key)
+    assert len(series(samples, "neffcache_leases_active")) == 1  # one series per pair held
+
+
+def test_a_fingerprint_only_restores_named_has_a_ratio_of_zero(
+        scraped_ops: tuple[Samples, Seeded, OpsExtras, float]) -> None:
+    samples, _, extras, _ = scraped_ops
+    ratios = series(samples, "neffcache_coverage_ratio", matrix="other")
+    # the report's fingerprint replaces the empty-label series of a matrix with nothing built
+    assert ratios == {frozenset({"matrix": "other", "fingerprint": extras.reported.key,
+                                 "backend": "unknown", "sdk_version": "unknown"}.items()): 0.0}
+    assert value(samples, "neffcache_coverage_cells", matrix="other", status="missing",
+                 fingerprint=extras.reported.key, backend="unknown", sdk_version="unknown") == 2
+
+
+def test_last_precompile_run_per_matrix(scraped_ops: tuple[Samples, Seeded, OpsExtras, float]
+                                        ) -> None:
+    samples, _, _, before = scraped_ops
+    last = value(samples, "neffcache_last_precompile_run_timestamp_seconds", matrix="demo")
+    assert before - 5 <= last <= time.time() + 5  # the database's clock, this host's here
+    assert value(samples, "neffcache_last_precompile_run_timestamp_seconds", matrix="other") == 0

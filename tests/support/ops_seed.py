@@ -136,3 +136,32 @@ def seed_demo(ix: Index) -> Seeded:
                            "cells_missing": cells[restored:restored + missing],
                            "bytes_fetched": nbytes, "seconds": secs, "exit_code": code})
     return seeded
+
+
+@dataclass(frozen=True)
+class OpsExtras:
+    leased: Fingerprint  # a fingerprint with one live and one expired lease on "demo"
+    reported: Fingerprint  # named only by a restore report of "other": nothing built for it
+
+
+EXTRA_RESTORES = [("i-cold", 0, 0, 0, 0, 1.5, 5)]  # DEMO_RESTORES' shape: a miss on "other"
+
+
+def seed_ops_extras(ix: Index, seeded: Seeded) -> OpsExtras:
+    """On top of ``seed_demo``: fingerprint 3 queued on "demo" with one live lease (10 min)
+    and one held past its expiry, a precompile run of "demo" started now, and a restore
+    report of "other" for fingerprint 4, which nothing was built for."""
+    leased, reported = sdk_fingerprint(3), sdk_fingerprint(4)
+    cells = seeded.matrix.cells
+    keys = [c.key for c in cells]
+    ix.queue_claims("demo", cells, leased, keys)
+    for holder, seconds in (("live", 600.0), ("dead", -60.0)):
+        claim = ix.claim_next(keys, leased.key, holder=holder, host=f"w-{holder}",
+                              lease_seconds=seconds, max_attempts=3)
+        assert claim.lease is not None
+    ix.start_run("ci-2", leased, "demo")
+    for host, _, restored, missing, nbytes, secs, code in EXTRA_RESTORES:
+        ix.record_restore({"host": host, "matrix": "other", "fingerprint_key": reported.key,
+                           "cells_restored": restored, "cells_missing": missing,
+                           "bytes_fetched": nbytes, "seconds": secs, "exit_code": code})
+    return OpsExtras(leased, reported)
