@@ -15,6 +15,8 @@ Precedence: flag > environment > config file > default. Only the CLI and the ser
                       entries not signed by one of them
     NEFFCACHE_SIGNING_KEY_FILE  the Ed25519 private key (PEM) publish signs manifests with;
                       NEFFCACHE_SIGNING_KEY: the same PEM as text (environment only)
+    NEFFCACHE_REPORT_SPOOL  where `restore` keeps reports it could not send, for the next
+                      restore to send first (default: DIR/.neffcache-entries/report-spool)
     NEFFCACHE_CONFIG  a TOML file with `store`, `index`, `python`, `reports`, `mirrors`,
                       `trusted_keys` and/or `signing_key_file` keys
                       (default $NEFFCACHE_HOME/config.toml)
@@ -67,6 +69,9 @@ class Settings:
     # `signing_key_file`), else the PEM text of NEFFCACHE_SIGNING_KEY (environment only).
     signing_key_file: str | None = None
     signing_key_pem: str | None = field(default=None, repr=False)
+    # Where restore keeps reports it could not send (NEFFCACHE_REPORT_SPOOL; None: beside
+    # the restored cache).
+    report_spool: str | None = None
 
     @property
     def index_is_embedded(self) -> bool:
@@ -141,6 +146,7 @@ def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | N
                     signing_key_file=environ.get("NEFFCACHE_SIGNING_KEY_FILE")
                     or file_values.get("signing_key_file") or None,
                     signing_key_pem=environ.get("NEFFCACHE_SIGNING_KEY") or None,
+                    report_spool=environ.get("NEFFCACHE_REPORT_SPOOL") or None,
                     retire=tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
                                         for k, v in retire.items())))
 

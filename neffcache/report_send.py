@@ -1,77 +1,131 @@
 """Send a restore report (I/O edge): one create-only object under the store's ``reports/``
-prefix, or one file in a local directory, within a time budget; never the index.
+prefix, or one file in a local directory, within a time budget; never the index. A report
+that cannot be sent is kept in a spool (``report_spool``) and sent, first, by the next
+restore that can send.
 
-A boot must not wait on reporting: the write runs in a daemon thread given ``timeout``
-seconds, and any failure or timeout is one warning line; it never changes an exit code.
+A boot must not wait on reporting: the writes run in a daemon thread given ``timeout``
+seconds in all (spooled reports and this one), and any failure or timeout is one warning
+line; it never changes an exit code.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neffcache.config import REPORTS_OFF, REPORTS_TO_STORE
+from neffcache.errors import ReportError
+from neffcache.report_spool import discard, keep, load, pending, write_file
 from neffcache.reports import Report, scrub
+
+if TYPE_CHECKING:
+    from neffcache.store import Store
+
+Put = Callable[[Report], str]
 
 
 def write_report(report: Report, destination: str, store_url: str) -> str:
     """Write ``report`` to ``destination`` (``store`` or a directory path); returns where it
     went. Raises NeffcacheError or OSError when it cannot."""
-    if destination == REPORTS_TO_STORE:
-        from neffcache.store import open_store
+    return _writer(destination, store_url)(report)
 
-        store = open_store(store_url)
+
+def _writer(destination: str, store_url: str) -> Put:
+    """A function writing reports to ``destination`` (the store is opened once, when first
+    written to)."""
+    if destination != REPORTS_TO_STORE:
+        directory = Path(destination).expanduser()
+        return lambda report: str(write_file(directory, report))
+    opened: list[Store] = []
+
+    def put(report: Report) -> str:
+        if not opened:
+            from neffcache.store import open_store
+
+            opened.append(open_store(store_url))
+        store = opened[0]
         if not store.put(report.key, io.BytesIO(report.encode()), if_absent=True):
             raise FileExistsError(f"{report.key} already exists")
         return f"{store.url}/{report.key}"
-    return str(_write_file(Path(destination).expanduser(), report))
+
+    return put
 
 
-def _write_file(directory: Path, report: Report) -> Path:
-    """``DIR/<report-id>.json`` via a temp file beside it, fsync and rename."""
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / f"{report.report_id}.json"
-    tmp = directory / f".{report.report_id}.json.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "wb") as out:
-            out.write(report.encode())
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, final)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    return final
+def send_spooled(spool: Path, put: Put, until: float) -> int:
+    """Send the spooled reports, oldest first, until ``until`` (time.monotonic()); each sent
+    (or already there) leaves the spool, a file that is no report is dropped. Returns how
+    many were sent; raises what ``put`` raises, at the first report that cannot be sent."""
+    sent = 0
+    for item in pending(spool):
+        if time.monotonic() >= until:
+            break
+        try:
+            report = load(item.path)
+        except ReportError:
+            discard(item.path)
+            continue
+        except OSError:
+            continue
+        try:
+            put(report)
+        except FileExistsError:  # sent before (a run that gave up waiting on it): done
+            pass
+        discard(item.path)
+        sent += 1
+    return sent
 
 
 def send_report(report: Report, destination: str, store_url: str, timeout: float,
-                warn: Callable[[str], None]) -> bool:
-    """Write the report in a background thread for at most ``timeout`` seconds; True when it
-    was written. A failure or a timeout is one ``warn`` line, never an exception."""
+                warn: Callable[[str], None], spool: Path | None = None) -> bool:
+    """Write the report in a background thread for at most ``timeout`` seconds, after the
+    reports waiting in ``spool`` (if any); True when it was written. A failure or a timeout
+    is one ``warn`` line, never an exception; the report is then kept in ``spool``."""
     if destination == REPORTS_OFF:
         return False
+    until = time.monotonic() + timeout
     errors: list[BaseException] = []
+    flushed: list[int] = []
+    put = _writer(destination, store_url)
 
     def send() -> None:
         try:
-            write_report(report, destination, store_url)
+            if spool is not None:
+                flushed.append(send_spooled(spool, put, until))
+        except BaseException:  # noqa: BLE001 - this report is tried all the same
+            pass
+        try:
+            put(report)
         except BaseException as exc:  # noqa: BLE001 - reported as one warning line below
             errors.append(exc)
 
     worker = threading.Thread(target=send, name="neffcache-report", daemon=True)
     worker.start()
-    worker.join(timeout)
+    worker.join(max(0.0, until - time.monotonic()))
     where = "the store's reports/ prefix" if destination == REPORTS_TO_STORE else destination
+    if flushed and flushed[0]:
+        warn(f"restore: sent {flushed[0]} spooled restore report(s) to {where}")
     if worker.is_alive():
-        warn(f"warning: restore report not written to {where} within {timeout:.1f} s")
+        warn(f"warning: restore report not written to {where} within {timeout:.1f} s"
+             f"{_spool(report, spool)}")
         return False
     if errors:
         reason = " ".join(scrub(str(errors[0]) or type(errors[0]).__name__).split())
-        warn(f"warning: restore report not written to {where}: {reason}")
+        warn(f"warning: restore report not written to {where}: {reason}{_spool(report, spool)}")
         return False
     return True
+
+
+def _spool(report: Report, spool: Path | None) -> str:
+    """Keep the report in the spool; what to add to the warning line."""
+    if spool is None:
+        return ""
+    try:
+        dropped = keep(spool, report)
+    except OSError as exc:
+        return f"; not spooled either ({spool}: {exc.strerror or exc})"
+    more = f", {dropped} oldest dropped" if dropped else ""
+    return f"; kept in {spool}{more} (sent by the next restore that can)"

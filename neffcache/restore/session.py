@@ -38,9 +38,10 @@ from neffcache.key_files import load_trusted_keys
 from neffcache.matrix import Cell, Matrix, select_cells
 from neffcache.matrix_io import load_matrix
 from neffcache.report_send import send_report
+from neffcache.report_spool import SPOOL_DIR
 from neffcache.reports import build_report
 from neffcache.restore.apply import Progress
-from neffcache.restore.local import restore_local
+from neffcache.restore.local import LOCAL_ENTRIES, restore_local
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict
 from neffcache.restore.preview import RestorePreview, preview_cells
@@ -383,10 +384,16 @@ def _report_timeout(until: float | None) -> float:
     return min(REPORT_TIMEOUT, max(LATE_REPORT_TIMEOUT, until - time.monotonic()))
 
 
+def _report_spool_dir(target: Path, configured: str | None) -> Path:
+    """Where a restore into ``target`` keeps the reports it could not send."""
+    if configured:
+        return Path(configured).expanduser()
+    return target / LOCAL_ENTRIES / SPOOL_DIR
+
+
 def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint) -> None:
-    """Write this run's restore report where the settings say (never to the index)."""
-
-
+    """Write this run's restore report where the settings say (never to the index), after
+    those an earlier run spooled; one it cannot write is spooled in turn."""
     if s.settings.reports_to == REPORTS_OFF:
         return
     doc = dict(doc)
@@ -395,4 +402,5 @@ def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint) 
                           matrix=s.matrix_name, now=datetime.now(timezone.utc),
                           nonce=os.urandom(4).hex(), version=__version__)
     send_report(report, s.settings.reports_to, s.settings.store_url,
-                _report_timeout(s.until), s.notice)
+                _report_timeout(s.until), s.notice,
+                spool=_report_spool_dir(s.target, s.settings.report_spool))

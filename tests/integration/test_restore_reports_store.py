@@ -1,6 +1,7 @@
 """Restore reports through the store, on the moto S3 server: a restore with no index writes
 exactly one report object and imports no SQLAlchemy; reindex, `reports ingest` and serve's
-poller put it into the index once, however often they run; malformed objects are skipped."""
+poller put it into the index once, however often they run; malformed objects are skipped; a
+restore that cannot reach the store spools its report, and the next one that can sends it."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from neffcache.reports import decode_report
 from neffcache.store import open_store
 from neffcache.store.base import Store
 from tests.support.live_server import get_json, serve_subprocess
+from tests.support.servers import free_port
 from tests.support.synthetic import make_neff_cache
 
 pytestmark = pytest.mark.s3
@@ -208,3 +210,41 @@ def test_a_report_that_cannot_be_written_is_one_warning(run: Run, pushed: tuple[
     warnings = [line for line in done.stderr.splitlines() if "report" in line]
     assert len(warnings) == 1 and warnings[0].startswith(
         f"warning: restore report not written to {blocker}")
+
+
+def test_a_report_the_store_did_not_get_is_spooled_then_sent_by_the_next_restore(
+        run: Run, pushed: tuple[Path, str], s3_url: str, tmp_path: Path) -> None:
+    matrix, _ = pushed
+    cache = tmp_path / "cache"
+    store = open_store(s3_url)
+    # the same store, out of reach: nothing listens on the endpoint's port
+    down = run("restore", str(matrix), "--to", str(cache), "--cells", CELL_64,
+               extra={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"})
+    assert down.returncode == 6, down.stderr
+    spool = cache / ".neffcache-entries" / "report-spool"
+    (kept,) = spool.iterdir()
+    warning = [line for line in down.stderr.splitlines() if "report" in line]
+    assert len(warning) == 1 and warning[0].startswith(
+        "warning: restore report not written to the store") and f"kept in {spool}" in warning[0]
+    spooled = decode_report(kept.read_bytes(), source=str(kept))
+    assert (spooled.status, spooled.exit_code, spooled.store) == ("failed", 6, s3_url)
+    assert report_keys(store) == []
+
+    back = run("restore", str(matrix), "--to", str(cache), "--cells", CELL_64)
+    assert back.returncode == 0, back.stderr
+    assert "restore: sent 1 spooled restore report(s)" in back.stderr
+    assert "warning" not in back.stderr
+    assert list(spool.iterdir()) == []
+    keys = report_keys(store)
+    assert len(keys) == 2 and spooled.key in keys
+
+    index = {"NEFFCACHE_INDEX": f"sqlite:///{tmp_path / 'team.db'}"}
+    assert run("db", "upgrade", extra=index).returncode == 0
+    ingested = run("reports", "ingest", "--json", extra=index)
+    assert ingested.returncode == 0, ingested.stderr
+    assert json.loads(ingested.stdout)["added"] == 2
+    with open_index(index["NEFFCACHE_INDEX"], auto_upgrade=False) as ix:
+        rows = sorted(list_restores(ix), key=lambda r: r.created_at)
+    assert [(r.exit_code, r.cells_restored, r.cells_missing) for r in rows] == [
+        (6, 0, 1), (0, 1, 0)]
+    assert rows[0].created_at == spooled.time and rows[0].host == spooled.host

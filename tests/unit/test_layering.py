@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # storage and records
     ("neffcache.store",),
     ("neffcache.reports",),
+    ("neffcache.report_spool",),
     ("neffcache.report_send",),
     ("neffcache.index",),
     # `neffcache fingerprint`'s use cases (they read the store and the index)
