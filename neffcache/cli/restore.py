@@ -57,7 +57,9 @@ an IAM policy can allow PutObject on that prefix alone), or a file in --report-t
 Restore never opens the index: `neffcache reindex`, `neffcache reports ingest` and
 `neffcache serve` read reports into it. Writing the report gets at most 2 s (less when
 the deadline is nearer); a failure is one warning line on stderr and never changes the
-exit code.
+exit code. A report that could not be written is kept in DIR/.neffcache-entries/report-spool
+(or $NEFFCACHE_REPORT_SPOOL; at most 100 files, the oldest dropped) and the next restore
+sends it first, within the same 2 s.
 
 --json prints one document: status, exit_code, fingerprint_key, cells_restored,
 cells_missing, cells_incomplete, cells_failed, cells_elsewhere, entries,
