@@ -32,7 +32,7 @@ The handle and the building blocks other packages use:
     restore reports: ingest_reports(index, store), ingest_report_files, ReportPoller
     ops reads (the HTTP API, /metrics): fingerprint_stats, index_totals, list_runs, get_run,
         list_failures, list_restores, restore_outcomes, restore_timeline, group_by_sdk,
-        lease_stats, last_precompile_runs
+        lease_stats, last_precompile_runs, reported_fingerprints
     values (frozen dataclasses) and their JSON documents (TypedDicts, ``*Doc``; the API's
         response models are built from them)
 
@@ -103,6 +103,7 @@ from neffcache.index.ops_values import (
     LeaseStats,
     MatrixRunTime,
     MatrixVersion,
+    ReportedFingerprint,
     RestoreOutcomeStats,
     RestorePoint,
     RestoreRecord,
@@ -181,6 +182,7 @@ if TYPE_CHECKING:
         list_failures,
         list_restores,
         list_runs,
+        reported_fingerprints,
         restore_outcomes,
         restore_timeline,
     )
@@ -189,7 +191,8 @@ if TYPE_CHECKING:
 # start without it.
 _ON_FIRST_USE = {name: "neffcache.index.ops_queries" for name in (
     "fingerprint_stats", "get_run", "index_totals", "last_precompile_runs", "lease_stats",
-    "list_failures", "list_restores", "list_runs", "restore_outcomes", "restore_timeline")}
+    "list_failures", "list_restores", "list_runs", "reported_fingerprints", "restore_outcomes",
+    "restore_timeline")}
 
 
 def __getattr__(name: str) -> Any:
@@ -221,14 +224,15 @@ __all__ = [
     "ingest_report_files", "ingest_reports",
     # ops reads
     "fingerprint_stats", "get_run", "index_totals", "last_precompile_runs", "lease_stats",
-    "list_failures", "list_restores", "list_runs", "restore_outcomes", "restore_timeline",
-    "group_by_sdk", "restore_outcome", "sdk_version", "status_of",
+    "list_failures", "list_restores", "list_runs", "reported_fingerprints", "restore_outcomes",
+    "restore_timeline", "group_by_sdk", "restore_outcome", "sdk_version", "status_of",
     # values
     "DURATION_BUCKETS", "FAILED", "IN_PROGRESS", "MISSING", "OUTCOMES", "READY", "STATUSES",
     "ClaimResult", "CoverageFingerprint", "CoverageGrid", "CoverageReport", "CoverageRow",
     "EntrySummary", "FailureRecord", "FingerprintCounts", "FingerprintInfo",
     "FingerprintStats", "GridRow", "IndexTotals", "InvalidManifest", "Lease", "LeaseStats",
-    "LiveLease", "MatrixRunTime", "MatrixVersion", "ReindexResult", "RestoreOutcomeStats",
+    "LiveLease", "MatrixRunTime", "MatrixVersion", "ReindexResult", "ReportedFingerprint",
+    "RestoreOutcomeStats",
     "RestorePoint", "RestoreRecord", "RunSummary", "SchemaState", "SdkBytes",
     # JSON documents
     "BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc", "CoverageFingerprintDoc",

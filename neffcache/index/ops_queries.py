@@ -25,6 +25,7 @@ from neffcache.index.models import (
     MatrixCellRow,
     MatrixRow,
     PrecompileRunRow,
+    ReportFingerprintRow,
     RestoreCountRow,
     RestoreReportRow,
 )
@@ -40,6 +41,7 @@ from neffcache.index.ops_values import (
     LeaseStats,
     MatrixRunTime,
     MatrixVersion,
+    ReportedFingerprint,
     RestoreOutcomeStats,
     RestorePoint,
     RestoreRecord,
@@ -277,3 +279,14 @@ def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[M
             .group_by(r.matrix_name))}
         names = set(s.scalars(select(MatrixRow.name).distinct())) | set(latest)
     return [MatrixRunTime(m, latest.get(m)) for m in sorted(names)]
+
+
+def reported_fingerprints(index: Index) -> list[ReportedFingerprint]:
+    """The fingerprints restore reports of each registered matrix named (the aggregate: one
+    row per matrix x fingerprint, as many as the coverage columns they add)."""
+    rf = ReportFingerprintRow
+    with index.read_session() as s:
+        rows = s.execute(select(rf.matrix, rf.fingerprint_key, rf.reports, rf.last_seen_at)
+                         .where(rf.matrix.in_(select(MatrixRow.name).distinct()))
+                         .order_by(rf.matrix, rf.fingerprint_key)).all()
+    return [ReportedFingerprint(str(m), str(fp), int(n), as_utc(t)) for m, fp, n, t in rows]

@@ -363,6 +363,16 @@ class MatrixRunTime:
 
 
 @dataclass(frozen=True, slots=True)
+class ReportedFingerprint:
+    """A fingerprint restore reports of a registered matrix named: how many, the last when."""
+
+    matrix: str
+    fingerprint_key: str
+    reports: int
+    last_seen_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class IndexTotals:
     entries: int
     total_bytes: int

@@ -15,6 +15,8 @@ Collector; nothing is counted in this process, so any number of servers agree).
     neffcache_leases_active{matrix,fingerprint}             live claim-queue leases
     neffcache_leases_expired{matrix,fingerprint}            leases held past their expiry
     neffcache_last_precompile_run_timestamp_seconds{matrix} last run's start (0: none in 7 days)
+    neffcache_restore_fingerprint_last_seen_timestamp_seconds{matrix,fingerprint}
+                                            the last restore report with it (registered matrices)
     neffcache_restores_total{outcome}                       restore reports (hit|partial|miss|error)
     neffcache_restore_bytes_total{outcome}                  bytes those restores fetched
     neffcache_restore_duration_seconds{outcome}             histogram of restore durations
@@ -44,6 +46,7 @@ from neffcache.index import (
     group_by_sdk,
     last_precompile_runs,
     lease_stats,
+    reported_fingerprints,
     restore_outcomes,
 )
 
@@ -71,6 +74,7 @@ class IndexCollector(Collector):
         yield from _restores(self._index)
         yield from _leases(self._index)
         yield from _runs(self._index)
+        yield from _reported(self._index)
 
 
 def render_metrics(index: Index, registry: CollectorRegistry) -> bytes:
@@ -184,6 +188,16 @@ def _runs(ix: Index) -> Iterator[Metric]:
     for r in last_precompile_runs(ix):
         last.add_metric([r.matrix], r.started_at.timestamp() if r.started_at else 0.0)
     yield last
+
+
+def _reported(ix: Index) -> Iterator[Metric]:
+    seen = GaugeMetricFamily("neffcache_restore_fingerprint_last_seen_timestamp_seconds",
+                             "When a restore report of the matrix last named the fingerprint "
+                             "(Unix time).", labels=["matrix", "fingerprint"])
+    for r in reported_fingerprints(ix):
+        if r.last_seen_at is not None:
+            seen.add_metric([r.matrix, r.fingerprint_key], r.last_seen_at.timestamp())
+    yield seen
 
 
 def _le(bound: float) -> str:

@@ -101,8 +101,14 @@ def test_dashboard_structure() -> None:
     assert len(ids) == len(set(ids)), "panel ids are unique"
     variables = {v["name"] for v in doc["templating"]["list"]}
     assert {"datasource", "matrix"} <= variables
+    cells: dict[tuple[int, int], str] = {}  # Grafana's grid: no two panels on one cell
     for p in doc["panels"]:
         assert {"type", "title", "gridPos", "targets", "datasource"} <= p.keys(), p.get("title")
+        g = p["gridPos"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, (p["title"], cells.get((x, y)))
+                cells[(x, y)] = p["title"]
         assert set(p["gridPos"]) == {"x", "y", "w", "h"}
         assert p["gridPos"]["x"] + p["gridPos"]["w"] <= 24, p["title"]  # Grafana's 24 columns
         assert p["targets"], p["title"]

@@ -80,6 +80,7 @@ def test_types_of_the_families(scraped: tuple[dict[str, Any], Samples, Seeded]) 
         "neffcache_failed_cells": "gauge", "neffcache_cells_in_progress": "gauge",
         "neffcache_leases_active": "gauge", "neffcache_leases_expired": "gauge",
         "neffcache_last_precompile_run_timestamp_seconds": "gauge",
+        "neffcache_restore_fingerprint_last_seen_timestamp_seconds": "gauge",
         "neffcache_restores": "counter",
         "neffcache_restore_bytes": "counter",
         "neffcache_restore_duration_seconds": "histogram",
@@ -179,3 +180,12 @@ def test_last_precompile_run_per_matrix(scraped_ops: tuple[Samples, Seeded, OpsE
     last = value(samples, "neffcache_last_precompile_run_timestamp_seconds", matrix="demo")
     assert before - 5 <= last <= time.time() + 5  # the database's clock, this host's here
     assert value(samples, "neffcache_last_precompile_run_timestamp_seconds", matrix="other") == 0
+
+
+def test_when_restores_last_named_each_fingerprint(
+        scraped_ops: tuple[Samples, Seeded, OpsExtras, float]) -> None:
+    samples, data, extras, before = scraped_ops
+    seen = series(samples, "neffcache_restore_fingerprint_last_seen_timestamp_seconds")
+    named = {("demo", fp.key) for fp in data.fingerprints} | {("other", extras.reported.key)}
+    assert {(dict(k)["matrix"], dict(k)["fingerprint"]) for k in seen} == named
+    assert all(before - 60 <= v <= time.time() + 5 for v in seen.values())
