@@ -25,7 +25,6 @@ from neffcache.index.models import (
     MatrixCellRow,
     MatrixRow,
     PrecompileRunRow,
-    ReportFingerprintRow,
     RestoreCountRow,
     RestoreReportRow,
 )
@@ -283,10 +282,14 @@ def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[M
 
 def reported_fingerprints(index: Index) -> list[ReportedFingerprint]:
     """The fingerprints restore reports of each registered matrix named (the aggregate: one
-    row per matrix x fingerprint, as many as the coverage columns they add)."""
-    rf = ReportFingerprintRow
-    with index.read_session() as s:
-        rows = s.execute(select(rf.matrix, rf.fingerprint_key, rf.reports, rf.last_seen_at)
-                         .where(rf.matrix.in_(select(MatrixRow.name).distinct()))
-                         .order_by(rf.matrix, rf.fingerprint_key)).all()
+    row per matrix x fingerprint, as many as the coverage columns they add); Core, no ORM
+    rows."""
+    from neffcache.index.tables import matrices, report_fingerprints
+
+    rf = report_fingerprints
+    with index.connection() as conn:
+        rows = conn.execute(select(rf.c.matrix, rf.c.fingerprint_key, rf.c.reports,
+                                   rf.c.last_seen_at)
+                            .where(rf.c.matrix.in_(select(matrices.c.name).distinct()))
+                            .order_by(rf.c.matrix, rf.c.fingerprint_key)).all()
     return [ReportedFingerprint(str(m), str(fp), int(n), as_utc(t)) for m, fp, n, t in rows]

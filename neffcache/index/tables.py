@@ -68,7 +68,7 @@ coverage_counts = table(
 report_fingerprints = table(
     "report_fingerprints",
     column("matrix", String(255)), column("fingerprint_key", String(KEY)),
-    column("reports", BigInteger),
+    column("reports", BigInteger), column("last_seen_at", UTC_TS),
 )
 
 ALL = (fingerprints, cells, entries, cell_failures, cell_claims, matrices, matrix_cells,
