@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 import click
@@ -62,6 +63,11 @@ def json_option(f: F) -> F:
                         help="Print one JSON document to stdout instead of a table.")(f)
 
 
+def jsonl_option(f: F) -> F:
+    return click.option("--jsonl", "as_jsonl", is_flag=True,
+                        help="Print JSON lines to stdout: one object per line, as read.")(f)
+
+
 def settings_from(store: str | None = None, index: str | None = None,
                   python: str | None = None, reports: str | None = None) -> Settings:
     return read_settings(os.environ, store=store, index=index, python=python,
@@ -113,6 +119,66 @@ def json_text(doc: Any, depth: int = 2, _pad: str = "") -> str:
 
 
 _ONE_LINE = json.JSONEncoder(sort_keys=True, default=str, separators=(", ", ": "))
+FLUSH_EVERY = 1000  # streamed lines between flushes (the first line is flushed at once)
+
+
+def stream_json(head: Mapping[str, Any], key: str, items: Iterable[Any],
+                tail: Callable[[], Mapping[str, Any]]) -> None:
+    """One JSON document written as it is made, formatted as ``json_text``: ``head``'s keys
+    (sorted), then ``key``: a list of ``items`` one per line, written as they come, then the
+    keys ``tail()`` returns once the items are written (counts, cursors, the check)."""
+    out = sys.stdout
+    out.write("{\n")
+    for k, v in sorted(head.items()):
+        out.write(f"  {json.dumps(k)}: {json_text(v, 1, '  ')},\n")
+    out.write(f"  {json.dumps(key)}: [")
+    n = 0
+    for item in items:
+        out.write(("\n" if n == 0 else ",\n") + "    " + _ONE_LINE.encode(item))
+        n += 1
+        if n == 1 or n % FLUSH_EVERY == 0:
+            out.flush()
+    out.write("\n  ]" if n else "]")
+    for k, v in tail().items():
+        out.write(f",\n  {json.dumps(k)}: {json_text(v, 1, '  ')}")
+    out.write("\n}\n")
+    out.flush()
+
+
+def stream_json_lines(items: Iterable[Any]) -> int:
+    """Each item as one line of JSON (keys sorted), written as it comes; how many."""
+    out = sys.stdout
+    n = 0
+    for item in items:
+        out.write(_ONE_LINE.encode(item) + "\n")
+        n += 1
+        if n == 1 or n % FLUSH_EVERY == 0:
+            out.flush()
+    out.flush()
+    return n
+
+
+def stream_table(headers: list[str], rows: Iterable[list[Any]], sample: int = 500) -> int:
+    """``format_table`` as rows come: column widths from the first ``sample`` rows (a wider
+    value later pushes its line right); the same text as ``format_table`` for up to
+    ``sample`` rows. How many rows."""
+    it = iter(rows)
+    first = list(itertools.islice(it, sample))
+    if not first:
+        return 0
+    text = format_table(headers, first)
+    click.echo(text)
+    sys.stdout.flush()
+    widths = [max([len(h)] + [len(str(r[i])) for r in first]) for i, h in enumerate(headers)]
+    n = len(first)
+    for r in it:
+        sys.stdout.write("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True))
+                         .rstrip() + "\n")
+        n += 1
+        if n % FLUSH_EVERY == 0:
+            sys.stdout.flush()
+    sys.stdout.flush()
+    return n
 
 
 def progress(message: str) -> None:

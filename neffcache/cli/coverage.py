@@ -7,11 +7,20 @@ from typing import TYPE_CHECKING
 
 import click
 
-from neffcache.cli._common import emit_json, format_table, index_option, json_option, python_option
+from neffcache.cli._common import (
+    format_table,
+    index_option,
+    json_option,
+    jsonl_option,
+    python_option,
+    stream_json,
+    stream_json_lines,
+)
 from neffcache.cli._process import without_cyclic_gc
+from neffcache.errors import UsageError
 
 if TYPE_CHECKING:
-    from neffcache.index import CoverageReport, CoverageRow
+    from neffcache.index import CoverageReport, CoverageRequest, CoverageRow
 
 
 def _status_text(row: CoverageRow) -> str:
@@ -63,6 +72,7 @@ Examples:
   neffcache coverage flux2-prod --fingerprint 3fc2ffe4a216 --check   # CI gate
   neffcache coverage matrix.toml --fingerprint host --check --json
   neffcache coverage matrix.toml --json | jq '.fingerprints[] | {key, ready, missing}'
+  neffcache coverage flux2-prod --jsonl | jq -c 'select(.status == "failed")'
   neffcache coverage matrix.toml --python /opt/venv/bin/python   # * = that interpreter's
 
 JSON output: {"matrix", "backend", "here" (this host's fingerprint key, null when only
@@ -70,7 +80,13 @@ given keys are shown), "cells": [{"id", "key"}], "fingerprints": [{"key", "backe
 "fields", "here", "ready", "failed", "missing", "in_progress"}], "rows": [{"cell_id",
 "cell_key", "fingerprint_key", "status", "entry_key", "total_bytes", "exit_status",
 "log_tail", "failed_at", "host", "since", "lease_expires_at"}], "check" (with --check:
-{"ok", "not_ready": [{"cell_id", "fingerprint_key", "status"}]})}.
+{"ok", "not_ready": [{"cell_id", "fingerprint_key", "status"}]})}. The document is
+written as it is read, in flat memory at any matrix size: "rows" after the other keys,
+"check" last.
+
+JSON lines (--jsonl): one row object (as in "rows" above) per line, nothing else (the
+counts are in --json's "fingerprints"); with --check the exit code and stderr say which
+cells are not ready.
 """
 
 
@@ -90,21 +106,42 @@ given keys are shown), "cells": [{"id", "key"}], "fingerprints": [{"key", "backe
 @python_option
 @index_option
 @json_option
+@jsonl_option
 @without_cyclic_gc
 def coverage(matrix: str, cell_globs: tuple[str, ...], fingerprints: tuple[str, ...],
-             check: bool, python: str | None, index: str | None, as_json: bool) -> None:
+             check: bool, python: str | None, index: str | None, as_json: bool,
+             as_jsonl: bool) -> None:
     from neffcache.index import CoverageRequest
     from neffcache.index import coverage as run_coverage
 
-    result = run_coverage(CoverageRequest(matrix=matrix, cells=cell_globs,
-                                          fingerprints=fingerprints, check=check,
-                                          python=python, index=index))
-    if as_json:
-        emit_json(result.to_json())
-    elif not result.report.cells:
+    request = CoverageRequest(matrix=matrix, cells=cell_globs, fingerprints=fingerprints,
+                              check=check, python=python, index=index)
+    if as_json and as_jsonl:
+        raise UsageError("--json and --jsonl: choose one")
+    if as_json or as_jsonl:
+        _stream(request, as_jsonl)
+        return
+    result = run_coverage(request)
+    if not result.report.cells:
         click.echo(f"{result.matrix}: no cell matches {list(cell_globs)}", err=True)
     else:
         click.echo(render_coverage(result.report))
     err = result.error()
+    if err is not None:
+        raise err
+
+
+def _stream(request: CoverageRequest, as_jsonl: bool) -> None:
+    """--json / --jsonl: rows written as they are read (``stream_coverage``)."""
+    from neffcache.index import stream_coverage
+
+    with stream_coverage(request) as stream:
+        rows = (r.to_json() for r in stream.rows())
+        if as_jsonl:
+            stream_json_lines(rows)
+        else:
+            stream_json(stream.head_json(), "rows", rows, lambda: (
+                {} if stream.check_json() is None else {"check": stream.check_json()}))
+    err = stream.error()
     if err is not None:
         raise err

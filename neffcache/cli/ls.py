@@ -2,25 +2,42 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import itertools
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import emit_json, format_table, human_bytes, index_option, json_option
+from neffcache.cli._common import (
+    format_table,
+    human_bytes,
+    index_option,
+    json_option,
+    jsonl_option,
+    stream_json,
+    stream_json_lines,
+    stream_table,
+)
 from neffcache.cli._process import without_cyclic_gc
+from neffcache.errors import UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from neffcache.index import EntrySummary
 
 
+_HEADERS = ["CELL", "FINGERPRINT", "BACKEND", "SIZE", "FILES", "COMPILE", "CREATED (UTC)",
+            "ENTRY"]
+
+
+def entry_line(e: EntrySummary) -> list[Any]:
+    return [e.cell_id, e.fingerprint_key[:12], e.backend, human_bytes(e.total_bytes),
+            e.file_count, "-" if e.compile_seconds is None else f"{e.compile_seconds:.1f}s",
+            e.created_at.strftime("%Y-%m-%d %H:%M"), e.entry_key[:12]]
+
+
 def render_entries(entries: Sequence[EntrySummary]) -> str:
-    rows = [[e.cell_id, e.fingerprint_key[:12], e.backend, human_bytes(e.total_bytes),
-             e.file_count, "-" if e.compile_seconds is None else f"{e.compile_seconds:.1f}s",
-             e.created_at.strftime("%Y-%m-%d %H:%M"), e.entry_key[:12]] for e in entries]
-    return format_table(["CELL", "FINGERPRINT", "BACKEND", "SIZE", "FILES", "COMPILE",
-                         "CREATED (UTC)", "ENTRY"], rows)
+    return format_table(_HEADERS, [entry_line(e) for e in entries])
 
 
 @click.command("ls")
@@ -35,13 +52,16 @@ def render_entries(entries: Sequence[EntrySummary]) -> str:
               help="Continue after this cursor (printed by the previous page).")
 @index_option
 @json_option
+@jsonl_option
 @without_cyclic_gc
 def ls(cell_glob: str | None, fingerprint_key: str | None, limit: int | None,
-       after: str | None, index: str | None, as_json: bool) -> None:
+       after: str | None, index: str | None, as_json: bool, as_jsonl: bool) -> None:
     """List entries in the index, newest first.
 
     An entry is one cell warmed under one fingerprint. The index can be rebuilt from the
-    store with `neffcache reindex`.
+    store with `neffcache reindex`. Entries are printed as they are read (the first at
+    once, in flat memory at any count; a table's column widths come from its first 500
+    rows).
 
     \b
     Examples:
@@ -49,24 +69,52 @@ def ls(cell_glob: str | None, fingerprint_key: str | None, limit: int | None,
       neffcache ls --cell 'flux2-klein/*/1024x1024/*' --limit 20
       neffcache ls --fingerprint 3fc2ffe4a216 --json
       neffcache ls --limit 100 --after CURSOR   # the next page
+      neffcache ls --jsonl | jq -r .entry_key    # every entry, one JSON object a line
 
     JSON output: {"entries": [{"entry_key", "cell_id", "cell_key", "fingerprint_key",
     "backend", "store_url", "total_bytes", "file_count", "compile_seconds", "created_at",
     "verified_status", "verified_at", "last_used_at", "restore_count"}], "count", "next"};
     last_used_at is the time of the newest ingested restore report that found the entry (null:
     none yet), restore_count how many ingested ok/partial restore reports found it; next the
-    --after of the next page (null: no more).
-    """
-    from neffcache.index import ListEntriesRequest, list_entries
+    --after of the next page (null: no more). The document is written as it is read:
+    "entries" first, then "count" and "next".
 
-    result = list_entries(ListEntriesRequest(cell=cell_glob, fingerprint=fingerprint_key,
-                                             limit=limit, index=index, after=after))
+    JSON lines (--jsonl): one entry object (as above) per line; with --limit the next
+    page's cursor goes to stderr.
+    """
+    from neffcache.index import ListEntriesRequest, iter_entries, next_cursor
+
+    if as_json and as_jsonl:
+        raise UsageError("--json and --jsonl: choose one")
+    request = ListEntriesRequest(cell=cell_glob, fingerprint=fingerprint_key, limit=limit,
+                                 index=index, after=after)
+    found = iter_entries(request)
+    first = next(found, None)  # the index's errors and a bad cursor, before any output
+    seen = _Seen()
+    rows = seen.track(itertools.chain(() if first is None else (first,), found))
     if as_json:
-        emit_json(result.to_json())
+        stream_json({}, "entries", (e.to_json() for e in rows),
+                    lambda: {"count": seen.count,
+                             "next": next_cursor(request, seen.count, seen.last)})
         return
-    if result.entries:
-        click.echo(render_entries(result.entries))
-    else:
+    if as_jsonl:
+        stream_json_lines(e.to_json() for e in rows)
+    elif not stream_table(_HEADERS, (entry_line(e) for e in rows)):
         click.echo("no entries", err=True)
-    if result.next:
-        click.echo(f"next: {result.next} (pass as --after for the next page)", err=True)
+    cursor = next_cursor(request, seen.count, seen.last)
+    if cursor:
+        click.echo(f"next: {cursor} (pass as --after for the next page)", err=True)
+
+
+class _Seen:
+    """How many entries went by, and the last one (for the next page's cursor)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: EntrySummary | None = None
+
+    def track(self, entries: Iterator[EntrySummary]) -> Iterator[EntrySummary]:
+        for e in entries:
+            self.count += 1
+            self.last = e
+            yield e

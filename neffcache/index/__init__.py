@@ -7,7 +7,9 @@ Use cases (``verb(Request) -> Result``; the result has ``to_json()``, ``error()`
 config file > default, read at call time):
 
     coverage(CoverageRequest) -> CoverageResult                          neffcache coverage
+    stream_coverage(CoverageRequest) -> CoverageStream      coverage --json/--jsonl (streamed)
     list_entries(ListEntriesRequest) -> ListEntriesResult                neffcache ls
+    iter_entries(ListEntriesRequest) -> Iterator[EntrySummary]   ls (streamed; next_cursor)
     reindex_store(ReindexStoreRequest) -> ReindexStoreResult             neffcache reindex
     ingest_restore_reports(IngestRestoreReportsRequest)
         -> IngestRestoreReportsResult                                    neffcache reports ingest
@@ -64,15 +66,24 @@ from neffcache.index.calls import (
     UpgradeSchemaRequest,
     UpgradeSchemaResult,
     ingest_restore_reports,
+    iter_entries,
     list_entries,
     list_registered_matrices,
+    next_cursor,
     register_matrix_file,
     reindex_store,
     show_registered_matrix,
     show_schema,
     upgrade_schema,
 )
-from neffcache.index.coverage_call import HOST, CoverageRequest, CoverageResult, coverage
+from neffcache.index.coverage_call import (
+    HOST,
+    CoverageRequest,
+    CoverageResult,
+    CoverageStream,
+    coverage,
+    stream_coverage,
+)
 from neffcache.index.coverage_grid import status_of
 from neffcache.index.ingest import (
     IngestResult,
@@ -206,15 +217,16 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     # use cases
-    "HOST", "CoverageRequest", "CoverageResult", "IngestRestoreReportsRequest",
+    "HOST", "CoverageRequest", "CoverageResult", "CoverageStream",
+    "IngestRestoreReportsRequest",
     "IngestRestoreReportsResult", "ListEntriesRequest", "ListEntriesResult",
     "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult",
     "RegisterMatrixFileRequest", "RegisterMatrixFileResult", "ReindexStoreRequest",
     "ReindexStoreResult", "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult",
     "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
-    "coverage", "ingest_restore_reports", "list_entries", "list_registered_matrices",
-    "register_matrix_file", "reindex_store", "show_registered_matrix", "show_schema",
-    "upgrade_schema",
+    "coverage", "ingest_restore_reports", "iter_entries", "list_entries",
+    "list_registered_matrices", "next_cursor", "register_matrix_file", "reindex_store",
+    "show_registered_matrix", "show_schema", "stream_coverage", "upgrade_schema",
     # the handle, the schema
     "SCHEMA_REVISION", "CURSOR_PATTERN", "Index", "entry_cursor", "open_index", "schema_state",
     "upgrade_index",

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine, exc
 from neffcache.errors import SchemaOutdatedError
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import coverage_grid as _coverage
+from neffcache.index import coverage_stream as _stream
 from neffcache.index import queries
 from neffcache.index.engine import (
     WRITE,
@@ -37,6 +38,7 @@ from neffcache.index.schema import (
 from neffcache.index.values import (
     ClaimResult,
     CoverageReport,
+    CoverageRow,
     EntrySummary,
     Lease,
     LiveLease,
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 
     from neffcache.index import claims as _claims
     from neffcache.index import record
+    from neffcache.index.coverage_stream import CoveragePlan
     from neffcache.manifest import Manifest
     from neffcache.reports import Report
 
@@ -275,6 +278,14 @@ class Index:
         with self.connection() as conn:
             return queries.list_entries(conn, cell_glob, fingerprint_key, limit, after)
 
+    def iter_entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
+                     limit: int | None = None,
+                     after: str | None = None) -> Iterator[EntrySummary]:
+        """``entries`` as they are read (one connection, held until the iterator is
+        exhausted or closed): memory stays one batch of rows, whatever the count."""
+        with self.connection() as conn:
+            yield from queries.iter_entries(conn, cell_glob, fingerprint_key, limit, after)
+
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of these entry keys are indexed (primary-key lookups, a few hundred keys
         per query): what a run needs, never every key."""
@@ -328,6 +339,18 @@ class Index:
             facts = _coverage.fetch_coverage_facts(conn, cell_keys, self.now(conn),
                                                    named=keys)
         return _coverage.build_coverage(cells, fingerprints, facts)
+
+    @contextlib.contextmanager
+    def coverage_stream(self, cells: Sequence[Cell], fingerprints: Sequence[Fingerprint] = (),
+                        keys: Sequence[str] = (), only: Sequence[str] | None = None
+                        ) -> Iterator[tuple[CoveragePlan, Iterator[CoverageRow]]]:
+        """``coverage`` in flat memory: the plan (cells, columns with their counts) when the
+        block starts, and an iterator of its rows (cell by cell, a batch of cells read at a
+        time) valid until the block ends. ``only``: just these columns, in this order."""
+        with self.connection() as conn:
+            now = self.now(conn)
+            plan = _stream.plan_coverage(conn, cells, fingerprints, now, named=keys, only=only)
+            yield plan, _stream.coverage_rows(conn, plan, now)
 
     def matrix_coverage(self, name: str, *, version: int | None = None,
                         pattern: str | None = None, offset: int = 0,

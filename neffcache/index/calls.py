@@ -10,7 +10,7 @@ with ``to_json()`` (the command's ``--json`` document), ``error()`` and ``exit_c
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -93,8 +93,29 @@ def list_entries(request: ListEntriesRequest) -> ListEntriesResult:
     with _open(_settings(request.index)) as ix:
         found = ix.entries(cell_glob=request.cell, fingerprint_key=request.fingerprint,
                            limit=request.limit, after=request.after)
-    more = request.limit is not None and len(found) >= request.limit
-    return ListEntriesResult(tuple(found), entry_cursor(found[-1]) if more else None)
+    return ListEntriesResult(tuple(found), next_cursor(request, len(found),
+                                                       found[-1] if found else None))
+
+
+def iter_entries(request: ListEntriesRequest) -> Iterator[EntrySummary]:
+    """``list_entries``'s entries one at a time, as the index returns them (what ``ls``
+    prints: the first at once, in flat memory at any count). The index is opened at the
+    first ``next()`` and closed when the iterator is exhausted or closed; its errors, and a
+    malformed ``after`` (UsageError), are raised by the first ``next()``. The next page's
+    cursor: ``next_cursor(request, count, last)``."""
+    with _open(_settings(request.index)) as ix:
+        yield from ix.iter_entries(cell_glob=request.cell,
+                                   fingerprint_key=request.fingerprint,
+                                   limit=request.limit, after=request.after)
+
+
+def next_cursor(request: ListEntriesRequest, count: int,
+                last: EntrySummary | None) -> str | None:
+    """The ``after`` of the page following one of ``count`` entries ending with ``last``;
+    None when the listing is complete (no limit, or fewer than ``limit`` entries)."""
+    if request.limit is None or count < request.limit or last is None:
+        return None
+    return entry_cursor(last)
 
 
 # --- reindex -------------------------------------------------------------------------------

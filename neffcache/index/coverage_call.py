@@ -3,12 +3,13 @@ cell with its status, and the ``--check`` gate; what ``neffcache coverage`` prin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from neffcache.errors import (
     CacheMissError,
@@ -23,8 +24,10 @@ from neffcache.index.matrices import get_matrix, registered_cells
 from neffcache.index.values import READY, CoverageReport, CoverageRow
 
 if TYPE_CHECKING:
+    from neffcache.config import Settings
     from neffcache.fingerprint import Fingerprint
-    from neffcache.index.shapes import CoverageDoc
+    from neffcache.index.coverage_stream import CoveragePlan
+    from neffcache.index.shapes import CoverageCheckDoc, CoverageDoc
     from neffcache.matrix import Cell
 
 HOST = "host"  # in CoverageRequest.fingerprints: this host's fingerprint
@@ -95,13 +98,17 @@ class CoverageResult(ExitRule):
     def error(self) -> CacheMissError | None:
         """CacheMissError (exit 3) naming up to three cells when a checked cell is not
         ready; None otherwise."""
-        if not self.not_ready:
-            return None
-        checked = self.not_ready
-        ids = ", ".join(sorted({r.cell_id for r in checked})[:3])
-        return CacheMissError(f"{len(checked)} cell x fingerprint pair(s) of {self.matrix} are "
-                              f"not ready: {ids}{', ...' if len(checked) > 3 else ''}",
-                              hint="neffcache precompile MATRIX (on a build host)")
+        return _not_ready_error(self.matrix, self.not_ready)
+
+
+def _not_ready_error(matrix: str,
+                     not_ready: Sequence[CoverageRow] | None) -> CacheMissError | None:
+    if not not_ready:
+        return None
+    ids = ", ".join(sorted({r.cell_id for r in not_ready})[:3])
+    return CacheMissError(f"{len(not_ready)} cell x fingerprint pair(s) of {matrix} are "
+                          f"not ready: {ids}{', ...' if len(not_ready) > 3 else ''}",
+                          hint="neffcache precompile MATRIX (on a build host)")
 
 
 def coverage(request: CoverageRequest) -> CoverageResult:
@@ -114,25 +121,130 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     check),
     UnavailableError (6) / SchemaOutdatedError (7) for the index. The check's outcome is in
     the result (``exit_code`` 3), not raised."""
-    from neffcache.config import read_settings
-    from neffcache.matrix import select_cells
-
-    settings = read_settings(os.environ, index=request.index, python=request.python)
-    wanted = tuple(request.fingerprints)
+    settings = _read_settings(request)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        source, backend, all_cells = _load_cells(ix, str(request.matrix))
-        cells = select_cells(all_cells, tuple(request.cells))
-        here, given, order = _fingerprints(ix, backend, wanted, settings.python)
-        known = {fp.key for fp in given}
-        report = ix.coverage(cells, given, keys=[k for k in order if k not in known])
-    if wanted:
-        report = only_fingerprints(report, order)
+        chosen = _choose(ix, request, settings.python)
+        known = {fp.key for fp in chosen.given}
+        report = ix.coverage(chosen.cells, chosen.given,
+                             keys=[k for k in chosen.order if k not in known])
+    if request.fingerprints:
+        report = only_fingerprints(report, chosen.order)
     not_ready = None
     if request.check:
-        keys = set(order)
+        keys = set(chosen.order)
         not_ready = tuple(r for r in report.rows
                           if r.fingerprint_key in keys and r.status != READY)
-    return CoverageResult(source, backend, here, report, tuple(request.cells), not_ready)
+    return CoverageResult(chosen.source, chosen.backend, chosen.here, report,
+                          tuple(request.cells), not_ready)
+
+
+def _read_settings(request: CoverageRequest) -> Settings:
+    from neffcache.config import read_settings
+
+    return read_settings(os.environ, index=request.index, python=request.python)
+
+
+@dataclass(frozen=True, slots=True)
+class _Chosen:
+    """What a coverage request selects: the matrix (source, backend), its cells, this
+    host's fingerprint, the fingerprints to show first and the keys of the columns."""
+
+    source: str
+    backend: str
+    cells: tuple[Cell, ...]
+    here: Fingerprint | None
+    given: list[Fingerprint]
+    order: list[str]
+
+
+def _choose(ix: Index, request: CoverageRequest, python: str | None) -> _Chosen:
+    from neffcache.matrix import select_cells
+
+    source, backend, all_cells = _load_cells(ix, str(request.matrix))
+    cells = select_cells(all_cells, tuple(request.cells))
+    here, given, order = _fingerprints(ix, backend, tuple(request.fingerprints), python)
+    return _Chosen(source, backend, tuple(cells), here, given, order)
+
+
+class CoverageStream(ExitRule):
+    """``coverage`` as it is read, in flat memory (what ``coverage --json``/``--jsonl``
+    print): the header at once (``matrix``, ``backend``, ``here``, ``cells``,
+    ``fingerprints`` with their counts), the rows as ``rows()`` yields them (the order of
+    CoverageResult's, a batch of cells read at a time; iterate once). After the rows:
+    ``not_ready`` (with check), ``error()`` and ``exit_code`` as CoverageResult's. Holds an
+    index connection: ``close()`` it, or use it as a context manager."""
+
+    __slots__ = ("_check", "_closer", "_plan", "_rows", "backend", "cells", "fingerprints",
+                 "here", "matrix", "not_ready")
+
+    def __init__(self, chosen: _Chosen, plan: CoveragePlan, rows: Iterator[CoverageRow],
+                 check: bool, closer: contextlib.ExitStack) -> None:
+        self.matrix, self.backend, self.here = chosen.source, chosen.backend, chosen.here
+        self.cells, self.fingerprints = plan.cells, plan.columns
+        self._plan, self._rows, self._closer = plan, rows, closer
+        self._check = set(chosen.order) if check else None
+        self.not_ready: tuple[CoverageRow, ...] | None = None
+
+    def head_json(self) -> dict[str, Any]:
+        """The document's keys before "rows": {"matrix", "backend", "here", "cells",
+        "fingerprints"}, as in CoverageResult.to_json()."""
+        return {"matrix": self.matrix, "backend": self.backend,
+                "here": self.here.key if self.here else None,
+                "cells": [{"id": i, "key": k} for i, k in self.cells],
+                "fingerprints": [f.to_json() for f in self.fingerprints]}
+
+    def rows(self) -> Iterator[CoverageRow]:
+        """Every cell x fingerprint, row-major by cell; with check, sets ``not_ready``."""
+        missed: list[CoverageRow] = []
+        for row in self._rows:
+            if self._check is not None and row.status != READY and (
+                    row.fingerprint_key in self._check):
+                missed.append(CoverageRow(row.cell_id, row.cell_key, row.fingerprint_key,
+                                          row.status))
+            yield row
+        if self._check is not None:
+            self.not_ready = tuple(missed)
+
+    def check_json(self) -> CoverageCheckDoc | None:
+        """The document's "check" (after the rows): {"ok", "not_ready"}; None without check."""
+        if self.not_ready is None:
+            return None
+        return {"ok": not self.not_ready, "not_ready": [
+            {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key, "status": r.status}
+            for r in self.not_ready]}
+
+    def error(self) -> CacheMissError | None:
+        return _not_ready_error(self.matrix, self.not_ready)
+
+    def close(self) -> None:
+        self._closer.close()
+
+    def __enter__(self) -> CoverageStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def stream_coverage(request: CoverageRequest) -> CoverageStream:
+    """``coverage`` as a stream (``CoverageStream``): the same cells, columns, counts and
+    rows in flat memory, whatever the matrix (a batch of cells read at a time; more than
+    one batch is counted in a first pass, then read again for the rows). Raises what
+    ``coverage`` raises, before any row is read."""
+    settings = _read_settings(request)
+    stack = contextlib.ExitStack()
+    try:
+        ix = stack.enter_context(open_index(settings.index_url,
+                                            auto_upgrade=settings.index_is_embedded))
+        chosen = _choose(ix, request, settings.python)
+        known = {fp.key for fp in chosen.given}
+        plan, rows = stack.enter_context(ix.coverage_stream(
+            chosen.cells, chosen.given, keys=[k for k in chosen.order if k not in known],
+            only=chosen.order if request.fingerprints else None))
+    except BaseException:
+        stack.close()
+        raise
+    return CoverageStream(chosen, plan, rows, request.check, stack)
 
 
 def _load_cells(ix: Index, matrix: str) -> tuple[str, str, tuple[Cell, ...]]:

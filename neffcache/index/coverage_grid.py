@@ -256,7 +256,7 @@ def coverage_table(cells: Sequence[Cell] | Sequence[tuple[str, str]],
     pairs) under the given fingerprints, those in ``facts`` and those it names. Column
     order: the given ones first (in order), then the others by key; a named key the index
     does not know is a column of backend ``unknown``."""
-    cell_ids = _cell_ids_and_keys(cells)
+    cell_ids = cell_ids_and_keys(cells)
     given_keys = list(dict.fromkeys(fp.key for fp in given))
     fps: dict[str, Fingerprint] = {fp.key: fp for fp in given}
     for key, fp in facts.fingerprints.items():
@@ -284,14 +284,14 @@ def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
     explains its status (entry, lease holder, failure and its log tail)."""
     table = coverage_table(cells, given, facts)
     keys = [c.key for c in table.columns]
-    rows = tuple(_row(cell_id, cell_key, k, status, facts)
+    rows = tuple(coverage_row(cell_id, cell_key, k, status, facts)
                  for (cell_id, cell_key), statuses in zip(table.cells, table.statuses,
                                                           strict=True)
                  for k, status in zip(keys, statuses, strict=True))
     return CoverageReport(cells=table.cells, fingerprints=table.columns, rows=rows)
 
 
-def _cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
+def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
                        ) -> tuple[tuple[str, str], ...]:
     """(id, key) per distinct cell, in order; a key is a digest, so compute it once."""
     out: dict[str, str] = {}
@@ -301,7 +301,7 @@ def _cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
     return tuple((cell_id, key) for key, cell_id in out.items())
 
 
-def _row(cell_id: str, cell_key: str, fp_key: str, status: Status,
+def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
          facts: CoverageFacts) -> CoverageRow:
     pair = (cell_key, fp_key)
     if status == READY:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -100,12 +100,18 @@ _CURSOR = re.compile(CURSOR_PATTERN)
 def entry_cursor(entry: EntrySummary) -> str:
     """A keyset cursor, opaque to callers: the listing continues after ``entry`` (newest
     first). Microseconds since the epoch of its creation, a dot, its key."""
-    micros = (entry.created_at - _EPOCH) // timedelta(microseconds=1)
-    return f"{micros}.{entry.entry_key}"
+    return keyset_cursor(entry.created_at, entry.entry_key)
+
+
+def keyset_cursor(at: datetime, key: str | int) -> str:
+    """A keyset cursor for a listing ordered by (time, key): microseconds since the epoch of
+    ``at``, a dot, ``key`` (hex, or an integer id); matches CURSOR_PATTERN."""
+    micros = (at - _EPOCH) // timedelta(microseconds=1)
+    return f"{micros}.{key}"
 
 
 def parse_entry_cursor(cursor: str) -> tuple[datetime, str]:
-    """(created_at, entry_key) of a cursor from ``entry_cursor``; UsageError if malformed."""
+    """(time, key) of a cursor from ``keyset_cursor``; UsageError if malformed."""
     if not _CURSOR.fullmatch(cursor):
         raise UsageError(f"bad cursor {cursor[:40]!r}", hint="pass the `next` cursor of "
                          "the previous page unchanged")
@@ -113,20 +119,29 @@ def parse_entry_cursor(cursor: str) -> tuple[datetime, str]:
     return _EPOCH + timedelta(microseconds=int(micros)), key
 
 
+parse_cursor = parse_entry_cursor
+
+
 def list_entries(conn: Any, cell_glob: str | None = None,
                  fingerprint_key: str | None = None,
                  limit: int | None = None, after: str | None = None) -> list[EntrySummary]:
-    """Entries, newest first; ``cell_glob`` matches cell ids (fnmatch, case-sensitive) and
-    ``fingerprint_key`` may be a full key or a prefix of one.
+    """``iter_entries`` as a list."""
+    return list(iter_entries(conn, cell_glob, fingerprint_key, limit, after))
+
+
+def iter_entries(conn: Any, cell_glob: str | None = None,
+                 fingerprint_key: str | None = None,
+                 limit: int | None = None, after: str | None = None) -> Iterator[EntrySummary]:
+    """Entries, newest first, yielded as the database returns them (a server-side cursor on
+    Postgres, ``yield_per`` batches on SQLite: memory stays one batch, whatever the count);
+    ``cell_glob`` matches cell ids (fnmatch, case-sensitive) and ``fingerprint_key`` may be
+    a full key or a prefix of one. ``after`` (a cursor from ``entry_cursor``): only the
+    entries listed after that one (keyset paging).
 
     With a glob and a limit, the cheaper of two plans (same rows, same order): walk the
     entries newest first and keep those whose cell matches until ``limit`` are found (a broad
     glob: ~limit x cells/matching cells rows read), or read the matching cells' entries and
-    sort them (a narrow glob: ~matching cells x fingerprints rows). The walk is bounded to
-    the newest few times the rows it expects to read and widened eightfold while it finds
-    fewer than ``limit`` (the matching cells' entries are older than the rest), until it
-    would read as many rows as sorting: then the sorted plan answers. ``after`` (a cursor
-    from ``entry_cursor``): only the entries listed after that one (keyset paging)."""
+    sort them (a narrow glob: ~matching cells x fingerprints rows); see ``_walk``."""
     e, c, f = entries, cells, fingerprints
     position = parse_entry_cursor(after) if after else None
 
@@ -146,50 +161,65 @@ def list_entries(conn: Any, cell_glob: str | None = None,
         return stmt
 
     if not cell_glob:
-        return _run(conn, listing(e.c.cell_key), None, limit)
+        yield from _rows(conn, listing(e.c.cell_key), None, limit)
+        return
     clause, exact = glob_clause(conn, c.c.id, cell_glob)
     check = None if exact else cell_glob  # LIKE ignores [...] classes: fnmatch re-checks
     # the walk counts from the newest entry: a page further on is read by the sorted plan
     plan = (walk_plan(conn, clause, limit, bool(fingerprint_key))
             if limit and position is None else None)
-    if plan is not None:
-        budget, sorted_rows = plan
-        # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot
-        # start from the matching cells and look their entries up, so it reads entries by
-        # created_at, newest first, no older than the walk's budget allows, and stops at the
-        # limit; each entry's cell is then one primary-key lookup.
-        unindexed = e.c.cell_key + ""
-        matching = select(c.c.key).where(clause).scalar_subquery()
-        while True:
-            oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
-                      .offset(budget).limit(1).scalar_subquery())
-            found = _run(conn, listing(unindexed).where(
-                unindexed.in_(matching), e.c.created_at >= func.coalesce(oldest, _EPOCH)),
-                check, limit)
-            if len(found) >= limit:  # type: ignore[operator]
-                return found
-            if budget >= sorted_rows:
-                break  # walking further would read more rows than sorting the matches
-            budget *= 8  # the newest entries are not spread like the rest: walk further
-    return _run(conn, listing(e.c.cell_key).where(clause), check, limit)
+    found = None if plan is None else _walk(conn, listing, clause, check, limit, plan)
+    if found is not None:
+        yield from found
+        return
+    yield from _rows(conn, listing(e.c.cell_key).where(clause), check, limit)
+
+
+def _walk(conn: Any, listing: Callable[[Any], Any], clause: Any, check: str | None,
+          limit: Any, plan: tuple[int, int]) -> list[EntrySummary] | None:
+    """The walk: the newest entries whose cell matches, up to ``limit``; None when the
+    sorted plan should answer. The walk is bounded to the newest few times the rows it
+    expects to read and widened eightfold while it finds fewer than ``limit`` (the matching
+    cells' entries are older than the rest), until it would read as many rows as sorting."""
+    e, c = entries, cells
+    budget, sorted_rows = plan
+    # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot
+    # start from the matching cells and look their entries up, so it reads entries by
+    # created_at, newest first, no older than the walk's budget allows, and stops at the
+    # limit; each entry's cell is then one primary-key lookup.
+    unindexed = e.c.cell_key + ""
+    matching = select(c.c.key).where(clause).scalar_subquery()
+    while True:
+        oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
+                  .offset(budget).limit(1).scalar_subquery())
+        found = list(_rows(conn, listing(unindexed).where(
+            unindexed.in_(matching), e.c.created_at >= func.coalesce(oldest, _EPOCH)),
+            check, limit))
+        if len(found) >= limit:
+            return found
+        if budget >= sorted_rows:
+            return None  # walking further would read more rows than sorting the matches
+        budget *= 8  # the newest entries are not spread like the rest: walk further
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def _run(conn: Any, stmt: Any, check: str | None, limit: int | None) -> list[EntrySummary]:
+def _rows(conn: Any, stmt: Any, check: str | None,
+          limit: int | None) -> Iterator[EntrySummary]:
     """Rows of ``stmt`` whose cell id matches the glob ``check`` (None: all), up to ``limit``
-    (in SQL unless rows are re-checked here)."""
+    (in SQL unless rows are re-checked here), as they are read: ``yield_per`` streams them
+    (a server-side cursor on Postgres), a thousand at a time."""
     if limit is not None and check is None:
         stmt = stmt.limit(limit)
-    out: list[EntrySummary] = []
+    n = 0
     for row in conn.execute(stmt.execution_options(yield_per=1000)):
         if check is not None and not fnmatch.fnmatchcase(row[1], check):
             continue
-        out.append(_summary(row))
-        if limit is not None and len(out) >= limit:
-            break
-    return out
+        yield _summary(row)
+        n += 1
+        if limit is not None and n >= limit:
+            return
 
 
 def walk_plan(conn: Any, cell_clause: Any, limit: int,
