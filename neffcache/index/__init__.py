@@ -34,7 +34,9 @@ The handle and the building blocks other packages use:
     restore reports: ingest_reports(index, store), ingest_report_files, ReportPoller
     ops reads (the HTTP API, /metrics): fingerprint_stats, index_totals, list_runs, get_run,
         list_failures, list_restores, restore_outcomes, restore_timeline, group_by_sdk,
-        lease_stats, last_precompile_runs, reported_fingerprints
+        lease_stats, last_precompile_runs, reported_fingerprints;
+        keyset paging: list_runs/list_failures/list_restores(after=run_cursor(last) /
+        failure_cursor(last) / restore_cursor(last))
     values (frozen dataclasses) and their JSON documents (TypedDicts, ``*Doc``; the API's
         response models are built from them)
 
@@ -124,7 +126,7 @@ from neffcache.index.ops_values import (
     restore_outcome,
     sdk_version,
 )
-from neffcache.index.queries import CURSOR_PATTERN, entry_cursor
+from neffcache.index.queries import CURSOR_PATTERN, ID_CURSOR_PATTERN, entry_cursor
 from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
 from neffcache.index.shapes import (
     BucketDoc,
@@ -185,6 +187,7 @@ from neffcache.index.values import (
 
 if TYPE_CHECKING:
     from neffcache.index.ops_queries import (
+        failure_cursor,
         fingerprint_stats,
         get_run,
         index_totals,
@@ -194,16 +197,18 @@ if TYPE_CHECKING:
         list_restores,
         list_runs,
         reported_fingerprints,
+        restore_cursor,
         restore_outcomes,
         restore_timeline,
+        run_cursor,
     )
 
 # The ops reads import the ORM: loaded when first asked for, so ``ls`` and ``coverage``
 # start without it.
 _ON_FIRST_USE = {name: "neffcache.index.ops_queries" for name in (
-    "fingerprint_stats", "get_run", "index_totals", "last_precompile_runs", "lease_stats",
-    "list_failures", "list_restores", "list_runs", "reported_fingerprints", "restore_outcomes",
-    "restore_timeline")}
+    "failure_cursor", "fingerprint_stats", "get_run", "index_totals", "last_precompile_runs",
+    "lease_stats", "list_failures", "list_restores", "list_runs", "reported_fingerprints",
+    "restore_cursor", "restore_outcomes", "restore_timeline", "run_cursor")}
 
 
 def __getattr__(name: str) -> Any:
@@ -228,13 +233,15 @@ __all__ = [
     "list_registered_matrices", "next_cursor", "register_matrix_file", "reindex_store",
     "show_registered_matrix", "show_schema", "stream_coverage", "upgrade_schema",
     # the handle, the schema
-    "SCHEMA_REVISION", "CURSOR_PATTERN", "Index", "entry_cursor", "open_index", "schema_state",
+    "SCHEMA_REVISION", "CURSOR_PATTERN", "ID_CURSOR_PATTERN", "Index", "entry_cursor",
+    "open_index", "schema_state",
     "upgrade_index",
     # matrices, restore reports
     "get_matrix", "list_matrices", "matrix_digest", "matrix_name_of", "matrix_versions",
     "register_matrix", "registered_cells", "IngestResult", "InvalidReport", "ReportPoller",
     "ingest_report_files", "ingest_reports",
     # ops reads
+    "failure_cursor", "restore_cursor", "run_cursor",
     "fingerprint_stats", "get_run", "index_totals", "last_precompile_runs", "lease_stats",
     "list_failures", "list_restores", "list_runs", "reported_fingerprints", "restore_outcomes",
     "restore_timeline", "group_by_sdk", "restore_outcome", "sdk_version", "status_of",

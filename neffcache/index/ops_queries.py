@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 from itertools import accumulate
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from neffcache.errors import NotFoundError
+from neffcache.errors import NotFoundError, UsageError
 from neffcache.index.api import Index
 from neffcache.index.models import (
     CellClaimRow,
@@ -50,7 +50,7 @@ from neffcache.index.ops_values import (
     restore_outcome,
     sdk_version,
 )
-from neffcache.index.queries import glob_clause, key_prefix_clause
+from neffcache.index.queries import glob_clause, key_prefix_clause, keyset_cursor, parse_cursor
 from neffcache.index.record import as_utc
 
 
@@ -100,13 +100,18 @@ def index_totals(index: Index) -> IndexTotals:
             restores=int(s.scalar(select(func.sum(RestoreCountRow.restores))) or 0))
 
 
-def list_runs(index: Index, limit: int = 50, matrix: str | None = None) -> list[RunSummary]:
-    """Precompile runs, newest first, with how many failures each recorded."""
+def list_runs(index: Index, limit: int = 50, matrix: str | None = None,
+              after: str | None = None) -> list[RunSummary]:
+    """Precompile runs, newest first (by start, then id), with how many failures each
+    recorded; ``after`` (``run_cursor`` of the last run of a page): the runs after it."""
+    r = PrecompileRunRow
     with index.read_session() as s:
-        stmt = (select(PrecompileRunRow).order_by(PrecompileRunRow.started_at.desc(),
-                                                  PrecompileRunRow.id).limit(limit))
+        stmt = select(r).order_by(r.started_at.desc(), r.id).limit(limit)
         if matrix:
-            stmt = stmt.where(PrecompileRunRow.matrix_name == matrix)
+            stmt = stmt.where(r.matrix_name == matrix)
+        if after:
+            at, key = parse_cursor(after)
+            stmt = stmt.where(or_(r.started_at < at, and_(r.started_at == at, r.id > key)))
         runs = list(s.scalars(stmt))
         ids = [r.id for r in runs]
         failures = dict(s.execute(select(CellFailureRow.run_id, func.count())
@@ -115,6 +120,31 @@ def list_runs(index: Index, limit: int = 50, matrix: str | None = None) -> list[
         return [RunSummary(r.id, as_utc(r.started_at), as_utc(r.finished_at),  # type: ignore[arg-type]
                            r.host, r.fingerprint_key, r.matrix_name, r.cells_ok,
                            r.cells_failed, int(failures.get(r.id, 0))) for r in runs]
+
+
+def run_cursor(run: RunSummary) -> str:
+    """The ``after`` that continues ``list_runs`` after ``run``."""
+    return keyset_cursor(run.started_at, run.id)
+
+
+def failure_cursor(failure: FailureRecord) -> str:
+    """The ``after`` that continues ``list_failures`` after ``failure``."""
+    assert failure.id is not None
+    return keyset_cursor(failure.failed_at, failure.id)
+
+
+def restore_cursor(restore: RestoreRecord) -> str:
+    """The ``after`` that continues ``list_restores`` after ``restore``."""
+    return keyset_cursor(restore.created_at, restore.id)
+
+
+def _id_cursor(after: str) -> tuple[datetime, int]:
+    """(time, integer id) of a cursor of a listing keyed by an integer id."""
+    at, key = parse_cursor(after)
+    if not key.isdigit():
+        raise UsageError(f"bad cursor {after[:40]!r}", hint="pass the Next-Cursor of the "
+                         "previous page unchanged")
+    return at, int(key)
 
 
 def get_run(index: Index, run_id: str) -> RunSummary:
@@ -130,9 +160,11 @@ def get_run(index: Index, run_id: str) -> RunSummary:
 
 def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVersion | None = None,
                   fingerprint_key: str | None = None, cell_glob: str | None = None,
-                  current_only: bool = True, limit: int = 100) -> list[FailureRecord]:
-    """Failed warm-ups, newest first. ``current_only``: only the latest failure of each cell x
-    fingerprint that still has no entry (the cells coverage shows as failed)."""
+                  current_only: bool = True, limit: int = 100,
+                  after: str | None = None) -> list[FailureRecord]:
+    """Failed warm-ups, newest first (by time, then id). ``current_only``: only the latest
+    failure of each cell x fingerprint that still has no entry (the cells coverage shows as
+    failed); ``after`` (``failure_cursor`` of the last of a page): the failures after it."""
     f = CellFailureRow
     stmt = (select(f, CellRow.id).join(CellRow, CellRow.key == f.cell_key)
             .order_by(f.created_at.desc(), f.id.desc()))
@@ -149,6 +181,9 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
                                                       EntryRow.fingerprint_key == f.fingerprint_key)
                      .exists())
         stmt = stmt.where(f.id.in_(latest), ~has_entry)
+    if after:
+        at, key = _id_cursor(after)
+        stmt = stmt.where(or_(f.created_at < at, and_(f.created_at == at, f.id < key)))
     out: list[FailureRecord] = []
     with index.read_session() as s:
         exact = True
@@ -160,23 +195,28 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
                 continue
             out.append(FailureRecord(cell_id, row.cell_key, row.fingerprint_key, row.run_id,
                                      row.exit_status, row.seconds, row.log_tail,
-                                     as_utc(row.created_at)))  # type: ignore[arg-type]
+                                     as_utc(row.created_at), row.id))  # type: ignore[arg-type]
             if len(out) >= limit:
                 break
     return out
 
 
 def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
-                  matrix: str | None = None) -> list[RestoreRecord]:
-    """Restore reports, newest first."""
+                  matrix: str | None = None, after: str | None = None) -> list[RestoreRecord]:
+    """Restore reports, newest first (by time recorded, then id); ``after``
+    (``restore_cursor`` of the last of a page): the reports after it."""
     r = RestoreReportRow
-    stmt = select(r.id, r.created_at, r.host, r.fingerprint_key, r.matrix, r.cells_restored,
-                  r.cells_missing, r.missing, r.files_fetched, r.files_skipped,
-                  r.bytes_fetched, r.seconds, r.exit_code).order_by(r.id.desc()).limit(limit)
+    stmt = (select(r.id, r.created_at, r.host, r.fingerprint_key, r.matrix, r.cells_restored,
+                   r.cells_missing, r.missing, r.files_fetched, r.files_skipped,
+                   r.bytes_fetched, r.seconds, r.exit_code)
+            .order_by(r.created_at.desc(), r.id.desc()).limit(limit))
     if host:
         stmt = stmt.where(r.host == host)
     if matrix:
         stmt = stmt.where(r.matrix == matrix)
+    if after:
+        at, key = _id_cursor(after)
+        stmt = stmt.where(or_(r.created_at < at, and_(r.created_at == at, r.id < key)))
     with index.read_session() as s:
         return [RestoreRecord(row.id, as_utc(row.created_at), row.host,  # type: ignore[arg-type]
                               row.fingerprint_key, row.matrix, row.cells_restored,

@@ -283,6 +283,7 @@ class FailureRecord:
     seconds: float
     log_tail: str
     failed_at: datetime
+    id: int | None = None  # its row's id (the paging cursor's tie-break); not in the JSON
 
     def to_json(self) -> FailureDoc:
         return {"cell_id": self.cell_id, "cell_key": self.cell_key,

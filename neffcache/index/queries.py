@@ -94,6 +94,7 @@ def database_now(conn: Any) -> datetime:
 
 
 CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9a-f]{1,64}$"  # every string it matches is a cursor
+ID_CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9]{1,18}$"  # a cursor of a listing keyed by integer ids
 _CURSOR = re.compile(CURSOR_PATTERN)
 
 

@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 
 from neffcache.index import (
     CURSOR_PATTERN,
+    ID_CURSOR_PATTERN,
     CoverageGridDoc,
     EntryDoc,
     FailureDoc,
@@ -28,6 +29,7 @@ from neffcache.index import (
     SdkBytesDoc,
     Summary,
     entry_cursor,
+    failure_cursor,
     fingerprint_stats,
     get_matrix,
     get_run,
@@ -38,6 +40,8 @@ from neffcache.index import (
     list_restores,
     list_runs,
     matrix_versions,
+    restore_cursor,
+    run_cursor,
 )
 from neffcache.index import restore_outcomes as outcome_stats
 from neffcache.index import restore_timeline as timeline_points
@@ -66,6 +70,24 @@ Glob = Annotated[str | None, Query(max_length=255, description="Cell id glob, e.
 MatrixName = Annotated[str, Query(min_length=1, max_length=255, description="Matrix name.")]
 Version = Annotated[int | None, Query(ge=1, le=1_000_000,
                                       description="Matrix version [default: current].")]
+
+
+NEXT = "Next-Cursor"  # response header: pass it as ``after`` for the next page
+_NEXT_DOC: dict[int | str, dict[str, Any]] = {200: {"headers": {NEXT: {
+    "schema": {"type": "string"},
+    "description": "Present when more items may follow: the `after` of the next page."}}}}
+After = Annotated[str | None, Query(pattern=CURSOR_PATTERN, description=(
+    "Continue after this cursor (a page's Next-Cursor header)."))]
+AfterId = Annotated[str | None, Query(pattern=ID_CURSOR_PATTERN, description=(
+    "Continue after this cursor (a page's Next-Cursor header)."))]
+
+
+def _paged(response: Response, found: list[Any], limit: int,
+           cursor: Any) -> list[Any]:
+    """``found`` as the page's JSON; a full page names the next one (Next-Cursor)."""
+    if found and len(found) >= limit:
+        response.headers[NEXT] = cursor(found[-1])
+    return [x.to_json() for x in found]
 
 
 def _index(request: Request) -> Index:
@@ -113,25 +135,14 @@ def coverage(request: Request, matrix: MatrixName, version: Version = None,
                                            offset=offset, limit=limit).to_json()
 
 
-NEXT = "Next-Cursor"  # response header: pass it as ``after`` for the next page
-_NEXT_DOC: dict[int | str, dict[str, Any]] = {200: {"headers": {NEXT: {
-    "schema": {"type": "string"},
-    "description": "Present when more items may follow: the `after` of the next page."}}}}
-
-
 @router.get("/entries", response_model=m.EntryList, summary="Entries, newest first; keyset "
             "paging: pass the Next-Cursor header of a page as `after`", responses=_NEXT_DOC)
 def entries(request: Request, response: Response, cells: Glob = None,
             fingerprint: Annotated[str | None, Query(max_length=64, description=(
                 "A fingerprint key or a prefix of one."))] = None,
-            limit: Limit = 100,
-            after: Annotated[str | None, Query(pattern=CURSOR_PATTERN, description=(
-                "Continue after this cursor (a page's Next-Cursor header)."))] = None,
-            ) -> list[EntryDoc]:
+            limit: Limit = 100, after: After = None) -> list[EntryDoc]:
     found = _index(request).entries(cells or None, fingerprint or None, limit, after or None)
-    if len(found) >= limit:
-        response.headers[NEXT] = entry_cursor(found[-1])
-    return [e.to_json() for e in found]
+    return _paged(response, found, limit, entry_cursor)
 
 
 @router.get("/fingerprints", response_model=m.FingerprintList,
@@ -146,10 +157,13 @@ def sdk_versions(request: Request) -> list[SdkBytesDoc]:
     return [s.to_json() for s in group_by_sdk(fingerprint_stats(_index(request)))]
 
 
-@router.get("/runs", response_model=m.RunList, summary="Precompile runs, newest first")
-def runs(request: Request, matrix: Annotated[str | None, Query(max_length=255)] = None,
-         limit: Limit = 50) -> list[RunDoc]:
-    return [r.to_json() for r in list_runs(_index(request), limit, matrix or None)]
+@router.get("/runs", response_model=m.RunList, summary="Precompile runs, newest first; keyset "
+            "paging: pass the Next-Cursor header of a page as `after`", responses=_NEXT_DOC)
+def runs(request: Request, response: Response,
+         matrix: Annotated[str | None, Query(max_length=255)] = None,
+         limit: Limit = 50, after: After = None) -> list[RunDoc]:
+    return _paged(response, list_runs(_index(request), limit, matrix or None, after or None),
+                  limit, run_cursor)
 
 
 @router.get("/run", response_model=m.RunDetailModel,
@@ -164,9 +178,10 @@ def run(request: Request, id: Annotated[str, Query(min_length=1, max_length=64)]
 
 
 @router.get("/failures", response_model=m.FailureList,
-            summary="Failed cells with their log tails, newest first",
-            responses={404: {"model": m.ErrorDoc}})
-def failures(request: Request,
+            summary="Failed cells with their log tails, newest first; keyset paging: pass "
+                    "the Next-Cursor header of a page as `after`",
+            responses={404: {"model": m.ErrorDoc}, **_NEXT_DOC})
+def failures(request: Request, response: Response,
              matrix: Annotated[str | None, Query(max_length=255, description=(
                  "Only cells of this registered matrix (current version)."))] = None,
              fingerprint: Annotated[str | None, Query(max_length=64)] = None,
@@ -174,12 +189,12 @@ def failures(request: Request,
              all: Annotated[bool, Query(description=(
                  "Every recorded failure, not only the latest of each cell x fingerprint "
                  "that still has no entry."))] = False,
-             limit: Limit = 100) -> list[FailureDoc]:
+             limit: Limit = 100, after: AfterId = None) -> list[FailureDoc]:
     ix = _index(request)
     version = get_matrix(ix, matrix) if matrix else None
-    return [f.to_json() for f in list_failures(
+    return _paged(response, list_failures(
         ix, matrix=version, fingerprint_key=fingerprint or None, cell_glob=cells or None,
-        current_only=not all, limit=limit)]
+        current_only=not all, limit=limit, after=after or None), limit, failure_cursor)
 
 
 @router.get("/in-progress", response_model=m.InProgressList,
@@ -190,12 +205,15 @@ def in_progress(request: Request, limit: Limit = 200) -> list[InProgressDoc]:
 
 
 @router.get("/restores", response_model=m.RestoreList,
-            summary="Restore reports, newest first")
-def restores(request: Request, host: Annotated[str | None, Query(max_length=255)] = None,
+            summary="Restore reports, newest first; keyset paging: pass the Next-Cursor "
+                    "header of a page as `after`", responses=_NEXT_DOC)
+def restores(request: Request, response: Response,
+             host: Annotated[str | None, Query(max_length=255)] = None,
              matrix: Annotated[str | None, Query(max_length=255)] = None,
-             limit: Limit = 50) -> list[RestoreDoc]:
-    return [r.to_json() for r in list_restores(_index(request), limit=limit,
-                                                 host=host or None, matrix=matrix or None)]
+             limit: Limit = 50, after: AfterId = None) -> list[RestoreDoc]:
+    return _paged(response, list_restores(_index(request), limit=limit, host=host or None,
+                                          matrix=matrix or None, after=after or None),
+                  limit, restore_cursor)
 
 
 @router.get("/restore-outcomes", response_model=m.RestoreOutcomeList,
