@@ -106,6 +106,34 @@ def _bulk_failures(ix: Index, pairs: list[tuple[Cell, Fingerprint]],
         rebuild_aggregates(s)  # rows written directly: recount
 
 
+def bulk_entries(ix: Index, n: int, *, fingerprints: int = 50) -> None:
+    """``n`` entries made by the database itself (one INSERT ... SELECT; no file rows, the
+    aggregates not recounted: for listings), over ``n / fingerprints`` cells of matrix
+    "bulk" x ``fingerprints`` fingerprints, three a second (ties for the cursor's
+    tie-break)."""
+    from sqlalchemy import text
+
+    fps = [sdk_fingerprint(i) for i in range(fingerprints)]
+    per = -(-n // fingerprints)
+    cells = parse_matrix(matrix_text("bulk", shapes=per), "bulk.toml").cells
+    with ix.write_session() as s:  # test set-up at scale
+        save_fingerprints_and_cells(s, fps, cells, utcnow())
+        if s.get_bind().dialect.name == "postgresql":
+            key = "md5(c.key || f.key) || md5(f.key || c.key)"
+            at = "now() - (row_number() OVER (ORDER BY c.key, f.key) / 3) * interval '1 second'"
+            now = "now()"
+        else:
+            key = "substr(c.key, 1, 32) || substr(f.key, 1, 32)"
+            at = ("strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (row_number() OVER "
+                  "(ORDER BY c.key, f.key) / 3) || ' seconds')")
+            now = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+        s.execute(text(
+            "INSERT INTO entries (entry_key, cell_key, fingerprint_key, store_url, total_bytes,"
+            " file_count, compile_seconds, producer, created_at, recorded_at, restore_count)"
+            f" SELECT {key}, c.key, f.key, 's3://bulk/neff', 4096, 1, 30.0, '{{}}', {at},"
+            f" {now}, 0 FROM cells c CROSS JOIN fingerprints f LIMIT :n"), {"n": n})
+
+
 DEMO_TABLE = [  # 6 cells of "demo" (current version 2) x 2 fingerprints
     (READY, READY), (READY, FAILED), (FAILED, MISSING),
     (MISSING, READY), (READY, MISSING), (MISSING, MISSING),
