@@ -14,7 +14,9 @@ subclass only when it cannot produce a result at all (bad input, store unreachab
     capture_entry(CaptureRequest) -> CaptureResult             neffcache capture
     check_warm(WarmRequest) -> WarmResult                      neffcache warm
     coverage(CoverageRequest) -> CoverageResult                neffcache coverage
+    stream_coverage(CoverageRequest) -> CoverageStream         coverage --json/--jsonl
     list_entries(ListEntriesRequest) -> ListEntriesResult      neffcache ls
+    iter_entries(ListEntriesRequest) -> Iterator[EntrySummary] ls, streamed
     show_fingerprint(FingerprintRequest) -> FingerprintResult  neffcache fingerprint
     explain_fingerprint(ExplainRequest) -> ExplainResult       neffcache fingerprint --explain
     verify(VerifyStoreRequest) -> VerifyStoreResult            neffcache verify
@@ -82,6 +84,7 @@ if TYPE_CHECKING:
     from neffcache.index import (
         CoverageRequest,
         CoverageResult,
+        CoverageStream,
         IngestRestoreReportsRequest,
         IngestRestoreReportsResult,
         ListEntriesRequest,
@@ -100,12 +103,14 @@ if TYPE_CHECKING:
         UpgradeSchemaResult,
         coverage,
         ingest_restore_reports,
+        iter_entries,
         list_entries,
         list_registered_matrices,
         register_matrix_file,
         reindex_store,
         show_registered_matrix,
         show_schema,
+        stream_coverage,
         upgrade_schema,
     )
     from neffcache.keys import GenerateKeyRequest, KeyResult, ShowKeyRequest, generate_key, show_key
@@ -224,15 +229,16 @@ def check_warm(request: WarmRequest) -> WarmResult:
 # name -> the face that holds it (loaded on first use: SQL, FastAPI and torch only when asked)
 _LAZY: dict[str, str] = {
     **dict.fromkeys((
-        "CoverageRequest", "CoverageResult", "IngestRestoreReportsRequest",
+        "CoverageRequest", "CoverageResult", "CoverageStream", "IngestRestoreReportsRequest",
         "IngestRestoreReportsResult", "ListEntriesRequest", "ListEntriesResult",
         "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult",
         "RegisterMatrixFileRequest", "RegisterMatrixFileResult", "ReindexStoreRequest",
         "ReindexStoreResult", "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult",
         "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
-        "coverage", "ingest_restore_reports", "list_entries", "list_registered_matrices",
-        "register_matrix_file", "reindex_store", "show_registered_matrix", "show_schema",
-        "upgrade_schema"), "neffcache.index"),
+        "coverage", "ingest_restore_reports", "iter_entries", "list_entries",
+        "list_registered_matrices", "register_matrix_file", "reindex_store",
+        "show_registered_matrix", "show_schema", "stream_coverage", "upgrade_schema"),
+        "neffcache.index"),
     **dict.fromkeys((
         "CollectGarbageRequest", "CollectGarbageResult", "CopyEntriesRequest",
         "CopyEntriesResult", "ExportBundleRequest", "ExportBundleResult", "ImportBundleRequest",
@@ -275,7 +281,8 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "__version__",
     "CacheMissError", "CaptureRequest", "CaptureResult", "CollectGarbageRequest",
     "CollectGarbageResult", "CompiledAfterRestoreError", "ConfigError", "CopyEntriesRequest",
-    "CopyEntriesResult", "CoverageRequest", "CoverageResult", "DeadlineExceededError",
+    "CopyEntriesResult", "CoverageRequest", "CoverageResult", "CoverageStream",
+    "DeadlineExceededError",
     "DemoRequest", "DemoResult", "ExplainRequest", "ExplainResult", "ExportBundleRequest",
     "ExportBundleResult", "FingerprintMismatchError", "GenerateKeyRequest", "KeyResult",
     "ShowKeyRequest", "UntrustedEntryError", "generate_key", "show_key", "FingerprintRequest",
@@ -294,10 +301,11 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "UsageError", "VerifyLocalDirRequest", "VerifyLocalDirResult", "VerifyStoreRequest",
     "VerifyStoreResult", "WarmRequest", "WarmResult", "WorkerError", "capture_entry",
     "check_warm", "collect_garbage", "copy_entries", "coverage", "explain_fingerprint",
-    "export_bundle", "import_bundle", "ingest_restore_reports", "list_entries",
+    "export_bundle", "import_bundle", "ingest_restore_reports", "iter_entries", "list_entries",
     "list_registered_matrices", "precompile", "preview_restore", "push", "register_matrix_file",
     "reindex_store", "repair_store", "restore", "retire_entries", "run_demo", "serve",
     "show_bundle",
-    "show_fingerprint", "show_registered_matrix", "show_schema", "upgrade_schema", "verify",
+    "show_fingerprint", "show_registered_matrix", "show_schema", "stream_coverage",
+    "upgrade_schema", "verify",
     "verify_local_dir", "verify_store"
 ]

@@ -126,7 +126,12 @@ from neffcache.index.ops_values import (
     restore_outcome,
     sdk_version,
 )
-from neffcache.index.queries import CURSOR_PATTERN, ID_CURSOR_PATTERN, entry_cursor
+from neffcache.index.queries import (
+    CURSOR_PATTERN,
+    ID_CURSOR_PATTERN,
+    NAME_CURSOR_PATTERN,
+    entry_cursor,
+)
 from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
 from neffcache.index.shapes import (
     BucketDoc,
@@ -233,7 +238,8 @@ __all__ = [
     "list_registered_matrices", "next_cursor", "register_matrix_file", "reindex_store",
     "show_registered_matrix", "show_schema", "stream_coverage", "upgrade_schema",
     # the handle, the schema
-    "SCHEMA_REVISION", "CURSOR_PATTERN", "ID_CURSOR_PATTERN", "Index", "entry_cursor",
+    "SCHEMA_REVISION", "CURSOR_PATTERN", "ID_CURSOR_PATTERN", "NAME_CURSOR_PATTERN", "Index",
+    "entry_cursor",
     "open_index", "schema_state",
     "upgrade_index",
     # matrices, restore reports

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from neffcache.errors import NotFoundError, UsageError
+from neffcache.errors import NotFoundError
 from neffcache.index.api import Index
 from neffcache.index.models import (
     CellClaimRow,
@@ -50,7 +50,14 @@ from neffcache.index.ops_values import (
     restore_outcome,
     sdk_version,
 )
-from neffcache.index.queries import glob_clause, key_prefix_clause, keyset_cursor, parse_cursor
+from neffcache.index.queries import (
+    ID_CURSOR_PATTERN,
+    NAME_CURSOR_PATTERN,
+    glob_clause,
+    key_prefix_clause,
+    keyset_cursor,
+    parse_cursor,
+)
 from neffcache.index.record import as_utc
 
 
@@ -110,7 +117,7 @@ def list_runs(index: Index, limit: int = 50, matrix: str | None = None,
         if matrix:
             stmt = stmt.where(r.matrix_name == matrix)
         if after:
-            at, key = parse_cursor(after)
+            at, key = parse_cursor(after, NAME_CURSOR_PATTERN)
             stmt = stmt.where(or_(r.started_at < at, and_(r.started_at == at, r.id > key)))
         runs = list(s.scalars(stmt))
         ids = [r.id for r in runs]
@@ -140,10 +147,7 @@ def restore_cursor(restore: RestoreRecord) -> str:
 
 def _id_cursor(after: str) -> tuple[datetime, int]:
     """(time, integer id) of a cursor of a listing keyed by an integer id."""
-    at, key = parse_cursor(after)
-    if not key.isdigit():
-        raise UsageError(f"bad cursor {after[:40]!r}", hint="pass the Next-Cursor of the "
-                         "previous page unchanged")
+    at, key = parse_cursor(after, ID_CURSOR_PATTERN)
     return at, int(key)
 
 

@@ -95,7 +95,10 @@ def database_now(conn: Any) -> datetime:
 
 CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9a-f]{1,64}$"  # every string it matches is a cursor
 ID_CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9]{1,18}$"  # a cursor of a listing keyed by integer ids
+NAME_CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9A-Za-z_-]{1,64}$"  # ... keyed by names (run ids)
 _CURSOR = re.compile(CURSOR_PATTERN)
+_PATTERNS = {p: re.compile(p) for p in (CURSOR_PATTERN, ID_CURSOR_PATTERN,
+                                        NAME_CURSOR_PATTERN)}
 
 
 def entry_cursor(entry: EntrySummary) -> str:
@@ -111,12 +114,13 @@ def keyset_cursor(at: datetime, key: str | int) -> str:
     return f"{micros}.{key}"
 
 
-def parse_entry_cursor(cursor: str) -> tuple[datetime, str]:
-    """(time, key) of a cursor from ``keyset_cursor``; UsageError if malformed."""
-    if not _CURSOR.fullmatch(cursor):
+def parse_entry_cursor(cursor: str, pattern: str = CURSOR_PATTERN) -> tuple[datetime, str]:
+    """(time, key) of a cursor from ``keyset_cursor`` (matching ``pattern``: hex keys by
+    default); UsageError if malformed."""
+    if not _PATTERNS[pattern].fullmatch(cursor):
         raise UsageError(f"bad cursor {cursor[:40]!r}", hint="pass the `next` cursor of "
                          "the previous page unchanged")
-    micros, key = cursor.split(".")
+    micros, key = cursor.split(".", 1)
     return _EPOCH + timedelta(microseconds=int(micros)), key
 
 

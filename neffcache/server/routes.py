@@ -13,6 +13,7 @@ from fastapi.routing import APIRoute
 from neffcache.index import (
     CURSOR_PATTERN,
     ID_CURSOR_PATTERN,
+    NAME_CURSOR_PATTERN,
     CoverageGridDoc,
     EntryDoc,
     FailureDoc,
@@ -79,6 +80,8 @@ _NEXT_DOC: dict[int | str, dict[str, Any]] = {200: {"headers": {NEXT: {
 After = Annotated[str | None, Query(pattern=CURSOR_PATTERN, description=(
     "Continue after this cursor (a page's Next-Cursor header)."))]
 AfterId = Annotated[str | None, Query(pattern=ID_CURSOR_PATTERN, description=(
+    "Continue after this cursor (a page's Next-Cursor header)."))]
+AfterName = Annotated[str | None, Query(pattern=NAME_CURSOR_PATTERN, description=(
     "Continue after this cursor (a page's Next-Cursor header)."))]
 
 
@@ -161,7 +164,7 @@ def sdk_versions(request: Request) -> list[SdkBytesDoc]:
             "paging: pass the Next-Cursor header of a page as `after`", responses=_NEXT_DOC)
 def runs(request: Request, response: Response,
          matrix: Annotated[str | None, Query(max_length=255)] = None,
-         limit: Limit = 50, after: After = None) -> list[RunDoc]:
+         limit: Limit = 50, after: AfterName = None) -> list[RunDoc]:
     return _paged(response, list_runs(_index(request), limit, matrix or None, after or None),
                   limit, run_cursor)
 
