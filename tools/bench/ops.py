@@ -63,7 +63,10 @@ CLI = [str(Path(sys.executable).with_name("neffcache"))]
 PEERS = {"peer_python": [sys.executable, "-c", "pass"],
          "peer_import_sqlalchemy": [sys.executable, "-c", "import sqlalchemy"]}
 TARGETS = {"metrics": 0.2, "summary": 0.2, "dashboard": 1.0, "coverage_cli": 0.5,
-           "ls_glob_cli": 0.3, "ls_glob_older_cli": 0.3}
+           "ls_glob_cli": 0.3, "ls_glob_older_cli": 0.3, "ls_all_first": 0.3,
+           "ls_all_jsonl_first": 0.3, "coverage_all_json_first": 0.3}
+# Whole results, streamed (#25): each command's first line, whole run and peak RSS.
+STREAMED = ("ls_all", "ls_all_jsonl", "coverage_all_json", "coverage_all_jsonl")
 
 
 def log(msg: str) -> None:
@@ -230,18 +233,82 @@ def cli_timings(facts: dict[str, Any], repeat: int,
     return out
 
 
+def all_cells_matrix(work: Path, per_matrix: int) -> Path:
+    """A matrix file with every filled matrix's pipeline: all of the index's cells."""
+    parts = ['name = "all"\nbackend = "neuron"\n']
+    parts += ["[[pipelines]]" + matrix_text(n, per_matrix).split("[[pipelines]]", 1)[1]
+              for n in range(50)]
+    path = work / "all-cells.toml"
+    path.write_text("\n".join(parts))
+    return path
+
+
+# Run by a fresh interpreter: a child forked from this (large) process would report this
+# process's resident set as its own peak. Prints: first line s, whole s, peak RSS bytes, rc.
+_TIMED = """
+import os, subprocess, sys, time
+t = time.perf_counter()
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE)
+proc.stdout.readline()
+first = time.perf_counter() - t
+while proc.stdout.read(1 << 20):
+    pass
+_, status, usage = os.wait4(proc.pid, 0)
+proc.returncode = os.waitstatus_to_exitcode(status)
+print(first, time.perf_counter() - t, usage.ru_maxrss * 1024, proc.returncode)
+"""
+
+
+def first_line_and_peak(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """(seconds to the first line on stdout, seconds to exit, peak RSS in bytes) of one
+    command, its output read as fast as it comes and discarded."""
+    out = subprocess.run([sys.executable, "-c", _TIMED, *argv], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    if int(out[3]) not in (0, 3):  # 3: some cells are not ready (coverage)
+        raise SystemExit(f"{argv}: exit {out[3]}")
+    return float(out[0]), float(out[1]), int(out[2])
+
+
+def stream_timings(facts: dict[str, Any], repeat: int, env: dict[str, str],
+                   work: Path) -> dict[str, float]:
+    """The streamed whole results: first line, whole run (medians of ``repeat``) and the
+    largest peak RSS, with the peers' start-up measured the same way, interleaved."""
+    everything = str(all_cells_matrix(work, facts["cells"] // 50))
+    commands = {"ls_all": [*CLI, "ls"], "ls_all_jsonl": [*CLI, "ls", "--jsonl"],
+                "coverage_all_json": [*CLI, "coverage", everything, "--json"],
+                "coverage_all_jsonl": [*CLI, "coverage", everything, "--jsonl"],
+                "peer_import_sqlalchemy": [*PEERS["peer_import_sqlalchemy"][:2],
+                                           "import sqlalchemy; print()"]}
+    got: dict[str, list[tuple[float, float, int]]] = {k: [] for k in commands}
+    for _ in range(repeat):
+        for name, argv in commands.items():
+            got[name].append(first_line_and_peak(argv, env))
+            log(f"  {name}: first line {got[name][-1][0]:.3f} s, whole {got[name][-1][1]:.1f}"
+                f" s, peak {got[name][-1][2] / 2**20:.0f} MiB")
+    out: dict[str, float] = {}
+    for name, runs in got.items():
+        out[f"{name}_first"] = statistics.median(r[0] for r in runs)
+        out[f"{name}_whole"] = statistics.median(r[1] for r in runs)
+        out[f"{name}_rss"] = max(r[2] for r in runs)
+    return out
+
+
 def measure(url: str, facts: dict[str, Any], repeat: int, home: Path,
-            only_cli: bool) -> dict[str, float]:
+            only: str, stream_repeat: int) -> dict[str, float]:
     env = {**os.environ, "NEFFCACHE_HOME": str(home), "NEFFCACHE_INDEX": url}
     # As an installed package runs: its bytecode cached (pip compiles it at install; an
     # editable checkout under PYTHONDONTWRITEBYTECODE=1 would recompile every module per run).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     out: dict[str, float] = {}
+    if only in ("all", "stream"):
+        out.update(stream_timings(facts, stream_repeat, env, home))
+    if only == "stream":
+        return out
     with open_index(url, auto_upgrade=False) as ix:
         cells = registered_cells(ix, facts["matrix"])
         out["coverage_sql"] = median(lambda: ix.coverage(cells), repeat)
     out.update(cli_timings(facts, repeat, env))
-    if only_cli:
+    if only == "cli":
         return out
     proc, base = serve(url, env)
     try:
@@ -337,7 +404,7 @@ def run_db(db: str, args: argparse.Namespace, work: Path) -> tuple[dict[str, Any
         print(f"[{db}] filled in {facts['fill_seconds']} s")
         if args.keep:
             marker.write_text(json.dumps(facts))
-    return facts, measure(url, facts, args.repeat, work, args.only == "cli")
+    return facts, measure(url, facts, args.repeat, work, args.only, args.stream_repeat)
 
 
 def main() -> None:
@@ -351,8 +418,11 @@ def main() -> None:
     ap.add_argument("--keep", metavar="DIR", type=Path, default=None,
                     help="keep the filled databases (SQLite file in DIR, the Postgres "
                          "database) and reuse them on a later run with the same DIR and --scale")
-    ap.add_argument("--only", choices=("all", "cli"), default="all",
-                    help="cli: time the SQL and the CLI commands only (no server)")
+    ap.add_argument("--only", choices=("all", "cli", "stream"), default="all",
+                    help="cli: time the SQL and the CLI commands only (no server); stream: "
+                         "only the streamed whole results (ls, coverage of every cell)")
+    ap.add_argument("--stream-repeat", type=int, default=1,
+                    help="runs of each streamed whole result (each reads the whole index)")
     ap.add_argument("--out", type=Path, default=None, help="also write the results as JSON")
     args = ap.parse_args()
     PG_DB = args.pg_db
@@ -386,6 +456,15 @@ def main() -> None:
         if key in PEERS:
             target = "peer: " + " ".join(PEERS[key][1:]).replace(sys.executable, "python")
         print(f"| {key} | {cells} | {target} |")
+    for name in (*STREAMED, "peer_import_sqlalchemy"):
+        if not all(f"{name}_first" in results[d] for d in dbs):
+            continue
+        cells = " | ".join(f"first line {results[d][name + '_first'] * 1000:.0f} ms, whole "
+                           f"{results[d][name + '_whole']:.1f} s, peak RSS "
+                           f"{results[d][name + '_rss'] / 2**20:.0f} MiB" for d in dbs)
+        target = ("<= 300 ms to the first line, flat memory" if name in STREAMED
+                  else "peer: python -c 'import sqlalchemy; print()'")
+        print(f"| {name} (streamed) | {cells} | {target} |")
     if all("metrics_bytes" in results[d] for d in dbs):
         sizes = " | ".join(f"{int(results[d]['metrics_bytes'])} B" for d in dbs)
         print(f"| metrics body | {sizes} | |")
