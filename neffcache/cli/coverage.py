@@ -81,8 +81,8 @@ given keys are shown), "cells": [{"id", "key"}], "fingerprints": [{"key", "backe
 "cell_key", "fingerprint_key", "status", "entry_key", "total_bytes", "exit_status",
 "log_tail", "failed_at", "host", "since", "lease_expires_at"}], "check" (with --check:
 {"ok", "not_ready": [{"cell_id", "fingerprint_key", "status"}]})}. The document is
-written as it is read, in flat memory at any matrix size: "rows" after the other keys,
-"check" last.
+written as it is read, in flat memory at any matrix size: "rows" after "cells", then
+"fingerprints" (counted as the rows went by) and "check".
 
 JSON lines (--jsonl): one row object (as in "rows" above) per line, nothing else (the
 counts are in --json's "fingerprints"); with --check the exit code and stderr say which
@@ -140,8 +140,7 @@ def _stream(request: CoverageRequest, as_jsonl: bool) -> None:
         if as_jsonl:
             stream_json_lines(rows)
         else:
-            stream_json(stream.head_json(), "rows", rows, lambda: (
-                {} if stream.check_json() is None else {"check": stream.check_json()}))
+            stream_json(stream.head_json(), "rows", rows, stream.tail_json)
     err = stream.error()
     if err is not None:
         raise err

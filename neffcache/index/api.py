@@ -348,6 +348,8 @@ class Index:
         block starts, and an iterator of its rows (cell by cell, a batch of cells read at a
         time) valid until the block ends. ``only``: just these columns, in this order."""
         with self.connection() as conn:
+            if conn.dialect.name == "postgresql":  # one snapshot for every batch (SQLite's
+                conn.execution_options(isolation_level="REPEATABLE READ")  # read has one)
             now = self.now(conn)
             plan = _stream.plan_coverage(conn, cells, fingerprints, now, named=keys, only=only)
             yield plan, _stream.coverage_rows(conn, plan, now)

@@ -21,13 +21,13 @@ from neffcache.errors import (
 from neffcache.index.api import Index, open_index
 from neffcache.index.coverage_grid import only_fingerprints
 from neffcache.index.matrices import get_matrix, registered_cells
-from neffcache.index.values import READY, CoverageReport, CoverageRow
+from neffcache.index.values import READY, CoverageFingerprint, CoverageReport, CoverageRow
 
 if TYPE_CHECKING:
     from neffcache.config import Settings
     from neffcache.fingerprint import Fingerprint
     from neffcache.index.coverage_stream import CoveragePlan
-    from neffcache.index.shapes import CoverageCheckDoc, CoverageDoc
+    from neffcache.index.shapes import CoverageDoc
     from neffcache.matrix import Cell
 
 HOST = "host"  # in CoverageRequest.fingerprints: this host's fingerprint
@@ -168,50 +168,58 @@ def _choose(ix: Index, request: CoverageRequest, python: str | None) -> _Chosen:
 
 class CoverageStream(ExitRule):
     """``coverage`` as it is read, in flat memory (what ``coverage --json``/``--jsonl``
-    print): the header at once (``matrix``, ``backend``, ``here``, ``cells``,
-    ``fingerprints`` with their counts), the rows as ``rows()`` yields them (the order of
-    CoverageResult's, a batch of cells read at a time; iterate once). After the rows:
-    ``not_ready`` (with check), ``error()`` and ``exit_code`` as CoverageResult's. Holds an
-    index connection: ``close()`` it, or use it as a context manager."""
+    print): ``matrix``, ``backend``, ``here`` and ``cells`` at once, the rows as ``rows()``
+    yields them (CoverageResult's, in its order, a batch of cells read at a time; iterate
+    once). The columns' counts are tallied as the rows go by: after the rows,
+    ``fingerprints`` (CoverageResult's ``report.fingerprints``), ``not_ready`` (with check),
+    ``error()`` and ``exit_code`` as CoverageResult's. Holds an index connection:
+    ``close()`` it, or use it as a context manager."""
 
-    __slots__ = ("_check", "_closer", "_plan", "_rows", "backend", "cells", "fingerprints",
+    __slots__ = ("_check", "_closer", "_counts", "_rows", "backend", "cells", "fingerprints",
                  "here", "matrix", "not_ready")
 
     def __init__(self, chosen: _Chosen, plan: CoveragePlan, rows: Iterator[CoverageRow],
                  check: bool, closer: contextlib.ExitStack) -> None:
+        from neffcache.index.coverage_stream import ColumnCounts
+
         self.matrix, self.backend, self.here = chosen.source, chosen.backend, chosen.here
-        self.cells, self.fingerprints = plan.cells, plan.columns
-        self._plan, self._rows, self._closer = plan, rows, closer
+        self.cells = plan.cells
+        self._counts, self._rows, self._closer = ColumnCounts(plan), rows, closer
         self._check = set(chosen.order) if check else None
+        self.fingerprints: tuple[CoverageFingerprint, ...] | None = None
         self.not_ready: tuple[CoverageRow, ...] | None = None
 
     def head_json(self) -> dict[str, Any]:
-        """The document's keys before "rows": {"matrix", "backend", "here", "cells",
-        "fingerprints"}, as in CoverageResult.to_json()."""
+        """The document's keys known before the rows: {"matrix", "backend", "here",
+        "cells"}, as in CoverageResult.to_json()."""
         return {"matrix": self.matrix, "backend": self.backend,
                 "here": self.here.key if self.here else None,
-                "cells": [{"id": i, "key": k} for i, k in self.cells],
-                "fingerprints": [f.to_json() for f in self.fingerprints]}
+                "cells": [{"id": i, "key": k} for i, k in self.cells]}
 
     def rows(self) -> Iterator[CoverageRow]:
-        """Every cell x fingerprint, row-major by cell; with check, sets ``not_ready``."""
+        """Every cell x fingerprint, row-major by cell; when done, sets ``fingerprints``
+        (and, with check, ``not_ready``)."""
         missed: list[CoverageRow] = []
         for row in self._rows:
+            self._counts.add(row)
             if self._check is not None and row.status != READY and (
                     row.fingerprint_key in self._check):
                 missed.append(CoverageRow(row.cell_id, row.cell_key, row.fingerprint_key,
                                           row.status))
             yield row
+        self.fingerprints = self._counts.columns()
         if self._check is not None:
             self.not_ready = tuple(missed)
 
-    def check_json(self) -> CoverageCheckDoc | None:
-        """The document's "check" (after the rows): {"ok", "not_ready"}; None without check."""
-        if self.not_ready is None:
-            return None
-        return {"ok": not self.not_ready, "not_ready": [
-            {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key, "status": r.status}
-            for r in self.not_ready]}
+    def tail_json(self) -> dict[str, Any]:
+        """The document's keys after the rows: "fingerprints" and, with check, "check":
+        {"ok", "not_ready"}, as in CoverageResult.to_json()."""
+        doc: dict[str, Any] = {"fingerprints": [f.to_json() for f in self.fingerprints or ()]}
+        if self.not_ready is not None:
+            doc["check"] = {"ok": not self.not_ready, "not_ready": [
+                {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key,
+                 "status": r.status} for r in self.not_ready]}
+        return doc
 
     def error(self) -> CacheMissError | None:
         return _not_ready_error(self.matrix, self.not_ready)
@@ -228,9 +236,9 @@ class CoverageStream(ExitRule):
 
 def stream_coverage(request: CoverageRequest) -> CoverageStream:
     """``coverage`` as a stream (``CoverageStream``): the same cells, columns, counts and
-    rows in flat memory, whatever the matrix (a batch of cells read at a time; more than
-    one batch is counted in a first pass, then read again for the rows). Raises what
-    ``coverage`` raises, before any row is read."""
+    rows in flat memory, whatever the matrix (a batch of cells read at a time; with more
+    than one batch, the columns come from DISTINCT queries first). Raises what ``coverage``
+    raises, before any row is read."""
     settings = _read_settings(request)
     stack = contextlib.ExitStack()
     try:

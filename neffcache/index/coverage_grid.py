@@ -204,11 +204,11 @@ def _fetch(conn: Any, scopes: Sequence[InScope], now: datetime, details: bool,
             facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
     seen = {fp for _, fp in facts.entries} | {fp for _, fp in facts.failures} | {
         fp for _, fp in facts.leases} | set(facts.named)
-    _read_fingerprints(conn, sorted(seen), facts)
+    read_fingerprints(conn, sorted(seen), facts)
     return facts
 
 
-def _read_fingerprints(conn: Any, keys: Sequence[str], facts: CoverageFacts) -> None:
+def read_fingerprints(conn: Any, keys: Sequence[str], facts: CoverageFacts) -> None:
     fp = fingerprints
     for part in key_batches(conn, keys):
         for key, backend, fields, first_seen in conn.execute(
@@ -417,7 +417,7 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
     keys = sorted({fp for c in counts.values() for fp in c}
                   | {fp for fps in named.values() for fp in fps})
     facts = CoverageFacts()
-    _read_fingerprints(conn, keys, facts)
+    read_fingerprints(conn, keys, facts)
     grids = []
     for v in versions:
         mine, restores = counts.get(v.id, {}), named.get(v.name, {})

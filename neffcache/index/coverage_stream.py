@@ -1,95 +1,133 @@
-"""Coverage as a stream, in flat memory: the columns with their counts first (one pass over
-the facts without details, a batch of cells at a time), then each cell's rows with what
-explains them (a second pass, a batch at a time). Statuses and counts by ``coverage_grid``."""
+"""Coverage as a stream, in flat memory: which columns a matrix's cells have (a few DISTINCT
+queries a batch of cells), then each cell's rows with what explains them, a batch of cells
+read at a time, the columns' counts tallied as the rows go by. Statuses by ``status_of``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy import select
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index.coverage_grid import (
     CoverageFacts,
     cell_ids_and_keys,
     coverage_row,
-    coverage_table,
     fetch_coverage_facts,
+    read_fingerprints,
     status_of,
 )
-from neffcache.index.values import CoverageFingerprint, CoverageRow
+from neffcache.index.queries import key_batches, key_in
+from neffcache.index.tables import cell_claims, cell_failures, entries
+from neffcache.index.values import (
+    FAILED,
+    IN_PROGRESS,
+    MISSING,
+    READY,
+    CoverageFingerprint,
+    CoverageRow,
+)
 from neffcache.matrix import Cell
 
 STREAM_BATCH = 2_000  # cells per batch: a batch's facts are what a stream holds at once
+_UNKNOWN = Fingerprint(backend="unknown", fields=())
 
 
 @dataclass(frozen=True, slots=True)
 class CoveragePlan:
-    """The header of a coverage stream: its cells (id, key), its columns with their counts,
+    """What a coverage stream will list: its cells (id, key), its columns' keys in order,
+    the fingerprints it knows (the given ones, those of the index), which keys were given,
     and the facts of the only batch when the cells fit in one (read once, with details)."""
 
     cells: tuple[tuple[str, str], ...]
-    columns: tuple[CoverageFingerprint, ...]
+    keys: tuple[str, ...]
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+    given: frozenset[str] = frozenset()
     single: CoverageFacts | None = None
 
 
 def plan_coverage(conn: Any, cells: Sequence[Cell] | Sequence[tuple[str, str]],
-                  given: Sequence[Fingerprint],
-                  now: datetime, *, named: Sequence[str] = (),
+                  given: Sequence[Fingerprint], now: datetime, *, named: Sequence[str] = (),
                   only: Sequence[str] | None = None) -> CoveragePlan:
-    """The columns and counts ``coverage_table`` gives for ``cells`` (distinct, in order)
-    under ``given`` + every fingerprint with an entry, failure or live lease for them +
-    ``named``; ``only``: just these columns, in this order. Cells that fit in one batch are
-    read once with details (the same queries as ``Index.coverage``); more are counted a
-    batch at a time without details, and their rows read again by ``coverage_rows``."""
+    """The columns ``coverage_table`` gives ``cells`` (distinct, in order): ``given`` +
+    every fingerprint with an entry, failure or live lease for them + ``named``, the given
+    ones first, the others by key; ``only``: just these columns, in this order. Cells that
+    fit in one batch are read once, with details (the queries of ``Index.coverage``); more
+    are asked only which fingerprints they have, a batch at a time (DISTINCT, in the
+    database)."""
     cells = cell_ids_and_keys(cells)
+    single = None
     if len(cells) <= STREAM_BATCH:
-        facts = fetch_coverage_facts(conn, [k for _, k in cells], now, named=named)
-        columns = coverage_table(cells, given, facts).columns
-        return CoveragePlan(tuple(cells), _choose(columns, only), facts)
-    totals: dict[str, CoverageFingerprint] = {}
-    for start in range(0, len(cells), STREAM_BATCH):
-        part = cells[start:start + STREAM_BATCH]
-        facts = fetch_coverage_facts(conn, [k for _, k in part], now, details=False,
-                                     named=named if start == 0 else ())
-        for col in coverage_table(part, given, facts).columns:
-            before = totals.get(col.key)
-            totals[col.key] = col if before is None else _add(before, col)
-    n = len(cells)
-    known = list(dict.fromkeys(fp.key for fp in given))
-    order = known + sorted(k for k in totals if k not in set(known))
-    # a column a batch lacked is missing for that batch's cells
-    columns = tuple(replace(c, missing=n - c.ready - c.failed - c.in_progress)
-                    for c in (totals[k] for k in order))
-    return CoveragePlan(tuple(cells), _choose(columns, only))
+        single = fetch_coverage_facts(conn, [k for _, k in cells], now, named=named)
+        seen = set(single.fingerprints) | set(single.named)
+        known = single.fingerprints
+    else:
+        seen = set(named)
+        for start in range(0, len(cells), STREAM_BATCH):
+            seen |= _fingerprints_of(conn, [k for _, k in cells[start:start + STREAM_BATCH]],
+                                     now)
+        facts = CoverageFacts()
+        read_fingerprints(conn, sorted(seen), facts)
+        known = facts.fingerprints
+    given_keys = list(dict.fromkeys(fp.key for fp in given))
+    keys = given_keys + sorted(seen - set(given_keys))
+    if only is not None:
+        keys = [k for k in dict.fromkeys(only) if k in set(keys)]
+    fps = {**known, **{fp.key: fp for fp in given}}
+    return CoveragePlan(cells, tuple(keys), fps, frozenset(given_keys), single)
 
 
-def _add(a: CoverageFingerprint, b: CoverageFingerprint) -> CoverageFingerprint:
-    backend, fields = (b.backend, b.fields) if a.backend == "unknown" else (a.backend, a.fields)
-    return replace(a, backend=backend, fields=fields, ready=a.ready + b.ready,
-                   failed=a.failed + b.failed, in_progress=a.in_progress + b.in_progress)
+def _fingerprints_of(conn: Any, cell_keys: Sequence[str], now: datetime) -> set[str]:
+    """Fingerprint keys with an entry, a failure or a live lease for one of these cells."""
+    e, f, c = entries, cell_failures, cell_claims
+    out: set[str] = set()
+    for part in key_batches(conn, cell_keys):
+        for stmt in (select(e.c.fingerprint_key).where(key_in(conn, e.c.cell_key, part)),
+                     select(f.c.fingerprint_key).where(key_in(conn, f.c.cell_key, part)),
+                     select(c.c.fingerprint_key).where(key_in(conn, c.c.cell_key, part),
+                                                       c.c.holder.is_not(None),
+                                                       c.c.expires_at > now)):
+            out.update(conn.scalars(stmt.distinct()))
+    return out
 
 
-def _choose(columns: Sequence[CoverageFingerprint],
-            only: Sequence[str] | None) -> tuple[CoverageFingerprint, ...]:
-    if only is None:
-        return tuple(columns)
-    by_key = {c.key: c for c in columns}
-    return tuple(by_key[k] for k in dict.fromkeys(only) if k in by_key)
+class ColumnCounts:
+    """The columns of a plan with their counts, tallied as rows go by (``add``)."""
+
+    def __init__(self, plan: CoveragePlan) -> None:
+        self._plan = plan
+        self._counts = {k: dict.fromkeys((READY, FAILED, MISSING, IN_PROGRESS), 0)
+                        for k in plan.keys}
+
+    def add(self, row: CoverageRow) -> None:
+        self._counts[row.fingerprint_key][row.status] += 1
+
+    def columns(self) -> tuple[CoverageFingerprint, ...]:
+        """``coverage_table``'s columns, counted over the rows added so far."""
+        out = []
+        for k in self._plan.keys:
+            fp, n = self._plan.fingerprints.get(k, _UNKNOWN), self._counts[k]
+            out.append(CoverageFingerprint(
+                key=k, backend=fp.backend, fields=fp.fields, here=k in self._plan.given,
+                ready=n[READY], failed=n[FAILED], missing=n[MISSING],
+                in_progress=n[IN_PROGRESS]))
+        return tuple(out)
 
 
 def coverage_rows(conn: Any, plan: CoveragePlan, now: datetime) -> Iterator[CoverageRow]:
     """Every cell x column of ``plan``, row-major by cell then column (``build_coverage``'s
     rows), each batch of cells read with details when its turn comes."""
-    keys = [c.key for c in plan.columns]
+    keys = plan.keys
     for start in range(0, len(plan.cells), STREAM_BATCH):
         part = plan.cells[start:start + STREAM_BATCH]
         facts = plan.single if plan.single is not None else fetch_coverage_facts(
             conn, [k for _, k in part], now)
-        entries, leases, failures = facts.entries, facts.leases, facts.failures
+        entries_, leases, failures = facts.entries, facts.leases, facts.failures
         for cell_id, ck in part:
             for k in keys:
                 pair = (ck, k)
-                status = status_of(pair in entries, pair in leases, pair in failures)
+                status = status_of(pair in entries_, pair in leases, pair in failures)
                 yield coverage_row(cell_id, ck, k, status, facts)
