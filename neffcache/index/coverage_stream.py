@@ -21,7 +21,7 @@ from neffcache.index.coverage_grid import (
     status_of,
 )
 from neffcache.index.queries import key_batches, key_in
-from neffcache.index.tables import cell_claims, cell_failures, entries
+from neffcache.index.tables import cell_claims, cell_failures, entries, fingerprints
 from neffcache.index.values import (
     FAILED,
     IN_PROGRESS,
@@ -32,7 +32,17 @@ from neffcache.index.values import (
 )
 from neffcache.matrix import Cell
 
-STREAM_BATCH = 2_000  # cells per batch: a batch's facts are what a stream holds at once
+STREAM_BATCH = 500  # cells per batch: a batch's facts are what a stream holds at once
+FIRST_BATCH = 100  # the first batch is small: its rows come at once
+SINGLE = 500  # up to this many cells are read once, with details, before the first row
+
+
+def batches(n: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) of the batches of ``n`` cells: FIRST_BATCH, then STREAM_BATCH each."""
+    start, size = 0, FIRST_BATCH
+    while start < n:
+        yield start, min(n, start + size)
+        start, size = start + size, STREAM_BATCH
 _UNKNOWN = Fingerprint(backend="unknown", fields=())
 
 
@@ -54,21 +64,21 @@ def plan_coverage(conn: Any, cells: Sequence[Cell] | Sequence[tuple[str, str]],
                   only: Sequence[str] | None = None) -> CoveragePlan:
     """The columns ``coverage_table`` gives ``cells`` (distinct, in order): ``given`` +
     every fingerprint with an entry, failure or live lease for them + ``named``, the given
-    ones first, the others by key; ``only``: just these columns, in this order. Cells that
-    fit in one batch are read once, with details (the queries of ``Index.coverage``); more
-    are asked only which fingerprints they have, a batch at a time (DISTINCT, in the
-    database)."""
+    ones first, the others by key; ``only``: just these columns, in this order. Up to
+    SINGLE cells are read once, with details (the queries of ``Index.coverage``); for more,
+    each fingerprint is asked whether it has a row for a batch of them (``_fingerprints_of``)
+    and the rows are read later, a batch at a time."""
     cells = cell_ids_and_keys(cells)
     single = None
-    if len(cells) <= STREAM_BATCH:
+    if len(cells) <= SINGLE:
         single = fetch_coverage_facts(conn, [k for _, k in cells], now, named=named)
         seen = set(single.fingerprints) | set(single.named)
         known = single.fingerprints
     else:
         seen = set(named)
         for start in range(0, len(cells), STREAM_BATCH):
-            seen |= _fingerprints_of(conn, [k for _, k in cells[start:start + STREAM_BATCH]],
-                                     now)
+            part = cells[start:start + STREAM_BATCH]
+            seen |= _fingerprints_of(conn, [k for _, k in part], now)
         facts = CoverageFacts()
         read_fingerprints(conn, sorted(seen), facts)
         known = facts.fingerprints
@@ -81,16 +91,18 @@ def plan_coverage(conn: Any, cells: Sequence[Cell] | Sequence[tuple[str, str]],
 
 
 def _fingerprints_of(conn: Any, cell_keys: Sequence[str], now: datetime) -> set[str]:
-    """Fingerprint keys with an entry, a failure or a live lease for one of these cells."""
-    e, f, c = entries, cell_failures, cell_claims
+    """Fingerprint keys with an entry, a failure or a live lease for one of these cells:
+    each fingerprint asks whether one such row exists (a few probes of the (cell key,
+    fingerprint key) indexes), never reading the cells' rows."""
+    e, f, c, fp = entries, cell_failures, cell_claims, fingerprints
     out: set[str] = set()
     for part in key_batches(conn, cell_keys):
-        for stmt in (select(e.c.fingerprint_key).where(key_in(conn, e.c.cell_key, part)),
-                     select(f.c.fingerprint_key).where(key_in(conn, f.c.cell_key, part)),
-                     select(c.c.fingerprint_key).where(key_in(conn, c.c.cell_key, part),
-                                                       c.c.holder.is_not(None),
-                                                       c.c.expires_at > now)):
-            out.update(conn.scalars(stmt.distinct()))
+        for t in (e, f):
+            out.update(conn.scalars(select(fp.c.key).where(
+                select(t.c.cell_key).where(t.c.fingerprint_key == fp.c.key,
+                                           key_in(conn, t.c.cell_key, part)).exists())))
+        out.update(conn.scalars(select(c.c.fingerprint_key).distinct().where(
+            key_in(conn, c.c.cell_key, part), c.c.holder.is_not(None), c.c.expires_at > now)))
     return out
 
 
@@ -119,10 +131,11 @@ class ColumnCounts:
 
 def coverage_rows(conn: Any, plan: CoveragePlan, now: datetime) -> Iterator[CoverageRow]:
     """Every cell x column of ``plan``, row-major by cell then column (``build_coverage``'s
-    rows), each batch of cells read with details when its turn comes."""
+    rows), each batch of cells read with details when its turn comes (the first batch
+    small, so the first rows come at once)."""
     keys = plan.keys
-    for start in range(0, len(plan.cells), STREAM_BATCH):
-        part = plan.cells[start:start + STREAM_BATCH]
+    for start, stop in batches(len(plan.cells)):
+        part = plan.cells[start:stop]
         facts = plan.single if plan.single is not None else fetch_coverage_facts(
             conn, [k for _, k in part], now)
         entries_, leases, failures = facts.entries, facts.leases, facts.failures

@@ -28,7 +28,7 @@ from neffcache.index.coverage_stream import STREAM_BATCH
 from tests.support.ops_seed import bulk_entries, matrix_text, sdk_fingerprint, seed
 
 CLI = str(Path(sys.executable).with_name("neffcache"))
-CELLS = STREAM_BATCH + 500  # two batches of cells: columns by DISTINCT, rows a batch at a time
+CELLS = STREAM_BATCH + 500  # more than SINGLE: columns asked first, rows in three batches
 
 
 def _database(db: str, request: pytest.FixtureRequest, tmp: Path) -> str:

@@ -238,7 +238,7 @@ def all_cells_matrix(work: Path, per_matrix: int) -> Path:
     parts = ['name = "all"\nbackend = "neuron"\n']
     parts += ["[[pipelines]]" + matrix_text(n, per_matrix).split("[[pipelines]]", 1)[1]
               for n in range(50)]
-    path = work / "all-cells.toml"
+    path = work / f"all-cells-{per_matrix}.toml"
     path.write_text("\n".join(parts))
     return path
 
