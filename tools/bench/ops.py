@@ -19,6 +19,12 @@ with the same DIR and --scale reuses them (upgraded to this code's schema first)
 filling again. The CLI timings are whole commands (interpreter start to exit), interleaved
 with two peers timed the same way in the same run (``python -c pass`` and ``python -c
 "import sqlalchemy"``) so a reader can judge a loaded machine; ``uptime``'s load is printed.
+
+The streamed whole results (``--only stream``, or part of ``all``; ``--stream-repeat`` runs
+each): ``ls``, ``ls --jsonl`` and ``coverage`` of every cell of the index (a matrix file of
+all 50 pipelines) with ``--json`` and ``--jsonl``: time to the first line, to the end, and
+peak RSS, each measured from a fresh interpreter, with ``python -c "import sqlalchemy;
+print()"`` timed the same way as the peer.
 """
 
 from __future__ import annotations
