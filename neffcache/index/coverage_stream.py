@@ -20,7 +20,7 @@ from neffcache.index.coverage_grid import (
     read_fingerprints,
     status_of,
 )
-from neffcache.index.queries import key_batches, key_in
+from neffcache.index.queries import dialect_name, key_batches, key_in
 from neffcache.index.tables import cell_claims, cell_failures, entries, fingerprints
 from neffcache.index.values import (
     FAILED,
@@ -75,10 +75,7 @@ def plan_coverage(conn: Any, cells: Sequence[Cell] | Sequence[tuple[str, str]],
         seen = set(single.fingerprints) | set(single.named)
         known = single.fingerprints
     else:
-        seen = set(named)
-        for start in range(0, len(cells), STREAM_BATCH):
-            part = cells[start:start + STREAM_BATCH]
-            seen |= _fingerprints_of(conn, [k for _, k in part], now)
+        seen = set(named) | _fingerprints_of(conn, [k for _, k in cells], now)
         facts = CoverageFacts()
         read_fingerprints(conn, sorted(seen), facts)
         known = facts.fingerprints
@@ -95,12 +92,18 @@ def _fingerprints_of(conn: Any, cell_keys: Sequence[str], now: datetime) -> set[
     each fingerprint asks whether one such row exists (a few probes of the (cell key,
     fingerprint key) indexes), never reading the cells' rows."""
     e, f, c, fp = entries, cell_failures, cell_claims, fingerprints
+    # Postgres takes the cells as one array: probed per fingerprint through the cell-key
+    # index it costs the whole array each time (0.6 s at 20,000 cells); as an expression
+    # (``|| ''``) it is a hashed filter on the fingerprint's rows, stopping at the first
+    # match (0.17 s). SQLite probes its 500-key IN lists through the index.
+    pg = dialect_name(conn) == "postgresql"
     out: set[str] = set()
     for part in key_batches(conn, cell_keys):
         for t in (e, f):
+            cell = t.c.cell_key + "" if pg else t.c.cell_key
             out.update(conn.scalars(select(fp.c.key).where(
                 select(t.c.cell_key).where(t.c.fingerprint_key == fp.c.key,
-                                           key_in(conn, t.c.cell_key, part)).exists())))
+                                           key_in(conn, cell, part)).exists())))
         out.update(conn.scalars(select(c.c.fingerprint_key).distinct().where(
             key_in(conn, c.c.cell_key, part), c.c.holder.is_not(None), c.c.expires_at > now)))
     return out
