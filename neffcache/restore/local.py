@@ -181,17 +181,24 @@ def read_missing(target: Path, fingerprint_key: str, now: float,
                  max_age: float = MISSING_RECHECK_SECONDS) -> dict[str, tuple[str, ...]]:
     """Entry keys recorded missing for this fingerprint less than ``max_age`` seconds ago
     (with the other fingerprints their cells were built for); empty when unsure."""
+    return read_missing_record(target, fingerprint_key, now, max_age)[0]
+
+
+def read_missing_record(target: Path, fingerprint_key: str, now: float,
+                        max_age: float = MISSING_RECHECK_SECONDS
+                        ) -> tuple[dict[str, tuple[str, ...]], float]:
+    """``read_missing``'s entries and the time they were checked (``now`` when none)."""
     try:
         doc = json.loads(Path(target, LOCAL_ENTRIES, MISSING_FILE).read_bytes())
         if doc.get("schema_version") != MISSING_SCHEMA \
                 or doc.get("fingerprint_key") != fingerprint_key:
-            return {}
-        age = now - float(doc["checked_at"])
-        if not 0 <= age < max_age:
-            return {}
-        return {str(k): tuple(str(f) for f in v) for k, v in doc["entries"].items()}
+            return {}, now
+        checked = float(doc["checked_at"])
+        if not 0 <= now - checked < max_age:
+            return {}, now
+        return {str(k): tuple(str(f) for f in v) for k, v in doc["entries"].items()}, checked
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
+        return {}, now
 
 
 def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
