@@ -57,7 +57,7 @@ def read_copy(target: Path, key: str, backend: Backend,
     entry ``key``; None otherwise (then the store is asked)."""
     try:
         data = local_manifest_path(target, key).read_bytes()
-        if DIGEST_FIELD.encode() not in data:
+        if f'"{DIGEST_FIELD}":'.encode() not in data:
             return None  # every copy this version writes has one: this one is not ours
         m = decode_manifest(data, allowed_roots=backend.root_names, source=f"{key}.json")
         check_trusted(m, trusted, f"{key}.json")

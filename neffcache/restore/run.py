@@ -95,7 +95,7 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
                               workers=workers, deadline=deadline, trusted=trusted)
         resolution, present, records = known.resolution, known.present, known.records
         manifests = resolution.found
-        save_local_manifests(target, known.read)
+        save_local_manifests(target, known.read, overwrite=True)  # none had a valid copy
         if not resolution.unresolved and not resolution.failed:
             other = dict(resolution.elsewhere)
             save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())

@@ -134,6 +134,11 @@ def test_a_damaged_or_foreign_local_copy_is_not_trusted(tmp_path: Path) -> None:
     asked = [k for m, k in counted.calls if m == "has"]  # the deleted file's cell: one HEAD
     assert len(asked) == 1 and asked[0] not in read
     assert len(counted.calls) == 2 + 1 + 1
+    counted.calls.clear()  # the store's copies replaced the bad ones: nothing more to ask
+    deleted_one(target, want, 0)
+    assert restore_cells(counted, cells, NEURON, FP, target, workers=4).exit_code == 0
+    assert [m for m, _ in counted.calls if m != "open" and m != "read"] == ["has"]
+    assert len(counted.calls) == 2 and restored(target) == want
 
 
 def test_an_entry_retired_from_the_store_is_not_restored_from_its_local_copy(
