@@ -6,9 +6,10 @@ copies and the state files (``<root>/.neffcache-state.json``: path → size, mti
 sha256, mode as neffcache last verified them) answer "every requested file is in place" in one
 ``fstatat`` per file: no store, no hashing, no per-file objects (10,000 files in ~0.1 s).
 
-The copies are read lightly (JSON shape, roots, relative paths, entry key): they only ever
-*confirm* files in place — a restore that must write anything reads the manifest from the
-store — and they live in the target directory, which only the restoring user can write.
+The copies are read lightly here (JSON shape, roots, relative paths, entry key): this check
+only ever *confirms* files in place, and they live in the target directory, which only the
+restoring user can write. A restore that must write something validates them fully before it
+plans from them (``neffcache.restore.known``), and asks the store only about the other cells.
 """
 
 from __future__ import annotations
@@ -151,13 +152,15 @@ def _plain_relative(path: object) -> bool:
         and not _BAD_PARTS.intersection(path.split("/"))
 
 
-def save_local_manifests(target: Path, manifests: Sequence[Manifest]) -> None:
+def save_local_manifests(target: Path, manifests: Sequence[Manifest], *,
+                         overwrite: bool = False) -> None:
     """Keep a copy of each manifest beside the cache (best effort, written once: entries are
-    immutable). Not fsynced: a damaged copy only means asking the store again."""
+    immutable; ``overwrite``: also over a copy there, which the caller found not valid). Not
+    fsynced: a damaged copy only means asking the store again."""
     d = Path(target, LOCAL_ENTRIES)
     for m in manifests:
         final = d / f"{m.entry_key}.json"
-        if not final.exists():
+        if overwrite or not final.exists():
             replace_best_effort(final, encode_manifest(m))
 
 
@@ -181,17 +184,24 @@ def read_missing(target: Path, fingerprint_key: str, now: float,
                  max_age: float = MISSING_RECHECK_SECONDS) -> dict[str, tuple[str, ...]]:
     """Entry keys recorded missing for this fingerprint less than ``max_age`` seconds ago
     (with the other fingerprints their cells were built for); empty when unsure."""
+    return read_missing_record(target, fingerprint_key, now, max_age)[0]
+
+
+def read_missing_record(target: Path, fingerprint_key: str, now: float,
+                        max_age: float = MISSING_RECHECK_SECONDS
+                        ) -> tuple[dict[str, tuple[str, ...]], float]:
+    """``read_missing``'s entries and the time they were checked (``now`` when none)."""
     try:
         doc = json.loads(Path(target, LOCAL_ENTRIES, MISSING_FILE).read_bytes())
         if doc.get("schema_version") != MISSING_SCHEMA \
                 or doc.get("fingerprint_key") != fingerprint_key:
-            return {}
-        age = now - float(doc["checked_at"])
-        if not 0 <= age < max_age:
-            return {}
-        return {str(k): tuple(str(f) for f in v) for k, v in doc["entries"].items()}
+            return {}, now
+        checked = float(doc["checked_at"])
+        if not 0 <= now - checked < max_age:
+            return {}, now
+        return {str(k): tuple(str(f) for f in v) for k, v in doc["entries"].items()}, checked
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
+        return {}, now
 
 
 def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,

@@ -2,6 +2,7 @@
 
 Steps, each a module of this package (imports point down this list):
 ``resolve`` (manifests from the store) → ``local`` (copies kept beside the cache) →
+``known`` (cells judged from their copies; only the rest ask the store) →
 ``scan`` (what is in place) → ``plan`` (what to fetch, as which requests) → ``apply``
 (``fetch`` units, ``install`` files, on ``fs`` primitives) → ``outcome`` (result and exit rule).
 ``neffcache.restore.local.restore_local`` answers "all in place" without the store.
@@ -33,6 +34,7 @@ from neffcache.restore.dest import (
 )
 from neffcache.restore.fs import Roots
 from neffcache.restore.install import FileFailure
+from neffcache.restore.known import resolve_known
 from neffcache.restore.local import save_local_manifests, save_missing
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import (
@@ -44,8 +46,7 @@ from neffcache.restore.plan import (
     plan_restore,
     wanted_sizes,
 )
-from neffcache.restore.resolve import Resolution, resolve_entries
-from neffcache.restore.scan import scan_present
+from neffcache.restore.resolve import Resolution
 from neffcache.restore.state import Durable, StateRecord, load_state, save_state, sync_records
 from neffcache.signing import PublicKey
 from neffcache.store import Store
@@ -83,24 +84,24 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
             units: UnitPolicy, trusted: Sequence[PublicKey]) -> tuple[RestoreResult, bool]:
     """The restore under the lock; and whether a transfer still hangs at the deadline."""
     dirs = root_dirs(backend, str(target))
-    resolution = resolve_entries(store, cells, fingerprint, backend, workers=workers,
-                                 deadline=deadline, trusted=trusted)
-    manifests = resolution.found
     roots = Roots(dirs)  # refuses a root that is a symlink
     report: RestoreReport | None = None
     try:
         # Under the lock every temp file is stale: in the entries directory, in the
         # directories this run writes to, and (after a killed run) anywhere under the roots.
         stale = sweep_entries(held) + (sweep_trees(roots) if held.unclean else 0)
-        save_local_manifests(target, manifests)
+        state = load_state(dirs)
+        known = resolve_known(store, cells, fingerprint, backend, target, roots, dirs, state,
+                              workers=workers, deadline=deadline, trusted=trusted)
+        resolution, present, records = known.resolution, known.present, known.records
+        manifests = resolution.found
+        save_local_manifests(target, known.read, overwrite=True)  # none had a valid copy
         if not resolution.unresolved and not resolution.failed:
             other = dict(resolution.elsewhere)
             save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())
-                                                   for c in resolution.missing}, time.time())
-        state = load_state(dirs)
+                                                   for c in resolution.missing},
+                         known.missing_checked_at)
         wanted = wanted_sizes(manifests)
-        present, records = scan_present(roots, wanted, state, workers=min(workers, 8),
-                                        deadline=deadline)
         plan = plan_restore(manifests, dirs, present, units)
         if not held.unclean:
             stale += sweep_dirs(roots, _write_dirs(plan))

@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.resolve",),
     ("neffcache.restore.outcome",),
     ("neffcache.restore.local",),
+    ("neffcache.restore.known",),
     ("neffcache.restore.run", "neffcache.restore.preview"),
     ("neffcache.restore.session", "neffcache.restore"),
     # precompile: warm cells in workers, publish entries

@@ -1,0 +1,158 @@
+"""Resolve with the local manifest copies: a cell whose copy is valid is judged from it, so a
+restore asks the store in proportion to what is missing, not to the matrix.
+
+A copy (``local.local_manifest_path``) is trusted as the store's manifest would be: it must
+decode fully (``decode_manifest``: its ``manifest_sha256`` self-digest, roots, paths, sizes),
+be the entry of this cell for this fingerprint (its entry key), and with trusted keys carry a
+trusted signature (``signing.check_trusted``). Such a cell with every file in place asks the
+store nothing. One with something to fetch asks whether its manifest is still in the store (one
+HEAD): entries are immutable (the key is the digest of cell and fingerprint, a manifest is never
+overwritten), so the copy's file list is the store's; but ``retire`` can remove an entry, and
+then the cell is missing, as a store-only restore would say, and its copy is dropped. Cells
+without a valid copy read their manifest (``resolve.resolve_entries``), except those the last
+restore found without an entry less than ``MISSING_RECHECK_SECONDS`` ago.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from neffcache.backends import Backend
+from neffcache.errors import ManifestError, NotFoundError, UnavailableError, UntrustedEntryError
+from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import DIGEST_FIELD, Manifest, decode_manifest, entry_key
+from neffcache.matrix import Cell
+from neffcache.restore.fs import Roots
+from neffcache.restore.local import local_manifest_path, read_missing_record
+from neffcache.restore.plan import FileId, PresentFile, cell_verdicts, plan_restore, wanted_sizes
+from neffcache.restore.resolve import CellFailure, Resolution, find_elsewhere, resolve_entries
+from neffcache.restore.scan import scan_present
+from neffcache.restore.state import StateRecord
+from neffcache.signing import PublicKey, check_trusted
+from neffcache.store import Store, manifest_key
+from neffcache.thread_pool import map_in_threads
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """The resolution (found in cell order), what a scan found at every path it wants, the
+    manifests read from the store this run (copies to keep), and when the missing cells were
+    last asked (the never-built record keeps its time while its cells were not asked again)."""
+
+    resolution: Resolution
+    present: dict[FileId, PresentFile]
+    records: dict[FileId, StateRecord]
+    read: tuple[Manifest, ...]
+    missing_checked_at: float
+
+
+def read_copy(target: Path, key: str, backend: Backend,
+              trusted: Sequence[PublicKey] = ()) -> Manifest | None:
+    """The local copy of entry ``key``'s manifest, validated as one from the store is (its
+    signature too, when keys are ``trusted``), and only if it carries its self-digest and is
+    entry ``key``; None otherwise (then the store is asked)."""
+    try:
+        data = local_manifest_path(target, key).read_bytes()
+        if f'"{DIGEST_FIELD}":'.encode() not in data:
+            return None  # every copy this version writes has one: this one is not ours
+        m = decode_manifest(data, allowed_roots=backend.root_names, source=f"{key}.json")
+        check_trusted(m, trusted, f"{key}.json")
+    except (OSError, ManifestError, UntrustedEntryError):
+        return None
+    return m if m.entry_key == key else None
+
+
+def resolve_known(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
+                  backend: Backend, target: Path, roots: Roots, dirs: Mapping[str, str],
+                  state: Mapping[FileId, StateRecord], *, workers: int,
+                  deadline: float | None, trusted: Sequence[PublicKey] = ()) -> Known:
+    """Judge each cell from its local copy where it has a valid one (see the module), ask the
+    store about the rest, and scan every path the found entries want (each once)."""
+    now = time.time()
+    keys = [entry_key(c, fingerprint) for c in cells]
+    copies = {k: m for k in keys if (m := read_copy(target, k, backend, trusted)) is not None}
+    recorded, checked_at = read_missing_record(target, fingerprint.key, now)
+    held = list(copies.values())
+    present, records = scan_present(roots, wanted_sizes(held), state, workers=min(workers, 8),
+                                    deadline=deadline)
+    in_place = {t.id for t in plan_restore(held, dirs, present).present}
+    short = set(cell_verdicts(held, in_place)[1])
+    gone, failed, late = _confirm_published(store, [m for m in held if m.cell.id in short],
+                                            workers, deadline)
+    reused = [c for c, k in zip(cells, keys, strict=True) if k not in copies and k in recorded]
+    asked = resolve_entries(store, [c for c, k in zip(cells, keys, strict=True)
+                                    if k not in copies and k not in recorded], fingerprint,
+                            backend, workers=workers, deadline=deadline, trusted=trusted)
+    for c in gone:  # retired from the store: the copy no longer says what the store has
+        with contextlib.suppress(OSError):
+            local_manifest_path(target, entry_key(c, fingerprint)).unlink()
+    elsewhere = dict(asked.elsewhere) | dict(find_elsewhere(
+        store, gone, fingerprint, workers=workers, deadline=deadline)) | {
+        c.id: recorded[entry_key(c, fingerprint)] for c in reused
+        if recorded[entry_key(c, fingerprint)]}
+    dropped = {c.id for c in gone} | {f.cell_id for f in failed} | {c.id for c in late}
+    by_key = {m.entry_key: m for m in asked.found} | {
+        k: m for k, m in copies.items() if m.cell.id not in dropped}
+    missing_ids = {c.id for c in (*asked.missing, *gone, *reused)}
+    resolution = Resolution(
+        found=tuple(by_key[k] for k in keys if k in by_key),
+        missing=tuple(c for c in cells if c.id in missing_ids),
+        failed=(*failed, *asked.failed), unresolved=(*late, *asked.unresolved),
+        elsewhere=tuple((c.id, elsewhere[c.id]) for c in cells if c.id in elsewhere))
+    present, records = _rescan(roots, state, held, resolution.found, present, records,
+                               workers=workers, deadline=deadline)
+    return Known(resolution, present, records, asked.found,
+                 checked_at if reused else now)
+
+
+def _confirm_published(store: Store, manifests: Sequence[Manifest], workers: int,
+                       deadline: float | None
+                       ) -> tuple[list[Cell], list[CellFailure], list[Cell]]:
+    """Of entries judged from their copies that have something to fetch: the cells whose
+    manifest the store no longer has (retired), could not say, or did not answer in time."""
+
+    def one(m: Manifest) -> tuple[Cell, str]:
+        if deadline is not None and time.monotonic() >= deadline:
+            return m.cell, "unresolved"
+        try:
+            return m.cell, "" if store.has(manifest_key(m.entry_key)) else "missing"
+        except NotFoundError:
+            return m.cell, "missing"
+        except UnavailableError as exc:
+            if deadline is not None and time.monotonic() >= deadline:
+                return m.cell, "unresolved"
+            return m.cell, str(exc)
+
+    gone: list[Cell] = []
+    failed: list[CellFailure] = []
+    late: list[Cell] = []
+    for cell, said in map_in_threads(one, manifests, workers, deadline=deadline,
+                                     late=lambda m: (m.cell, "unresolved")):
+        if said == "missing":
+            gone.append(cell)
+        elif said == "unresolved":
+            late.append(cell)
+        elif said:
+            failed.append(CellFailure(cell.id, "unavailable", said))
+    return gone, failed, late
+
+
+def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence[Manifest],
+            found: Sequence[Manifest], present: dict[FileId, PresentFile],
+            records: dict[FileId, StateRecord], *, workers: int, deadline: float | None
+            ) -> tuple[dict[FileId, PresentFile], dict[FileId, StateRecord]]:
+    """What is in place at every path ``found`` wants: the first scan's look where it wanted
+    the same sizes, a look at the others (those of entries read from the store)."""
+    before, wanted = wanted_sizes(scanned), wanted_sizes(found)
+    extra = {fid: sizes for fid, sizes in wanted.items() if before.get(fid) != sizes}
+    if not extra and len(wanted) == len(before):
+        return present, records
+    more, more_records = scan_present(roots, extra, {**state, **records},
+                                      workers=min(workers, 8), deadline=deadline)
+    kept = {fid: p for fid, p in present.items() if fid in wanted and fid not in extra}
+    kept_records = {fid: r for fid, r in records.items() if fid in wanted and fid not in extra}
+    return kept | more, kept_records | more_records
