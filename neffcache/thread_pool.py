@@ -22,6 +22,7 @@ THREAD_NAME = "neffcache-restore"
 # After the deadline, how long units still running get to notice it (they check between
 # chunks) before they are left running and reported as stuck.
 GRACE = 0.2
+CHUNK_ITEMS = 256  # map_in_threads: items per future, at most
 
 
 def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], object],
@@ -113,15 +114,33 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
     if deadline is not None and late is None:
         raise ValueError("map_in_threads: a deadline needs `late` for the items it stops")
     indexed: dict[int, R] = {}
+    failed = threading.Event()
+    # Items go to the threads in chunks (one future each): a future per item of a list of a
+    # million costs over a GiB. Small lists keep one item per chunk.
+    step = max(1, min(CHUNK_ITEMS, len(todo) // (max(1, workers) * 16)))
 
-    def one(i: int) -> None:
-        indexed[i] = fn(todo[i])
+    def one(chunk: range) -> None:
+        for i in chunk:
+            if failed.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                return  # not started: ``late`` below, as a unit run_lanes never starts
+            try:
+                indexed[i] = fn(todo[i])
+            except BaseException:
+                failed.set()
+                raise
 
-    stuck: list[int] = []
-    left = run_lanes([(workers, range(len(todo)))], one, deadline, name=name, stuck=stuck)
-    stopped = set(left) | set(stuck)
-    return [late(todo[i]) if i in stopped and late is not None else indexed[i]
-            for i in range(len(todo))]
+    chunks = [range(i, min(i + step, len(todo))) for i in range(0, len(todo), step)]
+    stuck: list[range] = []
+    run_lanes([(workers, chunks)], one, deadline, name=name, stuck=stuck)
+    stopped = {i for chunk in stuck for i in chunk}
+    out: list[R] = []
+    for i in range(len(todo)):
+        if i in indexed and i not in stopped:
+            out.append(indexed[i])
+        else:
+            assert late is not None  # only a deadline leaves an item without a result
+            out.append(late(todo[i]))
+    return out
 
 
 __all__ = ["map_in_threads", "run_lanes"]
