@@ -7,6 +7,7 @@ and was retired in favour of the library.)
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -22,7 +23,6 @@ THREAD_NAME = "neffcache-restore"
 # After the deadline, how long units still running get to notice it (they check between
 # chunks) before they are left running and reported as stuck.
 GRACE = 0.2
-CHUNK_ITEMS = 256  # map_in_threads: items per future, at most
 
 
 def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], object],
@@ -115,24 +115,27 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
         raise ValueError("map_in_threads: a deadline needs `late` for the items it stops")
     indexed: dict[int, R] = {}
     failed = threading.Event()
-    # Items go to the threads in chunks (one future each): a future per item of a list of a
-    # million costs over a GiB. Small lists keep one item per chunk.
-    step = max(1, min(CHUNK_ITEMS, len(todo) // (max(1, workers) * 16)))
+    # ``workers`` runners take the next item in input order until none is left: no future
+    # per item (a million of them cost over a GiB; issue 22), the same order of starts.
+    taken = itertools.count()
+    current: dict[int, int] = {}  # runner -> the item it runs
 
-    def one(chunk: range) -> None:
-        for i in chunk:
-            if failed.is_set() or (deadline is not None and time.monotonic() >= deadline):
-                return  # not started: ``late`` below, as a unit run_lanes never starts
+    def runner(k: int) -> None:
+        while not failed.is_set() and (deadline is None or time.monotonic() < deadline):
+            i = next(taken)  # atomic: each item goes to one runner
+            if i >= len(todo):
+                return
+            current[k] = i
             try:
                 indexed[i] = fn(todo[i])
             except BaseException:
                 failed.set()
                 raise
 
-    chunks = [range(i, min(i + step, len(todo))) for i in range(0, len(todo), step)]
-    stuck: list[range] = []
-    run_lanes([(workers, chunks)], one, deadline, name=name, stuck=stuck)
-    stopped = {i for chunk in stuck for i in chunk}
+    stuck: list[int] = []
+    run_lanes([(workers, range(min(workers, len(todo))))], runner, deadline, name=name,
+              stuck=stuck)
+    stopped = {current[k] for k in stuck if k in current}
     out: list[R] = []
     for i in range(len(todo)):
         if i in indexed and i not in stopped:
