@@ -109,6 +109,7 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
                                progress=progress, roots=roots)
         plan = replace(plan, fetch=(), units=())  # done with: report.installed holds the targets
         records.update(report.states)
+        report = replace(report, states=())  # the pairs: 56 MiB per million files
         failures = report.failures + _vouch(roots, dirs, state, records, unwanted, workers,
                                             deadline)
         del records, state

@@ -80,9 +80,12 @@ def decode_state(data: bytes) -> dict[str, StateRecord]:
         return {}
 
 
+_MODES = {m: m for m in range(0o10000)}  # one int object per mode, not one per file
+
+
 def state_record(st: os.stat_result, sha256: str) -> StateRecord:
     return StateRecord(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha256,
-                       stat.S_IMODE(st.st_mode))
+                       _MODES[stat.S_IMODE(st.st_mode)])
 
 
 def load_state(target_dirs: Mapping[str, str]) -> dict[FileId, StateRecord]:

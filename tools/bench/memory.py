@@ -211,6 +211,7 @@ def bench_push(work: Path, spawner: Spawner, env: dict[str, str], codes: dict[st
     import boto3  # noqa: PLC0415
 
     results: dict[str, Any] = {}
+    work.mkdir(parents=True, exist_ok=True)
     matrix = work / "matrix.toml"
     matrix.write_text(MATRIX, encoding="utf-8")
     s5cmd = str(BIN / "s5cmd") if (BIN / "s5cmd").exists() else "s5cmd"
