@@ -188,6 +188,14 @@ class S3Store:
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         check_key(key)
         self._no_source("PutObject")
+        sized = getattr(source, "size", None)  # a VerifyingReader says how large it is
+        if isinstance(sized, int) and sized >= self.multipart_threshold and (
+                not if_absent or key.startswith(_CONTENT_ADDRESSED)):
+            if if_absent and self.has(key):
+                return False
+            with self._multipart:  # before reading: only the uploads running hold bytes
+                return self._put_multipart(
+                    key, source, [_read_up_to(source, self.multipart_threshold)])
         first = _read_up_to(source, self.multipart_threshold)
         if len(first) < self.multipart_threshold or (
                 if_absent and not key.startswith(_CONTENT_ADDRESSED)):
@@ -210,7 +218,7 @@ class S3Store:
         # source that fails its sha256 (VerifyingReader) fails here, before any upload starts.
         with tempfile.TemporaryFile(prefix=".neffcache-put-") as spool:
             spool.write(head.pop())
-            shutil.copyfileobj(source, spool, self.part_size)
+            shutil.copyfileobj(source, spool, MiB)
             spool.seek(0)
             try:
                 obstore.put(self._client, key, spool, use_multipart=True,
