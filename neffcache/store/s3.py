@@ -61,12 +61,13 @@ MiB = 1 << 20
 REQUEST_TIMEOUT = 15 * 60.0
 RETRY_TIMEOUT = 3 * 60.0  # no retry starts later than this after a call's first attempt
 MAX_BACKOFF = 15.0  # obstore's default cap on one backoff sleep
-PROBE_TIMEOUT = 5.0
+PROBE_TIMEOUT = 5.0  # check() fails within about this on an unreachable endpoint
 # Memory: a multipart upload holds up to MULTIPART_CONCURRENCY parts (part_size each) in
 # flight, and at most MULTIPART_UPLOADS run at once per store, whatever the callers' threads
-# (6 large files pushed on 8 threads held 350+ MiB with 4 parts each and no bound; issue 22).
+# (6 x 64 MiB pushed on 8 threads: 568 MiB peak RSS with 4 parts each and no bound, 297-345
+# MiB with 2 x 2; issue 22).
 MULTIPART_CONCURRENCY = 2
-MULTIPART_UPLOADS = 2  # check() fails within about this on an unreachable endpoint
+MULTIPART_UPLOADS = 2
 # obstore raises FileNotFoundError (not one of its own classes) for a missing object.
 _CLIENT_ERRORS = (BaseError, FileNotFoundError)
 _PROBE_PREFIX = "neffcache-check"
