@@ -4,14 +4,39 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, UTF-8 kept as is: stable across runs and Python versions."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def canonical_json(value: Any, default: Callable[[Any], Any] | None = None) -> str:
+    """Sorted keys, no whitespace, UTF-8 kept as is: stable across runs and Python versions.
+    ``default``: the JSON value of an object json cannot encode (as ``json.dumps``)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=default)
 
 
 def digest_of(value: Any) -> str:
     """sha256 hex of the canonical JSON of a value."""
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def digest_chunked(value: dict[str, Any], batch: int = 4096,
+                   default: Callable[[Any], Any] | None = None) -> str:
+    """``digest_of(value)`` for a dict whose list values may be huge: the same canonical
+    bytes, hashed piece by piece (a list is encoded ``batch`` items at a time), so a manifest
+    of a million files never exists as one string."""
+    h = hashlib.sha256()
+    h.update(b"{")
+    for n, key in enumerate(sorted(value)):
+        item = value[key]
+        h.update(f"{',' if n else ''}{canonical_json(key)}:".encode())
+        if isinstance(item, list) and len(item) > batch:
+            h.update(b"[")
+            for i in range(0, len(item), batch):
+                piece = canonical_json(item[i:i + batch], default)[1:-1]
+                h.update((("," if i else "") + piece).encode("utf-8"))
+            h.update(b"]")
+        else:
+            h.update(canonical_json(item, default).encode("utf-8"))
+    h.update(b"}")
+    return h.hexdigest()

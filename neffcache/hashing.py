@@ -101,6 +101,11 @@ class VerifyingReader(io.RawIOBase):
         self._pos = 0
         self.verified = False
 
+    @property
+    def size(self) -> int:
+        """How many bytes the stream must hold (a store sizes its upload by it)."""
+        return self._size
+
     def readable(self) -> bool:
         return True
 

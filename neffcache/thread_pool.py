@@ -7,18 +7,20 @@ and was retired in favour of the library.)
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 U = TypeVar("U")
 
 THREAD_NAME = "neffcache-restore"
+_NONE: Any = object()  # no result (yet)
 # After the deadline, how long units still running get to notice it (they check between
 # chunks) before they are left running and reported as stuck.
 GRACE = 0.2
@@ -112,16 +114,37 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
         return [fn(x) for x in todo]
     if deadline is not None and late is None:
         raise ValueError("map_in_threads: a deadline needs `late` for the items it stops")
-    indexed: dict[int, R] = {}
+    indexed: list[Any] = [_NONE] * len(todo)  # a list: 8 bytes an item, not a dict's ~80
+    failed = threading.Event()
+    # ``workers`` runners take the next item in input order until none is left: no future
+    # per item (a million of them cost over a GiB; issue 22), the same order of starts.
+    taken = itertools.count()
+    current: dict[int, int] = {}  # runner -> the item it runs
 
-    def one(i: int) -> None:
-        indexed[i] = fn(todo[i])
+    def runner(k: int) -> None:
+        while not failed.is_set() and (deadline is None or time.monotonic() < deadline):
+            i = next(taken)  # atomic: each item goes to one runner
+            if i >= len(todo):
+                return
+            current[k] = i
+            try:
+                indexed[i] = fn(todo[i])
+            except BaseException:
+                failed.set()
+                raise
 
     stuck: list[int] = []
-    left = run_lanes([(workers, range(len(todo)))], one, deadline, name=name, stuck=stuck)
-    stopped = set(left) | set(stuck)
-    return [late(todo[i]) if i in stopped and late is not None else indexed[i]
-            for i in range(len(todo))]
+    run_lanes([(workers, range(min(workers, len(todo))))], runner, deadline, name=name,
+              stuck=stuck)
+    stopped = {current[k] for k in stuck if k in current}
+    out: list[R] = []
+    for i in range(len(todo)):
+        if indexed[i] is not _NONE and i not in stopped:
+            out.append(indexed[i])
+        else:
+            assert late is not None  # only a deadline leaves an item without a result
+            out.append(late(todo[i]))
+    return out
 
 
 __all__ = ["map_in_threads", "run_lanes"]

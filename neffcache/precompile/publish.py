@@ -21,6 +21,7 @@ import os
 import platform
 import socket
 import stat
+import tempfile
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -263,28 +264,25 @@ def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool
 def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...],
                   sources: Mapping[str, tuple[FileRecord, Path]]
                   ) -> tuple[tuple[PackRecord, ...], int, int]:
-    """Build each pack in memory from the local files (each member checked against its
-    sha256 again: a file that changed since it was hashed is an IntegrityError), store it under
-    its own sha256 if absent. Returns (pack records in order, packs uploaded, bytes uploaded)."""
+    """Build each pack in an unnamed temp file from the local files (each member checked
+    against its sha256 again: a file that changed since it was hashed is an IntegrityError),
+    store it under its own sha256 if absent. Returns (pack records in order, packs uploaded,
+    bytes uploaded). Memory: one member at a time, not the pack (up to 32 MiB) and its copies."""
 
     def one(members: tuple[FileRecord, ...]) -> tuple[PackRecord, bool]:
-        body = bytearray()
+        whole = hashlib.sha256()
         layout = []
-        for f in members:
-            path = sources[f.sha256][1]
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
-                                     f"{exc.strerror}") from None
-            if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
-                raise IntegrityError(f"{path}: changed while being published (sha256 or size "
-                                     f"differs from {f.sha256[:12]})")
-            layout.append(PackMember(f.sha256, len(body), f.size))
-            body += data
-        sha = hashlib.sha256(body).hexdigest()
-        wrote = store.put(pack_key(sha), io.BytesIO(body), if_absent=True)
-        return PackRecord(sha, len(body), tuple(layout)), wrote
+        with tempfile.TemporaryFile(prefix=".neffcache-pack-") as body:
+            for f in members:
+                data = _member_bytes(sources[f.sha256][1], f)
+                layout.append(PackMember(f.sha256, body.tell(), f.size))
+                whole.update(data)
+                body.write(data)
+            size = body.tell()
+            body.seek(0)
+            sha = whole.hexdigest()
+            wrote = store.put(pack_key(sha), body, if_absent=True)  # type: ignore[arg-type]
+        return PackRecord(sha, size, tuple(layout)), wrote
 
     if not groups:
         return (), 0, 0
@@ -292,6 +290,19 @@ def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...],
         done = list(pool.map(one, groups))
     wrote = [p for p, w in done if w]
     return tuple(p for p, _ in done), len(wrote), sum(p.size for p in wrote)
+
+
+def _member_bytes(path: Path, f: FileRecord) -> bytes:
+    """A pack member's bytes from its file, which must still be the ones hashed."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
+                             f"{exc.strerror}") from None
+    if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
+        raise IntegrityError(f"{path}: changed while being published (sha256 or size "
+                             f"differs from {f.sha256[:12]})")
+    return data
 
 
 def _part_digests(files: tuple[FileRecord, ...], sources: Mapping[str, tuple[FileRecord, Path]],

@@ -41,14 +41,19 @@ def tmp_name() -> str:
     return f"{_TMP}{next(_names):x}{TMP_SUFFIX}"
 
 
-def replace_best_effort(final: Path, data: bytes) -> None:
-    """Write ``data`` to ``final`` through a temp file beside it and a rename (creating the
-    directory), not fsynced; any OSError is swallowed: for the restore's own bookkeeping
-    files, where a lost or missing write only costs asking the store or hashing again."""
+def replace_best_effort(final: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or pieces of them) to ``final`` through a temp file beside it
+    and a rename (creating the directory), not fsynced; any OSError is swallowed: for the
+    restore's own bookkeeping files, where a lost or missing write only costs asking the
+    store or hashing again."""
     tmp = final.with_name(tmp_name())
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
+        with open(tmp, "wb") as fh:
+            if isinstance(data, bytes):
+                fh.write(data)
+            else:
+                fh.writelines(data)
         os.replace(tmp, final)
     except OSError:
         pass

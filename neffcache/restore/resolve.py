@@ -79,21 +79,19 @@ def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
     """The cell's manifest, a failure, "missing", or "unresolved" (stopped by the deadline);
     one that does not decode is read again, at most ``ATTEMPTS`` reads in all."""
     for attempt in range(1, ATTEMPTS + 1):
-        try:
-            data = store.read(manifest_key(key))
+        try:  # the bytes as a temporary: decoding frees them once parsed
+            m = decode_manifest(store.read(manifest_key(key)), allowed_roots=backend.root_names,
+                                source=f"manifests/{key}.json")
+            if m.entry_key != key:
+                raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
+            check_trusted(m, trusted, f"manifests/{key}.json")
+            return m
         except NotFoundError:
             return "missing"
         except UnavailableError as exc:
             if deadline is not None and time.monotonic() >= deadline:
                 return "unresolved"  # the deadline cut the client's waits short
             return CellFailure(cell.id, "unavailable", str(exc))
-        try:
-            m = decode_manifest(data, allowed_roots=backend.root_names,
-                                source=f"manifests/{key}.json")
-            if m.entry_key != key:
-                raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
-            check_trusted(m, trusted, f"manifests/{key}.json")
-            return m
         # damaged on the way or at rest, or untrusted (a mirror may hold the signed one): again
         except (ManifestError, UntrustedEntryError) as exc:
             if attempt == ATTEMPTS or (deadline is not None and time.monotonic() >= deadline):

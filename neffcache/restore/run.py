@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from neffcache.backends import Backend, cache_environment, root_dirs
@@ -102,25 +103,40 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
                                                    for c in resolution.missing},
                          known.missing_checked_at)
         wanted = wanted_sizes(manifests)
+        unwanted = [k for k in state if k not in wanted]
+        del wanted  # a million files: what is held at the end is what counts (issue 22)
         plan = plan_restore(manifests, dirs, present, units)
+        del present
         if not held.unclean:
             stale += sweep_dirs(roots, _write_dirs(plan))
         report = apply_restore(store, plan, workers=workers, deadline=deadline,
                                progress=progress, roots=roots)
-        records.update(dict(report.states))
-        failures = report.failures
-        fresh = {k: r for k, r in records.items() if state.get(k) != r}
-        if fresh:
-            durable, failed = _make_durable(roots, fresh, workers, deadline)
-            failures += failed
-            old = Durable.from_state(state, [k for k in state if k not in wanted
-                                             or records.get(k) == state[k]])
-            save_state(dirs, old | durable)
+        plan = replace(plan, fetch=(), units=())  # done with: report.installed holds the targets
+        records.update(report.states)
+        report = replace(report, states=())  # the pairs: 56 MiB per million files
+        failures = report.failures + _vouch(roots, dirs, state, records, unwanted, workers,
+                                            deadline)
+        del records, state
     finally:
         if report is None or not report.hung:  # a hung transfer's thread still uses them
             roots.close()
     return _result(store, cells, backend, fingerprint, target, resolution, plan, report,
                    failures, started, stale), bool(report.hung)
+
+
+def _vouch(roots: Roots, dirs: Mapping[str, str], state: Mapping[FileId, StateRecord],
+           records: Mapping[FileId, StateRecord], unwanted: list[FileId], workers: int,
+           deadline: float | None) -> tuple[FileFailure, ...]:
+    """Save the state file: what it vouched for and still holds (or no entry wants), and what
+    this run verified and made durable; the files that could not be made durable."""
+    fresh = {k: r for k, r in records.items() if state.get(k) != r} if state else records
+    if not fresh:
+        return ()
+    durable, failed = _make_durable(roots, fresh, workers, deadline)
+    old = Durable.from_state(state, [*unwanted, *(k for k in state
+                                                  if records.get(k) == state[k])])
+    save_state(dirs, old | durable)
+    return failed
 
 
 def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:

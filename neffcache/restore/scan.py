@@ -10,7 +10,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from neffcache.hashing import CHUNK
 from neffcache.restore.fs import Roots
@@ -19,7 +19,7 @@ from neffcache.restore.state import StateRecord, state_record
 from neffcache.thread_pool import map_in_threads
 
 
-def scan_present(roots: Roots, wanted: Mapping[FileId, set[int]],
+def scan_present(roots: Roots, wanted: Mapping[FileId, Collection[int]],
                  state: Mapping[FileId, StateRecord], *, workers: int = 8,
                  deadline: float | None = None, hash_unknown: bool = True
                  ) -> tuple[dict[FileId, PresentFile], dict[FileId, StateRecord]]:

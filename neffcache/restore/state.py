@@ -12,11 +12,12 @@ writing one is best effort (atomic, a failure only costs re-hashing).
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -47,10 +48,21 @@ class StateRecord:
 
 
 def encode_state(records: Mapping[str, StateRecord]) -> bytes:
-    files = {p: [r.size, r.mtime_ns, r.ctime_ns, r.inode, r.sha256, r.mode]
-             for p, r in sorted(records.items())}
-    return json.dumps({"schema_version": STATE_SCHEMA, "files": files},
-                      separators=(",", ":")).encode("utf-8")
+    return b"".join(encode_state_chunks(sorted(records), records.__getitem__))
+
+
+def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
+                        batch: int = 4096) -> Iterator[bytes]:
+    """The bytes of ``encode_state`` for ``paths`` (sorted) in pieces of ``batch`` records,
+    so a state file of a million files is never one string."""
+    yield b'{"schema_version":%d,"files":{' % STATE_SCHEMA
+    for i in range(0, len(paths), batch):
+        files = {}
+        for p in paths[i:i + batch]:
+            r = record(p)
+            files[p] = [r.size, r.mtime_ns, r.ctime_ns, r.inode, r.sha256, r.mode]
+        yield (b"," if i else b"") + json.dumps(files, separators=(",", ":"))[1:-1].encode()
+    yield b"}}"
 
 
 def decode_state(data: bytes) -> dict[str, StateRecord]:
@@ -68,9 +80,12 @@ def decode_state(data: bytes) -> dict[str, StateRecord]:
         return {}
 
 
+_MODES = {m: m for m in range(0o10000)}  # one int object per mode, not one per file
+
+
 def state_record(st: os.stat_result, sha256: str) -> StateRecord:
     return StateRecord(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha256,
-                       stat.S_IMODE(st.st_mode))
+                       _MODES[stat.S_IMODE(st.st_mode)])
 
 
 def load_state(target_dirs: Mapping[str, str]) -> dict[FileId, StateRecord]:
@@ -87,11 +102,17 @@ def load_state(target_dirs: Mapping[str, str]) -> dict[FileId, StateRecord]:
 def save_state(target_dirs: Mapping[str, str], durable: Durable) -> None:
     """Write each root's state file atomically (best effort: a failure only costs re-hashing),
     vouching for exactly the ``durable`` records."""
+    records = durable.records
     for root, d in target_dirs.items():
-        mine = {p: r for (rt, p), r in durable.records.items() if rt == root}
+        mine = sorted(p for rt, p in records if rt == root)
         if not mine:
             continue
-        replace_best_effort(Path(d, STATE_FILE), encode_state(mine))
+        replace_best_effort(Path(d, STATE_FILE),
+                            encode_state_chunks(mine, functools.partial(_record_at, records, root)))
+
+
+def _record_at(records: Mapping[FileId, StateRecord], root: str, path: str) -> StateRecord:
+    return records[(root, path)]
 
 
 _PROOF = object()  # only this module makes Durable sets
@@ -115,6 +136,8 @@ class Durable:
         return Durable(MappingProxyType({k: state[k] for k in keep if k in state}), _PROOF)
 
     def __or__(self, other: Durable) -> Durable:
+        if not self.records or not other.records:  # no copy of a million records for nothing
+            return other if not self.records else self
         return Durable(MappingProxyType({**self.records, **other.records}), _PROOF)
 
 
@@ -134,10 +157,11 @@ def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: 
     hashes it again). Directories are not fsynced: a rename lost in a crash leaves the old
     file or none at the name, never this inode, so its record no longer matches and it is
     hashed again."""
-    items = sorted(fresh.items())
+    items = sorted(fresh)  # keys only: no (key, record) pair per file
 
-    def one(item: tuple[FileId, StateRecord]) -> bool | str:
-        (root, path), rec = item
+    def one(fid: FileId) -> bool | str:
+        root, path = fid
+        rec = fresh[fid]
         if deadline is not None and time.monotonic() >= deadline:
             return False
         try:
@@ -150,8 +174,8 @@ def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: 
             return exc.strerror or str(exc)
 
     results = map_in_threads(one, items, workers, deadline=deadline, late=lambda _item: False)
-    durable = {fid: rec for (fid, rec), ok in zip(items, results, strict=True) if ok is True}
-    failed = tuple((fid, why) for (fid, _), why in zip(items, results, strict=True)
+    durable = {fid: fresh[fid] for fid, ok in zip(items, results, strict=True) if ok is True}
+    failed = tuple((fid, why) for fid, why in zip(items, results, strict=True)
                    if isinstance(why, str))
     return SyncOutcome(Durable(MappingProxyType(durable), _PROOF), failed,
                        len(items) - len(durable) - len(failed))

@@ -127,7 +127,7 @@ def test_root_without_target_dir_is_refused() -> None:
 def test_wanted_sizes_and_verdicts() -> None:
     a = entry(64, f("1", "a", size=1), f("2", "b"))
     b = entry(128, f("1", "c", size=2))
-    assert wanted_sizes([a, b]) == {("neff", "1"): {1, 2}, ("neff", "2"): {10}}
+    assert wanted_sizes([a, b]) == {("neff", "1"): (1, 2), ("neff", "2"): (10,)}
     restored, incomplete = cell_verdicts([a, b], {("neff", "1"), ("neff", "2")})
     assert restored == (a.cell.id, b.cell.id) and incomplete == ()
     restored, incomplete = cell_verdicts([a, b], {("neff", "1")})
