@@ -7,10 +7,13 @@ Steps, each a module of this package (imports point down this list):
 ``neffcache.restore.local.restore_local`` answers "all in place" without the store.
 
 The whole run holds DIR's lock (``dest``): stale temp files of a killed restore are swept
-first, and the state file is written last, vouching only for files already vouched for and
-those this run has ``fdatasync``ed (``state.sync_records``; never a ``syncfs`` of the whole
-file system): a crash at any point leaves no file that a later run trusts unhashed without its
-bytes on disk.
+first, and the state file is written last. The restore waits for no disk: it returns once
+every file is verified and renamed into place, and records those files as pending (this
+boot). The state file vouches only for files already vouched for, those this run
+``fdatasync``ed because an earlier run in this boot left them pending (``settle_pending``),
+and pending ones from an earlier boot that hashed the same (``Durable.reread``); never a
+``syncfs`` of the whole file system. A crash at any point leaves no file that a later run
+trusts unhashed without its bytes on disk.
 """
 
 from __future__ import annotations
@@ -46,7 +49,17 @@ from neffcache.restore.plan import (
 )
 from neffcache.restore.resolve import Resolution, resolve_entries
 from neffcache.restore.scan import scan_present
-from neffcache.restore.state import Durable, StateRecord, load_state, save_state, sync_records
+from neffcache.restore.state import (
+    Durable,
+    Pending,
+    StateRecord,
+    SyncOutcome,
+    load_pending,
+    load_state,
+    pending_now,
+    save_state,
+    settle_pending,
+)
 from neffcache.store import Store
 
 
@@ -94,24 +107,20 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
             other = dict(resolution.elsewhere)
             save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())
                                                    for c in resolution.missing}, time.time())
-        state = load_state(dirs)
+        state, pending = load_state(dirs), load_pending(dirs)
         wanted = wanted_sizes(manifests)
-        present, records = scan_present(roots, wanted, state, workers=min(workers, 8),
-                                        deadline=deadline)
+        settled = settle_pending(roots, pending, wanted, workers=min(workers, 8),
+                                 deadline=deadline)
+        present, records = scan_present(roots, wanted, {**state, **settled.durable.records},
+                                        workers=min(workers, 8), deadline=deadline)
         plan = plan_restore(manifests, dirs, present, units)
         if not held.unclean:
             stale += sweep_dirs(roots, _write_dirs(plan))
         report = apply_restore(store, plan, workers=workers, deadline=deadline,
                                progress=progress, roots=roots)
         records.update(dict(report.states))
-        failures = report.failures
-        fresh = {k: r for k, r in records.items() if state.get(k) != r}
-        if fresh:
-            durable, failed = _make_durable(roots, fresh, workers, deadline)
-            failures += failed
-            old = Durable.from_state(state, [k for k in state if k not in wanted
-                                             or records.get(k) == state[k]])
-            save_state(dirs, old | durable)
+        failures = report.failures + _sync_failures(settled)
+        _save(dirs, state, pending, settled.durable, records, set(wanted))
     finally:
         if report is None or not report.hung:  # a hung transfer's thread still uses them
             roots.close()
@@ -123,15 +132,25 @@ def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:
     return {(t.root, t.path.rpartition("/")[0]) for g in plan.fetch for t in g.targets}
 
 
-def _make_durable(roots: Roots, fresh: Mapping[FileId, StateRecord], workers: int,
-                  deadline: float | None) -> tuple[Durable, tuple[FileFailure, ...]]:
-    """``fdatasync`` the files verified this run (only ours, never the whole file system) before
-    the state file may vouch for them; one not synced by the deadline is not vouched for (a
-    later run hashes it once), one whose sync failed is a failure."""
-    done = sync_records(roots, fresh, workers=min(workers, 8), deadline=deadline)
-    return done.durable, tuple(
+def _save(dirs: Mapping[str, str], state: Mapping[FileId, StateRecord], pending: Pending,
+          settled: Durable, records: Mapping[FileId, StateRecord], wanted: set[FileId]) -> None:
+    """Write the state file if it changes: vouching for what it vouched for and still holds,
+    what was settled or re-read this run; every other file verified this run is pending."""
+    durable = Durable.from_state(state, [k for k in state if k not in wanted
+                                         or records.get(k) == state[k]])
+    durable |= settled | Durable.reread(pending, records)
+    waiting = {k: v for k, v in pending.items() if k not in wanted} | \
+        pending_now({k: r for k, r in records.items() if k not in durable.records})
+    if dict(durable.records) != dict(state) or waiting != dict(pending):
+        save_state(dirs, durable, waiting)
+
+
+def _sync_failures(settled: SyncOutcome) -> tuple[FileFailure, ...]:
+    """A pending file whose ``fdatasync`` failed: its bytes may not be on disk (it was hashed
+    instead, and stays pending); the run fails so that someone looks."""
+    return tuple(
         FileFailure(root, path, "io", f"{root}/{path}: could not be made durable ({why}); "
-                    f"rerun the restore") for (root, path), why in done.failed)
+                    f"rerun the restore") for (root, path), why in settled.failed)
 
 
 def _result(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
