@@ -138,7 +138,7 @@ def _save(dirs: Mapping[str, str], state: Mapping[FileId, StateRecord], pending:
     what was settled or re-read this run; every other file verified this run is pending."""
     durable = Durable.from_state(state, [k for k in state if k not in wanted
                                          or records.get(k) == state[k]])
-    durable |= settled | Durable.reread(pending, records)
+    durable |= settled.still(records) | Durable.reread(pending, records)
     waiting = {k: v for k, v in pending.items() if k not in wanted} | \
         pending_now({k: r for k, r in records.items() if k not in durable.records})
     if dict(durable.records) != dict(state) or waiting != dict(pending):

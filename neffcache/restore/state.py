@@ -181,6 +181,11 @@ class Durable:
             if now and k in pending and pending[k][0] not in ("", now) and pending[k][1] == r}),
             _PROOF)
 
+    def still(self, records: Mapping[FileId, StateRecord]) -> Durable:
+        """Those of these records that ``records`` still hold (a file replaced since is not)."""
+        return Durable(MappingProxyType({k: r for k, r in self.records.items()
+                                         if records.get(k) == r}), _PROOF)
+
     def __or__(self, other: Durable) -> Durable:
         return Durable(MappingProxyType({**self.records, **other.records}), _PROOF)
 
