@@ -1,6 +1,6 @@
 """Boot benchmark (issue 22): fresh trees, `neffcache restore` against s5cmd, in one run.
 
-    python tools/bench/boot.py                         # three trees, medians of 3 (~10 min)
+    python tools/bench/boot.py                         # three trees, medians of 3 (10-25 min)
     python tools/bench/boot.py --quick                 # small trees, 1 run (a smoke run)
     python tools/bench/boot.py --baseline /tmp/nc-old  # also another checkout's restore
     python tools/bench/boot.py --out tools/bench/results/boot-COMMIT.txt
