@@ -180,15 +180,16 @@ def _verify_locked(target: Path, workers: int, progress: Callable[[int, int], No
 def forget_states(manifests: Sequence[Manifest], target: str,
                   damaged: set[tuple[str, str]]) -> None:
     """Drop the damaged paths from their roots' state files, so restore re-hashes them."""
-    from neffcache.restore import Durable, load_state, save_state
+    from neffcache.restore import Durable, load_pending, load_state, save_state
 
     for name in sorted({m.fingerprint.backend for m in manifests}):
         dirs = root_dirs(BACKENDS[name], target)
-        state = load_state(dirs)
+        state, pending = load_state(dirs), load_pending(dirs)
         kept = {k: v for k, v in state.items() if k not in damaged}
-        if len(kept) != len(state):
-            emptied = {root for root, _ in damaged} - {root for root, _ in kept}
-            save_state(dirs, Durable.from_state(state, kept))
+        waiting = {k: v for k, v in pending.items() if k not in damaged}
+        if len(kept) != len(state) or len(waiting) != len(pending):
+            emptied = {root for root, _ in damaged} - {root for root, _ in [*kept, *waiting]}
+            save_state(dirs, Durable.from_state(state, kept), waiting)
             for root in emptied:  # save_state skips roots with no record left
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(dirs[root], STATE_FILE))

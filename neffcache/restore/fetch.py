@@ -31,7 +31,7 @@ from typing import BinaryIO
 
 from neffcache.errors import IntegrityError, NotFoundError, UnavailableError
 from neffcache.hashing import CHUNK
-from neffcache.restore.fs import DirCache, Roots, start_writeback, tmp_name
+from neffcache.restore.fs import DirCache, Roots, tmp_name
 from neffcache.restore.install import (
     BATCH_FILES,
     NEW,
@@ -277,7 +277,6 @@ class Fetcher:
                 pwrite_all(asm.fd, buf[:n], part.start + done)
             own.update(buf[:n])
             done += n
-        start_writeback(asm.fd, part.start, done)  # overlap the disk writes with the rest
         t = g.targets[0]
         if done < part.length:
             raise IntegrityError(f"{t.root}/{t.path}: blob {g.sha256[:12]} ends at "

@@ -145,8 +145,8 @@ class DirCache:
     """Directory descriptors inside the roots for one thread: each opened once, from its parent,
     with ``O_NOFOLLOW`` (created first when asked), and checked to lie inside its root.
     Descriptors stay valid until ``trim`` or ``close``, which the owner calls between batches
-    of work. Nothing here syncs: a restore makes its files durable at its end
-    (``neffcache.restore.state.sync_records``)."""
+    of work. Nothing here syncs: the next restore in this boot makes the files durable
+    (``neffcache.restore.state.settle_pending``)."""
 
     def __init__(self, roots: Roots, *, check_inside: bool = True) -> None:
         self.roots = roots
@@ -241,13 +241,27 @@ def datasync_at(dfd: int, path: str, same: Callable[[os.stat_result], bool]) -> 
         os.close(fd)
 
 
+_BOOT_ID: list[str | None] = []
+
+
+def boot_id() -> str | None:
+    """This boot's id (Linux: ``/proc/sys/kernel/random/boot_id``), None where unknown. A file
+    verified in this boot is read from the page cache; in a later one, from the disk."""
+    if not _BOOT_ID:
+        try:
+            _BOOT_ID.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None)
+        except OSError:
+            _BOOT_ID.append(None)
+    return _BOOT_ID[0]
+
+
 _syncfs: Callable[[int], int] | None | bool = False  # False: not looked up yet
 
 
 def sync_filesystems(fds: Iterable[int]) -> bool:
     """``syncfs(2)`` once for each filesystem the descriptors are on: everything dirty on it is
     written back, another process's writes included (so beside a heavy writer it waits for
-    those too). Restore no longer uses it (``state.sync_records`` syncs only its own files);
+    those too). Restore does not use it (``state.sync_records`` syncs only its own files);
     ``tools/bench/durability.py`` measures it. False where syncfs is not available."""
     global _syncfs
     if _syncfs is False:
@@ -274,8 +288,9 @@ _SYNC_FILE_RANGE_WRITE = 2
 
 def start_writeback(fd: int, offset: int, length: int) -> None:
     """Ask the kernel to start writing a range of a file to disk now, without waiting
-    (``sync_file_range(2)``, Linux), so the fsync at the end has less left to wait for. A hint:
-    where unavailable or failing, nothing happens (the fsync still makes the file durable)."""
+    (``sync_file_range(2)``, Linux). A hint: where unavailable or failing, nothing happens.
+    Restore does not use it (beside a heavy writer it can block on the device's queue);
+    ``tools/bench/durability.py`` measures it."""
     global _sync_file_range
     if _sync_file_range is False:
         _sync_file_range = _libc_function("sync_file_range", "c_int", "c_longlong",

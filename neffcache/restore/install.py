@@ -4,9 +4,9 @@ Every file is written to a temp file in its final directory (``.neffcache-*.tmp`
 its final mode; the mode fixed only where the umask took bits away), its size and sha256 checked
 before it can have a name, and ``os.replace``d into place (a rename replaces whatever is at the
 final name, a symlink included: nothing is written through one). The temp file is removed on
-any failure: nothing half-written ever has a final name. No file is fsynced here: writeback is
-started as each file lands (``start_writeback``), and the restore ``fdatasync``s its own files
-at its end before its state file vouches for any of them (``neffcache.restore.state``).
+any failure: nothing half-written ever has a final name. No file is fsynced here, nor by the
+restore: its state file records the file as pending, and only the next restore in this boot,
+having ``fdatasync``ed it, vouches for it (``neffcache.restore.state``).
 Small files go in batches (``Batch``): written, renamed together.
 Failures become ``FileFailure`` records (``failure``), never exceptions.
 """
@@ -30,7 +30,7 @@ from neffcache.errors import (
     UnavailableError,
 )
 from neffcache.hashing import CHUNK
-from neffcache.restore.fs import DirCache, UnsafePathError, start_writeback, tmp_name
+from neffcache.restore.fs import DirCache, UnsafePathError, tmp_name
 from neffcache.restore.plan import FetchGroup, Target
 from neffcache.restore.state import StateRecord, state_record
 
@@ -75,7 +75,7 @@ def read_umask() -> None:
 
 def place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateRecord:
     """Write a temp file beside ``t``'s path with ``write(fd)`` (which verifies), set its mode,
-    start its writeback, rename it into place (fdatasynced by the restore at its end)."""
+    rename it into place (not synced: see the module's docstring)."""
     dir_path, _, name = t.path.rpartition("/")
     dfd = dirs.get(t.root, dir_path, create=True)
     tmp = tmp_name()
@@ -84,7 +84,6 @@ def place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateRecor
     try:
         write(fd)
         set_mode(fd, t.mode)
-        start_writeback(fd, 0, t.size)
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         placed = True
         return state_record(os.fstat(fd), t.sha256)
@@ -126,7 +125,6 @@ class Batch:
                 self.items.append((t, dir_path, dfd, tmp, fd))
                 write_all(fd, data)
                 set_mode(fd, t.mode)
-                start_writeback(fd, 0, len(data))
             except Exception as exc:  # noqa: BLE001
                 if fd >= 0:
                     self._close([self.items.pop()], placed=set())

@@ -4,7 +4,10 @@ Every manifest a restore reads is kept beside the cache (``<target>/.neffcache-e
 <entry-key>.json``; entries are immutable). When a boot finds its cache already in place, these
 copies and the state files (``<root>/.neffcache-state.json``: path → size, mtime, ctime, inode,
 sha256, mode as neffcache last verified them) answer "every requested file is in place" in one
-``fstatat`` per file: no store, no hashing, no per-file objects (10,000 files in ~0.1 s).
+``fstatat`` per file: no store, no hashing, no per-file objects (10,000 files in ~0.1 s). A
+file the state file holds only as pending in this boot is ``fdatasync``ed first (cheap once
+the kernel has written it back); one pending from an earlier boot sends the run to the full
+restore, which hashes it.
 
 The copies are read lightly here (JSON shape, roots, relative paths, entry key): this check
 only ever *confirms* files in place, and they live in the target directory, which only the
@@ -37,12 +40,18 @@ from neffcache.manifest import (
 )
 from neffcache.matrix import Cell
 from neffcache.restore.dest import ENTRIES_DIR, is_unclean
-from neffcache.restore.fs import Roots, replace_best_effort
+from neffcache.restore.fs import Roots, boot_id, datasync_at, replace_best_effort
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
 from neffcache.restore.scan import scan_present
-from neffcache.restore.state import STATE_FILE, STATE_SCHEMA, load_state
+from neffcache.restore.state import (
+    STATE_FILE,
+    STATE_SCHEMA,
+    load_pending,
+    load_state,
+    settle_pending,
+)
 from neffcache.signing import PublicKey, signed_digest_trusted
 
 LOCAL_ENTRIES = ENTRIES_DIR
@@ -93,12 +102,17 @@ def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str
     last vouched for it (size, mtime, ctime, inode unchanged; sha256 and mode as wanted);
     None at the first doubt, or when two entries claim one path (the full plan decides)."""
     states: dict[str, dict[str, list[Any]]] = {}
+    pending: dict[str, dict[str, list[Any]]] = {}
     fds: dict[str, int] = {}
     try:
         for root, d in target_dirs.items():
-            states[root] = _raw_state(Path(d, STATE_FILE))
+            states[root], pending[root] = _raw_state(Path(d, STATE_FILE))
             fds[root] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        return _confirm(docs, states, fds)
+        to_sync: list[tuple[str, str, list[Any]]] = []
+        count = _confirm(docs, states, pending, fds, to_sync)
+        if count is None or not all(_synced(fds[r], p, rec) for r, p, rec in to_sync):
+            return None
+        return count
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
     finally:
@@ -106,8 +120,15 @@ def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str
             os.close(fd)
 
 
+def _synced(dfd: int, path: str, rec: list[Any]) -> bool:
+    """``fdatasync`` the very file a pending record of this boot describes."""
+    return datasync_at(dfd, path, lambda st: (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                              st.st_ino) == (rec[0], rec[1], rec[2], rec[3]))
+
+
 def _confirm(docs: Sequence[Mapping[str, Any]], states: Mapping[str, dict[str, list[Any]]],
-             fds: Mapping[str, int]) -> int | None:
+             pending: Mapping[str, dict[str, list[Any]]], fds: Mapping[str, int],
+             to_sync: list[tuple[str, str, list[Any]]]) -> int | None:
     seen: set[tuple[str, str]] = set()
     lstat, is_reg, mode_of = os.stat, stat.S_ISREG, stat.S_IMODE
     for doc in docs:
@@ -118,6 +139,8 @@ def _confirm(docs: Sequence[Mapping[str, Any]], states: Mapping[str, dict[str, l
                     return None
                 seen.add((root, path))
             rec = states[root].get(path)
+            if rec is None and (rec := pending[root].get(path)) is not None:
+                to_sync.append((root, path, rec))
             if rec is None or rec[4] != f["sha256"] or rec[0] != f["size"] \
                     or rec[5] != f["mode"]:
                 return None
@@ -129,14 +152,16 @@ def _confirm(docs: Sequence[Mapping[str, Any]], states: Mapping[str, dict[str, l
     return sum(len(doc["files"]) for doc in docs)
 
 
-def _raw_state(path: Path) -> dict[str, list[Any]]:
+def _raw_state(path: Path) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    """A state file's durable rows and its rows pending in this boot (as JSON)."""
     try:
         doc = json.loads(path.read_bytes())
     except OSError:
-        return {}
+        return {}, {}
     if doc.get("schema_version") != STATE_SCHEMA:
-        return {}
-    return doc["files"]  # type: ignore[no-any-return]
+        return {}, {}
+    now = boot_id()
+    return doc["files"], (doc.get("pending", {}).get(now, {}) if now else {})
 
 
 def _real_dir(path: Path) -> bool:
@@ -204,6 +229,24 @@ def read_missing_record(target: Path, fingerprint_key: str, now: float,
         return {}, now
 
 
+def _plan_locally(docs: Sequence[Mapping[str, Any]], keys: Sequence[str],
+                  dirs: Mapping[str, str]) -> tuple[int, tuple[Conflict, ...]] | None:
+    """How many files are in place and the conflicts, when a local plan over the copies finds
+    nothing to fetch (this boot's pending files synced first, then trusted); else None."""
+    full = [manifest_of(d, k) for d, k in zip(docs, keys, strict=True)]
+    if len(full) < 2 or any(m is None for m in full):
+        return None
+    wanted = wanted_sizes(full)  # type: ignore[arg-type]
+    with Roots(dirs) as roots:
+        settled = settle_pending(roots, load_pending(dirs), wanted)
+        present, _ = scan_present(roots, wanted, {**load_state(dirs), **settled.durable.records},
+                                  hash_unknown=False)
+    plan = plan_restore(full, dirs, present)  # type: ignore[arg-type]
+    if plan.fetch:
+        return None
+    return len(plan.present), plan.conflicts
+
+
 def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
                   target: Path, *, store_url: str,
                   trusted: Sequence[PublicKey] = ()) -> RestoreResult | None:
@@ -239,16 +282,10 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     confirmed = confirm_in_place(docs, dirs)  # type: ignore[arg-type]
     conflicts: tuple[Conflict, ...] = ()
     if confirmed is None:  # a file changed, or entries share paths: plan it, still locally
-        full = [manifest_of(d, k) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
-        if len(full) < 2 or any(m is None for m in full):
+        planned = _plan_locally(docs, keys, dirs)  # type: ignore[arg-type]
+        if planned is None:
             return None
-        with Roots(dirs) as roots:
-            present, _ = scan_present(roots, wanted_sizes(full), load_state(dirs),  # type: ignore[arg-type]
-                                      hash_unknown=False)
-        plan = plan_restore(full, dirs, present)  # type: ignore[arg-type]
-        if plan.fetch:
-            return None
-        confirmed, conflicts = len(plan.present), plan.conflicts
+        confirmed, conflicts = planned
     found = [manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
     if any(m is None for m in found):
         return None

@@ -8,16 +8,19 @@ Steps, each a module of this package (imports point down this list):
 ``neffcache.restore.local.restore_local`` answers "all in place" without the store.
 
 The whole run holds DIR's lock (``dest``): stale temp files of a killed restore are swept
-first, and the state file is written last, vouching only for files already vouched for and
-those this run has ``fdatasync``ed (``state.sync_records``; never a ``syncfs`` of the whole
-file system): a crash at any point leaves no file that a later run trusts unhashed without its
-bytes on disk.
+first, and the state file is written last. The restore waits for no disk: it returns once
+every file is verified and renamed into place, and records those files as pending (this
+boot). The state file vouches only for files already vouched for, those this run
+``fdatasync``ed because an earlier run in this boot left them pending (``settle_pending``),
+and pending ones from an earlier boot that hashed the same (``Durable.reread``); never a
+``syncfs`` of the whole file system. A crash at any point leaves no file that a later run
+trusts unhashed without its bytes on disk.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,7 +51,17 @@ from neffcache.restore.plan import (
     wanted_sizes,
 )
 from neffcache.restore.resolve import Resolution
-from neffcache.restore.state import Durable, StateRecord, load_state, save_state, sync_records
+from neffcache.restore.state import (
+    Durable,
+    Pending,
+    StateRecord,
+    SyncOutcome,
+    load_pending,
+    load_state,
+    pending_now,
+    save_state,
+    settle_pending,
+)
 from neffcache.signing import PublicKey
 from neffcache.store import Store
 
@@ -91,9 +104,13 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         # Under the lock every temp file is stale: in the entries directory, in the
         # directories this run writes to, and (after a killed run) anywhere under the roots.
         stale = sweep_entries(held) + (sweep_trees(roots) if held.unclean else 0)
-        state = load_state(dirs)
-        known = resolve_known(store, cells, fingerprint, backend, target, roots, dirs, state,
-                              workers=workers, deadline=deadline, trusted=trusted)
+        state, pending = load_state(dirs), load_pending(dirs)
+        # This boot's pending files are synced before anything trusts them unhashed.
+        settled = settle_pending(roots, pending, pending, workers=min(workers, 8),
+                                 deadline=deadline)
+        known = resolve_known(store, cells, fingerprint, backend, target, roots, dirs,
+                              {**state, **settled.durable.records}, workers=workers,
+                              deadline=deadline, trusted=trusted)
         resolution, present, records = known.resolution, known.present, known.records
         manifests = resolution.found
         save_local_manifests(target, known.read, overwrite=True)  # none had a valid copy
@@ -103,8 +120,6 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
                                                    for c in resolution.missing},
                          known.missing_checked_at)
         wanted = wanted_sizes(manifests)
-        unwanted = [k for k in state if k not in wanted]
-        del wanted  # a million files: what is held at the end is what counts (issue 22)
         plan = plan_restore(manifests, dirs, present, units)
         del present
         if not held.unclean:
@@ -114,9 +129,9 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         plan = replace(plan, fetch=(), units=())  # done with: report.installed holds the targets
         records.update(report.states)
         report = replace(report, states=())  # the pairs: 56 MiB per million files
-        failures = report.failures + _vouch(roots, dirs, state, records, unwanted, workers,
-                                            deadline)
-        del records, state
+        failures = report.failures + _sync_failures(settled)
+        _save(dirs, state, pending, settled.durable, records, wanted)
+        del records, state, wanted  # a million files: what is held at the end is what counts
     finally:
         if report is None or not report.hung:  # a hung transfer's thread still uses them
             roots.close()
@@ -124,34 +139,30 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
                    failures, started, stale), bool(report.hung)
 
 
-def _vouch(roots: Roots, dirs: Mapping[str, str], state: Mapping[FileId, StateRecord],
-           records: Mapping[FileId, StateRecord], unwanted: list[FileId], workers: int,
-           deadline: float | None) -> tuple[FileFailure, ...]:
-    """Save the state file: what it vouched for and still holds (or no entry wants), and what
-    this run verified and made durable; the files that could not be made durable."""
-    fresh = {k: r for k, r in records.items() if state.get(k) != r} if state else records
-    if not fresh:
-        return ()
-    durable, failed = _make_durable(roots, fresh, workers, deadline)
-    old = Durable.from_state(state, [*unwanted, *(k for k in state
-                                                  if records.get(k) == state[k])])
-    save_state(dirs, old | durable)
-    return failed
-
-
 def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:
     return {(t.root, t.path.rpartition("/")[0]) for g in plan.fetch for t in g.targets}
 
 
-def _make_durable(roots: Roots, fresh: Mapping[FileId, StateRecord], workers: int,
-                  deadline: float | None) -> tuple[Durable, tuple[FileFailure, ...]]:
-    """``fdatasync`` the files verified this run (only ours, never the whole file system) before
-    the state file may vouch for them; one not synced by the deadline is not vouched for (a
-    later run hashes it once), one whose sync failed is a failure."""
-    done = sync_records(roots, fresh, workers=min(workers, 8), deadline=deadline)
-    return done.durable, tuple(
+def _save(dirs: Mapping[str, str], state: Mapping[FileId, StateRecord], pending: Pending,
+          settled: Durable, records: Mapping[FileId, StateRecord],
+          wanted: Container[FileId]) -> None:
+    """Write the state file if it changes: vouching for what it vouched for and still holds,
+    what was settled or re-read this run; every other file verified this run is pending."""
+    durable = Durable.from_state(state, [k for k in state if k not in wanted
+                                         or records.get(k) == state[k]])
+    durable |= settled.still(records) | Durable.reread(pending, records)
+    waiting = {k: v for k, v in pending.items() if k not in wanted} | \
+        pending_now({k: r for k, r in records.items() if k not in durable.records})
+    if dict(durable.records) != dict(state) or waiting != dict(pending):
+        save_state(dirs, durable, waiting)
+
+
+def _sync_failures(settled: SyncOutcome) -> tuple[FileFailure, ...]:
+    """A pending file whose ``fdatasync`` failed: its bytes may not be on disk (it was hashed
+    instead, and stays pending); the run fails so that someone looks."""
+    return tuple(
         FileFailure(root, path, "io", f"{root}/{path}: could not be made durable ({why}); "
-                    f"rerun the restore") for (root, path), why in done.failed)
+                    f"rerun the restore") for (root, path), why in settled.failed)
 
 
 def _result(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,

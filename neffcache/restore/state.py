@@ -2,11 +2,14 @@
 
 ``<root>/.neffcache-state.json`` maps each path to (size, mtime_ns, ctime_ns, inode, sha256,
 mode) as neffcache last verified it; a file whose size, times and inode still match needs no
-hashing. Only a ``Durable`` set can be saved, and one is made only by ``sync_records`` (each
-file ``fdatasync``ed by this process) or from what a state file
-already vouched for (``Durable.from_state``): the state file never vouches for bytes that may
-not be on disk. Reading a damaged state file yields an empty state (files get re-hashed);
-writing one is best effort (atomic, a failure only costs re-hashing).
+hashing. Its ``files`` are a ``Durable`` set, made only by ``sync_records`` (each file
+``fdatasync``ed by this process), ``Durable.reread`` (hashed again in a later boot, so read
+from the disk) or from what a state file already vouched for (``Durable.from_state``): the
+state file never vouches for bytes that may not be on disk. A file a restore installed but did
+not sync is only ``pending``, under the boot it was verified in (``boot_id``): the next restore
+in that boot ``fdatasync``s it before trusting it (``settle_pending``), one in a later boot
+hashes it. Reading a damaged state file yields an empty state (files get re-hashed); writing
+one is best effort (atomic, a failure only costs re-hashing).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from neffcache.restore import fs
 from neffcache.restore.fs import Roots, datasync_at, replace_best_effort
 from neffcache.restore.plan import FileId
 from neffcache.thread_pool import map_in_threads
@@ -47,35 +51,67 @@ class StateRecord:
             (size, mtime_ns, ctime_ns, inode)
 
 
-def encode_state(records: Mapping[str, StateRecord]) -> bytes:
-    return b"".join(encode_state_chunks(sorted(records), records.__getitem__))
+Pending = Mapping[FileId, tuple[str, StateRecord]]  # installed, not known durable: (boot, record)
+
+
+def _row(r: StateRecord) -> list[Any]:
+    return [r.size, r.mtime_ns, r.ctime_ns, r.inode, r.sha256, r.mode]
+
+
+def _records(rows: Any) -> dict[str, StateRecord]:
+    return {str(path): StateRecord(int(size), int(mtime), int(ctime), int(inode), str(sha),
+                                   int(mode))
+            for path, (size, mtime, ctime, inode, sha, mode) in rows.items()}
+
+
+def encode_state(records: Mapping[str, StateRecord],
+                 pending: Mapping[str, tuple[str, StateRecord]] | None = None) -> bytes:
+    """The state file: ``files`` (durable) and, if any, ``pending`` ({boot: {path: row}}; a
+    reader that predates it ignores it, and hashes those files)."""
+    return b"".join(encode_state_chunks(sorted(records), records.__getitem__, pending))
 
 
 def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
+                        pending: Mapping[str, tuple[str, StateRecord]] | None = None,
                         batch: int = 4096) -> Iterator[bytes]:
     """The bytes of ``encode_state`` for ``paths`` (sorted) in pieces of ``batch`` records,
-    so a state file of a million files is never one string."""
+    so a state file of a million files is never one string; then the ``pending`` ones not
+    among ``paths``, by boot."""
     yield b'{"schema_version":%d,"files":{' % STATE_SCHEMA
     for i in range(0, len(paths), batch):
-        files = {}
-        for p in paths[i:i + batch]:
-            r = record(p)
-            files[p] = [r.size, r.mtime_ns, r.ctime_ns, r.inode, r.sha256, r.mode]
+        files = {p: _row(record(p)) for p in paths[i:i + batch]}
         yield (b"," if i else b"") + json.dumps(files, separators=(",", ":"))[1:-1].encode()
-    yield b"}}"
+    yield b"}"
+    boots: dict[str, dict[str, list[Any]]] = {}
+    durable = set(paths) if pending else set()
+    for p, (boot, r) in sorted((pending or {}).items()):
+        if p not in durable:
+            boots.setdefault(boot, {})[p] = _row(r)
+    if boots:
+        yield b',"pending":' + json.dumps(boots, separators=(",", ":")).encode()
+    yield b"}"
 
 
 def decode_state(data: bytes) -> dict[str, StateRecord]:
-    """Parse a state file; anything unexpected yields an empty state (files get re-hashed)."""
+    """Parse a state file's durable records; anything unexpected yields an empty state (files
+    get re-hashed)."""
     try:
         doc: Any = json.loads(data)
         if doc.get("schema_version") != STATE_SCHEMA:
             return {}
-        out = {}
-        for path, (size, mtime, ctime, inode, sha, mode) in doc["files"].items():
-            out[str(path)] = StateRecord(int(size), int(mtime), int(ctime), int(inode),
-                                         str(sha), int(mode))
-        return out
+        return _records(doc["files"])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def decode_pending(data: bytes) -> dict[str, tuple[str, StateRecord]]:
+    """A state file's pending records with their boot; anything unexpected yields none."""
+    try:
+        doc: Any = json.loads(data)
+        if doc.get("schema_version") != STATE_SCHEMA:
+            return {}
+        return {p: (str(boot), r) for boot, rows in doc.get("pending", {}).items()
+                for p, r in _records(rows).items()}
     except (ValueError, TypeError, KeyError, AttributeError):
         return {}
 
@@ -89,6 +125,7 @@ def state_record(st: os.stat_result, sha256: str) -> StateRecord:
 
 
 def load_state(target_dirs: Mapping[str, str]) -> dict[FileId, StateRecord]:
+    """The durable records of each root's state file (what may be trusted without hashing)."""
     out: dict[FileId, StateRecord] = {}
     for root, d in target_dirs.items():
         try:
@@ -99,20 +136,41 @@ def load_state(target_dirs: Mapping[str, str]) -> dict[FileId, StateRecord]:
     return out
 
 
-def save_state(target_dirs: Mapping[str, str], durable: Durable) -> None:
+def load_pending(target_dirs: Mapping[str, str]) -> dict[FileId, tuple[str, StateRecord]]:
+    """The pending records of each root's state file: installed, not yet known durable."""
+    out: dict[FileId, tuple[str, StateRecord]] = {}
+    for root, d in target_dirs.items():
+        try:
+            data = Path(d, STATE_FILE).read_bytes()
+        except OSError:
+            continue
+        out.update(((root, p), v) for p, v in decode_pending(data).items())
+    return out
+
+
+def save_state(target_dirs: Mapping[str, str], durable: Durable,
+               pending: Pending | None = None) -> None:
     """Write each root's state file atomically (best effort: a failure only costs re-hashing),
-    vouching for exactly the ``durable`` records."""
+    vouching for exactly the ``durable`` records; ``pending`` ones are kept apart, under their
+    boot, and trusted by no one before they are synced or re-read (``settle_pending``)."""
     records = durable.records
     for root, d in target_dirs.items():
         mine = sorted(p for rt, p in records if rt == root)
-        if not mine:
+        waiting = {p: v for (rt, p), v in (pending or {}).items() if rt == root}
+        if not mine and not waiting:
             continue
-        replace_best_effort(Path(d, STATE_FILE),
-                            encode_state_chunks(mine, functools.partial(_record_at, records, root)))
+        replace_best_effort(Path(d, STATE_FILE), encode_state_chunks(
+            mine, functools.partial(_record_at, records, root), waiting))
 
 
 def _record_at(records: Mapping[FileId, StateRecord], root: str, path: str) -> StateRecord:
     return records[(root, path)]
+
+
+def pending_now(records: Mapping[FileId, StateRecord]) -> dict[FileId, tuple[str, StateRecord]]:
+    """``records`` as pending in this boot (verified here, not synced)."""
+    boot = fs.boot_id() or ""
+    return {k: (boot, r) for k, r in records.items()}
 
 
 _PROOF = object()  # only this module makes Durable sets
@@ -134,6 +192,22 @@ class Durable:
     def from_state(state: Mapping[FileId, StateRecord], keep: Iterable[FileId]) -> Durable:
         """The records of ``keep`` exactly as a loaded state file vouched for them."""
         return Durable(MappingProxyType({k: state[k] for k in keep if k in state}), _PROOF)
+
+    @staticmethod
+    def reread(pending: Pending, records: Mapping[FileId, StateRecord]) -> Durable:
+        """The ``records`` just hashed that equal a pending record from an earlier boot: the
+        file is that inode with the same times (nothing wrote it in this boot), so its pages
+        in this boot came from the disk, and the hash just taken is of the bytes on disk."""
+        now = fs.boot_id()
+        return Durable(MappingProxyType({
+            k: r for k, r in records.items()
+            if now and k in pending and pending[k][0] not in ("", now) and pending[k][1] == r}),
+            _PROOF)
+
+    def still(self, records: Mapping[FileId, StateRecord]) -> Durable:
+        """Those of these records that ``records`` still hold (a file replaced since is not)."""
+        return Durable(MappingProxyType({k: r for k, r in self.records.items()
+                                         if records.get(k) == r}), _PROOF)
 
     def __or__(self, other: Durable) -> Durable:
         if not self.records or not other.records:  # no copy of a million records for nothing
@@ -179,6 +253,17 @@ def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: 
                    if isinstance(why, str))
     return SyncOutcome(Durable(MappingProxyType(durable), _PROOF), failed,
                        len(items) - len(durable) - len(failed))
+
+
+def settle_pending(roots: Roots, pending: Pending, wanted: Iterable[FileId], *,
+                   workers: int = 8, deadline: float | None = None) -> SyncOutcome:
+    """Make this boot's pending records of ``wanted`` files durable (``sync_records``: the very
+    inode, ``fdatasync``ed; cheap when the kernel has written it back meanwhile), so they may
+    be trusted unhashed. Records from an earlier boot are not synced: their files are hashed
+    (``Durable.reread``)."""
+    now = fs.boot_id()
+    mine = {k: pending[k][1] for k in wanted if k in pending and now and pending[k][0] == now}
+    return sync_records(roots, mine, workers=workers, deadline=deadline)
 
 
 def _same_file(rec: StateRecord) -> Callable[[os.stat_result], bool]:

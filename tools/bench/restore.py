@@ -97,6 +97,7 @@ class Timed:
     code: int
     stdout: str
     stderr: str
+    cpu_seconds: float = 0.0  # user + system of the command (wait4)
 
 
 # A small process that starts every timed command. Linux records a child's peak RSS from the
@@ -114,6 +115,7 @@ for line in sys.stdin:
         seconds = time.perf_counter() - started
         out.seek(0); err.seek(0)
         print(json.dumps({"seconds": seconds, "maxrss": usage.ru_maxrss,
+                          "cpu": usage.ru_utime + usage.ru_stime,
                           "code": os.waitstatus_to_exitcode(status),
                           "stdout": out.read().decode(errors="replace"),
                           "stderr": err.read().decode(errors="replace")}), flush=True)
@@ -140,7 +142,7 @@ def run(argv: Sequence[str], env: dict[str, str], *, check: bool = True) -> Time
     _spawner.stdin.write(json.dumps({"argv": list(argv), "env": env}) + "\n")
     _spawner.stdin.flush()
     r = json.loads(_spawner.stdout.readline())
-    t = Timed(r["seconds"], r["maxrss"], r["code"], r["stdout"], r["stderr"])
+    t = Timed(r["seconds"], r["maxrss"], r["code"], r["stdout"], r["stderr"], r["cpu"])
     if check and t.code != 0:
         raise RuntimeError(f"{argv[0]} {' '.join(argv[1:3])} exited {t.code}:\n"
                            f"{t.stderr[-2000:]}")

@@ -1,5 +1,7 @@
 """A restore SIGKILLed at random points (writes, renames, the sync) never leaves a state file that
-vouches for a file this process did not fdatasync, nor for bytes that differ from its record."""
+vouches for a file that no restore fdatasynced, nor for bytes that differ from its record: a
+restore syncs nothing and leaves its files pending; the next one in the same boot syncs them
+(the sync step killed here too) before the state file vouches for them."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from neffcache.backends import NEURON
 from neffcache.fingerprint import build_fingerprint
 from neffcache.matrix import Cell
 from neffcache.precompile.publish import publish_entry
-from neffcache.restore.state import STATE_FILE, load_state
+from neffcache.restore.fs import boot_id
+from neffcache.restore.state import STATE_FILE, load_pending, load_state
 from neffcache.store.local import LocalStore
 from tests.support.synthetic import make_neff_cache
 
@@ -27,8 +30,8 @@ CELL = Cell("p", "diffusers:P", "m", "main", "bfloat16", "compile", ("transforme
 
 # The child restores, counting the calls that change files (write, rename, fdatasync, fsync); at
 # call number KILL_AT it SIGKILLs itself. Every fdatasync that returned is logged (path, inode)
-# with an O_APPEND write, which survives the kill. With KILL_AT < 0 it runs to the end and logs
-# how many calls there were and where the sync began.
+# with an O_APPEND write, which survives the kill (the log spans every run on the target). With
+# KILL_AT < 0 it runs to the end and logs how many calls there were and where the sync began.
 CHILD = """
 import os, signal, sys, threading
 from pathlib import Path
@@ -88,9 +91,12 @@ def synced_files(log: Path) -> set[tuple[str, int]]:
 
 def assert_vouches_only_durable(root: Path, synced: set[tuple[str, int]]) -> int:
     """Every record the state file vouches for whose file is still that file (so a later run
-    would skip hashing it) was fdatasynced, inode and all, and holds the recorded bytes."""
+    would skip hashing it) was fdatasynced, inode and all, and holds the recorded bytes; every
+    record it holds unsynced is pending under this boot (trusted by no run before a sync)."""
     trusted = 0
-    for (_root, path), rec in load_state({"neff": str(root)}).items():
+    dirs = {"neff": str(root)}
+    assert {boot for boot, _ in load_pending(dirs).values()} <= {boot_id()}
+    for (_root, path), rec in load_state(dirs).items():
         try:
             st = os.lstat(root / path)
         except FileNotFoundError:
@@ -103,35 +109,50 @@ def assert_vouches_only_durable(root: Path, synced: set[tuple[str, int]]) -> int
     return trusted
 
 
+def calibrate(store: Path, tmp_path: Path) -> tuple[int, int, int]:
+    """Calls in a fresh restore (which syncs nothing, vouches for nothing), and in the rerun
+    that syncs them: its call count and where its sync step begins."""
+    log, calib = tmp_path / "calib-log", tmp_path / "calib"
+    assert run_child(store, calib, -1, log) == 0
+    total, first_sync, ok = log.read_text().splitlines()[-1].split()[1:]
+    assert ok == "True" and int(first_sync) == -1 and synced_files(log) == set()
+    assert load_state({"neff": str(calib / "neff")}) == {}
+    assert run_child(store, calib, -1, log) == 0
+    total2, first_sync2, ok2 = log.read_text().splitlines()[-1].split()[1:]
+    assert ok2 == "True" and 0 < int(first_sync2) < int(total2)
+    return int(total), int(first_sync2), int(total2)
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_restore_killed_anywhere_never_vouches_for_an_unsynced_file(tmp_path: Path,
                                                                         seed: int) -> None:
     cache = make_neff_cache(tmp_path / "src", seed=seed, count=40, large=1)
     store = LocalStore(tmp_path / "store")
     publish_entry(store, CELL, FP, NEURON, {"neff": cache.root})
-    log = tmp_path / "log"
-    calib = tmp_path / "calib"
-    assert run_child(tmp_path / "store", calib, -1, log) == 0
-    total, first_sync, ok = log.read_text().splitlines()[-1].split()[1:]
-    assert ok == "True" and 0 < int(first_sync) < int(total)
+    total, first_sync, total2 = calibrate(tmp_path / "store", tmp_path)
 
     rng = random.Random(seed)
-    # Half the kills anywhere, half inside the sync step (which the calibration run located).
-    points = [rng.randint(1, int(total)) for _ in range(4)] + \
-             [rng.randint(int(first_sync), int(total)) for _ in range(4)]
-    target = tmp_path / "t"
+    # Half the kills anywhere in a restore that starts from what the killed runs before it
+    # left (at times from scratch); half inside the sync step of a rerun after a full restore.
+    points = [(rng.randint(1, total), False) for _ in range(4)] + \
+             [(rng.randint(first_sync, total2), True) for _ in range(4)]
+    rng.shuffle(points)
+    target, log = tmp_path / "t", tmp_path / "log"
     root = target / "neff"
     killed = vouched_midway = 0  # vouched_midway: killed runs whose state file vouched for some
-    for point in points:
-        # Each run starts from what the killed runs before it left (and, at times, from scratch).
-        if rng.random() < 0.3 and target.exists():
+    for point, in_sync in points:
+        if (in_sync or rng.random() < 0.3) and target.exists():
             shutil.rmtree(target)
             log.unlink()
+        if in_sync:
+            assert run_child(tmp_path / "store", target, -1, log) == 0
+            assert assert_vouches_only_durable(root, synced_files(log)) == 0
         code = run_child(tmp_path / "store", target, point, log)
         killed += code == -9
         if (root / STATE_FILE).exists():
             vouched_midway += assert_vouches_only_durable(root, synced_files(log)) > 0
-    assert killed >= 2 and vouched_midway >= 1  # (a later run may finish before its point)
-    assert run_child(tmp_path / "store", target, -1, log) == 0
+    assert killed >= 4 and vouched_midway >= 1  # (a later run may finish before its point)
+    for _ in range(2):  # a restore to the end, then its rerun in this boot: all vouched for
+        assert run_child(tmp_path / "store", target, -1, log) == 0
     assert assert_vouches_only_durable(root, synced_files(log)) == len(cache.files)
     assert {p: (root / p).read_bytes() for p in cache.files} == cache.files

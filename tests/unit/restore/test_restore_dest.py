@@ -1,7 +1,8 @@
 """The destination of a restore: one restore per DIR (lock), stale temp files swept, symlinks at
 the roots and the entries directory refused, the final file replaced (never written through),
-and durability: each new file fdatasynced (never a syncfs) before the state file vouches for
-it, and only a ``Durable`` set can be saved."""
+and durability: a restore syncs nothing and leaves its files pending; the next one in the same
+boot fdatasyncs them (never a syncfs), one in a later boot hashes them, before the state file
+vouches for them; only a ``Durable`` set can be saved."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from neffcache.fingerprint import build_fingerprint
 from neffcache.matrix import Cell
 from neffcache.precompile.publish import publish_entry
 from neffcache.restore import fs as restore_fs
+from neffcache.restore import scan as scan_mod
 from neffcache.restore.dest import ENTRIES_DIR, LOCK_FILE, is_unclean, lock_destination
 from neffcache.restore.fs import Roots
 from neffcache.restore.local import restore_local
@@ -26,6 +28,7 @@ from neffcache.restore.state import (
     STATE_FILE,
     Durable,
     StateRecord,
+    load_pending,
     load_state,
     state_record,
     sync_records,
@@ -180,16 +183,15 @@ def test_a_symlink_at_a_final_path_is_replaced_not_written_through(tmp_path: Pat
 
 # --- durability -----------------------------------------------------------------------------
 
-def test_each_new_file_is_fdatasynced_before_the_state_file_and_no_syncfs(
+def test_a_restore_waits_for_no_disk_and_the_next_one_syncs_before_it_vouches(
         tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     store, files = published
     target = tmp_path / "t"
+    dirs = {"neff": str(target / "neff")}
     synced: list[str] = []
     real = os.fdatasync
-    state_file = target / "neff" / STATE_FILE
 
     def fdatasync(fd: int) -> None:
-        assert not state_file.exists()  # every file is synced before the state file is written
         real(fd)
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
 
@@ -200,14 +202,47 @@ def test_each_new_file_is_fdatasynced_before_the_state_file_and_no_syncfs(
     monkeypatch.setattr(restore_fs, "sync_filesystems", no_syncfs)
     r = restore_cells(store, [CELL], NEURON, FP, target)
     assert r.error() is None and r.files_fetched == len(files)
+    assert synced == []  # nothing waited for the disk
+    assert load_state(dirs) == {}  # so nothing is vouched for: every file is pending
+    assert {k for k, (boot, _) in load_pending(dirs).items()
+            if boot == restore_fs.boot_id()} == {("neff", p) for p in files}
+    again = restore_cells(store, [CELL], NEURON, FP, target)  # the same boot: sync, then vouch
+    assert again.error() is None and again.files_fetched == 0
     assert sorted(synced) == sorted(str(target / "neff" / p) for p in files)
-    assert len(load_state({"neff": str(target / "neff")})) == len(files)
+    assert len(load_state(dirs)) == len(files) and load_pending(dirs) == {}
+
+
+def test_a_later_boot_hashes_what_an_earlier_one_left_pending(
+        tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target = tmp_path / "t"
+    dirs = {"neff": str(target / "neff")}
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None
+    bad = sorted(files)[2]
+    with open(target / "neff" / bad, "r+b") as fh:  # lost in the crash: same size, zeros
+        fh.write(bytes(len(files[bad])))
+    monkeypatch.setattr(restore_fs, "_BOOT_ID", ["a-later-boot"])
+    monkeypatch.setattr(os, "fdatasync", lambda fd: pytest.fail("a later boot syncs nothing"))
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is None
+    hashed: list[str] = []
+    real_hash = scan_mod._hash_at
+    monkeypatch.setattr(scan_mod, "_hash_at", lambda dfd, name, dl: hashed.append(name)
+                        or real_hash(dfd, name, dl))
+    r = restore_cells(store, [CELL], NEURON, FP, target)
+    assert r.error() is None and r.files_fetched == 1  # the zeroed file, found out
+    assert len(hashed) == len(files)
+    vouched = load_state(dirs)  # re-read from the disk in this boot: durable; the refetched
+    assert set(vouched) == {("neff", p) for p in files if p != bad}  # one is pending
+    assert set(load_pending(dirs)) == {("neff", bad)}
+    assert tree(target / "neff") == files
 
 
 def test_files_not_known_to_be_on_disk_are_not_vouched_for(
         tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     store, files = published
     target = tmp_path / "t"
+    dirs = {"neff": str(target / "neff")}
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None
     real = os.fdatasync
     bad = sorted(files)[3]
 
@@ -217,15 +252,17 @@ def test_files_not_known_to_be_on_disk_are_not_vouched_for(
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", failing)
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is None
     r = restore_cells(store, [CELL], NEURON, FP, target)
     assert r.to_json()["exit_code"] == 1 and "could not be made durable" in str(r.error())
-    vouched = load_state({"neff": str(target / "neff")})
+    vouched = load_state(dirs)
     assert ("neff", bad) not in vouched and len(vouched) == len(files) - 1
-    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is None
+    assert set(load_pending(dirs)) == {("neff", bad)}  # hashed instead, still pending
     monkeypatch.undo()
-    again = restore_cells(store, [CELL], NEURON, FP, target)  # hashes, syncs, vouches now
+    again = restore_cells(store, [CELL], NEURON, FP, target)  # syncs it, vouches now
     assert again.error() is None and again.files_fetched == 0
-    assert len(load_state({"neff": str(target / "neff")})) == len(files)
+    assert len(load_state(dirs)) == len(files)
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is not None
 
 
 def test_sync_vouches_only_for_the_very_file_it_verified(tmp_path: Path) -> None:
