@@ -66,7 +66,12 @@ class FingerprintRow(Base):
 
 class CellRow(Base):
     __tablename__ = "cells"
-    __table_args__ = (Index(None, "id"), Index(None, "pipeline", "mode"))
+    __table_args__ = (
+        Index(None, "id"), Index(None, "pipeline", "mode"),
+        # Postgres: LIKE 'prefix%' as an index range under any collation (a glob's literal
+        # prefix; SQLite's GLOB uses ix_cells_id). On SQLite a plain index (migration 0007_ls_glob).
+        Index("ix_cells_id_pattern", "id", postgresql_ops={"id": "varchar_pattern_ops"}),
+    )
 
     key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
     id: Mapped[str] = mapped_column(String(255))
@@ -87,6 +92,9 @@ class EntryRow(Base):
         Index(None, "cell_key", "fingerprint_key", "entry_key", "total_bytes"),
         Index(None, "fingerprint_key"),
         Index(None, "created_at"),
+        # A cell's entries newest first: ``ls --cell GLOB`` reads each matching cell's newest
+        # through it, whatever the rows' age (migration 0007_ls_glob).
+        Index(None, "cell_key", "created_at", "entry_key"),
         Index(None, "last_used_at"),
     )
 
