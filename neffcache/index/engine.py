@@ -48,7 +48,9 @@ def make_engine(url: str) -> Engine:
         return _sqlite_engine(url)
     if backend == "postgresql":
         try:
-            return create_engine(url, pool_pre_ping=True,
+            # No hstore column: skip the type lookup SQLAlchemy makes on first connect (a
+            # round trip every command pays at start-up).
+            return create_engine(url, pool_pre_ping=True, use_native_hstore=False,
                                  connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
         except ImportError as e:
             raise ConfigError(f"index {redact_url(url)}: driver missing ({e}); "

@@ -156,18 +156,20 @@ def list_entries(conn: Any, cell_glob: str | None = None,
     e, c, f = entries, cells, fingerprints
     position = parse_entry_cursor(after) if after else None
 
-    def listing(src: Any, cell_key: Any, created_at: Any = None) -> Any:
-        """The listing's columns and filters over ``src`` (entries, or a per-cell subquery
-        of it), joined to its cell by ``cell_key``, ordered newest first by ``created_at``."""
+    def listing(src: Any, cell_key: Any, order: tuple[Any, Any] | None = None,
+                base: Any = None) -> Any:
+        """The listing's columns and filters over entries ``src`` (read from ``base``: src
+        itself, or a join starting from a subquery of chosen keys), joined to each entry's
+        cell by ``cell_key``, ordered newest first by ``order`` (created_at, entry_key)."""
+        created_at, entry_key = order or (src.c.created_at, src.c.entry_key)
         return (select(src.c.entry_key, c.c.id, src.c.cell_key, src.c.fingerprint_key,
                        f.c.backend, src.c.store_url, src.c.total_bytes, src.c.file_count,
                        src.c.compile_seconds, src.c.created_at, src.c.verified_status,
                        src.c.verified_at, src.c.last_used_at, src.c.restore_count)
-                .select_from(src.join(c, c.c.key == cell_key)
+                .select_from((src if base is None else base).join(c, c.c.key == cell_key)
                              .join(f, f.c.key == src.c.fingerprint_key))
                 .where(*entry_filters(src, fingerprint_key, position))
-                .order_by((src.c.created_at if created_at is None else created_at).desc(),
-                          src.c.entry_key))
+                .order_by(created_at.desc(), entry_key))
 
     if not cell_glob:
         return _run(conn, listing(e, e.c.cell_key), None, limit)
@@ -184,8 +186,11 @@ def list_entries(conn: Any, cell_glob: str | None = None,
         return found
     # the fnmatch re-check keeps or drops a cell's entries all together: each cell's newest
     # ``limit`` still hold the newest ``limit`` of the cells it keeps
-    return _run(conn, _newest_per_cell(conn, listing, clause, fingerprint_key, position,
-                                       limit), check, limit)
+    newest = newest_keys(conn, clause, entry_filters(e, fingerprint_key, position), limit,
+                         whole=check is None)
+    return _run(conn, listing(e, e.c.cell_key, (newest.c.created_at, newest.c.entry_key),
+                              newest.join(e, e.c.entry_key == newest.c.entry_key)),
+                check, limit)
 
 
 def entry_filters(src: Any, fingerprint_key: str | None,
@@ -201,26 +206,32 @@ def entry_filters(src: Any, fingerprint_key: str | None,
     return out
 
 
-def _newest_per_cell(conn: Any, listing: Callable[..., Any], clause: Any,
-                     fingerprint_key: str | None, position: tuple[datetime, str] | None,
-                     limit: int) -> Any:
-    """The newest ``limit`` entries of the cells matching ``clause``, read cell by cell
-    through the (cell_key, created_at, entry_key) index: never a walk of all entries by
-    created_at (which reads every newer entry first: 838k rows for an old pipeline)."""
+def newest_keys(conn: Any, clause: Any, filters: list[Any], limit: int,
+                whole: bool = True) -> Any:
+    """A subquery (entry_key, created_at) of the newest ``limit`` entries of the cells
+    matching ``clause`` (``whole=False``: each cell's newest ``limit``, for a caller that
+    drops cells), read cell by cell from ix_entries_cell_key_created_at_entry_key alone:
+    never a walk of the entries by created_at (which reads every newer entry first: 838k
+    rows for an old pipeline), and the listing's other columns are read for ``limit`` rows."""
     e, c = entries, cells
     if dialect_name(conn) == "postgresql":
         matching = select(c.c.key).where(clause).subquery("matching")
-        per_cell = (select(*e.c).where(e.c.cell_key == matching.c.key,
-                                      *entry_filters(e, fingerprint_key, position))
+        per_cell = (select(e.c.entry_key, e.c.created_at)
+                    .where(e.c.cell_key == matching.c.key, *filters)
                     .order_by(e.c.created_at.desc(), e.c.entry_key).limit(limit)
                     .lateral("per_cell"))
-        newest = select(per_cell).select_from(matching.join(per_cell, true())).subquery("e")
-        return listing(newest, newest.c.cell_key)
+        return (select(per_cell.c.entry_key, per_cell.c.created_at)
+                .select_from(matching.join(per_cell, true()))
+                .order_by(per_cell.c.created_at.desc(), per_cell.c.entry_key)
+                .limit(limit if whole else None).subquery("newest"))
     # SQLite has no LATERAL: ordering by an expression no index serves (the same value)
-    # keeps its planner from the created_at index; it reads the matching cells (GLOB on
-    # ix_cells_id) and each one's entries (cell_key index), then sorts them.
-    return listing(e, e.c.cell_key, func.coalesce(e.c.created_at, e.c.created_at)).where(
-        e.c.cell_key.in_(select(c.c.key).where(clause)))
+    # keeps its planner from the created_at index; it reads the matching cells (a range on
+    # ix_cells_id) and each one's entries from the covering index, then sorts those.
+    per_cell_order = func.coalesce(e.c.created_at, e.c.created_at)
+    return (select(e.c.entry_key, e.c.created_at)
+            .where(e.c.cell_key.in_(select(c.c.key).where(clause)), *filters)
+            .order_by(per_cell_order.desc(), e.c.entry_key)
+            .limit(limit if whole else None).subquery("newest"))
 
 
 def _walk(conn: Any, listing: Callable[..., Any], clause: Any, check: str | None,
