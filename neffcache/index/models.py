@@ -66,12 +66,7 @@ class FingerprintRow(Base):
 
 class CellRow(Base):
     __tablename__ = "cells"
-    __table_args__ = (
-        Index(None, "id"), Index(None, "pipeline", "mode"),
-        # Postgres: LIKE 'prefix%' as an index range under any collation (a glob's literal
-        # prefix; SQLite's GLOB uses ix_cells_id). On SQLite a plain index (migration 0007_ls_glob).
-        Index("ix_cells_id_pattern", "id", postgresql_ops={"id": "varchar_pattern_ops"}),
-    )
+    __table_args__ = (Index(None, "id"), Index(None, "pipeline", "mode"))
 
     key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
     id: Mapped[str] = mapped_column(String(255))
