@@ -212,17 +212,30 @@ def newest_keys(conn: Any, clause: Any, filters: list[Any], limit: int,
     matching ``clause`` (``whole=False``: each cell's newest ``limit``, for a caller that
     drops cells), read cell by cell from ix_entries_cell_key_created_at_entry_key alone:
     never a walk of the entries by created_at (which reads every newer entry first: 838k
-    rows for an old pipeline), and the listing's other columns are read for ``limit`` rows."""
+    rows for an old pipeline); the listing's other columns are then read for ``limit`` rows.
+
+    Without other filters, only entries at least as new as the ``limit``-th newest cell's
+    newest entry are read (each cell's newest is one index probe; ``limit`` cells have an
+    entry that new, so the newest ``limit`` entries are all at least that new): about the
+    matching cells plus ``limit`` index rows, however many entries each cell has."""
     e, c = entries, cells
+    if whole and not filters:
+        newest_of_cell = (select(func.max(e.c.created_at)).where(e.c.cell_key == c.c.key)
+                          .scalar_subquery())
+        per_cell = select(newest_of_cell.label("newest")).where(clause).subquery("cell_newest")
+        bound = (select(per_cell.c.newest).where(per_cell.c.newest.is_not(None))
+                 .order_by(per_cell.c.newest.desc()).offset(limit - 1).limit(1)
+                 .scalar_subquery())
+        filters = [e.c.created_at >= func.coalesce(bound, _EPOCH)]
     if dialect_name(conn) == "postgresql":
         matching = select(c.c.key).where(clause).subquery("matching")
-        per_cell = (select(e.c.entry_key, e.c.created_at)
-                    .where(e.c.cell_key == matching.c.key, *filters)
-                    .order_by(e.c.created_at.desc(), e.c.entry_key).limit(limit)
-                    .lateral("per_cell"))
-        return (select(per_cell.c.entry_key, per_cell.c.created_at)
-                .select_from(matching.join(per_cell, true()))
-                .order_by(per_cell.c.created_at.desc(), per_cell.c.entry_key)
+        lateral = (select(e.c.entry_key, e.c.created_at)
+                   .where(e.c.cell_key == matching.c.key, *filters)
+                   .order_by(e.c.created_at.desc(), e.c.entry_key).limit(limit)
+                   .lateral("per_cell"))
+        return (select(lateral.c.entry_key, lateral.c.created_at)
+                .select_from(matching.join(lateral, true()))
+                .order_by(lateral.c.created_at.desc(), lateral.c.entry_key)
                 .limit(limit if whole else None).subquery("newest"))
     # SQLite has no LATERAL: ordering by an expression no index serves (the same value)
     # keeps its planner from the created_at index; it reads the matching cells (a range on
@@ -285,7 +298,9 @@ def walk_plan(conn: Any, cell_clause: Any, limit: int,
     """(how many of the newest entries to walk first, how many rows the per-cell plan
     reads) if a walk is expected to read far fewer rows than that plan, else None. Counted
     from how many cells match (not from statistics), assuming their entries are spread over
-    time like the rest; the first walk is four times the estimate."""
+    time like the rest; the first walk is four times the estimate. The per-cell plan reads
+    about one index probe per matching cell plus ``limit`` rows (with a fingerprint: each
+    matching cell's entries), so a walk pays only for globs matching most cells."""
     matching, all_cells, n_fps = conn.execute(select(
         select(func.count()).select_from(cells).where(cell_clause).scalar_subquery(),
         select(func.count()).select_from(cells).scalar_subquery(),
@@ -294,8 +309,8 @@ def walk_plan(conn: Any, cell_clause: Any, limit: int,
         return None
     n_fps = max(1, n_fps)  # entries per cell, at most
     walked = int(4 * limit * all_cells / matching * (n_fps if by_fingerprint else 1)) + limit
-    per_cell_rows = matching * min(n_fps, limit)
-    if walked > per_cell_rows // 2:
+    per_cell_rows = matching * min(n_fps, limit) if by_fingerprint else matching + limit
+    if walked * 2 > per_cell_rows:
         return None
     return walked, per_cell_rows
 
