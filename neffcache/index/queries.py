@@ -213,20 +213,11 @@ def newest_keys(conn: Any, clause: Any, filters: list[Any], limit: int,
     drops cells), read cell by cell from ix_entries_cell_key_created_at_entry_key alone:
     never a walk of the entries by created_at (which reads every newer entry first: 838k
     rows for an old pipeline); the listing's other columns are then read for ``limit`` rows.
-
-    Without other filters, only entries at least as new as the ``limit``-th newest cell's
-    newest entry are read (each cell's newest is one index probe; ``limit`` cells have an
-    entry that new, so the newest ``limit`` entries are all at least that new): about the
-    matching cells plus ``limit`` index rows, however many entries each cell has."""
+    Without other filters, only entries at least as new as ``newest_bound`` are read."""
     e, c = entries, cells
     if whole and not filters:
-        newest_of_cell = (select(func.max(e.c.created_at)).where(e.c.cell_key == c.c.key)
-                          .scalar_subquery())
-        per_cell = select(newest_of_cell.label("newest")).where(clause).subquery("cell_newest")
-        bound = (select(per_cell.c.newest).where(per_cell.c.newest.is_not(None))
-                 .order_by(per_cell.c.newest.desc()).offset(limit - 1).limit(1)
-                 .scalar_subquery())
-        filters = [e.c.created_at >= func.coalesce(bound, _EPOCH)]
+        since = newest_bound(conn, clause, limit)
+        filters = [] if since is None else [e.c.created_at >= since]
     if dialect_name(conn) == "postgresql":
         matching = select(c.c.key).where(clause).subquery("matching")
         lateral = (select(e.c.entry_key, e.c.created_at)
@@ -245,6 +236,20 @@ def newest_keys(conn: Any, clause: Any, filters: list[Any], limit: int,
             .where(e.c.cell_key.in_(select(c.c.key).where(clause)), *filters)
             .order_by(per_cell_order.desc(), e.c.entry_key)
             .limit(limit if whole else None).subquery("newest"))
+
+
+def newest_bound(conn: Any, clause: Any, limit: int) -> datetime | None:
+    """The ``limit``-th newest of the matching cells' newest entries (None: fewer cells
+    have one): ``limit`` cells have an entry that new, so the newest ``limit`` entries are all
+    at least that new. One index probe per cell, in a statement of its own: its result is a
+    plain parameter of the listing (a subquery there inflates the planner's estimates)."""
+    e, c = entries, cells
+    newest = select(func.max(e.c.created_at)).where(e.c.cell_key == c.c.key).scalar_subquery()
+    per_cell = select(newest.label("newest")).where(clause).subquery("cell_newest")
+    value = conn.scalar(select(per_cell.c.newest)  # a cell without entries: NULL, last
+                        .order_by(per_cell.c.newest.desc().nulls_last())
+                        .offset(limit - 1).limit(1))
+    return None if value is None else as_utc(value)
 
 
 def _walk(conn: Any, listing: Callable[..., Any], clause: Any, check: str | None,

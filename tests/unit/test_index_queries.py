@@ -26,7 +26,7 @@ GLOBS = ["flux2-klein/*", "flux2-klein/compile/64x*", "*/64x7[0-9]/*", "sdxl/*",
          "flux2-klein/compile/6[4]x1[!0]*", "nothing/*", "*", "?dxl/*/64x6?/*",
          # characters LIKE and GLOB treat specially, matched literally by fnmatch
          "sd_xl/*", "sd%xl/*", "sd\\xl/*", "sd[_%]xl/*", "sd?xl/compile/64x64/*", "sd*xl/*",
-         "sd[[]xl/*", "sd[]]xl/*", "sd[!_]xl/*"]
+         "sd[[]xl/*", "sd[]]xl/*", "sd[!_]xl/*", "p0/*", "[ps]*"]
 OLDEST = "flux2-klein/compile/64x[6-9]*"  # cells 0-4, whose entries are the oldest
 ODD = ["sd_xl", "sd%xl", "sd\\xl", "sd[xl", "sd]xl", "sdaxl"]  # pipelines with odd names
 
@@ -45,6 +45,8 @@ def fill(ix: Index) -> None:
                                            created_at=f"2026-03-01T10:{t // 60:02d}:"
                                                       f"{t % 60:02d}+00:00"))
     ix.record_entries(manifests, "s3://b/p")
+    empty = matrix_text("empty", shapes=8)  # cells p0/compile/... without entries
+    register_matrix(ix, parse_matrix(empty, "empty.toml"), empty)
 
 
 def check_plans(ix: Index) -> None:

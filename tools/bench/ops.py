@@ -236,7 +236,10 @@ def cli_timings(facts: dict[str, Any], repeat: int,
         for name, argv in commands.items():
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
-            subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+            done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)  # ls: `next: ...`
+            if done.returncode not in (0, 3):  # 3: coverage, some cells not ready
+                raise SystemExit(f"{argv}: exit {done.returncode}\n{done.stderr}")
             wall = time.perf_counter() - t
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if round_:  # round 0 warms the page cache
