@@ -258,7 +258,7 @@ def _walk(conn: Any, listing: Callable[..., Any], clause: Any, check: str | None
     per-cell plan should answer. The walk is bounded to the newest few times the rows it
     expects to read and widened eightfold while it finds fewer than ``limit`` (the matching
     cells' entries are older than the rest), while it reads fewer rows than half of what the
-    per-cell plan reads: an old pipeline costs at most about twice that plan."""
+    per-cell plan reads: an old pipeline costs at most about three times that plan."""
     e, c = entries, cells
     budget, per_cell_rows = plan
     # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot
@@ -301,7 +301,7 @@ def _run(conn: Any, stmt: Any, check: str | None, limit: int | None) -> list[Ent
 def walk_plan(conn: Any, cell_clause: Any, limit: int,
               by_fingerprint: bool) -> tuple[int, int] | None:
     """(how many of the newest entries to walk first, how many rows the per-cell plan
-    reads) if a walk is expected to read far fewer rows than that plan, else None. Counted
+    reads) if a first walk reads no more rows than that plan, else None. Counted
     from how many cells match (not from statistics), assuming their entries are spread over
     time like the rest; the first walk is four times the estimate. The per-cell plan reads
     about one index probe per matching cell plus ``limit`` rows (with a fingerprint: each
@@ -315,7 +315,7 @@ def walk_plan(conn: Any, cell_clause: Any, limit: int,
     n_fps = max(1, n_fps)  # entries per cell, at most
     walked = int(4 * limit * all_cells / matching * (n_fps if by_fingerprint else 1)) + limit
     per_cell_rows = matching * min(n_fps, limit) if by_fingerprint else matching + limit
-    if walked * 2 > per_cell_rows:
+    if walked > per_cell_rows:
         return None
     return walked, per_cell_rows
 
