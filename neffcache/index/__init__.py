@@ -40,8 +40,9 @@ The handle and the building blocks other packages use:
     values (frozen dataclasses) and their JSON documents (TypedDicts, ``*Doc``; the API's
         response models are built from them)
 
-Importing this package imports SQLAlchemy Core (not the ORM, not FastAPI or pydantic); the
-ops reads load the ORM on first use. The restore path never imports this package.
+Importing this package imports nothing: each name loads its module when first used, so a
+command imports what it calls (``ls``: SQLAlchemy Core and the listing; not the ORM, not
+FastAPI or pydantic; the ops reads load the ORM). The restore path never imports this package.
 """
 
 from __future__ import annotations
@@ -49,148 +50,61 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from neffcache.index.api import Index, open_index
-from neffcache.index.calls import (
-    IngestRestoreReportsRequest,
-    IngestRestoreReportsResult,
-    ListEntriesRequest,
-    ListEntriesResult,
-    ListRegisteredMatricesRequest,
-    ListRegisteredMatricesResult,
-    RegisterMatrixFileRequest,
-    RegisterMatrixFileResult,
-    ReindexStoreRequest,
-    ReindexStoreResult,
-    ShowRegisteredMatrixRequest,
-    ShowRegisteredMatrixResult,
-    ShowSchemaRequest,
-    ShowSchemaResult,
-    UpgradeSchemaRequest,
-    UpgradeSchemaResult,
-    ingest_restore_reports,
-    iter_entries,
-    list_entries,
-    list_registered_matrices,
-    next_cursor,
-    register_matrix_file,
-    reindex_store,
-    show_registered_matrix,
-    show_schema,
-    upgrade_schema,
-)
-from neffcache.index.coverage_call import (
-    HOST,
-    CoverageRequest,
-    CoverageResult,
-    CoverageStream,
-    coverage,
-    stream_coverage,
-)
-from neffcache.index.coverage_grid import status_of
-from neffcache.index.ingest import (
-    IngestResult,
-    InvalidReport,
-    ReportPoller,
-    ingest_report_files,
-    ingest_reports,
-)
-from neffcache.index.matrices import (
-    get_matrix,
-    list_matrices,
-    matrix_digest,
-    matrix_name_of,
-    matrix_versions,
-    register_matrix,
-    registered_cells,
-)
-from neffcache.index.ops_values import (
-    DURATION_BUCKETS,
-    OUTCOMES,
-    CoverageGrid,
-    FailureRecord,
-    FingerprintCounts,
-    FingerprintInfo,
-    FingerprintStats,
-    GridRow,
-    IndexTotals,
-    LeaseStats,
-    MatrixRunTime,
-    MatrixVersion,
-    ReportedFingerprint,
-    RestoreOutcomeStats,
-    RestorePoint,
-    RestoreRecord,
-    RunSummary,
-    SdkBytes,
-    group_by_sdk,
-    restore_outcome,
-    sdk_version,
-)
-from neffcache.index.queries import (
-    CURSOR_PATTERN,
-    ID_CURSOR_PATTERN,
-    NAME_CURSOR_PATTERN,
-    entry_cursor,
-)
-from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
-from neffcache.index.shapes import (
-    BucketDoc,
-    CoverageCellDoc,
-    CoverageCheckDoc,
-    CoverageDoc,
-    CoverageFingerprintDoc,
-    CoverageGridDoc,
-    CoverageReportDoc,
-    CoverageRowDoc,
-    Doc,
-    EntriesDoc,
-    EntryDoc,
-    FailureDoc,
-    FingerprintCountsDoc,
-    FingerprintDoc,
-    GridRowDoc,
-    IngestDoc,
-    IngestReportsDoc,
-    InProgressDoc,
-    InvalidDoc,
-    MatrixCoverageDoc,
-    MatrixDetail,
-    MatrixDoc,
-    NotReadyDoc,
-    Outcome,
-    ReindexDoc,
-    ReindexStoreDoc,
-    RestoreDoc,
-    RestoreOutcomeDoc,
-    RestorePointDoc,
-    RunDetail,
-    RunDoc,
-    SchemaStateDoc,
-    SdkBytesDoc,
-    Status,
-    Summary,
-    TotalsDoc,
-    UpgradeDoc,
-)
-from neffcache.index.values import (
-    FAILED,
-    IN_PROGRESS,
-    MISSING,
-    READY,
-    STATUSES,
-    ClaimResult,
-    CoverageFingerprint,
-    CoverageReport,
-    CoverageRow,
-    EntrySummary,
-    InvalidManifest,
-    Lease,
-    LiveLease,
-    ReindexResult,
-    SchemaState,
-)
-
 if TYPE_CHECKING:
+    from neffcache.index.api import Index, open_index
+    from neffcache.index.calls import (
+        IngestRestoreReportsRequest,
+        IngestRestoreReportsResult,
+        ListEntriesRequest,
+        ListEntriesResult,
+        ListRegisteredMatricesRequest,
+        ListRegisteredMatricesResult,
+        RegisterMatrixFileRequest,
+        RegisterMatrixFileResult,
+        ReindexStoreRequest,
+        ReindexStoreResult,
+        ShowRegisteredMatrixRequest,
+        ShowRegisteredMatrixResult,
+        ShowSchemaRequest,
+        ShowSchemaResult,
+        UpgradeSchemaRequest,
+        UpgradeSchemaResult,
+        ingest_restore_reports,
+        iter_entries,
+        list_entries,
+        list_registered_matrices,
+        next_cursor,
+        register_matrix_file,
+        reindex_store,
+        show_registered_matrix,
+        show_schema,
+        upgrade_schema,
+    )
+    from neffcache.index.coverage_call import (
+        HOST,
+        CoverageRequest,
+        CoverageResult,
+        CoverageStream,
+        coverage,
+        stream_coverage,
+    )
+    from neffcache.index.coverage_grid import status_of
+    from neffcache.index.ingest import (
+        IngestResult,
+        InvalidReport,
+        ReportPoller,
+        ingest_report_files,
+        ingest_reports,
+    )
+    from neffcache.index.matrices import (
+        get_matrix,
+        list_matrices,
+        matrix_digest,
+        matrix_name_of,
+        matrix_versions,
+        register_matrix,
+        registered_cells,
+    )
     from neffcache.index.ops_queries import (
         failure_cursor,
         fingerprint_stats,
@@ -207,17 +121,142 @@ if TYPE_CHECKING:
         restore_timeline,
         run_cursor,
     )
+    from neffcache.index.ops_values import (
+        DURATION_BUCKETS,
+        OUTCOMES,
+        CoverageGrid,
+        FailureRecord,
+        FingerprintCounts,
+        FingerprintInfo,
+        FingerprintStats,
+        GridRow,
+        IndexTotals,
+        LeaseStats,
+        MatrixRunTime,
+        MatrixVersion,
+        ReportedFingerprint,
+        RestoreOutcomeStats,
+        RestorePoint,
+        RestoreRecord,
+        RunSummary,
+        SdkBytes,
+        group_by_sdk,
+        restore_outcome,
+        sdk_version,
+    )
+    from neffcache.index.queries import (
+        CURSOR_PATTERN,
+        ID_CURSOR_PATTERN,
+        NAME_CURSOR_PATTERN,
+        entry_cursor,
+    )
+    from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
+    from neffcache.index.shapes import (
+        BucketDoc,
+        CoverageCellDoc,
+        CoverageCheckDoc,
+        CoverageDoc,
+        CoverageFingerprintDoc,
+        CoverageGridDoc,
+        CoverageReportDoc,
+        CoverageRowDoc,
+        Doc,
+        EntriesDoc,
+        EntryDoc,
+        FailureDoc,
+        FingerprintCountsDoc,
+        FingerprintDoc,
+        GridRowDoc,
+        IngestDoc,
+        IngestReportsDoc,
+        InProgressDoc,
+        InvalidDoc,
+        MatrixCoverageDoc,
+        MatrixDetail,
+        MatrixDoc,
+        NotReadyDoc,
+        Outcome,
+        ReindexDoc,
+        ReindexStoreDoc,
+        RestoreDoc,
+        RestoreOutcomeDoc,
+        RestorePointDoc,
+        RunDetail,
+        RunDoc,
+        SchemaStateDoc,
+        SdkBytesDoc,
+        Status,
+        Summary,
+        TotalsDoc,
+        UpgradeDoc,
+    )
+    from neffcache.index.values import (
+        FAILED,
+        IN_PROGRESS,
+        MISSING,
+        READY,
+        STATUSES,
+        ClaimResult,
+        CoverageFingerprint,
+        CoverageReport,
+        CoverageRow,
+        EntrySummary,
+        InvalidManifest,
+        Lease,
+        LiveLease,
+        ReindexResult,
+        SchemaState,
+    )
 
-# The ops reads import the ORM: loaded when first asked for, so ``ls`` and ``coverage``
-# start without it.
-_ON_FIRST_USE = {name: "neffcache.index.ops_queries" for name in (
-    "failure_cursor", "fingerprint_stats", "get_run", "index_totals", "last_precompile_runs",
-    "lease_stats", "list_failures", "list_restores", "list_runs", "reported_fingerprints",
-    "restore_cursor", "restore_outcomes", "restore_timeline", "run_cursor")}
+# Every name loads its module when first read (PEP 562): ``ls`` imports the listing and
+# its values, not coverage, ingest, reindex, matrices or the ORM. The imports above (for type
+# checkers) and this table are kept in step by tests/unit/test_api_face.py.
+_EXPORTS: dict[str, tuple[str, ...]] = {  # module -> the names the face takes from it
+    "api": ("Index", "open_index"),
+    "calls": ("IngestRestoreReportsRequest", "IngestRestoreReportsResult", "ListEntriesRequest",
+        "ListEntriesResult", "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult",
+        "RegisterMatrixFileRequest", "RegisterMatrixFileResult", "ReindexStoreRequest",
+        "ReindexStoreResult", "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult",
+        "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
+        "ingest_restore_reports", "iter_entries", "list_entries", "list_registered_matrices",
+        "next_cursor", "register_matrix_file", "reindex_store", "show_registered_matrix",
+        "show_schema", "upgrade_schema"),
+    "coverage_call": ("HOST", "CoverageRequest", "CoverageResult", "CoverageStream", "coverage",
+        "stream_coverage"),
+    "coverage_grid": ("status_of",),
+    "ingest": ("IngestResult", "InvalidReport", "ReportPoller", "ingest_report_files",
+        "ingest_reports"),
+    "matrices": ("get_matrix", "list_matrices", "matrix_digest", "matrix_name_of",
+        "matrix_versions", "register_matrix", "registered_cells"),
+    # the ops reads import the ORM
+    "ops_queries": ("failure_cursor", "fingerprint_stats", "get_run", "index_totals",
+        "last_precompile_runs", "lease_stats", "list_failures", "list_restores", "list_runs",
+        "reported_fingerprints", "restore_cursor", "restore_outcomes", "restore_timeline",
+        "run_cursor"),
+    "ops_values": ("DURATION_BUCKETS", "OUTCOMES", "CoverageGrid", "FailureRecord",
+        "FingerprintCounts", "FingerprintInfo", "FingerprintStats", "GridRow", "IndexTotals",
+        "LeaseStats", "MatrixRunTime", "MatrixVersion", "ReportedFingerprint",
+        "RestoreOutcomeStats", "RestorePoint", "RestoreRecord", "RunSummary", "SdkBytes",
+        "group_by_sdk", "restore_outcome", "sdk_version"),
+    "queries": ("CURSOR_PATTERN", "ID_CURSOR_PATTERN", "NAME_CURSOR_PATTERN", "entry_cursor"),
+    "schema": ("SCHEMA_REVISION", "schema_state", "upgrade_index"),
+    "shapes": ("BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc",
+        "CoverageFingerprintDoc", "CoverageGridDoc", "CoverageReportDoc", "CoverageRowDoc", "Doc",
+        "EntriesDoc", "EntryDoc", "FailureDoc", "FingerprintCountsDoc", "FingerprintDoc",
+        "GridRowDoc", "IngestDoc", "IngestReportsDoc", "InProgressDoc", "InvalidDoc",
+        "MatrixCoverageDoc", "MatrixDetail", "MatrixDoc", "NotReadyDoc", "Outcome", "ReindexDoc",
+        "ReindexStoreDoc", "RestoreDoc", "RestoreOutcomeDoc", "RestorePointDoc", "RunDetail",
+        "RunDoc", "SchemaStateDoc", "SdkBytesDoc", "Status", "Summary", "TotalsDoc", "UpgradeDoc"),
+    "values": ("FAILED", "IN_PROGRESS", "MISSING", "READY", "STATUSES", "ClaimResult",
+        "CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary", "InvalidManifest",
+        "Lease", "LiveLease", "ReindexResult", "SchemaState"),
+}
+_MODULE_OF = {name: f"neffcache.index.{module}" for module, names in _EXPORTS.items()
+              for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    module = _ON_FIRST_USE.get(name)
+    module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

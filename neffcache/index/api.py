@@ -16,9 +16,6 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, exc
 
 from neffcache.errors import SchemaOutdatedError
-from neffcache.fingerprint import Fingerprint
-from neffcache.index import coverage_grid as _coverage
-from neffcache.index import coverage_stream as _stream
 from neffcache.index import queries
 from neffcache.index.engine import (
     WRITE,
@@ -28,7 +25,6 @@ from neffcache.index.engine import (
     sqlite_path,
     translate_errors,
 )
-from neffcache.index.ops_values import CoverageGrid
 from neffcache.index.schema import (
     known_revisions,
     read_schema_state,
@@ -44,15 +40,19 @@ from neffcache.index.values import (
     LiveLease,
     SchemaState,
 )
-from neffcache.matrix import Cell
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
+    from neffcache.fingerprint import Fingerprint
     from neffcache.index import claims as _claims
+    from neffcache.index import coverage_grid as _coverage
+    from neffcache.index import coverage_stream as _stream
     from neffcache.index import record
     from neffcache.index.coverage_stream import CoveragePlan
+    from neffcache.index.ops_values import CoverageGrid
     from neffcache.manifest import Manifest
+    from neffcache.matrix import Cell
     from neffcache.reports import Report
 
 
@@ -70,8 +70,10 @@ class _OnFirstUse:
 
 if not TYPE_CHECKING:
     # The write paths and ``sqlalchemy.orm`` load on first use: a read command (``ls``,
-    # ``coverage``) starts without the ORM and the mapped models.
+    # ``coverage``) starts without the ORM and the mapped models; ``ls`` without coverage.
     _claims = _OnFirstUse("neffcache.index.claims")
+    _coverage = _OnFirstUse("neffcache.index.coverage_grid")
+    _stream = _OnFirstUse("neffcache.index.coverage_stream")
     record = _OnFirstUse("neffcache.index.record")
 
 ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few round trips)

@@ -24,14 +24,14 @@ from neffcache.errors import (
     SchemaOutdatedError,
 )
 from neffcache.index.api import Index, open_index
-from neffcache.index.ingest import IngestResult, ingest_report_files, ingest_reports
-from neffcache.index.matrices import get_matrix, list_matrices, matrix_versions, register_matrix
 from neffcache.index.queries import entry_cursor
-from neffcache.index.reindex import reindex
 from neffcache.index.schema import schema_state, upgrade_index
 from neffcache.index.values import EntrySummary, ReindexResult, SchemaState
 
+# ingest, matrices and reindex (and what they import: the store, reports) load in the calls
+# that use them: ``ls`` starts without them.
 if TYPE_CHECKING:
+    from neffcache.index.ingest import IngestResult
     from neffcache.index.ops_values import MatrixVersion
     from neffcache.index.shapes import (
         EntriesDoc,
@@ -163,6 +163,8 @@ def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
     --help``), then ingest the store's restore reports not yet in the index. The index is
     opened first, so an outdated schema (SchemaOutdatedError, exit 7) is refused before the
     store is read; an unreachable store or index raises UnavailableError (6)."""
+    from neffcache.index.ingest import ingest_reports
+    from neffcache.index.reindex import reindex
     from neffcache.store import open_store
 
     settings = _settings(request.index, request.store)
@@ -207,6 +209,7 @@ class IngestRestoreReportsResult(_Success):
 def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestoreReportsResult:
     """Ingest restore reports into the index, each once (by report id): from report files,
     else from the store. Raises UnavailableError (6) / SchemaOutdatedError (7)."""
+    from neffcache.index.ingest import ingest_report_files, ingest_reports
     from neffcache.reports import date_prefixes
     from neffcache.store import REPORTS, open_store
 
@@ -255,6 +258,7 @@ def register_matrix_file(request: RegisterMatrixFileRequest) -> RegisterMatrixFi
     of its name; idempotent. Raises MatrixError (exit 2) for an unreadable or invalid file or
     an empty name, UsageError (2) when that name is registered with other content and
     ``replace`` is not set, UnavailableError (6) / SchemaOutdatedError (7) for the index."""
+    from neffcache.index.matrices import register_matrix
     from neffcache.matrix import parse_matrix
 
     file = str(request.file)
@@ -299,6 +303,8 @@ def list_registered_matrices(request: ListRegisteredMatricesRequest
                              ) -> ListRegisteredMatricesResult:
     """Registered matrices, the current version of each. Raises UnavailableError (6) /
     SchemaOutdatedError (7)."""
+    from neffcache.index.matrices import list_matrices
+
     with _open(_settings(request.index)) as ix:
         return ListRegisteredMatricesResult(tuple(list_matrices(ix)))
 
@@ -334,6 +340,8 @@ def show_registered_matrix(request: ShowRegisteredMatrixRequest) -> ShowRegister
     """A registered matrix's version with its TOML, or its history. Raises NotFoundError
     (exit 1) for an unknown name or version, UnavailableError (6) / SchemaOutdatedError (7)
     for the index."""
+    from neffcache.index.matrices import get_matrix, matrix_versions
+
     with _open(_settings(request.index)) as ix:
         chosen = get_matrix(ix, request.name, request.version, with_toml=not request.versions)
         versions = tuple(matrix_versions(ix, request.name)) if request.versions else (chosen,)

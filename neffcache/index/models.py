@@ -87,6 +87,9 @@ class EntryRow(Base):
         Index(None, "cell_key", "fingerprint_key", "entry_key", "total_bytes"),
         Index(None, "fingerprint_key"),
         Index(None, "created_at"),
+        # A cell's entries newest first: ``ls --cell GLOB`` reads each matching cell's newest
+        # through it, whatever the rows' age (migration 0008).
+        Index(None, "cell_key", "created_at", "entry_key"),
         Index(None, "last_used_at"),
         # The verified few: the grid's warm marks for a page of cells (migration 0007).
         Index("ix_entries_verified", "cell_key", "fingerprint_key", "verified_status",

@@ -11,7 +11,7 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, exc, inspect, text
 
 from neffcache.config import redact_url
 from neffcache.errors import NeffcacheError, SchemaOutdatedError
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 # The head of migrations/versions; tests/unit/test_index_schema.py keeps the two in step.
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 VERSION_TABLE = "alembic_version"
 _PG_LOCK_ID = 0x6E656666  # "neff"
 
@@ -60,9 +60,16 @@ def script_heads() -> tuple[str, ...]:
 
 
 def current_revision(conn: Connection) -> str | None:
-    if not inspect(conn).has_table(VERSION_TABLE):
+    """The database's revision (None: no neffcache schema). One query: a read command pays
+    one round trip for the check, not a catalog lookup (reflection) before it."""
+    try:
+        with conn.begin_nested() if conn.in_transaction() else conn.begin():
+            rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")
+                                ).scalars().all()
+    except (exc.OperationalError, exc.ProgrammingError):
+        if inspect(conn).has_table(VERSION_TABLE):
+            raise  # not a missing table: unreachable, locked, ...
         return None
-    rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
     return rows[0] if len(rows) == 1 else (",".join(sorted(rows)) or None)
 
 

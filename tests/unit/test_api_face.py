@@ -60,3 +60,28 @@ def test_every_result_knows_its_exit_code_and_its_json() -> None:
                or not callable(getattr(getattr(neffcache, n), "to_json", None))
                or not callable(getattr(getattr(neffcache, n), "error", None))]
     assert lacking == []
+
+
+def test_the_index_face_loads_each_name_from_the_module_its_imports_name() -> None:
+    """``neffcache.index`` loads names on first use (``_EXPORTS``); its imports for type
+    checkers name the same modules and names, and ``__all__`` lists them all."""
+    import ast
+    from pathlib import Path
+
+    import neffcache.index as face
+
+    tree = ast.parse(Path(face.__file__).read_text())
+    typed = {(node.module, alias.asname or alias.name)
+             for block in tree.body if isinstance(block, ast.If)
+             for node in ast.walk(block) if isinstance(node, ast.ImportFrom)
+             for alias in node.names}
+    lazy = {(f"neffcache.index.{m}", n) for m, names in face._EXPORTS.items() for n in names}
+    assert typed == lazy
+    assert set(face.__all__) == {n for _, n in lazy}
+    assert all(getattr(face, n) is not None for n in face.__all__)
+    try:
+        face.no_such_name  # noqa: B018 - the attribute access is the test
+    except AttributeError as exc:
+        assert "no_such_name" in str(exc)
+    else:
+        raise AssertionError("neffcache.index.no_such_name resolved")

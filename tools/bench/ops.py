@@ -69,7 +69,7 @@ CLI = [str(Path(sys.executable).with_name("neffcache"))]
 PEERS = {"peer_python": [sys.executable, "-c", "pass"],
          "peer_import_sqlalchemy": [sys.executable, "-c", "import sqlalchemy"]}
 TARGETS = {"metrics": 0.2, "summary": 0.2, "dashboard": 1.0, "coverage_cli": 0.5,
-           "ls_glob_cli": 0.3, "ls_glob_older_cli": 0.3, "ls_all_first": 0.3,
+           "ls_cli": 0.3, "ls_glob_cli": 0.3, "ls_glob_older_cli": 0.3, "ls_all_first": 0.3,
            "ls_all_jsonl_first": 0.3, "coverage_all_json_first": 0.3}
 # Whole results, streamed (#25): each command's first line, whole run and peak RSS.
 STREAMED = ("ls_all", "ls_all_jsonl", "coverage_all_json", "coverage_all_jsonl")
@@ -91,10 +91,24 @@ def fingerprint(n: int) -> Fingerprint:
                                         "version.torch": "2.9.0", "target": "trn2"})
 
 
-def manifest(cell: Cell, fp: Fingerprint) -> Manifest:
+def manifest(cell: Cell, fp: Fingerprint, created_at: datetime) -> Manifest:
     sha = hashlib.sha256(f"{cell.key}{fp.key}".encode()).hexdigest()
-    return Manifest(cell=cell, fingerprint=fp, files=(
+    return Manifest(cell=cell, fingerprint=fp, created_at=created_at.isoformat(), files=(
         FileRecord("neff", f"{sha[:2]}/{sha[2:4]}/{sha[:32]}.neff", 4096, sha, 0o644),))
+
+
+SKEW = "pipelines-over-time-1"  # in the --keep marker: a fill without this skew is not reused
+
+
+def age_skew(built: list[tuple[Cell, Fingerprint]],
+             now: datetime) -> dict[tuple[str, str], datetime]:
+    """Creation times as a fleet that added pipelines over time has them: every entry of
+    p00 older than every entry of p01, ..., p49's the newest (one second apart; in a
+    pipeline, shuffled order). A shuffled fill spreads each pipeline over all of time and
+    hides a listing that walks entries newest first."""
+    ordered = sorted(built, key=lambda p: p[0].pipeline)  # stable: shuffled within
+    start = now - timedelta(seconds=len(ordered))
+    return {(c.key, fp.key): start + timedelta(seconds=i) for i, (c, fp) in enumerate(ordered)}
 
 
 def fill(ix: Index, scale: float, notes: list[str]) -> dict[str, Any]:
@@ -110,16 +124,20 @@ def fill(ix: Index, scale: float, notes: list[str]) -> dict[str, Any]:
     random.Random(7).shuffle(pairs)
     n_fail = len(pairs) // 100  # 1 %: 10,000 at full size
     failed, built = pairs[:n_fail], pairs[n_fail:]
+    now = datetime.now(timezone.utc)
+    created = age_skew(built, now)
     first = {c.key for c in matrices[0].cells}
     own = [p for p in built if p[0].key in first]
     for i in range(0, len(own), 500):
-        ix.record_entries([manifest(c, fp) for c, fp in own[i:i + 500]], "s3://bench/neff")
+        ix.record_entries([manifest(c, fp, created[(c.key, fp.key)])
+                           for c, fp in own[i:i + 500]], "s3://bench/neff")
     notes.append(f"write path: record_entries for matrix m00 ({len(own)} entries)")
+    notes.append(f"age skew: pipelines added over time, p00's entries oldest, p49's newest "
+                 f"(created one second apart, {len(built) / 86400:.1f} days in all)")
     run_id = ix.start_run("bench", fps[0], "m00")
     for c, fp in failed[:100]:
         ix.record_failure(run_id, c, fp, 1, 2.0, "warm-up failed")
     notes.append("write path: record_failure x 100")
-    now = datetime.now(timezone.utc)
     rng = random.Random(11)
     n_reports = max(100, round(100_000 * scale))
     report_fps = [*fps, fingerprint(99)]  # one fleet fingerprint nothing was built for
@@ -141,8 +159,8 @@ def fill(ix: Index, scale: float, notes: list[str]) -> dict[str, Any]:
         rows = [{"entry_key": hashlib.sha256(f"{c.key}{fp.key}".encode()).hexdigest(),
                  "cell_key": c.key, "fingerprint_key": fp.key, "store_url": "s3://bench/neff",
                  "total_bytes": 4096, "file_count": 1, "compile_seconds": 30.0,
-                 "producer": {}, "created_at": now - timedelta(seconds=i),
-                 "recorded_at": now} for i, (c, fp) in enumerate(bulk_entries)]
+                 "producer": {}, "created_at": created[(c.key, fp.key)],
+                 "recorded_at": now} for c, fp in bulk_entries]
         for i in range(0, len(rows), 5000):
             s.execute(EntryRow.__table__.insert(), rows[i:i + 5000])
         s.execute(PrecompileRunRow.__table__.update().values(finished_at=now))
@@ -215,10 +233,10 @@ def cli_timings(facts: dict[str, Any], repeat: int,
     (one run of each per round, after a warm-up round) so load hits them alike."""
     commands = {
         "coverage_cli": [*CLI, "coverage", facts["matrix"], "--json"],
-        "ls_glob_cli": [*CLI, "ls", "--cell", "p0*/compile/*", "--limit", "100", "--json"],
-        # The newest ~20,000 entries (m00's, through the write path) match no p4* cell.
-        "ls_glob_older_cli": [*CLI, "ls", "--cell", "p4*/compile/*", "--limit", "100",
-                              "--json"],
+        "ls_cli": [*CLI, "ls", "--limit", "100"],
+        # With the age skew p4*'s entries are the newest, p07's older than most (#25).
+        "ls_glob_cli": [*CLI, "ls", "--cell", "p4*/compile/*", "--limit", "100", "--json"],
+        "ls_glob_older_cli": [*CLI, "ls", "--cell", "p07/compile/*", "--limit", "100"],
         **PEERS,
     }
     times: dict[str, list[float]] = {k: [] for k in commands}
@@ -227,7 +245,10 @@ def cli_timings(facts: dict[str, Any], repeat: int,
         for name, argv in commands.items():
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
-            subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+            done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)  # ls: `next: ...`
+            if done.returncode not in (0, 3):  # 3: coverage, some cells not ready
+                raise SystemExit(f"{argv}: exit {done.returncode}\n{done.stderr}")
             wall = time.perf_counter() - t
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if round_:  # round 0 warms the page cache
@@ -343,12 +364,27 @@ def kept_facts(marker: Path, url: str, db: str) -> dict[str, Any] | None:
         facts: dict[str, Any] = json.loads(marker.read_text())
         upgrade_index(url)
         with open_index(url, auto_upgrade=False) as ix:
-            if not registered_cells(ix, facts["matrix"]):
+            if not registered_cells(ix, facts["matrix"]) or not skewed(ix):
                 return None
     except Exception as exc:  # noqa: BLE001 - anything wrong: fill again
         log(f"[{db}] kept database not reusable ({exc}); filling again")
         return None
     return facts
+
+
+def skewed(ix: Index) -> bool:
+    """Whether the filled entries have the age skew (the oldest p00's, the newest p49's)."""
+    from sqlalchemy import select
+
+    from neffcache.index.tables import cells, entries
+
+    def end(order: Any) -> Any:
+        with ix.engine.connect() as conn:
+            return conn.execute(select(cells.c.id).select_from(
+                entries.join(cells, cells.c.key == entries.c.cell_key))
+                .order_by(order).limit(1)).scalar()
+    oldest, newest = end(entries.c.created_at), end(entries.c.created_at.desc())
+    return bool(oldest and newest and oldest.startswith("p00/") and newest.startswith("p49/"))
 
 
 def pg_url(admin: str) -> str:
@@ -384,9 +420,9 @@ def commit() -> str:
 
 def run_db(db: str, args: argparse.Namespace, work: Path) -> tuple[dict[str, Any],
                                                                    dict[str, float]]:
-    marker = work / f"{db}-scale-{args.scale}.json"
+    marker = work / f"{db}-scale-{args.scale}-{SKEW}.json"
     if db == "sqlite":
-        url = f"sqlite:///{work}/index-{args.scale}.db"
+        url = f"sqlite:///{work}/index-{args.scale}-{SKEW}.db"
     else:
         url = pg_url(args.pg)
     facts = kept_facts(marker, url, db) if args.keep else None
@@ -452,7 +488,7 @@ def main() -> None:
     dbs = list(results)
     print(f"| what | {' | '.join(dbs)} | target |")
     print(f"|---|{'---|' * len(dbs)}---|")
-    keys = ("coverage_sql", "coverage_cli", "ls_glob_cli", "ls_glob_older_cli", *PEERS,
+    keys = ("coverage_sql", "coverage_cli", "ls_cli", "ls_glob_cli", "ls_glob_older_cli", *PEERS,
             "metrics", "summary", "dashboard")
     for key in (k for k in keys if all(k in results[d] for d in dbs)):
         cells = " | ".join(f"{results[d][key] * 1000:.0f} ms" + (
