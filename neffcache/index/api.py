@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, exc
 
-from neffcache.errors import SchemaOutdatedError
+from neffcache.errors import SchemaOutdatedError, UnavailableError
 from neffcache.index import queries
 from neffcache.index.engine import (
     WRITE,
@@ -374,6 +374,17 @@ class Index:
             return _coverage.coverage_summaries(conn, self.now(conn))
 
 
+def _first_look(engine: Engine, url: str, embedded_first_use: bool) -> SchemaState | None:
+    """The schema state; None when an embedded index being created by a concurrent first use
+    is busy (its upgrade then waits for the write lock, and finds the schema done)."""
+    try:
+        return read_schema_state(engine, url)
+    except UnavailableError:
+        if not embedded_first_use:
+            raise
+        return None
+
+
 def open_index(url: str, *, auto_upgrade: bool) -> Index:
     """Open the index at ``url``. With ``auto_upgrade`` create/migrate it to this code's
     schema; without, refuse anything but the current schema (SchemaOutdatedError).
@@ -387,10 +398,10 @@ def open_index(url: str, *, auto_upgrade: bool) -> Index:
         ensure_parent_dir(url)
     engine = make_engine(url)
     try:
-        state = read_schema_state(engine, url)
-        if not state.up_to_date and auto_upgrade and (
-                state.current is None or state.current in known_revisions()):
-            upgrade_engine(engine, url)
+        state = _first_look(engine, url, auto_upgrade and path is not None)
+        if state is None or (not state.up_to_date and auto_upgrade and (
+                state.current is None or state.current in known_revisions())):
+            upgrade_engine(engine, url)  # under the write lock: one first use migrates
         else:
             require_current(state)
     except BaseException:

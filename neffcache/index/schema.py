@@ -111,6 +111,8 @@ def upgrade_engine(engine: Engine, url: str, revision: str = "head") -> tuple[st
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _PG_LOCK_ID})
             before = current_revision(conn)
+            if revision == "head" and before == SCHEMA_REVISION:
+                return before, before  # a concurrent first use did it while we waited
             command.upgrade(alembic_config(url, conn), revision)
             after = current_revision(conn)
     return before, after or "base"

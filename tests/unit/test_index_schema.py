@@ -172,5 +172,7 @@ def test_concurrent_first_use_creates_the_schema_once(tmp_path: Path) -> None:
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
+    import traceback
+
+    assert errors == [], "".join(traceback.format_exception(errors[0]))
     assert schema_state(url).up_to_date
