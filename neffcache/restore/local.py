@@ -35,8 +35,9 @@ from neffcache.manifest import (
     SIGNATURE_FIELD,
     FileRecord,
     Manifest,
-    encode_manifest,
+    encode_manifest_pieces,
     entry_key,
+    loads_light,
 )
 from neffcache.matrix import Cell
 from neffcache.restore.dest import ENTRIES_DIR, is_unclean
@@ -70,7 +71,7 @@ def local_manifest_path(target: Path, key: str) -> Path:
 def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, Any] | None:
     """The local copy of entry ``key``'s manifest as JSON, if present and plausible."""
     try:
-        doc = json.loads(local_manifest_path(target, key).read_bytes())
+        doc = loads_light(local_manifest_path(target, key).read_bytes())
         if doc.get("schema_version") != SCHEMA_VERSION or doc.get("entry_key") != key:
             return None
         allowed = set(roots)
@@ -186,7 +187,7 @@ def save_local_manifests(target: Path, manifests: Sequence[Manifest], *,
     for m in manifests:
         final = d / f"{m.entry_key}.json"
         if overwrite or not final.exists():
-            replace_best_effort(final, encode_manifest(m))
+            replace_best_effort(final, encode_manifest_pieces(m))
 
 
 def save_missing(target: Path, fingerprint_key: str,

@@ -20,7 +20,8 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections import ChainMap
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -82,14 +83,28 @@ def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
         files = {p: _row(record(p)) for p in paths[i:i + batch]}
         yield (b"," if i else b"") + json.dumps(files, separators=(",", ":"))[1:-1].encode()
     yield b"}"
-    boots: dict[str, dict[str, list[Any]]] = {}
-    durable = set(paths) if pending else set()
-    for p, (boot, r) in sorted((pending or {}).items()):
-        if p not in durable:
-            boots.setdefault(boot, {})[p] = _row(r)
-    if boots:
-        yield b',"pending":' + json.dumps(boots, separators=(",", ":")).encode()
+    if pending:
+        yield from _pending_chunks(paths, pending, batch)
     yield b"}"
+
+
+def _pending_chunks(paths: list[str], pending: Mapping[str, tuple[str, StateRecord]],
+                    batch: int) -> Iterator[bytes]:
+    """``,"pending":{boot: {path: row}}`` for the ``pending`` paths not among ``paths``: boots
+    in the order of their first path, paths sorted, in pieces of ``batch`` rows (a first
+    restore of a million files leaves them all pending)."""
+    durable = set(paths)
+    todo = sorted(p for p in pending if p not in durable)
+    del durable
+    for n, boot in enumerate(dict.fromkeys(pending[p][0] for p in todo)):
+        mine = [p for p in todo if pending[p][0] == boot]
+        yield (b',"pending":{' if n == 0 else b",") + json.dumps(boot).encode() + b":{"
+        for i in range(0, len(mine), batch):
+            rows = {p: _row(pending[p][1]) for p in mine[i:i + batch]}
+            yield (b"," if i else b"") + json.dumps(rows, separators=(",", ":"))[1:-1].encode()
+        yield b"}"
+    if todo:
+        yield b"}"
 
 
 def decode_state(data: bytes) -> dict[str, StateRecord]:
@@ -167,10 +182,20 @@ def _record_at(records: Mapping[FileId, StateRecord], root: str, path: str) -> S
     return records[(root, path)]
 
 
-def pending_now(records: Mapping[FileId, StateRecord]) -> dict[FileId, tuple[str, StateRecord]]:
-    """``records`` as pending in this boot (verified here, not synced)."""
+def pending_now(records: Mapping[FileId, StateRecord], skip: Container[FileId] = ()
+                ) -> dict[FileId, tuple[str, StateRecord]]:
+    """``records`` (but those in ``skip``) as pending in this boot (verified, not synced)."""
     boot = fs.boot_id() or ""
-    return {k: (boot, r) for k, r in records.items()}
+    return {k: (boot, r) for k, r in records.items() if k not in skip}
+
+
+def overlay(state: Mapping[FileId, StateRecord], over: Mapping[FileId, StateRecord]
+            ) -> Mapping[FileId, StateRecord]:
+    """``state`` with the records of ``over`` over it, as one mapping for lookups: no copy of
+    a million records (``{**state, **over}``), none at all when one of them is empty."""
+    if not over or not state:
+        return over or state
+    return ChainMap(over, state)  # type: ignore[arg-type]  # read only: never written to
 
 
 _PROOF = object()  # only this module makes Durable sets
