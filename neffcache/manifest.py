@@ -56,6 +56,11 @@ class FileRecord:
     sha256: str
     mode: int = 0o644
 
+    @property
+    def id(self) -> tuple[str, str]:
+        """Where it goes: (root, relative path)."""
+        return (self.root, self.path)
+
     def to_json(self) -> dict[str, Any]:
         return {"root": self.root, "path": self.path, "size": self.size,
                 "sha256": self.sha256, "mode": self.mode}

@@ -182,8 +182,8 @@ def _save(dirs: Mapping[str, str], state: Mapping[FileId, StateRecord], pending:
     durable = Durable.from_state(state, [k for k in state if k in unwanted
                                          or records.get(k) == state[k]])
     durable |= settled.still(records) | Durable.reread(pending, records)
-    waiting = pending_now(records, skip=durable.records)  # a million records: no copies
-    waiting.update((k, v) for k, v in pending.items() if k in unwanted)
+    waiting = pending_now(records, skip=durable.records,  # a view: no copies of a million
+                          also={k: v for k, v in pending.items() if k in unwanted})
     if not _equal(durable.records, state) or not _equal(waiting, pending):
         save_state(dirs, durable, waiting)
 
