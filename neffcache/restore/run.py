@@ -129,7 +129,9 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         _rss("copies")
         unwanted = _unwanted(manifests, state, pending)
         plan = plan_restore(manifests, dirs, present, units)
-        del present
+        del present, known, manifests  # and the packs' members: the units say where blobs are
+        resolution = replace(resolution, found=tuple(replace(m, packs=(), parts=())
+                                                     for m in resolution.found))
         _rss("plan")
         if not held.unclean:
             stale += sweep_dirs(roots, _write_dirs(plan))
@@ -204,7 +206,8 @@ def _result(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
             target: Path, resolution: Resolution, plan: RestorePlan, report: RestoreReport,
             failures: tuple[FileFailure, ...], started: float, stale: int) -> RestoreResult:
     manifests = resolution.found
-    in_place: set[FileId] = {t.id for t in plan.present} | {t.id for t in report.installed}
+    in_place: set[FileId] = {t.id for t in plan.present}
+    in_place.update(t.id for t in report.installed)  # one set of a million, not three
     restored, incomplete = cell_verdicts(manifests, in_place)
     return RestoreResult(
         backend=backend.name, fingerprint_key=fingerprint.key, store_url=store.url,

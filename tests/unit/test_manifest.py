@@ -26,6 +26,7 @@ from neffcache.manifest import (
     encode_manifest,
     encode_manifest_pieces,
     entry_key,
+    loads_light,
     manifest_digest,
     validate_relative_path,
 )
@@ -170,6 +171,11 @@ def test_a_large_manifest_is_encoded_in_pieces_that_are_the_whole_document() -> 
     assert b"".join(pieces) == encode_manifest(m) == whole.encode()
     assert manifest_digest(m) == digest_of(body)
     assert decode_manifest(b"".join(pieces)) == m
+    light = loads_light(b"".join(pieces), members=False)  # the store-free check's reading
+    assert light["packs"] == [{"sha256": "f" * 64, "size": offsets[-1], "members": []}]
+    assert [(f["path"], f.get("size")) for f in light["files"][:2]] == [
+        ("d/00000.neff", 10), ("d/00001.neff", 11)]
+    assert len(loads_light(encode_manifest(m))["packs"][0]["members"]) == 5000
 
 
 @given(_path)
