@@ -487,7 +487,10 @@ def loads_light(data: bytes | str, *, members: bool = True) -> Any:
     """``json.loads``, but each five-key file record is held without its dict (``_RawFile``:
     read as ``f["path"]`` or ``f.get("path")``): a manifest's JSON in 160 MiB less per million
     files, for a reader that only looks at it (``neffcache.restore.local``). Without
-    ``members``, each pack's ``members`` are dropped as soon as it is parsed (empty)."""
+    ``members``, each pack's ``members`` are dropped as soon as it is parsed (empty). Bytes
+    passed as a temporary are freed once they are text, before parsing."""
+    if not isinstance(data, str):
+        data = data.decode(json.detect_encoding(data), "surrogatepass")
     return json.loads(data, object_hook=_file_hook(members))
 
 
