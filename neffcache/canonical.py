@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -23,20 +23,28 @@ def digest_of(value: Any) -> str:
 def digest_chunked(value: dict[str, Any], batch: int = 4096,
                    default: Callable[[Any], Any] | None = None) -> str:
     """``digest_of(value)`` for a dict whose list values may be huge: the same canonical
-    bytes, hashed piece by piece (a list is encoded ``batch`` items at a time), so a manifest
-    of a million files never exists as one string."""
+    bytes, hashed piece by piece (``canonical_pieces``), so a manifest of a million files
+    never exists as one string."""
     h = hashlib.sha256()
-    h.update(b"{")
+    for piece in canonical_pieces(value, batch, default):
+        h.update(piece.encode("utf-8"))
+    return h.hexdigest()
+
+
+def canonical_pieces(value: dict[str, Any], batch: int = 4096,
+                     default: Callable[[Any], Any] | None = None) -> Iterator[str]:
+    """``canonical_json(value)`` of a dict, in pieces: a list (or tuple) value of more than
+    ``batch`` items is encoded ``batch`` items at a time; joined, the pieces are that string."""
+    yield "{"
     for n, key in enumerate(sorted(value)):
         item = value[key]
-        h.update(f"{',' if n else ''}{canonical_json(key)}:".encode())
-        if isinstance(item, list) and len(item) > batch:
-            h.update(b"[")
+        yield f"{',' if n else ''}{canonical_json(key)}:"
+        if isinstance(item, (list, tuple)) and len(item) > batch:
+            yield "["
             for i in range(0, len(item), batch):
                 piece = canonical_json(item[i:i + batch], default)[1:-1]
-                h.update((("," if i else "") + piece).encode("utf-8"))
-            h.update(b"]")
+                yield ("," if i else "") + piece
+            yield "]"
         else:
-            h.update(canonical_json(item, default).encode("utf-8"))
-    h.update(b"}")
-    return h.hexdigest()
+            yield canonical_json(item, default)
+    yield "}"

@@ -41,7 +41,7 @@ from neffcache.manifest import (
     PackRecord,
     PartDigests,
     decode_manifest,
-    encode_manifest,
+    encode_manifest_pieces,
     validate_files,
 )
 from neffcache.matrix import Cell
@@ -193,7 +193,11 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         manifest = replace(manifest, packs=packs, parts=parts)
         if signer is not None:
             manifest = sign_manifest(manifest, signer)
-        created = store.put(mkey, io.BytesIO(encode_manifest(manifest)), if_absent=True)
+        body = io.BytesIO()  # in pieces: never the whole manifest as dicts or twice as bytes
+        body.writelines(encode_manifest_pieces(manifest))
+        body.seek(0)
+        created = store.put(mkey, body, if_absent=True)
+        del body
         # A gc batch cleared before our intent existed may delete a blob we skipped after it
         # listed pending/: check the skipped ones once more, now that the manifest names them.
         again = {s: sources[s] for s in skipped if not store.has(blob_key(s))}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from neffcache.restore.fetch import Fetcher
 from neffcache.restore.fs import Roots
 from neffcache.restore.install import FileFailure, Outcome, batch_files
-from neffcache.restore.plan import FileId, PackRun, RestorePlan, Target, Unit
+from neffcache.restore.plan import PackRun, RestorePlan, Target, Unit
 from neffcache.restore.state import StateRecord
 from neffcache.store import Store
 from neffcache.thread_pool import run_lanes, usable_cpus
@@ -30,7 +30,7 @@ class RestoreReport:
     failures: tuple[FileFailure, ...]
     bytes_fetched: int
     deadline_hit: bool
-    states: tuple[tuple[FileId, StateRecord], ...] = field(default=(), repr=False)
+    states: tuple[StateRecord, ...] = field(default=(), repr=False)  # of installed[i]
     requests: int = 0
     hung: int = 0  # units still running at the deadline (a store call that did not return)
 
@@ -44,7 +44,7 @@ class _Collector:
         self.files = self.bytes = 0
         self.installed: list[Target] = []
         self.failures: list[FileFailure] = []
-        self.states: list[tuple[FileId, StateRecord]] = []
+        self.states: list[StateRecord] = []  # one per installed file, in its order
 
     def add(self, outcomes: Sequence[Outcome], nbytes: int) -> None:
         with self.lock:
@@ -53,7 +53,7 @@ class _Collector:
                     self.failures.append(outcome)
                     continue
                 self.installed.append(t)
-                self.states.append((t.id, outcome))
+                self.states.append(outcome)
             self.bytes += nbytes
             self.files += len(outcomes)
             if self.progress and outcomes:

@@ -31,7 +31,7 @@ from neffcache.restore.local import local_manifest_path, read_missing_record
 from neffcache.restore.plan import FileId, PresentFile, cell_verdicts, plan_restore, wanted_sizes
 from neffcache.restore.resolve import CellFailure, Resolution, find_elsewhere, resolve_entries
 from neffcache.restore.scan import scan_present
-from neffcache.restore.state import StateRecord
+from neffcache.restore.state import StateRecord, overlay
 from neffcache.signing import PublicKey, check_trusted
 from neffcache.store import Store, manifest_key
 from neffcache.thread_pool import map_in_threads
@@ -55,15 +55,19 @@ def read_copy(target: Path, key: str, backend: Backend,
     """The local copy of entry ``key``'s manifest, validated as one from the store is (its
     signature too, when keys are ``trusted``), and only if it carries its self-digest and is
     entry ``key``; None otherwise (then the store is asked)."""
-    try:
-        data = local_manifest_path(target, key).read_bytes()
-        if f'"{DIGEST_FIELD}":'.encode() not in data:
-            return None  # every copy this version writes has one: this one is not ours
-        m = decode_manifest(data, allowed_roots=backend.root_names, source=f"{key}.json")
+    try:  # the bytes as a temporary: decoding frees them once they are text
+        m = decode_manifest(_ours(local_manifest_path(target, key).read_bytes(), key),
+                            allowed_roots=backend.root_names, source=f"{key}.json")
         check_trusted(m, trusted, f"{key}.json")
     except (OSError, ManifestError, UntrustedEntryError):
         return None
     return m if m.entry_key == key else None
+
+
+def _ours(data: bytes, key: str) -> bytes:
+    if f'"{DIGEST_FIELD}":'.encode() not in data:  # every copy this version writes has one
+        raise ManifestError(f"{key}.json: no {DIGEST_FIELD}: not a copy neffcache wrote")
+    return data
 
 
 def resolve_known(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
@@ -151,7 +155,7 @@ def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence
     extra = {fid: sizes for fid, sizes in wanted.items() if before.get(fid) != sizes}
     if not extra and len(wanted) == len(before):
         return present, records
-    more, more_records = scan_present(roots, extra, {**state, **records},
+    more, more_records = scan_present(roots, extra, overlay(state, records),
                                       workers=min(workers, 8), deadline=deadline)
     kept = {fid: p for fid, p in present.items() if fid in wanted and fid not in extra}
     kept_records = {fid: r for fid, r in records.items() if fid in wanted and fid not in extra}

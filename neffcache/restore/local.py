@@ -35,8 +35,9 @@ from neffcache.manifest import (
     SIGNATURE_FIELD,
     FileRecord,
     Manifest,
-    encode_manifest,
+    encode_manifest_pieces,
     entry_key,
+    loads_light,
 )
 from neffcache.matrix import Cell
 from neffcache.restore.dest import ENTRIES_DIR, is_unclean
@@ -70,7 +71,7 @@ def local_manifest_path(target: Path, key: str) -> Path:
 def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, Any] | None:
     """The local copy of entry ``key``'s manifest as JSON, if present and plausible."""
     try:
-        doc = json.loads(local_manifest_path(target, key).read_bytes())
+        doc = loads_light(local_manifest_path(target, key).read_bytes(), members=False)
         if doc.get("schema_version") != SCHEMA_VERSION or doc.get("entry_key") != key:
             return None
         allowed = set(roots)
@@ -108,9 +109,8 @@ def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str
         for root, d in target_dirs.items():
             states[root], pending[root] = _raw_state(Path(d, STATE_FILE))
             fds[root] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        to_sync: list[tuple[str, str, list[Any]]] = []
-        count = _confirm(docs, states, pending, fds, to_sync)
-        if count is None or not all(_synced(fds[r], p, rec) for r, p, rec in to_sync):
+        count = _confirm(docs, states, pending, fds)
+        if count is None or not _sync_pending(docs, states, pending, fds):
             return None
         return count
     except (OSError, ValueError, KeyError, TypeError, IndexError):
@@ -126,9 +126,21 @@ def _synced(dfd: int, path: str, rec: list[Any]) -> bool:
                                               st.st_ino) == (rec[0], rec[1], rec[2], rec[3]))
 
 
+def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, dict[str, list[Any]]],
+                  pending: Mapping[str, dict[str, list[Any]]], fds: Mapping[str, int]) -> bool:
+    """Once every file is confirmed: ``fdatasync`` those only pending in this boot (a second
+    pass, not a list of a million of them)."""
+    for doc in docs:
+        for f in doc["files"]:
+            root, path = f["root"], f["path"]
+            if path not in states[root] and not _synced(fds[root], path, pending[root][path]):
+                return False
+    return True
+
+
 def _confirm(docs: Sequence[Mapping[str, Any]], states: Mapping[str, dict[str, list[Any]]],
-             pending: Mapping[str, dict[str, list[Any]]], fds: Mapping[str, int],
-             to_sync: list[tuple[str, str, list[Any]]]) -> int | None:
+             pending: Mapping[str, dict[str, list[Any]]], fds: Mapping[str, int]
+             ) -> int | None:
     seen: set[tuple[str, str]] = set()
     lstat, is_reg, mode_of = os.stat, stat.S_ISREG, stat.S_IMODE
     for doc in docs:
@@ -139,8 +151,8 @@ def _confirm(docs: Sequence[Mapping[str, Any]], states: Mapping[str, dict[str, l
                     return None
                 seen.add((root, path))
             rec = states[root].get(path)
-            if rec is None and (rec := pending[root].get(path)) is not None:
-                to_sync.append((root, path, rec))
+            if rec is None:
+                rec = pending[root].get(path)  # synced once all are confirmed (_sync_pending)
             if rec is None or rec[4] != f["sha256"] or rec[0] != f["size"] \
                     or rec[5] != f["mode"]:
                 return None
@@ -186,7 +198,7 @@ def save_local_manifests(target: Path, manifests: Sequence[Manifest], *,
     for m in manifests:
         final = d / f"{m.entry_key}.json"
         if overwrite or not final.exists():
-            replace_best_effort(final, encode_manifest(m))
+            replace_best_effort(final, encode_manifest_pieces(m))
 
 
 def save_missing(target: Path, fingerprint_key: str,

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from neffcache.errors import ManifestError
-from neffcache.manifest import Manifest, PackRecord, PartDigests
+from neffcache.manifest import FileRecord, Manifest, PackRecord, PartDigests
 from neffcache.parts import part_count, part_ranges
 
 FileId = tuple[str, str]  # (root, relative path)
@@ -40,19 +40,9 @@ class PresentFile:
     mode: int
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One file to have in place: root, relative path and the bytes it must hold."""
-
-    root: str
-    path: str
-    size: int
-    sha256: str
-    mode: int
-
-    @property
-    def id(self) -> FileId:
-        return (self.root, self.path)
+# One file to have in place: root, relative path and the bytes it must hold. The manifest's
+# own record, not a copy of it (72 bytes per file, 69 MiB per million, held through apply).
+Target = FileRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +220,7 @@ def _claims(manifests: Sequence[Manifest], target_dirs: Mapping[str, str]
                 raise ManifestError(f"entry {key[:12]}: file {f.root}/{f.path}: "
                                     f"root {f.root!r} has no target directory")
             fid = (f.root, f.path)
-            claim = (key, Target(f.root, f.path, f.size, f.sha256, f.mode))
+            claim = (key, f)
             have = wants.get(fid)
             if have is None:
                 wants[fid] = claim

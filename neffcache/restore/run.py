@@ -19,6 +19,10 @@ trusts unhashed without its bytes on disk.
 
 from __future__ import annotations
 
+import itertools
+import os
+import resource
+import sys
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import replace
@@ -26,7 +30,7 @@ from pathlib import Path
 
 from neffcache.backends import Backend, cache_environment, root_dirs
 from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import entry_key
+from neffcache.manifest import Manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.restore.apply import Progress, RestoreReport, apply_restore
 from neffcache.restore.dest import (
@@ -58,6 +62,7 @@ from neffcache.restore.state import (
     SyncOutcome,
     load_pending,
     load_state,
+    overlay,
     pending_now,
     save_state,
     settle_pending,
@@ -108,9 +113,11 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         # This boot's pending files are synced before anything trusts them unhashed.
         settled = settle_pending(roots, pending, pending, workers=min(workers, 8),
                                  deadline=deadline)
+        _rss("settle")
         known = resolve_known(store, cells, fingerprint, backend, target, roots, dirs,
-                              {**state, **settled.durable.records}, workers=workers,
+                              overlay(state, settled.durable.records), workers=workers,
                               deadline=deadline, trusted=trusted)
+        _rss("known")
         resolution, present, records = known.resolution, known.present, known.records
         manifests = resolution.found
         save_local_manifests(target, known.read, overwrite=True)  # none had a valid copy
@@ -119,24 +126,50 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
             save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())
                                                    for c in resolution.missing},
                          known.missing_checked_at)
-        wanted = wanted_sizes(manifests)
+        _rss("copies")
+        unwanted = _unwanted(manifests, state, pending)
         plan = plan_restore(manifests, dirs, present, units)
-        del present
+        del present, known, manifests  # and the packs' members: the units say where blobs are
+        resolution = replace(resolution, found=tuple(replace(m, packs=(), parts=())
+                                                     for m in resolution.found))
+        _rss("plan")
         if not held.unclean:
             stale += sweep_dirs(roots, _write_dirs(plan))
         report = apply_restore(store, plan, workers=workers, deadline=deadline,
                                progress=progress, roots=roots)
+        _rss("apply")
         plan = replace(plan, fetch=(), units=())  # done with: report.installed holds the targets
-        records.update(report.states)
-        report = replace(report, states=())  # the pairs: 56 MiB per million files
+        records.update(zip((t.id for t in report.installed), report.states, strict=True))
+        report = replace(report, states=())
         failures = report.failures + _sync_failures(settled)
-        _save(dirs, state, pending, settled.durable, records, wanted)
-        del records, state, wanted  # a million files: what is held at the end is what counts
+        _save(dirs, state, pending, settled.durable, records, unwanted)
+        del records, state  # a million files: what is held at the end is what counts
+        _rss("save")
     finally:
         if report is None or not report.hung:  # a hung transfer's thread still uses them
             roots.close()
     return _result(store, cells, backend, fingerprint, target, resolution, plan, report,
                    failures, started, stale), bool(report.hung)
+
+
+def _rss(phase: str) -> None:
+    """With ``NEFFCACHE_DEBUG_RSS=1``: this process's RSS now and at its peak so far, after
+    ``phase`` (stderr), to find where a huge restore holds its memory (tools/bench/memory.py)."""
+    if os.environ.get("NEFFCACHE_DEBUG_RSS") != "1":
+        return
+    with open("/proc/self/statm", "rb") as f:
+        now = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+    print(f"neffcache rss: {phase:<10} {now:6d} MiB now, {peak:6d} MiB peak", file=sys.stderr,
+          flush=True)
+
+
+def _unwanted(manifests: Sequence[Manifest], state: Mapping[FileId, StateRecord],
+              pending: Pending) -> set[FileId]:
+    """The files of the state file that no entry wants (they keep their records as they are):
+    taken before the plan, so the paths wanted (~150 MiB per million files) are not held."""
+    wanted = wanted_sizes(manifests)
+    return {k for k in itertools.chain(state, pending) if k not in wanted}
 
 
 def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:
@@ -145,16 +178,20 @@ def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:
 
 def _save(dirs: Mapping[str, str], state: Mapping[FileId, StateRecord], pending: Pending,
           settled: Durable, records: Mapping[FileId, StateRecord],
-          wanted: Container[FileId]) -> None:
+          unwanted: Container[FileId]) -> None:
     """Write the state file if it changes: vouching for what it vouched for and still holds,
     what was settled or re-read this run; every other file verified this run is pending."""
-    durable = Durable.from_state(state, [k for k in state if k not in wanted
+    durable = Durable.from_state(state, [k for k in state if k in unwanted
                                          or records.get(k) == state[k]])
     durable |= settled.still(records) | Durable.reread(pending, records)
-    waiting = {k: v for k, v in pending.items() if k not in wanted} | \
-        pending_now({k: r for k, r in records.items() if k not in durable.records})
-    if dict(durable.records) != dict(state) or waiting != dict(pending):
+    waiting = pending_now(records, skip=durable.records,  # a view: no copies of a million
+                          also={k: v for k, v in pending.items() if k in unwanted})
+    if not _equal(durable.records, state) or not _equal(waiting, pending):
         save_state(dirs, durable, waiting)
+
+
+def _equal(a: Mapping[FileId, object], b: Mapping[FileId, object]) -> bool:
+    return len(a) == len(b) and all(k in b and b[k] == v for k, v in a.items())
 
 
 def _sync_failures(settled: SyncOutcome) -> tuple[FileFailure, ...]:
@@ -169,7 +206,8 @@ def _result(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
             target: Path, resolution: Resolution, plan: RestorePlan, report: RestoreReport,
             failures: tuple[FileFailure, ...], started: float, stale: int) -> RestoreResult:
     manifests = resolution.found
-    in_place: set[FileId] = {t.id for t in plan.present} | {t.id for t in report.installed}
+    in_place: set[FileId] = {t.id for t in plan.present}
+    in_place.update(t.id for t in report.installed)  # one set of a million, not three
     restored, incomplete = cell_verdicts(manifests, in_place)
     return RestoreResult(
         backend=backend.name, fingerprint_key=fingerprint.key, store_url=store.url,

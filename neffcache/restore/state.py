@@ -20,7 +20,8 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections import ChainMap
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -82,14 +83,29 @@ def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
         files = {p: _row(record(p)) for p in paths[i:i + batch]}
         yield (b"," if i else b"") + json.dumps(files, separators=(",", ":"))[1:-1].encode()
     yield b"}"
-    boots: dict[str, dict[str, list[Any]]] = {}
-    durable = set(paths) if pending else set()
-    for p, (boot, r) in sorted((pending or {}).items()):
-        if p not in durable:
-            boots.setdefault(boot, {})[p] = _row(r)
-    if boots:
-        yield b',"pending":' + json.dumps(boots, separators=(",", ":")).encode()
+    if pending:
+        yield from _pending_chunks(paths, pending, batch)
     yield b"}"
+
+
+def _pending_chunks(paths: list[str], pending: Mapping[str, tuple[str, StateRecord]],
+                    batch: int) -> Iterator[bytes]:
+    """``,"pending":{boot: {path: row}}`` for the ``pending`` paths not among ``paths``: boots
+    in the order of their first path, paths sorted, in pieces of ``batch`` rows (a first
+    restore of a million files leaves them all pending)."""
+    durable = set(paths)
+    boots: dict[str, list[str]] = {}
+    for p in sorted(p for p in pending if p not in durable):
+        boots.setdefault(pending[p][0], []).append(p)
+    del durable
+    for n, (boot, mine) in enumerate(boots.items()):
+        yield (b',"pending":{' if n == 0 else b",") + json.dumps(boot).encode() + b":{"
+        for i in range(0, len(mine), batch):
+            rows = {p: _row(pending[p][1]) for p in mine[i:i + batch]}
+            yield (b"," if i else b"") + json.dumps(rows, separators=(",", ":"))[1:-1].encode()
+        yield b"}"
+    if boots:
+        yield b"}"
 
 
 def decode_state(data: bytes) -> dict[str, StateRecord]:
@@ -156,8 +172,8 @@ def save_state(target_dirs: Mapping[str, str], durable: Durable,
     records = durable.records
     for root, d in target_dirs.items():
         mine = sorted(p for rt, p in records if rt == root)
-        waiting = {p: v for (rt, p), v in (pending or {}).items() if rt == root}
-        if not mine and not waiting:
+        waiting = _AtRoot(pending or {}, root)
+        if not mine and next(iter(waiting), None) is None:
             continue
         replace_best_effort(Path(d, STATE_FILE), encode_state_chunks(
             mine, functools.partial(_record_at, records, root), waiting))
@@ -167,10 +183,64 @@ def _record_at(records: Mapping[FileId, StateRecord], root: str, path: str) -> S
     return records[(root, path)]
 
 
-def pending_now(records: Mapping[FileId, StateRecord]) -> dict[FileId, tuple[str, StateRecord]]:
-    """``records`` as pending in this boot (verified here, not synced)."""
-    boot = fs.boot_id() or ""
-    return {k: (boot, r) for k, r in records.items()}
+def pending_now(records: Mapping[FileId, StateRecord], skip: Container[FileId] = (),
+                also: Pending | None = None) -> Pending:
+    """``records`` (but those in ``skip``) as pending in this boot (verified, not synced),
+    and the pending records ``also`` (none of them among ``records``): a view, each
+    ``(boot, record)`` made when looked at, not a million of them held at once."""
+    return _Fresh(records, skip, fs.boot_id() or "", also or {})
+
+
+class _Fresh(Mapping[FileId, tuple[str, StateRecord]]):
+    __slots__ = ("_also", "_boot", "_len", "_records", "_skip")
+
+    def __init__(self, records: Mapping[FileId, StateRecord], skip: Container[FileId],
+                 boot: str, also: Pending) -> None:
+        self._records, self._skip, self._boot, self._also = records, skip, boot, also
+        self._len = -1
+
+    def __getitem__(self, key: FileId) -> tuple[str, StateRecord]:
+        if key in self._records and key not in self._skip:
+            return self._boot, self._records[key]
+        return self._also[key]
+
+    def __iter__(self) -> Iterator[FileId]:
+        skip = self._skip
+        yield from (k for k in self._records if k not in skip)
+        yield from self._also
+
+    def __len__(self) -> int:
+        if self._len < 0:
+            self._len = sum(1 for _ in self)
+        return self._len
+
+
+class _AtRoot(Mapping[str, tuple[str, StateRecord]]):
+    """The pending records of one root, by path: a view of ``pending``, not a copy."""
+
+    __slots__ = ("_pending", "_root")
+
+    def __init__(self, pending: Pending, root: str) -> None:
+        self._pending, self._root = pending, root
+
+    def __getitem__(self, path: str) -> tuple[str, StateRecord]:
+        return self._pending[(self._root, path)]
+
+    def __iter__(self) -> Iterator[str]:
+        root = self._root
+        return (p for rt, p in self._pending if rt == root)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def overlay(state: Mapping[FileId, StateRecord], over: Mapping[FileId, StateRecord]
+            ) -> Mapping[FileId, StateRecord]:
+    """``state`` with the records of ``over`` over it, as one mapping for lookups: no copy of
+    a million records (``{**state, **over}``), none at all when one of them is empty."""
+    if not over or not state:
+        return over or state
+    return ChainMap(over, state)  # type: ignore[arg-type]  # read only: never written to
 
 
 _PROOF = object()  # only this module makes Durable sets

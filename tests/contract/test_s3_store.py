@@ -4,6 +4,7 @@ place client errors become NotFoundError / UnavailableError / ConfigError."""
 from __future__ import annotations
 
 import io
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -193,6 +194,17 @@ def test_large_bodies_that_are_not_content_addressed_stay_conditional(s3_url: st
     assert store.put("manifests/big.json", io.BytesIO(b"1" * 7 * MiB)) is True
     assert store.put("manifests/big.json", io.BytesIO(b"2" * 7 * MiB)) is False
     assert store.read("manifests/big.json", 0, 4) == b"1111"
+    # the body is sent whole from where the stream stood, from a BytesIO's buffer or a file
+    body = bytes(range(256)) * (28 * 1024)  # 7 MiB
+    at_three = io.BytesIO(b"xyz" + body)
+    at_three.read(3)
+    assert store.put("manifests/big2.json", at_three) is True
+    assert store.read("manifests/big2.json") == body
+    with tempfile.TemporaryFile() as fh:
+        fh.write(body[::-1])
+        fh.seek(0)
+        assert store.put("manifests/big3.json", fh) is True
+    assert store.read("manifests/big3.json") == body[::-1]
 
 
 @pytest.mark.s3

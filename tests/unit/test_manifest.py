@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -9,15 +10,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from neffcache.canonical import canonical_json, digest_of
 from neffcache.errors import IntegrityError, ManifestError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.manifest import (
+    DIGEST_FIELD,
+    SIGNATURE_FIELD,
     FileRecord,
     Manifest,
+    PackMember,
+    PackRecord,
     PartDigests,
+    Signature,
     decode_manifest,
     encode_manifest,
+    encode_manifest_pieces,
     entry_key,
+    loads_light,
+    manifest_digest,
     validate_relative_path,
 )
 from neffcache.matrix import Cell
@@ -140,6 +150,32 @@ def test_round_trip(files: list[FileRecord], seconds: float | None,
     back = decode_manifest(data, allowed_roots=("neff", "hlo"))
     assert back == m
     assert encode_manifest(back) == data  # canonical: same value, same bytes
+
+
+def test_a_large_manifest_is_encoded_in_pieces_that_are_the_whole_document() -> None:
+    """Files, packs and parts are encoded a few thousand at a time from the records (never
+    all as dicts nor as one string): joined, the pieces are the canonical JSON of the whole
+    body, its digest and its signature, as one ``canonical_json`` of it would be."""
+    files = tuple(FileRecord("neff", f"d/{i:05d}.neff", 10 + i, f"{i:064x}", 0o644)
+                  for i in range(9000))
+    offsets = [0, *itertools.accumulate(f.size for f in files[:5000])]
+    packs = (PackRecord("f" * 64, offsets[-1], tuple(PackMember(f.sha256, offsets[i], f.size)
+                                                     for i, f in enumerate(files[:5000]))),)
+    m = Manifest(CELL, FP, files, producer=(("host", "ü"),), created_at="now", packs=packs,
+                 signature=Signature("0" * 16, "A" * 86 + "=="))
+    pieces = list(encode_manifest_pieces(m))
+    body = m.to_json()
+    whole = canonical_json({**body, DIGEST_FIELD: digest_of(body),
+                            SIGNATURE_FIELD: {"key_id": "0" * 16, "ed25519": "A" * 86 + "=="}})
+    assert len(pieces) > 3 and max(map(len, pieces)) < len(whole) // 2
+    assert b"".join(pieces) == encode_manifest(m) == whole.encode()
+    assert manifest_digest(m) == digest_of(body)
+    assert decode_manifest(b"".join(pieces)) == m
+    light = loads_light(b"".join(pieces), members=False)  # the store-free check's reading
+    assert light["packs"] == [{"sha256": "f" * 64, "size": offsets[-1], "members": []}]
+    assert [(f["path"], f.get("size")) for f in light["files"][:2]] == [
+        ("d/00000.neff", 10), ("d/00001.neff", 11)]
+    assert len(loads_light(encode_manifest(m))["packs"][0]["members"]) == 5000
 
 
 @given(_path)

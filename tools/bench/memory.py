@@ -186,20 +186,32 @@ def _tiny_files(store: Path, files: int) -> tuple[list[dict[str, Any]], list[dic
 
 
 def bench_restore(work: Path, store: Path, spawner: Spawner, env: dict[str, str],
-                  codes: dict[str, Path], files: int, dest_dir: Path) -> dict[str, Any]:
+                  codes: dict[str, Path], files: int, dest_dir: Path,
+                  phases: bool = False, rerun: bool = False) -> dict[str, Any]:
+    """Restore the entry with each checkout; with ``phases``, each run also logs its RSS after
+    each step of the restore (``NEFFCACHE_DEBUG_RSS=1``, see ``neffcache.restore.run``); with
+    ``rerun``, the same restore again into the same directory (nothing to fetch)."""
     out: dict[str, Any] = {"files": files, "dest": str(dest_dir)}
     for name, code in codes.items():
         dest = dest_dir / f"neffcache-mem-{os.getpid()}-{name}"
-        os.sync()
-        r = spawner.run([*neffcache(code), "restore", str(work / "matrix.toml"), "--to",
-                         str(dest), "--cells", CELL, "--json"],
-                        env_for(env, code, NEFFCACHE_STORE=str(store),
-                                NEFFCACHE_HOME=str(work / f"home-{name}")))
-        doc = json.loads(r["stdout"])
-        assert doc["files_fetched"] == files, doc
-        out[name] = {"seconds": round(r["seconds"], 2), "max_rss_mib": round(r["maxrss"] / 1024)}
-        log(f"restore {files} files ({name}): {r['seconds']:.1f} s, "
-            f"{r['maxrss'] / 1024:.0f} MiB peak RSS")
+        runs = [(name, files)] + ([(f"{name}, rerun", 0)] if rerun else [])
+        for label, fetched in runs:
+            os.sync()
+            r = spawner.run([*neffcache(code), "restore", str(work / "matrix.toml"), "--to",
+                             str(dest), "--cells", CELL, "--json"],
+                            env_for(env, code, NEFFCACHE_STORE=str(store),
+                                    NEFFCACHE_HOME=str(work / f"home-{name}"),
+                                    **({"NEFFCACHE_DEBUG_RSS": "1"} if phases else {})))
+            doc = json.loads(r["stdout"])
+            assert doc["files_fetched"] == fetched and doc["status"] == "ok", doc
+            steps = [ln for ln in r["stderr"].splitlines() if ln.startswith("neffcache rss:")]
+            for ln in steps:
+                log(f"  ({label}) {ln}")
+            out[label] = {"seconds": round(r["seconds"], 2),
+                          "max_rss_mib": round(r["maxrss"] / 1024),
+                          **({"phases": steps} if steps else {})}
+            log(f"restore {files} files ({label}): {r['seconds']:.1f} s, "
+                f"{r['maxrss'] / 1024:.0f} MiB peak RSS")
         shutil.rmtree(dest)
     return out
 
@@ -291,6 +303,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--trees", default="eager,compiled", help="push case: eager, compiled")
     p.add_argument("--peer", type=Path, default=None,
                    help="another checkout to measure in the same run (e.g. /work/main)")
+    p.add_argument("--phases", action="store_true",
+                   help="restore case: log RSS after each restore step (NEFFCACHE_DEBUG_RSS=1)")
+    p.add_argument("--rerun", action="store_true",
+                   help="restore case: restore again into the same directory (nothing to fetch)")
     p.add_argument("--skip-restore", action="store_true")
     p.add_argument("--skip-push", action="store_true")
     p.add_argument("--dest", type=Path, default=Path("/dev/shm"),
@@ -318,7 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log(f"restore: writing a store of {args.files} files")
                 store = make_store(work / "restore", args.files, spawner, env, REPO)
                 results["restore"] = bench_restore(work / "restore", store, spawner, env, codes,
-                                                   args.files, args.dest)
+                                                   args.files, args.dest, args.phases,
+                                                   args.rerun)
                 shutil.rmtree(work / "restore")
             if not args.skip_push:
                 trees = [t.strip() for t in args.trees.split(",") if t.strip()]

@@ -212,6 +212,30 @@ def test_a_restore_waits_for_no_disk_and_the_next_one_syncs_before_it_vouches(
     assert len(load_state(dirs)) == len(files) and load_pending(dirs) == {}
 
 
+def test_the_store_free_check_syncs_this_boots_pending_files_once_all_are_confirmed(
+        tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target = tmp_path / "t"
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None  # all pending
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        real(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    victim = sorted(files)[-1]
+    (target / "neff" / victim).write_bytes(b"changed")
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is None
+    assert synced == []  # a doubt at the last file: nothing synced for a run that plans
+    # the full run syncs what the first left pending, and leaves the file it fetched pending
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None
+    synced.clear()
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is not None
+    assert synced == [str(target / "neff" / victim)]
+
+
 def test_a_later_boot_hashes_what_an_earlier_one_left_pending(
         tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     store, files = published

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import replace
+from typing import Any
 
 from neffcache.errors import (
     CacheMissError,
@@ -20,7 +22,13 @@ from neffcache.restore.install import FileFailure
 from neffcache.restore.outcome import RestoreResult, outcome_error
 from neffcache.restore.plan import PresentFile, cell_verdicts, plan_restore, wanted_sizes
 from neffcache.restore.resolve import CellFailure, Resolution
-from neffcache.restore.state import StateRecord, decode_state, encode_state
+from neffcache.restore.state import (
+    StateRecord,
+    decode_pending,
+    decode_state,
+    encode_state,
+    encode_state_chunks,
+)
 
 FP = build_fingerprint("neuron", {"target": "trn2"})
 DIRS = {"neff": "/t/neff", "hlo": "/t/hlo"}
@@ -142,6 +150,28 @@ def test_state_round_trip_and_garbage_is_empty() -> None:
     for junk in (b"", b"[]", b"{", b'{"schema_version": 1, "files": {"x": [1]}}',
                  b'{"schema_version": 2, "files": {}}'):
         assert decode_state(junk) == {}
+
+
+def test_state_pending_in_pieces_is_the_whole_document() -> None:
+    """Pending rows are written a few at a time; joined they are the one document: boots in
+    the order of their first path, paths sorted, a durable path never also pending."""
+    rec = {f"d/{i:02d}": StateRecord(i, 2, 3, 4, "a" * 64, 0o644) for i in range(9)}
+    pending = {p: ("b2" if i % 3 else "b1", r) for i, (p, r) in enumerate(rec.items())}
+    durable = ["d/00", "d/04"]
+    data = b"".join(encode_state_chunks(durable, rec.__getitem__, pending, batch=2))
+    doc = json.loads(data)
+    boots: dict[str, dict[str, Any]] = {}
+    for p in sorted(pending):
+        if p not in durable:
+            boots.setdefault(pending[p][0], {})[p] = json.loads(json.dumps(
+                [rec[p].size, 2, 3, 4, "a" * 64, 0o644]))
+    assert doc == {"schema_version": 1, "files": {p: doc["files"][p] for p in durable},
+                   "pending": boots}
+    assert list(doc["pending"]) == list(boots) == ["b2", "b1"] and data == json.dumps(
+        doc, separators=(",", ":")).encode()
+    assert decode_pending(data) == {p: v for p, v in pending.items() if p not in durable}
+    assert decode_state(data) == {p: rec[p] for p in durable}
+    assert b"pending" not in encode_state(rec, {})
 
 
 # --- the exit rule --------------------------------------------------------------------------
