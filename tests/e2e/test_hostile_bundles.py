@@ -23,6 +23,7 @@ from neffcache.lifecycle.bundle_write import write_bundle
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
 from neffcache.store import TOC_NAME, Member, Toc, encode_toc
 from neffcache.store.local import LocalStore
+from tests.e2e.conftest import MATRIX
 from tests.support.lifecycle import cell, publish_synthetic, sdk_fingerprint
 
 MiB = 1 << 20
@@ -216,15 +217,6 @@ def test_the_good_bundles_import(good: Good, tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
 
 
-RESTORE_MATRIX = """\
-backend = "neuron"
-[[pipelines]]
-name = "tiny"
-class = "diffusers:Flux2KleinPipeline"
-model = "/models/tiny-flux2-klein"
-mode = "compile"
-shapes = ["64x64", "128x128"]
-"""
 RESTORE_CASES = ("gzip-bomb", "gzip-bomb-max-bytes", "gzip-bomb-wrong-digest",
                  "gzip-truncated-half", "truncated-last-byte", "traversal-dotdot", "symlink",
                  "toc-size-forged", "member-bit-flip")
@@ -240,7 +232,7 @@ def test_restore_from_a_hostile_bundle_is_refused_and_writes_within_the_cap(
     data = make(good)
     path.write_bytes(data)
     cap = cap_for(data)
-    (tmp_path / "matrix.toml").write_text(RESTORE_MATRIX)
+    (tmp_path / "matrix.toml").write_text(MATRIX)
     (tmp_path / "tmp").mkdir()
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"),
            "NEFFCACHE_INSTANCE_TYPE": "trn2.48xlarge"}
@@ -258,7 +250,7 @@ def test_restore_from_a_hostile_bundle_is_refused_and_writes_within_the_cap(
 
 
 def test_restore_max_bytes_needs_a_bundle(tmp_path: Path) -> None:
-    (tmp_path / "matrix.toml").write_text(RESTORE_MATRIX)
+    (tmp_path / "matrix.toml").write_text(MATRIX)
     proc = subprocess.run([sys.executable, "-m", "neffcache.cli", "restore",
                            str(tmp_path / "matrix.toml"), "--to", str(tmp_path / "o"),
                            "--max-bytes", "100"], capture_output=True, text=True, timeout=120)

