@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from neffcache.config import Settings
     from neffcache.fingerprint import Fingerprint
     from neffcache.index.coverage_stream import CoveragePlan
-    from neffcache.index.shapes import CoverageDoc
+    from neffcache.index.shapes import CoverageCheckDoc, CoverageDoc
     from neffcache.matrix import Cell
 
 HOST = "host"  # in CoverageRequest.fingerprints: this host's fingerprint
@@ -90,15 +90,21 @@ class CoverageResult(ExitRule):
                             "cells": report["cells"], "fingerprints": report["fingerprints"],
                             "rows": report["rows"]}
         if self.not_ready is not None:
-            doc["check"] = {"ok": not self.not_ready, "not_ready": [
-                {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key,
-                 "status": r.status} for r in self.not_ready]}
+            doc["check"] = check_json(self.not_ready)
         return doc
 
     def error(self) -> CacheMissError | None:
         """CacheMissError (exit 3) naming up to three cells when a checked cell is not
         ready; None otherwise."""
         return _not_ready_error(self.matrix, self.not_ready)
+
+
+def check_json(not_ready: Sequence[Any]) -> CoverageCheckDoc:
+    """The ``check`` key of the coverage document: {"ok", "not_ready": [cell, fingerprint,
+    status]}."""
+    return {"ok": not not_ready, "not_ready": [
+        {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key, "status": r.status}
+        for r in not_ready]}
 
 
 def _not_ready_error(matrix: str,
@@ -216,9 +222,7 @@ class CoverageStream(ExitRule):
         {"ok", "not_ready"}, as in CoverageResult.to_json()."""
         doc: dict[str, Any] = {"fingerprints": [f.to_json() for f in self.fingerprints or ()]}
         if self.not_ready is not None:
-            doc["check"] = {"ok": not self.not_ready, "not_ready": [
-                {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key,
-                 "status": r.status} for r in self.not_ready]}
+            doc["check"] = check_json(self.not_ready)
         return doc
 
     def error(self) -> CacheMissError | None:
