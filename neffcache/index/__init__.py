@@ -41,8 +41,9 @@ The handle and the building blocks other packages use:
         response models are built from them)
 
 Importing this package imports nothing: each name loads its module when first used, so a
-command imports what it calls (``ls``: SQLAlchemy Core and the listing; not the ORM, not
-FastAPI or pydantic; the ops reads load the ORM). The restore path never imports this package.
+command imports what it calls (``ls``: the listing on the bare driver, or SQLAlchemy Core
+when its statements are not compiled yet; not the ORM, not FastAPI or pydantic; the ops
+reads load the ORM). The restore path never imports this package.
 """
 
 from __future__ import annotations
@@ -55,8 +56,6 @@ if TYPE_CHECKING:
     from neffcache.index.calls import (
         IngestRestoreReportsRequest,
         IngestRestoreReportsResult,
-        ListEntriesRequest,
-        ListEntriesResult,
         ListRegisteredMatricesRequest,
         ListRegisteredMatricesResult,
         RegisterMatrixFileRequest,
@@ -70,10 +69,7 @@ if TYPE_CHECKING:
         UpgradeSchemaRequest,
         UpgradeSchemaResult,
         ingest_restore_reports,
-        iter_entries,
-        list_entries,
         list_registered_matrices,
-        next_cursor,
         register_matrix_file,
         reindex_store,
         show_registered_matrix,
@@ -89,12 +85,25 @@ if TYPE_CHECKING:
         stream_coverage,
     )
     from neffcache.index.coverage_grid import status_of
+    from neffcache.index.cursors import (
+        CURSOR_PATTERN,
+        ID_CURSOR_PATTERN,
+        NAME_CURSOR_PATTERN,
+        entry_cursor,
+    )
     from neffcache.index.ingest import (
         IngestResult,
         InvalidReport,
         ReportPoller,
         ingest_report_files,
         ingest_reports,
+    )
+    from neffcache.index.ls_call import (
+        ListEntriesRequest,
+        ListEntriesResult,
+        iter_entries,
+        list_entries,
+        next_cursor,
     )
     from neffcache.index.matrices import (
         get_matrix,
@@ -143,12 +152,6 @@ if TYPE_CHECKING:
         group_by_sdk,
         restore_outcome,
         sdk_version,
-    )
-    from neffcache.index.queries import (
-        CURSOR_PATTERN,
-        ID_CURSOR_PATTERN,
-        NAME_CURSOR_PATTERN,
-        entry_cursor,
     )
     from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
     from neffcache.index.shapes import (
@@ -213,14 +216,13 @@ if TYPE_CHECKING:
 # checkers) and this table are kept in step by tests/unit/test_api_face.py.
 _EXPORTS: dict[str, tuple[str, ...]] = {  # module -> the names the face takes from it
     "api": ("Index", "open_index"),
-    "calls": ("IngestRestoreReportsRequest", "IngestRestoreReportsResult", "ListEntriesRequest",
-        "ListEntriesResult", "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult",
+    "calls": ("IngestRestoreReportsRequest", "IngestRestoreReportsResult",
+        "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult",
         "RegisterMatrixFileRequest", "RegisterMatrixFileResult", "ReindexStoreRequest",
         "ReindexStoreResult", "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult",
         "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
-        "ingest_restore_reports", "iter_entries", "list_entries", "list_registered_matrices",
-        "next_cursor", "register_matrix_file", "reindex_store", "show_registered_matrix",
-        "show_schema", "upgrade_schema"),
+        "ingest_restore_reports", "list_registered_matrices", "register_matrix_file",
+        "reindex_store", "show_registered_matrix", "show_schema", "upgrade_schema"),
     "coverage_call": ("HOST", "CoverageRequest", "CoverageResult", "CoverageStream", "coverage",
         "stream_coverage"),
     "coverage_grid": ("status_of",),
@@ -238,7 +240,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {  # module -> the names the face takes f
         "LeaseStats", "MatrixRunTime", "MatrixVersion", "ReportedFingerprint",
         "RestoreOutcomeStats", "RestorePoint", "RestoreRecord", "RunSummary", "SdkBytes",
         "group_by_sdk", "restore_outcome", "sdk_version"),
-    "queries": ("CURSOR_PATTERN", "ID_CURSOR_PATTERN", "NAME_CURSOR_PATTERN", "entry_cursor"),
+    "cursors": ("CURSOR_PATTERN", "ID_CURSOR_PATTERN", "NAME_CURSOR_PATTERN", "entry_cursor"),
+    "ls_call": ("ListEntriesRequest", "ListEntriesResult", "iter_entries", "list_entries",
+        "next_cursor"),
     "schema": ("SCHEMA_REVISION", "schema_state", "upgrade_index"),
     "shapes": ("BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc",
         "CoverageFingerprintDoc", "CoverageGridDoc", "CoverageReportDoc", "CoverageRowDoc", "Doc",

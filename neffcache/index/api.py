@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, exc
 
 from neffcache.errors import SchemaOutdatedError, UnavailableError
-from neffcache.index import queries
+from neffcache.index import listing, queries
+from neffcache.index.compiled import StatementCache
 from neffcache.index.engine import (
     WRITE,
     ensure_parent_dir,
@@ -31,6 +32,7 @@ from neffcache.index.schema import (
     require_current,
     upgrade_engine,
 )
+from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.values import (
     ClaimResult,
     CoverageReport,
@@ -89,6 +91,9 @@ class Index:
         self.url = url
         # Where lease times come from: None = the database's clock; tests set a fake clock.
         self.lease_clock: Callable[[], datetime] | None = None
+        # Where ``iter_entries`` keeps its statements' compiled forms for the bare driver
+        # (None: nowhere; the CLI's ``ls`` sets one, see ``ls_call``).
+        self.statements: StatementCache | None = None
 
     # --- sessions: the only way into SQL ------------------------------------------------
 
@@ -277,8 +282,7 @@ class Index:
     def entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
                 limit: int | None = None, after: str | None = None) -> list[EntrySummary]:
         """Entries newest first; ``after``: continue after the entry of that cursor."""
-        with self.connection() as conn:
-            return queries.list_entries(conn, cell_glob, fingerprint_key, limit, after)
+        return list(self.iter_entries(cell_glob, fingerprint_key, limit, after))
 
     def iter_entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
                      limit: int | None = None,
@@ -286,7 +290,12 @@ class Index:
         """``entries`` as they are read (one connection, held until the iterator is
         exhausted or closed): memory stays one batch of rows, whatever the count."""
         with self.connection() as conn:
-            yield from queries.iter_entries(conn, cell_glob, fingerprint_key, limit, after)
+            try:
+                yield from listing.iter_entries(SqlaReader(conn, self.statements), cell_glob,
+                                                fingerprint_key, limit, after)
+            finally:
+                if self.statements is not None:
+                    self.statements.save()
 
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of these entry keys are indexed (primary-key lookups, a few hundred keys

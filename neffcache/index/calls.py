@@ -1,5 +1,5 @@
-"""The index's use cases other than coverage, one call each, as the CLI runs them: list
-entries (``ls``), rebuild from the store (``reindex``), ingest restore reports (``reports
+"""The index's use cases other than coverage and ``ls`` (``ls_call``), one call each, as the
+CLI runs them: rebuild from the store (``reindex``), ingest restore reports (``reports
 ingest``), register / list / show matrices (``matrix``), upgrade / show the schema (``db``).
 
 Each takes a frozen request whose ``index``/``store`` settings are None for "as the CLI
@@ -10,7 +10,7 @@ with ``to_json()`` (the command's ``--json`` document), ``error()`` and ``exit_c
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,9 +24,8 @@ from neffcache.errors import (
     SchemaOutdatedError,
 )
 from neffcache.index.api import Index, open_index
-from neffcache.index.queries import entry_cursor
 from neffcache.index.schema import schema_state, upgrade_index
-from neffcache.index.values import EntrySummary, ReindexResult, SchemaState
+from neffcache.index.values import ReindexResult, SchemaState
 
 # ingest, matrices and reindex (and what they import: the store, reports) load in the calls
 # that use them: ``ls`` starts without them.
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
     from neffcache.index.ingest import IngestResult
     from neffcache.index.ops_values import MatrixVersion
     from neffcache.index.shapes import (
-        EntriesDoc,
         IngestReportsDoc,
         MatrixDoc,
         ReindexStoreDoc,
@@ -56,66 +54,6 @@ def _open(settings: Settings) -> Index:
 @dataclass(frozen=True, slots=True)
 class _Success(ExitRule):
     """Results whose outcome is always a success (exit 0): the call returns one or raises."""
-
-
-# --- ls ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class ListEntriesRequest:
-    """``neffcache ls``: ``cell`` a cell id glob, ``fingerprint`` a key or a prefix of one,
-    ``limit`` at most this many (the newest); ``after`` a cursor (a page's ``next``): only
-    the entries after it; ``index`` the index URL (None: as the CLI)."""
-
-    cell: str | None = None
-    fingerprint: str | None = None
-    limit: int | None = None
-    index: str | None = None
-    after: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ListEntriesResult(_Success):
-    """The entries found, newest first; ``next``: the cursor of the next page (None: the
-    listing is complete)."""
-
-    entries: tuple[EntrySummary, ...]
-    next: str | None = None
-
-    def to_json(self) -> EntriesDoc:
-        """{"entries": [EntrySummary.to_json()], "count", "next"}, as ``ls --json`` prints."""
-        return {"entries": [e.to_json() for e in self.entries], "count": len(self.entries),
-                "next": self.next}
-
-
-def list_entries(request: ListEntriesRequest) -> ListEntriesResult:
-    """The entries the index knows, newest first. Raises UnavailableError (exit 6) or
-    SchemaOutdatedError (7) for the index."""
-    with _open(_settings(request.index)) as ix:
-        found = ix.entries(cell_glob=request.cell, fingerprint_key=request.fingerprint,
-                           limit=request.limit, after=request.after)
-    return ListEntriesResult(tuple(found), next_cursor(request, len(found),
-                                                       found[-1] if found else None))
-
-
-def iter_entries(request: ListEntriesRequest) -> Iterator[EntrySummary]:
-    """``list_entries``'s entries one at a time, as the index returns them (what ``ls``
-    prints: the first at once, in flat memory at any count). The index is opened at the
-    first ``next()`` and closed when the iterator is exhausted or closed; its errors, and a
-    malformed ``after`` (UsageError), are raised by the first ``next()``. The next page's
-    cursor: ``next_cursor(request, count, last)``."""
-    with _open(_settings(request.index)) as ix:
-        yield from ix.iter_entries(cell_glob=request.cell,
-                                   fingerprint_key=request.fingerprint,
-                                   limit=request.limit, after=request.after)
-
-
-def next_cursor(request: ListEntriesRequest, count: int,
-                last: EntrySummary | None) -> str | None:
-    """The ``after`` of the page following one of ``count`` entries ending with ``last``;
-    None when the listing is complete (no limit, or fewer than ``limit`` entries)."""
-    if request.limit is None or count < request.limit or last is None:
-        return None
-    return entry_cursor(last)
 
 
 # --- reindex -------------------------------------------------------------------------------

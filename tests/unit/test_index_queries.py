@@ -7,16 +7,17 @@ from __future__ import annotations
 import fnmatch
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import String
 
-from neffcache.index import Index, entry_cursor, open_index, upgrade_index
-from neffcache.index import queries as q
+from neffcache.index import EntrySummary, Index, entry_cursor, open_index, upgrade_index
+from neffcache.index.listing import glob_filter, walk_plan
 from neffcache.index.matrices import register_matrix
 from neffcache.index.models import Base
+from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import ALL
 from neffcache.matrix import parse_matrix
 from tests.support.ops_seed import matrix_text
@@ -50,33 +51,47 @@ def fill(ix: Index) -> None:
 
 
 def check_plans(ix: Index) -> None:
+    """Both plans are taken, and ``ls``'s listing agrees with fnmatch over every entry."""
     with ix.connection() as conn:
+        reader = SqlaReader(conn)
+
         def walks(glob: str, limit: int) -> bool:
-            clause, _ = q.glob_clause(conn, q.cells.c.id, glob)
-            return q.walk_plan(conn, clause, limit, False) is not None
+            gshape, gparams, _ = glob_filter(reader.dialect, glob)
+            return walk_plan(reader, gshape, gparams, limit, False) is not None
 
         plans = {walks(glob, 5) for glob in GLOBS}
         assert plans == {True, False}  # both plans are exercised below
         # Most cells, the oldest entries: the walk is chosen, finds nothing among the newest
         # entries its budget allows, and the per-cell plan answers.
         assert walks("flux2-klein/*", 1)
-    listed = ix.entries()  # no glob: newest first, the reference
+    check_listing(ix.entries)
+
+
+def check_listing(entries: Callable[..., list[EntrySummary]]) -> None:
+    """``entries(cell_glob=, fingerprint_key=, limit=, after=)`` lists what fnmatch keeps of
+    every entry, newest first, page by page (the per-cell plan, the walk, the cursor)."""
+    listed = entries()  # no glob: newest first, the reference
     assert listed == sorted(listed, key=lambda e: (-e.created_at.timestamp(), e.entry_key))
     assert len(listed) == 3 * (44 + 2 * len(ODD))
+    assert entries(limit=7) == listed[:7]
+    assert entries(limit=7, after=entry_cursor(listed[6])) == listed[7:14]
+    fp = make_fingerprint(2).key[:10]
+    assert entries(fingerprint_key=fp) == [e for e in listed if e.fingerprint_key.startswith(fp)]
+    assert entries(fingerprint_key="not-hex") == []
     for glob in [*GLOBS, OLDEST]:
         everything = [e for e in listed if fnmatch.fnmatchcase(e.cell_id, glob)]
-        assert ix.entries(cell_glob=glob) == everything, glob
+        assert entries(cell_glob=glob) == everything, glob
         for limit in (1, 5, 200):
-            assert ix.entries(cell_glob=glob, limit=limit) == everything[:limit], (glob, limit)
+            assert entries(cell_glob=glob, limit=limit) == everything[:limit], (glob, limit)
         fp = make_fingerprint(1).key[:8]
         with_fp = [e for e in everything if e.fingerprint_key.startswith(fp)]
-        assert ix.entries(cell_glob=glob, fingerprint_key=fp, limit=3) == with_fp[:3]
+        assert entries(cell_glob=glob, fingerprint_key=fp, limit=3) == with_fp[:3]
         if len(everything) > 4:  # the next page, through the cursor
             after = entry_cursor(everything[3])
-            assert ix.entries(cell_glob=glob, limit=4, after=after) == everything[4:8], glob
-    assert len(ix.entries(cell_glob="flux2-klein/*")) == 120
-    assert [e.cell_id.split("/")[0] for e in ix.entries(cell_glob="sd_xl/*")] == ["sd_xl"] * 6
-    assert len(ix.entries(cell_glob=OLDEST, limit=1)) == 1
+            assert entries(cell_glob=glob, limit=4, after=after) == everything[4:8], glob
+    assert len(entries(cell_glob="flux2-klein/*")) == 120
+    assert [e.cell_id.split("/")[0] for e in entries(cell_glob="sd_xl/*")] == ["sd_xl"] * 6
+    assert len(entries(cell_glob=OLDEST, limit=1)) == 1
 
 
 @pytest.fixture

@@ -1,0 +1,240 @@
+"""How ``ls`` reads entries: which statements, in which order, with which parameters (the
+plan), over a ``Reader``. No SQLAlchemy here: the statements are named by a name and a
+shape (``listing_statements`` builds them), so a read command can run their compiled forms
+on the bare driver (``bare_reader``) without importing SQLAlchemy."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from neffcache.index.cursors import EPOCH, parse_entry_cursor
+from neffcache.index.values import EntrySummary, as_utc
+
+Shape = tuple[tuple[str, Any], ...]  # a statement's variant: which filters it has
+_LIKE_ESCAPE = "\\"
+_HEX = re.compile(r"[0-9a-f]{1,64}")
+BATCH = 1000  # rows per fetch when streaming
+
+
+class Reader(Protocol):
+    """Runs a named statement of ``listing_statements`` in one of its shapes."""
+
+    dialect: str  # "sqlite" or "postgresql"
+
+    def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
+             ) -> Iterator[tuple[Any, ...]]:
+        """The statement's rows as they are read (at most BATCH in memory)."""
+        ...
+
+    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
+              ) -> tuple[Any, ...] | None:
+        """The statement's first row (None: no row)."""
+        ...
+
+
+def glob_to_like(pattern: str) -> str:
+    """A LIKE pattern matching at least everything the glob matches (exact for * and ?;
+    a [...] class and everything after it become %). Callers re-check with fnmatch."""
+    out = []
+    for ch in pattern:
+        if ch == "[":
+            out.append("%")
+            break
+        if ch == "*":
+            out.append("%")
+        elif ch == "?":
+            out.append("_")
+        elif ch in ("%", "_", _LIKE_ESCAPE):
+            out.append(_LIKE_ESCAPE + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def glob_prefix(pattern: str) -> str:
+    """The literal text a glob's matches all start with (up to its first ``*``, ``?``, ``[``)."""
+    return re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+
+
+def prefix_upper(prefix: str) -> str | None:
+    """The smallest string above every string starting with ``prefix`` (its last character
+    incremented; None if that is the largest code point): a range an index serves."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1) if ord(prefix[-1]) < 0x10FFFF else None
+
+
+def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """The shape and parameters of the cell-id filter for ``pattern``, and whether it is
+    exact (then no fnmatch re-check is needed and a LIMIT can go to SQL): SQLite's GLOB has
+    fnmatch's syntax (``[!...]`` spelled ``[^...]``) and its range on the literal prefix
+    lets ix_cells_id serve it; LIKE is exact on Postgres without ``[...]``."""
+    if dialect != "sqlite":
+        return {"glob": True}, {"glob": glob_to_like(pattern)}, "[" not in pattern
+    shape: dict[str, Any] = {"glob": True, "prefix": None}
+    params: dict[str, Any] = {"glob": pattern.replace("[!", "[^")}
+    prefix = glob_prefix(pattern)
+    if prefix:
+        upper = prefix_upper(prefix)
+        shape["prefix"] = "from" if upper is None else "range"
+        params["lo"] = prefix
+        if upper is not None:
+            params["hi"] = upper
+    return shape, params, True
+
+
+def entry_filter(fingerprint_key: str | None, position: tuple[datetime, str] | None
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The shape and parameters of the listing's conditions on an entry: its fingerprint
+    (a hex key prefix, as a range an index serves under any collation: LIKE 'abc%' cannot
+    use one under C.UTF-8; a non-hex prefix matches nothing), and for a next page, listed
+    after ``position`` (created_at, entry_key) newest first."""
+    shape: dict[str, Any] = {"fp": None, "pos": position is not None}
+    params: dict[str, Any] = {}
+    if fingerprint_key:
+        p = fingerprint_key.lower()
+        if _HEX.fullmatch(p):
+            shape["fp"] = "range"
+            params.update(fp_lo=p, fp_hi=p + "g")  # "g" sorts after every hex digit
+        else:
+            shape["fp"] = "never"
+    if position is not None:
+        params.update(pos_at=position[0], pos_key=position[1])
+    return shape, params
+
+
+def shape_of(*parts: Mapping[str, Any]) -> Shape:
+    """One statement shape from the shapes of its parts (sorted: a stable cache key)."""
+    merged: dict[str, Any] = {}
+    for p in parts:
+        merged.update(p)
+    return tuple(sorted(merged.items()))
+
+
+def iter_entries(reader: Reader, cell_glob: str | None = None,
+                 fingerprint_key: str | None = None,
+                 limit: int | None = None, after: str | None = None) -> Iterator[EntrySummary]:
+    """Entries, newest first, yielded as the database returns them (memory stays one batch,
+    whatever the count); ``cell_glob`` matches cell ids (fnmatch, case-sensitive) and
+    ``fingerprint_key`` may be a full key or a prefix of one. ``after`` (a cursor from
+    ``entry_cursor``): only the entries listed after that one (keyset paging).
+
+    With a glob and a limit, the cheaper of two plans (same rows, same order), neither
+    depending on table statistics: read the newest ``limit`` entries of each matching cell
+    (``ix_entries_cell_key_created_at_entry_key``; on Postgres a LATERAL per cell) and keep
+    the newest ``limit`` of those (~matching cells x min(fingerprints, limit) index rows,
+    whatever the rows' age), or, for a broad glob, walk the entries newest first and keep
+    those whose cell matches (~limit x cells / matching cells rows if the matching cells'
+    entries are spread over time; bounded, then the first plan answers); see ``_walk``."""
+    position = parse_entry_cursor(after) if after else None
+    fshape, fparams = entry_filter(fingerprint_key, position)
+    if not cell_glob:
+        yield from _rows(reader, "entries", {**fshape, "glob": False}, fparams, None, limit)
+        return
+    gshape, gparams, exact = glob_filter(reader.dialect, cell_glob)
+    check = None if exact else cell_glob  # LIKE ignores [...] classes: fnmatch re-checks
+    if not limit:
+        yield from _rows(reader, "entries", {**fshape, **gshape}, {**fparams, **gparams},
+                         check, limit)
+        return
+    # the walk counts from the newest entry: a page further on is read per cell
+    plan = (walk_plan(reader, gshape, gparams, limit, bool(fingerprint_key))
+            if position is None else None)
+    found = None if plan is None else _walk(reader, fshape, fparams, gshape, gparams, check,
+                                            limit, plan)
+    if found is not None:
+        yield from found
+        return
+    # the fnmatch re-check keeps or drops a cell's entries all together: each cell's newest
+    # ``limit`` still hold the newest ``limit`` of the cells it keeps
+    whole = check is None
+    since = None
+    if whole and fshape["fp"] is None and not fshape["pos"]:
+        since = newest_bound(reader, gshape, gparams, limit)
+    yield from _rows(reader, "entries_newest",
+                     {**fshape, **gshape, "whole": whole, "since": since is not None},
+                     {**fparams, **gparams, "per_cell": limit,
+                      **({} if since is None else {"since": since})}, check, limit)
+
+
+def newest_bound(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, Any],
+                 limit: int) -> datetime | None:
+    """The ``limit``-th newest of the matching cells' newest entries (None: fewer cells
+    have one): ``limit`` cells have an entry that new, so the newest ``limit`` entries are all
+    at least that new. One index probe per cell, in a statement of its own: its result is a
+    plain parameter of the listing (a subquery there inflates the planner's estimates)."""
+    row = reader.first("newest_bound", shape_of(gshape), {**gparams, "skip": limit - 1})
+    return None if row is None or row[0] is None else as_utc(row[0])
+
+
+def _walk(reader: Reader, fshape: Mapping[str, Any], fparams: Mapping[str, Any],
+          gshape: Mapping[str, Any], gparams: Mapping[str, Any], check: str | None,
+          limit: int, plan: tuple[int, int]) -> list[EntrySummary] | None:
+    """The walk: the newest entries whose cell matches, up to ``limit``; None when the
+    per-cell plan should answer. The walk is bounded to the newest few times the rows it
+    expects to read and widened eightfold while it finds fewer than ``limit`` (the matching
+    cells' entries are older than the rest), while it reads fewer rows than half of what the
+    per-cell plan reads: an old pipeline costs at most about three times that plan."""
+    budget, per_cell_rows = plan
+    while True:
+        found = list(_rows(reader, "walk", {**fshape, **gshape},
+                           {**fparams, **gparams, "budget": budget, "epoch": EPOCH},
+                           check, limit))
+        if len(found) >= limit:
+            return found
+        budget *= 8  # the newest entries are not spread like the rest: walk further
+        if budget > per_cell_rows // 2:
+            return None
+
+
+def _rows(reader: Reader, name: str, shape: Mapping[str, Any], params: Mapping[str, Any],
+          check: str | None, limit: int | None) -> Iterator[EntrySummary]:
+    """Rows of statement ``name`` whose cell id matches the glob ``check`` (None: all), up
+    to ``limit`` (in SQL unless rows are re-checked here), as they are read."""
+    limited = limit is not None and check is None
+    rows = reader.rows(name, shape_of(shape, {"limited": limited}),
+                       {**params, "limit": limit} if limited else params)
+    n = 0
+    for row in rows:
+        if check is not None and not fnmatch.fnmatchcase(row[1], check):
+            continue
+        yield summary(row)
+        n += 1
+        if limit is not None and n >= limit:
+            return
+
+
+def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, Any],
+              limit: int, by_fingerprint: bool) -> tuple[int, int] | None:
+    """(how many of the newest entries to walk first, how many rows the per-cell plan
+    reads) if a first walk reads no more rows than that plan, else None. Counted
+    from how many cells match (not from statistics), assuming their entries are spread over
+    time like the rest; the first walk is four times the estimate. The per-cell plan reads
+    about one index probe per matching cell plus ``limit`` rows (with a fingerprint: each
+    matching cell's entries), so a walk pays only for globs matching most cells."""
+    row = reader.first("walk_counts", shape_of(gshape), gparams)
+    assert row is not None  # counts: always one row
+    matching, all_cells, n_fps = row
+    if not matching:
+        return None
+    n_fps = max(1, n_fps)  # entries per cell, at most
+    walked = int(4 * limit * all_cells / matching * (n_fps if by_fingerprint else 1)) + limit
+    per_cell_rows = matching * min(n_fps, limit) if by_fingerprint else matching + limit
+    if walked > per_cell_rows:
+        return None
+    return walked, per_cell_rows
+
+
+def summary(row: tuple[Any, ...]) -> EntrySummary:
+    """An ``EntrySummary`` from a listing row (the columns of ``listing_statements``)."""
+    (entry_key, cell_id, cell_key, fp_key, backend, store_url, total_bytes, file_count,
+     compile_seconds, created_at, verified_status, verified_at, last_used_at,
+     restore_count) = row
+    return EntrySummary(
+        entry_key=entry_key, cell_id=cell_id, cell_key=cell_key, fingerprint_key=fp_key,
+        backend=backend, store_url=store_url, total_bytes=total_bytes, file_count=file_count,
+        compile_seconds=compile_seconds, created_at=as_utc(created_at),  # type: ignore[arg-type]
+        verified_status=verified_status, verified_at=as_utc(verified_at),
+        last_used_at=as_utc(last_used_at), restore_count=int(restore_count or 0))

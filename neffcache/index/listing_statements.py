@@ -1,0 +1,171 @@
+"""The statements of ``listing``'s plan, built with SQLAlchemy Core from a name, a dialect
+and a shape (which filters a call has); every value is a named parameter, so one compiled
+form per shape serves every call, through SQLAlchemy or cached for the bare driver."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Integer, and_, bindparam, false, func, or_, select, true
+
+from neffcache.index.listing import Shape
+from neffcache.index.tables import UTC_TS, cells, entries, fingerprints
+
+_LIKE_ESCAPE = "\\"
+
+
+def build(name: str, dialect: str, shape: Shape) -> Any:
+    """The statement ``name`` of ``listing`` in ``shape`` for ``dialect``."""
+    return _BUILDERS[name](dialect, **dict(shape))
+
+
+def _param(name: str, type_: Any = None) -> Any:
+    return bindparam(name, type_=type_) if type_ is not None else bindparam(name)
+
+
+def _cell_clause(dialect: str, glob: bool, prefix: str | None = None) -> Any:
+    """The cell-id filter of ``listing.glob_filter``'s shape (None: no glob)."""
+    if not glob:
+        return None
+    c = cells.c.id
+    if dialect == "sqlite":
+        clause: Any = c.op("GLOB")(_param("glob"))
+        if prefix == "range":
+            clause = and_(c >= _param("lo"), c < _param("hi"), clause)
+        elif prefix == "from":
+            clause = and_(c >= _param("lo"), clause)
+        return clause
+    return c.like(_param("glob"), escape=_LIKE_ESCAPE)
+
+
+def _entry_filters(src: Any, fp: str | None, pos: bool) -> list[Any]:
+    """``listing.entry_filter``'s conditions on entries ``src``."""
+    out: list[Any] = []
+    if fp == "range":
+        out.append(and_(src.c.fingerprint_key >= _param("fp_lo"),
+                        src.c.fingerprint_key < _param("fp_hi")))
+    elif fp == "never":
+        out.append(false())
+    if pos:
+        out.append(or_(src.c.created_at < _param("pos_at", UTC_TS), and_(
+            src.c.created_at == _param("pos_at", UTC_TS),
+            src.c.entry_key > _param("pos_key"))))
+    return out
+
+
+def _listing(src: Any, cell_key: Any, fp: str | None, pos: bool,
+             order: tuple[Any, Any] | None = None, base: Any = None) -> Any:
+    """The listing's columns and filters over entries ``src`` (read from ``base``: src
+    itself, or a join starting from a subquery of chosen keys), joined to each entry's
+    cell by ``cell_key``, ordered newest first by ``order`` (created_at, entry_key)."""
+    c, f = cells, fingerprints
+    created_at, entry_key = order or (src.c.created_at, src.c.entry_key)
+    return (select(src.c.entry_key, c.c.id, src.c.cell_key, src.c.fingerprint_key,
+                   f.c.backend, src.c.store_url, src.c.total_bytes, src.c.file_count,
+                   src.c.compile_seconds, src.c.created_at, src.c.verified_status,
+                   src.c.verified_at, src.c.last_used_at, src.c.restore_count)
+            .select_from((src if base is None else base).join(c, c.c.key == cell_key)
+                         .join(f, f.c.key == src.c.fingerprint_key))
+            .where(*_entry_filters(src, fp, pos))
+            .order_by(created_at.desc(), entry_key))
+
+
+def _limited(stmt: Any, limited: bool) -> Any:
+    return stmt.limit(_param("limit", Integer)) if limited else stmt
+
+
+def _entries(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
+             prefix: str | None = None) -> Any:
+    """Every entry (or those of the cells matching the glob), newest first."""
+    stmt = _listing(entries, entries.c.cell_key, fp, pos)
+    clause = _cell_clause(dialect, glob, prefix)
+    return _limited(stmt if clause is None else stmt.where(clause), limited)
+
+
+def _walk_counts(dialect: str, *, glob: bool, prefix: str | None = None) -> Any:
+    """(cells matching the glob, all cells, fingerprints): ``listing.walk_plan``'s counts."""
+    clause = _cell_clause(dialect, glob, prefix)
+    return select(
+        select(func.count()).select_from(cells).where(clause).scalar_subquery(),
+        select(func.count()).select_from(cells).scalar_subquery(),
+        select(func.count()).select_from(fingerprints).scalar_subquery())
+
+
+def _walk(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
+          prefix: str | None = None) -> Any:
+    """The newest ``budget`` entries whose cell matches (``listing._walk``)."""
+    e = entries
+    # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot
+    # start from the matching cells and look their entries up, so it reads entries by
+    # created_at, newest first, no older than the walk's budget allows, and stops at the
+    # limit; each entry's cell is then one primary-key lookup.
+    unindexed = e.c.cell_key + ""
+    matching = select(cells.c.key).where(_cell_clause(dialect, glob, prefix)).scalar_subquery()
+    oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
+              .offset(_param("budget", Integer)).limit(1).scalar_subquery())
+    stmt = _listing(e, unindexed, fp, pos).where(
+        unindexed.in_(matching),
+        e.c.created_at >= func.coalesce(oldest, _param("epoch", UTC_TS)))
+    return _limited(stmt, limited)
+
+
+def _newest_bound(dialect: str, *, glob: bool, prefix: str | None = None) -> Any:
+    """The ``skip + 1``-th newest of the matching cells' newest entries
+    (``listing.newest_bound``)."""
+    e, c = entries, cells
+    newest = select(func.max(e.c.created_at)).where(e.c.cell_key == c.c.key).scalar_subquery()
+    per_cell = (select(newest.label("newest")).where(_cell_clause(dialect, glob, prefix))
+                .subquery("cell_newest"))
+    return (select(per_cell.c.newest)  # a cell without entries: NULL, last
+            .order_by(per_cell.c.newest.desc().nulls_last())
+            .offset(_param("skip", Integer)).limit(1))
+
+
+def _newest_keys(dialect: str, fp: str | None, pos: bool, glob: bool,
+                 prefix: str | None, whole: bool, since: bool) -> Any:
+    """A subquery (entry_key, created_at) of the newest ``per_cell`` entries of the cells
+    matching the glob (``whole=False``: each cell's newest ``per_cell``, for a caller that
+    drops cells), read cell by cell from ix_entries_cell_key_created_at_entry_key alone:
+    never a walk of the entries by created_at (which reads every newer entry first: 838k
+    rows for an old pipeline); the listing's other columns are then read for that many
+    rows. ``since``: only entries at least as new as ``listing.newest_bound``."""
+    e, c = entries, cells
+    filters = _entry_filters(e, fp, pos)
+    if since:
+        filters.append(e.c.created_at >= _param("since", UTC_TS))
+    clause = _cell_clause(dialect, glob, prefix)
+    per_cell = _param("per_cell", Integer)
+    if dialect == "postgresql":
+        matching = select(c.c.key).where(clause).subquery("matching")
+        lateral = (select(e.c.entry_key, e.c.created_at)
+                   .where(e.c.cell_key == matching.c.key, *filters)
+                   .order_by(e.c.created_at.desc(), e.c.entry_key).limit(per_cell)
+                   .lateral("per_cell"))
+        return (select(lateral.c.entry_key, lateral.c.created_at)
+                .select_from(matching.join(lateral, true()))
+                .order_by(lateral.c.created_at.desc(), lateral.c.entry_key)
+                .limit(per_cell if whole else None).subquery("newest"))
+    # SQLite has no LATERAL: ordering by an expression no index serves (the same value)
+    # keeps its planner from the created_at index; it reads the matching cells (a range on
+    # ix_cells_id) and each one's entries from the covering index, then sorts those.
+    per_cell_order = func.coalesce(e.c.created_at, e.c.created_at)
+    return (select(e.c.entry_key, e.c.created_at)
+            .where(e.c.cell_key.in_(select(c.c.key).where(clause)), *filters)
+            .order_by(per_cell_order.desc(), e.c.entry_key)
+            .limit(per_cell if whole else None).subquery("newest"))
+
+
+def _entries_newest(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
+                    whole: bool, since: bool, prefix: str | None = None) -> Any:
+    """The listing of ``_newest_keys``'s entries (``listing.iter_entries``'s per-cell plan)."""
+    e = entries
+    newest = _newest_keys(dialect, fp, pos, glob, prefix, whole, since)
+    return _limited(_listing(e, e.c.cell_key, fp, pos, (newest.c.created_at, newest.c.entry_key),
+                             newest.join(e, e.c.entry_key == newest.c.entry_key)), limited)
+
+
+_BUILDERS: dict[str, Callable[..., Any]] = {
+    "entries": _entries, "walk_counts": _walk_counts, "walk": _walk,
+    "newest_bound": _newest_bound, "entries_newest": _entries_newest,
+}
