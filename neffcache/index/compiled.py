@@ -6,8 +6,10 @@ The file (``$NEFFCACHE_HOME/sql/<digest>.json``, mode 0600) is named by a digest
 package's sources and of the SQLAlchemy release: other code never reads it. It holds the
 schema revision the code expects, and per statement its SQL, its parameters in order, the
 values of the ones SQLAlchemy made up (literals), and which parameters and columns are
-datetimes (the one type whose conversion SQLAlchemy does on SQLite). Best effort: an
-unreadable or unwritable file only means the statements go through SQLAlchemy."""
+datetimes (the one type whose conversion SQLAlchemy does on SQLite). A file another user
+owns, or that others may write, is never read (its SQL would run with this user's index
+credentials). Best effort: an unreadable or unwritable file only means the statements go
+through SQLAlchemy."""
 
 from __future__ import annotations
 
@@ -87,7 +89,11 @@ class StatementCache:
         except OSError:
             return StatementCache(None)
         try:
-            doc = json.loads(path.read_bytes())
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                    return StatementCache(path)  # SQL others could write: never run it
+                doc = json.loads(f.read())
             if doc.get("format") != FORMAT:
                 return StatementCache(path)
             return StatementCache(path, doc.get("head"), {

@@ -131,3 +131,16 @@ def test_an_unreachable_postgres_is_one_line_with_the_password_hidden(tmp_path: 
         open_bare(url, cache, fallback=_never)
     message = str(caught.value)
     assert "s3cret" not in message and "127.0.0.1:9" in message and "\n" not in message
+
+
+def test_a_cache_others_may_write_is_never_read(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with open_index(f"sqlite:///{home / 'index.db'}", auto_upgrade=True) as ix:
+        fill(ix)
+    assert _ls(home, "--limit", "1")[1].startswith("RC 0 True")
+    path = home / "sql" / f"{code_digest()}.json"
+    assert StatementCache.load(home).head is not None
+    path.chmod(0o666)
+    assert StatementCache.load(home).head is None
+    assert _ls(home, "--limit", "1")[1].startswith("RC 0 True")  # through SQLAlchemy again
+    assert path.stat().st_mode & 0o077 == 0  # and written back privately

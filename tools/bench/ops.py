@@ -67,7 +67,9 @@ PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PG_DB = "neffcache_bench_ops"
 CLI = [str(Path(sys.executable).with_name("neffcache"))]
 PEERS = {"peer_python": [sys.executable, "-c", "pass"],
-         "peer_import_sqlalchemy": [sys.executable, "-c", "import sqlalchemy"]}
+         "peer_import_sqlalchemy": [sys.executable, "-c", "import sqlalchemy"],
+         # the driver the bare ``ls`` path imports on Postgres (sqlite3 costs ~10 ms)
+         "peer_import_psycopg": [sys.executable, "-c", "import psycopg"]}
 TARGETS = {"metrics": 0.2, "summary": 0.2, "dashboard": 1.0, "coverage_cli": 0.5,
            "ls_cli": 0.3, "ls_glob_cli": 0.3, "ls_glob_older_cli": 0.3, "ls_all_first": 0.3,
            "ls_all_jsonl_first": 0.3, "coverage_all_json_first": 0.3}
