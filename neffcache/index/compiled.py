@@ -18,6 +18,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,3 +130,15 @@ class StatementCache:
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            return
+        _prune(self.path)
+
+
+def _prune(keep: Path, max_age_s: float = 30 * 86400) -> None:
+    """Remove other code versions' files not written for ``max_age_s`` (an upgraded install
+    leaves its predecessor's behind; two installs sharing a home keep both)."""
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for other in keep.parent.glob("*.json"):
+            if other != keep and now - other.stat().st_mtime > max_age_s:
+                other.unlink(missing_ok=True)

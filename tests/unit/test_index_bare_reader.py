@@ -6,6 +6,7 @@ or damaged cache, and an unreachable server fall back to SQLAlchemy or fail in o
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -144,3 +145,17 @@ def test_a_cache_others_may_write_is_never_read(tmp_path: Path) -> None:
     assert StatementCache.load(home).head is None
     assert _ls(home, "--limit", "1")[1].startswith("RC 0 True")  # through SQLAlchemy again
     assert path.stat().st_mode & 0o077 == 0  # and written back privately
+
+
+def test_other_versions_files_are_pruned_after_30_days(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with open_index(f"sqlite:///{home / 'index.db'}", auto_upgrade=True) as ix:
+        fill(ix)
+    (home / "sql").mkdir(parents=True)
+    old, recent = home / "sql" / ("0" * 64 + ".json"), home / "sql" / ("1" * 64 + ".json")
+    for p in (old, recent):
+        p.write_text("{}")
+    os.utime(old, (1, 1))
+    assert _ls(home, "--limit", "1")[1].startswith("RC 0 True")
+    assert sorted(p.name for p in (home / "sql").iterdir()) == sorted(
+        [recent.name, f"{code_digest()}.json"])
