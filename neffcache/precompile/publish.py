@@ -3,8 +3,9 @@
 ``plan_publish`` walks the roots and hashes every file (I/O, pure-data result);
 ``publish_entry`` first writes a ``pending/`` intent naming the blobs it relies on (so a
 concurrent gc spares them; renewed in the background while the publish runs, see ``intents``),
-uploads only the blobs the store lacks, each verified while
-streaming, then packs of its small blobs (see ``packing``: an extra that lets a restore
+uploads only the blobs the store lacks, each verified while streaming (a new small blob is
+put create-only at once: one request; the store's refusal is what makes it probe), then packs
+of its small blobs (see ``packing``: an extra that lets a restore
 fetch thousands of small files in a few requests), records a sha256 per part of each large file
 (see ``neffcache.parts``: lets a restore verify parts as they arrive), then writes the manifest
 last with if-absent (the commit point: first writer wins), a small
@@ -61,6 +62,9 @@ from neffcache.version import __version__
 
 DEFAULT_WORKERS = 8
 PACK_WORKERS = 4  # each holds one pack (at most PackPolicy.max_bytes) in memory
+# A new blob up to this size is put create-only without a probe first (one request, not two);
+# sending such a body to a store that already holds it costs about what the probe would.
+PUT_FIRST_MAX = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,15 +220,19 @@ def _refill(store: Store, manifest: Manifest, mkey: str,
         named = {f.sha256 for f in decode_manifest(store.read(mkey), source=mkey).files}
     except (ManifestError, NotFoundError):
         named = set(sources)
-    uploaded, skipped, nbytes = _upload_blobs(
-        store, {s: v for s, v in sources.items() if s in named}, workers, None)
+    uploaded, skipped, nbytes = _upload_blobs(  # the entry's blobs: most likely all there
+        store, {s: v for s, v in sources.items() if s in named}, workers, None, put_first=False)
     write_pointer(store, manifest)
     return PublishResult(manifest, False, len(uploaded), len(sources) - len(uploaded), nbytes)
 
 
 def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
-                  on_progress: Callable[[int, int], None] | None
+                  on_progress: Callable[[int, int], None] | None, *, put_first: bool = True
                   ) -> tuple[list[str], list[str], int]:
+    """Upload each blob the store lacks or holds known bad. With ``put_first`` (a new entry: its
+    blobs are most likely new) a small blob is put create-only first and probed with
+    ``holds_good`` only when the store refuses it; otherwise (and for large blobs, whose body
+    is not worth sending twice) the probe comes first. Returns (uploaded, skipped, bytes)."""
     uploaded: list[str] = []
     skipped: list[str] = []
     done = 0
@@ -232,6 +240,14 @@ def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], 
     def one(sha: str) -> tuple[str, bool]:
         record, path = sources[sha]
         key = blob_key(sha)
+        if put_first and record.size <= PUT_FIRST_MAX:
+            # One create-only put: a fresh blob costs one request. A refused put means the store
+            # holds something under the key; keep it only if it holds good, else rewrite it.
+            if _upload_file(store, key, record, path):
+                return sha, True
+            if holds_good(store, key, record.size):
+                return sha, False
+            return sha, _upload_file(store, key, record, path)
         if holds_good(store, key, record.size):
             return sha, False
         return sha, _upload_file(store, key, record, path)
