@@ -4,9 +4,9 @@
 ``publish_entry`` first writes a ``pending/`` intent naming the blobs it relies on (so a
 concurrent gc spares them; renewed in the background while the publish runs, see ``intents``),
 uploads only the blobs the store lacks, each verified while streaming (a new small blob is
-put create-only at once: one request; the store's refusal is what makes it probe), then packs
-of its small blobs (see ``packing``: an extra that lets a restore
-fetch thousands of small files in a few requests), records a sha256 per part of each large file
+put create-only at once: one request; the store's refusal is what makes it probe), and beside
+them packs of its small blobs (see ``packing``: an extra that lets a restore
+fetch thousands of small files in a few requests) and a sha256 per part of each large file
 (see ``neffcache.parts``: lets a restore verify parts as they arrive), then writes the manifest
 last with if-absent (the commit point: first writer wins), a small
 ``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
@@ -167,9 +167,10 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                   parting: PartPolicy = DEFAULT_PARTS,
                   refresh_every: float = REFRESH_SECONDS,
                   signer: SigningKey | None = None) -> PublishResult:
-    """Upload the blobs the store lacks, then packs of the small ones (``packing=None``: none),
-    then the manifest (if absent) with part digests of the large ones (``parting`` says which;
-    every file over 24 MiB whatever the policy, as the manifest requires).
+    """Upload the blobs the store lacks and, beside them, packs of the small ones
+    (``packing=None``: none), then the manifest (if absent) with part digests of the large
+    ones (``parting`` says which; every file over 24 MiB whatever the policy, as the manifest
+    requires).
     ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
     called per blob; the publish's intent is renewed every ``refresh_every`` seconds;
     ``signer`` signs the manifest (over its digest: every field, packs and parts included)."""
@@ -190,10 +191,16 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
     # The intent is in the store before any blob is looked at: a blob found present and skipped
     # is named by a fresh intent from then on, so gc spares it.
     with held_intents(store, [manifest], every=refresh_every):
-        uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
         groups = plan_packs(files, packing) if packing is not None else ()
-        packs, packs_uploaded, pack_bytes = _upload_packs(store, groups, sources)
-        parts = _part_digests(files, sources, parting, workers)
+        # Packs and part digests are built beside the blob uploads, not after them: each is
+        # made from the local files (checked against their sha256 again), so none waits on
+        # another, and the manifest, written last, waits on all three.
+        with ThreadPoolExecutor(max_workers=2) as beside:
+            packed = beside.submit(_upload_packs, store, groups, sources)
+            parted = beside.submit(_part_digests, files, sources, parting, workers)
+            uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
+            packs, packs_uploaded, pack_bytes = packed.result()
+            parts = parted.result()
         manifest = replace(manifest, packs=packs, parts=parts)
         if signer is not None:
             manifest = sign_manifest(manifest, signer)
