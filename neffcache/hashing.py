@@ -126,10 +126,12 @@ class VerifyingReader(io.RawIOBase):
         return self._raw.fileno()
 
     def read(self, size: int | None = -1) -> bytes:
-        """Up to ``size`` bytes as the underlying stream returns them (no copy of them here)."""
+        """Up to ``size`` bytes as the underlying stream returns them (no copy of them here).
+        No more than one byte past the expected end is asked for: a consumer asking for far
+        more (a store reading up to its multipart threshold) costs no buffer of that size."""
         if size is None or size < 0:
             return self.readall()
-        data = self._raw.read(size)
+        data = self._raw.read(min(size, max(0, self._size - self._pos) + 1))
         self._take(data)
         return data
 
