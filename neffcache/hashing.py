@@ -100,6 +100,7 @@ class VerifyingReader(io.RawIOBase):
         self._hashed = 0  # bytes [0, _hashed) went into _hash, in order
         self._pos = 0
         self.verified = False
+        self.failure: IntegrityError | None = None
 
     @property
     def size(self) -> int:
@@ -119,34 +120,57 @@ class VerifyingReader(io.RawIOBase):
         self._pos = self._raw.seek(offset, whence)
         return self._pos
 
+    def fileno(self) -> int:
+        """The file descriptor of the stream read, if it has one (a store may then size the
+        upload from it); the bytes handed on still pass through this reader."""
+        return self._raw.fileno()
+
+    def read(self, size: int | None = -1) -> bytes:
+        """Up to ``size`` bytes as the underlying stream returns them (no copy of them here).
+        No more than one byte past the expected end is asked for: a consumer asking for far
+        more (a store reading up to its multipart threshold) costs no buffer of that size."""
+        if size is None or size < 0:
+            return self.readall()
+        data = self._raw.read(min(size, max(0, self._size - self._pos) + 1))
+        self._take(data)
+        return data
+
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         data = self._raw.read(len(buffer))
         n = len(data)
         buffer[:n] = data
-        self._account(data)
-        self._pos += n
-        if n == 0 and self._pos >= self._hashed:
-            self._check_end()
+        self._take(data)
         return n
+
+    def _take(self, data: bytes) -> None:
+        self._account(data)
+        self._pos += len(data)
+        if not data and self._pos >= self._hashed:
+            self._check_end()
 
     def _account(self, data: bytes) -> None:
         start, end = self._pos, self._pos + len(data)
         if end > self._size:
-            raise IntegrityError(f"{self._name}: grew beyond {self._size} bytes while being "
-                                 f"uploaded")
+            self._fail(f"{self._name}: grew beyond {self._size} bytes while being uploaded")
         if start <= self._hashed < end:
             self._hash.update(data[self._hashed - start:])
             self._hashed = end
 
     def _check_end(self) -> None:
         if self._hashed != self._size:
-            raise IntegrityError(f"{self._name}: {self._hashed} bytes read, expected "
-                                 f"{self._size} (file changed while being uploaded)")
+            self._fail(f"{self._name}: {self._hashed} bytes read, expected {self._size} (file "
+                       f"changed while being uploaded)")
         digest = self._hash.hexdigest()
         if digest != self._sha256:
-            raise IntegrityError(f"{self._name}: sha256 {digest} differs from {self._sha256} "
-                                 f"(file changed while being uploaded)")
+            self._fail(f"{self._name}: sha256 {digest} differs from {self._sha256} (file "
+                       f"changed while being uploaded)")
         self.verified = True
+
+    def _fail(self, message: str) -> None:
+        """Raise an IntegrityError, kept as ``failure`` too: a consumer that reads inside a
+        library (obstore) may surface it as its own error; the store then raises this one."""
+        self.failure = IntegrityError(message)
+        raise self.failure
 
     def finish(self) -> None:
         """Hash whatever the consumer did not read, then check size and sha256."""

@@ -3,9 +3,10 @@
 ``plan_publish`` walks the roots and hashes every file (I/O, pure-data result);
 ``publish_entry`` first writes a ``pending/`` intent naming the blobs it relies on (so a
 concurrent gc spares them; renewed in the background while the publish runs, see ``intents``),
-uploads only the blobs the store lacks, each verified while
-streaming, then packs of its small blobs (see ``packing``: an extra that lets a restore
-fetch thousands of small files in a few requests), records a sha256 per part of each large file
+uploads only the blobs the store lacks, each verified while streaming (a new small blob is
+put create-only at once: one request; the store's refusal is what makes it probe), and beside
+them packs of its small blobs (see ``packing``: an extra that lets a restore
+fetch thousands of small files in a few requests) and a sha256 per part of each large file
 (see ``neffcache.parts``: lets a restore verify parts as they arrive), then writes the manifest
 last with if-absent (the commit point: first writer wins), a small
 ``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
@@ -61,6 +62,9 @@ from neffcache.version import __version__
 
 DEFAULT_WORKERS = 8
 PACK_WORKERS = 4  # each holds one pack (at most PackPolicy.max_bytes) in memory
+# A new blob up to this size is put create-only without a probe first (one request, not two);
+# sending such a body to a store that already holds it costs about what the probe would.
+PUT_FIRST_MAX = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +167,10 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                   parting: PartPolicy = DEFAULT_PARTS,
                   refresh_every: float = REFRESH_SECONDS,
                   signer: SigningKey | None = None) -> PublishResult:
-    """Upload the blobs the store lacks, then packs of the small ones (``packing=None``: none),
-    then the manifest (if absent) with part digests of the large ones (``parting`` says which;
-    every file over 24 MiB whatever the policy, as the manifest requires).
+    """Upload the blobs the store lacks and, beside them, packs of the small ones
+    (``packing=None``: none), then the manifest (if absent) with part digests of the large
+    ones (``parting`` says which; every file over 24 MiB whatever the policy, as the manifest
+    requires).
     ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
     called per blob; the publish's intent is renewed every ``refresh_every`` seconds;
     ``signer`` signs the manifest (over its digest: every field, packs and parts included)."""
@@ -186,10 +191,16 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
     # The intent is in the store before any blob is looked at: a blob found present and skipped
     # is named by a fresh intent from then on, so gc spares it.
     with held_intents(store, [manifest], every=refresh_every):
-        uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
         groups = plan_packs(files, packing) if packing is not None else ()
-        packs, packs_uploaded, pack_bytes = _upload_packs(store, groups, sources)
-        parts = _part_digests(files, sources, parting, workers)
+        # Packs and part digests are built beside the blob uploads, not after them: each is
+        # made from the local files (checked against their sha256 again), so none waits on
+        # another, and the manifest, written last, waits on all three.
+        with ThreadPoolExecutor(max_workers=2) as beside:
+            packed = beside.submit(_upload_packs, store, groups, sources)
+            parted = beside.submit(_part_digests, files, sources, parting, workers)
+            uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
+            packs, packs_uploaded, pack_bytes = packed.result()
+            parts = parted.result()
         manifest = replace(manifest, packs=packs, parts=parts)
         if signer is not None:
             manifest = sign_manifest(manifest, signer)
@@ -216,15 +227,19 @@ def _refill(store: Store, manifest: Manifest, mkey: str,
         named = {f.sha256 for f in decode_manifest(store.read(mkey), source=mkey).files}
     except (ManifestError, NotFoundError):
         named = set(sources)
-    uploaded, skipped, nbytes = _upload_blobs(
-        store, {s: v for s, v in sources.items() if s in named}, workers, None)
+    uploaded, skipped, nbytes = _upload_blobs(  # the entry's blobs: most likely all there
+        store, {s: v for s, v in sources.items() if s in named}, workers, None, put_first=False)
     write_pointer(store, manifest)
     return PublishResult(manifest, False, len(uploaded), len(sources) - len(uploaded), nbytes)
 
 
 def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
-                  on_progress: Callable[[int, int], None] | None
+                  on_progress: Callable[[int, int], None] | None, *, put_first: bool = True
                   ) -> tuple[list[str], list[str], int]:
+    """Upload each blob the store lacks or holds known bad. With ``put_first`` (a new entry: its
+    blobs are most likely new) a small blob is put create-only first and probed with
+    ``holds_good`` only when the store refuses it; otherwise (and for large blobs, whose body
+    is not worth sending twice) the probe comes first. Returns (uploaded, skipped, bytes)."""
     uploaded: list[str] = []
     skipped: list[str] = []
     done = 0
@@ -232,6 +247,14 @@ def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], 
     def one(sha: str) -> tuple[str, bool]:
         record, path = sources[sha]
         key = blob_key(sha)
+        if put_first and record.size <= PUT_FIRST_MAX:
+            # One create-only put: a fresh blob costs one request. A refused put means the store
+            # holds something under the key; keep it only if it holds good, else rewrite it.
+            if _upload_file(store, key, record, path):
+                return sha, True
+            if holds_good(store, key, record.size):
+                return sha, False
+            return sha, _upload_file(store, key, record, path)
         if holds_good(store, key, record.size):
             return sha, False
         return sha, _upload_file(store, key, record, path)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -32,7 +33,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
 from obstore.store import S3Store as _Client
 
-from neffcache.errors import NotFoundError, UsageError
+from neffcache.errors import IntegrityError, NotFoundError, UsageError
 from neffcache.store.base import BLOBS, PACKS, ObjectStream, Upload, check_key
 from neffcache.store.s3_config import (
     ENVIRONMENT,
@@ -63,10 +64,12 @@ RETRY_TIMEOUT = 3 * 60.0  # no retry starts later than this after a call's first
 MAX_BACKOFF = 15.0  # obstore's default cap on one backoff sleep
 PROBE_TIMEOUT = 5.0  # check() fails within about this on an unreachable endpoint
 # Memory: a multipart upload holds up to MULTIPART_CONCURRENCY parts (part_size each) in
-# flight, and at most MULTIPART_UPLOADS run at once per store, whatever the callers' threads
-# (6 x 64 MiB pushed on 8 threads: 568 MiB peak RSS with 4 parts each and no bound, 297-345
-# MiB with 2 x 2; issue 22).
+# flight, plus the part being read and the one being filled, and at most MULTIPART_UPLOADS run
+# at once per store, whatever the callers' threads (6 x 64 MiB pushed on 8 threads: 568 MiB
+# peak RSS with 16 MiB parts, 4 each and no bound; 297-345 MiB with 2 x 2 through a spool;
+# 232 MiB read straight from the files; 129-142 MiB so with 8 MiB parts; issue 22).
 MULTIPART_CONCURRENCY = 2
+PART_SIZE = 8 * MiB  # also the default multipart threshold
 MULTIPART_UPLOADS = 2
 # obstore raises FileNotFoundError (not one of its own classes) for a missing object.
 _CLIENT_ERRORS = (BaseError, FileNotFoundError)
@@ -86,8 +89,8 @@ class S3Store:
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  max_attempts: int = 5, connect_timeout: float = 5.0, read_timeout: float = 60.0,
-                 max_pool_connections: int = 64, multipart_threshold: int = 16 * MiB,
-                 part_size: int = 16 * MiB, environ: Mapping[str, str] | None = None,
+                 max_pool_connections: int = 64, multipart_threshold: int = PART_SIZE,
+                 part_size: int = PART_SIZE, environ: Mapping[str, str] | None = None,
                  deadline: float | None = None) -> None:
         if part_size < 5 * MiB or multipart_threshold < part_size:
             raise UsageError("S3 store: part_size must be >= 5 MiB and <= multipart_threshold")
@@ -189,13 +192,15 @@ class S3Store:
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         check_key(key)
         self._no_source("PutObject")
-        sized = getattr(source, "size", None)  # a VerifyingReader says how large it is
-        if isinstance(sized, int) and sized >= self.multipart_threshold and (
+        sized = _size_of(source)  # a VerifyingReader says how large it is; a local file too
+        if sized is not None and sized >= self.multipart_threshold and (
                 not if_absent or key.startswith(_CONTENT_ADDRESSED)):
             if if_absent and self.has(key):
                 return False
             with self._multipart:  # before reading: only the uploads running hold bytes
-                return self._put_multipart(
+                if _is_local_file(source):
+                    return self._put_multipart(key, source)
+                return self._put_spooled(
                     key, source, [_read_up_to(source, self.multipart_threshold)])
         first = _read_up_to(source, self.multipart_threshold)
         if len(first) < self.multipart_threshold or (
@@ -208,11 +213,9 @@ class S3Store:
         head = [first]  # handed on, not held here: the spool takes it (16 MiB)
         del first
         with self._multipart:  # bounded: each holds MULTIPART_CONCURRENCY parts in memory
-            return self._put_multipart(key, source, head)
+            return self._put_spooled(key, source, head)
 
-    def _put_multipart(self, key: str, source: BinaryIO, head: list[bytes]) -> bool:
-        # A multipart upload cannot be made conditional through obstore; a racing writer of a
-        # content-addressed key writes the same bytes, so the last complete upload is harmless.
+    def _put_spooled(self, key: str, source: BinaryIO, head: list[bytes]) -> bool:
         # The body is spooled first to an unnamed temp file (bounded memory, no name to leave
         # behind): ``source`` may itself be an obstore stream (an S3 -> S3 copy), and reading one
         # inside obstore.put panics ("Cannot start a runtime from within a runtime"). A
@@ -221,11 +224,26 @@ class S3Store:
             spool.write(head.pop())
             shutil.copyfileobj(source, spool, MiB)
             spool.seek(0)
-            try:
-                obstore.put(self._client, key, spool, use_multipart=True,
-                            chunk_size=self.part_size, max_concurrency=MULTIPART_CONCURRENCY)
-            except _CLIENT_ERRORS as exc:
+            return self._put_multipart(key, spool)
+
+    def _put_multipart(self, key: str, source: BinaryIO) -> bool:
+        """A multipart upload read from ``source`` (a local file, or one read through a
+        VerifyingReader: obstore reads to end of file before it completes the upload, so a
+        reader that fails its sha256 there aborts the upload, and nothing is committed)."""
+        # A multipart upload cannot be made conditional through obstore; a racing writer of a
+        # content-addressed key writes the same bytes, so the last complete upload is harmless.
+        try:
+            obstore.put(self._client, key, source, use_multipart=True,
+                        chunk_size=self.part_size, max_concurrency=MULTIPART_CONCURRENCY)
+        except (*_CLIENT_ERRORS, OSError) as exc:
+            # obstore aborts the upload when reading the source fails, and raises an OSError
+            # carrying the source's error as text: raise the source's own IntegrityError.
+            failure = getattr(source, "failure", None)
+            if isinstance(failure, IntegrityError):
+                raise failure from None
+            if isinstance(exc, _CLIENT_ERRORS):
                 raise self._error(exc, "UploadPart", key) from None
+            raise
         return True
 
     def list(self, prefix: str) -> Iterator[str]:
@@ -382,6 +400,26 @@ def _whole(first: bytes, source: BinaryIO) -> bytes | memoryview:
     while chunk := source.read(MiB):
         body += chunk
     return memoryview(body)
+
+
+def _is_local_file(source: BinaryIO) -> bool:
+    """Whether ``source`` reads a regular file on this host (a VerifyingReader over one says
+    so too): obstore may read it itself, with no spool; an obstore stream must be spooled."""
+    try:
+        return stat.S_ISREG(os.fstat(source.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _size_of(source: BinaryIO) -> int | None:
+    """How many bytes ``source`` has left to read, when it says (``size``, a VerifyingReader)
+    or is a regular local file (its size past the current position); else None."""
+    sized = getattr(source, "size", None)
+    if isinstance(sized, int):
+        return sized
+    if not _is_local_file(source):
+        return None
+    return max(0, os.fstat(source.fileno()).st_size - source.tell())
 
 
 def _read_up_to(source: BinaryIO, size: int) -> bytes:

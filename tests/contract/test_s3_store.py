@@ -7,10 +7,11 @@ import io
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from neffcache.errors import ConfigError, UnavailableError
+from neffcache.errors import ConfigError, IntegrityError, UnavailableError
 from neffcache.store.s3 import S3Store
 from tests.support.servers import free_port
 
@@ -220,6 +221,45 @@ def test_large_blob_goes_multipart_and_is_skipped_when_present(s3_url: str, s3_b
     raw = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"])
     etag = raw.head_object(Bucket=s3_bucket, Key="neff/blobs/sha256/ab/big")["ETag"]
     assert etag.strip('"').endswith("-3")  # a multipart upload of 5 + 5 + 1 MiB
+    assert raw.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+
+
+@pytest.mark.s3
+def test_a_large_local_file_goes_multipart_without_a_spool(s3_url: str, s3_bucket: str,
+                                                           s3_env: dict[str, str], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body read from a local file (through a VerifyingReader, or a pack's temp file) is
+    uploaded from the file itself: no spool. One that fails its sha256 at the end of the file
+    aborts the upload: an IntegrityError, no object and no multipart upload left."""
+    import boto3
+
+    from neffcache.hashing import VerifyingReader, sha256_bytes
+
+    def no_spool(*args: object, **kwargs: object) -> None:
+        raise AssertionError("spooled a local file")
+
+    monkeypatch.setattr("neffcache.store.s3.tempfile.TemporaryFile", no_spool)
+    store = S3Store.from_url(s3_url, multipart_threshold=6 * MiB, part_size=5 * MiB)
+    raw = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL"])
+    body = bytes(range(256)) * (44 * 1024)  # 11 MiB: three parts
+    path = tmp_path / "big"
+    path.write_bytes(body)
+    for sha, key in (("0" * 64, "blobs/sha256/00/bad"), (sha256_bytes(body), "blobs/sha256/ab/ok")):
+        reader = VerifyingReader(open(path, "rb"), size=len(body), sha256=sha, name="big")
+        with reader:
+            if sha == "0" * 64:
+                with pytest.raises(IntegrityError, match="differs from"):
+                    store.put(key, reader)  # type: ignore[arg-type]
+                assert not store.has(key)
+            else:
+                assert store.put(key, reader) is True  # type: ignore[arg-type]
+                assert store.read(key) == body
+    with open(path, "rb") as fh:  # unsized, as a pack's temp file is: sized from the file
+        fh.read(MiB)
+        assert store.put("packs/ab/p", fh) is True
+    assert store.read("packs/ab/p") == body[MiB:]
+    for key, parts in (("neff/blobs/sha256/ab/ok", 3), ("neff/packs/ab/p", 2)):
+        assert raw.head_object(Bucket=s3_bucket, Key=key)["ETag"].strip('"').endswith(f"-{parts}")
     assert raw.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
 
 

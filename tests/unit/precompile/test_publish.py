@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,9 @@ from neffcache.manifest import decode_manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.precompile.publish import plan_publish, publish_entry
 from neffcache.store import blob_key, manifest_key
-from neffcache.store.base import cell_pointer_key
+from neffcache.store.base import DAMAGED, cell_pointer_key
 from neffcache.store.local import LocalStore
+from tests.support.faulty_store import FaultyStore
 from tests.support.synthetic import make_neff_cache
 
 FP = build_fingerprint("neuron", {"target": "trn2"})
@@ -156,3 +158,33 @@ def test_concurrent_publishes_of_one_entry_first_writer_wins(tmp_path: Path) -> 
     assert stored.compile_seconds == winner.manifest.compile_seconds
     assert len(list(store.list("blobs/"))) == cache.unique_contents
     assert list(store.list("pending/")) == []
+
+
+def test_a_fresh_small_file_publish_costs_one_request_per_blob(tmp_path: Path) -> None:
+    """A new entry's small blobs are put create-only at once: no probe before each (issue 22).
+    The requests, by kind of object, are counted by a wrapping store."""
+    cache = make_neff_cache(tmp_path / "neff", seed=4, count=300, large=0, duplicate_ratio=0.1)
+    counted = FaultyStore(LocalStore(tmp_path / "store"))
+    r = publish_entry(counted, cell(), FP, NEURON, {"neff": cache.root})
+    assert r.created and r.blobs_uploaded == cache.unique_contents and len(r.manifest.packs) > 0
+    kinds = Counter(f"{m} {k.split('/')[0]}" for m, k in counted.calls)
+    assert kinds == Counter({"put blobs": cache.unique_contents, "put packs": len(r.manifest.packs),
+                             "has manifests": 1, "put pending": 1, "delete pending": 1,
+                             "put manifests": 1, "put cells": 1})
+
+
+def test_a_new_entry_keeps_good_shared_blobs_and_rewrites_bad_ones(tmp_path: Path) -> None:
+    """Put first, probe on refusal: a blob another entry left good is skipped; one of the wrong
+    size or quarantined under damaged/ is rewritten with the right bytes, its mark dropped."""
+    cache = make_neff_cache(tmp_path / "neff", seed=5, count=12, large=0, duplicate_ratio=0)
+    store = LocalStore(tmp_path / "store")
+    good, short, marked = sorted(set(cache.files.values()))[:3]
+    for data in (good, marked):
+        store.put(blob_key(sha256_bytes(data)), io.BytesIO(data))
+    store.put(blob_key(sha256_bytes(short)), io.BytesIO(short[:-1]))
+    store.put(DAMAGED + blob_key(sha256_bytes(marked)), io.BytesIO(b"found damaged"))
+    r = publish_entry(store, cell(), FP, NEURON, {"neff": cache.root}, packing=None)
+    assert (r.blobs_uploaded, r.blobs_skipped) == (cache.unique_contents - 1, 1)
+    for data in (good, short, marked):
+        assert store.read(blob_key(sha256_bytes(data))) == data
+    assert list(store.list(DAMAGED)) == []
