@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # `neffcache fingerprint`'s use cases (they read the store and the index)
     ("neffcache.fingerprint_explain",),
     # restore: its steps, bottom to top
-    ("neffcache.restore.fs", "neffcache.restore.plan"),
+    ("neffcache.restore.fs", "neffcache.restore.plan", "neffcache.restore.state_rows"),
     ("neffcache.restore.dest",),
     ("neffcache.restore.state",),
     ("neffcache.restore.scan",),
