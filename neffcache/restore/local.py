@@ -4,10 +4,12 @@ Every manifest a restore reads is kept beside the cache (``<target>/.neffcache-e
 <entry-key>.json``; entries are immutable). When a boot finds its cache already in place, these
 copies and the state files (``<root>/.neffcache-state.json``: path → size, mtime, ctime, inode,
 sha256, mode as neffcache last verified them) answer "every requested file is in place" in one
-``fstatat`` per file: no store, no hashing, no per-file objects (10,000 files in ~0.1 s). A
-file the state file holds only as pending in this boot is ``fdatasync``ed first (cheap once
-the kernel has written it back); one pending from an earlier boot sends the run to the full
-restore, which hashes it.
+``fstatat`` per file: no store, no hashing, no per-file objects beyond the packed state rows
+(10,000 files in ~0.1 s). A file the state file holds only as pending in this boot is
+``fdatasync``ed once all are confirmed (cheap once the kernel has written it back), and then
+the state file vouches for it (``state.save_settled``, under DIR's lock), so the next check
+syncs nothing; one pending from an earlier boot sends the run to the full restore, which
+hashes it.
 
 The copies are read lightly here (JSON shape, roots, relative paths, entry key): this check
 only ever *confirms* files in place, and they live in the target directory, which only the
