@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import json.decoder
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 PACKED = struct.Struct("<QqqQH32s")  # size, mtime_ns, ctime_ns, inode, mode, sha256 (raw)
@@ -150,14 +150,14 @@ def _rows(s: str, i: int, into: Rows) -> int:
         i = _skip(s, i + 1) if s[i + 1] in _WHITE else i + 1
 
 
-def encode_rows(files: Iterable[str], file_row: Callable[[str], list[Any]],
-                pending: Iterable[tuple[str, list[str], Callable[[str], list[Any]]]],
+def encode_rows(files: Sequence[str], file_row: Callable[[str], list[Any]],
+                pending: Iterable[tuple[str, Sequence[str], Callable[[str], list[Any]]]],
                 schema: int, batch: int = 4096) -> Iterator[bytes]:
     """The state document in pieces of ``batch`` rows: ``files`` (paths, in order) with their
     rows, then each ``(boot, paths, row)`` of ``pending`` (none left out: the caller passes
     only boots with paths). Compact JSON, as ``json.dumps(doc, separators=(",", ":"))``."""
     yield b'{"schema_version":%d,"files":{' % schema
-    yield from _pieces(list(files), file_row, batch)
+    yield from _pieces(files, file_row, batch)  # not copied: a million paths are 8 MiB
     yield b"}"
     first = True
     for boot, paths, row in pending:
@@ -170,7 +170,7 @@ def encode_rows(files: Iterable[str], file_row: Callable[[str], list[Any]],
     yield b"}"
 
 
-def _pieces(paths: list[str], row: Callable[[str], list[Any]], batch: int) -> Iterator[bytes]:
+def _pieces(paths: Sequence[str], row: Callable[[str], list[Any]], batch: int) -> Iterator[bytes]:
     for i in range(0, len(paths), batch):
         rows = {p: row(p) for p in paths[i:i + batch]}
         yield (b"," if i else b"") + json.dumps(rows, separators=(",", ":"))[1:-1].encode()
