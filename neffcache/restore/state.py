@@ -175,6 +175,10 @@ class PendingTable(Mapping[FileId, tuple[str, StateRecord]]):
                 return boot, _record(packed)
         raise KeyError(key)
 
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and len(key) == 2 and any(
+            key[1] in rows for rows in self._roots.get(key[0], {}).values())
+
     def __iter__(self) -> Iterator[FileId]:
         for root, boots in self._roots.items():
             for rows in boots.values():
@@ -390,10 +394,13 @@ class Durable:
         file is that inode with the same times (nothing wrote it in this boot), so its pages
         in this boot came from the disk, and the hash just taken is of the bytes on disk."""
         now = fs.boot_id()
-        return Durable(MappingProxyType({
-            k: r for k, r in records.items()
-            if now and k in pending and pending[k][0] not in ("", now) and pending[k][1] == r}),
-            _PROOF)
+        out: dict[FileId, StateRecord] = {}
+        if now:
+            for k, r in records.items():
+                held = pending.get(k)  # one look (a packed table unpacks what it returns)
+                if held is not None and held[0] not in ("", now) and held[1] == r:
+                    out[k] = r
+        return Durable(MappingProxyType(out), _PROOF)
 
     def still(self, records: Mapping[FileId, StateRecord]) -> Durable:
         """Those of these records that ``records`` still hold (a file replaced since is not)."""
