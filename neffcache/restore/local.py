@@ -4,10 +4,12 @@ Every manifest a restore reads is kept beside the cache (``<target>/.neffcache-e
 <entry-key>.json``; entries are immutable). When a boot finds its cache already in place, these
 copies and the state files (``<root>/.neffcache-state.json``: path → size, mtime, ctime, inode,
 sha256, mode as neffcache last verified them) answer "every requested file is in place" in one
-``fstatat`` per file: no store, no hashing, no per-file objects (10,000 files in ~0.1 s). A
-file the state file holds only as pending in this boot is ``fdatasync``ed first (cheap once
-the kernel has written it back); one pending from an earlier boot sends the run to the full
-restore, which hashes it.
+``fstatat`` per file: no store, no hashing, no per-file objects beyond the packed state rows
+(10,000 files in ~0.1 s). A file the state file holds only as pending in this boot is
+``fdatasync``ed once all are confirmed (cheap once the kernel has written it back), and then
+the state file vouches for it (``state.save_settled``, under DIR's lock), so the next check
+syncs nothing; one pending from an earlier boot sends the run to the full restore, which
+hashes it.
 
 The copies are read lightly here (JSON shape, roots, relative paths, entry key): this check
 only ever *confirms* files in place, and they live in the target directory, which only the
@@ -40,19 +42,21 @@ from neffcache.manifest import (
     loads_light,
 )
 from neffcache.matrix import Cell
-from neffcache.restore.dest import ENTRIES_DIR, is_unclean
-from neffcache.restore.fs import Roots, boot_id, datasync_at, replace_best_effort
+from neffcache.restore.dest import ENTRIES_DIR, is_unclean, lock_destination
+from neffcache.restore.fs import Roots, replace_best_effort
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
 from neffcache.restore.scan import scan_present
 from neffcache.restore.state import (
-    STATE_FILE,
-    STATE_SCHEMA,
-    load_pending,
-    load_state,
+    RootState,
+    load_states,
+    overlay,
+    read_root_state,
+    save_settled,
     settle_pending,
 )
+from neffcache.restore.state_rows import unpack_row
 from neffcache.signing import PublicKey, signed_digest_trusted
 
 LOCAL_ENTRIES = ENTRIES_DIR
@@ -97,83 +101,88 @@ def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
     return m if m.entry_key == key else None
 
 
-def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str, str]
-                     ) -> int | None:
+def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str, str],
+                     target: Path | None = None) -> int | None:
     """How many files the entries want, if every one is in place exactly as the state file
     last vouched for it (size, mtime, ctime, inode unchanged; sha256 and mode as wanted);
-    None at the first doubt, or when two entries claim one path (the full plan decides)."""
-    states: dict[str, dict[str, list[Any]]] = {}
-    pending: dict[str, dict[str, list[Any]]] = {}
+    None at the first doubt, or when two entries claim one path (the full plan decides).
+    A file only pending in this boot is ``fdatasync``ed once all are confirmed, and (with
+    ``target``, under its lock) the state file then vouches for it, so the next check does
+    not sync it again."""
+    states: dict[str, RootState] = {}
     fds: dict[str, int] = {}
     try:
         for root, d in target_dirs.items():
-            states[root], pending[root] = _raw_state(Path(d, STATE_FILE))
+            states[root] = read_root_state(d)
             fds[root] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        count = _confirm(docs, states, pending, fds)
-        if count is None or not _sync_pending(docs, states, pending, fds):
+        count = _confirm(docs, states, fds)
+        if count is None or not _sync_pending(docs, states, fds):
             return None
-        return count
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
     finally:
         for fd in fds.values():
             os.close(fd)
+    if target is not None:
+        _record_settled(target, target_dirs, states)
+    return count
 
 
-def _synced(dfd: int, path: str, rec: list[Any]) -> bool:
-    """``fdatasync`` the very file a pending record of this boot describes."""
-    return datasync_at(dfd, path, lambda st: (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                              st.st_ino) == (rec[0], rec[1], rec[2], rec[3]))
-
-
-def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, dict[str, list[Any]]],
-                  pending: Mapping[str, dict[str, list[Any]]], fds: Mapping[str, int]) -> bool:
+def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootState],
+                  fds: Mapping[str, int]) -> bool:
     """Once every file is confirmed: ``fdatasync`` those only pending in this boot (a second
-    pass, not a list of a million of them)."""
+    pass, not a list of a million of them); each becomes durable as its sync returns."""
     for doc in docs:
         for f in doc["files"]:
             root, path = f["root"], f["path"]
-            if path not in states[root] and not _synced(fds[root], path, pending[root][path]):
+            state = states[root]
+            if path not in state.files and not state.settle_row(fds[root], path):
                 return False
     return True
 
 
-def _confirm(docs: Sequence[Mapping[str, Any]], states: Mapping[str, dict[str, list[Any]]],
-             pending: Mapping[str, dict[str, list[Any]]], fds: Mapping[str, int]
-             ) -> int | None:
+def _record_settled(target: Path, dirs: Mapping[str, str],
+                    states: Mapping[str, RootState]) -> None:
+    """Write the state files that now vouch for what this check synced, holding DIR's lock
+    (not waited for: a restore running there writes its own; one killed since leaves its mark
+    for the full run, which sweeps its temp files, so nothing is written then)."""
+    if not any(s.settled for s in states.values()):
+        return
+    try:
+        with lock_destination(str(target), deadline=time.monotonic(),
+                              who="restore (store-free)") as held:
+            if held.unclean:
+                return  # the mark stays: the next full run sweeps
+            save_settled(dirs, states)
+            held.finished()
+    except (NeffcacheError, OSError):
+        return  # best effort: the next check syncs them again
+
+
+def _confirm(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootState],
+             fds: Mapping[str, int]) -> int | None:
     seen: set[tuple[str, str]] = set()
     lstat, is_reg, mode_of = os.stat, stat.S_ISREG, stat.S_IMODE
+    durable = {root: s.files for root, s in states.items()}
+    pending = {root: s.this_boot() for root, s in states.items()}
     for doc in docs:
-        for f in doc["files"]:  # hot loop: one fstatat, no objects made
+        for f in doc["files"]:  # hot loop: one fstatat, one unpack, nothing kept
             root, path = f["root"], f["path"]
             if len(docs) > 1:
                 if (root, path) in seen:
                     return None
                 seen.add((root, path))
-            rec = states[root].get(path)
-            if rec is None:
-                rec = pending[root].get(path)  # synced once all are confirmed (_sync_pending)
-            if rec is None or rec[4] != f["sha256"] or rec[0] != f["size"] \
-                    or rec[5] != f["mode"]:
+            packed = durable[root].get(path) or pending[root].get(path)  # synced once all are
+            if packed is None:  # confirmed (_sync_pending)
+                return None
+            size, mtime, ctime, inode, sha, mode = unpack_row(packed)
+            if sha != f["sha256"] or size != f["size"] or mode != f["mode"]:
                 return None
             st = lstat(path, dir_fd=fds[root], follow_symlinks=False)
-            if st.st_ino != rec[3] or st.st_mtime_ns != rec[1] or st.st_ctime_ns != rec[2] \
-                    or st.st_size != rec[0] or not is_reg(st.st_mode) \
-                    or mode_of(st.st_mode) != rec[5]:
+            if st.st_ino != inode or st.st_mtime_ns != mtime or st.st_ctime_ns != ctime \
+                    or st.st_size != size or not is_reg(st.st_mode) or mode_of(st.st_mode) != mode:
                 return None
     return sum(len(doc["files"]) for doc in docs)
-
-
-def _raw_state(path: Path) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
-    """A state file's durable rows and its rows pending in this boot (as JSON)."""
-    try:
-        doc = json.loads(path.read_bytes())
-    except OSError:
-        return {}, {}
-    if doc.get("schema_version") != STATE_SCHEMA:
-        return {}, {}
-    now = boot_id()
-    return doc["files"], (doc.get("pending", {}).get(now, {}) if now else {})
 
 
 def _real_dir(path: Path) -> bool:
@@ -249,9 +258,10 @@ def _plan_locally(docs: Sequence[Mapping[str, Any]], keys: Sequence[str],
     if len(full) < 2 or any(m is None for m in full):
         return None
     wanted = wanted_sizes(full)  # type: ignore[arg-type]
+    state, pending = load_states(dirs)
     with Roots(dirs) as roots:
-        settled = settle_pending(roots, load_pending(dirs), wanted)
-        present, _ = scan_present(roots, wanted, {**load_state(dirs), **settled.durable.records},
+        settled = settle_pending(roots, pending, wanted)
+        present, _ = scan_present(roots, wanted, overlay(state, settled.durable.records),
                                   hash_unknown=False)
     plan = plan_restore(full, dirs, present)  # type: ignore[arg-type]
     if plan.fetch:
@@ -291,7 +301,7 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     if trusted and not all(d is not None and signed_digest_trusted(
             d.get(SIGNATURE_FIELD), d.get(DIGEST_FIELD), trusted) for d in docs):
         return None
-    confirmed = confirm_in_place(docs, dirs)  # type: ignore[arg-type]
+    confirmed = confirm_in_place(docs, dirs, target)  # type: ignore[arg-type]
     conflicts: tuple[Conflict, ...] = ()
     if confirmed is None:  # a file changed, or entries share paths: plan it, still locally
         planned = _plan_locally(docs, keys, dirs)  # type: ignore[arg-type]

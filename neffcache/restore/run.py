@@ -24,7 +24,7 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -60,8 +60,7 @@ from neffcache.restore.state import (
     Pending,
     StateRecord,
     SyncOutcome,
-    load_pending,
-    load_state,
+    load_states,
     overlay,
     pending_now,
     save_state,
@@ -109,7 +108,7 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         # Under the lock every temp file is stale: in the entries directory, in the
         # directories this run writes to, and (after a killed run) anywhere under the roots.
         stale = sweep_entries(held) + (sweep_trees(roots) if held.unclean else 0)
-        state, pending = load_state(dirs), load_pending(dirs)
+        state, pending = load_states(dirs)  # one read of each state file, rows packed
         # This boot's pending files are synced before anything trusts them unhashed.
         settled = settle_pending(roots, pending, pending, workers=min(workers, 8),
                                  deadline=deadline)
@@ -178,14 +177,13 @@ def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:
 
 def _save(dirs: Mapping[str, str], state: Mapping[FileId, StateRecord], pending: Pending,
           settled: Durable, records: Mapping[FileId, StateRecord],
-          unwanted: Container[FileId]) -> None:
+          unwanted: Collection[FileId]) -> None:
     """Write the state file if it changes: vouching for what it vouched for and still holds,
     what was settled or re-read this run; every other file verified this run is pending."""
-    durable = Durable.from_state(state, [k for k in state if k in unwanted
-                                         or records.get(k) == state[k]])
+    durable = Durable.kept(state, records, unwanted)
     durable |= settled.still(records) | Durable.reread(pending, records)
     waiting = pending_now(records, skip=durable.records,  # a view: no copies of a million
-                          also={k: v for k, v in pending.items() if k in unwanted})
+                          also={k: pending[k] for k in unwanted if k in pending})
     if not _equal(durable.records, state) or not _equal(waiting, pending):
         save_state(dirs, durable, waiting)
 

@@ -4,19 +4,22 @@
 mode) as neffcache last verified it; a file whose size, times and inode still match needs no
 hashing. Its ``files`` are a ``Durable`` set, made only by ``sync_records`` (each file
 ``fdatasync``ed by this process), ``Durable.reread`` (hashed again in a later boot, so read
-from the disk) or from what a state file already vouched for (``Durable.from_state``): the
-state file never vouches for bytes that may not be on disk. A file a restore installed but did
+from the disk) or from what a state file already vouched for (``Durable.from_state``); the
+store-free check (``neffcache.restore.local``) moves a row there only by
+``RootState.settle_row``, once that file's ``fdatasync`` returned, and writes the file only
+after every sync (``save_settled``): the state file never vouches for bytes that may not be on
+disk, and an interrupted settle leaves the file as it was. A file a restore installed but did
 not sync is only ``pending``, under the boot it was verified in (``boot_id``): the next restore
 in that boot ``fdatasync``s it before trusting it (``settle_pending``), one in a later boot
-hashes it. Reading a damaged state file yields an empty state (files get re-hashed); writing
-one is best effort (atomic, a failure only costs re-hashing).
+hashes it. Records are read packed (``state_rows``; ``StateTable``, ``PendingTable``).
+Reading a damaged state file yields an empty state (files get re-hashed); writing one is best
+effort (atomic, a failure only costs re-hashing).
 """
 
 from __future__ import annotations
 
 import errno
 import functools
-import json
 import os
 import stat
 import time
@@ -30,6 +33,7 @@ from typing import Any
 from neffcache.restore import fs
 from neffcache.restore.fs import Roots, datasync_at, replace_best_effort
 from neffcache.restore.plan import FileId
+from neffcache.restore.state_rows import Rows, encode_rows, packed_as_json, parse_rows, unpack_row
 from neffcache.thread_pool import map_in_threads
 
 STATE_FILE = ".neffcache-state.json"
@@ -59,10 +63,9 @@ def _row(r: StateRecord) -> list[Any]:
     return [r.size, r.mtime_ns, r.ctime_ns, r.inode, r.sha256, r.mode]
 
 
-def _records(rows: Any) -> dict[str, StateRecord]:
-    return {str(path): StateRecord(int(size), int(mtime), int(ctime), int(inode), str(sha),
-                                   int(mode))
-            for path, (size, mtime, ctime, inode, sha, mode) in rows.items()}
+def _record(packed: bytes) -> StateRecord:
+    size, mtime, ctime, inode, sha, mode = unpack_row(packed)
+    return StateRecord(size, mtime, ctime, inode, sha, _MODES.get(mode, mode))
 
 
 def encode_state(records: Mapping[str, StateRecord],
@@ -77,59 +80,42 @@ def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
                         batch: int = 4096) -> Iterator[bytes]:
     """The bytes of ``encode_state`` for ``paths`` (sorted) in pieces of ``batch`` records,
     so a state file of a million files is never one string; then the ``pending`` ones not
-    among ``paths``, by boot."""
-    yield b'{"schema_version":%d,"files":{' % STATE_SCHEMA
-    for i in range(0, len(paths), batch):
-        files = {p: _row(record(p)) for p in paths[i:i + batch]}
-        yield (b"," if i else b"") + json.dumps(files, separators=(",", ":"))[1:-1].encode()
-    yield b"}"
-    if pending:
-        yield from _pending_chunks(paths, pending, batch)
-    yield b"}"
-
-
-def _pending_chunks(paths: list[str], pending: Mapping[str, tuple[str, StateRecord]],
-                    batch: int) -> Iterator[bytes]:
-    """``,"pending":{boot: {path: row}}`` for the ``pending`` paths not among ``paths``: boots
-    in the order of their first path, paths sorted, in pieces of ``batch`` rows (a first
-    restore of a million files leaves them all pending)."""
-    durable = set(paths)
+    among ``paths``, by boot (in the order of their first path, paths sorted)."""
     boots: dict[str, list[str]] = {}
-    for p in sorted(p for p in pending if p not in durable):
-        boots.setdefault(pending[p][0], []).append(p)
-    del durable
-    for n, (boot, mine) in enumerate(boots.items()):
-        yield (b',"pending":{' if n == 0 else b",") + json.dumps(boot).encode() + b":{"
-        for i in range(0, len(mine), batch):
-            rows = {p: _row(pending[p][1]) for p in mine[i:i + batch]}
-            yield (b"," if i else b"") + json.dumps(rows, separators=(",", ":"))[1:-1].encode()
-        yield b"}"
-    if boots:
-        yield b"}"
+    if pending:
+        durable = set(paths)
+        for p in sorted(p for p in pending if p not in durable):
+            boots.setdefault(pending[p][0], []).append(p)
+        del durable
+    waiting = pending or {}
+
+    def pending_row(path: str) -> list[Any]:
+        return _row(waiting[path][1])
+
+    return encode_rows(paths, lambda p: _row(record(p)),
+                       ((boot, mine, pending_row) for boot, mine in boots.items()),
+                       STATE_SCHEMA, batch)
 
 
 def decode_state(data: bytes) -> dict[str, StateRecord]:
     """Parse a state file's durable records; anything unexpected yields an empty state (files
     get re-hashed)."""
-    try:
-        doc: Any = json.loads(data)
-        if doc.get("schema_version") != STATE_SCHEMA:
-            return {}
-        return _records(doc["files"])
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return {}
+    files, _ = _parse(data)
+    return {p: _record(b) for p, b in files.items()}
 
 
 def decode_pending(data: bytes) -> dict[str, tuple[str, StateRecord]]:
     """A state file's pending records with their boot; anything unexpected yields none."""
+    _, pending = _parse(data)
+    return {p: (boot, _record(b)) for boot, rows in pending.items() for p, b in rows.items()}
+
+
+def _parse(data: bytes) -> tuple[Rows, dict[str, Rows]]:
     try:
-        doc: Any = json.loads(data)
-        if doc.get("schema_version") != STATE_SCHEMA:
-            return {}
-        return {p: (str(boot), r) for boot, rows in doc.get("pending", {}).items()
-                for p, r in _records(rows).items()}
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return {}
+        text = data.decode()
+    except UnicodeDecodeError:
+        return {}, {}
+    return parse_rows(text, STATE_SCHEMA)
 
 
 _MODES = {m: m for m in range(0o10000)}  # one int object per mode, not one per file
@@ -140,28 +126,157 @@ def state_record(st: os.stat_result, sha256: str) -> StateRecord:
                        _MODES[stat.S_IMODE(st.st_mode)])
 
 
-def load_state(target_dirs: Mapping[str, str]) -> dict[FileId, StateRecord]:
+class StateTable(Mapping[FileId, StateRecord]):
+    """State records by root and path, each held packed (66 bytes, ``state_rows``; about 240
+    bytes a file with its path, where a dict of ``StateRecord`` by FileId took ~780): a
+    lookup unpacks the one record it returns."""
+
+    __slots__ = ("_roots",)
+
+    def __init__(self, roots: Mapping[str, Rows]) -> None:
+        self._roots = {root: rows for root, rows in roots.items() if rows}
+
+    def rows(self, root: str) -> Rows:
+        """The packed rows of ``root`` by path (read only)."""
+        return self._roots.get(root, {})
+
+    def __getitem__(self, key: FileId) -> StateRecord:
+        return _record(self._roots[key[0]][key[1]])
+
+    def get(self, key: FileId, default: Any = None) -> Any:
+        packed = self._roots.get(key[0], {}).get(key[1])
+        return default if packed is None else _record(packed)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and len(key) == 2 and \
+            key[1] in self._roots.get(key[0], {})
+
+    def __iter__(self) -> Iterator[FileId]:
+        for root, rows in self._roots.items():
+            yield from ((root, p) for p in rows)
+
+    def __len__(self) -> int:
+        return sum(len(rows) for rows in self._roots.values())
+
+
+class PendingTable(Mapping[FileId, tuple[str, StateRecord]]):
+    """Pending records by root, boot and path, packed like ``StateTable``'s."""
+
+    __slots__ = ("_roots",)
+
+    def __init__(self, roots: Mapping[str, Mapping[str, Rows]]) -> None:
+        self._roots = {root: {b: rows for b, rows in boots.items() if rows}
+                       for root, boots in roots.items()}
+
+    def __getitem__(self, key: FileId) -> tuple[str, StateRecord]:
+        for boot, rows in self._roots.get(key[0], {}).items():
+            packed = rows.get(key[1])
+            if packed is not None:
+                return boot, _record(packed)
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and len(key) == 2 and any(
+            key[1] in rows for rows in self._roots.get(key[0], {}).values())
+
+    def __iter__(self) -> Iterator[FileId]:
+        for root, boots in self._roots.items():
+            for rows in boots.values():
+                yield from ((root, p) for p in rows)
+
+    def __len__(self) -> int:
+        return sum(len(rows) for boots in self._roots.values() for rows in boots.values())
+
+
+def load_states(target_dirs: Mapping[str, str]) -> tuple[StateTable, PendingTable]:
+    """Each root's state file, read once: its durable records (what may be trusted without
+    hashing) and its pending ones (installed, not yet known durable)."""
+    files: dict[str, Rows] = {}
+    pending: dict[str, dict[str, Rows]] = {}
+    for root, d in target_dirs.items():
+        state = read_root_state(d)
+        files[root], pending[root] = state.files, state.pending
+    return StateTable(files), PendingTable(pending)
+
+
+def load_state(target_dirs: Mapping[str, str]) -> StateTable:
     """The durable records of each root's state file (what may be trusted without hashing)."""
-    out: dict[FileId, StateRecord] = {}
-    for root, d in target_dirs.items():
-        try:
-            data = Path(d, STATE_FILE).read_bytes()
-        except OSError:
-            continue
-        out.update(((root, p), r) for p, r in decode_state(data).items())
-    return out
+    return load_states(target_dirs)[0]
 
 
-def load_pending(target_dirs: Mapping[str, str]) -> dict[FileId, tuple[str, StateRecord]]:
+def load_pending(target_dirs: Mapping[str, str]) -> PendingTable:
     """The pending records of each root's state file: installed, not yet known durable."""
-    out: dict[FileId, tuple[str, StateRecord]] = {}
-    for root, d in target_dirs.items():
+    return load_states(target_dirs)[1]
+
+
+@dataclass(slots=True)
+class RootState:
+    """One root's state file as read, rows packed: ``files`` (durable), ``pending`` by boot,
+    and which file it was (``stamp``: inode, size, mtime; None when there was none), so that
+    ``save_settled`` writes it back only over that very file."""
+
+    files: Rows
+    pending: dict[str, Rows]
+    stamp: tuple[int, int, int] | None
+    settled: int = 0  # pending rows this process made durable (``settle_row``)
+
+    def this_boot(self) -> Rows:
+        """The rows pending in this boot (a later run here syncs them before trusting them)."""
+        now = fs.boot_id()
+        return self.pending.get(now, {}) if now else {}
+
+    def settle_row(self, dfd: int, path: str) -> bool:
+        """``fdatasync`` the very file (inode, size, times) of ``path``'s row pending in this
+        boot, and only once that returned, count the row among the durable ones: the state
+        file never vouches for bytes that may not be on disk. False when there is no such row
+        or the file is not that one any more (nothing moves)."""
+        rows = self.this_boot()
+        packed = rows.get(path)
+        if packed is None:
+            return False
+        size, mtime, ctime, inode, _sha, _mode = unpack_row(packed)
+        if not datasync_at(dfd, path, lambda st: (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                                  st.st_ino) == (size, mtime, ctime, inode)):
+            return False
+        self.files[path] = rows.pop(path)
+        self.settled += 1
+        return True
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_root_state(d: str) -> RootState:
+    """The state file of the root at ``d``, read once (none there, or unreadable: empty)."""
+    try:
+        with open(Path(d, STATE_FILE), "rb") as fh:
+            stamp = _stamp(os.fstat(fh.fileno()))
+            text = fh.read().decode()  # the bytes are a temporary: freed once they are text
+    except (OSError, UnicodeDecodeError):
+        return RootState({}, {}, None)
+    files, pending = parse_rows(text, STATE_SCHEMA)
+    return RootState(files, pending, stamp)
+
+
+def save_settled(target_dirs: Mapping[str, str], states: Mapping[str, RootState]) -> None:
+    """Write back each root's state file whose pending rows ``settle_row`` made durable, if
+    the file there is still the one read (a restore in between wrote its own: keep that);
+    atomic, best effort. Call it holding DIR's lock (``dest.lock_destination``)."""
+    for root, state in states.items():
+        if not state.settled:
+            continue
+        final = Path(target_dirs[root], STATE_FILE)
         try:
-            data = Path(d, STATE_FILE).read_bytes()
+            if state.stamp is None or _stamp(os.stat(final, follow_symlinks=False)) != state.stamp:
+                continue
         except OSError:
             continue
-        out.update(((root, p), v) for p, v in decode_pending(data).items())
-    return out
+        waiting = [(boot, sorted(rows), packed_as_json(rows))
+                   for boot, rows in state.pending.items() if rows]
+        replace_best_effort(final, encode_rows(sorted(state.files),
+                                               packed_as_json(state.files), waiting,
+                                               STATE_SCHEMA))
 
 
 def save_state(target_dirs: Mapping[str, str], durable: Durable,
@@ -264,15 +379,28 @@ class Durable:
         return Durable(MappingProxyType({k: state[k] for k in keep if k in state}), _PROOF)
 
     @staticmethod
+    def kept(state: Mapping[FileId, StateRecord], records: Mapping[FileId, StateRecord],
+             unwanted: Iterable[FileId]) -> Durable:
+        """What a loaded ``state`` vouched for and still holds: the ``records`` a scan found
+        exactly as it vouched for them (those very objects: no second copy of a million),
+        and its records of the ``unwanted`` files (no entry asked about them), as they are."""
+        out = {k: r for k, r in records.items() if state.get(k) == r}
+        out.update((k, state[k]) for k in unwanted if k in state)
+        return Durable(MappingProxyType(out), _PROOF)
+
+    @staticmethod
     def reread(pending: Pending, records: Mapping[FileId, StateRecord]) -> Durable:
         """The ``records`` just hashed that equal a pending record from an earlier boot: the
         file is that inode with the same times (nothing wrote it in this boot), so its pages
         in this boot came from the disk, and the hash just taken is of the bytes on disk."""
         now = fs.boot_id()
-        return Durable(MappingProxyType({
-            k: r for k, r in records.items()
-            if now and k in pending and pending[k][0] not in ("", now) and pending[k][1] == r}),
-            _PROOF)
+        out: dict[FileId, StateRecord] = {}
+        if now:
+            for k, r in records.items():
+                held = pending.get(k)  # one look (a packed table unpacks what it returns)
+                if held is not None and held[0] not in ("", now) and held[1] == r:
+                    out[k] = r
+        return Durable(MappingProxyType(out), _PROOF)
 
     def still(self, records: Mapping[FileId, StateRecord]) -> Durable:
         """Those of these records that ``records`` still hold (a file replaced since is not)."""
@@ -332,7 +460,12 @@ def settle_pending(roots: Roots, pending: Pending, wanted: Iterable[FileId], *,
     be trusted unhashed. Records from an earlier boot are not synced: their files are hashed
     (``Durable.reread``)."""
     now = fs.boot_id()
-    mine = {k: pending[k][1] for k in wanted if k in pending and now and pending[k][0] == now}
+    mine: dict[FileId, StateRecord] = {}
+    if now:
+        for k in wanted:
+            held = pending.get(k)
+            if held is not None and held[0] == now:
+                mine[k] = held[1]
     return sync_records(roots, mine, workers=workers, deadline=deadline)
 
 

@@ -1,7 +1,8 @@
 """A restore SIGKILLed at random points (writes, renames, the sync) never leaves a state file that
 vouches for a file that no restore fdatasynced, nor for bytes that differ from its record: a
 restore syncs nothing and leaves its files pending; the next one in the same boot syncs them
-(the sync step killed here too) before the state file vouches for them."""
+(the sync step killed here too) before the state file vouches for them. The same holds for the
+store-free check, which syncs them too (killed while it settles)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ from neffcache.matrix import Cell
 from neffcache.restore.run import restore_cells
 from neffcache.store.local import LocalStore
 
-store, target, kill_at, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+store, target, kill_at, log, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], \
+    sys.argv[5]
 logfd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 real = {n: getattr(os, n) for n in ("write", "replace", "fdatasync", "fsync")}
 lock, count, first_sync = threading.Lock(), [0], [-1]
@@ -69,15 +71,27 @@ for n in real:
 fp = build_fingerprint("neuron", {"target": "trn2"})
 cell = Cell("p", "diffusers:P", "m", "main", "bfloat16", "compile", ("transformer",),
             64, 64, 1, 1)
-r = restore_cells(LocalStore(store), [cell], NEURON, fp, Path(target), workers=4)
-note("done %d %d %s" % (count[0], first_sync[0], r.error() is None))
+if mode == "local":  # the store-free check alone
+    from neffcache.restore.local import restore_local
+    ok = restore_local([cell], NEURON, fp, Path(target), store_url=store) is not None
+else:
+    ok = restore_cells(LocalStore(store), [cell], NEURON, fp, Path(target),
+                       workers=4).error() is None
+note("done %d %d %s" % (count[0], first_sync[0], ok))
 """
 
 
-def run_child(store: Path, target: Path, kill_at: int, log: Path) -> int:
+def run_child(store: Path, target: Path, kill_at: int, log: Path, mode: str = "full") -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run([sys.executable, "-c", CHILD, str(store), str(target), str(kill_at),
-                           str(log)], env=env, timeout=120).returncode
+                           str(log), mode], env=env, timeout=120).returncode
+
+
+def last_run(log: Path) -> tuple[int, int, bool]:
+    """The calls the last child that ran to its end made, where its first fdatasync was (-1:
+    none), and whether it succeeded."""
+    total, first_sync, ok = log.read_text().splitlines()[-1].split()[1:]
+    return int(total), int(first_sync), ok == "True"
 
 
 def synced_files(log: Path) -> set[tuple[str, int]]:
@@ -155,4 +169,37 @@ def test_a_restore_killed_anywhere_never_vouches_for_an_unsynced_file(tmp_path: 
     for _ in range(2):  # a restore to the end, then its rerun in this boot: all vouched for
         assert run_child(tmp_path / "store", target, -1, log) == 0
     assert assert_vouches_only_durable(root, synced_files(log)) == len(cache.files)
+    assert {p: (root / p).read_bytes() for p in cache.files} == cache.files
+
+
+def test_a_store_free_check_killed_while_it_settles_never_vouches_for_an_unsynced_file(
+        tmp_path: Path) -> None:
+    """The store-free check syncs the files a restore left pending in this boot, then writes a
+    state file that vouches for them; killed at any call of that (each fdatasync, the rename),
+    it leaves nothing unsynced vouched for; run to its end, the next check syncs nothing."""
+    cache = make_neff_cache(tmp_path / "src", seed=3, count=40, large=1)
+    store = LocalStore(tmp_path / "store")
+    publish_entry(store, CELL, FP, NEURON, {"neff": cache.root})
+    target, log = tmp_path / "t", tmp_path / "log"
+    root = target / "neff"
+
+    def fresh() -> None:  # a restore's files, all pending in this boot
+        shutil.rmtree(target, ignore_errors=True)
+        assert run_child(tmp_path / "store", target, -1, log) == 0
+        assert assert_vouches_only_durable(root, synced_files(log)) == 0
+
+    fresh()
+    assert run_child(tmp_path / "store", target, -1, log, "local") == 0
+    total, first_sync, ok = last_run(log)
+    assert ok and first_sync == 1 and total == len(cache.files) + 1  # each file, one rename
+    rng = random.Random(3)
+    for point in [*rng.sample(range(1, total), 3), total]:  # the rename among them
+        fresh()
+        assert run_child(tmp_path / "store", target, point, log, "local") == -9
+        assert assert_vouches_only_durable(root, synced_files(log)) == 0
+    fresh()
+    assert run_child(tmp_path / "store", target, -1, log, "local") == 0
+    assert assert_vouches_only_durable(root, synced_files(log)) == len(cache.files)
+    assert run_child(tmp_path / "store", target, -1, log, "local") == 0
+    assert last_run(log) == (0, -1, True)  # vouched for: nothing synced, nothing written
     assert {p: (root / p).read_bytes() for p in cache.files} == cache.files

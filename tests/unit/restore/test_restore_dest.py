@@ -19,6 +19,7 @@ from neffcache.fingerprint import build_fingerprint
 from neffcache.matrix import Cell
 from neffcache.precompile.publish import publish_entry
 from neffcache.restore import fs as restore_fs
+from neffcache.restore import local as local_mod
 from neffcache.restore import scan as scan_mod
 from neffcache.restore.dest import ENTRIES_DIR, LOCK_FILE, is_unclean, lock_destination
 from neffcache.restore.fs import Roots
@@ -234,6 +235,53 @@ def test_the_store_free_check_syncs_this_boots_pending_files_once_all_are_confir
     synced.clear()
     assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is not None
     assert synced == [str(target / "neff" / victim)]
+
+
+def test_a_store_free_rerun_vouches_for_what_it_synced_so_the_next_syncs_nothing(
+        tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target = tmp_path / "t"
+    dirs = {"neff": str(target / "neff")}
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None  # all pending
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        real(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is not None
+    assert sorted(synced) == sorted(str(target / "neff" / p) for p in files)
+    assert set(load_state(dirs)) == {("neff", p) for p in files} and load_pending(dirs) == {}
+    assert not is_unclean(str(target))  # the lock it took to write is left unmarked
+    synced.clear()
+    for _ in range(2):
+        assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is not None
+    assert synced == []  # vouched for now: nothing synced again
+    hashed: list[str] = []
+    monkeypatch.setattr(scan_mod, "_hash_at", lambda dfd, name, dl: hashed.append(name))
+    again = restore_cells(store, [CELL], NEURON, FP, target)  # the full run trusts them too
+    assert again.error() is None and again.files_fetched == 0
+    assert synced == [] and hashed == []
+
+
+def test_a_store_free_rerun_writes_no_state_over_one_a_restore_wrote_meanwhile(
+        tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target = tmp_path / "t"
+    dirs = {"neff": str(target / "neff")}
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None  # all pending
+    real_save = local_mod.save_settled
+
+    def restore_first(d, states):  # type: ignore[no-untyped-def]
+        (target / "neff" / STATE_FILE).write_bytes(b"{}")  # another run's state file
+        real_save(d, states)
+
+    monkeypatch.setattr(local_mod, "save_settled", restore_first)
+    assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is not None
+    assert (target / "neff" / STATE_FILE).read_bytes() == b"{}"  # kept, not overwritten
+    assert load_state(dirs) == {}
 
 
 def test_a_later_boot_hashes_what_an_earlier_one_left_pending(

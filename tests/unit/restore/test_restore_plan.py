@@ -29,6 +29,7 @@ from neffcache.restore.state import (
     encode_state,
     encode_state_chunks,
 )
+from neffcache.restore.state_rows import parse_rows, unpack_row
 
 FP = build_fingerprint("neuron", {"target": "trn2"})
 DIRS = {"neff": "/t/neff", "hlo": "/t/hlo"}
@@ -172,6 +173,30 @@ def test_state_pending_in_pieces_is_the_whole_document() -> None:
     assert decode_pending(data) == {p: v for p, v in pending.items() if p not in durable}
     assert decode_state(data) == {p: rec[p] for p in durable}
     assert b"pending" not in encode_state(rec, {})
+
+
+def test_state_rows_read_in_one_pass_as_json_reads_them() -> None:
+    """The packed reader agrees with ``json.loads`` on any layout of the document (a path with
+    quotes, brackets and non-ASCII; whitespace anywhere), and leaves out rows that are not
+    records (their files are hashed again) rather than the whole state."""
+    good = [3, -5, 6, 7, "ab" * 32, 0o644]
+    doc = {"schema_version": 1, "files": {'a/"],x': good, "é/b": [0, 1, 2, 3, "0" * 64, 0],
+                                          "bad/hex": [1, 2, 3, 4, "zz" * 32, 0o644],
+                                          "bad/len": [1, 2, 3, 4, "ab" * 31, 0o644],
+                                          "bad/size": [-1, 2, 3, 4, "ab" * 32, 0o644],
+                                          "bad/float": [1.5, 2, 3, 4, "ab" * 32, 0o644],
+                                          "bad/short": [1, 2, 3]},
+           "pending": {"b1": {"p": good}, "b2": {}}}
+    for text in (json.dumps(doc, separators=(",", ":")), json.dumps(doc, indent=2),
+                 json.dumps(doc, ensure_ascii=False)):
+        files, pending = parse_rows(text, 1)
+        assert {p: unpack_row(b) for p, b in files.items()} == {
+            'a/"],x': tuple(good), "é/b": (0, 1, 2, 3, "0" * 64, 0)}
+        assert {b: {p: unpack_row(r) for p, r in rows.items()} for b, rows in pending.items()} \
+            == {"b1": {"p": tuple(good)}, "b2": {}}
+    for junk in ('{"schema_version":1,"files":{}} x', '{"schema_version":2,"files":{"p":[]}}',
+                 '{"files":{"p":' + json.dumps(good) + "}}", '{"schema_version":1,"files":[]}'):
+        assert parse_rows(junk, 1) == ({}, {})
 
 
 # --- the exit rule --------------------------------------------------------------------------
