@@ -53,8 +53,11 @@ def test_text_log_has_heartbeats_at_the_interval(tmp_path: Path) -> None:
     assert {m.group(1) for m in beats} == {CELL}
     elapsed = [int(m.group(2)) for m in beats]
     assert elapsed == sorted(elapsed) and elapsed[-1] > elapsed[0], err
-    assert beats[-1].group(3) == "compiling"  # the phase the worker announced
-    assert "sleeping 3 s" in beats[-1].group(4)  # the worker's last log line
+    # the phase the worker announced, with its last log line (a loaded machine may beat
+    # once more while the cell publishes)
+    compiling = [m for m in beats if m.group(3) == "compiling"]
+    assert compiling and "sleeping 3 s" in compiling[-1].group(4), err
+    assert {m.group(3) for m in beats} <= {"compiling", "publishing"}, err
     assert "published" in out  # the results stay on stdout
 
 
