@@ -478,7 +478,8 @@ def compare_writes(db: str, tmp: Path, before: Path, args: argparse.Namespace
             for label in trees:
                 pg_scratch(args.pg, drop_only=True, name=f"{PG_DB}_{label}")
     load_end = os.getloadavg()
-    print(f"\n== {db}, {args.entries:,} entries, write path of this tree (after) and of "
+    where = f"SQLite in {tmp}" if db == "sqlite" else f"Postgres at {args.pg.rsplit('@', 1)[-1]}"
+    print(f"\n== {db} ({where}), {args.entries:,} entries, write path of this tree (after) and of "
           f"{args.before} (before), each against its own index filled by its own code, "
           f"interleaved (each round x mode a fresh process per tree, the trees' order "
           f"alternating); load (1/5/15 min) at the first round {load}, at the last "
@@ -504,13 +505,16 @@ def main() -> None:
                     help="write path of this tree and of --before side by side, each against "
                          "its own index (for a --before with another schema); no planning "
                          "steps")
+    ap.add_argument("--tmp", default=None, metavar="DIR",
+                    help="where the SQLite indexes and the --before tree go [default: the "
+                         "system's temp dir]")
     ap.add_argument("--pg", default=PG_ADMIN)
     ap.add_argument("--no-vacuum", action="store_true",
                     help="Postgres: ANALYZE only after the bulk load (no visibility map yet)")
     args = ap.parse_args()
     log(f"load: {os.getloadavg()}")
     results: dict[str, Any] = {"entries": args.entries, "load_start": os.getloadavg()}
-    with tempfile.TemporaryDirectory(prefix="neffcache-bench-writes-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="neffcache-bench-writes-", dir=args.tmp) as tmp:
         before = export_before(args.before, Path(tmp) / "before")
         for db in (("sqlite", "postgres") if args.db == "both" else (args.db,)):
             if args.compare_writes:
