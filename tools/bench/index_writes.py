@@ -215,8 +215,8 @@ def record_one(url: str, entries: int, serial: int, i: int) -> float:
     return time.perf_counter() - t0
 
 
-def write_mode(url: str, entries: int, mode: str, serial: int, per_mode: int, batch: int
-               ) -> float:
+def write_mode(url: str, entries: int, mode: str, serial: int, per_mode: int, batch: int,
+               share: int = COMMAND_SHARE) -> float:
     """Record ``per_mode`` new entries of matrix m01 on fingerprint ``serial`` in ``mode``
     with whatever neffcache is first on sys.path; entries/s."""
     from neffcache.index import open_index
@@ -230,7 +230,7 @@ def write_mode(url: str, entries: int, mode: str, serial: int, per_mode: int, ba
         raise SystemExit("--per-mode must not exceed a matrix's cell count")
     if mode == "command":
         tree = Path(sys.modules["neffcache"].__file__ or ".").resolve().parents[1]
-        n = max(1, per_mode // COMMAND_SHARE)
+        n = max(1, per_mode // share)
         return n / sum(call_child(tree, "record_one", url, entries, serial, i)
                        for i in range(n))
     t0 = time.perf_counter()
@@ -285,7 +285,8 @@ def write_path(url: str, entries: int, per_mode: int, rounds: int, batch: int
 
 
 def write_path_trees(urls: dict[str, str], trees: dict[str, Path], entries: int,
-                     per_mode: int, rounds: int, batch: int) -> dict[str, dict[str, float]]:
+                     per_mode: int, rounds: int, batch: int, share: int = COMMAND_SHARE
+                     ) -> dict[str, dict[str, float]]:
     """``write_path`` for each tree against its own index (filled by that tree's code), each
     (round, mode) run in a child process per tree, the trees' order alternating: the same
     new entries (same fingerprints) go into both indexes. {tree: {mode: median entries/s}}."""
@@ -294,10 +295,11 @@ def write_path_trees(urls: dict[str, str], trees: dict[str, Path], entries: int,
     for r in range(rounds):
         for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
             serial += 1
-            labels = list(trees) if (r + MODES.index(mode)) % 2 == 0 else list(trees)[::-1]
+            turn = (r * len(MODES) + MODES.index(mode)) % len(trees)
+            labels = list(trees)[turn:] + list(trees)[:turn]  # who goes first rotates
             for label in labels:
                 rate = call_child(trees[label], "write_mode", urls[label], entries, mode,
-                                  serial, per_mode, batch)
+                                  serial, per_mode, batch, share)
                 rates[label][mode].append(rate)
                 log(f"  round {r + 1} {mode:9s} {label:6s} {rate:9.1f} entries/s")
     return {t: {m: statistics.median(v) for m, v in by.items()} for t, by in rates.items()}
@@ -442,9 +444,10 @@ def pg_scratch(admin: str, drop_only: bool = False, name: str = PG_DB) -> str:
     return admin.rsplit("/", 1)[0] + "/" + name
 
 
-def print_writes(w: dict[str, float], rounds: int, per_mode: int) -> None:
+def print_writes(w: dict[str, float], rounds: int, per_mode: int,
+                 share: int = COMMAND_SHARE) -> None:
     print(f"write path, entries/s (median of {rounds} interleaved rounds of "
-          f"{per_mode}; command: {max(1, per_mode // COMMAND_SHARE)} processes), ratio to the "
+          f"{per_mode}; command: {max(1, per_mode // share)} processes), ratio to the "
           f"raw executemany peer:")
     for mode, rate in w.items():
         per = f"   ({1000 / rate:.0f} ms each)" if mode in ("command", "reopen") else ""
@@ -456,8 +459,11 @@ def print_writes(w: dict[str, float], rounds: int, per_mode: int) -> None:
 def compare_writes(db: str, tmp: Path, before: Path, args: argparse.Namespace
                    ) -> dict[str, Any]:
     """--compare-writes: an index per tree, each filled by its own code, then the write path
-    of both trees interleaved."""
+    of the trees interleaved (this tree, --before and each --also)."""
     trees = {"after": REPO, "before": before}
+    for spec in args.also:
+        label, _, commit = spec.partition("=")
+        trees[label] = export_before(commit, tmp / f"tree-{label}")
     urls, notes = {}, {}
     try:
         for label, tree in trees.items():
@@ -472,23 +478,25 @@ def compare_writes(db: str, tmp: Path, before: Path, args: argparse.Namespace
                 + "; ".join(notes[label]))
         load = os.getloadavg()
         w = write_path_trees(urls, trees, args.entries, args.per_mode, args.rounds,
-                             args.batch)
+                             args.batch, args.command_share)
     finally:
         if db == "postgres":
             for label in trees:
                 pg_scratch(args.pg, drop_only=True, name=f"{PG_DB}_{label}")
     load_end = os.getloadavg()
     where = f"SQLite in {tmp}" if db == "sqlite" else f"Postgres at {args.pg.rsplit('@', 1)[-1]}"
-    print(f"\n== {db} ({where}), {args.entries:,} entries, write path of this tree (after) and of "
-          f"{args.before} (before), each against its own index filled by its own code, "
+    also = "".join(f", of {s.partition('=')[2]} ({s.partition('=')[0]})" for s in args.also)
+    print(f"\n== {db} ({where}), {args.entries:,} entries, write path of this tree (after), of "
+          f"{args.before} (before){also}, each against its own index filled by its own code, "
           f"interleaved (each round x mode a fresh process per tree, the trees' order "
           f"alternating); load (1/5/15 min) at the first round {load}, at the last "
           f"{load_end}")
     for label in trees:
         print(f"-- {label}: {'; '.join(notes[label])}")
-        print_writes(w[label], args.rounds, args.per_mode)
-    print("after / before, entries/s:  " + ";  ".join(
-        f"{m} {w['after'][m] / w['before'][m]:.2f} x" for m in MODES))
+        print_writes(w[label], args.rounds, args.per_mode, args.command_share)
+    for label in (t for t in trees if t != "before"):
+        print(f"{label} / before, entries/s:  " + ";  ".join(
+            f"{m} {w[label][m] / w['before'][m]:.2f} x" for m in MODES))
     return {"notes": notes, "write_entries_per_s": w, "load": [load, load_end]}
 
 
@@ -505,6 +513,10 @@ def main() -> None:
                     help="write path of this tree and of --before side by side, each against "
                          "its own index (for a --before with another schema); no planning "
                          "steps")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=COMMIT",
+                    help="--compare-writes: one more tree, that commit's code (repeatable)")
+    ap.add_argument("--command-share", type=int, default=COMMAND_SHARE, metavar="N",
+                    help="command mode: --per-mode / N processes")
     ap.add_argument("--tmp", default=None, metavar="DIR",
                     help="where the SQLite indexes and the --before tree go [default: the "
                          "system's temp dir]")
