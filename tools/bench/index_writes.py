@@ -486,7 +486,10 @@ def compare_writes(db: str, tmp: Path, before: Path, args: argparse.Namespace
     load_end = os.getloadavg()
     where = f"SQLite in {tmp}" if db == "sqlite" else f"Postgres at {args.pg.rsplit('@', 1)[-1]}"
     also = "".join(f", of {s.partition('=')[2]} ({s.partition('=')[0]})" for s in args.also)
-    print(f"\n== {db} ({where}), {args.entries:,} entries, write path of this tree (after), of "
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    print(f"\n== {db} ({where}), {args.entries:,} entries, write path of this tree (after, "
+          f"{head}), of "
           f"{args.before} (before){also}, each against its own index filled by its own code, "
           f"interleaved (each round x mode a fresh process per tree, the trees' order "
           f"alternating); load (1/5/15 min) at the first round {load}, at the last "
