@@ -5,11 +5,14 @@ reports per hour x exit code x duration bucket, and the fingerprints restore rep
 Every change is an ``INSERT .. ON CONFLICT DO UPDATE SET n = n + excluded.n`` (atomic on
 SQLite and Postgres, rows touched in key order so concurrent writers do not deadlock).
 ``rebuild_aggregates`` recomputes them all from the base tables (migration 0004, reindex,
-bulk loads). Each function takes an open Session inside a write transaction.
+bulk loads). Each function takes an open Session inside a write transaction. The statements
+are Core statements on the models' tables, each upsert built once per dialect (see
+``neffcache.index.record``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from neffcache.index.engine import dialect_insert
 from neffcache.index.models import (
     CellFailureRow,
     CoverageCountRow,
@@ -27,7 +31,6 @@ from neffcache.index.models import (
     RestoreCountRow,
     RestoreReportRow,
 )
-from neffcache.index.ops_values import DURATION_BUCKETS
 
 BATCH = 500
 
@@ -39,6 +42,17 @@ def _chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
         yield items[i:i + size]
 
 
+@functools.cache
+def _upsert(insert_of: Any, model: type, keys: tuple[str, ...], values: tuple[str, ...],
+            replace: tuple[str, ...]) -> Any:
+    table = model.__table__  # type: ignore[attr-defined]
+    stmt: Any = insert_of(table)
+    greatest = func.max if "sqlite" in insert_of.__module__ else func.greatest
+    update = {c: table.c[c] + stmt.excluded[c] for c in values}
+    update.update({c: greatest(table.c[c], stmt.excluded[c]) for c in replace})
+    return stmt.on_conflict_do_update(index_elements=list(keys), set_=update)
+
+
 def _add(session: Session, model: type, keys: Sequence[str],
          rows: Mapping[tuple[Any, ...], Sequence[Any]], values: Sequence[str],
          replace: Sequence[str] = ()) -> None:
@@ -46,15 +60,7 @@ def _add(session: Session, model: type, keys: Sequence[str],
     columns take the greatest of old and new."""
     if not rows:
         return
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    stmt: Any = dialect.insert(model)
-    table = model.__table__  # type: ignore[attr-defined]
-    update = {c: table.c[c] + stmt.excluded[c] for c in values}
-    update.update({c: func.max(table.c[c], stmt.excluded[c]) if dialect is sqlite
-                   else func.greatest(table.c[c], stmt.excluded[c]) for c in replace})
-    stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=update)
+    stmt = _upsert(dialect_insert(session), model, tuple(keys), tuple(values), tuple(replace))
     names = [*keys, *values, *replace]
     docs = [dict(zip(names, (*k, *v), strict=True)) for k, v in sorted(rows.items())]
     for part in _chunks(docs):
@@ -64,10 +70,10 @@ def _add(session: Session, model: type, keys: Sequence[str],
 def _matrices_of(session: Session, cell_keys: Iterable[str]) -> dict[str, list[int]]:
     """Registered matrix versions holding each cell."""
     out: dict[str, list[int]] = {}
+    mc = MatrixCellRow.__table__.c
     for part in _chunks(sorted(set(cell_keys))):
         for matrix_id, cell_key in session.execute(
-                select(MatrixCellRow.matrix_id, MatrixCellRow.cell_key)
-                .where(MatrixCellRow.cell_key.in_(part))):
+                select(mc.matrix_id, mc.cell_key).where(mc.cell_key.in_(part))):
             out.setdefault(cell_key, []).append(matrix_id)
     return out
 
@@ -78,18 +84,21 @@ def _pairs_with(session: Session, model: Any, pairs: Sequence[Pair]) -> set[Pair
     by_fp: dict[str, list[str]] = {}
     for cell, fp in pairs:
         by_fp.setdefault(fp, []).append(cell)
+    t = model.__table__.c
     for fp, cells in by_fp.items():
         for part in _chunks(sorted(set(cells))):
             found.update((c, fp) for c in session.scalars(
-                select(model.cell_key).where(model.fingerprint_key == fp,
-                                             model.cell_key.in_(part)).distinct()))
+                select(t.cell_key).where(t.fingerprint_key == fp, t.cell_key.in_(part))
+                .distinct()))
     return found
 
 
-def _coverage_deltas(session: Session, deltas: Mapping[Pair, tuple[int, int]]) -> None:
+def _coverage_deltas(session: Session, deltas: Mapping[Pair, tuple[int, int]],
+                     matrices: Mapping[str, Sequence[int]] | None = None) -> None:
     """Apply (ready, failed) changes of (cell, fingerprint) pairs to every matrix version
-    holding the cell."""
-    matrices = _matrices_of(session, (c for c, _ in deltas))
+    holding the cell (``matrices``: those versions per cell, when already read)."""
+    if matrices is None:
+        matrices = _matrices_of(session, (c for c, _ in deltas))
     rows: dict[tuple[Any, ...], list[int]] = {}
     for (cell, fp), (ready, failed) in deltas.items():
         for matrix_id in matrices.get(cell, ()):
@@ -100,31 +109,34 @@ def _coverage_deltas(session: Session, deltas: Mapping[Pair, tuple[int, int]]) -
          ("ready", "failed"))
 
 
-def entries_added(session: Session, entries: Sequence[tuple[str, str, int]]) -> None:
-    """New entries ((cell key, fingerprint key, total bytes)), already inserted: the cell is
-    now ready, and no longer failed where it had failed."""
+def _entries_changed(session: Session, entries: Sequence[tuple[str, str, int]],
+                     sign: int) -> None:
+    """Entries added (``sign`` 1) or removed (-1): ready moves by ``sign`` and failed the
+    other way where the pair has a failure, in every matrix version holding the cell (only
+    those cells' failures are read); entries and bytes per fingerprint move by ``sign``."""
     pairs = [(c, f) for c, f, _ in entries]
-    failed = _pairs_with(session, CellFailureRow, pairs)
-    _coverage_deltas(session, {p: (1, -1 if p in failed else 0) for p in pairs})
+    matrices = _matrices_of(session, (c for c, _ in pairs))
+    held = [p for p in pairs if p[0] in matrices]
+    failed = _pairs_with(session, CellFailureRow, held) if held else set()
+    _coverage_deltas(session, {p: (sign, -sign if p in failed else 0) for p in held},
+                     matrices)
     per_fp: dict[tuple[Any, ...], list[int]] = {}
     for _, fp, size in entries:
         acc = per_fp.setdefault((fp,), [0, 0])
-        acc[0] += 1
-        acc[1] += int(size)
+        acc[0] += sign
+        acc[1] += sign * int(size)
     _add(session, FingerprintCountRow, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
+
+
+def entries_added(session: Session, entries: Sequence[tuple[str, str, int]]) -> None:
+    """New entries ((cell key, fingerprint key, total bytes)), already inserted: the cell is
+    now ready, and no longer failed where it had failed."""
+    _entries_changed(session, entries, 1)
 
 
 def entries_removed(session: Session, entries: Sequence[tuple[str, str, int]]) -> None:
     """Entries just deleted: undo ``entries_added`` (a cell that had failed is failed again)."""
-    pairs = [(c, f) for c, f, _ in entries]
-    failed = _pairs_with(session, CellFailureRow, pairs)
-    _coverage_deltas(session, {p: (-1, 1 if p in failed else 0) for p in pairs})
-    per_fp: dict[tuple[Any, ...], list[int]] = {}
-    for _, fp, size in entries:
-        acc = per_fp.setdefault((fp,), [0, 0])
-        acc[0] -= 1
-        acc[1] -= int(size)
-    _add(session, FingerprintCountRow, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
+    _entries_changed(session, entries, -1)
 
 
 def failure_adding(session: Session, cell_key: str, fingerprint_key: str) -> None:
@@ -148,6 +160,8 @@ def hour_of(when: datetime) -> datetime:
 
 
 def bucket_of(seconds: float) -> int:
+    from neffcache.index.ops_values import DURATION_BUCKETS  # the restore paths' values
+
     return next((i for i, b in enumerate(DURATION_BUCKETS) if seconds <= b),
                 len(DURATION_BUCKETS))
 

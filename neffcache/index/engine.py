@@ -90,6 +90,15 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
+def dialect_insert(session: Any) -> Any:
+    """``insert`` of the dialect a Session or Connection is bound to (the one with
+    ``on_conflict_do_*``): SQLite's or PostgreSQL's."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    bind = session.get_bind() if hasattr(session, "get_bind") else session
+    return (postgresql if bind.dialect.name == "postgresql" else sqlite).insert
+
+
 def describe_error(url: str, err: BaseException) -> str:
     """One line naming the index (password redacted) and the driver's reason."""
     orig = getattr(err, "orig", None) or err

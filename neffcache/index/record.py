@@ -1,21 +1,28 @@
 """Writes to the index: entries (with their cells, fingerprints, blobs and files), failures,
 precompile runs, restore reports (with their fingerprints and the entries' last use and
 restore count). Every function takes an open Session inside a write transaction; the caller
-commits. Inserts of shared rows are insert-if-absent."""
+commits. Inserts of shared rows are insert-if-absent.
+
+The per-entry statements are Core statements on the models' tables, each built once per
+dialect: an ORM-enabled insert or select costs the ORM's bulk-persistence and compile-state
+work on every call, which at one entry per transaction (``push``, a precompile recording
+each cell as it finishes) was most of the time an entry took."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import delete, exists, insert, select, update
+from sqlalchemy import Table, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from neffcache.errors import UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
+from neffcache.index.engine import dialect_insert
 from neffcache.index.models import (
     BlobRow,
     CellFailureRow,
@@ -29,7 +36,9 @@ from neffcache.index.models import (
 from neffcache.index.values import as_utc, chunks
 from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
-from neffcache.reports import Report
+
+if TYPE_CHECKING:  # neffcache.reports imports the store package: not on the entry path
+    from neffcache.reports import Report
 
 LOG_TAIL_CHARS = 16_000
 
@@ -57,15 +66,15 @@ def strip_credentials(url: str) -> str:
     return f"{scheme}://{authority}{sep}{path}"
 
 
+@functools.cache
+def _insert_ignoring(insert_of: Any, model: type) -> Any:
+    return insert_of(model.__table__).on_conflict_do_nothing()  # type: ignore[attr-defined]
+
+
 def insert_if_absent(session: Session, model: type, rows: Sequence[Mapping[str, Any]]) -> None:
     if not rows:
         return
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    if session.get_bind().dialect.name == "postgresql":
-        stmt: Any = postgresql.insert(model).on_conflict_do_nothing()
-    else:
-        stmt = sqlite.insert(model).on_conflict_do_nothing()
+    stmt = _insert_ignoring(dialect_insert(session), model)
     for part in chunks(list(rows)):
         session.execute(stmt, list(part))
 
@@ -88,11 +97,15 @@ def save_fingerprints_and_cells(session: Session, fingerprints: Iterable[Fingerp
     insert_if_absent(session, CellRow, [cs[k] for k in sorted(cs)])
 
 
+_ENTRIES = cast(Table, EntryRow.__table__)
+_ENTRY_FILES = cast(Table, EntryFileRow.__table__)
+
+
 def existing_entry_keys(session: Session, keys: Sequence[str]) -> set[str]:
     found: set[str] = set()
+    key = _ENTRIES.c.entry_key
     for part in chunks(keys):
-        found.update(session.scalars(select(EntryRow.entry_key)
-                                     .where(EntryRow.entry_key.in_(part))))
+        found.update(session.scalars(select(key).where(key.in_(part))))
     return found
 
 
@@ -115,14 +128,14 @@ def save_entries(session: Session, manifests: Sequence[Manifest], store_url: str
         "created_at": parse_timestamp(m.created_at, now), "recorded_at": now,
     } for m in new]
     for part in chunks(entry_rows):
-        session.execute(insert(EntryRow), list(part))
+        session.execute(insert(_ENTRIES), list(part))
     aggregates.entries_added(session, [(r["cell_key"], r["fingerprint_key"], r["total_bytes"])
                                        for r in entry_rows])
     file_rows = [{"entry_key": m.entry_key, "position": i, "root": f.root, "path": f.path,
                   "sha256": f.sha256, "size": f.size, "mode": f.mode}
                  for m in new for i, f in enumerate(m.files)]
     for part in chunks(file_rows, 2000):
-        session.execute(insert(EntryFileRow), list(part))
+        session.execute(insert(_ENTRY_FILES), list(part))
     return len(new)
 
 
@@ -299,10 +312,7 @@ def restores_recorded(session: Session, rows: Sequence[RestoreReportRow]) -> Non
 
 
 def _insert_ignoring_duplicates(session: Session, model: type, column: str) -> Any:
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    return dialect.insert(model).on_conflict_do_nothing(index_elements=[column])
+    return dialect_insert(session)(model).on_conflict_do_nothing(index_elements=[column])
 
 
 def _save_last_use(session: Session, last_use: Mapping[str, datetime]) -> None:

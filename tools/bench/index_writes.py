@@ -9,7 +9,10 @@ autovacuum would; before it, index-only scans read the heap and --no-vacuum show
 The output says so.
 
 Write path (interleaved rounds, new entries of registered cells on a fresh fingerprint each):
-  reopen     open_index + record_entry + close per entry (what each push/capture command does)
+  command    a fresh process per entry (--per-mode / 5 of them), timed from importing
+             neffcache.index to closing it: the index work of one push/capture command
+  reopen     open_index + record_entry + close per entry, in one process (a push's index work
+             without the imports)
   per-entry  one open index, one transaction per entry (``record_entry``)
   batched    one open index, ``record_entries`` of --batch entries per transaction
   raw        PEER: executemany of the same entry, blob and file rows, one transaction per
@@ -25,8 +28,16 @@ one set of every key and a set difference; after: ``remove_stale`` paging throug
 
     .venv/bin/python tools/bench/index_writes.py --db sqlite --entries 100000   # smoke
     .venv/bin/python tools/bench/index_writes.py --db both                      # full size
+    .venv/bin/python tools/bench/index_writes.py --compare-writes --before 5764654 \
+        --entries 300000 --per-mode 120        # write path side by side with an older schema
 
-Postgres: a scratch database ``neffcache_bench_writes`` on --pg (dropped afterwards).
+--compare-writes fills an index per tree with that tree's own code (--before's migrations
+and package, as ``git archive`` exports them) and runs every (round, mode) in a fresh process
+per tree, the trees' order alternating; the planning steps are skipped (they need one
+schema for both trees).
+
+Postgres: a scratch database ``neffcache_bench_writes`` (``_after``/``_before`` with
+--compare-writes) on --pg, dropped afterwards.
 """
 
 from __future__ import annotations
@@ -97,7 +108,6 @@ def fill(url: str, entries: int, work: Path, vacuum: bool = True) -> list[str]:
     from sqlalchemy import text
 
     from neffcache.index import open_index
-    from neffcache.index.aggregates import rebuild_aggregates
     from neffcache.index.matrices import register_matrix
     from neffcache.index.models import EntryRow
     from neffcache.index.record import save_fingerprints_and_cells
@@ -115,7 +125,7 @@ def fill(url: str, entries: int, work: Path, vacuum: bool = True) -> list[str]:
             ix.record_entries(own[i:i + 500], "s3://bench/neff")
         notes.append(f"write path: record_entries, m00 x 5 fingerprints ({len(own)} entries)")
         now = datetime.now(timezone.utc)
-        with ix.write_session() as s:  # bulk load
+        with writer(ix)() as s:  # bulk load
             save_fingerprints_and_cells(s, fps, [], now)
             batch: list[dict[str, Any]] = []
             n_bulk = 0
@@ -136,9 +146,15 @@ def fill(url: str, entries: int, work: Path, vacuum: bool = True) -> list[str]:
                         batch = []
             if batch:
                 s.execute(EntryRow.__table__.insert(), batch)
-            rebuild_aggregates(s)
-        notes.append(f"bulk SQL: {n_bulk:,} entries without file rows; aggregates recounted")
-        with ix.engine.connect() as conn:
+            try:
+                from neffcache.index.aggregates import rebuild_aggregates
+            except ImportError:  # a tree from before the aggregates
+                notes.append(f"bulk SQL: {n_bulk:,} entries without file rows")
+            else:
+                rebuild_aggregates(s)
+                notes.append(f"bulk SQL: {n_bulk:,} entries without file rows; "
+                             f"aggregates recounted")
+        with engine_of(ix).connect() as conn:
             if conn.dialect.name == "postgresql" and vacuum:
                 # What autovacuum does after a bulk insert: index-only scans (the key pages)
                 # skip the heap only once the visibility map is set.
@@ -149,6 +165,15 @@ def fill(url: str, entries: int, work: Path, vacuum: bool = True) -> list[str]:
                 conn.execute(text("ANALYZE"))
                 conn.commit()
     return notes
+
+
+def writer(ix: Any) -> Any:
+    """``Index.write_session``, or its older private name (a --before tree)."""
+    return getattr(ix, "write_session", None) or ix._write  # noqa: SLF001
+
+
+def engine_of(ix: Any) -> Any:
+    return getattr(ix, "engine", None) or ix._engine  # noqa: SLF001
 
 
 def explain(url: str) -> list[str]:
@@ -174,64 +199,110 @@ def explain(url: str) -> list[str]:
     return out
 
 
+MODES = ("command", "reopen", "per-entry", "batched", "raw")
+COMMAND_SHARE = 5  # command mode records per_mode / 5 entries (a process each)
+
+
+def record_one(url: str, entries: int, serial: int, i: int) -> float:
+    """What one ``push`` does with the index, in this (fresh) process: import, open (schema
+    check), record one entry, close. Seconds, the manifest built before the clock starts."""
+    m = manifest(matrices(entries)[1].cells[i], fingerprint(serial))
+    t0 = time.perf_counter()
+    from neffcache.index import open_index
+
+    with open_index(url, auto_upgrade=False) as ix:
+        ix.record_entry(m, "s3://bench/neff")
+    return time.perf_counter() - t0
+
+
+def write_mode(url: str, entries: int, mode: str, serial: int, per_mode: int, batch: int,
+               share: int = COMMAND_SHARE) -> float:
+    """Record ``per_mode`` new entries of matrix m01 on fingerprint ``serial`` in ``mode``
+    with whatever neffcache is first on sys.path; entries/s."""
+    from neffcache.index import open_index
+    from neffcache.index.models import BlobRow, EntryFileRow, EntryRow
+    from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells
+
+    cells = matrices(entries)[1].cells
+    fp = fingerprint(serial)
+    todo = [manifest(c, fp) for c in (cells * (per_mode // len(cells) + 1))[:per_mode]]
+    if len({m.entry_key for m in todo}) != len(todo):
+        raise SystemExit("--per-mode must not exceed a matrix's cell count")
+    if mode == "command":
+        tree = Path(sys.modules["neffcache"].__file__ or ".").resolve().parents[1]
+        n = max(1, per_mode // share)
+        return n / sum(call_child(tree, "record_one", url, entries, serial, i)
+                       for i in range(n))
+    t0 = time.perf_counter()
+    if mode == "reopen":
+        for m in todo:
+            with open_index(url, auto_upgrade=False) as ix:
+                ix.record_entry(m, "s3://bench/neff")
+    else:
+        with open_index(url, auto_upgrade=False) as ix:
+            if mode == "per-entry":
+                for m in todo:
+                    ix.record_entry(m, "s3://bench/neff")
+            elif mode == "batched":
+                for i in range(0, len(todo), batch):
+                    ix.record_entries(todo[i:i + batch], "s3://bench/neff")
+            else:
+                with writer(ix)() as s:  # the peer
+                    save_fingerprints_and_cells(s, [fp], [], datetime.now(timezone.utc))
+                for i in range(0, len(todo), batch):
+                    part = todo[i:i + batch]
+                    now = datetime.now(timezone.utc)
+                    with writer(ix)() as s:
+                        insert_if_absent(s, BlobRow, sorted(
+                            ({"sha256": f.sha256, "size": f.size} for m in part
+                             for f in m.files), key=lambda b: b["sha256"]))
+                        s.execute(EntryRow.__table__.insert(), [{
+                            "entry_key": m.entry_key, "cell_key": m.cell.key,
+                            "fingerprint_key": fp.key, "store_url": "s3://bench/neff",
+                            "total_bytes": m.total_bytes, "file_count": len(m.files),
+                            "compile_seconds": 30.0, "producer": {},
+                            "created_at": now, "recorded_at": now} for m in part])
+                        s.execute(EntryFileRow.__table__.insert(), [{
+                            "entry_key": m.entry_key, "position": j, "root": f.root,
+                            "path": f.path, "sha256": f.sha256, "size": f.size,
+                            "mode": f.mode} for m in part
+                            for j, f in enumerate(m.files)])
+    return len(todo) / (time.perf_counter() - t0)
+
+
 def write_path(url: str, entries: int, per_mode: int, rounds: int, batch: int
                ) -> dict[str, float]:
     """Median entries/s per mode, rounds interleaved (the mode order rotates)."""
-    from neffcache.index import open_index
-    from neffcache.index.models import BlobRow, EntryFileRow, EntryRow
-    from neffcache.index.record import insert_if_absent
-
-    cells = matrices(entries)[1].cells
-    modes = ["reopen", "per-entry", "batched", "raw"]
-    rates: dict[str, list[float]] = {m: [] for m in modes}
+    rates: dict[str, list[float]] = {m: [] for m in MODES}
     serial = 1000
     for r in range(rounds):
-        order = modes[r % len(modes):] + modes[:r % len(modes)]
-        for mode in order:
+        for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
             serial += 1
-            fp = fingerprint(serial)
-            todo = [manifest(c, fp) for c in (cells * (per_mode // len(cells) + 1))[:per_mode]]
-            if len({m.entry_key for m in todo}) != len(todo):
-                raise SystemExit("--per-mode must not exceed a matrix's cell count")
-            t0 = time.perf_counter()
-            if mode == "reopen":
-                for m in todo:
-                    with open_index(url, auto_upgrade=False) as ix:
-                        ix.record_entry(m, "s3://bench/neff")
-            else:
-                with open_index(url, auto_upgrade=False) as ix:
-                    if mode == "per-entry":
-                        for m in todo:
-                            ix.record_entry(m, "s3://bench/neff")
-                    elif mode == "batched":
-                        for i in range(0, len(todo), batch):
-                            ix.record_entries(todo[i:i + batch], "s3://bench/neff")
-                    else:
-                        with ix.write_session() as s:  # the peer
-                            from neffcache.index.record import save_fingerprints_and_cells
-                            save_fingerprints_and_cells(s, [fp], [], datetime.now(timezone.utc))
-                        for i in range(0, len(todo), batch):
-                            part = todo[i:i + batch]
-                            now = datetime.now(timezone.utc)
-                            with ix.write_session() as s:
-                                insert_if_absent(s, BlobRow, sorted(
-                                    ({"sha256": f.sha256, "size": f.size} for m in part
-                                     for f in m.files), key=lambda b: b["sha256"]))
-                                s.execute(EntryRow.__table__.insert(), [{
-                                    "entry_key": m.entry_key, "cell_key": m.cell.key,
-                                    "fingerprint_key": fp.key, "store_url": "s3://bench/neff",
-                                    "total_bytes": m.total_bytes, "file_count": len(m.files),
-                                    "compile_seconds": 30.0, "producer": {},
-                                    "created_at": now, "recorded_at": now} for m in part])
-                                s.execute(EntryFileRow.__table__.insert(), [{
-                                    "entry_key": m.entry_key, "position": j, "root": f.root,
-                                    "path": f.path, "sha256": f.sha256, "size": f.size,
-                                    "mode": f.mode} for m in part
-                                    for j, f in enumerate(m.files)])
-            seconds = time.perf_counter() - t0
-            rates[mode].append(len(todo) / seconds)
-            log(f"  round {r + 1} {mode:9s} {len(todo) / seconds:9.1f} entries/s")
+            rate = write_mode(url, entries, mode, serial, per_mode, batch)
+            rates[mode].append(rate)
+            log(f"  round {r + 1} {mode:9s} {rate:9.1f} entries/s")
     return {m: statistics.median(v) for m, v in rates.items()}
+
+
+def write_path_trees(urls: dict[str, str], trees: dict[str, Path], entries: int,
+                     per_mode: int, rounds: int, batch: int, share: int = COMMAND_SHARE
+                     ) -> dict[str, dict[str, float]]:
+    """``write_path`` for each tree against its own index (filled by that tree's code), each
+    (round, mode) run in a child process per tree, the trees' order alternating: the same
+    new entries (same fingerprints) go into both indexes. {tree: {mode: median entries/s}}."""
+    rates: dict[str, dict[str, list[float]]] = {t: {m: [] for m in MODES} for t in trees}
+    serial = 1000
+    for r in range(rounds):
+        for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
+            serial += 1
+            turn = (r * len(MODES) + MODES.index(mode)) % len(trees)
+            labels = list(trees)[turn:] + list(trees)[:turn]  # who goes first rotates
+            for label in labels:
+                rate = call_child(trees[label], "write_mode", urls[label], entries, mode,
+                                  serial, per_mode, batch, share)
+                rates[label][mode].append(rate)
+                log(f"  round {r + 1} {mode:9s} {label:6s} {rate:9.1f} entries/s")
+    return {t: {m: statistics.median(v) for m, v in by.items()} for t, by in rates.items()}
 
 
 # --- planning and reindex, in a subprocess per step --------------------------------------
@@ -285,15 +356,32 @@ def child(step: str, url: str, work: Path, entries: int) -> dict[str, Any]:
     return {"seconds": seconds, "peak_rss_mb": peak / 1024, "step_rss_mb": (peak - base) / 1024}
 
 
-def run_child(tree: Path, step: str, url: str, work: Path, entries: int) -> dict[str, Any]:
+def call_child(tree: Path, func: str, *args: Any) -> Any:
+    """``func(*args)`` of this module in a fresh interpreter whose neffcache is ``tree``'s;
+    the arguments and the result go through JSON (paths as strings)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "NEFFCACHE_BENCH_CHILD": "1"}
     code = (f"import sys, json; sys.path.insert(0, {str(tree)!r}); "
             f"sys.path.insert(1, {str(REPO / 'tools' / 'bench')!r}); import index_writes as b; "
-            f"from pathlib import Path; "
-            f"print(json.dumps(b.child({step!r}, {url!r}, Path({str(work)!r}), {entries})))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                         capture_output=True, text=True, cwd=str(work))
+            f"print(json.dumps(b.{func}(*json.loads(sys.argv[1]))))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps([str(a) if isinstance(a, Path)
+                                                                  else a for a in args])],
+                         env=env, capture_output=True, text=True, cwd=str(tree))
+    if out.returncode:
+        raise SystemExit(f"{func} in {tree} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def fill_child(url: str, entries: int, work: str, vacuum: bool) -> list[str]:
+    return fill(url, entries, Path(work), vacuum)
+
+
+def child_step(step: str, url: str, work: str, entries: int) -> dict[str, Any]:
+    return child(step, url, Path(work), entries)
+
+
+def run_child(tree: Path, step: str, url: str, work: Path, entries: int) -> dict[str, Any]:
+    result: dict[str, Any] = call_child(tree, "child_step", step, url, work, entries)
+    return result
 
 
 def planning(url: str, work: Path, entries: int, before: Path, repeat: int
@@ -333,22 +421,86 @@ def planning(url: str, work: Path, entries: int, before: Path, repeat: int
 
 
 def export_before(commit: str, dest: Path) -> Path:
+    """That commit's package and its migrations (as ``neffcache.migrations``, which the
+    shared editable install would otherwise map to this checkout's)."""
     dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "neffcache"],
-                             check=True, capture_output=True).stdout
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "neffcache",
+                              "migrations"], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    link = dest / "neffcache" / "migrations"
+    if not link.exists():
+        link.symlink_to(Path("..") / "migrations")
     return dest
 
 
-def pg_scratch(admin: str, drop_only: bool = False) -> str:
+def pg_scratch(admin: str, drop_only: bool = False, name: str = PG_DB) -> str:
     import psycopg
 
     dsn = admin.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         if not drop_only:
-            conn.execute(f"CREATE DATABASE {PG_DB}")
-    return admin.rsplit("/", 1)[0] + "/" + PG_DB
+            conn.execute(f"CREATE DATABASE {name}")
+    return admin.rsplit("/", 1)[0] + "/" + name
+
+
+def print_writes(w: dict[str, float], rounds: int, per_mode: int,
+                 share: int = COMMAND_SHARE) -> None:
+    print(f"write path, entries/s (median of {rounds} interleaved rounds of "
+          f"{per_mode}; command: {max(1, per_mode // share)} processes), ratio to the "
+          f"raw executemany peer:")
+    for mode, rate in w.items():
+        per = f"   ({1000 / rate:.0f} ms each)" if mode in ("command", "reopen") else ""
+        print(f"  {mode:9s} {rate:9.1f}/s   {rate / w['raw']:6.3f} x raw{per}")
+    print(f"  batched / per-entry: {w['batched'] / w['per-entry']:.1f} x;  "
+          f"batched / reopen: {w['batched'] / w['reopen']:.1f} x")
+
+
+def compare_writes(db: str, tmp: Path, before: Path, args: argparse.Namespace
+                   ) -> dict[str, Any]:
+    """--compare-writes: an index per tree, each filled by its own code, then the write path
+    of the trees interleaved (this tree, --before and each --also)."""
+    trees = {"after": REPO, "before": before}
+    for spec in args.also:
+        label, _, commit = spec.partition("=")
+        trees[label] = export_before(commit, tmp / f"tree-{label}")
+    urls, notes = {}, {}
+    try:
+        for label, tree in trees.items():
+            work = tmp / f"{db}-{label}"
+            work.mkdir()
+            urls[label] = (f"sqlite:///{work / 'index.db'}" if db == "sqlite"
+                           else pg_scratch(args.pg, name=f"{PG_DB}_{label}"))
+            t0 = time.perf_counter()
+            notes[label] = call_child(tree, "fill_child", urls[label], args.entries, work,
+                                      not args.no_vacuum)
+            log(f"{db} {label}: filled in {time.perf_counter() - t0:.0f} s: "
+                + "; ".join(notes[label]))
+        load = os.getloadavg()
+        w = write_path_trees(urls, trees, args.entries, args.per_mode, args.rounds,
+                             args.batch, args.command_share)
+    finally:
+        if db == "postgres":
+            for label in trees:
+                pg_scratch(args.pg, drop_only=True, name=f"{PG_DB}_{label}")
+    load_end = os.getloadavg()
+    where = f"SQLite in {tmp}" if db == "sqlite" else f"Postgres at {args.pg.rsplit('@', 1)[-1]}"
+    also = "".join(f", of {s.partition('=')[2]} ({s.partition('=')[0]})" for s in args.also)
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    print(f"\n== {db} ({where}), {args.entries:,} entries, write path of this tree (after, "
+          f"{head}), of "
+          f"{args.before} (before){also}, each against its own index filled by its own code, "
+          f"interleaved (each round x mode a fresh process per tree, the trees' order "
+          f"alternating); load (1/5/15 min) at the first round {load}, at the last "
+          f"{load_end}")
+    for label in trees:
+        print(f"-- {label}: {'; '.join(notes[label])}")
+        print_writes(w[label], args.rounds, args.per_mode, args.command_share)
+    for label in (t for t in trees if t != "before"):
+        print(f"{label} / before, entries/s:  " + ";  ".join(
+            f"{m} {w[label][m] / w['before'][m]:.2f} x" for m in MODES))
+    return {"notes": notes, "write_entries_per_s": w, "load": [load, load_end]}
 
 
 def main() -> None:
@@ -360,15 +512,29 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3, help="planning/reindex runs per tree")
     ap.add_argument("--before", default="7a845eb", help="commit whose code is 'before'")
+    ap.add_argument("--compare-writes", action="store_true",
+                    help="write path of this tree and of --before side by side, each against "
+                         "its own index (for a --before with another schema); no planning "
+                         "steps")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=COMMIT",
+                    help="--compare-writes: one more tree, that commit's code (repeatable)")
+    ap.add_argument("--command-share", type=int, default=COMMAND_SHARE, metavar="N",
+                    help="command mode: --per-mode / N processes")
+    ap.add_argument("--tmp", default=None, metavar="DIR",
+                    help="where the SQLite indexes and the --before tree go [default: the "
+                         "system's temp dir]")
     ap.add_argument("--pg", default=PG_ADMIN)
     ap.add_argument("--no-vacuum", action="store_true",
                     help="Postgres: ANALYZE only after the bulk load (no visibility map yet)")
     args = ap.parse_args()
     log(f"load: {os.getloadavg()}")
     results: dict[str, Any] = {"entries": args.entries, "load_start": os.getloadavg()}
-    with tempfile.TemporaryDirectory(prefix="neffcache-bench-writes-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="neffcache-bench-writes-", dir=args.tmp) as tmp:
         before = export_before(args.before, Path(tmp) / "before")
         for db in (("sqlite", "postgres") if args.db == "both" else (args.db,)):
+            if args.compare_writes:
+                results[db] = compare_writes(db, Path(tmp), before, args)
+                continue
             work = Path(tmp) / db
             work.mkdir()
             url = (f"sqlite:///{work / 'index.db'}" if db == "sqlite" else pg_scratch(args.pg))
@@ -389,12 +555,7 @@ def main() -> None:
             print(f"\n== {db}, {args.entries:,} entries ({'; '.join(notes)})")
             for line in plans:
                 print(f"query plan, {line}")
-            print(f"write path, entries/s (median of {args.rounds} interleaved rounds of "
-                  f"{args.per_mode}), ratio to the raw executemany peer:")
-            for mode, rate in w.items():
-                print(f"  {mode:9s} {rate:9.1f}/s   {rate / w['raw']:6.3f} x raw")
-            print(f"  batched / per-entry: {w['batched'] / w['per-entry']:.1f} x;  "
-                  f"batched / reopen: {w['batched'] / w['reopen']:.1f} x")
+            print_writes(w, args.rounds, args.per_mode)
             print(f"planning and reindex (median of {args.repeat}; before = {args.before}):")
             for step, by in p.items():
                 b, a = by["before"], by["after"]
