@@ -275,12 +275,9 @@ def read_into(src: BinaryIO, view: memoryview) -> int:
 
 # Files are written in slices of this size. Measured here (kernel 6.18, ext4, 2-core VM): a
 # 339 MiB restore written as 1 MiB writes cost 0.78 s of system time, as 16-128 KiB writes
-# 0.37-0.45 s (likely the large page-cache folios the kernel allocates for large writes).
-# A 192 MiB pwrite loop, CPU medians of 6 (same VM, later, page cache not under pressure): 64 KiB
-# slices 0.072 s of CPU, 256 KiB 0.061 s, 512 KiB 0.058 s, 1 MiB 0.10 s: 256 KiB keeps the
-# cheap folios and makes a quarter of the syscalls, each of which also hands the GIL on
-# (a large file's parts are written by several threads at once).
-WRITE_BYTES = 256 << 10
+# 0.37-0.45 s (likely the large page-cache folios the kernel allocates for large writes). The
+# extra syscalls are a few thousand per restore.
+WRITE_BYTES = 64 << 10
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
