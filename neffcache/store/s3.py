@@ -62,10 +62,6 @@ REQUEST_TIMEOUT = 15 * 60.0
 RETRY_TIMEOUT = 3 * 60.0  # no retry starts later than this after a call's first attempt
 MAX_BACKOFF = 15.0  # obstore's default cap on one backoff sleep
 PROBE_TIMEOUT = 5.0  # check() fails within about this on an unreachable endpoint
-# A body is handed on in chunks of at least this (obstore gathers them, outside the GIL): each
-# chunk costs the reader a GIL round trip and a Python object, so a restore's large part or
-# pack read takes a quarter of the trips it took at 256 KiB; memory is one chunk per reader.
-READ_CHUNK = MiB
 # Memory: a multipart upload holds up to MULTIPART_CONCURRENCY parts (part_size each) in
 # flight, and at most MULTIPART_UPLOADS run at once per store, whatever the callers' threads
 # (6 x 64 MiB pushed on 8 threads: 568 MiB peak RSS with 4 parts each and no bound, 297-345
@@ -184,7 +180,7 @@ class S3Store:
             if response_code(exc)[0] in RANGE_NOT_SATISFIABLE:
                 return io.BytesIO()  # the object exists; the range starts past its end
             raise self._error(exc, "GetObject", key) from None
-        return _Body(iter(result.stream(min_chunk_size=READ_CHUNK)), self, key)  # type: ignore[return-value]
+        return _Body(iter(result.stream(min_chunk_size=256 * 1024)), self, key)  # type: ignore[return-value]
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         with self.open(key, start, length) as body:
