@@ -102,20 +102,39 @@ def is_unclean(target: str) -> bool:
 
 
 def sweep_dirs(roots: Roots, dirs: Iterable[tuple[str, str]]) -> int:
-    """Remove every temp file directly in each existing ``(root, dir path)``; how many."""
+    """Remove every temp file directly in each existing ``(root, dir path)``; how many. A
+    directory whose parent is missing is not looked for (on a fresh tree, one failed open per
+    top-level directory instead of one per directory)."""
     cache = DirCache(roots, check_inside=False)
+    missing: set[tuple[str, str]] = set()
     n = 0
     try:
         for root, dir_path in sorted(set(dirs)):
-            try:
-                fd = cache.get(root, dir_path, create=False)
-            except OSError:  # absent (nothing stale there), or not a directory
+            fd = _existing(cache, missing, root, dir_path)
+            if fd is None:
                 continue
             n += _sweep_fd(fd)
             cache.trim()
     finally:
         cache.close()
     return n
+
+
+def _existing(cache: DirCache, missing: set[tuple[str, str]], root: str,
+              dir_path: str) -> int | None:
+    """The descriptor of an existing directory, or None when it (or a parent, remembered in
+    ``missing``) is absent or not a directory."""
+    parent = dir_path.rpartition("/")[0]
+    if (root, dir_path) in missing or (parent and (root, parent) in missing):
+        return None
+    if parent and _existing(cache, missing, root, parent) is None:
+        missing.add((root, dir_path))
+        return None
+    try:
+        return cache.get(root, dir_path, create=False)
+    except OSError:  # absent (nothing stale there), or not a directory
+        missing.add((root, dir_path))
+        return None
 
 
 def sweep_entries(held: Held) -> int:

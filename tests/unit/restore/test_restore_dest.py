@@ -21,7 +21,13 @@ from neffcache.precompile.publish import publish_entry
 from neffcache.restore import fs as restore_fs
 from neffcache.restore import local as local_mod
 from neffcache.restore import scan as scan_mod
-from neffcache.restore.dest import ENTRIES_DIR, LOCK_FILE, is_unclean, lock_destination
+from neffcache.restore.dest import (
+    ENTRIES_DIR,
+    LOCK_FILE,
+    is_unclean,
+    lock_destination,
+    sweep_dirs,
+)
 from neffcache.restore.fs import Roots
 from neffcache.restore.local import restore_local
 from neffcache.restore.run import restore_cells
@@ -374,3 +380,26 @@ def test_the_sweep_after_a_killed_restore_never_follows_a_symlink(tmp_path: Path
     r = restore_cells(store, [CELL], NEURON, FP, target)
     assert r.error() is None and r.stale_temps_removed == 1
     assert theirs.read_bytes() == b"not ours"
+
+
+def test_the_sweep_of_planned_directories_skips_those_under_a_missing_parent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "neff"
+    (root / "aa" / "bb").mkdir(parents=True)
+    stale = root / "aa" / "bb" / ".neffcache-dead-1.tmp"
+    stale.write_bytes(b"x")
+    (root / "aa" / "bb" / "kept.neff").write_bytes(b"y")
+    opened: list[str] = []
+    real_open = os.open
+
+    def spy(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    planned = [("neff", f"{a}/{b}") for a in ("aa", "cc") for b in ("bb", "dd", "ee")]
+    with Roots({"neff": str(root)}) as roots:
+        monkeypatch.setattr(os, "open", spy)
+        assert sweep_dirs(roots, planned) == 1
+    monkeypatch.undo()
+    assert not stale.exists() and (root / "aa" / "bb" / "kept.neff").exists()
+    assert opened.count("cc") == 1  # looked for once, not once per directory below it
