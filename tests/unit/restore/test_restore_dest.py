@@ -219,11 +219,8 @@ def test_a_restore_waits_for_no_disk_and_the_next_one_syncs_before_it_vouches(
     assert len(load_state(dirs)) == len(files) and load_pending(dirs) == {}
 
 
-def test_the_store_free_check_syncs_this_boots_pending_files_once_all_are_confirmed(
-        tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    store, files = published
-    target = tmp_path / "t"
-    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None  # all pending
+def count_fdatasyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths os.fdatasync is called on from now on (each call still syncs)."""
     synced: list[str] = []
     real = os.fdatasync
 
@@ -232,6 +229,15 @@ def test_the_store_free_check_syncs_this_boots_pending_files_once_all_are_confir
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
 
     monkeypatch.setattr(os, "fdatasync", fdatasync)
+    return synced
+
+
+def test_the_store_free_check_syncs_this_boots_pending_files_once_all_are_confirmed(
+        tmp_path: Path, published, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    store, files = published
+    target = tmp_path / "t"
+    assert restore_cells(store, [CELL], NEURON, FP, target).error() is None  # all pending
+    synced = count_fdatasyncs(monkeypatch)
     victim = sorted(files)[-1]
     (target / "neff" / victim).write_bytes(b"changed")
     assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is None
@@ -249,14 +255,7 @@ def test_a_store_free_rerun_vouches_for_what_it_synced_so_the_next_syncs_nothing
     target = tmp_path / "t"
     dirs = {"neff": str(target / "neff")}
     assert restore_cells(store, [CELL], NEURON, FP, target).error() is None  # all pending
-    synced: list[str] = []
-    real = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        real(fd)
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    synced = count_fdatasyncs(monkeypatch)
     assert restore_local([CELL], NEURON, FP, target, store_url=store.url) is not None
     assert sorted(synced) == sorted(str(target / "neff" / p) for p in files)
     assert set(load_state(dirs)) == {("neff", p) for p in files} and load_pending(dirs) == {}
