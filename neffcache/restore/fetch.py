@@ -215,6 +215,7 @@ class Fetcher:
                 return fail_all(g, exc)
             try:
                 with src:
+                    self._check()  # a call that returns after the deadline writes nothing
                     rec = place(dirs, first, functools.partial(
                         copy_verified, src, t=first, deadline=self.deadline))
             except BODY_FAULTS as exc:
@@ -234,9 +235,9 @@ class Fetcher:
                 asm = self._assemblies[g.sha256] = _Assembly(g, part.count)
         error: BaseException | None = None
         try:
+            self._check()
             asm.open(dirs)
             if asm.error is None:
-                self._check()
                 self._fetch_part(part, asm)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a FileFailure
             error = exc
@@ -254,6 +255,7 @@ class Fetcher:
             body = self.store.open(blob_key(part.group.sha256), part.start, part.length)
             try:
                 with body:
+                    self._check()
                     self._receive_part(part, asm, body)
                 return
             except BODY_FAULTS:
