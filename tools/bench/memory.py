@@ -190,12 +190,16 @@ def bench_restore(work: Path, store: Path, spawner: Spawner, env: dict[str, str]
                   phases: bool = False, rerun: bool = False) -> dict[str, Any]:
     """Restore the entry with each checkout; with ``phases``, each run also logs its RSS after
     each step of the restore (``NEFFCACHE_DEBUG_RSS=1``, see ``neffcache.restore.run``); with
-    ``rerun``, the same restore again into the same directory (nothing to fetch)."""
+    ``rerun``, the same restore again into the same directory (nothing to fetch), then again
+with one restored file deleted (one file to fetch: the full path, state file and all)."""
     out: dict[str, Any] = {"files": files, "dest": str(dest_dir)}
     for name, code in codes.items():
         dest = dest_dir / f"neffcache-mem-{os.getpid()}-{name}"
-        runs = [(name, files)] + ([(f"{name}, rerun", 0)] if rerun else [])
+        runs = [(name, files)] + ([(f"{name}, rerun", 0), (f"{name}, one file deleted", 1)]
+                                  if rerun else [])
         for label, fetched in runs:
+            if fetched == 1:
+                _delete_one_file(dest)
             os.sync()
             r = spawner.run([*neffcache(code), "restore", str(work / "matrix.toml"), "--to",
                              str(dest), "--cells", CELL, "--json"],
@@ -214,6 +218,16 @@ def bench_restore(work: Path, store: Path, spawner: Spawner, env: dict[str, str]
                 f"{r['maxrss'] / 1024:.0f} MiB peak RSS")
         shutil.rmtree(dest)
     return out
+
+
+def _delete_one_file(dest: Path) -> None:
+    """Delete one restored file (the first found): the rerun then fetches just that one."""
+    for dirpath, _dirs, names in os.walk(dest):
+        if ".neffcache" not in dirpath and (victims := [n for n in names
+                                                          if not n.startswith(".neffcache")]):
+            os.unlink(os.path.join(dirpath, victims[0]))
+            return
+    raise AssertionError(f"no restored file under {dest}")
 
 
 # --- (b) push vs s5cmd cp -------------------------------------------------------------------
@@ -306,7 +320,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--phases", action="store_true",
                    help="restore case: log RSS after each restore step (NEFFCACHE_DEBUG_RSS=1)")
     p.add_argument("--rerun", action="store_true",
-                   help="restore case: restore again into the same directory (nothing to fetch)")
+                   help="restore case: restore again into the same directory (nothing to "
+                        "fetch), then again with one restored file deleted")
     p.add_argument("--skip-restore", action="store_true")
     p.add_argument("--skip-push", action="store_true")
     p.add_argument("--dest", type=Path, default=Path("/dev/shm"),
