@@ -145,7 +145,13 @@ def test_copy_into_a_local_store_killed_leaves_no_temp_files(tmp_path: Path) -> 
     for _ in range(5):
         proc = subprocess.Popen([sys.executable, "-m", "neffcache.cli", *args], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 0.8))
+        # Killed once a put is under way (a temp file exists), a little later each time: at a
+        # point inside a blob, however fast or loaded the machine is.
+        started, before = time.monotonic(), set(dst.rglob(".tmp-*"))
+        while proc.poll() is None and not set(dst.rglob(".tmp-*")) - before \
+                and time.monotonic() - started < 60:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.05))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         litter = max(litter, len(list(dst.rglob(".tmp-*"))))
