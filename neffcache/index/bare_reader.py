@@ -8,6 +8,7 @@ cache was compiled for, not reachable, a URL it does not read) is left to SQLAlc
 from __future__ import annotations
 
 import contextlib
+import json
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
@@ -82,12 +83,15 @@ class BareReader:
         return {n: values[n] for n in compiled.names}
 
     def _row(self, compiled: CompiledStatement, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        if self.dialect != "sqlite" or not compiled.datetime_columns:
+        if self.dialect != "sqlite" or not (compiled.datetime_columns or compiled.json_columns):
             return tuple(row)
         out = list(row)
         for i in compiled.datetime_columns:
             if isinstance(out[i], str):
                 out[i] = datetime.fromisoformat(out[i])
+        for i in compiled.json_columns:
+            if isinstance(out[i], str):
+                out[i] = json.loads(out[i])
         return tuple(out)
 
     def _sqlalchemy(self) -> Reader:
@@ -119,10 +123,12 @@ class BareReader:
         self.close()
 
 
-def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader]
-              ) -> BareReader | None:
+def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *,
+              snapshot: bool = False) -> BareReader | None:
     """A BareReader on the database at ``url`` if the cache has this code's statements and
-    the database is at the schema they were compiled for; else None (use SQLAlchemy)."""
+    the database is at the schema they were compiled for; else None (use SQLAlchemy).
+    ``snapshot``: its statements see one snapshot (Postgres: one REPEATABLE READ
+    transaction; SQLite: one read transaction, as its statements run in turn)."""
     if cache.head is None:
         return None
     opened = _connect(url)
@@ -136,6 +142,10 @@ def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader]
         cur.close()
         if dialect == "postgresql":
             conn.rollback()  # end the check's transaction: the listing starts its own
+            if snapshot:
+                import psycopg
+
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     except Exception:  # no schema, another schema, the driver's own errors: SQLAlchemy says
         with contextlib.suppress(Exception):
             conn.close()

@@ -30,12 +30,26 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Select, func, select, text, true
+from sqlalchemy import select, text
 
 from neffcache.fingerprint import Fingerprint
+from neffcache.index import coverage_statements
+from neffcache.index.coverage_reads import (  # noqa: F401  (re-exported: the rule, the facts)
+    CoverageFacts,
+    FailureFact,
+    Pair,
+    cell_ids_and_keys,
+    choose_version,
+    coverage_row,
+    live_lease,
+    read_facts,
+    scope_of_keys,
+    scope_of_matrix,
+    status_of,
+)
+from neffcache.index.coverage_reads import read_fingerprints as _read_fingerprints
 from neffcache.index.matrix_reads import (
     cell_refs_in,
-    choose_version,
     current_versions_in,
     versions_in,
 )
@@ -52,6 +66,7 @@ from neffcache.index.ops_values import (
 )
 from neffcache.index.queries import dialect_name, key_batches, key_in
 from neffcache.index.shapes import Status
+from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import (
     cell_claims,
     cell_failures,
@@ -68,89 +83,41 @@ from neffcache.index.values import (
     READY,
     CoverageFingerprint,
     CoverageReport,
-    CoverageRow,
-    LiveLease,
-    as_utc,
 )
 from neffcache.matrix import Cell
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-Pair = tuple[str, str]  # (cell key, fingerprint key)
-InScope = Callable[[Any], ColumnElement[bool]]  # a cell-key column -> "in the cells asked for"
-
-
-def status_of(entry: bool, lease: bool, failure: bool) -> Status:
-    """The coverage rule for one cell x fingerprint (pure): an entry wins, then a live lease,
-    then a recorded failure; else missing."""
-    if entry:
-        return READY
-    if lease:
-        return IN_PROGRESS
-    return FAILED if failure else MISSING
-
-
-@dataclass(frozen=True, slots=True)
-class FailureFact:
-    exit_status: int | None
-    log_tail: str
-    failed_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class CoverageFacts:
-    """What the index holds for some cells, keyed by (cell key, fingerprint key). Without
-    details an entry is (None, None) and a failure has no log tail."""
-
-    entries: dict[Pair, tuple[str | None, int | None]] = field(default_factory=dict)
-    failures: dict[Pair, FailureFact] = field(default_factory=dict)
-    leases: dict[Pair, LiveLease] = field(default_factory=dict)
-    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
-    first_seen: dict[str, datetime | None] = field(default_factory=dict)
-    named: tuple[str, ...] = ()  # columns even with nothing for these cells (restore reports)
-
-
-def fetch_coverage_facts(conn: Any, cell_keys: Sequence[str], now: datetime, *,
+def fetch_coverage_facts(conn: Connection, cell_keys: Sequence[str], now: datetime, *,
                          details: bool = True, named: Sequence[str] = ()) -> CoverageFacts:
-    """What the index holds for these cells (``conn``: a Connection or a Session): three
-    queries per batch of cell keys (one batch on Postgres), then the fingerprints (with
-    ``named`` ones: columns even when nothing was built for them)."""
-    keys = sorted(set(cell_keys))
-    scopes = [_keys_scope(conn, part) for part in key_batches(conn, keys)]
-    return _fetch(conn, scopes, now, details, named)
+    """What the index holds for these cells (``coverage_reads.read_facts`` through
+    SQLAlchemy): one statement each for entries, failures and live leases, then the
+    fingerprints (with ``named`` ones: columns even when nothing was built for them)."""
+    return read_facts(SqlaReader(conn), scope_of_keys(sorted(set(cell_keys))), now,
+                      details=details, named=named)
 
 
-def fetch_matrix_facts(conn: Any, matrix_id: int, now: datetime, *, details: bool = False,
-                       named: Sequence[str] = ()) -> CoverageFacts:
+def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
+                       details: bool = False, named: Sequence[str] = ()) -> CoverageFacts:
     """What the index holds for the cells of a registered matrix version: one query each for
     entries, failures and live leases, whatever the cell count, then the fingerprints (with
     ``named`` ones)."""
-    in_matrix = select(matrix_cells.c.cell_key).where(matrix_cells.c.matrix_id == matrix_id)
     if dialect_name(conn) == "postgresql":
         # Without statistics the planner guesses thousands of entries per cell, and at that
         # cost it JIT-compiles the probe: ~0.1 s spent before a 20,000-row read (this read
         # transaction only).
         conn.execute(text("SET LOCAL jit = off"))
-    return _fetch(conn, [lambda col: col.in_(in_matrix)], now, details, named,
-                  pairs=matrix_entry_pairs(conn, matrix_id))
+    return read_facts(SqlaReader(conn), scope_of_matrix(matrix_id), now, details=details,
+                      named=named)
 
 
-def matrix_entry_pairs(conn: Any, matrix_id: int) -> Select[Any]:
-    """(cell key, fingerprint key) of every entry for a cell of a matrix version. On
-    Postgres one LATERAL probe of the entries' (cell, fingerprint) index per cell of the
-    version (``OFFSET 0`` keeps the planner from flattening it into a join): a nested loop
-    whatever the statistics say. The plain ``IN (subquery)`` was planned as a hash join over
-    a sequential scan of every entry until the table's first ANALYZE (0.57 s at 1M entries
-    after a bulk fill, 0.06 s probing); SQLite always probes the index."""
-    e, mc = entries, matrix_cells
-    if dialect_name(conn) != "postgresql":
-        return select(e.c.cell_key, e.c.fingerprint_key).where(e.c.cell_key.in_(
-            select(mc.c.cell_key).where(mc.c.matrix_id == matrix_id)))
-    probe = (select(e.c.cell_key, e.c.fingerprint_key).where(e.c.cell_key == mc.c.cell_key)
-             .offset(0).lateral("probe"))
-    return (select(probe.c.cell_key, probe.c.fingerprint_key)
-            .select_from(mc.join(probe, true())).where(mc.c.matrix_id == matrix_id))
+def matrix_entry_pairs(conn: Connection, matrix_id: int) -> Any:
+    """(cell key, fingerprint key) of every entry for a cell of a matrix version (on
+    Postgres a LATERAL probe per cell: ``coverage_statements._entries``)."""
+    stmt = coverage_statements.build("cov_entries", dialect_name(conn),
+                                     (("details", False), ("scope", "matrix")))
+    return stmt.params(matrix_id=matrix_id)
 
 
 def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
@@ -166,71 +133,9 @@ def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
     return out
 
 
-def _keys_scope(conn: Any, part: Sequence[str]) -> InScope:
-    return lambda col: key_in(conn, col, part)
-
-
-def _fetch(conn: Any, scopes: Sequence[InScope], now: datetime, details: bool,
-           named: Sequence[str] = (), pairs: Select[Any] | None = None) -> CoverageFacts:
-    facts = CoverageFacts(named=tuple(dict.fromkeys(named)))
-    e, f, c = entries, cell_failures, cell_claims
-    for in_scope in scopes:
-        if details:
-            rows = conn.execute(select(e.c.cell_key, e.c.fingerprint_key, e.c.entry_key,
-                                       e.c.total_bytes).where(in_scope(e.c.cell_key)))
-            facts.entries.update(((ck, fk), (key, size)) for ck, fk, key, size in rows.all())
-            latest = (select(func.max(f.c.id)).where(in_scope(f.c.cell_key))
-                      .group_by(f.c.cell_key, f.c.fingerprint_key))
-            failed = conn.execute(select(f.c.cell_key, f.c.fingerprint_key, f.c.exit_status,
-                                         f.c.log_tail, f.c.created_at)
-                                  .where(f.c.id.in_(latest)))
-            for ck, fk, status, tail, at in failed.all():
-                facts.failures[(ck, fk)] = FailureFact(status, tail, as_utc(at))
-        else:
-            rows = conn.execute(pairs if pairs is not None else select(
-                e.c.cell_key, e.c.fingerprint_key).where(in_scope(e.c.cell_key)))
-            facts.entries.update(((ck, fk), (None, None)) for ck, fk in rows.all())
-            failed = conn.execute(select(f.c.cell_key, f.c.fingerprint_key).distinct()
-                                  .where(in_scope(f.c.cell_key)))
-            facts.failures.update(((ck, fk), FailureFact(None, "", None))
-                                  for ck, fk in failed.all())
-    for in_scope in scopes:
-        leases = conn.execute(select(
-            c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at, c.c.heartbeat_at,
-            c.c.expires_at, c.c.attempts).where(in_scope(c.c.cell_key), c.c.holder.is_not(None),
-                                                c.c.expires_at > now))
-        for r in leases.all():
-            lease = live_lease(r)
-            facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
-    seen = {fp for _, fp in facts.entries} | {fp for _, fp in facts.failures} | {
-        fp for _, fp in facts.leases} | set(facts.named)
-    read_fingerprints(conn, sorted(seen), facts)
-    return facts
-
-
-def read_fingerprints(conn: Any, keys: Sequence[str], facts: CoverageFacts) -> None:
-    fp = fingerprints
-    for part in key_batches(conn, keys):
-        for key, backend, fields, first_seen in conn.execute(
-                select(fp.c.key, fp.c.backend, fp.c.fields, fp.c.first_seen_at)
-                .where(key_in(conn, fp.c.key, part))).all():
-            facts.fingerprints[key] = Fingerprint(backend=backend, fields=tuple(
-                sorted((str(k), str(v)) for k, v in fields.items())))
-            facts.first_seen[key] = as_utc(first_seen)
-
-
-def live_lease(r: Sequence[Any]) -> LiveLease:
-    """A LiveLease from (cell key, fingerprint key, host, claimed, heartbeat, expires,
-    attempts); a live lease has all three times."""
-    claimed, heartbeat, expires = (_utc(t) for t in r[3:6])
-    return LiveLease(str(r[0]), str(r[1]), str(r[2] or "?"), claimed, heartbeat, expires,
-                     int(r[6]))
-
-
-def _utc(ts: datetime | None) -> datetime:
-    out = as_utc(ts)
-    assert out is not None
-    return out
+def read_fingerprints(conn: Connection, keys: Sequence[str], facts: CoverageFacts) -> None:
+    """The fingerprints of ``keys`` the index knows, into ``facts``."""
+    _read_fingerprints(SqlaReader(conn), keys, facts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,34 +194,6 @@ def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
                                                           strict=True)
                  for k, status in zip(keys, statuses, strict=True))
     return CoverageReport(cells=table.cells, fingerprints=table.columns, rows=rows)
-
-
-def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
-                       ) -> tuple[tuple[str, str], ...]:
-    """(id, key) per distinct cell, in order; a key is a digest, so compute it once."""
-    out: dict[str, str] = {}
-    for c in cells:
-        cell_id, key = c if isinstance(c, tuple) else (c.id, c.key)
-        out.setdefault(key, cell_id)
-    return tuple((cell_id, key) for key, cell_id in out.items())
-
-
-def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
-         facts: CoverageFacts) -> CoverageRow:
-    pair = (cell_key, fp_key)
-    if status == READY:
-        entry_key, size = facts.entries[pair]
-        return CoverageRow(cell_id, cell_key, fp_key, READY, entry_key=entry_key,
-                           total_bytes=size)
-    if status == IN_PROGRESS:
-        lease = facts.leases[pair]
-        return CoverageRow(cell_id, cell_key, fp_key, IN_PROGRESS, host=lease.host,
-                           since=lease.claimed_at, lease_expires_at=lease.expires_at)
-    if status == FAILED:
-        failure = facts.failures[pair]
-        return CoverageRow(cell_id, cell_key, fp_key, FAILED, exit_status=failure.exit_status,
-                           log_tail=failure.log_tail, failed_at=failure.failed_at)
-    return CoverageRow(cell_id, cell_key, fp_key, MISSING)
 
 
 def only_fingerprints(report: CoverageReport, keys: Sequence[str]) -> CoverageReport:
