@@ -48,11 +48,16 @@ class BareReader:
                 cur = self.conn.cursor(name="neffcache_listing")
             else:
                 cur = self.conn.cursor()
+            converts = self.dialect == "sqlite" and bool(compiled.datetime_columns
+                                                         or compiled.json_columns)
             try:
                 cur.execute(compiled.sql, self._args(compiled, params))
                 while batch := cur.fetchmany(BATCH):
-                    for row in batch:
-                        yield self._row(compiled, row)
+                    if converts:
+                        for row in batch:
+                            yield self._row(compiled, row)
+                    else:  # the driver's tuples as they are
+                        yield from batch
             finally:
                 cur.close()
 

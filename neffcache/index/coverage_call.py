@@ -7,7 +7,7 @@ import contextlib
 import fnmatch
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,16 +16,14 @@ from neffcache.errors import (
     CacheMissError,
     ExitRule,
     MatrixError,
-    NotFoundError,
     UsageError,
 )
 from neffcache.index.coverage_reads import (
     CoverageFacts,
-    choose_version,
+    current_matrix,
     database_now,
     find_fingerprint_keys,
     matrix_cell_refs,
-    matrix_versions,
     read_facts,
     read_fingerprints,
     scope_of_keys,
@@ -36,7 +34,7 @@ from neffcache.index.values import READY, CoverageFingerprint, CoverageReport, C
 if TYPE_CHECKING:
     from neffcache.config import Settings
     from neffcache.fingerprint import Fingerprint
-    from neffcache.index.coverage_stream import CoveragePlan
+    from neffcache.index.coverage_stream import Cell_, CoveragePlan
     from neffcache.index.listing import Reader
     from neffcache.index.shapes import CoverageCheckDoc, CoverageDoc
     from neffcache.matrix import Cell
@@ -199,16 +197,16 @@ class CoverageStream(ExitRule):
     ``error()`` and ``exit_code`` as CoverageResult's. Holds an index connection:
     ``close()`` it, or use it as a context manager."""
 
-    __slots__ = ("_check", "_closer", "_counts", "_rows", "backend", "cells", "fingerprints",
+    __slots__ = ("_cells", "_check", "_closer", "_counts", "backend", "cells", "fingerprints",
                  "here", "matrix", "not_ready")
 
-    def __init__(self, chosen: _Chosen, plan: CoveragePlan, rows: Iterator[CoverageRow],
+    def __init__(self, chosen: _Chosen, plan: CoveragePlan, cells: Iterator[Cell_],
                  check: bool, closer: contextlib.ExitStack) -> None:
         from neffcache.index.coverage_stream import ColumnCounts
 
         self.matrix, self.backend, self.here = chosen.source, chosen.backend, chosen.here
         self.cells = plan.cells
-        self._counts, self._rows, self._closer = ColumnCounts(plan), rows, closer
+        self._counts, self._cells, self._closer = ColumnCounts(plan), cells, closer
         self._check = set(chosen.order) if check else None
         self.fingerprints: tuple[CoverageFingerprint, ...] | None = None
         self.not_ready: tuple[CoverageRow, ...] | None = None
@@ -223,16 +221,32 @@ class CoverageStream(ExitRule):
     def rows(self) -> Iterator[CoverageRow]:
         """Every cell x fingerprint, row-major by cell; when done, sets ``fingerprints``
         (and, with check, ``not_ready``)."""
+        from neffcache.index.coverage_reads import coverage_row
+
+        for item in self._tally():
+            yield coverage_row(*item)
+
+    def lines(self, encode: Callable[[Any], str]) -> Iterator[str]:
+        """``encode(row.to_json())`` of each of ``rows()``, in its order (what ``--json``
+        and ``--jsonl`` print per row), made without building most rows
+        (``coverage_stream.RowLines``); sets what ``rows()`` sets."""
+        from neffcache.index.coverage_stream import RowLines
+
+        line = RowLines(encode).line
+        for item in self._tally():
+            yield line(*item)
+
+    def _tally(self) -> Iterator[Cell_]:
         missed: list[CoverageRow] = []
-        for row in self._rows:
-            self._counts.add(row)
-            if self._check is not None and row.status != READY and (
-                    row.fingerprint_key in self._check):
-                missed.append(CoverageRow(row.cell_id, row.cell_key, row.fingerprint_key,
-                                          row.status))
-            yield row
+        add, check = self._counts.add, self._check
+        for item in self._cells:
+            cell_id, cell_key, fp_key, status, _ = item
+            add(fp_key, status)
+            if check is not None and status != READY and fp_key in check:
+                missed.append(CoverageRow(cell_id, cell_key, fp_key, status))  # type: ignore[arg-type]
+            yield item
         self.fingerprints = self._counts.columns()
-        if self._check is not None:
+        if check is not None:
             self.not_ready = tuple(missed)
 
     def tail_json(self) -> dict[str, Any]:
@@ -261,7 +275,7 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
     rows in flat memory, whatever the matrix (a batch of cells read at a time; with more
     than one batch, the columns come from DISTINCT queries first). Raises what ``coverage``
     raises, before any row is read."""
-    from neffcache.index.coverage_stream import coverage_rows, plan_coverage
+    from neffcache.index.coverage_stream import coverage_cells, plan_coverage
 
     settings = _read_settings(request)
     stack = contextlib.ExitStack()
@@ -273,11 +287,11 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
         plan = plan_coverage(reader, chosen.cells, chosen.given, now,
                              named=[k for k in chosen.order if k not in known],
                              only=chosen.order if request.fingerprints else None)
-        rows = coverage_rows(reader, plan, now)
+        cells = coverage_cells(reader, plan, now)
     except BaseException:
         stack.close()
         raise
-    return CoverageStream(chosen, plan, rows, request.check, stack)
+    return CoverageStream(chosen, plan, cells, request.check, stack)
 
 
 def _load_cells(reader: Reader, matrix: str
@@ -289,13 +303,13 @@ def _load_cells(reader: Reader, matrix: str
     if Path(matrix).exists() or "/" in matrix or matrix.endswith(".toml"):  # a file
         spec = load_matrix(matrix)
         return spec.source, spec.backend, tuple(spec.cells)
-    try:
-        version = choose_version(matrix_versions(reader, matrix), matrix)
-    except NotFoundError:
+    current = current_matrix(reader, matrix)
+    if current is None:
         raise MatrixError(f"{matrix}: no such matrix file, and no matrix of that name is "
                           f"registered in the index",
-                          hint="neffcache matrix register FILE") from None
-    return version.name, version.backend, matrix_cell_refs(reader, version.id)
+                          hint="neffcache matrix register FILE")
+    matrix_id, backend = current
+    return matrix, backend, matrix_cell_refs(reader, matrix_id)
 
 
 def _find_fingerprints(reader: Reader, prefix: str) -> dict[str, Fingerprint]:

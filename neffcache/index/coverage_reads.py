@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from neffcache.errors import NotFoundError
 from neffcache.index.listing import Reader, shape_of
-from neffcache.index.ops_values import MatrixVersion
 from neffcache.index.shapes import Status
 from neffcache.index.values import (
     FAILED,
@@ -34,6 +33,7 @@ from neffcache.index.values import (
 
 if TYPE_CHECKING:
     from neffcache.fingerprint import Fingerprint
+    from neffcache.index.ops_values import MatrixVersion
     from neffcache.matrix import Cell
 
 Pair = tuple[str, str]  # (cell key, fingerprint key)
@@ -214,15 +214,32 @@ def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
 
 # --- registered matrices --------------------------------------------------------------------
 
+def _registered(row: Sequence[Any]) -> tuple[Any, ...]:
+    """A version row's order as the current one is chosen: the last registered, then id."""
+    return (as_utc(row[3]), row[0])
+
+
 def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
     """Every version of matrix ``name``, oldest first (empty if unknown), each with a
     ``cell_count`` of 0 (``matrix_reads.versions_in`` counts them)."""
+    from neffcache.index.ops_values import MatrixVersion
+
     rows = list(reader.rows("matrix_versions", (), {"name": name}))
     if not rows:
         return []
-    current = max(rows, key=lambda r: (as_utc(r[3]), r[0]))[0]
+    current = max(rows, key=_registered)[0]
     return [MatrixVersion(r[0], name, n, r[1], r[2], 0, as_utc(r[3]),  # type: ignore[arg-type]
                           r[0] == current) for n, r in enumerate(rows, 1)]
+
+
+def current_matrix(reader: Reader, name: str) -> tuple[int, str] | None:
+    """(id, backend) of the current version of matrix ``name`` (as ``matrix_versions``
+    marks it); None if the name is unknown."""
+    rows = list(reader.rows("matrix_versions", (), {"name": name}))
+    if not rows:
+        return None
+    row = max(rows, key=_registered)
+    return int(row[0]), str(row[2])
 
 
 def choose_version(versions: Sequence[MatrixVersion], name: str,
