@@ -6,8 +6,8 @@ The file (``$NEFFCACHE_HOME/sql/<digest>.json``, mode 0600) is named by a digest
 package's sources and of the SQLAlchemy release: other code never reads it. It holds the
 schema revision the code expects, and per statement its SQL, its parameters in order, the
 values of the ones SQLAlchemy made up (literals), which parameters and columns are
-datetimes and which columns are JSON (the types whose conversion SQLAlchemy does on SQLite). A file another user
-owns, or that others may write, is never read (its SQL would run with this user's index
+datetimes and which columns are JSON (the types SQLAlchemy converts on SQLite). A file
+another user owns, or that others may write, is never read (its SQL would run with this user's index
 credentials). Best effort: an unreadable or unwritable file only means the statements go
 through SQLAlchemy."""
 

@@ -136,7 +136,7 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     check),
     UnavailableError (6) / SchemaOutdatedError (7) for the index. The check's outcome is in
     the result (``exit_code`` 3), not raised."""
-    from neffcache.index.coverage_grid import build_coverage, only_fingerprints
+    from neffcache.index.coverage_table import build_coverage, only_fingerprints
 
     settings = _read_settings(request)
     with open_reader(settings) as reader:
@@ -243,7 +243,7 @@ class CoverageStream(ExitRule):
             cell_id, cell_key, fp_key, status, _ = item
             add(fp_key, status)
             if check is not None and status != READY and fp_key in check:
-                missed.append(CoverageRow(cell_id, cell_key, fp_key, status))  # type: ignore[arg-type]
+                missed.append(CoverageRow(cell_id, cell_key, fp_key, status))
             yield item
         self.fingerprints = self._counts.columns()
         if check is not None:
@@ -280,7 +280,8 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
     settings = _read_settings(request)
     stack = contextlib.ExitStack()
     try:
-        reader = stack.enter_context(open_reader(settings, snapshot=True))
+        reader = open_reader(settings, snapshot=True)
+        stack.callback(reader.close)
         chosen = _choose(reader, request, settings.python)
         known = {fp.key for fp in chosen.given}
         now = database_now(reader)

@@ -1,12 +1,15 @@
 """Coverage, the one engine: every cell x every relevant fingerprint with its status, and the
 counts per fingerprint. ``neffcache coverage``, /api/coverage (and the dashboard's grid), the
-dashboard's summary and /metrics all get their statuses and counts from here.
+dashboard's summary and /metrics all get their statuses and counts from here, and from the
+modules it builds on (their names re-exported here):
 
-- ``status_of`` is the rule: ready (an entry), in_progress (no entry; a live lease), failed
-  (no entry, no lease; a recorded failure), missing (none of these).
-- ``fetch_coverage_facts`` (cells by key: any cell list) and ``fetch_matrix_facts`` (the cells
-  of a registered matrix version) read what the index holds in a fixed number of batched
-  queries, never one per cell; ``now`` (the database clock) decides which leases are live.
+- ``coverage_reads``: the rule ``status_of`` (ready: an entry; in_progress: no entry, a live
+  lease; failed: no entry, no lease, a recorded failure; missing: none of these), and the
+  reads over a Reader: ``read_facts`` (cells by key, or a registered matrix version) in a
+  fixed number of statements, never one per cell; ``now`` (the database clock) decides
+  which leases are live. ``fetch_coverage_facts``/``fetch_matrix_facts`` run them through
+  SQLAlchemy (``coverage_statements`` builds each statement once, for SQLAlchemy and for
+  the bare driver ``neffcache coverage --json`` uses).
 - ``coverage_table`` (pure) applies the rule to every cell x fingerprint and counts: the
   one place statuses and counts come from. ``build_coverage`` adds each row's details (the
   CLI's report); ``grid_page`` pages it (the API's grid).
@@ -25,8 +28,8 @@ fingerprints restore reports of that matrix named. Core only: no ORM import.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +51,12 @@ from neffcache.index.coverage_reads import (  # noqa: F401  (re-exported: the ru
     status_of,
 )
 from neffcache.index.coverage_reads import read_fingerprints as _read_fingerprints
+from neffcache.index.coverage_table import (  # noqa: F401  (re-exported)
+    CoverageTable,
+    build_coverage,
+    coverage_table,
+    only_fingerprints,
+)
 from neffcache.index.matrix_reads import (
     cell_refs_in,
     current_versions_in,
@@ -65,14 +74,12 @@ from neffcache.index.ops_values import (
     severity,
 )
 from neffcache.index.queries import dialect_name, key_batches, key_in
-from neffcache.index.shapes import Status
 from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import (
     cell_claims,
     cell_failures,
     coverage_counts,
     entries,
-    fingerprints,
     matrix_cells,
     report_fingerprints,
 )
@@ -81,10 +88,7 @@ from neffcache.index.values import (
     IN_PROGRESS,
     MISSING,
     READY,
-    CoverageFingerprint,
-    CoverageReport,
 )
-from neffcache.matrix import Cell
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -136,75 +140,6 @@ def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
 def read_fingerprints(conn: Connection, keys: Sequence[str], facts: CoverageFacts) -> None:
     """The fingerprints of ``keys`` the index knows, into ``facts``."""
     _read_fingerprints(SqlaReader(conn), keys, facts)
-
-
-@dataclass(frozen=True, slots=True)
-class CoverageTable:
-    """Cells x fingerprint columns: each cell's status per column (by ``status_of``) and each
-    column's counts (in its CoverageFingerprint); pure, without the rows' details."""
-
-    cells: tuple[tuple[str, str], ...]  # (cell id, cell key)
-    columns: tuple[CoverageFingerprint, ...]
-    statuses: tuple[tuple[Status, ...], ...]  # per cell, one per column
-
-    def only(self, keys: Sequence[str]) -> CoverageTable:
-        """These columns only, in this order (keys the table lacks are left out)."""
-        index = {c.key: j for j, c in enumerate(self.columns)}
-        chosen = [index[k] for k in dict.fromkeys(keys) if k in index]
-        return CoverageTable(self.cells, tuple(self.columns[j] for j in chosen),
-                             tuple(tuple(row[j] for j in chosen) for row in self.statuses))
-
-
-def coverage_table(cells: Sequence[Cell] | Sequence[tuple[str, str]],
-                   given: Sequence[Fingerprint], facts: CoverageFacts) -> CoverageTable:
-    """Pure, and the one place statuses and counts come from: ``cells`` (Cells, or (id, key)
-    pairs) under the given fingerprints, those in ``facts`` and those it names. Column
-    order: the given ones first (in order), then the others by key; a named key the index
-    does not know is a column of backend ``unknown``."""
-    cell_ids = cell_ids_and_keys(cells)
-    given_keys = list(dict.fromkeys(fp.key for fp in given))
-    fps: dict[str, Fingerprint] = {fp.key: fp for fp in given}
-    for key, fp in facts.fingerprints.items():
-        fps.setdefault(key, fp)
-    known = set(given_keys)
-    order = given_keys + sorted(k for k in {*fps, *facts.named} if k not in known)
-    entries, leases, failures = facts.entries, facts.leases, facts.failures
-    statuses = tuple(tuple(status_of((ck, k) in entries, (ck, k) in leases, (ck, k) in failures)
-                           for k in order) for _, ck in cell_ids)
-    unknown = Fingerprint(backend="unknown", fields=())
-    columns = []
-    for j, k in enumerate(order):
-        column = [row[j] for row in statuses]
-        fp = fps.get(k, unknown)
-        columns.append(CoverageFingerprint(
-            key=k, backend=fp.backend, fields=fp.fields, here=k in known,
-            ready=column.count(READY), failed=column.count(FAILED),
-            missing=column.count(MISSING), in_progress=column.count(IN_PROGRESS)))
-    return CoverageTable(cell_ids, tuple(columns), statuses)
-
-
-def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
-                   given: Sequence[Fingerprint], facts: CoverageFacts) -> CoverageReport:
-    """Pure: ``coverage_table`` with each cell x fingerprint as a CoverageRow carrying what
-    explains its status (entry, lease holder, failure and its log tail)."""
-    table = coverage_table(cells, given, facts)
-    keys = [c.key for c in table.columns]
-    rows = tuple(coverage_row(cell_id, cell_key, k, status, facts)
-                 for (cell_id, cell_key), statuses in zip(table.cells, table.statuses,
-                                                          strict=True)
-                 for k, status in zip(keys, statuses, strict=True))
-    return CoverageReport(cells=table.cells, fingerprints=table.columns, rows=rows)
-
-
-def only_fingerprints(report: CoverageReport, keys: Sequence[str]) -> CoverageReport:
-    """Pure: the report with only these fingerprint columns (in this order; keys the report
-    lacks are left out)."""
-    index = {fp.key: j for j, fp in enumerate(report.fingerprints)}
-    chosen = [index[k] for k in dict.fromkeys(keys) if k in index]
-    n = len(report.fingerprints)
-    rows = tuple(report.rows[i * n + j] for i in range(len(report.cells)) for j in chosen)
-    return CoverageReport(cells=report.cells,
-                          fingerprints=tuple(report.fingerprints[j] for j in chosen), rows=rows)
 
 
 def grid_page(matrix: MatrixVersion, table: CoverageTable, *, pattern: str | None = None,

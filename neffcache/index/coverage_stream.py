@@ -22,6 +22,7 @@ from neffcache.index.coverage_reads import (
     status_of,
 )
 from neffcache.index.listing import Reader
+from neffcache.index.shapes import Status
 from neffcache.index.values import (
     FAILED,
     IN_PROGRESS,
@@ -114,7 +115,7 @@ class ColumnCounts:
         return tuple(out)
 
 
-Cell_ = tuple[str, str, str, str, CoverageFacts]  # cell id, cell key, fp key, status, facts
+Cell_ = tuple[str, str, str, Status, CoverageFacts]  # cell id, cell key, fp key, status, facts
 
 
 def coverage_cells(reader: Reader, plan: CoveragePlan, now: datetime) -> Iterator[Cell_]:
@@ -150,12 +151,13 @@ class RowLines:
 
     def __init__(self, encode: Callable[[Any], str]) -> None:
         self._encode = encode
-        ready = CoverageRow("\0a", "\0b", "\0c", READY, entry_key="\0d", total_bytes="\0e")
+        ready = CoverageRow("\0a", "\0b", "\0c", READY, entry_key="\0d",
+                            total_bytes="\0e")  # type: ignore[arg-type]  # a placeholder
         missing = CoverageRow("\0a", "\0b", "\0c", MISSING)
-        self._ready = _template(encode(ready.to_json()), 5)  # type: ignore[arg-type]
+        self._ready = _template(encode(ready.to_json()), 5)
         self._missing = _template(encode(missing.to_json()), 3)
 
-    def line(self, cell_id: str, cell_key: str, fp_key: str, status: str,
+    def line(self, cell_id: str, cell_key: str, fp_key: str, status: Status,
              facts: CoverageFacts) -> str:
         if status == READY:
             entry_key, size = facts.entries[(cell_key, fp_key)]
@@ -164,8 +166,7 @@ class RowLines:
         if status == MISSING:
             return self._missing % {"a": _value(cell_id), "b": _value(cell_key),
                                     "c": _value(fp_key)}
-        return self._encode(coverage_row(cell_id, cell_key, fp_key, status,  # type: ignore[arg-type]
-                                         facts).to_json())
+        return self._encode(coverage_row(cell_id, cell_key, fp_key, status, facts).to_json())
 
 
 def _template(text: str, n: int) -> str:

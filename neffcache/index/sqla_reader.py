@@ -1,6 +1,7 @@
-"""``listing``'s Reader over a SQLAlchemy Connection: builds each statement
-(``listing_statements``, ``coverage_statements``), runs it, and keeps its compiled form in the ``StatementCache`` so
-the next read command can run it on the bare driver (``bare_reader``)."""
+"""The Reader (``listing``'s protocol) over a SQLAlchemy Connection: builds each statement
+(``listing_statements``, ``coverage_statements``), runs it, and keeps its compiled form in
+the ``StatementCache`` so the next read command can run it on the bare driver
+(``bare_reader``)."""
 
 from __future__ import annotations
 

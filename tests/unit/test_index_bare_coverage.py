@@ -178,6 +178,7 @@ def test_row_lines_are_each_rows_encoding() -> None:
     from neffcache.cli._common import encode_line
     from neffcache.index.coverage_reads import CoverageFacts, FailureFact, coverage_row
     from neffcache.index.coverage_stream import RowLines
+    from neffcache.index.shapes import Status
     from neffcache.index.values import LiveLease
 
     at = datetime(2026, 3, 1, 10, 0, 0, 123456, tzinfo=timezone.utc)
@@ -185,10 +186,11 @@ def test_row_lines_are_each_rows_encoding() -> None:
         entries={("k1", "f1"): ("e1", 4096), ("k2", "f1"): ("e%s\"2", None)},
         failures={("k3", "f1"): FailureFact(None, "boom \u00e9 %d", at)},
         leases={("k4", "f1"): LiveLease("k4", "f1", "h\u00fcst", at, at, at, 2)})
-    items = [("p%0/\"\u00fc\\x", "k1", "f1", "ready"), ("p1/%(a)s", "k2", "f1", "ready"),
-             ("p2/\u2603", "k3", "f1", "failed"), ("p3", "k4", "f1", "in_progress"),
-             ("p4/%", "k5", "f1", "missing"), ("p5", "k6", "f\u00e9%", "missing")]
+    items: list[tuple[str, str, str, Status]] = [
+        ("p%0/\"\u00fc\\x", "k1", "f1", "ready"), ("p1/%(a)s", "k2", "f1", "ready"),
+        ("p2/\u2603", "k3", "f1", "failed"), ("p3", "k4", "f1", "in_progress"),
+        ("p4/%", "k5", "f1", "missing"), ("p5", "k6", "f\u00e9%", "missing")]
     line = RowLines(encode_line).line
     for cell_id, ck, fk, status in items:
-        want = encode_line(coverage_row(cell_id, ck, fk, status, facts).to_json())  # type: ignore[arg-type]
+        want = encode_line(coverage_row(cell_id, ck, fk, status, facts).to_json())
         assert line(cell_id, ck, fk, status, facts) == want
