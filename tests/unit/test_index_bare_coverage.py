@@ -160,13 +160,18 @@ def test_the_second_coverage_imports_no_sqlalchemy_and_prints_the_same(
         _seed(ix)
     (tmp_path / "m.toml").write_text(matrix_text(NAME, shapes=12))
     prefix = sdk_fingerprint(1).key[:8]
+    listed = subprocess.run([sys.executable, "-m", "neffcache.cli", "ls", "--limit", "1"],
+                            capture_output=True, text=True, check=False,
+                            env={"NEFFCACHE_HOME": str(home), "NEFFCACHE_INDEX": url,
+                                 "PATH": "/usr/bin:/bin"})
+    assert listed.returncode == 0, listed.stderr  # the first coverage finds ls's statements
     for argv in ([NAME, "--json"], [NAME, "--jsonl", "--check"],
                  [str(tmp_path / "m.toml"), "--json", "--cells", "p0/*/512x5[12]*"],
                  [NAME, "--json", "--fingerprint", prefix, "--fingerprint", UNKNOWN]):
         first, rc1 = _cli(home, url, *argv)
         again, rc2 = _cli(home, url, *argv)
         code = "3" if "--check" in argv else "0"
-        assert rc1.startswith(f"RC {code} True"), rc1  # SQLAlchemy compiled the statements
+        assert rc1.startswith(f"RC {code} True"), rc1  # SQLAlchemy compiled coverage's
         assert rc2.startswith(f"RC {code} False"), rc2  # the driver alone ran them
         assert first == again and '"fingerprint_key"' in first
         shutil.rmtree(home / "sql")  # the next command compiles its statements afresh
