@@ -75,6 +75,21 @@ class BareReader:
                 cur.close()
         return None if row is None else self._row(compiled, row)
 
+    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        compiled = self._cache.get(self.dialect, name, shape)
+        if compiled is None:
+            return self._sqlalchemy().all(name, shape, params)
+        with self._errors():
+            cur = self.conn.cursor()  # client-side: one round trip for the whole result
+            try:
+                cur.execute(compiled.sql, self._args(compiled, params))
+                rows = cur.fetchall()
+            finally:
+                cur.close()
+        if self.dialect == "sqlite" and (compiled.datetime_columns or compiled.json_columns):
+            return [self._row(compiled, row) for row in rows]
+        return rows
+
     def _args(self, compiled: CompiledStatement, params: Mapping[str, Any]) -> Any:
         values = {**compiled.defaults, **params}
         if self.dialect == "sqlite":

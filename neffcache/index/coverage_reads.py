@@ -113,16 +113,16 @@ def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = T
         params = _scope_params(reader, scope)
         shape = shape_of({"scope": scope[0], "details": details})
         if details:
-            for ck, fk, key, size in reader.rows("cov_entries", shape, params):
+            for ck, fk, key, size in reader.all("cov_entries", shape, params):
                 facts.entries[(ck, fk)] = (key, size)
-            for ck, fk, status, tail, at in reader.rows("cov_failures", shape, params):
+            for ck, fk, status, tail, at in reader.all("cov_failures", shape, params):
                 facts.failures[(ck, fk)] = FailureFact(status, tail, as_utc(at))
         else:
-            for ck, fk in reader.rows("cov_entries", shape, params):
+            for ck, fk in reader.all("cov_entries", shape, params):
                 facts.entries[(ck, fk)] = (None, None)
-            for ck, fk in reader.rows("cov_failures", shape, params):
+            for ck, fk in reader.all("cov_failures", shape, params):
                 facts.failures[(ck, fk)] = FailureFact(None, "", None)
-        for r in reader.rows("cov_leases", shape_of({"scope": scope[0]}),
+        for r in reader.all("cov_leases", shape_of({"scope": scope[0]}),
                              {**params, "now": now}):
             lease = live_lease(r)
             facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
@@ -138,7 +138,7 @@ def read_fingerprints(reader: Reader, keys: Sequence[str], facts: CoverageFacts)
 
     if not keys:
         return
-    for key, backend, fields, first_seen in reader.rows(
+    for key, backend, fields, first_seen in reader.all(
             "cov_fingerprints", (), {"keys": keys_param(reader.dialect, keys)}):
         facts.fingerprints[key] = Fingerprint(backend=backend, fields=tuple(
             sorted((str(k), str(v)) for k, v in fields.items())))
@@ -153,9 +153,9 @@ def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: dateti
     params = {"keys": keys_param(reader.dialect, cell_keys)}
     out: set[str] = set()
     for table in ("entries", "failures"):
-        out.update(r[0] for r in reader.rows("cov_fingerprints_with",
+        out.update(r[0] for r in reader.all("cov_fingerprints_with",
                                              shape_of({"table": table}), params))
-    out.update(r[0] for r in reader.rows("cov_leased_fingerprints", (), {**params, "now": now}))
+    out.update(r[0] for r in reader.all("cov_leased_fingerprints", (), {**params, "now": now}))
     return out
 
 
@@ -165,7 +165,7 @@ def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
     p = prefix.lower()
     if not p or any(ch not in "0123456789abcdef" for ch in p) or len(p) > 64:
         return []
-    return [r[0] for r in reader.rows("fingerprint_prefix", (),
+    return [r[0] for r in reader.all("fingerprint_prefix", (),
                                       {"lo": p, "hi": p + "g", "limit": 10})]
 
 
@@ -224,7 +224,7 @@ def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
     ``cell_count`` of 0 (``matrix_reads.versions_in`` counts them)."""
     from neffcache.index.ops_values import MatrixVersion
 
-    rows = list(reader.rows("matrix_versions", (), {"name": name}))
+    rows = list(reader.all("matrix_versions", (), {"name": name}))
     if not rows:
         return []
     current = max(rows, key=_registered)[0]
@@ -235,7 +235,7 @@ def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
 def current_matrix(reader: Reader, name: str) -> tuple[int, str] | None:
     """(id, backend) of the current version of matrix ``name`` (as ``matrix_versions``
     marks it); None if the name is unknown."""
-    rows = list(reader.rows("matrix_versions", (), {"name": name}))
+    rows = list(reader.all("matrix_versions", (), {"name": name}))
     if not rows:
         return None
     row = max(rows, key=_registered)
@@ -258,4 +258,4 @@ def choose_version(versions: Sequence[MatrixVersion], name: str,
 
 def matrix_cell_refs(reader: Reader, matrix_id: int) -> list[tuple[str, str]]:
     """(cell id, cell key) of a registered version, in declared order."""
-    return [(r[0], r[1]) for r in reader.rows("matrix_cell_refs", (), {"matrix_id": matrix_id})]
+    return [(r[0], r[1]) for r in reader.all("matrix_cell_refs", (), {"matrix_id": matrix_id})]

@@ -70,6 +70,9 @@ class SqlaFallback:
               ) -> tuple[Any, ...] | None:
         return self._reader.first(name, shape, params)
 
+    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return self._reader.all(name, shape, params)
+
     def close(self) -> None:
         try:
             self._statements.save()

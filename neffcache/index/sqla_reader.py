@@ -44,6 +44,10 @@ class SqlaReader:
         row = self.conn.execute(stmt, dict(params)).first()
         return None if row is None else tuple(row)
 
+    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        stmt = self._statement(name, shape, params)
+        return [tuple(row) for row in self.conn.execute(stmt, dict(params))]
+
     def _statement(self, name: str, shape: Shape, params: Mapping[str, Any]) -> Any:
         stmt = build(name, self.dialect, shape)
         if self.cache is not None and self.cache.get(self.dialect, name, shape) is None:
