@@ -156,17 +156,31 @@ class RowLines:
         missing = CoverageRow("\0a", "\0b", "\0c", MISSING)
         self._ready = _template(encode(ready.to_json()), 5)
         self._missing = _template(encode(missing.to_json()), 3)
+        self._last: tuple[tuple[str, str] | None, dict[str, str]] = (None, {})
+        self._fps: dict[str, str] = {}
 
     def line(self, cell_id: str, cell_key: str, fp_key: str, status: Status,
              facts: CoverageFacts) -> str:
         if status == READY:
             entry_key, size = facts.entries[(cell_key, fp_key)]
-            return self._ready % {"a": _value(cell_id), "b": _value(cell_key),
-                                  "c": _value(fp_key), "d": _value(entry_key), "e": _value(size)}
+            return self._ready % {**self._cell(cell_id, cell_key), "c": self._fp(fp_key),
+                                  "d": _value(entry_key), "e": _value(size)}
         if status == MISSING:
-            return self._missing % {"a": _value(cell_id), "b": _value(cell_key),
-                                    "c": _value(fp_key)}
+            return self._missing % {**self._cell(cell_id, cell_key), "c": self._fp(fp_key)}
         return self._encode(coverage_row(cell_id, cell_key, fp_key, status, facts).to_json())
+
+    def _cell(self, cell_id: str, cell_key: str) -> dict[str, str]:
+        """The cell's values, encoded once for its row of columns."""
+        if self._last[0] != (cell_id, cell_key):
+            self._last = ((cell_id, cell_key), {"a": _value(cell_id), "b": _value(cell_key)})
+        return self._last[1]
+
+    def _fp(self, fp_key: str) -> str:
+        """A column's key, encoded once."""
+        out = self._fps.get(fp_key)
+        if out is None:
+            out = self._fps[fp_key] = _value(fp_key)
+        return out
 
 
 def _template(text: str, n: int) -> str:
