@@ -122,19 +122,26 @@ _ONE_LINE = json.JSONEncoder(sort_keys=True, default=str, separators=(", ", ": "
 FLUSH_EVERY = 1000  # streamed lines between flushes (the first line is flushed at once)
 
 
+def encode_line(doc: Any) -> str:
+    """``doc`` on one line, as ``stream_json`` and ``stream_json_lines`` write each item
+    (keys sorted, ASCII)."""
+    return _ONE_LINE.encode(doc)
+
+
 def stream_json(head: Mapping[str, Any], key: str, items: Iterable[Any],
-                tail: Callable[[], Mapping[str, Any]]) -> None:
+                tail: Callable[[], Mapping[str, Any]], *, encoded: bool = False) -> None:
     """One JSON document written as it is made, formatted as ``json_text``: ``head``'s keys
     (sorted), then ``key``: a list of ``items`` one per line, written as they come, then the
-    keys ``tail()`` returns once the items are written (counts, cursors, the check)."""
+    keys ``tail()`` returns once the items are written (counts, cursors, the check).
+    ``encoded``: the items are already lines, ``encode_line``'s text."""
     out = sys.stdout
     out.write("{\n")
     for k, v in sorted(head.items()):
         out.write(f"  {json.dumps(k)}: {json_text(v, 1, '  ')},\n")
     out.write(f"  {json.dumps(key)}: [")
     n = 0
-    for item in items:
-        out.write(("\n" if n == 0 else ",\n") + "    " + _ONE_LINE.encode(item))
+    for line in (items if encoded else map(_ONE_LINE.encode, items)):
+        out.write(("\n" if n == 0 else ",\n") + "    " + line)
         n += 1
         if n == 1 or n % FLUSH_EVERY == 0:
             out.flush()
@@ -145,12 +152,13 @@ def stream_json(head: Mapping[str, Any], key: str, items: Iterable[Any],
     out.flush()
 
 
-def stream_json_lines(items: Iterable[Any]) -> int:
-    """Each item as one line of JSON (keys sorted), written as it comes; how many."""
+def stream_json_lines(items: Iterable[Any], *, encoded: bool = False) -> int:
+    """Each item as one line of JSON (keys sorted), written as it comes; how many.
+    ``encoded``: the items are already lines, ``encode_line``'s text."""
     out = sys.stdout
     n = 0
-    for item in items:
-        out.write(_ONE_LINE.encode(item) + "\n")
+    for line in (items if encoded else map(_ONE_LINE.encode, items)):
+        out.write(line + "\n")
         n += 1
         if n == 1 or n % FLUSH_EVERY == 0:
             out.flush()

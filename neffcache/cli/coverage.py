@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from neffcache.cli._common import (
+    encode_line,
     format_table,
     index_option,
     json_option,
@@ -136,11 +137,11 @@ def _stream(request: CoverageRequest, as_jsonl: bool) -> None:
     from neffcache.index import stream_coverage
 
     with stream_coverage(request) as stream:
-        rows = (r.to_json() for r in stream.rows())
+        lines = stream.lines(encode_line)  # each row's to_json(), as encode_line writes it
         if as_jsonl:
-            stream_json_lines(rows)
+            stream_json_lines(lines, encoded=True)
         else:
-            stream_json(stream.head_json(), "rows", rows, stream.tail_json)
+            stream_json(stream.head_json(), "rows", lines, stream.tail_json, encoded=True)
     err = stream.error()
     if err is not None:
         raise err

@@ -361,9 +361,10 @@ class Index:
         with self.connection() as conn:
             if conn.dialect.name == "postgresql":  # one snapshot for every batch (SQLite's
                 conn.execution_options(isolation_level="REPEATABLE READ")  # read has one)
-            now = self.now(conn)
-            plan = _stream.plan_coverage(conn, cells, fingerprints, now, named=keys, only=only)
-            yield plan, _stream.coverage_rows(conn, plan, now)
+            now, reader = self.now(conn), SqlaReader(conn, self.statements)
+            plan = _stream.plan_coverage(reader, cells, fingerprints, now, named=keys,
+                                         only=only)
+            yield plan, _stream.coverage_rows(reader, plan, now)
 
     def matrix_coverage(self, name: str, *, version: int | None = None,
                         pattern: str | None = None, offset: int = 0,

@@ -8,6 +8,7 @@ cache was compiled for, not reachable, a URL it does not read) is left to SQLAlc
 from __future__ import annotations
 
 import contextlib
+import json
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
@@ -47,11 +48,16 @@ class BareReader:
                 cur = self.conn.cursor(name="neffcache_listing")
             else:
                 cur = self.conn.cursor()
+            converts = self.dialect == "sqlite" and bool(compiled.datetime_columns
+                                                         or compiled.json_columns)
             try:
                 cur.execute(compiled.sql, self._args(compiled, params))
                 while batch := cur.fetchmany(BATCH):
-                    for row in batch:
-                        yield self._row(compiled, row)
+                    if converts:
+                        for row in batch:
+                            yield self._row(compiled, row)
+                    else:  # the driver's tuples as they are
+                        yield from batch
             finally:
                 cur.close()
 
@@ -69,6 +75,21 @@ class BareReader:
                 cur.close()
         return None if row is None else self._row(compiled, row)
 
+    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        compiled = self._cache.get(self.dialect, name, shape)
+        if compiled is None:
+            return self._sqlalchemy().all(name, shape, params)
+        with self._errors():
+            cur = self.conn.cursor()  # client-side: one round trip for the whole result
+            try:
+                cur.execute(compiled.sql, self._args(compiled, params))
+                rows = cur.fetchall()
+            finally:
+                cur.close()
+        if self.dialect == "sqlite" and (compiled.datetime_columns or compiled.json_columns):
+            return [self._row(compiled, row) for row in rows]
+        return rows
+
     def _args(self, compiled: CompiledStatement, params: Mapping[str, Any]) -> Any:
         values = {**compiled.defaults, **params}
         if self.dialect == "sqlite":
@@ -82,12 +103,15 @@ class BareReader:
         return {n: values[n] for n in compiled.names}
 
     def _row(self, compiled: CompiledStatement, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        if self.dialect != "sqlite" or not compiled.datetime_columns:
+        if self.dialect != "sqlite" or not (compiled.datetime_columns or compiled.json_columns):
             return tuple(row)
         out = list(row)
         for i in compiled.datetime_columns:
             if isinstance(out[i], str):
                 out[i] = datetime.fromisoformat(out[i])
+        for i in compiled.json_columns:
+            if isinstance(out[i], str):
+                out[i] = json.loads(out[i])
         return tuple(out)
 
     def _sqlalchemy(self) -> Reader:
@@ -119,10 +143,12 @@ class BareReader:
         self.close()
 
 
-def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader]
-              ) -> BareReader | None:
+def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *,
+              snapshot: bool = False) -> BareReader | None:
     """A BareReader on the database at ``url`` if the cache has this code's statements and
-    the database is at the schema they were compiled for; else None (use SQLAlchemy)."""
+    the database is at the schema they were compiled for; else None (use SQLAlchemy).
+    ``snapshot``: its statements see one snapshot (Postgres: one REPEATABLE READ
+    transaction; SQLite: one read transaction, as its statements run in turn)."""
     if cache.head is None:
         return None
     opened = _connect(url)
@@ -136,6 +162,10 @@ def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader]
         cur.close()
         if dialect == "postgresql":
             conn.rollback()  # end the check's transaction: the listing starts its own
+            if snapshot:
+                import psycopg
+
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     except Exception:  # no schema, another schema, the driver's own errors: SQLAlchemy says
         with contextlib.suppress(Exception):
             conn.close()

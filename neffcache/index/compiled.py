@@ -5,9 +5,9 @@ on the bare driver without importing SQLAlchemy (~0.3-0.4 s of a command's start
 The file (``$NEFFCACHE_HOME/sql/<digest>.json``, mode 0600) is named by a digest of this
 package's sources and of the SQLAlchemy release: other code never reads it. It holds the
 schema revision the code expects, and per statement its SQL, its parameters in order, the
-values of the ones SQLAlchemy made up (literals), and which parameters and columns are
-datetimes (the one type whose conversion SQLAlchemy does on SQLite). A file another user
-owns, or that others may write, is never read (its SQL would run with this user's index
+values of the ones SQLAlchemy made up (literals), which parameters and columns are
+datetimes and which columns are JSON (the types SQLAlchemy converts on SQLite). A file
+another user owns, or that others may write, is never read (its SQL would run with this user's index
 credentials). Best effort: an unreadable or unwritable file only means the statements go
 through SQLAlchemy."""
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from neffcache.index.listing import Shape
 
-FORMAT = 1
+FORMAT = 2
 _SOURCES = Path(__file__).resolve().parent  # neffcache/index: the statements and schema
 
 
@@ -34,18 +34,21 @@ _SOURCES = Path(__file__).resolve().parent  # neffcache/index: the statements an
 class CompiledStatement:
     """One statement's compiled form: ``names`` in the order the driver takes them (qmark:
     positions, may repeat; pyformat: each once), ``defaults`` the made-up parameters' values,
-    ``datetime_params``/``datetime_columns`` what to convert (SQLite keeps text)."""
+    ``datetime_params``/``datetime_columns``/``json_columns`` what to convert (SQLite keeps
+    text)."""
 
     sql: str
     names: tuple[str, ...]
     defaults: Mapping[str, Any]
     datetime_params: frozenset[str]
     datetime_columns: tuple[int, ...]
+    json_columns: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"sql": self.sql, "names": list(self.names), "defaults": dict(self.defaults),
                 "datetime_params": sorted(self.datetime_params),
-                "datetime_columns": list(self.datetime_columns)}
+                "datetime_columns": list(self.datetime_columns),
+                "json_columns": list(self.json_columns)}
 
     @staticmethod
     def from_json(doc: Mapping[str, Any]) -> CompiledStatement:
@@ -53,7 +56,8 @@ class CompiledStatement:
             sql=str(doc["sql"]), names=tuple(str(n) for n in doc["names"]),
             defaults=dict(doc["defaults"]),
             datetime_params=frozenset(str(n) for n in doc["datetime_params"]),
-            datetime_columns=tuple(int(i) for i in doc["datetime_columns"]))
+            datetime_columns=tuple(int(i) for i in doc["datetime_columns"]),
+            json_columns=tuple(int(i) for i in doc["json_columns"]))
 
 
 def statement_key(dialect: str, name: str, shape: Shape) -> str:

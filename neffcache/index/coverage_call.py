@@ -4,9 +4,10 @@ cell with its status, and the ``--check`` gate; what ``neffcache coverage`` prin
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,18 +16,26 @@ from neffcache.errors import (
     CacheMissError,
     ExitRule,
     MatrixError,
-    NotFoundError,
     UsageError,
 )
-from neffcache.index.api import Index, open_index
-from neffcache.index.coverage_grid import only_fingerprints
-from neffcache.index.matrices import get_matrix, registered_cells
+from neffcache.index.coverage_reads import (
+    CoverageFacts,
+    current_matrix,
+    database_now,
+    find_fingerprint_keys,
+    matrix_cell_refs,
+    read_facts,
+    read_fingerprints,
+    scope_of_keys,
+)
+from neffcache.index.readers import open_reader
 from neffcache.index.values import READY, CoverageFingerprint, CoverageReport, CoverageRow
 
 if TYPE_CHECKING:
     from neffcache.config import Settings
     from neffcache.fingerprint import Fingerprint
-    from neffcache.index.coverage_stream import CoveragePlan
+    from neffcache.index.coverage_stream import Cell_, CoveragePlan
+    from neffcache.index.listing import Reader
     from neffcache.index.shapes import CoverageCheckDoc, CoverageDoc
     from neffcache.matrix import Cell
 
@@ -127,12 +136,16 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     check),
     UnavailableError (6) / SchemaOutdatedError (7) for the index. The check's outcome is in
     the result (``exit_code`` 3), not raised."""
+    from neffcache.index.coverage_table import build_coverage, only_fingerprints
+
     settings = _read_settings(request)
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        chosen = _choose(ix, request, settings.python)
+    with open_reader(settings) as reader:
+        chosen = _choose(reader, request, settings.python)
         known = {fp.key for fp in chosen.given}
-        report = ix.coverage(chosen.cells, chosen.given,
-                             keys=[k for k in chosen.order if k not in known])
+        facts = read_facts(reader, scope_of_keys(sorted({k for _, k in chosen.cells})),
+                           database_now(reader),
+                           named=[k for k in chosen.order if k not in known])
+    report = build_coverage(chosen.cells, chosen.given, facts)
     if request.fingerprints:
         report = only_fingerprints(report, chosen.order)
     not_ready = None
@@ -157,19 +170,22 @@ class _Chosen:
 
     source: str
     backend: str
-    cells: tuple[Cell, ...]
+    cells: tuple[tuple[str, str], ...]  # (id, key), distinct, in order
     here: Fingerprint | None
     given: list[Fingerprint]
     order: list[str]
 
 
-def _choose(ix: Index, request: CoverageRequest, python: str | None) -> _Chosen:
-    from neffcache.matrix import select_cells
+def _choose(reader: Reader, request: CoverageRequest, python: str | None) -> _Chosen:
+    from neffcache.index.coverage_reads import cell_ids_and_keys
 
-    source, backend, all_cells = _load_cells(ix, str(request.matrix))
-    cells = select_cells(all_cells, tuple(request.cells))
-    here, given, order = _fingerprints(ix, backend, tuple(request.fingerprints), python)
-    return _Chosen(source, backend, tuple(cells), here, given, order)
+    source, backend, all_cells = _load_cells(reader, str(request.matrix))
+    pats = [p for p in request.cells if p]
+    cells = cell_ids_and_keys(all_cells)
+    if pats:
+        cells = tuple(c for c in cells if any(fnmatch.fnmatchcase(c[0], p) for p in pats))
+    here, given, order = _fingerprints(reader, backend, tuple(request.fingerprints), python)
+    return _Chosen(source, backend, cells, here, given, order)
 
 
 class CoverageStream(ExitRule):
@@ -181,16 +197,16 @@ class CoverageStream(ExitRule):
     ``error()`` and ``exit_code`` as CoverageResult's. Holds an index connection:
     ``close()`` it, or use it as a context manager."""
 
-    __slots__ = ("_check", "_closer", "_counts", "_rows", "backend", "cells", "fingerprints",
+    __slots__ = ("_cells", "_check", "_closer", "_counts", "backend", "cells", "fingerprints",
                  "here", "matrix", "not_ready")
 
-    def __init__(self, chosen: _Chosen, plan: CoveragePlan, rows: Iterator[CoverageRow],
+    def __init__(self, chosen: _Chosen, plan: CoveragePlan, cells: Iterator[Cell_],
                  check: bool, closer: contextlib.ExitStack) -> None:
         from neffcache.index.coverage_stream import ColumnCounts
 
         self.matrix, self.backend, self.here = chosen.source, chosen.backend, chosen.here
         self.cells = plan.cells
-        self._counts, self._rows, self._closer = ColumnCounts(plan), rows, closer
+        self._counts, self._cells, self._closer = ColumnCounts(plan), cells, closer
         self._check = set(chosen.order) if check else None
         self.fingerprints: tuple[CoverageFingerprint, ...] | None = None
         self.not_ready: tuple[CoverageRow, ...] | None = None
@@ -205,16 +221,32 @@ class CoverageStream(ExitRule):
     def rows(self) -> Iterator[CoverageRow]:
         """Every cell x fingerprint, row-major by cell; when done, sets ``fingerprints``
         (and, with check, ``not_ready``)."""
+        from neffcache.index.coverage_reads import coverage_row
+
+        for item in self._tally():
+            yield coverage_row(*item)
+
+    def lines(self, encode: Callable[[Any], str]) -> Iterator[str]:
+        """``encode(row.to_json())`` of each of ``rows()``, in its order (what ``--json``
+        and ``--jsonl`` print per row), made without building most rows
+        (``coverage_stream.RowLines``); sets what ``rows()`` sets."""
+        from neffcache.index.coverage_stream import RowLines
+
+        line = RowLines(encode).line
+        for item in self._tally():
+            yield line(*item)
+
+    def _tally(self) -> Iterator[Cell_]:
         missed: list[CoverageRow] = []
-        for row in self._rows:
-            self._counts.add(row)
-            if self._check is not None and row.status != READY and (
-                    row.fingerprint_key in self._check):
-                missed.append(CoverageRow(row.cell_id, row.cell_key, row.fingerprint_key,
-                                          row.status))
-            yield row
+        add, check = self._counts.add, self._check
+        for item in self._cells:
+            cell_id, cell_key, fp_key, status, _ = item
+            add(fp_key, status)
+            if check is not None and status != READY and fp_key in check:
+                missed.append(CoverageRow(cell_id, cell_key, fp_key, status))
+            yield item
         self.fingerprints = self._counts.columns()
-        if self._check is not None:
+        if check is not None:
             self.not_ready = tuple(missed)
 
     def tail_json(self) -> dict[str, Any]:
@@ -243,39 +275,53 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
     rows in flat memory, whatever the matrix (a batch of cells read at a time; with more
     than one batch, the columns come from DISTINCT queries first). Raises what ``coverage``
     raises, before any row is read."""
+    from neffcache.index.coverage_stream import coverage_cells, plan_coverage
+
     settings = _read_settings(request)
     stack = contextlib.ExitStack()
     try:
-        ix = stack.enter_context(open_index(settings.index_url,
-                                            auto_upgrade=settings.index_is_embedded))
-        chosen = _choose(ix, request, settings.python)
+        reader = open_reader(settings, snapshot=True)
+        stack.callback(reader.close)
+        chosen = _choose(reader, request, settings.python)
         known = {fp.key for fp in chosen.given}
-        plan, rows = stack.enter_context(ix.coverage_stream(
-            chosen.cells, chosen.given, keys=[k for k in chosen.order if k not in known],
-            only=chosen.order if request.fingerprints else None))
+        now = database_now(reader)
+        plan = plan_coverage(reader, chosen.cells, chosen.given, now,
+                             named=[k for k in chosen.order if k not in known],
+                             only=chosen.order if request.fingerprints else None)
+        cells = coverage_cells(reader, plan, now)
     except BaseException:
         stack.close()
         raise
-    return CoverageStream(chosen, plan, rows, request.check, stack)
+    return CoverageStream(chosen, plan, cells, request.check, stack)
 
 
-def _load_cells(ix: Index, matrix: str) -> tuple[str, str, tuple[Cell, ...]]:
-    """(source, backend, cells) of a matrix file, else of a registered matrix by name."""
+def _load_cells(reader: Reader, matrix: str
+                ) -> tuple[str, str, Sequence[Cell] | Sequence[tuple[str, str]]]:
+    """(source, backend, cells) of a matrix file, else of a registered matrix by name (its
+    cells as (id, key), as registered)."""
     from neffcache.matrix_io import load_matrix
 
     if Path(matrix).exists() or "/" in matrix or matrix.endswith(".toml"):  # a file
         spec = load_matrix(matrix)
         return spec.source, spec.backend, tuple(spec.cells)
-    try:
-        version = get_matrix(ix, matrix)
-    except NotFoundError:
+    current = current_matrix(reader, matrix)
+    if current is None:
         raise MatrixError(f"{matrix}: no such matrix file, and no matrix of that name is "
                           f"registered in the index",
-                          hint="neffcache matrix register FILE") from None
-    return version.name, version.backend, registered_cells(ix, matrix)
+                          hint="neffcache matrix register FILE")
+    matrix_id, backend = current
+    return matrix, backend, matrix_cell_refs(reader, matrix_id)
 
 
-def _fingerprints(ix: Index, backend: str, wanted: Sequence[str | Fingerprint],
+def _find_fingerprints(reader: Reader, prefix: str) -> dict[str, Fingerprint]:
+    """Fingerprints whose key starts with ``prefix`` (hex), at most 10."""
+    keys = find_fingerprint_keys(reader, prefix)
+    facts = CoverageFacts()
+    read_fingerprints(reader, keys, facts)
+    return {k: facts.fingerprints[k] for k in keys if k in facts.fingerprints}
+
+
+def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerprint],
                   python: str | None
                   ) -> tuple[Fingerprint | None, list[Fingerprint], list[str]]:
     """(this host's fingerprint or None, the fingerprints to show first, the keys of the
@@ -299,7 +345,7 @@ def _fingerprints(ix: Index, backend: str, wanted: Sequence[str | Fingerprint],
             order.append(here.key)
         else:
             key = w.strip().lower()
-            found = ix.find_fingerprints(key)
+            found = _find_fingerprints(reader, key)
             if not found and _FULL_KEY.fullmatch(key):
                 order.append(key)  # a fingerprint nothing has been built for yet
                 continue

@@ -1,12 +1,15 @@
 """Coverage, the one engine: every cell x every relevant fingerprint with its status, and the
 counts per fingerprint. ``neffcache coverage``, /api/coverage (and the dashboard's grid), the
-dashboard's summary and /metrics all get their statuses and counts from here.
+dashboard's summary and /metrics all get their statuses and counts from here, and from the
+modules it builds on (their names re-exported here):
 
-- ``status_of`` is the rule: ready (an entry), in_progress (no entry; a live lease), failed
-  (no entry, no lease; a recorded failure), missing (none of these).
-- ``fetch_coverage_facts`` (cells by key: any cell list) and ``fetch_matrix_facts`` (the cells
-  of a registered matrix version) read what the index holds in a fixed number of batched
-  queries, never one per cell; ``now`` (the database clock) decides which leases are live.
+- ``coverage_reads``: the rule ``status_of`` (ready: an entry; in_progress: no entry, a live
+  lease; failed: no entry, no lease, a recorded failure; missing: none of these), and the
+  reads over a Reader: ``read_facts`` (cells by key, or a registered matrix version) in a
+  fixed number of statements, never one per cell; ``now`` (the database clock) decides
+  which leases are live. ``fetch_coverage_facts``/``fetch_matrix_facts`` run them through
+  SQLAlchemy (``coverage_statements`` builds each statement once, for SQLAlchemy and for
+  the bare driver ``neffcache coverage --json`` uses).
 - ``coverage_table`` (pure) applies the rule to every cell x fingerprint and counts: the
   one place statuses and counts come from. ``build_coverage`` adds each row's details (the
   CLI's report); ``grid_page`` pages it (the API's grid).
@@ -25,17 +28,37 @@ fingerprints restore reports of that matrix named. Core only: no ORM import.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Select, func, select, text, true
+from sqlalchemy import select, text
 
 from neffcache.fingerprint import Fingerprint
+from neffcache.index import coverage_statements
+from neffcache.index.coverage_reads import (  # noqa: F401  (re-exported: the rule, the facts)
+    CoverageFacts,
+    FailureFact,
+    Pair,
+    cell_ids_and_keys,
+    choose_version,
+    coverage_row,
+    live_lease,
+    read_facts,
+    scope_of_keys,
+    scope_of_matrix,
+    status_of,
+)
+from neffcache.index.coverage_reads import read_fingerprints as _read_fingerprints
+from neffcache.index.coverage_table import (  # noqa: F401  (re-exported)
+    CoverageTable,
+    build_coverage,
+    coverage_table,
+    only_fingerprints,
+)
 from neffcache.index.matrix_reads import (
     cell_refs_in,
-    choose_version,
     current_versions_in,
     versions_in,
 )
@@ -51,13 +74,12 @@ from neffcache.index.ops_values import (
     severity,
 )
 from neffcache.index.queries import dialect_name, key_batches, key_in
-from neffcache.index.shapes import Status
+from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import (
     cell_claims,
     cell_failures,
     coverage_counts,
     entries,
-    fingerprints,
     matrix_cells,
     report_fingerprints,
 )
@@ -66,91 +88,40 @@ from neffcache.index.values import (
     IN_PROGRESS,
     MISSING,
     READY,
-    CoverageFingerprint,
-    CoverageReport,
-    CoverageRow,
-    LiveLease,
-    as_utc,
 )
-from neffcache.matrix import Cell
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-Pair = tuple[str, str]  # (cell key, fingerprint key)
-InScope = Callable[[Any], ColumnElement[bool]]  # a cell-key column -> "in the cells asked for"
-
-
-def status_of(entry: bool, lease: bool, failure: bool) -> Status:
-    """The coverage rule for one cell x fingerprint (pure): an entry wins, then a live lease,
-    then a recorded failure; else missing."""
-    if entry:
-        return READY
-    if lease:
-        return IN_PROGRESS
-    return FAILED if failure else MISSING
-
-
-@dataclass(frozen=True, slots=True)
-class FailureFact:
-    exit_status: int | None
-    log_tail: str
-    failed_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class CoverageFacts:
-    """What the index holds for some cells, keyed by (cell key, fingerprint key). Without
-    details an entry is (None, None) and a failure has no log tail."""
-
-    entries: dict[Pair, tuple[str | None, int | None]] = field(default_factory=dict)
-    failures: dict[Pair, FailureFact] = field(default_factory=dict)
-    leases: dict[Pair, LiveLease] = field(default_factory=dict)
-    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
-    first_seen: dict[str, datetime | None] = field(default_factory=dict)
-    named: tuple[str, ...] = ()  # columns even with nothing for these cells (restore reports)
-
-
-def fetch_coverage_facts(conn: Any, cell_keys: Sequence[str], now: datetime, *,
+def fetch_coverage_facts(conn: Connection, cell_keys: Sequence[str], now: datetime, *,
                          details: bool = True, named: Sequence[str] = ()) -> CoverageFacts:
-    """What the index holds for these cells (``conn``: a Connection or a Session): three
-    queries per batch of cell keys (one batch on Postgres), then the fingerprints (with
-    ``named`` ones: columns even when nothing was built for them)."""
-    keys = sorted(set(cell_keys))
-    scopes = [_keys_scope(conn, part) for part in key_batches(conn, keys)]
-    return _fetch(conn, scopes, now, details, named)
+    """What the index holds for these cells (``coverage_reads.read_facts`` through
+    SQLAlchemy): one statement each for entries, failures and live leases, then the
+    fingerprints (with ``named`` ones: columns even when nothing was built for them)."""
+    return read_facts(SqlaReader(conn), scope_of_keys(sorted(set(cell_keys))), now,
+                      details=details, named=named)
 
 
-def fetch_matrix_facts(conn: Any, matrix_id: int, now: datetime, *, details: bool = False,
-                       named: Sequence[str] = ()) -> CoverageFacts:
+def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
+                       details: bool = False, named: Sequence[str] = ()) -> CoverageFacts:
     """What the index holds for the cells of a registered matrix version: one query each for
     entries, failures and live leases, whatever the cell count, then the fingerprints (with
     ``named`` ones)."""
-    in_matrix = select(matrix_cells.c.cell_key).where(matrix_cells.c.matrix_id == matrix_id)
     if dialect_name(conn) == "postgresql":
         # Without statistics the planner guesses thousands of entries per cell, and at that
         # cost it JIT-compiles the probe: ~0.1 s spent before a 20,000-row read (this read
         # transaction only).
         conn.execute(text("SET LOCAL jit = off"))
-    return _fetch(conn, [lambda col: col.in_(in_matrix)], now, details, named,
-                  pairs=matrix_entry_pairs(conn, matrix_id))
+    return read_facts(SqlaReader(conn), scope_of_matrix(matrix_id), now, details=details,
+                      named=named)
 
 
-def matrix_entry_pairs(conn: Any, matrix_id: int) -> Select[Any]:
-    """(cell key, fingerprint key) of every entry for a cell of a matrix version. On
-    Postgres one LATERAL probe of the entries' (cell, fingerprint) index per cell of the
-    version (``OFFSET 0`` keeps the planner from flattening it into a join): a nested loop
-    whatever the statistics say. The plain ``IN (subquery)`` was planned as a hash join over
-    a sequential scan of every entry until the table's first ANALYZE (0.57 s at 1M entries
-    after a bulk fill, 0.06 s probing); SQLite always probes the index."""
-    e, mc = entries, matrix_cells
-    if dialect_name(conn) != "postgresql":
-        return select(e.c.cell_key, e.c.fingerprint_key).where(e.c.cell_key.in_(
-            select(mc.c.cell_key).where(mc.c.matrix_id == matrix_id)))
-    probe = (select(e.c.cell_key, e.c.fingerprint_key).where(e.c.cell_key == mc.c.cell_key)
-             .offset(0).lateral("probe"))
-    return (select(probe.c.cell_key, probe.c.fingerprint_key)
-            .select_from(mc.join(probe, true())).where(mc.c.matrix_id == matrix_id))
+def matrix_entry_pairs(conn: Connection, matrix_id: int) -> Any:
+    """(cell key, fingerprint key) of every entry for a cell of a matrix version (on
+    Postgres a LATERAL probe per cell: ``coverage_statements._entries``)."""
+    stmt = coverage_statements.build("cov_entries", dialect_name(conn),
+                                     (("details", False), ("scope", "matrix")))
+    return stmt.params(matrix_id=matrix_id)
 
 
 def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
@@ -166,168 +137,9 @@ def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
     return out
 
 
-def _keys_scope(conn: Any, part: Sequence[str]) -> InScope:
-    return lambda col: key_in(conn, col, part)
-
-
-def _fetch(conn: Any, scopes: Sequence[InScope], now: datetime, details: bool,
-           named: Sequence[str] = (), pairs: Select[Any] | None = None) -> CoverageFacts:
-    facts = CoverageFacts(named=tuple(dict.fromkeys(named)))
-    e, f, c = entries, cell_failures, cell_claims
-    for in_scope in scopes:
-        if details:
-            rows = conn.execute(select(e.c.cell_key, e.c.fingerprint_key, e.c.entry_key,
-                                       e.c.total_bytes).where(in_scope(e.c.cell_key)))
-            facts.entries.update(((ck, fk), (key, size)) for ck, fk, key, size in rows.all())
-            latest = (select(func.max(f.c.id)).where(in_scope(f.c.cell_key))
-                      .group_by(f.c.cell_key, f.c.fingerprint_key))
-            failed = conn.execute(select(f.c.cell_key, f.c.fingerprint_key, f.c.exit_status,
-                                         f.c.log_tail, f.c.created_at)
-                                  .where(f.c.id.in_(latest)))
-            for ck, fk, status, tail, at in failed.all():
-                facts.failures[(ck, fk)] = FailureFact(status, tail, as_utc(at))
-        else:
-            rows = conn.execute(pairs if pairs is not None else select(
-                e.c.cell_key, e.c.fingerprint_key).where(in_scope(e.c.cell_key)))
-            facts.entries.update(((ck, fk), (None, None)) for ck, fk in rows.all())
-            failed = conn.execute(select(f.c.cell_key, f.c.fingerprint_key).distinct()
-                                  .where(in_scope(f.c.cell_key)))
-            facts.failures.update(((ck, fk), FailureFact(None, "", None))
-                                  for ck, fk in failed.all())
-    for in_scope in scopes:
-        leases = conn.execute(select(
-            c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at, c.c.heartbeat_at,
-            c.c.expires_at, c.c.attempts).where(in_scope(c.c.cell_key), c.c.holder.is_not(None),
-                                                c.c.expires_at > now))
-        for r in leases.all():
-            lease = live_lease(r)
-            facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
-    seen = {fp for _, fp in facts.entries} | {fp for _, fp in facts.failures} | {
-        fp for _, fp in facts.leases} | set(facts.named)
-    read_fingerprints(conn, sorted(seen), facts)
-    return facts
-
-
-def read_fingerprints(conn: Any, keys: Sequence[str], facts: CoverageFacts) -> None:
-    fp = fingerprints
-    for part in key_batches(conn, keys):
-        for key, backend, fields, first_seen in conn.execute(
-                select(fp.c.key, fp.c.backend, fp.c.fields, fp.c.first_seen_at)
-                .where(key_in(conn, fp.c.key, part))).all():
-            facts.fingerprints[key] = Fingerprint(backend=backend, fields=tuple(
-                sorted((str(k), str(v)) for k, v in fields.items())))
-            facts.first_seen[key] = as_utc(first_seen)
-
-
-def live_lease(r: Sequence[Any]) -> LiveLease:
-    """A LiveLease from (cell key, fingerprint key, host, claimed, heartbeat, expires,
-    attempts); a live lease has all three times."""
-    claimed, heartbeat, expires = (_utc(t) for t in r[3:6])
-    return LiveLease(str(r[0]), str(r[1]), str(r[2] or "?"), claimed, heartbeat, expires,
-                     int(r[6]))
-
-
-def _utc(ts: datetime | None) -> datetime:
-    out = as_utc(ts)
-    assert out is not None
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class CoverageTable:
-    """Cells x fingerprint columns: each cell's status per column (by ``status_of``) and each
-    column's counts (in its CoverageFingerprint); pure, without the rows' details."""
-
-    cells: tuple[tuple[str, str], ...]  # (cell id, cell key)
-    columns: tuple[CoverageFingerprint, ...]
-    statuses: tuple[tuple[Status, ...], ...]  # per cell, one per column
-
-    def only(self, keys: Sequence[str]) -> CoverageTable:
-        """These columns only, in this order (keys the table lacks are left out)."""
-        index = {c.key: j for j, c in enumerate(self.columns)}
-        chosen = [index[k] for k in dict.fromkeys(keys) if k in index]
-        return CoverageTable(self.cells, tuple(self.columns[j] for j in chosen),
-                             tuple(tuple(row[j] for j in chosen) for row in self.statuses))
-
-
-def coverage_table(cells: Sequence[Cell] | Sequence[tuple[str, str]],
-                   given: Sequence[Fingerprint], facts: CoverageFacts) -> CoverageTable:
-    """Pure, and the one place statuses and counts come from: ``cells`` (Cells, or (id, key)
-    pairs) under the given fingerprints, those in ``facts`` and those it names. Column
-    order: the given ones first (in order), then the others by key; a named key the index
-    does not know is a column of backend ``unknown``."""
-    cell_ids = cell_ids_and_keys(cells)
-    given_keys = list(dict.fromkeys(fp.key for fp in given))
-    fps: dict[str, Fingerprint] = {fp.key: fp for fp in given}
-    for key, fp in facts.fingerprints.items():
-        fps.setdefault(key, fp)
-    known = set(given_keys)
-    order = given_keys + sorted(k for k in {*fps, *facts.named} if k not in known)
-    entries, leases, failures = facts.entries, facts.leases, facts.failures
-    statuses = tuple(tuple(status_of((ck, k) in entries, (ck, k) in leases, (ck, k) in failures)
-                           for k in order) for _, ck in cell_ids)
-    unknown = Fingerprint(backend="unknown", fields=())
-    columns = []
-    for j, k in enumerate(order):
-        column = [row[j] for row in statuses]
-        fp = fps.get(k, unknown)
-        columns.append(CoverageFingerprint(
-            key=k, backend=fp.backend, fields=fp.fields, here=k in known,
-            ready=column.count(READY), failed=column.count(FAILED),
-            missing=column.count(MISSING), in_progress=column.count(IN_PROGRESS)))
-    return CoverageTable(cell_ids, tuple(columns), statuses)
-
-
-def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
-                   given: Sequence[Fingerprint], facts: CoverageFacts) -> CoverageReport:
-    """Pure: ``coverage_table`` with each cell x fingerprint as a CoverageRow carrying what
-    explains its status (entry, lease holder, failure and its log tail)."""
-    table = coverage_table(cells, given, facts)
-    keys = [c.key for c in table.columns]
-    rows = tuple(coverage_row(cell_id, cell_key, k, status, facts)
-                 for (cell_id, cell_key), statuses in zip(table.cells, table.statuses,
-                                                          strict=True)
-                 for k, status in zip(keys, statuses, strict=True))
-    return CoverageReport(cells=table.cells, fingerprints=table.columns, rows=rows)
-
-
-def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
-                       ) -> tuple[tuple[str, str], ...]:
-    """(id, key) per distinct cell, in order; a key is a digest, so compute it once."""
-    out: dict[str, str] = {}
-    for c in cells:
-        cell_id, key = c if isinstance(c, tuple) else (c.id, c.key)
-        out.setdefault(key, cell_id)
-    return tuple((cell_id, key) for key, cell_id in out.items())
-
-
-def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
-         facts: CoverageFacts) -> CoverageRow:
-    pair = (cell_key, fp_key)
-    if status == READY:
-        entry_key, size = facts.entries[pair]
-        return CoverageRow(cell_id, cell_key, fp_key, READY, entry_key=entry_key,
-                           total_bytes=size)
-    if status == IN_PROGRESS:
-        lease = facts.leases[pair]
-        return CoverageRow(cell_id, cell_key, fp_key, IN_PROGRESS, host=lease.host,
-                           since=lease.claimed_at, lease_expires_at=lease.expires_at)
-    if status == FAILED:
-        failure = facts.failures[pair]
-        return CoverageRow(cell_id, cell_key, fp_key, FAILED, exit_status=failure.exit_status,
-                           log_tail=failure.log_tail, failed_at=failure.failed_at)
-    return CoverageRow(cell_id, cell_key, fp_key, MISSING)
-
-
-def only_fingerprints(report: CoverageReport, keys: Sequence[str]) -> CoverageReport:
-    """Pure: the report with only these fingerprint columns (in this order; keys the report
-    lacks are left out)."""
-    index = {fp.key: j for j, fp in enumerate(report.fingerprints)}
-    chosen = [index[k] for k in dict.fromkeys(keys) if k in index]
-    n = len(report.fingerprints)
-    rows = tuple(report.rows[i * n + j] for i in range(len(report.cells)) for j in chosen)
-    return CoverageReport(cells=report.cells,
-                          fingerprints=tuple(report.fingerprints[j] for j in chosen), rows=rows)
+def read_fingerprints(conn: Connection, keys: Sequence[str], facts: CoverageFacts) -> None:
+    """The fingerprints of ``keys`` the index knows, into ``facts``."""
+    _read_fingerprints(SqlaReader(conn), keys, facts)
 
 
 def grid_page(matrix: MatrixVersion, table: CoverageTable, *, pattern: str | None = None,

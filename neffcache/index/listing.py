@@ -21,7 +21,8 @@ BATCH = 1000  # rows per fetch when streaming
 
 
 class Reader(Protocol):
-    """Runs a named statement of ``listing_statements`` in one of its shapes."""
+    """Runs a named statement (``listing_statements``, ``coverage_statements``) in one of
+    its shapes."""
 
     dialect: str  # "sqlite" or "postgresql"
 
@@ -33,6 +34,11 @@ class Reader(Protocol):
     def first(self, name: str, shape: Shape, params: Mapping[str, Any]
               ) -> tuple[Any, ...] | None:
         """The statement's first row (None: no row)."""
+        ...
+
+    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """The statement's rows at once (one round trip): for a result the caller holds
+        whole anyway (coverage's facts of a batch of cells)."""
         ...
 
 

@@ -17,7 +17,7 @@ _LIKE_ESCAPE = "\\"
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
     """The statement ``name`` of ``listing`` in ``shape`` for ``dialect``."""
-    return _BUILDERS[name](dialect, **dict(shape))
+    return BUILDERS[name](dialect, **dict(shape))
 
 
 def _param(name: str, type_: Any = None) -> Any:
@@ -165,7 +165,7 @@ def _entries_newest(dialect: str, *, fp: str | None, pos: bool, glob: bool, limi
                              newest.join(e, e.c.entry_key == newest.c.entry_key)), limited)
 
 
-_BUILDERS: dict[str, Callable[..., Any]] = {
+BUILDERS: dict[str, Callable[..., Any]] = {
     "entries": _entries, "walk_counts": _walk_counts, "walk": _walk,
     "newest_bound": _newest_bound, "entries_newest": _entries_newest,
 }

@@ -8,21 +8,18 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from neffcache.config import Settings, default_home, read_settings
+from neffcache.config import default_home, read_settings
 from neffcache.errors import ExitRule
 from neffcache.index import listing
 from neffcache.index.bare_reader import open_bare
 from neffcache.index.compiled import StatementCache
 from neffcache.index.cursors import entry_cursor
-from neffcache.index.listing import Shape
+from neffcache.index.readers import SqlaFallback, open_index_as_cli
 from neffcache.index.values import EntrySummary
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from neffcache.index.api import Index
     from neffcache.index.shapes import EntriesDoc
 
 
@@ -70,9 +67,9 @@ def iter_entries(request: ListEntriesRequest) -> Iterator[EntrySummary]:
     settings = read_settings(os.environ, index=request.index)
     statements = StatementCache.load(default_home(os.environ))
     bare = open_bare(settings.index_url, statements,
-                     fallback=lambda: _SqlaFallback(settings, statements))
+                     fallback=lambda: SqlaFallback(settings, statements))
     if bare is None:
-        with _open(settings) as ix:
+        with open_index_as_cli(settings) as ix:
             ix.statements = statements
             yield from ix.iter_entries(cell_glob=request.cell,
                                        fingerprint_key=request.fingerprint,
@@ -90,43 +87,3 @@ def next_cursor(request: ListEntriesRequest, count: int,
     if request.limit is None or count < request.limit or last is None:
         return None
     return entry_cursor(last)
-
-
-def _open(settings: Settings) -> Index:
-    """The index as the CLI opens it (SQLAlchemy): the embedded default is created or
-    upgraded on first use; a named one must already be at this code's schema."""
-    from neffcache.index.api import open_index
-
-    return open_index(settings.index_url, auto_upgrade=settings.index_is_embedded)
-
-
-class _SqlaFallback:
-    """A SQLAlchemy reader for the statements the cache lacks, opened when first needed;
-    what it compiles is added to the cache."""
-
-    dialect: str
-
-    def __init__(self, settings: Settings, statements: StatementCache) -> None:
-        from neffcache.index.sqla_reader import SqlaReader
-
-        self._statements = statements
-        self._ix = _open(settings)
-        self._conn_cm = self._ix.connection()
-        self._reader = SqlaReader(self._conn_cm.__enter__(), statements)
-        self.dialect = self._reader.dialect
-
-    def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
-             ) -> Iterator[tuple[Any, ...]]:
-        return self._reader.rows(name, shape, params)
-
-    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
-              ) -> tuple[Any, ...] | None:
-        return self._reader.first(name, shape, params)
-
-    def close(self) -> None:
-        try:
-            self._statements.save()
-            self._conn_cm.__exit__(None, None, None)
-        finally:
-            self._ix.close()
-

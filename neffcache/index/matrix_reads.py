@@ -5,12 +5,18 @@ for an ``Index``; the coverage engine reads them inside its own connection."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
-from neffcache.errors import NotFoundError
+from neffcache.index.coverage_reads import (  # noqa: F401  (choose_version, re-exported)
+    choose_version,
+    matrix_cell_refs,
+    matrix_versions,
+)
 from neffcache.index.ops_values import MatrixVersion
+from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import cells as C
 from neffcache.index.tables import matrices as M
 from neffcache.index.tables import matrix_cells as MC
@@ -24,29 +30,11 @@ if TYPE_CHECKING:
 def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[MatrixVersion]:
     """Every version of matrix ``name``, oldest first (empty if unknown); without ``counts``
     every ``cell_count`` is 0 (one query fewer, for a caller that reads the cells anyway)."""
-    rows = conn.execute(select(M.c.id, M.c.digest, M.c.backend, M.c.registered_at)
-                        .where(M.c.name == name).order_by(M.c.id)).all()
-    if not rows:
-        return []
-    n_cells = cell_counts(conn, [r.id for r in rows]) if counts else {}
-    current = max(rows, key=lambda r: (as_utc(r.registered_at), r.id)).id
-    return [MatrixVersion(r.id, name, n, r.digest, r.backend, n_cells.get(r.id, 0),
-                          as_utc(r.registered_at), r.id == current)  # type: ignore[arg-type]
-            for n, r in enumerate(rows, 1)]
-
-
-def choose_version(versions: Sequence[MatrixVersion], name: str,
-                   version: int | None = None) -> MatrixVersion:
-    """Pure: the current version (or ``version``) of ``versions``; NotFoundError names what
-    is unknown."""
-    if not versions:
-        raise NotFoundError(f"matrix {name!r}: not registered (neffcache matrix register FILE)")
-    if version is None:
-        return next(v for v in versions if v.current)
-    if 1 <= version <= len(versions):
-        return versions[version - 1]
-    raise NotFoundError(f"matrix {name!r}: no version {version} "
-                        f"(versions 1..{len(versions)})")
+    versions = matrix_versions(SqlaReader(conn), name)
+    if not versions or not counts:
+        return versions
+    n_cells = cell_counts(conn, [v.id for v in versions])
+    return [replace(v, cell_count=n_cells.get(v.id, 0)) for v in versions]
 
 
 def cell_counts(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
@@ -76,9 +64,7 @@ def current_versions_in(conn: Connection) -> list[MatrixVersion]:
 
 def cell_refs_in(conn: Connection, matrix_id: int) -> list[tuple[str, str]]:
     """(cell id, cell key) of a registered version, in declared order."""
-    return [(i, k) for i, k in conn.execute(
-        select(C.c.id, C.c.key).select_from(C.join(MC, MC.c.cell_key == C.c.key))
-        .where(MC.c.matrix_id == matrix_id).order_by(MC.c.position))]
+    return matrix_cell_refs(SqlaReader(conn), matrix_id)
 
 
 def cells_in(conn: Connection, matrix_id: int) -> tuple[Cell, ...]:

@@ -1,18 +1,26 @@
-"""``listing``'s Reader over a SQLAlchemy Connection: builds each statement
-(``listing_statements``), runs it, and keeps its compiled form in the ``StatementCache`` so
-the next read command can run it on the bare driver (``bare_reader``)."""
+"""The Reader (``listing``'s protocol) over a SQLAlchemy Connection: builds each statement
+(``listing_statements``, ``coverage_statements``), runs it, and keeps its compiled form in
+the ``StatementCache`` so the next read command can run it on the bare driver
+(``bare_reader``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from sqlalchemy import Connection, DateTime, Float, exc
+from sqlalchemy import JSON, Connection, DateTime, Float, exc
 
+from neffcache.index import coverage_statements, listing_statements
 from neffcache.index.compiled import CompiledStatement, StatementCache
 from neffcache.index.listing import BATCH, Shape
-from neffcache.index.listing_statements import build
 from neffcache.index.schema import SCHEMA_REVISION
+
+_BUILDERS = {**listing_statements.BUILDERS, **coverage_statements.BUILDERS}
+
+
+def build(name: str, dialect: str, shape: Shape) -> Any:
+    """The statement ``name`` (of ``listing`` or ``coverage_reads``) in ``shape``."""
+    return _BUILDERS[name](dialect, **dict(shape))
 
 _SIMPLE = (str, int, float, bool, type(None))
 
@@ -36,6 +44,10 @@ class SqlaReader:
         row = self.conn.execute(stmt, dict(params)).first()
         return None if row is None else tuple(row)
 
+    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        stmt = self._statement(name, shape, params)
+        return [tuple(row) for row in self.conn.execute(stmt, dict(params))]
+
     def _statement(self, name: str, shape: Shape, params: Mapping[str, Any]) -> Any:
         stmt = build(name, self.dialect, shape)
         if self.cache is not None and self.cache.get(self.dialect, name, shape) is None:
@@ -49,7 +61,7 @@ def compile_statement(stmt: Any, dialect: Any, params: Mapping[str, Any]
                       ) -> CompiledStatement | None:
     """``stmt``'s compiled form for the bare driver; None when it needs more than SQL text
     and plain parameters (a post-compiled IN list, a type SQLAlchemy converts other than a
-    datetime, a made-up parameter whose value is not a plain literal)."""
+    datetime or a JSON column, a made-up parameter whose value is not a plain literal)."""
     compiled = stmt.compile(dialect=dialect)
     if "POSTCOMPILE" in compiled.string or dialect.paramstyle not in ("qmark", "pyformat"):
         return None
@@ -65,15 +77,19 @@ def compile_statement(stmt: Any, dialect: Any, params: Mapping[str, Any]
             if bind.callable is not None or not isinstance(bind.value, _SIMPLE):
                 return None
             defaults[key] = bind.value
-    datetime_columns = []
+    datetime_columns, json_columns = [], []
     for i, column in enumerate(stmt.selected_columns):
         if _converts(column.type, dialect):
-            if not isinstance(column.type, DateTime):
+            if isinstance(column.type, DateTime):
+                datetime_columns.append(i)
+            elif isinstance(column.type, JSON):
+                json_columns.append(i)
+            else:
                 return None
-            datetime_columns.append(i)
     return CompiledStatement(sql=compiled.string, names=names, defaults=defaults,
                              datetime_params=frozenset(datetime_params),
-                             datetime_columns=tuple(datetime_columns))
+                             datetime_columns=tuple(datetime_columns),
+                             json_columns=tuple(json_columns))
 
 
 def _converts(type_: Any, dialect: Any) -> bool:
