@@ -166,22 +166,27 @@ def test_key_lookups_and_pages_read_only_what_they_name(
     assert cover.counts(fp.key)["ready"] == 4
 
 
-def test_refresh_statistics_analyzes_the_tables_named(pg_new_database: Callable[[], str]
-                                                      ) -> None:
+def test_refresh_statistics_vacuums_and_analyzes_the_tables_named(
+        pg_new_database: Callable[[], str]) -> None:
     url = pg_new_database()
     with open_index(url, auto_upgrade=True) as index:
         index.record_entries([make_manifest(make_cell(n, pipeline="pg-stats"),
                                             make_fingerprint(7)) for n in range(3)], "s3://b")
 
-        def analyzed() -> dict[str, bool]:
+        def refreshed() -> dict[str, tuple[bool, bool, bool]]:
+            """Per table: analysed, vacuumed, and pages marked all-visible (index-only
+            scans need no table visit)."""
             with index.connection() as conn:
-                return {name: when is not None for name, when in conn.execute(text(
-                    "SELECT relname, last_analyze FROM pg_stat_user_tables "
-                    "WHERE relname IN ('entries', 'cells', 'matrices')"))}
+                return {name: (analyzed is not None, vacuumed is not None, visible > 0)
+                        for name, analyzed, vacuumed, visible in conn.execute(text(
+                            "SELECT s.relname, s.last_analyze, s.last_vacuum, c.relallvisible "
+                            "FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
+                            "WHERE s.relname IN ('entries', 'cells', 'matrices')"))}
 
-        assert not any(analyzed().values())
+        assert refreshed() == {t: (False, False, False) for t in ("entries", "cells", "matrices")}
         index.refresh_statistics(["entries", "cells"])
-        assert analyzed() == {"entries": True, "cells": True, "matrices": False}
+        assert refreshed() == {"entries": (True, True, True), "cells": (True, True, True),
+                               "matrices": (False, False, False)}
 
 
 BULK = [  # 10 matrices x 400 cells, 20 fingerprints, 79,200 entries; statistics never taken

@@ -6,7 +6,9 @@ entries, 10,000 failed cells, 100,000 restore reports. --scale shrinks cells, en
 failures and reports together (default 0.1: a smoke run). Matrices are registered, and one
 matrix's entries, 100 failures and 1,000 reports are recorded, through neffcache's own write
 path; the rest is bulk SQL (entries without file rows), after which the aggregates are
-recounted (``rebuild_aggregates``) and the tables analysed. The output says which is which.
+recounted (``rebuild_aggregates``) and the tables analysed (not vacuumed: ``--vacuum`` runs
+``Index.refresh_statistics``, VACUUM (ANALYZE), on Postgres before timing, as autovacuum or a
+bulk write would). The output says which is which.
 
     .venv/bin/python tools/bench/ops.py                          # both databases, scale 0.1
     .venv/bin/python tools/bench/ops.py --scale 1 --db postgres --repeat 7
@@ -99,6 +101,9 @@ def manifest(cell: Cell, fp: Fingerprint, created_at: datetime) -> Manifest:
         FileRecord("neff", f"{sha[:2]}/{sha[2:4]}/{sha[:32]}.neff", 4096, sha, 0o644),))
 
 
+VACUUMED = ("entries", "cells", "fingerprints", "matrices", "matrix_cells", "cell_failures",
+            "cell_claims", "coverage_counts", "fingerprint_counts", "restore_counts",
+            "restore_reports", "report_fingerprints")
 SKEW = "pipelines-over-time-1"  # in the --keep marker: a fill without this skew is not reused
 
 
@@ -448,6 +453,12 @@ def run_db(db: str, args: argparse.Namespace, work: Path) -> tuple[dict[str, Any
         print(f"[{db}] filled in {facts['fill_seconds']} s")
         if args.keep:
             marker.write_text(json.dumps(facts))
+    if args.vacuum and db == "postgres":
+        t0 = time.monotonic()
+        with open_index(url, auto_upgrade=False) as ix:  # the bulk writes' own refresh
+            ix.refresh_statistics(VACUUMED)
+        print(f"[{db}] VACUUM (ANALYZE) of {', '.join(VACUUMED)} before timing, as autovacuum "
+              f"or a bulk write's refresh_statistics would: {time.monotonic() - t0:.0f} s")
     return facts, measure(url, facts, args.repeat, work, args.only, args.stream_repeat)
 
 
@@ -467,6 +478,10 @@ def main() -> None:
                          "only the streamed whole results (ls, coverage of every cell)")
     ap.add_argument("--stream-repeat", type=int, default=1,
                     help="runs of each streamed whole result (each reads the whole index)")
+    ap.add_argument("--vacuum", action="store_true",
+                    help="Postgres: VACUUM (ANALYZE) the tables before timing (as autovacuum, "
+                         "or a bulk write's refresh_statistics, would); without it the timings "
+                         "are of a bulk-filled index never vacuumed (only analysed)")
     ap.add_argument("--out", type=Path, default=None, help="also write the results as JSON")
     args = ap.parse_args()
     PG_DB = args.pg_db
