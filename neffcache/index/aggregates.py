@@ -5,9 +5,9 @@ reports per hour x exit code x duration bucket, and the fingerprints restore rep
 Every change is an ``INSERT .. ON CONFLICT DO UPDATE SET n = n + excluded.n`` (atomic on
 SQLite and Postgres, rows touched in key order so concurrent writers do not deadlock).
 ``rebuild_aggregates`` recomputes them all from the base tables (migration 0004, reindex,
-bulk loads). Each function takes an open Session inside a write transaction. The statements
-are Core statements on the models' tables, each upsert built once per dialect (see
-``neffcache.index.record``).
+bulk loads). Each function takes an open Session or Connection inside a write transaction.
+The statements are Core statements on ``neffcache.index.tables`` (no ORM import on the entry
+path), each upsert built once per dialect (see ``neffcache.index.record``).
 """
 
 from __future__ import annotations
@@ -15,22 +15,25 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import TableClause, delete, func, select
 
 from neffcache.index.engine import dialect_insert
-from neffcache.index.models import (
-    CellFailureRow,
-    CoverageCountRow,
-    EntryRow,
-    FingerprintCountRow,
-    MatrixCellRow,
-    ReportFingerprintRow,
-    RestoreCountRow,
-    RestoreReportRow,
+from neffcache.index.tables import (
+    cell_failures,
+    coverage_counts,
+    entries,
+    fingerprint_counts,
+    matrix_cells,
+    report_fingerprints,
+    restore_counts,
+    restore_reports,
 )
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.orm import Session
 
 BATCH = 500
 
@@ -43,9 +46,8 @@ def _chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
 
 
 @functools.cache
-def _upsert(insert_of: Any, model: type, keys: tuple[str, ...], values: tuple[str, ...],
+def _upsert(insert_of: Any, table: TableClause, keys: tuple[str, ...], values: tuple[str, ...],
             replace: tuple[str, ...]) -> Any:
-    table = model.__table__  # type: ignore[attr-defined]
     stmt: Any = insert_of(table)
     greatest = func.max if "sqlite" in insert_of.__module__ else func.greatest
     update = {c: table.c[c] + stmt.excluded[c] for c in values}
@@ -53,24 +55,24 @@ def _upsert(insert_of: Any, model: type, keys: tuple[str, ...], values: tuple[st
     return stmt.on_conflict_do_update(index_elements=list(keys), set_=update)
 
 
-def _add(session: Session, model: type, keys: Sequence[str],
+def _add(session: Session | Connection, table: TableClause, keys: Sequence[str],
          rows: Mapping[tuple[Any, ...], Sequence[Any]], values: Sequence[str],
          replace: Sequence[str] = ()) -> None:
     """Upsert ``rows`` ({key tuple: value tuple}): ``values`` columns add, ``replace``
     columns take the greatest of old and new."""
     if not rows:
         return
-    stmt = _upsert(dialect_insert(session), model, tuple(keys), tuple(values), tuple(replace))
+    stmt = _upsert(dialect_insert(session), table, tuple(keys), tuple(values), tuple(replace))
     names = [*keys, *values, *replace]
     docs = [dict(zip(names, (*k, *v), strict=True)) for k, v in sorted(rows.items())]
     for part in _chunks(docs):
         session.execute(stmt, list(part))
 
 
-def _matrices_of(session: Session, cell_keys: Iterable[str]) -> dict[str, list[int]]:
+def _matrices_of(session: Session | Connection, cell_keys: Iterable[str]) -> dict[str, list[int]]:
     """Registered matrix versions holding each cell."""
     out: dict[str, list[int]] = {}
-    mc = MatrixCellRow.__table__.c
+    mc = matrix_cells.c
     for part in _chunks(sorted(set(cell_keys))):
         for matrix_id, cell_key in session.execute(
                 select(mc.matrix_id, mc.cell_key).where(mc.cell_key.in_(part))):
@@ -78,13 +80,14 @@ def _matrices_of(session: Session, cell_keys: Iterable[str]) -> dict[str, list[i
     return out
 
 
-def _pairs_with(session: Session, model: Any, pairs: Sequence[Pair]) -> set[Pair]:
-    """Which of these (cell, fingerprint) pairs have a row in ``model`` (entries/failures)."""
+def _pairs_with(session: Session | Connection, table: TableClause, pairs: Sequence[Pair]
+                ) -> set[Pair]:
+    """Which of these (cell, fingerprint) pairs have a row in ``table`` (entries/failures)."""
     found: set[Pair] = set()
     by_fp: dict[str, list[str]] = {}
     for cell, fp in pairs:
         by_fp.setdefault(fp, []).append(cell)
-    t = model.__table__.c
+    t = table.c
     for fp, cells in by_fp.items():
         for part in _chunks(sorted(set(cells))):
             found.update((c, fp) for c in session.scalars(
@@ -93,7 +96,7 @@ def _pairs_with(session: Session, model: Any, pairs: Sequence[Pair]) -> set[Pair
     return found
 
 
-def _coverage_deltas(session: Session, deltas: Mapping[Pair, tuple[int, int]],
+def _coverage_deltas(session: Session | Connection, deltas: Mapping[Pair, tuple[int, int]],
                      matrices: Mapping[str, Sequence[int]] | None = None) -> None:
     """Apply (ready, failed) changes of (cell, fingerprint) pairs to every matrix version
     holding the cell (``matrices``: those versions per cell, when already read)."""
@@ -105,11 +108,11 @@ def _coverage_deltas(session: Session, deltas: Mapping[Pair, tuple[int, int]],
             acc = rows.setdefault((matrix_id, fp), [0, 0])
             acc[0] += ready
             acc[1] += failed
-    _add(session, CoverageCountRow, ("matrix_id", "fingerprint_key"), rows,
+    _add(session, coverage_counts, ("matrix_id", "fingerprint_key"), rows,
          ("ready", "failed"))
 
 
-def _entries_changed(session: Session, entries: Sequence[tuple[str, str, int]],
+def _entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
                      sign: int) -> None:
     """Entries added (``sign`` 1) or removed (-1): ready moves by ``sign`` and failed the
     other way where the pair has a failure, in every matrix version holding the cell (only
@@ -117,7 +120,7 @@ def _entries_changed(session: Session, entries: Sequence[tuple[str, str, int]],
     pairs = [(c, f) for c, f, _ in entries]
     matrices = _matrices_of(session, (c for c, _ in pairs))
     held = [p for p in pairs if p[0] in matrices]
-    failed = _pairs_with(session, CellFailureRow, held) if held else set()
+    failed = _pairs_with(session, cell_failures, held) if held else set()
     _coverage_deltas(session, {p: (sign, -sign if p in failed else 0) for p in held},
                      matrices)
     per_fp: dict[tuple[Any, ...], list[int]] = {}
@@ -125,33 +128,34 @@ def _entries_changed(session: Session, entries: Sequence[tuple[str, str, int]],
         acc = per_fp.setdefault((fp,), [0, 0])
         acc[0] += sign
         acc[1] += sign * int(size)
-    _add(session, FingerprintCountRow, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
+    _add(session, fingerprint_counts, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
 
 
-def entries_added(session: Session, entries: Sequence[tuple[str, str, int]]) -> None:
+def entries_added(session: Session | Connection, entries: Sequence[tuple[str, str, int]]) -> None:
     """New entries ((cell key, fingerprint key, total bytes)), already inserted: the cell is
     now ready, and no longer failed where it had failed."""
     _entries_changed(session, entries, 1)
 
 
-def entries_removed(session: Session, entries: Sequence[tuple[str, str, int]]) -> None:
+def entries_removed(session: Session | Connection, entries: Sequence[tuple[str, str, int]]) -> None:
     """Entries just deleted: undo ``entries_added`` (a cell that had failed is failed again)."""
     _entries_changed(session, entries, -1)
 
 
-def failure_adding(session: Session, cell_key: str, fingerprint_key: str) -> None:
+def failure_adding(session: Session | Connection, cell_key: str, fingerprint_key: str) -> None:
     """Call before inserting a failure: the first failure of a cell with no entry makes it
     failed."""
     pair = [(cell_key, fingerprint_key)]
-    if _pairs_with(session, EntryRow, pair) or _pairs_with(session, CellFailureRow, pair):
+    if _pairs_with(session, entries, pair) or _pairs_with(session, cell_failures, pair):
         return
     _coverage_deltas(session, {pair[0]: (0, 1)})
 
 
-def matrix_registered(session: Session, matrix_id: int) -> None:
+def matrix_registered(session: Session | Connection, matrix_id: int) -> None:
     """Counts for a newly registered matrix version, from the base tables."""
-    _rebuild_coverage(session, select(MatrixCellRow.cell_key, MatrixCellRow.matrix_id)
-                      .where(MatrixCellRow.matrix_id == matrix_id).subquery())
+    mc = matrix_cells.c
+    _rebuild_coverage(session, select(mc.cell_key, mc.matrix_id)
+                      .where(mc.matrix_id == matrix_id).subquery())
 
 
 def hour_of(when: datetime) -> datetime:
@@ -166,7 +170,7 @@ def bucket_of(seconds: float) -> int:
                 len(DURATION_BUCKETS))
 
 
-def restores_added(session: Session,
+def restores_added(session: Session | Connection,
                    rows: Iterable[tuple[datetime, int, int, float, int, str, str]]) -> None:
     """New restore reports: (time, exit code, cells restored, seconds, bytes fetched, matrix,
     fingerprint key)."""
@@ -182,47 +186,47 @@ def restores_added(session: Session,
             s = seen.setdefault((matrix, fp), [0, when])
             s[0] += 1
             s[1] = max(s[1], when)
-    _add(session, RestoreCountRow, ("period_start", "exit_code", "restored_any", "bucket"),
+    _add(session, restore_counts, ("period_start", "exit_code", "restored_any", "bucket"),
          counts, ("restores", "seconds_sum", "bytes_sum"))
-    _add(session, ReportFingerprintRow, ("matrix", "fingerprint_key"), seen, ("reports",),
+    _add(session, report_fingerprints, ("matrix", "fingerprint_key"), seen, ("reports",),
          replace=("last_seen_at",))
 
 
 # --- rebuild ------------------------------------------------------------------------------
 
-def _rebuild_coverage(session: Session, matrix_cells: Any) -> None:
-    mc = matrix_cells
+def _rebuild_coverage(session: Session | Connection, matrix_cells: Any) -> None:
+    mc, e, f = matrix_cells, entries.c, cell_failures.c
     rows: dict[tuple[Any, ...], list[int]] = {}
     for matrix_id, fp, n in session.execute(
-            select(mc.c.matrix_id, EntryRow.fingerprint_key, func.count())
-            .join(EntryRow, EntryRow.cell_key == mc.c.cell_key)
-            .group_by(mc.c.matrix_id, EntryRow.fingerprint_key)):
+            select(mc.c.matrix_id, e.fingerprint_key, func.count())
+            .select_from(mc.join(entries, e.cell_key == mc.c.cell_key))
+            .group_by(mc.c.matrix_id, e.fingerprint_key)):
         rows[(matrix_id, fp)] = [int(n), 0]
-    failed_pairs = (select(CellFailureRow.cell_key, CellFailureRow.fingerprint_key)
-                    .distinct().subquery())
-    has_entry = (select(EntryRow.entry_key)
-                 .where(EntryRow.cell_key == failed_pairs.c.cell_key,
-                        EntryRow.fingerprint_key == failed_pairs.c.fingerprint_key).exists())
+    failed_pairs = select(f.cell_key, f.fingerprint_key).distinct().subquery()
+    has_entry = (select(e.entry_key)
+                 .where(e.cell_key == failed_pairs.c.cell_key,
+                        e.fingerprint_key == failed_pairs.c.fingerprint_key).exists())
     for matrix_id, fp, n in session.execute(
             select(mc.c.matrix_id, failed_pairs.c.fingerprint_key, func.count())
             .join(failed_pairs, failed_pairs.c.cell_key == mc.c.cell_key)
             .where(~has_entry)
             .group_by(mc.c.matrix_id, failed_pairs.c.fingerprint_key)):
         rows.setdefault((matrix_id, fp), [0, 0])[1] = int(n)
-    _add(session, CoverageCountRow, ("matrix_id", "fingerprint_key"), rows, ("ready", "failed"))
+    _add(session, coverage_counts, ("matrix_id", "fingerprint_key"), rows, ("ready", "failed"))
 
 
-def rebuild_aggregates(session: Session) -> None:
+def rebuild_aggregates(session: Session | Connection) -> None:
     """Recompute every aggregate from the base tables (after a bulk load or an upgrade)."""
-    for model in (CoverageCountRow, FingerprintCountRow, RestoreCountRow, ReportFingerprintRow):
-        session.execute(delete(model))
-    _rebuild_coverage(session, select(MatrixCellRow.cell_key, MatrixCellRow.matrix_id)
-                      .subquery())
+    for table in (coverage_counts, fingerprint_counts, restore_counts, report_fingerprints):
+        session.execute(delete(table))
+    mc = matrix_cells.c
+    _rebuild_coverage(session, select(mc.cell_key, mc.matrix_id).subquery())
+    e = entries.c
     per_fp = {(fp,): [int(n), int(b or 0)] for fp, n, b in session.execute(
-        select(EntryRow.fingerprint_key, func.count(), func.sum(EntryRow.total_bytes))
-        .group_by(EntryRow.fingerprint_key))}
-    _add(session, FingerprintCountRow, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
-    r = RestoreReportRow
+        select(e.fingerprint_key, func.count(), func.sum(e.total_bytes))
+        .group_by(e.fingerprint_key))}
+    _add(session, fingerprint_counts, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
+    r = restore_reports.c
     restores_added(session, [tuple(row) for row in session.execute(  # type: ignore[misc]
         select(r.created_at, r.exit_code, r.cells_restored, r.seconds, r.bytes_fetched,
                r.matrix, r.fingerprint_key))])

@@ -21,7 +21,7 @@ from neffcache.index.compiled import StatementCache
 from neffcache.index.engine import (
     WRITE,
     ensure_parent_dir,
-    make_engine,
+    index_engine,
     normalise_url,
     sqlite_path,
     translate_errors,
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from neffcache.index import claims as _claims
     from neffcache.index import coverage_grid as _coverage
     from neffcache.index import coverage_stream as _stream
-    from neffcache.index import record
+    from neffcache.index import record, record_runs
     from neffcache.index.coverage_stream import CoveragePlan
     from neffcache.index.ops_values import CoverageGrid
     from neffcache.manifest import Manifest
@@ -71,12 +71,14 @@ class _OnFirstUse:
 
 
 if not TYPE_CHECKING:
-    # The write paths and ``sqlalchemy.orm`` load on first use: a read command (``ls``,
-    # ``coverage``) starts without the ORM and the mapped models; ``ls`` without coverage.
+    # The write paths load on first use, ``sqlalchemy.orm`` only with the ORM's writers: a
+    # read command (``ls``, ``coverage``) and recording an entry (``push``) start without
+    # the ORM and the mapped models; ``ls`` without coverage.
     _claims = _OnFirstUse("neffcache.index.claims")
     _coverage = _OnFirstUse("neffcache.index.coverage_grid")
     _stream = _OnFirstUse("neffcache.index.coverage_stream")
     record = _OnFirstUse("neffcache.index.record")
+    record_runs = _OnFirstUse("neffcache.index.record_runs")
 
 ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few round trips)
 
@@ -127,6 +129,13 @@ class Index:
         with translate_errors(self.url), Session(self._writer) as session, session.begin():
             yield session
 
+    @contextlib.contextmanager
+    def _write_connection(self) -> Iterator[Connection]:
+        """A Core connection in one write transaction (``write_session`` without the ORM:
+        the entry writes), committed when the block ends."""
+        with translate_errors(self.url), self._writer.begin() as conn:
+            yield conn
+
     def refresh_statistics(self, tables: Sequence[str]) -> None:
         """``VACUUM (ANALYZE)`` ``tables`` after a bulk write on PostgreSQL, so reads do not
         wait for autovacuum: the statistics (a fresh million-row index read ``entries`` whole:
@@ -174,29 +183,29 @@ class Index:
 
     def _record_batch(self, manifests: Sequence[Manifest], store_url: str) -> int:
         try:
-            with self.write_session() as s:
-                return record.save_entries(s, manifests, store_url)
+            with self._write_connection() as conn:
+                return record.save_entries(conn, manifests, store_url)
         except exc.IntegrityError:
             # Another writer indexed some of them between our check and our insert: retry
             # once; the existing ones are then skipped.
-            with self.write_session() as s:
-                return record.save_entries(s, manifests, store_url)
+            with self._write_connection() as conn:
+                return record.save_entries(conn, manifests, store_url)
 
     def record_failure(self, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
                        exit_status: int | None, seconds: float, log_tail: str) -> None:
         """Record a failed warm-up of ``cell`` (the last 16,000 characters of its log)."""
         with self.write_session() as s:
-            record.save_failure(s, run_id, cell, fingerprint, exit_status, seconds, log_tail)
+            record_runs.save_failure(s, run_id, cell, fingerprint, exit_status, seconds, log_tail)
 
     def start_run(self, host: str, fingerprint: Fingerprint, matrix_name: str) -> str:
         """Record the start of a precompile run; returns its id."""
         with self.write_session() as s:
-            return record.save_run_start(s, host, fingerprint, matrix_name)
+            return record_runs.save_run_start(s, host, fingerprint, matrix_name)
 
     def finish_run(self, run_id: str, ok: int, failed: int) -> None:
         """Record the end of a run: how many cells were warmed ok and how many failed."""
         with self.write_session() as s:
-            record.save_run_finish(s, run_id, ok, failed)
+            record_runs.save_run_finish(s, run_id, ok, failed)
 
     def record_restore(self, report: Mapping[str, Any]) -> None:
         """Record a restore report (``RestoreResult.to_json()`` plus ``host``, ``matrix``).
@@ -207,9 +216,9 @@ class Index:
         files_fetched, files_skipped, bytes_fetched (or bytes), seconds, exit_code.
         The whole report is also kept as JSON."""
         with self.write_session() as s:
-            row = record.restore_report_row(report)
+            row = record_runs.restore_report_row(report)
             s.add(row)
-            record.restores_recorded(s, [row])
+            record_runs.restores_recorded(s, [row])
 
     def record_reports(self, reports: Sequence[Report]) -> int:
         """Ingest validated restore reports (from the store or report files); idempotent by
@@ -217,22 +226,22 @@ class Index:
         if not reports:
             return 0
         with self.write_session() as s:
-            return record.save_reports(s, reports)
+            return record_runs.save_reports(s, reports)
 
     def known_report_ids(self, report_ids: Sequence[str]) -> set[str]:
         """Which of these report ids are already ingested."""
         with self.read_session() as s:
-            return record.existing_report_ids(s, report_ids)
+            return record_runs.existing_report_ids(s, report_ids)
 
     def record_verification(self, entry_key: str, status: str) -> bool:
         """Mark an entry verified (status such as 'ok' or 'corrupt'); False if unknown."""
-        with self.write_session() as s:
-            return record.save_verification(s, entry_key, status)
+        with self._write_connection() as conn:
+            return record.save_verification(conn, entry_key, status)
 
     def remove_entries(self, entry_keys: Sequence[str]) -> int:
         """Forget entries (not the store's manifests); returns how many were removed."""
-        with self.write_session() as s:
-            return record.delete_entries(s, entry_keys)
+        with self._write_connection() as conn:
+            return record.delete_entries(conn, entry_keys)
 
     # --- claims (precompile --claim) -----------------------------------------------------
 
@@ -304,8 +313,8 @@ class Index:
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of these entry keys are indexed (primary-key lookups, a few hundred keys
         per query): what a run needs, never every key."""
-        with self.read_session() as s:
-            return record.existing_entry_keys(s, sorted(set(keys)))
+        with self.connection() as conn:
+            return record.existing_entry_keys(conn, sorted(set(keys)))
 
     def entry_key_pages(self, size: int = queries.KEY_PAGE) -> Iterator[list[str]]:
         """Every indexed entry key in key order, ``size`` at a time, each page read in its
@@ -410,7 +419,7 @@ def open_index(url: str, *, auto_upgrade: bool) -> Index:
                                   f"(create it with: neffcache db upgrade --index {url})")
     if auto_upgrade:
         ensure_parent_dir(url)
-    engine = make_engine(url)
+    engine = index_engine(url)
     try:
         state = _first_look(engine, url, auto_upgrade and path is not None)
         if state is None or (not state.up_to_date and auto_upgrade and (

@@ -1,7 +1,8 @@
-"""The columns the read paths query, as SQLAlchemy Core table clauses: reads such as ``ls``
-and ``coverage`` then import no ORM (``sqlalchemy.orm`` and the mapped models cost a CLI
-command ~0.15 s of start-up). ``models`` stays the one schema definition (DDL, migrations,
-writes); ``tests/unit/test_index_tables.py`` keeps these columns and types in step with it.
+"""The columns the read paths and the entry writes use, as SQLAlchemy Core table clauses: reads
+such as ``ls`` and ``coverage``, and recording an entry (``push``, ``capture``), then import no
+ORM (``sqlalchemy.orm`` and the mapped models cost a CLI command ~0.15 s of start-up).
+``models`` stays the one schema definition (DDL, migrations, the ORM's writes);
+``tests/unit/test_index_queries.py`` keeps these columns and types in step with it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ fingerprints = table(
 
 cells = table(
     "cells",
-    column("key", String(KEY)), column("id", String(255)), column("json", JSON),
+    column("key", String(KEY)), column("id", String(255)), column("pipeline", String(64)),
+    column("mode", String(16)), column("height", Integer), column("width", Integer),
+    column("batch", Integer), column("tp", Integer), column("json", JSON),
 )
 
 entries = table(
@@ -30,6 +33,16 @@ entries = table(
     column("compile_seconds", Float), column("created_at", UTC_TS),
     column("verified_status", String(16)), column("verified_at", UTC_TS),
     column("last_used_at", UTC_TS), column("restore_count", Integer),
+    column("producer", JSON), column("recorded_at", UTC_TS),
+)
+
+blobs = table("blobs", column("sha256", String(KEY)), column("size", BigInteger))
+
+entry_files = table(
+    "entry_files",
+    column("entry_key", String(KEY)), column("position", Integer), column("root", String(32)),
+    column("path", Text), column("sha256", String(KEY)), column("size", BigInteger),
+    column("mode", Integer),
 )
 
 cell_failures = table(
@@ -65,11 +78,33 @@ coverage_counts = table(
     column("ready", BigInteger), column("failed", BigInteger),
 )
 
+fingerprint_counts = table(
+    "fingerprint_counts",
+    column("fingerprint_key", String(KEY)), column("entries", BigInteger),
+    column("total_bytes", BigInteger),
+)
+
+restore_counts = table(
+    "restore_counts",
+    column("period_start", UTC_TS), column("exit_code", Integer),
+    column("restored_any", Integer), column("bucket", Integer), column("restores", BigInteger),
+    column("seconds_sum", Float), column("bytes_sum", BigInteger),
+)
+
+restore_reports = table(  # what the aggregates count (the rows are written by the ORM)
+    "restore_reports",
+    column("created_at", UTC_TS), column("exit_code", Integer),
+    column("cells_restored", Integer), column("seconds", Float),
+    column("bytes_fetched", BigInteger), column("matrix", String(255)),
+    column("fingerprint_key", String(KEY)),
+)
+
 report_fingerprints = table(
     "report_fingerprints",
     column("matrix", String(255)), column("fingerprint_key", String(KEY)),
     column("reports", BigInteger), column("last_seen_at", UTC_TS),
 )
 
-ALL = (fingerprints, cells, entries, cell_failures, cell_claims, matrices, matrix_cells,
-       coverage_counts, report_fingerprints)
+ALL = (fingerprints, cells, entries, blobs, entry_files, cell_failures, cell_claims, matrices,
+       matrix_cells, coverage_counts, fingerprint_counts, restore_counts, restore_reports,
+       report_fingerprints)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -178,3 +180,53 @@ def test_concurrent_writers_on_one_sqlite_file(index_url: str) -> None:
 ])
 def test_strip_credentials(url: str, expected: str) -> None:
     assert strip_credentials(url) == expected
+
+
+def test_recording_an_entry_imports_no_orm(index_url: str, tmp_path: Path) -> None:
+    """``push``'s index work (#25): Core statements on index.tables, so neither
+    sqlalchemy.orm, the mapped models, alembic nor the other database's dialect load."""
+    from neffcache.manifest import encode_manifest
+
+    with open_index(index_url, auto_upgrade=True):
+        pass
+    m = make_manifest(make_cell(1), make_fingerprint(1))
+    path = tmp_path / "m.json"
+    path.write_bytes(encode_manifest(m))
+    code = ("import sys\nfrom pathlib import Path\nfrom neffcache.index import open_index\n"
+            "from neffcache.manifest import decode_manifest\n"
+            "m = decode_manifest(Path(sys.argv[2]).read_bytes())\n"
+            "with open_index(sys.argv[1], auto_upgrade=False) as ix:\n"
+            "    new = ix.record_entry(m, 's3://bucket/neff')\n"
+            "heavy = ('sqlalchemy.orm', 'neffcache.index.models', 'alembic',\n"
+            "         'sqlalchemy.dialects.postgresql')\n"
+            "print(new, sorted(k for k in sys.modules if k.startswith(heavy)))")
+    done = subprocess.run([sys.executable, "-c", code, index_url, str(path)],
+                          capture_output=True, text=True, check=False)
+    assert done.stdout.strip().splitlines()[-1:] == ["True []"], done.stdout + done.stderr
+    with open_index(index_url, auto_upgrade=False) as ix:
+        assert [e.entry_key for e in ix.entries()] == [m.entry_key]
+
+
+def test_an_index_opened_again_shares_the_engine_not_its_listeners(index_url: str) -> None:
+    """One engine per database per process: a second open finds the dialect set up (and
+    the statements compiled); each Index's listeners stay its own; in-memory SQLite is new
+    per open."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+    with open_index(index_url, auto_upgrade=True) as first:
+        event.listen(first.engine, "before_cursor_execute",
+                     lambda *args: seen.append("first"))
+        first.record_entry(make_manifest(make_cell(1), make_fingerprint(1)), "s3://b/n")
+        dialect = first.engine.dialect
+    assert seen
+    seen.clear()
+    with open_index(index_url, auto_upgrade=False) as again:
+        assert again.engine.dialect is dialect
+        assert again.record_entry(make_manifest(make_cell(2), make_fingerprint(1)), "s3://b/n")
+        assert len(again.entries()) == 2
+    assert seen == []
+    with open_index("sqlite://", auto_upgrade=True) as a, \
+            open_index("sqlite://", auto_upgrade=True) as b:
+        a.record_entry(make_manifest(make_cell(3), make_fingerprint(1)), "s3://b/n")
+        assert a.engine.dialect is not b.engine.dialect and b.entries() == []

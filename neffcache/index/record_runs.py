@@ -1,0 +1,221 @@
+"""Writes of precompile runs, failures and restore reports (with the fingerprints reports
+name, and the entries' last use and restore count), as ORM rows. Every function takes an open
+Session inside a write transaction; the caller commits. Entries: ``record``."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from neffcache.errors import UsageError
+from neffcache.fingerprint import Fingerprint
+from neffcache.index import aggregates
+from neffcache.index.engine import dialect_insert
+from neffcache.index.models import (
+    CellFailureRow,
+    EntryRow,
+    FingerprintRow,
+    PrecompileRunRow,
+    RestoreReportRow,
+)
+from neffcache.index.record import (
+    fingerprint_row,
+    insert_if_absent,
+    save_fingerprints_and_cells,
+    utcnow,
+)
+from neffcache.index.values import chunks
+from neffcache.matrix import Cell
+
+if TYPE_CHECKING:  # neffcache.reports imports the store package: not on the entry path
+    from neffcache.reports import Report
+
+LOG_TAIL_CHARS = 16_000
+
+
+def save_failure(session: Session, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
+                 exit_status: int | None, seconds: float, log_tail: str) -> None:
+    now = utcnow()
+    save_fingerprints_and_cells(session, [fingerprint], [cell], now)
+    aggregates.failure_adding(session, cell.key, fingerprint.key)
+    session.add(CellFailureRow(run_id=run_id, cell_key=cell.key,
+                               fingerprint_key=fingerprint.key, exit_status=exit_status,
+                               seconds=float(seconds), log_tail=log_tail[-LOG_TAIL_CHARS:],
+                               created_at=now))
+
+
+def save_run_start(session: Session, host: str, fingerprint: Fingerprint,
+                   matrix_name: str) -> str:
+    now = utcnow()
+    save_fingerprints_and_cells(session, [fingerprint], [], now)
+    run_id = uuid.uuid4().hex
+    session.add(PrecompileRunRow(id=run_id, started_at=now, host=host[:255],
+                                 fingerprint_key=fingerprint.key, matrix_name=matrix_name[:255]))
+    return run_id
+
+
+def save_run_finish(session: Session, run_id: str, ok: int, failed: int) -> None:
+    result = session.execute(update(PrecompileRunRow).where(PrecompileRunRow.id == run_id)
+                             .values(finished_at=utcnow(), cells_ok=int(ok),
+                                     cells_failed=int(failed)))
+    if not result.rowcount:  # type: ignore[attr-defined]
+        raise UsageError(f"precompile run {run_id!r}: no such run in the index")
+
+
+def _int(report: Mapping[str, Any], *names: str, default: int = 0) -> int:
+    for n in names:
+        v = report.get(n)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return int(v)
+    return default
+
+
+def _cell_ids(value: Any) -> list[str]:
+    """A list of cell ids from ids, or from objects with an ``id``/``cell_id``."""
+    if not isinstance(value, (list, tuple)):
+        return []
+    out = []
+    for v in value:
+        if isinstance(v, Mapping):
+            v = v.get("cell_id") or v.get("id")
+        out.append(str(v))
+    return out
+
+
+def _cells_and_count(report: Mapping[str, Any], name: str) -> tuple[list[str], int]:
+    """``restored``/``missing`` lists and ``cells_<name>`` as a count or as the list itself."""
+    listed = _cell_ids(report.get(name))
+    value = report.get(f"cells_{name}")
+    if isinstance(value, (list, tuple)):
+        listed = listed or _cell_ids(value)
+        return listed, len(_cell_ids(value))
+    return listed, _int(report, f"cells_{name}", default=len(listed))
+
+
+def restore_report_row(report: Mapping[str, Any]) -> RestoreReportRow:
+    """Map a restore report (see ``Index.record_restore``) to a row; every key is also kept
+    in the ``report`` JSON column."""
+    fp = report.get("fingerprint")
+    fp_key = report.get("fingerprint_key") or (fp.get("key") if isinstance(fp, Mapping) else fp)
+    restored, n_restored = _cells_and_count(report, "restored")
+    missing, n_missing = _cells_and_count(report, "missing")
+    seconds = report.get("seconds", 0.0)
+    return RestoreReportRow(
+        host=str(report.get("host") or "unknown")[:255],
+        fingerprint_key=str(fp_key or "")[:64],
+        matrix=str(report.get("matrix") or "")[:255],
+        cells_restored=n_restored, cells_missing=n_missing,
+        restored=restored, missing=missing,
+        files_fetched=_int(report, "files_fetched"),
+        files_skipped=_int(report, "files_skipped"),
+        bytes_fetched=_int(report, "bytes_fetched", "bytes"),
+        seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+        exit_code=_int(report, "exit_code"),
+        report=_jsonable(report),
+        created_at=utcnow(),
+    )
+
+
+def existing_report_ids(session: Session, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for part in chunks(sorted(set(ids))):
+        found.update(str(r) for r in session.scalars(
+            select(RestoreReportRow.report_id).where(RestoreReportRow.report_id.in_(part))))
+    return found
+
+
+def save_reports(session: Session, reports: Sequence[Report]) -> int:
+    """Insert the validated reports not yet ingested (unique by report id; a concurrent
+    ingester's rows are left alone); record each fingerprint they name (so the fleet's
+    fingerprints show even when nothing was built for them) and move the entries they found
+    to their newest use. Returns how many reports were new."""
+    now = utcnow()
+    by_id = {r.report_id: r for r in reports}
+    fresh = set(by_id) - existing_report_ids(session, list(by_id))
+    new = sorted((by_id[k] for k in fresh), key=lambda r: (r.time, r.report_id))  # oldest first
+    if not new:
+        return 0
+    fps = {r.fingerprint.key: fingerprint_row(r.fingerprint, min(r.time, now))
+           for r in new if r.fingerprint is not None}
+    insert_if_absent(session, FingerprintRow, [fps[k] for k in sorted(fps)])
+    stmt = _insert_ignoring_duplicates(session, RestoreReportRow, "report_id")
+    columns = [c.key for c in RestoreReportRow.__table__.columns if c.key != "id"]
+    added: list[RestoreReportRow] = []
+    for r in new:
+        row = restore_report_row(r.to_json())
+        row.report_id, row.created_at = r.report_id, min(r.time, now)
+        inserted = session.execute(stmt.values({c: getattr(row, c) for c in columns})
+                                   .returning(RestoreReportRow.id))
+        if inserted.all():  # no row back: another ingester has it
+            added.append(row)
+    restores_recorded(session, added)
+    last_use: dict[str, datetime] = {}
+    for r in new:
+        if r.status != "failed":
+            when = min(r.time, now)  # a clock ahead of ours does not set a future last use
+            for key in r.entries:
+                last_use[key] = max(last_use.get(key, when), when)
+    _save_last_use(session, last_use)
+    inserted_ids = {row.report_id for row in added}
+    _save_restore_counts(session, restore_counts(
+        r for r in new if r.report_id in inserted_ids))
+    return len(added)
+
+
+def restore_counts(reports: Iterable[Report]) -> dict[str, int]:
+    """Per entry key, how many of ``reports`` (ok or partial) found it; each report counts an
+    entry once (pure)."""
+    counts: dict[str, int] = {}
+    for r in reports:
+        if r.status != "failed":
+            for key in set(r.entries):
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def restores_recorded(session: Session, rows: Sequence[RestoreReportRow]) -> None:
+    """Count new restore report rows in the aggregates."""
+    aggregates.restores_added(session, [
+        (r.created_at, r.exit_code, r.cells_restored, r.seconds, r.bytes_fetched, r.matrix,
+         r.fingerprint_key) for r in rows])
+
+
+def _insert_ignoring_duplicates(session: Session, model: type, column: str) -> Any:
+    return dialect_insert(session)(model).on_conflict_do_nothing(index_elements=[column])
+
+
+def _save_last_use(session: Session, last_use: Mapping[str, datetime]) -> None:
+    """``entries.last_used_at = max(it, t)`` per entry key, one UPDATE per distinct time."""
+    by_time: dict[datetime, list[str]] = {}
+    for key, when in last_use.items():
+        by_time.setdefault(when, []).append(key)
+    e = EntryRow
+    for when, keys in sorted(by_time.items()):
+        for part in chunks(sorted(keys)):
+            session.execute(update(e).where(e.entry_key.in_(part))
+                            .where((e.last_used_at.is_(None)) | (e.last_used_at < when))
+                            .values(last_used_at=when))
+
+
+def _save_restore_counts(session: Session, counts: Mapping[str, int]) -> None:
+    """``entries.restore_count += n`` per entry key, one UPDATE per distinct n. Only reports
+    this session inserted are counted, so concurrent ingesters never count one twice."""
+    by_n: dict[int, list[str]] = {}
+    for key, n in counts.items():
+        by_n.setdefault(n, []).append(key)
+    e = EntryRow
+    for n, keys in sorted(by_n.items()):
+        for part in chunks(sorted(keys)):
+            session.execute(update(e).where(e.entry_key.in_(part))
+                            .values(restore_count=e.restore_count + n))
+
+
+def _jsonable(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value, default=str))
