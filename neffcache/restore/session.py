@@ -75,7 +75,8 @@ class RestoreRequest:
                    stays, the rest is reported (exit 3); every store wait is clipped to it
     started        when the clock started, on ``time.monotonic()`` (the CLI passes its
                    process start); None: when the call starts
-    workers        parallel transfers; None: 2 per CPU, at most 16 (4 from a bundle)
+    workers        parallel transfers; None: 2 per CPU for blobs and parts, 4 per CPU for
+                   manifest reads and local checks, at most 16 (4 from a bundle)
     bundle         restore from this bundle file instead of the store (no store, no
                    network, no report); ``expect_sha256``: refuse it unless its digest is that;
                    ``bundle_max_bytes``: the most a gzip bundle may decompress to (default:
@@ -201,9 +202,15 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
 
 
 def default_workers() -> int:
-    """Parallel transfers from a store: threads beyond a few per CPU only contend for the GIL
-    (measured: on 2 CPUs, 4 transfer threads spent 10-15 % less CPU than 8 on the large parts
-    of the boot benchmark's compiled and mixed trees, for the same or less time; issue 22)."""
+    """Parallel manifest reads and local checks (hashing, syncs): threads beyond a few per CPU
+    only contend for the GIL (measured)."""
+    return min(16, 4 * usable_cpus())
+
+
+def default_transfers() -> int:
+    """Parallel blob and part transfers from a store: fewer than ``default_workers`` (measured
+    on 2 CPUs: 4 transfer threads spent 10-15 % less CPU than 8 on the large parts of the boot
+    benchmark's compiled and mixed trees, in the same or less time; issue 22)."""
     return min(16, TRANSFERS_PER_CPU * usable_cpus())
 
 
@@ -300,7 +307,8 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
         return _from_mirrors(s, fingerprint, store)
     return restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                          workers=s.workers or default_workers(), deadline=s.until,
-                         progress=s.progress, notice=s.notice, trusted=s.trusted)
+                         progress=s.progress, notice=s.notice, trusted=s.trusted,
+                         transfers=s.workers or default_transfers())
 
 
 def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> RestoreResult:
@@ -313,7 +321,8 @@ def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> Rest
         store = MirroredStore([primary, *mirrors])
         result = restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                                workers=s.workers or default_workers(), deadline=s.until,
-                               progress=s.progress, notice=s.notice, trusted=s.trusted)
+                               progress=s.progress, notice=s.notice, trusted=s.trusted,
+                               transfers=s.workers or default_transfers())
         return replace(result, served_by=tuple(store.served().items()))
 
 
