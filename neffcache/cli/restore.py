@@ -124,7 +124,8 @@ Examples:
               help="Print `export VAR=...` lines for the backend's cache dirs on stdout, for "
                    "`eval` (also creates the lock/scratch dirs).")
 @click.option("--workers", type=click.IntRange(1, 256), default=None, metavar="N",
-              help="Parallel transfers [default: 4 per CPU, at most 16].")
+              help="Parallel transfers [default: 2 per CPU for files, 4 per CPU "
+              "for manifest reads and local checks; at most 16].")
 @click.option("--from-bundle", "bundle", metavar="FILE", default=None,
               type=click.Path(dir_okay=False),
               help="Restore from a bundle file (`neffcache bundle export`) instead of the "

@@ -35,6 +35,7 @@ from neffcache.restore.fs import DirCache, Roots, tmp_name
 from neffcache.restore.install import (
     BATCH_FILES,
     NEW,
+    PART_WRITE_BYTES,
     Batch,
     FileFailure,
     Outcome,
@@ -45,7 +46,7 @@ from neffcache.restore.install import (
     fail_all,
     place,
     pwrite_all,
-    read_into,
+    read_piece,
     read_umask,
     verify_member,
 )
@@ -270,15 +271,15 @@ class Fetcher:
         own = hashlib.sha256()
         while done < part.length:
             self._check()
-            n = read_into(body, buf[:min(CHUNK, part.length - done)])
-            if not n:
+            data = read_piece(body, buf[:min(CHUNK, part.length - done)])
+            if not data:
                 break
             # Writes to one file serialize on its inode lock anyway; waiting here (asleep)
             # instead of in the kernel (spinning) saves the CPU the other parts need.
             with asm.write_lock:
-                pwrite_all(asm.fd, buf[:n], part.start + done)
-            own.update(buf[:n])
-            done += n
+                pwrite_all(asm.fd, data, part.start + done, PART_WRITE_BYTES)
+            own.update(data)
+            done += len(data)
         t = g.targets[0]
         if done < part.length:
             raise IntegrityError(f"{t.root}/{t.path}: blob {g.sha256[:12]} ends at "

@@ -75,8 +75,11 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
                   deadline: float | None = None, progress: Progress | None = None,
                   units: UnitPolicy = DEFAULT_UNITS,
                   notice: Callable[[str], None] | None = None,
-                  trusted: Sequence[PublicKey] = ()) -> RestoreResult:
+                  trusted: Sequence[PublicKey] = (),
+                  transfers: int | None = None) -> RestoreResult:
     """Restore ``cells`` into ``target/<root>`` for each of the backend's cache roots;
+    ``workers`` threads read manifests and look at what is in place, ``transfers`` (default:
+    ``workers``) fetch blobs and large-file parts;
     ``units`` says how blobs become requests (pack runs, large-blob parts); with keys
     ``trusted``, an entry not signed by one of them is refused (integrity). Holds the
     target's lock throughout (waiting for a restore already running there: ``notice`` is
@@ -87,7 +90,8 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
         try:
             result, hung = _locked(store, cells, backend, fingerprint, target, held, started,
                                    workers=workers, deadline=deadline, progress=progress,
-                                   units=units, trusted=trusted)
+                                   units=units, trusted=trusted,
+                                   transfers=transfers or workers)
         except Exception:
             held.finished()  # unwound: its temp files were removed on the way
             raise
@@ -99,7 +103,8 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
 def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
             target: Path, held: Held, started: float, *, workers: int,
             deadline: float | None, progress: Progress | None,
-            units: UnitPolicy, trusted: Sequence[PublicKey]) -> tuple[RestoreResult, bool]:
+            units: UnitPolicy, trusted: Sequence[PublicKey],
+            transfers: int) -> tuple[RestoreResult, bool]:
     """The restore under the lock; and whether a transfer still hangs at the deadline."""
     dirs = root_dirs(backend, str(target))
     roots = Roots(dirs)  # refuses a root that is a symlink
@@ -134,7 +139,7 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         _rss("plan")
         if not held.unclean:
             stale += sweep_dirs(roots, _write_dirs(plan))
-        report = apply_restore(store, plan, workers=workers, deadline=deadline,
+        report = apply_restore(store, plan, workers=transfers, deadline=deadline,
                                progress=progress, roots=roots)
         _rss("apply")
         plan = replace(plan, fetch=(), units=())  # done with: report.installed holds the targets

@@ -57,6 +57,7 @@ LATE_REPORT_TIMEOUT = 0.2  # ... and this long once the deadline has passed
 # How long after the deadline the restore is waited for (its workers get thread_pool.GRACE).
 OVERRUN = 0.3
 BUNDLE_WORKERS = 4  # a local file: a few readers are enough
+TRANSFERS_PER_CPU = 2  # default_workers
 
 T = TypeVar("T")
 Notice = Callable[[str], None]
@@ -74,7 +75,8 @@ class RestoreRequest:
                    stays, the rest is reported (exit 3); every store wait is clipped to it
     started        when the clock started, on ``time.monotonic()`` (the CLI passes its
                    process start); None: when the call starts
-    workers        parallel transfers; None: 4 per CPU, at most 16 (4 from a bundle)
+    workers        parallel transfers; None: 2 per CPU for blobs and parts, 4 per CPU for
+                   manifest reads and local checks, at most 16 (4 from a bundle)
     bundle         restore from this bundle file instead of the store (no store, no
                    network, no report); ``expect_sha256``: refuse it unless its digest is that;
                    ``bundle_max_bytes``: the most a gzip bundle may decompress to (default:
@@ -158,9 +160,10 @@ def restore(request: RestoreRequest) -> RestoreResult:
     if request.on_environment is not None:  # before anything that can fail on the network
         request.on_environment(cache_environment(s.backend, str(s.target)))
     source = _open_bundle(request)
+    opened: list[Store] = []  # the store the restore opened: the report goes through it too
     try:
         fingerprint = _fingerprint(request, s)
-        result = _restore(s, fingerprint, source)
+        result = _restore(s, fingerprint, source, opened)
     finally:
         if source is not None:
             source.close()
@@ -172,7 +175,7 @@ def restore(request: RestoreRequest) -> RestoreResult:
     result = replace(result, fingerprint_python=described_interpreter(s.settings.python),
                      explain_args=_explain_args(s, result.store_url))
     if source is None:
-        _send_report(s, result.to_json(), fingerprint)
+        _send_report(s, result.to_json(), fingerprint, opened)
     return result
 
 
@@ -199,9 +202,16 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
 
 
 def default_workers() -> int:
-    """Parallel transfers from a store: threads beyond a few per CPU only contend for the GIL
-    (measured)."""
+    """Parallel manifest reads and local checks (hashing, syncs): threads beyond a few per CPU
+    only contend for the GIL (measured)."""
     return min(16, 4 * usable_cpus())
+
+
+def default_transfers() -> int:
+    """Parallel blob and part transfers from a store: fewer than ``default_workers`` (measured
+    on 2 CPUs: 4 transfer threads spent 10-15 % less CPU than 8 on the large parts of the boot
+    benchmark's compiled and mixed trees, in the same or less time; issue 22)."""
+    return min(16, TRANSFERS_PER_CPU * usable_cpus())
 
 
 def conflict_warning(conflicts: Sequence[Conflict], listed: int = 3) -> str:
@@ -266,8 +276,8 @@ def _open_bundle(request: RestoreRequest) -> BundleStore | None:
                        max_bytes=request.bundle_max_bytes)
 
 
-def _restore(s: _Session, fingerprint: Fingerprint,
-             source: BundleStore | None) -> RestoreResult:
+def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
+             opened: list[Store]) -> RestoreResult:
     """The restore once the fingerprint is known; a failure before any result is reported
     (a bundle restore is for hosts with no store and no index: it reports nothing)."""
     try:
@@ -279,23 +289,26 @@ def _restore(s: _Session, fingerprint: Fingerprint,
         return restore_local(s.cells, s.backend, fingerprint, s.target,
                              store_url=describe_store(s.settings.store_url),
                              trusted=s.trusted) or \
-            _before(s.until, lambda: _from_store(s, fingerprint))
+            _before(s.until, lambda: _from_store(s, fingerprint, opened))
     except NeffcacheError as exc:
         # A boot restore that stops early is exactly what the dashboard must show.
         if source is None:
-            _send_report(s, _failure_doc(s, fingerprint, exc), fingerprint)
+            _send_report(s, _failure_doc(s, fingerprint, exc), fingerprint, opened)
         raise
 
 
-def _from_store(s: _Session, fingerprint: Fingerprint) -> RestoreResult:
+def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> RestoreResult:
+    """The restore from the store (and mirrors); the store opened is appended to ``opened``."""
     store = open_store(s.settings.store_url, deadline=s.until)
+    opened.append(store)
     if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
         store.check()
     if s.mirrors:
         return _from_mirrors(s, fingerprint, store)
     return restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                          workers=s.workers or default_workers(), deadline=s.until,
-                         progress=s.progress, notice=s.notice, trusted=s.trusted)
+                         progress=s.progress, notice=s.notice, trusted=s.trusted,
+                         transfers=s.workers or default_transfers())
 
 
 def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> RestoreResult:
@@ -308,7 +321,8 @@ def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> Rest
         store = MirroredStore([primary, *mirrors])
         result = restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                                workers=s.workers or default_workers(), deadline=s.until,
-                               progress=s.progress, notice=s.notice, trusted=s.trusted)
+                               progress=s.progress, notice=s.notice, trusted=s.trusted,
+                               transfers=s.workers or default_transfers())
         return replace(result, served_by=tuple(store.served().items()))
 
 
@@ -391,9 +405,11 @@ def _report_spool_dir(target: Path, configured: str | None) -> Path:
     return target / LOCAL_ENTRIES / SPOOL_DIR
 
 
-def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint) -> None:
+def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
+                 opened: Sequence[Store] = ()) -> None:
     """Write this run's restore report where the settings say (never to the index), after
-    those an earlier run spooled; one it cannot write is spooled in turn."""
+    those an earlier run spooled; one it cannot write is spooled in turn; through the store
+    the restore opened, when it opened one (``opened``)."""
     if s.settings.reports_to == REPORTS_OFF:
         return
     doc = dict(doc)
@@ -403,4 +419,5 @@ def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint) 
                           nonce=os.urandom(4).hex(), version=__version__)
     send_report(report, s.settings.reports_to, s.settings.store_url,
                 _report_timeout(s.until), s.notice,
-                spool=_report_spool_dir(s.target, s.settings.report_spool))
+                spool=_report_spool_dir(s.target, s.settings.report_spool),
+                store=opened[0] if opened else None)

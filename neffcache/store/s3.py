@@ -346,7 +346,10 @@ class S3Store:
 
 
 class _Body(ObjectStream):
-    """An object's body as a stream: chunks from obstore, errors translated while reading."""
+    """An object's body as a stream: chunks from obstore, errors translated while reading.
+    ``read(n)`` with ``n`` at least the chunk left hands on obstore's own chunk, no copy."""
+
+    zero_copy_reads = True  # restore.install.read_piece: read() over readinto a buffer
 
     def __init__(self, chunks: Iterator[bytes], store: S3Store, key: str) -> None:
         super().__init__()
@@ -371,6 +374,10 @@ class _Body(ObjectStream):
             return b"".join(parts)
         if not self._buf and not self._fill():
             return b""
+        whole = self._buf.obj
+        if size >= len(self._buf) and type(whole) is bytes and len(whole) == len(self._buf):
+            self._buf = memoryview(b"")  # a whole chunk as obstore made it: handed on, no copy
+            return whole
         out, self._buf = self._buf[:size], self._buf[size:]
         return bytes(out)
 

@@ -72,6 +72,7 @@ QUICK = {
 }
 TARGETS = {"eager": 0.35, "mixed": 0.4, "compiled": 1.0}  # neffcache restore / s5cmd, at most
 LOADED_TARGET = 1.2  # restore beside the writer / quiet, at most
+DELETE_SETTLE_S = 65.0  # after deleting a tree's restores, before the next tree (forget_outputs)
 PUSH_TIME_TARGET, PUSH_RSS_TARGET_MIB = 1.5, 200  # push / s5cmd cp; push peak RSS
 MATRIX = "".join(f"""
 [[pipelines]]
@@ -224,6 +225,22 @@ class Bench:
         return out
 
 
+def forget_outputs(out: Path, wait: float) -> None:
+    """Delete a tree's restored copies, flush, and wait ``wait`` seconds before the next
+    tree's runs. Measured here (perf, kernel 6.x, ext4 without a journal): for a minute after
+    thousands of files were deleted (five more while their inode table blocks are dirty),
+    ext4 skips their inode numbers when it allocates (``recently_deleted`` in
+    ``find_inode_bit``), reading an inode table block for each one skipped; a tree's restores
+    (neffcache's and s5cmd's alike, every mkdir and create) right after the previous tree's
+    were deleted paid up to 60 % of their CPU there (mixed: 5 s instead of 1.3 s). A booting
+    instance has deleted nothing."""
+    shutil.rmtree(out, ignore_errors=True)
+    os.sync()
+    if wait > 0:
+        B.log(f"waiting {wait:.0f} s after deleting the last tree's restores")
+        time.sleep(wait)
+
+
 def report(name: str, tree: ProfileTree, push: dict[str, Samples],
            rest: dict[str, Samples], restorers: list[str]) -> tuple[list[str], dict[str, bool]]:
     gib = tree.total_bytes / GiB
@@ -364,13 +381,15 @@ def bench(work: Path, names: list[str], shapes: dict[str, Profile], runs: int, s
             prepared.append((name, tree, b.push(name, tree)))
         B.settle(args.settle if args.settle is not None else (0 if args.quick else 20))
         rows, text, verdicts = [], [], {}
-        for name, tree, push in prepared:
+        for k, (name, tree, push) in enumerate(prepared):
+            if k:  # the last tree's restores, deleted: wait until ext4 reuses their inodes
+                forget_outputs(b.out, 0 if args.quick else DELETE_SETTLE_S)
             rest = b.restores(name, tree)
-            shutil.rmtree(b.out, ignore_errors=True)
             lines, v = report(name, tree, push, rest, list(restorers))
             text += lines + [""]
             verdicts |= v
             rows.append((name, tree, push, rest))
+    shutil.rmtree(b.out, ignore_errors=True)
     head = [f"boot benchmark: {server} on 127.0.0.1, seed {seed}, {runs} run(s) each, writer "
             f"{writer >> 20} MiB; restorers: " +
             ", ".join(f"{k} ({v['PYTHONPATH']})" for k, v in restorers.items()),
