@@ -13,7 +13,7 @@ statements through SQLAlchemy (``sqla_reader``).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -70,10 +70,20 @@ class CoverageFacts:
     named: tuple[str, ...] = ()  # columns even with nothing for these cells (restore reports)
 
 
-def keys_param(dialect: str, keys: Sequence[str]) -> Any:
-    """A set of keys as the one parameter ``coverage_statements.in_keys`` takes: a list (a
-    Postgres array), a JSON list on SQLite (``json_each``)."""
-    return list(keys) if dialect == "postgresql" else json.dumps(list(keys))
+def keys_param(dialect: str, keys: Sequence[str]) -> str:
+    """A set of keys as the one parameter ``coverage_statements.in_keys`` takes: a Postgres
+    array literal (``{"k1","k2"}``, each element quoted), a JSON list on SQLite
+    (``json_each``)."""
+    if dialect == "postgresql":
+        return "{" + ",".join(f'"{_array_escape(k)}"' for k in keys) + "}"
+    return json.dumps(list(keys))
+
+
+def _array_escape(key: str) -> str:
+    """``key`` inside a double-quoted element of a Postgres array literal."""
+    if "\\" in key or '"' in key:
+        return key.replace("\\", "\\\\").replace('"', '\\"')
+    return key
 
 
 def scope_of_keys(keys: Sequence[str]) -> Scope:
@@ -150,13 +160,8 @@ def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: dateti
     without reading the cells' rows (``coverage_statements._fingerprints_with``)."""
     if not cell_keys:
         return set()
-    params = {"keys": keys_param(reader.dialect, cell_keys)}
-    out: set[str] = set()
-    for table in ("entries", "failures"):
-        out.update(r[0] for r in reader.all("cov_fingerprints_with",
-                                             shape_of({"table": table}), params))
-    out.update(r[0] for r in reader.all("cov_leased_fingerprints", (), {**params, "now": now}))
-    return out
+    return {r[0] for r in reader.all("cov_fingerprints_with", (), {
+        "keys": keys_param(reader.dialect, cell_keys), "now": now})}
 
 
 def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
@@ -205,9 +210,15 @@ def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
 def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
                       ) -> tuple[tuple[str, str], ...]:
     """(id, key) per distinct cell, in order; a key is a digest, so compute it once."""
+    from neffcache.matrix import Cell, cell_keys
+
+    cell_objs = [c for c in cells if isinstance(c, Cell)]
+    pairs: Iterable[tuple[str, str]] = (
+        zip([c.id for c in cell_objs], cell_keys(cell_objs), strict=True)
+        if len(cell_objs) == len(cells) else
+        [c if isinstance(c, tuple) else (c.id, c.key) for c in cells])
     out: dict[str, str] = {}
-    for c in cells:
-        cell_id, key = c if isinstance(c, tuple) else (c.id, c.key)
+    for cell_id, key in pairs:
         out.setdefault(key, cell_id)
     return tuple((cell_id, key) for key, cell_id in out.items())
 

@@ -96,7 +96,7 @@ def _both_paths_agree(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     doc = json.loads((tmp_path / "sql.json").read_text())
     names = {k.split("|")[1] for k in doc["statements"]}
     assert names >= {"now", "cov_entries", "cov_failures", "cov_leases", "cov_fingerprints",
-                     "cov_fingerprints_with", "cov_leased_fingerprints", "fingerprint_prefix",
+                     "cov_fingerprints_with", "fingerprint_prefix",
                      "matrix_versions", "matrix_cell_refs"}
     facts = want["facts"]
     assert len(facts.entries) == 12 and len(facts.failures) == 12 and len(facts.leases) == 1
@@ -199,3 +199,32 @@ def test_row_lines_are_each_rows_encoding() -> None:
     for cell_id, ck, fk, status in items:
         want = encode_line(coverage_row(cell_id, ck, fk, status, facts).to_json())
         assert line(cell_id, ck, fk, status, facts) == want
+
+
+@pytest.mark.postgres
+def test_a_set_of_keys_reaches_postgres_as_the_same_keys_whatever_they_hold(
+        pg_new_database: Callable[[], str]) -> None:
+    """``keys_param``'s array literal: every key comes back as it was, quotes, backslashes,
+    commas, braces and spaces included, through SQLAlchemy and through the bare driver."""
+    import psycopg
+    from sqlalchemy import column, select, table
+
+    from neffcache.index.coverage_reads import keys_param
+    from neffcache.index.coverage_statements import in_keys
+
+    url = pg_new_database()
+    keys = ["a" * 64, 'q"uote', "back\\slash", "com,ma", "{brace}", " sp ace ", "NULL", ""]
+    literal = keys_param("postgresql", keys)
+    with open_index(url, auto_upgrade=True) as ix, ix.connection() as conn:
+        conn.exec_driver_sql("CREATE TEMP TABLE k (v text)")
+        conn.exec_driver_sql("INSERT INTO k SELECT unnest(%(a)s::text[])", {"a": keys})
+        k = table("k", column("v"))
+        got = conn.execute(select(k.c.v).where(in_keys("postgresql", k.c.v)),
+                           {"keys": literal}).scalars().all()
+        assert sorted(got) == sorted(keys)
+        assert conn.execute(select(k.c.v).where(in_keys("postgresql", k.c.v)),
+                            {"keys": keys_param("postgresql", keys[:2])}).scalars().all() \
+            == keys[:2]
+    with psycopg.connect(url.replace("+psycopg", "")) as pg:
+        back = pg.execute("SELECT unnest(CAST(%(k)s AS text[]))", {"k": literal}).fetchall()
+    assert [r[0] for r in back] == keys
