@@ -28,7 +28,7 @@ from neffcache.manifest import DIGEST_FIELD, Manifest, decode_manifest, entry_ke
 from neffcache.matrix import Cell
 from neffcache.restore.fs import Roots
 from neffcache.restore.local import local_manifest_path, read_missing_record
-from neffcache.restore.plan import FileId, cell_verdicts, plan_restore, wanted_sizes
+from neffcache.restore.plan import FileId, short_cells, wanted_sizes
 from neffcache.restore.resolve import CellFailure, Resolution, find_elsewhere, resolve_entries
 from neffcache.restore.scan import scan_present
 from neffcache.restore.seen import Present
@@ -84,8 +84,7 @@ def resolve_known(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
     held = list(copies.values())
     present, records = scan_present(roots, wanted_sizes(held), state, workers=min(workers, 8),
                                     deadline=deadline)
-    in_place = {t.id for t in plan_restore(held, dirs, present).present}
-    short = set(cell_verdicts(held, in_place)[1])
+    short = short_cells(held, dirs, present)  # not a whole plan: its claims of a million
     gone, failed, late = _confirm_published(store, [m for m in held if m.cell.id in short],
                                             workers, deadline)
     reused = [c for c, k in zip(cells, keys, strict=True) if k not in copies and k in recorded]
