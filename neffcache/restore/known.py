@@ -151,6 +151,8 @@ def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence
             ) -> tuple[Present, dict[FileId, StateRecord]]:
     """What is in place at every path ``found`` wants: the first scan's look where it wanted
     the same sizes, a look at the others (those of entries read from the store)."""
+    if len(found) == len(scanned) and all(a is b for a, b in zip(found, scanned, strict=True)):
+        return present, records  # the very entries scanned: no two maps of a million paths
     before, wanted = wanted_sizes(scanned), wanted_sizes(found)
     extra = {fid: sizes for fid, sizes in wanted.items() if before.get(fid) != sizes}
     if not extra and len(wanted) == len(before):
