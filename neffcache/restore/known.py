@@ -28,10 +28,11 @@ from neffcache.manifest import DIGEST_FIELD, Manifest, decode_manifest, entry_ke
 from neffcache.matrix import Cell
 from neffcache.restore.fs import Roots
 from neffcache.restore.local import local_manifest_path, read_missing_record
-from neffcache.restore.plan import FileId, PresentFile, cell_verdicts, plan_restore, wanted_sizes
+from neffcache.restore.plan import FileId, short_cells, wanted_sizes
 from neffcache.restore.resolve import CellFailure, Resolution, find_elsewhere, resolve_entries
 from neffcache.restore.scan import scan_present
-from neffcache.restore.state import StateRecord, overlay
+from neffcache.restore.seen import Present
+from neffcache.restore.state import StateRecord
 from neffcache.signing import PublicKey, check_trusted
 from neffcache.store import Store, manifest_key
 from neffcache.thread_pool import map_in_threads
@@ -44,7 +45,7 @@ class Known:
     last asked (the never-built record keeps its time while its cells were not asked again)."""
 
     resolution: Resolution
-    present: dict[FileId, PresentFile]
+    present: Present  # files vouched for held as paths (``seen``): see ``seen``
     records: dict[FileId, StateRecord]
     read: tuple[Manifest, ...]
     missing_checked_at: float
@@ -83,8 +84,7 @@ def resolve_known(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
     held = list(copies.values())
     present, records = scan_present(roots, wanted_sizes(held), state, workers=min(workers, 8),
                                     deadline=deadline)
-    in_place = {t.id for t in plan_restore(held, dirs, present).present}
-    short = set(cell_verdicts(held, in_place)[1])
+    short = short_cells(held, dirs, present)  # not a whole plan: its claims of a million
     gone, failed, late = _confirm_published(store, [m for m in held if m.cell.id in short],
                                             workers, deadline)
     reused = [c for c, k in zip(cells, keys, strict=True) if k not in copies and k in recorded]
@@ -146,17 +146,19 @@ def _confirm_published(store: Store, manifests: Sequence[Manifest], workers: int
 
 
 def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence[Manifest],
-            found: Sequence[Manifest], present: dict[FileId, PresentFile],
+            found: Sequence[Manifest], present: Present,
             records: dict[FileId, StateRecord], *, workers: int, deadline: float | None
-            ) -> tuple[dict[FileId, PresentFile], dict[FileId, StateRecord]]:
+            ) -> tuple[Present, dict[FileId, StateRecord]]:
     """What is in place at every path ``found`` wants: the first scan's look where it wanted
     the same sizes, a look at the others (those of entries read from the store)."""
+    if len(found) == len(scanned) and all(a is b for a, b in zip(found, scanned, strict=True)):
+        return present, records  # the very entries scanned: no two maps of a million paths
     before, wanted = wanted_sizes(scanned), wanted_sizes(found)
     extra = {fid: sizes for fid, sizes in wanted.items() if before.get(fid) != sizes}
     if not extra and len(wanted) == len(before):
         return present, records
-    more, more_records = scan_present(roots, extra, overlay(state, records),
+    more, more_records = scan_present(roots, extra, state, hashed=records,
                                       workers=min(workers, 8), deadline=deadline)
-    kept = {fid: p for fid, p in present.items() if fid in wanted and fid not in extra}
+    kept = present.keep(wanted, extra)  # a file hashed before is known, never "seen"
     kept_records = {fid: r for fid, r in records.items() if fid in wanted and fid not in extra}
-    return kept | more, kept_records | more_records
+    return kept.merge(more), kept_records | more_records

@@ -312,3 +312,29 @@ def cell_verdicts(manifests: Sequence[Manifest], in_place: set[FileId]
         ok = all((f.root, f.path) in in_place for f in m.files)
         (restored if ok else incomplete).append(m.cell.id)
     return tuple(restored), tuple(incomplete)
+
+
+def short_cells(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
+                present: Mapping[FileId, PresentFile]) -> set[str]:
+    """The cells ``cell_verdicts`` would call incomplete after ``plan_restore`` (a file is in
+    place when what is there is valid for any entry's record at its path), without the plan:
+    nothing per file is held but for the files whose own record is not what is there."""
+    doubt: dict[FileId, list[str]] = {}  # a path, and the cells whose record it did not match
+    for m in manifests:
+        for f in m.files:
+            if f.root not in target_dirs:
+                raise ManifestError(f"entry {m.entry_key[:12]}: file {f.root}/{f.path}: "
+                                    f"root {f.root!r} has no target directory")
+            have = present.get((f.root, f.path))
+            if have is None or (have.sha256, have.size, have.mode) != (f.sha256, f.size, f.mode):
+                doubt.setdefault((f.root, f.path), []).append(m.cell.id)
+    saved: set[FileId] = set()  # valid for another entry's record there: in place after all
+    for m in manifests if doubt else ():
+        for f in m.files:
+            fid = (f.root, f.path)
+            if fid in doubt and fid not in saved:
+                have = present.get(fid)
+                if have is not None and (have.sha256, have.size, have.mode) == \
+                        (f.sha256, f.size, f.mode):
+                    saved.add(fid)
+    return {c for fid, cells in doubt.items() if fid not in saved for c in cells}

@@ -55,6 +55,7 @@ from neffcache.restore.plan import (
     wanted_sizes,
 )
 from neffcache.restore.resolve import Resolution
+from neffcache.restore.seen import Present
 from neffcache.restore.state import (
     Durable,
     Pending,
@@ -133,6 +134,7 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         _rss("copies")
         unwanted = _unwanted(manifests, state, pending)
         plan = plan_restore(manifests, dirs, present, units)
+        seen = present  # its paths only (files in place as vouched for), for the state file
         del present, known, manifests  # and the packs' members: the units say where blobs are
         resolution = replace(resolution, found=tuple(replace(m, packs=(), parts=())
                                                      for m in resolution.found))
@@ -146,8 +148,8 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         records.update(zip((t.id for t in report.installed), report.states, strict=True))
         report = replace(report, states=())
         failures = report.failures + _sync_failures(settled)
-        _save(dirs, state, pending, settled.durable, records, unwanted)
-        del records, state  # a million files: what is held at the end is what counts
+        _save(dirs, state, pending, settled.durable, seen, records, unwanted)
+        del records, state, seen  # a million files: what is held at the end is what counts
         _rss("save")
     finally:
         if report is None or not report.hung:  # a hung transfer's thread still uses them
@@ -181,12 +183,13 @@ def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:
 
 
 def _save(dirs: Mapping[str, str], state: Mapping[FileId, StateRecord], pending: Pending,
-          settled: Durable, records: Mapping[FileId, StateRecord],
+          settled: Durable, seen: Present, records: Mapping[FileId, StateRecord],
           unwanted: Collection[FileId]) -> None:
-    """Write the state file if it changes: vouching for what it vouched for and still holds,
-    what was settled or re-read this run; every other file verified this run is pending."""
-    durable = Durable.kept(state, records, unwanted)
-    durable |= settled.still(records) | Durable.reread(pending, records)
+    """Write the state file if it changes: vouching for what it vouched for and still holds
+    (``seen`` by the scan, not written anew), what was settled or re-read this run; every
+    other file verified this run (``records``: hashed or installed) is pending."""
+    durable = Durable.vouched(state, seen, records, unwanted,
+                              settled.still(records) | Durable.reread(pending, records))
     waiting = pending_now(records, skip=durable.records,  # a view: no copies of a million
                           also={k: pending[k] for k in unwanted if k in pending})
     if not _equal(durable.records, state) or not _equal(waiting, pending):

@@ -1,7 +1,8 @@
 """Scan what is in place at every path the entries want: size, mode, and sha256 when useful.
 
 The look is one ``fstatat`` per wanted file; a file is hashed only when its size is one an
-entry wants and the state file does not vouch for it (same size, mtime, ctime, inode).
+entry wants and the state file does not vouch for it (same size, mtime, ctime, inode). A file
+it vouches for is held as one path (``seen.Present``): no object per unchanged file.
 """
 
 from __future__ import annotations
@@ -15,23 +16,29 @@ from collections.abc import Collection, Mapping
 from neffcache.hashing import CHUNK
 from neffcache.restore.fs import Roots
 from neffcache.restore.plan import FileId, PresentFile
+from neffcache.restore.seen import Present
 from neffcache.restore.state import StateRecord, state_record
 from neffcache.thread_pool import map_in_threads
 
 
 def scan_present(roots: Roots, wanted: Mapping[FileId, Collection[int]],
                  state: Mapping[FileId, StateRecord], *, workers: int = 8,
-                 deadline: float | None = None, hash_unknown: bool = True
-                 ) -> tuple[dict[FileId, PresentFile], dict[FileId, StateRecord]]:
+                 deadline: float | None = None, hash_unknown: bool = True,
+                 hashed: Mapping[FileId, StateRecord] | None = None
+                 ) -> tuple[Present, dict[FileId, StateRecord]]:
     """Look at every wanted path: its size and mode, and its sha256 when the size is one an
     entry wants — from the state file when size, mtime, ctime and inode are unchanged, else by
     hashing it (in a pool; skipped with ``hash_unknown=False``, leaving the file unknown).
+    ``state`` must hold durable records only: a file that matches one is ``seen`` (vouched for
+    again). The records returned are those of files hashed now, and those of files that match
+    ``hashed`` (records of an earlier scan of this run: known, not durable).
 
     The look is one ``fstatat`` per file relative to its root, not following a symlink in the
     last component. It may pass through a symlinked directory, but it only reads metadata and
     a match with the state file means the very inode neffcache verified; a file that must be
     hashed is opened component by component without following any symlink."""
-    present: dict[FileId, PresentFile] = {}
+    present = Present(state)
+    odd = present.odd
     records: dict[FileId, StateRecord] = {}
     to_hash: list[tuple[FileId, os.stat_result]] = []
     fds = roots.fds
@@ -47,13 +54,22 @@ def scan_present(roots: Roots, wanted: Mapping[FileId, Collection[int]],
             continue
         mode = stat.S_IMODE(st.st_mode)
         if st.st_size not in wanted[fid]:
-            present[fid] = PresentFile(st.st_size, None, mode)
+            odd[fid] = PresentFile(st.st_size, None, mode)
+            continue
+        rec = hashed.get(fid) if hashed else None
+        if rec is not None and rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                           st.st_ino):
+            odd[fid] = PresentFile(st.st_size, rec.sha256, mode)
+            records[fid] = rec
             continue
         rec = state.get(fid)
         if rec is not None and rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns,
                                            st.st_ino):
-            present[fid] = PresentFile(st.st_size, rec.sha256, mode)
-            records[fid] = rec
+            if rec.mode == mode:
+                present.see(fid)  # as vouched for: the record says it all
+            else:
+                odd[fid] = PresentFile(st.st_size, rec.sha256, mode)
+                records[fid] = rec
         elif hash_unknown:
             to_hash.append((fid, st))
     if to_hash:
@@ -62,7 +78,7 @@ def scan_present(roots: Roots, wanted: Mapping[FileId, Collection[int]],
 
 
 def _hash_present(roots: Roots, items: list[tuple[FileId, os.stat_result]],
-                  present: dict[FileId, PresentFile], records: dict[FileId, StateRecord],
+                  present: Present, records: dict[FileId, StateRecord],
                   workers: int, deadline: float | None) -> None:
     def one(item: tuple[FileId, os.stat_result]) -> tuple[FileId, str | None]:
         (root, path), _st = item
@@ -76,7 +92,7 @@ def _hash_present(roots: Roots, items: list[tuple[FileId, os.stat_result]],
 
     for (fid, sha), (_, st) in zip(map_in_threads(one, items, workers), items, strict=True):
         if sha is not None:
-            present[fid] = PresentFile(st.st_size, sha, stat.S_IMODE(st.st_mode))
+            present.odd[fid] = PresentFile(st.st_size, sha, stat.S_IMODE(st.st_mode))
             records[fid] = state_record(st, sha)
 
 

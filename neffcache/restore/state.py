@@ -33,6 +33,7 @@ from typing import Any
 from neffcache.restore import fs
 from neffcache.restore.fs import Roots, datasync_at, replace_best_effort
 from neffcache.restore.plan import FileId
+from neffcache.restore.seen import Present, Vouched
 from neffcache.restore.state_rows import Rows, encode_rows, packed_as_json, parse_rows, unpack_row
 from neffcache.thread_pool import map_in_threads
 
@@ -364,7 +365,8 @@ _PROOF = object()  # only this module makes Durable sets
 @dataclass(frozen=True, slots=True)
 class Durable:
     """State records whose files are known to be on disk: the only thing ``save_state`` takes.
-    Made by ``sync_records`` (fdatasynced here) and ``from_state`` (vouched for before)."""
+    Made by ``sync_records`` (fdatasynced here) and ``from_state``, ``kept``, ``vouched``
+    (vouched for before)."""
 
     records: Mapping[FileId, StateRecord]
     proof: object = field(default=None, repr=False, compare=False)
@@ -387,6 +389,19 @@ class Durable:
         out = {k: r for k, r in records.items() if state.get(k) == r}
         out.update((k, state[k]) for k in unwanted if k in state)
         return Durable(MappingProxyType(out), _PROOF)
+
+    @staticmethod
+    def vouched(state: Mapping[FileId, StateRecord], present: Present,
+                records: Mapping[FileId, StateRecord], unwanted: Iterable[FileId],
+                also: Durable) -> Durable:
+        """``kept`` for a scan that holds unchanged files as paths: the ``seen`` files of
+        ``present`` (matched to its durable ``against``) that this run did not hash or write
+        anew (``records``), with the record they matched, a view (no record per file); the
+        ``records`` exactly as ``state`` vouched for them; its ``unwanted`` ones; and ``also``."""
+        extra = {k: r for k, r in records.items() if state.get(k) == r}
+        extra.update((k, state[k]) for k in unwanted if k in state)
+        extra.update(also.records)
+        return Durable(Vouched(present, records, extra), _PROOF)
 
     @staticmethod
     def reread(pending: Pending, records: Mapping[FileId, StateRecord]) -> Durable:

@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # restore: its steps, bottom to top
     ("neffcache.restore.fs", "neffcache.restore.plan", "neffcache.restore.state_rows"),
     ("neffcache.restore.dest",),
+    ("neffcache.restore.seen",),
     ("neffcache.restore.state",),
     ("neffcache.restore.scan",),
     ("neffcache.restore.install",),

@@ -20,7 +20,13 @@ from neffcache.manifest import FileRecord, Manifest
 from neffcache.matrix import Cell
 from neffcache.restore.install import FileFailure
 from neffcache.restore.outcome import RestoreResult, outcome_error
-from neffcache.restore.plan import PresentFile, cell_verdicts, plan_restore, wanted_sizes
+from neffcache.restore.plan import (
+    PresentFile,
+    cell_verdicts,
+    plan_restore,
+    short_cells,
+    wanted_sizes,
+)
 from neffcache.restore.resolve import CellFailure, Resolution
 from neffcache.restore.state import (
     StateRecord,
@@ -240,3 +246,35 @@ def test_exit_rule() -> None:
     late = FileFailure("neff", "x", "deadline", "stopped")
     assert isinstance(outcome_error(result(failures=(late,), deadline=True)),
                       DeadlineExceededError)
+
+
+def test_short_cells_judge_as_the_plan_does() -> None:
+    """``short_cells`` (known.py's judgement, without a plan) says what ``cell_verdicts`` of
+    the plan's in-place files says: conflicts, wrong mode or size, absent, another root."""
+    a = entry(64, f("same", "a"), f("only-a", "c"))
+    b = entry(128, f("same", "b"), f("only-b", "d", mode=0o755))
+    c = entry(192, f("x", "e", root="other"))
+    cases = [{}, {("neff", "same"): PresentFile(10, "a" * 64, 0o644)},
+             {("neff", "same"): PresentFile(10, "b" * 64, 0o644),
+              ("neff", "only-a"): PresentFile(10, "c" * 64, 0o644),
+              ("neff", "only-b"): PresentFile(10, "d" * 64, 0o644)},  # wrong mode
+             {("neff", "same"): PresentFile(10, "b" * 64, 0o644),
+              ("neff", "only-a"): PresentFile(10, "c" * 64, 0o644),
+              ("neff", "only-b"): PresentFile(10, "d" * 64, 0o755)},
+             {("neff", "same"): PresentFile(11, "a" * 64, 0o644),
+              ("neff", "only-a"): PresentFile(10, "c" * 64, 0o644)}]
+    dirs = {**DIRS, "other": "/t/other"}
+    seen = []
+    for present in cases:
+        in_place = {t.id for t in plan_restore([a, b, c], dirs, present).present}
+        want = set(cell_verdicts([a, b, c], in_place)[1])
+        assert short_cells([a, b, c], dirs, present) == want
+        seen.append(want)
+    assert {cell(64).id, cell(128).id} - seen[3] == {cell(64).id, cell(128).id} and \
+        cell(128).id in seen[2] and cell(64).id in seen[4]
+    try:
+        short_cells([c], DIRS, {})
+    except IntegrityError as exc:  # a ManifestError, as plan_restore raises
+        assert "root 'other' has no target directory" in str(exc)
+    else:
+        raise AssertionError("expected a ManifestError")
