@@ -70,11 +70,6 @@ PROBE_TIMEOUT = 5.0  # check() fails within about this on an unreachable endpoin
 # 232 MiB read straight from the files; 129-142 MiB so with 8 MiB parts; issue 22).
 MULTIPART_CONCURRENCY = 2
 PART_SIZE = 8 * MiB  # also the default multipart threshold
-# A GET body arrives in chunks of at least this (the whole body if smaller): obstore gathers
-# them in Rust, so a large part costs half the Python hand-offs, pwrite batches and hash
-# updates it did at 256 KiB. A chunk is this plus at most one network frame, so it stays
-# within the restore's 1 MiB reads (hashing.CHUNK) and is handed on without a copy.
-BODY_CHUNK = MiB // 2
 MULTIPART_UPLOADS = 2
 # obstore raises FileNotFoundError (not one of its own classes) for a missing object.
 _CLIENT_ERRORS = (BaseError, FileNotFoundError)
@@ -188,7 +183,7 @@ class S3Store:
             if response_code(exc)[0] in RANGE_NOT_SATISFIABLE:
                 return io.BytesIO()  # the object exists; the range starts past its end
             raise self._error(exc, "GetObject", key) from None
-        return _Body(iter(result.stream(min_chunk_size=BODY_CHUNK)), self, key)  # type: ignore[return-value]
+        return _Body(iter(result.stream(min_chunk_size=256 * 1024)), self, key)  # type: ignore[return-value]
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         with self.open(key, start, length) as body:
