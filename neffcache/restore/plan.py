@@ -325,16 +325,17 @@ def short_cells(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
             if f.root not in target_dirs:
                 raise ManifestError(f"entry {m.entry_key[:12]}: file {f.root}/{f.path}: "
                                     f"root {f.root!r} has no target directory")
-            have = present.get((f.root, f.path))
-            if have is None or (have.sha256, have.size, have.mode) != (f.sha256, f.size, f.mode):
+            if not _is(present.get((f.root, f.path)), f):
                 doubt.setdefault((f.root, f.path), []).append(m.cell.id)
     saved: set[FileId] = set()  # valid for another entry's record there: in place after all
     for m in manifests if doubt else ():
         for f in m.files:
             fid = (f.root, f.path)
-            if fid in doubt and fid not in saved:
-                have = present.get(fid)
-                if have is not None and (have.sha256, have.size, have.mode) == \
-                        (f.sha256, f.size, f.mode):
-                    saved.add(fid)
+            if fid in doubt and fid not in saved and _is(present.get(fid), f):
+                saved.add(fid)
     return {c for fid, cells in doubt.items() if fid not in saved for c in cells}
+
+
+def _is(have: PresentFile | None, f: FileRecord) -> bool:
+    """What is there is ``f``'s bytes with its mode."""
+    return have is not None and (have.sha256, have.size, have.mode) == (f.sha256, f.size, f.mode)
