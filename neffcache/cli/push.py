@@ -63,8 +63,8 @@ Examples:
               help="inductor or neuron [default: the matrix's, or the cell JSON's `backend`].")
 @click.option("--compile-seconds", type=click.FloatRange(min=0), default=None, metavar="S",
               help="How long the warm-up took (recorded in the manifest).")
-@click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True,
-              help="Parallel uploads.")
+@click.option("--workers", type=click.IntRange(1, 256), default=32, show_default=True,
+              help="Parallel uploads (hashing runs on at most 2 threads per CPU).")
 @python_option
 @signing_key_option
 @allow_missing_packages_option

@@ -15,7 +15,7 @@ from neffcache.backends import Backend
 from neffcache.errors import ExitRule, MatrixError, UsageError
 from neffcache.matrix import Cell
 from neffcache.precompile.indexing import record_entry_or_warn
-from neffcache.precompile.publish import PublishResult, publish_entry
+from neffcache.precompile.publish import DEFAULT_WORKERS, PublishResult, publish_entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +27,10 @@ class PushRequest:
     cache root's directory, as ``{name: dir}`` or as ``"NAME=DIR"`` strings (``--root``).
     ``backend``: inductor or neuron (None: the matrix's, or the cell JSON's ``backend``).
     ``compile_seconds``: how long the warm-up took (in the manifest). ``workers``: parallel
-    uploads. ``python``: fingerprint this interpreter's packages. ``store``, ``index``,
-    ``python``: None resolves them as the CLI does (NEFFCACHE_* > config file > default), from
-    ``environ`` (None: the process's, at call time). ``notice``: warnings (the index did not
+    uploads (``publish.DEFAULT_WORKERS``; hashing on at most 2 threads per CPU). ``python``:
+    fingerprint this interpreter's packages. ``store``, ``index``, ``python``: None resolves
+    them as the CLI does (NEFFCACHE_* > config file > default), from ``environ`` (None: the
+    process's, at call time). ``notice``: warnings (the index did not
     record the entry). ``allow_missing_packages``: publish even when the interpreter lacks
     what the backend needs (torch; torch-neuronx for neuron), else a UsageError.
     ``signing_key``: sign the manifest with this PEM file's Ed25519 key (None:
@@ -44,7 +45,7 @@ class PushRequest:
     cell: Cell | None = None
     backend: str | None = None
     compile_seconds: float | None = None
-    workers: int = 8
+    workers: int = DEFAULT_WORKERS
     python: str | None = None
     store: str | None = None
     index: str | None = None

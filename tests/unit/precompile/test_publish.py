@@ -16,7 +16,8 @@ from neffcache.fingerprint import build_fingerprint
 from neffcache.hashing import VerifyingReader, sha256_bytes
 from neffcache.manifest import decode_manifest, entry_key
 from neffcache.matrix import Cell
-from neffcache.precompile.publish import plan_publish, publish_entry
+from neffcache.precompile import publish as publish_module
+from neffcache.precompile.publish import hash_workers, plan_publish, publish_entry
 from neffcache.store import blob_key, manifest_key
 from neffcache.store.base import DAMAGED, cell_pointer_key
 from neffcache.store.local import LocalStore
@@ -188,3 +189,12 @@ def test_a_new_entry_keeps_good_shared_blobs_and_rewrites_bad_ones(tmp_path: Pat
     for data in (good, short, marked):
         assert store.read(blob_key(sha256_bytes(data))) == data
     assert list(store.list(DAMAGED)) == []
+
+
+def test_hashing_threads_follow_the_cpus_not_the_uploads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(publish_module, "usable_cpus", lambda: 2)
+    assert hash_workers(32) == 4  # uploads wait on the store; hashing is CPU work
+    assert hash_workers(3) == 3
+    assert hash_workers(0) == 1
+    monkeypatch.setattr(publish_module, "usable_cpus", lambda: 64)
+    assert hash_workers(32) == 32
