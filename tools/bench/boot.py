@@ -146,21 +146,28 @@ class Bench:
     def s5cmd(self, *args: str) -> list[str]:
         return [B.s5cmd(), "--endpoint-url", self.endpoint, *args]
 
-    def push_env(self, name: str, i: int) -> dict[str, str]:
+    def push_env(self, name: str, i: int | str) -> dict[str, str]:
         return dict(self.env, NEFFCACHE_HOME=str(self.work / "home-publisher"),
                     NEFFCACHE_STORE=f"s3://{BUCKET}/neff-{name}-{i}")
 
     def push(self, name: str, tree: ProfileTree) -> dict[str, Samples]:
-        """`neffcache push` of the tree to a fresh prefix against `s5cmd cp` of its files to
-        another, alternating; the first of each is what the restores read."""
-        out = {"push": Samples(), "s5cmd cp": Samples()}
+        """`neffcache push` of the tree to a fresh prefix (each restorer's checkout: "push"
+        is this one's, "push (baseline)" the other's) against `s5cmd cp` of its files to
+        another, in rotating order; this checkout's first push and s5cmd's first copy are
+        what the restores read."""
+        pushers = {("push" if k == 0 else f"push ({tool})"): overlay
+                   for k, (tool, overlay) in enumerate(self.restorers.items())}
+        out = {tool: Samples() for tool in [*pushers, "s5cmd cp"]}
         for i in range(self.runs):
-            cmds = {"push": ([*B.neffcache(), "push", "--matrix", str(self.matrix), "--cell",
-                              CELLS[name], "--root", f"neff={tree.root}", "--json",
-                              "--allow-missing-packages"], self.push_env(name, i)),
-                    "s5cmd cp": (self.s5cmd("cp", f"{tree.root}/",
-                                            f"s3://{BUCKET}/plain/{name}-{i}/"), self.env)}
-            for tool in (list(cmds) if i % 2 == 0 else list(reversed(cmds))):
+            argv = [*B.neffcache(), "push", "--matrix", str(self.matrix), "--cell", CELLS[name],
+                    "--root", f"neff={tree.root}", "--json", "--allow-missing-packages"]
+            cmds = {tool: (argv, dict(self.push_env(name, i if k == 0 else f"{k}-{i}"),
+                                      **overlay))
+                    for k, (tool, overlay) in enumerate(pushers.items())}
+            cmds["s5cmd cp"] = (self.s5cmd("cp", f"{tree.root}/",
+                                           f"s3://{BUCKET}/plain/{name}-{i}/"), self.env)
+            order = list(cmds)
+            for tool in order[i % len(order):] + order[:i % len(order)]:
                 os.sync()
                 argv, env = cmds[tool]
                 out[tool].add(B.run(argv, env))
@@ -268,7 +275,12 @@ def report(name: str, tree: ProfileTree, push: dict[str, Samples],
     pratio = p.median() / c.median()
     lines.append(f"  push                    {p.median():6.2f} s   peak RSS {p.rss_mib():.0f} MiB"
                  f"   {pratio:.2f} x s5cmd cp {c.median():.2f} s, peak RSS {c.rss_mib():.0f} "
-                 f"MiB (targets <= {PUSH_TIME_TARGET} x, <= {PUSH_RSS_TARGET_MIB} MiB)")
+                 f"MiB (targets <= {PUSH_TIME_TARGET} x, <= {PUSH_RSS_TARGET_MIB} MiB)   "
+                 f"(all: {p.all()}; s5cmd cp: {c.all()})")
+    for tool in (t for t in push if t not in ("push", "s5cmd cp")):
+        o = push[tool]
+        lines.append(f"  {tool:23} {o.median():6.2f} s   peak RSS {o.rss_mib():.0f} MiB   "
+                     f"{o.median() / c.median():.2f} x s5cmd cp   (all: {o.all()})")
     verdicts[f"{name}: push <= {PUSH_TIME_TARGET} x s5cmd cp"] = pratio <= PUSH_TIME_TARGET
     verdicts[f"{name}: push <= {PUSH_RSS_TARGET_MIB} MiB RSS"] = \
         p.rss_mib() <= PUSH_RSS_TARGET_MIB
@@ -294,7 +306,10 @@ def markdown(rows: list[tuple[str, ProfileTree, dict[str, Samples], dict[str, Sa
         cells.append(" / ".join(f"{rest[t].cpu_median() / gib:.2f}" for t in ["s5cmd", *restorers]))
         p, c = push["push"], push["s5cmd cp"]
         cells.append(f"{p.median():.2f} s vs {c.median():.2f} s ({p.median() / c.median():.2f} ×),"
-                     f" {p.rss_mib():.0f} vs {c.rss_mib():.0f} MiB")
+                     f" {p.rss_mib():.0f} vs {c.rss_mib():.0f} MiB" + "".join(
+                         f"; {t.removeprefix('push (').rstrip(')')}: {o.median():.2f} s "
+                         f"({o.median() / c.median():.2f} ×), {o.rss_mib():.0f} MiB"
+                         for t, o in push.items() if t not in ("push", "s5cmd cp")))
         out.append("| " + " | ".join(cells) + " |")
     return out
 
