@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from neffcache.errors import NotFoundError
 from neffcache.index.listing import Reader, shape_of
@@ -209,14 +209,16 @@ def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
 
 def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
                       ) -> tuple[tuple[str, str], ...]:
-    """(id, key) per distinct cell, in order; a key is a digest, so compute it once."""
+    """(id, key) per distinct cell, in order, from cells (a key is a digest: computed once
+    here) or from (id, key) pairs already made."""
     from neffcache.matrix import Cell, cell_keys
 
-    cell_objs = [c for c in cells if isinstance(c, Cell)]
-    pairs: Iterable[tuple[str, str]] = (
-        zip([c.id for c in cell_objs], cell_keys(cell_objs), strict=True)
-        if len(cell_objs) == len(cells) else
-        [c if isinstance(c, tuple) else (c.id, c.key) for c in cells])
+    pairs: Iterable[tuple[str, str]]
+    if cells and isinstance(cells[0], Cell):
+        cell_objs = cast("Sequence[Cell]", cells)
+        pairs = zip([c.id for c in cell_objs], cell_keys(cell_objs), strict=True)
+    else:
+        pairs = cast("Sequence[tuple[str, str]]", cells)
     out: dict[str, str] = {}
     for cell_id, key in pairs:
         out.setdefault(key, cell_id)
