@@ -6,8 +6,10 @@ mode]``. ``json.loads`` of a million rows holds a list, three ints and a 64-char
 file (~550 bytes) while it builds them; ``parse_rows`` walks the text instead (the C scanner
 of ``json`` for each key and row) and keeps each row as one ``bytes`` of 66 (``pack_row``:
 size, mtime, ctime, inode, mode, raw sha256), ~240 bytes a file with its path and dict slot.
-A row that is not a plausible record is left out (its file is hashed again); a document that
-is not one (bad JSON, another schema) reads as empty. Pure: no file is read or written here.
+``parse_row_pieces`` reads the text as it comes, in pieces, through a window (``_Window``):
+the text of a million rows (169 MiB) is never one string beside its bytes. A row that is
+not a plausible record is left out (its file is hashed again); a document that is not one
+(bad JSON, another schema) reads as empty. Pure: no file is read or written here.
 """
 
 from __future__ import annotations
