@@ -20,7 +20,7 @@ cell), so a deadline still leaves whole cells done. Also the per-cell verdicts o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from neffcache.errors import ManifestError
@@ -160,6 +160,29 @@ def wanted_sizes(manifests: Iterable[Manifest]) -> dict[FileId, tuple[int, ...]]
     return out
 
 
+def wanted_pairs(manifests: Sequence[Manifest]) -> Iterator[tuple[FileId, tuple[int, ...]]]:
+    """``wanted_sizes(manifests).items()``, but without the map for one entry: a decoded
+    manifest names each path once, so its records say it as they are (a map of a million
+    paths is ~170 MiB)."""
+    if len(manifests) == 1:
+        return (((f.root, f.path), (f.size,)) for f in manifests[0].files)
+    return iter(wanted_sizes(manifests).items())
+
+
+def unwanted_files(manifests: Iterable[Manifest], have: Iterable[FileId]) -> set[FileId]:
+    """The files of ``have`` that no entry wants: a set of ``have``'s paths per root, less
+    each path an entry names (not a map of every wanted path)."""
+    left: dict[str, set[str]] = {}
+    for root, path in have:
+        left.setdefault(root, set()).add(path)
+    for m in manifests if left else ():
+        for f in m.files:
+            paths = left.get(f.root)
+            if paths:
+                paths.discard(f.path)
+    return {(root, p) for root, paths in left.items() for p in paths}
+
+
 def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
                  present: Mapping[FileId, PresentFile], policy: UnitPolicy = DEFAULT_UNITS
                  ) -> RestorePlan:
@@ -169,11 +192,12 @@ def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
     Where entries disagree about a path, the first manifest's record wins (a present file valid
     for any of the records is left in place) and the disagreement is listed in ``conflicts``.
     """
-    wants = _claims(manifests, target_dirs)
+    wants = _one_claims(manifests[0], target_dirs) if len(manifests) == 1 else \
+        iter(_claims(manifests, target_dirs).items())
     groups: dict[str, list[Target]] = {}
     valid: list[Target] = []
     conflicts: list[Conflict] = []
-    for fid, claim in wants.items():  # hot loop (up to 1,000,000 files): no generators inside
+    for fid, claim in wants:  # hot loop (up to 1,000,000 files): no generators inside
         claims = claim if isinstance(claim, list) else (claim,)
         t = claims[0][1]
         if len(claims) > 1 and any((c.sha256, c.size) != (t.sha256, t.size)
@@ -206,6 +230,16 @@ def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
 
 
 _Claim = tuple[str, Target]  # (entry key, what it wants at a path)
+
+
+def _one_claims(m: Manifest, target_dirs: Mapping[str, str]) -> Iterator[tuple[FileId, _Claim]]:
+    """``_claims`` of one entry, as its records come (it names each path once): no map."""
+    key = m.entry_key
+    for f in m.files:
+        if f.root not in target_dirs:
+            raise ManifestError(f"entry {key[:12]}: file {f.root}/{f.path}: "
+                                f"root {f.root!r} has no target directory")
+        yield (f.root, f.path), (key, f)
 
 
 def _claims(manifests: Sequence[Manifest], target_dirs: Mapping[str, str]
@@ -248,14 +282,15 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
     Order: the parts of split blobs first, largest blob first, then the rest in fetch order:
     the largest blob is the longest piece of work, and starting it first keeps it from being
     the tail."""
+    order = {g.sha256: i for i, g in enumerate(fetch)}
     where: dict[str, tuple[str, int]] = {}
     for p in packs:
         for m in p.members:
-            where.setdefault(m.sha256, (p.sha256, m.offset))
+            if m.sha256 in order:  # not a map of every member for a few files to fetch
+                where.setdefault(m.sha256, (p.sha256, m.offset))
     digests: dict[str, PartDigests] = {}
     for d in parts:
         digests.setdefault(d.sha256, d)
-    order = {g.sha256: i for i, g in enumerate(fetch)}
     keyed: list[tuple[tuple[int, int, int, int], Unit]] = []
     in_packs: dict[str, list[Slice]] = {}
     for g in fetch:

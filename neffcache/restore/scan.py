@@ -11,7 +11,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from neffcache.hashing import CHUNK
 from neffcache.restore.fs import Roots
@@ -20,14 +20,17 @@ from neffcache.restore.seen import Present
 from neffcache.restore.state import StateRecord, state_record
 from neffcache.thread_pool import map_in_threads
 
+Wanted = Mapping[FileId, Collection[int]] | Iterable[tuple[FileId, Collection[int]]]
 
-def scan_present(roots: Roots, wanted: Mapping[FileId, Collection[int]],
+
+def scan_present(roots: Roots, wanted: Wanted,
                  state: Mapping[FileId, StateRecord], *, workers: int = 8,
                  deadline: float | None = None, hash_unknown: bool = True,
                  hashed: Mapping[FileId, StateRecord] | None = None
                  ) -> tuple[Present, dict[FileId, StateRecord]]:
-    """Look at every wanted path: its size and mode, and its sha256 when the size is one an
-    entry wants — from the state file when size, mtime, ctime and inode are unchanged, else by
+    """Look at every wanted path (a map to the sizes wanted there, or its pairs:
+    ``plan.wanted_pairs``): its size and mode, and its sha256 when the size is one an entry
+    wants — from the state file when size, mtime, ctime and inode are unchanged, else by
     hashing it (in a pool; skipped with ``hash_unknown=False``, leaving the file unknown).
     ``state`` must hold durable records only: a file that matches one is ``seen`` (vouched for
     again). The records returned are those of files hashed now, and those of files that match
@@ -42,7 +45,7 @@ def scan_present(roots: Roots, wanted: Mapping[FileId, Collection[int]],
     records: dict[FileId, StateRecord] = {}
     to_hash: list[tuple[FileId, os.stat_result]] = []
     fds = roots.fds
-    for fid in wanted:
+    for fid, sizes in wanted.items() if isinstance(wanted, Mapping) else wanted:
         root, path = fid
         if root not in fds:
             continue  # a root not there yet (a look that creates nothing): nothing in place
@@ -53,7 +56,7 @@ def scan_present(roots: Roots, wanted: Mapping[FileId, Collection[int]],
         if not stat.S_ISREG(st.st_mode):
             continue
         mode = stat.S_IMODE(st.st_mode)
-        if st.st_size not in wanted[fid]:
+        if st.st_size not in sizes:
             odd[fid] = PresentFile(st.st_size, None, mode)
             continue
         rec = hashed.get(fid) if hashed else None

@@ -18,6 +18,7 @@ effort (atomic, a failure only costs re-hashing).
 
 from __future__ import annotations
 
+import codecs
 import errno
 import functools
 import os
@@ -28,13 +29,20 @@ from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, BinaryIO
 
 from neffcache.restore import fs
 from neffcache.restore.fs import Roots, datasync_at, replace_best_effort
 from neffcache.restore.plan import FileId
 from neffcache.restore.seen import Present, Vouched
-from neffcache.restore.state_rows import Rows, encode_rows, packed_as_json, parse_rows, unpack_row
+from neffcache.restore.state_rows import (
+    Rows,
+    encode_rows,
+    packed_as_json,
+    parse_row_pieces,
+    parse_rows,
+    unpack_row,
+)
 from neffcache.thread_pool import map_in_threads
 
 STATE_FILE = ".neffcache-state.json"
@@ -253,11 +261,20 @@ def read_root_state(d: str) -> RootState:
     try:
         with open(Path(d, STATE_FILE), "rb") as fh:
             stamp = _stamp(os.fstat(fh.fileno()))
-            text = fh.read().decode()  # the bytes are a temporary: freed once they are text
-    except (OSError, UnicodeDecodeError):
+            files, pending = parse_row_pieces(_text_pieces(fh), STATE_SCHEMA)
+    except OSError:
         return RootState({}, {}, None)
-    files, pending = parse_rows(text, STATE_SCHEMA)
     return RootState(files, pending, stamp)
+
+
+def _text_pieces(fh: BinaryIO, size: int = 1 << 20) -> Iterator[str]:
+    """The file's text in pieces of about ``size`` characters (UTF-8; a bad byte raises
+    ``UnicodeDecodeError``, which the parser takes as a damaged file): read as parsed, so
+    the whole text is never held, nor its bytes beside it (issue 22)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    while chunk := fh.read(size):
+        yield decoder.decode(chunk)
+    yield decoder.decode(b"", final=True)
 
 
 def save_settled(target_dirs: Mapping[str, str], states: Mapping[str, RootState]) -> None:

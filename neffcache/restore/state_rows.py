@@ -6,8 +6,10 @@ mode]``. ``json.loads`` of a million rows holds a list, three ints and a 64-char
 file (~550 bytes) while it builds them; ``parse_rows`` walks the text instead (the C scanner
 of ``json`` for each key and row) and keeps each row as one ``bytes`` of 66 (``pack_row``:
 size, mtime, ctime, inode, mode, raw sha256), ~240 bytes a file with its path and dict slot.
-A row that is not a plausible record is left out (its file is hashed again); a document that
-is not one (bad JSON, another schema) reads as empty. Pure: no file is read or written here.
+``parse_row_pieces`` reads the text as it comes, in pieces, through a window (``_Window``):
+the text of a million rows (169 MiB) is never one string beside its bytes. A row that is
+not a plausible record is left out (its file is hashed again); a document that is not one
+(bad JSON, another schema) reads as empty. Pure: no file is read or written here.
 """
 
 from __future__ import annotations
@@ -52,38 +54,108 @@ def unpack_row(packed: bytes) -> tuple[int, int, int, int, str, int]:
 def parse_rows(text: str, schema: int) -> tuple[Rows, dict[str, Rows]]:
     """A state document's durable rows and its pending rows by boot, packed; empty ones when
     it is not a document of ``schema``."""
+    return parse_row_pieces((text,), schema)
+
+
+def parse_row_pieces(pieces: Iterable[str], schema: int) -> tuple[Rows, dict[str, Rows]]:
+    """``parse_rows`` of the text that ``pieces`` make up, read as the parser gets to them:
+    a state file of a million rows (169 MiB) is never one string, nor its bytes beside it."""
     try:
-        files, pending, version = _parse(text)
+        files, pending, version = _parse(_Window(pieces))
     except (BadState, IndexError, ValueError):
         return {}, {}
     return (files, pending) if version == [schema] else ({}, {})
 
 
-def _parse(text: str) -> tuple[Rows, dict[str, Rows], list[Any]]:
+MARGIN = 1 << 16  # characters kept ahead of the parser: an item longer than this is read again
+
+
+class _Window:
+    """The text from where the parser is (``s``): ``at(i)`` drops what is before ``i`` and
+    reads pieces until ``need`` characters follow (or the text ends), returning where ``i`` is
+    now. Every index a function takes or returns is into ``s`` as it is at that moment."""
+
+    __slots__ = ("_pieces", "eof", "s")
+
+    def __init__(self, pieces: Iterable[str]) -> None:
+        self._pieces: Iterator[str] = iter(pieces)
+        self.s, self.eof = "", False
+
+    def at(self, i: int, need: int = 0) -> int:
+        need = need or MARGIN
+        s = self.s
+        if self.eof or len(s) - i >= need:
+            return i
+        parts = [s[i:]] if i < len(s) else []
+        have = len(s) - i
+        while have < need:
+            piece = next(self._pieces, None)
+            if piece is None:
+                self.eof = True
+                break
+            parts.append(piece)
+            have += len(piece)
+        self.s = "".join(parts)  # one part: that very string, not a copy
+        return 0
+
+    def more(self, i: int) -> int:
+        """``at(i)`` with twice what follows ``i`` now: an item ran past the window's end."""
+        return self.at(i, 2 * (len(self.s) - i) + MARGIN)
+
+
+def _parse(t: _Window) -> tuple[Rows, dict[str, Rows], list[Any]]:
     files: Rows = {}
     pending: dict[str, Rows] = {}
     version: list[Any] = []
 
     def top(key: str, i: int) -> int:
         if key == "files":
-            return _rows(text, i, files)
+            return _rows(t, i, files)
         if key == "pending":
-            return _object(text, i, lambda boot, j: _rows(text, j, pending.setdefault(boot, {})))
-        value, i = _value(text, i)
+            return _object(t, i, lambda boot, j: _rows(t, j, pending.setdefault(boot, {})))
+        value, i = _item(t, i, _value)
         if key == "schema_version":
             version.append(value)
         return i
 
-    end = _skip(text, _object(text, _skip(text, 0), top))
-    if end != len(text):
+    end = _skip(t, _object(t, _skip(t, 0), top))
+    if end != len(t.s):
         raise BadState("text after the document")
     return files, pending, version
 
 
-def _skip(s: str, i: int) -> int:
+def _skip(t: _Window, i: int) -> int:
+    """The first non-white position from ``i`` (reading on), with a margin after it."""
+    while True:
+        s = t.s
+        i = _skip_in(s, i)
+        if i < len(s):
+            return t.at(i)
+        if t.eof:
+            return i
+        i = t.at(i)
+
+
+def _skip_in(s: str, i: int) -> int:
     while i < len(s) and s[i] in _WHITE:
         i += 1
     return i
+
+
+def _item(t: _Window, i: int, step: Callable[[str, int], tuple[Any, int]]) -> tuple[Any, int]:
+    """``step`` at ``i``, read again with more text when it ran into the window's end: an
+    item is trusted only when 3 characters follow it (a number's end is known only then:
+    ``1`` may go on as ``1.5`` or ``1e+5``), or the text ends there."""
+    while True:
+        i = t.at(i)
+        try:
+            value, j = step(t.s, i)
+            if j + 3 <= len(t.s) or t.eof:
+                return value, j
+        except (BadState, ValueError, IndexError):
+            if t.eof:
+                raise
+        i = t.more(i)
 
 
 def _value(s: str, i: int) -> tuple[Any, int]:
@@ -93,61 +165,87 @@ def _value(s: str, i: int) -> tuple[Any, int]:
         raise BadState(f"a value expected at {i}") from exc
 
 
-def _object(s: str, i: int, member: Callable[[str, int], int]) -> int:
-    """Walk the JSON object at ``s[i]``: ``member(key, i)`` reads each value from ``i`` and
+def _key(s: str, i: int) -> tuple[str, int]:
+    """An object's key at ``s[i]`` and where its value starts (after the ':')."""
+    if s[i] != '"':
+        raise BadState(f"a key expected at {i}")
+    key, i = scanstring(s, i + 1)
+    i = _skip_in(s, i)
+    if s[i] != ":":
+        raise BadState(f"':' expected at {i}")
+    return key, i + 1
+
+
+def _object(t: _Window, i: int, member: Callable[[str, int], int]) -> int:
+    """Walk the JSON object at ``i``: ``member(key, i)`` reads each value from ``i`` and
     returns where it ends; the end of the object is returned."""
-    if s[i] != "{":
+    i = t.at(i)
+    if t.s[i] != "{":
         raise BadState(f"an object expected at {i}")
-    i = _skip(s, i + 1)
-    if s[i] == "}":
+    i = _skip(t, i + 1)
+    if t.s[i] == "}":
         return i + 1
     while True:
-        if s[i] != '"':
-            raise BadState(f"a key expected at {i}")
-        key, i = scanstring(s, i + 1)
-        i = _skip(s, i)
-        if s[i] != ":":
-            raise BadState(f"':' expected at {i}")
-        i = _skip(s, member(key, _skip(s, i + 1)))
-        if s[i] == "}":
+        key, i = _item(t, i, _key)
+        i = _skip(t, member(key, _skip(t, i)))
+        c = t.s[i]
+        if c == "}":
             return i + 1
-        if s[i] != ",":
+        if c != ",":
             raise BadState(f"',' or '}}' expected at {i}")
-        i = _skip(s, i + 1)
+        i = _skip(t, i + 1)
 
 
-def _rows(s: str, i: int, into: Rows) -> int:
-    """The object of rows at ``s[i]`` into ``into``; implausible rows are left out. The hot
+def _rows(t: _Window, i: int, into: Rows) -> int:
+    """The object of rows at ``i`` into ``into``; implausible rows are left out. The hot
     loop: per file one key and one row scanned by ``json``'s C scanner, and one pack."""
-    if s[i] != "{":
+    i = t.at(i)
+    if t.s[i] != "{":
         raise BadState(f"an object expected at {i}")
-    i = _skip(s, i + 1)
-    if s[i] == "}":
+    i = _skip(t, i + 1)
+    if t.s[i] == "}":
         return i + 1
-    scan = _scan_value
     while True:
-        if s[i] != '"':
-            raise BadState(f"a key expected at {i}")
-        path, i = scanstring(s, i + 1)
-        if s[i] != ":":
-            i = _skip(s, i)
-            if s[i] != ":":
-                raise BadState(f"':' expected at {i}")
-        i = _skip(s, i + 1) if s[i + 1] in _WHITE else i + 1
-        try:
-            row, i = scan(s, i)
-        except StopIteration as exc:
-            raise BadState(f"a row expected at {i}") from exc
+        s = t.s
+        try:  # as _item does, without a call more per row unless at the window's end
+            (path, row), j = _row(s, i)
+            whole = j + 3 <= len(s) or t.eof
+        except (BadState, ValueError, IndexError):
+            whole = False
+        if not whole:
+            (path, row), j = _item(t, i, _row)
+        i = j
         packed = pack_row(row)
         if packed is not None:  # else not a record: its file is hashed again
             into[path] = packed
-        if s[i] in _WHITE:
-            i = _skip(s, i)
-        if s[i] == "}":
+        c = t.s[i]
+        if c == "}":
             return i + 1
-        if s[i] != ",":
+        if c != ",":
             raise BadState(f"',' or '}}' expected at {i}")
-        i = _skip(s, i + 1) if s[i + 1] in _WHITE else i + 1
+        i += 1
+
+
+def _row(s: str, i: int) -> tuple[tuple[str, Any], int]:
+    """The ``"path": row`` at ``s[i]`` (white space first allowed) and where what follows it
+    starts (after white space)."""
+    if s[i] in _WHITE:
+        i = _skip_in(s, i)
+    if s[i] != '"':
+        raise BadState(f"a key expected at {i}")
+    path, i = scanstring(s, i + 1)
+    if s[i] != ":":
+        i = _skip_in(s, i)
+        if s[i] != ":":
+            raise BadState(f"':' expected at {i}")
+    i = _skip_in(s, i + 1) if s[i + 1] in _WHITE else i + 1
+    try:
+        row, i = _scan_value(s, i)
+    except StopIteration as exc:
+        raise BadState(f"a row expected at {i}") from exc
+    if i < len(s) and s[i] in _WHITE:
+        i = _skip_in(s, i)
+    return (path, row), i
 
 
 def encode_rows(files: Sequence[str], file_row: Callable[[str], list[Any]],

@@ -7,6 +7,8 @@ import shlex
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from neffcache.errors import (
     CacheMissError,
     DeadlineExceededError,
@@ -18,6 +20,7 @@ from neffcache.errors import (
 from neffcache.fingerprint import build_fingerprint
 from neffcache.manifest import FileRecord, Manifest
 from neffcache.matrix import Cell
+from neffcache.restore import state_rows
 from neffcache.restore.install import FileFailure
 from neffcache.restore.outcome import RestoreResult, outcome_error
 from neffcache.restore.plan import (
@@ -25,6 +28,8 @@ from neffcache.restore.plan import (
     cell_verdicts,
     plan_restore,
     short_cells,
+    unwanted_files,
+    wanted_pairs,
     wanted_sizes,
 )
 from neffcache.restore.resolve import CellFailure, Resolution
@@ -35,7 +40,7 @@ from neffcache.restore.state import (
     encode_state,
     encode_state_chunks,
 )
-from neffcache.restore.state_rows import parse_rows, unpack_row
+from neffcache.restore.state_rows import parse_row_pieces, parse_rows, unpack_row
 
 FP = build_fingerprint("neuron", {"target": "trn2"})
 DIRS = {"neff": "/t/neff", "hlo": "/t/hlo"}
@@ -147,6 +152,37 @@ def test_wanted_sizes_and_verdicts() -> None:
     assert restored == (a.cell.id, b.cell.id) and incomplete == ()
     restored, incomplete = cell_verdicts([a, b], {("neff", "1")})
     assert restored == (b.cell.id,) and incomplete == (a.cell.id,)
+
+
+def test_wanted_pairs_and_unwanted_files_without_a_map() -> None:
+    a = entry(64, f("1", "a", size=1), f("2", "b"), f("h", "c", root="hlo"))
+    b = entry(128, f("1", "c", size=2))
+    assert list(wanted_pairs([a])) == list(wanted_sizes([a]).items())
+    assert list(wanted_pairs([a, b])) == list(wanted_sizes([a, b]).items())
+    have = [("neff", "1"), ("neff", "9"), ("hlo", "1"), ("hlo", "h"), ("x", "2")]
+    assert unwanted_files([a, b], have) == {("neff", "9"), ("hlo", "1"), ("x", "2")}
+    assert unwanted_files([b], have[:2]) == {("neff", "9")}
+    assert unwanted_files([a], []) == set()
+
+
+def test_state_rows_in_pieces_read_as_the_whole_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However the text is cut, and with items longer than the window's margin (read again
+    once there is more), the pieces read as the whole text; a cut-off document is empty."""
+    monkeypatch.setattr(state_rows, "MARGIN", 8)
+    good = [3, -5, 6, 7, "ab" * 32, 0o644]
+    doc = {"schema_version": 1, "x": 7,
+           "files": {"a/" + "long" * 9: good, 'q"],': [0, 1, 2, 3, "0" * 64, 0],
+                     "bad": [1, 2]},
+           "pending": {"b1": {"p": good}, "b2": {}}}
+    for text in (json.dumps(doc, separators=(",", ":")), json.dumps(doc, indent=3)):
+        text = text.replace('"x": 7', '"x":7').replace('"x":7', '"x":' + "1" * 23 + ".5e+1")
+        whole = parse_rows(text, 1)
+        assert len(whole[0]) == 2 and list(whole[1]) == ["b1", "b2"]
+        for n in (1, 3, 7, 50, len(text)):
+            pieces = [text[i:i + n] for i in range(0, len(text), n)]
+            assert parse_row_pieces(iter(pieces), 1) == whole, n
+            assert parse_row_pieces(pieces[:-1], 1) == ({}, {}), n
+            assert parse_row_pieces(["", *pieces, ""], 2) == ({}, {})
 
 
 def test_state_round_trip_and_garbage_is_empty() -> None:
