@@ -45,6 +45,7 @@ from neffcache.store.s3_config import (
     locate,
     parse_s3_url,
     read_profile,
+    unsigned_payload,
 )
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class S3Store:
         self._keys = {name: env[var] for name, var in _KEY_VARIABLES if env.get(var)}
         profile = read_profile(env)
         self.location = locate(bucket, self.prefix, endpoint_url, env, profile or {})
+        self._unsigned = unsigned_payload(self.location, env)
         self.credentials: CredentialSource = credential_source(env, profile)
         self.endpoint = redact(self.location.endpoint or "https://s3.amazonaws.com")
         self._provider = None
@@ -302,6 +304,8 @@ class S3Store:
             config["endpoint"] = loc.endpoint
         if loc.region:
             config["region"] = loc.region
+        if self._unsigned:
+            config["unsigned_payload"] = True
         if self.credentials.name == ENVIRONMENT:  # this store's keys, not the process's
             config.update(self._keys)  # type: ignore[typeddict-item]
         options = dict(connect_timeout=connect, read_timeout=read, timeout=request,

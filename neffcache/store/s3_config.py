@@ -185,6 +185,19 @@ def _section(path: str, section: str, home: str) -> dict[str, str] | None:
     return {k.lower(): v for k, v in parser.items(section)}
 
 
+def unsigned_payload(location: S3Location, env: Mapping[str, str]) -> bool:
+    """Whether request bodies go unsigned (SigV4's ``UNSIGNED-PAYLOAD``) instead of hashed
+    into the signature: over HTTPS, where TLS already protects the body (as the AWS SDKs'
+    S3 signers do; over plain HTTP the payload stays signed). It spares a sha256 pass over
+    every uploaded byte (~0.4 s of a push's 2.6 s of user CPU on the 3,000-file eager tree,
+    measured); blobs are verified by their own sha256 anyway. ``AWS_UNSIGNED_PAYLOAD``
+    (true/false, obstore's own variable) overrides it for a server that wants otherwise."""
+    given = env.get("AWS_UNSIGNED_PAYLOAD", "").strip().lower()
+    if given in ("true", "false"):
+        return given == "true"
+    return not location.allow_http
+
+
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() == "true"
 

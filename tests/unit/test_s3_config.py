@@ -21,6 +21,7 @@ from neffcache.store.s3_config import (
     locate,
     parse_s3_url,
     read_profile,
+    unsigned_payload,
 )
 from neffcache.store.s3_errors import redact, response_code, translate
 
@@ -203,3 +204,26 @@ def test_botocore_failures_are_translated_without_bodies(case: int) -> None:
     assert "secret-ish" not in str(err) and "\n" not in str(err)
     if hint is not None:
         assert hint in (getattr(err, "hint", None) or "")
+
+
+@pytest.mark.parametrize(("endpoint", "env", "unsigned"), [
+    (None, {}, True),  # AWS itself: https
+    ("https://minio.internal:9000", {}, True),
+    ("http://127.0.0.1:9000", {}, False),  # no TLS: the body stays signed
+    ("https://minio.internal:9000", {"AWS_UNSIGNED_PAYLOAD": "false"}, False),
+    ("http://127.0.0.1:9000", {"AWS_UNSIGNED_PAYLOAD": " TRUE "}, True),
+    ("http://127.0.0.1:9000", {"AWS_UNSIGNED_PAYLOAD": "maybe"}, False),
+])
+def test_bodies_go_unsigned_only_where_tls_protects_them(
+        endpoint: str | None, env: dict[str, str], unsigned: bool) -> None:
+    assert unsigned_payload(locate("b", "", endpoint, env, {}), env) is unsigned
+
+
+def test_the_client_is_built_with_the_signing_chosen() -> None:
+    from neffcache.store.s3 import S3Store
+
+    env = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1"}
+    tls = S3Store("b", endpoint_url="https://s3.example.invalid", environ=env)
+    plain = S3Store("b", endpoint_url="http://127.0.0.1:1", environ=env)
+    assert tls._client.config.get("unsigned_payload") in (True, "true")
+    assert "unsigned_payload" not in plain._client.config
