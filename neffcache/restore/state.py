@@ -382,7 +382,7 @@ _PROOF = object()  # only this module makes Durable sets
 @dataclass(frozen=True, slots=True)
 class Durable:
     """State records whose files are known to be on disk: the only thing ``save_state`` takes.
-    Made by ``sync_records`` (fdatasynced here) and ``from_state``, ``kept``, ``vouched``
+    Made by ``sync_records`` (fdatasynced here) and ``from_state``, ``vouched``, ``reread``
     (vouched for before)."""
 
     records: Mapping[FileId, StateRecord]
@@ -398,23 +398,15 @@ class Durable:
         return Durable(MappingProxyType({k: state[k] for k in keep if k in state}), _PROOF)
 
     @staticmethod
-    def kept(state: Mapping[FileId, StateRecord], records: Mapping[FileId, StateRecord],
-             unwanted: Iterable[FileId]) -> Durable:
-        """What a loaded ``state`` vouched for and still holds: the ``records`` a scan found
-        exactly as it vouched for them (those very objects: no second copy of a million),
-        and its records of the ``unwanted`` files (no entry asked about them), as they are."""
-        out = {k: r for k, r in records.items() if state.get(k) == r}
-        out.update((k, state[k]) for k in unwanted if k in state)
-        return Durable(MappingProxyType(out), _PROOF)
-
-    @staticmethod
     def vouched(state: Mapping[FileId, StateRecord], present: Present,
                 records: Mapping[FileId, StateRecord], unwanted: Iterable[FileId],
                 also: Durable) -> Durable:
-        """``kept`` for a scan that holds unchanged files as paths: the ``seen`` files of
-        ``present`` (matched to its durable ``against``) that this run did not hash or write
-        anew (``records``), with the record they matched, a view (no record per file); the
-        ``records`` exactly as ``state`` vouched for them; its ``unwanted`` ones; and ``also``."""
+        """What a loaded ``state`` vouched for and still holds, for a scan that holds unchanged
+        files as paths: the ``seen`` files of ``present`` (matched to its durable ``against``)
+        that this run did not hash or write anew (``records``), with the record they matched,
+        a view (no record per file); the ``records`` exactly as ``state`` vouched for them
+        (those very objects); its records of the ``unwanted`` files (no entry asked about them);
+        and ``also``."""
         extra = {k: r for k, r in records.items() if state.get(k) == r}
         extra.update((k, state[k]) for k in unwanted if k in state)
         extra.update(also.records)
