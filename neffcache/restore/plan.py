@@ -237,9 +237,15 @@ def _one_claims(m: Manifest, target_dirs: Mapping[str, str]) -> Iterator[tuple[F
     key = m.entry_key
     for f in m.files:
         if f.root not in target_dirs:
-            raise ManifestError(f"entry {key[:12]}: file {f.root}/{f.path}: "
-                                f"root {f.root!r} has no target directory")
+            raise _no_target(key, f)
         yield (f.root, f.path), (key, f)
+
+
+def _no_target(key: str, f: FileRecord) -> ManifestError:
+    """An entry names a root the restore has no directory for (checked inline in the hot
+    loops; the message made here, once)."""
+    return ManifestError(f"entry {key[:12]}: file {f.root}/{f.path}: root {f.root!r} has no "
+                         f"target directory")
 
 
 def _claims(manifests: Sequence[Manifest], target_dirs: Mapping[str, str]
@@ -251,8 +257,7 @@ def _claims(manifests: Sequence[Manifest], target_dirs: Mapping[str, str]
         key = m.entry_key  # a digest: computed once per entry, not per file
         for f in m.files:
             if f.root not in target_dirs:
-                raise ManifestError(f"entry {key[:12]}: file {f.root}/{f.path}: "
-                                    f"root {f.root!r} has no target directory")
+                raise _no_target(key, f)
             fid = (f.root, f.path)
             claim = (key, f)
             have = wants.get(fid)
@@ -358,8 +363,7 @@ def short_cells(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
     for m in manifests:
         for f in m.files:
             if f.root not in target_dirs:
-                raise ManifestError(f"entry {m.entry_key[:12]}: file {f.root}/{f.path}: "
-                                    f"root {f.root!r} has no target directory")
+                raise _no_target(m.entry_key, f)
             if not _is(present.get((f.root, f.path)), f):
                 doubt.setdefault((f.root, f.path), []).append(m.cell.id)
     saved: set[FileId] = set()  # valid for another entry's record there: in place after all
