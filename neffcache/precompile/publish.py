@@ -62,9 +62,10 @@ from neffcache.thread_pool import usable_cpus
 from neffcache.version import __version__
 
 # Parallel uploads. A small blob costs a request, not bandwidth, so a publish of thousands of
-# them waits on the store's latency: measured here (SeaweedFS on 127.0.0.1, the 3,000-file eager
-# tree), 8 uploads took 1.3-1.85 x `s5cmd cp` (which runs 256), 32 took 1.15-1.3 x, and peak RSS
-# stayed 140-160 MiB (a multipart upload is bounded on its own: store.s3.MULTIPART_UPLOADS).
+# them waits on the store's latency when the store is slow to answer: measured (SeaweedFS on
+# 127.0.0.1 beside other load, the 3,000-file eager tree) 8 uploads took 1.55 x `s5cmd cp` (which
+# runs 256), 32 took 1.14 x; on a quiet machine, where the push is CPU-bound, 1.68 x and 1.63 x.
+# Peak RSS stayed 127-160 MiB (a multipart upload is bounded on its own: MULTIPART_UPLOADS).
 DEFAULT_WORKERS = 32
 # Hashing is CPU work (sha256 releases the GIL): more threads than this only contend.
 HASH_WORKERS_PER_CPU = 2

@@ -1,6 +1,6 @@
 """How an ``s3://`` store is reached, decided from the environment alone: endpoint, region,
-addressing style and which credential source applies. Pure: reads no file but the AWS config
-files it is handed, opens no connection.
+addressing style, whether request bodies are signed, and which credential source applies.
+Pure: reads no file but the AWS config files it is handed, opens no connection.
 
 The credentials themselves are resolved by libraries, never here: obstore (object_store) for
 environment keys, container credentials and the instance role; botocore for the profile-based
