@@ -27,7 +27,7 @@ from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import DIGEST_FIELD, Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.restore.fs import Roots
-from neffcache.restore.local import local_manifest_path, read_missing_record
+from neffcache.restore.local import ManifestCopies, local_manifest_path, read_missing_record
 from neffcache.restore.plan import FileId, short_cells, wanted_pairs, wanted_sizes
 from neffcache.restore.resolve import CellFailure, Resolution, find_elsewhere, resolve_entries
 from neffcache.restore.scan import scan_present
@@ -40,14 +40,14 @@ from neffcache.thread_pool import map_in_threads
 
 @dataclass(frozen=True, slots=True)
 class Known:
-    """The resolution (found in cell order), what a scan found at every path it wants, the
-    manifests read from the store this run (copies to keep), and when the missing cells were
-    last asked (the never-built record keeps its time while its cells were not asked again)."""
+    """The resolution (found in cell order), what a scan found at every path it wants, and
+    when the missing cells were last asked (the never-built record keeps its time while its
+    cells were not asked again). The manifests read from the store this run are kept as
+    local copies as they are read (``ManifestCopies``)."""
 
     resolution: Resolution
     present: Present  # files vouched for held as paths (``seen``): see ``seen``
     records: dict[FileId, StateRecord]
-    read: tuple[Manifest, ...]
     missing_checked_at: float
 
 
@@ -100,7 +100,8 @@ def resolve_known(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
     reused = [c for c, k in zip(cells, keys, strict=True) if k not in copies and k in recorded]
     asked = resolve_entries(store, [c for c, k in zip(cells, keys, strict=True)
                                     if k not in copies and k not in recorded], fingerprint,
-                            backend, workers=workers, deadline=deadline, trusted=trusted)
+                            backend, workers=workers, deadline=deadline, trusted=trusted,
+                            keep=ManifestCopies(target))
     for c in gone:  # retired from the store: the copy no longer says what the store has
         with contextlib.suppress(OSError):
             local_manifest_path(target, entry_key(c, fingerprint)).unlink()
@@ -119,8 +120,7 @@ def resolve_known(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
         elsewhere=tuple((c.id, elsewhere[c.id]) for c in cells if c.id in elsewhere))
     present, records = _rescan(roots, state, held, resolution.found, present, records,
                                workers=workers, deadline=deadline)
-    return Known(resolution, present, records, asked.found,
-                 checked_at if reused else now)
+    return Known(resolution, present, records, checked_at if reused else now)
 
 
 def _confirm_published(store: Store, manifests: Sequence[Manifest], workers: int,

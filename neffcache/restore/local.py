@@ -37,13 +37,12 @@ from neffcache.manifest import (
     SIGNATURE_FIELD,
     FileRecord,
     Manifest,
-    encode_manifest_pieces,
     entry_key,
     loads_light,
 )
 from neffcache.matrix import Cell
 from neffcache.restore.dest import ENTRIES_DIR, is_unclean, lock_destination
-from neffcache.restore.fs import Roots, replace_best_effort
+from neffcache.restore.fs import Roots, replace_best_effort, tmp_name
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
@@ -66,6 +65,7 @@ MISSING_SCHEMA = 1
 # whose other cells are in place takes the no-op path (no store request at all).
 MISSING_RECHECK_SECONDS = 6 * 3600.0
 _BAD_PARTS = frozenset({"", ".", ".."})
+_NEW_COPY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def local_manifest_path(target: Path, key: str) -> Path:
@@ -198,16 +198,43 @@ def _plain_relative(path: object) -> bool:
         and not _BAD_PARTS.intersection(path.split("/"))
 
 
-def save_local_manifests(target: Path, manifests: Sequence[Manifest], *,
-                         overwrite: bool = False) -> None:
-    """Keep a copy of each manifest beside the cache (best effort, written once: entries are
-    immutable; ``overwrite``: also over a copy there, which the caller found not valid). Not
-    fsynced: a damaged copy only means asking the store again."""
-    d = Path(target, LOCAL_ENTRIES)
-    for m in manifests:
-        final = d / f"{m.entry_key}.json"
-        if overwrite or not final.exists():
-            replace_best_effort(final, encode_manifest_pieces(m))
+class ManifestCopies:
+    """Keeps each manifest a restore reads from the store as its local copy, byte for byte as
+    the store sent it (``neffcache.restore.resolve.KeepCopies``): put aside under a temp name
+    before it is decoded, renamed to ``<entry-key>.json`` (over any copy there, which the
+    caller found not valid) once it decoded as that entry's manifest, removed otherwise.
+    Best effort and not fsynced, like every bookkeeping file here: a missing or damaged copy
+    only means asking the store again. A temp name left by a killed run is swept under the
+    next run's lock (``neffcache.restore.dest.sweep_entries``)."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def aside(self, key: str, data: bytes) -> str | None:
+        tmp = os.path.join(self.target, LOCAL_ENTRIES, tmp_name())
+        try:
+            fd = os.open(tmp, _NEW_COPY, 0o666)
+        except OSError:
+            return None
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+        except OSError:
+            self.settle(key, tmp, False)
+            return None
+        return tmp
+
+    def settle(self, key: str, tmp: str | None, ok: bool) -> None:
+        if tmp is None:
+            return
+        if ok:
+            try:
+                os.replace(tmp, local_manifest_path(self.target, key))
+                return
+            except OSError:
+                pass
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def save_missing(target: Path, fingerprint_key: str,

@@ -7,6 +7,9 @@ environment". A manifest that does not decode is read again (at most ``ATTEMPTS`
 body damaged on the way costs one more GET, a damaged object fails its cell. With trusted keys,
 a manifest that is unsigned or not signed by one of them counts as damaged (``check_trusted``):
 read again (from the next mirror, if any), then the cell fails with an integrity error.
+With ``keep`` (``neffcache.restore.local.ManifestCopies``) the bytes the store sent are put aside
+before they are decoded and kept as the local copy once they decode: no second encoding of
+what was just read, and never both the bytes and the decoded records in memory.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from neffcache.backends import Backend
 from neffcache.errors import ManifestError, NotFoundError, UnavailableError, UntrustedEntryError
@@ -44,18 +48,31 @@ class Resolution:
     elsewhere: tuple[tuple[str, tuple[str, ...]], ...] = ()  # cell id -> other fingerprint keys
 
 
+class KeepCopies(Protocol):
+    """Where a resolve keeps the manifests it read, as the store sent them (called from its
+    threads, one key each)."""
+
+    def aside(self, key: str, data: bytes) -> str | None:
+        """Write ``data`` under a temp name; that name, or None where it could not."""
+
+    def settle(self, key: str, tmp: str | None, ok: bool) -> None:
+        """The bytes at ``tmp`` become entry ``key``'s copy if ``ok`` (they decoded as its
+        manifest, trusted where keys are), else they are removed."""
+
+
 def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
                     backend: Backend, *, workers: int = 16,
                     deadline: float | None = None,
-                    trusted: Sequence[PublicKey] = ()) -> Resolution:
+                    trusted: Sequence[PublicKey] = (),
+                    keep: KeepCopies | None = None) -> Resolution:
     """Read each cell's manifest for this fingerprint (in parallel), validating it fully (and
-    its signature, when keys are ``trusted``)."""
+    its signature, when keys are ``trusted``); with ``keep``, each one found is kept there."""
 
     def one(cell: Cell) -> tuple[Cell, Manifest | CellFailure | str]:
         if deadline is not None and time.monotonic() >= deadline:
             return cell, "unresolved"
         return cell, _read_manifest(store, cell, entry_key(cell, fingerprint), backend,
-                                    deadline, trusted)
+                                    deadline, trusted, keep)
 
     found: list[Manifest] = []
     missing: list[Cell] = []
@@ -74,17 +91,22 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
 
 
 def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
-                   deadline: float | None, trusted: Sequence[PublicKey] = ()
-                   ) -> Manifest | CellFailure | str:
+                   deadline: float | None, trusted: Sequence[PublicKey] = (),
+                   keep: KeepCopies | None = None) -> Manifest | CellFailure | str:
     """The cell's manifest, a failure, "missing", or "unresolved" (stopped by the deadline);
     one that does not decode is read again, at most ``ATTEMPTS`` reads in all."""
     for attempt in range(1, ATTEMPTS + 1):
-        try:  # the bytes as a temporary: decoding frees them once parsed
-            m = decode_manifest(store.read(manifest_key(key)), allowed_roots=backend.root_names,
+        tmp, ok = None, False
+        try:
+            box = [store.read(manifest_key(key))]
+            tmp = keep.aside(key, box[0]) if keep is not None else None
+            # the bytes handed over as a temporary (popped): decoding frees them once parsed
+            m = decode_manifest(box.pop(), allowed_roots=backend.root_names,
                                 source=f"manifests/{key}.json")
             if m.entry_key != key:
                 raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
             check_trusted(m, trusted, f"manifests/{key}.json")
+            ok = True
             return m
         except NotFoundError:
             return "missing"
@@ -96,6 +118,9 @@ def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
         except (ManifestError, UntrustedEntryError) as exc:
             if attempt == ATTEMPTS or (deadline is not None and time.monotonic() >= deadline):
                 return CellFailure(cell.id, "integrity", str(exc))
+        finally:
+            if keep is not None:
+                keep.settle(key, tmp, ok)
     raise AssertionError("unreachable")
 
 

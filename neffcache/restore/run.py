@@ -43,7 +43,7 @@ from neffcache.restore.dest import (
 from neffcache.restore.fs import Roots
 from neffcache.restore.install import FileFailure
 from neffcache.restore.known import read_copies, resolve_known
-from neffcache.restore.local import save_local_manifests, save_missing
+from neffcache.restore.local import save_missing
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import (
     DEFAULT_UNITS,
@@ -128,7 +128,6 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         _rss("known")
         resolution, present, records = known.resolution, known.present, known.records
         manifests = resolution.found
-        save_local_manifests(target, known.read, overwrite=True)  # none had a valid copy
         if not resolution.unresolved and not resolution.failed:
             other = dict(resolution.elsewhere)
             save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())
