@@ -11,8 +11,11 @@ Precedence: flag > environment > config file > default. Only the CLI and the ser
     NEFFCACHE_REPORTS where `restore` writes its report: `store` (default: the store's
                       reports/ prefix), `none`, or a local directory path
     NEFFCACHE_MIRRORS stores a restore reads after the store, in order (space-separated)
-    NEFFCACHE_TRUSTED_KEYS  public keys (ed25519:...) or files of them; restore then refuses
-                      entries not signed by one of them
+    NEFFCACHE_TRUSTED_KEYS  public keys (ed25519:...) or files of them; every command that
+                      installs, copies, imports, repairs or verifies a manifest then refuses
+                      one not signed by one of them (``neffcache.trust``)
+    NEFFCACHE_REQUIRE_SIGNATURES  1/true: fail closed when no trusted key is configured
+                      (the config file's `require_signatures = true`)
     NEFFCACHE_SIGNING_KEY_FILE  the Ed25519 private key (PEM) publish signs manifests with;
                       NEFFCACHE_SIGNING_KEY: the same PEM as text (environment only)
     NEFFCACHE_REPORT_SPOOL  where `restore` keeps reports it could not send, for the next
@@ -38,7 +41,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 FILE_KEYS = ("store", "index", "python", "reports", "mirrors", "trusted_keys",
-             "signing_key_file")
+             "signing_key_file", "require_signatures")
+BOOL_KEYS = frozenset({"require_signatures"})
+_TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"", "0", "false", "no", "off"})
 REPORTS_TO_STORE, REPORTS_OFF = "store", "none"
 # Tables of the config file: [retire] holds the retire policy (`neffcache retire`).
 TABLE_KEYS = {"retire": {"keep_sdk_versions": int, "keep_matrices": list,
@@ -65,6 +70,9 @@ class Settings:
     # Public keys (ed25519:<base64>) or files of them a restore requires an entry to be signed
     # by (NEFFCACHE_TRUSTED_KEYS or the file's `trusted_keys`, space-separated); empty: any.
     trusted_keys: tuple[str, ...] = ()
+    # Fail closed without trusted keys (NEFFCACHE_REQUIRE_SIGNATURES or the file's
+    # `require_signatures = true`): see neffcache.trust.
+    require_signatures: bool = False
     # The private key publish signs with: a PEM file (NEFFCACHE_SIGNING_KEY_FILE or the file's
     # `signing_key_file`), else the PEM text of NEFFCACHE_SIGNING_KEY (environment only).
     signing_key_file: str | None = None
@@ -103,6 +111,9 @@ def parse_config_file(text: str, source: str) -> dict[str, Any]:
     for k, v in data.items():
         if k in TABLE_KEYS:
             _check_table(k, v, source)
+        elif k in BOOL_KEYS:
+            if not isinstance(v, bool):
+                raise ConfigError(f"{source}: {k}: expected true or false")
         elif not isinstance(v, str) or not v:
             raise ConfigError(f"{source}: {k}: expected a non-empty string")
     return dict(data)
@@ -139,16 +150,28 @@ def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | N
     retire = file_values.get("retire") or {}
     mirrors = str(environ.get("NEFFCACHE_MIRRORS") or file_values.get("mirrors") or "")
     trusted = str(environ.get("NEFFCACHE_TRUSTED_KEYS") or file_values.get("trusted_keys") or "")
+    require = environ.get("NEFFCACHE_REQUIRE_SIGNATURES")
+    required = bool(file_values.get("require_signatures")) if require is None \
+        else flag_value(require, "NEFFCACHE_REQUIRE_SIGNATURES")
     return Settings(home=home, store_url=str(store_url), index_url=str(index_url),
                     index_explicit=bool(named_index), python=interpreter or None,
                     reports_to=reports_to, mirrors=tuple(mirrors.split()),
                     trusted_keys=tuple(trusted.split()),
+                    require_signatures=required,
                     signing_key_file=environ.get("NEFFCACHE_SIGNING_KEY_FILE")
                     or file_values.get("signing_key_file") or None,
                     signing_key_pem=environ.get("NEFFCACHE_SIGNING_KEY") or None,
                     report_spool=environ.get("NEFFCACHE_REPORT_SPOOL") or None,
                     retire=tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
                                         for k, v in retire.items())))
+
+
+def flag_value(value: str, name: str) -> bool:
+    """An on/off variable: 1/true/yes/on or 0/false/no/off (any case); else a ConfigError."""
+    v = value.strip().lower()
+    if v not in _TRUE | _FALSE:
+        raise ConfigError(f"{name}={value!r}: expected 1/true/yes/on or 0/false/no/off")
+    return v in _TRUE
 
 
 def reports_destination(value: str) -> str:

@@ -40,6 +40,23 @@ def signing_key_option(f: F) -> F:
                              "default: unsigned].")(f)
 
 
+def trust_options(f: F) -> F:
+    """--trusted-key and --require-signatures: the trust gate's policy (neffcache.trust),
+    the same for every command that installs, copies, imports, repairs or verifies."""
+    f = click.option("--require-signatures", "require_signatures", is_flag=True,
+                     help="Fail closed (exit 2) when no trusted key is configured, instead "
+                          "of reading entries unchecked [env NEFFCACHE_REQUIRE_SIGNATURES=1; "
+                          "config `require_signatures = true`].")(f)
+    return click.option("--trusted-key", "trusted_keys", multiple=True, metavar="KEY|FILE",
+                        help="Trust entries signed by this public key (ed25519:<base64>, or a "
+                             "file of them, one per line): with any key configured, an "
+                             "unsigned entry or one signed by another key is refused (exit "
+                             "4), and a manifest replaces one in a store only if signed and "
+                             "matching its pinned digest. Repeatable, for key rotation [env "
+                             "NEFFCACHE_TRUSTED_KEYS or config `trusted_keys`, "
+                             "space-separated].")(f)
+
+
 def python_option(f: F) -> F:
     return click.option("--python", "python", metavar="PATH", default=None,
                         help="The Python interpreter that runs inference (e.g. "

@@ -12,6 +12,7 @@ from neffcache.cli._common import (
     json_option,
     progress,
     store_option,
+    trust_options,
 )
 from neffcache.cli._select import cells_option, fingerprint_option
 from neffcache.errors import EXIT_CODE_HELP
@@ -104,10 +105,12 @@ def export(matrix: str | None, output: str, everything: bool, patterns: tuple[st
 @max_bytes_option
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Parallel uploads.")
+@trust_options
 @store_option
 @json_option
 def import_(file: str, expect: str | None, max_bytes: int | None, workers: int,
-            store: str | None, as_json: bool) -> None:
+            store: str | None, as_json: bool, trusted_keys: tuple[str, ...] = (),
+            require_signatures: bool = False) -> None:
     """Publish every entry of bundle FILE into the store.
 
     The whole bundle is checked first (structure, then every member against its sha256 in
@@ -115,10 +118,11 @@ def import_(file: str, expect: str | None, max_bytes: int | None, workers: int,
     foreign bundle is refused with exit 4 before anything is written. Then blobs and packs
     the store lacks are uploaded, each verified again while streaming, and manifests and
     pointers last; an entry the store already has stands unchanged (first writer wins).
-    Rerunning an interrupted import uploads only what is missing.
+    Rerunning an interrupted import uploads only what is missing. Each entry passes the trust
+    gate as in `neffcache copy` (a refused one is listed, not imported: exit 4).
 
     --json prints: file, sha256, source, target, entries, entries_copied, entries_present,
-    blobs_copied, blobs_skipped, bytes_copied, packs_copied, packs_skipped.
+    blobs_copied, blobs_skipped, bytes_copied, packs_copied, packs_skipped, refused.
 
     \b
     Examples:
@@ -128,11 +132,15 @@ def import_(file: str, expect: str | None, max_bytes: int | None, workers: int,
     from neffcache.lifecycle import ImportBundleRequest, import_bundle
 
     result = import_bundle(ImportBundleRequest(file, expect_sha256=expect, store=store,
-                                               workers=workers, max_bytes=max_bytes))
+                                               workers=workers, max_bytes=max_bytes,
+                                               trusted_keys=trusted_keys,
+                                               require_signatures=require_signatures))
     c = result.copy
-    finish(result, as_json, lambda: f"{len(c.entries)} entries: {c.entries_copied} published, "
-           f"{c.entries_present} already in {c.target}; blobs: {c.blobs_copied} uploaded "
-           f"({human_bytes(c.bytes_copied)}), {c.blobs_skipped} already there")
+    finish(result, as_json, lambda: "\n".join([
+        *(f"refused {k}: {why}" for k, why in c.refused),
+        f"{len(c.entries)} entries: {c.entries_copied} published, "
+        f"{c.entries_present} already in {c.target}; blobs: {c.blobs_copied} uploaded "
+        f"({human_bytes(c.bytes_copied)}), {c.blobs_skipped} already there"]))
 
 
 @bundle.command("show", epilog=FORMAT_HELP)

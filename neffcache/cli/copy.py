@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import counter, emit_json, human_bytes, json_option, progress
+from neffcache.cli._common import (
+    counter,
+    finish,
+    human_bytes,
+    json_option,
+    progress,
+    trust_options,
+)
 from neffcache.cli._select import cells_option, fingerprint_option
 from neffcache.errors import EXIT_CODE_HELP
 
@@ -24,11 +31,13 @@ from neffcache.errors import EXIT_CODE_HELP
 @fingerprint_option
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Parallel transfers.")
+@trust_options
 @json_option
 def copy(matrix: str | None, source: str, target: str, from_profile: str | None,
          to_profile: str | None, everything: bool,
          patterns: tuple[str, ...], fingerprints: tuple[str, ...], workers: int,
-         as_json: bool) -> None:
+         as_json: bool, trusted_keys: tuple[str, ...] = (),
+         require_signatures: bool = False) -> None:
     """Copy entries from one store to another: another region, a local mirror.
 
     Selects the entries built for the cells of MATRIX (every fingerprint, or those named with
@@ -44,8 +53,13 @@ def copy(matrix: str | None, source: str, target: str, from_profile: str | None,
     overridden by NEFFCACHE_FROM_AWS_* / NEFFCACHE_TO_AWS_* (e.g. NEFFCACHE_TO_AWS_REGION),
     NEFFCACHE_FROM_S3_ENDPOINT / NEFFCACHE_TO_S3_ENDPOINT, and --from-profile / --to-profile.
 
+    Every entry the target lacks passes the trust gate first (neffcache.trust): with trusted
+    keys configured it must be signed by one of them, and where the target's cell pointer
+    already names it (its manifest lost or damaged) it must match the digest pinned there;
+    a refused entry is listed, nothing of it is written, and the copy exits 4.
+
     --json prints: source, target, entries, entries_copied, entries_present, blobs_copied,
-    blobs_skipped, bytes_copied, packs_copied, packs_skipped.
+    blobs_skipped, bytes_copied, packs_copied, packs_skipped, refused (entry_key, error).
 
     \b
     Examples:
@@ -59,14 +73,14 @@ def copy(matrix: str | None, source: str, target: str, from_profile: str | None,
     result = copy_entries(CopyEntriesRequest(
         source, target, matrix=matrix, cells=patterns, fingerprints=fingerprints,
         all_entries=everything, workers=workers, progress=counter("copy", "blobs"),
-        source_profile=from_profile, target_profile=to_profile))
-    if as_json:
-        emit_json(result.to_json())
-        return
-    click.echo(f"{len(result.entries)} entries: {result.entries_copied} copied, "
-               f"{result.entries_present} already in {result.target}; blobs: "
-               f"{result.blobs_copied} copied ({human_bytes(result.bytes_copied)}), "
-               f"{result.blobs_skipped} already there; packs: {result.packs_copied} copied, "
-               f"{result.packs_skipped} already there")
+        source_profile=from_profile, target_profile=to_profile, trusted_keys=trusted_keys,
+        require_signatures=require_signatures))
+    finish(result, as_json, lambda: "\n".join([
+        *(f"refused {k}: {why}" for k, why in result.refused),
+        f"{len(result.entries)} entries: {result.entries_copied} copied, "
+        f"{result.entries_present} already in {result.target}; blobs: "
+        f"{result.blobs_copied} copied ({human_bytes(result.bytes_copied)}), "
+        f"{result.blobs_skipped} already there; packs: {result.packs_copied} copied, "
+        f"{result.packs_skipped} already there"]))
     if not result.entries:
         progress("warning: no entries selected")

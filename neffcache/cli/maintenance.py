@@ -16,6 +16,7 @@ from neffcache.cli._common import (
     json_option,
     progress,
     store_option,
+    trust_options,
 )
 from neffcache.errors import EXIT_CODE_HELP
 
@@ -105,15 +106,12 @@ Examples:
 @click.option("--quarantine", is_flag=True,
               help="Mark each damaged blob or pack under damaged/ in the store, so push, copy "
                    "and bundle import rewrite it instead of skipping it.")
-@click.option("--trusted-key", "trusted_keys", multiple=True, metavar="KEY|FILE",
-              help="Also report each entry not signed by one of these public keys (kind "
-                   "untrusted): what a restore trusting them would refuse. Repeatable "
-                   "[env NEFFCACHE_TRUSTED_KEYS or config `trusted_keys`].")
+@trust_options
 @store_option
 @json_option
 def verify(quick: bool, workers: int, local: str | None, store: str | None,
            as_json: bool, quarantine: bool = False,
-           trusted_keys: tuple[str, ...] = ()) -> None:
+           trusted_keys: tuple[str, ...] = (), require_signatures: bool = False) -> None:
     from neffcache.lifecycle import (
         VerifyLocalDirRequest,
         VerifyStoreRequest,
@@ -123,12 +121,15 @@ def verify(quick: bool, workers: int, local: str | None, store: str | None,
 
     result: VerifyStoreResult | VerifyLocalDirResult
     if local is not None:
-        result = verify_local_dir(VerifyLocalDirRequest(local, workers=workers))
+        result = verify_local_dir(VerifyLocalDirRequest(local, workers=workers,
+                                                        trusted_keys=trusted_keys,
+                                                        require_signatures=require_signatures))
     else:
         result = verify_store(VerifyStoreRequest(store=store, quick=quick, workers=workers,
                                                  progress=counter("verify", "blobs", 50),
                                                  quarantine=quarantine,
-                                                 trusted_keys=trusted_keys))
+                                                 trusted_keys=trusted_keys,
+                                                 require_signatures=require_signatures))
     finish(result, as_json, lambda: _verify_text(result))
 
 

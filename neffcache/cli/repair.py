@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import confirm_or_refuse, finish, json_option, store_option
+from neffcache.cli._common import (
+    confirm_or_refuse,
+    finish,
+    json_option,
+    store_option,
+    trust_options,
+)
 from neffcache.errors import EXIT_CODE_HELP
 from neffcache.lifecycle import RepairResult
 
@@ -15,13 +21,18 @@ also counts a manifest a cell pointer names but the store lacks, and plans one r
 object. The source is another store or a bundle (--from STORE, --from bundle:FILE) or a
 restored directory whose files verify against its manifest copies (--from-dir DIR). An object
 is rewritten only when it is still bad right before the write, and only with bytes whose size
-and sha256 match the manifest: a good object is never overwritten. Afterwards the store is
-verified again; exit 0 when it is clean, 4 while problems remain.
+and sha256 match the manifest: a good object is never overwritten. A manifest is replaced only
+by one that passes the trust gate: the digest its publisher pinned in the cell pointer, and a
+trusted key's signature when keys are configured (--trusted-key, NEFFCACHE_TRUSTED_KEYS);
+without keys, a manifest with no pin is unrepairable from any source (listed as refused,
+nothing written). The store is verified once; what --dry-run lists is what the run rewrites,
+and each rewrite is checked as it is made. Exit 0 when nothing remains bad, 4 otherwise.
 
 Without --yes it asks for confirmation on a terminal, and refuses otherwise.
 
 --json prints: store, source, dry_run, planned (key, kind, reason, size, sha256), repaired,
-good, unavailable, outcomes (key, outcome), remaining (key, kind, error), ok.
+good, unavailable, outcomes (key, outcome), remaining (key, kind, error), refused (key,
+kind, error), ok.
 
 \b
 Examples:
@@ -41,15 +52,18 @@ Examples:
               help="Rewrite without asking (required when stdin is not a terminal).")
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
               help="Parallel reads and writes.")
+@trust_options
 @store_option
 @json_option
 def repair(source: str | None, from_dir: str | None, dry_run: bool, yes: bool, workers: int,
-           store: str | None, as_json: bool) -> None:
+           store: str | None, as_json: bool, trusted_keys: tuple[str, ...] = (),
+           require_signatures: bool = False) -> None:
     from neffcache.lifecycle import RepairRequest, repair_store
 
     result = repair_store(RepairRequest(store=store, source=source, from_dir=from_dir,
                                         dry_run=dry_run, confirmed=yes, confirm=_ask,
-                                        workers=workers))
+                                        workers=workers, trusted_keys=trusted_keys,
+                                        require_signatures=require_signatures))
     finish(result, as_json, lambda: _text(result))
 
 
@@ -64,9 +78,13 @@ def _ask(preview: RepairResult) -> bool:
 def _text(result: RepairResult) -> str:
     if result.dry_run:
         lines = [f"would rewrite {i.key} ({i.kind}: {i.reason})" for i in result.planned]
-        return "\n".join([*lines, f"dry run: {len(result.planned)} object(s) to rewrite in "
-                                  f"{result.store} from {result.source}"])
-    return (f"{result.store}: {result.count('repaired')} object(s) repaired from "
-            f"{result.source}, {result.count('good')} already good, "
+        return "\n".join([*lines, *_refused(result), f"dry run: {len(result.planned)} object(s) "
+                                  f"to rewrite in {result.store} from {result.source}"])
+    return "\n".join([*_refused(result), f"{result.store}: {result.count('repaired')} "
+            f"object(s) repaired from {result.source}, {result.count('good')} already good, "
             f"{result.count('unavailable')} without good bytes in the source; "
-            f"{len(result.remaining)} problem(s) remain")
+            f"{len(result.remaining)} problem(s) remain"])
+
+
+def _refused(result: RepairResult) -> list[str]:
+    return [f"refused {p.key}: {p.message}" for p in result.refused]

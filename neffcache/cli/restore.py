@@ -23,6 +23,7 @@ from neffcache.cli._common import (
     progress,
     python_option,
     store_option,
+    trust_options,
 )
 from neffcache.cli._process import tuned_for_restore
 from neffcache.errors import EXIT_CODE_HELP, UsageError
@@ -141,12 +142,7 @@ Examples:
               help="Another store (PATH, s3://..., bundle:FILE) read after --store, in order; "
                    "an object missing from one or failing verification comes from the next. "
                    "Repeatable [env NEFFCACHE_MIRRORS or config `mirrors`, space-separated].")
-@click.option("--trusted-key", "trusted_keys", multiple=True, metavar="KEY|FILE",
-              help="Require every entry to be signed by this public key (ed25519:<base64>, "
-                   "or a file of them, one per line): an unsigned entry, or one signed by "
-                   "another key, fails its cell (exit 4). Repeatable, for key rotation "
-                   "[env NEFFCACHE_TRUSTED_KEYS or config `trusted_keys`, space-separated; "
-                   "default: none, any entry].")
+@trust_options
 @python_option
 @click.option("--report-to", "report_to", metavar="store|none|DIR", default=None,
               help="Where to write this run's restore report: `store` (one object under the "
@@ -166,7 +162,7 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
             python: str | None, report_to: str | None, store: str | None,
             index: str | None, dry_run: bool, as_json: bool,
             mirrors: tuple[str, ...] = (), trusted_keys: tuple[str, ...] = (),
-            bundle_max_bytes: int | None = None) -> None:
+            bundle_max_bytes: int | None = None, require_signatures: bool = False) -> None:
     started = _process_start()
     _check_flags(print_env=print_env, as_json=as_json, dry_run=dry_run, bundle=bundle)
     if index is not None:
@@ -182,7 +178,8 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
         report_to=report_to, store=store, notice=bar.notice if bar else progress,
         progress=bar.update if bar else None,
         on_environment=_print_env if print_env else None, mirrors=mirrors,
-        trusted_keys=trusted_keys, bundle_max_bytes=bundle_max_bytes)
+        trusted_keys=trusted_keys, require_signatures=require_signatures,
+        bundle_max_bytes=bundle_max_bytes)
     if dry_run:
         _show_preview(preview_restore(request), as_json)
         return

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.config import read_settings
-from neffcache.errors import ExitRule
+from neffcache.errors import ExitRule, NeffcacheError
 from neffcache.lifecycle.bundle_write import write_bundle
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_manifests
-from neffcache.store import BundleStore, Toc, open_store
+from neffcache.store import BundleStore, Toc, manifest_key, open_store
+from neffcache.trust import load_trust
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +65,17 @@ def export_bundle(request: ExportBundleRequest) -> ExportBundleResult:
     against its sha256 as it is written) into one bundle file, under a temp name renamed into
     place: a failed export leaves nothing at ``output``. Raises UsageError (exit 2) for a bad
     selection, no entry selected or an unwritable file, IntegrityError (exit 4) for a store
-    object missing or not matching its sha256, UnavailableError (exit 6) when the store cannot
+    object missing or not matching its sha256 or an entry the trust gate refuses (with keys
+    configured), UnavailableError (exit 6) when the store cannot
     be reached."""
-    s = open_store(read_settings(os.environ, store=request.store).store_url)
+    settings = read_settings(os.environ, store=request.store)
+    trust = load_trust(settings)
+    s = open_store(settings.store_url)
     s.check()
     manifests = select_manifests(s, request.matrix, request.cells, request.fingerprints,
                                  request.all_entries)
+    for m in manifests:  # with keys configured, nothing untrusted leaves in a bundle
+        trust.admit(m, f"{s.url}/{manifest_key(m.entry_key)}")
     path = Path(request.output).expanduser().absolute()
     digest, toc = write_bundle(s, manifests, path, gzip=request.gzip,
                                on_progress=request.progress)
@@ -82,13 +88,16 @@ class ImportBundleRequest:
     digest is ``expect_sha256`` (when given), into ``store`` (None: as the CLI would,
     NEFFCACHE_STORE > config file > default; a local store is created); ``workers``
     parallel uploads; ``max_bytes``: the most a gzip bundle may decompress to (see
-    ``store.BundleStore``)."""
+    ``store.BundleStore``). ``trusted_keys`` / ``require_signatures``: the trust gate's
+    policy (empty: the settings'); an entry it refuses is not imported (exit 4)."""
 
     file: str | Path
     expect_sha256: str | None = None
     store: str | None = None
     workers: int = 8
     max_bytes: int | None = None
+    trusted_keys: Sequence[str] = ()
+    require_signatures: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +109,13 @@ class ImportBundleResult(ExitRule):
     file: str
     sha256: str
 
+    def error(self) -> NeffcacheError | None:
+        return self.copy.error()
+
     def to_json(self) -> dict[str, Any]:
         """``neffcache bundle import --json``: file, sha256, source, target, entries,
         entries_copied, entries_present, blobs_copied, blobs_skipped, bytes_copied,
-        packs_copied, packs_skipped."""
+        packs_copied, packs_skipped, refused."""
         return dict(self.copy.to_json(), file=self.file, sha256=self.sha256)
 
 
@@ -113,13 +125,15 @@ def import_bundle(request: ImportBundleRequest) -> ImportBundleResult:
     lacks, verified again while streaming, manifests and pointers last (first writer wins).
     Raises IntegrityError (exit 4) for a truncated, tampered or foreign bundle, before
     anything is written; UnavailableError (exit 6) when the store cannot be reached."""
-    dst = open_store(read_settings(os.environ, store=request.store).store_url, create=True)
+    settings = read_settings(os.environ, store=request.store)
+    trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
+    dst = open_store(settings.store_url, create=True)
     with BundleStore(request.file, expect_sha256=request.expect_sha256,
                      max_bytes=request.max_bytes) as src:
         src.verify_all()
         manifests = read_manifests(src, [e.entry_key for e in src.toc.entries])
         dst.check()
-        copied = apply_copy(src, dst, manifests, workers=request.workers)
+        copied = apply_copy(src, dst, manifests, workers=request.workers, trust=trust)
         digest = src.digest
     return ImportBundleResult(copied, str(Path(request.file).absolute()), digest)
 

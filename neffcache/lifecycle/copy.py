@@ -15,12 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neffcache.errors import ExitRule, IntegrityError
+from neffcache.errors import ExitRule, IntegrityError, NeffcacheError, UntrustedEntryError
 from neffcache.hashing import VerifyingReader
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
 from neffcache.precompile import REFRESH_SECONDS, held_intents, write_pointer
 from neffcache.store import Store, blob_key, holds_good, manifest_key, pack_key
 from neffcache.thread_pool import map_in_threads
+from neffcache.trust import UNCHECKED, TrustPolicy, admit_into
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +52,26 @@ class CopyEntriesResult(ExitRule):
     bytes_copied: int
     packs_copied: int
     packs_skipped: int
+    refused: tuple[tuple[str, str], ...] = ()  # (entry key, why): stopped by the trust gate
+
+    def error(self) -> NeffcacheError | None:
+        """UntrustedEntryError (exit 4) when the trust gate refused an entry (nothing of it
+        was written), else None."""
+        if not self.refused:
+            return None
+        return UntrustedEntryError(f"{len(self.refused)} entr(ies) refused by the trust gate, "
+                                   f"nothing of them written; first: {self.refused[0][1]}")
 
     def to_json(self) -> dict[str, Any]:
         """``neffcache copy --json``: source, target, entries, entries_copied, entries_present,
-        blobs_copied, blobs_skipped, bytes_copied, packs_copied, packs_skipped."""
+        blobs_copied, blobs_skipped, bytes_copied, packs_copied, packs_skipped, refused
+        (entry_key, error: entries the trust gate refused)."""
         return {"source": self.source, "target": self.target, "entries": list(self.entries),
                 "entries_copied": self.entries_copied, "entries_present": self.entries_present,
                 "blobs_copied": self.blobs_copied, "blobs_skipped": self.blobs_skipped,
                 "bytes_copied": self.bytes_copied, "packs_copied": self.packs_copied,
-                "packs_skipped": self.packs_skipped}
+                "packs_skipped": self.packs_skipped,
+                "refused": [{"entry_key": k, "error": e} for k, e in self.refused]}
 
 
 def plan_copy(manifests: Sequence[Manifest]) -> CopyPlan:
@@ -101,12 +113,18 @@ def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> boo
 
 def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers: int = 8,
                on_progress: Callable[[int, int], None] | None = None,
-               refresh_every: float = REFRESH_SECONDS) -> CopyEntriesResult:
-    """Copy the entries' blobs and packs the target lacks, then their manifests and pointers.
-    ``on_progress(done, total)`` is called per blob."""
+               refresh_every: float = REFRESH_SECONDS,
+               trust: TrustPolicy = UNCHECKED) -> CopyEntriesResult:
+    """Copy the entries' blobs and packs the target lacks, then their manifests and pointers;
+    an entry the target lacks passes the trust gate first (``trust.admit_into``: refused,
+    nothing of it is written). ``on_progress(done, total)`` is called per blob."""
     present = [m for m in manifests if dst.has(manifest_key(m.entry_key))]
     have = {m.entry_key for m in present}
-    todo = [m for m in manifests if m.entry_key not in have]
+    gated = map_in_threads(lambda m: _gate(dst, m, src.url, trust),
+                           [m for m in manifests if m.entry_key not in have], workers)
+    refused = tuple((m.entry_key, why) for m, why in gated if why)
+    todo = [m for m, why in gated if not why]
+    manifests = [*present, *todo]
     plan = plan_copy(manifests)  # a present entry's objects too: one may have gone bad
     done = 0
 
@@ -138,8 +156,18 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
             write_pointer(dst, m)  # a copy killed between manifest and pointer
     wrote = [(sha, size) for sha, size, w in outcomes if w]
     return CopyEntriesResult(
-        source=src.url, target=dst.url, entries=tuple(m.entry_key for m in manifests),
+        source=src.url, target=dst.url,
+        entries=tuple(sorted((*(m.entry_key for m in manifests), *(k for k, _ in refused)))),
         entries_copied=copied, entries_present=len(present) + len(todo) - copied,
         blobs_copied=len(wrote), blobs_skipped=len(outcomes) - len(wrote),
         bytes_copied=sum(n for _, n in wrote), packs_copied=sum(packs),
-        packs_skipped=len(packs) - sum(packs))
+        packs_skipped=len(packs) - sum(packs), refused=refused)
+
+
+def _gate(dst: Store, m: Manifest, source: str, trust: TrustPolicy) -> tuple[Manifest, str]:
+    """The entry and why the gate refused it ("" when admitted)."""
+    try:
+        admit_into(dst, m, f"{source}/{manifest_key(m.entry_key)}", trust)
+    except UntrustedEntryError as exc:
+        return m, str(exc)
+    return m, ""

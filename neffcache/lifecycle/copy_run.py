@@ -8,10 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from neffcache.config import read_settings
 from neffcache.errors import UsageError
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import select_manifests
 from neffcache.store import TempFiles, open_store, side_environ
+from neffcache.trust import load_trust
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +28,9 @@ class CopyEntriesRequest:
     of blobs. Each side is configured on its own (two endpoints, regions, keys): from
     ``environ`` (default: the process's) with ``NEFFCACHE_FROM_*`` / ``NEFFCACHE_TO_*``
     overrides and ``source_profile`` / ``target_profile`` (see ``store.side_environ``).
+    ``trusted_keys`` / ``require_signatures``: the trust gate's policy (empty: the settings'
+    NEFFCACHE_TRUSTED_KEYS / config); each entry the target lacks passes it before anything
+    of it is written (``neffcache.trust``).
     """
 
     source: str
@@ -39,6 +44,8 @@ class CopyEntriesRequest:
     source_profile: str | None = None
     target_profile: str | None = None
     environ: Mapping[str, str] | None = None
+    trusted_keys: Sequence[str] = ()
+    require_signatures: bool = False
 
 
 def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
@@ -49,6 +56,8 @@ def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
     IntegrityError (exit 4) for a source object that does not match its sha256 (nothing of it
     is kept), UnavailableError (exit 6) when a store cannot be reached."""
     env = os.environ if request.environ is None else request.environ
+    trust = load_trust(read_settings(env), request.trusted_keys,
+                       require=request.require_signatures)
     src = open_store(request.source, environ=side_environ(env, "FROM", request.source_profile))
     dst = open_store(request.target, create=True,
                      environ=side_environ(env, "TO", request.target_profile))
@@ -62,4 +71,4 @@ def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
     manifests = select_manifests(src, request.matrix, request.cells, request.fingerprints,
                                  request.all_entries, workers=request.workers)
     return apply_copy(src, dst, manifests, workers=request.workers,
-                      on_progress=request.progress)
+                      on_progress=request.progress, trust=trust)

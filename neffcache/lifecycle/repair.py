@@ -1,8 +1,9 @@
 """Repair a store: which objects are missing or damaged (from verify's problems, pure), and the
 sources of good bytes a repair rewrites them from (another store, a bundle, a restored dir).
 
-``plan_repair`` is pure. ``rewrite_object`` writes one object, and only when the target's copy
-is still bad right before the write and the new bytes match the manifest's size and sha256.
+``plan_repair`` is pure. ``rewrite_object`` writes one blob or pack, and ``rewrite_manifest``
+one manifest whose replacement passed the trust gate, each only when the target's copy is
+still bad right before the write and the new bytes are what was checked.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from neffcache.backends import BACKENDS, root_dirs
 from neffcache.errors import IntegrityError, ManifestError, NotFoundError, UsageError
@@ -68,6 +69,16 @@ def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
     return tuple(items[k] for k in sorted(items))
 
 
+class Source(Protocol):
+    """Where a repair reads good bytes: a store, a bundle or a restored directory."""
+
+    url: str
+
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO: ...
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes: ...
+
+
 def good_manifest(data: bytes, key: str) -> Manifest | None:
     """The manifest in ``data`` when it decodes and describes the entry its key names."""
     try:
@@ -80,10 +91,9 @@ def good_manifest(data: bytes, key: str) -> Manifest | None:
 
 
 def object_is_good(store: Store, item: RepairItem) -> bool:
-    """Whether the target's object is good after all (re-checked right before a write)."""
+    """Whether the target's blob or pack is good after all (re-checked right before a
+    write)."""
     try:
-        if item.kind == "manifest":
-            return good_manifest(store.read(item.key), item.key) is not None
         h, n = hashlib.sha256(), 0
         with store.open(item.key) as src:
             while chunk := src.read(CHUNK):
@@ -94,22 +104,13 @@ def object_is_good(store: Store, item: RepairItem) -> bool:
     return n == item.size and h.hexdigest() == item.sha256
 
 
-def rewrite_object(target: Store, source: Store, item: RepairItem) -> str:
-    """Rewrite one object of ``target`` from ``source``: "repaired", "good" (the target's copy
-    is good: untouched), or "unavailable" (the source lacks good bytes)."""
+def rewrite_object(target: Store, source: Source, item: RepairItem) -> str:
+    """Rewrite one blob or pack of ``target`` from ``source``: "repaired", "good" (the
+    target's copy is good: untouched), or "unavailable" (the source lacks good bytes)."""
     if object_is_good(target, item):
         return "good"
     try:
-        if item.kind == "manifest":
-            data = source.read(item.key)
-            if good_manifest(data, item.key) is None:
-                return "unavailable"
-            if object_is_good(target, item):  # another writer got there first
-                return "good"
-            target.delete(item.key)
-            target.put(item.key, io.BytesIO(data), if_absent=True)
-        else:
-            _stream(target, source, item)
+        _stream(target, source, item)
     except (NotFoundError, IntegrityError):
         return "unavailable"
     if not object_is_good(target, item):
@@ -118,7 +119,31 @@ def rewrite_object(target: Store, source: Store, item: RepairItem) -> str:
     return "repaired"
 
 
-def _stream(target: Store, source: Store, item: RepairItem) -> None:
+def rewrite_manifest(target: Store, key: str, data: bytes,
+                     admitted: Callable[[bytes], bool]) -> str:
+    """Replace manifest ``key`` of ``target`` with ``data`` (already through the trust gate)
+    unless the target's copy is ``admitted`` right before the write: "repaired", "good" or
+    "unavailable" (what is there afterwards is not ``data``)."""
+    if _admitted_at(target, key, admitted):
+        return "good"
+    target.delete(key)
+    target.put(key, io.BytesIO(data), if_absent=True)
+    try:
+        if target.read(key) != data:  # another writer's bytes since the delete
+            return "good" if _admitted_at(target, key, admitted) else "unavailable"
+    except NotFoundError:
+        return "unavailable"
+    return "repaired"
+
+
+def _admitted_at(target: Store, key: str, admitted: Callable[[bytes], bool]) -> bool:
+    try:
+        return admitted(target.read(key))
+    except NotFoundError:
+        return False
+
+
+def _stream(target: Store, source: Source, item: RepairItem) -> None:
     """Replace a bad blob or pack with ``source``'s bytes, checked while they stream: a
     mismatch leaves nothing of them (IntegrityError)."""
     assert item.size is not None and item.sha256 is not None
@@ -138,8 +163,8 @@ def _stream(target: Store, source: Store, item: RepairItem) -> None:
 
 class DirSource:
     """A restored directory as a read-only source of objects: blobs by the files its manifest
-    copies name (each re-hashed), packs rebuilt from their members, manifests from the copies.
-    Only ``open``, ``read`` and ``has`` are meaningful; bytes are checked by the caller."""
+    copies name (each re-hashed), packs rebuilt from their members, manifests from the copies
+    (a ``Source``; bytes are checked by the caller, manifests by the trust gate)."""
 
     def __init__(self, target: str | Path) -> None:
         self.url = f"dir:{target}"

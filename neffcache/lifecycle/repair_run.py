@@ -1,23 +1,42 @@
-"""The repair use case, ``repair_store``: verify, plan the objects to rewrite, ask for consent,
-rewrite each from a source of good bytes (a store, a bundle or a restored directory), verify."""
+"""The repair use case, ``repair_store``: one verify of the target, a plan (each replacement
+manifest read from the source and put through the trust gate first, so the plan names the
+blobs and packs it brings too), consent, then the rewrites, each re-checked as it is made.
+What ``--dry-run`` lists is what the run rewrites; after its one verify a repair reads only
+what it rewrites (the target's copy before and after, the source's bytes).
+"""
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from neffcache.config import read_settings
-from neffcache.errors import ExitRule, IntegrityError, NeffcacheError, UsageError
-from neffcache.lifecycle.repair import DirSource, RepairItem, plan_repair, rewrite_object
-from neffcache.lifecycle.verify import Problem, VerifyStoreResult, _read_manifest, verify_store
-from neffcache.manifest import Manifest, PackRecord
-from neffcache.store import CELLS, MANIFESTS, Store, entry_key_of, manifest_key, open_store
+from neffcache.errors import (
+    ExitRule,
+    IntegrityError,
+    NeffcacheError,
+    NotFoundError,
+    UntrustedEntryError,
+    UsageError,
+)
+from neffcache.lifecycle.repair import (
+    DirSource,
+    RepairItem,
+    Source,
+    good_manifest,
+    plan_repair,
+    rewrite_manifest,
+    rewrite_object,
+)
+from neffcache.lifecycle.verify import Catalogue, Problem, check_objects, read_catalogue
+from neffcache.store import Store, entry_key_of, manifest_key, open_store
 from neffcache.thread_pool import map_in_threads
+from neffcache.trust import TrustPolicy, check_pin, load_trust
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +48,10 @@ class RepairRequest:
     restored directory (its manifest copies say which file holds which blob); exactly one.
     ``dry_run``: plan only. Otherwise rewriting needs ``confirmed=True`` or a
     ``confirm(preview)`` callback returning True. ``workers``: parallel reads and writes.
+    ``trusted_keys``: keys or files of them (empty: NEFFCACHE_TRUSTED_KEYS, the config file's
+    ``trusted_keys``). A replacement manifest passes the trust gate (``neffcache.trust``):
+    signed by a trusted key when keys are configured, and the digest the target's cell
+    pointer pins; without keys a manifest with no pin cannot be proven and is refused.
     """
 
     store: str | None = None
@@ -38,6 +61,8 @@ class RepairRequest:
     confirmed: bool = False
     confirm: Callable[[RepairResult], bool] | None = None
     workers: int = 8
+    trusted_keys: Sequence[str] = ()
+    require_signatures: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +78,7 @@ class RepairResult(ExitRule):
     planned: tuple[RepairItem, ...]
     outcomes: tuple[tuple[str, str], ...] = ()
     remaining: tuple[Problem, ...] = ()
+    refused: tuple[Problem, ...] = ()  # manifests the source cannot replace (kind: why)
 
     def count(self, outcome: str) -> int:
         return sum(1 for _, o in self.outcomes if o == outcome)
@@ -70,46 +96,57 @@ class RepairResult(ExitRule):
     def to_json(self) -> dict[str, Any]:
         """``neffcache repair --json``: store, source, dry_run, planned (key, kind, reason,
         size, sha256), repaired, good, unavailable, outcomes (key, outcome), remaining
-        (key, kind, error), ok."""
+        (key, kind, error), refused (key, kind, error: manifests the source has no replacement
+        for that passes the trust gate: unrepairable from it, nothing written), ok."""
         return {"store": self.store, "source": self.source, "dry_run": self.dry_run,
                 "planned": [i.to_json() for i in self.planned],
                 "repaired": self.count("repaired"), "good": self.count("good"),
                 "unavailable": self.count("unavailable"),
                 "outcomes": [{"key": k, "outcome": o} for k, o in self.outcomes],
                 "remaining": [p.to_json() for p in self.remaining],
+                "refused": [p.to_json() for p in self.refused],
                 "ok": not self.remaining}
 
 
 def repair_store(request: RepairRequest) -> RepairResult:
     """Find the store's missing and damaged manifests, blobs, packs (and so large-file parts)
-    and rewrite each from the source; a good object is never overwritten, and only bytes that
-    match the manifest's size and sha256 are written. Manifests first (their blobs are known
-    only then), then blobs and packs. Raises UsageError (exit 2) for no or two sources, the
-    same store twice or no consent; UnavailableError (exit 6) when a store cannot be reached.
-    """
+    and rewrite each from the source; a good object is never overwritten, only bytes that
+    match the manifest's size and sha256 are written, and only manifests that pass the trust
+    gate. Raises UsageError (exit 2) for no or two sources, the same store twice or no
+    consent; ConfigError (2) for a trust setting that cannot be met; UnavailableError (exit
+    6) when a store cannot be reached."""
     if (request.source is None) == (request.from_dir is None):
         raise UsageError("repair needs one source: --from STORE (or bundle:FILE) or --from-dir")
-    target = open_store(read_settings(os.environ, store=request.store).store_url)
+    settings = read_settings(os.environ, store=request.store)
+    trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
+    target = open_store(settings.store_url)
     target.check()
     with ExitStack() as stack:
         source = _open_source(request, target, stack)
-        preview = _plan(target, request.workers, source.url, True)
+        plan = _plan(target, source, trust, request.workers)
+        preview = plan.result
         if request.dry_run or not preview.planned or not _consent(request, preview):
             return preview
-        outcomes = _apply(target, source, preview.planned, request.workers)
-        second = _plan(target, request.workers, source.url, False)  # blobs of fixed manifests
-        tried = {i.key for i in preview.planned}
-        outcomes += _apply(target, source,
-                           tuple(i for i in second.planned if i.key not in tried),
-                           request.workers)
-        after = verify_store(target, workers=request.workers)
+        outcomes = _apply(target, source, plan, request.workers)
+        manifests = {i.key for i in preview.planned if i.kind == "manifest"}
+        done = {k for k, o in outcomes if o == "repaired" or o == "good" and k not in manifests}
         return replace(preview, dry_run=False, outcomes=tuple(outcomes),
-                       remaining=after.problems)
+                       remaining=tuple(p for p in preview.remaining if p.key not in done))
 
 
-def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Store:
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The preview, the replacement manifests' bytes (by key) and the trust gate's verdict
+    on the bytes found in the target right before a rewrite."""
+
+    result: RepairResult
+    manifests: dict[str, bytes]
+    admitted: Callable[[str, bytes], bool]
+
+
+def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Source:
     if request.from_dir is not None:
-        return DirSource(request.from_dir)  # type: ignore[return-value]
+        return DirSource(request.from_dir)
     assert request.source is not None
     source = open_store(request.source)
     if hasattr(source, "close"):
@@ -120,42 +157,87 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sto
     return source
 
 
-def _plan(target: Store, workers: int, source: str, dry_run: bool) -> RepairResult:
-    """Verify the target and plan: its problems, plus manifests its cell pointers name that
-    it lacks."""
-    found: VerifyStoreResult = verify_store(target, workers=workers)
-    problems = list(found.problems)
-    keys = sorted(k for k in target.list(MANIFESTS) if entry_key_of(k) is not None)
-    docs = [d for _, d in map_in_threads(lambda k: _read_manifest(target, k), keys, workers)
-            if isinstance(d, Manifest)]
-    blobs = {f.sha256: f.size for m in docs for f in m.files}
-    packs: dict[str, PackRecord] = {p.sha256: p for m in docs for p in m.packs}
-    listed = set(keys)
-    for pointer in target.list(CELLS):
-        named = _pointed(target, pointer)
-        if named is not None and manifest_key(named) not in listed:
-            listed.add(manifest_key(named))
-            problems.append(Problem(manifest_key(named), "missing",
-                                    f"{manifest_key(named)}: missing (named by {pointer})"))
-    return RepairResult(target.url, source, dry_run, plan_repair(problems, blobs, packs),
-                        remaining=tuple(problems))
+def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _Plan:
+    """One verify of the target (manifests through the gate, every object hashed once), plus
+    the manifests its cell pointers name that it lacks; each manifest to rewrite read from the
+    source and gated (refused: reported, not planned), and the objects a replacement brings
+    that the target lacks or holds damaged."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        cat = read_catalogue(target, pool, trust, workers=workers)
+        _, found = check_objects(target, cat, pool, quick=False)
+        problems = [*cat.problems, *found, *_unlisted(cat)]
+        wanted = [i for i in plan_repair(problems, {}, {}) if i.kind == "manifest"]
+        read = map_in_threads(lambda i: _replacement(source, i.key, trust, cat), wanted,
+                              workers)
+        manifests = {i.key: data for i, (data, _) in zip(wanted, read, strict=True) if data}
+        refused = tuple(p for _, p in read if p is not None)
+        known = (set(cat.blobs), set(cat.packs))
+        for key, data in manifests.items():
+            doc = good_manifest(data, key)
+            assert doc is not None  # _replacement decoded it
+            cat.add(key, doc)
+        brought = (set(cat.blobs) - known[0]) | (set(cat.packs) - known[1])
+        _, more = check_objects(target, cat, pool, quick=False, only=brought)
+    bad = {p.key for p in refused}
+    problems = [p for p in problems if p.key not in bad] + more
+    items = plan_repair(problems, {s: n for s, (n, _) in cat.blobs.items()},
+                        {s: r for s, (r, _) in cat.packs.items()})
+    planned = tuple(i for i in items if i.kind != "manifest" or i.key in manifests)
+
+    def admitted(key: str, data: bytes) -> bool:
+        doc = good_manifest(data, key)
+        try:
+            if doc is None:
+                return False
+            trust.admit(doc, key)
+            check_pin(doc, key, cat.pins.get(doc.entry_key))
+        except UntrustedEntryError:
+            return False
+        return True
+
+    result = RepairResult(target.url, source.url, True, planned,
+                          remaining=(*problems, *refused), refused=refused)
+    return _Plan(result, manifests, admitted)
 
 
-def _pointed(target: Store, pointer: str) -> str | None:
-    """The entry key a cell pointer names, or None when it cannot be read."""
+def _unlisted(cat: Catalogue) -> list[Problem]:
+    """A manifest the target's cell pointers name that it does not list: missing."""
+    listed = {entry_key_of(k) for k in cat.decoded} | {
+        entry_key_of(p.key) for p in cat.problems}
+    return [Problem(manifest_key(e), "missing", f"{manifest_key(e)}: missing (named by its "
+                    f"cell pointer)") for e in sorted(cat.pins) if e not in listed]
+
+
+def _replacement(source: Source, key: str, trust: TrustPolicy, cat: Catalogue
+                 ) -> tuple[bytes | None, Problem | None]:
+    """The source's manifest ``key`` when it decodes as that entry and passes the trust gate
+    as a replacement; else a problem saying why (kind ``unavailable`` or ``untrusted``)."""
+    where = f"{source.url}/{key}"
     try:
-        doc = json.loads(target.read(pointer))
-    except (NeffcacheError, ValueError):
-        return None
-    key = doc.get("entry_key") if isinstance(doc, dict) else None
-    return key if isinstance(key, str) else None
+        data = source.read(key)
+    except NotFoundError:
+        return None, Problem(key, "unavailable", f"{where}: the source does not have it")
+    doc = good_manifest(data, key)
+    if doc is None:
+        return None, Problem(key, "unavailable", f"{where}: does not decode as that entry's "
+                             f"manifest")
+    try:
+        trust.admit_replacement(doc, where, cat.pins.get(doc.entry_key))
+    except UntrustedEntryError as exc:
+        return None, Problem(key, "untrusted", str(exc))
+    return data, None
 
 
-def _apply(target: Store, source: Store, items: tuple[RepairItem, ...],
-           workers: int) -> list[tuple[str, str]]:
-    return list(zip((i.key for i in items),
-                    map_in_threads(lambda i: rewrite_object(target, source, i), items, workers),
-                    strict=True))
+def _apply(target: Store, source: Source, plan: _Plan, workers: int) -> list[tuple[str, str]]:
+    """Blobs and packs first, then manifests: as in a publish, an entry's manifest is written
+    only after the objects it references."""
+    objects = [i for i in plan.result.planned if i.kind != "manifest"]
+    manifests = [i for i in plan.result.planned if i.kind == "manifest"]
+    done = map_in_threads(lambda i: rewrite_object(target, source, i), objects, workers)
+    done += map_in_threads(lambda i: rewrite_manifest(
+        target, i.key, plan.manifests[i.key], lambda data: plan.admitted(i.key, data)),
+        manifests, workers)
+    return list(zip((i.key for i in (*objects, *manifests)), done, strict=True))
 
 
 def _consent(request: RepairRequest, preview: RepairResult) -> bool:

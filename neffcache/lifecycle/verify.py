@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from neffcache.backends import BACKENDS
@@ -28,7 +28,6 @@ from neffcache.errors import (
 )
 from neffcache.hashing import CHUNK, PartHasher
 from neffcache.manifest import Manifest, PackRecord, PartDigests, decode_manifest
-from neffcache.signing import PublicKey, check_trusted
 from neffcache.store import (
     MANIFESTS,
     Store,
@@ -38,6 +37,7 @@ from neffcache.store import (
     entry_key_of,
     pack_key,
 )
+from neffcache.trust import UNCHECKED, TrustPolicy, check_pin, read_pins
 
 MAX_LISTED = 200
 
@@ -45,7 +45,9 @@ MAX_LISTED = 200
 @dataclass(frozen=True, slots=True)
 class Problem:
     key: str
-    kind: str  # manifest | missing | size | sha256 | unavailable (packs: the same kinds)
+    # manifest | missing | size | sha256 | unavailable (packs: the same kinds); manifests also
+    # untrusted | pin (refused by the trust gate)
+    kind: str
     message: str
 
     def to_json(self) -> dict[str, str]:
@@ -90,71 +92,113 @@ class VerifyStoreResult(ExitRule):
                 "temp_files": [{"key": t.key, "size": t.size} for t in self.temps[:MAX_LISTED]]}
 
 
+@dataclass(slots=True)
+class Catalogue:
+    """What a store's manifests reference, each object once: blob sha256 -> (size, first
+    referencing key), pack sha256 -> (record, first referencing key), blob sha256 -> each
+    distinct part digests record -> first referencing key; the manifests' problems, and the
+    keys of those that decoded."""
+
+    blobs: dict[str, tuple[int, str]] = field(default_factory=dict)
+    packs: dict[str, tuple[PackRecord, str]] = field(default_factory=dict)
+    parts: dict[str, dict[PartDigests, str]] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    decoded: set[str] = field(default_factory=set)
+    listed: int = 0  # manifests listed, decoded or not
+    pins: dict[str, str | None] = field(default_factory=dict)  # entry key -> pinned digest
+
+    def add(self, key: str, doc: Manifest) -> None:
+        """Take in manifest ``key``'s references (a size that disagrees is a problem)."""
+        self.decoded.add(key)
+        for pack in doc.packs:
+            self.packs.setdefault(pack.sha256, (pack, key))
+        for record in doc.parts:
+            self.parts.setdefault(record.sha256, {}).setdefault(record, key)
+        for f in doc.files:
+            prior = self.blobs.setdefault(f.sha256, (f.size, key))
+            if prior[0] != f.size:
+                self.problems.append(Problem(
+                    key, "size", f"{key}: {f.root}/{f.path}: size {f.size} but {prior[1]} "
+                    f"records {prior[0]} for the same sha256 {f.sha256[:12]}"))
+
+
 def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
                  progress: Callable[[int, int], None] | None = None,
-                 trusted: Sequence[PublicKey] = ()) -> VerifyStoreResult:
+                 trust: TrustPolicy = UNCHECKED) -> VerifyStoreResult:
     """Check every manifest of ``store`` and every blob and pack it references (each once);
-    ``progress(done, total)`` per blob; with keys ``trusted``, a manifest none of them signed
-    is a problem too (kind ``untrusted``: what a restore trusting them would refuse). The
+    ``progress(done, total)`` per blob. Each manifest passes the trust gate: with keys, one
+    none of them signed is a problem (kind ``untrusted``: what a restore would refuse), and
+    one whose digest is not the one its cell pointer pins is a problem (kind ``pin``). The
     store use case is ``lifecycle.verify_store``."""
     started = time.monotonic()
-    keys = sorted(k for k in store.list(MANIFESTS) if entry_key_of(k) is not None)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        blobs, problems, packs, parts = _read_manifests(store, keys, pool, trusted)
-
-        def check(sha: str) -> tuple[int, list[Problem]]:
-            size, ref = blobs[sha]
-            try:
-                return _check_blob(store, sha, size, ref, quick, parts.get(sha, {}))
-            except UnavailableError as exc:
-                return 0, [Problem(blob_key(sha), "unavailable", str(exc))]
-
-        checked = 0
-        for done, (nbytes, found) in enumerate(pool.map(check, sorted(blobs)), 1):
-            checked += nbytes
-            problems.extend(found)
-            if progress:
-                progress(done, len(blobs))
-        for nbytes, found in pool.map(lambda item: _check_pack(store, item[0], item[1], quick),
-                                      sorted(packs.items())):
-            checked += nbytes
-            problems.extend(found)
+        catalogue = read_catalogue(store, pool, trust, workers=workers)
+        checked, problems = check_objects(store, catalogue, pool, quick, progress)
     temps = tuple(store.stale_temps()) if isinstance(store, TempFiles) else ()
-    return VerifyStoreResult(len(keys), len(blobs), checked, tuple(problems), quick,
-                             time.monotonic() - started, len(packs), temps)
+    return VerifyStoreResult(catalogue.listed, len(catalogue.blobs), checked,
+                             (*catalogue.problems, *problems), quick,
+                             time.monotonic() - started, len(catalogue.packs), temps)
 
 
-def _read_manifests(store: Store, keys: list[str], pool: ThreadPoolExecutor,
-                    trusted: Sequence[PublicKey] = ()
-                    ) -> tuple[dict[str, tuple[int, str]], list[Problem],
-                               dict[str, tuple[PackRecord, str]],
-                               dict[str, dict[PartDigests, str]]]:
-    """Decode every manifest; return sha256 -> (size, first referencing key), problems,
-    pack sha256 -> (record, first referencing key), and sha256 -> each distinct part digests
-    record -> first referencing key."""
-    blobs: dict[str, tuple[int, str]] = {}
-    problems: list[Problem] = []
-    packs: dict[str, tuple[PackRecord, str]] = {}
-    parts: dict[str, dict[PartDigests, str]] = {}
-    for key, doc in pool.map(lambda k: _read_manifest(store, k), keys):
+def read_catalogue(store: Store, pool: ThreadPoolExecutor, trust: TrustPolicy = UNCHECKED,
+                   *, workers: int = 8) -> Catalogue:
+    """Read and decode every manifest of ``store`` once, each through the trust gate (its
+    pin read from its cell pointer); their references and problems."""
+    keys = sorted(k for k in store.list(MANIFESTS) if entry_key_of(k) is not None)
+    catalogue = Catalogue(listed=len(keys), pins=read_pins(store, workers))
+    for key, doc, refused in pool.map(lambda k: _read_gated(store, k, trust, catalogue.pins),
+                                      keys):
         if isinstance(doc, Problem):
-            problems.append(doc)
+            catalogue.problems.append(doc)
             continue
+        if refused is not None:  # its blobs are still checked: they may be fine
+            catalogue.problems.append(refused)
+        catalogue.add(key, doc)
+    return catalogue
+
+
+def _read_gated(store: Store, key: str, trust: TrustPolicy, pins: Mapping[str, str | None]
+                ) -> tuple[str, Manifest | Problem, Problem | None]:
+    key, doc = _read_manifest(store, key)
+    if isinstance(doc, Problem):
+        return key, doc, None
+    try:
+        trust.admit(doc, key)
+    except UntrustedEntryError as exc:
+        return key, doc, Problem(key, "untrusted", str(exc))
+    try:
+        check_pin(doc, key, pins.get(doc.entry_key))
+    except UntrustedEntryError as exc:
+        return key, doc, Problem(key, "pin", str(exc))
+    return key, doc, None
+
+
+def check_objects(store: Store, catalogue: Catalogue, pool: ThreadPoolExecutor, quick: bool,
+                  progress: Callable[[int, int], None] | None = None,
+                  only: Collection[str] | None = None) -> tuple[int, list[Problem]]:
+    """Check the catalogue's blobs and packs (only those whose sha256 is in ``only``, when
+    given): bytes read and the problems found."""
+    blobs = sorted(s for s in catalogue.blobs if only is None or s in only)
+    packs = sorted((s, r) for s, r in catalogue.packs.items() if only is None or s in only)
+
+    def check(sha: str) -> tuple[int, list[Problem]]:
+        size, ref = catalogue.blobs[sha]
         try:
-            check_trusted(doc, trusted, key)
-        except UntrustedEntryError as exc:  # its blobs are still checked: they may be fine
-            problems.append(Problem(key, "untrusted", str(exc)))
-        for pack in doc.packs:
-            packs.setdefault(pack.sha256, (pack, key))
-        for record in doc.parts:
-            parts.setdefault(record.sha256, {}).setdefault(record, key)
-        for f in doc.files:
-            prior = blobs.setdefault(f.sha256, (f.size, key))
-            if prior[0] != f.size:
-                problems.append(Problem(key, "size", f"{key}: {f.root}/{f.path}: size {f.size} "
-                                        f"but {prior[1]} records {prior[0]} for the same "
-                                        f"sha256 {f.sha256[:12]}"))
-    return blobs, problems, packs, parts
+            return _check_blob(store, sha, size, ref, quick, catalogue.parts.get(sha, {}))
+        except UnavailableError as exc:
+            return 0, [Problem(blob_key(sha), "unavailable", str(exc))]
+
+    checked, problems = 0, []
+    for done, (nbytes, found) in enumerate(pool.map(check, blobs), 1):
+        checked += nbytes
+        problems.extend(found)
+        if progress:
+            progress(done, len(blobs))
+    for nbytes, found in pool.map(lambda item: _check_pack(store, item[0], item[1], quick),
+                                  packs):
+        checked += nbytes
+        problems.extend(found)
+    return checked, problems
 
 
 def _read_manifest(store: Store, key: str) -> tuple[str, Manifest | Problem]:

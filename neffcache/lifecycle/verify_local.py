@@ -8,7 +8,6 @@ re-hashes it and fetches it again. ``plan_local_checks`` is pure; the rest reads
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import stat
@@ -19,10 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import BACKENDS, root_dirs
-from neffcache.errors import ExitRule, IntegrityError, ManifestError, NeffcacheError, UsageError
+from neffcache.errors import (
+    ExitRule,
+    IntegrityError,
+    ManifestError,
+    NeffcacheError,
+    UntrustedEntryError,
+    UsageError,
+)
 from neffcache.manifest import Manifest, decode_manifest
-from neffcache.restore import LOCAL_ENTRIES, MISSING_FILE, STATE_FILE, lock_destination
+from neffcache.restore import LOCAL_ENTRIES, MISSING_FILE, forget_paths, lock_destination
 from neffcache.thread_pool import map_in_threads
+from neffcache.trust import UNCHECKED, TrustPolicy
 
 _CHUNK = 1 << 20
 MAX_LISTED = 200
@@ -42,7 +49,7 @@ class LocalCheck:
 @dataclass(frozen=True, slots=True)
 class LocalProblem:
     path: str
-    kind: str  # missing | type | size | sha256 | mode | manifest
+    kind: str  # missing | type | size | sha256 | mode | manifest | untrusted
     message: str
 
     def to_json(self) -> dict[str, str]:
@@ -91,7 +98,11 @@ def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[Local
                  for (r, p), w in sorted(wanted.items()))
 
 
-def read_local_manifests(target: Path) -> tuple[tuple[Manifest, ...], list[LocalProblem]]:
+def read_local_manifests(target: Path, trust: TrustPolicy = UNCHECKED
+                         ) -> tuple[tuple[Manifest, ...], list[LocalProblem]]:
+    """The manifest copies restore kept in ``target`` that decode, and a problem for each
+    other one; with keys, a copy none of them signed is a problem too (kind ``untrusted``) and
+    still returned (its files are checked: they are there)."""
     d = target / LOCAL_ENTRIES
     found, problems = [], []
     for p in sorted(d.glob("*.json")):
@@ -106,6 +117,9 @@ def read_local_manifests(target: Path) -> tuple[tuple[Manifest, ...], list[Local
             if f"{m.entry_key}.json" != p.name:
                 raise ManifestError(f"{p}: describes entry {m.entry_key}")
             found.append(m)
+            trust.admit(m, str(p))
+        except UntrustedEntryError as exc:
+            problems.append(LocalProblem(str(p), "untrusted", str(exc)))
         except (ManifestError, OSError) as exc:
             problems.append(LocalProblem(str(p), "manifest", str(exc)))
     return tuple(found), problems
@@ -142,7 +156,8 @@ def check_file(c: LocalCheck) -> tuple[int, LocalProblem | None]:
 
 
 def verify_local(target: Path, *, workers: int = 4,
-                 progress: Callable[[int, int], None] | None = None) -> VerifyLocalDirResult:
+                 progress: Callable[[int, int], None] | None = None,
+                 trust: TrustPolicy = UNCHECKED) -> VerifyLocalDirResult:
     """Re-hash what the local manifest copies say is restored in ``target``, under the
     directory's restore lock (a restore running there is waited for: its half-done tree is
     not damage, and both may rewrite the state file)."""
@@ -152,15 +167,15 @@ def verify_local(target: Path, *, workers: int = 4,
         raise UsageError(f"{target}: no {LOCAL_ENTRIES}/ here: not a directory neffcache "
                          f"restore wrote", hint=f"neffcache restore MATRIX --to {target}")
     with lock_destination(str(target), who="verify --local") as held:
-        report = _verify_locked(target, workers, progress, started)
+        report = _verify_locked(target, workers, progress, started, trust)
         if not held.unclean:  # a killed restore's mark stays for the next restore's sweep
             held.finished()
     return report
 
 
 def _verify_locked(target: Path, workers: int, progress: Callable[[int, int], None] | None,
-                   started: float) -> VerifyLocalDirResult:
-    manifests, problems = read_local_manifests(target)
+                   started: float, trust: TrustPolicy) -> VerifyLocalDirResult:
+    manifests, problems = read_local_manifests(target, trust)
     checks = plan_local_checks(manifests, str(target))
     checked = 0
     for i in range(0, len(checks), 512):
@@ -180,16 +195,5 @@ def _verify_locked(target: Path, workers: int, progress: Callable[[int, int], No
 def forget_states(manifests: Sequence[Manifest], target: str,
                   damaged: set[tuple[str, str]]) -> None:
     """Drop the damaged paths from their roots' state files, so restore re-hashes them."""
-    from neffcache.restore import Durable, load_pending, load_state, save_state
-
     for name in sorted({m.fingerprint.backend for m in manifests}):
-        dirs = root_dirs(BACKENDS[name], target)
-        state, pending = load_state(dirs), load_pending(dirs)
-        kept = {k: v for k, v in state.items() if k not in damaged}
-        waiting = {k: v for k, v in pending.items() if k not in damaged}
-        if len(kept) != len(state) or len(waiting) != len(pending):
-            emptied = {root for root, _ in damaged} - {root for root, _ in [*kept, *waiting]}
-            save_state(dirs, Durable.from_state(state, kept), waiting)
-            for root in emptied:  # save_state skips roots with no record left
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(dirs[root], STATE_FILE))
+        forget_paths(root_dirs(BACKENDS[name], target), damaged)

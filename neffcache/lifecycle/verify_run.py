@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neffcache.config import read_settings
-from neffcache.key_files import load_trusted_keys
 from neffcache.lifecycle import verify, verify_local
 from neffcache.lifecycle.verify import VerifyStoreResult
 from neffcache.lifecycle.verify_local import VerifyLocalDirResult
 from neffcache.store import BLOBS, DAMAGED, PACKS, open_store
+from neffcache.trust import load_trust
 
 # Re-hashing a restored directory is disk-bound: more readers than this only contend.
 LOCAL_WORKERS_MAX = 8
@@ -32,6 +32,8 @@ class VerifyStoreRequest:
     ``trusted_keys``: public keys (``ed25519:...``) or files of them; a manifest none of them
     signed is a problem (``untrusted``: a restore trusting them would refuse it). Empty:
     NEFFCACHE_TRUSTED_KEYS, the config file's ``trusted_keys``, else signatures are not checked.
+    A manifest whose digest is not the one its cell pointer pins is a problem either way
+    (``pin``). The gate is ``neffcache.trust``.
     """
 
     store: str | None = None
@@ -40,6 +42,7 @@ class VerifyStoreRequest:
     progress: Callable[[int, int], None] | None = None
     quarantine: bool = False
     trusted_keys: Sequence[str] = ()
+    require_signatures: bool = False
 
 
 def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
@@ -49,11 +52,11 @@ def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
     read), never raised one by one. Raises UnavailableError (exit 6) when the store cannot be
     reached at all, ConfigError for a bad store URL."""
     settings = read_settings(os.environ, store=request.store)
-    trusted = load_trusted_keys(tuple(request.trusted_keys) or settings.trusted_keys)
+    trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
     s = open_store(settings.store_url)
     s.check()
     result = verify.verify_store(s, quick=request.quick, workers=request.workers,
-                                 progress=request.progress, trusted=trusted)
+                                 progress=request.progress, trust=trust)
     if request.quarantine:
         for p in result.problems:
             if p.kind in ("size", "sha256") and p.key.startswith((BLOBS, PACKS)):
@@ -65,11 +68,16 @@ def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
 class VerifyLocalDirRequest:
     """What ``verify_local_dir`` checks: ``target``, a directory ``neffcache restore`` wrote
     (it holds ``.neffcache-entries/``); ``workers`` parallel reads (at most 8 are used);
-    ``progress(done, total)`` after each batch of files."""
+    ``progress(done, total)`` after each batch of files. ``trusted_keys``: as for
+    ``VerifyStoreRequest``; with keys, an entry whose manifest copy none of them signed is a
+    problem (kind ``untrusted``): its files are where the runtime reads them, and a restore
+    trusting those keys removes them."""
 
     target: str | Path
     workers: int = 8
     progress: Callable[[int, int], None] | None = None
+    trusted_keys: Sequence[str] = ()
+    require_signatures: bool = False
 
 
 def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
@@ -78,6 +86,8 @@ def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
     damaged file is listed and forgotten by its root's state file, so the next restore fetches
     it again; any problem is exit 4. No store is read. Raises UsageError (exit 2) when
     ``target`` is not a directory neffcache restore wrote."""
+    trust = load_trust(read_settings(os.environ), request.trusted_keys,
+                       require=request.require_signatures)
     return verify_local.verify_local(Path(request.target),
                                      workers=min(request.workers, LOCAL_WORKERS_MAX),
-                                     progress=request.progress)
+                                     progress=request.progress, trust=trust)

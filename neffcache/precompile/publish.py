@@ -36,6 +36,7 @@ from neffcache.errors import IntegrityError, ManifestError, NotFoundError, Usage
 from neffcache.fingerprint import Fingerprint
 from neffcache.hashing import VerifyingReader, sha256_file, sha256_file_parts
 from neffcache.manifest import (
+    DIGEST_FIELD,
     FileRecord,
     Manifest,
     PackMember,
@@ -43,6 +44,7 @@ from neffcache.manifest import (
     PartDigests,
     decode_manifest,
     encode_manifest_pieces,
+    manifest_digest,
     validate_files,
 )
 from neffcache.matrix import Cell
@@ -370,8 +372,11 @@ def _part_digests(files: tuple[FileRecord, ...], sources: Mapping[str, tuple[Fil
 
 
 def write_pointer(store: Store, manifest: Manifest) -> None:
+    """The cell pointer, first writer wins; it pins the manifest's digest (``manifest_sha256``),
+    the proof ``neffcache.trust`` asks of a manifest that would replace this one."""
     body = {"entry_key": manifest.entry_key, "cell_id": manifest.cell.id,
             "cell_key": manifest.cell.key, "fingerprint_key": manifest.fingerprint.key,
-            "fingerprint": manifest.fingerprint.to_json()}
+            "fingerprint": manifest.fingerprint.to_json(),
+            DIGEST_FIELD: manifest_digest(manifest)}
     store.put(cell_pointer_key(manifest.cell.key, manifest.fingerprint.key),
               io.BytesIO(canonical_json(body).encode("utf-8")), if_absent=True)

@@ -14,7 +14,7 @@ Use cases (code outside ``neffcache.restore`` imports only this face):
 Also here for other packages: the destination's lock (``lock_destination``), the files a
 restore keeps beside the cache (``LOCAL_ENTRIES``, ``MISSING_FILE``, ``STATE_FILE``) and the
 state file's reader and writer (``load_state``, ``load_pending``, ``save_state``, which vouches
-only for a ``Durable`` set of records).
+only for a ``Durable`` set of records; ``forget_paths``).
 
 Modules, top to bottom (each imports only those below it; see ARCHITECTURE.md): ``session``
 the use cases · ``run`` the whole restore from a store · ``preview`` its plan, for --dry-run ·
@@ -38,7 +38,14 @@ if TYPE_CHECKING:
     from neffcache.restore.preview import RestorePreview
     from neffcache.restore.run import restore_cells
     from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
-    from neffcache.restore.state import STATE_FILE, Durable, load_pending, load_state, save_state
+    from neffcache.restore.state import (
+        STATE_FILE,
+        Durable,
+        forget_paths,
+        load_pending,
+        load_state,
+        save_state,
+    )
 
 # name -> the module that defines it, imported on first use: `import neffcache` (every
 # command) loads this face, and only a restore needs the restore machinery.
@@ -50,8 +57,8 @@ _HOME: dict[str, str] = {
     **dict.fromkeys(("RestorePreview",), "preview"),
     **dict.fromkeys(("restore_cells",), "run"),
     **dict.fromkeys(("RestoreRequest", "default_workers", "preview_restore", "restore"), "session"),
-    **dict.fromkeys(("STATE_FILE", "Durable", "load_pending", "load_state", "save_state"),
-                   "state"),
+    **dict.fromkeys(("STATE_FILE", "Durable", "forget_paths", "load_pending", "load_state",
+                     "save_state"), "state"),
 }
 
 
@@ -65,7 +72,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "LOCAL_ENTRIES", "MISSING_FILE", "STATE_FILE", "Durable", "Progress", "RestorePreview",
-    "RestoreRequest", "RestoreResult", "default_workers", "load_pending", "load_state",
+    "RestoreRequest", "RestoreResult", "default_workers", "forget_paths", "load_pending",
+    "load_state",
     "lock_destination",
     "preview_restore", "restore", "restore_cells", "save_state",
 ]

@@ -39,6 +39,7 @@ from neffcache.manifest import (
     Manifest,
     entry_key,
     loads_light,
+    signature_from_json,
 )
 from neffcache.matrix import Cell
 from neffcache.restore.dest import ENTRIES_DIR, is_unclean, lock_destination
@@ -80,7 +81,7 @@ def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, An
             return None
         allowed = set(roots)
         for f in doc["files"]:
-            if f["root"] not in allowed or not _plain_relative(f["path"]):
+            if f["root"] not in allowed or not plain_relative(f["path"]):
                 return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -95,7 +96,8 @@ def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
         files = tuple(FileRecord(f["root"], f["path"], f["size"], f["sha256"], f["mode"])
                       for f in doc["files"]) if with_files else ()
         m = Manifest(cell=Cell.from_json(doc["cell"]),
-                     fingerprint=Fingerprint.from_json(doc["fingerprint"]), files=files)
+                     fingerprint=Fingerprint.from_json(doc["fingerprint"]), files=files,
+                     signature=signature_from_json(doc.get(SIGNATURE_FIELD), key))
     except (ValueError, KeyError, TypeError, AttributeError, NeffcacheError):
         return None
     return m if m.entry_key == key else None
@@ -193,7 +195,7 @@ def _real_dir(path: Path) -> bool:
         return False
 
 
-def _plain_relative(path: object) -> bool:
+def plain_relative(path: object) -> bool:
     return isinstance(path, str) and bool(path) and path[0] != "/" and "\x00" not in path \
         and not _BAD_PARTS.intersection(path.split("/"))
 

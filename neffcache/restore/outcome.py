@@ -32,6 +32,7 @@ from neffcache.errors import (
 from neffcache.restore.install import FileFailure
 from neffcache.restore.plan import Conflict
 from neffcache.restore.resolve import Resolution
+from neffcache.trust import signers
 
 REPORT_SCHEMA = 1
 MAX_LISTED_FAILURES = 100
@@ -72,6 +73,16 @@ class RestoreResult(ExitRule):
     explain_args: tuple[str, ...] = ()
     # With mirrors: (store URL, objects or ranges it served), in the stores' order.
     served_by: tuple[tuple[str, int], ...] = ()
+    # Whether trusted keys were configured (then every entry restored is signed by one).
+    signatures_checked: bool = False
+    # Entries whose local copy no trusted key signed: their files left the cache roots.
+    evicted: tuple[str, ...] = ()
+    evicted_files: int = 0
+
+    @property
+    def signers(self) -> tuple[str, ...]:
+        """The key ids that signed the entries found, each once."""
+        return signers(self.resolution.found)
 
     def error(self) -> NeffcacheError | None:
         """The error this restore ends with, or None; see the module docstring."""
@@ -102,7 +113,9 @@ class RestoreResult(ExitRule):
         """The restore's JSON document (a documented contract: fields are added, never
         renamed): status, exit_code, error, the cells, files and bytes, deadline_hit,
         seconds, environment, conflicts, stale_temps_removed, fingerprint_python, served_by
-        (store URL -> objects served; empty without mirrors)."""
+        (store URL -> objects served; empty without mirrors), signers (key ids that signed the
+        entries found), signatures_checked (trusted keys were configured), evicted_entries
+        and evicted_files (entries no trusted key signed, whose files were removed)."""
         res = self.resolution
         return {
             "schema_version": REPORT_SCHEMA,
@@ -121,6 +134,10 @@ class RestoreResult(ExitRule):
             "stale_temps_removed": self.stale_temps_removed,
             "fingerprint_python": self.fingerprint_python,
             "served_by": dict(self.served_by),
+            "signers": list(self.signers),
+            "signatures_checked": self.signatures_checked,
+            "evicted_entries": list(self.evicted),
+            "evicted_files": self.evicted_files,
         }
 
 

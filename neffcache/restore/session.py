@@ -34,13 +34,13 @@ from neffcache.fingerprint import (
     collect_fingerprint,
     described_interpreter,
 )
-from neffcache.key_files import load_trusted_keys
 from neffcache.matrix import Cell, Matrix, select_cells
 from neffcache.matrix_io import load_matrix
 from neffcache.report_send import send_report
 from neffcache.report_spool import SPOOL_DIR
 from neffcache.reports import build_report
 from neffcache.restore.apply import Progress
+from neffcache.restore.evict import Eviction, evict_untrusted
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict
@@ -49,6 +49,7 @@ from neffcache.restore.run import restore_cells
 from neffcache.signing import PublicKey
 from neffcache.store import BundleStore, MirroredStore, Store, describe_store, open_store
 from neffcache.thread_pool import usable_cpus
+from neffcache.trust import TrustPolicy, load_trust
 from neffcache.version import __version__
 
 # A boot must never wait long for a dashboard: the report gets this long, then is dropped.
@@ -97,8 +98,12 @@ class RestoreRequest:
                    missing from one, or failing verification, is fetched from the next;
                    empty: NEFFCACHE_MIRRORS, the config file's ``mirrors``, none
     trusted_keys   public keys (``ed25519:<base64>``) or files of them: every entry must be
-                   signed by one (else that cell fails, exit 4); empty:
-                   NEFFCACHE_TRUSTED_KEYS, the config file's ``trusted_keys``, none (any entry)
+                   signed by one (else that cell fails, exit 4), and the files of entries
+                   restored here before that none of them signed are removed; empty:
+                   NEFFCACHE_TRUSTED_KEYS, the config file's ``trusted_keys``, none (nothing
+                   is checked: a notice names the keys that signed what was restored)
+    require_signatures  fail closed (ConfigError, exit 2) when no trusted key is configured
+                   (also NEFFCACHE_REQUIRE_SIGNATURES, config ``require_signatures``)
     """
 
     matrix: str | Path | Matrix
@@ -119,6 +124,7 @@ class RestoreRequest:
     fingerprint: Fingerprint | None = None
     mirrors: Sequence[str] = ()
     trusted_keys: Sequence[str] = ()
+    require_signatures: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +175,10 @@ def restore(request: RestoreRequest) -> RestoreResult:
             source.close()
     if result.conflicts:
         s.notice(conflict_warning(result.conflicts))
+    if not s.trusted and result.signers:
+        s.notice(f"note: entries signed by key(s) {', '.join(result.signers)}; no trusted key "
+                 f"is configured, so no signature was checked (--trusted-key, "
+                 f"NEFFCACHE_TRUSTED_KEYS)")
     if result.stale_temps_removed:
         s.notice(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
                  f"(.neffcache-*.tmp) left by an interrupted restore")
@@ -240,8 +250,8 @@ def _session(request: RestoreRequest) -> _Session:
                     workers=request.workers, notice=request.notice or _drop,
                     progress=request.progress,
                     mirrors=tuple(request.mirrors) or settings.mirrors,
-                    trusted=load_trusted_keys(tuple(request.trusted_keys)
-                                              or settings.trusted_keys))
+                    trusted=load_trust(settings, request.trusted_keys,
+                                       require=request.require_signatures).keys)
 
 
 def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
@@ -283,18 +293,36 @@ def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
     try:
         # An unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly.
         check_usable(fingerprint)
+        evicted = _evict(s)
         if source is not None:
-            return _from_bundle(s, fingerprint, source)
-        # Everything already in place (local manifest copies + state file): no store.
-        return restore_local(s.cells, s.backend, fingerprint, s.target,
-                             store_url=describe_store(s.settings.store_url),
-                             trusted=s.trusted) or \
-            _before(s.until, lambda: _from_store(s, fingerprint, opened))
+            result = _from_bundle(s, fingerprint, source)
+        else:
+            # Everything already in place (local manifest copies + state file): no store.
+            result = restore_local(s.cells, s.backend, fingerprint, s.target,
+                                   store_url=describe_store(s.settings.store_url),
+                                   trusted=s.trusted) or \
+                _before(s.until, lambda: _from_store(s, fingerprint, opened))
+        return replace(result, signatures_checked=bool(s.trusted), evicted=evicted.entries,
+                       evicted_files=evicted.files)
     except NeffcacheError as exc:
         # A boot restore that stops early is exactly what the dashboard must show.
         if source is None:
             _send_report(s, _failure_doc(s, fingerprint, exc), fingerprint, opened)
         raise
+
+
+def _evict(s: _Session) -> Eviction:
+    """With trusted keys: the files of entries restored here that none of them signed leave
+    the cache roots (``neffcache.restore.evict``), and the notice says so."""
+    if not s.trusted:
+        return Eviction()
+    evicted = evict_untrusted(s.target, TrustPolicy(s.trusted).vouches_for_copy,
+                              deadline=s.until)
+    if evicted.entries:
+        s.notice(f"restore: removed {evicted.files} file(s) of {len(evicted.entries)} "
+                 f"entr(ies) restored here before that no trusted key signed "
+                 f"({', '.join(k[:12] for k in evicted.entries[:3])})")
+    return evicted
 
 
 def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> RestoreResult:

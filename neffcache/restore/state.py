@@ -19,6 +19,7 @@ effort (atomic, a failure only costs re-hashing).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import functools
 import os
@@ -495,3 +496,17 @@ def settle_pending(roots: Roots, pending: Pending, wanted: Iterable[FileId], *,
 
 def _same_file(rec: StateRecord) -> Callable[[os.stat_result], bool]:
     return lambda st: rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def forget_paths(target_dirs: Mapping[str, str], gone: Container[FileId]) -> None:
+    """Drop the paths ``gone`` from the roots' state files (vouched for and pending), so no
+    later run trusts them unhashed; a root left with no record loses its state file."""
+    state, pending = load_state(target_dirs), load_pending(target_dirs)
+    kept = {k: v for k, v in state.items() if k not in gone}
+    waiting = {k: v for k, v in pending.items() if k not in gone}
+    if len(kept) == len(state) and len(waiting) == len(pending):
+        return
+    save_state(target_dirs, Durable.from_state(state, kept), waiting)
+    for root in set(target_dirs) - {root for root, _ in [*kept, *waiting]}:
+        with contextlib.suppress(OSError):  # save_state skips roots with no record left
+            os.unlink(os.path.join(target_dirs[root], STATE_FILE))

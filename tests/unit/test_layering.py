@@ -30,6 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.key_files", "neffcache.keys"),
     # storage and records
     ("neffcache.store",),
+    # the trust gate: the policy every command applies to a manifest (keys, pins)
+    ("neffcache.trust",),
     ("neffcache.reports",),
     ("neffcache.report_spool",),
     ("neffcache.report_send",),
@@ -48,6 +50,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.resolve",),
     ("neffcache.restore.outcome",),
     ("neffcache.restore.local",),
+    ("neffcache.restore.evict",),
     ("neffcache.restore.known",),
     ("neffcache.restore.run", "neffcache.restore.preview"),
     ("neffcache.restore.session", "neffcache.restore"),

@@ -1,0 +1,153 @@
+"""The trust gate: one policy, and one check every manifest passes before it is installed,
+copied, imported, written by repair or vouched for (restore and its mirrors, repair from any
+source, copy, bundle import, verify, verify --local).
+
+Who is trusted for what:
+- Keys configured on the host (a flag, ``NEFFCACHE_TRUSTED_KEYS``, the config file's
+  ``trusted_keys``, the boot kit) mean signatures are required everywhere: a manifest must be
+  signed by one of them (``signing.check_trusted``), or it is refused with the same line in
+  every command.
+- ``require_signatures`` (``--require-signatures``, ``NEFFCACHE_REQUIRE_SIGNATURES``, config)
+  with no key configured fails closed: nothing could be checked, so nothing runs (exit 2).
+- With no key configured nothing is checked; a restore of signed entries says which keys
+  signed them (``signers``).
+- A manifest only ever *replaces* one a store lists (repair, copy or bundle import into a
+  store whose cell pointer names the entry) with proof: the digest its publisher pinned in
+  that pointer (``manifest_sha256``, written by publish and copy) must match, and with keys
+  its signature must verify. Without keys and without a pin nothing proves it: refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from neffcache.canonical import digest_of
+from neffcache.config import Settings
+from neffcache.errors import ConfigError, NeffcacheError, UntrustedEntryError
+from neffcache.key_files import load_trusted_keys
+from neffcache.manifest import DIGEST_FIELD, Manifest, manifest_digest
+from neffcache.signing import PublicKey, check_trusted, signed_digest_trusted
+from neffcache.store import CELLS, Store, cell_pointer_key
+from neffcache.thread_pool import map_in_threads
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+NO_KEYS_HINT = "configure trusted keys: --trusted-key KEY, NEFFCACHE_TRUSTED_KEYS or the " \
+    "config file's trusted_keys"
+
+
+@dataclass(frozen=True, slots=True)
+class TrustPolicy:
+    """The host's trusted keys: with any, every manifest must be signed by one of them."""
+
+    keys: tuple[PublicKey, ...] = ()
+
+    @property
+    def required(self) -> bool:
+        return bool(self.keys)
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        return tuple(k.key_id for k in self.keys)
+
+    def admit(self, manifest: Manifest, source: str) -> None:
+        """Nothing, or UntrustedEntryError (exit 4): unsigned, signed by a key not trusted,
+        or changed since it was signed (only with keys configured)."""
+        check_trusted(manifest, self.keys, source)
+
+    def admit_replacement(self, manifest: Manifest, source: str, pin: str | None) -> None:
+        """``admit``, and the proof a manifest needs to replace one a store lists: the digest
+        ``pin`` its publisher left (when there is one), and without keys a pin at all."""
+        self.admit(manifest, source)
+        check_pin(manifest, source, pin)
+        if pin is None and not self.keys:
+            raise UntrustedEntryError(f"{source} (cell {manifest.cell.id}): nothing proves it "
+                                      f"is the publisher's (no "
+                                      f"trusted key is configured and "
+                                      f"{pointer_of(manifest)} pins no digest)",
+                                      hint=NO_KEYS_HINT)
+
+    def vouches_for_copy(self, signature: object, digest: object) -> bool:
+        """Whether a local manifest copy (its raw ``signature`` and ``manifest_sha256`` fields,
+        as restore wrote them) is trusted: always without keys."""
+        return not self.keys or signed_digest_trusted(signature, digest, self.keys)
+
+
+def check_pin(manifest: Manifest, source: str, pin: str | None) -> None:
+    """Nothing, or UntrustedEntryError when ``pin`` (the digest the publisher left in the cell
+    pointer) is not the manifest's digest: rewritten after it was published."""
+    if pin is not None and (digest := manifest_digest(manifest)) != pin:
+        raise UntrustedEntryError(f"{source} (cell {manifest.cell.id}): its digest "
+                                  f"{digest[:12]} is not the {pin[:12]} its publisher pinned "
+                                  f"in {pointer_of(manifest)} (rewritten after publish)")
+
+
+def load_trust(settings: Settings, keys: Sequence[str] = (), *,
+               require: bool = False) -> TrustPolicy:
+    """The policy from ``keys`` (flags: keys or files of them), else the settings' trusted
+    keys; ConfigError (exit 2) when signatures are required (``require`` or the settings)
+    and no key is configured."""
+    trusted = load_trusted_keys(tuple(keys) or settings.trusted_keys)
+    if not trusted and (require or settings.require_signatures):
+        raise ConfigError("signatures are required (--require-signatures / "
+                          "NEFFCACHE_REQUIRE_SIGNATURES / require_signatures) but no trusted "
+                          "key is configured: refusing every entry", hint=NO_KEYS_HINT)
+    return TrustPolicy(trusted)
+
+
+def pointer_of(manifest: Manifest) -> str:
+    return cell_pointer_key(manifest.cell.key, manifest.fingerprint.key)
+
+
+def read_pin(store: Store, manifest: Manifest) -> str | None:
+    """The digest the entry's publisher pinned in ``store``'s cell pointer, or None (no
+    pointer, an older one without a pin, one that names another entry or does not parse)."""
+    return _read_pointer(store, pointer_of(manifest), manifest.entry_key)[1]
+
+
+def admit_into(store: Store, manifest: Manifest, source: str, trust: TrustPolicy) -> None:
+    """The gate for a manifest about to be written into ``store`` where it has none: a new
+    entry (``admit``), or, when ``store``'s cell pointer already names the entry (its manifest
+    was lost or damaged), a replacement (``admit_replacement`` against the pin)."""
+    listed, pin = _read_pointer(store, pointer_of(manifest), manifest.entry_key)
+    if listed:
+        trust.admit_replacement(manifest, source, pin)
+    else:
+        trust.admit(manifest, source)
+
+
+def read_pins(store: Store, workers: int = 8) -> dict[str, str | None]:
+    """Every cell pointer of ``store``: entry key -> the digest it pins (None: no pin). A
+    pointer counts only where it names the entry its place in ``cells/`` says."""
+
+    def one(key: str) -> tuple[str, str | None] | None:
+        cell_key, _, name = key[len(CELLS):].partition("/")
+        if not name.endswith(".json") or "/" in name:
+            return None
+        entry = digest_of({"cell": cell_key, "fingerprint": name[:-5]})
+        names, pin = _read_pointer(store, key, entry)
+        return (entry, pin) if names else None
+
+    return dict(p for p in map_in_threads(one, list(store.list(CELLS)), workers) if p)
+
+
+def _read_pointer(store: Store, key: str, entry: str) -> tuple[bool, str | None]:
+    """Whether pointer ``key`` names ``entry``, and the digest it pins."""
+    try:
+        doc = json.loads(store.read(key))
+    except (NeffcacheError, ValueError):
+        return False, None
+    if not isinstance(doc, dict) or doc.get("entry_key") != entry:
+        return False, None
+    pin = doc.get(DIGEST_FIELD)
+    return True, pin if isinstance(pin, str) and _SHA256.match(pin) else None
+
+
+def signers(manifests: Iterable[Manifest]) -> tuple[str, ...]:
+    """The key ids that signed ``manifests``, each once, sorted."""
+    return tuple(sorted({m.signature.key_id for m in manifests if m.signature is not None}))
+
+
+UNCHECKED = TrustPolicy()  # no key configured: nothing is checked (the default of every call)
