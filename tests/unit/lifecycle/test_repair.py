@@ -227,3 +227,42 @@ def test_a_repaired_manifest_keeps_its_signature(tmp_path: Path, source: str) ->
     back = decode_manifest(target.read(manifest_key(m.entry_key)))
     assert back.signature == m.signature
     check_trusted(back, [key.public], "repaired")
+
+
+def test_repair_of_one_blob_reads_what_it_rewrites_after_one_verify(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store of 12 entries with one blob flipped: the repair's one verify reads each object
+    once; beyond it, only the damaged blob is read (the target's copy before and after its
+    rewrite, the source's once); what --dry-run lists is exactly what the run rewrites."""
+    from neffcache.lifecycle import repair_run
+    from tests.support.counting_store import CountingStore
+    from tests.support.lifecycle import publish_synthetic
+
+    good_store = open_store(str(tmp_path / "good"), create=True)
+    entries = [publish_synthetic(good_store, cell(64 * (i + 1)), FP, tmp_path / f"c{i}",
+                                 seed=i, count=8).manifest for i in range(12)]
+    shutil.copytree(tmp_path / "good", tmp_path / "target")
+    target_url = str(tmp_path / "target")
+    victim = blob_key(entries[5].files[0].sha256)
+    _flip(open_store(target_url), victim, 0)
+    opened: dict[str, CountingStore] = {}
+
+    def counting(url: str, **kw: object) -> CountingStore:
+        opened[url] = CountingStore(open_store(url, **kw))  # type: ignore[arg-type]
+        return opened[url]
+
+    monkeypatch.setattr(repair_run, "open_store", counting)
+    dry = repair_store(RepairRequest(store=target_url, source=str(tmp_path / "good"),
+                                     dry_run=True))
+    result = repair_store(RepairRequest(store=target_url, source=str(tmp_path / "good"),
+                                        confirmed=True))
+    assert [i.key for i in dry.planned] == [k for k, _ in result.outcomes] == [victim]
+    assert result.outcomes == ((victim, "repaired"),) and result.exit_code == 0
+    target, source = opened[target_url], opened[str(tmp_path / "good")]
+    objects = [k for k in target.gets if k.startswith(("blobs/", "packs/"))]
+    assert {k: target.gets[k] for k in objects if k != victim} == {
+        k: 1 for k in objects if k != victim}, "the verify reads every other object once"
+    size = entries[5].files[0].size
+    assert target.gets[victim] == 3 and target.bytes[victim] == 3 * size  # verify, before, after
+    assert dict(source.bytes) == {victim: size}, "the source gives only what is rewritten"
+    assert verify_store(open_store(target_url)).problems == ()
