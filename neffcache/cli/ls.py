@@ -73,7 +73,8 @@ def ls(cell_glob: str | None, fingerprint_key: str | None, limit: int | None,
 
     JSON output: {"entries": [{"entry_key", "cell_id", "cell_key", "fingerprint_key",
     "backend", "store_url", "total_bytes", "file_count", "compile_seconds", "created_at",
-    "verified_status", "verified_at", "last_used_at", "restore_count"}], "count", "next"};
+    "verified_status", "verified_at", "last_used_at", "restore_count", "signed_by"}], "count",
+    "next"}; signed_by is the key id that signed the entry's manifest (null: unsigned);
     last_used_at is the time of the newest ingested restore report that found the entry (null:
     none yet), restore_count how many ingested ok/partial restore reports found it; next the
     --after of the next page (null: no more). The document is written as it is read:

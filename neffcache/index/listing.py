@@ -237,10 +237,11 @@ def summary(row: tuple[Any, ...]) -> EntrySummary:
     """An ``EntrySummary`` from a listing row (the columns of ``listing_statements``)."""
     (entry_key, cell_id, cell_key, fp_key, backend, store_url, total_bytes, file_count,
      compile_seconds, created_at, verified_status, verified_at, last_used_at,
-     restore_count) = row
+     restore_count, signed_by) = row
     return EntrySummary(
         entry_key=entry_key, cell_id=cell_id, cell_key=cell_key, fingerprint_key=fp_key,
         backend=backend, store_url=store_url, total_bytes=total_bytes, file_count=file_count,
         compile_seconds=compile_seconds, created_at=as_utc(created_at),  # type: ignore[arg-type]
         verified_status=verified_status, verified_at=as_utc(verified_at),
-        last_used_at=as_utc(last_used_at), restore_count=int(restore_count or 0))
+        last_used_at=as_utc(last_used_at), restore_count=int(restore_count or 0),
+        signed_by=signed_by)

@@ -64,7 +64,8 @@ def _listing(src: Any, cell_key: Any, fp: str | None, pos: bool,
     return (select(src.c.entry_key, c.c.id, src.c.cell_key, src.c.fingerprint_key,
                    f.c.backend, src.c.store_url, src.c.total_bytes, src.c.file_count,
                    src.c.compile_seconds, src.c.created_at, src.c.verified_status,
-                   src.c.verified_at, src.c.last_used_at, src.c.restore_count)
+                   src.c.verified_at, src.c.last_used_at, src.c.restore_count,
+                   src.c.signed_by)
             .select_from((src if base is None else base).join(c, c.c.key == cell_key)
                          .join(f, f.c.key == src.c.fingerprint_key))
             .where(*_entry_filters(src, fp, pos))

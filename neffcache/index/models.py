@@ -113,6 +113,8 @@ class EntryRow(Base):
     last_used_at: Mapped[datetime | None]
     # How many ingested ok/partial restore reports found this entry.
     restore_count: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    # The key id that signed the entry's manifest (null: unsigned; migration 0009).
+    signed_by: Mapped[str | None] = mapped_column(String(16))
 
 
 class BlobRow(Base):

@@ -113,6 +113,7 @@ def save_entries(session: Session | Connection, manifests: Sequence[Manifest],
         "store_url": url, "total_bytes": m.total_bytes, "file_count": len(m.files),
         "compile_seconds": m.compile_seconds, "producer": dict(m.producer),
         "created_at": parse_timestamp(m.created_at, now), "recorded_at": now,
+        "signed_by": m.signature.key_id if m.signature is not None else None,
     } for m in new]
     for part in chunks(entry_rows):
         session.execute(insert(entries), list(part))

@@ -188,6 +188,8 @@ class EntryDoc(TypedDict):
         "Time of the newest ingested restore report that found the entry (null: none yet).")]
     restore_count: Annotated[int, Doc(
         "Ingested ok/partial restore reports that found the entry.")]
+    signed_by: Annotated[str | None, Doc(
+        "Key id (16 hex digits) that signed the entry's manifest; null: unsigned.")]
 
 
 class EntriesDoc(TypedDict):

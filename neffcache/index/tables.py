@@ -33,7 +33,7 @@ entries = table(
     column("compile_seconds", Float), column("created_at", UTC_TS),
     column("verified_status", String(16)), column("verified_at", UTC_TS),
     column("last_used_at", UTC_TS), column("restore_count", Integer),
-    column("producer", JSON), column("recorded_at", UTC_TS),
+    column("producer", JSON), column("recorded_at", UTC_TS), column("signed_by", String(16)),
 )
 
 blobs = table("blobs", column("sha256", String(KEY)), column("size", BigInteger))

@@ -63,6 +63,7 @@ class EntrySummary:
     verified_at: datetime | None = None
     last_used_at: datetime | None = None  # newest ingested restore report that found it
     restore_count: int = 0  # ingested ok/partial restore reports that found it
+    signed_by: str | None = None  # the key id that signed its manifest (None: unsigned)
 
     def to_json(self) -> EntryDoc:
         return {
@@ -72,7 +73,7 @@ class EntrySummary:
             "file_count": self.file_count, "compile_seconds": self.compile_seconds,
             "created_at": iso(self.created_at), "verified_status": self.verified_status,
             "verified_at": iso(self.verified_at), "last_used_at": iso(self.last_used_at),
-            "restore_count": self.restore_count,
+            "restore_count": self.restore_count, "signed_by": self.signed_by,
         }
 
 

@@ -39,7 +39,7 @@ def push(cli: Cli, matrix: Path, tmp_path: Path, cell: str, data: bytes,
 
 def restore(cli: Cli, matrix: Path, out: Path, *trusted: str, cells: str = CELL_64,
             env: dict[str, str] | None = None) -> Any:
-    args = [a for k in trusted for a in ("--trusted-key", k)]
+    args = [a for k in trusted for a in (("--trusted-key", k) if k != "--json" else (k,))]
     return cli("restore", str(matrix), "--to", str(out), "--cells", cells, "--report-to",
                "none", *args, env=env)
 
@@ -57,9 +57,14 @@ def test_a_signed_entry_restores_with_its_key_trusted_and_an_unsigned_one_is_ref
     assert signed["signed_by"] == key_id
     unsigned = push(cli, matrix, tmp_path, CELL_128, b"unsigned neff", None)
     assert unsigned["signed_by"] is None
+    listed = cli("ls", "--json")
+    assert listed.code == 0, listed.stderr
+    assert {e["entry_key"]: e["signed_by"] for e in listed.json["entries"]} == {
+        signed["entry_key"]: key_id, unsigned["entry_key"]: None}
 
-    ok = restore(cli, matrix, tmp_path / "ok", public)
+    ok = restore(cli, matrix, tmp_path / "ok", public, "--json")
     assert ok.code == 0, ok.stderr
+    assert ok.json["signers"] == [key_id] and ok.json["signatures_checked"] is True
     assert restored_tree(tmp_path / "ok" / "neff") == {"m/model.neff": b"signed neff"}
 
     refused = restore(cli, matrix, tmp_path / "no", public, cells=CELL_128)
@@ -68,9 +73,11 @@ def test_a_signed_entry_restores_with_its_key_trusted_and_an_unsigned_one_is_ref
     assert unsigned["entry_key"] in line and "not signed" in line and key_id in line
     assert not (tmp_path / "no" / "neff" / "m" / "model.neff").exists()
 
-    # Without trusted keys nothing changes: the unsigned entry restores.
+    # Without trusted keys the unsigned entry restores; a signed one says who signed it.
     plain = restore(cli, matrix, tmp_path / "plain", cells=CELL_128)
     assert plain.code == 0, plain.stderr
+    named = restore(cli, matrix, tmp_path / "named")
+    assert named.code == 0 and f"signed by key(s) {key_id}" in named.stderr, named.stderr
 
 
 def test_an_entry_signed_by_an_untrusted_key_is_refused_naming_the_key(
