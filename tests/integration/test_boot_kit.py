@@ -3,6 +3,7 @@ files, and the hook restores within its deadline or lets the service start anywa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -131,7 +132,8 @@ def _hook_env(tmp_path: Path, store: str, deadline: str = "20") -> dict[str, str
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_DEFAULT_REGION="us-east-1",
-    ) | {"NEFFCACHE_BIN": "neffcache", "NEFFCACHE_PYTHON": ""}
+    ) | {"NEFFCACHE_BIN": "neffcache", "NEFFCACHE_PYTHON": "", "NEFFCACHE_ALLOW_UNSIGNED": "1",
+         "NEFFCACHE_TRUSTED_KEYS": ""}
 
 
 def _env_file(tmp_path: Path) -> dict[str, str]:
@@ -161,6 +163,43 @@ def test_hook_restores_and_writes_the_service_environment(tmp_path: Path) -> Non
     assert service_env["TORCH_NEURONX_NEFF_CACHE_DIR"].strip("'") == str(tmp_path / "cache/neff")
     lock_dir = Path(service_env["TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"].strip("'"))
     assert lock_dir.is_dir() and os.access(lock_dir, os.W_OK)
+
+
+def test_hook_requires_signatures_unless_the_opt_out_is_explicit_and_loud(
+        tmp_path: Path) -> None:
+    """The kit's default: with no trusted key the hook restores nothing (exit 2 from
+    restore, said in the journal) yet writes the service's environment; NEFFCACHE_ALLOW_UNSIGNED=1
+    restores and warns; with CI's public key trusted a signed entry restores, no warning."""
+    env = _hook_env(tmp_path, str(tmp_path / "store"))
+    compiled = tmp_path / "compiled" / "ab" / "cd"
+    compiled.mkdir(parents=True)
+    (compiled / ("abcd" + "0" * 28 + ".neff")).write_bytes(b"NEFF" * 100)
+    cli = [sys.executable, "-m", "neffcache.cli"]
+    key = subprocess.run([*cli, "keys", "generate", "--out", str(tmp_path / "ci.pem"), "--json"],
+                         env=env, capture_output=True, text=True)
+    assert key.returncode == 0, key.stderr
+    public = json.loads(key.stdout)["public_key"]
+    push = subprocess.run([*cli, "push", "--matrix", env["NEFFCACHE_MATRIX"], "--cell",
+                           "flux2-klein/compile/1024x1024/b1/tp1", "--root",
+                           f"neff={tmp_path / 'compiled'}", "--signing-key",
+                           str(tmp_path / "ci.pem")], env=env, capture_output=True, text=True)
+    assert push.returncode == 0, push.stderr
+    restored = tmp_path / "cache" / "neff" / "ab" / "cd" / ("abcd" + "0" * 28 + ".neff")
+
+    strict = env | {"NEFFCACHE_ALLOW_UNSIGNED": ""}
+    run = subprocess.run([str(HOOK)], env=strict, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "exit 2; no trusted key configured?" in run.stderr, run.stderr
+    assert not restored.exists() and "TORCH_NEURONX_NEFF_CACHE_DIR" in _env_file(tmp_path)
+
+    loose = subprocess.run([str(HOOK)], env=env, capture_output=True, text=True, timeout=60)
+    assert loose.returncode == 0 and "cache restored" in loose.stderr, loose.stderr
+    assert "WARNING: NEFFCACHE_ALLOW_UNSIGNED=1" in loose.stderr
+    shutil.rmtree(tmp_path / "cache")
+
+    keyed = subprocess.run([str(HOOK)], env=strict | {"NEFFCACHE_TRUSTED_KEYS": public},
+                           capture_output=True, text=True, timeout=60)
+    assert keyed.returncode == 0 and "cache restored" in keyed.stderr, keyed.stderr
+    assert "WARNING" not in keyed.stderr and restored.read_bytes() == b"NEFF" * 100
 
 
 def test_hook_lets_the_service_start_when_the_store_is_unreachable(tmp_path: Path) -> None:
@@ -210,7 +249,7 @@ def _run_hook(env: dict[str, str], timeout: float = 60) -> subprocess.CompletedP
 
 @pytest.mark.parametrize("body, said", [
     ("echo 'Error: matrix.toml: backend: expected one of ...' >&2; exit 2",
-     "restore failed with exit 2"),
+     "restore refused its settings (exit 2"),
     ("echo 'Traceback (most recent call last):' >&2; exit 1", "restore failed with exit 1"),
     ("kill -SEGV $$", "restore failed with exit 139"),
 ])
@@ -271,7 +310,7 @@ def test_hook_with_the_real_neffcache_and_a_bad_interpreter_or_store(tmp_path: P
     run = _run_hook(env)
     assert run.returncode == 0, run.stderr
     assert f"python interpreter {tmp_path / 'no-such-python'}: no such file" in run.stderr
-    assert "restore failed with exit 2" in run.stderr
+    assert "restore refused its settings (exit 2" in run.stderr
     assert "from neffcache restore" in run.stderr  # printed before the interpreter was probed
     _assert_persistent(_env_file(tmp_path), tmp_path / "cache")
 
@@ -279,7 +318,8 @@ def test_hook_with_the_real_neffcache_and_a_bad_interpreter_or_store(tmp_path: P
     (tmp_path / "run" / "neffcache.env").unlink()
     run = _run_hook(env)  # a store path that does not exist is a configuration error: exit 2
     assert run.returncode == 0, run.stderr
-    assert "no such directory" in run.stderr and "restore failed with exit 2" in run.stderr
+    assert "no such directory" in run.stderr
+    assert "restore refused its settings (exit 2" in run.stderr
     assert "from neffcache restore" in run.stderr
     _assert_persistent(_env_file(tmp_path), tmp_path / "cache")
 
