@@ -24,6 +24,7 @@ from neffcache.manifest import (
     PartDigests,
     decode_manifest,
     encode_manifest,
+    manifest_digest,
 )
 from neffcache.matrix import Cell
 from neffcache.parts import REQUIRED_OVER, PartPolicy, needs_parts, part_ranges
@@ -258,6 +259,12 @@ def test_verify_reports_part_digests_that_do_not_match_the_blob(tmp_path: Path, 
     doc["parts"][0]["digests"][1] = "0" * 64
     (store.root / key).chmod(0o644)
     (store.root / key).write_bytes(encode_manifest(decode_manifest(json.dumps(doc))))
+    # as its publisher wrote it: the cell pointer pins this manifest (no rewrite to report)
+    pointer = next(store.root.glob("cells/*/*.json"))
+    pin = json.loads(pointer.read_bytes())
+    pin["manifest_sha256"] = manifest_digest(decode_manifest(store.read(key)))
+    pointer.chmod(0o644)
+    pointer.write_text(json.dumps(pin))
     bad = verify_store(store)
     assert [(p.kind, p.key) for p in bad.problems] == [("manifest", key)]
     assert "part 2 of 3" in bad.problems[0].message
