@@ -207,3 +207,41 @@ def _without_user(endpoint: str) -> str:
     if "@" not in parts.netloc:
         return endpoint
     return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+# Server-side encryption a bucket policy may require on every PUT: NEFFCACHE_S3_SSE's value
+# (any case) -> the x-amz-server-side-encryption value S3 expects.
+SSE_ALGORITHMS = {"aes256": "AES256", "sse-s3": "AES256", "aws:kms": "aws:kms",
+                  "sse-kms": "aws:kms", "aws:kms:dsse": "aws:kms:dsse"}
+_STORAGE_CLASS_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+
+
+@dataclass(frozen=True, slots=True)
+class PutSettings:
+    """What every PUT an S3 store makes carries (PutObject, CreateMultipartUpload): server-side
+    encryption (``sse``: AES256, aws:kms, aws:kms:dsse; ``kms_key_id`` for the KMS ones) and
+    a storage class; None each: the bucket's defaults."""
+
+    sse: str | None = None
+    kms_key_id: str | None = None
+    storage_class: str | None = None
+
+
+def put_settings(env: Mapping[str, str]) -> PutSettings:
+    """``NEFFCACHE_S3_SSE`` (AES256 | aws:kms | aws:kms:dsse; sse-s3 and sse-kms too),
+    ``NEFFCACHE_S3_SSE_KMS_KEY_ID`` (a KMS key id or ARN; alone it means aws:kms) and
+    ``NEFFCACHE_S3_STORAGE_CLASS`` (STANDARD, STANDARD_IA, INTELLIGENT_TIERING, ...)."""
+    given = env.get("NEFFCACHE_S3_SSE", "").strip()
+    key = env.get("NEFFCACHE_S3_SSE_KMS_KEY_ID", "").strip() or None
+    sse = SSE_ALGORITHMS.get(given.lower()) if given else ("aws:kms" if key else None)
+    if given and sse is None:
+        raise ConfigError(f"NEFFCACHE_S3_SSE={given!r}: expected AES256 (SSE-S3), aws:kms "
+                          "(SSE-KMS) or aws:kms:dsse")
+    if key and sse == "AES256":
+        raise ConfigError("NEFFCACHE_S3_SSE_KMS_KEY_ID goes with NEFFCACHE_S3_SSE=aws:kms, "
+                          "not AES256")
+    storage = env.get("NEFFCACHE_S3_STORAGE_CLASS", "").strip() or None
+    if storage is not None and not set(storage) <= _STORAGE_CLASS_CHARS:
+        raise ConfigError(f"NEFFCACHE_S3_STORAGE_CLASS={storage!r}: expected an S3 storage "
+                          "class such as STANDARD_IA or INTELLIGENT_TIERING")
+    return PutSettings(sse, key, storage)

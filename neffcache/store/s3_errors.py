@@ -51,6 +51,11 @@ HINTS = {
     "403": "the role needs s3:GetObject and s3:ListBucket on the prefix",
     "RequestTimeTooSkewed": "synchronise this host's clock (chrony, systemd-timesyncd)",
 }
+# A write refused: the permission, or a bucket policy that requires encryption on every PUT.
+WRITE_OPS = frozenset({"PutObject", "UploadPart", "CreateMultipartUpload", "CopyObject"})
+WRITE_DENIED_HINT = ("the role needs s3:PutObject on the prefix; if the bucket policy requires "
+                     "encryption, set NEFFCACHE_S3_SSE=aws:kms (with NEFFCACHE_S3_SSE_KMS_KEY_ID) "
+                     "or NEFFCACHE_S3_SSE=AES256 (see neffcache config)")
 NO_CREDENTIALS = "no usable AWS credentials found (environment, ~/.aws, container, instance role)"
 NO_CREDENTIALS_HINT = ("set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or attach an "
                        "instance role")
@@ -172,8 +177,9 @@ def client_failure(where: str, code: str, status: int | str, op: str,
                            f"({code}, HTTP {status}, {op})",
                            hint="set AWS_REGION to the bucket's region")
     reason = REASONS.get(code, "request failed")
-    return UnavailableError(f"{where}: {reason} ({code}, HTTP {status}, {op})",
-                            hint=HINTS.get(code))
+    hint = WRITE_DENIED_HINT if op in WRITE_OPS and REASONS.get(code) == "access denied" \
+        else HINTS.get(code)
+    return UnavailableError(f"{where}: {reason} ({code}, HTTP {status}, {op})", hint=hint)
 
 
 def unreachable(where: str, endpoint: str, what: str, op: str) -> UnavailableError:
