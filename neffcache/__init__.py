@@ -9,6 +9,7 @@ subclass only when it cannot produce a result at all (bad input, store unreachab
 
     restore(RestoreRequest) -> RestoreResult                   neffcache restore
     preview_restore(RestoreRequest) -> RestorePreview          neffcache restore --dry-run
+    prune(PruneRequest) -> PruneResult                         neffcache prune
     precompile(PrecompileRequest) -> PrecompileResult          neffcache precompile
     push(PushRequest) -> PushResult                            neffcache push
     capture_entry(CaptureRequest) -> CaptureResult             neffcache capture
@@ -154,7 +155,14 @@ if TYPE_CHECKING:
         WarmRequest,
         WarmResult,
     )
-    from neffcache.restore import RestorePreview, RestoreRequest, RestoreResult
+    from neffcache.restore import (
+        PruneRequest,
+        PruneResult,
+        RestorePreview,
+        RestoreRequest,
+        RestoreResult,
+        prune,
+    )
     from neffcache.server import ServeRequest, serve
 
 
@@ -252,7 +260,8 @@ _LAZY: dict[str, str] = {
                      "FingerprintResult", "explain_fingerprint", "show_fingerprint"),
                     "neffcache.fingerprint_explain"),
     **dict.fromkeys(("ServeRequest", "serve"), "neffcache.server"),
-    **dict.fromkeys(("RestorePreview", "RestoreRequest", "RestoreResult"), "neffcache.restore"),
+    **dict.fromkeys(("PruneRequest", "PruneResult", "RestorePreview", "RestoreRequest",
+                     "RestoreResult", "prune"), "neffcache.restore"),
     **dict.fromkeys(("CaptureRequest", "CaptureResult", "PrecompileRequest", "PrecompileResult",
                      "PushRequest", "PushResult", "WarmRequest", "WarmResult"),
                     "neffcache.precompile"),
@@ -291,7 +300,8 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "IngestRestoreReportsResult", "IntegrityError", "ListEntriesRequest", "ListEntriesResult",
     "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult", "ManifestError",
     "MatrixError", "NeffcacheError", "NotFoundError", "PrecompileRequest", "PrecompileResult",
-    "PushRequest", "PushResult", "RegisterMatrixFileRequest", "RegisterMatrixFileResult",
+    "PruneRequest", "PruneResult", "PushRequest", "PushResult", "RegisterMatrixFileRequest",
+    "RegisterMatrixFileResult",
     "ReindexStoreRequest", "ReindexStoreResult", "RepairRequest", "RepairResult",
     "ReportError", "RestorePreview",
     "RestoreRequest", "RestoreResult", "RetireEntriesRequest", "RetireEntriesResult",
@@ -302,7 +312,8 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "VerifyStoreResult", "WarmRequest", "WarmResult", "WorkerError", "capture_entry",
     "check_warm", "collect_garbage", "copy_entries", "coverage", "explain_fingerprint",
     "export_bundle", "import_bundle", "ingest_restore_reports", "iter_entries", "list_entries",
-    "list_registered_matrices", "precompile", "preview_restore", "push", "register_matrix_file",
+    "list_registered_matrices", "precompile", "preview_restore", "prune", "push",
+    "register_matrix_file",
     "reindex_store", "repair_store", "restore", "retire_entries", "run_demo", "serve",
     "show_bundle",
     "show_fingerprint", "show_registered_matrix", "show_schema", "stream_coverage",

@@ -55,6 +55,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "Carry entries in one verified file: export, import, show."),
     "keys": ("neffcache.cli.keys", "keys",
              "Signing keys: generate one, show the public key restores trust."),
+    "prune": ("neffcache.cli.prune", "prune",
+              "Remove from a restore DIR the entries the matrix no longer needs; plan first."),
     "retire": ("neffcache.cli.retire", "retire",
                "Remove entries by policy (SDK versions kept, matrices kept); plan first."),
 }

@@ -49,7 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.outcome",),
     ("neffcache.restore.local",),
     ("neffcache.restore.known",),
-    ("neffcache.restore.run", "neffcache.restore.preview"),
+    ("neffcache.restore.run", "neffcache.restore.preview", "neffcache.restore.pruning"),
     ("neffcache.restore.session", "neffcache.restore"),
     # precompile: warm cells in workers, publish entries
     ("neffcache.precompile.hit_check", "neffcache.precompile.indexing"),
