@@ -35,6 +35,7 @@ subclass only when it cannot produce a result at all (bad input, store unreachab
     run_demo(DemoRequest) -> DemoResult                        neffcache demo
     generate_key(GenerateKeyRequest) -> KeyResult              neffcache keys generate
     show_key(ShowKeyRequest) -> KeyResult                      neffcache keys show
+    show_config(ShowConfigRequest) -> ShowConfigResult         neffcache config
 
 Import names from here (``from neffcache import RestoreRequest, restore``): ``neffcache.restore``
 and ``neffcache.precompile`` are the functions, not the packages of the same name. Every name
@@ -73,6 +74,7 @@ from neffcache.errors import (
 from neffcache.version import __version__
 
 if TYPE_CHECKING:
+    from neffcache.config_show import ShowConfigRequest, ShowConfigResult, show_config
     from neffcache.demo import DemoRequest, DemoResult, run_demo
     from neffcache.fingerprint_explain import (
         ExplainRequest,
@@ -260,6 +262,8 @@ _LAZY: dict[str, str] = {
                      "FingerprintResult", "explain_fingerprint", "show_fingerprint"),
                     "neffcache.fingerprint_explain"),
     **dict.fromkeys(("ServeRequest", "serve"), "neffcache.server"),
+    **dict.fromkeys(("ShowConfigRequest", "ShowConfigResult", "show_config"),
+                    "neffcache.config_show"),
     **dict.fromkeys(("PruneRequest", "PruneResult", "RestorePreview", "RestoreRequest",
                      "RestoreResult", "prune"), "neffcache.restore"),
     **dict.fromkeys(("CaptureRequest", "CaptureResult", "PrecompileRequest", "PrecompileResult",
@@ -306,6 +310,7 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "ReportError", "RestorePreview",
     "RestoreRequest", "RestoreResult", "RetireEntriesRequest", "RetireEntriesResult",
     "SchemaOutdatedError", "ServeRequest", "ShowBundleRequest", "ShowBundleResult",
+    "ShowConfigRequest", "ShowConfigResult", "show_config",
     "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult", "ShowSchemaRequest",
     "ShowSchemaResult", "UnavailableError", "UpgradeSchemaRequest", "UpgradeSchemaResult",
     "UsageError", "VerifyLocalDirRequest", "VerifyLocalDirResult", "VerifyStoreRequest",

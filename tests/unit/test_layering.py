@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.key_files", "neffcache.keys"),
     # storage and records
     ("neffcache.store",),
+    ("neffcache.config_show",),
     ("neffcache.reports",),
     ("neffcache.report_spool",),
     ("neffcache.report_send",),
