@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 PRUNE_HELP = """Remove from DIR the entries MATRIX and this host's fingerprint no longer need.
 
 A persistent restore destination keeps every entry ever restored into it: restoring
-fingerprint A, then B (a new SDK, other NEURON_CC_FLAGS) leaves A's files beside B's. An
+fingerprint A, then B (a new SDK, other compiler flags) leaves A's files beside B's. An
 entry is kept when it is the entry of a cell of MATRIX for this host's fingerprint (read
 with --python, as restore reads it); every other manifest copy in DIR/.neffcache-entries is
 pruned: its files leave the cache roots (a file a kept entry also wants stays; a file
