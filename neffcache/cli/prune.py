@@ -24,7 +24,8 @@ PRUNE_HELP = """Remove from DIR the entries MATRIX and this host's fingerprint n
 A persistent restore destination keeps every entry ever restored into it: restoring
 fingerprint A, then B (a new SDK, other compiler flags) leaves A's files beside B's. An
 entry is kept when it is the entry of a cell of MATRIX for this host's fingerprint (read
-with --python, as restore reads it); every other manifest copy in DIR/.neffcache-entries is
+with --python, as restore reads it; an unknown neuron target is refused, exit 5, as restore
+refuses it); every other manifest copy in DIR/.neffcache-entries is
 pruned: its files leave the cache roots (a file a kept entry also wants stays; a file
 changed since its restore, or behind a symlink, is left alone and counted as skipped),
 directories left empty go, the state file stops vouching for the removed paths, and the

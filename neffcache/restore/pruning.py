@@ -27,7 +27,7 @@ from typing import Any
 from neffcache.backends import Backend, get_backend, root_dirs
 from neffcache.config import read_settings
 from neffcache.errors import DeadlineExceededError, ExitRule, NeffcacheError, UsageError
-from neffcache.fingerprint import Fingerprint, collect_fingerprint
+from neffcache.fingerprint import Fingerprint, check_usable, collect_fingerprint
 from neffcache.manifest import entry_key
 from neffcache.matrix import Matrix
 from neffcache.matrix_io import load_matrix
@@ -121,7 +121,8 @@ def prune(request: PruneRequest) -> PruneResult:
     """Remove from ``request.to`` the entries the matrix and fingerprint no longer need; see
     the module docstring. Raises UsageError (exit 2) for a DIR that is not a restore
     destination or removal without consent, NeffcacheError (exit 1) while a restore holds
-    DIR's lock."""
+    DIR's lock, FingerprintMismatchError (exit 5) for a fingerprint that matches no entry
+    (an unknown neuron target), as restore refuses it."""
     target = Path(request.to).expanduser().absolute()
     if not (target / LOCAL_ENTRIES).is_dir():
         raise UsageError(f"{target}: not a restore destination (no {LOCAL_ENTRIES}/; "
@@ -130,6 +131,7 @@ def prune(request: PruneRequest) -> PruneResult:
     backend = get_backend(m.backend)
     fingerprint = request.fingerprint or collect_fingerprint(
         backend.name, os.environ, python=read_settings(os.environ, python=request.python).python)
+    check_usable(fingerprint)  # an unknown target matches nothing: it would keep nothing
     keep = {entry_key(c, fingerprint) for c in m.cells}
     preview = plan_prune(target, backend, keep, fingerprint.key)
     if request.dry_run or not preview.pruned or not _consent(request, preview):

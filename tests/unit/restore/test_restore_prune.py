@@ -133,3 +133,15 @@ def test_not_a_destination(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not a restore destination"):
         prune(PruneRequest(to=tmp_path / "nothing", matrix=tmp_path / "matrix.toml",
                            fingerprint=Fingerprint.from_json(A.to_json())))
+
+
+def test_an_unknown_target_prunes_nothing(world: dict) -> None:
+    from neffcache.errors import FingerprintMismatchError
+    from neffcache.fingerprint import build_fingerprint
+
+    unknown = build_fingerprint("neuron", {"target": "unknown", "lnc": "2"})
+    before = files_under(world["out"])
+    with pytest.raises(FingerprintMismatchError):
+        prune(PruneRequest(to=world["out"], matrix=world["matrix"], fingerprint=unknown,
+                           confirmed=True))
+    assert files_under(world["out"]) == before
