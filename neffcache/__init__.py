@@ -9,6 +9,7 @@ subclass only when it cannot produce a result at all (bad input, store unreachab
 
     restore(RestoreRequest) -> RestoreResult                   neffcache restore
     preview_restore(RestoreRequest) -> RestorePreview          neffcache restore --dry-run
+    prune(PruneRequest) -> PruneResult                         neffcache prune
     precompile(PrecompileRequest) -> PrecompileResult          neffcache precompile
     push(PushRequest) -> PushResult                            neffcache push
     capture_entry(CaptureRequest) -> CaptureResult             neffcache capture
@@ -34,6 +35,7 @@ subclass only when it cannot produce a result at all (bad input, store unreachab
     run_demo(DemoRequest) -> DemoResult                        neffcache demo
     generate_key(GenerateKeyRequest) -> KeyResult              neffcache keys generate
     show_key(ShowKeyRequest) -> KeyResult                      neffcache keys show
+    show_config(ShowConfigRequest) -> ShowConfigResult         neffcache config
 
 Import names from here (``from neffcache import RestoreRequest, restore``): ``neffcache.restore``
 and ``neffcache.precompile`` are the functions, not the packages of the same name. Every name
@@ -72,6 +74,7 @@ from neffcache.errors import (
 from neffcache.version import __version__
 
 if TYPE_CHECKING:
+    from neffcache.config_show import ShowConfigRequest, ShowConfigResult, show_config
     from neffcache.demo import DemoRequest, DemoResult, run_demo
     from neffcache.fingerprint_explain import (
         ExplainRequest,
@@ -154,7 +157,14 @@ if TYPE_CHECKING:
         WarmRequest,
         WarmResult,
     )
-    from neffcache.restore import RestorePreview, RestoreRequest, RestoreResult
+    from neffcache.restore import (
+        PruneRequest,
+        PruneResult,
+        RestorePreview,
+        RestoreRequest,
+        RestoreResult,
+        prune,
+    )
     from neffcache.server import ServeRequest, serve
 
 
@@ -252,7 +262,10 @@ _LAZY: dict[str, str] = {
                      "FingerprintResult", "explain_fingerprint", "show_fingerprint"),
                     "neffcache.fingerprint_explain"),
     **dict.fromkeys(("ServeRequest", "serve"), "neffcache.server"),
-    **dict.fromkeys(("RestorePreview", "RestoreRequest", "RestoreResult"), "neffcache.restore"),
+    **dict.fromkeys(("ShowConfigRequest", "ShowConfigResult", "show_config"),
+                    "neffcache.config_show"),
+    **dict.fromkeys(("PruneRequest", "PruneResult", "RestorePreview", "RestoreRequest",
+                     "RestoreResult", "prune"), "neffcache.restore"),
     **dict.fromkeys(("CaptureRequest", "CaptureResult", "PrecompileRequest", "PrecompileResult",
                      "PushRequest", "PushResult", "WarmRequest", "WarmResult"),
                     "neffcache.precompile"),
@@ -291,18 +304,21 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "IngestRestoreReportsResult", "IntegrityError", "ListEntriesRequest", "ListEntriesResult",
     "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult", "ManifestError",
     "MatrixError", "NeffcacheError", "NotFoundError", "PrecompileRequest", "PrecompileResult",
-    "PushRequest", "PushResult", "RegisterMatrixFileRequest", "RegisterMatrixFileResult",
+    "PruneRequest", "PruneResult", "PushRequest", "PushResult", "RegisterMatrixFileRequest",
+    "RegisterMatrixFileResult",
     "ReindexStoreRequest", "ReindexStoreResult", "RepairRequest", "RepairResult",
     "ReportError", "RestorePreview",
     "RestoreRequest", "RestoreResult", "RetireEntriesRequest", "RetireEntriesResult",
     "SchemaOutdatedError", "ServeRequest", "ShowBundleRequest", "ShowBundleResult",
+    "ShowConfigRequest", "ShowConfigResult", "show_config",
     "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult", "ShowSchemaRequest",
     "ShowSchemaResult", "UnavailableError", "UpgradeSchemaRequest", "UpgradeSchemaResult",
     "UsageError", "VerifyLocalDirRequest", "VerifyLocalDirResult", "VerifyStoreRequest",
     "VerifyStoreResult", "WarmRequest", "WarmResult", "WorkerError", "capture_entry",
     "check_warm", "collect_garbage", "copy_entries", "coverage", "explain_fingerprint",
     "export_bundle", "import_bundle", "ingest_restore_reports", "iter_entries", "list_entries",
-    "list_registered_matrices", "precompile", "preview_restore", "push", "register_matrix_file",
+    "list_registered_matrices", "precompile", "preview_restore", "prune", "push",
+    "register_matrix_file",
     "reindex_store", "repair_store", "restore", "retire_entries", "run_demo", "serve",
     "show_bundle",
     "show_fingerprint", "show_registered_matrix", "show_schema", "stream_coverage",

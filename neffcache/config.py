@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ FILE_KEYS = ("store", "index", "python", "reports", "mirrors", "trusted_keys",
 BOOL_KEYS = frozenset({"require_signatures"})
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"", "0", "false", "no", "off"})
 REPORTS_TO_STORE, REPORTS_OFF = "store", "none"
+DEFAULT = "default"  # Settings.sources: a value nobody set
 # Tables of the config file: [retire] holds the retire policy (`neffcache retire`).
 TABLE_KEYS = {"retire": {"keep_sdk_versions": int, "keep_matrices": list,
                          "keep_restored_days": int}}
@@ -80,6 +81,11 @@ class Settings:
     # Where restore keeps reports it could not send (NEFFCACHE_REPORT_SPOOL; None: beside
     # the restored cache).
     report_spool: str | None = None
+    # Where each value came from, by setting name: "flag", the environment variable's name,
+    # the config file's path, or "default" (``neffcache config``).
+    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # The config file read (None: none was there).
+    config_file: str | None = None
 
     @property
     def index_is_embedded(self) -> bool:
@@ -135,35 +141,50 @@ def _check_table(name: str, value: Any, source: str) -> None:
 
 def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | None = None,
                   *, store: str | None = None, index: str | None = None,
-                  python: str | None = None, reports: str | None = None) -> Settings:
-    """Resolve settings; ``file_values`` is the parsed config file (or None)."""
+                  python: str | None = None, reports: str | None = None,
+                  file_source: str = "config file") -> Settings:
+    """Resolve settings; ``file_values`` is the parsed config file (or None), ``file_source``
+    its path as ``Settings.sources`` names it."""
     file_values = file_values or {}
+    sources: dict[str, str] = {}
+
+    def pick(name: str, flag: str | None, var: str | None, key: str | None) -> Any:
+        for value, source in ((flag, "flag"), (environ.get(var or ""), var),
+                              (file_values.get(key or ""), file_source)):
+            if value:
+                sources[name] = str(source)
+                return value
+        sources[name] = DEFAULT
+        return None
+
     home = default_home(environ)
-    store_url = store or environ.get("NEFFCACHE_STORE") or file_values.get("store") \
-        or str(home / "store")
-    named_index = index or environ.get("NEFFCACHE_INDEX") or file_values.get("index")
+    sources["home"] = "NEFFCACHE_HOME" if environ.get("NEFFCACHE_HOME") else DEFAULT
+    store_url = pick("store", store, "NEFFCACHE_STORE", "store") or str(home / "store")
+    named_index = pick("index", index, "NEFFCACHE_INDEX", "index")
     index_url = named_index or f"sqlite:///{home / 'index.db'}"
     _check_index_url(index_url)
-    interpreter = python or environ.get("NEFFCACHE_PYTHON") or file_values.get("python")
-    reports_to = reports_destination(reports or environ.get("NEFFCACHE_REPORTS")
-                                     or file_values.get("reports") or REPORTS_TO_STORE)
-    retire = file_values.get("retire") or {}
-    mirrors = str(environ.get("NEFFCACHE_MIRRORS") or file_values.get("mirrors") or "")
-    trusted = str(environ.get("NEFFCACHE_TRUSTED_KEYS") or file_values.get("trusted_keys") or "")
-    require = environ.get("NEFFCACHE_REQUIRE_SIGNATURES")
-    required = bool(file_values.get("require_signatures")) if require is None \
-        else flag_value(require, "NEFFCACHE_REQUIRE_SIGNATURES")
+    interpreter = pick("python", python, "NEFFCACHE_PYTHON", "python")
+    reports_to = reports_destination(pick("reports", reports, "NEFFCACHE_REPORTS", "reports")
+                                     or REPORTS_TO_STORE)
+    retire = pick("retire", None, None, "retire") or {}
+    mirrors = str(pick("mirrors", None, "NEFFCACHE_MIRRORS", "mirrors") or "")
+    trusted = str(pick("trusted_keys", None, "NEFFCACHE_TRUSTED_KEYS", "trusted_keys") or "")
+    key_file = pick("signing_key_file", None, "NEFFCACHE_SIGNING_KEY_FILE", "signing_key_file")
+    key_pem = pick("signing_key_pem", None, "NEFFCACHE_SIGNING_KEY", None)
+    spool = pick("report_spool", None, "NEFFCACHE_REPORT_SPOOL", None)
+    require = pick("require_signatures", None, "NEFFCACHE_REQUIRE_SIGNATURES",
+                   "require_signatures")
     return Settings(home=home, store_url=str(store_url), index_url=str(index_url),
                     index_explicit=bool(named_index), python=interpreter or None,
                     reports_to=reports_to, mirrors=tuple(mirrors.split()),
-                    trusted_keys=tuple(trusted.split()),
-                    require_signatures=required,
-                    signing_key_file=environ.get("NEFFCACHE_SIGNING_KEY_FILE")
-                    or file_values.get("signing_key_file") or None,
-                    signing_key_pem=environ.get("NEFFCACHE_SIGNING_KEY") or None,
-                    report_spool=environ.get("NEFFCACHE_REPORT_SPOOL") or None,
+                    trusted_keys=tuple(trusted.split()), signing_key_file=key_file,
+                    signing_key_pem=key_pem, report_spool=spool,
+                    require_signatures=require is not None and (
+                        require if isinstance(require, bool)
+                        else flag_value(str(require), "NEFFCACHE_REQUIRE_SIGNATURES")),
                     retire=tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
-                                        for k, v in retire.items())))
+                                        for k, v in retire.items())),
+                    sources=tuple(sorted(sources.items())))
 
 
 def flag_value(value: str, name: str) -> bool:
@@ -193,26 +214,37 @@ def _check_index_url(url: str) -> None:
 
 
 def redact_url(url: str) -> str:
-    """A URL with any password replaced, for messages and logs."""
-    if "://" not in url or "@" not in url:
+    """A URL with any password and every query value masked, for messages and logs
+    (``s3://KEY:SECRET@bucket`` -> ``s3://KEY:***@bucket``, ``?X-Amz-Signature=...`` ->
+    ``?X-Amz-Signature=***``); a secret may hold ``/``, so the user part ends at the last ``@``."""
+    if "://" not in url:
         return url
     scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    if ":" in creds:
+    creds, at, host = rest.rpartition("@")
+    if at and ":" in creds:
         creds = creds.split(":", 1)[0] + ":***"
-    return f"{scheme}://{creds}@{host}"
+    host, q, query = host.partition("?")
+    if q:
+        query = "&".join(f"{part.partition('=')[0]}=***" for part in query.split("&"))
+    return f"{scheme}://{creds}{at}{host}{q}{query}"
 
 
 def read_settings(environ: Mapping[str, str], *, store: str | None = None,
                   index: str | None = None, python: str | None = None,
                   reports: str | None = None) -> Settings:
-    """The I/O edge: read the config file if present, then resolve."""
+    """The I/O edge: read the config file if present, then resolve. A file NEFFCACHE_CONFIG
+    names must exist (ConfigError); the default one ($NEFFCACHE_HOME/config.toml) may not."""
     path = config_file_path(environ)
     values = None
+    if environ.get("NEFFCACHE_CONFIG") and not path.is_file():
+        raise ConfigError(f"NEFFCACHE_CONFIG={environ['NEFFCACHE_CONFIG']}: no such file",
+                          hint="create it, or unset NEFFCACHE_CONFIG (then "
+                               "$NEFFCACHE_HOME/config.toml is read when present)")
     if path.is_file():
         try:
             values = parse_config_file(path.read_text(encoding="utf-8"), str(path))
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return load_settings(environ, values, store=store, index=index, python=python,
-                         reports=reports)
+    settings = load_settings(environ, values, store=store, index=index, python=python,
+                             reports=reports, file_source=str(path))
+    return replace(settings, config_file=str(path)) if values is not None else settings

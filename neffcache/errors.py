@@ -133,15 +133,47 @@ class ExitRule:
         return 0 if err is None else exit_code_for(err)
 
 
-# The exit-code table as every command's --help shows it (exit_code_for is the mapping).
-EXIT_CODE_HELP = """\b
-Exit codes (the same for every command):
-  0  success, or nothing to do
-  1  unexpected error
-  2  usage or configuration error
-  3  cache miss: some requested cells have no entry (partial restore)
-  4  integrity failure: a blob or manifest does not match its sha256/schema
-  5  fingerprint mismatch: entries exist only for another environment
-  6  store or index unavailable
-  7  index schema out of date (run: neffcache db upgrade)
-"""
+def repair_hint(store_url: str) -> str:
+    """The hint for damage found in a store: the command that fixes it, the flag that works
+    around it meanwhile, and the one that lists it (``store_url`` masked, shell-quoted)."""
+    import shlex  # only for this message
+
+    url = shlex.quote(store_url)
+    return (f"neffcache repair --store {url} --from GOOD_STORE_OR_bundle:FILE rewrites the "
+            f"damaged objects (neffcache verify --store {url} lists them); until then "
+            f"restore --mirror GOOD_STORE reads them from there")
+
+
+# The exit codes and what each means, once: every command's --help (EXIT_CODE_HELP) and
+# restore's --help (restore_exit_rules) are made from it; exit_code_for is the mapping.
+EXIT_MEANINGS: dict[int, str] = {
+    0: "success, or nothing to do",
+    1: "unexpected error, or a file could not be written",
+    2: "usage or configuration error (bad flag, matrix or config; a DIR not writable)",
+    3: "cache miss: some requested cells have no entry, or the deadline stopped a restore",
+    4: "integrity failure: a blob or manifest does not match its sha256/schema",
+    5: "fingerprint mismatch: entries exist only for another environment",
+    6: "store or index unavailable",
+    7: "index schema out of date (run: neffcache db upgrade)",
+}
+EXIT_CODE_HELP = "\b\nExit codes (the same for every command):\n" + "".join(
+    f"  {code}  {meaning}\n" for code, meaning in EXIT_MEANINGS.items())
+
+
+def restore_exit_rules() -> str:
+    """Restore's exit rule, in the order it applies, each code read from ``EXIT_CODES``."""
+    rules = [
+        (IntegrityError, "a manifest was rejected or a blob was missing, corrupt or truncated "
+                         "(that file is never installed)"),
+        (UsageError, "DIR (or a cache root in it) cannot be created or written, e.g. read-only"),
+        (NeffcacheError, "a file could not be written under DIR"),
+        (UnavailableError, "the store could not be reached"),
+        (DeadlineExceededError, "the deadline stopped the restore"),
+        (FingerprintMismatchError, "no requested cell could be restored and some missing cells "
+                                   "were built for another fingerprint (the hint is a `neffcache "
+                                   "fingerprint --explain KEY` command carrying this restore's "
+                                   "--python and --store, shell-quoted: run as printed, it "
+                                   "names the fields that differ)"),
+        (CacheMissError, "some cells have no entry")]
+    return "; ".join(f"{EXIT_CODES[cls]} {text}" for cls, text in rules) + \
+        "; 0 every requested cell is in place."

@@ -333,7 +333,9 @@ def validate_files(raw: Any, *, allowed_roots: Sequence[str] | None,
         if not isinstance(sha, str) or not _SHA256_RE.match(sha):
             raise ManifestError(f"{where}: sha256 {sha!r}: expected 64 lowercase hex digits")
         if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
-            raise ManifestError(f"{where}: mode {mode!r}: expected permission bits 0..0o777")
+            shown = f"{mode:#o}" if isinstance(mode, int) and not isinstance(mode, bool) \
+                else repr(mode)  # a mode reads in octal, as chmod takes it
+            raise ManifestError(f"{where}: mode {shown}: expected permission bits 0o0..0o777")
         if (root, path) in seen:
             raise ManifestError(f"{where}: duplicate path {root}/{path}")
         # A file and a directory at one place would make the tree unrestorable.

@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "reports": ("neffcache.cli.reports", "reports",
                 "Ingest restore reports (store objects or files) into the index."),
     "db": ("neffcache.cli.db", "db", "Index database maintenance (upgrade)."),
+    "config": ("neffcache.cli.config", "config",
+               "Show the effective settings and where each value came from."),
     "repair": ("neffcache.cli.repair", "repair",
                "Rewrite missing or damaged objects from a mirror, bundle or directory."),
     "gc": ("neffcache.cli.maintenance", "gc",
@@ -55,6 +57,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "Carry entries in one verified file: export, import, show."),
     "keys": ("neffcache.cli.keys", "keys",
              "Signing keys: generate one, show the public key restores trust."),
+    "prune": ("neffcache.cli.prune", "prune",
+              "Remove from a restore DIR the entries the matrix no longer needs; plan first."),
     "retire": ("neffcache.cli.retire", "retire",
                "Remove entries by policy (SDK versions kept, matrices kept); plan first."),
 }
@@ -83,7 +87,10 @@ def _available(name: str) -> bool:
 @click.group(cls=LazyGroup, epilog=EXIT_CODE_HELP,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="neffcache")
-def group() -> None:
+@click.option("--config", "config_file", metavar="FILE", default=None,
+              help="Read settings from this TOML file (sets NEFFCACHE_CONFIG for the command; "
+                   "it must exist).")
+def group(config_file: str | None) -> None:
     """Compile once in CI, boot any number of Trainium instances warm.
 
     neffcache pre-compiles a declared matrix of pipelines x shapes x modes, stores the
@@ -96,10 +103,14 @@ def group() -> None:
       NEFFCACHE_STORE   --store: PATH, file://PATH or s3://BUCKET/PREFIX
       NEFFCACHE_INDEX   --index: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB
       NEFFCACHE_REPORTS restore --report-to: store (default), none or a directory
-      NEFFCACHE_CONFIG  TOML file with `store`, `index` and `reports` keys
+      NEFFCACHE_CONFIG  TOML file with `store`, `index`, `python`, `reports`, `mirrors`,
+                        `trusted_keys` and `signing_key_file` keys (must exist if named)
       NEFFCACHE_DEBUG=1 show tracebacks
-    S3 uses the standard AWS credential chain and AWS_ENDPOINT_URL.
+    S3 uses the standard AWS credential chain and AWS_ENDPOINT_URL. `neffcache config`
+    prints every effective setting and where it came from.
     """
+    if config_file is not None:  # the edge: every command below reads it from there
+        os.environ["NEFFCACHE_CONFIG"] = config_file
 
 
 def main(argv: list[str] | None = None) -> None:

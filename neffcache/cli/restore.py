@@ -26,7 +26,7 @@ from neffcache.cli._common import (
     trust_options,
 )
 from neffcache.cli._process import tuned_for_restore
-from neffcache.errors import EXIT_CODE_HELP, UsageError
+from neffcache.errors import EXIT_CODE_HELP, UsageError, restore_exit_rules
 
 if TYPE_CHECKING:
     from neffcache.restore import RestorePreview
@@ -43,13 +43,7 @@ When every requested cell is already in place — judged from the local copies o
 entries' manifests (DIR/.neffcache-entries/) and the state file, in one stat pass — the
 store is not contacted at all.
 
-The exit code follows the first rule that applies: 4 a manifest was rejected or a blob
-was missing, corrupt or truncated (that file is never installed); 1 a file could not be
-written locally; 6 the store could not be reached; 3 the deadline stopped the restore;
-5 no requested cell could be restored and some missing cells were built for another
-fingerprint (the hint is a `neffcache fingerprint --explain KEY` command carrying this
-restore's --python and --store, shell-quoted: run as printed, it names the fields that
-differ); 3 some cells have no entry; 0 every requested cell is in place.
+The exit code follows the first rule that applies: {exit_rules}
 
 Each run (also one that fails once the fingerprint is known, e.g. store unreachable)
 writes a restore report: one small JSON
@@ -107,7 +101,7 @@ Examples:
   neffcache restore matrix.toml --to /mnt/c --report-to /var/log/neffcache/reports
   neffcache restore matrix.toml --from-bundle neff.bundle --to /var/cache/neffcache
   neffcache restore matrix.toml --to /var/cache/neffcache --dry-run --json
-"""
+""".replace("{exit_rules}", restore_exit_rules())
 
 
 @click.command("restore", epilog=EXIT_CODE_HELP, help=RESTORE_HELP)

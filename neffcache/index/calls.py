@@ -22,6 +22,7 @@ from neffcache.errors import (
     IntegrityError,
     MatrixError,
     SchemaOutdatedError,
+    repair_hint,
 )
 from neffcache.index.api import Index, open_index
 from neffcache.index.schema import schema_state, upgrade_index
@@ -93,7 +94,7 @@ class ReindexStoreResult(ExitRule):
         if not invalid:
             return None
         return IntegrityError(f"{len(invalid)} invalid manifest(s) skipped; first: "
-                              f"{invalid[0].reason}", hint="neffcache verify")
+                              f"{invalid[0].reason}", hint=repair_hint(self.store))
 
 
 def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:

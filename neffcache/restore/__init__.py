@@ -7,6 +7,8 @@ Use cases (code outside ``neffcache.restore`` imports only this face):
   restore report). The result knows its ``exit_code``, ``error()`` and ``to_json()``.
 - ``preview_restore(RestoreRequest) -> RestorePreview``: its dry run (``--dry-run``): the
   plan, nothing fetched or written.
+- ``prune(PruneRequest) -> PruneResult``: remove from a persistent destination the entries
+  the matrix and fingerprint no longer need (``neffcache prune``), plan first, under DIR's lock.
 - ``restore_cells(store, cells, backend, fingerprint, target)``: the restore step alone, from
   a store already open, for a caller that has the cells and the fingerprint (no settings,
   no store-free check, no report).
@@ -17,7 +19,8 @@ state file's reader and writer (``load_state``, ``load_pending``, ``save_state``
 only for a ``Durable`` set of records; ``forget_paths``).
 
 Modules, top to bottom (each imports only those below it; see ARCHITECTURE.md): ``session``
-the use cases · ``run`` the whole restore from a store · ``preview`` its plan, for --dry-run ·
+the use cases · ``pruning`` prune a destination · ``run`` the whole restore from a store ·
+``preview`` its plan, for --dry-run ·
 ``local`` the store-free "already in place" check · ``outcome`` result and exit rule ·
 ``resolve`` manifests from the store · ``apply`` runs the plan's units · ``fetch`` one unit ·
 ``install`` one file, atomically · ``scan`` what is in place · ``state`` the per-root state
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
     from neffcache.restore.outcome import RestoreResult
     from neffcache.restore.preview import RestorePreview
+    from neffcache.restore.pruning import PruneRequest, PruneResult, prune
     from neffcache.restore.run import restore_cells
     from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
     from neffcache.restore.state import (
@@ -55,6 +59,7 @@ _HOME: dict[str, str] = {
     **dict.fromkeys(("LOCAL_ENTRIES", "MISSING_FILE"), "local"),
     **dict.fromkeys(("RestoreResult",), "outcome"),
     **dict.fromkeys(("RestorePreview",), "preview"),
+    **dict.fromkeys(("PruneRequest", "PruneResult", "prune"), "pruning"),
     **dict.fromkeys(("restore_cells",), "run"),
     **dict.fromkeys(("RestoreRequest", "default_workers", "preview_restore", "restore"), "session"),
     **dict.fromkeys(("STATE_FILE", "Durable", "forget_paths", "load_pending", "load_state",
@@ -71,9 +76,9 @@ def __getattr__(name: str) -> Any:
     return value
 
 __all__ = [
-    "LOCAL_ENTRIES", "MISSING_FILE", "STATE_FILE", "Durable", "Progress", "RestorePreview",
-    "RestoreRequest", "RestoreResult", "default_workers", "forget_paths", "load_pending",
-    "load_state",
+    "LOCAL_ENTRIES", "MISSING_FILE", "STATE_FILE", "Durable", "Progress", "PruneRequest",
+    "PruneResult", "RestorePreview", "RestoreRequest", "RestoreResult", "default_workers",
+    "forget_paths", "load_pending", "load_state",
     "lock_destination",
-    "preview_restore", "restore", "restore_cells", "save_state",
+    "preview_restore", "prune", "restore", "restore_cells", "save_state",
 ]

@@ -11,13 +11,14 @@ only ever exist while a restore holds the lock, so any found by the holder are s
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from neffcache.errors import DeadlineExceededError
+from neffcache.errors import DeadlineExceededError, UsageError
 from neffcache.restore.fs import DirCache, Roots, is_temp, open_dir_at
 
 ENTRIES_DIR = ".neffcache-entries"  # manifest copies, missing.json and the lock
@@ -44,9 +45,15 @@ def lock_destination(target: str, *, deadline: float | None = None,
     there is refused). A restore already holding it is waited for: without ``deadline``
     as long as it runs, else until ``deadline`` (``time.monotonic()``), then
     ``DeadlineExceededError``. ``on_wait`` is told once, with who holds it."""
-    os.makedirs(target, exist_ok=True)
-    efd = open_dir_at(target, ENTRIES_DIR, create=True,
-                      what=f"{target.rstrip('/')}/{ENTRIES_DIR}")
+    try:
+        os.makedirs(target, exist_ok=True)
+        efd = open_dir_at(target, ENTRIES_DIR, create=True,
+                          what=f"{target.rstrip('/')}/{ENTRIES_DIR}")
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise UsageError(f"{target}: cannot write there ({exc.strerror}): restore needs a "
+                         "writable DIR") from None
     fd = -1
     try:
         fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,

@@ -28,6 +28,7 @@ from neffcache.errors import (
     NeffcacheError,
     UnavailableError,
     exit_code_for,
+    repair_hint,
 )
 from neffcache.restore.install import FileFailure
 from neffcache.restore.plan import Conflict
@@ -160,7 +161,7 @@ def outcome_error(r: RestoreResult) -> NeffcacheError | None:
     if "integrity" in kinds:
         msg = first["integrity"]
         return IntegrityError(f"{n_fail} problem(s) found, nothing bad installed; first: {msg}",
-                              hint="neffcache verify")
+                              hint=repair_hint(r.store_url))
     if "io" in kinds:
         return NeffcacheError(f"{n_fail} file(s) could not be installed; first: {first['io']}")
     if "unavailable" in kinds:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from neffcache.config import redact_url
 from neffcache.errors import ConfigError, NotFoundError, UsageError
 from neffcache.store.base import (
     BLOBS,
@@ -59,7 +60,7 @@ from neffcache.store.bundle_format import (
     plan_members,
 )
 from neffcache.store.mirrored import MirroredStore
-from neffcache.store.s3_config import side_environ
+from neffcache.store.s3_config import s3_settings, side_environ
 
 __all__ = [
     "BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED", "TOC_NAME",
@@ -68,7 +69,7 @@ __all__ = [
     "Store", "TempFile", "TempFiles", "Toc", "Upload", "blob_key", "bundle_entry",
     "cell_pointer_key", "check_key",
     "decode_toc", "describe_store", "encode_toc", "entry_key_of", "holds_good", "manifest_key",
-    "open_store", "pack_key", "plan_members", "report_key", "side_environ",
+    "open_store", "pack_key", "plan_members", "report_key", "s3_settings", "side_environ",
 ]
 
 BUNDLE = "bundle:"
@@ -103,7 +104,8 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None,
     if url.startswith("file://"):
         return _local(url[len("file://"):], create)
     if "://" in url:
-        raise ConfigError(f"store {url!r}: expected a path, file://PATH, s3://BUCKET/PREFIX "
+        raise ConfigError(f"store {redact_url(url)!r}: expected a path, file://PATH, "
+                          f"s3://BUCKET/PREFIX "
                           f"or bundle:FILE")
     return _local(url, create)
 
@@ -111,7 +113,7 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None,
 def describe_store(url: str) -> str:
     """The URL ``open_store(url).url`` would report, without opening anything (no SDK import)."""
     if url.startswith("s3://"):
-        bucket, _, prefix = url[len("s3://"):].partition("/")
+        bucket, _, prefix = redact_url(url)[len("s3://"):].partition("/")
         prefix = prefix.strip("/")
         return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
     if url.startswith(BUNDLE):

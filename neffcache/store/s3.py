@@ -39,11 +39,13 @@ from neffcache.store.s3_config import (
     ENVIRONMENT,
     NONE,
     CredentialSource,
+    PutSettings,
     S3Location,
     configured_endpoint,
     credential_source,
     locate,
     parse_s3_url,
+    put_settings,
     read_profile,
     unsigned_payload,
 )
@@ -104,6 +106,9 @@ class S3Store:
         profile = read_profile(env)
         self.location = locate(bucket, self.prefix, endpoint_url, env, profile or {})
         self._unsigned = unsigned_payload(self.location, env)
+        self.put_settings: PutSettings = put_settings(env)
+        self._attributes: Any = {"Storage-Class": self.put_settings.storage_class} \
+            if self.put_settings.storage_class else None
         self.credentials: CredentialSource = credential_source(env, profile)
         self.endpoint = redact(self.location.endpoint or "https://s3.amazonaws.com")
         self._provider = None
@@ -137,7 +142,9 @@ class S3Store:
                  **options: Any) -> S3Store:
         """``s3://bucket/prefix``; the endpoint comes from AWS_ENDPOINT_URL_S3 or
         AWS_ENDPOINT_URL (else AWS's regional endpoint), credentials from the standard chain;
-        NEFFCACHE_S3_MULTIPART_THRESHOLD and NEFFCACHE_S3_PART_SIZE (bytes) tune uploads."""
+        NEFFCACHE_S3_MULTIPART_THRESHOLD and NEFFCACHE_S3_PART_SIZE (bytes) tune uploads;
+        NEFFCACHE_S3_SSE, NEFFCACHE_S3_SSE_KMS_KEY_ID and NEFFCACHE_S3_STORAGE_CLASS go on every
+        PUT (``s3_config.put_settings``)."""
         env = os.environ if environ is None else environ
         bucket, prefix = parse_s3_url(url)
         options.setdefault("endpoint_url", configured_endpoint(env))
@@ -236,7 +243,8 @@ class S3Store:
         # content-addressed key writes the same bytes, so the last complete upload is harmless.
         try:
             obstore.put(self._client, key, source, use_multipart=True,
-                        chunk_size=self.part_size, max_concurrency=MULTIPART_CONCURRENCY)
+                        chunk_size=self.part_size, max_concurrency=MULTIPART_CONCURRENCY,
+                        attributes=self._attributes)
         except (*_CLIENT_ERRORS, OSError) as exc:
             # obstore aborts the upload when reading the source fails, and raises an OSError
             # carrying the source's error as text: raise the source's own IntegrityError.
@@ -306,6 +314,10 @@ class S3Store:
             config["region"] = loc.region
         if self._unsigned:
             config["unsigned_payload"] = True
+        if self.put_settings.sse:  # on every PutObject and CreateMultipartUpload
+            config["server_side_encryption"] = self.put_settings.sse
+        if self.put_settings.kms_key_id:
+            config["sse_kms_key_id"] = self.put_settings.kms_key_id
         if self.credentials.name == ENVIRONMENT:  # this store's keys, not the process's
             config.update(self._keys)  # type: ignore[typeddict-item]
         options = dict(connect_timeout=connect, read_timeout=read, timeout=request,
@@ -322,7 +334,7 @@ class S3Store:
     def _put_once(self, key: str, body: bytes | memoryview, if_absent: bool) -> bool:
         try:
             obstore.put(self._client, key, body, mode="create" if if_absent else "overwrite",
-                        use_multipart=False)
+                        use_multipart=False, attributes=self._attributes)
         except (AlreadyExistsError, PreconditionError):
             if if_absent:
                 return False

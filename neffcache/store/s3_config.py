@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from neffcache.config import redact_url
 from neffcache.errors import ConfigError
 
 ENVIRONMENT = "environment"
@@ -89,7 +90,8 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     bucket = parts.netloc
     if parts.scheme != "s3" or not bucket or parts.query or parts.fragment \
             or any(c in bucket for c in "@:"):
-        raise ConfigError(f"store {url!r}: expected s3://BUCKET/PREFIX")
+        raise ConfigError(f"store {redact_url(url)!r}: expected s3://BUCKET/PREFIX (credentials "
+                          "come from the AWS chain, never from the URL)")
     return bucket, parts.path.strip("/")
 
 
@@ -207,3 +209,69 @@ def _without_user(endpoint: str) -> str:
     if "@" not in parts.netloc:
         return endpoint
     return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+# Server-side encryption a bucket policy may require on every PUT: NEFFCACHE_S3_SSE's value
+# (any case) -> the x-amz-server-side-encryption value S3 expects.
+SSE_ALGORITHMS = {"aes256": "AES256", "sse-s3": "AES256", "aws:kms": "aws:kms",
+                  "sse-kms": "aws:kms", "aws:kms:dsse": "aws:kms:dsse"}
+_STORAGE_CLASS_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+
+
+@dataclass(frozen=True, slots=True)
+class PutSettings:
+    """What every PUT an S3 store makes carries (PutObject, CreateMultipartUpload): server-side
+    encryption (``sse``: AES256, aws:kms, aws:kms:dsse; ``kms_key_id`` for the KMS ones) and
+    a storage class; None each: the bucket's defaults."""
+
+    sse: str | None = None
+    kms_key_id: str | None = None
+    storage_class: str | None = None
+
+
+def put_settings(env: Mapping[str, str]) -> PutSettings:
+    """``NEFFCACHE_S3_SSE`` (AES256 | aws:kms | aws:kms:dsse; sse-s3 and sse-kms too),
+    ``NEFFCACHE_S3_SSE_KMS_KEY_ID`` (a KMS key id or ARN; alone it means aws:kms) and
+    ``NEFFCACHE_S3_STORAGE_CLASS`` (STANDARD, STANDARD_IA, INTELLIGENT_TIERING, ...)."""
+    given = env.get("NEFFCACHE_S3_SSE", "").strip()
+    key = env.get("NEFFCACHE_S3_SSE_KMS_KEY_ID", "").strip() or None
+    sse = SSE_ALGORITHMS.get(given.lower()) if given else ("aws:kms" if key else None)
+    if given and sse is None:
+        raise ConfigError(f"NEFFCACHE_S3_SSE={given!r}: expected AES256 (SSE-S3), aws:kms "
+                          "(SSE-KMS) or aws:kms:dsse")
+    if key and sse == "AES256":
+        raise ConfigError("NEFFCACHE_S3_SSE_KMS_KEY_ID goes with NEFFCACHE_S3_SSE=aws:kms, "
+                          "not AES256")
+    storage = env.get("NEFFCACHE_S3_STORAGE_CLASS", "").strip() or None
+    if storage is not None and not set(storage) <= _STORAGE_CLASS_CHARS:
+        raise ConfigError(f"NEFFCACHE_S3_STORAGE_CLASS={storage!r}: expected an S3 storage "
+                          "class such as STANDARD_IA or INTELLIGENT_TIERING")
+    return PutSettings(sse, key, storage)
+
+
+def s3_settings(env: Mapping[str, str]) -> tuple[tuple[str, str | None, str], ...]:
+    """What an ``s3://`` store opened with ``env`` is configured with, as (name, value, the
+    variable it came from or "default"), for ``neffcache config``: no credential is shown,
+    only which source supplies them (pure but for reading the AWS profile files)."""
+    def first(*names: str) -> tuple[str | None, str]:
+        found = next((n for n in names if env.get(n)), None)
+        return (env[found], found) if found else (None, "default")
+
+    endpoint, endpoint_from = first("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+    if env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
+        endpoint, endpoint_from = None, "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
+    profile = read_profile(env)
+    source = credential_source(env, profile)
+    puts = put_settings(env)
+    rows = [("s3.endpoint", _without_user(endpoint) if endpoint else None, endpoint_from),
+            ("s3.region", *first("AWS_REGION", "AWS_DEFAULT_REGION")),
+            ("s3.credentials", source.name + (f" (profile {source.profile})"
+                                              if source.profile else ""),
+             "AWS credential chain"),
+            ("s3.sse", puts.sse, "NEFFCACHE_S3_SSE" if env.get("NEFFCACHE_S3_SSE") else
+             "NEFFCACHE_S3_SSE_KMS_KEY_ID" if puts.sse else "default"),
+            ("s3.sse_kms_key_id", puts.kms_key_id, *first("NEFFCACHE_S3_SSE_KMS_KEY_ID")[1:]),
+            ("s3.storage_class", puts.storage_class, *first("NEFFCACHE_S3_STORAGE_CLASS")[1:]),
+            ("s3.multipart_threshold", *first("NEFFCACHE_S3_MULTIPART_THRESHOLD")),
+            ("s3.part_size", *first("NEFFCACHE_S3_PART_SIZE"))]
+    return tuple(rows)

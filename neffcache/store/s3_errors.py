@@ -51,12 +51,18 @@ HINTS = {
     "403": "the role needs s3:GetObject and s3:ListBucket on the prefix",
     "RequestTimeTooSkewed": "synchronise this host's clock (chrony, systemd-timesyncd)",
 }
+# A write refused: the permission, or a bucket policy that requires encryption on every PUT.
+WRITE_OPS = frozenset({"PutObject", "UploadPart", "CreateMultipartUpload", "CopyObject"})
+WRITE_DENIED_HINT = ("the role needs s3:PutObject on the prefix; if the bucket policy requires "
+                     "encryption, set NEFFCACHE_S3_SSE=aws:kms (with NEFFCACHE_S3_SSE_KMS_KEY_ID) "
+                     "or NEFFCACHE_S3_SSE=AES256 (see neffcache config)")
 NO_CREDENTIALS = "no usable AWS credentials found (environment, ~/.aws, container, instance role)"
 NO_CREDENTIALS_HINT = ("set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or attach an "
                        "instance role")
 _CODE = re.compile(r"<Code>([A-Za-z0-9.]{1,64})</Code>")
 _STATUS = re.compile(r"status(?: code)?:? (\d{3})\b")
 _URI = re.compile(r"Error performing \w+ (\S+)")
+_RETRY_SETTING = re.compile(r"retry_timeout:\s*\S+")
 _BOTOCORE_UNREACHABLE = frozenset({"EndpointConnectionError", "ConnectTimeoutError",
                                    "ReadTimeoutError", "ConnectionClosedError",
                                    "ProxyConnectionError", "SSLError", "HTTPClientError"})
@@ -154,8 +160,9 @@ def botocore_failure(exc: BaseException, *, where: str, endpoint: str, op: str,
                                     hint=denied_hint)
         return client_failure(where, code, status, op, None)
     if name in _BOTOCORE_UNREACHABLE:
-        return unreachable(where, endpoint, "timed out" if "Timeout" in name
-                           else "connection failed", op)
+        refused = "refused" in str(exc).lower()
+        return unreachable(where, endpoint, "timed out" if "Timeout" in name else
+                           "connection refused" if refused else "connection failed", op)
     if name in _BOTOCORE_CREDENTIALS:
         return credential_error(exc, source, where)
     return UnavailableError(f"{where}: {op} failed ({name})")
@@ -172,12 +179,17 @@ def client_failure(where: str, code: str, status: int | str, op: str,
                            f"({code}, HTTP {status}, {op})",
                            hint="set AWS_REGION to the bucket's region")
     reason = REASONS.get(code, "request failed")
-    return UnavailableError(f"{where}: {reason} ({code}, HTTP {status}, {op})",
-                            hint=HINTS.get(code))
+    hint = WRITE_DENIED_HINT if op in WRITE_OPS and REASONS.get(code) == "access denied" \
+        else HINTS.get(code)
+    return UnavailableError(f"{where}: {reason} ({code}, HTTP {status}, {op})", hint=hint)
 
 
 def unreachable(where: str, endpoint: str, what: str, op: str) -> UnavailableError:
-    return UnavailableError(f"{where}: cannot reach S3 endpoint {endpoint} ({what}, {op})")
+    hint = (f"nothing listens at {endpoint}: check AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3 "
+            "(neffcache config shows the endpoint used)") if what == "connection refused" \
+        else None
+    return UnavailableError(f"{where}: cannot reach S3 endpoint {endpoint} ({what}, {op})",
+                            hint=hint)
 
 
 def no_credentials(where: str, op: str) -> UnavailableError:
@@ -205,7 +217,9 @@ def _is_credential_request(uri: str, endpoint: str) -> bool:
 
 def _short_reason(text: str) -> str:
     """A few words for a failure without a server answer (connection refused, timeout…)."""
-    lowered = text.lower()
+    lowered = _RETRY_SETTING.sub("", text.lower())  # "retry_timeout: 180s" is not a timeout
+    if "connection refused" in lowered or "connectionrefused" in lowered:
+        return "connection refused"  # nothing listens there: a wrong endpoint or port
     if "timed out" in lowered or "timeout" in lowered:
         return "timed out"
     if "connect" in lowered:

@@ -47,7 +47,8 @@ def test_corrupt_and_truncated_blobs_exit_4_and_are_never_installed(
     assert corrupt not in tree and truncated not in tree
     assert tree == {k: v for k, v in cache.files.items() if k not in (corrupt, truncated)}
     assert temps_under(out) == []
-    assert r.stderr.startswith("Error: ") and "Hint: neffcache verify" in r.stderr
+    assert r.stderr.startswith("Error: ") and "Hint: neffcache repair --store s3://" in r.stderr
+    assert "restore --mirror" in r.stderr and "neffcache verify --store" in r.stderr
 
     v = cli("verify", "--json")
     assert v.code == 4

@@ -202,6 +202,29 @@ def test_hook_requires_signatures_unless_the_opt_out_is_explicit_and_loud(
     assert "WARNING" not in keyed.stderr and restored.read_bytes() == b"NEFF" * 100
 
 
+def test_hook_prunes_what_the_fingerprint_no_longer_needs_when_asked(tmp_path: Path) -> None:
+    """NEFFCACHE_PRUNE=1: after an SDK change (here other NEURON_CC_FLAGS: another
+    fingerprint) the old fingerprint's files leave the persistent root; without it they stay."""
+    env = _hook_env(tmp_path, str(tmp_path / "store"))
+    cell = "flux2-klein/compile/1024x1024/b1/tp1"
+    for flags, name in (("--optlevel=1", "old"), ("--optlevel=2", "new")):
+        src = tmp_path / f"compiled-{name}" / "ab"
+        src.mkdir(parents=True)
+        (src / f"{name}.neff").write_bytes(name.encode() * 100)
+        flagged = dict(env, NEURON_CC_FLAGS=flags)
+        push = subprocess.run(
+            [sys.executable, "-m", "neffcache.cli", "push", "--matrix", env["NEFFCACHE_MATRIX"],
+             "--cell", cell, "--root", f"neff={src.parent}"], env=flagged,
+            capture_output=True, text=True)
+        assert push.returncode == 0, push.stderr
+        assert _run_hook(flagged).returncode == 0
+    neff = tmp_path / "cache" / "neff" / "ab"
+    assert {p.name for p in neff.iterdir()} == {"old.neff", "new.neff"}  # without NEFFCACHE_PRUNE
+    run = _run_hook(dict(env, NEURON_CC_FLAGS="--optlevel=2", NEFFCACHE_PRUNE="1"))
+    assert run.returncode == 0 and "pruned what the matrix no longer needs" in run.stderr
+    assert {p.name for p in neff.iterdir()} == {"new.neff"}
+
+
 def test_hook_lets_the_service_start_when_the_store_is_unreachable(tmp_path: Path) -> None:
     env = _hook_env(tmp_path, "s3://neff-bucket/prefix", deadline="8")
     env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there

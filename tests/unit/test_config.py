@@ -67,3 +67,37 @@ def test_retire_table_is_read_and_checked() -> None:
                 'retire = "x"\n'):
         with pytest.raises(ConfigError):
             parse_config_file(bad, "c.toml")
+
+
+def test_each_value_knows_its_source() -> None:
+    file = {"store": "s3://file/p", "mirrors": "s3://m/p"}
+    env = {**ENV, "NEFFCACHE_STORE": "s3://env/p", "NEFFCACHE_SIGNING_KEY": "PEM"}
+    src = dict(load_settings(env, file, file_source="/etc/nc.toml", python="/py").sources)
+    assert src["store"] == "NEFFCACHE_STORE" and src["mirrors"] == "/etc/nc.toml"
+    assert src["python"] == "flag" and src["signing_key_pem"] == "NEFFCACHE_SIGNING_KEY"
+    assert src["index"] == "default" and src["home"] == "default"
+    assert dict(load_settings(ENV, file, file_source="/etc/nc.toml").sources)["store"] == \
+        "/etc/nc.toml"
+
+
+def test_a_named_config_file_must_exist(tmp_path: Path) -> None:
+    from neffcache.config import read_settings
+
+    with pytest.raises(ConfigError, match="NEFFCACHE_CONFIG=.*nope.toml: no such file"):
+        read_settings({**ENV, "NEFFCACHE_CONFIG": str(tmp_path / "nope.toml")})
+    # the default file ($NEFFCACHE_HOME/config.toml) may be absent
+    assert read_settings({**ENV, "NEFFCACHE_HOME": str(tmp_path)}).config_file is None
+    (tmp_path / "c.toml").write_text('store = "/s"\n')
+    s = read_settings({**ENV, "NEFFCACHE_CONFIG": str(tmp_path / "c.toml")})
+    assert s.store_url == "/s" and s.config_file == str(tmp_path / "c.toml")
+
+
+@pytest.mark.parametrize("url,masked", [
+    ("s3://AKIA:se/cr+et@bucket/neff", "s3://AKIA:***@bucket/neff"),
+    ("s3://bucket/neff?X-Amz-Credential=AKIA&X-Amz-Signature=abc",
+     "s3://bucket/neff?X-Amz-Credential=***&X-Amz-Signature=***"),
+    ("postgresql+psycopg://u:pw@h/db", "postgresql+psycopg://u:***@h/db"),
+    ("/local/path", "/local/path"),
+])
+def test_redact_url_masks_passwords_and_queries(url: str, masked: str) -> None:
+    assert redact_url(url) == masked

@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.key_files", "neffcache.keys"),
     # storage and records
     ("neffcache.store",),
+    ("neffcache.config_show",),
     # the trust gate: the policy every command applies to a manifest (keys, pins)
     ("neffcache.trust",),
     ("neffcache.reports",),
@@ -52,7 +53,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.local",),
     ("neffcache.restore.evict",),
     ("neffcache.restore.known",),
-    ("neffcache.restore.run", "neffcache.restore.preview"),
+    ("neffcache.restore.run", "neffcache.restore.preview", "neffcache.restore.pruning"),
     ("neffcache.restore.session", "neffcache.restore"),
     # precompile: warm cells in workers, publish entries
     ("neffcache.precompile.hit_check", "neffcache.precompile.indexing"),

@@ -67,7 +67,7 @@ def rec(path: str = "ab/cd/x.neff", **kw: Any) -> dict[str, Any]:
     ([rec(size=True)], "size True"),
     ([rec(sha256="AB" * 32)], "sha256"),
     ([rec(sha256="ab" * 31)], "sha256"),
-    ([rec(mode=0o4755)], "mode"),
+    ([rec(mode=0o4755)], "mode 0o4755: expected permission bits"),  # octal, as chmod takes it
     (["x"], "expected an object"),
 ])
 def test_hostile_or_malformed_files_are_refused(files: list[Any], needle: str) -> None:

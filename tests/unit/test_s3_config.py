@@ -3,6 +3,7 @@ and the translation of client failures into domain errors."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from neffcache.store.s3_config import (
     credential_source,
     locate,
     parse_s3_url,
+    put_settings,
     read_profile,
     unsigned_payload,
 )
@@ -227,3 +229,25 @@ def test_the_client_is_built_with_the_signing_chosen() -> None:
     plain = S3Store("b", endpoint_url="http://127.0.0.1:1", environ=env)
     assert tls._client.config.get("unsigned_payload") in (True, "true")
     assert "unsigned_payload" not in plain._client.config
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({}, (None, None, None)),
+    ({"NEFFCACHE_S3_SSE": "aes256"}, ("AES256", None, None)),
+    ({"NEFFCACHE_S3_SSE": "sse-kms", "NEFFCACHE_S3_SSE_KMS_KEY_ID": "k"}, ("aws:kms", "k", None)),
+    ({"NEFFCACHE_S3_SSE_KMS_KEY_ID": "k"}, ("aws:kms", "k", None)),
+    ({"NEFFCACHE_S3_STORAGE_CLASS": "STANDARD_IA"}, (None, None, "STANDARD_IA")),
+])
+def test_put_settings(env: dict[str, str], expected: tuple[str | None, ...]) -> None:
+    s = put_settings(env)
+    assert (s.sse, s.kms_key_id, s.storage_class) == expected
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"NEFFCACHE_S3_SSE": "rot13"}, "NEFFCACHE_S3_SSE='rot13': expected AES256"),
+    ({"NEFFCACHE_S3_SSE": "AES256", "NEFFCACHE_S3_SSE_KMS_KEY_ID": "k"}, "not AES256"),
+    ({"NEFFCACHE_S3_STORAGE_CLASS": "cheap please"}, "expected an S3 storage class"),
+])
+def test_put_settings_refuse(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        put_settings(env)

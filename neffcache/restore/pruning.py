@@ -1,0 +1,269 @@
+"""Prune a persistent restore destination: remove the entries the current matrix and fingerprint
+no longer need (``prune(PruneRequest) -> PruneResult``), plan first.
+
+An entry is *kept* when it is the entry of a cell of the matrix for the fingerprint (this
+host's, read with the configured interpreter, or the one given); every other local manifest
+copy in ``DIR/.neffcache-entries`` is *pruned*: its files leave the cache roots, unless a kept
+entry wants the same path (a file shared by a kept and a pruned entry stays), then its copy
+goes. Only files a pruned manifest names are touched, each only while it is a regular file of
+the recorded size, never through a symlink; directories left empty go too. The state file
+stops vouching for the removed paths (durable and pending rows), written atomically like
+every other write of it; the order (files, state file, copies) makes an interrupted prune
+safe to rerun. It runs holding DIR's restore lock without waiting: while a restore holds it,
+prune refuses and touches nothing; a mark a killed restore left stays for the next restore.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from neffcache.backends import Backend, get_backend, root_dirs
+from neffcache.config import read_settings
+from neffcache.errors import DeadlineExceededError, ExitRule, NeffcacheError, UsageError
+from neffcache.fingerprint import Fingerprint, check_usable, collect_fingerprint
+from neffcache.manifest import entry_key
+from neffcache.matrix import Matrix
+from neffcache.matrix_io import load_matrix
+from neffcache.restore.dest import lock_destination
+from neffcache.restore.fs import DirCache, Roots, replace_best_effort
+from neffcache.restore.local import (
+    LOCAL_ENTRIES,
+    local_manifest_path,
+    manifest_of,
+    read_local_doc,
+)
+from neffcache.restore.state import STATE_FILE, STATE_SCHEMA, read_root_state
+from neffcache.restore.state_rows import encode_rows, packed_as_json
+
+FileAt = tuple[str, str]  # (root, path)
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedEntry:
+    """An entry prune removes: its key, cell and fingerprint, and its files that go."""
+
+    entry_key: str
+    cell_id: str
+    fingerprint_key: str
+    files: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult(ExitRule):
+    """What ``prune`` planned (``dry_run``) or did. ``remove``: (root, path, size) of each
+    file of a pruned entry no kept entry wants; ``shared``: files of pruned entries kept
+    because a kept entry wants their path; ``unreadable``: copies that are not a manifest of
+    this backend (left alone); ``removed``/``bytes_removed``: files actually removed (a
+    file changed since its restore, or gone, is ``skipped``). A success (exit 0)."""
+
+    target: str
+    fingerprint_key: str
+    dry_run: bool
+    kept: tuple[str, ...]
+    pruned: tuple[PrunedEntry, ...]
+    remove: tuple[tuple[str, str, int], ...] = field(repr=False)
+    shared: int
+    unreadable: tuple[str, ...] = ()
+    removed: int = 0
+    bytes_removed: int = 0
+    skipped: int = 0
+
+    @property
+    def bytes_to_remove(self) -> int:
+        return sum(size for _, _, size in self.remove)
+
+    def to_json(self) -> dict[str, Any]:
+        """``neffcache prune --json``: target, fingerprint_key, dry_run, kept (entry keys),
+        pruned (entry_key, cell_id, fingerprint_key, files, bytes), files_to_remove,
+        bytes_to_remove, files_shared, unreadable, removed, bytes_removed, skipped."""
+        return {"target": self.target, "fingerprint_key": self.fingerprint_key,
+                "dry_run": self.dry_run, "kept": list(self.kept),
+                "pruned": [{"entry_key": p.entry_key, "cell_id": p.cell_id,
+                            "fingerprint_key": p.fingerprint_key, "files": p.files,
+                            "bytes": p.bytes} for p in self.pruned],
+                "files_to_remove": len(self.remove), "bytes_to_remove": self.bytes_to_remove,
+                "files_shared": self.shared, "unreadable": list(self.unreadable),
+                "removed": self.removed, "bytes_removed": self.bytes_removed,
+                "skipped": self.skipped}
+
+
+@dataclass(frozen=True, slots=True)
+class PruneRequest:
+    """What ``prune`` does.
+
+    to           the restore destination (``neffcache restore --to DIR``)
+    matrix       the matrix whose entries stay: a TOML file's path or a loaded ``Matrix``
+    python       the interpreter the fingerprint describes (None: NEFFCACHE_PYTHON, the
+                 config file, else the running one); ``fingerprint`` overrides both
+    dry_run      plan only. Otherwise removing needs consent: ``confirmed=True``, or
+                 ``confirm(preview)`` returning True (False: nothing removed, the preview is
+                 returned). It never prompts.
+    """
+
+    to: str | Path
+    matrix: str | Path | Matrix
+    python: str | None = None
+    fingerprint: Fingerprint | None = None
+    dry_run: bool = False
+    confirmed: bool = False
+    confirm: Callable[[PruneResult], bool] | None = None
+
+
+def prune(request: PruneRequest) -> PruneResult:
+    """Remove from ``request.to`` the entries the matrix and fingerprint no longer need; see
+    the module docstring. Raises UsageError (exit 2) for a DIR that is not a restore
+    destination or removal without consent, NeffcacheError (exit 1) while a restore holds
+    DIR's lock, FingerprintMismatchError (exit 5) for a fingerprint that matches no entry
+    (an unknown neuron target), as restore refuses it."""
+    target = Path(request.to).expanduser().absolute()
+    if not (target / LOCAL_ENTRIES).is_dir():
+        raise UsageError(f"{target}: not a restore destination (no {LOCAL_ENTRIES}/; "
+                         "neffcache restore MATRIX --to DIR makes one)")
+    m = request.matrix if isinstance(request.matrix, Matrix) else load_matrix(request.matrix)
+    backend = get_backend(m.backend)
+    fingerprint = request.fingerprint or collect_fingerprint(
+        backend.name, os.environ, python=read_settings(os.environ, python=request.python).python)
+    check_usable(fingerprint)  # an unknown target matches nothing: it would keep nothing
+    keep = {entry_key(c, fingerprint) for c in m.cells}
+    preview = plan_prune(target, backend, keep, fingerprint.key)
+    if request.dry_run or not preview.pruned or not _consent(request, preview):
+        return preview
+    try:
+        with lock_destination(str(target), deadline=time.monotonic(), who="prune") as held:
+            plan = plan_prune(target, backend, keep, fingerprint.key)  # under the lock now
+            done = apply_prune(target, backend, plan)
+            if not held.unclean:  # a killed restore's mark stays: its run sweeps temp files
+                held.finished()
+    except DeadlineExceededError:
+        raise NeffcacheError(f"{target}: a restore is running there; prune touches nothing "
+                             "a restore holds", hint="rerun neffcache prune once it ends"
+                             ) from None
+    return done
+
+
+def _consent(request: PruneRequest, preview: PruneResult) -> bool:
+    if request.confirmed:
+        return True
+    if request.confirm is None:
+        raise UsageError(f"prune would remove {len(preview.pruned)} entry(ies) and "
+                         f"{len(preview.remove)} file(s) from {preview.target}; refusing "
+                         "without consent", hint="neffcache prune DIR --matrix M --yes")
+    return request.confirm(preview)
+
+
+def plan_prune(target: Path, backend: Backend, keep: Iterable[str],
+               fingerprint_key: str) -> PruneResult:
+    """Which copies go, and which of their files (reads the copies only)."""
+    keep = set(keep)
+    kept: list[str] = []
+    gone: list[tuple[str, Mapping[str, Any]]] = []
+    unreadable: list[str] = []
+    wanted: set[FileAt] = set()  # the kept entries' files
+    for name in sorted(os.listdir(target / LOCAL_ENTRIES)):
+        key = name[:-len(".json")] if name.endswith(".json") else ""
+        if len(key) != 64 or not all(ch in "0123456789abcdef" for ch in key):
+            continue  # missing.json, the lock, the report spool
+        doc = read_local_doc(target, key, backend.root_names)
+        if doc is None:
+            unreadable.append(key)
+        elif key in keep:
+            kept.append(key)
+            wanted.update((f["root"], f["path"]) for f in doc["files"])
+        else:
+            gone.append((key, doc))
+    remove: dict[FileAt, int] = {}
+    shared: set[FileAt] = set()
+    pruned = []
+    for key, copy in gone:
+        mine = [(f["root"], f["path"], f["size"]) for f in copy["files"]]
+        shared.update((r, p) for r, p, _ in mine if (r, p) in wanted)
+        going = [(r, p, s) for r, p, s in mine if (r, p) not in wanted]
+        remove.update(((r, p), s) for r, p, s in going)
+        m = manifest_of(copy, key, with_files=False)
+        pruned.append(PrunedEntry(key, m.cell.id if m else "?", m.fingerprint.key if m else "?",
+                                  len(going), sum(s for _, _, s in going)))
+    return PruneResult(str(target), fingerprint_key, True, tuple(kept), tuple(pruned),
+                       tuple((r, p, s) for (r, p), s in sorted(remove.items())), len(shared),
+                       tuple(unreadable))
+
+
+def apply_prune(target: Path, backend: Backend, plan: PruneResult) -> PruneResult:
+    """Remove the plan's files (then empty directories), forget them in the state files, then
+    remove the pruned copies. Call it holding DIR's lock."""
+    dirs = root_dirs(backend, str(target))
+    removed: dict[str, set[str]] = {}
+    nbytes = skipped = 0
+    with Roots(dirs, create=False) as roots:
+        cache = DirCache(roots)
+        try:
+            for root, path, size in plan.remove:
+                if root in roots.fds and _remove(cache, root, path, size):
+                    removed.setdefault(root, set()).add(path)
+                    nbytes += size
+                else:
+                    skipped += 1
+            for root, paths in removed.items():
+                _remove_empty_dirs(cache, root, paths)
+        finally:
+            cache.close()
+    _forget(dirs, removed)
+    for entry in plan.pruned:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(local_manifest_path(target, entry.entry_key))
+    return replace(plan, dry_run=False, removed=sum(map(len, removed.values())),
+                   bytes_removed=nbytes, skipped=skipped)
+
+
+def _remove(cache: DirCache, root: str, path: str, size: int) -> bool:
+    """Unlink ``path`` when it is a regular file of ``size`` bytes (reached without following
+    a symlink); False when it is not (changed, gone, or behind a symlink: left alone)."""
+    parent, _, name = path.rpartition("/")
+    try:
+        dfd = cache.get(root, parent, create=False)
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            return False
+        os.unlink(name, dir_fd=dfd)
+    except OSError:  # UnsafePathError too: behind a symlink
+        return False
+    return True
+
+
+def _remove_empty_dirs(cache: DirCache, root: str, paths: Iterable[str]) -> None:
+    """Remove the directories of ``paths`` left empty, deepest first (never the root), each
+    from its parent's descriptor (never through a symlink)."""
+    parents: set[str] = set()
+    for path in paths:
+        d = path.rpartition("/")[0]
+        while d:
+            parents.add(d)
+            d = d.rpartition("/")[0]
+    for d in sorted(parents, key=lambda p: p.count("/"), reverse=True):
+        parent, _, name = d.rpartition("/")
+        with contextlib.suppress(OSError):  # not empty, gone, or behind a symlink
+            os.rmdir(name, dir_fd=cache.get(root, parent, create=False))
+
+
+def _forget(dirs: Mapping[str, str], removed: Mapping[str, set[str]]) -> None:
+    """Each root's state file without the rows of the removed paths (durable and pending)."""
+    for root, paths in removed.items():
+        state = read_root_state(dirs[root])
+        if state.stamp is None:
+            continue
+        files = {p: r for p, r in state.files.items() if p not in paths}
+        waiting = []
+        for boot, rows in state.pending.items():
+            left = {p: r for p, r in rows.items() if p not in paths}
+            if left:
+                waiting.append((boot, sorted(left), packed_as_json(left)))
+        replace_best_effort(Path(dirs[root], STATE_FILE),
+                            encode_rows(sorted(files), packed_as_json(files), waiting,
+                                        STATE_SCHEMA))
