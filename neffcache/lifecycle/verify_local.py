@@ -195,5 +195,9 @@ def _verify_locked(target: Path, workers: int, progress: Callable[[int, int], No
 def forget_states(manifests: Sequence[Manifest], target: str,
                   damaged: set[tuple[str, str]]) -> None:
     """Drop the damaged paths from their roots' state files, so restore re-hashes them."""
+    gone: dict[str, set[str]] = {}
+    for root, path in damaged:
+        gone.setdefault(root, set()).add(path)
     for name in sorted({m.fingerprint.backend for m in manifests}):
-        forget_paths(root_dirs(BACKENDS[name], target), damaged)
+        dirs = root_dirs(BACKENDS[name], target)
+        forget_paths(dirs, {r: p for r, p in gone.items() if r in dirs})

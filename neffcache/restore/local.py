@@ -81,7 +81,7 @@ def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, An
             return None
         allowed = set(roots)
         for f in doc["files"]:
-            if f["root"] not in allowed or not plain_relative(f["path"]):
+            if f["root"] not in allowed or not _plain_relative(f["path"]):
                 return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -195,7 +195,7 @@ def _real_dir(path: Path) -> bool:
         return False
 
 
-def plain_relative(path: object) -> bool:
+def _plain_relative(path: object) -> bool:
     return isinstance(path, str) and bool(path) and path[0] != "/" and "\x00" not in path \
         and not _BAD_PARTS.intersection(path.split("/"))
 

@@ -28,21 +28,21 @@ from neffcache.backends import Backend, get_backend, root_dirs
 from neffcache.config import read_settings
 from neffcache.errors import DeadlineExceededError, ExitRule, NeffcacheError, UsageError
 from neffcache.fingerprint import Fingerprint, check_usable, collect_fingerprint
-from neffcache.manifest import entry_key
+from neffcache.manifest import DIGEST_FIELD, SIGNATURE_FIELD, entry_key
 from neffcache.matrix import Matrix
 from neffcache.matrix_io import load_matrix
 from neffcache.restore.dest import lock_destination
-from neffcache.restore.fs import DirCache, Roots, replace_best_effort
+from neffcache.restore.fs import DirCache, Roots
 from neffcache.restore.local import (
     LOCAL_ENTRIES,
     local_manifest_path,
     manifest_of,
     read_local_doc,
 )
-from neffcache.restore.state import STATE_FILE, STATE_SCHEMA, read_root_state
-from neffcache.restore.state_rows import encode_rows, packed_as_json
+from neffcache.restore.state import forget_paths
 
 FileAt = tuple[str, str]  # (root, path)
+Keep = Callable[[str, Mapping[str, Any]], bool]  # (entry key, its local copy) -> stays
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +132,11 @@ def prune(request: PruneRequest) -> PruneResult:
     fingerprint = request.fingerprint or collect_fingerprint(
         backend.name, os.environ, python=read_settings(os.environ, python=request.python).python)
     check_usable(fingerprint)  # an unknown target matches nothing: it would keep nothing
-    keep = {entry_key(c, fingerprint) for c in m.cells}
+    wanted = {entry_key(c, fingerprint) for c in m.cells}
+
+    def keep(key: str, copy: Mapping[str, Any]) -> bool:
+        return key in wanted
+
     preview = plan_prune(target, backend, keep, fingerprint.key)
     if request.dry_run or not preview.pruned or not _consent(request, preview):
         return preview
@@ -149,6 +153,28 @@ def prune(request: PruneRequest) -> PruneResult:
     return done
 
 
+def evict_untrusted(target: Path, backend: Backend, trusted: Callable[[Any, Any], bool], *,
+                    deadline: float | None = None) -> PruneResult | None:
+    """With trusted keys, before a restore judges what is in place: prune the entries whose
+    local copy ``trusted(signature, manifest_sha256)`` refuses (restored before keys were
+    required, or signed by a key since dropped), under DIR's lock (waited for until
+    ``deadline``): their files leave the cache roots, a path a trusted entry wants stays, the
+    state files forget them. None when every copy is trusted (no lock taken)."""
+    if not (target / LOCAL_ENTRIES).is_dir():
+        return None
+
+    def keep(key: str, copy: Mapping[str, Any]) -> bool:
+        return trusted(copy.get(SIGNATURE_FIELD), copy.get(DIGEST_FIELD))
+
+    if not plan_prune(target, backend, keep, "").pruned:
+        return None
+    with lock_destination(str(target), deadline=deadline, who="restore (evict)") as held:
+        done = apply_prune(target, backend, plan_prune(target, backend, keep, ""))
+        if not held.unclean:  # a killed restore's mark stays for the full run's sweep
+            held.finished()
+    return done
+
+
 def _consent(request: PruneRequest, preview: PruneResult) -> bool:
     if request.confirmed:
         return True
@@ -159,10 +185,9 @@ def _consent(request: PruneRequest, preview: PruneResult) -> bool:
     return request.confirm(preview)
 
 
-def plan_prune(target: Path, backend: Backend, keep: Iterable[str],
-               fingerprint_key: str) -> PruneResult:
-    """Which copies go, and which of their files (reads the copies only)."""
-    keep = set(keep)
+def plan_prune(target: Path, backend: Backend, keep: Keep, fingerprint_key: str) -> PruneResult:
+    """Which copies go (those ``keep(key, copy)`` refuses), and which of their files (reads
+    the copies only)."""
     kept: list[str] = []
     gone: list[tuple[str, Mapping[str, Any]]] = []
     unreadable: list[str] = []
@@ -174,7 +199,7 @@ def plan_prune(target: Path, backend: Backend, keep: Iterable[str],
         doc = read_local_doc(target, key, backend.root_names)
         if doc is None:
             unreadable.append(key)
-        elif key in keep:
+        elif keep(key, doc):
             kept.append(key)
             wanted.update((f["root"], f["path"]) for f in doc["files"])
         else:
@@ -214,7 +239,7 @@ def apply_prune(target: Path, backend: Backend, plan: PruneResult) -> PruneResul
                 _remove_empty_dirs(cache, root, paths)
         finally:
             cache.close()
-    _forget(dirs, removed)
+    forget_paths(dirs, removed)
     for entry in plan.pruned:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(local_manifest_path(target, entry.entry_key))
@@ -250,20 +275,3 @@ def _remove_empty_dirs(cache: DirCache, root: str, paths: Iterable[str]) -> None
         parent, _, name = d.rpartition("/")
         with contextlib.suppress(OSError):  # not empty, gone, or behind a symlink
             os.rmdir(name, dir_fd=cache.get(root, parent, create=False))
-
-
-def _forget(dirs: Mapping[str, str], removed: Mapping[str, set[str]]) -> None:
-    """Each root's state file without the rows of the removed paths (durable and pending)."""
-    for root, paths in removed.items():
-        state = read_root_state(dirs[root])
-        if state.stamp is None:
-            continue
-        files = {p: r for p, r in state.files.items() if p not in paths}
-        waiting = []
-        for boot, rows in state.pending.items():
-            left = {p: r for p, r in rows.items() if p not in paths}
-            if left:
-                waiting.append((boot, sorted(left), packed_as_json(left)))
-        replace_best_effort(Path(dirs[root], STATE_FILE),
-                            encode_rows(sorted(files), packed_as_json(files), waiting,
-                                        STATE_SCHEMA))

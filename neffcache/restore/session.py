@@ -40,11 +40,11 @@ from neffcache.report_send import send_report
 from neffcache.report_spool import SPOOL_DIR
 from neffcache.reports import build_report
 from neffcache.restore.apply import Progress
-from neffcache.restore.evict import Eviction, evict_untrusted
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict
 from neffcache.restore.preview import RestorePreview, preview_cells
+from neffcache.restore.pruning import evict_untrusted
 from neffcache.restore.run import restore_cells
 from neffcache.signing import PublicKey
 from neffcache.store import BundleStore, MirroredStore, Store, describe_store, open_store
@@ -302,8 +302,8 @@ def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
                                    store_url=describe_store(s.settings.store_url),
                                    trusted=s.trusted) or \
                 _before(s.until, lambda: _from_store(s, fingerprint, opened))
-        return replace(result, signatures_checked=bool(s.trusted), evicted=evicted.entries,
-                       evicted_files=evicted.files)
+        return replace(result, signatures_checked=bool(s.trusted), evicted=evicted[0],
+                       evicted_files=evicted[1])
     except NeffcacheError as exc:
         # A boot restore that stops early is exactly what the dashboard must show.
         if source is None:
@@ -311,18 +311,18 @@ def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
         raise
 
 
-def _evict(s: _Session) -> Eviction:
+def _evict(s: _Session) -> tuple[tuple[str, ...], int]:
     """With trusted keys: the files of entries restored here that none of them signed leave
-    the cache roots (``neffcache.restore.evict``), and the notice says so."""
-    if not s.trusted:
-        return Eviction()
-    evicted = evict_untrusted(s.target, TrustPolicy(s.trusted).vouches_for_copy,
-                              deadline=s.until)
-    if evicted.entries:
-        s.notice(f"restore: removed {evicted.files} file(s) of {len(evicted.entries)} "
-                 f"entr(ies) restored here before that no trusted key signed "
-                 f"({', '.join(k[:12] for k in evicted.entries[:3])})")
-    return evicted
+    the cache roots (``pruning.evict_untrusted``), and the notice says so; (entry keys,
+    files removed)."""
+    done = evict_untrusted(s.target, s.backend, TrustPolicy(s.trusted).vouches_for_copy,
+                           deadline=s.until) if s.trusted else None
+    if done is None:
+        return (), 0
+    keys = tuple(p.entry_key for p in done.pruned)
+    s.notice(f"restore: removed {done.removed} file(s) of {len(keys)} entr(ies) restored here "
+             f"before that no trusted key signed ({', '.join(k[:12] for k in keys[:3])})")
+    return keys, done.removed
 
 
 def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> RestoreResult:

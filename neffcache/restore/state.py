@@ -19,14 +19,13 @@ effort (atomic, a failure only costs re-hashing).
 from __future__ import annotations
 
 import codecs
-import contextlib
 import errno
 import functools
 import os
 import stat
 import time
 from collections import ChainMap
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -498,15 +497,21 @@ def _same_file(rec: StateRecord) -> Callable[[os.stat_result], bool]:
     return lambda st: rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
-def forget_paths(target_dirs: Mapping[str, str], gone: Container[FileId]) -> None:
-    """Drop the paths ``gone`` from the roots' state files (vouched for and pending), so no
-    later run trusts them unhashed; a root left with no record loses its state file."""
-    state, pending = load_state(target_dirs), load_pending(target_dirs)
-    kept = {k: v for k, v in state.items() if k not in gone}
-    waiting = {k: v for k, v in pending.items() if k not in gone}
-    if len(kept) == len(state) and len(waiting) == len(pending):
-        return
-    save_state(target_dirs, Durable.from_state(state, kept), waiting)
-    for root in set(target_dirs) - {root for root, _ in [*kept, *waiting]}:
-        with contextlib.suppress(OSError):  # save_state skips roots with no record left
-            os.unlink(os.path.join(target_dirs[root], STATE_FILE))
+def forget_paths(target_dirs: Mapping[str, str], gone: Mapping[str, Collection[str]]) -> None:
+    """Each root's state file without the rows of the paths ``gone`` (root -> paths; durable
+    and pending), so no later run trusts them unhashed; written atomically."""
+    for root, paths in gone.items():
+        if not paths:
+            continue
+        state = read_root_state(target_dirs[root])
+        if state.stamp is None:
+            continue
+        files = {p: r for p, r in state.files.items() if p not in paths}
+        waiting = []
+        for boot, rows in state.pending.items():
+            left = {p: r for p, r in rows.items() if p not in paths}
+            if left:
+                waiting.append((boot, sorted(left), packed_as_json(left)))
+        replace_best_effort(Path(target_dirs[root], STATE_FILE),
+                            encode_rows(sorted(files), packed_as_json(files), waiting,
+                                        STATE_SCHEMA))

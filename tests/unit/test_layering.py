@@ -51,7 +51,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.resolve",),
     ("neffcache.restore.outcome",),
     ("neffcache.restore.local",),
-    ("neffcache.restore.evict",),
     ("neffcache.restore.known",),
     ("neffcache.restore.run", "neffcache.restore.preview", "neffcache.restore.pruning"),
     ("neffcache.restore.session", "neffcache.restore"),
