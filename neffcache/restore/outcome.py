@@ -81,6 +81,15 @@ class RestoreResult(ExitRule):
     evicted_files: int = 0
 
     @property
+    def repair_hint(self) -> str | None:
+        """When a mirror served objects the store should have had: the command that fixes
+        the store from the first such mirror; else None."""
+        served = [url for url, n in self.served_by if n and url != self.store_url]
+        if not served:
+            return None
+        return f"neffcache repair --store {self.store_url} --from {served[0]}"
+
+    @property
     def signers(self) -> tuple[str, ...]:
         """The key ids that signed the entries found, each once."""
         return signers(self.resolution.found)
@@ -116,7 +125,9 @@ class RestoreResult(ExitRule):
         seconds, environment, conflicts, stale_temps_removed, fingerprint_python, served_by
         (store URL -> objects served; empty without mirrors), signers (key ids that signed the
         entries found), signatures_checked (trusted keys were configured), evicted_entries
-        and evicted_files (entries no trusted key signed, whose files were removed)."""
+        and evicted_files (entries no trusted key signed, whose files were removed),
+        repair_hint (a mirror served what the store lacked or held damaged: the command
+        that repairs the store from it; null otherwise)."""
         res = self.resolution
         return {
             "schema_version": REPORT_SCHEMA,
@@ -139,6 +150,7 @@ class RestoreResult(ExitRule):
             "signatures_checked": self.signatures_checked,
             "evicted_entries": list(self.evicted),
             "evicted_files": self.evicted_files,
+            "repair_hint": self.repair_hint,
         }
 
 

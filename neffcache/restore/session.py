@@ -175,6 +175,9 @@ def restore(request: RestoreRequest) -> RestoreResult:
             source.close()
     if result.conflicts:
         s.notice(conflict_warning(result.conflicts))
+    if result.repair_hint:
+        s.notice(f"restore: a mirror served objects the store lacked or held damaged; repair "
+                 f"the store: {result.repair_hint}")
     if not s.trusted and result.signers:
         s.notice(f"note: entries signed by key(s) {', '.join(result.signers)}; no trusted key "
                  f"is configured, so no signature was checked (--trusted-key, "

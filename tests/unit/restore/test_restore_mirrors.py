@@ -63,8 +63,12 @@ def test_restore_from_a_damaged_primary_with_one_mirror_is_byte_identical(
 
     alone = run("alone", ())
     assert alone["exit"] != 0, "the damage must break a restore without a mirror"
+    assert alone["repair_hint"] is None
     doc = run("out", (mirror,))
     assert doc["exit"] == 0, doc
+    served = [u for u in doc["served_by"] if u != doc["store"]]  # type: ignore[union-attr]
+    assert len(served) == 1 and mirror.rsplit(":", 1)[-1] in served[0].rsplit(":", 1)[-1]
+    assert doc["repair_hint"] == f"neffcache repair --store {doc['store']} --from {served[0]}"
     tree = read_tree(tmp_path / "out" / "neff")
     tree.pop(STATE_FILE)
     assert tree == published.files
