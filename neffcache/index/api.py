@@ -241,10 +241,12 @@ class Index:
         with self.read_session() as s:
             return record_runs.existing_report_ids(s, report_ids)
 
-    def record_verification(self, entry_key: str, status: str) -> bool:
-        """Mark an entry verified (status such as 'ok' or 'corrupt'); False if unknown."""
+    def record_verification(self, entry_key: str, status: str,
+                            at: datetime | None = None) -> bool:
+        """Mark an entry verified (status such as 'ok' or 'corrupt'), judged ``at`` (default
+        now; a verdict older than the one recorded is not); False if unknown or older."""
         with self._write_connection() as conn:
-            return record.save_verification(conn, entry_key, status)
+            return record.save_verification(conn, entry_key, status, at)
 
     def remove_entries(self, entry_keys: Sequence[str]) -> int:
         """Forget entries (not the store's manifests); returns how many were removed."""
