@@ -17,6 +17,7 @@ before (``/metrics`` then says ``neffcache_index_up 0``).
 from __future__ import annotations
 
 import functools
+import gzip
 import inspect
 import threading
 import time
@@ -33,14 +34,31 @@ from neffcache.errors import NeffcacheError
 from neffcache.index import Index
 
 MAX_AGE = 5.0  # seconds: how late a clock-driven change (an expired lease) may show
+GZIP_FROM = 1 << 12  # bytes: smaller answers are sent as they are
+GZIP_LEVEL = 6
 
 
 @dataclass(frozen=True, slots=True)
 class Body:
-    """A rendered answer: what every request that shares it is sent."""
+    """A rendered answer: what every request that shares it is sent; ``gzipped``, compressed
+    once per build, to a client that accepts gzip (Prometheus and browsers ask for it: the
+    metrics of 50 matrices x 50 fingerprints are 3.3 MB, ~0.2 MB compressed)."""
 
     content: bytes
     media_type: str
+    gzipped: bytes | None = None
+
+    @classmethod
+    def of(cls, content: bytes, media_type: str) -> Body:
+        small = len(content) < GZIP_FROM
+        return cls(content, media_type, None if small else gzip.compress(content, GZIP_LEVEL))
+
+    def response(self, request: Request) -> Response:
+        if self.gzipped is not None and "gzip" in request.headers.get("accept-encoding", ""):
+            return Response(self.gzipped, media_type=self.media_type, headers={
+                "Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+        return Response(self.content, media_type=self.media_type,
+                        headers={"Vary": "Accept-Encoding"} if self.gzipped else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +128,15 @@ def shared(name: str, model: type[BaseModel] | None = None,
         def build(request: Request) -> Body:
             answer = endpoint(request)
             if isinstance(answer, bytes):
-                return Body(answer, media_type)
+                return Body.of(answer, media_type)
             if model is not None:
                 answer = model.model_validate(answer).model_dump(mode="json")
-            return Body(JSONResponse(answer).body, media_type)
+            return Body.of(JSONResponse(answer).body, media_type)
 
         @functools.wraps(endpoint)
         def answer(request: Request) -> Response:
             answers: SharedAnswers = request.app.state.answers
-            body = answers.get(name, lambda: build(request))
-            return Response(body.content, media_type=body.media_type)
+            return answers.get(name, lambda: build(request)).response(request)
 
         return answer
 

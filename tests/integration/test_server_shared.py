@@ -4,9 +4,11 @@ against a live server on SQLite and on Postgres."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -17,7 +19,7 @@ from sqlalchemy import event, text
 
 from neffcache.index import Index, open_index
 from neffcache.server import create_app
-from neffcache.server.shared import Body, SharedAnswers
+from neffcache.server.shared import GZIP_FROM, Body, SharedAnswers
 from tests.support.live_server import get_json, request, serve_in_thread
 from tests.support.ops_seed import seed_demo
 
@@ -136,3 +138,18 @@ def test_an_index_that_cannot_say_its_counter_is_not_cached(tmp_path: Any) -> No
                 for n in range(2)]
     assert made == [b"0", b"1"]
     assert answers.builds["a"] == 0
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/api/summary"])
+def test_a_client_that_accepts_gzip_gets_the_same_answer_compressed(ix: Index,
+                                                                    path: str) -> None:
+    with serve_in_thread(ix) as base:
+        plain = request(base + path)
+        req = urllib.request.Request(base + path, headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - loopback
+            packed, encoding = r.read(), r.headers.get("Content-Encoding")
+    if len(plain.body) < GZIP_FROM:
+        assert encoding is None and packed == plain.body
+    else:
+        assert encoding == "gzip" and gzip.decompress(packed) == plain.body
+        assert plain.headers.get("content-encoding") is None
