@@ -40,7 +40,8 @@ class WarmRequest:
     neffcache). ``index``: the index URL; None resolves it as the CLI does (NEFFCACHE_INDEX >
     config file > default), from ``environ`` (None: the process's, at call time; also the
     fingerprint's and the workers' environment). ``notice``: warnings (the index did not
-    record the verdicts in time: they are spooled). ``progress``: each event ``(kind, cell id, message)``.
+    record the verdicts in time: they are spooled). ``progress``: each event ``(kind, cell
+    id, message)``.
     """
 
     matrix: str | Path

@@ -131,7 +131,7 @@ def shared(name: str, model: type[BaseModel] | None = None,
                 return Body.of(answer, media_type)
             if model is not None:
                 answer = model.model_validate(answer).model_dump(mode="json")
-            return Body.of(JSONResponse(answer).body, media_type)
+            return Body.of(bytes(JSONResponse(answer).body), media_type)
 
         @functools.wraps(endpoint)
         def answer(request: Request) -> Response:

@@ -134,9 +134,14 @@ def test_an_index_that_cannot_say_its_counter_is_not_cached(tmp_path: Any) -> No
         answers = SharedAnswers(index)
         with index.engine.begin() as conn:
             conn.execute(text("DROP TABLE index_changes"))
-        made = [answers.get("a", lambda: Body(str(n).encode(), "text/plain")).content
-                for n in range(2)]
-    assert made == [b"0", b"1"]
+        calls: list[int] = []
+
+        def build() -> Body:
+            calls.append(1)
+            return Body(str(len(calls)).encode(), "text/plain")
+
+        made = [answers.get("a", build).content for _ in range(2)]
+    assert made == [b"1", b"2"]
     assert answers.builds["a"] == 0
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from neffcache.errors import ReportError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.report_send import send_report, send_spooled, write_report
-from neffcache.errors import ReportError
 from neffcache.report_spool import keep, load, pending
 from neffcache.reports import (
     Report,
