@@ -123,30 +123,29 @@ def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
     not take in time are spooled in turn (the restore's report spool), for the next warm."""
     judged = tuple((c.entry_key, c.status) for c in report.cells if c.status != FAILED)
     spool = _spool_dir(target, settings.report_spool)
-    waiting = [s.path for s in pending(spool)]
+    waiting = [(s.path, v) for s in pending(spool)  # oldest first: newer ones win
+               if (v := _spooled_verdicts(s.path)) is not None]
     if not judged and not waiting:
         return
     now = datetime.now(timezone.utc)
     mine = Verdicts(make_report_id(socket.gethostname(), now, os.urandom(4).hex()), now, judged)
 
     def write(idx: Index) -> None:
-        for path in waiting:  # oldest first, so a newer verdict is written last
-            spooled = _spooled_verdicts(path)
-            if spooled is not None:
-                _apply(idx, spooled)
-                discard(path)
+        for path, spooled in waiting:
+            _apply(idx, spooled)
+            discard(path)
         _apply(idx, mine)
 
     written = report_to_index(settings, "warm results", write, INDEX_REPORT_TIMEOUT, notice)
     if written is False and judged:
+        say = notice or _silent
         try:
             keep(spool, mine)
         except OSError as exc:
-            (notice or _silent)(f"warning: warm results not spooled either ({spool}: "
-                                f"{exc.strerror or exc})")
+            say(f"warning: warm results not spooled either ({spool}: {exc.strerror or exc})")
             return
-        (notice or _silent)(f"warm results kept in {spool}; the next neffcache warm that "
-                            f"reaches the index records them")
+        say(f"warm results kept in {spool}; the next neffcache warm that reaches the index "
+            f"records them")
 
 
 def _apply(idx: Index, verdicts: Verdicts) -> None:
