@@ -56,9 +56,10 @@ def _writer(destination: str, store_url: str, store: Store | None = None) -> Put
 
 
 def send_spooled(spool: Path, put: Put, until: float) -> int:
-    """Send the spooled reports, oldest first, until ``until`` (time.monotonic()); each sent
-    (or already there) leaves the spool, a file that is no report is dropped. Returns how
-    many were sent; raises what ``put`` raises, at the first report that cannot be sent."""
+    """Send the spooled restore reports, oldest first, until ``until`` (time.monotonic());
+    each sent (or already there) leaves the spool, a file that is no document is dropped
+    (a warm's verdicts stay). Returns how many were sent; raises what ``put`` raises, at the
+    first report that cannot be sent."""
     sent = 0
     for item in pending(spool):
         if time.monotonic() >= until:
@@ -70,6 +71,8 @@ def send_spooled(spool: Path, put: Put, until: float) -> int:
             continue
         except OSError:
             continue
+        if not isinstance(report, Report):
+            continue  # a warm's verdicts: for the index, sent by the next warm
         try:
             put(report)
         except FileExistsError:  # sent before (a run that gave up waiting on it): done

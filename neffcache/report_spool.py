@@ -1,5 +1,6 @@
 """The report spool (I/O edge): restore reports that could not be sent, kept as files in a
-local directory, bounded (the oldest dropped), for the next restore that can send them.
+local directory, bounded (the oldest dropped), for the next restore that can send them; and
+``neffcache warm``'s verdicts the index did not take in time, for the next warm that reaches it.
 
 One file per report, ``<report-id>.json`` (the report's own encoding), written via a temp
 file, fsync and rename; oldest first is by modification time, then name. Nothing here waits
@@ -15,7 +16,9 @@ from pathlib import Path
 
 from neffcache.errors import ReportError
 from neffcache.reports import MAX_BYTES as REPORT_MAX_BYTES
-from neffcache.reports import Report, decode_report
+from neffcache.reports import Report, Verdicts, decode_document
+
+Document = Report | Verdicts  # what a spool file holds (its "kind" says which)
 
 MAX_FILES = 100  # a boot that cannot report for 100 restores keeps only the newest 100
 MAX_BYTES = 16 << 20  # ... and at most this much (a report is a few kB; at most 4 MiB)
@@ -23,7 +26,7 @@ SUFFIX = ".json"
 SPOOL_DIR = "report-spool"  # a restore's default spool: in its target's .neffcache-entries/
 
 
-def write_file(directory: Path, report: Report) -> Path:
+def write_file(directory: Path, report: Document) -> Path:
     """``DIR/<report-id>.json`` via a temp file beside it, fsync and rename."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"{report.report_id}{SUFFIX}"
@@ -64,7 +67,7 @@ def pending(directory: Path) -> list[Spooled]:
     return sorted(found, key=lambda s: (s.mtime, s.path.name))
 
 
-def keep(directory: Path, report: Report, *, max_files: int = MAX_FILES,
+def keep(directory: Path, report: Document, *, max_files: int = MAX_FILES,
          max_bytes: int = MAX_BYTES) -> int:
     """Spool ``report``, then drop the oldest files until at most ``max_files`` files and
     ``max_bytes`` bytes are left; returns how many were dropped. Raises OSError when the
@@ -82,12 +85,12 @@ def keep(directory: Path, report: Report, *, max_files: int = MAX_FILES,
     return dropped
 
 
-def load(path: Path) -> Report:
-    """A spooled report, decoded and validated as ingestion would; raises ReportError for a
+def load(path: Path) -> Document:
+    """A spooled document, decoded and validated as ingestion would; raises ReportError for a
     file that is not one (too large, malformed) and OSError when it cannot be read."""
     if os.stat(path, follow_symlinks=False).st_size > REPORT_MAX_BYTES:
         raise ReportError(f"{path}: larger than {REPORT_MAX_BYTES} bytes")
-    return decode_report(path.read_bytes(), source=str(path))
+    return decode_document(path.read_bytes(), source=str(path))
 
 
 def discard(path: Path) -> None:

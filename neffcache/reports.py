@@ -1,5 +1,7 @@
 """Restore reports as documents (pure): build one from a restore's JSON, name its store key,
 encode it, and validate one read back (every field checked and bounded; nothing else kept).
+``Verdicts`` is the other document an instance keeps in its report spool: what one ``neffcache
+warm`` judged, for the index's verified column (``decode_document`` reads either kind).
 
 A report is what an instance says about one restore run. It is written as one small object
 ``reports/<YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json`` (or a local file of the same
@@ -132,17 +134,63 @@ class Report:
         return report
 
 
-def decode_report(data: bytes, *, source: str) -> Report:
-    """Parse and validate a report object's bytes; ReportError names ``source`` and the field."""
+VERDICTS_KIND = "neffcache.warm-verdicts"
+VERDICT_STATUSES = ("hit", "compiled")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    """One ``neffcache warm``'s verdicts: (entry key, hit | compiled) pairs, judged at
+    ``time``, for the index (``Index.record_verification``); spooled when it is slow."""
+
+    report_id: str
+    time: datetime
+    verdicts: tuple[tuple[str, str], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": VERDICTS_KIND, "schema_version": SCHEMA_VERSION,
+                "report_id": self.report_id, "time": format_time(self.time),
+                "verdicts": [{"entry_key": k, "status": s} for k, s in self.verdicts]}
+
+    def encode(self) -> bytes:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Verdicts:
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise ReportError(f"schema_version: expected {SCHEMA_VERSION}")
+        v = _Fields(data)
+        items = v._get("verdicts")
+        if not isinstance(items, list) or len(items) > MAX_CELLS:
+            raise ReportError(f"verdicts: expected a list of at most {MAX_CELLS}")
+        pairs = []
+        for item in items:
+            f = _Fields(item if isinstance(item, Mapping) else {})
+            pairs.append((f.hex64("entry_key"), f.choice("status", VERDICT_STATUSES)))
+        return cls(v.match("report_id", REPORT_ID), v.time("time"), tuple(pairs))
+
+
+def decode_document(data: bytes, *, source: str) -> Report | Verdicts:
+    """A spooled document of either kind (``decode_report``'s checks and errors)."""
     if len(data) > MAX_BYTES:
         raise ReportError(f"{source}: larger than {MAX_BYTES} bytes")
     try:
         doc = json.loads(data)
+        if isinstance(doc, Mapping) and doc.get("kind") == VERDICTS_KIND:
+            return Verdicts.from_json(doc)
         return Report.from_json(doc)
     except ReportError as exc:
         raise ReportError(f"{source}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ReportError(f"{source}: not valid JSON: {str(exc)[:200]}") from None
+
+
+def decode_report(data: bytes, *, source: str) -> Report:
+    """Parse and validate a report object's bytes; ReportError names ``source`` and the field."""
+    doc = decode_document(data, source=source)
+    if not isinstance(doc, Report):
+        raise ReportError(f"{source}: kind: expected {KIND!r}")
+    return doc
 
 
 def build_report(doc: Mapping[str, Any], *, fingerprint: Fingerprint, host: str, matrix: str,

@@ -39,7 +39,9 @@ running neffcache, which then needs the backend's packages.
 Without --strict a cell that compiled is reported and the exit is 0; with --strict it
 exits 3. A cell whose warm-up failed, crashed or timed out always exits 1. When an index
 is configured (or the embedded one exists) each cell's result is recorded on its entry
-(verified: hit or compiled) within 2 seconds; an index error is only a warning.
+(verified: hit or compiled) within 2 seconds; an index error is only a warning, and the
+results wait in the report spool (DIR/.neffcache-entries/report-spool, or
+NEFFCACHE_REPORT_SPOOL) until the next warm that reaches the index records them.
 
 --json prints: matrix, backend, fingerprint_key, cache_dir, seconds, counts {hit,
 compiled, failed}, cells [{cell_id, cell_key, entry_key, status, seconds, wall_seconds,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, exc
+from sqlalchemy import Connection, Engine, exc, select
 
 from neffcache.errors import SchemaOutdatedError, UnavailableError
 from neffcache.index import listing, queries
@@ -33,6 +33,7 @@ from neffcache.index.schema import (
     upgrade_engine,
 )
 from neffcache.index.sqla_reader import SqlaReader
+from neffcache.index.tables import index_changes
 from neffcache.index.values import (
     ClaimResult,
     CoverageReport,
@@ -169,6 +170,13 @@ class Index:
     def schema_state(self) -> SchemaState:
         return read_schema_state(self._engine, self.url)
 
+    def change_count(self) -> int:
+        """How many write transactions the index has committed (one row, raised by triggers
+        on every table: migration 0009): equal counts mean nothing changed in between."""
+        with self.connection() as conn:
+            return int(conn.execute(select(index_changes.c.version)
+                                    .where(index_changes.c.id == 1)).scalar_one())
+
     # --- writes -------------------------------------------------------------------------
 
     def record_entry(self, manifest: Manifest, store_url: str) -> bool:
@@ -233,10 +241,12 @@ class Index:
         with self.read_session() as s:
             return record_runs.existing_report_ids(s, report_ids)
 
-    def record_verification(self, entry_key: str, status: str) -> bool:
-        """Mark an entry verified (status such as 'ok' or 'corrupt'); False if unknown."""
+    def record_verification(self, entry_key: str, status: str,
+                            at: datetime | None = None) -> bool:
+        """Mark an entry verified (status such as 'ok' or 'corrupt'), judged ``at`` (default
+        now; a verdict older than the one recorded is not); False if unknown or older."""
         with self._write_connection() as conn:
-            return record.save_verification(conn, entry_key, status)
+            return record.save_verification(conn, entry_key, status, at)
 
     def remove_entries(self, entry_keys: Sequence[str]) -> int:
         """Forget entries (not the store's manifests); returns how many were removed."""

@@ -14,6 +14,8 @@
     coverage_counts / fingerprint_counts / restore_counts / report_fingerprints
                    aggregates kept up to date by every write (``neffcache.index.aggregates``)
                    so the ops surface never reads whole tables per request
+    index_changes  one row: a counter every write transaction raises (triggers on every
+                   table, migration 0009), so a reader knows cheaply whether anything changed
 
 Every constraint and index is named by ``NAMING_CONVENTION`` so migrations stay portable.
 Timestamps are stored in UTC.
@@ -287,3 +289,13 @@ class ReportFingerprintRow(Base):
     fingerprint_key: Mapped[str] = mapped_column(String(KEY), primary_key=True)
     reports: Mapped[int] = mapped_column(BigInteger)
     last_seen_at: Mapped[datetime]
+
+
+class IndexChangeRow(Base):
+    """The change counter (one row, id 1): raised by a trigger on every other table once per
+    write transaction (migration 0009; the triggers are not part of these models)."""
+
+    __tablename__ = "index_changes"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    version: Mapped[int] = mapped_column(BigInteger)

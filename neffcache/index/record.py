@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import TableClause, delete, exists, insert, select, update
+from sqlalchemy import TableClause, delete, exists, insert, or_, select, update
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
@@ -145,10 +145,15 @@ def delete_entries(session: Session | Connection, keys: Sequence[str]) -> int:
     return removed
 
 
-def save_verification(session: Session | Connection, entry_key: str, status: str) -> bool:
+def save_verification(session: Session | Connection, entry_key: str, status: str,
+                      at: datetime | None = None) -> bool:
+    """``at``: when it was judged (default now); a verdict older than the entry's is kept out."""
     e = entries.c
-    result = session.execute(update(entries).where(e.entry_key == entry_key)
-                             .values(verified_status=status[:16], verified_at=utcnow()))
+    stmt = update(entries).where(e.entry_key == entry_key)
+    if at is not None:
+        stmt = stmt.where(or_(e.verified_at.is_(None), e.verified_at <= at))
+    result = session.execute(stmt.values(verified_status=status[:16],
+                                         verified_at=at or utcnow()))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 

@@ -105,6 +105,9 @@ report_fingerprints = table(
     column("reports", BigInteger), column("last_seen_at", UTC_TS),
 )
 
+# One row (id 1): raised once per write transaction by triggers on every other table (0009).
+index_changes = table("index_changes", column("id", Integer), column("version", BigInteger))
+
 ALL = (fingerprints, cells, entries, blobs, entry_files, cell_failures, cell_claims, matrices,
        matrix_cells, coverage_counts, fingerprint_counts, restore_counts, restore_reports,
-       report_fingerprints)
+       report_fingerprints, index_changes)

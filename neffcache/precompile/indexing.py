@@ -40,12 +40,13 @@ def record_entry_or_warn(settings: Settings, manifest: Manifest, store_url: str,
 
 
 def report_to_index(settings: Settings, what: str, write: Callable[[Index], None],
-                    timeout: float, notice: Notice | None = None) -> None:
+                    timeout: float, notice: Notice | None = None) -> bool | None:
     """Run ``write(index)`` when an index is configured or the embedded one exists, in a
     background thread given at most ``timeout`` seconds: a slow or failing index is a notice
-    naming ``what``, never an error (a boot must not wait on a dashboard)."""
+    naming ``what``, never an error (a boot must not wait on a dashboard). True when it was
+    written, False when the index did not take it in time, None when there is no index."""
     if not (settings.index_explicit or (settings.home / "index.db").exists()):
-        return
+        return None
     say = notice or _silent
     errors: list[BaseException] = []
 
@@ -66,6 +67,7 @@ def report_to_index(settings: Settings, what: str, write: Callable[[Index], None
         say(f"warning: index did not answer within {timeout:.1f} s; {what} not recorded")
     elif errors:
         say(f"warning: {what} not recorded in the index: {' '.join(str(errors[0]).split())}")
+    return not (worker.is_alive() or errors)
 
 
 def _silent(message: str) -> None:

@@ -5,20 +5,25 @@ health check after a restore: each cell's first call against the restored cache 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neffcache.config import Settings
-from neffcache.errors import ExitRule, NeffcacheError, UsageError
+from neffcache.errors import ExitRule, NeffcacheError, ReportError, UsageError
 from neffcache.precompile.indexing import report_to_index
 from neffcache.precompile.warm import FAILED, Event, WarmReport, apply_warm
+from neffcache.report_spool import SPOOL_DIR, discard, keep, load, pending
+from neffcache.reports import Verdicts, make_report_id
+from neffcache.restore import LOCAL_ENTRIES
 
 if TYPE_CHECKING:
     from neffcache.index import Index
 
-# A boot must not wait for a dashboard: the index gets this long, then the report is dropped.
+# A boot must not wait for a dashboard: the index gets this long, then the verdicts are spooled.
 INDEX_REPORT_TIMEOUT = 2.0
 
 
@@ -35,7 +40,8 @@ class WarmRequest:
     neffcache). ``index``: the index URL; None resolves it as the CLI does (NEFFCACHE_INDEX >
     config file > default), from ``environ`` (None: the process's, at call time; also the
     fingerprint's and the workers' environment). ``notice``: warnings (the index did not
-    record the verdicts). ``progress``: each event ``(kind, cell id, message)``.
+    record the verdicts in time: they are spooled). ``progress``: each event ``(kind, cell
+    id, message)``.
     """
 
     matrix: str | Path
@@ -73,8 +79,10 @@ class WarmResult(ExitRule):
 def check_warm(request: WarmRequest) -> WarmResult:
     """Warm each selected cell in turn, in a fresh process whose cache variables point at the
     restored directory itself, and judge whether it compiled (see ``neffcache warm --help``);
-    then mark each judged entry verified (hit or compiled) in the index, within 2 seconds (a
-    slow or failing index is only a notice).
+    then mark each judged entry verified (hit or compiled) in the index, within 2 seconds,
+    after the verdicts earlier warms spooled; a slow or failing index is only a notice, and
+    the verdicts wait in the restore's report spool (NEFFCACHE_REPORT_SPOOL, else
+    CACHE/.neffcache-entries/report-spool) for the next warm that reaches it.
 
     Raises UsageError (exit 2) when no cell matches ``cells`` or the directory holds no cache
     root; MatrixError (2) for a bad matrix; FingerprintMismatchError (5) when this host's
@@ -104,20 +112,61 @@ def check_warm(request: WarmRequest) -> WarmResult:
     python = None if settings.python is None else described_interpreter(settings.python)
     report = apply_warm(m, cells, fingerprint, target, environ=environ,
                         timeout=request.timeout, progress=request.progress, python=python)
-    _record_verdicts(settings, report, request.notice)
+    _record_verdicts(settings, target, report, request.notice)
     return WarmResult(report, request.strict)
 
 
-def _record_verdicts(settings: Settings, report: WarmReport,
+def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
                      notice: Callable[[str], None] | None) -> None:
     """Mark each warmed cell's entry verified (hit or compiled) in the index (see
-    ``report_to_index``)."""
-    judged = [(c.entry_key, c.status) for c in report.cells if c.status != FAILED]
-    if not judged:
+    ``report_to_index``), after the verdicts earlier warms spooled; verdicts the index does
+    not take in time are spooled in turn (the restore's report spool), for the next warm."""
+    judged = tuple((c.entry_key, c.status) for c in report.cells if c.status != FAILED)
+    spool = _spool_dir(target, settings.report_spool)
+    waiting = [(s.path, v) for s in pending(spool)  # oldest first: newer ones win
+               if (v := _spooled_verdicts(s.path)) is not None]
+    if not judged and not waiting:
         return
+    now = datetime.now(timezone.utc)
+    mine = Verdicts(make_report_id(socket.gethostname(), now, os.urandom(4).hex()), now, judged)
 
     def write(idx: Index) -> None:
-        for key, status in judged:
-            idx.record_verification(key, status)
+        for path, spooled in waiting:
+            _apply(idx, spooled)
+            discard(path)
+        _apply(idx, mine)
 
-    report_to_index(settings, "warm results", write, INDEX_REPORT_TIMEOUT, notice)
+    written = report_to_index(settings, "warm results", write, INDEX_REPORT_TIMEOUT, notice)
+    if written is False and judged:
+        say = notice or _silent
+        try:
+            keep(spool, mine)
+        except OSError as exc:
+            say(f"warning: warm results not spooled either ({spool}: {exc.strerror or exc})")
+            return
+        say(f"warm results kept in {spool}; the next neffcache warm that reaches the index "
+            f"records them")
+
+
+def _apply(idx: Index, verdicts: Verdicts) -> None:
+    for key, status in verdicts.verdicts:
+        idx.record_verification(key, status, verdicts.time)
+
+
+def _spooled_verdicts(path: Path) -> Verdicts | None:
+    """A spooled warm's verdicts (None for a restore report, or a file that is neither)."""
+    try:
+        doc = load(path)
+    except (ReportError, OSError):
+        return None  # the restore that sends the spool drops what is no document
+    return doc if isinstance(doc, Verdicts) else None
+
+
+def _spool_dir(target: Path, configured: str | None) -> Path:
+    """The restore's report spool for ``target`` (NEFFCACHE_REPORT_SPOOL, else
+    TARGET/.neffcache-entries/report-spool): one spool per restored directory."""
+    return Path(configured).expanduser() if configured else target / LOCAL_ENTRIES / SPOOL_DIR
+
+
+def _silent(_message: str) -> None:
+    pass

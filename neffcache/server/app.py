@@ -2,7 +2,8 @@
 its static files, GET and HEAD only (anything else is 405), errors mapped by
 ``status.HTTP_STATUSES``; a bad parameter is a 400 in the same {error, type, hint} shape.
 
-The app reads through one open ``Index`` given by the caller; it never writes.
+The app reads through one open ``Index`` given by the caller; it never writes. Answers built
+from the index's state alone are held and shared until it changes (``shared``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from neffcache.index import Index
 from neffcache.server import schemas
 from neffcache.server.metrics import metrics_registry, render_metrics
 from neffcache.server.routes import router
+from neffcache.server.shared import SharedAnswers, shared
 from neffcache.server.status import error_document, http_status_for, validation_document
 from neffcache.version import __version__
 
@@ -52,6 +54,7 @@ def create_app(index: Index) -> FastAPI:
     app.state.index = index
     app.state.index_label = redact_url(index.url)
     app.state.registry = metrics_registry(index)
+    app.state.answers = SharedAnswers(index)
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=web_dir()), name="static")
     _add_system_routes(app)
@@ -94,9 +97,9 @@ def _add_system_routes(app: FastAPI) -> None:
     @app.get("/metrics", response_class=Response, summary="Prometheus metrics",
              responses={200: {"content": {"text/plain": {}},
                               "description": "Prometheus text format 0.0.4"}})
-    def metrics(request: Request) -> Response:
-        return Response(render_metrics(request.app.state.index, request.app.state.registry),
-                        media_type=CONTENT_TYPE_LATEST)
+    @shared("metrics", media_type=CONTENT_TYPE_LATEST)
+    def metrics(request: Request) -> bytes:
+        return render_metrics(request.app.state.index, request.app.state.registry)
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:

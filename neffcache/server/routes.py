@@ -47,6 +47,7 @@ from neffcache.index import (
 from neffcache.index import restore_outcomes as outcome_stats
 from neffcache.index import restore_timeline as timeline_points
 from neffcache.server import schemas as m
+from neffcache.server.shared import shared
 
 
 def known_parameters_only(request: Request) -> None:
@@ -100,6 +101,7 @@ def _index(request: Request) -> Index:
 
 @router.get("/summary", response_model=m.SummaryModel, summary="Totals, coverage per matrix x "
             "fingerprint, bytes per SDK version, restore outcomes")
+@shared("summary", m.SummaryModel)
 def summary(request: Request) -> Summary:
     ix = _index(request)
     return {

@@ -14,10 +14,13 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neffcache.index import Index
 from tests.support.servers import free_port, wait_http
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 
 @dataclass(frozen=True)
@@ -51,14 +54,15 @@ def get_json(url: str) -> Any:
 
 
 @contextmanager
-def serve_in_thread(index: Index) -> Iterator[str]:
-    """``create_app(index)`` served by uvicorn on 127.0.0.1:<free port>; yields the base URL."""
+def serve_in_thread(index: Index, app: FastAPI | None = None) -> Iterator[str]:
+    """``create_app(index)`` (or ``app``) served by uvicorn on 127.0.0.1:<free port>; yields
+    the base URL."""
     import uvicorn
 
     from neffcache.server import bind_socket, create_app, server_config
 
     sock = bind_socket("127.0.0.1", 0)
-    server = uvicorn.Server(server_config(create_app(index)))
+    server = uvicorn.Server(server_config(app or create_app(index)))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -135,6 +135,16 @@ def test_record_verification(ix: Index) -> None:
     assert e.verified_status == "ok" and e.verified_at is not None
 
 
+def test_a_verdict_judged_earlier_than_the_recorded_one_is_kept_out(ix: Index) -> None:
+    m = make_manifest(make_cell(1), make_fingerprint())
+    ix.record_entry(m, "/store")
+    t1, t2 = (datetime(2026, 12, 4, h, tzinfo=timezone.utc) for h in (8, 9))
+    assert ix.record_verification(m.entry_key, "compiled", t2) is True
+    assert ix.record_verification(m.entry_key, "hit", t1) is False  # a late, spooled one
+    (e,) = ix.entries()
+    assert (e.verified_status, e.verified_at) == ("compiled", t2)
+
+
 def test_remove_entries_drops_files_and_orphan_blobs_only(ix: Index, index_url: str) -> None:
     fp = make_fingerprint()
     ms = [make_manifest(make_cell(n), fp) for n in range(2)]

@@ -20,7 +20,7 @@ from neffcache.index.schema import (
 TABLES = {"fingerprints", "cells", "entries", "blobs", "entry_files", "precompile_runs",
           "cell_failures", "restore_reports", "matrices", "matrix_cells", "cell_claims",
           "coverage_counts", "fingerprint_counts", "restore_counts", "report_fingerprints",
-          "alembic_version"}
+          "index_changes", "alembic_version"}
 
 
 def sqlite_url(tmp_path: Path, name: str = "index.db") -> str:

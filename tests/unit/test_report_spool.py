@@ -3,15 +3,27 @@ written is spooled with one warning, and the next send delivers the spooled ones
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from neffcache.errors import ReportError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.report_send import send_report, send_spooled, write_report
-from neffcache.report_spool import keep, pending
-from neffcache.reports import Report, build_report, decode_report
+from neffcache.report_spool import keep, load, pending
+from neffcache.reports import (
+    Report,
+    Verdicts,
+    build_report,
+    decode_document,
+    decode_report,
+    make_report_id,
+)
 
 FP = build_fingerprint("neuron", {"version.neuronx-cc": "2.1.0", "target": "trn2"})
 T0 = datetime(2026, 12, 2, 7, 8, 9, tzinfo=timezone.utc)
@@ -90,3 +102,30 @@ def test_sending_the_spool_drops_what_is_no_report_and_stops_at_its_time(
     assert len(pending(spool)) == 3
     assert send_spooled(spool, put, until=time.monotonic() + 60) == 2
     assert pending(spool) == [] and len(list(out.iterdir())) == 2
+
+
+def test_a_warms_verdicts_share_the_spool_and_stay_when_restore_sends_it(
+        tmp_path: Path) -> None:
+    spool, out = tmp_path / "spool", tmp_path / "out"
+    verdicts = Verdicts(make_report_id("ip-10-0-3-7", T0, "0000abcd"), T0,
+                        (("a" * 64, "hit"), ("b" * 64, "compiled")))
+    keep(spool, verdicts)
+    keep(spool, report(1))
+    assert send_spooled(spool, lambda r: write_report(r, str(out), ""), time.monotonic() + 5) == 1
+    assert ids(spool) == [verdicts.report_id]  # for the index: the next warm sends it
+    assert load(pending(spool)[0].path) == verdicts
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"verdicts": [{"entry_key": "a" * 63, "status": "hit"}]}, "entry_key: malformed"),
+    ({"verdicts": [{"entry_key": "a" * 64, "status": "failed"}]}, "status: expected one of"),
+    ({"verdicts": "all"}, "verdicts: expected a list"),
+    ({"schema_version": 2}, "schema_version: expected 1"),
+])
+def test_verdicts_are_validated_when_read_back(change: dict[str, Any], reason: str) -> None:
+    doc = {**Verdicts("h-20261202T070809Z-0000abcd", T0, (("a" * 64, "hit"),)).to_json(),
+           **change}
+    with pytest.raises(ReportError, match=reason):
+        decode_document(json.dumps(doc).encode(), source="spool/x.json")
+    with pytest.raises(ReportError, match="kind: expected"):  # not a restore report
+        decode_report(Verdicts("h-20261202T070809Z-0000abcd", T0, ()).encode(), source="x")

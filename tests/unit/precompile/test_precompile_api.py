@@ -5,9 +5,11 @@ the index is the embedded SQLite default of each test's own NEFFCACHE_HOME."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -291,3 +293,40 @@ def test_check_warm_refuses_a_directory_without_cache_roots(tmp_path: Path) -> N
     with pytest.raises(UsageError, match="no cache root") as err:
         check_warm(WarmRequest(matrix, tmp_path / "empty"))
     assert exit_code_for(err.value) == 2
+
+
+def test_warm_results_a_slow_index_did_not_take_are_spooled_and_recorded_by_the_next_warm(
+        tmp_path: Path, restored: Path, store: str, env: dict[str, str]) -> None:
+    matrix = write_sleep_matrix(tmp_path, {OK: 0.05, BAD: 0.05})
+    pushed = push(PushRequest(roots={"neff": neff_dir(tmp_path / "c", {"k.neff": b"k"})},
+                              matrix=matrix, cell_id=OK, store=store)).to_json()
+    db = Path(os.environ["NEFFCACHE_HOME"]) / "index.db"
+    spool = restored / ".neffcache-entries" / "report-spool"
+    notes: list[str] = []
+    writer = sqlite3.connect(db)  # another writer holds the index: it answers too slowly
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        first = check_warm(WarmRequest(matrix, restored, cells=[OK], environ=env,
+                                       notice=notes.append))
+    finally:
+        writer.rollback()
+        writer.close()
+    assert first.to_json()["cells"][0]["status"] == "compiled"
+    assert any("did not answer within 2.0 s" in n for n in notes)
+    assert any(f"kept in {spool}" in n for n in notes)
+    (spooled,) = spool.glob("*.json")
+    assert json.loads(spooled.read_bytes())["verdicts"] == [
+        {"entry_key": pushed["entry_key"], "status": "compiled"}]
+    assert verified(db, pushed["entry_key"]) is None
+    # The next warm (of the other cell) reaches the index: the spooled verdict is recorded.
+    check_warm(WarmRequest(matrix, restored, cells=[BAD], environ=env))
+    assert verified(db, pushed["entry_key"]) == "compiled"
+    assert list(spool.glob("*.json")) == []
+
+
+def verified(db: Path, entry_key: str) -> str | None:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        row = conn.execute("SELECT verified_status FROM entries WHERE entry_key = ?",
+                           (entry_key,)).fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
