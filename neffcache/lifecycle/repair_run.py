@@ -16,7 +16,15 @@ from neffcache.errors import ExitRule, IntegrityError, NeffcacheError, UsageErro
 from neffcache.lifecycle.repair import DirSource, RepairItem, plan_repair, rewrite_object
 from neffcache.lifecycle.verify import Problem, VerifyStoreResult, _read_manifest, verify_store
 from neffcache.manifest import Manifest, PackRecord
-from neffcache.store import CELLS, MANIFESTS, Store, entry_key_of, manifest_key, open_store
+from neffcache.store import (
+    CELLS,
+    MANIFESTS,
+    Store,
+    entry_key_of,
+    manifest_key,
+    open_store,
+    side_environ,
+)
 from neffcache.thread_pool import map_in_threads
 
 
@@ -111,7 +119,7 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sto
     if request.from_dir is not None:
         return DirSource(request.from_dir)  # type: ignore[return-value]
     assert request.source is not None
-    source = open_store(request.source)
+    source = open_store(request.source, environ=side_environ(os.environ, "FROM"))  # its own keys
     if hasattr(source, "close"):
         stack.callback(source.close)
     if source.url == target.url:

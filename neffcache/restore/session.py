@@ -47,7 +47,14 @@ from neffcache.restore.plan import Conflict
 from neffcache.restore.preview import RestorePreview, preview_cells
 from neffcache.restore.run import restore_cells
 from neffcache.signing import PublicKey
-from neffcache.store import BundleStore, MirroredStore, Store, describe_store, open_store
+from neffcache.store import (
+    BundleStore,
+    MirroredStore,
+    Store,
+    describe_store,
+    open_store,
+    side_environ,
+)
 from neffcache.thread_pool import usable_cpus
 from neffcache.version import __version__
 
@@ -94,8 +101,10 @@ class RestoreRequest:
     fingerprint    restore the entries built for this fingerprint; None: this host's, read
                    with ``python`` (``precompile --verify`` passes the one it built for)
     mirrors        store URLs (or bundle:FILE) read in order after the store: an object
-                   missing from one, or failing verification, is fetched from the next;
-                   empty: NEFFCACHE_MIRRORS, the config file's ``mirrors``, none
+                   missing from one, or failing verification, is fetched from the next, and
+                   a store that cannot be reached is passed over; the N-th (from 1) is
+                   configured by NEFFCACHE_MIRROR_<N>_* (``store.side_environ``); empty:
+                   NEFFCACHE_MIRRORS, the config file's ``mirrors``, none
     trusted_keys   public keys (``ed25519:<base64>``) or files of them: every entry must be
                    signed by one (else that cell fails, exit 4); empty:
                    NEFFCACHE_TRUSTED_KEYS, the config file's ``trusted_keys``, none (any entry)
@@ -301,10 +310,10 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
     """The restore from the store (and mirrors); the store opened is appended to ``opened``."""
     store = open_store(s.settings.store_url, deadline=s.until)
     opened.append(store)
-    if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
-        store.check()
     if s.mirrors:
         return _from_mirrors(s, fingerprint, store)
+    if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
+        store.check()
     return restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                          workers=s.workers or default_workers(), deadline=s.until,
                          progress=s.progress, notice=s.notice, trusted=s.trusted,
@@ -312,13 +321,19 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
 
 
 def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> RestoreResult:
-    """The store, then each mirror in order; the result says what each served."""
+    """The store, then each mirror in order (the N-th configured from NEFFCACHE_MIRROR_<N>_*:
+    its own endpoint, keys, profile); one that cannot be reached is passed over; the result
+    says what each served."""
     with ExitStack() as stack:
-        mirrors = [open_store(url, deadline=s.until) for url in s.mirrors]
+        mirrors = [open_store(url, deadline=s.until,
+                              environ=side_environ(os.environ, f"MIRROR_{n}"))
+                   for n, url in enumerate(s.mirrors, 1)]
         for m in mirrors:
             if isinstance(m, BundleStore):
                 stack.enter_context(m)
-        store = MirroredStore([primary, *mirrors])
+        store = MirroredStore([primary, *mirrors], notice=s.notice)
+        if s.until is None or time.monotonic() < s.until:
+            store.check()
         result = restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                                workers=s.workers or default_workers(), deadline=s.until,
                                progress=s.progress, notice=s.notice, trusted=s.trusted,
