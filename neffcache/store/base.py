@@ -96,7 +96,7 @@ def recognise_store(store: Store, *, create: bool) -> None:
     """That ``store`` is a neffcache store, not an endpoint that answers anything (an HTML page,
     a redirect, a proxy's error page) nor a mistyped prefix with nothing under it. It is one when
     its ``STORE_MARKER`` holds the marker document, or, for stores older than the marker, when
-    it holds a manifest. With ``create`` (the commands that publish into it) a store without the
+    it holds a manifest or a blob (what a push writes first). With ``create`` (the commands that publish into it) a store without the
     marker gets one, read back. UnavailableError (exit 6) when the marker holds something else,
     ConfigError (exit 2) when there is nothing under the store at all."""
     try:
@@ -112,9 +112,9 @@ def recognise_store(store: Store, *, create: bool) -> None:
             raise UnavailableError(f"store {store.url}: not a neffcache store: the marker it was "
                                    f"just given ({STORE_MARKER}) cannot be read back") from None
         return
-    if next(iter(store.list(MANIFESTS)), None) is None:
+    if all(next(iter(store.list(prefix)), None) is None for prefix in (MANIFESTS, BLOBS)):
         raise ConfigError(f"store {store.url}: not a neffcache store: nothing under it (no "
-                          f"{STORE_MARKER}, no manifest)",
+                          f"{STORE_MARKER}, no manifest, no blob)",
                           hint="check --store / NEFFCACHE_STORE (a mistyped bucket or prefix?); "
                                "a store is made by push, precompile, copy or bundle import")
 

@@ -72,7 +72,7 @@ def side_environ(env: Mapping[str, str], side: str, profile: str | None = None) 
     own = {var[len(head):]: value for var, value in env.items() if var.startswith(head)}
     if profile:
         own["AWS_PROFILE"] = profile
-    if own.get("AWS_PROFILE") and not own.get("AWS_ACCESS_KEY_ID"):
+    if own.get("AWS_PROFILE"):
         for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
             out.pop(var, None)
     for rest, value in own.items():
