@@ -6,11 +6,9 @@ Opening a bundle checks its structure without trusting it: the TOC comes first a
 a regular file the TOC lists, once, with the TOC's size, lying inside the file; every listed
 member must be present; the bytes between members (tar padding) and after the last must be
 zero, so no byte of the file escapes a check. ``verify_all`` then hashes every member against the
-TOC; short of that, each member is hashed against the TOC the first time it is opened, so a
-bundle used as a mirror or a repair source serves no byte of a member that does not match its
-table (at the cost of one hash per member it serves, not of the whole file). Members are read
-by offset from the file, never extracted, so a member name never becomes a path. A plain tar
-bundle is a whole number of 10 KiB tar records (what tar writes), so a cut
+TOC (once; ``check`` runs it, so a bundle used as a mirror or a repair or copy source is refused
+whole when one member differs, as ``bundle show --verify`` refuses it). Members are read by
+offset from the file, never extracted, so a member name never becomes a path. A plain tar bundle is a whole number of 10 KiB tar records (what tar writes), so a cut
 anywhere, its trailing padding included, is refused.
 
 A gzip-compressed bundle is first decompressed into an anonymous temp file. Its cap comes from
@@ -73,7 +71,7 @@ class BundleStore:
             self._fh.close()
             raise
         self._members = {m.name: m for m in self.toc.members}
-        self._verified: set[str] = set()  # members hashed against the TOC (_verify)
+        self._verified = False  # verify_all has passed
 
     def close(self) -> None:
         self._fh.close()
@@ -88,31 +86,29 @@ class BundleStore:
         """Hash every member against the TOC; IntegrityError at the first that differs.
         Returns the bytes checked."""
         total = 0
+        if self._verified:
+            return sum(m.size for m in self.toc.members)
         for i, m in enumerate(self.toc.members, 1):
-            self._verify(m)
+            h = hashlib.sha256()
+            with self.open(m.name) as src:
+                while chunk := src.read(_CHUNK):
+                    h.update(chunk)
+            if h.hexdigest() != m.sha256:
+                raise IntegrityError(f"bundle {self.path}: member {m.name} does not match its "
+                                     f"sha256 in the table of contents (damaged or tampered)")
             total += m.size
             if progress:
                 progress(i, len(self.toc.members))
+        self._verified = True
         return total
-
-    def _verify(self, m: Member) -> None:
-        """Hash member ``m`` against the TOC once (as ``bundle show --verify`` does), before
-        any of its bytes is served: IntegrityError when it differs."""
-        if m.name in self._verified:
-            return
-        h = hashlib.sha256()
-        src = _Slice(self._fh, self._offsets[m.name], m.size)
-        while chunk := src.read(_CHUNK):
-            h.update(chunk)
-        if h.hexdigest() != m.sha256:
-            raise IntegrityError(f"bundle {self.path}: member {m.name} does not match its "
-                                 f"sha256 in the table of contents (damaged or tampered)")
-        self._verified.add(m.name)
 
     # --- the store protocol ---------------------------------------------------------------
 
     def check(self) -> None:
-        return None
+        """Every member against the table of contents (``verify_all``, once), before a bundle
+        serves as a mirror or a source: a bundle with one member that does not match is
+        refused whole, as ``bundle show --verify`` refuses it."""
+        self.verify_all()
 
     def has(self, key: str) -> bool:
         return key in self._members
@@ -123,14 +119,19 @@ class BundleStore:
             raise NotFoundError(f"{self.url}: {key}: not in the bundle")
         if start < 0 or (length is not None and length < 0):
             raise UsageError(f"{self.url}/{key}: negative range start={start} length={length}")
-        self._verify(member)
         start = min(start, member.size)
         left = member.size - start if length is None else min(length, member.size - start)
         return _Slice(self._fh, self._offsets[key] + start, left)  # type: ignore[return-value]
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         with self.open(key, start, length) as fh:
-            return fh.read()
+            data = fh.read()
+        member = self._members[key]
+        if start == 0 and length is None and not key.startswith(("blobs/", "packs/")) \
+                and hashlib.sha256(data).hexdigest() != member.sha256:
+            raise IntegrityError(f"{self.url}: {key} does not match its sha256 in the table "
+                                 f"of contents")
+        return data
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         raise UsageError(f"{self.url}: a bundle is read-only")

@@ -3,10 +3,10 @@ a repeated read of the same bytes (the restore re-fetches only what failed verif
 at the next store, so a damaged object on the primary is served by a mirror. Read-only.
 
 A store that cannot serve — unreachable (``UnavailableError``: refused, timed out), not a store
-at all or misconfigured (``ConfigError``), or a bundle member that does not match its table of
-contents (``IntegrityError`` on opening) — is passed over for the next one; an unreachable
-store is checked once and then left alone for the rest of the run (its client already retried),
-so a dead primary costs one probe, not one timeout per object. Each store is checked
+at all or misconfigured (``ConfigError``), or a bundle with a member that does not match its
+table of contents (``IntegrityError`` from its check) — is passed over for the next one, and
+left alone for the rest of the run once it failed (its client already retried), so a dead
+primary costs one probe, not one timeout per object. Each store is checked
 (``Store.check``) before its first use, the primary by ``check`` and a mirror only once it is
 needed."""
 
@@ -72,7 +72,6 @@ class MirroredStore:
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         missed: NeffcacheError | None = None
-        failed: NeffcacheError | None = None
         for i in self._order(key, start, length):
             if not self._usable(i):
                 continue
@@ -80,9 +79,6 @@ class MirroredStore:
                 body = self.stores[i].open(key, start, length)
             except NotFoundError as exc:
                 missed = missed or exc
-                continue
-            except IntegrityError as exc:  # a bundle member that does not match its table
-                failed = failed or exc
                 continue
             except _DOWN as exc:
                 self._mark_down(i, exc)
@@ -92,8 +88,7 @@ class MirroredStore:
             return body
         with self._lock:
             down = [e for _, e in sorted(self._down.items())]
-        error = missed or failed or down[0]
-        raise error
+        raise missed or down[0]
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         with self.open(key, start, length) as body:
@@ -133,7 +128,7 @@ class MirroredStore:
                 return True
         try:
             self.stores[i].check()
-        except _DOWN as exc:
+        except (*_DOWN, IntegrityError) as exc:
             self._mark_down(i, exc)
             return False
         with self._lock:
