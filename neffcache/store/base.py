@@ -96,9 +96,10 @@ def recognise_store(store: Store, *, create: bool) -> None:
     """That ``store`` is a neffcache store, not an endpoint that answers anything (an HTML page,
     a redirect, a proxy's error page) nor a mistyped prefix with nothing under it. It is one when
     its ``STORE_MARKER`` holds the marker document, or, for stores older than the marker, when
-    it holds a manifest or a blob (what a push writes first). With ``create`` (the commands that publish into it) a store without the
-    marker gets one, read back. UnavailableError (exit 6) when the marker holds something else,
-    ConfigError (exit 2) when there is nothing under the store at all."""
+    it holds a manifest or a blob (what a push writes first). With ``create`` (the commands that
+    publish into it) a store without the marker gets one, read back. UnavailableError (exit 6)
+    when the marker holds something else, ConfigError (exit 2) when there is nothing under the
+    store at all."""
     try:
         _marker_ok(store, store.read(STORE_MARKER))
         return

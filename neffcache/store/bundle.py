@@ -8,8 +8,9 @@ member must be present; the bytes between members (tar padding) and after the la
 zero, so no byte of the file escapes a check. ``verify_all`` then hashes every member against the
 TOC (once; ``check`` runs it, so a bundle used as a mirror or a repair or copy source is refused
 whole when one member differs, as ``bundle show --verify`` refuses it). Members are read by
-offset from the file, never extracted, so a member name never becomes a path. A plain tar bundle is a whole number of 10 KiB tar records (what tar writes), so a cut
-anywhere, its trailing padding included, is refused.
+offset from the file, never extracted, so a member name never becomes a path. A plain tar
+bundle is a whole number of 10 KiB tar records (what tar writes), so a cut anywhere, its
+trailing padding included, is refused.
 
 A gzip-compressed bundle is first decompressed into an anonymous temp file. Its cap comes from
 the trusted side, never from its TOC alone: the TOC's digest is compared with ``expect_sha256``

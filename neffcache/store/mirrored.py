@@ -100,7 +100,7 @@ class MirroredStore:
     def list(self, prefix: str) -> Iterator[str]:
         seen: set[str] = set()
         for i in range(len(self.stores)):
-            keys = self._call(i, lambda s: list(s.list(prefix)), [])
+            keys: tuple[str, ...] = self._call(i, lambda s: tuple(s.list(prefix)), ())
             for key in keys:
                 if key not in seen:
                     seen.add(key)
@@ -111,12 +111,12 @@ class MirroredStore:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _order(self, key: str, start: int, length: int | None) -> list[int]:
+    def _order(self, key: str, start: int, length: int | None) -> tuple[int, ...]:
         with self._lock:
             n = self._asked[(key, start, length)]
             self._asked[(key, start, length)] += 1
         first = n % len(self.stores)
-        every = list(range(len(self.stores)))
+        every = tuple(range(len(self.stores)))
         return every[first:] + every[:first]
 
     def _usable(self, i: int) -> bool:

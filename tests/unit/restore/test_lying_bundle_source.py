@@ -1,8 +1,8 @@
 """A bundle used as a mirror or a repair source is checked as strictly as ``bundle show
 --verify``: one member that does not match its table of contents and the whole bundle is
 refused (a mirror passed over, a repair source an error), so nothing is taken from it, not even
-its intact members; the same bundle with an honest member serves them. Its gzip cap is the one ``bundle import`` applies, set per
-mirror (``NEFFCACHE_MIRROR_<N>_BUNDLE_MAX_BYTES``)."""
+its intact members; the same bundle with an honest member serves them. Its gzip cap is the one
+``bundle import`` applies, set per mirror (``NEFFCACHE_MIRROR_<N>_BUNDLE_MAX_BYTES``)."""
 
 from __future__ import annotations
 
