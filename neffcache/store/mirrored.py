@@ -48,16 +48,12 @@ class MirroredStore:
         self._checked: set[int] = set()
         self._down: dict[int, NeffcacheError] = {}
         self._lock = threading.Lock()
+        self._checking = tuple(threading.Lock() for _ in self.stores)
 
     def served(self) -> dict[str, int]:
         """Objects (or ranges) served, per store URL, in the stores' order."""
         with self._lock:
             return {s.url: self._served[s.url] for s in self.stores if self._served[s.url]}
-
-    def down(self) -> dict[str, str]:
-        """The stores passed over as unusable, store URL -> why."""
-        with self._lock:
-            return {self.stores[i].url: str(e) for i, e in sorted(self._down.items())}
 
     def check(self) -> None:
         """Fine when one store answers (the primary first); else the primary's error."""
@@ -122,18 +118,20 @@ class MirroredStore:
     def _usable(self, i: int) -> bool:
         """Whether store ``i`` answers: checked on first use, never again once down."""
         with self._lock:
-            if i in self._down:
+            if i in self._down or i in self._checked:
+                return i not in self._down
+        with self._checking[i]:  # one probe, however many threads need the store at once
+            with self._lock:
+                if i in self._down or i in self._checked:
+                    return i not in self._down
+            try:
+                self.stores[i].check()
+            except (*_DOWN, IntegrityError) as exc:
+                self._mark_down(i, exc)
                 return False
-            if i in self._checked:
-                return True
-        try:
-            self.stores[i].check()
-        except (*_DOWN, IntegrityError) as exc:
-            self._mark_down(i, exc)
-            return False
-        with self._lock:
-            self._checked.add(i)
-        return True
+            with self._lock:
+                self._checked.add(i)
+            return True
 
     def _call(self, i: int, call: Callable[[Store], T], default: T) -> T:
         if not self._usable(i):
