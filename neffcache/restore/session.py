@@ -191,8 +191,8 @@ def restore(request: RestoreRequest) -> RestoreResult:
 def preview_restore(request: RestoreRequest) -> RestorePreview:
     """The plan ``restore(request)`` would run (``neffcache restore --dry-run``): what it would
     fetch, from which packs and blobs, in how many requests, and what is already in place.
-    Reads manifests from the store; fetches no blob, creates and writes nothing, sends no
-    report; ``deadline`` and the callbacks are not used.
+    Reads manifests from the store (and the mirrors, as the restore would); fetches no blob,
+    creates and writes nothing, sends no report; ``deadline`` and ``progress`` are not used.
 
     The result's ``exit_code`` is the one the restore would end with if every fetch
     succeeded (3 some cells have no entry, 5, 4, 6 as for ``restore``). Raises a
@@ -202,10 +202,13 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
     s = _session(request)
     fingerprint = _fingerprint(request, s)
     check_usable(fingerprint)
-    store = open_store(s.settings.store_url)
-    store.check()
-    preview = preview_cells(store, s.cells, s.backend, fingerprint, s.target,
-                            workers=s.workers or default_workers(), trusted=s.trusted)
+    with ExitStack() as stack:
+        store = open_store(s.settings.store_url)
+        if s.mirrors:  # as the restore reads them
+            store = _mirrored(s, store, stack)
+        store.check()
+        preview = preview_cells(store, s.cells, s.backend, fingerprint, s.target,
+                                workers=s.workers or default_workers(), trusted=s.trusted)
     return replace(preview, judged=replace(preview.judged,
                                            explain_args=_explain_args(s, store.url)))
 
@@ -321,17 +324,9 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
 
 
 def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> RestoreResult:
-    """The store, then each mirror in order (the N-th configured from NEFFCACHE_MIRROR_<N>_*:
-    its own endpoint, keys, profile); one that cannot be reached is passed over; the result
-    says what each served."""
+    """The store, then each mirror in order; the result says what each served."""
     with ExitStack() as stack:
-        mirrors = [open_store(url, deadline=s.until,
-                              environ=side_environ(os.environ, f"MIRROR_{n}"))
-                   for n, url in enumerate(s.mirrors, 1)]
-        for m in mirrors:
-            if isinstance(m, BundleStore):
-                stack.enter_context(m)
-        store = MirroredStore([primary, *mirrors], notice=s.notice)
+        store = _mirrored(s, primary, stack)
         if s.until is None or time.monotonic() < s.until:
             store.check()
         result = restore_cells(store, s.cells, s.backend, fingerprint, s.target,
@@ -339,6 +334,18 @@ def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> Rest
                                progress=s.progress, notice=s.notice, trusted=s.trusted,
                                transfers=s.workers or default_transfers())
         return replace(result, served_by=tuple(store.served().items()))
+
+
+def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> MirroredStore:
+    """The primary, then the mirrors (the N-th configured from NEFFCACHE_MIRROR_<N>_*: its own
+    endpoint, keys, profile, bundle cap); one that cannot be reached is passed over. Bundles
+    are closed with ``stack``."""
+    mirrors = [open_store(url, deadline=s.until, environ=side_environ(os.environ, f"MIRROR_{n}"))
+               for n, url in enumerate(s.mirrors, 1)]
+    for m in mirrors:
+        if isinstance(m, BundleStore):
+            stack.enter_context(m)
+    return MirroredStore([primary, *mirrors], notice=s.notice)
 
 
 def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> RestoreResult:

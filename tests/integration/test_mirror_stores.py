@@ -64,6 +64,12 @@ def test_an_unreachable_primary_falls_through_to_a_complete_mirror_within_the_de
     env.update({"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
                 "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
                 "AWS_ENDPOINT_URL": f"http://{LOOPBACK}:{free_port()}"})  # nothing listens
+    plan = subprocess.run(
+        [sys.executable, "-m", "neffcache.cli", "restore", str(matrix), "--to",
+         str(tmp_path / "out"), "--store", "s3://gone/neff", "--mirror", mirror, "--dry-run",
+         "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr  # the plan reads the mirrors as the run does
+    assert json.loads(plan.stdout)["files_to_fetch"] == sum(len(p.files) for p in published)
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "neffcache.cli", "restore", str(matrix), "--to",
