@@ -93,8 +93,8 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None,
     - ``file:///path`` or a plain path → local store (whose directory is created only with
       ``create``, by the commands that publish);
     - ``bundle:FILE`` → the bundle file as a read-only ``BundleStore`` (its structure checked
-      on opening; with ``expect_sha256``, its digest too: IntegrityError otherwise; each member
-      against its table of contents when first opened; a gzip bundle capped by
+      on opening; with ``expect_sha256``, its digest too: IntegrityError otherwise; every
+      member against its table of contents by ``check``; a gzip bundle capped by
       ``NEFFCACHE_BUNDLE_MAX_BYTES`` in ``environ``, else as ``BundleStore`` says). Close it
       when done (it is a context manager).
 
@@ -138,4 +138,3 @@ def _local(path: str, create: bool) -> Store:
     if not path:
         raise ConfigError("store: empty path")
     return LocalStore(Path(path), create=create)
-

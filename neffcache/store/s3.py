@@ -447,4 +447,3 @@ def _read_up_to(source: BinaryIO, size: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
-
