@@ -130,3 +130,43 @@ def test_an_s3_mirror_on_a_second_server_with_its_own_keys_serves_what_the_prima
     served = doc["served_by"]
     assert isinstance(served, dict)
     assert served[mirror.url] >= 2 and served[primary.url] >= 1, served
+
+
+def test_repair_from_an_s3_source_on_another_server_uses_its_own_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weed_endpoint: str) -> None:
+    import boto3
+
+    from neffcache.errors import UnavailableError
+    from neffcache.lifecycle import RepairRequest, repair_store
+    from neffcache.store import side_environ
+
+    monkeypatch.setenv(*INSTANCE_TYPE)
+    for k, v in {"AWS_ACCESS_KEY_ID": "primary-key", "AWS_SECRET_ACCESS_KEY": "primary-secret",
+                 "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
+                 "AWS_ENDPOINT_URL": f"http://{LOOPBACK}:{free_port()}"}.items():
+        monkeypatch.setenv(k, v)  # the process's S3 settings lead nowhere
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(MATRIX, encoding="utf-8")
+    bucket = f"source-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=weed_endpoint, region_name="us-east-1",
+                 aws_access_key_id=WEED_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                 aws_secret_access_key=WEED_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
+                 ).create_bucket(Bucket=bucket)
+    own = {"NEFFCACHE_FROM_S3_ENDPOINT": weed_endpoint,
+           **{f"NEFFCACHE_FROM_{k}": v for k, v in WEED_CREDENTIALS.items()}}
+    source = open_store(f"s3://{bucket}/neff", create=True,
+                        environ=side_environ({**os.environ, **own}, "FROM"))
+    source.check()
+    publish_for_this_host(source, matrix, tmp_path / "w1", [CELL_64])
+    local = tmp_path / "store"
+    (published,) = publish_for_this_host(open_store(str(local), create=True), matrix,
+                                         tmp_path / "w2", [CELL_64])
+    (local / blob_key(published.large_sha256)).unlink()
+    request = RepairRequest(store=str(local), source=source.url, confirmed=True)
+    with pytest.raises(UnavailableError):
+        repair_store(request)  # the source read with the process's endpoint and keys
+    for k, v in own.items():
+        monkeypatch.setenv(k, v)
+    fixed = repair_store(request)
+    assert fixed.exit_code == 0 and dict(fixed.outcomes) == {
+        blob_key(published.large_sha256): "repaired"}
