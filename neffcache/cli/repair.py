@@ -19,7 +19,11 @@ REPAIR_HELP = """Rewrite the store's missing or damaged objects from a source of
 Verifies the store (every manifest, blob, pack and large-file part, as `neffcache verify`),
 also counts a manifest a cell pointer names but the store lacks, and plans one rewrite per bad
 object. The source is another store or a bundle (--from STORE, --from bundle:FILE) or a
-restored directory whose files verify against its manifest copies (--from-dir DIR). An object
+restored directory whose files verify against its manifest copies (--from-dir DIR). A source
+store has its own endpoint, keys or profile: NEFFCACHE_FROM_S3_ENDPOINT, NEFFCACHE_FROM_AWS_*
+(e.g. NEFFCACHE_FROM_AWS_PROFILE), as for `neffcache copy`. A bundle source is refused
+(exit 4) when one member does not match its table of contents (as `bundle show --verify`),
+and a gzip one is capped as `bundle import` caps it (NEFFCACHE_FROM_BUNDLE_MAX_BYTES). An object
 is rewritten only when it is still bad right before the write, and only with bytes whose size
 and sha256 match the manifest: a good object is never overwritten. A manifest is replaced only
 by one that passes the trust gate: the digest its publisher pinned in the cell pointer, and a

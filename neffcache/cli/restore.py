@@ -134,8 +134,12 @@ Examples:
                    "contents lists, else 16x its size + 16 MiB].")
 @click.option("--mirror", "mirrors", multiple=True, metavar="URL",
               help="Another store (PATH, s3://..., bundle:FILE) read after --store, in order; "
-                   "an object missing from one or failing verification comes from the next. "
-                   "Repeatable [env NEFFCACHE_MIRRORS or config `mirrors`, space-separated].")
+                   "an object missing from one or failing verification, or a store that "
+                   "cannot be reached, goes to the next. The N-th mirror (from 1) has its own "
+                   "endpoint, keys or profile: NEFFCACHE_MIRROR_<N>_S3_ENDPOINT, "
+                   "NEFFCACHE_MIRROR_<N>_AWS_* (e.g. _AWS_PROFILE), a bundle's cap "
+                   "NEFFCACHE_MIRROR_<N>_BUNDLE_MAX_BYTES. Repeatable [env NEFFCACHE_MIRRORS "
+                   "or config `mirrors`, space-separated].")
 @trust_options
 @python_option
 @click.option("--report-to", "report_to", metavar="store|none|DIR", default=None,

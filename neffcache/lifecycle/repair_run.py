@@ -34,7 +34,7 @@ from neffcache.lifecycle.repair import (
     rewrite_object,
 )
 from neffcache.lifecycle.verify import Catalogue, Problem, check_objects, read_catalogue
-from neffcache.store import Store, entry_key_of, manifest_key, open_store
+from neffcache.store import Store, entry_key_of, manifest_key, open_store, side_environ
 from neffcache.thread_pool import map_in_threads
 from neffcache.trust import TrustPolicy, check_pin, load_trust
 
@@ -148,7 +148,7 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sou
     if request.from_dir is not None:
         return DirSource(request.from_dir)
     assert request.source is not None
-    source = open_store(request.source)
+    source = open_store(request.source, environ=side_environ(os.environ, "FROM"))  # its own keys
     if hasattr(source, "close"):
         stack.callback(source.close)
     if source.url == target.url:

@@ -1,8 +1,9 @@
 """Run one fetch unit: bring its bytes from the store, verify them, install them.
 
 - ``PackRun``: one ranged read of a pack, read in large windows; each member (small by
-  construction) is checked against its sha256 and written in a batch. A corrupt member is read
-  again alone (its own range); a stream that breaks or ends early is read again from the first
+  construction) is checked against its sha256 and written in a batch. A corrupt member is
+  fetched from its own blob (in the same store first, then the mirrors), else read again alone
+  (its own range of the pack); a stream that breaks or ends early is read again from the first
   member it did not deliver, never from the run's start. A pack missing from the store falls
   back to the members' own blobs.
 - ``BlobGet``: one GET, streamed into the temp file and hashed on the way.
@@ -178,8 +179,8 @@ class Fetcher:
             try:
                 try:
                     verify_member(data, g, run.pack)
-                except IntegrityError:
-                    data = self._member(run.pack, s)
+                except IntegrityError as exc:
+                    data = self._member(run.pack, s, exc)
             except Exception as exc:  # noqa: BLE001
                 out.extend(fail_all(g, exc))
             else:
@@ -190,19 +191,24 @@ class Fetcher:
             i += 1
         return i, None
 
-    def _member(self, pack: str, s: Slice) -> bytes:
-        """A member that arrived corrupt, read again alone (its own range of the pack) until
-        it verifies, at most ``ATTEMPTS - 1`` more times; the last IntegrityError if never."""
-        for attempt in range(2, ATTEMPTS + 1):
-            self._check()
-            data = self.store.read(pack_key(pack), s.offset, s.group.size)
-            try:
-                verify_member(data, s.group, pack)
-                return data
-            except IntegrityError:
-                if attempt == ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
+    def _member(self, pack: str, s: Slice, failed: IntegrityError) -> bytes:
+        """A member that arrived corrupt (``failed``): fetched from its own blob (every member
+        is a blob too; a mirrored store tries the same store first, then the mirrors), else read
+        again alone from the pack (its own range), each at most ``ATTEMPTS - 1`` more times;
+        ``failed`` again if nothing verifies."""
+        for key, start, length in ((blob_key(s.group.sha256), 0, None),
+                                   (pack_key(pack), s.offset, s.group.size)):
+            for _ in range(ATTEMPTS - 1):
+                self._check()
+                try:
+                    data = self.store.read(key, start, length)
+                    verify_member(data, s.group, pack)
+                    return data
+                except NotFoundError:
+                    break
+                except BODY_FAULTS:
+                    continue
+        raise failed
 
     def _blob(self, g: FetchGroup, dirs: DirCache) -> list[Outcome]:
         """One GET streamed into a temp file; a body that breaks, ends early or does not

@@ -47,7 +47,14 @@ from neffcache.restore.preview import RestorePreview, preview_cells
 from neffcache.restore.pruning import evict_untrusted
 from neffcache.restore.run import restore_cells
 from neffcache.signing import PublicKey
-from neffcache.store import BundleStore, MirroredStore, Store, describe_store, open_store
+from neffcache.store import (
+    BundleStore,
+    MirroredStore,
+    Store,
+    describe_store,
+    open_store,
+    side_environ,
+)
 from neffcache.thread_pool import usable_cpus
 from neffcache.trust import TrustPolicy, load_trust
 from neffcache.version import __version__
@@ -95,8 +102,10 @@ class RestoreRequest:
     fingerprint    restore the entries built for this fingerprint; None: this host's, read
                    with ``python`` (``precompile --verify`` passes the one it built for)
     mirrors        store URLs (or bundle:FILE) read in order after the store: an object
-                   missing from one, or failing verification, is fetched from the next;
-                   empty: NEFFCACHE_MIRRORS, the config file's ``mirrors``, none
+                   missing from one, or failing verification, is fetched from the next, and
+                   a store that cannot be reached is passed over; the N-th (from 1) is
+                   configured by NEFFCACHE_MIRROR_<N>_* (``store.side_environ``); empty:
+                   NEFFCACHE_MIRRORS, the config file's ``mirrors``, none
     trusted_keys   public keys (``ed25519:<base64>``) or files of them: every entry must be
                    signed by one (else that cell fails, exit 4), and the files of entries
                    restored here before that none of them signed are removed; empty:
@@ -195,8 +204,8 @@ def restore(request: RestoreRequest) -> RestoreResult:
 def preview_restore(request: RestoreRequest) -> RestorePreview:
     """The plan ``restore(request)`` would run (``neffcache restore --dry-run``): what it would
     fetch, from which packs and blobs, in how many requests, and what is already in place.
-    Reads manifests from the store; fetches no blob, creates and writes nothing, sends no
-    report; ``deadline`` and the callbacks are not used.
+    Reads manifests from the store (and the mirrors, as the restore would); fetches no blob,
+    creates and writes nothing, sends no report; ``deadline`` and ``progress`` are not used.
 
     The result's ``exit_code`` is the one the restore would end with if every fetch
     succeeded (3 some cells have no entry, 5, 4, 6 as for ``restore``). Raises a
@@ -206,10 +215,13 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
     s = _session(request)
     fingerprint = _fingerprint(request, s)
     check_usable(fingerprint)
-    store = open_store(s.settings.store_url)
-    store.check()
-    preview = preview_cells(store, s.cells, s.backend, fingerprint, s.target,
-                            workers=s.workers or default_workers(), trusted=s.trusted)
+    with ExitStack() as stack:
+        store = open_store(s.settings.store_url)
+        if s.mirrors:  # as the restore reads them
+            store = _mirrored(s, store, stack)
+        store.check()
+        preview = preview_cells(store, s.cells, s.backend, fingerprint, s.target,
+                                workers=s.workers or default_workers(), trusted=s.trusted)
     return replace(preview, judged=replace(preview.judged,
                                            explain_args=_explain_args(s, store.url)))
 
@@ -332,10 +344,10 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
     """The restore from the store (and mirrors); the store opened is appended to ``opened``."""
     store = open_store(s.settings.store_url, deadline=s.until)
     opened.append(store)
-    if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
-        store.check()
     if s.mirrors:
         return _from_mirrors(s, fingerprint, store)
+    if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
+        store.check()
     return restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                          workers=s.workers or default_workers(), deadline=s.until,
                          progress=s.progress, notice=s.notice, trusted=s.trusted,
@@ -345,16 +357,26 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
 def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> RestoreResult:
     """The store, then each mirror in order; the result says what each served."""
     with ExitStack() as stack:
-        mirrors = [open_store(url, deadline=s.until) for url in s.mirrors]
-        for m in mirrors:
-            if isinstance(m, BundleStore):
-                stack.enter_context(m)
-        store = MirroredStore([primary, *mirrors])
+        store = _mirrored(s, primary, stack)
+        if s.until is None or time.monotonic() < s.until:
+            store.check()
         result = restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                                workers=s.workers or default_workers(), deadline=s.until,
                                progress=s.progress, notice=s.notice, trusted=s.trusted,
                                transfers=s.workers or default_transfers())
         return replace(result, served_by=tuple(store.served().items()))
+
+
+def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> MirroredStore:
+    """The primary, then the mirrors (the N-th configured from NEFFCACHE_MIRROR_<N>_*: its own
+    endpoint, keys, profile, bundle cap); one that cannot be reached is passed over. Bundles
+    are closed with ``stack``."""
+    mirrors = [open_store(url, deadline=s.until, environ=side_environ(os.environ, f"MIRROR_{n}"))
+               for n, url in enumerate(s.mirrors, 1)]
+    for m in mirrors:
+        if isinstance(m, BundleStore):
+            stack.enter_context(m)
+    return MirroredStore([primary, *mirrors], notice=s.notice)
 
 
 def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> RestoreResult:

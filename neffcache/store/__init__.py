@@ -10,8 +10,12 @@ from a submodule.
 - The key layout (see ``neffcache.store.base``): ``BLOBS``, ``MANIFESTS``, ``CELLS``,
   ``PENDING``, ``PACKS``, ``REPORTS``, ``RETIRED`` and ``blob_key``, ``pack_key``,
   ``manifest_key``, ``cell_pointer_key``, ``report_key``, ``entry_key_of``, ``check_key``;
+  ``STORE_MARKER`` and ``recognise_store`` (what every backend's ``check`` asks: a store, not
+  an endpoint answering anything or a mistyped prefix);
   ``DAMAGED`` and ``holds_good`` (skip only an object that is not known to be bad).
-- ``MirroredStore``: stores read in order, a miss or a re-read going to the next.
+- ``MirroredStore``: stores read in order, a miss, a re-read or an unreachable store going to
+  the next; ``side_environ`` the environment one store of several is configured from
+  (``NEFFCACHE_FROM_*``, ``NEFFCACHE_TO_*``, ``NEFFCACHE_MIRROR_<N>_*``).
 - Bundles: ``BundleStore`` (a bundle file as a read-only store) and the format, pure:
   ``Toc``, ``Member``, ``BundleEntry``, ``TOC_NAME``, ``bundle_entry``, ``encode_toc``,
   ``decode_toc``, ``plan_members``.
@@ -19,6 +23,7 @@ from a submodule.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,6 +38,7 @@ from neffcache.store.base import (
     PENDING,
     REPORTS,
     RETIRED,
+    STORE_MARKER,
     MultipartUploads,
     ObjectStream,
     Store,
@@ -46,6 +52,7 @@ from neffcache.store.base import (
     holds_good,
     manifest_key,
     pack_key,
+    recognise_store,
     report_key,
 )
 from neffcache.store.bundle import BundleStore
@@ -60,16 +67,18 @@ from neffcache.store.bundle_format import (
     plan_members,
 )
 from neffcache.store.mirrored import MirroredStore
-from neffcache.store.s3_config import s3_settings, side_environ
+from neffcache.store.s3_config import byte_count, s3_settings, side_environ
 
 __all__ = [
-    "BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED", "TOC_NAME",
+    "BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED",
+    "STORE_MARKER", "TOC_NAME",
     "BundleEntry", "BundleStore", "Member", "MirroredStore", "MultipartUploads", "NotFoundError",
     "ObjectStream",
     "Store", "TempFile", "TempFiles", "Toc", "Upload", "blob_key", "bundle_entry",
     "cell_pointer_key", "check_key",
     "decode_toc", "describe_store", "encode_toc", "entry_key_of", "holds_good", "manifest_key",
-    "open_store", "pack_key", "plan_members", "report_key", "s3_settings", "side_environ",
+    "open_store", "pack_key", "plan_members", "recognise_store", "report_key", "s3_settings",
+    "side_environ",
 ]
 
 BUNDLE = "bundle:"
@@ -86,7 +95,9 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None,
     - ``file:///path`` or a plain path → local store (whose directory is created only with
       ``create``, by the commands that publish);
     - ``bundle:FILE`` → the bundle file as a read-only ``BundleStore`` (its structure checked
-      on opening; with ``expect_sha256``, its digest too: IntegrityError otherwise). Close it
+      on opening; with ``expect_sha256``, its digest too: IntegrityError otherwise; every
+      member against its table of contents by ``check``; a gzip bundle capped by
+      ``NEFFCACHE_BUNDLE_MAX_BYTES`` in ``environ``, else as ``BundleStore`` says). Close it
       when done (it is a context manager).
 
     ConfigError for any other URL; UsageError for ``expect_sha256`` with a URL that is not a
@@ -94,13 +105,16 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None,
     if url.startswith(BUNDLE):
         if create:
             raise UsageError(f"{url}: a bundle is read-only")
-        return BundleStore(url[len(BUNDLE):], expect_sha256=expect_sha256)
+        env = os.environ if environ is None else environ
+        cap = env.get("NEFFCACHE_BUNDLE_MAX_BYTES")
+        return BundleStore(url[len(BUNDLE):], expect_sha256=expect_sha256,
+                           max_bytes=byte_count("NEFFCACHE_BUNDLE_MAX_BYTES", cap) if cap else None)
     if expect_sha256 is not None:
         raise UsageError(f"store {url}: expect_sha256 checks a bundle (bundle:FILE)")
     if url.startswith("s3://"):
         from neffcache.store.s3 import S3Store  # no AWS SDK import until the first write
 
-        return S3Store.from_url(url, environ, deadline=deadline)
+        return S3Store.from_url(url, environ, deadline=deadline, create=create)
     if url.startswith("file://"):
         return _local(url[len("file://"):], create)
     if "://" in url:

@@ -18,6 +18,8 @@ Keys are relative POSIX strings. Layout (under a store's root or prefix):
                                    referenced (gc spares that while the record is young)
     damaged/<key>                  quarantine: an object found damaged; writers treat the
                                    object as absent (``holds_good``) until it is rewritten
+    neffcache-store.json           the marker that says "a neffcache store is here" (written by
+                                   the commands that create a store: ``recognise_store``)
 
 Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
 SDK's other failures into ``UnavailableError`` once, inside the backend.
@@ -26,11 +28,12 @@ SDK's other failures into ``UnavailableError`` once, inside the backend.
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
-from neffcache.errors import NotFoundError, UsageError
+from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
 
 BLOBS = "blobs/sha256/"
 MANIFESTS = "manifests/"
@@ -40,6 +43,8 @@ PACKS = "packs/"
 REPORTS = "reports/"
 RETIRED = "retired/"
 DAMAGED = "damaged/"
+STORE_MARKER = "neffcache-store.json"
+_MARKER_BODY = b'{"neffcache_store":1}\n'
 
 
 def check_key(key: str) -> str:
@@ -87,6 +92,48 @@ def holds_good(store: Store, key: str, size: int) -> bool:
     return False
 
 
+def recognise_store(store: Store, *, create: bool) -> None:
+    """That ``store`` is a neffcache store, not an endpoint that answers anything (an HTML page,
+    a redirect, a proxy's error page) nor a mistyped prefix with nothing under it. It is one when
+    its ``STORE_MARKER`` holds the marker document, or, for stores older than the marker, when
+    it holds a manifest or a blob (what a push writes first). With ``create`` (the commands that
+    publish into it) a store without the marker gets one, read back. UnavailableError (exit 6)
+    when the marker holds something else, ConfigError (exit 2) when there is nothing under the
+    store at all."""
+    try:
+        _marker_ok(store, store.read(STORE_MARKER))
+        return
+    except NotFoundError:
+        pass
+    if create:
+        store.put(STORE_MARKER, io.BytesIO(_MARKER_BODY), if_absent=True)
+        try:
+            _marker_ok(store, store.read(STORE_MARKER))
+        except NotFoundError:
+            raise UnavailableError(f"store {store.url}: not a neffcache store: the marker it was "
+                                   f"just given ({STORE_MARKER}) cannot be read back") from None
+        return
+    if all(next(iter(store.list(prefix)), None) is None for prefix in (MANIFESTS, BLOBS)):
+        raise ConfigError(f"store {store.url}: not a neffcache store: nothing under it (no "
+                          f"{STORE_MARKER}, no manifest, no blob)",
+                          hint="check --store / NEFFCACHE_STORE (a mistyped bucket or prefix?); "
+                               "a store is made by push, precompile, copy or bundle import")
+
+
+def _marker_ok(store: Store, body: bytes) -> None:
+    try:
+        doc = json.loads(body)
+    except ValueError:  # UnicodeDecodeError too
+        doc = None
+    if not (isinstance(doc, dict) and "neffcache_store" in doc):
+        shown = body[:40].decode("utf-8", "replace").replace("\n", " ")
+        raise UnavailableError(f"store {store.url}: not a neffcache store: {STORE_MARKER} holds "
+                               f"{shown!r}... (an endpoint that answers every request with a web "
+                               f"page or a redirect?)",
+                               hint="check the endpoint (AWS_ENDPOINT_URL_S3 / "
+                                    "NEFFCACHE_*_S3_ENDPOINT) and --store")
+
+
 def entry_key_of(manifest_object_key: str) -> str | None:
     """The entry key in a manifest object key, or None for anything else under manifests/."""
     name = manifest_object_key.removeprefix(MANIFESTS)
@@ -102,7 +149,8 @@ class Store(Protocol):
     url: str
 
     def check(self) -> None:
-        """Probe that the store is reachable; raise UnavailableError with a one-line reason."""
+        """Probe that the store is reachable (UnavailableError with a one-line reason) and is
+        a neffcache store (``recognise_store``)."""
 
     def has(self, key: str) -> bool:
         """Whether an object exists."""

@@ -6,9 +6,11 @@ Opening a bundle checks its structure without trusting it: the TOC comes first a
 a regular file the TOC lists, once, with the TOC's size, lying inside the file; every listed
 member must be present; the bytes between members (tar padding) and after the last must be
 zero, so no byte of the file escapes a check. ``verify_all`` then hashes every member against the
-TOC. Members are read by offset from the file, never extracted, so a member name never becomes
-a path. A plain tar bundle is a whole number of 10 KiB tar records (what tar writes), so a cut
-anywhere, its trailing padding included, is refused.
+TOC (once; ``check`` runs it, so a bundle used as a mirror or a repair or copy source is refused
+whole when one member differs, as ``bundle show --verify`` refuses it). Members are read by
+offset from the file, never extracted, so a member name never becomes a path. A plain tar
+bundle is a whole number of 10 KiB tar records (what tar writes), so a cut anywhere, its
+trailing padding included, is refused.
 
 A gzip-compressed bundle is first decompressed into an anonymous temp file. Its cap comes from
 the trusted side, never from its TOC alone: the TOC's digest is compared with ``expect_sha256``
@@ -70,6 +72,7 @@ class BundleStore:
             self._fh.close()
             raise
         self._members = {m.name: m for m in self.toc.members}
+        self._verified = False  # verify_all has passed
 
     def close(self) -> None:
         self._fh.close()
@@ -84,6 +87,8 @@ class BundleStore:
         """Hash every member against the TOC; IntegrityError at the first that differs.
         Returns the bytes checked."""
         total = 0
+        if self._verified:
+            return sum(m.size for m in self.toc.members)
         for i, m in enumerate(self.toc.members, 1):
             h = hashlib.sha256()
             with self.open(m.name) as src:
@@ -95,12 +100,16 @@ class BundleStore:
             total += m.size
             if progress:
                 progress(i, len(self.toc.members))
+        self._verified = True
         return total
 
     # --- the store protocol ---------------------------------------------------------------
 
     def check(self) -> None:
-        return None
+        """Every member against the table of contents (``verify_all``, once), before a bundle
+        serves as a mirror or a source: a bundle with one member that does not match is
+        refused whole, as ``bundle show --verify`` refuses it."""
+        self.verify_all()
 
     def has(self, key: str) -> bool:
         return key in self._members

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
-from neffcache.store.base import ObjectStream, TempFile
+from neffcache.store.base import ObjectStream, TempFile, recognise_store
 
 _CHUNK = 1 << 20
 TEMP_PREFIX = ".tmp-"
@@ -57,6 +57,7 @@ class LocalStore:
         self._require_root()
         if not os.access(self.root, os.R_OK | os.X_OK):
             raise UnavailableError(f"store {self.root}: not readable")
+        recognise_store(self, create=self.create)
 
     def has(self, key: str) -> bool:
         return self._path(key).is_file()

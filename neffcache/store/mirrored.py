@@ -1,29 +1,54 @@
 """An ordered list of stores read as one: a read that misses on one store goes to the next, and
 a repeated read of the same bytes (the restore re-fetches only what failed verification) starts
-at the next store, so a damaged object on the primary is served by a mirror. Read-only."""
+at the next store, so a damaged object on the primary is served by a mirror. Read-only.
+
+A store that cannot serve — unreachable (``UnavailableError``: refused, timed out), not a store
+at all or misconfigured (``ConfigError``), or a bundle with a member that does not match its
+table of contents (``IntegrityError`` from its check) — is passed over for the next one, and
+left alone for the rest of the run once it failed (its client already retried), so a dead
+primary costs one probe, not one timeout per object. Each store is checked
+(``Store.check``) before its first use, the primary by ``check`` and a mirror only once it is
+needed."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from typing import BinaryIO
+from collections.abc import Callable, Iterator, Sequence
+from typing import BinaryIO, TypeVar
 
-from neffcache.errors import NotFoundError, UsageError
+from neffcache.errors import (
+    ConfigError,
+    IntegrityError,
+    NeffcacheError,
+    NotFoundError,
+    UnavailableError,
+    UsageError,
+)
 from neffcache.store.base import Store
+
+# What makes a store pass over to the next (see the module docstring).
+_DOWN = (UnavailableError, ConfigError)
+T = TypeVar("T")
 
 
 class MirroredStore:
-    """Reads from ``stores`` in order (the first is the primary); counts what each served."""
+    """Reads from ``stores`` in order (the first is the primary); counts what each served.
+    ``notice`` gets one line per store passed over as unreachable."""
 
-    def __init__(self, stores: Sequence[Store]) -> None:
+    def __init__(self, stores: Sequence[Store],
+                 notice: Callable[[str], None] | None = None) -> None:
         if not stores:
             raise UsageError("a mirrored store needs at least one store")
         self.stores = tuple(stores)
         self.url = self.stores[0].url
+        self._notice = notice
         self._asked: Counter[tuple[str, int, int | None]] = Counter()
         self._served: Counter[str] = Counter()
+        self._checked: set[int] = set()
+        self._down: dict[int, NeffcacheError] = {}
         self._lock = threading.Lock()
+        self._checking = tuple(threading.Lock() for _ in self.stores)
 
     def served(self) -> dict[str, int]:
         """Objects (or ranges) served, per store URL, in the stores' order."""
@@ -31,31 +56,35 @@ class MirroredStore:
             return {s.url: self._served[s.url] for s in self.stores if self._served[s.url]}
 
     def check(self) -> None:
-        self.stores[0].check()
+        """Fine when one store answers (the primary first); else the primary's error."""
+        for i in range(len(self.stores)):
+            if self._usable(i):
+                return
+        with self._lock:
+            raise self._down[0]
 
     def has(self, key: str) -> bool:
-        return any(s.has(key) for s in self.stores)
-
-    def _order(self, key: str, start: int, length: int | None) -> tuple[Store, ...]:
-        with self._lock:
-            n = self._asked[(key, start, length)]
-            self._asked[(key, start, length)] += 1
-        first = n % len(self.stores)
-        return self.stores[first:] + self.stores[:first]
+        return any(self._call(i, lambda s: s.has(key), False) for i in range(len(self.stores)))
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
-        missed: NotFoundError | None = None
-        for store in self._order(key, start, length):
+        missed: NeffcacheError | None = None
+        for i in self._order(key, start, length):
+            if not self._usable(i):
+                continue
             try:
-                body = store.open(key, start, length)
+                body = self.stores[i].open(key, start, length)
             except NotFoundError as exc:
                 missed = missed or exc
                 continue
+            except _DOWN as exc:
+                self._mark_down(i, exc)
+                continue
             with self._lock:
-                self._served[store.url] += 1
+                self._served[self.stores[i].url] += 1
             return body
-        assert missed is not None
-        raise missed
+        with self._lock:
+            down = [e for _, e in sorted(self._down.items())]
+        raise missed or down[0]
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         with self.open(key, start, length) as body:
@@ -66,11 +95,59 @@ class MirroredStore:
 
     def list(self, prefix: str) -> Iterator[str]:
         seen: set[str] = set()
-        for store in self.stores:
-            for key in store.list(prefix):
+        for i in range(len(self.stores)):
+            keys: tuple[str, ...] = self._call(i, lambda s: tuple(s.list(prefix)), ())
+            for key in keys:
                 if key not in seen:
                     seen.add(key)
                     yield key
 
     def delete(self, key: str) -> None:
         self.stores[0].delete(key)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _order(self, key: str, start: int, length: int | None) -> tuple[int, ...]:
+        with self._lock:
+            n = self._asked[(key, start, length)]
+            self._asked[(key, start, length)] += 1
+        first = n % len(self.stores)
+        every = tuple(range(len(self.stores)))
+        return every[first:] + every[:first]
+
+    def _usable(self, i: int) -> bool:
+        """Whether store ``i`` answers: checked on first use, never again once down."""
+        with self._lock:
+            if i in self._down or i in self._checked:
+                return i not in self._down
+        with self._checking[i]:  # one probe, however many threads need the store at once
+            with self._lock:
+                if i in self._down or i in self._checked:
+                    return i not in self._down
+            try:
+                self.stores[i].check()
+            except (*_DOWN, IntegrityError) as exc:
+                self._mark_down(i, exc)
+                return False
+            with self._lock:
+                self._checked.add(i)
+            return True
+
+    def _call(self, i: int, call: Callable[[Store], T], default: T) -> T:
+        if not self._usable(i):
+            return default
+        try:
+            return call(self.stores[i])
+        except _DOWN as exc:
+            self._mark_down(i, exc)
+            return default
+
+    def _mark_down(self, i: int, exc: NeffcacheError) -> None:
+        with self._lock:
+            if i in self._down:
+                return
+            self._down[i] = exc
+        if self._notice is not None:
+            others = "the next store" if i + 1 < len(self.stores) else "the other stores"
+            self._notice(f"warning: {self.stores[i].url} passed over, {others} serve instead: "
+                         f"{exc}")

@@ -34,13 +34,14 @@ from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
 from obstore.store import S3Store as _Client
 
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
-from neffcache.store.base import BLOBS, PACKS, ObjectStream, Upload, check_key
+from neffcache.store.base import BLOBS, PACKS, ObjectStream, Upload, check_key, recognise_store
 from neffcache.store.s3_config import (
     ENVIRONMENT,
     NONE,
     CredentialSource,
     PutSettings,
     S3Location,
+    byte_count,
     configured_endpoint,
     credential_source,
     locate,
@@ -94,7 +95,7 @@ class S3Store:
                  max_attempts: int = 5, connect_timeout: float = 5.0, read_timeout: float = 60.0,
                  max_pool_connections: int = 64, multipart_threshold: int = PART_SIZE,
                  part_size: int = PART_SIZE, environ: Mapping[str, str] | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, create: bool = False) -> None:
         if part_size < 5 * MiB or multipart_threshold < part_size:
             raise UsageError("S3 store: part_size must be >= 5 MiB and <= multipart_threshold")
         env = os.environ if environ is None else environ
@@ -102,6 +103,7 @@ class S3Store:
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.multipart_threshold, self.part_size = multipart_threshold, part_size
+        self.create = create  # check() gives a store without its marker one (recognise_store)
         self._keys = {name: env[var] for name, var in _KEY_VARIABLES if env.get(var)}
         profile = read_profile(env)
         self.location = locate(bucket, self.prefix, endpoint_url, env, profile or {})
@@ -115,7 +117,7 @@ class S3Store:
         if self.credentials.needs_botocore:
             from neffcache.store.s3_profile import profile_credentials
 
-            self._provider = profile_credentials(self.credentials, self.url)
+            self._provider = profile_credentials(self.credentials, self.url, env)
         # With a deadline (a time.monotonic() value) no wait may outlast it.
         left = None if deadline is None else max(0.05, deadline - time.monotonic())
 
@@ -151,7 +153,7 @@ class S3Store:
         for name, var in (("multipart_threshold", "NEFFCACHE_S3_MULTIPART_THRESHOLD"),
                           ("part_size", "NEFFCACHE_S3_PART_SIZE")):
             if env.get(var):
-                options.setdefault(name, _byte_count(var, env[var]))
+                options.setdefault(name, byte_count(var, env[var]))
         return cls(bucket, prefix, environ=environ, **options)
 
     # -- the protocol -------------------------------------------------------------------------
@@ -165,6 +167,7 @@ class S3Store:
             obstore.list_with_delimiter(self._probe, _PROBE_PREFIX)
         except _CLIENT_ERRORS as exc:
             raise self._error(exc, "ListObjectsV2", None) from None
+        recognise_store(self, create=self.create)
 
     def has(self, key: str) -> bool:
         try:
@@ -456,10 +459,3 @@ def _read_up_to(source: BinaryIO, size: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
-
-
-def _byte_count(name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise UsageError(f"{name}={value!r}: expected a number of bytes") from None

@@ -61,25 +61,27 @@ class CredentialSource:
 
 def side_environ(env: Mapping[str, str], side: str, profile: str | None = None) -> (
         dict[str, str]):
-    """The environment one side of a two-store command (``side`` FROM or TO) reads: ``env``
-    with every ``NEFFCACHE_<SIDE>_AWS_*`` variable as ``AWS_*``, ``NEFFCACHE_<SIDE>_S3_*`` as
-    ``NEFFCACHE_S3_*`` and ``NEFFCACHE_<SIDE>_S3_ENDPOINT`` as ``AWS_ENDPOINT_URL_S3``; a
-    ``profile`` selects that AWS profile and drops the shared environment keys (pure)."""
+    """The environment one store of several reads (``side``: FROM or TO of a copy or a repair's
+    source, ``MIRROR_<N>`` for a restore's N-th mirror): ``env`` with every
+    ``NEFFCACHE_<SIDE>_AWS_*`` variable as ``AWS_*``, ``NEFFCACHE_<SIDE>_S3_*`` as
+    ``NEFFCACHE_S3_*``, ``NEFFCACHE_<SIDE>_BUNDLE_*`` as ``NEFFCACHE_BUNDLE_*`` and
+    ``NEFFCACHE_<SIDE>_S3_ENDPOINT`` as ``AWS_ENDPOINT_URL_S3``; a ``profile`` selects that AWS
+    profile. A profile of the side's own (flag or ``NEFFCACHE_<SIDE>_AWS_PROFILE``) drops the
+    shared environment keys, which belong to another store (pure)."""
     out = dict(env)
     head = f"NEFFCACHE_{side}_"
+    own = {var[len(head):]: value for var, value in env.items() if var.startswith(head)}
     if profile:
+        own["AWS_PROFILE"] = profile
+    if own.get("AWS_PROFILE"):
         for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
             out.pop(var, None)
-        out["AWS_PROFILE"] = profile
-    for var, value in env.items():
-        if not var.startswith(head):
-            continue
-        rest = var[len(head):]
+    for rest, value in own.items():
         if rest == "S3_ENDPOINT":
             out["AWS_ENDPOINT_URL_S3"] = value
         elif rest.startswith("AWS_"):
             out[rest] = value
-        elif rest.startswith("S3_"):
+        elif rest.startswith(("S3_", "BUNDLE_")):
             out[f"NEFFCACHE_{rest}"] = value
     return out
 
@@ -198,6 +200,14 @@ def unsigned_payload(location: S3Location, env: Mapping[str, str]) -> bool:
     if given in ("true", "false"):
         return given == "true"
     return not location.allow_http
+
+
+def byte_count(name: str, value: str) -> int:
+    """A setting that is a number of bytes; ConfigError (exit 2) naming it otherwise."""
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{name}={value!r}: expected a number of bytes") from None
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

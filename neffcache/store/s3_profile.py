@@ -4,7 +4,7 @@ credential_process) and web identity. botocore is imported only here, only for t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -17,13 +17,13 @@ from neffcache.store.s3_errors import NO_CREDENTIALS, NO_CREDENTIALS_HINT, crede
 TTL = timedelta(minutes=5)
 
 
-def profile_credentials(source: CredentialSource, where: str) -> Callable[[], dict[str, Any]]:
+def profile_credentials(source: CredentialSource, where: str,
+                        env: Mapping[str, str]) -> Callable[[], dict[str, Any]]:
     """A credential provider for obstore, resolved once now so that a broken source fails here,
-    as a domain error, rather than inside the first request."""
-    import botocore.session  # type: ignore[import-untyped]
-
+    as a domain error, rather than inside the first request. The profile and the AWS files are
+    the store's own (``env``, e.g. one side of a copy), not the process's."""
     try:
-        found = botocore.session.Session().get_credentials()
+        found = botocore_session(source, env).get_credentials()
         if found is None:
             raise UnavailableError(f"{where}: {NO_CREDENTIALS}", hint=NO_CREDENTIALS_HINT)
         found.get_frozen_credentials()
@@ -38,3 +38,17 @@ def profile_credentials(source: CredentialSource, where: str) -> Callable[[], di
                 "token": frozen.token, "expires_at": datetime.now(timezone.utc) + TTL}
 
     return provide
+
+
+def botocore_session(source: CredentialSource, env: Mapping[str, str]) -> Any:
+    """A botocore session that reads ``source``'s profile from the AWS files ``env`` names.
+    A profile given this way is explicit: botocore then skips the process's environment keys,
+    which belong to another store (web identity still reads the process environment)."""
+    import botocore.session  # type: ignore[import-untyped]
+
+    session = botocore.session.Session(profile=source.profile)
+    for name, var in (("config_file", "AWS_CONFIG_FILE"),
+                      ("credentials_file", "AWS_SHARED_CREDENTIALS_FILE")):
+        if env.get(var):
+            session.set_config_variable(name, env[var])
+    return session

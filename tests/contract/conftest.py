@@ -39,7 +39,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
 
     url = request.getfixturevalue({"s3": "s3_url", "s3-ipv6": "s3_ipv6_url"}.get(
         kind, "seaweedfs_url"))
-    return S3Store.from_url(url, **S3_OPTIONS)
+    return S3Store.from_url(url, create=True, **S3_OPTIONS)  # a store publishers write to
 
 
 @pytest.fixture(scope="session")

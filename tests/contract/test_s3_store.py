@@ -271,7 +271,7 @@ def test_requests_go_through_the_configured_proxy(s3_url: str, monkeypatch: pyte
 
     with ForwardProxy() as proxy:
         monkeypatch.setenv(variable, proxy.url)
-        store = S3Store.from_url(s3_url)
+        store = S3Store.from_url(s3_url, create=True)
         store.check()
         assert store.put("manifests/p.json", io.BytesIO(b"{}")) is True
         assert store.read("manifests/p.json") == b"{}"
@@ -287,7 +287,7 @@ def test_no_proxy_bypasses_the_proxy(s3_url: str, monkeypatch: pytest.MonkeyPatc
     with ForwardProxy() as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url)
         monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-        store = S3Store.from_url(s3_url)
+        store = S3Store.from_url(s3_url, create=True)
         store.put("manifests/q.json", io.BytesIO(b"{}"))
         assert store.read("manifests/q.json") == b"{}"
     assert proxy.seen == []
@@ -325,7 +325,7 @@ def test_the_store_check_outlasts_a_few_slowdowns(s3_url: str,
         monkeypatch.setenv("HTTP_PROXY", proxy.url)
         for _ in range(3):
             proxy.fault_next("neffcache-check", "slowdown")
-        S3Store.from_url(s3_url).check()
+        S3Store.from_url(s3_url, create=True).check()
     assert proxy.injected["slowdown"] == 3
 
 

@@ -229,7 +229,8 @@ def _aws_modules_after(code: str, roots: tuple[str, ...] = AWS_SDK) -> list[str]
 def test_importing_the_store_package_does_not_import_boto3(tmp_path: Path) -> None:
     assert _aws_modules_after(
         "import neffcache.store\n"
-        f"s = neffcache.store.open_store({str(tmp_path)!r}); s.check(); s.has('a')") == []
+        f"s = neffcache.store.open_store({str(tmp_path)!r}, create=True)\n"
+        "s.check(); s.has('a')") == []
 
 
 @pytest.mark.s3
@@ -237,7 +238,8 @@ def test_s3_reads_and_writes_import_no_aws_sdk(s3_url: str) -> None:
     """With credentials from the environment, the S3 store is obstore alone: no botocore
     (~0.2 s of imports and client set-up on a boot), no boto3, no s3transfer."""
     read = _aws_modules_after(
-        f"import io, neffcache.store; s = neffcache.store.open_store({s3_url!r}); s.check()\n"
+        f"import io, neffcache.store; s = neffcache.store.open_store({s3_url!r}, create=True)\n"
+        "s.check()\n"
         "assert not s.has('manifests/x.json'); list(s.list('manifests/'))")
     assert read == []
     wrote = _aws_modules_after(

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from neffcache.hashing import sha256_bytes
-from neffcache.store.base import manifest_key, pack_key
+from neffcache.store.base import blob_key, manifest_key, pack_key
 from tests.e2e.conftest import CELL_64, Cli, restored_tree, split_url, temps_under
 from tests.support.synthetic import make_neff_cache
 
 pytestmark = pytest.mark.s3
 
 
-def test_corrupt_packed_member_exit_4_then_noop_rerun_without_store(
+def test_corrupt_packed_member_without_its_blob_exit_4_then_noop_rerun_without_store(
         cli: Cli, matrix: Path, tmp_path: Path, s3: Any, s3_url: str) -> None:
     cache = make_neff_cache(tmp_path / "neff", seed=41, count=300, large=0, duplicate_ratio=0)
     push = cli("push", "--matrix", str(matrix), "--cell", CELL_64, "--root",
@@ -35,6 +35,7 @@ def test_corrupt_packed_member_exit_4_then_noop_rerun_without_store(
     body = bytearray(s3.get_object(Bucket=bucket, Key=pkey)["Body"].read())
     body[offset + size // 2] ^= 0xFF
     s3.put_object(Bucket=bucket, Key=pkey, Body=bytes(body))
+    s3.delete_object(Bucket=bucket, Key=f"{prefix}/{blob_key(sha)}")  # else it comes from there
 
     out = tmp_path / "out"
     r = cli("restore", str(matrix), "--to", str(out), "--cells", CELL_64, "--json")

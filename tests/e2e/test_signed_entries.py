@@ -192,7 +192,8 @@ def test_a_bad_signing_key_fails_before_anything_is_published(cli: Cli, matrix: 
             "--signing-key", str(bad))
     assert r.code == 2 and "not an unencrypted Ed25519 private key" in r.stderr
     assert "AAAA" not in r.stderr
-    assert restore(cli, matrix, tmp_path / "out").code == 3  # nothing was published
+    nothing = restore(cli, matrix, tmp_path / "out")  # nothing was published, no store made
+    assert nothing.code == 2 and "not a neffcache store: nothing under it" in nothing.stderr
 
 
 def test_verify_lists_the_entries_a_trusting_restore_would_refuse(cli: Cli, matrix: Path,

@@ -20,7 +20,7 @@ import pytest
 
 from neffcache.hashing import sha256_bytes
 from neffcache.lifecycle.gc import apply_uploads, collect_uploads
-from neffcache.store import blob_key
+from neffcache.store import blob_key, open_store
 from neffcache.store.base import pack_key
 from neffcache.store.s3 import S3Store
 from tests.conftest import S3_ENV
@@ -119,6 +119,7 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_aborts_stale_uploads(env: dict[str, str], bucket: str, tmp_path: Path) -> None:
     store_env = dict(env, NEFFCACHE_STORE=f"s3://{bucket}/neff")
+    S3Store.from_url(f"s3://{bucket}/neff", env, create=True).check()  # as the push did
     key = f"neff/{blob_key(A)}"
     upload = start_upload(env, bucket, key)
     time.sleep(2.2)  # older than a 1 s grace, by the server's whole-second clock too
@@ -147,6 +148,6 @@ def test_cli_aborts_stale_uploads(env: dict[str, str], bucket: str, tmp_path: Pa
         assert env["AWS_SECRET_ACCESS_KEY"] not in out.stdout + out.stderr
 
     local = tmp_path / "local-store"
-    local.mkdir()
+    open_store(str(local), create=True).check()
     none = run(env, "gc", "--uploads", "--store", str(local))
     assert none.returncode == 0 and "a local store has no multipart uploads" in none.stdout

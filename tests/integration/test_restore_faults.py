@@ -223,6 +223,7 @@ def test_transfers_that_stall_midway_are_left_at_the_deadline(
     completes the tree."""
     tree = trees[tree_name]
     with FaultyProxy(seed=7, rate=0.3, faults=("stall",), stall_seconds=30) as proxy:
+        proxy.fault_next("/neffcache-store.json", "")  # the store check passes
         proxy.fault_next("/manifests/", "")  # the manifest arrives; the data GETs may hang
         r, seconds = restore(base_env, matrix, tree, proxy, tmp_path / "out", "--deadline",
                              "5")

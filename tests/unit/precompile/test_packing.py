@@ -179,7 +179,8 @@ def test_packed_round_trip_reads_packs_not_blobs(tmp_path: Path, packed) -> None
     assert len(opened) < len({f.sha256 for f in manifest.files}) // 2  # far fewer requests
 
 
-def test_corrupt_packed_member_is_exit_4_and_never_installed(tmp_path: Path, packed) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_packed_member_without_its_blob_is_exit_4_and_never_installed(  # type: ignore[no-untyped-def]
+        tmp_path: Path, packed) -> None:
     store, manifest, files = packed
     pack = manifest.packs[0]
     victim = pack.members[len(pack.members) // 2]
@@ -187,6 +188,7 @@ def test_corrupt_packed_member_is_exit_4_and_never_installed(tmp_path: Path, pac
     data = bytearray(path.read_bytes())
     data[victim.offset + victim.size // 2] ^= 0xFF
     path.write_bytes(bytes(data))
+    store.delete(blob_key(victim.sha256))  # with its blob, the member comes from there
 
     r = restore_cells(store, [cell()], NEURON, FP, tmp_path / "t", workers=2)
     err = r.error()

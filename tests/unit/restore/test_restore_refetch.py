@@ -5,6 +5,7 @@ And a store call that hangs is not waited for past the deadline."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -122,11 +123,26 @@ def packed(tmp_path: Path) -> tuple[LocalStore, Manifest, dict[str, bytes]]:
     return store, m, files
 
 
-def test_a_corrupt_member_is_read_again_alone_not_its_pack(tmp_path: Path) -> None:
+def test_a_corrupt_member_comes_from_its_own_blob_not_its_pack(tmp_path: Path) -> None:
     store, m, files = packed(tmp_path)
     pack = max(m.packs, key=lambda p: len(p.members))
     key = pack_key(pack.sha256)
     hit = next(x for x in pack.members if x.offset <= pack.size // 2 < x.offset + x.size)
+    faulty = FaultyStore(store, corrupt={key}, damaged_reads=2)  # the middle byte flipped
+    r = restore_cells(faulty, [CELL], NEURON, FP, tmp_path / "t", workers=4)
+    assert r.error() is None, r.failures
+    assert restored(tmp_path) == files
+    assert [(s, n) for k, s, n in faulty.ranges if k == key] == [(0, pack.size)]  # once
+    sha = hashlib.sha256(store.read(key, hit.offset, hit.size)).hexdigest()
+    assert [k for k, _, _ in faulty.ranges if k == blob_key(sha)] == [blob_key(sha)]
+
+
+def test_a_corrupt_member_without_its_blob_is_read_again_alone(tmp_path: Path) -> None:
+    store, m, files = packed(tmp_path)
+    pack = max(m.packs, key=lambda p: len(p.members))
+    key = pack_key(pack.sha256)
+    hit = next(x for x in pack.members if x.offset <= pack.size // 2 < x.offset + x.size)
+    store.delete(blob_key(hashlib.sha256(store.read(key, hit.offset, hit.size)).hexdigest()))
     faulty = FaultyStore(store, corrupt={key}, damaged_reads=2)  # the middle byte flipped
     r = restore_cells(faulty, [CELL], NEURON, FP, tmp_path / "t", workers=4)
     assert r.error() is None, r.failures
