@@ -126,7 +126,8 @@ def list_runs(index: Index, limit: int = 50, matrix: str | None = None,
                                   .group_by(CellFailureRow.run_id)).all()) if ids else {}
         return [RunSummary(r.id, as_utc(r.started_at), as_utc(r.finished_at),  # type: ignore[arg-type]
                            r.host, r.fingerprint_key, r.matrix_name, r.cells_ok,
-                           r.cells_failed, int(failures.get(r.id, 0))) for r in runs]
+                           r.cells_failed, int(failures.get(r.id, 0)), r.cells_cancelled)
+                for r in runs]
 
 
 def run_cursor(run: RunSummary) -> str:
@@ -159,7 +160,7 @@ def get_run(index: Index, run_id: str) -> RunSummary:
         n = s.scalar(select(func.count()).where(CellFailureRow.run_id == run_id)) or 0
         return RunSummary(r.id, as_utc(r.started_at), as_utc(r.finished_at),  # type: ignore[arg-type]
                           r.host, r.fingerprint_key, r.matrix_name, r.cells_ok,
-                          r.cells_failed, int(n))
+                          r.cells_failed, int(n), r.cells_cancelled)
 
 
 def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVersion | None = None,

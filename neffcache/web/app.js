@@ -100,7 +100,9 @@ function renderRuns(rows) {
   if (!rows.length) { $("runs").innerHTML = `<tr><td class="empty">no precompile run</td></tr>`; return; }
   $("runs").innerHTML = `<thead><tr><th>started (UTC)</th><th>finished</th><th>host</th>
     <th>matrix</th><th>fingerprint</th><th class="num">ok</th><th class="num">failed</th></tr></thead><tbody>` +
-    rows.map((r) => `<tr><td>${esc(when(r.started_at))}</td><td>${esc(when(r.finished_at) || "running")}</td>
+    rows.map((r) => `<tr data-run="${esc(r.id)}" data-status="${esc(r.status)}"><td>${esc(when(r.started_at))}</td>
+      <td>${r.status === "cancelled" ? `<span class="badge o-partial" title="stopped by SIGTERM/SIGINT: ${num(r.cells_cancelled)} cell(s) ended, their leases given back">cancelled</span> ${esc(when(r.finished_at))}`
+        : esc(when(r.finished_at) || "running")}</td>
       <td>${esc(r.host)}</td><td>${esc(r.matrix)}</td>
       <td><code title="${esc(r.fingerprint_key)}">${esc(short(r.fingerprint_key))}</code></td>
       <td class="num">${r.cells_ok ?? "–"}</td><td class="num">${r.cells_failed ?? r.failures_recorded}</td></tr>`).join("") +
