@@ -35,6 +35,7 @@ from neffcache.index.ops_values import (
     OUTCOMES,
     FailureRecord,
     FingerprintInfo,
+    FingerprintRunTime,
     FingerprintStats,
     IndexTotals,
     LeaseStats,
@@ -323,6 +324,21 @@ def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[M
             .group_by(r.matrix_name))}
         names = set(s.scalars(select(MatrixRow.name).distinct())) | set(latest)
     return [MatrixRunTime(m, latest.get(m)) for m in sorted(names)]
+
+
+def last_fingerprint_runs(index: Index,
+                          window: timedelta = RUN_WINDOW) -> list[FingerprintRunTime]:
+    """When a precompile run of each (matrix, fingerprint) last started, for the runs of
+    the last ``window`` only (a range of the started_at index); pairs with no run that
+    recent are absent."""
+    r = PrecompileRunRow
+    with index.read_session() as s:
+        since = index.now(s) - window
+        rows = s.execute(select(r.matrix_name, r.fingerprint_key, func.max(r.started_at))
+                         .where(r.started_at >= since)
+                         .group_by(r.matrix_name, r.fingerprint_key)
+                         .order_by(r.matrix_name, r.fingerprint_key)).all()
+    return [FingerprintRunTime(str(m), str(fp), as_utc(t)) for m, fp, t in rows]  # type: ignore[arg-type]
 
 
 def reported_fingerprints(index: Index) -> list[ReportedFingerprint]:

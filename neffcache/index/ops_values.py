@@ -426,6 +426,15 @@ class MatrixRunTime:
 
 
 @dataclass(frozen=True, slots=True)
+class FingerprintRunTime:
+    """When a precompile run of a matrix under a fingerprint last started."""
+
+    matrix: str
+    fingerprint_key: str
+    started_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ReportedFingerprint:
     """A fingerprint restore reports of a registered matrix named: how many, the last when."""
 
