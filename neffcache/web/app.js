@@ -150,7 +150,7 @@ function renderAttention(a) {
       a.failed_cells - a.failed.length));
   }
   if (a.stale_cells) {
-    groups.push(attentionGroup("stale", `<span class="p">&#8987; ${plural(a.stale_cells, "stale cell")}</span>
+    groups.push(attentionGroup("stale", `<span class="p">&#9679; ${plural(a.stale_cells, "stale cell")}</span>
       <span class="muted">(lease expired: worker died?)</span>`,
       a.stale.map((l) => attentionItem(l.matrix, l.fingerprint_key, `<code>${esc(l.cell_id)}</code>
         on <code>${esc(short(l.fingerprint_key))}</code> · ${esc(l.host)} · expired ${esc(when(l.expires_at))}`)),
@@ -160,7 +160,8 @@ function renderAttention(a) {
     groups.push(attentionGroup("unbuilt", `<span class="f">&#9888; ${plural(a.unbuilt.length, "fleet fingerprint")}
       with nothing built</span> <span class="muted">(restored with in ${num(a.fleet_window_days)} days)</span>`,
       a.unbuilt.map((u) => attentionItem(u.matrix, u.fingerprint.key, `<code>${esc(short(u.fingerprint.key))}</code>
-        ${esc(u.fingerprint.backend)} ${esc(u.fingerprint.sdk_version)} ${esc(u.fingerprint.target)} ·
+        ${u.fingerprint.backend === "unknown" ? "(not in the index)" : `${esc(u.fingerprint.backend)}
+        ${esc(u.fingerprint.sdk_version)} ${esc(u.fingerprint.target)}`} ·
         ${plural(u.fingerprint.restores, "restore")} · last ${esc(when(u.last_restore_at))}`)), 0));
   }
   box.innerHTML = `<h2>Needs attention <span class="muted">(all matrices)</span></h2><div class="att-groups">${groups.join("")}</div>`;
@@ -225,7 +226,7 @@ function cardHTML(f) {
     <div class="title">${f.backend === "unknown" ? "fingerprint not in the index"
       : `${esc(f.backend)} ${esc(f.sdk_version)} <span class="target">${esc(f.target)}</span>`}</div>
     ${f.known ? `<div class="known">${esc(f.known)}</div>` : ""}${distinctHTML(f)}${alarm}
-    <code>${esc(short(f.key))}</code> <b>${pct(f)}</b>
+    <code>${esc(short(f.key))}</code> <b>${pct(f)}</b>${explainHTML(f)}
     <div class="bar"><div class="r" style="width:${100 * f.ready / total}%"></div><div class="p" style="width:${100 * (f.in_progress || 0) / total}%"></div><div class="f" style="width:${100 * f.failed / total}%"></div></div>
     <div class="counts"><span class="r">${num(f.ready)} ready</span> · ${f.in_progress ? `<span class="p">${num(f.in_progress)} in progress</span> · ` : ""}<span class="f">${num(f.failed)} failed</span> · <span class="m">${num(f.missing)} missing</span></div></a>`;
 }
@@ -234,11 +235,13 @@ function cardHTML(f) {
 // the control that explains it against its nearest column (/api/fingerprint-diff).
 function distinctHTML(f) {
   const fields = Object.entries(f.distinct || {});
-  const list = fields.length ? `<div class="distinct" title="Differs from the cards that read the same in these fields">${fields.map(([k, v]) =>
+  return fields.length ? `<div class="distinct" title="Differs from the cards that read the same in these fields">${fields.map(([k, v]) =>
     `<span><b>${esc(k)}</b> <code>${esc(v === "" ? "''" : v)}</code></span>`).join(" ")}</div>` : "";
-  const why = f.nearest ? `<span class="explain" role="button" tabindex="0" data-explain="${esc(f.key)}"
+}
+
+function explainHTML(f) {
+  return f.nearest ? `<span class="explain" role="button" tabindex="0" data-explain="${esc(f.key)}"
     data-against="${esc(f.nearest)}" title="Which fields differ from ${esc(short(f.nearest))}, and why they matter">explain</span>` : "";
-  return list || why ? `<div class="tells">${list}${why}</div>` : "";
 }
 
 async function showExplain(el) {
@@ -305,7 +308,8 @@ function renderGrid(grid) {
   const chosen = fps.findIndex((f) => f.key === state.fingerprint);
   const head = `<thead><tr><th class="cell">cell (${num(grid.total_cells)})</th>` + fps.map((f, j) =>
     `<th title="${esc(f.key)}" data-fp="${esc(f.key)}"${j === chosen ? ' class="sel"' : ""}>${esc(f.sdk_version)}` +
-    `<span class="sub">${esc(f.target)}</span><span class="sub">${esc(short(f.key))}</span>` +
+    `<span class="sub">${esc(f.target)}</span>${Object.entries(f.distinct || {}).map(([k, v]) =>
+      `<span class="sub distinct" data-field="${esc(k)}">${esc(v)}</span>`).join("")}<span class="sub">${esc(short(f.key))}</span>` +
     `<span class="sub">${num(f.ready)}/${num(cellsOf(f))}</span></th>`).join("") + "</tr></thead>";
   const body = grid.rows.map((row) => `<tr><td class="cell">${esc(row.cell_id)}</td>` +
     row.statuses.map((s, j) => statusTD(s, j, (row.verified || {})[j], j === chosen)).join("") +
