@@ -22,15 +22,17 @@ from tests.support.live_server import serve_subprocess
 from tests.support.ops_seed import (
     DEMO_RESTORES,
     FAILED,
+    FLAGS,
     MISSING,
     READY,
     Seeded,
     StatusRule,
+    flag_fingerprints,
     matrix_text,
     sdk_fingerprint,
     seed,
     seed_demo,
-    seed_ops_extras,
+    seed_problems,
 )
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
@@ -281,32 +283,6 @@ def test_at_52_fingerprints_the_worst_come_first_the_grid_is_above_the_fold_and_
     assert data.count(half, FAILED) == 60 and data.count(restored, MISSING) == 120
 
 
-FLAGS = ("--optlevel 1", "--optlevel 2")
-
-
-def flag_fingerprints() -> tuple[Fingerprint, Fingerprint, Fingerprint]:
-    """Two fingerprints alike but for their NEURON_CC_FLAGS (cards that read the same), and
-    one of another SDK."""
-    def fp(sdk: str, flags: str) -> Fingerprint:
-        return build_fingerprint("neuron", {"version.neuronx-cc": sdk, "version.torch": "2.9.0",
-                                            "target": "trn2", "cc_flags": flags})
-    return fp("2.5.0", FLAGS[0]), fp("2.5.0", FLAGS[1]), fp("2.6.0", FLAGS[0])
-
-
-def seed_problems(ix: Index) -> tuple[Seeded, str, str]:
-    """The demo index (failed cells on "demo", "other" restored with a fingerprint nothing was
-    built for, an expired lease on "demo"), matrix "flags" fully built for the three
-    ``flag_fingerprints``, and a precompile run of "demo" that was cancelled; returns the
-    demo's seed, the fingerprint only restore reports name, and the cancelled run's id."""
-    data = seed_demo(ix)
-    extras = seed_ops_extras(ix, data)
-    seed(ix, matrix_text("flags", shapes=3, first=20), flag_fingerprints(),
-         lambda n, i: READY)
-    run = ix.start_run("ci-9", data.fingerprints[0], "demo")
-    ix.finish_run(run, 0, 0, cancelled=2)
-    return data, extras.reported.key, run
-
-
 ATTENTION = """JSON.stringify(Object.fromEntries(['failed', 'stale', 'unbuilt'].map(kind => [kind,
   [...document.querySelectorAll(`#attention .att-${kind} .att-item`)].map(a => ({
     matrix: a.dataset.matrix, fp: a.dataset.fp, text: a.textContent.replace(/\\s+/g, ' '),
@@ -366,7 +342,8 @@ def test_fingerprint_cards_show_what_tells_them_apart_and_explain_it_in_one_clic
         assert page.wait_for("document.body.dataset.loaded") == "true"
         tells = json.loads(page.evaluate("""JSON.stringify(Object.fromEntries(
             [...document.querySelectorAll('.fp-card')].map(c => [c.dataset.fp,
-              c.querySelector('.distinct')?.textContent.replace(/\\s+/g, ' ').trim() ?? null])))"""))
+              c.querySelector('.distinct')?.textContent.replace(/\\s+/g, ' ').trim()
+              ?? null])))"""))
         assert tells == {one.key: f"cc_flags {FLAGS[0]}", two.key: f"cc_flags {FLAGS[1]}",
                          other_sdk.key: None}
         page.evaluate(f"document.querySelector('.fp-card[data-fp=\"{two.key}\"] .explain')"
