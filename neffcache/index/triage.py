@@ -6,7 +6,7 @@ two fingerprints apart. A few queries whatever the index's size."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint, diff_fingerprints
 from neffcache.index.api import Index
+from neffcache.index.coverage_reads import live_lease
 from neffcache.index.ops_queries import lease_stats, reported_fingerprints
 from neffcache.index.ops_values import FingerprintCounts, FingerprintDiff
 from neffcache.index.shapes import AttentionDoc
@@ -124,9 +125,7 @@ def _stale(conn: Connection, now: datetime, limit: int) -> list[tuple[str, LiveL
         .select_from(c.join(cells, cells.c.key == c.c.cell_key))
         .where(c.c.holder.is_not(None), c.c.expires_at <= now)
         .order_by(c.c.expires_at).limit(limit))
-    return [(str(r[0]), LiveLease(str(r[1]), str(r[2]), str(r[3] or ""), as_utc(r[4]),
-                                  as_utc(r[5]), as_utc(r[6]), int(r[7]), str(r[8])))
-            for r in rows]
+    return [(str(r[0]), replace(live_lease(r[1:8]), cell_id=str(r[8]))) for r in rows]
 
 
 def fingerprint_diff(index: Index, key: str, against: str) -> FingerprintDiff:

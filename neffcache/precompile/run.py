@@ -234,10 +234,10 @@ class PrecompileRun:
             with self._lock:
                 done = [r for r in self._reports.values() if r.status in (PUBLISHED, EXISTS)]
                 failed = [r for r in self._reports.values() if r.status == FAILED]
-                ended = sum(1 for r in self._reports.values() if r.status == CANCELLED)
+                cancelled = sum(1 for r in self._reports.values() if r.status == CANCELLED)
             assert self.run_id is not None, "in_slots before start"
             self.index.finish_run(self.run_id, len(done), len(failed),
-                                  ended if self.cancelled else None)
+                                  cancelled if self.cancelled else None)
 
     def _guarded(self, slot: Callable[[], None]) -> None:
         try:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from neffcache import errors
+from neffcache.fingerprint import Fingerprint, build_fingerprint
 from neffcache.index.coverage_grid import (
     CoverageFacts,
     FailureFact,
@@ -19,7 +20,6 @@ from neffcache.index.coverage_grid import (
     grid_page,
     status_of,
 )
-from neffcache.fingerprint import Fingerprint, build_fingerprint
 from neffcache.index.ops_values import (
     FingerprintCounts,
     FingerprintDiff,
