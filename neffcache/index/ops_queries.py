@@ -302,14 +302,14 @@ def lease_stats(index: Index) -> list[LeaseStats]:
         now = index.now(s)
         for matrix, fp, expires in s.execute(
                 select(c.matrix_name, c.fingerprint_key, c.expires_at)
-                .where(c.expires_at > _EPOCH, c.holder.is_not(None))):
+                .where(c.expires_at > EPOCH, c.holder.is_not(None))):
             acc = counts.setdefault((str(matrix), str(fp)), [0, 0])
             acc[0 if as_utc(expires) > now else 1] += 1  # type: ignore[operator]
     return [LeaseStats(m, fp, live, expired)
             for (m, fp), (live, expired) in sorted(counts.items())]
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # below every lease expiry: a range start
 
 
 def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[MatrixRunTime]:

@@ -16,7 +16,7 @@ from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint, diff_fingerprints
 from neffcache.index.api import Index
 from neffcache.index.coverage_reads import live_lease
-from neffcache.index.ops_queries import lease_stats, reported_fingerprints
+from neffcache.index.ops_queries import EPOCH, lease_stats, reported_fingerprints
 from neffcache.index.ops_values import FingerprintCounts, FingerprintDiff
 from neffcache.index.shapes import AttentionDoc
 from neffcache.index.tables import cell_claims, cell_failures, cells, entries, matrices
@@ -123,7 +123,7 @@ def _stale(conn: Connection, now: datetime, limit: int) -> list[tuple[str, LiveL
         select(c.c.matrix_name, c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at,
                c.c.heartbeat_at, c.c.expires_at, c.c.attempts, cells.c.id)
         .select_from(c.join(cells, cells.c.key == c.c.cell_key))
-        .where(c.c.holder.is_not(None), c.c.expires_at <= now)
+        .where(c.c.holder.is_not(None), c.c.expires_at > EPOCH, c.c.expires_at <= now)
         .order_by(c.c.expires_at).limit(limit))
     return [(str(r[0]), replace(live_lease(r[1:8]), cell_id=str(r[8]))) for r in rows]
 
