@@ -533,7 +533,15 @@ function init() {
     const why = e.target.closest(".explain");
     if (why && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); guarded(showExplain)(why); }
   });
-  $("attention").addEventListener("click", onSelect);
+  $("attention").addEventListener("click", (e) => {  // opens a selection, never clears it
+    const el = e.target.closest(".att-item");
+    const plain = e.button === 0 && !(e.metaKey || e.ctrlKey || e.shiftKey || e.altKey);
+    if (plain && el && el.dataset.matrix === state.matrix && el.dataset.fp === state.fingerprint) {
+      e.preventDefault();
+    } else {
+      onSelect(e);
+    }
+  });
   $("overview").addEventListener("click", onSelect);
   $("grid").addEventListener("click", (e) => {
     if (e.target.closest("thead th[data-fp]")) onSelect(e);
