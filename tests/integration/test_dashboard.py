@@ -327,6 +327,9 @@ def test_the_first_screen_leads_with_what_is_wrong_in_every_matrix_not_only_the_
                       f".att-item[data-fp=\"{fp}\"]').click()")
         page.wait_for("document.getElementById('matrix').value === 'demo' && "
                       f"document.querySelector('.fp-card.selected')?.dataset.fp === '{fp}'")
+        page.evaluate(f"document.querySelector('#attention .att-failed "  # again: kept
+                      f".att-item[data-fp=\"{fp}\"]').click()")
+        assert f"fingerprint={fp}" in page.evaluate("location.search")
         assert page.console_errors() == []
 
 
@@ -340,6 +343,10 @@ def test_fingerprint_cards_show_what_tells_them_apart_and_explain_it_in_one_clic
             chromium(1280, 800) as page:
         navigate(page, base + "/?matrix=flags")
         assert page.wait_for("document.body.dataset.loaded") == "true"
+        # everything built, nothing failed, no fleet: the first screen says so
+        assert page.evaluate("document.getElementById('attention').dataset.ok") == "true"
+        assert "Nothing needs attention in any matrix" in page.evaluate(
+            "document.getElementById('attention').textContent")
         tells = json.loads(page.evaluate("""JSON.stringify(Object.fromEntries(
             [...document.querySelectorAll('.fp-card')].map(c => [c.dataset.fp,
               c.querySelector('.distinct')?.textContent.replace(/\\s+/g, ' ').trim()
