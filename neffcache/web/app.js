@@ -494,6 +494,7 @@ async function chooseMatrix(name, fingerprint) {
   state.fingerprint = fingerprint;
   state.offset = 0;
   $("cell-log").hidden = true;
+  $("fp-explain").hidden = true;
   await loadAll();
 }
 
