@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint, diff_fingerprints
@@ -98,9 +98,32 @@ def attention(index: Index, limit: int = 20) -> Attention:
 
 def _failed(conn: Connection, matrix_ids: list[int], limit: int) -> list[FailedCell]:
     """The latest failure of each cell x fingerprint of these matrix versions that still
-    has no entry, newest first."""
+    has no entry, newest first. Looked for first among the newest ``WINDOW`` x ``limit``
+    failures (a top-N of one table: the checks then run for those rows only, not for every
+    failure ever recorded); only when fewer qualify there, among all of them (any row outside
+    the window is older than every row in it, so the answer is the same)."""
+    for window in (WINDOW * limit, None):
+        found = [FailedCell(str(m), str(cid), str(ck), str(fk), run, status, as_utc(at))  # type: ignore[arg-type]
+                 for m, cid, ck, fk, run, status, at
+                 in conn.execute(_failed_statement(matrix_ids, limit, window))]
+        if len(found) >= limit:
+            break
+    return found
+
+
+WINDOW = 20  # _failed looks among the newest WINDOW x limit failures first
+
+
+def _failed_statement(matrix_ids: list[int], limit: int, window: int | None) -> Select[Any]:
+    """Without a window, "latest" is one grouped pass over every failure; within one, a
+    probe of the (cell, fingerprint) index per row of the window."""
     f, e = cell_failures, entries
-    latest = select(func.max(f.c.id)).group_by(f.c.cell_key, f.c.fingerprint_key)
+    newer = cell_failures.alias("newer")
+    latest = (f.c.id.in_(select(func.max(f.c.id)).group_by(f.c.cell_key, f.c.fingerprint_key))
+              if window is None else
+              ~select(newer.c.id).where(newer.c.cell_key == f.c.cell_key,
+                                        newer.c.fingerprint_key == f.c.fingerprint_key,
+                                        newer.c.id > f.c.id).exists())
     has_entry = (select(e.c.entry_key).where(e.c.cell_key == f.c.cell_key,
                                              e.c.fingerprint_key == f.c.fingerprint_key)
                  .exists())
@@ -109,10 +132,13 @@ def _failed(conn: Connection, matrix_ids: list[int], limit: int) -> list[FailedC
             .select_from(f.join(MC, MC.c.cell_key == f.c.cell_key)
                          .join(matrices, matrices.c.id == MC.c.matrix_id)
                          .join(cells, cells.c.key == f.c.cell_key))
-            .where(MC.c.matrix_id.in_(matrix_ids), f.c.id.in_(latest), ~has_entry)
+            .where(MC.c.matrix_id.in_(matrix_ids), latest, ~has_entry)
             .order_by(f.c.created_at.desc(), f.c.id.desc(), matrices.c.name).limit(limit))
-    return [FailedCell(str(m), str(cid), str(ck), str(fk), run, status, as_utc(at))  # type: ignore[arg-type]
-            for m, cid, ck, fk, run, status, at in conn.execute(stmt)]
+    if window is not None:
+        recent = cell_failures.alias("recent")
+        stmt = stmt.where(f.c.id.in_(select(recent.c.id).order_by(
+            recent.c.created_at.desc(), recent.c.id.desc()).limit(window)))
+    return stmt
 
 
 def _stale(conn: Connection, now: datetime, limit: int) -> list[tuple[str, LiveLease]]:

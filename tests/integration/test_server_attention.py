@@ -139,3 +139,29 @@ def test_openapi_grows_only_by_additions(seeded: tuple[str, Seeded, str, str]) -
         run["properties"])
     counts = schemas["FingerprintCountsDoc"]["properties"]
     assert {"key", "ratio", "target", "known", "restores", "distinct", "nearest"} <= set(counts)
+
+
+def test_failed_cells_older_than_the_first_window_are_still_found(tmp_path: Path) -> None:
+    """The newest failures are looked at first (``triage.WINDOW`` x limit of them); when too
+    few of those still count (their cells were built since, or failed again), every failure
+    is: the oldest one here is found behind 24 newer ones that have entries."""
+    from neffcache.index import attention
+    from neffcache.index.matrices import register_matrix
+    from neffcache.index.triage import WINDOW
+    from neffcache.matrix import parse_matrix
+    from tests.unit.test_index_factories import make_manifest
+
+    text = matrix_text("deep", shapes=25)
+    matrix = parse_matrix(text, "deep.toml")
+    fp = flag_fingerprints()[0]
+    with open_index(f"sqlite:///{tmp_path / 'index.db'}", auto_upgrade=True) as ix:
+        register_matrix(ix, matrix, text)
+        for cell in matrix.cells:
+            ix.record_failure(None, cell, fp, 1, 1.0, "error\n")
+        ix.record_entries([make_manifest(c, fp) for c in matrix.cells[1:]], "s3://b/p")
+        assert WINDOW < len(matrix.cells) - 1
+        found = attention(ix, limit=1)
+        two = attention(ix, limit=2)
+    assert found.failed_cells == 1
+    assert [(f.matrix, f.cell_id) for f in found.failed] == [("deep", matrix.cells[0].id)]
+    assert [f.cell_id for f in two.failed] == [matrix.cells[0].id]
