@@ -5,7 +5,8 @@
 // The selection lives in the URL (?matrix=NAME&fingerprint=KEY&cells=GLOB&refresh=SECONDS, or
 // the same after #): a link opens it, and choosing something rewrites the address.
 const state = { matrix: null, fingerprint: null, pattern: "", offset: 0, limit: 200,
-  refresh: 30, grid: null, summary: null, moreOpen: false, loads: 0, busy: false };
+  refresh: 30, grid: null, summary: null, attention: null, moreOpen: false, loads: 0,
+  busy: false };
 const CARDS = 4;  // full cards, worst first; the rest are one line each under "N more"
 const $ = (id) => document.getElementById(id);
 const SYMBOL = { ready: "\u2713", in_progress: "\u2026", failed: "\u2717", missing: "\u2013" };
@@ -117,8 +118,10 @@ function failureHTML(f) {
 }
 
 function renderFailures(rows) {
+  const elsewhere = state.attention ? state.attention.failed_cells : 0;
   $("failures").innerHTML = rows.length ? rows.map(failureHTML).join("")
-    : `<div class="empty">no failed cell</div>`;
+    : `<div class="empty">no failed cell${state.matrix ? ` in ${esc(state.matrix)}` : ""}${elsewhere
+      ? ` (every matrix: ${num(elsewhere)}, listed under "Needs attention")` : ""}</div>`;
 }
 
 // --- what needs attention, across every matrix (never only the selected one) --------------
@@ -437,6 +440,7 @@ async function loadAll() {
       getJSON("/api/runs?limit=20"), getJSON("/api/in-progress?limit=200"),
       getJSON("/api/restore-timeline?days=14"), getJSON("/api/attention?limit=20")]);
     state.summary = summary;
+    state.attention = attention;
     renderAttention(attention);
     renderTotals(summary);
     renderSdk(summary.sdk_versions);

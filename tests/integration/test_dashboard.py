@@ -299,7 +299,9 @@ def test_the_first_screen_leads_with_what_is_wrong_in_every_matrix_not_only_the_
         navigate(page, base + "/?matrix=other")  # a matrix with no failed cell is selected
         assert page.wait_for("document.body.dataset.loaded") == "true"
         assert page.evaluate("document.getElementById('matrix').value") == "other"
-        assert "no failed cell" in page.evaluate("document.getElementById('failures').textContent")
+        assert page.evaluate("document.getElementById('failures').textContent") == (
+            f'no failed cell in other (every matrix: {len(failed)}, listed under "Needs '
+            'attention")')
         shown = json.loads(page.evaluate(ATTENTION))
         # every failed cell of "demo" (not selected) is on the first screen, with its matrix
         assert {(a["matrix"], a["fp"]) for a in shown["failed"]} == {
