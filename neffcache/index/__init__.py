@@ -34,7 +34,8 @@ The handle and the building blocks other packages use:
     restore reports: ingest_reports(index, store), ingest_report_files, ReportPoller
     ops reads (the HTTP API, /metrics): fingerprint_stats, index_totals, list_runs, get_run,
         list_failures, list_restores, restore_outcomes, restore_timeline, group_by_sdk,
-        lease_stats, last_precompile_runs, reported_fingerprints;
+        lease_stats, last_precompile_runs, reported_fingerprints, last_fingerprint_runs;
+        the dashboard's first screen: attention (FLEET_WINDOW), fingerprint_diff;
         keyset paging: list_runs/list_failures/list_restores(after=run_cursor(last) /
         failure_cursor(last) / restore_cursor(last))
     values (frozen dataclasses) and their JSON documents (TypedDicts, ``*Doc``; the API's
@@ -119,6 +120,7 @@ if TYPE_CHECKING:
         fingerprint_stats,
         get_run,
         index_totals,
+        last_fingerprint_runs,
         last_precompile_runs,
         lease_stats,
         list_failures,
@@ -136,7 +138,9 @@ if TYPE_CHECKING:
         CoverageGrid,
         FailureRecord,
         FingerprintCounts,
+        FingerprintDiff,
         FingerprintInfo,
+        FingerprintRunTime,
         FingerprintStats,
         GridRow,
         IndexTotals,
@@ -155,6 +159,7 @@ if TYPE_CHECKING:
     )
     from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
     from neffcache.index.shapes import (
+        AttentionDoc,
         BucketDoc,
         CoverageCellDoc,
         CoverageCheckDoc,
@@ -168,6 +173,7 @@ if TYPE_CHECKING:
         EntryDoc,
         FailureDoc,
         FingerprintCountsDoc,
+        FingerprintDiffDoc,
         FingerprintDoc,
         GridRowDoc,
         IngestDoc,
@@ -193,6 +199,7 @@ if TYPE_CHECKING:
         TotalsDoc,
         UpgradeDoc,
     )
+    from neffcache.index.triage import FLEET_WINDOW, Attention, attention, fingerprint_diff
     from neffcache.index.values import (
         FAILED,
         IN_PROGRESS,
@@ -232,11 +239,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {  # module -> the names the face takes f
         "matrix_versions", "register_matrix", "registered_cells"),
     # the ops reads import the ORM
     "ops_queries": ("failure_cursor", "fingerprint_stats", "get_run", "index_totals",
-        "last_precompile_runs", "lease_stats", "list_failures", "list_restores", "list_runs",
+        "last_fingerprint_runs", "last_precompile_runs", "lease_stats", "list_failures",
+        "list_restores", "list_runs",
         "reported_fingerprints", "restore_cursor", "restore_outcomes", "restore_timeline",
         "run_cursor"),
     "ops_values": ("DURATION_BUCKETS", "OUTCOMES", "CoverageGrid", "FailureRecord",
-        "FingerprintCounts", "FingerprintInfo", "FingerprintStats", "GridRow", "IndexTotals",
+        "FingerprintCounts", "FingerprintDiff", "FingerprintInfo", "FingerprintRunTime",
+        "FingerprintStats", "GridRow", "IndexTotals",
         "LeaseStats", "MatrixRunTime", "MatrixVersion", "ReportedFingerprint",
         "RestoreOutcomeStats", "RestorePoint", "RestoreRecord", "RunSummary", "SdkBytes",
         "group_by_sdk", "restore_outcome", "sdk_version"),
@@ -244,10 +253,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {  # module -> the names the face takes f
     "ls_call": ("ListEntriesRequest", "ListEntriesResult", "iter_entries", "list_entries",
         "next_cursor"),
     "schema": ("SCHEMA_REVISION", "schema_state", "upgrade_index"),
-    "shapes": ("BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc",
+    "triage": ("FLEET_WINDOW", "Attention", "attention", "fingerprint_diff"),
+    "shapes": ("AttentionDoc", "BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc",
         "CoverageFingerprintDoc", "CoverageGridDoc", "CoverageReportDoc", "CoverageRowDoc", "Doc",
-        "EntriesDoc", "EntryDoc", "FailureDoc", "FingerprintCountsDoc", "FingerprintDoc",
-        "GridRowDoc", "IngestDoc", "IngestReportsDoc", "InProgressDoc", "InvalidDoc",
+        "EntriesDoc", "EntryDoc", "FailureDoc", "FingerprintCountsDoc", "FingerprintDiffDoc",
+        "FingerprintDoc", "GridRowDoc", "IngestDoc", "IngestReportsDoc", "InProgressDoc",
+        "InvalidDoc",
         "MatrixCoverageDoc", "MatrixDetail", "MatrixDoc", "NotReadyDoc", "Outcome", "ReindexDoc",
         "ReindexStoreDoc", "RestoreDoc", "RestoreOutcomeDoc", "RestorePointDoc", "RunDetail",
         "RunDoc", "SchemaStateDoc", "SdkBytesDoc", "Status", "Summary", "TotalsDoc", "UpgradeDoc"),
@@ -291,21 +302,26 @@ __all__ = [
     "ingest_report_files", "ingest_reports",
     # ops reads
     "failure_cursor", "restore_cursor", "run_cursor",
-    "fingerprint_stats", "get_run", "index_totals", "last_precompile_runs", "lease_stats",
+    "fingerprint_stats", "get_run", "index_totals", "last_fingerprint_runs",
+    "last_precompile_runs", "lease_stats",
     "list_failures", "list_restores", "list_runs", "reported_fingerprints", "restore_outcomes",
     "restore_timeline", "group_by_sdk", "restore_outcome", "sdk_version", "status_of",
+    "FLEET_WINDOW", "Attention", "attention", "fingerprint_diff",
     # values
     "DURATION_BUCKETS", "FAILED", "IN_PROGRESS", "MISSING", "OUTCOMES", "READY", "STATUSES",
     "ClaimResult", "CoverageFingerprint", "CoverageGrid", "CoverageReport", "CoverageRow",
-    "EntrySummary", "FailureRecord", "FingerprintCounts", "FingerprintInfo",
-    "FingerprintStats", "GridRow", "IndexTotals", "InvalidManifest", "Lease", "LeaseStats",
+    "EntrySummary", "FailureRecord", "FingerprintCounts", "FingerprintDiff", "FingerprintInfo",
+    "FingerprintRunTime", "FingerprintStats", "GridRow", "IndexTotals", "InvalidManifest",
+    "Lease", "LeaseStats",
     "LiveLease", "MatrixRunTime", "MatrixVersion", "ReindexResult", "ReportedFingerprint",
     "RestoreOutcomeStats",
     "RestorePoint", "RestoreRecord", "RunSummary", "SchemaState", "SdkBytes",
     # JSON documents
-    "BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc", "CoverageFingerprintDoc",
+    "AttentionDoc", "BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc",
+    "CoverageFingerprintDoc",
     "CoverageGridDoc", "CoverageReportDoc", "CoverageRowDoc", "Doc", "EntriesDoc", "EntryDoc",
-    "FailureDoc", "FingerprintCountsDoc", "FingerprintDoc", "GridRowDoc", "InProgressDoc",
+    "FailureDoc", "FingerprintCountsDoc", "FingerprintDiffDoc", "FingerprintDoc", "GridRowDoc",
+    "InProgressDoc",
     "IngestDoc", "IngestReportsDoc", "InvalidDoc", "MatrixCoverageDoc", "MatrixDetail",
     "MatrixDoc", "NotReadyDoc", "Outcome", "ReindexDoc", "ReindexStoreDoc", "RestoreDoc",
     "RestoreOutcomeDoc", "RestorePointDoc", "RunDetail", "RunDoc", "SchemaStateDoc",

@@ -210,10 +210,12 @@ class Index:
         with self.write_session() as s:
             return record_runs.save_run_start(s, host, fingerprint, matrix_name)
 
-    def finish_run(self, run_id: str, ok: int, failed: int) -> None:
-        """Record the end of a run: how many cells were warmed ok and how many failed."""
+    def finish_run(self, run_id: str, ok: int, failed: int,
+                   cancelled: int | None = None) -> None:
+        """Record the end of a run: how many cells were warmed ok and how many failed;
+        ``cancelled`` (None: the run was not stopped) how many its stop ended."""
         with self.write_session() as s:
-            record_runs.save_run_finish(s, run_id, ok, failed)
+            record_runs.save_run_finish(s, run_id, ok, failed, cancelled)
 
     def record_restore(self, report: Mapping[str, Any]) -> None:
         """Record a restore report (``RestoreResult.to_json()`` plus ``host``, ``matrix``).

@@ -14,8 +14,9 @@ modules it builds on (their names re-exported here):
   one place statuses and counts come from. ``build_coverage`` adds each row's details (the
   CLI's report); ``grid_page`` pages it (the API's grid).
 - ``matrix_coverage`` is a registered matrix's report, columns worst first (restored with
-  nothing built, then most failed, most missing), with a page of rows (and how their
-  entries were verified): the API's grid. ``coverage_summaries`` counts every registered
+  nothing built, then most failed, most missing), each with what tells it apart from its
+  neighbours (``ops_values.distinguish``), with a page of rows (and how their entries were
+  verified): the API's grid. ``coverage_summaries`` counts every registered
   matrix from the aggregates (which count by the same rule) and moves leased cells to
   in_progress by ``status_of``: the dashboard's summary and /metrics, a few queries at any
   index size, columns in the same order.
@@ -68,6 +69,7 @@ from neffcache.index.ops_values import (
     GridRow,
     MatrixVersion,
     by_severity,
+    distinguish,
     fingerprint_target,
     known_versions,
     sdk_version,
@@ -198,8 +200,9 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
     table = table.only([f.key for f in by_severity(unordered.fingerprints)])
     stop = len(table.cells) if limit is None else offset + limit
     verified = verified_pairs(conn, [key for _, key in table.cells[offset:stop]])
-    return grid_page(chosen, table, pattern=pattern, offset=offset, limit=limit,
+    grid = grid_page(chosen, table, pattern=pattern, offset=offset, limit=limit,
                      restores=restores, verified=verified)
+    return replace(grid, fingerprints=distinguish(grid.fingerprints, facts.fingerprints))
 
 
 def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:

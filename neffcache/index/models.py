@@ -153,6 +153,7 @@ class PrecompileRunRow(Base):
     matrix_name: Mapped[str] = mapped_column(String(255))
     cells_ok: Mapped[int | None]
     cells_failed: Mapped[int | None]
+    cells_cancelled: Mapped[int | None]  # set when the run was stopped (migration 0009)
 
 
 class CellFailureRow(Base):

@@ -35,6 +35,7 @@ from neffcache.index.ops_values import (
     OUTCOMES,
     FailureRecord,
     FingerprintInfo,
+    FingerprintRunTime,
     FingerprintStats,
     IndexTotals,
     LeaseStats,
@@ -126,7 +127,8 @@ def list_runs(index: Index, limit: int = 50, matrix: str | None = None,
                                   .group_by(CellFailureRow.run_id)).all()) if ids else {}
         return [RunSummary(r.id, as_utc(r.started_at), as_utc(r.finished_at),  # type: ignore[arg-type]
                            r.host, r.fingerprint_key, r.matrix_name, r.cells_ok,
-                           r.cells_failed, int(failures.get(r.id, 0))) for r in runs]
+                           r.cells_failed, int(failures.get(r.id, 0)), r.cells_cancelled)
+                for r in runs]
 
 
 def run_cursor(run: RunSummary) -> str:
@@ -159,7 +161,7 @@ def get_run(index: Index, run_id: str) -> RunSummary:
         n = s.scalar(select(func.count()).where(CellFailureRow.run_id == run_id)) or 0
         return RunSummary(r.id, as_utc(r.started_at), as_utc(r.finished_at),  # type: ignore[arg-type]
                           r.host, r.fingerprint_key, r.matrix_name, r.cells_ok,
-                          r.cells_failed, int(n))
+                          r.cells_failed, int(n), r.cells_cancelled)
 
 
 def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVersion | None = None,
@@ -300,14 +302,14 @@ def lease_stats(index: Index) -> list[LeaseStats]:
         now = index.now(s)
         for matrix, fp, expires in s.execute(
                 select(c.matrix_name, c.fingerprint_key, c.expires_at)
-                .where(c.expires_at > _EPOCH, c.holder.is_not(None))):
+                .where(c.expires_at > EPOCH, c.holder.is_not(None))):
             acc = counts.setdefault((str(matrix), str(fp)), [0, 0])
             acc[0 if as_utc(expires) > now else 1] += 1  # type: ignore[operator]
     return [LeaseStats(m, fp, live, expired)
             for (m, fp), (live, expired) in sorted(counts.items())]
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # below every lease expiry: a range start
 
 
 def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[MatrixRunTime]:
@@ -322,6 +324,21 @@ def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[M
             .group_by(r.matrix_name))}
         names = set(s.scalars(select(MatrixRow.name).distinct())) | set(latest)
     return [MatrixRunTime(m, latest.get(m)) for m in sorted(names)]
+
+
+def last_fingerprint_runs(index: Index,
+                          window: timedelta = RUN_WINDOW) -> list[FingerprintRunTime]:
+    """When a precompile run of each (matrix, fingerprint) last started, for the runs of
+    the last ``window`` only (a range of the started_at index); pairs with no run that
+    recent are absent."""
+    r = PrecompileRunRow
+    with index.read_session() as s:
+        since = index.now(s) - window
+        rows = s.execute(select(r.matrix_name, r.fingerprint_key, func.max(r.started_at))
+                         .where(r.started_at >= since)
+                         .group_by(r.matrix_name, r.fingerprint_key)
+                         .order_by(r.matrix_name, r.fingerprint_key)).all()
+    return [FingerprintRunTime(str(m), str(fp), as_utc(t)) for m, fp, t in rows]  # type: ignore[arg-type]
 
 
 def reported_fingerprints(index: Index) -> list[ReportedFingerprint]:

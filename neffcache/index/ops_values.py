@@ -8,14 +8,16 @@ fields are a contract: add, never rename).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
+from neffcache.fingerprint import FIELD_NOTES, FieldDiff, Fingerprint, diff_fingerprints
 from neffcache.index.shapes import (
     CoverageGridDoc,
     FailureDoc,
     FingerprintCountsDoc,
+    FingerprintDiffDoc,
     FingerprintDoc,
     GridRowDoc,
     MatrixCoverageDoc,
@@ -25,6 +27,7 @@ from neffcache.index.shapes import (
     RestoreOutcomeDoc,
     RestorePointDoc,
     RunDoc,
+    RunStatus,
     SdkBytesDoc,
     Status,
     TotalsDoc,
@@ -132,17 +135,67 @@ class FingerprintCounts:
     target: str = "unknown"
     known: str = ""
     restores: int = 0
+    distinct: tuple[tuple[str, str], ...] = ()  # set by ``distinguish``
+    nearest: str | None = None
 
     @property
     def ratio(self) -> float:
         total = self.ready + self.failed + self.missing + self.in_progress
         return self.ready / total if total else 0.0
 
+    @property
+    def label(self) -> tuple[str, str, str, str]:
+        """What its card's title reads: backend, SDK version, target, known versions."""
+        return (self.backend, self.sdk_version, self.target, self.known)
+
     def to_json(self) -> FingerprintCountsDoc:
         return {"key": self.key, "backend": self.backend, "sdk_version": self.sdk_version,
                 "ready": self.ready, "failed": self.failed, "missing": self.missing,
                 "in_progress": self.in_progress, "ratio": round(self.ratio, 6),
-                "target": self.target, "known": self.known, "restores": self.restores}
+                "target": self.target, "known": self.known, "restores": self.restores,
+                "distinct": dict(self.distinct), "nearest": self.nearest}
+
+
+def distinguish(columns: Sequence[FingerprintCounts],
+                prints: Mapping[str, Fingerprint]) -> tuple[FingerprintCounts, ...]:
+    """Pure: each column with what tells it apart from its neighbours (``diff_fingerprints``
+    over ``prints``, the columns' fingerprints by key): ``distinct``, the fields, with this
+    column's values, in which it differs from the columns whose cards read the same
+    (``label``: e.g. the same SDK on the same target, but other NEURON_CC_FLAGS), and
+    ``nearest``, the other column it differs from in the fewest fields (ties: column order),
+    which the explanation compares it with. A column the index has no fingerprint for (named
+    only by restore reports) gets neither."""
+    known = [c for c in columns if c.key in prints]
+    out = []
+    for c in columns:
+        if c.key not in prints:
+            out.append(c)
+            continue
+        diffs = {o.key: diff_fingerprints(prints[c.key], prints[o.key])
+                 for o in known if o.key != c.key}
+        fields = dict(prints[c.key].fields)
+        names = sorted({d.name for o in known if o.key != c.key and o.label == c.label
+                        for d in diffs[o.key]})
+        nearest = min(diffs, key=lambda k: len(diffs[k])) if diffs else None
+        out.append(replace(c, distinct=tuple((n, fields.get(n, "absent")) for n in names),
+                           nearest=nearest))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintDiff:
+    """The explanation of a fingerprint card: each field in which ``key`` differs from
+    ``against`` (``diff_fingerprints``), with why that field matters (``FIELD_NOTES``)."""
+
+    key: str
+    against: str
+    differences: tuple[FieldDiff, ...]
+
+    def to_json(self) -> FingerprintDiffDoc:
+        return {"key": self.key, "against": self.against,
+                "differences": [{"field": d.name, "value": d.here, "against": d.there,
+                                 "note": FIELD_NOTES.get(d.name, "")}
+                                for d in self.differences]}
 
 
 def severity(f: FingerprintCounts) -> tuple[Any, ...]:
@@ -262,13 +315,22 @@ class RunSummary:
     cells_ok: int | None
     cells_failed: int | None
     failures_recorded: int
+    cells_cancelled: int | None = None  # None: the run was not stopped
+
+    @property
+    def status(self) -> RunStatus:
+        """running (no end recorded), cancelled (stopped by SIGTERM/SIGINT) or finished."""
+        if self.cells_cancelled is not None:
+            return "cancelled"
+        return "running" if self.finished_at is None else "finished"
 
     def to_json(self) -> RunDoc:
         return {"id": self.id, "started_at": iso(self.started_at),
                 "finished_at": iso(self.finished_at), "host": self.host,
                 "fingerprint_key": self.fingerprint_key, "matrix": self.matrix,
                 "cells_ok": self.cells_ok, "cells_failed": self.cells_failed,
-                "failures_recorded": self.failures_recorded}
+                "failures_recorded": self.failures_recorded, "status": self.status,
+                "cells_cancelled": self.cells_cancelled}
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +423,15 @@ class MatrixRunTime:
 
     matrix: str
     started_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintRunTime:
+    """When a precompile run of a matrix under a fingerprint last started."""
+
+    matrix: str
+    fingerprint_key: str
+    started_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,10 +59,11 @@ def save_run_start(session: Session, host: str, fingerprint: Fingerprint,
     return run_id
 
 
-def save_run_finish(session: Session, run_id: str, ok: int, failed: int) -> None:
+def save_run_finish(session: Session, run_id: str, ok: int, failed: int,
+                    cancelled: int | None = None) -> None:
     result = session.execute(update(PrecompileRunRow).where(PrecompileRunRow.id == run_id)
                              .values(finished_at=utcnow(), cells_ok=int(ok),
-                                     cells_failed=int(failed)))
+                                     cells_failed=int(failed), cells_cancelled=cancelled))
     if not result.rowcount:  # type: ignore[attr-defined]
         raise UsageError(f"precompile run {run_id!r}: no such run in the index")
 

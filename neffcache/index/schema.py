@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 # The head of migrations/versions; tests/unit/test_index_schema.py keeps the two in step.
-SCHEMA_REVISION = "0010"
+SCHEMA_REVISION = "0011"
 VERSION_TABLE = "alembic_version"
 _PG_LOCK_ID = 0x6E656666  # "neff"
 

@@ -14,6 +14,7 @@ from typing import Annotated, Literal, TypedDict
 
 Status = Literal["ready", "in_progress", "failed", "missing"]
 Outcome = Literal["hit", "partial", "miss", "error"]
+RunStatus = Literal["running", "finished", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,28 @@ class FingerprintCountsDoc(TypedDict):
     known: Annotated[str, Doc("When the SDK version is absent or unknown: the package "
                               "versions the fingerprint names, e.g. 'torch 2.9.0'; else ''.")]
     restores: Annotated[int, Doc("Restore reports of this matrix under this fingerprint.")]
+    distinct: Annotated[dict[str, str], Doc(
+        "The fields, with this fingerprint's values, in which it differs from the columns "
+        "whose backend, SDK version, target and known versions read the same (e.g. "
+        "cc_flags, from NEURON_CC_FLAGS); {} when none reads the same, and in /api/summary.")]
+    nearest: Annotated[str | None, Doc(
+        "The column it differs from in the fewest fields: /api/fingerprint-diff?key=KEY"
+        "&against=NEAREST explains the difference (null in /api/summary).")]
+
+
+class FieldDiffDoc(TypedDict):
+    field: str
+    value: Annotated[str, Doc("This fingerprint's value ('absent': it has no such field).")]
+    against: Annotated[str, Doc("The other fingerprint's value.")]
+    note: Annotated[str, Doc("Why the field is part of a fingerprint ('' if no note).")]
+
+
+class FingerprintDiffDoc(TypedDict):
+    """What tells two fingerprints apart (/api/fingerprint-diff)."""
+
+    key: str
+    against: str
+    differences: list[FieldDiffDoc]
 
 
 class GridRowDoc(TypedDict):
@@ -228,6 +251,10 @@ class RunDoc(TypedDict):
     cells_ok: int | None
     cells_failed: int | None
     failures_recorded: int
+    status: Annotated[RunStatus, Doc("running: no end recorded (or its runner died); "
+                                     "cancelled: stopped by SIGTERM/SIGINT; finished.")]
+    cells_cancelled: Annotated[int | None, Doc(
+        "Cells whose workers the stop ended (null: the run was not stopped).")]
 
 
 class FailureDoc(TypedDict):
@@ -255,6 +282,46 @@ class InProgressDoc(TypedDict):
     heartbeat_at: str | None
     expires_at: Annotated[str | None, Doc("The lease expires then unless renewed.")]
     attempts: Annotated[int, Doc("Claims of this cell so far, across all workers.")]
+
+
+class StaleCellDoc(InProgressDoc):
+    """A cell whose lease is held past its expiry: its worker stopped renewing (died?)."""
+
+    matrix: str
+
+
+class AttentionFailureDoc(TypedDict):
+    matrix: Annotated[str, Doc("A registered matrix whose current version has the cell.")]
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    run_id: str | None
+    exit_status: int | None
+    failed_at: str | None
+
+
+class UnbuiltDoc(TypedDict):
+    matrix: str
+    fingerprint: FingerprintCountsDoc
+    last_restore_at: Annotated[str | None, Doc("The newest restore report naming it.")]
+
+
+class AttentionDoc(TypedDict):
+    """What is wrong across every registered matrix (/api/attention): the dashboard's first
+    screen."""
+
+    ok: Annotated[bool, Doc("Nothing below: no failed or stale cell, no unbuilt fingerprint.")]
+    fleet_window_days: Annotated[int, Doc("How recent a restore report makes a fingerprint "
+                                          "the fleet's.")]
+    failed_cells: Annotated[int, Doc("Failed cells over the current versions of every "
+                                     "registered matrix (a cell in two matrices counts twice).")]
+    failed: Annotated[list[AttentionFailureDoc], Doc("The latest of them, newest first (the "
+                                                     "log tails: /api/failures).")]
+    stale_cells: Annotated[int, Doc("Leases held past their expiry, every matrix.")]
+    stale: Annotated[list[StaleCellDoc], Doc("The oldest expiries first.")]
+    unbuilt: Annotated[list[UnbuiltDoc], Doc(
+        "Fingerprints restore reports of a matrix named within fleet_window_days that have no "
+        "entry for any of its cells, most restored first.")]
 
 
 # --- restores -------------------------------------------------------------------------------

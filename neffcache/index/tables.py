@@ -47,7 +47,7 @@ entry_files = table(
 
 cell_failures = table(
     "cell_failures",
-    column("id", Integer), column("cell_key", String(KEY)),
+    column("id", Integer), column("run_id", String(32)), column("cell_key", String(KEY)),
     column("fingerprint_key", String(KEY)), column("exit_status", Integer),
     column("log_tail", Text), column("created_at", UTC_TS),
 )
@@ -55,7 +55,8 @@ cell_failures = table(
 cell_claims = table(
     "cell_claims",
     column("cell_key", String(KEY)), column("fingerprint_key", String(KEY)),
-    column("host", String(255)), column("holder", String(32)), column("attempts", Integer),
+    column("matrix_name", String(255)), column("host", String(255)),
+    column("holder", String(32)), column("attempts", Integer),
     column("claimed_at", UTC_TS), column("heartbeat_at", UTC_TS),
     column("expires_at", UTC_TS),
 )

@@ -210,7 +210,8 @@ class PrecompileRun:
         failure (Ctrl-C, a store failure) stop the run and its worker processes, so the other
         slots start nothing more, and raise it; when the stop event is set, end the running
         workers' process groups (their slots report them cancelled) and let the slots return.
-        Whatever happens, record the run's published and failed counts in the index."""
+        Whatever happens, record the run's published and failed counts in the index (and, when
+        it was stopped, its cancelled ones)."""
         count = max(1, self.options.workers)
         try:
             with self.beats, ThreadPoolExecutor(max_workers=count) as pool:
@@ -233,8 +234,10 @@ class PrecompileRun:
             with self._lock:
                 done = [r for r in self._reports.values() if r.status in (PUBLISHED, EXISTS)]
                 failed = [r for r in self._reports.values() if r.status == FAILED]
+                cancelled = sum(1 for r in self._reports.values() if r.status == CANCELLED)
             assert self.run_id is not None, "in_slots before start"
-            self.index.finish_run(self.run_id, len(done), len(failed))
+            self.index.finish_run(self.run_id, len(done), len(failed),
+                                  cancelled if self.cancelled else None)
 
     def _guarded(self, slot: Callable[[], None]) -> None:
         try:

@@ -15,6 +15,9 @@ Collector; nothing is counted in this process, so any number of servers agree).
     neffcache_leases_active{matrix,fingerprint}             live claim-queue leases
     neffcache_leases_expired{matrix,fingerprint}            leases held past their expiry
     neffcache_last_precompile_run_timestamp_seconds{matrix} last run's start (0: none in 7 days)
+    neffcache_precompile_fingerprint_last_run_timestamp_seconds{matrix,fingerprint}
+                                            the last run of the matrix under the fingerprint
+                                            (runs of the last 7 days only; absent otherwise)
     neffcache_restore_fingerprint_last_seen_timestamp_seconds{matrix,fingerprint}
                                             the last restore report with it (registered matrices)
     neffcache_restores_total{outcome}                       restore reports (hit|partial|miss|error)
@@ -44,6 +47,7 @@ from neffcache.index import (
     Index,
     fingerprint_stats,
     group_by_sdk,
+    last_fingerprint_runs,
     last_precompile_runs,
     lease_stats,
     reported_fingerprints,
@@ -188,6 +192,13 @@ def _runs(ix: Index) -> Iterator[Metric]:
     for r in last_precompile_runs(ix):
         last.add_metric([r.matrix], r.started_at.timestamp() if r.started_at else 0.0)
     yield last
+    per = GaugeMetricFamily("neffcache_precompile_fingerprint_last_run_timestamp_seconds",
+                            "When a precompile run of the matrix under the fingerprint last "
+                            "started (Unix time; runs of the last 7 days only).",
+                            labels=["matrix", "fingerprint"])
+    for f in last_fingerprint_runs(ix):
+        per.add_metric([f.matrix, f.fingerprint_key], f.started_at.timestamp())
+    yield per
 
 
 def _reported(ix: Index) -> Iterator[Metric]:

@@ -14,9 +14,11 @@ from neffcache.index import (
     CURSOR_PATTERN,
     ID_CURSOR_PATTERN,
     NAME_CURSOR_PATTERN,
+    AttentionDoc,
     CoverageGridDoc,
     EntryDoc,
     FailureDoc,
+    FingerprintDiffDoc,
     FingerprintDoc,
     Index,
     InProgressDoc,
@@ -29,8 +31,10 @@ from neffcache.index import (
     RunDoc,
     SdkBytesDoc,
     Summary,
+    attention,
     entry_cursor,
     failure_cursor,
+    fingerprint_diff,
     fingerprint_stats,
     get_matrix,
     get_run,
@@ -111,6 +115,28 @@ def summary(request: Request) -> Summary:
         "sdk_versions": [s.to_json() for s in group_by_sdk(fingerprint_stats(ix))],
         "restore_outcomes": [o.to_json() for o in outcome_stats(ix)],
     }
+
+
+@router.get("/attention", response_model=m.AttentionModel,
+            summary="What is wrong across every registered matrix: failed and stale cells, "
+                    "fingerprints the fleet restores with nothing built")
+def attention_now(request: Request,
+                  limit: Annotated[int, Query(ge=1, le=200, description=(
+                      "At most this many items in each list."))] = 20) -> AttentionDoc:
+    return attention(_index(request), limit).to_json()
+
+
+FingerprintKey = Annotated[str, Query(min_length=6, max_length=64, pattern="^[0-9a-fA-F]+$",
+                                      description="A fingerprint key or a unique prefix.")]
+
+
+@router.get("/fingerprint-diff", response_model=m.FingerprintDiffModel,
+            summary="What tells two fingerprints apart: each differing field, both values, "
+                    "and why the field matters",
+            responses={404: {"model": m.ErrorDoc}})
+def fingerprint_difference(request: Request, key: FingerprintKey,
+                           against: FingerprintKey) -> FingerprintDiffDoc:
+    return fingerprint_diff(_index(request), key, against).to_json()
 
 
 @router.get("/matrices", response_model=m.MatrixDocList,

@@ -21,10 +21,12 @@ from typing import (
 from pydantic import BaseModel, Field, create_model
 
 from neffcache.index import (
+    AttentionDoc,
     CoverageGridDoc,
     Doc,
     EntryDoc,
     FailureDoc,
+    FingerprintDiffDoc,
     FingerprintDoc,
     InProgressDoc,
     MatrixDetail,
@@ -117,6 +119,8 @@ RestoreModel = model_of(RestoreDoc)
 RestoreOutcomeModel = model_of(RestoreOutcomeDoc)
 RestorePointModel = model_of(RestorePointDoc)
 SummaryModel = model_of(Summary)
+AttentionModel = model_of(AttentionDoc)
+FingerprintDiffModel = model_of(FingerprintDiffDoc)
 MatrixDocList = list_of(MatrixDocModel)
 EntryList = list_of(EntryModel)
 FingerprintList = list_of(FingerprintModel)

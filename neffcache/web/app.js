@@ -5,7 +5,8 @@
 // The selection lives in the URL (?matrix=NAME&fingerprint=KEY&cells=GLOB&refresh=SECONDS, or
 // the same after #): a link opens it, and choosing something rewrites the address.
 const state = { matrix: null, fingerprint: null, pattern: "", offset: 0, limit: 200,
-  refresh: 30, grid: null, summary: null, moreOpen: false, loads: 0, busy: false };
+  refresh: 30, grid: null, summary: null, attention: null, moreOpen: false, loads: 0,
+  busy: false };
 const CARDS = 4;  // full cards, worst first; the rest are one line each under "N more"
 const $ = (id) => document.getElementById(id);
 const SYMBOL = { ready: "\u2713", in_progress: "\u2026", failed: "\u2717", missing: "\u2013" };
@@ -100,7 +101,9 @@ function renderRuns(rows) {
   if (!rows.length) { $("runs").innerHTML = `<tr><td class="empty">no precompile run</td></tr>`; return; }
   $("runs").innerHTML = `<thead><tr><th>started (UTC)</th><th>finished</th><th>host</th>
     <th>matrix</th><th>fingerprint</th><th class="num">ok</th><th class="num">failed</th></tr></thead><tbody>` +
-    rows.map((r) => `<tr><td>${esc(when(r.started_at))}</td><td>${esc(when(r.finished_at) || "running")}</td>
+    rows.map((r) => `<tr data-run="${esc(r.id)}" data-status="${esc(r.status)}"><td>${esc(when(r.started_at))}</td>
+      <td>${r.status === "cancelled" ? `<span class="badge o-partial" title="stopped by SIGTERM/SIGINT: ${num(r.cells_cancelled)} cell(s) ended, their leases given back">cancelled</span> ${esc(when(r.finished_at))}`
+        : esc(when(r.finished_at) || "running")}</td>
       <td>${esc(r.host)}</td><td>${esc(r.matrix)}</td>
       <td><code title="${esc(r.fingerprint_key)}">${esc(short(r.fingerprint_key))}</code></td>
       <td class="num">${r.cells_ok ?? "–"}</td><td class="num">${r.cells_failed ?? r.failures_recorded}</td></tr>`).join("") +
@@ -115,8 +118,56 @@ function failureHTML(f) {
 }
 
 function renderFailures(rows) {
+  const elsewhere = state.attention ? state.attention.failed_cells : 0;
   $("failures").innerHTML = rows.length ? rows.map(failureHTML).join("")
-    : `<div class="empty">no failed cell</div>`;
+    : `<div class="empty">no failed cell${state.matrix ? ` in ${esc(state.matrix)}` : ""}${elsewhere
+      ? ` (every matrix: ${num(elsewhere)}, listed under "Needs attention")` : ""}</div>`;
+}
+
+// --- what needs attention, across every matrix (never only the selected one) --------------
+
+function attentionItem(matrix, fp, body) {
+  return `<a class="att-item" href="${esc(linkTo(matrix, fp))}" data-matrix="${esc(matrix)}"
+    data-fp="${esc(fp)}" title="${esc(matrix)} · ${esc(fp)}"><b>${esc(matrix)}</b> ${body}</a>`;
+}
+
+function attentionGroup(kind, title, items, more) {
+  return `<div class="att-group att-${kind}" data-kind="${kind}"><div class="att-head">${title}</div>
+    <div class="att-list">${items.join("")}${more > 0 ? `<div class="muted">and ${num(more)} more</div>` : ""}</div></div>`;
+}
+
+function renderAttention(a) {
+  const box = $("attention");
+  box.dataset.ok = String(a.ok);
+  if (a.ok) {
+    box.innerHTML = `<div class="att-ok">&#10003; Nothing needs attention in any matrix: no failed or
+      stale cell, and every fingerprint restored with in the last ${num(a.fleet_window_days)} days has entries.</div>`;
+    return;
+  }
+  const plural = (n, word) => `${num(n)} ${word}${n === 1 ? "" : "s"}`;
+  const groups = [];
+  if (a.failed_cells) {
+    groups.push(attentionGroup("failed", `<span class="f">&#10007; ${plural(a.failed_cells, "failed cell")}</span>`,
+      a.failed.map((f) => attentionItem(f.matrix, f.fingerprint_key, `<code>${esc(f.cell_id)}</code>
+        on <code>${esc(short(f.fingerprint_key))}</code> · exit ${esc(f.exit_status ?? "?")} · ${esc(when(f.failed_at))}`)),
+      a.failed_cells - a.failed.length));
+  }
+  if (a.stale_cells) {
+    groups.push(attentionGroup("stale", `<span class="p">&#9679; ${plural(a.stale_cells, "stale cell")}</span>
+      <span class="muted">(lease expired: worker died?)</span>`,
+      a.stale.map((l) => attentionItem(l.matrix, l.fingerprint_key, `<code>${esc(l.cell_id)}</code>
+        on <code>${esc(short(l.fingerprint_key))}</code> · ${esc(l.host)} · expired ${esc(when(l.expires_at))}`)),
+      a.stale_cells - a.stale.length));
+  }
+  if (a.unbuilt.length) {
+    groups.push(attentionGroup("unbuilt", `<span class="f">&#9888; ${plural(a.unbuilt.length, "fleet fingerprint")}
+      with nothing built</span> <span class="muted">(restored with in ${num(a.fleet_window_days)} days)</span>`,
+      a.unbuilt.map((u) => attentionItem(u.matrix, u.fingerprint.key, `<code>${esc(short(u.fingerprint.key))}</code>
+        ${u.fingerprint.backend === "unknown" ? "(not in the index)" : `${esc(u.fingerprint.backend)}
+        ${esc(u.fingerprint.sdk_version)} ${esc(u.fingerprint.target)}`} ·
+        ${plural(u.fingerprint.restores, "restore")} · last ${esc(when(u.last_restore_at))}`)), 0));
+  }
+  box.innerHTML = `<h2>Needs attention <span class="muted">(all matrices)</span></h2><div class="att-groups">${groups.join("")}</div>`;
 }
 
 // --- coverage grid -------------------------------------------------------------------------
@@ -177,17 +228,51 @@ function cardHTML(f) {
     href="${esc(linkTo(state.matrix, f.key))}" title="${esc(f.key)}">
     <div class="title">${f.backend === "unknown" ? "fingerprint not in the index"
       : `${esc(f.backend)} ${esc(f.sdk_version)} <span class="target">${esc(f.target)}</span>`}</div>
-    ${f.known ? `<div class="known">${esc(f.known)}</div>` : ""}${alarm}
-    <code>${esc(short(f.key))}</code> <b>${pct(f)}</b>
+    ${f.known ? `<div class="known">${esc(f.known)}</div>` : ""}${distinctHTML(f)}${alarm}
+    <code>${esc(short(f.key))}</code> <b>${pct(f)}</b>${explainHTML(f)}
     <div class="bar"><div class="r" style="width:${100 * f.ready / total}%"></div><div class="p" style="width:${100 * (f.in_progress || 0) / total}%"></div><div class="f" style="width:${100 * f.failed / total}%"></div></div>
     <div class="counts"><span class="r">${num(f.ready)} ready</span> · ${f.in_progress ? `<span class="p">${num(f.in_progress)} in progress</span> · ` : ""}<span class="f">${num(f.failed)} failed</span> · <span class="m">${num(f.missing)} missing</span></div></a>`;
+}
+
+// What tells a card apart from the cards that read the same (other NEURON_CC_FLAGS, say), and
+// the control that explains it against its nearest column (/api/fingerprint-diff).
+function distinctHTML(f) {
+  const fields = Object.entries(f.distinct || {});
+  return fields.length ? `<div class="distinct" title="Differs from the cards that read the same in these fields">${fields.map(([k, v]) =>
+    `<span><b>${esc(k)}</b> <code>${esc(v === "" ? "''" : v)}</code></span>`).join(" ")}</div>` : "";
+}
+
+function explainHTML(f) {
+  return f.nearest ? `<span class="explain" role="button" tabindex="0" data-explain="${esc(f.key)}"
+    data-against="${esc(f.nearest)}" title="Which fields differ from ${esc(short(f.nearest))}, and why they matter">explain</span>` : "";
+}
+
+async function showExplain(el) {
+  const box = $("fp-explain");
+  const params = new URLSearchParams({ key: el.dataset.explain, against: el.dataset.against });
+  box.hidden = false;
+  box.innerHTML = `<span class="muted">comparing ${esc(short(el.dataset.explain))}…</span>`;
+  const d = await getJSON(`/api/fingerprint-diff?${params}`);
+  box.dataset.key = d.key;
+  box.innerHTML = `<div class="head"><b><code>${esc(short(d.key))}</code></b> differs from
+    <code>${esc(short(d.against))}</code> (the column it differs from least) in
+    ${num(d.differences.length)} field${d.differences.length === 1 ? "" : "s"}
+    <button type="button" class="close" aria-label="Close">&times;</button></div>
+    <table class="list"><thead><tr><th>field</th><th>${esc(short(d.key))}</th><th>${esc(short(d.against))}</th>
+    <th>why it matters</th></tr></thead><tbody>${d.differences.map((x) => `<tr data-field="${esc(x.field)}">
+    <td><code>${esc(x.field)}</code></td><td><code>${esc(x.value)}</code></td><td><code>${esc(x.against)}</code></td>
+    <td class="muted">${esc(x.note)}</td></tr>`).join("")}</tbody></table>
+    <div class="muted">On a host: <code>neffcache fingerprint --explain ${esc(d.key)}</code> names the
+    fields in which the host differs from it.</div>`;
+  box.querySelector(".close").addEventListener("click", () => { box.hidden = true; });
 }
 
 function rowHTML(f) {
   const sel = f.key === state.fingerprint ? " selected" : "";
   return `<a class="fp-row${sel}" data-fp="${esc(f.key)}" href="${esc(linkTo(state.matrix, f.key))}"
     title="${esc(f.key)}"><code>${esc(short(f.key))}</code> <span>${esc(f.backend)} ${esc(f.sdk_version)}</span>
-    <span class="target">${esc(f.target)}</span> <span class="f">${num(f.failed)} failed</span>
+    <span class="target">${esc(f.target)}</span>${Object.entries(f.distinct || {}).map(([k, v]) =>
+      ` <span class="distinct"><b>${esc(k)}</b> ${esc(v)}</span>`).join("")} <span class="f">${num(f.failed)} failed</span>
     <span class="m">${num(f.missing)} missing</span>${f.restores ? ` <span class="muted">${num(f.restores)} restores</span>` : ""}
     <b>${pct(f)}</b></a>`;
 }
@@ -226,7 +311,8 @@ function renderGrid(grid) {
   const chosen = fps.findIndex((f) => f.key === state.fingerprint);
   const head = `<thead><tr><th class="cell">cell (${num(grid.total_cells)})</th>` + fps.map((f, j) =>
     `<th title="${esc(f.key)}" data-fp="${esc(f.key)}"${j === chosen ? ' class="sel"' : ""}>${esc(f.sdk_version)}` +
-    `<span class="sub">${esc(f.target)}</span><span class="sub">${esc(short(f.key))}</span>` +
+    `<span class="sub">${esc(f.target)}</span>${Object.entries(f.distinct || {}).map(([k, v]) =>
+      `<span class="sub distinct" data-field="${esc(k)}">${esc(v)}</span>`).join("")}<span class="sub">${esc(short(f.key))}</span>` +
     `<span class="sub">${num(f.ready)}/${num(cellsOf(f))}</span></th>`).join("") + "</tr></thead>";
   const body = grid.rows.map((row) => `<tr><td class="cell">${esc(row.cell_id)}</td>` +
     row.statuses.map((s, j) => statusTD(s, j, (row.verified || {})[j], j === chosen)).join("") +
@@ -349,11 +435,13 @@ async function loadAll() {
   state.busy = true;
   try {
     showError(null);
-    const [summary, matrices, restores, runs, inProgress, timeline] = await Promise.all([
+    const [summary, matrices, restores, runs, inProgress, timeline, attention] = await Promise.all([
       getJSON("/api/summary"), getJSON("/api/matrices"), getJSON("/api/restores?limit=25"),
       getJSON("/api/runs?limit=20"), getJSON("/api/in-progress?limit=200"),
-      getJSON("/api/restore-timeline?days=14")]);
+      getJSON("/api/restore-timeline?days=14"), getJSON("/api/attention?limit=20")]);
     state.summary = summary;
+    state.attention = attention;
+    renderAttention(attention);
     renderTotals(summary);
     renderSdk(summary.sdk_versions);
     renderOutcomes(summary.restore_outcomes);
@@ -410,6 +498,7 @@ async function chooseMatrix(name, fingerprint) {
   state.fingerprint = fingerprint;
   state.offset = 0;
   $("cell-log").hidden = true;
+  $("fp-explain").hidden = true;
   await loadAll();
 }
 
@@ -439,7 +528,25 @@ function init() {
     writeURL();
   });
   $("matrix").addEventListener("change", guarded((e) => chooseMatrix(e.target.value, state.fingerprint)));
-  $("fp-summary").addEventListener("click", onSelect);
+  $("fp-summary").addEventListener("click", (e) => {
+    const why = e.target.closest(".explain");
+    if (!why) { onSelect(e); return; }
+    e.preventDefault();
+    guarded(showExplain)(why);
+  });
+  $("fp-summary").addEventListener("keydown", (e) => {
+    const why = e.target.closest(".explain");
+    if (why && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); guarded(showExplain)(why); }
+  });
+  $("attention").addEventListener("click", (e) => {  // opens a selection, never clears it
+    const el = e.target.closest(".att-item");
+    const plain = e.button === 0 && !(e.metaKey || e.ctrlKey || e.shiftKey || e.altKey);
+    if (plain && el && el.dataset.matrix === state.matrix && el.dataset.fp === state.fingerprint) {
+      e.preventDefault();
+    } else {
+      onSelect(e);
+    }
+  });
   $("overview").addEventListener("click", onSelect);
   $("grid").addEventListener("click", (e) => {
     if (e.target.closest("thead th[data-fp]")) onSelect(e);

@@ -22,14 +22,17 @@ from tests.support.live_server import serve_subprocess
 from tests.support.ops_seed import (
     DEMO_RESTORES,
     FAILED,
+    FLAGS,
     MISSING,
     READY,
     Seeded,
     StatusRule,
+    flag_fingerprints,
     matrix_text,
     sdk_fingerprint,
     seed,
     seed_demo,
+    seed_problems,
 )
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
@@ -278,3 +281,90 @@ def test_at_52_fingerprints_the_worst_come_first_the_grid_is_above_the_fold_and_
             f"?matrix=side&fingerprint={first.key}&refresh=0"
         assert page.console_errors() == []
     assert data.count(half, FAILED) == 60 and data.count(restored, MISSING) == 120
+
+
+ATTENTION = """JSON.stringify(Object.fromEntries(['failed', 'stale', 'unbuilt'].map(kind => [kind,
+  [...document.querySelectorAll(`#attention .att-${kind} .att-item`)].map(a => ({
+    matrix: a.dataset.matrix, fp: a.dataset.fp, text: a.textContent.replace(/\\s+/g, ' '),
+    bottom: a.getBoundingClientRect().bottom}))])))"""
+
+
+def test_the_first_screen_leads_with_what_is_wrong_in_every_matrix_not_only_the_selected_one(
+        neffcache_home: Path) -> None:
+    with open_index(f"sqlite:///{neffcache_home / 'index.db'}", auto_upgrade=True) as ix:
+        data, reported, cancelled = seed_problems(ix)
+    failed = {(cell, k) for (cell, k), s in data.statuses.items() if s == FAILED}
+    with serve_subprocess({"NEFFCACHE_HOME": str(neffcache_home)}) as base, \
+            chromium(1280, 800) as page:
+        navigate(page, base + "/?matrix=other")  # a matrix with no failed cell is selected
+        assert page.wait_for("document.body.dataset.loaded") == "true"
+        assert page.evaluate("document.getElementById('matrix').value") == "other"
+        assert page.evaluate("document.getElementById('failures').textContent") == (
+            f'no failed cell in other (every matrix: {len(failed)}, listed under "Needs '
+            'attention")')
+        shown = json.loads(page.evaluate(ATTENTION))
+        # every failed cell of "demo" (not selected) is on the first screen, with its matrix
+        assert {(a["matrix"], a["fp"]) for a in shown["failed"]} == {
+            ("demo", k) for _, k in failed}
+        assert {next(c for c, _ in failed if c in a["text"]) for a in shown["failed"]} == {
+            c for c, _ in failed}
+        assert all(a["bottom"] <= 800 for a in shown["failed"]), shown["failed"]
+        head = page.evaluate("document.querySelector('#attention .att-failed .att-head')"
+                             ".textContent")
+        assert f"{len(failed)} failed cells" in head
+        assert [(a["matrix"], "w-dead" in a["text"]) for a in shown["stale"]] == [("demo", True)]
+        assert [(a["matrix"], a["fp"]) for a in shown["unbuilt"]] == [("other", reported)]
+        assert "1 restore" in shown["unbuilt"][0]["text"]
+        page.screenshot(ARTIFACTS / "dashboard-attention.png", full_page=False)
+
+        runs = page.evaluate(f"document.querySelector('#runs tr[data-run=\"{cancelled}\"]')"
+                             ".textContent")
+        assert "cancelled" in runs and "running" not in runs
+        assert page.evaluate("document.querySelectorAll('#runs tr[data-status=cancelled]')"
+                             ".length") == 1
+
+        # a failed cell of another matrix is one click from its grid
+        fp = sorted(k for _, k in failed)[0]
+        page.evaluate(f"document.querySelector('#attention .att-failed "
+                      f".att-item[data-fp=\"{fp}\"]').click()")
+        page.wait_for("document.getElementById('matrix').value === 'demo' && "
+                      f"document.querySelector('.fp-card.selected')?.dataset.fp === '{fp}'")
+        page.evaluate(f"document.querySelector('#attention .att-failed "  # again: kept
+                      f".att-item[data-fp=\"{fp}\"]').click()")
+        assert f"fingerprint={fp}" in page.evaluate("location.search")
+        assert page.console_errors() == []
+
+
+def test_fingerprint_cards_show_what_tells_them_apart_and_explain_it_in_one_click(
+        neffcache_home: Path) -> None:
+    one, two, other_sdk = flag_fingerprints()
+    with open_index(f"sqlite:///{neffcache_home / 'index.db'}", auto_upgrade=True) as ix:
+        seed(ix, matrix_text("flags", shapes=3, first=20), (one, two, other_sdk),
+             lambda n, i: READY)
+    with serve_subprocess({"NEFFCACHE_HOME": str(neffcache_home)}) as base, \
+            chromium(1280, 800) as page:
+        navigate(page, base + "/?matrix=flags")
+        assert page.wait_for("document.body.dataset.loaded") == "true"
+        # everything built, nothing failed, no fleet: the first screen says so
+        assert page.evaluate("document.getElementById('attention').dataset.ok") == "true"
+        assert "Nothing needs attention in any matrix" in page.evaluate(
+            "document.getElementById('attention').textContent")
+        tells = json.loads(page.evaluate("""JSON.stringify(Object.fromEntries(
+            [...document.querySelectorAll('.fp-card')].map(c => [c.dataset.fp,
+              c.querySelector('.distinct')?.textContent.replace(/\\s+/g, ' ').trim()
+              ?? null])))"""))
+        assert tells == {one.key: f"cc_flags {FLAGS[0]}", two.key: f"cc_flags {FLAGS[1]}",
+                         other_sdk.key: None}
+        page.evaluate(f"document.querySelector('.fp-card[data-fp=\"{two.key}\"] .explain')"
+                      ".click()")
+        page.wait_for("!document.getElementById('fp-explain').hidden && "
+                      "document.querySelector('#fp-explain tr[data-field]') !== null")
+        rows = json.loads(page.evaluate("""JSON.stringify([...document.querySelectorAll(
+            '#fp-explain tbody tr')].map(tr => [...tr.cells].map(td => td.textContent.trim())))"""))
+        assert rows[0][:3] == ["cc_flags", FLAGS[1], FLAGS[0]] and len(rows) == 1
+        assert "NEURON_CC_FLAGS" in rows[0][3]
+        text = page.evaluate("document.getElementById('fp-explain').textContent")
+        assert f"neffcache fingerprint --explain {two.key}" in text
+        assert "fingerprint=" not in page.evaluate("location.search")  # explaining is not choosing
+        page.screenshot(ARTIFACTS / "dashboard-explain.png", full_page=False)
+        assert page.console_errors() == []

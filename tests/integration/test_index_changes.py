@@ -1,4 +1,4 @@
-"""The index's change counter (migration 0009): every table but the counter's own is watched
+"""The index's change counter (migration 0010): every table but the counter's own is watched
 by a trigger, every write raises the counter, a read does not; on SQLite and Postgres."""
 
 from __future__ import annotations

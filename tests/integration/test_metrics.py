@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,6 +82,7 @@ def test_types_of_the_families(scraped: tuple[dict[str, Any], Samples, Seeded]) 
         "neffcache_failed_cells": "gauge", "neffcache_cells_in_progress": "gauge",
         "neffcache_leases_active": "gauge", "neffcache_leases_expired": "gauge",
         "neffcache_last_precompile_run_timestamp_seconds": "gauge",
+        "neffcache_precompile_fingerprint_last_run_timestamp_seconds": "gauge",
         "neffcache_restore_fingerprint_last_seen_timestamp_seconds": "gauge",
         "neffcache_restores": "counter",
         "neffcache_restore_bytes": "counter",
@@ -180,6 +183,40 @@ def test_last_precompile_run_per_matrix(scraped_ops: tuple[Samples, Seeded, OpsE
     last = value(samples, "neffcache_last_precompile_run_timestamp_seconds", matrix="demo")
     assert before - 5 <= last <= time.time() + 5  # the database's clock, this host's here
     assert value(samples, "neffcache_last_precompile_run_timestamp_seconds", matrix="other") == 0
+
+
+def test_last_precompile_run_per_matrix_and_fingerprint(
+        scraped_ops: tuple[Samples, Seeded, OpsExtras, float]) -> None:
+    samples, data, extras, before = scraped_ops
+    runs = series(samples, "neffcache_precompile_fingerprint_last_run_timestamp_seconds")
+    # seed_demo's failures come with a run per fingerprint (matrix "seed"); the extras start
+    # one of "demo" under the leased fingerprint
+    assert {(dict(k)["matrix"], dict(k)["fingerprint"]) for k in runs} == \
+        {("seed", fp.key) for fp in data.fingerprints} | {("demo", extras.leased.key)}
+    assert all(before - 60 <= v <= time.time() + 5 for v in runs.values())
+
+
+def test_a_run_older_than_the_window_has_no_per_fingerprint_series(tmp_path: Path) -> None:
+    from neffcache.index.models import PrecompileRunRow
+
+    with open_index(f"sqlite:///{tmp_path / 'index.db'}", auto_upgrade=True) as ix:
+        data = seed_demo(ix)
+        old, recent = data.fingerprints
+        with ix.write_session() as s:
+            s.query(PrecompileRunRow).delete()
+        for fp, days in ((old, 8), (recent, 1)):
+            run = ix.start_run("ci", fp, "demo")
+            with ix.write_session() as s:
+                s.get(PrecompileRunRow, run).started_at = (  # type: ignore[union-attr]
+                    datetime.now(timezone.utc) - timedelta(days=days))
+        with serve_in_thread(ix) as base:
+            _, samples = parse(request_metrics(base))
+    runs = series(samples, "neffcache_precompile_fingerprint_last_run_timestamp_seconds")
+    assert [(dict(k)["matrix"], dict(k)["fingerprint"]) for k in runs] == [("demo", recent.key)]
+    assert time.time() - next(iter(runs.values())) == pytest.approx(86400, abs=120)
+    # the per-matrix family still says when "demo" last ran (the 1-day-old run)
+    assert time.time() - value(samples, "neffcache_last_precompile_run_timestamp_seconds",
+                               matrix="demo") == pytest.approx(86400, abs=120)
 
 
 def test_when_restores_last_named_each_fingerprint(

@@ -193,3 +193,29 @@ def seed_ops_extras(ix: Index, seeded: Seeded) -> OpsExtras:
                            "cells_restored": restored, "cells_missing": missing,
                            "bytes_fetched": nbytes, "seconds": secs, "exit_code": code})
     return OpsExtras(leased, reported)
+
+
+FLAGS = ("--optlevel 1", "--optlevel 2")
+
+
+def flag_fingerprints() -> tuple[Fingerprint, Fingerprint, Fingerprint]:
+    """Two fingerprints alike but for their NEURON_CC_FLAGS (cards that read the same), and
+    one of another SDK."""
+    def fp(sdk: str, flags: str) -> Fingerprint:
+        return build_fingerprint("neuron", {"version.neuronx-cc": sdk, "version.torch": "2.9.0",
+                                            "target": "trn2", "cc_flags": flags})
+    return fp("2.5.0", FLAGS[0]), fp("2.5.0", FLAGS[1]), fp("2.6.0", FLAGS[0])
+
+
+def seed_problems(ix: Index) -> tuple[Seeded, str, str]:
+    """The demo index (failed cells on "demo", "other" restored with a fingerprint nothing was
+    built for, an expired lease on "demo"), matrix "flags" fully built for the three
+    ``flag_fingerprints``, and a precompile run of "demo" that was cancelled; returns the
+    demo's seed, the fingerprint only restore reports name, and the cancelled run's id."""
+    data = seed_demo(ix)
+    extras = seed_ops_extras(ix, data)
+    seed(ix, matrix_text("flags", shapes=3, first=20), flag_fingerprints(),
+         lambda n, i: READY)
+    run = ix.start_run("ci-9", data.fingerprints[0], "demo")
+    ix.finish_run(run, 0, 0, cancelled=2)
+    return data, extras.reported.key, run

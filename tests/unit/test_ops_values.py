@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from neffcache import errors
+from neffcache.fingerprint import Fingerprint, build_fingerprint
 from neffcache.index.coverage_grid import (
     CoverageFacts,
     FailureFact,
@@ -21,10 +22,12 @@ from neffcache.index.coverage_grid import (
 )
 from neffcache.index.ops_values import (
     FingerprintCounts,
+    FingerprintDiff,
     FingerprintInfo,
     FingerprintStats,
     MatrixVersion,
     by_severity,
+    distinguish,
     fingerprint_target,
     group_by_sdk,
     known_versions,
@@ -178,3 +181,41 @@ def test_a_card_names_the_target_and_what_a_fingerprint_without_its_sdk_knows() 
     doc = FingerprintCounts("k", "neuron", "absent", 0, 0, 4, target="trn1",
                             known="torch 2.9.0", restores=2).to_json()
     assert (doc["target"], doc["known"], doc["restores"]) == ("trn1", "torch 2.9.0", 2)
+
+
+def _column(key: str, sdk: str = "2.5.0") -> FingerprintCounts:
+    return FingerprintCounts(key, "neuron", sdk, 1, 0, 0, target="trn2")
+
+
+def test_distinguish_names_the_fields_that_tell_alike_cards_apart() -> None:
+    def fp(sdk: str, **more: str) -> Fingerprint:
+        return build_fingerprint("neuron", {"version.neuronx-cc": sdk, "target": "trn2",
+                                            **more})
+    a, b = fp("2.5.0", cc_flags="-O1"), fp("2.5.0", cc_flags="-O2", lnc="2")
+    c, d = fp("2.6.0", cc_flags="-O1"), fp("2.5.0")
+    prints = {x.key: x for x in (a, b, c, d)}
+    cols = [_column(a.key), _column(b.key), _column(c.key, "2.6.0"), _column(d.key),
+            _column("unknownkey")]
+    out = {x.key: x for x in distinguish(cols, prints)}
+    # a, b and d read the same (neuron 2.5.0 trn2): each names the fields any of them differ in
+    assert out[a.key].distinct == (("cc_flags", "-O1"), ("lnc", "absent"))
+    assert out[b.key].distinct == (("cc_flags", "-O2"), ("lnc", "2"))
+    assert out[d.key].distinct == (("cc_flags", "absent"), ("lnc", "absent"))
+    assert out[c.key].distinct == ()  # alone with its SDK: its title tells it apart
+    assert out[c.key].nearest == a.key  # one field from a, more from the others
+    assert out[a.key].nearest == c.key  # a ties c and d at one field: column order
+    assert out["unknownkey"] == cols[4]  # not in the index: nothing to compare
+    assert out[a.key].to_json()["distinct"] == {"cc_flags": "-O1", "lnc": "absent"}
+    assert [x.key for x in distinguish(cols, prints)] == [x.key for x in cols]
+
+
+def test_a_fingerprint_diff_carries_each_fields_note() -> None:
+    from neffcache.fingerprint import diff_fingerprints
+
+    a = build_fingerprint("neuron", {"cc_flags": "-O1", "custom": "x"})
+    b = build_fingerprint("neuron", {"cc_flags": "-O2"})
+    doc = FingerprintDiff(a.key, b.key, diff_fingerprints(a, b)).to_json()
+    assert [(d["field"], d["value"], d["against"]) for d in doc["differences"]] == [
+        ("cc_flags", "-O1", "-O2"), ("custom", "x", "absent")]
+    assert "NEURON_CC_FLAGS" in doc["differences"][0]["note"]
+    assert doc["differences"][1]["note"] == ""

@@ -72,8 +72,9 @@ PEERS = {"peer_python": [sys.executable, "-c", "pass"],
          "peer_import_sqlalchemy": [sys.executable, "-c", "import sqlalchemy"],
          # the driver the bare ``ls`` path imports on Postgres (sqlite3 costs ~10 ms)
          "peer_import_psycopg": [sys.executable, "-c", "import psycopg"]}
-TARGETS = {"metrics": 0.2, "summary": 0.2, "dashboard": 1.0, "coverage_cli": 0.5,
-           "ls_cli": 0.3, "ls_glob_cli": 0.3, "ls_glob_older_cli": 0.3, "ls_all_first": 0.3,
+TARGETS = {"metrics": 0.2, "summary": 0.2, "attention": 0.2, "dashboard": 1.0,
+           "coverage_cli": 0.5, "ls_cli": 0.3, "ls_glob_cli": 0.3, "ls_glob_older_cli": 0.3,
+           "ls_all_first": 0.3,
            "ls_all_jsonl_first": 0.3, "coverage_all_json_first": 0.3}
 # Whole results, streamed (#25): each command's first line, whole run and peak RSS.
 STREAMED = ("ls_all", "ls_all_jsonl", "coverage_all_json", "coverage_all_jsonl")
@@ -348,11 +349,13 @@ def measure(url: str, facts: dict[str, Any], repeat: int, home: Path,
     try:
         out["metrics"] = median(lambda: get(base + "/metrics"), repeat)
         out["summary"] = median(lambda: get(base + "/api/summary"), repeat)
+        out["attention"] = median(lambda: get(base + "/api/attention?limit=20"), repeat)
         # The matrix the dashboard opens on: the summary's first (its worst column is worst).
         first = json.loads(get(base + "/api/summary"))["coverage"][0]["matrix"]
         page = ["/api/summary", "/api/matrices", "/api/restores?limit=25", "/api/runs?limit=20",
                 "/api/in-progress?limit=200", "/api/restore-timeline?days=14",
-                f"/api/coverage?matrix={first}&limit=200", f"/api/failures?matrix={first}"]
+                "/api/attention?limit=20", f"/api/coverage?matrix={first}&limit=200",
+                f"/api/failures?matrix={first}"]
         out["dashboard"] = median(lambda: [get(base + p) for p in page], repeat)
         out["metrics_bytes"] = len(get(base + "/metrics"))
     finally:
@@ -506,7 +509,7 @@ def main() -> None:
     print(f"| what | {' | '.join(dbs)} | target |")
     print(f"|---|{'---|' * len(dbs)}---|")
     keys = ("coverage_sql", "coverage_cli", "ls_cli", "ls_glob_cli", "ls_glob_older_cli", *PEERS,
-            "metrics", "summary", "dashboard")
+            "metrics", "summary", "attention", "dashboard")
     for key in (k for k in keys if all(k in results[d] for d in dbs)):
         cells = " | ".join(f"{results[d][key] * 1000:.0f} ms" + (
             f" (cpu {results[d][key + '_cpu'] * 1000:.0f} ms)" if key + "_cpu" in results[d]

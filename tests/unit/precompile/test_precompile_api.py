@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.errors import UsageError, WorkerError, exit_code_for
+from neffcache.index import list_runs, open_index
 from neffcache.precompile import (
     CaptureRequest,
     PrecompileRequest,
@@ -146,6 +147,14 @@ def test_a_stop_event_ends_a_claimed_run_and_releases_its_lease_as_cancelled(
                                          store=store, environ=env))
     assert again.exit_code == 0 and again.to_json()["stopped"] is None
     assert [c["status"] for c in again.to_json()["cells"]] == ["published"]
+    # the index says which run was cancelled (the dashboard's runs table, /api/runs)
+    with open_index(f"sqlite:///{os.environ['NEFFCACHE_HOME']}/index.db",
+                    auto_upgrade=False) as ix:
+        runs = {r.id: r for r in list_runs(ix)}
+    stopped, finished = runs[doc["run_id"]], runs[again.to_json()["run_id"]]
+    assert (stopped.status, stopped.cells_cancelled, stopped.cells_ok) == ("cancelled", 1, 0)
+    assert stopped.to_json()["status"] == "cancelled"
+    assert (finished.status, finished.cells_cancelled, finished.cells_ok) == ("finished", None, 1)
 
 
 def test_notice_says_when_no_cell_is_selected(tmp_path: Path, store: str,

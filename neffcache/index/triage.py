@@ -1,0 +1,169 @@
+"""What the dashboard's first screen leads with, across every registered matrix (never only
+the selected one): failed cells of their current versions, stale cells (leases held past
+their expiry: a worker that died), and fingerprints the fleet restored with lately (restore
+reports within ``FLEET_WINDOW``) that have nothing built; and the explanation of what tells
+two fingerprints apart. A few queries whatever the index's size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Select, func, select
+
+from neffcache.errors import NotFoundError
+from neffcache.fingerprint import Fingerprint, diff_fingerprints
+from neffcache.index.api import Index
+from neffcache.index.coverage_reads import live_lease
+from neffcache.index.ops_queries import EPOCH, lease_stats, reported_fingerprints
+from neffcache.index.ops_values import FingerprintCounts, FingerprintDiff
+from neffcache.index.shapes import AttentionDoc
+from neffcache.index.tables import cell_claims, cell_failures, cells, entries, matrices
+from neffcache.index.tables import matrix_cells as MC
+from neffcache.index.values import LiveLease, as_utc, iso
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+# How recent a restore report must be for its fingerprint to count as the fleet's (the alert
+# rules in deploy/prometheus use the same 7 days).
+FLEET_WINDOW = timedelta(days=7)
+
+
+@dataclass(frozen=True, slots=True)
+class FailedCell:
+    """The latest failed warm-up of a cell of a matrix's current version (no entry since)."""
+
+    matrix: str
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    run_id: str | None
+    exit_status: int | None
+    failed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """What is wrong across every registered matrix; the lists at most ``limit`` long, newest
+    failure, oldest expiry, most restored first; the counts over everything."""
+
+    failed_cells: int
+    failed: tuple[FailedCell, ...]
+    stale_cells: int
+    stale: tuple[tuple[str, LiveLease], ...]  # (matrix, the lease held past its expiry)
+    unbuilt: tuple[tuple[str, FingerprintCounts, datetime | None], ...]  # matrix, column, last
+
+    @property
+    def ok(self) -> bool:
+        return not (self.failed_cells or self.stale_cells or self.unbuilt)
+
+    def to_json(self) -> AttentionDoc:
+        return {
+            "ok": self.ok, "fleet_window_days": FLEET_WINDOW.days,
+            "failed_cells": self.failed_cells,
+            "failed": [{"matrix": f.matrix, "cell_id": f.cell_id, "cell_key": f.cell_key,
+                        "fingerprint_key": f.fingerprint_key, "run_id": f.run_id,
+                        "exit_status": f.exit_status, "failed_at": iso(f.failed_at)}
+                       for f in self.failed],
+            "stale_cells": self.stale_cells,
+            "stale": [{**lease.to_json(), "matrix": m} for m, lease in self.stale],
+            "unbuilt": [{"matrix": m, "fingerprint": f.to_json(), "last_restore_at": iso(t)}
+                        for m, f, t in self.unbuilt]}
+
+
+def attention(index: Index, limit: int = 20) -> Attention:
+    """``Attention`` from the coverage summaries (counts, columns), the latest failures of
+    the current versions' cells, the expired leases and the fleet's recent fingerprints."""
+    grids = index.coverage_summaries()
+    with index.connection() as conn:
+        now = index.now(conn)
+        ids = [g.matrix.id for g in grids]
+        failed = _failed(conn, ids, limit) if any(
+            f.failed for g in grids for f in g.fingerprints) else []
+        stale = _stale(conn, now, limit)
+    recent = {(r.matrix, r.fingerprint_key): r.last_seen_at
+              for r in reported_fingerprints(index)
+              if r.last_seen_at is not None and r.last_seen_at >= now - FLEET_WINDOW}
+    unbuilt = sorted(((g.matrix.name, f, recent[(g.matrix.name, f.key)])
+                      for g in grids for f in g.fingerprints
+                      if f.ready == 0 and (g.matrix.name, f.key) in recent),
+                     key=lambda u: (-u[1].restores, u[0], u[1].key))
+    return Attention(
+        failed_cells=sum(f.failed for g in grids for f in g.fingerprints),
+        failed=tuple(failed), stale_cells=sum(s.expired for s in lease_stats(index)),
+        stale=tuple(stale), unbuilt=tuple(unbuilt[:limit]))
+
+
+def _failed(conn: Connection, matrix_ids: list[int], limit: int) -> list[FailedCell]:
+    """The latest failure of each cell x fingerprint of these matrix versions that still
+    has no entry, newest first. Looked for first among the newest ``WINDOW`` x ``limit``
+    failures (a top-N of one table: the checks then run for those rows only, not for every
+    failure ever recorded); only when fewer qualify there, among all of them (any row outside
+    the window is older than every row in it, so the answer is the same)."""
+    for window in (WINDOW * limit, None):
+        found = [FailedCell(str(m), str(cid), str(ck), str(fk), run, status, as_utc(at))  # type: ignore[arg-type]
+                 for m, cid, ck, fk, run, status, at
+                 in conn.execute(_failed_statement(matrix_ids, limit, window))]
+        if len(found) >= limit:
+            break
+    return found
+
+
+WINDOW = 20  # _failed looks among the newest WINDOW x limit failures first
+
+
+def _failed_statement(matrix_ids: list[int], limit: int, window: int | None) -> Select[Any]:
+    """Without a window, "latest" is one grouped pass over every failure; within one, a
+    probe of the (cell, fingerprint) index per row of the window."""
+    f, e = cell_failures, entries
+    newer = cell_failures.alias("newer")
+    latest = (f.c.id.in_(select(func.max(f.c.id)).group_by(f.c.cell_key, f.c.fingerprint_key))
+              if window is None else
+              ~select(newer.c.id).where(newer.c.cell_key == f.c.cell_key,
+                                        newer.c.fingerprint_key == f.c.fingerprint_key,
+                                        newer.c.id > f.c.id).exists())
+    has_entry = (select(e.c.entry_key).where(e.c.cell_key == f.c.cell_key,
+                                             e.c.fingerprint_key == f.c.fingerprint_key)
+                 .exists())
+    stmt = (select(matrices.c.name, cells.c.id, f.c.cell_key, f.c.fingerprint_key, f.c.run_id,
+                   f.c.exit_status, f.c.created_at)
+            .select_from(f.join(MC, MC.c.cell_key == f.c.cell_key)
+                         .join(matrices, matrices.c.id == MC.c.matrix_id)
+                         .join(cells, cells.c.key == f.c.cell_key))
+            .where(MC.c.matrix_id.in_(matrix_ids), latest, ~has_entry)
+            .order_by(f.c.created_at.desc(), f.c.id.desc(), matrices.c.name).limit(limit))
+    if window is not None:
+        recent = cell_failures.alias("recent")
+        stmt = stmt.where(f.c.id.in_(select(recent.c.id).order_by(
+            recent.c.created_at.desc(), recent.c.id.desc()).limit(window)))
+    return stmt
+
+
+def _stale(conn: Connection, now: datetime, limit: int) -> list[tuple[str, LiveLease]]:
+    """Leases still held past their expiry (the holder stopped renewing), oldest expiry
+    first."""
+    c = cell_claims
+    rows = conn.execute(
+        select(c.c.matrix_name, c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at,
+               c.c.heartbeat_at, c.c.expires_at, c.c.attempts, cells.c.id)
+        .select_from(c.join(cells, cells.c.key == c.c.cell_key))
+        .where(c.c.holder.is_not(None), c.c.expires_at > EPOCH, c.c.expires_at <= now)
+        .order_by(c.c.expires_at).limit(limit))
+    return [(str(r[0]), replace(live_lease(r[1:8]), cell_id=str(r[8]))) for r in rows]
+
+
+def fingerprint_diff(index: Index, key: str, against: str) -> FingerprintDiff:
+    """What tells fingerprint ``key`` apart from ``against`` (each a key or a unique prefix
+    of one in the index); NotFoundError when either matches no fingerprint or several."""
+    a, b = _one_fingerprint(index, key), _one_fingerprint(index, against)
+    return FingerprintDiff(a.key, b.key, diff_fingerprints(a, b))
+
+
+def _one_fingerprint(index: Index, prefix: str) -> Fingerprint:
+    found = index.find_fingerprints(prefix.strip().lower())
+    if len(found) != 1:
+        raise NotFoundError(f"fingerprint {prefix}: {'no' if not found else len(found)} "
+                            f"fingerprints in the index match that key")
+    return next(iter(found.values()))
