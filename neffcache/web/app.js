@@ -353,10 +353,27 @@ async function showCellLog(td) {
   const params = new URLSearchParams({ cells: cell.cell_id, fingerprint: fp.key, limit: 1 });
   const box = $("cell-log");
   box.hidden = false;
+  box.classList.remove("entry");
   box.innerHTML = `<span class="muted">loading log of ${esc(cell.cell_id)}…</span>`;
   const found = await getJSON(`/api/failures?${params}`);
   box.innerHTML = found.length ? failureHTML(found[0]).replace("<details ", "<details open ")
     : `<span class="muted">no failure recorded</span>`;
+}
+
+async function showCellEntry(td) {
+  const cell = state.grid.rows[td.parentElement.rowIndex - 1];  // minus the header row
+  const fp = state.grid.fingerprints[Number(td.dataset.j)];
+  const params = new URLSearchParams({ cells: cell.cell_id, fingerprint: fp.key, limit: 1 });
+  const box = $("cell-log");
+  box.hidden = false;
+  box.classList.add("entry");
+  box.innerHTML = `<span class="muted">loading the entry of ${esc(cell.cell_id)}…</span>`;
+  const e = (await getJSON(`/api/entries?${params}`))[0];
+  box.innerHTML = e ? `<div class="entry-info" data-entry="${esc(e.entry_key)}">` +
+    `${esc(cell.cell_id)}: entry <code>${esc(short(e.entry_key))}</code> · ` +
+    `${esc(bytes(e.total_bytes))} in ${num(e.file_count)} file(s) · <span class="signer">` +
+    (e.signed_by ? `signed by key <code>${esc(e.signed_by)}</code>` : "unsigned") +
+    `</span> · ${num(e.restore_count)} restore(s)</div>` : `<span class="muted">no entry found</span>`;
 }
 
 function renderInProgress(rows) {
@@ -573,6 +590,8 @@ function init() {
   $("grid").addEventListener("click", guarded(async (e) => {
     const td = e.target.closest("td.st.failed");
     if (td) await showCellLog(td);
+    const ready = e.target.closest("td.st.ready");
+    if (ready) await showCellEntry(ready);
   }));
   window.addEventListener("popstate", () => { readURL(); loadAll(); });
   window.addEventListener("hashchange", () => { readURL(); loadAll(); });

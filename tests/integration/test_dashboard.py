@@ -368,3 +368,36 @@ def test_fingerprint_cards_show_what_tells_them_apart_and_explain_it_in_one_clic
         assert "fingerprint=" not in page.evaluate("location.search")  # explaining is not choosing
         page.screenshot(ARTIFACTS / "dashboard-explain.png", full_page=False)
         assert page.console_errors() == []
+
+
+def test_a_ready_cell_shows_its_entry_and_the_key_that_signed_it(neffcache_home: Path) -> None:
+    """The signer is visible on the dashboard: a click on a ready cell shows its entry, and
+    the key id that signed its manifest (or "unsigned")."""
+    from neffcache.matrix import parse_matrix
+    from neffcache.signing import generate_signing_key, sign_manifest
+    from tests.unit.test_index_factories import make_manifest
+
+    text = matrix_text("signed", shapes=2)
+    matrix = parse_matrix(text, "signed.toml")
+    fp = sdk_fingerprint(1)
+    _, key = generate_signing_key()
+    signed, plain = (make_manifest(c, fp, files=[("neff", "k.neff", 100, c.key)])
+                     for c in matrix.cells[:2])
+    with open_index(f"sqlite:///{neffcache_home / 'index.db'}", auto_upgrade=True) as ix:
+        seed(ix, text, (), lambda n, i: MISSING)  # registers the matrix
+        ix.record_entries([sign_manifest(signed, key), plain], "s3://bucket/neff")
+    with serve_subprocess({"NEFFCACHE_HOME": str(neffcache_home)}) as base, chromium() as page:
+        navigate(page, base + "/#matrix=signed")
+        assert page.wait_for("document.body.dataset.loaded") == "true"
+        shown = {}
+        for n, cell in enumerate(matrix.cells[:2]):
+            page.evaluate(f"document.querySelectorAll('#grid tbody tr')[{n}]"
+                          ".querySelector('td.st.ready').click()")
+            shown[cell.id] = page.wait_for(
+                "(() => { const e = document.querySelector('#cell-log .entry-info');"
+                f" return e && e.textContent.startsWith({json.dumps(cell.id)})"
+                " && e.querySelector('.signer').textContent; })()")
+        assert shown == {matrix.cells[0].id: f"signed by key {key.public.key_id}",
+                         matrix.cells[1].id: "unsigned"}
+        page.screenshot(ARTIFACTS / "dashboard-signer.png")
+        assert page.console_errors() == []
