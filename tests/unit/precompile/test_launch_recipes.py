@@ -604,6 +604,14 @@ def test_readme_shows_the_recipes_commands() -> None:
                             " precompile.json") in text, line
     (wrapped,) = re.findall(r"--wrap='([^']*)'", SLURM.read_text())
     assert wrapped in text
+    joined = re.sub(r"\\\n\s*", " ", text)
+    (gate,) = [ln.strip() for ln in joined.splitlines()
+               if ln.strip().startswith("sbatch --dependency=")]
+    assert shlex.split(gate) == _slurm_gate()
+    k8s = [ln.lstrip("# ") for ln in K8S.read_text().splitlines() if ln.startswith("#   ")]
+    for line in k8s:
+        if line.startswith(("kubectl wait", "kubectl apply", "ended=", "rm -rf dist/image")):
+            assert f"  {line}\n" in text, line
     (gate,) = [s["run"] for s in _gha_doc()["jobs"]["coverage"]["steps"]
                if "neffcache coverage" in s.get("run", "")]
     assert gate.split("   #")[0] in text
