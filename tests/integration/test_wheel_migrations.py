@@ -29,12 +29,12 @@ def sh(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = 
 
 
 def _has_modern_setuptools() -> bool:
+    """What pyproject.toml's build-system requires (setuptools builds wheels itself)."""
     try:
         import setuptools
-        import wheel  # noqa: F401
     except ImportError:
         return False
-    return int(setuptools.__version__.split(".")[0]) >= 68
+    return int(setuptools.__version__.split(".")[0]) >= 77
 
 
 def build_wheel(tmp: Path) -> Path:
