@@ -310,6 +310,24 @@ def test_k8s_header_waits_for_the_jobs_to_end_whatever_their_outcome() -> None:
                for w in waits)  # the verdict: a failed gate fails this command
 
 
+def test_dockerfile_checks_every_module_the_neuron_workers_import() -> None:
+    """The build's import check (run under the base interpreter) names the worker module,
+    torch, what the neuron backend imports and the pipeline code; each non-base one is
+    installed into that interpreter by the step before."""
+    from neffcache.backends import get_backend
+
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    (check,) = re.findall(r'"\$\{NEFFCACHE_PYTHON\}" -c "import ([^"]+)"', text)
+    imported = {m.strip() for m in check.split(",")}
+    pipeline = {"diffusers", "transformers"}
+    assert {"neffcache.precompile.worker", "torch", *get_backend("neuron").import_modules,
+            *pipeline} <= imported
+    (install,) = re.findall(r'"\$\{NEFFCACHE_PYTHON\}" -m pip install (.*)', text)
+    for name in pipeline:
+        assert re.search(rf'"{name}==\$\{{\w+\}}"', install), name  # pinned by a build arg
+    assert "\"tomli==" in install and "python_version < '3.11'" in install
+
+
 # --- SLURM -----------------------------------------------------------------------------------
 
 
