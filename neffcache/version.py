@@ -1,3 +1,15 @@
-"""The package version, in one place (the top-level face re-exports it)."""
+"""The package version, in one place (the top-level face re-exports it), and the commit a
+build was made from (written into the package by setup.py's build hook)."""
 
 __version__ = "0.1.0"
+
+
+def version_text() -> str:
+    """``0.1.0 (commit <sha>)`` for a build from a git checkout, else ``0.1.0``."""
+    from importlib.resources import files
+
+    try:
+        commit = files("neffcache").joinpath("_commit.txt").read_text().strip()
+    except FileNotFoundError:
+        commit = ""
+    return f"{__version__} (commit {commit})" if commit else __version__

@@ -14,7 +14,7 @@ import os
 import click
 
 from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, exit_code_for
-from neffcache.version import __version__
+from neffcache.version import version_text
 
 # name -> (module, attribute, one-line help shown in `neffcache --help` without importing it)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -80,13 +80,21 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"neffcache {version_text()}")
+        ctx.exit()
+
+
 def _available(name: str) -> bool:
     return importlib.util.find_spec(COMMANDS[name][0]) is not None
 
 
 @click.group(cls=LazyGroup, epilog=EXIT_CODE_HELP,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="neffcache")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version,
+              help="Show the version (and the git commit it was built from) and exit.")
 @click.option("--config", "config_file", metavar="FILE", default=None,
               help="Read settings from this TOML file (sets NEFFCACHE_CONFIG for the command; "
                    "it must exist).")

@@ -8,7 +8,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-from tests.integration.test_wheel_migrations import build_wheel, make_venv, sh
+from tests.integration.test_wheel_migrations import build_wheel, install_wheel, make_venv, sh
 from tests.support.live_server import request
 from tests.support.servers import free_port, wait_http
 
@@ -19,7 +19,7 @@ def test_installed_wheel_serves_the_dashboard(tmp_path: Path) -> None:
     assert {"neffcache/web/index.html", "neffcache/web/app.js", "neffcache/web/style.css",
             "neffcache/server/app.py"} <= names
     venv = make_venv(tmp_path)
-    sh(venv / "bin" / "python", "-m", "pip", "install", "--no-deps", "-q", wheel)
+    install_wheel(venv, wheel)
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     where = sh(venv / "bin" / "python", "-c",

@@ -29,12 +29,12 @@ def sh(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = 
 
 
 def _has_modern_setuptools() -> bool:
+    """What pyproject.toml's build-system requires (setuptools builds wheels itself)."""
     try:
         import setuptools
-        import wheel  # noqa: F401
     except ImportError:
         return False
-    return int(setuptools.__version__.split(".")[0]) >= 68
+    return int(setuptools.__version__.split(".")[0]) >= 77
 
 
 def build_wheel(tmp: Path) -> Path:
@@ -65,6 +65,13 @@ def make_venv(tmp: Path) -> Path:
     return venv
 
 
+def install_wheel(venv: Path, wheel: Path) -> None:
+    """Install ``wheel`` alone into ``venv``, even though the outer venv's neffcache (an
+    editable install, whose metadata make_venv's .pth makes visible) looks installed."""
+    sh(venv / "bin" / "python", "-m", "pip", "install", "--no-deps", "--no-index",
+       "--ignore-installed", "-q", wheel)
+
+
 def test_db_upgrade_from_an_installed_wheel(tmp_path: Path) -> None:
     wheel = build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
@@ -73,7 +80,7 @@ def test_db_upgrade_from_an_installed_wheel(tmp_path: Path) -> None:
     assert any(n.startswith("neffcache/migrations/versions/0001") for n in names)
 
     venv = make_venv(tmp_path)
-    sh(venv / "bin" / "python", "-m", "pip", "install", "--no-deps", "--no-index", wheel)
+    install_wheel(venv, wheel)
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}

@@ -4,10 +4,12 @@ that the CLI accepts (resolved by click's own parser, without running it); each 
 real cluster needs (credentials, devices, scratch space, the index upgraded, a gate of its
 own), and each passes a real validator from the package registries (check-jsonschema's GitHub
 workflow schema, zizmor, kubernetes-validate, hadolint, shellcheck), which fails a broken
-copy."""
+copy. The SLURM and Kubernetes gates run after a failed worker and, run here against a real
+index, fail on a failed cell."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -22,6 +24,7 @@ import click
 import pytest
 import yaml
 
+from neffcache.backends import neuron_env
 from neffcache.cli.coverage import coverage
 from neffcache.cli.precompile import precompile
 
@@ -29,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[3]
 LAUNCH = ROOT / "tools" / "launch"
 GHA = LAUNCH / "github-actions.yml"
 K8S = LAUNCH / "k8s-indexed-job.yaml"
+K8S_GATE = LAUNCH / "k8s-coverage-gate.yaml"
 SLURM = LAUNCH / "slurm-array.sbatch"
 DOCKERFILE = LAUNCH / "Dockerfile"
 BOOT_HOOK = ROOT / "tools" / "boot" / "neffcache-boot-hook"
@@ -53,10 +57,20 @@ def _gha() -> list[str]:
     return _command(runs[0])
 
 
+def _k8s_all(path: Path = K8S) -> dict[tuple[str, str], dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
 def _k8s_docs() -> dict[str, dict[str, Any]]:
-    docs = [d for d in yaml.safe_load_all(K8S.read_text()) if d]
-    assert all((d["apiVersion"], d["kind"]) == ("batch/v1", "Job") for d in docs)
-    return {d["metadata"]["name"]: d for d in docs}
+    """The compile Jobs."""
+    return {name: d for (kind, name), d in _k8s_all().items() if kind == "Job"}
+
+
+def _k8s_gate() -> dict[str, Any]:
+    (gate,) = _k8s_all(K8S_GATE).values()
+    assert (gate["apiVersion"], gate["kind"]) == ("batch/v1", "Job")
+    return gate  # type: ignore[no-any-return]
 
 
 def _pod(job: dict[str, Any]) -> dict[str, Any]:
@@ -134,15 +148,22 @@ def test_github_compile_jobs_get_cloud_credentials_through_oidc() -> None:
         i for i, s in enumerate(job["steps"]) if "neffcache precompile" in s.get("run", ""))
 
 
-def test_github_neffcache_lives_in_a_venv_and_the_workers_run_the_inference_python() -> None:
-    doc = _gha_doc()
-    venv = doc["env"]["NEFFCACHE_VENV"]
-    assert venv.startswith("/")
+def _assert_pinned_venv_per_job(doc: dict[str, Any]) -> None:
+    """Every job installs one pinned neffcache into a venv of its own: in $RUNNER_TEMP,
+    which GitHub gives each job and empties after it (jobs sharing a host never share it)."""
+    requirement = doc["env"]["NEFFCACHE_REQUIREMENT"]
+    assert re.fullmatch(r"neffcache\[postgres\]==\d+\.\d+\.\d+", requirement), requirement
     for job in doc["jobs"].values():
         runs = "\n".join(s.get("run", "") for s in job["steps"])
-        assert 'python3 -m venv "$NEFFCACHE_VENV"' in runs
-        pips = re.findall(r"(\S*pip\S*) install ", runs)
-        assert pips and set(pips) == {'"$NEFFCACHE_VENV/bin/pip"'}, pips  # never the runner's
+        assert 'python3 -m venv "$RUNNER_TEMP/neffcache"' in runs
+        installs = re.findall(r"(\S*pip\S*) install (.*)", runs)
+        assert installs == [('"$RUNNER_TEMP/neffcache/bin/pip"', '"$NEFFCACHE_REQUIREMENT"')]
+        assert '"$RUNNER_TEMP/neffcache/bin" >> "$GITHUB_PATH"' in runs
+
+
+def test_github_neffcache_lives_in_a_venv_and_the_workers_run_the_inference_python() -> None:
+    doc = _gha_doc()
+    _assert_pinned_venv_per_job(doc)
     (step,) = [s for s in doc["jobs"]["precompile"]["steps"]
                if "neffcache precompile" in s.get("run", "")]
     assert "NEFFCACHE_PYTHON" in step["env"]
@@ -219,6 +240,94 @@ def test_dockerfile_builds_the_image_the_jobs_name_with_neffcache_in_a_venv() ->
     assert "ENV NEFFCACHE_PYTHON=" in text
 
 
+def test_k8s_ships_the_service_account_with_its_iam_role() -> None:
+    docs = _k8s_all()
+    assert {kind for kind, _ in docs} == {"Job", "ServiceAccount"}
+    (account,) = [d for (kind, _), d in docs.items() if kind == "ServiceAccount"]
+    role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    assert re.fullmatch(r"arn:aws:iam::\d{12}:role/\S+", role)
+    for job in _k8s_docs().values():
+        assert _pod(job)["serviceAccountName"] == account["metadata"]["name"]
+    assert list(docs)[0][0] == "ServiceAccount"  # created before the pods that name it
+
+
+def _all_pods() -> dict[str, dict[str, Any]]:
+    gate = _k8s_gate()
+    return {**{n: _pod(j) for n, j in _k8s_docs().items()},
+            gate["metadata"]["name"]: gate["spec"]["template"]["spec"]}
+
+
+@pytest.mark.parametrize("name", ["neffcache-precompile", "neffcache-precompile-cpu",
+                                  "neffcache-coverage"])
+def test_k8s_pods_run_non_root_read_only_without_capabilities(name: str) -> None:
+    pod = _all_pods()[name]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0  # numeric: the image's user is root
+    writable = {m["mountPath"] for c in pod["containers"] for m in c.get("volumeMounts", [])
+                if not m.get("readOnly")}
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
+        env = _env(container)
+        for var in ("TMPDIR", "HOME"):  # what is written goes to a volume, not the image
+            assert var not in env or env[var] in writable, (container["name"], var)
+    assert "/tmp" in writable
+
+
+def test_k8s_gate_reads_the_index_for_the_fingerprint_the_compile_pods_built() -> None:
+    gate = _k8s_gate()
+    assert gate["spec"]["backoffLimit"] == 0 and "completionMode" not in gate["spec"]
+    pod = gate["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    params = _gate_command(" ".join(container["command"]))
+    assert params["check"] is True and params["fingerprints"] == ("host",)
+    jobs = _k8s_docs()
+    compile_pod = _container(jobs["neffcache-precompile"])
+    compile_only = _parse([str(w) for w in _container(jobs["neffcache-precompile-cpu"])["command"]])
+    env = _env(container)
+    assert params["matrix"] == _parse(_k8s())["matrix"]
+    assert container["image"] == compile_pod["image"]
+    assert env["NEFFCACHE_PYTHON"] == _env(compile_pod)["NEFFCACHE_PYTHON"]
+    assert env["NEFFCACHE_INDEX"] == _env(compile_pod)["NEFFCACHE_INDEX"]
+    assert env[neuron_env.PLATFORM_TARGET] == compile_only["target"]
+    assert "aws.amazon.com/neuron" not in str(container["resources"])
+    assert pod["automountServiceAccountToken"] is False  # it reads the index, not the store
+    assert "kubectl logs" not in K8S.read_text() + K8S_GATE.read_text()
+
+
+def test_k8s_header_waits_for_the_jobs_to_end_whatever_their_outcome() -> None:
+    lines = [ln.lstrip("# ") for ln in K8S.read_text().splitlines() if ln.startswith("#")]
+    (ended,) = [ln.split("=", 1)[1] for ln in lines if ln.startswith("ended=")]
+    assert '@.type=="Complete"' in ended and '@.type=="Failed"' in ended
+    waits = [ln for ln in lines if ln.startswith("kubectl wait")]
+    jobs = " ".join(f"job/{name}" for name in _k8s_docs())
+    assert f'kubectl wait --for="$ended" --timeout=6h {jobs}' in waits
+    apply_gate = lines.index(f"kubectl apply -f tools/launch/{K8S_GATE.name}")
+    assert lines.index(f'kubectl wait --for="$ended" --timeout=6h {jobs}') < apply_gate
+    name = _k8s_gate()["metadata"]["name"]
+    assert any(w.startswith(f"kubectl wait --for=condition=complete --timeout=0 job/{name}")
+               for w in waits)  # the verdict: a failed gate fails this command
+
+
+def test_dockerfile_checks_every_module_the_neuron_workers_import() -> None:
+    """The build's import check (run under the base interpreter) names the worker module,
+    torch, what the neuron backend imports and the pipeline code; each non-base one is
+    installed into that interpreter by the step before."""
+    from neffcache.backends import get_backend
+
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    (check,) = re.findall(r'"\$\{NEFFCACHE_PYTHON\}" -c "import ([^"]+)"', text)
+    imported = {m.strip() for m in check.split(",")}
+    pipeline = {"diffusers", "transformers"}
+    assert {"neffcache.precompile.worker", "torch", *get_backend("neuron").import_modules,
+            *pipeline} <= imported
+    (install,) = re.findall(r'"\$\{NEFFCACHE_PYTHON\}" -m pip install (.*)', text)
+    for name in pipeline:
+        assert re.search(rf'"{name}==\$\{{\w+\}}"', install), name  # pinned by a build arg
+    assert "\"tomli==" in install and "python_version < '3.11'" in install
+
+
 # --- SLURM -----------------------------------------------------------------------------------
 
 
@@ -235,13 +344,84 @@ def test_slurm_requests_devices_cpus_and_memory() -> None:
     assert int(_sbatch("cpus-per-task")) >= 1 and re.fullmatch(r"\d+[GM]", _sbatch("mem"))
 
 
-def test_slurm_documents_the_gate_as_a_dependent_job() -> None:
+def _slurm_gate() -> list[str]:
+    """The gate's sbatch command from the script's header (continuation lines joined)."""
+    header = [ln[1:].strip() for ln in _slurm_lines() if ln.startswith("#   ")]
+    text = "\n".join(header).replace("\\\n", " ")
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("sbatch --dependency=")]
+    return shlex.split(line)
+
+
+# sbatch(1): when a job with --dependency=TYPE:JOBID may start. A dependency on an array job
+# waits for every task of it.
+SLURM_DEPENDENCY_STARTS = {
+    "after": "once the jobs have started",
+    "afterany": "once the jobs have ended, in any state",
+    "afterok": "only once they all succeeded (never, after one failed task)",
+    "afternotok": "only once one failed (never, after a run that succeeded)",
+}
+
+
+def test_slurm_gate_runs_whatever_the_arrays_outcome_without_a_device() -> None:
     text = SLURM.read_text()
     assert "sbatch --parsable tools/launch/slurm-array.sbatch" in text
-    assert re.search(r'sbatch --dependency=afterok:"\$jid"', text)
-    (wrapped,) = re.findall(r"--wrap='([^']*)'", text)
-    params = _gate_command(wrapped)
+    words = _slurm_gate()
+    options = dict(w.split("=", 1) for w in words[1:] if w.startswith("--"))
+    kind, job = options["--dependency"].split(":", 1)
+    assert SLURM_DEPENDENCY_STARTS[kind] == "once the jobs have ended, in any state"
+    assert job == "$jid"
+    assert not {"--gres", "--gpus", "--array"} & set(options)  # the gate asks for no device
+    params = _gate_command(options["--wrap"])
     assert params["check"] is True and params["fingerprints"] == ("host",)
+    assert options["--export"].split(",")[0] == "ALL"  # NEFFCACHE_PYTHON and the index
+
+
+def _gate_runs() -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Each gate's neffcache command and the variables it gets, beyond the index."""
+    slurm = dict(w.split("=", 1) for w in _slurm_gate()[1:] if w.startswith("--"))
+    slurm_env = dict(v.split("=", 1) for v in slurm["--export"].split(",")[1:])
+    (k8s,) = _k8s_gate()["spec"]["template"]["spec"]["containers"]
+    k8s_env = {k: v for k, v in _env(k8s).items()
+               if isinstance(v, str) and k not in ("HOME", "NEFFCACHE_PYTHON")}
+    return {"slurm": (_command(slurm["--wrap"]), slurm_env),
+            "k8s": ([str(w) for w in k8s["command"]], k8s_env)}
+
+
+@pytest.mark.parametrize("failed", [False, True], ids=["all-ready", "one-failed"])
+@pytest.mark.parametrize("gate", ["slurm", "k8s"])
+def test_gate_run_on_the_index_fails_on_a_failed_cell(
+        gate: str, failed: bool, neffcache_home: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The gate, on a host that is not a trn2 one (no device, another instance type), finds
+    the fingerprint the workers on trn2 built and fails (exit 3) when one of their cells
+    failed. The interpreter is this one on both sides (the image's, in the recipes)."""
+    from neffcache.cli import run
+    from neffcache.fingerprint import INSTANCE_TYPE_OVERRIDE, collect_fingerprint
+    from neffcache.index import open_index
+    from tests.support.ops_seed import FAILED, READY, matrix_text, seed
+
+    words, env = _gate_runs()[gate]
+    for var in ("NEFFCACHE_PYTHON", neuron_env.PLATFORM_TARGET):
+        monkeypatch.delenv(var, raising=False)
+    worker = collect_fingerprint("neuron", {**os.environ,
+                                            INSTANCE_TYPE_OVERRIDE: "trn2.48xlarge"})
+    text = matrix_text("gate", shapes=3)
+    url = f"sqlite:///{neffcache_home / 'index.db'}"
+    with open_index(url, auto_upgrade=True) as ix:
+        seed(ix, text, [worker], lambda n, _: FAILED if failed and n == 1 else READY)
+    matrix = tmp_path / Path(_parse(_k8s())["matrix"]).name
+    matrix.write_text(text)
+    words = [str(matrix) if w.endswith("matrix.toml") else w for w in words]
+    monkeypatch.setenv(INSTANCE_TYPE_OVERRIDE, "m7i.2xlarge")  # the gate's host
+    monkeypatch.setenv("NEFFCACHE_INDEX", url)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert words[:2] == ["neffcache", "coverage"]
+    code = run(words[1:])
+    out, err = capsys.readouterr()
+    assert code == (3 if failed else 0), err
+    if "--json" in words:
+        assert json.loads(out)["check"]["ok"] is (not failed)
 
 
 RECORD = """#!/bin/sh
@@ -350,6 +530,7 @@ CHECKS = [
     ("check-jsonschema", GHA),
     ("zizmor", GHA),
     ("kubernetes-validate", K8S),
+    ("kubernetes-validate", K8S_GATE),
     ("hadolint", DOCKERFILE),
     ("shellcheck", SLURM),
     ("shellcheck", BOOT_HOOK),
@@ -363,9 +544,9 @@ def test_recipe_passes_its_validator(validator: str, path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _break_k8s_second_document(text: str) -> str:
-    first, second = text.split("\n---\n")
-    return first + "\n---\n" + second.replace("parallelism: 8", "parallelism: eight", 1)
+def _break_k8s_last_document(text: str) -> str:
+    *first, last = text.split("\n---\n")
+    return "\n---\n".join([*first, last.replace("parallelism: 8", "parallelism: eight", 1)])
 
 
 BROKEN = {
@@ -374,7 +555,7 @@ BROKEN = {
     # an action pinned by a tag anyone can move, not a commit
     "zizmor": (GHA, lambda t: re.sub(r"checkout@[0-9a-f]{40}", "checkout@v4", t, count=1)),
     # every document is validated, not only the first
-    "kubernetes-validate": (K8S, _break_k8s_second_document),
+    "kubernetes-validate": (K8S, _break_k8s_last_document),
     # an unpinned pip install
     "hadolint": (DOCKERFILE, lambda t: t + "RUN pip install requests\n"),
     # an unquoted expansion
@@ -441,6 +622,14 @@ def test_readme_shows_the_recipes_commands() -> None:
                             " precompile.json") in text, line
     (wrapped,) = re.findall(r"--wrap='([^']*)'", SLURM.read_text())
     assert wrapped in text
+    joined = re.sub(r"\\\n\s*", " ", text)
+    (gate,) = [ln.strip() for ln in joined.splitlines()
+               if ln.strip().startswith("sbatch --dependency=")]
+    assert shlex.split(gate) == _slurm_gate()
+    k8s = [ln.lstrip("# ") for ln in K8S.read_text().splitlines() if ln.startswith("#   ")]
+    for line in k8s:
+        if line.startswith(("kubectl wait", "kubectl apply", "ended=", "rm -rf dist/image")):
+            assert f"  {line}\n" in text, line
     (gate,) = [s["run"] for s in _gha_doc()["jobs"]["coverage"]["steps"]
                if "neffcache coverage" in s.get("run", "")]
     assert gate.split("   #")[0] in text

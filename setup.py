@@ -1,0 +1,62 @@
+"""Build hook (the metadata is in pyproject.toml): a build from a git checkout records its
+commit in the package as ``neffcache/_commit.txt``, which ``neffcache --version`` prints.
+
+The sdist carries the file, so a wheel built from that sdist (no .git there) names the same
+commit; a build from a tree that is not a git checkout records nothing."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+
+COMMIT_FILE = Path("neffcache", "_commit.txt")
+
+
+def _git_commit() -> str:
+    """HEAD of the checkout this file is in, with ``-dirty`` when tracked files changed."""
+    here = Path(__file__).resolve().parent
+    if not (here / ".git").exists():
+        return ""
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain",
+                                "--untracked-files=no"], check=True, capture_output=True,
+                               text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("-dirty" if dirty else "")
+
+
+def _commit() -> str:
+    """The commit a build is made from: the sdist's record, else the checkout's HEAD."""
+    return COMMIT_FILE.read_text().strip() if COMMIT_FILE.exists() else _git_commit()
+
+
+def _write(root: str, commit: str) -> None:
+    target = Path(root, COMMIT_FILE)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(commit + "\n")
+
+
+class BuildPy(build_py):
+    def run(self) -> None:
+        super().run()
+        commit = _commit()
+        if commit and not self.editable_mode:
+            _write(self.build_lib, commit)
+
+
+class Sdist(sdist):
+    def make_release_tree(self, base_dir: str, files: list[str]) -> None:
+        super().make_release_tree(base_dir, files)
+        commit = _commit()
+        if commit:
+            _write(base_dir, commit)
+
+
+setup(cmdclass={"build_py": BuildPy, "sdist": Sdist})
