@@ -71,7 +71,8 @@ class _Collector:
 
     def _count_down(self, outcomes: Sequence[Outcome], unit: Unit) -> None:
         """Each installed file's cells wait for one path less; a cell at 0 is ready."""
-        owners = {id(t): o for g in unit_groups(unit) for t, o in zip(g.targets, g.owners)}
+        owners = {id(t): o for g in unit_groups(unit)  # owners: one per target, or none
+                  for t, o in zip(g.targets, g.owners, strict=False)}
         for t, outcome in outcomes:
             if isinstance(outcome, FileFailure):
                 continue
