@@ -71,6 +71,11 @@ class _Collector:
 
     def _count_down(self, outcomes: Sequence[Outcome], unit: Unit) -> None:
         """Each installed file's cells wait for one path less; a cell at 0 is ready."""
+        if len(self.waiting) == 1:  # one cell: every path is its own (no map per unit)
+            self.waiting[0] -= sum(not isinstance(o, FileFailure) for _, o in outcomes)
+            if self.waiting[0] == 0 and self.on_ready is not None:
+                self.on_ready(0)
+            return
         owners = {id(t): o for g in unit_groups(unit)  # owners: one per target, or none
                   for t, o in zip(g.targets, g.owners, strict=False)}
         for t, outcome in outcomes:

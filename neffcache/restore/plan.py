@@ -236,11 +236,11 @@ def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
             groups[t.sha256] = [t]
         else:
             group.append(t)
-        if single:
-            waiting[0] += 1
-        else:
+        if not single:  # (one entry: it waits for every path to fetch, counted below)
             owned.setdefault(t.sha256, []).append(_wait(claims, index, interned, waiting))
     del wants
+    if single:
+        waiting[0] = sum(len(ts) for ts in groups.values())
     sole: dict[tuple[int, ...], tuple[tuple[int, ...]]] = {}
     fetch = tuple(FetchGroup(sha, ts[0].size, tuple(ts), _owners(ts, owned.get(sha), sole))
                   for sha, ts in groups.items())
@@ -367,8 +367,12 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
 
 
 def _rank(g: FetchGroup) -> int:
-    """The first cell (in the plan's order) that waits for the group."""
-    return min(i for o in g.owners for i in o) if g.owners else 0
+    """The first cell (in the plan's order) that waits for the group (each path's cells come
+    in that order)."""
+    owners = g.owners
+    if len(owners) == 1:
+        return owners[0][0]
+    return min(o[0] for o in owners) if owners else 0
 
 
 def _digests_for(g: FetchGroup, digests: dict[str, PartDigests]) -> PartDigests | None:
