@@ -5,14 +5,15 @@ written through a temp file in ``DIR/.neffcache-entries`` (swept like every temp
 and a rename, so a reader sees a whole marker or none. A restore, under DIR's lock, removes the
 marker of every requested cell it is about to change (a file to fetch) or cannot vouch for
 (no entry, refused by the trust gate, unresolved) before it installs anything, and writes one
-as each cell's last file lands; eviction removes the markers of the entries it evicts. So a
-marker is never left for a cell that is evicted, refused or incomplete; after a kill, the
+as each cell's last file lands; eviction and ``neffcache prune`` remove the markers of the entries
+they remove before their files (``pruning.apply_prune``). So a marker is never left for a cell
+that is evicted, pruned, refused or incomplete; after a kill, the
 markers are those of cells whose files were all in place when announced.
 
 A marker vouches for the service, never for a later restore: restores judge files by the state
 file and hashing alone (``neffcache.restore.run``). ``cell_ready`` answers "is cell X ready?"
-from the marker and the entry's local manifest copy (which eviction removes) only: no store,
-no manifest decoding, nothing heavy imported.
+from the marker and the entry's local manifest copy (which eviction and prune remove) only: no
+store, no manifest decoding, nothing heavy imported.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def marker_path(target: str | Path, cell_id: str) -> Path:
 
 def cell_ready(target: str | Path, cell_id: str) -> bool:
     """Whether cell ``cell_id`` was announced ready in restore destination ``target`` and its
-    entry is still there (its local manifest copy: eviction removes it): every file of the
+    entry is still there (its local manifest copy: eviction and prune remove it): every file of the
     cell was verified and renamed into place by a restore. Reads two small paths; never the
     store."""
     key = marker_entry(target, cell_id)
@@ -81,7 +82,7 @@ def remove_markers(target: str | Path, cell_ids: Iterable[str]) -> None:
 
 
 def remove_markers_of(target: str | Path, keys: Collection[str]) -> None:
-    """Remove every marker that names one of the entries ``keys`` (evicted entries)."""
+    """Remove every marker that names one of the entries ``keys`` (evicted or pruned)."""
     if not keys:
         return
     d = Path(target, ENTRIES_DIR, READY_DIR)

@@ -43,7 +43,6 @@ from neffcache.report_spool import SPOOL_DIR
 from neffcache.reports import build_report
 from neffcache.restore.apply import Progress
 from neffcache.restore.dest import lock_destination
-from neffcache.restore.evict import Eviction, evict_untrusted
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict
