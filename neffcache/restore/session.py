@@ -283,9 +283,10 @@ def _session(request: RestoreRequest) -> _Session:
     backend = get_backend(m.backend)
     target = Path(request.to).expanduser().absolute()
     with _handing_over(backend, target):
-        cells = prioritized(select_cells(m.cells, request.cells), request.first)
+        cells = select_cells(m.cells, request.cells)
         if not cells:
             raise UsageError(f"--cells {' '.join(request.cells)}: matches no cell of {label}")
+        cells = prioritized(cells, request.first)
         trusted = load_trust(settings, request.trusted_keys,
                              require=request.require_signatures).keys
     return _Session(settings=settings, matrix_name=m.name or label, cells=cells,
