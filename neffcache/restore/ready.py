@@ -108,10 +108,11 @@ class Announcer:
     def reset(self, ready: Sequence[tuple[str, str]], waiting: Iterable[str]) -> None:
         """Under DIR's lock, before anything is installed: the markers of ``waiting`` cells
         (to change, or not vouched for) go, then the cells ``ready`` now, as (cell id, entry
-        key) pairs in priority order, are announced."""
+        key) pairs in priority order, are announced (a marker that names the entry already
+        is kept: a no-op rerun writes nothing)."""
         remove_markers(self.target, waiting)
         for cid, key in ready:
-            self.ready(cid, key)
+            self.ready(cid, key, rewrite=False)
 
     def ready(self, cell_id: str, key: str, *, rewrite: bool = True) -> None:
         """Announce ``cell_id`` ready with entry ``key`` (once); with ``rewrite=False`` a
