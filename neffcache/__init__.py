@@ -10,6 +10,7 @@ subclass only when it cannot produce a result at all (bad input, store unreachab
     restore(RestoreRequest) -> RestoreResult                   neffcache restore
     preview_restore(RestoreRequest) -> RestorePreview          neffcache restore --dry-run
     prune(PruneRequest) -> PruneResult                         neffcache prune
+    cell_ready(target, cell_id) -> bool                        is a cell restored? (no store)
     precompile(PrecompileRequest) -> PrecompileResult          neffcache precompile
     push(PushRequest) -> PushResult                            neffcache push
     capture_entry(CaptureRequest) -> CaptureResult             neffcache capture
@@ -265,7 +266,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("ShowConfigRequest", "ShowConfigResult", "show_config"),
                     "neffcache.config_show"),
     **dict.fromkeys(("PruneRequest", "PruneResult", "RestorePreview", "RestoreRequest",
-                     "RestoreResult", "prune"), "neffcache.restore"),
+                     "RestoreResult", "cell_ready", "prune"), "neffcache.restore"),
     **dict.fromkeys(("CaptureRequest", "CaptureResult", "PrecompileRequest", "PrecompileResult",
                      "PushRequest", "PushResult", "WarmRequest", "WarmResult"),
                     "neffcache.precompile"),
@@ -315,7 +316,8 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "ShowSchemaResult", "UnavailableError", "UpgradeSchemaRequest", "UpgradeSchemaResult",
     "UsageError", "VerifyLocalDirRequest", "VerifyLocalDirResult", "VerifyStoreRequest",
     "VerifyStoreResult", "WarmRequest", "WarmResult", "WorkerError", "capture_entry",
-    "check_warm", "collect_garbage", "copy_entries", "coverage", "explain_fingerprint",
+    "cell_ready", "check_warm", "collect_garbage", "copy_entries", "coverage",
+    "explain_fingerprint",
     "export_bundle", "import_bundle", "ingest_restore_reports", "iter_entries", "list_entries",
     "list_registered_matrices", "precompile", "preview_restore", "prune", "push",
     "register_matrix_file",

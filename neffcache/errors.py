@@ -20,11 +20,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 
 class NeffcacheError(Exception):
-    """Root of every error neffcache raises on purpose."""
+    """Root of every error neffcache raises on purpose. ``environment``: from a restore, the
+    cache variables that point the runtime at its cache directories (empty elsewhere)."""
 
     hint: str | None = None
+    environment: Mapping[str, str] = MappingProxyType({})
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)

@@ -79,6 +79,17 @@ When two entries want different bytes at one path (compile outputs are not alway
 byte-reproducible), the first cell in matrix order wins that path; `conflicts` counts
 such paths and a warning on stderr names a few.
 
+Cells are installed in the order the service needs them: those matching --first GLOB
+(repeatable, in order) first, then the others in matrix order. Each cell is announced the
+moment every file it needs is verified and renamed into place (cells already in place at
+once): a line on stderr (`  ready  CELL  SECONDS s`; with --log-format jsonl a JSON object:
+ts, event "ready", cell, elapsed (seconds since the process started), phase, message), and a
+marker DIR/.neffcache-entries/ready/<cell id, percent-encoded> holding the entry key, which a
+service polls (`neffcache.cell_ready(DIR, CELL)` in Python). A restore removes the markers
+of the cells it is about to change before it installs anything; an evicted, refused or
+incomplete cell never has one. --json adds cells_ready: [{cell, seconds}] in announcement
+order.
+
 --dry-run prints the plan instead (--json: dry_run, status, exit_code, cells_missing,
 cells_failed, cells_elsewhere, entries, files_to_fetch, files_present, blobs_to_fetch,
 bytes_to_fetch, requests, pack_runs, blob_gets, blob_parts, packs, fetch — one record
@@ -101,6 +112,7 @@ Examples:
   neffcache restore matrix.toml --to /mnt/c --report-to /var/log/neffcache/reports
   neffcache restore matrix.toml --from-bundle neff.bundle --to /var/cache/neffcache
   neffcache restore matrix.toml --to /var/cache/neffcache --dry-run --json
+  neffcache restore matrix.toml --to /mnt/c --first '*/1024x1024/*' --log-format jsonl
 """.replace("{exit_rules}", restore_exit_rules())
 
 
@@ -110,6 +122,13 @@ Examples:
               help="Base directory: each cache root R is restored into DIR/R.")
 @click.option("--cells", "patterns", multiple=True, metavar="GLOB",
               help="Only cells whose id matches GLOB (repeatable), e.g. 'flux2-klein/*/1024x*'.")
+@click.option("--first", "first", multiple=True, metavar="GLOB",
+              help="Restore (and announce) the cells matching GLOB first (repeatable, in "
+                   "order); the rest follow in matrix order.")
+@click.option("--log-format", type=click.Choice(("text", "jsonl")), default="text",
+              show_default=True, envvar="NEFFCACHE_LOG_FORMAT", show_envvar=True,
+              help="stderr's log: text lines, or jsonl (one JSON object per cell announced "
+                   "ready and per notice: ts, event, cell, elapsed, phase, message).")
 @click.option("--deadline", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               default=None, help="Stop starting new work SECONDS after the process started; "
               "transfers in flight stop at their next chunk, what is done stays, the rest is "
@@ -160,7 +179,8 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
             python: str | None, report_to: str | None, store: str | None,
             index: str | None, dry_run: bool, as_json: bool,
             mirrors: tuple[str, ...] = (), trusted_keys: tuple[str, ...] = (),
-            bundle_max_bytes: int | None = None, require_signatures: bool = False) -> None:
+            bundle_max_bytes: int | None = None, require_signatures: bool = False,
+            first: tuple[str, ...] = (), log_format: str = "text") -> None:
     started = _process_start()
     _check_flags(print_env=print_env, as_json=as_json, dry_run=dry_run, bundle=bundle)
     if index is not None:
@@ -169,12 +189,15 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     from neffcache.restore import RestoreRequest, preview_restore
     from neffcache.restore import restore as restore_matrix
 
-    bar = _ProgressLine() if sys.stderr.isatty() and not print_env and not dry_run else None
+    jsonl = log_format == "jsonl"
+    bar = _ProgressLine() if sys.stderr.isatty() and not print_env and not dry_run \
+        and not jsonl else None
+    log = _Log(bar, jsonl, started)
     request = RestoreRequest(
         matrix=matrix, to=to, cells=patterns, deadline=deadline, started=started,
         workers=workers, bundle=bundle, expect_sha256=expect, python=python,
-        report_to=report_to, store=store, notice=bar.notice if bar else progress,
-        progress=bar.update if bar else None,
+        report_to=report_to, store=store, notice=log.notice, on_cell_ready=log.ready,
+        first=first, progress=bar.update if bar else None,
         on_environment=_print_env if print_env else None, mirrors=mirrors,
         trusted_keys=trusted_keys, require_signatures=require_signatures,
         bundle_max_bytes=bundle_max_bytes)
@@ -279,6 +302,38 @@ def _process_start() -> float:
     except (OSError, ValueError, IndexError, AttributeError):
         return time.monotonic()
     return time.monotonic() - min(max(elapsed, 0.0), 60.0)
+
+
+class _Log:
+    """stderr's log: notices and cells announced ready, as text lines (through the progress
+    line on a terminal) or as JSON lines (``precompile --log-format jsonl``'s objects)."""
+
+    def __init__(self, bar: _ProgressLine | None, jsonl: bool, started: float) -> None:
+        self.bar, self.jsonl, self.started = bar, jsonl, started
+
+    def notice(self, message: str) -> None:
+        self._write(self._json("notice", None, message) if self.jsonl else message)
+
+    def ready(self, cell_id: str) -> None:
+        elapsed = time.monotonic() - self.started
+        if self.jsonl:
+            self._write(self._json("ready", cell_id, "every file verified and in place",
+                                   elapsed))
+        else:
+            self._write(f"{'ready':>7}  {cell_id}  {elapsed:.2f} s")
+
+    @staticmethod
+    def _json(event: str, cell: str | None, message: str, elapsed: float | None = None) -> str:
+        from neffcache.cli.precompile import jsonl_line
+
+        return jsonl_line(event, cell, message, elapsed=elapsed,
+                          phase="ready" if event == "ready" else None)
+
+    def _write(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.notice(line)
+        else:
+            progress(line)
 
 
 class _ProgressLine:

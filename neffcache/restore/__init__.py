@@ -9,6 +9,9 @@ Use cases (code outside ``neffcache.restore`` imports only this face):
   plan, nothing fetched or written.
 - ``prune(PruneRequest) -> PruneResult``: remove from a persistent destination the entries
   the matrix and fingerprint no longer need (``neffcache prune``), plan first, under DIR's lock.
+- ``cell_ready(target, cell_id) -> bool``: for the service: was the cell announced ready (every
+  file verified and in place) by a restore into ``target``, and is its entry still there?
+  From its marker and manifest copy alone; no store (``neffcache.restore.ready``).
 - ``restore_cells(store, cells, backend, fingerprint, target)``: the restore step alone, from
   a store already open, for a caller that has the cells and the fingerprint (no settings,
   no store-free check, no report).
@@ -21,7 +24,8 @@ only for a ``Durable`` set of records; ``forget_paths``).
 Modules, top to bottom (each imports only those below it; see ARCHITECTURE.md): ``session``
 the use cases · ``pruning`` prune a destination · ``run`` the whole restore from a store ·
 ``preview`` its plan, for --dry-run ·
-``local`` the store-free "already in place" check · ``outcome`` result and exit rule ·
+``local`` the store-free "already in place" check · ``ready`` cells announced ready (markers)
+· ``outcome`` result and exit rule ·
 ``resolve`` manifests from the store · ``apply`` runs the plan's units · ``fetch`` one unit ·
 ``install`` one file, atomically · ``scan`` what is in place · ``state`` the per-root state
 file · ``dest`` the destination's lock · ``plan`` the whole plan (pure) · ``fs`` file-system
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from neffcache.restore.outcome import RestoreResult
     from neffcache.restore.preview import RestorePreview
     from neffcache.restore.pruning import PruneRequest, PruneResult, prune
+    from neffcache.restore.ready import cell_ready
     from neffcache.restore.run import restore_cells
     from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
     from neffcache.restore.state import (
@@ -60,6 +65,7 @@ _HOME: dict[str, str] = {
     **dict.fromkeys(("RestoreResult",), "outcome"),
     **dict.fromkeys(("RestorePreview",), "preview"),
     **dict.fromkeys(("PruneRequest", "PruneResult", "prune"), "pruning"),
+    **dict.fromkeys(("cell_ready",), "ready"),
     **dict.fromkeys(("restore_cells",), "run"),
     **dict.fromkeys(("RestoreRequest", "default_workers", "preview_restore", "restore"), "session"),
     **dict.fromkeys(("STATE_FILE", "Durable", "forget_paths", "load_pending", "load_state",
@@ -77,7 +83,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "LOCAL_ENTRIES", "MISSING_FILE", "STATE_FILE", "Durable", "Progress", "PruneRequest",
-    "PruneResult", "RestorePreview", "RestoreRequest", "RestoreResult", "default_workers",
+    "PruneResult", "RestorePreview", "RestoreRequest", "RestoreResult", "cell_ready",
+    "default_workers",
     "forget_paths", "load_pending", "load_state",
     "lock_destination",
     "preview_restore", "prune", "restore", "restore_cells", "save_state",

@@ -2,7 +2,10 @@
 
 How one unit fetches, verifies and installs its files atomically is in ``neffcache.restore.fetch``
 (units) and ``neffcache.restore.install`` (files); this module schedules units in plan order
-(none after the deadline) and collects the outcomes. It never raises for a file.
+(none after the deadline) and collects the outcomes. It never raises for a file. It counts down
+the paths each cell waits for (``RestorePlan.waiting``) as files are installed and tells
+``on_ready`` the moment a cell's last one is in place (a failed or stopped file keeps its cells
+waiting).
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from dataclasses import dataclass, field
 from neffcache.restore.fetch import Fetcher
 from neffcache.restore.fs import Roots
 from neffcache.restore.install import FileFailure, Outcome, batch_files
-from neffcache.restore.plan import PackRun, RestorePlan, Target, Unit
+from neffcache.restore.plan import PackRun, RestorePlan, Target, Unit, unit_groups
 from neffcache.restore.state import StateRecord
 from neffcache.store import Store
 from neffcache.thread_pool import run_lanes, usable_cpus
 
 Progress = Callable[[int, int, int], None]  # (files done, files total, bytes fetched)
+Ready = Callable[[int], None]  # a cell (its index in the plan's manifest order) is in place
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,31 +42,54 @@ class RestoreReport:
 class _Collector:
     """Thread-safe tally of what the workers did."""
 
-    def __init__(self, total: int, progress: Progress | None) -> None:
+    def __init__(self, total: int, progress: Progress | None, waiting: Sequence[int] = (),
+                 on_ready: Ready | None = None) -> None:
         self.lock = threading.Lock()
         self.total, self.progress = total, progress
         self.files = self.bytes = 0
         self.installed: list[Target] = []
         self.failures: list[FileFailure] = []
         self.states: list[StateRecord] = []  # one per installed file, in its order
+        self.waiting, self.on_ready = list(waiting), on_ready
 
-    def add(self, outcomes: Sequence[Outcome], nbytes: int) -> None:
+    def add(self, outcomes: Sequence[Outcome], nbytes: int, unit: Unit | None = None) -> None:
         with self.lock:
+            done = 0
             for t, outcome in outcomes:
                 if isinstance(outcome, FileFailure):
                     self.failures.append(outcome)
                     continue
                 self.installed.append(t)
                 self.states.append(outcome)
+                done += 1
             self.bytes += nbytes
             self.files += len(outcomes)
             if self.progress and outcomes:
                 self.progress(self.files, self.total, self.bytes)
+            if done and unit is not None and self.on_ready is not None:
+                self._count_down(outcomes, unit)
+
+    def _count_down(self, outcomes: Sequence[Outcome], unit: Unit) -> None:
+        """Each installed file's cells wait for one path less; a cell at 0 is ready."""
+        if len(self.waiting) == 1:  # one cell: every path is its own (no map per unit)
+            self.waiting[0] -= sum(not isinstance(o, FileFailure) for _, o in outcomes)
+            if self.waiting[0] == 0 and self.on_ready is not None:
+                self.on_ready(0)
+            return
+        owners = {id(t): o for g in unit_groups(unit)  # owners: one per target, or none
+                  for t, o in zip(g.targets, g.owners, strict=False)}
+        for t, outcome in outcomes:
+            if isinstance(outcome, FileFailure):
+                continue
+            for i in owners.get(id(t), ()):
+                self.waiting[i] -= 1
+                if self.waiting[i] == 0 and self.on_ready is not None:
+                    self.on_ready(i)
 
 
 def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
                   deadline: float | None = None, progress: Progress | None = None,
-                  roots: Roots | None = None) -> RestoreReport:
+                  roots: Roots | None = None, on_ready: Ready | None = None) -> RestoreReport:
     """Run every fetch unit of the plan (``plan.units``: pack runs, blob GETs, parts);
     failures are collected, never raised.
 
@@ -73,11 +100,13 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     progress stops at its next chunk once it has passed (its temp file removed). A unit whose
     store call hangs is not waited for past the deadline (``run_lanes``): its files are
     reported as stopped and ``hung`` counts it; the caller must then leave ``roots`` open.
+    ``on_ready(i)`` is called (on a fetch thread, one call at a time) when the last path cell
+    ``i`` waited for (``plan.waiting``) is installed; cells waiting for none are the caller's.
     """
     own = roots is None
     roots = roots or Roots(dict(plan.target_dirs))
     units = plan.units
-    tally = _Collector(plan.files_to_fetch, progress)
+    tally = _Collector(plan.files_to_fetch, progress, plan.waiting, on_ready)
 
     workers = max(1, workers)
     file_workers = max(1, min(workers, usable_cpus() + 1))
@@ -87,7 +116,7 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     hung: list[Unit] = []
     try:
         left = run_lanes([(file_workers, runs), (workers, blobs)],
-                         lambda u: tally.add(*fetcher.run(u)), deadline, stuck=hung)
+                         lambda u: tally.add(*fetcher.run(u), u), deadline, stuck=hung)
         tally.add(fetcher.abandon(left, hung), 0)
     finally:
         if own and not hung:

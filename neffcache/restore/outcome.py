@@ -79,6 +79,9 @@ class RestoreResult(ExitRule):
     # Entries whose local copy no trusted key signed: their files left the cache roots.
     evicted: tuple[str, ...] = ()
     evicted_files: int = 0
+    # Cells announced ready, in the order they were (cell id, seconds since the restore's
+    # start: the CLI's process start): files verified and in place, marker written.
+    ready: tuple[tuple[str, float], ...] = ()
 
     @property
     def repair_hint(self) -> str | None:
@@ -151,6 +154,7 @@ class RestoreResult(ExitRule):
             "evicted_entries": list(self.evicted),
             "evicted_files": self.evicted_files,
             "repair_hint": self.repair_hint,
+            "cells_ready": [{"cell": c, "seconds": round(t, 3)} for c, t in self.ready],
         }
 
 

@@ -14,8 +14,11 @@ one pack become one ranged read (``PackRun``), joining across gaps of unneeded b
 ``gap_bytes`` and stopping at ``run_bytes``, so thousands of small files cost a few dozen
 requests. Other blobs are one GET each (``BlobGet``), and those with part digests in the
 manifest (every file over 24 MiB has them) several ranged GETs in parallel (``BlobPart``), each
-part verified against its own digest. Units come out in the order of the plan's groups (cell by
-cell), so a deadline still leaves whole cells done. Also the per-cell verdicts once the I/O is done.
+part verified against its own digest. Units come out cell by cell in the manifests' order (the
+priority order: a blob wanted by several cells counts for the first), so a deadline still leaves
+whole cells done and the first cells are ready first; each group says which cells each of its
+paths completes, so apply can announce a cell as its last file lands. Also the per-cell verdicts
+once the I/O is done.
 """
 
 from __future__ import annotations
@@ -47,11 +50,14 @@ Target = FileRecord
 
 @dataclass(frozen=True, slots=True)
 class FetchGroup:
-    """One blob: fetched from the store into ``targets[0]``, copied locally to the others."""
+    """One blob: fetched from the store into ``targets[0]``, copied locally to the others;
+    ``owners[i]``: the cells (indices in the plan's manifest order) whose entries want
+    ``targets[i]``'s path (a cell is ready once all its paths are in place)."""
 
     sha256: str
     size: int
     targets: tuple[Target, ...]
+    owners: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +137,8 @@ class RestorePlan:
     present: tuple[Target, ...]
     conflicts: tuple[Conflict, ...]
     units: tuple[Unit, ...] = ()
+    # Per manifest (cell), in order: how many of its paths are to be fetched (0: ready now).
+    waiting: tuple[int, ...] = ()
 
     @property
     def files_to_fetch(self) -> int:
@@ -188,13 +196,21 @@ def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
                  ) -> RestorePlan:
     """Decide per wanted file: already valid, or fetch (grouped by sha256); note conflicts.
 
-    Files are scheduled in manifest order (cell by cell) so a deadline leaves whole cells done.
-    Where entries disagree about a path, the first manifest's record wins (a present file valid
+    ``manifests`` come in priority order (the order cells are needed in): files are scheduled
+    cell by cell, so a deadline leaves whole cells done and the first cells are ready first; a
+    blob several cells want is fetched for the first. Each group says which cells each of its
+    paths completes (``owners``), and ``waiting`` how many paths each cell waits for. Where
+    entries disagree about a path, the first manifest's record wins (a present file valid
     for any of the records is left in place) and the disagreement is listed in ``conflicts``.
     """
-    wants = _one_claims(manifests[0], target_dirs) if len(manifests) == 1 else \
+    single = len(manifests) == 1
+    wants = _one_claims(manifests[0], target_dirs) if single else \
         iter(_claims(manifests, target_dirs).items())
+    index = {} if single else {m.entry_key: i for i, m in enumerate(manifests)}
     groups: dict[str, list[Target]] = {}
+    owned: dict[str, list[tuple[int, ...]]] = {}  # per group, its paths' cells (several only)
+    interned: dict[tuple[int, ...], tuple[int, ...]] = {}
+    waiting = [0] * len(manifests)
     valid: list[Target] = []
     conflicts: list[Conflict] = []
     for fid, claim in wants:  # hot loop (up to 1,000,000 files): no generators inside
@@ -214,19 +230,51 @@ def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
                     break
         if match is not None:
             valid.append(match)
+            continue
+        group = groups.get(t.sha256)
+        if group is None:
+            groups[t.sha256] = [t]
         else:
-            group = groups.get(t.sha256)
-            if group is None:
-                groups[t.sha256] = [t]
-            else:
-                group.append(t)
+            group.append(t)
+        if not single:  # (one entry: it waits for every path to fetch, counted below)
+            owned.setdefault(t.sha256, []).append(_wait(claims, index, interned, waiting))
     del wants
-    fetch = tuple(FetchGroup(sha, ts[0].size, tuple(ts)) for sha, ts in groups.items())
-    del groups
+    if single:
+        waiting[0] = sum(len(ts) for ts in groups.values())
+    sole: dict[tuple[int, ...], tuple[tuple[int, ...]]] = {}
+    fetch = tuple(FetchGroup(sha, ts[0].size, tuple(ts), _owners(ts, owned.get(sha), sole))
+                  for sha, ts in groups.items())
+    del groups, owned
     units = plan_units(fetch, [p for m in manifests for p in m.packs], policy,
                        [p for m in manifests for p in m.parts]) if fetch else ()
     return RestorePlan(target_dirs=tuple(sorted(target_dirs.items())), fetch=fetch,
-                       present=tuple(valid), conflicts=tuple(conflicts), units=units)
+                       present=tuple(valid), conflicts=tuple(conflicts), units=units,
+                       waiting=tuple(waiting))
+
+
+def _wait(claims: Sequence[_Claim], index: Mapping[str, int],
+          interned: dict[tuple[int, ...], tuple[int, ...]], waiting: list[int]
+          ) -> tuple[int, ...]:
+    """The cells whose entries claim a path to fetch (each then waits for one more path)."""
+    who = (index[claims[0][0]],) if len(claims) == 1 else \
+        tuple(dict.fromkeys(index[k] for k, _ in claims))
+    who = interned.setdefault(who, who)
+    for i in who:
+        waiting[i] += 1
+    return who
+
+
+_SOLE = ((0,),)  # the owners of a one-path group of a one-entry plan (most groups): shared
+
+
+def _owners(targets: list[Target], owned: list[tuple[int, ...]] | None,
+            sole: dict[tuple[int, ...], tuple[tuple[int, ...]]]) -> tuple[tuple[int, ...], ...]:
+    """A group's ``owners``, the common shapes shared rather than one tuple per group."""
+    if owned is None:  # a one-entry plan
+        return _SOLE if len(targets) == 1 else ((0,),) * len(targets)
+    if len(owned) == 1:
+        return sole.setdefault(owned[0], (owned[0],))
+    return tuple(owned)
 
 
 _Claim = tuple[str, Target]  # (entry key, what it wants at a path)
@@ -284,9 +332,10 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
     files lack them, so only small files get here, or a large one whose only record is for a
     file of another size (entries disagreeing about one sha256).
 
-    Order: the parts of split blobs first, largest blob first, then the rest in fetch order:
-    the largest blob is the longest piece of work, and starting it first keeps it from being
-    the tail."""
+    Order: cell by cell (a group counts for the first cell that wants it, ``owners``), and
+    within a cell the parts of split blobs first, largest blob first, then the rest in fetch
+    order: the largest blob is the longest piece of work, and starting it first keeps it from
+    being its cell's tail."""
     order = {g.sha256: i for i, g in enumerate(fetch)}
     where: dict[str, tuple[str, int]] = {}
     for p in packs:
@@ -296,7 +345,7 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
     digests: dict[str, PartDigests] = {}
     for d in parts:
         digests.setdefault(d.sha256, d)
-    keyed: list[tuple[tuple[int, int, int, int], Unit]] = []
+    keyed: list[tuple[tuple[int, int, int, int, int], Unit]] = []
     in_packs: dict[str, list[Slice]] = {}
     for g in fetch:
         if g.sha256 in where and g.size > 0:
@@ -305,15 +354,25 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
         elif (pd := _digests_for(g, digests)) is not None:
             ranges = part_ranges(g.size, pd.part_size)
             for i, (start, length) in enumerate(ranges):
-                keyed.append(((0, -g.size, order[g.sha256], i), BlobPart(
+                keyed.append(((_rank(g), 0, -g.size, order[g.sha256], i), BlobPart(
                     g, i, len(ranges), start, length, pd.digests[i])))
         else:
-            keyed.append(((1, 0, order[g.sha256], 0), BlobGet(g)))
+            keyed.append(((_rank(g), 1, 0, order[g.sha256], 0), BlobGet(g)))
     for pack, slices in in_packs.items():
         for run in _runs(pack, sorted(slices, key=lambda s: s.offset), policy):
-            keyed.append(((1, 0, min(order[s.group.sha256] for s in run.slices), 0), run))
+            keyed.append(((min(_rank(s.group) for s in run.slices), 1, 0,
+                           min(order[s.group.sha256] for s in run.slices), 0), run))
     keyed.sort(key=lambda k: k[0])
     return tuple(u for _, u in keyed)
+
+
+def _rank(g: FetchGroup) -> int:
+    """The first cell (in the plan's order) that waits for the group (each path's cells come
+    in that order)."""
+    owners = g.owners
+    if len(owners) == 1:
+        return owners[0][0]
+    return min(o[0] for o in owners) if owners else 0
 
 
 def _digests_for(g: FetchGroup, digests: dict[str, PartDigests]) -> PartDigests | None:

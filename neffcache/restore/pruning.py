@@ -39,6 +39,7 @@ from neffcache.restore.local import (
     manifest_of,
     read_local_doc,
 )
+from neffcache.restore.ready import remove_markers_of
 from neffcache.restore.state import forget_paths
 
 FileAt = tuple[str, str]  # (root, path)
@@ -222,7 +223,9 @@ def plan_prune(target: Path, backend: Backend, keep: Keep, fingerprint_key: str)
 
 def apply_prune(target: Path, backend: Backend, plan: PruneResult) -> PruneResult:
     """Remove the plan's files (then empty directories), forget them in the state files, then
-    remove the pruned copies. Call it holding DIR's lock."""
+    remove the pruned copies. Call it holding DIR's lock. The pruned entries' cells lose their
+    ready markers first: a service never sees a cell ready while its files go."""
+    remove_markers_of(target, {entry.entry_key for entry in plan.pruned})
     dirs = root_dirs(backend, str(target))
     removed: dict[str, set[str]] = {}
     nbytes = skipped = 0

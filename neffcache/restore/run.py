@@ -7,6 +7,12 @@ Steps, each a module of this package (imports point down this list):
 (``fetch`` units, ``install`` files, on ``fs`` primitives) → ``outcome`` (result and exit rule).
 ``neffcache.restore.local.restore_local`` answers "all in place" without the store.
 
+Cells come in priority order and are installed in it; with an ``Announcer`` (``ready``), once
+the plan is made and before anything is installed, the ready markers of the requested cells
+not in place go and the cells already in place are announced; then each cell is announced as
+its last file is renamed into place (``apply``). A marker is for the service: no restore
+trusts a file because of it, so it changes nothing below.
+
 The whole run holds DIR's lock (``dest``): stale temp files of a killed restore are swept
 first, and the state file is written last. The restore waits for no disk: it returns once
 every file is verified and renamed into place, and records those files as pending (this
@@ -54,6 +60,7 @@ from neffcache.restore.plan import (
     plan_restore,
     unwanted_files,
 )
+from neffcache.restore.ready import Announcer
 from neffcache.restore.resolve import Resolution
 from neffcache.restore.seen import Present
 from neffcache.restore.state import (
@@ -77,14 +84,16 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
                   units: UnitPolicy = DEFAULT_UNITS,
                   notice: Callable[[str], None] | None = None,
                   trusted: Sequence[PublicKey] = (),
-                  transfers: int | None = None) -> RestoreResult:
+                  transfers: int | None = None,
+                  announcer: Announcer | None = None) -> RestoreResult:
     """Restore ``cells`` into ``target/<root>`` for each of the backend's cache roots;
     ``workers`` threads read manifests and look at what is in place, ``transfers`` (default:
     ``workers``) fetch blobs and large-file parts;
     ``units`` says how blobs become requests (pack runs, large-blob parts); with keys
     ``trusted``, an entry not signed by one of them is refused (integrity). Holds the
     target's lock throughout (waiting for a restore already running there: ``notice`` is
-    told; at most until ``deadline``)."""
+    told; at most until ``deadline``). ``cells`` come in priority order: with an
+    ``announcer``, each is announced ready as its files are all in place (see the module)."""
     started = time.monotonic()
     target = Path(target).absolute()
     with lock_destination(str(target), deadline=deadline, on_wait=notice) as held:
@@ -92,7 +101,7 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
             result, hung = _locked(store, cells, backend, fingerprint, target, held, started,
                                    workers=workers, deadline=deadline, progress=progress,
                                    units=units, trusted=trusted,
-                                   transfers=transfers or workers)
+                                   transfers=transfers or workers, announcer=announcer)
         except Exception:
             held.finished()  # unwound: its temp files were removed on the way
             raise
@@ -105,7 +114,7 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
             target: Path, held: Held, started: float, *, workers: int,
             deadline: float | None, progress: Progress | None,
             units: UnitPolicy, trusted: Sequence[PublicKey],
-            transfers: int) -> tuple[RestoreResult, bool]:
+            transfers: int, announcer: Announcer | None = None) -> tuple[RestoreResult, bool]:
     """The restore under the lock; and whether a transfer still hangs at the deadline."""
     dirs = root_dirs(backend, str(target))
     roots = Roots(dirs)  # refuses a root that is a symlink
@@ -143,8 +152,9 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         _rss("plan")
         if not held.unclean:
             stale += sweep_dirs(roots, _write_dirs(plan))
+        on_ready = _announce(announcer, cells, resolution, plan)
         report = apply_restore(store, plan, workers=transfers, deadline=deadline,
-                               progress=progress, roots=roots)
+                               progress=progress, roots=roots, on_ready=on_ready)
         _rss("apply")
         plan = replace(plan, fetch=(), units=())  # done with: report.installed holds the targets
         records.update(zip((t.id for t in report.installed), report.states, strict=True))
@@ -158,6 +168,19 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
             roots.close()
     return _result(store, cells, backend, fingerprint, target, resolution, plan, report,
                    failures, started, stale), bool(report.hung)
+
+
+def _announce(announcer: Announcer | None, cells: Sequence[Cell], resolution: Resolution,
+              plan: RestorePlan) -> Callable[[int], None] | None:
+    """Before anything is installed: the markers of the requested cells not in place go and
+    those in place are announced; returns what announces each of the others as it lands."""
+    if announcer is None:
+        return None
+    planned = [(m.cell.id, m.entry_key) for m in resolution.found]
+    now = [p for p, n in zip(planned, plan.waiting, strict=True) if n == 0]
+    ready_now = {cid for cid, _ in now}
+    announcer.reset(now, [c.id for c in cells if c.id not in ready_now])
+    return lambda i: announcer.ready(*planned[i])
 
 
 def _rss(phase: str) -> None:

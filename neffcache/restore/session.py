@@ -8,12 +8,13 @@ do the work; this module decides which of them runs, within which time, and repo
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,17 +35,20 @@ from neffcache.fingerprint import (
     collect_fingerprint,
     described_interpreter,
 )
+from neffcache.manifest import entry_key
 from neffcache.matrix import Cell, Matrix, select_cells
 from neffcache.matrix_io import load_matrix
 from neffcache.report_send import send_report
 from neffcache.report_spool import SPOOL_DIR
 from neffcache.reports import build_report
 from neffcache.restore.apply import Progress
+from neffcache.restore.dest import lock_destination
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict
 from neffcache.restore.preview import RestorePreview, preview_cells
 from neffcache.restore.pruning import evict_untrusted
+from neffcache.restore.ready import Announcer, marker_entry, remove_markers
 from neffcache.restore.run import restore_cells
 from neffcache.signing import PublicKey
 from neffcache.store import (
@@ -98,7 +102,15 @@ class RestoreRequest:
     progress       gets (files done, files total, bytes fetched) while fetching from a store
     on_environment gets the cache environment (variable -> directory) once the scratch
                    directories exist and before the store, the bundle or the interpreter is
-                   touched: a boot hook can export it even when the restore then fails
+                   touched: a boot hook can export it even when the restore then fails (a
+                   NeffcacheError raised once the matrix is read carries it too:
+                   ``exc.environment``)
+    first          glob patterns of cell ids (``--first``) restored first, in this order;
+                   the other cells follow in matrix order (each glob must match a cell)
+    on_cell_ready  gets each cell id the moment every file of that cell is verified and in
+                   place (cells already in place at once), in the order they become ready; on
+                   a restore thread, so keep it short. Each is also marked in
+                   ``to/.neffcache-entries/ready/`` (``neffcache.cell_ready``)
     fingerprint    restore the entries built for this fingerprint; None: this host's, read
                    with ``python`` (``precompile --verify`` passes the one it built for)
     mirrors        store URLs (or bundle:FILE) read in order after the store: an object
@@ -134,6 +146,8 @@ class RestoreRequest:
     mirrors: Sequence[str] = ()
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
+    first: Sequence[str] = ()
+    on_cell_ready: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +165,7 @@ class _Session:
     progress: Progress | None
     mirrors: tuple[str, ...] = ()
     trusted: tuple[PublicKey, ...] = ()  # entries must be signed by one of these (if any)
+    announcer: Announcer | None = None  # cells ready: markers, on_cell_ready, their times
 
 
 def restore(request: RestoreRequest) -> RestoreResult:
@@ -171,6 +186,14 @@ def restore(request: RestoreRequest) -> RestoreResult:
     failure report is written for those that happen once the fingerprint is known.
     """
     s = _session(request)
+    with _handing_over(s.backend, s.target):
+        result = _restore_session(request, s)
+    return result
+
+
+def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
+    """``restore`` once the session is made (a NeffcacheError out of here carries the
+    cache environment: ``_handing_over``)."""
     _make_scratch_dirs(s.backend, s.target)
     if request.on_environment is not None:  # before anything that can fail on the network
         request.on_environment(cache_environment(s.backend, str(s.target)))
@@ -195,10 +218,23 @@ def restore(request: RestoreRequest) -> RestoreResult:
         s.notice(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
                  f"(.neffcache-*.tmp) left by an interrupted restore")
     result = replace(result, fingerprint_python=described_interpreter(s.settings.python),
-                     explain_args=_explain_args(s, result.store_url))
+                     explain_args=_explain_args(s, result.store_url),
+                     ready=tuple(s.announcer.announced) if s.announcer else ())
     if source is None:
         _send_report(s, result.to_json(), fingerprint, opened)
     return result
+
+
+@contextmanager
+def _handing_over(backend: Backend, target: Path) -> Iterator[None]:
+    """A NeffcacheError raised in the block leaves with the cache environment
+    (``exc.environment``): a service that catches it still points its runtime at the cache
+    directories, whatever happened to the store."""
+    try:
+        yield
+    except NeffcacheError as exc:
+        exc.environment = cache_environment(backend, str(target))
+        raise
 
 
 def preview_restore(request: RestoreRequest) -> RestorePreview:
@@ -256,17 +292,35 @@ def _session(request: RestoreRequest) -> _Session:
         m, label = request.matrix, request.matrix.source
     else:
         m, label = load_matrix(request.matrix), str(request.matrix)
-    cells = select_cells(m.cells, request.cells)
-    if not cells:
-        raise UsageError(f"--cells {' '.join(request.cells)}: matches no cell of {label}")
+    backend = get_backend(m.backend)
+    target = Path(request.to).expanduser().absolute()
+    with _handing_over(backend, target):
+        cells = select_cells(m.cells, request.cells)
+        if not cells:
+            raise UsageError(f"--cells {' '.join(request.cells)}: matches no cell of {label}")
+        cells = prioritized(cells, request.first)
+        trusted = load_trust(settings, request.trusted_keys,
+                             require=request.require_signatures).keys
     return _Session(settings=settings, matrix_name=m.name or label, cells=cells,
-                    backend=get_backend(m.backend),
-                    target=Path(request.to).expanduser().absolute(), until=until,
+                    backend=backend, target=target, until=until,
                     workers=request.workers, notice=request.notice or _drop,
                     progress=request.progress,
-                    mirrors=tuple(request.mirrors) or settings.mirrors,
-                    trusted=load_trust(settings, request.trusted_keys,
-                                       require=request.require_signatures).keys)
+                    mirrors=tuple(request.mirrors) or settings.mirrors, trusted=trusted,
+                    announcer=Announcer(target, started, request.on_cell_ready))
+
+
+def prioritized(cells: Sequence[Cell], first: Sequence[str]) -> tuple[Cell, ...]:
+    """``cells`` with those matching ``first[0]`` first, then ``first[1]``, ..., then the
+    rest, each group in matrix order (pure); a glob that matches no cell is a UsageError."""
+    rank = len(first)
+    for glob in first:
+        if not any(fnmatch.fnmatchcase(c.id, glob) for c in cells):
+            raise UsageError(f"--first {glob}: matches no selected cell")
+
+    def key(c: Cell) -> int:
+        return next((i for i, g in enumerate(first) if fnmatch.fnmatchcase(c.id, g)), rank)
+
+    return tuple(sorted(cells, key=key))  # stable: matrix order within a rank
 
 
 def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
@@ -313,9 +367,7 @@ def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
             result = _from_bundle(s, fingerprint, source)
         else:
             # Everything already in place (local manifest copies + state file): no store.
-            result = restore_local(s.cells, s.backend, fingerprint, s.target,
-                                   store_url=describe_store(s.settings.store_url),
-                                   trusted=s.trusted) or \
+            result = _in_place(s, fingerprint, describe_store(s.settings.store_url)) or \
                 _before(s.until, lambda: _from_store(s, fingerprint, opened))
         return replace(result, signatures_checked=bool(s.trusted), evicted=evicted[0],
                        evicted_files=evicted[1])
@@ -351,7 +403,7 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
     return restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                          workers=s.workers or default_workers(), deadline=s.until,
                          progress=s.progress, notice=s.notice, trusted=s.trusted,
-                         transfers=s.workers or default_transfers())
+                         transfers=s.workers or default_transfers(), announcer=s.announcer)
 
 
 def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> RestoreResult:
@@ -363,7 +415,8 @@ def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> Rest
         result = restore_cells(store, s.cells, s.backend, fingerprint, s.target,
                                workers=s.workers or default_workers(), deadline=s.until,
                                progress=s.progress, notice=s.notice, trusted=s.trusted,
-                               transfers=s.workers or default_transfers())
+                               transfers=s.workers or default_transfers(),
+                               announcer=s.announcer)
         return replace(result, served_by=tuple(store.served().items()))
 
 
@@ -382,14 +435,40 @@ def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> MirroredStore:
 def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> RestoreResult:
     """Hash every member of the bundle against its table of contents (nothing is installed
     from a bad bundle), then restore from it as from a store."""
-    done = restore_local(s.cells, s.backend, fingerprint, s.target, store_url=source.url,
-                         trusted=s.trusted)
+    done = _in_place(s, fingerprint, source.url)
     if done is not None:  # already in place: the bundle's structure was checked, enough
         return done
     source.verify_all()
     return restore_cells(source, s.cells, s.backend, fingerprint, s.target,
                          workers=s.workers or BUNDLE_WORKERS, deadline=s.until,
-                         notice=s.notice, trusted=s.trusted)
+                         notice=s.notice, trusted=s.trusted, announcer=s.announcer)
+
+
+def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreResult | None:
+    """``restore_local``: every requested cell judged in place without the store (None:
+    not so); each is announced ready, in priority order. A missing marker is written under
+    DIR's lock, only when no restore holds it or was killed there (one that ran since this
+    check may have changed the cell: its own announcements stand)."""
+    result = restore_local(s.cells, s.backend, fingerprint, s.target, store_url=store_url,
+                           trusted=s.trusted)
+    if result is None or s.announcer is None:
+        return result
+    remove_markers(s.target, [c.id for c in result.resolution.missing])
+    keys = {c.id: entry_key(c, fingerprint) for c in s.cells}
+    announcer = s.announcer
+    if all(marker_entry(s.target, c) == keys[c] for c in result.restored):
+        for cid in result.restored:
+            announcer.ready(cid, keys[cid], rewrite=False)
+        return result
+    try:
+        with lock_destination(str(s.target), deadline=time.monotonic()) as held:
+            if not held.unclean:  # a killed restore's mark stays for the full run's sweep
+                for cid in result.restored:
+                    announcer.ready(cid, keys[cid], rewrite=False)
+                held.finished()
+    except DeadlineExceededError:  # a restore runs there now: it announces for itself
+        pass
+    return result
 
 
 def _before(until: float | None, work: Callable[[], T]) -> T:

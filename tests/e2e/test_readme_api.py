@@ -1,11 +1,13 @@
 """The README's Python API section runs as written: its code blocks, executed in a fresh
 interpreter against an embedded home where one of two cells was published (through the
-public API), restore that cell, export its environment and report the other as missing."""
+public API), restore that cell, export its environment and report the other as missing; and
+with the store down (a closed loopback port), still export the cache environment."""
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +44,16 @@ def run_block(code: str, cwd: Path, env: dict[str, str]) -> subprocess.Completed
                           capture_output=True, timeout=120, check=False)
 
 
+def _store_down(tmp_path: Path) -> dict[str, str]:
+    """An S3 store on a loopback port nobody listens on, and a fresh cache directory."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"NEFFCACHE_STORE": "s3://bucket/neff", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
+            "AWS_DEFAULT_REGION": "us-east-1", "NEFFCACHE_CACHE": str(tmp_path / "down")}
+
+
 def test_the_python_api_section_runs_as_written(tmp_path: Path) -> None:
     blocks = api_blocks()
     assert len(blocks) == 2, "the README's Python API section has a restore and a coverage block"
@@ -63,6 +75,14 @@ def test_the_python_api_section_runs_as_written(tmp_path: Path) -> None:
     assert "restored 1/2 cells" in restored.stdout and "exit code 3" in restored.stdout
     assert (tmp_path / "cache" / "inductor" / "ab" / "kernel.py").read_bytes() == \
         b"# compiled kernel\n" * 100
+    assert "tiny/compile/64x64/b1/tp1 ready" in restored.stderr
+    assert str(tmp_path / "cache" / "inductor") in restored.stdout  # exported, then printed
+
+    down = run_block(blocks[0], tmp_path, {**env, **_store_down(tmp_path)})
+    assert down.returncode == 0, down.stderr
+    assert "starting cold" in down.stderr and "restored" not in down.stdout
+    # the service still points its compiler at the cache directories, not at /tmp
+    assert str(tmp_path / "down" / "inductor") in down.stdout, down.stdout
 
     covered = run_block(blocks[1], tmp_path, env)
     assert covered.returncode == 0, covered.stderr

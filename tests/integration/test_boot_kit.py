@@ -3,14 +3,18 @@ files, and the hook restores within its deadline or lets the service start anywa
 
 from __future__ import annotations
 
+import array
 import json
 import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -371,3 +375,78 @@ def test_hook_computes_the_lines_restore_would_print(tmp_path: Path, matrix_text
     written = (tmp_path / "run" / "neffcache.env").read_text().splitlines()
     assert written == expected
     _assert_persistent(_env_file(tmp_path), root)
+
+
+def _notifications(sock: socket.socket, got: list[tuple[bytes, dict[str, object]]],
+                   snapshot: Callable[[], dict[str, object]]) -> None:
+    """Receive sd_notify datagrams as systemd does (closing the barrier's file descriptors),
+    with ``snapshot()`` of the world taken the moment each arrives."""
+    while True:
+        try:
+            data, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(16 * 4))
+        except OSError:
+            return
+        for level, kind, fds in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                for fd in array.array("i", fds[: len(fds) - len(fds) % 4]):
+                    os.close(fd)
+        if not data.startswith(b"BARRIER"):
+            got.append((data, snapshot()))
+
+
+def test_hook_starts_the_service_on_its_first_cells_while_the_rest_restore(
+        tmp_path: Path, s3_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NEFFCACHE_START_AFTER=1 against a real S3 endpoint (moto) whose last cell's large blob
+    stalls for a few seconds: READY=1 reaches systemd's notify socket once the first cell
+    (NEFFCACHE_FIRST) is announced, with the environment file written and the restore still
+    running; the rest then lands within the deadline."""
+    from neffcache.restore import cell_ready
+    from neffcache.store import open_store
+    from tests.support.faulty_proxy import FaultyProxy
+    from tests.support.host_entries import publish_for_this_host
+
+    env = _hook_env(tmp_path, s3_url, deadline="30")
+    Path(env["NEFFCACHE_MATRIX"]).write_text(
+        MATRIX.replace('["1024x1024"]', '["512x512", "768x768", "1024x1024"]'))
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    cells = ["flux2-klein/compile/512x512/b1/tp1", "flux2-klein/compile/768x768/b1/tp1",
+             "flux2-klein/compile/1024x1024/b1/tp1"]
+    published = publish_for_this_host(open_store(s3_url), Path(env["NEFFCACHE_MATRIX"]),
+                                      tmp_path / "built", cells)
+    first, last = published[2], published[0]  # the service needs 1024x1024 first
+    root = tmp_path / "cache"
+    env |= {"NEFFCACHE_START_AFTER": "1", "NEFFCACHE_FIRST": "*/1024x1024/*",
+            "NEFFCACHE_REPORTS": "none", "NOTIFY_SOCKET": str(tmp_path / "notify")}
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(env["NOTIFY_SOCKET"])
+    got: list[tuple[bytes, dict[str, object]]] = []
+    hook: list[subprocess.Popen[str]] = []
+
+    def snapshot() -> dict[str, object]:
+        env_file = tmp_path / "run" / "neffcache.env"
+        return {"env": env_file.read_text() if env_file.exists() else None,
+                "first": cell_ready(root, first.cell_id), "last": cell_ready(root, last.cell_id),
+                "running": hook[0].poll() is None}
+
+    listener = threading.Thread(target=_notifications, args=(sock, got, snapshot), daemon=True)
+    with FaultyProxy(stall_seconds=4) as proxy:
+        proxy.fault_next(last.large_sha256, "stall")
+        env["HTTP_PROXY"] = proxy.url
+        hook.append(subprocess.Popen([str(HOOK)], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True))
+        listener.start()
+        _, stderr = hook[0].communicate(timeout=90)
+    sock.close()
+    listener.join(5)
+    assert hook[0].returncode == 0, stderr
+    assert [data.split(b"\n")[0] for data, _ in got] == [b"READY=1"], (got, stderr)
+    at_ready = got[0][1]
+    assert at_ready["running"] and at_ready["first"] and not at_ready["last"], (at_ready, stderr)
+    assert f"TORCH_NEURONX_NEFF_CACHE_DIR={root / 'neff'}" in str(at_ready["env"])
+    assert proxy.injected["stall"] == 1
+    assert "1 cell(s) ready: the service starts now" in stderr
+    assert "cache restored" in stderr
+    assert re.search(r"ready +flux2-klein/compile/1024x1024/b1/tp1", stderr)
+    for p in published:
+        assert cell_ready(root, p.cell_id)
+        assert all((root / "neff" / rel).read_bytes() == b for rel, b in p.files.items())

@@ -1,6 +1,6 @@
-"""Test double: a transparent store wrapper that makes writes slow, so a publish through it runs
-long, deterministically: a fixed wait per object, or a gate the test opens a few writes at a
-time; it records the keys written."""
+"""Test double: a transparent store wrapper that makes writes (or reads) slow, so a publish (or a
+restore) through it runs long, deterministically: a fixed wait per object, or a gate the test
+opens a few writes at a time; it records the keys written and read."""
 
 from __future__ import annotations
 
@@ -17,12 +17,16 @@ class SlowStore:
     one permit of ``gate`` if one is given (``gate.release(n)`` lets n more through); every
     call goes to ``inner`` unchanged. ``puts`` records each key put, in order; ``on_has``, if
     set, is called with the key after each ``has`` answers (a hook to act between a publish's
-    decision and its next step)."""
+    decision and its next step). Each ``open``/``read`` waits ``read_delay`` seconds first and
+    is recorded in ``reads`` (key, in the order they began)."""
 
     def __init__(self, inner: Store, *, delay: float = 0.0, prefixes: tuple[str, ...] = ("",),
                  gate: threading.Semaphore | None = None,
-                 on_has: Callable[[str, bool], None] | None = None) -> None:
+                 on_has: Callable[[str, bool], None] | None = None,
+                 read_delay: float = 0.0) -> None:
         self.inner = inner
+        self.read_delay = read_delay
+        self.reads: list[str] = []
         self.url = f"slow+{inner.url}"
         self.delay = delay
         self.prefixes = prefixes
@@ -41,10 +45,17 @@ class SlowStore:
         return found
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+        self._reading(key)
         return self.inner.open(key, start, length)
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        self._reading(key)
         return self.inner.read(key, start, length)
+
+    def _reading(self, key: str) -> None:
+        with self._lock:
+            self.reads.append(key)
+        time.sleep(self.read_delay)
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         with self._lock:

@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # restore: its steps, bottom to top
     ("neffcache.restore.fs", "neffcache.restore.plan", "neffcache.restore.state_rows"),
     ("neffcache.restore.dest",),
+    ("neffcache.restore.ready",),
     ("neffcache.restore.seen",),
     ("neffcache.restore.state",),
     ("neffcache.restore.scan",),

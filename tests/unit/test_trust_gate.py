@@ -34,7 +34,7 @@ from neffcache.lifecycle import (
 from neffcache.manifest import Manifest, encode_manifest
 from neffcache.matrix_io import load_matrix
 from neffcache.precompile.publish import publish_entry
-from neffcache.restore import RestoreRequest, restore
+from neffcache.restore import RestoreRequest, cell_ready, restore
 from neffcache.signing import generate_signing_key, sign_manifest
 from neffcache.store import manifest_key, open_store
 from tests.support.host_entries import INSTANCE_TYPE, MATRIX, bundle_of_directory
@@ -140,15 +140,16 @@ def test_restore_with_keys_installs_nothing_forged_from_the_store_or_any_mirror(
     data = forged(world, kind)
     forged_store = store_with(world, f"forged-{kind}", data)
     assert _restore(world, forged_store, tmp_path / "a", True) == 4
-    assert installed(tmp_path / "a") == []
+    assert installed(tmp_path / "a") == [] and not cell_ready(tmp_path / "a", CELL_64)
     empty = store_with(world, f"lacking-{kind}", None)
     bundle = tmp_path / "forged.bundle"
     bundle_of_directory(forged_store, bundle)
     for n, mirror in enumerate((str(forged_store), f"bundle:{bundle}")):
         out = tmp_path / f"m{n}"
         assert _restore(world, empty, out, True, (mirror,)) != 0
-        assert installed(out) == [], mirror
+        assert installed(out) == [] and not cell_ready(out, CELL_64), mirror
     assert _restore(world, world.good, tmp_path / "good", True) == 0  # the key is right
+    assert cell_ready(tmp_path / "good", CELL_64)
 
 
 @pytest.mark.parametrize("trusted", [True, False], ids=["keys", "no-keys"])
@@ -247,7 +248,7 @@ def test_keys_turned_on_evict_what_no_trusted_key_signed(world: World, tmp_path:
     out = tmp_path / "dir"
     assert _restore(world, unsigned, out, False) == 0
     before = installed(out)
-    assert before
+    assert before and cell_ready(out, CELL_64)
     local = verify_local_dir(VerifyLocalDirRequest(out, trusted_keys=(world.key,)))
     assert local.exit_code == 4 and {p.kind for p in local.problems} == {"untrusted"}
     assert verify_local_dir(VerifyLocalDirRequest(out)).exit_code == 0  # no keys: fine
@@ -258,7 +259,7 @@ def test_keys_turned_on_evict_what_no_trusted_key_signed(world: World, tmp_path:
     doc = result.to_json()
     assert doc["evicted_entries"] == [world.manifest.entry_key]
     assert doc["evicted_files"] == len(before)
-    assert installed(out) == []
+    assert installed(out) == [] and not cell_ready(out, CELL_64)  # evicted: never ready
     assert verify_local_dir(VerifyLocalDirRequest(out, trusted_keys=(world.key,))).exit_code == 0
     # the signed entry then restores into the same directory, and stays on the next run
     assert _restore(world, world.good, out, True) == 0
@@ -266,7 +267,7 @@ def test_keys_turned_on_evict_what_no_trusted_key_signed(world: World, tmp_path:
                                    store=str(world.good), report_to="none",
                                    trusted_keys=(world.key,)))
     assert again.exit_code == 0 and again.evicted == ()
-    assert installed(out) == before
+    assert installed(out) == before and cell_ready(out, CELL_64)
 
 
 def test_signers_are_named_when_nothing_is_checked(world: World, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from neffcache.restore import (
     restore_cells,
 )
 from neffcache.restore.local import restore_local
+from neffcache.restore.ready import cell_ready, marker_path, write_marker
 from neffcache.store import open_store
 from tests.e2e.conftest import MATRIX
 from tests.support.lifecycle import sdk_fingerprint
@@ -87,6 +88,18 @@ def test_prune_keeps_b_and_what_b_shares(world: dict) -> None:
     assert restore_local([cell], world["backend"], B, out, store_url="x") is not None
     again = prune(PruneRequest(to=out, matrix=world["matrix"], fingerprint=B, confirmed=True))
     assert again.pruned == () and again.removed == 0
+
+
+def test_a_pruned_entrys_cell_is_no_longer_ready(world: dict) -> None:
+    """A marker that names a pruned entry goes (before its files); one naming a kept entry
+    stays."""
+    out, cell = world["out"], world["cell"]
+    write_marker(out, cell.id, entry_key(cell, A))
+    write_marker(out, "other/cell", entry_key(cell, B))
+    assert cell_ready(out, cell.id)
+    prune(PruneRequest(to=out, matrix=world["matrix"], fingerprint=B, confirmed=True))
+    assert not cell_ready(out, cell.id) and not marker_path(out, cell.id).exists()
+    assert cell_ready(out, "other/cell")
 
 
 def test_a_changed_file_is_left_alone(world: dict) -> None:

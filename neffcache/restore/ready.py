@@ -1,0 +1,128 @@
+"""Ready markers: a cell is announced the moment every file it needs is verified and in place.
+
+``DIR/.neffcache-entries/ready/<cell id, percent-quoted>`` holds ``{"cell", "entry_key"}``,
+written through a temp file in ``DIR/.neffcache-entries`` (swept like every temp file there)
+and a rename, so a reader sees a whole marker or none. A restore, under DIR's lock, removes the
+marker of every requested cell it is about to change (a file to fetch) or cannot vouch for
+(no entry, refused by the trust gate, unresolved) before it installs anything, and writes one
+as each cell's last file lands; eviction and ``neffcache prune`` remove the markers of the entries
+they remove before their files (``pruning.apply_prune``). So a marker is never left for a cell
+that is evicted, pruned, refused or incomplete; after a kill, the
+markers are those of cells whose files were all in place when announced.
+
+A marker vouches for the service, never for a later restore: restores judge files by the state
+file and hashing alone (``neffcache.restore.run``). ``cell_ready`` answers "is cell X ready?"
+from the marker and the entry's local manifest copy (which eviction and prune remove) only: no
+store, no manifest decoding, nothing heavy imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from pathlib import Path
+from urllib.parse import quote
+
+from neffcache.restore.dest import ENTRIES_DIR
+from neffcache.restore.fs import tmp_name
+
+READY_DIR = "ready"  # in ENTRIES_DIR
+_COPY_SUFFIX = ".json"
+
+
+def marker_path(target: str | Path, cell_id: str) -> Path:
+    """Where cell ``cell_id``'s ready marker lives under restore destination ``target``."""
+    return Path(target, ENTRIES_DIR, READY_DIR, quote(cell_id, safe=""))
+
+
+def cell_ready(target: str | Path, cell_id: str) -> bool:
+    """Whether cell ``cell_id`` was announced ready in restore destination ``target`` and its
+    entry is still there (its local manifest copy: eviction and prune remove it): every file of the
+    cell was verified and renamed into place by a restore. Reads two small paths; never the
+    store."""
+    key = marker_entry(target, cell_id)
+    return key is not None and Path(target, ENTRIES_DIR, key + _COPY_SUFFIX).is_file()
+
+
+def marker_entry(target: str | Path, cell_id: str) -> str | None:
+    """The entry key cell ``cell_id``'s marker names, or None (no marker, or not this cell's)."""
+    try:
+        doc = json.loads(marker_path(target, cell_id).read_bytes())
+        key = doc["entry_key"]
+        if doc["cell"] != cell_id or not isinstance(key, str) or not key.isalnum():
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return key
+
+
+def write_marker(target: str | Path, cell_id: str, key: str) -> None:
+    """Cell ``cell_id`` is ready with entry ``key``: its marker, written whole (best effort:
+    a marker that could not be written only means the cell is not announced by file)."""
+    final = marker_path(target, cell_id)
+    tmp = Path(target, ENTRIES_DIR, tmp_name())
+    try:
+        final.parent.mkdir(exist_ok=True)
+        tmp.write_bytes(json.dumps({"cell": cell_id, "entry_key": key}).encode())
+        os.replace(tmp, final)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def remove_markers(target: str | Path, cell_ids: Iterable[str]) -> None:
+    """Remove these cells' markers (those absent are fine)."""
+    for cid in cell_ids:
+        with contextlib.suppress(OSError):
+            marker_path(target, cid).unlink()
+
+
+def remove_markers_of(target: str | Path, keys: Collection[str]) -> None:
+    """Remove every marker that names one of the entries ``keys`` (evicted or pruned)."""
+    if not keys:
+        return
+    d = Path(target, ENTRIES_DIR, READY_DIR)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(d):
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                if json.loads((d / name).read_bytes())["entry_key"] in keys:
+                    (d / name).unlink()
+
+
+class Announcer:
+    """Announces cells ready, each once: its marker first, then ``on_ready(cell_id)``; keeps
+    (cell id, seconds since ``started``) in announcement order. Thread-safe: the restore's
+    fetch threads call ``ready`` as a cell's last file lands."""
+
+    def __init__(self, target: str | Path, started: float,
+                 on_ready: Callable[[str], None] | None = None) -> None:
+        self.target, self.started, self.on_ready = Path(target), started, on_ready
+        self.announced: list[tuple[str, float]] = []
+        self._lock = threading.Lock()
+        self._done: set[str] = set()
+
+    def reset(self, ready: Sequence[tuple[str, str]], waiting: Iterable[str]) -> None:
+        """Under DIR's lock, before anything is installed: the markers of ``waiting`` cells
+        (to change, or not vouched for) go, then the cells ``ready`` now, as (cell id, entry
+        key) pairs in priority order, are announced (a marker that names the entry already
+        is kept: a no-op rerun writes nothing)."""
+        remove_markers(self.target, waiting)
+        for cid, key in ready:
+            self.ready(cid, key, rewrite=False)
+
+    def ready(self, cell_id: str, key: str, *, rewrite: bool = True) -> None:
+        """Announce ``cell_id`` ready with entry ``key`` (once); with ``rewrite=False`` a
+        marker that already names ``key`` is left as it is."""
+        with self._lock:
+            if cell_id in self._done:
+                return
+            self._done.add(cell_id)
+            if rewrite or marker_entry(self.target, cell_id) != key:
+                write_marker(self.target, cell_id, key)
+            self.announced.append((cell_id, time.monotonic() - self.started))
+            if self.on_ready is not None:
+                self.on_ready(cell_id)
