@@ -300,3 +300,22 @@ def test_require_signatures_without_keys_fails_closed(world: World, tmp_path: Pa
         verify_store(VerifyStoreRequest(store=str(world.good)))
     monkeypatch.setenv("NEFFCACHE_TRUSTED_KEYS", world.key)
     assert verify_store(VerifyStoreRequest(store=str(world.good))).exit_code == 0
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_s3_mirror_serves_nothing_forged_with_keys(world: World, tmp_path: Path,
+                                                      s3_url: str, kind: str) -> None:
+    """The primary lacks the manifest; an S3 mirror (moto) holds the forged one, object for
+    object as the forger wrote it: with keys the cell fails and nothing is installed."""
+    forged_store = store_with(world, f"s3src-{kind}", forged(world, kind))
+    mirror = open_store(s3_url, create=True)
+    for path in sorted(p for p in forged_store.rglob("*") if p.is_file()):
+        mirror.put(path.relative_to(forged_store).as_posix(), io.BytesIO(path.read_bytes()),
+                   if_absent=False)
+    empty = store_with(world, f"lacking-s3-{kind}", None)
+    out = tmp_path / "out"
+    assert _restore(world, empty, out, True, (s3_url,)) != 0
+    assert installed(out) == []
+    if kind == "stripped":  # the control: without keys the publisher's body restores from it
+        assert _restore(world, empty, tmp_path / "plain", False, (s3_url,)) == 0
