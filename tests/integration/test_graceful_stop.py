@@ -23,8 +23,8 @@ from neffcache.cli import run
 from neffcache.index.models import CellClaimRow
 from neffcache.manifest import decode_manifest
 from neffcache.store import BLOBS, CELLS, MANIFESTS, PENDING, open_store
-from tests.support.faulty_proxy import FaultyProxy
 from tests.support.claims_fleet import fleet_env, start_worker, wait_for_start
+from tests.support.faulty_proxy import FaultyProxy
 from tests.support.sleep_backend import (
     SECONDS_FILE,
     cell_ids,
