@@ -14,6 +14,7 @@
     ├── SchemaOutdatedError             (exit 7)  index schema older than this code
     ├── NotFoundError                   (exit 1)  the one "not found" a store raises
     ├── DeadlineExceededError           (exit 3)  restore ran out of time (treated as partial)
+    ├── StoppedError                    (exit 1)  work stopped at a safe point: its stop was set
     ├── WorkerError                     (exit 1)  a warm-up failed, crashed or timed out
     └── CompiledAfterRestoreError       (exit 1)  a warm-up against a restored entry compiled
 """
@@ -90,6 +91,11 @@ class NotFoundError(NeffcacheError):
 
 class DeadlineExceededError(NeffcacheError):
     """Work stopped because its deadline passed."""
+
+
+class StoppedError(NeffcacheError):
+    """Work stopped at a safe point because its caller's stop event was set (nothing
+    half-written: what it wrote is content-addressed, and its commit point was not reached)."""
 
 
 class WorkerError(NeffcacheError):

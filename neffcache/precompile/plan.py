@@ -103,9 +103,10 @@ class CellReport:
 
 @dataclass(frozen=True, slots=True)
 class StopSummary:
-    """How a stopped run ended: ``running`` cells whose workers were ended, ``cancelled``
-    cells reported as such (running or claimed, not finished), ``released`` leases given back
-    as cancelled (``--claim``: no attempt spent, claimable at once)."""
+    """How a stopped run ended: ``running`` cells whose workers were ended or whose publish
+    was stopped, ``cancelled`` cells reported as such (running or claimed, not finished),
+    ``released`` leases given back as cancelled (``--claim``: no attempt spent, claimable at
+    once)."""
 
     running: int
     cancelled: int

@@ -11,6 +11,13 @@ fetch thousands of small files in a few requests) and a sha256 per part of each 
 last with if-absent (the commit point: first writer wins), a small
 ``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
 was built, but for another environment" without reading every manifest, and drops the intent.
+
+Stopping: given a ``stop`` event, a publish looks at it while it waits on its uploads (every
+``STOP_POLL_SECONDS``) and once more before the manifest; once set it raises ``StoppedError``
+at once: queued uploads never start, running ones are abandoned to their threads (a store put
+cannot be interrupted mid-request; the process ends them when it exits), the intent is
+dropped, and no manifest or pointer is written. What reached the store is blobs and packs,
+content-addressed and harmless; a later publish of the entry uploads only what is missing.
 """
 
 from __future__ import annotations
@@ -23,16 +30,23 @@ import platform
 import socket
 import stat
 import tempfile
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from neffcache.backends import Backend
 from neffcache.canonical import canonical_json
-from neffcache.errors import IntegrityError, ManifestError, NotFoundError, UsageError
+from neffcache.errors import (
+    IntegrityError,
+    ManifestError,
+    NotFoundError,
+    StoppedError,
+    UsageError,
+)
 from neffcache.fingerprint import Fingerprint
 from neffcache.hashing import VerifyingReader, sha256_file, sha256_file_parts
 from neffcache.manifest import (
@@ -75,6 +89,10 @@ PACK_WORKERS = 4  # each holds one pack (at most PackPolicy.max_bytes) in memory
 # A new blob up to this size is put create-only without a probe first (one request, not two);
 # sending such a body to a store that already holds it costs about what the probe would.
 PUT_FIRST_MAX = 1 << 20
+STOP_POLL_SECONDS = 0.1  # how often a publish (and a precompile run) looks at its stop event
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,14 +199,16 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                   packing: PackPolicy | None = DEFAULT_POLICY,
                   parting: PartPolicy = DEFAULT_PARTS,
                   refresh_every: float = REFRESH_SECONDS,
-                  signer: SigningKey | None = None) -> PublishResult:
+                  signer: SigningKey | None = None,
+                  stop: threading.Event | None = None) -> PublishResult:
     """Upload the blobs the store lacks and, beside them, packs of the small ones
     (``packing=None``: none), then the manifest (if absent) with part digests of the large
     ones (``parting`` says which; every file over 24 MiB whatever the policy, as the manifest
     requires).
     ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
     called per blob; the publish's intent is renewed every ``refresh_every`` seconds;
-    ``signer`` signs the manifest (over its digest: every field, packs and parts included)."""
+    ``signer`` signs the manifest (over its digest: every field, packs and parts included);
+    setting ``stop`` raises ``StoppedError`` before the manifest (see the module's docstring)."""
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
@@ -202,7 +222,7 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
     mkey = manifest_key(manifest.entry_key)
     sources = {f.sha256: (f, Path(roots[f.root], *f.path.split("/"))) for f in files}
     if store.has(mkey):
-        return _refill(store, manifest, mkey, sources, workers)
+        return _refill(store, manifest, mkey, sources, workers, stop)
     # The intent is in the store before any blob is looked at: a blob found present and skipped
     # is named by a fresh intent from then on, so gc spares it.
     with held_intents(store, [manifest], every=refresh_every):
@@ -211,11 +231,13 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         # made from the local files (checked against their sha256 again), so none waits on
         # another, and the manifest, written last, waits on all three.
         with ThreadPoolExecutor(max_workers=2) as beside:
-            packed = beside.submit(_upload_packs, store, groups, sources)
-            parted = beside.submit(_part_digests, files, sources, parting, workers)
-            uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress)
+            packed = beside.submit(_upload_packs, store, groups, sources, stop)
+            parted = beside.submit(_part_digests, files, sources, parting, workers, stop)
+            uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress,
+                                                      stop=stop)
             packs, packs_uploaded, pack_bytes = packed.result()
             parts = parted.result()
+        _check(stop)  # the last safe point: past it, the entry is committed
         manifest = replace(manifest, packs=packs, parts=parts)
         if signer is not None:
             manifest = sign_manifest(manifest, signer)
@@ -235,7 +257,8 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
 
 
 def _refill(store: Store, manifest: Manifest, mkey: str,
-            sources: Mapping[str, tuple[FileRecord, Path]], workers: int) -> PublishResult:
+            sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
+            stop: threading.Event | None = None) -> PublishResult:
     """The entry exists: upload only the blobs it names that the store lacks or holds known
     bad (``holds_good``), so a push repairs what a gone-bad store lost."""
     try:
@@ -243,14 +266,15 @@ def _refill(store: Store, manifest: Manifest, mkey: str,
     except (ManifestError, NotFoundError):
         named = set(sources)
     uploaded, skipped, nbytes = _upload_blobs(  # the entry's blobs: most likely all there
-        store, {s: v for s, v in sources.items() if s in named}, workers, None, put_first=False)
+        store, {s: v for s, v in sources.items() if s in named}, workers, None, put_first=False,
+        stop=stop)
     write_pointer(store, manifest)
     return PublishResult(manifest, False, len(uploaded), len(sources) - len(uploaded), nbytes)
 
 
 def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
-                  on_progress: Callable[[int, int], None] | None, *, put_first: bool = True
-                  ) -> tuple[list[str], list[str], int]:
+                  on_progress: Callable[[int, int], None] | None, *, put_first: bool = True,
+                  stop: threading.Event | None = None) -> tuple[list[str], list[str], int]:
     """Upload each blob the store lacks or holds known bad. With ``put_first`` (a new entry: its
     blobs are most likely new) a small blob is put create-only first and probed with
     ``holds_good`` only when the store refuses it; otherwise (and for large blobs, whose body
@@ -274,12 +298,11 @@ def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], 
             return sha, False
         return sha, _upload_file(store, key, record, path)
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for sha, wrote in pool.map(one, sorted(sources)):
-            (uploaded if wrote else skipped).append(sha)
-            done += 1
-            if on_progress:
-                on_progress(done, len(sources))
+    for sha, wrote in _in_pool(one, sorted(sources), workers, stop):
+        (uploaded if wrote else skipped).append(sha)
+        done += 1
+        if on_progress:
+            on_progress(done, len(sources))
     nbytes = sum(sources[s][0].size for s in uploaded)
     return uploaded, skipped, nbytes
 
@@ -304,7 +327,8 @@ def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool
 
 
 def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...],
-                  sources: Mapping[str, tuple[FileRecord, Path]]
+                  sources: Mapping[str, tuple[FileRecord, Path]],
+                  stop: threading.Event | None = None
                   ) -> tuple[tuple[PackRecord, ...], int, int]:
     """Build each pack in an unnamed temp file from the local files (each member checked
     against its sha256 again: a file that changed since it was hashed is an IntegrityError),
@@ -328,8 +352,7 @@ def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...],
 
     if not groups:
         return (), 0, 0
-    with ThreadPoolExecutor(max_workers=min(PACK_WORKERS, len(groups))) as pool:
-        done = list(pool.map(one, groups))
+    done = list(_in_pool(one, groups, PACK_WORKERS, stop))
     wrote = [p for p, w in done if w]
     return tuple(p for p, _ in done), len(wrote), sum(p.size for p in wrote)
 
@@ -348,7 +371,8 @@ def _member_bytes(path: Path, f: FileRecord) -> bytes:
 
 
 def _part_digests(files: tuple[FileRecord, ...], sources: Mapping[str, tuple[FileRecord, Path]],
-                  policy: PartPolicy, workers: int) -> tuple[PartDigests, ...]:
+                  policy: PartPolicy, workers: int, stop: threading.Event | None = None
+                  ) -> tuple[PartDigests, ...]:
     """A digest per part of each large file, read once more with its whole-file sha256, which
     must still be the recorded one: the parts then describe exactly the bytes the sha256 names."""
 
@@ -367,8 +391,33 @@ def _part_digests(files: tuple[FileRecord, ...], sources: Mapping[str, tuple[Fil
     large = needs_parts(files, policy)
     if not large:
         return ()
-    with ThreadPoolExecutor(max_workers=min(hash_workers(workers), len(large))) as pool:
-        return tuple(pool.map(one, large))
+    return tuple(_in_pool(one, large, hash_workers(workers), stop))
+
+
+def _in_pool(fn: Callable[[T], R], items: Iterable[T], workers: int,
+             stop: threading.Event | None) -> Iterator[R]:
+    """``fn`` over ``items`` on at most ``workers`` threads, the results in input order. The
+    first failure is raised (nothing more starts); once ``stop`` is set, ``StoppedError`` is
+    raised within ``STOP_POLL_SECONDS`` without waiting for the calls still running: their
+    threads are left to end on their own."""
+    todo = list(items)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(todo))))
+    abandon = False
+    try:
+        futures = [pool.submit(fn, item) for item in todo]
+        for future in futures:
+            while stop is not None and not future.done():
+                abandon = stop.is_set()
+                _check(stop)
+                wait([future], timeout=STOP_POLL_SECONDS)
+            yield future.result()
+    finally:
+        pool.shutdown(wait=not abandon, cancel_futures=True)
+
+
+def _check(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise StoppedError("publish stopped: the stop event was set")
 
 
 def write_pointer(store: Store, manifest: Manifest) -> None:

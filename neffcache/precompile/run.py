@@ -16,7 +16,10 @@ process (``warm_restored``), which must compile nothing.
 Stopping: a run given a ``stop`` event (``threading.Event``) watches it while its slots run
 (``in_slots`` looks every ``STOP_POLL_SECONDS``). Once set, no cell is started, the process
 group of every running worker is ended, those cells are reported ``cancelled`` (never
-recorded as failures) and the report's ``stopped`` says how many. Who sets the event (a
+recorded as failures) and the report's ``stopped`` says how many. A cell publishing then
+stops at the publish's next safe point (``publish_entry``'s ``stop``: within
+``STOP_POLL_SECONDS``, before its manifest, nothing half-published) and is reported
+``cancelled`` too. Who sets the event (a
 signal handler at the CLI edge, a caller's own thread) is not this module's business: the
 library installs no signal handler.
 """
@@ -39,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neffcache.backends import Backend, get_backend, root_dirs
-from neffcache.errors import NeffcacheError, NotFoundError
+from neffcache.errors import NeffcacheError, NotFoundError, StoppedError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest
 from neffcache.matrix import Cell, Matrix
@@ -70,7 +73,7 @@ from neffcache.precompile.plan import (
     plan_precompile,
     worker_spec,
 )
-from neffcache.precompile.publish import plan_publish, publish_entry
+from neffcache.precompile.publish import STOP_POLL_SECONDS, plan_publish, publish_entry
 from neffcache.precompile.warm import warm_restored
 from neffcache.precompile.worker import WorkerSpec
 from neffcache.restore import RestoreRequest, RestoreResult, restore
@@ -81,7 +84,6 @@ if TYPE_CHECKING:
 
 WORKER_LOG = "worker.log"  # the log run_worker writes in a cell's directory
 READERS = 16  # manifests read in parallel when indexing entries the index does not know
-STOP_POLL_SECONDS = 0.1  # how often a running run looks at its stop event
 
 
 def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
@@ -170,6 +172,7 @@ class PrecompileRun:
         self._stopping = threading.Event()
         self._cancel = stop if stop is not None else threading.Event()  # the caller's stop
         self._ended_workers = 0  # workers ended because of the stop event
+        self._stopped_publishes = 0  # publishes stopped by it (counted as running cells)
         self._numbers = itertools.count(1)
         self.beats = Beats(0.0, None)  # the running cells' heartbeats (open_run sets them)
 
@@ -279,7 +282,7 @@ class PrecompileRun:
             fingerprint_key=self.fingerprint.key, store_url=self.store.url, run_id=self.run_id,
             cells=tuple(cells), seconds=time.monotonic() - self._started,
             workdir=str(self.workdir) if options.keep_workdir or options.workdir else None,
-            stopped=StopSummary(self._ended_workers,
+            stopped=StopSummary(self._ended_workers + self._stopped_publishes,
                                 sum(1 for c in cells if c.status == CANCELLED), released)
             if self.cancelled else None)
 
@@ -316,7 +319,17 @@ class PrecompileRun:
             if not outcome.ok:
                 return self._record_failure(plan, outcome)
             self.beats.phase(cell.id, PUBLISHING)
-            report = self._publish(plan, spec, outcome)
+            try:
+                report = self._publish(plan, spec, outcome)
+            except StoppedError:
+                with self._lock:
+                    self._stopped_publishes += 1
+                self.emit(("cancel", cell.id, "publish stopped: the run was stopped (no entry "
+                                              "written; a later publish resumes it)"))
+                return CellReport(cell.id, cell.key, plan.entry_key, CANCELLED,
+                                  seconds=outcome.seconds, wall_seconds=outcome.wall_seconds,
+                                  exit_status=outcome.exit_status,
+                                  error="cancelled: stopped while publishing")
             if self.options.verify:
                 self.beats.phase(cell.id, VERIFYING, cell_dir / "verify" / WORKER_LOG)
                 report = replace(report, verify=self._verify(plan, cell_dir))
@@ -346,7 +359,7 @@ class PrecompileRun:
                     "worker_wall_seconds": f"{outcome.wall_seconds:.3f}"}
         result = publish_entry(self.store, plan.cell, self.fingerprint, self.backend, roots,
                                producer=producer, compile_seconds=outcome.seconds, files=files,
-                               signer=self.options.signer)
+                               signer=self.options.signer, stop=self._cancel)
         with self._lock:
             self.index.record_entry(result.manifest, self.store.url)
         status = PUBLISHED if result.created else EXISTS

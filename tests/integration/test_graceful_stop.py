@@ -1,7 +1,9 @@
 """Graceful stop of ``precompile`` with real processes on the ``test-sleep`` TEST BACKEND:
 SIGTERM to a claiming runner mid-cell ends its compile process, releases its lease as
 cancelled (no attempt spent, claimable at once) and exits 143 with a one-line summary;
-SIGINT stops a static run with 130; a SIGKILLed runner takes its compile process with it.
+SIGINT stops a static run with 130; a SIGKILLed runner takes its compile process with it;
+SIGTERM mid-publish (to S3 behind a proxy that stalls blob uploads) stops it at a safe point:
+no entry, the lease released, and the next runner publishes it uploading only what is missing.
 Only the issue's bounds are asserted (5 s to a clean stop, a few seconds after a SIGKILL)."""
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from sqlalchemy import create_engine, select
 
 from neffcache.cli import run
 from neffcache.index.models import CellClaimRow
+from neffcache.manifest import decode_manifest
+from neffcache.store import BLOBS, CELLS, MANIFESTS, PENDING, open_store
 from tests.support.claims_fleet import fleet_env, start_worker, wait_for_start
+from tests.support.faulty_proxy import FaultyProxy
 from tests.support.sleep_backend import (
     SECONDS_FILE,
     cell_ids,
@@ -176,3 +181,64 @@ def test_a_sigkilled_runner_takes_its_compile_process_with_it(tmp_path: Path) ->
         assert _gone_within([compile_pid], 10.0), "the compile process outlived its runner"
     finally:
         _cleanup(procs, pids)
+
+
+def _wait_for(what: str, ok: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"never happened: {what}")
+        time.sleep(0.05)
+
+
+def test_sigterm_mid_publish_stops_at_a_safe_point_and_the_next_runner_resumes(
+        tmp_path: Path, s3_env: dict[str, str], s3_url: str) -> None:
+    index_url = f"sqlite:///{tmp_path / 'index.db'}"
+    matrix, env, record = _setup(tmp_path, index_url)
+    seconds = matrix.parent / "sleepy-model" / SECONDS_FILE
+    seconds.write_text(json.dumps({CELL: 0.2}), encoding="utf-8")  # straight to the publish
+    env = {**env, **s3_env, "NEFFCACHE_STORE": s3_url}
+    store = open_store(s3_url)
+    out_a, out_b = tmp_path / "a.json", tmp_path / "b.json"
+    procs: list[subprocess.Popen[bytes]] = []
+    # the first blob upload goes through, every other one hangs (as long as the test runs)
+    with FaultyProxy(stall_seconds=600.0) as proxy:
+        proxy.stall_puts, proxy.pass_puts = f"/{BLOBS}", 1
+        try:
+            a = start_worker(matrix, {**env, "HTTP_PROXY": proxy.url}, out_a,
+                             "--claim", "--lease", "60", "--retries", "0")
+            procs.append(a)
+            _wait_for("a blob upload through and another one hanging",
+                      lambda: proxy.puts_passed >= 1 and proxy.puts_stalled >= 1)
+            a.send_signal(signal.SIGTERM)
+            assert _gone_within([a.pid], 5.0), "the runner did not stop within 5 s"
+            assert a.wait(timeout=5) == 143
+            log = Path(f"{out_a}.log").read_text()
+            assert ("neffcache: stopped by SIGTERM: 1 cell(s) running, 1 cancelled, "
+                    "1 lease(s) released") in log, log
+            assert [c["status"] for c in json.loads(out_a.read_text())["cells"]] == ["cancelled"]
+            # nothing half-published: no manifest, no pointer, the intent dropped; only blobs
+            assert [k for p in (MANIFESTS, CELLS, PENDING) for k in store.list(p)] == []
+            present = set(store.list(BLOBS))
+            assert len(present) == 1
+            assert _claim_row(index_url) == (None, 0)  # released, and no attempt spent
+
+            # the next runner (no proxy, no retry to spend) publishes the entry whole,
+            # uploading only the blobs the stopped publish did not get in
+            b = start_worker(matrix, env, out_b, "--claim", "--lease", "60", "--retries", "0")
+            procs.append(b)
+            assert b.wait(timeout=120) == 0, Path(f"{out_b}.log").read_text()
+            [cell] = json.loads(out_b.read_text())["cells"]
+            assert cell["status"] == "published"
+            [mkey] = list(store.list(MANIFESTS))
+            manifest = decode_manifest(store.read(mkey))
+            assert len(list(store.list(CELLS))) == 1
+            sizes = {f.sha256: f.size for f in manifest.files}
+            assert len(sizes) > 1  # a multi-blob entry: the stop came between two uploads
+            missing = {sha: n for sha, n in sizes.items()
+                       if not any(k.endswith(sha) for k in present)}
+            assert len(missing) == len(sizes) - 1
+            assert cell["bytes_uploaded"] == sum(missing.values())
+            assert all(store.has(f"{BLOBS}{sha[:2]}/{sha}") for sha in sizes)
+        finally:
+            _cleanup(procs, [])

@@ -9,7 +9,9 @@ SlowDown error document) and ``stall`` (no answer for ``stall_seconds``, then th
 Which GET gets which fault is a pure function of (seed, key, Range header, how many times that
 same request was seen), not of the order threads send requests in, so a seed gives the
 same faults run after run. ``fault_next`` forces a fault on the next GET whose URL contains a
-string (e.g. the manifest's); ``stall_all`` makes every request wait (a stalled server).
+string (e.g. the manifest's); ``stall_all`` makes every request wait (a stalled server);
+``stall_puts`` makes the PUTs whose path contains it wait, after the first ``pass_puts`` of
+them (a store that stops taking uploads mid-publish).
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ class FaultyProxy(LoopbackProxy):
         self.seed, self.rate, self.faults = seed, rate, tuple(faults)
         self.stall_seconds = stall_seconds
         self.stall_all = False
+        self.stall_puts = ""  # PUTs whose path contains this stall (after pass_puts of them)
+        self.pass_puts = 0
+        self.puts_passed = 0  # such PUTs answered
+        self.puts_stalled = 0  # such PUTs waiting now or since
         self.injected: Counter[str] = Counter()  # fault kind -> how many were injected
         self.object_gets = 0
         self.log: list[tuple[str, str, str | None, str]] = []  # method, path, range, fault
@@ -85,6 +91,17 @@ class FaultyProxy(LoopbackProxy):
     def wait_stall(self) -> None:
         self._release.wait(self.stall_seconds)
 
+    def stalls_put(self, method: str, path: str) -> bool:
+        """Whether this request is a PUT to stall (counts it either way)."""
+        if method != "PUT" or not self.stall_puts or self.stall_puts not in path:
+            return False
+        with self._lock:
+            if self.pass_puts > 0:
+                self.pass_puts -= 1
+                return False
+            self.puts_stalled += 1
+            return True
+
 
 def _is_object(path: str, query: str) -> bool:
     """A GET of a key (``/bucket/key...``), not a listing of a bucket."""
@@ -99,6 +116,9 @@ class _Handler(ForwardingHandler):
         proxy: FaultyProxy = self.server.proxy  # type: ignore[attr-defined]
         body = self.read_body()
         if proxy.stall_all:
+            proxy.wait_stall()
+        stalled_put = proxy.stalls_put(self.command, target.path)
+        if stalled_put:
             proxy.wait_stall()
         fault, place = proxy.decide(self.command, target.path, target.query,
                                     self.headers.get("Range"))
@@ -116,6 +136,10 @@ class _Handler(ForwardingHandler):
                         reset=fault == "reset")
             return
         self.answer(status, reason, kept, data)
+        if (self.command == "PUT" and proxy.stall_puts and proxy.stall_puts in target.path
+                and not stalled_put):
+            with proxy._lock:
+                proxy.puts_passed += 1
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward  # noqa: N815
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from neffcache.cli import run
+from neffcache.cli import main
 from tests.support.sleep_backend import register
 
 if __name__ == "__main__":
     register()
-    sys.exit(run(sys.argv[1:]))
+    main(sys.argv[1:])  # as the installed command ends (``exit_process``)

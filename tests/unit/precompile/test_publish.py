@@ -5,13 +5,15 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from neffcache.backends import INDUCTOR, NEURON
-from neffcache.errors import IntegrityError, UsageError
+from neffcache.errors import IntegrityError, StoppedError, UsageError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.hashing import VerifyingReader, sha256_bytes
 from neffcache.manifest import decode_manifest, entry_key
@@ -19,9 +21,18 @@ from neffcache.matrix import Cell
 from neffcache.precompile import publish as publish_module
 from neffcache.precompile.publish import hash_workers, plan_publish, publish_entry
 from neffcache.store import blob_key, manifest_key
-from neffcache.store.base import DAMAGED, cell_pointer_key
+from neffcache.store.base import (
+    BLOBS,
+    CELLS,
+    DAMAGED,
+    MANIFESTS,
+    PACKS,
+    PENDING,
+    cell_pointer_key,
+)
 from neffcache.store.local import LocalStore
 from tests.support.faulty_store import FaultyStore
+from tests.support.slow_store import SlowStore
 from tests.support.synthetic import make_neff_cache
 
 FP = build_fingerprint("neuron", {"target": "trn2"})
@@ -198,3 +209,46 @@ def test_hashing_threads_follow_the_cpus_not_the_uploads(monkeypatch: pytest.Mon
     assert hash_workers(0) == 1
     monkeypatch.setattr(publish_module, "usable_cpus", lambda: 64)
     assert hash_workers(32) == 32
+
+
+def test_a_stopped_publish_writes_no_entry_and_a_rerun_uploads_only_what_is_missing(
+        tmp_path: Path) -> None:
+    """Stop set while uploads hang (a gated store lets 3 through): StoppedError at once, no
+    manifest, pointer or intent (only blobs/packs, content-addressed); a rerun completes."""
+    make_neff_cache(tmp_path / "neff", seed=11, count=200, large=1)
+    inner = LocalStore(tmp_path / "store")
+    gate = threading.Semaphore(3)
+    slow = SlowStore(inner, prefixes=(BLOBS, PACKS), gate=gate)
+    stop = threading.Event()
+    raised: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            publish_entry(slow, cell(), FP, NEURON, {"neff": tmp_path / "neff"}, stop=stop)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            raised.append(exc)
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while sum(k.startswith((BLOBS, PACKS)) for k in list(slow.puts)) < 5:
+            assert time.monotonic() < deadline, "the uploads never started"
+            time.sleep(0.01)
+        stop.set()
+        thread.join(timeout=5)
+        assert not thread.is_alive(), "the publish did not stop"
+        assert [type(e) for e in raised] == [StoppedError]
+        assert [k for p in (MANIFESTS, CELLS, PENDING) for k in inner.list(p)] == []
+        # the 3 uploads the gate let through end on their own; the others wait at the gate
+        while len([*inner.list(BLOBS), *inner.list(PACKS)]) < 3:
+            assert time.monotonic() < deadline, "the uploads let through never ended"
+            time.sleep(0.01)
+        blobs, packs = set(inner.list(BLOBS)), set(inner.list(PACKS))
+        assert len(blobs) + len(packs) == 3
+        result = publish_entry(inner, cell(), FP, NEURON, {"neff": tmp_path / "neff"})
+    finally:
+        gate.release(10_000)  # the abandoned uploads end (each writes a whole blob or pack)
+    assert result.created and inner.has(manifest_key(result.manifest.entry_key))
+    assert result.blobs_uploaded == len({f.sha256 for f in result.manifest.files}) - len(blobs)
+    assert result.packs_uploaded == len(result.manifest.packs) - len(packs)
