@@ -135,7 +135,7 @@ class FingerprintCountsDoc(TypedDict):
     distinct: Annotated[dict[str, str], Doc(
         "The fields, with this fingerprint's values, in which it differs from the columns "
         "whose backend, SDK version, target and known versions read the same (e.g. "
-        "cc_flags, from NEURON_CC_FLAGS); {} when none reads the same, and in /api/summary.")]
+        "cc_flags, the compiler flags); {} when none reads the same, and in /api/summary.")]
     nearest: Annotated[str | None, Doc(
         "The column it differs from in the fewest fields: /api/fingerprint-diff?key=KEY"
         "&against=NEAREST explains the difference (null in /api/summary).")]

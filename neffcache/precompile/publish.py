@@ -238,14 +238,8 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
             packs, packs_uploaded, pack_bytes = packed.result()
             parts = parted.result()
         _check(stop)  # the last safe point: past it, the entry is committed
-        manifest = replace(manifest, packs=packs, parts=parts)
-        if signer is not None:
-            manifest = sign_manifest(manifest, signer)
-        body = io.BytesIO()  # in pieces: never the whole manifest as dicts or twice as bytes
-        body.writelines(encode_manifest_pieces(manifest))
-        body.seek(0)
-        created = store.put(mkey, body, if_absent=True)
-        del body
+        manifest, created = _put_manifest(store, mkey, replace(manifest, packs=packs,
+                                                               parts=parts), signer)
         # A gc batch cleared before our intent existed may delete a blob we skipped after it
         # listed pending/: check the skipped ones once more, now that the manifest names them.
         again = {s: sources[s] for s in skipped if not store.has(blob_key(s))}
@@ -254,6 +248,17 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         write_pointer(store, manifest)
     return PublishResult(manifest, created, len(uploaded), len(skipped), nbytes,
                          packs_uploaded, pack_bytes)
+
+
+def _put_manifest(store: Store, mkey: str, manifest: Manifest, signer: SigningKey | None
+                  ) -> tuple[Manifest, bool]:
+    """Sign (with ``signer``) and write the manifest if absent: it, and whether it was new."""
+    if signer is not None:
+        manifest = sign_manifest(manifest, signer)
+    body = io.BytesIO()  # in pieces: never the whole manifest as dicts or twice as bytes
+    body.writelines(encode_manifest_pieces(manifest))
+    body.seek(0)
+    return manifest, store.put(mkey, body, if_absent=True)
 
 
 def _refill(store: Store, manifest: Manifest, mkey: str,

@@ -162,8 +162,8 @@ def test_ingest_restore_reports_from_files_once(url: str, tmp_path: Path) -> Non
 
 
 def test_ingest_restore_reports_from_an_empty_store(url: str, tmp_path: Path) -> None:
-    (tmp_path / "store").mkdir()
-    store = open_store(str(tmp_path / "store"))
+    store = open_store(str(tmp_path / "store"), create=True)
+    store.check()  # a new store: its marker, nothing else
     result = ingest_restore_reports(IngestRestoreReportsRequest(store=store.url, index=url,
                                                                 days=2))
     assert result.to_json() == {"source": store.url, "scanned": 0, "added": 0,
