@@ -44,8 +44,9 @@ def service_python(tmp_path: Path) -> Path:
                                        f"Version: {version}\n\n", encoding="utf-8")
     (site / "torch").mkdir()
     (site / "torch" / "__init__.py").write_text("raise ImportError('torch was imported')\n")
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a checkout's own
     missing = subprocess.run([str(python), "-c", "import neffcache"], capture_output=True,
-                             cwd=venv)  # not the checkout: -c puts the working dir on sys.path
+                             cwd=venv, env=bare)  # not the checkout: -c puts cwd on sys.path
     assert missing.returncode != 0  # the service's interpreter has no neffcache
     return python
 
