@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from neffcache.command_steps import consent, open_checked_store
 from neffcache.config import Settings, read_settings
 from neffcache.errors import ExitRule, NeffcacheError, UsageError
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
@@ -26,7 +27,6 @@ from neffcache.lifecycle.retire import (
     with_restored,
 )
 from neffcache.matrix_io import load_matrix
-from neffcache.store import open_store
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,15 +89,18 @@ def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:
     the index cannot be reached."""
     settings = read_settings(os.environ, store=request.store, index=request.index)
     policy = _policy(request, settings)
-    s = open_store(settings.store_url)
-    s.check()
+    s = open_checked_store(settings.store_url)
     manifests = read_manifests(s, select_entry_keys(s, None, workers=request.workers),
                                workers=request.workers)
     plan = plan_retire([EntryInfo.of(m) for m in manifests], policy)
     preview = RetireEntriesResult(plan, True, None, s.url)
     if request.dry_run:
         return preview
-    if plan.retire and not _consent(request, preview):
+    if plan.retire and not consent(
+            request.confirmed, request.confirm, preview,
+            f"retire would retire {len(plan.retire)} of {len(plan.retire) + len(plan.keep)} "
+            f"entries from {preview.store}; not confirmed",
+            hint="neffcache retire ... --dry-run, then the same with --yes"):
         return preview
     record = None
     index_error = None
@@ -133,19 +136,6 @@ def _who() -> str:
     except (KeyError, OSError):
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
-
-
-def _consent(request: RetireEntriesRequest, preview: RetireEntriesResult) -> bool:
-    """Whether to go on: ``confirmed``, else what ``confirm`` answers; with neither, refuse."""
-    if request.confirmed:
-        return True
-    if request.confirm is None:
-        plan = preview.plan
-        raise UsageError(f"retire would retire {len(plan.retire)} of "
-                         f"{len(plan.retire) + len(plan.keep)} entries from {preview.store}; "
-                         "not confirmed",
-                         hint="neffcache retire ... --dry-run, then the same with --yes")
-    return request.confirm(preview)
 
 
 def _has_index(settings: Settings) -> bool:
