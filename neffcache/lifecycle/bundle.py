@@ -27,6 +27,7 @@ from neffcache.errors import ExitRule, IntegrityError, NeffcacheError, NotFoundE
 from neffcache.hashing import VerifyingReader, sha256_bytes
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_manifests
+from neffcache.lifecycle.verify import read_full
 from neffcache.manifest import Manifest, encode_manifest
 from neffcache.precompile import default_producer
 from neffcache.store import (
@@ -283,12 +284,5 @@ class _FullReads:
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
-            return self._src.read()  # type: ignore[no-any-return]
-        parts, left = [], size
-        while left > 0:
-            chunk = self._src.read(left)
-            if not chunk:
-                break
-            parts.append(chunk)
-            left -= len(chunk)
-        return b"".join(parts)
+            return self._src.read()
+        return read_full(self._src, size)

@@ -108,10 +108,6 @@ class CopyPlan:
     blobs: tuple[tuple[str, int], ...]  # (sha256, size)
     packs: tuple[PackRecord, ...]
 
-    @property
-    def blob_bytes(self) -> int:
-        return sum(size for _, size in self.blobs)
-
 
 @dataclass(frozen=True, slots=True)
 class CopyEntriesResult(ExitRule):
@@ -163,17 +159,11 @@ def plan_copy(manifests: Sequence[Manifest]) -> CopyPlan:
     return CopyPlan(tuple(order), tuple(sorted(packs.values(), key=lambda p: p.sha256)))
 
 
-def already_copied(dst: Store, key: str, size: int) -> bool:
-    """The skip decision, in one place: whether ``dst`` already holds a good ``key`` (a rerun
-    skips it); an object that is missing, the wrong size or marked damaged is rewritten."""
-    return holds_good(dst, key, size)
-
-
 def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> bool:
     """Stream one object from ``src`` to ``dst`` unless ``dst`` holds it and it is not known to
     be bad (``holds_good``); its bytes must have ``size`` and ``sha256`` or nothing is
     committed (IntegrityError). True when written."""
-    if already_copied(dst, key, size):
+    if holds_good(dst, key, size):  # the skip decision: a rerun skips it
         return False
     with src.open(key) as raw:
         return put_verified(dst, key, raw, size, sha256, name=f"{src.url}/{key}")

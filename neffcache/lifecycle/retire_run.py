@@ -138,14 +138,9 @@ def _who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _has_index(settings: Settings) -> bool:
-    """Whether an index is configured or the embedded one exists."""
-    return bool(settings.index_explicit or (settings.home / "index.db").exists())
-
-
 def _restored(settings: Settings, days: int) -> set[str]:
     """The index's fingerprint keys restored in the last ``days`` days."""
-    if not _has_index(settings):
+    if not settings.has_index:
         raise UsageError(f"--keep-restored-days {days} needs the index (restore reports are "
                          f"counted there), and there is none",
                          hint="neffcache reindex (or --index URL / NEFFCACHE_INDEX)")
@@ -160,7 +155,7 @@ def _unindex(settings: Settings, keys: list[str],
              notice: Callable[[str], None] | None) -> str | None:
     """Remove retired entries from the index when there is one; a failure is only a notice
     (and the returned message)."""
-    if not _has_index(settings):
+    if not settings.has_index:
         return None
     from neffcache.index import open_index  # SQLAlchemy: only when there is an index
 

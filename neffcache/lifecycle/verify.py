@@ -317,7 +317,7 @@ def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
         with store.open(key) as src:
             for m in pack.members:  # validated: in offset order, inside the pack
                 n += _read_count(src, m.offset - n)
-                data = _read_exact(src, m.size)
+                data = read_full(src, m.size)
                 n += len(data)
                 if hashlib.sha256(data).hexdigest() != m.sha256:
                     bad.append(m)
@@ -333,7 +333,8 @@ def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
                        f"does not match its sha256 (referenced by {by})") for m in bad]
 
 
-def _read_exact(src: Any, size: int) -> bytes:
+def read_full(src: Any, size: int) -> bytes:
+    """``size`` bytes of ``src`` (fewer only where it ends), however little each read gives."""
     parts, left = [], size
     while left > 0 and (chunk := src.read(min(left, CHUNK))):
         parts.append(chunk)
