@@ -18,8 +18,8 @@ Modules, bottom to top (see ARCHITECTURE.md):
 ``entry_select`` which entries · ``verify`` and ``verify_local`` integrity of a store and of a
 restored tree · ``retire`` by policy · ``gc`` unreferenced blobs · ``copy`` between stores ·
 ``repair`` bad objects from good bytes · ``bundle`` bundle files (their format and the bundle
-store live in ``neffcache.store``) · ``gc_run`` and ``retire_run`` those two use cases; the
-other modules hold their own.
+store live in ``neffcache.store``) · ``gc_run`` gc's use case; each other module holds its
+own.
 Importing this package imports no SQL, AWS or torch library.
 """
 
@@ -41,11 +41,11 @@ from neffcache.lifecycle.gc_run import (
     collect_garbage,
 )
 from neffcache.lifecycle.repair import RepairRequest, RepairResult, repair_store
-from neffcache.lifecycle.retire import sdk_label
-from neffcache.lifecycle.retire_run import (
+from neffcache.lifecycle.retire import (
     RetireEntriesRequest,
     RetireEntriesResult,
     retire_entries,
+    sdk_label,
 )
 from neffcache.lifecycle.verify import VerifyStoreRequest, VerifyStoreResult, verify_store
 from neffcache.lifecycle.verify_local import (

@@ -80,8 +80,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "neffcache.lifecycle.retire"),
     ("neffcache.lifecycle.gc", "neffcache.lifecycle.copy"),
     ("neffcache.lifecycle.repair", "neffcache.lifecycle.bundle"),
-    # lifecycle's other use cases, and its face
-    ("neffcache.lifecycle.gc_run", "neffcache.lifecycle.retire_run", "neffcache.lifecycle"),
+    # gc's use case, and lifecycle's face
+    ("neffcache.lifecycle.gc_run", "neffcache.lifecycle"),
     # applications of the library
     ("neffcache.demo", "neffcache.server"),
     # the public Python API: every face's use cases, re-exported
