@@ -91,6 +91,11 @@ class Settings:
     def index_is_embedded(self) -> bool:
         return not self.index_explicit
 
+    @property
+    def has_index(self) -> bool:
+        """Whether an index is configured or the embedded one exists (the file, not a read)."""
+        return self.index_explicit or (self.home / "index.db").exists()
+
 
 def default_home(environ: Mapping[str, str]) -> Path:
     if environ.get("NEFFCACHE_HOME"):

@@ -212,13 +212,13 @@ def run_demo(request: DemoRequest) -> DemoResult:
 def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
          say: Callable[[str], None]) -> DemoResult:
     from neffcache.backends import get_backend
+    from neffcache.command_steps import open_checked_store
     from neffcache.demo.tiny_pipeline import build_tiny_flux2_klein
     from neffcache.fingerprint import collect_fingerprint
     from neffcache.index import ingest_reports, open_index, register_matrix
     from neffcache.matrix_io import load_matrix
     from neffcache.precompile import PrecompileOptions, apply_precompile
     from neffcache.reports import date_prefixes
-    from neffcache.store import open_store
 
     started = time.monotonic()
     workers, timeout = request.workers, request.timeout
@@ -230,8 +230,7 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     matrix = load_matrix(write_demo_matrix(demo_dir, shapes))
     backend = get_backend(matrix.backend)
     fingerprint = collect_fingerprint(matrix.backend, env)
-    store = open_store(settings.store_url, create=True)
-    store.check()
+    store = open_checked_store(settings.store_url, create=True)
     cells = matrix.cells
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
         # The demo owns its matrix: other --shapes replace the registered one on purpose.

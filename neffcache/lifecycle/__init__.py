@@ -15,16 +15,15 @@ one takes ``dry_run``, and ``confirmed`` or a ``confirm(preview)`` callback.
     show_bundle(ShowBundleRequest) -> ShowBundleResult               neffcache bundle show
 
 Modules, bottom to top (see ARCHITECTURE.md):
-``entry_select`` which entries · ``verify`` and
-``verify_local`` integrity of a store and of a restored tree · ``retire`` by policy · ``gc``
-unreferenced blobs · ``copy`` between stores · ``repair`` bad objects from good bytes ·
-``bundle_write`` a bundle file (its format and the bundle store live in ``neffcache.store``) ·
-``verify_run``, ``gc_run``, ``retire_run``, ``copy_run``, ``repair_run`` and ``bundle_run`` the
-use cases.
+``entry_select`` which entries · ``verify`` and ``verify_local`` integrity of a store and of a
+restored tree · ``retire`` by policy · ``gc`` unreferenced blobs · ``copy`` between stores ·
+``repair`` bad objects from good bytes · ``bundle`` bundle files (their format and the bundle
+store live in ``neffcache.store``) · ``gc_run`` gc's use case; each other module holds its
+own.
 Importing this package imports no SQL, AWS or torch library.
 """
 
-from neffcache.lifecycle.bundle_run import (
+from neffcache.lifecycle.bundle import (
     ExportBundleRequest,
     ExportBundleResult,
     ImportBundleRequest,
@@ -35,27 +34,24 @@ from neffcache.lifecycle.bundle_run import (
     import_bundle,
     show_bundle,
 )
-from neffcache.lifecycle.copy import CopyEntriesResult
-from neffcache.lifecycle.copy_run import CopyEntriesRequest, copy_entries
+from neffcache.lifecycle.copy import CopyEntriesRequest, CopyEntriesResult, copy_entries
 from neffcache.lifecycle.gc_run import (
     CollectGarbageRequest,
     CollectGarbageResult,
     collect_garbage,
 )
-from neffcache.lifecycle.repair_run import RepairRequest, RepairResult, repair_store
-from neffcache.lifecycle.retire import sdk_label
-from neffcache.lifecycle.retire_run import (
+from neffcache.lifecycle.repair import RepairRequest, RepairResult, repair_store
+from neffcache.lifecycle.retire import (
     RetireEntriesRequest,
     RetireEntriesResult,
     retire_entries,
+    sdk_label,
 )
-from neffcache.lifecycle.verify import VerifyStoreResult
-from neffcache.lifecycle.verify_local import VerifyLocalDirResult
-from neffcache.lifecycle.verify_run import (
+from neffcache.lifecycle.verify import VerifyStoreRequest, VerifyStoreResult, verify_store
+from neffcache.lifecycle.verify_local import (
     VerifyLocalDirRequest,
-    VerifyStoreRequest,
+    VerifyLocalDirResult,
     verify_local_dir,
-    verify_store,
 )
 
 __all__ = [

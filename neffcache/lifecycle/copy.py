@@ -5,23 +5,100 @@ Idempotent by construction, hence resumable: a blob, pack or manifest the target
 is skipped, and an entry becomes visible in the target only once its manifest is written, after
 every object it references. A ``pending/`` intent per entry (as a publish writes, renewed while
 the copy runs) protects the blobs a copy relies on from a concurrent ``gc`` on the target.
-``plan_copy`` is pure.
+``plan_copy`` is pure; the use case is ``copy_entries(CopyEntriesRequest)``.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
-from neffcache.errors import ExitRule, IntegrityError, NeffcacheError, UntrustedEntryError
+from neffcache.config import read_settings
+from neffcache.errors import (
+    ExitRule,
+    IntegrityError,
+    NeffcacheError,
+    UntrustedEntryError,
+    UsageError,
+)
 from neffcache.hashing import VerifyingReader
+from neffcache.lifecycle.entry_select import select_manifests
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
 from neffcache.precompile import REFRESH_SECONDS, held_intents, write_pointer
-from neffcache.store import Store, blob_key, holds_good, manifest_key, pack_key
+from neffcache.store import (
+    Store,
+    TempFiles,
+    blob_key,
+    holds_good,
+    manifest_key,
+    open_store,
+    pack_key,
+    side_environ,
+)
 from neffcache.thread_pool import map_in_threads
-from neffcache.trust import UNCHECKED, TrustPolicy, admit_into
+from neffcache.trust import UNCHECKED, TrustPolicy, admit_into, load_trust
+
+
+@dataclass(frozen=True, slots=True)
+class CopyEntriesRequest:
+    """What ``copy_entries`` copies, from where to where.
+
+    ``source``/``target``: store URLs (PATH, file://PATH or s3://BUCKET/PREFIX; a local target
+    is created). The selection: the entries built for the cells of ``matrix`` (only those
+    whose id matches one of ``cells``, globs, when given), or every entry with
+    ``all_entries``; only the fingerprints ``fingerprints`` (keys or prefixes of at least 6 hex
+    digits) when given. ``workers``: parallel transfers; ``progress(done, total)`` per batch
+    of blobs. Each side is configured on its own (two endpoints, regions, keys): from
+    ``environ`` (default: the process's) with ``NEFFCACHE_FROM_*`` / ``NEFFCACHE_TO_*``
+    overrides and ``source_profile`` / ``target_profile`` (see ``store.side_environ``).
+    ``trusted_keys`` / ``require_signatures``: the trust gate's policy (empty: the settings'
+    NEFFCACHE_TRUSTED_KEYS / config); each entry the target lacks passes it before anything
+    of it is written (``neffcache.trust``).
+    """
+
+    source: str
+    target: str
+    matrix: str | Path | None = None
+    cells: Sequence[str] = ()
+    fingerprints: Sequence[str] = ()
+    all_entries: bool = False
+    workers: int = 8
+    progress: Callable[[int, int], None] | None = None
+    source_profile: str | None = None
+    target_profile: str | None = None
+    environ: Mapping[str, str] | None = None
+    trusted_keys: Sequence[str] = ()
+    require_signatures: bool = False
+
+
+def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
+    """Copy the selected entries from ``source`` to ``target``: each blob and pack the target
+    lacks once, verified against its size and sha256 while it streams, then manifests and
+    cell pointers (first writer wins). Rerunning an interrupted copy copies only what is
+    missing. Raises UsageError (exit 2) for the same store twice or a bad selection,
+    IntegrityError (exit 4) for a source object that does not match its sha256 (nothing of it
+    is kept), UnavailableError (exit 6) when a store cannot be reached."""
+    env = os.environ if request.environ is None else request.environ
+    trust = load_trust(read_settings(env), request.trusted_keys,
+                       require=request.require_signatures)
+    src = open_store(request.source, environ=side_environ(env, "FROM", request.source_profile))
+    dst = open_store(request.target, create=True,
+                     environ=side_environ(env, "TO", request.target_profile))
+    if src.url == dst.url:
+        raise UsageError(f"--from and --to are the same store ({src.url})")
+    src.check()
+    dst.check()
+    if isinstance(dst, TempFiles):
+        for temp in dst.stale_temps():  # what an earlier, killed copy left
+            dst.remove_temp(temp)
+    manifests = select_manifests(src, request.matrix, request.cells, request.fingerprints,
+                                 request.all_entries, workers=request.workers)
+    return apply_copy(src, dst, manifests, workers=request.workers,
+                      on_progress=request.progress, trust=trust)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +107,6 @@ class CopyPlan:
 
     blobs: tuple[tuple[str, int], ...]  # (sha256, size)
     packs: tuple[PackRecord, ...]
-
-    @property
-    def blob_bytes(self) -> int:
-        return sum(size for _, size in self.blobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,28 +159,29 @@ def plan_copy(manifests: Sequence[Manifest]) -> CopyPlan:
     return CopyPlan(tuple(order), tuple(sorted(packs.values(), key=lambda p: p.sha256)))
 
 
-def already_copied(dst: Store, key: str, size: int) -> bool:
-    """The skip decision, in one place: whether ``dst`` already holds a good ``key`` (a rerun
-    skips it); an object that is missing, the wrong size or marked damaged is rewritten."""
-    return holds_good(dst, key, size)
-
-
 def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> bool:
     """Stream one object from ``src`` to ``dst`` unless ``dst`` holds it and it is not known to
     be bad (``holds_good``); its bytes must have ``size`` and ``sha256`` or nothing is
     committed (IntegrityError). True when written."""
-    if already_copied(dst, key, size):
+    if holds_good(dst, key, size):  # the skip decision: a rerun skips it
         return False
     with src.open(key) as raw:
-        reader = VerifyingReader(raw, size=size, sha256=sha256, name=f"{src.url}/{key}")
-        wrote = dst.put(key, reader, if_absent=True)  # type: ignore[arg-type]
-        if wrote:
-            try:
-                reader.read(1)  # reach the end: checks size and sha256 without a seek
-                reader.finish()
-            except IntegrityError:
-                dst.delete(key)  # ours, and wrong: take it back before anyone trusts it
-                raise
+        return put_verified(dst, key, raw, size, sha256, name=f"{src.url}/{key}")
+
+
+def put_verified(dst: Store, key: str, raw: BinaryIO, size: int, sha256: str, *,
+                 name: str) -> bool:
+    """Put ``raw`` at ``key`` of ``dst`` (if absent), checked while it streams: bytes without
+    ``size`` and ``sha256`` are taken back (IntegrityError). True when written."""
+    reader = VerifyingReader(raw, size=size, sha256=sha256, name=name)
+    wrote = dst.put(key, reader, if_absent=True)  # type: ignore[arg-type]  # a raw stream
+    if wrote:
+        try:
+            reader.read(1)  # reach the end: checks size and sha256 without a seek
+            reader.finish()
+        except IntegrityError:
+            dst.delete(key)  # ours, and wrong: take it back before anyone trusts it
+            raise
     return wrote
 
 

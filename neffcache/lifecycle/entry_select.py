@@ -2,7 +2,8 @@
 
 ``select_entry_keys`` lists entry keys: every manifest (``cells=None``), or the entries the
 ``cells/<cell-key>/`` pointers name for the given cells; optionally only some fingerprints.
-``read_manifests`` reads and fully validates them (a bad manifest is an IntegrityError).
+``read_manifests`` reads and fully validates them (``decode_entry``: a bad manifest is
+an IntegrityError).
 ``select_manifests`` does both for a command's selection: MATRIX [--cells] | --all, and
 --fingerprint.
 """
@@ -69,17 +70,25 @@ def select_entry_keys(store: Store, cells: Sequence[Cell] | None,
     return tuple(sorted(k for k in found if store.has(manifest_key(k))))
 
 
-def read_manifest(store: Store, key: str) -> Manifest:
-    """Entry ``key``'s manifest, validated (roots of its backend, entry key); ManifestError."""
-    source = manifest_key(key)
-    data = store.read(source)
+def decode_entry(data: bytes, source: str, entry_key: str | None, *,
+                 known_backend: bool = False) -> Manifest:
+    """The manifest in ``data`` (read from ``source``), decoded with its backend's roots;
+    ManifestError unless it describes ``entry_key`` (and, with ``known_backend``, unless its
+    backend is one this neffcache knows)."""
     m = decode_manifest(data, source=source)
     backend = BACKENDS.get(m.fingerprint.backend)
+    if backend is None and known_backend:
+        raise ManifestError(f"{source}: unknown backend {m.fingerprint.backend!r}")
     if backend is not None:
         m = decode_manifest(data, allowed_roots=backend.root_names, source=source)
-    if m.entry_key != key:
+    if m.entry_key != entry_key:
         raise ManifestError(f"{source}: describes entry {m.entry_key}")
     return m
+
+
+def read_manifest(store: Store, key: str) -> Manifest:
+    """Entry ``key``'s manifest, validated (roots of its backend, entry key); ManifestError."""
+    return decode_entry(store.read(manifest_key(key)), manifest_key(key), key)
 
 
 def read_manifests(store: Store, keys: Sequence[str], *, workers: int = 16

@@ -118,14 +118,17 @@ class GcResult:
 
 def sha_of_blob_key(key: str) -> str | None:
     """The sha256 of a blob key, or None if the key is not exactly ``blob_key(sha256)``."""
-    name = key.rsplit("/", 1)[-1]
-    return name if _SHA_RE.match(name) and blob_key(name) == key else None
+    return _sha_of(key, blob_key)
 
 
 def sha_of_pack_key(key: str) -> str | None:
     """The sha256 of a pack key, or None if the key is not exactly ``pack_key(sha256)``."""
+    return _sha_of(key, pack_key)
+
+
+def _sha_of(key: str, key_of: Callable[[str], str]) -> str | None:
     name = key.rsplit("/", 1)[-1]
-    return name if _SHA_RE.match(name) and pack_key(name) == key else None
+    return name if _SHA_RE.match(name) and key_of(name) == key else None
 
 
 def plan_packs(pack_keys: Iterable[str], referenced: set[str], intents: Iterable[Intent], *,
@@ -218,10 +221,6 @@ def _read_all(store: Store, keys: Iterable[str], workers: int) -> dict[str, byte
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         return dict(pool.map(one, sorted(keys)))
-
-
-def read_references(store: Store, keys: Iterable[str], workers: int) -> set[str]:
-    return read_all_references(store, keys, workers)[0]
 
 
 def read_all_references(store: Store, keys: Iterable[str], workers: int

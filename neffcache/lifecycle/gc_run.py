@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from neffcache.command_steps import consent, open_checked_store
 from neffcache.config import read_settings
-from neffcache.errors import ExitRule, UnavailableError, UsageError
+from neffcache.errors import ExitRule, UnavailableError
 from neffcache.lifecycle.gc import (
     DEFAULT_GRACE_SECONDS,
     GcResult,
@@ -24,7 +25,7 @@ from neffcache.lifecycle.gc import (
     plan_only,
     upload_json,
 )
-from neffcache.store import Store, TempFile, TempFiles, Upload, open_store
+from neffcache.store import Store, TempFile, TempFiles, Upload
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +113,7 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
     (exit 4) when a manifest cannot be read, UnavailableError (exit 6) when the store cannot
     be reached (or, with ``uploads_only``, its uploads cannot be listed)."""
     check_grace(request.grace, force=request.force)
-    s = open_store(read_settings(os.environ, store=request.store).store_url)
-    s.check()
+    s = open_checked_store(read_settings(os.environ, store=request.store).store_url)
     now = time.time()
     if request.uploads_only:
         return _collect_uploads(s, request, now)
@@ -126,7 +126,8 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
         if request.notice is not None:
             hint = f" (Hint: {exc.hint})" if exc.hint else ""
             request.notice(f"warning: multipart uploads not checked: {exc}{hint}")
-    temps = tuple(s.stale_temps()) if isinstance(s, TempFiles) else ()
+    cleaner = s if isinstance(s, TempFiles) else None
+    temps = tuple(cleaner.stale_temps()) if cleaner is not None else ()
     preview = CollectGarbageResult(s.url, True, request.grace, plan_only(plan),
                                    found[0] if found else None, (), uploads_error, temps)
     doomed = len(plan.delete) + len(plan.delete_packs) + (len(found[0].abort) if found else 0)
@@ -136,7 +137,8 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
     result = apply_gc(s, plan, (seen_m, seen_i), workers=request.workers)
     aborted = () if not found else apply_uploads(s, *found, workers=request.workers)
     for temp in temps:
-        s.remove_temp(temp)  # type: ignore[attr-defined]  # temps only come from TempFiles
+        assert cleaner is not None  # temps only come from TempFiles
+        cleaner.remove_temp(temp)
     return replace(preview, dry_run=False, gc=result, aborted=aborted,
                    temps_removed=len(temps))
 
@@ -156,10 +158,6 @@ def _collect_uploads(s: Store, request: CollectGarbageRequest,
 
 
 def _consent(request: CollectGarbageRequest, preview: CollectGarbageResult) -> bool:
-    """Whether to go on: ``confirmed``, else what ``confirm`` answers; with neither, refuse."""
-    if request.confirmed:
-        return True
-    if request.confirm is None:
-        raise UsageError(f"gc would delete or abort {preview.pending} in {preview.store}; "
-                         "not confirmed", hint="neffcache gc --dry-run, then neffcache gc --yes")
-    return request.confirm(preview)
+    return consent(request.confirmed, request.confirm, preview,
+                   f"gc would delete or abort {preview.pending} in {preview.store}; not "
+                   "confirmed", hint="neffcache gc --dry-run, then neffcache gc --yes")

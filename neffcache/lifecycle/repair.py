@@ -1,9 +1,14 @@
-"""Repair a store: which objects are missing or damaged (from verify's problems, pure), and the
-sources of good bytes a repair rewrites them from (another store, a bundle, a restored dir).
+"""Repair a store, ``repair_store``: one verify of the target, a plan (each replacement
+manifest read from the source and put through the trust gate first, so the plan names the
+blobs and packs it brings too), consent, then the rewrites, each re-checked as it is made.
+What ``--dry-run`` lists is what the run rewrites; after its one verify a repair reads only
+what it rewrites (the target's copy before and after, the source's bytes).
 
-``plan_repair`` is pure. ``rewrite_object`` writes one blob or pack, and ``rewrite_manifest``
-one manifest whose replacement passed the trust gate, each only when the target's copy is
-still bad right before the write and the new bytes are what was checked.
+The good bytes come from a ``Source``: another store, a bundle, or a restored directory
+(``verify_local.DirSource``). ``plan_repair`` is pure. ``rewrite_object`` writes one blob or
+pack, and ``rewrite_manifest`` one manifest whose replacement passed the trust gate, each only
+when the target's copy is still bad right before the write and the new bytes are what was
+checked.
 """
 
 from __future__ import annotations
@@ -11,27 +16,43 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
-from neffcache.backends import BACKENDS, root_dirs
-from neffcache.errors import IntegrityError, ManifestError, NotFoundError, UsageError
-from neffcache.hashing import CHUNK, VerifyingReader
-from neffcache.lifecycle.verify import Problem
-from neffcache.lifecycle.verify_local import read_local_manifests
-from neffcache.manifest import Manifest, PackRecord, decode_manifest, encode_manifest
+from neffcache.command_steps import consent, open_checked_store
+from neffcache.config import read_settings
+from neffcache.errors import (
+    ExitRule,
+    IntegrityError,
+    ManifestError,
+    NeffcacheError,
+    NotFoundError,
+    UntrustedEntryError,
+    UsageError,
+)
+from neffcache.hashing import CHUNK
+from neffcache.lifecycle.copy import put_verified
+from neffcache.lifecycle.entry_select import decode_entry
+from neffcache.lifecycle.verify import Catalogue, Problem, check_objects, read_catalogue
+from neffcache.lifecycle.verify_local import DirSource
+from neffcache.manifest import Manifest, PackRecord
 from neffcache.store import (
     BLOBS,
     DAMAGED,
     MANIFESTS,
     PACKS,
     Store,
-    blob_key,
     entry_key_of,
-    pack_key,
+    manifest_key,
+    open_store,
+    side_environ,
 )
+from neffcache.thread_pool import map_in_threads
+from neffcache.trust import TrustPolicy, check_pin, load_trust
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,15 +100,215 @@ class Source(Protocol):
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes: ...
 
 
+@dataclass(frozen=True, slots=True)
+class RepairRequest:
+    """What ``repair_store`` repairs, and from where.
+
+    ``store``: the store to repair (None: as the CLI would, NEFFCACHE_STORE > config > default).
+    ``source``: a store URL with good bytes (PATH, s3://..., bundle:FILE), or ``from_dir``: a
+    restored directory (its manifest copies say which file holds which blob); exactly one.
+    ``dry_run``: plan only. Otherwise rewriting needs ``confirmed=True`` or a
+    ``confirm(preview)`` callback returning True. ``workers``: parallel reads and writes.
+    ``trusted_keys``: keys or files of them (empty: NEFFCACHE_TRUSTED_KEYS, the config file's
+    ``trusted_keys``). A replacement manifest passes the trust gate (``neffcache.trust``):
+    signed by a trusted key when keys are configured, and the digest the target's cell
+    pointer pins; without keys a manifest with no pin cannot be proven and is refused.
+    """
+
+    store: str | None = None
+    source: str | None = None
+    from_dir: str | Path | None = None
+    dry_run: bool = False
+    confirmed: bool = False
+    confirm: Callable[[RepairResult], bool] | None = None
+    workers: int = 8
+    trusted_keys: Sequence[str] = ()
+    require_signatures: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RepairResult(ExitRule):
+    """What a repair planned and did: the objects found bad (``planned``), what became of each
+    (``outcomes``: repaired | good | unavailable) and the problems a verify finds afterwards
+    (``remaining``; with a dry run, the ones found before). Exit 0 when nothing remains bad,
+    4 otherwise."""
+
+    store: str
+    source: str
+    dry_run: bool
+    planned: tuple[RepairItem, ...]
+    outcomes: tuple[tuple[str, str], ...] = ()
+    remaining: tuple[Problem, ...] = ()
+    refused: tuple[Problem, ...] = ()  # manifests the source cannot replace (kind: why)
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for _, o in self.outcomes if o == outcome)
+
+    def error(self) -> NeffcacheError | None:
+        """IntegrityError (exit 4) while problems remain (a dry run: any problem), else None."""
+        if not self.remaining:
+            return None
+        return IntegrityError(f"{len(self.remaining)} problem(s) remain in {self.store}; "
+                              f"first: {self.remaining[0].message}",
+                              hint=None if self.dry_run else
+                              "repair from another source: --from STORE | bundle:FILE, "
+                              "--from-dir DIR")
+
+    def to_json(self) -> dict[str, Any]:
+        """``neffcache repair --json``: store, source, dry_run, planned (key, kind, reason,
+        size, sha256), repaired, good, unavailable, outcomes (key, outcome), remaining
+        (key, kind, error), refused (key, kind, error: manifests the source has no replacement
+        for that passes the trust gate: unrepairable from it, nothing written), ok."""
+        return {"store": self.store, "source": self.source, "dry_run": self.dry_run,
+                "planned": [i.to_json() for i in self.planned],
+                "repaired": self.count("repaired"), "good": self.count("good"),
+                "unavailable": self.count("unavailable"),
+                "outcomes": [{"key": k, "outcome": o} for k, o in self.outcomes],
+                "remaining": [p.to_json() for p in self.remaining],
+                "refused": [p.to_json() for p in self.refused],
+                "ok": not self.remaining}
+
+
+def repair_store(request: RepairRequest) -> RepairResult:
+    """Find the store's missing and damaged manifests, blobs, packs (and so large-file parts)
+    and rewrite each from the source; a good object is never overwritten, only bytes that
+    match the manifest's size and sha256 are written, and only manifests that pass the trust
+    gate. Raises UsageError (exit 2) for no or two sources, the same store twice or no
+    consent; ConfigError (2) for a trust setting that cannot be met; UnavailableError (exit
+    6) when a store cannot be reached."""
+    if (request.source is None) == (request.from_dir is None):
+        raise UsageError("repair needs one source: --from STORE (or bundle:FILE) or --from-dir")
+    settings = read_settings(os.environ, store=request.store)
+    trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
+    target = open_checked_store(settings.store_url)
+    with ExitStack() as stack:
+        source = _open_source(request, target, stack)
+        plan = _plan(target, source, trust, request.workers)
+        preview = plan.result
+        if request.dry_run or not preview.planned or not consent(
+                request.confirmed, request.confirm, preview,
+                f"repair would rewrite {len(preview.planned)} object(s) in {preview.store}; "
+                "not confirmed", hint="neffcache repair --dry-run, then neffcache repair --yes"):
+            return preview
+        outcomes = _apply(target, source, plan, request.workers)
+        manifests = {i.key for i in preview.planned if i.kind == "manifest"}
+        done = {k for k, o in outcomes if o == "repaired" or o == "good" and k not in manifests}
+        return replace(preview, dry_run=False, outcomes=tuple(outcomes),
+                       remaining=tuple(p for p in preview.remaining if p.key not in done))
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """The preview, the replacement manifests' bytes (by key) and the trust gate's verdict
+    on the bytes found in the target right before a rewrite."""
+
+    result: RepairResult
+    manifests: dict[str, bytes]
+    admitted: Callable[[str, bytes], bool]
+
+
+def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Source:
+    if request.from_dir is not None:
+        return DirSource(request.from_dir)
+    assert request.source is not None
+    source = open_store(request.source, environ=side_environ(os.environ, "FROM"))  # its own keys
+    if hasattr(source, "close"):
+        stack.callback(source.close)
+    if source.url == target.url:
+        raise UsageError(f"--from and --store are the same store ({target.url})")
+    source.check()
+    return source
+
+
+def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _Plan:
+    """One verify of the target (manifests through the gate, every object hashed once), plus
+    the manifests its cell pointers name that it lacks; each manifest to rewrite read from the
+    source and gated (refused: reported, not planned), and the objects a replacement brings
+    that the target lacks or holds damaged."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        cat = read_catalogue(target, pool, trust, workers=workers)
+        _, found = check_objects(target, cat, pool, quick=False)
+        problems = [*cat.problems, *found, *_unlisted(cat)]
+        wanted = [i for i in plan_repair(problems, {}, {}) if i.kind == "manifest"]
+        read = map_in_threads(lambda i: _replacement(source, i.key, trust, cat), wanted,
+                              workers)
+        manifests = {i.key: data for i, (data, _) in zip(wanted, read, strict=True) if data}
+        refused = tuple(p for _, p in read if p is not None)
+        known = (set(cat.blobs), set(cat.packs))
+        for key, data in manifests.items():
+            doc = good_manifest(data, key)
+            assert doc is not None  # _replacement decoded it
+            cat.add(key, doc)
+        brought = (set(cat.blobs) - known[0]) | (set(cat.packs) - known[1])
+        _, more = check_objects(target, cat, pool, quick=False, only=brought)
+    bad = {p.key for p in refused}
+    problems = [p for p in problems if p.key not in bad] + more
+    items = plan_repair(problems, {s: n for s, (n, _) in cat.blobs.items()},
+                        {s: r for s, (r, _) in cat.packs.items()})
+    planned = tuple(i for i in items if i.kind != "manifest" or i.key in manifests)
+
+    def admitted(key: str, data: bytes) -> bool:
+        doc = good_manifest(data, key)
+        try:
+            if doc is None:
+                return False
+            trust.admit(doc, key)
+            check_pin(doc, key, cat.pins.get(doc.entry_key))
+        except UntrustedEntryError:
+            return False
+        return True
+
+    result = RepairResult(target.url, source.url, True, planned,
+                          remaining=(*problems, *refused), refused=refused)
+    return _Plan(result, manifests, admitted)
+
+
+def _unlisted(cat: Catalogue) -> list[Problem]:
+    """A manifest the target's cell pointers name that it does not list: missing."""
+    listed = {entry_key_of(k) for k in cat.decoded} | {
+        entry_key_of(p.key) for p in cat.problems}
+    return [Problem(manifest_key(e), "missing", f"{manifest_key(e)}: missing (named by its "
+                    f"cell pointer)") for e in sorted(cat.pins) if e not in listed]
+
+
+def _replacement(source: Source, key: str, trust: TrustPolicy, cat: Catalogue
+                 ) -> tuple[bytes | None, Problem | None]:
+    """The source's manifest ``key`` when it decodes as that entry and passes the trust gate
+    as a replacement; else a problem saying why (kind ``unavailable`` or ``untrusted``)."""
+    where = f"{source.url}/{key}"
+    try:
+        data = source.read(key)
+    except NotFoundError:
+        return None, Problem(key, "unavailable", f"{where}: the source does not have it")
+    doc = good_manifest(data, key)
+    if doc is None:
+        return None, Problem(key, "unavailable", f"{where}: does not decode as that entry's "
+                             f"manifest")
+    try:
+        trust.admit_replacement(doc, where, cat.pins.get(doc.entry_key))
+    except UntrustedEntryError as exc:
+        return None, Problem(key, "untrusted", str(exc))
+    return data, None
+
+
+def _apply(target: Store, source: Source, plan: _Plan, workers: int) -> list[tuple[str, str]]:
+    """Blobs and packs first, then manifests: as in a publish, an entry's manifest is written
+    only after the objects it references."""
+    objects = [i for i in plan.result.planned if i.kind != "manifest"]
+    manifests = [i for i in plan.result.planned if i.kind == "manifest"]
+    done = map_in_threads(lambda i: rewrite_object(target, source, i), objects, workers)
+    done += map_in_threads(lambda i: rewrite_manifest(
+        target, i.key, plan.manifests[i.key], lambda data: plan.admitted(i.key, data)),
+        manifests, workers)
+    return list(zip((i.key for i in (*objects, *manifests)), done, strict=True))
+
+
 def good_manifest(data: bytes, key: str) -> Manifest | None:
     """The manifest in ``data`` when it decodes and describes the entry its key names."""
     try:
-        doc = decode_manifest(data, source=key)
-        backend = BACKENDS.get(doc.fingerprint.backend)
-        decode_manifest(data, allowed_roots=backend.root_names if backend else None, source=key)
+        return decode_entry(data, key, entry_key_of(key))
     except ManifestError:
         return None
-    return doc if doc.entry_key == entry_key_of(key) else None
 
 
 def object_is_good(store: Store, item: RepairItem) -> bool:
@@ -148,70 +369,6 @@ def _stream(target: Store, source: Source, item: RepairItem) -> None:
     mismatch leaves nothing of them (IntegrityError)."""
     assert item.size is not None and item.sha256 is not None
     with source.open(item.key) as raw:
-        reader = VerifyingReader(raw, size=item.size, sha256=item.sha256,
-                                 name=f"{source.url}/{item.key}")
         target.delete(item.key)
-        wrote = target.put(item.key, reader, if_absent=True)  # type: ignore[arg-type]
-        if wrote:
-            try:
-                reader.read(1)
-                reader.finish()
-            except IntegrityError:
-                target.delete(item.key)
-                raise
-
-
-class DirSource:
-    """A restored directory as a read-only source of objects: blobs by the files its manifest
-    copies name (each re-hashed), packs rebuilt from their members, manifests from the copies
-    (a ``Source``; bytes are checked by the caller, manifests by the trust gate)."""
-
-    def __init__(self, target: str | Path) -> None:
-        self.url = f"dir:{target}"
-        root = Path(target)
-        if not root.is_dir():
-            raise UsageError(f"--from-dir {target}: not a directory")
-        manifests, _ = read_local_manifests(root)
-        self.manifests = {m.entry_key: m for m in manifests}
-        self.files: dict[str, str] = {}
-        self.packs: dict[str, PackRecord] = {}
-        for m in manifests:
-            dirs = root_dirs(BACKENDS[m.fingerprint.backend], str(root))
-            for f in m.files:
-                self.files.setdefault(f.sha256, os.path.join(dirs[f.root], f.path))
-            for p in m.packs:
-                self.packs.setdefault(p.sha256, p)
-
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        with self.open(key) as src:
-            data = src.read()
-        return data[start:] if length is None else data[start:start + length]
-
-    def has(self, key: str) -> bool:
-        try:
-            self.open(key).close()
-        except NotFoundError:
-            return False
-        return True
-
-    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
-        name = key.rsplit("/", 1)[-1]
-        entry = entry_key_of(key) if key.startswith(MANIFESTS) else None
-        if entry is not None and entry in self.manifests:
-            return io.BytesIO(encode_manifest(self.manifests[entry]))
-        if key == blob_key(name) and name in self.files:
-            try:
-                return open(self.files[name], "rb")
-            except OSError as exc:
-                raise NotFoundError(f"{self.url}: {key}: {exc}") from exc
-        if key == pack_key(name) and name in self.packs:
-            return io.BytesIO(b"".join(self._pack(self.packs[name])))
-        raise NotFoundError(f"{self.url}: {key}: not in the directory's manifests")
-
-    def _pack(self, pack: PackRecord) -> Iterator[bytes]:
-        at = 0
-        for m in pack.members:
-            yield b"\0" * (m.offset - at)
-            yield self.read(blob_key(m.sha256))
-            at = m.offset + m.size
-        yield b"\0" * (pack.size - at)
+        put_verified(target, item.key, raw, item.size, item.sha256,
+                     name=f"{source.url}/{item.key}")

@@ -4,19 +4,23 @@ recorded size and sha256, and to the part digests manifests record for it (which
 verify large files by). Each blob is checked once, however many entries share it. Packs (small
 blobs back to back, which restores read first) are checked the same way: present, and each
 member's bytes at its offset match its sha256. Problems are collected and reported, never
-raised one by one.
+raised one by one. The use case is ``verify_store(VerifyStoreRequest)``; ``audit_store`` checks
+a store already open.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from neffcache.backends import BACKENDS
+from neffcache.command_steps import open_checked_store
+from neffcache.config import read_settings
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
@@ -27,9 +31,13 @@ from neffcache.errors import (
     UntrustedEntryError,
 )
 from neffcache.hashing import CHUNK, PartHasher
-from neffcache.manifest import Manifest, PackRecord, PartDigests, decode_manifest
+from neffcache.lifecycle.entry_select import decode_entry
+from neffcache.manifest import Manifest, PackRecord, PartDigests
 from neffcache.store import (
+    BLOBS,
+    DAMAGED,
     MANIFESTS,
+    PACKS,
     Store,
     TempFile,
     TempFiles,
@@ -37,7 +45,7 @@ from neffcache.store import (
     entry_key_of,
     pack_key,
 )
-from neffcache.trust import UNCHECKED, TrustPolicy, check_pin, read_pins
+from neffcache.trust import UNCHECKED, TrustPolicy, check_pin, load_trust, read_pins
 
 MAX_LISTED = 200
 
@@ -92,6 +100,49 @@ class VerifyStoreResult(ExitRule):
                 "temp_files": [{"key": t.key, "size": t.size} for t in self.temps[:MAX_LISTED]]}
 
 
+@dataclass(frozen=True, slots=True)
+class VerifyStoreRequest:
+    """What ``verify_store`` checks.
+
+    ``store``: a store URL (None: as the CLI would, NEFFCACHE_STORE > config file > default);
+    ``quick``: only check that every referenced blob and pack exists (no download);
+    ``workers``: parallel reads; ``progress(done, total)``: called per blob checked.
+    ``quarantine``: mark each damaged blob or pack (wrong size or sha256) with a
+    ``damaged/<key>`` object, so push, copy and bundle import rewrite it instead of skipping.
+    ``trusted_keys``: public keys (``ed25519:...``) or files of them; a manifest none of them
+    signed is a problem (``untrusted``: a restore trusting them would refuse it). Empty:
+    NEFFCACHE_TRUSTED_KEYS, the config file's ``trusted_keys``, else signatures are not checked.
+    A manifest whose digest is not the one its cell pointer pins is a problem either way
+    (``pin``). The gate is ``neffcache.trust``.
+    """
+
+    store: str | None = None
+    quick: bool = False
+    workers: int = 8
+    progress: Callable[[int, int], None] | None = None
+    quarantine: bool = False
+    trusted_keys: Sequence[str] = ()
+    require_signatures: bool = False
+
+
+def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
+    """Check that every manifest in the store decodes and every blob and pack it references
+    exists and streams to exactly its recorded size and sha256 (and part digests); each blob
+    once. Problems are collected in the result (exit 4, or 6 when objects could only not be
+    read), never raised one by one. Raises UnavailableError (exit 6) when the store cannot be
+    reached at all, ConfigError for a bad store URL."""
+    settings = read_settings(os.environ, store=request.store)
+    trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
+    s = open_checked_store(settings.store_url)
+    result = audit_store(s, quick=request.quick, workers=request.workers,
+                         progress=request.progress, trust=trust)
+    if request.quarantine:
+        for p in result.problems:
+            if p.kind in ("size", "sha256") and p.key.startswith((BLOBS, PACKS)):
+                s.put(DAMAGED + p.key, io.BytesIO(p.message.encode("utf-8")), if_absent=True)
+    return result
+
+
 @dataclass(slots=True)
 class Catalogue:
     """What a store's manifests reference, each object once: blob sha256 -> (size, first
@@ -122,14 +173,14 @@ class Catalogue:
                     f"records {prior[0]} for the same sha256 {f.sha256[:12]}"))
 
 
-def verify_store(store: Store, *, quick: bool = False, workers: int = 8,
-                 progress: Callable[[int, int], None] | None = None,
-                 trust: TrustPolicy = UNCHECKED) -> VerifyStoreResult:
+def audit_store(store: Store, *, quick: bool = False, workers: int = 8,
+                progress: Callable[[int, int], None] | None = None,
+                trust: TrustPolicy = UNCHECKED) -> VerifyStoreResult:
     """Check every manifest of ``store`` and every blob and pack it references (each once);
     ``progress(done, total)`` per blob. Each manifest passes the trust gate: with keys, one
     none of them signed is a problem (kind ``untrusted``: what a restore would refuse), and
     one whose digest is not the one its cell pointer pins is a problem (kind ``pin``). The
-    store use case is ``lifecycle.verify_store``."""
+    use case, from a request, is ``verify_store``."""
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         catalogue = read_catalogue(store, pool, trust, workers=workers)
@@ -203,13 +254,7 @@ def check_objects(store: Store, catalogue: Catalogue, pool: ThreadPoolExecutor, 
 
 def _read_manifest(store: Store, key: str) -> tuple[str, Manifest | Problem]:
     try:
-        data = store.read(key)
-        doc = decode_manifest(data, source=key)
-        backend = BACKENDS.get(doc.fingerprint.backend)
-        decode_manifest(data, allowed_roots=backend.root_names if backend else None, source=key)
-        if doc.entry_key != entry_key_of(key):
-            raise ManifestError(f"{key}: describes entry {doc.entry_key}")
-        return key, doc
+        return key, decode_entry(store.read(key), key, entry_key_of(key))
     except (ManifestError, NotFoundError) as exc:
         return key, Problem(key, "manifest", str(exc))
     except UnavailableError as exc:
@@ -272,7 +317,7 @@ def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
         with store.open(key) as src:
             for m in pack.members:  # validated: in offset order, inside the pack
                 n += _read_count(src, m.offset - n)
-                data = _read_exact(src, m.size)
+                data = read_full(src, m.size)
                 n += len(data)
                 if hashlib.sha256(data).hexdigest() != m.sha256:
                     bad.append(m)
@@ -288,7 +333,8 @@ def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
                        f"does not match its sha256 (referenced by {by})") for m in bad]
 
 
-def _read_exact(src: Any, size: int) -> bytes:
+def read_full(src: Any, size: int) -> bytes:
+    """``size`` bytes of ``src`` (fewer only where it ends), however little each read gives."""
     parts, left = [], size
     while left > 0 and (chunk := src.read(min(left, CHUNK))):
         parts.append(chunk)

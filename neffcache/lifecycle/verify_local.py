@@ -3,36 +3,45 @@
 leaves size and mtime alone, so restore's stat-based "already in place" check cannot see it).
 
 A damaged file's record is dropped from its root's state file, so the next ``neffcache restore``
-re-hashes it and fetches it again. ``plan_local_checks`` is pure; the rest reads files.
+re-hashes it and fetches it again. ``plan_local_checks`` is pure; the rest reads files. The use
+case is ``verify_local_dir(VerifyLocalDirRequest)``. ``DirSource`` reads such a directory as a
+source of good bytes for ``neffcache repair --from-dir``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from neffcache.backends import BACKENDS, root_dirs
+from neffcache.config import read_settings
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
     ManifestError,
     NeffcacheError,
+    NotFoundError,
     UntrustedEntryError,
     UsageError,
 )
-from neffcache.manifest import Manifest, decode_manifest
+from neffcache.hashing import CHUNK
+from neffcache.lifecycle.entry_select import decode_entry
+from neffcache.manifest import Manifest, PackRecord, encode_manifest
 from neffcache.restore import LOCAL_ENTRIES, MISSING_FILE, forget_paths, lock_destination
+from neffcache.store import MANIFESTS, blob_key, entry_key_of, pack_key
 from neffcache.thread_pool import map_in_threads
-from neffcache.trust import UNCHECKED, TrustPolicy
+from neffcache.trust import UNCHECKED, TrustPolicy, load_trust
 
-_CHUNK = 1 << 20
 MAX_LISTED = 200
+# Re-hashing a restored directory is disk-bound: more readers than this only contend.
+LOCAL_WORKERS_MAX = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +94,35 @@ class VerifyLocalDirResult(ExitRule):
                 "problem_count": len(self.problems), "seconds": round(self.seconds, 3)}
 
 
+@dataclass(frozen=True, slots=True)
+class VerifyLocalDirRequest:
+    """What ``verify_local_dir`` checks: ``target``, a directory ``neffcache restore`` wrote
+    (it holds ``.neffcache-entries/``); ``workers`` parallel reads (at most 8 are used);
+    ``progress(done, total)`` after each batch of files. ``trusted_keys``: as for
+    ``VerifyStoreRequest``; with keys, an entry whose manifest copy none of them signed is a
+    problem (kind ``untrusted``): its files are where the runtime reads them, and a restore
+    trusting those keys removes them."""
+
+    target: str | Path
+    workers: int = 8
+    progress: Callable[[int, int], None] | None = None
+    trusted_keys: Sequence[str] = ()
+    require_signatures: bool = False
+
+
+def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
+    """Re-hash every file of every entry restored into ``target`` against the manifest restore
+    kept there, under the directory's restore lock (a restore running there is waited for). A
+    damaged file is listed and forgotten by its root's state file, so the next restore fetches
+    it again; any problem is exit 4. No store is read. Raises UsageError (exit 2) when
+    ``target`` is not a directory neffcache restore wrote."""
+    trust = load_trust(read_settings(os.environ), request.trusted_keys,
+                       require=request.require_signatures)
+    return verify_local(Path(request.target),
+                        workers=min(request.workers, LOCAL_WORKERS_MAX),
+                        progress=request.progress, trust=trust)
+
+
 def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[LocalCheck, ...]:
     """Each wanted path once, with every record wanting it (pure)."""
     wanted: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
@@ -109,13 +147,8 @@ def read_local_manifests(target: Path, trust: TrustPolicy = UNCHECKED
         if p.name == MISSING_FILE:  # what the store lacked at the last restore: no manifest
             continue
         try:
-            doc = decode_manifest(p.read_bytes(), source=str(p))
-            backend = BACKENDS.get(doc.fingerprint.backend)
-            if backend is None:
-                raise ManifestError(f"{p}: unknown backend {doc.fingerprint.backend!r}")
-            m = decode_manifest(p.read_bytes(), allowed_roots=backend.root_names, source=str(p))
-            if f"{m.entry_key}.json" != p.name:
-                raise ManifestError(f"{p}: describes entry {m.entry_key}")
+            m = decode_entry(p.read_bytes(), str(p), p.name.removesuffix(".json"),
+                             known_backend=True)
             found.append(m)
             trust.admit(m, str(p))
         except UntrustedEntryError as exc:
@@ -143,7 +176,7 @@ def check_file(c: LocalCheck) -> tuple[int, LocalProblem | None]:
             return 0, LocalProblem(c.file, "size", f"{c.file}: {st.st_size} bytes, expected "
                                    f"{' or '.join(str(s) for s in sorted(sizes))}")
         h = hashlib.sha256()
-        while chunk := fh.read(_CHUNK):
+        while chunk := fh.read(CHUNK):
             h.update(chunk)
     sha, mode = h.hexdigest(), stat.S_IMODE(st.st_mode)
     if not any(w[1] == sha for w in c.wanted):
@@ -201,3 +234,52 @@ def forget_states(manifests: Sequence[Manifest], target: str,
     for name in sorted({m.fingerprint.backend for m in manifests}):
         dirs = root_dirs(BACKENDS[name], target)
         forget_paths(dirs, {r: p for r, p in gone.items() if r in dirs})
+
+
+class DirSource:
+    """A restored directory as a read-only source of objects: blobs by the files its manifest
+    copies name (each re-hashed), packs rebuilt from their members, manifests from the copies
+    (a ``repair.Source``; bytes are checked by the caller, manifests by the trust gate)."""
+
+    def __init__(self, target: str | Path) -> None:
+        self.url = f"dir:{target}"
+        root = Path(target)
+        if not root.is_dir():
+            raise UsageError(f"--from-dir {target}: not a directory")
+        manifests, _ = read_local_manifests(root)
+        self.manifests = {m.entry_key: m for m in manifests}
+        self.files: dict[str, str] = {}
+        self.packs: dict[str, PackRecord] = {}
+        for m in manifests:
+            dirs = root_dirs(BACKENDS[m.fingerprint.backend], str(root))
+            for f in m.files:
+                self.files.setdefault(f.sha256, os.path.join(dirs[f.root], f.path))
+            for p in m.packs:
+                self.packs.setdefault(p.sha256, p)
+
+    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+        with self.open(key) as src:
+            data = src.read()
+        return data[start:] if length is None else data[start:start + length]
+
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+        name = key.rsplit("/", 1)[-1]
+        entry = entry_key_of(key) if key.startswith(MANIFESTS) else None
+        if entry is not None and entry in self.manifests:
+            return io.BytesIO(encode_manifest(self.manifests[entry]))
+        if key == blob_key(name) and name in self.files:
+            try:
+                return open(self.files[name], "rb")
+            except OSError as exc:
+                raise NotFoundError(f"{self.url}: {key}: {exc}") from exc
+        if key == pack_key(name) and name in self.packs:
+            return io.BytesIO(b"".join(self._pack(self.packs[name])))
+        raise NotFoundError(f"{self.url}: {key}: not in the directory's manifests")
+
+    def _pack(self, pack: PackRecord) -> Iterator[bytes]:
+        at = 0
+        for m in pack.members:
+            yield b"\0" * (m.offset - at)
+            yield self.read(blob_key(m.sha256))
+            at = m.offset + m.size
+        yield b"\0" * (pack.size - at)

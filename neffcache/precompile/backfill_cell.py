@@ -93,6 +93,7 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     be reached. An index failure is only a notice.
     """
     from neffcache.backends import get_backend, root_dirs
+    from neffcache.command_steps import open_checked_store
     from neffcache.config import read_settings
     from neffcache.fingerprint import (
         check_publishable,
@@ -102,7 +103,6 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     )
     from neffcache.key_files import signer_for
     from neffcache.matrix_io import load_matrix
-    from neffcache.store import open_store
 
     environ = os.environ if request.environ is None else request.environ
     m = load_matrix(request.matrix)
@@ -118,8 +118,7 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     check_publishable(fingerprint, described_interpreter(settings.python),
                       allow_missing=request.allow_missing_packages, environ=environ)
     signer = signer_for(request.signing_key, settings)
-    store = open_store(settings.store_url, create=True)
-    store.check()
+    store = open_checked_store(settings.store_url, create=True)
     entries = read_entries(store, m.cells, fingerprint, backend)
     present = scan_roots(backend, {k: v for k, v in dirs.items() if Path(v).is_dir()})
     plan = plan_backfill(present, m.cells, fingerprint, entries, request.cell_id)

@@ -45,7 +45,7 @@ def report_to_index(settings: Settings, what: str, write: Callable[[Index], None
     background thread given at most ``timeout`` seconds: a slow or failing index is a notice
     naming ``what``, never an error (a boot must not wait on a dashboard). True when it was
     written, False when the index did not take it in time, None when there is no index."""
-    if not (settings.index_explicit or (settings.home / "index.db").exists()):
+    if not settings.has_index:
         return None
     say = notice or _silent
     errors: list[BaseException] = []

@@ -87,6 +87,7 @@ def push(request: PushRequest) -> PushResult:
     is only a notice.
     """
     from neffcache.backends import get_backend
+    from neffcache.command_steps import open_checked_store
     from neffcache.config import read_settings
     from neffcache.fingerprint import (
         check_publishable,
@@ -95,7 +96,6 @@ def push(request: PushRequest) -> PushResult:
         described_interpreter,
     )
     from neffcache.key_files import signer_for
-    from neffcache.store import open_store
 
     environ = os.environ if request.environ is None else request.environ
     cell, default_backend = _load_cell(request)
@@ -111,8 +111,7 @@ def push(request: PushRequest) -> PushResult:
     check_publishable(fingerprint, described_interpreter(settings.python),
                       allow_missing=request.allow_missing_packages, environ=environ)
     signer = signer_for(request.signing_key, settings)
-    store = open_store(settings.store_url, create=True)
-    store.check()
+    store = open_checked_store(settings.store_url, create=True)
     result = publish_entry(store, cell, fingerprint, backend, roots,
                            compile_seconds=request.compile_seconds, workers=request.workers,
                            signer=signer)

@@ -129,6 +129,7 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
     when this host's fingerprint cannot be used (neuron target unknown); UnavailableError (6)
     when the store or the index cannot be reached.
     """
+    from neffcache.command_steps import open_checked_store
     from neffcache.config import read_settings
     from neffcache.fingerprint import (
         check_publishable,
@@ -139,7 +140,6 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
     from neffcache.index import open_index
     from neffcache.key_files import signer_for
     from neffcache.matrix_io import load_matrix
-    from neffcache.store import open_store
 
     environ = os.environ if request.environ is None else request.environ
     spec = load_matrix(request.matrix)
@@ -155,8 +155,7 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
     check_publishable(fingerprint, described_interpreter(python),
                       allow_missing=request.allow_missing_packages, environ=environ)
     signer = signer_for(request.signing_key, settings)  # a bad key fails before any work
-    store = open_store(settings.store_url, create=True)
-    store.check()
+    store = open_checked_store(settings.store_url, create=True)
     options = replace(_options(request, python), signer=signer)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
         _register_first(ix, spec, request.replace_matrix)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.hashing import sha256_bytes
-from neffcache.lifecycle.bundle_write import write_bundle
+from neffcache.lifecycle.bundle import write_bundle
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
 from neffcache.store import TOC_NAME, Member, Toc, encode_toc
 from neffcache.store.local import LocalStore

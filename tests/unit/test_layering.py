@@ -30,6 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.key_files", "neffcache.keys"),
     # storage and records
     ("neffcache.store",),
+    # what every command's use case does alike: open and check its store, consent
+    ("neffcache.command_steps",),
     ("neffcache.config_show",),
     # the trust gate: the policy every command applies to a manifest (keys, pins)
     ("neffcache.trust",),
@@ -71,17 +73,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "neffcache.precompile.warm_check"),
     ("neffcache.precompile.claims",),
     ("neffcache.precompile.session", "neffcache.precompile"),
-    # lifecycle: what happens to entries after they are published
+    # lifecycle: what happens to entries after they are published (most modules hold their
+    # use case too)
     ("neffcache.lifecycle.entry_select",
      "neffcache.lifecycle.verify", "neffcache.lifecycle.verify_local",
      "neffcache.lifecycle.retire"),
-    ("neffcache.lifecycle.gc", "neffcache.lifecycle.copy", "neffcache.lifecycle.repair"),
-    ("neffcache.lifecycle.bundle_write",),
-    # lifecycle's use cases, and its face
-    ("neffcache.lifecycle.verify_run", "neffcache.lifecycle.gc_run",
-     "neffcache.lifecycle.retire_run", "neffcache.lifecycle.copy_run",
-     "neffcache.lifecycle.bundle_run", "neffcache.lifecycle.repair_run",
-     "neffcache.lifecycle"),
+    ("neffcache.lifecycle.gc", "neffcache.lifecycle.copy"),
+    ("neffcache.lifecycle.repair", "neffcache.lifecycle.bundle"),
+    # gc's use case, and lifecycle's face
+    ("neffcache.lifecycle.gc_run", "neffcache.lifecycle"),
     # applications of the library
     ("neffcache.demo", "neffcache.server"),
     # the public Python API: every face's use cases, re-exported

@@ -12,7 +12,7 @@ import pytest
 from neffcache.canonical import digest_of
 from neffcache.errors import IntegrityError, ManifestError, UsageError
 from neffcache.hashing import sha256_bytes
-from neffcache.lifecycle.bundle_write import write_bundle
+from neffcache.lifecycle.bundle import write_bundle
 from neffcache.lifecycle.copy import apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
 from neffcache.store import TOC_NAME, BundleStore, Member, Toc, blob_key, decode_toc, encode_toc

@@ -14,7 +14,7 @@ from neffcache.backends import get_backend
 from neffcache.errors import UsageError
 from neffcache.lifecycle import ExportBundleRequest, RepairRequest, export_bundle, repair_store
 from neffcache.lifecycle.copy import apply_copy
-from neffcache.lifecycle.verify import verify_store
+from neffcache.lifecycle.verify import audit_store as verify_store
 from neffcache.manifest import Manifest
 from neffcache.parts import REQUIRED_OVER
 from neffcache.precompile.packing import PackPolicy
@@ -234,7 +234,8 @@ def test_repair_of_one_blob_reads_what_it_rewrites_after_one_verify(
     """A store of 12 entries with one blob flipped: the repair's one verify reads each object
     once; beyond it, only the damaged blob is read (the target's copy before and after its
     rewrite, the source's once); what --dry-run lists is exactly what the run rewrites."""
-    from neffcache.lifecycle import repair_run
+    from neffcache import command_steps
+    from neffcache.lifecycle import repair
     from tests.support.counting_store import CountingStore
     from tests.support.lifecycle import publish_synthetic
 
@@ -251,7 +252,8 @@ def test_repair_of_one_blob_reads_what_it_rewrites_after_one_verify(
         opened[url] = CountingStore(open_store(url, **kw))  # type: ignore[arg-type]
         return opened[url]
 
-    monkeypatch.setattr(repair_run, "open_store", counting)
+    monkeypatch.setattr(command_steps, "open_store", counting)  # the target
+    monkeypatch.setattr(repair, "open_store", counting)  # the source
     dry = repair_store(RepairRequest(store=target_url, source=str(tmp_path / "good"),
                                      dry_run=True))
     result = repair_store(RepairRequest(store=target_url, source=str(tmp_path / "good"),

@@ -148,6 +148,6 @@ def test_apply_removes_pointers_and_manifests_and_gc_waits_for_the_grace(tmp_pat
     gc.apply_gc(store, old, (seen_m, seen_i))
     assert not any(store.has(k) for k in freed)
     assert store.has(record)  # the history stays
-    from neffcache.lifecycle.verify import verify_store
+    from neffcache.lifecycle.verify import audit_store as verify_store
 
     assert verify_store(store).problems == ()

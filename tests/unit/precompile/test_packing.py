@@ -357,7 +357,7 @@ def test_modes_survive_a_restrictive_umask(tmp_path: Path) -> None:
 
 
 def test_verify_checks_packs_too(tmp_path: Path, packed) -> None:  # type: ignore[no-untyped-def]
-    from neffcache.lifecycle.verify import verify_store
+    from neffcache.lifecycle.verify import audit_store as verify_store
 
     store, manifest, _files = packed
     ok = verify_store(store)

@@ -17,7 +17,7 @@ from neffcache.backends import NEURON
 from neffcache.errors import IntegrityError, ManifestError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.hashing import PartHasher, sha256_bytes, sha256_file_parts
-from neffcache.lifecycle.verify import verify_store
+from neffcache.lifecycle.verify import audit_store as verify_store
 from neffcache.manifest import (
     FileRecord,
     Manifest,

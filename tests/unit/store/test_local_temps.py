@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from neffcache.lifecycle import CollectGarbageRequest, collect_garbage
-from neffcache.lifecycle.verify import verify_store
+from neffcache.lifecycle.verify import audit_store as verify_store
 from neffcache.store.local import LocalStore
 
 

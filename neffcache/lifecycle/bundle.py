@@ -1,21 +1,48 @@
-"""The bundle use cases: ``export_bundle`` (entries of a store into one file),
-``import_bundle`` (a bundle's entries into a store) and ``show_bundle`` (its table of
-contents, checked); each from a typed request (see ``bundle`` for the format)."""
+"""Bundles: entries of a store in one self-describing tar file (the format, and a bundle read
+as a store, live in ``neffcache.store``). The use cases: ``export_bundle`` (entries of a store
+into one file), ``import_bundle`` (a bundle's entries into a store) and ``show_bundle`` (its
+table of contents, checked), each from a typed request.
+
+``write_bundle`` writes the file beside its final path under a temp name, every blob and pack
+checked against its sha256 while it streams in, fsynced, then renamed into place: a failed
+export leaves nothing at the final path. Its digest is the sha256 of its table of contents.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import tarfile
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from neffcache.command_steps import open_checked_store
 from neffcache.config import read_settings
-from neffcache.errors import ExitRule, NeffcacheError
-from neffcache.lifecycle.bundle_write import write_bundle
+from neffcache.errors import ExitRule, IntegrityError, NeffcacheError, NotFoundError, UsageError
+from neffcache.hashing import VerifyingReader, sha256_bytes
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_manifests
-from neffcache.store import BundleStore, Toc, manifest_key, open_store
+from neffcache.lifecycle.verify import read_full
+from neffcache.manifest import Manifest, encode_manifest
+from neffcache.precompile import default_producer
+from neffcache.store import (
+    TOC_NAME,
+    BundleStore,
+    Member,
+    Store,
+    Toc,
+    bundle_entry,
+    cell_pointer_key,
+    encode_toc,
+    manifest_key,
+    open_store,
+    plan_members,
+)
 from neffcache.trust import load_trust
 
 
@@ -70,8 +97,7 @@ def export_bundle(request: ExportBundleRequest) -> ExportBundleResult:
     be reached."""
     settings = read_settings(os.environ, store=request.store)
     trust = load_trust(settings)
-    s = open_store(settings.store_url)
-    s.check()
+    s = open_checked_store(settings.store_url)
     manifests = select_manifests(s, request.matrix, request.cells, request.fingerprints,
                                  request.all_entries)
     for m in manifests:  # with keys configured, nothing untrusted leaves in a bundle
@@ -178,3 +204,85 @@ def show_bundle(request: ShowBundleRequest) -> ShowBundleResult:
         if request.verify:
             b.verify_all()
         return ShowBundleResult(str(b.path), b.digest, b.toc, request.verify)
+
+
+def write_bundle(store: Store, manifests: Sequence[Manifest], out: Path, *,
+                 gzip: bool = False,
+                 on_progress: Callable[[int, int], None] | None = None) -> tuple[str, Toc]:
+    """Write the entries (manifests, pointers, blobs, packs) to ``out``; (digest, TOC)."""
+    if not manifests:
+        raise UsageError("no entries selected: nothing to export")
+    out = Path(out).absolute()
+    if out.is_dir():
+        raise UsageError(f"-o {out}: is a directory; expected a file name")
+    mbytes = {manifest_key(m.entry_key): encode_manifest(m) for m in manifests}
+    pbytes = {}
+    for m in manifests:
+        key = cell_pointer_key(m.cell.key, m.fingerprint.key)
+        with contextlib.suppress(NotFoundError):
+            pbytes[key] = store.read(key)
+    members = plan_members(manifests, mbytes, pbytes)
+    toc = Toc(entries=tuple(bundle_entry(m) for m in manifests), members=members,
+              created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              producer=tuple(sorted(default_producer().items())))
+    toc_data = encode_toc(toc)
+    small = {**mbytes, **pbytes}
+    tmp = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            with tarfile.open(fileobj=fh, mode="w:gz" if gzip else "w",
+                              format=tarfile.GNU_FORMAT) as tar:
+                tar.addfile(_info(TOC_NAME, len(toc_data)), io.BytesIO(toc_data))
+                for i, member in enumerate(members, 1):
+                    _add(tar, store, member, small)
+                    if on_progress:
+                        on_progress(i, len(members))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write bundle: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return sha256_bytes(toc_data), toc
+
+
+def _info(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime, info.type = size, 0o644, 0, tarfile.REGTYPE
+    return info
+
+
+def _add(tar: tarfile.TarFile, store: Store, member: Member, small: dict[str, bytes]) -> None:
+    if member.name in small:
+        tar.addfile(_info(member.name, member.size), io.BytesIO(small[member.name]))
+        return
+    try:
+        raw = store.open(member.name)
+    except NotFoundError:
+        raise IntegrityError(f"{store.url}/{member.name}: missing (an entry references it)",
+                             hint="neffcache verify") from None
+    with VerifyingReader(raw, size=member.size, sha256=member.sha256,
+                         name=f"{store.url}/{member.name}") as reader:
+        try:
+            # tarfile wants full reads; object streams may return less per read.
+            tar.addfile(_info(member.name, member.size), _FullReads(reader))  # type: ignore[arg-type]
+        except OSError as exc:  # tarfile: "unexpected end of data"
+            raise IntegrityError(f"{store.url}/{member.name}: shorter than its recorded "
+                                 f"{member.size} bytes ({exc})") from None
+        reader.read(1)  # reach the end: checks size and sha256 (object streams cannot seek)
+        reader.finish()
+
+
+class _FullReads:
+    """``read(n)`` returns n bytes unless the stream ends (tarfile treats less as the end)."""
+
+    def __init__(self, src: VerifyingReader) -> None:
+        self._src = src
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            return self._src.read()
+        return read_full(self._src, size)
