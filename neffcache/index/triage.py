@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 # How recent a restore report must be for its fingerprint to count as the fleet's (the alert
-# rules in deploy/prometheus use the same 7 days).
+# rules in tools/deploy/prometheus use the same 7 days).
 FLEET_WINDOW = timedelta(days=7)
 
 

@@ -1,4 +1,4 @@
-"""The shipped Prometheus alert rules and Grafana dashboard (deploy/): `promtool check rules`
+"""The shipped Prometheus alert rules and Grafana dashboard (tools/deploy/): `promtool check rules`
 and `promtool test rules` (Debian's prometheus package; tools/install puts promtool in the
 venv), the dashboard's structure, and every metric a rule or a panel names present in the
 live /metrics of a seeded index."""
@@ -22,7 +22,7 @@ from neffcache.index import open_index
 from tests.support.live_server import request, serve_in_thread
 from tests.support.ops_seed import seed_demo, seed_ops_extras
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "tools" / "deploy"
 RULES = DEPLOY / "prometheus" / "neffcache-rules.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "neffcache-rules.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "neffcache.json"

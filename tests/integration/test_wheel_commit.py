@@ -22,7 +22,7 @@ GIT = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
 def _checkout(tmp: Path) -> Path:
     """A git repository with the files a build reads, committed once."""
     repo = tmp / "repo"
-    for name in (*SOURCES, "setup.py"):
+    for name in SOURCES:
         path = ROOT / name
         if path.is_dir():
             shutil.copytree(path, repo / name, ignore=shutil.ignore_patterns("__pycache__"))

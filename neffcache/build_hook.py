@@ -1,5 +1,7 @@
-"""Build hook (the metadata is in pyproject.toml): a build from a git checkout records its
-commit in the package as ``neffcache/_commit.txt``, which ``neffcache --version`` prints.
+"""The build hook, not imported at run time: pyproject.toml's ``[tool.setuptools.cmdclass]``
+names these commands, which setuptools loads from this file alone (without the package's
+``__init__``). A build from a git checkout records its commit in the package as
+``neffcache/_commit.txt``, which ``neffcache --version`` prints.
 
 The sdist carries the file, so a wheel built from that sdist (no .git there) names the same
 commit; a build from a tree that is not a git checkout records nothing."""
@@ -9,7 +11,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.command.sdist import sdist
 
@@ -18,7 +19,7 @@ COMMIT_FILE = Path("neffcache", "_commit.txt")
 
 def _git_commit() -> str:
     """HEAD of the checkout this file is in, with ``-dirty`` when tracked files changed."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]
     if not (here / ".git").exists():
         return ""
     try:
@@ -44,6 +45,8 @@ def _write(root: str, commit: str) -> None:
 
 
 class BuildPy(build_py):
+    """build_py that writes the commit into the built package (not into an editable one)."""
+
     def run(self) -> None:
         super().run()
         commit = _commit()
@@ -52,11 +55,11 @@ class BuildPy(build_py):
 
 
 class Sdist(sdist):
+    """sdist that writes the commit into the release tree."""
+
     def make_release_tree(self, base_dir: str, files: list[str]) -> None:
         super().make_release_tree(base_dir, files)
         commit = _commit()
         if commit:
             _write(base_dir, commit)
 
-
-setup(cmdclass={"build_py": BuildPy, "sdist": Sdist})
