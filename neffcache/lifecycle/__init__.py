@@ -24,47 +24,62 @@ use cases.
 Importing this package imports no SQL, AWS or torch library.
 """
 
-from neffcache.lifecycle.bundle_run import (
-    ExportBundleRequest,
-    ExportBundleResult,
-    ImportBundleRequest,
-    ImportBundleResult,
-    ShowBundleRequest,
-    ShowBundleResult,
-    export_bundle,
-    import_bundle,
-    show_bundle,
-)
-from neffcache.lifecycle.copy import CopyEntriesResult
-from neffcache.lifecycle.copy_run import CopyEntriesRequest, copy_entries
-from neffcache.lifecycle.gc_run import (
-    CollectGarbageRequest,
-    CollectGarbageResult,
-    collect_garbage,
-)
-from neffcache.lifecycle.repair_run import RepairRequest, RepairResult, repair_store
-from neffcache.lifecycle.retire import sdk_label
-from neffcache.lifecycle.retire_run import (
-    RetireEntriesRequest,
-    RetireEntriesResult,
-    retire_entries,
-)
-from neffcache.lifecycle.verify import VerifyStoreResult
-from neffcache.lifecycle.verify_local import VerifyLocalDirResult
-from neffcache.lifecycle.verify_run import (
-    VerifyLocalDirRequest,
-    VerifyStoreRequest,
-    verify_local_dir,
-    verify_store,
-)
+from __future__ import annotations
 
-__all__ = [
-    "CollectGarbageRequest", "CollectGarbageResult", "CopyEntriesRequest", "CopyEntriesResult",
-    "ExportBundleRequest", "ExportBundleResult", "ImportBundleRequest", "ImportBundleResult",
-    "RepairRequest", "RepairResult", "RetireEntriesRequest", "RetireEntriesResult",
-    "ShowBundleRequest", "ShowBundleResult",
-    "VerifyLocalDirRequest", "VerifyLocalDirResult", "VerifyStoreRequest", "VerifyStoreResult",
-    "collect_garbage", "copy_entries", "export_bundle", "import_bundle", "repair_store",
-    "retire_entries",
-    "sdk_label", "show_bundle", "verify_local_dir", "verify_store",
-]
+from typing import TYPE_CHECKING
+
+from neffcache.faces import lazy_face
+
+# module -> the names the face takes from it, each imported on first use.
+_FACE = {
+    "bundle_run": ("ExportBundleRequest", "ExportBundleResult", "ImportBundleRequest",
+                   "ImportBundleResult", "ShowBundleRequest", "ShowBundleResult",
+                   "export_bundle", "import_bundle", "show_bundle"),
+    "copy": ("CopyEntriesResult",),
+    "copy_run": ("CopyEntriesRequest", "copy_entries"),
+    "gc_run": ("CollectGarbageRequest", "CollectGarbageResult", "collect_garbage"),
+    "repair_run": ("RepairRequest", "RepairResult", "repair_store"),
+    "retire": ("sdk_label",),
+    "retire_run": ("RetireEntriesRequest", "RetireEntriesResult", "retire_entries"),
+    "verify": ("VerifyStoreResult",),
+    "verify_local": ("VerifyLocalDirResult",),
+    "verify_run": ("VerifyLocalDirRequest", "VerifyStoreRequest", "verify_local_dir",
+                   "verify_store"),
+}
+__all__, __getattr__ = lazy_face(globals(), _FACE)
+
+if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
+    # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    from neffcache.lifecycle.bundle_run import (
+        ExportBundleRequest,
+        ExportBundleResult,
+        ImportBundleRequest,
+        ImportBundleResult,
+        ShowBundleRequest,
+        ShowBundleResult,
+        export_bundle,
+        import_bundle,
+        show_bundle,
+    )
+    from neffcache.lifecycle.copy import CopyEntriesResult
+    from neffcache.lifecycle.copy_run import CopyEntriesRequest, copy_entries
+    from neffcache.lifecycle.gc_run import (
+        CollectGarbageRequest,
+        CollectGarbageResult,
+        collect_garbage,
+    )
+    from neffcache.lifecycle.repair_run import RepairRequest, RepairResult, repair_store
+    from neffcache.lifecycle.retire import sdk_label
+    from neffcache.lifecycle.retire_run import (
+        RetireEntriesRequest,
+        RetireEntriesResult,
+        retire_entries,
+    )
+    from neffcache.lifecycle.verify import VerifyStoreResult
+    from neffcache.lifecycle.verify_local import VerifyLocalDirResult
+    from neffcache.lifecycle.verify_run import (
+        VerifyLocalDirRequest,
+        VerifyStoreRequest,
+        verify_local_dir,
+        verify_store,
+    )
