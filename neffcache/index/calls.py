@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from neffcache.config import Settings, read_settings, redact_url
 from neffcache.errors import (
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from neffcache.index.shapes import (
         IngestReportsDoc,
         MatrixDoc,
-        ReindexStoreDoc,
         SchemaStateDoc,
         UpgradeDoc,
     )
@@ -81,13 +80,12 @@ class ReindexStoreResult(ExitRule):
     manifests: ReindexResult
     reports: IngestResult
 
-    def to_json(self) -> ReindexStoreDoc:
+    def to_json(self) -> dict[str, Any]:
         """{"store", "scanned", "added", "already_indexed", "removed", "invalid", "reports":
-        {"scanned", "added", "already_ingested", "invalid"}}, as ``reindex --json`` prints."""
-        m = self.manifests.to_json()
-        return {"store": self.store, "scanned": m["scanned"], "added": m["added"],
-                "already_indexed": m["already_indexed"], "removed": m["removed"],
-                "invalid": m["invalid"], "reports": self.reports.to_json()}
+        {"scanned", "added", "already_ingested", "invalid"}}, as ``reindex --json`` prints:
+        the store, then the manifests' document flattened in."""
+        return {"store": self.store, **self.manifests.to_json(),
+                "reports": self.reports.to_json()}
 
     def error(self) -> IntegrityError | None:
         invalid = self.manifests.invalid

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
+from neffcache.documents import Doc, Document
 from neffcache.fingerprint import FIELD_NOTES, FieldDiff, Fingerprint, diff_fingerprints
 from neffcache.index.shapes import (
     CoverageGridDoc,
@@ -25,12 +26,9 @@ from neffcache.index.shapes import (
     Outcome,
     RestoreDoc,
     RestoreOutcomeDoc,
-    RestorePointDoc,
     RunDoc,
     RunStatus,
-    SdkBytesDoc,
     Status,
-    TotalsDoc,
 )
 from neffcache.index.values import iso
 
@@ -277,7 +275,7 @@ class FingerprintStats:
 
 
 @dataclass(frozen=True, slots=True)
-class SdkBytes:
+class SdkBytes(Document):
     """Entries and bytes per backend and SDK version (over every fingerprint with that SDK)."""
 
     backend: str
@@ -285,11 +283,6 @@ class SdkBytes:
     fingerprints: int
     entries: int
     total_bytes: int
-
-    def to_json(self) -> SdkBytesDoc:
-        return {"backend": self.backend, "sdk_version": self.sdk_version,
-                "fingerprints": self.fingerprints, "entries": self.entries,
-                "total_bytes": self.total_bytes}
 
 
 def group_by_sdk(stats: Iterable[FingerprintStats]) -> tuple[SdkBytes, ...]:
@@ -445,7 +438,7 @@ class ReportedFingerprint:
 
 
 @dataclass(frozen=True, slots=True)
-class IndexTotals:
+class IndexTotals(Document):
     entries: int
     total_bytes: int
     fingerprints: int
@@ -454,27 +447,17 @@ class IndexTotals:
     runs: int
     restores: int
 
-    def to_json(self) -> TotalsDoc:
-        return {"entries": self.entries, "total_bytes": self.total_bytes,
-                "fingerprints": self.fingerprints, "cells": self.cells,
-                "matrices": self.matrices, "runs": self.runs, "restores": self.restores}
-
 
 @dataclass(frozen=True, slots=True)
-class RestorePoint:
+class RestorePoint(Document):
     """Restores reported in one period (UTC), by outcome; misses split by why."""
 
-    start: datetime
+    start: Annotated[datetime, Doc("Start of the period (UTC).")]
     hit: int
     partial: int
     miss_no_entry: int
     miss_other_fingerprint: int
     error: int
-
-    def to_json(self) -> RestorePointDoc:
-        return {"start": iso(self.start), "hit": self.hit, "partial": self.partial,
-                "miss_no_entry": self.miss_no_entry,
-                "miss_other_fingerprint": self.miss_other_fingerprint, "error": self.error}
 
 
 def build_timeline(rows: Iterable[tuple[datetime, int, int, int]],

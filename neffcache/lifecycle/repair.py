@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from neffcache.backends import BACKENDS, root_dirs
+from neffcache.documents import Document
 from neffcache.errors import IntegrityError, ManifestError, NotFoundError, UsageError
 from neffcache.hashing import CHUNK, VerifyingReader
 from neffcache.lifecycle.verify import Problem
@@ -35,7 +36,7 @@ from neffcache.store import (
 
 
 @dataclass(frozen=True, slots=True)
-class RepairItem:
+class RepairItem(Document):
     """One object to rewrite: its key, kind (blob | pack | manifest), why, and (blobs and
     packs) the size and sha256 its new bytes must have."""
 
@@ -44,10 +45,6 @@ class RepairItem:
     reason: str
     size: int | None = None
     sha256: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {"key": self.key, "kind": self.kind, "reason": self.reason,
-                "size": self.size, "sha256": self.sha256}
 
 
 def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
