@@ -94,7 +94,7 @@ _FACE = {  # module -> the names the face takes from it
         "FingerprintDoc", "GridRowDoc", "IngestDoc", "IngestReportsDoc", "InProgressDoc",
         "InvalidDoc", "MatrixCoverageDoc", "MatrixDetail", "MatrixDoc", "NotReadyDoc", "Outcome",
         "RestoreDoc", "RestoreOutcomeDoc", "RunDetail", "RunDoc", "SchemaStateDoc", "Status",
-        "Summary", "UpgradeDoc"),
+        "UpgradeDoc"),
     "values": ("FAILED", "IN_PROGRESS", "MISSING", "READY", "STATUSES", "ClaimResult",
         "CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary", "InvalidManifest",
         "Lease", "LiveLease", "ReindexResult", "SchemaState"),
@@ -240,7 +240,6 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         RunDoc,
         SchemaStateDoc,
         Status,
-        Summary,
         UpgradeDoc,
     )
     from neffcache.index.triage import FLEET_WINDOW, Attention, attention, fingerprint_diff

@@ -3,7 +3,7 @@ computed or omitted key), each declared once as a TypedDict (pure typing): the v
 ``to_json`` build them, the CLI's ``--json`` prints them, and the HTTP API's response models
 are generated from them (``neffcache.server.schemas``). A value whose document is its fields
 (``EntrySummary``, ``SdkBytes``, ``IndexTotals``, ``RestorePoint``, ``ReindexResult``) is its
-own declaration (``neffcache.documents``); a TypedDict names such a value for its document.
+own declaration (``neffcache.documents``).
 Fields are a contract: add, never rename or drop.
 
 A field's description for the OpenAPI document rides along as ``Annotated[T, Doc("...")]``;
@@ -12,12 +12,9 @@ a key that may be absent is declared in a ``total=False`` class (the API shows i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from neffcache.documents import Doc
-
-if TYPE_CHECKING:  # documents declared by their dataclasses (neffcache.documents)
-    from neffcache.index.ops_values import IndexTotals, SdkBytes
 
 Status = Literal["ready", "in_progress", "failed", "missing"]
 Outcome = Literal["hit", "partial", "miss", "error"]
@@ -329,16 +326,6 @@ class RestoreOutcomeDoc(TypedDict):
     seconds_sum: float
     bytes_sum: int
     buckets: Annotated[list[BucketDoc], Doc("Cumulative counts of durations <= le.")]
-
-
-class Summary(TypedDict):
-    """Totals, coverage per matrix x fingerprint, bytes per SDK version, restore outcomes."""
-
-    index: str
-    totals: IndexTotals
-    coverage: list[MatrixCoverageDoc]
-    sdk_versions: list[SdkBytes]
-    restore_outcomes: list[RestoreOutcomeDoc]
 
 
 # --- reindex, report ingestion, schema ------------------------------------------------------

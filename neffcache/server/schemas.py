@@ -3,7 +3,7 @@ every response against it. Each is generated from the index's declaration of tha
 so a shape is written once: a value whose document is its fields is its frozen dataclass
 (``neffcache.documents``: a datetime is an ISO string or null, a tuple a list), any other
 document a TypedDict of ``neffcache.index`` (the one its ``to_json`` builds). Only the
-server's own documents (errors, health) are declared here."""
+server's own documents (errors, health, the summary it assembles) are declared here."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import (
     Annotated,
     Any,
     Literal,
+    TypedDict,
     Union,
     get_args,
     get_origin,
@@ -33,6 +34,7 @@ from neffcache.index import (
     FingerprintDoc,
     IndexTotals,
     InProgressDoc,
+    MatrixCoverageDoc,
     MatrixDetail,
     MatrixDoc,
     RestoreDoc,
@@ -41,7 +43,6 @@ from neffcache.index import (
     RunDetail,
     RunDoc,
     SdkBytes,
-    Summary,
 )
 
 
@@ -49,6 +50,16 @@ class ErrorDoc(BaseModel):
     error: str = Field(description="One-line message naming what failed.")
     type: str = Field(description="The neffcache error class, e.g. NotFoundError.")
     hint: str | None = Field(None, description="A command that may fix it.")
+
+
+class Summary(TypedDict):
+    """Totals, coverage per matrix x fingerprint, bytes per SDK version, restore outcomes."""
+
+    index: str
+    totals: IndexTotals
+    coverage: list[MatrixCoverageDoc]
+    sdk_versions: list[SdkBytes]
+    restore_outcomes: list[RestoreOutcomeDoc]
 
 
 class Health(BaseModel):
@@ -67,8 +78,6 @@ _DOCUMENTS: dict[type, tuple[str, str | None]] = {
     RestorePoint: ("RestorePointDoc", None),
     SdkBytes: ("SdkBytesDoc", None),
 }
-# What a TypedDict may name for a dataclass's document (see ``neffcache.index.shapes``).
-_NAMESPACE = {shape.__name__: shape for shape in _DOCUMENTS}
 
 
 def model_of(shape: type) -> type[BaseModel]:
@@ -78,7 +87,7 @@ def model_of(shape: type) -> type[BaseModel]:
     their models."""
     if shape in _MODELS:
         return _MODELS[shape]
-    hints = get_type_hints(shape, localns=_NAMESPACE, include_extras=True)
+    hints = get_type_hints(shape, include_extras=True)
     if dataclasses.is_dataclass(shape):
         name, doc = _DOCUMENTS[shape]
         hints = {f.name: hints[f.name] for f in dataclasses.fields(shape)}
