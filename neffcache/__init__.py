@@ -108,121 +108,41 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
     # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    # isort: off
     from neffcache.config_show import ShowConfigRequest, ShowConfigResult, show_config
     from neffcache.demo import DemoRequest, DemoResult, run_demo
-    from neffcache.errors import (
-        CacheMissError,
-        CompiledAfterRestoreError,
-        ConfigError,
-        DeadlineExceededError,
-        FingerprintMismatchError,
-        IntegrityError,
-        ManifestError,
-        MatrixError,
-        NeffcacheError,
-        NotFoundError,
-        ReportError,
-        SchemaOutdatedError,
-        UnavailableError,
-        UntrustedEntryError,
-        UsageError,
-        WorkerError,
-    )
+    from neffcache.errors import (CacheMissError, CompiledAfterRestoreError, ConfigError,
+        DeadlineExceededError, FingerprintMismatchError, IntegrityError, ManifestError, MatrixError,
+        NeffcacheError, NotFoundError, ReportError, SchemaOutdatedError, UnavailableError,
+        UntrustedEntryError, UsageError, WorkerError)
     from neffcache.fingerprint import Fingerprint
-    from neffcache.fingerprint_explain import (
-        ExplainRequest,
-        ExplainResult,
-        FingerprintRequest,
-        FingerprintResult,
-        explain_fingerprint,
-        show_fingerprint,
-    )
-    from neffcache.index import (
-        CoverageRequest,
-        CoverageResult,
-        CoverageRow,
-        CoverageStream,
-        EntrySummary,
-        IngestRestoreReportsRequest,
-        IngestRestoreReportsResult,
-        ListEntriesRequest,
-        ListEntriesResult,
-        ListRegisteredMatricesRequest,
-        ListRegisteredMatricesResult,
-        RegisterMatrixFileRequest,
-        RegisterMatrixFileResult,
-        ReindexStoreRequest,
-        ReindexStoreResult,
-        ShowRegisteredMatrixRequest,
-        ShowRegisteredMatrixResult,
-        ShowSchemaRequest,
-        ShowSchemaResult,
-        UpgradeSchemaRequest,
-        UpgradeSchemaResult,
-        coverage,
-        ingest_restore_reports,
-        iter_entries,
-        list_entries,
-        list_registered_matrices,
-        register_matrix_file,
-        reindex_store,
-        show_registered_matrix,
-        show_schema,
-        stream_coverage,
-        upgrade_schema,
-    )
+    from neffcache.fingerprint_explain import (ExplainRequest, ExplainResult, FingerprintRequest,
+        FingerprintResult, explain_fingerprint, show_fingerprint)
+    from neffcache.index import (CoverageRequest, CoverageResult, CoverageRow, CoverageStream,
+        EntrySummary, IngestRestoreReportsRequest, IngestRestoreReportsResult, ListEntriesRequest,
+        ListEntriesResult, ListRegisteredMatricesRequest, ListRegisteredMatricesResult,
+        RegisterMatrixFileRequest, RegisterMatrixFileResult, ReindexStoreRequest,
+        ReindexStoreResult, ShowRegisteredMatrixRequest, ShowRegisteredMatrixResult,
+        ShowSchemaRequest, ShowSchemaResult, UpgradeSchemaRequest, UpgradeSchemaResult, coverage,
+        ingest_restore_reports, iter_entries, list_entries, list_registered_matrices,
+        register_matrix_file, reindex_store, show_registered_matrix, show_schema, stream_coverage,
+        upgrade_schema)
     from neffcache.keys import GenerateKeyRequest, KeyResult, ShowKeyRequest, generate_key, show_key
-    from neffcache.lifecycle import (
-        CollectGarbageRequest,
-        CollectGarbageResult,
-        CopyEntriesRequest,
-        CopyEntriesResult,
-        ExportBundleRequest,
-        ExportBundleResult,
-        ImportBundleRequest,
-        ImportBundleResult,
-        RepairRequest,
-        RepairResult,
-        RetireEntriesRequest,
-        RetireEntriesResult,
-        ShowBundleRequest,
-        ShowBundleResult,
-        VerifyLocalDirRequest,
-        VerifyLocalDirResult,
-        VerifyStoreRequest,
-        VerifyStoreResult,
-        collect_garbage,
-        copy_entries,
-        export_bundle,
-        import_bundle,
-        repair_store,
-        retire_entries,
-        show_bundle,
-        verify_local_dir,
-        verify_store,
-    )
+    from neffcache.lifecycle import (CollectGarbageRequest, CollectGarbageResult,
+        CopyEntriesRequest, CopyEntriesResult, ExportBundleRequest, ExportBundleResult,
+        ImportBundleRequest, ImportBundleResult, RepairRequest, RepairResult, RetireEntriesRequest,
+        RetireEntriesResult, ShowBundleRequest, ShowBundleResult, VerifyLocalDirRequest,
+        VerifyLocalDirResult, VerifyStoreRequest, VerifyStoreResult, collect_garbage, copy_entries,
+        export_bundle, import_bundle, repair_store, retire_entries, show_bundle, verify_local_dir,
+        verify_store)
     from neffcache.lifecycle import verify_store as verify
     from neffcache.matrix import Matrix
-    from neffcache.precompile import (
-        CaptureRequest,
-        CaptureResult,
-        PrecompileRequest,
-        PrecompileResult,
-        PushRequest,
-        PushResult,
-        WarmRequest,
-        WarmResult,
-    )
-    from neffcache.restore import (
-        PruneRequest,
-        PruneResult,
-        RestorePreview,
-        RestoreRequest,
-        RestoreResult,
-        cell_ready,
-        prune,
-    )
+    from neffcache.precompile import (CaptureRequest, CaptureResult, PrecompileRequest,
+        PrecompileResult, PushRequest, PushResult, WarmRequest, WarmResult)
+    from neffcache.restore import (PruneRequest, PruneResult, RestorePreview, RestoreRequest,
+        RestoreResult, cell_ready, prune)
     from neffcache.server import ServeRequest, serve
+    # isort: on
 
 
 def restore(request: RestoreRequest) -> RestoreResult:

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import ast
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "neffcache"
 TABLE = "_FACE"
 HEADER = ("if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this\n"
-          "    # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE\n")
+          "    # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE\n"
+          "    # isort: off\n")
+FOOTER = "    # isort: on\n"
 WIDTH = 100
 
 
@@ -47,16 +50,19 @@ def table_node(tree: ast.Module) -> ast.expr | None:
 
 
 def _member_key(name: str) -> tuple[int, str, str]:
-    """ruff's isort order: constants, then classes, then the rest; case-insensitive."""
+    """Constants, then classes, then the rest; case-insensitive (as ruff's isort orders)."""
     kind = 0 if name.isupper() and len(name) > 1 else 1 if name[:1].isupper() else 2
     return kind, name.lower(), name
 
 
 def _statement(module: str, names: list[str]) -> str:
+    """One import, its names wrapped at WIDTH (generated, so packed rather than one a line)."""
     one = f"    from {module} import {', '.join(names)}"
     if len(one) <= WIDTH:
         return one + "\n"
-    return f"    from {module} import (\n" + "".join(f"        {n},\n" for n in names) + "    )\n"
+    text = f"    from {module} import ({', '.join(names)})"
+    return "\n".join(textwrap.wrap(text, WIDTH, subsequent_indent=" " * 8,
+                                   break_on_hyphens=False, break_long_words=False)) + "\n"
 
 
 def _absolute(package: str, module: str) -> str:
@@ -73,7 +79,7 @@ def block(package: str, table: dict[str, tuple[str, ...]]) -> str:
             lines.append(_statement(full, plain))
         for aliased in sorted((n for n in table[module] if " as " in n), key=_member_key):
             lines.append(_statement(full, [aliased]))
-    return "".join(lines)
+    return "".join(lines) + FOOTER
 
 
 def expected(path: Path, root: Path = ROOT) -> str:
@@ -91,6 +97,8 @@ def expected(path: Path, root: Path = ROOT) -> str:
         raise SystemExit(f"{path}: no `if TYPE_CHECKING:` block to write")
     lines = text.splitlines(keepends=True)
     start, end = guard.lineno - 1, guard.end_lineno or guard.lineno
+    while end < len(lines) and lines[end] == FOOTER:  # a comment: not in the node
+        end += 1
     return "".join(lines[:start]) + block(package, table) + "".join(lines[end:])
 
 

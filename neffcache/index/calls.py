@@ -34,10 +34,7 @@ if TYPE_CHECKING:
     from neffcache.index.ingest import IngestResult
     from neffcache.index.ops_values import MatrixVersion
     from neffcache.index.shapes import (
-        IngestReportsDoc,
         MatrixDoc,
-        SchemaStateDoc,
-        UpgradeDoc,
     )
 
 
@@ -135,12 +132,11 @@ class IngestRestoreReportsResult(_Success):
     source: str
     ingest: IngestResult
 
-    def to_json(self) -> IngestReportsDoc:
+    def to_json(self) -> dict[str, Any]:
         """{"source", "scanned", "added", "already_ingested", "invalid": [{"key",
-        "reason"}]}, as ``reports ingest --json`` prints."""
-        doc = self.ingest.to_json()
-        return {"source": self.source, "scanned": doc["scanned"], "added": doc["added"],
-                "already_ingested": doc["already_ingested"], "invalid": doc["invalid"]}
+        "reason"}]}, as ``reports ingest --json`` prints: the source, then the ingest's
+        document flattened in."""
+        return {"source": self.source, **self.ingest.to_json()}
 
 
 def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestoreReportsResult:
@@ -306,7 +302,7 @@ class UpgradeSchemaResult(_Success):
     def changed(self) -> bool:
         return self.before != self.after
 
-    def to_json(self) -> UpgradeDoc:
+    def to_json(self) -> dict[str, Any]:
         """{"url", "from", "to", "changed"}, as ``db upgrade --json`` prints."""
         return {"url": self.url, "from": self.before, "to": self.after,
                 "changed": self.changed}
@@ -337,7 +333,7 @@ class ShowSchemaResult(ExitRule):
     state: SchemaState
     check: bool = False
 
-    def to_json(self) -> SchemaStateDoc:
+    def to_json(self) -> dict[str, Any]:
         """{"url", "current", "head", "up_to_date"}, as ``db current --json`` prints."""
         return self.state.to_json()
 

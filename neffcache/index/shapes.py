@@ -12,7 +12,7 @@ a key that may be absent is declared in a ``total=False`` class (the API shows i
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Literal, TypedDict
 
 from neffcache.documents import Doc
 
@@ -190,14 +190,6 @@ class MatrixCoverageDoc(TypedDict):
 # --- entries, fingerprints, runs, failures --------------------------------------------------
 
 
-class EntriesDoc(TypedDict):
-    """``neffcache ls --json``; ``next``: pass as ``--after`` for the next page (null: none)."""
-
-    entries: list[dict[str, Any]]  # EntrySummary's documents
-    count: int
-    next: str | None
-
-
 class FingerprintDoc(TypedDict):
     key: str
     backend: str
@@ -326,37 +318,3 @@ class RestoreOutcomeDoc(TypedDict):
     seconds_sum: float
     bytes_sum: int
     buckets: Annotated[list[BucketDoc], Doc("Cumulative counts of durations <= le.")]
-
-
-# --- reindex, report ingestion, schema ------------------------------------------------------
-
-class InvalidDoc(TypedDict):
-    key: str
-    reason: str
-
-
-class IngestDoc(TypedDict):
-    scanned: int
-    added: int
-    already_ingested: int
-    invalid: list[InvalidDoc]
-
-
-class IngestReportsDoc(IngestDoc):
-    """``neffcache reports ingest --json``."""
-
-    source: str
-
-
-class SchemaStateDoc(TypedDict):
-    """``neffcache db current --json``."""
-
-    url: str
-    current: str | None
-    head: str
-    up_to_date: bool
-
-
-# ``from`` is a keyword: the functional form. ``neffcache db upgrade --json``.
-UpgradeDoc = TypedDict("UpgradeDoc", {"url": str, "from": str | None, "to": str,
-                                      "changed": bool})

@@ -14,7 +14,6 @@ from neffcache.index.shapes import (
     CoverageReportDoc,
     CoverageRowDoc,
     InProgressDoc,
-    SchemaStateDoc,
     Status,
 )
 
@@ -176,7 +175,7 @@ class SchemaState:
     def up_to_date(self) -> bool:
         return self.current == self.head
 
-    def to_json(self) -> SchemaStateDoc:
+    def to_json(self) -> dict[str, Any]:  # up_to_date: computed
         return {"url": self.url, "current": self.current, "head": self.head,
                 "up_to_date": self.up_to_date}
 

@@ -50,36 +50,20 @@ __all__, __getattr__ = lazy_face(globals(), _FACE)
 
 if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
     # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
-    from neffcache.lifecycle.bundle_run import (
-        ExportBundleRequest,
-        ExportBundleResult,
-        ImportBundleRequest,
-        ImportBundleResult,
-        ShowBundleRequest,
-        ShowBundleResult,
-        export_bundle,
-        import_bundle,
-        show_bundle,
-    )
+    # isort: off
+    from neffcache.lifecycle.bundle_run import (ExportBundleRequest, ExportBundleResult,
+        ImportBundleRequest, ImportBundleResult, ShowBundleRequest, ShowBundleResult, export_bundle,
+        import_bundle, show_bundle)
     from neffcache.lifecycle.copy import CopyEntriesResult
     from neffcache.lifecycle.copy_run import CopyEntriesRequest, copy_entries
-    from neffcache.lifecycle.gc_run import (
-        CollectGarbageRequest,
-        CollectGarbageResult,
-        collect_garbage,
-    )
+    from neffcache.lifecycle.gc_run import (CollectGarbageRequest, CollectGarbageResult,
+        collect_garbage)
     from neffcache.lifecycle.repair_run import RepairRequest, RepairResult, repair_store
     from neffcache.lifecycle.retire import sdk_label
-    from neffcache.lifecycle.retire_run import (
-        RetireEntriesRequest,
-        RetireEntriesResult,
-        retire_entries,
-    )
+    from neffcache.lifecycle.retire_run import (RetireEntriesRequest, RetireEntriesResult,
+        retire_entries)
     from neffcache.lifecycle.verify import VerifyStoreResult
     from neffcache.lifecycle.verify_local import VerifyLocalDirResult
-    from neffcache.lifecycle.verify_run import (
-        VerifyLocalDirRequest,
-        VerifyStoreRequest,
-        verify_local_dir,
-        verify_store,
-    )
+    from neffcache.lifecycle.verify_run import (VerifyLocalDirRequest, VerifyStoreRequest,
+        verify_local_dir, verify_store)
+    # isort: on

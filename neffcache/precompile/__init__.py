@@ -57,29 +57,20 @@ __all__, __getattr__ = lazy_face(globals(), _FACE)
 
 if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
     # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    # isort: off
     from neffcache.precompile.backfill import BackfillPlan
     from neffcache.precompile.backfill_cell import CaptureRequest, CaptureResult, capture_entry
     from neffcache.precompile.claims import ClaimOptions
     from neffcache.precompile.heartbeat import CellBeat
     from neffcache.precompile.hit_check import Verdict
     from neffcache.precompile.intents import GRACE_FLOOR_SECONDS, REFRESH_SECONDS, held_intents
-    from neffcache.precompile.plan import (
-        CellReport,
-        Event,
-        PrecompileOptions,
-        PrecompileReport,
-        StopSummary,
-        VerifyReport,
-        stored_compile_seconds,
-    )
-    from neffcache.precompile.publish import (
-        PublishResult,
-        default_producer,
-        publish_entry,
-        write_pointer,
-    )
+    from neffcache.precompile.plan import (CellReport, Event, PrecompileOptions, PrecompileReport,
+        StopSummary, VerifyReport, stored_compile_seconds)
+    from neffcache.precompile.publish import (PublishResult, default_producer, publish_entry,
+        write_pointer)
     from neffcache.precompile.push_cell import PushRequest, PushResult, push
     from neffcache.precompile.run import apply_precompile
     from neffcache.precompile.session import PrecompileRequest, PrecompileResult, precompile
     from neffcache.precompile.warm import WarmCell, WarmReport, warm_restored
     from neffcache.precompile.warm_check import WarmRequest, WarmResult, check_warm
+    # isort: on

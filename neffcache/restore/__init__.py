@@ -57,6 +57,7 @@ __all__, __getattr__ = lazy_face(globals(), _FACE)
 
 if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
     # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    # isort: off
     from neffcache.restore.apply import Progress
     from neffcache.restore.dest import lock_destination
     from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
@@ -66,11 +67,6 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.restore.ready import cell_ready
     from neffcache.restore.run import restore_cells
     from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
-    from neffcache.restore.state import (
-        STATE_FILE,
-        Durable,
-        forget_paths,
-        load_pending,
-        load_state,
-        save_state,
-    )
+    from neffcache.restore.state import (STATE_FILE, Durable, forget_paths, load_pending,
+        load_state, save_state)
+    # isort: on

@@ -51,46 +51,18 @@ __all__ = sorted([*_LAZY_ALL, "describe_store", "open_store"])
 
 if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
     # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    # isort: off
     from neffcache.errors import NotFoundError
-    from neffcache.store.base import (
-        BLOBS,
-        CELLS,
-        DAMAGED,
-        MANIFESTS,
-        PACKS,
-        PENDING,
-        REPORTS,
-        RETIRED,
-        STORE_MARKER,
-        MultipartUploads,
-        ObjectStream,
-        Store,
-        TempFile,
-        TempFiles,
-        Upload,
-        blob_key,
-        cell_pointer_key,
-        check_key,
-        entry_key_of,
-        holds_good,
-        manifest_key,
-        pack_key,
-        recognise_store,
-        report_key,
-    )
+    from neffcache.store.base import (BLOBS, CELLS, DAMAGED, MANIFESTS, PACKS, PENDING, REPORTS,
+        RETIRED, STORE_MARKER, MultipartUploads, ObjectStream, Store, TempFile, TempFiles, Upload,
+        blob_key, cell_pointer_key, check_key, entry_key_of, holds_good, manifest_key, pack_key,
+        recognise_store, report_key)
     from neffcache.store.bundle import BundleStore
-    from neffcache.store.bundle_format import (
-        TOC_NAME,
-        BundleEntry,
-        Member,
-        Toc,
-        bundle_entry,
-        decode_toc,
-        encode_toc,
-        plan_members,
-    )
+    from neffcache.store.bundle_format import (TOC_NAME, BundleEntry, Member, Toc, bundle_entry,
+        decode_toc, encode_toc, plan_members)
     from neffcache.store.mirrored import MirroredStore
     from neffcache.store.s3_config import s3_settings, side_environ
+    # isort: on
 
 BUNDLE = "bundle:"
 
