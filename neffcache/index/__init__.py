@@ -38,8 +38,9 @@ The handle and the building blocks other packages use:
         the dashboard's first screen: attention (FLEET_WINDOW), fingerprint_diff;
         keyset paging: list_runs/list_failures/list_restores(after=run_cursor(last) /
         failure_cursor(last) / restore_cursor(last))
-    values (frozen dataclasses) and their JSON documents (TypedDicts, ``*Doc``; the API's
-        response models are built from them)
+    values (frozen dataclasses; a value whose document is its fields is its own declaration,
+        ``neffcache.documents``) and the other JSON documents (TypedDicts, ``*Doc``); the
+        API's response models are built from both
 
 Importing this package imports nothing: each name loads its module when first used, so a
 command imports what it calls (``ls``: the listing on the bare driver, or SQLAlchemy Core
