@@ -59,6 +59,16 @@ def test_import_neffcache_is_light() -> None:
     assert out == ""
 
 
+def test_importing_every_face_is_light() -> None:
+    heavy = ("torch", "diffusers", "sqlalchemy", "boto3", "botocore", "fastapi", "obstore")
+    faces = [".".join(p.relative_to(ROOT).parent.parts) for p in _faces_tool().faces()]
+    code = (f"import importlib, sys\nfor f in {faces!r}: importlib.import_module(f)\n"
+            f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == ""
+
+
 def test_every_result_knows_its_exit_code_and_its_json() -> None:
     results = [n for n in neffcache.__all__ if n.endswith(("Result", "Preview"))]
     assert len(results) >= 20
