@@ -6,9 +6,10 @@ and its document is its fields in order (pure).
 one), a tuple or list as a list, a mapping as an object, a datetime as ISO 8601 to the second,
 an enum as its value, a path as a string, None as null. A value whose document is not its
 fields (a renamed, computed or omitted key, a stored format with a ``schema_version``) writes
-its own ``to_json``. ``Doc`` carries a field's description into the HTTP API's schema
-(``Annotated[int, Doc("...")]``), which ``neffcache.server.schemas`` derives from the same
-dataclass.
+its own ``to_json``; ``shaped_as`` builds it when the API declares the document as a
+TypedDict whose keys are the value's attributes. ``Doc`` carries a field's description into
+the HTTP API's schema (``Annotated[int, Doc("...")]``), which ``neffcache.server.schemas``
+derives from the same dataclass.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ class Document:
 
     def to_json(self) -> dict[str, Any]:
         return fields_of(self)
+
+
+def shaped_as(value: Any, shape: Any) -> Any:
+    """``value``'s document as the TypedDict ``shape`` declares it: each of its keys, in order,
+    the value's attribute of that name (a property for a computed key), encoded; a field the
+    shape does not name is left out."""
+    return {key: encode(getattr(value, key)) for key in shape.__annotations__}
 
 
 def fields_of(value: Any) -> dict[str, Any]:

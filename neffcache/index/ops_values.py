@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Annotated, Any, Final
 
-from neffcache.documents import Doc, Document
+from neffcache.documents import Doc, Document, shaped_as
 from neffcache.fingerprint import FIELD_NOTES, FieldDiff, Fingerprint, diff_fingerprints
 from neffcache.index.shapes import (
     CoverageGridDoc,
@@ -317,13 +317,8 @@ class RunSummary:
             return "cancelled"
         return "running" if self.finished_at is None else "finished"
 
-    def to_json(self) -> RunDoc:
-        return {"id": self.id, "started_at": iso(self.started_at),
-                "finished_at": iso(self.finished_at), "host": self.host,
-                "fingerprint_key": self.fingerprint_key, "matrix": self.matrix,
-                "cells_ok": self.cells_ok, "cells_failed": self.cells_failed,
-                "failures_recorded": self.failures_recorded, "status": self.status,
-                "cells_cancelled": self.cells_cancelled}
+    def to_json(self) -> RunDoc:  # status: computed
+        return shaped_as(self, RunDoc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,11 +335,8 @@ class FailureRecord:
     failed_at: datetime
     id: int | None = None  # its row's id (the paging cursor's tie-break); not in the JSON
 
-    def to_json(self) -> FailureDoc:
-        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
-                "fingerprint_key": self.fingerprint_key, "run_id": self.run_id,
-                "exit_status": self.exit_status, "seconds": self.seconds,
-                "log_tail": self.log_tail, "failed_at": iso(self.failed_at)}
+    def to_json(self) -> FailureDoc:  # id: not in the document
+        return shaped_as(self, FailureDoc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,14 +361,8 @@ class RestoreRecord:
     def outcome(self) -> Outcome:
         return restore_outcome(self.exit_code, self.cells_restored, self.cells_missing)
 
-    def to_json(self) -> RestoreDoc:
-        return {"id": self.id, "created_at": iso(self.created_at), "host": self.host,
-                "fingerprint_key": self.fingerprint_key, "matrix": self.matrix,
-                "outcome": self.outcome, "cells_restored": self.cells_restored,
-                "cells_missing": self.cells_missing, "missing": list(self.missing),
-                "files_fetched": self.files_fetched, "files_skipped": self.files_skipped,
-                "bytes_fetched": self.bytes_fetched, "seconds": self.seconds,
-                "exit_code": self.exit_code}
+    def to_json(self) -> RestoreDoc:  # outcome: computed
+        return shaped_as(self, RestoreDoc)
 
 
 @dataclass(frozen=True, slots=True)

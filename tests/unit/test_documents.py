@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.documents import Document, encode, fields_of
+from neffcache.documents import Document, encode, fields_of, shaped_as
 from neffcache.index import EntrySummary, IndexTotals, ReindexResult
 
 
@@ -89,3 +89,25 @@ def test_index_values_documents_keep_their_keys_and_formats() -> None:
     assert ReindexResult(1, 0, 0, 0, (InvalidManifest("k", "why"),)).to_json() == {
         "scanned": 1, "added": 0, "already_indexed": 0, "removed": 0,
         "invalid": [{"key": "k", "reason": "why"}]}
+
+
+def test_a_shaped_document_takes_the_typed_dicts_keys_in_order() -> None:
+    from typing import TypedDict
+
+    class Shape(TypedDict):
+        flag: bool
+        zeta: int
+        derived: str
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Value:
+        zeta: int
+        flag: bool
+        hidden: str = "not in the document"
+
+        @property
+        def derived(self) -> str:
+            return f"z{self.zeta}"
+
+    assert list(shaped_as(Value(3, True), Shape).items()) == [
+        ("flag", True), ("zeta", 3), ("derived", "z3")]
