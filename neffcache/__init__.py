@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 # (importing a subpackage later sets the parent's attribute only on its first import).
 import neffcache.precompile  # noqa: F401 - the light face (PEP 562): see the wrappers below
 import neffcache.restore  # noqa: F401 - the light face (PEP 562): see the wrappers below
+from neffcache import errors  # noqa: F401 - neffcache.errors, bound as on every import
 from neffcache.faces import lazy_face
 from neffcache.version import __version__
 

@@ -38,7 +38,7 @@ def lazy_face(namespace: dict[str, Any], table: Mapping[str, tuple[str, ...]]
     package = namespace["__name__"]
     homes = exported(table)
 
-    def __getattr__(name: str) -> Any:  # noqa: N807 - PEP 562's name
+    def __getattr__(name: str) -> Any:  # PEP 562
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
