@@ -59,9 +59,8 @@ class EntrySummary(Document):
     created_at: datetime
     verified_status: str | None = None
     verified_at: datetime | None = None
-    last_used_at: Annotated[datetime | None, Doc(
-        "Time of the newest ingested restore report that found the entry (null: none yet).")] \
-        = None
+    last_used_at: Annotated[datetime | None, Doc("Time of the newest ingested restore report "
+                                                 "that found the entry (null: none yet).")] = None
     restore_count: Annotated[int, Doc(
         "Ingested ok/partial restore reports that found the entry.")] = 0
     signed_by: Annotated[str | None, Doc(
