@@ -47,126 +47,103 @@ lazy, PEP 562), so ``import neffcache`` costs a few milliseconds on every comman
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 # Bound after the packages of the same name are imported, so these names are the functions
 # (importing a subpackage later sets the parent's attribute only on its first import).
 import neffcache.precompile  # noqa: F401 - the light face (PEP 562): see the wrappers below
 import neffcache.restore  # noqa: F401 - the light face (PEP 562): see the wrappers below
-from neffcache.errors import (
-    CacheMissError,
-    CompiledAfterRestoreError,
-    ConfigError,
-    DeadlineExceededError,
-    FingerprintMismatchError,
-    IntegrityError,
-    ManifestError,
-    MatrixError,
-    NeffcacheError,
-    NotFoundError,
-    ReportError,
-    SchemaOutdatedError,
-    UnavailableError,
-    UntrustedEntryError,
-    UsageError,
-    WorkerError,
-)
+from neffcache import errors  # noqa: F401 - neffcache.errors, bound as on every import
+from neffcache.faces import lazy_face
 from neffcache.version import __version__
 
-if TYPE_CHECKING:
+# module -> the names taken from it (the faces of the packages, loaded on first use: SQL,
+# FastAPI and torch only when asked); "X as Y": X under a short name.
+_FACE = {
+    "config_show": ("ShowConfigRequest", "ShowConfigResult", "show_config"),
+    "demo": ("DemoRequest", "DemoResult", "run_demo"),
+    "errors": ("CacheMissError", "CompiledAfterRestoreError", "ConfigError",
+               "DeadlineExceededError", "FingerprintMismatchError", "IntegrityError",
+               "ManifestError", "MatrixError", "NeffcacheError", "NotFoundError", "ReportError",
+               "SchemaOutdatedError", "UnavailableError", "UntrustedEntryError", "UsageError",
+               "WorkerError"),
+    "fingerprint": ("Fingerprint",),
+    "fingerprint_explain": ("ExplainRequest", "ExplainResult", "FingerprintRequest",
+                            "FingerprintResult", "explain_fingerprint", "show_fingerprint"),
+    "index": ("CoverageRequest", "CoverageResult", "CoverageRow", "CoverageStream",
+              "EntrySummary", "IngestRestoreReportsRequest", "IngestRestoreReportsResult",
+              "ListEntriesRequest", "ListEntriesResult", "ListRegisteredMatricesRequest",
+              "ListRegisteredMatricesResult", "RegisterMatrixFileRequest",
+              "RegisterMatrixFileResult", "ReindexStoreRequest", "ReindexStoreResult",
+              "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult", "ShowSchemaRequest",
+              "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult", "coverage",
+              "ingest_restore_reports", "iter_entries", "list_entries",
+              "list_registered_matrices", "register_matrix_file", "reindex_store",
+              "show_registered_matrix", "show_schema", "stream_coverage", "upgrade_schema"),
+    "keys": ("GenerateKeyRequest", "KeyResult", "ShowKeyRequest", "generate_key", "show_key"),
+    "lifecycle": ("CollectGarbageRequest", "CollectGarbageResult", "CopyEntriesRequest",
+                  "CopyEntriesResult", "ExportBundleRequest", "ExportBundleResult",
+                  "ImportBundleRequest", "ImportBundleResult", "RepairRequest", "RepairResult",
+                  "RetireEntriesRequest", "RetireEntriesResult", "ShowBundleRequest",
+                  "ShowBundleResult", "VerifyLocalDirRequest", "VerifyLocalDirResult",
+                  "VerifyStoreRequest", "VerifyStoreResult", "collect_garbage", "copy_entries",
+                  "export_bundle", "import_bundle", "repair_store", "retire_entries",
+                  "show_bundle", "verify_local_dir", "verify_store", "verify_store as verify"),
+    "matrix": ("Matrix",),
+    "precompile": ("CaptureRequest", "CaptureResult", "PrecompileRequest", "PrecompileResult",
+                   "PushRequest", "PushResult", "WarmRequest", "WarmResult"),
+    "restore": ("PruneRequest", "PruneResult", "RestorePreview", "RestoreRequest",
+                "RestoreResult", "cell_ready", "prune"),
+    "server": ("ServeRequest", "serve"),
+}
+# The calls below are functions of this module (``restore`` and ``precompile`` share their
+# names with packages); the rest load on first use.
+_CALLS = ("capture_entry", "check_warm", "precompile", "preview_restore", "push", "restore")
+_LAZY_ALL, __getattr__ = lazy_face(globals(), _FACE)
+__all__ = sorted(["__version__", *_CALLS, *_LAZY_ALL])
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
+    # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    # isort: off
     from neffcache.config_show import ShowConfigRequest, ShowConfigResult, show_config
     from neffcache.demo import DemoRequest, DemoResult, run_demo
-    from neffcache.fingerprint_explain import (
-        ExplainRequest,
-        ExplainResult,
-        FingerprintRequest,
-        FingerprintResult,
-        explain_fingerprint,
-        show_fingerprint,
-    )
-    from neffcache.index import (
-        CoverageRequest,
-        CoverageResult,
-        CoverageStream,
-        IngestRestoreReportsRequest,
-        IngestRestoreReportsResult,
-        ListEntriesRequest,
-        ListEntriesResult,
-        ListRegisteredMatricesRequest,
-        ListRegisteredMatricesResult,
-        RegisterMatrixFileRequest,
-        RegisterMatrixFileResult,
-        ReindexStoreRequest,
-        ReindexStoreResult,
-        ShowRegisteredMatrixRequest,
-        ShowRegisteredMatrixResult,
-        ShowSchemaRequest,
-        ShowSchemaResult,
-        UpgradeSchemaRequest,
-        UpgradeSchemaResult,
-        coverage,
-        ingest_restore_reports,
-        iter_entries,
-        list_entries,
-        list_registered_matrices,
-        register_matrix_file,
-        reindex_store,
-        show_registered_matrix,
-        show_schema,
-        stream_coverage,
-        upgrade_schema,
-    )
+    from neffcache.errors import (CacheMissError, CompiledAfterRestoreError, ConfigError,
+        DeadlineExceededError, FingerprintMismatchError, IntegrityError, ManifestError, MatrixError,
+        NeffcacheError, NotFoundError, ReportError, SchemaOutdatedError, UnavailableError,
+        UntrustedEntryError, UsageError, WorkerError)
+    from neffcache.fingerprint import Fingerprint
+    from neffcache.fingerprint_explain import (ExplainRequest, ExplainResult, FingerprintRequest,
+        FingerprintResult, explain_fingerprint, show_fingerprint)
+    from neffcache.index import (CoverageRequest, CoverageResult, CoverageRow, CoverageStream,
+        EntrySummary, IngestRestoreReportsRequest, IngestRestoreReportsResult, ListEntriesRequest,
+        ListEntriesResult, ListRegisteredMatricesRequest, ListRegisteredMatricesResult,
+        RegisterMatrixFileRequest, RegisterMatrixFileResult, ReindexStoreRequest,
+        ReindexStoreResult, ShowRegisteredMatrixRequest, ShowRegisteredMatrixResult,
+        ShowSchemaRequest, ShowSchemaResult, UpgradeSchemaRequest, UpgradeSchemaResult, coverage,
+        ingest_restore_reports, iter_entries, list_entries, list_registered_matrices,
+        register_matrix_file, reindex_store, show_registered_matrix, show_schema, stream_coverage,
+        upgrade_schema)
     from neffcache.keys import GenerateKeyRequest, KeyResult, ShowKeyRequest, generate_key, show_key
-    from neffcache.lifecycle import (
-        CollectGarbageRequest,
-        CollectGarbageResult,
-        CopyEntriesRequest,
-        CopyEntriesResult,
-        ExportBundleRequest,
-        ExportBundleResult,
-        ImportBundleRequest,
-        ImportBundleResult,
-        RepairRequest,
-        RepairResult,
-        RetireEntriesRequest,
-        RetireEntriesResult,
-        ShowBundleRequest,
-        ShowBundleResult,
-        VerifyLocalDirRequest,
-        VerifyLocalDirResult,
-        VerifyStoreRequest,
-        VerifyStoreResult,
-        collect_garbage,
-        copy_entries,
-        export_bundle,
-        import_bundle,
-        repair_store,
-        retire_entries,
-        show_bundle,
-        verify_local_dir,
-        verify_store,
-    )
+    from neffcache.lifecycle import (CollectGarbageRequest, CollectGarbageResult,
+        CopyEntriesRequest, CopyEntriesResult, ExportBundleRequest, ExportBundleResult,
+        ImportBundleRequest, ImportBundleResult, RepairRequest, RepairResult, RetireEntriesRequest,
+        RetireEntriesResult, ShowBundleRequest, ShowBundleResult, VerifyLocalDirRequest,
+        VerifyLocalDirResult, VerifyStoreRequest, VerifyStoreResult, collect_garbage, copy_entries,
+        export_bundle, import_bundle, repair_store, retire_entries, show_bundle, verify_local_dir,
+        verify_store)
     from neffcache.lifecycle import verify_store as verify
-    from neffcache.precompile import (
-        CaptureRequest,
-        CaptureResult,
-        PrecompileRequest,
-        PrecompileResult,
-        PushRequest,
-        PushResult,
-        WarmRequest,
-        WarmResult,
-    )
-    from neffcache.restore import (
-        PruneRequest,
-        PruneResult,
-        RestorePreview,
-        RestoreRequest,
-        RestoreResult,
-        prune,
-    )
+    from neffcache.matrix import Matrix
+    from neffcache.precompile import (CaptureRequest, CaptureResult, PrecompileRequest,
+        PrecompileResult, PushRequest, PushResult, WarmRequest, WarmResult)
+    from neffcache.restore import (PruneRequest, PruneResult, RestorePreview, RestoreRequest,
+        RestoreResult, cell_ready, prune)
     from neffcache.server import ServeRequest, serve
+    # isort: on
 
 
 def restore(request: RestoreRequest) -> RestoreResult:
@@ -235,95 +212,3 @@ def check_warm(request: WarmRequest) -> WarmResult:
     from neffcache.precompile import check_warm as call
 
     return call(request)
-
-
-# name -> the face that holds it (loaded on first use: SQL, FastAPI and torch only when asked)
-_LAZY: dict[str, str] = {
-    **dict.fromkeys((
-        "CoverageRequest", "CoverageResult", "CoverageStream", "IngestRestoreReportsRequest",
-        "IngestRestoreReportsResult", "ListEntriesRequest", "ListEntriesResult",
-        "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult",
-        "RegisterMatrixFileRequest", "RegisterMatrixFileResult", "ReindexStoreRequest",
-        "ReindexStoreResult", "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult",
-        "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
-        "coverage", "ingest_restore_reports", "iter_entries", "list_entries",
-        "list_registered_matrices", "register_matrix_file", "reindex_store",
-        "show_registered_matrix", "show_schema", "stream_coverage", "upgrade_schema"),
-        "neffcache.index"),
-    **dict.fromkeys((
-        "CollectGarbageRequest", "CollectGarbageResult", "CopyEntriesRequest",
-        "CopyEntriesResult", "ExportBundleRequest", "ExportBundleResult", "ImportBundleRequest",
-        "ImportBundleResult", "RepairRequest", "RepairResult", "RetireEntriesRequest",
-        "RetireEntriesResult", "repair_store",
-        "ShowBundleRequest", "ShowBundleResult", "VerifyLocalDirRequest",
-        "VerifyLocalDirResult", "VerifyStoreRequest", "VerifyStoreResult", "collect_garbage",
-        "copy_entries", "export_bundle", "import_bundle", "retire_entries", "show_bundle",
-        "verify_local_dir", "verify_store"), "neffcache.lifecycle"),
-    **dict.fromkeys(("ExplainRequest", "ExplainResult", "FingerprintRequest",
-                     "FingerprintResult", "explain_fingerprint", "show_fingerprint"),
-                    "neffcache.fingerprint_explain"),
-    **dict.fromkeys(("ServeRequest", "serve"), "neffcache.server"),
-    **dict.fromkeys(("ShowConfigRequest", "ShowConfigResult", "show_config"),
-                    "neffcache.config_show"),
-    **dict.fromkeys(("PruneRequest", "PruneResult", "RestorePreview", "RestoreRequest",
-                     "RestoreResult", "cell_ready", "prune"), "neffcache.restore"),
-    **dict.fromkeys(("CaptureRequest", "CaptureResult", "PrecompileRequest", "PrecompileResult",
-                     "PushRequest", "PushResult", "WarmRequest", "WarmResult"),
-                    "neffcache.precompile"),
-    **dict.fromkeys(("DemoRequest", "DemoResult", "run_demo"), "neffcache.demo"),
-    **dict.fromkeys(("GenerateKeyRequest", "KeyResult", "ShowKeyRequest", "generate_key",
-                     "show_key"), "neffcache.keys"),
-}
-# Short names for the calls people reach for most.
-_ALIASES: dict[str, str] = {"verify": "verify_store"}
-
-
-def __getattr__(name: str) -> Any:
-    target = _ALIASES.get(name, name)
-    if target not in _LAZY:
-        raise AttributeError(f"module 'neffcache' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[target]), target)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
-__all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the imports
-    "__version__",
-    "CacheMissError", "CaptureRequest", "CaptureResult", "CollectGarbageRequest",
-    "CollectGarbageResult", "CompiledAfterRestoreError", "ConfigError", "CopyEntriesRequest",
-    "CopyEntriesResult", "CoverageRequest", "CoverageResult", "CoverageStream",
-    "DeadlineExceededError",
-    "DemoRequest", "DemoResult", "ExplainRequest", "ExplainResult", "ExportBundleRequest",
-    "ExportBundleResult", "FingerprintMismatchError", "GenerateKeyRequest", "KeyResult",
-    "ShowKeyRequest", "UntrustedEntryError", "generate_key", "show_key", "FingerprintRequest",
-    "FingerprintResult",
-    "ImportBundleRequest", "ImportBundleResult", "IngestRestoreReportsRequest",
-    "IngestRestoreReportsResult", "IntegrityError", "ListEntriesRequest", "ListEntriesResult",
-    "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult", "ManifestError",
-    "MatrixError", "NeffcacheError", "NotFoundError", "PrecompileRequest", "PrecompileResult",
-    "PruneRequest", "PruneResult", "PushRequest", "PushResult", "RegisterMatrixFileRequest",
-    "RegisterMatrixFileResult",
-    "ReindexStoreRequest", "ReindexStoreResult", "RepairRequest", "RepairResult",
-    "ReportError", "RestorePreview",
-    "RestoreRequest", "RestoreResult", "RetireEntriesRequest", "RetireEntriesResult",
-    "SchemaOutdatedError", "ServeRequest", "ShowBundleRequest", "ShowBundleResult",
-    "ShowConfigRequest", "ShowConfigResult", "show_config",
-    "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult", "ShowSchemaRequest",
-    "ShowSchemaResult", "UnavailableError", "UpgradeSchemaRequest", "UpgradeSchemaResult",
-    "UsageError", "VerifyLocalDirRequest", "VerifyLocalDirResult", "VerifyStoreRequest",
-    "VerifyStoreResult", "WarmRequest", "WarmResult", "WorkerError", "capture_entry",
-    "cell_ready", "check_warm", "collect_garbage", "copy_entries", "coverage",
-    "explain_fingerprint",
-    "export_bundle", "import_bundle", "ingest_restore_reports", "iter_entries", "list_entries",
-    "list_registered_matrices", "precompile", "preview_restore", "prune", "push",
-    "register_matrix_file",
-    "reindex_store", "repair_store", "restore", "retire_entries", "run_demo", "serve",
-    "show_bundle",
-    "show_fingerprint", "show_registered_matrix", "show_schema", "stream_coverage",
-    "upgrade_schema", "verify",
-    "verify_local_dir", "verify_store"
-]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from neffcache.documents import Document
 from neffcache.errors import ConfigError, ExitRule, UsageError
 from neffcache.key_files import load_signing_key, load_trusted_keys, write_signing_key
 from neffcache.signing import PublicKey, generate_signing_key
@@ -29,7 +29,7 @@ class ShowKeyRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class KeyResult(ExitRule):
+class KeyResult(ExitRule, Document):
     """A key's public half: ``public_key`` (``ed25519:<base64>``, what NEFFCACHE_TRUSTED_KEYS
     and ``restore --trusted-key`` take) and ``key_id`` (what signatures and errors name).
     ``error()`` is always None: a bad file raises."""
@@ -37,9 +37,6 @@ class KeyResult(ExitRule):
     public_key: str
     key_id: str
     path: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"public_key": self.public_key, "key_id": self.key_id, "path": self.path}
 
 
 def generate_key(request: GenerateKeyRequest) -> KeyResult:

@@ -38,8 +38,9 @@ The handle and the building blocks other packages use:
         the dashboard's first screen: attention (FLEET_WINDOW), fingerprint_diff;
         keyset paging: list_runs/list_failures/list_restores(after=run_cursor(last) /
         failure_cursor(last) / restore_cursor(last))
-    values (frozen dataclasses) and their JSON documents (TypedDicts, ``*Doc``; the API's
-        response models are built from them)
+    values (frozen dataclasses; a value whose document is its fields is its own declaration,
+        ``neffcache.documents``) and the other JSON documents (TypedDicts, ``*Doc``); the
+        API's response models are built from both
 
 Importing this package imports nothing: each name loads its module when first used, so a
 command imports what it calls (``ls``: the listing on the bare driver, or SQLAlchemy Core
@@ -49,179 +50,13 @@ reads load the ORM). The restore path never imports this package.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from neffcache.index.api import Index, open_index
-    from neffcache.index.calls import (
-        IngestRestoreReportsRequest,
-        IngestRestoreReportsResult,
-        ListRegisteredMatricesRequest,
-        ListRegisteredMatricesResult,
-        RegisterMatrixFileRequest,
-        RegisterMatrixFileResult,
-        ReindexStoreRequest,
-        ReindexStoreResult,
-        ShowRegisteredMatrixRequest,
-        ShowRegisteredMatrixResult,
-        ShowSchemaRequest,
-        ShowSchemaResult,
-        UpgradeSchemaRequest,
-        UpgradeSchemaResult,
-        ingest_restore_reports,
-        list_registered_matrices,
-        register_matrix_file,
-        reindex_store,
-        show_registered_matrix,
-        show_schema,
-        upgrade_schema,
-    )
-    from neffcache.index.coverage_call import (
-        HOST,
-        CoverageRequest,
-        CoverageResult,
-        CoverageStream,
-        coverage,
-        stream_coverage,
-    )
-    from neffcache.index.coverage_grid import status_of
-    from neffcache.index.cursors import (
-        CURSOR_PATTERN,
-        ID_CURSOR_PATTERN,
-        NAME_CURSOR_PATTERN,
-        entry_cursor,
-    )
-    from neffcache.index.ingest import (
-        IngestResult,
-        InvalidReport,
-        ReportPoller,
-        ingest_report_files,
-        ingest_reports,
-    )
-    from neffcache.index.ls_call import (
-        ListEntriesRequest,
-        ListEntriesResult,
-        iter_entries,
-        list_entries,
-        next_cursor,
-    )
-    from neffcache.index.matrices import (
-        get_matrix,
-        list_matrices,
-        matrix_digest,
-        matrix_name_of,
-        matrix_versions,
-        register_matrix,
-        registered_cells,
-    )
-    from neffcache.index.ops_queries import (
-        failure_cursor,
-        fingerprint_stats,
-        get_run,
-        index_totals,
-        last_fingerprint_runs,
-        last_precompile_runs,
-        lease_stats,
-        list_failures,
-        list_restores,
-        list_runs,
-        reported_fingerprints,
-        restore_cursor,
-        restore_outcomes,
-        restore_timeline,
-        run_cursor,
-    )
-    from neffcache.index.ops_values import (
-        DURATION_BUCKETS,
-        OUTCOMES,
-        CoverageGrid,
-        FailureRecord,
-        FingerprintCounts,
-        FingerprintDiff,
-        FingerprintInfo,
-        FingerprintRunTime,
-        FingerprintStats,
-        GridRow,
-        IndexTotals,
-        LeaseStats,
-        MatrixRunTime,
-        MatrixVersion,
-        ReportedFingerprint,
-        RestoreOutcomeStats,
-        RestorePoint,
-        RestoreRecord,
-        RunSummary,
-        SdkBytes,
-        group_by_sdk,
-        restore_outcome,
-        sdk_version,
-    )
-    from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
-    from neffcache.index.shapes import (
-        AttentionDoc,
-        BucketDoc,
-        CoverageCellDoc,
-        CoverageCheckDoc,
-        CoverageDoc,
-        CoverageFingerprintDoc,
-        CoverageGridDoc,
-        CoverageReportDoc,
-        CoverageRowDoc,
-        Doc,
-        EntriesDoc,
-        EntryDoc,
-        FailureDoc,
-        FingerprintCountsDoc,
-        FingerprintDiffDoc,
-        FingerprintDoc,
-        GridRowDoc,
-        IngestDoc,
-        IngestReportsDoc,
-        InProgressDoc,
-        InvalidDoc,
-        MatrixCoverageDoc,
-        MatrixDetail,
-        MatrixDoc,
-        NotReadyDoc,
-        Outcome,
-        ReindexDoc,
-        ReindexStoreDoc,
-        RestoreDoc,
-        RestoreOutcomeDoc,
-        RestorePointDoc,
-        RunDetail,
-        RunDoc,
-        SchemaStateDoc,
-        SdkBytesDoc,
-        Status,
-        Summary,
-        TotalsDoc,
-        UpgradeDoc,
-    )
-    from neffcache.index.triage import FLEET_WINDOW, Attention, attention, fingerprint_diff
-    from neffcache.index.values import (
-        FAILED,
-        IN_PROGRESS,
-        MISSING,
-        READY,
-        STATUSES,
-        ClaimResult,
-        CoverageFingerprint,
-        CoverageReport,
-        CoverageRow,
-        EntrySummary,
-        InvalidManifest,
-        Lease,
-        LiveLease,
-        ReindexResult,
-        SchemaState,
-    )
+from neffcache.faces import lazy_face
 
 # Every name loads its module when first read (PEP 562): ``ls`` imports the listing and
-# its values, not coverage, ingest, reindex, matrices or the ORM. The imports above (for type
-# checkers) and this table are kept in step by tests/unit/test_api_face.py.
-_EXPORTS: dict[str, tuple[str, ...]] = {  # module -> the names the face takes from it
+# its values, not coverage, ingest, reindex, matrices or the ORM.
+_FACE = {  # module -> the names the face takes from it
     "api": ("Index", "open_index"),
     "calls": ("IngestRestoreReportsRequest", "IngestRestoreReportsResult",
         "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult",
@@ -256,74 +91,55 @@ _EXPORTS: dict[str, tuple[str, ...]] = {  # module -> the names the face takes f
     "triage": ("FLEET_WINDOW", "Attention", "attention", "fingerprint_diff"),
     "shapes": ("AttentionDoc", "BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc",
         "CoverageFingerprintDoc", "CoverageGridDoc", "CoverageReportDoc", "CoverageRowDoc", "Doc",
-        "EntriesDoc", "EntryDoc", "FailureDoc", "FingerprintCountsDoc", "FingerprintDiffDoc",
-        "FingerprintDoc", "GridRowDoc", "IngestDoc", "IngestReportsDoc", "InProgressDoc",
-        "InvalidDoc",
-        "MatrixCoverageDoc", "MatrixDetail", "MatrixDoc", "NotReadyDoc", "Outcome", "ReindexDoc",
-        "ReindexStoreDoc", "RestoreDoc", "RestoreOutcomeDoc", "RestorePointDoc", "RunDetail",
-        "RunDoc", "SchemaStateDoc", "SdkBytesDoc", "Status", "Summary", "TotalsDoc", "UpgradeDoc"),
+        "FailureDoc", "FingerprintCountsDoc", "FingerprintDiffDoc", "FingerprintDoc",
+        "GridRowDoc", "InProgressDoc", "MatrixCoverageDoc", "MatrixDetail", "MatrixDoc",
+        "NotReadyDoc", "Outcome", "RestoreDoc", "RestoreOutcomeDoc", "RunDetail", "RunDoc",
+        "Status"),
     "values": ("FAILED", "IN_PROGRESS", "MISSING", "READY", "STATUSES", "ClaimResult",
         "CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary", "InvalidManifest",
         "Lease", "LiveLease", "ReindexResult", "SchemaState"),
 }
-_MODULE_OF = {name: f"neffcache.index.{module}" for module, names in _EXPORTS.items()
-              for name in names}
+__all__, __getattr__ = lazy_face(globals(), _FACE)
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-__all__ = [
-    # use cases
-    "HOST", "CoverageRequest", "CoverageResult", "CoverageStream",
-    "IngestRestoreReportsRequest",
-    "IngestRestoreReportsResult", "ListEntriesRequest", "ListEntriesResult",
-    "ListRegisteredMatricesRequest", "ListRegisteredMatricesResult",
-    "RegisterMatrixFileRequest", "RegisterMatrixFileResult", "ReindexStoreRequest",
-    "ReindexStoreResult", "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult",
-    "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
-    "coverage", "ingest_restore_reports", "iter_entries", "list_entries",
-    "list_registered_matrices", "next_cursor", "register_matrix_file", "reindex_store",
-    "show_registered_matrix", "show_schema", "stream_coverage", "upgrade_schema",
-    # the handle, the schema
-    "SCHEMA_REVISION", "CURSOR_PATTERN", "ID_CURSOR_PATTERN", "NAME_CURSOR_PATTERN", "Index",
-    "entry_cursor",
-    "open_index", "schema_state",
-    "upgrade_index",
-    # matrices, restore reports
-    "get_matrix", "list_matrices", "matrix_digest", "matrix_name_of", "matrix_versions",
-    "register_matrix", "registered_cells", "IngestResult", "InvalidReport", "ReportPoller",
-    "ingest_report_files", "ingest_reports",
-    # ops reads
-    "failure_cursor", "restore_cursor", "run_cursor",
-    "fingerprint_stats", "get_run", "index_totals", "last_fingerprint_runs",
-    "last_precompile_runs", "lease_stats",
-    "list_failures", "list_restores", "list_runs", "reported_fingerprints", "restore_outcomes",
-    "restore_timeline", "group_by_sdk", "restore_outcome", "sdk_version", "status_of",
-    "FLEET_WINDOW", "Attention", "attention", "fingerprint_diff",
-    # values
-    "DURATION_BUCKETS", "FAILED", "IN_PROGRESS", "MISSING", "OUTCOMES", "READY", "STATUSES",
-    "ClaimResult", "CoverageFingerprint", "CoverageGrid", "CoverageReport", "CoverageRow",
-    "EntrySummary", "FailureRecord", "FingerprintCounts", "FingerprintDiff", "FingerprintInfo",
-    "FingerprintRunTime", "FingerprintStats", "GridRow", "IndexTotals", "InvalidManifest",
-    "Lease", "LeaseStats",
-    "LiveLease", "MatrixRunTime", "MatrixVersion", "ReindexResult", "ReportedFingerprint",
-    "RestoreOutcomeStats",
-    "RestorePoint", "RestoreRecord", "RunSummary", "SchemaState", "SdkBytes",
-    # JSON documents
-    "AttentionDoc", "BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc",
-    "CoverageFingerprintDoc",
-    "CoverageGridDoc", "CoverageReportDoc", "CoverageRowDoc", "Doc", "EntriesDoc", "EntryDoc",
-    "FailureDoc", "FingerprintCountsDoc", "FingerprintDiffDoc", "FingerprintDoc", "GridRowDoc",
-    "InProgressDoc",
-    "IngestDoc", "IngestReportsDoc", "InvalidDoc", "MatrixCoverageDoc", "MatrixDetail",
-    "MatrixDoc", "NotReadyDoc", "Outcome", "ReindexDoc", "ReindexStoreDoc", "RestoreDoc",
-    "RestoreOutcomeDoc", "RestorePointDoc", "RunDetail", "RunDoc", "SchemaStateDoc",
-    "SdkBytesDoc", "Status", "Summary", "TotalsDoc", "UpgradeDoc",
-]
+if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
+    # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    # isort: off
+    from neffcache.index.api import Index, open_index
+    from neffcache.index.calls import (IngestRestoreReportsRequest, IngestRestoreReportsResult,
+        ListRegisteredMatricesRequest, ListRegisteredMatricesResult, RegisterMatrixFileRequest,
+        RegisterMatrixFileResult, ReindexStoreRequest, ReindexStoreResult,
+        ShowRegisteredMatrixRequest, ShowRegisteredMatrixResult, ShowSchemaRequest,
+        ShowSchemaResult, UpgradeSchemaRequest, UpgradeSchemaResult, ingest_restore_reports,
+        list_registered_matrices, register_matrix_file, reindex_store, show_registered_matrix,
+        show_schema, upgrade_schema)
+    from neffcache.index.coverage_call import (HOST, CoverageRequest, CoverageResult,
+        CoverageStream, coverage, stream_coverage)
+    from neffcache.index.coverage_grid import status_of
+    from neffcache.index.cursors import (CURSOR_PATTERN, ID_CURSOR_PATTERN, NAME_CURSOR_PATTERN,
+        entry_cursor)
+    from neffcache.index.ingest import (IngestResult, InvalidReport, ReportPoller,
+        ingest_report_files, ingest_reports)
+    from neffcache.index.ls_call import (ListEntriesRequest, ListEntriesResult, iter_entries,
+        list_entries, next_cursor)
+    from neffcache.index.matrices import (get_matrix, list_matrices, matrix_digest, matrix_name_of,
+        matrix_versions, register_matrix, registered_cells)
+    from neffcache.index.ops_queries import (failure_cursor, fingerprint_stats, get_run,
+        index_totals, last_fingerprint_runs, last_precompile_runs, lease_stats, list_failures,
+        list_restores, list_runs, reported_fingerprints, restore_cursor, restore_outcomes,
+        restore_timeline, run_cursor)
+    from neffcache.index.ops_values import (DURATION_BUCKETS, OUTCOMES, CoverageGrid, FailureRecord,
+        FingerprintCounts, FingerprintDiff, FingerprintInfo, FingerprintRunTime, FingerprintStats,
+        GridRow, IndexTotals, LeaseStats, MatrixRunTime, MatrixVersion, ReportedFingerprint,
+        RestoreOutcomeStats, RestorePoint, RestoreRecord, RunSummary, SdkBytes, group_by_sdk,
+        restore_outcome, sdk_version)
+    from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
+    from neffcache.index.shapes import (AttentionDoc, BucketDoc, CoverageCellDoc, CoverageCheckDoc,
+        CoverageDoc, CoverageFingerprintDoc, CoverageGridDoc, CoverageReportDoc, CoverageRowDoc,
+        Doc, FailureDoc, FingerprintCountsDoc, FingerprintDiffDoc, FingerprintDoc, GridRowDoc,
+        InProgressDoc, MatrixCoverageDoc, MatrixDetail, MatrixDoc, NotReadyDoc, Outcome, RestoreDoc,
+        RestoreOutcomeDoc, RunDetail, RunDoc, Status)
+    from neffcache.index.triage import FLEET_WINDOW, Attention, attention, fingerprint_diff
+    from neffcache.index.values import (FAILED, IN_PROGRESS, MISSING, READY, STATUSES, ClaimResult,
+        CoverageFingerprint, CoverageReport, CoverageRow, EntrySummary, InvalidManifest, Lease,
+        LiveLease, ReindexResult, SchemaState)
+    # isort: on

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from neffcache.config import Settings, read_settings, redact_url
 from neffcache.errors import (
@@ -34,11 +34,7 @@ if TYPE_CHECKING:
     from neffcache.index.ingest import IngestResult
     from neffcache.index.ops_values import MatrixVersion
     from neffcache.index.shapes import (
-        IngestReportsDoc,
         MatrixDoc,
-        ReindexStoreDoc,
-        SchemaStateDoc,
-        UpgradeDoc,
     )
 
 
@@ -81,13 +77,12 @@ class ReindexStoreResult(ExitRule):
     manifests: ReindexResult
     reports: IngestResult
 
-    def to_json(self) -> ReindexStoreDoc:
+    def to_json(self) -> dict[str, Any]:
         """{"store", "scanned", "added", "already_indexed", "removed", "invalid", "reports":
-        {"scanned", "added", "already_ingested", "invalid"}}, as ``reindex --json`` prints."""
-        m = self.manifests.to_json()
-        return {"store": self.store, "scanned": m["scanned"], "added": m["added"],
-                "already_indexed": m["already_indexed"], "removed": m["removed"],
-                "invalid": m["invalid"], "reports": self.reports.to_json()}
+        {"scanned", "added", "already_ingested", "invalid"}}, as ``reindex --json`` prints:
+        the store, then the manifests' document flattened in."""
+        return {"store": self.store, **self.manifests.to_json(),
+                "reports": self.reports.to_json()}
 
     def error(self) -> IntegrityError | None:
         invalid = self.manifests.invalid
@@ -137,12 +132,11 @@ class IngestRestoreReportsResult(_Success):
     source: str
     ingest: IngestResult
 
-    def to_json(self) -> IngestReportsDoc:
+    def to_json(self) -> dict[str, Any]:
         """{"source", "scanned", "added", "already_ingested", "invalid": [{"key",
-        "reason"}]}, as ``reports ingest --json`` prints."""
-        doc = self.ingest.to_json()
-        return {"source": self.source, "scanned": doc["scanned"], "added": doc["added"],
-                "already_ingested": doc["already_ingested"], "invalid": doc["invalid"]}
+        "reason"}]}, as ``reports ingest --json`` prints: the source, then the ingest's
+        document flattened in."""
+        return {"source": self.source, **self.ingest.to_json()}
 
 
 def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestoreReportsResult:
@@ -308,7 +302,7 @@ class UpgradeSchemaResult(_Success):
     def changed(self) -> bool:
         return self.before != self.after
 
-    def to_json(self) -> UpgradeDoc:
+    def to_json(self) -> dict[str, Any]:
         """{"url", "from", "to", "changed"}, as ``db upgrade --json`` prints."""
         return {"url": self.url, "from": self.before, "to": self.after,
                 "changed": self.changed}
@@ -339,7 +333,7 @@ class ShowSchemaResult(ExitRule):
     state: SchemaState
     check: bool = False
 
-    def to_json(self) -> SchemaStateDoc:
+    def to_json(self) -> dict[str, Any]:
         """{"url", "current", "head", "up_to_date"}, as ``db current --json`` prints."""
         return self.state.to_json()
 

@@ -11,11 +11,11 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from neffcache.errors import NeffcacheError, NotFoundError, ReportError
 from neffcache.index.api import Index
 from neffcache.index.reindex import BULK, read_objects
-from neffcache.index.shapes import IngestDoc
 from neffcache.reports import MAX_BYTES, Report, date_prefixes, decode_report, report_id_of
 from neffcache.store import REPORTS, Store
 
@@ -39,7 +39,7 @@ class IngestResult:
     invalid: tuple[InvalidReport, ...] = ()
     settled: frozenset[str] = field(default=frozenset(), compare=False)
 
-    def to_json(self) -> IngestDoc:
+    def to_json(self) -> dict[str, Any]:  # settled: not in the document
         return {"scanned": self.scanned, "added": self.added,
                 "already_ingested": self.already_ingested,
                 "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid]}

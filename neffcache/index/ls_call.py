@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from neffcache.config import default_home, read_settings
 from neffcache.errors import ExitRule
@@ -18,9 +18,6 @@ from neffcache.index.compiled import StatementCache
 from neffcache.index.cursors import entry_cursor
 from neffcache.index.readers import SqlaFallback, open_index_as_cli
 from neffcache.index.values import EntrySummary
-
-if TYPE_CHECKING:
-    from neffcache.index.shapes import EntriesDoc
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +41,7 @@ class ListEntriesResult(ExitRule):
     entries: tuple[EntrySummary, ...]
     next: str | None = None
 
-    def to_json(self) -> EntriesDoc:
+    def to_json(self) -> dict[str, Any]:
         """{"entries": [EntrySummary.to_json()], "count", "next"}, as ``ls --json`` prints."""
         return {"entries": [e.to_json() for e in self.entries], "count": len(self.entries),
                 "next": self.next}

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
+from neffcache.documents import Doc, Document, shaped_as
 from neffcache.fingerprint import FIELD_NOTES, FieldDiff, Fingerprint, diff_fingerprints
 from neffcache.index.shapes import (
     CoverageGridDoc,
@@ -25,12 +26,9 @@ from neffcache.index.shapes import (
     Outcome,
     RestoreDoc,
     RestoreOutcomeDoc,
-    RestorePointDoc,
     RunDoc,
     RunStatus,
-    SdkBytesDoc,
     Status,
-    TotalsDoc,
 )
 from neffcache.index.values import iso
 
@@ -277,7 +275,7 @@ class FingerprintStats:
 
 
 @dataclass(frozen=True, slots=True)
-class SdkBytes:
+class SdkBytes(Document):
     """Entries and bytes per backend and SDK version (over every fingerprint with that SDK)."""
 
     backend: str
@@ -285,11 +283,6 @@ class SdkBytes:
     fingerprints: int
     entries: int
     total_bytes: int
-
-    def to_json(self) -> SdkBytesDoc:
-        return {"backend": self.backend, "sdk_version": self.sdk_version,
-                "fingerprints": self.fingerprints, "entries": self.entries,
-                "total_bytes": self.total_bytes}
 
 
 def group_by_sdk(stats: Iterable[FingerprintStats]) -> tuple[SdkBytes, ...]:
@@ -324,13 +317,8 @@ class RunSummary:
             return "cancelled"
         return "running" if self.finished_at is None else "finished"
 
-    def to_json(self) -> RunDoc:
-        return {"id": self.id, "started_at": iso(self.started_at),
-                "finished_at": iso(self.finished_at), "host": self.host,
-                "fingerprint_key": self.fingerprint_key, "matrix": self.matrix,
-                "cells_ok": self.cells_ok, "cells_failed": self.cells_failed,
-                "failures_recorded": self.failures_recorded, "status": self.status,
-                "cells_cancelled": self.cells_cancelled}
+    def to_json(self) -> RunDoc:  # status: computed
+        return shaped_as(self, RunDoc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,11 +335,8 @@ class FailureRecord:
     failed_at: datetime
     id: int | None = None  # its row's id (the paging cursor's tie-break); not in the JSON
 
-    def to_json(self) -> FailureDoc:
-        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
-                "fingerprint_key": self.fingerprint_key, "run_id": self.run_id,
-                "exit_status": self.exit_status, "seconds": self.seconds,
-                "log_tail": self.log_tail, "failed_at": iso(self.failed_at)}
+    def to_json(self) -> FailureDoc:  # id: not in the document
+        return shaped_as(self, FailureDoc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,14 +361,8 @@ class RestoreRecord:
     def outcome(self) -> Outcome:
         return restore_outcome(self.exit_code, self.cells_restored, self.cells_missing)
 
-    def to_json(self) -> RestoreDoc:
-        return {"id": self.id, "created_at": iso(self.created_at), "host": self.host,
-                "fingerprint_key": self.fingerprint_key, "matrix": self.matrix,
-                "outcome": self.outcome, "cells_restored": self.cells_restored,
-                "cells_missing": self.cells_missing, "missing": list(self.missing),
-                "files_fetched": self.files_fetched, "files_skipped": self.files_skipped,
-                "bytes_fetched": self.bytes_fetched, "seconds": self.seconds,
-                "exit_code": self.exit_code}
+    def to_json(self) -> RestoreDoc:  # outcome: computed
+        return shaped_as(self, RestoreDoc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,7 +424,7 @@ class ReportedFingerprint:
 
 
 @dataclass(frozen=True, slots=True)
-class IndexTotals:
+class IndexTotals(Document):
     entries: int
     total_bytes: int
     fingerprints: int
@@ -454,27 +433,17 @@ class IndexTotals:
     runs: int
     restores: int
 
-    def to_json(self) -> TotalsDoc:
-        return {"entries": self.entries, "total_bytes": self.total_bytes,
-                "fingerprints": self.fingerprints, "cells": self.cells,
-                "matrices": self.matrices, "runs": self.runs, "restores": self.restores}
-
 
 @dataclass(frozen=True, slots=True)
-class RestorePoint:
+class RestorePoint(Document):
     """Restores reported in one period (UTC), by outcome; misses split by why."""
 
-    start: datetime
+    start: Annotated[datetime, Doc("Start of the period (UTC).")]
     hit: int
     partial: int
     miss_no_entry: int
     miss_other_fingerprint: int
     error: int
-
-    def to_json(self) -> RestorePointDoc:
-        return {"start": iso(self.start), "hit": self.hit, "partial": self.partial,
-                "miss_no_entry": self.miss_no_entry,
-                "miss_other_fingerprint": self.miss_other_fingerprint, "error": self.error}
 
 
 def build_timeline(rows: Iterable[tuple[datetime, int, int, int]],

@@ -1,7 +1,10 @@
-"""The JSON documents of the index's values, each declared once as a TypedDict (pure typing):
-the values' ``to_json`` build them, the CLI's ``--json`` prints them, and the HTTP API's
-response models are generated from them (``neffcache.server.schemas``). Fields are a
-contract: add, never rename or drop.
+"""The JSON documents of the index's values that differ from their value's fields (a renamed,
+computed or omitted key), each declared once as a TypedDict (pure typing): the values'
+``to_json`` build them, the CLI's ``--json`` prints them, and the HTTP API's response models
+are generated from them (``neffcache.server.schemas``). A value whose document is its fields
+(``EntrySummary``, ``SdkBytes``, ``IndexTotals``, ``RestorePoint``, ``ReindexResult``) is its
+own declaration (``neffcache.documents``).
+Fields are a contract: add, never rename or drop.
 
 A field's description for the OpenAPI document rides along as ``Annotated[T, Doc("...")]``;
 a key that may be absent is declared in a ``total=False`` class (the API shows it as null).
@@ -9,19 +12,13 @@ a key that may be absent is declared in a ``total=False`` class (the API shows i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Literal, TypedDict
+
+from neffcache.documents import Doc
 
 Status = Literal["ready", "in_progress", "failed", "missing"]
 Outcome = Literal["hit", "partial", "miss", "error"]
 RunStatus = Literal["running", "finished", "cancelled"]
-
-
-@dataclass(frozen=True, slots=True)
-class Doc:
-    """A field's description in the API's OpenAPI document (``Annotated`` metadata)."""
-
-    text: str
 
 
 # --- registered matrices --------------------------------------------------------------------
@@ -192,36 +189,6 @@ class MatrixCoverageDoc(TypedDict):
 
 # --- entries, fingerprints, runs, failures --------------------------------------------------
 
-class EntryDoc(TypedDict):
-    """One entry as the index knows it."""
-
-    entry_key: str
-    cell_id: str
-    cell_key: str
-    fingerprint_key: str
-    backend: str
-    store_url: str
-    total_bytes: int
-    file_count: int
-    compile_seconds: float | None
-    created_at: str | None
-    verified_status: str | None
-    verified_at: str | None
-    last_used_at: Annotated[str | None, Doc(
-        "Time of the newest ingested restore report that found the entry (null: none yet).")]
-    restore_count: Annotated[int, Doc(
-        "Ingested ok/partial restore reports that found the entry.")]
-    signed_by: Annotated[str | None, Doc(
-        "Key id (16 hex digits) that signed the entry's manifest; null: unsigned.")]
-
-
-class EntriesDoc(TypedDict):
-    """``neffcache ls --json``; ``next``: pass as ``--after`` for the next page (null: none)."""
-
-    entries: list[EntryDoc]
-    count: int
-    next: str | None
-
 
 class FingerprintDoc(TypedDict):
     key: str
@@ -229,14 +196,6 @@ class FingerprintDoc(TypedDict):
     sdk_version: str
     fields: dict[str, str]
     first_seen_at: str | None
-    entries: int
-    total_bytes: int
-
-
-class SdkBytesDoc(TypedDict):
-    backend: str
-    sdk_version: str
-    fingerprints: int
     entries: int
     total_bytes: int
 
@@ -359,81 +318,3 @@ class RestoreOutcomeDoc(TypedDict):
     seconds_sum: float
     bytes_sum: int
     buckets: Annotated[list[BucketDoc], Doc("Cumulative counts of durations <= le.")]
-
-
-class RestorePointDoc(TypedDict):
-    start: Annotated[str | None, Doc("Start of the period (UTC).")]
-    hit: int
-    partial: int
-    miss_no_entry: int
-    miss_other_fingerprint: int
-    error: int
-
-
-class TotalsDoc(TypedDict):
-    entries: int
-    total_bytes: int
-    fingerprints: int
-    cells: int
-    matrices: int
-    runs: int
-    restores: int
-
-
-class Summary(TypedDict):
-    """Totals, coverage per matrix x fingerprint, bytes per SDK version, restore outcomes."""
-
-    index: str
-    totals: TotalsDoc
-    coverage: list[MatrixCoverageDoc]
-    sdk_versions: list[SdkBytesDoc]
-    restore_outcomes: list[RestoreOutcomeDoc]
-
-
-# --- reindex, report ingestion, schema ------------------------------------------------------
-
-class InvalidDoc(TypedDict):
-    key: str
-    reason: str
-
-
-class ReindexDoc(TypedDict):
-    scanned: int
-    added: int
-    already_indexed: int
-    removed: int
-    invalid: list[InvalidDoc]
-
-
-class IngestDoc(TypedDict):
-    scanned: int
-    added: int
-    already_ingested: int
-    invalid: list[InvalidDoc]
-
-
-class ReindexStoreDoc(ReindexDoc):
-    """``neffcache reindex --json``."""
-
-    store: str
-    reports: IngestDoc
-
-
-class IngestReportsDoc(IngestDoc):
-    """``neffcache reports ingest --json``."""
-
-    source: str
-
-
-class SchemaStateDoc(TypedDict):
-    """``neffcache db current --json``."""
-
-    url: str
-    current: str | None
-    head: str
-    up_to_date: bool
-
-
-# ``from`` is a keyword: the functional form. ``neffcache db upgrade --json``.
-UpgradeDoc = TypedDict("UpgradeDoc", {"url": str, "from": str | None, "to": str,
-                                      "changed": bool})

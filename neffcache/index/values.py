@@ -6,16 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
+from neffcache.documents import Doc, Document
 from neffcache.index.shapes import (
     CoverageFingerprintDoc,
     CoverageReportDoc,
     CoverageRowDoc,
-    EntryDoc,
     InProgressDoc,
-    ReindexDoc,
-    SchemaStateDoc,
     Status,
 )
 
@@ -46,7 +44,7 @@ def iso(ts: datetime | None) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class EntrySummary:
+class EntrySummary(Document):
     """One entry as the index knows it."""
 
     entry_key: str
@@ -61,20 +59,12 @@ class EntrySummary:
     created_at: datetime
     verified_status: str | None = None
     verified_at: datetime | None = None
-    last_used_at: datetime | None = None  # newest ingested restore report that found it
-    restore_count: int = 0  # ingested ok/partial restore reports that found it
-    signed_by: str | None = None  # the key id that signed its manifest (None: unsigned)
-
-    def to_json(self) -> EntryDoc:
-        return {
-            "entry_key": self.entry_key, "cell_id": self.cell_id, "cell_key": self.cell_key,
-            "fingerprint_key": self.fingerprint_key, "backend": self.backend,
-            "store_url": self.store_url, "total_bytes": self.total_bytes,
-            "file_count": self.file_count, "compile_seconds": self.compile_seconds,
-            "created_at": iso(self.created_at), "verified_status": self.verified_status,
-            "verified_at": iso(self.verified_at), "last_used_at": iso(self.last_used_at),
-            "restore_count": self.restore_count, "signed_by": self.signed_by,
-        }
+    last_used_at: Annotated[datetime | None, Doc("Time of the newest ingested restore report "
+                                                 "that found the entry (null: none yet).")] = None
+    restore_count: Annotated[int, Doc(
+        "Ingested ok/partial restore reports that found the entry.")] = 0
+    signed_by: Annotated[str | None, Doc(
+        "Key id (16 hex digits) that signed the entry's manifest; null: unsigned.")] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +152,7 @@ class InvalidManifest:
 
 
 @dataclass(frozen=True, slots=True)
-class ReindexResult:
+class ReindexResult(Document):
     """What a reindex found in the store and changed in the index."""
 
     scanned: int
@@ -170,11 +160,6 @@ class ReindexResult:
     already_indexed: int
     removed: int
     invalid: tuple[InvalidManifest, ...] = ()
-
-    def to_json(self) -> ReindexDoc:
-        return {"scanned": self.scanned, "added": self.added,
-                "already_indexed": self.already_indexed, "removed": self.removed,
-                "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +174,7 @@ class SchemaState:
     def up_to_date(self) -> bool:
         return self.current == self.head
 
-    def to_json(self) -> SchemaStateDoc:
+    def to_json(self) -> dict[str, Any]:  # up_to_date: computed
         return {"url": self.url, "current": self.current, "head": self.head,
                 "up_to_date": self.up_to_date}
 

@@ -23,44 +23,39 @@ own.
 Importing this package imports no SQL, AWS or torch library.
 """
 
-from neffcache.lifecycle.bundle import (
-    ExportBundleRequest,
-    ExportBundleResult,
-    ImportBundleRequest,
-    ImportBundleResult,
-    ShowBundleRequest,
-    ShowBundleResult,
-    export_bundle,
-    import_bundle,
-    show_bundle,
-)
-from neffcache.lifecycle.copy import CopyEntriesRequest, CopyEntriesResult, copy_entries
-from neffcache.lifecycle.gc_run import (
-    CollectGarbageRequest,
-    CollectGarbageResult,
-    collect_garbage,
-)
-from neffcache.lifecycle.repair import RepairRequest, RepairResult, repair_store
-from neffcache.lifecycle.retire import (
-    RetireEntriesRequest,
-    RetireEntriesResult,
-    retire_entries,
-    sdk_label,
-)
-from neffcache.lifecycle.verify import VerifyStoreRequest, VerifyStoreResult, verify_store
-from neffcache.lifecycle.verify_local import (
-    VerifyLocalDirRequest,
-    VerifyLocalDirResult,
-    verify_local_dir,
-)
+from __future__ import annotations
 
-__all__ = [
-    "CollectGarbageRequest", "CollectGarbageResult", "CopyEntriesRequest", "CopyEntriesResult",
-    "ExportBundleRequest", "ExportBundleResult", "ImportBundleRequest", "ImportBundleResult",
-    "RepairRequest", "RepairResult", "RetireEntriesRequest", "RetireEntriesResult",
-    "ShowBundleRequest", "ShowBundleResult",
-    "VerifyLocalDirRequest", "VerifyLocalDirResult", "VerifyStoreRequest", "VerifyStoreResult",
-    "collect_garbage", "copy_entries", "export_bundle", "import_bundle", "repair_store",
-    "retire_entries",
-    "sdk_label", "show_bundle", "verify_local_dir", "verify_store",
-]
+from typing import TYPE_CHECKING
+
+from neffcache.faces import lazy_face
+
+# module -> the names the face takes from it, each imported on first use.
+_FACE = {
+    "bundle": ("ExportBundleRequest", "ExportBundleResult", "ImportBundleRequest",
+               "ImportBundleResult", "ShowBundleRequest", "ShowBundleResult",
+               "export_bundle", "import_bundle", "show_bundle"),
+    "copy": ("CopyEntriesRequest", "CopyEntriesResult", "copy_entries"),
+    "gc_run": ("CollectGarbageRequest", "CollectGarbageResult", "collect_garbage"),
+    "repair": ("RepairRequest", "RepairResult", "repair_store"),
+    "retire": ("RetireEntriesRequest", "RetireEntriesResult", "retire_entries", "sdk_label"),
+    "verify": ("VerifyStoreRequest", "VerifyStoreResult", "verify_store"),
+    "verify_local": ("VerifyLocalDirRequest", "VerifyLocalDirResult", "verify_local_dir"),
+}
+__all__, __getattr__ = lazy_face(globals(), _FACE)
+
+if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
+    # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    # isort: off
+    from neffcache.lifecycle.bundle import (ExportBundleRequest, ExportBundleResult,
+        ImportBundleRequest, ImportBundleResult, ShowBundleRequest, ShowBundleResult, export_bundle,
+        import_bundle, show_bundle)
+    from neffcache.lifecycle.copy import CopyEntriesRequest, CopyEntriesResult, copy_entries
+    from neffcache.lifecycle.gc_run import (CollectGarbageRequest, CollectGarbageResult,
+        collect_garbage)
+    from neffcache.lifecycle.repair import RepairRequest, RepairResult, repair_store
+    from neffcache.lifecycle.retire import (RetireEntriesRequest, RetireEntriesResult,
+        retire_entries, sdk_label)
+    from neffcache.lifecycle.verify import VerifyStoreRequest, VerifyStoreResult, verify_store
+    from neffcache.lifecycle.verify_local import (VerifyLocalDirRequest, VerifyLocalDirResult,
+        verify_local_dir)
+    # isort: on

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from neffcache.documents import Document
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
 from neffcache.lifecycle.retire import parse_record
 from neffcache.manifest import SCHEMA_VERSION
@@ -82,7 +83,7 @@ class Intent:
 
 
 @dataclass(frozen=True, slots=True)
-class GcPlan:
+class GcPlan(Document):
     manifests: int
     blobs: int
     referenced: int
@@ -93,13 +94,6 @@ class GcPlan:
     packs: int = 0
     delete_packs: tuple[str, ...] = ()  # pack keys
     spared_packs: tuple[str, ...] = ()  # unreferenced, but a publish is in progress
-
-    def to_json(self) -> dict[str, Any]:
-        return {"manifests": self.manifests, "blobs": self.blobs, "referenced": self.referenced,
-                "delete": list(self.delete), "spared": list(self.spared),
-                "stale_intents": list(self.stale_intents), "unknown": list(self.unknown),
-                "packs": self.packs, "delete_packs": list(self.delete_packs),
-                "spared_packs": list(self.spared_packs)}
 
 
 @dataclass(frozen=True, slots=True)

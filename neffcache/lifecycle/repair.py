@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Protocol
 
 from neffcache.command_steps import consent, open_checked_store
 from neffcache.config import read_settings
+from neffcache.documents import Document
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
@@ -56,7 +57,7 @@ from neffcache.trust import TrustPolicy, check_pin, load_trust
 
 
 @dataclass(frozen=True, slots=True)
-class RepairItem:
+class RepairItem(Document):
     """One object to rewrite: its key, kind (blob | pack | manifest), why, and (blobs and
     packs) the size and sha256 its new bytes must have."""
 
@@ -65,10 +66,6 @@ class RepairItem:
     reason: str
     size: int | None = None
     sha256: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {"key": self.key, "kind": self.kind, "reason": self.reason,
-                "size": self.size, "sha256": self.sha256}
 
 
 def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],

@@ -28,72 +28,49 @@ publish what an instance compiled · ``push_cell``, ``backfill_cell``, ``warm_ch
 capture and warm use cases · ``claims`` cells from the index · ``session`` the precompile use
 case. Importing this package imports no SQL, AWS SDK or torch.
 """
-import importlib
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from neffcache.faces import lazy_face
+
+# module -> the names the face takes from it, each imported on first use: `import neffcache`
+# (every command, the boot restore included) must not pay for the precompile machinery.
+_FACE = {
+    "backfill": ("BackfillPlan",),
+    "backfill_cell": ("CaptureRequest", "CaptureResult", "capture_entry"),
+    "claims": ("ClaimOptions",),
+    "heartbeat": ("CellBeat",),
+    "hit_check": ("Verdict",),
+    "intents": ("GRACE_FLOOR_SECONDS", "REFRESH_SECONDS", "held_intents"),
+    "plan": ("CellReport", "Event", "PrecompileOptions", "PrecompileReport", "StopSummary",
+             "VerifyReport", "stored_compile_seconds"),
+    "publish": ("PublishResult", "default_producer", "publish_entry", "write_pointer"),
+    "push_cell": ("PushRequest", "PushResult", "push"),
+    "run": ("apply_precompile",),
+    "session": ("PrecompileRequest", "PrecompileResult", "precompile"),
+    "warm": ("WarmCell", "WarmReport", "warm_restored"),
+    "warm_check": ("WarmRequest", "WarmResult", "check_warm"),
+}
+__all__, __getattr__ = lazy_face(globals(), _FACE)
+
+if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
+    # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    # isort: off
     from neffcache.precompile.backfill import BackfillPlan
     from neffcache.precompile.backfill_cell import CaptureRequest, CaptureResult, capture_entry
     from neffcache.precompile.claims import ClaimOptions
     from neffcache.precompile.heartbeat import CellBeat
     from neffcache.precompile.hit_check import Verdict
     from neffcache.precompile.intents import GRACE_FLOOR_SECONDS, REFRESH_SECONDS, held_intents
-    from neffcache.precompile.plan import (
-        CellReport,
-        Event,
-        PrecompileOptions,
-        PrecompileReport,
-        StopSummary,
-        VerifyReport,
-        stored_compile_seconds,
-    )
-    from neffcache.precompile.publish import (
-        PublishResult,
-        default_producer,
-        publish_entry,
-        write_pointer,
-    )
+    from neffcache.precompile.plan import (CellReport, Event, PrecompileOptions, PrecompileReport,
+        StopSummary, VerifyReport, stored_compile_seconds)
+    from neffcache.precompile.publish import (PublishResult, default_producer, publish_entry,
+        write_pointer)
     from neffcache.precompile.push_cell import PushRequest, PushResult, push
     from neffcache.precompile.run import apply_precompile
     from neffcache.precompile.session import PrecompileRequest, PrecompileResult, precompile
     from neffcache.precompile.warm import WarmCell, WarmReport, warm_restored
     from neffcache.precompile.warm_check import WarmRequest, WarmResult, check_warm
-
-# name -> the module that defines it, imported on first use: `import neffcache` (every
-# command, the boot restore included) must not pay for the precompile machinery.
-_HOME: dict[str, str] = {
-    **dict.fromkeys(("BackfillPlan",), "backfill"),
-    **dict.fromkeys(("CaptureRequest", "CaptureResult", "capture_entry"), "backfill_cell"),
-    **dict.fromkeys(("ClaimOptions",), "claims"),
-    **dict.fromkeys(("CellBeat",), "heartbeat"),
-    **dict.fromkeys(("Verdict",), "hit_check"),
-    **dict.fromkeys(("GRACE_FLOOR_SECONDS", "REFRESH_SECONDS", "held_intents"), "intents"),
-    **dict.fromkeys(("CellReport", "Event", "PrecompileOptions", "PrecompileReport", "StopSummary",
-                     "VerifyReport", "stored_compile_seconds"), "plan"),
-    **dict.fromkeys(("PublishResult", "default_producer", "publish_entry", "write_pointer"),
-                    "publish"),
-    **dict.fromkeys(("PushRequest", "PushResult", "push"), "push_cell"),
-    **dict.fromkeys(("apply_precompile",), "run"),
-    **dict.fromkeys(("PrecompileRequest", "PrecompileResult", "precompile"), "session"),
-    **dict.fromkeys(("WarmCell", "WarmReport", "warm_restored"), "warm"),
-    **dict.fromkeys(("WarmRequest", "WarmResult", "check_warm"), "warm_check"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'neffcache.precompile' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"neffcache.precompile.{module}"), name)
-    globals()[name] = value
-    return value
-
-__all__ = [
-    "GRACE_FLOOR_SECONDS", "REFRESH_SECONDS", "BackfillPlan", "CaptureRequest", "CaptureResult",
-    "CellBeat", "CellReport", "ClaimOptions", "Event", "PrecompileOptions", "PrecompileReport",
-    "PrecompileRequest", "PrecompileResult", "PublishResult", "PushRequest", "PushResult",
-    "StopSummary", "Verdict", "VerifyReport", "WarmCell", "WarmReport", "WarmRequest", "WarmResult",
-    "apply_precompile", "capture_entry", "check_warm", "default_producer", "held_intents",
-    "precompile", "publish_entry", "push", "stored_compile_seconds", "warm_restored",
-    "write_pointer",
-]
+    # isort: on

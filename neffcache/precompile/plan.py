@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import Backend, compile_only_refusal
+from neffcache.documents import Document
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import decode_manifest, entry_key
@@ -102,7 +103,7 @@ class CellReport:
 
 
 @dataclass(frozen=True, slots=True)
-class StopSummary:
+class StopSummary(Document):
     """How a stopped run ended: ``running`` cells whose workers were ended or whose publish
     was stopped, ``cancelled`` cells reported as such (running or claimed, not finished),
     ``released`` leases given back as cancelled (``--claim``: no attempt spent, claimable at
@@ -111,10 +112,6 @@ class StopSummary:
     running: int
     cancelled: int
     released: int
-
-    def to_json(self) -> dict[str, int]:
-        return {"running": self.running, "cancelled": self.cancelled,
-                "released": self.released}
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,10 +34,30 @@ primitives.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
+from neffcache.faces import lazy_face
+
+# module -> the names the face takes from it, each imported on first use: `import neffcache`
+# (every command) loads this face, and only a restore needs the restore machinery.
+_FACE = {
+    "apply": ("Progress",),
+    "dest": ("lock_destination",),
+    "local": ("LOCAL_ENTRIES", "MISSING_FILE"),
+    "outcome": ("RestoreResult",),
+    "preview": ("RestorePreview",),
+    "pruning": ("PruneRequest", "PruneResult", "prune"),
+    "ready": ("cell_ready",),
+    "run": ("restore_cells",),
+    "session": ("RestoreRequest", "default_workers", "preview_restore", "restore"),
+    "state": ("STATE_FILE", "Durable", "forget_paths", "load_pending", "load_state",
+              "save_state"),
+}
+__all__, __getattr__ = lazy_face(globals(), _FACE)
+
+if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
+    # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    # isort: off
     from neffcache.restore.apply import Progress
     from neffcache.restore.dest import lock_destination
     from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
@@ -47,45 +67,6 @@ if TYPE_CHECKING:
     from neffcache.restore.ready import cell_ready
     from neffcache.restore.run import restore_cells
     from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
-    from neffcache.restore.state import (
-        STATE_FILE,
-        Durable,
-        forget_paths,
-        load_pending,
-        load_state,
-        save_state,
-    )
-
-# name -> the module that defines it, imported on first use: `import neffcache` (every
-# command) loads this face, and only a restore needs the restore machinery.
-_HOME: dict[str, str] = {
-    **dict.fromkeys(("Progress",), "apply"),
-    **dict.fromkeys(("lock_destination",), "dest"),
-    **dict.fromkeys(("LOCAL_ENTRIES", "MISSING_FILE"), "local"),
-    **dict.fromkeys(("RestoreResult",), "outcome"),
-    **dict.fromkeys(("RestorePreview",), "preview"),
-    **dict.fromkeys(("PruneRequest", "PruneResult", "prune"), "pruning"),
-    **dict.fromkeys(("cell_ready",), "ready"),
-    **dict.fromkeys(("restore_cells",), "run"),
-    **dict.fromkeys(("RestoreRequest", "default_workers", "preview_restore", "restore"), "session"),
-    **dict.fromkeys(("STATE_FILE", "Durable", "forget_paths", "load_pending", "load_state",
-                     "save_state"), "state"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'neffcache.restore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"neffcache.restore.{module}"), name)
-    globals()[name] = value
-    return value
-
-__all__ = [
-    "LOCAL_ENTRIES", "MISSING_FILE", "STATE_FILE", "Durable", "Progress", "PruneRequest",
-    "PruneResult", "RestorePreview", "RestoreRequest", "RestoreResult", "cell_ready",
-    "default_workers",
-    "forget_paths", "load_pending", "load_state",
-    "lock_destination",
-    "preview_restore", "prune", "restore", "restore_cells", "save_state",
-]
+    from neffcache.restore.state import (STATE_FILE, Durable, forget_paths, load_pending,
+        load_state, save_state)
+    # isort: on

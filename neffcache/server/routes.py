@@ -16,7 +16,6 @@ from neffcache.index import (
     NAME_CURSOR_PATTERN,
     AttentionDoc,
     CoverageGridDoc,
-    EntryDoc,
     FailureDoc,
     FingerprintDiffDoc,
     FingerprintDoc,
@@ -26,11 +25,8 @@ from neffcache.index import (
     MatrixDoc,
     RestoreDoc,
     RestoreOutcomeDoc,
-    RestorePointDoc,
     RunDetail,
     RunDoc,
-    SdkBytesDoc,
-    Summary,
     attention,
     entry_cursor,
     failure_cursor,
@@ -106,7 +102,7 @@ def _index(request: Request) -> Index:
 @router.get("/summary", response_model=m.SummaryModel, summary="Totals, coverage per matrix x "
             "fingerprint, bytes per SDK version, restore outcomes")
 @shared("summary", m.SummaryModel)
-def summary(request: Request) -> Summary:
+def summary(request: Request) -> dict[str, Any]:
     ix = _index(request)
     return {
         "index": request.app.state.index_label,
@@ -171,7 +167,7 @@ def coverage(request: Request, matrix: MatrixName, version: Version = None,
 def entries(request: Request, response: Response, cells: Glob = None,
             fingerprint: Annotated[str | None, Query(max_length=64, description=(
                 "A fingerprint key or a prefix of one."))] = None,
-            limit: Limit = 100, after: After = None) -> list[EntryDoc]:
+            limit: Limit = 100, after: After = None) -> list[dict[str, Any]]:
     found = _index(request).entries(cells or None, fingerprint or None, limit, after or None)
     return _paged(response, found, limit, entry_cursor)
 
@@ -184,7 +180,7 @@ def fingerprints(request: Request) -> list[FingerprintDoc]:
 
 @router.get("/sdk-versions", response_model=m.SdkBytesList,
             summary="Entries and bytes per backend and SDK version")
-def sdk_versions(request: Request) -> list[SdkBytesDoc]:
+def sdk_versions(request: Request) -> list[dict[str, Any]]:
     return [s.to_json() for s in group_by_sdk(fingerprint_stats(_index(request)))]
 
 
@@ -260,5 +256,5 @@ def restore_timeline(request: Request,
                      days: Annotated[int, Query(ge=1, le=90, description=(
                          "How many days back, today included."))] = 14,
                      step: Annotated[Literal["day", "hour"], Query(description=(
-                         "Period of each point (UTC)."))] = "day") -> list[RestorePointDoc]:
+                         "Period of each point (UTC)."))] = "day") -> list[dict[str, Any]]:
     return [p.to_json() for p in timeline_points(_index(request), days=days, step=step)]

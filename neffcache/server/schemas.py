@@ -1,16 +1,20 @@
 """Response models of the HTTP API: they document the JSON (served as /openapi.json) and check
-every response against it. Each is generated from the index's declaration of that document
-(a TypedDict of ``neffcache.index``, the same one the CLI's ``--json`` and the values'
-``to_json`` use), so a shape is written once; only the server's own documents (errors,
-health) are declared here."""
+every response against it. Each is generated from the index's declaration of that document,
+so a shape is written once: a value whose document is its fields is its frozen dataclass
+(``neffcache.documents``: a datetime is an ISO string or null, a tuple a list), any other
+document a TypedDict of ``neffcache.index`` (the one its ``to_json`` builds). Only the
+server's own documents (errors, health, the summary it assembles) are declared here."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
+from datetime import datetime
 from typing import (
     Annotated,
     Any,
     Literal,
+    TypedDict,
     Union,
     get_args,
     get_origin,
@@ -24,20 +28,21 @@ from neffcache.index import (
     AttentionDoc,
     CoverageGridDoc,
     Doc,
-    EntryDoc,
+    EntrySummary,
     FailureDoc,
     FingerprintDiffDoc,
     FingerprintDoc,
+    IndexTotals,
     InProgressDoc,
+    MatrixCoverageDoc,
     MatrixDetail,
     MatrixDoc,
     RestoreDoc,
     RestoreOutcomeDoc,
-    RestorePointDoc,
+    RestorePoint,
     RunDetail,
     RunDoc,
-    SdkBytesDoc,
-    Summary,
+    SdkBytes,
 )
 
 
@@ -45,6 +50,16 @@ class ErrorDoc(BaseModel):
     error: str = Field(description="One-line message naming what failed.")
     type: str = Field(description="The neffcache error class, e.g. NotFoundError.")
     hint: str | None = Field(None, description="A command that may fix it.")
+
+
+class Summary(TypedDict):
+    """Totals, coverage per matrix x fingerprint, bytes per SDK version, restore outcomes."""
+
+    index: str
+    totals: IndexTotals
+    coverage: list[MatrixCoverageDoc]
+    sdk_versions: list[SdkBytes]
+    restore_outcomes: list[RestoreOutcomeDoc]
 
 
 class Health(BaseModel):
@@ -56,23 +71,39 @@ class Health(BaseModel):
 
 _MODELS: dict[type, type[BaseModel]] = {}
 
+# The API's name and description of each dataclass's document (its OpenAPI component).
+_DOCUMENTS: dict[type, tuple[str, str | None]] = {
+    EntrySummary: ("EntryDoc", EntrySummary.__doc__),
+    IndexTotals: ("TotalsDoc", None),
+    RestorePoint: ("RestorePointDoc", None),
+    SdkBytes: ("SdkBytesDoc", None),
+}
+
 
 def model_of(shape: type) -> type[BaseModel]:
-    """The pydantic model of a TypedDict document, of the same name: every key a field (its
-    ``Doc`` the field's description; a key the document may lack defaults to None), nested
-    documents as their models."""
+    """The pydantic model of a document: a TypedDict's of the same name, every key a field
+    (a key the document may lack defaults to None), or a dataclass's (every field required,
+    named as ``_DOCUMENTS`` says); a field's ``Doc`` is its description, nested documents are
+    their models."""
     if shape in _MODELS:
         return _MODELS[shape]
-    required = shape.__required_keys__  # type: ignore[attr-defined]
+    hints = get_type_hints(shape, include_extras=True)
+    if dataclasses.is_dataclass(shape):
+        name, doc = _DOCUMENTS[shape]
+        hints = {f.name: hints[f.name] for f in dataclasses.fields(shape)}
+        required = set(hints)
+    else:
+        name, doc = shape.__name__, shape.__doc__
+        required = shape.__required_keys__  # type: ignore[attr-defined]
     fields: dict[str, Any] = {}
-    for name, hint in get_type_hints(shape, include_extras=True).items():
+    for key, hint in hints.items():
         tp, description = _unwrap(hint)
         tp = _convert(tp)
-        if name in required:
-            fields[name] = (tp, Field(description=description))
+        if key in required:
+            fields[key] = (tp, Field(description=description))
         else:
-            fields[name] = (tp | None, Field(None, description=description))
-    model: type[BaseModel] = create_model(shape.__name__, __doc__=shape.__doc__, **fields)
+            fields[key] = (tp | None, Field(None, description=description))
+    model: type[BaseModel] = create_model(name, __doc__=doc, **fields)
     _MODELS[shape] = model
     return model
 
@@ -85,11 +116,14 @@ def _unwrap(hint: Any) -> tuple[Any, str | None]:
 
 
 def _convert(tp: Any) -> Any:
-    """``tp`` with every TypedDict inside it (lists, dicts, unions) replaced by its model."""
-    if isinstance(tp, type) and is_typeddict(tp):
+    """``tp`` with every document inside it (lists, dicts, unions) replaced by its model, as
+    its JSON is: a datetime an ISO string or null, a tuple a list."""
+    if isinstance(tp, type) and (is_typeddict(tp) or dataclasses.is_dataclass(tp)):
         return model_of(tp)
+    if tp is datetime:
+        return str | None
     origin, args = get_origin(tp), get_args(tp)
-    if origin is list:
+    if origin is list or origin is tuple and args[1:] == (Ellipsis,):
         return list_of(_convert(args[0]))
     if origin is dict:
         return dict.__class_getitem__((_convert(args[0]), _convert(args[1])))
@@ -108,16 +142,16 @@ def list_of(item: Any) -> Any:
 MatrixDocModel = model_of(MatrixDoc)
 MatrixDetailModel = model_of(MatrixDetail)
 CoverageGridModel = model_of(CoverageGridDoc)
-EntryModel = model_of(EntryDoc)
+EntryModel = model_of(EntrySummary)
 FingerprintModel = model_of(FingerprintDoc)
-SdkBytesModel = model_of(SdkBytesDoc)
+SdkBytesModel = model_of(SdkBytes)
 RunModel = model_of(RunDoc)
 RunDetailModel = model_of(RunDetail)
 FailureModel = model_of(FailureDoc)
 InProgressModel = model_of(InProgressDoc)
 RestoreModel = model_of(RestoreDoc)
 RestoreOutcomeModel = model_of(RestoreOutcomeDoc)
-RestorePointModel = model_of(RestorePointDoc)
+RestorePointModel = model_of(RestorePoint)
 SummaryModel = model_of(Summary)
 AttentionModel = model_of(AttentionDoc)
 FingerprintDiffModel = model_of(FingerprintDiffDoc)

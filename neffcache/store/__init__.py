@@ -26,60 +26,43 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neffcache.config import redact_url
-from neffcache.errors import ConfigError, NotFoundError, UsageError
-from neffcache.store.base import (
-    BLOBS,
-    CELLS,
-    DAMAGED,
-    MANIFESTS,
-    PACKS,
-    PENDING,
-    REPORTS,
-    RETIRED,
-    STORE_MARKER,
-    MultipartUploads,
-    ObjectStream,
-    Store,
-    TempFile,
-    TempFiles,
-    Upload,
-    blob_key,
-    cell_pointer_key,
-    check_key,
-    entry_key_of,
-    holds_good,
-    manifest_key,
-    pack_key,
-    recognise_store,
-    report_key,
-)
-from neffcache.store.bundle import BundleStore
-from neffcache.store.bundle_format import (
-    TOC_NAME,
-    BundleEntry,
-    Member,
-    Toc,
-    bundle_entry,
-    decode_toc,
-    encode_toc,
-    plan_members,
-)
-from neffcache.store.mirrored import MirroredStore
-from neffcache.store.s3_config import byte_count, s3_settings, side_environ
+from neffcache.errors import ConfigError, UsageError
+from neffcache.faces import lazy_face
 
-__all__ = [
-    "BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED",
-    "STORE_MARKER", "TOC_NAME",
-    "BundleEntry", "BundleStore", "Member", "MirroredStore", "MultipartUploads", "NotFoundError",
-    "ObjectStream",
-    "Store", "TempFile", "TempFiles", "Toc", "Upload", "blob_key", "bundle_entry",
-    "cell_pointer_key", "check_key",
-    "decode_toc", "describe_store", "encode_toc", "entry_key_of", "holds_good", "manifest_key",
-    "open_store", "pack_key", "plan_members", "recognise_store", "report_key", "s3_settings",
-    "side_environ",
-]
+# module -> the names the face takes from it, each imported on first use.
+_FACE = {
+    "base": ("BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED",
+             "STORE_MARKER", "MultipartUploads", "ObjectStream", "Store", "TempFile",
+             "TempFiles", "Upload", "blob_key", "cell_pointer_key", "check_key",
+             "entry_key_of", "holds_good", "manifest_key", "pack_key", "recognise_store",
+             "report_key"),
+    "bundle": ("BundleStore",),
+    "bundle_format": ("TOC_NAME", "BundleEntry", "Member", "Toc", "bundle_entry", "decode_toc",
+                      "encode_toc", "plan_members"),
+    "mirrored": ("MirroredStore",),
+    "s3_config": ("s3_settings", "side_environ"),
+    "neffcache.errors": ("NotFoundError",),
+}
+_LAZY_ALL, __getattr__ = lazy_face(globals(), _FACE)
+__all__ = sorted([*_LAZY_ALL, "describe_store", "open_store"])
+
+if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
+    # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
+    # isort: off
+    from neffcache.errors import NotFoundError
+    from neffcache.store.base import (BLOBS, CELLS, DAMAGED, MANIFESTS, PACKS, PENDING, REPORTS,
+        RETIRED, STORE_MARKER, MultipartUploads, ObjectStream, Store, TempFile, TempFiles, Upload,
+        blob_key, cell_pointer_key, check_key, entry_key_of, holds_good, manifest_key, pack_key,
+        recognise_store, report_key)
+    from neffcache.store.bundle import BundleStore
+    from neffcache.store.bundle_format import (TOC_NAME, BundleEntry, Member, Toc, bundle_entry,
+        decode_toc, encode_toc, plan_members)
+    from neffcache.store.mirrored import MirroredStore
+    from neffcache.store.s3_config import s3_settings, side_environ
+    # isort: on
 
 BUNDLE = "bundle:"
 
@@ -103,6 +86,9 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None,
     ConfigError for any other URL; UsageError for ``expect_sha256`` with a URL that is not a
     bundle's."""
     if url.startswith(BUNDLE):
+        from neffcache.store.bundle import BundleStore
+        from neffcache.store.s3_config import byte_count
+
         if create:
             raise UsageError(f"{url}: a bundle is read-only")
         env = os.environ if environ is None else environ

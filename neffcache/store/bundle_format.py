@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neffcache.canonical import canonical_json
+from neffcache.documents import Document
 from neffcache.errors import IntegrityError
 from neffcache.manifest import MAX_FILE_SIZE, Manifest
 from neffcache.store.base import blob_key, pack_key
@@ -51,15 +52,11 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True)
-class BundleEntry:
+class BundleEntry(Document):
     entry_key: str
     cell_id: str
     fingerprint_key: str
     backend: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"entry_key": self.entry_key, "cell_id": self.cell_id,
-                "fingerprint_key": self.fingerprint_key, "backend": self.backend}
 
 
 @dataclass(frozen=True, slots=True)

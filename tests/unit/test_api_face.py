@@ -4,11 +4,18 @@ and ``neffcache.precompile`` stay the functions once their packages' modules are
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import pydoc
 import subprocess
 import sys
+from pathlib import Path
+from types import ModuleType
 
 import neffcache
+from neffcache.faces import exported, module_name
+
+ROOT = Path(neffcache.__file__).resolve().parents[1]
 
 
 def test_every_public_name_resolves() -> None:
@@ -52,6 +59,16 @@ def test_import_neffcache_is_light() -> None:
     assert out == ""
 
 
+def test_importing_every_face_is_light() -> None:
+    heavy = ("torch", "diffusers", "sqlalchemy", "boto3", "botocore", "fastapi", "obstore")
+    faces = [".".join(p.relative_to(ROOT).parent.parts) for p in _faces_tool().faces()]
+    code = (f"import importlib, sys\nfor f in {faces!r}: importlib.import_module(f)\n"
+            f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == ""
+
+
 def test_every_result_knows_its_exit_code_and_its_json() -> None:
     results = [n for n in neffcache.__all__ if n.endswith(("Result", "Preview"))]
     assert len(results) >= 20
@@ -62,26 +79,49 @@ def test_every_result_knows_its_exit_code_and_its_json() -> None:
     assert lacking == []
 
 
-def test_the_index_face_loads_each_name_from_the_module_its_imports_name() -> None:
-    """``neffcache.index`` loads names on first use (``_EXPORTS``); its imports for type
-    checkers name the same modules and names, and ``__all__`` lists them all."""
-    import ast
-    from pathlib import Path
+def _faces_tool() -> ModuleType:
+    """tools/faces.py, the generator of the faces' imports for type checkers."""
+    spec = importlib.util.spec_from_file_location("faces_tool", ROOT / "tools" / "faces.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
 
-    import neffcache.index as face
 
-    tree = ast.parse(Path(face.__file__).read_text())
-    typed = {(node.module, alias.asname or alias.name)
-             for block in tree.body if isinstance(block, ast.If)
-             for node in ast.walk(block) if isinstance(node, ast.ImportFrom)
-             for alias in node.names}
-    lazy = {(f"neffcache.index.{m}", n) for m, names in face._EXPORTS.items() for n in names}
-    assert typed == lazy
-    assert set(face.__all__) == {n for _, n in lazy}
-    assert all(getattr(face, n) is not None for n in face.__all__)
-    try:
-        face.no_such_name  # noqa: B018 - the attribute access is the test
-    except AttributeError as exc:
-        assert "no_such_name" in str(exc)
-    else:
-        raise AssertionError("neffcache.index.no_such_name resolved")
+def test_every_face_loads_each_name_its_table_names() -> None:
+    """A lazy face loads each name of its ``_FACE`` table from the module the table names; its
+    ``__all__`` holds them all, an unknown name is an AttributeError, and its imports for
+    type checkers are what ``tools/faces.py`` writes from the table (the check CI runs)."""
+    tool = _faces_tool()
+    paths = tool.faces()
+    assert len(paths) >= 6
+    assert tool.drifted() == []
+    for path in paths:
+        name = ".".join(path.relative_to(ROOT).parent.parts)
+        importlib.import_module(name)
+        face = sys.modules[name]
+        homes = exported(face._FACE)
+        assert set(face.__all__) >= set(homes), name
+        for export, (module, original) in homes.items():
+            source = importlib.import_module(module_name(name, module))
+            assert getattr(face, export) is getattr(source, original), (name, export)
+        try:
+            face.no_such_name  # noqa: B018 - the attribute access is the test
+        except AttributeError as exc:
+            assert "no_such_name" in str(exc)
+        else:
+            raise AssertionError(f"{name}.no_such_name resolved")
+
+
+def test_the_faces_check_fails_when_a_face_drifts(tmp_path: Path) -> None:
+    tool = _faces_tool()
+    face = ROOT / "neffcache" / "restore" / "__init__.py"
+    text = face.read_text(encoding="utf-8")
+    drifted = text.replace("    from neffcache.restore.ready import cell_ready\n", "")
+    assert drifted != text
+    copy = tmp_path / "neffcache" / "restore" / "__init__.py"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(drifted, encoding="utf-8")
+    assert tool.drifted(tmp_path / "neffcache") == [copy]
+    copy.write_text(text, encoding="utf-8")
+    assert tool.drifted(tmp_path / "neffcache") == []

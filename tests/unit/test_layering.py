@@ -18,8 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "neffcache"
 # tree in the same order.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # core: pure models and small helpers (no store, no index, no network)
-    ("neffcache.version", "neffcache.errors", "neffcache.build_hook"),
-    ("neffcache.canonical", "neffcache.hashing", "neffcache.thread_pool",
+    ("neffcache.version", "neffcache.errors", "neffcache.build_hook", "neffcache.faces"),
+    ("neffcache.canonical", "neffcache.documents", "neffcache.hashing", "neffcache.thread_pool",
      "neffcache.distributions", "neffcache.config"),
     ("neffcache.interpreter", "neffcache.backends"),
     ("neffcache.matrix", "neffcache.matrix_io", "neffcache.fingerprint"),
