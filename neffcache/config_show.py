@@ -12,6 +12,7 @@ from typing import Any
 
 from neffcache.config import DEFAULT, config_file_path, read_settings, redact_url
 from neffcache.errors import ExitRule
+from neffcache.request_rules import check_request
 from neffcache.store import s3_settings
 
 
@@ -49,6 +50,9 @@ class ShowConfigRequest:
     index: str | None = None
     python: str | None = None
     reports: str | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 def show_config(request: ShowConfigRequest) -> ShowConfigResult:

@@ -27,6 +27,7 @@ from neffcache.fingerprint import (
     described_interpreter,
     diff_fingerprints,
 )
+from neffcache.request_rules import check_request
 
 if TYPE_CHECKING:
     from neffcache.manifest import Manifest
@@ -51,6 +52,9 @@ class FingerprintRequest:
     backend: str | None = None
     python: str | None = None
     environ: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,9 @@ class ExplainRequest:
     store: str | None = None
     index: str | None = None
     environ: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from neffcache.errors import ConfigError, ExitRule, UsageError
 from neffcache.key_files import load_signing_key, load_trusted_keys, write_signing_key
+from neffcache.request_rules import check_request
 from neffcache.signing import PublicKey, generate_signing_key
 
 
@@ -20,12 +21,18 @@ class GenerateKeyRequest:
     out: str | Path
     public_out: str | Path | None = None
 
+    def __post_init__(self) -> None:
+        check_request(self)
+
 
 @dataclass(frozen=True, slots=True)
 class ShowKeyRequest:
     """``path``: a private key (PEM) or a file of public keys; the public half is shown."""
 
     path: str | Path
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

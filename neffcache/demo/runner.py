@@ -32,6 +32,7 @@ from neffcache.errors import (
     UsageError,
 )
 from neffcache.precompile import Verdict
+from neffcache.request_rules import check_request
 
 if TYPE_CHECKING:
     from neffcache.backends import Backend
@@ -73,6 +74,9 @@ class DemoRequest:
     environ: Mapping[str, str] | None = None
     notice: Callable[[str], None] | None = None
     progress: Callable[[Event], None] | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from neffcache.errors import (
 from neffcache.index.api import Index, open_index
 from neffcache.index.schema import schema_state, upgrade_index
 from neffcache.index.values import ReindexResult, SchemaState
+from neffcache.request_rules import check_request
 
 # ingest, matrices and reindex (and what they import: the store, reports) load in the calls
 # that use them: ``ls`` starts without them.
@@ -69,6 +70,9 @@ class ReindexStoreRequest:
     store: str | None = None
     index: str | None = None
     progress: Callable[[int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,9 @@ class IngestRestoreReportsRequest:
     store: str | None = None
     index: str | None = None
 
+    def __post_init__(self) -> None:
+        check_request(self)
+
 
 @dataclass(frozen=True, slots=True)
 class IngestRestoreReportsResult(_Success):
@@ -180,6 +187,9 @@ class RegisterMatrixFileRequest:
     index: str | None = None
     replace: bool = False
 
+    def __post_init__(self) -> None:
+        check_request(self)
+
 
 @dataclass(frozen=True, slots=True)
 class RegisterMatrixFileResult(_Success):
@@ -225,6 +235,9 @@ class ListRegisteredMatricesRequest:
 
     index: str | None = None
 
+    def __post_init__(self) -> None:
+        check_request(self)
+
 
 @dataclass(frozen=True, slots=True)
 class ListRegisteredMatricesResult(_Success):
@@ -257,6 +270,9 @@ class ShowRegisteredMatrixRequest:
     version: int | None = None
     versions: bool = False
     index: str | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +311,9 @@ class UpgradeSchemaRequest:
 
     index: str | None = None
 
+    def __post_init__(self) -> None:
+        check_request(self)
+
 
 @dataclass(frozen=True, slots=True)
 class UpgradeSchemaResult(_Success):
@@ -329,6 +348,9 @@ class ShowSchemaRequest:
 
     index: str | None = None
     check: bool = False
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from neffcache.index.coverage_reads import (
 )
 from neffcache.index.readers import open_reader
 from neffcache.index.values import READY, CoverageFingerprint, CoverageReport, CoverageRow
+from neffcache.request_rules import check_request
 
 if TYPE_CHECKING:
     from neffcache.config import Settings
@@ -69,6 +70,9 @@ class CoverageRequest:
     check: bool = False
     python: str | None = None
     index: str | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

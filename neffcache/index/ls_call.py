@@ -18,6 +18,7 @@ from neffcache.index.compiled import StatementCache
 from neffcache.index.cursors import entry_cursor
 from neffcache.index.readers import SqlaFallback, open_index_as_cli
 from neffcache.index.values import EntrySummary
+from neffcache.request_rules import check_request
 
 if TYPE_CHECKING:
     from neffcache.index.shapes import EntriesDoc
@@ -34,6 +35,9 @@ class ListEntriesRequest:
     limit: int | None = None
     index: str | None = None
     after: str | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

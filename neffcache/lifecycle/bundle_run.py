@@ -15,6 +15,7 @@ from neffcache.errors import ExitRule, NeffcacheError
 from neffcache.lifecycle.bundle_write import write_bundle
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_manifests
+from neffcache.request_rules import check_request
 from neffcache.store import BundleStore, Toc, manifest_key, open_store
 from neffcache.trust import load_trust
 
@@ -38,6 +39,9 @@ class ExportBundleRequest:
     gzip: bool = False
     store: str | None = None
     progress: Callable[[int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,9 @@ class ImportBundleRequest:
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
 
+    def __post_init__(self) -> None:
+        check_request(self)
+
 
 @dataclass(frozen=True, slots=True)
 class ImportBundleResult(ExitRule):
@@ -148,6 +155,9 @@ class ShowBundleRequest:
     expect_sha256: str | None = None
     verify: bool = False
     max_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

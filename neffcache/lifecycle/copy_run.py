@@ -12,6 +12,7 @@ from neffcache.config import read_settings
 from neffcache.errors import UsageError
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import select_manifests
+from neffcache.request_rules import check_request
 from neffcache.store import TempFiles, open_store, side_environ
 from neffcache.trust import load_trust
 
@@ -46,6 +47,9 @@ class CopyEntriesRequest:
     environ: Mapping[str, str] | None = None
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:

@@ -24,6 +24,7 @@ from neffcache.lifecycle.gc import (
     plan_only,
     upload_json,
 )
+from neffcache.request_rules import check_request
 from neffcache.store import Store, TempFile, TempFiles, Upload, open_store
 
 
@@ -102,6 +103,9 @@ class CollectGarbageRequest:
     confirmed: bool = False
     confirm: Callable[[CollectGarbageResult], bool] | None = None
     notice: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:

@@ -34,6 +34,7 @@ from neffcache.lifecycle.repair import (
     rewrite_object,
 )
 from neffcache.lifecycle.verify import Catalogue, Problem, check_objects, read_catalogue
+from neffcache.request_rules import check_request
 from neffcache.store import Store, entry_key_of, manifest_key, open_store, side_environ
 from neffcache.thread_pool import map_in_threads
 from neffcache.trust import TrustPolicy, check_pin, load_trust
@@ -63,6 +64,9 @@ class RepairRequest:
     workers: int = 8
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

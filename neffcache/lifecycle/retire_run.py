@@ -26,6 +26,7 @@ from neffcache.lifecycle.retire import (
     with_restored,
 )
 from neffcache.matrix_io import load_matrix
+from neffcache.request_rules import check_request
 from neffcache.store import open_store
 
 
@@ -77,6 +78,9 @@ class RetireEntriesRequest:
     confirmed: bool = False
     confirm: Callable[[RetireEntriesResult], bool] | None = None
     notice: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:

@@ -13,6 +13,7 @@ from neffcache.config import read_settings
 from neffcache.lifecycle import verify, verify_local
 from neffcache.lifecycle.verify import VerifyStoreResult
 from neffcache.lifecycle.verify_local import VerifyLocalDirResult
+from neffcache.request_rules import check_request
 from neffcache.store import BLOBS, DAMAGED, PACKS, open_store
 from neffcache.trust import load_trust
 
@@ -43,6 +44,9 @@ class VerifyStoreRequest:
     quarantine: bool = False
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
@@ -78,6 +82,9 @@ class VerifyLocalDirRequest:
     progress: Callable[[int, int], None] | None = None
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:

@@ -23,6 +23,7 @@ from neffcache.precompile.claims import ClaimOptions, apply_claims
 from neffcache.precompile.heartbeat import CellBeat
 from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
 from neffcache.precompile.run import apply_precompile
+from neffcache.request_rules import check_request
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -93,6 +94,9 @@ class PrecompileRequest:
     heartbeat: Callable[[CellBeat], None] | None = None
     heartbeat_seconds: float = 30.0
     signing_key: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from neffcache.precompile.indexing import report_to_index
 from neffcache.precompile.warm import FAILED, Event, WarmReport, apply_warm
 from neffcache.report_spool import SPOOL_DIR, discard, keep, load, pending
 from neffcache.reports import Verdicts, make_report_id
+from neffcache.request_rules import check_request
 from neffcache.restore import LOCAL_ENTRIES
 
 if TYPE_CHECKING:
@@ -54,6 +55,9 @@ class WarmRequest:
     notice: Callable[[str], None] | None = None
     progress: Callable[[Event], None] | None = None
     python: str | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

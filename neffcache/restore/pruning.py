@@ -31,6 +31,7 @@ from neffcache.fingerprint import Fingerprint, check_usable, collect_fingerprint
 from neffcache.manifest import DIGEST_FIELD, SIGNATURE_FIELD, entry_key
 from neffcache.matrix import Matrix
 from neffcache.matrix_io import load_matrix
+from neffcache.request_rules import check_request
 from neffcache.restore.dest import lock_destination
 from neffcache.restore.fs import DirCache, Roots
 from neffcache.restore.local import (
@@ -116,6 +117,9 @@ class PruneRequest:
     dry_run: bool = False
     confirmed: bool = False
     confirm: Callable[[PruneResult], bool] | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 def prune(request: PruneRequest) -> PruneResult:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from neffcache.config import Settings, read_settings, redact_url
 from neffcache.errors import ConfigError, UsageError
+from neffcache.request_rules import check_request
 
 if TYPE_CHECKING:
     import uvicorn
@@ -51,6 +52,9 @@ class ServeRequest:
     store: str | None = None
     index: str | None = None
     notice: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        check_request(self)
 
 
 def is_loopback(host: str) -> bool:
