@@ -75,8 +75,9 @@ from neffcache.errors import (
 from neffcache.version import __version__
 
 if TYPE_CHECKING:
-    from neffcache.config_show import ShowConfigRequest, ShowConfigResult, show_config
-    from neffcache.demo import DemoRequest, DemoResult, run_demo
+    from neffcache.config_show import ConfigValue, ShowConfigRequest, ShowConfigResult, show_config
+    from neffcache.demo import DemoCell, DemoRequest, DemoResult, run_demo
+    from neffcache.fingerprint import FieldDiff, Fingerprint
     from neffcache.fingerprint_explain import (
         ExplainRequest,
         ExplainResult,
@@ -86,19 +87,29 @@ if TYPE_CHECKING:
         show_fingerprint,
     )
     from neffcache.index import (
+        CoverageFingerprint,
+        CoverageReport,
         CoverageRequest,
         CoverageResult,
+        CoverageRow,
         CoverageStream,
+        EntrySummary,
         IngestRestoreReportsRequest,
         IngestRestoreReportsResult,
+        IngestResult,
+        InvalidManifest,
+        InvalidReport,
         ListEntriesRequest,
         ListEntriesResult,
         ListRegisteredMatricesRequest,
         ListRegisteredMatricesResult,
+        MatrixVersion,
         RegisterMatrixFileRequest,
         RegisterMatrixFileResult,
+        ReindexResult,
         ReindexStoreRequest,
         ReindexStoreResult,
+        SchemaState,
         ShowRegisteredMatrixRequest,
         ShowRegisteredMatrixResult,
         ShowSchemaRequest,
@@ -123,16 +134,25 @@ if TYPE_CHECKING:
         CollectGarbageResult,
         CopyEntriesRequest,
         CopyEntriesResult,
+        EntryInfo,
         ExportBundleRequest,
         ExportBundleResult,
+        GcPlan,
+        GcResult,
         ImportBundleRequest,
         ImportBundleResult,
+        LocalProblem,
+        Problem,
+        RepairItem,
         RepairRequest,
         RepairResult,
         RetireEntriesRequest,
         RetireEntriesResult,
+        RetirePlan,
+        RetirePolicy,
         ShowBundleRequest,
         ShowBundleResult,
+        UploadPlan,
         VerifyLocalDirRequest,
         VerifyLocalDirResult,
         VerifyStoreRequest,
@@ -148,25 +168,53 @@ if TYPE_CHECKING:
         verify_store,
     )
     from neffcache.lifecycle import verify_store as verify
+    from neffcache.manifest import (
+        FileRecord,
+        Manifest,
+        PackMember,
+        PackRecord,
+        PartDigests,
+        Signature,
+    )
+    from neffcache.matrix import Cell, Matrix, PipelineSpec
     from neffcache.precompile import (
+        BackfillPlan,
         CaptureRequest,
         CaptureResult,
+        CellBeat,
+        CellReport,
+        FileState,
+        PrecompileReport,
         PrecompileRequest,
         PrecompileResult,
+        PublishResult,
         PushRequest,
         PushResult,
+        StopSummary,
+        Verdict,
+        VerifyReport,
+        WarmCell,
+        WarmReport,
         WarmRequest,
         WarmResult,
     )
     from neffcache.restore import (
+        CellFailure,
+        Conflict,
+        FetchGroup,
+        FileFailure,
+        PrunedEntry,
         PruneRequest,
         PruneResult,
+        Resolution,
+        RestorePlan,
         RestorePreview,
         RestoreRequest,
         RestoreResult,
         prune,
     )
     from neffcache.server import ServeRequest, serve
+    from neffcache.store import BundleEntry, Member, TempFile, Toc, Upload
 
 
 def restore(request: RestoreRequest) -> RestoreResult:
@@ -273,6 +321,28 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("DemoRequest", "DemoResult", "run_demo"), "neffcache.demo"),
     **dict.fromkeys(("GenerateKeyRequest", "KeyResult", "ShowKeyRequest", "generate_key",
                      "show_key"), "neffcache.keys"),
+    # the value types the calls take and return (fields of requests and results, and theirs)
+    **dict.fromkeys(("CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary",
+                     "IngestResult", "InvalidManifest", "InvalidReport", "MatrixVersion",
+                     "ReindexResult", "SchemaState"),
+                    "neffcache.index"),
+    **dict.fromkeys(("EntryInfo", "GcPlan", "GcResult", "LocalProblem", "Problem", "RepairItem",
+                     "RetirePlan", "RetirePolicy", "UploadPlan"),
+                    "neffcache.lifecycle"),
+    **dict.fromkeys(("CellFailure", "Conflict", "FetchGroup", "FileFailure", "PrunedEntry",
+                     "Resolution", "RestorePlan"),
+                    "neffcache.restore"),
+    **dict.fromkeys(("BackfillPlan", "CellBeat", "CellReport", "FileState", "PrecompileReport",
+                     "PublishResult", "StopSummary", "Verdict", "VerifyReport", "WarmCell",
+                     "WarmReport"),
+                    "neffcache.precompile"),
+    **dict.fromkeys(("DemoCell",), "neffcache.demo"),
+    **dict.fromkeys(("ConfigValue",), "neffcache.config_show"),
+    **dict.fromkeys(("Cell", "Matrix", "PipelineSpec"), "neffcache.matrix"),
+    **dict.fromkeys(("FieldDiff", "Fingerprint"), "neffcache.fingerprint"),
+    **dict.fromkeys(("FileRecord", "Manifest", "PackMember", "PackRecord", "PartDigests",
+                     "Signature"), "neffcache.manifest"),
+    **dict.fromkeys(("BundleEntry", "Member", "TempFile", "Toc", "Upload"), "neffcache.store"),
 }
 # Short names for the calls people reach for most.
 _ALIASES: dict[str, str] = {"verify": "verify_store"}
@@ -325,5 +395,15 @@ __all__ = [  # literal, for tools; test_api_face checks it against _LAZY and the
     "show_bundle",
     "show_fingerprint", "show_registered_matrix", "show_schema", "stream_coverage",
     "upgrade_schema", "verify",
-    "verify_local_dir", "verify_store"
+    "verify_local_dir", "verify_store",
+    # the value types the calls take and return
+    "BackfillPlan", "BundleEntry", "Cell", "CellBeat", "CellFailure", "CellReport", "ConfigValue",
+    "Conflict", "CoverageFingerprint", "CoverageReport", "CoverageRow", "DemoCell", "EntryInfo",
+    "EntrySummary", "FetchGroup", "FieldDiff", "FileFailure", "FileRecord", "FileState",
+    "Fingerprint", "GcPlan", "GcResult", "IngestResult", "InvalidManifest", "InvalidReport",
+    "LocalProblem", "Manifest", "Matrix", "MatrixVersion", "Member", "PackMember", "PackRecord",
+    "PartDigests", "PipelineSpec", "PrecompileReport", "Problem", "PrunedEntry", "PublishResult",
+    "ReindexResult", "RepairItem", "Resolution", "RestorePlan", "RetirePlan", "RetirePolicy",
+    "SchemaState", "Signature", "StopSummary", "TempFile", "Toc", "Upload", "UploadPlan",
+    "Verdict", "VerifyReport", "WarmCell", "WarmReport"
 ]

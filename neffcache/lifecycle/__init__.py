@@ -37,20 +37,22 @@ from neffcache.lifecycle.bundle_run import (
 )
 from neffcache.lifecycle.copy import CopyEntriesResult
 from neffcache.lifecycle.copy_run import CopyEntriesRequest, copy_entries
+from neffcache.lifecycle.gc import GcPlan, GcResult, UploadPlan
 from neffcache.lifecycle.gc_run import (
     CollectGarbageRequest,
     CollectGarbageResult,
     collect_garbage,
 )
+from neffcache.lifecycle.repair import RepairItem
 from neffcache.lifecycle.repair_run import RepairRequest, RepairResult, repair_store
-from neffcache.lifecycle.retire import sdk_label
+from neffcache.lifecycle.retire import EntryInfo, RetirePlan, RetirePolicy, sdk_label
 from neffcache.lifecycle.retire_run import (
     RetireEntriesRequest,
     RetireEntriesResult,
     retire_entries,
 )
-from neffcache.lifecycle.verify import VerifyStoreResult
-from neffcache.lifecycle.verify_local import VerifyLocalDirResult
+from neffcache.lifecycle.verify import Problem, VerifyStoreResult
+from neffcache.lifecycle.verify_local import LocalProblem, VerifyLocalDirResult
 from neffcache.lifecycle.verify_run import (
     VerifyLocalDirRequest,
     VerifyStoreRequest,
@@ -67,4 +69,7 @@ __all__ = [
     "collect_garbage", "copy_entries", "export_bundle", "import_bundle", "repair_store",
     "retire_entries",
     "sdk_label", "show_bundle", "verify_local_dir", "verify_store",
+    # the value types in the results
+    "EntryInfo", "GcPlan", "GcResult", "LocalProblem", "Problem", "RepairItem", "RetirePlan",
+    "RetirePolicy", "UploadPlan",
 ]

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from neffcache.precompile.backfill_cell import CaptureRequest, CaptureResult, capture_entry
     from neffcache.precompile.claims import ClaimOptions
     from neffcache.precompile.heartbeat import CellBeat
-    from neffcache.precompile.hit_check import Verdict
+    from neffcache.precompile.hit_check import FileState, Verdict
     from neffcache.precompile.intents import GRACE_FLOOR_SECONDS, REFRESH_SECONDS, held_intents
     from neffcache.precompile.plan import (
         CellReport,
@@ -66,7 +66,7 @@ _HOME: dict[str, str] = {
     **dict.fromkeys(("CaptureRequest", "CaptureResult", "capture_entry"), "backfill_cell"),
     **dict.fromkeys(("ClaimOptions",), "claims"),
     **dict.fromkeys(("CellBeat",), "heartbeat"),
-    **dict.fromkeys(("Verdict",), "hit_check"),
+    **dict.fromkeys(("FileState", "Verdict"), "hit_check"),
     **dict.fromkeys(("GRACE_FLOOR_SECONDS", "REFRESH_SECONDS", "held_intents"), "intents"),
     **dict.fromkeys(("CellReport", "Event", "PrecompileOptions", "PrecompileReport", "StopSummary",
                      "VerifyReport", "stored_compile_seconds"), "plan"),
@@ -90,7 +90,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "GRACE_FLOOR_SECONDS", "REFRESH_SECONDS", "BackfillPlan", "CaptureRequest", "CaptureResult",
-    "CellBeat", "CellReport", "ClaimOptions", "Event", "PrecompileOptions", "PrecompileReport",
+    "CellBeat", "CellReport", "ClaimOptions", "Event", "FileState", "PrecompileOptions",
+    "PrecompileReport",
     "PrecompileRequest", "PrecompileResult", "PublishResult", "PushRequest", "PushResult",
     "StopSummary", "Verdict", "VerifyReport", "WarmCell", "WarmReport", "WarmRequest", "WarmResult",
     "apply_precompile", "capture_entry", "check_warm", "default_producer", "held_intents",

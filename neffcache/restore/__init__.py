@@ -40,11 +40,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from neffcache.restore.apply import Progress
     from neffcache.restore.dest import lock_destination
+    from neffcache.restore.install import FileFailure
     from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
     from neffcache.restore.outcome import RestoreResult
+    from neffcache.restore.plan import Conflict, FetchGroup, RestorePlan
     from neffcache.restore.preview import RestorePreview
-    from neffcache.restore.pruning import PruneRequest, PruneResult, prune
+    from neffcache.restore.pruning import PrunedEntry, PruneRequest, PruneResult, prune
     from neffcache.restore.ready import cell_ready
+    from neffcache.restore.resolve import CellFailure, Resolution
     from neffcache.restore.run import restore_cells
     from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
     from neffcache.restore.state import (
@@ -63,8 +66,11 @@ _HOME: dict[str, str] = {
     **dict.fromkeys(("lock_destination",), "dest"),
     **dict.fromkeys(("LOCAL_ENTRIES", "MISSING_FILE"), "local"),
     **dict.fromkeys(("RestoreResult",), "outcome"),
+    **dict.fromkeys(("FileFailure",), "install"),
+    **dict.fromkeys(("Conflict", "FetchGroup", "RestorePlan"), "plan"),
+    **dict.fromkeys(("CellFailure", "Resolution"), "resolve"),
     **dict.fromkeys(("RestorePreview",), "preview"),
-    **dict.fromkeys(("PruneRequest", "PruneResult", "prune"), "pruning"),
+    **dict.fromkeys(("PrunedEntry", "PruneRequest", "PruneResult", "prune"), "pruning"),
     **dict.fromkeys(("cell_ready",), "ready"),
     **dict.fromkeys(("restore_cells",), "run"),
     **dict.fromkeys(("RestoreRequest", "default_workers", "preview_restore", "restore"), "session"),
@@ -88,4 +94,7 @@ __all__ = [
     "forget_paths", "load_pending", "load_state",
     "lock_destination",
     "preview_restore", "prune", "restore", "restore_cells", "save_state",
+    # the value types in the results
+    "CellFailure", "Conflict", "FetchGroup", "FileFailure", "PrunedEntry", "Resolution",
+    "RestorePlan",
 ]
