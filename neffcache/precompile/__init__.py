@@ -54,7 +54,7 @@ if TYPE_CHECKING:
         write_pointer,
     )
     from neffcache.precompile.push_cell import PushRequest, PushResult, push
-    from neffcache.precompile.run import apply_precompile
+    from neffcache.precompile.run import RunContext, RunHooks, apply_precompile
     from neffcache.precompile.session import PrecompileRequest, PrecompileResult, precompile
     from neffcache.precompile.warm import WarmCell, WarmReport, warm_restored
     from neffcache.precompile.warm_check import WarmRequest, WarmResult, check_warm
@@ -73,7 +73,7 @@ _HOME: dict[str, str] = {
     **dict.fromkeys(("PublishResult", "default_producer", "publish_entry", "write_pointer"),
                     "publish"),
     **dict.fromkeys(("PushRequest", "PushResult", "push"), "push_cell"),
-    **dict.fromkeys(("apply_precompile",), "run"),
+    **dict.fromkeys(("RunContext", "RunHooks", "apply_precompile"), "run"),
     **dict.fromkeys(("PrecompileRequest", "PrecompileResult", "precompile"), "session"),
     **dict.fromkeys(("WarmCell", "WarmReport", "warm_restored"), "warm"),
     **dict.fromkeys(("WarmRequest", "WarmResult", "check_warm"), "warm_check"),
@@ -93,6 +93,7 @@ __all__ = [
     "CellBeat", "CellReport", "ClaimOptions", "Event", "FileState", "PrecompileOptions",
     "PrecompileReport",
     "PrecompileRequest", "PrecompileResult", "PublishResult", "PushRequest", "PushResult",
+    "RunContext", "RunHooks",
     "StopSummary", "Verdict", "VerifyReport", "WarmCell", "WarmReport", "WarmRequest", "WarmResult",
     "apply_precompile", "capture_entry", "check_warm", "default_producer", "held_intents",
     "precompile", "publish_entry", "push", "stored_compile_seconds", "warm_restored",

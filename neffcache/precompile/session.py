@@ -22,7 +22,7 @@ from neffcache.matrix import Cell, Matrix, select_cells, shard_cells
 from neffcache.precompile.claims import ClaimOptions, apply_claims
 from neffcache.precompile.heartbeat import CellBeat
 from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
-from neffcache.precompile.run import apply_precompile
+from neffcache.precompile.run import RunContext, RunHooks, apply_precompile
 from neffcache.request_rules import check_request
 
 if TYPE_CHECKING:
@@ -166,16 +166,14 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
         _register_first(ix, spec, request.replace_matrix)
         if request.selected is not None:
             request.selected(len(cells))
+        hooks = RunHooks(request.progress, request.stop, request.heartbeat)
         if request.claim:
-            report = apply_claims(spec, cells, store, ix, fingerprint, options,
-                                  ClaimOptions(lease_seconds=request.lease_seconds,
-                                               retries=request.retries),
-                                  environ=env, progress=request.progress, stop=request.stop,
-                                  heartbeat=request.heartbeat)
+            report = apply_claims(RunContext(spec, store, ix, fingerprint, options, env, hooks),
+                                  cells, ClaimOptions(lease_seconds=request.lease_seconds,
+                                                      retries=request.retries))
         else:
             report = apply_precompile(spec, cells, store, ix, fingerprint, options,
-                                      environ=env, progress=request.progress, stop=request.stop,
-                                      heartbeat=request.heartbeat)
+                                      environ=env, hooks=hooks)
     return PrecompileResult(report)
 
 
