@@ -6,6 +6,10 @@ reads it: flag > ``NEFFCACHE_*`` > config file > default). A result knows its ``
 (the CLI's, 0 = success), its ``error()`` (the exception the CLI would report, or None) and
 its ``to_json()`` (the command's ``--json`` document). A call raises a ``NeffcacheError``
 subclass only when it cannot produce a result at all (bad input, store unreachable, ...).
+A request checks its fields when it is made (type, range, no lone ``str`` for a sequence:
+else a ``UsageError`` naming the field); every ``NeffcacheError`` knows its ``exit_code``.
+The value types the calls take and return (``Matrix``, ``Fingerprint``, ``EntrySummary``,
+``CoverageRow``, ``PrecompileReport``, ...) import from here too.
 
     restore(RestoreRequest) -> RestoreResult                   neffcache restore
     preview_restore(RestoreRequest) -> RestorePreview          neffcache restore --dry-run
