@@ -405,8 +405,8 @@ class PrecompileRun:
                 VERIFY_FAILED, None, restored.seconds if restored else 0.0,
                 error=f"restore: {err or 'cell not restored'}"))
         outcome = warm_restored(self.matrix, plan.cell, self.backend, target,
-                                cell_dir / "verify", environ=self.environ,
-                                extra_env=dict(self.options.extra_env),
+                                cell_dir / "verify",
+                                environ={**self.environ, **dict(self.options.extra_env)},
                                 timeout=self.options.timeout, python=self.options.python)
         verdict = outcome.verdict()
         if verdict is None:
