@@ -12,7 +12,7 @@ from typing import Any
 
 from neffcache.config import DEFAULT, config_file_path, read_settings, redact_url
 from neffcache.errors import ExitRule
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 from neffcache.store import s3_settings
 
 
@@ -42,7 +42,7 @@ class ShowConfigResult(ExitRule):
                              for v in self.values}}
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ShowConfigRequest:
     """The flags a command may pass (None: not given), as ``neffcache config`` takes them."""
 
@@ -50,9 +50,6 @@ class ShowConfigRequest:
     index: str | None = None
     python: str | None = None
     reports: str | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 def show_config(request: ShowConfigRequest) -> ShowConfigResult:

@@ -27,7 +27,7 @@ from neffcache.fingerprint import (
     described_interpreter,
     diff_fingerprints,
 )
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     from neffcache.manifest import Manifest
@@ -39,7 +39,7 @@ DEFAULT_BACKEND = "inductor"
 _HEX_RE = re.compile(r"^[0-9a-f]{6,64}$")
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class FingerprintRequest:
     """Which fingerprint of this host to collect.
 
@@ -52,9 +52,6 @@ class FingerprintRequest:
     backend: str | None = None
     python: str | None = None
     environ: Mapping[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +74,7 @@ class FingerprintResult(ExitRule):
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ExplainRequest:
     """What to explain: ``key`` is an entry key (its manifest is read from the store) or a
     fingerprint key (read from the index), either one or a unique prefix of at least 6 hex
@@ -93,9 +90,6 @@ class ExplainRequest:
     store: str | None = None
     index: str | None = None
     environ: Mapping[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

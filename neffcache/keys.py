@@ -9,11 +9,11 @@ from typing import Any
 
 from neffcache.errors import ConfigError, ExitRule, UsageError
 from neffcache.key_files import load_signing_key, load_trusted_keys, write_signing_key
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 from neffcache.signing import PublicKey, generate_signing_key
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class GenerateKeyRequest:
     """``out``: the private key file to create (mode 0600; an existing file is never
     overwritten). ``public_out``: also write the public key there (one ``ed25519:`` line)."""
@@ -21,18 +21,12 @@ class GenerateKeyRequest:
     out: str | Path
     public_out: str | Path | None = None
 
-    def __post_init__(self) -> None:
-        check_request(self)
 
-
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ShowKeyRequest:
     """``path``: a private key (PEM) or a file of public keys; the public half is shown."""
 
     path: str | Path
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

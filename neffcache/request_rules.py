@@ -6,8 +6,9 @@ so is a lone ``str`` where a sequence is meant (it would be split into character
 range is declared once, in ``RANGES``: the request checks it, and the CLI's option type is made
 from it (``cli._common.ranged``), so a flag and its field cannot disagree.
 
-Every public request calls ``check_request(self)`` from ``__post_init__``; a broken rule is a
-``UsageError`` (exit 2) naming the request and the field::
+Every public request is declared ``@checked_request`` (a frozen dataclass with slots whose
+``__post_init__`` is ``check_request``); a broken rule is a ``UsageError`` (exit 2) naming the
+request and the field::
 
     RestoreRequest.mirrors: expected a sequence of str, got the str 's3://b/p' (a lone
     string where a sequence is meant: wrap it, e.g. ('s3://b/p',))
@@ -23,6 +24,7 @@ import sys
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar, dataclass_transform
 
 from neffcache.errors import UsageError
 
@@ -82,6 +84,18 @@ RANGES: dict[str, dict[str, Range]] = {
 }
 
 Check = Callable[[object], bool]
+T = TypeVar("T")
+
+
+@dataclass_transform(frozen_default=True)
+def checked_request(cls: type[T]) -> type[T]:
+    """A public request: ``@dataclass(frozen=True, slots=True)`` that checks its fields when it
+    is made (``check_request``)."""
+    def __post_init__(self: object) -> None:
+        check_request(self)
+
+    cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+    return dataclass(frozen=True, slots=True)(cls)
 
 
 @dataclass(frozen=True, slots=True)

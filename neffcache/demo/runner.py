@@ -32,7 +32,7 @@ from neffcache.errors import (
     UsageError,
 )
 from neffcache.precompile import Verdict
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     from neffcache.index import CoverageReport
@@ -50,7 +50,7 @@ DEFAULT_TIMEOUT = 1800.0
 Event = tuple[str, str, str]  # (kind, cell id, message), as precompile reports progress
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class DemoRequest:
     """What ``neffcache demo`` is asked to do.
 
@@ -71,9 +71,6 @@ class DemoRequest:
     environ: Mapping[str, str] | None = None
     notice: Callable[[str], None] | None = None
     progress: Callable[[Event], None] | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from neffcache.errors import (
 from neffcache.index.api import Index, open_index
 from neffcache.index.schema import schema_state, upgrade_index
 from neffcache.index.values import ReindexResult, SchemaState
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 
 # ingest, matrices and reindex (and what they import: the store, reports) load in the calls
 # that use them: ``ls`` starts without them.
@@ -60,7 +60,7 @@ class _Success(ExitRule):
 
 # --- reindex -------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ReindexStoreRequest:
     """``neffcache reindex``: ``keep_missing`` keeps entries whose manifest is gone;
     ``store``/``index`` URLs (None: as the CLI); ``progress(done, total)`` is called after
@@ -70,9 +70,6 @@ class ReindexStoreRequest:
     store: str | None = None
     index: str | None = None
     progress: Callable[[int, int], None] | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +118,7 @@ def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
 
 # --- reports ingest ------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class IngestRestoreReportsRequest:
     """``neffcache reports ingest``: ``sources`` report files or directories of ``*.json``
     files (empty: the store's reports/ prefix); ``days`` only the store's reports dated from
@@ -131,9 +128,6 @@ class IngestRestoreReportsRequest:
     days: int | None = None
     store: str | None = None
     index: str | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +170,7 @@ def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestor
 
 # --- matrix register / ls / show -----------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class RegisterMatrixFileRequest:
     """``neffcache matrix register``: the matrix ``file``, registered under ``name`` (None:
     its ``name`` key, else its stem); ``index`` URL (None: as the CLI). ``replace``: make
@@ -186,9 +180,6 @@ class RegisterMatrixFileRequest:
     name: str | None = None
     index: str | None = None
     replace: bool = False
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,14 +220,11 @@ def _read_matrix(file: str) -> str:
         raise MatrixError(f"{file}: cannot read matrix file: {exc}") from None
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ListRegisteredMatricesRequest:
     """``neffcache matrix ls``: ``index`` URL (None: as the CLI)."""
 
     index: str | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +249,7 @@ def list_registered_matrices(request: ListRegisteredMatricesRequest
         return ListRegisteredMatricesResult(tuple(list_matrices(ix)))
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ShowRegisteredMatrixRequest:
     """``neffcache matrix show``: matrix ``name``, its ``version`` (None: the current one),
     or with ``versions`` its whole history; ``index`` URL (None: as the CLI)."""
@@ -270,9 +258,6 @@ class ShowRegisteredMatrixRequest:
     version: int | None = None
     versions: bool = False
     index: str | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,14 +290,11 @@ def show_registered_matrix(request: ShowRegisteredMatrixRequest) -> ShowRegister
 
 # --- db upgrade / current ------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class UpgradeSchemaRequest:
     """``neffcache db upgrade``: ``index`` URL (None: as the CLI)."""
 
     index: str | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,16 +323,13 @@ def upgrade_schema(request: UpgradeSchemaRequest) -> UpgradeSchemaResult:
     return UpgradeSchemaResult(redact_url(url), before, after)
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ShowSchemaRequest:
     """``neffcache db current``: ``index`` URL (None: as the CLI); ``check`` makes an
     outdated schema the result's error (exit 7)."""
 
     index: str | None = None
     check: bool = False
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

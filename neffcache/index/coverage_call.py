@@ -30,7 +30,7 @@ from neffcache.index.coverage_reads import (
 )
 from neffcache.index.readers import open_reader
 from neffcache.index.values import READY, CoverageFingerprint, CoverageReport, CoverageRow
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     from neffcache.config import Settings
@@ -44,7 +44,7 @@ HOST = "host"  # in CoverageRequest.fingerprints: this host's fingerprint
 _FULL_KEY = re.compile(r"[0-9a-f]{64}")  # a fingerprint key (sha256 hex)
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class CoverageRequest:
     """What ``coverage`` reads (the flags of ``neffcache coverage``).
 
@@ -70,9 +70,6 @@ class CoverageRequest:
     check: bool = False
     python: str | None = None
     index: str | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

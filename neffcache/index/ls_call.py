@@ -18,13 +18,13 @@ from neffcache.index.compiled import StatementCache
 from neffcache.index.cursors import entry_cursor
 from neffcache.index.readers import SqlaFallback, open_index_as_cli
 from neffcache.index.values import EntrySummary
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     from neffcache.index.shapes import EntriesDoc
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ListEntriesRequest:
     """``neffcache ls``: ``cell`` a cell id glob, ``fingerprint`` a key or a prefix of one,
     ``limit`` at most this many (the newest); ``after`` a cursor (a page's ``next``): only
@@ -35,9 +35,6 @@ class ListEntriesRequest:
     limit: int | None = None
     index: str | None = None
     after: str | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,12 @@ from neffcache.errors import ExitRule, NeffcacheError
 from neffcache.lifecycle.bundle_write import write_bundle
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_manifests
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 from neffcache.store import BundleStore, Toc, manifest_key, open_store
 from neffcache.trust import load_trust
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ExportBundleRequest:
     """What ``export_bundle`` writes, and where.
 
@@ -39,9 +39,6 @@ class ExportBundleRequest:
     gzip: bool = False
     store: str | None = None
     progress: Callable[[int, int], None] | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +83,7 @@ def export_bundle(request: ExportBundleRequest) -> ExportBundleResult:
     return ExportBundleResult(str(path), digest, toc, path.stat().st_size)
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ImportBundleRequest:
     """What ``import_bundle`` publishes: every entry of bundle ``file``, refused unless its
     digest is ``expect_sha256`` (when given), into ``store`` (None: as the CLI would,
@@ -102,9 +99,6 @@ class ImportBundleRequest:
     max_bytes: int | None = None
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +139,7 @@ def import_bundle(request: ImportBundleRequest) -> ImportBundleResult:
     return ImportBundleResult(copied, str(Path(request.file).absolute()), digest)
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ShowBundleRequest:
     """Which bundle ``show_bundle`` reads: ``file``, refused unless its digest is
     ``expect_sha256`` (when given); ``verify`` also hashes every member (the structure is
@@ -155,9 +149,6 @@ class ShowBundleRequest:
     expect_sha256: str | None = None
     verify: bool = False
     max_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

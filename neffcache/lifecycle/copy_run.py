@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from neffcache.config import read_settings
 from neffcache.errors import UsageError
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import select_manifests
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 from neffcache.store import TempFiles, open_store, side_environ
 from neffcache.trust import load_trust
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class CopyEntriesRequest:
     """What ``copy_entries`` copies, from where to where.
 
@@ -47,9 +46,6 @@ class CopyEntriesRequest:
     environ: Mapping[str, str] | None = None
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:

@@ -24,7 +24,7 @@ from neffcache.lifecycle.gc import (
     plan_only,
     upload_json,
 )
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 from neffcache.store import Store, TempFile, TempFiles, Upload, open_store
 
 
@@ -80,7 +80,7 @@ class CollectGarbageResult(ExitRule):
         return doc
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class CollectGarbageRequest:
     """What ``collect_garbage`` does.
 
@@ -103,9 +103,6 @@ class CollectGarbageRequest:
     confirmed: bool = False
     confirm: Callable[[CollectGarbageResult], bool] | None = None
     notice: Callable[[str], None] | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:

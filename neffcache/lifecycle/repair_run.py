@@ -34,13 +34,13 @@ from neffcache.lifecycle.repair import (
     rewrite_object,
 )
 from neffcache.lifecycle.verify import Catalogue, Problem, check_objects, read_catalogue
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 from neffcache.store import Store, entry_key_of, manifest_key, open_store, side_environ
 from neffcache.thread_pool import map_in_threads
 from neffcache.trust import TrustPolicy, check_pin, load_trust
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class RepairRequest:
     """What ``repair_store`` repairs, and from where.
 
@@ -64,9 +64,6 @@ class RepairRequest:
     workers: int = 8
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from neffcache.lifecycle.retire import (
     with_restored,
 )
 from neffcache.matrix_io import load_matrix
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 from neffcache.store import open_store
 
 
@@ -50,7 +50,7 @@ class RetireEntriesResult(ExitRule):
                     store=self.store)
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class RetireEntriesRequest:
     """What ``retire_entries`` keeps and how it goes about it.
 
@@ -78,9 +78,6 @@ class RetireEntriesRequest:
     confirmed: bool = False
     confirm: Callable[[RetireEntriesResult], bool] | None = None
     notice: Callable[[str], None] | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:

@@ -6,14 +6,13 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from neffcache.config import read_settings
 from neffcache.lifecycle import verify, verify_local
 from neffcache.lifecycle.verify import VerifyStoreResult
 from neffcache.lifecycle.verify_local import VerifyLocalDirResult
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 from neffcache.store import BLOBS, DAMAGED, PACKS, open_store
 from neffcache.trust import load_trust
 
@@ -21,7 +20,7 @@ from neffcache.trust import load_trust
 LOCAL_WORKERS_MAX = 8
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class VerifyStoreRequest:
     """What ``verify_store`` checks.
 
@@ -45,9 +44,6 @@ class VerifyStoreRequest:
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
 
-    def __post_init__(self) -> None:
-        check_request(self)
-
 
 def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
     """Check that every manifest in the store decodes and every blob and pack it references
@@ -68,7 +64,7 @@ def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
     return result
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class VerifyLocalDirRequest:
     """What ``verify_local_dir`` checks: ``target``, a directory ``neffcache restore`` wrote
     (it holds ``.neffcache-entries/``); ``workers`` parallel reads (at most 8 are used);
@@ -82,9 +78,6 @@ class VerifyLocalDirRequest:
     progress: Callable[[int, int], None] | None = None
     trusted_keys: Sequence[str] = ()
     require_signatures: bool = False
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:

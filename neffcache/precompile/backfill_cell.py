@@ -15,13 +15,13 @@ from neffcache.precompile.backfill import BackfillPlan, apply_backfill, plan_bac
 from neffcache.precompile.capture import scan_roots
 from neffcache.precompile.indexing import record_entry_or_warn
 from neffcache.precompile.publish import PublishResult
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 
 # What a capture's JSON takes from the publish's, when it published.
 _PUBLISH_FIELDS = ("created", "files", "total_bytes", "blobs_uploaded", "bytes_uploaded")
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class CaptureRequest:
     """What ``neffcache capture`` is asked to back-fill; each field is the flag of that name.
 
@@ -51,9 +51,6 @@ class CaptureRequest:
     notice: Callable[[str], None] | None = None
     allow_missing_packages: bool = False
     signing_key: str | Path | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from neffcache.precompile.claims import ClaimOptions, apply_claims
 from neffcache.precompile.heartbeat import CellBeat
 from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
 from neffcache.precompile.run import RunContext, RunHooks, apply_precompile
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 _SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class PrecompileRequest:
     """What ``neffcache precompile`` is asked to do; each field is the flag of that name.
 
@@ -94,9 +94,6 @@ class PrecompileRequest:
     heartbeat: Callable[[CellBeat], None] | None = None
     heartbeat_seconds: float = 30.0
     signing_key: str | Path | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 @dataclass(frozen=True, slots=True)

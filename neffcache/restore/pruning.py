@@ -31,7 +31,7 @@ from neffcache.fingerprint import Fingerprint, check_usable, collect_fingerprint
 from neffcache.manifest import DIGEST_FIELD, SIGNATURE_FIELD, entry_key
 from neffcache.matrix import Matrix
 from neffcache.matrix_io import load_matrix
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 from neffcache.restore.dest import lock_destination
 from neffcache.restore.fs import DirCache, Roots
 from neffcache.restore.local import (
@@ -97,7 +97,7 @@ class PruneResult(ExitRule):
                 "skipped": self.skipped}
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class PruneRequest:
     """What ``prune`` does.
 
@@ -117,9 +117,6 @@ class PruneRequest:
     dry_run: bool = False
     confirmed: bool = False
     confirm: Callable[[PruneResult], bool] | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 def prune(request: PruneRequest) -> PruneResult:

@@ -10,13 +10,12 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from neffcache.config import Settings, read_settings, redact_url
 from neffcache.errors import ConfigError, UsageError
-from neffcache.request_rules import check_request
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     import uvicorn
@@ -34,7 +33,7 @@ DEFAULT_INGEST_EVERY = 60.0
 MAX_REQUEST_HEAD = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ServeRequest:
     """What ``neffcache serve`` is asked to do.
 
@@ -52,9 +51,6 @@ class ServeRequest:
     store: str | None = None
     index: str | None = None
     notice: Callable[[str], None] | None = None
-
-    def __post_init__(self) -> None:
-        check_request(self)
 
 
 def is_loopback(host: str) -> bool:
