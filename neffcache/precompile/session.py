@@ -181,7 +181,7 @@ def _options(request: PrecompileRequest, python: str | None) -> PrecompileOption
                              workdir=Path(request.workdir) if request.workdir else None,
                              keep_workdir=request.keep_workdir,
                              compile_only=request.compile_only, python=python,
-                             heartbeat_seconds=max(0.0, request.heartbeat_seconds))
+                             heartbeat_seconds=request.heartbeat_seconds)
 
 
 def _selected_cells(request: PrecompileRequest, spec: Matrix) -> tuple[Cell, ...]:
