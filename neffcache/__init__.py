@@ -6,6 +6,10 @@ reads it: flag > ``NEFFCACHE_*`` > config file > default). A result knows its ``
 (the CLI's, 0 = success), its ``error()`` (the exception the CLI would report, or None) and
 its ``to_json()`` (the command's ``--json`` document). A call raises a ``NeffcacheError``
 subclass only when it cannot produce a result at all (bad input, store unreachable, ...).
+A request checks its fields when it is made (type, range, no lone ``str`` for a sequence:
+else a ``UsageError`` naming the field); every ``NeffcacheError`` knows its ``exit_code``.
+The value types the calls take and return (``Matrix``, ``Fingerprint``, ``EntrySummary``,
+``CoverageRow``, ``PrecompileReport``, ...) import from here too.
 
     restore(RestoreRequest) -> RestoreResult                   neffcache restore
     preview_restore(RestoreRequest) -> RestorePreview          neffcache restore --dry-run
@@ -60,41 +64,48 @@ from neffcache.version import __version__
 # module -> the names taken from it (the faces of the packages, loaded on first use: SQL,
 # FastAPI and torch only when asked); "X as Y": X under a short name.
 _FACE = {
-    "config_show": ("ShowConfigRequest", "ShowConfigResult", "show_config"),
-    "demo": ("DemoRequest", "DemoResult", "run_demo"),
+    "config_show": ("ConfigValue", "ShowConfigRequest", "ShowConfigResult", "show_config"),
+    "demo": ("DemoCell", "DemoRequest", "DemoResult", "run_demo"),
     "errors": ("CacheMissError", "CompiledAfterRestoreError", "ConfigError",
                "DeadlineExceededError", "FingerprintMismatchError", "IntegrityError",
                "ManifestError", "MatrixError", "NeffcacheError", "NotFoundError", "ReportError",
                "SchemaOutdatedError", "UnavailableError", "UntrustedEntryError", "UsageError",
                "WorkerError"),
-    "fingerprint": ("Fingerprint",),
+    "fingerprint": ("FieldDiff", "Fingerprint"),
     "fingerprint_explain": ("ExplainRequest", "ExplainResult", "FingerprintRequest",
                             "FingerprintResult", "explain_fingerprint", "show_fingerprint"),
-    "index": ("CoverageRequest", "CoverageResult", "CoverageRow", "CoverageStream",
-              "EntrySummary", "IngestRestoreReportsRequest", "IngestRestoreReportsResult",
+    "index": ("CoverageFingerprint", "CoverageReport", "CoverageRequest", "CoverageResult",
+              "CoverageRow", "CoverageStream", "EntrySummary", "IngestRestoreReportsRequest",
+              "IngestRestoreReportsResult", "InvalidManifest", "InvalidReport",
               "ListEntriesRequest", "ListEntriesResult", "ListRegisteredMatricesRequest",
-              "ListRegisteredMatricesResult", "RegisterMatrixFileRequest",
+              "ListRegisteredMatricesResult", "MatrixVersion", "RegisterMatrixFileRequest",
               "RegisterMatrixFileResult", "ReindexStoreRequest", "ReindexStoreResult",
-              "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult", "ShowSchemaRequest",
-              "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult", "coverage",
-              "ingest_restore_reports", "iter_entries", "list_entries",
-              "list_registered_matrices", "register_matrix_file", "reindex_store",
+              "SchemaState", "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult",
+              "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest",
+              "UpgradeSchemaResult", "coverage", "ingest_restore_reports", "iter_entries",
+              "list_entries", "list_registered_matrices", "register_matrix_file", "reindex_store",
               "show_registered_matrix", "show_schema", "stream_coverage", "upgrade_schema"),
     "keys": ("GenerateKeyRequest", "KeyResult", "ShowKeyRequest", "generate_key", "show_key"),
     "lifecycle": ("CollectGarbageRequest", "CollectGarbageResult", "CopyEntriesRequest",
-                  "CopyEntriesResult", "ExportBundleRequest", "ExportBundleResult",
-                  "ImportBundleRequest", "ImportBundleResult", "RepairRequest", "RepairResult",
-                  "RetireEntriesRequest", "RetireEntriesResult", "ShowBundleRequest",
-                  "ShowBundleResult", "VerifyLocalDirRequest", "VerifyLocalDirResult",
+                  "CopyEntriesResult", "EntryInfo", "ExportBundleRequest", "ExportBundleResult",
+                  "GcPlan", "ImportBundleRequest", "ImportBundleResult", "LocalProblem", "Problem",
+                  "RepairItem", "RepairRequest", "RepairResult", "RetireEntriesRequest",
+                  "RetireEntriesResult", "RetirePlan", "RetirePolicy", "ShowBundleRequest",
+                  "ShowBundleResult", "UploadPlan", "VerifyLocalDirRequest", "VerifyLocalDirResult",
                   "VerifyStoreRequest", "VerifyStoreResult", "collect_garbage", "copy_entries",
-                  "export_bundle", "import_bundle", "repair_store", "retire_entries",
-                  "show_bundle", "verify_local_dir", "verify_store", "verify_store as verify"),
-    "matrix": ("Matrix",),
-    "precompile": ("CaptureRequest", "CaptureResult", "PrecompileRequest", "PrecompileResult",
-                   "PushRequest", "PushResult", "WarmRequest", "WarmResult"),
-    "restore": ("PruneRequest", "PruneResult", "RestorePreview", "RestoreRequest",
-                "RestoreResult", "cell_ready", "prune"),
+                  "export_bundle", "import_bundle", "repair_store", "retire_entries", "show_bundle",
+                  "verify_local_dir", "verify_store", "verify_store as verify"),
+    "manifest": ("FileRecord", "Manifest", "PackMember", "PackRecord", "PartDigests", "Signature"),
+    "matrix": ("Cell", "Matrix", "PipelineSpec"),
+    "precompile": ("BackfillPlan", "CaptureRequest", "CaptureResult", "CellBeat", "CellReport",
+                   "FileState", "PrecompileReport", "PrecompileRequest", "PrecompileResult",
+                   "PushRequest", "PushResult", "StopSummary", "Verdict", "VerifyReport",
+                   "WarmCell", "WarmReport", "WarmRequest", "WarmResult"),
+    "restore": ("CellFailure", "Conflict", "FetchGroup", "FileFailure", "PruneRequest",
+                "PruneResult", "PrunedEntry", "Resolution", "RestorePlan", "RestorePreview",
+                "RestoreRequest", "RestoreResult", "cell_ready", "prune"),
     "server": ("ServeRequest", "serve"),
+    "store": ("BundleEntry", "Member", "TempFile", "Toc", "Upload"),
 }
 # The calls below are functions of this module (``restore`` and ``precompile`` share their
 # names with packages); the rest load on first use.
@@ -110,39 +121,47 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
     # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
     # isort: off
-    from neffcache.config_show import ShowConfigRequest, ShowConfigResult, show_config
-    from neffcache.demo import DemoRequest, DemoResult, run_demo
+    from neffcache.config_show import ConfigValue, ShowConfigRequest, ShowConfigResult, show_config
+    from neffcache.demo import DemoCell, DemoRequest, DemoResult, run_demo
     from neffcache.errors import (CacheMissError, CompiledAfterRestoreError, ConfigError,
         DeadlineExceededError, FingerprintMismatchError, IntegrityError, ManifestError, MatrixError,
         NeffcacheError, NotFoundError, ReportError, SchemaOutdatedError, UnavailableError,
         UntrustedEntryError, UsageError, WorkerError)
-    from neffcache.fingerprint import Fingerprint
+    from neffcache.fingerprint import FieldDiff, Fingerprint
     from neffcache.fingerprint_explain import (ExplainRequest, ExplainResult, FingerprintRequest,
         FingerprintResult, explain_fingerprint, show_fingerprint)
-    from neffcache.index import (CoverageRequest, CoverageResult, CoverageRow, CoverageStream,
-        EntrySummary, IngestRestoreReportsRequest, IngestRestoreReportsResult, ListEntriesRequest,
+    from neffcache.index import (CoverageFingerprint, CoverageReport, CoverageRequest,
+        CoverageResult, CoverageRow, CoverageStream, EntrySummary, IngestRestoreReportsRequest,
+        IngestRestoreReportsResult, InvalidManifest, InvalidReport, ListEntriesRequest,
         ListEntriesResult, ListRegisteredMatricesRequest, ListRegisteredMatricesResult,
-        RegisterMatrixFileRequest, RegisterMatrixFileResult, ReindexStoreRequest,
-        ReindexStoreResult, ShowRegisteredMatrixRequest, ShowRegisteredMatrixResult,
+        MatrixVersion, RegisterMatrixFileRequest, RegisterMatrixFileResult, ReindexStoreRequest,
+        ReindexStoreResult, SchemaState, ShowRegisteredMatrixRequest, ShowRegisteredMatrixResult,
         ShowSchemaRequest, ShowSchemaResult, UpgradeSchemaRequest, UpgradeSchemaResult, coverage,
         ingest_restore_reports, iter_entries, list_entries, list_registered_matrices,
         register_matrix_file, reindex_store, show_registered_matrix, show_schema, stream_coverage,
         upgrade_schema)
     from neffcache.keys import GenerateKeyRequest, KeyResult, ShowKeyRequest, generate_key, show_key
     from neffcache.lifecycle import (CollectGarbageRequest, CollectGarbageResult,
-        CopyEntriesRequest, CopyEntriesResult, ExportBundleRequest, ExportBundleResult,
-        ImportBundleRequest, ImportBundleResult, RepairRequest, RepairResult, RetireEntriesRequest,
-        RetireEntriesResult, ShowBundleRequest, ShowBundleResult, VerifyLocalDirRequest,
+        CopyEntriesRequest, CopyEntriesResult, EntryInfo, ExportBundleRequest, ExportBundleResult,
+        GcPlan, ImportBundleRequest, ImportBundleResult, LocalProblem, Problem, RepairItem,
+        RepairRequest, RepairResult, RetireEntriesRequest, RetireEntriesResult, RetirePlan,
+        RetirePolicy, ShowBundleRequest, ShowBundleResult, UploadPlan, VerifyLocalDirRequest,
         VerifyLocalDirResult, VerifyStoreRequest, VerifyStoreResult, collect_garbage, copy_entries,
         export_bundle, import_bundle, repair_store, retire_entries, show_bundle, verify_local_dir,
         verify_store)
     from neffcache.lifecycle import verify_store as verify
-    from neffcache.matrix import Matrix
-    from neffcache.precompile import (CaptureRequest, CaptureResult, PrecompileRequest,
-        PrecompileResult, PushRequest, PushResult, WarmRequest, WarmResult)
-    from neffcache.restore import (PruneRequest, PruneResult, RestorePreview, RestoreRequest,
+    from neffcache.manifest import (FileRecord, Manifest, PackMember, PackRecord, PartDigests,
+        Signature)
+    from neffcache.matrix import Cell, Matrix, PipelineSpec
+    from neffcache.precompile import (BackfillPlan, CaptureRequest, CaptureResult, CellBeat,
+        CellReport, FileState, PrecompileReport, PrecompileRequest, PrecompileResult, PushRequest,
+        PushResult, StopSummary, Verdict, VerifyReport, WarmCell, WarmReport, WarmRequest,
+        WarmResult)
+    from neffcache.restore import (CellFailure, Conflict, FetchGroup, FileFailure, PrunedEntry,
+        PruneRequest, PruneResult, Resolution, RestorePlan, RestorePreview, RestoreRequest,
         RestoreResult, cell_ready, prune)
     from neffcache.server import ServeRequest, serve
+    from neffcache.store import BundleEntry, Member, TempFile, Toc, Upload
     # isort: on
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from neffcache.config import DEFAULT, config_file_path, read_settings, redact_url
 from neffcache.errors import ExitRule
+from neffcache.request_rules import checked_request
 from neffcache.store import s3_settings
 
 
@@ -41,7 +42,7 @@ class ShowConfigResult(ExitRule):
                              for v in self.values}}
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ShowConfigRequest:
     """The flags a command may pass (None: not given), as ``neffcache config`` takes them."""
 

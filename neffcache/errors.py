@@ -37,6 +37,12 @@ class NeffcacheError(Exception):
         if hint is not None:
             self.hint = hint
 
+    @property
+    def exit_code(self) -> int:
+        """The exit code the CLI ends with for this error: its class's in ``EXIT_CODES``
+        (the nearest class up its hierarchy), e.g. 2 for a UsageError."""
+        return exit_code_for(self)
+
 
 class UsageError(NeffcacheError):
     """Bad flags, arguments or settings."""

@@ -27,6 +27,7 @@ from neffcache.fingerprint import (
     described_interpreter,
     diff_fingerprints,
 )
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     from neffcache.manifest import Manifest
@@ -38,7 +39,7 @@ DEFAULT_BACKEND = "inductor"
 _HEX_RE = re.compile(r"^[0-9a-f]{6,64}$")
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class FingerprintRequest:
     """Which fingerprint of this host to collect.
 
@@ -73,7 +74,7 @@ class FingerprintResult(ExitRule):
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ExplainRequest:
     """What to explain: ``key`` is an entry key (its manifest is read from the store) or a
     fingerprint key (read from the index), either one or a unique prefix of at least 6 hex

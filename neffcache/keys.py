@@ -9,10 +9,11 @@ from pathlib import Path
 from neffcache.documents import Document
 from neffcache.errors import ConfigError, ExitRule, UsageError
 from neffcache.key_files import load_signing_key, load_trusted_keys, write_signing_key
+from neffcache.request_rules import checked_request
 from neffcache.signing import PublicKey, generate_signing_key
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class GenerateKeyRequest:
     """``out``: the private key file to create (mode 0600; an existing file is never
     overwritten). ``public_out``: also write the public key there (one ``ed25519:`` line)."""
@@ -21,7 +22,7 @@ class GenerateKeyRequest:
     public_out: str | Path | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ShowKeyRequest:
     """``path``: a private key (PEM) or a file of public keys; the public half is shown."""
 

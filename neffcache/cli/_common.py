@@ -13,8 +13,17 @@ import click
 
 from neffcache.config import Settings, read_settings
 from neffcache.errors import NeffcacheError, UsageError
+from neffcache.request_rules import RANGES
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def ranged(request: str, field: str) -> click.ParamType:
+    """The option type of a request field's range (``request_rules.RANGES``): the flag refuses
+    what the request would, in click's words."""
+    r = RANGES[request][field]
+    kind = click.FloatRange if r.real else click.IntRange
+    return kind(r.min, r.max, min_open=r.min_open)
 
 
 def store_option(f: F) -> F:

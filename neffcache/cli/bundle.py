@@ -11,6 +11,7 @@ from neffcache.cli._common import (
     human_bytes,
     json_option,
     progress,
+    ranged,
     store_option,
     trust_options,
 )
@@ -32,7 +33,8 @@ def expect_option(f):  # type: ignore[no-untyped-def]
 
 
 def max_bytes_option(f):  # type: ignore[no-untyped-def]
-    return click.option("--max-bytes", "max_bytes", type=click.IntRange(min=0), default=None,
+    return click.option("--max-bytes", "max_bytes", type=ranged("ImportBundleRequest", "max_bytes"),
+                        default=None,
                         metavar="BYTES",
                         help="Refuse (exit 4) a gzip bundle that decompresses to more than "
                              "BYTES. Without it an unauthenticated gzip bundle may expand to "
@@ -103,7 +105,8 @@ def export(matrix: str | None, output: str, everything: bool, patterns: tuple[st
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
 @expect_option
 @max_bytes_option
-@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+@click.option("--workers", type=ranged("ImportBundleRequest", "workers"),
+              default=8, show_default=True,
               help="Parallel uploads.")
 @trust_options
 @store_option

@@ -16,6 +16,7 @@ from neffcache.cli._common import (
     json_option,
     progress,
     python_option,
+    ranged,
     signing_key_option,
     store_option,
 )
@@ -64,7 +65,7 @@ Examples:
               help="The cell the runtime-compiled files belong to [default: the only cell of "
                    "MATRIX without an entry for this fingerprint].")
 @click.option("--dry-run", is_flag=True, help="Say what would be published; upload nothing.")
-@click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True,
+@click.option("--workers", type=ranged("CaptureRequest", "workers"), default=8, show_default=True,
               help="Parallel hashing and uploads.")
 @python_option
 @signing_key_option

@@ -10,6 +10,7 @@ from neffcache.cli._common import (
     human_bytes,
     json_option,
     progress,
+    ranged,
     trust_options,
 )
 from neffcache.cli._select import cells_option, fingerprint_option
@@ -29,7 +30,8 @@ from neffcache.errors import EXIT_CODE_HELP
 @click.option("--all", "everything", is_flag=True, help="Every entry of the source store.")
 @cells_option
 @fingerprint_option
-@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+@click.option("--workers", type=ranged("CopyEntriesRequest", "workers"),
+              default=8, show_default=True,
               help="Parallel transfers.")
 @trust_options
 @json_option

@@ -14,6 +14,7 @@ from neffcache.cli._common import (
     index_option,
     json_option,
     progress,
+    ranged,
     store_option,
 )
 
@@ -56,9 +57,9 @@ def render_demo(report: DemoResult) -> str:
 @click.command("demo")
 @click.option("--shapes", metavar="HxW[,HxW...]", default=None,
               help="Shapes to warm instead of the demo matrix's two (64x64,96x128).")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+@click.option("--workers", type=ranged("DemoRequest", "workers"), default=1, show_default=True,
               help="Cells compiled at the same time.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=1800, show_default=True,
+@click.option("--timeout", type=ranged("DemoRequest", "timeout"), default=1800, show_default=True,
               metavar="SECONDS", help="Kill one warm-up after this long.")
 @store_option
 @index_option

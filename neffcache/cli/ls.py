@@ -13,6 +13,7 @@ from neffcache.cli._common import (
     index_option,
     json_option,
     jsonl_option,
+    ranged,
     stream_json,
     stream_json_lines,
     stream_table,
@@ -45,7 +46,7 @@ def render_entries(entries: Sequence[EntrySummary]) -> str:
               help="Only cells whose id matches this glob, e.g. 'flux2-klein/compile/*'.")
 @click.option("--fingerprint", "fingerprint_key", metavar="KEY", default=None,
               help="Only entries built under this fingerprint (full key or a prefix).")
-@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("--limit", type=ranged("ListEntriesRequest", "limit"), default=None, metavar="N",
               help="At most N entries (the newest); the cursor of the next page goes to "
                    "stderr (JSON: `next`).")
 @click.option("--after", metavar="CURSOR", default=None,

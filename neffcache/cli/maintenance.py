@@ -15,6 +15,7 @@ from neffcache.cli._common import (
     human_bytes,
     json_option,
     progress,
+    ranged,
     store_option,
     trust_options,
 )
@@ -98,7 +99,8 @@ Examples:
 @click.command("verify", help=VERIFY_HELP, epilog=EXIT_CODE_HELP)
 @click.option("--quick", is_flag=True,
               help="Only check that every referenced blob exists (no download).")
-@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+@click.option("--workers", type=ranged("VerifyStoreRequest", "workers"),
+              default=8, show_default=True,
               help="Parallel reads.")
 @click.option("--local", "local", metavar="DIR", default=None, type=click.Path(file_okay=False),
               help="Instead of the store: re-hash the files restored into DIR against the "
@@ -163,7 +165,8 @@ def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted or aborted.")
 @click.option("--yes", "-y", is_flag=True,
               help="Delete without asking (required when stdin is not a terminal).")
-@click.option("--grace", type=click.FloatRange(min=0), default=3600.0, show_default=True,
+@click.option("--grace", type=ranged("CollectGarbageRequest", "grace"),
+              default=3600.0, show_default=True,
               metavar="SECONDS", help="Spare blobs named by a publish in progress (its note is "
               "renewed every 150 s) or by entries retired less than SECONDS ago; abort "
               "multipart uploads started more than SECONDS ago. At least 600 unless --force.")
@@ -172,7 +175,8 @@ def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
                    "retire can be running).")
 @click.option("--uploads", "uploads_only", is_flag=True,
               help="Only abort stale multipart uploads (S3); leave blobs and packs alone.")
-@click.option("--workers", type=click.IntRange(1, 256), default=16, show_default=True,
+@click.option("--workers", type=ranged("CollectGarbageRequest", "workers"),
+              default=16, show_default=True,
               help="Parallel reads and deletes.")
 @store_option
 @json_option

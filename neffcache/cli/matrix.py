@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import emit_json, format_table, index_option, json_option
+from neffcache.cli._common import emit_json, format_table, index_option, json_option, ranged
 from neffcache.errors import EXIT_CODE_HELP
 
 
@@ -97,7 +97,8 @@ def ls(index: str | None, as_json: bool) -> None:
 
 @matrix.command("show", epilog=EXIT_CODE_HELP)
 @click.argument("name", metavar="NAME")
-@click.option("--version", "version", type=click.IntRange(min=1), default=None,
+@click.option("--version", "version", type=ranged("ShowRegisteredMatrixRequest", "version"),
+              default=None,
               help="This version instead of the current one.")
 @click.option("--versions", "history", is_flag=True, help="List every version instead.")
 @index_option

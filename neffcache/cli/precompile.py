@@ -23,6 +23,7 @@ from neffcache.cli._common import (
     index_option,
     json_option,
     python_option,
+    ranged,
     signing_key_option,
     store_option,
 )
@@ -284,7 +285,8 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
 @click.argument("matrix", type=click.Path(dir_okay=False))
 @click.option("--cells", "cell_globs", metavar="GLOB", multiple=True,
               help="Only cells whose id matches this glob (repeatable).")
-@click.option("--workers", type=click.IntRange(1, 256), default=1, show_default=True,
+@click.option("--workers", type=ranged("PrecompileRequest", "workers"),
+              default=1, show_default=True,
               help="Cells warmed at the same time, each in its own process.")
 @click.option("--shard", metavar="I/N", default=None,
               help="Only shard I of N (0 <= I < N; cells sorted by id, round-robin), for CI "
@@ -294,15 +296,18 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
                    "worker on the same index (any number of machines): each cell is compiled "
                    "once, a dead worker's cell goes back to the queue when its lease expires. "
                    "Needs a shared index (Postgres; SQLite for workers on one host).")
-@click.option("--lease", "lease_seconds", type=click.FloatRange(min=1), default=300.0,
+@click.option("--lease", "lease_seconds", type=ranged("PrecompileRequest", "lease_seconds"),
+              default=300.0,
               show_default=True, metavar="SECONDS",
               help="--claim: a lease not renewed for this long (database clock) expires; "
                    "heartbeats renew it every third of it while the cell compiles.")
-@click.option("--retries", type=click.IntRange(0, 100), default=2, show_default=True,
+@click.option("--retries", type=ranged("PrecompileRequest", "retries"),
+              default=2, show_default=True,
               help="--claim: a failed cell is retried at most this often across all workers, "
                    "then left failed with its log tail.")
 @click.option("--force", is_flag=True, help="Warm cells even if their entry already exists.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+@click.option("--timeout", type=ranged("PrecompileRequest", "timeout"),
+              default=None, metavar="SECONDS",
               help="Kill a cell's warm-up after this long and record it as failed.")
 @click.option("--verify", is_flag=True,
               help="Restore each new entry into a new directory and warm it again in a fresh "
@@ -326,7 +331,8 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
               help="Register MATRIX as the current version of its `name` even when the index "
                    "holds other content under that name (without it that is refused, exit 2, "
                    "before any cell is warmed).")
-@click.option("--heartbeat", "heartbeat_seconds", type=click.FloatRange(min=0), default=30.0,
+@click.option("--heartbeat", "heartbeat_seconds",
+              type=ranged("PrecompileRequest", "heartbeat_seconds"), default=30.0,
               show_default=True, metavar="SECONDS",
               help="Off a terminal (and with --log-format jsonl): a line per running cell this "
                    "often, with elapsed time, phase and the worker's last log line; --claim: "

@@ -15,6 +15,7 @@ from neffcache.cli._common import (
     json_option,
     progress,
     python_option,
+    ranged,
     signing_key_option,
     store_option,
 )
@@ -61,9 +62,10 @@ Examples:
                    "neff=/tmp/neff_cache.")
 @click.option("--backend", "backend_name", metavar="NAME", default=None,
               help="inductor or neuron [default: the matrix's, or the cell JSON's `backend`].")
-@click.option("--compile-seconds", type=click.FloatRange(min=0), default=None, metavar="S",
+@click.option("--compile-seconds", type=ranged("PushRequest", "compile_seconds"),
+              default=None, metavar="S",
               help="How long the warm-up took (recorded in the manifest).")
-@click.option("--workers", type=click.IntRange(1, 256), default=32, show_default=True,
+@click.option("--workers", type=ranged("PushRequest", "workers"), default=32, show_default=True,
               help="Parallel uploads (hashing runs on at most 2 threads per CPU).")
 @python_option
 @signing_key_option

@@ -8,6 +8,7 @@ from neffcache.cli._common import (
     confirm_or_refuse,
     finish,
     json_option,
+    ranged,
     store_option,
     trust_options,
 )
@@ -54,7 +55,7 @@ Examples:
 @click.option("--dry-run", is_flag=True, help="Only list what would be rewritten.")
 @click.option("--yes", "-y", is_flag=True,
               help="Rewrite without asking (required when stdin is not a terminal).")
-@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+@click.option("--workers", type=ranged("RepairRequest", "workers"), default=8, show_default=True,
               help="Parallel reads and writes.")
 @trust_options
 @store_option

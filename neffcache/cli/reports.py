@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from neffcache.cli._common import emit_json, index_option, json_option, progress, store_option
+from neffcache.cli._common import (
+    emit_json,
+    index_option,
+    json_option,
+    progress,
+    ranged,
+    store_option,
+)
 from neffcache.errors import EXIT_CODE_HELP
 
 
@@ -34,7 +41,8 @@ def reports() -> None:
               type=click.Path(exists=True, path_type=Path),
               help="Report files, or directories of *.json report files (repeatable), "
                    "instead of the store.")
-@click.option("--days", type=click.IntRange(min=0), default=None, metavar="N",
+@click.option("--days", type=ranged("IngestRestoreReportsRequest", "days"),
+              default=None, metavar="N",
               help="Only the store's reports dated from N days ago to tomorrow (UTC) "
                    "[default: every report].")
 @store_option

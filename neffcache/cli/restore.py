@@ -22,6 +22,7 @@ from neffcache.cli._common import (
     json_option,
     progress,
     python_option,
+    ranged,
     store_option,
     trust_options,
 )
@@ -129,7 +130,7 @@ Examples:
               show_default=True, envvar="NEFFCACHE_LOG_FORMAT", show_envvar=True,
               help="stderr's log: text lines, or jsonl (one JSON object per cell announced "
                    "ready and per notice: ts, event, cell, elapsed, phase, message).")
-@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("--deadline", type=ranged("RestoreRequest", "deadline"), metavar="SECONDS",
               default=None, help="Stop starting new work SECONDS after the process started; "
               "transfers in flight stop at their next chunk, what is done stays, the rest is "
               "reported (exit 3). Every store wait (connect, read, retries) is clipped to it: "
@@ -137,7 +138,7 @@ Examples:
 @click.option("--print-env", is_flag=True,
               help="Print `export VAR=...` lines for the backend's cache dirs on stdout, for "
                    "`eval` (also creates the lock/scratch dirs).")
-@click.option("--workers", type=click.IntRange(1, 256), default=None, metavar="N",
+@click.option("--workers", type=ranged("RestoreRequest", "workers"), default=None, metavar="N",
               help="Parallel transfers [default: 2 per CPU for files, 4 per CPU "
               "for manifest reads and local checks; at most 16].")
 @click.option("--from-bundle", "bundle", metavar="FILE", default=None,
@@ -146,7 +147,8 @@ Examples:
                    "store: no store, no index, no network.")
 @click.option("--expect-sha256", "expect", metavar="DIGEST", default=None,
               help="With --from-bundle: refuse the bundle (exit 4) unless its digest is DIGEST.")
-@click.option("--max-bytes", "bundle_max_bytes", type=click.IntRange(min=0), default=None,
+@click.option("--max-bytes", "bundle_max_bytes",
+              type=ranged("RestoreRequest", "bundle_max_bytes"), default=None,
               metavar="BYTES",
               help="With --from-bundle: refuse (exit 4) a gzip bundle that decompresses to "
                    "more than BYTES [default: with --expect-sha256 what its table of "

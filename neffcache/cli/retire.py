@@ -14,6 +14,7 @@ from neffcache.cli._common import (
     index_option,
     json_option,
     progress,
+    ranged,
     store_option,
 )
 from neffcache.errors import EXIT_CODE_HELP
@@ -62,13 +63,15 @@ Examples:
 
 
 @click.command("retire", help=RETIRE_HELP, epilog=EXIT_CODE_HELP)
-@click.option("--keep-sdk-versions", "keep_sdk", type=click.IntRange(min=1), default=None,
+@click.option("--keep-sdk-versions", "keep_sdk",
+              type=ranged("RetireEntriesRequest", "keep_sdk_versions"), default=None,
               metavar="K", help="Keep the entries of the newest K SDK versions per backend "
               "[config: [retire] keep_sdk_versions].")
 @click.option("--keep-matrix", "keep_matrices", multiple=True, metavar="FILE",
               type=click.Path(dir_okay=False), help="Keep every entry of this matrix's cells, "
               "whatever its SDK version (repeatable) [config: [retire] keep_matrices].")
-@click.option("--keep-restored-days", "keep_days", type=click.IntRange(min=1), default=None,
+@click.option("--keep-restored-days", "keep_days",
+              type=ranged("RetireEntriesRequest", "keep_restored_days"), default=None,
               metavar="D", help="Keep every entry of each fingerprint an ok/partial restore "
               "report (ingested into the index) found entries of in the last D days; needs "
               "the index [config: [retire] keep_restored_days].")
@@ -79,7 +82,8 @@ Examples:
               help="Why, for the record (default: the policy).")
 @click.option("--by", "by", default=None, metavar="NAME",
               help="Who, for the record [default: USER@HOST].")
-@click.option("--workers", type=click.IntRange(1, 256), default=16, show_default=True,
+@click.option("--workers", type=ranged("RetireEntriesRequest", "workers"),
+              default=16, show_default=True,
               help="Parallel manifest reads.")
 @store_option
 @index_option

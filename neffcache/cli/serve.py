@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import index_option, progress, store_option
+from neffcache.cli._common import index_option, progress, ranged, store_option
 from neffcache.errors import EXIT_CODE_HELP
 
 
@@ -12,12 +12,13 @@ from neffcache.errors import EXIT_CODE_HELP
 @click.option("--host", default="127.0.0.1", show_default=True, metavar="ADDRESS",
               help="Address to bind. Anything but loopback exposes the index read-only to "
                    "the network (a warning is printed); put a proxy with auth in front.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8077, show_default=True,
+@click.option("--port", type=ranged("ServeRequest", "port"), default=8077, show_default=True,
               help="TCP port (0 picks a free one).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info",
                                                  "debug"]), default="warning",
               show_default=True, help="uvicorn's log level (access lines at info).")
-@click.option("--ingest-every", "ingest_every", type=click.FloatRange(min=0), default=60.0,
+@click.option("--ingest-every", "ingest_every", type=ranged("ServeRequest", "ingest_every"),
+              default=60.0,
               show_default=True, metavar="SECONDS",
               help="Ingest new restore reports from the store's reports/ prefix this often; "
                    "0 turns it off.")

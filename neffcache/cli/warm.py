@@ -15,6 +15,7 @@ from neffcache.cli._common import (
     json_option,
     progress,
     python_option,
+    ranged,
 )
 from neffcache.errors import EXIT_CODE_HELP
 
@@ -66,7 +67,7 @@ Examples:
               help="Only cells whose id matches GLOB (repeatable).")
 @click.option("--strict", is_flag=True,
               help="Exit 3 when any cell compiled (a cache miss), for health checks.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+@click.option("--timeout", type=ranged("WarmRequest", "timeout"), default=None, metavar="SECONDS",
               help="Kill a cell's warm-up after this long (reported as failed).")
 @python_option
 @index_option

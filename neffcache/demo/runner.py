@@ -32,14 +32,12 @@ from neffcache.errors import (
     UsageError,
 )
 from neffcache.precompile import Verdict
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
-    from neffcache.backends import Backend
-    from neffcache.fingerprint import Fingerprint
     from neffcache.index import CoverageReport
-    from neffcache.matrix import Cell, Matrix
-    from neffcache.precompile import PrecompileReport
-    from neffcache.store import Store
+    from neffcache.matrix import Cell
+    from neffcache.precompile import PrecompileReport, RunContext
 
 MODEL_DIR = "tiny-flux2-klein"
 MATRIX_FILE = "matrix.toml"
@@ -52,7 +50,7 @@ DEFAULT_TIMEOUT = 1800.0
 Event = tuple[str, str, str]  # (kind, cell id, message), as precompile reports progress
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class DemoRequest:
     """What ``neffcache demo`` is asked to do.
 
@@ -211,13 +209,12 @@ def run_demo(request: DemoRequest) -> DemoResult:
 
 def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
          say: Callable[[str], None]) -> DemoResult:
-    from neffcache.backends import get_backend
     from neffcache.command_steps import open_checked_store
     from neffcache.demo.tiny_pipeline import build_tiny_flux2_klein
     from neffcache.fingerprint import collect_fingerprint
     from neffcache.index import ingest_reports, open_index, register_matrix
     from neffcache.matrix_io import load_matrix
-    from neffcache.precompile import PrecompileOptions, apply_precompile
+    from neffcache.precompile import PrecompileOptions, RunContext, RunHooks, apply_precompile
     from neffcache.reports import date_prefixes
 
     started = time.monotonic()
@@ -228,7 +225,6 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     say(f"[1/4] tiny Flux2KleinPipeline: {demo_dir / MODEL_DIR} (built once, random weights)")
     model_dir = build_tiny_flux2_klein(demo_dir / MODEL_DIR)
     matrix = load_matrix(write_demo_matrix(demo_dir, shapes))
-    backend = get_backend(matrix.backend)
     fingerprint = collect_fingerprint(matrix.backend, env)
     store = open_checked_store(settings.store_url, create=True)
     cells = matrix.cells
@@ -238,9 +234,11 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
                         replace=True)
         say(f"[2/4] precompile {len(cells)} cells of {matrix.source} (cold, one fresh "
             f"process each) -> {store.url}")
-        pre = apply_precompile(matrix, cells, store, ix, fingerprint,
-                               PrecompileOptions(workers=workers, timeout=timeout),
-                               environ=env, progress=request.progress)
+        run = RunContext(matrix, store, ix, fingerprint,
+                         PrecompileOptions(workers=workers, timeout=timeout), env,
+                         RunHooks(progress=request.progress))
+        pre = apply_precompile(matrix, cells, store, ix, fingerprint, run.options,
+                               environ=env, hooks=run.hooks)
         instance = demo_dir / INSTANCE_DIR
         shutil.rmtree(instance, ignore_errors=True)
         instance.mkdir(parents=True)
@@ -248,8 +246,7 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
         restore_doc, restore_exit = _restore_cli(Path(matrix.source), instance, settings, env)
         ingest_reports(ix, store, date_prefixes(datetime.now(timezone.utc), 1))  # as serve does
         say("[4/4] first call per cell in a fresh process against the restored cache")
-        demo_cells = tuple(_restored_cell(matrix, cell, backend, store, fingerprint, pre,
-                                          instance, env, timeout, say) for cell in cells)
+        demo_cells = tuple(_restored_cell(run, cell, pre, instance, say) for cell in cells)
         coverage = ix.coverage(cells, [fingerprint])
     return DemoResult(model_dir=str(model_dir), matrix_path=matrix.source,
                       store_url=store.url, index_url=settings.index_url,
@@ -279,14 +276,15 @@ def _restore_cli(matrix_path: Path, target: Path, settings: Settings,
     return doc, proc.returncode
 
 
-def _restored_cell(matrix: Matrix, cell: Cell, backend: Backend, store: Store,
-                   fingerprint: Fingerprint, pre: PrecompileReport, instance: Path,
-                   env: Mapping[str, str], timeout: float | None,
+def _restored_cell(run: RunContext, cell: Cell, pre: PrecompileReport, instance: Path,
                    say: Callable[[str], None]) -> DemoCell:
+    """``cell`` warmed in a fresh process against the caches restored into ``instance``."""
+    from neffcache.backends import get_backend
     from neffcache.manifest import entry_key
     from neffcache.precompile import stored_compile_seconds, warm_restored
 
-    key = entry_key(cell, fingerprint)
+    backend, store = get_backend(run.matrix.backend), run.store
+    key = entry_key(cell, run.fingerprint)
     warmed = {c.cell_id: c for c in pre.cells}.get(cell.id)
     cold: float | None
     if warmed is not None and warmed.seconds is not None:
@@ -295,7 +293,8 @@ def _restored_cell(matrix: Matrix, cell: Cell, backend: Backend, store: Store,
         cold, source = stored_compile_seconds(store, key, backend), "entry"
     runs = instance.parent / "runs" / re.sub(r"[^A-Za-z0-9.-]", "_", cell.id)
     shutil.rmtree(runs, ignore_errors=True)
-    outcome = warm_restored(matrix, cell, backend, instance, runs, environ=env, timeout=timeout)
+    outcome = warm_restored(run.matrix, cell, backend, instance, runs, environ=run.environ,
+                            timeout=run.options.timeout)
     verdict = outcome.verdict()
     if verdict is None:
         say(f"      {cell.id}: restored warm-up failed: {outcome.error}")

@@ -27,6 +27,7 @@ from neffcache.errors import (
 from neffcache.index.api import Index, open_index
 from neffcache.index.schema import schema_state, upgrade_index
 from neffcache.index.values import ReindexResult, SchemaState
+from neffcache.request_rules import checked_request
 
 # ingest, matrices and reindex (and what they import: the store, reports) load in the calls
 # that use them: ``ls`` starts without them.
@@ -55,7 +56,7 @@ class _Success(ExitRule):
 
 # --- reindex -------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ReindexStoreRequest:
     """``neffcache reindex``: ``keep_missing`` keeps entries whose manifest is gone;
     ``store``/``index`` URLs (None: as the CLI); ``progress(done, total)`` is called after
@@ -112,7 +113,7 @@ def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
 
 # --- reports ingest ------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class IngestRestoreReportsRequest:
     """``neffcache reports ingest``: ``sources`` report files or directories of ``*.json``
     files (empty: the store's reports/ prefix); ``days`` only the store's reports dated from
@@ -163,7 +164,7 @@ def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestor
 
 # --- matrix register / ls / show -----------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class RegisterMatrixFileRequest:
     """``neffcache matrix register``: the matrix ``file``, registered under ``name`` (None:
     its ``name`` key, else its stem); ``index`` URL (None: as the CLI). ``replace``: make
@@ -213,7 +214,7 @@ def _read_matrix(file: str) -> str:
         raise MatrixError(f"{file}: cannot read matrix file: {exc}") from None
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ListRegisteredMatricesRequest:
     """``neffcache matrix ls``: ``index`` URL (None: as the CLI)."""
 
@@ -242,7 +243,7 @@ def list_registered_matrices(request: ListRegisteredMatricesRequest
         return ListRegisteredMatricesResult(tuple(list_matrices(ix)))
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ShowRegisteredMatrixRequest:
     """``neffcache matrix show``: matrix ``name``, its ``version`` (None: the current one),
     or with ``versions`` its whole history; ``index`` URL (None: as the CLI)."""
@@ -283,7 +284,7 @@ def show_registered_matrix(request: ShowRegisteredMatrixRequest) -> ShowRegister
 
 # --- db upgrade / current ------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class UpgradeSchemaRequest:
     """``neffcache db upgrade``: ``index`` URL (None: as the CLI)."""
 
@@ -316,7 +317,7 @@ def upgrade_schema(request: UpgradeSchemaRequest) -> UpgradeSchemaResult:
     return UpgradeSchemaResult(redact_url(url), before, after)
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ShowSchemaRequest:
     """``neffcache db current``: ``index`` URL (None: as the CLI); ``check`` makes an
     outdated schema the result's error (exit 7)."""

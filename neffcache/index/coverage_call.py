@@ -30,6 +30,7 @@ from neffcache.index.coverage_reads import (
 )
 from neffcache.index.readers import open_reader
 from neffcache.index.values import READY, CoverageFingerprint, CoverageReport, CoverageRow
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     from neffcache.config import Settings
@@ -43,7 +44,7 @@ HOST = "host"  # in CoverageRequest.fingerprints: this host's fingerprint
 _FULL_KEY = re.compile(r"[0-9a-f]{64}")  # a fingerprint key (sha256 hex)
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class CoverageRequest:
     """What ``coverage`` reads (the flags of ``neffcache coverage``).
 

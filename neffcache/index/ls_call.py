@@ -18,9 +18,10 @@ from neffcache.index.compiled import StatementCache
 from neffcache.index.cursors import entry_cursor
 from neffcache.index.readers import SqlaFallback, open_index_as_cli
 from neffcache.index.values import EntrySummary
+from neffcache.request_rules import checked_request
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ListEntriesRequest:
     """``neffcache ls``: ``cell`` a cell id glob, ``fingerprint`` a key or a prefix of one,
     ``limit`` at most this many (the newest); ``after`` a cursor (a page's ``next``): only

@@ -32,14 +32,17 @@ from neffcache.faces import lazy_face
 # module -> the names the face takes from it, each imported on first use.
 _FACE = {
     "bundle": ("ExportBundleRequest", "ExportBundleResult", "ImportBundleRequest",
-               "ImportBundleResult", "ShowBundleRequest", "ShowBundleResult",
-               "export_bundle", "import_bundle", "show_bundle"),
+               "ImportBundleResult", "ShowBundleRequest", "ShowBundleResult", "export_bundle",
+               "import_bundle", "show_bundle"),
     "copy": ("CopyEntriesRequest", "CopyEntriesResult", "copy_entries"),
+    "gc": ("GcPlan", "GcResult", "UploadPlan"),
     "gc_run": ("CollectGarbageRequest", "CollectGarbageResult", "collect_garbage"),
-    "repair": ("RepairRequest", "RepairResult", "repair_store"),
-    "retire": ("RetireEntriesRequest", "RetireEntriesResult", "retire_entries", "sdk_label"),
-    "verify": ("VerifyStoreRequest", "VerifyStoreResult", "verify_store"),
-    "verify_local": ("VerifyLocalDirRequest", "VerifyLocalDirResult", "verify_local_dir"),
+    "repair": ("RepairItem", "RepairRequest", "RepairResult", "repair_store"),
+    "retire": ("EntryInfo", "RetireEntriesRequest", "RetireEntriesResult", "RetirePlan",
+               "RetirePolicy", "retire_entries", "sdk_label"),
+    "verify": ("Problem", "VerifyStoreRequest", "VerifyStoreResult", "verify_store"),
+    "verify_local": ("LocalProblem", "VerifyLocalDirRequest", "VerifyLocalDirResult",
+                     "verify_local_dir"),
 }
 __all__, __getattr__ = lazy_face(globals(), _FACE)
 
@@ -50,12 +53,14 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         ImportBundleRequest, ImportBundleResult, ShowBundleRequest, ShowBundleResult, export_bundle,
         import_bundle, show_bundle)
     from neffcache.lifecycle.copy import CopyEntriesRequest, CopyEntriesResult, copy_entries
+    from neffcache.lifecycle.gc import GcPlan, GcResult, UploadPlan
     from neffcache.lifecycle.gc_run import (CollectGarbageRequest, CollectGarbageResult,
         collect_garbage)
-    from neffcache.lifecycle.repair import RepairRequest, RepairResult, repair_store
-    from neffcache.lifecycle.retire import (RetireEntriesRequest, RetireEntriesResult,
-        retire_entries, sdk_label)
-    from neffcache.lifecycle.verify import VerifyStoreRequest, VerifyStoreResult, verify_store
-    from neffcache.lifecycle.verify_local import (VerifyLocalDirRequest, VerifyLocalDirResult,
-        verify_local_dir)
+    from neffcache.lifecycle.repair import RepairItem, RepairRequest, RepairResult, repair_store
+    from neffcache.lifecycle.retire import (EntryInfo, RetireEntriesRequest, RetireEntriesResult,
+        RetirePlan, RetirePolicy, retire_entries, sdk_label)
+    from neffcache.lifecycle.verify import (Problem, VerifyStoreRequest, VerifyStoreResult,
+        verify_store)
+    from neffcache.lifecycle.verify_local import (LocalProblem, VerifyLocalDirRequest,
+        VerifyLocalDirResult, verify_local_dir)
     # isort: on

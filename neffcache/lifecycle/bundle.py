@@ -30,6 +30,7 @@ from neffcache.lifecycle.entry_select import read_manifests, select_manifests
 from neffcache.lifecycle.verify import read_full
 from neffcache.manifest import Manifest, encode_manifest
 from neffcache.precompile import default_producer
+from neffcache.request_rules import checked_request
 from neffcache.store import (
     TOC_NAME,
     BundleStore,
@@ -46,7 +47,7 @@ from neffcache.store import (
 from neffcache.trust import load_trust
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ExportBundleRequest:
     """What ``export_bundle`` writes, and where.
 
@@ -108,7 +109,7 @@ def export_bundle(request: ExportBundleRequest) -> ExportBundleResult:
     return ExportBundleResult(str(path), digest, toc, path.stat().st_size)
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ImportBundleRequest:
     """What ``import_bundle`` publishes: every entry of bundle ``file``, refused unless its
     digest is ``expect_sha256`` (when given), into ``store`` (None: as the CLI would,
@@ -164,7 +165,7 @@ def import_bundle(request: ImportBundleRequest) -> ImportBundleResult:
     return ImportBundleResult(copied, str(Path(request.file).absolute()), digest)
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ShowBundleRequest:
     """Which bundle ``show_bundle`` reads: ``file``, refused unless its digest is
     ``expect_sha256`` (when given); ``verify`` also hashes every member (the structure is

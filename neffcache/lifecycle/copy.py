@@ -29,6 +29,7 @@ from neffcache.hashing import VerifyingReader
 from neffcache.lifecycle.entry_select import select_manifests
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
 from neffcache.precompile import REFRESH_SECONDS, held_intents, write_pointer
+from neffcache.request_rules import checked_request
 from neffcache.store import (
     Store,
     TempFiles,
@@ -43,7 +44,7 @@ from neffcache.thread_pool import map_in_threads
 from neffcache.trust import UNCHECKED, TrustPolicy, admit_into, load_trust
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class CopyEntriesRequest:
     """What ``copy_entries`` copies, from where to where.
 

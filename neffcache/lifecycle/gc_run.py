@@ -25,6 +25,7 @@ from neffcache.lifecycle.gc import (
     plan_only,
     upload_json,
 )
+from neffcache.request_rules import checked_request
 from neffcache.store import Store, TempFile, TempFiles, Upload
 
 
@@ -80,7 +81,7 @@ class CollectGarbageResult(ExitRule):
         return doc
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class CollectGarbageRequest:
     """What ``collect_garbage`` does.
 

@@ -41,6 +41,7 @@ from neffcache.lifecycle.entry_select import decode_entry
 from neffcache.lifecycle.verify import Catalogue, Problem, check_objects, read_catalogue
 from neffcache.lifecycle.verify_local import DirSource
 from neffcache.manifest import Manifest, PackRecord
+from neffcache.request_rules import checked_request
 from neffcache.store import (
     BLOBS,
     DAMAGED,
@@ -97,7 +98,7 @@ class Source(Protocol):
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes: ...
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class RepairRequest:
     """What ``repair_store`` repairs, and from where.
 

@@ -40,6 +40,7 @@ from neffcache.fingerprint import Fingerprint
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
 from neffcache.manifest import Manifest
 from neffcache.matrix_io import load_matrix
+from neffcache.request_rules import checked_request
 from neffcache.store import RETIRED, Store, cell_pointer_key, manifest_key
 
 RECORD_SCHEMA = 1
@@ -275,7 +276,7 @@ class RetireEntriesResult(ExitRule):
                     store=self.store)
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class RetireEntriesRequest:
     """What ``retire_entries`` keeps and how it goes about it.
 

@@ -33,6 +33,7 @@ from neffcache.errors import (
 from neffcache.hashing import CHUNK, PartHasher
 from neffcache.lifecycle.entry_select import decode_entry
 from neffcache.manifest import Manifest, PackRecord, PartDigests
+from neffcache.request_rules import checked_request
 from neffcache.store import (
     BLOBS,
     DAMAGED,
@@ -100,7 +101,7 @@ class VerifyStoreResult(ExitRule):
                 "temp_files": [{"key": t.key, "size": t.size} for t in self.temps[:MAX_LISTED]]}
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class VerifyStoreRequest:
     """What ``verify_store`` checks.
 

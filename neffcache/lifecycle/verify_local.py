@@ -34,6 +34,7 @@ from neffcache.errors import (
 from neffcache.hashing import CHUNK
 from neffcache.lifecycle.entry_select import decode_entry
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
+from neffcache.request_rules import checked_request
 from neffcache.restore import LOCAL_ENTRIES, MISSING_FILE, forget_paths, lock_destination
 from neffcache.store import MANIFESTS, blob_key, entry_key_of, pack_key
 from neffcache.thread_pool import map_in_threads
@@ -94,7 +95,7 @@ class VerifyLocalDirResult(ExitRule):
                 "problem_count": len(self.problems), "seconds": round(self.seconds, 3)}
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class VerifyLocalDirRequest:
     """What ``verify_local_dir`` checks: ``target``, a directory ``neffcache restore`` wrote
     (it holds ``.neffcache-entries/``); ``workers`` parallel reads (at most 8 are used);

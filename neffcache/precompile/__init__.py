@@ -42,13 +42,13 @@ _FACE = {
     "backfill_cell": ("CaptureRequest", "CaptureResult", "capture_entry"),
     "claims": ("ClaimOptions",),
     "heartbeat": ("CellBeat",),
-    "hit_check": ("Verdict",),
+    "hit_check": ("FileState", "Verdict"),
     "intents": ("GRACE_FLOOR_SECONDS", "REFRESH_SECONDS", "held_intents"),
     "plan": ("CellReport", "Event", "PrecompileOptions", "PrecompileReport", "StopSummary",
              "VerifyReport", "stored_compile_seconds"),
     "publish": ("PublishResult", "default_producer", "publish_entry", "write_pointer"),
     "push_cell": ("PushRequest", "PushResult", "push"),
-    "run": ("apply_precompile",),
+    "run": ("RunContext", "RunHooks", "apply_precompile"),
     "session": ("PrecompileRequest", "PrecompileResult", "precompile"),
     "warm": ("WarmCell", "WarmReport", "warm_restored"),
     "warm_check": ("WarmRequest", "WarmResult", "check_warm"),
@@ -62,14 +62,14 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.precompile.backfill_cell import CaptureRequest, CaptureResult, capture_entry
     from neffcache.precompile.claims import ClaimOptions
     from neffcache.precompile.heartbeat import CellBeat
-    from neffcache.precompile.hit_check import Verdict
+    from neffcache.precompile.hit_check import FileState, Verdict
     from neffcache.precompile.intents import GRACE_FLOOR_SECONDS, REFRESH_SECONDS, held_intents
     from neffcache.precompile.plan import (CellReport, Event, PrecompileOptions, PrecompileReport,
         StopSummary, VerifyReport, stored_compile_seconds)
     from neffcache.precompile.publish import (PublishResult, default_producer, publish_entry,
         write_pointer)
     from neffcache.precompile.push_cell import PushRequest, PushResult, push
-    from neffcache.precompile.run import apply_precompile
+    from neffcache.precompile.run import RunContext, RunHooks, apply_precompile
     from neffcache.precompile.session import PrecompileRequest, PrecompileResult, precompile
     from neffcache.precompile.warm import WarmCell, WarmReport, warm_restored
     from neffcache.precompile.warm_check import WarmRequest, WarmResult, check_warm

@@ -15,12 +15,13 @@ from neffcache.precompile.backfill import BackfillPlan, apply_backfill, plan_bac
 from neffcache.precompile.capture import scan_roots
 from neffcache.precompile.indexing import record_entry_or_warn
 from neffcache.precompile.publish import PublishResult
+from neffcache.request_rules import checked_request
 
 # What a capture's JSON takes from the publish's, when it published.
 _PUBLISH_FIELDS = ("created", "files", "total_bytes", "blobs_uploaded", "bytes_uploaded")
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class CaptureRequest:
     """What ``neffcache capture`` is asked to back-fill; each field is the flag of that name.
 

@@ -27,23 +27,18 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from neffcache.errors import NeffcacheError
-from neffcache.fingerprint import Fingerprint
-from neffcache.matrix import Cell, Matrix
-from neffcache.precompile.heartbeat import CellBeat
+from neffcache.matrix import Cell
 from neffcache.precompile.plan import (
     EXISTS,
     PUBLISHED,
-    Event,
-    PrecompileOptions,
     PrecompileReport,
 )
-from neffcache.precompile.run import PrecompileRun, open_run
-from neffcache.store import Store
+from neffcache.precompile.run import PrecompileRun, RunContext, open_run
 
 if TYPE_CHECKING:
     from neffcache.index import Index, Lease
@@ -106,21 +101,16 @@ class Heartbeat:
                            f"{exc}")
 
 
-def apply_claims(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
-                 fingerprint: Fingerprint, options: PrecompileOptions, claim: ClaimOptions, *,
-                 environ: Mapping[str, str],
-                 progress: Callable[[Event], None] | None = None,
-                 stop: threading.Event | None = None,
-                 heartbeat: Callable[[CellBeat], None] | None = None) -> PrecompileReport:
-    """Warm cells from the claim queue until none is left to claim or in progress, or
-    ``stop`` is set; the report lists the cells this worker handled (skipped, refused,
+def apply_claims(context: RunContext, cells: Sequence[Cell],
+                 claim: ClaimOptions) -> PrecompileReport:
+    """Warm cells from the claim queue until none is left to claim or in progress, or the
+    hooks' ``stop`` is set; the report lists the cells this worker handled (skipped, refused,
     published, exists, failed, cancelled). While it waits for a lease it says so (a
     ``wait`` event) at once, then every ``options.heartbeat_seconds``."""
     from neffcache.index import matrix_name_of
 
-    run = open_run(matrix, cells, store, index, fingerprint, options, environ=environ,
-                   progress=progress, force=False, announce_skips=False, stop=stop,
-                   heartbeat=heartbeat)
+    matrix, index, fingerprint = context.matrix, context.index, context.fingerprint
+    run = open_run(context, cells, force=False, announce_skips=False)
     name = matrix_name_of(matrix)
     removed = index.queue_claims(name, [p.cell for p in run.to_warm], fingerprint,
                                  [c.key for c in matrix.cells])

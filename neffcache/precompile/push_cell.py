@@ -16,9 +16,10 @@ from neffcache.errors import ExitRule, MatrixError, UsageError
 from neffcache.matrix import Cell
 from neffcache.precompile.indexing import record_entry_or_warn
 from neffcache.precompile.publish import DEFAULT_WORKERS, PublishResult, publish_entry
+from neffcache.request_rules import checked_request
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class PushRequest:
     """Which cell to publish, and from which cache roots; each field is the flag of that name.
 

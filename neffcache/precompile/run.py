@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,19 +86,39 @@ WORKER_LOG = "worker.log"  # the log run_worker writes in a cell's directory
 READERS = 16  # manifests read in parallel when indexing entries the index does not know
 
 
+@dataclass(frozen=True, slots=True)
+class RunHooks:
+    """How the caller follows and stops a run: ``progress`` gets each event, setting ``stop``
+    ends the run early (see the module's docstring), ``heartbeat`` gets a ``CellBeat`` per
+    running cell every ``options.heartbeat_seconds``."""
+
+    progress: Callable[[Event], None] | None = None
+    stop: threading.Event | None = None
+    heartbeat: Callable[[CellBeat], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What every step of one run shares, static or claimed: the matrix, the store its
+    entries go to and the index that records them, the fingerprint they are built for, how
+    cells are warmed, the workers' environment, and the caller's hooks."""
+
+    matrix: Matrix
+    store: Store
+    index: Index
+    fingerprint: Fingerprint
+    options: PrecompileOptions
+    environ: Mapping[str, str]
+    hooks: RunHooks = RunHooks()
+
+
 def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
                      fingerprint: Fingerprint, options: PrecompileOptions, *,
-                     environ: Mapping[str, str],
-                     progress: Callable[[Event], None] | None = None,
-                     stop: threading.Event | None = None,
-                     heartbeat: Callable[[CellBeat], None] | None = None) -> PrecompileReport:
+                     environ: Mapping[str, str], hooks: RunHooks = RunHooks()) -> PrecompileReport:
     """Warm, publish and record every planned cell, ``options.workers`` at a time; never
-    raises for a failed cell (the report says which failed). Setting ``stop`` ends the run
-    early (see the module's docstring); ``heartbeat`` is told a ``CellBeat`` per running cell
-    every ``options.heartbeat_seconds``."""
-    run = open_run(matrix, cells, store, index, fingerprint, options, environ=environ,
-                   progress=progress, force=options.force, announce_skips=True, stop=stop,
-                   heartbeat=heartbeat)
+    raises for a failed cell (the report says which failed). ``hooks``: see ``RunHooks``."""
+    context = RunContext(matrix, store, index, fingerprint, options, environ, hooks)
+    run = open_run(context, cells, force=options.force, announce_skips=True)
     if run.to_warm:
         run.start(socket.gethostname())
         planned: queue.SimpleQueue[CellPlan] = queue.SimpleQueue()
@@ -117,20 +137,18 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
     return run.finish()
 
 
-def open_run(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
-             fingerprint: Fingerprint, options: PrecompileOptions, *,
-             environ: Mapping[str, str], progress: Callable[[Event], None] | None,
-             force: bool, announce_skips: bool,
-             stop: threading.Event | None = None,
-             heartbeat: Callable[[CellBeat], None] | None = None) -> PrecompileRun:
+def open_run(context: RunContext, cells: Sequence[Cell], *, force: bool,
+             announce_skips: bool) -> PrecompileRun:
     """What a static and a claimed run do first: plan the cells, report the skipped
     (``announce_skips``: as events too) and refused ones, index the ready entries the index
     lacks, register the matrix; the run, ready for ``start``."""
     started = time.monotonic()
+    matrix, store, options = context.matrix, context.store, context.options
     backend = get_backend(matrix.backend)
-    plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
+    plans = plan_precompile(cells, context.fingerprint,
+                            find_ready(store, cells, context.fingerprint),
                             force=force, compile_only=options.compile_only)
-    emit = progress or (lambda event: None)
+    emit = context.hooks.progress or (lambda event: None)
     reports: dict[str, CellReport] = {}
     for p in plans:
         if p.action == SKIP:
@@ -141,12 +159,11 @@ def open_run(matrix: Matrix, cells: Sequence[Cell], store: Store, index: Index,
             reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, REFUSED,
                                             error=p.reason)
             emit(("refused", p.cell.id, p.reason or ""))
-    index_known_entries(store, index, [p for p in plans if p.action == SKIP], backend)
-    _register(index, matrix)
+    index_known_entries(store, context.index, [p for p in plans if p.action == SKIP], backend)
+    _register(context.index, matrix)
     workdir = Path(options.workdir or tempfile.mkdtemp(prefix="neffcache-precompile-"))
-    run = PrecompileRun(matrix, store, index, fingerprint, backend, options, environ,
-                        workdir, emit, plans, reports, started, stop)
-    run.beats = Beats(options.heartbeat_seconds, heartbeat)
+    run = PrecompileRun(context, backend, workdir, plans, reports, started)
+    run.beats = Beats(options.heartbeat_seconds, context.hooks.heartbeat)
     return run
 
 
@@ -155,21 +172,21 @@ class PrecompileRun:
     far, the run's id in the index, the stop flag). Made by ``open_run``; the driver calls
     ``start``, ``in_slots`` (whose loops call ``warm`` / ``already_published``), ``finish``."""
 
-    def __init__(self, matrix: Matrix, store: Store, index: Index, fingerprint: Fingerprint,
-                 backend: Backend, options: PrecompileOptions, environ: Mapping[str, str],
-                 workdir: Path, emit: Callable[[Event], None], plans: Sequence[CellPlan],
-                 reports: Mapping[str, CellReport], started: float,
-                 stop: threading.Event | None = None) -> None:
-        self.matrix, self.store, self.index = matrix, store, index
-        self.fingerprint, self.backend, self.options = fingerprint, backend, options
-        self.environ, self.workdir = environ, workdir
+    def __init__(self, context: RunContext, backend: Backend, workdir: Path,
+                 plans: Sequence[CellPlan], reports: Mapping[str, CellReport],
+                 started: float) -> None:
+        self.matrix, self.store, self.index = context.matrix, context.store, context.index
+        self.fingerprint, self.backend, self.options = context.fingerprint, backend, \
+            context.options
+        self.environ, self.workdir = context.environ, workdir
         self.plans: tuple[CellPlan, ...] = tuple(plans)
         self.run_id: str | None = None  # set by start
-        self._emit = emit
+        self._emit = context.hooks.progress or (lambda event: None)
         self._reports = dict(reports)
         self._started = started
         self._lock = threading.Lock()  # the reports, the cell numbers, the index's writes
         self._stopping = threading.Event()
+        stop = context.hooks.stop
         self._cancel = stop if stop is not None else threading.Event()  # the caller's stop
         self._ended_workers = 0  # workers ended because of the stop event
         self._stopped_publishes = 0  # publishes stopped by it (counted as running cells)
@@ -388,8 +405,8 @@ class PrecompileRun:
                 VERIFY_FAILED, None, restored.seconds if restored else 0.0,
                 error=f"restore: {err or 'cell not restored'}"))
         outcome = warm_restored(self.matrix, plan.cell, self.backend, target,
-                                cell_dir / "verify", environ=self.environ,
-                                extra_env=dict(self.options.extra_env),
+                                cell_dir / "verify",
+                                environ={**self.environ, **dict(self.options.extra_env)},
                                 timeout=self.options.timeout, python=self.options.python)
         verdict = outcome.verdict()
         if verdict is None:

@@ -22,7 +22,8 @@ from neffcache.matrix import Cell, Matrix, select_cells, shard_cells
 from neffcache.precompile.claims import ClaimOptions, apply_claims
 from neffcache.precompile.heartbeat import CellBeat
 from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
-from neffcache.precompile.run import apply_precompile
+from neffcache.precompile.run import RunContext, RunHooks, apply_precompile
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     from neffcache.index import Index
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 _SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class PrecompileRequest:
     """What ``neffcache precompile`` is asked to do; each field is the flag of that name.
 
@@ -161,16 +162,14 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
         _register_first(ix, spec, request.replace_matrix)
         if request.selected is not None:
             request.selected(len(cells))
+        hooks = RunHooks(request.progress, request.stop, request.heartbeat)
         if request.claim:
-            report = apply_claims(spec, cells, store, ix, fingerprint, options,
-                                  ClaimOptions(lease_seconds=request.lease_seconds,
-                                               retries=request.retries),
-                                  environ=env, progress=request.progress, stop=request.stop,
-                                  heartbeat=request.heartbeat)
+            report = apply_claims(RunContext(spec, store, ix, fingerprint, options, env, hooks),
+                                  cells, ClaimOptions(lease_seconds=request.lease_seconds,
+                                                      retries=request.retries))
         else:
             report = apply_precompile(spec, cells, store, ix, fingerprint, options,
-                                      environ=env, progress=request.progress, stop=request.stop,
-                                      heartbeat=request.heartbeat)
+                                      environ=env, hooks=hooks)
     return PrecompileResult(report)
 
 
@@ -181,7 +180,7 @@ def _options(request: PrecompileRequest, python: str | None) -> PrecompileOption
                              workdir=Path(request.workdir) if request.workdir else None,
                              keep_workdir=request.keep_workdir,
                              compile_only=request.compile_only, python=python,
-                             heartbeat_seconds=max(0.0, request.heartbeat_seconds))
+                             heartbeat_seconds=request.heartbeat_seconds)
 
 
 def _selected_cells(request: PrecompileRequest, spec: Matrix) -> tuple[Cell, ...]:

@@ -140,10 +140,9 @@ def _describe(result: WarmCell) -> str:
 
 
 def warm_restored(matrix: Matrix, cell: Cell, backend: Backend, base: Path, workdir: Path, *,
-                  environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None,
-                  timeout: float | None = None, python: str | None = None) -> WorkerOutcome:
-    """Warm ``cell`` in a fresh process (under ``python``; None: this interpreter) against
-    cache roots already restored under ``base``."""
+                  environ: Mapping[str, str], timeout: float | None = None,
+                  python: str | None = None) -> WorkerOutcome:
+    """Warm ``cell`` in a fresh process (under ``python``; None: this interpreter; in
+    ``environ``) against cache roots already restored under ``base``."""
     spec = worker_spec(matrix, cell, base, workdir / "result.json")
-    return run_worker(spec, backend, workdir, environ=environ, extra_env=extra_env,
-                      timeout=timeout, python=python)
+    return run_worker(spec, backend, workdir, environ=environ, timeout=timeout, python=python)

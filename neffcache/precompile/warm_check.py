@@ -18,6 +18,7 @@ from neffcache.precompile.indexing import report_to_index
 from neffcache.precompile.warm import FAILED, Event, WarmReport, apply_warm
 from neffcache.report_spool import SPOOL_DIR, discard, keep, load, pending
 from neffcache.reports import Verdicts, make_report_id
+from neffcache.request_rules import checked_request
 from neffcache.restore import LOCAL_ENTRIES
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 INDEX_REPORT_TIMEOUT = 2.0
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class WarmRequest:
     """What ``neffcache warm`` is asked to check; each field is the flag of that name.
 

@@ -43,15 +43,17 @@ from neffcache.faces import lazy_face
 _FACE = {
     "apply": ("Progress",),
     "dest": ("lock_destination",),
+    "install": ("FileFailure",),
     "local": ("LOCAL_ENTRIES", "MISSING_FILE"),
     "outcome": ("RestoreResult",),
+    "plan": ("Conflict", "FetchGroup", "RestorePlan"),
     "preview": ("RestorePreview",),
-    "pruning": ("PruneRequest", "PruneResult", "prune"),
+    "pruning": ("PruneRequest", "PruneResult", "PrunedEntry", "prune"),
     "ready": ("cell_ready",),
+    "resolve": ("CellFailure", "Resolution"),
     "run": ("restore_cells",),
     "session": ("RestoreRequest", "default_workers", "preview_restore", "restore"),
-    "state": ("STATE_FILE", "Durable", "forget_paths", "load_pending", "load_state",
-              "save_state"),
+    "state": ("Durable", "STATE_FILE", "forget_paths", "load_pending", "load_state", "save_state"),
 }
 __all__, __getattr__ = lazy_face(globals(), _FACE)
 
@@ -60,11 +62,14 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     # isort: off
     from neffcache.restore.apply import Progress
     from neffcache.restore.dest import lock_destination
+    from neffcache.restore.install import FileFailure
     from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
     from neffcache.restore.outcome import RestoreResult
+    from neffcache.restore.plan import Conflict, FetchGroup, RestorePlan
     from neffcache.restore.preview import RestorePreview
-    from neffcache.restore.pruning import PruneRequest, PruneResult, prune
+    from neffcache.restore.pruning import PrunedEntry, PruneRequest, PruneResult, prune
     from neffcache.restore.ready import cell_ready
+    from neffcache.restore.resolve import CellFailure, Resolution
     from neffcache.restore.run import restore_cells
     from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
     from neffcache.restore.state import (STATE_FILE, Durable, forget_paths, load_pending,

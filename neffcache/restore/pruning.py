@@ -31,6 +31,7 @@ from neffcache.fingerprint import Fingerprint, check_usable, collect_fingerprint
 from neffcache.manifest import DIGEST_FIELD, SIGNATURE_FIELD, entry_key
 from neffcache.matrix import Matrix
 from neffcache.matrix_io import load_matrix
+from neffcache.request_rules import checked_request
 from neffcache.restore.dest import lock_destination
 from neffcache.restore.fs import DirCache, Roots
 from neffcache.restore.local import (
@@ -96,7 +97,7 @@ class PruneResult(ExitRule):
                 "skipped": self.skipped}
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class PruneRequest:
     """What ``prune`` does.
 

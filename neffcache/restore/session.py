@@ -41,6 +41,7 @@ from neffcache.matrix_io import load_matrix
 from neffcache.report_send import send_report
 from neffcache.report_spool import SPOOL_DIR
 from neffcache.reports import build_report
+from neffcache.request_rules import checked_request
 from neffcache.restore.apply import Progress
 from neffcache.restore.dest import lock_destination
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
@@ -75,7 +76,7 @@ T = TypeVar("T")
 Notice = Callable[[str], None]
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class RestoreRequest:
     """What to restore, where, and within what (the flags of ``neffcache restore``).
 

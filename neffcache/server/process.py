@@ -10,12 +10,12 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from neffcache.config import Settings, read_settings, redact_url
 from neffcache.errors import ConfigError, UsageError
+from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     import uvicorn
@@ -33,7 +33,7 @@ DEFAULT_INGEST_EVERY = 60.0
 MAX_REQUEST_HEAD = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
+@checked_request
 class ServeRequest:
     """What ``neffcache serve`` is asked to do.
 

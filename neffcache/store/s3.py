@@ -67,6 +67,8 @@ REQUEST_TIMEOUT = 15 * 60.0
 RETRY_TIMEOUT = 3 * 60.0  # no retry starts later than this after a call's first attempt
 MAX_BACKOFF = 15.0  # obstore's default cap on one backoff sleep
 PROBE_TIMEOUT = 5.0  # check() fails within about this on an unreachable endpoint
+CONNECT_TIMEOUT, READ_TIMEOUT = 5.0, 60.0  # one connection attempt; one stalled read
+POOL_CONNECTIONS = 64  # connections kept open per client
 # Memory: a multipart upload holds up to MULTIPART_CONCURRENCY parts (part_size each) in
 # flight, plus the part being read and the one being filled, and at most MULTIPART_UPLOADS run
 # at once per store, whatever the callers' threads (6 x 64 MiB pushed on 8 threads: 568 MiB
@@ -92,8 +94,7 @@ class S3Store:
     tests pass their own); obstore itself reads the process environment for the rest."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
-                 max_attempts: int = 5, connect_timeout: float = 5.0, read_timeout: float = 60.0,
-                 max_pool_connections: int = 64, multipart_threshold: int = PART_SIZE,
+                 max_attempts: int = 5, multipart_threshold: int = PART_SIZE,
                  part_size: int = PART_SIZE, environ: Mapping[str, str] | None = None,
                  deadline: float | None = None, create: bool = False) -> None:
         if part_size < 5 * MiB or multipart_threshold < part_size:
@@ -125,18 +126,18 @@ class S3Store:
             return seconds if left is None else min(seconds, left)
 
         self._retries = max(0, max_attempts - 1)
-        self._client = self._connect((clip(connect_timeout), clip(read_timeout),
+        self._client = self._connect((clip(CONNECT_TIMEOUT), clip(READ_TIMEOUT),
                                       clip(REQUEST_TIMEOUT), clip(RETRY_TIMEOUT)),
-                                     max_pool_connections)
+                                     POOL_CONNECTIONS)
         # check() must fail within seconds on an unreachable endpoint: short waits, and no
         # retry starts after PROBE_TIMEOUT (the same number of attempts as every other call).
-        self._probe_timeouts = (clip(min(connect_timeout, 2.0)), clip(min(read_timeout, 5.0)),
+        self._probe_timeouts = (clip(min(CONNECT_TIMEOUT, 2.0)), clip(min(READ_TIMEOUT, 5.0)),
                                 clip(PROBE_TIMEOUT), clip(PROBE_TIMEOUT))
-        self._pool = max_pool_connections
+        self._pool = POOL_CONNECTIONS
         self._probe: _Client | None = None
         self._lock = threading.Lock()
         self._multipart = threading.BoundedSemaphore(MULTIPART_UPLOADS)
-        self._upload_settings = (connect_timeout, read_timeout, max_attempts)  # for gc
+        self._upload_settings = (CONNECT_TIMEOUT, READ_TIMEOUT, max_attempts)  # for gc
         self._uploads: Any = None  # s3_uploads.UploadClient, made when gc first asks
 
     @classmethod

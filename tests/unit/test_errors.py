@@ -31,6 +31,8 @@ class _Sub(e.ManifestError):
 ])
 def test_exit_code_by_class_hierarchy(exc: BaseException, code: int) -> None:
     assert e.exit_code_for(exc) == code
+    if isinstance(exc, e.NeffcacheError):  # each error knows its own, from the same table
+        assert exc.exit_code == code
 
 
 def test_table_order_does_not_matter(monkeypatch: pytest.MonkeyPatch) -> None:

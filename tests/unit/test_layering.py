@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "neffcache"
 LAYERS: tuple[tuple[str, ...], ...] = (
     # core: pure models and small helpers (no store, no index, no network)
     ("neffcache.version", "neffcache.errors", "neffcache.build_hook", "neffcache.faces"),
+    ("neffcache.request_rules",),
     ("neffcache.canonical", "neffcache.documents", "neffcache.hashing", "neffcache.thread_pool",
      "neffcache.distributions", "neffcache.config"),
     ("neffcache.interpreter", "neffcache.backends"),

@@ -1,0 +1,229 @@
+"""What a request's fields may hold, checked when the request is made (pure).
+
+One rule set for the CLI and the Python API. A field's type is its annotation, read as written
+(``int | None``, ``Sequence[str]``, ``str | Path``...): a value of another type is refused, and
+so is a lone ``str`` where a sequence is meant (it would be split into characters). A number's
+range is declared once, in ``RANGES``: the request checks it, and the CLI's option type is made
+from it (``cli._common.ranged``), so a flag and its field cannot disagree.
+
+Every public request is declared ``@checked_request`` (a frozen dataclass with slots whose
+``__post_init__`` is ``check_request``); a broken rule is a ``UsageError`` (exit 2) naming the
+request and the field::
+
+    RestoreRequest.mirrors: expected a sequence of str, got the str 's3://b/p' (a lone
+    string where a sequence is meant: wrap it, e.g. ('s3://b/p',))
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import os
+import re
+import sys
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar, dataclass_transform
+
+from neffcache.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """The numbers a field takes: ``min`` (exclusive with ``min_open``) to ``max``;
+    ``real``: a float field (the CLI's FloatRange), else an int field (IntRange)."""
+
+    min: int | None = None
+    max: int | None = None
+    min_open: bool = False
+    real: bool = False
+
+    def holds(self, value: float) -> bool:
+        low = self.min is None or value > self.min or (value == self.min and not self.min_open)
+        return low and (self.max is None or value <= self.max)
+
+    def describe(self) -> str:
+        """As click says it: ``x>=0``, ``x>0``, ``1<=x<=256``."""
+        if self.max is None:
+            return f"x{'>' if self.min_open else '>='}{self.min}"
+        if self.min is None:
+            return f"x<={self.max}"
+        return f"{self.min}{'<' if self.min_open else '<='}x<={self.max}"
+
+
+_WORKERS = Range(1, 256)
+_SECONDS = Range(0, real=True)  # a span of seconds, 0 allowed
+_TIMEOUT = Range(1, real=True)  # a worker's timeout: at least a second
+_BYTES = Range(0)
+
+# request class name -> field -> its range (fields typed ``X | None`` are checked when given)
+RANGES: dict[str, dict[str, Range]] = {
+    "RestoreRequest": {"deadline": Range(0, min_open=True, real=True), "workers": _WORKERS,
+                       "bundle_max_bytes": _BYTES},
+    "PrecompileRequest": {"workers": _WORKERS, "lease_seconds": _TIMEOUT,
+                          "retries": Range(0, 100), "timeout": _TIMEOUT,
+                          "heartbeat_seconds": _SECONDS},
+    "PushRequest": {"workers": _WORKERS, "compile_seconds": _SECONDS},
+    "CaptureRequest": {"workers": Range(1, 64)},
+    "WarmRequest": {"timeout": _TIMEOUT},
+    "DemoRequest": {"workers": Range(1, 64), "timeout": _TIMEOUT},
+    "ListEntriesRequest": {"limit": Range(1)},
+    "IngestRestoreReportsRequest": {"days": Range(0)},
+    "ShowRegisteredMatrixRequest": {"version": Range(1)},
+    "RetireEntriesRequest": {"keep_sdk_versions": Range(1), "keep_restored_days": Range(1),
+                             "workers": _WORKERS},
+    "CollectGarbageRequest": {"grace": _SECONDS, "workers": _WORKERS},
+    "VerifyStoreRequest": {"workers": _WORKERS},
+    "VerifyLocalDirRequest": {"workers": _WORKERS},
+    "CopyEntriesRequest": {"workers": _WORKERS},
+    "RepairRequest": {"workers": _WORKERS},
+    "ImportBundleRequest": {"workers": _WORKERS, "max_bytes": _BYTES},
+    "ShowBundleRequest": {"max_bytes": _BYTES},
+    "ServeRequest": {"port": Range(0, 65535), "ingest_every": _SECONDS},
+}
+
+Check = Callable[[object], bool]
+T = TypeVar("T")
+
+
+@dataclass_transform(frozen_default=True)
+def checked_request(cls: type[T]) -> type[T]:
+    """A public request: ``@dataclass(frozen=True, slots=True)`` that checks its fields when it
+    is made (``check_request``)."""
+    def __post_init__(self: object) -> None:
+        check_request(self)
+
+    cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+    return dataclass(frozen=True, slots=True)(cls)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """One field's rule: its type check (and what it expects, in words), its range."""
+
+    name: str
+    check: Check
+    expected: str
+    sequence_only: bool  # a Sequence is meant and a str is not: name the lone-string mistake
+    range: Range | None
+
+
+def check_request(request: object) -> None:
+    """Nothing, or UsageError naming the first field of ``request`` (a dataclass) whose value
+    breaks its rule: its annotation's type, or its range in ``RANGES``."""
+    cls = type(request)
+    for rule in _rules(cls):
+        value = getattr(request, rule.name)
+        if not rule.check(value):
+            raise UsageError(f"{cls.__name__}.{rule.name}: expected {rule.expected}, got "
+                             f"{_shown(value)}{_lone_hint(value, rule)}")
+        if rule.range is not None and value is not None and not rule.range.holds(value):
+            raise UsageError(f"{cls.__name__}.{rule.name}: {value!r} is not in the range "
+                             f"{rule.range.describe()}")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return f"the {type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _lone_hint(value: object, rule: _Rule) -> str:
+    if rule.sequence_only and isinstance(value, str):
+        return f" (a lone string where a sequence is meant: wrap it, e.g. ({value!r},))"
+    return ""
+
+
+_CACHE: dict[type, tuple[_Rule, ...]] = {}
+
+
+def _rules(cls: type) -> tuple[_Rule, ...]:
+    """Each field's rule, made from its annotation once per class."""
+    found = _CACHE.get(cls)
+    if found is None:
+        ranges = RANGES.get(cls.__name__, {})
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        if not set(ranges) <= names:
+            raise TypeError(f"RANGES[{cls.__name__!r}] names no field {set(ranges) - names}")
+        scope = vars(sys.modules[cls.__module__])
+        found = tuple(_rule_of(f.name, str(f.type), scope, ranges.get(f.name))
+                      for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        _CACHE[cls] = found
+    return found
+
+
+def _rule_of(name: str, annotation: str, scope: Mapping[str, object],
+             range_: Range | None) -> _Rule:
+    alternatives = _split(annotation, "|")
+    parsed = [_type_check(a, scope) for a in alternatives]
+    heads = {a.split("[", 1)[0].strip() for a in alternatives}
+    checks = [c for c, _ in parsed]
+    return _Rule(name, lambda v: any(c(v) for c in checks), " or ".join(w for _, w in parsed),
+                 "Sequence" in heads and "str" not in heads, range_)
+
+
+def _split(text: str, sep: str) -> list[str]:
+    """``text`` split on ``sep`` outside brackets, each part stripped."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return [*parts, text[start:].strip()]
+
+
+_SIMPLE: dict[str, tuple[Check, str]] = {
+    "None": (lambda v: v is None, "None"),
+    "str": (lambda v: isinstance(v, str), "str"),
+    "bool": (lambda v: isinstance(v, bool), "bool"),
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "int"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "Path": (lambda v: isinstance(v, os.PathLike), "Path"),
+}
+_GENERIC = re.compile(r"^([\w.]+)(?:\[(.*)\])?$", re.S)
+
+
+def _type_check(text: str, scope: Mapping[str, object]) -> tuple[Check, str]:
+    """(check, what it expects) for one alternative of an annotation."""
+    if text in _SIMPLE:
+        return _SIMPLE[text]
+    match = _GENERIC.match(text)
+    if match is None:
+        raise TypeError(f"request_rules: cannot read the annotation {text!r}")
+    head, args = match.group(1), match.group(2)
+    if head == "Callable":
+        return callable, "a callable"
+    if head == "Sequence" and args is not None:
+        item, what = _union(args, scope)
+        return (lambda v: isinstance(v, Sequence) and not isinstance(v, (str, bytes))
+                and all(item(x) for x in v)), f"a sequence of {what}"
+    if head == "Mapping" and args is not None:
+        key_text, value_text = _split(args, ",")
+        key, _ = _union(key_text, scope)
+        value, what = _union(value_text, scope)
+        return (lambda v: isinstance(v, Mapping) and all(key(k) and value(x)
+                                                         for k, x in v.items())), \
+            f"a mapping of {what}"
+    return _named(head, scope)
+
+
+def _union(text: str, scope: Mapping[str, object]) -> tuple[Check, str]:
+    parsed = [_type_check(a, scope) for a in _split(text, "|")]
+    return (lambda v: any(c(v) for c, _ in parsed)), " or ".join(w for _, w in parsed)
+
+
+def _named(dotted: str, scope: Mapping[str, object]) -> tuple[Check, str]:
+    """A project or library type: the class the request's module binds to that name (an alias
+    of a callable is a callable), else any object with a class of that name (a name the module
+    imports only for type checking)."""
+    name = dotted.rsplit(".", 1)[-1]
+    bound = scope.get(dotted.split(".", 1)[0])
+    for part in dotted.split(".")[1:]:
+        bound = getattr(bound, part, None)
+    if isinstance(bound, type):
+        cls = bound
+        return (lambda v: isinstance(v, cls)), name
+    if typing.get_origin(bound) is collections.abc.Callable:
+        return callable, "a callable"
+    return (lambda v: any(k.__name__ == name for k in type(v).__mro__)), name
