@@ -176,7 +176,8 @@ def _public_types() -> dict[str, type]:
         obj = todo.pop()
         texts = [str(f.type) for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) \
             else [str(inspect.signature(obj))] if inspect.isfunction(obj) else []
-        for name in {n for t in texts for n in re.findall(r"\b([A-Z]\w*)", t)} - set(found):
+        # a name called in the annotation (Annotated[int, Doc("...")]) is metadata, not a type
+        for name in {n for t in texts for n in re.findall(r"\b([A-Z]\w*)\b(?!\()", t)} - set(found):
             cls = resolve(name)
             if cls is not None and dataclasses.is_dataclass(cls) and cls.__name__ == name:
                 found[name] = cls
