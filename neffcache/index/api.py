@@ -17,7 +17,6 @@ from sqlalchemy import Connection, Engine, exc, select
 
 from neffcache.errors import SchemaOutdatedError, UnavailableError
 from neffcache.index import listing, queries
-from neffcache.index.compiled import StatementCache
 from neffcache.index.engine import (
     WRITE,
     ensure_parent_dir,
@@ -94,9 +93,6 @@ class Index:
         self.url = url
         # Where lease times come from: None = the database's clock; tests set a fake clock.
         self.lease_clock: Callable[[], datetime] | None = None
-        # Where ``iter_entries`` keeps its statements' compiled forms for the bare driver
-        # (None: nowhere; the CLI's ``ls`` sets one, see ``ls_call``).
-        self.statements: StatementCache | None = None
 
     # --- sessions: the only way into SQL ------------------------------------------------
 
@@ -315,12 +311,8 @@ class Index:
         """``entries`` as they are read (one connection, held until the iterator is
         exhausted or closed): memory stays one batch of rows, whatever the count."""
         with self.connection() as conn:
-            try:
-                yield from listing.iter_entries(SqlaReader(conn, self.statements), cell_glob,
-                                                fingerprint_key, limit, after)
-            finally:
-                if self.statements is not None:
-                    self.statements.save()
+            yield from listing.iter_entries(SqlaReader(conn), cell_glob, fingerprint_key, limit,
+                                            after)
 
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of these entry keys are indexed (primary-key lookups, a few hundred keys
@@ -386,7 +378,7 @@ class Index:
         with self.connection() as conn:
             if conn.dialect.name == "postgresql":  # one snapshot for every batch (SQLite's
                 conn.execution_options(isolation_level="REPEATABLE READ")  # read has one)
-            now, reader = self.now(conn), SqlaReader(conn, self.statements)
+            now, reader = self.now(conn), SqlaReader(conn)
             plan = _stream.plan_coverage(reader, cells, fingerprints, now, named=keys,
                                          only=only)
             yield plan, _stream.coverage_rows(reader, plan, now)

@@ -1,7 +1,6 @@
 """Coverage's reads over a ``listing.Reader``, and the facts they give: no SQLAlchemy here.
-The statements are named (``coverage_statements`` builds them), so ``neffcache coverage``
-runs their compiled forms on the bare driver (``bare_reader``) and the API runs the same
-statements through SQLAlchemy (``sqla_reader``).
+The statements are named (``coverage_statements`` builds them; ``sqla_reader`` runs them
+for ``neffcache coverage``, the API, the dashboard and /metrics alike).
 
 - ``status_of`` is the rule: ready (an entry), in_progress (no entry; a live lease), failed
   (no entry, no lease; a recorded failure), missing (none of these).

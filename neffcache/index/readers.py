@@ -1,18 +1,13 @@
-"""A ``Reader`` for a read command (``ls``, ``coverage``): the bare driver when the statement
-cache holds this code's statements for a database at their schema (``bare_reader``: no
-SQLAlchemy import), else SQLAlchemy (``sqla_reader``), which leaves what it compiles cached
-for the next command. Either way the statements are the builders' (``listing_statements``,
-``coverage_statements``)."""
+"""A ``Reader`` for a read command (``ls``, ``coverage``): the index opened as the CLI opens
+it, its statements (``listing_statements``, ``coverage_statements``) run through SQLAlchemy
+(``sqla_reader``)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from neffcache.config import Settings, default_home
-from neffcache.index.bare_reader import BareReader, open_bare
-from neffcache.index.compiled import StatementCache
+from neffcache.config import Settings
 from neffcache.index.listing import Shape
 
 if TYPE_CHECKING:
@@ -27,29 +22,16 @@ def open_index_as_cli(settings: Settings) -> Index:
     return open_index(settings.index_url, auto_upgrade=settings.index_is_embedded)
 
 
-def open_reader(settings: Settings, *, snapshot: bool = False) -> BareReader | SqlaFallback:
+class CliReader:
     """A Reader on the index of ``settings`` (close it when done). ``snapshot``: every
     statement sees one snapshot (Postgres: REPEATABLE READ; SQLite's read has one). Raises
     UnavailableError (exit 6) or SchemaOutdatedError (7) for the index."""
-    statements = StatementCache.load(default_home(os.environ))
-    bare = open_bare(settings.index_url, statements, snapshot=snapshot,
-                     fallback=lambda: SqlaFallback(settings, statements, snapshot=snapshot))
-    if bare is not None:
-        return bare
-    return SqlaFallback(settings, statements, snapshot=snapshot)
-
-
-class SqlaFallback:
-    """A SQLAlchemy reader (the index opened as the CLI opens it) for the statements the
-    cache lacks; what it compiles is added to the cache, written when it is closed."""
 
     dialect: str
 
-    def __init__(self, settings: Settings, statements: StatementCache, *,
-                 snapshot: bool = False) -> None:
+    def __init__(self, settings: Settings, *, snapshot: bool = False) -> None:
         from neffcache.index.sqla_reader import SqlaReader
 
-        self._statements = statements
         self._ix = open_index_as_cli(settings)
         try:
             self._conn_cm = self._ix.connection()
@@ -59,7 +41,7 @@ class SqlaFallback:
             raise
         if snapshot and conn.dialect.name == "postgresql":
             conn.execution_options(isolation_level="REPEATABLE READ")
-        self._reader = SqlaReader(conn, statements)
+        self._reader = SqlaReader(conn)
         self.dialect = self._reader.dialect
 
     def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
@@ -75,13 +57,17 @@ class SqlaFallback:
 
     def close(self) -> None:
         try:
-            self._statements.save()
             self._conn_cm.__exit__(None, None, None)
         finally:
             self._ix.close()
 
-    def __enter__(self) -> SqlaFallback:
+    def __enter__(self) -> CliReader:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def open_reader(settings: Settings, *, snapshot: bool = False) -> CliReader:
+    """A ``CliReader`` on the index of ``settings``."""
+    return CliReader(settings, snapshot=snapshot)
