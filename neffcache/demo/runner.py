@@ -214,7 +214,8 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     from neffcache.backends import get_backend
     from neffcache.demo.tiny_pipeline import build_tiny_flux2_klein
     from neffcache.fingerprint import collect_fingerprint
-    from neffcache.index import ingest_reports, open_index, register_matrix
+    from neffcache.index import CoverageRequest, ingest_reports, open_index, register_matrix
+    from neffcache.index import coverage as cover
     from neffcache.matrix_io import load_matrix
     from neffcache.precompile import PrecompileOptions, apply_precompile
     from neffcache.reports import date_prefixes
@@ -251,7 +252,9 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
         say("[4/4] first call per cell in a fresh process against the restored cache")
         demo_cells = tuple(_restored_cell(matrix, cell, backend, store, fingerprint, pre,
                                           instance, env, timeout, say) for cell in cells)
-        coverage = ix.coverage(cells, [fingerprint])
+        coverage = cover(CoverageRequest(matrix.source, cells=[c.id for c in cells],
+                                         fingerprints=[fingerprint],
+                                         index=settings.index_url)).report
     return DemoResult(model_dir=str(model_dir), matrix_path=matrix.source,
                       store_url=store.url, index_url=settings.index_url,
                       fingerprint_key=fingerprint.key, instance_dir=str(instance),

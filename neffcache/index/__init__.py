@@ -26,7 +26,7 @@ The handle and the building blocks other packages use:
 
     open_index(url, *, auto_upgrade) -> Index   the only way into SQL: writes (record_*,
         start_run, finish_run, remove_entries), claims (queue_claims, claim_next, ...),
-        reads (entries, coverage, matrix_coverage, coverage_summaries, live_leases, ...),
+        reads (entries, matrix_coverage, coverage_summaries, live_leases, ...),
         sessions (connection, read_session, write_session, engine)
     upgrade_index(url), schema_state(url), SCHEMA_REVISION
     matrices: matrix_name_of, matrix_digest, register_matrix(index, matrix, text, name),
@@ -42,8 +42,8 @@ The handle and the building blocks other packages use:
         response models are built from them)
 
 Importing this package imports nothing: each name loads its module when first used, so a
-command imports what it calls (``ls``: the listing on SQLAlchemy Core; not the ORM, not FastAPI or pydantic; the ops
-reads load the ORM). The restore path never imports this package.
+command imports what it calls (``ls``: the listing on SQLAlchemy Core; not the ORM, not
+FastAPI or pydantic; the ops reads load the ORM). The restore path never imports this package.
 """
 
 from __future__ import annotations
@@ -76,15 +76,16 @@ if TYPE_CHECKING:
         show_schema,
         upgrade_schema,
     )
-    from neffcache.index.coverage_call import (
+    from neffcache.index.coverage_engine import (
         HOST,
         CoverageRequest,
         CoverageResult,
         CoverageStream,
         coverage,
+        find_fingerprints,
         stream_coverage,
     )
-    from neffcache.index.coverage_grid import status_of
+    from neffcache.index.coverage_engine.rules import status_of
     from neffcache.index.cursors import (
         CURSOR_PATTERN,
         ID_CURSOR_PATTERN,
@@ -206,6 +207,7 @@ if TYPE_CHECKING:
         READY,
         STATUSES,
         ClaimResult,
+        CoverageColumn,
         CoverageFingerprint,
         CoverageReport,
         CoverageRow,
@@ -229,9 +231,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {  # module -> the names the face takes f
         "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
         "ingest_restore_reports", "list_registered_matrices", "register_matrix_file",
         "reindex_store", "show_registered_matrix", "show_schema", "upgrade_schema"),
-    "coverage_call": ("HOST", "CoverageRequest", "CoverageResult", "CoverageStream", "coverage",
-        "stream_coverage"),
-    "coverage_grid": ("status_of",),
+    "coverage_engine": ("HOST", "CoverageRequest", "CoverageResult", "CoverageStream",
+        "coverage", "find_fingerprints", "stream_coverage"),
+    "coverage_engine.rules": ("status_of",),
     "ingest": ("IngestResult", "InvalidReport", "ReportPoller", "ingest_report_files",
         "ingest_reports"),
     "matrices": ("get_matrix", "list_matrices", "matrix_digest", "matrix_name_of",
@@ -262,7 +264,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {  # module -> the names the face takes f
         "ReindexStoreDoc", "RestoreDoc", "RestoreOutcomeDoc", "RestorePointDoc", "RunDetail",
         "RunDoc", "SchemaStateDoc", "SdkBytesDoc", "Status", "Summary", "TotalsDoc", "UpgradeDoc"),
     "values": ("FAILED", "IN_PROGRESS", "MISSING", "READY", "STATUSES", "ClaimResult",
-        "CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary", "InvalidManifest",
+        "CoverageColumn", "CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary",
+        "InvalidManifest",
         "Lease", "LiveLease", "ReindexResult", "SchemaState"),
 }
 _MODULE_OF = {name: f"neffcache.index.{module}" for module, names in _EXPORTS.items()
@@ -287,7 +290,7 @@ __all__ = [
     "RegisterMatrixFileRequest", "RegisterMatrixFileResult", "ReindexStoreRequest",
     "ReindexStoreResult", "ShowRegisteredMatrixRequest", "ShowRegisteredMatrixResult",
     "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
-    "coverage", "ingest_restore_reports", "iter_entries", "list_entries",
+    "coverage", "find_fingerprints", "ingest_restore_reports", "iter_entries", "list_entries",
     "list_registered_matrices", "next_cursor", "register_matrix_file", "reindex_store",
     "show_registered_matrix", "show_schema", "stream_coverage", "upgrade_schema",
     # the handle, the schema
@@ -308,7 +311,8 @@ __all__ = [
     "FLEET_WINDOW", "Attention", "attention", "fingerprint_diff",
     # values
     "DURATION_BUCKETS", "FAILED", "IN_PROGRESS", "MISSING", "OUTCOMES", "READY", "STATUSES",
-    "ClaimResult", "CoverageFingerprint", "CoverageGrid", "CoverageReport", "CoverageRow",
+    "ClaimResult", "CoverageColumn", "CoverageFingerprint", "CoverageGrid", "CoverageReport",
+    "CoverageRow",
     "EntrySummary", "FailureRecord", "FingerprintCounts", "FingerprintDiff", "FingerprintInfo",
     "FingerprintRunTime", "FingerprintStats", "GridRow", "IndexTotals", "InvalidManifest",
     "Lease", "LeaseStats",

@@ -1,5 +1,5 @@
 """A ``Reader`` for a read command (``ls``, ``coverage``): the index opened as the CLI opens
-it, its statements (``listing_statements``, ``coverage_statements``) run through SQLAlchemy
+it, its statements (``listing_statements``, ``coverage_engine.statements``) run through SQLAlchemy
 (``sqla_reader``)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The Reader (``listing``'s protocol) over a SQLAlchemy Connection: builds each statement
-(``listing_statements``, ``coverage_statements``) and runs it."""
+(``listing_statements``, ``coverage_engine.statements``) and runs it."""
 
 from __future__ import annotations
 
@@ -8,15 +8,19 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from neffcache.index import coverage_statements, listing_statements
+from neffcache.index import listing_statements
 from neffcache.index.listing import BATCH, Shape
-
-_BUILDERS = {**listing_statements.BUILDERS, **coverage_statements.BUILDERS}
 
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
-    """The statement ``name`` (of ``listing`` or ``coverage_reads``) in ``shape``."""
-    return _BUILDERS[name](dialect, **dict(shape))
+    """The statement ``name`` (of ``listing`` or ``coverage_engine.reads``) in ``shape``
+    (``ls`` imports no coverage)."""
+    builder = listing_statements.BUILDERS.get(name)
+    if builder is None:
+        from neffcache.index.coverage_engine.statements import BUILDERS
+
+        builder = BUILDERS[name]
+    return builder(dialect, **dict(shape))
 
 
 class SqlaReader:

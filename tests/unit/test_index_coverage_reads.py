@@ -1,18 +1,18 @@
-"""Coverage's reads (``coverage_reads``, ``coverage_stream``) on SQLite and Postgres: the
+"""Coverage's reads (``coverage_engine.reads``) on SQLite and Postgres: the
 facts, columns and rows of a seeded index, read in one batch or in many, agree."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from neffcache.index import Index, open_index, upgrade_index
-from neffcache.index import coverage_stream as stream
-from neffcache.index.coverage_reads import (
+from neffcache.index.coverage_engine import reads as stream
+from neffcache.index.coverage_engine.reads import (
     database_now,
     find_fingerprint_keys,
     fingerprints_with_rows,
@@ -22,6 +22,7 @@ from neffcache.index.coverage_reads import (
     scope_of_keys,
     scope_of_matrix,
 )
+from neffcache.index.coverage_engine.rules import coverage_row
 from neffcache.index.listing import Reader
 from neffcache.index.sqla_reader import SqlaReader
 from tests.support.ops_seed import matrix_text, sdk_fingerprint, seed
@@ -67,7 +68,8 @@ def _reads(reader: Reader, now: Any) -> dict[str, Any]:
             stream.SINGLE, stream.FIRST_BATCH, stream.STREAM_BATCH = 4, 3, 5
         plan = stream.plan_coverage(reader, refs, [fp0], now, named=[UNKNOWN])
         out[f"plan_{single}"] = (plan.cells, plan.keys, plan.fingerprints, plan.given)
-        out[f"rows_{single}"] = list(stream.coverage_rows(reader, plan, now))
+        out[f"rows_{single}"] = [coverage_row(*item)
+                                 for item in stream.coverage_cells(reader, plan, now)]
     return out
 
 
@@ -104,30 +106,6 @@ def test_coverage_reads_agree_in_one_batch_and_in_many_on_postgres(
     _reads_agree(url, monkeypatch)
 
 
-def test_row_lines_are_each_rows_encoding() -> None:
-    """``RowLines`` (templates for ready and missing rows) writes what encoding each row's
-    document writes, whatever the ids hold (quotes, %, non-ASCII) and for every status."""
-    from neffcache.cli._common import encode_line
-    from neffcache.index.coverage_reads import CoverageFacts, FailureFact, coverage_row
-    from neffcache.index.coverage_stream import RowLines
-    from neffcache.index.shapes import Status
-    from neffcache.index.values import LiveLease
-
-    at = datetime(2026, 3, 1, 10, 0, 0, 123456, tzinfo=timezone.utc)
-    facts = CoverageFacts(
-        entries={("k1", "f1"): ("e1", 4096), ("k2", "f1"): ("e%s\"2", None)},
-        failures={("k3", "f1"): FailureFact(None, "boom \u00e9 %d", at)},
-        leases={("k4", "f1"): LiveLease("k4", "f1", "h\u00fcst", at, at, at, 2)})
-    items: list[tuple[str, str, str, Status]] = [
-        ("p%0/\"\u00fc\\x", "k1", "f1", "ready"), ("p1/%(a)s", "k2", "f1", "ready"),
-        ("p2/\u2603", "k3", "f1", "failed"), ("p3", "k4", "f1", "in_progress"),
-        ("p4/%", "k5", "f1", "missing"), ("p5", "k6", "f\u00e9%", "missing")]
-    line = RowLines(encode_line).line
-    for cell_id, ck, fk, status in items:
-        want = encode_line(coverage_row(cell_id, ck, fk, status, facts).to_json())
-        assert line(cell_id, ck, fk, status, facts) == want
-
-
 @pytest.mark.postgres
 def test_a_set_of_keys_reaches_postgres_as_the_same_keys_whatever_they_hold(
         pg_new_database: Callable[[], str]) -> None:
@@ -135,8 +113,8 @@ def test_a_set_of_keys_reaches_postgres_as_the_same_keys_whatever_they_hold(
     commas, braces and spaces included."""
     from sqlalchemy import column, select, table
 
-    from neffcache.index.coverage_reads import keys_param
-    from neffcache.index.coverage_statements import in_keys
+    from neffcache.index.coverage_engine.reads import keys_param
+    from neffcache.index.coverage_engine.statements import in_keys
 
     url = pg_new_database()
     keys = ["a" * 64, 'q"uote', "back\\slash", "com,ma", "{brace}", " sp ace ", "NULL", ""]
