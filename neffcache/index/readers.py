@@ -1,17 +1,18 @@
 """A ``Reader`` for a read command (``ls``, ``coverage``): the index opened as the CLI opens
-it, its statements (``listing_statements``, ``coverage_engine.statements``) run through SQLAlchemy
-(``sqla_reader``)."""
+it, its statements (``listing_statements``, ``coverage_engine.statements``) run through
+SQLAlchemy (``sqla_reader``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from neffcache.config import Settings
-from neffcache.index.listing import Shape
 
 if TYPE_CHECKING:
     from neffcache.index.api import Index
+    from neffcache.index.sqla_reader import SqlaReader
 
 
 def open_index_as_cli(settings: Settings) -> Index:
@@ -22,52 +23,14 @@ def open_index_as_cli(settings: Settings) -> Index:
     return open_index(settings.index_url, auto_upgrade=settings.index_is_embedded)
 
 
-class CliReader:
-    """A Reader on the index of ``settings`` (close it when done). ``snapshot``: every
-    statement sees one snapshot (Postgres: REPEATABLE READ; SQLite's read has one). Raises
+@contextlib.contextmanager
+def open_reader(settings: Settings, *, snapshot: bool = False) -> Iterator[SqlaReader]:
+    """A Reader on the index of ``settings``, for the block. ``snapshot``: every statement
+    sees one snapshot (Postgres: REPEATABLE READ; SQLite's read has one). Raises
     UnavailableError (exit 6) or SchemaOutdatedError (7) for the index."""
+    from neffcache.index.sqla_reader import SqlaReader
 
-    dialect: str
-
-    def __init__(self, settings: Settings, *, snapshot: bool = False) -> None:
-        from neffcache.index.sqla_reader import SqlaReader
-
-        self._ix = open_index_as_cli(settings)
-        try:
-            self._conn_cm = self._ix.connection()
-            conn = self._conn_cm.__enter__()
-        except BaseException:
-            self._ix.close()
-            raise
+    with open_index_as_cli(settings) as ix, ix.connection() as conn:
         if snapshot and conn.dialect.name == "postgresql":
             conn.execution_options(isolation_level="REPEATABLE READ")
-        self._reader = SqlaReader(conn)
-        self.dialect = self._reader.dialect
-
-    def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
-             ) -> Iterator[tuple[Any, ...]]:
-        return self._reader.rows(name, shape, params)
-
-    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
-              ) -> tuple[Any, ...] | None:
-        return self._reader.first(name, shape, params)
-
-    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return self._reader.all(name, shape, params)
-
-    def close(self) -> None:
-        try:
-            self._conn_cm.__exit__(None, None, None)
-        finally:
-            self._ix.close()
-
-    def __enter__(self) -> CliReader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-def open_reader(settings: Settings, *, snapshot: bool = False) -> CliReader:
-    """A ``CliReader`` on the index of ``settings``."""
-    return CliReader(settings, snapshot=snapshot)
+        yield SqlaReader(conn)

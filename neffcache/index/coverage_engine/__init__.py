@@ -283,8 +283,7 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
     settings = _read_settings(request)
     stack = contextlib.ExitStack()
     try:
-        reader = open_reader(settings, snapshot=True)
-        stack.callback(reader.close)
+        reader = stack.enter_context(open_reader(settings, snapshot=True))
         chosen = _choose(reader, request, settings.python)
         known = {fp.key for fp in chosen.given}
         now = database_now(reader)
