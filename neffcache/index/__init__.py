@@ -42,8 +42,9 @@ The handle and the building blocks other packages use:
         response models are built from them)
 
 Importing this package imports nothing: each name loads its module when first used, so a
-command imports what it calls (``ls``: the listing on SQLAlchemy Core; not the ORM, not
-FastAPI or pydantic; the ops reads load the ORM). The restore path never imports this package.
+command imports what it calls (``ls``: the listing on the bare driver, or SQLAlchemy Core
+when its statements are not compiled yet; not the ORM, not FastAPI or pydantic; the ops
+reads load the ORM). The restore path never imports this package.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine, exc, select
 
 from neffcache.errors import SchemaOutdatedError, UnavailableError
 from neffcache.index import listing, queries
+from neffcache.index.compiled import StatementCache
 from neffcache.index.engine import (
     WRITE,
     ensure_parent_dir,
@@ -88,6 +89,9 @@ class Index:
         self.url = url
         # Where lease times come from: None = the database's clock; tests set a fake clock.
         self.lease_clock: Callable[[], datetime] | None = None
+        # Where ``iter_entries`` keeps its statements' compiled forms for the bare driver
+        # (None: nowhere; the CLI's ``ls`` sets one, see ``ls_call``).
+        self.statements: StatementCache | None = None
 
     # --- sessions: the only way into SQL ------------------------------------------------
 
@@ -306,8 +310,12 @@ class Index:
         """``entries`` as they are read (one connection, held until the iterator is
         exhausted or closed): memory stays one batch of rows, whatever the count."""
         with self.connection() as conn:
-            yield from listing.iter_entries(SqlaReader(conn), cell_glob, fingerprint_key, limit,
-                                            after)
+            try:
+                yield from listing.iter_entries(SqlaReader(conn, self.statements), cell_glob,
+                                                fingerprint_key, limit, after)
+            finally:
+                if self.statements is not None:
+                    self.statements.save()
 
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of these entry keys are indexed (primary-key lookups, a few hundred keys
@@ -343,7 +351,7 @@ class Index:
                         limit: int | None = None) -> CoverageGrid:
         """A page of a registered matrix's coverage (the API's grid): the statuses and counts
         of ``coverage`` for its cells matching ``pattern``, columns in first-seen order, plus
-        the fingerprints its restore reports named; see ``coverage_engine.reads.matrix_coverage``.
+        the fingerprints its restore reports named; see ``coverage_engine.reads``.
         NotFoundError for an unknown name or version."""
         with self.connection() as conn:
             return _coverage.matrix_coverage(conn, self.now(conn), name, version=version,

@@ -1,6 +1,7 @@
 """How ``ls`` reads entries: which statements, in which order, with which parameters (the
 plan), over a ``Reader``. No SQLAlchemy here: the statements are named by a name and a
-shape (``listing_statements`` builds them; ``sqla_reader`` runs them)."""
+shape (``listing_statements`` builds them), so a read command can run their compiled forms
+on the bare driver (``bare_reader``) without importing SQLAlchemy."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The statements of ``listing``'s plan, built with SQLAlchemy Core from a name, a dialect
 and a shape (which filters a call has); every value is a named parameter, so one compiled
-form per shape serves every call."""
+form per shape serves every call, through SQLAlchemy or cached for the bare driver."""
 
 from __future__ import annotations
 

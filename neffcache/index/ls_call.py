@@ -1,5 +1,7 @@
-"""``neffcache ls``'s use case: list the entries the index knows, newest first (``listing``'s
-plan through SQLAlchemy Core)."""
+"""``neffcache ls``'s use case: list the entries the index knows, newest first. It runs
+``listing``'s plan on the bare driver when the statements' compiled forms are cached for
+this code (``bare_reader``: no SQLAlchemy import, ~0.3-0.4 s less start-up), else through
+SQLAlchemy, which leaves them cached for the next command."""
 
 from __future__ import annotations
 
@@ -8,10 +10,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from neffcache.config import read_settings
+from neffcache.config import default_home, read_settings
 from neffcache.errors import ExitRule
+from neffcache.index import listing
+from neffcache.index.bare_reader import open_bare
+from neffcache.index.compiled import StatementCache
 from neffcache.index.cursors import entry_cursor
-from neffcache.index.readers import open_index_as_cli
+from neffcache.index.readers import SqlaFallback, open_index_as_cli
 from neffcache.index.values import EntrySummary
 
 if TYPE_CHECKING:
@@ -60,9 +65,19 @@ def iter_entries(request: ListEntriesRequest) -> Iterator[EntrySummary]:
     malformed ``after`` (UsageError), are raised by the first ``next()``. The next page's
     cursor: ``next_cursor(request, count, last)``."""
     settings = read_settings(os.environ, index=request.index)
-    with open_index_as_cli(settings) as ix:
-        yield from ix.iter_entries(cell_glob=request.cell, fingerprint_key=request.fingerprint,
-                                   limit=request.limit, after=request.after)
+    statements = StatementCache.load(default_home(os.environ))
+    bare = open_bare(settings.index_url, statements,
+                     fallback=lambda: SqlaFallback(settings, statements))
+    if bare is None:
+        with open_index_as_cli(settings) as ix:
+            ix.statements = statements
+            yield from ix.iter_entries(cell_glob=request.cell,
+                                       fingerprint_key=request.fingerprint,
+                                       limit=request.limit, after=request.after)
+        return
+    with bare:
+        yield from listing.iter_entries(bare, request.cell, request.fingerprint,
+                                        request.limit, request.after)
 
 
 def next_cursor(request: ListEntriesRequest, count: int,

@@ -1,18 +1,22 @@
-"""A ``Reader`` for a read command (``ls``, ``coverage``): the index opened as the CLI opens
-it, its statements (``listing_statements``, ``coverage_engine.statements``) run through
-SQLAlchemy (``sqla_reader``)."""
+"""A ``Reader`` for a read command (``ls``, ``coverage``): the bare driver when the statement
+cache holds this code's statements for a database at their schema (``bare_reader``: no
+SQLAlchemy import), else SQLAlchemy (``sqla_reader``), which leaves what it compiles cached
+for the next command. Either way the statements are the builders' (``listing_statements``,
+``coverage_engine.statements``)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
-from neffcache.config import Settings
+from neffcache.config import Settings, default_home
+from neffcache.index.bare_reader import BareReader, open_bare
+from neffcache.index.compiled import StatementCache
+from neffcache.index.listing import Shape
 
 if TYPE_CHECKING:
     from neffcache.index.api import Index
-    from neffcache.index.sqla_reader import SqlaReader
 
 
 def open_index_as_cli(settings: Settings) -> Index:
@@ -23,14 +27,61 @@ def open_index_as_cli(settings: Settings) -> Index:
     return open_index(settings.index_url, auto_upgrade=settings.index_is_embedded)
 
 
-@contextlib.contextmanager
-def open_reader(settings: Settings, *, snapshot: bool = False) -> Iterator[SqlaReader]:
-    """A Reader on the index of ``settings``, for the block. ``snapshot``: every statement
-    sees one snapshot (Postgres: REPEATABLE READ; SQLite's read has one). Raises
+def open_reader(settings: Settings, *, snapshot: bool = False) -> BareReader | SqlaFallback:
+    """A Reader on the index of ``settings`` (close it when done). ``snapshot``: every
+    statement sees one snapshot (Postgres: REPEATABLE READ; SQLite's read has one). Raises
     UnavailableError (exit 6) or SchemaOutdatedError (7) for the index."""
-    from neffcache.index.sqla_reader import SqlaReader
+    statements = StatementCache.load(default_home(os.environ))
+    bare = open_bare(settings.index_url, statements, snapshot=snapshot,
+                     fallback=lambda: SqlaFallback(settings, statements, snapshot=snapshot))
+    if bare is not None:
+        return bare
+    return SqlaFallback(settings, statements, snapshot=snapshot)
 
-    with open_index_as_cli(settings) as ix, ix.connection() as conn:
+
+class SqlaFallback:
+    """A SQLAlchemy reader (the index opened as the CLI opens it) for the statements the
+    cache lacks; what it compiles is added to the cache, written when it is closed."""
+
+    dialect: str
+
+    def __init__(self, settings: Settings, statements: StatementCache, *,
+                 snapshot: bool = False) -> None:
+        from neffcache.index.sqla_reader import SqlaReader
+
+        self._statements = statements
+        self._ix = open_index_as_cli(settings)
+        try:
+            self._conn_cm = self._ix.connection()
+            conn = self._conn_cm.__enter__()
+        except BaseException:
+            self._ix.close()
+            raise
         if snapshot and conn.dialect.name == "postgresql":
             conn.execution_options(isolation_level="REPEATABLE READ")
-        yield SqlaReader(conn)
+        self._reader = SqlaReader(conn, statements)
+        self.dialect = self._reader.dialect
+
+    def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
+             ) -> Iterator[tuple[Any, ...]]:
+        return self._reader.rows(name, shape, params)
+
+    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
+              ) -> tuple[Any, ...] | None:
+        return self._reader.first(name, shape, params)
+
+    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        return self._reader.all(name, shape, params)
+
+    def close(self) -> None:
+        try:
+            self._statements.save()
+            self._conn_cm.__exit__(None, None, None)
+        finally:
+            self._ix.close()
+
+    def __enter__(self) -> SqlaFallback:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

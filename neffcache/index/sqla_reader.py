@@ -1,15 +1,19 @@
 """The Reader (``listing``'s protocol) over a SQLAlchemy Connection: builds each statement
-(``listing_statements``, ``coverage_engine.statements``) and runs it."""
+(``listing_statements``, ``coverage_engine.statements``), runs it, and keeps its compiled form in
+the ``StatementCache`` so the next read command can run it on the bare driver
+(``bare_reader``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import JSON, Connection, DateTime, Float, exc
 
 from neffcache.index import listing_statements
+from neffcache.index.compiled import CompiledStatement, StatementCache
 from neffcache.index.listing import BATCH, Shape
+from neffcache.index.schema import SCHEMA_REVISION
 
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
@@ -22,24 +26,81 @@ def build(name: str, dialect: str, shape: Shape) -> Any:
         builder = BUILDERS[name]
     return builder(dialect, **dict(shape))
 
+_SIMPLE = (str, int, float, bool, type(None))
+
 
 class SqlaReader:
-    """Runs ``listing``'s and coverage's statements through SQLAlchemy."""
+    """Runs ``listing``'s statements through SQLAlchemy; records them in ``cache``."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, cache: StatementCache | None = None) -> None:
         self.conn = conn
         self.dialect = str(conn.dialect.name)
+        self.cache = cache
 
     def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
              ) -> Iterator[tuple[Any, ...]]:
-        stmt = build(name, self.dialect, shape)
+        stmt = self._statement(name, shape, params)
         yield from self.conn.execute(stmt.execution_options(yield_per=BATCH), dict(params))
 
     def first(self, name: str, shape: Shape, params: Mapping[str, Any]
               ) -> tuple[Any, ...] | None:
-        row = self.conn.execute(build(name, self.dialect, shape), dict(params)).first()
+        stmt = self._statement(name, shape, params)
+        row = self.conn.execute(stmt, dict(params)).first()
         return None if row is None else tuple(row)
 
     def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return [tuple(row) for row in self.conn.execute(build(name, self.dialect, shape),
-                                                        dict(params))]
+        stmt = self._statement(name, shape, params)
+        return [tuple(row) for row in self.conn.execute(stmt, dict(params))]
+
+    def _statement(self, name: str, shape: Shape, params: Mapping[str, Any]) -> Any:
+        stmt = build(name, self.dialect, shape)
+        if self.cache is not None and self.cache.get(self.dialect, name, shape) is None:
+            compiled = compile_statement(stmt, self.conn.dialect, params)
+            if compiled is not None:
+                self.cache.put(self.dialect, name, shape, compiled, SCHEMA_REVISION)
+        return stmt
+
+
+def compile_statement(stmt: Any, dialect: Any, params: Mapping[str, Any]
+                      ) -> CompiledStatement | None:
+    """``stmt``'s compiled form for the bare driver; None when it needs more than SQL text
+    and plain parameters (a post-compiled IN list, a type SQLAlchemy converts other than a
+    datetime or a JSON column, a made-up parameter whose value is not a plain literal)."""
+    compiled = stmt.compile(dialect=dialect)
+    if "POSTCOMPILE" in compiled.string or dialect.paramstyle not in ("qmark", "pyformat"):
+        return None
+    names = tuple(compiled.positiontup) if compiled.positional else tuple(compiled.binds)
+    defaults: dict[str, Any] = {}
+    datetime_params = set()
+    for key, bind in compiled.binds.items():
+        if bind.type.dialect_impl(dialect).bind_processor(dialect) is not None:
+            if not isinstance(bind.type, DateTime):
+                return None
+            datetime_params.add(key)
+        if key not in params:
+            if bind.callable is not None or not isinstance(bind.value, _SIMPLE):
+                return None
+            defaults[key] = bind.value
+    datetime_columns, json_columns = [], []
+    for i, column in enumerate(stmt.selected_columns):
+        if _converts(column.type, dialect):
+            if isinstance(column.type, DateTime):
+                datetime_columns.append(i)
+            elif isinstance(column.type, JSON):
+                json_columns.append(i)
+            else:
+                return None
+    return CompiledStatement(sql=compiled.string, names=names, defaults=defaults,
+                             datetime_params=frozenset(datetime_params),
+                             datetime_columns=tuple(datetime_columns),
+                             json_columns=tuple(json_columns))
+
+
+def _converts(type_: Any, dialect: Any) -> bool:
+    """Whether SQLAlchemy converts this column's values from what the driver returns."""
+    try:
+        return type_.dialect_impl(dialect).result_processor(dialect, None) is not None
+    except (TypeError, exc.InvalidRequestError):
+        # psycopg's numeric processors need the column's type code, known only at run time:
+        # a float column (our Float/Double: float8) comes back as a float, unconverted.
+        return not isinstance(type_, Float)

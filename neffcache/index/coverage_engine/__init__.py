@@ -283,7 +283,8 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
     settings = _read_settings(request)
     stack = contextlib.ExitStack()
     try:
-        reader = stack.enter_context(open_reader(settings, snapshot=True))
+        reader = open_reader(settings, snapshot=True)
+        stack.callback(reader.close)
         chosen = _choose(reader, request, settings.python)
         known = {fp.key for fp in chosen.given}
         now = database_now(reader)

@@ -1,8 +1,9 @@
 """Coverage's reads: what the index holds for a scope of cells (their keys, or a registered
 matrix version), in a fixed number of statements whatever the cell count, never one per cell
-(``statements`` builds them; over a ``listing.Reader``, or a Connection for the API's grid
-and the summaries); ``now`` (the database clock, ``database_now``) decides which leases are
-live. The statuses and counts come from ``rules`` alone.
+(``statements`` builds them; over a ``listing.Reader``: the bare driver for ``neffcache
+coverage``, SQLAlchemy for the API; or a Connection for the API's grid and the summaries);
+``now`` (the database clock, ``database_now``) decides which leases are live. The statuses
+and counts come from ``rules`` alone.
 
 - ``read_facts``: entries, failures (the latest per pair, with details), live leases and the
   fingerprints they name; ``plan_coverage``/``coverage_cells``: the same a batch of cells at

@@ -1,7 +1,7 @@
 """The statements of coverage's reads (``coverage_engine.reads``), built with SQLAlchemy Core from a
 name, a dialect and a shape, as ``listing_statements`` builds ``ls``'s: every value a named
-parameter, so one compiled form per shape serves every call (``neffcache coverage``, the
-API, the dashboard, /metrics).
+parameter, so one compiled form per shape serves every call, through SQLAlchemy (the API,
+the dashboard, /metrics) or cached for the bare driver (``neffcache coverage``).
 
 A set of cell keys is one parameter ``keys`` whatever its size: ``= ANY(CAST(:keys AS
 TEXT[]))`` (an array literal, as text) on Postgres, ``IN (SELECT value FROM json_each(:keys))``

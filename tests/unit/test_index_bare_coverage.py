@@ -1,8 +1,15 @@
-"""Coverage's reads (``coverage_engine.reads``) on SQLite and Postgres: the
-facts, columns and rows of a seeded index, read in one batch or in many, agree."""
+"""``coverage`` on the bare driver: the statements SQLAlchemy compiled for coverage's reads
+(kept in the StatementCache) give the same facts, columns and rows on sqlite3/psycopg as
+through SQLAlchemy, on SQLite and Postgres, for a registered matrix, a list of cell keys (one
+batch and several), live and expired leases, failures and unknown fingerprints; a second
+``coverage --json`` imports no SQLAlchemy and prints the same bytes."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -11,6 +18,8 @@ from typing import Any
 import pytest
 
 from neffcache.index import Index, open_index, upgrade_index
+from neffcache.index.bare_reader import open_bare
+from neffcache.index.compiled import StatementCache
 from neffcache.index.coverage_engine import reads as stream
 from neffcache.index.coverage_engine.reads import (
     database_now,
@@ -27,8 +36,12 @@ from neffcache.index.listing import Reader
 from neffcache.index.sqla_reader import SqlaReader
 from tests.support.ops_seed import matrix_text, sdk_fingerprint, seed
 
-NAME = "reads"
+NAME = "bare"
 UNKNOWN = "f" * 64  # a fingerprint key nothing was built for
+
+
+def _never() -> Any:
+    raise AssertionError("a statement was not in the cache: the bare path fell back")
 
 
 def _seed(ix: Index) -> None:
@@ -73,44 +86,105 @@ def _reads(reader: Reader, now: Any) -> dict[str, Any]:
     return out
 
 
-def _reads_agree(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def _both_paths_agree(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("SINGLE", "FIRST_BATCH", "STREAM_BATCH"):
         monkeypatch.setattr(stream, name, getattr(stream, name))  # restored after the test
+    cache = StatementCache(tmp_path / "sql.json")
     with open_index(url, auto_upgrade=False) as ix, ix.connection() as conn:
-        reader = SqlaReader(conn)
+        reader = SqlaReader(conn, cache)
         now = database_now(reader)
         want = _reads(reader, now)
+    cache.save()
+    doc = json.loads((tmp_path / "sql.json").read_text())
+    names = {k.split("|")[1] for k in doc["statements"]}
+    assert names >= {"now", "cov_entries", "cov_failures", "cov_leases", "cov_fingerprints",
+                     "cov_fingerprints_with", "fingerprint_prefix",
+                     "matrix_versions", "matrix_cell_refs"}
     facts = want["facts"]
     assert len(facts.entries) == 12 and len(facts.failures) == 12 and len(facts.leases) == 1
     assert not want["later"].leases  # the live lease is over by then
     assert UNKNOWN in want["plan_True"][1] and want["rows_True"] == want["rows_False"]
     assert {r.status for r in want["rows_True"]} == {"ready", "failed", "missing",
                                                       "in_progress"}
+    saved = StatementCache(tmp_path / "sql.json", doc["head"], cache._statements)
+    monkeypatch.setattr(stream, "SINGLE", 500)
+    bare = open_bare(url, saved, fallback=_never)
+    assert bare is not None
+    with bare:
+        got = _reads(bare, now)
+        assert abs(database_now(bare) - now) < timedelta(minutes=5)
+    for key in want:
+        assert got[key] == want[key], key
 
 
-def test_coverage_reads_agree_in_one_batch_and_in_many_on_sqlite(
+def test_the_bare_driver_reads_coverage_as_sqlalchemy_does_on_sqlite(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"sqlite:///{tmp_path / 'index.db'}"
     with open_index(url, auto_upgrade=True) as ix:
         _seed(ix)
-    _reads_agree(url, monkeypatch)
+    _both_paths_agree(url, tmp_path, monkeypatch)
 
 
 @pytest.mark.postgres
-def test_coverage_reads_agree_in_one_batch_and_in_many_on_postgres(
-        pg_new_database: Callable[[], str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_bare_driver_reads_coverage_as_sqlalchemy_does_on_postgres(
+        pg_new_database: Callable[[], str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     url = pg_new_database()
     upgrade_index(url)
     with open_index(url, auto_upgrade=False) as ix:
         _seed(ix)
-    _reads_agree(url, monkeypatch)
+    _both_paths_agree(url, tmp_path, monkeypatch)
+
+
+_PROBE = ("import sys\nfrom neffcache.cli import run\nrc = run(sys.argv[1:])\n"
+          "print('RC', rc, any(m.startswith('sqlalchemy') for m in sys.modules))")
+
+
+def _cli(home: Path, url: str, *argv: str) -> tuple[str, str]:
+    done = subprocess.run([sys.executable, "-c", _PROBE, "coverage", *argv],
+                          capture_output=True, text=True, check=False,
+                          env={"NEFFCACHE_HOME": str(home), "NEFFCACHE_INDEX": url,
+                               "PATH": "/usr/bin:/bin"})
+    out, _, last = done.stdout.rstrip("\n").rpartition("\n")
+    return out, last + " | " + done.stderr.strip()
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_second_coverage_imports_no_sqlalchemy_and_prints_the_same(
+        db: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    home = tmp_path / "home"
+    if db == "sqlite":
+        url = f"sqlite:///{tmp_path / 'index.db'}"
+    else:
+        url = request.getfixturevalue("pg_new_database")()
+    upgrade_index(url)
+    with open_index(url, auto_upgrade=False) as ix:
+        _seed(ix)
+    (tmp_path / "m.toml").write_text(matrix_text(NAME, shapes=12))
+    prefix = sdk_fingerprint(1).key[:8]
+    listed = subprocess.run([sys.executable, "-m", "neffcache.cli", "ls", "--limit", "1"],
+                            capture_output=True, text=True, check=False,
+                            env={"NEFFCACHE_HOME": str(home), "NEFFCACHE_INDEX": url,
+                                 "PATH": "/usr/bin:/bin"})
+    assert listed.returncode == 0, listed.stderr  # the first coverage finds ls's statements
+    for argv in ([NAME, "--json"], [NAME, "--jsonl", "--check"],
+                 [str(tmp_path / "m.toml"), "--json", "--cells", "p0/*/512x5[12]*"],
+                 [NAME, "--json", "--fingerprint", prefix, "--fingerprint", UNKNOWN]):
+        first, rc1 = _cli(home, url, *argv)
+        again, rc2 = _cli(home, url, *argv)
+        code = "3" if "--check" in argv else "0"
+        assert rc1.startswith(f"RC {code} True"), rc1  # SQLAlchemy compiled coverage's
+        assert rc2.startswith(f"RC {code} False"), rc2  # the driver alone ran them
+        assert first == again and '"fingerprint_key"' in first
+        shutil.rmtree(home / "sql")  # the next command compiles its statements afresh
 
 
 @pytest.mark.postgres
 def test_a_set_of_keys_reaches_postgres_as_the_same_keys_whatever_they_hold(
         pg_new_database: Callable[[], str]) -> None:
     """``keys_param``'s array literal: every key comes back as it was, quotes, backslashes,
-    commas, braces and spaces included."""
+    commas, braces and spaces included, through SQLAlchemy and through the bare driver."""
+    import psycopg
     from sqlalchemy import column, select, table
 
     from neffcache.index.coverage_engine.reads import keys_param
@@ -129,3 +203,6 @@ def test_a_set_of_keys_reaches_postgres_as_the_same_keys_whatever_they_hold(
         assert conn.execute(select(k.c.v).where(in_keys("postgresql", k.c.v)),
                             {"keys": keys_param("postgresql", keys[:2])}).scalars().all() \
             == keys[:2]
+    with psycopg.connect(url.replace("+psycopg", "")) as pg:
+        back = pg.execute("SELECT unnest(CAST(%(k)s AS text[]))", {"k": literal}).fetchall()
+    assert [r[0] for r in back] == keys

@@ -1,0 +1,219 @@
+"""``listing``'s Reader on the bare DB-API driver (sqlite3, psycopg), from the compiled
+statements SQLAlchemy left in the ``StatementCache``: a read command that finds them runs
+without importing SQLAlchemy. A statement not in the cache goes to a SQLAlchemy reader
+opened for it (``fallback``); a database this path cannot vouch for (not at the schema the
+cache was compiled for, not reachable, a URL it does not read) is left to SQLAlchemy whole
+(``open_bare`` returns None), whose errors say what is wrong."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from neffcache.config import redact_url
+from neffcache.errors import UnavailableError
+from neffcache.index.compiled import CompiledStatement, StatementCache
+from neffcache.index.listing import BATCH, Reader, Shape
+
+BUSY_TIMEOUT_S = 30  # as ``engine``: the index's writers hold the lock briefly
+CONNECT_TIMEOUT_S = 10
+_SQLITE_TS = "%04d-%02d-%02d %02d:%02d:%02d.%06d"  # SQLAlchemy's SQLite DATETIME text
+
+
+class BareReader:
+    """Runs cached statements on a DB-API connection ``conn`` of ``dialect``."""
+
+    def __init__(self, conn: Any, dialect: str, url: str, cache: StatementCache,
+                 fallback: Callable[[], Reader]) -> None:
+        self.conn = conn
+        self.dialect = dialect
+        self._url = url
+        self._cache = cache
+        self._open_fallback = fallback
+        self._fallback: Reader | None = None
+
+    def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
+             ) -> Iterator[tuple[Any, ...]]:
+        compiled = self._cache.get(self.dialect, name, shape)
+        if compiled is None:
+            yield from self._sqlalchemy().rows(name, shape, params)
+            return
+        with self._errors():
+            if self.dialect == "postgresql":  # a server-side cursor: one batch in memory
+                cur = self.conn.cursor(name="neffcache_listing")
+            else:
+                cur = self.conn.cursor()
+            converts = self.dialect == "sqlite" and bool(compiled.datetime_columns
+                                                         or compiled.json_columns)
+            try:
+                cur.execute(compiled.sql, self._args(compiled, params))
+                while batch := cur.fetchmany(BATCH):
+                    if converts:
+                        for row in batch:
+                            yield self._row(compiled, row)
+                    else:  # the driver's tuples as they are
+                        yield from batch
+            finally:
+                cur.close()
+
+    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
+              ) -> tuple[Any, ...] | None:
+        compiled = self._cache.get(self.dialect, name, shape)
+        if compiled is None:
+            return self._sqlalchemy().first(name, shape, params)
+        with self._errors():
+            cur = self.conn.cursor()
+            try:
+                cur.execute(compiled.sql, self._args(compiled, params))
+                row = cur.fetchone()
+            finally:
+                cur.close()
+        return None if row is None else self._row(compiled, row)
+
+    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        compiled = self._cache.get(self.dialect, name, shape)
+        if compiled is None:
+            return self._sqlalchemy().all(name, shape, params)
+        with self._errors():
+            cur = self.conn.cursor()  # client-side: one round trip for the whole result
+            try:
+                cur.execute(compiled.sql, self._args(compiled, params))
+                rows = cur.fetchall()
+            finally:
+                cur.close()
+        if self.dialect == "sqlite" and (compiled.datetime_columns or compiled.json_columns):
+            return [self._row(compiled, row) for row in rows]
+        return rows
+
+    def _args(self, compiled: CompiledStatement, params: Mapping[str, Any]) -> Any:
+        values = {**compiled.defaults, **params}
+        if self.dialect == "sqlite":
+            for name in compiled.datetime_params:
+                value = values.get(name)
+                if isinstance(value, datetime):
+                    values[name] = _SQLITE_TS % (value.year, value.month, value.day,
+                                                 value.hour, value.minute, value.second,
+                                                 value.microsecond)
+            return tuple(values[n] for n in compiled.names)
+        return {n: values[n] for n in compiled.names}
+
+    def _row(self, compiled: CompiledStatement, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        if self.dialect != "sqlite" or not (compiled.datetime_columns or compiled.json_columns):
+            return tuple(row)
+        out = list(row)
+        for i in compiled.datetime_columns:
+            if isinstance(out[i], str):
+                out[i] = datetime.fromisoformat(out[i])
+        for i in compiled.json_columns:
+            if isinstance(out[i], str):
+                out[i] = json.loads(out[i])
+        return tuple(out)
+
+    def _sqlalchemy(self) -> Reader:
+        if self._fallback is None:
+            self._fallback = self._open_fallback()
+        return self._fallback
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as e:  # the driver's errors: sqlite3.Error, psycopg.Error
+            if type(e).__module__.split(".")[0] not in ("sqlite3", "psycopg"):
+                raise
+            raise UnavailableError(describe(self._url, e)) from None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        close = getattr(self._fallback, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> BareReader:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *,
+              snapshot: bool = False) -> BareReader | None:
+    """A BareReader on the database at ``url`` if the cache has this code's statements and
+    the database is at the schema they were compiled for; else None (use SQLAlchemy).
+    ``snapshot``: its statements see one snapshot (Postgres: one REPEATABLE READ
+    transaction; SQLite: one read transaction, as its statements run in turn)."""
+    if cache.head is None:
+        return None
+    opened = _connect(url)
+    if opened is None:
+        return None
+    conn, dialect = opened
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT version_num FROM alembic_version")
+        found = [r[0] for r in cur.fetchall()]
+        cur.close()
+        if dialect == "postgresql":
+            conn.rollback()  # end the check's transaction: the listing starts its own
+            if snapshot:
+                import psycopg
+
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    except Exception:  # no schema, another schema, the driver's own errors: SQLAlchemy says
+        with contextlib.suppress(Exception):
+            conn.close()
+        return None
+    if found != [cache.head]:
+        conn.close()
+        return None
+    return BareReader(conn, dialect, url, cache, fallback)
+
+
+def _connect(url: str) -> tuple[Any, str] | None:
+    """A DB-API connection for a ``sqlite:///PATH`` (an existing file, never created here)
+    or ``postgresql[+psycopg]://`` URL; None for anything else or on any failure."""
+    try:
+        if url.startswith("sqlite:///") and "?" not in url:
+            import sqlite3
+
+            path = url[len("sqlite:///"):]
+            if not path or path == ":memory:":
+                return None
+            uri = "file:" + urllib.parse.quote(path) + "?mode=rw"
+            conn: Any = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S,
+                                   isolation_level=None, check_same_thread=False)
+            return conn, "sqlite"
+        for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+            if url.startswith(prefix):
+                import psycopg
+
+                try:
+                    pg: Any = psycopg.connect("postgresql://" + url[len(prefix):],
+                                           connect_timeout=CONNECT_TIMEOUT_S,
+                                           options="-c jit=off")
+                except psycopg.OperationalError as e:  # unreachable: once, not twice
+                    raise UnavailableError(describe(url, e)) from None
+                return pg, "postgresql"
+    except UnavailableError:
+        raise
+    except Exception:
+        return None
+    return None
+
+
+def describe(url: str, err: BaseException) -> str:
+    """One line naming the index (password redacted) and the driver's reason."""
+    reason = " ".join(str(err).split()) or type(err).__name__
+    with contextlib.suppress(ValueError):
+        password = urllib.parse.urlsplit(url).password
+        if password:
+            reason = reason.replace(urllib.parse.unquote(password), "***").replace(
+                password, "***")
+    return f"index {redact_url(url)}: {reason}"

@@ -1,0 +1,149 @@
+"""Compiled forms of ``listing``'s statements, kept in a file per code version: what
+SQLAlchemy compiled for each (dialect, statement, shape) once, so a read command can run it
+on the bare driver without importing SQLAlchemy (~0.3-0.4 s of a command's start-up).
+
+The file (``$NEFFCACHE_HOME/sql/<digest>.json``, mode 0600) is named by a digest of this
+package's sources and of the SQLAlchemy release: other code never reads it. It holds the
+schema revision the code expects, and per statement its SQL, its parameters in order, the
+values of the ones SQLAlchemy made up (literals), which parameters and columns are
+datetimes and which columns are JSON (the types SQLAlchemy converts on SQLite). A file
+another user owns, or that others may write, is never read (its SQL would run with this user's index
+credentials). Best effort: an unreadable or unwritable file only means the statements go
+through SQLAlchemy."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neffcache.index.listing import Shape
+
+FORMAT = 2
+_SOURCES = Path(__file__).resolve().parent  # neffcache/index: the statements and schema
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledStatement:
+    """One statement's compiled form: ``names`` in the order the driver takes them (qmark:
+    positions, may repeat; pyformat: each once), ``defaults`` the made-up parameters' values,
+    ``datetime_params``/``datetime_columns``/``json_columns`` what to convert (SQLite keeps
+    text)."""
+
+    sql: str
+    names: tuple[str, ...]
+    defaults: Mapping[str, Any]
+    datetime_params: frozenset[str]
+    datetime_columns: tuple[int, ...]
+    json_columns: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sql": self.sql, "names": list(self.names), "defaults": dict(self.defaults),
+                "datetime_params": sorted(self.datetime_params),
+                "datetime_columns": list(self.datetime_columns),
+                "json_columns": list(self.json_columns)}
+
+    @staticmethod
+    def from_json(doc: Mapping[str, Any]) -> CompiledStatement:
+        return CompiledStatement(
+            sql=str(doc["sql"]), names=tuple(str(n) for n in doc["names"]),
+            defaults=dict(doc["defaults"]),
+            datetime_params=frozenset(str(n) for n in doc["datetime_params"]),
+            datetime_columns=tuple(int(i) for i in doc["datetime_columns"]),
+            json_columns=tuple(int(i) for i in doc["json_columns"]))
+
+
+def statement_key(dialect: str, name: str, shape: Shape) -> str:
+    return f"{dialect}|{name}|{json.dumps(shape)}"
+
+
+def code_digest() -> str:
+    """sha256 of the index package's sources and of SQLAlchemy's release (its package's
+    ``__init__`` file, found without importing it)."""
+    h = hashlib.sha256(f"format {FORMAT}\n".encode())
+    for path in sorted(_SOURCES.rglob("*.py")):  # coverage_engine/ too
+        h.update(path.relative_to(_SOURCES).as_posix().encode() + b"\0" + path.read_bytes()
+                 + b"\0")
+    spec = importlib.util.find_spec("sqlalchemy")
+    if spec is not None and spec.origin:
+        h.update(Path(spec.origin).read_bytes())
+    return h.hexdigest()
+
+
+class StatementCache:
+    """The compiled statements of one code version, from and to one file."""
+
+    def __init__(self, path: Path | None, head: str | None = None,
+                 statements: dict[str, CompiledStatement] | None = None) -> None:
+        self.path = path
+        self.head = head  # the schema revision this code expects (None: not known yet)
+        self._statements = statements or {}
+        self._dirty = False
+
+    @staticmethod
+    def load(home: Path) -> StatementCache:
+        """The cache of this code version under ``home`` (empty if missing or unreadable)."""
+        try:
+            path = home / "sql" / f"{code_digest()}.json"
+        except OSError:
+            return StatementCache(None)
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                    return StatementCache(path)  # SQL others could write: never run it
+                doc = json.loads(f.read())
+            if doc.get("format") != FORMAT:
+                return StatementCache(path)
+            return StatementCache(path, doc.get("head"), {
+                k: CompiledStatement.from_json(v) for k, v in doc["statements"].items()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return StatementCache(path)
+
+    def get(self, dialect: str, name: str, shape: Shape) -> CompiledStatement | None:
+        return self._statements.get(statement_key(dialect, name, shape))
+
+    def put(self, dialect: str, name: str, shape: Shape, compiled: CompiledStatement,
+            head: str) -> None:
+        key = statement_key(dialect, name, shape)
+        if self._statements.get(key) != compiled or self.head != head:
+            self._statements[key] = compiled
+            self.head = head
+            self._dirty = True
+
+    def save(self) -> None:
+        """Write the file if anything was added (atomically; a failure is ignored)."""
+        if not self._dirty or self.path is None:
+            return
+        doc = {"format": FORMAT, "head": self.head,
+               "statements": {k: v.to_json() for k, v in sorted(self._statements.items())}}
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, self.path)
+            self._dirty = False
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            return
+        _prune(self.path)
+
+
+def _prune(keep: Path, max_age_s: float = 30 * 86400) -> None:
+    """Remove other code versions' files not written for ``max_age_s`` (an upgraded install
+    leaves its predecessor's behind; two installs sharing a home keep both)."""
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for other in keep.parent.glob("*.json"):
+            if other != keep and now - other.stat().st_mtime > max_age_s:
+                other.unlink(missing_ok=True)
