@@ -45,6 +45,7 @@ from neffcache.index.matrix_reads import (  # noqa: F401  (re-exported: the face
     current_matrix,
     current_versions_in,
     matrix_cell_refs,
+    matrix_versions,
     versions_in,
 )
 from neffcache.index.shapes import Status
