@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from neffcache.fingerprint import Fingerprint
     from neffcache.index import claims as _claims
     from neffcache.index import record, record_runs
-    from neffcache.index.coverage_engine import reads as _coverage
+    from neffcache.index.coverage_engine import grid as _coverage
     from neffcache.index.ops_values import CoverageGrid
     from neffcache.manifest import Manifest
     from neffcache.matrix import Cell
@@ -72,7 +72,7 @@ if not TYPE_CHECKING:
     # read command (``ls``, ``coverage``) and recording an entry (``push``) start without
     # the ORM and the mapped models; ``ls`` without coverage.
     _claims = _OnFirstUse("neffcache.index.claims")
-    _coverage = _OnFirstUse("neffcache.index.coverage_engine.reads")
+    _coverage = _OnFirstUse("neffcache.index.coverage_engine.grid")
     record = _OnFirstUse("neffcache.index.record")
     record_runs = _OnFirstUse("neffcache.index.record_runs")
 
@@ -351,7 +351,7 @@ class Index:
                         limit: int | None = None) -> CoverageGrid:
         """A page of a registered matrix's coverage (the API's grid): the statuses and counts
         of ``coverage`` for its cells matching ``pattern``, columns in first-seen order, plus
-        the fingerprints its restore reports named; see ``coverage_engine.reads``.
+        the fingerprints its restore reports named; see ``coverage_engine.grid``.
         NotFoundError for an unknown name or version."""
         with self.connection() as conn:
             return _coverage.matrix_coverage(conn, self.now(conn), name, version=version,

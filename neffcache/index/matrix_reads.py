@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
-from neffcache.errors import NotFoundError
-from neffcache.index.listing import Reader
+from neffcache.index.coverage_engine.reads import (  # noqa: F401  (choose_version, re-exported)
+    choose_version,
+    matrix_cell_refs,
+    matrix_versions,
+)
 from neffcache.index.ops_values import MatrixVersion
 from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import cells as C
@@ -74,52 +77,3 @@ def cells_in(conn: Connection, matrix_id: int) -> tuple[Cell, ...]:
 def toml_in(conn: Connection, matrix_id: int) -> str | None:
     """The TOML a version was registered with."""
     return conn.scalar(select(M.c.toml).where(M.c.id == matrix_id))
-
-
-# --- over a Reader (``neffcache coverage`` reads these too) ---------------------------------
-
-def matrix_cell_refs(reader: Reader, matrix_id: int) -> list[tuple[str, str]]:
-    """(cell id, cell key) of a registered version, in declared order."""
-    return [(r[0], r[1]) for r in reader.all("matrix_cell_refs", (), {"matrix_id": matrix_id})]
-
-
-def _registered(row: Sequence[Any]) -> tuple[Any, ...]:
-    """A version row's order as the current one is chosen: the last registered, then id."""
-    return (as_utc(row[3]), row[0])
-
-
-def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
-    """Every version of matrix ``name``, oldest first (empty if unknown), each with a
-    ``cell_count`` of 0 (``matrix_reads.versions_in`` counts them)."""
-    from neffcache.index.ops_values import MatrixVersion
-
-    rows = list(reader.all("matrix_versions", (), {"name": name}))
-    if not rows:
-        return []
-    current = max(rows, key=_registered)[0]
-    return [MatrixVersion(r[0], name, n, r[1], r[2], 0, as_utc(r[3]),  # type: ignore[arg-type]
-                          r[0] == current) for n, r in enumerate(rows, 1)]
-
-
-def current_matrix(reader: Reader, name: str) -> tuple[int, str] | None:
-    """(id, backend) of the current version of matrix ``name`` (as ``matrix_versions``
-    marks it); None if the name is unknown."""
-    rows = list(reader.all("matrix_versions", (), {"name": name}))
-    if not rows:
-        return None
-    row = max(rows, key=_registered)
-    return int(row[0]), str(row[2])
-
-
-def choose_version(versions: Sequence[MatrixVersion], name: str,
-                   version: int | None = None) -> MatrixVersion:
-    """Pure: the current version (or ``version``) of ``versions``; NotFoundError names what
-    is unknown."""
-    if not versions:
-        raise NotFoundError(f"matrix {name!r}: not registered (neffcache matrix register FILE)")
-    if version is None:
-        return next(v for v in versions if v.current)
-    if 1 <= version <= len(versions):
-        return versions[version - 1]
-    raise NotFoundError(f"matrix {name!r}: no version {version} "
-                        f"(versions 1..{len(versions)})")

@@ -1,61 +1,43 @@
-"""Coverage's reads: what the index holds for a scope of cells (their keys, or a registered
-matrix version), in a fixed number of statements whatever the cell count, never one per cell
-(``statements`` builds them; over a ``listing.Reader``: the bare driver for ``neffcache
-coverage``, SQLAlchemy for the API; or a Connection for the API's grid and the summaries);
-``now`` (the database clock, ``database_now``) decides which leases are live. The statuses
-and counts come from ``rules`` alone.
+"""Coverage's reads over a ``listing.Reader`` (no SQLAlchemy import here: ``neffcache
+coverage`` runs them on the bare driver, the API through SQLAlchemy): what the index holds
+for a scope of cells (their keys, or a registered matrix version), in a fixed number of
+statements whatever the cell count, never one per cell (``statements`` builds them); ``now``
+(the database clock, ``database_now``) decides which leases are live. The statuses and counts
+come from ``rules`` alone; ``grid`` reads the API's grid and summaries.
 
 - ``read_facts``: entries, failures (the latest per pair, with details), live leases and the
   fingerprints they name; ``plan_coverage``/``coverage_cells``: the same a batch of cells at
-  a time, for a stream in flat memory.
-- ``matrix_coverage``: a registered matrix's grid (the API, the dashboard), columns worst
-  first, each with what tells it apart (``ops_values.distinguish``); ``coverage_summaries``:
-  every registered matrix's counts from the aggregates, leased cells moved by the rule
-  (/api/summary, /metrics): a few queries at any index size.
+  a time, for a stream in flat memory; a registered matrix's versions and cells.
 
 Relevant fingerprints are the given ones (this host's) plus every fingerprint with an entry,
-a failure or a live lease for any of the cells, plus (for a registered matrix in the API) the
-fingerprints restore reports of that matrix named. Core only: no ORM import.
+a failure or a live lease for any of the cells (plus, for a registered matrix in the API, the
+fingerprints restore reports of that matrix named).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from neffcache.errors import NotFoundError
 from neffcache.index.coverage_engine.rules import (
     CoverageFacts,
     FailureFact,
-    Pair,
     Tally,
-    build_coverage,
     cell_ids_and_keys,
     column_of,
     column_order,
-    grid_page,
 )
 from neffcache.index.listing import Reader, shape_of
-from neffcache.index.matrix_reads import (  # noqa: F401  (re-exported: the face's reads)
-    cell_refs_in,
-    choose_version,
-    current_matrix,
-    current_versions_in,
-    matrix_cell_refs,
-    matrix_versions,
-    versions_in,
-)
 from neffcache.index.shapes import Status
 from neffcache.index.values import LiveLease, as_utc
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
-
     from neffcache.fingerprint import Fingerprint
-    from neffcache.index.ops_values import CoverageGrid
+    from neffcache.index.ops_values import MatrixVersion
     from neffcache.matrix import Cell
 
 Scope = tuple[str, Any]  # ("keys", cell keys) or ("matrix", a registered version's id)
@@ -250,151 +232,51 @@ def coverage_cells(reader: Reader, plan: CoveragePlan, now: datetime) -> Iterato
 
 # --- registered matrices: the API's grid, the summaries ------------------------------------
 
-def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
-                       named: Sequence[str] = ()) -> CoverageFacts:
-    """What the index holds for the cells of a registered matrix version (no details)."""
-    from sqlalchemy import text
 
-    from neffcache.index.sqla_reader import SqlaReader
+# --- registered matrices, over a Reader (``matrix_reads`` wraps them for a Connection) --------
 
-    if conn.dialect.name == "postgresql":
-        # Without statistics the planner guesses thousands of entries per cell, and at that
-        # cost it JIT-compiles the probe: ~0.1 s spent before a 20,000-row read (this read
-        # transaction only).
-        conn.execute(text("SET LOCAL jit = off"))
-    return read_facts(SqlaReader(conn), scope_of_matrix(matrix_id), now, details=False,
-                      named=named)
+def matrix_cell_refs(reader: Reader, matrix_id: int) -> list[tuple[str, str]]:
+    """(cell id, cell key) of a registered version, in declared order."""
+    return [(r[0], r[1]) for r in reader.all("matrix_cell_refs", (), {"matrix_id": matrix_id})]
 
 
-def matrix_entry_pairs(conn: Connection, matrix_id: int) -> Any:
-    """(cell key, fingerprint key) of every entry for a cell of a matrix version (on
-    Postgres a LATERAL probe per cell: ``statements._entries``)."""
-    from neffcache.index.coverage_engine import statements
-
-    stmt = statements.build("cov_entries", conn.dialect.name,
-                            (("details", False), ("scope", "matrix")))
-    return stmt.params(matrix_id=matrix_id)
+def _registered(row: Sequence[Any]) -> tuple[Any, ...]:
+    """A version row's order as the current one is chosen: the last registered, then id."""
+    return (as_utc(row[3]), row[0])
 
 
-def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
-    """How each entry of these cells (a page of a grid) was verified, where it was: the
-    first call after a restore (``neffcache warm``, ``precompile --verify``) was a hit (warm),
-    compiled, or failed. Served by the partial index on verified entries (migration 0007)."""
-    from sqlalchemy import select
+def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
+    """Every version of matrix ``name``, oldest first (empty if unknown), each with a
+    ``cell_count`` of 0 (``matrix_reads.versions_in`` counts them)."""
+    from neffcache.index.ops_values import MatrixVersion
 
-    from neffcache.index.queries import key_batches, key_in
-    from neffcache.index.tables import entries as e
-
-    out: dict[Pair, str] = {}
-    for part in key_batches(conn, sorted(set(cell_keys))):
-        out.update(((ck, fk), str(v)) for ck, fk, v in conn.execute(
-            select(e.c.cell_key, e.c.fingerprint_key, e.c.verified_status)
-            .where(key_in(conn, e.c.cell_key, part), e.c.verified_status.is_not(None))))
-    return out
+    rows = list(reader.all("matrix_versions", (), {"name": name}))
+    if not rows:
+        return []
+    current = max(rows, key=_registered)[0]
+    return [MatrixVersion(r[0], name, n, r[1], r[2], 0, as_utc(r[3]),  # type: ignore[arg-type]
+                          r[0] == current) for n, r in enumerate(rows, 1)]
 
 
-def _restores_of(conn: Connection, names: Sequence[str]) -> dict[str, dict[str, int]]:
-    """Per matrix name, the fingerprints its restore reports named and how many times."""
-    from sqlalchemy import select
-
-    from neffcache.index.tables import report_fingerprints as rf
-
-    out: dict[str, dict[str, int]] = {}
-    for matrix, fp, reports in conn.execute(
-            select(rf.c.matrix, rf.c.fingerprint_key, rf.c.reports)
-            .where(rf.c.matrix.in_(names))):
-        out.setdefault(str(matrix), {})[str(fp)] = int(reports)
-    return out
+def current_matrix(reader: Reader, name: str) -> tuple[int, str] | None:
+    """(id, backend) of the current version of matrix ``name`` (as ``matrix_versions``
+    marks it); None if the name is unknown."""
+    rows = list(reader.all("matrix_versions", (), {"name": name}))
+    if not rows:
+        return None
+    row = max(rows, key=_registered)
+    return int(row[0]), str(row[2])
 
 
-def matrix_coverage(conn: Connection, now: datetime, name: str, *,
-                    version: int | None = None, pattern: str | None = None, offset: int = 0,
-                    limit: int | None = None) -> CoverageGrid:
-    """A registered matrix's coverage (current version, or ``version``): its cells matching
-    the glob ``pattern`` x every fingerprint with an entry, a failure or a live lease for any
-    of its cells, or that a restore report of this matrix named (the fleet's fingerprints,
-    even at 0 %), worst first (``ops_values.severity``); counts over every matching cell, rows for
-    ``offset``..``offset + limit``. A fixed number of queries (``Index.matrix_coverage``)."""
-    from neffcache.index.ops_values import by_severity, distinguish
-
-    chosen = choose_version(versions_in(conn, name, counts=False), name, version)
-    refs = cell_refs_in(conn, chosen.id)
-    restores = _restores_of(conn, [name]).get(name, {})
-    facts = fetch_matrix_facts(conn, chosen.id, now, named=list(restores))
-    chosen = replace(chosen, cell_count=len(refs))
-    cells = [c for c in refs if not pattern or fnmatch.fnmatchcase(c[0], pattern)]
-    report = build_coverage(cells, (), facts, details=False)
-    unordered = grid_page(chosen, report, restores=restores)
-    report = report.only([f.key for f in by_severity(unordered.fingerprints)])
-    stop = len(report.cells) if limit is None else offset + limit
-    verified = verified_pairs(conn, [key for _, key in report.cells[offset:stop]])
-    grid = grid_page(chosen, report, pattern=pattern, offset=offset, limit=limit,
-                     restores=restores, verified=verified)
-    return replace(grid, fingerprints=distinguish(grid.fingerprints, facts.fingerprints))
-
-
-def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
-    """Counts (no rows) for the current version of every registered matrix: ready and failed
-    from the aggregates (kept by the rule without leases), cells with a live lease moved to
-    their status by the rule (``Tally.add_leased``), missing the rest; columns as
-    ``matrix_coverage`` chooses them, worst first; the matrices by their worst column. A few
-    small queries whatever the size of the index (``Index.coverage_summaries``)."""
-    from sqlalchemy import select
-
-    from neffcache.index.ops_values import CoverageGrid, by_severity, severity
-    from neffcache.index.sqla_reader import SqlaReader
-    from neffcache.index.tables import coverage_counts as cc
-    from neffcache.index.values import FAILED, READY
-
-    versions = current_versions_in(conn)
-    ids = [v.id for v in versions]
-    tallies: dict[int, Tally] = {}
-    named: dict[str, dict[str, int]] = {}
-    if ids:
-        for matrix_id, fp, ready, failed in conn.execute(
-                select(cc.c.matrix_id, cc.c.fingerprint_key, cc.c.ready, cc.c.failed)
-                .where(cc.c.matrix_id.in_(ids))):
-            if ready or failed:
-                tally = tallies.setdefault(matrix_id, Tally())
-                tally.add(fp, READY, int(ready))
-                tally.add(fp, FAILED, int(failed))
-        for matrix_id, fp, failure in _leased_cells(conn, ids, now):
-            tallies.setdefault(matrix_id, Tally()).add_leased(fp, failure)
-        named = _restores_of(conn, sorted({v.name for v in versions}))
-    keys = sorted({fp for t in tallies.values() for fp in t.keys()}
-                  | {fp for fps in named.values() for fp in fps})
-    facts = CoverageFacts()
-    read_fingerprints(SqlaReader(conn), keys, facts)
-    grids = []
-    for v in versions:
-        tally, restores = tallies.get(v.id, Tally()), named.get(v.name, {})
-        fps = by_severity(column_of(k, facts.fingerprints.get(k), tally.counts(k, v.cell_count),
-                                    restores=restores.get(k, 0))
-                          for k in {*tally.keys(), *restores})
-        grids.append(CoverageGrid(v, None, v.cell_count, 0, 0, tuple(fps), ()))
-    return sorted(grids, key=lambda g: (not g.fingerprints, severity(g.fingerprints[0])
-                                        if g.fingerprints else (), g.matrix.name))
-
-
-def _leased_cells(conn: Connection, matrix_ids: Sequence[int],
-                  now: datetime) -> list[tuple[int, str, bool]]:
-    """(matrix id, fingerprint key, has a failure) per live lease on a cell of these matrix
-    versions that has no entry (few: one per busy worker)."""
-    from sqlalchemy import select
-
-    from neffcache.index.tables import cell_claims as c
-    from neffcache.index.tables import cell_failures as f
-    from neffcache.index.tables import entries as e
-    from neffcache.index.tables import matrix_cells as mc
-
-    has_entry = (select(e.c.entry_key).where(e.c.cell_key == c.c.cell_key,
-                                             e.c.fingerprint_key == c.c.fingerprint_key)
-                 .exists())
-    has_failure = (select(f.c.id).where(f.c.cell_key == c.c.cell_key,
-                                        f.c.fingerprint_key == c.c.fingerprint_key).exists())
-    rows = conn.execute(
-        select(mc.c.matrix_id, c.c.fingerprint_key, has_failure)
-        .select_from(c.join(mc, mc.c.cell_key == c.c.cell_key))
-        .where(mc.c.matrix_id.in_(matrix_ids), c.c.holder.is_not(None), c.c.expires_at > now,
-               ~has_entry))
-    return [(int(m), str(fp), bool(failure)) for m, fp, failure in rows]
+def choose_version(versions: Sequence[MatrixVersion], name: str,
+                   version: int | None = None) -> MatrixVersion:
+    """Pure: the current version (or ``version``) of ``versions``; NotFoundError names what
+    is unknown."""
+    if not versions:
+        raise NotFoundError(f"matrix {name!r}: not registered (neffcache matrix register FILE)")
+    if version is None:
+        return next(v for v in versions if v.current)
+    if 1 <= version <= len(versions):
+        return versions[version - 1]
+    raise NotFoundError(f"matrix {name!r}: no version {version} "
+                        f"(versions 1..{len(versions)})")
