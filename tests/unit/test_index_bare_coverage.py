@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +177,34 @@ def test_the_second_coverage_imports_no_sqlalchemy_and_prints_the_same(
         assert rc2.startswith(f"RC {code} False"), rc2  # the driver alone ran them
         assert first == again and '"fingerprint_key"' in first
         shutil.rmtree(home / "sql")  # the next command compiles its statements afresh
+
+
+def test_row_lines_are_each_rows_encoding() -> None:
+    """``RowLines`` (templates for ready and missing rows) writes what encoding each row's
+    document writes, whatever the ids hold (quotes, %, non-ASCII) and for every status."""
+    from neffcache.cli._common import encode_line
+    from neffcache.index.coverage_engine.rules import (
+        CoverageFacts,
+        FailureFact,
+        RowLines,
+        coverage_row,
+    )
+    from neffcache.index.shapes import Status
+    from neffcache.index.values import LiveLease
+
+    at = datetime(2026, 3, 1, 10, 0, 0, 123456, tzinfo=timezone.utc)
+    facts = CoverageFacts(
+        entries={("k1", "f1"): ("e1", 4096), ("k2", "f1"): ("e%s\"2", None)},
+        failures={("k3", "f1"): FailureFact(None, "boom \u00e9 %d", at)},
+        leases={("k4", "f1"): LiveLease("k4", "f1", "h\u00fcst", at, at, at, 2)})
+    items: list[tuple[str, str, str, Status]] = [
+        ("p%0/\"\u00fc\\x", "k1", "f1", "ready"), ("p1/%(a)s", "k2", "f1", "ready"),
+        ("p2/\u2603", "k3", "f1", "failed"), ("p3", "k4", "f1", "in_progress"),
+        ("p4/%", "k5", "f1", "missing"), ("p5", "k6", "f\u00e9%", "missing")]
+    line = RowLines(encode_line).line
+    for cell_id, ck, fk, status in items:
+        want = encode_line(coverage_row(cell_id, ck, fk, status, facts).to_json())
+        assert line(cell_id, ck, fk, status, facts) == want
 
 
 @pytest.mark.postgres

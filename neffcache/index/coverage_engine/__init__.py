@@ -234,9 +234,13 @@ class CoverageStream(ExitRule):
 
     def lines(self, encode: Callable[[Any], str]) -> Iterator[str]:
         """``encode(row.to_json())`` of each of ``rows()``, in its order (what ``--json``
-        and ``--jsonl`` print per row); sets what ``rows()`` sets."""
-        for row in self.rows():
-            yield encode(row.to_json())
+        and ``--jsonl`` print per row), made without building most rows
+        (``rules.RowLines``); sets what ``rows()`` sets."""
+        from neffcache.index.coverage_engine.rules import RowLines
+
+        line = RowLines(encode).line
+        for item in self._tally():
+            yield line(*item)
 
     def _tally(self) -> Iterator[Cell_]:
         missed: list[CoverageRow] = []

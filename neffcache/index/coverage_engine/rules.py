@@ -8,15 +8,17 @@
   ``CoverageColumn``.
 - ``build_coverage`` applies both to cells and the facts read for them (``CoverageFacts``):
   cells x columns with each cell's statuses and, with details, each row; ``grid_page``
-  pages it as the API's grid.
+  pages it as the API's grid; ``RowLines`` writes a row's JSON line without building it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, cast
+from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
+from typing import TYPE_CHECKING, Any, cast
 
 from neffcache.index.ops_values import (
     CoverageGrid,
@@ -212,3 +214,65 @@ def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | N
                 for c in report.fingerprints)
     return CoverageGrid(matrix, pattern, total, offset, total if limit is None else limit,
                         fps, rows)
+
+
+class RowLines:
+    """One line of JSON per CoverageRow, ``encode(row.to_json())``'s text: the common rows
+    (ready, missing) are filled into templates made from that encoding of a row with
+    placeholder values, without building a row or its document (a third of the time of
+    20,000 rows); the others are encoded whole. Values filled in are str, int or None,
+    encoded as ``json`` encodes them (ASCII: ``encode`` must have ``ensure_ascii``)."""
+
+    def __init__(self, encode: Callable[[Any], str]) -> None:
+        self._encode = encode
+        ready = CoverageRow("\0a", "\0b", "\0c", READY, entry_key="\0d",
+                            total_bytes="\0e")  # type: ignore[arg-type]  # a placeholder
+        missing = CoverageRow("\0a", "\0b", "\0c", MISSING)
+        self._ready = _template(encode(ready.to_json()), 5)
+        self._missing = _template(encode(missing.to_json()), 3)
+        self._last: tuple[tuple[str, str] | None, dict[str, str]] = (None, {})
+        self._fps: dict[str, str] = {}
+
+    def line(self, cell_id: str, cell_key: str, fp_key: str, status: Status,
+             facts: CoverageFacts) -> str:
+        if status == READY:
+            entry_key, size = facts.entries[(cell_key, fp_key)]
+            return self._ready % {**self._cell(cell_id, cell_key), "c": self._fp(fp_key),
+                                  "d": _value(entry_key), "e": _value(size)}
+        if status == MISSING:
+            return self._missing % {**self._cell(cell_id, cell_key), "c": self._fp(fp_key)}
+        return self._encode(coverage_row(cell_id, cell_key, fp_key, status, facts).to_json())
+
+    def _cell(self, cell_id: str, cell_key: str) -> dict[str, str]:
+        """The cell's values, encoded once for its row of columns."""
+        if self._last[0] != (cell_id, cell_key):
+            self._last = ((cell_id, cell_key), {"a": _value(cell_id), "b": _value(cell_key)})
+        return self._last[1]
+
+    def _fp(self, fp_key: str) -> str:
+        """A column's key, encoded once."""
+        out = self._fps.get(fp_key)
+        if out is None:
+            out = self._fps[fp_key] = _value(fp_key)
+        return out
+
+
+def _template(text: str, n: int) -> str:
+    """``text`` (the encoding of a row whose varying values were ``"\\0a"``, ``"\\0b"``,
+    ...) as a %-template of those values by name (``%(a)s``, ...)."""
+    out = text.replace("%", "%%")
+    for name in "abcde"[:n]:
+        placeholder = json.dumps("\0" + name)
+        assert out.count(placeholder) == 1, text
+        out = out.replace(placeholder, f"%({name})s")
+    return out
+
+
+def _value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if type(v) is str:
+        return _quote(v)
+    if type(v) is int:
+        return int.__repr__(v)
+    return json.dumps(v)
