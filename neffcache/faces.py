@@ -27,8 +27,8 @@ def exported(table: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, str]]
 
 
 def module_name(package: str, module: str) -> str:
-    """A table's module key as an absolute module name."""
-    return module if "." in module else f"{package}.{module}"
+    """A table's module key as an absolute module name (``neffcache.x`` is one already)."""
+    return module if module.startswith("neffcache.") else f"{package}.{module}"
 
 
 def lazy_face(namespace: dict[str, Any], table: Mapping[str, tuple[str, ...]]

@@ -185,11 +185,11 @@ def _explained(key: str, settings: Settings) -> tuple[Manifest | None, Fingerpri
     clean = key.strip().lower()
     if not _HEX_RE.match(clean):
         raise missed
-    from neffcache.index import open_index
+    from neffcache.index import find_fingerprints, open_index
 
     try:
         with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-            found = ix.find_fingerprints(clean)
+            found = find_fingerprints(ix, clean)
     except UnavailableError:
         raise missed from None
     if len(found) == 1:

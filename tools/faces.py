@@ -18,6 +18,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from neffcache.faces import module_name
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "neffcache"
 TABLE = "_FACE"
@@ -65,15 +67,11 @@ def _statement(module: str, names: list[str]) -> str:
                                    break_on_hyphens=False, break_long_words=False)) + "\n"
 
 
-def _absolute(package: str, module: str) -> str:
-    return module if "." in module else f"{package}.{module}"  # as neffcache.faces reads it
-
-
 def block(package: str, table: dict[str, tuple[str, ...]]) -> str:
     """The ``if TYPE_CHECKING:`` block of the face of ``package`` with this table."""
     lines = [HEADER]
-    for module in sorted(table, key=lambda m: _absolute(package, m).lower()):
-        full = _absolute(package, module)
+    for module in sorted(table, key=lambda m: module_name(package, m).lower()):
+        full = module_name(package, module)
         plain = sorted((n for n in table[module] if " as " not in n), key=_member_key)
         if plain:
             lines.append(_statement(full, plain))

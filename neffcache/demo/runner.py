@@ -212,7 +212,8 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     from neffcache.command_steps import open_checked_store
     from neffcache.demo.tiny_pipeline import build_tiny_flux2_klein
     from neffcache.fingerprint import collect_fingerprint
-    from neffcache.index import ingest_reports, open_index, register_matrix
+    from neffcache.index import CoverageRequest, ingest_reports, open_index, register_matrix
+    from neffcache.index import coverage as cover
     from neffcache.matrix_io import load_matrix
     from neffcache.precompile import PrecompileOptions, RunContext, RunHooks, apply_precompile
     from neffcache.reports import date_prefixes
@@ -247,7 +248,9 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
         ingest_reports(ix, store, date_prefixes(datetime.now(timezone.utc), 1))  # as serve does
         say("[4/4] first call per cell in a fresh process against the restored cache")
         demo_cells = tuple(_restored_cell(run, cell, pre, instance, say) for cell in cells)
-        coverage = ix.coverage(cells, [fingerprint])
+        coverage = cover(CoverageRequest(matrix.source, cells=[c.id for c in cells],
+                                         fingerprints=[fingerprint],
+                                         index=settings.index_url)).report
     return DemoResult(model_dir=str(model_dir), matrix_path=matrix.source,
                       store_url=store.url, index_url=settings.index_url,
                       fingerprint_key=fingerprint.key, instance_dir=str(instance),

@@ -26,7 +26,7 @@ The handle and the building blocks other packages use:
 
     open_index(url, *, auto_upgrade) -> Index   the only way into SQL: writes (record_*,
         start_run, finish_run, remove_entries), claims (queue_claims, claim_next, ...),
-        reads (entries, coverage, matrix_coverage, coverage_summaries, live_leases, ...),
+        reads (entries, matrix_coverage, coverage_summaries, live_leases, ...),
         sessions (connection, read_session, write_session, engine)
     upgrade_index(url), schema_state(url), SCHEMA_REVISION
     matrices: matrix_name_of, matrix_digest, register_matrix(index, matrix, text, name),
@@ -65,9 +65,9 @@ _FACE = {  # module -> the names the face takes from it
         "ShowSchemaRequest", "ShowSchemaResult", "UpgradeSchemaRequest", "UpgradeSchemaResult",
         "ingest_restore_reports", "list_registered_matrices", "register_matrix_file",
         "reindex_store", "show_registered_matrix", "show_schema", "upgrade_schema"),
-    "coverage_call": ("HOST", "CoverageRequest", "CoverageResult", "CoverageStream", "coverage",
-        "stream_coverage"),
-    "coverage_grid": ("status_of",),
+    "coverage_engine": ("HOST", "CoverageRequest", "CoverageResult", "CoverageStream",
+        "coverage", "find_fingerprints", "stream_coverage"),
+    "coverage_engine.rules": ("status_of",),
     "ingest": ("IngestResult", "InvalidReport", "ReportPoller", "ingest_report_files",
         "ingest_reports"),
     "matrices": ("get_matrix", "list_matrices", "matrix_digest", "matrix_name_of",
@@ -96,7 +96,8 @@ _FACE = {  # module -> the names the face takes from it
         "NotReadyDoc", "Outcome", "RestoreDoc", "RestoreOutcomeDoc", "RunDetail", "RunDoc",
         "Status"),
     "values": ("FAILED", "IN_PROGRESS", "MISSING", "READY", "STATUSES", "ClaimResult",
-        "CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary", "InvalidManifest",
+        "CoverageColumn", "CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary",
+        "InvalidManifest",
         "Lease", "LiveLease", "ReindexResult", "SchemaState"),
 }
 __all__, __getattr__ = lazy_face(globals(), _FACE)
@@ -112,9 +113,9 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         ShowSchemaResult, UpgradeSchemaRequest, UpgradeSchemaResult, ingest_restore_reports,
         list_registered_matrices, register_matrix_file, reindex_store, show_registered_matrix,
         show_schema, upgrade_schema)
-    from neffcache.index.coverage_call import (HOST, CoverageRequest, CoverageResult,
-        CoverageStream, coverage, stream_coverage)
-    from neffcache.index.coverage_grid import status_of
+    from neffcache.index.coverage_engine import (HOST, CoverageRequest, CoverageResult,
+        CoverageStream, coverage, find_fingerprints, stream_coverage)
+    from neffcache.index.coverage_engine.rules import status_of
     from neffcache.index.cursors import (CURSOR_PATTERN, ID_CURSOR_PATTERN, NAME_CURSOR_PATTERN,
         entry_cursor)
     from neffcache.index.ingest import (IngestResult, InvalidReport, ReportPoller,
@@ -140,6 +141,6 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         RestoreOutcomeDoc, RunDetail, RunDoc, Status)
     from neffcache.index.triage import FLEET_WINDOW, Attention, attention, fingerprint_diff
     from neffcache.index.values import (FAILED, IN_PROGRESS, MISSING, READY, STATUSES, ClaimResult,
-        CoverageFingerprint, CoverageReport, CoverageRow, EntrySummary, InvalidManifest, Lease,
-        LiveLease, ReindexResult, SchemaState)
+        CoverageColumn, CoverageFingerprint, CoverageReport, CoverageRow, EntrySummary,
+        InvalidManifest, Lease, LiveLease, ReindexResult, SchemaState)
     # isort: on

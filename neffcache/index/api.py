@@ -36,8 +36,6 @@ from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import index_changes
 from neffcache.index.values import (
     ClaimResult,
-    CoverageReport,
-    CoverageRow,
     EntrySummary,
     Lease,
     LiveLease,
@@ -49,10 +47,8 @@ if TYPE_CHECKING:
 
     from neffcache.fingerprint import Fingerprint
     from neffcache.index import claims as _claims
-    from neffcache.index import coverage_grid as _coverage
-    from neffcache.index import coverage_stream as _stream
     from neffcache.index import record, record_runs
-    from neffcache.index.coverage_stream import CoveragePlan
+    from neffcache.index.coverage_engine import grid as _coverage
     from neffcache.index.ops_values import CoverageGrid
     from neffcache.manifest import Manifest
     from neffcache.matrix import Cell
@@ -76,8 +72,7 @@ if not TYPE_CHECKING:
     # read command (``ls``, ``coverage``) and recording an entry (``push``) start without
     # the ORM and the mapped models; ``ls`` without coverage.
     _claims = _OnFirstUse("neffcache.index.claims")
-    _coverage = _OnFirstUse("neffcache.index.coverage_grid")
-    _stream = _OnFirstUse("neffcache.index.coverage_stream")
+    _coverage = _OnFirstUse("neffcache.index.coverage_engine.grid")
     record = _OnFirstUse("neffcache.index.record")
     record_runs = _OnFirstUse("neffcache.index.record_runs")
 
@@ -351,52 +346,12 @@ class Index:
         with self.connection() as conn:
             return queries.get_fingerprints(conn, keys)
 
-    def find_fingerprints(self, prefix: str) -> dict[str, Fingerprint]:
-        """Fingerprints whose key starts with ``prefix`` (hex), at most 10."""
-        from sqlalchemy import select
-
-        from neffcache.index.tables import fingerprints
-
-        key = fingerprints.c.key
-        with self.connection() as conn:
-            keys = list(conn.scalars(select(key).where(queries.key_prefix_clause(key, prefix))
-                                     .order_by(key).limit(10)))
-            return queries.get_fingerprints(conn, keys)
-
-    def coverage(self, cells: Sequence[Cell], fingerprints: Sequence[Fingerprint] = (),
-                 keys: Sequence[str] = ()) -> CoverageReport:
-        """Every cell x (the given fingerprints + every fingerprint with an entry, a failure or
-        a live lease for these cells): ready, in_progress (a live lease, no entry), failed
-        (latest attempt failed, no entry) or missing; see ``coverage_grid``. ``keys``: more
-        fingerprint keys to show as columns, known to the index or not (a key nothing was
-        built for is a column of backend ``unknown``, every cell missing)."""
-        cell_keys = [c.key for c in cells]
-        with self.connection() as conn:
-            facts = _coverage.fetch_coverage_facts(conn, cell_keys, self.now(conn),
-                                                   named=keys)
-        return _coverage.build_coverage(cells, fingerprints, facts)
-
-    @contextlib.contextmanager
-    def coverage_stream(self, cells: Sequence[Cell], fingerprints: Sequence[Fingerprint] = (),
-                        keys: Sequence[str] = (), only: Sequence[str] | None = None
-                        ) -> Iterator[tuple[CoveragePlan, Iterator[CoverageRow]]]:
-        """``coverage`` in flat memory: the plan (cells, columns with their counts) when the
-        block starts, and an iterator of its rows (cell by cell, a batch of cells read at a
-        time) valid until the block ends. ``only``: just these columns, in this order."""
-        with self.connection() as conn:
-            if conn.dialect.name == "postgresql":  # one snapshot for every batch (SQLite's
-                conn.execution_options(isolation_level="REPEATABLE READ")  # read has one)
-            now, reader = self.now(conn), SqlaReader(conn, self.statements)
-            plan = _stream.plan_coverage(reader, cells, fingerprints, now, named=keys,
-                                         only=only)
-            yield plan, _stream.coverage_rows(reader, plan, now)
-
     def matrix_coverage(self, name: str, *, version: int | None = None,
                         pattern: str | None = None, offset: int = 0,
                         limit: int | None = None) -> CoverageGrid:
         """A page of a registered matrix's coverage (the API's grid): the statuses and counts
         of ``coverage`` for its cells matching ``pattern``, columns in first-seen order, plus
-        the fingerprints its restore reports named; see ``coverage_grid.matrix_coverage``.
+        the fingerprints its restore reports named; see ``coverage_engine.grid``.
         NotFoundError for an unknown name or version."""
         with self.connection() as conn:
             return _coverage.matrix_coverage(conn, self.now(conn), name, version=version,

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
-from neffcache.index.coverage_grid import live_lease
+from neffcache.index.coverage_engine.reads import live_lease
 from neffcache.index.models import CellClaimRow, CellFailureRow, CellRow, EntryRow
 from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells
 from neffcache.index.values import ClaimResult, Lease, LiveLease

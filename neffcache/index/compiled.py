@@ -68,8 +68,9 @@ def code_digest() -> str:
     """sha256 of the index package's sources and of SQLAlchemy's release (its package's
     ``__init__`` file, found without importing it)."""
     h = hashlib.sha256(f"format {FORMAT}\n".encode())
-    for path in sorted(_SOURCES.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(_SOURCES.rglob("*.py")):  # coverage_engine/ too
+        h.update(path.relative_to(_SOURCES).as_posix().encode() + b"\0" + path.read_bytes()
+                 + b"\0")
     spec = importlib.util.find_spec("sqlalchemy")
     if spec is not None and spec.origin:
         h.update(Path(spec.origin).read_bytes())

@@ -21,7 +21,7 @@ BATCH = 1000  # rows per fetch when streaming
 
 
 class Reader(Protocol):
-    """Runs a named statement (``listing_statements``, ``coverage_statements``) in one of
+    """Runs a named statement (``listing_statements``, ``coverage_engine.statements``) in one of
     its shapes."""
 
     dialect: str  # "sqlite" or "postgresql"

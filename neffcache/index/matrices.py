@@ -157,7 +157,7 @@ def matrix_cell_refs(index: Index, matrix_id: int) -> list[tuple[str, str]]:
 
 
 def registered_cells(index: Index, name: str, version: int | None = None) -> tuple[Cell, ...]:
-    """The cells of a registered matrix, in declared order: pass them to ``Index.coverage``."""
+    """The cells of a registered matrix, in declared order."""
     with index.connection() as conn:
         v = choose_version(versions_in(conn, name, counts=False), name, version)
         return cells_in(conn, v.id)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
-from neffcache.index.coverage_reads import (  # noqa: F401  (choose_version, re-exported)
+from neffcache.index.coverage_engine.reads import (  # noqa: F401  (choose_version, re-exported)
     choose_version,
     matrix_cell_refs,
     matrix_versions,

@@ -1,6 +1,6 @@
 """Read queries for the ops surface (HTTP API, dashboard, metrics): fingerprint and SDK
 totals, precompile runs, failures, restore reports and restore outcome aggregates (coverage
-is ``coverage_grid``'s). Each is a few set-based queries, never one per cell."""
+is ``coverage_engine``'s). Each is a few set-based queries, never one per cell."""
 
 from __future__ import annotations
 

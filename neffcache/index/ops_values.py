@@ -17,7 +17,6 @@ from neffcache.fingerprint import FIELD_NOTES, FieldDiff, Fingerprint, diff_fing
 from neffcache.index.shapes import (
     CoverageGridDoc,
     FailureDoc,
-    FingerprintCountsDoc,
     FingerprintDiffDoc,
     FingerprintDoc,
     GridRowDoc,
@@ -30,7 +29,7 @@ from neffcache.index.shapes import (
     RunStatus,
     Status,
 )
-from neffcache.index.values import iso
+from neffcache.index.values import CoverageColumn, FingerprintCounts, iso  # noqa: F401  (re-exported)
 
 HIT: Final = "hit"
 PARTIAL: Final = "partial"
@@ -117,45 +116,8 @@ def known_versions(backend: str, fields: Mapping[str, Any]) -> str:
         fields.items()) if name.startswith("version.") and name != sdk)
 
 
-@dataclass(frozen=True, slots=True)
-class FingerprintCounts:
-    """A fingerprint's column of a coverage grid, counted over the grid's cells, with what
-    the dashboard's card names (target, the versions it knows) and the restore reports of
-    the matrix that named it."""
-
-    key: str
-    backend: str
-    sdk_version: str
-    ready: int
-    failed: int
-    missing: int
-    in_progress: int = 0
-    target: str = "unknown"
-    known: str = ""
-    restores: int = 0
-    distinct: tuple[tuple[str, str], ...] = ()  # set by ``distinguish``
-    nearest: str | None = None
-
-    @property
-    def ratio(self) -> float:
-        total = self.ready + self.failed + self.missing + self.in_progress
-        return self.ready / total if total else 0.0
-
-    @property
-    def label(self) -> tuple[str, str, str, str]:
-        """What its card's title reads: backend, SDK version, target, known versions."""
-        return (self.backend, self.sdk_version, self.target, self.known)
-
-    def to_json(self) -> FingerprintCountsDoc:
-        return {"key": self.key, "backend": self.backend, "sdk_version": self.sdk_version,
-                "ready": self.ready, "failed": self.failed, "missing": self.missing,
-                "in_progress": self.in_progress, "ratio": round(self.ratio, 6),
-                "target": self.target, "known": self.known, "restores": self.restores,
-                "distinct": dict(self.distinct), "nearest": self.nearest}
-
-
-def distinguish(columns: Sequence[FingerprintCounts],
-                prints: Mapping[str, Fingerprint]) -> tuple[FingerprintCounts, ...]:
+def distinguish(columns: Sequence[CoverageColumn],
+                prints: Mapping[str, Fingerprint]) -> tuple[CoverageColumn, ...]:
     """Pure: each column with what tells it apart from its neighbours (``diff_fingerprints``
     over ``prints``, the columns' fingerprints by key): ``distinct``, the fields, with this
     column's values, in which it differs from the columns whose cards read the same
@@ -196,7 +158,7 @@ class FingerprintDiff:
                                 for d in self.differences]}
 
 
-def severity(f: FingerprintCounts) -> tuple[Any, ...]:
+def severity(f: CoverageColumn) -> tuple[Any, ...]:
     """Pure: the dashboard's order, worst first: restored by the fleet with nothing built,
     then the most failed cells, then the most missing; ties by backend, SDK version, target
     and key."""
@@ -204,7 +166,7 @@ def severity(f: FingerprintCounts) -> tuple[Any, ...]:
             f.sdk_version, f.target, f.key)
 
 
-def by_severity(columns: Iterable[FingerprintCounts]) -> list[FingerprintCounts]:
+def by_severity(columns: Iterable[CoverageColumn]) -> list[CoverageColumn]:
     """Pure: ``columns`` worst first (``severity``)."""
     return sorted(columns, key=severity)
 
@@ -233,7 +195,7 @@ class CoverageGrid:
     total_cells: int
     offset: int
     limit: int
-    fingerprints: tuple[FingerprintCounts, ...]
+    fingerprints: tuple[CoverageColumn, ...]
     rows: tuple[GridRow, ...]
 
     def to_json(self) -> CoverageGridDoc:

@@ -2,7 +2,7 @@
 cache holds this code's statements for a database at their schema (``bare_reader``: no
 SQLAlchemy import), else SQLAlchemy (``sqla_reader``), which leaves what it compiles cached
 for the next command. Either way the statements are the builders' (``listing_statements``,
-``coverage_statements``)."""
+``coverage_engine.statements``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The Reader (``listing``'s protocol) over a SQLAlchemy Connection: builds each statement
-(``listing_statements``, ``coverage_statements``), runs it, and keeps its compiled form in
+(``listing_statements``, ``coverage_engine.statements``), runs it, and keeps its compiled form in
 the ``StatementCache`` so the next read command can run it on the bare driver
 (``bare_reader``)."""
 
@@ -10,17 +10,21 @@ from typing import Any
 
 from sqlalchemy import JSON, Connection, DateTime, Float, exc
 
-from neffcache.index import coverage_statements, listing_statements
+from neffcache.index import listing_statements
 from neffcache.index.compiled import CompiledStatement, StatementCache
 from neffcache.index.listing import BATCH, Shape
 from neffcache.index.schema import SCHEMA_REVISION
 
-_BUILDERS = {**listing_statements.BUILDERS, **coverage_statements.BUILDERS}
-
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
-    """The statement ``name`` (of ``listing`` or ``coverage_reads``) in ``shape``."""
-    return _BUILDERS[name](dialect, **dict(shape))
+    """The statement ``name`` (of ``listing`` or ``coverage_engine.reads``) in ``shape``
+    (``ls`` imports no coverage)."""
+    builder = listing_statements.BUILDERS.get(name)
+    if builder is None:
+        from neffcache.index.coverage_engine.statements import BUILDERS
+
+        builder = BUILDERS[name]
+    return builder(dialect, **dict(shape))
 
 _SIMPLE = (str, int, float, bool, type(None))
 

@@ -15,9 +15,10 @@ from sqlalchemy import Select, func, select
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint, diff_fingerprints
 from neffcache.index.api import Index
-from neffcache.index.coverage_reads import live_lease
+from neffcache.index.coverage_engine import find_fingerprints
+from neffcache.index.coverage_engine.reads import live_lease
 from neffcache.index.ops_queries import EPOCH, lease_stats, reported_fingerprints
-from neffcache.index.ops_values import FingerprintCounts, FingerprintDiff
+from neffcache.index.ops_values import CoverageColumn, FingerprintDiff
 from neffcache.index.shapes import AttentionDoc
 from neffcache.index.tables import cell_claims, cell_failures, cells, entries, matrices
 from neffcache.index.tables import matrix_cells as MC
@@ -53,7 +54,7 @@ class Attention:
     failed: tuple[FailedCell, ...]
     stale_cells: int
     stale: tuple[tuple[str, LiveLease], ...]  # (matrix, the lease held past its expiry)
-    unbuilt: tuple[tuple[str, FingerprintCounts, datetime | None], ...]  # matrix, column, last
+    unbuilt: tuple[tuple[str, CoverageColumn, datetime | None], ...]  # matrix, column, last
 
     @property
     def ok(self) -> bool:
@@ -162,7 +163,7 @@ def fingerprint_diff(index: Index, key: str, against: str) -> FingerprintDiff:
 
 
 def _one_fingerprint(index: Index, prefix: str) -> Fingerprint:
-    found = index.find_fingerprints(prefix.strip().lower())
+    found = find_fingerprints(index, prefix.strip().lower())
     if len(found) != 1:
         raise NotFoundError(f"fingerprint {prefix}: {'no' if not found else len(found)} "
                             f"fingerprints in the index match that key")

@@ -13,6 +13,7 @@ from neffcache.index.shapes import (
     CoverageFingerprintDoc,
     CoverageReportDoc,
     CoverageRowDoc,
+    FingerprintCountsDoc,
     InProgressDoc,
     Status,
 )
@@ -68,26 +69,56 @@ class EntrySummary(Document):
 
 
 @dataclass(frozen=True, slots=True)
-class CoverageFingerprint:
-    """A fingerprint column of a coverage report, with its counts over the report's cells."""
+class CoverageColumn:
+    """A fingerprint column of coverage, counted over its cells (``rules.Tally``), with what
+    its card names (SDK version, target, the versions it knows) and, in the API's grid and
+    summaries, the restore reports of the matrix that named it. ``to_json``: the card
+    (/api/coverage, /api/summary); ``report_json``: ``neffcache coverage``'s column."""
 
     key: str
     backend: str
-    fields: tuple[tuple[str, str], ...]
-    here: bool  # given by the caller (this host's), rather than only found in the index
-    ready: int = 0
-    failed: int = 0
-    missing: int = 0
+    sdk_version: str
+    ready: int
+    failed: int
+    missing: int
     in_progress: int = 0
+    target: str = "unknown"
+    known: str = ""
+    restores: int = 0
+    distinct: tuple[tuple[str, str], ...] = ()  # set by ``ops_values.distinguish``
+    nearest: str | None = None
+    fields: tuple[tuple[str, str], ...] = ()
+    here: bool = False  # given by the caller (this host's), rather than only found in the index
 
     @property
     def short(self) -> str:
         return self.key[:12]
 
-    def to_json(self) -> CoverageFingerprintDoc:
+    @property
+    def ratio(self) -> float:
+        total = self.ready + self.failed + self.missing + self.in_progress
+        return self.ready / total if total else 0.0
+
+    @property
+    def label(self) -> tuple[str, str, str, str]:
+        """What its card's title reads: backend, SDK version, target, known versions."""
+        return (self.backend, self.sdk_version, self.target, self.known)
+
+    def to_json(self) -> FingerprintCountsDoc:
+        return {"key": self.key, "backend": self.backend, "sdk_version": self.sdk_version,
+                "ready": self.ready, "failed": self.failed, "missing": self.missing,
+                "in_progress": self.in_progress, "ratio": round(self.ratio, 6),
+                "target": self.target, "known": self.known, "restores": self.restores,
+                "distinct": dict(self.distinct), "nearest": self.nearest}
+
+    def report_json(self) -> CoverageFingerprintDoc:
         return {"key": self.key, "backend": self.backend, "fields": dict(self.fields),
                 "here": self.here, "ready": self.ready, "failed": self.failed,
                 "missing": self.missing, "in_progress": self.in_progress}
+
+
+CoverageFingerprint = CoverageColumn  # the names the column had: one value
+FingerprintCounts = CoverageColumn
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +151,14 @@ class CoverageRow:
 
 @dataclass(frozen=True, slots=True)
 class CoverageReport:
-    """Every requested cell x every relevant fingerprint, row-major by cell then fingerprint."""
+    """Cells x fingerprint columns (``rules.build_coverage``): each cell's status per column
+    (``statuses``, in column order), each column's counts and, with details, every cell x
+    column as a CoverageRow, row-major by cell then column."""
 
     cells: tuple[tuple[str, str], ...]  # (cell id, cell key) in the caller's order
-    fingerprints: tuple[CoverageFingerprint, ...]
+    fingerprints: tuple[CoverageColumn, ...]
     rows: tuple[CoverageRow, ...]
+    statuses: tuple[tuple[Status, ...], ...] = ()  # per cell, one per column
 
     def counts(self, fingerprint_key: str) -> dict[str, int]:
         for fp in self.fingerprints:
@@ -139,9 +173,19 @@ class CoverageReport:
                 return r
         raise KeyError((cell_key, fingerprint_key))
 
+    def only(self, keys: Sequence[str]) -> CoverageReport:
+        """These columns only, in this order (keys the report lacks are left out)."""
+        index = {fp.key: j for j, fp in enumerate(self.fingerprints)}
+        chosen = [index[k] for k in dict.fromkeys(keys) if k in index]
+        n = len(self.fingerprints)
+        rows = tuple(self.rows[i * n + j] for i in range(len(self.cells)) for j in chosen
+                     ) if self.rows else ()
+        return CoverageReport(self.cells, tuple(self.fingerprints[j] for j in chosen), rows,
+                              tuple(tuple(row[j] for j in chosen) for row in self.statuses))
+
     def to_json(self) -> CoverageReportDoc:
         return {"cells": [{"id": i, "key": k} for i, k in self.cells],
-                "fingerprints": [f.to_json() for f in self.fingerprints],
+                "fingerprints": [f.report_json() for f in self.fingerprints],
                 "rows": [r.to_json() for r in self.rows]}
 
 

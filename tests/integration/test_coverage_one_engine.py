@@ -1,7 +1,9 @@
 """One coverage engine: on the same index (ready, failed, in_progress and missing cells for two
-fingerprints), ``neffcache coverage NAME --json``, /api/coverage (FastAPI's TestClient), the
-face call ``neffcache.index.coverage(...)``, /api/summary and /metrics give the same status
-for every cell x fingerprint and the same counts; on SQLite and on the real PostgreSQL."""
+fingerprints), ``neffcache coverage NAME --json``, the face calls ``neffcache.coverage(...)``
+and ``neffcache.stream_coverage(...)``, /api/coverage (FastAPI's TestClient), the dashboard's
+data (the summary it opens on, then its grid requests), /api/summary and /metrics give the
+same status for every cell x fingerprint and the same counts; on SQLite and on the real
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from neffcache import CoverageRequest, coverage, stream_coverage
 from neffcache.cli import group, run
+from neffcache.cli._common import encode_line
 from neffcache.fingerprint import Fingerprint
-from neffcache.index import CoverageRequest, coverage, open_index
+from neffcache.index import open_index
 from neffcache.server.app import create_app
 from tests.support.ops_seed import FAILED, MISSING, READY, matrix_text, sdk_fingerprint, seed
 
@@ -102,6 +106,14 @@ def test_cli_api_face_summary_and_metrics_agree(index: Seed) -> None:
         index.expected
     assert result.to_json() == cli and result.exit_code == 0
 
+    # The face's stream: the same document, its rows as they are read.
+    with stream_coverage(CoverageRequest(matrix="m", fingerprints=keys,
+                                         index=index.url)) as stream:
+        head = stream.head_json()
+        rows = [json.loads(line) for line in stream.lines(encode_line)]
+        assert {**head, "rows": rows, **stream.tail_json()} == cli
+        assert stream.fingerprints == result.report.fingerprints
+
     with open_index(index.url, auto_upgrade=False) as ix, \
             TestClient(create_app(ix)) as client:
         # The API's grid, one page and then two pages of 5 cells.
@@ -121,6 +133,24 @@ def test_cli_api_face_summary_and_metrics_agree(index: Seed) -> None:
         summary = client.get("/api/summary").json()
         (m,) = [c for c in summary["coverage"] if c["matrix"] == "m"]
         assert counts_of(m["fingerprints"]) == want_counts
+
+        # The dashboard's data: it opens on the summary's matrix and asks for its grid a
+        # page at a time, with a cell pattern when one is typed (app.js, loadGrid).
+        assert [f["key"] for f in m["fingerprints"]] == columns
+        shown: dict[tuple[str, str], str] = {}
+        for offset in (0, 3, 6):
+            page = client.get("/api/coverage", params={"matrix": m["matrix"],
+                                                       "offset": offset, "limit": 3}).json()
+            assert [f["key"] for f in page["fingerprints"]] == columns
+            assert counts_of(page["fingerprints"]) == want_counts
+            shown.update({(r["cell_id"], k): s for r in page["rows"]
+                          for k, s in zip(columns, r["statuses"], strict=True)})
+        assert shown == index.expected
+        eager = client.get("/api/coverage", params={"matrix": "m", "cells": "*/eager/*"}).json()
+        assert {(r["cell_id"], k): s for r in eager["rows"]
+                for k, s in zip([f["key"] for f in eager["fingerprints"]], r["statuses"],
+                                strict=True)} == {
+            k: s for k, s in index.expected.items() if "/eager/" in k[0]}
         metrics = client.get("/metrics").text
     samples = {(s.name, frozenset(s.labels.items())): s.value
                for f in text_string_to_metric_families(metrics) for s in f.samples}

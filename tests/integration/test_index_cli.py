@@ -100,7 +100,7 @@ def test_coverage_of_a_bad_matrix_is_a_usage_error(tmp_path: Path,
 
 
 def test_render_coverage_marks_this_host() -> None:
-    from neffcache.index.coverage_grid import CoverageFacts, build_coverage
+    from neffcache.index.coverage_engine.rules import CoverageFacts, build_coverage
     from tests.unit.test_index_factories import make_cell
 
     report = build_coverage([make_cell(1)], [make_fingerprint(1)], CoverageFacts())

@@ -12,6 +12,7 @@ from sqlalchemy import create_engine, inspect, text
 from neffcache.errors import SchemaOutdatedError
 from neffcache.index import SCHEMA_REVISION, Index, open_index, schema_state, upgrade_index
 from neffcache.index.models import Base
+from tests.support.coverage import coverage_of
 from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
 
 pytestmark = pytest.mark.postgres
@@ -73,7 +74,7 @@ def test_entries_failures_and_coverage(ix: Index) -> None:
     ix.record_restore({"host": "i-1", "fingerprint_key": fp.key, "cells_restored": [cells[0].id],
                        "cells_missing": [c.id for c in cells[1:]], "exit_code": 3})
 
-    report = ix.coverage(cells, [fp])
+    report = coverage_of(ix, cells, [fp])
     assert report.counts(fp.key) == {"ready": 1, "failed": 1, "missing": 2, "in_progress": 0}
     assert report.counts(other.key) == {"ready": 2, "failed": 0, "missing": 2, "in_progress": 0}
     assert report.row(cells[1].key, fp.key).exit_status == 139
@@ -162,7 +163,7 @@ def test_key_lookups_and_pages_read_only_what_they_name(
         assert list(ix.entry_key_pages(size=3)) == [keys[:3], keys[3:6], keys[6:]]
         assert remove_stale(ix, keys[::2]) == 3
         assert [k for page in ix.entry_key_pages(size=2) for k in page] == keys[::2]
-        cover = ix.coverage([m.cell for m in ms], [fp])
+        cover = coverage_of(ix, [m.cell for m in ms], [fp])
     assert cover.counts(fp.key)["ready"] == 4
 
 
@@ -219,7 +220,7 @@ def test_a_matrix_grid_probes_entries_per_cell_before_any_analyze(
     cells come from the partial index. The grid's counts are still right."""
     from sqlalchemy import select
 
-    from neffcache.index.coverage_grid import matrix_entry_pairs, verified_pairs
+    from neffcache.index.coverage_engine.grid import matrix_entry_pairs, verified_pairs
     from neffcache.index.tables import entries, matrix_cells
 
     url = pg_new_database()

@@ -24,7 +24,7 @@ from neffcache.index import (
     list_entries,
     open_index,
 )
-from neffcache.index.coverage_stream import STREAM_BATCH
+from neffcache.index.coverage_engine.reads import STREAM_BATCH
 from tests.support.ops_seed import bulk_entries, matrix_text, sdk_fingerprint, seed
 
 CLI = str(Path(sys.executable).with_name("neffcache"))

@@ -15,6 +15,7 @@ from neffcache.cli import COMMANDS, run
 from neffcache.index import open_index
 from neffcache.index.matrices import registered_cells
 from neffcache.matrix import parse_matrix
+from tests.support.coverage import coverage_of
 from tests.support.ops_seed import matrix_text
 
 
@@ -64,7 +65,7 @@ def test_register_ls_show_with_history(capsys: pytest.CaptureFixture[str], tmp_p
     with open_index(f"sqlite:///{neffcache_home / 'index.db'}", auto_upgrade=False) as ix:
         cells = registered_cells(ix, "prod")
         assert [c.id for c in cells] == [c.id for c in parse_matrix(v2_text).cells]
-        assert {r.status for r in ix.coverage(cells).rows} <= {"missing"}
+        assert {r.status for r in coverage_of(ix, cells).rows} <= {"missing"}
 
 
 def test_register_errors_name_the_file(capsys: pytest.CaptureFixture[str],

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from neffcache.index import Index, open_index, upgrade_index
-from neffcache.index import coverage_stream as stream
 from neffcache.index.bare_reader import open_bare
 from neffcache.index.compiled import StatementCache
-from neffcache.index.coverage_reads import (
+from neffcache.index.coverage_engine import reads as stream
+from neffcache.index.coverage_engine.reads import (
     database_now,
     find_fingerprint_keys,
     fingerprints_with_rows,
@@ -31,6 +31,7 @@ from neffcache.index.coverage_reads import (
     scope_of_keys,
     scope_of_matrix,
 )
+from neffcache.index.coverage_engine.rules import coverage_row
 from neffcache.index.listing import Reader
 from neffcache.index.sqla_reader import SqlaReader
 from tests.support.ops_seed import matrix_text, sdk_fingerprint, seed
@@ -80,7 +81,8 @@ def _reads(reader: Reader, now: Any) -> dict[str, Any]:
             stream.SINGLE, stream.FIRST_BATCH, stream.STREAM_BATCH = 4, 3, 5
         plan = stream.plan_coverage(reader, refs, [fp0], now, named=[UNKNOWN])
         out[f"plan_{single}"] = (plan.cells, plan.keys, plan.fingerprints, plan.given)
-        out[f"rows_{single}"] = list(stream.coverage_rows(reader, plan, now))
+        out[f"rows_{single}"] = [coverage_row(*item)
+                                 for item in stream.coverage_cells(reader, plan, now)]
     return out
 
 
@@ -181,8 +183,12 @@ def test_row_lines_are_each_rows_encoding() -> None:
     """``RowLines`` (templates for ready and missing rows) writes what encoding each row's
     document writes, whatever the ids hold (quotes, %, non-ASCII) and for every status."""
     from neffcache.cli._common import encode_line
-    from neffcache.index.coverage_reads import CoverageFacts, FailureFact, coverage_row
-    from neffcache.index.coverage_stream import RowLines
+    from neffcache.index.coverage_engine.rules import (
+        CoverageFacts,
+        FailureFact,
+        RowLines,
+        coverage_row,
+    )
     from neffcache.index.shapes import Status
     from neffcache.index.values import LiveLease
 
@@ -209,8 +215,8 @@ def test_a_set_of_keys_reaches_postgres_as_the_same_keys_whatever_they_hold(
     import psycopg
     from sqlalchemy import column, select, table
 
-    from neffcache.index.coverage_reads import keys_param
-    from neffcache.index.coverage_statements import in_keys
+    from neffcache.index.coverage_engine.reads import keys_param
+    from neffcache.index.coverage_engine.statements import in_keys
 
     url = pg_new_database()
     keys = ["a" * 64, 'q"uote', "back\\slash", "com,ma", "{brace}", " sp ace ", "NULL", ""]

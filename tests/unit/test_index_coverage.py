@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import event
 
 from neffcache.index import FAILED, MISSING, READY, Index, open_index
-from neffcache.index.coverage_grid import CoverageFacts, FailureFact, build_coverage
+from neffcache.index.coverage_engine.rules import CoverageFacts, FailureFact, build_coverage
+from tests.support.coverage import coverage_of
 from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
 
 
@@ -28,7 +29,7 @@ def test_statuses_and_fingerprint_set(ix: Index) -> None:
     ix.record_failure(None, cells[0], other, 2, 1.0, "failed, not yet retried")
     ix.record_entry(make_manifest(make_cell(99), unrelated), "/store")  # not one of our cells
 
-    report = ix.coverage(cells, [here])
+    report = coverage_of(ix, cells, [here])
     assert [fp.key for fp in report.fingerprints] == [here.key, other.key]
     assert [fp.here for fp in report.fingerprints] == [True, False]
     assert report.counts(here.key) == {"ready": 1, "failed": 1, "missing": 1, "in_progress": 0}
@@ -47,14 +48,14 @@ def test_an_entry_wins_over_earlier_failures(ix: Index) -> None:
     cell, fp = make_cell(1), make_fingerprint()
     ix.record_failure(None, cell, fp, 1, 1.0, "flaky")
     ix.record_entry(make_manifest(cell, fp), "/store")
-    assert ix.coverage([cell], [fp]).rows[0].status == READY
+    assert coverage_of(ix, [cell], [fp]).rows[0].status == READY
 
 
 def test_no_fingerprint_given_shows_only_known_ones(ix: Index) -> None:
     cells = [make_cell(n) for n in range(2)]
-    assert ix.coverage(cells).fingerprints == ()
+    assert coverage_of(ix, cells).fingerprints == ()
     ix.record_entry(make_manifest(cells[1], make_fingerprint(5)), "/store")
-    report = ix.coverage(cells)
+    report = coverage_of(ix, cells)
     assert [(r.cell_id, r.status) for r in report.rows] == [
         (cells[0].id, MISSING), (cells[1].id, READY)]
 
@@ -92,7 +93,7 @@ def test_coverage_of_5000_cells_by_10_fingerprints_in_batched_queries(ix: Index)
     listener = lambda *a: statements.append(a[2])  # noqa: E731
     event.listen(engine, "before_cursor_execute", listener)
     try:
-        report = ix.coverage(cells, [fps[0], fps[1], here])
+        report = coverage_of(ix, cells, [fps[0], fps[1], here])
     finally:
         event.remove(engine, "before_cursor_execute", listener)
 

@@ -130,7 +130,7 @@ def test_core_tables_match_the_models() -> None:
 
 
 # What ``ls`` has no use for (start-up: #25): coverage, ingest, reindex, the store, FastAPI.
-LS_SKIPS = ("neffcache.index.coverage_grid", "neffcache.index.coverage_call",
+LS_SKIPS = ("neffcache.index.coverage_engine",
             "neffcache.index.ingest", "neffcache.index.reindex", "neffcache.index.matrices",
             "neffcache.index.ops_values", "neffcache.store", "neffcache.fingerprint",
             "fastapi", "pydantic")

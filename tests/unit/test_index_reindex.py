@@ -14,6 +14,7 @@ from neffcache.index.reindex import plan_reindex, reindex, stale_keys
 from neffcache.manifest import encode_manifest
 from neffcache.store.base import manifest_key
 from neffcache.store.local import LocalStore
+from tests.support.coverage import coverage_of
 from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
 
 reindex_mod = importlib.import_module("neffcache.index.reindex")
@@ -54,7 +55,7 @@ def test_reindex_rebuilds_entries_and_reports_invalid_manifests(tmp_path: Path) 
         assert "not valid JSON" in reasons[1]
         assert seen[-1] == (7, 7)
         assert all_keys(ix) == {m.entry_key for m in good}
-        cover = ix.coverage([m.cell for m in good], [fp])
+        cover = coverage_of(ix, [m.cell for m in good], [fp])
         assert cover.counts(fp.key)["ready"] == 5
         (e,) = ix.entries(cell_glob=good[0].cell.id)
         assert e.store_url == store.url and e.file_count == 2
@@ -99,7 +100,7 @@ def test_prune_walks_the_index_a_page_at_a_time_and_removes_in_batches(
         monkeypatch.setattr(reindex_mod, "REMOVE_BATCH", 5)
         result = reindex(ix, store)
         assert all_keys(ix) == {m.entry_key for m in kept}
-        cover = ix.coverage([m.cell for m in ms], [fp])
+        cover = coverage_of(ix, [m.cell for m in ms], [fp])
     assert result.removed == len(ms) - len(kept) == sum(removes)
     assert len(removes) > 1 and max(removes) < 5 + 4  # a batch, never everything at once
     assert cover.counts(fp.key)["ready"] == len(kept)  # the aggregates followed

@@ -22,6 +22,7 @@ from neffcache.index.matrices import (
     registered_cells,
 )
 from neffcache.matrix import parse_matrix
+from tests.support.coverage import coverage_of
 from tests.support.ops_seed import FAILED, MISSING, READY, matrix_text, sdk_fingerprint, seed
 
 
@@ -100,7 +101,7 @@ def test_grid_statuses_match_index_coverage(ix: Index) -> None:
     got = {(r.cell_id, f.key): s for r in grid.rows
            for f, s in zip(grid.fingerprints, r.statuses, strict=True)}
     assert got == seeded.statuses
-    report = ix.coverage(registered_cells(ix, "m"))
+    report = coverage_of(ix, registered_cells(ix, "m"))
     assert {(r.cell_id, r.fingerprint_key): r.status for r in report.rows} == got
     for f in grid.fingerprints:
         fp = next(x for x in fps if x.key == f.key)

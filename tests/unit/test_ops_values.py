@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 
 from neffcache import errors
 from neffcache.fingerprint import Fingerprint, build_fingerprint
-from neffcache.index.coverage_grid import (
+from neffcache.index.coverage_engine.rules import (
     CoverageFacts,
     FailureFact,
     build_coverage,
-    coverage_table,
     grid_page,
     status_of,
 )
@@ -87,7 +86,7 @@ def test_grid_page_shows_the_statuses_and_counts_of_build_coverage(table: list[l
             if status.startswith("leased"):
                 facts.leases[pair] = LiveLease(cell.key, fp.key, "h", NOW, NOW, NOW, 1)
     report = build_coverage(cells, fps, facts)
-    grid = grid_page(VERSION, coverage_table(cells, fps, facts))
+    grid = grid_page(VERSION, build_coverage(cells, fps, facts))
     assert [s for row in grid.rows for s in row.statuses] == [r.status for r in report.rows]
     for r in report.rows:
         pair = (r.cell_key, r.fingerprint_key)
@@ -111,7 +110,7 @@ def test_grid_page_pages_rows_and_counts_over_all_cells() -> None:
     fp = make_fingerprint(0)
     facts = CoverageFacts(entries={(f"k{n}", fp.key): (None, None) for n in range(0, 10, 2)},
                           fingerprints={fp.key: fp})
-    grid = grid_page(VERSION, coverage_table(cells, (), facts), pattern="p/compile/*",
+    grid = grid_page(VERSION, build_coverage(cells, (), facts), pattern="p/compile/*",
                      offset=8, limit=5)
     assert grid.total_cells == 10
     assert [r.cell_id for r in grid.rows] == ["p/compile/8x64/b1/tp1", "p/compile/9x64/b1/tp1"]

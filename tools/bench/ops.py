@@ -53,7 +53,13 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from neffcache.fingerprint import Fingerprint, build_fingerprint  # noqa: E402
-from neffcache.index import Index, open_index, upgrade_index  # noqa: E402
+from neffcache.index import (  # noqa: E402
+    CoverageRequest,
+    Index,
+    coverage,
+    open_index,
+    upgrade_index,
+)
 from neffcache.index.aggregates import rebuild_aggregates  # noqa: E402
 from neffcache.index.matrices import register_matrix, registered_cells  # noqa: E402
 from neffcache.index.models import (  # noqa: E402
@@ -339,9 +345,9 @@ def measure(url: str, facts: dict[str, Any], repeat: int, home: Path,
         out.update(stream_timings(facts, stream_repeat, env, home))
     if only == "stream":
         return out
-    with open_index(url, auto_upgrade=False) as ix:
-        cells = registered_cells(ix, facts["matrix"])
-        out["coverage_sql"] = median(lambda: ix.coverage(cells), repeat)
+    # In process, the face call (the index opened per call, as the CLI's use case does).
+    request = CoverageRequest(facts["matrix"], fingerprints=[facts["fingerprint"]], index=url)
+    out["coverage_sql"] = median(lambda: coverage(request), repeat)
     out.update(cli_timings(facts, repeat, env))
     if only == "cli":
         return out

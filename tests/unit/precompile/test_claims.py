@@ -15,6 +15,7 @@ from neffcache.index import IN_PROGRESS, MISSING, Index, open_index
 from neffcache.index.models import CellClaimRow
 from neffcache.index.values import Lease
 from neffcache.precompile.claims import Heartbeat
+from tests.support.coverage import coverage_of
 from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -132,7 +133,7 @@ def test_failed_cells_are_retried_at_most_n_times_then_left_failed(ix: Index) ->
         ix.record_failure(None, CELLS[0], FP, 1, 1.0, f"attempt {attempt} failed")
         assert ix.release_failed(lease)
     assert claim(ix, "w3", max_attempts=2) is None
-    row = ix.coverage(CELLS[:1], [FP]).rows[0]
+    row = coverage_of(ix, CELLS[:1], [FP]).rows[0]
     assert (row.status, row.log_tail) == ("failed", "attempt 2 failed")
 
 
@@ -144,7 +145,7 @@ def test_a_cancelled_lease_is_claimable_at_once_and_spends_no_attempt(ix: Index)
     assert not ix.release_cancelled(lease)  # no longer ours
     again = claim(ix, "b", max_attempts=1)  # at once, and the one allowed attempt is left
     assert again is not None and again.cell_key == lease.cell_key and again.attempt == 1
-    assert ix.coverage(CELLS[:1], [FP]).rows[0].status == "in_progress"
+    assert coverage_of(ix, CELLS[:1], [FP]).rows[0].status == "in_progress"
 
 
 def test_a_lease_that_expires_on_the_last_attempt_is_recorded_as_failed(
@@ -153,7 +154,7 @@ def test_a_lease_that_expires_on_the_last_attempt_is_recorded_as_failed(
     assert claim(ix, "a", max_attempts=1) is not None
     clock.at(LEASE + 1)
     assert claim(ix, "b", max_attempts=1) is None
-    row = ix.coverage(CELLS[:1], [FP]).rows[0]
+    row = coverage_of(ix, CELLS[:1], [FP]).rows[0]
     assert row.status == "failed" and "host-a" in (row.log_tail or "")
     assert "expired" in (row.log_tail or "")
 
@@ -197,7 +198,7 @@ def test_coverage_shows_in_progress_with_host_and_since(ix: Index, clock: FakeCl
     ix.queue_claims("m", CELLS, FP, KEYS)
     clock.at(5)
     assert claim(ix, "a") is not None
-    report = ix.coverage(CELLS, [FP])
+    report = coverage_of(ix, CELLS, [FP])
     first = report.row(KEYS[0], FP.key)
     assert (first.status, first.host, first.since) == (IN_PROGRESS, "host-a",
                                                       T0 + timedelta(seconds=5))
@@ -206,7 +207,7 @@ def test_coverage_shows_in_progress_with_host_and_since(ix: Index, clock: FakeCl
     assert report.counts(FP.key)["in_progress"] == 1
     assert [(lv.cell_key, lv.host) for lv in ix.live_leases()] == [(KEYS[0], "host-a")]
     clock.at(5 + LEASE)
-    assert ix.coverage(CELLS, [FP]).row(KEYS[0], FP.key).status == MISSING
+    assert coverage_of(ix, CELLS, [FP]).row(KEYS[0], FP.key).status == MISSING
     assert ix.live_leases() == []
 
 

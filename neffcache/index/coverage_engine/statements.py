@@ -1,4 +1,4 @@
-"""The statements of coverage's reads (``coverage_reads``), built with SQLAlchemy Core from a
+"""The statements of coverage's reads (``coverage_engine.reads``), built with SQLAlchemy Core from a
 name, a dialect and a shape, as ``listing_statements`` builds ``ls``'s: every value a named
 parameter, so one compiled form per shape serves every call, through SQLAlchemy (the API,
 the dashboard, /metrics) or cached for the bare driver (``neffcache coverage``).
@@ -44,7 +44,7 @@ MATRIX = "matrix"  # a scope: the cells of the registered version ``matrix_id``
 
 
 def in_keys(dialect: str, column: Any, name: str = "keys") -> Any:
-    """``column`` is one of the keys in parameter ``name`` (``coverage_reads.keys_param``)."""
+    """``column`` is one of the keys in parameter ``name`` (``reads.keys_param``)."""
     if dialect == "postgresql":
         # The array as one literal the server parses: psycopg adapts a list of 20,000 strings
         # element by element (53 ms a statement; 13.5 ms as text). Untyped, the parameter is
@@ -64,7 +64,7 @@ def in_scope(dialect: str, scope: str, column: Any) -> Any:
 
 
 def _now(dialect: str) -> Any:
-    """The database's clock (``coverage_reads.database_now``): Postgres ``now()`` (the
+    """The database's clock (``reads.database_now``): Postgres ``now()`` (the
     transaction's start), SQLite its own clock in milliseconds, as text."""
     if dialect == "postgresql":
         return select(func.now().label("now"))
@@ -108,7 +108,7 @@ def _failures(dialect: str, *, scope: str, details: bool) -> Any:
 
 def _leases(dialect: str, *, scope: str) -> Any:
     """The scope's live leases at ``now``: (cell key, fingerprint key, host, claimed,
-    heartbeat, expires, attempts), as ``coverage_reads.live_lease`` reads them."""
+    heartbeat, expires, attempts), as ``reads.live_lease`` reads them."""
     c = cell_claims
     return select(c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at,
                   c.c.heartbeat_at, c.c.expires_at, c.c.attempts).where(
@@ -178,5 +178,5 @@ BUILDERS: dict[str, Callable[..., Any]] = {
 
 
 def build(name: str, dialect: str, shape: tuple[tuple[str, Any], ...] = ()) -> Any:
-    """The statement ``name`` of ``coverage_reads`` in ``shape`` for ``dialect``."""
+    """The statement ``name`` of ``reads`` in ``shape`` for ``dialect``."""
     return BUILDERS[name](dialect, **dict(shape))

@@ -1,5 +1,12 @@
-"""The ``coverage`` use case: a matrix (a file, or a registered name) x fingerprints, each
-cell with its status, and the ``--check`` gate; what ``neffcache coverage`` prints."""
+"""Coverage, the one engine: every cell x every relevant fingerprint with its status, and
+the counts per fingerprint. ``neffcache coverage``, /api/coverage (and the dashboard's grid),
+the dashboard's summary and /metrics all get their statuses and counts from ``rules`` (the
+rule ``status_of``, the counter ``Tally``), over what ``reads`` reads.
+
+This face holds the use cases: ``coverage`` and ``stream_coverage`` (a matrix, a file or a
+registered name, x fingerprints, and the ``--check`` gate: what ``neffcache coverage``
+prints), and ``find_fingerprints`` (a key prefix, for ``neffcache fingerprint --explain``
+and the dashboard's explanations)."""
 
 from __future__ import annotations
 
@@ -18,24 +25,23 @@ from neffcache.errors import (
     MatrixError,
     UsageError,
 )
-from neffcache.index.coverage_reads import (
-    CoverageFacts,
+from neffcache.index.coverage_engine.reads import (
     current_matrix,
     database_now,
-    find_fingerprint_keys,
     matrix_cell_refs,
     read_facts,
-    read_fingerprints,
     scope_of_keys,
 )
+from neffcache.index.coverage_engine.reads import find_fingerprints as _find_fingerprints
 from neffcache.index.readers import open_reader
-from neffcache.index.values import READY, CoverageFingerprint, CoverageReport, CoverageRow
+from neffcache.index.values import READY, CoverageColumn, CoverageReport, CoverageRow
 from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
     from neffcache.config import Settings
     from neffcache.fingerprint import Fingerprint
-    from neffcache.index.coverage_stream import Cell_, CoveragePlan
+    from neffcache.index.api import Index
+    from neffcache.index.coverage_engine.reads import Cell_, CoveragePlan
     from neffcache.index.listing import Reader
     from neffcache.index.shapes import CoverageCheckDoc, CoverageDoc
     from neffcache.matrix import Cell
@@ -137,7 +143,7 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     check),
     UnavailableError (6) / SchemaOutdatedError (7) for the index. The check's outcome is in
     the result (``exit_code`` 3), not raised."""
-    from neffcache.index.coverage_table import build_coverage, only_fingerprints
+    from neffcache.index.coverage_engine.rules import build_coverage
 
     settings = _read_settings(request)
     with open_reader(settings) as reader:
@@ -148,7 +154,7 @@ def coverage(request: CoverageRequest) -> CoverageResult:
                            named=[k for k in chosen.order if k not in known])
     report = build_coverage(chosen.cells, chosen.given, facts)
     if request.fingerprints:
-        report = only_fingerprints(report, chosen.order)
+        report = report.only(chosen.order)
     not_ready = None
     if request.check:
         keys = set(chosen.order)
@@ -178,7 +184,7 @@ class _Chosen:
 
 
 def _choose(reader: Reader, request: CoverageRequest, python: str | None) -> _Chosen:
-    from neffcache.index.coverage_reads import cell_ids_and_keys
+    from neffcache.index.coverage_engine.rules import cell_ids_and_keys
 
     source, backend, all_cells = _load_cells(reader, str(request.matrix))
     pats = [p for p in request.cells if p]
@@ -198,18 +204,18 @@ class CoverageStream(ExitRule):
     ``error()`` and ``exit_code`` as CoverageResult's. Holds an index connection:
     ``close()`` it, or use it as a context manager."""
 
-    __slots__ = ("_cells", "_check", "_closer", "_counts", "backend", "cells", "fingerprints",
-                 "here", "matrix", "not_ready")
+    __slots__ = ("_cells", "_check", "_closer", "_counts", "_plan", "backend", "cells",
+                 "fingerprints", "here", "matrix", "not_ready")
 
     def __init__(self, chosen: _Chosen, plan: CoveragePlan, cells: Iterator[Cell_],
                  check: bool, closer: contextlib.ExitStack) -> None:
-        from neffcache.index.coverage_stream import ColumnCounts
+        from neffcache.index.coverage_engine.rules import Tally
 
         self.matrix, self.backend, self.here = chosen.source, chosen.backend, chosen.here
-        self.cells = plan.cells
-        self._counts, self._cells, self._closer = ColumnCounts(plan), cells, closer
+        self.cells, self._plan = plan.cells, plan
+        self._counts, self._cells, self._closer = Tally(plan.keys), cells, closer
         self._check = set(chosen.order) if check else None
-        self.fingerprints: tuple[CoverageFingerprint, ...] | None = None
+        self.fingerprints: tuple[CoverageColumn, ...] | None = None
         self.not_ready: tuple[CoverageRow, ...] | None = None
 
     def head_json(self) -> dict[str, Any]:
@@ -222,7 +228,7 @@ class CoverageStream(ExitRule):
     def rows(self) -> Iterator[CoverageRow]:
         """Every cell x fingerprint, row-major by cell; when done, sets ``fingerprints``
         (and, with check, ``not_ready``)."""
-        from neffcache.index.coverage_reads import coverage_row
+        from neffcache.index.coverage_engine.rules import coverage_row
 
         for item in self._tally():
             yield coverage_row(*item)
@@ -230,8 +236,8 @@ class CoverageStream(ExitRule):
     def lines(self, encode: Callable[[Any], str]) -> Iterator[str]:
         """``encode(row.to_json())`` of each of ``rows()``, in its order (what ``--json``
         and ``--jsonl`` print per row), made without building most rows
-        (``coverage_stream.RowLines``); sets what ``rows()`` sets."""
-        from neffcache.index.coverage_stream import RowLines
+        (``rules.RowLines``); sets what ``rows()`` sets."""
+        from neffcache.index.coverage_engine.rules import RowLines
 
         line = RowLines(encode).line
         for item in self._tally():
@@ -246,14 +252,15 @@ class CoverageStream(ExitRule):
             if check is not None and status != READY and fp_key in check:
                 missed.append(CoverageRow(cell_id, cell_key, fp_key, status))
             yield item
-        self.fingerprints = self._counts.columns()
+        self.fingerprints = self._plan.columns(self._counts)
         if check is not None:
             self.not_ready = tuple(missed)
 
     def tail_json(self) -> dict[str, Any]:
         """The document's keys after the rows: "fingerprints" and, with check, "check":
         {"ok", "not_ready"}, as in CoverageResult.to_json()."""
-        doc: dict[str, Any] = {"fingerprints": [f.to_json() for f in self.fingerprints or ()]}
+        doc: dict[str, Any] = {"fingerprints": [f.report_json()
+                                                for f in self.fingerprints or ()]}
         if self.not_ready is not None:
             doc["check"] = check_json(self.not_ready)
         return doc
@@ -276,7 +283,7 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
     rows in flat memory, whatever the matrix (a batch of cells read at a time; with more
     than one batch, the columns come from DISTINCT queries first). Raises what ``coverage``
     raises, before any row is read."""
-    from neffcache.index.coverage_stream import coverage_cells, plan_coverage
+    from neffcache.index.coverage_engine.reads import coverage_cells, plan_coverage
 
     settings = _read_settings(request)
     stack = contextlib.ExitStack()
@@ -314,12 +321,12 @@ def _load_cells(reader: Reader, matrix: str
     return matrix, backend, matrix_cell_refs(reader, matrix_id)
 
 
-def _find_fingerprints(reader: Reader, prefix: str) -> dict[str, Fingerprint]:
-    """Fingerprints whose key starts with ``prefix`` (hex), at most 10."""
-    keys = find_fingerprint_keys(reader, prefix)
-    facts = CoverageFacts()
-    read_fingerprints(reader, keys, facts)
-    return {k: facts.fingerprints[k] for k in keys if k in facts.fingerprints}
+def find_fingerprints(index: Index, prefix: str) -> dict[str, Fingerprint]:
+    """Fingerprints in ``index`` whose key starts with ``prefix`` (hex), at most 10."""
+    from neffcache.index.sqla_reader import SqlaReader
+
+    with index.connection() as conn:
+        return _find_fingerprints(SqlaReader(conn), prefix)
 
 
 def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerprint],

@@ -1,0 +1,185 @@
+"""Coverage of registered matrices for the API (SQLAlchemy Core on an open Connection):
+``matrix_coverage``, a matrix's grid (/api/coverage, the dashboard), columns worst first,
+each with what tells it apart (``ops_values.distinguish``), and ``coverage_summaries``, every
+registered matrix's counts from the aggregates with leased cells moved by the rule
+(``rules.Tally.add_leased``; /api/summary, /metrics): a few queries at any index size. The
+facts come from ``reads``, the statuses and counts from ``rules``."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from neffcache.index.coverage_engine.reads import (
+    choose_version,
+    read_facts,
+    read_fingerprints,
+    scope_of_matrix,
+)
+from neffcache.index.coverage_engine.rules import (
+    CoverageFacts,
+    Pair,
+    Tally,
+    build_coverage,
+    column_of,
+    grid_page,
+)
+from neffcache.index.matrix_reads import cell_refs_in, current_versions_in, versions_in
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from neffcache.index.ops_values import CoverageGrid
+
+
+def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
+                       named: Sequence[str] = ()) -> CoverageFacts:
+    """What the index holds for the cells of a registered matrix version (no details)."""
+    from sqlalchemy import text
+
+    from neffcache.index.sqla_reader import SqlaReader
+
+    if conn.dialect.name == "postgresql":
+        # Without statistics the planner guesses thousands of entries per cell, and at that
+        # cost it JIT-compiles the probe: ~0.1 s spent before a 20,000-row read (this read
+        # transaction only).
+        conn.execute(text("SET LOCAL jit = off"))
+    return read_facts(SqlaReader(conn), scope_of_matrix(matrix_id), now, details=False,
+                      named=named)
+
+
+def matrix_entry_pairs(conn: Connection, matrix_id: int) -> Any:
+    """(cell key, fingerprint key) of every entry for a cell of a matrix version (on
+    Postgres a LATERAL probe per cell: ``statements._entries``)."""
+    from neffcache.index.coverage_engine import statements
+
+    stmt = statements.build("cov_entries", conn.dialect.name,
+                            (("details", False), ("scope", "matrix")))
+    return stmt.params(matrix_id=matrix_id)
+
+
+def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
+    """How each entry of these cells (a page of a grid) was verified, where it was: the
+    first call after a restore (``neffcache warm``, ``precompile --verify``) was a hit (warm),
+    compiled, or failed. Served by the partial index on verified entries (migration 0007)."""
+    from sqlalchemy import select
+
+    from neffcache.index.queries import key_batches, key_in
+    from neffcache.index.tables import entries as e
+
+    out: dict[Pair, str] = {}
+    for part in key_batches(conn, sorted(set(cell_keys))):
+        out.update(((ck, fk), str(v)) for ck, fk, v in conn.execute(
+            select(e.c.cell_key, e.c.fingerprint_key, e.c.verified_status)
+            .where(key_in(conn, e.c.cell_key, part), e.c.verified_status.is_not(None))))
+    return out
+
+
+def _restores_of(conn: Connection, names: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Per matrix name, the fingerprints its restore reports named and how many times."""
+    from sqlalchemy import select
+
+    from neffcache.index.tables import report_fingerprints as rf
+
+    out: dict[str, dict[str, int]] = {}
+    for matrix, fp, reports in conn.execute(
+            select(rf.c.matrix, rf.c.fingerprint_key, rf.c.reports)
+            .where(rf.c.matrix.in_(names))):
+        out.setdefault(str(matrix), {})[str(fp)] = int(reports)
+    return out
+
+
+def matrix_coverage(conn: Connection, now: datetime, name: str, *,
+                    version: int | None = None, pattern: str | None = None, offset: int = 0,
+                    limit: int | None = None) -> CoverageGrid:
+    """A registered matrix's coverage (current version, or ``version``): its cells matching
+    the glob ``pattern`` x every fingerprint with an entry, a failure or a live lease for any
+    of its cells, or that a restore report of this matrix named (the fleet's fingerprints,
+    even at 0 %), worst first (``ops_values.severity``); counts over every matching cell, rows for
+    ``offset``..``offset + limit``. A fixed number of queries (``Index.matrix_coverage``)."""
+    from neffcache.index.ops_values import by_severity, distinguish
+
+    chosen = choose_version(versions_in(conn, name, counts=False), name, version)
+    refs = cell_refs_in(conn, chosen.id)
+    restores = _restores_of(conn, [name]).get(name, {})
+    facts = fetch_matrix_facts(conn, chosen.id, now, named=list(restores))
+    chosen = replace(chosen, cell_count=len(refs))
+    cells = [c for c in refs if not pattern or fnmatch.fnmatchcase(c[0], pattern)]
+    report = build_coverage(cells, (), facts, details=False)
+    unordered = grid_page(chosen, report, restores=restores)
+    report = report.only([f.key for f in by_severity(unordered.fingerprints)])
+    stop = len(report.cells) if limit is None else offset + limit
+    verified = verified_pairs(conn, [key for _, key in report.cells[offset:stop]])
+    grid = grid_page(chosen, report, pattern=pattern, offset=offset, limit=limit,
+                     restores=restores, verified=verified)
+    return replace(grid, fingerprints=distinguish(grid.fingerprints, facts.fingerprints))
+
+
+def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
+    """Counts (no rows) for the current version of every registered matrix: ready and failed
+    from the aggregates (kept by the rule without leases), cells with a live lease moved to
+    their status by the rule (``Tally.add_leased``), missing the rest; columns as
+    ``matrix_coverage`` chooses them, worst first; the matrices by their worst column. A few
+    small queries whatever the size of the index (``Index.coverage_summaries``)."""
+    from sqlalchemy import select
+
+    from neffcache.index.ops_values import CoverageGrid, by_severity, severity
+    from neffcache.index.sqla_reader import SqlaReader
+    from neffcache.index.tables import coverage_counts as cc
+    from neffcache.index.values import FAILED, READY
+
+    versions = current_versions_in(conn)
+    ids = [v.id for v in versions]
+    tallies: dict[int, Tally] = {}
+    named: dict[str, dict[str, int]] = {}
+    if ids:
+        for matrix_id, fp, ready, failed in conn.execute(
+                select(cc.c.matrix_id, cc.c.fingerprint_key, cc.c.ready, cc.c.failed)
+                .where(cc.c.matrix_id.in_(ids))):
+            if ready or failed:
+                tally = tallies.setdefault(matrix_id, Tally())
+                tally.add(fp, READY, int(ready))
+                tally.add(fp, FAILED, int(failed))
+        for matrix_id, fp, failure in _leased_cells(conn, ids, now):
+            tallies.setdefault(matrix_id, Tally()).add_leased(fp, failure)
+        named = _restores_of(conn, sorted({v.name for v in versions}))
+    keys = sorted({fp for t in tallies.values() for fp in t.keys()}
+                  | {fp for fps in named.values() for fp in fps})
+    facts = CoverageFacts()
+    read_fingerprints(SqlaReader(conn), keys, facts)
+    grids = []
+    for v in versions:
+        tally, restores = tallies.get(v.id, Tally()), named.get(v.name, {})
+        fps = by_severity(column_of(k, facts.fingerprints.get(k), tally.counts(k, v.cell_count),
+                                    restores=restores.get(k, 0))
+                          for k in {*tally.keys(), *restores})
+        grids.append(CoverageGrid(v, None, v.cell_count, 0, 0, tuple(fps), ()))
+    return sorted(grids, key=lambda g: (not g.fingerprints, severity(g.fingerprints[0])
+                                        if g.fingerprints else (), g.matrix.name))
+
+
+def _leased_cells(conn: Connection, matrix_ids: Sequence[int],
+                  now: datetime) -> list[tuple[int, str, bool]]:
+    """(matrix id, fingerprint key, has a failure) per live lease on a cell of these matrix
+    versions that has no entry (few: one per busy worker)."""
+    from sqlalchemy import select
+
+    from neffcache.index.tables import cell_claims as c
+    from neffcache.index.tables import cell_failures as f
+    from neffcache.index.tables import entries as e
+    from neffcache.index.tables import matrix_cells as mc
+
+    has_entry = (select(e.c.entry_key).where(e.c.cell_key == c.c.cell_key,
+                                             e.c.fingerprint_key == c.c.fingerprint_key)
+                 .exists())
+    has_failure = (select(f.c.id).where(f.c.cell_key == c.c.cell_key,
+                                        f.c.fingerprint_key == c.c.fingerprint_key).exists())
+    rows = conn.execute(
+        select(mc.c.matrix_id, c.c.fingerprint_key, has_failure)
+        .select_from(c.join(mc, mc.c.cell_key == c.c.cell_key))
+        .where(mc.c.matrix_id.in_(matrix_ids), c.c.holder.is_not(None), c.c.expires_at > now,
+               ~has_entry))
+    return [(int(m), str(fp), bool(failure)) for m, fp, failure in rows]

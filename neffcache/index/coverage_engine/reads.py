@@ -1,0 +1,282 @@
+"""Coverage's reads over a ``listing.Reader`` (no SQLAlchemy import here: ``neffcache
+coverage`` runs them on the bare driver, the API through SQLAlchemy): what the index holds
+for a scope of cells (their keys, or a registered matrix version), in a fixed number of
+statements whatever the cell count, never one per cell (``statements`` builds them); ``now``
+(the database clock, ``database_now``) decides which leases are live. The statuses and counts
+come from ``rules`` alone; ``grid`` reads the API's grid and summaries.
+
+- ``read_facts``: entries, failures (the latest per pair, with details), live leases and the
+  fingerprints they name; ``plan_coverage``/``coverage_cells``: the same a batch of cells at
+  a time, for a stream in flat memory; a registered matrix's versions and cells.
+
+Relevant fingerprints are the given ones (this host's) plus every fingerprint with an entry,
+a failure or a live lease for any of the cells (plus, for a registered matrix in the API, the
+fingerprints restore reports of that matrix named).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from neffcache.errors import NotFoundError
+from neffcache.index.coverage_engine.rules import (
+    CoverageFacts,
+    FailureFact,
+    Tally,
+    cell_ids_and_keys,
+    column_of,
+    column_order,
+)
+from neffcache.index.listing import Reader, shape_of
+from neffcache.index.shapes import Status
+from neffcache.index.values import LiveLease, as_utc
+
+if TYPE_CHECKING:
+    from neffcache.fingerprint import Fingerprint
+    from neffcache.index.ops_values import MatrixVersion
+    from neffcache.matrix import Cell
+
+Scope = tuple[str, Any]  # ("keys", cell keys) or ("matrix", a registered version's id)
+STREAM_BATCH = 500  # cells per batch: a batch's facts are what a stream holds at once
+FIRST_BATCH = 100  # the first batch is small: its rows come at once
+SINGLE = 500  # up to this many cells are read once, with details, before the first row
+
+
+def keys_param(dialect: str, keys: Sequence[str]) -> str:
+    """A set of keys as the one parameter ``statements.in_keys`` takes: a Postgres array
+    literal (``{"k1","k2"}``, each element quoted), a JSON list on SQLite (``json_each``)."""
+    if dialect == "postgresql":
+        return "{" + ",".join(f'"{_array_escape(k)}"' for k in keys) + "}"
+    return json.dumps(list(keys))
+
+
+def _array_escape(key: str) -> str:
+    """``key`` inside a double-quoted element of a Postgres array literal."""
+    if "\\" in key or '"' in key:
+        return key.replace("\\", "\\\\").replace('"', '\\"')
+    return key
+
+
+def scope_of_keys(keys: Sequence[str]) -> Scope:
+    return ("keys", keys)
+
+
+def scope_of_matrix(matrix_id: int) -> Scope:
+    return ("matrix", matrix_id)
+
+
+def database_now(reader: Reader) -> datetime:
+    """The database server's current time (UTC). Postgres: ``now()`` (the transaction's
+    start, so one transaction sees one time); SQLite: its own clock, in milliseconds."""
+    row = reader.first("now", (), {})
+    assert row is not None
+    value = row[0]
+    out = as_utc(value if isinstance(value, datetime) else datetime.fromisoformat(str(value)))
+    assert out is not None
+    return out
+
+
+def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = True,
+               named: Sequence[str] = ()) -> CoverageFacts:
+    """What the index holds for the cells of ``scope``: one statement each for entries,
+    failures (the latest per pair, with details) and live leases at ``now``, then the
+    fingerprints they name (with ``named`` ones: columns even when nothing was built for
+    them). A scope of no keys reads nothing but the named fingerprints."""
+    facts = CoverageFacts(named=tuple(dict.fromkeys(named)))
+    if scope[0] != "keys" or scope[1]:
+        kind, value = scope
+        params = ({"matrix_id": value} if kind == "matrix"
+                  else {"keys": keys_param(reader.dialect, value)})
+        shape = shape_of({"scope": kind, "details": details})
+        for ck, fk, *entry in reader.all("cov_entries", shape, params):
+            facts.entries[(ck, fk)] = (entry[0], entry[1]) if details else (None, None)
+        for ck, fk, *failure in reader.all("cov_failures", shape, params):
+            facts.failures[(ck, fk)] = (FailureFact(failure[0], failure[1], as_utc(failure[2]))
+                                        if details else FailureFact(None, "", None))
+        for r in reader.all("cov_leases", shape_of({"scope": kind}), {**params, "now": now}):
+            lease = live_lease(r)
+            facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
+    seen = {fp for _, fp in facts.entries} | {fp for _, fp in facts.failures} | {
+        fp for _, fp in facts.leases} | set(facts.named)
+    read_fingerprints(reader, sorted(seen), facts)
+    return facts
+
+
+def read_fingerprints(reader: Reader, keys: Sequence[str], facts: CoverageFacts) -> None:
+    """The fingerprints of ``keys`` the index knows, into ``facts``."""
+    from neffcache.fingerprint import Fingerprint
+
+    if not keys:
+        return
+    for key, backend, fields, first_seen in reader.all(
+            "cov_fingerprints", (), {"keys": keys_param(reader.dialect, keys)}):
+        facts.fingerprints[key] = Fingerprint(backend=backend, fields=tuple(
+            sorted((str(k), str(v)) for k, v in fields.items())))
+        facts.first_seen[key] = as_utc(first_seen)
+
+
+def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: datetime) -> set[str]:
+    """Fingerprint keys with an entry, a failure or a live lease for one of these cells,
+    without reading the cells' rows (``statements._fingerprints_with``)."""
+    if not cell_keys:
+        return set()
+    return {r[0] for r in reader.all("cov_fingerprints_with", (), {
+        "keys": keys_param(reader.dialect, cell_keys), "now": now})}
+
+
+def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
+    """Up to 10 fingerprint keys starting with the hex ``prefix``, in order (a range an
+    index serves; a non-hex prefix matches nothing)."""
+    p = prefix.lower()
+    if not p or any(ch not in "0123456789abcdef" for ch in p) or len(p) > 64:
+        return []
+    return [r[0] for r in reader.all("fingerprint_prefix", (),
+                                      {"lo": p, "hi": p + "g", "limit": 10})]
+
+
+def find_fingerprints(reader: Reader, prefix: str) -> dict[str, Fingerprint]:
+    """Fingerprints whose key starts with ``prefix`` (hex), at most 10."""
+    keys = find_fingerprint_keys(reader, prefix)
+    facts = CoverageFacts()
+    read_fingerprints(reader, keys, facts)
+    return {k: facts.fingerprints[k] for k in keys if k in facts.fingerprints}
+
+
+def live_lease(r: Sequence[Any]) -> LiveLease:
+    """A LiveLease from (cell key, fingerprint key, host, claimed, heartbeat, expires,
+    attempts); a live lease has all three times."""
+    claimed, heartbeat, expires = (_utc(t) for t in r[3:6])
+    return LiveLease(str(r[0]), str(r[1]), str(r[2] or "?"), claimed, heartbeat, expires,
+                     int(r[6]))
+
+
+def _utc(ts: datetime | None) -> datetime:
+    out = as_utc(ts)
+    assert out is not None
+    return out
+
+
+# --- a stream: a batch of cells at a time ---------------------------------------------------
+
+def batches(n: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) of the batches of ``n`` cells: FIRST_BATCH, then STREAM_BATCH each."""
+    start, size = 0, FIRST_BATCH
+    while start < n:
+        yield start, min(n, start + size)
+        start, size = start + size, STREAM_BATCH
+
+
+@dataclass(frozen=True, slots=True)
+class CoveragePlan:
+    """What a coverage stream will list: its cells (id, key), its columns' keys in order,
+    the fingerprints it knows (the given ones, those of the index), which keys were given,
+    and the facts of the only batch when the cells fit in one (read once, with details)."""
+
+    cells: tuple[tuple[str, str], ...]
+    keys: tuple[str, ...]
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+    given: frozenset[str] = frozenset()
+    single: CoverageFacts | None = None
+
+    def columns(self, tally: Tally) -> tuple[Any, ...]:
+        """The columns (``build_coverage``'s), counted by ``tally``."""
+        return tuple(column_of(k, self.fingerprints.get(k), tally.counts(k),
+                               here=k in self.given) for k in self.keys)
+
+
+def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, str]],
+                  given: Sequence[Fingerprint], now: datetime, *, named: Sequence[str] = (),
+                  only: Sequence[str] | None = None) -> CoveragePlan:
+    """The columns ``build_coverage`` gives ``cells`` (distinct, in order); ``only``: just
+    these columns, in this order. Up to SINGLE cells are read once, with details; for more,
+    each fingerprint is asked whether it has a row for them (``fingerprints_with_rows``)
+    and the rows are read later, a batch at a time."""
+    cells = cell_ids_and_keys(cells)
+    single = None
+    if len(cells) <= SINGLE:
+        single = read_facts(reader, scope_of_keys([k for _, k in cells]), now, named=named)
+        seen = set(single.fingerprints) | set(single.named)
+        known = single.fingerprints
+    else:
+        seen = set(named) | fingerprints_with_rows(reader, [k for _, k in cells], now)
+        facts = CoverageFacts()
+        read_fingerprints(reader, sorted(seen), facts)
+        known = facts.fingerprints
+    keys = column_order(given, seen)
+    if only is not None:
+        keys = [k for k in dict.fromkeys(only) if k in set(keys)]
+    fps = {**known, **{fp.key: fp for fp in given}}
+    return CoveragePlan(cells, tuple(keys), fps, frozenset(fp.key for fp in given), single)
+
+
+Cell_ = tuple[str, str, str, Status, CoverageFacts]  # cell id, cell key, fp key, status, facts
+
+
+def coverage_cells(reader: Reader, plan: CoveragePlan, now: datetime) -> Iterator[Cell_]:
+    """Every cell x column of ``plan``, row-major by cell then column (``build_coverage``'s
+    order), as (cell id, cell key, fingerprint key, status, the facts that explain it):
+    each batch of cells read with details when its turn comes (the first batch small, so
+    the first rows come at once). ``rules.coverage_row(*item)`` is its CoverageRow."""
+    for start, stop in batches(len(plan.cells)):
+        part = plan.cells[start:stop]
+        facts = plan.single if plan.single is not None else read_facts(
+            reader, scope_of_keys([k for _, k in part]), now)
+        for cell_id, ck in part:
+            for k in plan.keys:
+                yield cell_id, ck, k, facts.status((ck, k)), facts
+
+
+# --- registered matrices: the API's grid, the summaries ------------------------------------
+
+
+# --- registered matrices, over a Reader (``matrix_reads`` wraps them for a Connection) --------
+
+def matrix_cell_refs(reader: Reader, matrix_id: int) -> list[tuple[str, str]]:
+    """(cell id, cell key) of a registered version, in declared order."""
+    return [(r[0], r[1]) for r in reader.all("matrix_cell_refs", (), {"matrix_id": matrix_id})]
+
+
+def _registered(row: Sequence[Any]) -> tuple[Any, ...]:
+    """A version row's order as the current one is chosen: the last registered, then id."""
+    return (as_utc(row[3]), row[0])
+
+
+def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
+    """Every version of matrix ``name``, oldest first (empty if unknown), each with a
+    ``cell_count`` of 0 (``matrix_reads.versions_in`` counts them)."""
+    from neffcache.index.ops_values import MatrixVersion
+
+    rows = list(reader.all("matrix_versions", (), {"name": name}))
+    if not rows:
+        return []
+    current = max(rows, key=_registered)[0]
+    return [MatrixVersion(r[0], name, n, r[1], r[2], 0, as_utc(r[3]),  # type: ignore[arg-type]
+                          r[0] == current) for n, r in enumerate(rows, 1)]
+
+
+def current_matrix(reader: Reader, name: str) -> tuple[int, str] | None:
+    """(id, backend) of the current version of matrix ``name`` (as ``matrix_versions``
+    marks it); None if the name is unknown."""
+    rows = list(reader.all("matrix_versions", (), {"name": name}))
+    if not rows:
+        return None
+    row = max(rows, key=_registered)
+    return int(row[0]), str(row[2])
+
+
+def choose_version(versions: Sequence[MatrixVersion], name: str,
+                   version: int | None = None) -> MatrixVersion:
+    """Pure: the current version (or ``version``) of ``versions``; NotFoundError names what
+    is unknown."""
+    if not versions:
+        raise NotFoundError(f"matrix {name!r}: not registered (neffcache matrix register FILE)")
+    if version is None:
+        return next(v for v in versions if v.current)
+    if 1 <= version <= len(versions):
+        return versions[version - 1]
+    raise NotFoundError(f"matrix {name!r}: no version {version} "
+                        f"(versions 1..{len(versions)})")

@@ -1,0 +1,278 @@
+"""Coverage's rule and its counter (pure: no I/O, no SQLAlchemy).
+
+- ``status_of`` is the rule: ready (an entry), in_progress (no entry; a live lease), failed
+  (no entry, no lease; a recorded failure), missing (none of these).
+- ``Tally`` counts statuses per fingerprint column: the one counter behind ``coverage``'s
+  report, the stream (as its rows go by), the API's grid and the summaries (from the
+  aggregates, with leased cells moved by the rule); ``column_of`` makes its counts a
+  ``CoverageColumn``.
+- ``build_coverage`` applies both to cells and the facts read for them (``CoverageFacts``):
+  cells x columns with each cell's statuses and, with details, each row; ``grid_page``
+  pages it as the API's grid; ``RowLines`` writes a row's JSON line without building it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
+from typing import TYPE_CHECKING, Any, cast
+
+from neffcache.index.ops_values import (
+    CoverageGrid,
+    GridRow,
+    MatrixVersion,
+    fingerprint_target,
+    known_versions,
+    sdk_version,
+)
+from neffcache.index.shapes import Status
+from neffcache.index.values import (
+    FAILED,
+    IN_PROGRESS,
+    MISSING,
+    READY,
+    STATUSES,
+    CoverageColumn,
+    CoverageReport,
+    CoverageRow,
+    LiveLease,
+)
+
+if TYPE_CHECKING:
+    from neffcache.fingerprint import Fingerprint
+    from neffcache.matrix import Cell
+
+Pair = tuple[str, str]  # (cell key, fingerprint key)
+
+
+def status_of(entry: bool, lease: bool, failure: bool) -> Status:
+    """The coverage rule for one cell x fingerprint (pure): an entry wins, then a live lease,
+    then a recorded failure; else missing."""
+    if entry:
+        return READY
+    if lease:
+        return IN_PROGRESS
+    return FAILED if failure else MISSING
+
+
+@dataclass(frozen=True, slots=True)
+class FailureFact:
+    exit_status: int | None
+    log_tail: str
+    failed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageFacts:
+    """What the index holds for some cells, keyed by (cell key, fingerprint key). Without
+    details an entry is (None, None) and a failure has no log tail."""
+
+    entries: dict[Pair, tuple[str | None, int | None]] = field(default_factory=dict)
+    failures: dict[Pair, FailureFact] = field(default_factory=dict)
+    leases: dict[Pair, LiveLease] = field(default_factory=dict)
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+    first_seen: dict[str, datetime | None] = field(default_factory=dict)
+    named: tuple[str, ...] = ()  # columns even with nothing for these cells (restore reports)
+
+    def status(self, pair: Pair) -> Status:
+        """``status_of`` one (cell key, fingerprint key) of these facts."""
+        return status_of(pair in self.entries, pair in self.leases, pair in self.failures)
+
+
+class Tally:
+    """Statuses counted per column key: the one counter of coverage."""
+
+    __slots__ = ("_n",)
+
+    def __init__(self, keys: Iterable[str] = ()) -> None:
+        self._n: dict[str, dict[str, int]] = {k: dict.fromkeys(STATUSES, 0) for k in keys}
+
+    def add(self, key: str, status: str, n: int = 1) -> None:
+        counts = self._n.get(key)
+        if counts is None:
+            counts = self._n[key] = dict.fromkeys(STATUSES, 0)
+        counts[status] += n
+
+    def add_leased(self, key: str, failure: bool) -> None:
+        """A cell with a live lease and no entry, which was counted as the rule counts it
+        without its lease (the aggregates): moved to the status the rule gives it."""
+        self.add(key, status_of(False, False, failure), -1)
+        self.add(key, status_of(False, True, failure))
+
+    def keys(self) -> list[str]:
+        return list(self._n)
+
+    def counts(self, key: str, cells: int | None = None) -> dict[str, int]:
+        """The counts of column ``key``; with ``cells``, missing is what the others leave."""
+        n = dict(self._n.get(key) or dict.fromkeys(STATUSES, 0))
+        if cells is not None:
+            n[MISSING] = cells - n[READY] - n[FAILED] - n[IN_PROGRESS]
+        return n
+
+
+def column_of(key: str, fp: Fingerprint | None, counts: Mapping[str, int], *,
+              here: bool = False, restores: int = 0) -> CoverageColumn:
+    """A column with its counts and what its card names (SDK version, target, the versions it
+    knows); a key the index has no fingerprint for is of backend ``unknown``."""
+    backend = fp.backend if fp else "unknown"
+    fields = dict(fp.fields) if fp else {}
+    return CoverageColumn(key, backend, sdk_version(backend, fields), counts[READY],
+                          counts[FAILED], counts[MISSING], counts[IN_PROGRESS],
+                          target=fingerprint_target(backend, fields),
+                          known=known_versions(backend, fields), restores=restores,
+                          fields=fp.fields if fp else (), here=here)
+
+
+def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
+                      ) -> tuple[tuple[str, str], ...]:
+    """(id, key) per distinct cell, in order, from cells (a key is a digest: computed once
+    here) or from (id, key) pairs already made."""
+    from neffcache.matrix import Cell, cell_keys
+
+    pairs: Iterable[tuple[str, str]]
+    if cells and isinstance(cells[0], Cell):
+        cell_objs = cast("Sequence[Cell]", cells)
+        pairs = zip([c.id for c in cell_objs], cell_keys(cell_objs), strict=True)
+    else:
+        pairs = cast("Sequence[tuple[str, str]]", cells)
+    out: dict[str, str] = {}
+    for cell_id, key in pairs:
+        out.setdefault(key, cell_id)
+    return tuple((cell_id, key) for key, cell_id in out.items())
+
+
+def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
+                 facts: CoverageFacts) -> CoverageRow:
+    """A CoverageRow with what explains its status (entry, lease holder, failure)."""
+    pair = (cell_key, fp_key)
+    if status == READY:
+        entry_key, size = facts.entries[pair]
+        return CoverageRow(cell_id, cell_key, fp_key, READY, entry_key=entry_key,
+                           total_bytes=size)
+    if status == IN_PROGRESS:
+        lease = facts.leases[pair]
+        return CoverageRow(cell_id, cell_key, fp_key, IN_PROGRESS, host=lease.host,
+                           since=lease.claimed_at, lease_expires_at=lease.expires_at)
+    if status == FAILED:
+        failure = facts.failures[pair]
+        return CoverageRow(cell_id, cell_key, fp_key, FAILED, exit_status=failure.exit_status,
+                           log_tail=failure.log_tail, failed_at=failure.failed_at)
+    return CoverageRow(cell_id, cell_key, fp_key, MISSING)
+
+
+def column_order(given: Sequence[Fingerprint], seen: Iterable[str]) -> list[str]:
+    """The columns' keys: the given fingerprints first (in order), then the others by key."""
+    given_keys = list(dict.fromkeys(fp.key for fp in given))
+    return given_keys + sorted(set(seen) - set(given_keys))
+
+
+def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
+                   given: Sequence[Fingerprint], facts: CoverageFacts, *,
+                   details: bool = True) -> CoverageReport:
+    """``cells`` (Cells, or (id, key) pairs) under the given fingerprints, those in
+    ``facts`` and those it names (``column_order``; a named key the index does not know is a
+    column of backend ``unknown``): each cell's statuses, each column's counts and, with
+    ``details``, each cell x column as a CoverageRow (what explains its status)."""
+    cell_ids = cell_ids_and_keys(cells)
+    fps: dict[str, Fingerprint] = {**facts.fingerprints, **{fp.key: fp for fp in given}}
+    order = column_order(given, {*facts.fingerprints, *facts.named})
+    statuses = tuple(tuple(facts.status((ck, k)) for k in order) for _, ck in cell_ids)
+    tally = Tally(order)
+    for row in statuses:
+        for k, status in zip(order, row, strict=True):
+            tally.add(k, status)
+    here = {fp.key for fp in given}
+    columns = tuple(column_of(k, fps.get(k), tally.counts(k), here=k in here) for k in order)
+    rows = tuple(coverage_row(cell_id, cell_key, k, status, facts)
+                 for (cell_id, cell_key), row in zip(cell_ids, statuses, strict=True)
+                 for k, status in zip(order, row, strict=True)) if details else ()
+    return CoverageReport(cells=cell_ids, fingerprints=columns, rows=rows, statuses=statuses)
+
+
+def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | None = None,
+              offset: int = 0, limit: int | None = None,
+              restores: Mapping[str, int] | None = None,
+              verified: Mapping[Pair, str] | None = None) -> CoverageGrid:
+    """A coverage report (of the cells matching ``pattern``) as the API's grid: its columns'
+    counts over every cell (with the restore reports that named each, from ``restores``),
+    and the statuses of cells ``offset``..``offset + limit`` (with how their ready entries
+    were verified, from ``verified``)."""
+    from dataclasses import replace
+
+    total = len(report.cells)
+    stop = total if limit is None else offset + limit
+    keys = [c.key for c in report.fingerprints]
+    verified = verified or {}
+    rows = tuple(GridRow(cell_id, cell_key, statuses, tuple(
+        (j, verified[(cell_key, k)]) for j, k in enumerate(keys) if (cell_key, k) in verified))
+        for (cell_id, cell_key), statuses
+        in zip(report.cells[offset:stop], report.statuses[offset:stop], strict=True))
+    fps = tuple(replace(c, restores=(restores or {}).get(c.key, 0))
+                for c in report.fingerprints)
+    return CoverageGrid(matrix, pattern, total, offset, total if limit is None else limit,
+                        fps, rows)
+
+
+class RowLines:
+    """One line of JSON per CoverageRow, ``encode(row.to_json())``'s text: the common rows
+    (ready, missing) are filled into templates made from that encoding of a row with
+    placeholder values, without building a row or its document (a third of the time of
+    20,000 rows); the others are encoded whole. Values filled in are str, int or None,
+    encoded as ``json`` encodes them (ASCII: ``encode`` must have ``ensure_ascii``)."""
+
+    def __init__(self, encode: Callable[[Any], str]) -> None:
+        self._encode = encode
+        ready = CoverageRow("\0a", "\0b", "\0c", READY, entry_key="\0d",
+                            total_bytes="\0e")  # type: ignore[arg-type]  # a placeholder
+        missing = CoverageRow("\0a", "\0b", "\0c", MISSING)
+        self._ready = _template(encode(ready.to_json()), 5)
+        self._missing = _template(encode(missing.to_json()), 3)
+        self._last: tuple[tuple[str, str] | None, dict[str, str]] = (None, {})
+        self._fps: dict[str, str] = {}
+
+    def line(self, cell_id: str, cell_key: str, fp_key: str, status: Status,
+             facts: CoverageFacts) -> str:
+        if status == READY:
+            entry_key, size = facts.entries[(cell_key, fp_key)]
+            return self._ready % {**self._cell(cell_id, cell_key), "c": self._fp(fp_key),
+                                  "d": _value(entry_key), "e": _value(size)}
+        if status == MISSING:
+            return self._missing % {**self._cell(cell_id, cell_key), "c": self._fp(fp_key)}
+        return self._encode(coverage_row(cell_id, cell_key, fp_key, status, facts).to_json())
+
+    def _cell(self, cell_id: str, cell_key: str) -> dict[str, str]:
+        """The cell's values, encoded once for its row of columns."""
+        if self._last[0] != (cell_id, cell_key):
+            self._last = ((cell_id, cell_key), {"a": _value(cell_id), "b": _value(cell_key)})
+        return self._last[1]
+
+    def _fp(self, fp_key: str) -> str:
+        """A column's key, encoded once."""
+        out = self._fps.get(fp_key)
+        if out is None:
+            out = self._fps[fp_key] = _value(fp_key)
+        return out
+
+
+def _template(text: str, n: int) -> str:
+    """``text`` (the encoding of a row whose varying values were ``"\\0a"``, ``"\\0b"``,
+    ...) as a %-template of those values by name (``%(a)s``, ...)."""
+    out = text.replace("%", "%%")
+    for name in "abcde"[:n]:
+        placeholder = json.dumps("\0" + name)
+        assert out.count(placeholder) == 1, text
+        out = out.replace(placeholder, f"%({name})s")
+    return out
+
+
+def _value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if type(v) is str:
+        return _quote(v)
+    if type(v) is int:
+        return int.__repr__(v)
+    return json.dumps(v)

@@ -1,0 +1,24 @@
+"""Coverage of any cells on an open index, from the engine's own parts: its reads
+(``read_facts``, at the index's lease clock) and its rules (``build_coverage``): the given
+fingerprints, then every one with an entry, a failure or a live lease for the cells, then
+``keys``. The tests' way to the engine for cells no matrix declares (the face call,
+``neffcache.coverage``, takes a matrix file or a registered name)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from neffcache.fingerprint import Fingerprint
+from neffcache.index import CoverageReport, Index
+from neffcache.index.coverage_engine.reads import read_facts, scope_of_keys
+from neffcache.index.coverage_engine.rules import build_coverage
+from neffcache.index.sqla_reader import SqlaReader
+from neffcache.matrix import Cell
+
+
+def coverage_of(ix: Index, cells: Sequence[Cell], fingerprints: Sequence[Fingerprint] = (),
+                keys: Sequence[str] = ()) -> CoverageReport:
+    with ix.connection() as conn:
+        facts = read_facts(SqlaReader(conn), scope_of_keys(sorted({c.key for c in cells})),
+                           ix.now(conn), named=keys)
+    return build_coverage(cells, fingerprints, facts)
