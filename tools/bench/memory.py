@@ -15,11 +15,11 @@ and fingerprint are this host's) with the files and packs replaced; then times
 `neffcache restore` of it into an empty directory and reports its peak RSS against the
 1 GiB target (issue 22). With ``--missing-blobs`` the store's packs are deleted once it is
 written, so every blob of the entry is missing: the restore must fail (exit 4, nothing
-installed) within the memory of a good one (issue 38). (b) push: starts SeaweedFS on 127.0.0.1, writes the eager tree
-(3,000 files of 8-256 KiB) and the compiled tree (6 x 64 MiB + 300 small), and per run pushes
-each to a fresh store prefix with `neffcache push` and uploads the same files with
-`s5cmd cp`, alternating the order; reports medians, the time ratio (target <= 1.5) and peak
-RSS (target <= 200 MiB).
+installed) within the memory of a good one (issue 38). (b) push: starts SeaweedFS on
+127.0.0.1, writes the eager tree (3,000 files of 8-256 KiB) and the compiled tree (6 x 64 MiB
++ 300 small), and per run pushes each to a fresh store prefix with `neffcache push` and
+uploads the same files with `s5cmd cp`, alternating the order; reports medians, the time
+ratio (target <= 1.5) and peak RSS (target <= 200 MiB).
 
 With ``--peer DIR`` every neffcache case also runs with ``PYTHONPATH=DIR`` (another checkout,
 e.g. the main branch), so before and after are measured in the same run. Every command is
