@@ -9,17 +9,17 @@ One command, from the checkout:
     python tools/bench/memory.py --peer /work/main     # same cases with another checkout
     python tools/bench/memory.py --skip-push --missing-blobs  # a 1M-file entry, every blob gone
 
-(a) restore: writes a local store holding one entry of ``--files`` files of 16-64 bytes
-(unique contents) in packs, its manifest made from a real one-file `neffcache push` (so cell
-and fingerprint are this host's) with the files and packs replaced; then times
-`neffcache restore` of it into an empty directory and reports its peak RSS against the
-1 GiB target (issue 22). With ``--missing-blobs`` the store's packs are deleted once it is
-written, so every blob of the entry is missing: the restore must fail (exit 4, nothing
-installed) within the memory of a good one (issue 38). (b) push: starts SeaweedFS on
-127.0.0.1, writes the eager tree (3,000 files of 8-256 KiB) and the compiled tree (6 x 64 MiB
-+ 300 small), and per run pushes each to a fresh store prefix with `neffcache push` and
-uploads the same files with `s5cmd cp`, alternating the order; reports medians, the time
-ratio (target <= 1.5) and peak RSS (target <= 200 MiB).
+(a) restore: writes a local store holding one entry of ``--files`` files of 16-64 bytes (unique
+contents) in packs, its manifest made from a real one-file `neffcache push` (so cell and
+fingerprint are this host's) with the files and packs replaced; then times `neffcache restore`
+of it into an empty directory and reports its peak RSS against the 1 GiB target (issue 22).
+With ``--missing-blobs`` the entry lists no packs and its blobs are deleted once written, so
+every file is one GET of a blob missing from the store: the restore must fail (exit 4, nothing
+installed) within the memory of a good one (issue 38). (b) push: starts SeaweedFS on 127.0.0.1,
+writes the eager tree (3,000 files of 8-256 KiB) and the compiled tree (6 x 64 MiB + 300
+small), and per run pushes each to a fresh store prefix with `neffcache push` and uploads the
+same files with `s5cmd cp`, alternating the order; reports medians, the time ratio (target <=
+1.5) and peak RSS (target <= 200 MiB).
 
 With ``--peer DIR`` every neffcache case also runs with ``PYTHONPATH=DIR`` (another checkout,
 e.g. the main branch), so before and after are measured in the same run. Every command is
@@ -131,9 +131,10 @@ def env_for(base: dict[str, str], code: Path, **extra: str) -> dict[str, str]:
 # --- (a) restore of a huge entry ------------------------------------------------------------
 
 def make_store(work: Path, files: int, spawner: Spawner, env: dict[str, str],
-               code: Path) -> Path:
+               code: Path, packs: bool = True) -> Path:
     """A local store with one entry of ``files`` tiny files in packs (no separate blobs: the
-    packs hold every byte a restore needs). The manifest is a real push's, files replaced."""
+    packs hold every byte a restore needs). The manifest is a real push's, files replaced;
+    with ``packs=False`` it lists no pack (each file is a blob of its own: one GET each)."""
     store = work / "store"
     seed = work / "seed"
     seed.mkdir(parents=True)
@@ -150,8 +151,9 @@ def make_store(work: Path, files: int, spawner: Spawner, env: dict[str, str],
     (path,) = (store / "manifests").glob("*.json")
     doc = json.loads(path.read_bytes())
     doc.pop("manifest_sha256", None)
+    with_packs = packs
     records, packs = _tiny_files(store, files)
-    doc["files"], doc["packs"] = records, packs
+    doc["files"], doc["packs"] = records, (packs if with_packs else [])
     doc.pop("parts", None)
     manifest = decode_manifest(json.dumps(doc).encode(), source="bench")
     del doc, records, packs
@@ -237,7 +239,7 @@ install nothing."""
 
 def drop_blobs(store: Path) -> None:
     """Delete every pack and blob of the store (its manifests stay): each file of the entry
-    is then missing from the store."""
+    is then missing from the store, one blob GET (NotFound) each."""
     for d in ("packs", "blobs"):
         shutil.rmtree(store / d, ignore_errors=True)
     log("store: packs and blobs deleted (every blob missing)")
@@ -375,7 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if not args.skip_restore:
                 log(f"restore: writing a store of {args.files} files")
-                store = make_store(work / "restore", args.files, spawner, env, REPO)
+                store = make_store(work / "restore", args.files, spawner, env, REPO,
+                                   packs=not args.missing_blobs)
                 if args.missing_blobs:
                     drop_blobs(store)
                 results["restore"] = bench_restore(work / "restore", store, spawner, env, codes,
