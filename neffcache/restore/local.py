@@ -149,6 +149,8 @@ def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootSt
     syncs = _Syncs(docs, states)
     if deadline is None:
         syncs.run(fds)
+    elif time.monotonic() >= deadline:  # past it already: nothing more is started
+        return sum(1 for _ in _pending_rows(docs, states))
     else:
         own = {root: os.dup(fd) for root, fd in fds.items()}
         threading.Thread(target=syncs.run, args=(own, True), name="neffcache-settle",

@@ -223,6 +223,9 @@ def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
         s.notice(f"note: entries signed by key(s) {', '.join(result.signers)}; no trusted key "
                  f"is configured, so no signature was checked (--trusted-key, "
                  f"NEFFCACHE_TRUSTED_KEYS)")
+    if result.files_unsynced:
+        s.notice(f"restore: {result.files_unsynced} file(s) in place were not synced before the "
+                 f"deadline; they stay pending (a later restore syncs them)")
     if result.stale_temps_removed:
         s.notice(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
                  f"(.neffcache-*.tmp) left by an interrupted restore")
