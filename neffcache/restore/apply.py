@@ -118,7 +118,8 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     try:
         left = run_lanes([(file_workers, runs), (workers, blobs)],
                          lambda u: tally.add(*fetcher.run(u), u), deadline, stuck=hung)
-        tally.add(fetcher.abandon(left, hung), 0)
+        for stopped in fetcher.abandon(left, hung):
+            tally.add(stopped, 0)
     finally:
         if own and not hung:
             roots.close()
