@@ -156,12 +156,13 @@ def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootSt
         threading.Thread(target=syncs.run, args=(own, True), name="neffcache-settle",
                          daemon=True).start()
         syncs.finished.wait(max(0.0, deadline - time.monotonic()))
+    finished = syncs.finished.is_set()  # before the snapshot: then it holds every sync
     synced = syncs.stop()
     if syncs.failed:
         return None
     for root, path in synced:
         states[root].settle(path)
-    return 0 if syncs.finished.is_set() else sum(1 for _ in _pending_rows(docs, states))
+    return 0 if finished else sum(1 for _ in _pending_rows(docs, states))
 
 
 class _Syncs:
