@@ -1,8 +1,7 @@
-"""The restore's worker threads, on ``concurrent.futures``: lanes of units, each lane on its own
-number of threads, that stop starting units at a deadline or after the first failure.
-
-(Its import costs a boot ~6-10 ms, measured with obstore loaded; a hand-written pool saved that
-and was retired in favour of the library.)
+"""The restore's worker threads: lanes of units, each lane on its own number of threads, that
+stop starting units at a deadline or after the first failure (``run_lanes``), and a map on
+threads (``map_in_threads``). Plain ``threading``: each thread takes the next unit of its lane,
+so a million units cost a byte each, not a future each (issue 38).
 """
 
 from __future__ import annotations
@@ -11,8 +10,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -38,65 +36,66 @@ def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], objec
     caller must not take back what they hold (the process ends them when it exits).
 
     An exception from ``run`` stops every thread from starting another unit and is re-raised
-    here once all threads have ended."""
+    here once all threads have ended.
+
+    Each thread takes the next unit of its lane until none is left: no future, no work item
+    per unit (a million blob GETs as futures held ~1.6 GiB; issue 38), one byte per unit
+    to say whether it started."""
     stop = threading.Event()
+    started = [bytearray(len(units)) for _, units in lanes]  # 1: taken by a thread
+    running: dict[int, tuple[int, int]] = {}  # thread -> (lane, unit) it runs now
+    failures: list[tuple[int, int, BaseException]] = []
+    threads: list[threading.Thread] = []
 
-    def guarded(unit: U) -> bool:
-        if stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
-            return False
-        try:
-            run(unit)
-        except BaseException:
-            stop.set()
-            raise
-        return True
+    def runner(k: int, units: Sequence[U], taken: Iterator[int]) -> None:
+        me = threading.get_ident()
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            i = next(taken)  # atomic: each unit goes to one thread
+            if i >= len(units):
+                return
+            started[k][i] = 1
+            running[me] = (k, i)
+            try:
+                run(units[i])
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+                failures.append((k, i, exc))
+                stop.set()
+                return
+            finally:
+                running.pop(me, None)
 
-    pools: list[ThreadPoolExecutor] = []
-    submitted: list[list[Future[bool]]] = []
-    late: list[U] = []
     try:
-        for k, (threads, units) in enumerate(lanes):
-            pool = ThreadPoolExecutor(max(1, min(threads, len(units))),
-                                      thread_name_prefix=f"{name}-{k}")
-            pools.append(pool)
-            submitted.append([pool.submit(guarded, u) for u in units])
-        wait([f for fs in submitted for f in fs],
-             timeout=None if deadline is None else max(0.0, deadline + GRACE - time.monotonic()))
-        left, late, error = _collect(lanes, submitted)
+        for k, (count, units) in enumerate(lanes):
+            taken = itertools.count()
+            for r in range(min(max(1, count), len(units))):
+                threads.append(threading.Thread(target=runner, args=(k, units, taken),
+                                                name=f"{name}-{k}_{r}"))
+                threads[-1].start()
+        late = [lanes[k][1][i] for k, i in _wait(threads, running, deadline)]
     except BaseException:  # Ctrl-C while waiting: nothing more starts
         stop.set()
         raise
-    finally:
-        for pool in pools:
-            pool.shutdown(wait=not late, cancel_futures=stop.is_set() or bool(late))
     if stuck is not None:
         stuck.extend(late)
-    if error is not None:
-        raise error
-    return left
+    if failures:
+        raise min(failures, key=lambda f: (f[0], f[1]))[2]
+    return [u for (_, units), begun in zip(lanes, started, strict=True)
+            for u, b in zip(units, begun, strict=True) if not b]
 
 
-def _collect(lanes: Sequence[tuple[int, Sequence[U]]], submitted: list[list[Future[bool]]]
-             ) -> tuple[list[U], list[U], BaseException | None]:
-    """The units that never started, those still running (only after a deadline's wait), and
-    the first failure (in lane and unit order)."""
-    left: list[U] = []
-    late: list[U] = []
-    error: BaseException | None = None
-    for (_, units), futures in zip(lanes, submitted, strict=True):
-        for unit, future in zip(units, futures, strict=True):
-            if not future.done() and not future.cancel():
-                late.append(unit)
-                continue
-            if future.cancelled():
-                left.append(unit)
-                continue
-            exc = future.exception()
-            if exc is not None:
-                error = error or exc
-            elif not future.result():
-                left.append(unit)
-    return left, late, error
+def _wait(threads: Sequence[threading.Thread], running: Mapping[int, tuple[int, int]],
+          deadline: float | None) -> list[tuple[int, int]]:
+    """Wait for ``threads`` (until ``GRACE`` after the deadline at most); the (lane, unit) of
+    each unit still running then, in lane and unit order (then the others are waited for:
+    past the deadline, between units, they start no other)."""
+    for t in threads:
+        t.join(None if deadline is None else max(0.0, deadline + GRACE - time.monotonic()))
+    alive = {t.ident for t in threads if t.is_alive()}
+    late = sorted(at for ident, at in list(running.items()) if ident in alive)
+    if not late:
+        for t in threads:
+            t.join()
+    return late
 
 
 def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,

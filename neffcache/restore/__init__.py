@@ -25,11 +25,10 @@ Modules, top to bottom (each imports only those below it; see ARCHITECTURE.md): 
 the use cases · ``pruning`` prune a destination · ``run`` the whole restore from a store ·
 ``preview`` its plan, for --dry-run ·
 ``local`` the store-free "already in place" check · ``ready`` cells announced ready (markers)
-· ``outcome`` result and exit rule ·
-``resolve`` manifests from the store · ``apply`` runs the plan's units · ``fetch`` one unit ·
-``install`` one file, atomically · ``scan`` what is in place · ``state`` the per-root state
-file · ``dest`` the destination's lock · ``plan`` the whole plan (pure) · ``fs`` file-system
-primitives.
+· ``outcome`` result and exit rule · ``resolve`` manifests from the store · ``job`` one
+restore as a value · ``apply`` runs the plan's units · ``fetch`` one unit · ``install`` one
+file, atomically · ``scan`` what is in place · ``state`` the per-root state file · ``dest``
+the destination's lock · ``plan`` the whole plan (pure) · ``fs`` file-system primitives.
 """
 
 from __future__ import annotations

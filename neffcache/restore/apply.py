@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from neffcache.restore.fetch import Fetcher
 from neffcache.restore.fs import Roots
-from neffcache.restore.install import FileFailure, Outcome, batch_files
+from neffcache.restore.install import Failures, FailureTally, FileFailure, Outcome, batch_files
 from neffcache.restore.plan import PackRun, RestorePlan, Target, Unit, unit_groups
 from neffcache.restore.state import StateRecord
 from neffcache.store import Store
@@ -28,10 +28,11 @@ Ready = Callable[[int], None]  # a cell (its index in the plan's manifest order)
 
 @dataclass(frozen=True, slots=True)
 class RestoreReport:
-    """What ``apply_restore`` did: files installed, bytes fetched from the store, failures."""
+    """What ``apply_restore`` did: files installed, bytes fetched from the store, failures
+    (counted, the first few as records: a failed restore holds no record per file)."""
 
     installed: tuple[Target, ...]
-    failures: tuple[FileFailure, ...]
+    failures: Failures
     bytes_fetched: int
     deadline_hit: bool
     states: tuple[StateRecord, ...] = field(default=(), repr=False)  # of installed[i]
@@ -48,7 +49,7 @@ class _Collector:
         self.total, self.progress = total, progress
         self.files = self.bytes = 0
         self.installed: list[Target] = []
-        self.failures: list[FileFailure] = []
+        self.failures = FailureTally()
         self.states: list[StateRecord] = []  # one per installed file, in its order
         self.waiting, self.on_ready = list(waiting), on_ready
 
@@ -57,7 +58,7 @@ class _Collector:
             done = 0
             for t, outcome in outcomes:
                 if isinstance(outcome, FileFailure):
-                    self.failures.append(outcome)
+                    self.failures.add(outcome)
                     continue
                 self.installed.append(t)
                 self.states.append(outcome)
@@ -117,16 +118,17 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     try:
         left = run_lanes([(file_workers, runs), (workers, blobs)],
                          lambda u: tally.add(*fetcher.run(u), u), deadline, stuck=hung)
-        tally.add(fetcher.abandon(left, hung), 0)
+        for stopped in fetcher.abandon(left, hung):
+            tally.add(stopped, 0)
     finally:
         if own and not hung:
             roots.close()
     with tally.lock:  # a hung unit that returns later must not change this report
-        installed, failures = tuple(tally.installed), tuple(tally.failures)
+        installed, failures = tuple(tally.installed), tally.failures.done()
         states, nbytes = tuple(tally.states), tally.bytes
-    deadline_hit = any(f.kind == "deadline" for f in failures)
+    deadline_hit = any(f.kind == "deadline" for f in failures.listed)
     return RestoreReport(installed, failures, nbytes, deadline_hit, states,
                          len(units) - len(left) - len(hung), len(hung))
 
 
-__all__ = ["FileFailure", "Progress", "RestoreReport", "apply_restore"]
+__all__ = ["FileFailure", "Failures", "Progress", "RestoreReport", "apply_restore"]

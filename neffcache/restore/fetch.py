@@ -27,7 +27,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import BinaryIO
 
 from neffcache.errors import IntegrityError, NotFoundError, UnavailableError
@@ -69,6 +69,8 @@ ATTEMPTS = 5
 # What a body can do wrong on the way: break off after the client's own resumptions
 # (UnavailableError) or arrive short or corrupt (IntegrityError).
 BODY_FAULTS = (IntegrityError, UnavailableError)
+# Deadline failures of units never started are handed on in lists of this many files.
+ABANDONED_BATCH = 4096
 
 
 class Fetcher:
@@ -108,10 +110,12 @@ class Fetcher:
             out = [(t, _stopped(o)) for t, o in out]
         return out, _bytes(out, unit_groups(unit))
 
-    def abandon(self, units: Sequence[Unit], running: Sequence[Unit] = ()) -> list[Outcome]:
+    def abandon(self, units: Sequence[Unit], running: Sequence[Unit] = ()
+                ) -> Iterator[list[Outcome]]:
         """Deadline failures for units never started (``units``) and for units still running
-        on a thread that hangs (``running``); large files left unfinished are removed, except
-        those a running unit still writes to (its thread removes them if it ever returns)."""
+        on a thread that hangs (``running``), in lists of a few thousand (not one record per
+        file of a million at once); large files left unfinished are removed, except those a
+        running unit still writes to (its thread removes them if it ever returns)."""
         busy = {g.sha256 for unit in running for g in unit_groups(unit)}
         out: list[Outcome] = []
         seen: set[str] = set()
@@ -125,7 +129,11 @@ class Fetcher:
                     if asm is not None:
                         asm.discard()
                 out.extend(fail_all(g, Stopped()))
-        return out
+                if len(out) >= ABANDONED_BATCH:
+                    yield out
+                    out = []
+        if out:
+            yield out
 
     # -- units --------------------------------------------------------------------------------
 

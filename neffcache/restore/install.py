@@ -52,6 +52,59 @@ class FileFailure:
 
 Outcome = tuple[Target, "StateRecord | FileFailure"]
 
+# Failed files held as records: the first ones (as many as a restore's JSON lists), and the
+# first of each kind; the others are only counted (a million missing blobs are a count).
+LISTED_FAILURES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Failures:
+    """The files that failed, counted: ``count`` in all; ``listed`` the first
+    ``LISTED_FAILURES`` in the order they failed, then the first of each kind not among them
+    (so the first message of every kind is at hand)."""
+
+    listed: tuple[FileFailure, ...] = ()
+    count: int = 0
+
+    def __add__(self, other: Failures) -> Failures:
+        tally = FailureTally()
+        tally.take(self)
+        tally.take(other)
+        return tally.done()
+
+
+class FailureTally:
+    """Collects failures as ``Failures``: a record for the first few and a count for all (not
+    thread-safe: the caller holds its lock)."""
+
+    __slots__ = ("_count", "_first", "_kinds", "_listed")
+
+    def __init__(self, listed: int = LISTED_FAILURES) -> None:
+        self._listed = listed
+        self._first: list[FileFailure] = []
+        self._kinds: dict[str, FileFailure] = {}  # the first of each kind
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, f: FileFailure) -> None:
+        self._count += 1
+        if len(self._first) < self._listed:
+            self._first.append(f)
+        self._kinds.setdefault(f.kind, f)
+
+    def take(self, failures: Failures) -> None:
+        """All of ``failures``: its listed records, and the others counted."""
+        for f in failures.listed:
+            self.add(f)
+        self._count += failures.count - len(failures.listed)
+
+    def done(self) -> Failures:
+        listed = {id(f) for f in self._first}
+        extra = [f for f in self._kinds.values() if id(f) not in listed]
+        return Failures((*self._first, *extra), self._count)
+
 
 def set_mode(fd: int, mode: int) -> None:
     """Files are created with their final mode; fix it only where the umask took bits away."""

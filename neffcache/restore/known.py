@@ -23,10 +23,10 @@ from pathlib import Path
 
 from neffcache.backends import Backend
 from neffcache.errors import ManifestError, NotFoundError, UnavailableError, UntrustedEntryError
-from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import DIGEST_FIELD, Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.restore.fs import Roots
+from neffcache.restore.job import RestoreJob
 from neffcache.restore.local import ManifestCopies, local_manifest_path, read_missing_record
 from neffcache.restore.plan import FileId, short_cells, wanted_pairs, wanted_sizes
 from neffcache.restore.resolve import CellFailure, Resolution, find_elsewhere, resolve_entries
@@ -80,16 +80,15 @@ def _ours(data: bytes, key: str) -> bytes:
     return data
 
 
-def resolve_known(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
-                  backend: Backend, target: Path, roots: Roots, dirs: Mapping[str, str],
-                  state: Mapping[FileId, StateRecord], copies: Mapping[str, Manifest], *,
-                  workers: int, deadline: float | None,
-                  trusted: Sequence[PublicKey] = ()) -> Known:
-    """Judge each cell from its local copy where it has a valid one (``copies``, by entry
-    key: ``read_copies``; see the module), ask the store about the rest, and scan every path
-    the found entries want (each once)."""
+def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str, str],
+                  state: Mapping[FileId, StateRecord], copies: Mapping[str, Manifest]) -> Known:
+    """Judge each of ``job``'s cells from its local copy where it has a valid one (``copies``,
+    by entry key: ``read_copies``; see the module), ask the store about the rest, and scan
+    every path the found entries want (each once)."""
+    cells, fingerprint, target = job.cells, job.fingerprint, job.target
+    workers, deadline = job.workers, job.deadline
     now = time.time()
-    keys = [entry_key(c, fingerprint) for c in cells]
+    keys = job.entry_keys()
     recorded, checked_at = read_missing_record(target, fingerprint.key, now)
     held = list(copies.values())
     present, records = scan_present(roots, wanted_pairs(held), state, workers=min(workers, 8),
@@ -100,7 +99,8 @@ def resolve_known(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
     reused = [c for c, k in zip(cells, keys, strict=True) if k not in copies and k in recorded]
     asked = resolve_entries(store, [c for c, k in zip(cells, keys, strict=True)
                                     if k not in copies and k not in recorded], fingerprint,
-                            backend, workers=workers, deadline=deadline, trusted=trusted,
+                            job.backend, workers=workers, deadline=deadline,
+                            trusted=job.trusted,
                             keep=ManifestCopies(target))
     for c in gone:  # retired from the store: the copy no longer says what the store has
         with contextlib.suppress(OSError):

@@ -23,12 +23,14 @@ import contextlib
 import json
 import os
 import stat
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from neffcache.backends import Backend, cache_environment, root_dirs
+from neffcache.backends import Backend, root_dirs
 from neffcache.errors import NeffcacheError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import (
@@ -44,7 +46,8 @@ from neffcache.manifest import (
 from neffcache.matrix import Cell
 from neffcache.restore.dest import ENTRIES_DIR, is_unclean, lock_destination
 from neffcache.restore.fs import Roots, replace_best_effort, tmp_name
-from neffcache.restore.outcome import RestoreResult
+from neffcache.restore.job import RestoreJob
+from neffcache.restore.outcome import RestoreResult, job_result
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
 from neffcache.restore.scan import scan_present
@@ -77,7 +80,8 @@ def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, An
     """The local copy of entry ``key``'s manifest as JSON, if present and plausible."""
     try:
         doc = loads_light(local_manifest_path(target, key).read_bytes(), members=False)
-        if doc.get("schema_version") != SCHEMA_VERSION or doc.get("entry_key") != key:
+        if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION \
+                or doc.get("entry_key") != key:
             return None
         allowed = set(roots)
         for f in doc["files"]:
@@ -85,7 +89,7 @@ def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, An
                 return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return doc  # type: ignore[no-any-return]
+    return doc
 
 
 def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
@@ -104,13 +108,15 @@ def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
 
 
 def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str, str],
-                     target: Path | None = None) -> int | None:
+                     target: Path | None = None,
+                     deadline: float | None = None) -> tuple[int, int] | None:
     """How many files the entries want, if every one is in place exactly as the state file
-    last vouched for it (size, mtime, ctime, inode unchanged; sha256 and mode as wanted);
-    None at the first doubt, or when two entries claim one path (the full plan decides).
-    A file only pending in this boot is ``fdatasync``ed once all are confirmed, and (with
-    ``target``, under its lock) the state file then vouches for it, so the next check does
-    not sync it again."""
+    last vouched for it (size, mtime, ctime, inode unchanged; sha256 and mode as wanted),
+    and how many of them stay pending (``_sync_pending``); None at the first doubt, or when
+    two entries claim one path (the full plan decides). A file only pending in this boot is
+    ``fdatasync``ed once all are confirmed (until ``deadline`` at most), and (with ``target``,
+    under its lock) the state file then vouches for it, so the next check does not sync it
+    again."""
     states: dict[str, RootState] = {}
     fds: dict[str, int] = {}
     try:
@@ -118,7 +124,8 @@ def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str
             states[root] = read_root_state(d)
             fds[root] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         count = _confirm(docs, states, fds)
-        if count is None or not _sync_pending(docs, states, fds):
+        left = None if count is None else _sync_pending(docs, states, fds, deadline)
+        if count is None or left is None:
             return None
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
@@ -127,20 +134,81 @@ def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str
             os.close(fd)
     if target is not None:
         _record_settled(target, target_dirs, states)
-    return count
+    return count, left
 
 
 def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootState],
-                  fds: Mapping[str, int]) -> bool:
+                  fds: Mapping[str, int], deadline: float | None) -> int | None:
     """Once every file is confirmed: ``fdatasync`` those only pending in this boot (a second
-    pass, not a list of a million of them); each becomes durable as its sync returns."""
+    pass over the copies, not a list of a million of them); each becomes durable once its
+    sync returned. With a ``deadline`` the syncs run on a thread of their own, waited for
+    until the deadline at most (beside a busy writer one sync can take seconds): the files
+    not synced by then stay pending, so the state file does not vouch for them (a later run
+    syncs or hashes them). How many stay pending; None when a file is not the one its row
+    names any more."""
+    syncs = _Syncs(docs, states)
+    if deadline is None:
+        syncs.run(fds)
+    elif time.monotonic() >= deadline:  # past it already: nothing more is started
+        return sum(1 for _ in _pending_rows(docs, states))
+    else:
+        own = {root: os.dup(fd) for root, fd in fds.items()}
+        threading.Thread(target=syncs.run, args=(own, True), name="neffcache-settle",
+                         daemon=True).start()
+        syncs.finished.wait(max(0.0, deadline - time.monotonic()))
+    finished = syncs.finished.is_set()  # before the snapshot: then it holds every sync
+    synced = syncs.stop()
+    if syncs.failed:
+        return None
+    for root, path in synced:
+        states[root].settle(path)
+    return 0 if finished else sum(1 for _ in _pending_rows(docs, states))
+
+
+class _Syncs:
+    """The syncs of ``_sync_pending``, in the copies' order, on the thread that calls ``run``:
+    ``stop`` says which returned before it was called (those alone may be settled)."""
+
+    def __init__(self, docs: Sequence[Mapping[str, Any]],
+                 states: Mapping[str, RootState]) -> None:
+        self.docs, self.states = docs, states
+        self.synced: list[tuple[str, str]] = []
+        self.failed = False
+        self.finished = threading.Event()
+        self._stopped = threading.Event()
+
+    def run(self, fds: Mapping[str, int], own_fds: bool = False) -> None:
+        try:
+            for root, path in _pending_rows(self.docs, self.states):
+                if self._stopped.is_set():
+                    return
+                if not self.states[root].sync_row(fds[root], path):
+                    self.failed = True
+                    return
+                self.synced.append((root, path))
+        except Exception:  # noqa: BLE001 - gone or unreadable: the full restore decides
+            self.failed = True
+        finally:
+            self.finished.set()
+            if own_fds:
+                for fd in fds.values():
+                    os.close(fd)
+
+    def stop(self) -> list[tuple[str, str]]:
+        """No sync starts after this; the files whose sync returned before it."""
+        self._stopped.set()
+        return self.synced[:]
+
+
+def _pending_rows(docs: Sequence[Mapping[str, Any]],
+                  states: Mapping[str, RootState]) -> Iterator[tuple[str, str]]:
+    """(root, path) of each file of the copies the state file does not vouch for (after
+    ``_confirm``: those pending in this boot)."""
     for doc in docs:
         for f in doc["files"]:
             root, path = f["root"], f["path"]
-            state = states[root]
-            if path not in state.files and not state.settle_row(fds[root], path):
-                return False
-    return True
+            if path not in states[root].files:
+                yield root, path
 
 
 def _record_settled(target: Path, dirs: Mapping[str, str],
@@ -280,27 +348,38 @@ def read_missing_record(target: Path, fingerprint_key: str, now: float,
 
 
 def _plan_locally(docs: Sequence[Mapping[str, Any]], keys: Sequence[str],
-                  dirs: Mapping[str, str]) -> tuple[int, tuple[Conflict, ...]] | None:
+                  dirs: Mapping[str, str], deadline: float | None
+                  ) -> tuple[int, tuple[Conflict, ...]] | None:
     """How many files are in place and the conflicts, when a local plan over the copies finds
-    nothing to fetch (this boot's pending files synced first, then trusted); else None."""
-    full = [manifest_of(d, k) for d, k in zip(docs, keys, strict=True)]
-    if len(full) < 2 or any(m is None for m in full):
+    nothing to fetch (this boot's pending files synced first, until ``deadline`` at most,
+    then trusted); else None (one not synced in time is not in place: the full run decides)."""
+    full = _all([manifest_of(d, k) for d, k in zip(docs, keys, strict=True)])
+    if full is None or len(full) < 2:
         return None
-    wanted = wanted_sizes(full)  # type: ignore[arg-type]
+    wanted = wanted_sizes(full)
     state, pending = load_states(dirs)
     with Roots(dirs) as roots:
-        settled = settle_pending(roots, pending, wanted)
+        settled = settle_pending(roots, pending, wanted, deadline=deadline)
         present, _ = scan_present(roots, wanted, overlay(state, settled.durable.records),
                                   hash_unknown=False)
-    plan = plan_restore(full, dirs, present)  # type: ignore[arg-type]
+    plan = plan_restore(full, dirs, present)
     if plan.fetch:
         return None
     return len(plan.present), plan.conflicts
 
 
+T = TypeVar("T")
+
+
+def _all(items: list[T | None]) -> list[T] | None:
+    """``items`` if none is None, else None."""
+    kept = [x for x in items if x is not None]
+    return kept if len(kept) == len(items) else None
+
+
 def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
-                  target: Path, *, store_url: str,
-                  trusted: Sequence[PublicKey] = ()) -> RestoreResult | None:
+                  target: Path, *, store_url: str, trusted: Sequence[PublicKey] = (),
+                  deadline: float | None = None) -> RestoreResult | None:
     """The result of a restore that finds everything in place, judged from the local copies
     of the entries' manifests and the state files alone (no store, no hashing; see
     this module); None when any requested cell lacks a local copy or any of
@@ -311,44 +390,41 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     as missing without asking the store. With keys ``trusted``, every local copy must carry
     a trusted key's signature of its digest (a copy an earlier restore wrote before keys were
     required, or signed by a key since dropped, sends the run to the store, which judges it).
+    Files pending in this boot are synced until ``deadline`` (``time.monotonic()``) at most;
+    those not synced by then stay pending (``files_unsynced`` counts them).
     The result's manifests carry no file list: the files were confirmed, not planned."""
     started = time.monotonic()
-    requested = tuple(c.id for c in cells)
-    target = Path(target).absolute()
+    job = RestoreJob(tuple(cells), backend, fingerprint, Path(target).absolute(),
+                     deadline=deadline, trusted=trusted)
+    target = job.target
     if is_unclean(str(target)) or not _real_dir(Path(target, LOCAL_ENTRIES)):
         return None
-    all_keys = [entry_key(c, fingerprint) for c in cells]
+    all_keys = job.entry_keys()
     known_missing = read_missing(target, fingerprint.key, time.time()) if any(
         not local_manifest_path(target, k).exists() for k in all_keys) else {}
     missing = [c for c, k in zip(cells, all_keys, strict=True) if k in known_missing]
     cells = [c for c, k in zip(cells, all_keys, strict=True) if k not in known_missing]
     keys = [k for k in all_keys if k not in known_missing]
-    docs = [read_local_doc(target, k, backend.root_names) for k in keys]
+    docs = _all([read_local_doc(target, k, backend.root_names) for k in keys])
     dirs = root_dirs(backend, str(target))
-    if any(d is None for d in docs) or not all(_real_dir(Path(d)) for d in dirs.values()):
+    if docs is None or not all(_real_dir(Path(d)) for d in dirs.values()):
         return None
-    if trusted and not all(d is not None and signed_digest_trusted(
-            d.get(SIGNATURE_FIELD), d.get(DIGEST_FIELD), trusted) for d in docs):
+    if trusted and not all(signed_digest_trusted(d.get(SIGNATURE_FIELD), d.get(DIGEST_FIELD),
+                                                 trusted) for d in docs):
         return None
-    confirmed = confirm_in_place(docs, dirs, target)  # type: ignore[arg-type]
+    confirmed = confirm_in_place(docs, dirs, target, deadline)
     conflicts: tuple[Conflict, ...] = ()
     if confirmed is None:  # a file changed, or entries share paths: plan it, still locally
-        planned = _plan_locally(docs, keys, dirs)  # type: ignore[arg-type]
+        planned = _plan_locally(docs, keys, dirs, deadline)
         if planned is None:
             return None
-        confirmed, conflicts = planned
-    found = [manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)]  # type: ignore[arg-type]
-    if any(m is None for m in found):
+        confirmed, conflicts = (planned[0], 0), planned[1]
+    found = _all([manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)])
+    if found is None:
         return None
     elsewhere = tuple((c.id, known_missing[entry_key(c, fingerprint)]) for c in missing
                       if known_missing[entry_key(c, fingerprint)])
-    return RestoreResult(
-        backend=backend.name, fingerprint_key=fingerprint.key, store_url=store_url,
-        target=str(target), requested=requested,
-        resolution=Resolution(tuple(found), tuple(missing), (), (),  # type: ignore[arg-type]
-                              elsewhere),
-        restored=tuple(c.id for c in cells), incomplete=(), files_fetched=0,
-        files_skipped=confirmed, bytes_fetched=0, failures=(), deadline_hit=False,
-        seconds=time.monotonic() - started,
-        environment=tuple(sorted(cache_environment(backend, str(target)).items())),
-        conflicts=conflicts)
+    resolution = Resolution(tuple(found), tuple(missing), (), (), elsewhere)
+    return replace(job_result(job, store_url, resolution, started),
+                   restored=tuple(c.id for c in cells), files_skipped=confirmed[0],
+                   files_unsynced=confirmed[1], conflicts=conflicts)

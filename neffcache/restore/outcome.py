@@ -14,10 +14,12 @@ Exit rule (``outcome_error``), first match wins:
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from neffcache.backends import cache_environment
 from neffcache.canonical import digest_of
 from neffcache.errors import (
     CacheMissError,
@@ -30,13 +32,14 @@ from neffcache.errors import (
     exit_code_for,
     repair_hint,
 )
-from neffcache.restore.install import FileFailure
+from neffcache.restore.install import LISTED_FAILURES, FileFailure
+from neffcache.restore.job import RestoreJob
 from neffcache.restore.plan import Conflict
 from neffcache.restore.resolve import Resolution
 from neffcache.trust import signers
 
 REPORT_SCHEMA = 1
-MAX_LISTED_FAILURES = 100
+MAX_LISTED_FAILURES = LISTED_FAILURES  # files_failed lists this many; files_failed_count all
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,8 @@ class RestoreResult(ExitRule):
     files_fetched: int
     files_skipped: int
     bytes_fetched: int
+    # The first files that failed (MAX_LISTED_FAILURES, then the first of each kind): a
+    # failed restore holds no record per file; ``files_failed`` counts them all.
     failures: tuple[FileFailure, ...]
     deadline_hit: bool
     seconds: float
@@ -82,6 +87,12 @@ class RestoreResult(ExitRule):
     # Cells announced ready, in the order they were (cell id, seconds since the restore's
     # start: the CLI's process start): files verified and in place, marker written.
     ready: tuple[tuple[str, float], ...] = ()
+    # How many files failed in all (None: as many as ``failures`` lists).
+    failed_count: int | None = None
+    # Files in place that an earlier restore in this boot left pending and that were not
+    # synced before the deadline: they stay pending (the state file does not vouch for them;
+    # a later restore syncs them, or hashes them after a reboot).
+    files_unsynced: int = 0
 
     @property
     def repair_hint(self) -> str | None:
@@ -91,6 +102,11 @@ class RestoreResult(ExitRule):
         if not served:
             return None
         return f"neffcache repair --store {self.store_url} --from {served[0]}"
+
+    @property
+    def files_failed(self) -> int:
+        """How many files failed in all (``failures`` lists the first few)."""
+        return len(self.failures) if self.failed_count is None else self.failed_count
 
     @property
     def signers(self) -> tuple[str, ...]:
@@ -124,7 +140,8 @@ class RestoreResult(ExitRule):
 
     def to_json(self) -> dict[str, Any]:
         """The restore's JSON document (a documented contract: fields are added, never
-        renamed): status, exit_code, error, the cells, files and bytes, deadline_hit,
+        renamed): status, exit_code, error, the cells, files and bytes (files_unsynced: in
+        place, left pending because the deadline came before their sync), deadline_hit,
         seconds, environment, conflicts, stale_temps_removed, fingerprint_python, served_by
         (store URL -> objects served; empty without mirrors), signers (key ids that signed the
         entries found), signatures_checked (trusted keys were configured), evicted_entries
@@ -140,7 +157,8 @@ class RestoreResult(ExitRule):
             "files_fetched": self.files_fetched,
             "files_skipped": self.files_skipped,
             "files_failed": [f.to_json() for f in self.failures[:MAX_LISTED_FAILURES]],
-            "files_failed_count": len(self.failures),
+            "files_failed_count": self.files_failed,
+            "files_unsynced": self.files_unsynced,
             "bytes_fetched": self.bytes_fetched,
             "deadline_hit": self.deadline_hit,
             "seconds": round(self.seconds, 3),
@@ -158,6 +176,21 @@ class RestoreResult(ExitRule):
         }
 
 
+def job_result(job: RestoreJob, store_url: str, resolution: Resolution,
+               started: float) -> RestoreResult:
+    """The result of ``job`` with what every restore reports filled in (backend, fingerprint,
+    target, cells requested, cache environment, seconds since ``started``) and nothing done
+    yet: each way of restoring (from a store, the store-free check) sets what it did with
+    ``dataclasses.replace``."""
+    return RestoreResult(
+        backend=job.backend.name, fingerprint_key=job.fingerprint.key, store_url=store_url,
+        target=str(job.target), requested=tuple(c.id for c in job.cells),
+        resolution=resolution, restored=(), incomplete=(), files_fetched=0, files_skipped=0,
+        bytes_fetched=0, failures=(), deadline_hit=False,
+        seconds=time.monotonic() - started,
+        environment=tuple(sorted(cache_environment(job.backend, str(job.target)).items())))
+
+
 def explain_command(key: str, args: Sequence[str] = ()) -> str:
     """``neffcache fingerprint --explain KEY`` with the flags that reproduce the fingerprint
     compared (``--python PATH``) and the store read, quoted for a POSIX shell: run as printed,
@@ -173,7 +206,7 @@ def outcome_error(r: RestoreResult) -> NeffcacheError | None:
     for kind, message in [(f.kind, f.message) for f in r.failures] + \
             [(f.kind, f.message) for f in res.failed]:
         first.setdefault(kind, message)
-    n_fail = len(r.failures) + len(res.failed)
+    n_fail = r.files_failed + len(res.failed)
     if "integrity" in kinds:
         msg = first["integrity"]
         return IntegrityError(f"{n_fail} problem(s) found, nothing bad installed; first: {msg}",

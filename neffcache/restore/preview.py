@@ -4,32 +4,27 @@ blobs, how many bytes — computed from the store's manifests and a scan, writin
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from neffcache.backends import Backend, root_dirs
+from neffcache.backends import root_dirs
 from neffcache.errors import NeffcacheError
-from neffcache.fingerprint import Fingerprint
-from neffcache.matrix import Cell
 from neffcache.restore.fs import Roots
-from neffcache.restore.outcome import RestoreResult
+from neffcache.restore.job import RestoreJob
+from neffcache.restore.outcome import RestoreResult, job_result
 from neffcache.restore.plan import (
-    DEFAULT_UNITS,
     BlobGet,
     BlobPart,
     PackRun,
     RestorePlan,
     Unit,
-    UnitPolicy,
     plan_restore,
     wanted_sizes,
 )
 from neffcache.restore.resolve import Resolution, resolve_entries
 from neffcache.restore.scan import scan_present
 from neffcache.restore.state import load_state
-from neffcache.signing import PublicKey
 from neffcache.store import Store
 
 PREVIEW_SCHEMA = 1
@@ -91,27 +86,22 @@ def unit_json(u: Unit) -> dict[str, Any]:
             "start": u.start, "bytes": u.length, "paths": paths}
 
 
-def preview_cells(store: Store, cells: Sequence[Cell], backend: Backend,
-                  fingerprint: Fingerprint, target: Path, *, workers: int = 16,
-                  units: UnitPolicy = DEFAULT_UNITS,
-                  trusted: Sequence[PublicKey] = ()) -> RestorePreview:
-    """Resolve, scan and plan as ``restore_cells`` would, without creating or writing
-    anything (no directories, no manifest copies, no state file) and without fetching."""
+def preview_cells(store: Store, job: RestoreJob) -> RestorePreview:
+    """Resolve, scan and plan as ``run_job`` would, without creating or writing anything (no
+    directories, no manifest copies, no state file) and without fetching."""
     started = time.monotonic()
-    target = Path(target).absolute()
-    dirs = root_dirs(backend, str(target))
-    resolution: Resolution = resolve_entries(store, cells, fingerprint, backend,
-                                             workers=workers, trusted=trusted)
+    job = replace(job, target=Path(job.target).absolute())
+    dirs = root_dirs(job.backend, str(job.target))
+    resolution: Resolution = resolve_entries(store, job.cells, job.fingerprint, job.backend,
+                                             workers=job.workers, trusted=job.trusted)
     manifests = resolution.found
     with Roots(dirs, create=False) as roots:
         present, _ = scan_present(roots, wanted_sizes(manifests), load_state(dirs),
-                                  workers=min(workers, 8))
-    plan = plan_restore(manifests, dirs, present, units)
-    judged = RestoreResult(
-        backend=backend.name, fingerprint_key=fingerprint.key, store_url=store.url,
-        target=str(target), requested=tuple(c.id for c in cells), resolution=resolution,
-        restored=tuple(m.cell.id for m in manifests), incomplete=(), files_fetched=0,
-        files_skipped=len(plan.present), bytes_fetched=0, failures=(),
-        deadline_hit=bool(resolution.unresolved), seconds=time.monotonic() - started,
-        conflicts=plan.conflicts)
+                                  workers=min(job.workers, 8))
+    plan = plan_restore(manifests, dirs, present, job.units)
+    judged = replace(job_result(job, store.url, resolution, started),
+                     restored=tuple(m.cell.id for m in manifests),
+                     files_skipped=len(plan.present),
+                     deadline_hit=bool(resolution.unresolved), conflicts=plan.conflicts,
+                     environment=())  # a dry run prepares no directory
     return RestorePreview(plan, judged)

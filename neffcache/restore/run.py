@@ -33,12 +33,13 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from neffcache.backends import Backend, cache_environment, root_dirs
+from neffcache.backends import Backend, root_dirs
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, entry_key
 from neffcache.matrix import Cell
-from neffcache.restore.apply import Progress, RestoreReport, apply_restore
+from neffcache.restore.apply import RestoreReport, apply_restore
 from neffcache.restore.dest import (
     Held,
     lock_destination,
@@ -47,20 +48,18 @@ from neffcache.restore.dest import (
     sweep_trees,
 )
 from neffcache.restore.fs import Roots
-from neffcache.restore.install import FileFailure
+from neffcache.restore.install import Failures, FailureTally, FileFailure
+from neffcache.restore.job import JobOptions, RestoreJob
 from neffcache.restore.known import read_copies, resolve_known
 from neffcache.restore.local import save_missing
-from neffcache.restore.outcome import RestoreResult
+from neffcache.restore.outcome import RestoreResult, job_result
 from neffcache.restore.plan import (
-    DEFAULT_UNITS,
     FileId,
     RestorePlan,
-    UnitPolicy,
     cell_verdicts,
     plan_restore,
     unwanted_files,
 )
-from neffcache.restore.ready import Announcer
 from neffcache.restore.resolve import Resolution
 from neffcache.restore.seen import Present
 from neffcache.restore.state import (
@@ -74,34 +73,36 @@ from neffcache.restore.state import (
     save_state,
     settle_pending,
 )
-from neffcache.signing import PublicKey
 from neffcache.store import Store
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 
 def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
-                  fingerprint: Fingerprint, target: Path, *, workers: int = 16,
-                  deadline: float | None = None, progress: Progress | None = None,
-                  units: UnitPolicy = DEFAULT_UNITS,
-                  notice: Callable[[str], None] | None = None,
-                  trusted: Sequence[PublicKey] = (),
-                  transfers: int | None = None,
-                  announcer: Announcer | None = None) -> RestoreResult:
-    """Restore ``cells`` into ``target/<root>`` for each of the backend's cache roots;
-    ``workers`` threads read manifests and look at what is in place, ``transfers`` (default:
-    ``workers``) fetch blobs and large-file parts;
-    ``units`` says how blobs become requests (pack runs, large-blob parts); with keys
-    ``trusted``, an entry not signed by one of them is refused (integrity). Holds the
-    target's lock throughout (waiting for a restore already running there: ``notice`` is
-    told; at most until ``deadline``). ``cells`` come in priority order: with an
-    ``announcer``, each is announced ready as its files are all in place (see the module)."""
+                  fingerprint: Fingerprint, target: Path,
+                  **options: Unpack[JobOptions]) -> RestoreResult:
+    """Restore ``cells`` into ``target/<root>`` for each of the backend's cache roots, run as
+    ``options`` say (``RestoreJob``'s fields: ``workers``, ``transfers``, ``deadline``,
+    ``trusted``, ``notice``, ``progress``, ``announcer``, ``units``): ``run_job``."""
+    return run_job(store, RestoreJob(tuple(cells), backend, fingerprint,
+                                     Path(target).absolute(), **options))
+
+
+def run_job(store: Store, job: RestoreJob) -> RestoreResult:
+    """Restore ``job.cells`` into ``job.target/<root>`` for each of the backend's cache roots;
+    ``job.workers`` threads read manifests and look at what is in place, ``job.transfers``
+    (default: ``workers``) fetch blobs and large-file parts; ``job.units`` says how blobs
+    become requests (pack runs, large-blob parts); with keys ``job.trusted``, an entry not
+    signed by one of them is refused (integrity). Holds the target's lock throughout (waiting
+    for a restore already running there: ``job.notice`` is told; at most until the deadline).
+    Cells come in priority order: with an ``announcer``, each is announced ready as its files
+    are all in place (see the module)."""
     started = time.monotonic()
-    target = Path(target).absolute()
-    with lock_destination(str(target), deadline=deadline, on_wait=notice) as held:
+    job = replace(job, target=Path(job.target).absolute())
+    with lock_destination(str(job.target), deadline=job.deadline, on_wait=job.notice) as held:
         try:
-            result, hung = _locked(store, cells, backend, fingerprint, target, held, started,
-                                   workers=workers, deadline=deadline, progress=progress,
-                                   units=units, trusted=trusted,
-                                   transfers=transfers or workers, announcer=announcer)
+            result, hung = _locked(store, job, held, started)
         except Exception:
             held.finished()  # unwound: its temp files were removed on the way
             raise
@@ -110,41 +111,38 @@ def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
     return result
 
 
-def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
-            target: Path, held: Held, started: float, *, workers: int,
-            deadline: float | None, progress: Progress | None,
-            units: UnitPolicy, trusted: Sequence[PublicKey],
-            transfers: int, announcer: Announcer | None = None) -> tuple[RestoreResult, bool]:
+def _locked(store: Store, job: RestoreJob, held: Held,
+            started: float) -> tuple[RestoreResult, bool]:
     """The restore under the lock; and whether a transfer still hangs at the deadline."""
-    dirs = root_dirs(backend, str(target))
+    fingerprint, deadline = job.fingerprint, job.deadline
+    dirs = root_dirs(job.backend, str(job.target))
     roots = Roots(dirs)  # refuses a root that is a symlink
     report: RestoreReport | None = None
     try:
         # Under the lock every temp file is stale: in the entries directory, in the
         # directories this run writes to, and (after a killed run) anywhere under the roots.
         stale = sweep_entries(held) + (sweep_trees(roots) if held.unclean else 0)
-        copies = read_copies(target, [entry_key(c, fingerprint) for c in cells], backend,
-                             trusted)  # before the state table: see read_copies
+        copies = read_copies(job.target, job.entry_keys(), job.backend,
+                             job.trusted)  # before the state table: see read_copies
         state, pending = load_states(dirs)  # one read of each state file, rows packed
         # This boot's pending files are synced before anything trusts them unhashed.
-        settled = settle_pending(roots, pending, pending, workers=min(workers, 8),
+        settled = settle_pending(roots, pending, pending, workers=min(job.workers, 8),
                                  deadline=deadline)
         _rss("settle")
-        known = resolve_known(store, cells, fingerprint, backend, target, roots, dirs,
-                              overlay(state, settled.durable.records), copies,
-                              workers=workers, deadline=deadline, trusted=trusted)
+        known = resolve_known(store, job, roots, dirs, overlay(state, settled.durable.records),
+                              copies)
         del copies  # in known.resolution.found: no second reference to a million records
         _rss("known")
         resolution, present, records = known.resolution, known.present, known.records
         manifests = resolution.found
         if not resolution.unresolved and not resolution.failed:
             other = dict(resolution.elsewhere)
-            save_missing(target, fingerprint.key, {entry_key(c, fingerprint): other.get(c.id, ())
-                                                   for c in resolution.missing},
-                         known.missing_checked_at)
+            save_missing(job.target, fingerprint.key,
+                         {entry_key(c, fingerprint): other.get(c.id, ())
+                          for c in resolution.missing}, known.missing_checked_at)
         _rss("copies")
         unwanted = _unwanted(manifests, state, pending)
-        plan = plan_restore(manifests, dirs, present, units)
+        plan = plan_restore(manifests, dirs, present, job.units)
         seen = present  # its paths only (files in place as vouched for), for the state file
         del present, known, manifests  # and the packs' members: the units say where blobs are
         resolution = replace(resolution, found=tuple(replace(m, packs=(), parts=())
@@ -152,9 +150,10 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
         _rss("plan")
         if not held.unclean:
             stale += sweep_dirs(roots, _write_dirs(plan))
-        on_ready = _announce(announcer, cells, resolution, plan)
-        report = apply_restore(store, plan, workers=transfers, deadline=deadline,
-                               progress=progress, roots=roots, on_ready=on_ready)
+        on_ready = _announce(job, resolution, plan)
+        report = apply_restore(store, plan, workers=job.transfers or job.workers,
+                               deadline=deadline, progress=job.progress, roots=roots,
+                               on_ready=on_ready)
         _rss("apply")
         plan = replace(plan, fetch=(), units=())  # done with: report.installed holds the targets
         records.update(zip((t.id for t in report.installed), report.states, strict=True))
@@ -166,14 +165,15 @@ def _locked(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: 
     finally:
         if report is None or not report.hung:  # a hung transfer's thread still uses them
             roots.close()
-    return _result(store, cells, backend, fingerprint, target, resolution, plan, report,
-                   failures, started, stale), bool(report.hung)
+    return _result(store, job, resolution, plan, report, failures, started, stale), \
+        bool(report.hung)
 
 
-def _announce(announcer: Announcer | None, cells: Sequence[Cell], resolution: Resolution,
+def _announce(job: RestoreJob, resolution: Resolution,
               plan: RestorePlan) -> Callable[[int], None] | None:
     """Before anything is installed: the markers of the requested cells not in place go and
     those in place are announced; returns what announces each of the others as it lands."""
+    announcer, cells = job.announcer, job.cells
     if announcer is None:
         return None
     planned = [(m.cell.id, m.entry_key) for m in resolution.found]
@@ -224,28 +224,27 @@ def _equal(a: Mapping[FileId, object], b: Mapping[FileId, object]) -> bool:
     return len(a) == len(b) and all(k in b and b[k] == v for k, v in a.items())
 
 
-def _sync_failures(settled: SyncOutcome) -> tuple[FileFailure, ...]:
+def _sync_failures(settled: SyncOutcome) -> Failures:
     """A pending file whose ``fdatasync`` failed: its bytes may not be on disk (it was hashed
     instead, and stays pending); the run fails so that someone looks."""
-    return tuple(
-        FileFailure(root, path, "io", f"{root}/{path}: could not be made durable ({why}); "
-                    f"rerun the restore") for (root, path), why in settled.failed)
+    tally = FailureTally()
+    for (root, path), why in settled.failed:
+        tally.add(FileFailure(root, path, "io", f"{root}/{path}: could not be made durable "
+                              f"({why}); rerun the restore"))
+    return tally.done()
 
 
-def _result(store: Store, cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
-            target: Path, resolution: Resolution, plan: RestorePlan, report: RestoreReport,
-            failures: tuple[FileFailure, ...], started: float, stale: int) -> RestoreResult:
+def _result(store: Store, job: RestoreJob, resolution: Resolution, plan: RestorePlan,
+            report: RestoreReport, failures: Failures, started: float,
+            stale: int) -> RestoreResult:
     manifests = resolution.found
     in_place: set[FileId] = {t.id for t in plan.present}
     in_place.update(t.id for t in report.installed)  # one set of a million, not three
     restored, incomplete = cell_verdicts(manifests, in_place)
-    return RestoreResult(
-        backend=backend.name, fingerprint_key=fingerprint.key, store_url=store.url,
-        target=str(target), requested=tuple(c.id for c in cells), resolution=resolution,
-        restored=restored, incomplete=incomplete, files_fetched=len(report.installed),
+    return replace(
+        job_result(job, store.url, resolution, started), restored=restored,
+        incomplete=incomplete, files_fetched=len(report.installed),
         files_skipped=len(plan.present), bytes_fetched=report.bytes_fetched,
-        failures=failures,
+        failures=failures.listed, failed_count=failures.count,
         deadline_hit=report.deadline_hit or bool(resolution.unresolved),
-        seconds=time.monotonic() - started,
-        environment=tuple(sorted(cache_environment(backend, str(target)).items())),
         conflicts=plan.conflicts, stale_temps_removed=stale)

@@ -44,13 +44,14 @@ from neffcache.reports import build_report
 from neffcache.request_rules import checked_request
 from neffcache.restore.apply import Progress
 from neffcache.restore.dest import lock_destination
+from neffcache.restore.job import RestoreJob
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict
 from neffcache.restore.preview import RestorePreview, preview_cells
 from neffcache.restore.pruning import evict_untrusted
 from neffcache.restore.ready import Announcer, marker_entry, remove_markers
-from neffcache.restore.run import restore_cells
+from neffcache.restore.run import run_job
 from neffcache.signing import PublicKey
 from neffcache.store import (
     BundleStore,
@@ -153,20 +154,28 @@ class RestoreRequest:
 
 @dataclass(frozen=True, slots=True)
 class _Session:
-    """What every restore derives from its request before touching the store."""
+    """What every restore derives from its request before touching the store (the restore
+    itself runs as a ``RestoreJob``: ``job``)."""
 
+    request: RestoreRequest
     settings: Settings
     matrix_name: str  # as the report names it
     cells: tuple[Cell, ...]
     backend: Backend
     target: Path
     until: float | None  # the deadline on the time.monotonic() clock
-    workers: int | None
     notice: Notice
-    progress: Progress | None
     mirrors: tuple[str, ...] = ()
     trusted: tuple[PublicKey, ...] = ()  # entries must be signed by one of these (if any)
     announcer: Announcer | None = None  # cells ready: markers, on_cell_ready, their times
+
+    def job(self, fingerprint: Fingerprint, workers: int, transfers: int | None = None,
+            progress: Progress | None = None) -> RestoreJob:
+        """The restore of the session's cells built for ``fingerprint``, as ``run_job`` takes
+        it: ``workers`` manifest readers and local checks, ``transfers`` blob fetchers."""
+        return RestoreJob(self.cells, self.backend, fingerprint, self.target, workers=workers,
+                          transfers=transfers, deadline=self.until, trusted=self.trusted,
+                          notice=self.notice, progress=progress, announcer=self.announcer)
 
 
 def restore(request: RestoreRequest) -> RestoreResult:
@@ -215,6 +224,9 @@ def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
         s.notice(f"note: entries signed by key(s) {', '.join(result.signers)}; no trusted key "
                  f"is configured, so no signature was checked (--trusted-key, "
                  f"NEFFCACHE_TRUSTED_KEYS)")
+    if result.files_unsynced:
+        s.notice(f"restore: {result.files_unsynced} file(s) in place were not synced before the "
+                 f"deadline; they stay pending (a later restore syncs them)")
     if result.stale_temps_removed:
         s.notice(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
                  f"(.neffcache-*.tmp) left by an interrupted restore")
@@ -257,8 +269,8 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
         if s.mirrors:  # as the restore reads them
             store = _mirrored(s, store, stack)
         store.check()
-        preview = preview_cells(store, s.cells, s.backend, fingerprint, s.target,
-                                workers=s.workers or default_workers(), trusted=s.trusted)
+        preview = preview_cells(store, s.job(fingerprint,
+                                             s.request.workers or default_workers()))
     return replace(preview, judged=replace(preview.judged,
                                            explain_args=_explain_args(s, store.url)))
 
@@ -302,10 +314,9 @@ def _session(request: RestoreRequest) -> _Session:
         cells = prioritized(cells, request.first)
         trusted = load_trust(settings, request.trusted_keys,
                              require=request.require_signatures).keys
-    return _Session(settings=settings, matrix_name=m.name or label, cells=cells,
-                    backend=backend, target=target, until=until,
-                    workers=request.workers, notice=request.notice or _drop,
-                    progress=request.progress,
+    return _Session(request=request, settings=settings, matrix_name=m.name or label,
+                    cells=cells, backend=backend, target=target, until=until,
+                    notice=request.notice or _drop,
                     mirrors=tuple(request.mirrors) or settings.mirrors, trusted=trusted,
                     announcer=Announcer(target, started, request.on_cell_ready))
 
@@ -401,10 +412,14 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
         return _from_mirrors(s, fingerprint, store)
     if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
         store.check()
-    return restore_cells(store, s.cells, s.backend, fingerprint, s.target,
-                         workers=s.workers or default_workers(), deadline=s.until,
-                         progress=s.progress, notice=s.notice, trusted=s.trusted,
-                         transfers=s.workers or default_transfers(), announcer=s.announcer)
+    return run_job(store, _store_job(s, fingerprint))
+
+
+def _store_job(s: _Session, fingerprint: Fingerprint) -> RestoreJob:
+    """The restore from a store: transfers and manifest reads as the request or the CPUs say."""
+    workers = s.request.workers
+    return s.job(fingerprint, workers or default_workers(), workers or default_transfers(),
+                 s.request.progress)
 
 
 def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> RestoreResult:
@@ -413,11 +428,7 @@ def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> Rest
         store = _mirrored(s, primary, stack)
         if s.until is None or time.monotonic() < s.until:
             store.check()
-        result = restore_cells(store, s.cells, s.backend, fingerprint, s.target,
-                               workers=s.workers or default_workers(), deadline=s.until,
-                               progress=s.progress, notice=s.notice, trusted=s.trusted,
-                               transfers=s.workers or default_transfers(),
-                               announcer=s.announcer)
+        result = run_job(store, _store_job(s, fingerprint))
         return replace(result, served_by=tuple(store.served().items()))
 
 
@@ -440,9 +451,7 @@ def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> 
     if done is not None:  # already in place: the bundle's structure was checked, enough
         return done
     source.verify_all()
-    return restore_cells(source, s.cells, s.backend, fingerprint, s.target,
-                         workers=s.workers or BUNDLE_WORKERS, deadline=s.until,
-                         notice=s.notice, trusted=s.trusted, announcer=s.announcer)
+    return run_job(source, s.job(fingerprint, s.request.workers or BUNDLE_WORKERS))
 
 
 def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreResult | None:
@@ -451,7 +460,7 @@ def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreR
     DIR's lock, only when no restore holds it or was killed there (one that ran since this
     check may have changed the cell: its own announcements stand)."""
     result = restore_local(s.cells, s.backend, fingerprint, s.target, store_url=store_url,
-                           trusted=s.trusted)
+                           trusted=s.trusted, deadline=s.until)
     if result is None or s.announcer is None:
         return result
     remove_markers(s.target, [c.id for c in result.resolution.missing])

@@ -239,17 +239,27 @@ class RootState:
         boot, and only once that returned, count the row among the durable ones: the state
         file never vouches for bytes that may not be on disk. False when there is no such row
         or the file is not that one any more (nothing moves)."""
-        rows = self.this_boot()
-        packed = rows.get(path)
+        if not self.sync_row(dfd, path):
+            return False
+        self.settle(path)
+        return True
+
+    def sync_row(self, dfd: int, path: str) -> bool:
+        """``settle_row``'s sync alone: True once the very file of ``path``'s row pending in
+        this boot is ``fdatasync``ed. Moves nothing (it may run on another thread than the
+        one that then calls ``settle``)."""
+        packed = self.this_boot().get(path)
         if packed is None:
             return False
         size, mtime, ctime, inode, _sha, _mode = unpack_row(packed)
-        if not datasync_at(dfd, path, lambda st: (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                                  st.st_ino) == (size, mtime, ctime, inode)):
-            return False
-        self.files[path] = rows.pop(path)
+        return datasync_at(dfd, path, lambda st: (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                                  st.st_ino) == (size, mtime, ctime, inode))
+
+    def settle(self, path: str) -> None:
+        """Count ``path``'s row pending in this boot among the durable ones; only once its
+        ``sync_row`` returned True."""
+        self.files[path] = self.this_boot().pop(path)
         self.settled += 1
-        return True
 
 
 def _stamp(st: os.stat_result) -> tuple[int, int, int]:

@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.install",),
     ("neffcache.restore.fetch",),
     ("neffcache.restore.apply",),
+    ("neffcache.restore.job",),
     ("neffcache.restore.resolve",),
     ("neffcache.restore.outcome",),
     ("neffcache.restore.local",),

@@ -7,16 +7,19 @@ One command, from the checkout:
     python tools/bench/memory.py --skip-push           # restore case only
     python tools/bench/memory.py --skip-restore --runs 3
     python tools/bench/memory.py --peer /work/main     # same cases with another checkout
+    python tools/bench/memory.py --skip-push --missing-blobs  # a 1M-file entry, every blob gone
 
-(a) restore: writes a local store holding one entry of ``--files`` files of 16-64 bytes
-(unique contents) in packs, its manifest made from a real one-file `neffcache push` (so cell
-and fingerprint are this host's) with the files and packs replaced; then times
-`neffcache restore` of it into an empty directory and reports its peak RSS against the
-1 GiB target (issue 22). (b) push: starts SeaweedFS on 127.0.0.1, writes the eager tree
-(3,000 files of 8-256 KiB) and the compiled tree (6 x 64 MiB + 300 small), and per run pushes
-each to a fresh store prefix with `neffcache push` and uploads the same files with
-`s5cmd cp`, alternating the order; reports medians, the time ratio (target <= 1.5) and peak
-RSS (target <= 200 MiB).
+(a) restore: writes a local store holding one entry of ``--files`` files of 16-64 bytes (unique
+contents) in packs, its manifest made from a real one-file `neffcache push` (so cell and
+fingerprint are this host's) with the files and packs replaced; then times `neffcache restore`
+of it into an empty directory and reports its peak RSS against the 1 GiB target (issue 22).
+With ``--missing-blobs`` the entry lists no packs and its blobs are deleted once written, so
+every file is one GET of a blob missing from the store: the restore must fail (exit 4, nothing
+installed) within the memory of a good one (issue 38). (b) push: starts SeaweedFS on 127.0.0.1,
+writes the eager tree (3,000 files of 8-256 KiB) and the compiled tree (6 x 64 MiB + 300
+small), and per run pushes each to a fresh store prefix with `neffcache push` and uploads the
+same files with `s5cmd cp`, alternating the order; reports medians, the time ratio (target <=
+1.5) and peak RSS (target <= 200 MiB).
 
 With ``--peer DIR`` every neffcache case also runs with ``PYTHONPATH=DIR`` (another checkout,
 e.g. the main branch), so before and after are measured in the same run. Every command is
@@ -92,14 +95,16 @@ class Spawner:
         self.proc = subprocess.Popen([sys.executable, "-c", _SPAWNER], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
 
-    def run(self, argv: Sequence[str], env: dict[str, str]) -> dict[str, Any]:
-        """Run from the checkout named by PYTHONPATH (``python -c`` imports from its cwd)."""
+    def run(self, argv: Sequence[str], env: dict[str, str],
+            codes: Sequence[int] = (0,)) -> dict[str, Any]:
+        """Run from the checkout named by PYTHONPATH (``python -c`` imports from its cwd); an
+        exit code not in ``codes`` is an error."""
         assert self.proc.stdin and self.proc.stdout
         job = {"argv": list(argv), "env": env, "cwd": env.get("PYTHONPATH") or str(REPO)}
         self.proc.stdin.write(json.dumps(job) + "\n")
         self.proc.stdin.flush()
         r: dict[str, Any] = json.loads(self.proc.stdout.readline())
-        if r["code"] != 0:
+        if r["code"] not in codes:
             raise RuntimeError(f"{' '.join(argv[:3])} exited {r['code']}:\n{r['stderr'][-3000:]}")
         return r
 
@@ -126,9 +131,10 @@ def env_for(base: dict[str, str], code: Path, **extra: str) -> dict[str, str]:
 # --- (a) restore of a huge entry ------------------------------------------------------------
 
 def make_store(work: Path, files: int, spawner: Spawner, env: dict[str, str],
-               code: Path) -> Path:
+               code: Path, packs: bool = True) -> Path:
     """A local store with one entry of ``files`` tiny files in packs (no separate blobs: the
-    packs hold every byte a restore needs). The manifest is a real push's, files replaced."""
+    packs hold every byte a restore needs). The manifest is a real push's, files replaced;
+    with ``packs=False`` it lists no pack (each file is a blob of its own: one GET each)."""
     store = work / "store"
     seed = work / "seed"
     seed.mkdir(parents=True)
@@ -145,8 +151,9 @@ def make_store(work: Path, files: int, spawner: Spawner, env: dict[str, str],
     (path,) = (store / "manifests").glob("*.json")
     doc = json.loads(path.read_bytes())
     doc.pop("manifest_sha256", None)
+    with_packs = packs
     records, packs = _tiny_files(store, files)
-    doc["files"], doc["packs"] = records, packs
+    doc["files"], doc["packs"] = records, (packs if with_packs else [])
     doc.pop("parts", None)
     manifest = decode_manifest(json.dumps(doc).encode(), source="bench")
     del doc, records, packs
@@ -187,16 +194,20 @@ def _tiny_files(store: Path, files: int) -> tuple[list[dict[str, Any]], list[dic
 
 def bench_restore(work: Path, store: Path, spawner: Spawner, env: dict[str, str],
                   codes: dict[str, Path], files: int, dest_dir: Path,
-                  phases: bool = False, rerun: bool = False) -> dict[str, Any]:
+                  phases: bool = False, rerun: bool = False,
+                  missing: bool = False) -> dict[str, Any]:
     """Restore the entry with each checkout; with ``phases``, each run also logs its RSS after
     each step of the restore (``NEFFCACHE_DEBUG_RSS=1``, see ``neffcache.restore.run``); with
     ``rerun``, the same restore again into the same directory (nothing to fetch), then again
-with one restored file deleted (one file to fetch: the full path, state file and all)."""
-    out: dict[str, Any] = {"files": files, "dest": str(dest_dir)}
+with one restored file deleted (one file to fetch: the full path, state file and all); with
+``missing`` (the store lost every blob: ``drop_blobs``), the restore must fail with exit 4 and
+install nothing."""
+    out: dict[str, Any] = {"files": files, "dest": str(dest_dir),
+                           **({"missing_blobs": True} if missing else {})}
     for name, code in codes.items():
         dest = dest_dir / f"neffcache-mem-{os.getpid()}-{name}"
-        runs = [(name, files)] + ([(f"{name}, rerun", 0), (f"{name}, one file deleted", 1)]
-                                  if rerun else [])
+        runs = [(f"{name}, blobs missing" if missing else name, 0 if missing else files)] + (
+            [(f"{name}, rerun", 0), (f"{name}, one file deleted", 1)] if rerun else [])
         for label, fetched in runs:
             if fetched == 1:
                 _delete_one_file(dest)
@@ -205,9 +216,15 @@ with one restored file deleted (one file to fetch: the full path, state file and
                              str(dest), "--cells", CELL, "--json"],
                             env_for(env, code, NEFFCACHE_STORE=str(store),
                                     NEFFCACHE_HOME=str(work / f"home-{name}"),
-                                    **({"NEFFCACHE_DEBUG_RSS": "1"} if phases else {})))
+                                    **({"NEFFCACHE_DEBUG_RSS": "1"} if phases else {})),
+                            codes=(4,) if missing else (0,))
             doc = json.loads(r["stdout"])
-            assert doc["files_fetched"] == fetched and doc["status"] == "ok", doc
+            assert doc["files_fetched"] == fetched, doc
+            if missing:
+                assert doc["status"] == "failed" and doc["files_failed_count"] == files, \
+                    {k: v for k, v in doc.items() if k != "files_failed"}
+            else:
+                assert doc["status"] == "ok", doc
             steps = [ln for ln in r["stderr"].splitlines() if ln.startswith("neffcache rss:")]
             for ln in steps:
                 log(f"  ({label}) {ln}")
@@ -218,6 +235,14 @@ with one restored file deleted (one file to fetch: the full path, state file and
                 f"{r['maxrss'] / 1024:.0f} MiB peak RSS")
         shutil.rmtree(dest)
     return out
+
+
+def drop_blobs(store: Path) -> None:
+    """Delete every pack and blob of the store (its manifests stay): each file of the entry
+    is then missing from the store, one blob GET (NotFound) each."""
+    for d in ("packs", "blobs"):
+        shutil.rmtree(store / d, ignore_errors=True)
+    log("store: packs and blobs deleted (every blob missing)")
 
 
 def _delete_one_file(dest: Path) -> None:
@@ -289,7 +314,7 @@ def table(results: dict[str, Any]) -> str:
     r = results.get("restore")
     if r:
         for name, v in r.items():
-            if name in ("files", "dest"):
+            if name in ("files", "dest", "missing_blobs"):
                 continue
             rows.append((f"restore {r['files']} files", f"neffcache ({name})", f"{v['seconds']}",
                          f"{v['max_rss_mib']}",
@@ -322,6 +347,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rerun", action="store_true",
                    help="restore case: restore again into the same directory (nothing to "
                         "fetch), then again with one restored file deleted")
+    p.add_argument("--missing-blobs", action="store_true",
+                   help="restore case: every blob and pack missing from the store (exit 4 "
+                        "expected): failure's peak RSS against a good restore's")
     p.add_argument("--skip-restore", action="store_true")
     p.add_argument("--skip-push", action="store_true")
     p.add_argument("--dest", type=Path, default=Path("/dev/shm"),
@@ -335,6 +363,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.missing_blobs and args.rerun:
+        raise SystemExit("--missing-blobs fails the restore: there is nothing to --rerun")
     spawner = Spawner()
     codes = {"this": REPO} | ({"peer": args.peer.absolute()} if args.peer else {})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "NEFFCACHE_"))}
@@ -347,10 +377,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if not args.skip_restore:
                 log(f"restore: writing a store of {args.files} files")
-                store = make_store(work / "restore", args.files, spawner, env, REPO)
+                store = make_store(work / "restore", args.files, spawner, env, REPO,
+                                   packs=not args.missing_blobs)
+                if args.missing_blobs:
+                    drop_blobs(store)
                 results["restore"] = bench_restore(work / "restore", store, spawner, env, codes,
                                                    args.files, args.dest, args.phases,
-                                                   args.rerun)
+                                                   args.rerun, args.missing_blobs)
                 shutil.rmtree(work / "restore")
             if not args.skip_push:
                 trees = [t.strip() for t in args.trees.split(",") if t.strip()]
