@@ -1,7 +1,8 @@
 """The restore's worker threads: lanes of units, each lane on its own number of threads, that
 stop starting units at a deadline or after the first failure (``run_lanes``), and a map on
-threads (``map_in_threads``). Plain ``threading``: each thread takes the next unit of its lane,
-so a million units cost a byte each, not a future each (issue 38).
+threads (``map_in_threads``), on ``concurrent.futures``. A lane's pool runs one runner per
+thread that takes the lane's next unit: a million units cost a byte each, not a future and a
+work item each (~1.6 KiB: a million blob GETs held 1.6 GiB; issue 38).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -38,14 +40,12 @@ def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], objec
     An exception from ``run`` stops every thread from starting another unit and is re-raised
     here once all threads have ended.
 
-    Each thread takes the next unit of its lane until none is left: no future, no work item
-    per unit (a million blob GETs as futures held ~1.6 GiB; issue 38), one byte per unit
-    to say whether it started."""
+    Each runner takes the next unit of its lane until none is left; one byte per unit says
+    whether it started."""
     stop = threading.Event()
     started = [bytearray(len(units)) for _, units in lanes]  # 1: taken by a thread
     running: dict[int, tuple[int, int]] = {}  # thread -> (lane, unit) it runs now
     failures: list[tuple[int, int, BaseException]] = []
-    threads: list[threading.Thread] = []
 
     def runner(k: int, units: Sequence[U], taken: Iterator[int]) -> None:
         me = threading.get_ident()
@@ -64,38 +64,33 @@ def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], objec
             finally:
                 running.pop(me, None)
 
+    pools: list[ThreadPoolExecutor] = []
+    runners: list[Future[None]] = []
+    late: list[U] = []
     try:
         for k, (count, units) in enumerate(lanes):
+            if not units:
+                continue
+            threads = min(max(1, count), len(units))
+            pools.append(ThreadPoolExecutor(threads, thread_name_prefix=f"{name}-{k}"))
             taken = itertools.count()
-            for r in range(min(max(1, count), len(units))):
-                threads.append(threading.Thread(target=runner, args=(k, units, taken),
-                                                name=f"{name}-{k}_{r}"))
-                threads[-1].start()
-        late = [lanes[k][1][i] for k, i in _wait(threads, running, deadline)]
+            runners += [pools[-1].submit(runner, k, units, taken) for _ in range(threads)]
+        _, pending = wait(runners, timeout=None if deadline is None
+                          else max(0.0, deadline + GRACE - time.monotonic()))
+        if pending:  # past the deadline: what runs now is stuck (the rest start nothing)
+            late = [lanes[k][1][i] for k, i in sorted(running.values())]
     except BaseException:  # Ctrl-C while waiting: nothing more starts
         stop.set()
         raise
+    finally:
+        for pool in pools:
+            pool.shutdown(wait=not late)
     if stuck is not None:
         stuck.extend(late)
     if failures:
         raise min(failures, key=lambda f: (f[0], f[1]))[2]
     return [u for (_, units), begun in zip(lanes, started, strict=True)
             for u, b in zip(units, begun, strict=True) if not b]
-
-
-def _wait(threads: Sequence[threading.Thread], running: Mapping[int, tuple[int, int]],
-          deadline: float | None) -> list[tuple[int, int]]:
-    """Wait for ``threads`` (until ``GRACE`` after the deadline at most); the (lane, unit) of
-    each unit still running then, in lane and unit order (then the others are waited for:
-    past the deadline, between units, they start no other)."""
-    for t in threads:
-        t.join(None if deadline is None else max(0.0, deadline + GRACE - time.monotonic()))
-    alive = {t.ident for t in threads if t.is_alive()}
-    late = sorted(at for ident, at in list(running.items()) if ident in alive)
-    if not late:
-        for t in threads:
-            t.join()
-    return late
 
 
 def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
