@@ -60,8 +60,9 @@ sends it first, within the same 2 s.
 --json prints one document: status, exit_code, fingerprint_key, cells_restored,
 cells_missing, cells_incomplete, cells_failed, cells_elsewhere, entries,
 files_fetched, files_skipped, files_failed, bytes_fetched, deadline_hit, seconds,
-environment, conflicts, stale_temps_removed, fingerprint_python (the interpreter the
-fingerprint describes).
+environment, conflicts, stale_temps_removed, files_unsynced (files in place whose sync to
+disk the deadline cut short: still pending, vouched for only once synced),
+fingerprint_python (the interpreter the fingerprint describes).
 Progress goes to stderr when it is a terminal.
 
 The fingerprint's package versions (torch, diffusers, transformers, the Neuron SDK) and
