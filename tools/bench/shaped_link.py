@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 CHUNK = 256 << 10  # bytes read at a time from either side
+IDLE_AFTER_EOF_S = 5.0  # after the client's EOF, how long a response may still take
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,7 @@ class ShapedLink:
                      for d in ("up", "down")}
         self.conn_buckets: list[dict[str, TokenBucket]] = []  # one per connection, kept
         self.requests = 0  # response starts held for latency
+        self._handlers: set[asyncio.Task[None]] = set()
         self.connections = 0
 
     async def serve(self, port: int = 0) -> asyncio.Server:
@@ -115,17 +117,32 @@ class ShapedLink:
             cwriter.close()
             return
         pending: list[float] = []  # when the response may start (latency after a request chunk)
+        up = asyncio.ensure_future(self._pump(creader, swriter, conn["up"], "up", pending))
+        down = asyncio.ensure_future(self._pump(sreader, cwriter, conn["down"], "down",
+                                                pending))
+        me = asyncio.current_task()
+        if me is not None:  # asyncio drops its own reference once the client has gone
+            self._handlers.add(me)
         try:
-            await asyncio.gather(self._pump(creader, swriter, conn["up"], "up", pending),
-                                 self._pump(sreader, cwriter, conn["down"], "down", pending))
-        except (ConnectionError, OSError):
-            pass
+            done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+            if down not in done:  # the client sent its last byte: let a response finish
+                await asyncio.wait({down}, timeout=IDLE_AFTER_EOF_S)
         finally:
+            for task in (up, down):
+                task.cancel()
             for w in (cwriter, swriter):
                 w.close()
+            self._handlers.discard(me)  # type: ignore[arg-type]
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     conn: TokenBucket, direction: str, pending: list[float]) -> None:
+        try:
+            await self._forward(reader, writer, conn, direction, pending)
+        except (ConnectionError, OSError):
+            pass  # either side went away: the connection ends
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       conn: TokenBucket, direction: str, pending: list[float]) -> None:
         while data := await reader.read(CHUNK):
             if direction == "down" and pending:
                 self.requests += 1
