@@ -1,21 +1,31 @@
-"""Boot benchmark (issue 22): fresh trees, `neffcache restore` against s5cmd, in one run.
+"""Boot benchmark (issues 22, 38): fresh trees, `neffcache restore` against s5cmd and aws, on
+loopback and through a shaped link, and the time to the first cell ready, in one run.
 
-    python tools/bench/boot.py                         # three trees, medians of 3 (10-25 min)
+    python tools/bench/boot.py                         # three trees, medians of 3 (20-40 min)
     python tools/bench/boot.py --quick                 # small trees, 1 run (a smoke run)
     python tools/bench/boot.py --baseline /tmp/nc-old  # also another checkout's restore
+    python tools/bench/boot.py --links loopback --writer-mib 0 --first-cells 0  # issue 22's
     python tools/bench/boot.py --out tools/bench/results/boot-COMMIT.txt
 
 For each tree (eager: 3,000 files of 8-256 KiB; mixed: 2 large + 2,000 small; compiled:
 6 x 64 MiB + 300 small), written fresh from a new seed, on SeaweedFS on 127.0.0.1 (moto if
 SeaweedFS is not installed): `neffcache push` against `s5cmd cp` of the same files (time, peak
-RSS); then, rotating the order round by round, `s5cmd cp` of the plain objects and
-`neffcache restore` (and the baseline's, with --baseline: PYTHONPATH pointing at that checkout)
-into empty directories, quiet and beside a buffered writer (a child writing 2 GiB with plain
-`write` calls to a file on the same file system, started before the restore). Prints medians,
-each ratio beside its target, and each tool's CPU seconds (user + system, wait4) per GiB
-restored: s5cmd verifies nothing, so the price of verification shows. Every restore is judged
-byte for byte (sha256 of every file) before the next run; every run starts with its previous
-outputs written back and dropped from the page cache (``restore.py``'s method, reused).
+RSS, and the bytes and objects the store holds for the tree after the push); then, rotating
+the order round by round, `s5cmd cp` of the plain objects, `aws s3 sync` of them and
+`neffcache restore` (and the baseline's, with --baseline: PYTHONPATH pointing at that
+checkout) into empty directories: on loopback quiet and beside a buffered writer (a child
+writing 2 GiB with plain `write` calls to a file on the same file system, started before the
+restore), and through the shaped link (``shaped_link.py``: 20 ms to the first byte of every
+request, 1 Gbit/s shared by all connections, 700 Mbit/s per connection; its own process).
+Prints medians, each ratio beside its target, each time over the shaped link against the
+physical limit (the tree's bytes at the link rate plus one request's latency) and against
+s5cmd's, and each tool's CPU seconds (user + system, wait4) per GiB restored: s5cmd verifies
+nothing, so the price of verification shows. Then the time to the first cell
+(``first_cell.py``): on a matrix of 20 cells of the compiled shape, from the restore's start
+to the announcement of the cell asked for with ``--first``, against the whole restore, on
+each link. Every restore is judged byte for byte (sha256 of every file) before the next run;
+every run starts with its previous outputs written back and dropped from the page cache
+(``restore.py``'s method, reused).
 """
 
 from __future__ import annotations
@@ -30,15 +40,18 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
+import first_cell as F  # noqa: E402  (time to first cell, beside this file)
 import restore as B  # noqa: E402  (the benchmark beside this file: spawner, eviction, checks)
+from shaped_link import LinkShape, process_cpu_seconds, shaped_link  # noqa: E402
 
 from tests.support.servers import (  # noqa: E402
     WEED_CREDENTIALS,
@@ -74,6 +87,7 @@ TARGETS = {"eager": 0.35, "mixed": 0.4, "compiled": 1.0}  # neffcache restore / 
 LOADED_TARGET = 1.2  # restore beside the writer / quiet, at most
 DELETE_SETTLE_S = 65.0  # after deleting a tree's restores, before the next tree (forget_outputs)
 PUSH_TIME_TARGET, PUSH_RSS_TARGET_MIB = 1.5, 200  # push / s5cmd cp; push peak RSS
+SHAPED_TARGET = 1.15  # restore over the shaped link / its physical limit, at most
 MATRIX = "".join(f"""
 [[pipelines]]
 name = "boot-{name}"
@@ -105,6 +119,7 @@ class Samples:
     seconds: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     rss_kib: list[int] = field(default_factory=list)
+    proxy_cpu: list[float] = field(default_factory=list)  # the shaped link's, per run
 
     def add(self, t: B.Timed) -> None:
         self.seconds.append(t.seconds)
@@ -128,23 +143,29 @@ class Samples:
 class Bench:
     work: Path
     env: dict[str, str]
-    endpoint: str
+    endpoints: dict[str, str]  # link name -> S3 endpoint ("loopback", and "shaped" if used)
     matrix: Path
     runs: int
-    writer_bytes: int
+    writer_bytes: int  # 0: no runs beside the writer
     restorers: dict[str, dict[str, str]]  # tool name -> env overlay (PYTHONPATH of a checkout)
+    aws: list[str] | None = None  # `aws` argv prefix, if available
+    proxy_pid: int | None = None  # the shaped link's process (its CPU is read per run)
     out: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.out = self.work / "out"
         self.n = 0
 
+    @property
+    def tools(self) -> list[str]:
+        return ["s5cmd", *(["aws"] if self.aws else []), *self.restorers]
+
     def dest(self, label: str) -> Path:
         self.n += 1
         return self.out / f"{label}-{self.n}"
 
-    def s5cmd(self, *args: str) -> list[str]:
-        return [B.s5cmd(), "--endpoint-url", self.endpoint, *args]
+    def s5cmd(self, *args: str, link: str = "loopback") -> list[str]:
+        return [B.s5cmd(), "--endpoint-url", self.endpoints[link], *args]
 
     def push_env(self, name: str, i: int | str) -> dict[str, str]:
         return dict(self.env, NEFFCACHE_HOME=str(self.work / "home-publisher"),
@@ -153,8 +174,8 @@ class Bench:
     def push(self, name: str, tree: ProfileTree) -> dict[str, Samples]:
         """`neffcache push` of the tree to a fresh prefix (each restorer's checkout: "push"
         is this one's, "push (baseline)" the other's) against `s5cmd cp` of its files to
-        another, in rotating order; this checkout's first push and s5cmd's first copy are
-        what the restores read."""
+        another, in rotating order, on loopback; this checkout's first push and s5cmd's first
+        copy are what the restores read."""
         pushers = {("push" if k == 0 else f"push ({tool})"): overlay
                    for k, (tool, overlay) in enumerate(self.restorers.items())}
         out = {tool: Samples() for tool in [*pushers, "s5cmd cp"]}
@@ -174,28 +195,43 @@ class Bench:
                 B.log(f"{name}: {tool} {i + 1}: {out[tool].seconds[-1]:.2f} s")
         return out
 
-    def command(self, tool: str, name: str, dest: Path) -> tuple[list[str], dict[str, str]]:
+    def command(self, tool: str, name: str, dest: Path,
+                link: str = "loopback") -> tuple[list[str], dict[str, str]]:
+        endpoint = self.endpoints[link]
         if tool == "s5cmd":
-            return self.s5cmd("cp", f"s3://{BUCKET}/plain/{name}-0/*", f"{dest}/neff/"), self.env
+            return self.s5cmd("cp", f"s3://{BUCKET}/plain/{name}-0/*", f"{dest}/neff/",
+                              link=link), self.env
+        if tool == "aws":
+            assert self.aws is not None
+            return [*self.aws, "--endpoint-url", endpoint, "s3", "sync",
+                    f"s3://{BUCKET}/plain/{name}-0", f"{dest}/neff", "--only-show-errors"], \
+                self.env
         env = dict(self.push_env(name, 0), NEFFCACHE_HOME=str(self.work / "home-instance"),
-                   **self.restorers[tool])
+                   AWS_ENDPOINT_URL=endpoint, **self.restorers[tool])
         return [*B.neffcache(), "restore", str(self.matrix), "--to", str(dest), "--cells",
                 CELLS[name], "--json"], env
 
-    def once(self, tool: str, name: str, tree: ProfileTree, *, loaded: bool) -> B.Timed:
-        """One restore into a new directory (beside the writer if ``loaded``), judged byte
-        for byte, then written back and dropped from the page cache."""
-        dest = self.dest(f"{name}-{tool.replace(' ', '-')}")
-        argv, env = self.command(tool, name, dest)
+    def once(self, tool: str, name: str, tree: ProfileTree, *, loaded: bool = False,
+             link: str = "loopback") -> tuple[B.Timed, float]:
+        """One restore into a new directory (beside the writer if ``loaded``; through the
+        shaped link if ``link`` says so), judged byte for byte, then written back and dropped
+        from the page cache. Returns its timing and the shaped link's CPU seconds for it."""
+        dest = self.dest(f"{name}-{tool.replace(' ', '-')}-{link}")
+        argv, env = self.command(tool, name, dest, link)
         os.sync()  # no run pays for writing back another's files
+        proxy0 = self.proxy_cpu() if link == "shaped" else 0.0
         with self.writer(loaded):
             t = B.run(argv, env)
-        if tool != "s5cmd":
+        proxy = self.proxy_cpu() - proxy0 if link == "shaped" else 0.0
+        if tool not in ("s5cmd", "aws"):
             doc = json.loads(t.stdout)
             assert doc["files_fetched"] == len(tree.files), (tool, doc)
         B.check_tree(dest / "neff", tree, tool, full=True)
         B.evict_page_cache(dest)
-        return t
+        return t, proxy
+
+    def proxy_cpu(self) -> float:
+        return process_cpu_seconds(self.proxy_pid) if self.proxy_pid else 0.0
 
     @contextmanager
     def writer(self, on: bool) -> Iterator[None]:
@@ -214,22 +250,41 @@ class Bench:
             os.sync()
 
     def restores(self, name: str, tree: ProfileTree) -> dict[str, Samples]:
-        """Untimed warm-up of each tool (SeaweedFS's first read of an object is slow), then
-        rounds in rotating order: every tool quiet and beside the writer (s5cmd's slowdown
-        beside it is the peer: what the machine itself loses to the writer)."""
-        tools = ["s5cmd", *self.restorers]
-        for tool in tools[:2]:
-            self.once(tool, name, tree, loaded=False)
-        out = {t: Samples() for t in tools} | {f"{t} loaded": Samples() for t in tools}
-        cases = [(t, False) for t in tools] + [(t, True) for t in tools]
+        """Untimed warm-up of s5cmd and neffcache (SeaweedFS's first read of an object is
+        slow), then rounds in rotating order: every tool on loopback quiet and beside the
+        writer (s5cmd's slowdown beside it is the peer: what the machine itself loses to the
+        writer), and through the shaped link. Keys: "TOOL", "TOOL loaded", "TOOL shaped"."""
+        for tool in ["s5cmd", *self.restorers][:2]:
+            self.once(tool, name, tree)
+        cases = [(t, False, "loopback") for t in self.tools]
+        if self.writer_bytes:
+            cases += [(t, True, "loopback") for t in self.tools]
+        if "shaped" in self.endpoints:
+            cases += [(t, False, "shaped") for t in self.tools]
+        out = {case_key(*c): Samples() for c in cases}
         for i in range(self.runs):
             k = i % len(cases)
-            for tool, loaded in cases[k:] + cases[:k]:
-                t = self.once(tool, name, tree, loaded=loaded)
-                out[f"{tool} loaded" if loaded else tool].add(t)
-                B.log(f"{name}: {tool}{' beside the writer' if loaded else ''} {i + 1}: "
-                      f"{t.seconds:.2f} s")
+            for tool, loaded, link in cases[k:] + cases[:k]:
+                t, proxy = self.once(tool, name, tree, loaded=loaded, link=link)
+                key = case_key(tool, loaded, link)
+                out[key].add(t)
+                out[key].proxy_cpu.append(proxy)
+                B.log(f"{name}: {key} {i + 1}: {t.seconds:.2f} s")
         return out
+
+
+def case_key(tool: str, loaded: bool, link: str) -> str:
+    return tool + (" loaded" if loaded else "") + (" shaped" if link == "shaped" else "")
+
+
+def stored_bytes(s3: Any, prefix: str) -> tuple[int, int]:
+    """(bytes, objects) the store holds under ``prefix`` (blobs, packs, manifests)."""
+    total = count = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            total += obj["Size"]
+            count += 1
+    return total, count
 
 
 def forget_outputs(out: Path, wait: float) -> None:
@@ -248,69 +303,108 @@ def forget_outputs(out: Path, wait: float) -> None:
         time.sleep(wait)
 
 
-def report(name: str, tree: ProfileTree, push: dict[str, Samples],
-           rest: dict[str, Samples], restorers: list[str]) -> tuple[list[str], dict[str, bool]]:
+@dataclass
+class Row:
+    name: str
+    tree: ProfileTree
+    push: dict[str, Samples]
+    rest: dict[str, Samples]
+    stored: dict[str, tuple[int, int]]  # pusher -> (bytes, objects) in its store prefix
+
+
+def report(row: Row, restorers: list[str], shape: LinkShape | None) -> tuple[list[str],
+                                                                            dict[str, bool]]:
+    name, tree, push, rest = row.name, row.tree, row.push, row.rest
     gib = tree.total_bytes / GiB
     s5 = rest["s5cmd"]
     lines = [f"{name}: {len(tree.files)} files, {tree.total_bytes / MiB:.0f} MiB "
-             f"(medians of {len(s5.seconds)})",
-             f"  s5cmd cp (download)     {s5.median():6.2f} s   CPU {s5.cpu_median() / gib:5.2f} "
-             f"s/GiB   (all: {s5.all()})",
-             f"  {'  beside the writer':23} {rest['s5cmd loaded'].median():6.2f} s   "
-             f"{rest['s5cmd loaded'].median() / s5.median():.2f} x quiet (the peer)   "
-             f"(all: {rest['s5cmd loaded'].all()})"]
+             f"(medians of {len(s5.seconds)})", "  loopback:"]
     verdicts: dict[str, bool] = {}
-    for tool in restorers:
-        q, ld = rest[tool], rest[f"{tool} loaded"]
-        ratio, lratio = q.median() / s5.median(), ld.median() / q.median()
-        lines += [f"  {tool + ' restore':23} {q.median():6.2f} s   CPU {q.cpu_median() / gib:5.2f}"
-                  f" s/GiB   {ratio:.2f} x s5cmd (target <= {TARGETS[name]})   "
-                  f"peak RSS {q.rss_mib():.0f} MiB   (all: {q.all()})",
-                  f"  {'  beside the writer':23} {ld.median():6.2f} s   {lratio:.2f} x quiet "
-                  f"(target <= {LOADED_TARGET})   (all: {ld.all()})"]
-        verdicts[f"{name}: {tool} restore <= {TARGETS[name]} x s5cmd"] = ratio <= TARGETS[name]
-        verdicts[f"{name}: {tool} beside the writer <= {LOADED_TARGET} x quiet"] = \
-            lratio <= LOADED_TARGET
+    for tool in [t for t in ("s5cmd", "aws", *restorers) if t in rest]:
+        q = rest[tool]
+        ratio = q.median() / s5.median()
+        lines.append(f"    {tool:21} {q.median():6.2f} s   {ratio:5.2f} x s5cmd   CPU "
+                     f"{q.cpu_median() / gib:5.2f} s/GiB   peak RSS {q.rss_mib():4.0f} MiB   "
+                     f"(all: {q.all()})")
+        if tool in restorers:
+            verdicts[f"{name}: {tool} restore <= {TARGETS[name]} x s5cmd (issue 22)"] = \
+                ratio <= TARGETS[name]
+            verdicts[f"{name}: {tool} restore ahead of s5cmd on loopback (<= 1.0 x)"] = \
+                ratio <= 1.0
+            verdicts[f"{name}: {tool} CPU/GiB <= s5cmd's"] = q.cpu_median() <= s5.cpu_median()
+        ld = rest.get(f"{tool} loaded")
+        if ld is not None:
+            lratio = ld.median() / q.median()
+            lines.append(f"      beside the writer   {ld.median():6.2f} s   {lratio:5.2f} x quiet"
+                         + (" (the peer)" if tool == "s5cmd" else f" (target <= {LOADED_TARGET})")
+                         + f"   (all: {ld.all()})")
+            if tool in restorers:
+                verdicts[f"{name}: {tool} beside the writer <= {LOADED_TARGET} x quiet"] = \
+                    lratio <= LOADED_TARGET
+    if shape is not None and "s5cmd shaped" in rest:
+        limit = shape.limit_seconds(tree.total_bytes)
+        s5s = rest["s5cmd shaped"]
+        lines.append(f"  shaped link ({shape.describe()}): physical limit {limit:.2f} s "
+                     f"= {tree.total_bytes / MiB:.0f} MiB / link rate + one latency")
+        for tool in [t for t in ("s5cmd", "aws", *restorers) if f"{t} shaped" in rest]:
+            q = rest[f"{tool} shaped"]
+            lines.append(f"    {tool:21} {q.median():6.2f} s   {q.median() / limit:5.2f} x limit"
+                         f"   {q.median() / s5s.median():5.2f} x s5cmd   CPU "
+                         f"{q.cpu_median() / gib:5.2f} s/GiB   link's CPU "
+                         f"{statistics.median(q.proxy_cpu):4.2f} s   (all: {q.all()})")
+            if tool in restorers:
+                verdicts[f"{name}: {tool} over the shaped link <= {SHAPED_TARGET} x limit"] = \
+                    q.median() <= SHAPED_TARGET * limit
     p, c = push["push"], push["s5cmd cp"]
     pratio = p.median() / c.median()
-    lines.append(f"  push                    {p.median():6.2f} s   peak RSS {p.rss_mib():.0f} MiB"
-                 f"   {pratio:.2f} x s5cmd cp {c.median():.2f} s, peak RSS {c.rss_mib():.0f} "
-                 f"MiB (targets <= {PUSH_TIME_TARGET} x, <= {PUSH_RSS_TARGET_MIB} MiB)   "
-                 f"(all: {p.all()}; s5cmd cp: {c.all()})")
+    lines.append(f"  push (loopback)         {p.median():6.2f} s   {pratio:5.2f} x s5cmd cp "
+                 f"{c.median():.2f} s (target <= {PUSH_TIME_TARGET} x)   peak RSS "
+                 f"{p.rss_mib():.0f} MiB vs {c.rss_mib():.0f} MiB   (all: {p.all()}; s5cmd cp: "
+                 f"{c.all()})")
+    for tool, (nbytes, nobj) in row.stored.items():
+        lines.append(f"    {'stored by ' + tool:21} {nbytes / MiB:6.0f} MiB in {nobj} objects = "
+                     f"{nbytes / tree.total_bytes:.2f} x the tree's bytes (s5cmd cp: 1.00 x, "
+                     f"{len(tree.files)} objects)")
     for tool in (t for t in push if t not in ("push", "s5cmd cp")):
         o = push[tool]
-        lines.append(f"  {tool:23} {o.median():6.2f} s   peak RSS {o.rss_mib():.0f} MiB   "
-                     f"{o.median() / c.median():.2f} x s5cmd cp   (all: {o.all()})")
+        lines.append(f"  {tool:23} {o.median():6.2f} s   {o.median() / c.median():5.2f} x s5cmd"
+                     f" cp   peak RSS {o.rss_mib():.0f} MiB   (all: {o.all()})")
     verdicts[f"{name}: push <= {PUSH_TIME_TARGET} x s5cmd cp"] = pratio <= PUSH_TIME_TARGET
     verdicts[f"{name}: push <= {PUSH_RSS_TARGET_MIB} MiB RSS"] = \
         p.rss_mib() <= PUSH_RSS_TARGET_MIB
     return lines, verdicts
 
 
-def markdown(rows: list[tuple[str, ProfileTree, dict[str, Samples], dict[str, Samples]]],
-             restorers: list[str]) -> list[str]:
-    """The README's table: one row per tree."""
-    head = ["tree", "s5cmd"] + [f"{t} (× s5cmd)" for t in restorers] + \
-        [f"{t} beside writer (× quiet)" for t in ["s5cmd", *restorers]] + \
-        ["CPU s/GiB: s5cmd / " + " / ".join(restorers), "push (× s5cmd cp), peak RSS"]
+def markdown(rows: list[Row], restorers: list[str], shape: LinkShape | None) -> list[str]:
+    """The README's tables: restore per tree and link (time, x s5cmd, x the limit), CPU per
+    GiB, push with the store's bytes."""
+    tools = [t for t in ("s5cmd", "aws", *restorers) if rows and t in rows[0].rest]
+    head = ["tree", "link (limit)", *tools, "CPU s/GiB: " + " / ".join(tools)]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, tree, push, rest in rows:
-        gib, s5 = tree.total_bytes / GiB, rest["s5cmd"]
-        cells = [f"{name}, {len(tree.files)} files, {tree.total_bytes / MiB:.0f} MiB",
-                 f"{s5.median():.2f} s"]
-        cells += [f"{rest[t].median():.2f} s ({rest[t].median() / s5.median():.2f} ×)"
-                  for t in restorers]
-        cells += [f"{rest[t + ' loaded'].median():.2f} s "
-                  f"({rest[t + ' loaded'].median() / rest[t].median():.2f} ×)"
-                  for t in ["s5cmd", *restorers]]
-        cells.append(" / ".join(f"{rest[t].cpu_median() / gib:.2f}" for t in ["s5cmd", *restorers]))
-        p, c = push["push"], push["s5cmd cp"]
-        cells.append(f"{p.median():.2f} s vs {c.median():.2f} s ({p.median() / c.median():.2f} ×),"
-                     f" {p.rss_mib():.0f} vs {c.rss_mib():.0f} MiB" + "".join(
-                         f"; {t.removeprefix('push (').rstrip(')')}: {o.median():.2f} s "
-                         f"({o.median() / c.median():.2f} ×), {o.rss_mib():.0f} MiB"
-                         for t, o in push.items() if t not in ("push", "s5cmd cp")))
-        out.append("| " + " | ".join(cells) + " |")
+    for row in rows:
+        gib, tree = row.tree.total_bytes / GiB, row.tree
+        label = f"{row.name}, {len(tree.files)} files, {tree.total_bytes / MiB:.0f} MiB"
+        links = [("loopback", "", None)]
+        if shape is not None and "s5cmd shaped" in row.rest:
+            links.append(("shaped", " shaped", shape.limit_seconds(tree.total_bytes)))
+        for link, suffix, limit in links:
+            s5 = row.rest["s5cmd" + suffix].median()
+            cells = [label, link + (f" ({limit:.2f} s)" if limit else "")]
+            for t in tools:
+                m = row.rest[t + suffix].median()
+                cells.append(f"{m:.2f} s ({m / s5:.2f} ×" +
+                             (f"; {m / limit:.2f} × limit)" if limit else ")"))
+            cells.append(" / ".join(f"{row.rest[t + suffix].cpu_median() / gib:.2f}"
+                                    for t in tools))
+            out.append("| " + " | ".join(cells) + " |")
+    out += ["", "| tree | push | s5cmd cp | push × s5cmd cp | stored (× tree bytes) | "
+            "push peak RSS |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        p, c = row.push["push"], row.push["s5cmd cp"]
+        nbytes, nobj = row.stored.get("push", (0, 0))
+        out.append(f"| {row.name} | {p.median():.2f} s | {c.median():.2f} s | "
+                   f"{p.median() / c.median():.2f} × | {nbytes / MiB:.0f} MiB in {nobj} objects "
+                   f"({nbytes / row.tree.total_bytes:.2f} ×) | {p.rss_mib():.0f} MiB |")
     return out
 
 
@@ -321,7 +415,21 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--trees", default=",".join(TREES), help="comma-separated: " + ", ".join(TREES))
     p.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
                    help="also time this checkout's restore (PYTHONPATH=CHECKOUT), same run")
-    p.add_argument("--writer-mib", type=int, default=None, help="heavy writer (default 2048)")
+    p.add_argument("--writer-mib", type=int, default=None,
+                   help="heavy writer (default 2048; 0: no runs beside a writer)")
+    p.add_argument("--links", default="loopback,shaped",
+                   help="loopback, or loopback,shaped (default): also through the shaped link")
+    p.add_argument("--latency-ms", type=float, default=20.0, help="shaped link: per request")
+    p.add_argument("--link-mbit", type=float, default=1000.0, help="shaped link: shared rate")
+    p.add_argument("--conn-mbit", type=float, default=700.0, help="shaped link: per connection")
+    p.add_argument("--no-aws", action="store_true", help="leave `aws s3 sync` out")
+    p.add_argument("--first-cells", type=int, default=20,
+                   help="time to first cell: cells in its matrix (default 20; 0: skip it)")
+    p.add_argument("--first-large-mib", type=int, default=None,
+                   help="time to first cell: size of each cell's 6 large files (default 64; "
+                        "quick 4)")
+    p.add_argument("--first-runs", type=int, default=None,
+                   help="time to first cell: runs per link (default --runs)")
     p.add_argument("--seed", type=int, default=None, help="tree seed (default: the time)")
     p.add_argument("--settle", type=float, default=None, help="seconds after the uploads (20)")
     p.add_argument("--out", type=Path, default=None, help="also write the report here")
@@ -344,7 +452,7 @@ def main() -> int:
     args = parse_args()
     runs = args.runs or (1 if args.quick else 3)
     seed = args.seed if args.seed is not None else int(time.time())
-    writer = (args.writer_mib or (256 if args.quick else 2048)) << 20
+    writer = (256 if args.quick else 2048) if args.writer_mib is None else args.writer_mib
     shapes = QUICK if args.quick else TREES
     names = [n.strip() for n in args.trees.split(",") if n.strip()]
     restorers = {"neffcache": {"PYTHONPATH": str(B.REPO)}}
@@ -359,7 +467,7 @@ def main() -> int:
         compileall.compile_dir(str(args.baseline / "neffcache"), quiet=1)
     try:
         with tempfile.TemporaryDirectory(prefix="neffcache-boot-") as tmp:
-            text = bench(Path(tmp), names, shapes, runs, seed, writer, restorers, args)
+            text = bench(Path(tmp), names, shapes, runs, seed, writer << 20, restorers, args)
     finally:
         B.stop_spawner()
     text.append(f"total {time.monotonic() - started:.0f} s")
@@ -380,39 +488,67 @@ def bench(work: Path, names: list[str], shapes: dict[str, Profile], runs: int, s
                PYTHONPATH=str(B.REPO))  # push and restore from this checkout, not an install
     matrix = work / "matrix.toml"
     matrix.write_text('backend = "neuron"\n' + MATRIX, encoding="utf-8")
+    links = [x.strip() for x in args.links.split(",") if x.strip()]
+    shape = LinkShape(args.latency_ms / 1e3, args.link_mbit * 1e6, args.conn_mbit * 1e6) \
+        if "shaped" in links else None
+    aws, aws_note = (None, "aws left out") if args.no_aws else \
+        B.find_aws(Path.home() / ".cache" / "neffcache-bench", allow_install=False)
+    B.log(aws_note)
     load0 = os.getloadavg()
-    with s3_server(work) as (endpoint, creds, server):
+    with s3_server(work) as (endpoint, creds, server), \
+            (shaped_link(endpoint, shape) if shape else nullcontext(("", 0))) as (shaped, pid):
         env.update(creds, AWS_ENDPOINT_URL=endpoint, AWS_REGION="us-east-1")
         import boto3
 
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                     aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
-                     aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"]
-                     ).create_bucket(Bucket=BUCKET)
-        b = Bench(work, env, endpoint, matrix, runs, writer, restorers)
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"])
+        s3.create_bucket(Bucket=BUCKET)
+        endpoints = {"loopback": endpoint} | ({"shaped": shaped} if shape else {})
+        b = Bench(work, env, endpoints, matrix, runs, writer, restorers, aws, pid or None)
         prepared = []
         for name in names:
             tree = make_profile_cache(work / "src" / name, shapes[name], seed=seed)
-            prepared.append((name, tree, b.push(name, tree)))
+            push = b.push(name, tree)
+            stored = {"push": stored_bytes(s3, f"neff-{name}-0/")} | {
+                f"push ({t})": stored_bytes(s3, f"neff-{name}-{k}-0/")
+                for k, t in enumerate(restorers) if k}
+            prepared.append((name, tree, push, stored))
+        first = None
+        if args.first_cells:
+            large = args.first_large_mib or (4 if args.quick else 64)
+            first = F.prepare(work, env, args.first_cells, large, seed)
         B.settle(args.settle if args.settle is not None else (0 if args.quick else 20))
         rows, text, verdicts = [], [], {}
-        for k, (name, tree, push) in enumerate(prepared):
+        for k, (name, tree, push, stored) in enumerate(prepared):
             if k:  # the last tree's restores, deleted: wait until ext4 reuses their inodes
                 forget_outputs(b.out, 0 if args.quick else DELETE_SETTLE_S)
-            rest = b.restores(name, tree)
-            lines, v = report(name, tree, push, rest, list(restorers))
+            row = Row(name, tree, push, b.restores(name, tree), stored)
+            lines, v = report(row, list(restorers), shape)
             text += lines + [""]
             verdicts |= v
-            rows.append((name, tree, push, rest))
-    shutil.rmtree(b.out, ignore_errors=True)
+            rows.append(row)
+        shutil.rmtree(b.out, ignore_errors=True)
+        if first is not None:
+            fmatrix, cells = first
+            shutil.rmtree(work / "src-first", ignore_errors=True)
+            nbytes = sum(t.total_bytes for _, t in cells)
+            fres = F.measure(fmatrix, cells, work, env, endpoints, args.first_runs or runs)
+            lines, v = F.report(fres, cells, {"shaped": shape.limit_seconds(nbytes)}
+                                if shape else {})
+            text += lines + [""]
+            verdicts |= v
     head = [f"boot benchmark: {server} on 127.0.0.1, seed {seed}, {runs} run(s) each, writer "
             f"{writer >> 20} MiB; restorers: " +
-            ", ".join(f"{k} ({v['PYTHONPATH']})" for k, v in restorers.items()),
+            ", ".join(f"{k} ({v['PYTHONPATH']})" for k, v in restorers.items()) +
+            f"; {aws_note}", "links: loopback" + (f"; shaped: {shape.describe()} (the "
+                                                  "tools/bench/shaped_link.py proxy, its own "
+                                                  "process)" if shape else ""),
             f"load average {load0[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end "
             f"({os.cpu_count()} cpus)", ""]
     return head + text + [f"{'met' if ok else 'MISSED':6}  {what}"
                           for what, ok in verdicts.items()] + [""] + \
-        markdown(rows, list(restorers)) + [""]
+        markdown(rows, list(restorers), shape) + [""]
 
 
 if __name__ == "__main__":
