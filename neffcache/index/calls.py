@@ -98,14 +98,13 @@ def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
     --help``), then ingest the store's restore reports not yet in the index. The index is
     opened first, so an outdated schema (SchemaOutdatedError, exit 7) is refused before the
     store is read; an unreachable store or index raises UnavailableError (6)."""
+    from neffcache.command_steps import open_checked_store
     from neffcache.index.ingest import ingest_reports
     from neffcache.index.reindex import reindex
-    from neffcache.store import open_store
 
     settings = _settings(request.index, request.store)
     with _open(settings) as ix:
-        st = open_store(settings.store_url)
-        st.check()
+        st = open_checked_store(settings.store_url)
         result = reindex(ix, st, prune=not request.keep_missing, progress=request.progress)
         reports = ingest_reports(ix, st)
     return ReindexStoreResult(st.url, result, reports)
@@ -143,9 +142,10 @@ class IngestRestoreReportsResult(_Success):
 def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestoreReportsResult:
     """Ingest restore reports into the index, each once (by report id): from report files,
     else from the store. Raises UnavailableError (6) / SchemaOutdatedError (7)."""
+    from neffcache.command_steps import open_checked_store
     from neffcache.index.ingest import ingest_report_files, ingest_reports
     from neffcache.reports import date_prefixes
-    from neffcache.store import REPORTS, open_store
+    from neffcache.store import REPORTS
 
     settings = _settings(request.index, request.store)
     with _open(settings) as ix:
@@ -153,8 +153,7 @@ def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestor
             source = ", ".join(str(s) for s in request.sources)
             result = ingest_report_files(ix, [Path(s) for s in request.sources])
         else:
-            st = open_store(settings.store_url)
-            st.check()
+            st = open_checked_store(settings.store_url)
             source = st.url
             prefixes = [REPORTS] if request.days is None else \
                 date_prefixes(datetime.now(timezone.utc), request.days)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import Backend, get_backend, root_dirs
+from neffcache.command_steps import consent
 from neffcache.config import read_settings
 from neffcache.errors import DeadlineExceededError, ExitRule, NeffcacheError, UsageError
 from neffcache.fingerprint import Fingerprint, check_usable, collect_fingerprint
@@ -140,7 +141,11 @@ def prune(request: PruneRequest) -> PruneResult:
         return key in wanted
 
     preview = plan_prune(target, backend, keep, fingerprint.key)
-    if request.dry_run or not preview.pruned or not _consent(request, preview):
+    if request.dry_run or not preview.pruned or not consent(
+            request.confirmed, request.confirm, preview,
+            f"prune would remove {len(preview.pruned)} entry(ies) and {len(preview.remove)} "
+            f"file(s) from {preview.target}; refusing without consent",
+            hint="neffcache prune DIR --matrix M --yes"):
         return preview
     try:
         with lock_destination(str(target), deadline=time.monotonic(), who="prune") as held:
@@ -175,16 +180,6 @@ def evict_untrusted(target: Path, backend: Backend, trusted: Callable[[Any, Any]
         if not held.unclean:  # a killed restore's mark stays for the full run's sweep
             held.finished()
     return done
-
-
-def _consent(request: PruneRequest, preview: PruneResult) -> bool:
-    if request.confirmed:
-        return True
-    if request.confirm is None:
-        raise UsageError(f"prune would remove {len(preview.pruned)} entry(ies) and "
-                         f"{len(preview.remove)} file(s) from {preview.target}; refusing "
-                         "without consent", hint="neffcache prune DIR --matrix M --yes")
-    return request.confirm(preview)
 
 
 def plan_prune(target: Path, backend: Backend, keep: Keep, fingerprint_key: str) -> PruneResult:
