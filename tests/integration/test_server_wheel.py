@@ -22,12 +22,15 @@ def test_installed_wheel_serves_the_dashboard(tmp_path: Path) -> None:
     install_wheel(venv, wheel)
     outside = tmp_path / "elsewhere"
     outside.mkdir()
+    # the installed wheel, not a checkout a PYTHONPATH names
+    installed = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     where = sh(venv / "bin" / "python", "-c",
-               "from neffcache.server.app import web_dir; print(web_dir())", cwd=outside)
+               "from neffcache.server.app import web_dir; print(web_dir())", cwd=outside,
+               env=installed)
     assert where.stdout.strip().startswith(str(venv))
 
     port = free_port()
-    env = dict(os.environ, NEFFCACHE_HOME=str(tmp_path / "home"))
+    env = dict(installed, NEFFCACHE_HOME=str(tmp_path / "home"))
     proc = subprocess.Popen([venv / "bin" / "neffcache", "serve", "--port", str(port)],
                             cwd=outside, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
