@@ -1,15 +1,10 @@
 """Host fingerprint: what must match between the machine that compiled and the one restoring.
 
-``build_fingerprint``, ``diff_fingerprints``, ``canonical_cc_flags`` and ``check_usable`` are
-pure; ``collect_fingerprint`` gathers the facts with small probes (package metadata, /proc, DMI,
-dpkg's status file) and never imports torch or calls the instance metadata service. The only
-command it runs is the inference service's interpreter, when one is named (``python=``), to read
-its package versions (``neffcache.interpreter``). Volatile values (host names, temp paths,
-times) never enter it.
-
-A fingerprint has ``fields`` (compared: they make its key) and ``info`` (recorded and shown,
-never compared): the EC2 instance type and the Neuron runtime version are info, because
-neither changes what the compiler writes, and a compile-only CI host has no runtime at all.
+``collect_fingerprint`` gathers the facts with small probes (package metadata, /proc, DMI, dpkg's
+status file; never torch, never the metadata service; it runs only a named inference
+interpreter, ``neffcache.interpreter``); everything else here is pure. ``fields`` are compared
+(they make the key); ``info`` (instance type, Neuron runtime version) is recorded, never
+compared: neither changes what the compiler writes.
 """
 
 from __future__ import annotations
@@ -74,9 +69,7 @@ FIELD_NOTES: dict[str, str] = {
 @dataclass(frozen=True, slots=True)
 class Fingerprint:
     """A backend name plus sorted (field, value) pairs; ``key`` is their canonical digest.
-
-    ``info`` holds facts recorded alongside (instance type, runtime version) that never enter
-    the key or equality."""
+    ``info``: facts recorded alongside that never enter the key or equality."""
 
     backend: str
     fields: tuple[tuple[str, str], ...]
@@ -118,9 +111,7 @@ class Fingerprint:
         if not isinstance(backend, str) or not isinstance(fields, dict) \
                 or not isinstance(info, dict):
             raise ValueError("fingerprint needs a backend string and a fields table")
-        return cls(backend=backend,
-                   fields=tuple(sorted((str(k), str(v)) for k, v in fields.items())),
-                   info=tuple(sorted((str(k), str(v)) for k, v in info.items())))
+        return build_fingerprint(backend, fields, info)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +123,13 @@ class FieldDiff:
 
 def build_fingerprint(backend: str, facts: Mapping[str, str],
                       info: Mapping[str, str] | None = None) -> Fingerprint:
-    return Fingerprint(backend=backend, fields=tuple(sorted((k, str(v)) for k, v in facts.items())),
-                       info=tuple(sorted((k, str(v)) for k, v in (info or {}).items())))
+    return Fingerprint(backend, tuple(sorted((str(k), str(v)) for k, v in facts.items())),
+                       tuple(sorted((str(k), str(v)) for k, v in (info or {}).items())))
 
 
 def check_usable(fingerprint: Fingerprint) -> None:
-    """Refuse a fingerprint that must not be used to build or restore entries: one whose
-    required fields (the neuron target) could not be determined. ``unknown`` never matches
-    anything, so such a host neither restores nor publishes. Pure."""
+    """Refuse a fingerprint whose required fields (the neuron target) are unknown: such a host
+    neither restores nor publishes."""
     unknown = fingerprint.unknown_fields
     if not unknown:
         return
@@ -166,19 +156,16 @@ ALLOW_MISSING_VAR = "NEFFCACHE_ALLOW_MISSING_PACKAGES"  # "1": the flag, for a w
 
 
 def missing_distributions(fingerprint: Fingerprint) -> tuple[str, ...]:
-    """The distributions its backend needs (``REQUIRED_DISTRIBUTIONS``) that the fingerprint
-    says are absent from its interpreter. Pure."""
+    """The distributions its backend needs that the fingerprint says are absent."""
     return tuple(name for name in REQUIRED_DISTRIBUTIONS.get(fingerprint.backend, ())
                  if fingerprint.get(f"version.{name}") == ABSENT)
 
 
 def check_publishable(fingerprint: Fingerprint, python: str, *, allow_missing: bool = False,
                       environ: Mapping[str, str] | None = None) -> None:
-    """Refuse (UsageError, exit 2) to publish under a fingerprint whose interpreter
-    (``python``, its path) lacks what the backend needs, e.g. torch-neuronx for neuron: such
-    an entry is built for an environment no inference host has. ``allow_missing`` (the
-    ``--allow-missing-packages`` flag) or ``NEFFCACHE_ALLOW_MISSING_PACKAGES=1`` in
-    ``environ`` publishes anyway. Pure."""
+    """Refuse (UsageError) to publish under a fingerprint whose interpreter lacks what the
+    backend needs: no inference host would match the entry. ``allow_missing`` or
+    ``ALLOW_MISSING_VAR`` in ``environ`` publishes anyway."""
     missing = missing_distributions(fingerprint)
     forced = (environ or {}).get(ALLOW_MISSING_VAR, "").strip().lower() in ("1", "true", "yes")
     if not missing or allow_missing or forced:
@@ -211,12 +198,9 @@ def _is_option(token: str) -> bool:
 
 
 def cc_flag_groups(flags: str) -> tuple[tuple[str, str], ...]:
-    """NEURON_CC_FLAGS as (option name, canonical spelling) pairs in the given order.
-
-    An option and its separate value become one spelling: ``--target trn2`` and
-    ``--target=trn2`` both give ``--target=trn2``; ``-O 1`` and ``-O1`` both give ``-O1``.
-    The name is what precedes ``=`` for long options and the first two characters for short
-    ones. Pure."""
+    """NEURON_CC_FLAGS as (option name, canonical spelling) pairs in the given order: an
+    option and its separate value become one spelling (``--target trn2`` -> ``--target=trn2``,
+    ``-O 1`` -> ``-O1``)."""
     try:
         tokens = shlex.split(flags)
     except ValueError:
@@ -243,11 +227,8 @@ def cc_flag_groups(flags: str) -> tuple[tuple[str, str], ...]:
 
 
 def canonical_cc_flags(flags: str) -> str:
-    """NEURON_CC_FLAGS with order and spacing normalised, so ``--a  -b`` and ``-b --a`` give
-    one key. Options are sorted by name with a stable sort: a repeated option keeps its
-    relative order (the last one wins in the compiler, so ``-O1 -O2`` and ``-O2 -O1`` stay
-    different). Each spelling is shell-quoted, so a value with a space cannot be confused
-    with two options. Pure."""
+    """NEURON_CC_FLAGS with order and spacing normalised. A stable sort by name: a repeated
+    option keeps its order (the last one wins in the compiler); each spelling shell-quoted."""
     groups = sorted(cc_flag_groups(flags), key=lambda g: g[0])
     return " ".join(shlex.quote(spelling) for _, spelling in groups)
 
@@ -288,8 +269,7 @@ _PARAGRAPH_END = re.compile(r"\n[ \t]*\n")
 def runtime_version_from_dpkg_status(text: str, package: str = neuron_env.RUNTIME_PACKAGE
                                      ) -> str | None:
     """The version of an installed package in a dpkg status file's text (None if it is not
-    installed). Pure. Only paragraphs naming the package are parsed: a status file lists
-    every package on the host (~1 MB on a Neuron AMI) and this runs on every boot restore."""
+    installed); only paragraphs naming it are parsed (~1 MB of them, on every boot)."""
     named = re.compile(rf"^Package:[ \t]*{re.escape(package)}[ \t]*$", re.MULTILINE)
     for found in named.finditer(text):  # dpkg writes Package first in each paragraph
         end = _PARAGRAPH_END.search(text, found.end())
@@ -307,7 +287,7 @@ def runtime_version_from_dpkg_status(text: str, package: str = neuron_env.RUNTIM
 
 def runtime_version_from_lib_names(names: Sequence[str],
                                    lib: str = neuron_env.RUNTIME_LIB_NAME) -> str | None:
-    """The highest fully versioned ``libnrt.so.X.Y.Z`` among file names (None if none). Pure."""
+    """The highest fully versioned ``libnrt.so.X.Y.Z`` among file names (None if none)."""
     best: tuple[int, ...] | None = None
     for name in names:
         rest = Path(name).name.removeprefix(f"{lib}.")
@@ -321,7 +301,7 @@ def runtime_version_from_lib_names(names: Sequence[str],
 def probe_runtime_version(dpkg_status: Path | None = None,
                           lib_dirs: Sequence[str] = neuron_env.RUNTIME_LIB_DIRS) -> str:
     """The Neuron runtime version from dpkg's status file, else from the runtime library's
-    versioned file name; 'absent' when neither says (files only: no command, no network)."""
+    versioned file name; 'absent' when neither says."""
     try:
         raw = (dpkg_status or _DPKG_STATUS).read_bytes()
     except OSError:
@@ -360,8 +340,7 @@ def interpreter_distributions(backend: str) -> tuple[str, ...]:
 
 def interpreter_facts(backend: str, dist_versions: Mapping[str, str], python_version: str,
                       torch_path: str) -> dict[str, str]:
-    """The fields that describe an interpreter rather than the host: distribution versions,
-    the Python version and, for inductor, the torch install path. Pure."""
+    """The fields that describe an interpreter rather than the host."""
     facts = {f"version.{d}": dist_versions.get(d, ABSENT)
              for d in interpreter_distributions(backend)}
     facts["version.python"] = python_version
@@ -370,21 +349,40 @@ def interpreter_facts(backend: str, dist_versions: Mapping[str, str], python_ver
     return facts
 
 
-def local_interpreter_facts(backend: str) -> dict[str, str]:
-    """``interpreter_facts`` of the interpreter running neffcache (no subprocess)."""
-    torch_path = probe_torch_path() if backend == "inductor" else ABSENT
-    return interpreter_facts(backend, versions(interpreter_distributions(backend)),
-                             platform.python_version(), torch_path)
+def collect_fingerprint(backend: str, environ: Mapping[str, str],
+                        python: str | None = None) -> Fingerprint:
+    """This host's fingerprint for a backend. The interpreter facts are those of ``python``
+    (the interpreter that will run inference) when given, else of the running one."""
+    names = interpreter_distributions(backend)
+    if python is None:
+        torch_path = probe_torch_path() if backend == "inductor" else ABSENT
+        facts = interpreter_facts(backend, versions(names), platform.python_version(), torch_path)
+    else:
+        from neffcache.interpreter import probe_interpreter
 
-
-def other_interpreter_facts(backend: str, python: str,
-                            environ: Mapping[str, str]) -> dict[str, str]:
-    """``interpreter_facts`` of another interpreter, read by running it once."""
-    from neffcache.interpreter import probe_interpreter
-
-    found = probe_interpreter(python, interpreter_distributions(backend), environ=environ)
-    return interpreter_facts(backend, found.version_map, found.python_version,
-                             found.torch_path)
+        found = probe_interpreter(python, names, environ=environ)
+        facts = interpreter_facts(backend, found.version_map, found.python_version,
+                                  found.torch_path)
+    info: dict[str, str] = {}
+    if backend == "inductor":
+        settings = sorted(f"{k}={v}" for k, v in environ.items()
+                          if k.startswith("TORCHINDUCTOR_") and k not in _INDUCTOR_NEUTRAL_VARS)
+        facts.update({
+            "cpu.arch": platform.machine(), "cpu.isa": probe_isa_flags(),
+            "inductor.settings": ";".join(settings) or "default",
+            # Measured: a consumer with another OMP thread count misses every kernel.
+            "cpu.threads": environ.get("OMP_NUM_THREADS", "").strip() or f"auto:{os.cpu_count()}",
+        })
+    elif backend == "neuron":
+        itype = probe_instance_type(environ)
+        flags = environ.get(neuron_env.CC_FLAGS, "")
+        facts.update({
+            "target": (environ.get(neuron_env.PLATFORM_TARGET, "").strip().lower()
+                       or target_from_instance_type(itype)),
+            "lnc": environ.get(neuron_env.LOGICAL_NC_CONFIG, "default").strip() or "default",
+            "cc_flags": canonical_cc_flags(flags), "opt_level": opt_level(flags)})
+        info = {"instance_type": itype, RUNTIME_FIELD: probe_runtime_version()}
+    return build_fingerprint(backend, facts, info)
 
 
 def described_interpreter(python: str | None) -> str:
@@ -394,51 +392,3 @@ def described_interpreter(python: str | None) -> str:
     from neffcache.interpreter import resolve_interpreter
 
     return resolve_interpreter(python)
-
-
-def inductor_facts(environ: Mapping[str, str]) -> dict[str, str]:
-    """Host facts inductor's keys depend on (the interpreter's are in ``interpreter_facts``)."""
-    settings = sorted(f"{k}={v}" for k, v in environ.items()
-                      if k.startswith("TORCHINDUCTOR_") and k not in _INDUCTOR_NEUTRAL_VARS)
-    return {
-        "cpu.arch": platform.machine(),
-        "cpu.isa": probe_isa_flags(),
-        "inductor.settings": ";".join(settings) or "default",
-        # Measured: a consumer with another OMP thread count misses every kernel.
-        "cpu.threads": environ.get("OMP_NUM_THREADS", "").strip() or f"auto:{os.cpu_count()}",
-    }
-
-
-def neuron_target(environ: Mapping[str, str], instance_type: str) -> str:
-    """The target: the override variable, else the instance type's family, else 'unknown'."""
-    override = environ.get(neuron_env.PLATFORM_TARGET, "").strip().lower()
-    return override or target_from_instance_type(instance_type)
-
-
-def neuron_facts(environ: Mapping[str, str], instance_type: str | None = None
-                 ) -> dict[str, str]:
-    """Host facts TorchNeuron's output depends on (SDK versions are in ``interpreter_facts``)."""
-    facts: dict[str, str] = {}
-    itype = instance_type if instance_type is not None else probe_instance_type(environ)
-    facts["target"] = neuron_target(environ, itype)
-    facts["lnc"] = environ.get(neuron_env.LOGICAL_NC_CONFIG, "default").strip() or "default"
-    flags = environ.get(neuron_env.CC_FLAGS, "")
-    facts["cc_flags"] = canonical_cc_flags(flags)
-    facts["opt_level"] = opt_level(flags)
-    return facts
-
-
-def collect_fingerprint(backend: str, environ: Mapping[str, str],
-                        python: str | None = None) -> Fingerprint:
-    """This host's fingerprint for a backend. The interpreter facts are those of ``python``
-    (the interpreter that will run inference) when given, else of the running one."""
-    facts = local_interpreter_facts(backend) if python is None \
-        else other_interpreter_facts(backend, python, environ)
-    info: dict[str, str] = {}
-    if backend == "inductor":
-        facts.update(inductor_facts(environ))
-    elif backend == "neuron":
-        itype = probe_instance_type(environ)
-        facts.update(neuron_facts(environ, itype))
-        info = {"instance_type": itype, RUNTIME_FIELD: probe_runtime_version()}
-    return build_fingerprint(backend, facts, info)

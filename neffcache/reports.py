@@ -1,12 +1,10 @@
 """Restore reports as documents (pure): build one from a restore's JSON, name its store key,
-encode it, and validate one read back (every field checked and bounded; nothing else kept).
-``Verdicts`` is the other document an instance keeps in its report spool: what one ``neffcache
-warm`` judged, for the index's verified column (``decode_document`` reads either kind).
+encode it, and validate one read back (every field checked and bounded). ``Verdicts`` is the
+other document an instance spools: what one ``neffcache warm`` judged, for the index.
 
-A report is what an instance says about one restore run. It is written as one small object
-``reports/<YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json`` (or a local file of the same
-name), never to the index: ``neffcache reindex``, ``neffcache reports ingest`` and
-``neffcache serve`` read it back into the index. No file, network or database here.
+A report is one small object ``reports/<YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json`` (or
+a local file of that name), never written to the index: reindex, reports ingest and serve read
+it back.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from neffcache.documents import fields_of
 from neffcache.errors import ReportError
 from neffcache.fingerprint import Fingerprint
 from neffcache.store import REPORTS
@@ -82,23 +81,10 @@ class Report:
         return report_key(self.time, self.report_id)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": KIND, "schema_version": SCHEMA_VERSION, "report_id": self.report_id,
-            "time": format_time(self.time), "host": self.host, "matrix": self.matrix,
-            "backend": self.backend, "fingerprint_key": self.fingerprint_key,
-            "fingerprint": self.fingerprint.to_json() if self.fingerprint else None,
-            "status": self.status, "exit_code": self.exit_code, "error": self.error,
-            "store": self.store, "target": self.target,
-            "cells_requested": list(self.cells_requested),
-            "cells_restored": list(self.cells_restored),
-            "cells_missing": list(self.cells_missing),
-            "cells_incomplete": list(self.cells_incomplete),
-            "entries": list(self.entries),
-            "files_fetched": self.files_fetched, "files_skipped": self.files_skipped,
-            "files_failed": self.files_failed, "bytes_fetched": self.bytes_fetched,
-            "deadline_hit": self.deadline_hit, "seconds": self.seconds,
-            "conflicts": self.conflicts, "neffcache_version": self.version,
-        }
+        doc = {"kind": KIND, "schema_version": SCHEMA_VERSION, **fields_of(self),
+               "time": format_time(self.time)}
+        doc["neffcache_version"] = doc.pop("version")
+        return doc
 
     def encode(self) -> bytes:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
