@@ -1,15 +1,11 @@
 """neffcache: compile once in CI, boot any number of Trainium instances warm.
 
-The public Python API: one call per use case, ``verb(Request) -> Result``. A request is a
-frozen dataclass holding what the command's flags hold (a field left None is read as the CLI
-reads it: flag > ``NEFFCACHE_*`` > config file > default). A result knows its ``exit_code``
-(the CLI's, 0 = success), its ``error()`` (the exception the CLI would report, or None) and
-its ``to_json()`` (the command's ``--json`` document). A call raises a ``NeffcacheError``
-subclass only when it cannot produce a result at all (bad input, store unreachable, ...).
-A request checks its fields when it is made (type, range, no lone ``str`` for a sequence:
-else a ``UsageError`` naming the field); every ``NeffcacheError`` knows its ``exit_code``.
-The value types the calls take and return (``Matrix``, ``Fingerprint``, ``EntrySummary``,
-``CoverageRow``, ``PrecompileReport``, ...) import from here too.
+The public Python API: one call per use case, ``verb(Request) -> Result``. A request is a frozen
+dataclass holding what the command's flags hold (None: read as the CLI reads it, flag >
+``NEFFCACHE_*`` > config file > default), checked when made (a ``UsageError`` naming the field).
+A result knows its ``exit_code`` (the CLI's), its ``error()`` and its ``to_json()`` (the
+``--json`` document). A call raises a ``NeffcacheError`` (which knows its ``exit_code``) only
+when it cannot produce a result. The value types the calls use import from here too.
 
     restore(RestoreRequest) -> RestoreResult                   neffcache restore
     preview_restore(RestoreRequest) -> RestorePreview          neffcache restore --dry-run
@@ -42,11 +38,9 @@ The value types the calls take and return (``Matrix``, ``Fingerprint``, ``EntryS
     show_key(ShowKeyRequest) -> KeyResult                      neffcache keys show
     show_config(ShowConfigRequest) -> ShowConfigResult         neffcache config
 
-Import names from here (``from neffcache import RestoreRequest, restore``): ``neffcache.restore``
-and ``neffcache.precompile`` are the functions, not the packages of the same name. Every name
-in ``__all__`` is stable: fields are added, never renamed or removed, within a major version.
-Every call loads its machinery on first use (the faces of restore and precompile are
-lazy, PEP 562), so ``import neffcache`` costs a few milliseconds on every command's start-up.
+Import names from here: ``neffcache.restore`` and ``neffcache.precompile`` are the functions,
+not the packages. Names in ``__all__`` are stable (fields are added, never renamed). Every name
+loads its machinery on first use (PEP 562): ``import neffcache`` costs a few milliseconds.
 """
 
 from __future__ import annotations
@@ -108,8 +102,7 @@ _FACE = {
     "server": ("ServeRequest", "serve"),
     "store": ("BundleEntry", "Member", "TempFile", "Toc", "Upload"),
 }
-# The calls below are functions of this module (``restore`` and ``precompile`` share their
-# names with packages); the rest load on first use.
+# Functions of this module (``restore`` and ``precompile`` share their names with packages).
 _CALLS = ("capture_entry", "check_warm", "precompile", "preview_restore", "push", "restore")
 _LAZY_ALL, __getattr__ = lazy_face(globals(), _FACE)
 __all__ = sorted(["__version__", *_CALLS, *_LAZY_ALL])
@@ -168,59 +161,39 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
 
 
 def restore(request: RestoreRequest) -> RestoreResult:
-    """Fetch the matrix's entries built for this host's fingerprint into ``request.to``, every
-    file verified against its sha256 and renamed into place (``neffcache restore``); cells
-    already in place are judged without contacting the store; a restore report is written.
-
-    Returns a ``RestoreResult`` (``exit_code``: 0 every cell in place; 3 some have no entry or
-    the deadline stopped it; 4 integrity; 5 built for another fingerprint only; 6 store
-    unavailable; 1 a local write failed; ``to_json()`` is ``restore --json``). Raises a
-    NeffcacheError when no restore could run at all (bad request 2, bad bundle 4, store
-    unreachable 6, silent past the deadline 3). Full contract:
-    ``neffcache.restore.session.restore``.
-    """
+    """Fetch the matrix's entries for this host's fingerprint into ``request.to``, each file
+    verified and renamed into place (``neffcache restore``); its ``exit_code`` is the CLI's.
+    Raises a NeffcacheError when no restore could run. See ``neffcache.restore.session``."""
     from neffcache.restore import restore as call
 
     return call(request)
 
 
 def preview_restore(request: RestoreRequest) -> RestorePreview:
-    """The plan ``restore(request)`` would run (``restore --dry-run``): what it would fetch,
-    from which packs and blobs, in how many requests; fetches and writes nothing. Its
-    ``exit_code`` is the one the restore would end with. Full contract:
-    ``neffcache.restore.session.preview_restore``."""
+    """The plan ``restore(request)`` would run (``restore --dry-run``); fetches nothing."""
     from neffcache.restore import preview_restore as call
 
     return call(request)
 
 
-# The precompile calls, as functions that load the precompile machinery when called (the
-# face of that package stays light, and so does every command's start-up).
 def precompile(request: PrecompileRequest) -> PrecompileResult:
-    """Warm every selected cell of the matrix not yet cached for this host's fingerprint, each
-    in its own worker process; publish and index what each compiled (``neffcache precompile``).
-
-    Returns a ``PrecompileResult`` (``exit_code`` 1 if a cell failed, after every other cell
-    was tried); raises a NeffcacheError when no run could start (bad request 2, fingerprint 5,
-    store or index unreachable 6). Full contract: ``neffcache.precompile.session.precompile``.
-    """
+    """Warm every selected cell not yet cached for this host's fingerprint, each in a worker
+    process, and publish and index what each compiled (``neffcache precompile``)."""
     from neffcache.precompile import precompile as call
 
     return call(request)
 
 
 def push(request: PushRequest) -> PushResult:
-    """Publish the files under each cache root as the entry of one cell on this host's
-    fingerprint, and index it (``neffcache push``); raises when it cannot publish.
-    Full contract: ``neffcache.precompile.push_cell.push``."""
+    """Publish the files under each cache root as one cell's entry (``neffcache push``)."""
     from neffcache.precompile import push as call
 
     return call(request)
 
 
 def capture_entry(request: CaptureRequest) -> CaptureResult:
-    """Publish what an instance compiled at run time as the entry of the cell it served
-    (``neffcache capture``). Full contract: ``neffcache.precompile.backfill_cell``."""
+    """Publish what an instance compiled at run time as its cell's entry (``neffcache
+    capture``)."""
     from neffcache.precompile import capture_entry as call
 
     return call(request)
@@ -228,8 +201,7 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
 
 def check_warm(request: WarmRequest) -> WarmResult:
     """Each cell's first call in a fresh process against restored caches: did it compile?
-    (``neffcache warm``; ``exit_code`` 3 on a miss with ``strict``). Full contract:
-    ``neffcache.precompile.warm_check.check_warm``."""
+    (``neffcache warm``)."""
     from neffcache.precompile import check_warm as call
 
     return call(request)

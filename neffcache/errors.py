@@ -39,8 +39,7 @@ class NeffcacheError(Exception):
 
     @property
     def exit_code(self) -> int:
-        """The exit code the CLI ends with for this error: its class's in ``EXIT_CODES``
-        (the nearest class up its hierarchy), e.g. 2 for a UsageError."""
+        """The exit code the CLI ends with for this error (``EXIT_CODES``)."""
         return exit_code_for(self)
 
 
@@ -125,17 +124,17 @@ EXIT_CODES: dict[type[BaseException], int] = {
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """Exit code for an exception, resolved by walking its class hierarchy (table order is moot)."""
-    for cls in type(exc).__mro__:
-        if cls in EXIT_CODES:
-            return EXIT_CODES[cls]
-    return 1
+    return by_class(EXIT_CODES, exc, 1)
+
+
+def by_class(table: Mapping[type[BaseException], int], exc: BaseException, default: int) -> int:
+    """``exc``'s value in a table keyed by class: its nearest class's (table order is moot)."""
+    return next((table[cls] for cls in type(exc).__mro__ if cls in table), default)
 
 
 class ExitRule:
-    """The exit rule every use case's result shares: ``exit_code`` is 0 when ``error()`` is
-    None, else that error's code (``exit_code_for``). A result overrides ``error()`` with its
-    own judgement; one whose outcome is always a success keeps this one."""
+    """Every use case's result: ``exit_code`` is 0 when ``error()`` is None, else that error's
+    code; a result that can fail overrides ``error()``."""
 
     __slots__ = ()
 
@@ -145,7 +144,6 @@ class ExitRule:
 
     @property
     def exit_code(self) -> int:
-        """0 for a success, else the exit code of ``error()``."""
         err = self.error()
         return 0 if err is None else exit_code_for(err)
 

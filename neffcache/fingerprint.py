@@ -16,7 +16,7 @@ import platform
 import re
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,14 +182,17 @@ def check_publishable(fingerprint: Fingerprint, python: str, *, allow_missing: b
 
 def diff_fingerprints(here: Fingerprint, there: Fingerprint) -> tuple[FieldDiff, ...]:
     """Fields whose values differ (a field missing on one side shows as 'absent')."""
-    diffs = []
+    diffs = diff_pairs(here.fields, there.fields)
     if here.backend != there.backend:
-        diffs.append(FieldDiff("backend", here.backend, there.backend))
-    a, b = dict(here.fields), dict(there.fields)
-    for name in sorted(set(a) | set(b)):
-        if a.get(name) != b.get(name):
-            diffs.append(FieldDiff(name, a.get(name, "absent"), b.get(name, "absent")))
-    return tuple(diffs)
+        return (FieldDiff("backend", here.backend, there.backend), *diffs)
+    return diffs
+
+
+def diff_pairs(here: Iterable[tuple[str, str]], there: Iterable[tuple[str, str]]
+               ) -> tuple[FieldDiff, ...]:
+    a, b = dict(here), dict(there)
+    return tuple(FieldDiff(k, a.get(k, "absent"), b.get(k, "absent"))
+                 for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
 
 
 def _is_option(token: str) -> bool:

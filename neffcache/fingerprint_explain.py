@@ -1,11 +1,7 @@
-"""``neffcache fingerprint``'s use cases: show this host's fingerprint, or explain why an
-entry's (read from the store) or a fingerprint's (read from the index) differs from it.
-
-    show_fingerprint(FingerprintRequest) -> FingerprintResult
-    explain_fingerprint(ExplainRequest) -> ExplainResult
-
-Both exit 0 whether or not the fingerprints match: a result is information, never an error.
-The store and the index (SQLAlchemy) are imported only when ``explain_fingerprint`` needs them.
+"""``neffcache fingerprint``'s use cases: show this host's fingerprint, or explain how an
+entry's (from the store) or a fingerprint's (from the index) differs from it. Both exit 0: a
+result is information, never an error (``ExitRule``'s default). The store and the index are
+imported only when ``explain_fingerprint`` needs them.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from neffcache.backends import get_backend
 from neffcache.config import Settings, read_settings
-from neffcache.errors import ExitRule, NeffcacheError, NotFoundError, UnavailableError, UsageError
+from neffcache.errors import ExitRule, NotFoundError, UnavailableError, UsageError
 from neffcache.fingerprint import (
     FIELD_NOTES,
     FieldDiff,
@@ -26,6 +22,7 @@ from neffcache.fingerprint import (
     collect_fingerprint,
     described_interpreter,
     diff_fingerprints,
+    diff_pairs,
 )
 from neffcache.request_rules import checked_request
 
@@ -62,16 +59,10 @@ class FingerprintResult(ExitRule):
     python: str
 
     def to_json(self) -> dict[str, Any]:
-        """The ``neffcache fingerprint --json`` document: key, backend, fields, info,
-        unknown_fields, python."""
         fp = self.fingerprint
         return {"key": fp.key, "backend": fp.backend, "fields": dict(fp.fields),
                 "info": dict(fp.info), "unknown_fields": list(fp.unknown_fields),
                 "python": self.python}
-
-    def error(self) -> NeffcacheError | None:
-        """Always None: an unknown field is a warning to show, not a failure."""
-        return None
 
 
 @checked_request
@@ -120,7 +111,6 @@ class ExplainResult(ExitRule):
         return FIELD_NOTES.get(field_name, "")
 
     def to_json(self) -> dict[str, Any]:
-        """The ``neffcache fingerprint --explain KEY --json`` document."""
         return {"entry_key": self.entry_key, "cell_id": self.cell_id,
                 "backend": self.there.backend, "here": self.here.key,
                 "there": self.there.key, "match": self.match,
@@ -130,10 +120,6 @@ class ExplainResult(ExitRule):
                 "info_differences": [{"field": d.name, "here": d.here, "there": d.there}
                                      for d in self.info_differences],
                 "python": self.python}
-
-    def error(self) -> NeffcacheError | None:
-        """Always None: a difference is the answer asked for, not a failure."""
-        return None
 
 
 def show_fingerprint(request: FingerprintRequest) -> FingerprintResult:
@@ -163,20 +149,16 @@ def explain_fingerprint(request: ExplainRequest) -> ExplainResult:
     manifest, there = _explained(request.key, settings)
     here = collect_fingerprint(get_backend(request.backend or there.backend).name, environ,
                                python=settings.python)
-    info_here, info_there = dict(here.info), dict(there.info)
-    info_diffs = tuple(FieldDiff(k, info_here.get(k, "absent"), info_there.get(k, "absent"))
-                       for k in sorted(set(info_here) | set(info_there))
-                       if info_here.get(k) != info_there.get(k))
     return ExplainResult(here=here, there=there, python=interpreter,
                          entry_key=manifest.entry_key if manifest else None,
                          cell_id=manifest.cell.id if manifest else None,
                          differences=diff_fingerprints(here, there),
-                         info_differences=info_diffs)
+                         info_differences=diff_pairs(here.info, there.info))
 
 
 def _explained(key: str, settings: Settings) -> tuple[Manifest | None, Fingerprint]:
-    """(manifest, its fingerprint) of an entry in the store, else (None, fingerprint) of a
-    fingerprint key (or unique prefix) in the index."""
+    """(manifest, its fingerprint) of an entry in the store, else (None, fingerprint) from the
+    index."""
     try:
         manifest = _read_entry(key, settings.store_url)
         return manifest, manifest.fingerprint

@@ -16,6 +16,7 @@ from neffcache.errors import (
     SchemaOutdatedError,
     UnavailableError,
     UsageError,
+    by_class,
 )
 
 HTTP_STATUSES: dict[type[BaseException], int] = {
@@ -33,10 +34,7 @@ HTTP_STATUSES: dict[type[BaseException], int] = {
 
 def http_status_for(exc: BaseException) -> int:
     """The HTTP status for an exception (500 for anything not in the table)."""
-    for cls in type(exc).__mro__:
-        if cls in HTTP_STATUSES:
-            return HTTP_STATUSES[cls]
-    return 500
+    return by_class(HTTP_STATUSES, exc, 500)
 
 
 def error_document(exc: BaseException) -> dict[str, str | None]:
