@@ -1,16 +1,102 @@
-"""The signing-key use cases: ``generate_key`` (a new Ed25519 key file) and ``show_key`` (the
-public key a fleet trusts, from a private or public key file)."""
+"""Signing keys and trusted public keys in files (the I/O edge of ``signing``), and the key use
+cases: ``generate_key`` (a new Ed25519 key file) and ``show_key`` (the public key a fleet
+trusts, from a private or public key file)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from neffcache.config import Settings
 from neffcache.documents import Document
 from neffcache.errors import ConfigError, ExitRule, UsageError
-from neffcache.key_files import load_signing_key, load_trusted_keys, write_signing_key
 from neffcache.request_rules import checked_request
-from neffcache.signing import PublicKey, generate_signing_key
+from neffcache.signing import (
+    PUBLIC_PREFIX,
+    PublicKey,
+    SigningKey,
+    generate_signing_key,
+    parse_public_key,
+    parse_signing_key,
+)
+
+_PEM_END = "-----END PUBLIC KEY-----"
+
+
+def load_trusted_keys(items: Sequence[str]) -> tuple[PublicKey, ...]:
+    """Each item is a key (``ed25519:<base64>``) or a file holding keys: ``ed25519:`` lines
+    (``#`` comments allowed) or PEM blocks. Duplicates are kept once, in order."""
+    keys: dict[str, PublicKey] = {}
+    for item in items:
+        found = [parse_public_key(item, "trusted key")] if item.startswith(PUBLIC_PREFIX) \
+            else _keys_in_file(Path(item).expanduser())
+        for k in found:
+            keys.setdefault(k.key_id, k)
+    return tuple(keys.values())
+
+
+def _keys_in_file(path: Path) -> list[PublicKey]:
+    try:
+        text = path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not ASCII text"
+        raise ConfigError(f"trusted key file {path}: cannot read it ({why})") from None
+    keys, pem = [], None
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if pem is not None:
+            pem.append(line)
+            if line == _PEM_END:
+                keys.append(parse_public_key("\n".join(pem), f"{path}"))
+                pem = None
+        elif line.startswith("-----BEGIN"):
+            pem = [line]
+        elif line and not line.startswith("#"):
+            keys.append(parse_public_key(line, f"{path}:{n}"))
+    if pem is not None or not keys:
+        raise ConfigError(f"trusted key file {path}: no complete public key in it")
+    return keys
+
+
+def load_signing_key(path: str | None, pem: str | None = None) -> SigningKey | None:
+    """The key in file ``path``, else the PEM text ``pem`` (NEFFCACHE_SIGNING_KEY), else None."""
+    if path:
+        try:
+            data = Path(path).expanduser().read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"signing key file {path}: cannot read it ({exc.strerror})"
+                              ) from None
+        return parse_signing_key(data, f"signing key file {path}")
+    if pem:
+        return parse_signing_key(pem.encode("ascii", "replace"), "NEFFCACHE_SIGNING_KEY")
+    return None
+
+
+def signer_for(path: str | Path | None, settings: Settings) -> SigningKey | None:
+    """The key a publish signs with: file ``path`` (a request's ``signing_key``), else the
+    settings' (NEFFCACHE_SIGNING_KEY_FILE, the config's ``signing_key_file``,
+    NEFFCACHE_SIGNING_KEY), else None (unsigned)."""
+    if path:
+        return load_signing_key(str(path))
+    return load_signing_key(settings.signing_key_file, settings.signing_key_pem)
+
+
+def write_signing_key(path: Path, pem: bytes) -> None:
+    """Create ``path`` (mode 0600, never over an existing file) holding ``pem``, durably."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        raise UsageError(f"{path} exists: a signing key is never overwritten "
+                         "(choose another path, or remove it yourself)") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot create it ({exc.strerror})") from None
+    try:
+        os.write(fd, pem)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @checked_request

@@ -1,20 +1,13 @@
 """The trust gate: one policy, and one check every manifest passes before it is installed,
-copied, imported, written by repair or vouched for (restore and its mirrors, repair from any
-source, copy, bundle import, verify, verify --local).
+copied, imported, written by repair or vouched for.
 
-Who is trusted for what:
-- Keys configured on the host (a flag, ``NEFFCACHE_TRUSTED_KEYS``, the config file's
-  ``trusted_keys``, the boot kit) mean signatures are required everywhere: a manifest must be
-  signed by one of them (``signing.check_trusted``), or it is refused with the same line in
-  every command.
-- ``require_signatures`` (``--require-signatures``, ``NEFFCACHE_REQUIRE_SIGNATURES``, config)
-  with no key configured fails closed: nothing could be checked, so nothing runs (exit 2).
-- With no key configured nothing is checked; a restore of signed entries says which keys
-  signed them (``signers``).
-- A manifest only ever *replaces* one a store lists (repair, copy or bundle import into a
-  store whose cell pointer names the entry) with proof: the digest its publisher pinned in
-  that pointer (``manifest_sha256``, written by publish and copy) must match, and with keys
-  its signature must verify. Without keys and without a pin nothing proves it: refused.
+- Keys configured on the host mean signatures are required everywhere: a manifest must be
+  signed by one of them, or it is refused with the same line in every command.
+- ``require_signatures`` with no key configured fails closed (exit 2); with neither, nothing is
+  checked (a restore still says which keys signed its entries: ``signers``).
+- A manifest only *replaces* one a store lists (its cell pointer names the entry) with proof:
+  the digest its publisher pinned in that pointer must match, and with keys its signature must
+  verify. Without keys and without a pin nothing proves it: refused.
 """
 
 from __future__ import annotations
@@ -27,7 +20,7 @@ from dataclasses import dataclass
 from neffcache.canonical import digest_of
 from neffcache.config import Settings
 from neffcache.errors import ConfigError, NeffcacheError, UntrustedEntryError
-from neffcache.key_files import load_trusted_keys
+from neffcache.keys import load_trusted_keys
 from neffcache.manifest import DIGEST_FIELD, Manifest, manifest_digest
 from neffcache.signing import PublicKey, check_trusted, signed_digest_trusted
 from neffcache.store import CELLS, Store, cell_pointer_key
@@ -44,17 +37,9 @@ class TrustPolicy:
 
     keys: tuple[PublicKey, ...] = ()
 
-    @property
-    def required(self) -> bool:
-        return bool(self.keys)
-
-    @property
-    def key_ids(self) -> tuple[str, ...]:
-        return tuple(k.key_id for k in self.keys)
-
     def admit(self, manifest: Manifest, source: str) -> None:
-        """Nothing, or UntrustedEntryError (exit 4): unsigned, signed by a key not trusted,
-        or changed since it was signed (only with keys configured)."""
+        """Nothing, or UntrustedEntryError: unsigned, signed by a key not trusted, or changed
+        since it was signed (only with keys configured)."""
         check_trusted(manifest, self.keys, source)
 
     def admit_replacement(self, manifest: Manifest, source: str, pin: str | None) -> None:
@@ -64,8 +49,7 @@ class TrustPolicy:
         check_pin(manifest, source, pin)
         if pin is None and not self.keys:
             raise UntrustedEntryError(f"{source} (cell {manifest.cell.id}): nothing proves it "
-                                      f"is the publisher's (no "
-                                      f"trusted key is configured and "
+                                      f"is the publisher's (no trusted key is configured and "
                                       f"{pointer_of(manifest)} pins no digest)",
                                       hint=NO_KEYS_HINT)
 
@@ -87,8 +71,7 @@ def check_pin(manifest: Manifest, source: str, pin: str | None) -> None:
 def load_trust(settings: Settings, keys: Sequence[str] = (), *,
                require: bool = False) -> TrustPolicy:
     """The policy from ``keys`` (flags: keys or files of them), else the settings' trusted
-    keys; ConfigError (exit 2) when signatures are required (``require`` or the settings)
-    and no key is configured."""
+    keys; ConfigError when signatures are required and no key is configured."""
     trusted = load_trusted_keys(tuple(keys) or settings.trusted_keys)
     if not trusted and (require or settings.require_signatures):
         raise ConfigError("signatures are required (--require-signatures / "
@@ -101,16 +84,9 @@ def pointer_of(manifest: Manifest) -> str:
     return cell_pointer_key(manifest.cell.key, manifest.fingerprint.key)
 
 
-def read_pin(store: Store, manifest: Manifest) -> str | None:
-    """The digest the entry's publisher pinned in ``store``'s cell pointer, or None (no
-    pointer, an older one without a pin, one that names another entry or does not parse)."""
-    return _read_pointer(store, pointer_of(manifest), manifest.entry_key)[1]
-
-
 def admit_into(store: Store, manifest: Manifest, source: str, trust: TrustPolicy) -> None:
-    """The gate for a manifest about to be written into ``store`` where it has none: a new
-    entry (``admit``), or, when ``store``'s cell pointer already names the entry (its manifest
-    was lost or damaged), a replacement (``admit_replacement`` against the pin)."""
+    """The gate for a manifest about to be written into ``store``: a new entry (``admit``), or
+    a replacement when the store's cell pointer already names it."""
     listed, pin = _read_pointer(store, pointer_of(manifest), manifest.entry_key)
     if listed:
         trust.admit_replacement(manifest, source, pin)
@@ -119,8 +95,8 @@ def admit_into(store: Store, manifest: Manifest, source: str, trust: TrustPolicy
 
 
 def read_pins(store: Store, workers: int = 8) -> dict[str, str | None]:
-    """Every cell pointer of ``store``: entry key -> the digest it pins (None: no pin). A
-    pointer counts only where it names the entry its place in ``cells/`` says."""
+    """Every cell pointer of ``store`` that names the entry its place in ``cells/`` says:
+    entry key -> the digest it pins (None: no pin)."""
 
     def one(key: str) -> tuple[str, str | None] | None:
         cell_key, _, name = key[len(CELLS):].partition("/")

@@ -102,7 +102,7 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
         collect_fingerprint,
         described_interpreter,
     )
-    from neffcache.key_files import signer_for
+    from neffcache.keys import signer_for
     from neffcache.matrix_io import load_matrix
 
     environ = os.environ if request.environ is None else request.environ

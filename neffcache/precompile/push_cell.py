@@ -96,7 +96,7 @@ def push(request: PushRequest) -> PushResult:
         collect_fingerprint,
         described_interpreter,
     )
-    from neffcache.key_files import signer_for
+    from neffcache.keys import signer_for
 
     environ = os.environ if request.environ is None else request.environ
     cell, default_backend = _load_cell(request)

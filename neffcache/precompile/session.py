@@ -139,7 +139,7 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
         described_interpreter,
     )
     from neffcache.index import open_index
-    from neffcache.key_files import signer_for
+    from neffcache.keys import signer_for
     from neffcache.matrix_io import load_matrix
 
     environ = os.environ if request.environ is None else request.environ

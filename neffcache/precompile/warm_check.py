@@ -16,7 +16,7 @@ from neffcache.config import Settings
 from neffcache.errors import ExitRule, NeffcacheError, ReportError, UsageError
 from neffcache.precompile.indexing import report_to_index
 from neffcache.precompile.warm import FAILED, Event, WarmReport, apply_warm
-from neffcache.report_spool import SPOOL_DIR, discard, keep, load, pending
+from neffcache.report_send import SPOOL_DIR, discard, keep, load, pending
 from neffcache.reports import Verdicts, make_report_id
 from neffcache.request_rules import checked_request
 from neffcache.restore import LOCAL_ENTRIES

@@ -38,8 +38,7 @@ from neffcache.fingerprint import (
 from neffcache.manifest import entry_key
 from neffcache.matrix import Cell, Matrix, select_cells
 from neffcache.matrix_io import load_matrix
-from neffcache.report_send import send_report
-from neffcache.report_spool import SPOOL_DIR
+from neffcache.report_send import SPOOL_DIR, send_report
 from neffcache.reports import build_report
 from neffcache.request_rules import checked_request
 from neffcache.restore.apply import Progress

@@ -14,8 +14,7 @@ import pytest
 
 from neffcache.errors import ReportError
 from neffcache.fingerprint import build_fingerprint
-from neffcache.report_send import send_report, send_spooled, write_report
-from neffcache.report_spool import keep, load, pending
+from neffcache.report_send import keep, load, pending, send_report, send_spooled, write_report
 from neffcache.reports import (
     Report,
     Verdicts,

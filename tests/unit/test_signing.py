@@ -13,7 +13,7 @@ import pytest
 from neffcache.canonical import digest_of
 from neffcache.errors import ConfigError, ManifestError, UntrustedEntryError
 from neffcache.fingerprint import build_fingerprint
-from neffcache.key_files import load_signing_key, load_trusted_keys, write_signing_key
+from neffcache.keys import load_signing_key, load_trusted_keys, write_signing_key
 from neffcache.manifest import (
     DIGEST_FIELD,
     FileRecord,
