@@ -56,36 +56,20 @@ class Settings:
     home: Path
     store_url: str
     index_url: str
-    # True when an index was named (flag, variable or file) rather than the embedded default.
-    index_explicit: bool
-    # The interpreter the fingerprint describes (None: the one running neffcache).
-    python: str | None = None
-    # Where restore writes its report: "store", "none" or a directory path.
-    reports_to: str = REPORTS_TO_STORE
-    # The config file's [retire] table: keep_sdk_versions (int), keep_matrices (paths),
-    # keep_restored_days (int).
-    retire: tuple[tuple[str, Any], ...] = ()
-    # Stores a restore reads after store_url, in order (NEFFCACHE_MIRRORS or the file's
-    # `mirrors`, space-separated; restore --mirror replaces them).
-    mirrors: tuple[str, ...] = ()
-    # Public keys (ed25519:<base64>) or files of them a restore requires an entry to be signed
-    # by (NEFFCACHE_TRUSTED_KEYS or the file's `trusted_keys`, space-separated); empty: any.
-    trusted_keys: tuple[str, ...] = ()
-    # Fail closed without trusted keys (NEFFCACHE_REQUIRE_SIGNATURES or the file's
-    # `require_signatures = true`): see neffcache.trust.
-    require_signatures: bool = False
-    # The private key publish signs with: a PEM file (NEFFCACHE_SIGNING_KEY_FILE or the file's
-    # `signing_key_file`), else the PEM text of NEFFCACHE_SIGNING_KEY (environment only).
-    signing_key_file: str | None = None
-    signing_key_pem: str | None = field(default=None, repr=False)
-    # Where restore keeps reports it could not send (NEFFCACHE_REPORT_SPOOL; None: beside
-    # the restored cache).
-    report_spool: str | None = None
+    index_explicit: bool  # an index was named (flag, variable, file), not the embedded default
+    python: str | None = None  # the interpreter the fingerprint describes (None: this one)
+    reports_to: str = REPORTS_TO_STORE  # "store", "none" or a directory path
+    retire: tuple[tuple[str, Any], ...] = ()  # the config file's [retire] table
+    mirrors: tuple[str, ...] = ()  # stores a restore reads after store_url, in order
+    trusted_keys: tuple[str, ...] = ()  # public keys (ed25519:...) or files of them
+    require_signatures: bool = False  # fail closed without trusted keys (neffcache.trust)
+    signing_key_file: str | None = None  # the PEM file publish signs with
+    signing_key_pem: str | None = field(default=None, repr=False)  # NEFFCACHE_SIGNING_KEY
+    report_spool: str | None = None  # None: beside the restored cache
     # Where each value came from, by setting name: "flag", the environment variable's name,
     # the config file's path, or "default" (``neffcache config``).
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
-    # The config file read (None: none was there).
-    config_file: str | None = None
+    config_file: str | None = None  # the config file read (None: none was there)
 
     @property
     def index_is_embedded(self) -> bool:
