@@ -84,18 +84,13 @@ def sha256_bytes(data: bytes) -> str:
 
 
 class VerifyingReader(io.RawIOBase):
-    """A read-only stream over ``raw`` that must yield exactly ``size`` bytes with ``sha256``.
-
-    Bytes are hashed the first time they are read; re-reads after a seek are not hashed again.
-    Reading past ``size`` or reaching EOF with a different digest raises ``IntegrityError``.
-    """
+    """A read-only stream over ``raw`` that must yield exactly ``size`` bytes with ``sha256``:
+    each byte is hashed the first time it is read (not again after a seek back); reading past
+    ``size`` or reaching EOF with another digest raises ``IntegrityError``."""
 
     def __init__(self, raw: BinaryIO, *, size: int, sha256: str, name: str) -> None:
         super().__init__()
-        self._raw = raw
-        self._size = size
-        self._sha256 = sha256
-        self._name = name
+        self._raw, self._size, self._sha256, self._name = raw, size, sha256, name
         self._hash = hashlib.sha256()
         self._hashed = 0  # bytes [0, _hashed) went into _hash, in order
         self._pos = 0
@@ -121,14 +116,13 @@ class VerifyingReader(io.RawIOBase):
         return self._pos
 
     def fileno(self) -> int:
-        """The file descriptor of the stream read, if it has one (a store may then size the
-        upload from it); the bytes handed on still pass through this reader."""
+        """The descriptor of the stream read (a store may size the upload from it); the bytes
+        handed on still pass through this reader."""
         return self._raw.fileno()
 
     def read(self, size: int | None = -1) -> bytes:
-        """Up to ``size`` bytes as the underlying stream returns them (no copy of them here).
-        No more than one byte past the expected end is asked for: a consumer asking for far
-        more (a store reading up to its multipart threshold) costs no buffer of that size."""
+        """Up to ``size`` bytes as the underlying stream returns them, never asking for more
+        than one byte past the expected end (a consumer asking for far more costs no buffer)."""
         if size is None or size < 0:
             return self.readall()
         data = self._raw.read(min(size, max(0, self._size - self._pos) + 1))
@@ -137,24 +131,20 @@ class VerifyingReader(io.RawIOBase):
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         data = self._raw.read(len(buffer))
-        n = len(data)
-        buffer[:n] = data
+        buffer[:len(data)] = data
         self._take(data)
-        return n
+        return len(data)
 
     def _take(self, data: bytes) -> None:
-        self._account(data)
-        self._pos += len(data)
-        if not data and self._pos >= self._hashed:
-            self._check_end()
-
-    def _account(self, data: bytes) -> None:
         start, end = self._pos, self._pos + len(data)
         if end > self._size:
             self._fail(f"{self._name}: grew beyond {self._size} bytes while being uploaded")
         if start <= self._hashed < end:
             self._hash.update(data[self._hashed - start:])
             self._hashed = end
+        self._pos = end
+        if not data and self._pos >= self._hashed:
+            self._check_end()
 
     def _check_end(self) -> None:
         if self._hashed != self._size:
@@ -167,8 +157,8 @@ class VerifyingReader(io.RawIOBase):
         self.verified = True
 
     def _fail(self, message: str) -> None:
-        """Raise an IntegrityError, kept as ``failure`` too: a consumer that reads inside a
-        library (obstore) may surface it as its own error; the store then raises this one."""
+        """Raise an IntegrityError, kept as ``failure`` too: a library reading the stream
+        (obstore) may surface it as its own error; the store then raises this one."""
         self.failure = IntegrityError(message)
         raise self.failure
 

@@ -1,8 +1,7 @@
-"""The restore's worker threads: lanes of units, each lane on its own number of threads, that
-stop starting units at a deadline or after the first failure (``run_lanes``), and a map on
-threads (``map_in_threads``), on ``concurrent.futures``. A lane's pool runs one runner per
-thread that takes the lane's next unit: a million units cost a byte each, not a future and a
-work item each (~1.6 KiB: a million blob GETs held 1.6 GiB; issue 38).
+"""Worker threads: lanes of units on their own thread counts that stop starting units at a
+deadline or after the first failure (``run_lanes``), and a map on threads (``map_in_threads``).
+One runner per thread takes the lane's next unit: a million units cost a byte each, not a
+future each (~1.6 KiB: a million blob GETs held 1.6 GiB; issue 38).
 """
 
 from __future__ import annotations
@@ -29,19 +28,12 @@ GRACE = 0.2
 def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], object],
               deadline: float | None = None, *, name: str = THREAD_NAME,
               stuck: list[U] | None = None) -> list[U]:
-    """Run ``run(unit)`` for each lane's units, in order, on that lane's own number of threads
-    (never more than it has units); no unit starts once ``deadline`` (a ``time.monotonic()``
-    value) has passed. Returns the units never started, lane by lane, in their order.
-
-    With a deadline this never waits more than ``GRACE`` seconds past it: units still running
-    then (a call that hangs) are left running on their threads and appended to ``stuck``; the
-    caller must not take back what they hold (the process ends them when it exits).
-
-    An exception from ``run`` stops every thread from starting another unit and is re-raised
-    here once all threads have ended.
-
-    Each runner takes the next unit of its lane until none is left; one byte per unit says
-    whether it started."""
+    """Run ``run(unit)`` for each lane's units, in order, on that lane's own number of threads;
+    no unit starts once ``deadline`` (``time.monotonic()``) has passed. Returns the units never
+    started, lane by lane. Never waits more than ``GRACE`` seconds past the deadline: units
+    still running then are left on their threads and appended to ``stuck`` (the caller must
+    not take back what they hold). The first exception from ``run`` stops every thread from
+    starting another unit and is re-raised once all have ended."""
     stop = threading.Event()
     started = [bytearray(len(units)) for _, units in lanes]  # 1: taken by a thread
     running: dict[int, tuple[int, int]] = {}  # thread -> (lane, unit) it runs now
@@ -89,8 +81,8 @@ def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], objec
 def _start(lanes: Sequence[tuple[int, Sequence[U]]],
            runner: Callable[[int, Sequence[U], Iterator[int]], None], name: str,
            pools: list[ThreadPoolExecutor]) -> list[Future[None]]:
-    """A pool per lane (appended to ``pools``) running one ``runner`` per thread, the runners
-    of a lane sharing one counter of its units."""
+    """A pool per lane (appended to ``pools``), one ``runner`` per thread sharing the lane's
+    counter."""
     runners: list[Future[None]] = []
     for k, (count, units) in enumerate(lanes):
         if units:
@@ -104,13 +96,10 @@ def _start(lanes: Sequence[tuple[int, Sequence[U]]],
 def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
                    name: str = THREAD_NAME, deadline: float | None = None,
                    late: Callable[[T], R] | None = None) -> list[R]:
-    """``[fn(x) for x in items]`` on at most ``workers`` threads (inline when one would do);
-    returns the results in input order. The first exception ``fn`` raises is re-raised here once
-    every thread has stopped; no item starts after it.
-
-    With a ``deadline`` (and ``late``, required then) every item runs on a thread and an item
-    not started by the deadline, or still running ``GRACE`` seconds after it, gives
-    ``late(x)``: the caller never waits on a call that hangs."""
+    """``[fn(x) for x in items]`` on at most ``workers`` threads (inline when one would do), in
+    input order; the first exception ``fn`` raises is re-raised once every thread has stopped.
+    With a ``deadline`` (and ``late``) an item not started by it, or still running ``GRACE``
+    seconds after it, gives ``late(x)``: the caller never waits on a call that hangs."""
     todo = list(items)
     if deadline is None and min(workers, len(todo)) <= 1:
         return [fn(x) for x in todo]
@@ -147,9 +136,6 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
             assert late is not None  # only a deadline leaves an item without a result
             out.append(late(todo[i]))
     return out
-
-
-__all__ = ["map_in_threads", "run_lanes"]
 
 
 def usable_cpus() -> int:
