@@ -1,10 +1,6 @@
-"""The build hook, not imported at run time: pyproject.toml's ``[tool.setuptools.cmdclass]``
-names these commands, which setuptools loads from this file alone (without the package's
-``__init__``). A build from a git checkout records its commit in the package as
-``neffcache/_commit.txt``, which ``neffcache --version`` prints.
-
-The sdist carries the file, so a wheel built from that sdist (no .git there) names the same
-commit; a build from a tree that is not a git checkout records nothing."""
+"""The build hook (pyproject's ``[tool.setuptools.cmdclass]``; loaded from this file alone): a
+build from a git checkout records its commit as ``neffcache/_commit.txt`` (``neffcache
+--version``); the sdist carries it, so a wheel built from it names the same commit."""
 
 from __future__ import annotations
 

@@ -22,9 +22,8 @@ def digest_of(value: Any) -> str:
 
 def digest_chunked(value: dict[str, Any], batch: int = 4096,
                    default: Callable[[Any], Any] | None = None) -> str:
-    """``digest_of(value)`` for a dict whose list values may be huge: the same canonical
-    bytes, hashed piece by piece (``canonical_pieces``), so a manifest of a million files
-    never exists as one string."""
+    """``digest_of(value)`` hashed piece by piece (``canonical_pieces``): a million-file
+    manifest never exists as one string."""
     h = hashlib.sha256()
     for piece in canonical_pieces(value, batch, default):
         h.update(piece.encode("utf-8"))

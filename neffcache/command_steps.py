@@ -1,6 +1,5 @@
-"""The steps every command's use case takes the same way: open the store a URL names and check
-that it answers and is one (``open_checked_store``), and go on with destructive work only with
-consent (``consent``: the library never prompts)."""
+"""The steps every command's use case takes the same way: open and check its store, and go on
+with destructive work only with consent (the library never prompts)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """JSON documents derived from frozen dataclasses: a value is declared once, as its dataclass,
-and its document is its fields in order (pure).
+and its document is its fields in order, each value ``encode``d (pure).
 
-``Document`` gives a dataclass ``to_json()``: each field under its name, its value encoded by
-``encode``: a nested value by its own ``to_json()`` (or its fields, for a dataclass without
-one), a tuple or list as a list, a mapping as an object, a datetime as ISO 8601 to the second,
-an enum as its value, a path as a string, None as null. A value whose document is not its
-fields (a renamed, computed or omitted key, a stored format with a ``schema_version``) writes
-its own ``to_json``; ``shaped_as`` builds it when the API declares the document as a
-TypedDict whose keys are the value's attributes. ``Doc`` carries a field's description into
-the HTTP API's schema (``Annotated[int, Doc("...")]``), which ``neffcache.server.schemas``
-derives from the same dataclass.
+A value whose document is not its fields writes its own ``to_json`` (``shaped_as`` builds one
+from a TypedDict of the value's attributes). ``Doc`` carries a field's description into the
+HTTP API's schema (``Annotated[int, Doc("...")]``), derived from the same dataclass.
 """
 
 from __future__ import annotations
@@ -51,7 +45,9 @@ def fields_of(value: Any) -> dict[str, Any]:
 
 
 def encode(value: Any) -> Any:
-    """The JSON value of ``value`` (see the module docstring)."""
+    """The JSON value of ``value``: its own ``to_json()`` or fields, a list for a tuple, an
+    object for a mapping, ISO 8601 to the second for a datetime, an enum's value, a path's
+    text."""
     if value is None or isinstance(value, (bool, int, float)) and not isinstance(value, Enum):
         return value
     if isinstance(value, Enum):

@@ -1,12 +1,6 @@
-"""Lazy package faces (PEP 562): one table per face, the declaration of what it exports.
-
-A face's ``_FACE`` table maps each module (relative to the package, or a dotted absolute
-name such as ``neffcache.errors``) to the names the face takes from it; ``"verify_store as
-verify"`` exports a name under another. ``lazy_face`` derives the face's ``__all__`` and its
-``__getattr__`` (each name loads its module on first use) from that table, and
-``tools/faces.py`` writes the face's static imports for type checkers from the same table
-(``tools/faces.py --check`` in CI: exit 1 when they drift). Pure: no import
-until a name is read.
+"""Lazy package faces (PEP 562): a face's ``_FACE`` table maps each module (relative, or
+``neffcache.x``) to the names it exports (``"verify_store as verify"`` renames); ``lazy_face``
+derives ``__all__`` and ``__getattr__`` from it, ``tools/faces.py`` the static imports.
 """
 
 from __future__ import annotations

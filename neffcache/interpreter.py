@@ -1,9 +1,6 @@
 """The per-interpreter facts of a fingerprint (package versions, Python version, torch path)
-read from another Python, e.g. the inference service's, by running it once with a small script.
-
-The target interpreter needs no neffcache: the script uses only the standard library
-(``importlib.metadata`` and ``importlib.util.find_spec``; torch is located, never imported).
-``parse_probe_output`` is pure; ``resolve_interpreter`` and ``probe_interpreter`` do the I/O.
+read from another Python, e.g. the inference service's, by running it once with a small
+standard-library script (torch is located, never imported; the target needs no neffcache).
 """
 
 from __future__ import annotations
@@ -62,8 +59,7 @@ class InterpreterFacts:
 
 
 def parse_probe_output(stdout: str, names: Sequence[str], path: str) -> InterpreterFacts:
-    """The facts from the probe script's stdout (its last marked line; anything the
-    interpreter's site hooks print before it is ignored). Pure."""
+    """The facts from the probe script's stdout (its last marked line: site hooks may print)."""
     lines = [line for line in stdout.splitlines() if line.startswith(_MARKER)]
     if not lines:
         raise ValueError("no answer from the probe script")
@@ -108,7 +104,7 @@ def probe_interpreter(value: str, names: Sequence[str], *,
                       environ: Mapping[str, str] | None = None,
                       timeout: float = PROBE_TIMEOUT) -> InterpreterFacts:
     """Run the interpreter once (at most ``timeout`` seconds) and read its facts; any failure
-    is a ConfigError naming the interpreter (exit 2)."""
+    is a ConfigError naming the interpreter."""
     import subprocess
 
     path = resolve_interpreter(value)

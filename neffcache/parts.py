@@ -1,10 +1,5 @@
-"""Large files in parts (pure): which files need per-part digests, and the byte ranges of a
-file's parts.
-
-A file over ``REQUIRED_OVER`` bytes must have a digest per part in its manifest
-(``Manifest.parts``; decoding refuses a manifest without them): a restore fetches it as parallel
-ranged reads, each part verified against its own digest as it arrives, on the thread that
-fetched it. Publish writes them for every such file.
+"""Large files in parts (pure): which files need per-part digests (over ``REQUIRED_OVER``,
+so a restore verifies each parallel ranged read as it arrives), and their byte ranges.
 """
 
 from __future__ import annotations
@@ -33,10 +28,8 @@ F = TypeVar("F", bound=_Sized)
 
 @dataclass(frozen=True, slots=True)
 class PartPolicy:
-    """Files larger than ``over`` bytes are digested (by publish) in parts of ``part_bytes`` (a
-    power of two from 1 MiB: the manifest accepts no other). A policy may digest more files than
-    the manifest requires, never fewer: ``over`` and ``part_bytes`` are at most
-    ``REQUIRED_OVER``."""
+    """Files larger than ``over`` bytes are digested by publish in parts of ``part_bytes`` (a
+    power of two); at most ``REQUIRED_OVER`` each: more files than required, never fewer."""
 
     part_bytes: int = PART_BYTES
     over: int = REQUIRED_OVER

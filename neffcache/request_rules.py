@@ -1,14 +1,10 @@
-"""What a request's fields may hold, checked when the request is made (pure).
+"""What a request's fields may hold, checked when the request is made (pure; one rule set for
+the CLI and the Python API).
 
-One rule set for the CLI and the Python API. A field's type is its annotation, read as written
-(``int | None``, ``Sequence[str]``, ``str | Path``...): a value of another type is refused, and
-so is a lone ``str`` where a sequence is meant (it would be split into characters). A number's
-range is declared once, in ``RANGES``: the request checks it, and the CLI's option type is made
-from it (``cli._common.ranged``), so a flag and its field cannot disagree.
-
-Every public request is declared ``@checked_request`` (a frozen dataclass with slots whose
-``__post_init__`` is ``check_request``); a broken rule is a ``UsageError`` (exit 2) naming the
-request and the field::
+A field's type is its annotation, read as written: a value of another type is refused, and so is
+a lone ``str`` where a sequence is meant. A number's range is declared once, in ``RANGES``: the
+request checks it and the CLI's option type is made from it (``cli._common.ranged``). A broken
+rule is a ``UsageError`` naming the request and the field::
 
     RestoreRequest.mirrors: expected a sequence of str, got the str 's3://b/p' (a lone
     string where a sequence is meant: wrap it, e.g. ('s3://b/p',))
@@ -89,8 +85,7 @@ T = TypeVar("T")
 
 @dataclass_transform(frozen_default=True)
 def checked_request(cls: type[T]) -> type[T]:
-    """A public request: ``@dataclass(frozen=True, slots=True)`` that checks its fields when it
-    is made (``check_request``)."""
+    """A public request: a frozen dataclass with slots that checks its fields when made."""
     def __post_init__(self: object) -> None:
         check_request(self)
 
@@ -110,8 +105,8 @@ class _Rule:
 
 
 def check_request(request: object) -> None:
-    """Nothing, or UsageError naming the first field of ``request`` (a dataclass) whose value
-    breaks its rule: its annotation's type, or its range in ``RANGES``."""
+    """Nothing, or UsageError naming the first field of ``request`` whose value breaks its
+    rule."""
     cls = type(request)
     for rule in _rules(cls):
         value = getattr(request, rule.name)
@@ -214,9 +209,8 @@ def _union(text: str, scope: Mapping[str, object]) -> tuple[Check, str]:
 
 
 def _named(dotted: str, scope: Mapping[str, object]) -> tuple[Check, str]:
-    """A project or library type: the class the request's module binds to that name (an alias
-    of a callable is a callable), else any object with a class of that name (a name the module
-    imports only for type checking)."""
+    """A project or library type: the class the request's module binds to that name, else any
+    object with a class of that name (a name imported only for type checking)."""
     name = dotted.rsplit(".", 1)[-1]
     bound = scope.get(dotted.split(".", 1)[0])
     for part in dotted.split(".")[1:]:

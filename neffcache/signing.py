@@ -1,12 +1,9 @@
 """Signed entries: Ed25519 signatures over a manifest's digest, the key formats, and the trust
-check restore applies (pure: keys in, verdicts out; the crypto is ``cryptography``'s).
+check restore applies (pure; the crypto is ``cryptography``'s).
 
-A publisher signs ``MESSAGE_PREFIX + manifest_digest(manifest)``: the digest covers every field
-of the manifest but its signature, so changing any file's sha256, size or path after signing
-breaks the signature, and a changed blob no longer matches the signed sha256. A public key is
-written ``ed25519:<base64 of its 32 raw bytes>``; its id is the first 16 hex digits of the sha256
-of those bytes. A private key is an unencrypted PKCS#8 PEM file (``neffcache keys generate``,
-or ``openssl genpkey -algorithm ed25519``).
+A publisher signs ``MESSAGE_PREFIX + manifest_digest(manifest)``, which covers every field but
+the signature. A public key is written ``ed25519:<base64 of its 32 raw bytes>``; its id is the
+first 16 hex digits of their sha256. A private key is an unencrypted PKCS#8 PEM file.
 """
 
 from __future__ import annotations
@@ -137,9 +134,8 @@ def signed_digest_trusted(raw_signature: Any, digest: Any, trusted: Sequence[Pub
     except ManifestError:
         return False
     key = next((k for k in trusted if sig is not None and k.key_id == sig.key_id), None)
-    if key is None or sig is None or not isinstance(digest, str):
-        return False
-    return verifies(key, sig, MESSAGE_PREFIX + digest.encode("ascii", "replace"))
+    return key is not None and sig is not None and isinstance(digest, str) \
+        and verifies(key, sig, MESSAGE_PREFIX + digest.encode("ascii", "replace"))
 
 
 def verifies(key: PublicKey, sig: Signature, message: bytes) -> bool:
