@@ -123,10 +123,8 @@ class ExplainResult(ExitRule):
 
 
 def show_fingerprint(request: FingerprintRequest) -> FingerprintResult:
-    """This host's fingerprint for ``request.backend``, as ``neffcache fingerprint`` shows it.
-
-    Raises UsageError for an unknown backend, ConfigError for a bad setting or a ``python``
-    that cannot be run."""
+    """This host's fingerprint for ``request.backend`` (``neffcache fingerprint``). Raises
+    UsageError for an unknown backend, ConfigError for a bad setting or ``python``."""
     environ = os.environ if request.environ is None else request.environ
     settings = read_settings(environ, python=request.python)
     interpreter = described_interpreter(settings.python)
@@ -136,12 +134,10 @@ def show_fingerprint(request: FingerprintRequest) -> FingerprintResult:
 
 
 def explain_fingerprint(request: ExplainRequest) -> ExplainResult:
-    """Name each fingerprint field that differs between this host and an entry (or a
-    fingerprint in the index), as ``neffcache fingerprint --explain KEY`` does.
-
-    Raises UsageError when ``key`` is not hex, matches no entry or several, and no single
-    fingerprint in the index; NotFoundError when a full entry key has no manifest and is no
-    fingerprint key either (exit 2 and 4)."""
+    """Each fingerprint field that differs between this host and an entry (or a fingerprint
+    in the index): ``neffcache fingerprint --explain KEY``. Raises UsageError when ``key``
+    names no single entry or fingerprint; NotFoundError when a full entry key has no manifest
+    and is no fingerprint key either."""
     environ = os.environ if request.environ is None else request.environ
     settings = read_settings(environ, store=request.store, index=request.index,
                              python=request.python)

@@ -64,9 +64,8 @@ def parse_probe_output(stdout: str, names: Sequence[str], path: str) -> Interpre
     if not lines:
         raise ValueError("no answer from the probe script")
     doc = json.loads(lines[-1][len(_MARKER):])
-    found = doc.get("versions") if isinstance(doc, dict) else None
-    python = doc.get("python") if isinstance(doc, dict) else None
-    torch_path = doc.get("torch_path") if isinstance(doc, dict) else None
+    doc = doc if isinstance(doc, dict) else {}
+    found, python, torch_path = doc.get("versions"), doc.get("python"), doc.get("torch_path")
     if not isinstance(found, dict) or not isinstance(python, str) or not python \
             or not (torch_path is None or isinstance(torch_path, str)):
         raise ValueError("the probe's answer lacks versions or the Python version")
