@@ -1,46 +1,10 @@
 """neffcache: compile once in CI, boot any number of Trainium instances warm.
 
-The public Python API: one call per use case, ``verb(Request) -> Result``. A request is a frozen
-dataclass holding what the command's flags hold (None: read as the CLI reads it, flag >
-``NEFFCACHE_*`` > config file > default), checked when made (a ``UsageError`` naming the field).
-A result knows its ``exit_code`` (the CLI's), its ``error()`` and its ``to_json()`` (the
-``--json`` document). A call raises a ``NeffcacheError`` (which knows its ``exit_code``) only
-when it cannot produce a result. The value types the calls use import from here too.
-
-    restore(RestoreRequest) -> RestoreResult                   neffcache restore
-    preview_restore(RestoreRequest) -> RestorePreview          neffcache restore --dry-run
-    prune(PruneRequest) -> PruneResult                         neffcache prune
-    cell_ready(target, cell_id) -> bool                        is a cell restored? (no store)
-    precompile(PrecompileRequest) -> PrecompileResult          neffcache precompile
-    push(PushRequest) -> PushResult                            neffcache push
-    capture_entry(CaptureRequest) -> CaptureResult             neffcache capture
-    check_warm(WarmRequest) -> WarmResult                      neffcache warm
-    coverage(CoverageRequest) -> CoverageResult                neffcache coverage
-    stream_coverage(CoverageRequest) -> CoverageStream         coverage --json/--jsonl
-    list_entries(ListEntriesRequest) -> ListEntriesResult      neffcache ls
-    iter_entries(ListEntriesRequest) -> Iterator[EntrySummary] ls, streamed
-    show_fingerprint(FingerprintRequest) -> FingerprintResult  neffcache fingerprint
-    explain_fingerprint(ExplainRequest) -> ExplainResult       neffcache fingerprint --explain
-    verify(VerifyStoreRequest) -> VerifyStoreResult            neffcache verify
-    verify_local_dir(VerifyLocalDirRequest) -> ...             neffcache verify --local
-    collect_garbage(CollectGarbageRequest) -> ...              neffcache gc
-    retire_entries(RetireEntriesRequest) -> ...                neffcache retire
-    copy_entries(CopyEntriesRequest) -> ...                    neffcache copy
-    repair_store(RepairRequest) -> RepairResult                neffcache repair
-    export_bundle / import_bundle / show_bundle                neffcache bundle ...
-    reindex_store, ingest_restore_reports                      neffcache reindex, reports ingest
-    register_matrix_file, list_registered_matrices,
-    show_registered_matrix                                     neffcache matrix ...
-    upgrade_schema, show_schema                                neffcache db upgrade, db current
-    serve(ServeRequest)                                        neffcache serve
-    run_demo(DemoRequest) -> DemoResult                        neffcache demo
-    generate_key(GenerateKeyRequest) -> KeyResult              neffcache keys generate
-    show_key(ShowKeyRequest) -> KeyResult                      neffcache keys show
-    show_config(ShowConfigRequest) -> ShowConfigResult         neffcache config
-
-Import names from here: ``neffcache.restore`` and ``neffcache.precompile`` are the functions,
-not the packages. Names in ``__all__`` are stable (fields are added, never renamed). Every name
-loads its machinery on first use (PEP 562): ``import neffcache`` costs a few milliseconds.
+The public Python API: one call per command, ``verb(Request) -> Result`` (``help(neffcache.X)``
+documents each; README.md's "Python API" states the contract: requests checked when built,
+results with ``exit_code``, ``error()`` and ``to_json()``, stable names in ``__all__``).
+``neffcache.restore`` and ``neffcache.precompile`` are the functions, not the packages. Every
+name loads its machinery on first use (PEP 562): ``import neffcache`` takes milliseconds.
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
-"""Settings from flags, ``NEFFCACHE_*`` variables, a config file and defaults (pure core).
+"""Settings from flags, ``NEFFCACHE_*`` variables, a config file and defaults (pure core; the
+variables and keys are README.md's "Configuration" table).
 
 Precedence: flag > environment > config file > default. Only the CLI and the server call
 ``load_settings``; no module reads the environment at import time.
-
-    NEFFCACHE_HOME    embedded default: index.db (SQLite) and store/ (local store) under it
-    NEFFCACHE_STORE   a path, file://PATH or s3://BUCKET/PREFIX
-    NEFFCACHE_INDEX   a SQLAlchemy URL (sqlite:///..., postgresql+psycopg://...)
-    NEFFCACHE_PYTHON  the interpreter that runs inference, whose package versions (and torch
-                      path) the fingerprint describes (default: the one running neffcache)
-    NEFFCACHE_REPORTS where `restore` writes its report: `store` (default: the store's
-                      reports/ prefix), `none`, or a local directory path
-    NEFFCACHE_MIRRORS stores a restore reads after the store, in order (space-separated)
-    NEFFCACHE_TRUSTED_KEYS  public keys (ed25519:...) or files of them; every command that
-                      installs, copies, imports, repairs or verifies a manifest then refuses
-                      one not signed by one of them (``neffcache.trust``)
-    NEFFCACHE_REQUIRE_SIGNATURES  1/true: fail closed when no trusted key is configured
-                      (the config file's `require_signatures = true`)
-    NEFFCACHE_SIGNING_KEY_FILE  the Ed25519 private key (PEM) publish signs manifests with;
-                      NEFFCACHE_SIGNING_KEY: the same PEM as text (environment only)
-    NEFFCACHE_REPORT_SPOOL  where `restore` keeps reports it could not send, for the next
-                      restore to send first (default: DIR/.neffcache-entries/report-spool)
-    NEFFCACHE_CONFIG  a TOML file with `store`, `index`, `python`, `reports`, `mirrors`,
-                      `trusted_keys` and/or `signing_key_file` keys
-                      (default $NEFFCACHE_HOME/config.toml)
 """
 
 from __future__ import annotations
