@@ -1,16 +1,10 @@
-"""One restore into a directory as a value: what it restores and how it runs (``RestoreJob``).
-
-A ``RestoreJob`` is derived once from a request (``neffcache.restore.session``) or from the
-arguments of ``restore_cells``, and handed whole to each step of the restore: no step relays
-the deadline, the thread counts or the trusted keys one by one. No I/O here.
-"""
+"""One restore into a directory as a value (``RestoreJob``), handed whole to each step. No I/O."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
 from neffcache.backends import Backend
 from neffcache.fingerprint import Fingerprint
@@ -52,20 +46,10 @@ class RestoreJob:
     announcer: Announcer | None = None
     units: UnitPolicy = DEFAULT_UNITS
 
+    def __post_init__(self) -> None:  # a list of cells, a relative target: made exact once
+        object.__setattr__(self, "cells", tuple(self.cells))
+        object.__setattr__(self, "target", Path(self.target).absolute())
+
     def entry_keys(self) -> list[str]:
         """Each cell's entry key for the fingerprint, in cell order."""
         return [entry_key(c, self.fingerprint) for c in self.cells]
-
-
-class JobOptions(TypedDict, total=False):
-    """``RestoreJob``'s fields after ``target``, as keywords (``restore_cells(**options)``):
-    mypy checks each against the field of that name."""
-
-    workers: int
-    transfers: int | None
-    deadline: float | None
-    trusted: Sequence[PublicKey]
-    notice: Notice | None
-    progress: Progress | None
-    announcer: Announcer | None
-    units: UnitPolicy
