@@ -22,8 +22,8 @@ state file's reader and writer (``load_state``, ``load_pending``, ``save_state``
 only for a ``Durable`` set of records; ``forget_paths``).
 
 Modules, top to bottom (each imports only those below it; see ARCHITECTURE.md): ``session``
-the use cases · ``pruning`` prune a destination · ``run`` the whole restore from a store ·
-``preview`` its plan, for --dry-run ·
+the use cases · ``pruning`` prune a destination · ``run`` the whole restore from a store and
+its plan, for --dry-run ·
 ``local`` the store-free "already in place" check · ``ready`` cells announced ready (markers)
 · ``outcome`` result and exit rule · ``resolve`` manifests from the store · ``job`` one
 restore as a value · ``apply`` runs the plan's units · ``fetch`` one unit · ``install`` one
@@ -46,11 +46,10 @@ _FACE = {
     "local": ("LOCAL_ENTRIES", "MISSING_FILE"),
     "outcome": ("RestoreResult",),
     "plan": ("Conflict", "FetchGroup", "RestorePlan"),
-    "preview": ("RestorePreview",),
     "pruning": ("PruneRequest", "PruneResult", "PrunedEntry", "prune"),
     "ready": ("cell_ready",),
     "resolve": ("CellFailure", "Resolution"),
-    "run": ("restore_cells",),
+    "run": ("RestorePreview", "restore_cells"),
     "session": ("RestoreRequest", "default_workers", "preview_restore", "restore"),
     "state": ("Durable", "STATE_FILE", "forget_paths", "load_pending", "load_state", "save_state"),
 }
@@ -65,11 +64,10 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
     from neffcache.restore.outcome import RestoreResult
     from neffcache.restore.plan import Conflict, FetchGroup, RestorePlan
-    from neffcache.restore.preview import RestorePreview
     from neffcache.restore.pruning import PrunedEntry, PruneRequest, PruneResult, prune
     from neffcache.restore.ready import cell_ready
     from neffcache.restore.resolve import CellFailure, Resolution
-    from neffcache.restore.run import restore_cells
+    from neffcache.restore.run import RestorePreview, restore_cells
     from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
     from neffcache.restore.state import (STATE_FILE, Durable, forget_paths, load_pending,
         load_state, save_state)

@@ -44,10 +44,9 @@ from neffcache.restore.job import RestoreJob
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
 from neffcache.restore.outcome import RestoreResult
 from neffcache.restore.plan import Conflict
-from neffcache.restore.preview import RestorePreview, preview_cells
 from neffcache.restore.pruning import evict_untrusted
 from neffcache.restore.ready import Announcer, marker_entry, remove_markers
-from neffcache.restore.run import run_job
+from neffcache.restore.run import RestorePreview, preview_cells, run_job
 from neffcache.signing import PublicKey
 from neffcache.store import (
     BundleStore,

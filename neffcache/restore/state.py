@@ -212,19 +212,12 @@ class RootState:
     files: Rows
     pending: dict[str, Rows]
     stamp: tuple[int, int, int] | None
-    settled: int = 0  # pending rows this process made durable (``settle_row``)
+    settled: int = 0  # pending rows this process made durable (``settle``)
 
     def this_boot(self) -> Rows:
         """The rows pending in this boot."""
         now = fs.boot_id()
         return self.pending.get(now, {}) if now else {}
-
-    def settle_row(self, dfd: int, path: str) -> bool:
-        """``sync_row``, then ``settle``: False when there is no such row or the file changed."""
-        if not self.sync_row(dfd, path):
-            return False
-        self.settle(path)
-        return True
 
     def sync_row(self, dfd: int, path: str) -> bool:
         """True once the very file (inode, size, times) of ``path``'s row pending in this boot is
@@ -369,19 +362,14 @@ _PROOF = object()  # only this module makes Durable sets
 @dataclass(frozen=True, slots=True)
 class Durable:
     """State records whose files are known to be on disk: the only thing ``save_state`` takes. Made
-    only here (``sync_records``, ``from_state``, ``vouched``, ``reread``)."""
+    only here (``sync_records``, ``vouched``, ``reread``)."""
 
     records: Mapping[FileId, StateRecord]
     proof: object = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.proof is not _PROOF:
-            raise TypeError("Durable is made only by sync_records or Durable.from_state")
-
-    @staticmethod
-    def from_state(state: Mapping[FileId, StateRecord], keep: Iterable[FileId]) -> Durable:
-        """The records of ``keep`` exactly as a loaded state file vouched for them."""
-        return Durable(MappingProxyType({k: state[k] for k in keep if k in state}), _PROOF)
+            raise TypeError("Durable is made only by neffcache.restore.state")
 
     @staticmethod
     def vouched(state: Mapping[FileId, StateRecord], present: Present,
