@@ -20,15 +20,7 @@ Also here for other packages: the destination's lock (``lock_destination``), the
 restore keeps beside the cache (``LOCAL_ENTRIES``, ``MISSING_FILE``, ``STATE_FILE``) and the
 state file's reader and writer (``load_state``, ``load_pending``, ``save_state``, which vouches
 only for a ``Durable`` set of records; ``forget_paths``).
-
-Modules, top to bottom (each imports only those below it; see ARCHITECTURE.md): ``session``
-the use cases · ``pruning`` prune a destination · ``run`` the whole restore from a store and
-its plan, for --dry-run ·
-``local`` the store-free "already in place" check · ``ready`` cells announced ready (markers)
-· ``outcome`` result and exit rule · ``resolve`` manifests from the store · ``job`` one
-restore as a value · ``apply`` runs the plan's units · ``fetch`` one unit · ``install`` one
-file, atomically · ``scan`` what is in place · ``state`` the per-root state file · ``dest``
-the destination's lock · ``plan`` the whole plan (pure) · ``fs`` file-system primitives.
+Modules, top to bottom: ARCHITECTURE.md.
 """
 
 from __future__ import annotations

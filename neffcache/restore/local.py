@@ -36,8 +36,7 @@ from neffcache.manifest import (
 from neffcache.matrix import Cell
 from neffcache.restore.dest import ENTRIES_DIR, is_unclean, lock_destination
 from neffcache.restore.fs import Roots, replace_best_effort, tmp_name
-from neffcache.restore.job import RestoreJob
-from neffcache.restore.outcome import RestoreResult, job_result
+from neffcache.restore.outcome import RestoreJob, RestoreResult, job_result
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
 from neffcache.restore.scan import scan_present

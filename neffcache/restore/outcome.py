@@ -1,4 +1,5 @@
-"""The outcome of a restore: what it did (``RestoreResult``, its report) and the error it ends with.
+"""One restore as values: what it restores and how (``RestoreJob``, handed whole to each step),
+what it did (``RestoreResult``, its report) and the error it ends with.
 
 Exit rule (``outcome_error``), first match wins:
   4  a manifest was rejected, or a blob was missing/corrupt/truncated
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from neffcache.backends import cache_environment
+from neffcache.backends import Backend, cache_environment
 from neffcache.canonical import digest_of
 from neffcache.errors import (
     CacheMissError,
@@ -32,14 +34,50 @@ from neffcache.errors import (
     exit_code_for,
     repair_hint,
 )
+from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import entry_key
+from neffcache.matrix import Cell
+from neffcache.restore.apply import Progress
 from neffcache.restore.install import LISTED_FAILURES, FileFailure
-from neffcache.restore.job import RestoreJob
-from neffcache.restore.plan import Conflict
+from neffcache.restore.plan import DEFAULT_UNITS, Conflict, UnitPolicy
+from neffcache.restore.ready import Announcer
 from neffcache.restore.resolve import Resolution
+from neffcache.signing import PublicKey
 from neffcache.trust import signers
 
 REPORT_SCHEMA = 1
 MAX_LISTED_FAILURES = LISTED_FAILURES  # files_failed lists this many; files_failed_count all
+Notice = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreJob:
+    """What one restore restores (``cells``, in priority order, of ``backend``, built for
+    ``fingerprint``, into ``target/<root>``) and how: ``workers`` read manifests and scan,
+    ``transfers`` fetch (None: ``workers``), no new work after ``deadline`` (monotonic), each
+    entry signed by one of ``trusted``, warnings to ``notice``, (files done, total, bytes) to
+    ``progress``, cells ready to ``announcer``, requests shaped by ``units``."""
+
+    cells: tuple[Cell, ...]
+    backend: Backend
+    fingerprint: Fingerprint
+    target: Path
+    workers: int = 16
+    transfers: int | None = None
+    deadline: float | None = None
+    trusted: Sequence[PublicKey] = ()
+    notice: Notice | None = None
+    progress: Progress | None = None
+    announcer: Announcer | None = None
+    units: UnitPolicy = DEFAULT_UNITS
+
+    def __post_init__(self) -> None:  # a list of cells, a relative target: made exact once
+        object.__setattr__(self, "cells", tuple(self.cells))
+        object.__setattr__(self, "target", Path(self.target).absolute())
+
+    def entry_keys(self) -> list[str]:
+        """Each cell's entry key for the fingerprint, in cell order."""
+        return [entry_key(c, self.fingerprint) for c in self.cells]
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,16 +137,11 @@ def prune(request: PruneRequest) -> PruneResult:
             hint="neffcache prune DIR --matrix M --yes"):
         return preview
     try:
-        with lock_destination(str(target), deadline=time.monotonic(), who="prune") as held:
-            plan = plan_prune(target, backend, keep, fingerprint.key)  # under the lock now
-            done = apply_prune(target, backend, plan)
-            if not held.unclean:  # a killed restore's mark stays: its run sweeps temp files
-                held.finished()
+        return _prune_locked(target, backend, keep, fingerprint.key, time.monotonic(), "prune")
     except DeadlineExceededError:
         raise NeffcacheError(f"{target}: a restore is running there; prune touches nothing "
                              "a restore holds", hint="rerun neffcache prune once it ends"
                              ) from None
-    return done
 
 
 def evict_untrusted(target: Path, backend: Backend, trusted: Callable[[Any, Any], bool], *,
@@ -161,9 +156,15 @@ def evict_untrusted(target: Path, backend: Backend, trusted: Callable[[Any, Any]
 
     if not plan_prune(target, backend, keep, "").pruned:
         return None
-    with lock_destination(str(target), deadline=deadline, who="restore (evict)") as held:
-        done = apply_prune(target, backend, plan_prune(target, backend, keep, ""))
-        if not held.unclean:  # a killed restore's mark stays for the full run's sweep
+    return _prune_locked(target, backend, keep, "", deadline, "restore (evict)")
+
+
+def _prune_locked(target: Path, backend: Backend, keep: Keep, fingerprint_key: str,
+                  deadline: float | None, who: str) -> PruneResult:
+    """Plan again under DIR's lock and apply (a killed restore's mark stays for its sweep)."""
+    with lock_destination(str(target), deadline=deadline, who=who) as held:
+        done = apply_prune(target, backend, plan_prune(target, backend, keep, fingerprint_key))
+        if not held.unclean:
             held.finished()
     return done
 

@@ -34,10 +34,9 @@ from neffcache.restore.dest import (
 )
 from neffcache.restore.fs import Roots
 from neffcache.restore.install import Failures, FailureTally, FileFailure
-from neffcache.restore.job import RestoreJob
 from neffcache.restore.known import read_copies, resolve_known
 from neffcache.restore.local import save_missing
-from neffcache.restore.outcome import RestoreResult, job_result
+from neffcache.restore.outcome import RestoreJob, RestoreResult, job_result
 from neffcache.restore.plan import (
     BlobGet,
     BlobPart,

@@ -40,9 +40,8 @@ from neffcache.reports import build_report
 from neffcache.request_rules import checked_request
 from neffcache.restore.apply import Progress
 from neffcache.restore.dest import lock_destination
-from neffcache.restore.job import RestoreJob
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
-from neffcache.restore.outcome import RestoreResult
+from neffcache.restore.outcome import Notice, RestoreJob, RestoreResult
 from neffcache.restore.plan import Conflict
 from neffcache.restore.pruning import evict_untrusted
 from neffcache.restore.ready import Announcer, marker_entry, remove_markers
@@ -69,7 +68,6 @@ BUNDLE_WORKERS = 4  # a local file: a few readers are enough
 TRANSFERS_PER_CPU = 2  # default_workers
 
 T = TypeVar("T")
-Notice = Callable[[str], None]
 
 
 @checked_request
