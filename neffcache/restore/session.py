@@ -146,9 +146,9 @@ class _Session:
     target: Path
     until: float | None  # the deadline on the time.monotonic() clock
     notice: Notice
-    mirrors: tuple[str, ...] = ()
-    trusted: tuple[PublicKey, ...] = ()  # entries must be signed by one of these (if any)
-    announcer: Announcer | None = None  # cells ready: markers, on_cell_ready, their times
+    mirrors: tuple[str, ...]
+    trusted: tuple[PublicKey, ...]  # entries must be signed by one of these (if any)
+    announcer: Announcer  # cells ready: markers, on_cell_ready, their times
 
     def job(self, fingerprint: Fingerprint, workers: int, transfers: int | None = None,
             progress: Progress | None = None) -> RestoreJob:
@@ -207,7 +207,7 @@ def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
                  f"(.neffcache-*.tmp) left by an interrupted restore")
     result = replace(result, fingerprint_python=described_interpreter(s.settings.python),
                      explain_args=_explain_args(s, result.store_url),
-                     ready=tuple(s.announcer.announced) if s.announcer else ())
+                     ready=tuple(s.announcer.announced))
     if source is None:
         _send_report(s, result.to_json(), fingerprint, opened)
     return result
@@ -410,7 +410,7 @@ def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreR
     written under DIR's lock only when no restore holds it and none was killed there."""
     result = restore_local(s.cells, s.backend, fingerprint, s.target, store_url=store_url,
                            trusted=s.trusted, deadline=s.until)
-    if result is None or s.announcer is None:
+    if result is None:
         return result
     remove_markers(s.target, [c.id for c in result.resolution.missing])
     keys = {c.id: entry_key(c, fingerprint) for c in s.cells}

@@ -132,10 +132,6 @@ class StateTable(Mapping[FileId, StateRecord]):
     def __init__(self, roots: Mapping[str, Rows]) -> None:
         self._roots = {root: rows for root, rows in roots.items() if rows}
 
-    def rows(self, root: str) -> Rows:
-        """The packed rows of ``root`` by path (read only)."""
-        return self._roots.get(root, {})
-
     def __getitem__(self, key: FileId) -> StateRecord:
         return _record(self._roots[key[0]][key[1]])
 
