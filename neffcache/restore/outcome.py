@@ -213,12 +213,6 @@ def job_result(job: RestoreJob, store_url: str, resolution: Resolution,
         environment=tuple(sorted(cache_environment(job.backend, str(job.target)).items())))
 
 
-def explain_command(key: str, args: Sequence[str] = ()) -> str:
-    """``neffcache fingerprint --explain KEY`` with the flags that reproduce the fingerprint and the
-    store read, quoted for a POSIX shell."""
-    return shlex.join(["neffcache", "fingerprint", "--explain", key, *args])
-
-
 def outcome_error(r: RestoreResult) -> NeffcacheError | None:
     """The error a restore ends with (None for success); see the module docstring."""
     res = r.resolution
@@ -249,7 +243,8 @@ def outcome_error(r: RestoreResult) -> NeffcacheError | None:
             return FingerprintMismatchError(
                 f"no requested cell has an entry for fingerprint {r.fingerprint_key[:12]}; "
                 f"{len(res.elsewhere)} were built for another environment ({ids})",
-                hint=explain_command(other, r.explain_args))
+                hint=shlex.join(["neffcache", "fingerprint", "--explain", other,
+                                 *r.explain_args]))  # run as printed: the fields that differ
         return CacheMissError(f"{len(res.missing)} of {len(r.requested)} cells have no entry for "
                               f"fingerprint {r.fingerprint_key[:12]}: {ids}",
                               hint="neffcache precompile MATRIX (on a build host)")
