@@ -1,8 +1,6 @@
-"""The destination DIR of a restore: its lock, the mark a killed restore leaves, stale temp files.
-
-A restore that writes holds ``DIR/.neffcache-entries/lock`` (``flock``) for its whole run; the file
-names the holder while held and is emptied when it ends. A non-empty lock file nobody holds is the
-mark of a killed restore: its temp files are stale, and the next restore sweeps the roots."""
+"""The destination DIR of a restore: its lock (``flock`` on ``DIR/.neffcache-entries/lock``, which
+names the holder and is emptied at the end), the mark a killed restore leaves (a non-empty lock file
+nobody holds: the next restore sweeps the roots), stale temp files."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""Run one fetch unit: bring its bytes from the store, verify them, install them.
-
-``PackRun``: one ranged read of a pack, each member checked against its sha256 and written in a
-batch; a corrupt member is fetched from its own blob, else read again alone; a broken stream is read
-again from the first member it did not deliver; a missing pack falls back to the members' blobs.
-``BlobGet``: one GET, hashed as streamed. ``BlobPart``: ranged GETs in parallel, each hashed against
-its part digest as it arrives and ``pwrite`` into one shared temp file. A piece that breaks off,
-ends early or does not verify is fetched again, at most ``ATTEMPTS`` times; retrying a failed
-request is the store client's job. Files: ``install``."""
+"""Run one fetch unit (a pack run, a blob GET, a part of a large blob): bring its bytes from the
+store, verify them as they arrive, install them (``install``). A piece that breaks off, ends early
+or does not verify is fetched again, at most ``ATTEMPTS`` times; retrying a failed request is the
+store client's job."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""File-system primitives of a restore (the bottom layer): directory descriptors, syncs.
-
-Files are written through directory descriptors opened one component at a time with ``O_NOFOLLOW``
-(``Roots``, ``DirCache``): a symlink at or inside a root is never followed. Durability is per file
-(``datasync_at``), never a ``syncfs`` of the whole file system (``sync_filesystems`` and
-``start_writeback`` are kept for ``tools/bench/durability.py``). Temp files are named
-``.neffcache-*.tmp``. Nothing here knows about entries or the store."""
+"""File-system primitives of a restore (the bottom layer): directory descriptors opened with
+``O_NOFOLLOW`` one component at a time (a symlink at or inside a root is never followed), per-file
+``fdatasync`` (never a whole-filesystem ``syncfs``), temp names ``.neffcache-*.tmp``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Resolve with the local manifest copies: a cell with a valid copy is judged from it, so a restore
-asks the store in proportion to what is missing, not to the matrix.
-
-A copy is trusted as the store's manifest would be (decoded fully, this cell's entry key, a trusted
-signature with keys). A cell with something to fetch asks whether its manifest is still in the store
-(one HEAD: ``retire`` can remove an entry; then the cell is missing and its copy dropped). Cells
-without a valid copy read their manifest, except those recorded missing less than
-``MISSING_RECHECK_SECONDS`` ago."""
+"""Resolve with the local manifest copies: a cell with a valid copy (decoded fully, its entry key,
+trusted) is judged from it, and asks the store only whether it is still published (one HEAD) when it
+has something to fetch; the store is asked in proportion to what is missing."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""The whole restore plan (pure, no I/O): what is in place, what to fetch, and by which requests.
-
-From the entries' manifests, the target directory of each root and what a scan found, a
-``RestorePlan``: fetch groups (a blob fetched once, installed at every path that wants it), files
-already valid, conflicts (two entries wanting different bytes at one path, common for compile
-caches: the first cell's record wins) and the fetch units. Units: pack members close together become
-one ranged read (``PackRun``), other blobs one GET (``BlobGet``) or, with part digests (files over
-24 MiB), parallel ranged GETs each verified (``BlobPart``). Units come cell by cell in priority
-order, so a deadline leaves whole cells done and the first cells are ready first."""
+"""The whole restore plan (pure, no I/O): files already valid, fetch groups (a blob fetched once,
+installed at every path that wants it), conflicts (the first cell's record wins) and the fetch units
+(pack runs, blob GETs, parts of large blobs), cell by cell in priority order, so a deadline leaves
+whole cells done and the first cells are ready first."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Prune a restore destination: remove the entries the matrix and fingerprint no longer need.
-
-Every local manifest copy that is not the entry of a cell for the fingerprint is pruned: its files
-leave the cache roots (only regular files of the recorded size, never through a symlink, and not a
-path a kept entry wants; empty directories go too), the state file forgets them, then the copy goes;
-an interrupted prune is safe to rerun. It holds DIR's restore lock without waiting: while a restore
-runs there, prune refuses and touches nothing."""
+"""Prune a restore destination: remove the entries the matrix and fingerprint no longer need
+(regular files of the recorded size only, never through a symlink, never a path a kept entry wants),
+then forget them in the state file, then drop their copies; safe to rerun. It takes DIR's lock
+without waiting: while a restore runs there, prune refuses and touches nothing."""
 
 from __future__ import annotations
 

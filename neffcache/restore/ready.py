@@ -1,11 +1,6 @@
-"""Ready markers: a cell is announced the moment every file it needs is verified and in place.
-
-``DIR/.neffcache-entries/ready/<cell id, quoted>`` holds ``{"cell", "entry_key"}``, written whole
-(temp file, rename). A restore, under DIR's lock, removes the marker of every requested cell it is
-about to change or cannot vouch for before it installs anything, and writes one as each cell's last
-file lands; eviction and prune remove markers before files. A marker vouches for the service only,
-never for a later restore. ``cell_ready`` reads the marker and the local manifest copy: no store,
-nothing heavy imported."""
+"""Ready markers (``DIR/.neffcache-entries/ready/<cell id>``): a cell is announced the moment every
+file it needs is verified and in place; markers are removed, under DIR's lock, before a cell's files
+change or go. They vouch for the service only, never for a later restore."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Resolve: read each requested cell's manifest for this fingerprint from the store, in parallel.
-
-``manifests/<entry key>.json`` is read and validated fully (with trusted keys, its signature too);
-one that does not decode or is untrusted is read again (at most ``ATTEMPTS``; a mirror may hold a
-good one). Missing cells are looked up under ``cells/<cell-key>/`` to tell "never built" from "built
-for another environment". With ``keep`` the bytes the store sent become the local copy once they
-decode: never both the bytes and the decoded records in memory."""
+"""Resolve: read and fully validate each requested cell's manifest from the store, in parallel (read
+again, at most ``ATTEMPTS`` times, when damaged or untrusted); tell "never built" from "built for
+another environment"; with ``keep``, the bytes the store sent become the local copy."""
 
 from __future__ import annotations
 

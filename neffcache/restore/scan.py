@@ -1,7 +1,5 @@
-"""Scan what is in place at every path the entries want: size, mode, and sha256 when useful.
-
-One ``fstatat`` per wanted file; a file is hashed only when its size is wanted and the state file
-does not vouch for it. One it vouches for is held as a path (``seen.Present``)."""
+"""Scan what is in place at each wanted path: one ``fstatat`` each; a file is hashed only when its
+size is wanted and the state file does not vouch for it (then it is held as a path: ``seen``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What a scan found in place, held small: files the state file vouched for are one path each.
-
-``Present`` holds those as a set of paths per root (``seen``) beside the durable records they
-matched (``against``), and a ``PresentFile`` only for the others (``odd``); ``Vouched`` is the
-matching view of the records a state file keeps (issue 22). Pure: no file I/O."""
+"""What a scan found in place, held small (issue 22): files the state file vouched for are one path
+each (``Present``), and ``Vouched`` is the matching view of the records kept. Pure."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""The state file's rows, compact: read in one pass into 66 bytes per file, written in pieces.
-
-A state file is ``{"schema_version": 1, "files": {path: row}, "pending": {boot: {path: row}}}``,
-``row = [size, mtime_ns, ctime_ns, inode, sha256, mode]``. ``parse_rows`` walks the text with
-``json``'s C scanners and keeps each row as 66 bytes (``pack_row``), where ``json.loads`` would hold
-~550 bytes a file; ``parse_row_pieces`` reads the text in pieces through a window, so a million rows
-(169 MiB) are never one string. An implausible row is left out (its file is hashed again); a
-document that is not one reads as empty. Pure: no file I/O."""
+"""The state file's rows, compact: parsed with ``json``'s C scanners through a window over the
+text's pieces and packed 66 bytes a file (``json.loads`` would hold ~550), written in pieces, so a
+million rows are never one string. An implausible row is dropped (its file hashed again), a document
+that is not one reads as empty. Pure."""
 
 from __future__ import annotations
 
