@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Concatenate, ParamSpec
 
 from neffcache.backends import root_dirs
-from neffcache.errors import NeffcacheError
+from neffcache.errors import ExitRule, NeffcacheError
 from neffcache.manifest import entry_key
 from neffcache.restore.apply import RestoreReport, apply_restore
 from neffcache.restore.dest import (
@@ -229,7 +229,7 @@ def _result(store: Store, job: RestoreJob, resolution: Resolution, plan: Restore
 
 
 @dataclass(frozen=True, slots=True)
-class RestorePreview:
+class RestorePreview(ExitRule):
     """A restore's plan before any byte is fetched; ``judged`` is the result the restore would
     report if every planned fetch succeeded."""
 
@@ -239,11 +239,6 @@ class RestorePreview:
     def error(self) -> NeffcacheError | None:
         """The error the restore would end with if every planned fetch succeeded, or None."""
         return self.judged.error()
-
-    @property
-    def exit_code(self) -> int:
-        """What ``neffcache restore --dry-run`` exits with: 0, or the error's exit code."""
-        return self.judged.exit_code
 
     def to_json(self) -> dict[str, Any]:
         """The document ``restore --dry-run --json`` prints."""
