@@ -1,25 +1,14 @@
 """Restore a matrix's entries from the store alone: resolve, plan, fetch, install, judge.
 
 Use cases (code outside ``neffcache.restore`` imports only this face):
-
-- ``restore(RestoreRequest) -> RestoreResult``: the whole restore as ``neffcache restore``
-  runs it (settings, deadline, the store-free "all in place" check, store or bundle, the
-  restore report). The result knows its ``exit_code``, ``error()`` and ``to_json()``.
-- ``preview_restore(RestoreRequest) -> RestorePreview``: its dry run (``--dry-run``): the
-  plan, nothing fetched or written.
-- ``prune(PruneRequest) -> PruneResult``: remove from a persistent destination the entries
-  the matrix and fingerprint no longer need (``neffcache prune``), plan first, under DIR's lock.
-- ``cell_ready(target, cell_id) -> bool``: for the service: was the cell announced ready (every
-  file verified and in place) by a restore into ``target``, and is its entry still there?
-  From its marker and manifest copy alone; no store (``neffcache.restore.ready``).
-- ``restore_cells(store, cells, backend, fingerprint, target)``: the restore step alone, from
-  a store already open, for a caller that has the cells and the fingerprint (no settings,
-  no store-free check, no report).
-
-Also here for other packages: the destination's lock (``lock_destination``), the files a
-restore keeps beside the cache (``LOCAL_ENTRIES``, ``MISSING_FILE``, ``STATE_FILE``) and the
-state file's reader and writer (``load_state``, ``load_pending``, ``save_state``, which vouches
-only for a ``Durable`` set of records; ``forget_paths``).
+``restore(RestoreRequest) -> RestoreResult`` (``neffcache restore``: settings, deadline, the
+store-free check, store or bundle, the report); ``preview_restore`` (its ``--dry-run``);
+``prune(PruneRequest) -> PruneResult`` (``neffcache prune``); ``cell_ready(target, cell_id)``
+(for the service: announced ready and still there; no store); ``restore_cells(store, cells,
+backend, fingerprint, target, **job)`` (the restore step alone, from an open store).
+Also for other packages: ``lock_destination``, the files a restore keeps beside the cache
+(``LOCAL_ENTRIES``, ``MISSING_FILE``, ``STATE_FILE``) and the state file's reader and writer
+(``load_state``, ``load_pending``, ``save_state`` of a ``Durable`` set, ``forget_paths``).
 Modules, top to bottom: ARCHITECTURE.md.
 """
 
