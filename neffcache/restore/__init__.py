@@ -1,34 +1,15 @@
 """Restore a matrix's entries from the store alone: resolve, plan, fetch, install, judge.
 
 Use cases (code outside ``neffcache.restore`` imports only this face):
-
-- ``restore(RestoreRequest) -> RestoreResult``: the whole restore as ``neffcache restore``
-  runs it (settings, deadline, the store-free "all in place" check, store or bundle, the
-  restore report). The result knows its ``exit_code``, ``error()`` and ``to_json()``.
-- ``preview_restore(RestoreRequest) -> RestorePreview``: its dry run (``--dry-run``): the
-  plan, nothing fetched or written.
-- ``prune(PruneRequest) -> PruneResult``: remove from a persistent destination the entries
-  the matrix and fingerprint no longer need (``neffcache prune``), plan first, under DIR's lock.
-- ``cell_ready(target, cell_id) -> bool``: for the service: was the cell announced ready (every
-  file verified and in place) by a restore into ``target``, and is its entry still there?
-  From its marker and manifest copy alone; no store (``neffcache.restore.ready``).
-- ``restore_cells(store, cells, backend, fingerprint, target)``: the restore step alone, from
-  a store already open, for a caller that has the cells and the fingerprint (no settings,
-  no store-free check, no report).
-
-Also here for other packages: the destination's lock (``lock_destination``), the files a
-restore keeps beside the cache (``LOCAL_ENTRIES``, ``MISSING_FILE``, ``STATE_FILE``) and the
-state file's reader and writer (``load_state``, ``load_pending``, ``save_state``, which vouches
-only for a ``Durable`` set of records; ``forget_paths``).
-
-Modules, top to bottom (each imports only those below it; see ARCHITECTURE.md): ``session``
-the use cases · ``pruning`` prune a destination · ``run`` the whole restore from a store ·
-``preview`` its plan, for --dry-run ·
-``local`` the store-free "already in place" check · ``ready`` cells announced ready (markers)
-· ``outcome`` result and exit rule · ``resolve`` manifests from the store · ``job`` one
-restore as a value · ``apply`` runs the plan's units · ``fetch`` one unit · ``install`` one
-file, atomically · ``scan`` what is in place · ``state`` the per-root state file · ``dest``
-the destination's lock · ``plan`` the whole plan (pure) · ``fs`` file-system primitives.
+``restore(RestoreRequest) -> RestoreResult`` (``neffcache restore``: settings, deadline, the
+store-free check, store or bundle, the report); ``preview_restore`` (its ``--dry-run``);
+``prune(PruneRequest) -> PruneResult`` (``neffcache prune``); ``cell_ready(target, cell_id)``
+(for the service: announced ready and still there; no store); ``restore_cells(store, cells,
+backend, fingerprint, target, **job)`` (the restore step alone, from an open store).
+Also for other packages: ``lock_destination``, the files a restore keeps beside the cache
+(``LOCAL_ENTRIES``, ``MISSING_FILE``, ``STATE_FILE``) and the state file's reader and writer
+(``load_state``, ``load_pending``, ``save_state`` of a ``Durable`` set, ``forget_paths``).
+Modules, top to bottom: ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -46,11 +27,10 @@ _FACE = {
     "local": ("LOCAL_ENTRIES", "MISSING_FILE"),
     "outcome": ("RestoreResult",),
     "plan": ("Conflict", "FetchGroup", "RestorePlan"),
-    "preview": ("RestorePreview",),
     "pruning": ("PruneRequest", "PruneResult", "PrunedEntry", "prune"),
     "ready": ("cell_ready",),
     "resolve": ("CellFailure", "Resolution"),
-    "run": ("restore_cells",),
+    "run": ("RestorePreview", "restore_cells"),
     "session": ("RestoreRequest", "default_workers", "preview_restore", "restore"),
     "state": ("Durable", "STATE_FILE", "forget_paths", "load_pending", "load_state", "save_state"),
 }
@@ -65,11 +45,10 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
     from neffcache.restore.outcome import RestoreResult
     from neffcache.restore.plan import Conflict, FetchGroup, RestorePlan
-    from neffcache.restore.preview import RestorePreview
     from neffcache.restore.pruning import PrunedEntry, PruneRequest, PruneResult, prune
     from neffcache.restore.ready import cell_ready
     from neffcache.restore.resolve import CellFailure, Resolution
-    from neffcache.restore.run import restore_cells
+    from neffcache.restore.run import RestorePreview, restore_cells
     from neffcache.restore.session import RestoreRequest, default_workers, preview_restore, restore
     from neffcache.restore.state import (STATE_FILE, Durable, forget_paths, load_pending,
         load_state, save_state)

@@ -1,12 +1,6 @@
-"""Apply a restore plan: run its fetch units in two bounded lanes and tally what they did.
-
-How one unit fetches, verifies and installs its files atomically is in ``neffcache.restore.fetch``
-(units) and ``neffcache.restore.install`` (files); this module schedules units in plan order
-(none after the deadline) and collects the outcomes. It never raises for a file. It counts down
-the paths each cell waits for (``RestorePlan.waiting``) as files are installed and tells
-``on_ready`` the moment a cell's last one is in place (a failed or stopped file keeps its cells
-waiting).
-"""
+"""Apply a restore plan: run its fetch units (``fetch``, ``install``) in two bounded lanes, in plan
+order and none after the deadline, and tally what they did, never raising for a file; ``on_ready``
+hears of each cell the moment its last file is in place."""
 
 from __future__ import annotations
 
@@ -28,8 +22,8 @@ Ready = Callable[[int], None]  # a cell (its index in the plan's manifest order)
 
 @dataclass(frozen=True, slots=True)
 class RestoreReport:
-    """What ``apply_restore`` did: files installed, bytes fetched from the store, failures
-    (counted, the first few as records: a failed restore holds no record per file)."""
+    """What ``apply_restore`` did: files installed, bytes fetched, failures (counted, the first few
+    as records)."""
 
     installed: tuple[Target, ...]
     failures: Failures
@@ -91,19 +85,13 @@ class _Collector:
 def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
                   deadline: float | None = None, progress: Progress | None = None,
                   roots: Roots | None = None, on_ready: Ready | None = None) -> RestoreReport:
-    """Run every fetch unit of the plan (``plan.units``: pack runs, blob GETs, parts);
-    failures are collected, never raised.
+    """Run every fetch unit of the plan; failures are collected, never raised.
 
-    Two lanes: pack runs, whose cost is creating thousands of small files (kernel and GIL
-    work that more threads than CPUs only slow down, measured), run on at most one thread per
-    CPU plus one; blob GETs and parts, whose cost is waiting on the network, on ``workers``.
-    ``deadline`` is a ``time.monotonic()`` value: no unit starts after it, and a transfer in
-    progress stops at its next chunk once it has passed (its temp file removed). A unit whose
-    store call hangs is not waited for past the deadline (``run_lanes``): its files are
-    reported as stopped and ``hung`` counts it; the caller must then leave ``roots`` open.
-    ``on_ready(i)`` is called (on a fetch thread, one call at a time) when the last path cell
-    ``i`` waited for (``plan.waiting``) is installed; cells waiting for none are the caller's.
-    """
+    Pack runs (thousands of small files: kernel and GIL work) run on at most one thread per CPU plus
+    one, blob GETs and parts (network waits) on ``workers``. No unit starts after ``deadline`` and a
+    transfer stops at its next chunk past it; a unit whose store call hangs is not waited for
+    (``hung`` counts it: the caller must then leave ``roots`` open). ``on_ready(i)`` is called, one
+    call at a time, when the last path cell ``i`` waited for is installed."""
     own = roots is None
     roots = roots or Roots(dict(plan.target_dirs))
     units = plan.units

@@ -1,12 +1,6 @@
-"""The destination DIR of a restore: its lock, the mark a killed restore leaves, stale temp files.
-
-A restore that writes holds ``DIR/.neffcache-entries/lock`` (``flock``, exclusive) for its whole
-run; a second restore into DIR waits for it (until its deadline, if it has one). While the lock
-is held the file names the restore holding it; the restore empties it when it ends. A non-empty
-lock file nobody holds is the mark of a restore that was killed: its temp files
-(``.neffcache-*.tmp``) are stale, and the next restore sweeps the roots for them. Temp files
-only ever exist while a restore holds the lock, so any found by the holder are stale.
-"""
+"""The destination DIR of a restore: its lock (``flock`` on ``DIR/.neffcache-entries/lock``, which
+names the holder and is emptied at the end), the mark a killed restore leaves (a non-empty lock file
+nobody holds: the next restore sweeps the roots), stale temp files."""
 
 from __future__ import annotations
 
@@ -41,10 +35,9 @@ class Held:
 def lock_destination(target: str, *, deadline: float | None = None,
                      on_wait: Callable[[str], None] | None = None,
                      who: str = "restore") -> Iterator[Held]:
-    """Hold DIR's restore lock for the block (creating ``DIR/.neffcache-entries``; a symlink
-    there is refused). A restore already holding it is waited for: without ``deadline``
-    as long as it runs, else until ``deadline`` (``time.monotonic()``), then
-    ``DeadlineExceededError``. ``on_wait`` is told once, with who holds it."""
+    """Hold DIR's restore lock for the block (creating ``DIR/.neffcache-entries``; a symlink is
+    refused); one held elsewhere is waited for, until ``deadline`` at most
+    (``DeadlineExceededError``); ``on_wait`` is told once who holds it."""
     try:
         os.makedirs(target, exist_ok=True)
         efd = open_dir_at(target, ENTRIES_DIR, create=True,
@@ -99,8 +92,7 @@ def _acquire(fd: int, target: str, deadline: float | None,
 
 
 def is_unclean(target: str) -> bool:
-    """Whether DIR's lock file is marked: a restore is running there or was killed (then the
-    next restore must run in full, to sweep its temp files). One stat."""
+    """Whether DIR's lock file is marked: a restore runs there or was killed. One stat."""
     try:
         return os.stat(f"{target.rstrip('/')}/{ENTRIES_DIR}/{LOCK_FILE}",
                        follow_symlinks=False).st_size > 0
@@ -109,9 +101,7 @@ def is_unclean(target: str) -> bool:
 
 
 def sweep_dirs(roots: Roots, dirs: Iterable[tuple[str, str]]) -> int:
-    """Remove every temp file directly in each existing ``(root, dir path)``; how many. A
-    directory whose parent is missing is not looked for (on a fresh tree, one failed open per
-    top-level directory instead of one per directory)."""
+    """Remove every temp file directly in each existing ``(root, dir path)``; how many."""
     cache = DirCache(roots, check_inside=False)
     missing: set[tuple[str, str]] = set()
     n = 0
@@ -149,9 +139,7 @@ def sweep_entries(held: Held) -> int:
 
 
 def sweep_trees(roots: Roots) -> int:
-    """Remove every temp file anywhere under the roots (never following a symlink); how many.
-    For the run after a killed one, which may have written in directories this run does not
-    plan to touch."""
+    """Remove every temp file anywhere under the roots (never through a symlink); how many."""
     n = 0
     for fd in roots.fds.values():
         for _dir, _subdirs, files, dfd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):

@@ -1,23 +1,7 @@
-"""Run one fetch unit: bring its bytes from the store, verify them, install them.
-
-- ``PackRun``: one ranged read of a pack, read in large windows; each member (small by
-  construction) is checked against its sha256 and written in a batch. A corrupt member is
-  fetched from its own blob (in the same store first, then the mirrors), else read again alone
-  (its own range of the pack); a stream that breaks or ends early is read again from the first
-  member it did not deliver, never from the run's start. A pack missing from the store falls
-  back to the members' own blobs.
-- ``BlobGet``: one GET, streamed into the temp file and hashed on the way.
-- ``BlobPart``: ranged GETs of one large blob run in parallel and ``pwrite`` into one shared
-  temp file; each worker hashes its part as it arrives and checks it against the part's digest
-  from the manifest: hashing runs on every fetching thread and ends with the last byte. The
-  worker that finishes the last part (or sees the last part fail) finishes the file.
-Refetching is driven by verification, which the store client cannot do: a piece (a blob, a part,
-a pack member) whose body breaks off, ends early or does not match its digest is fetched again,
-at most ``ATTEMPTS`` times in all, before its file fails. Retrying a failed request (5xx, a
-refused connection) and resuming a cut response is the store client's job, not this module's.
-A file wanted at several paths is fetched once and copied locally (and verified again). How a
-file is written, verified and renamed is in ``neffcache.restore.install``.
-"""
+"""Run one fetch unit (a pack run, a blob GET, a part of a large blob): bring its bytes from the
+store, verify them as they arrive, install them (``install``). A piece that breaks off, ends early
+or does not verify is fetched again, at most ``ATTEMPTS`` times; retrying a failed request is the
+store client's job."""
 
 from __future__ import annotations
 
@@ -74,8 +58,8 @@ ABANDONED_BATCH = 4096
 
 
 class Fetcher:
-    """Runs units for ``apply_restore``; ``run`` never raises. Holds the large files being
-    assembled from parts across units."""
+    """Runs units for ``apply_restore`` (``run`` never raises); holds the large files being
+    assembled from parts."""
 
     def __init__(self, store: Store, roots: Roots, deadline: float | None,
                  batch_files: int = BATCH_FILES) -> None:
@@ -87,8 +71,7 @@ class Fetcher:
         self._local = threading.local()
 
     def _buffer(self) -> memoryview:
-        """This thread's receive buffer: parts are read into it, not into a new 1 MiB object
-        per read (fresh memory costs a page fault per 4 KiB)."""
+        """This thread's receive buffer (fresh memory per read costs a page fault per 4 KiB)."""
         buf = getattr(self._local, "buf", None)
         if buf is None:
             buf = self._local.buf = memoryview(bytearray(CHUNK))
@@ -112,10 +95,9 @@ class Fetcher:
 
     def abandon(self, units: Sequence[Unit], running: Sequence[Unit] = ()
                 ) -> Iterator[list[Outcome]]:
-        """Deadline failures for units never started (``units``) and for units still running
-        on a thread that hangs (``running``), in lists of a few thousand (not one record per
-        file of a million at once); large files left unfinished are removed, except those a
-        running unit still writes to (its thread removes them if it ever returns)."""
+        """Deadline failures for units never started and for units still running on a hung thread, a
+        few thousand at a time; large files left unfinished are removed, except those a running unit
+        still writes to."""
         busy = {g.sha256 for unit in running for g in unit_groups(unit)}
         out: list[Outcome] = []
         seen: set[str] = set()
@@ -142,9 +124,8 @@ class Fetcher:
             raise Stopped
 
     def _pack(self, run: PackRun, dirs: DirCache) -> list[Outcome]:
-        """Read the run's members from one ranged read; a stream that breaks or ends early is
-        read again from the first member it did not deliver (at most ``ATTEMPTS`` reads in
-        all), a corrupt member is read again alone (``_member``)."""
+        """Read the run's members from one ranged read, again from the first member not delivered
+        when the stream breaks (at most ``ATTEMPTS`` reads); a corrupt member is read alone."""
         key, slices = pack_key(run.pack), run.slices
         out: list[Outcome] = []
         i = reads = 0  # the first member not yet handled; ranged reads opened so far
@@ -172,7 +153,7 @@ class Fetcher:
     def _members(self, run: PackRun, i: int, window: Window, batch: Batch,
                  out: list[Outcome]) -> tuple[int, BaseException | None]:
         """Take members from ``i`` on out of one stream into the batch; (the first member not
-        handled, why the stream stopped delivering or None when every member was handled)."""
+        handled, why the stream stopped or None)."""
         while i < len(run.slices):
             s = run.slices[i]
             g = s.group
@@ -200,10 +181,8 @@ class Fetcher:
         return i, None
 
     def _member(self, pack: str, s: Slice, failed: IntegrityError) -> bytes:
-        """A member that arrived corrupt (``failed``): fetched from its own blob (every member
-        is a blob too; a mirrored store tries the same store first, then the mirrors), else read
-        again alone from the pack (its own range), each at most ``ATTEMPTS - 1`` more times;
-        ``failed`` again if nothing verifies."""
+        """A member that arrived corrupt: from its own blob, else its own range of the pack, each at
+        most ``ATTEMPTS - 1`` more times; ``failed`` again if nothing verifies."""
         for key, start, length in ((blob_key(s.group.sha256), 0, None),
                                    (pack_key(pack), s.offset, s.group.size)):
             for _ in range(ATTEMPTS - 1):
@@ -219,8 +198,7 @@ class Fetcher:
         raise failed
 
     def _blob(self, g: FetchGroup, dirs: DirCache) -> list[Outcome]:
-        """One GET streamed into a temp file; a body that breaks, ends early or does not
-        verify is fetched again (at most ``ATTEMPTS`` GETs)."""
+        """One GET streamed into a temp file, again when it breaks or does not verify."""
         first = g.targets[0]
         for attempt in range(1, ATTEMPTS + 1):
             try:
@@ -263,8 +241,7 @@ class Fetcher:
         return asm.finish(dirs)
 
     def _fetch_part(self, part: BlobPart, asm: _Assembly) -> None:
-        """Fetch the part; one that breaks, ends early or does not match its digest is
-        fetched again (its own range only, at most ``ATTEMPTS`` GETs)."""
+        """Fetch the part, again (its own range) when it breaks or does not match its digest."""
         for attempt in range(1, ATTEMPTS + 1):
             self._check()
             body = self.store.open(blob_key(part.group.sha256), part.start, part.length)
@@ -278,8 +255,7 @@ class Fetcher:
                     raise
 
     def _receive_part(self, part: BlobPart, asm: _Assembly, body: BinaryIO) -> None:
-        """Write the part's bytes at their offsets and hash them as they arrive (from the
-        receive buffer, not re-read from the file) into the part's own digest."""
+        """Write the part's bytes at their offsets and hash them as they arrive."""
         g, done = part.group, 0
         buf = self._buffer()
         own = hashlib.sha256()
@@ -307,9 +283,8 @@ class Fetcher:
 
 
 class _Assembly:
-    """A large file written by ``count`` parts into one temp file; each part's worker verifies
-    its part against the part's own digest, so once every part has finished without error the
-    file holds the bytes its manifest names."""
+    """A large file written by ``count`` parts into one temp file, each part verified by its worker:
+    once every part finished without error the file holds the bytes its manifest names."""
 
     def __init__(self, g: FetchGroup, count: int) -> None:
         self.group, self.count = g, count

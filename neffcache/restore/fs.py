@@ -1,19 +1,12 @@
-"""File-system primitives of a restore (the bottom layer): directory descriptors, syncs.
-
-Files are written through directory descriptors opened one component at a time with
-``O_NOFOLLOW`` (``Roots`` for the top-level roots, ``DirCache`` below them): a symlink at a root
-or planted inside one is never followed, so nothing is written outside DIR. Durability is per
-file: writeback is started as a file lands (``start_writeback``, ``sync_file_range`` via
-ctypes) and the file ``fdatasync``ed at the end (``datasync_at``), never a ``syncfs`` of the
-whole file system (``sync_filesystems``, kept for the benchmark).
-Temp files are named ``.neffcache-*.tmp`` (``tmp_name``, ``is_temp``).
-Nothing here knows about entries or the store.
-"""
+"""File-system primitives of a restore (the bottom layer): directory descriptors opened with
+``O_NOFOLLOW`` one component at a time (a symlink at or inside a root is never followed), per-file
+``fdatasync`` (never a whole-filesystem ``syncfs``), temp names ``.neffcache-*.tmp``."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import os
 import stat
@@ -42,10 +35,8 @@ def tmp_name() -> str:
 
 
 def replace_best_effort(final: Path, data: bytes | Iterable[bytes]) -> None:
-    """Write ``data`` (bytes, or pieces of them) to ``final`` through a temp file beside it
-    and a rename (creating the directory), not fsynced; any OSError is swallowed: for the
-    restore's own bookkeeping files, where a lost or missing write only costs asking the
-    store or hashing again."""
+    """Write ``data`` (bytes, or pieces) to ``final`` through a temp file and a rename, not fsynced,
+    any OSError swallowed: for bookkeeping files whose loss only costs work."""
     tmp = final.with_name(tmp_name())
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -69,9 +60,8 @@ def is_temp(name: str) -> bool:
 
 
 def open_dir_at(parent: str | int, name: str, *, create: bool, what: str) -> int:
-    """The descriptor of directory ``name`` in ``parent`` (a path, followed as given, or a
-    descriptor), created if asked, never through a symlink at ``name``: one there, or a
-    file, is refused (``UsageError``, exit 2; ``what`` names it in the message)."""
+    """The descriptor of directory ``name`` in ``parent`` (a path or a descriptor), created if
+    asked, never through a symlink at ``name`` (one there, or a file: ``UsageError``, exit 2)."""
     pfd = parent if isinstance(parent, int) else \
         os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -96,10 +86,8 @@ def open_dir_at(parent: str | int, name: str, *, create: bool, what: str) -> int
 # --- directory descriptors --------------------------------------------------------------------
 
 class Roots:
-    """Open descriptors of each target root (created if needed; with ``create=False`` a
-    missing root is left out, for a look that must write nothing); close when done. The
-    directory above the roots (DIR) is followed as named; a root that is a symlink is refused
-    (``UsageError``), never followed out of DIR."""
+    """Open descriptors of each target root (created if needed; with ``create=False`` a missing root
+    is left out). DIR is followed as named; a root that is a symlink is refused."""
 
     def __init__(self, target_dirs: Mapping[str, str], *, create: bool = True) -> None:
         self.fds: dict[str, int] = {}
@@ -142,11 +130,9 @@ class Roots:
 
 
 class DirCache:
-    """Directory descriptors inside the roots for one thread: each opened once, from its parent,
-    with ``O_NOFOLLOW`` (created first when asked), and checked to lie inside its root.
-    Descriptors stay valid until ``trim`` or ``close``, which the owner calls between batches
-    of work. Nothing here syncs: the next restore in this boot makes the files durable
-    (``neffcache.restore.state.settle_pending``)."""
+    """Directory descriptors inside the roots for one thread: each opened once from its parent with
+    ``O_NOFOLLOW`` (created first when asked) and checked to lie inside its root; valid until
+    ``trim`` or ``close``."""
 
     def __init__(self, roots: Roots, *, check_inside: bool = True) -> None:
         self.roots = roots
@@ -215,9 +201,8 @@ class DirCache:
 
 
 def _assert_inside(fd: int, real_root: str, root: str, dir_path: str) -> None:
-    """Defence in depth: the directory just opened (component by component, no symlinks) must
-    be exactly ``<resolved root>/<dir_path>``; one readlink of /proc/self/fd (skipped where
-    there is no /proc)."""
+    """Defence in depth: the directory just opened must be exactly ``<resolved root>/<dir_path>``
+    (one readlink of /proc/self/fd, skipped where there is no /proc)."""
     try:
         real = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
@@ -228,9 +213,8 @@ def _assert_inside(fd: int, real_root: str, root: str, dir_path: str) -> None:
 
 
 def datasync_at(dfd: int, path: str, same: Callable[[os.stat_result], bool]) -> bool:
-    """``fdatasync`` the file at ``path`` under directory ``dfd`` (not through a symlink at its
-    name) if ``same(its stat)``: True when it was that file and its bytes are now on disk. Only
-    reads and syncs, and only an inode the caller recognises, like the scan's ``fstatat``."""
+    """``fdatasync`` the file at ``path`` under ``dfd`` (not through a symlink) if ``same(its
+    stat)``: True when it was that file and its bytes are now on disk."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     try:
         if not same(os.fstat(fd)):
@@ -245,8 +229,7 @@ _BOOT_ID: list[str | None] = []
 
 
 def boot_id() -> str | None:
-    """This boot's id (Linux: ``/proc/sys/kernel/random/boot_id``), None where unknown. A file
-    verified in this boot is read from the page cache; in a later one, from the disk."""
+    """This boot's id (``/proc/sys/kernel/random/boot_id``), None where unknown."""
     if not _BOOT_ID:
         try:
             _BOOT_ID.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None)
@@ -255,22 +238,15 @@ def boot_id() -> str | None:
     return _BOOT_ID[0]
 
 
-_syncfs: Callable[[int], int] | None | bool = False  # False: not looked up yet
-
-
 def sync_filesystems(fds: Iterable[int]) -> bool:
-    """``syncfs(2)`` once for each filesystem the descriptors are on: everything dirty on it is
-    written back, another process's writes included (so beside a heavy writer it waits for
-    those too). Restore does not use it (``state.sync_records`` syncs only its own files);
-    ``tools/bench/durability.py`` measures it. False where syncfs is not available."""
-    global _syncfs
-    if _syncfs is False:
-        _syncfs = _find_syncfs()
-    if _syncfs is None:
+    """``syncfs(2)`` once per filesystem of the descriptors; False where unavailable. Restore does
+    not use it (beside a heavy writer it waits for their writes too)."""
+    syncfs = _libc_function("syncfs", "c_int")
+    if syncfs is None:
         return False
     one_per_fs = {os.fstat(fd).st_dev: fd for fd in fds}
     for fd in one_per_fs.values():
-        if _syncfs(fd) != 0:  # type: ignore[operator]
+        if syncfs(fd) != 0:
             import ctypes
 
             err = ctypes.get_errno()
@@ -278,27 +254,16 @@ def sync_filesystems(fds: Iterable[int]) -> bool:
     return True
 
 
-def _find_syncfs() -> Callable[[int], int] | None:
-    return _libc_function("syncfs", "c_int")  # type: ignore[return-value]
-
-
-_sync_file_range: Callable[[int, int, int, int], int] | None | bool = False
-_SYNC_FILE_RANGE_WRITE = 2
-
-
 def start_writeback(fd: int, offset: int, length: int) -> None:
-    """Ask the kernel to start writing a range of a file to disk now, without waiting
-    (``sync_file_range(2)``, Linux). A hint: where unavailable or failing, nothing happens.
-    Restore does not use it (beside a heavy writer it can block on the device's queue);
-    ``tools/bench/durability.py`` measures it."""
-    global _sync_file_range
-    if _sync_file_range is False:
-        _sync_file_range = _libc_function("sync_file_range", "c_int", "c_longlong",
-                                          "c_longlong", "c_uint")
-    if _sync_file_range is not None and length > 0:
-        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)  # type: ignore[operator]
+    """Start writing a range of a file to disk without waiting (``sync_file_range(2)``, flag
+    SYNC_FILE_RANGE_WRITE), a hint. Restore does not use it (beside a heavy writer it can block
+    on the device's queue)."""
+    fn = _libc_function("sync_file_range", "c_int", "c_longlong", "c_longlong", "c_uint")
+    if fn is not None and length > 0:
+        fn(fd, offset, length, 2)
 
 
+@functools.cache  # looked up once per process
 def _libc_function(name: str, *argtypes: str) -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -310,4 +275,5 @@ def _libc_function(name: str, *argtypes: str) -> Callable[..., int] | None:
         fn.restype = ctypes.c_int
     except (OSError, AttributeError):
         return None
-    return fn  # type: ignore[no-any-return]
+    found: Callable[..., int] = fn
+    return found

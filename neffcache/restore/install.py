@@ -1,14 +1,10 @@
-"""Installing one file: temp file beside its final path, verified bytes, atomic rename.
+"""Install one file atomically: temp file beside the target, verify, rename.
 
-Every file is written to a temp file in its final directory (``.neffcache-*.tmp``, created with
-its final mode; the mode fixed only where the umask took bits away), its size and sha256 checked
-before it can have a name, and ``os.replace``d into place (a rename replaces whatever is at the
-final name, a symlink included: nothing is written through one). The temp file is removed on
-any failure: nothing half-written ever has a final name. No file is fsynced here, nor by the
-restore: its state file records the file as pending, and only the next restore in this boot,
-having ``fdatasync``ed it, vouches for it (``neffcache.restore.state``).
-Small files go in batches (``Batch``): written, renamed together.
-Failures become ``FileFailure`` records (``failure``), never exceptions.
+A file is written to a new temp file in its final directory (created with its final mode), its
+size and sha256 checked before it has a name, and ``os.replace``d into place (replacing even a
+symlink there: nothing is written through one); the temp file is removed on any failure.
+Nothing is fsynced here: the state file records the file as pending (``neffcache.restore.state``).
+Small files go in batches (``Batch``). Failures become ``FileFailure`` records, never exceptions.
 """
 
 from __future__ import annotations
@@ -59,9 +55,8 @@ LISTED_FAILURES = 100
 
 @dataclass(frozen=True, slots=True)
 class Failures:
-    """The files that failed, counted: ``count`` in all; ``listed`` the first
-    ``LISTED_FAILURES`` in the order they failed, then the first of each kind not among them
-    (so the first message of every kind is at hand)."""
+    """The files that failed: ``count`` in all; ``listed`` the first ``LISTED_FAILURES``, then the
+    first of each kind not among them."""
 
     listed: tuple[FileFailure, ...] = ()
     count: int = 0
@@ -74,8 +69,7 @@ class Failures:
 
 
 class FailureTally:
-    """Collects failures as ``Failures``: a record for the first few and a count for all (not
-    thread-safe: the caller holds its lock)."""
+    """Collects failures as ``Failures`` (not thread-safe: the caller holds its lock)."""
 
     __slots__ = ("_count", "_first", "_kinds", "_listed")
 
@@ -128,7 +122,7 @@ def read_umask() -> None:
 
 def place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateRecord:
     """Write a temp file beside ``t``'s path with ``write(fd)`` (which verifies), set its mode,
-    rename it into place (not synced: see the module's docstring)."""
+    rename it into place."""
     dir_path, _, name = t.path.rpartition("/")
     dfd = dirs.get(t.root, dir_path, create=True)
     tmp = tmp_name()
@@ -148,8 +142,8 @@ def place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateRecor
 
 
 class Batch:
-    """Small files written to temp files first and renamed together once verified (each
-    holds a descriptor until then). Uncommitted temp files are removed on exit."""
+    """Small files written to temp files and renamed together once verified (each holds a descriptor
+    until then); uncommitted temp files are removed on exit."""
 
     def __init__(self, dirs: DirCache) -> None:
         self.dirs = dirs
@@ -166,7 +160,7 @@ class Batch:
         self.items = []
 
     def add(self, g: FetchGroup, data: bytes | memoryview) -> list[Outcome]:
-        """Write ``data`` (already verified) to a temp file for each target; failures now."""
+        """Write ``data`` (verified) to a temp file for each target; failures now."""
         out: list[Outcome] = []
         for t in g.targets:
             dir_path = t.path.rpartition("/")[0]
@@ -265,9 +259,8 @@ def verify_member(data: bytes | memoryview, g: FetchGroup, pack: str) -> None:
 
 
 class Window:
-    """Byte ranges of a stream, asked for in increasing order, served from large reads: a
-    range inside one read is a zero-copy view; one across reads is joined (a copy of just that
-    range). Holds one read (``CHUNK``) at a time."""
+    """Byte ranges of a stream, asked for in increasing order, served from large reads (a range
+    inside one read is a zero-copy view). Holds one read at a time."""
 
     def __init__(self, src: BinaryIO, pos: int) -> None:
         self._src = src
@@ -298,11 +291,8 @@ class Window:
 
 
 def batch_files(pack_threads: int, transfer_threads: int) -> int:
-    """Small files per batch: each holds a descriptor until its batch commits, so every pack
-    thread's batch must fit the process's open-file soft limit beside the transfers' files,
-    sockets and directories. Reads the limit, never changes it: the CLI raises it once at
-    start (``neffcache.cli._process.raise_open_file_limit``). 64 rather than 32 was no faster
-    (measured)."""
+    """Small files per batch: every pack thread's batch must fit the open-file soft limit beside the
+    transfers' files (the CLI raises the limit at start; this only reads it)."""
     import resource
 
     try:
@@ -316,17 +306,15 @@ def batch_files(pack_threads: int, transfer_threads: int) -> int:
 
 
 def read_piece(src: BinaryIO, view: memoryview) -> bytes | memoryview:
-    """The next at most ``len(view)`` bytes of ``src``: the stream's own chunk where it hands
-    one over without a copy (``zero_copy_reads``: an S3 body), else read into ``view`` (a file:
-    no new buffer per read). Empty at the end of the stream."""
+    """The next at most ``len(view)`` bytes of ``src``: the stream's own chunk where it hands one
+    over without a copy (``zero_copy_reads``), else read into ``view``."""
     if getattr(src, "zero_copy_reads", False):
         return src.read(len(view))
     return view[:read_into(src, view)]
 
 
 def read_into(src: BinaryIO, view: memoryview) -> int:
-    """Fill ``view`` from ``src`` (its ``readinto`` where it has one: no new buffer per read;
-    else ``read`` and a copy, since a store's stream need only be readable)."""
+    """Fill ``view`` from ``src`` (``readinto`` where it has one, else ``read`` and a copy)."""
     try:
         return src.readinto(view)  # type: ignore[attr-defined]
     except (AttributeError, NotImplementedError, io.UnsupportedOperation):

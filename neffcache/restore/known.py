@@ -1,17 +1,6 @@
-"""Resolve with the local manifest copies: a cell whose copy is valid is judged from it, so a
-restore asks the store in proportion to what is missing, not to the matrix.
-
-A copy (``local.local_manifest_path``) is trusted as the store's manifest would be: it must
-decode fully (``decode_manifest``: its ``manifest_sha256`` self-digest, roots, paths, sizes),
-be the entry of this cell for this fingerprint (its entry key), and with trusted keys carry a
-trusted signature (``signing.check_trusted``). Such a cell with every file in place asks the
-store nothing. One with something to fetch asks whether its manifest is still in the store (one
-HEAD): entries are immutable (the key is the digest of cell and fingerprint, a manifest is never
-overwritten), so the copy's file list is the store's; but ``retire`` can remove an entry, and
-then the cell is missing, as a store-only restore would say, and its copy is dropped. Cells
-without a valid copy read their manifest (``resolve.resolve_entries``), except those the last
-restore found without an entry less than ``MISSING_RECHECK_SECONDS`` ago.
-"""
+"""Resolve with the local manifest copies: a cell with a valid copy (decoded fully, its entry key,
+trusted) is judged from it, and asks the store only whether it is still published (one HEAD) when it
+has something to fetch; the store is asked in proportion to what is missing."""
 
 from __future__ import annotations
 
@@ -26,8 +15,8 @@ from neffcache.errors import ManifestError, NotFoundError, UnavailableError, Unt
 from neffcache.manifest import DIGEST_FIELD, Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.restore.fs import Roots
-from neffcache.restore.job import RestoreJob
 from neffcache.restore.local import ManifestCopies, local_manifest_path, read_missing_record
+from neffcache.restore.outcome import RestoreJob
 from neffcache.restore.plan import FileId, short_cells, wanted_pairs, wanted_sizes
 from neffcache.restore.resolve import CellFailure, Resolution, find_elsewhere, resolve_entries
 from neffcache.restore.scan import scan_present
@@ -40,10 +29,8 @@ from neffcache.thread_pool import map_in_threads
 
 @dataclass(frozen=True, slots=True)
 class Known:
-    """The resolution (found in cell order), what a scan found at every path it wants, and
-    when the missing cells were last asked (the never-built record keeps its time while its
-    cells were not asked again). The manifests read from the store this run are kept as
-    local copies as they are read (``ManifestCopies``)."""
+    """The resolution (found in cell order), what a scan found at every path it wants, the records
+    of files hashed, and when the missing cells were last asked."""
 
     resolution: Resolution
     present: Present  # files vouched for held as paths (``seen``): see ``seen``
@@ -53,9 +40,8 @@ class Known:
 
 def read_copy(target: Path, key: str, backend: Backend,
               trusted: Sequence[PublicKey] = ()) -> Manifest | None:
-    """The local copy of entry ``key``'s manifest, validated as one from the store is (its
-    signature too, when keys are ``trusted``), and only if it carries its self-digest and is
-    entry ``key``; None otherwise (then the store is asked)."""
+    """The local copy of entry ``key``'s manifest, validated as one from the store is (signature
+    too, with ``trusted`` keys), carrying its self-digest; None otherwise."""
     try:  # the bytes as a temporary: decoding frees them once they are text
         m = decode_manifest(_ours(local_manifest_path(target, key).read_bytes(), key),
                             allowed_roots=backend.root_names, source=f"{key}.json")
@@ -67,10 +53,8 @@ def read_copy(target: Path, key: str, backend: Backend,
 
 def read_copies(target: Path, keys: Sequence[str], backend: Backend,
                 trusted: Sequence[PublicKey] = ()) -> dict[str, Manifest]:
-    """The valid local copies (``read_copy``) of entries ``keys``, by key. Read them before
-    the state table is loaded: decoding a million-file copy peaks ~150 MiB above what it keeps
-    and leaves that freed for the packed state rows to reuse; the other way round, the peak
-    comes on top of the table (issue 22)."""
+    """The valid local copies of entries ``keys``, by key. Read before the state table: decoding
+    peaks ~150 MiB above what it keeps, memory the packed rows then reuse (issue 22)."""
     return {k: m for k in keys if (m := read_copy(target, k, backend, trusted)) is not None}
 
 
@@ -82,9 +66,8 @@ def _ours(data: bytes, key: str) -> bytes:
 
 def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str, str],
                   state: Mapping[FileId, StateRecord], copies: Mapping[str, Manifest]) -> Known:
-    """Judge each of ``job``'s cells from its local copy where it has a valid one (``copies``,
-    by entry key: ``read_copies``; see the module), ask the store about the rest, and scan
-    every path the found entries want (each once)."""
+    """Judge each of ``job``'s cells from its valid copy (``copies``), ask the store about the rest,
+    and scan every path the found entries want (each once)."""
     cells, fingerprint, target = job.cells, job.fingerprint, job.target
     workers, deadline = job.workers, job.deadline
     now = time.time()
@@ -126,8 +109,8 @@ def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str
 def _confirm_published(store: Store, manifests: Sequence[Manifest], workers: int,
                        deadline: float | None
                        ) -> tuple[list[Cell], list[CellFailure], list[Cell]]:
-    """Of entries judged from their copies that have something to fetch: the cells whose
-    manifest the store no longer has (retired), could not say, or did not answer in time."""
+    """Of entries judged from their copies with something to fetch: the cells whose manifest the
+    store no longer has, could not say, or did not answer in time."""
 
     def one(m: Manifest) -> tuple[Cell, str]:
         if deadline is not None and time.monotonic() >= deadline:
@@ -159,8 +142,8 @@ def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence
             found: Sequence[Manifest], present: Present,
             records: dict[FileId, StateRecord], *, workers: int, deadline: float | None
             ) -> tuple[Present, dict[FileId, StateRecord]]:
-    """What is in place at every path ``found`` wants: the first scan's look where it wanted
-    the same sizes, a look at the others (those of entries read from the store)."""
+    """What is in place at every path ``found`` wants: the first scan's look where it wanted the
+    same sizes, a look at the others."""
     if len(found) == len(scanned) and all(a is b for a, b in zip(found, scanned, strict=True)):
         return present, records  # the very entries scanned: no two maps of a million paths
     before, wanted = wanted_sizes(scanned), wanted_sizes(found)

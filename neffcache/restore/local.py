@@ -1,21 +1,11 @@
 """Local copies of manifests, and the store-free check that a restore has nothing to do.
 
-Every manifest a restore reads is kept beside the cache (``<target>/.neffcache-entries/
-<entry-key>.json``; entries are immutable). When a boot finds its cache already in place, these
-copies and the state files (``<root>/.neffcache-state.json``: path → size, mtime, ctime, inode,
-sha256, mode as neffcache last verified them) answer "every requested file is in place" in one
-``fstatat`` per file: no store, no hashing, no per-file objects beyond the packed state rows
-(10,000 files in ~0.1 s). A file the state file holds only as pending in this boot is
-``fdatasync``ed once all are confirmed (cheap once the kernel has written it back), and then
-the state file vouches for it (``state.save_settled``, under DIR's lock), so the next check
-syncs nothing; one pending from an earlier boot sends the run to the full restore, which
-hashes it.
-
-The copies are read lightly here (JSON shape, roots, relative paths, entry key): this check
-only ever *confirms* files in place, and they live in the target directory, which only the
-restoring user can write. A restore that must write something validates them fully before it
-plans from them (``neffcache.restore.known``), and asks the store only about the other cells.
-"""
+Every manifest a restore reads is kept as ``<target>/.neffcache-entries/<entry-key>.json``. When a
+boot finds its cache in place, these copies (read lightly: this check only *confirms* files, in a
+directory only the restoring user can write) and the state files answer "every requested file is in
+place" with one ``fstatat`` per file: no store, no hashing. Files pending in this boot are
+``fdatasync``ed once all are confirmed and then vouched for (``state.save_settled``, under DIR's
+lock); one pending from an earlier boot sends the run to the full restore."""
 
 from __future__ import annotations
 
@@ -46,8 +36,7 @@ from neffcache.manifest import (
 from neffcache.matrix import Cell
 from neffcache.restore.dest import ENTRIES_DIR, is_unclean, lock_destination
 from neffcache.restore.fs import Roots, replace_best_effort, tmp_name
-from neffcache.restore.job import RestoreJob
-from neffcache.restore.outcome import RestoreResult, job_result
+from neffcache.restore.outcome import RestoreJob, RestoreResult, job_result
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
 from neffcache.restore.scan import scan_present
@@ -94,8 +83,8 @@ def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, An
 
 def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
                 ) -> Manifest | None:
-    """A Manifest from a local copy (its file list left empty with ``with_files=False``), or
-    None if it is not entry ``key``."""
+    """A Manifest from a local copy (no file list with ``with_files=False``), or None if it is not
+    entry ``key``."""
     try:
         files = tuple(FileRecord(f["root"], f["path"], f["size"], f["sha256"], f["mode"])
                       for f in doc["files"]) if with_files else ()
@@ -110,13 +99,9 @@ def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
 def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str, str],
                      target: Path | None = None,
                      deadline: float | None = None) -> tuple[int, int] | None:
-    """How many files the entries want, if every one is in place exactly as the state file
-    last vouched for it (size, mtime, ctime, inode unchanged; sha256 and mode as wanted),
-    and how many of them stay pending (``_sync_pending``); None at the first doubt, or when
-    two entries claim one path (the full plan decides). A file only pending in this boot is
-    ``fdatasync``ed once all are confirmed (until ``deadline`` at most), and (with ``target``,
-    under its lock) the state file then vouches for it, so the next check does not sync it
-    again."""
+    """How many files the entries want, if every one is in place as the state file vouched for it,
+    and how many stay pending (``_sync_pending``); None at the first doubt or when two entries claim
+    one path. With ``target``, the state files then vouch for what was synced."""
     states: dict[str, RootState] = {}
     fds: dict[str, int] = {}
     try:
@@ -139,13 +124,10 @@ def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str
 
 def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootState],
                   fds: Mapping[str, int], deadline: float | None) -> int | None:
-    """Once every file is confirmed: ``fdatasync`` those only pending in this boot (a second
-    pass over the copies, not a list of a million of them); each becomes durable once its
-    sync returned. With a ``deadline`` the syncs run on a thread of their own, waited for
-    until the deadline at most (beside a busy writer one sync can take seconds): the files
-    not synced by then stay pending, so the state file does not vouch for them (a later run
-    syncs or hashes them). How many stay pending; None when a file is not the one its row
-    names any more."""
+    """Once every file is confirmed: ``fdatasync`` those pending in this boot, on a thread of their
+    own waited for until ``deadline`` at most (beside a busy writer one sync can take seconds);
+    those not synced stay pending. How many stay pending; None when a file is not the one its row
+    names."""
     syncs = _Syncs(docs, states)
     if deadline is None:
         syncs.run(fds)
@@ -166,8 +148,8 @@ def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootSt
 
 
 class _Syncs:
-    """The syncs of ``_sync_pending``, in the copies' order, on the thread that calls ``run``:
-    ``stop`` says which returned before it was called (those alone may be settled)."""
+    """The syncs of ``_sync_pending`` on the thread that calls ``run``: ``stop`` says which returned
+    before it was called (those alone may be settled)."""
 
     def __init__(self, docs: Sequence[Mapping[str, Any]],
                  states: Mapping[str, RootState]) -> None:
@@ -202,8 +184,7 @@ class _Syncs:
 
 def _pending_rows(docs: Sequence[Mapping[str, Any]],
                   states: Mapping[str, RootState]) -> Iterator[tuple[str, str]]:
-    """(root, path) of each file of the copies the state file does not vouch for (after
-    ``_confirm``: those pending in this boot)."""
+    """(root, path) of each file of the copies the state file does not vouch for."""
     for doc in docs:
         for f in doc["files"]:
             root, path = f["root"], f["path"]
@@ -213,9 +194,8 @@ def _pending_rows(docs: Sequence[Mapping[str, Any]],
 
 def _record_settled(target: Path, dirs: Mapping[str, str],
                     states: Mapping[str, RootState]) -> None:
-    """Write the state files that now vouch for what this check synced, holding DIR's lock
-    (not waited for: a restore running there writes its own; one killed since leaves its mark
-    for the full run, which sweeps its temp files, so nothing is written then)."""
+    """Write the state files that now vouch for what this check synced, under DIR's lock (not waited
+    for; after a killed restore nothing is written: the full run sweeps first)."""
     if not any(s.settled for s in states.values()):
         return
     try:
@@ -269,13 +249,10 @@ def _plain_relative(path: object) -> bool:
 
 
 class ManifestCopies:
-    """Keeps each manifest a restore reads from the store as its local copy, byte for byte as
-    the store sent it (``neffcache.restore.resolve.KeepCopies``): put aside under a temp name
-    before it is decoded, renamed to ``<entry-key>.json`` (over any copy there, which the
-    caller found not valid) once it decoded as that entry's manifest, removed otherwise.
-    Best effort and not fsynced, like every bookkeeping file here: a missing or damaged copy
-    only means asking the store again. A temp name left by a killed run is swept under the
-    next run's lock (``neffcache.restore.dest.sweep_entries``)."""
+    """Keeps each manifest a restore reads from the store as its local copy, the store's bytes: put
+    aside under a temp name before decoding, renamed to ``<entry-key>.json`` once it decoded as that
+    entry's manifest, removed otherwise. Best effort, not fsynced: a missing copy only means asking
+    the store again."""
 
     def __init__(self, target: Path) -> None:
         self.target = target
@@ -309,9 +286,8 @@ class ManifestCopies:
 
 def save_missing(target: Path, fingerprint_key: str,
                  missing: Mapping[str, Sequence[str]], now: float) -> None:
-    """Remember which entry keys the store lacked (each with the other fingerprint keys its
-    cell was built for) at time ``now`` (epoch seconds); best effort, like the manifest copies.
-    An empty ``missing`` removes the record."""
+    """Remember which entry keys the store lacked (with the other fingerprint keys their cells were
+    built for) at ``now``; best effort. An empty ``missing`` removes the record."""
     d = Path(target, LOCAL_ENTRIES)
     final = d / MISSING_FILE
     if not missing:
@@ -325,8 +301,7 @@ def save_missing(target: Path, fingerprint_key: str,
 
 def read_missing(target: Path, fingerprint_key: str, now: float,
                  max_age: float = MISSING_RECHECK_SECONDS) -> dict[str, tuple[str, ...]]:
-    """Entry keys recorded missing for this fingerprint less than ``max_age`` seconds ago
-    (with the other fingerprints their cells were built for); empty when unsure."""
+    """Entry keys recorded missing for this fingerprint less than ``max_age`` seconds ago."""
     return read_missing_record(target, fingerprint_key, now, max_age)[0]
 
 
@@ -350,9 +325,8 @@ def read_missing_record(target: Path, fingerprint_key: str, now: float,
 def _plan_locally(docs: Sequence[Mapping[str, Any]], keys: Sequence[str],
                   dirs: Mapping[str, str], deadline: float | None
                   ) -> tuple[int, tuple[Conflict, ...]] | None:
-    """How many files are in place and the conflicts, when a local plan over the copies finds
-    nothing to fetch (this boot's pending files synced first, until ``deadline`` at most,
-    then trusted); else None (one not synced in time is not in place: the full run decides)."""
+    """Files in place and conflicts when a local plan over the copies has nothing to fetch (this
+    boot's pending files synced first, until ``deadline``); else None."""
     full = _all([manifest_of(d, k) for d, k in zip(docs, keys, strict=True)])
     if full is None or len(full) < 2:
         return None
@@ -380,22 +354,16 @@ def _all(items: list[T | None]) -> list[T] | None:
 def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerprint,
                   target: Path, *, store_url: str, trusted: Sequence[PublicKey] = (),
                   deadline: float | None = None) -> RestoreResult | None:
-    """The result of a restore that finds everything in place, judged from the local copies
-    of the entries' manifests and the state files alone (no store, no hashing; see
-    this module); None when any requested cell lacks a local copy or any of
-    its files is absent, changed or unvouched, when a root or the entries directory is a
-    symlink, or when a restore is running in DIR or was killed there (its lock file is
-    marked: the full run sweeps its temp files) — then a full ``restore_cells`` decides. Cells
-    the last full restore found without an entry (``read_missing``, for a few hours) count
-    as missing without asking the store. With keys ``trusted``, every local copy must carry
-    a trusted key's signature of its digest (a copy an earlier restore wrote before keys were
-    required, or signed by a key since dropped, sends the run to the store, which judges it).
-    Files pending in this boot are synced until ``deadline`` (``time.monotonic()``) at most;
-    those not synced by then stay pending (``files_unsynced`` counts them).
-    The result's manifests carry no file list: the files were confirmed, not planned."""
+    """The result of a restore that finds every requested cell in place, from the local copies and
+    the state files alone (no store, no hashing); None when a copy is missing or refused by
+    ``trusted``, a file is absent, changed or unvouched, a root is a symlink, or a restore runs or
+    was killed in DIR: then a full restore decides. Cells the last full restore found without an
+    entry count as missing for a few hours (``read_missing``). Pending files are synced until
+    ``deadline``; those not synced stay pending (``files_unsynced``). The result's manifests carry
+    no file list."""
     started = time.monotonic()
-    job = RestoreJob(tuple(cells), backend, fingerprint, Path(target).absolute(),
-                     deadline=deadline, trusted=trusted)
+    job = RestoreJob(tuple(cells), backend, fingerprint, target, deadline=deadline,
+                     trusted=trusted)
     target = job.target
     if is_unclean(str(target)) or not _real_dir(Path(target, LOCAL_ENTRIES)):
         return None

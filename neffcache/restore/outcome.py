@@ -1,4 +1,5 @@
-"""The outcome of a restore: what it did (``RestoreResult``, its report) and the error it ends with.
+"""One restore as values: what it restores and how (``RestoreJob``, handed whole to each step),
+what it did (``RestoreResult``, its report) and the error it ends with.
 
 Exit rule (``outcome_error``), first match wins:
   4  a manifest was rejected, or a blob was missing/corrupt/truncated
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from neffcache.backends import cache_environment
+from neffcache.backends import Backend, cache_environment
 from neffcache.canonical import digest_of
 from neffcache.errors import (
     CacheMissError,
@@ -32,24 +34,58 @@ from neffcache.errors import (
     exit_code_for,
     repair_hint,
 )
+from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import entry_key
+from neffcache.matrix import Cell
+from neffcache.restore.apply import Progress
 from neffcache.restore.install import LISTED_FAILURES, FileFailure
-from neffcache.restore.job import RestoreJob
-from neffcache.restore.plan import Conflict
+from neffcache.restore.plan import DEFAULT_UNITS, Conflict, UnitPolicy
+from neffcache.restore.ready import Announcer
 from neffcache.restore.resolve import Resolution
+from neffcache.signing import PublicKey
 from neffcache.trust import signers
 
 REPORT_SCHEMA = 1
 MAX_LISTED_FAILURES = LISTED_FAILURES  # files_failed lists this many; files_failed_count all
+Notice = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreJob:
+    """What one restore restores (``cells``, in priority order, of ``backend``, built for
+    ``fingerprint``, into ``target/<root>``) and how: ``workers`` read manifests and scan,
+    ``transfers`` fetch (None: ``workers``), no new work after ``deadline`` (monotonic), each
+    entry signed by one of ``trusted``, warnings to ``notice``, (files done, total, bytes) to
+    ``progress``, cells ready to ``announcer``, requests shaped by ``units``."""
+
+    cells: tuple[Cell, ...]
+    backend: Backend
+    fingerprint: Fingerprint
+    target: Path
+    workers: int = 16
+    transfers: int | None = None
+    deadline: float | None = None
+    trusted: Sequence[PublicKey] = ()
+    notice: Notice | None = None
+    progress: Progress | None = None
+    announcer: Announcer | None = None
+    units: UnitPolicy = DEFAULT_UNITS
+
+    def __post_init__(self) -> None:  # a list of cells, a relative target: made exact once
+        object.__setattr__(self, "cells", tuple(self.cells))
+        object.__setattr__(self, "target", Path(self.target).absolute())
+
+    def entry_keys(self) -> list[str]:
+        """Each cell's entry key for the fingerprint, in cell order."""
+        return [entry_key(c, self.fingerprint) for c in self.cells]
 
 
 @dataclass(frozen=True, slots=True)
 class RestoreResult(ExitRule):
-    """What a restore did: the cells requested, restored, missing or incomplete, the files
-    fetched, skipped and failed, and the cache environment of the target.
-
-    ``error()`` is the exception the restore ends with (None: every requested cell is in
-    place); ``exit_code`` its exit code (module docstring); ``to_json()`` the document
-    ``neffcache restore --json`` prints and the restore report is built from."""
+    """What a restore did: the cells requested, restored, missing or incomplete, the files fetched,
+    skipped and failed, and the cache environment of the target. ``error()`` is the exception it
+    ends with (None: every requested cell in place), ``exit_code`` its exit code, ``to_json()`` the
+    document ``neffcache restore --json`` prints and the report is built from."""
 
     backend: str
     fingerprint_key: str
@@ -62,42 +98,37 @@ class RestoreResult(ExitRule):
     files_fetched: int
     files_skipped: int
     bytes_fetched: int
-    # The first files that failed (MAX_LISTED_FAILURES, then the first of each kind): a
-    # failed restore holds no record per file; ``files_failed`` counts them all.
+    # The first files that failed (then the first of each kind); ``files_failed`` counts all.
     failures: tuple[FileFailure, ...]
     deadline_hit: bool
     seconds: float
     environment: tuple[tuple[str, str], ...] = field(default=())
-    # Paths entries disagree about; the first cell's record won each (see neffcache.restore.plan).
+    # Paths entries disagree about; the first cell's record won each.
     conflicts: tuple[Conflict, ...] = field(default=())
     # Temp files a killed restore had left in DIR, removed by this one.
     stale_temps_removed: int = 0
     # The interpreter the fingerprint describes (``neffcache.restore.restore`` sets it).
     fingerprint_python: str | None = None
-    # The flags with which `neffcache fingerprint --explain` takes the same fingerprint and
-    # reads the same store (--python PATH, --store URL): the exit-5 hint carries them.
+    # --python PATH, --store URL for `neffcache fingerprint --explain`: the exit-5 hint.
     explain_args: tuple[str, ...] = ()
     # With mirrors: (store URL, objects or ranges it served), in the stores' order.
     served_by: tuple[tuple[str, int], ...] = ()
-    # Whether trusted keys were configured (then every entry restored is signed by one).
+    # Whether trusted keys were configured.
     signatures_checked: bool = False
     # Entries whose local copy no trusted key signed: their files left the cache roots.
     evicted: tuple[str, ...] = ()
     evicted_files: int = 0
-    # Cells announced ready, in the order they were (cell id, seconds since the restore's
-    # start: the CLI's process start): files verified and in place, marker written.
+    # Cells announced ready, in that order: (cell id, seconds since the restore's start).
     ready: tuple[tuple[str, float], ...] = ()
     # How many files failed in all (None: as many as ``failures`` lists).
     failed_count: int | None = None
-    # Files in place that an earlier restore in this boot left pending and that were not
-    # synced before the deadline: they stay pending (the state file does not vouch for them;
-    # a later restore syncs them, or hashes them after a reboot).
+    # Files in place, pending from an earlier restore, not synced before the deadline.
     files_unsynced: int = 0
 
     @property
     def repair_hint(self) -> str | None:
-        """When a mirror served objects the store should have had: the command that fixes
-        the store from the first such mirror; else None."""
+        """When a mirror served objects the store should have had: the command that repairs the
+        store from the first such mirror; else None."""
         served = [url for url, n in self.served_by if n and url != self.store_url]
         if not served:
             return None
@@ -139,15 +170,7 @@ class RestoreResult(ExitRule):
         }
 
     def to_json(self) -> dict[str, Any]:
-        """The restore's JSON document (a documented contract: fields are added, never
-        renamed): status, exit_code, error, the cells, files and bytes (files_unsynced: in
-        place, left pending because the deadline came before their sync), deadline_hit,
-        seconds, environment, conflicts, stale_temps_removed, fingerprint_python, served_by
-        (store URL -> objects served; empty without mirrors), signers (key ids that signed the
-        entries found), signatures_checked (trusted keys were configured), evicted_entries
-        and evicted_files (entries no trusted key signed, whose files were removed),
-        repair_hint (a mirror served what the store lacked or held damaged: the command
-        that repairs the store from it; null otherwise)."""
+        """The restore's JSON document (a documented contract: fields are added, never renamed)."""
         res = self.resolution
         return {
             "schema_version": REPORT_SCHEMA,
@@ -178,10 +201,9 @@ class RestoreResult(ExitRule):
 
 def job_result(job: RestoreJob, store_url: str, resolution: Resolution,
                started: float) -> RestoreResult:
-    """The result of ``job`` with what every restore reports filled in (backend, fingerprint,
-    target, cells requested, cache environment, seconds since ``started``) and nothing done
-    yet: each way of restoring (from a store, the store-free check) sets what it did with
-    ``dataclasses.replace``."""
+    """The result of ``job`` with what every restore reports (backend, fingerprint, target, cells
+    requested, cache environment, seconds since ``started``) and nothing done yet: each way of
+    restoring sets what it did with ``dataclasses.replace``."""
     return RestoreResult(
         backend=job.backend.name, fingerprint_key=job.fingerprint.key, store_url=store_url,
         target=str(job.target), requested=tuple(c.id for c in job.cells),
@@ -189,13 +211,6 @@ def job_result(job: RestoreJob, store_url: str, resolution: Resolution,
         bytes_fetched=0, failures=(), deadline_hit=False,
         seconds=time.monotonic() - started,
         environment=tuple(sorted(cache_environment(job.backend, str(job.target)).items())))
-
-
-def explain_command(key: str, args: Sequence[str] = ()) -> str:
-    """``neffcache fingerprint --explain KEY`` with the flags that reproduce the fingerprint
-    compared (``--python PATH``) and the store read, quoted for a POSIX shell: run as printed,
-    it names the fields that differ."""
-    return shlex.join(["neffcache", "fingerprint", "--explain", key, *args])
 
 
 def outcome_error(r: RestoreResult) -> NeffcacheError | None:
@@ -228,7 +243,8 @@ def outcome_error(r: RestoreResult) -> NeffcacheError | None:
             return FingerprintMismatchError(
                 f"no requested cell has an entry for fingerprint {r.fingerprint_key[:12]}; "
                 f"{len(res.elsewhere)} were built for another environment ({ids})",
-                hint=explain_command(other, r.explain_args))
+                hint=shlex.join(["neffcache", "fingerprint", "--explain", other,
+                                 *r.explain_args]))  # run as printed: the fields that differ
         return CacheMissError(f"{len(res.missing)} of {len(r.requested)} cells have no entry for "
                               f"fingerprint {r.fingerprint_key[:12]}: {ids}",
                               hint="neffcache precompile MATRIX (on a build host)")

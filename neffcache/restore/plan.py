@@ -1,25 +1,7 @@
-"""The whole restore plan (pure, no I/O): what is in place, what to fetch, and by which requests.
-
-Input: the entries' manifests, the target directory of each cache root, and what a scan found
-at each wanted path (size, sha256, mode). Output: a ``RestorePlan`` — fetch groups (one blob
-fetched once, installed at every path that wants it), files already present and valid,
-conflicts, and the fetch units (store requests) in the order they run. A conflict is two entries
-wanting different bytes at one path, which is common for compile caches (files are named by
-their inputs, but .so/.gch/NEFF bytes are not always reproducible): the first entry in the
-requested cell order wins that path, the others' records are skipped and reported; a file
-already present and valid for any of the records is left.
-
-Units: a blob the entries' packs hold is read from its pack: needed members close together in
-one pack become one ranged read (``PackRun``), joining across gaps of unneeded bytes up to
-``gap_bytes`` and stopping at ``run_bytes``, so thousands of small files cost a few dozen
-requests. Other blobs are one GET each (``BlobGet``), and those with part digests in the
-manifest (every file over 24 MiB has them) several ranged GETs in parallel (``BlobPart``), each
-part verified against its own digest. Units come out cell by cell in the manifests' order (the
-priority order: a blob wanted by several cells counts for the first), so a deadline still leaves
-whole cells done and the first cells are ready first; each group says which cells each of its
-paths completes, so apply can announce a cell as its last file lands. Also the per-cell verdicts
-once the I/O is done.
-"""
+"""The whole restore plan (pure, no I/O): files already valid, fetch groups (a blob fetched once,
+installed at every path that wants it), conflicts (the first cell's record wins) and the fetch units
+(pack runs, blob GETs, parts of large blobs), cell by cell in priority order, so a deadline leaves
+whole cells done and the first cells are ready first."""
 
 from __future__ import annotations
 
@@ -50,9 +32,8 @@ Target = FileRecord
 
 @dataclass(frozen=True, slots=True)
 class FetchGroup:
-    """One blob: fetched from the store into ``targets[0]``, copied locally to the others;
-    ``owners[i]``: the cells (indices in the plan's manifest order) whose entries want
-    ``targets[i]``'s path (a cell is ready once all its paths are in place)."""
+    """One blob: fetched into ``targets[0]``, copied locally to the others; ``owners[i]``: the cells
+    (indices in the plan's manifest order) whose entries want ``targets[i]``'s path."""
 
     sha256: str
     size: int
@@ -62,8 +43,8 @@ class FetchGroup:
 
 @dataclass(frozen=True, slots=True)
 class Conflict:
-    """Entries wanting different bytes at one path; ``entry_keys[0]``'s record won (first in
-    cell order), ``sha256s`` are the distinct digests wanted, the winner's first."""
+    """Entries wanting different bytes at one path; ``entry_keys[0]``'s record won (first in cell
+    order), ``sha256s`` are the distinct digests wanted, the winner's first."""
 
     root: str
     path: str
@@ -129,8 +110,8 @@ Unit = PackRun | BlobGet | BlobPart
 
 @dataclass(frozen=True, slots=True)
 class RestorePlan:
-    """The whole plan: files already in place, fetch groups, the store requests that bring
-    them (``units``, in the order they run), and the paths entries disagree about."""
+    """Files already in place, fetch groups, the store requests that bring them (``units``, in the
+    order they run), and the paths entries disagree about."""
 
     target_dirs: tuple[tuple[str, str], ...]
     fetch: tuple[FetchGroup, ...]
@@ -154,8 +135,8 @@ class RestorePlan:
 
 
 def wanted_sizes(manifests: Iterable[Manifest]) -> dict[FileId, tuple[int, ...]]:
-    """Every path the entries want, with the distinct sizes they want there (what a scan must
-    look at), in entry order; a tuple, not a set: a million of them cost 50, not 200, MiB."""
+    """Every path the entries want, with the distinct sizes wanted there (a tuple, not a set: 50,
+    not 200, MiB per million)."""
     out: dict[FileId, tuple[int, ...]] = {}
     for m in manifests:
         for f in m.files:
@@ -169,17 +150,16 @@ def wanted_sizes(manifests: Iterable[Manifest]) -> dict[FileId, tuple[int, ...]]
 
 
 def wanted_pairs(manifests: Sequence[Manifest]) -> Iterator[tuple[FileId, tuple[int, ...]]]:
-    """``wanted_sizes(manifests).items()``, but without the map for one entry: a decoded
-    manifest names each path once, so its records say it as they are (a map of a million
-    paths is ~170 MiB)."""
+    """``wanted_sizes(manifests).items()``, without the map for one entry (it names each path once;
+    a map of a million paths is ~170 MiB)."""
     if len(manifests) == 1:
         return (((f.root, f.path), (f.size,)) for f in manifests[0].files)
     return iter(wanted_sizes(manifests).items())
 
 
 def unwanted_files(manifests: Iterable[Manifest], have: Iterable[FileId]) -> set[FileId]:
-    """The files of ``have`` that no entry wants: a set of ``have``'s paths per root, less
-    each path an entry names (not a map of every wanted path)."""
+    """The files of ``have`` that no entry wants (a set per root, not a map of every wanted path).
+    """
     left: dict[str, set[str]] = {}
     for root, path in have:
         left.setdefault(root, set()).add(path)
@@ -196,13 +176,11 @@ def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
                  ) -> RestorePlan:
     """Decide per wanted file: already valid, or fetch (grouped by sha256); note conflicts.
 
-    ``manifests`` come in priority order (the order cells are needed in): files are scheduled
-    cell by cell, so a deadline leaves whole cells done and the first cells are ready first; a
-    blob several cells want is fetched for the first. Each group says which cells each of its
-    paths completes (``owners``), and ``waiting`` how many paths each cell waits for. Where
-    entries disagree about a path, the first manifest's record wins (a present file valid
-    for any of the records is left in place) and the disagreement is listed in ``conflicts``.
-    """
+    ``manifests`` come in priority order: files are scheduled cell by cell and a blob several cells
+    want is fetched for the first. Each group says which cells each of its paths completes
+    (``owners``), and ``waiting`` how many paths each cell waits for. Where entries disagree, the
+    first manifest's record wins (a present file valid for any of them is left) and the disagreement
+    is listed in ``conflicts``."""
     single = len(manifests) == 1
     wants = _one_claims(manifests[0], target_dirs) if single else \
         iter(_claims(manifests, target_dirs).items())
@@ -290,16 +268,15 @@ def _one_claims(m: Manifest, target_dirs: Mapping[str, str]) -> Iterator[tuple[F
 
 
 def _no_target(key: str, f: FileRecord) -> ManifestError:
-    """An entry names a root the restore has no directory for (checked inline in the hot
-    loops; the message made here, once)."""
+    """An entry names a root the restore has no directory for."""
     return ManifestError(f"entry {key[:12]}: file {f.root}/{f.path}: root {f.root!r} has no "
                          f"target directory")
 
 
 def _claims(manifests: Sequence[Manifest], target_dirs: Mapping[str, str]
             ) -> dict[FileId, _Claim | list[_Claim]]:
-    """Per wanted path, in manifest order: the one entry's claim, or a list when several
-    entries name the path (one tuple per path, not a list: 90 MiB less per million files)."""
+    """Per wanted path, in manifest order: the one entry's claim, or a list when several entries
+    name it (a tuple per path, not a list: 90 MiB less per million files)."""
     wants: dict[FileId, _Claim | list[_Claim]] = {}
     for m in manifests:
         key = m.entry_key  # a digest: computed once per entry, not per file
@@ -325,17 +302,13 @@ def unit_groups(unit: Unit) -> tuple[FetchGroup, ...]:
 def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
                policy: UnitPolicy = DEFAULT_UNITS,
                parts: Iterable[PartDigests] = ()) -> tuple[Unit, ...]:
-    """Requests for every group of ``fetch``; a blob held by several packs is read from the
-    first of ``packs`` (pass them in cell order) that holds it, and a blob with part digests
-    is split at the part size of the first of ``parts`` that describes it. A blob without
-    (matching) part digests is one GET verified whole: decoding refuses a manifest whose large
-    files lack them, so only small files get here, or a large one whose only record is for a
-    file of another size (entries disagreeing about one sha256).
+    """Requests for every group of ``fetch``: a blob from the first of ``packs`` that holds it,
+    split at the part size of the first of ``parts`` that describes it, else one GET verified whole
+    (a small file, or one whose part digests are for another size).
 
-    Order: cell by cell (a group counts for the first cell that wants it, ``owners``), and
-    within a cell the parts of split blobs first, largest blob first, then the rest in fetch
-    order: the largest blob is the longest piece of work, and starting it first keeps it from
-    being its cell's tail."""
+    Order: cell by cell (a group counts for the first cell that wants it), and within a cell the
+    parts of split blobs first, largest blob first (the longest piece of work must not be its cell's
+    tail), then the rest in fetch order."""
     order = {g.sha256: i for i, g in enumerate(fetch)}
     where: dict[str, tuple[str, int]] = {}
     for p in packs:
@@ -367,8 +340,7 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
 
 
 def _rank(g: FetchGroup) -> int:
-    """The first cell (in the plan's order) that waits for the group (each path's cells come
-    in that order)."""
+    """The first cell (in the plan's order) that waits for the group."""
     owners = g.owners
     if len(owners) == 1:
         return owners[0][0]
@@ -383,8 +355,8 @@ def _digests_for(g: FetchGroup, digests: dict[str, PartDigests]) -> PartDigests 
 
 
 def _runs(pack: str, slices: list[Slice], policy: UnitPolicy) -> list[PackRun]:
-    """Cut offset-sorted slices into runs: a new run when the gap or the length would grow
-    past the policy's limits."""
+    """Cut offset-sorted slices into runs: a new run when the gap or the length would grow past the
+    policy's limits."""
     runs: list[PackRun] = []
     current: list[Slice] = []
     start = end = 0
@@ -415,9 +387,8 @@ def cell_verdicts(manifests: Sequence[Manifest], in_place: set[FileId]
 
 def short_cells(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
                 present: Mapping[FileId, PresentFile]) -> set[str]:
-    """The cells ``cell_verdicts`` would call incomplete after ``plan_restore`` (a file is in
-    place when what is there is valid for any entry's record at its path), without the plan:
-    nothing per file is held but for the files whose own record is not what is there."""
+    """The cells ``cell_verdicts`` would call incomplete after ``plan_restore``, without the plan:
+    nothing is held per file but for those whose own record is not what is there."""
     doubt: dict[FileId, list[str]] = {}  # a path, and the cells whose record it did not match
     for m in manifests:
         for f in m.files:

@@ -1,17 +1,7 @@
-"""Prune a persistent restore destination: remove the entries the current matrix and fingerprint
-no longer need (``prune(PruneRequest) -> PruneResult``), plan first.
-
-An entry is *kept* when it is the entry of a cell of the matrix for the fingerprint (this
-host's, read with the configured interpreter, or the one given); every other local manifest
-copy in ``DIR/.neffcache-entries`` is *pruned*: its files leave the cache roots, unless a kept
-entry wants the same path (a file shared by a kept and a pruned entry stays), then its copy
-goes. Only files a pruned manifest names are touched, each only while it is a regular file of
-the recorded size, never through a symlink; directories left empty go too. The state file
-stops vouching for the removed paths (durable and pending rows), written atomically like
-every other write of it; the order (files, state file, copies) makes an interrupted prune
-safe to rerun. It runs holding DIR's restore lock without waiting: while a restore holds it,
-prune refuses and touches nothing; a mark a killed restore left stays for the next restore.
-"""
+"""Prune a restore destination: remove the entries the matrix and fingerprint no longer need
+(regular files of the recorded size only, never through a symlink, never a path a kept entry wants),
+then forget them in the state file, then drop their copies; safe to rerun. It takes DIR's lock
+without waiting: while a restore runs there, prune refuses and touches nothing."""
 
 from __future__ import annotations
 
@@ -61,11 +51,9 @@ class PrunedEntry:
 
 @dataclass(frozen=True, slots=True)
 class PruneResult(ExitRule):
-    """What ``prune`` planned (``dry_run``) or did. ``remove``: (root, path, size) of each
-    file of a pruned entry no kept entry wants; ``shared``: files of pruned entries kept
-    because a kept entry wants their path; ``unreadable``: copies that are not a manifest of
-    this backend (left alone); ``removed``/``bytes_removed``: files actually removed (a
-    file changed since its restore, or gone, is ``skipped``). A success (exit 0)."""
+    """What ``prune`` planned (``dry_run``) or did. ``remove``: (root, path, size) of each file that
+    goes; ``shared``: files kept because a kept entry wants their path; ``unreadable``: copies left
+    alone; ``removed``/``bytes_removed``: files removed (one changed or gone is ``skipped``)."""
 
     target: str
     fingerprint_key: str
@@ -84,9 +72,9 @@ class PruneResult(ExitRule):
         return sum(size for _, _, size in self.remove)
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache prune --json``: target, fingerprint_key, dry_run, kept (entry keys),
-        pruned (entry_key, cell_id, fingerprint_key, files, bytes), files_to_remove,
-        bytes_to_remove, files_shared, unreadable, removed, bytes_removed, skipped."""
+        """``neffcache prune --json``: target, fingerprint_key, dry_run, kept, pruned,
+        files_to_remove, bytes_to_remove, files_shared, unreadable, removed, bytes_removed, skipped.
+        """
         return {"target": self.target, "fingerprint_key": self.fingerprint_key,
                 "dry_run": self.dry_run, "kept": list(self.kept),
                 "pruned": [{"entry_key": p.entry_key, "cell_id": p.cell_id,
@@ -108,8 +96,7 @@ class PruneRequest:
                  config file, else the running one); ``fingerprint`` overrides both
     dry_run      plan only. Otherwise removing needs consent: ``confirmed=True``, or
                  ``confirm(preview)`` returning True (False: nothing removed, the preview is
-                 returned). It never prompts.
-    """
+                 returned). It never prompts."""
 
     to: str | Path
     matrix: str | Path | Matrix
@@ -121,11 +108,10 @@ class PruneRequest:
 
 
 def prune(request: PruneRequest) -> PruneResult:
-    """Remove from ``request.to`` the entries the matrix and fingerprint no longer need; see
-    the module docstring. Raises UsageError (exit 2) for a DIR that is not a restore
-    destination or removal without consent, NeffcacheError (exit 1) while a restore holds
-    DIR's lock, FingerprintMismatchError (exit 5) for a fingerprint that matches no entry
-    (an unknown neuron target), as restore refuses it."""
+    """Remove from ``request.to`` the entries the matrix and fingerprint no longer need. Raises
+    UsageError (exit 2) for a DIR that is not a restore destination or removal without consent,
+    NeffcacheError (exit 1) while a restore holds DIR's lock, FingerprintMismatchError (exit 5) for
+    an unknown neuron target."""
     target = Path(request.to).expanduser().absolute()
     if not (target / LOCAL_ENTRIES).is_dir():
         raise UsageError(f"{target}: not a restore destination (no {LOCAL_ENTRIES}/; "
@@ -148,25 +134,17 @@ def prune(request: PruneRequest) -> PruneResult:
             hint="neffcache prune DIR --matrix M --yes"):
         return preview
     try:
-        with lock_destination(str(target), deadline=time.monotonic(), who="prune") as held:
-            plan = plan_prune(target, backend, keep, fingerprint.key)  # under the lock now
-            done = apply_prune(target, backend, plan)
-            if not held.unclean:  # a killed restore's mark stays: its run sweeps temp files
-                held.finished()
+        return _prune_locked(target, backend, keep, fingerprint.key, time.monotonic(), "prune")
     except DeadlineExceededError:
         raise NeffcacheError(f"{target}: a restore is running there; prune touches nothing "
                              "a restore holds", hint="rerun neffcache prune once it ends"
                              ) from None
-    return done
 
 
 def evict_untrusted(target: Path, backend: Backend, trusted: Callable[[Any, Any], bool], *,
                     deadline: float | None = None) -> PruneResult | None:
-    """With trusted keys, before a restore judges what is in place: prune the entries whose
-    local copy ``trusted(signature, manifest_sha256)`` refuses (restored before keys were
-    required, or signed by a key since dropped), under DIR's lock (waited for until
-    ``deadline``): their files leave the cache roots, a path a trusted entry wants stays, the
-    state files forget them. None when every copy is trusted (no lock taken)."""
+    """Prune the entries whose local copy ``trusted(signature, manifest_sha256)`` refuses, under
+    DIR's lock (waited for until ``deadline``); None when every copy is trusted (no lock taken)."""
     if not (target / LOCAL_ENTRIES).is_dir():
         return None
 
@@ -175,16 +153,21 @@ def evict_untrusted(target: Path, backend: Backend, trusted: Callable[[Any, Any]
 
     if not plan_prune(target, backend, keep, "").pruned:
         return None
-    with lock_destination(str(target), deadline=deadline, who="restore (evict)") as held:
-        done = apply_prune(target, backend, plan_prune(target, backend, keep, ""))
-        if not held.unclean:  # a killed restore's mark stays for the full run's sweep
+    return _prune_locked(target, backend, keep, "", deadline, "restore (evict)")
+
+
+def _prune_locked(target: Path, backend: Backend, keep: Keep, fingerprint_key: str,
+                  deadline: float | None, who: str) -> PruneResult:
+    """Plan again under DIR's lock and apply (a killed restore's mark stays for its sweep)."""
+    with lock_destination(str(target), deadline=deadline, who=who) as held:
+        done = apply_prune(target, backend, plan_prune(target, backend, keep, fingerprint_key))
+        if not held.unclean:
             held.finished()
     return done
 
 
 def plan_prune(target: Path, backend: Backend, keep: Keep, fingerprint_key: str) -> PruneResult:
-    """Which copies go (those ``keep(key, copy)`` refuses), and which of their files (reads
-    the copies only)."""
+    """Which copies go (those ``keep(key, copy)`` refuses), and which of their files."""
     kept: list[str] = []
     gone: list[tuple[str, Mapping[str, Any]]] = []
     unreadable: list[str] = []
@@ -218,9 +201,8 @@ def plan_prune(target: Path, backend: Backend, keep: Keep, fingerprint_key: str)
 
 
 def apply_prune(target: Path, backend: Backend, plan: PruneResult) -> PruneResult:
-    """Remove the plan's files (then empty directories), forget them in the state files, then
-    remove the pruned copies. Call it holding DIR's lock. The pruned entries' cells lose their
-    ready markers first: a service never sees a cell ready while its files go."""
+    """Remove the plan's files (then empty directories), forget them in the state files, then the
+    copies; their cells' ready markers go first. Call it holding DIR's lock."""
     remove_markers_of(target, {entry.entry_key for entry in plan.pruned})
     dirs = root_dirs(backend, str(target))
     removed: dict[str, set[str]] = {}
@@ -247,8 +229,7 @@ def apply_prune(target: Path, backend: Backend, plan: PruneResult) -> PruneResul
 
 
 def _remove(cache: DirCache, root: str, path: str, size: int) -> bool:
-    """Unlink ``path`` when it is a regular file of ``size`` bytes (reached without following
-    a symlink); False when it is not (changed, gone, or behind a symlink: left alone)."""
+    """Unlink ``path`` if it is a regular file of ``size`` bytes (not behind a symlink)."""
     parent, _, name = path.rpartition("/")
     try:
         dfd = cache.get(root, parent, create=False)
@@ -262,8 +243,7 @@ def _remove(cache: DirCache, root: str, path: str, size: int) -> bool:
 
 
 def _remove_empty_dirs(cache: DirCache, root: str, paths: Iterable[str]) -> None:
-    """Remove the directories of ``paths`` left empty, deepest first (never the root), each
-    from its parent's descriptor (never through a symlink)."""
+    """Remove the directories of ``paths`` left empty, deepest first (never the root)."""
     parents: set[str] = set()
     for path in paths:
         d = path.rpartition("/")[0]

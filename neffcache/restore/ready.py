@@ -1,20 +1,6 @@
-"""Ready markers: a cell is announced the moment every file it needs is verified and in place.
-
-``DIR/.neffcache-entries/ready/<cell id, percent-quoted>`` holds ``{"cell", "entry_key"}``,
-written through a temp file in ``DIR/.neffcache-entries`` (swept like every temp file there)
-and a rename, so a reader sees a whole marker or none. A restore, under DIR's lock, removes the
-marker of every requested cell it is about to change (a file to fetch) or cannot vouch for
-(no entry, refused by the trust gate, unresolved) before it installs anything, and writes one
-as each cell's last file lands; eviction and ``neffcache prune`` remove the markers of the entries
-they remove before their files (``pruning.apply_prune``). So a marker is never left for a cell
-that is evicted, pruned, refused or incomplete; after a kill, the
-markers are those of cells whose files were all in place when announced.
-
-A marker vouches for the service, never for a later restore: restores judge files by the state
-file and hashing alone (``neffcache.restore.run``). ``cell_ready`` answers "is cell X ready?"
-from the marker and the entry's local manifest copy (which eviction and prune remove) only: no
-store, no manifest decoding, nothing heavy imported.
-"""
+"""Ready markers (``DIR/.neffcache-entries/ready/<cell id>``): a cell is announced the moment every
+file it needs is verified and in place; markers are removed, under DIR's lock, before a cell's files
+change or go. They vouch for the service only, never for a later restore."""
 
 from __future__ import annotations
 
@@ -35,21 +21,19 @@ _COPY_SUFFIX = ".json"
 
 
 def marker_path(target: str | Path, cell_id: str) -> Path:
-    """Where cell ``cell_id``'s ready marker lives under restore destination ``target``."""
+    """Where cell ``cell_id``'s ready marker lives under ``target``."""
     return Path(target, ENTRIES_DIR, READY_DIR, quote(cell_id, safe=""))
 
 
 def cell_ready(target: str | Path, cell_id: str) -> bool:
-    """Whether cell ``cell_id`` was announced ready in restore destination ``target`` and its
-    entry is still there (its local manifest copy: eviction and prune remove it): every file of the
-    cell was verified and renamed into place by a restore. Reads two small paths; never the
-    store."""
+    """Whether cell ``cell_id`` was announced ready in restore destination ``target`` (every file
+    verified and renamed into place) and its entry is still there. Never reads the store."""
     key = marker_entry(target, cell_id)
     return key is not None and Path(target, ENTRIES_DIR, key + _COPY_SUFFIX).is_file()
 
 
 def marker_entry(target: str | Path, cell_id: str) -> str | None:
-    """The entry key cell ``cell_id``'s marker names, or None (no marker, or not this cell's)."""
+    """The entry key cell ``cell_id``'s marker names, or None."""
     try:
         doc = json.loads(marker_path(target, cell_id).read_bytes())
         key = doc["entry_key"]
@@ -61,8 +45,7 @@ def marker_entry(target: str | Path, cell_id: str) -> str | None:
 
 
 def write_marker(target: str | Path, cell_id: str, key: str) -> None:
-    """Cell ``cell_id`` is ready with entry ``key``: its marker, written whole (best effort:
-    a marker that could not be written only means the cell is not announced by file)."""
+    """Cell ``cell_id`` is ready with entry ``key``: its marker, written whole (best effort)."""
     final = marker_path(target, cell_id)
     tmp = Path(target, ENTRIES_DIR, tmp_name())
     try:
@@ -82,7 +65,7 @@ def remove_markers(target: str | Path, cell_ids: Iterable[str]) -> None:
 
 
 def remove_markers_of(target: str | Path, keys: Collection[str]) -> None:
-    """Remove every marker that names one of the entries ``keys`` (evicted or pruned)."""
+    """Remove every marker that names one of the entries ``keys``."""
     if not keys:
         return
     d = Path(target, ENTRIES_DIR, READY_DIR)
@@ -94,9 +77,8 @@ def remove_markers_of(target: str | Path, keys: Collection[str]) -> None:
 
 
 class Announcer:
-    """Announces cells ready, each once: its marker first, then ``on_ready(cell_id)``; keeps
-    (cell id, seconds since ``started``) in announcement order. Thread-safe: the restore's
-    fetch threads call ``ready`` as a cell's last file lands."""
+    """Announces cells ready, each once: marker first, then ``on_ready(cell_id)``; keeps (cell id,
+    seconds since ``started``) in order. Thread-safe."""
 
     def __init__(self, target: str | Path, started: float,
                  on_ready: Callable[[str], None] | None = None) -> None:
@@ -106,17 +88,16 @@ class Announcer:
         self._done: set[str] = set()
 
     def reset(self, ready: Sequence[tuple[str, str]], waiting: Iterable[str]) -> None:
-        """Under DIR's lock, before anything is installed: the markers of ``waiting`` cells
-        (to change, or not vouched for) go, then the cells ``ready`` now, as (cell id, entry
-        key) pairs in priority order, are announced (a marker that names the entry already
-        is kept: a no-op rerun writes nothing)."""
+        """Under DIR's lock, before anything is installed: the markers of ``waiting`` cells go, then
+        the cells ``ready`` now (cell id, entry key) are announced (a marker naming the entry
+        stays)."""
         remove_markers(self.target, waiting)
         for cid, key in ready:
             self.ready(cid, key, rewrite=False)
 
     def ready(self, cell_id: str, key: str, *, rewrite: bool = True) -> None:
-        """Announce ``cell_id`` ready with entry ``key`` (once); with ``rewrite=False`` a
-        marker that already names ``key`` is left as it is."""
+        """Announce ``cell_id`` ready with entry ``key`` (once); with ``rewrite=False`` a marker
+        that names ``key`` already is left."""
         with self._lock:
             if cell_id in self._done:
                 return

@@ -1,16 +1,6 @@
-"""Resolve: read each requested cell's manifest for this fingerprint from the store, in parallel.
-
-For each cell the entry key is ``entry_key(cell, this host's fingerprint)``; its manifest is read
-from ``manifests/<key>.json`` (no index needed) and validated fully. Missing cells are checked
-against the store's ``cells/<cell-key>/`` pointers to tell "never built" from "built for another
-environment". A manifest that does not decode is read again (at most ``ATTEMPTS`` reads): a
-body damaged on the way costs one more GET, a damaged object fails its cell. With trusted keys,
-a manifest that is unsigned or not signed by one of them counts as damaged (``check_trusted``):
-read again (from the next mirror, if any), then the cell fails with an integrity error.
-With ``keep`` (``neffcache.restore.local.ManifestCopies``) the bytes the store sent are put aside
-before they are decoded and kept as the local copy once they decode: no second encoding of
-what was just read, and never both the bytes and the decoded records in memory.
-"""
+"""Resolve: read and fully validate each requested cell's manifest from the store, in parallel (read
+again, at most ``ATTEMPTS`` times, when damaged or untrusted); tell "never built" from "built for
+another environment"; with ``keep``, the bytes the store sent become the local copy."""
 
 from __future__ import annotations
 
@@ -49,15 +39,14 @@ class Resolution:
 
 
 class KeepCopies(Protocol):
-    """Where a resolve keeps the manifests it read, as the store sent them (called from its
-    threads, one key each)."""
+    """Where a resolve keeps the manifests it read, as the store sent them (called from its threads,
+    one key each)."""
 
     def aside(self, key: str, data: bytes) -> str | None:
         """Write ``data`` under a temp name; that name, or None where it could not."""
 
     def settle(self, key: str, tmp: str | None, ok: bool) -> None:
-        """The bytes at ``tmp`` become entry ``key``'s copy if ``ok`` (they decoded as its
-        manifest, trusted where keys are), else they are removed."""
+        """The bytes at ``tmp`` become entry ``key``'s copy if ``ok``, else they are removed."""
 
 
 def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
@@ -65,8 +54,8 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
                     deadline: float | None = None,
                     trusted: Sequence[PublicKey] = (),
                     keep: KeepCopies | None = None) -> Resolution:
-    """Read each cell's manifest for this fingerprint (in parallel), validating it fully (and
-    its signature, when keys are ``trusted``); with ``keep``, each one found is kept there."""
+    """Read and validate each cell's manifest for this fingerprint (in parallel); with ``keep``,
+    each one found is kept there."""
 
     def one(cell: Cell) -> tuple[Cell, Manifest | CellFailure | str]:
         if deadline is not None and time.monotonic() >= deadline:
@@ -93,8 +82,7 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
 def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
                    deadline: float | None, trusted: Sequence[PublicKey] = (),
                    keep: KeepCopies | None = None) -> Manifest | CellFailure | str:
-    """The cell's manifest, a failure, "missing", or "unresolved" (stopped by the deadline);
-    one that does not decode is read again, at most ``ATTEMPTS`` reads in all."""
+    """The cell's manifest, a failure, "missing", or "unresolved" (the deadline)."""
     for attempt in range(1, ATTEMPTS + 1):
         tmp, ok = None, False
         try:
@@ -127,8 +115,8 @@ def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
 def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint, *,
                    workers: int = 16, deadline: float | None = None
                    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """For cells without an entry here: the other fingerprints they were built for (one LIST
-    of ``cells/<cell-key>/`` each). Store errors here only lose the diagnosis."""
+    """For cells without an entry: the other fingerprints they were built for (one LIST each; store
+    errors only lose the diagnosis)."""
 
     def one(cell: Cell) -> tuple[str, tuple[str, ...]]:
         if deadline is not None and time.monotonic() >= deadline:

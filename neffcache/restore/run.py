@@ -1,26 +1,13 @@
-"""The whole restore from the store: resolve, keep manifest copies, scan, plan, apply, judge.
+"""The whole restore from the store (resolve, keep manifest copies, scan, plan, apply, judge),
+and its dry run (``preview_cells``: resolve, scan, plan; nothing fetched or written).
 
-Steps, each a module of this package (imports point down this list):
-``resolve`` (manifests from the store) → ``local`` (copies kept beside the cache) →
-``known`` (cells judged from their copies; only the rest ask the store) →
-``scan`` (what is in place) → ``plan`` (what to fetch, as which requests) → ``apply``
-(``fetch`` units, ``install`` files, on ``fs`` primitives) → ``outcome`` (result and exit rule).
-``neffcache.restore.local.restore_local`` answers "all in place" without the store.
-
-Cells come in priority order and are installed in it; with an ``Announcer`` (``ready``), once
-the plan is made and before anything is installed, the ready markers of the requested cells
-not in place go and the cells already in place are announced; then each cell is announced as
-its last file is renamed into place (``apply``). A marker is for the service: no restore
-trusts a file because of it, so it changes nothing below.
-
-The whole run holds DIR's lock (``dest``): stale temp files of a killed restore are swept
-first, and the state file is written last. The restore waits for no disk: it returns once
-every file is verified and renamed into place, and records those files as pending (this
-boot). The state file vouches only for files already vouched for, those this run
-``fdatasync``ed because an earlier run in this boot left them pending (``settle_pending``),
-and pending ones from an earlier boot that hashed the same (``Durable.reread``); never a
-``syncfs`` of the whole file system. A crash at any point leaves no file that a later run
-trusts unhashed without its bytes on disk.
+Steps (imports point down): ``resolve`` → ``local`` → ``known`` → ``scan`` → ``plan`` →
+``apply`` (``fetch``, ``install``, ``fs``) → ``outcome``. The run holds DIR's lock (``dest``):
+stale temp files are swept first, the state file written last. Files installed are recorded as
+pending (this boot); the state file vouches only for files vouched for before, those
+``fdatasync``ed this run (``settle_pending``) and pending ones from an earlier boot that hashed
+the same (``Durable.reread``), so a crash never leaves a file trusted unhashed without its
+bytes on disk. Ready markers are for the service only: no restore trusts a file for one.
 """
 
 from __future__ import annotations
@@ -30,15 +17,13 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Concatenate, ParamSpec
 
-from neffcache.backends import Backend, root_dirs
-from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import Manifest, entry_key
-from neffcache.matrix import Cell
+from neffcache.backends import root_dirs
+from neffcache.errors import ExitRule, NeffcacheError
+from neffcache.manifest import entry_key
 from neffcache.restore.apply import RestoreReport, apply_restore
 from neffcache.restore.dest import (
     Held,
@@ -49,24 +34,30 @@ from neffcache.restore.dest import (
 )
 from neffcache.restore.fs import Roots
 from neffcache.restore.install import Failures, FailureTally, FileFailure
-from neffcache.restore.job import JobOptions, RestoreJob
 from neffcache.restore.known import read_copies, resolve_known
 from neffcache.restore.local import save_missing
-from neffcache.restore.outcome import RestoreResult, job_result
+from neffcache.restore.outcome import RestoreJob, RestoreResult, job_result
 from neffcache.restore.plan import (
+    BlobGet,
+    BlobPart,
     FileId,
+    PackRun,
     RestorePlan,
+    Unit,
     cell_verdicts,
     plan_restore,
     unwanted_files,
+    wanted_sizes,
 )
-from neffcache.restore.resolve import Resolution
+from neffcache.restore.resolve import Resolution, resolve_entries
+from neffcache.restore.scan import scan_present
 from neffcache.restore.seen import Present
 from neffcache.restore.state import (
     Durable,
     Pending,
     StateRecord,
     SyncOutcome,
+    load_state,
     load_states,
     overlay,
     pending_now,
@@ -75,31 +66,15 @@ from neffcache.restore.state import (
 )
 from neffcache.store import Store
 
-if TYPE_CHECKING:
-    from typing import Unpack
-
-
-def restore_cells(store: Store, cells: Sequence[Cell], backend: Backend,
-                  fingerprint: Fingerprint, target: Path,
-                  **options: Unpack[JobOptions]) -> RestoreResult:
-    """Restore ``cells`` into ``target/<root>`` for each of the backend's cache roots, run as
-    ``options`` say (``RestoreJob``'s fields: ``workers``, ``transfers``, ``deadline``,
-    ``trusted``, ``notice``, ``progress``, ``announcer``, ``units``): ``run_job``."""
-    return run_job(store, RestoreJob(tuple(cells), backend, fingerprint,
-                                     Path(target).absolute(), **options))
+P = ParamSpec("P")
+PREVIEW_SCHEMA = 1
+MAX_LISTED_UNITS = 1000
 
 
 def run_job(store: Store, job: RestoreJob) -> RestoreResult:
-    """Restore ``job.cells`` into ``job.target/<root>`` for each of the backend's cache roots;
-    ``job.workers`` threads read manifests and look at what is in place, ``job.transfers``
-    (default: ``workers``) fetch blobs and large-file parts; ``job.units`` says how blobs
-    become requests (pack runs, large-blob parts); with keys ``job.trusted``, an entry not
-    signed by one of them is refused (integrity). Holds the target's lock throughout (waiting
-    for a restore already running there: ``job.notice`` is told; at most until the deadline).
-    Cells come in priority order: with an ``announcer``, each is announced ready as its files
-    are all in place (see the module)."""
+    """Restore ``job`` from ``store``, holding the target's lock throughout (a restore already
+    running there is waited for, until the deadline at most; ``job.notice`` is told)."""
     started = time.monotonic()
-    job = replace(job, target=Path(job.target).absolute())
     with lock_destination(str(job.target), deadline=job.deadline, on_wait=job.notice) as held:
         try:
             result, hung = _locked(store, job, held, started)
@@ -109,6 +84,19 @@ def run_job(store: Store, job: RestoreJob) -> RestoreResult:
         if not hung:  # a transfer hung at the deadline may still leave a temp file behind
             held.finished()  # (nor when interrupted: then the next run sweeps the roots)
     return result
+
+
+def _taking_job(make: Callable[P, RestoreJob]
+                ) -> Callable[Concatenate[Store, P], RestoreResult]:
+    def restore_cells(store: Store, /, *args: P.args, **kwargs: P.kwargs) -> RestoreResult:
+        """Restore ``RestoreJob(*args, **kwargs)`` (cells, backend, fingerprint, target, then
+        the job's fields as keywords) from an open ``store``: the restore step alone."""
+        return run_job(store, make(*args, **kwargs))
+
+    return restore_cells
+
+
+restore_cells = _taking_job(RestoreJob)  # RestoreJob's fields, declared there once
 
 
 def _locked(store: Store, job: RestoreJob, held: Held,
@@ -141,7 +129,8 @@ def _locked(store: Store, job: RestoreJob, held: Held,
                          {entry_key(c, fingerprint): other.get(c.id, ())
                           for c in resolution.missing}, known.missing_checked_at)
         _rss("copies")
-        unwanted = _unwanted(manifests, state, pending)
+        # taken before the plan, without a map of the paths wanted (~170 MiB per million)
+        unwanted = unwanted_files(manifests, itertools.chain(state, pending))
         plan = plan_restore(manifests, dirs, present, job.units)
         seen = present  # its paths only (files in place as vouched for), for the state file
         del present, known, manifests  # and the packs' members: the units say where blobs are
@@ -149,7 +138,8 @@ def _locked(store: Store, job: RestoreJob, held: Held,
                                                      for m in resolution.found))
         _rss("plan")
         if not held.unclean:
-            stale += sweep_dirs(roots, _write_dirs(plan))
+            stale += sweep_dirs(roots, {(t.root, t.path.rpartition("/")[0])
+                                        for g in plan.fetch for t in g.targets})
         on_ready = _announce(job, resolution, plan)
         report = apply_restore(store, plan, workers=job.transfers or job.workers,
                                deadline=deadline, progress=job.progress, roots=roots,
@@ -171,8 +161,8 @@ def _locked(store: Store, job: RestoreJob, held: Held,
 
 def _announce(job: RestoreJob, resolution: Resolution,
               plan: RestorePlan) -> Callable[[int], None] | None:
-    """Before anything is installed: the markers of the requested cells not in place go and
-    those in place are announced; returns what announces each of the others as it lands."""
+    """Before anything is installed: announce the cells in place, unmark the others; returns
+    what announces each of those as it lands."""
     announcer, cells = job.announcer, job.cells
     if announcer is None:
         return None
@@ -184,8 +174,8 @@ def _announce(job: RestoreJob, resolution: Resolution,
 
 
 def _rss(phase: str) -> None:
-    """With ``NEFFCACHE_DEBUG_RSS=1``: this process's RSS now and at its peak so far, after
-    ``phase`` (stderr), to find where a huge restore holds its memory (tools/bench/memory.py)."""
+    """With ``NEFFCACHE_DEBUG_RSS=1``: RSS now and at peak after ``phase``, to stderr
+    (tools/bench/memory.py)."""
     if os.environ.get("NEFFCACHE_DEBUG_RSS") != "1":
         return
     with open("/proc/self/statm", "rb") as f:
@@ -195,23 +185,11 @@ def _rss(phase: str) -> None:
           flush=True)
 
 
-def _unwanted(manifests: Sequence[Manifest], state: Mapping[FileId, StateRecord],
-              pending: Pending) -> set[FileId]:
-    """The files of the state file that no entry wants (they keep their records as they are):
-    taken before the plan, without a map of the paths wanted (~170 MiB per million files)."""
-    return unwanted_files(manifests, itertools.chain(state, pending))
-
-
-def _write_dirs(plan: RestorePlan) -> set[tuple[str, str]]:
-    return {(t.root, t.path.rpartition("/")[0]) for g in plan.fetch for t in g.targets}
-
-
 def _save(dirs: Mapping[str, str], state: Mapping[FileId, StateRecord], pending: Pending,
           settled: Durable, seen: Present, records: Mapping[FileId, StateRecord],
           unwanted: Collection[FileId]) -> None:
-    """Write the state file if it changes: vouching for what it vouched for and still holds
-    (``seen`` by the scan, not written anew), what was settled or re-read this run; every
-    other file verified this run (``records``: hashed or installed) is pending."""
+    """Write the state file if it changes: it vouches for what it vouched for and still holds,
+    and what was settled or re-read this run; every other file verified this run is pending."""
     durable = Durable.vouched(state, seen, records, unwanted,
                               settled.still(records) | Durable.reread(pending, records))
     waiting = pending_now(records, skip=durable.records,  # a view: no copies of a million
@@ -225,8 +203,8 @@ def _equal(a: Mapping[FileId, object], b: Mapping[FileId, object]) -> bool:
 
 
 def _sync_failures(settled: SyncOutcome) -> Failures:
-    """A pending file whose ``fdatasync`` failed: its bytes may not be on disk (it was hashed
-    instead, and stays pending); the run fails so that someone looks."""
+    """A pending file whose ``fdatasync`` failed stays pending and fails the run (someone
+    should look)."""
     tally = FailureTally()
     for (root, path), why in settled.failed:
         tally.add(FileFailure(root, path, "io", f"{root}/{path}: could not be made durable "
@@ -248,3 +226,70 @@ def _result(store: Store, job: RestoreJob, resolution: Resolution, plan: Restore
         failures=failures.listed, failed_count=failures.count,
         deadline_hit=report.deadline_hit or bool(resolution.unresolved),
         conflicts=plan.conflicts, stale_temps_removed=stale)
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePreview(ExitRule):
+    """A restore's plan before any byte is fetched; ``judged`` is the result the restore would
+    report if every planned fetch succeeded."""
+
+    plan: RestorePlan
+    judged: RestoreResult
+
+    def error(self) -> NeffcacheError | None:
+        """The error the restore would end with if every planned fetch succeeded, or None."""
+        return self.judged.error()
+
+    def to_json(self) -> dict[str, Any]:
+        """The document ``restore --dry-run --json`` prints."""
+        plan, units = self.plan, self.plan.units
+        return {
+            "schema_version": PREVIEW_SCHEMA,
+            "dry_run": True,
+            **self.judged.judged_json(),
+            "files_to_fetch": plan.files_to_fetch,
+            "files_present": len(plan.present),
+            "blobs_to_fetch": len(plan.fetch),
+            "bytes_to_fetch": plan.bytes_to_fetch,
+            "requests": len(units),
+            "pack_runs": sum(1 for u in units if isinstance(u, PackRun)),
+            "blob_gets": sum(1 for u in units if isinstance(u, BlobGet)),
+            "blob_parts": sum(1 for u in units if isinstance(u, BlobPart)),
+            "packs": sorted({u.pack for u in units if isinstance(u, PackRun)}),
+            "fetch": [unit_json(u) for u in units[:MAX_LISTED_UNITS]],
+            "conflicts": len(plan.conflicts),
+        }
+
+
+def unit_json(u: Unit) -> dict[str, Any]:
+    """One planned store request: its object, byte range and the files it brings."""
+    if isinstance(u, PackRun):
+        return {"kind": "pack", "pack": u.pack, "start": u.start, "bytes": u.length,
+                "files": sum(len(s.group.targets) for s in u.slices),
+                "blobs": [s.group.sha256 for s in u.slices]}
+    g = u.group
+    paths = [f"{t.root}/{t.path}" for t in g.targets]
+    if isinstance(u, BlobGet):
+        return {"kind": "blob", "sha256": g.sha256, "start": 0, "bytes": g.size,
+                "paths": paths}
+    return {"kind": "part", "sha256": g.sha256, "part": u.index + 1, "parts": u.count,
+            "start": u.start, "bytes": u.length, "paths": paths}
+
+
+def preview_cells(store: Store, job: RestoreJob) -> RestorePreview:
+    """Resolve, scan and plan as ``run_job`` would, creating, writing and fetching nothing."""
+    started = time.monotonic()
+    dirs = root_dirs(job.backend, str(job.target))
+    resolution: Resolution = resolve_entries(store, job.cells, job.fingerprint, job.backend,
+                                             workers=job.workers, trusted=job.trusted)
+    manifests = resolution.found
+    with Roots(dirs, create=False) as roots:
+        present, _ = scan_present(roots, wanted_sizes(manifests), load_state(dirs),
+                                  workers=min(job.workers, 8))
+    plan = plan_restore(manifests, dirs, present, job.units)
+    judged = replace(job_result(job, store.url, resolution, started),
+                     restored=tuple(m.cell.id for m in manifests),
+                     files_skipped=len(plan.present),
+                     deadline_hit=bool(resolution.unresolved), conflicts=plan.conflicts,
+                     environment=())  # a dry run prepares no directory
+    return RestorePreview(plan, judged)

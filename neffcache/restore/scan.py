@@ -1,9 +1,5 @@
-"""Scan what is in place at every path the entries want: size, mode, and sha256 when useful.
-
-The look is one ``fstatat`` per wanted file; a file is hashed only when its size is one an
-entry wants and the state file does not vouch for it (same size, mtime, ctime, inode). A file
-it vouches for is held as one path (``seen.Present``): no object per unchanged file.
-"""
+"""Scan what is in place at each wanted path: one ``fstatat`` each; a file is hashed only when its
+size is wanted and the state file does not vouch for it (then it is held as a path: ``seen``)."""
 
 from __future__ import annotations
 
@@ -28,18 +24,12 @@ def scan_present(roots: Roots, wanted: Wanted,
                  deadline: float | None = None, hash_unknown: bool = True,
                  hashed: Mapping[FileId, StateRecord] | None = None
                  ) -> tuple[Present, dict[FileId, StateRecord]]:
-    """Look at every wanted path (a map to the sizes wanted there, or its pairs:
-    ``plan.wanted_pairs``): its size and mode, and its sha256 when the size is one an entry
-    wants — from the state file when size, mtime, ctime and inode are unchanged, else by
-    hashing it (in a pool; skipped with ``hash_unknown=False``, leaving the file unknown).
-    ``state`` must hold durable records only: a file that matches one is ``seen`` (vouched for
-    again). The records returned are those of files hashed now, and those of files that match
-    ``hashed`` (records of an earlier scan of this run: known, not durable).
-
-    The look is one ``fstatat`` per file relative to its root, not following a symlink in the
-    last component. It may pass through a symlinked directory, but it only reads metadata and
-    a match with the state file means the very inode neffcache verified; a file that must be
-    hashed is opened component by component without following any symlink."""
+    """Look at every wanted path (a map to the sizes wanted there, or its pairs): size and mode, and
+    sha256 when the size is wanted: from ``state`` (durable records: a match is ``seen``) or
+    ``hashed`` (this run's records) when size, times and inode match, else by hashing it in a pool
+    (not with ``hash_unknown=False``). Returns the records of files hashed now or matching
+    ``hashed``. The ``fstatat`` does not follow a symlink at the name and only reads metadata; a
+    file to hash is opened without following any symlink."""
     present = Present(state)
     odd = present.odd
     records: dict[FileId, StateRecord] = {}

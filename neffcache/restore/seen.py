@@ -1,13 +1,5 @@
-"""What a scan found in place, held small: files the state file vouched for are one path each.
-
-A rerun of a million-file entry finds nearly every file exactly as the state file vouched for
-it (same size, mode, mtime, ctime, inode). ``Present`` holds those as a set of paths per root
-(``seen``) beside the mapping they were compared with (``against``: durable records only), and
-a ``PresentFile`` only for the others (``odd``); a lookup of a seen file makes its
-``PresentFile`` from the record it matched. ``Vouched`` is the matching view of the records a
-state file keeps vouching for (``state.Durable.vouched``): no StateRecord per unchanged file is
-held (issue 22). Pure: nothing here reads or writes a file.
-"""
+"""What a scan found in place, held small (issue 22): files the state file vouched for are one path
+each (``Present``), and ``Vouched`` is the matching view of the records kept. Pure."""
 
 from __future__ import annotations
 
@@ -18,8 +10,8 @@ from neffcache.restore.plan import FileId, PresentFile
 
 
 class Present(Mapping[FileId, PresentFile]):
-    """What is in place at each wanted path: ``odd`` ones as found, ``seen`` ones as the
-    (durable) record of ``against`` they matched says."""
+    """What is in place at each wanted path: ``odd`` ones as found, ``seen`` ones as their record in
+    ``against`` says."""
 
     __slots__ = ("against", "odd", "seen")
 
@@ -29,7 +21,7 @@ class Present(Mapping[FileId, PresentFile]):
         self.seen: dict[str, set[str]] = {}
 
     def see(self, fid: FileId) -> None:
-        """``fid`` is in place exactly as ``against`` vouches for it (size, mode, times, inode)."""
+        """``fid`` is in place exactly as ``against`` vouches for it."""
         self.odd.pop(fid, None)
         self.seen.setdefault(fid[0], set()).add(fid[1])
 
@@ -64,7 +56,7 @@ class Present(Mapping[FileId, PresentFile]):
         return sum(1 for _ in self)
 
     def keep(self, wanted: Mapping[FileId, Any], drop: Mapping[FileId, Any]) -> Present:
-        """Those of these files that are ``wanted`` and not in ``drop`` (looked at again)."""
+        """Those of these files that are ``wanted`` and not in ``drop``."""
         out = Present(self.against)
         out.odd = {k: p for k, p in self.odd.items() if k in wanted and k not in drop}
         for root, paths in self.seen.items():
@@ -85,8 +77,8 @@ class Present(Mapping[FileId, PresentFile]):
 
 
 class Vouched(Mapping[FileId, Any]):
-    """The durable records a state file keeps: each ``seen`` file not in ``replaced`` (this
-    run wrote or hashed it anew) with the record it matched, and ``extra`` (a dict) over them."""
+    """The durable records a state file keeps: each ``seen`` file not ``replaced`` this run, with
+    the record it matched, and ``extra`` over them."""
 
     __slots__ = ("_extra", "_present", "_replaced")
 

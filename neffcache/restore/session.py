@@ -1,10 +1,6 @@
-"""The restore use case as one call: ``restore`` (settings, matrix and cells, the deadline, the
-store-free check, store or bundle, the restore report) and its dry run, ``preview_restore``.
-
-``neffcache restore`` is this module plus option parsing and rendering; an inference server
-restores in-process with the same call. Imports point down: ``run``, ``preview`` and ``local``
-do the work; this module decides which of them runs, within which time, and reports it.
-"""
+"""The restore use case as one call (``restore``) and its dry run (``preview_restore``): settings,
+cells, the deadline, the store-free check, store or bundle, the report. ``run``, ``preview`` and
+``local`` do the work; this module decides which runs, and within which time."""
 
 from __future__ import annotations
 
@@ -43,14 +39,12 @@ from neffcache.reports import build_report
 from neffcache.request_rules import checked_request
 from neffcache.restore.apply import Progress
 from neffcache.restore.dest import lock_destination
-from neffcache.restore.job import RestoreJob
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
-from neffcache.restore.outcome import RestoreResult
+from neffcache.restore.outcome import Notice, RestoreJob, RestoreResult
 from neffcache.restore.plan import Conflict
-from neffcache.restore.preview import RestorePreview, preview_cells
 from neffcache.restore.pruning import evict_untrusted
 from neffcache.restore.ready import Announcer, marker_entry, remove_markers
-from neffcache.restore.run import run_job
+from neffcache.restore.run import RestorePreview, preview_cells, run_job
 from neffcache.signing import PublicKey
 from neffcache.store import (
     BundleStore,
@@ -73,59 +67,47 @@ BUNDLE_WORKERS = 4  # a local file: a few readers are enough
 TRANSFERS_PER_CPU = 2  # default_workers
 
 T = TypeVar("T")
-Notice = Callable[[str], None]
 
 
 @checked_request
 class RestoreRequest:
     """What to restore, where, and within what (the flags of ``neffcache restore``).
 
-    matrix         the matrix: a TOML file's path, or a ``Matrix`` already loaded
-                   (``neffcache.matrix_io.load_matrix``)
+    matrix         a TOML file's path, or a loaded ``Matrix``
     to             base directory: each cache root R is restored into ``to/R``
     cells          glob patterns of cell ids (``--cells``); empty: every cell
-    deadline       seconds after ``started`` at which no new work starts; what is done
-                   stays, the rest is reported (exit 3); every store wait is clipped to it
-    started        when the clock started, on ``time.monotonic()`` (the CLI passes its
-                   process start); None: when the call starts
+    deadline       seconds after ``started`` at which no new work starts; what is done stays,
+                   the rest is reported (exit 3); every store wait is clipped to it
+    started        when the clock started (``time.monotonic()``); None: when the call starts
     workers        parallel transfers; None: 2 per CPU for blobs and parts, 4 per CPU for
                    manifest reads and local checks, at most 16 (4 from a bundle)
-    bundle         restore from this bundle file instead of the store (no store, no
-                   network, no report); ``expect_sha256``: refuse it unless its digest is that;
-                   ``bundle_max_bytes``: the most a gzip bundle may decompress to (default:
-                   the expected digest's bundle, else 16 x its compressed size + 16 MiB)
-    python         the interpreter the fingerprint describes; None: NEFFCACHE_PYTHON, the
-                   config file, else the running one
+    bundle         restore from this bundle file (no store, no network, no report);
+                   ``expect_sha256``: refuse it unless its digest is that; ``bundle_max_bytes``:
+                   the most a gzip bundle may decompress to (default: the expected digest's
+                   bundle, else 16 x its compressed size + 16 MiB)
+    python         the interpreter the fingerprint describes; None: NEFFCACHE_PYTHON, config,
+                   else the running one
     report_to      ``store``, ``none`` or a directory; None: NEFFCACHE_REPORTS, config, store
     store          the store URL; None: NEFFCACHE_STORE, the config file, the default
-    notice         gets each warning and log line (lock wait, conflicts, stale temp files,
-                   a report not written); None: they are dropped
+    notice         gets each warning and log line; None: dropped
     progress       gets (files done, files total, bytes fetched) while fetching from a store
     on_environment gets the cache environment (variable -> directory) once the scratch
-                   directories exist and before the store, the bundle or the interpreter is
-                   touched: a boot hook can export it even when the restore then fails (a
-                   NeffcacheError raised once the matrix is read carries it too:
-                   ``exc.environment``)
-    first          glob patterns of cell ids (``--first``) restored first, in this order;
-                   the other cells follow in matrix order (each glob must match a cell)
-    on_cell_ready  gets each cell id the moment every file of that cell is verified and in
-                   place (cells already in place at once), in the order they become ready; on
-                   a restore thread, so keep it short. Each is also marked in
-                   ``to/.neffcache-entries/ready/`` (``neffcache.cell_ready``)
-    fingerprint    restore the entries built for this fingerprint; None: this host's, read
-                   with ``python`` (``precompile --verify`` passes the one it built for)
-    mirrors        store URLs (or bundle:FILE) read in order after the store: an object
-                   missing from one, or failing verification, is fetched from the next, and
-                   a store that cannot be reached is passed over; the N-th (from 1) is
-                   configured by NEFFCACHE_MIRROR_<N>_* (``store.side_environ``); empty:
-                   NEFFCACHE_MIRRORS, the config file's ``mirrors``, none
+                   directories exist, before the store, bundle or interpreter is touched (a
+                   NeffcacheError raised once the matrix is read carries it: ``exc.environment``)
+    first          glob patterns of cell ids (``--first``) restored first, in this order; the
+                   other cells follow in matrix order (each glob must match a cell)
+    on_cell_ready  gets each cell id the moment every file of it is verified and in place, on a
+                   restore thread (keep it short); also marked in ``to/.neffcache-entries/ready/``
+    fingerprint    restore the entries built for this one; None: this host's, read with ``python``
+    mirrors        store URLs (or bundle:FILE) read in order after the store for an object
+                   missing or failing verification; one unreachable is passed over; the N-th is
+                   configured by NEFFCACHE_MIRROR_<N>_*; empty: NEFFCACHE_MIRRORS, config, none
     trusted_keys   public keys (``ed25519:<base64>``) or files of them: every entry must be
-                   signed by one (else that cell fails, exit 4), and the files of entries
-                   restored here before that none of them signed are removed; empty:
-                   NEFFCACHE_TRUSTED_KEYS, the config file's ``trusted_keys``, none (nothing
-                   is checked: a notice names the keys that signed what was restored)
-    require_signatures  fail closed (ConfigError, exit 2) when no trusted key is configured
-                   (also NEFFCACHE_REQUIRE_SIGNATURES, config ``require_signatures``)
+                   signed by one (else that cell fails, exit 4), and files of entries restored
+                   before that none signed are removed; empty: NEFFCACHE_TRUSTED_KEYS, config,
+                   none (nothing checked: a notice names the keys that signed)
+    require_signatures  fail closed (exit 2) when no trusted key is configured (also
+                   NEFFCACHE_REQUIRE_SIGNATURES, config ``require_signatures``)
     """
 
     matrix: str | Path | Matrix
@@ -153,8 +135,7 @@ class RestoreRequest:
 
 @dataclass(frozen=True, slots=True)
 class _Session:
-    """What every restore derives from its request before touching the store (the restore
-    itself runs as a ``RestoreJob``: ``job``)."""
+    """What every restore derives from its request before touching the store."""
 
     request: RestoreRequest
     settings: Settings
@@ -164,14 +145,13 @@ class _Session:
     target: Path
     until: float | None  # the deadline on the time.monotonic() clock
     notice: Notice
-    mirrors: tuple[str, ...] = ()
-    trusted: tuple[PublicKey, ...] = ()  # entries must be signed by one of these (if any)
-    announcer: Announcer | None = None  # cells ready: markers, on_cell_ready, their times
+    mirrors: tuple[str, ...]
+    trusted: tuple[PublicKey, ...]  # entries must be signed by one of these (if any)
+    announcer: Announcer  # cells ready: markers, on_cell_ready, their times
 
     def job(self, fingerprint: Fingerprint, workers: int, transfers: int | None = None,
             progress: Progress | None = None) -> RestoreJob:
-        """The restore of the session's cells built for ``fingerprint``, as ``run_job`` takes
-        it: ``workers`` manifest readers and local checks, ``transfers`` blob fetchers."""
+        """The restore of the session's cells built for ``fingerprint``, as ``run_job`` takes it."""
         return RestoreJob(self.cells, self.backend, fingerprint, self.target, workers=workers,
                           transfers=transfers, deadline=self.until, trusted=self.trusted,
                           notice=self.notice, progress=progress, announcer=self.announcer)
@@ -180,20 +160,16 @@ class _Session:
 def restore(request: RestoreRequest) -> RestoreResult:
     """Fetch the matrix's entries built for this host's fingerprint into ``request.to``.
 
-    Every requested cell already in place (judged from the local manifest copies and the
-    state files) returns at once without contacting the store; otherwise the entries are
-    read from the store (or the bundle, first hashed member by member) and every file is
-    verified before it is renamed into place (``neffcache.restore.run``). A restore report
-    is written where ``report_to`` says (not for a bundle), within 2 s (less near the
-    deadline); failing to write it is one notice, never an error.
+    Every requested cell already in place returns at once without the store; otherwise entries are
+    read from the store (or the bundle, hashed first) and every file is verified before it is
+    renamed into place. A restore report is written where ``report_to`` says (not for a bundle),
+    within 2 s; failing to write it is one notice, never an error.
 
-    Returns a ``RestoreResult`` (``exit_code``, ``error()``, ``to_json()``: 0 every cell in
-    place; 3 some have no entry or the deadline stopped it; 4 integrity; 5 built for another
-    fingerprint only; 6 store unavailable; 1 a local write failed). Raises a NeffcacheError
-    when no restore could run at all: bad request or configuration (exit 2), a bundle that
-    fails its checks (4), the store unreachable (6) or silent past the deadline (3) — a
-    failure report is written for those that happen once the fingerprint is known.
-    """
+    Returns a ``RestoreResult`` (``exit_code``, ``error()``, ``to_json()``: 0 every cell in place; 3
+    some have no entry or the deadline stopped it; 4 integrity; 5 built for another fingerprint
+    only; 6 store unavailable; 1 a local write failed). Raises a NeffcacheError when no restore
+    could run: bad request or configuration (2), a bad bundle (4), the store unreachable (6) or
+    silent past the deadline (3); a failure report is written once the fingerprint is known."""
     s = _session(request)
     with _handing_over(s.backend, s.target):
         result = _restore_session(request, s)
@@ -201,8 +177,7 @@ def restore(request: RestoreRequest) -> RestoreResult:
 
 
 def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
-    """``restore`` once the session is made (a NeffcacheError out of here carries the
-    cache environment: ``_handing_over``)."""
+    """``restore`` once the session is made."""
     _make_scratch_dirs(s.backend, s.target)
     if request.on_environment is not None:  # before anything that can fail on the network
         request.on_environment(cache_environment(s.backend, str(s.target)))
@@ -231,7 +206,7 @@ def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
                  f"(.neffcache-*.tmp) left by an interrupted restore")
     result = replace(result, fingerprint_python=described_interpreter(s.settings.python),
                      explain_args=_explain_args(s, result.store_url),
-                     ready=tuple(s.announcer.announced) if s.announcer else ())
+                     ready=tuple(s.announcer.announced))
     if source is None:
         _send_report(s, result.to_json(), fingerprint, opened)
     return result
@@ -239,9 +214,8 @@ def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
 
 @contextmanager
 def _handing_over(backend: Backend, target: Path) -> Iterator[None]:
-    """A NeffcacheError raised in the block leaves with the cache environment
-    (``exc.environment``): a service that catches it still points its runtime at the cache
-    directories, whatever happened to the store."""
+    """A NeffcacheError raised in the block carries the cache environment (``exc.environment``), so
+    a service still points its runtime at the cache directories."""
     try:
         yield
     except NeffcacheError as exc:
@@ -250,14 +224,10 @@ def _handing_over(backend: Backend, target: Path) -> Iterator[None]:
 
 
 def preview_restore(request: RestoreRequest) -> RestorePreview:
-    """The plan ``restore(request)`` would run (``neffcache restore --dry-run``): what it would
-    fetch, from which packs and blobs, in how many requests, and what is already in place.
-    Reads manifests from the store (and the mirrors, as the restore would); fetches no blob,
-    creates and writes nothing, sends no report; ``deadline`` and ``progress`` are not used.
-
-    The result's ``exit_code`` is the one the restore would end with if every fetch
-    succeeded (3 some cells have no entry, 5, 4, 6 as for ``restore``). Raises a
-    NeffcacheError as ``restore`` does (a ``bundle`` is refused: exit 2)."""
+    """The plan ``restore(request)`` would run (``neffcache restore --dry-run``): manifests are read
+    from the store and mirrors; nothing is fetched, created, written or reported. Its ``exit_code``
+    is the one the restore would end with if every fetch succeeded; raises as ``restore`` does (a
+    ``bundle`` is refused: exit 2)."""
     if request.bundle is not None:
         raise UsageError("--dry-run goes with a store, without --print-env or --from-bundle")
     s = _session(request)
@@ -275,15 +245,14 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
 
 
 def default_workers() -> int:
-    """Parallel manifest reads and local checks (hashing, syncs): threads beyond a few per CPU
-    only contend for the GIL (measured)."""
+    """Parallel manifest reads and local checks: more threads than a few per CPU only contend for
+    the GIL (measured)."""
     return min(16, 4 * usable_cpus())
 
 
 def default_transfers() -> int:
-    """Parallel blob and part transfers from a store: fewer than ``default_workers`` (measured
-    on 2 CPUs: 4 transfer threads spent 10-15 % less CPU than 8 on the large parts of the boot
-    benchmark's compiled and mixed trees, in the same or less time; issue 22)."""
+    """Parallel blob and part transfers: fewer than ``default_workers`` (on 2 CPUs, 4 threads spent
+    10-15 % less CPU than 8 in the same time; issue 22)."""
     return min(16, TRANSFERS_PER_CPU * usable_cpus())
 
 
@@ -315,14 +284,14 @@ def _session(request: RestoreRequest) -> _Session:
                              require=request.require_signatures).keys
     return _Session(request=request, settings=settings, matrix_name=m.name or label,
                     cells=cells, backend=backend, target=target, until=until,
-                    notice=request.notice or _drop,
+                    notice=request.notice or (lambda message: None),
                     mirrors=tuple(request.mirrors) or settings.mirrors, trusted=trusted,
                     announcer=Announcer(target, started, request.on_cell_ready))
 
 
 def prioritized(cells: Sequence[Cell], first: Sequence[str]) -> tuple[Cell, ...]:
-    """``cells`` with those matching ``first[0]`` first, then ``first[1]``, ..., then the
-    rest, each group in matrix order (pure); a glob that matches no cell is a UsageError."""
+    """``cells`` with those matching ``first[0]`` first, then ``first[1]``, ..., then the rest, each
+    group in matrix order; a glob that matches no cell is a UsageError."""
     rank = len(first)
     for glob in first:
         if not any(fnmatch.fnmatchcase(c.id, glob) for c in cells):
@@ -335,9 +304,8 @@ def prioritized(cells: Sequence[Cell], first: Sequence[str]) -> tuple[Cell, ...]
 
 
 def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
-    """The flags `neffcache fingerprint --explain` needs to compare the fingerprint this
-    restore took (its interpreter, when one was named: flag, NEFFCACHE_PYTHON or config) with
-    an entry in the store it read."""
+    """The flags `neffcache fingerprint --explain` needs to take the same fingerprint and read the
+    same store."""
     python = s.settings.python
     args = ("--python", described_interpreter(python)) if python is not None else ()
     return (*args, "--store", store_url)
@@ -348,10 +316,6 @@ def _fingerprint(request: RestoreRequest, s: _Session) -> Fingerprint:
     if request.fingerprint is not None:
         return request.fingerprint
     return collect_fingerprint(s.backend.name, os.environ, python=s.settings.python)
-
-
-def _drop(message: str) -> None:
-    return None
 
 
 def _open_bundle(request: RestoreRequest) -> BundleStore | None:
@@ -368,8 +332,7 @@ def _open_bundle(request: RestoreRequest) -> BundleStore | None:
 
 def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
              opened: list[Store]) -> RestoreResult:
-    """The restore once the fingerprint is known; a failure before any result is reported
-    (a bundle restore is for hosts with no store and no index: it reports nothing)."""
+    """The restore once the fingerprint is known; a failure is reported (not for a bundle)."""
     try:
         # An unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly.
         check_usable(fingerprint)
@@ -390,9 +353,8 @@ def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
 
 
 def _evict(s: _Session) -> tuple[tuple[str, ...], int]:
-    """With trusted keys: the files of entries restored here that none of them signed leave
-    the cache roots (``pruning.evict_untrusted``), and the notice says so; (entry keys,
-    files removed)."""
+    """With trusted keys: the files of entries restored here that none of them signed leave the
+    cache roots (``pruning.evict_untrusted``); (entry keys, files removed)."""
     done = evict_untrusted(s.target, s.backend, TrustPolicy(s.trusted).vouches_for_copy,
                            deadline=s.until) if s.trusted else None
     if done is None:
@@ -404,37 +366,26 @@ def _evict(s: _Session) -> tuple[tuple[str, ...], int]:
 
 
 def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> RestoreResult:
-    """The restore from the store (and mirrors); the store opened is appended to ``opened``."""
-    store = open_store(s.settings.store_url, deadline=s.until)
-    opened.append(store)
-    if s.mirrors:
-        return _from_mirrors(s, fingerprint, store)
-    if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
-        store.check()
-    return run_job(store, _store_job(s, fingerprint))
-
-
-def _store_job(s: _Session, fingerprint: Fingerprint) -> RestoreJob:
-    """The restore from a store: transfers and manifest reads as the request or the CPUs say."""
+    """The restore from the store, then each mirror in order (the result says what each
+    served); the store opened is appended to ``opened``."""
+    primary = open_store(s.settings.store_url, deadline=s.until)
+    opened.append(primary)
     workers = s.request.workers
-    return s.job(fingerprint, workers or default_workers(), workers or default_transfers(),
-                 s.request.progress)
-
-
-def _from_mirrors(s: _Session, fingerprint: Fingerprint, primary: Store) -> RestoreResult:
-    """The store, then each mirror in order; the result says what each served."""
+    job = s.job(fingerprint, workers or default_workers(), workers or default_transfers(),
+                s.request.progress)
     with ExitStack() as stack:
-        store = _mirrored(s, primary, stack)
-        if s.until is None or time.monotonic() < s.until:
+        store = _mirrored(s, primary, stack) if s.mirrors else primary
+        if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
             store.check()
-        result = run_job(store, _store_job(s, fingerprint))
-        return replace(result, served_by=tuple(store.served().items()))
+        result = run_job(store, job)
+        if isinstance(store, MirroredStore):
+            result = replace(result, served_by=tuple(store.served().items()))
+        return result
 
 
 def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> MirroredStore:
-    """The primary, then the mirrors (the N-th configured from NEFFCACHE_MIRROR_<N>_*: its own
-    endpoint, keys, profile, bundle cap); one that cannot be reached is passed over. Bundles
-    are closed with ``stack``."""
+    """The primary, then the mirrors (the N-th configured from NEFFCACHE_MIRROR_<N>_*); one that
+    cannot be reached is passed over; bundles are closed with ``stack``."""
     mirrors = [open_store(url, deadline=s.until, environ=side_environ(os.environ, f"MIRROR_{n}"))
                for n, url in enumerate(s.mirrors, 1)]
     for m in mirrors:
@@ -444,8 +395,8 @@ def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> MirroredStore:
 
 
 def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> RestoreResult:
-    """Hash every member of the bundle against its table of contents (nothing is installed
-    from a bad bundle), then restore from it as from a store."""
+    """Hash every member of the bundle against its table of contents (nothing is installed from a
+    bad bundle), then restore from it as from a store."""
     done = _in_place(s, fingerprint, source.url)
     if done is not None:  # already in place: the bundle's structure was checked, enough
         return done
@@ -454,13 +405,11 @@ def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> 
 
 
 def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreResult | None:
-    """``restore_local``: every requested cell judged in place without the store (None:
-    not so); each is announced ready, in priority order. A missing marker is written under
-    DIR's lock, only when no restore holds it or was killed there (one that ran since this
-    check may have changed the cell: its own announcements stand)."""
+    """``restore_local``, each cell in place announced ready in priority order. A missing marker is
+    written under DIR's lock only when no restore holds it and none was killed there."""
     result = restore_local(s.cells, s.backend, fingerprint, s.target, store_url=store_url,
                            trusted=s.trusted, deadline=s.until)
-    if result is None or s.announcer is None:
+    if result is None:
         return result
     remove_markers(s.target, [c.id for c in result.resolution.missing])
     keys = {c.id: entry_key(c, fingerprint) for c in s.cells}
@@ -481,12 +430,9 @@ def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreR
 
 
 def _before(until: float | None, work: Callable[[], T]) -> T:
-    """``work()``, waited for until a moment after the deadline (or after now, when it has
-    passed already) at most: the store calls
-    inside already stop by then (their timeouts and retries are clipped to the deadline,
-    and the fetch workers are not waited for), so this only catches a call that hangs
-    anyway (e.g. the store check): DeadlineExceededError, exit 3. ``work`` then runs on in a
-    daemon thread until the process ends."""
+    """``work()``, waited for until a moment after the deadline at most: store calls already stop by
+    then, so this only catches a call that hangs anyway (DeadlineExceededError, exit 3); ``work``
+    runs on in a daemon thread."""
     if until is None:
         return work()
     done: list[T] = []
@@ -539,18 +485,10 @@ def _report_timeout(until: float | None) -> float:
     return min(REPORT_TIMEOUT, max(LATE_REPORT_TIMEOUT, until - time.monotonic()))
 
 
-def _report_spool_dir(target: Path, configured: str | None) -> Path:
-    """Where a restore into ``target`` keeps the reports it could not send."""
-    if configured:
-        return Path(configured).expanduser()
-    return target / LOCAL_ENTRIES / SPOOL_DIR
-
-
 def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
                  opened: Sequence[Store] = ()) -> None:
-    """Write this run's restore report where the settings say (never to the index), after
-    those an earlier run spooled; one it cannot write is spooled in turn; through the store
-    the restore opened, when it opened one (``opened``)."""
+    """Write this run's restore report where the settings say (never to the index), after those
+    spooled earlier, through the store the restore opened if any; one not written is spooled."""
     if s.settings.reports_to == REPORTS_OFF:
         return
     doc = dict(doc)
@@ -558,7 +496,7 @@ def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
     report = build_report(doc, fingerprint=fingerprint, host=socket.gethostname(),
                           matrix=s.matrix_name, now=datetime.now(timezone.utc),
                           nonce=os.urandom(4).hex(), version=__version__)
-    send_report(report, s.settings.reports_to, s.settings.store_url,
-                _report_timeout(s.until), s.notice,
-                spool=_report_spool_dir(s.target, s.settings.report_spool),
-                store=opened[0] if opened else None)
+    spooled = s.settings.report_spool  # where the reports it could not send wait
+    spool = Path(spooled).expanduser() if spooled else s.target / LOCAL_ENTRIES / SPOOL_DIR
+    send_report(report, s.settings.reports_to, s.settings.store_url, _report_timeout(s.until),
+                s.notice, spool=spool, store=opened[0] if opened else None)

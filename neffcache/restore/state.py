@@ -1,20 +1,11 @@
-"""The local state file of each cache root: what neffcache last verified, so reruns skip hashing.
+"""The state file of each cache root: what neffcache last verified, so reruns skip hashing.
 
-``<root>/.neffcache-state.json`` maps each path to (size, mtime_ns, ctime_ns, inode, sha256,
-mode) as neffcache last verified it; a file whose size, times and inode still match needs no
-hashing. Its ``files`` are a ``Durable`` set, made only by ``sync_records`` (each file
-``fdatasync``ed by this process), ``Durable.reread`` (hashed again in a later boot, so read
-from the disk) or from what a state file already vouched for (``Durable.from_state``); the
-store-free check (``neffcache.restore.local``) moves a row there only by
-``RootState.settle_row``, once that file's ``fdatasync`` returned, and writes the file only
-after every sync (``save_settled``): the state file never vouches for bytes that may not be on
-disk, and an interrupted settle leaves the file as it was. A file a restore installed but did
-not sync is only ``pending``, under the boot it was verified in (``boot_id``): the next restore
-in that boot ``fdatasync``s it before trusting it (``settle_pending``), one in a later boot
-hashes it. Records are read packed (``state_rows``; ``StateTable``, ``PendingTable``).
-Reading a damaged state file yields an empty state (files get re-hashed); writing one is best
-effort (atomic, a failure only costs re-hashing).
-"""
+``<root>/.neffcache-state.json`` maps each path to (size, mtime_ns, ctime_ns, inode, sha256, mode).
+Its ``files`` are a ``Durable`` set: the state file never vouches for bytes that may not be on disk.
+A file a restore installed but did not sync is only ``pending`` under its boot (``boot_id``): the
+next restore in that boot ``fdatasync``s it before trusting it (``settle_pending``), one in a later
+boot hashes it. Rows are held packed (``state_rows``). A damaged state file reads as empty; writing
+one is atomic and best effort."""
 
 from __future__ import annotations
 
@@ -51,7 +42,7 @@ STATE_SCHEMA = 1
 
 @dataclass(frozen=True, slots=True)
 class StateRecord:
-    """A file as it was when neffcache last verified it; a match means "no need to re-hash"."""
+    """A file as neffcache last verified it; a match means "no need to re-hash"."""
 
     size: int
     mtime_ns: int
@@ -79,17 +70,15 @@ def _record(packed: bytes) -> StateRecord:
 
 def encode_state(records: Mapping[str, StateRecord],
                  pending: Mapping[str, tuple[str, StateRecord]] | None = None) -> bytes:
-    """The state file: ``files`` (durable) and, if any, ``pending`` ({boot: {path: row}}; a
-    reader that predates it ignores it, and hashes those files)."""
+    """The state file: ``files`` (durable) and, if any, ``pending`` ({boot: {path: row}})."""
     return b"".join(encode_state_chunks(sorted(records), records.__getitem__, pending))
 
 
 def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
                         pending: Mapping[str, tuple[str, StateRecord]] | None = None,
                         batch: int = 4096) -> Iterator[bytes]:
-    """The bytes of ``encode_state`` for ``paths`` (sorted) in pieces of ``batch`` records,
-    so a state file of a million files is never one string; then the ``pending`` ones not
-    among ``paths``, by boot (in the order of their first path, paths sorted)."""
+    """``encode_state``'s bytes for ``paths`` (sorted) in pieces of ``batch`` records, then the
+    ``pending`` ones not among them, by boot: a million files are never one string."""
     boots: dict[str, list[str]] = {}
     if pending:
         durable = set(paths)
@@ -107,8 +96,7 @@ def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
 
 
 def decode_state(data: bytes) -> dict[str, StateRecord]:
-    """Parse a state file's durable records; anything unexpected yields an empty state (files
-    get re-hashed)."""
+    """A state file's durable records; anything unexpected yields an empty state."""
     files, _ = _parse(data)
     return {p: _record(b) for p, b in files.items()}
 
@@ -136,18 +124,13 @@ def state_record(st: os.stat_result, sha256: str) -> StateRecord:
 
 
 class StateTable(Mapping[FileId, StateRecord]):
-    """State records by root and path, each held packed (66 bytes, ``state_rows``; about 240
-    bytes a file with its path, where a dict of ``StateRecord`` by FileId took ~780): a
-    lookup unpacks the one record it returns."""
+    """State records by root and path, each held packed (``state_rows``): a lookup unpacks the one
+    record it returns (~240 bytes a file instead of ~780)."""
 
     __slots__ = ("_roots",)
 
     def __init__(self, roots: Mapping[str, Rows]) -> None:
         self._roots = {root: rows for root, rows in roots.items() if rows}
-
-    def rows(self, root: str) -> Rows:
-        """The packed rows of ``root`` by path (read only)."""
-        return self._roots.get(root, {})
 
     def __getitem__(self, key: FileId) -> StateRecord:
         return _record(self._roots[key[0]][key[1]])
@@ -198,8 +181,7 @@ class PendingTable(Mapping[FileId, tuple[str, StateRecord]]):
 
 
 def load_states(target_dirs: Mapping[str, str]) -> tuple[StateTable, PendingTable]:
-    """Each root's state file, read once: its durable records (what may be trusted without
-    hashing) and its pending ones (installed, not yet known durable)."""
+    """Each root's state file, read once: its durable and its pending records."""
     files: dict[str, Rows] = {}
     pending: dict[str, dict[str, Rows]] = {}
     for root, d in target_dirs.items():
@@ -209,45 +191,33 @@ def load_states(target_dirs: Mapping[str, str]) -> tuple[StateTable, PendingTabl
 
 
 def load_state(target_dirs: Mapping[str, str]) -> StateTable:
-    """The durable records of each root's state file (what may be trusted without hashing)."""
+    """The durable records of each root's state file."""
     return load_states(target_dirs)[0]
 
 
 def load_pending(target_dirs: Mapping[str, str]) -> PendingTable:
-    """The pending records of each root's state file: installed, not yet known durable."""
+    """The pending records of each root's state file."""
     return load_states(target_dirs)[1]
 
 
 @dataclass(slots=True)
 class RootState:
-    """One root's state file as read, rows packed: ``files`` (durable), ``pending`` by boot,
-    and which file it was (``stamp``: inode, size, mtime; None when there was none), so that
-    ``save_settled`` writes it back only over that very file."""
+    """One root's state file as read, rows packed, and which file it was (``stamp``: inode, size,
+    mtime; None when there was none), so ``save_settled`` writes back only over that very file."""
 
     files: Rows
     pending: dict[str, Rows]
     stamp: tuple[int, int, int] | None
-    settled: int = 0  # pending rows this process made durable (``settle_row``)
+    settled: int = 0  # pending rows this process made durable (``settle``)
 
     def this_boot(self) -> Rows:
-        """The rows pending in this boot (a later run here syncs them before trusting them)."""
+        """The rows pending in this boot."""
         now = fs.boot_id()
         return self.pending.get(now, {}) if now else {}
 
-    def settle_row(self, dfd: int, path: str) -> bool:
-        """``fdatasync`` the very file (inode, size, times) of ``path``'s row pending in this
-        boot, and only once that returned, count the row among the durable ones: the state
-        file never vouches for bytes that may not be on disk. False when there is no such row
-        or the file is not that one any more (nothing moves)."""
-        if not self.sync_row(dfd, path):
-            return False
-        self.settle(path)
-        return True
-
     def sync_row(self, dfd: int, path: str) -> bool:
-        """``settle_row``'s sync alone: True once the very file of ``path``'s row pending in
-        this boot is ``fdatasync``ed. Moves nothing (it may run on another thread than the
-        one that then calls ``settle``)."""
+        """True once the very file (inode, size, times) of ``path``'s row pending in this boot is
+        ``fdatasync``ed; moves nothing (it may run on another thread than ``settle``)."""
         packed = self.this_boot().get(path)
         if packed is None:
             return False
@@ -256,8 +226,7 @@ class RootState:
                                                   st.st_ino) == (size, mtime, ctime, inode))
 
     def settle(self, path: str) -> None:
-        """Count ``path``'s row pending in this boot among the durable ones; only once its
-        ``sync_row`` returned True."""
+        """Count ``path``'s row pending in this boot among the durable ones, once synced."""
         self.files[path] = self.this_boot().pop(path)
         self.settled += 1
 
@@ -278,9 +247,8 @@ def read_root_state(d: str) -> RootState:
 
 
 def _text_pieces(fh: BinaryIO, size: int = 1 << 20) -> Iterator[str]:
-    """The file's text in pieces of about ``size`` characters (UTF-8; a bad byte raises
-    ``UnicodeDecodeError``, which the parser takes as a damaged file): read as parsed, so
-    the whole text is never held, nor its bytes beside it (issue 22)."""
+    """The file's text in pieces as parsed (a bad byte raises ``UnicodeDecodeError``): the whole
+    text is never held beside its bytes (issue 22)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     while chunk := fh.read(size):
         yield decoder.decode(chunk)
@@ -288,9 +256,8 @@ def _text_pieces(fh: BinaryIO, size: int = 1 << 20) -> Iterator[str]:
 
 
 def save_settled(target_dirs: Mapping[str, str], states: Mapping[str, RootState]) -> None:
-    """Write back each root's state file whose pending rows ``settle_row`` made durable, if
-    the file there is still the one read (a restore in between wrote its own: keep that);
-    atomic, best effort. Call it holding DIR's lock (``dest.lock_destination``)."""
+    """Write back each root's state file whose pending rows were settled, if the file there is still
+    the one read (a restore in between wrote its own). Call it holding DIR's lock."""
     for root, state in states.items():
         if not state.settled:
             continue
@@ -300,18 +267,19 @@ def save_settled(target_dirs: Mapping[str, str], states: Mapping[str, RootState]
                 continue
         except OSError:
             continue
-        waiting = [(boot, sorted(rows), packed_as_json(rows))
-                   for boot, rows in state.pending.items() if rows]
-        replace_best_effort(final, encode_rows(sorted(state.files),
-                                               packed_as_json(state.files), waiting,
-                                               STATE_SCHEMA))
+        _rewrite(final, state.files, state.pending)
+
+
+def _rewrite(final: Path, files: Rows, pending: Mapping[str, Rows]) -> None:
+    waiting = [(boot, sorted(rows), packed_as_json(rows)) for boot, rows in pending.items() if rows]
+    replace_best_effort(final, encode_rows(sorted(files), packed_as_json(files), waiting,
+                                           STATE_SCHEMA))
 
 
 def save_state(target_dirs: Mapping[str, str], durable: Durable,
                pending: Pending | None = None) -> None:
-    """Write each root's state file atomically (best effort: a failure only costs re-hashing),
-    vouching for exactly the ``durable`` records; ``pending`` ones are kept apart, under their
-    boot, and trusted by no one before they are synced or re-read (``settle_pending``)."""
+    """Write each root's state file atomically (best effort), vouching for exactly the ``durable``
+    records; ``pending`` ones are kept apart, under their boot."""
     records = durable.records
     for root, d in target_dirs.items():
         mine = sorted(p for rt, p in records if rt == root)
@@ -328,9 +296,8 @@ def _record_at(records: Mapping[FileId, StateRecord], root: str, path: str) -> S
 
 def pending_now(records: Mapping[FileId, StateRecord], skip: Container[FileId] = (),
                 also: Pending | None = None) -> Pending:
-    """``records`` (but those in ``skip``) as pending in this boot (verified, not synced),
-    and the pending records ``also`` (none of them among ``records``): a view, each
-    ``(boot, record)`` made when looked at, not a million of them held at once."""
+    """``records`` (but those in ``skip``) as pending in this boot, and the pending records
+    ``also``: a view, not a million pairs held at once."""
     return _Fresh(records, skip, fs.boot_id() or "", also or {})
 
 
@@ -379,8 +346,7 @@ class _AtRoot(Mapping[str, tuple[str, StateRecord]]):
 
 def overlay(state: Mapping[FileId, StateRecord], over: Mapping[FileId, StateRecord]
             ) -> Mapping[FileId, StateRecord]:
-    """``state`` with the records of ``over`` over it, as one mapping for lookups: no copy of
-    a million records (``{**state, **over}``), none at all when one of them is empty."""
+    """``state`` with ``over``'s records over it, one mapping for lookups without a copy."""
     if not over or not state:
         return over or state
     return ChainMap(over, state)  # type: ignore[arg-type]  # read only: never written to
@@ -391,32 +357,23 @@ _PROOF = object()  # only this module makes Durable sets
 
 @dataclass(frozen=True, slots=True)
 class Durable:
-    """State records whose files are known to be on disk: the only thing ``save_state`` takes.
-    Made by ``sync_records`` (fdatasynced here) and ``from_state``, ``vouched``, ``reread``
-    (vouched for before)."""
+    """State records whose files are known to be on disk: the only thing ``save_state`` takes. Made
+    only here (``sync_records``, ``vouched``, ``reread``)."""
 
     records: Mapping[FileId, StateRecord]
     proof: object = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.proof is not _PROOF:
-            raise TypeError("Durable is made only by sync_records or Durable.from_state")
-
-    @staticmethod
-    def from_state(state: Mapping[FileId, StateRecord], keep: Iterable[FileId]) -> Durable:
-        """The records of ``keep`` exactly as a loaded state file vouched for them."""
-        return Durable(MappingProxyType({k: state[k] for k in keep if k in state}), _PROOF)
+            raise TypeError("Durable is made only by neffcache.restore.state")
 
     @staticmethod
     def vouched(state: Mapping[FileId, StateRecord], present: Present,
                 records: Mapping[FileId, StateRecord], unwanted: Iterable[FileId],
                 also: Durable) -> Durable:
-        """What a loaded ``state`` vouched for and still holds, for a scan that holds unchanged
-        files as paths: the ``seen`` files of ``present`` (matched to its durable ``against``)
-        that this run did not hash or write anew (``records``), with the record they matched,
-        a view (no record per file); the ``records`` exactly as ``state`` vouched for them
-        (those very objects); its records of the ``unwanted`` files (no entry asked about them);
-        and ``also``."""
+        """What ``state`` vouched for and still holds: the ``seen`` files of ``present`` this run
+        did not hash or write anew (a view), the ``records`` equal to ``state``'s, its records of
+        the ``unwanted`` files, and ``also``."""
         extra = {k: r for k, r in records.items() if state.get(k) == r}
         extra.update((k, state[k]) for k in unwanted if k in state)
         extra.update(also.records)
@@ -424,9 +381,8 @@ class Durable:
 
     @staticmethod
     def reread(pending: Pending, records: Mapping[FileId, StateRecord]) -> Durable:
-        """The ``records`` just hashed that equal a pending record from an earlier boot: the
-        file is that inode with the same times (nothing wrote it in this boot), so its pages
-        in this boot came from the disk, and the hash just taken is of the bytes on disk."""
+        """The ``records`` just hashed that equal a pending record from an earlier boot: that inode,
+        unchanged, so its bytes were read from the disk."""
         now = fs.boot_id()
         out: dict[FileId, StateRecord] = {}
         if now:
@@ -437,7 +393,7 @@ class Durable:
         return Durable(MappingProxyType(out), _PROOF)
 
     def still(self, records: Mapping[FileId, StateRecord]) -> Durable:
-        """Those of these records that ``records`` still hold (a file replaced since is not)."""
+        """Those of these records that ``records`` still hold."""
         return Durable(MappingProxyType({k: r for k, r in self.records.items()
                                          if records.get(k) == r}), _PROOF)
 
@@ -456,13 +412,10 @@ class SyncOutcome:
 
 def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: int = 8,
                  deadline: float | None = None) -> SyncOutcome:
-    """Make the files of ``fresh`` durable: each opened from its root (never through a symlink
-    at its name), checked to be the very inode and times of its record, and ``fdatasync``ed
-    (writeback was started as it landed). The result vouches only for files that passed all
-    of that; one that changed meanwhile or came after the deadline is left out (a later run
-    hashes it again). Directories are not fsynced: a rename lost in a crash leaves the old
-    file or none at the name, never this inode, so its record no longer matches and it is
-    hashed again."""
+    """Make the files of ``fresh`` durable: each opened from its root (never through a symlink),
+    checked to be the very inode and times of its record, and ``fdatasync``ed. One that changed or
+    came after the deadline is left out (a later run hashes it). Directories are not fsynced: a
+    rename lost in a crash leaves another inode at the name, which no record matches."""
     items = sorted(fresh)  # keys only: no (key, record) pair per file
 
     def one(fid: FileId) -> bool | str:
@@ -471,7 +424,8 @@ def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: 
         if deadline is not None and time.monotonic() >= deadline:
             return False
         try:
-            return datasync_at(roots.fds[root], path, _same_file(rec))
+            return datasync_at(roots.fds[root], path, lambda st: rec.matches(
+                st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
         except (FileNotFoundError, NotADirectoryError):
             return False  # gone or replaced meanwhile: not that file, so not vouched for
         except OSError as exc:
@@ -489,10 +443,8 @@ def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: 
 
 def settle_pending(roots: Roots, pending: Pending, wanted: Iterable[FileId], *,
                    workers: int = 8, deadline: float | None = None) -> SyncOutcome:
-    """Make this boot's pending records of ``wanted`` files durable (``sync_records``: the very
-    inode, ``fdatasync``ed; cheap when the kernel has written it back meanwhile), so they may
-    be trusted unhashed. Records from an earlier boot are not synced: their files are hashed
-    (``Durable.reread``)."""
+    """Make this boot's pending records of ``wanted`` files durable (``sync_records``); records from
+    an earlier boot are hashed instead (``Durable.reread``)."""
     now = fs.boot_id()
     mine: dict[FileId, StateRecord] = {}
     if now:
@@ -503,25 +455,14 @@ def settle_pending(roots: Roots, pending: Pending, wanted: Iterable[FileId], *,
     return sync_records(roots, mine, workers=workers, deadline=deadline)
 
 
-def _same_file(rec: StateRecord) -> Callable[[os.stat_result], bool]:
-    return lambda st: rec.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-
-
 def forget_paths(target_dirs: Mapping[str, str], gone: Mapping[str, Collection[str]]) -> None:
-    """Each root's state file without the rows of the paths ``gone`` (root -> paths; durable
-    and pending), so no later run trusts them unhashed; written atomically."""
+    """Each root's state file without the rows (durable and pending) of the paths ``gone``."""
     for root, paths in gone.items():
         if not paths:
             continue
         state = read_root_state(target_dirs[root])
-        if state.stamp is None:
-            continue
-        files = {p: r for p, r in state.files.items() if p not in paths}
-        waiting = []
-        for boot, rows in state.pending.items():
-            left = {p: r for p, r in rows.items() if p not in paths}
-            if left:
-                waiting.append((boot, sorted(left), packed_as_json(left)))
-        replace_best_effort(Path(target_dirs[root], STATE_FILE),
-                            encode_rows(sorted(files), packed_as_json(files), waiting,
-                                        STATE_SCHEMA))
+        if state.stamp is not None:
+            _rewrite(Path(target_dirs[root], STATE_FILE),
+                     {p: r for p, r in state.files.items() if p not in paths},
+                     {boot: {p: r for p, r in rows.items() if p not in paths}
+                      for boot, rows in state.pending.items()})

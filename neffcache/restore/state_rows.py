@@ -1,16 +1,7 @@
-"""The state file's rows, compact: read in one pass into 66 bytes per file, written in pieces.
-
-A state file (``neffcache.restore.state``) is ``{"schema_version": 1, "files": {path: row},
-"pending": {boot: {path: row}}}`` with ``row = [size, mtime_ns, ctime_ns, inode, sha256,
-mode]``. ``json.loads`` of a million rows holds a list, three ints and a 64-character str per
-file (~550 bytes) while it builds them; ``parse_rows`` walks the text instead (the C scanner
-of ``json`` for each key and row) and keeps each row as one ``bytes`` of 66 (``pack_row``:
-size, mtime, ctime, inode, mode, raw sha256), ~240 bytes a file with its path and dict slot.
-``parse_row_pieces`` reads the text as it comes, in pieces, through a window (``_Window``):
-the text of a million rows (169 MiB) is never one string beside its bytes. A row that is
-not a plausible record is left out (its file is hashed again); a document that is not one
-(bad JSON, another schema) reads as empty. Pure: no file is read or written here.
-"""
+"""The state file's rows, compact: parsed with ``json``'s C scanners through a window over the
+text's pieces and packed 66 bytes a file (``json.loads`` would hold ~550), written in pieces, so a
+million rows are never one string. An implausible row is dropped (its file hashed again), a document
+that is not one reads as empty. Pure."""
 
 from __future__ import annotations
 
@@ -33,8 +24,7 @@ class BadState(ValueError):
 
 
 def pack_row(row: Any) -> bytes | None:
-    """A JSON row ``[size, mtime_ns, ctime_ns, inode, sha256, mode]`` packed, or None if it is
-    not one (wrong length or types, a sha256 that is not 64 hex digits)."""
+    """A JSON row packed, or None if it is not one (wrong length or types, a bad sha256)."""
     try:
         size, mtime, ctime, inode, sha, mode = row
         raw = bytes.fromhex(sha)  # TypeError: not a str
@@ -52,14 +42,13 @@ def unpack_row(packed: bytes) -> tuple[int, int, int, int, str, int]:
 
 
 def parse_rows(text: str, schema: int) -> tuple[Rows, dict[str, Rows]]:
-    """A state document's durable rows and its pending rows by boot, packed; empty ones when
-    it is not a document of ``schema``."""
+    """A state document's durable rows and its pending rows by boot, packed; empty ones when it is
+    not a document of ``schema``."""
     return parse_row_pieces((text,), schema)
 
 
 def parse_row_pieces(pieces: Iterable[str], schema: int) -> tuple[Rows, dict[str, Rows]]:
-    """``parse_rows`` of the text that ``pieces`` make up, read as the parser gets to them:
-    a state file of a million rows (169 MiB) is never one string, nor its bytes beside it."""
+    """``parse_rows`` of the text that ``pieces`` make up, read as the parser gets to them."""
     try:
         files, pending, version = _parse(_Window(pieces))
     except (BadState, IndexError, ValueError):
@@ -71,9 +60,8 @@ MARGIN = 1 << 16  # characters kept ahead of the parser: an item longer than thi
 
 
 class _Window:
-    """The text from where the parser is (``s``): ``at(i)`` drops what is before ``i`` and
-    reads pieces until ``need`` characters follow (or the text ends), returning where ``i`` is
-    now. Every index a function takes or returns is into ``s`` as it is at that moment."""
+    """The text from where the parser is (``s``): ``at(i)`` drops what is before ``i`` and reads
+    pieces until ``need`` characters follow (or the text ends), returning where ``i`` is now."""
 
     __slots__ = ("_pieces", "eof", "s")
 
@@ -143,9 +131,8 @@ def _skip_in(s: str, i: int) -> int:
 
 
 def _item(t: _Window, i: int, step: Callable[[str, int], tuple[Any, int]]) -> tuple[Any, int]:
-    """``step`` at ``i``, read again with more text when it ran into the window's end: an
-    item is trusted only when 3 characters follow it (a number's end is known only then:
-    ``1`` may go on as ``1.5`` or ``1e+5``), or the text ends there."""
+    """``step`` at ``i``, again with more text when it ran into the window's end: an item counts
+    only when 3 characters follow it (``1`` may go on as ``1.5``), or the text ends there."""
     while True:
         i = t.at(i)
         try:
@@ -177,8 +164,7 @@ def _key(s: str, i: int) -> tuple[str, int]:
 
 
 def _object(t: _Window, i: int, member: Callable[[str, int], int]) -> int:
-    """Walk the JSON object at ``i``: ``member(key, i)`` reads each value from ``i`` and
-    returns where it ends; the end of the object is returned."""
+    """Walk the JSON object at ``i``: ``member(key, i)`` reads each value and returns its end."""
     i = t.at(i)
     if t.s[i] != "{":
         raise BadState(f"an object expected at {i}")
@@ -197,8 +183,8 @@ def _object(t: _Window, i: int, member: Callable[[str, int], int]) -> int:
 
 
 def _rows(t: _Window, i: int, into: Rows) -> int:
-    """The object of rows at ``i`` into ``into``; implausible rows are left out. The hot
-    loop: per file one key and one row scanned by ``json``'s C scanner, and one pack."""
+    """The object of rows at ``i`` into ``into``, implausible rows left out. The hot loop: per file
+    one key and one row scanned by ``json``'s C scanner, and one pack."""
     i = t.at(i)
     if t.s[i] != "{":
         raise BadState(f"an object expected at {i}")
@@ -227,8 +213,7 @@ def _rows(t: _Window, i: int, into: Rows) -> int:
 
 
 def _row(s: str, i: int) -> tuple[tuple[str, Any], int]:
-    """The ``"path": row`` at ``s[i]`` (white space first allowed) and where what follows it
-    starts (after white space)."""
+    """The ``"path": row`` at ``s[i]`` and where what follows it starts (after white space)."""
     if s[i] in _WHITE:
         i = _skip_in(s, i)
     if s[i] != '"':
@@ -251,9 +236,8 @@ def _row(s: str, i: int) -> tuple[tuple[str, Any], int]:
 def encode_rows(files: Sequence[str], file_row: Callable[[str], list[Any]],
                 pending: Iterable[tuple[str, Sequence[str], Callable[[str], list[Any]]]],
                 schema: int, batch: int = 4096) -> Iterator[bytes]:
-    """The state document in pieces of ``batch`` rows: ``files`` (paths, in order) with their
-    rows, then each ``(boot, paths, row)`` of ``pending`` (none left out: the caller passes
-    only boots with paths). Compact JSON, as ``json.dumps(doc, separators=(",", ":"))``."""
+    """The state document in pieces of ``batch`` rows: ``files`` with their rows, then each ``(boot,
+    paths, row)`` of ``pending``; compact JSON, as ``json.dumps(separators=(",", ":"))``."""
     yield b'{"schema_version":%d,"files":{' % schema
     yield from _pieces(files, file_row, batch)  # not copied: a million paths are 8 MiB
     yield b"}"
