@@ -82,17 +82,9 @@ class CollectGarbageResult(ExitRule):
 
 @checked_request
 class CollectGarbageRequest:
-    """What ``collect_garbage`` does.
-
-    ``store``: a store URL (None: as the CLI would, NEFFCACHE_STORE > config file > default);
-    ``grace``: seconds a publish in progress or a retire is protected for, and the age past
-    which multipart uploads are aborted (at least 600 unless ``force``); ``uploads_only``: only
-    abort stale multipart uploads; ``workers``: parallel reads and deletes.
-    ``dry_run``: plan only. Otherwise deleting needs consent: ``confirmed=True``, or a
-    ``confirm(preview)`` callback (``preview`` is the dry run's result) returning True; when
-    it returns False nothing is deleted and the result is the dry run's. It never prompts.
-    ``notice(line)``: warnings (multipart uploads that could not be listed).
-    """
+    """What ``collect_garbage`` does. ``grace``: seconds a publish in progress or a retire is
+    protected for, and the age past which multipart uploads are aborted (at least 600 unless
+    ``force``); ``uploads_only``: only abort stale multipart uploads."""
 
     store: str | None = None
     grace: float = DEFAULT_GRACE_SECONDS
@@ -107,11 +99,10 @@ class CollectGarbageRequest:
 
 def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
     """Delete blobs and packs no manifest references (sparing those of publishes in progress
-    and of entries retired less than ``grace`` ago) and abort stale multipart uploads; plan
-    first. Raises UsageError (exit 2) for a grace below the floor without ``force`` and when
-    there is something to delete without consent (``confirmed`` or ``confirm``), IntegrityError
-    (exit 4) when a manifest cannot be read, UnavailableError (exit 6) when the store cannot
-    be reached (or, with ``uploads_only``, its uploads cannot be listed)."""
+    and of entries retired less than ``grace`` ago) and abort stale multipart uploads. Raises
+    UsageError (exit 2) for a grace below the floor without ``force`` and without consent,
+    IntegrityError (exit 4) when a manifest cannot be read, UnavailableError (exit 6) when the
+    store cannot be reached (or, with ``uploads_only``, its uploads cannot be listed)."""
     check_grace(request.grace, force=request.force)
     s = open_checked_store(read_settings(os.environ, store=request.store).store_url)
     now = time.time()
