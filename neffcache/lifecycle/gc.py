@@ -3,28 +3,19 @@ uploads (``plan_*`` are pure; ``collect_*``/``apply_*`` do the I/O; the use case
 ``gc_run.collect_garbage``).
 
 Concurrent publishes stay safe: a publish writes ``pending/<entry-key>.<id>.json`` naming every
-blob it relies on *before* uploading or skipping any, renews it (under a new key) every
-``REFRESH_SECONDS`` while it runs, and drops it once its manifest is written (see
-``precompile.intents``). gc lists blobs first, then manifests and intents; a blob named by an
-intent younger than the grace period (default 1 hour, at least ``GRACE_FLOOR_SECONDS`` unless
-forced: ``check_grace``) is spared, and manifests/intents are listed again right before each
-batch of deletions; a delete not started within ``RECHECK_SECONDS`` of that listing waits for
-the next one. Intents older than the grace period are left by crashed publishes and are
-deleted. A manifest gc cannot read stops it (its references are unknown).
+blob it relies on *before* uploading or skipping any, renews it every ``REFRESH_SECONDS`` and
+drops it once its manifest is written (``precompile.intents``). gc lists blobs first, then
+manifests and intents; a blob a fresh intent names (younger than the grace, at least
+``GRACE_FLOOR_SECONDS`` unless forced) is spared, and manifests and intents are listed again
+before each batch of deletions, each delete starting within ``RECHECK_SECONDS`` of that
+listing. Stale intents (crashed publishes) are deleted; a manifest gc cannot read stops it.
+The blobs and packs a young retire record names are spared too, so a restore that read a
+manifest just before it was retired still finds them. Stale multipart uploads (S3) are aborted
+unless a fresh intent names their blob.
 
-Multipart uploads (S3 only) left by killed publishes are aborted once started more than the
-grace period ago, unless a fresh intent names their blob (or, for a pack, any publish is in
-progress).
-
-Retired entries (``neffcache retire``) leave a record under ``retired/`` naming every blob and
-pack they referenced; while a record is younger than the grace period those blobs and packs are
-spared too, so a restore that read a manifest just before it was retired still finds its blobs.
-
-Packs (small blobs back to back, an extra: every member is also a blob) are named by manifests
-only, and a publish uploads its packs before its manifest, without naming them in its intent.
-So unreferenced packs are deleted only when no publish is in progress (no fresh intent at
-planning, no new intent before deleting). Even a pack deleted under a racing publish loses
-nothing: restore falls back to the members' blobs.
+A publish uploads its packs before its manifest without naming them in its intent, so
+unreferenced packs (and their uploads) are deleted only when no publish is in progress. Even a
+pack deleted under a racing publish loses nothing: restore falls back to the members' blobs.
 """
 
 from __future__ import annotations

@@ -354,9 +354,8 @@ def _restored(settings: Settings, days: int) -> set[str]:
                          hint="neffcache reindex (or --index URL / NEFFCACHE_INDEX)")
     from neffcache.index import open_index  # SQLAlchemy: only when the policy needs it
 
-    since = datetime.now(timezone.utc) - timedelta(days=days)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as idx:
-        return idx.restored_fingerprints(since)
+        return idx.restored_fingerprints(datetime.now(timezone.utc) - timedelta(days=days))
 
 
 def _unindex(settings: Settings, keys: list[str],
