@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 from neffcache.command_steps import open_checked_store
 from neffcache.config import read_settings
+from neffcache.documents import fields_of
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
@@ -116,12 +117,8 @@ class CopyEntriesResult(ExitRule):
 
     def to_json(self) -> dict[str, Any]:
         """``neffcache copy --json``: the fields, ``refused`` as (entry_key, error) objects."""
-        return {"source": self.source, "target": self.target, "entries": list(self.entries),
-                "entries_copied": self.entries_copied, "entries_present": self.entries_present,
-                "blobs_copied": self.blobs_copied, "blobs_skipped": self.blobs_skipped,
-                "bytes_copied": self.bytes_copied, "packs_copied": self.packs_copied,
-                "packs_skipped": self.packs_skipped,
-                "refused": [{"entry_key": k, "error": e} for k, e in self.refused]}
+        return dict(fields_of(self),
+                    refused=[{"entry_key": k, "error": e} for k, e in self.refused])
 
 
 def plan_copy(manifests: Sequence[Manifest]

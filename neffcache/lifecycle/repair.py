@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Protocol
 
 from neffcache.command_steps import consent, open_checked_store
 from neffcache.config import read_settings
-from neffcache.documents import Document
+from neffcache.documents import Document, fields_of
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
@@ -55,8 +55,8 @@ from neffcache.trust import TrustPolicy, load_trust
 
 @dataclass(frozen=True, slots=True)
 class RepairItem(Document):
-    """One object to rewrite: its key, kind (blob | pack | manifest), why, and (blobs and
-    packs) the size and sha256 its new bytes must have."""
+    """One object to rewrite (kind: blob | pack | manifest), and why; the size and sha256 its
+    new bytes must have."""
 
     key: str
     kind: str
@@ -67,9 +67,9 @@ class RepairItem(Document):
 
 def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
                 packs: Mapping[str, PackRecord]) -> tuple[RepairItem, ...]:
-    """The objects to rewrite for verify's ``problems``, each once, in key order (pure).
-    ``blobs``: sha256 -> size and ``packs``: sha256 -> record, as the manifests record them.
-    An unreadable object ("unavailable") is not planned: it may be good."""
+    """The objects to rewrite for verify's ``problems``, each once, in key order, given the
+    manifests' sizes of blobs and records of packs by sha256 (pure). An unreadable object
+    ("unavailable") is not planned: it may be good."""
     items: dict[str, RepairItem] = {}
     for p in problems:
         if p.kind == "unavailable" or p.key in items:
@@ -141,14 +141,9 @@ class RepairResult(ExitRule):
 
     def to_json(self) -> dict[str, Any]:
         """``neffcache repair --json``."""
-        return {"store": self.store, "source": self.source, "dry_run": self.dry_run,
-                "planned": [i.to_json() for i in self.planned],
-                "repaired": self.count("repaired"), "good": self.count("good"),
-                "unavailable": self.count("unavailable"),
-                "outcomes": [{"key": k, "outcome": o} for k, o in self.outcomes],
-                "remaining": [p.to_json() for p in self.remaining],
-                "refused": [p.to_json() for p in self.refused],
-                "ok": not self.remaining}
+        return dict(fields_of(self), ok=not self.remaining,
+                    outcomes=[{"key": k, "outcome": o} for k, o in self.outcomes],
+                    **{o: self.count(o) for o in ("repaired", "good", "unavailable")})
 
 
 def repair_store(request: RepairRequest) -> RepairResult:
@@ -203,10 +198,9 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sou
 
 
 def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _Plan:
-    """One verify of the target (manifests through the gate, every object hashed once), plus
-    the manifests its cell pointers name that it lacks; each manifest to rewrite read from the
-    source and gated (refused: reported, not planned), and the objects a replacement brings
-    that the target lacks or holds damaged."""
+    """One verify of the target, plus the manifests its cell pointers name that it lacks; each
+    manifest to rewrite read from the source and gated (refused: reported, not planned), and
+    the objects a replacement brings that the target lacks or holds damaged."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         cat = read_catalogue(target, pool, trust, workers=workers)
         _, found = check_objects(target, cat, pool, quick=False)
@@ -305,8 +299,12 @@ def rewrite_object(target: Store, source: Source, item: RepairItem) -> str:
     target's copy is good: untouched), or "unavailable" (the source lacks good bytes)."""
     if object_is_good(target, item):
         return "good"
-    try:
-        _stream(target, source, item)
+    assert item.size is not None and item.sha256 is not None
+    try:  # checked while it streams: a mismatch leaves nothing of it
+        with source.open(item.key) as raw:
+            target.delete(item.key)
+            put_verified(target, item.key, raw, item.size, item.sha256,
+                         name=f"{source.url}/{item.key}")
     except (NotFoundError, IntegrityError):
         return "unavailable"
     if not object_is_good(target, item):
@@ -337,13 +335,3 @@ def _admitted_at(target: Store, key: str, admitted: Callable[[bytes], bool]) -> 
         return admitted(target.read(key))
     except NotFoundError:
         return False
-
-
-def _stream(target: Store, source: Source, item: RepairItem) -> None:
-    """Replace a bad blob or pack with ``source``'s bytes, checked while they stream: a
-    mismatch leaves nothing of them (IntegrityError)."""
-    assert item.size is not None and item.sha256 is not None
-    with source.open(item.key) as raw:
-        target.delete(item.key)
-        put_verified(target, item.key, raw, item.size, item.sha256,
-                     name=f"{source.url}/{item.key}")
