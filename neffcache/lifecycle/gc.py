@@ -322,9 +322,8 @@ class UploadPlan:
     unknown: tuple[Upload, ...] = ()  # not a blob or pack key: not neffcache's, left alone
 
     def to_json(self) -> dict[str, Any]:
-        return {"listed": self.listed, "abort": [upload_json(u) for u in self.abort],
-                "spared": [upload_json(u) for u in self.spared],
-                "unknown": [upload_json(u) for u in self.unknown]}
+        return {"listed": self.listed, **{name: [upload_json(u) for u in getattr(self, name)]
+                                          for name in ("abort", "spared", "unknown")}}
 
 
 def upload_json(upload: Upload) -> dict[str, str]:

@@ -205,17 +205,13 @@ def retire_record(plan: RetirePlan, *, by: str, reason: str, now: float) -> dict
             "packs": sorted({s for e in plan.retire for s, _ in e.packs})}
 
 
-def record_key(now: float) -> str:
-    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{RETIRED}{stamp}-{uuid.uuid4().hex[:8]}.json"
-
-
 def apply_retire(store: Store, plan: RetirePlan, *, by: str, reason: str,
                  now: float | None = None) -> str:
     """Write the record, then delete each retired entry's pointer and manifest. Returns the
     record's key."""
     now = time.time() if now is None else now
-    key = record_key(now)
+    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    key = f"{RETIRED}{stamp}-{uuid.uuid4().hex[:8]}.json"
     body = canonical_json(retire_record(plan, by=by, reason=reason, now=now)).encode("utf-8")
     store.put(key, io.BytesIO(body), if_absent=True)
     for e in plan.retire:

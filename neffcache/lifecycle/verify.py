@@ -193,8 +193,14 @@ def read_catalogue(store: Store, pool: ThreadPoolExecutor, trust: TrustPolicy = 
 
 def _read_gated(store: Store, key: str, trust: TrustPolicy, pins: Mapping[str, str | None]
                 ) -> tuple[str, Manifest | Problem, Problem | None]:
-    key, doc = _read_manifest(store, key)
-    return key, doc, None if isinstance(doc, Problem) else gate(doc, key, trust, pins)
+    """Manifest ``key`` (or why it cannot be read), and why the trust gate refuses it."""
+    try:
+        doc = decode_entry(store.read(key), key, entry_key_of(key))
+    except (ManifestError, NotFoundError) as exc:
+        return key, Problem(key, "manifest", str(exc)), None
+    except UnavailableError as exc:
+        return key, Problem(key, "unavailable", str(exc)), None
+    return key, doc, gate(doc, key, trust, pins)
 
 
 def gate(doc: Manifest, key: str, trust: TrustPolicy, pins: Mapping[str, str | None]
@@ -235,15 +241,6 @@ def check_objects(store: Store, catalogue: Catalogue, pool: ThreadPoolExecutor, 
         checked += nbytes
         problems.extend(found)
     return checked, problems
-
-
-def _read_manifest(store: Store, key: str) -> tuple[str, Manifest | Problem]:
-    try:
-        return key, decode_entry(store.read(key), key, entry_key_of(key))
-    except (ManifestError, NotFoundError) as exc:
-        return key, Problem(key, "manifest", str(exc))
-    except UnavailableError as exc:
-        return key, Problem(key, "unavailable", str(exc))
 
 
 def _check_blob(store: Store, sha: str, size: int, ref: str, quick: bool,

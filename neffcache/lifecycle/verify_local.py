@@ -31,6 +31,7 @@ from neffcache.errors import (
 )
 from neffcache.hashing import CHUNK
 from neffcache.lifecycle.entry_select import decode_entry
+from neffcache.lifecycle.verify import MAX_LISTED
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
 from neffcache.request_rules import checked_request
 from neffcache.restore import LOCAL_ENTRIES, MISSING_FILE, forget_paths, lock_destination
@@ -38,7 +39,6 @@ from neffcache.store import MANIFESTS, blob_key, entry_key_of, pack_key
 from neffcache.thread_pool import map_in_threads
 from neffcache.trust import UNCHECKED, TrustPolicy, load_trust
 
-MAX_LISTED = 200
 # Re-hashing a restored directory is disk-bound: more readers than this only contend.
 LOCAL_WORKERS_MAX = 8
 
