@@ -111,14 +111,11 @@ class RetirePolicy:
 
     def kept_by(self, e: EntryInfo, kept_versions: Set[tuple[str, SdkVersion]]) -> tuple[str, ...]:
         """The rules that keep ``e`` (empty: retire it)."""
-        rules = []
-        if (e.backend, e.sdk) in kept_versions:
-            rules.append(KEPT_SDK)
-        if e.cell_key in self.keep_cells:
-            rules.append(KEPT_MATRIX)
-        if e.fingerprint_key in self.keep_fingerprints:
-            rules.append(KEPT_RESTORED)
-        return tuple(rules)
+        return tuple(rule for rule, keeps in ((KEPT_SDK, (e.backend, e.sdk) in kept_versions),
+                                              (KEPT_MATRIX, e.cell_key in self.keep_cells),
+                                              (KEPT_RESTORED,
+                                               e.fingerprint_key in self.keep_fingerprints))
+                     if keeps)
 
 
 @dataclass(frozen=True, slots=True)

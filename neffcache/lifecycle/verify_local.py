@@ -243,12 +243,11 @@ class DirSource:
             for p in m.packs:
                 self.packs.setdefault(p.sha256, p)
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+    def read(self, key: str) -> bytes:
         with self.open(key) as src:
-            data = src.read()
-        return data[start:] if length is None else data[start:start + length]
+            return src.read()
 
-    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+    def open(self, key: str) -> BinaryIO:
         name = key.rsplit("/", 1)[-1]
         entry = entry_key_of(key) if key.startswith(MANIFESTS) else None
         if entry is not None and entry in self.manifests:
