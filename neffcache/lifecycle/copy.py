@@ -35,6 +35,7 @@ from neffcache.store import (
     Store,
     TempFiles,
     blob_key,
+    describe_store,
     holds_good,
     manifest_key,
     pack_key,
@@ -76,12 +77,12 @@ def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
     env = os.environ if request.environ is None else request.environ
     trust = load_trust(read_settings(env), request.trusted_keys,
                        require=request.require_signatures)
+    if (url := describe_store(request.source)) == describe_store(request.target):
+        raise UsageError(f"--from and --to are the same store ({url})")  # before any write
     src = open_checked_store(request.source,
                              environ=side_environ(env, "FROM", request.source_profile))
     dst = open_checked_store(request.target, create=True,
                              environ=side_environ(env, "TO", request.target_profile))
-    if src.url == dst.url:
-        raise UsageError(f"--from and --to are the same store ({src.url})")
     if isinstance(dst, TempFiles):
         for temp in dst.stale_temps():  # what an earlier, killed copy left
             dst.remove_temp(temp)
