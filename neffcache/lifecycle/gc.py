@@ -46,6 +46,7 @@ from neffcache.store import (
     blob_key,
     pack_key,
 )
+from neffcache.thread_pool import map_in_threads
 
 DEFAULT_GRACE_SECONDS = 3600.0
 # A delete is issued within this long of the pending/ listing that cleared it, or waits for the
@@ -198,8 +199,7 @@ def _read_all(store: Store, keys: Iterable[str], workers: int) -> dict[str, byte
         except NotFoundError:
             return key, None
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return {k: d for k, d in pool.map(one, sorted(keys)) if d is not None}
+    return {k: d for k, d in map_in_threads(one, sorted(keys), workers) if d is not None}
 
 
 def read_all_references(store: Store, keys: Iterable[str], workers: int
@@ -374,6 +374,5 @@ def apply_uploads(store: Store, plan: UploadPlan, seen_intents: set[str], *,
     named = set().union(*(i.blobs for i in new))
     go = [u for u in plan.abort
           if not (_sha_of(u.key, blob_key) in named or (new and _sha_of(u.key, pack_key)))]
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        list(pool.map(store.abort_upload, go))
+    map_in_threads(store.abort_upload, go, workers)
     return tuple(go)
