@@ -2,7 +2,11 @@
 
 Use cases, each ``verb(Request) -> Result``; a result knows its ``exit_code`` (from its
 ``error()``) and its ``--json`` document (``to_json()``). None of them prompts: a destructive
-one takes ``dry_run``, and ``confirmed`` or a ``confirm(preview)`` callback.
+one takes ``dry_run`` (plan only), and ``confirmed`` or a ``confirm(preview)`` callback
+(``preview``: the dry run's result; when it returns False, that is the result). Common request
+fields: ``store`` (None: NEFFCACHE_STORE > config file > default), ``workers``, ``progress(done,
+total)``, ``notice(line)`` for warnings, and ``trusted_keys`` / ``require_signatures``, the
+trust gate's policy (``neffcache.trust``; empty: NEFFCACHE_TRUSTED_KEYS, the config file's).
 
     verify_store(VerifyStoreRequest) -> VerifyStoreResult            neffcache verify
     verify_local_dir(VerifyLocalDirRequest) -> VerifyLocalDirResult  neffcache verify --local
@@ -14,13 +18,7 @@ one takes ``dry_run``, and ``confirmed`` or a ``confirm(preview)`` callback.
     import_bundle(ImportBundleRequest) -> ImportBundleResult         neffcache bundle import
     show_bundle(ShowBundleRequest) -> ShowBundleResult               neffcache bundle show
 
-Modules, bottom to top (see ARCHITECTURE.md):
-``entry_select`` which entries · ``verify`` and ``verify_local`` integrity of a store and of a
-restored tree · ``retire`` by policy · ``gc`` unreferenced blobs · ``copy`` between stores ·
-``repair`` bad objects from good bytes · ``bundle`` bundle files (their format and the bundle
-store live in ``neffcache.store``) · ``gc_run`` gc's use case; each other module holds its
-own.
-Importing this package imports no SQL, AWS or torch library.
+Modules: see ARCHITECTURE.md. Importing this package imports no SQL, AWS or torch library.
 """
 
 from __future__ import annotations

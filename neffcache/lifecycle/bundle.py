@@ -1,11 +1,8 @@
 """Bundles: entries of a store in one self-describing tar file (the format, and a bundle read
-as a store, live in ``neffcache.store``). The use cases: ``export_bundle`` (entries of a store
-into one file), ``import_bundle`` (a bundle's entries into a store) and ``show_bundle`` (its
-table of contents, checked), each from a typed request.
-
-``write_bundle`` writes the file beside its final path under a temp name, every blob and pack
-checked against its sha256 while it streams in, fsynced, then renamed into place: a failed
-export leaves nothing at the final path. Its digest is the sha256 of its table of contents.
+as a store, live in ``neffcache.store``); use cases ``export_bundle``, ``import_bundle`` and
+``show_bundle``. ``write_bundle`` writes under a temp name beside the final path, every object
+checked against its sha256 as it streams in, fsynced, then renamed: a failed export leaves
+nothing at the final path. A bundle's digest is the sha256 of its table of contents.
 """
 
 from __future__ import annotations
@@ -41,7 +38,6 @@ from neffcache.store import (
     cell_pointer_key,
     encode_toc,
     manifest_key,
-    open_store,
     plan_members,
 )
 from neffcache.trust import load_trust
@@ -49,14 +45,9 @@ from neffcache.trust import load_trust
 
 @checked_request
 class ExportBundleRequest:
-    """What ``export_bundle`` writes, and where.
-
-    ``output``: the bundle file. The selection: the entries built for the cells of ``matrix``
-    (only those whose id matches one of ``cells``, globs, when given), or every entry with
-    ``all_entries``; only ``fingerprints`` (keys or prefixes) when given. ``gzip``: compress.
-    ``store``: a store URL (None: as the CLI would, NEFFCACHE_STORE > config file > default).
-    ``progress(done, total)``: per object written.
-    """
+    """What ``export_bundle`` writes into ``output``: the entries built for the cells of
+    ``matrix`` (those whose id matches one of the globs ``cells``, when given), or every entry
+    with ``all_entries``; only ``fingerprints`` (keys or prefixes) when given."""
 
     output: str | Path
     matrix: str | Path | None = None
@@ -70,9 +61,8 @@ class ExportBundleRequest:
 
 @dataclass(frozen=True, slots=True)
 class ExportBundleResult(ExitRule):
-    """The bundle written: its path, its digest (the sha256 of its table of contents, to
-    publish and check with ``expect_sha256``), the table of contents and the file's size.
-    A result is a success (exit 0)."""
+    """The bundle written: its path, digest (to check with ``expect_sha256``), table of
+    contents and size."""
 
     file: str
     sha256: str
@@ -80,8 +70,7 @@ class ExportBundleResult(ExitRule):
     file_bytes: int
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache bundle export --json``: file, sha256, entries (entry_key, cell_id,
-        fingerprint_key, backend), members, bytes (the members' total), file_bytes."""
+        """``neffcache bundle export --json``."""
         return {"file": self.file, "sha256": self.sha256,
                 "entries": [e.to_json() for e in self.toc.entries],
                 "members": len(self.toc.members), "bytes": self.toc.total_bytes,
@@ -89,13 +78,10 @@ class ExportBundleResult(ExitRule):
 
 
 def export_bundle(request: ExportBundleRequest) -> ExportBundleResult:
-    """Write the selected entries (manifests, pointers, blobs, packs; each blob once, checked
-    against its sha256 as it is written) into one bundle file, under a temp name renamed into
-    place: a failed export leaves nothing at ``output``. Raises UsageError (exit 2) for a bad
+    """Write the selected entries into one bundle file. Raises UsageError (exit 2) for a bad
     selection, no entry selected or an unwritable file, IntegrityError (exit 4) for a store
     object missing or not matching its sha256 or an entry the trust gate refuses (with keys
-    configured), UnavailableError (exit 6) when the store cannot
-    be reached."""
+    configured), UnavailableError (exit 6) when the store cannot be reached."""
     settings = read_settings(os.environ, store=request.store)
     trust = load_trust(settings)
     s = open_checked_store(settings.store_url)
@@ -112,11 +98,9 @@ def export_bundle(request: ExportBundleRequest) -> ExportBundleResult:
 @checked_request
 class ImportBundleRequest:
     """What ``import_bundle`` publishes: every entry of bundle ``file``, refused unless its
-    digest is ``expect_sha256`` (when given), into ``store`` (None: as the CLI would,
-    NEFFCACHE_STORE > config file > default; a local store is created); ``workers``
-    parallel uploads; ``max_bytes``: the most a gzip bundle may decompress to (see
-    ``store.BundleStore``). ``trusted_keys`` / ``require_signatures``: the trust gate's
-    policy (empty: the settings'); an entry it refuses is not imported (exit 4)."""
+    digest is ``expect_sha256`` (when given), into ``store`` (a local one is created);
+    ``max_bytes``: the most a gzip bundle may decompress to; an entry the trust gate
+    (``trusted_keys``; empty: the settings') refuses is not imported (exit 4)."""
 
     file: str | Path
     expect_sha256: str | None = None
@@ -129,8 +113,7 @@ class ImportBundleRequest:
 
 @dataclass(frozen=True, slots=True)
 class ImportBundleResult(ExitRule):
-    """What the import did (``copy``: the entries, blobs and packs written or already there),
-    the bundle's path and digest. A result is a success (exit 0)."""
+    """What the import did (``copy``), the bundle's path and digest."""
 
     copy: CopyEntriesResult
     file: str
@@ -140,26 +123,22 @@ class ImportBundleResult(ExitRule):
         return self.copy.error()
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache bundle import --json``: file, sha256, source, target, entries,
-        entries_copied, entries_present, blobs_copied, blobs_skipped, bytes_copied,
-        packs_copied, packs_skipped, refused."""
+        """``neffcache bundle import --json``: the copy's document, file and sha256."""
         return dict(self.copy.to_json(), file=self.file, sha256=self.sha256)
 
 
 def import_bundle(request: ImportBundleRequest) -> ImportBundleResult:
-    """Check the whole bundle (structure, every member against its sha256, with
-    ``expect_sha256`` the table itself), then publish its entries: blobs and packs the store
-    lacks, verified again while streaming, manifests and pointers last (first writer wins).
-    Raises IntegrityError (exit 4) for a truncated, tampered or foreign bundle, before
-    anything is written; UnavailableError (exit 6) when the store cannot be reached."""
+    """Check the whole bundle (structure, every member, with ``expect_sha256`` the table), then
+    copy its entries into the store. Raises IntegrityError (exit 4) for a truncated, tampered
+    or foreign bundle, before the store is touched; UnavailableError (exit 6) when the store
+    cannot be reached."""
     settings = read_settings(os.environ, store=request.store)
     trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
-    dst = open_store(settings.store_url, create=True)
     with BundleStore(request.file, expect_sha256=request.expect_sha256,
                      max_bytes=request.max_bytes) as src:
         src.verify_all()
         manifests = read_manifests(src, [e.entry_key for e in src.toc.entries])
-        dst.check()
+        dst = open_checked_store(settings.store_url, create=True)
         copied = apply_copy(src, dst, manifests, workers=request.workers, trust=trust)
         digest = src.digest
     return ImportBundleResult(copied, str(Path(request.file).absolute()), digest)
@@ -167,9 +146,8 @@ def import_bundle(request: ImportBundleRequest) -> ImportBundleResult:
 
 @checked_request
 class ShowBundleRequest:
-    """Which bundle ``show_bundle`` reads: ``file``, refused unless its digest is
-    ``expect_sha256`` (when given); ``verify`` also hashes every member (the structure is
-    always checked); ``max_bytes``: the most a gzip bundle may decompress to."""
+    """Which bundle ``show_bundle`` reads (refused unless its digest is ``expect_sha256``, when
+    given); ``verify`` also hashes every member (the structure is always checked)."""
 
     file: str | Path
     expect_sha256: str | None = None
@@ -179,8 +157,7 @@ class ShowBundleRequest:
 
 @dataclass(frozen=True, slots=True)
 class ShowBundleResult(ExitRule):
-    """A bundle's path, digest and table of contents, and whether every member was hashed.
-    A result is a success (exit 0): a bad bundle raises."""
+    """A bundle's path, digest and table of contents, and whether every member was hashed."""
 
     file: str
     sha256: str
@@ -188,8 +165,7 @@ class ShowBundleResult(ExitRule):
     verified: bool
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache bundle show --json``: file, sha256, created_at, producer, entries,
-        members, bytes, verified."""
+        """``neffcache bundle show --json``."""
         return {"file": self.file, "sha256": self.sha256, "created_at": self.toc.created_at,
                 "producer": dict(self.toc.producer),
                 "entries": [e.to_json() for e in self.toc.entries],

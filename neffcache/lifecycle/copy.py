@@ -1,10 +1,9 @@
 """Copy entries from one store to another (another region, a local mirror, a bundle): blobs
 once, each verified while streaming, then manifests and pointers last, first writer wins.
 
-Idempotent by construction, hence resumable: a blob, pack or manifest the target already holds
-is skipped, and an entry becomes visible in the target only once its manifest is written, after
-every object it references. A ``pending/`` intent per entry (as a publish writes, renewed while
-the copy runs) protects the blobs a copy relies on from a concurrent ``gc`` on the target.
+Resumable: what the target already holds is skipped, and an entry becomes visible there only
+once its manifest is written, after every object it references. A ``pending/`` intent per entry
+(renewed while the copy runs) protects the blobs a copy relies on from a concurrent ``gc``.
 ``plan_copy`` is pure; the use case is ``copy_entries(CopyEntriesRequest)``.
 """
 
@@ -17,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from neffcache.command_steps import open_checked_store
 from neffcache.config import read_settings
+from neffcache.documents import fields_of
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
@@ -34,9 +35,9 @@ from neffcache.store import (
     Store,
     TempFiles,
     blob_key,
+    describe_store,
     holds_good,
     manifest_key,
-    open_store,
     pack_key,
     side_environ,
 )
@@ -46,19 +47,11 @@ from neffcache.trust import UNCHECKED, TrustPolicy, admit_into, load_trust
 
 @checked_request
 class CopyEntriesRequest:
-    """What ``copy_entries`` copies, from where to where.
-
-    ``source``/``target``: store URLs (PATH, file://PATH or s3://BUCKET/PREFIX; a local target
-    is created). The selection: the entries built for the cells of ``matrix`` (only those
-    whose id matches one of ``cells``, globs, when given), or every entry with
-    ``all_entries``; only the fingerprints ``fingerprints`` (keys or prefixes of at least 6 hex
-    digits) when given. ``workers``: parallel transfers; ``progress(done, total)`` per batch
-    of blobs. Each side is configured on its own (two endpoints, regions, keys): from
-    ``environ`` (default: the process's) with ``NEFFCACHE_FROM_*`` / ``NEFFCACHE_TO_*``
-    overrides and ``source_profile`` / ``target_profile`` (see ``store.side_environ``).
-    ``trusted_keys`` / ``require_signatures``: the trust gate's policy (empty: the settings'
-    NEFFCACHE_TRUSTED_KEYS / config); each entry the target lacks passes it before anything
-    of it is written (``neffcache.trust``).
+    """What ``copy_entries`` copies from store ``source`` to store ``target`` (a local one is
+    created): the selection as for ``ExportBundleRequest``. Each side is configured on its own,
+    from ``environ`` (default: the process's) with ``NEFFCACHE_FROM_*`` / ``NEFFCACHE_TO_*``
+    overrides and ``source_profile`` / ``target_profile`` (``store.side_environ``). Each entry
+    the target lacks passes the trust gate (``trusted_keys``) before anything of it is written.
     """
 
     source: str
@@ -77,22 +70,19 @@ class CopyEntriesRequest:
 
 
 def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
-    """Copy the selected entries from ``source`` to ``target``: each blob and pack the target
-    lacks once, verified against its size and sha256 while it streams, then manifests and
-    cell pointers (first writer wins). Rerunning an interrupted copy copies only what is
+    """Copy the selected entries from ``source`` to ``target``; a rerun copies only what is
     missing. Raises UsageError (exit 2) for the same store twice or a bad selection,
     IntegrityError (exit 4) for a source object that does not match its sha256 (nothing of it
     is kept), UnavailableError (exit 6) when a store cannot be reached."""
     env = os.environ if request.environ is None else request.environ
     trust = load_trust(read_settings(env), request.trusted_keys,
                        require=request.require_signatures)
-    src = open_store(request.source, environ=side_environ(env, "FROM", request.source_profile))
-    dst = open_store(request.target, create=True,
-                     environ=side_environ(env, "TO", request.target_profile))
-    if src.url == dst.url:
-        raise UsageError(f"--from and --to are the same store ({src.url})")
-    src.check()
-    dst.check()
+    if (url := describe_store(request.source)) == describe_store(request.target):
+        raise UsageError(f"--from and --to are the same store ({url})")  # before any write
+    src = open_checked_store(request.source,
+                             environ=side_environ(env, "FROM", request.source_profile))
+    dst = open_checked_store(request.target, create=True,
+                             environ=side_environ(env, "TO", request.target_profile))
     if isinstance(dst, TempFiles):
         for temp in dst.stale_temps():  # what an earlier, killed copy left
             dst.remove_temp(temp)
@@ -103,18 +93,9 @@ def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
 
 
 @dataclass(frozen=True, slots=True)
-class CopyPlan:
-    """The objects the entries need: each blob and pack once, largest first (pure)."""
-
-    blobs: tuple[tuple[str, int], ...]  # (sha256, size)
-    packs: tuple[PackRecord, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class CopyEntriesResult(ExitRule):
     """What a copy did: the entries asked for, those written and those already in the target,
-    blobs and packs copied or skipped. A copy that returns succeeded (exit 0): a mismatch
-    raises IntegrityError instead."""
+    blobs and packs copied or skipped, entries the trust gate refused."""
 
     source: str
     target: str
@@ -129,26 +110,22 @@ class CopyEntriesResult(ExitRule):
     refused: tuple[tuple[str, str], ...] = ()  # (entry key, why): stopped by the trust gate
 
     def error(self) -> NeffcacheError | None:
-        """UntrustedEntryError (exit 4) when the trust gate refused an entry (nothing of it
-        was written), else None."""
+        """UntrustedEntryError (exit 4) when the trust gate refused an entry."""
         if not self.refused:
             return None
         return UntrustedEntryError(f"{len(self.refused)} entr(ies) refused by the trust gate, "
                                    f"nothing of them written; first: {self.refused[0][1]}")
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache copy --json``: source, target, entries, entries_copied, entries_present,
-        blobs_copied, blobs_skipped, bytes_copied, packs_copied, packs_skipped, refused
-        (entry_key, error: entries the trust gate refused)."""
-        return {"source": self.source, "target": self.target, "entries": list(self.entries),
-                "entries_copied": self.entries_copied, "entries_present": self.entries_present,
-                "blobs_copied": self.blobs_copied, "blobs_skipped": self.blobs_skipped,
-                "bytes_copied": self.bytes_copied, "packs_copied": self.packs_copied,
-                "packs_skipped": self.packs_skipped,
-                "refused": [{"entry_key": k, "error": e} for k, e in self.refused]}
+        """``neffcache copy --json``: the fields, ``refused`` as (entry_key, error) objects."""
+        return dict(fields_of(self),
+                    refused=[{"entry_key": k, "error": e} for k, e in self.refused])
 
 
-def plan_copy(manifests: Sequence[Manifest]) -> CopyPlan:
+def plan_copy(manifests: Sequence[Manifest]
+              ) -> tuple[list[tuple[str, int]], list[PackRecord]]:
+    """The objects the entries need: each blob (sha256, size) once, largest first, and each
+    pack once (pure)."""
     blobs: dict[str, int] = {}
     packs: dict[str, PackRecord] = {}
     for m in manifests:
@@ -156,8 +133,8 @@ def plan_copy(manifests: Sequence[Manifest]) -> CopyPlan:
             blobs.setdefault(f.sha256, f.size)
         for p in m.packs:
             packs.setdefault(p.sha256, p)
-    order = sorted(blobs.items(), key=lambda item: (-item[1], item[0]))
-    return CopyPlan(tuple(order), tuple(sorted(packs.values(), key=lambda p: p.sha256)))
+    return (sorted(blobs.items(), key=lambda item: (-item[1], item[0])),
+            sorted(packs.values(), key=lambda p: p.sha256))
 
 
 def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> bool:
@@ -200,8 +177,7 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
     refused = tuple((m.entry_key, why) for m, why in gated if why)
     todo = [m for m, why in gated if not why]
     manifests = [*present, *todo]
-    plan = plan_copy(manifests)  # a present entry's objects too: one may have gone bad
-    done = 0
+    blobs, pack_records = plan_copy(manifests)  # a present entry's too: one may have gone bad
 
     def blob(item: tuple[str, int]) -> tuple[str, int, bool]:
         sha, size = item
@@ -209,14 +185,13 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
 
     with held_intents(dst, todo, every=refresh_every):
         outcomes = []
-        for i in range(0, len(plan.blobs), 256):  # progress per batch, bounded memory
-            batch = map_in_threads(blob, plan.blobs[i:i + 256], workers)
+        for i in range(0, len(blobs), 256):  # progress per batch, bounded memory
+            batch = map_in_threads(blob, blobs[i:i + 256], workers)
             outcomes.extend(batch)
-            done += len(batch)
             if on_progress:
-                on_progress(done, len(plan.blobs))
+                on_progress(len(outcomes), len(blobs))
         packs = map_in_threads(lambda p: copy_object(src, dst, pack_key(p.sha256), p.size,
-                                                     p.sha256), plan.packs, workers)
+                                                     p.sha256), pack_records, workers)
         copied = 0
         for m in todo:
             copied += dst.put(manifest_key(m.entry_key), io.BytesIO(encode_manifest(m)),

@@ -1,11 +1,7 @@
-"""Which entries a lifecycle command (copy, bundle export, retire) acts on, read from a store.
-
-``select_entry_keys`` lists entry keys: every manifest (``cells=None``), or the entries the
-``cells/<cell-key>/`` pointers name for the given cells; optionally only some fingerprints.
-``read_manifests`` reads and fully validates them (``decode_entry``: a bad manifest is
-an IntegrityError).
-``select_manifests`` does both for a command's selection: MATRIX [--cells] | --all, and
---fingerprint.
+"""Which entries a lifecycle command (copy, bundle export, retire) acts on, read from a store:
+``select_entry_keys`` lists them (every manifest, or what the given cells' pointers name),
+``read_manifests`` reads and validates them, ``select_manifests`` does both for a command's
+selection (MATRIX [--cells] | --all, and --fingerprint).
 """
 
 from __future__ import annotations
@@ -86,14 +82,11 @@ def decode_entry(data: bytes, source: str, entry_key: str | None, *,
     return m
 
 
-def read_manifest(store: Store, key: str) -> Manifest:
-    """Entry ``key``'s manifest, validated (roots of its backend, entry key); ManifestError."""
-    return decode_entry(store.read(manifest_key(key)), manifest_key(key), key)
-
-
 def read_manifests(store: Store, keys: Sequence[str], *, workers: int = 16
                    ) -> tuple[Manifest, ...]:
-    return tuple(map_in_threads(lambda k: read_manifest(store, k), keys, workers))
+    """The entries' manifests, validated (roots of their backend, entry key); ManifestError."""
+    return tuple(map_in_threads(
+        lambda k: decode_entry(store.read(manifest_key(k)), manifest_key(k), k), keys, workers))
 
 
 def select_manifests(store: Store, matrix: str | Path | None, patterns: Sequence[str] = (),

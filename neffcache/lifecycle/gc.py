@@ -1,29 +1,21 @@
-"""Garbage collection: delete blobs and packs no manifest references (``plan_gc`` and
-``plan_packs`` are pure; the rest I/O).
+"""Garbage collection: delete blobs and packs no manifest references, abort stale multipart
+uploads (``plan_*`` are pure; ``collect_*``/``apply_*`` do the I/O; the use case is
+``gc_run.collect_garbage``).
 
 Concurrent publishes stay safe: a publish writes ``pending/<entry-key>.<id>.json`` naming every
-blob it relies on *before* uploading or skipping any, renews it (under a new key) every
-``REFRESH_SECONDS`` while it runs, and drops it once its manifest is written (see
-``precompile.intents``). gc lists blobs first, then manifests and intents; a blob named by an
-intent younger than the grace period (default 1 hour, at least ``GRACE_FLOOR_SECONDS`` unless
-forced: ``check_grace``) is spared, and manifests/intents are listed again right before each
-batch of deletions; a delete not started within ``RECHECK_SECONDS`` of that listing waits for
-the next one. Intents older than the grace period are left by crashed publishes and are
-deleted. A manifest gc cannot read stops it (its references are unknown).
+blob it relies on *before* uploading or skipping any, renews it every ``REFRESH_SECONDS`` and
+drops it once its manifest is written (``precompile.intents``). gc lists blobs first, then
+manifests and intents; a blob a fresh intent names (younger than the grace, at least
+``GRACE_FLOOR_SECONDS`` unless forced) is spared, and manifests and intents are listed again
+before each batch of deletions, each delete starting within ``RECHECK_SECONDS`` of that
+listing. Stale intents (crashed publishes) are deleted; a manifest gc cannot read stops it.
+The blobs and packs a young retire record names are spared too, so a restore that read a
+manifest just before it was retired still finds them. Stale multipart uploads (S3) are aborted
+unless a fresh intent names their blob.
 
-Multipart uploads (S3 only) left by killed publishes are aborted once started more than the
-grace period ago, unless a fresh intent names their blob (or, for a pack, any publish is in
-progress): ``plan_uploads`` decides, ``collect_uploads``/``apply_uploads`` do the I/O.
-
-Retired entries (``neffcache retire``) leave a record under ``retired/`` naming every blob and
-pack they referenced; while a record is younger than the grace period those blobs and packs are
-spared too, so a restore that read a manifest just before it was retired still finds its blobs.
-
-Packs (small blobs back to back, an extra: every member is also a blob) are named by manifests
-only, and a publish uploads its packs before its manifest, without naming them in its intent.
-So unreferenced packs are deleted only when no publish is in progress (no fresh intent at
-planning, no new intent before deleting). Even a pack deleted under a racing publish loses
-nothing: restore falls back to the members' blobs.
+A publish uploads its packs before its manifest without naming them in its intent, so
+unreferenced packs (and their uploads) are deleted only when no publish is in progress. Even a
+pack deleted under a racing publish loses nothing: restore falls back to the members' blobs.
 """
 
 from __future__ import annotations
@@ -31,9 +23,9 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -54,6 +46,7 @@ from neffcache.store import (
     blob_key,
     pack_key,
 )
+from neffcache.thread_pool import map_in_threads
 
 DEFAULT_GRACE_SECONDS = 3600.0
 # A delete is issued within this long of the pending/ listing that cleared it, or waits for the
@@ -62,6 +55,7 @@ DEFAULT_GRACE_SECONDS = 3600.0
 RECHECK_SECONDS = 10.0
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _BATCH = 500
+Sorted = tuple[tuple[str, ...], tuple[str, ...], int, tuple[str, ...]]
 
 
 def check_grace(grace: float, *, force: bool) -> None:
@@ -80,6 +74,9 @@ class Intent:
     key: str
     created_at: float | None  # None: unreadable, so it spares its blobs and is never deleted
     blobs: frozenset[str]
+
+    def fresh(self, now: float, grace: float) -> bool:
+        return self.created_at is None or now - self.created_at < grace
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,40 +107,29 @@ class GcResult:
                 "deleted_packs": list(self.deleted_packs), "dry_run": self.dry_run}
 
 
-def sha_of_blob_key(key: str) -> str | None:
-    """The sha256 of a blob key, or None if the key is not exactly ``blob_key(sha256)``."""
-    return _sha_of(key, blob_key)
-
-
-def sha_of_pack_key(key: str) -> str | None:
-    """The sha256 of a pack key, or None if the key is not exactly ``pack_key(sha256)``."""
-    return _sha_of(key, pack_key)
-
-
 def _sha_of(key: str, key_of: Callable[[str], str]) -> str | None:
+    """The sha256 of a blob or pack key, or None if it is not exactly ``key_of(sha256)``."""
     name = key.rsplit("/", 1)[-1]
     return name if _SHA_RE.match(name) and key_of(name) == key else None
 
 
 def plan_packs(pack_keys: Iterable[str], referenced: set[str], intents: Iterable[Intent], *,
-               now: float, grace: float) -> tuple[tuple[str, ...], tuple[str, ...], int,
-                                                  tuple[str, ...]]:
+               now: float, grace: float) -> Sorted:
     """(delete, spared, packs seen, unknown keys): unreferenced packs are deleted only when no
     intent is fresh, since a publish in progress does not name the packs it uploads (pure)."""
-    busy = any(i.created_at is None or now - i.created_at < grace for i in intents)
-    return _sort_out(pack_keys, sha_of_pack_key, referenced, lambda sha: busy)
+    busy = any(i.fresh(now, grace) for i in intents)
+    return _sort_out(pack_keys, pack_key, referenced, lambda sha: busy)
 
 
-def _sort_out(keys: Iterable[str], sha_of: Callable[[str], str | None], referenced: set[str],
-              protected: Callable[[str], bool]
-              ) -> tuple[tuple[str, ...], tuple[str, ...], int, tuple[str, ...]]:
+def _sort_out(keys: Iterable[str], key_of: Callable[[str], str], referenced: set[str],
+              protected: Callable[[str], bool]) -> Sorted:
     """(unreferenced to delete, unreferenced but protected, well-formed keys, other keys)."""
     delete: list[str] = []
     spared: list[str] = []
     unknown: list[str] = []
     total = 0
     for key in sorted(keys):
-        sha = sha_of(key)
+        sha = _sha_of(key, key_of)
         if sha is None:
             unknown.append(key)
             continue
@@ -157,11 +143,9 @@ def plan_gc(blob_keys: Iterable[str], referenced: set[str], intents: Iterable[In
             now: float, grace: float) -> GcPlan:
     """Unreferenced blobs to delete, sparing those a fresh intent names (pure)."""
     intents = list(intents)
-    fresh = [i for i in intents if i.created_at is None or now - i.created_at < grace]
-    stale = sorted(i.key for i in intents if i.created_at is not None
-                   and now - i.created_at >= grace)
-    protected = set().union(*(i.blobs for i in fresh)) if fresh else set()
-    delete, spared, total, unknown = _sort_out(blob_keys, sha_of_blob_key, referenced,
+    protected = set().union(*(i.blobs for i in intents if i.fresh(now, grace)))
+    stale = sorted(i.key for i in intents if not i.fresh(now, grace))
+    delete, spared, total, unknown = _sort_out(blob_keys, blob_key, referenced,
                                                protected.__contains__)
     return GcPlan(manifests=-1, blobs=total, referenced=len(referenced), delete=delete,
                   spared=spared, stale_intents=tuple(stale), unknown=unknown)
@@ -186,12 +170,12 @@ def manifest_all_references(data: bytes, source: str) -> tuple[set[str], set[str
     if not isinstance(version, int) or version > SCHEMA_VERSION or not isinstance(files, list):
         raise IntegrityError(f"{source}: schema_version {version!r} is not one gc understands "
                              f"(<= {SCHEMA_VERSION})")
-    blobs = {f["sha256"] for f in files if isinstance(f, dict)
-             and isinstance(f.get("sha256"), str) and _SHA_RE.match(f["sha256"])}
-    pack_shas = {p["sha256"] for p in packs if isinstance(p, dict)
-                 and isinstance(p.get("sha256"), str) and _SHA_RE.match(p["sha256"])} \
-        if isinstance(packs, list) else set()
-    return blobs, pack_shas
+    return _shas(files), _shas(packs) if isinstance(packs, list) else set()
+
+
+def _shas(records: list[Any]) -> set[str]:
+    return {r["sha256"] for r in records if isinstance(r, dict)
+            and isinstance(r.get("sha256"), str) and _SHA_RE.match(r["sha256"])}
 
 
 def parse_intent(key: str, data: bytes) -> Intent:
@@ -206,15 +190,16 @@ def parse_intent(key: str, data: bytes) -> Intent:
 
 # --- I/O ----------------------------------------------------------------------------------
 
-def _read_all(store: Store, keys: Iterable[str], workers: int) -> dict[str, bytes | None]:
+def _read_all(store: Store, keys: Iterable[str], workers: int) -> dict[str, bytes]:
+    """The objects at ``keys``, but those deleted since they were listed (a finished
+    publish's intent)."""
     def one(key: str) -> tuple[str, bytes | None]:
         try:
             return key, store.read(key)
         except NotFoundError:
-            return key, None  # deleted since it was listed (a finished publish's intent)
+            return key, None
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return dict(pool.map(one, sorted(keys)))
+    return {k: d for k, d in map_in_threads(one, sorted(keys), workers) if d is not None}
 
 
 def read_all_references(store: Store, keys: Iterable[str], workers: int
@@ -223,15 +208,27 @@ def read_all_references(store: Store, keys: Iterable[str], workers: int
     blobs: set[str] = set()
     packs: set[str] = set()
     for key, data in _read_all(store, keys, workers).items():
-        if data is not None:
-            b, p = manifest_all_references(data, key)
-            blobs |= b
-            packs |= p
+        b, p = manifest_all_references(data, key)
+        blobs |= b
+        packs |= p
     return blobs, packs
 
 
 def read_intents(store: Store, keys: Iterable[str], workers: int) -> list[Intent]:
-    return [parse_intent(k, d) for k, d in _read_all(store, keys, workers).items() if d is not None]
+    return [parse_intent(k, d) for k, d in _read_all(store, keys, workers).items()]
+
+
+def read_retired(store: Store, *, now: float, grace: float, workers: int
+                 ) -> tuple[set[str], set[str]]:
+    """(blob sha256s, pack sha256s) named by retire records younger than ``grace``."""
+    blobs: set[str] = set()
+    packs: set[str] = set()
+    for data in _read_all(store, list(store.list(RETIRED)), workers).values():
+        created, b, p = parse_record(data)
+        if created is not None and now - created < grace:
+            blobs |= b
+            packs |= p
+    return blobs, packs
 
 
 def collect_gc(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SECONDS,
@@ -248,34 +245,21 @@ def collect_gc(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SECONDS
     delete_packs, spared_packs, packs, unknown_packs = plan_packs(pack_keys, pack_refs, intents,
                                                                   now=now, grace=grace)
     young_blobs, young_packs = read_retired(store, now=now, grace=grace, workers=workers)
-    delete, spared = _spare(plan.delete, plan.spared, sha_of_blob_key, young_blobs)
-    delete_packs, spared_packs = _spare(delete_packs, spared_packs, sha_of_pack_key, young_packs)
-    plan = GcPlan(len(manifest_keys), plan.blobs, plan.referenced, delete, spared,
-                  plan.stale_intents, plan.unknown + unknown_packs, packs, delete_packs,
-                  spared_packs)
+    delete, spared = _spare(plan.delete, plan.spared, blob_key, young_blobs)
+    delete_packs, spared_packs = _spare(delete_packs, spared_packs, pack_key, young_packs)
+    plan = replace(plan, manifests=len(manifest_keys), delete=delete, spared=spared,
+                   unknown=plan.unknown + unknown_packs, packs=packs, delete_packs=delete_packs,
+                   spared_packs=spared_packs)
     return plan, manifest_keys, intent_keys
 
 
-def read_retired(store: Store, *, now: float, grace: float, workers: int
-                 ) -> tuple[set[str], set[str]]:
-    """(blob sha256s, pack sha256s) named by retire records younger than ``grace``."""
-    blobs: set[str] = set()
-    packs: set[str] = set()
-    for data in _read_all(store, list(store.list(RETIRED)), workers).values():
-        created, b, p = parse_record(data) if data is not None else (None, set(), set())
-        if created is not None and now - created < grace:
-            blobs |= b
-            packs |= p
-    return blobs, packs
-
-
-def _spare(delete: tuple[str, ...], spared: tuple[str, ...], sha_of: Callable[[str], str | None],
+def _spare(delete: tuple[str, ...], spared: tuple[str, ...], key_of: Callable[[str], str],
            protected: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Move the keys whose sha256 is protected from ``delete`` to ``spared`` (pure)."""
     if not protected:
         return delete, spared
-    moved = tuple(k for k in delete if sha_of(k) in protected)
-    return tuple(k for k in delete if sha_of(k) not in protected), tuple(sorted(spared + moved))
+    moved = tuple(k for k in delete if _sha_of(k, key_of) in protected)
+    return tuple(k for k in delete if k not in moved), tuple(sorted(spared + moved))
 
 
 def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
@@ -308,8 +292,8 @@ def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
                 break
             cleared = clock()
             batch, todo = todo[:_BATCH], todo[_BATCH:]
-            go = [k for k in batch if sha_of_blob_key(k) not in keep]
-            kept.extend(k for k in batch if sha_of_blob_key(k) in keep)
+            go = [k for k in batch if _sha_of(k, blob_key) not in keep]
+            kept.extend(k for k in batch if _sha_of(k, blob_key) in keep)
 
             def one(item: tuple[int, str], cleared: float = cleared) -> bool:
                 if item[0] >= workers and clock() - cleared > recheck:
@@ -321,7 +305,7 @@ def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
             deleted.extend(k for k, d in zip(go, done, strict=True) if d)
             todo = [k for k, d in zip(go, done, strict=True) if not d] + todo
         packs = [] if publish_started else \
-            [k for k in plan.delete_packs if sha_of_pack_key(k) not in new_packs]
+            [k for k in plan.delete_packs if _sha_of(k, pack_key) not in new_packs]
         list(pool.map(store.delete, packs))
         list(pool.map(store.delete, plan.stale_intents))
     return GcResult(plan, tuple(deleted), tuple(kept), dry_run=False,
@@ -338,9 +322,8 @@ class UploadPlan:
     unknown: tuple[Upload, ...] = ()  # not a blob or pack key: not neffcache's, left alone
 
     def to_json(self) -> dict[str, Any]:
-        return {"listed": self.listed, "abort": [upload_json(u) for u in self.abort],
-                "spared": [upload_json(u) for u in self.spared],
-                "unknown": [upload_json(u) for u in self.unknown]}
+        return {"listed": self.listed, **{name: [upload_json(u) for u in getattr(self, name)]
+                                          for name in ("abort", "spared", "unknown")}}
 
 
 def upload_json(upload: Upload) -> dict[str, str]:
@@ -354,13 +337,13 @@ def plan_uploads(uploads: Iterable[Upload], intents: Iterable[Intent], *, now: f
     names the blob (or, for a pack, any publish is in progress: intents do not name packs)
     (pure)."""
     uploads = list(uploads)
-    fresh = [i for i in intents if i.created_at is None or now - i.created_at < grace]
-    named = set().union(*(i.blobs for i in fresh)) if fresh else set()
+    fresh = [i for i in intents if i.fresh(now, grace)]
+    named = set().union(*(i.blobs for i in fresh))
     abort: list[Upload] = []
     spared: list[Upload] = []
     unknown: list[Upload] = []
     for u in sorted(uploads, key=lambda u: (u.key, u.upload_id)):
-        blob, pack = sha_of_blob_key(u.key), sha_of_pack_key(u.key)
+        blob, pack = _sha_of(u.key, blob_key), _sha_of(u.key, pack_key)
         if blob is None and pack is None:
             unknown.append(u)
         elif now - u.initiated >= grace:
@@ -388,23 +371,8 @@ def apply_uploads(store: Store, plan: UploadPlan, seen_intents: set[str], *,
     if not plan.abort or not isinstance(store, MultipartUploads):
         return ()
     new = read_intents(store, set(store.list(PENDING)) - seen_intents, workers)
-    named = set().union(*(i.blobs for i in new)) if new else set()
+    named = set().union(*(i.blobs for i in new))
     go = [u for u in plan.abort
-          if not (sha_of_blob_key(u.key) in named or (new and sha_of_pack_key(u.key)))]
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        list(pool.map(store.abort_upload, go))
+          if not (_sha_of(u.key, blob_key) in named or (new and _sha_of(u.key, pack_key)))]
+    map_in_threads(store.abort_upload, go, workers)
     return tuple(go)
-
-
-def plan_only(plan: GcPlan) -> GcResult:
-    """The result of a dry run: the plan, nothing deleted."""
-    return GcResult(plan, (), (), dry_run=True)
-
-
-def describe(result: GcResult) -> Mapping[str, int]:
-    p = result.plan
-    return {"manifests": p.manifests, "blobs": p.blobs, "referenced": p.referenced,
-            "unreferenced": len(p.delete) + len(p.spared), "spared": len(p.spared),
-            "deleted": len(result.deleted), "stale_intents": len(p.stale_intents),
-            "packs": p.packs, "unreferenced_packs": len(p.delete_packs) + len(p.spared_packs),
-            "deleted_packs": len(result.deleted_packs)}

@@ -21,8 +21,6 @@ from neffcache.lifecycle.gc import (
     check_grace,
     collect_gc,
     collect_uploads,
-    describe,
-    plan_only,
     upload_json,
 )
 from neffcache.request_rules import checked_request
@@ -31,10 +29,9 @@ from neffcache.store import Store, TempFile, TempFiles, Upload
 
 @dataclass(frozen=True, slots=True)
 class CollectGarbageResult(ExitRule):
-    """What gc planned and did. ``gc``: the blob and pack plan and what was deleted (None with
-    ``uploads_only``); ``uploads``: the multipart-upload plan (None for a store without them,
-    such as a local one, or when they could not be listed: then ``uploads_error`` says why);
-    ``aborted``: the uploads aborted. A result is a success (exit 0)."""
+    """What gc planned and did: ``gc`` the blob and pack plan and what was deleted (None with
+    ``uploads_only``); ``uploads`` the multipart-upload plan (None for a store without them,
+    or when they could not be listed: then ``uploads_error`` says why). A success (exit 0)."""
 
     store: str
     dry_run: bool
@@ -48,8 +45,7 @@ class CollectGarbageResult(ExitRule):
 
     @property
     def pending(self) -> str:
-        """What applying the plan deletes or aborts, in words ("3 blob(s), 1 pack(s) and 0
-        multipart upload(s)"; with ``uploads_only``, "2 multipart upload(s)")."""
+        """What applying the plan deletes or aborts, in words."""
         stale = len(self.uploads.abort) if self.uploads is not None else 0
         if self.gc is None:
             return f"{stale} multipart upload(s)"
@@ -58,17 +54,20 @@ class CollectGarbageResult(ExitRule):
                 f"{stale} multipart upload(s)")
 
     def counts(self) -> Mapping[str, int]:
-        """The summary's numbers (manifests, blobs, referenced, unreferenced, spared, deleted,
-        stale_intents, packs, unreferenced_packs, deleted_packs); empty with ``uploads_only``."""
-        return {} if self.gc is None else describe(self.gc)
+        """The summary's numbers; empty with ``uploads_only``."""
+        if self.gc is None:
+            return {}
+        p = self.gc.plan
+        return {"manifests": p.manifests, "blobs": p.blobs, "referenced": p.referenced,
+                "unreferenced": len(p.delete) + len(p.spared), "spared": len(p.spared),
+                "deleted": len(self.gc.deleted), "stale_intents": len(p.stale_intents),
+                "packs": p.packs, "unreferenced_packs": len(p.delete_packs) + len(p.spared_packs),
+                "deleted_packs": len(self.gc.deleted_packs)}
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache gc --json``: the plan (manifests, blobs, referenced, delete, spared,
-        stale_intents, unknown, packs, delete_packs, spared_packs), deleted, deleted_count,
-        deleted_packs, kept_on_recheck, dry_run, store, uploads (null when there are none to
-        list; else listed, abort, spared, unknown, aborted) and, when uploads could not be
-        listed, uploads_error; temp_files (stale temp files of killed writers, the first 200)
-        and temp_files_removed. With ``uploads_only``: store, dry_run, uploads."""
+        """``neffcache gc --json``: the plan and what was done, store, uploads (null when there
+        are none to list), uploads_error when they could not be listed, temp_files (the first
+        200) and temp_files_removed. With ``uploads_only``: store, dry_run, uploads."""
         uploads = None if self.uploads is None else \
             dict(self.uploads.to_json(), aborted=[upload_json(u) for u in self.aborted])
         if self.gc is None:
@@ -83,17 +82,9 @@ class CollectGarbageResult(ExitRule):
 
 @checked_request
 class CollectGarbageRequest:
-    """What ``collect_garbage`` does.
-
-    ``store``: a store URL (None: as the CLI would, NEFFCACHE_STORE > config file > default);
-    ``grace``: seconds a publish in progress or a retire is protected for, and the age past
-    which multipart uploads are aborted (at least 600 unless ``force``); ``uploads_only``: only
-    abort stale multipart uploads; ``workers``: parallel reads and deletes.
-    ``dry_run``: plan only. Otherwise deleting needs consent: ``confirmed=True``, or a
-    ``confirm(preview)`` callback (``preview`` is the dry run's result) returning True; when
-    it returns False nothing is deleted and the result is the dry run's. It never prompts.
-    ``notice(line)``: warnings (multipart uploads that could not be listed).
-    """
+    """What ``collect_garbage`` does. ``grace``: seconds a publish in progress or a retire is
+    protected for, and the age past which multipart uploads are aborted (at least 600 unless
+    ``force``); ``uploads_only``: only abort stale multipart uploads."""
 
     store: str | None = None
     grace: float = DEFAULT_GRACE_SECONDS
@@ -108,11 +99,10 @@ class CollectGarbageRequest:
 
 def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
     """Delete blobs and packs no manifest references (sparing those of publishes in progress
-    and of entries retired less than ``grace`` ago) and abort stale multipart uploads; plan
-    first. Raises UsageError (exit 2) for a grace below the floor without ``force`` and when
-    there is something to delete without consent (``confirmed`` or ``confirm``), IntegrityError
-    (exit 4) when a manifest cannot be read, UnavailableError (exit 6) when the store cannot
-    be reached (or, with ``uploads_only``, its uploads cannot be listed)."""
+    and of entries retired less than ``grace`` ago) and abort stale multipart uploads. Raises
+    UsageError (exit 2) for a grace below the floor without ``force`` and without consent,
+    IntegrityError (exit 4) when a manifest cannot be read, UnavailableError (exit 6) when the
+    store cannot be reached (or, with ``uploads_only``, its uploads cannot be listed)."""
     check_grace(request.grace, force=request.force)
     s = open_checked_store(read_settings(os.environ, store=request.store).store_url)
     now = time.time()
@@ -129,7 +119,7 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
             request.notice(f"warning: multipart uploads not checked: {exc}{hint}")
     cleaner = s if isinstance(s, TempFiles) else None
     temps = tuple(cleaner.stale_temps()) if cleaner is not None else ()
-    preview = CollectGarbageResult(s.url, True, request.grace, plan_only(plan),
+    preview = CollectGarbageResult(s.url, True, request.grace, GcResult(plan, (), (), True),
                                    found[0] if found else None, (), uploads_error, temps)
     doomed = len(plan.delete) + len(plan.delete_packs) + (len(found[0].abort) if found else 0)
     if request.dry_run or ((doomed or plan.stale_intents or temps)
@@ -148,14 +138,13 @@ def _collect_uploads(s: Store, request: CollectGarbageRequest,
                      now: float) -> CollectGarbageResult:
     """gc with ``uploads_only``: only the stale multipart uploads."""
     found = collect_uploads(s, now=now, grace=request.grace, workers=request.workers)
-    preview = CollectGarbageResult(s.url, request.dry_run, request.grace, None,
-                                   found[0] if found else None)
+    preview = CollectGarbageResult(s.url, True, request.grace, None, found[0] if found else None)
     if found is None or request.dry_run:
+        return replace(preview, dry_run=request.dry_run)
+    if found[0].abort and not _consent(request, preview):
         return preview
-    plan, seen = found
-    if plan.abort and not _consent(request, replace(preview, dry_run=True)):
-        return replace(preview, dry_run=True)
-    return replace(preview, aborted=apply_uploads(s, plan, seen, workers=request.workers))
+    return replace(preview, dry_run=False, aborted=apply_uploads(s, *found,
+                                                                 workers=request.workers))
 
 
 def _consent(request: CollectGarbageRequest, preview: CollectGarbageResult) -> bool:

@@ -1,14 +1,10 @@
 """Repair a store, ``repair_store``: one verify of the target, a plan (each replacement
-manifest read from the source and put through the trust gate first, so the plan names the
-blobs and packs it brings too), consent, then the rewrites, each re-checked as it is made.
-What ``--dry-run`` lists is what the run rewrites; after its one verify a repair reads only
-what it rewrites (the target's copy before and after, the source's bytes).
-
-The good bytes come from a ``Source``: another store, a bundle, or a restored directory
-(``verify_local.DirSource``). ``plan_repair`` is pure. ``rewrite_object`` writes one blob or
-pack, and ``rewrite_manifest`` one manifest whose replacement passed the trust gate, each only
-when the target's copy is still bad right before the write and the new bytes are what was
-checked.
+manifest read from the source and through the trust gate first, so the plan names the objects
+it brings too), consent, then the rewrites. What ``--dry-run`` lists is what the run rewrites;
+after its one verify a repair reads only what it rewrites. The good bytes come from a
+``Source``: another store, a bundle, or a restored directory (``verify_local.DirSource``).
+``plan_repair`` is pure; each rewrite happens only when the target's copy is still bad right
+before it, and writes only bytes that were checked.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from typing import Any, BinaryIO, Protocol
 
 from neffcache.command_steps import consent, open_checked_store
 from neffcache.config import read_settings
-from neffcache.documents import Document
+from neffcache.documents import Document, fields_of
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
@@ -38,7 +34,7 @@ from neffcache.errors import (
 from neffcache.hashing import CHUNK
 from neffcache.lifecycle.copy import put_verified
 from neffcache.lifecycle.entry_select import decode_entry
-from neffcache.lifecycle.verify import Catalogue, Problem, check_objects, read_catalogue
+from neffcache.lifecycle.verify import Catalogue, Problem, check_objects, gate, read_catalogue
 from neffcache.lifecycle.verify_local import DirSource
 from neffcache.manifest import Manifest, PackRecord
 from neffcache.request_rules import checked_request
@@ -54,13 +50,13 @@ from neffcache.store import (
     side_environ,
 )
 from neffcache.thread_pool import map_in_threads
-from neffcache.trust import TrustPolicy, check_pin, load_trust
+from neffcache.trust import TrustPolicy, load_trust
 
 
 @dataclass(frozen=True, slots=True)
 class RepairItem(Document):
-    """One object to rewrite: its key, kind (blob | pack | manifest), why, and (blobs and
-    packs) the size and sha256 its new bytes must have."""
+    """One object to rewrite (kind: blob | pack | manifest), and why; the size and sha256 its
+    new bytes must have."""
 
     key: str
     kind: str
@@ -71,9 +67,9 @@ class RepairItem(Document):
 
 def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
                 packs: Mapping[str, PackRecord]) -> tuple[RepairItem, ...]:
-    """The objects to rewrite for verify's ``problems``, each once, in key order (pure).
-    ``blobs``: sha256 -> size and ``packs``: sha256 -> record, as the manifests record them.
-    An unreadable object ("unavailable") is not planned: it may be good."""
+    """The objects to rewrite for verify's ``problems``, each once, in key order, given the
+    manifests' sizes of blobs and records of packs by sha256 (pure). An unreadable object
+    ("unavailable") is not planned: it may be good."""
     items: dict[str, RepairItem] = {}
     for p in problems:
         if p.kind == "unavailable" or p.key in items:
@@ -93,25 +89,18 @@ class Source(Protocol):
 
     url: str
 
-    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO: ...
+    def open(self, key: str) -> BinaryIO: ...
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes: ...
+    def read(self, key: str) -> bytes: ...
 
 
 @checked_request
 class RepairRequest:
-    """What ``repair_store`` repairs, and from where.
-
-    ``store``: the store to repair (None: as the CLI would, NEFFCACHE_STORE > config > default).
-    ``source``: a store URL with good bytes (PATH, s3://..., bundle:FILE), or ``from_dir``: a
-    restored directory (its manifest copies say which file holds which blob); exactly one.
-    ``dry_run``: plan only. Otherwise rewriting needs ``confirmed=True`` or a
-    ``confirm(preview)`` callback returning True. ``workers``: parallel reads and writes.
-    ``trusted_keys``: keys or files of them (empty: NEFFCACHE_TRUSTED_KEYS, the config file's
-    ``trusted_keys``). A replacement manifest passes the trust gate (``neffcache.trust``):
+    """What ``repair_store`` repairs, and from where: exactly one of ``source``, a store URL
+    with good bytes (PATH, s3://..., bundle:FILE), and ``from_dir``, a restored directory. A
+    replacement manifest passes the trust gate (``trusted_keys``; empty: the settings'):
     signed by a trusted key when keys are configured, and the digest the target's cell
-    pointer pins; without keys a manifest with no pin cannot be proven and is refused.
-    """
+    pointer pins; without keys a manifest with no pin cannot be proven and is refused."""
 
     store: str | None = None
     source: str | None = None
@@ -127,9 +116,7 @@ class RepairRequest:
 @dataclass(frozen=True, slots=True)
 class RepairResult(ExitRule):
     """What a repair planned and did: the objects found bad (``planned``), what became of each
-    (``outcomes``: repaired | good | unavailable) and the problems a verify finds afterwards
-    (``remaining``; with a dry run, the ones found before). Exit 0 when nothing remains bad,
-    4 otherwise."""
+    (``outcomes``: repaired | good | unavailable) and the problems left (``remaining``)."""
 
     store: str
     source: str
@@ -153,27 +140,18 @@ class RepairResult(ExitRule):
                               "--from-dir DIR")
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache repair --json``: store, source, dry_run, planned (key, kind, reason,
-        size, sha256), repaired, good, unavailable, outcomes (key, outcome), remaining
-        (key, kind, error), refused (key, kind, error: manifests the source has no replacement
-        for that passes the trust gate: unrepairable from it, nothing written), ok."""
-        return {"store": self.store, "source": self.source, "dry_run": self.dry_run,
-                "planned": [i.to_json() for i in self.planned],
-                "repaired": self.count("repaired"), "good": self.count("good"),
-                "unavailable": self.count("unavailable"),
-                "outcomes": [{"key": k, "outcome": o} for k, o in self.outcomes],
-                "remaining": [p.to_json() for p in self.remaining],
-                "refused": [p.to_json() for p in self.refused],
-                "ok": not self.remaining}
+        """``neffcache repair --json``."""
+        return dict(fields_of(self), ok=not self.remaining,
+                    outcomes=[{"key": k, "outcome": o} for k, o in self.outcomes],
+                    **{o: self.count(o) for o in ("repaired", "good", "unavailable")})
 
 
 def repair_store(request: RepairRequest) -> RepairResult:
-    """Find the store's missing and damaged manifests, blobs, packs (and so large-file parts)
-    and rewrite each from the source; a good object is never overwritten, only bytes that
-    match the manifest's size and sha256 are written, and only manifests that pass the trust
-    gate. Raises UsageError (exit 2) for no or two sources, the same store twice or no
-    consent; ConfigError (2) for a trust setting that cannot be met; UnavailableError (exit
-    6) when a store cannot be reached."""
+    """Rewrite the store's missing and damaged manifests, blobs and packs from the source; a
+    good object is never overwritten, only bytes that match their size and sha256 are written,
+    and only manifests that pass the trust gate. Raises UsageError (exit 2) for no or two
+    sources, the same store twice or no consent; ConfigError (2) for a trust setting that
+    cannot be met; UnavailableError (exit 6) when a store cannot be reached."""
     if (request.source is None) == (request.from_dir is None):
         raise UsageError("repair needs one source: --from STORE (or bundle:FILE) or --from-dir")
     settings = read_settings(os.environ, store=request.store)
@@ -209,6 +187,7 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sou
     if request.from_dir is not None:
         return DirSource(request.from_dir)
     assert request.source is not None
+    # compared before it is checked: the same store twice is a UsageError whatever its state
     source = open_store(request.source, environ=side_environ(os.environ, "FROM"))  # its own keys
     if hasattr(source, "close"):
         stack.callback(source.close)
@@ -219,10 +198,9 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sou
 
 
 def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _Plan:
-    """One verify of the target (manifests through the gate, every object hashed once), plus
-    the manifests its cell pointers name that it lacks; each manifest to rewrite read from the
-    source and gated (refused: reported, not planned), and the objects a replacement brings
-    that the target lacks or holds damaged."""
+    """One verify of the target, plus the manifests its cell pointers name that it lacks; each
+    manifest to rewrite read from the source and gated (refused: reported, not planned), and
+    the objects a replacement brings that the target lacks or holds damaged."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         cat = read_catalogue(target, pool, trust, workers=workers)
         _, found = check_objects(target, cat, pool, quick=False)
@@ -247,14 +225,7 @@ def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _P
 
     def admitted(key: str, data: bytes) -> bool:
         doc = good_manifest(data, key)
-        try:
-            if doc is None:
-                return False
-            trust.admit(doc, key)
-            check_pin(doc, key, cat.pins.get(doc.entry_key))
-        except UntrustedEntryError:
-            return False
-        return True
+        return doc is not None and gate(doc, key, trust, cat.pins) is None
 
     result = RepairResult(target.url, source.url, True, planned,
                           remaining=(*problems, *refused), refused=refused)
@@ -328,8 +299,12 @@ def rewrite_object(target: Store, source: Source, item: RepairItem) -> str:
     target's copy is good: untouched), or "unavailable" (the source lacks good bytes)."""
     if object_is_good(target, item):
         return "good"
-    try:
-        _stream(target, source, item)
+    assert item.size is not None and item.sha256 is not None
+    try:  # checked while it streams: a mismatch leaves nothing of it
+        with source.open(item.key) as raw:
+            target.delete(item.key)
+            put_verified(target, item.key, raw, item.size, item.sha256,
+                         name=f"{source.url}/{item.key}")
     except (NotFoundError, IntegrityError):
         return "unavailable"
     if not object_is_good(target, item):
@@ -360,13 +335,3 @@ def _admitted_at(target: Store, key: str, admitted: Callable[[bytes], bool]) -> 
         return admitted(target.read(key))
     except NotFoundError:
         return False
-
-
-def _stream(target: Store, source: Source, item: RepairItem) -> None:
-    """Replace a bad blob or pack with ``source``'s bytes, checked while they stream: a
-    mismatch leaves nothing of them (IntegrityError)."""
-    assert item.size is not None and item.sha256 is not None
-    with source.open(item.key) as raw:
-        target.delete(item.key)
-        put_verified(target, item.key, raw, item.size, item.sha256,
-                     name=f"{source.url}/{item.key}")

@@ -1,18 +1,15 @@
 """Retire entries by policy: keep the newest K SDK versions per backend, every entry of named
-matrices and every entry of the fingerprints restored lately, retire the rest (``plan_retire``
-is pure; ``apply_retire`` does the I/O; ``retire_entries(RetireEntriesRequest)`` is the use
-case: policy, plan, consent, record, index). Which fingerprints were restored lately is the index's
-answer, handed in as ``RetirePolicy.keep_fingerprints``.
-
-An entry's SDK version is the part of its fingerprint a Neuron SDK (or torch) release changes:
-for neuron the versions of neuronx-cc, torch-neuronx, NKI, libneuronxla and torch; for inductor
-torch's. Versions are ordered field by field, numerically where they are numbers.
+matrices and of the fingerprints restored lately (the index's answer), retire the rest
+(``plan_retire`` is pure; ``apply_retire`` does the I/O; the use case is
+``retire_entries(RetireEntriesRequest)``). An entry's SDK version is the part of its
+fingerprint a Neuron SDK (or torch) release changes, ordered field by field, numerically where
+they are numbers.
 
 Apply writes the record first, ``retired/<time>-<id>.json`` (who, when, why, the policy, the
 entries, and every blob and pack they referenced), then deletes each retired entry's cell
-pointer and then its manifest. The blobs stay for ``gc``, which spares the blobs and packs a
-retire record younger than its grace period names: a restore that read a manifest just before
-it was retired still finds every blob. Records are never deleted: they are the history.
+pointer and manifest. The blobs stay for ``gc``, which spares those a young record names: a
+restore that read a manifest just before it was retired still finds every blob. Records are
+never deleted: they are the history.
 """
 
 from __future__ import annotations
@@ -114,14 +111,11 @@ class RetirePolicy:
 
     def kept_by(self, e: EntryInfo, kept_versions: Set[tuple[str, SdkVersion]]) -> tuple[str, ...]:
         """The rules that keep ``e`` (empty: retire it)."""
-        rules = []
-        if (e.backend, e.sdk) in kept_versions:
-            rules.append(KEPT_SDK)
-        if e.cell_key in self.keep_cells:
-            rules.append(KEPT_MATRIX)
-        if e.fingerprint_key in self.keep_fingerprints:
-            rules.append(KEPT_RESTORED)
-        return tuple(rules)
+        return tuple(rule for rule, keeps in ((KEPT_SDK, (e.backend, e.sdk) in kept_versions),
+                                              (KEPT_MATRIX, e.cell_key in self.keep_cells),
+                                              (KEPT_RESTORED,
+                                               e.fingerprint_key in self.keep_fingerprints))
+                     if keeps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,17 +202,13 @@ def retire_record(plan: RetirePlan, *, by: str, reason: str, now: float) -> dict
             "packs": sorted({s for e in plan.retire for s, _ in e.packs})}
 
 
-def record_key(now: float) -> str:
-    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{RETIRED}{stamp}-{uuid.uuid4().hex[:8]}.json"
-
-
 def apply_retire(store: Store, plan: RetirePlan, *, by: str, reason: str,
                  now: float | None = None) -> str:
     """Write the record, then delete each retired entry's pointer and manifest. Returns the
     record's key."""
     now = time.time() if now is None else now
-    key = record_key(now)
+    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    key = f"{RETIRED}{stamp}-{uuid.uuid4().hex[:8]}.json"
     body = canonical_json(retire_record(plan, by=by, reason=reason, now=now)).encode("utf-8")
     store.put(key, io.BytesIO(body), if_absent=True)
     for e in plan.retire:
@@ -258,10 +248,8 @@ def with_restored(policy: RetirePolicy, fingerprint_keys: Iterable[str]) -> Reti
 
 @dataclass(frozen=True, slots=True)
 class RetireEntriesResult(ExitRule):
-    """The plan (what is kept, by which rules, what is retired, the bytes the next gc frees),
-    whether it was only a dry run, the record written (its store key; None on a dry run or
-    when nothing was retired), the store's URL, and why the index could not be updated
-    (``index_error``; None when it was or there is none). A result is a success (exit 0)."""
+    """The plan, whether it was only a dry run, the record written (its store key, or None),
+    the store's URL, and why the index could not be updated (``index_error``)."""
 
     plan: RetirePlan
     dry_run: bool
@@ -270,27 +258,18 @@ class RetireEntriesResult(ExitRule):
     index_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache retire --json``: policy, sdk_versions, keep (with kept_by), retire,
-        entries_kept, entries_retired, blobs_freed, bytes_freed, dry_run, record, store."""
+        """``neffcache retire --json``: the plan's document, dry_run, record, store."""
         return dict(self.plan.to_json(), dry_run=self.dry_run, record=self.record,
                     store=self.store)
 
 
 @checked_request
 class RetireEntriesRequest:
-    """What ``retire_entries`` keeps and how it goes about it.
-
-    The policy (any rule keeps an entry; each None/empty falls back to the config file's
-    [retire] table): ``keep_sdk_versions`` the newest K SDK versions per backend,
-    ``keep_matrices`` every entry of these matrix files' cells, ``keep_restored_days`` the
-    fingerprints an ok/partial restore report in the index found in the last D days.
-    ``store``/``index``: URLs (None: as the CLI would, NEFFCACHE_* > config file > default).
-    ``reason`` and ``by`` go into the record (defaults: the policy, USER@HOST).
-    ``dry_run``: plan only. Otherwise retiring needs consent: ``confirmed=True``, or a
-    ``confirm(preview)`` callback (``preview`` is the dry run's result) returning True; when
-    it returns False nothing is retired and the result is the dry run's. It never prompts.
-    ``notice(line)``: warnings (the index could not be updated). ``workers``: parallel reads.
-    """
+    """What ``retire_entries`` keeps. Any rule keeps an entry; each None/empty falls back to
+    the config file's [retire] table: ``keep_sdk_versions`` the newest K SDK versions per
+    backend, ``keep_matrices`` every entry of these matrix files' cells, ``keep_restored_days``
+    the fingerprints an ok/partial restore report in the index found in the last D days.
+    ``reason`` and ``by`` go into the record (defaults: the policy, USER@HOST)."""
 
     keep_sdk_versions: int | None = None
     keep_matrices: Sequence[str | Path] = ()
@@ -307,13 +286,11 @@ class RetireEntriesRequest:
 
 
 def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:
-    """Retire every entry of the store the policy does not keep: plan first, then write a
-    record (``retired/<time>-<id>.json``) and delete each retired entry's cell pointer and
-    manifest; blobs are left to gc. The retired entries leave the index too when there is one
-    (a failing index is only a notice). Raises UsageError (exit 2) for no policy at all, for
-    ``keep_restored_days`` without an index, and when there is something to retire without
-    consent; MatrixError for a bad matrix file; UnavailableError (exit 6) when the store or
-    the index cannot be reached."""
+    """Retire every entry of the store the policy does not keep (blobs are left to gc), and
+    from the index when there is one (a failing index is only a notice). Raises UsageError
+    (exit 2) for no policy, for ``keep_restored_days`` without an index, and without consent;
+    MatrixError for a bad matrix file; UnavailableError (exit 6) when the store or the index
+    cannot be reached."""
     settings = read_settings(os.environ, store=request.store, index=request.index)
     policy = _policy(request, settings)
     s = open_checked_store(settings.store_url)
@@ -339,8 +316,7 @@ def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:
 
 
 def _policy(request: RetireEntriesRequest, settings: Settings) -> RetirePolicy:
-    """Flags over the config file's [retire] table, checked; with the index's restored
-    fingerprints when the policy keeps them."""
+    """The checked policy, with the index's restored fingerprints when it keeps them."""
     config = dict(settings.retire)
     files = tuple(request.keep_matrices) or tuple(config.get("keep_matrices", ()))
     policy = policy_from(request.keep_sdk_versions, [_matrix_cells(f) for f in files], config,
@@ -357,7 +333,6 @@ def _matrix_cells(path: str | Path) -> tuple[str, tuple[str, ...]]:
 
 
 def _who() -> str:
-    """USER@HOST, the default ``by`` of a retire record."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
@@ -366,22 +341,19 @@ def _who() -> str:
 
 
 def _restored(settings: Settings, days: int) -> set[str]:
-    """The index's fingerprint keys restored in the last ``days`` days."""
     if not settings.has_index:
         raise UsageError(f"--keep-restored-days {days} needs the index (restore reports are "
                          f"counted there), and there is none",
                          hint="neffcache reindex (or --index URL / NEFFCACHE_INDEX)")
     from neffcache.index import open_index  # SQLAlchemy: only when the policy needs it
 
-    since = datetime.now(timezone.utc) - timedelta(days=days)
     with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as idx:
-        return idx.restored_fingerprints(since)
+        return idx.restored_fingerprints(datetime.now(timezone.utc) - timedelta(days=days))
 
 
 def _unindex(settings: Settings, keys: list[str],
              notice: Callable[[str], None] | None) -> str | None:
-    """Remove retired entries from the index when there is one; a failure is only a notice
-    (and the returned message)."""
+    """Remove retired entries from the index when there is one; a failure is only a notice."""
     if not settings.has_index:
         return None
     from neffcache.index import open_index  # SQLAlchemy: only when there is an index

@@ -1,11 +1,7 @@
-"""Store integrity: every manifest decodes (with part digests for every file over 24 MiB, which
-decoding requires), every blob it references exists and (unless quick) streams to exactly its
-recorded size and sha256, and to the part digests manifests record for it (which restores
-verify large files by). Each blob is checked once, however many entries share it. Packs (small
-blobs back to back, which restores read first) are checked the same way: present, and each
-member's bytes at its offset match its sha256. Problems are collected and reported, never
-raised one by one. The use case is ``verify_store(VerifyStoreRequest)``; ``audit_store`` checks
-a store already open.
+"""Store integrity: every manifest decodes and passes the trust gate, every blob and pack it
+references exists and (unless quick) matches its size, sha256 and part digests; each object is
+checked once, however many entries share it, and problems are collected, never raised one by
+one. The use case is ``verify_store(VerifyStoreRequest)``; ``audit_store`` checks an open store.
 """
 
 from __future__ import annotations
@@ -65,9 +61,7 @@ class Problem:
 
 @dataclass(frozen=True, slots=True)
 class VerifyStoreResult(ExitRule):
-    """What ``verify_store`` found: counts, bytes read, every problem. ``error()`` is an
-    IntegrityError (exit 4) for any problem but unreadable objects, an UnavailableError (exit 6)
-    when objects could only not be read, None when there is no problem (exit 0)."""
+    """What ``verify_store`` found: counts, bytes read, every problem."""
 
     manifests: int
     blobs: int
@@ -103,19 +97,12 @@ class VerifyStoreResult(ExitRule):
 
 @checked_request
 class VerifyStoreRequest:
-    """What ``verify_store`` checks.
-
-    ``store``: a store URL (None: as the CLI would, NEFFCACHE_STORE > config file > default);
-    ``quick``: only check that every referenced blob and pack exists (no download);
-    ``workers``: parallel reads; ``progress(done, total)``: called per blob checked.
-    ``quarantine``: mark each damaged blob or pack (wrong size or sha256) with a
+    """What ``verify_store`` checks. ``quick``: existence only (no download);
+    ``progress(done, total)``: per blob; ``quarantine``: mark each damaged blob or pack with a
     ``damaged/<key>`` object, so push, copy and bundle import rewrite it instead of skipping.
-    ``trusted_keys``: public keys (``ed25519:...``) or files of them; a manifest none of them
-    signed is a problem (``untrusted``: a restore trusting them would refuse it). Empty:
-    NEFFCACHE_TRUSTED_KEYS, the config file's ``trusted_keys``, else signatures are not checked.
-    A manifest whose digest is not the one its cell pointer pins is a problem either way
-    (``pin``). The gate is ``neffcache.trust``.
-    """
+    ``trusted_keys`` (``ed25519:...`` or files of them; empty: the settings'): a manifest none
+    of them signed is a problem (``untrusted``), as is one whose digest is not the one its cell
+    pointer pins (``pin``)."""
 
     store: str | None = None
     quick: bool = False
@@ -127,11 +114,9 @@ class VerifyStoreRequest:
 
 
 def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
-    """Check that every manifest in the store decodes and every blob and pack it references
-    exists and streams to exactly its recorded size and sha256 (and part digests); each blob
-    once. Problems are collected in the result (exit 4, or 6 when objects could only not be
-    read), never raised one by one. Raises UnavailableError (exit 6) when the store cannot be
-    reached at all, ConfigError for a bad store URL."""
+    """Check every manifest of the store and every blob and pack it references. Problems are
+    in the result (exit 4, or 6 when objects could only not be read); raises UnavailableError
+    (exit 6) when the store cannot be reached, ConfigError for a bad store URL."""
     settings = read_settings(os.environ, store=request.store)
     trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
     s = open_checked_store(settings.store_url)
@@ -177,11 +162,8 @@ class Catalogue:
 def audit_store(store: Store, *, quick: bool = False, workers: int = 8,
                 progress: Callable[[int, int], None] | None = None,
                 trust: TrustPolicy = UNCHECKED) -> VerifyStoreResult:
-    """Check every manifest of ``store`` and every blob and pack it references (each once);
-    ``progress(done, total)`` per blob. Each manifest passes the trust gate: with keys, one
-    none of them signed is a problem (kind ``untrusted``: what a restore would refuse), and
-    one whose digest is not the one its cell pointer pins is a problem (kind ``pin``). The
-    use case, from a request, is ``verify_store``."""
+    """Check every manifest of ``store`` (through the trust gate) and every blob and pack it
+    references, each once; ``progress(done, total)`` per blob."""
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         catalogue = read_catalogue(store, pool, trust, workers=workers)
@@ -211,18 +193,26 @@ def read_catalogue(store: Store, pool: ThreadPoolExecutor, trust: TrustPolicy = 
 
 def _read_gated(store: Store, key: str, trust: TrustPolicy, pins: Mapping[str, str | None]
                 ) -> tuple[str, Manifest | Problem, Problem | None]:
-    key, doc = _read_manifest(store, key)
-    if isinstance(doc, Problem):
-        return key, doc, None
+    """Manifest ``key`` (or why it cannot be read), and why the trust gate refuses it."""
     try:
-        trust.admit(doc, key)
-    except UntrustedEntryError as exc:
-        return key, doc, Problem(key, "untrusted", str(exc))
-    try:
-        check_pin(doc, key, pins.get(doc.entry_key))
-    except UntrustedEntryError as exc:
-        return key, doc, Problem(key, "pin", str(exc))
-    return key, doc, None
+        doc = decode_entry(store.read(key), key, entry_key_of(key))
+    except (ManifestError, NotFoundError) as exc:
+        return key, Problem(key, "manifest", str(exc)), None
+    except UnavailableError as exc:
+        return key, Problem(key, "unavailable", str(exc)), None
+    return key, doc, gate(doc, key, trust, pins)
+
+
+def gate(doc: Manifest, key: str, trust: TrustPolicy, pins: Mapping[str, str | None]
+         ) -> Problem | None:
+    """Why the trust gate refuses manifest ``key`` (kind ``untrusted`` or ``pin``), or None."""
+    for kind, check in (("untrusted", lambda: trust.admit(doc, key)),
+                        ("pin", lambda: check_pin(doc, key, pins.get(doc.entry_key)))):
+        try:
+            check()
+        except UntrustedEntryError as exc:
+            return Problem(key, kind, str(exc))
+    return None
 
 
 def check_objects(store: Store, catalogue: Catalogue, pool: ThreadPoolExecutor, quick: bool,
@@ -251,15 +241,6 @@ def check_objects(store: Store, catalogue: Catalogue, pool: ThreadPoolExecutor, 
         checked += nbytes
         problems.extend(found)
     return checked, problems
-
-
-def _read_manifest(store: Store, key: str) -> tuple[str, Manifest | Problem]:
-    try:
-        return key, decode_entry(store.read(key), key, entry_key_of(key))
-    except (ManifestError, NotFoundError) as exc:
-        return key, Problem(key, "manifest", str(exc))
-    except UnavailableError as exc:
-        return key, Problem(key, "unavailable", str(exc))
 
 
 def _check_blob(store: Store, sha: str, size: int, ref: str, quick: bool,
@@ -317,12 +298,13 @@ def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
         bad, n = [], 0
         with store.open(key) as src:
             for m in pack.members:  # validated: in offset order, inside the pack
-                n += _read_count(src, m.offset - n)
+                n += _skip(src, m.offset - n)
                 data = read_full(src, m.size)
                 n += len(data)
                 if hashlib.sha256(data).hexdigest() != m.sha256:
                     bad.append(m)
-            n += _read_count(src, None)
+            while chunk := src.read(CHUNK):
+                n += len(chunk)
     except NotFoundError:
         return 0, [Problem(key, "missing", f"{key}: missing (referenced by {by})")]
     except UnavailableError as exc:
@@ -343,12 +325,9 @@ def read_full(src: Any, size: int) -> bytes:
     return b"".join(parts)
 
 
-def _read_count(src: Any, size: int | None) -> int:
-    """Read and drop ``size`` bytes (None: to the end); how many there were."""
+def _skip(src: Any, size: int) -> int:
+    """Read and drop ``size`` bytes (fewer where ``src`` ends); how many there were."""
     n = 0
-    while size is None or n < size:
-        chunk = src.read(CHUNK if size is None else min(CHUNK, size - n))
-        if not chunk:
-            break
+    while n < size and (chunk := src.read(min(CHUNK, size - n))):
         n += len(chunk)
     return n

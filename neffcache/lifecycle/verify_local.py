@@ -1,11 +1,9 @@
 """Verify a restored directory: re-hash every file against the manifests restore kept beside it
-(``DIR/.neffcache-entries/``), catching damage below the file system's metadata (a flipped bit
-leaves size and mtime alone, so restore's stat-based "already in place" check cannot see it).
-
-A damaged file's record is dropped from its root's state file, so the next ``neffcache restore``
-re-hashes it and fetches it again. ``plan_local_checks`` is pure; the rest reads files. The use
-case is ``verify_local_dir(VerifyLocalDirRequest)``. ``DirSource`` reads such a directory as a
-source of good bytes for ``neffcache repair --from-dir``.
+(``DIR/.neffcache-entries/``), catching damage a flipped bit hides from restore's stat-based
+"already in place" check; a damaged file is dropped from its root's state file, so the next
+restore fetches it again. ``plan_local_checks`` is pure; the use case is
+``verify_local_dir(VerifyLocalDirRequest)``. ``DirSource`` reads such a directory as a source
+of good bytes for ``neffcache repair --from-dir``.
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ from neffcache.errors import (
 )
 from neffcache.hashing import CHUNK
 from neffcache.lifecycle.entry_select import decode_entry
+from neffcache.lifecycle.verify import MAX_LISTED
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
 from neffcache.request_rules import checked_request
 from neffcache.restore import LOCAL_ENTRIES, MISSING_FILE, forget_paths, lock_destination
@@ -40,7 +39,6 @@ from neffcache.store import MANIFESTS, blob_key, entry_key_of, pack_key
 from neffcache.thread_pool import map_in_threads
 from neffcache.trust import UNCHECKED, TrustPolicy, load_trust
 
-MAX_LISTED = 200
 # Re-hashing a restored directory is disk-bound: more readers than this only contend.
 LOCAL_WORKERS_MAX = 8
 
@@ -69,7 +67,7 @@ class LocalProblem:
 @dataclass(frozen=True, slots=True)
 class VerifyLocalDirResult(ExitRule):
     """What ``verify_local`` found in a restored directory: counts, bytes re-hashed, every
-    problem. ``error()`` is an IntegrityError (exit 4) for any problem, else None (exit 0)."""
+    problem."""
 
     target: str
     entries: int
@@ -87,8 +85,7 @@ class VerifyLocalDirResult(ExitRule):
                               hint=f"neffcache restore MATRIX --to {self.target}")
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache verify --local DIR --json``: ok, target, entries, files, bytes_checked,
-        problems (path, kind, error; the first 200), problem_count, seconds."""
+        """``neffcache verify --local DIR --json`` (the first 200 problems)."""
         return {"ok": not self.problems, "target": self.target, "entries": self.entries,
                 "files": self.files, "bytes_checked": self.bytes_checked,
                 "problems": [p.to_json() for p in self.problems[:MAX_LISTED]],
@@ -97,12 +94,10 @@ class VerifyLocalDirResult(ExitRule):
 
 @checked_request
 class VerifyLocalDirRequest:
-    """What ``verify_local_dir`` checks: ``target``, a directory ``neffcache restore`` wrote
-    (it holds ``.neffcache-entries/``); ``workers`` parallel reads (at most 8 are used);
-    ``progress(done, total)`` after each batch of files. ``trusted_keys``: as for
-    ``VerifyStoreRequest``; with keys, an entry whose manifest copy none of them signed is a
-    problem (kind ``untrusted``): its files are where the runtime reads them, and a restore
-    trusting those keys removes them."""
+    """What ``verify_local_dir`` checks: ``target``, a directory ``neffcache restore`` wrote;
+    ``workers`` parallel reads (at most 8 are used). With ``trusted_keys``, an entry whose
+    manifest copy none of them signed is a problem (kind ``untrusted``): a restore trusting
+    those keys removes its files."""
 
     target: str | Path
     workers: int = 8
@@ -112,11 +107,9 @@ class VerifyLocalDirRequest:
 
 
 def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
-    """Re-hash every file of every entry restored into ``target`` against the manifest restore
-    kept there, under the directory's restore lock (a restore running there is waited for). A
-    damaged file is listed and forgotten by its root's state file, so the next restore fetches
-    it again; any problem is exit 4. No store is read. Raises UsageError (exit 2) when
-    ``target`` is not a directory neffcache restore wrote."""
+    """Re-hash every file of every entry restored into ``target`` (no store is read); any
+    problem is exit 4. Raises UsageError (exit 2) when ``target`` is not a directory neffcache
+    restore wrote."""
     trust = load_trust(read_settings(os.environ), request.trusted_keys,
                        require=request.require_signatures)
     return verify_local(Path(request.target),
@@ -140,8 +133,7 @@ def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[Local
 def read_local_manifests(target: Path, trust: TrustPolicy = UNCHECKED
                          ) -> tuple[tuple[Manifest, ...], list[LocalProblem]]:
     """The manifest copies restore kept in ``target`` that decode, and a problem for each
-    other one; with keys, a copy none of them signed is a problem too (kind ``untrusted``) and
-    still returned (its files are checked: they are there)."""
+    other one or (still returned: its files are there) one the trust gate refuses."""
     d = target / LOCAL_ENTRIES
     found, problems = [], []
     for p in sorted(d.glob("*.json")):
@@ -201,29 +193,23 @@ def verify_local(target: Path, *, workers: int = 4,
         raise UsageError(f"{target}: no {LOCAL_ENTRIES}/ here: not a directory neffcache "
                          f"restore wrote", hint=f"neffcache restore MATRIX --to {target}")
     with lock_destination(str(target), who="verify --local") as held:
-        report = _verify_locked(target, workers, progress, started, trust)
+        manifests, problems = read_local_manifests(target, trust)
+        checks = plan_local_checks(manifests, str(target))
+        checked = 0
+        for i in range(0, len(checks), 512):
+            for nbytes, problem in map_in_threads(check_file, checks[i:i + 512], workers):
+                checked += nbytes
+                if problem is not None:
+                    problems.append(problem)
+            if progress:
+                progress(min(i + 512, len(checks)), len(checks))
+        damaged = {(c.root, c.path) for c in checks for p in problems if p.path == c.file}
+        if damaged:
+            forget_states(manifests, str(target), damaged)
         if not held.unclean:  # a killed restore's mark stays for the next restore's sweep
             held.finished()
-    return report
-
-
-def _verify_locked(target: Path, workers: int, progress: Callable[[int, int], None] | None,
-                   started: float, trust: TrustPolicy) -> VerifyLocalDirResult:
-    manifests, problems = read_local_manifests(target, trust)
-    checks = plan_local_checks(manifests, str(target))
-    checked = 0
-    for i in range(0, len(checks), 512):
-        for nbytes, problem in map_in_threads(check_file, checks[i:i + 512], workers):
-            checked += nbytes
-            if problem is not None:
-                problems.append(problem)
-        if progress:
-            progress(min(i + 512, len(checks)), len(checks))
-    damaged = {(c.root, c.path) for c in checks for p in problems if p.path == c.file}
-    if damaged:
-        forget_states(manifests, str(target), damaged)
-    return VerifyLocalDirResult(str(target), len(manifests), len(checks), checked, tuple(problems),
-                       time.monotonic() - started)
+    return VerifyLocalDirResult(str(target), len(manifests), len(checks), checked,
+                                tuple(problems), time.monotonic() - started)
 
 
 def forget_states(manifests: Sequence[Manifest], target: str,
@@ -238,9 +224,8 @@ def forget_states(manifests: Sequence[Manifest], target: str,
 
 
 class DirSource:
-    """A restored directory as a read-only source of objects: blobs by the files its manifest
-    copies name (each re-hashed), packs rebuilt from their members, manifests from the copies
-    (a ``repair.Source``; bytes are checked by the caller, manifests by the trust gate)."""
+    """A restored directory as a ``repair.Source``: blobs by the files its manifest copies
+    name, packs rebuilt from their members, manifests from the copies (the caller checks)."""
 
     def __init__(self, target: str | Path) -> None:
         self.url = f"dir:{target}"
@@ -258,12 +243,11 @@ class DirSource:
             for p in m.packs:
                 self.packs.setdefault(p.sha256, p)
 
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
+    def read(self, key: str) -> bytes:
         with self.open(key) as src:
-            data = src.read()
-        return data[start:] if length is None else data[start:start + length]
+            return src.read()
 
-    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+    def open(self, key: str) -> BinaryIO:
         name = key.rsplit("/", 1)[-1]
         entry = entry_key_of(key) if key.startswith(MANIFESTS) else None
         if entry is not None and entry in self.manifests:
