@@ -8,18 +8,7 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import (
-    allow_missing_packages_option,
-    finish,
-    human_bytes,
-    index_option,
-    json_option,
-    progress,
-    python_option,
-    ranged,
-    signing_key_option,
-    store_option,
-)
+from neffcache.cli._common import finish, human_bytes, progress, shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
 CAPTURE_HELP = """\
@@ -65,24 +54,12 @@ Examples:
               help="The cell the runtime-compiled files belong to [default: the only cell of "
                    "MATRIX without an entry for this fingerprint].")
 @click.option("--dry-run", is_flag=True, help="Say what would be published; upload nothing.")
-@click.option("--workers", type=ranged("CaptureRequest", "workers"), default=8, show_default=True,
-              help="Parallel hashing and uploads.")
-@python_option
-@signing_key_option
-@allow_missing_packages_option
-@store_option
-@index_option
-@json_option
-def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers: int,
-            python: str | None, allow_missing_packages: bool, store: str | None,
-            index: str | None, as_json: bool, signing_key: str | None = None) -> None:
-    """Parse, call ``neffcache.precompile.capture_entry``, render (help: CAPTURE_HELP)."""
+@workers_option("CaptureRequest", 8, "Parallel hashing and uploads.")
+@shared("python", "signing_key", "allow_missing_packages", "store", "index", "json")
+def capture(as_json: bool, **params: Any) -> None:
     from neffcache.precompile import CaptureRequest, capture_entry
 
-    result = capture_entry(CaptureRequest(
-        matrix=matrix, cache=cache, cell_id=cell_id, dry_run=dry_run, workers=workers,
-        python=python, store=store, index=index, notice=progress,
-        allow_missing_packages=allow_missing_packages, signing_key=signing_key))
+    result = capture_entry(CaptureRequest(**params, notice=progress))
     finish(result, as_json, lambda: _summary(result.to_json()))
 
 

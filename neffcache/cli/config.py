@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import finish, format_table, index_option, json_option, python_option
-from neffcache.cli._common import store_option as store_flag
+from neffcache.cli._common import finish, format_table, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 if TYPE_CHECKING:
@@ -37,18 +36,14 @@ Examples:
 
 
 @click.command("config", help=CONFIG_HELP, epilog=EXIT_CODE_HELP)
-@store_flag
-@index_option
-@python_option
+@shared("store", "index", "python")
 @click.option("--report-to", "reports", metavar="WHERE", default=None,
               help="As restore --report-to: store, none or a directory.")
-@json_option
-def config(store: str | None, index: str | None, python: str | None, reports: str | None,
-           as_json: bool) -> None:
+@shared("json")
+def config(as_json: bool, **params: Any) -> None:
     from neffcache.config_show import ShowConfigRequest, show_config
 
-    result = show_config(ShowConfigRequest(store=store, index=index, python=python,
-                                           reports=reports))
+    result = show_config(ShowConfigRequest(**params))
     finish(result, as_json, lambda: _text(result))
 
 

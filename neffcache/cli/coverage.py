@@ -3,20 +3,11 @@ its status (ready, in_progress, failed, missing), as a table or JSON."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import (
-    encode_line,
-    format_table,
-    index_option,
-    json_option,
-    jsonl_option,
-    python_option,
-    stream_json,
-    stream_json_lines,
-)
+from neffcache.cli._common import encode_line, format_table, shared, stream_json, stream_json_lines
 from neffcache.cli._process import without_cyclic_gc
 from neffcache.errors import UsageError
 
@@ -93,8 +84,7 @@ cells are not ready.
 
 @click.command("coverage", help=_HELP)
 @click.argument("matrix", metavar="NAME|FILE")
-@click.option("--cells", "cell_globs", metavar="GLOB", multiple=True,
-              help="Only cells whose id matches this glob (repeatable).")
+@shared("cells")
 @click.option("--fingerprint", "fingerprints", metavar="KEY|host", multiple=True,
               help="Only this fingerprint's column: a key or a unique prefix of one (as "
                    "`coverage` and `ls` print them; a full key nothing was built for yet is "
@@ -104,19 +94,13 @@ cells are not ready.
 @click.option("--check", is_flag=True,
               help="Exit 3 unless every selected cell is ready for every shown fingerprint "
                    "(this host's when no --fingerprint is given): a CI gate.")
-@python_option
-@index_option
-@json_option
-@jsonl_option
+@shared("python", "index", "json", "jsonl")
 @without_cyclic_gc
-def coverage(matrix: str, cell_globs: tuple[str, ...], fingerprints: tuple[str, ...],
-             check: bool, python: str | None, index: str | None, as_json: bool,
-             as_jsonl: bool) -> None:
+def coverage(as_json: bool, as_jsonl: bool, **params: Any) -> None:
     from neffcache.index import CoverageRequest
     from neffcache.index import coverage as run_coverage
 
-    request = CoverageRequest(matrix=matrix, cells=cell_globs, fingerprints=fingerprints,
-                              check=check, python=python, index=index)
+    request = CoverageRequest(**params)
     if as_json and as_jsonl:
         raise UsageError("--json and --jsonl: choose one")
     if as_json or as_jsonl:
@@ -124,7 +108,7 @@ def coverage(matrix: str, cell_globs: tuple[str, ...], fingerprints: tuple[str, 
         return
     result = run_coverage(request)
     if not result.report.cells:
-        click.echo(f"{result.matrix}: no cell matches {list(cell_globs)}", err=True)
+        click.echo(f"{result.matrix}: no cell matches {list(request.cells)}", err=True)
     else:
         click.echo(render_coverage(result.report))
     err = result.error()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import finish, json_option
+from neffcache.cli._common import finish, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 KEYS_HELP = """Signing keys for entries (Ed25519).
@@ -36,7 +36,7 @@ def keys() -> None:
 @click.option("--public-out", "public_out", metavar="FILE", default=None,
               type=click.Path(dir_okay=False),
               help="Also write the public key (one ed25519: line) to FILE.")
-@json_option
+@shared("json")
 def generate(out: str, public_out: str | None, as_json: bool) -> None:
     """Make a new Ed25519 signing key; print its public key and key id.
 
@@ -56,7 +56,7 @@ def generate(out: str, public_out: str | None, as_json: bool) -> None:
 
 @keys.command("show", epilog=EXIT_CODE_HELP)
 @click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
-@json_option
+@shared("json")
 def show(path: str, as_json: bool) -> None:
     """Print the public key (and key id) of a private key file or a public key file.
 

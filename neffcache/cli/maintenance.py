@@ -3,21 +3,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from neffcache.cli._common import (
-    confirm_or_refuse,
+    ask,
     counter,
-    emit_json,
     finish,
     human_bytes,
-    json_option,
     progress,
     ranged,
-    store_option,
-    trust_options,
+    shared,
+    workers_option,
+    yes_option,
 )
 from neffcache.errors import EXIT_CODE_HELP
 
@@ -99,21 +98,16 @@ Examples:
 @click.command("verify", help=VERIFY_HELP, epilog=EXIT_CODE_HELP)
 @click.option("--quick", is_flag=True,
               help="Only check that every referenced blob exists (no download).")
-@click.option("--workers", type=ranged("VerifyStoreRequest", "workers"),
-              default=8, show_default=True,
-              help="Parallel reads.")
+@workers_option("VerifyStoreRequest", 8, "Parallel reads.")
 @click.option("--local", "local", metavar="DIR", default=None, type=click.Path(file_okay=False),
               help="Instead of the store: re-hash the files restored into DIR against the "
                    "manifests restore kept there.")
 @click.option("--quarantine", is_flag=True,
               help="Mark each damaged blob or pack under damaged/ in the store, so push, copy "
                    "and bundle import rewrite it instead of skipping it.")
-@trust_options
-@store_option
-@json_option
-def verify(quick: bool, workers: int, local: str | None, store: str | None,
-           as_json: bool, quarantine: bool = False,
-           trusted_keys: tuple[str, ...] = (), require_signatures: bool = False) -> None:
+@shared("trusted_key", "require_signatures", "store", "json")
+def verify(as_json: bool, local: str | None, quick: bool, quarantine: bool, store: str | None,
+           **params: Any) -> None:
     from neffcache.lifecycle import (
         VerifyLocalDirRequest,
         VerifyStoreRequest,
@@ -123,15 +117,11 @@ def verify(quick: bool, workers: int, local: str | None, store: str | None,
 
     result: VerifyStoreResult | VerifyLocalDirResult
     if local is not None:
-        result = verify_local_dir(VerifyLocalDirRequest(local, workers=workers,
-                                                        trusted_keys=trusted_keys,
-                                                        require_signatures=require_signatures))
+        result = verify_local_dir(VerifyLocalDirRequest(local, **params))
     else:
-        result = verify_store(VerifyStoreRequest(store=store, quick=quick, workers=workers,
-                                                 progress=counter("verify", "blobs", 50),
-                                                 quarantine=quarantine,
-                                                 trusted_keys=trusted_keys,
-                                                 require_signatures=require_signatures))
+        result = verify_store(VerifyStoreRequest(
+            store=store, quick=quick, quarantine=quarantine,
+            progress=counter("verify", "blobs", 50), **params))
     finish(result, as_json, lambda: _verify_text(result))
 
 
@@ -163,8 +153,7 @@ def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
 
 @click.command("gc", help=GC_HELP, epilog=EXIT_CODE_HELP)
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted or aborted.")
-@click.option("--yes", "-y", is_flag=True,
-              help="Delete without asking (required when stdin is not a terminal).")
+@yes_option("Delete")
 @click.option("--grace", type=ranged("CollectGarbageRequest", "grace"),
               default=3600.0, show_default=True,
               metavar="SECONDS", help="Spare blobs named by a publish in progress (its note is "
@@ -175,62 +164,51 @@ def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
                    "retire can be running).")
 @click.option("--uploads", "uploads_only", is_flag=True,
               help="Only abort stale multipart uploads (S3); leave blobs and packs alone.")
-@click.option("--workers", type=ranged("CollectGarbageRequest", "workers"),
-              default=16, show_default=True,
-              help="Parallel reads and deletes.")
-@store_option
-@json_option
-def gc(dry_run: bool, yes: bool, grace: float, force: bool, uploads_only: bool, workers: int,
-       store: str | None, as_json: bool) -> None:
+@workers_option("CollectGarbageRequest", 16, "Parallel reads and deletes.")
+@shared("store", "json")
+def gc(as_json: bool, **params: Any) -> None:
     from neffcache.lifecycle import CollectGarbageRequest, collect_garbage
 
-    result = collect_garbage(CollectGarbageRequest(
-        store=store, grace=grace, force=force, uploads_only=uploads_only, workers=workers,
-        dry_run=dry_run, confirmed=yes, confirm=_ask, notice=progress))
-    if as_json:
-        emit_json(result.to_json())
-    elif result.gc is not None:
-        _show_gc(result)
-    elif result.uploads is None:
-        click.echo(f"{result.store}: a local store has no multipart uploads; nothing to abort")
-    else:
-        _show_uploads(result)
+    result = collect_garbage(CollectGarbageRequest(**params, confirm=_ask, notice=progress))
+    finish(result, as_json, lambda: _gc_text(result))
 
 
 def _ask(preview: CollectGarbageResult) -> bool:
     """gc without --yes: a terminal's consent, or a refusal."""
-    return confirm_or_refuse(
-        f"Delete or abort {preview.pending} in {preview.store}?",
-        f"gc would delete or abort {preview.pending}; refusing without --yes when stdin is "
-        "not a terminal", hint="neffcache gc --dry-run, then neffcache gc --yes")
+    return ask(f"Delete or abort {preview.pending} in {preview.store}?",
+               f"gc would delete or abort {preview.pending}",
+               hint="neffcache gc --dry-run, then neffcache gc --yes")
 
 
-def _show_gc(result: CollectGarbageResult) -> None:
-    assert result.gc is not None
+def _gc_text(result: CollectGarbageResult) -> str:
+    dry = "dry run: " if result.dry_run else ""
+    if result.gc is None:
+        return _uploads_text(result, dry)
     plan = result.gc.plan
-    if result.dry_run:
-        for key in (*plan.delete, *plan.delete_packs):
-            click.echo(f"would delete {key}")
+    lines = [f"would delete {key}" for key in (*plan.delete, *plan.delete_packs)
+             if result.dry_run]
     d = result.counts()
-    click.echo(f"{'dry run: ' if result.dry_run else ''}{d['manifests']} manifests reference "
-               f"{d['referenced']} blobs; {d['blobs']} blobs stored, {d['unreferenced']} "
-               f"unreferenced ({d['spared']} spared for a publish in progress); deleted "
-               f"{d['deleted']}; {d['packs']} packs stored, {d['unreferenced_packs']} "
-               f"unreferenced, deleted {d['deleted_packs']}")
+    lines.append(f"{dry}{d['manifests']} manifests reference "
+                 f"{d['referenced']} blobs; {d['blobs']} blobs stored, {d['unreferenced']} "
+                 f"unreferenced ({d['spared']} spared for a publish in progress); deleted "
+                 f"{d['deleted']}; {d['packs']} packs stored, {d['unreferenced_packs']} "
+                 f"unreferenced, deleted {d['deleted_packs']}")
     if result.temps:
-        click.echo(f"{'would remove' if result.dry_run else 'removed'} {len(result.temps)} "
-                   "stale temp file(s)")
+        lines.append(f"{'would remove' if result.dry_run else 'removed'} "
+                     f"{len(result.temps)} stale temp file(s)")
     if result.uploads is not None:
-        _show_uploads(result)
+        lines.append(_uploads_text(result, dry))
+    return "\n".join(lines)
 
 
-def _show_uploads(result: CollectGarbageResult) -> None:
+def _uploads_text(result: CollectGarbageResult, dry: str) -> str:
     plan = result.uploads
-    assert plan is not None
-    if result.dry_run:
-        for u in plan.abort:
-            click.echo(f"would abort the multipart upload of {u.key}")
-    click.echo(f"{'dry run: ' if result.dry_run else ''}{plan.listed} multipart upload(s) in "
-               f"progress, {len(plan.abort) + len(plan.spared)} started more than "
-               f"{result.grace:g} s ago ({len(plan.spared)} spared for a publish in progress); "
-               f"aborted {len(result.aborted)}")
+    if plan is None:
+        return f"{result.store}: a local store has no multipart uploads; nothing to abort"
+    lines = [f"would abort the multipart upload of {u.key}" for u in plan.abort
+             if result.dry_run]
+    lines.append(f"{dry}{plan.listed} multipart upload(s) in "
+                 f"progress, {len(plan.abort) + len(plan.spared)} started more than "
+                 f"{result.grace:g} s ago ({len(plan.spared)} spared for a publish in progress); "
+                 f"aborted {len(result.aborted)}")
+    return "\n".join(lines)

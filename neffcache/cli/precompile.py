@@ -4,34 +4,28 @@ entries, record failures; a progress display on stderr, the results on stdout. T
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
 import time
-from datetime import datetime, timezone
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from neffcache.backends import neuron_env
 from neffcache.cli._common import (
-    allow_missing_packages_option,
     emit_json,
     format_table,
     human_bytes,
-    index_option,
-    json_option,
-    python_option,
+    jsonl_line,
     ranged,
-    signing_key_option,
-    store_option,
+    shared,
+    workers_option,
 )
 from neffcache.cli._process import stop_on_signals
 
 if TYPE_CHECKING:
     from neffcache.precompile import CellBeat, Event, PrecompileReport, StopSummary
-
 
 LOG_FORMATS = ("text", "jsonl")
 # the phase a progress event's cell is in after it (a JSON line's "phase")
@@ -54,17 +48,6 @@ def heartbeat_line(beat: CellBeat) -> str:
     """A heartbeat as a text log line (as the event lines: kind, cell, then what it says)."""
     return (f"{'beat':>7}  {beat.cell_id}  {human_elapsed(beat.elapsed)} {beat.phase}  "
             f"log: {beat.line or '-'}")
-
-
-def jsonl_line(event: str, cell: str | None, message: str, *, elapsed: float | None = None,
-               phase: str | None = None, ts: datetime | None = None) -> str:
-    """One JSON object for ``--log-format jsonl``: ts (UTC, ISO 8601), event, cell, elapsed
-    (seconds since the cell's worker started, or null), phase, message."""
-    when = (ts or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    return json.dumps({"ts": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                       "event": event, "cell": cell,
-                       "elapsed": None if elapsed is None else round(elapsed, 1),
-                       "phase": phase, "message": message}, ensure_ascii=False)
 
 
 class ProgressDisplay:
@@ -283,11 +266,8 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
 
 @click.command("precompile", help=PRECOMPILE_HELP)
 @click.argument("matrix", type=click.Path(dir_okay=False))
-@click.option("--cells", "cell_globs", metavar="GLOB", multiple=True,
-              help="Only cells whose id matches this glob (repeatable).")
-@click.option("--workers", type=ranged("PrecompileRequest", "workers"),
-              default=1, show_default=True,
-              help="Cells warmed at the same time, each in its own process.")
+@shared("cells")
+@workers_option("PrecompileRequest", 1, "Cells warmed at the same time, each in its own process.")
 @click.option("--shard", metavar="I/N", default=None,
               help="Only shard I of N (0 <= I < N; cells sorted by id, round-robin), for CI "
                    "matrix jobs.")
@@ -324,9 +304,7 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Where the per-cell cache roots and logs go (default: a temp directory).")
 @click.option("--keep-workdir", is_flag=True, help="Keep cache roots and logs after the run.")
-@allow_missing_packages_option
-@python_option
-@signing_key_option
+@shared("allow_missing_packages", "python", "signing_key")
 @click.option("--replace-matrix", is_flag=True,
               help="Register MATRIX as the current version of its `name` even when the index "
                    "holds other content under that name (without it that is refused, exit 2, "
@@ -342,31 +320,16 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
               help="stderr's log: text lines, or jsonl (one JSON object per event and "
                    "heartbeat: ts, event, cell, elapsed, phase, message) for CI systems that "
                    "parse logs. Results stay on stdout.")
-@store_option
-@index_option
-@json_option
-def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: str | None,
-               claim: bool, lease_seconds: float, retries: int, force: bool,
-               timeout: float | None, verify: bool, target: str | None, compile_only: bool,
-               workdir: str | None, keep_workdir: bool, allow_missing_packages: bool,
-               python: str | None, replace_matrix: bool, heartbeat_seconds: float,
-               log_format: str, store: str | None, index: str | None,
-               as_json: bool, signing_key: str | None = None) -> None:
-    """Parse, call ``neffcache.precompile.precompile``, render (help: PRECOMPILE_HELP)."""
+@shared("store", "index", "json")
+def precompile(as_json: bool, log_format: str, **params: Any) -> None:
     from neffcache.precompile import PrecompileRequest
     from neffcache.precompile import precompile as run_precompile
 
     display = ProgressDisplay(log_format=log_format)
     with stop_on_signals() as stop, display:
         result = run_precompile(PrecompileRequest(
-            matrix=matrix, cells=cell_globs, workers=workers, shard=shard, claim=claim,
-            lease_seconds=lease_seconds, retries=retries, force=force, timeout=timeout,
-            verify=verify, target=target, compile_only=compile_only, workdir=workdir,
-            keep_workdir=keep_workdir, store=store, index=index, notice=display.notice,
-            progress=display, selected=display.set_total, stop=stop.event,
-            allow_missing_packages=allow_missing_packages, replace_matrix=replace_matrix,
-            python=python, heartbeat=display.beat, heartbeat_seconds=heartbeat_seconds,
-            signing_key=signing_key))
+            **params, notice=display.notice, progress=display, selected=display.set_total,
+            stop=stop.event, heartbeat=display.beat))
     if as_json:
         emit_json(result.to_json())
     else:

@@ -3,17 +3,11 @@ matrix and fingerprint no longer need; parse, call ``neffcache.restore.prune``, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import (
-    confirm_or_refuse,
-    finish,
-    human_bytes,
-    json_option,
-    python_option,
-)
+from neffcache.cli._common import ask, finish, human_bytes, shared, yes_option
 from neffcache.errors import EXIT_CODE_HELP
 
 if TYPE_CHECKING:
@@ -48,31 +42,26 @@ Examples:
 
 
 @click.command("prune", help=PRUNE_HELP, epilog=EXIT_CODE_HELP)
-@click.argument("target", metavar="DIR", type=click.Path(file_okay=False))
+@click.argument("to", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--matrix", "matrix", required=True, metavar="MATRIX",
               type=click.Path(dir_okay=False), help="The matrix whose entries stay.")
 @click.option("--dry-run", is_flag=True, help="Only print what would be removed.")
-@click.option("--yes", "-y", is_flag=True,
-              help="Remove without asking (required when stdin is not a terminal).")
-@python_option
-@json_option
-def prune(target: str, matrix: str, dry_run: bool, yes: bool, python: str | None,
-          as_json: bool) -> None:
+@yes_option("Remove")
+@shared("python", "json")
+def prune(as_json: bool, **params: Any) -> None:
     from neffcache.restore import PruneRequest
     from neffcache.restore import prune as call
 
-    result = call(PruneRequest(to=target, matrix=matrix, python=python, dry_run=dry_run,
-                               confirmed=yes, confirm=_ask))
+    result = call(PruneRequest(**params, confirm=_ask))
     finish(result, as_json, lambda: _text(result))
 
 
 def _ask(preview: PruneResult) -> bool:
-    return confirm_or_refuse(
-        f"Remove {len(preview.pruned)} entry(ies), {len(preview.remove)} file(s) "
-        f"({human_bytes(preview.bytes_to_remove)}) from {preview.target}?",
-        f"prune would remove {len(preview.pruned)} entry(ies) and {len(preview.remove)} "
-        f"file(s); refusing without --yes when stdin is not a terminal",
-        f"neffcache prune {preview.target} --matrix MATRIX --yes (or --dry-run to look)")
+    return ask(f"Remove {len(preview.pruned)} entry(ies), {len(preview.remove)} file(s) "
+               f"({human_bytes(preview.bytes_to_remove)}) from {preview.target}?",
+               f"prune would remove {len(preview.pruned)} entry(ies) and "
+               f"{len(preview.remove)} file(s)",
+               f"neffcache prune {preview.target} --matrix MATRIX --yes (or --dry-run to look)")
 
 
 def _text(r: PruneResult) -> str:

@@ -7,18 +7,7 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import (
-    allow_missing_packages_option,
-    finish,
-    human_bytes,
-    index_option,
-    json_option,
-    progress,
-    python_option,
-    ranged,
-    signing_key_option,
-    store_option,
-)
+from neffcache.cli._common import finish, human_bytes, progress, ranged, shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
 PUSH_HELP = """\
@@ -60,32 +49,19 @@ Examples:
 @click.option("--root", "roots", multiple=True, required=True, metavar="NAME=DIR",
               help="A cache root and the directory holding it (repeatable), e.g. "
                    "neff=/tmp/neff_cache.")
-@click.option("--backend", "backend_name", metavar="NAME", default=None,
+@click.option("--backend", "backend", metavar="NAME", default=None,
               help="inductor or neuron [default: the matrix's, or the cell JSON's `backend`].")
 @click.option("--compile-seconds", type=ranged("PushRequest", "compile_seconds"),
               default=None, metavar="S",
               help="How long the warm-up took (recorded in the manifest).")
-@click.option("--workers", type=ranged("PushRequest", "workers"), default=32, show_default=True,
-              help="Parallel uploads (hashing runs on at most 2 threads per CPU).")
-@python_option
-@signing_key_option
-@allow_missing_packages_option
-@store_option
-@index_option
-@json_option
-def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
-         roots: tuple[str, ...], backend_name: str | None, compile_seconds: float | None,
-         workers: int, python: str | None, allow_missing_packages: bool, store: str | None,
-         index: str | None, as_json: bool, signing_key: str | None = None) -> None:
-    """Parse, call ``neffcache.precompile.push``, render (help: PUSH_HELP)."""
+@workers_option("PushRequest", 32, "Parallel uploads (hashing runs on at most 2 threads per "
+                "CPU).")
+@shared("python", "signing_key", "allow_missing_packages", "store", "index", "json")
+def push(as_json: bool, **params: Any) -> None:
     from neffcache.precompile import PushRequest
     from neffcache.precompile import push as push_cell
 
-    result = push_cell(PushRequest(
-        roots=roots, cell_json=cell_json, matrix=matrix, cell_id=cell_id, backend=backend_name,
-        compile_seconds=compile_seconds, workers=workers, python=python, store=store,
-        index=index, notice=progress, allow_missing_packages=allow_missing_packages,
-        signing_key=signing_key))
+    result = push_cell(PushRequest(**params, notice=progress))
     finish(result, as_json, lambda: render_push(result.to_json()))
 
 

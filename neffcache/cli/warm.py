@@ -8,15 +8,7 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import (
-    finish,
-    format_table,
-    index_option,
-    json_option,
-    progress,
-    python_option,
-    ranged,
-)
+from neffcache.cli._common import finish, format_table, progress, ranged, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 WARM_HELP = """\
@@ -63,24 +55,17 @@ Examples:
               type=click.Path(file_okay=False),
               help="The directory `neffcache restore --to DIR` filled: each cache root R is "
                    "DIR/R. Warmed in place, never copied.")
-@click.option("--cells", "patterns", multiple=True, metavar="GLOB",
-              help="Only cells whose id matches GLOB (repeatable).")
+@shared("cells")
 @click.option("--strict", is_flag=True,
               help="Exit 3 when any cell compiled (a cache miss), for health checks.")
 @click.option("--timeout", type=ranged("WarmRequest", "timeout"), default=None, metavar="SECONDS",
               help="Kill a cell's warm-up after this long (reported as failed).")
-@python_option
-@index_option
-@json_option
-def warm(matrix: str, cache: str, patterns: tuple[str, ...], strict: bool,
-         timeout: float | None, python: str | None, index: str | None, as_json: bool) -> None:
-    """Parse, call ``neffcache.precompile.check_warm``, render (help: WARM_HELP)."""
+@shared("python", "index", "json")
+def warm(as_json: bool, **params: Any) -> None:
     from neffcache.precompile import WarmRequest, check_warm
 
-    result = check_warm(WarmRequest(
-        matrix=matrix, cache=cache, cells=patterns, strict=strict, timeout=timeout,
-        index=index, notice=progress, python=python,
-        progress=lambda e: progress(f"{e[0]:>8}  {e[1]}  {e[2]}")))
+    result = check_warm(WarmRequest(**params, notice=progress,
+                                    progress=lambda e: progress(f"{e[0]:>8}  {e[1]}  {e[2]}")))
     finish(result, as_json, lambda: render_warm(result.to_json()))
 
 
