@@ -150,7 +150,3 @@ def _debug_traceback() -> None:
         import traceback  # only here: importing it costs every run a few ms of start-up
 
         traceback.print_exc()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import counter, finish, human_bytes, ranged, shared, workers_option
+from neffcache.cli._common import counter, finish, human_bytes
+from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
 FORMAT_HELP = """\b

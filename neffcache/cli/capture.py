@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import finish, human_bytes, progress, shared, workers_option
+from neffcache.cli._common import finish, human_bytes, progress
+from neffcache.cli._options import shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
 CAPTURE_HELP = """\

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import finish, format_table, shared
+from neffcache.cli._common import finish, format_table
+from neffcache.cli._options import shared
 from neffcache.errors import EXIT_CODE_HELP
 
 if TYPE_CHECKING:

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import counter, finish, human_bytes, shared, workers_option
+from neffcache.cli._common import counter, finish, human_bytes
+from neffcache.cli._options import shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
 if TYPE_CHECKING:

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import encode_line, format_table, shared, stream_json, stream_json_lines
+from neffcache.cli._common import encode_line, finish, format_table, stream_json, stream_lines
+from neffcache.cli._options import shared
 from neffcache.cli._process import without_cyclic_gc
 from neffcache.errors import UsageError
 
@@ -107,13 +108,9 @@ def coverage(as_json: bool, as_jsonl: bool, **params: Any) -> None:
         _stream(request, as_jsonl)
         return
     result = run_coverage(request)
-    if not result.report.cells:
-        click.echo(f"{result.matrix}: no cell matches {list(request.cells)}", err=True)
-    else:
-        click.echo(render_coverage(result.report))
-    err = result.error()
-    if err is not None:
-        raise err
+    cells = result.report.cells
+    finish(result, False, lambda: render_coverage(result.report) if cells else None,
+           [] if cells else [f"{result.matrix}: no cell matches {list(request.cells)}"])
 
 
 def _stream(request: CoverageRequest, as_jsonl: bool) -> None:
@@ -123,7 +120,7 @@ def _stream(request: CoverageRequest, as_jsonl: bool) -> None:
     with stream_coverage(request) as stream:
         lines = stream.lines(encode_line)  # each row's to_json(), as encode_line writes it
         if as_jsonl:
-            stream_json_lines(lines, encoded=True)
+            stream_lines(lines, encoded=True)
         else:
             stream_json(stream.head_json(), "rows", lines, stream.tail_json, encoded=True)
     err = stream.error()

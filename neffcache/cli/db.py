@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import finish, shared
+from neffcache.cli._common import finish
+from neffcache.cli._options import shared
 
 
 @click.group("db")

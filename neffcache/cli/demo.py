@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import finish, format_table, human_bytes, progress, ranged, shared
+from neffcache.cli._common import finish, format_table, human_bytes, progress
+from neffcache.cli._options import ranged, shared
 
 if TYPE_CHECKING:
     from neffcache.demo import DemoResult

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import finish, shared
+from neffcache.cli._common import finish
+from neffcache.cli._options import shared
 from neffcache.errors import EXIT_CODE_HELP
 
 KEYS_HELP = """Signing keys for entries (Ed25519).

@@ -7,15 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import (
-    format_table,
-    human_bytes,
-    ranged,
-    shared,
-    stream_json,
-    stream_json_lines,
-    stream_table,
-)
+from neffcache.cli._common import format_table, human_bytes, stream_json, stream_lines, stream_table
+from neffcache.cli._options import ranged, shared
 from neffcache.cli._process import without_cyclic_gc
 from neffcache.errors import UsageError
 
@@ -94,7 +87,7 @@ def ls(as_json: bool, as_jsonl: bool, **params: Any) -> None:
                              "next": next_cursor(request, seen.count, seen.last)})
         return
     if as_jsonl:
-        stream_json_lines(e.to_json() for e in rows)
+        stream_lines(e.to_json() for e in rows)
     elif not stream_table(_HEADERS, (entry_line(e) for e in rows)):
         click.echo("no entries", err=True)
     cursor = next_cursor(request, seen.count, seen.last)

@@ -7,17 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import (
-    ask,
-    counter,
-    finish,
-    human_bytes,
-    progress,
-    ranged,
-    shared,
-    workers_option,
-    yes_option,
-)
+from neffcache.cli._common import ask, counter, finish, human_bytes, progress
+from neffcache.cli._options import ranged, shared, workers_option, yes_option
 from neffcache.errors import EXIT_CODE_HELP
 
 if TYPE_CHECKING:

@@ -13,15 +13,8 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from neffcache.backends import neuron_env
-from neffcache.cli._common import (
-    emit_json,
-    format_table,
-    human_bytes,
-    jsonl_line,
-    ranged,
-    shared,
-    workers_option,
-)
+from neffcache.cli._common import emit_json, format_table, human_bytes, jsonl_line
+from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.cli._process import stop_on_signals
 
 if TYPE_CHECKING:

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import ask, finish, human_bytes, shared, yes_option
+from neffcache.cli._common import ask, finish, human_bytes
+from neffcache.cli._options import shared, yes_option
 from neffcache.errors import EXIT_CODE_HELP
 
 if TYPE_CHECKING:

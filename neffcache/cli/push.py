@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import finish, human_bytes, progress, ranged, shared, workers_option
+from neffcache.cli._common import finish, human_bytes, progress
+from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
 PUSH_HELP = """\

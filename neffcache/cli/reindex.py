@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import finish, progress, shared
+from neffcache.cli._common import finish, progress
+from neffcache.cli._options import shared
 
 
 @click.command("reindex")

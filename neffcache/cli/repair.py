@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import ask, finish, shared, workers_option, yes_option
+from neffcache.cli._common import ask, finish
+from neffcache.cli._options import shared, workers_option, yes_option
 from neffcache.errors import EXIT_CODE_HELP
 from neffcache.lifecycle import RepairResult
 

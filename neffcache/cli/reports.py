@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import finish, ranged, shared
+from neffcache.cli._common import finish
+from neffcache.cli._options import ranged, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 

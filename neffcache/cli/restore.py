@@ -15,16 +15,8 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import (
-    emit_json,
-    finish,
-    human_bytes,
-    jsonl_line,
-    progress,
-    ranged,
-    shared,
-    workers_option,
-)
+from neffcache.cli._common import emit_json, finish, human_bytes, jsonl_line, progress
+from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.cli._process import tuned_for_restore
 from neffcache.errors import EXIT_CODE_HELP, UsageError, restore_exit_rules
 

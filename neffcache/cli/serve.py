@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import progress, ranged, shared
+from neffcache.cli._common import progress
+from neffcache.cli._options import ranged, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 

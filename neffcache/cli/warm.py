@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import finish, format_table, progress, ranged, shared
+from neffcache.cli._common import finish, format_table, progress
+from neffcache.cli._options import ranged, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 WARM_HELP = """\
