@@ -8,26 +8,24 @@ from neffcache.cli._common import finish
 from neffcache.cli._options import shared
 from neffcache.errors import EXIT_CODE_HELP
 
-KEYS_HELP = """Signing keys for entries (Ed25519).
 
-Publishing (precompile, push, capture) signs each manifest with the key in
---signing-key FILE (or NEFFCACHE_SIGNING_KEY_FILE); a restore given trusted public keys
-(--trusted-key, NEFFCACHE_TRUSTED_KEYS) refuses an entry that is unsigned or signed by another
-key (exit 4). Trust several keys at once to rotate: publish with the new one, then drop the
-old key once its entries are retired. Give instances that back-fill (`neffcache capture`) a
-key of their own, so a fleet can trust CI's key alone.
-
-\b
-Examples:
-  neffcache keys generate --out /secure/ci-signing.pem --public-out ci.pub
-  neffcache keys show /secure/ci-signing.pem
-  NEFFCACHE_TRUSTED_KEYS="$(cat ci.pub)" neffcache restore --matrix m.toml --to /var/cache/n
-"""
-
-
-@click.group("keys", help=KEYS_HELP, epilog=EXIT_CODE_HELP)
+@click.group("keys", epilog=EXIT_CODE_HELP)
 def keys() -> None:
-    pass
+    """Signing keys for entries (Ed25519).
+
+    Publishing (precompile, push, capture) signs each manifest with the key in
+    --signing-key FILE (or NEFFCACHE_SIGNING_KEY_FILE); a restore given trusted public keys
+    (--trusted-key, NEFFCACHE_TRUSTED_KEYS) refuses an entry that is unsigned or signed by another
+    key (exit 4). Trust several keys at once to rotate: publish with the new one, then drop the
+    old key once its entries are retired. Give instances that back-fill (`neffcache capture`) a
+    key of their own, so a fleet can trust CI's key alone.
+
+    \b
+    Examples:
+      neffcache keys generate --out /secure/ci-signing.pem --public-out ci.pub
+      neffcache keys show /secure/ci-signing.pem
+      NEFFCACHE_TRUSTED_KEYS="$(cat ci.pub)" neffcache restore --matrix m.toml --to /var/cache/n
+    """
 
 
 @keys.command("generate", epilog=EXIT_CODE_HELP)

@@ -18,75 +18,8 @@ if TYPE_CHECKING:
         VerifyStoreResult,
     )
 
-VERIFY_HELP = """Check that every manifest in the store decodes and every blob it references exists
-and streams to exactly its recorded size and sha256 (and, for a large file, to the
-per-part digests its manifest records, which restores verify it by). Packs are checked
-too: present, and each member's bytes matching its sha256.
 
-Blobs shared by several entries are checked once. Any problem (a manifest that does not
-decode or is hostile, part digests that do not match their blob, a missing, truncated or
-corrupt blob or pack) is listed and the command exits 4; a store that cannot be read
-exits 6. With --trusted-key (or NEFFCACHE_TRUSTED_KEYS) an entry none of those keys signed
-is listed too (kind untrusted): what a restore trusting them would refuse.
-
---json prints: ok, manifests, blobs, packs, bytes_checked, quick, problems (key, kind,
-error), problem_count, seconds.
-
-With --local DIR it checks a restored directory instead, with no store: every file of
-every entry restored there (DIR/.neffcache-entries/) is re-hashed against its manifest,
-which finds damage a restore's stat-based "already in place" check cannot (a flipped bit
-keeps size and mtime). A damaged file is listed (kind: missing, type, size, sha256, mode,
-manifest), forgotten by the state file so the next `neffcache restore` fetches it again,
-and the command exits 4. --json prints: ok, target, entries, files, bytes_checked,
-problems (path, kind, error), problem_count, seconds.
-
-\b
-Examples:
-  neffcache verify
-  neffcache verify --quick --store s3://bucket/neff
-  neffcache verify --json | jq '.problems[]'
-  neffcache verify --local /var/cache/neffcache
-"""
-
-GC_HELP = """Delete blobs and packs that no manifest references, and abort multipart uploads that
-killed publishes left behind.
-
-Manifests are never deleted. gc lists blobs first, then reads every manifest; a blob
-named by a publish in progress (its pending/ note, renewed every 150 s while the publish
-runs, is younger than --grace) is spared, and manifests and notes that appear while gc
-runs are read again before each batch of deletions, so a concurrent publish is safe.
---grace below 600 s is refused (exit 2) unless --force: a shorter grace could outrun the
-renewal. Blobs and packs of entries retired less than --grace ago (`neffcache retire`)
-are spared too, so a restore that read a manifest just before it was retired still finds
-every blob. Unreferenced packs (small files stored together for restore speed; every
-member is also a blob) are deleted only when no publish is in progress. A manifest gc
-cannot read stops it (exit 4).
-
-On S3, incomplete multipart uploads of blobs and packs started more than --grace ago are
-aborted (their parts are billed until then), except those a publish in progress names;
---uploads does only that. A local store has none. Listing them needs
-s3:ListBucketMultipartUploads (and aborting s3:AbortMultipartUpload): without it, plain gc
-warns and goes on, gc --uploads fails (exit 6). On a local store, temp files a killed
-writer left (.tmp-<pid>-*, the PID gone or older than an hour) are removed.
-Without --yes it asks for confirmation on a terminal, and refuses otherwise.
-
---json prints: manifests, blobs, referenced, delete, spared, stale_intents, unknown,
-packs, delete_packs, spared_packs, deleted, deleted_count, deleted_packs,
-kept_on_recheck, dry_run, store, uploads (null on a local store; else listed, abort,
-spared, unknown, aborted: lists of key, upload_id, initiated) and, when uploads could not
-be listed, uploads_error; temp_files, temp_files_removed. With --uploads: store, dry_run,
-uploads.
-
-\b
-Examples:
-  neffcache gc --dry-run
-  neffcache gc --yes --store s3://bucket/neff
-  neffcache gc --yes --grace 7200 --json
-  neffcache gc --uploads --yes --store s3://bucket/neff
-"""
-
-
-@click.command("verify", help=VERIFY_HELP, epilog=EXIT_CODE_HELP)
+@click.command("verify", epilog=EXIT_CODE_HELP)
 @click.option("--quick", is_flag=True,
               help="Only check that every referenced blob exists (no download).")
 @workers_option("VerifyStoreRequest", 8, "Parallel reads.")
@@ -99,6 +32,35 @@ Examples:
 @shared("trusted_key", "require_signatures", "store", "json")
 def verify(as_json: bool, local: str | None, quick: bool, quarantine: bool, store: str | None,
            **params: Any) -> None:
+    """Check that every manifest in the store decodes and every blob it references exists
+    and streams to exactly its recorded size and sha256 (and, for a large file, to the
+    per-part digests its manifest records, which restores verify it by). Packs are checked
+    too: present, and each member's bytes matching its sha256.
+
+    Blobs shared by several entries are checked once. Any problem (a manifest that does not
+    decode or is hostile, part digests that do not match their blob, a missing, truncated or
+    corrupt blob or pack) is listed and the command exits 4; a store that cannot be read
+    exits 6. With --trusted-key (or NEFFCACHE_TRUSTED_KEYS) an entry none of those keys signed
+    is listed too (kind untrusted): what a restore trusting them would refuse.
+
+    --json prints: ok, manifests, blobs, packs, bytes_checked, quick, problems (key, kind,
+    error), problem_count, seconds.
+
+    With --local DIR it checks a restored directory instead, with no store: every file of
+    every entry restored there (DIR/.neffcache-entries/) is re-hashed against its manifest,
+    which finds damage a restore's stat-based "already in place" check cannot (a flipped bit
+    keeps size and mtime). A damaged file is listed (kind: missing, type, size, sha256, mode,
+    manifest), forgotten by the state file so the next `neffcache restore` fetches it again,
+    and the command exits 4. --json prints: ok, target, entries, files, bytes_checked,
+    problems (path, kind, error), problem_count, seconds.
+
+    \b
+    Examples:
+      neffcache verify
+      neffcache verify --quick --store s3://bucket/neff
+      neffcache verify --json | jq '.problems[]'
+      neffcache verify --local /var/cache/neffcache
+    """
     from neffcache.lifecycle import (
         VerifyLocalDirRequest,
         VerifyStoreRequest,
@@ -142,7 +104,7 @@ def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
     return "\n".join(lines)
 
 
-@click.command("gc", help=GC_HELP, epilog=EXIT_CODE_HELP)
+@click.command("gc", epilog=EXIT_CODE_HELP)
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted or aborted.")
 @yes_option("Delete")
 @click.option("--grace", type=ranged("CollectGarbageRequest", "grace"),
@@ -158,6 +120,41 @@ def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
 @workers_option("CollectGarbageRequest", 16, "Parallel reads and deletes.")
 @shared("store", "json")
 def gc(as_json: bool, **params: Any) -> None:
+    """Delete blobs and packs that no manifest references, and abort multipart uploads that
+    killed publishes left behind.
+
+    Manifests are never deleted. gc lists blobs first, then reads every manifest; a blob
+    named by a publish in progress (its pending/ note, renewed every 150 s while the publish
+    runs, is younger than --grace) is spared, and manifests and notes that appear while gc
+    runs are read again before each batch of deletions, so a concurrent publish is safe.
+    --grace below 600 s is refused (exit 2) unless --force: a shorter grace could outrun the
+    renewal. Blobs and packs of entries retired less than --grace ago (`neffcache retire`)
+    are spared too, so a restore that read a manifest just before it was retired still finds
+    every blob. Unreferenced packs (small files stored together for restore speed; every
+    member is also a blob) are deleted only when no publish is in progress. A manifest gc
+    cannot read stops it (exit 4).
+
+    On S3, incomplete multipart uploads of blobs and packs started more than --grace ago are
+    aborted (their parts are billed until then), except those a publish in progress names;
+    --uploads does only that. A local store has none. Listing them needs
+    s3:ListBucketMultipartUploads (and aborting s3:AbortMultipartUpload): without it, plain gc
+    warns and goes on, gc --uploads fails (exit 6). On a local store, temp files a killed
+    writer left (.tmp-<pid>-*, the PID gone or older than an hour) are removed.
+
+    --json prints: manifests, blobs, referenced, delete, spared, stale_intents, unknown,
+    packs, delete_packs, spared_packs, deleted, deleted_count, deleted_packs,
+    kept_on_recheck, dry_run, store, uploads (null on a local store; else listed, abort,
+    spared, unknown, aborted: lists of key, upload_id, initiated) and, when uploads could not
+    be listed, uploads_error; temp_files, temp_files_removed. With --uploads: store, dry_run,
+    uploads.
+
+    \b
+    Examples:
+      neffcache gc --dry-run
+      neffcache gc --yes --store s3://bucket/neff
+      neffcache gc --yes --grace 7200 --json
+      neffcache gc --uploads --yes --store s3://bucket/neff
+    """
     from neffcache.lifecycle import CollectGarbageRequest, collect_garbage
 
     result = collect_garbage(CollectGarbageRequest(**params, confirm=_ask, notice=progress))

@@ -59,7 +59,6 @@ class ProgressDisplay:
         self.phases: dict[str, str] = {}
         self.finished = 0
         self.failed = 0
-        self.cancelled = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -92,7 +91,6 @@ class ProgressDisplay:
                 self.phases.pop(cell_id, None)
                 self.finished += 1
                 self.failed += kind == "failed"
-                self.cancelled += kind == "cancel"
             if self.jsonl:
                 elapsed = None if started is None else time.monotonic() - started
                 self._write(jsonl_line(kind, cell_id, message, elapsed=elapsed,
@@ -224,11 +222,6 @@ target unknown: give --target or set the target variable); 2 if the interpreter
 (--python, else the one running neffcache) lacks what the backend needs (torch;
 torch-neuronx for neuron), unless --allow-missing-packages (not --force: that one re-warms
 cells that have an entry).
-
-With --python PATH (NEFFCACHE_PYTHON, config key `python`) the workers run under PATH, the
-interpreter with torch and diffusers, and the fingerprint describes it; PATH needs no
-neffcache (this one is put first on the workers' PYTHONPATH), so neffcache can live in a
-venv of its own.
 
 MATRIX is registered in the index under its `name` (coverage and the dashboard follow the
 registered matrix). An edited copy that kept the `name` of a registered matrix with other

@@ -14,35 +14,8 @@ from neffcache.errors import EXIT_CODE_HELP
 if TYPE_CHECKING:
     from neffcache.restore import PruneResult
 
-PRUNE_HELP = """Remove from DIR the entries MATRIX and this host's fingerprint no longer need.
 
-A persistent restore destination keeps every entry ever restored into it: restoring
-fingerprint A, then B (a new SDK, other compiler flags) leaves A's files beside B's. An
-entry is kept when it is the entry of a cell of MATRIX for this host's fingerprint (read
-with --python, as restore reads it; an unknown neuron target is refused, exit 5, as restore
-refuses it); every other manifest copy in DIR/.neffcache-entries is
-pruned: its files leave the cache roots (a file a kept entry also wants stays; a file
-changed since its restore, or behind a symlink, is left alone and counted as skipped),
-directories left empty go, the state file stops vouching for the removed paths, and the
-copy goes last (an interrupted prune is safe to rerun).
-
-Plan first: --dry-run prints what would go. Without --yes it asks on a terminal and
-refuses otherwise. prune holds DIR's restore lock while it removes anything: while a
-restore runs into DIR it refuses (exit 1) and touches nothing.
-
---json prints: target, fingerprint_key, dry_run, kept, pruned (entry_key, cell_id,
-fingerprint_key, files, bytes), files_to_remove, bytes_to_remove, files_shared, unreadable,
-removed, bytes_removed, skipped.
-
-\b
-Examples:
-  neffcache prune /var/cache/neffcache --matrix matrix.toml --dry-run
-  neffcache prune /var/cache/neffcache --matrix matrix.toml --yes --json
-  neffcache prune /mnt/cache --matrix matrix.toml --python /opt/venv/bin/python --yes
-"""
-
-
-@click.command("prune", help=PRUNE_HELP, epilog=EXIT_CODE_HELP)
+@click.command("prune", epilog=EXIT_CODE_HELP)
 @click.argument("to", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--matrix", "matrix", required=True, metavar="MATRIX",
               type=click.Path(dir_okay=False), help="The matrix whose entries stay.")
@@ -50,6 +23,32 @@ Examples:
 @yes_option("Remove")
 @shared("python", "json")
 def prune(as_json: bool, **params: Any) -> None:
+    """Remove from DIR the entries MATRIX and this host's fingerprint no longer need.
+
+    A persistent restore destination keeps every entry ever restored into it: restoring
+    fingerprint A, then B (a new SDK, other compiler flags) leaves A's files beside B's. An
+    entry is kept when it is the entry of a cell of MATRIX for this host's fingerprint (read
+    with --python, as restore reads it; an unknown neuron target is refused, exit 5, as restore
+    refuses it); every other manifest copy in DIR/.neffcache-entries is
+    pruned: its files leave the cache roots (a file a kept entry also wants stays; a file
+    changed since its restore, or behind a symlink, is left alone and counted as skipped),
+    directories left empty go, the state file stops vouching for the removed paths, and the
+    copy goes last (an interrupted prune is safe to rerun).
+
+    Plan first: --dry-run prints what would go. Without --yes it asks on a terminal and
+    refuses otherwise. prune holds DIR's restore lock while it removes anything: while a
+    restore runs into DIR it refuses (exit 1) and touches nothing.
+
+    --json prints: target, fingerprint_key, dry_run, kept, pruned (entry_key, cell_id,
+    fingerprint_key, files, bytes), files_to_remove, bytes_to_remove, files_shared, unreadable,
+    removed, bytes_removed, skipped.
+
+    \b
+    Examples:
+      neffcache prune /var/cache/neffcache --matrix matrix.toml --dry-run
+      neffcache prune /var/cache/neffcache --matrix matrix.toml --yes --json
+      neffcache prune /mnt/cache --matrix matrix.toml --python /opt/venv/bin/python --yes
+    """
     from neffcache.restore import PruneRequest
     from neffcache.restore import prune as call
 

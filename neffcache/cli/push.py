@@ -11,35 +11,8 @@ from neffcache.cli._common import finish, human_bytes, progress
 from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
-PUSH_HELP = """\
-Publish the files under each --root as the entry of one cell on this host's fingerprint.
 
-Every regular file under each root is hashed (locks, temp files, dotfiles and symlinks are
-skipped); only blobs the store does not hold are uploaded, each checked while streaming so
-a file that changes mid-upload is never stored under the wrong sha256. The manifest is
-written last and only if absent: the first writer of an entry wins, and a second push of
-the same cell and fingerprint leaves it unchanged (created: false). The entry is then
-recorded in the index; if that fails the store still holds it (`neffcache reindex`).
-
-The fingerprinted interpreter (--python, else the one running neffcache) must have what
-the backend needs: torch (inductor), torch and torch-neuronx (neuron). One that lacks it is
-refused (exit 2, naming the interpreter and the package) unless --allow-missing-packages:
-its entry would match no host that runs inference.
-
---json prints: entry_key, cell_id, fingerprint_key, created, files, total_bytes,
-blobs_uploaded, blobs_skipped, bytes_uploaded, indexed.
-
-\b
-Examples:
-  neffcache push --matrix matrix.toml --cell 'flux2-klein/compile/1024x1024/b1/tp1' \\
-      --root neff=/tmp/neff_cache --root hlo=/tmp/neuron_hlo_cache --compile-seconds 812
-  neffcache push --cell-json cell.json --backend inductor --root inductor=/tmp/ind --json
-  neffcache push --matrix matrix.toml --cell 'flux2-klein/compile/768x1360/b1/tp1' \\
-      --root neff=/var/cache/neffcache/neff --python /opt/venv/bin/python
-"""
-
-
-@click.command("push", help=PUSH_HELP, epilog=EXIT_CODE_HELP)
+@click.command("push", epilog=EXIT_CODE_HELP)
 @click.option("--cell-json", "cell_json", metavar="FILE", default=None,
               help="The cell as JSON (a cell's to_json; may carry a `backend` key); `-` reads "
                    "stdin.")
@@ -59,6 +32,26 @@ Examples:
                 "CPU).")
 @shared("python", "signing_key", "allow_missing_packages", "store", "index", "json")
 def push(as_json: bool, **params: Any) -> None:
+    """Publish the files under each --root as the entry of one cell on this host's fingerprint.
+
+    Every regular file under each root is hashed (locks, temp files, dotfiles and symlinks are
+    skipped); only blobs the store does not hold are uploaded, each checked while streaming so
+    a file that changes mid-upload is never stored under the wrong sha256. The manifest is
+    written last and only if absent: the first writer of an entry wins, and a second push of
+    the same cell and fingerprint leaves it unchanged (created: false). The entry is then
+    recorded in the index; if that fails the store still holds it (`neffcache reindex`).
+
+    --json prints: entry_key, cell_id, fingerprint_key, created, files, total_bytes,
+    blobs_uploaded, blobs_skipped, bytes_uploaded, indexed.
+
+    \b
+    Examples:
+      neffcache push --matrix matrix.toml --cell 'flux2-klein/compile/1024x1024/b1/tp1' \\
+          --root neff=/tmp/neff_cache --root hlo=/tmp/neuron_hlo_cache --compile-seconds 812
+      neffcache push --cell-json cell.json --backend inductor --root inductor=/tmp/ind --json
+      neffcache push --matrix matrix.toml --cell 'flux2-klein/compile/768x1360/b1/tp1' \\
+          --root neff=/var/cache/neffcache/neff --python /opt/venv/bin/python
+    """
     from neffcache.precompile import PushRequest
     from neffcache.precompile import push as push_cell
 

@@ -53,11 +53,6 @@ disk the deadline cut short: still pending, vouched for only once synced),
 fingerprint_python (the interpreter the fingerprint describes).
 Progress goes to stderr when it is a terminal.
 
-The fingerprint's package versions (torch, diffusers, transformers, the Neuron SDK) and
-Python version are those of the interpreter that will run inference: --python PATH (or
-NEFFCACHE_PYTHON, or the config key `python`), read by running it once; by default the
-interpreter running neffcache.
-
 One restore per DIR: a restore holds DIR/.neffcache-entries/lock while it runs; a second
 one into the same DIR waits for it (a line on stderr says so) — without --deadline for as
 long as the first runs, with --deadline until then (exit 3). Temp files a killed restore
@@ -174,12 +169,11 @@ def restore(as_json: bool, print_env: bool, dry_run: bool, index: str | None, lo
     from neffcache.restore import restore as restore_matrix
 
     jsonl = log_format == "jsonl"
-    bar = _ProgressLine() if sys.stderr.isatty() and not print_env and not dry_run \
-        and not jsonl else None
-    log = _Log(bar, jsonl, started)
+    log = _Log(jsonl, started)
+    bar = sys.stderr.isatty() and not print_env and not dry_run and not jsonl
     request = RestoreRequest(
         **params, started=started, notice=log.notice, on_cell_ready=log.ready,
-        progress=bar.update if bar else None, on_environment=_print_env if print_env else None)
+        progress=log.update if bar else None, on_environment=_print_env if print_env else None)
     if dry_run:
         preview = preview_restore(request)
         finish(preview, as_json, lambda: _dry_run_text(preview.to_json()))
@@ -187,8 +181,7 @@ def restore(as_json: bool, print_env: bool, dry_run: bool, index: str | None, lo
     try:
         result = restore_matrix(request)
     finally:
-        if bar:
-            bar.close()
+        log.close()
     doc = result.to_json()
     if as_json:
         emit_json(doc)
@@ -275,42 +268,23 @@ def _process_start() -> float:
 
 
 class _Log:
-    """stderr's log: notices and cells announced ready, as text lines (through the progress
-    line on a terminal) or as JSON lines (``precompile --log-format jsonl``'s objects)."""
+    """stderr's log: notices and cells announced ready, as text lines or as JSON lines
+    (``precompile --log-format jsonl``'s objects); with ``update`` (a terminal, text), under
+    a self-overwriting progress line, at most ~10 updates/s, that a log line first ends."""
 
-    def __init__(self, bar: _ProgressLine | None, jsonl: bool, started: float) -> None:
-        self.bar, self.jsonl, self.started = bar, jsonl, started
+    def __init__(self, jsonl: bool, started: float) -> None:
+        self.jsonl, self.started = jsonl, started
+        self._last = 0.0
+        self._shown = False
 
     def notice(self, message: str) -> None:
-        self._write(self._json("notice", None, message) if self.jsonl else message)
+        self._write(jsonl_line("notice", None, message) if self.jsonl else message)
 
     def ready(self, cell_id: str) -> None:
         elapsed = time.monotonic() - self.started
-        if self.jsonl:
-            self._write(self._json("ready", cell_id, "every file verified and in place",
-                                   elapsed))
-        else:
-            self._write(f"{'ready':>7}  {cell_id}  {elapsed:.2f} s")
-
-    @staticmethod
-    def _json(event: str, cell: str | None, message: str, elapsed: float | None = None) -> str:
-        return jsonl_line(event, cell, message, elapsed=elapsed,
-                          phase="ready" if event == "ready" else None)
-
-    def _write(self, line: str) -> None:
-        if self.bar is not None:
-            self.bar.notice(line)
-        else:
-            progress(line)
-
-
-class _ProgressLine:
-    """A single self-overwriting progress line on a terminal's stderr, at most ~10 updates/s;
-    a notice line first ends it."""
-
-    def __init__(self) -> None:
-        self._last = 0.0
-        self._shown = False
+        self._write(jsonl_line("ready", cell_id, "every file verified and in place",
+                               elapsed=elapsed, phase="ready") if self.jsonl
+                    else f"{'ready':>7}  {cell_id}  {elapsed:.2f} s")
 
     def update(self, done: int, total: int, nbytes: int) -> None:
         now = time.monotonic()
@@ -321,12 +295,12 @@ class _ProgressLine:
         sys.stderr.write(f"\rrestore: {done}/{total} files, {human_bytes(nbytes)}\x1b[K")
         sys.stderr.flush()
 
-    def notice(self, message: str) -> None:
-        self.close()
-        progress(message)
-
     def close(self) -> None:
         if self._shown:
             self._shown = False
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+    def _write(self, line: str) -> None:
+        self.close()
+        progress(line)

@@ -14,47 +14,8 @@ from neffcache.errors import EXIT_CODE_HELP
 if TYPE_CHECKING:
     from neffcache.lifecycle import RetireEntriesResult
 
-RETIRE_HELP = """Retire the entries a policy does not keep; `neffcache gc` then frees their blobs.
 
-An entry is kept when any rule keeps it: its SDK version (for neuron the versions of
-neuronx-cc, torch-neuronx, NKI, libneuronxla and torch in its fingerprint; for inductor
-torch's) is one of the newest K of its backend (--keep-sdk-versions K), its cell is a
-cell of a --keep-matrix FILE, or its fingerprint was restored in the last D days
-(--keep-restored-days D: an ok or partial restore report ingested into the index found
-an entry of that fingerprint; run `neffcache reports ingest` or `neffcache reindex`
-first, or keep `neffcache serve` running). Every other entry of the store is retired.
-Flags beat the config file's [retire] table (keep_sdk_versions = K, keep_matrices =
-[FILE, ...], keep_restored_days = D); a retire with no rule at all is refused (exit 2),
-and so is --keep-restored-days without an index (none configured and no embedded one).
-
-The plan is computed first and printed (--dry-run stops there): the SDK versions found,
-the entries kept and retired, and the bytes gc will free (blobs only retired entries
-reference). Then a record is written to the store (retired/<time>-<id>.json: who, when,
-why, the policy, the entries), and each retired entry's cell pointer and manifest are
-deleted. Blobs are left to `neffcache gc`, which spares the blobs of entries retired
-less than its --grace ago, so a restore that read a manifest just before it was retired
-still completes. When an index is configured (or the embedded one exists) the retired
-entries are removed from it too; a failing index is only a warning (`neffcache reindex`
-repairs it). Without --yes it asks on a terminal and refuses otherwise.
-
---json prints: policy (keep_sdk_versions, keep_matrices, keep_restored_days,
-keep_fingerprints), sdk_versions (backend, sdk, label, kept), keep (entry_key, cell_id,
-cell_key, fingerprint_key, backend, sdk, bytes, kept_by: the rules that keep it, of
-"sdk_version", "matrix", "restored"), retire (the same without kept_by), entries_kept,
-entries_retired, blobs_freed, bytes_freed, dry_run, record (the record's key; null on a
-dry run), store.
-
-\b
-Examples:
-  neffcache retire --keep-sdk-versions 2 --dry-run
-  neffcache retire --keep-sdk-versions 2 --keep-matrix prod.toml --yes --reason "SDK 2.26"
-  neffcache retire --keep-sdk-versions 1 --store s3://bucket/neff --json --dry-run
-  neffcache retire --keep-sdk-versions 1 --keep-restored-days 7 --dry-run
-  neffcache retire --yes && neffcache gc --yes     # policy from the config file
-"""
-
-
-@click.command("retire", help=RETIRE_HELP, epilog=EXIT_CODE_HELP)
+@click.command("retire", epilog=EXIT_CODE_HELP)
 @click.option("--keep-sdk-versions", "keep_sdk_versions",
               type=ranged("RetireEntriesRequest", "keep_sdk_versions"), default=None,
               metavar="K", help="Keep the entries of the newest K SDK versions per backend "
@@ -76,6 +37,44 @@ Examples:
 @workers_option("RetireEntriesRequest", 16, "Parallel manifest reads.")
 @shared("store", "index", "json")
 def retire(as_json: bool, **params: Any) -> None:
+    """Retire the entries a policy does not keep; `neffcache gc` then frees their blobs.
+
+    An entry is kept when any rule keeps it: its SDK version (for neuron the versions of
+    neuronx-cc, torch-neuronx, NKI, libneuronxla and torch in its fingerprint; for inductor
+    torch's) is one of the newest K of its backend (--keep-sdk-versions K), its cell is a
+    cell of a --keep-matrix FILE, or its fingerprint was restored in the last D days
+    (--keep-restored-days D: an ok or partial restore report ingested into the index found
+    an entry of that fingerprint; run `neffcache reports ingest` or `neffcache reindex`
+    first, or keep `neffcache serve` running). Every other entry of the store is retired.
+    Flags beat the config file's [retire] table (keep_sdk_versions = K, keep_matrices =
+    [FILE, ...], keep_restored_days = D); a retire with no rule at all is refused (exit 2),
+    and so is --keep-restored-days without an index (none configured and no embedded one).
+
+    The plan is computed first and printed (--dry-run stops there): the SDK versions found,
+    the entries kept and retired, and the bytes gc will free (blobs only retired entries
+    reference). Then a record is written to the store (retired/<time>-<id>.json: who, when,
+    why, the policy, the entries), and each retired entry's cell pointer and manifest are
+    deleted. Blobs are left to `neffcache gc`, which spares the blobs of entries retired
+    less than its --grace ago, so a restore that read a manifest just before it was retired
+    still completes. When an index is configured (or the embedded one exists) the retired
+    entries are removed from it too; a failing index is only a warning (`neffcache reindex`
+    repairs it). Without --yes it asks on a terminal and refuses otherwise.
+
+    --json prints: policy (keep_sdk_versions, keep_matrices, keep_restored_days,
+    keep_fingerprints), sdk_versions (backend, sdk, label, kept), keep (entry_key, cell_id,
+    cell_key, fingerprint_key, backend, sdk, bytes, kept_by: the rules that keep it, of
+    "sdk_version", "matrix", "restored"), retire (the same without kept_by), entries_kept,
+    entries_retired, blobs_freed, bytes_freed, dry_run, record (the record's key; null on a
+    dry run), store.
+
+    \b
+    Examples:
+      neffcache retire --keep-sdk-versions 2 --dry-run
+      neffcache retire --keep-sdk-versions 2 --keep-matrix prod.toml --yes --reason "SDK 2.26"
+      neffcache retire --keep-sdk-versions 1 --store s3://bucket/neff --json --dry-run
+      neffcache retire --keep-sdk-versions 1 --keep-restored-days 7 --dry-run
+      neffcache retire --yes && neffcache gc --yes     # policy from the config file
+    """
     from neffcache.lifecycle import RetireEntriesRequest, retire_entries
 
     result = retire_entries(RetireEntriesRequest(**params, confirm=_ask, notice=progress))
