@@ -112,7 +112,7 @@ def import_(as_json: bool, **params: Any) -> None:
     from neffcache.lifecycle import ImportBundleRequest, import_bundle
 
     result = import_bundle(ImportBundleRequest(**params))
-    finish(result, as_json, lambda: copied_text(result.copy, "published", "uploaded", False))
+    finish(result, as_json, lambda: copied_text(result.copy, "published", "uploaded", packs=False))
 
 
 @bundle.command("show", epilog=FORMAT_HELP)
@@ -140,6 +140,5 @@ def show(as_json: bool, **params: Any) -> None:
         f"{human_bytes(toc.total_bytes)}, created {toc.created_at}",
         f"sha256 {result.sha256}" + (" (every member verified)" if result.verified else ""),
         *(f"  {e.entry_key[:12]}  {e.backend:8}  {e.fingerprint_key[:12]}  {e.cell_id}"
-          for e in toc.entries)]))
-    if not toc.entries and not as_json:
-        click.echo("warning: the bundle carries no entries", err=True)
+          for e in toc.entries)]),
+        [] if toc.entries or as_json else ["warning: the bundle carries no entries"])

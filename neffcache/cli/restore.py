@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import emit_json, finish, human_bytes, jsonl_line, progress
+from neffcache.cli._common import finish, human_bytes, jsonl_line, progress
 from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.cli._process import tuned_for_restore
 from neffcache.errors import EXIT_CODE_HELP, UsageError, restore_exit_rules
@@ -182,16 +182,7 @@ def restore(as_json: bool, print_env: bool, dry_run: bool, index: str | None, lo
         result = restore_matrix(request)
     finally:
         log.close()
-    doc = result.to_json()
-    if as_json:
-        emit_json(doc)
-    elif print_env:
-        progress(_summary(doc))
-    else:
-        click.echo("\n".join([_summary(doc), *_details(doc)]))
-    err = result.error()
-    if err is not None:
-        raise err
+    finish(result, as_json, lambda: _text(result.to_json(), print_env))
 
 
 def _check_flags(*, print_env: bool, as_json: bool, dry_run: bool, bundle: str | None) -> None:
@@ -230,6 +221,15 @@ def _dry_run_text(doc: dict[str, Any]) -> str:
         lines.append(f"  ... {doc['requests'] - 20} more requests (--json lists them)")
     lines.extend(_details({**doc, "cells_incomplete": [], "files_failed": []}))
     return "\n".join(lines)
+
+
+def _text(doc: dict[str, Any], print_env: bool) -> str | None:
+    """The summary and what went wrong; with --print-env (stdout is for `eval`) the summary
+    goes to stderr."""
+    if print_env:
+        progress(_summary(doc))
+        return None
+    return "\n".join([_summary(doc), *_details(doc)])
 
 
 def _summary(doc: dict[str, Any]) -> str:
