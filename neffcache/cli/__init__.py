@@ -16,52 +16,35 @@ import click
 from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, exit_code_for
 from neffcache.version import version_text
 
-# name -> (module, attribute, one-line help shown in `neffcache --help` without importing it)
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "push": ("neffcache.cli.push", "push", "Publish an entry for a cell from cache dirs."),
-    "restore": ("neffcache.cli.restore", "restore",
-                "Fetch a matrix's entries into cache dirs, verified."),
-    "coverage": ("neffcache.cli.coverage", "coverage",
-                 "Every cell x fingerprint with its status."),
-    "ls": ("neffcache.cli.ls", "ls", "List entries in the index."),
-    "fingerprint": ("neffcache.cli.fingerprint", "fingerprint",
-                    "Show this host's fingerprint or explain an entry's."),
-    "verify": ("neffcache.cli.maintenance", "verify",
-               "Check every manifest's blobs exist and match their sha256."),
-    "reindex": ("neffcache.cli.reindex", "reindex",
-                "Rebuild the index from the store (manifests and restore reports)."),
-    "reports": ("neffcache.cli.reports", "reports",
-                "Ingest restore reports (store objects or files) into the index."),
-    "db": ("neffcache.cli.db", "db", "Index database maintenance (upgrade)."),
-    "config": ("neffcache.cli.config", "config",
-               "Show the effective settings and where each value came from."),
-    "repair": ("neffcache.cli.repair", "repair",
-               "Rewrite missing or damaged objects from a mirror, bundle or directory."),
-    "gc": ("neffcache.cli.maintenance", "gc",
-           "Delete blobs no manifest references; abort stale uploads."),
-    "precompile": ("neffcache.cli.precompile", "precompile",
-                   "Warm every cell of a matrix not yet cached, and publish entries."),
-    "warm": ("neffcache.cli.warm", "warm",
-             "Boot check: first call of each cell against a restored cache; report misses."),
-    "capture": ("neffcache.cli.capture", "capture",
-                "Back-fill: publish files an instance compiled at run time as an entry."),
-    "demo": ("neffcache.cli.demo", "demo",
-             "Build a tiny pipeline, precompile, restore, show cold vs warm."),
-    "matrix": ("neffcache.cli.matrix", "matrix",
-               "Register matrix files in the index (with history) and list them."),
-    "serve": ("neffcache.cli.serve", "serve",
-              "Read-only HTTP API, Prometheus /metrics and coverage dashboard."),
-    "copy": ("neffcache.cli.copy", "copy",
-             "Copy entries between stores, blobs once, verified, resumable."),
-    "bundle": ("neffcache.cli.bundle", "bundle",
-               "Carry entries in one verified file: export, import, show."),
-    "keys": ("neffcache.cli.keys", "keys",
-             "Signing keys: generate one, show the public key restores trust."),
-    "prune": ("neffcache.cli.prune", "prune",
-              "Remove from a restore DIR the entries the matrix no longer needs; plan first."),
-    "retire": ("neffcache.cli.retire", "retire",
-               "Remove entries by policy (SDK versions kept, matrices kept); plan first."),
+# name -> the one-line help `neffcache --help` shows without importing the command, which is
+# the attribute of that name of neffcache.cli.<name> (or of the module _MODULES names)
+COMMANDS: dict[str, str] = {
+    "push": "Publish an entry for a cell from cache dirs.",
+    "restore": "Fetch a matrix's entries into cache dirs, verified.",
+    "coverage": "Every cell x fingerprint with its status.",
+    "ls": "List entries in the index.",
+    "fingerprint": "Show this host's fingerprint or explain an entry's.",
+    "verify": "Check every manifest's blobs exist and match their sha256.",
+    "reindex": "Rebuild the index from the store (manifests and restore reports).",
+    "reports": "Ingest restore reports (store objects or files) into the index.",
+    "db": "Index database maintenance (upgrade).",
+    "config": "Show the effective settings and where each value came from.",
+    "repair": "Rewrite missing or damaged objects from a mirror, bundle or directory.",
+    "gc": "Delete blobs no manifest references; abort stale uploads.",
+    "precompile": "Warm every cell of a matrix not yet cached, and publish entries.",
+    "warm": "Boot check: first call of each cell against a restored cache; report misses.",
+    "capture": "Back-fill: publish files an instance compiled at run time as an entry.",
+    "demo": "Build a tiny pipeline, precompile, restore, show cold vs warm.",
+    "matrix": "Register matrix files in the index (with history) and list them.",
+    "serve": "Read-only HTTP API, Prometheus /metrics and coverage dashboard.",
+    "copy": "Copy entries between stores, blobs once, verified, resumable.",
+    "bundle": "Carry entries in one verified file: export, import, show.",
+    "keys": "Signing keys: generate one, show the public key restores trust.",
+    "prune": "Remove from a restore DIR the entries the matrix no longer needs; plan first.",
+    "retire": "Remove entries by policy (SDK versions kept, matrices kept); plan first.",
 }
+_MODULES = {"verify": "maintenance", "gc": "maintenance"}
+
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -70,11 +53,10 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS or not _available(name):
             return None
-        module, attr, _ = COMMANDS[name]
-        return getattr(importlib.import_module(module), attr)
+        return getattr(importlib.import_module(_module(name)), name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(n, COMMANDS[n][2]) for n in self.list_commands(ctx)]
+        rows = [(n, COMMANDS[n]) for n in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
@@ -86,8 +68,12 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit()
 
 
+def _module(name: str) -> str:
+    return f"neffcache.cli.{_MODULES.get(name, name)}"
+
+
 def _available(name: str) -> bool:
-    return importlib.util.find_spec(COMMANDS[name][0]) is not None
+    return importlib.util.find_spec(_module(name)) is not None
 
 
 @click.group(cls=LazyGroup, epilog=EXIT_CODE_HELP,
@@ -164,7 +150,3 @@ def _debug_traceback() -> None:
         import traceback  # only here: importing it costs every run a few ms of start-up
 
         traceback.print_exc()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

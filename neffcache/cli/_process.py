@@ -21,10 +21,9 @@ _FREEZE_REGISTERED = False
 
 
 def raise_open_file_limit() -> int:
-    """Raise the soft limit on open files to the hard one (as Go programs do at start) and
-    return the soft limit now in force: 1,024 is common, and a large host with ``--workers``
-    raised runs many pack threads holding a batch of files each (193 threads of 32 files
-    would need ~6,000). Where raising is not permitted the soft limit stays."""
+    """Raise the soft limit on open files to the hard one (as Go programs do) and return the
+    limit in force: 1,024 is common, and many pack threads holding a batch of files each
+    (193 threads of 32 files) need ~6,000."""
     import resource
 
     try:
@@ -43,9 +42,8 @@ def raise_open_file_limit() -> int:
 
 
 def tuned_for_restore(fn: Callable[..., None]) -> Callable[..., None]:
-    """Run the command with the open-file limit raised (kept: it is harmless) and the cyclic
-    garbage collector off (``without_cyclic_gc``: it makes ~10 objects per file and no cycles
-    worth collecting; the collector only cost ~5% of a large restore's CPU)."""
+    """The command with the open-file limit raised and the cyclic GC off (a restore makes ~10
+    objects per file and no cycles: the collector cost ~5% of a large restore's CPU)."""
     inner = without_cyclic_gc(fn)
 
     @functools.wraps(fn)
@@ -57,12 +55,9 @@ def tuned_for_restore(fn: Callable[..., None]) -> Callable[..., None]:
 
 
 def without_cyclic_gc(fn: Callable[..., None]) -> Callable[..., None]:
-    """Run the command with the cyclic garbage collector off, for commands that make many
-    short-lived objects and no cycles worth collecting (a restore's per-file records; a
-    coverage report's 20,000 rows, where the collector cost ~14% of the command's CPU).
-    What exists at exit is frozen so the interpreter's final collection skips it (~0.1 s,
-    measured). The collector is switched back on for callers that run the command
-    in-process."""
+    """The command with the cyclic GC off (a coverage report's 20,000 rows: it cost ~14% of
+    the CPU), and what exists at exit frozen so the final collection skips it (~0.1 s); back
+    on afterwards for callers that run the command in-process."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
@@ -85,13 +80,10 @@ STOP_SIGNALS = ("SIGTERM", "SIGINT")
 
 
 class stop_on_signals:  # noqa: N801 - used as a context manager, named like one
-    """``with stop_on_signals() as stop:`` SIGTERM and SIGINT set ``stop.event`` (a
-    ``threading.Event`` to hand to a library call as its ``stop``) instead of ending the
-    process, so the call can end its worker processes and release what it holds; then
-    ``stop.exit_code`` is the conventional 128 + signal (143, 130), None without a signal.
-    A second signal ends the process at once (the default action; compile workers die with
-    it, see ``neffcache.precompile.launch``). The previous handlers come back on exit. Only
-    the main thread can install handlers; elsewhere this does nothing."""
+    """``with stop_on_signals() as stop:`` SIGTERM and SIGINT set ``stop.event`` (a library
+    call's ``stop``) instead of ending the process, so the call can end its workers and release
+    what it holds; ``stop.exit_code`` is then 128 + signal. A second signal ends the process at
+    once. Only in the main thread (elsewhere this does nothing)."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -128,10 +120,9 @@ class stop_on_signals:  # noqa: N801 - used as a context manager, named like one
 
 
 def exit_process(code: int) -> None:
-    """End the process with ``code``. Normally ``sys.exit``; when a thread that is not a daemon
-    is still running (a restore worker whose store call hangs, left behind at the deadline),
-    the interpreter would wait for it at exit, so the output is flushed and the process ends
-    at once (``os._exit``): a --deadline holds whatever the server does."""
+    """End the process with ``code``: ``sys.exit``, or ``os._exit`` once the output is flushed
+    when a non-daemon thread still runs (a restore worker whose store call hangs past the
+    deadline), so that a --deadline holds whatever the server does."""
     import sys
     import time
 

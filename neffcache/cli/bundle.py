@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from neffcache.cli._common import (
-    counter,
-    emit_json,
-    finish,
-    human_bytes,
-    json_option,
-    progress,
-    ranged,
-    store_option,
-    trust_options,
-)
-from neffcache.cli._select import cells_option, fingerprint_option
+from neffcache.cli._common import counter, finish, human_bytes
+from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
 FORMAT_HELP = """\b
@@ -26,20 +18,17 @@ a bundle never extracts it: members are read by offset and checked against the t
 """
 
 
-def expect_option(f):  # type: ignore[no-untyped-def]
-    return click.option("--expect-sha256", "expect", metavar="DIGEST", default=None,
-                        help="Refuse the bundle (exit 4) unless its digest, printed by "
-                             "`bundle export`, is DIGEST.")(f)
-
-
-def max_bytes_option(f):  # type: ignore[no-untyped-def]
-    return click.option("--max-bytes", "max_bytes", type=ranged("ImportBundleRequest", "max_bytes"),
-                        default=None,
-                        metavar="BYTES",
-                        help="Refuse (exit 4) a gzip bundle that decompresses to more than "
-                             "BYTES. Without it an unauthenticated gzip bundle may expand to "
-                             "16x its size (+16 MiB); with --expect-sha256 to what its "
-                             "table of contents lists.")(f)
+def _read_options(f: Any) -> Any:
+    """--expect-sha256 and --max-bytes: how import and show take a bundle."""
+    f = click.option("--max-bytes", "max_bytes", type=ranged("ImportBundleRequest", "max_bytes"),
+                     default=None, metavar="BYTES",
+                     help="Refuse (exit 4) a gzip bundle that decompresses to more than BYTES. "
+                          "Without it an unauthenticated gzip bundle may expand to 16x its "
+                          "size (+16 MiB); with --expect-sha256 to what its table of contents "
+                          "lists.")(f)
+    return click.option("--expect-sha256", "expect_sha256", metavar="DIGEST", default=None,
+                        help="Refuse the bundle (exit 4) unless its digest, printed by `bundle "
+                             "export`, is DIGEST.")(f)
 
 
 @click.group("bundle", epilog=EXIT_CODE_HELP)
@@ -64,16 +53,12 @@ def bundle() -> None:
 @click.argument("matrix", metavar="[MATRIX]", required=False, type=click.Path(dir_okay=False))
 @click.option("-o", "--output", "output", required=True, metavar="FILE",
               type=click.Path(dir_okay=False), help="The bundle file to write.")
-@click.option("--all", "everything", is_flag=True, help="Every entry of the store.")
-@cells_option
-@fingerprint_option
-@click.option("--gzip", "use_gzip", is_flag=True,
+@click.option("--all", "all_entries", is_flag=True, help="Every entry of the store.")
+@shared("matrix_cells", "fingerprint")
+@click.option("--gzip", "gzip", is_flag=True,
               help="Compress with gzip (smaller; readers decompress it to a temp file first).")
-@store_option
-@json_option
-def export(matrix: str | None, output: str, everything: bool, patterns: tuple[str, ...],
-           fingerprints: tuple[str, ...], use_gzip: bool, store: str | None,
-           as_json: bool) -> None:
+@shared("store", "json")
+def export(as_json: bool, **params: Any) -> None:
     """Write the entries of MATRIX (every fingerprint built for its cells, or only
     --fingerprint KEY; or --all) into one bundle FILE.
 
@@ -92,10 +77,8 @@ def export(matrix: str | None, output: str, everything: bool, patterns: tuple[st
     """
     from neffcache.lifecycle import ExportBundleRequest, export_bundle
 
-    result = export_bundle(ExportBundleRequest(
-        output, matrix=matrix, cells=patterns, fingerprints=fingerprints,
-        all_entries=everything, gzip=use_gzip, store=store,
-        progress=counter("export", "objects", 50)))
+    result = export_bundle(ExportBundleRequest(**params,
+                                               progress=counter("export", "objects", 50)))
     toc = result.toc
     finish(result, as_json, lambda: f"wrote {result.file}: {len(toc.entries)} entries, "
            f"{len(toc.members)} objects, {human_bytes(result.file_bytes)}\nsha256 {result.sha256}")
@@ -103,17 +86,10 @@ def export(matrix: str | None, output: str, everything: bool, patterns: tuple[st
 
 @bundle.command("import", epilog=FORMAT_HELP)
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
-@expect_option
-@max_bytes_option
-@click.option("--workers", type=ranged("ImportBundleRequest", "workers"),
-              default=8, show_default=True,
-              help="Parallel uploads.")
-@trust_options
-@store_option
-@json_option
-def import_(file: str, expect: str | None, max_bytes: int | None, workers: int,
-            store: str | None, as_json: bool, trusted_keys: tuple[str, ...] = (),
-            require_signatures: bool = False) -> None:
+@_read_options
+@workers_option("ImportBundleRequest", 8, "Parallel uploads.")
+@shared("trusted_key", "require_signatures", "store", "json")
+def import_(as_json: bool, **params: Any) -> None:
     """Publish every entry of bundle FILE into the store.
 
     The whole bundle is checked first (structure, then every member against its sha256 in
@@ -132,28 +108,19 @@ def import_(file: str, expect: str | None, max_bytes: int | None, workers: int,
       neffcache bundle import neff.bundle
       neffcache bundle import neff.bundle --store s3://bucket/neff --expect-sha256 5be93...
     """
+    from neffcache.cli.copy import copied_text
     from neffcache.lifecycle import ImportBundleRequest, import_bundle
 
-    result = import_bundle(ImportBundleRequest(file, expect_sha256=expect, store=store,
-                                               workers=workers, max_bytes=max_bytes,
-                                               trusted_keys=trusted_keys,
-                                               require_signatures=require_signatures))
-    c = result.copy
-    finish(result, as_json, lambda: "\n".join([
-        *(f"refused {k}: {why}" for k, why in c.refused),
-        f"{len(c.entries)} entries: {c.entries_copied} published, "
-        f"{c.entries_present} already in {c.target}; blobs: {c.blobs_copied} uploaded "
-        f"({human_bytes(c.bytes_copied)}), {c.blobs_skipped} already there"]))
+    result = import_bundle(ImportBundleRequest(**params))
+    finish(result, as_json, lambda: copied_text(result.copy, "published", "uploaded", packs=False))
 
 
 @bundle.command("show", epilog=FORMAT_HELP)
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
-@expect_option
-@max_bytes_option
-@click.option("--verify", "full", is_flag=True, help="Also hash every member.")
-@json_option
-def show(file: str, expect: str | None, max_bytes: int | None, full: bool,
-         as_json: bool) -> None:
+@_read_options
+@click.option("--verify", "verify", is_flag=True, help="Also hash every member.")
+@shared("json")
+def show(as_json: bool, **params: Any) -> None:
     """List a bundle's entries and print its digest (its structure is always checked;
     --verify also hashes every member). A bad bundle exits 4.
 
@@ -166,16 +133,12 @@ def show(file: str, expect: str | None, max_bytes: int | None, full: bool,
     """
     from neffcache.lifecycle import ShowBundleRequest, show_bundle
 
-    result = show_bundle(ShowBundleRequest(file, expect_sha256=expect, verify=full,
-                                           max_bytes=max_bytes))
-    if as_json:
-        emit_json(result.to_json())
-        return
+    result = show_bundle(ShowBundleRequest(**params))
     toc = result.toc
-    click.echo(f"{result.file}: {len(toc.entries)} entries, {len(toc.members)} objects, "
-               f"{human_bytes(toc.total_bytes)}, created {toc.created_at}")
-    click.echo(f"sha256 {result.sha256}" + (" (every member verified)" if full else ""))
-    for e in toc.entries:
-        click.echo(f"  {e.entry_key[:12]}  {e.backend:8}  {e.fingerprint_key[:12]}  {e.cell_id}")
-    if not toc.entries:
-        progress("warning: the bundle carries no entries")
+    finish(result, as_json, lambda: "\n".join([
+        f"{result.file}: {len(toc.entries)} entries, {len(toc.members)} objects, "
+        f"{human_bytes(toc.total_bytes)}, created {toc.created_at}",
+        f"sha256 {result.sha256}" + (" (every member verified)" if result.verified else ""),
+        *(f"  {e.entry_key[:12]}  {e.backend:8}  {e.fingerprint_key[:12]}  {e.cell_id}"
+          for e in toc.entries)]),
+        [] if toc.entries or as_json else ["warning: the bundle carries no entries"])

@@ -8,54 +8,12 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import (
-    allow_missing_packages_option,
-    finish,
-    human_bytes,
-    index_option,
-    json_option,
-    progress,
-    python_option,
-    ranged,
-    signing_key_option,
-    store_option,
-)
+from neffcache.cli._common import finish, human_bytes, progress
+from neffcache.cli._options import shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
-CAPTURE_HELP = """\
-Upload the files an instance compiled at run time, as the entry of one cell.
 
-A file in DIR's cache roots is runtime-compiled when no entry of MATRIX for this host's
-fingerprint lists it, i.e. `neffcache restore` did not put it there. Locks, `.tmp` files
-and dotfiles (restore's state file too) are never captured.
-
-Attribution: the runtime-compiled files become the entry of ONE cell that has no entry
-for this fingerprint yet: the one named with --cell, or else the only such cell of
-MATRIX. Restore then fetches that entry like any other, so the next instance boots warm.
-Entries are immutable and the first writer wins: when the cell already has an entry
-(say, another instance back-filled it first) nothing is published and the files stay
-local. Several cells without an entry and no --cell is a usage error (exit 2), since
-files cannot be told apart by cell. A back-filled entry holds only what was new on top
-of the restored entries, so restore it together with them (the whole matrix, as the
-boot hook does). `neffcache warm` shows which cells compiled. An interpreter without what
-the backend needs (torch; torch-neuronx for neuron) is refused (exit 2, a dry run too)
-unless --allow-missing-packages.
-
---json prints: action (publish, exists, nothing), cell_id, entry_key, new_files,
-new_bytes, restored_files, reason, fingerprint_key, and when published: created,
-files, total_bytes, blobs_uploaded, bytes_uploaded, indexed.
-
-\b
-Examples:
-  neffcache capture matrix.toml --cache /var/cache/neffcache --dry-run
-  neffcache capture matrix.toml --cache /var/cache/neffcache \\
-      --cell 'flux2-klein/compile/768x1360/b1/tp1'
-  NEFFCACHE_STORE=s3://bucket/neff neffcache capture matrix.toml --cache /mnt/c --json
-  neffcache capture matrix.toml --cache /var/cache/neffcache --python /opt/venv/bin/python
-"""
-
-
-@click.command("capture", help=CAPTURE_HELP, epilog=EXIT_CODE_HELP)
+@click.command("capture", epilog=EXIT_CODE_HELP)
 @click.argument("matrix", metavar="MATRIX", type=click.Path(dir_okay=False))
 @click.option("--cache", "cache", required=True, metavar="DIR",
               type=click.Path(file_okay=False),
@@ -65,24 +23,42 @@ Examples:
               help="The cell the runtime-compiled files belong to [default: the only cell of "
                    "MATRIX without an entry for this fingerprint].")
 @click.option("--dry-run", is_flag=True, help="Say what would be published; upload nothing.")
-@click.option("--workers", type=ranged("CaptureRequest", "workers"), default=8, show_default=True,
-              help="Parallel hashing and uploads.")
-@python_option
-@signing_key_option
-@allow_missing_packages_option
-@store_option
-@index_option
-@json_option
-def capture(matrix: str, cache: str, cell_id: str | None, dry_run: bool, workers: int,
-            python: str | None, allow_missing_packages: bool, store: str | None,
-            index: str | None, as_json: bool, signing_key: str | None = None) -> None:
-    """Parse, call ``neffcache.precompile.capture_entry``, render (help: CAPTURE_HELP)."""
+@workers_option("CaptureRequest", 8, "Parallel hashing and uploads.")
+@shared("python", "signing_key", "allow_missing_packages", "store", "index", "json")
+def capture(as_json: bool, **params: Any) -> None:
+    """Upload the files an instance compiled at run time, as the entry of one cell.
+
+    A file in DIR's cache roots is runtime-compiled when no entry of MATRIX for this host's
+    fingerprint lists it, i.e. `neffcache restore` did not put it there. Locks, `.tmp` files
+    and dotfiles (restore's state file too) are never captured.
+
+    Attribution: the runtime-compiled files become the entry of ONE cell that has no entry
+    for this fingerprint yet: the one named with --cell, or else the only such cell of
+    MATRIX. Restore then fetches that entry like any other, so the next instance boots warm.
+    Entries are immutable and the first writer wins: when the cell already has an entry
+    (say, another instance back-filled it first) nothing is published and the files stay
+    local. Several cells without an entry and no --cell is a usage error (exit 2), since
+    files cannot be told apart by cell. A back-filled entry holds only what was new on top
+    of the restored entries, so restore it together with them (the whole matrix, as the
+    boot hook does). `neffcache warm` shows which cells compiled. An interpreter without what
+    the backend needs (torch; torch-neuronx for neuron) is refused (exit 2, a dry run too)
+    unless --allow-missing-packages.
+
+    --json prints: action (publish, exists, nothing), cell_id, entry_key, new_files,
+    new_bytes, restored_files, reason, fingerprint_key, and when published: created,
+    files, total_bytes, blobs_uploaded, bytes_uploaded, indexed.
+
+    \b
+    Examples:
+      neffcache capture matrix.toml --cache /var/cache/neffcache --dry-run
+      neffcache capture matrix.toml --cache /var/cache/neffcache \\
+          --cell 'flux2-klein/compile/768x1360/b1/tp1'
+      NEFFCACHE_STORE=s3://bucket/neff neffcache capture matrix.toml --cache /mnt/c --json
+      neffcache capture matrix.toml --cache /var/cache/neffcache --python /opt/venv/bin/python
+    """
     from neffcache.precompile import CaptureRequest, capture_entry
 
-    result = capture_entry(CaptureRequest(
-        matrix=matrix, cache=cache, cell_id=cell_id, dry_run=dry_run, workers=workers,
-        python=python, store=store, index=index, notice=progress,
-        allow_missing_packages=allow_missing_packages, signing_key=signing_key))
+    result = capture_entry(CaptureRequest(**params, notice=progress))
     finish(result, as_json, lambda: _summary(result.to_json()))
 
 

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
-from neffcache.cli._common import (
-    counter,
-    finish,
-    human_bytes,
-    json_option,
-    progress,
-    ranged,
-    trust_options,
-)
-from neffcache.cli._select import cells_option, fingerprint_option
+from neffcache.cli._common import counter, finish, human_bytes
+from neffcache.cli._options import shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
+
+if TYPE_CHECKING:
+    from neffcache.lifecycle import CopyEntriesResult
 
 
 @click.command("copy", epilog=EXIT_CODE_HELP)
@@ -23,23 +20,15 @@ from neffcache.errors import EXIT_CODE_HELP
               help="Source store: PATH, file://PATH or s3://BUCKET/PREFIX.")
 @click.option("--to", "target", required=True, metavar="URL",
               help="Target store: PATH, file://PATH or s3://BUCKET/PREFIX.")
-@click.option("--from-profile", metavar="NAME",
+@click.option("--from-profile", "source_profile", metavar="NAME",
               help="AWS profile of the source store (else NEFFCACHE_FROM_AWS_* or AWS_*).")
-@click.option("--to-profile", metavar="NAME",
+@click.option("--to-profile", "target_profile", metavar="NAME",
               help="AWS profile of the target store (else NEFFCACHE_TO_AWS_* or AWS_*).")
-@click.option("--all", "everything", is_flag=True, help="Every entry of the source store.")
-@cells_option
-@fingerprint_option
-@click.option("--workers", type=ranged("CopyEntriesRequest", "workers"),
-              default=8, show_default=True,
-              help="Parallel transfers.")
-@trust_options
-@json_option
-def copy(matrix: str | None, source: str, target: str, from_profile: str | None,
-         to_profile: str | None, everything: bool,
-         patterns: tuple[str, ...], fingerprints: tuple[str, ...], workers: int,
-         as_json: bool, trusted_keys: tuple[str, ...] = (),
-         require_signatures: bool = False) -> None:
+@click.option("--all", "all_entries", is_flag=True, help="Every entry of the source store.")
+@shared("matrix_cells", "fingerprint")
+@workers_option("CopyEntriesRequest", 8, "Parallel transfers.")
+@shared("trusted_key", "require_signatures", "json")
+def copy(as_json: bool, **params: Any) -> None:
     """Copy entries from one store to another: another region, a local mirror.
 
     Selects the entries built for the cells of MATRIX (every fingerprint, or those named with
@@ -72,17 +61,17 @@ def copy(matrix: str | None, source: str, target: str, from_profile: str | None,
     """
     from neffcache.lifecycle import CopyEntriesRequest, copy_entries
 
-    result = copy_entries(CopyEntriesRequest(
-        source, target, matrix=matrix, cells=patterns, fingerprints=fingerprints,
-        all_entries=everything, workers=workers, progress=counter("copy", "blobs"),
-        source_profile=from_profile, target_profile=to_profile, trusted_keys=trusted_keys,
-        require_signatures=require_signatures))
-    finish(result, as_json, lambda: "\n".join([
-        *(f"refused {k}: {why}" for k, why in result.refused),
-        f"{len(result.entries)} entries: {result.entries_copied} copied, "
-        f"{result.entries_present} already in {result.target}; blobs: "
-        f"{result.blobs_copied} copied ({human_bytes(result.bytes_copied)}), "
-        f"{result.blobs_skipped} already there; packs: {result.packs_copied} copied, "
-        f"{result.packs_skipped} already there"]))
-    if not result.entries:
-        progress("warning: no entries selected")
+    result = copy_entries(CopyEntriesRequest(**params, progress=counter("copy", "blobs")))
+    finish(result, as_json, lambda: copied_text(result, "copied", "copied", packs=True),
+           [] if result.entries else ["warning: no entries selected"])
+
+
+def copied_text(c: CopyEntriesResult, entries: str, blobs: str, packs: bool) -> str:
+    """What copy (or bundle import) wrote: refused entries, then the counts."""
+    tail = (f"; packs: {c.packs_copied} copied, {c.packs_skipped} already there"
+            if packs else "")
+    return "\n".join([
+        *(f"refused {k}: {why}" for k, why in c.refused),
+        f"{len(c.entries)} entries: {c.entries_copied} {entries}, {c.entries_present} already "
+        f"in {c.target}; blobs: {c.blobs_copied} {blobs} ({human_bytes(c.bytes_copied)}), "
+        f"{c.blobs_skipped} already there{tail}"])

@@ -3,20 +3,12 @@ its status (ready, in_progress, failed, missing), as a table or JSON."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import (
-    encode_line,
-    format_table,
-    index_option,
-    json_option,
-    jsonl_option,
-    python_option,
-    stream_json,
-    stream_json_lines,
-)
+from neffcache.cli._common import encode_line, finish, format_table, stream_json, stream_lines
+from neffcache.cli._options import shared
 from neffcache.cli._process import without_cyclic_gc
 from neffcache.errors import UsageError
 
@@ -48,53 +40,9 @@ def render_coverage(report: CoverageReport) -> str:
     return "\n".join(parts)
 
 
-_HELP = """Show which cells of a matrix are cached, for which fingerprints.
-
-NAME|FILE is a matrix file, or the name of a matrix registered in the index (`neffcache
-matrix register FILE`; `precompile` registers its matrix): its current version.
-Rows are the matrix's cells; columns are this host's fingerprint (marked *) and every
-other fingerprint with an entry or a failure for any of these cells. A status is
-`ready` (an entry exists), `in_progress(HOST since TIME)` (no entry yet; a `precompile
---claim` worker on HOST holds a live lease on it, claimed at TIME, UTC), `failed(N)` (no
-entry, and the latest warm-up exited with N; its log tail is in the JSON) or `missing`
-(never warmed). Reads the index only.
-
-With --check the exit code says whether the cells are covered: 0 every selected cell is
-ready for every checked fingerprint, 3 some are not (listed on stderr), including for a
-full fingerprint key nothing has been built for yet (a column of `missing`, backend
-`unknown`) and for this host's fingerprint when the index has never seen it. A malformed
-key or a prefix that names no single fingerprint is a usage error (exit 2).
-
-\b
-Examples:
-  neffcache coverage matrix.toml
-  neffcache coverage flux2-prod                      # a registered matrix, by name
-  neffcache coverage matrix.toml --cells 'flux2-klein/compile/*'
-  neffcache coverage flux2-prod --fingerprint 3fc2ffe4a216 --check   # CI gate
-  neffcache coverage matrix.toml --fingerprint host --check --json
-  neffcache coverage matrix.toml --json | jq '.fingerprints[] | {key, ready, missing}'
-  neffcache coverage flux2-prod --jsonl | jq -c 'select(.status == "failed")'
-  neffcache coverage matrix.toml --python /opt/venv/bin/python   # * = that interpreter's
-
-JSON output: {"matrix", "backend", "here" (this host's fingerprint key, null when only
-given keys are shown), "cells": [{"id", "key"}], "fingerprints": [{"key", "backend",
-"fields", "here", "ready", "failed", "missing", "in_progress"}], "rows": [{"cell_id",
-"cell_key", "fingerprint_key", "status", "entry_key", "total_bytes", "exit_status",
-"log_tail", "failed_at", "host", "since", "lease_expires_at"}], "check" (with --check:
-{"ok", "not_ready": [{"cell_id", "fingerprint_key", "status"}]})}. The document is
-written as it is read, in flat memory at any matrix size: "rows" after "cells", then
-"fingerprints" (counted as the rows went by) and "check".
-
-JSON lines (--jsonl): one row object (as in "rows" above) per line, nothing else (the
-counts are in --json's "fingerprints"); with --check the exit code and stderr say which
-cells are not ready.
-"""
-
-
-@click.command("coverage", help=_HELP)
+@click.command("coverage")
 @click.argument("matrix", metavar="NAME|FILE")
-@click.option("--cells", "cell_globs", metavar="GLOB", multiple=True,
-              help="Only cells whose id matches this glob (repeatable).")
+@shared("cells")
 @click.option("--fingerprint", "fingerprints", metavar="KEY|host", multiple=True,
               help="Only this fingerprint's column: a key or a unique prefix of one (as "
                    "`coverage` and `ls` print them; a full key nothing was built for yet is "
@@ -104,32 +52,63 @@ cells are not ready.
 @click.option("--check", is_flag=True,
               help="Exit 3 unless every selected cell is ready for every shown fingerprint "
                    "(this host's when no --fingerprint is given): a CI gate.")
-@python_option
-@index_option
-@json_option
-@jsonl_option
+@shared("python", "index", "json", "jsonl")
 @without_cyclic_gc
-def coverage(matrix: str, cell_globs: tuple[str, ...], fingerprints: tuple[str, ...],
-             check: bool, python: str | None, index: str | None, as_json: bool,
-             as_jsonl: bool) -> None:
+def coverage(as_json: bool, as_jsonl: bool, **params: Any) -> None:
+    """Show which cells of a matrix are cached, for which fingerprints.
+
+    NAME|FILE is a matrix file, or the name of a matrix registered in the index (`neffcache
+    matrix register FILE`; `precompile` registers its matrix): its current version.
+    Rows are the matrix's cells; columns are this host's fingerprint (marked *) and every
+    other fingerprint with an entry or a failure for any of these cells. A status is
+    `ready` (an entry exists), `in_progress(HOST since TIME)` (no entry yet; a `precompile
+    --claim` worker on HOST holds a live lease on it, claimed at TIME, UTC), `failed(N)` (no
+    entry, and the latest warm-up exited with N; its log tail is in the JSON) or `missing`
+    (never warmed). Reads the index only.
+
+    With --check the exit code says whether the cells are covered: 0 every selected cell is
+    ready for every checked fingerprint, 3 some are not (listed on stderr), including for a
+    full fingerprint key nothing has been built for yet (a column of `missing`, backend
+    `unknown`) and for this host's fingerprint when the index has never seen it. A malformed
+    key or a prefix that names no single fingerprint is a usage error (exit 2).
+
+    \b
+    Examples:
+      neffcache coverage matrix.toml
+      neffcache coverage flux2-prod                      # a registered matrix, by name
+      neffcache coverage matrix.toml --cells 'flux2-klein/compile/*'
+      neffcache coverage flux2-prod --fingerprint 3fc2ffe4a216 --check   # CI gate
+      neffcache coverage matrix.toml --fingerprint host --check --json
+      neffcache coverage matrix.toml --json | jq '.fingerprints[] | {key, ready, missing}'
+      neffcache coverage flux2-prod --jsonl | jq -c 'select(.status == "failed")'
+      neffcache coverage matrix.toml --python /opt/venv/bin/python   # * = that interpreter's
+
+    JSON output: {"matrix", "backend", "here" (this host's fingerprint key, null when only
+    given keys are shown), "cells": [{"id", "key"}], "fingerprints": [{"key", "backend",
+    "fields", "here", "ready", "failed", "missing", "in_progress"}], "rows": [{"cell_id",
+    "cell_key", "fingerprint_key", "status", "entry_key", "total_bytes", "exit_status",
+    "log_tail", "failed_at", "host", "since", "lease_expires_at"}], "check" (with --check:
+    {"ok", "not_ready": [{"cell_id", "fingerprint_key", "status"}]})}. The document is
+    written as it is read, in flat memory at any matrix size: "rows" after "cells", then
+    "fingerprints" (counted as the rows went by) and "check".
+
+    JSON lines (--jsonl): one row object (as in "rows" above) per line, nothing else (the
+    counts are in --json's "fingerprints"); with --check the exit code and stderr say which
+    cells are not ready.
+    """
     from neffcache.index import CoverageRequest
     from neffcache.index import coverage as run_coverage
 
-    request = CoverageRequest(matrix=matrix, cells=cell_globs, fingerprints=fingerprints,
-                              check=check, python=python, index=index)
+    request = CoverageRequest(**params)
     if as_json and as_jsonl:
         raise UsageError("--json and --jsonl: choose one")
     if as_json or as_jsonl:
         _stream(request, as_jsonl)
         return
     result = run_coverage(request)
-    if not result.report.cells:
-        click.echo(f"{result.matrix}: no cell matches {list(cell_globs)}", err=True)
-    else:
-        click.echo(render_coverage(result.report))
-    err = result.error()
-    if err is not None:
-        raise err
+    cells = result.report.cells
+    finish(result, False, lambda: render_coverage(result.report) if cells else None,
+           [] if cells else [f"{result.matrix}: no cell matches {list(request.cells)}"])
 
 
 def _stream(request: CoverageRequest, as_jsonl: bool) -> None:
@@ -139,7 +118,7 @@ def _stream(request: CoverageRequest, as_jsonl: bool) -> None:
     with stream_coverage(request) as stream:
         lines = stream.lines(encode_line)  # each row's to_json(), as encode_line writes it
         if as_jsonl:
-            stream_json_lines(lines, encoded=True)
+            stream_lines(lines, encoded=True)
         else:
             stream_json(stream.head_json(), "rows", lines, stream.tail_json, encoded=True)
     err = stream.error()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import finish, index_option, json_option
+from neffcache.cli._common import finish
+from neffcache.cli._options import shared
 
 
 @click.group("db")
@@ -25,8 +26,7 @@ def db() -> None:
 
 
 @db.command("upgrade", short_help="Create or migrate the index schema (idempotent).")
-@index_option
-@json_option
+@shared("index", "json")
 def upgrade(index: str | None, as_json: bool) -> None:
     """Create the index schema or migrate it to this version of neffcache.
 
@@ -50,8 +50,7 @@ def upgrade(index: str | None, as_json: bool) -> None:
 
 
 @db.command("current", short_help="Show the schema revision and the one needed.")
-@index_option
-@json_option
+@shared("index", "json")
 @click.option("--check", is_flag=True,
               help="Exit 7 when the schema is not the one this neffcache needs.")
 def current(index: str | None, as_json: bool, check: bool) -> None:

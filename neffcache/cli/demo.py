@@ -3,20 +3,12 @@ would, and show cold vs restored first-call times and the coverage table."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import (
-    finish,
-    format_table,
-    human_bytes,
-    index_option,
-    json_option,
-    progress,
-    ranged,
-    store_option,
-)
+from neffcache.cli._common import finish, format_table, human_bytes, progress
+from neffcache.cli._options import ranged, shared
 
 if TYPE_CHECKING:
     from neffcache.demo import DemoResult
@@ -61,11 +53,8 @@ def render_demo(report: DemoResult) -> str:
               help="Cells compiled at the same time.")
 @click.option("--timeout", type=ranged("DemoRequest", "timeout"), default=1800, show_default=True,
               metavar="SECONDS", help="Kill one warm-up after this long.")
-@store_option
-@index_option
-@json_option
-def demo(shapes: str | None, workers: int, timeout: float, store: str | None,
-         index: str | None, as_json: bool) -> None:
+@shared("store", "index", "json")
+def demo(as_json: bool, **params: Any) -> None:
     """Show the whole job on this machine: compile once, boot a fresh instance warm.
 
     On the embedded default (or --store/--index) this builds a tiny random-weight
@@ -95,12 +84,6 @@ def demo(shapes: str | None, workers: int, timeout: float, store: str | None,
     """
     from neffcache.demo import DemoRequest, run_demo
 
-    result = run_demo(DemoRequest(shapes=shapes, workers=workers, timeout=timeout,
-                                  store=store, index=index, notice=progress,
-                                  progress=_event_line))
+    result = run_demo(DemoRequest(**params, notice=progress,
+                                  progress=lambda e: progress(f"      {e[0]}: {e[1]}: {e[2]}")))
     finish(result, as_json, lambda: render_demo(result))
-
-
-def _event_line(event: tuple[str, str, str]) -> None:
-    kind, cell_id, message = event
-    progress(f"      {kind}: {cell_id}: {message}")

@@ -6,14 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from neffcache.cli._common import (
-    finish,
-    format_table,
-    index_option,
-    json_option,
-    python_option,
-    store_option,
-)
+from neffcache.cli._common import finish, format_table
+from neffcache.cli._options import shared
 from neffcache.errors import EXIT_CODE_HELP
 
 if TYPE_CHECKING:
@@ -21,17 +15,14 @@ if TYPE_CHECKING:
 
 
 @click.command("fingerprint", epilog=EXIT_CODE_HELP)
-@click.option("--backend", "backend_name", metavar="NAME", default=None,
+@click.option("--backend", "backend", metavar="NAME", default=None,
               help="inductor or neuron [default: inductor, or the explained entry's].")
 @click.option("--explain", "explain", metavar="ENTRY_KEY|FINGERPRINT_KEY", default=None,
               help="List the fingerprint fields that differ from this host's: an entry's "
                    "(its manifest, read from the store) or a fingerprint's (as `coverage` "
                    "and `ls` print them, read from the index). A unique key prefix is enough.")
-@python_option
-@store_option
-@index_option
-@json_option
-def fingerprint(backend_name: str | None, explain: str | None, python: str | None,
+@shared("python", "store", "index", "json")
+def fingerprint(backend: str | None, explain: str | None, python: str | None,
                 store: str | None, index: str | None, as_json: bool) -> None:
     """Print this host's fingerprint: what must match between the host that compiled an
     entry and the host that restores it (backend; torch, diffusers, transformers and Python
@@ -67,11 +58,10 @@ def fingerprint(backend_name: str | None, explain: str | None, python: str | Non
     )
 
     if explain is None:
-        shown = show_fingerprint(FingerprintRequest(backend=backend_name, python=python))
+        shown = show_fingerprint(FingerprintRequest(backend=backend, python=python))
         finish(shown, as_json, lambda: render_fingerprint(shown))
         return
-    result = explain_fingerprint(ExplainRequest(key=explain, backend=backend_name,
-                                                python=python, store=store, index=index))
+    result = explain_fingerprint(ExplainRequest(explain, backend, python, store, index))
     finish(result, as_json, lambda: render_explain(result))
 
 

@@ -4,29 +4,28 @@ from __future__ import annotations
 
 import click
 
-from neffcache.cli._common import finish, json_option
+from neffcache.cli._common import finish
+from neffcache.cli._options import shared
 from neffcache.errors import EXIT_CODE_HELP
 
-KEYS_HELP = """Signing keys for entries (Ed25519).
 
-Publishing (precompile, push, capture) signs each manifest with the key in
---signing-key FILE (or NEFFCACHE_SIGNING_KEY_FILE); a restore given trusted public keys
-(--trusted-key, NEFFCACHE_TRUSTED_KEYS) refuses an entry that is unsigned or signed by another
-key (exit 4). Trust several keys at once to rotate: publish with the new one, then drop the
-old key once its entries are retired. Give instances that back-fill (`neffcache capture`) a
-key of their own, so a fleet can trust CI's key alone.
-
-\b
-Examples:
-  neffcache keys generate --out /secure/ci-signing.pem --public-out ci.pub
-  neffcache keys show /secure/ci-signing.pem
-  NEFFCACHE_TRUSTED_KEYS="$(cat ci.pub)" neffcache restore --matrix m.toml --to /var/cache/n
-"""
-
-
-@click.group("keys", help=KEYS_HELP, epilog=EXIT_CODE_HELP)
+@click.group("keys", epilog=EXIT_CODE_HELP)
 def keys() -> None:
-    pass
+    """Signing keys for entries (Ed25519).
+
+    Publishing (precompile, push, capture) signs each manifest with the key in
+    --signing-key FILE (or NEFFCACHE_SIGNING_KEY_FILE); a restore given trusted public keys
+    (--trusted-key, NEFFCACHE_TRUSTED_KEYS) refuses an entry that is unsigned or signed by another
+    key (exit 4). Trust several keys at once to rotate: publish with the new one, then drop the
+    old key once its entries are retired. Give instances that back-fill (`neffcache capture`) a
+    key of their own, so a fleet can trust CI's key alone.
+
+    \b
+    Examples:
+      neffcache keys generate --out /secure/ci-signing.pem --public-out ci.pub
+      neffcache keys show /secure/ci-signing.pem
+      NEFFCACHE_TRUSTED_KEYS="$(cat ci.pub)" neffcache restore --matrix m.toml --to /var/cache/n
+    """
 
 
 @keys.command("generate", epilog=EXIT_CODE_HELP)
@@ -36,7 +35,7 @@ def keys() -> None:
 @click.option("--public-out", "public_out", metavar="FILE", default=None,
               type=click.Path(dir_okay=False),
               help="Also write the public key (one ed25519: line) to FILE.")
-@json_option
+@shared("json")
 def generate(out: str, public_out: str | None, as_json: bool) -> None:
     """Make a new Ed25519 signing key; print its public key and key id.
 
@@ -56,7 +55,7 @@ def generate(out: str, public_out: str | None, as_json: bool) -> None:
 
 @keys.command("show", epilog=EXIT_CODE_HELP)
 @click.argument("path", metavar="FILE", type=click.Path(dir_okay=False))
-@json_option
+@shared("json")
 def show(path: str, as_json: bool) -> None:
     """Print the public key (and key id) of a private key file or a public key file.
 

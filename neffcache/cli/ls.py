@@ -7,17 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import (
-    format_table,
-    human_bytes,
-    index_option,
-    json_option,
-    jsonl_option,
-    ranged,
-    stream_json,
-    stream_json_lines,
-    stream_table,
-)
+from neffcache.cli._common import format_table, human_bytes, stream_json, stream_lines, stream_table
+from neffcache.cli._options import ranged, shared
 from neffcache.cli._process import without_cyclic_gc
 from neffcache.errors import UsageError
 
@@ -42,21 +33,18 @@ def render_entries(entries: Sequence[EntrySummary]) -> str:
 
 
 @click.command("ls")
-@click.option("--cell", "cell_glob", metavar="GLOB", default=None,
+@click.option("--cell", "cell", metavar="GLOB", default=None,
               help="Only cells whose id matches this glob, e.g. 'flux2-klein/compile/*'.")
-@click.option("--fingerprint", "fingerprint_key", metavar="KEY", default=None,
+@click.option("--fingerprint", "fingerprint", metavar="KEY", default=None,
               help="Only entries built under this fingerprint (full key or a prefix).")
 @click.option("--limit", type=ranged("ListEntriesRequest", "limit"), default=None, metavar="N",
               help="At most N entries (the newest); the cursor of the next page goes to "
                    "stderr (JSON: `next`).")
 @click.option("--after", metavar="CURSOR", default=None,
               help="Continue after this cursor (printed by the previous page).")
-@index_option
-@json_option
-@jsonl_option
+@shared("index", "json", "jsonl")
 @without_cyclic_gc
-def ls(cell_glob: str | None, fingerprint_key: str | None, limit: int | None,
-       after: str | None, index: str | None, as_json: bool, as_jsonl: bool) -> None:
+def ls(as_json: bool, as_jsonl: bool, **params: Any) -> None:
     """List entries in the index, newest first.
 
     An entry is one cell warmed under one fingerprint. The index can be rebuilt from the
@@ -88,8 +76,7 @@ def ls(cell_glob: str | None, fingerprint_key: str | None, limit: int | None,
 
     if as_json and as_jsonl:
         raise UsageError("--json and --jsonl: choose one")
-    request = ListEntriesRequest(cell=cell_glob, fingerprint=fingerprint_key, limit=limit,
-                                 index=index, after=after)
+    request = ListEntriesRequest(**params)
     found = iter_entries(request)
     first = next(found, None)  # the index's errors and a bad cursor, before any output
     seen = _Seen()
@@ -100,7 +87,7 @@ def ls(cell_glob: str | None, fingerprint_key: str | None, limit: int | None,
                              "next": next_cursor(request, seen.count, seen.last)})
         return
     if as_jsonl:
-        stream_json_lines(e.to_json() for e in rows)
+        stream_lines(e.to_json() for e in rows)
     elif not stream_table(_HEADERS, (entry_line(e) for e in rows)):
         click.echo("no entries", err=True)
     cursor = next_cursor(request, seen.count, seen.last)

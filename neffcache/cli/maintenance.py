@@ -3,22 +3,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import (
-    confirm_or_refuse,
-    counter,
-    emit_json,
-    finish,
-    human_bytes,
-    json_option,
-    progress,
-    ranged,
-    store_option,
-    trust_options,
-)
+from neffcache.cli._common import ask, counter, finish, human_bytes, progress
+from neffcache.cli._options import ranged, shared, workers_option, yes_option
 from neffcache.errors import EXIT_CODE_HELP
 
 if TYPE_CHECKING:
@@ -28,92 +18,49 @@ if TYPE_CHECKING:
         VerifyStoreResult,
     )
 
-VERIFY_HELP = """Check that every manifest in the store decodes and every blob it references exists
-and streams to exactly its recorded size and sha256 (and, for a large file, to the
-per-part digests its manifest records, which restores verify it by). Packs are checked
-too: present, and each member's bytes matching its sha256.
 
-Blobs shared by several entries are checked once. Any problem (a manifest that does not
-decode or is hostile, part digests that do not match their blob, a missing, truncated or
-corrupt blob or pack) is listed and the command exits 4; a store that cannot be read
-exits 6. With --trusted-key (or NEFFCACHE_TRUSTED_KEYS) an entry none of those keys signed
-is listed too (kind untrusted): what a restore trusting them would refuse.
-
---json prints: ok, manifests, blobs, packs, bytes_checked, quick, problems (key, kind,
-error), problem_count, seconds.
-
-With --local DIR it checks a restored directory instead, with no store: every file of
-every entry restored there (DIR/.neffcache-entries/) is re-hashed against its manifest,
-which finds damage a restore's stat-based "already in place" check cannot (a flipped bit
-keeps size and mtime). A damaged file is listed (kind: missing, type, size, sha256, mode,
-manifest), forgotten by the state file so the next `neffcache restore` fetches it again,
-and the command exits 4. --json prints: ok, target, entries, files, bytes_checked,
-problems (path, kind, error), problem_count, seconds.
-
-\b
-Examples:
-  neffcache verify
-  neffcache verify --quick --store s3://bucket/neff
-  neffcache verify --json | jq '.problems[]'
-  neffcache verify --local /var/cache/neffcache
-"""
-
-GC_HELP = """Delete blobs and packs that no manifest references, and abort multipart uploads that
-killed publishes left behind.
-
-Manifests are never deleted. gc lists blobs first, then reads every manifest; a blob
-named by a publish in progress (its pending/ note, renewed every 150 s while the publish
-runs, is younger than --grace) is spared, and manifests and notes that appear while gc
-runs are read again before each batch of deletions, so a concurrent publish is safe.
---grace below 600 s is refused (exit 2) unless --force: a shorter grace could outrun the
-renewal. Blobs and packs of entries retired less than --grace ago (`neffcache retire`)
-are spared too, so a restore that read a manifest just before it was retired still finds
-every blob. Unreferenced packs (small files stored together for restore speed; every
-member is also a blob) are deleted only when no publish is in progress. A manifest gc
-cannot read stops it (exit 4).
-
-On S3, incomplete multipart uploads of blobs and packs started more than --grace ago are
-aborted (their parts are billed until then), except those a publish in progress names;
---uploads does only that. A local store has none. Listing them needs
-s3:ListBucketMultipartUploads (and aborting s3:AbortMultipartUpload): without it, plain gc
-warns and goes on, gc --uploads fails (exit 6). On a local store, temp files a killed
-writer left (.tmp-<pid>-*, the PID gone or older than an hour) are removed.
-Without --yes it asks for confirmation on a terminal, and refuses otherwise.
-
---json prints: manifests, blobs, referenced, delete, spared, stale_intents, unknown,
-packs, delete_packs, spared_packs, deleted, deleted_count, deleted_packs,
-kept_on_recheck, dry_run, store, uploads (null on a local store; else listed, abort,
-spared, unknown, aborted: lists of key, upload_id, initiated) and, when uploads could not
-be listed, uploads_error; temp_files, temp_files_removed. With --uploads: store, dry_run,
-uploads.
-
-\b
-Examples:
-  neffcache gc --dry-run
-  neffcache gc --yes --store s3://bucket/neff
-  neffcache gc --yes --grace 7200 --json
-  neffcache gc --uploads --yes --store s3://bucket/neff
-"""
-
-
-@click.command("verify", help=VERIFY_HELP, epilog=EXIT_CODE_HELP)
+@click.command("verify", epilog=EXIT_CODE_HELP)
 @click.option("--quick", is_flag=True,
               help="Only check that every referenced blob exists (no download).")
-@click.option("--workers", type=ranged("VerifyStoreRequest", "workers"),
-              default=8, show_default=True,
-              help="Parallel reads.")
+@workers_option("VerifyStoreRequest", 8, "Parallel reads.")
 @click.option("--local", "local", metavar="DIR", default=None, type=click.Path(file_okay=False),
               help="Instead of the store: re-hash the files restored into DIR against the "
                    "manifests restore kept there.")
 @click.option("--quarantine", is_flag=True,
               help="Mark each damaged blob or pack under damaged/ in the store, so push, copy "
                    "and bundle import rewrite it instead of skipping it.")
-@trust_options
-@store_option
-@json_option
-def verify(quick: bool, workers: int, local: str | None, store: str | None,
-           as_json: bool, quarantine: bool = False,
-           trusted_keys: tuple[str, ...] = (), require_signatures: bool = False) -> None:
+@shared("trusted_key", "require_signatures", "store", "json")
+def verify(as_json: bool, local: str | None, quick: bool, quarantine: bool, store: str | None,
+           **params: Any) -> None:
+    """Check that every manifest in the store decodes and every blob it references exists
+    and streams to exactly its recorded size and sha256 (and, for a large file, to the
+    per-part digests its manifest records, which restores verify it by). Packs are checked
+    too: present, and each member's bytes matching its sha256.
+
+    Blobs shared by several entries are checked once. Any problem (a manifest that does not
+    decode or is hostile, part digests that do not match their blob, a missing, truncated or
+    corrupt blob or pack) is listed and the command exits 4; a store that cannot be read
+    exits 6. With --trusted-key (or NEFFCACHE_TRUSTED_KEYS) an entry none of those keys signed
+    is listed too (kind untrusted): what a restore trusting them would refuse.
+
+    --json prints: ok, manifests, blobs, packs, bytes_checked, quick, problems (key, kind,
+    error), problem_count, seconds.
+
+    With --local DIR it checks a restored directory instead, with no store: every file of
+    every entry restored there (DIR/.neffcache-entries/) is re-hashed against its manifest,
+    which finds damage a restore's stat-based "already in place" check cannot (a flipped bit
+    keeps size and mtime). A damaged file is listed (kind: missing, type, size, sha256, mode,
+    manifest), forgotten by the state file so the next `neffcache restore` fetches it again,
+    and the command exits 4. --json prints: ok, target, entries, files, bytes_checked,
+    problems (path, kind, error), problem_count, seconds.
+
+    \b
+    Examples:
+      neffcache verify
+      neffcache verify --quick --store s3://bucket/neff
+      neffcache verify --json | jq '.problems[]'
+      neffcache verify --local /var/cache/neffcache
+    """
     from neffcache.lifecycle import (
         VerifyLocalDirRequest,
         VerifyStoreRequest,
@@ -123,15 +70,11 @@ def verify(quick: bool, workers: int, local: str | None, store: str | None,
 
     result: VerifyStoreResult | VerifyLocalDirResult
     if local is not None:
-        result = verify_local_dir(VerifyLocalDirRequest(local, workers=workers,
-                                                        trusted_keys=trusted_keys,
-                                                        require_signatures=require_signatures))
+        result = verify_local_dir(VerifyLocalDirRequest(local, **params))
     else:
-        result = verify_store(VerifyStoreRequest(store=store, quick=quick, workers=workers,
-                                                 progress=counter("verify", "blobs", 50),
-                                                 quarantine=quarantine,
-                                                 trusted_keys=trusted_keys,
-                                                 require_signatures=require_signatures))
+        result = verify_store(VerifyStoreRequest(
+            store=store, quick=quick, quarantine=quarantine,
+            progress=counter("verify", "blobs", 50), **params))
     finish(result, as_json, lambda: _verify_text(result))
 
 
@@ -161,10 +104,9 @@ def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
     return "\n".join(lines)
 
 
-@click.command("gc", help=GC_HELP, epilog=EXIT_CODE_HELP)
+@click.command("gc", epilog=EXIT_CODE_HELP)
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted or aborted.")
-@click.option("--yes", "-y", is_flag=True,
-              help="Delete without asking (required when stdin is not a terminal).")
+@yes_option("Delete")
 @click.option("--grace", type=ranged("CollectGarbageRequest", "grace"),
               default=3600.0, show_default=True,
               metavar="SECONDS", help="Spare blobs named by a publish in progress (its note is "
@@ -175,62 +117,86 @@ def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
                    "retire can be running).")
 @click.option("--uploads", "uploads_only", is_flag=True,
               help="Only abort stale multipart uploads (S3); leave blobs and packs alone.")
-@click.option("--workers", type=ranged("CollectGarbageRequest", "workers"),
-              default=16, show_default=True,
-              help="Parallel reads and deletes.")
-@store_option
-@json_option
-def gc(dry_run: bool, yes: bool, grace: float, force: bool, uploads_only: bool, workers: int,
-       store: str | None, as_json: bool) -> None:
+@workers_option("CollectGarbageRequest", 16, "Parallel reads and deletes.")
+@shared("store", "json")
+def gc(as_json: bool, **params: Any) -> None:
+    """Delete blobs and packs that no manifest references, and abort multipart uploads that
+    killed publishes left behind.
+
+    Manifests are never deleted. gc lists blobs first, then reads every manifest; a blob
+    named by a publish in progress (its pending/ note, renewed every 150 s while the publish
+    runs, is younger than --grace) is spared, and manifests and notes that appear while gc
+    runs are read again before each batch of deletions, so a concurrent publish is safe.
+    --grace below 600 s is refused (exit 2) unless --force: a shorter grace could outrun the
+    renewal. Blobs and packs of entries retired less than --grace ago (`neffcache retire`)
+    are spared too, so a restore that read a manifest just before it was retired still finds
+    every blob. Unreferenced packs (small files stored together for restore speed; every
+    member is also a blob) are deleted only when no publish is in progress. A manifest gc
+    cannot read stops it (exit 4).
+
+    On S3, incomplete multipart uploads of blobs and packs started more than --grace ago are
+    aborted (their parts are billed until then), except those a publish in progress names;
+    --uploads does only that. A local store has none. Listing them needs
+    s3:ListBucketMultipartUploads (and aborting s3:AbortMultipartUpload): without it, plain gc
+    warns and goes on, gc --uploads fails (exit 6). On a local store, temp files a killed
+    writer left (.tmp-<pid>-*, the PID gone or older than an hour) are removed.
+
+    --json prints: manifests, blobs, referenced, delete, spared, stale_intents, unknown,
+    packs, delete_packs, spared_packs, deleted, deleted_count, deleted_packs,
+    kept_on_recheck, dry_run, store, uploads (null on a local store; else listed, abort,
+    spared, unknown, aborted: lists of key, upload_id, initiated) and, when uploads could not
+    be listed, uploads_error; temp_files, temp_files_removed. With --uploads: store, dry_run,
+    uploads.
+
+    \b
+    Examples:
+      neffcache gc --dry-run
+      neffcache gc --yes --store s3://bucket/neff
+      neffcache gc --yes --grace 7200 --json
+      neffcache gc --uploads --yes --store s3://bucket/neff
+    """
     from neffcache.lifecycle import CollectGarbageRequest, collect_garbage
 
-    result = collect_garbage(CollectGarbageRequest(
-        store=store, grace=grace, force=force, uploads_only=uploads_only, workers=workers,
-        dry_run=dry_run, confirmed=yes, confirm=_ask, notice=progress))
-    if as_json:
-        emit_json(result.to_json())
-    elif result.gc is not None:
-        _show_gc(result)
-    elif result.uploads is None:
-        click.echo(f"{result.store}: a local store has no multipart uploads; nothing to abort")
-    else:
-        _show_uploads(result)
+    result = collect_garbage(CollectGarbageRequest(**params, confirm=_ask, notice=progress))
+    finish(result, as_json, lambda: _gc_text(result))
 
 
 def _ask(preview: CollectGarbageResult) -> bool:
     """gc without --yes: a terminal's consent, or a refusal."""
-    return confirm_or_refuse(
-        f"Delete or abort {preview.pending} in {preview.store}?",
-        f"gc would delete or abort {preview.pending}; refusing without --yes when stdin is "
-        "not a terminal", hint="neffcache gc --dry-run, then neffcache gc --yes")
+    return ask(f"Delete or abort {preview.pending} in {preview.store}?",
+               f"gc would delete or abort {preview.pending}",
+               hint="neffcache gc --dry-run, then neffcache gc --yes")
 
 
-def _show_gc(result: CollectGarbageResult) -> None:
-    assert result.gc is not None
+def _gc_text(result: CollectGarbageResult) -> str:
+    dry = "dry run: " if result.dry_run else ""
+    if result.gc is None:
+        return _uploads_text(result, dry)
     plan = result.gc.plan
-    if result.dry_run:
-        for key in (*plan.delete, *plan.delete_packs):
-            click.echo(f"would delete {key}")
+    lines = [f"would delete {key}" for key in (*plan.delete, *plan.delete_packs)
+             if result.dry_run]
     d = result.counts()
-    click.echo(f"{'dry run: ' if result.dry_run else ''}{d['manifests']} manifests reference "
-               f"{d['referenced']} blobs; {d['blobs']} blobs stored, {d['unreferenced']} "
-               f"unreferenced ({d['spared']} spared for a publish in progress); deleted "
-               f"{d['deleted']}; {d['packs']} packs stored, {d['unreferenced_packs']} "
-               f"unreferenced, deleted {d['deleted_packs']}")
+    lines.append(f"{dry}{d['manifests']} manifests reference "
+                 f"{d['referenced']} blobs; {d['blobs']} blobs stored, {d['unreferenced']} "
+                 f"unreferenced ({d['spared']} spared for a publish in progress); deleted "
+                 f"{d['deleted']}; {d['packs']} packs stored, {d['unreferenced_packs']} "
+                 f"unreferenced, deleted {d['deleted_packs']}")
     if result.temps:
-        click.echo(f"{'would remove' if result.dry_run else 'removed'} {len(result.temps)} "
-                   "stale temp file(s)")
+        lines.append(f"{'would remove' if result.dry_run else 'removed'} "
+                     f"{len(result.temps)} stale temp file(s)")
     if result.uploads is not None:
-        _show_uploads(result)
+        lines.append(_uploads_text(result, dry))
+    return "\n".join(lines)
 
 
-def _show_uploads(result: CollectGarbageResult) -> None:
+def _uploads_text(result: CollectGarbageResult, dry: str) -> str:
     plan = result.uploads
-    assert plan is not None
-    if result.dry_run:
-        for u in plan.abort:
-            click.echo(f"would abort the multipart upload of {u.key}")
-    click.echo(f"{'dry run: ' if result.dry_run else ''}{plan.listed} multipart upload(s) in "
-               f"progress, {len(plan.abort) + len(plan.spared)} started more than "
-               f"{result.grace:g} s ago ({len(plan.spared)} spared for a publish in progress); "
-               f"aborted {len(result.aborted)}")
+    if plan is None:
+        return f"{result.store}: a local store has no multipart uploads; nothing to abort"
+    lines = [f"would abort the multipart upload of {u.key}" for u in plan.abort
+             if result.dry_run]
+    lines.append(f"{dry}{plan.listed} multipart upload(s) in "
+                 f"progress, {len(plan.abort) + len(plan.spared)} started more than "
+                 f"{result.grace:g} s ago ({len(plan.spared)} spared for a publish in progress); "
+                 f"aborted {len(result.aborted)}")
+    return "\n".join(lines)

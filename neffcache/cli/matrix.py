@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from neffcache.cli._common import emit_json, format_table, index_option, json_option, ranged
+from neffcache.cli._common import finish, format_table
+from neffcache.cli._options import ranged, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 
@@ -32,10 +35,8 @@ def matrix() -> None:
 @click.option("--replace", is_flag=True,
               help="Make FILE the current version even when NAME is registered with other "
                    "content (without it that is refused, exit 2).")
-@index_option
-@json_option
-def register(file: str, name: str | None, replace: bool, index: str | None,
-             as_json: bool) -> None:
+@shared("index", "json")
+def register(as_json: bool, **params: Any) -> None:
     """Store FILE (its TOML, sha256 and cells) in the index as the current version.
 
     The sha256 is taken over the canonical JSON of the parsed TOML, so comments and layout
@@ -56,19 +57,14 @@ def register(file: str, name: str | None, replace: bool, index: str | None,
     """
     from neffcache.index import RegisterMatrixFileRequest, register_matrix_file
 
-    v = register_matrix_file(RegisterMatrixFileRequest(file=file, name=name, index=index,
-                                                       replace=replace)).version
-    if as_json:
-        emit_json(v.to_json())
-    else:
-        what = "registered" if v.changed else "unchanged"
-        click.echo(f"{what}: {v.name} version {v.version} ({v.cell_count} cells, "
-                   f"{v.backend}, sha256 {v.digest[:12]})")
+    result = register_matrix_file(RegisterMatrixFileRequest(**params))
+    v = result.version
+    finish(result, as_json, lambda: f"{'registered' if v.changed else 'unchanged'}: {v.name} "
+           f"version {v.version} ({v.cell_count} cells, {v.backend}, sha256 {v.digest[:12]})")
 
 
 @matrix.command("ls", epilog=EXIT_CODE_HELP)
-@index_option
-@json_option
+@shared("index", "json")
 def ls(index: str | None, as_json: bool) -> None:
     """List registered matrices: the current version of each.
 
@@ -84,15 +80,11 @@ def ls(index: str | None, as_json: bool) -> None:
 
     result = list_registered_matrices(ListRegisteredMatricesRequest(index=index))
     found = result.matrices
-    if as_json:
-        emit_json(result.to_json())
-    elif not found:
-        click.echo("no matrix registered (neffcache matrix register FILE)", err=True)
-    else:
-        click.echo(format_table(
-            ["NAME", "VERSION", "CELLS", "BACKEND", "SHA256", "REGISTERED"],
-            [[v.name, v.version, v.cell_count, v.backend, v.digest[:12],
-              v.registered_at.isoformat(timespec="seconds")] for v in found]))
+    finish(result, as_json, lambda: None if not found else format_table(
+        ["NAME", "VERSION", "CELLS", "BACKEND", "SHA256", "REGISTERED"],
+        [[v.name, v.version, v.cell_count, v.backend, v.digest[:12],
+          v.registered_at.isoformat(timespec="seconds")] for v in found]),
+        [] if found or as_json else ["no matrix registered (neffcache matrix register FILE)"])
 
 
 @matrix.command("show", epilog=EXIT_CODE_HELP)
@@ -100,11 +92,9 @@ def ls(index: str | None, as_json: bool) -> None:
 @click.option("--version", "version", type=ranged("ShowRegisteredMatrixRequest", "version"),
               default=None,
               help="This version instead of the current one.")
-@click.option("--versions", "history", is_flag=True, help="List every version instead.")
-@index_option
-@json_option
-def show(name: str, version: int | None, history: bool, index: str | None,
-         as_json: bool) -> None:
+@click.option("--versions", "versions", is_flag=True, help="List every version instead.")
+@shared("index", "json")
+def show(as_json: bool, **params: Any) -> None:
     """Print a registered matrix's TOML (current version, or --version N), or its history.
 
     --json prints the version (name, version, sha256, backend, cells, registered_at,
@@ -118,15 +108,11 @@ def show(name: str, version: int | None, history: bool, index: str | None,
     """
     from neffcache.index import ShowRegisteredMatrixRequest, show_registered_matrix
 
-    result = show_registered_matrix(ShowRegisteredMatrixRequest(
-        name=name, version=version, versions=history, index=index))
-    chosen, versions = result.chosen, result.versions
-    if as_json:
-        emit_json(result.to_json())
-    elif history:
-        click.echo(format_table(
-            ["VERSION", "CURRENT", "CELLS", "SHA256", "REGISTERED"],
-            [[v.version, "*" if v.current else "", v.cell_count, v.digest[:12],
-              v.registered_at.isoformat(timespec="seconds")] for v in versions]))
-    else:
-        click.echo(chosen.toml or "", nl=False)
+    result = show_registered_matrix(ShowRegisteredMatrixRequest(**params))
+    if not params["versions"] and not as_json:
+        click.echo(result.chosen.toml or "", nl=False)
+        return
+    finish(result, as_json, lambda: format_table(
+        ["VERSION", "CURRENT", "CELLS", "SHA256", "REGISTERED"],
+        [[v.version, "*" if v.current else "", v.cell_count, v.digest[:12],
+          v.registered_at.isoformat(timespec="seconds")] for v in result.versions]))

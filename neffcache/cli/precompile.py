@@ -4,34 +4,21 @@ entries, record failures; a progress display on stderr, the results on stdout. T
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
 import time
-from datetime import datetime, timezone
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from neffcache.backends import neuron_env
-from neffcache.cli._common import (
-    allow_missing_packages_option,
-    emit_json,
-    format_table,
-    human_bytes,
-    index_option,
-    json_option,
-    python_option,
-    ranged,
-    signing_key_option,
-    store_option,
-)
+from neffcache.cli._common import emit_json, format_table, human_bytes, jsonl_line
+from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.cli._process import stop_on_signals
 
 if TYPE_CHECKING:
     from neffcache.precompile import CellBeat, Event, PrecompileReport, StopSummary
-
 
 LOG_FORMATS = ("text", "jsonl")
 # the phase a progress event's cell is in after it (a JSON line's "phase")
@@ -56,17 +43,6 @@ def heartbeat_line(beat: CellBeat) -> str:
             f"log: {beat.line or '-'}")
 
 
-def jsonl_line(event: str, cell: str | None, message: str, *, elapsed: float | None = None,
-               phase: str | None = None, ts: datetime | None = None) -> str:
-    """One JSON object for ``--log-format jsonl``: ts (UTC, ISO 8601), event, cell, elapsed
-    (seconds since the cell's worker started, or null), phase, message."""
-    when = (ts or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    return json.dumps({"ts": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                       "event": event, "cell": cell,
-                       "elapsed": None if elapsed is None else round(elapsed, 1),
-                       "phase": phase, "message": message}, ensure_ascii=False)
-
-
 class ProgressDisplay:
     """Events and heartbeats as lines on stderr. ``text``: an event per line; on a terminal
     also a live status line with elapsed time and phase, off one a heartbeat line per running
@@ -83,7 +59,6 @@ class ProgressDisplay:
         self.phases: dict[str, str] = {}
         self.finished = 0
         self.failed = 0
-        self.cancelled = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -116,7 +91,6 @@ class ProgressDisplay:
                 self.phases.pop(cell_id, None)
                 self.finished += 1
                 self.failed += kind == "failed"
-                self.cancelled += kind == "cancel"
             if self.jsonl:
                 elapsed = None if started is None else time.monotonic() - started
                 self._write(jsonl_line(kind, cell_id, message, elapsed=elapsed,
@@ -249,11 +223,6 @@ target unknown: give --target or set the target variable); 2 if the interpreter
 torch-neuronx for neuron), unless --allow-missing-packages (not --force: that one re-warms
 cells that have an entry).
 
-With --python PATH (NEFFCACHE_PYTHON, config key `python`) the workers run under PATH, the
-interpreter with torch and diffusers, and the fingerprint describes it; PATH needs no
-neffcache (this one is put first on the workers' PYTHONPATH), so neffcache can live in a
-venv of its own.
-
 MATRIX is registered in the index under its `name` (coverage and the dashboard follow the
 registered matrix). An edited copy that kept the `name` of a registered matrix with other
 content is refused (exit 2, naming the matrix, its registered digest and the file) before
@@ -283,11 +252,8 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
 
 @click.command("precompile", help=PRECOMPILE_HELP)
 @click.argument("matrix", type=click.Path(dir_okay=False))
-@click.option("--cells", "cell_globs", metavar="GLOB", multiple=True,
-              help="Only cells whose id matches this glob (repeatable).")
-@click.option("--workers", type=ranged("PrecompileRequest", "workers"),
-              default=1, show_default=True,
-              help="Cells warmed at the same time, each in its own process.")
+@shared("cells")
+@workers_option("PrecompileRequest", 1, "Cells warmed at the same time, each in its own process.")
 @click.option("--shard", metavar="I/N", default=None,
               help="Only shard I of N (0 <= I < N; cells sorted by id, round-robin), for CI "
                    "matrix jobs.")
@@ -324,9 +290,7 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="Where the per-cell cache roots and logs go (default: a temp directory).")
 @click.option("--keep-workdir", is_flag=True, help="Keep cache roots and logs after the run.")
-@allow_missing_packages_option
-@python_option
-@signing_key_option
+@shared("allow_missing_packages", "python", "signing_key")
 @click.option("--replace-matrix", is_flag=True,
               help="Register MATRIX as the current version of its `name` even when the index "
                    "holds other content under that name (without it that is refused, exit 2, "
@@ -342,31 +306,16 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
               help="stderr's log: text lines, or jsonl (one JSON object per event and "
                    "heartbeat: ts, event, cell, elapsed, phase, message) for CI systems that "
                    "parse logs. Results stay on stdout.")
-@store_option
-@index_option
-@json_option
-def precompile(matrix: str, cell_globs: tuple[str, ...], workers: int, shard: str | None,
-               claim: bool, lease_seconds: float, retries: int, force: bool,
-               timeout: float | None, verify: bool, target: str | None, compile_only: bool,
-               workdir: str | None, keep_workdir: bool, allow_missing_packages: bool,
-               python: str | None, replace_matrix: bool, heartbeat_seconds: float,
-               log_format: str, store: str | None, index: str | None,
-               as_json: bool, signing_key: str | None = None) -> None:
-    """Parse, call ``neffcache.precompile.precompile``, render (help: PRECOMPILE_HELP)."""
+@shared("store", "index", "json")
+def precompile(as_json: bool, log_format: str, **params: Any) -> None:
     from neffcache.precompile import PrecompileRequest
     from neffcache.precompile import precompile as run_precompile
 
     display = ProgressDisplay(log_format=log_format)
     with stop_on_signals() as stop, display:
         result = run_precompile(PrecompileRequest(
-            matrix=matrix, cells=cell_globs, workers=workers, shard=shard, claim=claim,
-            lease_seconds=lease_seconds, retries=retries, force=force, timeout=timeout,
-            verify=verify, target=target, compile_only=compile_only, workdir=workdir,
-            keep_workdir=keep_workdir, store=store, index=index, notice=display.notice,
-            progress=display, selected=display.set_total, stop=stop.event,
-            allow_missing_packages=allow_missing_packages, replace_matrix=replace_matrix,
-            python=python, heartbeat=display.beat, heartbeat_seconds=heartbeat_seconds,
-            signing_key=signing_key))
+            **params, notice=display.notice, progress=display, selected=display.set_total,
+            stop=stop.event, heartbeat=display.beat))
     if as_json:
         emit_json(result.to_json())
     else:

@@ -3,76 +3,65 @@ matrix and fingerprint no longer need; parse, call ``neffcache.restore.prune``, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import (
-    confirm_or_refuse,
-    finish,
-    human_bytes,
-    json_option,
-    python_option,
-)
+from neffcache.cli._common import ask, finish, human_bytes
+from neffcache.cli._options import shared, yes_option
 from neffcache.errors import EXIT_CODE_HELP
 
 if TYPE_CHECKING:
     from neffcache.restore import PruneResult
 
-PRUNE_HELP = """Remove from DIR the entries MATRIX and this host's fingerprint no longer need.
 
-A persistent restore destination keeps every entry ever restored into it: restoring
-fingerprint A, then B (a new SDK, other compiler flags) leaves A's files beside B's. An
-entry is kept when it is the entry of a cell of MATRIX for this host's fingerprint (read
-with --python, as restore reads it; an unknown neuron target is refused, exit 5, as restore
-refuses it); every other manifest copy in DIR/.neffcache-entries is
-pruned: its files leave the cache roots (a file a kept entry also wants stays; a file
-changed since its restore, or behind a symlink, is left alone and counted as skipped),
-directories left empty go, the state file stops vouching for the removed paths, and the
-copy goes last (an interrupted prune is safe to rerun).
-
-Plan first: --dry-run prints what would go. Without --yes it asks on a terminal and
-refuses otherwise. prune holds DIR's restore lock while it removes anything: while a
-restore runs into DIR it refuses (exit 1) and touches nothing.
-
---json prints: target, fingerprint_key, dry_run, kept, pruned (entry_key, cell_id,
-fingerprint_key, files, bytes), files_to_remove, bytes_to_remove, files_shared, unreadable,
-removed, bytes_removed, skipped.
-
-\b
-Examples:
-  neffcache prune /var/cache/neffcache --matrix matrix.toml --dry-run
-  neffcache prune /var/cache/neffcache --matrix matrix.toml --yes --json
-  neffcache prune /mnt/cache --matrix matrix.toml --python /opt/venv/bin/python --yes
-"""
-
-
-@click.command("prune", help=PRUNE_HELP, epilog=EXIT_CODE_HELP)
-@click.argument("target", metavar="DIR", type=click.Path(file_okay=False))
+@click.command("prune", epilog=EXIT_CODE_HELP)
+@click.argument("to", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--matrix", "matrix", required=True, metavar="MATRIX",
               type=click.Path(dir_okay=False), help="The matrix whose entries stay.")
 @click.option("--dry-run", is_flag=True, help="Only print what would be removed.")
-@click.option("--yes", "-y", is_flag=True,
-              help="Remove without asking (required when stdin is not a terminal).")
-@python_option
-@json_option
-def prune(target: str, matrix: str, dry_run: bool, yes: bool, python: str | None,
-          as_json: bool) -> None:
+@yes_option("Remove")
+@shared("python", "json")
+def prune(as_json: bool, **params: Any) -> None:
+    """Remove from DIR the entries MATRIX and this host's fingerprint no longer need.
+
+    A persistent restore destination keeps every entry ever restored into it: restoring
+    fingerprint A, then B (a new SDK, other compiler flags) leaves A's files beside B's. An
+    entry is kept when it is the entry of a cell of MATRIX for this host's fingerprint (read
+    with --python, as restore reads it; an unknown neuron target is refused, exit 5, as restore
+    refuses it); every other manifest copy in DIR/.neffcache-entries is
+    pruned: its files leave the cache roots (a file a kept entry also wants stays; a file
+    changed since its restore, or behind a symlink, is left alone and counted as skipped),
+    directories left empty go, the state file stops vouching for the removed paths, and the
+    copy goes last (an interrupted prune is safe to rerun).
+
+    Plan first: --dry-run prints what would go. Without --yes it asks on a terminal and
+    refuses otherwise. prune holds DIR's restore lock while it removes anything: while a
+    restore runs into DIR it refuses (exit 1) and touches nothing.
+
+    --json prints: target, fingerprint_key, dry_run, kept, pruned (entry_key, cell_id,
+    fingerprint_key, files, bytes), files_to_remove, bytes_to_remove, files_shared, unreadable,
+    removed, bytes_removed, skipped.
+
+    \b
+    Examples:
+      neffcache prune /var/cache/neffcache --matrix matrix.toml --dry-run
+      neffcache prune /var/cache/neffcache --matrix matrix.toml --yes --json
+      neffcache prune /mnt/cache --matrix matrix.toml --python /opt/venv/bin/python --yes
+    """
     from neffcache.restore import PruneRequest
     from neffcache.restore import prune as call
 
-    result = call(PruneRequest(to=target, matrix=matrix, python=python, dry_run=dry_run,
-                               confirmed=yes, confirm=_ask))
+    result = call(PruneRequest(**params, confirm=_ask))
     finish(result, as_json, lambda: _text(result))
 
 
 def _ask(preview: PruneResult) -> bool:
-    return confirm_or_refuse(
-        f"Remove {len(preview.pruned)} entry(ies), {len(preview.remove)} file(s) "
-        f"({human_bytes(preview.bytes_to_remove)}) from {preview.target}?",
-        f"prune would remove {len(preview.pruned)} entry(ies) and {len(preview.remove)} "
-        f"file(s); refusing without --yes when stdin is not a terminal",
-        f"neffcache prune {preview.target} --matrix MATRIX --yes (or --dry-run to look)")
+    return ask(f"Remove {len(preview.pruned)} entry(ies), {len(preview.remove)} file(s) "
+               f"({human_bytes(preview.bytes_to_remove)}) from {preview.target}?",
+               f"prune would remove {len(preview.pruned)} entry(ies) and "
+               f"{len(preview.remove)} file(s)",
+               f"neffcache prune {preview.target} --matrix MATRIX --yes (or --dry-run to look)")
 
 
 def _text(r: PruneResult) -> str:

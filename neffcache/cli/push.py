@@ -7,49 +7,12 @@ from typing import Any
 
 import click
 
-from neffcache.cli._common import (
-    allow_missing_packages_option,
-    finish,
-    human_bytes,
-    index_option,
-    json_option,
-    progress,
-    python_option,
-    ranged,
-    signing_key_option,
-    store_option,
-)
+from neffcache.cli._common import finish, human_bytes, progress
+from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
-PUSH_HELP = """\
-Publish the files under each --root as the entry of one cell on this host's fingerprint.
 
-Every regular file under each root is hashed (locks, temp files, dotfiles and symlinks are
-skipped); only blobs the store does not hold are uploaded, each checked while streaming so
-a file that changes mid-upload is never stored under the wrong sha256. The manifest is
-written last and only if absent: the first writer of an entry wins, and a second push of
-the same cell and fingerprint leaves it unchanged (created: false). The entry is then
-recorded in the index; if that fails the store still holds it (`neffcache reindex`).
-
-The fingerprinted interpreter (--python, else the one running neffcache) must have what
-the backend needs: torch (inductor), torch and torch-neuronx (neuron). One that lacks it is
-refused (exit 2, naming the interpreter and the package) unless --allow-missing-packages:
-its entry would match no host that runs inference.
-
---json prints: entry_key, cell_id, fingerprint_key, created, files, total_bytes,
-blobs_uploaded, blobs_skipped, bytes_uploaded, indexed.
-
-\b
-Examples:
-  neffcache push --matrix matrix.toml --cell 'flux2-klein/compile/1024x1024/b1/tp1' \\
-      --root neff=/tmp/neff_cache --root hlo=/tmp/neuron_hlo_cache --compile-seconds 812
-  neffcache push --cell-json cell.json --backend inductor --root inductor=/tmp/ind --json
-  neffcache push --matrix matrix.toml --cell 'flux2-klein/compile/768x1360/b1/tp1' \\
-      --root neff=/var/cache/neffcache/neff --python /opt/venv/bin/python
-"""
-
-
-@click.command("push", help=PUSH_HELP, epilog=EXIT_CODE_HELP)
+@click.command("push", epilog=EXIT_CODE_HELP)
 @click.option("--cell-json", "cell_json", metavar="FILE", default=None,
               help="The cell as JSON (a cell's to_json; may carry a `backend` key); `-` reads "
                    "stdin.")
@@ -60,32 +23,39 @@ Examples:
 @click.option("--root", "roots", multiple=True, required=True, metavar="NAME=DIR",
               help="A cache root and the directory holding it (repeatable), e.g. "
                    "neff=/tmp/neff_cache.")
-@click.option("--backend", "backend_name", metavar="NAME", default=None,
+@click.option("--backend", "backend", metavar="NAME", default=None,
               help="inductor or neuron [default: the matrix's, or the cell JSON's `backend`].")
 @click.option("--compile-seconds", type=ranged("PushRequest", "compile_seconds"),
               default=None, metavar="S",
               help="How long the warm-up took (recorded in the manifest).")
-@click.option("--workers", type=ranged("PushRequest", "workers"), default=32, show_default=True,
-              help="Parallel uploads (hashing runs on at most 2 threads per CPU).")
-@python_option
-@signing_key_option
-@allow_missing_packages_option
-@store_option
-@index_option
-@json_option
-def push(cell_json: str | None, matrix: str | None, cell_id: str | None,
-         roots: tuple[str, ...], backend_name: str | None, compile_seconds: float | None,
-         workers: int, python: str | None, allow_missing_packages: bool, store: str | None,
-         index: str | None, as_json: bool, signing_key: str | None = None) -> None:
-    """Parse, call ``neffcache.precompile.push``, render (help: PUSH_HELP)."""
+@workers_option("PushRequest", 32, "Parallel uploads (hashing runs on at most 2 threads per "
+                "CPU).")
+@shared("python", "signing_key", "allow_missing_packages", "store", "index", "json")
+def push(as_json: bool, **params: Any) -> None:
+    """Publish the files under each --root as the entry of one cell on this host's fingerprint.
+
+    Every regular file under each root is hashed (locks, temp files, dotfiles and symlinks are
+    skipped); only blobs the store does not hold are uploaded, each checked while streaming so
+    a file that changes mid-upload is never stored under the wrong sha256. The manifest is
+    written last and only if absent: the first writer of an entry wins, and a second push of
+    the same cell and fingerprint leaves it unchanged (created: false). The entry is then
+    recorded in the index; if that fails the store still holds it (`neffcache reindex`).
+
+    --json prints: entry_key, cell_id, fingerprint_key, created, files, total_bytes,
+    blobs_uploaded, blobs_skipped, bytes_uploaded, indexed.
+
+    \b
+    Examples:
+      neffcache push --matrix matrix.toml --cell 'flux2-klein/compile/1024x1024/b1/tp1' \\
+          --root neff=/tmp/neff_cache --root hlo=/tmp/neuron_hlo_cache --compile-seconds 812
+      neffcache push --cell-json cell.json --backend inductor --root inductor=/tmp/ind --json
+      neffcache push --matrix matrix.toml --cell 'flux2-klein/compile/768x1360/b1/tp1' \\
+          --root neff=/var/cache/neffcache/neff --python /opt/venv/bin/python
+    """
     from neffcache.precompile import PushRequest
     from neffcache.precompile import push as push_cell
 
-    result = push_cell(PushRequest(
-        roots=roots, cell_json=cell_json, matrix=matrix, cell_id=cell_id, backend=backend_name,
-        compile_seconds=compile_seconds, workers=workers, python=python, store=store,
-        index=index, notice=progress, allow_missing_packages=allow_missing_packages,
-        signing_key=signing_key))
+    result = push_cell(PushRequest(**params, notice=progress))
     finish(result, as_json, lambda: render_push(result.to_json()))
 
 

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from neffcache.cli._common import emit_json, index_option, json_option, progress, store_option
-
-_EVERY = 500
+from neffcache.cli._common import finish, progress
+from neffcache.cli._options import shared
 
 
 @click.command("reindex")
 @click.option("--keep-missing", is_flag=True,
               help="Keep index entries whose manifest is no longer in the store.")
-@store_option
-@index_option
-@json_option
-def reindex(keep_missing: bool, store: str | None, index: str | None, as_json: bool) -> None:
+@shared("store", "index", "json")
+def reindex(as_json: bool, **params: Any) -> None:
     """Rebuild the index's entries from the store's manifests alone, and ingest its restore
     reports.
 
@@ -43,25 +42,19 @@ def reindex(keep_missing: bool, store: str | None, index: str | None, as_json: b
     from neffcache.index import ReindexStoreRequest, reindex_store
 
     def report(done: int, total: int) -> None:
-        if done % _EVERY == 0 or done == total:
+        if done % 500 == 0 or done == total:
             progress(f"reindex: {done}/{total} manifests read")
 
-    result = reindex_store(ReindexStoreRequest(keep_missing=keep_missing, store=store,
-                                               index=index, progress=report))
+    result = reindex_store(ReindexStoreRequest(**params, progress=report))
     found, reports = result.manifests, result.reports
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        click.echo(f"{result.store}: {found.scanned} manifests, {found.added} added, "
-                   f"{found.already_indexed} already indexed, {found.removed} removed, "
-                   f"{len(found.invalid)} invalid")
-        click.echo(f"{result.store}: {reports.scanned} restore reports, {reports.added} added, "
-                   f"{reports.already_ingested} already ingested, "
-                   f"{len(reports.invalid)} skipped")
-    for bad in found.invalid:
-        progress(f"invalid: {bad.reason}")
-    for skipped in reports.invalid:
-        progress(f"warning: restore report skipped: {skipped.reason}")
-    err = result.error()
-    if err is not None:
-        raise err
+
+    def text() -> str:
+        return (f"{result.store}: {found.scanned} manifests, {found.added} added, "
+                f"{found.already_indexed} already indexed, {found.removed} removed, "
+                f"{len(found.invalid)} invalid\n"
+                f"{result.store}: {reports.scanned} restore reports, {reports.added} added, "
+                f"{reports.already_ingested} already ingested, {len(reports.invalid)} skipped")
+
+    finish(result, as_json, text, [*(f"invalid: {bad.reason}" for bad in found.invalid),
+                                    *(f"warning: restore report skipped: {bad.reason}"
+                                      for bad in reports.invalid)])

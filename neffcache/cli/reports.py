@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from neffcache.cli._common import (
-    emit_json,
-    index_option,
-    json_option,
-    progress,
-    ranged,
-    store_option,
-)
+from neffcache.cli._common import finish
+from neffcache.cli._options import ranged, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 
@@ -45,11 +40,8 @@ def reports() -> None:
               default=None, metavar="N",
               help="Only the store's reports dated from N days ago to tomorrow (UTC) "
                    "[default: every report].")
-@store_option
-@index_option
-@json_option
-def ingest(sources: tuple[Path, ...], days: int | None, store: str | None,
-           index: str | None, as_json: bool) -> None:
+@shared("store", "index", "json")
+def ingest(as_json: bool, **params: Any) -> None:
     """Ingest restore reports into the index: from the store's reports/ prefix, or from
     report files with --from.
 
@@ -70,14 +62,9 @@ def ingest(sources: tuple[Path, ...], days: int | None, store: str | None,
     """
     from neffcache.index import IngestRestoreReportsRequest, ingest_restore_reports
 
-    result = ingest_restore_reports(IngestRestoreReportsRequest(
-        sources=sources, days=days, store=store, index=index))
+    result = ingest_restore_reports(IngestRestoreReportsRequest(**params))
     found = result.ingest
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        click.echo(f"{result.source}: {found.scanned} restore reports, {found.added} added, "
-                   f"{found.already_ingested} already ingested, "
-                   f"{len(found.invalid)} skipped")
-    for bad in found.invalid:
-        progress(f"warning: restore report skipped: {bad.reason}")
+    finish(result, as_json, lambda: f"{result.source}: {found.scanned} restore reports, "
+           f"{found.added} added, {found.already_ingested} already ingested, "
+           f"{len(found.invalid)} skipped",
+           [f"warning: restore report skipped: {bad.reason}" for bad in found.invalid])

@@ -11,26 +11,14 @@ import shlex
 import sys
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from neffcache.cli._common import (
-    emit_json,
-    finish,
-    human_bytes,
-    json_option,
-    progress,
-    python_option,
-    ranged,
-    store_option,
-    trust_options,
-)
+from neffcache.cli._common import finish, human_bytes, jsonl_line, progress
+from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.cli._process import tuned_for_restore
 from neffcache.errors import EXIT_CODE_HELP, UsageError, restore_exit_rules
-
-if TYPE_CHECKING:
-    from neffcache.restore import RestorePreview
 
 RESTORE_HELP = """Fetch the entries of MATRIX built for this host's fingerprint into DIR.
 
@@ -64,11 +52,6 @@ environment, conflicts, stale_temps_removed, files_unsynced (files in place whos
 disk the deadline cut short: still pending, vouched for only once synced),
 fingerprint_python (the interpreter the fingerprint describes).
 Progress goes to stderr when it is a terminal.
-
-The fingerprint's package versions (torch, diffusers, transformers, the Neuron SDK) and
-Python version are those of the interpreter that will run inference: --python PATH (or
-NEFFCACHE_PYTHON, or the config key `python`), read by running it once; by default the
-interpreter running neffcache.
 
 One restore per DIR: a restore holds DIR/.neffcache-entries/lock while it runs; a second
 one into the same DIR waits for it (a line on stderr says so) — without --deadline for as
@@ -122,7 +105,7 @@ Examples:
 @click.argument("matrix", metavar="MATRIX", type=click.Path(dir_okay=False))
 @click.option("--to", "to", required=True, metavar="DIR", type=click.Path(file_okay=False),
               help="Base directory: each cache root R is restored into DIR/R.")
-@click.option("--cells", "patterns", multiple=True, metavar="GLOB",
+@click.option("--cells", "cells", multiple=True, metavar="GLOB",
               help="Only cells whose id matches GLOB (repeatable), e.g. 'flux2-klein/*/1024x*'.")
 @click.option("--first", "first", multiple=True, metavar="GLOB",
               help="Restore (and announce) the cells matching GLOB first (repeatable, in "
@@ -139,14 +122,13 @@ Examples:
 @click.option("--print-env", is_flag=True,
               help="Print `export VAR=...` lines for the backend's cache dirs on stdout, for "
                    "`eval` (also creates the lock/scratch dirs).")
-@click.option("--workers", type=ranged("RestoreRequest", "workers"), default=None, metavar="N",
-              help="Parallel transfers [default: 2 per CPU for files, 4 per CPU "
-              "for manifest reads and local checks; at most 16].")
+@workers_option("RestoreRequest", None, "Parallel transfers [default: 2 per CPU for files, 4 per "
+                "CPU for manifest reads and local checks; at most 16].", metavar="N")
 @click.option("--from-bundle", "bundle", metavar="FILE", default=None,
               type=click.Path(dir_okay=False),
               help="Restore from a bundle file (`neffcache bundle export`) instead of the "
                    "store: no store, no index, no network.")
-@click.option("--expect-sha256", "expect", metavar="DIGEST", default=None,
+@click.option("--expect-sha256", "expect_sha256", metavar="DIGEST", default=None,
               help="With --from-bundle: refuse the bundle (exit 4) unless its digest is DIGEST.")
 @click.option("--max-bytes", "bundle_max_bytes",
               type=ranged("RestoreRequest", "bundle_max_bytes"), default=None,
@@ -162,30 +144,24 @@ Examples:
                    "NEFFCACHE_MIRROR_<N>_AWS_* (e.g. _AWS_PROFILE), a bundle's cap "
                    "NEFFCACHE_MIRROR_<N>_BUNDLE_MAX_BYTES. Repeatable [env NEFFCACHE_MIRRORS "
                    "or config `mirrors`, space-separated].")
-@trust_options
-@python_option
+@shared("trusted_key", "require_signatures", "python")
 @click.option("--report-to", "report_to", metavar="store|none|DIR", default=None,
               help="Where to write this run's restore report: `store` (one object under the "
                    "store's reports/ prefix), `none`, or a local directory "
                    "[env NEFFCACHE_REPORTS; default store].")
-@store_option
+@shared("store")
 @click.option("--index", "index", metavar="URL", default=None, hidden=True,
               help="Ignored (restore never opens the index); kept so old boot hooks still run.")
 @click.option("--dry-run", is_flag=True,
               help="Only print the plan: what would be fetched (files, bytes, which packs and "
                    "blobs, how many requests) and what is already in place. Reads manifests "
                    "from the store; fetches no blob, writes nothing, sends no report.")
-@json_option
+@shared("json")
 @tuned_for_restore
-def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | None,
-            print_env: bool, workers: int | None, bundle: str | None, expect: str | None,
-            python: str | None, report_to: str | None, store: str | None,
-            index: str | None, dry_run: bool, as_json: bool,
-            mirrors: tuple[str, ...] = (), trusted_keys: tuple[str, ...] = (),
-            bundle_max_bytes: int | None = None, require_signatures: bool = False,
-            first: tuple[str, ...] = (), log_format: str = "text") -> None:
+def restore(as_json: bool, print_env: bool, dry_run: bool, index: str | None, log_format: str,
+            **params: Any) -> None:
     started = _process_start()
-    _check_flags(print_env=print_env, as_json=as_json, dry_run=dry_run, bundle=bundle)
+    _check_flags(print_env=print_env, as_json=as_json, dry_run=dry_run, bundle=params["bundle"])
     if index is not None:
         progress("warning: --index is ignored: restore writes its report to the store "
                  "(see --report-to); neffcache reindex or serve reads reports into the index")
@@ -193,29 +169,20 @@ def restore(matrix: str, to: str, patterns: tuple[str, ...], deadline: float | N
     from neffcache.restore import restore as restore_matrix
 
     jsonl = log_format == "jsonl"
-    bar = _ProgressLine() if sys.stderr.isatty() and not print_env and not dry_run \
-        and not jsonl else None
-    log = _Log(bar, jsonl, started)
+    log = _Log(jsonl, started)
+    bar = sys.stderr.isatty() and not print_env and not dry_run and not jsonl
     request = RestoreRequest(
-        matrix=matrix, to=to, cells=patterns, deadline=deadline, started=started,
-        workers=workers, bundle=bundle, expect_sha256=expect, python=python,
-        report_to=report_to, store=store, notice=log.notice, on_cell_ready=log.ready,
-        first=first, progress=bar.update if bar else None,
-        on_environment=_print_env if print_env else None, mirrors=mirrors,
-        trusted_keys=trusted_keys, require_signatures=require_signatures,
-        bundle_max_bytes=bundle_max_bytes)
+        **params, started=started, notice=log.notice, on_cell_ready=log.ready,
+        progress=log.update if bar else None, on_environment=_print_env if print_env else None)
     if dry_run:
-        _show_preview(preview_restore(request), as_json)
+        preview = preview_restore(request)
+        finish(preview, as_json, lambda: _dry_run_text(preview.to_json()))
         return
     try:
         result = restore_matrix(request)
     finally:
-        if bar:
-            bar.close()
-    _show(result.to_json(), as_json, print_env)
-    err = result.error()
-    if err is not None:
-        raise err
+        log.close()
+    finish(result, as_json, lambda: _text(result.to_json(), print_env))
 
 
 def _check_flags(*, print_env: bool, as_json: bool, dry_run: bool, bundle: str | None) -> None:
@@ -232,22 +199,6 @@ def _print_env(environment: Mapping[str, str]) -> None:
     for var, value in sorted(environment.items()):
         sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
     sys.stdout.flush()
-
-
-def _show(doc: dict[str, Any], as_json: bool, print_env: bool) -> None:
-    if as_json:
-        emit_json(doc)
-    elif print_env:
-        progress(_summary(doc))
-    else:
-        click.echo(_summary(doc))
-        for line in _details(doc):
-            click.echo(line)
-
-
-def _show_preview(preview: RestorePreview, as_json: bool) -> None:
-    """Print the plan a restore would run (nothing fetched, nothing written)."""
-    finish(preview, as_json, lambda: _dry_run_text(preview.to_json()))
 
 
 def _dry_run_text(doc: dict[str, Any]) -> str:
@@ -270,6 +221,15 @@ def _dry_run_text(doc: dict[str, Any]) -> str:
         lines.append(f"  ... {doc['requests'] - 20} more requests (--json lists them)")
     lines.extend(_details({**doc, "cells_incomplete": [], "files_failed": []}))
     return "\n".join(lines)
+
+
+def _text(doc: dict[str, Any], print_env: bool) -> str | None:
+    """The summary and what went wrong; with --print-env (stdout is for `eval`) the summary
+    goes to stderr."""
+    if print_env:
+        progress(_summary(doc))
+        return None
+    return "\n".join([_summary(doc), *_details(doc)])
 
 
 def _summary(doc: dict[str, Any]) -> str:
@@ -308,44 +268,23 @@ def _process_start() -> float:
 
 
 class _Log:
-    """stderr's log: notices and cells announced ready, as text lines (through the progress
-    line on a terminal) or as JSON lines (``precompile --log-format jsonl``'s objects)."""
+    """stderr's log: notices and cells announced ready, as text lines or as JSON lines
+    (``precompile --log-format jsonl``'s objects); with ``update`` (a terminal, text), under
+    a self-overwriting progress line, at most ~10 updates/s, that a log line first ends."""
 
-    def __init__(self, bar: _ProgressLine | None, jsonl: bool, started: float) -> None:
-        self.bar, self.jsonl, self.started = bar, jsonl, started
+    def __init__(self, jsonl: bool, started: float) -> None:
+        self.jsonl, self.started = jsonl, started
+        self._last = 0.0
+        self._shown = False
 
     def notice(self, message: str) -> None:
-        self._write(self._json("notice", None, message) if self.jsonl else message)
+        self._write(jsonl_line("notice", None, message) if self.jsonl else message)
 
     def ready(self, cell_id: str) -> None:
         elapsed = time.monotonic() - self.started
-        if self.jsonl:
-            self._write(self._json("ready", cell_id, "every file verified and in place",
-                                   elapsed))
-        else:
-            self._write(f"{'ready':>7}  {cell_id}  {elapsed:.2f} s")
-
-    @staticmethod
-    def _json(event: str, cell: str | None, message: str, elapsed: float | None = None) -> str:
-        from neffcache.cli.precompile import jsonl_line
-
-        return jsonl_line(event, cell, message, elapsed=elapsed,
-                          phase="ready" if event == "ready" else None)
-
-    def _write(self, line: str) -> None:
-        if self.bar is not None:
-            self.bar.notice(line)
-        else:
-            progress(line)
-
-
-class _ProgressLine:
-    """A single self-overwriting progress line on a terminal's stderr, at most ~10 updates/s;
-    a notice line first ends it."""
-
-    def __init__(self) -> None:
-        self._last = 0.0
-        self._shown = False
+        self._write(jsonl_line("ready", cell_id, "every file verified and in place",
+                               elapsed=elapsed, phase="ready") if self.jsonl
+                    else f"{'ready':>7}  {cell_id}  {elapsed:.2f} s")
 
     def update(self, done: int, total: int, nbytes: int) -> None:
         now = time.monotonic()
@@ -356,12 +295,12 @@ class _ProgressLine:
         sys.stderr.write(f"\rrestore: {done}/{total} files, {human_bytes(nbytes)}\x1b[K")
         sys.stderr.flush()
 
-    def notice(self, message: str) -> None:
-        self.close()
-        progress(message)
-
     def close(self) -> None:
         if self._shown:
             self._shown = False
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+    def _write(self, line: str) -> None:
+        self.close()
+        progress(line)

@@ -3,104 +3,82 @@ restored lately kept), plan first."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import (
-    confirm_or_refuse,
-    emit_json,
-    human_bytes,
-    index_option,
-    json_option,
-    progress,
-    ranged,
-    store_option,
-)
+from neffcache.cli._common import ask, finish, human_bytes, progress
+from neffcache.cli._options import ranged, shared, workers_option, yes_option
 from neffcache.errors import EXIT_CODE_HELP
 
 if TYPE_CHECKING:
     from neffcache.lifecycle import RetireEntriesResult
 
-RETIRE_HELP = """Retire the entries a policy does not keep; `neffcache gc` then frees their blobs.
 
-An entry is kept when any rule keeps it: its SDK version (for neuron the versions of
-neuronx-cc, torch-neuronx, NKI, libneuronxla and torch in its fingerprint; for inductor
-torch's) is one of the newest K of its backend (--keep-sdk-versions K), its cell is a
-cell of a --keep-matrix FILE, or its fingerprint was restored in the last D days
-(--keep-restored-days D: an ok or partial restore report ingested into the index found
-an entry of that fingerprint; run `neffcache reports ingest` or `neffcache reindex`
-first, or keep `neffcache serve` running). Every other entry of the store is retired.
-Flags beat the config file's [retire] table (keep_sdk_versions = K, keep_matrices =
-[FILE, ...], keep_restored_days = D); a retire with no rule at all is refused (exit 2),
-and so is --keep-restored-days without an index (none configured and no embedded one).
-
-The plan is computed first and printed (--dry-run stops there): the SDK versions found,
-the entries kept and retired, and the bytes gc will free (blobs only retired entries
-reference). Then a record is written to the store (retired/<time>-<id>.json: who, when,
-why, the policy, the entries), and each retired entry's cell pointer and manifest are
-deleted. Blobs are left to `neffcache gc`, which spares the blobs of entries retired
-less than its --grace ago, so a restore that read a manifest just before it was retired
-still completes. When an index is configured (or the embedded one exists) the retired
-entries are removed from it too; a failing index is only a warning (`neffcache reindex`
-repairs it). Without --yes it asks on a terminal and refuses otherwise.
-
---json prints: policy (keep_sdk_versions, keep_matrices, keep_restored_days,
-keep_fingerprints), sdk_versions (backend, sdk, label, kept), keep (entry_key, cell_id,
-cell_key, fingerprint_key, backend, sdk, bytes, kept_by: the rules that keep it, of
-"sdk_version", "matrix", "restored"), retire (the same without kept_by), entries_kept,
-entries_retired, blobs_freed, bytes_freed, dry_run, record (the record's key; null on a
-dry run), store.
-
-\b
-Examples:
-  neffcache retire --keep-sdk-versions 2 --dry-run
-  neffcache retire --keep-sdk-versions 2 --keep-matrix prod.toml --yes --reason "SDK 2.26"
-  neffcache retire --keep-sdk-versions 1 --store s3://bucket/neff --json --dry-run
-  neffcache retire --keep-sdk-versions 1 --keep-restored-days 7 --dry-run
-  neffcache retire --yes && neffcache gc --yes     # policy from the config file
-"""
-
-
-@click.command("retire", help=RETIRE_HELP, epilog=EXIT_CODE_HELP)
-@click.option("--keep-sdk-versions", "keep_sdk",
+@click.command("retire", epilog=EXIT_CODE_HELP)
+@click.option("--keep-sdk-versions", "keep_sdk_versions",
               type=ranged("RetireEntriesRequest", "keep_sdk_versions"), default=None,
               metavar="K", help="Keep the entries of the newest K SDK versions per backend "
               "[config: [retire] keep_sdk_versions].")
 @click.option("--keep-matrix", "keep_matrices", multiple=True, metavar="FILE",
               type=click.Path(dir_okay=False), help="Keep every entry of this matrix's cells, "
               "whatever its SDK version (repeatable) [config: [retire] keep_matrices].")
-@click.option("--keep-restored-days", "keep_days",
+@click.option("--keep-restored-days", "keep_restored_days",
               type=ranged("RetireEntriesRequest", "keep_restored_days"), default=None,
               metavar="D", help="Keep every entry of each fingerprint an ok/partial restore "
               "report (ingested into the index) found entries of in the last D days; needs "
               "the index [config: [retire] keep_restored_days].")
 @click.option("--dry-run", is_flag=True, help="Only print the plan: what goes, the bytes freed.")
-@click.option("--yes", "-y", is_flag=True,
-              help="Retire without asking (required when stdin is not a terminal).")
+@yes_option("Retire")
 @click.option("--reason", default="", metavar="TEXT",
               help="Why, for the record (default: the policy).")
 @click.option("--by", "by", default=None, metavar="NAME",
               help="Who, for the record [default: USER@HOST].")
-@click.option("--workers", type=ranged("RetireEntriesRequest", "workers"),
-              default=16, show_default=True,
-              help="Parallel manifest reads.")
-@store_option
-@index_option
-@json_option
-def retire(keep_sdk: int | None, keep_matrices: tuple[str, ...], keep_days: int | None,
-           dry_run: bool, yes: bool, reason: str, by: str | None, workers: int,
-           store: str | None, index: str | None, as_json: bool) -> None:
+@workers_option("RetireEntriesRequest", 16, "Parallel manifest reads.")
+@shared("store", "index", "json")
+def retire(as_json: bool, **params: Any) -> None:
+    """Retire the entries a policy does not keep; `neffcache gc` then frees their blobs.
+
+    An entry is kept when any rule keeps it: its SDK version (for neuron the versions of
+    neuronx-cc, torch-neuronx, NKI, libneuronxla and torch in its fingerprint; for inductor
+    torch's) is one of the newest K of its backend (--keep-sdk-versions K), its cell is a
+    cell of a --keep-matrix FILE, or its fingerprint was restored in the last D days
+    (--keep-restored-days D: an ok or partial restore report ingested into the index found
+    an entry of that fingerprint; run `neffcache reports ingest` or `neffcache reindex`
+    first, or keep `neffcache serve` running). Every other entry of the store is retired.
+    Flags beat the config file's [retire] table (keep_sdk_versions = K, keep_matrices =
+    [FILE, ...], keep_restored_days = D); a retire with no rule at all is refused (exit 2),
+    and so is --keep-restored-days without an index (none configured and no embedded one).
+
+    The plan is computed first and printed (--dry-run stops there): the SDK versions found,
+    the entries kept and retired, and the bytes gc will free (blobs only retired entries
+    reference). Then a record is written to the store (retired/<time>-<id>.json: who, when,
+    why, the policy, the entries), and each retired entry's cell pointer and manifest are
+    deleted. Blobs are left to `neffcache gc`, which spares the blobs of entries retired
+    less than its --grace ago, so a restore that read a manifest just before it was retired
+    still completes. When an index is configured (or the embedded one exists) the retired
+    entries are removed from it too; a failing index is only a warning (`neffcache reindex`
+    repairs it). Without --yes it asks on a terminal and refuses otherwise.
+
+    --json prints: policy (keep_sdk_versions, keep_matrices, keep_restored_days,
+    keep_fingerprints), sdk_versions (backend, sdk, label, kept), keep (entry_key, cell_id,
+    cell_key, fingerprint_key, backend, sdk, bytes, kept_by: the rules that keep it, of
+    "sdk_version", "matrix", "restored"), retire (the same without kept_by), entries_kept,
+    entries_retired, blobs_freed, bytes_freed, dry_run, record (the record's key; null on a
+    dry run), store.
+
+    \b
+    Examples:
+      neffcache retire --keep-sdk-versions 2 --dry-run
+      neffcache retire --keep-sdk-versions 2 --keep-matrix prod.toml --yes --reason "SDK 2.26"
+      neffcache retire --keep-sdk-versions 1 --store s3://bucket/neff --json --dry-run
+      neffcache retire --keep-sdk-versions 1 --keep-restored-days 7 --dry-run
+      neffcache retire --yes && neffcache gc --yes     # policy from the config file
+    """
     from neffcache.lifecycle import RetireEntriesRequest, retire_entries
 
-    result = retire_entries(RetireEntriesRequest(
-        keep_sdk_versions=keep_sdk, keep_matrices=keep_matrices, keep_restored_days=keep_days,
-        store=store, index=index, reason=reason, by=by, workers=workers, dry_run=dry_run,
-        confirmed=yes, confirm=_ask, notice=progress))
-    if as_json:
-        emit_json(result.to_json())
-        return
-    _show(result)
+    result = retire_entries(RetireEntriesRequest(**params, confirm=_ask, notice=progress))
+    finish(result, as_json, lambda: _text(result))
 
 
 def _ask(preview: RetireEntriesResult) -> bool:
@@ -108,28 +86,25 @@ def _ask(preview: RetireEntriesResult) -> bool:
     plan = preview.plan
     what = (f"retire {len(plan.retire)} of {len(plan.retire) + len(plan.keep)} entries "
             f"({human_bytes(plan.bytes_freed)} freed by the next gc)")
-    return confirm_or_refuse(
-        f"{what[0].upper()}{what[1:]} from {preview.store}?",
-        f"would {what}; refusing without --yes when stdin is not a terminal",
-        hint="neffcache retire ... --dry-run, then the same with --yes")
+    return ask(f"{what[0].upper()}{what[1:]} from {preview.store}?", f"would {what}",
+               hint="neffcache retire ... --dry-run, then the same with --yes")
 
 
-def _show(result: RetireEntriesResult) -> None:
+def _text(result: RetireEntriesResult) -> str:
     from neffcache.lifecycle import sdk_label
 
     plan, dry_run, record = result.plan, result.dry_run, result.record
-    click.echo(f"policy: {plan.policy.describe()}")
-    for backend, version, kept in plan.sdk_versions:
-        click.echo(f"  {'keep  ' if kept else 'retire'}  {backend:8}  {sdk_label(version)}")
-    for e, rules in zip(plan.keep, plan.kept_by, strict=True):
-        if rules == ("restored",):
-            click.echo(f"keep {e.entry_key[:12]}  {e.cell_id}  [fingerprint "
-                       f"{e.fingerprint_key[:12]} restored lately]")
-    for e in plan.retire:
-        verb = "would retire" if dry_run else "retired"
-        click.echo(f"{verb} {e.entry_key[:12]}  {e.cell_id}  [fingerprint "
-                   f"{e.fingerprint_key[:12]}]")
-    click.echo(f"{'dry run: ' if dry_run else ''}{len(plan.retire)} entries retired, "
-               f"{len(plan.keep)} kept; {plan.blobs_freed} blobs "
-               f"({human_bytes(plan.bytes_freed)}) freed by the next `neffcache gc`"
-               + (f"; record {record}" if record else ""))
+    lines = [f"policy: {plan.policy.describe()}"]
+    lines += [f"  {'keep  ' if kept else 'retire'}  {backend:8}  {sdk_label(version)}"
+              for backend, version, kept in plan.sdk_versions]
+    lines += [f"keep {e.entry_key[:12]}  {e.cell_id}  [fingerprint "
+              f"{e.fingerprint_key[:12]} restored lately]"
+              for e, rules in zip(plan.keep, plan.kept_by, strict=True) if rules == ("restored",)]
+    verb = "would retire" if dry_run else "retired"
+    lines += [f"{verb} {e.entry_key[:12]}  {e.cell_id}  [fingerprint {e.fingerprint_key[:12]}]"
+              for e in plan.retire]
+    lines.append(f"{'dry run: ' if dry_run else ''}{len(plan.retire)} entries retired, "
+                 f"{len(plan.keep)} kept; {plan.blobs_freed} blobs "
+                 f"({human_bytes(plan.bytes_freed)}) freed by the next `neffcache gc`"
+                 + (f"; record {record}" if record else ""))
+    return "\n".join(lines)

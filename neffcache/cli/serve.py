@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from neffcache.cli._common import index_option, progress, ranged, store_option
+from neffcache.cli._common import progress
+from neffcache.cli._options import ranged, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 
@@ -22,10 +25,8 @@ from neffcache.errors import EXIT_CODE_HELP
               show_default=True, metavar="SECONDS",
               help="Ingest new restore reports from the store's reports/ prefix this often; "
                    "0 turns it off.")
-@store_option
-@index_option
-def serve(host: str, port: int, log_level: str, ingest_every: float, store: str | None,
-          index: str | None) -> None:
+@shared("store", "index")
+def serve(**params: Any) -> None:
     """Serve the index over HTTP, read-only: JSON API, /metrics and a dashboard at /.
 
     Everything is computed from the index on each request; nothing is cached and the API
@@ -70,6 +71,4 @@ def serve(host: str, port: int, log_level: str, ingest_every: float, store: str 
     from neffcache.server import ServeRequest
     from neffcache.server import serve as run_server
 
-    run_server(ServeRequest(host=host, port=port, log_level=log_level,
-                            ingest_every=ingest_every, store=store, index=index,
-                            notice=progress))
+    run_server(ServeRequest(**params, notice=progress))

@@ -1,0 +1,102 @@
+"""Shared click options, declared once and applied by name (``shared``), as sqlite-utils does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from neffcache.request_rules import RANGES
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def ranged(request: str, field: str) -> click.ParamType:
+    """The option type of a request field's range (``request_rules.RANGES``): the flag refuses
+    what the request would, in click's words."""
+    r = RANGES[request][field]
+    kind = click.FloatRange if r.real else click.IntRange
+    return kind(r.min, r.max, min_open=r.min_open)
+
+
+_SHARED: dict[str, Callable[[Any], Any]] = {
+    "store": click.option(
+        "--store", "store", metavar="URL", default=None,
+        help="Store: PATH, file://PATH or s3://BUCKET/PREFIX "
+             "[env NEFFCACHE_STORE; default $NEFFCACHE_HOME/store]."),
+    "index": click.option(
+        "--index", "index", metavar="URL", default=None,
+        help="Index SQLAlchemy URL [env NEFFCACHE_INDEX; default "
+             "sqlite:///$NEFFCACHE_HOME/index.db]."),
+    "signing_key": click.option(
+        "--signing-key", "signing_key", metavar="FILE", default=None,
+        type=click.Path(dir_okay=False),
+        help="Sign each manifest published with this Ed25519 private key (PEM; `neffcache "
+             "keys generate` makes one): restores that trust its public key accept the entry "
+             "[env NEFFCACHE_SIGNING_KEY_FILE, or the PEM itself in NEFFCACHE_SIGNING_KEY; "
+             "config key `signing_key_file`; default: unsigned]."),
+    # the trust gate's policy (neffcache.trust), the same for every command that installs,
+    # copies, imports, repairs or verifies
+    "trusted_key": click.option(
+        "--trusted-key", "trusted_keys", multiple=True, metavar="KEY|FILE",
+        help="Trust entries signed by this public key (ed25519:<base64>, or a file of them, one "
+             "per line): with any key configured, an unsigned entry or one signed by another "
+             "key is refused (exit 4), and a manifest replaces one in a store only if signed "
+             "and matching its pinned digest. Repeatable, for key rotation [env "
+             "NEFFCACHE_TRUSTED_KEYS or config `trusted_keys`, space-separated]."),
+    "require_signatures": click.option(
+        "--require-signatures", "require_signatures", is_flag=True,
+        help="Fail closed (exit 2) when no trusted key is configured, instead of reading "
+             "entries unchecked [env NEFFCACHE_REQUIRE_SIGNATURES=1; config "
+             "`require_signatures = true`]."),
+    "python": click.option(
+        "--python", "python", metavar="PATH", default=None,
+        help="The Python interpreter that runs inference (e.g. /opt/venv/bin/python): the "
+             "fingerprint describes its packages, and precompile and warm run their workers "
+             "under it (it needs no neffcache); default: the one running neffcache [env "
+             "NEFFCACHE_PYTHON; config key `python`]."),
+    "allow_missing_packages": click.option(
+        "--allow-missing-packages", "allow_missing_packages", is_flag=True,
+        help="Publish even when the fingerprinted interpreter lacks what the backend needs "
+             "(torch; torch-neuronx for neuron). Without it that is refused (exit 2): such an "
+             "entry's fingerprint says the package is absent and matches no host that runs "
+             "inference [env NEFFCACHE_ALLOW_MISSING_PACKAGES=1]."),
+    "json": click.option("--json", "as_json", is_flag=True,
+                         help="Print one JSON document to stdout instead of a table."),
+    "jsonl": click.option("--jsonl", "as_jsonl", is_flag=True,
+                          help="Print JSON lines to stdout: one object per line, as read."),
+    "cells": click.option("--cells", "cells", multiple=True, metavar="GLOB",
+                          help="Only cells whose id matches GLOB (repeatable)."),
+    # entry selection (copy, bundle export): MATRIX [--cells] [--fingerprint] | --all
+    "matrix_cells": click.option(
+        "--cells", "cells", multiple=True, metavar="GLOB",
+        help="Only cells of MATRIX whose id matches GLOB (repeatable)."),
+    "fingerprint": click.option(
+        "--fingerprint", "fingerprints", multiple=True, metavar="KEY",
+        help="Only entries built for this fingerprint (a key or a prefix of at least 6 hex "
+             "digits; repeatable)."),
+}
+
+
+def shared(*names: str) -> Callable[[F], F]:
+    """The shared options ``names`` (keys of ``_SHARED``), shown in that order."""
+    def apply(f: F) -> F:
+        for name in reversed(names):
+            f = _SHARED[name](f)
+        return f
+
+    return apply
+
+
+def workers_option(request: str, default: int | None, help: str, **attrs: Any) -> Any:
+    """``--workers`` in the range ``request`` accepts."""
+    if default is not None:
+        attrs["show_default"] = True
+    return click.option("--workers", "workers", type=ranged(request, "workers"), default=default,
+                        help=help, **attrs)
+
+
+def yes_option(verb: str) -> Any:
+    return click.option("--yes", "-y", "confirmed", is_flag=True,
+                        help=f"{verb} without asking (required when stdin is not a terminal).")
