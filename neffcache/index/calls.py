@@ -34,9 +34,6 @@ from neffcache.request_rules import checked_request
 if TYPE_CHECKING:
     from neffcache.index.ingest import IngestResult
     from neffcache.index.ops_values import MatrixVersion
-    from neffcache.index.shapes import (
-        MatrixDoc,
-    )
 
 
 def _settings(index: str | None, store: str | None = None) -> Settings:
@@ -181,7 +178,7 @@ class RegisterMatrixFileResult(_Success):
 
     version: MatrixVersion
 
-    def to_json(self) -> MatrixDoc:
+    def to_json(self) -> dict[str, Any]:
         """name, version, sha256, backend, cells, registered_at, current, changed."""
         return self.version.to_json()
 
@@ -226,7 +223,7 @@ class ListRegisteredMatricesResult(_Success):
 
     matrices: tuple[MatrixVersion, ...]
 
-    def to_json(self) -> list[MatrixDoc]:
+    def to_json(self) -> list[dict[str, Any]]:
         """A list (as ``matrix ls --json`` prints) of name, version, sha256, backend, cells,
         registered_at, current, changed."""
         return [v.to_json() for v in self.matrices]
@@ -262,7 +259,7 @@ class ShowRegisteredMatrixResult(_Success):
     versions: tuple[MatrixVersion, ...]
     history: bool = False
 
-    def to_json(self) -> MatrixDoc | list[MatrixDoc]:
+    def to_json(self) -> dict[str, Any] | list[dict[str, Any]]:
         """The version (with "toml"), or with history a list of versions without toml."""
         if self.history:
             return [v.to_json() for v in self.versions]

@@ -1,31 +1,28 @@
 """What the ops queries return (matrix versions, coverage grids, fingerprint and SDK totals,
 precompile runs, failures, restore reports) and the pure rules behind them.
 
-Pure: no SQLAlchemy, no I/O. ``to_json`` builds the documents declared in ``shapes`` (the
+Pure: no SQLAlchemy, no I/O. A value's document is its fields (``neffcache.documents``); a
+``to_json`` builds the documents declared in ``shapes``, which differ from their values (the
 fields are a contract: add, never rename).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Annotated, Any, Final
 
-from neffcache.documents import Doc, Document, shaped_as
+from neffcache.documents import Doc, Document
 from neffcache.fingerprint import FIELD_NOTES, FieldDiff, Fingerprint, diff_fingerprints
 from neffcache.index.shapes import (
     CoverageGridDoc,
-    FailureDoc,
     FingerprintDiffDoc,
     FingerprintDoc,
     GridRowDoc,
     MatrixCoverageDoc,
-    MatrixDoc,
     Outcome,
-    RestoreDoc,
     RestoreOutcomeDoc,
-    RunDoc,
     RunStatus,
     Status,
 )
@@ -69,29 +66,28 @@ def sdk_version(backend: str, fields: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class MatrixVersion:
+class MatrixVersion(Document):
     """One registered content of a named matrix. Versions count from 1 in order of first
     registration; the current one is the one registered (or re-registered) last."""
 
-    id: int
+    id: Annotated[int, Doc(key="")]
     name: str
-    version: int
-    digest: str
+    version: Annotated[int, Doc("1 for the first content registered under this name.")]
+    digest: Annotated[str, Doc("sha256 of the canonical JSON of the parsed TOML.", "sha256")]
     backend: str
-    cell_count: int
+    cell_count: Annotated[int, Doc(key="cells")]
     registered_at: datetime
     current: bool
     changed: bool = False  # set by register_matrix: this registration made it current
-    toml: str | None = None
+    toml: Annotated[str | None, Doc(optional=True)] = None
 
-    def to_json(self) -> MatrixDoc:
-        doc: MatrixDoc = {"name": self.name, "version": self.version, "sha256": self.digest,
-                          "backend": self.backend, "cells": self.cell_count,
-                          "registered_at": iso(self.registered_at), "current": self.current,
-                          "changed": self.changed}
-        if self.toml is not None:
-            doc["toml"] = self.toml
-        return doc
+
+@dataclass(frozen=True, slots=True)
+class MatrixDetail(Document):
+    """One matrix: the chosen version with its TOML, and its history (/api/matrix)."""
+
+    current: MatrixVersion
+    versions: Annotated[tuple[MatrixVersion, ...], Doc("Every version, oldest first.")]
 
 
 def fingerprint_target(backend: str, fields: Mapping[str, Any]) -> str:
@@ -260,7 +256,7 @@ def group_by_sdk(stats: Iterable[FingerprintStats]) -> tuple[SdkBytes, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class RunSummary:
+class RunSummary(Document):
     id: str
     started_at: datetime
     finished_at: datetime | None
@@ -270,21 +266,20 @@ class RunSummary:
     cells_ok: int | None
     cells_failed: int | None
     failures_recorded: int
-    cells_cancelled: int | None = None  # None: the run was not stopped
+    status: Annotated[RunStatus, Doc("running: no end recorded (or its runner died); "
+                                     "cancelled: stopped by SIGTERM/SIGINT; finished.")] = field(
+        init=False)
+    cells_cancelled: Annotated[int | None, Doc(
+        "Cells whose workers the stop ended (null: the run was not stopped).")] = None
 
-    @property
-    def status(self) -> RunStatus:
-        """running (no end recorded), cancelled (stopped by SIGTERM/SIGINT) or finished."""
-        if self.cells_cancelled is not None:
-            return "cancelled"
-        return "running" if self.finished_at is None else "finished"
-
-    def to_json(self) -> RunDoc:  # status: computed
-        return shaped_as(self, RunDoc)
+    def __post_init__(self) -> None:
+        ended = "running" if self.finished_at is None else "finished"
+        object.__setattr__(self, "status", ended if self.cells_cancelled is None
+                           else "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
-class FailureRecord:
+class FailureRecord(Document):
     """A failed warm-up of a cell under a fingerprint, with the tail of its log."""
 
     cell_id: str
@@ -293,16 +288,21 @@ class FailureRecord:
     run_id: str | None
     exit_status: int | None
     seconds: float
-    log_tail: str
+    log_tail: Annotated[str, Doc("The last 16,000 characters of the warm-up's log.")]
     failed_at: datetime
-    id: int | None = None  # its row's id (the paging cursor's tie-break); not in the JSON
-
-    def to_json(self) -> FailureDoc:  # id: not in the document
-        return shaped_as(self, FailureDoc)
+    id: Annotated[int | None, Doc(key="")] = None  # its row's id (the paging cursor's tie-break)
 
 
 @dataclass(frozen=True, slots=True)
-class RestoreRecord:
+class RunDetail(Document):
+    """One precompile run and every failure it recorded (/api/run)."""
+
+    run: RunSummary
+    failures: tuple[FailureRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreRecord(Document):
     """One restore run as reported by ``neffcache restore``."""
 
     id: int
@@ -310,6 +310,9 @@ class RestoreRecord:
     host: str
     fingerprint_key: str
     matrix: str
+    outcome: Annotated[Outcome, Doc(
+        "hit: every cell restored; partial: some; miss: none (no entries); error: any other "
+        "failure.")] = field(init=False)
     cells_restored: int
     cells_missing: int
     missing: tuple[str, ...]
@@ -319,12 +322,9 @@ class RestoreRecord:
     seconds: float
     exit_code: int
 
-    @property
-    def outcome(self) -> Outcome:
-        return restore_outcome(self.exit_code, self.cells_restored, self.cells_missing)
-
-    def to_json(self) -> RestoreDoc:  # outcome: computed
-        return shaped_as(self, RestoreDoc)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", restore_outcome(
+            self.exit_code, self.cells_restored, self.cells_missing))
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,14 +9,7 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Final
 
 from neffcache.documents import Doc, Document
-from neffcache.index.shapes import (
-    CoverageFingerprintDoc,
-    CoverageReportDoc,
-    CoverageRowDoc,
-    FingerprintCountsDoc,
-    InProgressDoc,
-    Status,
-)
+from neffcache.index.shapes import FingerprintCountsDoc, InProgressDoc, Status
 
 READY: Final = "ready"  # an entry exists
 IN_PROGRESS: Final = "in_progress"  # no entry yet, and a worker holds a live lease on it
@@ -111,7 +104,7 @@ class CoverageColumn:
                 "target": self.target, "known": self.known, "restores": self.restores,
                 "distinct": dict(self.distinct), "nearest": self.nearest}
 
-    def report_json(self) -> CoverageFingerprintDoc:
+    def report_json(self) -> dict[str, Any]:
         return {"key": self.key, "backend": self.backend, "fields": dict(self.fields),
                 "here": self.here, "ready": self.ready, "failed": self.failed,
                 "missing": self.missing, "in_progress": self.in_progress}
@@ -122,7 +115,7 @@ FingerprintCounts = CoverageColumn
 
 
 @dataclass(frozen=True, slots=True)
-class CoverageRow:
+class CoverageRow(Document):
     """One cell under one fingerprint: ready (an entry exists), in_progress (no entry; a
     worker holds a live lease: ``host`` since ``since``), failed (no entry, and the latest
     attempt failed) or missing (never warmed)."""
@@ -139,14 +132,6 @@ class CoverageRow:
     host: str | None = None  # in_progress: who holds the lease
     since: datetime | None = None  # in_progress: when it was claimed
     lease_expires_at: datetime | None = None
-
-    def to_json(self) -> CoverageRowDoc:
-        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
-                "fingerprint_key": self.fingerprint_key, "status": self.status,
-                "entry_key": self.entry_key, "total_bytes": self.total_bytes,
-                "exit_status": self.exit_status, "log_tail": self.log_tail,
-                "failed_at": iso(self.failed_at), "host": self.host, "since": iso(self.since),
-                "lease_expires_at": iso(self.lease_expires_at)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +168,7 @@ class CoverageReport:
         return CoverageReport(self.cells, tuple(self.fingerprints[j] for j in chosen), rows,
                               tuple(tuple(row[j] for j in chosen) for row in self.statuses))
 
-    def to_json(self) -> CoverageReportDoc:
+    def to_json(self) -> dict[str, Any]:
         return {"cells": [{"id": i, "key": k} for i, k in self.cells],
                 "fingerprints": [f.report_json() for f in self.fingerprints],
                 "rows": [r.to_json() for r in self.rows]}

@@ -14,19 +14,14 @@ from neffcache.index import (
     CURSOR_PATTERN,
     ID_CURSOR_PATTERN,
     NAME_CURSOR_PATTERN,
-    AttentionDoc,
     CoverageGridDoc,
-    FailureDoc,
     FingerprintDiffDoc,
     FingerprintDoc,
     Index,
     InProgressDoc,
     MatrixDetail,
-    MatrixDoc,
-    RestoreDoc,
     RestoreOutcomeDoc,
     RunDetail,
-    RunDoc,
     attention,
     entry_cursor,
     failure_cursor,
@@ -118,7 +113,7 @@ def summary(request: Request) -> dict[str, Any]:
                     "fingerprints the fleet restores with nothing built")
 def attention_now(request: Request,
                   limit: Annotated[int, Query(ge=1, le=200, description=(
-                      "At most this many items in each list."))] = 20) -> AttentionDoc:
+                      "At most this many items in each list."))] = 20) -> dict[str, Any]:
     return attention(_index(request), limit).to_json()
 
 
@@ -137,18 +132,17 @@ def fingerprint_difference(request: Request, key: FingerprintKey,
 
 @router.get("/matrices", response_model=m.MatrixDocList,
             summary="The current version of every registered matrix")
-def matrices(request: Request) -> list[MatrixDoc]:
+def matrices(request: Request) -> list[dict[str, Any]]:
     return [v.to_json() for v in list_matrices(_index(request))]
 
 
 @router.get("/matrix", response_model=m.MatrixDetailModel,
             summary="One matrix: the chosen version with its TOML, and its history",
             responses={404: {"model": m.ErrorDoc}})
-def matrix(request: Request, name: MatrixName, version: Version = None) -> MatrixDetail:
+def matrix(request: Request, name: MatrixName, version: Version = None) -> dict[str, Any]:
     ix = _index(request)
     chosen = get_matrix(ix, name, version, with_toml=True)
-    return {"current": chosen.to_json(),
-            "versions": [v.to_json() for v in matrix_versions(ix, name)]}
+    return MatrixDetail(chosen, tuple(matrix_versions(ix, name))).to_json()
 
 
 @router.get("/coverage", response_model=m.CoverageGridModel,
@@ -188,7 +182,7 @@ def sdk_versions(request: Request) -> list[dict[str, Any]]:
             "paging: pass the Next-Cursor header of a page as `after`", responses=_NEXT_DOC)
 def runs(request: Request, response: Response,
          matrix: Annotated[str | None, Query(max_length=255)] = None,
-         limit: Limit = 50, after: AfterName = None) -> list[RunDoc]:
+         limit: Limit = 50, after: AfterName = None) -> list[dict[str, Any]]:
     return _paged(response, list_runs(_index(request), limit, matrix or None, after or None),
                   limit, run_cursor)
 
@@ -197,11 +191,10 @@ def runs(request: Request, response: Response,
             summary="One precompile run and every failure it recorded, with log tails",
             responses={404: {"model": m.ErrorDoc}})
 def run(request: Request, id: Annotated[str, Query(min_length=1, max_length=64)],
-        limit: Limit = 200) -> RunDetail:
+        limit: Limit = 200) -> dict[str, Any]:
     ix = _index(request)
-    summary = get_run(ix, id)
     failures = list_failures(ix, run_id=id, current_only=False, limit=limit)
-    return {"run": summary.to_json(), "failures": [f.to_json() for f in failures]}
+    return RunDetail(get_run(ix, id), tuple(failures)).to_json()
 
 
 @router.get("/failures", response_model=m.FailureList,
@@ -216,7 +209,7 @@ def failures(request: Request, response: Response,
              all: Annotated[bool, Query(description=(
                  "Every recorded failure, not only the latest of each cell x fingerprint "
                  "that still has no entry."))] = False,
-             limit: Limit = 100, after: AfterId = None) -> list[FailureDoc]:
+             limit: Limit = 100, after: AfterId = None) -> list[dict[str, Any]]:
     ix = _index(request)
     version = get_matrix(ix, matrix) if matrix else None
     return _paged(response, list_failures(
@@ -237,7 +230,7 @@ def in_progress(request: Request, limit: Limit = 200) -> list[InProgressDoc]:
 def restores(request: Request, response: Response,
              host: Annotated[str | None, Query(max_length=255)] = None,
              matrix: Annotated[str | None, Query(max_length=255)] = None,
-             limit: Limit = 50, after: AfterId = None) -> list[RestoreDoc]:
+             limit: Limit = 50, after: AfterId = None) -> list[dict[str, Any]]:
     return _paged(response, list_restores(_index(request), limit=limit, host=host or None,
                                           matrix=matrix or None, after=after or None),
                   limit, restore_cursor)

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from neffcache.index.api import Index
     from neffcache.index.coverage_engine.reads import Cell_, CoveragePlan
     from neffcache.index.listing import Reader
-    from neffcache.index.shapes import CoverageCheckDoc, CoverageDoc
     from neffcache.matrix import Cell
 
 HOST = "host"  # in CoverageRequest.fingerprints: this host's fingerprint
@@ -97,14 +96,12 @@ class CoverageResult(ExitRule):
     cell_globs: tuple[str, ...] = ()
     not_ready: tuple[CoverageRow, ...] | None = None
 
-    def to_json(self) -> CoverageDoc:
+    def to_json(self) -> dict[str, Any]:
         """The document ``neffcache coverage --json`` prints: {"matrix", "backend", "here",
         "cells", "fingerprints", "rows"} and, with check, "check": {"ok", "not_ready"}."""
         report = self.report.to_json()
-        doc: CoverageDoc = {"matrix": self.matrix, "backend": self.backend,
-                            "here": self.here.key if self.here else None,
-                            "cells": report["cells"], "fingerprints": report["fingerprints"],
-                            "rows": report["rows"]}
+        doc = {"matrix": self.matrix, "backend": self.backend,
+               "here": self.here.key if self.here else None, **report}
         if self.not_ready is not None:
             doc["check"] = check_json(self.not_ready)
         return doc
@@ -115,7 +112,7 @@ class CoverageResult(ExitRule):
         return _not_ready_error(self.matrix, self.not_ready)
 
 
-def check_json(not_ready: Sequence[Any]) -> CoverageCheckDoc:
+def check_json(not_ready: Sequence[Any]) -> dict[str, Any]:
     """The ``check`` key of the coverage document: {"ok", "not_ready": [cell, fingerprint,
     status]}."""
     return {"ok": not not_ready, "not_ready": [
