@@ -90,13 +90,12 @@ _FACE = {  # module -> the names the face takes from it
     "schema": ("SCHEMA_REVISION", "schema_state", "upgrade_index"),
     "triage": ("FLEET_WINDOW", "Attention", "AttentionDoc", "FailedCell", "attention",
         "fingerprint_diff"),
-    "shapes": ("BucketDoc", "CoverageGridDoc", "FingerprintCountsDoc", "FingerprintDiffDoc",
-        "FingerprintDoc", "GridRowDoc", "InProgressDoc", "MatrixCoverageDoc", "Outcome",
-        "RestoreOutcomeDoc", "Status"),
+    "shapes": ("BucketDoc", "CoverageGridDoc", "FingerprintDiffDoc", "FingerprintDoc",
+        "GridRowDoc", "MatrixCoverageDoc", "Outcome", "RestoreOutcomeDoc"),
     "values": ("FAILED", "IN_PROGRESS", "MISSING", "READY", "STATUSES", "ClaimResult",
         "CoverageColumn", "CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary",
-        "InvalidManifest",
-        "Lease", "LiveLease", "ReindexResult", "SchemaState"),
+        "InProgressDoc", "InvalidManifest",
+        "Lease", "LiveLease", "ReindexResult", "SchemaState", "Status"),
 }
 __all__, __getattr__ = lazy_face(globals(), _FACE)
 
@@ -132,12 +131,11 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         ReportedFingerprint, RestoreOutcomeStats, RestorePoint, RestoreRecord, RunDetail,
         RunSummary, SdkBytes, group_by_sdk, restore_outcome, sdk_version)
     from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
-    from neffcache.index.shapes import (BucketDoc, CoverageGridDoc, FingerprintCountsDoc,
-        FingerprintDiffDoc, FingerprintDoc, GridRowDoc, InProgressDoc, MatrixCoverageDoc, Outcome,
-        RestoreOutcomeDoc, Status)
+    from neffcache.index.shapes import (BucketDoc, CoverageGridDoc, FingerprintDiffDoc,
+        FingerprintDoc, GridRowDoc, MatrixCoverageDoc, Outcome, RestoreOutcomeDoc)
     from neffcache.index.triage import (FLEET_WINDOW, Attention, AttentionDoc, FailedCell,
         attention, fingerprint_diff)
     from neffcache.index.values import (FAILED, IN_PROGRESS, MISSING, READY, STATUSES, ClaimResult,
         CoverageColumn, CoverageFingerprint, CoverageReport, CoverageRow, EntrySummary,
-        InvalidManifest, Lease, LiveLease, ReindexResult, SchemaState)
+        InProgressDoc, InvalidManifest, Lease, LiveLease, ReindexResult, SchemaState, Status)
     # isort: on

@@ -15,38 +15,13 @@ from __future__ import annotations
 from typing import Annotated, Literal, TypedDict
 
 from neffcache.documents import Doc
+from neffcache.index.values import CoverageColumn, Status
 
-Status = Literal["ready", "in_progress", "failed", "missing"]
 Outcome = Literal["hit", "partial", "miss", "error"]
 RunStatus = Literal["running", "finished", "cancelled"]
 
 
 # --- coverage -------------------------------------------------------------------------------
-
-class FingerprintCountsDoc(TypedDict):
-    """A fingerprint's column of a coverage grid, counted over the grid's cells."""
-
-    key: str
-    backend: str
-    sdk_version: str
-    ready: int
-    failed: int
-    missing: int
-    in_progress: Annotated[int, Doc("Cells a precompile --claim worker is warming now.")]
-    ratio: Annotated[float, Doc("ready / cells.")]
-    target: Annotated[str, Doc("What its entries run on: the Neuron target (trn2, with its "
-                               "LNC if set), inductor's CPU architecture, or 'unknown'.")]
-    known: Annotated[str, Doc("When the SDK version is absent or unknown: the package "
-                              "versions the fingerprint names, e.g. 'torch 2.9.0'; else ''.")]
-    restores: Annotated[int, Doc("Restore reports of this matrix under this fingerprint.")]
-    distinct: Annotated[dict[str, str], Doc(
-        "The fields, with this fingerprint's values, in which it differs from the columns "
-        "whose backend, SDK version, target and known versions read the same (e.g. "
-        "cc_flags, the compiler flags); {} when none reads the same, and in /api/summary.")]
-    nearest: Annotated[str | None, Doc(
-        "The column it differs from in the fewest fields: /api/fingerprint-diff?key=KEY"
-        "&against=NEAREST explains the difference (null in /api/summary).")]
-
 
 class FieldDiffDoc(TypedDict):
     field: str
@@ -83,7 +58,7 @@ class CoverageGridDoc(TypedDict):
     total_cells: Annotated[int, Doc("Cells matching the pattern (all pages).")]
     offset: int
     limit: int
-    fingerprints: Annotated[list[FingerprintCountsDoc], Doc(
+    fingerprints: Annotated[list[CoverageColumn], Doc(
         "Columns: every fingerprint with an entry, a failure or a live lease for a cell of "
         "the matrix, or that a restore report of the matrix named; counts over the matching "
         "cells.")]
@@ -94,7 +69,7 @@ class MatrixCoverageDoc(TypedDict):
     matrix: str
     version: int
     cells: int
-    fingerprints: list[FingerprintCountsDoc]
+    fingerprints: list[CoverageColumn]
 
 
 # --- entries, fingerprints, runs, failures --------------------------------------------------
@@ -108,17 +83,6 @@ class FingerprintDoc(TypedDict):
     first_seen_at: str | None
     entries: int
     total_bytes: int
-
-
-class InProgressDoc(TypedDict):
-    cell_id: str
-    cell_key: str
-    fingerprint_key: str
-    host: Annotated[str, Doc("Who holds the lease: host name and process id.")]
-    since: Annotated[str | None, Doc("When the cell was claimed (UTC).")]
-    heartbeat_at: str | None
-    expires_at: Annotated[str | None, Doc("The lease expires then unless renewed.")]
-    attempts: Annotated[int, Doc("Claims of this cell so far, across all workers.")]
 
 
 # --- restores -------------------------------------------------------------------------------

@@ -20,10 +20,9 @@ from neffcache.index.coverage_engine import find_fingerprints
 from neffcache.index.coverage_engine.reads import live_lease
 from neffcache.index.ops_queries import EPOCH, lease_stats, reported_fingerprints
 from neffcache.index.ops_values import CoverageColumn, FingerprintDiff
-from neffcache.index.shapes import FingerprintCountsDoc, InProgressDoc
 from neffcache.index.tables import cell_claims, cell_failures, cells, entries, matrices
 from neffcache.index.tables import matrix_cells as MC
-from neffcache.index.values import LiveLease, as_utc, iso
+from neffcache.index.values import InProgressDoc, LiveLease, as_utc, iso
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -54,7 +53,7 @@ class StaleCellDoc(InProgressDoc):
 
 class UnbuiltDoc(TypedDict):
     matrix: str
-    fingerprint: FingerprintCountsDoc
+    fingerprint: CoverageColumn
     last_restore_at: Annotated[str | None, Doc("The newest restore report naming it.")]
 
 

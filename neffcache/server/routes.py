@@ -14,7 +14,6 @@ from neffcache.index import (
     CURSOR_PATTERN,
     ID_CURSOR_PATTERN,
     NAME_CURSOR_PATTERN,
-    CoverageGridDoc,
     FingerprintDiffDoc,
     FingerprintDoc,
     Index,
@@ -151,7 +150,7 @@ def matrix(request: Request, name: MatrixName, version: Version = None) -> dict[
 def coverage(request: Request, matrix: MatrixName, version: Version = None,
              cells: Glob = None,
              offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-             limit: Annotated[int, Query(ge=0, le=1000)] = 200) -> CoverageGridDoc:
+             limit: Annotated[int, Query(ge=0, le=1000)] = 200) -> dict[str, Any]:
     return _index(request).matrix_coverage(matrix, version=version, pattern=cells or None,
                                            offset=offset, limit=limit).to_json()
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field, create_model
 from neffcache.documents import Doc, document_keys
 from neffcache.index import (
     AttentionDoc,
+    CoverageColumn,
     CoverageGridDoc,
     EntrySummary,
     FailedCell,
@@ -76,6 +77,8 @@ _MODELS: dict[type, type[BaseModel]] = {}
 # The API's name and description of each dataclass's document (its OpenAPI component).
 _DOCUMENTS: dict[type, tuple[str, str | None]] = {
     EntrySummary: ("EntryDoc", EntrySummary.__doc__),
+    CoverageColumn: ("FingerprintCountsDoc", "A fingerprint's column of a coverage grid, "
+                     "counted over the grid's cells."),
     FailedCell: ("AttentionFailureDoc", None),
     FailureRecord: ("FailureDoc", None),
     MatrixDetail: ("MatrixDetail", MatrixDetail.__doc__),
