@@ -1,9 +1,9 @@
 """What the ops queries return (matrix versions, coverage grids, fingerprint and SDK totals,
 precompile runs, failures, restore reports) and the pure rules behind them.
 
-Pure: no SQLAlchemy, no I/O. A value's document is its fields (``neffcache.documents``); a
-``to_json`` builds the documents declared in ``shapes``, which differ from their values (the
-fields are a contract: add, never rename).
+Pure: no SQLAlchemy, no I/O. A value's document is its fields (``neffcache.documents``);
+one that is not (flattened, reordered) is a TypedDict beside it (``*Doc``), built by its
+``to_json``. The fields are a contract: add, never rename.
 """
 
 from __future__ import annotations
@@ -11,20 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal, TypedDict
 
 from neffcache.documents import Doc, Document
 from neffcache.fingerprint import FIELD_NOTES, FieldDiff, Fingerprint, diff_fingerprints
-from neffcache.index.shapes import (
-    FingerprintDiffDoc,
-    FingerprintDoc,
-    GridRowDoc,
-    Outcome,
-    RestoreOutcomeDoc,
-    RunStatus,
-    Status,
-)
-from neffcache.index.values import CoverageColumn, FingerprintCounts, iso  # noqa: F401  (re-exported)
+from neffcache.index.values import CoverageColumn, Status, iso
+from neffcache.index.values import FingerprintCounts as FingerprintCounts  # re-exported
+
+Outcome = Literal["hit", "partial", "miss", "error"]
+RunStatus = Literal["running", "finished", "cancelled"]
 
 HIT: Final = "hit"
 PARTIAL: Final = "partial"
@@ -152,6 +147,21 @@ class FingerprintDiff:
                                 for d in self.differences]}
 
 
+class FieldDiffDoc(TypedDict):
+    field: str
+    value: Annotated[str, Doc("This fingerprint's value ('absent': it has no such field).")]
+    against: Annotated[str, Doc("The other fingerprint's value.")]
+    note: Annotated[str, Doc("Why the field is part of a fingerprint ('' if no note).")]
+
+
+class FingerprintDiffDoc(TypedDict):
+    """What tells two fingerprints apart (/api/fingerprint-diff)."""
+
+    key: str
+    against: str
+    differences: list[FieldDiffDoc]
+
+
 def severity(f: CoverageColumn) -> tuple[Any, ...]:
     """Pure: the dashboard's order, worst first: restored by the fleet with nothing built,
     then the most failed cells, then the most missing; ties by backend, SDK version, target
@@ -166,17 +176,19 @@ def by_severity(columns: Iterable[CoverageColumn]) -> list[CoverageColumn]:
 
 
 @dataclass(frozen=True, slots=True)
-class GridRow:
+class GridRow(Document):
     cell_id: str
     cell_key: str
-    statuses: tuple[Status, ...]  # one per fingerprint column, in column order
+    statuses: Annotated[tuple[Status, ...], Doc("One per fingerprint, in column order.")]
     # (column, how a first call after restore went: hit = warm, compiled, verify-failed)
-    verified: tuple[tuple[int, str], ...] = ()
+    verified: Annotated[tuple[tuple[int, str], ...], Doc(key="")] = ()
+    by_column: Annotated[dict[str, str], Doc(
+        "Column number -> how the entry's first call after a restore went, where known "
+        "(neffcache warm, precompile --verify): 'hit' (warm: nothing compiled), 'compiled', "
+        "'verify-failed'.", "verified")] = field(init=False, compare=False)
 
-    def to_json(self) -> GridRowDoc:
-        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
-                "statuses": list(self.statuses),
-                "verified": {str(j): status for j, status in self.verified}}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_column", {str(j): s for j, s in self.verified})
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +218,30 @@ class CoverageGrid:
                 "fingerprints": [f.to_json() for f in self.fingerprints]}
 
 
+class CoverageGridDoc(TypedDict):
+    """A page of a registered matrix's cells x fingerprints (/api/coverage)."""
+
+    matrix: str
+    version: int
+    sha256: str
+    cells_pattern: str | None
+    total_cells: Annotated[int, Doc("Cells matching the pattern (all pages).")]
+    offset: int
+    limit: int
+    fingerprints: Annotated[list[CoverageColumn], Doc(
+        "Columns: every fingerprint with an entry, a failure or a live lease for a cell of "
+        "the matrix, or that a restore report of the matrix named; counts over the matching "
+        "cells.")]
+    rows: list[GridRow]
+
+
+class MatrixCoverageDoc(TypedDict):
+    matrix: str
+    version: int
+    cells: int
+    fingerprints: list[CoverageColumn]
+
+
 @dataclass(frozen=True, slots=True)
 class FingerprintInfo:
     key: str
@@ -228,6 +264,16 @@ class FingerprintStats:
         return {"key": i.key, "backend": i.backend, "sdk_version": i.sdk_version,
                 "fields": dict(i.fields), "first_seen_at": iso(i.first_seen_at),
                 "entries": self.entries, "total_bytes": self.total_bytes}
+
+
+class FingerprintDoc(TypedDict):
+    key: str
+    backend: str
+    sdk_version: str
+    fields: dict[str, str]
+    first_seen_at: str | None
+    entries: int
+    total_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +389,23 @@ class RestoreOutcomeStats:
                 "seconds_sum": round(self.seconds_sum, 6), "bytes_sum": self.bytes_sum,
                 "buckets": [{"le": b, "count": n} for b, n in zip(
                       DURATION_BUCKETS, self.buckets, strict=True)]}
+
+
+class BucketDoc(TypedDict):
+    le: float
+    count: int
+
+
+class RestoreOutcomeDoc(TypedDict):
+    outcome: Outcome
+    count: int
+    no_entry: Annotated[int, Doc("Of count: restores (exit 3) missing cells that have no "
+                                 "entry for their fingerprint.")]
+    other_fingerprint: Annotated[int, Doc("Of count: restores (exit 5) whose cells were "
+                                          "built only for other fingerprints.")]
+    seconds_sum: float
+    bytes_sum: int
+    buckets: Annotated[list[BucketDoc], Doc("Cumulative counts of durations <= le.")]
 
 
 @dataclass(frozen=True, slots=True)

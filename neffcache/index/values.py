@@ -1,5 +1,5 @@
-"""What index queries return: frozen dataclasses with ``to_json`` (the documents are declared
-once in ``shapes``; the JSON fields are a contract: add, never rename). Pure; no SQLAlchemy."""
+"""What index queries return: frozen dataclasses, each its document's declaration (see
+``ops_values``; the JSON fields are a contract: add, never rename). Pure; no SQLAlchemy."""
 
 from __future__ import annotations
 

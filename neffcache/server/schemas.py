@@ -35,6 +35,7 @@ from neffcache.index import (
     FailureRecord,
     FingerprintDiffDoc,
     FingerprintDoc,
+    GridRow,
     IndexTotals,
     InProgressDoc,
     MatrixCoverageDoc,
@@ -81,6 +82,7 @@ _DOCUMENTS: dict[type, tuple[str, str | None]] = {
                      "counted over the grid's cells."),
     FailedCell: ("AttentionFailureDoc", None),
     FailureRecord: ("FailureDoc", None),
+    GridRow: ("GridRowDoc", None),
     MatrixDetail: ("MatrixDetail", MatrixDetail.__doc__),
     MatrixVersion: ("MatrixDoc", "A registered matrix version (``matrix ls/show --json``, "
                     "/api/matrices)."),
