@@ -79,7 +79,7 @@ _FACE = {  # module -> the names the face takes from it
         "reported_fingerprints", "restore_cursor", "restore_outcomes", "restore_timeline",
         "run_cursor"),
     "ops_values": ("DURATION_BUCKETS", "OUTCOMES", "BucketDoc", "CoverageGrid",
-        "CoverageGridDoc", "FailureRecord", "FingerprintCounts", "FingerprintDiff",
+        "FailureRecord", "FingerprintCounts", "FingerprintDiff",
         "FingerprintDiffDoc", "FingerprintDoc", "FingerprintInfo", "FingerprintRunTime",
         "FingerprintStats", "GridRow", "IndexTotals", "LeaseStats", "MatrixCoverageDoc",
         "MatrixDetail", "MatrixRunTime", "MatrixVersion", "Outcome", "ReportedFingerprint",
@@ -126,11 +126,11 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         list_restores, list_runs, reported_fingerprints, restore_cursor, restore_outcomes,
         restore_timeline, run_cursor)
     from neffcache.index.ops_values import (DURATION_BUCKETS, OUTCOMES, BucketDoc, CoverageGrid,
-        CoverageGridDoc, FailureRecord, FingerprintCounts, FingerprintDiff, FingerprintDiffDoc,
-        FingerprintDoc, FingerprintInfo, FingerprintRunTime, FingerprintStats, GridRow, IndexTotals,
-        LeaseStats, MatrixCoverageDoc, MatrixDetail, MatrixRunTime, MatrixVersion, Outcome,
-        ReportedFingerprint, RestoreOutcomeDoc, RestoreOutcomeStats, RestorePoint, RestoreRecord,
-        RunDetail, RunSummary, SdkBytes, group_by_sdk, restore_outcome, sdk_version)
+        FailureRecord, FingerprintCounts, FingerprintDiff, FingerprintDiffDoc, FingerprintDoc,
+        FingerprintInfo, FingerprintRunTime, FingerprintStats, GridRow, IndexTotals, LeaseStats,
+        MatrixCoverageDoc, MatrixDetail, MatrixRunTime, MatrixVersion, Outcome, ReportedFingerprint,
+        RestoreOutcomeDoc, RestoreOutcomeStats, RestorePoint, RestoreRecord, RunDetail, RunSummary,
+        SdkBytes, group_by_sdk, restore_outcome, sdk_version)
     from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
     from neffcache.index.triage import (FLEET_WINDOW, Attention, AttentionDoc, FailedCell,
         attention, fingerprint_diff)

@@ -192,47 +192,33 @@ class GridRow(Document):
 
 
 @dataclass(frozen=True, slots=True)
-class CoverageGrid:
+class CoverageGrid(Document):
     """A page of a matrix's coverage: cells (matching ``pattern``) x fingerprint columns.
     Counts cover every matching cell, not only the page."""
 
-    matrix: MatrixVersion
-    pattern: str | None
-    total_cells: int
-    offset: int
-    limit: int
-    fingerprints: tuple[CoverageColumn, ...]
-    rows: tuple[GridRow, ...]
-
-    def to_json(self) -> dict[str, Any]:  # CoverageGridDoc
-        return {"matrix": self.matrix.name, "version": self.matrix.version,
-                "sha256": self.matrix.digest, "cells_pattern": self.pattern,
-                "total_cells": self.total_cells, "offset": self.offset, "limit": self.limit,
-                "fingerprints": [f.to_json() for f in self.fingerprints],
-                "rows": [r.to_json() for r in self.rows]}
-
-    def counts_json(self) -> dict[str, Any]:  # MatrixCoverageDoc
-        """The counts without rows (/api/summary's coverage)."""
-        return {"matrix": self.matrix.name, "version": self.matrix.version,
-                "cells": self.total_cells,
-                "fingerprints": [f.to_json() for f in self.fingerprints]}
-
-
-class CoverageGridDoc(TypedDict):
-    """A page of a registered matrix's cells x fingerprints (/api/coverage)."""
-
-    matrix: str
-    version: int
-    sha256: str
-    cells_pattern: str | None
+    matrix: Annotated[MatrixVersion, Doc(key="")]
+    name: Annotated[str, Doc(key="matrix")] = field(init=False)
+    version: int = field(init=False)
+    sha256: str = field(init=False)
+    pattern: Annotated[str | None, Doc(key="cells_pattern")]
     total_cells: Annotated[int, Doc("Cells matching the pattern (all pages).")]
     offset: int
     limit: int
-    fingerprints: Annotated[list[CoverageColumn], Doc(
+    fingerprints: Annotated[tuple[CoverageColumn, ...], Doc(
         "Columns: every fingerprint with an entry, a failure or a live lease for a cell of "
         "the matrix, or that a restore report of the matrix named; counts over the matching "
         "cells.")]
-    rows: list[GridRow]
+    rows: tuple[GridRow, ...]
+
+    def __post_init__(self) -> None:
+        for name, value in (("name", self.matrix.name), ("version", self.matrix.version),
+                            ("sha256", self.matrix.digest)):
+            object.__setattr__(self, name, value)
+
+    def counts_json(self) -> dict[str, Any]:  # MatrixCoverageDoc
+        """The counts without rows (/api/summary's coverage)."""
+        return {"matrix": self.name, "version": self.version, "cells": self.total_cells,
+                "fingerprints": [f.to_json() for f in self.fingerprints]}
 
 
 class MatrixCoverageDoc(TypedDict):

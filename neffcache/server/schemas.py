@@ -29,7 +29,7 @@ from neffcache.documents import Doc, document_keys
 from neffcache.index import (
     AttentionDoc,
     CoverageColumn,
-    CoverageGridDoc,
+    CoverageGrid,
     EntrySummary,
     FailedCell,
     FailureRecord,
@@ -78,6 +78,8 @@ _MODELS: dict[type, type[BaseModel]] = {}
 # The API's name and description of each dataclass's document (its OpenAPI component).
 _DOCUMENTS: dict[type, tuple[str, str | None]] = {
     EntrySummary: ("EntryDoc", EntrySummary.__doc__),
+    CoverageGrid: ("CoverageGridDoc", "A page of a registered matrix's cells x fingerprints "
+                   "(/api/coverage)."),
     CoverageColumn: ("FingerprintCountsDoc", "A fingerprint's column of a coverage grid, "
                      "counted over the grid's cells."),
     FailedCell: ("AttentionFailureDoc", None),
@@ -157,7 +159,7 @@ def list_of(item: Any) -> Any:
 # The models the routes name (OpenAPI components keep these names, the documents' names).
 MatrixDocModel = model_of(MatrixVersion)
 MatrixDetailModel = model_of(MatrixDetail)
-CoverageGridModel = model_of(CoverageGridDoc)
+CoverageGridModel = model_of(CoverageGrid)
 EntryModel = model_of(EntrySummary)
 FingerprintModel = model_of(FingerprintDoc)
 SdkBytesModel = model_of(SdkBytes)
