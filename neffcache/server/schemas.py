@@ -27,17 +27,13 @@ from pydantic import BaseModel, Field, create_model
 
 from neffcache.documents import Doc, document_keys
 from neffcache.index import (
-    AttentionDoc,
     CoverageColumn,
     CoverageGrid,
     EntrySummary,
     FailedCell,
     FailureRecord,
-    FingerprintDiffDoc,
-    FingerprintDoc,
     GridRow,
     IndexTotals,
-    InProgressDoc,
     MatrixCoverageDoc,
     MatrixDetail,
     MatrixVersion,
@@ -156,30 +152,6 @@ def list_of(item: Any) -> Any:
     return list.__class_getitem__(item)
 
 
-# The models the routes name (OpenAPI components keep these names, the documents' names).
-MatrixDocModel = model_of(MatrixVersion)
-MatrixDetailModel = model_of(MatrixDetail)
-CoverageGridModel = model_of(CoverageGrid)
-EntryModel = model_of(EntrySummary)
-FingerprintModel = model_of(FingerprintDoc)
-SdkBytesModel = model_of(SdkBytes)
-RunModel = model_of(RunSummary)
-RunDetailModel = model_of(RunDetail)
-FailureModel = model_of(FailureRecord)
-InProgressModel = model_of(InProgressDoc)
-RestoreModel = model_of(RestoreRecord)
-RestoreOutcomeModel = model_of(RestoreOutcomeDoc)
-RestorePointModel = model_of(RestorePoint)
-SummaryModel = model_of(Summary)
-AttentionModel = model_of(AttentionDoc)
-FingerprintDiffModel = model_of(FingerprintDiffDoc)
-MatrixDocList = list_of(MatrixDocModel)
-EntryList = list_of(EntryModel)
-FingerprintList = list_of(FingerprintModel)
-SdkBytesList = list_of(SdkBytesModel)
-RunList = list_of(RunModel)
-FailureList = list_of(FailureModel)
-InProgressList = list_of(InProgressModel)
-RestoreList = list_of(RestoreModel)
-RestoreOutcomeList = list_of(RestoreOutcomeModel)
-RestorePointList = list_of(RestorePointModel)
+def many(shape: type) -> Any:
+    """The model of a list of ``shape`` documents."""
+    return list_of(model_of(shape))
