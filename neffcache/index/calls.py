@@ -76,9 +76,8 @@ class ReindexStoreResult(ExitRule):
     reports: IngestResult
 
     def to_json(self) -> dict[str, Any]:
-        """{"store", "scanned", "added", "already_indexed", "removed", "invalid", "reports":
-        {"scanned", "added", "already_ingested", "invalid"}}, as ``reindex --json`` prints:
-        the store, then the manifests' document flattened in."""
+        """As ``reindex --json`` prints: the store, the manifests' document flattened in, and
+        the reports' under "reports"."""
         return {"store": self.store, **self.manifests.to_json(),
                 "reports": self.reports.to_json()}
 
@@ -130,9 +129,8 @@ class IngestRestoreReportsResult(_Success):
     ingest: IngestResult
 
     def to_json(self) -> dict[str, Any]:
-        """{"source", "scanned", "added", "already_ingested", "invalid": [{"key",
-        "reason"}]}, as ``reports ingest --json`` prints: the source, then the ingest's
-        document flattened in."""
+        """As ``reports ingest --json`` prints: the source, the ingest's document flattened
+        in."""
         return {"source": self.source, **self.ingest.to_json()}
 
 
@@ -179,7 +177,6 @@ class RegisterMatrixFileResult(_Success):
     version: MatrixVersion
 
     def to_json(self) -> dict[str, Any]:
-        """name, version, sha256, backend, cells, registered_at, current, changed."""
         return self.version.to_json()
 
 
@@ -224,8 +221,7 @@ class ListRegisteredMatricesResult(_Success):
     matrices: tuple[MatrixVersion, ...]
 
     def to_json(self) -> list[dict[str, Any]]:
-        """A list (as ``matrix ls --json`` prints) of name, version, sha256, backend, cells,
-        registered_at, current, changed."""
+        """A list, as ``matrix ls --json`` prints."""
         return [v.to_json() for v in self.matrices]
 
 

@@ -97,8 +97,7 @@ class CoverageResult(ExitRule):
     not_ready: tuple[CoverageRow, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The document ``neffcache coverage --json`` prints: {"matrix", "backend", "here",
-        "cells", "fingerprints", "rows"} and, with check, "check": {"ok", "not_ready"}."""
+        """The document ``neffcache coverage --json`` prints ("check" only with check)."""
         report = self.report.to_json()
         doc = {"matrix": self.matrix, "backend": self.backend,
                "here": self.here.key if self.here else None, **report}
@@ -113,8 +112,7 @@ class CoverageResult(ExitRule):
 
 
 def check_json(not_ready: Sequence[Any]) -> dict[str, Any]:
-    """The ``check`` key of the coverage document: {"ok", "not_ready": [cell, fingerprint,
-    status]}."""
+    """The ``check`` key of the coverage document."""
     return {"ok": not not_ready, "not_ready": [
         {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key, "status": r.status}
         for r in not_ready]}
@@ -216,8 +214,7 @@ class CoverageStream(ExitRule):
         self.not_ready: tuple[CoverageRow, ...] | None = None
 
     def head_json(self) -> dict[str, Any]:
-        """The document's keys known before the rows: {"matrix", "backend", "here",
-        "cells"}, as in CoverageResult.to_json()."""
+        """The document's keys known before the rows, as in CoverageResult.to_json()."""
         return {"matrix": self.matrix, "backend": self.backend,
                 "here": self.here.key if self.here else None,
                 "cells": [{"id": i, "key": k} for i, k in self.cells]}
@@ -254,8 +251,7 @@ class CoverageStream(ExitRule):
             self.not_ready = tuple(missed)
 
     def tail_json(self) -> dict[str, Any]:
-        """The document's keys after the rows: "fingerprints" and, with check, "check":
-        {"ok", "not_ready"}, as in CoverageResult.to_json()."""
+        """The document's keys after the rows, as in CoverageResult.to_json()."""
         doc: dict[str, Any] = {"fingerprints": [f.report_json()
                                                 for f in self.fingerprints or ()]}
         if self.not_ready is not None:
