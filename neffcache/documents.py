@@ -4,14 +4,14 @@ and its document is its fields in order (pure).
 ``Document`` gives a dataclass ``to_json()``: each field under its name, its value encoded by
 ``encode``: a nested value by its own ``to_json()`` (or its fields, for a dataclass without
 one), a tuple or list as a list, a mapping as an object, a datetime as ISO 8601 to the second,
-an enum as its value, a path as a string, None as null. A value whose document is not its
-fields (a renamed, computed or omitted key, a stored format with a ``schema_version``) writes
+an enum as its value, a path as a string, None as null. ``Doc`` carries a field's
+description into the HTTP API's schema (``Annotated[int, Doc("...")]``), which
+``neffcache.server.schemas`` derives from the same dataclass, and its other name in the
+document (``key``; "" leaves it out) or that it is left out when None (``optional``); a
+computed key is a ``field(init=False)`` its ``__post_init__`` sets. A value whose document
+is not its fields (flattened, reordered, a stored format with a ``schema_version``) writes
 its own ``to_json``; ``shaped_as`` builds it when the API declares the document as a
-TypedDict whose keys are the value's attributes. ``Doc`` carries a field's description into
-the HTTP API's schema (``Annotated[int, Doc("...")]``), which ``neffcache.server.schemas``
-derives from the same dataclass, and a field's other name in the document (``key``; ""
-leaves it out) or that it is left out when None (``optional``). A computed key is a
-``field(init=False)`` its ``__post_init__`` sets.
+TypedDict whose keys are the value's attributes.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ def fields_of(value: Any) -> dict[str, Any]:
 def document_keys(cls: Any) -> tuple[tuple[str, str, bool], ...]:
     """(field, key, optional) of each field of dataclass ``cls`` in its document, in order."""
     fields = dataclasses.fields(cls)
+    # only annotations naming Doc are resolved: others may name TYPE_CHECKING-only imports
     hints = get_type_hints(cls, include_extras=True) if any(
         "Doc(" in str(f.type) for f in fields) else {}
     keys = []
