@@ -24,7 +24,7 @@ from neffcache.errors import (
     SchemaOutdatedError,
     repair_hint,
 )
-from neffcache.index.api import Index, open_index
+from neffcache.index.readers import open_index_as_cli
 from neffcache.index.schema import schema_state, upgrade_index
 from neffcache.index.values import ReindexResult, SchemaState
 from neffcache.request_rules import checked_request
@@ -38,12 +38,6 @@ if TYPE_CHECKING:
 
 def _settings(index: str | None, store: str | None = None) -> Settings:
     return read_settings(os.environ, index=index, store=store)
-
-
-def _open(settings: Settings) -> Index:
-    """The index as the CLI opens it: the embedded default is created or upgraded on first
-    use; a named one must already be at this code's schema."""
-    return open_index(settings.index_url, auto_upgrade=settings.index_is_embedded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +93,7 @@ def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
     from neffcache.index.reindex import reindex
 
     settings = _settings(request.index, request.store)
-    with _open(settings) as ix:
+    with open_index_as_cli(settings) as ix:
         st = open_checked_store(settings.store_url)
         result = reindex(ix, st, prune=not request.keep_missing, progress=request.progress)
         reports = ingest_reports(ix, st)
@@ -143,7 +137,7 @@ def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestor
     from neffcache.store import REPORTS
 
     settings = _settings(request.index, request.store)
-    with _open(settings) as ix:
+    with open_index_as_cli(settings) as ix:
         if request.sources:
             source = ", ".join(str(s) for s in request.sources)
             result = ingest_report_files(ix, [Path(s) for s in request.sources])
@@ -193,7 +187,7 @@ def register_matrix_file(request: RegisterMatrixFileRequest) -> RegisterMatrixFi
     spec = parse_matrix(text, source=file)
     if request.name is not None and not request.name.strip():
         raise MatrixError("--name: expected a non-empty name")
-    with _open(_settings(request.index)) as ix:
+    with open_index_as_cli(_settings(request.index)) as ix:
         return RegisterMatrixFileResult(register_matrix(ix, spec, text, request.name,
                                                         replace=request.replace))
 
@@ -231,7 +225,7 @@ def list_registered_matrices(request: ListRegisteredMatricesRequest
     SchemaOutdatedError (7)."""
     from neffcache.index.matrices import list_matrices
 
-    with _open(_settings(request.index)) as ix:
+    with open_index_as_cli(_settings(request.index)) as ix:
         return ListRegisteredMatricesResult(tuple(list_matrices(ix)))
 
 
@@ -268,7 +262,7 @@ def show_registered_matrix(request: ShowRegisteredMatrixRequest) -> ShowRegister
     for the index."""
     from neffcache.index.matrices import get_matrix, matrix_versions
 
-    with _open(_settings(request.index)) as ix:
+    with open_index_as_cli(_settings(request.index)) as ix:
         chosen = get_matrix(ix, request.name, request.version, with_toml=not request.versions)
         versions = tuple(matrix_versions(ix, request.name)) if request.versions else (chosen,)
     return ShowRegisteredMatrixResult(chosen, versions, request.versions)
