@@ -1,26 +1,38 @@
 """JSON documents derived from frozen dataclasses: a value is declared once, as its dataclass,
 and its document is its fields in order, each value ``encode``d (pure).
 
-A value whose document is not its fields writes its own ``to_json`` (``shaped_as`` builds one
-from a TypedDict of the value's attributes). ``Doc`` carries a field's description into the
-HTTP API's schema (``Annotated[int, Doc("...")]``), derived from the same dataclass.
+``Document`` gives a dataclass ``to_json()``: each field under its name, its value encoded by
+``encode``: a nested value by its own ``to_json()`` (or its fields, for a dataclass without
+one), a tuple or list as a list, a mapping as an object, a datetime as ISO 8601 to the second,
+an enum as its value, a path as a string, None as null. ``Doc`` carries a field's
+description into the HTTP API's schema (``Annotated[int, Doc("...")]``), which
+``neffcache.server.schemas`` derives from the same dataclass, and its other name in the
+document (``key``; "" leaves it out) or that it is left out when None (``optional``); a
+computed key is a ``field(init=False)`` its ``__post_init__`` sets. A value whose document
+is not its fields (flattened, reordered, a stored format with a ``schema_version``) writes
+its own ``to_json``; ``shaped_as`` builds it when the API declares the document as a
+TypedDict whose keys are the value's attributes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
 from pathlib import PurePath
-from typing import Any
+from typing import Any, get_type_hints
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Doc:
-    """A field's description in the API's OpenAPI document (``Annotated`` metadata)."""
+    """A field's description in the API's OpenAPI document, its key in its document when not
+    its name ("": not in it), and whether it is left out when None (``Annotated`` metadata)."""
 
-    text: str
+    text: str = ""
+    key: str | None = None
+    optional: bool = False
 
 
 class Document:
@@ -40,8 +52,29 @@ def shaped_as(value: Any, shape: Any) -> Any:
 
 
 def fields_of(value: Any) -> dict[str, Any]:
-    """A dataclass instance's fields, in order, each value encoded."""
-    return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    """A dataclass instance's fields, in order, each value encoded (as ``Doc`` says)."""
+    doc = {}
+    for name, key, optional in document_keys(value.__class__):
+        item = getattr(value, name)
+        if not (optional and item is None):
+            doc[key] = encode(item)
+    return doc
+
+
+@functools.cache
+def document_keys(cls: Any) -> tuple[tuple[str, str, bool], ...]:
+    """(field, key, optional) of each field of dataclass ``cls`` in its document, in order."""
+    fields = dataclasses.fields(cls)
+    # only annotations naming Doc are resolved: others may name TYPE_CHECKING-only imports
+    hints = get_type_hints(cls, include_extras=True) if any(
+        "Doc(" in str(f.type) for f in fields) else {}
+    keys = []
+    for f in fields:
+        doc = next((m for m in getattr(hints.get(f.name), "__metadata__", ())
+                    if isinstance(m, Doc)), Doc())
+        if doc.key != "":
+            keys.append((f.name, doc.key or f.name, doc.optional))
+    return tuple(keys)
 
 
 def encode(value: Any) -> Any:

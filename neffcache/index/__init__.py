@@ -78,27 +78,24 @@ _FACE = {  # module -> the names the face takes from it
         "list_restores", "list_runs",
         "reported_fingerprints", "restore_cursor", "restore_outcomes", "restore_timeline",
         "run_cursor"),
-    "ops_values": ("DURATION_BUCKETS", "OUTCOMES", "CoverageGrid", "FailureRecord",
-        "FingerprintCounts", "FingerprintDiff", "FingerprintInfo", "FingerprintRunTime",
-        "FingerprintStats", "GridRow", "IndexTotals",
-        "LeaseStats", "MatrixRunTime", "MatrixVersion", "ReportedFingerprint",
-        "RestoreOutcomeStats", "RestorePoint", "RestoreRecord", "RunSummary", "SdkBytes",
-        "group_by_sdk", "restore_outcome", "sdk_version"),
+    "ops_values": ("DURATION_BUCKETS", "OUTCOMES", "BucketDoc", "CoverageGrid",
+        "FailureRecord", "FingerprintCounts", "FingerprintDiff",
+        "FingerprintDiffDoc", "FingerprintDoc", "FingerprintInfo", "FingerprintRunTime",
+        "FingerprintStats", "GridRow", "IndexTotals", "LeaseStats", "MatrixCoverageDoc",
+        "MatrixDetail", "MatrixRunTime", "MatrixVersion", "Outcome", "ReportedFingerprint",
+        "RestoreOutcomeDoc", "RestoreOutcomeStats", "RestorePoint", "RestoreRecord",
+        "RunDetail", "RunSummary", "SdkBytes", "group_by_sdk", "restore_outcome",
+        "sdk_version"),
     "cursors": ("CURSOR_PATTERN", "ID_CURSOR_PATTERN", "NAME_CURSOR_PATTERN", "entry_cursor"),
     "ls_call": ("ListEntriesRequest", "ListEntriesResult", "iter_entries", "list_entries",
         "next_cursor"),
     "schema": ("SCHEMA_REVISION", "schema_state", "upgrade_index"),
-    "triage": ("FLEET_WINDOW", "Attention", "attention", "fingerprint_diff"),
-    "shapes": ("AttentionDoc", "BucketDoc", "CoverageCellDoc", "CoverageCheckDoc", "CoverageDoc",
-        "CoverageFingerprintDoc", "CoverageGridDoc", "CoverageReportDoc", "CoverageRowDoc", "Doc",
-        "FailureDoc", "FingerprintCountsDoc", "FingerprintDiffDoc", "FingerprintDoc",
-        "GridRowDoc", "InProgressDoc", "MatrixCoverageDoc", "MatrixDetail", "MatrixDoc",
-        "NotReadyDoc", "Outcome", "RestoreDoc", "RestoreOutcomeDoc", "RunDetail", "RunDoc",
-        "Status"),
+    "triage": ("FLEET_WINDOW", "Attention", "AttentionDoc", "FailedCell", "attention",
+        "fingerprint_diff"),
     "values": ("FAILED", "IN_PROGRESS", "MISSING", "READY", "STATUSES", "ClaimResult",
         "CoverageColumn", "CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary",
-        "InvalidManifest",
-        "Lease", "LiveLease", "ReindexResult", "SchemaState"),
+        "InProgressDoc", "InvalidManifest",
+        "Lease", "LiveLease", "ReindexResult", "SchemaState", "Status"),
 }
 __all__, __getattr__ = lazy_face(globals(), _FACE)
 
@@ -128,19 +125,16 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         index_totals, last_fingerprint_runs, last_precompile_runs, lease_stats, list_failures,
         list_restores, list_runs, reported_fingerprints, restore_cursor, restore_outcomes,
         restore_timeline, run_cursor)
-    from neffcache.index.ops_values import (DURATION_BUCKETS, OUTCOMES, CoverageGrid, FailureRecord,
-        FingerprintCounts, FingerprintDiff, FingerprintInfo, FingerprintRunTime, FingerprintStats,
-        GridRow, IndexTotals, LeaseStats, MatrixRunTime, MatrixVersion, ReportedFingerprint,
-        RestoreOutcomeStats, RestorePoint, RestoreRecord, RunSummary, SdkBytes, group_by_sdk,
-        restore_outcome, sdk_version)
+    from neffcache.index.ops_values import (DURATION_BUCKETS, OUTCOMES, BucketDoc, CoverageGrid,
+        FailureRecord, FingerprintCounts, FingerprintDiff, FingerprintDiffDoc, FingerprintDoc,
+        FingerprintInfo, FingerprintRunTime, FingerprintStats, GridRow, IndexTotals, LeaseStats,
+        MatrixCoverageDoc, MatrixDetail, MatrixRunTime, MatrixVersion, Outcome, ReportedFingerprint,
+        RestoreOutcomeDoc, RestoreOutcomeStats, RestorePoint, RestoreRecord, RunDetail, RunSummary,
+        SdkBytes, group_by_sdk, restore_outcome, sdk_version)
     from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
-    from neffcache.index.shapes import (AttentionDoc, BucketDoc, CoverageCellDoc, CoverageCheckDoc,
-        CoverageDoc, CoverageFingerprintDoc, CoverageGridDoc, CoverageReportDoc, CoverageRowDoc,
-        Doc, FailureDoc, FingerprintCountsDoc, FingerprintDiffDoc, FingerprintDoc, GridRowDoc,
-        InProgressDoc, MatrixCoverageDoc, MatrixDetail, MatrixDoc, NotReadyDoc, Outcome, RestoreDoc,
-        RestoreOutcomeDoc, RunDetail, RunDoc, Status)
-    from neffcache.index.triage import FLEET_WINDOW, Attention, attention, fingerprint_diff
+    from neffcache.index.triage import (FLEET_WINDOW, Attention, AttentionDoc, FailedCell,
+        attention, fingerprint_diff)
     from neffcache.index.values import (FAILED, IN_PROGRESS, MISSING, READY, STATUSES, ClaimResult,
         CoverageColumn, CoverageFingerprint, CoverageReport, CoverageRow, EntrySummary,
-        InvalidManifest, Lease, LiveLease, ReindexResult, SchemaState)
+        InProgressDoc, InvalidManifest, Lease, LiveLease, ReindexResult, SchemaState, Status)
     # isort: on

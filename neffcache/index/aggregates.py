@@ -30,19 +30,13 @@ from neffcache.index.tables import (
     restore_counts,
     restore_reports,
 )
+from neffcache.index.values import chunks
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
-BATCH = 500
-
 Pair = tuple[str, str]  # (cell key, fingerprint key)
-
-
-def _chunks(items: Sequence[Any], size: int = BATCH) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
 
 
 @functools.cache
@@ -65,7 +59,7 @@ def _add(session: Session | Connection, table: TableClause, keys: Sequence[str],
     stmt = _upsert(dialect_insert(session), table, tuple(keys), tuple(values), tuple(replace))
     names = [*keys, *values, *replace]
     docs = [dict(zip(names, (*k, *v), strict=True)) for k, v in sorted(rows.items())]
-    for part in _chunks(docs):
+    for part in chunks(docs):
         session.execute(stmt, list(part))
 
 
@@ -73,7 +67,7 @@ def _matrices_of(session: Session | Connection, cell_keys: Iterable[str]) -> dic
     """Registered matrix versions holding each cell."""
     out: dict[str, list[int]] = {}
     mc = matrix_cells.c
-    for part in _chunks(sorted(set(cell_keys))):
+    for part in chunks(sorted(set(cell_keys))):
         for matrix_id, cell_key in session.execute(
                 select(mc.matrix_id, mc.cell_key).where(mc.cell_key.in_(part))):
             out.setdefault(cell_key, []).append(matrix_id)
@@ -89,7 +83,7 @@ def _pairs_with(session: Session | Connection, table: TableClause, pairs: Sequen
         by_fp.setdefault(fp, []).append(cell)
     t = table.c
     for fp, cells in by_fp.items():
-        for part in _chunks(sorted(set(cells))):
+        for part in chunks(sorted(set(cells))):
             found.update((c, fp) for c in session.scalars(
                 select(t.cell_key).where(t.fingerprint_key == fp, t.cell_key.in_(part))
                 .distinct()))

@@ -24,7 +24,7 @@ from neffcache.errors import (
     SchemaOutdatedError,
     repair_hint,
 )
-from neffcache.index.api import Index, open_index
+from neffcache.index.readers import open_index_as_cli
 from neffcache.index.schema import schema_state, upgrade_index
 from neffcache.index.values import ReindexResult, SchemaState
 from neffcache.request_rules import checked_request
@@ -34,19 +34,10 @@ from neffcache.request_rules import checked_request
 if TYPE_CHECKING:
     from neffcache.index.ingest import IngestResult
     from neffcache.index.ops_values import MatrixVersion
-    from neffcache.index.shapes import (
-        MatrixDoc,
-    )
 
 
 def _settings(index: str | None, store: str | None = None) -> Settings:
     return read_settings(os.environ, index=index, store=store)
-
-
-def _open(settings: Settings) -> Index:
-    """The index as the CLI opens it: the embedded default is created or upgraded on first
-    use; a named one must already be at this code's schema."""
-    return open_index(settings.index_url, auto_upgrade=settings.index_is_embedded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +70,8 @@ class ReindexStoreResult(ExitRule):
     reports: IngestResult
 
     def to_json(self) -> dict[str, Any]:
-        """{"store", "scanned", "added", "already_indexed", "removed", "invalid", "reports":
-        {"scanned", "added", "already_ingested", "invalid"}}, as ``reindex --json`` prints:
-        the store, then the manifests' document flattened in."""
+        """As ``reindex --json`` prints: the store, the manifests' document flattened in, and
+        the reports' under "reports"."""
         return {"store": self.store, **self.manifests.to_json(),
                 "reports": self.reports.to_json()}
 
@@ -103,7 +93,7 @@ def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
     from neffcache.index.reindex import reindex
 
     settings = _settings(request.index, request.store)
-    with _open(settings) as ix:
+    with open_index_as_cli(settings) as ix:
         st = open_checked_store(settings.store_url)
         result = reindex(ix, st, prune=not request.keep_missing, progress=request.progress)
         reports = ingest_reports(ix, st)
@@ -133,9 +123,8 @@ class IngestRestoreReportsResult(_Success):
     ingest: IngestResult
 
     def to_json(self) -> dict[str, Any]:
-        """{"source", "scanned", "added", "already_ingested", "invalid": [{"key",
-        "reason"}]}, as ``reports ingest --json`` prints: the source, then the ingest's
-        document flattened in."""
+        """As ``reports ingest --json`` prints: the source, the ingest's document flattened
+        in."""
         return {"source": self.source, **self.ingest.to_json()}
 
 
@@ -148,7 +137,7 @@ def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestor
     from neffcache.store import REPORTS
 
     settings = _settings(request.index, request.store)
-    with _open(settings) as ix:
+    with open_index_as_cli(settings) as ix:
         if request.sources:
             source = ", ".join(str(s) for s in request.sources)
             result = ingest_report_files(ix, [Path(s) for s in request.sources])
@@ -181,8 +170,7 @@ class RegisterMatrixFileResult(_Success):
 
     version: MatrixVersion
 
-    def to_json(self) -> MatrixDoc:
-        """name, version, sha256, backend, cells, registered_at, current, changed."""
+    def to_json(self) -> dict[str, Any]:
         return self.version.to_json()
 
 
@@ -199,7 +187,7 @@ def register_matrix_file(request: RegisterMatrixFileRequest) -> RegisterMatrixFi
     spec = parse_matrix(text, source=file)
     if request.name is not None and not request.name.strip():
         raise MatrixError("--name: expected a non-empty name")
-    with _open(_settings(request.index)) as ix:
+    with open_index_as_cli(_settings(request.index)) as ix:
         return RegisterMatrixFileResult(register_matrix(ix, spec, text, request.name,
                                                         replace=request.replace))
 
@@ -226,9 +214,8 @@ class ListRegisteredMatricesResult(_Success):
 
     matrices: tuple[MatrixVersion, ...]
 
-    def to_json(self) -> list[MatrixDoc]:
-        """A list (as ``matrix ls --json`` prints) of name, version, sha256, backend, cells,
-        registered_at, current, changed."""
+    def to_json(self) -> list[dict[str, Any]]:
+        """A list, as ``matrix ls --json`` prints."""
         return [v.to_json() for v in self.matrices]
 
 
@@ -238,7 +225,7 @@ def list_registered_matrices(request: ListRegisteredMatricesRequest
     SchemaOutdatedError (7)."""
     from neffcache.index.matrices import list_matrices
 
-    with _open(_settings(request.index)) as ix:
+    with open_index_as_cli(_settings(request.index)) as ix:
         return ListRegisteredMatricesResult(tuple(list_matrices(ix)))
 
 
@@ -262,7 +249,7 @@ class ShowRegisteredMatrixResult(_Success):
     versions: tuple[MatrixVersion, ...]
     history: bool = False
 
-    def to_json(self) -> MatrixDoc | list[MatrixDoc]:
+    def to_json(self) -> dict[str, Any] | list[dict[str, Any]]:
         """The version (with "toml"), or with history a list of versions without toml."""
         if self.history:
             return [v.to_json() for v in self.versions]
@@ -275,7 +262,7 @@ def show_registered_matrix(request: ShowRegisteredMatrixRequest) -> ShowRegister
     for the index."""
     from neffcache.index.matrices import get_matrix, matrix_versions
 
-    with _open(_settings(request.index)) as ix:
+    with open_index_as_cli(_settings(request.index)) as ix:
         chosen = get_matrix(ix, request.name, request.version, with_toml=not request.versions)
         versions = tuple(matrix_versions(ix, request.name)) if request.versions else (chosen,)
     return ShowRegisteredMatrixResult(chosen, versions, request.versions)

@@ -10,13 +10,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from neffcache.config import default_home, read_settings
+from neffcache.config import read_settings
 from neffcache.errors import ExitRule
 from neffcache.index import listing
-from neffcache.index.bare_reader import open_bare
-from neffcache.index.compiled import StatementCache
 from neffcache.index.cursors import entry_cursor
-from neffcache.index.readers import SqlaFallback, open_index_as_cli
+from neffcache.index.readers import open_reader
 from neffcache.index.values import EntrySummary
 from neffcache.request_rules import checked_request
 
@@ -62,19 +60,8 @@ def iter_entries(request: ListEntriesRequest) -> Iterator[EntrySummary]:
     first ``next()`` and closed when the iterator is exhausted or closed; its errors, and a
     malformed ``after`` (UsageError), are raised by the first ``next()``. The next page's
     cursor: ``next_cursor(request, count, last)``."""
-    settings = read_settings(os.environ, index=request.index)
-    statements = StatementCache.load(default_home(os.environ))
-    bare = open_bare(settings.index_url, statements,
-                     fallback=lambda: SqlaFallback(settings, statements))
-    if bare is None:
-        with open_index_as_cli(settings) as ix:
-            ix.statements = statements
-            yield from ix.iter_entries(cell_glob=request.cell,
-                                       fingerprint_key=request.fingerprint,
-                                       limit=request.limit, after=request.after)
-        return
-    with bare:
-        yield from listing.iter_entries(bare, request.cell, request.fingerprint,
+    with open_reader(read_settings(os.environ, index=request.index)) as reader:
+        yield from listing.iter_entries(reader, request.cell, request.fingerprint,
                                         request.limit, request.after)
 
 

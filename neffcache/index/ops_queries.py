@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from itertools import accumulate
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from neffcache.errors import NotFoundError
@@ -113,22 +113,26 @@ def list_runs(index: Index, limit: int = 50, matrix: str | None = None,
     """Precompile runs, newest first (by start, then id), with how many failures each
     recorded; ``after`` (``run_cursor`` of the last run of a page): the runs after it."""
     r = PrecompileRunRow
+    stmt = select(r).order_by(r.started_at.desc(), r.id).limit(limit)
+    if matrix:
+        stmt = stmt.where(r.matrix_name == matrix)
+    if after:
+        at, key = parse_cursor(after, NAME_CURSOR_PATTERN)
+        stmt = stmt.where(or_(r.started_at < at, and_(r.started_at == at, r.id > key)))
     with index.read_session() as s:
-        stmt = select(r).order_by(r.started_at.desc(), r.id).limit(limit)
-        if matrix:
-            stmt = stmt.where(r.matrix_name == matrix)
-        if after:
-            at, key = parse_cursor(after, NAME_CURSOR_PATTERN)
-            stmt = stmt.where(or_(r.started_at < at, and_(r.started_at == at, r.id > key)))
-        runs = list(s.scalars(stmt))
-        ids = [r.id for r in runs]
-        failures = dict(s.execute(select(CellFailureRow.run_id, func.count())
-                                  .where(CellFailureRow.run_id.in_(ids))
-                                  .group_by(CellFailureRow.run_id)).all()) if ids else {}
-        return [RunSummary(r.id, as_utc(r.started_at), as_utc(r.finished_at),  # type: ignore[arg-type]
-                           r.host, r.fingerprint_key, r.matrix_name, r.cells_ok,
-                           r.cells_failed, int(failures.get(r.id, 0)), r.cells_cancelled)
-                for r in runs]
+        return _run_summaries(s, stmt)
+
+
+def _run_summaries(s: Session, stmt: Select[Any]) -> list[RunSummary]:
+    runs = list(s.scalars(stmt))
+    ids = [r.id for r in runs]
+    failures = dict(s.execute(select(CellFailureRow.run_id, func.count())
+                              .where(CellFailureRow.run_id.in_(ids))
+                              .group_by(CellFailureRow.run_id)).all()) if ids else {}
+    return [RunSummary(r.id, as_utc(r.started_at), as_utc(r.finished_at),  # type: ignore[arg-type]
+                       r.host, r.fingerprint_key, r.matrix_name, r.cells_ok,
+                       r.cells_failed, int(failures.get(r.id, 0)), r.cells_cancelled)
+            for r in runs]
 
 
 def run_cursor(run: RunSummary) -> str:
@@ -155,13 +159,10 @@ def _id_cursor(after: str) -> tuple[datetime, int]:
 
 def get_run(index: Index, run_id: str) -> RunSummary:
     with index.read_session() as s:
-        r = s.get(PrecompileRunRow, run_id)
-        if r is None:
-            raise NotFoundError(f"precompile run {run_id!r}: not in the index")
-        n = s.scalar(select(func.count()).where(CellFailureRow.run_id == run_id)) or 0
-        return RunSummary(r.id, as_utc(r.started_at), as_utc(r.finished_at),  # type: ignore[arg-type]
-                          r.host, r.fingerprint_key, r.matrix_name, r.cells_ok,
-                          r.cells_failed, int(n), r.cells_cancelled)
+        found = _run_summaries(s, select(PrecompileRunRow).where(PrecompileRunRow.id == run_id))
+    if not found:
+        raise NotFoundError(f"precompile run {run_id!r}: not in the index")
+    return found[0]
 
 
 def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVersion | None = None,

@@ -1,35 +1,25 @@
 """What the ops queries return (matrix versions, coverage grids, fingerprint and SDK totals,
 precompile runs, failures, restore reports) and the pure rules behind them.
 
-Pure: no SQLAlchemy, no I/O. ``to_json`` builds the documents declared in ``shapes`` (the
-fields are a contract: add, never rename).
+Pure: no SQLAlchemy, no I/O. A value's document is its fields (``neffcache.documents``);
+one that is not (flattened, reordered) is a TypedDict beside it (``*Doc``), built by its
+``to_json``. The fields are a contract: add, never rename.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal, TypedDict
 
-from neffcache.documents import Doc, Document, shaped_as
+from neffcache.documents import Doc, Document
 from neffcache.fingerprint import FIELD_NOTES, FieldDiff, Fingerprint, diff_fingerprints
-from neffcache.index.shapes import (
-    CoverageGridDoc,
-    FailureDoc,
-    FingerprintDiffDoc,
-    FingerprintDoc,
-    GridRowDoc,
-    MatrixCoverageDoc,
-    MatrixDoc,
-    Outcome,
-    RestoreDoc,
-    RestoreOutcomeDoc,
-    RunDoc,
-    RunStatus,
-    Status,
-)
-from neffcache.index.values import CoverageColumn, FingerprintCounts, iso  # noqa: F401  (re-exported)
+from neffcache.index.values import CoverageColumn, Status, iso
+from neffcache.index.values import FingerprintCounts as FingerprintCounts  # re-exported
+
+Outcome = Literal["hit", "partial", "miss", "error"]
+RunStatus = Literal["running", "finished", "cancelled"]
 
 HIT: Final = "hit"
 PARTIAL: Final = "partial"
@@ -69,29 +59,28 @@ def sdk_version(backend: str, fields: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class MatrixVersion:
+class MatrixVersion(Document):
     """One registered content of a named matrix. Versions count from 1 in order of first
     registration; the current one is the one registered (or re-registered) last."""
 
-    id: int
+    id: Annotated[int, Doc(key="")]
     name: str
-    version: int
-    digest: str
+    version: Annotated[int, Doc("1 for the first content registered under this name.")]
+    digest: Annotated[str, Doc("sha256 of the canonical JSON of the parsed TOML.", "sha256")]
     backend: str
-    cell_count: int
+    cell_count: Annotated[int, Doc(key="cells")]
     registered_at: datetime
     current: bool
     changed: bool = False  # set by register_matrix: this registration made it current
-    toml: str | None = None
+    toml: Annotated[str | None, Doc(optional=True)] = None
 
-    def to_json(self) -> MatrixDoc:
-        doc: MatrixDoc = {"name": self.name, "version": self.version, "sha256": self.digest,
-                          "backend": self.backend, "cells": self.cell_count,
-                          "registered_at": iso(self.registered_at), "current": self.current,
-                          "changed": self.changed}
-        if self.toml is not None:
-            doc["toml"] = self.toml
-        return doc
+
+@dataclass(frozen=True, slots=True)
+class MatrixDetail(Document):
+    """One matrix: the chosen version with its TOML, and its history (/api/matrix)."""
+
+    current: MatrixVersion
+    versions: Annotated[tuple[MatrixVersion, ...], Doc("Every version, oldest first.")]
 
 
 def fingerprint_target(backend: str, fields: Mapping[str, Any]) -> str:
@@ -158,6 +147,21 @@ class FingerprintDiff:
                                 for d in self.differences]}
 
 
+class FieldDiffDoc(TypedDict):
+    field: str
+    value: Annotated[str, Doc("This fingerprint's value ('absent': it has no such field).")]
+    against: Annotated[str, Doc("The other fingerprint's value.")]
+    note: Annotated[str, Doc("Why the field is part of a fingerprint ('' if no note).")]
+
+
+class FingerprintDiffDoc(TypedDict):
+    """What tells two fingerprints apart (/api/fingerprint-diff)."""
+
+    key: str
+    against: str
+    differences: list[FieldDiffDoc]
+
+
 def severity(f: CoverageColumn) -> tuple[Any, ...]:
     """Pure: the dashboard's order, worst first: restored by the fleet with nothing built,
     then the most failed cells, then the most missing; ties by backend, SDK version, target
@@ -172,44 +176,56 @@ def by_severity(columns: Iterable[CoverageColumn]) -> list[CoverageColumn]:
 
 
 @dataclass(frozen=True, slots=True)
-class GridRow:
+class GridRow(Document):
     cell_id: str
     cell_key: str
-    statuses: tuple[Status, ...]  # one per fingerprint column, in column order
+    statuses: Annotated[tuple[Status, ...], Doc("One per fingerprint, in column order.")]
     # (column, how a first call after restore went: hit = warm, compiled, verify-failed)
-    verified: tuple[tuple[int, str], ...] = ()
+    verified: Annotated[tuple[tuple[int, str], ...], Doc(key="")] = ()
+    by_column: Annotated[dict[str, str], Doc(
+        "Column number -> how the entry's first call after a restore went, where known "
+        "(neffcache warm, precompile --verify): 'hit' (warm: nothing compiled), 'compiled', "
+        "'verify-failed'.", "verified")] = field(init=False, compare=False)
 
-    def to_json(self) -> GridRowDoc:
-        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
-                "statuses": list(self.statuses),
-                "verified": {str(j): status for j, status in self.verified}}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_column", {str(j): s for j, s in self.verified})
 
 
 @dataclass(frozen=True, slots=True)
-class CoverageGrid:
+class CoverageGrid(Document):
     """A page of a matrix's coverage: cells (matching ``pattern``) x fingerprint columns.
     Counts cover every matching cell, not only the page."""
 
-    matrix: MatrixVersion
-    pattern: str | None
-    total_cells: int
+    matrix: Annotated[MatrixVersion, Doc(key="")]
+    name: Annotated[str, Doc(key="matrix")] = field(init=False)
+    version: int = field(init=False)
+    sha256: str = field(init=False)
+    pattern: Annotated[str | None, Doc(key="cells_pattern")]
+    total_cells: Annotated[int, Doc("Cells matching the pattern (all pages).")]
     offset: int
     limit: int
-    fingerprints: tuple[CoverageColumn, ...]
+    fingerprints: Annotated[tuple[CoverageColumn, ...], Doc(
+        "Columns: every fingerprint with an entry, a failure or a live lease for a cell of "
+        "the matrix, or that a restore report of the matrix named; counts over the matching "
+        "cells.")]
     rows: tuple[GridRow, ...]
 
-    def to_json(self) -> CoverageGridDoc:
-        return {"matrix": self.matrix.name, "version": self.matrix.version,
-                "sha256": self.matrix.digest, "cells_pattern": self.pattern,
-                "total_cells": self.total_cells, "offset": self.offset, "limit": self.limit,
-                "fingerprints": [f.to_json() for f in self.fingerprints],
-                "rows": [r.to_json() for r in self.rows]}
+    def __post_init__(self) -> None:
+        for name, value in (("name", self.matrix.name), ("version", self.matrix.version),
+                            ("sha256", self.matrix.digest)):
+            object.__setattr__(self, name, value)
 
-    def counts_json(self) -> MatrixCoverageDoc:
+    def counts_json(self) -> dict[str, Any]:  # MatrixCoverageDoc
         """The counts without rows (/api/summary's coverage)."""
-        return {"matrix": self.matrix.name, "version": self.matrix.version,
-                "cells": self.total_cells,
+        return {"matrix": self.name, "version": self.version, "cells": self.total_cells,
                 "fingerprints": [f.to_json() for f in self.fingerprints]}
+
+
+class MatrixCoverageDoc(TypedDict):
+    matrix: str
+    version: int
+    cells: int
+    fingerprints: list[CoverageColumn]
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +252,16 @@ class FingerprintStats:
                 "entries": self.entries, "total_bytes": self.total_bytes}
 
 
+class FingerprintDoc(TypedDict):
+    key: str
+    backend: str
+    sdk_version: str
+    fields: dict[str, str]
+    first_seen_at: str | None
+    entries: int
+    total_bytes: int
+
+
 @dataclass(frozen=True, slots=True)
 class SdkBytes(Document):
     """Entries and bytes per backend and SDK version (over every fingerprint with that SDK)."""
@@ -260,7 +286,7 @@ def group_by_sdk(stats: Iterable[FingerprintStats]) -> tuple[SdkBytes, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class RunSummary:
+class RunSummary(Document):
     id: str
     started_at: datetime
     finished_at: datetime | None
@@ -270,21 +296,20 @@ class RunSummary:
     cells_ok: int | None
     cells_failed: int | None
     failures_recorded: int
-    cells_cancelled: int | None = None  # None: the run was not stopped
+    status: Annotated[RunStatus, Doc("running: no end recorded (or its runner died); "
+                                     "cancelled: stopped by SIGTERM/SIGINT; finished.")] = field(
+        init=False)
+    cells_cancelled: Annotated[int | None, Doc(
+        "Cells whose workers the stop ended (null: the run was not stopped).")] = None
 
-    @property
-    def status(self) -> RunStatus:
-        """running (no end recorded), cancelled (stopped by SIGTERM/SIGINT) or finished."""
-        if self.cells_cancelled is not None:
-            return "cancelled"
-        return "running" if self.finished_at is None else "finished"
-
-    def to_json(self) -> RunDoc:  # status: computed
-        return shaped_as(self, RunDoc)
+    def __post_init__(self) -> None:
+        ended = "running" if self.finished_at is None else "finished"
+        object.__setattr__(self, "status", ended if self.cells_cancelled is None
+                           else "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
-class FailureRecord:
+class FailureRecord(Document):
     """A failed warm-up of a cell under a fingerprint, with the tail of its log."""
 
     cell_id: str
@@ -293,16 +318,21 @@ class FailureRecord:
     run_id: str | None
     exit_status: int | None
     seconds: float
-    log_tail: str
+    log_tail: Annotated[str, Doc("The last 16,000 characters of the warm-up's log.")]
     failed_at: datetime
-    id: int | None = None  # its row's id (the paging cursor's tie-break); not in the JSON
-
-    def to_json(self) -> FailureDoc:  # id: not in the document
-        return shaped_as(self, FailureDoc)
+    id: Annotated[int | None, Doc(key="")] = None  # its row's id (the paging cursor's tie-break)
 
 
 @dataclass(frozen=True, slots=True)
-class RestoreRecord:
+class RunDetail(Document):
+    """One precompile run and every failure it recorded (/api/run)."""
+
+    run: RunSummary
+    failures: tuple[FailureRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreRecord(Document):
     """One restore run as reported by ``neffcache restore``."""
 
     id: int
@@ -310,6 +340,9 @@ class RestoreRecord:
     host: str
     fingerprint_key: str
     matrix: str
+    outcome: Annotated[Outcome, Doc(
+        "hit: every cell restored; partial: some; miss: none (no entries); error: any other "
+        "failure.")] = field(init=False)
     cells_restored: int
     cells_missing: int
     missing: tuple[str, ...]
@@ -319,12 +352,9 @@ class RestoreRecord:
     seconds: float
     exit_code: int
 
-    @property
-    def outcome(self) -> Outcome:
-        return restore_outcome(self.exit_code, self.cells_restored, self.cells_missing)
-
-    def to_json(self) -> RestoreDoc:  # outcome: computed
-        return shaped_as(self, RestoreDoc)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", restore_outcome(
+            self.exit_code, self.cells_restored, self.cells_missing))
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +375,23 @@ class RestoreOutcomeStats:
                 "seconds_sum": round(self.seconds_sum, 6), "bytes_sum": self.bytes_sum,
                 "buckets": [{"le": b, "count": n} for b, n in zip(
                       DURATION_BUCKETS, self.buckets, strict=True)]}
+
+
+class BucketDoc(TypedDict):
+    le: float
+    count: int
+
+
+class RestoreOutcomeDoc(TypedDict):
+    outcome: Outcome
+    count: int
+    no_entry: Annotated[int, Doc("Of count: restores (exit 3) missing cells that have no "
+                                 "entry for their fingerprint.")]
+    other_fingerprint: Annotated[int, Doc("Of count: restores (exit 5) whose cells were "
+                                          "built only for other fingerprints.")]
+    seconds_sum: float
+    bytes_sum: int
+    buckets: Annotated[list[BucketDoc], Doc("Cumulative counts of durations <= le.")]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ Session inside a write transaction; the caller commits. Entries: ``record``."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -191,29 +191,29 @@ def _insert_ignoring_duplicates(session: Session, model: type, column: str) -> A
 
 
 def _save_last_use(session: Session, last_use: Mapping[str, datetime]) -> None:
-    """``entries.last_used_at = max(it, t)`` per entry key, one UPDATE per distinct time."""
-    by_time: dict[datetime, list[str]] = {}
-    for key, when in last_use.items():
-        by_time.setdefault(when, []).append(key)
+    """``entries.last_used_at = max(it, t)`` per entry key."""
     e = EntryRow
-    for when, keys in sorted(by_time.items()):
-        for part in chunks(sorted(keys)):
-            session.execute(update(e).where(e.entry_key.in_(part))
-                            .where((e.last_used_at.is_(None)) | (e.last_used_at < when))
-                            .values(last_used_at=when))
+    _update_per_value(session, last_use, lambda when: update(e).where(
+        e.last_used_at.is_(None) | (e.last_used_at < when)).values(last_used_at=when))
 
 
 def _save_restore_counts(session: Session, counts: Mapping[str, int]) -> None:
-    """``entries.restore_count += n`` per entry key, one UPDATE per distinct n. Only reports
-    this session inserted are counted, so concurrent ingesters never count one twice."""
-    by_n: dict[int, list[str]] = {}
-    for key, n in counts.items():
-        by_n.setdefault(n, []).append(key)
+    """``entries.restore_count += n`` per entry key. Only reports this session inserted are
+    counted, so concurrent ingesters never count one twice."""
     e = EntryRow
-    for n, keys in sorted(by_n.items()):
+    _update_per_value(session, counts, lambda n: update(e).values(
+        restore_count=e.restore_count + n))
+
+
+def _update_per_value(session: Session, values: Mapping[str, Any],
+                      statement: Callable[[Any], Any]) -> None:
+    """``statement(value)`` for the entries of each key, one UPDATE per distinct value."""
+    by_value: dict[Any, list[str]] = {}
+    for key, value in values.items():
+        by_value.setdefault(value, []).append(key)
+    for value, keys in sorted(by_value.items()):
         for part in chunks(sorted(keys)):
-            session.execute(update(e).where(e.entry_key.in_(part))
-                            .values(restore_count=e.restore_count + n))
+            session.execute(statement(value).where(EntryRow.entry_key.in_(part)))
 
 
 def _jsonable(value: Any) -> Any:

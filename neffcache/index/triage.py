@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 from sqlalchemy import Select, func, select
 
+from neffcache.documents import Doc, Document
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint, diff_fingerprints
 from neffcache.index.api import Index
@@ -19,10 +20,9 @@ from neffcache.index.coverage_engine import find_fingerprints
 from neffcache.index.coverage_engine.reads import live_lease
 from neffcache.index.ops_queries import EPOCH, lease_stats, reported_fingerprints
 from neffcache.index.ops_values import CoverageColumn, FingerprintDiff
-from neffcache.index.shapes import AttentionDoc
 from neffcache.index.tables import cell_claims, cell_failures, cells, entries, matrices
 from neffcache.index.tables import matrix_cells as MC
-from neffcache.index.values import LiveLease, as_utc, iso
+from neffcache.index.values import InProgressDoc, LiveLease, as_utc, iso
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -33,16 +33,46 @@ FLEET_WINDOW = timedelta(days=7)
 
 
 @dataclass(frozen=True, slots=True)
-class FailedCell:
+class FailedCell(Document):
     """The latest failed warm-up of a cell of a matrix's current version (no entry since)."""
 
-    matrix: str
+    matrix: Annotated[str, Doc("A registered matrix whose current version has the cell.")]
     cell_id: str
     cell_key: str
     fingerprint_key: str
     run_id: str | None
     exit_status: int | None
     failed_at: datetime
+
+
+class StaleCellDoc(InProgressDoc):
+    """A cell whose lease is held past its expiry: its worker stopped renewing (died?)."""
+
+    matrix: str
+
+
+class UnbuiltDoc(TypedDict):
+    matrix: str
+    fingerprint: CoverageColumn
+    last_restore_at: Annotated[str | None, Doc("The newest restore report naming it.")]
+
+
+class AttentionDoc(TypedDict):
+    """What is wrong across every registered matrix (/api/attention): the dashboard's first
+    screen."""
+
+    ok: Annotated[bool, Doc("Nothing below: no failed or stale cell, no unbuilt fingerprint.")]
+    fleet_window_days: Annotated[int, Doc("How recent a restore report makes a fingerprint "
+                                          "the fleet's.")]
+    failed_cells: Annotated[int, Doc("Failed cells over the current versions of every "
+                                     "registered matrix (a cell in two matrices counts twice).")]
+    failed: Annotated[list[FailedCell], Doc("The latest of them, newest first (the log "
+                                            "tails: /api/failures).")]
+    stale_cells: Annotated[int, Doc("Leases held past their expiry, every matrix.")]
+    stale: Annotated[list[StaleCellDoc], Doc("The oldest expiries first.")]
+    unbuilt: Annotated[list[UnbuiltDoc], Doc(
+        "Fingerprints restore reports of a matrix named within fleet_window_days that have no "
+        "entry for any of its cells, most restored first.")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +90,11 @@ class Attention:
     def ok(self) -> bool:
         return not (self.failed_cells or self.stale_cells or self.unbuilt)
 
-    def to_json(self) -> AttentionDoc:
+    def to_json(self) -> dict[str, Any]:  # AttentionDoc
         return {
             "ok": self.ok, "fleet_window_days": FLEET_WINDOW.days,
             "failed_cells": self.failed_cells,
-            "failed": [{"matrix": f.matrix, "cell_id": f.cell_id, "cell_key": f.cell_key,
-                        "fingerprint_key": f.fingerprint_key, "run_id": f.run_id,
-                        "exit_status": f.exit_status, "failed_at": iso(f.failed_at)}
-                       for f in self.failed],
+            "failed": [f.to_json() for f in self.failed],
             "stale_cells": self.stale_cells,
             "stale": [{**lease.to_json(), "matrix": m} for m, lease in self.stale],
             "unbuilt": [{"matrix": m, "fingerprint": f.to_json(), "last_restore_at": iso(t)}

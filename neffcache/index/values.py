@@ -1,22 +1,16 @@
-"""What index queries return: frozen dataclasses with ``to_json`` (the documents are declared
-once in ``shapes``; the JSON fields are a contract: add, never rename). Pure; no SQLAlchemy."""
+"""What index queries return: frozen dataclasses, each its document's declaration (see
+``ops_values``; the JSON fields are a contract: add, never rename). Pure; no SQLAlchemy."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal, TypedDict
 
 from neffcache.documents import Doc, Document
-from neffcache.index.shapes import (
-    CoverageFingerprintDoc,
-    CoverageReportDoc,
-    CoverageRowDoc,
-    FingerprintCountsDoc,
-    InProgressDoc,
-    Status,
-)
+
+Status = Literal["ready", "in_progress", "failed", "missing"]
 
 READY: Final = "ready"  # an entry exists
 IN_PROGRESS: Final = "in_progress"  # no entry yet, and a worker holds a live lease on it
@@ -69,10 +63,10 @@ class EntrySummary(Document):
 
 
 @dataclass(frozen=True, slots=True)
-class CoverageColumn:
+class CoverageColumn(Document):
     """A fingerprint column of coverage, counted over its cells (``rules.Tally``), with what
     its card names (SDK version, target, the versions it knows) and, in the API's grid and
-    summaries, the restore reports of the matrix that named it. ``to_json``: the card
+    summaries, the restore reports of the matrix that named it. Its document: the card
     (/api/coverage, /api/summary); ``report_json``: ``neffcache coverage``'s column."""
 
     key: str
@@ -81,14 +75,31 @@ class CoverageColumn:
     ready: int
     failed: int
     missing: int
-    in_progress: int = 0
-    target: str = "unknown"
-    known: str = ""
-    restores: int = 0
-    distinct: tuple[tuple[str, str], ...] = ()  # set by ``ops_values.distinguish``
-    nearest: str | None = None
-    fields: tuple[tuple[str, str], ...] = ()
-    here: bool = False  # given by the caller (this host's), rather than only found in the index
+    in_progress: Annotated[int, Doc("Cells a precompile --claim worker is warming now.")] = 0
+    card_ratio: Annotated[float, Doc("ready / cells.", "ratio")] = field(init=False)
+    target: Annotated[str, Doc("What its entries run on: the Neuron target (trn2, with its "
+                               "LNC if set), inductor's CPU architecture, or 'unknown'.")
+                      ] = "unknown"
+    known: Annotated[str, Doc("When the SDK version is absent or unknown: the package "
+                              "versions the fingerprint names, e.g. 'torch 2.9.0'; else ''.")
+                     ] = ""
+    restores: Annotated[int, Doc("Restore reports of this matrix under this fingerprint.")] = 0
+    distinct: Annotated[tuple[tuple[str, str], ...], Doc(key="")] = ()  # by ``distinguish``
+    distinct_fields: Annotated[dict[str, str], Doc(
+        "The fields, with this fingerprint's values, in which it differs from the columns "
+        "whose backend, SDK version, target and known versions read the same (e.g. "
+        "cc_flags, the compiler flags); {} when none reads the same, and in /api/summary.",
+        "distinct")] = field(init=False, compare=False)
+    nearest: Annotated[str | None, Doc(
+        "The column it differs from in the fewest fields: /api/fingerprint-diff?key=KEY"
+        "&against=NEAREST explains the difference (null in /api/summary).")] = None
+    fields: Annotated[tuple[tuple[str, str], ...], Doc(key="")] = ()
+    # given by the caller (this host's), rather than only found in the index
+    here: Annotated[bool, Doc(key="")] = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "card_ratio", round(self.ratio, 6))
+        object.__setattr__(self, "distinct_fields", dict(self.distinct))
 
     @property
     def short(self) -> str:
@@ -104,14 +115,7 @@ class CoverageColumn:
         """What its card's title reads: backend, SDK version, target, known versions."""
         return (self.backend, self.sdk_version, self.target, self.known)
 
-    def to_json(self) -> FingerprintCountsDoc:
-        return {"key": self.key, "backend": self.backend, "sdk_version": self.sdk_version,
-                "ready": self.ready, "failed": self.failed, "missing": self.missing,
-                "in_progress": self.in_progress, "ratio": round(self.ratio, 6),
-                "target": self.target, "known": self.known, "restores": self.restores,
-                "distinct": dict(self.distinct), "nearest": self.nearest}
-
-    def report_json(self) -> CoverageFingerprintDoc:
+    def report_json(self) -> dict[str, Any]:
         return {"key": self.key, "backend": self.backend, "fields": dict(self.fields),
                 "here": self.here, "ready": self.ready, "failed": self.failed,
                 "missing": self.missing, "in_progress": self.in_progress}
@@ -122,7 +126,7 @@ FingerprintCounts = CoverageColumn
 
 
 @dataclass(frozen=True, slots=True)
-class CoverageRow:
+class CoverageRow(Document):
     """One cell under one fingerprint: ready (an entry exists), in_progress (no entry; a
     worker holds a live lease: ``host`` since ``since``), failed (no entry, and the latest
     attempt failed) or missing (never warmed)."""
@@ -139,14 +143,6 @@ class CoverageRow:
     host: str | None = None  # in_progress: who holds the lease
     since: datetime | None = None  # in_progress: when it was claimed
     lease_expires_at: datetime | None = None
-
-    def to_json(self) -> CoverageRowDoc:
-        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
-                "fingerprint_key": self.fingerprint_key, "status": self.status,
-                "entry_key": self.entry_key, "total_bytes": self.total_bytes,
-                "exit_status": self.exit_status, "log_tail": self.log_tail,
-                "failed_at": iso(self.failed_at), "host": self.host, "since": iso(self.since),
-                "lease_expires_at": iso(self.lease_expires_at)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +179,7 @@ class CoverageReport:
         return CoverageReport(self.cells, tuple(self.fingerprints[j] for j in chosen), rows,
                               tuple(tuple(row[j] for j in chosen) for row in self.statuses))
 
-    def to_json(self) -> CoverageReportDoc:
+    def to_json(self) -> dict[str, Any]:
         return {"cells": [{"id": i, "key": k} for i, k in self.cells],
                 "fingerprints": [f.report_json() for f in self.fingerprints],
                 "rows": [r.to_json() for r in self.rows]}
@@ -245,6 +241,17 @@ class ClaimResult:
 
     lease: Lease | None
     live_elsewhere: int
+
+
+class InProgressDoc(TypedDict):
+    cell_id: str
+    cell_key: str
+    fingerprint_key: str
+    host: Annotated[str, Doc("Who holds the lease: host name and process id.")]
+    since: Annotated[str | None, Doc("When the cell was claimed (UTC).")]
+    heartbeat_at: str | None
+    expires_at: Annotated[str | None, Doc("The lease expires then unless renewed.")]
+    attempts: Annotated[int, Doc("Claims of this cell so far, across all workers.")]
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,18 +15,21 @@ from neffcache.index import (
     ID_CURSOR_PATTERN,
     NAME_CURSOR_PATTERN,
     AttentionDoc,
-    CoverageGridDoc,
-    FailureDoc,
+    CoverageGrid,
+    EntrySummary,
+    FailureRecord,
     FingerprintDiffDoc,
     FingerprintDoc,
     Index,
     InProgressDoc,
     MatrixDetail,
-    MatrixDoc,
-    RestoreDoc,
+    MatrixVersion,
     RestoreOutcomeDoc,
+    RestorePoint,
+    RestoreRecord,
     RunDetail,
-    RunDoc,
+    RunSummary,
+    SdkBytes,
     attention,
     entry_cursor,
     failure_cursor,
@@ -99,9 +102,9 @@ def _index(request: Request) -> Index:
     return index
 
 
-@router.get("/summary", response_model=m.SummaryModel, summary="Totals, coverage per matrix x "
-            "fingerprint, bytes per SDK version, restore outcomes")
-@shared("summary", m.SummaryModel)
+@router.get("/summary", response_model=m.model_of(m.Summary), summary="Totals, coverage per "
+            "matrix x fingerprint, bytes per SDK version, restore outcomes")
+@shared("summary", m.model_of(m.Summary))
 def summary(request: Request) -> dict[str, Any]:
     ix = _index(request)
     return {
@@ -113,12 +116,12 @@ def summary(request: Request) -> dict[str, Any]:
     }
 
 
-@router.get("/attention", response_model=m.AttentionModel,
+@router.get("/attention", response_model=m.model_of(AttentionDoc),
             summary="What is wrong across every registered matrix: failed and stale cells, "
                     "fingerprints the fleet restores with nothing built")
 def attention_now(request: Request,
                   limit: Annotated[int, Query(ge=1, le=200, description=(
-                      "At most this many items in each list."))] = 20) -> AttentionDoc:
+                      "At most this many items in each list."))] = 20) -> dict[str, Any]:
     return attention(_index(request), limit).to_json()
 
 
@@ -126,7 +129,7 @@ FingerprintKey = Annotated[str, Query(min_length=6, max_length=64, pattern="^[0-
                                       description="A fingerprint key or a unique prefix.")]
 
 
-@router.get("/fingerprint-diff", response_model=m.FingerprintDiffModel,
+@router.get("/fingerprint-diff", response_model=m.model_of(FingerprintDiffDoc),
             summary="What tells two fingerprints apart: each differing field, both values, "
                     "and why the field matters",
             responses={404: {"model": m.ErrorDoc}})
@@ -135,35 +138,34 @@ def fingerprint_difference(request: Request, key: FingerprintKey,
     return fingerprint_diff(_index(request), key, against).to_json()
 
 
-@router.get("/matrices", response_model=m.MatrixDocList,
+@router.get("/matrices", response_model=m.many(MatrixVersion),
             summary="The current version of every registered matrix")
-def matrices(request: Request) -> list[MatrixDoc]:
+def matrices(request: Request) -> list[dict[str, Any]]:
     return [v.to_json() for v in list_matrices(_index(request))]
 
 
-@router.get("/matrix", response_model=m.MatrixDetailModel,
+@router.get("/matrix", response_model=m.model_of(MatrixDetail),
             summary="One matrix: the chosen version with its TOML, and its history",
             responses={404: {"model": m.ErrorDoc}})
-def matrix(request: Request, name: MatrixName, version: Version = None) -> MatrixDetail:
+def matrix(request: Request, name: MatrixName, version: Version = None) -> dict[str, Any]:
     ix = _index(request)
     chosen = get_matrix(ix, name, version, with_toml=True)
-    return {"current": chosen.to_json(),
-            "versions": [v.to_json() for v in matrix_versions(ix, name)]}
+    return MatrixDetail(chosen, tuple(matrix_versions(ix, name))).to_json()
 
 
-@router.get("/coverage", response_model=m.CoverageGridModel,
+@router.get("/coverage", response_model=m.model_of(CoverageGrid),
             summary="A page of a matrix's cells x fingerprints, with status counts",
             responses={404: {"model": m.ErrorDoc}})
 def coverage(request: Request, matrix: MatrixName, version: Version = None,
              cells: Glob = None,
              offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-             limit: Annotated[int, Query(ge=0, le=1000)] = 200) -> CoverageGridDoc:
+             limit: Annotated[int, Query(ge=0, le=1000)] = 200) -> dict[str, Any]:
     return _index(request).matrix_coverage(matrix, version=version, pattern=cells or None,
                                            offset=offset, limit=limit).to_json()
 
 
-@router.get("/entries", response_model=m.EntryList, summary="Entries, newest first; keyset "
-            "paging: pass the Next-Cursor header of a page as `after`", responses=_NEXT_DOC)
+@router.get("/entries", response_model=m.many(EntrySummary), summary="Entries, newest first; "
+            "keyset paging: pass the Next-Cursor header of a page as `after`", responses=_NEXT_DOC)
 def entries(request: Request, response: Response, cells: Glob = None,
             fingerprint: Annotated[str | None, Query(max_length=64, description=(
                 "A fingerprint key or a prefix of one."))] = None,
@@ -172,39 +174,39 @@ def entries(request: Request, response: Response, cells: Glob = None,
     return _paged(response, found, limit, entry_cursor)
 
 
-@router.get("/fingerprints", response_model=m.FingerprintList,
+@router.get("/fingerprints", response_model=m.many(FingerprintDoc),
             summary="Every fingerprint with its entries and bytes")
 def fingerprints(request: Request) -> list[FingerprintDoc]:
     return [s.to_json() for s in fingerprint_stats(_index(request))]
 
 
-@router.get("/sdk-versions", response_model=m.SdkBytesList,
+@router.get("/sdk-versions", response_model=m.many(SdkBytes),
             summary="Entries and bytes per backend and SDK version")
 def sdk_versions(request: Request) -> list[dict[str, Any]]:
     return [s.to_json() for s in group_by_sdk(fingerprint_stats(_index(request)))]
 
 
-@router.get("/runs", response_model=m.RunList, summary="Precompile runs, newest first; keyset "
-            "paging: pass the Next-Cursor header of a page as `after`", responses=_NEXT_DOC)
+@router.get("/runs", response_model=m.many(RunSummary), summary="Precompile runs, newest "
+            "first; keyset paging: pass the Next-Cursor header of a page as `after`",
+            responses=_NEXT_DOC)
 def runs(request: Request, response: Response,
          matrix: Annotated[str | None, Query(max_length=255)] = None,
-         limit: Limit = 50, after: AfterName = None) -> list[RunDoc]:
+         limit: Limit = 50, after: AfterName = None) -> list[dict[str, Any]]:
     return _paged(response, list_runs(_index(request), limit, matrix or None, after or None),
                   limit, run_cursor)
 
 
-@router.get("/run", response_model=m.RunDetailModel,
+@router.get("/run", response_model=m.model_of(RunDetail),
             summary="One precompile run and every failure it recorded, with log tails",
             responses={404: {"model": m.ErrorDoc}})
 def run(request: Request, id: Annotated[str, Query(min_length=1, max_length=64)],
-        limit: Limit = 200) -> RunDetail:
+        limit: Limit = 200) -> dict[str, Any]:
     ix = _index(request)
-    summary = get_run(ix, id)
     failures = list_failures(ix, run_id=id, current_only=False, limit=limit)
-    return {"run": summary.to_json(), "failures": [f.to_json() for f in failures]}
+    return RunDetail(get_run(ix, id), tuple(failures)).to_json()
 
 
-@router.get("/failures", response_model=m.FailureList,
+@router.get("/failures", response_model=m.many(FailureRecord),
             summary="Failed cells with their log tails, newest first; keyset paging: pass "
                     "the Next-Cursor header of a page as `after`",
             responses={404: {"model": m.ErrorDoc}, **_NEXT_DOC})
@@ -216,7 +218,7 @@ def failures(request: Request, response: Response,
              all: Annotated[bool, Query(description=(
                  "Every recorded failure, not only the latest of each cell x fingerprint "
                  "that still has no entry."))] = False,
-             limit: Limit = 100, after: AfterId = None) -> list[FailureDoc]:
+             limit: Limit = 100, after: AfterId = None) -> list[dict[str, Any]]:
     ix = _index(request)
     version = get_matrix(ix, matrix) if matrix else None
     return _paged(response, list_failures(
@@ -224,32 +226,32 @@ def failures(request: Request, response: Response,
         current_only=not all, limit=limit, after=after or None), limit, failure_cursor)
 
 
-@router.get("/in-progress", response_model=m.InProgressList,
+@router.get("/in-progress", response_model=m.many(InProgressDoc),
             summary="Cells being warmed now by precompile --claim workers (live leases): "
                     "which host holds each, since when; oldest first")
 def in_progress(request: Request, limit: Limit = 200) -> list[InProgressDoc]:
     return [lease.to_json() for lease in _index(request).live_leases(limit)]
 
 
-@router.get("/restores", response_model=m.RestoreList,
+@router.get("/restores", response_model=m.many(RestoreRecord),
             summary="Restore reports, newest first; keyset paging: pass the Next-Cursor "
                     "header of a page as `after`", responses=_NEXT_DOC)
 def restores(request: Request, response: Response,
              host: Annotated[str | None, Query(max_length=255)] = None,
              matrix: Annotated[str | None, Query(max_length=255)] = None,
-             limit: Limit = 50, after: AfterId = None) -> list[RestoreDoc]:
+             limit: Limit = 50, after: AfterId = None) -> list[dict[str, Any]]:
     return _paged(response, list_restores(_index(request), limit=limit, host=host or None,
                                           matrix=matrix or None, after=after or None),
                   limit, restore_cursor)
 
 
-@router.get("/restore-outcomes", response_model=m.RestoreOutcomeList,
+@router.get("/restore-outcomes", response_model=m.many(RestoreOutcomeDoc),
             summary="Restores per outcome with duration buckets")
 def restore_outcomes(request: Request) -> list[RestoreOutcomeDoc]:
     return [o.to_json() for o in outcome_stats(_index(request))]
 
 
-@router.get("/restore-timeline", response_model=m.RestorePointList,
+@router.get("/restore-timeline", response_model=m.many(RestorePoint),
             summary="Restores per day (or hour) by outcome, misses split into no entry and "
                     "other fingerprint; empty periods included, oldest first")
 def restore_timeline(request: Request,

@@ -1,9 +1,10 @@
 """Response models of the HTTP API: they document the JSON (served as /openapi.json) and check
 every response against it. Each is generated from the index's declaration of that document,
 so a shape is written once: a value whose document is its fields is its frozen dataclass
-(``neffcache.documents``: a datetime is an ISO string or null, a tuple a list), any other
-document a TypedDict of ``neffcache.index`` (the one its ``to_json`` builds). Only the
-server's own documents (errors, health, the summary it assembles) are declared here."""
+(``neffcache.documents``: a datetime is an ISO string or null, a tuple a list, ``Doc`` a key's
+description, other name or absence), any other document a TypedDict of ``neffcache.index``
+(the one its ``to_json`` builds). Only the server's own documents (errors, health, the
+summary it assembles) are declared here."""
 
 from __future__ import annotations
 
@@ -24,24 +25,23 @@ from typing import (
 
 from pydantic import BaseModel, Field, create_model
 
+from neffcache.documents import Doc, document_keys
 from neffcache.index import (
-    AttentionDoc,
-    CoverageGridDoc,
-    Doc,
+    CoverageColumn,
+    CoverageGrid,
     EntrySummary,
-    FailureDoc,
-    FingerprintDiffDoc,
-    FingerprintDoc,
+    FailedCell,
+    FailureRecord,
+    GridRow,
     IndexTotals,
-    InProgressDoc,
     MatrixCoverageDoc,
     MatrixDetail,
-    MatrixDoc,
-    RestoreDoc,
+    MatrixVersion,
     RestoreOutcomeDoc,
     RestorePoint,
+    RestoreRecord,
     RunDetail,
-    RunDoc,
+    RunSummary,
     SdkBytes,
 )
 
@@ -74,6 +74,19 @@ _MODELS: dict[type, type[BaseModel]] = {}
 # The API's name and description of each dataclass's document (its OpenAPI component).
 _DOCUMENTS: dict[type, tuple[str, str | None]] = {
     EntrySummary: ("EntryDoc", EntrySummary.__doc__),
+    CoverageGrid: ("CoverageGridDoc", "A page of a registered matrix's cells x fingerprints "
+                   "(/api/coverage)."),
+    CoverageColumn: ("FingerprintCountsDoc", "A fingerprint's column of a coverage grid, "
+                     "counted over the grid's cells."),
+    FailedCell: ("AttentionFailureDoc", None),
+    FailureRecord: ("FailureDoc", None),
+    GridRow: ("GridRowDoc", None),
+    MatrixDetail: ("MatrixDetail", MatrixDetail.__doc__),
+    MatrixVersion: ("MatrixDoc", "A registered matrix version (``matrix ls/show --json``, "
+                    "/api/matrices)."),
+    RestoreRecord: ("RestoreDoc", None),
+    RunDetail: ("RunDetail", None),
+    RunSummary: ("RunDoc", None),
     IndexTotals: ("TotalsDoc", None),
     RestorePoint: ("RestorePointDoc", None),
     SdkBytes: ("SdkBytesDoc", None),
@@ -82,16 +95,17 @@ _DOCUMENTS: dict[type, tuple[str, str | None]] = {
 
 def model_of(shape: type) -> type[BaseModel]:
     """The pydantic model of a document: a TypedDict's of the same name, every key a field
-    (a key the document may lack defaults to None), or a dataclass's (every field required,
-    named as ``_DOCUMENTS`` says); a field's ``Doc`` is its description, nested documents are
-    their models."""
+    (a key the document may lack defaults to None), or a dataclass's (its keys as
+    ``document_keys`` says, named as ``_DOCUMENTS`` says); a field's ``Doc`` is its
+    description, nested documents are their models."""
     if shape in _MODELS:
         return _MODELS[shape]
     hints = get_type_hints(shape, include_extras=True)
     if dataclasses.is_dataclass(shape):
         name, doc = _DOCUMENTS[shape]
-        hints = {f.name: hints[f.name] for f in dataclasses.fields(shape)}
-        required = set(hints)
+        keys = document_keys(shape)
+        hints = {key: hints[field] for field, key, _ in keys}
+        required = {key for _, key, optional in keys if not optional}
     else:
         name, doc = shape.__name__, shape.__doc__
         required = shape.__required_keys__  # type: ignore[attr-defined]
@@ -111,7 +125,7 @@ def model_of(shape: type) -> type[BaseModel]:
 def _unwrap(hint: Any) -> tuple[Any, str | None]:
     if get_origin(hint) is Annotated:
         tp, *meta = get_args(hint)
-        return tp, next((m.text for m in meta if isinstance(m, Doc)), None)
+        return tp, next((m.text for m in meta if isinstance(m, Doc)), None) or None
     return hint, None
 
 
@@ -138,30 +152,6 @@ def list_of(item: Any) -> Any:
     return list.__class_getitem__(item)
 
 
-# The models the routes name (OpenAPI components keep these names, the documents' names).
-MatrixDocModel = model_of(MatrixDoc)
-MatrixDetailModel = model_of(MatrixDetail)
-CoverageGridModel = model_of(CoverageGridDoc)
-EntryModel = model_of(EntrySummary)
-FingerprintModel = model_of(FingerprintDoc)
-SdkBytesModel = model_of(SdkBytes)
-RunModel = model_of(RunDoc)
-RunDetailModel = model_of(RunDetail)
-FailureModel = model_of(FailureDoc)
-InProgressModel = model_of(InProgressDoc)
-RestoreModel = model_of(RestoreDoc)
-RestoreOutcomeModel = model_of(RestoreOutcomeDoc)
-RestorePointModel = model_of(RestorePoint)
-SummaryModel = model_of(Summary)
-AttentionModel = model_of(AttentionDoc)
-FingerprintDiffModel = model_of(FingerprintDiffDoc)
-MatrixDocList = list_of(MatrixDocModel)
-EntryList = list_of(EntryModel)
-FingerprintList = list_of(FingerprintModel)
-SdkBytesList = list_of(SdkBytesModel)
-RunList = list_of(RunModel)
-FailureList = list_of(FailureModel)
-InProgressList = list_of(InProgressModel)
-RestoreList = list_of(RestoreModel)
-RestoreOutcomeList = list_of(RestoreOutcomeModel)
-RestorePointList = list_of(RestorePointModel)
+def many(shape: type) -> Any:
+    """The model of a list of ``shape`` documents."""
+    return list_of(model_of(shape))

@@ -189,8 +189,7 @@ def test_row_lines_are_each_rows_encoding() -> None:
         RowLines,
         coverage_row,
     )
-    from neffcache.index.shapes import Status
-    from neffcache.index.values import LiveLease
+    from neffcache.index.values import LiveLease, Status
 
     at = datetime(2026, 3, 1, 10, 0, 0, 123456, tzinfo=timezone.utc)
     facts = CoverageFacts(

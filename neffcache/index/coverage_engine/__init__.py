@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from neffcache.index.api import Index
     from neffcache.index.coverage_engine.reads import Cell_, CoveragePlan
     from neffcache.index.listing import Reader
-    from neffcache.index.shapes import CoverageCheckDoc, CoverageDoc
     from neffcache.matrix import Cell
 
 HOST = "host"  # in CoverageRequest.fingerprints: this host's fingerprint
@@ -97,14 +96,11 @@ class CoverageResult(ExitRule):
     cell_globs: tuple[str, ...] = ()
     not_ready: tuple[CoverageRow, ...] | None = None
 
-    def to_json(self) -> CoverageDoc:
-        """The document ``neffcache coverage --json`` prints: {"matrix", "backend", "here",
-        "cells", "fingerprints", "rows"} and, with check, "check": {"ok", "not_ready"}."""
+    def to_json(self) -> dict[str, Any]:
+        """The document ``neffcache coverage --json`` prints ("check" only with check)."""
         report = self.report.to_json()
-        doc: CoverageDoc = {"matrix": self.matrix, "backend": self.backend,
-                            "here": self.here.key if self.here else None,
-                            "cells": report["cells"], "fingerprints": report["fingerprints"],
-                            "rows": report["rows"]}
+        doc = {"matrix": self.matrix, "backend": self.backend,
+               "here": self.here.key if self.here else None, **report}
         if self.not_ready is not None:
             doc["check"] = check_json(self.not_ready)
         return doc
@@ -115,9 +111,8 @@ class CoverageResult(ExitRule):
         return _not_ready_error(self.matrix, self.not_ready)
 
 
-def check_json(not_ready: Sequence[Any]) -> CoverageCheckDoc:
-    """The ``check`` key of the coverage document: {"ok", "not_ready": [cell, fingerprint,
-    status]}."""
+def check_json(not_ready: Sequence[Any]) -> dict[str, Any]:
+    """The ``check`` key of the coverage document."""
     return {"ok": not not_ready, "not_ready": [
         {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key, "status": r.status}
         for r in not_ready]}
@@ -219,8 +214,7 @@ class CoverageStream(ExitRule):
         self.not_ready: tuple[CoverageRow, ...] | None = None
 
     def head_json(self) -> dict[str, Any]:
-        """The document's keys known before the rows: {"matrix", "backend", "here",
-        "cells"}, as in CoverageResult.to_json()."""
+        """The document's keys known before the rows, as in CoverageResult.to_json()."""
         return {"matrix": self.matrix, "backend": self.backend,
                 "here": self.here.key if self.here else None,
                 "cells": [{"id": i, "key": k} for i, k in self.cells]}
@@ -257,8 +251,7 @@ class CoverageStream(ExitRule):
             self.not_ready = tuple(missed)
 
     def tail_json(self) -> dict[str, Any]:
-        """The document's keys after the rows: "fingerprints" and, with check, "check":
-        {"ok", "not_ready"}, as in CoverageResult.to_json()."""
+        """The document's keys after the rows, as in CoverageResult.to_json()."""
         doc: dict[str, Any] = {"fingerprints": [f.report_json()
                                                 for f in self.fingerprints or ()]}
         if self.not_ready is not None:

@@ -32,8 +32,7 @@ from neffcache.index.coverage_engine.rules import (
     column_order,
 )
 from neffcache.index.listing import Reader, shape_of
-from neffcache.index.shapes import Status
-from neffcache.index.values import LiveLease, as_utc
+from neffcache.index.values import LiveLease, Status, as_utc
 
 if TYPE_CHECKING:
     from neffcache.fingerprint import Fingerprint

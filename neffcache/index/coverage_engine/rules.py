@@ -28,7 +28,6 @@ from neffcache.index.ops_values import (
     known_versions,
     sdk_version,
 )
-from neffcache.index.shapes import Status
 from neffcache.index.values import (
     FAILED,
     IN_PROGRESS,
@@ -39,6 +38,7 @@ from neffcache.index.values import (
     CoverageReport,
     CoverageRow,
     LiveLease,
+    Status,
 )
 
 if TYPE_CHECKING:
