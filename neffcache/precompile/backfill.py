@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import Backend
-from neffcache.errors import NotFoundError, UsageError
+from neffcache.errors import UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.hashing import sha256_file
-from neffcache.manifest import FileRecord, Manifest, decode_manifest, entry_key, validate_files
+from neffcache.manifest import FileRecord, Manifest, entry_key, validate_files
 from neffcache.matrix import Cell
 from neffcache.precompile.hit_check import FileState
-from neffcache.precompile.publish import PublishResult, publish_entry
-from neffcache.signing import SigningKey
-from neffcache.store import Store, manifest_key
+from neffcache.precompile.plan import read_entry
+from neffcache.precompile.publish import PublishOptions, PublishResult, publish_entry
+from neffcache.store import Store
 
 PUBLISH, EXISTS, NOTHING = "publish", "exists", "nothing"
 
@@ -107,12 +107,7 @@ def read_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
 
     def one(cell: Cell) -> tuple[str, Manifest | None]:
         key = entry_key(cell, fingerprint)
-        try:
-            data = store.read(manifest_key(key))
-        except NotFoundError:
-            return cell.id, None
-        return cell.id, decode_manifest(data, allowed_roots=backend.root_names,
-                                        source=f"manifests/{key}.json")
+        return cell.id, read_entry(store, key, backend, source=f"manifests/{key}.json")
 
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(cells) or 1))) as pool:
         return {cid: m for cid, m in pool.map(one, cells) if m is not None}
@@ -141,15 +136,12 @@ PRODUCER = {"tool": "neffcache capture", "source": "runtime-compiled (back-fill)
 
 
 def apply_backfill(store: Store, plan: BackfillPlan, backend: Backend, fingerprint: Fingerprint,
-                   dirs: Mapping[str, str | Path], *, workers: int = 8,
-                   signer: SigningKey | None = None) -> PublishResult | None:
-    """Publish the plan's new files as its cell's entry (None unless the plan says publish).
-    The manifest is written if absent: when another instance back-filled the same cell
-    first, its entry stands and ``created`` is False. ``signer``: the instance's own key (a
-    fleet trusts it, or not, apart from CI's)."""
+                   dirs: Mapping[str, str | Path], options: PublishOptions) -> PublishResult | None:
+    """Publish the plan's new files as its cell's entry (None unless the plan says publish);
+    when another instance back-filled the cell first, its entry stands (``created`` False)."""
     if plan.action != PUBLISH or plan.cell is None:
         return None
-    files = hash_new_files(plan, dirs, workers=workers)
+    files = hash_new_files(plan, dirs, workers=options.workers)
     roots = {name: Path(d) for name, d in dirs.items()}
-    return publish_entry(store, plan.cell, fingerprint, backend, roots, producer=PRODUCER,
-                         files=files, workers=workers, signer=signer)
+    return publish_entry(store, plan.cell, fingerprint, backend, roots, options,
+                         producer=PRODUCER, files=files)

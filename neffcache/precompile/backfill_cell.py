@@ -4,7 +4,6 @@ and the publish are ``backfill``'s), then index it."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,8 @@ from neffcache.errors import ExitRule, UsageError
 from neffcache.precompile.backfill import BackfillPlan, apply_backfill, plan_backfill, read_entries
 from neffcache.precompile.capture import scan_roots
 from neffcache.precompile.indexing import record_entry_or_warn
-from neffcache.precompile.publish import PublishResult
+from neffcache.precompile.publish import PublishOptions, PublishResult
+from neffcache.precompile.push_cell import open_publisher
 from neffcache.request_rules import checked_request
 
 # What a capture's JSON takes from the publish's, when it published.
@@ -94,40 +94,24 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     be reached. An index failure is only a notice.
     """
     from neffcache.backends import get_backend, root_dirs
-    from neffcache.command_steps import open_checked_store
-    from neffcache.config import read_settings
-    from neffcache.fingerprint import (
-        check_publishable,
-        check_usable,
-        collect_fingerprint,
-        described_interpreter,
-    )
-    from neffcache.key_files import signer_for
     from neffcache.matrix_io import load_matrix
 
-    environ = os.environ if request.environ is None else request.environ
     m = load_matrix(request.matrix)
     backend = get_backend(m.backend)
     target = Path(request.cache).expanduser().absolute()
     dirs = root_dirs(backend, str(target))
     if not any(Path(d).is_dir() for d in dirs.values()):
         raise UsageError(f"--cache {target}: no cache root in it ({', '.join(dirs.values())})")
-    settings = read_settings(environ, store=request.store, index=request.index,
-                             python=request.python)
-    fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
-    check_usable(fingerprint)
-    check_publishable(fingerprint, described_interpreter(settings.python),
-                      allow_missing=request.allow_missing_packages, environ=environ)
-    signer = signer_for(request.signing_key, settings)
-    store = open_checked_store(settings.store_url, create=True)
-    entries = read_entries(store, m.cells, fingerprint, backend)
+    to = open_publisher(request, backend.name)
+    entries = read_entries(to.store, m.cells, to.fingerprint, backend)
     present = scan_roots(backend, {k: v for k, v in dirs.items() if Path(v).is_dir()})
-    plan = plan_backfill(present, m.cells, fingerprint, entries, request.cell_id)
+    plan = plan_backfill(present, m.cells, to.fingerprint, entries, request.cell_id)
     published, indexed = None, None
     if not request.dry_run:
-        published = apply_backfill(store, plan, backend, fingerprint, dirs,
-                                   workers=request.workers, signer=signer)
+        published = apply_backfill(to.store, plan, backend, to.fingerprint, dirs,
+                                   PublishOptions(workers=request.workers, signer=to.signer))
         if published is not None:
-            indexed = record_entry_or_warn(settings, published.manifest, store.url,
+            indexed = record_entry_or_warn(to.settings, published.manifest, to.store.url,
                                            request.notice)
-    return CaptureResult(plan, fingerprint.key, store.url, request.dry_run, published, indexed)
+    return CaptureResult(plan, to.fingerprint.key, to.store.url, request.dry_run, published,
+                         indexed)

@@ -110,7 +110,7 @@ def apply_claims(context: RunContext, cells: Sequence[Cell],
     from neffcache.index import matrix_name_of
 
     matrix, index, fingerprint = context.matrix, context.index, context.fingerprint
-    run = open_run(context, cells, force=False, announce_skips=False)
+    run = open_run(context, cells, announce_skips=False)
     name = matrix_name_of(matrix)
     removed = index.queue_claims(name, [p.cell for p in run.to_warm], fingerprint,
                                  [c.key for c in matrix.cells])
@@ -141,7 +141,7 @@ class _ClaimLoop:
     def drain(self) -> None:
         run, claim = self.run, self.claim
         while not run.stopping:
-            result = self.index.claim_next(self.keys, run.fingerprint.key,
+            result = self.index.claim_next(self.keys, run.context.fingerprint.key,
                                            holder=uuid.uuid4().hex, host=self.host,
                                            lease_seconds=claim.lease_seconds,
                                            max_attempts=claim.retries + 1)

@@ -19,7 +19,7 @@ from neffcache.backends import Backend, compile_only_refusal
 from neffcache.documents import Document
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import decode_manifest, entry_key
+from neffcache.manifest import Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.worker import WorkerSpec
 from neffcache.signing import SigningKey
@@ -205,10 +205,17 @@ def find_ready(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
     return {k for k, p in zip(keys, present, strict=True) if p}
 
 
-def stored_compile_seconds(store: Store, key: str, backend: Backend) -> float | None:
-    """The cold first-call seconds recorded in an entry's manifest (None if unknown)."""
+def read_entry(store: Store, key: str, backend: Backend, source: str = "manifest"
+               ) -> Manifest | None:
+    """The manifest of the entry ``key`` (None when the store lacks it)."""
     try:
         data = store.read(manifest_key(key))
     except NotFoundError:
         return None
-    return decode_manifest(data, allowed_roots=backend.root_names).compile_seconds
+    return decode_manifest(data, allowed_roots=backend.root_names, source=source)
+
+
+def stored_compile_seconds(store: Store, key: str, backend: Backend) -> float | None:
+    """The cold first-call seconds recorded in an entry's manifest (None if unknown)."""
+    manifest = read_entry(store, key, backend)
+    return None if manifest is None else manifest.compile_seconds

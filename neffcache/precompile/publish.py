@@ -1,23 +1,13 @@
 """Publish an entry: capture a warm-up's cache roots into blobs plus one manifest in a store.
 
-``plan_publish`` walks the roots and hashes every file (I/O, pure-data result);
-``publish_entry`` first writes a ``pending/`` intent naming the blobs it relies on (so a
-concurrent gc spares them; renewed in the background while the publish runs, see ``intents``),
-uploads only the blobs the store lacks, each verified while streaming (a new small blob is
-put create-only at once: one request; the store's refusal is what makes it probe), and beside
-them packs of its small blobs (see ``packing``: an extra that lets a restore
-fetch thousands of small files in a few requests) and a sha256 per part of each large file
-(see ``neffcache.parts``: lets a restore verify parts as they arrive), then writes the manifest
-last with if-absent (the commit point: first writer wins), a small
-``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
-was built, but for another environment" without reading every manifest, and drops the intent.
+``publish_entry`` writes a ``pending/`` intent first (so a concurrent gc spares the blobs it
+relies on), uploads only the blobs the store lacks (verified while streaming), beside them packs
+of the small ones (``packing``) and part digests of the large ones (``neffcache.parts``), then
+the manifest last with if-absent (the commit point: first writer wins) and the cell pointer.
 
-Stopping: given a ``stop`` event, a publish looks at it while it waits on its uploads (every
-``STOP_POLL_SECONDS``) and once more before the manifest; once set it raises ``StoppedError``
-at once: queued uploads never start, running ones are abandoned to their threads (a store put
-cannot be interrupted mid-request; the process ends them when it exits), the intent is
-dropped, and no manifest or pointer is written. What reached the store is blobs and packs,
-content-addressed and harmless; a later publish of the entry uploads only what is missing.
+Stopping: a set ``stop`` event raises ``StoppedError`` within ``STOP_POLL_SECONDS`` while
+uploads run, or before the manifest: no manifest or pointer is written, what reached the store
+is content-addressed and harmless, and a later publish uploads only what is missing.
 """
 
 from __future__ import annotations
@@ -33,7 +23,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -191,60 +181,70 @@ def _may_hold_captures(globs: list[list[str]], dir_parts: list[str]) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class PublishOptions:
+    """How ``publish_entry`` publishes. ``files``: None plans them (``plan_publish``);
+    ``on_progress(done, total)``: told per blob; ``packing``: None packs nothing; ``parting``:
+    which large files get part digests (every file over 24 MiB whatever the policy);
+    ``refresh_every``: how often the intent is renewed; ``signer`` signs the manifest (its
+    digest: every field, packs and parts included); ``stop``: see the module's docstring."""
+
+    producer: Mapping[str, str] | None = None
+    compile_seconds: float | None = None
+    workers: int = DEFAULT_WORKERS
+    files: tuple[FileRecord, ...] | None = None
+    on_progress: Callable[[int, int], None] | None = None
+    packing: PackPolicy | None = DEFAULT_POLICY
+    parting: PartPolicy = DEFAULT_PARTS
+    refresh_every: float = REFRESH_SECONDS
+    signer: SigningKey | None = field(default=None, repr=False)
+    stop: threading.Event | None = None
+
+
+Sources = Mapping[str, tuple[FileRecord, Path]]  # sha256 -> (its record, a local file)
+
+
 def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
-                  roots: Mapping[str, Path], *, producer: Mapping[str, str] | None = None,
-                  compile_seconds: float | None = None, workers: int = DEFAULT_WORKERS,
-                  files: tuple[FileRecord, ...] | None = None,
-                  on_progress: Callable[[int, int], None] | None = None,
-                  packing: PackPolicy | None = DEFAULT_POLICY,
-                  parting: PartPolicy = DEFAULT_PARTS,
-                  refresh_every: float = REFRESH_SECONDS,
-                  signer: SigningKey | None = None,
-                  stop: threading.Event | None = None) -> PublishResult:
-    """Upload the blobs the store lacks and, beside them, packs of the small ones
-    (``packing=None``: none), then the manifest (if absent) with part digests of the large
-    ones (``parting`` says which; every file over 24 MiB whatever the policy, as the manifest
-    requires).
-    ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
-    called per blob; the publish's intent is renewed every ``refresh_every`` seconds;
-    ``signer`` signs the manifest (over its digest: every field, packs and parts included);
-    setting ``stop`` raises ``StoppedError`` before the manifest (see the module's docstring)."""
+                  roots: Mapping[str, Path], options: PublishOptions | None = None,
+                  **knobs: Any) -> PublishResult:
+    """Publish the files under ``roots`` as ``cell``'s entry (see the module's docstring);
+    ``knobs`` are ``PublishOptions`` fields, given one by one."""
+    opts = replace(options or PublishOptions(), **knobs)
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
+    files = opts.files
     if files is None:
-        files = plan_publish(backend, roots, workers=workers)
+        files = plan_publish(backend, roots, workers=opts.workers)
     manifest = Manifest(
         cell=cell, fingerprint=fingerprint, files=files,
-        producer=tuple(sorted({**default_producer(), **(producer or {})}.items())),
-        compile_seconds=compile_seconds,
+        producer=tuple(sorted({**default_producer(), **(opts.producer or {})}.items())),
+        compile_seconds=opts.compile_seconds,
         created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     mkey = manifest_key(manifest.entry_key)
     sources = {f.sha256: (f, Path(roots[f.root], *f.path.split("/"))) for f in files}
     if store.has(mkey):
-        return _refill(store, manifest, mkey, sources, workers, stop)
+        return _refill(store, manifest, mkey, sources, opts)
     # The intent is in the store before any blob is looked at: a blob found present and skipped
     # is named by a fresh intent from then on, so gc spares it.
-    with held_intents(store, [manifest], every=refresh_every):
-        groups = plan_packs(files, packing) if packing is not None else ()
-        # Packs and part digests are built beside the blob uploads, not after them: each is
-        # made from the local files (checked against their sha256 again), so none waits on
-        # another, and the manifest, written last, waits on all three.
+    with held_intents(store, [manifest], every=opts.refresh_every):
+        groups = plan_packs(files, opts.packing) if opts.packing is not None else ()
+        # Packs and part digests are built beside the blob uploads (each from the local files,
+        # checked against their sha256 again); the manifest, written last, waits on all three.
         with ThreadPoolExecutor(max_workers=2) as beside:
-            packed = beside.submit(_upload_packs, store, groups, sources, stop)
-            parted = beside.submit(_part_digests, files, sources, parting, workers, stop)
-            uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress,
-                                                      stop=stop)
+            packed = beside.submit(_upload_packs, store, groups, sources, opts.stop)
+            parted = beside.submit(_part_digests, files, sources, opts)
+            uploaded, skipped, nbytes = _upload_blobs(store, sources, opts)
             packs, packs_uploaded, pack_bytes = packed.result()
             parts = parted.result()
-        _check(stop)  # the last safe point: past it, the entry is committed
+        _check(opts.stop)  # the last safe point: past it, the entry is committed
         manifest, created = _put_manifest(store, mkey, replace(manifest, packs=packs,
-                                                               parts=parts), signer)
+                                                               parts=parts), opts.signer)
         # A gc batch cleared before our intent existed may delete a blob we skipped after it
         # listed pending/: check the skipped ones once more, now that the manifest names them.
         again = {s: sources[s] for s in skipped if not store.has(blob_key(s))}
         if again:
-            _upload_blobs(store, again, workers, None)
+            _upload_blobs(store, again, replace(opts, on_progress=None, stop=None))
         write_pointer(store, manifest)
     return PublishResult(manifest, created, len(uploaded), len(skipped), nbytes,
                          packs_uploaded, pack_bytes)
@@ -261,9 +261,8 @@ def _put_manifest(store: Store, mkey: str, manifest: Manifest, signer: SigningKe
     return manifest, store.put(mkey, body, if_absent=True)
 
 
-def _refill(store: Store, manifest: Manifest, mkey: str,
-            sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
-            stop: threading.Event | None = None) -> PublishResult:
+def _refill(store: Store, manifest: Manifest, mkey: str, sources: Sources,
+            opts: PublishOptions) -> PublishResult:
     """The entry exists: upload only the blobs it names that the store lacks or holds known
     bad (``holds_good``), so a push repairs what a gone-bad store lost."""
     try:
@@ -271,15 +270,14 @@ def _refill(store: Store, manifest: Manifest, mkey: str,
     except (ManifestError, NotFoundError):
         named = set(sources)
     uploaded, skipped, nbytes = _upload_blobs(  # the entry's blobs: most likely all there
-        store, {s: v for s, v in sources.items() if s in named}, workers, None, put_first=False,
-        stop=stop)
+        store, {s: v for s, v in sources.items() if s in named},
+        replace(opts, on_progress=None), put_first=False)
     write_pointer(store, manifest)
     return PublishResult(manifest, False, len(uploaded), len(sources) - len(uploaded), nbytes)
 
 
-def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
-                  on_progress: Callable[[int, int], None] | None, *, put_first: bool = True,
-                  stop: threading.Event | None = None) -> tuple[list[str], list[str], int]:
+def _upload_blobs(store: Store, sources: Sources, opts: PublishOptions, *,
+                  put_first: bool = True) -> tuple[list[str], list[str], int]:
     """Upload each blob the store lacks or holds known bad. With ``put_first`` (a new entry: its
     blobs are most likely new) a small blob is put create-only first and probed with
     ``holds_good`` only when the store refuses it; otherwise (and for large blobs, whose body
@@ -303,11 +301,11 @@ def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], 
             return sha, False
         return sha, _upload_file(store, key, record, path)
 
-    for sha, wrote in _in_pool(one, sorted(sources), workers, stop):
+    for sha, wrote in _in_pool(one, sorted(sources), opts.workers, opts.stop):
         (uploaded if wrote else skipped).append(sha)
         done += 1
-        if on_progress:
-            on_progress(done, len(sources))
+        if opts.on_progress:
+            opts.on_progress(done, len(sources))
     nbytes = sum(sources[s][0].size for s in uploaded)
     return uploaded, skipped, nbytes
 
@@ -331,10 +329,8 @@ def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool
     return wrote
 
 
-def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...],
-                  sources: Mapping[str, tuple[FileRecord, Path]],
-                  stop: threading.Event | None = None
-                  ) -> tuple[tuple[PackRecord, ...], int, int]:
+def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...], sources: Sources,
+                  stop: threading.Event | None) -> tuple[tuple[PackRecord, ...], int, int]:
     """Build each pack in an unnamed temp file from the local files (each member checked
     against its sha256 again: a file that changed since it was hashed is an IntegrityError),
     store it under its own sha256 if absent. Returns (pack records in order, packs uploaded,
@@ -375,11 +371,12 @@ def _member_bytes(path: Path, f: FileRecord) -> bytes:
     return data
 
 
-def _part_digests(files: tuple[FileRecord, ...], sources: Mapping[str, tuple[FileRecord, Path]],
-                  policy: PartPolicy, workers: int, stop: threading.Event | None = None
+def _part_digests(files: tuple[FileRecord, ...], sources: Sources, opts: PublishOptions
                   ) -> tuple[PartDigests, ...]:
     """A digest per part of each large file, read once more with its whole-file sha256, which
     must still be the recorded one: the parts then describe exactly the bytes the sha256 names."""
+
+    policy = opts.parting
 
     def one(f: FileRecord) -> PartDigests:
         path = sources[f.sha256][1]
@@ -396,7 +393,7 @@ def _part_digests(files: tuple[FileRecord, ...], sources: Mapping[str, tuple[Fil
     large = needs_parts(files, policy)
     if not large:
         return ()
-    return tuple(_in_pool(one, large, hash_workers(workers), stop))
+    return tuple(_in_pool(one, large, hash_workers(opts.workers), opts.stop))
 
 
 def _in_pool(fn: Callable[[T], R], items: Iterable[T], workers: int,

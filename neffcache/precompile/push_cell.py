@@ -9,14 +9,23 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from neffcache.backends import Backend
+from neffcache.config import Settings
 from neffcache.errors import ExitRule, MatrixError, UsageError
+from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell
 from neffcache.precompile.indexing import record_entry_or_warn
-from neffcache.precompile.publish import DEFAULT_WORKERS, PublishResult, publish_entry
+from neffcache.precompile.publish import (
+    DEFAULT_WORKERS,
+    PublishOptions,
+    PublishResult,
+    publish_entry,
+)
 from neffcache.request_rules import checked_request
+from neffcache.signing import SigningKey
+from neffcache.store import Store
 
 
 @checked_request
@@ -76,6 +85,61 @@ class PushResult(ExitRule):
         return dict(self.published.to_json(), indexed=self.indexed, store=self.store_url)
 
 
+class Publishing(Protocol):
+    """The fields every publishing request (push, capture, precompile) shares."""
+
+    @property
+    def environ(self) -> Mapping[str, str] | None: ...
+    @property
+    def store(self) -> str | None: ...
+    @property
+    def index(self) -> str | None: ...
+    @property
+    def python(self) -> str | None: ...
+    @property
+    def allow_missing_packages(self) -> bool: ...
+    @property
+    def signing_key(self) -> str | Path | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Publisher:
+    """Where and as what a use case publishes: its settings, this host's fingerprint, the
+    signing key (or None) and the open store."""
+
+    settings: Settings
+    fingerprint: Fingerprint
+    signer: SigningKey | None
+    store: Store
+
+
+def open_publisher(request: Publishing, backend: str,
+                   env: Mapping[str, str] | None = None) -> Publisher:
+    """Settings from ``request.environ``, this host's fingerprint (collected in ``env``,
+    default that environment) checked usable and publishable, the signing key (a bad key
+    fails before any work), and the store, opened and checked."""
+    from neffcache.command_steps import open_checked_store
+    from neffcache.config import read_settings
+    from neffcache.fingerprint import (
+        check_publishable,
+        check_usable,
+        collect_fingerprint,
+        described_interpreter,
+    )
+    from neffcache.key_files import signer_for
+
+    environ = os.environ if request.environ is None else request.environ
+    settings = read_settings(environ, store=request.store, index=request.index,
+                             python=request.python)
+    fingerprint = collect_fingerprint(backend, env or environ, python=settings.python)
+    check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it
+    check_publishable(fingerprint, described_interpreter(settings.python),
+                      allow_missing=request.allow_missing_packages, environ=environ)
+    signer = signer_for(request.signing_key, settings)
+    return Publisher(settings, fingerprint, signer,
+                     open_checked_store(settings.store_url, create=True))
+
+
 def push(request: PushRequest) -> PushResult:
     """Publish the files under each cache root as the entry of one cell on this host's
     fingerprint, then record it in the index (see ``neffcache push --help``).
@@ -88,36 +152,18 @@ def push(request: PushRequest) -> PushResult:
     is only a notice.
     """
     from neffcache.backends import get_backend
-    from neffcache.command_steps import open_checked_store
-    from neffcache.config import read_settings
-    from neffcache.fingerprint import (
-        check_publishable,
-        check_usable,
-        collect_fingerprint,
-        described_interpreter,
-    )
-    from neffcache.key_files import signer_for
 
-    environ = os.environ if request.environ is None else request.environ
     cell, default_backend = _load_cell(request)
     name = request.backend or default_backend
     if not name:
         raise UsageError("--backend: required with a --cell-json that has no `backend` key")
     backend = get_backend(name)
     roots = parse_roots(request.roots, backend)
-    settings = read_settings(environ, store=request.store, index=request.index,
-                             python=request.python)
-    fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
-    check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it
-    check_publishable(fingerprint, described_interpreter(settings.python),
-                      allow_missing=request.allow_missing_packages, environ=environ)
-    signer = signer_for(request.signing_key, settings)
-    store = open_checked_store(settings.store_url, create=True)
-    result = publish_entry(store, cell, fingerprint, backend, roots,
-                           compile_seconds=request.compile_seconds, workers=request.workers,
-                           signer=signer)
-    indexed = record_entry_or_warn(settings, result.manifest, store.url, request.notice)
-    return PushResult(result, indexed, store.url)
+    to = open_publisher(request, backend.name)
+    result = publish_entry(to.store, cell, to.fingerprint, backend, roots, PublishOptions(
+        compile_seconds=request.compile_seconds, workers=request.workers, signer=to.signer))
+    indexed = record_entry_or_warn(to.settings, result.manifest, to.store.url, request.notice)
+    return PushResult(result, indexed, to.store.url)
 
 
 def _load_cell(request: PushRequest) -> tuple[Cell, str | None]:

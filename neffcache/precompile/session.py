@@ -12,7 +12,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,11 +22,12 @@ from neffcache.matrix import Cell, Matrix, select_cells, shard_cells
 from neffcache.precompile.claims import ClaimOptions, apply_claims
 from neffcache.precompile.heartbeat import CellBeat
 from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
-from neffcache.precompile.run import RunContext, RunHooks, apply_precompile
+from neffcache.precompile.push_cell import open_publisher
+from neffcache.precompile.run import RunContext, RunHooks, precompile_cells, register_matrix_file
 from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
-    from neffcache.index import Index
+    pass
 
 _SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
 
@@ -130,57 +131,38 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
     when this host's fingerprint cannot be used (neuron target unknown); UnavailableError (6)
     when the store or the index cannot be reached.
     """
-    from neffcache.command_steps import open_checked_store
-    from neffcache.config import read_settings
-    from neffcache.fingerprint import (
-        check_publishable,
-        check_usable,
-        collect_fingerprint,
-        described_interpreter,
-    )
+    from neffcache.fingerprint import described_interpreter
     from neffcache.index import open_index
-    from neffcache.key_files import signer_for
     from neffcache.matrix_io import load_matrix
 
     environ = os.environ if request.environ is None else request.environ
     spec = load_matrix(request.matrix)
     cells = _selected_cells(request, spec)
-    settings = read_settings(environ, store=request.store, index=request.index,
-                             python=request.python)
     env = {**environ, **neuron_overrides(spec.backend, request.target, request.compile_only,
                                          environ)}
     refuse_if_nothing_left(cells, request.compile_only)
-    fingerprint = collect_fingerprint(spec.backend, env, python=settings.python)
-    check_usable(fingerprint)
-    python = None if settings.python is None else described_interpreter(settings.python)
-    check_publishable(fingerprint, described_interpreter(python),
-                      allow_missing=request.allow_missing_packages, environ=environ)
-    signer = signer_for(request.signing_key, settings)  # a bad key fails before any work
-    store = open_checked_store(settings.store_url, create=True)
-    options = replace(_options(request, python), signer=signer)
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        _register_first(ix, spec, request.replace_matrix)
+    to = open_publisher(request, spec.backend, env)
+    python = to.settings.python
+    options = PrecompileOptions(  # the request's fields of that name, and a few derived
+        **{f.name: getattr(request, f.name) for f in fields(PrecompileOptions)
+           if f.name not in _DERIVED},
+        workdir=Path(request.workdir) if request.workdir else None,
+        python=None if python is None else described_interpreter(python), signer=to.signer)
+    hooks = RunHooks(request.progress, request.stop, request.heartbeat)
+    with open_index(to.settings.index_url, auto_upgrade=to.settings.index_is_embedded) as ix:
+        context = RunContext(spec, to.store, ix, to.fingerprint, options, env, hooks)
+        register_matrix_file(ix, spec, replace=request.replace_matrix)  # refused before work
         if request.selected is not None:
             request.selected(len(cells))
-        hooks = RunHooks(request.progress, request.stop, request.heartbeat)
         if request.claim:
-            report = apply_claims(RunContext(spec, store, ix, fingerprint, options, env, hooks),
-                                  cells, ClaimOptions(lease_seconds=request.lease_seconds,
-                                                      retries=request.retries))
+            report = apply_claims(context, cells, ClaimOptions(request.lease_seconds,
+                                                               request.retries))
         else:
-            report = apply_precompile(spec, cells, store, ix, fingerprint, options,
-                                      environ=env, hooks=hooks)
+            report = precompile_cells(context, cells)
     return PrecompileResult(report)
 
 
-def _options(request: PrecompileRequest, python: str | None) -> PrecompileOptions:
-    """How each cell is warmed: the request's knobs, and the workers' interpreter."""
-    return PrecompileOptions(workers=request.workers, force=request.force,
-                             timeout=request.timeout, verify=request.verify,
-                             workdir=Path(request.workdir) if request.workdir else None,
-                             keep_workdir=request.keep_workdir,
-                             compile_only=request.compile_only, python=python,
-                             heartbeat_seconds=request.heartbeat_seconds)
+_DERIVED = ("workdir", "python", "signer", "extra_env")  # PrecompileOptions not taken as is
 
 
 def _selected_cells(request: PrecompileRequest, spec: Matrix) -> tuple[Cell, ...]:
@@ -196,21 +178,6 @@ def _selected_cells(request: PrecompileRequest, spec: Matrix) -> tuple[Cell, ...
     if not cells and request.notice is not None:
         request.notice(f"{spec.source}: no cell selected")
     return cells
-
-
-def _register_first(ix: Index, spec: Matrix, replace: bool) -> None:
-    """Register the matrix file before any work, so an edited copy under a registered name
-    is refused at once (unless ``replace``); the run's own registration then finds it
-    current."""
-    from neffcache.index import register_matrix
-
-    if not spec.source or spec.source.startswith("<"):
-        return
-    try:
-        text = Path(spec.source).read_text(encoding="utf-8")
-    except OSError:
-        return
-    register_matrix(ix, spec, text, replace=replace)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
