@@ -27,12 +27,11 @@ from typing import Any
 from neffcache.backends import Backend
 from neffcache.errors import UsageError
 from neffcache.fingerprint import Fingerprint
-from neffcache.hashing import sha256_file
-from neffcache.manifest import FileRecord, Manifest, entry_key, validate_files
+from neffcache.manifest import FileRecord, Manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.precompile.hit_check import FileState
 from neffcache.precompile.plan import read_entry
-from neffcache.precompile.publish import PublishOptions, PublishResult, publish_entry
+from neffcache.precompile.publish import PublishOptions, PublishResult, hash_files, publish_entry
 from neffcache.store import Store
 
 PUBLISH, EXISTS, NOTHING = "publish", "exists", "nothing"
@@ -116,20 +115,8 @@ def read_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
 def hash_new_files(plan: BackfillPlan, dirs: Mapping[str, str | Path],
                    workers: int = 8) -> tuple[FileRecord, ...]:
     """Records (size, sha256, mode) for the plan's new files, validated as a manifest's are."""
-
-    def record(f: FileState) -> FileRecord:
-        path = Path(dirs[f.root], *f.path.split("/"))
-        try:
-            sha, size = sha256_file(path)
-            mode = path.stat().st_mode & 0o777
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
-        return FileRecord(root=f.root, path=f.path, size=size, sha256=sha, mode=mode)
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        records = list(pool.map(record, plan.new_files))
-    return validate_files([r.to_json() for r in records], allowed_roots=list(dirs),
-                          source="capture")
+    return hash_files([(f.root, f.path, Path(dirs[f.root], *f.path.split("/")), None)
+                       for f in plan.new_files], max(1, workers), list(dirs), "capture")
 
 
 PRODUCER = {"tool": "neffcache capture", "source": "runtime-compiled (back-fill)"}

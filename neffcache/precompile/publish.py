@@ -12,16 +12,14 @@ is content-addressed and harmless, and a later publish uploads only what is miss
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import io
-import os
 import platform
 import socket
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -53,6 +51,7 @@ from neffcache.manifest import (
 )
 from neffcache.matrix import Cell
 from neffcache.parts import DEFAULT_PARTS, PartPolicy, needs_parts
+from neffcache.precompile.capture import walk_captured
 from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
 from neffcache.precompile.packing import DEFAULT_POLICY, PackPolicy, plan_packs
 from neffcache.signing import SigningKey, sign_manifest
@@ -67,17 +66,13 @@ from neffcache.store import (
 from neffcache.thread_pool import usable_cpus
 from neffcache.version import __version__
 
-# Parallel uploads. A small blob costs a request, not bandwidth, so a publish of thousands of
-# them waits on the store's latency when the store is slow to answer: measured (SeaweedFS on
-# 127.0.0.1 beside other load, the 3,000-file eager tree) 8 uploads took 1.55 x `s5cmd cp` (which
-# runs 256), 32 took 1.14 x; on a quiet machine, where the push is CPU-bound, 1.68 x and 1.63 x.
-# Peak RSS stayed 127-160 MiB (a multipart upload is bounded on its own: MULTIPART_UPLOADS).
+# Parallel uploads: a small blob costs a request, not bandwidth. Measured on a loaded SeaweedFS
+# (3,000 files): 8 uploads took 1.55 x `s5cmd cp`, 32 took 1.14 x; peak RSS 127-160 MiB.
 DEFAULT_WORKERS = 32
 # Hashing is CPU work (sha256 releases the GIL): more threads than this only contend.
 HASH_WORKERS_PER_CPU = 2
 PACK_WORKERS = 4  # each holds one pack (at most PackPolicy.max_bytes) in memory
-# A new blob up to this size is put create-only without a probe first (one request, not two);
-# sending such a body to a store that already holds it costs about what the probe would.
+# A new blob up to this size is put create-only without a probe first (one request, not two).
 PUT_FIRST_MAX = 1 << 20
 STOP_POLL_SECONDS = 0.1  # how often a publish (and a precompile run) looks at its stop event
 
@@ -120,65 +115,36 @@ def hash_workers(workers: int) -> int:
 
 def plan_publish(backend: Backend, roots: Mapping[str, Path], *,
                  workers: int = DEFAULT_WORKERS) -> tuple[FileRecord, ...]:
-    """Every regular file under each named root that the backend captures (locks, temp files,
-    dotfiles, symlinks and anything outside a root's capture globs skipped), hashed, sorted by
-    (root, path). A root that is not a directory is a UsageError."""
-    found: list[tuple[str, str, Path, int]] = []
+    """Every file under each named root that the backend captures, hashed, sorted by (root,
+    path). A root that is not a directory is a UsageError."""
+    found: list[tuple[str, str, Path, int | None]] = []
     for name, directory in sorted(roots.items()):
         backend.root(name)  # unknown root name -> UsageError naming the choices
         if not Path(directory).is_dir():
             raise UsageError(f"root {name}={directory}: not a directory")
-        found.extend((name, rel, path, mode)
-                     for rel, path, mode in _walk(backend, name, Path(directory)))
+        found.extend((name, rel, path, stat.S_IMODE(st.st_mode))
+                     for rel, path, st in walk_captured(backend, name, Path(directory)))
+    return hash_files(found, hash_workers(workers), backend.root_names, "publish")
 
-    def record(item: tuple[str, str, Path, int]) -> FileRecord:
+
+def hash_files(found: Sequence[tuple[str, str, Path, int | None]], workers: int,
+               allowed_roots: Sequence[str], source: str) -> tuple[FileRecord, ...]:
+    """A record per (root, rel, local path, mode; None: the file's permission bits), checked
+    as a reader checks them: what we publish must decode."""
+
+    def record(item: tuple[str, str, Path, int | None]) -> FileRecord:
         root, rel, path, mode = item
         try:
             sha, size = sha256_file(path)
+            mode = path.stat().st_mode & 0o777 if mode is None else mode
         except OSError as exc:
             raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
         return FileRecord(root=root, path=rel, size=size, sha256=sha, mode=mode)
 
-    with ThreadPoolExecutor(max_workers=hash_workers(workers)) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         records = list(pool.map(record, found))
-    # The same checks a reader applies: what we publish must decode.
-    return validate_files([r.to_json() for r in records], allowed_roots=backend.root_names,
-                          source="publish")
-
-
-def _walk(backend: Backend, root: str, top: Path) -> list[tuple[str, Path, int]]:
-    """Regular files under ``top`` the backend captures for ``root``, as (rel, path, mode)."""
-    globs = [g.split("/") for g in backend.root(root).capture]
-    out = []
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-        rel_dir = Path(dirpath).relative_to(top).as_posix()
-        prefix = "" if rel_dir == "." else f"{rel_dir}/"
-        dirnames[:] = sorted(
-            d for d in dirnames
-            if not backend.is_ignored(d) and not os.path.islink(os.path.join(dirpath, d))
-            and _may_hold_captures(globs, f"{prefix}{d}".split("/")))
-        for fname in sorted(filenames):
-            rel = f"{prefix}{fname}"
-            if not backend.captures(root, rel):
-                continue
-            path = Path(dirpath, fname)
-            st = path.lstat()
-            if not stat.S_ISREG(st.st_mode):
-                continue  # symlinks, sockets, fifos are never captured
-            out.append((rel, path, stat.S_IMODE(st.st_mode)))
-    return out
-
-
-def _may_hold_captures(globs: list[list[str]], dir_parts: list[str]) -> bool:
-    """Whether a directory could contain a file matching a capture glob (component-wise), so
-    a root such as TMPDIR is not walked beyond the compiler's own subtree."""
-    if not globs:
-        return True
-    for g in globs:
-        k = min(len(dir_parts), len(g) - 1)
-        if all(fnmatch.fnmatchcase(dir_parts[i], g[i]) for i in range(k)):
-            return True
-    return False
+    return validate_files([r.to_json() for r in records], allowed_roots=allowed_roots,
+                          source=source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,10 +244,9 @@ def _refill(store: Store, manifest: Manifest, mkey: str, sources: Sources,
 
 def _upload_blobs(store: Store, sources: Sources, opts: PublishOptions, *,
                   put_first: bool = True) -> tuple[list[str], list[str], int]:
-    """Upload each blob the store lacks or holds known bad. With ``put_first`` (a new entry: its
-    blobs are most likely new) a small blob is put create-only first and probed with
-    ``holds_good`` only when the store refuses it; otherwise (and for large blobs, whose body
-    is not worth sending twice) the probe comes first. Returns (uploaded, skipped, bytes)."""
+    """Upload each blob the store lacks or holds known bad; returns (uploaded, skipped, bytes).
+    With ``put_first`` (a new entry) a small blob is put create-only first and probed only when
+    refused; otherwise, and for large blobs, the probe comes first."""
     uploaded: list[str] = []
     skipped: list[str] = []
     done = 0
@@ -331,10 +296,9 @@ def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool
 
 def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...], sources: Sources,
                   stop: threading.Event | None) -> tuple[tuple[PackRecord, ...], int, int]:
-    """Build each pack in an unnamed temp file from the local files (each member checked
-    against its sha256 again: a file that changed since it was hashed is an IntegrityError),
-    store it under its own sha256 if absent. Returns (pack records in order, packs uploaded,
-    bytes uploaded). Memory: one member at a time, not the pack (up to 32 MiB) and its copies."""
+    """Build each pack in a temp file from the local files (each member checked against its
+    sha256 again), store it under its own sha256 if absent. Returns (pack records in order,
+    packs uploaded, bytes uploaded)."""
 
     def one(members: tuple[FileRecord, ...]) -> tuple[PackRecord, bool]:
         whole = hashlib.sha256()
@@ -373,8 +337,8 @@ def _member_bytes(path: Path, f: FileRecord) -> bytes:
 
 def _part_digests(files: tuple[FileRecord, ...], sources: Sources, opts: PublishOptions
                   ) -> tuple[PartDigests, ...]:
-    """A digest per part of each large file, read once more with its whole-file sha256, which
-    must still be the recorded one: the parts then describe exactly the bytes the sha256 names."""
+    """A digest per part of each large file, read again with its whole-file sha256, which must
+    still be the recorded one."""
 
     policy = opts.parting
 
@@ -398,10 +362,9 @@ def _part_digests(files: tuple[FileRecord, ...], sources: Sources, opts: Publish
 
 def _in_pool(fn: Callable[[T], R], items: Iterable[T], workers: int,
              stop: threading.Event | None) -> Iterator[R]:
-    """``fn`` over ``items`` on at most ``workers`` threads, the results in input order. The
-    first failure is raised (nothing more starts); once ``stop`` is set, ``StoppedError`` is
-    raised within ``STOP_POLL_SECONDS`` without waiting for the calls still running: their
-    threads are left to end on their own."""
+    """``fn`` over ``items`` on at most ``workers`` threads, the results in input order; the
+    first failure is raised. Once ``stop`` is set, ``StoppedError`` is raised within
+    ``STOP_POLL_SECONDS``, the calls still running left to end on their own threads."""
     todo = list(items)
     pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(todo))))
     abandon = False
@@ -423,8 +386,8 @@ def _check(stop: threading.Event | None) -> None:
 
 
 def write_pointer(store: Store, manifest: Manifest) -> None:
-    """The cell pointer, first writer wins; it pins the manifest's digest (``manifest_sha256``),
-    the proof ``neffcache.trust`` asks of a manifest that would replace this one."""
+    """The cell pointer, first writer wins; it pins the manifest's digest, the proof
+    ``neffcache.trust`` asks of a manifest that would replace this one."""
     body = {"entry_key": manifest.entry_key, "cell_id": manifest.cell.id,
             "cell_key": manifest.cell.key, "fingerprint_key": manifest.fingerprint.key,
             "fingerprint": manifest.fingerprint.to_json(),

@@ -32,7 +32,6 @@ from neffcache.backends import Backend, get_backend, root_dirs
 from neffcache.errors import NeffcacheError, StoppedError
 from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell, Matrix
-from neffcache.precompile.capture import captured_records
 from neffcache.precompile.heartbeat import PUBLISHING, VERIFYING, Beats, CellBeat
 from neffcache.precompile.launch import WorkerOutcome, kill_running_workers, run_worker
 from neffcache.precompile.plan import (
@@ -81,8 +80,7 @@ READERS = 16  # manifests read in parallel when indexing entries the index does 
 @dataclass(frozen=True, slots=True)
 class RunHooks:
     """How the caller follows and stops a run: ``progress`` gets each event, setting ``stop``
-    ends the run early (see the module's docstring), ``heartbeat`` gets a ``CellBeat`` per
-    running cell every ``options.heartbeat_seconds``."""
+    ends it early, ``heartbeat`` gets a ``CellBeat`` per running cell at an interval."""
 
     progress: Callable[[Event], None] | None = None
     stop: threading.Event | None = None
@@ -91,9 +89,7 @@ class RunHooks:
 
 @dataclass(frozen=True, slots=True)
 class RunContext:
-    """What every step of one run shares, static or claimed: the matrix, the store its
-    entries go to and the index that records them, the fingerprint they are built for, how
-    cells are warmed, the workers' environment, and the caller's hooks."""
+    """What every step of one run shares, static or claimed (``environ``: the workers')."""
 
     matrix: Matrix
     store: Store
@@ -186,17 +182,15 @@ class PrecompileRun:
 
     @property
     def to_warm(self) -> tuple[CellPlan, ...]:
-        """The plans whose cells this run warms (in the order of the cells)."""
         return tuple(p for p in self.plans if p.action == WARM)
 
     @property
     def stopping(self) -> bool:
-        """True once a slot failed, the run was interrupted or stopped: start nothing more."""
+        """True once a slot failed or the run was stopped: start nothing more."""
         return self._stopping.is_set() or self._cancel.is_set()
 
     @property
-    def cancelled(self) -> bool:
-        """True once the caller's stop event is set."""
+    def cancelled(self) -> bool:  # the caller's stop event is set
         return self._cancel.is_set()
 
     def pause(self, seconds: float) -> None:
@@ -206,7 +200,6 @@ class PrecompileRun:
             self._stopping.wait(min(left, STOP_POLL_SECONDS))
 
     def emit(self, event: Event) -> None:
-        """A progress event, to the run's ``progress`` callback."""
         self._emit(event)
 
     def start(self, host: str) -> None:
@@ -355,7 +348,7 @@ class PrecompileRun:
     def _publish(self, plan: CellPlan, spec: WorkerSpec, outcome: WorkerOutcome) -> CellReport:
         c, backend = self.context, self.backend
         roots = {name: Path(d) for name, d in root_dirs(backend, spec.base).items()}
-        files = captured_records(backend, plan_publish(backend, roots))
+        files = plan_publish(backend, roots)
         producer = {"tool": "neffcache precompile", "run_id": str(self.run_id),
                     "matrix": c.matrix.name or Path(c.matrix.source).name,
                     "worker_wall_seconds": f"{outcome.wall_seconds:.3f}"}
