@@ -1,19 +1,9 @@
 """Back-fill: publish the files an instance compiled at run time as the entry of a cell.
 
 A file in the cache roots is *runtime-compiled* when no entry of this fingerprint for the
-matrix lists its (root, path): restore did not put it there. Locks, temp files and dotfiles
-(restore's own state file among them) are never considered (``Backend.captures``).
-
-Attribution, kept simple so restore needs no change: the runtime-compiled files become the
-entry of ONE cell that has no entry for this fingerprint yet, and restore fetches it like any
-other entry. That cell is the one named with ``--cell``, or, when none is named, the only
-cell of the matrix without an entry. Entries are immutable and the first writer wins, so
-nothing is published for a cell that already has an entry (its files stay local); several
-cells without an entry and no ``--cell`` is a usage error, since files cannot be told apart.
-The entry holds only what was new on top of the restored entries, so it is meant to be
-restored together with them (the whole matrix, as the boot hook does).
-
-``plan_backfill`` is pure; ``hash_new_files`` and ``apply_backfill`` do the I/O.
+matrix lists it. Those files become the entry of ONE cell without an entry (``--cell``, or the
+only such cell), so restore needs no change; they are meant to be restored together with the
+entries they were compiled on top of. ``plan_backfill`` is pure.
 """
 
 from __future__ import annotations
@@ -57,9 +47,8 @@ class BackfillPlan:
 
 def plan_backfill(present: Sequence[FileState], cells: Sequence[Cell], fingerprint: Fingerprint,
                   entries: Mapping[str, Manifest], cell_id: str | None = None) -> BackfillPlan:
-    """Decide what to publish. ``present``: capturable files in the roots; ``cells``: the
-    matrix's cells; ``entries``: cell id -> this fingerprint's manifest, for the cells that
-    have one; ``cell_id``: the cell named with --cell. Pure."""
+    """Decide what to publish. ``present``: capturable files in the roots; ``entries``: cell
+    id -> this fingerprint's manifest, for the cells that have one; ``cell_id``: --cell. Pure."""
     known = {(f.root, f.path) for m in entries.values() for f in m.files}
     new = tuple(f for f in present if (f.root, f.path) not in known)
     restored = len(present) - len(new)

@@ -25,18 +25,12 @@ _PUBLISH_FIELDS = ("created", "files", "total_bytes", "blobs_uploaded", "bytes_u
 class CaptureRequest:
     """What ``neffcache capture`` is asked to back-fill; each field is the flag of that name.
 
-    ``matrix``: the matrix file. ``cache``: the restored cache directory the service compiled
-    into (each cache root R is ``cache/R``). ``cell_id``: the cell the runtime-compiled files
-    belong to (None: the only cell without an entry for this fingerprint). ``dry_run``: plan
-    only, upload nothing. ``workers``: parallel hashing and uploads. ``python``: fingerprint
-    this interpreter's packages. ``store``, ``index``, ``python``: None resolves them as the
-    CLI does (NEFFCACHE_* > config file > default), from ``environ`` (None: the process's, at
-    call time). ``notice``: warnings (the index did not record the entry).
-    ``allow_missing_packages``: publish even when the interpreter lacks what the backend
-    needs (torch; torch-neuronx for neuron), else a UsageError (a dry run too).
-    ``signing_key``: sign the entry with this PEM file's Ed25519 key, the instance's own
-    (None: NEFFCACHE_SIGNING_KEY_FILE, the config's ``signing_key_file``,
-    NEFFCACHE_SIGNING_KEY, else unsigned).
+    ``cache``: the restored directory the service compiled into. ``cell_id``: the cell the
+    runtime-compiled files belong to (None: the only cell without an entry). ``dry_run``:
+    plan only. ``store``, ``index``, ``python``, ``signing_key`` (the instance's own key):
+    None resolves them as the CLI does, from ``environ`` (None: the process's). ``notice``:
+    warnings. ``allow_missing_packages``: publish even when the interpreter lacks what the
+    backend needs.
     """
 
     matrix: str | Path
@@ -55,14 +49,9 @@ class CaptureRequest:
 
 @dataclass(frozen=True, slots=True)
 class CaptureResult(ExitRule):
-    """What a capture found and did. ``plan.action``: publish, exists (the cell has an entry
-    already: nothing published) or nothing (no runtime-compiled file). ``published`` is the
-    publish (None on a dry run or when the plan publishes nothing); ``indexed``: whether the
-    index recorded it (None when nothing was published).
-
-    ``to_json()`` is the ``neffcache capture --json`` document. ``error()`` is always None and
-    ``exit_code`` 0: a capture that cannot decide or publish raises instead.
-    """
+    """What a capture found (``plan``) and did: ``published`` (None on a dry run or when the
+    plan publishes nothing), ``indexed``. ``to_json()`` is the ``--json`` document; a capture
+    that cannot decide or publish raises, so ``error()`` is None."""
 
     plan: BackfillPlan
     fingerprint_key: str
@@ -82,17 +71,10 @@ class CaptureResult(ExitRule):
 
 
 def capture_entry(request: CaptureRequest) -> CaptureResult:
-    """Upload the files an instance compiled at run time (in no entry of the matrix for this
-    host's fingerprint) as the entry of one cell without an entry, and index it (see
-    ``neffcache capture --help``).
-
-    Raises UsageError (exit 2) when the cache dir holds no cache root, the named cell is not
-    in the matrix, or the files cannot be attributed to one cell (several cells without an
-    entry and no ``cell_id``), or the interpreter lacks what the backend needs without
-    ``allow_missing_packages``; MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
-    when this host's fingerprint cannot be used; UnavailableError (6) when the store cannot
-    be reached. An index failure is only a notice.
-    """
+    """Publish the files an instance compiled at run time as the entry of one cell without an
+    entry, and index it (``neffcache capture --help``). Raises UsageError (2) when the files
+    cannot be attributed to one cell, MatrixError (2), FingerprintMismatchError (5),
+    UnavailableError (6); an index failure is only a notice."""
     from neffcache.backends import get_backend, root_dirs
     from neffcache.matrix_io import load_matrix
 

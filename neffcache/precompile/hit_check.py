@@ -1,15 +1,9 @@
 """Proof that a hit is a hit: did a warm-up compile anything? Pure; no I/O, no torch.
 
-Hit counters alone are not trusted (inductor can report FX-graph hits while kernels rebuild),
-so a warm-up is judged on what real work leaves behind:
-
-- capturable files that appeared or changed in the cache roots (locks/temp files excluded);
-- compile counters that only move when code is generated: inductor FX-graph cache misses and
-  bypasses, AOTAutograd cache misses, C++ compiler runs that produced an object, library or
-  precompiled header (the preprocessor pass inductor runs on every start to key its headers
-  does not count), (a NEFF compilation shows as a new file).
-
-``judge_activity`` turns those facts into a verdict with the reasons spelled out.
+Hit counters alone are not trusted (inductor can report FX-graph hits while kernels rebuild):
+a warm-up compiled if capturable files appeared or changed in the cache roots, a counter that
+only moves when code is generated moved, or the C++ compiler produced an object, library or
+precompiled header (not the preprocessor pass inductor runs at every start).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def record_entry_or_warn(settings: Settings, manifest: Manifest, store_url: str,
     (with the command that repairs it: ``neffcache reindex``) and returns False."""
     from neffcache.index import open_index
 
-    say = notice or _silent
+    say = notice or silent
     try:
         with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as index:
             index.record_entry(manifest, store_url)
@@ -47,7 +47,7 @@ def report_to_index(settings: Settings, what: str, write: Callable[[Index], None
     written, False when the index did not take it in time, None when there is no index."""
     if not settings.has_index:
         return None
-    say = notice or _silent
+    say = notice or silent
     errors: list[BaseException] = []
 
     def send() -> None:
@@ -70,5 +70,5 @@ def report_to_index(settings: Settings, what: str, write: Callable[[Index], None
     return not (worker.is_alive() or errors)
 
 
-def _silent(message: str) -> None:
+def silent(message: str) -> None:
     """The notice of a caller that gave none: dropped."""

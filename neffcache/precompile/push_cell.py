@@ -32,20 +32,13 @@ from neffcache.store import Store
 class PushRequest:
     """Which cell to publish, and from which cache roots; each field is the flag of that name.
 
-    The cell: ``cell`` itself, or ``cell_json`` (a file holding a cell's JSON, which may carry
-    a ``backend`` key; ``"-"`` reads stdin), or ``matrix`` with ``cell_id``. ``roots``: each
-    cache root's directory, as ``{name: dir}`` or as ``"NAME=DIR"`` strings (``--root``).
-    ``backend``: inductor or neuron (None: the matrix's, or the cell JSON's ``backend``).
-    ``compile_seconds``: how long the warm-up took (in the manifest). ``workers``: parallel
-    uploads (``publish.DEFAULT_WORKERS``; hashing on at most 2 threads per CPU). ``python``:
-    fingerprint this interpreter's packages. ``store``, ``index``, ``python``: None resolves
-    them as the CLI does (NEFFCACHE_* > config file > default), from ``environ`` (None: the
-    process's, at call time). ``notice``: warnings (the index did not
-    record the entry). ``allow_missing_packages``: publish even when the interpreter lacks
-    what the backend needs (torch; torch-neuronx for neuron), else a UsageError.
-    ``signing_key``: sign the manifest with this PEM file's Ed25519 key (None:
-    NEFFCACHE_SIGNING_KEY_FILE, the config's ``signing_key_file``, NEFFCACHE_SIGNING_KEY,
-    else unsigned).
+    The cell: ``cell``, or ``cell_json`` (a file holding a cell's JSON, maybe with a
+    ``backend`` key; ``"-"``: stdin), or ``matrix`` with ``cell_id``. ``roots``: ``{name:
+    dir}`` or ``"NAME=DIR"`` strings. ``backend``: None takes the matrix's or the cell JSON's.
+    ``compile_seconds``: the warm-up's (in the manifest). ``workers``: parallel uploads.
+    ``store``, ``index``, ``python``, ``signing_key``: None resolves them as the CLI does,
+    from ``environ`` (None: the process's). ``notice``: warnings.
+    ``allow_missing_packages``: publish even when the interpreter lacks what the backend needs.
     """
 
     roots: Mapping[str, str | Path] | Sequence[str] = ()
@@ -67,15 +60,9 @@ class PushRequest:
 
 @dataclass(frozen=True, slots=True)
 class PushResult(ExitRule):
-    """A published (or already present) entry. ``published.created`` is False when the entry
-    existed and stands unchanged (the first writer wins); ``indexed``: the index recorded it
-    (if not, the store still holds it: ``neffcache reindex``).
-
-    ``to_json()`` is the ``neffcache push --json`` document (entry_key, cell_id,
-    fingerprint_key, created, files, total_bytes, blobs_uploaded, blobs_skipped,
-    bytes_uploaded, indexed, store, ...). ``error()`` is always None and ``exit_code`` 0: a
-    push that cannot publish raises instead.
-    """
+    """A published (or already present: ``published.created`` False) entry; ``indexed``: the
+    index recorded it. ``to_json()`` is the ``--json`` document; a push that cannot publish
+    raises, so ``error()`` is None."""
 
     published: PublishResult
     indexed: bool
@@ -115,9 +102,8 @@ class Publisher:
 
 def open_publisher(request: Publishing, backend: str,
                    env: Mapping[str, str] | None = None) -> Publisher:
-    """Settings from ``request.environ``, this host's fingerprint (collected in ``env``,
-    default that environment) checked usable and publishable, the signing key (a bad key
-    fails before any work), and the store, opened and checked."""
+    """The settings, this host's fingerprint (collected in ``env``, default the request's
+    environment) checked usable and publishable, the signing key and the open store."""
     from neffcache.command_steps import open_checked_store
     from neffcache.config import read_settings
     from neffcache.fingerprint import (
@@ -141,16 +127,10 @@ def open_publisher(request: Publishing, backend: str,
 
 
 def push(request: PushRequest) -> PushResult:
-    """Publish the files under each cache root as the entry of one cell on this host's
-    fingerprint, then record it in the index (see ``neffcache push --help``).
-
-    Raises UsageError (exit 2) when the cell is not named exactly once, cannot be read or is
-    not in the matrix, the backend is unknown, a root is malformed, unknown or given
-    twice, or the interpreter lacks what the backend needs (torch, torch-neuronx) without
-    ``allow_missing_packages``; FingerprintMismatchError (5) when this host's fingerprint
-    cannot be used; UnavailableError (6) when the store cannot be reached. An index failure
-    is only a notice.
-    """
+    """Publish the files under each cache root as one cell's entry on this host's fingerprint,
+    then index it (``neffcache push --help``). Raises UsageError (2) for a cell or root that
+    cannot be used, FingerprintMismatchError (5), UnavailableError (6); an index failure is
+    only a notice."""
     from neffcache.backends import get_backend
 
     cell, default_backend = _load_cell(request)
@@ -208,8 +188,7 @@ def _read_cell_json(cell_json: str) -> tuple[Cell, str | None]:
 
 def parse_roots(roots: Mapping[str, str | Path] | Sequence[str],
                 backend: Backend) -> dict[str, Path]:
-    """Each cache root's directory, checked against ``backend``'s root names: from a mapping,
-    or from ``NAME=DIR`` strings (``--root``; a name given twice is a UsageError)."""
+    """Each cache root's directory, from a mapping or ``NAME=DIR`` strings, checked."""
     if isinstance(roots, Mapping):
         specs = [f"{name}={directory}" for name, directory in roots.items()]
     elif isinstance(roots, str):
