@@ -22,8 +22,7 @@ from neffcache.faces import lazy_face
 # module -> the names the face takes from it, each imported on first use (a boot restore must
 # not pay for the precompile machinery).
 _FACE = {
-    "backfill": ("BackfillPlan",),
-    "backfill_cell": ("CaptureRequest", "CaptureResult", "capture_entry"),
+    "backfill_cell": ("BackfillPlan", "CaptureRequest", "CaptureResult", "capture_entry"),
     "claims": ("ClaimOptions",),
     "heartbeat": ("CellBeat",),
     "hit_check": ("FileState", "Verdict"),
@@ -42,8 +41,8 @@ __all__, __getattr__ = lazy_face(globals(), _FACE)
 if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not this
     # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
     # isort: off
-    from neffcache.precompile.backfill import BackfillPlan
-    from neffcache.precompile.backfill_cell import CaptureRequest, CaptureResult, capture_entry
+    from neffcache.precompile.backfill_cell import (BackfillPlan, CaptureRequest, CaptureResult,
+        capture_entry)
     from neffcache.precompile.claims import ClaimOptions
     from neffcache.precompile.heartbeat import CellBeat
     from neffcache.precompile.hit_check import FileState, Verdict

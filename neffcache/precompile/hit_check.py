@@ -68,10 +68,6 @@ class CompileActivity:
     def cpp_compiles(self) -> tuple[str, ...]:
         return tuple(p for p in self.cpp_outputs if p.endswith(CPP_COMPILE_SUFFIXES))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"counters": {g: dict(v) for g, v in self.counters},
-                "cpp_outputs": list(self.cpp_outputs), "cpp_probe": self.cpp_probe}
-
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CompileActivity:
         raw = data.get("counters") or {}
@@ -126,15 +122,11 @@ def diff_files(before: Iterable[FileState], after: Iterable[FileState]) -> FileD
     )
 
 
-def _counter_name(group: str, name: str) -> str:
-    return f"{group}.{name}"
-
-
 def judge_activity(files: FileDiff, activity: CompileActivity, *, shown: int = 3) -> Verdict:
     """Compiled if any capturable file is new or rewritten, any work counter moved, or the
     C++ compiler produced anything. Pure."""
-    work = tuple((_counter_name(g, n), activity.counter(g, n)) for g, n in WORK_COUNTERS)
-    hits = tuple((_counter_name(g, n), activity.counter(g, n)) for g, n in HIT_COUNTERS)
+    work = tuple((f"{g}.{n}", activity.counter(g, n)) for g, n in WORK_COUNTERS)
+    hits = tuple((f"{g}.{n}", activity.counter(g, n)) for g, n in HIT_COUNTERS)
     cpp = activity.cpp_compiles
     reasons: list[str] = []
     if files.new:

@@ -1,9 +1,6 @@
 """Tell the index what a use case published or judged. The store is the source of truth, so an
-index that fails (or, on an instance's boot, answers slowly) is a notice, never an error.
-
-``record_entry_or_warn`` indexes a published entry (push, capture); ``report_to_index`` runs a
-write against the index within a time limit, when an index is configured or the embedded one
-exists (warm). Both open the index only when called: importing this module imports no SQL.
+index that fails (or, on a boot, answers slowly) is a notice, never an error. Importing this
+module imports no SQL.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Publish intents: the ``pending/`` notes naming the blobs a publish (or copy) relies on, written
 before it decides anything, renewed in the background while it runs, dropped when it ends.
 
-gc spares what an intent younger than its grace names, and refuses a grace shorter than
-``GRACE_FLOOR_SECONDS`` unless forced. A holder renews every ``REFRESH_SECONDS`` (a quarter of
-the floor) by writing a fresh intent under a new key, then deleting the previous one: there is
-always at least one intent in the store, and a gc that listed ``pending/`` before the renewal
-sees the new key as new and reads it again before its next batch of deletions.
+gc spares what an intent younger than its grace names (a grace of at least
+``GRACE_FLOOR_SECONDS`` unless forced). A renewal writes a fresh intent under a new key before
+deleting the previous one, so a gc that listed ``pending/`` before it reads the new key too.
 """
 
 from __future__ import annotations
