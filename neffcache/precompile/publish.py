@@ -277,13 +277,9 @@ def _upload_blobs(store: Store, sources: Sources, opts: PublishOptions, *,
 
 def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool:
     """Stream one file into the store, hashing as it goes; never commit changed bytes."""
-    name = f"{record.root}/{record.path}"
-    try:
-        raw = open(path, "rb")
-    except OSError as exc:
-        raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
-                             f"{exc.strerror}") from None
-    with VerifyingReader(raw, size=record.size, sha256=record.sha256, name=name) as reader:
+    raw = _read_again(path, lambda p: open(p, "rb"))
+    with VerifyingReader(raw, size=record.size, sha256=record.sha256,
+                         name=f"{record.root}/{record.path}") as reader:
         wrote = store.put(key, reader, if_absent=True)  # type: ignore[arg-type]
         if wrote:
             try:
@@ -305,7 +301,9 @@ def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...], sour
         layout = []
         with tempfile.TemporaryFile(prefix=".neffcache-pack-") as body:
             for f in members:
-                data = _member_bytes(sources[f.sha256][1], f)
+                path = sources[f.sha256][1]
+                data = _read_again(path, Path.read_bytes)
+                _check_same(path, f, hashlib.sha256(data).hexdigest(), len(data))
                 layout.append(PackMember(f.sha256, body.tell(), f.size))
                 whole.update(data)
                 body.write(data)
@@ -322,36 +320,32 @@ def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...], sour
     return tuple(p for p, _ in done), len(wrote), sum(p.size for p in wrote)
 
 
-def _member_bytes(path: Path, f: FileRecord) -> bytes:
-    """A pack member's bytes from its file, which must still be the ones hashed."""
+def _read_again(path: Path, read: Callable[[Path], T]) -> T:
+    """``read(path)`` of a file being published: unreadable now is an IntegrityError."""
     try:
-        data = path.read_bytes()
+        return read(path)
     except OSError as exc:
         raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
                              f"{exc.strerror}") from None
-    if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
+
+
+def _check_same(path: Path, f: FileRecord, sha: str, size: int) -> None:
+    """A file read again must still be the one hashed."""
+    if size != f.size or sha != f.sha256:
         raise IntegrityError(f"{path}: changed while being published (sha256 or size "
                              f"differs from {f.sha256[:12]})")
-    return data
 
 
 def _part_digests(files: tuple[FileRecord, ...], sources: Sources, opts: PublishOptions
                   ) -> tuple[PartDigests, ...]:
     """A digest per part of each large file, read again with its whole-file sha256, which must
     still be the recorded one."""
-
     policy = opts.parting
 
     def one(f: FileRecord) -> PartDigests:
         path = sources[f.sha256][1]
-        try:
-            sha, size, digests = sha256_file_parts(path, policy.part_bytes)
-        except OSError as exc:
-            raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
-                                 f"{exc.strerror}") from None
-        if sha != f.sha256 or size != f.size:
-            raise IntegrityError(f"{path}: changed while being published (sha256 or size "
-                                 f"differs from {f.sha256[:12]})")
+        sha, size, digests = _read_again(path, lambda p: sha256_file_parts(p, policy.part_bytes))
+        _check_same(path, f, sha, size)
         return PartDigests(f.sha256, policy.part_bytes, digests)
 
     large = needs_parts(files, policy)
