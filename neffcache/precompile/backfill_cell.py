@@ -10,7 +10,6 @@ entries they were compiled on top of. ``plan_backfill`` is pure.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from neffcache.matrix import Cell
 from neffcache.precompile.capture import scan_roots
 from neffcache.precompile.hit_check import FileState
 from neffcache.precompile.indexing import record_entry_or_warn
-from neffcache.precompile.plan import read_entry
+from neffcache.precompile.plan import read_entries
 from neffcache.precompile.publish import PublishOptions, PublishResult, hash_files, publish_entry
 from neffcache.precompile.push_cell import open_publisher
 from neffcache.request_rules import checked_request
@@ -92,18 +91,6 @@ def _attribute(cells: Sequence[Cell], entries: Mapping[str, Manifest], cell_id: 
     ids = ", ".join(c.id for c in without[:4]) + (", ..." if len(without) > 4 else "")
     raise UsageError(f"{len(without)} cells have no entry for this fingerprint ({ids}); name "
                      f"the one this instance served with --cell ID")
-
-
-def read_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
-                 backend: Backend, workers: int = 16) -> dict[str, Manifest]:
-    """Cell id -> this fingerprint's manifest, for the cells whose entry the store holds."""
-
-    def one(cell: Cell) -> tuple[str, Manifest | None]:
-        key = entry_key(cell, fingerprint)
-        return cell.id, read_entry(store, key, backend, source=f"manifests/{key}.json")
-
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(cells) or 1))) as pool:
-        return {cid: m for cid, m in pool.map(one, cells) if m is not None}
 
 
 def hash_new_files(plan: BackfillPlan, dirs: Mapping[str, str | Path],
@@ -196,7 +183,8 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     if not any(Path(d).is_dir() for d in dirs.values()):
         raise UsageError(f"--cache {target}: no cache root in it ({', '.join(dirs.values())})")
     to = open_publisher(request, backend.name)
-    entries = read_entries(to.store, m.cells, to.fingerprint, backend)
+    cell_ids = {entry_key(c, to.fingerprint): c.id for c in m.cells}
+    entries = {cell_ids[k]: e for k, e in read_entries(to.store, list(cell_ids), backend).items()}
     present = scan_roots(backend, {k: v for k, v in dirs.items() if Path(v).is_dir()})
     plan = plan_backfill(present, m.cells, to.fingerprint, entries, request.cell_id)
     published, indexed = None, None

@@ -199,14 +199,23 @@ def find_ready(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
     return {k for k, p in zip(keys, present, strict=True) if p}
 
 
-def read_entry(store: Store, key: str, backend: Backend, source: str = "manifest"
-               ) -> Manifest | None:
+def read_entry(store: Store, key: str, backend: Backend) -> Manifest | None:
     """The manifest of the entry ``key`` (None when the store lacks it)."""
     try:
         data = store.read(manifest_key(key))
     except NotFoundError:
         return None
-    return decode_manifest(data, allowed_roots=backend.root_names, source=source)
+    return decode_manifest(data, allowed_roots=backend.root_names, source=manifest_key(key))
+
+
+def read_entries(store: Store, keys: Sequence[str], backend: Backend,
+                 workers: int = 16) -> dict[str, Manifest]:
+    """Entry key -> manifest, for the keys whose entry the store holds (read in parallel)."""
+    if not keys:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(workers, len(keys))) as pool:
+        found = list(pool.map(lambda key: read_entry(store, key, backend), keys))
+    return {k: m for k, m in zip(keys, found, strict=True) if m is not None}
 
 
 def stored_compile_seconds(store: Store, key: str, backend: Backend) -> float | None:

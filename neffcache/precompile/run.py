@@ -56,7 +56,7 @@ from neffcache.precompile.plan import (
     VerifyReport,
     find_ready,
     plan_precompile,
-    read_entry,
+    read_entries,
     worker_spec,
 )
 from neffcache.precompile.publish import (
@@ -423,9 +423,7 @@ def index_known_entries(store: Store, index: Index, plans: Sequence[CellPlan],
     unknown = [p.entry_key for p in plans if p.entry_key not in known]
     if not unknown:
         return
-    with ThreadPoolExecutor(max_workers=min(READERS, len(unknown))) as pool:
-        read = pool.map(lambda key: read_entry(store, key, backend), unknown)
-        manifests = [m for m in read if m is not None]
+    manifests = list(read_entries(store, unknown, backend, READERS).values())
     if manifests:
         index.record_entries(manifests, store.url)
 
