@@ -1,10 +1,7 @@
-"""``precompile --claim``: warm cells taken one at a time from the index's claim queue, so any
-number of workers on any number of machines share a matrix and each cell is compiled once.
-
-Each slot claims the next cell with no entry and no live lease, warms it under a ``Heartbeat``
-that renews the lease, and releases it (done, failed: back to the queue while it has attempts
-left, or cancelled when the run was stopped: claimable at once, no attempt spent). A lease
-whose holder died expires and is claimed anew. A worker exits when no cell is left to claim.
+"""``precompile --claim``: cells taken one at a time from the index's claim queue, so workers on
+any number of machines share a matrix and each cell is compiled once. A ``Heartbeat`` renews a
+cell's lease while it is warmed; a lease whose holder died expires and is claimed anew; a
+stopped run releases its leases as cancelled (claimable at once, no attempt spent).
 """
 
 from __future__ import annotations

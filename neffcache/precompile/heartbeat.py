@@ -1,10 +1,6 @@
-"""Heartbeats: what each running cell is doing, told at a fixed interval (a thread of the run).
-
-A run ``watch``es a cell when its worker starts, sets its phase as it goes and ``forget``s it
-when done; while a ``Beats`` is entered, a daemon thread tells a ``CellBeat`` (elapsed, phase,
-the worker's last log line) per cell every ``interval`` seconds. While the worker runs, the
-phase is the latest ``PHASE_MARK`` line it printed. ``worker_phase`` and ``last_log_line``
-are pure.
+"""Heartbeats: what each running cell is doing (elapsed, phase, the worker's last log line),
+told every ``interval`` seconds by a thread of the run. While the worker runs, the phase is the
+latest ``PHASE_MARK`` line it printed. ``worker_phase`` and ``last_log_line`` are pure.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Publish an entry: capture a warm-up's cache roots into blobs plus one manifest in a store.
 
-``publish_entry`` writes a ``pending/`` intent first (so a concurrent gc spares the blobs it
-relies on), uploads only the blobs the store lacks (verified while streaming), beside them packs
-of the small ones (``packing``) and part digests of the large ones (``neffcache.parts``), then
-the manifest last with if-absent (the commit point: first writer wins) and the cell pointer.
-
-Stopping: a set ``stop`` event raises ``StoppedError`` within ``STOP_POLL_SECONDS`` while
-uploads run, or before the manifest: no manifest or pointer is written, what reached the store
-is content-addressed and harmless, and a later publish uploads only what is missing.
+An intent first (so gc spares the blobs), then the blobs the store lacks (verified while
+streaming), packs of the small ones and part digests of the large ones, and the manifest last,
+if absent (the commit point: first writer wins), then the cell pointer. A set ``stop`` raises
+``StoppedError`` before the manifest: what reached the store is content-addressed and harmless.
 """
 
 from __future__ import annotations

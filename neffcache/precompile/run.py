@@ -1,16 +1,10 @@
-"""Run a precompile: warm each planned cell in a worker, publish, record, optionally verify.
+"""Run a precompile: ``open_run`` plans the cells; a driver calls the ``PrecompileRun``'s
+``start``, ``in_slots`` (each slot calls ``warm`` or ``already_published`` per cell), ``finish``.
 
-``open_run`` plans the cells and returns a ``PrecompileRun``, whose steps a driver calls in
-order: ``start``, ``in_slots`` (each slot loop calls ``warm`` or ``already_published`` per
-cell it takes), ``finish``. ``apply_precompile`` is the static driver; ``claims`` the claimed.
-
-A failed, crashed or timed-out warm-up is a failed cell (nothing published); with ``verify``
-each new entry is restored into a new directory and warmed again, which must compile nothing.
-Setting the hooks' ``stop`` event starts no more cells, ends the running workers' process
-groups, stops a publish at its next safe point, and reports those cells ``cancelled`` (never
-failures). The library installs no signal handler.
+A failed warm-up publishes nothing; ``verify`` restores each new entry and warms it again. The
+hooks' ``stop`` starts no more cells, ends the running workers, stops a publish at its next
+safe point and reports those cells ``cancelled``. The library installs no signal handler.
 """
-
 
 from __future__ import annotations
 
