@@ -1,21 +1,119 @@
-"""``capture_entry(CaptureRequest) -> CaptureResult``: the use case behind ``neffcache capture``:
-back-fill what an instance compiled at run time as the entry of the cell it served (the plan
-and the publish are ``backfill``'s), then index it."""
+"""Back-fill, the use case behind ``neffcache capture`` (``capture_entry(CaptureRequest) ->
+CaptureResult``): publish the files an instance compiled at run time as the entry of a cell.
+
+A file in the cache roots is *runtime-compiled* when no entry of this fingerprint for the
+matrix lists it. Those files become the entry of ONE cell without an entry (``--cell``, or the
+only such cell), so restore needs no change; they are meant to be restored together with the
+entries they were compiled on top of. ``plan_backfill`` is pure.
+"""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from neffcache.backends import Backend
 from neffcache.errors import ExitRule, UsageError
-from neffcache.precompile.backfill import BackfillPlan, apply_backfill, plan_backfill, read_entries
+from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import FileRecord, Manifest, entry_key
+from neffcache.matrix import Cell
 from neffcache.precompile.capture import scan_roots
+from neffcache.precompile.hit_check import FileState
 from neffcache.precompile.indexing import record_entry_or_warn
-from neffcache.precompile.publish import PublishResult
+from neffcache.precompile.plan import read_entries
+from neffcache.precompile.publish import PublishOptions, PublishResult, hash_files, publish_entry
+from neffcache.precompile.push_cell import open_publisher
 from neffcache.request_rules import checked_request
+from neffcache.store import Store
+
+PUBLISH, EXISTS, NOTHING = "publish", "exists", "nothing"
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillPlan:
+    """What a capture will do: which files are runtime-compiled and which cell gets them."""
+
+    action: str  # publish | exists (the cell has an entry already) | nothing (no new files)
+    cell: Cell | None
+    entry_key: str | None
+    new_files: tuple[FileState, ...]
+    restored_files: int  # files in the roots that restored entries account for
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "cell_id": self.cell.id if self.cell else None,
+                "entry_key": self.entry_key, "new_files": len(self.new_files),
+                "new_bytes": sum(f.size for f in self.new_files),
+                "restored_files": self.restored_files, "reason": self.reason}
+
+
+def plan_backfill(present: Sequence[FileState], cells: Sequence[Cell], fingerprint: Fingerprint,
+                  entries: Mapping[str, Manifest], cell_id: str | None = None) -> BackfillPlan:
+    """Decide what to publish. ``present``: capturable files in the roots; ``entries``: cell
+    id -> this fingerprint's manifest, for the cells that have one; ``cell_id``: --cell. Pure."""
+    known = {(f.root, f.path) for m in entries.values() for f in m.files}
+    new = tuple(f for f in present if (f.root, f.path) not in known)
+    restored = len(present) - len(new)
+    cell = _attribute(cells, entries, cell_id, bool(new))
+    if not new:
+        return BackfillPlan(NOTHING, cell, None, (), restored,
+                            "no runtime-compiled files: every file came from a restored entry")
+    assert cell is not None
+    key = entry_key(cell, fingerprint)
+    if cell.id in entries:
+        return BackfillPlan(EXISTS, cell, key, new, restored,
+                            f"{cell.id} already has entry {key[:12]} (entries are immutable, "
+                            f"the first writer wins); the {len(new)} new file(s) stay local")
+    return BackfillPlan(PUBLISH, cell, key, new, restored,
+                        f"{len(new)} runtime-compiled file(s) become the entry of {cell.id}")
+
+
+def _attribute(cells: Sequence[Cell], entries: Mapping[str, Manifest], cell_id: str | None,
+               has_new: bool) -> Cell | None:
+    if cell_id is not None:
+        for c in cells:
+            if c.id == cell_id:
+                return c
+        some = ", ".join(c.id for c in cells[:3])
+        raise UsageError(f"--cell {cell_id!r}: no such cell in the matrix (cells look like "
+                         f"{some})")
+    if not has_new:
+        return None
+    without = [c for c in cells if c.id not in entries]
+    if len(without) == 1:
+        return without[0]
+    if not without:
+        raise UsageError("every cell of the matrix has an entry for this fingerprint, so the "
+                         "runtime-compiled files belong to no declared cell; add their "
+                         "shapes to the matrix, or name a cell with --cell")
+    ids = ", ".join(c.id for c in without[:4]) + (", ..." if len(without) > 4 else "")
+    raise UsageError(f"{len(without)} cells have no entry for this fingerprint ({ids}); name "
+                     f"the one this instance served with --cell ID")
+
+
+def hash_new_files(plan: BackfillPlan, dirs: Mapping[str, str | Path],
+                   workers: int = 8) -> tuple[FileRecord, ...]:
+    """Records (size, sha256, mode) for the plan's new files, validated as a manifest's are."""
+    return hash_files([(f.root, f.path, Path(dirs[f.root], *f.path.split("/")), None)
+                       for f in plan.new_files], max(1, workers), list(dirs), "capture")
+
+
+PRODUCER = {"tool": "neffcache capture", "source": "runtime-compiled (back-fill)"}
+
+
+def apply_backfill(store: Store, plan: BackfillPlan, backend: Backend, fingerprint: Fingerprint,
+                   dirs: Mapping[str, str | Path], options: PublishOptions) -> PublishResult | None:
+    """Publish the plan's new files as its cell's entry (None unless the plan says publish);
+    when another instance back-filled the cell first, its entry stands (``created`` False)."""
+    if plan.action != PUBLISH or plan.cell is None:
+        return None
+    files = hash_new_files(plan, dirs, workers=options.workers)
+    roots = {name: Path(d) for name, d in dirs.items()}
+    return publish_entry(store, plan.cell, fingerprint, backend, roots, options,
+                         producer=PRODUCER, files=files)
+
 
 # What a capture's JSON takes from the publish's, when it published.
 _PUBLISH_FIELDS = ("created", "files", "total_bytes", "blobs_uploaded", "bytes_uploaded")
@@ -25,18 +123,12 @@ _PUBLISH_FIELDS = ("created", "files", "total_bytes", "blobs_uploaded", "bytes_u
 class CaptureRequest:
     """What ``neffcache capture`` is asked to back-fill; each field is the flag of that name.
 
-    ``matrix``: the matrix file. ``cache``: the restored cache directory the service compiled
-    into (each cache root R is ``cache/R``). ``cell_id``: the cell the runtime-compiled files
-    belong to (None: the only cell without an entry for this fingerprint). ``dry_run``: plan
-    only, upload nothing. ``workers``: parallel hashing and uploads. ``python``: fingerprint
-    this interpreter's packages. ``store``, ``index``, ``python``: None resolves them as the
-    CLI does (NEFFCACHE_* > config file > default), from ``environ`` (None: the process's, at
-    call time). ``notice``: warnings (the index did not record the entry).
-    ``allow_missing_packages``: publish even when the interpreter lacks what the backend
-    needs (torch; torch-neuronx for neuron), else a UsageError (a dry run too).
-    ``signing_key``: sign the entry with this PEM file's Ed25519 key, the instance's own
-    (None: NEFFCACHE_SIGNING_KEY_FILE, the config's ``signing_key_file``,
-    NEFFCACHE_SIGNING_KEY, else unsigned).
+    ``cache``: the restored directory the service compiled into. ``cell_id``: the cell the
+    runtime-compiled files belong to (None: the only cell without an entry). ``dry_run``:
+    plan only. ``store``, ``index``, ``python``, ``signing_key`` (the instance's own key):
+    None resolves them as the CLI does, from ``environ`` (None: the process's). ``notice``:
+    warnings. ``allow_missing_packages``: publish even when the interpreter lacks what the
+    backend needs.
     """
 
     matrix: str | Path
@@ -55,14 +147,9 @@ class CaptureRequest:
 
 @dataclass(frozen=True, slots=True)
 class CaptureResult(ExitRule):
-    """What a capture found and did. ``plan.action``: publish, exists (the cell has an entry
-    already: nothing published) or nothing (no runtime-compiled file). ``published`` is the
-    publish (None on a dry run or when the plan publishes nothing); ``indexed``: whether the
-    index recorded it (None when nothing was published).
-
-    ``to_json()`` is the ``neffcache capture --json`` document. ``error()`` is always None and
-    ``exit_code`` 0: a capture that cannot decide or publish raises instead.
-    """
+    """What a capture found (``plan``) and did: ``published`` (None on a dry run or when the
+    plan publishes nothing), ``indexed``. ``to_json()`` is the ``--json`` document; a capture
+    that cannot decide or publish raises, so ``error()`` is None."""
 
     plan: BackfillPlan
     fingerprint_key: str
@@ -82,52 +169,30 @@ class CaptureResult(ExitRule):
 
 
 def capture_entry(request: CaptureRequest) -> CaptureResult:
-    """Upload the files an instance compiled at run time (in no entry of the matrix for this
-    host's fingerprint) as the entry of one cell without an entry, and index it (see
-    ``neffcache capture --help``).
-
-    Raises UsageError (exit 2) when the cache dir holds no cache root, the named cell is not
-    in the matrix, or the files cannot be attributed to one cell (several cells without an
-    entry and no ``cell_id``), or the interpreter lacks what the backend needs without
-    ``allow_missing_packages``; MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
-    when this host's fingerprint cannot be used; UnavailableError (6) when the store cannot
-    be reached. An index failure is only a notice.
-    """
+    """Publish the files an instance compiled at run time as the entry of one cell without an
+    entry, and index it (``neffcache capture --help``). Raises UsageError (2) when the files
+    cannot be attributed to one cell, MatrixError (2), FingerprintMismatchError (5),
+    UnavailableError (6); an index failure is only a notice."""
     from neffcache.backends import get_backend, root_dirs
-    from neffcache.command_steps import open_checked_store
-    from neffcache.config import read_settings
-    from neffcache.fingerprint import (
-        check_publishable,
-        check_usable,
-        collect_fingerprint,
-        described_interpreter,
-    )
-    from neffcache.keys import signer_for
     from neffcache.matrix_io import load_matrix
 
-    environ = os.environ if request.environ is None else request.environ
     m = load_matrix(request.matrix)
     backend = get_backend(m.backend)
     target = Path(request.cache).expanduser().absolute()
     dirs = root_dirs(backend, str(target))
     if not any(Path(d).is_dir() for d in dirs.values()):
         raise UsageError(f"--cache {target}: no cache root in it ({', '.join(dirs.values())})")
-    settings = read_settings(environ, store=request.store, index=request.index,
-                             python=request.python)
-    fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
-    check_usable(fingerprint)
-    check_publishable(fingerprint, described_interpreter(settings.python),
-                      allow_missing=request.allow_missing_packages, environ=environ)
-    signer = signer_for(request.signing_key, settings)
-    store = open_checked_store(settings.store_url, create=True)
-    entries = read_entries(store, m.cells, fingerprint, backend)
+    to = open_publisher(request, backend.name)
+    cell_ids = {entry_key(c, to.fingerprint): c.id for c in m.cells}
+    entries = {cell_ids[k]: e for k, e in read_entries(to.store, list(cell_ids), backend).items()}
     present = scan_roots(backend, {k: v for k, v in dirs.items() if Path(v).is_dir()})
-    plan = plan_backfill(present, m.cells, fingerprint, entries, request.cell_id)
+    plan = plan_backfill(present, m.cells, to.fingerprint, entries, request.cell_id)
     published, indexed = None, None
     if not request.dry_run:
-        published = apply_backfill(store, plan, backend, fingerprint, dirs,
-                                   workers=request.workers, signer=signer)
+        published = apply_backfill(to.store, plan, backend, to.fingerprint, dirs,
+                                   PublishOptions(workers=request.workers, signer=to.signer))
         if published is not None:
-            indexed = record_entry_or_warn(settings, published.manifest, store.url,
+            indexed = record_entry_or_warn(to.settings, published.manifest, to.store.url,
                                            request.notice)
-    return CaptureResult(plan, fingerprint.key, store.url, request.dry_run, published, indexed)
+    return CaptureResult(plan, to.fingerprint.key, to.store.url, request.dry_run, published,
+                         indexed)

@@ -1,23 +1,7 @@
-"""``precompile --claim``: warm cells taken one at a time from the index's claim queue, so any
-number of workers on any number of machines share a matrix, and each cell is compiled once.
-
-Each worker queues the cells it would warm (insert-if-absent), then, per local slot, loops:
-claim the next cell with no entry and no live lease (neffcache.index.claims: one statement,
-``FOR UPDATE SKIP LOCKED`` on Postgres), warm and publish it as ``precompile`` does while a
-``Heartbeat`` thread renews the lease, then release it (done: the row is deleted; failed: the
-cell goes back to the queue while it has attempts left). With nothing to claim but cells
-still leased elsewhere, it waits and looks again: a lease whose holder died expires and is
-claimed anew. A worker exits when no cell is left to claim or in progress.
-
-Stopped (the request's ``stop`` event, which ``neffcache precompile`` sets on SIGTERM or
-SIGINT), a worker ends its compile processes (``PrecompileRun.in_slots``) and releases each
-lease it holds as cancelled (``Index.release_cancelled``): the attempt is given back and the
-cell is claimable at once by another worker. A worker that dies without that (SIGKILL) takes
-its compile processes with it (``launch``), and its leases expire as before.
-
-The claim loop is the driver; what it does per cell are the steps of ``PrecompileRun``
-(``neffcache.precompile.run``): ``open_run``, ``start``, ``in_slots``, then per claimed cell
-``already_published`` or ``warm``, and ``finish``.
+"""``precompile --claim``: cells taken one at a time from the index's claim queue, so workers on
+any number of machines share a matrix and each cell is compiled once. A ``Heartbeat`` renews a
+cell's lease while it is warmed; a lease whose holder died expires and is claimed anew; a
+stopped run releases its leases as cancelled (claimable at once, no attempt spent).
 """
 
 from __future__ import annotations
@@ -56,9 +40,7 @@ class ClaimOptions:
         return self.lease_seconds / 3  # two heartbeats may be missed before the lease expires
 
     @property
-    def poll_seconds(self) -> float:
-        """How often a worker with nothing to claim looks again while cells are leased
-        elsewhere: one indexed query, and the worker exits at most this late."""
+    def poll_seconds(self) -> float:  # how often a worker waiting for a lease looks again
         return max(0.2, min(self.lease_seconds / 4, 1.0))
 
 
@@ -68,10 +50,9 @@ def host_label() -> str:
 
 
 class Heartbeat:
-    """Renews one lease every ``interval`` seconds on a daemon thread (a ``threading.Event``
-    wait loop) until stopped. The compile runs in a subprocess; this thread lives in the
-    parent, so a dead parent stops renewing and its lease expires. ``lost`` is set when the
-    index says the lease is no longer ours; a failed renewal is told to ``note``."""
+    """Renews one lease every ``interval`` seconds on a daemon thread until stopped (a dead
+    parent stops renewing, so its lease expires). ``lost`` is set when the index says the
+    lease is no longer ours; a failed renewal is told to ``note``."""
 
     def __init__(self, index: Index, lease: Lease, lease_seconds: float,
                  interval: float, note: Callable[[str], None] = lambda message: None) -> None:
@@ -104,20 +85,17 @@ class Heartbeat:
 def apply_claims(context: RunContext, cells: Sequence[Cell],
                  claim: ClaimOptions) -> PrecompileReport:
     """Warm cells from the claim queue until none is left to claim or in progress, or the
-    hooks' ``stop`` is set; the report lists the cells this worker handled (skipped, refused,
-    published, exists, failed, cancelled). While it waits for a lease it says so (a
-    ``wait`` event) at once, then every ``options.heartbeat_seconds``."""
+    hooks' ``stop`` is set; the report lists the cells this worker handled."""
     from neffcache.index import matrix_name_of
 
-    matrix, index, fingerprint = context.matrix, context.index, context.fingerprint
-    run = open_run(context, cells, force=False, announce_skips=False)
-    name = matrix_name_of(matrix)
-    removed = index.queue_claims(name, [p.cell for p in run.to_warm], fingerprint,
-                                 [c.key for c in matrix.cells])
+    run = open_run(context, cells, announce_skips=False)
+    name = matrix_name_of(context.matrix)
+    removed = context.index.queue_claims(name, [p.cell for p in run.to_warm],
+                                         context.fingerprint, [c.key for c in context.matrix.cells])
     if removed:
         run.emit(("note", name, f"removed {removed} queued cell(s) the matrix no longer "
                                 f"declares"))
-    loop = _ClaimLoop(run, index, claim, name)
+    loop = _ClaimLoop(run, claim, name)
     if run.to_warm:
         run.start(host_label())
         run.in_slots(loop.drain)
@@ -125,12 +103,10 @@ def apply_claims(context: RunContext, cells: Sequence[Cell],
 
 
 class _ClaimLoop:
-    """What each of a worker's local slots runs: claim a cell, warm it under a heartbeat,
-    release it; until nothing is left to claim or leased elsewhere."""
+    """What each local slot runs: claim a cell, warm it under a heartbeat, release it."""
 
-    def __init__(self, run: PrecompileRun, index: Index, claim: ClaimOptions,
-                 name: str = "") -> None:
-        self.run, self.index, self.claim, self.name = run, index, claim, name
+    def __init__(self, run: PrecompileRun, claim: ClaimOptions, name: str) -> None:
+        self.run, self.index, self.claim, self.name = run, run.context.index, claim, name
         self.plans = {p.cell.key: p for p in run.to_warm}
         self.keys = sorted(self.plans)
         self.host = host_label()
@@ -141,7 +117,7 @@ class _ClaimLoop:
     def drain(self) -> None:
         run, claim = self.run, self.claim
         while not run.stopping:
-            result = self.index.claim_next(self.keys, run.fingerprint.key,
+            result = self.index.claim_next(self.keys, run.context.fingerprint.key,
                                            holder=uuid.uuid4().hex, host=self.host,
                                            lease_seconds=claim.lease_seconds,
                                            max_attempts=claim.retries + 1)
@@ -156,8 +132,7 @@ class _ClaimLoop:
                 return
 
     def _say_waiting(self, held: int) -> None:
-        """A ``wait`` event, at most once per heartbeat interval across the slots (only the
-        first of a wait when heartbeats are off)."""
+        """A ``wait`` event, at most once per heartbeat interval across the slots."""
         interval = self.run.options.heartbeat_seconds
         now = time.monotonic()
         with self._lock:

@@ -1,14 +1,6 @@
-"""Heartbeats: what each running cell is doing, told at a fixed interval (a thread of the run).
-
-A run ``watch``es a cell when its worker starts (the worker's log file, the run's phase), sets
-its phase as it goes (``starting``, ``publishing``, ``verifying``) and ``forget``s it when done.
-While a ``Beats`` is entered, a daemon thread looks a few times per interval and, for each
-cell whose next beat is due (every ``interval`` seconds since its start), calls ``tell`` with a
-``CellBeat``: elapsed seconds, the phase, the worker's last non-empty log line. While the
-worker runs, the phase is the latest ``PHASE_MARK`` line it printed (``importing``,
-``loading``, ``compiling``), or ``starting`` before the first. The library prints nothing:
-the caller renders beats (``neffcache precompile``: a line each off a terminal, or JSON).
-``worker_phase`` and ``last_log_line`` are pure.
+"""Heartbeats: what each running cell is doing (elapsed, phase, the worker's last log line),
+told every ``interval`` seconds by a thread of the run. While the worker runs, the phase is the
+latest ``PHASE_MARK`` line it printed. ``worker_phase`` and ``last_log_line`` are pure.
 """
 
 from __future__ import annotations

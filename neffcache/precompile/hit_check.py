@@ -1,15 +1,9 @@
 """Proof that a hit is a hit: did a warm-up compile anything? Pure; no I/O, no torch.
 
-Hit counters alone are not trusted (inductor can report FX-graph hits while kernels rebuild),
-so a warm-up is judged on what real work leaves behind:
-
-- capturable files that appeared or changed in the cache roots (locks/temp files excluded);
-- compile counters that only move when code is generated: inductor FX-graph cache misses and
-  bypasses, AOTAutograd cache misses, C++ compiler runs that produced an object, library or
-  precompiled header (the preprocessor pass inductor runs on every start to key its headers
-  does not count), (a NEFF compilation shows as a new file).
-
-``judge_activity`` turns those facts into a verdict with the reasons spelled out.
+Hit counters alone are not trusted (inductor can report FX-graph hits while kernels rebuild):
+a warm-up compiled if capturable files appeared or changed in the cache roots, a counter that
+only moves when code is generated moved, or the C++ compiler produced an object, library or
+precompiled header (not the preprocessor pass inductor runs at every start).
 """
 
 from __future__ import annotations
@@ -74,10 +68,6 @@ class CompileActivity:
     def cpp_compiles(self) -> tuple[str, ...]:
         return tuple(p for p in self.cpp_outputs if p.endswith(CPP_COMPILE_SUFFIXES))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"counters": {g: dict(v) for g, v in self.counters},
-                "cpp_outputs": list(self.cpp_outputs), "cpp_probe": self.cpp_probe}
-
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CompileActivity:
         raw = data.get("counters") or {}
@@ -132,15 +122,11 @@ def diff_files(before: Iterable[FileState], after: Iterable[FileState]) -> FileD
     )
 
 
-def _counter_name(group: str, name: str) -> str:
-    return f"{group}.{name}"
-
-
 def judge_activity(files: FileDiff, activity: CompileActivity, *, shown: int = 3) -> Verdict:
     """Compiled if any capturable file is new or rewritten, any work counter moved, or the
     C++ compiler produced anything. Pure."""
-    work = tuple((_counter_name(g, n), activity.counter(g, n)) for g, n in WORK_COUNTERS)
-    hits = tuple((_counter_name(g, n), activity.counter(g, n)) for g, n in HIT_COUNTERS)
+    work = tuple((f"{g}.{n}", activity.counter(g, n)) for g, n in WORK_COUNTERS)
+    hits = tuple((f"{g}.{n}", activity.counter(g, n)) for g, n in HIT_COUNTERS)
     cpp = activity.cpp_compiles
     reasons: list[str] = []
     if files.new:

@@ -1,9 +1,6 @@
 """Tell the index what a use case published or judged. The store is the source of truth, so an
-index that fails (or, on an instance's boot, answers slowly) is a notice, never an error.
-
-``record_entry_or_warn`` indexes a published entry (push, capture); ``report_to_index`` runs a
-write against the index within a time limit, when an index is configured or the embedded one
-exists (warm). Both open the index only when called: importing this module imports no SQL.
+index that fails (or, on a boot, answers slowly) is a notice, never an error. Importing this
+module imports no SQL.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ def record_entry_or_warn(settings: Settings, manifest: Manifest, store_url: str,
     (with the command that repairs it: ``neffcache reindex``) and returns False."""
     from neffcache.index import open_index
 
-    say = notice or _silent
+    say = notice or silent
     try:
         with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as index:
             index.record_entry(manifest, store_url)
@@ -47,7 +44,7 @@ def report_to_index(settings: Settings, what: str, write: Callable[[Index], None
     written, False when the index did not take it in time, None when there is no index."""
     if not settings.has_index:
         return None
-    say = notice or _silent
+    say = notice or silent
     errors: list[BaseException] = []
 
     def send() -> None:
@@ -70,5 +67,5 @@ def report_to_index(settings: Settings, what: str, write: Callable[[Index], None
     return not (worker.is_alive() or errors)
 
 
-def _silent(message: str) -> None:
+def silent(message: str) -> None:
     """The notice of a caller that gave none: dropped."""

@@ -1,11 +1,9 @@
 """Publish intents: the ``pending/`` notes naming the blobs a publish (or copy) relies on, written
 before it decides anything, renewed in the background while it runs, dropped when it ends.
 
-gc spares what an intent younger than its grace names, and refuses a grace shorter than
-``GRACE_FLOOR_SECONDS`` unless forced. A holder renews every ``REFRESH_SECONDS`` (a quarter of
-the floor) by writing a fresh intent under a new key, then deleting the previous one: there is
-always at least one intent in the store, and a gc that listed ``pending/`` before the renewal
-sees the new key as new and reads it again before its next batch of deletions.
+gc spares what an intent younger than its grace names (a grace of at least
+``GRACE_FLOOR_SECONDS`` unless forced). A renewal writes a fresh intent under a new key before
+deleting the previous one, so a gc that listed ``pending/`` before it reads the new key too.
 """
 
 from __future__ import annotations
@@ -31,22 +29,14 @@ GRACE_FLOOR_SECONDS = 600.0
 REFRESH_SECONDS = GRACE_FLOOR_SECONDS / 4
 
 
-def intent_key(entry_key: str) -> str:
-    return f"{PENDING}{entry_key}.{uuid.uuid4().hex[:16]}.json"
-
-
-def intent_body(manifest: Manifest, now: float, host: str) -> bytes:
-    """The intent document: entry key, when it was written, and every blob it names (pure)."""
-    body: dict[str, Any] = {"entry_key": manifest.entry_key, "created_at": now, "host": host,
-                            "blobs": sorted({f.sha256 for f in manifest.files})}
-    return canonical_json(body).encode("utf-8")
-
-
 def write_intent(store: Store, manifest: Manifest) -> str:
-    """Announce the blobs a publish relies on, before touching any (see gc); returns its key."""
-    key = intent_key(manifest.entry_key)
-    body = intent_body(manifest, time.time(), socket.gethostname())
-    store.put(key, io.BytesIO(body), if_absent=True)
+    """Announce the blobs a publish relies on, before touching any (see gc): entry key, when,
+    where, and every blob it names, under a new key; returns the key."""
+    key = f"{PENDING}{manifest.entry_key}.{uuid.uuid4().hex[:16]}.json"
+    body: dict[str, Any] = {"entry_key": manifest.entry_key, "created_at": time.time(),
+                            "host": socket.gethostname(),
+                            "blobs": sorted({f.sha256 for f in manifest.files})}
+    store.put(key, io.BytesIO(canonical_json(body).encode("utf-8")), if_absent=True)
     return key
 
 

@@ -1,40 +1,25 @@
 """Start a warm-up worker for one cell and collect what it did (the parent side of the worker).
 
-``run_worker`` writes the spec, starts ``python -m worker`` (or torchrun with one
-worker per rank, for a tensor-parallel cell) in its own session with the cache variables set
-in its environment (so they are in place before anything imports torch), waits up to a
-timeout, then stops the whole process group, and returns a ``WorkerOutcome``: exit status,
-wall seconds, the worker's result document, the verdict of hit_check, and the tail
-of its log.
+``run_worker`` starts the worker (or torchrun, for a tp > 1 cell) in its own session with the
+cache variables already in its environment, waits up to a timeout, stops its process group
+(SIGTERM, then SIGKILL after a grace: only torchrun can reach its ranks' sessions), and returns
+a ``WorkerOutcome``. Under ``python`` (an interpreter without neffcache) the worker finds this
+package through a ``PYTHONPATH`` directory holding only a link to it (never site-packages,
+which would shadow that interpreter's own packages).
 
-With ``python`` (``--python``: the interpreter that runs inference, which has torch but maybe
-no neffcache) the worker runs under that interpreter, and finds this neffcache through
-``PYTHONPATH``: a directory in the workdir holding only a link to this neffcache package is
-put first (before any inherited entries), never the directory that holds it (a venv's
-site-packages would shadow the interpreter's own packages). The worker's imports are the
-standard library, neffcache and what the backend loads (a test keeps them so, and Python 3.10
-needs tomli besides).
-
-Stopping is SIGTERM first, SIGKILL after a grace period: torchrun starts each rank in a
-session of its own, so only torchrun itself (on SIGTERM) can reach and stop its ranks.
-``kill_running_workers`` does that to every worker still running (a run stopped or interrupted).
-
-A worker never outlives its runner, even a SIGKILLed one: in the child, between fork and
-exec, ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` asks the kernel to kill it when the runner dies
-(then it checks the runner did not die before that call). Chosen over a watchdog thread in
-the worker because it needs no cooperation from the command (torchrun, a test double) and no
-polling, and the kernel delivers it whatever killed the parent; it costs one libc call per
-start. Each worker (each torchrun rank too) sets the same for its own parent at start
-(``worker.main``). Elsewhere than Linux there is no such call, and a SIGKILLed runner can
-still orphan its worker (SIGTERM and SIGINT stop it either way).
+A worker never outlives its runner, even a SIGKILLed one: between fork and exec the child
+asks the kernel for SIGKILL when the runner dies (``worker.die_with_parent``, Linux only),
+which needs no cooperation from the command and no watchdog thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -98,16 +83,6 @@ class WorkerOutcome:
             return None
         return verdict_of(self.result)
 
-    def to_json(self) -> dict[str, Any]:
-        v = self.verdict()
-        r = self.result or {}
-        return {"cell_id": self.cell_id, "ok": self.ok, "exit_status": self.exit_status,
-                "timed_out": self.timed_out, "wall_seconds": round(self.wall_seconds, 3),
-                "seconds": self.seconds, "load_seconds": r.get("load_seconds"),
-                "import_seconds": r.get("import_seconds"),
-                "error": None if self.ok else self.error,
-                "compiled": v.to_json() if v else None}
-
 
 def verdict_of(result: Mapping[str, Any]) -> Verdict:
     def states(rows: Any) -> list[FileState]:
@@ -132,10 +107,9 @@ def import_path(workdir: Path, environ: Mapping[str, str]) -> str:
     shim = workdir / "import"
     shim.mkdir(parents=True, exist_ok=True)
     link = shim / "neffcache"
-    package = _PACKAGE
-    if not link.is_symlink() or link.resolve() != package:
+    if not link.is_symlink() or link.resolve() != _PACKAGE:
         link.unlink(missing_ok=True)
-        link.symlink_to(package, target_is_directory=True)
+        link.symlink_to(_PACKAGE, target_is_directory=True)
     inherited = environ.get("PYTHONPATH", "")
     return os.pathsep.join([str(shim), inherited] if inherited else [str(shim)])
 
@@ -154,11 +128,9 @@ def tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
 def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
                environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None,
                timeout: float | None = None, python: str | None = None) -> WorkerOutcome:
-    """Run one worker to completion (or until ``timeout`` seconds) and collect its outcome.
-
-    ``workdir`` holds the spec, the log and the result; the roots are under ``spec.base``
-    and are created here (empty, unless the caller restored an entry into them first).
-    ``python``: the interpreter to run it under (None: this one; see the module's docstring)."""
+    """Run one worker to completion (or ``timeout`` seconds) and collect its outcome:
+    ``workdir`` holds the spec, log and result; the roots under ``spec.base`` are created
+    (empty, unless the caller restored into them); ``python``: None runs it under this one."""
     workdir.mkdir(parents=True, exist_ok=True)
     for d in root_dirs(backend, spec.base).values():
         Path(d).mkdir(parents=True, exist_ok=True)
@@ -168,9 +140,8 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
     result_path = Path(spec.result_path)
     result_path.unlink(missing_ok=True)
     env = worker_environment(backend, Path(spec.base), environ, extra_env)
-    command = launch_command(spec_path, spec.cell, backend)
+    command = launch_command(spec_path, spec.cell, backend, python=python or sys.executable)
     if python is not None:
-        command = launch_command(spec_path, spec.cell, backend, python=python)
         env["PYTHONPATH"] = import_path(workdir, env)
     started = time.monotonic()
     timed_out = False
@@ -182,13 +153,12 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
             _RUNNING.add(proc)
         try:
             status: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            status = TIMEOUT_STATUS
-        except BaseException:
-            _kill_group(proc)
-            raise
+        except BaseException as exc:  # a timeout, or Ctrl-C: its whole group, then reap it
+            _stop_groups([proc], STOP_GRACE_SECONDS)
+            proc.wait()
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                raise
+            timed_out, status = True, TIMEOUT_STATUS
         finally:
             with _RUNNING_LOCK:
                 _RUNNING.discard(proc)
@@ -204,8 +174,8 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
 
 
 def _child_guard() -> Callable[[], None] | None:
-    """What the child runs before exec: die with this process (see the module's docstring),
-    and exit at once if this process is already gone. None where the platform has no way."""
+    """What the child runs before exec: die with this process, and exit at once if it is
+    already gone. None where the platform has no way."""
     set_pdeathsig = die_with_parent()
     if set_pdeathsig is None:
         return None
@@ -228,17 +198,9 @@ def kill_running_workers(grace: float = STOP_GRACE_SECONDS) -> int:
     return len(procs)
 
 
-def _kill_group(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_SECONDS) -> None:
-    """Stop the worker's own process group (it was started in a new session), then reap it."""
-    _stop_groups([proc], grace)
-    proc.wait()
-
-
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _stop_groups(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
@@ -247,10 +209,8 @@ def _stop_groups(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
         _signal_group(proc, signal.SIGTERM)
     until = time.monotonic() + grace
     for proc in procs:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=max(0.0, until - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
         _signal_group(proc, signal.SIGKILL)  # stragglers in the group, or the leader itself
 
 

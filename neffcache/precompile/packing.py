@@ -1,14 +1,10 @@
 """Which small blobs go into which pack (pure, no I/O).
 
-A restore of thousands of KiB-sized files is bound by requests, not bytes, so publish also
-stores an entry's small blobs back to back in a few pack objects (``packs/<aa>/<sha256>``) and
-lists their members in the manifest; every member stays a blob of its own, so dedupe, gc and
-verify keep working on blobs and a restore can always fall back to them.
-
-Members are the entry's distinct small blobs in sha256 order; a pack ends after a member whose
-sha256 falls under a threshold proportional to its size (so packs average ``target`` bytes
-whatever the file sizes), or at ``max_bytes``. Boundaries depend on the members' contents only:
-two entries with the same small files build the same packs, and the store keeps them once.
+A restore of thousands of small files is bound by requests, so publish also stores an entry's
+small blobs back to back in a few packs, each member still a blob of its own. A pack ends after
+a member whose sha256 falls under a threshold proportional to its size (packs average
+``target`` bytes), or at ``max_bytes``: boundaries depend on the members' contents only, so two
+entries with the same small files build the same packs, which the store keeps once.
 """
 
 from __future__ import annotations

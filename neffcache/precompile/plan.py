@@ -1,11 +1,7 @@
-"""Plan a precompile (pure, plus the store look-ups it needs): which cells to warm, skip or refuse.
-
-``plan_precompile`` is pure: a cell whose entry (for this fingerprint) is already in the store
-is skipped unless forced, so a rerun does nothing; in compile-only mode an eager cell is refused
-with the reason (its NEFFs only exist once ops run on a device). Also the value objects a
-precompile reports (``CellReport``, ``PrecompileReport``) and each cell's ``WorkerSpec``.
+"""Plan a precompile: which cells to warm, skip (an entry exists, unless forced) or refuse (an
+eager cell in compile-only mode); the value objects a precompile reports; each cell's
+``WorkerSpec``. ``plan_precompile`` is pure; ``find_ready`` and ``read_entry`` read the store.
 """
-
 
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ from neffcache.backends import Backend, compile_only_refusal
 from neffcache.documents import Document
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import decode_manifest, entry_key
+from neffcache.manifest import Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.worker import WorkerSpec
 from neffcache.signing import SigningKey
@@ -104,10 +100,8 @@ class CellReport:
 
 @dataclass(frozen=True, slots=True)
 class StopSummary(Document):
-    """How a stopped run ended: ``running`` cells whose workers were ended or whose publish
-    was stopped, ``cancelled`` cells reported as such (running or claimed, not finished),
-    ``released`` leases given back as cancelled (``--claim``: no attempt spent, claimable at
-    once)."""
+    """How a stopped run ended: ``running`` cells whose worker or publish was stopped,
+    ``cancelled`` cells reported so, ``released`` leases given back as cancelled."""
 
     running: int
     cancelled: int
@@ -153,8 +147,8 @@ class PrecompileReport:
 def plan_precompile(cells: Sequence[Cell], fingerprint: Fingerprint,
                     ready_entry_keys: Collection[str], *, force: bool = False,
                     compile_only: bool = False) -> tuple[CellPlan, ...]:
-    """Warm every cell without an entry for this fingerprint (every cell with ``force``);
-    with ``compile_only``, refuse the cells that need a device (see refusal_reason)."""
+    """Warm every cell without an entry for this fingerprint (every cell with ``force``),
+    refusing what cannot be pre-compiled here (``refusal_reason``)."""
     plans = []
     for cell in cells:
         key = entry_key(cell, fingerprint)
@@ -176,8 +170,8 @@ def refusal_reason(cell: Cell, compile_only: bool) -> str | None:
 
 
 def resolve_model(model: str, matrix_source: str) -> str:
-    """A model written as ``./dir`` or ``../dir`` is relative to the matrix file; an existing
-    directory becomes absolute; anything else is a hub id, kept as is."""
+    """A ``./dir`` or ``../dir`` model is relative to the matrix file; an existing directory
+    becomes absolute; anything else is a hub id."""
     if model.startswith(("./", "../")):
         return str((Path(matrix_source).parent / model).resolve())
     path = Path(model).expanduser()
@@ -205,10 +199,26 @@ def find_ready(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
     return {k for k, p in zip(keys, present, strict=True) if p}
 
 
-def stored_compile_seconds(store: Store, key: str, backend: Backend) -> float | None:
-    """The cold first-call seconds recorded in an entry's manifest (None if unknown)."""
+def read_entry(store: Store, key: str, backend: Backend) -> Manifest | None:
+    """The manifest of the entry ``key`` (None when the store lacks it)."""
     try:
         data = store.read(manifest_key(key))
     except NotFoundError:
         return None
-    return decode_manifest(data, allowed_roots=backend.root_names).compile_seconds
+    return decode_manifest(data, allowed_roots=backend.root_names, source=manifest_key(key))
+
+
+def read_entries(store: Store, keys: Sequence[str], backend: Backend,
+                 workers: int = 16) -> dict[str, Manifest]:
+    """Entry key -> manifest, for the keys whose entry the store holds (read in parallel)."""
+    if not keys:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(workers, len(keys))) as pool:
+        found = list(pool.map(lambda key: read_entry(store, key, backend), keys))
+    return {k: m for k, m in zip(keys, found, strict=True) if m is not None}
+
+
+def stored_compile_seconds(store: Store, key: str, backend: Backend) -> float | None:
+    """The cold first-call seconds recorded in an entry's manifest (None if unknown)."""
+    manifest = read_entry(store, key, backend)
+    return None if manifest is None else manifest.compile_seconds

@@ -1,39 +1,23 @@
 """Publish an entry: capture a warm-up's cache roots into blobs plus one manifest in a store.
 
-``plan_publish`` walks the roots and hashes every file (I/O, pure-data result);
-``publish_entry`` first writes a ``pending/`` intent naming the blobs it relies on (so a
-concurrent gc spares them; renewed in the background while the publish runs, see ``intents``),
-uploads only the blobs the store lacks, each verified while streaming (a new small blob is
-put create-only at once: one request; the store's refusal is what makes it probe), and beside
-them packs of its small blobs (see ``packing``: an extra that lets a restore
-fetch thousands of small files in a few requests) and a sha256 per part of each large file
-(see ``neffcache.parts``: lets a restore verify parts as they arrive), then writes the manifest
-last with if-absent (the commit point: first writer wins), a small
-``cells/<cell-key>/<fingerprint-key>.json`` pointer that lets a restore say "this cell
-was built, but for another environment" without reading every manifest, and drops the intent.
-
-Stopping: given a ``stop`` event, a publish looks at it while it waits on its uploads (every
-``STOP_POLL_SECONDS``) and once more before the manifest; once set it raises ``StoppedError``
-at once: queued uploads never start, running ones are abandoned to their threads (a store put
-cannot be interrupted mid-request; the process ends them when it exits), the intent is
-dropped, and no manifest or pointer is written. What reached the store is blobs and packs,
-content-addressed and harmless; a later publish of the entry uploads only what is missing.
+An intent first (so gc spares the blobs), then the blobs the store lacks (verified while
+streaming), packs of the small ones and part digests of the large ones, and the manifest last,
+if absent (the commit point: first writer wins), then the cell pointer. A set ``stop`` raises
+``StoppedError`` before the manifest: what reached the store is content-addressed and harmless.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import io
-import os
 import platform
 import socket
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -63,6 +47,7 @@ from neffcache.manifest import (
 )
 from neffcache.matrix import Cell
 from neffcache.parts import DEFAULT_PARTS, PartPolicy, needs_parts
+from neffcache.precompile.capture import walk_captured
 from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
 from neffcache.precompile.packing import DEFAULT_POLICY, PackPolicy, plan_packs
 from neffcache.signing import SigningKey, sign_manifest
@@ -77,17 +62,13 @@ from neffcache.store import (
 from neffcache.thread_pool import usable_cpus
 from neffcache.version import __version__
 
-# Parallel uploads. A small blob costs a request, not bandwidth, so a publish of thousands of
-# them waits on the store's latency when the store is slow to answer: measured (SeaweedFS on
-# 127.0.0.1 beside other load, the 3,000-file eager tree) 8 uploads took 1.55 x `s5cmd cp` (which
-# runs 256), 32 took 1.14 x; on a quiet machine, where the push is CPU-bound, 1.68 x and 1.63 x.
-# Peak RSS stayed 127-160 MiB (a multipart upload is bounded on its own: MULTIPART_UPLOADS).
+# Parallel uploads: a small blob costs a request, not bandwidth. Measured on a loaded SeaweedFS
+# (3,000 files): 8 uploads took 1.55 x `s5cmd cp`, 32 took 1.14 x; peak RSS 127-160 MiB.
 DEFAULT_WORKERS = 32
 # Hashing is CPU work (sha256 releases the GIL): more threads than this only contend.
 HASH_WORKERS_PER_CPU = 2
 PACK_WORKERS = 4  # each holds one pack (at most PackPolicy.max_bytes) in memory
-# A new blob up to this size is put create-only without a probe first (one request, not two);
-# sending such a body to a store that already holds it costs about what the probe would.
+# A new blob up to this size is put create-only without a probe first (one request, not two).
 PUT_FIRST_MAX = 1 << 20
 STOP_POLL_SECONDS = 0.1  # how often a publish (and a precompile run) looks at its stop event
 
@@ -130,121 +111,102 @@ def hash_workers(workers: int) -> int:
 
 def plan_publish(backend: Backend, roots: Mapping[str, Path], *,
                  workers: int = DEFAULT_WORKERS) -> tuple[FileRecord, ...]:
-    """Every regular file under each named root that the backend captures (locks, temp files,
-    dotfiles, symlinks and anything outside a root's capture globs skipped), hashed, sorted by
-    (root, path). A root that is not a directory is a UsageError."""
-    found: list[tuple[str, str, Path, int]] = []
+    """Every file under each named root that the backend captures, hashed, sorted by (root,
+    path). A root that is not a directory is a UsageError."""
+    found: list[tuple[str, str, Path, int | None]] = []
     for name, directory in sorted(roots.items()):
         backend.root(name)  # unknown root name -> UsageError naming the choices
         if not Path(directory).is_dir():
             raise UsageError(f"root {name}={directory}: not a directory")
-        found.extend((name, rel, path, mode)
-                     for rel, path, mode in _walk(backend, name, Path(directory)))
+        found.extend((name, rel, path, stat.S_IMODE(st.st_mode))
+                     for rel, path, st in walk_captured(backend, name, Path(directory)))
+    return hash_files(found, hash_workers(workers), backend.root_names, "publish")
 
-    def record(item: tuple[str, str, Path, int]) -> FileRecord:
+
+def hash_files(found: Sequence[tuple[str, str, Path, int | None]], workers: int,
+               allowed_roots: Sequence[str], source: str) -> tuple[FileRecord, ...]:
+    """A record per (root, rel, local path, mode; None: the file's permission bits), checked
+    as a reader checks them: what we publish must decode."""
+
+    def record(item: tuple[str, str, Path, int | None]) -> FileRecord:
         root, rel, path, mode = item
         try:
             sha, size = sha256_file(path)
+            mode = path.stat().st_mode & 0o777 if mode is None else mode
         except OSError as exc:
             raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
         return FileRecord(root=root, path=rel, size=size, sha256=sha, mode=mode)
 
-    with ThreadPoolExecutor(max_workers=hash_workers(workers)) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         records = list(pool.map(record, found))
-    # The same checks a reader applies: what we publish must decode.
-    return validate_files([r.to_json() for r in records], allowed_roots=backend.root_names,
-                          source="publish")
+    return validate_files([r.to_json() for r in records], allowed_roots=allowed_roots,
+                          source=source)
 
 
-def _walk(backend: Backend, root: str, top: Path) -> list[tuple[str, Path, int]]:
-    """Regular files under ``top`` the backend captures for ``root``, as (rel, path, mode)."""
-    globs = [g.split("/") for g in backend.root(root).capture]
-    out = []
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-        rel_dir = Path(dirpath).relative_to(top).as_posix()
-        prefix = "" if rel_dir == "." else f"{rel_dir}/"
-        dirnames[:] = sorted(
-            d for d in dirnames
-            if not backend.is_ignored(d) and not os.path.islink(os.path.join(dirpath, d))
-            and _may_hold_captures(globs, f"{prefix}{d}".split("/")))
-        for fname in sorted(filenames):
-            rel = f"{prefix}{fname}"
-            if not backend.captures(root, rel):
-                continue
-            path = Path(dirpath, fname)
-            st = path.lstat()
-            if not stat.S_ISREG(st.st_mode):
-                continue  # symlinks, sockets, fifos are never captured
-            out.append((rel, path, stat.S_IMODE(st.st_mode)))
-    return out
+@dataclass(frozen=True, slots=True)
+class PublishOptions:
+    """How ``publish_entry`` publishes. ``files``: None plans them (``plan_publish``);
+    ``on_progress(done, total)``: told per blob; ``packing``: None packs nothing; ``parting``:
+    which large files get part digests (every file over 24 MiB whatever the policy);
+    ``refresh_every``: how often the intent is renewed; ``signer`` signs the manifest (its
+    digest: every field, packs and parts included); ``stop``: see the module's docstring."""
+
+    producer: Mapping[str, str] | None = None
+    compile_seconds: float | None = None
+    workers: int = DEFAULT_WORKERS
+    files: tuple[FileRecord, ...] | None = None
+    on_progress: Callable[[int, int], None] | None = None
+    packing: PackPolicy | None = DEFAULT_POLICY
+    parting: PartPolicy = DEFAULT_PARTS
+    refresh_every: float = REFRESH_SECONDS
+    signer: SigningKey | None = field(default=None, repr=False)
+    stop: threading.Event | None = None
 
 
-def _may_hold_captures(globs: list[list[str]], dir_parts: list[str]) -> bool:
-    """Whether a directory could contain a file matching a capture glob (component-wise), so
-    a root such as TMPDIR is not walked beyond the compiler's own subtree."""
-    if not globs:
-        return True
-    for g in globs:
-        k = min(len(dir_parts), len(g) - 1)
-        if all(fnmatch.fnmatchcase(dir_parts[i], g[i]) for i in range(k)):
-            return True
-    return False
+Sources = Mapping[str, tuple[FileRecord, Path]]  # sha256 -> (its record, a local file)
 
 
 def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
-                  roots: Mapping[str, Path], *, producer: Mapping[str, str] | None = None,
-                  compile_seconds: float | None = None, workers: int = DEFAULT_WORKERS,
-                  files: tuple[FileRecord, ...] | None = None,
-                  on_progress: Callable[[int, int], None] | None = None,
-                  packing: PackPolicy | None = DEFAULT_POLICY,
-                  parting: PartPolicy = DEFAULT_PARTS,
-                  refresh_every: float = REFRESH_SECONDS,
-                  signer: SigningKey | None = None,
-                  stop: threading.Event | None = None) -> PublishResult:
-    """Upload the blobs the store lacks and, beside them, packs of the small ones
-    (``packing=None``: none), then the manifest (if absent) with part digests of the large
-    ones (``parting`` says which; every file over 24 MiB whatever the policy, as the manifest
-    requires).
-    ``files`` defaults to ``plan_publish(backend, roots)``; ``on_progress(done, total)`` is
-    called per blob; the publish's intent is renewed every ``refresh_every`` seconds;
-    ``signer`` signs the manifest (over its digest: every field, packs and parts included);
-    setting ``stop`` raises ``StoppedError`` before the manifest (see the module's docstring)."""
+                  roots: Mapping[str, Path], options: PublishOptions | None = None,
+                  **knobs: Any) -> PublishResult:
+    """Publish the files under ``roots`` as ``cell``'s entry (see the module's docstring);
+    ``knobs`` are ``PublishOptions`` fields, given one by one."""
+    opts = replace(options or PublishOptions(), **knobs)
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
+    files = opts.files
     if files is None:
-        files = plan_publish(backend, roots, workers=workers)
+        files = plan_publish(backend, roots, workers=opts.workers)
     manifest = Manifest(
         cell=cell, fingerprint=fingerprint, files=files,
-        producer=tuple(sorted({**default_producer(), **(producer or {})}.items())),
-        compile_seconds=compile_seconds,
+        producer=tuple(sorted({**default_producer(), **(opts.producer or {})}.items())),
+        compile_seconds=opts.compile_seconds,
         created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     mkey = manifest_key(manifest.entry_key)
     sources = {f.sha256: (f, Path(roots[f.root], *f.path.split("/"))) for f in files}
     if store.has(mkey):
-        return _refill(store, manifest, mkey, sources, workers, stop)
+        return _refill(store, manifest, mkey, sources, opts)
     # The intent is in the store before any blob is looked at: a blob found present and skipped
     # is named by a fresh intent from then on, so gc spares it.
-    with held_intents(store, [manifest], every=refresh_every):
-        groups = plan_packs(files, packing) if packing is not None else ()
-        # Packs and part digests are built beside the blob uploads, not after them: each is
-        # made from the local files (checked against their sha256 again), so none waits on
-        # another, and the manifest, written last, waits on all three.
+    with held_intents(store, [manifest], every=opts.refresh_every):
+        groups = plan_packs(files, opts.packing) if opts.packing is not None else ()
+        # Packs and part digests are built beside the blob uploads (each from the local files,
+        # checked against their sha256 again); the manifest, written last, waits on all three.
         with ThreadPoolExecutor(max_workers=2) as beside:
-            packed = beside.submit(_upload_packs, store, groups, sources, stop)
-            parted = beside.submit(_part_digests, files, sources, parting, workers, stop)
-            uploaded, skipped, nbytes = _upload_blobs(store, sources, workers, on_progress,
-                                                      stop=stop)
+            packed = beside.submit(_upload_packs, store, groups, sources, opts.stop)
+            parted = beside.submit(_part_digests, files, sources, opts)
+            uploaded, skipped, nbytes = _upload_blobs(store, sources, opts)
             packs, packs_uploaded, pack_bytes = packed.result()
             parts = parted.result()
-        _check(stop)  # the last safe point: past it, the entry is committed
+        _check(opts.stop)  # the last safe point: past it, the entry is committed
         manifest, created = _put_manifest(store, mkey, replace(manifest, packs=packs,
-                                                               parts=parts), signer)
+                                                               parts=parts), opts.signer)
         # A gc batch cleared before our intent existed may delete a blob we skipped after it
         # listed pending/: check the skipped ones once more, now that the manifest names them.
         again = {s: sources[s] for s in skipped if not store.has(blob_key(s))}
         if again:
-            _upload_blobs(store, again, workers, None)
+            _upload_blobs(store, again, replace(opts, on_progress=None, stop=None))
         write_pointer(store, manifest)
     return PublishResult(manifest, created, len(uploaded), len(skipped), nbytes,
                          packs_uploaded, pack_bytes)
@@ -261,9 +223,8 @@ def _put_manifest(store: Store, mkey: str, manifest: Manifest, signer: SigningKe
     return manifest, store.put(mkey, body, if_absent=True)
 
 
-def _refill(store: Store, manifest: Manifest, mkey: str,
-            sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
-            stop: threading.Event | None = None) -> PublishResult:
+def _refill(store: Store, manifest: Manifest, mkey: str, sources: Sources,
+            opts: PublishOptions) -> PublishResult:
     """The entry exists: upload only the blobs it names that the store lacks or holds known
     bad (``holds_good``), so a push repairs what a gone-bad store lost."""
     try:
@@ -271,19 +232,17 @@ def _refill(store: Store, manifest: Manifest, mkey: str,
     except (ManifestError, NotFoundError):
         named = set(sources)
     uploaded, skipped, nbytes = _upload_blobs(  # the entry's blobs: most likely all there
-        store, {s: v for s, v in sources.items() if s in named}, workers, None, put_first=False,
-        stop=stop)
+        store, {s: v for s, v in sources.items() if s in named},
+        replace(opts, on_progress=None), put_first=False)
     write_pointer(store, manifest)
     return PublishResult(manifest, False, len(uploaded), len(sources) - len(uploaded), nbytes)
 
 
-def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], workers: int,
-                  on_progress: Callable[[int, int], None] | None, *, put_first: bool = True,
-                  stop: threading.Event | None = None) -> tuple[list[str], list[str], int]:
-    """Upload each blob the store lacks or holds known bad. With ``put_first`` (a new entry: its
-    blobs are most likely new) a small blob is put create-only first and probed with
-    ``holds_good`` only when the store refuses it; otherwise (and for large blobs, whose body
-    is not worth sending twice) the probe comes first. Returns (uploaded, skipped, bytes)."""
+def _upload_blobs(store: Store, sources: Sources, opts: PublishOptions, *,
+                  put_first: bool = True) -> tuple[list[str], list[str], int]:
+    """Upload each blob the store lacks or holds known bad; returns (uploaded, skipped, bytes).
+    With ``put_first`` (a new entry) a small blob is put create-only first and probed only when
+    refused; otherwise, and for large blobs, the probe comes first."""
     uploaded: list[str] = []
     skipped: list[str] = []
     done = 0
@@ -303,24 +262,20 @@ def _upload_blobs(store: Store, sources: Mapping[str, tuple[FileRecord, Path]], 
             return sha, False
         return sha, _upload_file(store, key, record, path)
 
-    for sha, wrote in _in_pool(one, sorted(sources), workers, stop):
+    for sha, wrote in _in_pool(one, sorted(sources), opts.workers, opts.stop):
         (uploaded if wrote else skipped).append(sha)
         done += 1
-        if on_progress:
-            on_progress(done, len(sources))
+        if opts.on_progress:
+            opts.on_progress(done, len(sources))
     nbytes = sum(sources[s][0].size for s in uploaded)
     return uploaded, skipped, nbytes
 
 
 def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool:
     """Stream one file into the store, hashing as it goes; never commit changed bytes."""
-    name = f"{record.root}/{record.path}"
-    try:
-        raw = open(path, "rb")
-    except OSError as exc:
-        raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
-                             f"{exc.strerror}") from None
-    with VerifyingReader(raw, size=record.size, sha256=record.sha256, name=name) as reader:
+    raw = _read_again(path, lambda p: open(p, "rb"))
+    with VerifyingReader(raw, size=record.size, sha256=record.sha256,
+                         name=f"{record.root}/{record.path}") as reader:
         wrote = store.put(key, reader, if_absent=True)  # type: ignore[arg-type]
         if wrote:
             try:
@@ -331,21 +286,20 @@ def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool
     return wrote
 
 
-def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...],
-                  sources: Mapping[str, tuple[FileRecord, Path]],
-                  stop: threading.Event | None = None
-                  ) -> tuple[tuple[PackRecord, ...], int, int]:
-    """Build each pack in an unnamed temp file from the local files (each member checked
-    against its sha256 again: a file that changed since it was hashed is an IntegrityError),
-    store it under its own sha256 if absent. Returns (pack records in order, packs uploaded,
-    bytes uploaded). Memory: one member at a time, not the pack (up to 32 MiB) and its copies."""
+def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...], sources: Sources,
+                  stop: threading.Event | None) -> tuple[tuple[PackRecord, ...], int, int]:
+    """Build each pack in a temp file from the local files (each member checked against its
+    sha256 again), store it under its own sha256 if absent. Returns (pack records in order,
+    packs uploaded, bytes uploaded)."""
 
     def one(members: tuple[FileRecord, ...]) -> tuple[PackRecord, bool]:
         whole = hashlib.sha256()
         layout = []
         with tempfile.TemporaryFile(prefix=".neffcache-pack-") as body:
             for f in members:
-                data = _member_bytes(sources[f.sha256][1], f)
+                path = sources[f.sha256][1]
+                data = _read_again(path, Path.read_bytes)
+                _check_same(path, f, hashlib.sha256(data).hexdigest(), len(data))
                 layout.append(PackMember(f.sha256, body.tell(), f.size))
                 whole.update(data)
                 body.write(data)
@@ -362,49 +316,45 @@ def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...],
     return tuple(p for p, _ in done), len(wrote), sum(p.size for p in wrote)
 
 
-def _member_bytes(path: Path, f: FileRecord) -> bytes:
-    """A pack member's bytes from its file, which must still be the ones hashed."""
+def _read_again(path: Path, read: Callable[[Path], T]) -> T:
+    """``read(path)`` of a file being published: unreadable now is an IntegrityError."""
     try:
-        data = path.read_bytes()
+        return read(path)
     except OSError as exc:
         raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
                              f"{exc.strerror}") from None
-    if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
+
+
+def _check_same(path: Path, f: FileRecord, sha: str, size: int) -> None:
+    """A file read again must still be the one hashed."""
+    if size != f.size or sha != f.sha256:
         raise IntegrityError(f"{path}: changed while being published (sha256 or size "
                              f"differs from {f.sha256[:12]})")
-    return data
 
 
-def _part_digests(files: tuple[FileRecord, ...], sources: Mapping[str, tuple[FileRecord, Path]],
-                  policy: PartPolicy, workers: int, stop: threading.Event | None = None
+def _part_digests(files: tuple[FileRecord, ...], sources: Sources, opts: PublishOptions
                   ) -> tuple[PartDigests, ...]:
-    """A digest per part of each large file, read once more with its whole-file sha256, which
-    must still be the recorded one: the parts then describe exactly the bytes the sha256 names."""
+    """A digest per part of each large file, read again with its whole-file sha256, which must
+    still be the recorded one."""
+    policy = opts.parting
 
     def one(f: FileRecord) -> PartDigests:
         path = sources[f.sha256][1]
-        try:
-            sha, size, digests = sha256_file_parts(path, policy.part_bytes)
-        except OSError as exc:
-            raise IntegrityError(f"{path}: vanished or unreadable while publishing: "
-                                 f"{exc.strerror}") from None
-        if sha != f.sha256 or size != f.size:
-            raise IntegrityError(f"{path}: changed while being published (sha256 or size "
-                                 f"differs from {f.sha256[:12]})")
+        sha, size, digests = _read_again(path, lambda p: sha256_file_parts(p, policy.part_bytes))
+        _check_same(path, f, sha, size)
         return PartDigests(f.sha256, policy.part_bytes, digests)
 
     large = needs_parts(files, policy)
     if not large:
         return ()
-    return tuple(_in_pool(one, large, hash_workers(workers), stop))
+    return tuple(_in_pool(one, large, hash_workers(opts.workers), opts.stop))
 
 
 def _in_pool(fn: Callable[[T], R], items: Iterable[T], workers: int,
              stop: threading.Event | None) -> Iterator[R]:
-    """``fn`` over ``items`` on at most ``workers`` threads, the results in input order. The
-    first failure is raised (nothing more starts); once ``stop`` is set, ``StoppedError`` is
-    raised within ``STOP_POLL_SECONDS`` without waiting for the calls still running: their
-    threads are left to end on their own."""
+    """``fn`` over ``items`` on at most ``workers`` threads, the results in input order; the
+    first failure is raised. Once ``stop`` is set, ``StoppedError`` is raised within
+    ``STOP_POLL_SECONDS``, the calls still running left to end on their own threads."""
     todo = list(items)
     pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(todo))))
     abandon = False
@@ -426,8 +376,8 @@ def _check(stop: threading.Event | None) -> None:
 
 
 def write_pointer(store: Store, manifest: Manifest) -> None:
-    """The cell pointer, first writer wins; it pins the manifest's digest (``manifest_sha256``),
-    the proof ``neffcache.trust`` asks of a manifest that would replace this one."""
+    """The cell pointer, first writer wins; it pins the manifest's digest, the proof
+    ``neffcache.trust`` asks of a manifest that would replace this one."""
     body = {"entry_key": manifest.entry_key, "cell_id": manifest.cell.id,
             "cell_key": manifest.cell.key, "fingerprint_key": manifest.fingerprint.key,
             "fingerprint": manifest.fingerprint.to_json(),

@@ -9,34 +9,36 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from neffcache.backends import Backend
+from neffcache.config import Settings
 from neffcache.errors import ExitRule, MatrixError, UsageError
+from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell
 from neffcache.precompile.indexing import record_entry_or_warn
-from neffcache.precompile.publish import DEFAULT_WORKERS, PublishResult, publish_entry
+from neffcache.precompile.publish import (
+    DEFAULT_WORKERS,
+    PublishOptions,
+    PublishResult,
+    publish_entry,
+)
 from neffcache.request_rules import checked_request
+from neffcache.signing import SigningKey
+from neffcache.store import Store
 
 
 @checked_request
 class PushRequest:
     """Which cell to publish, and from which cache roots; each field is the flag of that name.
 
-    The cell: ``cell`` itself, or ``cell_json`` (a file holding a cell's JSON, which may carry
-    a ``backend`` key; ``"-"`` reads stdin), or ``matrix`` with ``cell_id``. ``roots``: each
-    cache root's directory, as ``{name: dir}`` or as ``"NAME=DIR"`` strings (``--root``).
-    ``backend``: inductor or neuron (None: the matrix's, or the cell JSON's ``backend``).
-    ``compile_seconds``: how long the warm-up took (in the manifest). ``workers``: parallel
-    uploads (``publish.DEFAULT_WORKERS``; hashing on at most 2 threads per CPU). ``python``:
-    fingerprint this interpreter's packages. ``store``, ``index``, ``python``: None resolves
-    them as the CLI does (NEFFCACHE_* > config file > default), from ``environ`` (None: the
-    process's, at call time). ``notice``: warnings (the index did not
-    record the entry). ``allow_missing_packages``: publish even when the interpreter lacks
-    what the backend needs (torch; torch-neuronx for neuron), else a UsageError.
-    ``signing_key``: sign the manifest with this PEM file's Ed25519 key (None:
-    NEFFCACHE_SIGNING_KEY_FILE, the config's ``signing_key_file``, NEFFCACHE_SIGNING_KEY,
-    else unsigned).
+    The cell: ``cell``, or ``cell_json`` (a file holding a cell's JSON, maybe with a
+    ``backend`` key; ``"-"``: stdin), or ``matrix`` with ``cell_id``. ``roots``: ``{name:
+    dir}`` or ``"NAME=DIR"`` strings. ``backend``: None takes the matrix's or the cell JSON's.
+    ``compile_seconds``: the warm-up's (in the manifest). ``workers``: parallel uploads.
+    ``store``, ``index``, ``python``, ``signing_key``: None resolves them as the CLI does,
+    from ``environ`` (None: the process's). ``notice``: warnings.
+    ``allow_missing_packages``: publish even when the interpreter lacks what the backend needs.
     """
 
     roots: Mapping[str, str | Path] | Sequence[str] = ()
@@ -58,15 +60,9 @@ class PushRequest:
 
 @dataclass(frozen=True, slots=True)
 class PushResult(ExitRule):
-    """A published (or already present) entry. ``published.created`` is False when the entry
-    existed and stands unchanged (the first writer wins); ``indexed``: the index recorded it
-    (if not, the store still holds it: ``neffcache reindex``).
-
-    ``to_json()`` is the ``neffcache push --json`` document (entry_key, cell_id,
-    fingerprint_key, created, files, total_bytes, blobs_uploaded, blobs_skipped,
-    bytes_uploaded, indexed, store, ...). ``error()`` is always None and ``exit_code`` 0: a
-    push that cannot publish raises instead.
-    """
+    """A published (or already present: ``published.created`` False) entry; ``indexed``: the
+    index recorded it. ``to_json()`` is the ``--json`` document; a push that cannot publish
+    raises, so ``error()`` is None."""
 
     published: PublishResult
     indexed: bool
@@ -76,18 +72,38 @@ class PushResult(ExitRule):
         return dict(self.published.to_json(), indexed=self.indexed, store=self.store_url)
 
 
-def push(request: PushRequest) -> PushResult:
-    """Publish the files under each cache root as the entry of one cell on this host's
-    fingerprint, then record it in the index (see ``neffcache push --help``).
+class Publishing(Protocol):
+    """The fields every publishing request (push, capture, precompile) shares."""
 
-    Raises UsageError (exit 2) when the cell is not named exactly once, cannot be read or is
-    not in the matrix, the backend is unknown, a root is malformed, unknown or given
-    twice, or the interpreter lacks what the backend needs (torch, torch-neuronx) without
-    ``allow_missing_packages``; FingerprintMismatchError (5) when this host's fingerprint
-    cannot be used; UnavailableError (6) when the store cannot be reached. An index failure
-    is only a notice.
-    """
-    from neffcache.backends import get_backend
+    @property
+    def environ(self) -> Mapping[str, str] | None: ...
+    @property
+    def store(self) -> str | None: ...
+    @property
+    def index(self) -> str | None: ...
+    @property
+    def python(self) -> str | None: ...
+    @property
+    def allow_missing_packages(self) -> bool: ...
+    @property
+    def signing_key(self) -> str | Path | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Publisher:
+    """Where and as what a use case publishes: its settings, this host's fingerprint, the
+    signing key (or None) and the open store."""
+
+    settings: Settings
+    fingerprint: Fingerprint
+    signer: SigningKey | None
+    store: Store
+
+
+def open_publisher(request: Publishing, backend: str,
+                   env: Mapping[str, str] | None = None) -> Publisher:
+    """The settings, this host's fingerprint (collected in ``env``, default the request's
+    environment) checked usable and publishable, the signing key and the open store."""
     from neffcache.command_steps import open_checked_store
     from neffcache.config import read_settings
     from neffcache.fingerprint import (
@@ -99,25 +115,35 @@ def push(request: PushRequest) -> PushResult:
     from neffcache.keys import signer_for
 
     environ = os.environ if request.environ is None else request.environ
+    settings = read_settings(environ, store=request.store, index=request.index,
+                             python=request.python)
+    fingerprint = collect_fingerprint(backend, env or environ, python=settings.python)
+    check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it
+    check_publishable(fingerprint, described_interpreter(settings.python),
+                      allow_missing=request.allow_missing_packages, environ=environ)
+    signer = signer_for(request.signing_key, settings)
+    return Publisher(settings, fingerprint, signer,
+                     open_checked_store(settings.store_url, create=True))
+
+
+def push(request: PushRequest) -> PushResult:
+    """Publish the files under each cache root as one cell's entry on this host's fingerprint,
+    then index it (``neffcache push --help``). Raises UsageError (2) for a cell or root that
+    cannot be used, FingerprintMismatchError (5), UnavailableError (6); an index failure is
+    only a notice."""
+    from neffcache.backends import get_backend
+
     cell, default_backend = _load_cell(request)
     name = request.backend or default_backend
     if not name:
         raise UsageError("--backend: required with a --cell-json that has no `backend` key")
     backend = get_backend(name)
     roots = parse_roots(request.roots, backend)
-    settings = read_settings(environ, store=request.store, index=request.index,
-                             python=request.python)
-    fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
-    check_usable(fingerprint)  # an unknown neuron target never matches: never publish under it
-    check_publishable(fingerprint, described_interpreter(settings.python),
-                      allow_missing=request.allow_missing_packages, environ=environ)
-    signer = signer_for(request.signing_key, settings)
-    store = open_checked_store(settings.store_url, create=True)
-    result = publish_entry(store, cell, fingerprint, backend, roots,
-                           compile_seconds=request.compile_seconds, workers=request.workers,
-                           signer=signer)
-    indexed = record_entry_or_warn(settings, result.manifest, store.url, request.notice)
-    return PushResult(result, indexed, store.url)
+    to = open_publisher(request, backend.name)
+    result = publish_entry(to.store, cell, to.fingerprint, backend, roots, PublishOptions(
+        compile_seconds=request.compile_seconds, workers=request.workers, signer=to.signer))
+    indexed = record_entry_or_warn(to.settings, result.manifest, to.store.url, request.notice)
+    return PushResult(result, indexed, to.store.url)
 
 
 def _load_cell(request: PushRequest) -> tuple[Cell, str | None]:
@@ -162,8 +188,7 @@ def _read_cell_json(cell_json: str) -> tuple[Cell, str | None]:
 
 def parse_roots(roots: Mapping[str, str | Path] | Sequence[str],
                 backend: Backend) -> dict[str, Path]:
-    """Each cache root's directory, checked against ``backend``'s root names: from a mapping,
-    or from ``NAME=DIR`` strings (``--root``; a name given twice is a UsageError)."""
+    """Each cache root's directory, from a mapping or ``NAME=DIR`` strings, checked."""
     if isinstance(roots, Mapping):
         specs = [f"{name}={directory}" for name, directory in roots.items()]
     elif isinstance(roots, str):

@@ -1,9 +1,5 @@
-"""``precompile(PrecompileRequest) -> PrecompileResult``: the use case behind ``neffcache
-precompile``: select and shard the cells, refuse what cannot run here, then a static or a
-claimed run (``run``, ``claims``); the result knows its JSON and its exit code.
-
-``parse_shard``, ``neuron_overrides`` and ``refuse_if_nothing_left`` (the request's checks) and
-``failure_error`` (the exit rule) are pure.
+"""``precompile(PrecompileRequest) -> PrecompileResult``, the use case behind ``neffcache
+precompile``: select and shard the cells, refuse what cannot run here, run (static or claimed).
 """
 
 from __future__ import annotations
@@ -12,7 +8,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,11 +18,12 @@ from neffcache.matrix import Cell, Matrix, select_cells, shard_cells
 from neffcache.precompile.claims import ClaimOptions, apply_claims
 from neffcache.precompile.heartbeat import CellBeat
 from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport, refusal_reason
-from neffcache.precompile.run import RunContext, RunHooks, apply_precompile
+from neffcache.precompile.push_cell import open_publisher
+from neffcache.precompile.run import RunContext, RunHooks, precompile_cells, register_matrix_file
 from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
-    from neffcache.index import Index
+    pass
 
 _SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
 
@@ -35,36 +32,21 @@ _SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
 class PrecompileRequest:
     """What ``neffcache precompile`` is asked to do; each field is the flag of that name.
 
-    ``matrix``: the matrix file. ``cells``: globs of cell ids (none: every cell).
-    ``workers``: cells warmed at once, each in its own process. ``shard``: ``"I/N"``, only
-    shard I of N (cells sorted by id, round-robin). ``claim``: take cells from the index's
-    claim queue instead (``lease_seconds``, ``retries``); it mixes with neither ``shard`` nor
-    ``force``. ``force``: warm cells whose entry exists. ``timeout``: seconds per warm-up.
-    ``python``: the interpreter the workers run under and the fingerprint describes (the one
-    that runs inference: torch, diffusers; it needs no neffcache); None resolves it as the CLI
-    does (NEFFCACHE_PYTHON > config key ``python`` > the interpreter running neffcache).
-    ``allow_missing_packages``: run even when that interpreter lacks what the backend needs
-    (torch; torch-neuronx for neuron), else a UsageError. ``replace_matrix``: register the
-    matrix as the current version of its name even when that name is registered with other
-    content (else a UsageError before any cell is warmed).
-    ``verify``: restore each new entry into a new directory and warm it again.
-    ``target``, ``compile_only``: neuron only (``compile_only`` needs a target, from
-    ``target`` or the environment). ``workdir``, ``keep_workdir``: where cache roots and logs
-    go, and whether they stay. ``store``, ``index``: URLs; None resolves them as the CLI does
-    (NEFFCACHE_* > config file > default), from ``environ``.
-    ``environ``: the environment for the settings, the fingerprint and the workers (None: the
-    process's, read at call time). ``notice``: log lines (say, "no cell selected").
-    ``progress``: each event ``(kind, cell id, message)``. ``selected``: told the number of
-    selected cells once, before the first event (a progress display's total).
-    ``stop``: set it (from any thread, or a signal handler the caller installed) to stop the
-    run: no cell is started, every running worker's process group is ended, its cell is
-    reported ``cancelled`` and, with ``claim``, its lease released as cancelled (no retry
-    spent, claimable at once); the report's ``stopped`` counts them. The call installs no
-    signal handler. ``heartbeat``: told a ``CellBeat`` (elapsed, phase, the worker's last log
-    line) per running cell every ``heartbeat_seconds`` (0: never); with ``claim``, a worker
-    waiting for a lease says so (a ``wait`` event) as often. ``signing_key``: sign each new
-    manifest with this PEM file's Ed25519 key (None: NEFFCACHE_SIGNING_KEY_FILE, the config's
-    ``signing_key_file``, NEFFCACHE_SIGNING_KEY, else unsigned).
+    ``cells``: globs of cell ids (none: all). ``workers``: cells warmed at once, each in its
+    own process. ``shard``: ``"I/N"``, shard I of N. ``claim``: take cells from the index's
+    claim queue instead (with ``lease_seconds``, ``retries``; not with ``shard`` or
+    ``force``). ``force``: warm cells whose entry exists. ``python``: the interpreter the
+    workers run under and the fingerprint describes. ``allow_missing_packages``: run even when
+    it lacks what the backend needs. ``replace_matrix``: register the matrix even when its
+    name holds other content. ``verify``: restore each new entry and warm it again.
+    ``target``, ``compile_only``: neuron only. ``store``, ``index``, ``python``,
+    ``signing_key``: None resolves them as the CLI does, from ``environ`` (None: the
+    process's; also the workers' environment). ``notice``: log lines. ``progress``: each
+    event. ``selected``: told the number of selected cells once, first. ``stop``: set it
+    (from any thread or a handler the caller installed) to stop the run: no cell starts,
+    running workers are ended and reported ``cancelled`` (with ``claim``, their leases
+    released as cancelled). ``heartbeat``: a ``CellBeat`` per running cell every
+    ``heartbeat_seconds`` (0: never).
     """
 
     matrix: str | Path
@@ -98,14 +80,9 @@ class PrecompileRequest:
 
 @dataclass(frozen=True, slots=True)
 class PrecompileResult(ExitRule):
-    """How a precompile ended: ``report`` has a row per selected cell (skipped, refused,
-    published, exists, failed; with ``verify``, each new entry's verdict).
-
-    ``to_json()`` is the ``neffcache precompile --json`` document. ``error()`` is a
-    WorkerError when a cell failed or a verified entry still compiled, else None;
-    ``exit_code`` is then 1, else 0. A stopped run (``report.stopped``) with cancelled cells
-    exits 1 too (``neffcache precompile`` exits 128 + the signal instead).
-    """
+    """How a precompile ended: ``report`` has a row per selected cell. ``to_json()`` is the
+    ``--json`` document; ``error()`` a WorkerError (exit 1) when a cell failed or was
+    cancelled or a verified entry still compiled."""
 
     report: PrecompileReport
 
@@ -117,74 +94,49 @@ class PrecompileResult(ExitRule):
 
 
 def precompile(request: PrecompileRequest) -> PrecompileResult:
-    """Warm every selected cell of the matrix not yet cached for this host's fingerprint, each
-    in its own worker process, and publish and index what each compiled (see
-    ``neffcache precompile --help``). A failed cell does not stop the others; the result says
-    which failed.
+    """Warm every selected cell not yet cached for this host's fingerprint, each in its own
+    worker process, and publish and index what each compiled (``neffcache precompile
+    --help``); a failed cell does not stop the others.
 
-    Raises UsageError (exit 2) for a bad shard, ``claim`` with ``shard`` or ``force``,
-    ``target``/``compile_only`` off neuron, ``compile_only`` without a target, or every
-    selected cell refused, or this interpreter lacks what the backend needs (without
-    ``allow_missing_packages``), or the matrix's name is registered with other content
-    (without ``replace_matrix``); MatrixError (2) for a bad matrix; FingerprintMismatchError (5)
-    when this host's fingerprint cannot be used (neuron target unknown); UnavailableError (6)
-    when the store or the index cannot be reached.
+    Raises UsageError (2) for a request that cannot run here, MatrixError (2),
+    FingerprintMismatchError (5) for an unusable fingerprint, UnavailableError (6).
     """
-    from neffcache.command_steps import open_checked_store
-    from neffcache.config import read_settings
-    from neffcache.fingerprint import (
-        check_publishable,
-        check_usable,
-        collect_fingerprint,
-        described_interpreter,
-    )
+    from neffcache.fingerprint import described_interpreter
     from neffcache.index import open_index
-    from neffcache.keys import signer_for
     from neffcache.matrix_io import load_matrix
 
     environ = os.environ if request.environ is None else request.environ
     spec = load_matrix(request.matrix)
     cells = _selected_cells(request, spec)
-    settings = read_settings(environ, store=request.store, index=request.index,
-                             python=request.python)
     env = {**environ, **neuron_overrides(spec.backend, request.target, request.compile_only,
                                          environ)}
     refuse_if_nothing_left(cells, request.compile_only)
-    fingerprint = collect_fingerprint(spec.backend, env, python=settings.python)
-    check_usable(fingerprint)
-    python = None if settings.python is None else described_interpreter(settings.python)
-    check_publishable(fingerprint, described_interpreter(python),
-                      allow_missing=request.allow_missing_packages, environ=environ)
-    signer = signer_for(request.signing_key, settings)  # a bad key fails before any work
-    store = open_checked_store(settings.store_url, create=True)
-    options = replace(_options(request, python), signer=signer)
-    with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-        _register_first(ix, spec, request.replace_matrix)
+    to = open_publisher(request, spec.backend, env)
+    python = to.settings.python
+    options = PrecompileOptions(  # the request's fields of that name, and a few derived
+        **{f.name: getattr(request, f.name) for f in fields(PrecompileOptions)
+           if f.name not in _DERIVED},
+        workdir=Path(request.workdir) if request.workdir else None,
+        python=None if python is None else described_interpreter(python), signer=to.signer)
+    hooks = RunHooks(request.progress, request.stop, request.heartbeat)
+    with open_index(to.settings.index_url, auto_upgrade=to.settings.index_is_embedded) as ix:
+        context = RunContext(spec, to.store, ix, to.fingerprint, options, env, hooks)
+        register_matrix_file(ix, spec, replace=request.replace_matrix)  # refused before work
         if request.selected is not None:
             request.selected(len(cells))
-        hooks = RunHooks(request.progress, request.stop, request.heartbeat)
         if request.claim:
-            report = apply_claims(RunContext(spec, store, ix, fingerprint, options, env, hooks),
-                                  cells, ClaimOptions(lease_seconds=request.lease_seconds,
-                                                      retries=request.retries))
+            report = apply_claims(context, cells, ClaimOptions(request.lease_seconds,
+                                                               request.retries))
         else:
-            report = apply_precompile(spec, cells, store, ix, fingerprint, options,
-                                      environ=env, hooks=hooks)
+            report = precompile_cells(context, cells)
     return PrecompileResult(report)
 
 
-def _options(request: PrecompileRequest, python: str | None) -> PrecompileOptions:
-    """How each cell is warmed: the request's knobs, and the workers' interpreter."""
-    return PrecompileOptions(workers=request.workers, force=request.force,
-                             timeout=request.timeout, verify=request.verify,
-                             workdir=Path(request.workdir) if request.workdir else None,
-                             keep_workdir=request.keep_workdir,
-                             compile_only=request.compile_only, python=python,
-                             heartbeat_seconds=request.heartbeat_seconds)
+_DERIVED = ("workdir", "python", "signer", "extra_env")  # PrecompileOptions not taken as is
 
 
 def _selected_cells(request: PrecompileRequest, spec: Matrix) -> tuple[Cell, ...]:
-    """The cells ``--cells`` and ``--shard`` select (``--claim`` takes no shard or force)."""
+    """The cells ``--cells`` and ``--shard`` select."""
     cells = select_cells(spec.cells, request.cells)
     shard = parse_shard(request.shard)
     if request.claim and (shard is not None or request.force):
@@ -196,21 +148,6 @@ def _selected_cells(request: PrecompileRequest, spec: Matrix) -> tuple[Cell, ...
     if not cells and request.notice is not None:
         request.notice(f"{spec.source}: no cell selected")
     return cells
-
-
-def _register_first(ix: Index, spec: Matrix, replace: bool) -> None:
-    """Register the matrix file before any work, so an edited copy under a registered name
-    is refused at once (unless ``replace``); the run's own registration then finds it
-    current."""
-    from neffcache.index import register_matrix
-
-    if not spec.source or spec.source.startswith("<"):
-        return
-    try:
-        text = Path(spec.source).read_text(encoding="utf-8")
-    except OSError:
-        return
-    register_matrix(ix, spec, text, replace=replace)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -225,8 +162,7 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 
 def neuron_overrides(backend: str, target: str | None, compile_only: bool,
                      environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Variables --target/--compile-only set for the workers (and the fingerprint). Compile-only
-    needs a target: --target, or the target variable already in the environment. Pure."""
+    """Variables --target/--compile-only set for the workers (and the fingerprint). Pure."""
     if backend != "neuron" and (target or compile_only):
         raise UsageError(f"--target/--compile-only apply to the neuron backend, and this "
                          f"matrix's backend is {backend!r}")
@@ -241,8 +177,7 @@ def neuron_overrides(backend: str, target: str | None, compile_only: bool,
 
 
 def refuse_if_nothing_left(cells: Sequence[Cell], compile_only: bool) -> None:
-    """Every selected cell refused (say, only eager cells with --compile-only) is a usage
-    error; some refused cells are reported per cell and the rest proceed. Pure."""
+    """Every selected cell refused is a usage error (some are reported per cell). Pure."""
     reasons = [refusal_reason(c, compile_only) for c in cells]
     if cells and all(reasons):
         raise UsageError(f"{cells[0].id}: {reasons[0]} (all {len(cells)} selected cells are "
@@ -250,8 +185,7 @@ def refuse_if_nothing_left(cells: Sequence[Cell], compile_only: bool) -> None:
 
 
 def failure_error(report: PrecompileReport) -> WorkerError | None:
-    """The exit rule: the error that makes precompile exit 1 once every cell has been tried
-    (a failed cell, or a verified entry that did not warm cleanly); None otherwise. Pure."""
+    """The exit rule: the error that makes precompile exit 1, or None. Pure."""
     parts = []
     if report.stopped is not None and report.stopped.cancelled:
         parts.append(f"stopped: {report.stopped.cancelled} cell(s) cancelled")

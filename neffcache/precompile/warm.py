@@ -1,27 +1,17 @@
-"""Boot-time check: run each cell's first call against restored cache dirs; did it compile?
-
-``apply_warm`` warms the selected cells one after another, each in a fresh worker process
-(launch) whose cache variables point at the restored directory itself (not a copy),
-and judges each run with hit_check: a cell that left new or rewritten files in the
-cache roots, or moved a compile counter, compiled (a miss). Cells run one at a time because
-they share the directory: a concurrent cell's new files would be blamed on its neighbour.
-What a miss compiled stays in the directory, where ``neffcache capture`` can back-fill it.
+"""Boot-time check: run a cell's first call against restored cache dirs and judge whether it
+compiled (new or rewritten files, a moved compile counter: ``hit_check``). What a miss compiled
+stays in the directory, where ``neffcache capture`` can back-fill it.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neffcache.backends import Backend, get_backend
+from neffcache.backends import Backend
 from neffcache.errors import CacheMissError, NeffcacheError, WorkerError
-from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import entry_key
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.launch import WorkerOutcome, run_worker
 from neffcache.precompile.plan import worker_spec
@@ -102,34 +92,7 @@ def judge_outcome(cell: Cell, key: str, outcome: WorkerOutcome) -> WarmCell:
                     outcome.seconds, outcome.wall_seconds, verdict=verdict.to_json())
 
 
-def apply_warm(matrix: Matrix, cells: Sequence[Cell], fingerprint: Fingerprint, cache_dir: Path,
-               *, environ: Mapping[str, str], timeout: float | None = None,
-               progress: Callable[[Event], None] | None = None,
-               python: str | None = None) -> WarmReport:
-    """Warm each cell in turn in a fresh process (under ``python``; None: this interpreter)
-    against ``cache_dir/<root>``; never raises for a cell that failed or compiled (the report
-    says which)."""
-    started = time.monotonic()
-    backend = get_backend(matrix.backend)
-    emit = progress or (lambda event: None)
-    workdir = Path(tempfile.mkdtemp(prefix="neffcache-warm-"))
-    results = []
-    try:
-        for n, cell in enumerate(cells, 1):
-            emit(("start", cell.id, f"first call against {cache_dir}"))
-            outcome = warm_restored(matrix, cell, backend, cache_dir, workdir / f"{n:03d}",
-                                    environ=environ, timeout=timeout, python=python)
-            result = judge_outcome(cell, entry_key(cell, fingerprint), outcome)
-            emit((result.status, cell.id, _describe(result)))
-            results.append(result)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return WarmReport(matrix=matrix.source, backend=backend.name,
-                      fingerprint_key=fingerprint.key, cache_dir=str(cache_dir),
-                      cells=tuple(results), seconds=time.monotonic() - started)
-
-
-def _describe(result: WarmCell) -> str:
+def describe(result: WarmCell) -> str:
     if result.status == FAILED:
         return result.error or "failed"
     seconds = "-" if result.seconds is None else f"{result.seconds:.1f} s"

@@ -1,21 +1,34 @@
-"""``check_warm(WarmRequest) -> WarmResult``: the use case behind ``neffcache warm``, a boot
-health check after a restore: each cell's first call against the restored cache (``warm``'s
-``apply_warm``), each verdict recorded on its entry in the index when one is at hand."""
+"""``check_warm(WarmRequest) -> WarmResult``, the use case behind ``neffcache warm``: each
+cell's first call against the restored cache, each verdict recorded on its entry in the index."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from neffcache.backends import get_backend
 from neffcache.config import Settings
 from neffcache.errors import ExitRule, NeffcacheError, ReportError, UsageError
-from neffcache.precompile.indexing import report_to_index
-from neffcache.precompile.warm import FAILED, Event, WarmReport, apply_warm
+from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import entry_key
+from neffcache.matrix import Cell, Matrix
+from neffcache.precompile.indexing import report_to_index, silent
+from neffcache.precompile.warm import (
+    FAILED,
+    Event,
+    WarmReport,
+    describe,
+    judge_outcome,
+    warm_restored,
+)
 from neffcache.report_send import SPOOL_DIR, discard, keep, load, pending
 from neffcache.reports import Verdicts, make_report_id
 from neffcache.request_rules import checked_request
@@ -32,17 +45,11 @@ INDEX_REPORT_TIMEOUT = 2.0
 class WarmRequest:
     """What ``neffcache warm`` is asked to check; each field is the flag of that name.
 
-    ``matrix``: the matrix file. ``cache``: the directory ``neffcache restore --to`` filled
-    (each cache root R is ``cache/R``), warmed in place. ``cells``: globs of cell ids (none:
-    every cell). ``strict``: a cell that compiled is an error (exit 3). ``timeout``: seconds
-    per warm-up. ``python``: the interpreter the warm-ups run under and the fingerprint
-    describes (the service's: torch, diffusers; it needs no neffcache); None resolves it as
-    the CLI does (NEFFCACHE_PYTHON > config key ``python`` > the interpreter running
-    neffcache). ``index``: the index URL; None resolves it as the CLI does (NEFFCACHE_INDEX >
-    config file > default), from ``environ`` (None: the process's, at call time; also the
-    fingerprint's and the workers' environment). ``notice``: warnings (the index did not
-    record the verdicts in time: they are spooled). ``progress``: each event ``(kind, cell
-    id, message)``.
+    ``cache``: the directory ``neffcache restore --to`` filled, warmed in place. ``cells``:
+    globs of cell ids (none: all). ``strict``: a cell that compiled is an error (exit 3).
+    ``python``: the interpreter the warm-ups run under and the fingerprint describes.
+    ``index``, ``python``: None resolves them as the CLI does, from ``environ`` (None: the
+    process's; also the workers' environment). ``notice``: warnings. ``progress``: each event.
     """
 
     matrix: str | Path
@@ -59,13 +66,9 @@ class WarmRequest:
 
 @dataclass(frozen=True, slots=True)
 class WarmResult(ExitRule):
-    """Each cell's first call against the restored cache: hit, compiled (a miss) or failed
-    (``report``).
-
-    ``to_json()`` is the ``neffcache warm --json`` document. ``error()``: a WorkerError when a
-    warm-up failed (``exit_code`` 1); with ``strict``, a CacheMissError when a cell compiled
-    (3); else None (0).
-    """
+    """Each cell's first call against the restored cache: hit, compiled or failed. ``to_json()``
+    is the ``--json`` document; ``error()`` a WorkerError (exit 1) for a failed warm-up, with
+    ``strict`` a CacheMissError (3) for a cell that compiled."""
 
     report: WarmReport
     strict: bool = False
@@ -78,18 +81,15 @@ class WarmResult(ExitRule):
 
 
 def check_warm(request: WarmRequest) -> WarmResult:
-    """Warm each selected cell in turn, in a fresh process whose cache variables point at the
-    restored directory itself, and judge whether it compiled (see ``neffcache warm --help``);
-    then mark each judged entry verified (hit or compiled) in the index, within 2 seconds,
-    after the verdicts earlier warms spooled; a slow or failing index is only a notice, and
-    the verdicts wait in the restore's report spool (NEFFCACHE_REPORT_SPOOL, else
-    CACHE/.neffcache-entries/report-spool) for the next warm that reaches it.
+    """Warm each selected cell in turn, in a fresh process against the restored directory
+    itself, judge whether it compiled (``neffcache warm --help``), then mark each judged
+    entry verified in the index within 2 seconds, else spool the verdicts for the next warm.
 
-    Raises UsageError (exit 2) when no cell matches ``cells`` or the directory holds no cache
-    root; MatrixError (2) for a bad matrix; FingerprintMismatchError (5) when this host's
-    fingerprint cannot be used. A cell that failed or compiled is in the result, not raised.
+    Raises UsageError (2) when no cell matches or the directory holds no cache root,
+    MatrixError (2), FingerprintMismatchError (5). A cell that failed or compiled is in the
+    result, not raised.
     """
-    from neffcache.backends import get_backend, root_dirs
+    from neffcache.backends import root_dirs
     from neffcache.config import read_settings
     from neffcache.fingerprint import check_usable, collect_fingerprint, described_interpreter
     from neffcache.matrix import select_cells
@@ -111,17 +111,41 @@ def check_warm(request: WarmRequest) -> WarmResult:
     fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
     check_usable(fingerprint)
     python = None if settings.python is None else described_interpreter(settings.python)
-    report = apply_warm(m, cells, fingerprint, target, environ=environ,
-                        timeout=request.timeout, progress=request.progress, python=python)
+    report = _warm_cells(request, m, cells, fingerprint, environ, python)
     _record_verdicts(settings, target, report, request.notice)
     return WarmResult(report, request.strict)
 
 
+def _warm_cells(request: WarmRequest, matrix: Matrix, cells: Sequence[Cell],
+                fingerprint: Fingerprint, environ: Mapping[str, str],
+                python: str | None) -> WarmReport:
+    """Warm each cell in turn in a fresh process (cells share the directory: a concurrent
+    cell's new files would be blamed on its neighbour); never raises for one that failed."""
+    started = time.monotonic()
+    backend = get_backend(matrix.backend)
+    cache_dir = Path(request.cache).expanduser().absolute()
+    emit = request.progress or (lambda event: None)
+    workdir = Path(tempfile.mkdtemp(prefix="neffcache-warm-"))
+    results = []
+    try:
+        for n, cell in enumerate(cells, 1):
+            emit(("start", cell.id, f"first call against {cache_dir}"))
+            outcome = warm_restored(matrix, cell, backend, cache_dir, workdir / f"{n:03d}",
+                                    environ=environ, timeout=request.timeout, python=python)
+            result = judge_outcome(cell, entry_key(cell, fingerprint), outcome)
+            emit((result.status, cell.id, describe(result)))
+            results.append(result)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return WarmReport(matrix=matrix.source, backend=backend.name,
+                      fingerprint_key=fingerprint.key, cache_dir=str(cache_dir),
+                      cells=tuple(results), seconds=time.monotonic() - started)
+
+
 def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
                      notice: Callable[[str], None] | None) -> None:
-    """Mark each warmed cell's entry verified (hit or compiled) in the index (see
-    ``report_to_index``), after the verdicts earlier warms spooled; verdicts the index does
-    not take in time are spooled in turn (the restore's report spool), for the next warm."""
+    """Mark each warmed cell's entry verified in the index, after the verdicts earlier warms
+    spooled; verdicts the index does not take in time are spooled in turn."""
     judged = tuple((c.entry_key, c.status) for c in report.cells if c.status != FAILED)
     spool = _spool_dir(target, settings.report_spool)
     waiting = [(s.path, v) for s in pending(spool)  # oldest first: newer ones win
@@ -139,7 +163,7 @@ def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
 
     written = report_to_index(settings, "warm results", write, INDEX_REPORT_TIMEOUT, notice)
     if written is False and judged:
-        say = notice or _silent
+        say = notice or silent
         try:
             keep(spool, mine)
         except OSError as exc:
@@ -167,7 +191,3 @@ def _spool_dir(target: Path, configured: str | None) -> Path:
     """The restore's report spool for ``target`` (NEFFCACHE_REPORT_SPOOL, else
     TARGET/.neffcache-entries/report-spool): one spool per restored directory."""
     return Path(configured).expanduser() if configured else target / LOCAL_ENTRIES / SPOOL_DIR
-
-
-def _silent(_message: str) -> None:
-    pass

@@ -1,27 +1,16 @@
 """The warm-up worker: ``python -m neffcache.precompile.worker --spec FILE`` warms one cell.
 
-Each cell runs in its own process. The parent (``launch``) creates the cell's cache roots and
-starts this process with every cache variable already in its environment; the worker checks
-that, and only then imports torch and the backend's modules (TorchNeuron reads its variables at
-import). It loads the declared pipeline class with ``from_pretrained`` (model, revision,
-dtype), moves it to the backend's device, compiles the declared components per mode, makes one
-call at the cell's shape and batch, and writes a JSON result: seconds, compile counters, C++
-compiler outputs, and the capturable files before and after (neffcache.precompile.hit_check
-judges them). Any failure exits non-zero with the traceback on stderr; the parent keeps the
-log.
-
-A tensor-parallel cell (tp > 1) runs as tp ranks under torchrun (``launch_command``). Each
-rank joins the process group (``dist.init_process_group(backend="neuron")``), builds a 1-D
-``DeviceMesh("neuron", ranks)`` and loads the transformer with
-``from_pretrained(..., subfolder="transformer", parallel_config=TensorParallelConfig(mesh=mesh))``
-(diffusers' API), then the pipeline around it. All ranks share the cell's cache roots and
-lock dir, so each graph is compiled once; rank 0 alone scans the roots (with barriers so no
-rank is still writing) and writes the result.
+Started by ``launch`` with every cache variable already set (checked here before torch is
+imported), it loads the pipeline, compiles the declared components, makes one call at the
+cell's shape and writes a JSON result (seconds, compile counters, C++ outputs, the capturable
+files before and after: ``hit_check`` judges them). A tp > 1 cell runs as tp ranks under
+torchrun, sharing the cell's cache roots; rank 0 alone scans them and writes the result.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -45,7 +34,7 @@ DEFAULT_PROMPT = "a photo of a small cactus with a happy face"
 
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
-    """Everything a worker needs, passed as a JSON file (never through the environment)."""
+    """Everything a worker needs, as a JSON file (never through the environment)."""
 
     cell: Cell
     backend: str
@@ -83,9 +72,8 @@ TP_MESH_DIM = "tp"
 
 
 def torchrun_command(python: str, nproc: int, module: str, args: Sequence[str]) -> list[str]:
-    """``torchrun --standalone --nproc_per_node=N -m MODULE ARGS``, spelled as the interpreter
-    running ``torch.distributed.run`` (what the ``torchrun`` script runs), so the ranks use
-    the same Python as the parent. --standalone: a private rendezvous on this node. Pure."""
+    """``torchrun --standalone --nproc_per_node=N -m MODULE ARGS`` as ``python -m
+    torch.distributed.run``, so the ranks use the parent's Python. Pure."""
     if nproc < 1:
         raise UsageError(f"torchrun: --nproc_per_node must be >= 1, got {nproc}")
     return [python, "-m", "torch.distributed.run", "--standalone",
@@ -94,9 +82,8 @@ def torchrun_command(python: str, nproc: int, module: str, args: Sequence[str]) 
 
 def launch_command(spec_path: str | Path, cell: Cell, backend: Backend,
                    python: str = sys.executable) -> list[str]:
-    """The command line that runs a worker for ``cell``: one process for tp == 1; for tp > 1
-    on a backend with a distributed backend, tp ranks under torchrun (one per NeuronCore on
-    this node). A tp > 1 cell on any other backend runs as one process, which refuses it."""
+    """The worker's command line: tp ranks under torchrun for a tp > 1 cell on a backend with
+    a distributed backend, else one process (which refuses a tp > 1 cell)."""
     args = ["--spec", str(spec_path)]
     if cell.tp > 1 and backend.dist_backend is not None:
         return torchrun_command(python, cell.tp, backend.worker_module, args)
@@ -139,8 +126,8 @@ def check_rank(cell: Cell, backend: Backend, rank: Rank) -> None:
 
 def build_call_kwargs(cell: Cell, steps: int, call_kwargs: Mapping[str, Any],
                       generator: Any = None) -> dict[str, Any]:
-    """Pipeline call arguments: defaults, then the matrix's call_kwargs, then the cell's shape
-    and batch (which always win: they are what the cell is)."""
+    """Pipeline call arguments: defaults, the matrix's call_kwargs, then the cell's shape and
+    batch (they always win: they are what the cell is)."""
     kwargs: dict[str, Any] = {"prompt": DEFAULT_PROMPT, "num_inference_steps": steps}
     kwargs.update(call_kwargs)
     kwargs.update(height=cell.height, width=cell.width, num_images_per_prompt=cell.batch)
@@ -164,9 +151,8 @@ def check_environment(backend: Backend, base: str, environ: Mapping[str, str]) -
 
 
 class CompileProbe:
-    """Records C++ compiler outputs (by wrapping inductor's CppBuilder.build, for backends
-    with ``cpp_probe``) and reads torch._dynamo's counters. May import torch: create it only
-    after the environment is set."""
+    """Records C++ compiler outputs (wrapping inductor's CppBuilder.build) and reads
+    torch._dynamo's counters. May import torch: create it after the environment check."""
 
     def __init__(self, dirs: Mapping[str, str], cpp: bool = True) -> None:
         self._dirs = dirs
@@ -233,8 +219,7 @@ def init_tensor_parallel(backend: Backend, rank: Rank) -> Any:
 
 def load_tp_transformer(cls: Any, spec: WorkerSpec, mesh: Any, location: Mapping[str, Any],
                         kwargs: Mapping[str, Any]) -> Any:
-    """The pipeline's transformer loaded sharded over ``mesh``: its class comes from the
-    pipeline's model_index.json, and diffusers shards it while reading the weights."""
+    """The pipeline's transformer (its class from model_index.json), sharded over ``mesh``."""
     from diffusers import TensorParallelConfig
 
     index = cls.load_config(spec.model, **location)
@@ -294,8 +279,7 @@ def timed_call(pipe: Any, spec: WorkerSpec) -> float:
 
 
 def run(spec: WorkerSpec, rank: Rank | None = None) -> dict[str, Any]:
-    """Warm one cell in this process (one rank of it, for tp > 1) and return the result
-    document (complete on rank 0; other ranks do not scan the roots)."""
+    """Warm one cell (one rank of it) and return the result document (rank 0's is complete)."""
     from neffcache.precompile.capture import scan_roots
 
     started = time.perf_counter()
@@ -345,8 +329,7 @@ def run(spec: WorkerSpec, rank: Rank | None = None) -> dict[str, Any]:
 
 
 def say_phase(phase: str, rank: Rank | None = None) -> None:
-    """One ``PHASE_MARK`` line on stderr (rank 0 only): the runner's heartbeats read the
-    latest from the log (``neffcache.precompile.heartbeat``)."""
+    """One ``PHASE_MARK`` line on stderr (rank 0 only), for the runner's heartbeats."""
     if rank is None or rank.leader:
         print(f"{PHASE_MARK}{phase}", file=sys.stderr, flush=True)
 
@@ -367,33 +350,21 @@ def write_result(path: str, doc: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+@functools.cache
 def die_with_parent() -> Callable[[], None] | None:
-    """A call that makes the calling process get SIGKILL when its parent dies (Linux
-    ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` through ctypes), or None where there is none (not
-    Linux, no libc). The kernel delivers it even when the parent was SIGKILLed, which no
-    watchdog thread in the parent could. Resolved once: the returned call only enters libc,
-    so it is cheap enough for a child between fork and exec. (The signal comes when the
-    parent's *thread* that forked ends: the launcher's thread waits for the child.)"""
-    global _PDEATHSIG
-    if _PDEATHSIG is None:
-        _PDEATHSIG = _resolve_pdeathsig()
-    return _PDEATHSIG if callable(_PDEATHSIG) else None
-
-
-_PDEATHSIG: Callable[[], None] | bool | None = None  # None: not looked up; False: none here
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _resolve_pdeathsig() -> Callable[[], None] | bool:
+    """A call that makes the calling process get SIGKILL when its parent('s forking thread)
+    dies, even a SIGKILLed one (Linux ``prctl(PR_SET_PDEATHSIG)`` through ctypes), or None
+    where there is none. Resolved once: the call only enters libc, so a child may make it
+    between fork and exec."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
         import ctypes
         import signal
 
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError, ImportError):
-        return False
+        return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
                       ctypes.c_ulong]
     prctl.restype = ctypes.c_int
@@ -405,9 +376,11 @@ def _resolve_pdeathsig() -> Callable[[], None] | bool:
     return set_pdeathsig
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    # Under torchrun this rank's parent is torchrun (which its runner's death kills, see
-    # launch): the rank follows it. For a single worker this repeats what launch did.
+    # Under torchrun the parent is torchrun; for a single worker this repeats what launch did.
     guard = die_with_parent()
     if guard is not None:
         guard()

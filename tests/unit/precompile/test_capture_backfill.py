@@ -12,7 +12,13 @@ from neffcache.errors import UsageError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.manifest import FileRecord, Manifest
 from neffcache.matrix import Cell
-from neffcache.precompile.backfill import EXISTS, NOTHING, PUBLISH, hash_new_files, plan_backfill
+from neffcache.precompile.backfill_cell import (
+    EXISTS,
+    NOTHING,
+    PUBLISH,
+    hash_new_files,
+    plan_backfill,
+)
 from neffcache.precompile.capture import scan_roots
 from neffcache.precompile.hit_check import FileState
 
