@@ -18,6 +18,7 @@ ListBucket S3 answers 403 instead of 404 for a missing key, which reads as "unav
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -38,30 +39,25 @@ from neffcache.store.base import BLOBS, PACKS, ObjectStream, Upload, check_key, 
 from neffcache.store.s3_config import (
     ENVIRONMENT,
     NONE,
-    CredentialSource,
-    PutSettings,
-    S3Location,
-    byte_count,
-    configured_endpoint,
-    credential_source,
-    locate,
+    MiB,
+    S3Tuning,
+    load_s3_settings,
     parse_s3_url,
-    put_settings,
-    read_profile,
-    unsigned_payload,
 )
-
-if TYPE_CHECKING:
-    from obstore.store import S3Config  # a TypedDict of the type stubs only
 from neffcache.store.s3_errors import (
     RANGE_NOT_SATISFIABLE,
     no_credentials,
-    redact,
     response_code,
     translate,
 )
 
-MiB = 1 << 20
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from obstore.store import S3Config  # a TypedDict of the type stubs only
+
+    from neffcache.store.s3_uploads import UploadClient
+
 # Whole requests get this long; a stalled body is caught sooner by the read timeout.
 REQUEST_TIMEOUT = 15 * 60.0
 RETRY_TIMEOUT = 3 * 60.0  # no retry starts later than this after a call's first attempt
@@ -75,99 +71,65 @@ POOL_CONNECTIONS = 64  # connections kept open per client
 # peak RSS with 16 MiB parts, 4 each and no bound; 297-345 MiB with 2 x 2 through a spool;
 # 232 MiB read straight from the files; 129-142 MiB so with 8 MiB parts; issue 22).
 MULTIPART_CONCURRENCY = 2
-PART_SIZE = 8 * MiB  # also the default multipart threshold
 MULTIPART_UPLOADS = 2
 # obstore raises FileNotFoundError (not one of its own classes) for a missing object.
 _CLIENT_ERRORS = (BaseError, FileNotFoundError)
 _PROBE_PREFIX = "neffcache-check"
 # Keys whose name is the sha256 of their bytes: rewriting one rewrites the same bytes.
 _CONTENT_ADDRESSED = (BLOBS, PACKS)
-_KEY_VARIABLES = (("access_key_id", "AWS_ACCESS_KEY_ID"),
-                  ("secret_access_key", "AWS_SECRET_ACCESS_KEY"),
-                  ("session_token", "AWS_SESSION_TOKEN"))
 
 
 class S3Store:
     """Objects at ``s3://<bucket>/<prefix>/<key>``; see the module docstring for the contract.
 
-    ``environ`` is what neffcache's own decisions read (endpoint, region, credential source;
-    tests pass their own); obstore itself reads the process environment for the rest."""
+    ``environ`` is what neffcache's own decisions read (``s3_config.load_s3_settings``; tests
+    pass their own); obstore itself reads the process environment for the rest."""
 
-    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
-                 max_attempts: int = 5, multipart_threshold: int = PART_SIZE,
-                 part_size: int = PART_SIZE, environ: Mapping[str, str] | None = None,
-                 deadline: float | None = None, create: bool = False) -> None:
-        if part_size < 5 * MiB or multipart_threshold < part_size:
-            raise UsageError("S3 store: part_size must be >= 5 MiB and <= multipart_threshold")
+    def __init__(self, bucket: str, prefix: str = "", *, environ: Mapping[str, str] | None = None,
+                 deadline: float | None = None, create: bool = False,
+                 **tuning: Unpack[S3Tuning]) -> None:
         env = os.environ if environ is None else environ
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self.multipart_threshold, self.part_size = multipart_threshold, part_size
+        self.settings = load_s3_settings(bucket, prefix, env, tuning)
+        self.bucket, self.prefix = bucket, self.settings.location.prefix
+        self.url, self.endpoint = self.settings.url, self.settings.endpoint
         self.create = create  # check() gives a store without its marker one (recognise_store)
-        self._keys = {name: env[var] for name, var in _KEY_VARIABLES if env.get(var)}
-        profile = read_profile(env)
-        self.location = locate(bucket, self.prefix, endpoint_url, env, profile or {})
-        self._unsigned = unsigned_payload(self.location, env)
-        self.put_settings: PutSettings = put_settings(env)
-        self._attributes: Any = {"Storage-Class": self.put_settings.storage_class} \
-            if self.put_settings.storage_class else None
-        self.credentials: CredentialSource = credential_source(env, profile)
-        self.endpoint = redact(self.location.endpoint or "https://s3.amazonaws.com")
         self._provider = None
-        if self.credentials.needs_botocore:
+        if self.settings.credentials.needs_botocore:
             from neffcache.store.s3_profile import profile_credentials
 
-            self._provider = profile_credentials(self.credentials, self.url, env)
+            self._provider = profile_credentials(self.settings.credentials, self.url, env)
         # With a deadline (a time.monotonic() value) no wait may outlast it.
         left = None if deadline is None else max(0.05, deadline - time.monotonic())
 
-        def clip(seconds: float) -> float:
-            return seconds if left is None else min(seconds, left)
+        def clip(*seconds: float) -> tuple[float, ...]:
+            return seconds if left is None else tuple(min(t, left) for t in seconds)
 
-        self._retries = max(0, max_attempts - 1)
-        self._client = self._connect((clip(CONNECT_TIMEOUT), clip(READ_TIMEOUT),
-                                      clip(REQUEST_TIMEOUT), clip(RETRY_TIMEOUT)),
-                                     POOL_CONNECTIONS)
+        self._client = self._connect(clip(CONNECT_TIMEOUT, READ_TIMEOUT, REQUEST_TIMEOUT,
+                                          RETRY_TIMEOUT))
         # check() must fail within seconds on an unreachable endpoint: short waits, and no
         # retry starts after PROBE_TIMEOUT (the same number of attempts as every other call).
-        self._probe_timeouts = (clip(min(CONNECT_TIMEOUT, 2.0)), clip(min(READ_TIMEOUT, 5.0)),
-                                clip(PROBE_TIMEOUT), clip(PROBE_TIMEOUT))
-        self._pool = POOL_CONNECTIONS
+        self._probe_timeouts = clip(2.0, 5.0, PROBE_TIMEOUT, PROBE_TIMEOUT)
         self._probe: _Client | None = None
         self._lock = threading.Lock()
         self._multipart = threading.BoundedSemaphore(MULTIPART_UPLOADS)
-        self._upload_settings = (CONNECT_TIMEOUT, READ_TIMEOUT, max_attempts)  # for gc
-        self._uploads: Any = None  # s3_uploads.UploadClient, made when gc first asks
+        self._uploads: UploadClient | None = None  # made when gc first asks
 
     @classmethod
-    def from_url(cls, url: str, environ: Mapping[str, str] | None = None,
-                 **options: Any) -> S3Store:
-        """``s3://bucket/prefix``; the endpoint comes from AWS_ENDPOINT_URL_S3 or
-        AWS_ENDPOINT_URL (else AWS's regional endpoint), credentials from the standard chain;
-        NEFFCACHE_S3_MULTIPART_THRESHOLD and NEFFCACHE_S3_PART_SIZE (bytes) tune uploads;
-        NEFFCACHE_S3_SSE, NEFFCACHE_S3_SSE_KMS_KEY_ID and NEFFCACHE_S3_STORAGE_CLASS go on every
-        PUT (``s3_config.put_settings``)."""
-        env = os.environ if environ is None else environ
-        bucket, prefix = parse_s3_url(url)
-        options.setdefault("endpoint_url", configured_endpoint(env))
-        for name, var in (("multipart_threshold", "NEFFCACHE_S3_MULTIPART_THRESHOLD"),
-                          ("part_size", "NEFFCACHE_S3_PART_SIZE")):
-            if env.get(var):
-                options.setdefault(name, byte_count(var, env[var]))
-        return cls(bucket, prefix, environ=environ, **options)
+    def from_url(cls, url: str, environ: Mapping[str, str] | None = None, *,
+                 deadline: float | None = None, create: bool = False,
+                 **tuning: Unpack[S3Tuning]) -> S3Store:
+        """``s3://bucket/prefix``, configured as ``s3_config.load_s3_settings`` says."""
+        return cls(*parse_s3_url(url), environ=environ, deadline=deadline, create=create,
+                   **tuning)
 
     # -- the protocol -------------------------------------------------------------------------
 
     def check(self) -> None:
         with self._lock:
             if self._probe is None:
-                self._probe = self._connect(self._probe_timeouts, self._pool)
-        self._no_source("ListObjectsV2")
-        try:  # one small LIST under a name nothing uses: proves bucket, credentials and access
-            obstore.list_with_delimiter(self._probe, _PROBE_PREFIX)
-        except _CLIENT_ERRORS as exc:
-            raise self._error(exc, "ListObjectsV2", None) from None
+                self._probe = self._connect(self._probe_timeouts)
+        with self._translated("ListObjectsV2"):  # one small LIST under a name nothing uses:
+            obstore.list_with_delimiter(self._probe, _PROBE_PREFIX)  # bucket, keys, access
         recognise_store(self, create=self.create)
 
     def has(self, key: str) -> bool:
@@ -189,13 +151,13 @@ class S3Store:
             options["range"] = (start, start + length)
         elif start:
             options["range"] = {"offset": start}
-        self._no_source("GetObject")
-        try:
-            result = obstore.get(self._client, key, options=options)  # type: ignore[arg-type]
-        except _CLIENT_ERRORS as exc:
-            if response_code(exc)[0] in RANGE_NOT_SATISFIABLE:
+        with self._translated("GetObject", key):
+            try:
+                result = obstore.get(self._client, key, options=options)  # type: ignore[arg-type]
+            except _CLIENT_ERRORS as exc:
+                if response_code(exc)[0] not in RANGE_NOT_SATISFIABLE:
+                    raise
                 return io.BytesIO()  # the object exists; the range starts past its end
-            raise self._error(exc, "GetObject", key) from None
         return _Body(iter(result.stream(min_chunk_size=256 * 1024)), self, key)  # type: ignore[return-value]
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
@@ -205,21 +167,20 @@ class S3Store:
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         check_key(key)
         self._no_source("PutObject")
+        threshold = self.settings.multipart_threshold
         sized = _size_of(source)  # a VerifyingReader says how large it is; a local file too
-        if sized is not None and sized >= self.multipart_threshold and (
+        if sized is not None and sized >= threshold and (
                 not if_absent or key.startswith(_CONTENT_ADDRESSED)):
             if if_absent and self.has(key):
                 return False
             with self._multipart:  # before reading: only the uploads running hold bytes
                 if _is_local_file(source):
                     return self._put_multipart(key, source)
-                return self._put_spooled(
-                    key, source, [_read_up_to(source, self.multipart_threshold)])
-        first = _read_up_to(source, self.multipart_threshold)
-        if len(first) < self.multipart_threshold or (
-                if_absent and not key.startswith(_CONTENT_ADDRESSED)):
+                return self._put_spooled(key, source, [_read_up_to(source, threshold)])
+        first = _read_up_to(source, threshold)
+        if len(first) < threshold or (if_absent and not key.startswith(_CONTENT_ADDRESSED)):
             # One conditional PutObject (If-None-Match: *): the server refuses to overwrite.
-            return self._put_once(key, first if len(first) < self.multipart_threshold
+            return self._put_once(key, first if len(first) < threshold
                                   else _whole(first, source), if_absent)
         if if_absent and self.has(key):
             return False  # skip uploading a large body the store already holds
@@ -245,43 +206,43 @@ class S3Store:
         reader that fails its sha256 there aborts the upload, and nothing is committed)."""
         # A multipart upload cannot be made conditional through obstore; a racing writer of a
         # content-addressed key writes the same bytes, so the last complete upload is harmless.
-        try:
-            obstore.put(self._client, key, source, use_multipart=True,
-                        chunk_size=self.part_size, max_concurrency=MULTIPART_CONCURRENCY,
-                        attributes=self._attributes)
-        except (*_CLIENT_ERRORS, OSError) as exc:
-            # obstore aborts the upload when reading the source fails, and raises an OSError
-            # carrying the source's error as text: raise the source's own IntegrityError.
-            failure = getattr(source, "failure", None)
-            if isinstance(failure, IntegrityError):
-                raise failure from None
-            if isinstance(exc, _CLIENT_ERRORS):
-                raise self._error(exc, "UploadPart", key) from None
-            raise
+        with self._translated("UploadPart", key):
+            try:
+                obstore.put(self._client, key, source, use_multipart=True,
+                            chunk_size=self.settings.part_size,
+                            max_concurrency=MULTIPART_CONCURRENCY, attributes=self._attributes)
+            except (*_CLIENT_ERRORS, OSError):
+                # obstore aborts the upload when reading the source fails, and raises an
+                # OSError carrying the source's error as text: raise the source's own.
+                failure = getattr(source, "failure", None)
+                if isinstance(failure, IntegrityError):
+                    raise failure from None
+                raise
+        return True
+
+    def _put_once(self, key: str, body: bytes | memoryview, if_absent: bool) -> bool:
+        with self._translated("PutObject", key):
+            try:
+                obstore.put(self._client, key, body, mode="create" if if_absent else "overwrite",
+                            use_multipart=False, attributes=self._attributes)
+            except (AlreadyExistsError, PreconditionError):
+                if if_absent:
+                    return False
+                raise
         return True
 
     def list(self, prefix: str) -> Iterator[str]:
         """Keys under ``prefix``; object_store lists whole path segments, so a prefix that ends
         inside a name is listed from its parent and filtered."""
         parent = prefix.rpartition("/")[0]
-        self._no_source("ListObjectsV2")
-        try:
+        with self._translated("ListObjectsV2"):
             for batch in obstore.list(self._client, parent or None, chunk_size=1000):
-                for meta in batch:
-                    if meta["path"].startswith(prefix):
-                        yield meta["path"]
-        except _CLIENT_ERRORS as exc:
-            raise self._error(exc, "ListObjectsV2", None) from None
+                yield from (meta["path"] for meta in batch if meta["path"].startswith(prefix))
 
     def delete(self, key: str) -> None:
         check_key(key)
-        self._no_source("DeleteObject")
-        try:
+        with contextlib.suppress(NotFoundError), self._translated("DeleteObject", key):
             obstore.delete(self._client, key)
-        except _CLIENT_ERRORS as exc:
-            error = self._error(exc, "DeleteObject", key)
-            if not isinstance(error, NotFoundError):
-                raise error from None
 
     # -- multipart uploads (store.base.MultipartUploads; gc only) ---------------------------
 
@@ -292,41 +253,43 @@ class S3Store:
     def abort_upload(self, upload: Upload) -> None:
         self._upload_client().abort(upload)
 
-    def _upload_client(self) -> Any:
+    def _upload_client(self) -> UploadClient:
         from neffcache.store.s3_uploads import UploadClient
 
         with self._lock:
             if self._uploads is None:
-                connect, read, attempts = self._upload_settings
-                self._uploads = UploadClient(self.location, where=self.url,
-                                             endpoint=self.endpoint, source=self.credentials,
-                                             connect_timeout=connect, read_timeout=read,
-                                             max_attempts=attempts)
+                self._uploads = UploadClient(self.settings, (CONNECT_TIMEOUT, READ_TIMEOUT))
             return self._uploads
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _connect(self, timeouts: tuple[float, float, float, float], pool: int) -> _Client:
+    @property
+    def _attributes(self) -> Any:
+        storage_class = self.settings.puts.storage_class
+        return {"Storage-Class": storage_class} if storage_class else None
+
+    def _connect(self, timeouts: tuple[float, ...]) -> _Client:
         """A client whose connect, read and whole-request timeouts and retry window are
         ``timeouts`` (seconds); one backoff sleep never outlasts the retry window."""
         connect, read, request, retrying = (timedelta(seconds=t) for t in timeouts)
-        loc: S3Location = self.location
-        config: S3Config = {"virtual_hosted_style_request": loc.virtual_hosted}
-        if loc.endpoint:
-            config["endpoint"] = loc.endpoint
-        if loc.region:
-            config["region"] = loc.region
-        if self._unsigned:
+        s = self.settings
+        config: S3Config = {"virtual_hosted_style_request": s.location.virtual_hosted}
+        if s.location.endpoint:
+            config["endpoint"] = s.location.endpoint
+        if s.location.region:
+            config["region"] = s.location.region
+        if s.unsigned:
             config["unsigned_payload"] = True
-        if self.put_settings.sse:  # on every PutObject and CreateMultipartUpload
-            config["server_side_encryption"] = self.put_settings.sse
-        if self.put_settings.kms_key_id:
-            config["sse_kms_key_id"] = self.put_settings.kms_key_id
-        if self.credentials.name == ENVIRONMENT:  # this store's keys, not the process's
-            config.update(self._keys)  # type: ignore[typeddict-item]
+        if s.puts.sse:  # on every PutObject and CreateMultipartUpload
+            config["server_side_encryption"] = s.puts.sse
+        if s.puts.kms_key_id:
+            config["sse_kms_key_id"] = s.puts.kms_key_id
+        if s.credentials.name == ENVIRONMENT:  # this store's keys, not the process's
+            config.update(dict(s.keys))  # type: ignore[typeddict-item]
         options = dict(connect_timeout=connect, read_timeout=read, timeout=request,
-                       pool_max_idle_per_host=str(pool), allow_http=loc.allow_http)
-        retry = {"max_retries": self._retries, "retry_timeout": retrying,
+                       pool_max_idle_per_host=str(POOL_CONNECTIONS),
+                       allow_http=s.location.allow_http)
+        retry = {"max_retries": max(0, s.max_attempts - 1), "retry_timeout": retrying,
                  "backoff": {"max_backoff": min(retrying, timedelta(seconds=MAX_BACKOFF))}}
         try:
             return _Client(self.bucket, prefix=self.prefix or None, config=config,
@@ -335,34 +298,28 @@ class S3Store:
         except _CLIENT_ERRORS as exc:
             raise self._error(exc, "configure", None) from None
 
-    def _put_once(self, key: str, body: bytes | memoryview, if_absent: bool) -> bool:
-        try:
-            obstore.put(self._client, key, body, mode="create" if if_absent else "overwrite",
-                        use_multipart=False, attributes=self._attributes)
-        except (AlreadyExistsError, PreconditionError):
-            if if_absent:
-                return False
-            raise
-        except _CLIENT_ERRORS as exc:
-            raise self._error(exc, "PutObject", key) from None
-        return True
-
     def _head(self, key: str) -> None:
         check_key(key)
-        self._no_source("HeadObject")
-        try:
+        with self._translated("HeadObject", key):
             obstore.head(self._client, key)
+
+    @contextlib.contextmanager
+    def _translated(self, op: str, key: str | None = None) -> Iterator[None]:
+        """Run one call of the client: its failures leave as domain errors (``_error``)."""
+        self._no_source(op)
+        try:
+            yield
         except _CLIENT_ERRORS as exc:
-            raise self._error(exc, "HeadObject", key) from None
+            raise self._error(exc, op, key) from None
 
     def _no_source(self, op: str) -> None:
-        if self.credentials.name == NONE:
+        if self.settings.credentials.name == NONE:
             raise no_credentials(self.url, op)
 
     def _error(self, exc: BaseException, op: str, key: str | None) -> Exception:
         where = f"{self.url}/{key}" if key else self.url
         return translate(exc, where=where, endpoint=self.endpoint, op=op, key=key,
-                         source=self.credentials.name)
+                         source=self.settings.credentials.name)
 
 
 class _Body(ObjectStream):

@@ -16,10 +16,12 @@ import configparser
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 from neffcache.config import redact_url
-from neffcache.errors import ConfigError
+from neffcache.errors import ConfigError, UsageError
+from neffcache.store.s3_errors import redact
 
 ENVIRONMENT = "environment"
 WEB_IDENTITY = "web-identity"
@@ -27,6 +29,8 @@ PROFILE = "profile"
 CONTAINER = "container"
 INSTANCE = "instance-metadata"
 NONE = "none"
+MiB = 1 << 20
+PART_SIZE = 8 * MiB  # also the default multipart threshold
 
 # Keys that make a profile a credential source for botocore (its shared-file, config-file,
 # assume-role, SSO and process providers).
@@ -116,8 +120,7 @@ def locate(bucket: str, prefix: str, endpoint: str | None, env: Mapping[str, str
     if endpoint:
         scheme = urlsplit(endpoint).scheme
         if scheme not in ("http", "https"):
-            raise ConfigError(f"S3 endpoint {_without_user(endpoint)!r}: expected http:// or "
-                              "https://")
+            raise ConfigError(f"S3 endpoint {redact(endpoint)!r}: expected http:// or https://")
         return S3Location(bucket, prefix, endpoint.rstrip("/"), region, False, scheme == "http")
     fips = _flag(env, "AWS_USE_FIPS_ENDPOINT")
     dualstack = _flag(env, "AWS_USE_DUALSTACK_ENDPOINT")
@@ -214,13 +217,6 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() == "true"
 
 
-def _without_user(endpoint: str) -> str:
-    parts = urlsplit(endpoint)
-    if "@" not in parts.netloc:
-        return endpoint
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-
-
 # Server-side encryption a bucket policy may require on every PUT: NEFFCACHE_S3_SSE's value
 # (any case) -> the x-amz-server-side-encryption value S3 expects.
 SSE_ALGORITHMS = {"aes256": "AES256", "sse-s3": "AES256", "aws:kms": "aws:kms",
@@ -259,6 +255,67 @@ def put_settings(env: Mapping[str, str]) -> PutSettings:
     return PutSettings(sse, key, storage)
 
 
+_KEY_VARIABLES = (("access_key_id", "AWS_ACCESS_KEY_ID"),
+                  ("secret_access_key", "AWS_SECRET_ACCESS_KEY"),
+                  ("session_token", "AWS_SESSION_TOKEN"))
+_SIZE_VARIABLES = (("multipart_threshold", "NEFFCACHE_S3_MULTIPART_THRESHOLD"),
+                   ("part_size", "NEFFCACHE_S3_PART_SIZE"))
+
+
+class S3Tuning(TypedDict, total=False):
+    """What a caller may set over a store's environment (``S3Store(bucket, **tuning)``)."""
+
+    endpoint_url: str | None
+    max_attempts: int
+    multipart_threshold: int
+    part_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class S3Settings:
+    """Everything one ``s3://`` store is configured with, decided once (``load_s3_settings``)."""
+
+    location: S3Location
+    puts: PutSettings
+    unsigned: bool  # request bodies go unsigned (``unsigned_payload``)
+    credentials: CredentialSource
+    keys: tuple[tuple[str, str], ...]  # the store's own environment keys, by obstore's names
+    max_attempts: int
+    multipart_threshold: int
+    part_size: int
+
+    @property
+    def url(self) -> str:
+        loc = self.location
+        return f"s3://{loc.bucket}/{loc.prefix}" if loc.prefix else f"s3://{loc.bucket}"
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint as messages show it: no user:password."""
+        return redact(self.location.endpoint or "https://s3.amazonaws.com")
+
+
+def load_s3_settings(bucket: str, prefix: str, env: Mapping[str, str],
+                     tuning: S3Tuning) -> S3Settings:
+    """The settings of the store at ``bucket``/``prefix``: ``tuning``, else ``env``'s
+    AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (``configured_endpoint``; none: AWS's regional
+    endpoint), NEFFCACHE_S3_MULTIPART_THRESHOLD and NEFFCACHE_S3_PART_SIZE (bytes); region and
+    credential source as the AWS chain finds them; NEFFCACHE_S3_SSE, NEFFCACHE_S3_SSE_KMS_KEY_ID
+    and NEFFCACHE_S3_STORAGE_CLASS on every PUT (``put_settings``)."""
+    sizes = {name: byte_count(var, env[var]) for name, var in _SIZE_VARIABLES if env.get(var)}
+    threshold = tuning.get("multipart_threshold", sizes.get("multipart_threshold", PART_SIZE))
+    part_size = tuning.get("part_size", sizes.get("part_size", PART_SIZE))
+    if part_size < 5 * MiB or threshold < part_size:
+        raise UsageError("S3 store: part_size must be >= 5 MiB and <= multipart_threshold")
+    profile = read_profile(env)
+    endpoint = tuning["endpoint_url"] if "endpoint_url" in tuning else configured_endpoint(env)
+    location = locate(bucket, prefix.strip("/"), endpoint, env, profile or {})
+    return S3Settings(location, put_settings(env), unsigned_payload(location, env),
+                      credential_source(env, profile),
+                      tuple((name, env[var]) for name, var in _KEY_VARIABLES if env.get(var)),
+                      tuning.get("max_attempts", 5), threshold, part_size)
+
+
 def s3_settings(env: Mapping[str, str]) -> tuple[tuple[str, str | None, str], ...]:
     """What an ``s3://`` store opened with ``env`` is configured with, as (name, value, the
     variable it came from or "default"), for ``neffcache config``: no credential is shown,
@@ -273,7 +330,7 @@ def s3_settings(env: Mapping[str, str]) -> tuple[tuple[str, str | None, str], ..
     profile = read_profile(env)
     source = credential_source(env, profile)
     puts = put_settings(env)
-    rows = [("s3.endpoint", _without_user(endpoint) if endpoint else None, endpoint_from),
+    rows = [("s3.endpoint", redact(endpoint) if endpoint else None, endpoint_from),
             ("s3.region", *first("AWS_REGION", "AWS_DEFAULT_REGION")),
             ("s3.credentials", source.name + (f" (profile {source.profile})"
                                               if source.profile else ""),

@@ -197,14 +197,11 @@ def no_credentials(where: str, op: str) -> UnavailableError:
 
 
 def redact(endpoint: str) -> str:
-    """An endpoint URL without any user:password part."""
+    """An endpoint URL without any user:password part (nor query or fragment)."""
     parts = urlsplit(endpoint)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}" if parts.scheme else endpoint
+    if not parts.scheme:
+        return endpoint
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()
 
 
 def _is_credential_request(uri: str, endpoint: str) -> bool:

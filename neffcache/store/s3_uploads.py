@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from neffcache.store.base import Upload
-from neffcache.store.s3_config import NONE, CredentialSource, S3Location
+from neffcache.store.s3_config import NONE, S3Settings
 from neffcache.store.s3_errors import botocore_failure, no_credentials
 
 DENIED_HINT = ("gc needs s3:ListBucketMultipartUploads and s3:AbortMultipartUpload on the "
@@ -22,22 +22,21 @@ DENIED_HINT = ("gc needs s3:ListBucketMultipartUploads and s3:AbortMultipartUplo
 
 
 class UploadClient:
-    """List and abort the multipart uploads under ``location.prefix``; keys are given and taken
-    relative to the prefix, as the store's keys are. The botocore client is made on first use."""
+    """List and abort the multipart uploads under the store's prefix; keys are given and taken
+    relative to the prefix, as the store's keys are. The botocore client is made on first use,
+    with ``timeouts`` (connect, read; seconds)."""
 
-    def __init__(self, location: S3Location, *, where: str, endpoint: str,
-                 source: CredentialSource, connect_timeout: float = 5.0,
-                 read_timeout: float = 60.0, max_attempts: int = 5) -> None:
-        self.location = location
-        self.where, self.endpoint, self.source = where, endpoint, source
-        self._options = (connect_timeout, read_timeout, max_attempts)
+    def __init__(self, settings: S3Settings, timeouts: tuple[float, float]) -> None:
+        self.settings, self._timeouts = settings, timeouts
+        loc = settings.location
+        self._base = f"{loc.prefix}/" if loc.prefix else ""
         self._client: Any = None
         self._lock = threading.Lock()
 
     def list(self) -> Iterator[Upload]:
         client = self._connect("ListMultipartUploads")
-        base = f"{self.location.prefix}/" if self.location.prefix else ""
-        args = {"Bucket": self.location.bucket, **({"Prefix": base} if base else {})}
+        base = self._base
+        args = {"Bucket": self.settings.location.bucket, **({"Prefix": base} if base else {})}
         try:
             for page in client.get_paginator("list_multipart_uploads").paginate(**args):
                 for item in page.get("Uploads", ()):
@@ -50,10 +49,9 @@ class UploadClient:
 
     def abort(self, upload: Upload) -> None:
         client = self._connect("AbortMultipartUpload")
-        base = f"{self.location.prefix}/" if self.location.prefix else ""
         try:
-            client.abort_multipart_upload(Bucket=self.location.bucket, Key=base + upload.key,
-                                          UploadId=upload.upload_id)
+            client.abort_multipart_upload(Bucket=self.settings.location.bucket,
+                                          Key=self._base + upload.key, UploadId=upload.upload_id)
         except Exception as exc:  # noqa: BLE001 - every botocore failure is translated
             code = getattr(exc, "response", {}).get("Error", {}).get("Code") \
                 if isinstance(getattr(exc, "response", None), dict) else None
@@ -62,8 +60,8 @@ class UploadClient:
             raise self._error(exc, "AbortMultipartUpload") from None
 
     def _connect(self, op: str) -> Any:
-        if self.source.name == NONE:
-            raise no_credentials(self.where, op)
+        if self.settings.credentials.name == NONE:
+            raise no_credentials(self.settings.url, op)
         with self._lock:
             if self._client is None:
                 self._client = self._make(op)
@@ -73,10 +71,11 @@ class UploadClient:
         import botocore.session  # type: ignore[import-untyped]
         from botocore.config import Config  # type: ignore[import-untyped]
 
-        connect, read, attempts = self._options
-        loc = self.location
+        loc = self.settings.location
+        connect, read = self._timeouts
         config = Config(connect_timeout=connect, read_timeout=read,
-                        retries={"mode": "standard", "total_max_attempts": attempts},
+                        retries={"mode": "standard",
+                                 "total_max_attempts": self.settings.max_attempts},
                         s3={"addressing_style": "virtual" if loc.virtual_hosted else "path"})
         # A virtual-hosted FIPS/dual-stack endpoint already holds the bucket name: botocore
         # builds the same one from AWS_USE_FIPS_ENDPOINT / AWS_USE_DUALSTACK_ENDPOINT itself.
@@ -89,5 +88,5 @@ class UploadClient:
             raise self._error(exc, op) from None
 
     def _error(self, exc: BaseException, op: str) -> Exception:
-        return botocore_failure(exc, where=self.where, endpoint=self.endpoint, op=op,
-                                source=self.source, denied_hint=DENIED_HINT)
+        return botocore_failure(exc, where=self.settings.url, endpoint=self.settings.endpoint,
+                                op=op, source=self.settings.credentials, denied_hint=DENIED_HINT)
