@@ -78,9 +78,8 @@ def report_key(day: str, report_id: str) -> str:
 
 
 def holds_good(store: Store, key: str, size: int) -> bool:
-    """Whether a writer may skip ``key``: the object exists, is ``size`` bytes (one ranged
-    read of its last byte) and is not quarantined under ``damaged/``. A known-bad object (a
-    wrong size or quarantined) is deleted, so the caller's create-only put rewrites it."""
+    """Whether a writer may skip ``key``: it exists, is ``size`` bytes (one ranged read of its
+    last byte) and is not under ``damaged/``; a known-bad one is deleted, so a put rewrites it."""
     try:
         tail = store.read(key, max(0, size - 1), 2)
     except NotFoundError:
@@ -93,13 +92,10 @@ def holds_good(store: Store, key: str, size: int) -> bool:
 
 
 def recognise_store(store: Store, *, create: bool) -> None:
-    """That ``store`` is a neffcache store, not an endpoint that answers anything (an HTML page,
-    a redirect, a proxy's error page) nor a mistyped prefix with nothing under it. It is one when
-    its ``STORE_MARKER`` holds the marker document, or, for stores older than the marker, when
-    it holds a manifest or a blob (what a push writes first). With ``create`` (the commands that
-    publish into it) a store without the marker gets one, read back. UnavailableError (exit 6)
-    when the marker holds something else, ConfigError (exit 2) when there is nothing under the
-    store at all."""
+    """That ``store`` is a neffcache store, not an endpoint that answers anything nor a mistyped
+    prefix: its ``STORE_MARKER`` holds the marker, or (older stores) it holds a manifest or a
+    blob. With ``create`` a store without the marker gets one, read back. UnavailableError
+    (exit 6) when the marker holds something else, ConfigError (exit 2) when nothing is there."""
     try:
         _marker_ok(store, store.read(STORE_MARKER))
         return
@@ -144,13 +140,14 @@ def entry_key_of(manifest_object_key: str) -> str | None:
 
 @runtime_checkable
 class Store(Protocol):
-    """What restore, publish, verify and gc need from a place that holds blobs and manifests."""
+    """What restore, publish, verify and gc need from a place that holds blobs and manifests.
+    A backend that subclasses it explicitly inherits ``read``."""
 
     url: str
 
     def check(self) -> None:
-        """Probe that the store is reachable (UnavailableError with a one-line reason) and is
-        a neffcache store (``recognise_store``)."""
+        """That the store is reachable (UnavailableError with a one-line reason) and is a
+        neffcache store (``recognise_store``)."""
 
     def has(self, key: str) -> bool:
         """Whether an object exists."""
@@ -161,10 +158,12 @@ class Store(Protocol):
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         """An object's bytes, or a range of them; NotFoundError if absent."""
+        with self.open(key, start, length) as body:
+            return body.read()
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
-        """Store an object from a stream. With if_absent, never overwrite another writer's
-        object: return False when the key already exists. True when this call wrote it."""
+        """Store an object from a stream; with if_absent never overwrite another writer's
+        (False when the key exists). True when this call wrote it."""
 
     def list(self, prefix: str) -> Iterator[str]:
         """Keys under a prefix, in no particular order."""
@@ -184,13 +183,12 @@ class Upload:
 
 @runtime_checkable
 class MultipartUploads(Protocol):
-    """What a store with multipart uploads (S3) adds, for gc to abort those left behind."""
+    """What a store with multipart uploads (S3) adds, for gc to abort those left behind: the
+    incomplete ones under its prefix, and aborting one (already gone: not an error)."""
 
-    def list_uploads(self) -> Iterator[Upload]:
-        """Incomplete multipart uploads under the store's prefix."""
+    def list_uploads(self) -> Iterator[Upload]: ...
 
-    def abort_upload(self, upload: Upload) -> None:
-        """Abort one; an upload already completed or aborted is not an error."""
+    def abort_upload(self, upload: Upload) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,13 +202,12 @@ class TempFile:
 
 @runtime_checkable
 class TempFiles(Protocol):
-    """What a store that writes through temp files (local) adds, for verify and gc."""
+    """What a store that writes through temp files (local) adds, for verify and gc: the temp
+    files no live writer owns (dead PID, or older than a grace period), and their removal."""
 
-    def stale_temps(self) -> Iterator[TempFile]:
-        """Temp files no live writer owns (dead PID, or older than a grace period)."""
+    def stale_temps(self) -> Iterator[TempFile]: ...
 
-    def remove_temp(self, temp: TempFile) -> None:
-        """Remove one; one already gone is not an error."""
+    def remove_temp(self, temp: TempFile) -> None: ...
 
 
 class ObjectStream(io.RawIOBase):

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
-from neffcache.store.base import ObjectStream, TempFile, recognise_store
+from neffcache.store.base import ObjectStream, Store, TempFile, check_key, recognise_store
 
 _CHUNK = 1 << 20
 TEMP_PREFIX = ".tmp-"
 TEMP_GRACE_SECONDS = 3600.0  # a live writer's temp file older than this is stale too
 
 
-class LocalStore:
+class LocalStore(Store):
     def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(root).expanduser().absolute()
         self.url = f"file://{self.root}"
@@ -48,10 +48,7 @@ class LocalStore:
                               hint="check --store / NEFFCACHE_STORE")
 
     def _path(self, key: str) -> Path:
-        parts = key.split("/")
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise UsageError(f"invalid store key {key!r}")
-        return self.root.joinpath(*parts)
+        return self.root.joinpath(*check_key(key).split("/"))
 
     def check(self) -> None:
         self._require_root()
@@ -74,10 +71,6 @@ class LocalStore:
         if start == 0 and length is None:
             return fh
         return _Range(fh, start, length)  # type: ignore[return-value]
-
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        with self.open(key, start, length) as fh:
-            return fh.read()
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         final = self._path(key)

@@ -32,7 +32,7 @@ _DOWN = (UnavailableError, ConfigError)
 T = TypeVar("T")
 
 
-class MirroredStore:
+class MirroredStore(Store):
     """Reads from ``stores`` in order (the first is the primary); counts what each served.
     ``notice`` gets one line per store passed over as unreachable."""
 
@@ -85,10 +85,6 @@ class MirroredStore:
         with self._lock:
             down = [e for _, e in sorted(self._down.items())]
         raise missed or down[0]
-
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        with self.open(key, start, length) as body:
-            return body.read()
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         return self.stores[0].put(key, source, if_absent=if_absent)

@@ -35,7 +35,15 @@ from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
 from obstore.store import S3Store as _Client
 
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
-from neffcache.store.base import BLOBS, PACKS, ObjectStream, Upload, check_key, recognise_store
+from neffcache.store.base import (
+    BLOBS,
+    PACKS,
+    ObjectStream,
+    Store,
+    Upload,
+    check_key,
+    recognise_store,
+)
 from neffcache.store.s3_config import (
     ENVIRONMENT,
     NONE,
@@ -79,7 +87,7 @@ _PROBE_PREFIX = "neffcache-check"
 _CONTENT_ADDRESSED = (BLOBS, PACKS)
 
 
-class S3Store:
+class S3Store(Store):
     """Objects at ``s3://<bucket>/<prefix>/<key>``; see the module docstring for the contract.
 
     ``environ`` is what neffcache's own decisions read (``s3_config.load_s3_settings``; tests
@@ -159,10 +167,6 @@ class S3Store:
                     raise
                 return io.BytesIO()  # the object exists; the range starts past its end
         return _Body(iter(result.stream(min_chunk_size=256 * 1024)), self, key)  # type: ignore[return-value]
-
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        with self.open(key, start, length) as body:
-            return body.read()
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         check_key(key)

@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 
 from neffcache.config import redact_url
 from neffcache.errors import ConfigError, UsageError
-from neffcache.store.s3_errors import redact
 
 ENVIRONMENT = "environment"
 WEB_IDENTITY = "web-identity"
@@ -211,6 +210,14 @@ def byte_count(name: str, value: str) -> int:
         return int(value)
     except ValueError:
         raise ConfigError(f"{name}={value!r}: expected a number of bytes") from None
+
+
+def redact(endpoint: str) -> str:
+    """An endpoint URL without any user:password part (nor query or fragment)."""
+    parts = urlsplit(endpoint)
+    if not parts.scheme:
+        return endpoint
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

@@ -196,14 +196,6 @@ def no_credentials(where: str, op: str) -> UnavailableError:
     return UnavailableError(f"{where}: {NO_CREDENTIALS} ({op})", hint=NO_CREDENTIALS_HINT)
 
 
-def redact(endpoint: str) -> str:
-    """An endpoint URL without any user:password part (nor query or fragment)."""
-    parts = urlsplit(endpoint)
-    if not parts.scheme:
-        return endpoint
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()
-
-
 def _is_credential_request(uri: str, endpoint: str) -> bool:
     """Whether the failed request went to a credential service rather than the store."""
     host = urlsplit(uri).netloc
