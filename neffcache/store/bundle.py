@@ -1,23 +1,13 @@
-"""A bundle file as a read-only store (``open_store("bundle:FILE")``), so restore, copy and
-import read it like any store.
+"""A bundle file as a read-only store (``open_store("bundle:FILE")``).
 
-Opening a bundle checks its structure without trusting it: the TOC comes first and is hashed
-(the bundle's digest, compared with ``expect_sha256`` when given); every other tar member must be
-a regular file the TOC lists, once, with the TOC's size, lying inside the file; every listed
-member must be present; the bytes between members (tar padding) and after the last must be
-zero, so no byte of the file escapes a check. ``verify_all`` then hashes every member against the
-TOC (once; ``check`` runs it, so a bundle used as a mirror or a repair or copy source is refused
-whole when one member differs, as ``bundle show --verify`` refuses it). Members are read by
-offset from the file, never extracted, so a member name never becomes a path. A plain tar
-bundle is a whole number of 10 KiB tar records (what tar writes), so a cut anywhere, its
-trailing padding included, is refused.
-
-A gzip-compressed bundle is first decompressed into an anonymous temp file. Its cap comes from
-the trusted side, never from its TOC alone: the TOC's digest is compared with ``expect_sha256``
-the moment the TOC is decompressed (an authenticated TOC's sizes are then the cap), an
-operator's ``max_bytes`` caps it always, and an unauthenticated bundle without ``max_bytes``
-may grow to at most ``UNTRUSTED_GZIP_RATIO`` times its compressed size (plus 16 MiB) and
-never into the last ``TMP_RESERVE`` bytes free in the temp directory.
+Opening one checks its structure without trusting it: the TOC comes first and is hashed (the
+digest, compared with ``expect_sha256``); every other member is a regular file the TOC lists,
+once, of its size; the bytes between and after members are zero; the file is a whole number of
+tar records (a cut anywhere is refused). ``check`` hashes every member against the TOC (once).
+Members are read by offset, never extracted, so a name never becomes a path. A gzip bundle is
+decompressed into an anonymous temp file, capped from the trusted side: an authenticated TOC's
+sizes, the operator's ``max_bytes``, else ``UNTRUSTED_GZIP_RATIO`` times its compressed size,
+and never into the last ``TMP_RESERVE`` bytes free in the temp directory.
 """
 
 from __future__ import annotations
@@ -84,8 +74,8 @@ class BundleStore:
         self.close()
 
     def verify_all(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """Hash every member against the TOC; IntegrityError at the first that differs.
-        Returns the bytes checked."""
+        """Hash every member against the TOC (IntegrityError at the first that differs); the
+        bytes checked."""
         total = 0
         if self._verified:
             return sum(m.size for m in self.toc.members)
@@ -106,9 +96,7 @@ class BundleStore:
     # --- the store protocol ---------------------------------------------------------------
 
     def check(self) -> None:
-        """Every member against the table of contents (``verify_all``, once), before a bundle
-        serves as a mirror or a source: a bundle with one member that does not match is
-        refused whole, as ``bundle show --verify`` refuses it."""
+        """A bundle with one member that differs from its TOC is refused whole."""
         self.verify_all()
 
     def has(self, key: str) -> bool:
@@ -245,7 +233,7 @@ def _check_gaps(fh: BinaryIO, infos: list[tarfile.TarInfo], size: int, name: str
 def _decompress(path: Path, fh: BinaryIO, expect: str | None,
                 max_bytes: int | None) -> BinaryIO:
     """A gzip bundle's tar into an anonymous temp file, stopped as soon as it grows beyond its
-    cap (see the module docstring); the TOC's digest is checked as soon as it is out."""
+    cap (module docstring)."""
     import gzip
     import tempfile
 
@@ -287,8 +275,7 @@ _CAP_HINT = "; pass --expect-sha256 or --max-bytes to allow more"
 
 
 def _untrusted_cap(compressed: int, max_bytes: int | None) -> int:
-    """The most an unauthenticated gzip bundle may expand to: the operator's ``max_bytes``,
-    else a fixed ratio of its compressed size; never into the temp directory's last bytes."""
+    """The most an unauthenticated gzip bundle may expand to."""
     import tempfile
 
     cap = max_bytes if max_bytes is not None else \
@@ -303,8 +290,7 @@ def _untrusted_cap(compressed: int, max_bytes: int | None) -> int:
 
 def _toc_limit(out: BinaryIO, path: Path, written: int,
                expect: str | None) -> tuple[int | None, int]:
-    """Once the TOC is decompressed: (its end, the largest tar its members allow), its digest
-    checked against ``expect`` first."""
+    """Once the TOC is out: (its end, the largest tar its members allow), digest checked."""
     import tarfile
 
     head = os.pread(out.fileno(), _BLOCK, 0)

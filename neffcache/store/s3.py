@@ -1,19 +1,10 @@
-"""A store in an S3 bucket under a prefix (AWS or any S3-compatible server such as SeaweedFS),
-through one client for reads and writes: obstore (Rust's object_store, behind a thin Python
-binding; ~10 ms to import, requests, SigV4 signing, retries and connection pooling run outside
-the GIL). ``s3_config`` decides endpoint, region and credential source; ``s3_errors`` turns
-the client's exceptions into ``NotFoundError`` / ``UnavailableError`` / ``ConfigError``.
-
-Retries are obstore's (one policy for every call): a failed request (5xx such as SlowDown,
-a refused or dropped connection, a timeout of a read-only request) is sent again up to
-``max_attempts`` times in all, after exponential backoff with jitter (100 ms, then each sleep
-drawn between 100 ms and twice the last; capped),
-and a response cut short is resumed with a ranged GET from the last byte received. With a
-``deadline`` every wait — connect, read, a whole request, the backoff and the retrying — is
-clipped to what is left of it when the store is opened.
-
-Permissions: a reader needs ``s3:GetObject`` and ``s3:ListBucket`` on the prefix. Without
-ListBucket S3 answers 403 instead of 404 for a missing key, which reads as "unavailable".
+"""A store in an S3 bucket under a prefix (AWS or any S3-compatible server), through obstore
+(Rust's object_store: signing, retries and pooling outside the GIL); ``s3_config`` decides how it
+is reached, ``s3_errors`` translates its failures. Retries are obstore's: a failed request (5xx,
+a dropped connection, a read timeout) is sent up to ``max_attempts`` times after backoff with
+jitter, and a response cut short resumes with a ranged GET. With a ``deadline`` every wait is
+clipped to what is left of it. A reader needs ``s3:GetObject`` and ``s3:ListBucket`` (without
+ListBucket S3 answers 403 for a missing key, which reads as "unavailable").
 """
 
 from __future__ import annotations
@@ -64,7 +55,7 @@ if TYPE_CHECKING:
 
     from obstore.store import S3Config  # a TypedDict of the type stubs only
 
-    from neffcache.store.s3_uploads import UploadClient
+    from neffcache.store.s3_botocore import UploadClient
 
 # Whole requests get this long; a stalled body is caught sooner by the read timeout.
 REQUEST_TIMEOUT = 15 * 60.0
@@ -103,7 +94,7 @@ class S3Store(Store):
         self.create = create  # check() gives a store without its marker one (recognise_store)
         self._provider = None
         if self.settings.credentials.needs_botocore:
-            from neffcache.store.s3_profile import profile_credentials
+            from neffcache.store.s3_botocore import profile_credentials
 
             self._provider = profile_credentials(self.settings.credentials, self.url, env)
         # With a deadline (a time.monotonic() value) no wait may outlast it.
@@ -205,11 +196,9 @@ class S3Store(Store):
             return self._put_multipart(key, spool)
 
     def _put_multipart(self, key: str, source: BinaryIO) -> bool:
-        """A multipart upload read from ``source`` (a local file, or one read through a
-        VerifyingReader: obstore reads to end of file before it completes the upload, so a
-        reader that fails its sha256 there aborts the upload, and nothing is committed)."""
-        # A multipart upload cannot be made conditional through obstore; a racing writer of a
-        # content-addressed key writes the same bytes, so the last complete upload is harmless.
+        """A multipart upload, unconditional (obstore cannot make one conditional; a racing
+        writer of a content-addressed key writes the same bytes). A VerifyingReader failing its
+        sha256 at end of file aborts it: nothing is committed."""
         with self._translated("UploadPart", key):
             try:
                 obstore.put(self._client, key, source, use_multipart=True,
@@ -236,8 +225,7 @@ class S3Store(Store):
         return True
 
     def list(self, prefix: str) -> Iterator[str]:
-        """Keys under ``prefix``; object_store lists whole path segments, so a prefix that ends
-        inside a name is listed from its parent and filtered."""
+        # object_store lists whole path segments: a prefix ending inside a name is filtered
         parent = prefix.rpartition("/")[0]
         with self._translated("ListObjectsV2"):
             for batch in obstore.list(self._client, parent or None, chunk_size=1000):
@@ -251,14 +239,14 @@ class S3Store(Store):
     # -- multipart uploads (store.base.MultipartUploads; gc only) ---------------------------
 
     def list_uploads(self) -> Iterator[Upload]:
-        """Incomplete multipart uploads under the prefix (through botocore: see s3_uploads)."""
+        """Incomplete multipart uploads under the prefix (through botocore: see s3_botocore)."""
         return self._upload_client().list()
 
     def abort_upload(self, upload: Upload) -> None:
         self._upload_client().abort(upload)
 
     def _upload_client(self) -> UploadClient:
-        from neffcache.store.s3_uploads import UploadClient
+        from neffcache.store.s3_botocore import UploadClient
 
         with self._lock:
             if self._uploads is None:
@@ -273,8 +261,7 @@ class S3Store(Store):
         return {"Storage-Class": storage_class} if storage_class else None
 
     def _connect(self, timeouts: tuple[float, ...]) -> _Client:
-        """A client whose connect, read and whole-request timeouts and retry window are
-        ``timeouts`` (seconds); one backoff sleep never outlasts the retry window."""
+        """A client with ``timeouts``: connect, read, whole request, retry window (seconds)."""
         connect, read, request, retrying = (timedelta(seconds=t) for t in timeouts)
         s = self.settings
         config: S3Config = {"virtual_hosted_style_request": s.location.virtual_hosted}
@@ -327,8 +314,7 @@ class S3Store(Store):
 
 
 class _Body(ObjectStream):
-    """An object's body as a stream: chunks from obstore, errors translated while reading.
-    ``read(n)`` with ``n`` at least the chunk left hands on obstore's own chunk, no copy."""
+    """An object's body as a stream of obstore's chunks, handed on uncopied where whole."""
 
     zero_copy_reads = True  # restore.install.read_piece: read() over readinto a buffer
 
@@ -376,9 +362,8 @@ class _Body(ObjectStream):
 
 
 def _whole(first: bytes, source: BinaryIO) -> bytes | memoryview:
-    """``first`` (just read from ``source``) and the rest of ``source``, as one body, with no
-    copy of the whole (a manifest of a million files is 234 MiB): a ``BytesIO``'s own buffer
-    from where ``first`` began, else one buffer the rest is read into."""
+    """``first`` (just read from ``source``) and the rest of it as one body, without a copy of
+    the whole (a manifest of a million files is 234 MiB)."""
     if isinstance(source, io.BytesIO):
         start = source.tell() - len(first)
         del first
@@ -391,8 +376,7 @@ def _whole(first: bytes, source: BinaryIO) -> bytes | memoryview:
 
 
 def _is_local_file(source: BinaryIO) -> bool:
-    """Whether ``source`` reads a regular file on this host (a VerifyingReader over one says
-    so too): obstore may read it itself, with no spool; an obstore stream must be spooled."""
+    """Whether ``source`` reads a regular local file (obstore may read it without a spool)."""
     try:
         return stat.S_ISREG(os.fstat(source.fileno()).st_mode)
     except (AttributeError, OSError, ValueError):
@@ -400,8 +384,7 @@ def _is_local_file(source: BinaryIO) -> bool:
 
 
 def _size_of(source: BinaryIO) -> int | None:
-    """How many bytes ``source`` has left to read, when it says (``size``, a VerifyingReader)
-    or is a regular local file (its size past the current position); else None."""
+    """How many bytes ``source`` has left, when it says (``size``) or is a local file."""
     sized = getattr(source, "size", None)
     if isinstance(sized, int):
         return sized
@@ -411,7 +394,7 @@ def _size_of(source: BinaryIO) -> int | None:
 
 
 def _read_up_to(source: BinaryIO, size: int) -> bytes:
-    """Read exactly ``size`` bytes unless the stream ends first (streams may return less)."""
+    """``size`` bytes unless the stream ends first (a stream may return less per read)."""
     chunks: list[bytes] = []
     left = size
     while left > 0:

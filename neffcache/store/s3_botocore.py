@@ -1,20 +1,70 @@
-"""Incomplete multipart uploads under an S3 store's prefix, listed and aborted through botocore
-(obstore has no ListMultipartUploads, nor an abort by upload id). The bucket is reached as the
-store reaches it: same endpoint, region and addressing style (``s3_config.S3Location``);
-credentials from botocore's chain, which looks where ``s3_config.credential_source`` does and in
-that order. botocore is imported only here, only when gc asks; failures are translated by
-``s3_errors.botocore_failure``.
+"""What botocore does for an S3 store, imported only when needed (~0.1-0.2 s): resolve the
+credential sources obstore cannot (profiles: shared files, SSO, assume-role, credential_process;
+web identity), and list and abort the incomplete multipart uploads under the prefix for gc
+(obstore has no ListMultipartUploads, nor an abort by upload id), reaching the bucket as the
+store does. Failures are translated by ``s3_errors.credential_error`` / ``botocore_failure``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from neffcache.errors import NeffcacheError, UnavailableError
 from neffcache.store.base import Upload
-from neffcache.store.s3_config import NONE, S3Settings
-from neffcache.store.s3_errors import botocore_failure, no_credentials
+from neffcache.store.s3_config import NONE, CredentialSource, S3Settings
+from neffcache.store.s3_errors import (
+    NO_CREDENTIALS,
+    NO_CREDENTIALS_HINT,
+    botocore_code,
+    botocore_failure,
+    credential_error,
+    no_credentials,
+)
+
+# obstore asks again after this long; botocore refreshes temporary credentials itself before
+# they expire, so a short lifetime here only costs a cheap call.
+TTL = timedelta(minutes=5)
+
+
+def profile_credentials(source: CredentialSource, where: str,
+                        env: Mapping[str, str]) -> Callable[[], dict[str, Any]]:
+    """A credential provider for obstore, resolved once now so that a broken source fails here,
+    as a domain error, rather than inside the first request. The profile and the AWS files are
+    the store's own (``env``, e.g. one side of a copy), not the process's."""
+    try:
+        found = botocore_session(source, env).get_credentials()
+        if found is None:
+            raise UnavailableError(f"{where}: {NO_CREDENTIALS}", hint=NO_CREDENTIALS_HINT)
+        found.get_frozen_credentials()
+    except NeffcacheError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every botocore failure is translated below
+        raise credential_error(exc, source, where) from None
+
+    def provide() -> dict[str, Any]:
+        frozen = found.get_frozen_credentials()
+        return {"access_key_id": frozen.access_key, "secret_access_key": frozen.secret_key,
+                "token": frozen.token, "expires_at": datetime.now(timezone.utc) + TTL}
+
+    return provide
+
+
+def botocore_session(source: CredentialSource, env: Mapping[str, str]) -> Any:
+    """A botocore session that reads ``source``'s profile from the AWS files ``env`` names.
+    A profile given this way is explicit: botocore then skips the process's environment keys,
+    which belong to another store (web identity still reads the process environment)."""
+    import botocore.session  # type: ignore[import-untyped]
+
+    session = botocore.session.Session(profile=source.profile)
+    for name, var in (("config_file", "AWS_CONFIG_FILE"),
+                      ("credentials_file", "AWS_SHARED_CREDENTIALS_FILE")):
+        if env.get(var):
+            session.set_config_variable(name, env[var])
+    return session
+
 
 DENIED_HINT = ("gc needs s3:ListBucketMultipartUploads and s3:AbortMultipartUpload on the "
                "bucket (or leave stale uploads to an AbortIncompleteMultipartUpload lifecycle "
@@ -53,9 +103,7 @@ class UploadClient:
             client.abort_multipart_upload(Bucket=self.settings.location.bucket,
                                           Key=self._base + upload.key, UploadId=upload.upload_id)
         except Exception as exc:  # noqa: BLE001 - every botocore failure is translated
-            code = getattr(exc, "response", {}).get("Error", {}).get("Code") \
-                if isinstance(getattr(exc, "response", None), dict) else None
-            if code in ("NoSuchUpload", "404"):
+            if botocore_code(exc) in ("NoSuchUpload", "404"):
                 return  # completed or aborted since it was listed
             raise self._error(exc, "AbortMultipartUpload") from None
 
