@@ -1,26 +1,5 @@
-"""The store protocol: a narrow, content-addressed object interface every backend implements.
-
-Keys are relative POSIX strings. Layout (under a store's root or prefix):
-
-    blobs/sha256/<aa>/<sha256>     file contents; identical files are stored once
-    manifests/<entry-key>.json     one manifest per entry, never overwritten
-    cells/<cell-key>/<fingerprint-key>.json
-                                   pointer to an entry, written after its manifest, so a
-                                   restore can list which fingerprints a cell was built for
-    pending/<entry-key>.<id>.json  a publish in progress: the blobs it relies on (gc spares
-                                   them while the intent is younger than its grace period)
-    packs/<aa>/<sha256>            many small blobs back to back, so a restore fetches them
-                                   in a few requests; an extra: every member is also a blob
-    reports/<YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json
-                                   one restore report per restore run, written by the instance
-                                   (create-only); reindex and serve ingest them into the index
-    retired/<time>-<id>.json       a retire: who, when, why, which entries and what they
-                                   referenced (gc spares that while the record is young)
-    damaged/<key>                  quarantine: an object found damaged; writers treat the
-                                   object as absent (``holds_good``) until it is rewritten
-    neffcache-store.json           the marker that says "a neffcache store is here" (written by
-                                   the commands that create a store: ``recognise_store``)
-
+"""The store protocol: a narrow, content-addressed object interface every backend implements,
+and the key layout (relative POSIX keys under a store's root or prefix, one prefix a kind).
 Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
 SDK's other failures into ``UnavailableError`` once, inside the backend.
 """
@@ -35,15 +14,18 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
 
-BLOBS = "blobs/sha256/"
-MANIFESTS = "manifests/"
+BLOBS = "blobs/sha256/"  # <aa>/<sha256>: file contents, identical files stored once
+MANIFESTS = "manifests/"  # <entry-key>.json: one manifest per entry, never overwritten
+# <cell-key>/<fingerprint-key>.json: a pointer to an entry, written after its manifest
 CELLS = "cells/"
+# <entry-key>.<id>.json: a publish in progress, the blobs it relies on (gc spares them a while)
 PENDING = "pending/"
-PACKS = "packs/"
+PACKS = "packs/"  # <aa>/<sha256>: small blobs back to back (each member is also a blob)
+# <YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json: one per restore run (create-only)
 REPORTS = "reports/"
-RETIRED = "retired/"
-DAMAGED = "damaged/"
-STORE_MARKER = "neffcache-store.json"
+RETIRED = "retired/"  # <time>-<id>.json: a retire, its entries and what they referenced
+DAMAGED = "damaged/"  # <key>: quarantine; writers treat the object as absent (holds_good)
+STORE_MARKER = "neffcache-store.json"  # "a neffcache store is here" (recognise_store)
 _MARKER_BODY = b'{"neffcache_store":1}\n'
 
 

@@ -1,13 +1,9 @@
-"""A store in a local directory: the embedded default under ``$NEFFCACHE_HOME/store``.
+"""A store in a local directory (the embedded default: ``$NEFFCACHE_HOME/store``).
 
-Writes go to a temp file in the same directory, are fsynced, then linked into place; ``os.link``
-fails if the final name exists, which gives an atomic "create if absent" on POSIX filesystems.
-Temp names carry the writer's PID (``.tmp-<pid>-<random>``): one whose process is gone, or older
-than ``TEMP_GRACE_SECONDS``, is stale (a writer killed mid-put); ``stale_temps`` lists them,
-``verify`` reports them, ``gc`` removes them and a copy into the store sweeps them first.
-Only a store opened with ``create=True`` (push, precompile, capture, import and copy targets)
-creates its directory; for every other command a directory that does not exist is a
-configuration error (a typo in --store must not read as an empty store, a cache miss).
+Writes go to a fsynced temp file linked into place (``os.link`` fails if the name exists: an
+atomic create-if-absent). Temp names carry the writer's PID: one whose process is gone, or older
+than ``TEMP_GRACE_SECONDS``, is stale (``stale_temps``). Only ``create=True`` creates the
+directory; otherwise a missing one is a ConfigError (a typo in --store is not a cache miss).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""An ordered list of stores read as one: a read that misses on one store goes to the next, and
-a repeated read of the same bytes (the restore re-fetches only what failed verification) starts
-at the next store, so a damaged object on the primary is served by a mirror. Read-only.
-
-A store that cannot serve — unreachable (``UnavailableError``: refused, timed out), not a store
-at all or misconfigured (``ConfigError``), or a bundle with a member that does not match its
-table of contents (``IntegrityError`` from its check) — is passed over for the next one, and
-left alone for the rest of the run once it failed (its client already retried), so a dead
-primary costs one probe, not one timeout per object. Each store is checked
-(``Store.check``) before its first use, the primary by ``check`` and a mirror only once it is
-needed."""
+"""An ordered list of stores read as one (writes go to the first): a miss goes to the next
+store, and a repeated read of the same bytes (a re-fetch after a failed verification) starts at
+the next one. A store is checked on first use; one that cannot serve (unreachable,
+misconfigured, a bundle that fails its check) is passed over for the rest of the run, so a dead
+primary costs one probe, not one timeout per object."""
 
 from __future__ import annotations
 
