@@ -21,12 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neffcache.config import Settings, read_settings
-from neffcache.errors import (
-    CompiledAfterRestoreError,
-    ExitRule,
-    NeffcacheError,
-    UsageError,
-)
+from neffcache.errors import CompiledAfterRestoreError, ExitRule, NeffcacheError, UsageError
 from neffcache.precompile import Verdict
 from neffcache.request_rules import checked_request
 
@@ -196,7 +191,6 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     from neffcache.reports import date_prefixes
 
     started = time.monotonic()
-    workers, timeout = request.workers, request.timeout
     env = {**DEMO_ENV, **(os.environ if request.environ is None else request.environ)}
     demo_dir = settings.home / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
@@ -213,7 +207,7 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
         say(f"[2/4] precompile {len(cells)} cells of {matrix.source} (cold, one fresh "
             f"process each) -> {store.url}")
         run = RunContext(matrix, store, ix, fingerprint,
-                         PrecompileOptions(workers=workers, timeout=timeout), env,
+                         PrecompileOptions(workers=request.workers, timeout=request.timeout), env,
                          RunHooks(progress=request.progress))
         pre = apply_precompile(matrix, cells, store, ix, fingerprint, run.options,
                                environ=env, hooks=run.hooks)

@@ -12,12 +12,10 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from neffcache.errors import NeffcacheError, UnavailableError
+from neffcache.errors import NeffcacheError
 from neffcache.store.base import Upload
 from neffcache.store.s3_config import NONE, CredentialSource, S3Settings
 from neffcache.store.s3_errors import (
-    NO_CREDENTIALS,
-    NO_CREDENTIALS_HINT,
     botocore_code,
     botocore_failure,
     credential_error,
@@ -37,7 +35,7 @@ def profile_credentials(source: CredentialSource, where: str,
     try:
         found = botocore_session(source, env).get_credentials()
         if found is None:
-            raise UnavailableError(f"{where}: {NO_CREDENTIALS}", hint=NO_CREDENTIALS_HINT)
+            raise no_credentials(where)
         found.get_frozen_credentials()
     except NeffcacheError:
         raise

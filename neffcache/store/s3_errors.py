@@ -120,7 +120,7 @@ def credential_error(exc: BaseException, source: CredentialSource,
                                 f"failed: {detail}",
                                 hint="run the profile's credential_process by hand")
     if name == "NoCredentialsError":
-        return UnavailableError(f"{where}: {NO_CREDENTIALS}", hint=NO_CREDENTIALS_HINT)
+        return no_credentials(where)
     if name in _STS_UNREACHABLE:
         return UnavailableError(f"{where}: cannot reach AWS STS for the {source.name} "
                                 f"credentials ({name})", hint="check AWS_ENDPOINT_URL_STS and "
@@ -183,8 +183,9 @@ def unreachable(where: str, endpoint: str, what: str, op: str) -> UnavailableErr
                             hint=hint)
 
 
-def no_credentials(where: str, op: str) -> UnavailableError:
-    return UnavailableError(f"{where}: {NO_CREDENTIALS} ({op})", hint=NO_CREDENTIALS_HINT)
+def no_credentials(where: str, op: str | None = None) -> UnavailableError:
+    return UnavailableError(f"{where}: {NO_CREDENTIALS}" + (f" ({op})" if op else ""),
+                            hint=NO_CREDENTIALS_HINT)
 
 
 def _is_credential_request(uri: str, endpoint: str) -> bool:
