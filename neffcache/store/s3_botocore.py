@@ -29,11 +29,18 @@ TTL = timedelta(minutes=5)
 
 def profile_credentials(source: CredentialSource, where: str,
                         env: Mapping[str, str]) -> Callable[[], dict[str, Any]]:
-    """A credential provider for obstore, resolved once now so that a broken source fails here,
-    as a domain error, rather than inside the first request. The profile and the AWS files are
-    the store's own (``env``, e.g. one side of a copy), not the process's."""
+    """A credential provider for obstore, resolved once now so that a broken source fails here
+    rather than inside the first request. The profile and the AWS files are the store's own
+    (``env``): a profile given explicitly makes botocore skip the process's environment keys."""
+    import botocore.session  # type: ignore[import-untyped]
+
     try:
-        found = botocore_session(source, env).get_credentials()
+        session = botocore.session.Session(profile=source.profile)
+        for name, var in (("config_file", "AWS_CONFIG_FILE"),
+                          ("credentials_file", "AWS_SHARED_CREDENTIALS_FILE")):
+            if env.get(var):
+                session.set_config_variable(name, env[var])
+        found = session.get_credentials()
         if found is None:
             raise no_credentials(where)
         found.get_frozen_credentials()
@@ -50,29 +57,14 @@ def profile_credentials(source: CredentialSource, where: str,
     return provide
 
 
-def botocore_session(source: CredentialSource, env: Mapping[str, str]) -> Any:
-    """A botocore session that reads ``source``'s profile from the AWS files ``env`` names.
-    A profile given this way is explicit: botocore then skips the process's environment keys,
-    which belong to another store (web identity still reads the process environment)."""
-    import botocore.session  # type: ignore[import-untyped]
-
-    session = botocore.session.Session(profile=source.profile)
-    for name, var in (("config_file", "AWS_CONFIG_FILE"),
-                      ("credentials_file", "AWS_SHARED_CREDENTIALS_FILE")):
-        if env.get(var):
-            session.set_config_variable(name, env[var])
-    return session
-
-
 DENIED_HINT = ("gc needs s3:ListBucketMultipartUploads and s3:AbortMultipartUpload on the "
                "bucket (or leave stale uploads to an AbortIncompleteMultipartUpload lifecycle "
                "rule)")
 
 
 class UploadClient:
-    """List and abort the multipart uploads under the store's prefix; keys are given and taken
-    relative to the prefix, as the store's keys are. The botocore client is made on first use,
-    with ``timeouts`` (connect, read; seconds)."""
+    """List and abort the multipart uploads under the store's prefix (keys relative to it); the
+    botocore client is made on first use, with ``timeouts`` (connect, read; seconds)."""
 
     def __init__(self, settings: S3Settings, timeouts: tuple[float, float]) -> None:
         self.settings, self._timeouts = settings, timeouts
