@@ -164,25 +164,24 @@ class S3Store(Store):
         self._no_source("PutObject")
         threshold = self.settings.multipart_threshold
         sized = _size_of(source)  # a VerifyingReader says how large it is; a local file too
-        if sized is not None and sized >= threshold and (
-                not if_absent or key.startswith(_CONTENT_ADDRESSED)):
-            if if_absent and self.has(key):
-                return False
-            with self._multipart:  # before reading: only the uploads running hold bytes
-                if _is_local_file(source):
-                    return self._put_multipart(key, source)
-                return self._put_spooled(key, source, [_read_up_to(source, threshold)])
-        first = _read_up_to(source, threshold)
-        if len(first) < threshold or (if_absent and not key.startswith(_CONTENT_ADDRESSED)):
+        # A body known to be large goes multipart, unless it must stay one conditional PUT;
+        # another's first part tells.
+        multipart = sized is not None and sized >= threshold and (
+            not if_absent or key.startswith(_CONTENT_ADDRESSED))
+        head = [] if multipart else [_read_up_to(source, threshold)]
+        if head and (len(head[0]) < threshold or (
+                if_absent and not key.startswith(_CONTENT_ADDRESSED))):
             # One conditional PutObject (If-None-Match: *): the server refuses to overwrite.
+            first = head.pop()
             return self._put_once(key, first if len(first) < threshold
                                   else _whole(first, source), if_absent)
         if if_absent and self.has(key):
             return False  # skip uploading a large body the store already holds
-        head = [first]  # handed on, not held here: the spool takes it (16 MiB)
-        del first
-        with self._multipart:  # bounded: each holds MULTIPART_CONCURRENCY parts in memory
-            return self._put_spooled(key, source, head)
+        # Bounded: each upload holds MULTIPART_CONCURRENCY parts; the spool takes ``head``.
+        with self._multipart:
+            if not head and _is_local_file(source):
+                return self._put_multipart(key, source)
+            return self._put_spooled(key, source, head or [_read_up_to(source, threshold)])
 
     def _put_spooled(self, key: str, source: BinaryIO, head: list[bytes]) -> bool:
         # The body is spooled first to an unnamed temp file (bounded memory, no name to leave
