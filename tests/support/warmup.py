@@ -1,6 +1,6 @@
-"""Load a Diffusers pipeline and time one call on it (the tiny pipeline's tests). torch and
-diffusers are imported inside the functions; the call is timed including the copy of its output
-to the CPU, so asynchronous devices are measured to completion."""
+"""Load a Diffusers pipeline and time one call on it (the tiny pipeline's tests; the package
+itself warms cells in its workers). torch and diffusers are imported inside the functions; the
+call is timed including the copy of its output to the CPU."""
 
 from __future__ import annotations
 
