@@ -1,8 +1,5 @@
-"""Every TorchNeuron / Neuron SDK name neffcache uses, in one place: environment variables,
-distributions, the runtime package and the distributed backend.
-
-Some of these names are documented as "to be confirmed on hardware" (DESIGN.md §1); a rename
-upstream is a one-line change here. No other module spells them (a unit test checks).
+"""Every TorchNeuron / Neuron SDK name neffcache uses, in one place (no other module spells
+them: a unit test checks), so a rename upstream (DESIGN.md §1) is a one-line change here.
 """
 
 # Cache roots and scratch (read by torch_neuronx once, at import).

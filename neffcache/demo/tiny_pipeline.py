@@ -1,10 +1,6 @@
 """Build a tiny random-weight ``Flux2KleinPipeline`` locally, with no Hub download: a real
-Diffusers pipeline that compiles with TorchInductor on a CPU in well under a minute (about 8 MB,
-float32 safetensors, deterministic for a seed). Each part is as small as the pipeline allows:
-the VAE keeps 4 blocks (the real 8x scale factor), the Qwen3 text encoder 28 layers (the
-pipeline reads hidden states 9, 18 and 27), the tokenizer is a byte-level BPE trained on a few
-sentences with a chat template that understands ``enable_thinking``. torch, diffusers,
-transformers and tokenizers are imported inside the functions.
+Diffusers pipeline (about 8 MB, deterministic for a seed) that compiles with TorchInductor on a
+CPU in well under a minute. torch, diffusers and transformers are imported inside functions.
 """
 
 from __future__ import annotations

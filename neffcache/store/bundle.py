@@ -48,8 +48,7 @@ class BundleStore:
             raise UsageError(f"bundle {self.path}: cannot read: {exc.strerror}") from None
         expect = None if expect_sha256 is None else expect_sha256.strip().lower()
         try:
-            gzipped = self._fh.read(2) == b"\x1f\x8b"
-            if gzipped:
+            if self._fh.read(2) == b"\x1f\x8b":  # gzip
                 self._fh = _decompress(self.path, self._fh, expect, max_bytes)
             self._fh.seek(0, os.SEEK_END)
             self._size = self._fh.tell()
@@ -158,10 +157,13 @@ class _Slice(ObjectStream):
         return None
 
 
-def check_digest(digest: str, expect: str | None, name: str) -> None:
-    """IntegrityError unless the TOC's ``digest`` is the ``expect``ed one (when given)."""
+def _trusted_toc(data: bytes, expect: str | None, name: str) -> tuple[str, Toc]:
+    """The TOC's digest, checked against ``expect`` (when given) before anything the TOC says
+    is believed, and the TOC."""
+    digest = hashlib.sha256(data).hexdigest()
     if expect is not None and digest != expect:
         raise IntegrityError(f"bundle {name}: digest {digest} is not the expected {expect}")
+    return digest, decode_toc(data, f"bundle {name}")
 
 
 def _index(fh: BinaryIO, size: int, name: str,
@@ -183,9 +185,7 @@ def _index(fh: BinaryIO, size: int, name: str,
     toc_data = os.pread(fh.fileno(), toc_info.size, toc_info.offset_data)
     if len(toc_data) != toc_info.size:
         raise IntegrityError(f"bundle {name}: truncated inside its table of contents")
-    digest = hashlib.sha256(toc_data).hexdigest()
-    check_digest(digest, expect, name)  # before anything the TOC says is believed
-    toc = decode_toc(toc_data, f"bundle {name}")
+    digest, toc = _trusted_toc(toc_data, expect, name)
     listed: dict[str, Member] = {m.name: m for m in toc.members}
     offsets: dict[str, int] = {}
     for info in infos[1:]:
@@ -304,9 +304,7 @@ def _toc_limit(out: BinaryIO, path: Path, written: int,
     end = _BLOCK + info.size
     if written < end:
         return None, MAX_TOC_BYTES + 2 * _BLOCK
-    data = os.pread(out.fileno(), info.size, _BLOCK)
-    check_digest(hashlib.sha256(data).hexdigest(), expect, str(path))
-    toc = decode_toc(data, f"bundle {path}")
+    _, toc = _trusted_toc(os.pread(out.fileno(), info.size, _BLOCK), expect, str(path))
     per_member = 4 * _BLOCK  # header, a long-name header and its block, padding
     limit = end + _BLOCK + sum(m.size + per_member for m in toc.members) + 3 * RECORD
     return end, limit

@@ -1,8 +1,6 @@
-"""What botocore does for an S3 store, imported only when needed (~0.1-0.2 s): resolve the
-credential sources obstore cannot (profiles: shared files, SSO, assume-role, credential_process;
-web identity), and list and abort the incomplete multipart uploads under the prefix for gc
-(obstore has no ListMultipartUploads, nor an abort by upload id), reaching the bucket as the
-store does. Failures are translated by ``s3_errors.credential_error`` / ``botocore_failure``.
+"""What botocore does for an S3 store where obstore cannot, imported only then (~0.1-0.2 s):
+credentials from profiles (SSO, assume-role, credential_process) and web identity, and gc's
+listing and aborting of incomplete multipart uploads under the prefix.
 """
 
 from __future__ import annotations
