@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
-from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
+from neffcache.errors import (
+    ConfigError,
+    IntegrityError,
+    NotFoundError,
+    UnavailableError,
+    UsageError,
+)
 
 BLOBS = "blobs/sha256/"  # <aa>/<sha256>: file contents, identical files stored once
 MANIFESTS = "manifests/"  # <entry-key>.json: one manifest per entry, never overwritten
@@ -214,3 +221,32 @@ class ObjectStream(io.RawIOBase):
         if not self.closed:
             self._close_source()
         super().close()
+
+
+class FileRange(ObjectStream):
+    """``left`` bytes of an open file from ``offset``, read with ``os.pread`` (thread-safe on a
+    shared file); closing the stream closes the file when it is ``owned``. IntegrityError
+    naming ``where`` if the file ends first."""
+
+    def __init__(self, fh: BinaryIO, offset: int, left: int, where: str, *,
+                 owned: bool = False) -> None:
+        super().__init__()
+        self._fh, self._offset, self._left, self._owned = fh, offset, left, owned
+        self._where = where
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = self._left if size is None or size < 0 else min(size, self._left)
+        parts = []
+        while want > 0:
+            data = os.pread(self._fh.fileno(), min(want, 16 << 20), self._offset)
+            if not data:
+                raise IntegrityError(f"{self._where}: file ended inside a member (truncated)")
+            parts.append(data)
+            self._offset += len(data)
+            self._left -= len(data)
+            want -= len(data)
+        return b"".join(parts)
+
+    def _close_source(self) -> None:
+        if self._owned:
+            self._fh.close()

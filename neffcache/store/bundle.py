@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
-from neffcache.store.base import ObjectStream
+from neffcache.store.base import FileRange
 from neffcache.store.bundle_format import MAX_TOC_BYTES, TOC_NAME, Member, Toc, decode_toc
 
 if TYPE_CHECKING:
@@ -109,7 +109,8 @@ class BundleStore:
             raise UsageError(f"{self.url}/{key}: negative range start={start} length={length}")
         start = min(start, member.size)
         left = member.size - start if length is None else min(length, member.size - start)
-        return _Slice(self._fh, self._offsets[key] + start, left)  # type: ignore[return-value]
+        body = FileRange(self._fh, self._offsets[key] + start, left, "bundle")
+        return body  # type: ignore[return-value]
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         with self.open(key, start, length) as fh:
@@ -129,32 +130,6 @@ class BundleStore:
 
     def delete(self, key: str) -> None:
         raise UsageError(f"{self.url}: a bundle is read-only")
-
-
-class _Slice(ObjectStream):
-    """``left`` bytes of a shared file from ``offset``, read with ``os.pread`` (thread-safe)."""
-
-    def __init__(self, fh: BinaryIO, offset: int, left: int) -> None:
-        super().__init__()
-        self._fd = fh.fileno()
-        self._offset = offset
-        self._left = left
-
-    def read(self, size: int | None = -1) -> bytes:
-        want = self._left if size is None or size < 0 else min(size, self._left)
-        parts = []
-        while want > 0:
-            data = os.pread(self._fd, min(want, 16 << 20), self._offset)
-            if not data:
-                raise IntegrityError("bundle: file ended inside a member (truncated)")
-            parts.append(data)
-            self._offset += len(data)
-            self._left -= len(data)
-            want -= len(data)
-        return b"".join(parts)
-
-    def _close_source(self) -> None:
-        return None
 
 
 def _trusted_toc(data: bytes, expect: str | None, name: str) -> tuple[str, Toc]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
-from neffcache.store.base import ObjectStream, Store, TempFile, check_key, recognise_store
+from neffcache.store.base import FileRange, Store, TempFile, check_key, recognise_store
 
 _CHUNK = 1 << 20
 TEMP_PREFIX = ".tmp-"
@@ -66,7 +66,10 @@ class LocalStore(Store):
             raise UnavailableError(f"{self.url}/{key}: {exc.strerror}") from None
         if start == 0 and length is None:
             return fh
-        return _Range(fh, start, length)  # type: ignore[return-value]
+        left = max(0, os.fstat(fh.fileno()).st_size - start)
+        body = FileRange(fh, start, left if length is None else min(length, left),
+                         f"{self.url}/{key}", owned=True)
+        return body  # type: ignore[return-value]
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         final = self._path(key)
@@ -160,25 +163,3 @@ def _writer_alive(name: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-class _Range(ObjectStream):
-    """``length`` bytes of an open file from ``start`` (or up to its end)."""
-
-    def __init__(self, fh: BinaryIO, start: int, length: int | None) -> None:
-        super().__init__()
-        self._fh = fh
-        fh.seek(start)
-        self._left = length
-
-    def read(self, size: int | None = -1) -> bytes:
-        want = -1 if size is None else size
-        if self._left is not None:
-            want = self._left if want < 0 else min(want, self._left)
-        data = self._fh.read(want)
-        if self._left is not None:
-            self._left -= len(data)
-        return data
-
-    def _close_source(self) -> None:
-        self._fh.close()

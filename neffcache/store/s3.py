@@ -157,7 +157,8 @@ class S3Store(Store):
                 if response_code(exc)[0] not in RANGE_NOT_SATISFIABLE:
                     raise
                 return io.BytesIO()  # the object exists; the range starts past its end
-        return _Body(iter(result.stream(min_chunk_size=256 * 1024)), self, key)  # type: ignore[return-value]
+        body = _Body(iter(result.stream(min_chunk_size=256 * 1024)), self, key)
+        return body  # type: ignore[return-value]
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         check_key(key)
