@@ -75,9 +75,8 @@ class BundleStore:
     def verify_all(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Hash every member against the TOC (IntegrityError at the first that differs); the
         bytes checked."""
-        total = 0
         if self._verified:
-            return sum(m.size for m in self.toc.members)
+            return self.toc.total_bytes
         for i, m in enumerate(self.toc.members, 1):
             h = hashlib.sha256()
             with self.open(m.name) as src:
@@ -86,11 +85,10 @@ class BundleStore:
             if h.hexdigest() != m.sha256:
                 raise IntegrityError(f"bundle {self.path}: member {m.name} does not match its "
                                      f"sha256 in the table of contents (damaged or tampered)")
-            total += m.size
             if progress:
                 progress(i, len(self.toc.members))
         self._verified = True
-        return total
+        return self.toc.total_bytes
 
     # --- the store protocol ---------------------------------------------------------------
 
