@@ -1,10 +1,6 @@
-"""The backend table: what differs between TorchNeuron and TorchInductor, and nothing else.
-
-Each backend names the cache roots its compiler writes (captured into entries and restored),
-the variables that point the compiler at them, scratch directories that must be writable but
-are never captured (lock dirs), the torch device, the ``torch.compile`` backend string, and
-the ``torch.distributed`` backend tensor-parallel cells use (None: no tensor parallel).
-Pure data: no torch import here.
+"""The backend table: what differs between TorchNeuron and TorchInductor (the cache roots its
+compiler writes and the variables pointing at them, scratch space never captured, the device,
+the compile and distributed backends), and nothing else. Pure data: no torch import here.
 """
 
 from __future__ import annotations
@@ -15,21 +11,15 @@ from dataclasses import dataclass
 from neffcache.backends import neuron_env
 from neffcache.errors import UsageError
 
-__all__ = [
-    "BACKENDS", "COMPILE_METHODS", "COMPILE_OPTIONS", "INDUCTOR", "NEURON", "Backend",
-    "CacheRoot", "cache_environment", "compile_call", "compile_only_refusal", "get_backend",
-    "neuron_env", "register_backend", "root_dirs",
-]
+__all__ = ["BACKENDS", "INDUCTOR", "NEURON", "Backend", "CacheRoot", "cache_environment",
+           "compile_call", "compile_only_refusal", "get_backend", "neuron_env",
+           "register_backend", "root_dirs"]
 
 
 @dataclass(frozen=True, slots=True)
 class CacheRoot:
-    """A directory a backend's compiler writes cache files into.
-
-    ``capture`` limits what is captured to paths (relative to the root) matching one of its
-    globs; empty means every file not ignored. A root pointed at by a general variable such
-    as ``TMPDIR`` uses it to keep only the compiler's own subtree.
-    """
+    """A directory a backend's compiler writes cache files into; ``capture`` globs (relative
+    to it; empty: every file not ignored) keep only the compiler's subtree of a general one."""
 
     name: str
     env_var: str | None
@@ -93,15 +83,10 @@ NEURON = Backend(
 )
 
 # TorchInductor keeps its precompiled C++ headers in <tempdir>/torchinductor_<user>/
-# precompiled_headers, outside TORCHINDUCTOR_CACHE_DIR (torch._inductor.codecache._HEADER_DIR,
-# fixed at import from tempfile.gettempdir()). Measured on the tiny pipeline: a cache dir
-# restored without them recompiles the header on the first call (10.0 s instead of 5.3 s);
-# with them nothing is compiled. So they are a root of their own, pointed at through TMPDIR,
-# capturing only that subtree. The .h name is a digest of the preprocessed header, the
-# command line and the compiler version, so it is stable across paths; the <user> part is
-# not: restore as the same user name that precompiled, or the header is compiled again.
-# The cpp_cache_precompile_headers setting itself enters the FX graph keys (turning it off
-# on one side only misses everything), which is why it is not simply disabled.
+# precompiled_headers, outside TORCHINDUCTOR_CACHE_DIR; restored without them the first call
+# recompiles the header (10.0 s instead of 5.3 s on the tiny pipeline), so they are a root of
+# their own, through TMPDIR (restore as the same user name). Disabling them instead would change
+# the FX graph keys (cpp_cache_precompile_headers enters them).
 INDUCTOR = Backend(
     name="inductor",
     device="cpu",
@@ -117,22 +102,14 @@ INDUCTOR = Backend(
     cpp_probe=True,
 )
 
-# How each mode compiles a component: the method called on it (None: eager, no compile call)
-# and the keyword arguments every call gets besides backend=.
-COMPILE_METHODS: dict[str, str | None] = {
-    "eager": None,
-    "compile": "compile",
-    "regional": "compile_repeated_blocks",
-}
-COMPILE_OPTIONS: tuple[tuple[str, object], ...] = (("fullgraph", True), ("dynamic", False))
+# How each mode compiles a component: the method called on it (None: eager, no compile call).
+_COMPILE_METHODS = {"eager": None, "compile": "compile", "regional": "compile_repeated_blocks"}
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (NEURON, INDUCTOR)}
 
 
 def register_backend(backend: Backend) -> None:
-    """Add a backend to the table (or replace one of the same name). The two built-in
-    backends are always there; this is how a test backend (tests/support) joins them, in
-    each process that needs it."""
+    """Add a backend to the table, or replace one of the same name (a test backend)."""
     BACKENDS[backend.name] = backend
 
 
@@ -146,12 +123,12 @@ def get_backend(name: str) -> Backend:
 def compile_call(backend: Backend, mode: str) -> tuple[str, dict[str, object]] | None:
     """The method name and keyword arguments that compile a component in ``mode`` (None for
     eager): ``component.<method>(backend=..., fullgraph=True, dynamic=False)``."""
-    if mode not in COMPILE_METHODS:
-        raise UsageError(f"unknown mode {mode!r} (expected one of {sorted(COMPILE_METHODS)})")
-    method = COMPILE_METHODS[mode]
+    if mode not in _COMPILE_METHODS:
+        raise UsageError(f"unknown mode {mode!r} (expected one of {sorted(_COMPILE_METHODS)})")
+    method = _COMPILE_METHODS[mode]
     if method is None:
         return None
-    return method, {"backend": backend.compile_backend, **dict(COMPILE_OPTIONS)}
+    return method, {"backend": backend.compile_backend, "fullgraph": True, "dynamic": False}
 
 
 def compile_only_refusal(mode: str) -> str | None:

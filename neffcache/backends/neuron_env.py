@@ -1,8 +1,5 @@
-"""Every TorchNeuron / Neuron SDK name neffcache uses, in one place: environment variables,
-distributions, the runtime package and the distributed backend.
-
-Some of these names are documented as "to be confirmed on hardware" (DESIGN.md §1); a rename
-upstream is a one-line change here. No other module spells them (a unit test checks).
+"""Every TorchNeuron / Neuron SDK name neffcache uses, in one place (no other module spells
+them: a unit test checks), so a rename upstream (DESIGN.md §1) is a one-line change here.
 """
 
 # Cache roots and scratch (read by torch_neuronx once, at import).
@@ -10,7 +7,6 @@ NEFF_CACHE_DIR = "TORCH_NEURONX_NEFF_CACHE_DIR"
 NEFF_LOCK_DIR = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
 HLO_CACHE_DIR = "TORCH_NEURONX_HLO_CACHE_DIR"
 NEFF_CACHE_DEFAULT = "/tmp/neff_cache"
-NEFF_LOCK_DEFAULT = "/tmp/local_cache"
 HLO_CACHE_DEFAULT = "/tmp/neuron_hlo_cache"
 
 # Compile-only mode (compile on a host without Trainium) and the target it compiles for.
@@ -22,7 +18,6 @@ TARGETS = ("trn2", "trn3")
 # What enters TorchNeuron's own key (and so neffcache's fingerprint).
 LOGICAL_NC_CONFIG = "NEURON_LOGICAL_NC_CONFIG"
 CC_FLAGS = "NEURON_CC_FLAGS"
-RT_VISIBLE_CORES = "NEURON_RT_VISIBLE_CORES"
 
 # Python distributions whose versions enter the neuron fingerprint (torch and Python are
 # common to every backend). NKI ships as `neuronx-nki` or, in newer SDKs, `nki`.

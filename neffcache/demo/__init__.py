@@ -1,14 +1,6 @@
-"""The demo: a tiny locally built Flux2Klein pipeline, precompiled, restored as a fresh
-instance would, and measured (``neffcache demo``).
-
-Use case:
-
-    run_demo(DemoRequest) -> DemoResult    compile once, boot a fresh instance warm, compare
-                                           cold and restored first calls (exit 1 if anything
-                                           compiled after restore)
-
-Importing this package imports nothing heavy: torch and diffusers are imported only in the
-worker processes and when the tiny pipeline is built.
+"""The demo (``neffcache demo``): ``run_demo(DemoRequest) -> DemoResult`` compiles a tiny
+Flux2Klein pipeline once, boots a fresh instance warm and compares cold and restored first
+calls. Importing it imports nothing heavy (torch only in workers and to build the model).
 """
 
 from neffcache.demo.runner import DemoCell, DemoRequest, DemoResult, run_demo

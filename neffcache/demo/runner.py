@@ -1,11 +1,7 @@
-"""The ``neffcache demo`` job: compile once, then boot a fresh instance warm, and measure it.
-
-Steps: build the tiny Flux2KleinPipeline under ``$NEFFCACHE_HOME/demo/`` (once), write the
-demo matrix next to it, precompile it (each cell warmed cold in its own worker, published to
-the store, indexed), then act as a new instance: an empty directory, ``neffcache restore``
-run as a separate process (the real boot-hook path), and one first call per cell in a fresh
-process against the restored roots, judged by neffcache.precompile.hit_check (new files, compile
-counters, C++ compiles). ``render_demo_matrix`` is pure; ``run_demo`` does the I/O.
+"""The ``neffcache demo`` job: build the tiny Flux2KleinPipeline under ``$NEFFCACHE_HOME/demo/``
+(once), precompile its matrix, then act as a new instance (an empty directory, ``neffcache
+restore`` as a separate process, one first call per cell in a fresh process, judged by
+neffcache.precompile.hit_check). ``render_demo_matrix`` is pure; ``run_demo`` does the I/O.
 """
 
 from __future__ import annotations
@@ -25,12 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neffcache.config import Settings, read_settings
-from neffcache.errors import (
-    CompiledAfterRestoreError,
-    ExitRule,
-    NeffcacheError,
-    UsageError,
-)
+from neffcache.errors import CompiledAfterRestoreError, ExitRule, NeffcacheError, UsageError
 from neffcache.precompile import Verdict
 from neffcache.request_rules import checked_request
 
@@ -52,16 +43,11 @@ Event = tuple[str, str, str]  # (kind, cell id, message), as precompile reports 
 
 @checked_request
 class DemoRequest:
-    """What ``neffcache demo`` is asked to do.
-
-    shapes: the shapes to warm instead of the demo matrix's two, as the --shapes text
-    ("64x64,96x128") or a sequence of "HxW" strings (None: the matrix's). workers: cells
-    compiled at the same time. timeout: seconds before one warm-up is killed (None: never).
-    store, index: URLs (None: NEFFCACHE_* > config file > the embedded default under
-    $NEFFCACHE_HOME). environ: the workers' environment (None: ``os.environ``; OMP_NUM_THREADS
-    and TORCHINDUCTOR_COMPILE_THREADS default to 1). notice: receives the step lines;
-    progress: the precompile's per-cell events (kind, cell id, message).
-    """
+    """What ``neffcache demo`` is asked to do: ``shapes`` to warm instead of the matrix's two
+    (the --shapes text or "HxW" strings), ``workers`` cells compiled at a time, ``timeout``
+    seconds per warm-up (None: never killed), ``store``/``index`` URLs (None: as configured),
+    the workers' ``environ`` (None: ``os.environ``; DEMO_ENV's defaults under it), ``notice``
+    for the step lines and ``progress`` for the precompile's per-cell events."""
 
     shapes: str | Sequence[str] | None = None
     workers: int = 1
@@ -76,7 +62,7 @@ class DemoRequest:
 @dataclass(frozen=True, slots=True)
 class DemoCell:
     """One cell of the demo: its cold and restored first-call seconds and whether anything
-    compiled after restore (``verdict``; None when the restored warm-up did not finish)."""
+    compiled after restore."""
 
     cell_id: str
     entry_key: str
@@ -109,11 +95,8 @@ class DemoCell:
 
 @dataclass(frozen=True, slots=True)
 class DemoResult(ExitRule):
-    """The demo's outcome: where the model, matrix, store, index and instance are, the
-    precompile's report, the restore's JSON document and exit code, one DemoCell per cell,
-    the coverage of the matrix for this host's fingerprint, and the seconds it all took.
-    ``ok`` (exit 0) when the restore exited 0, no cell failed to precompile and nothing
-    compiled after restore; otherwise ``error()`` is a CompiledAfterRestoreError (exit 1)."""
+    """The demo's outcome; ``ok`` (exit 0) when the restore exited 0, no cell failed to
+    precompile and nothing compiled after restore, else ``error()`` says which (exit 1)."""
 
     model_dir: str
     matrix_path: str
@@ -134,8 +117,6 @@ class DemoResult(ExitRule):
                 and all(c.clean for c in self.cells))
 
     def error(self) -> NeffcacheError | None:
-        """None when ``ok``; else which cells compiled or failed after restore, or that the
-        restore or a warm-up failed."""
         if self.ok:
             return None
         bad = [c.cell_id for c in self.cells if not c.clean]
@@ -175,7 +156,7 @@ def render_demo_matrix(template: str, shapes: Sequence[str] | None) -> str:
     return _SHAPES_LINE.sub(f"shapes = [{listed}]", template, count=1)
 
 
-def write_demo_matrix(demo_dir: Path, shapes: Sequence[str] | None) -> Path:
+def _write_matrix(demo_dir: Path, shapes: Sequence[str] | None) -> Path:
     template = resources.files("neffcache.demo").joinpath(MATRIX_FILE).read_text("utf-8")
     path = demo_dir / MATRIX_FILE
     text = render_demo_matrix(template, shapes)
@@ -186,25 +167,16 @@ def write_demo_matrix(demo_dir: Path, shapes: Sequence[str] | None) -> Path:
     return path
 
 
-def demo_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    return {**DEMO_ENV, **environ}
-
-
 def run_demo(request: DemoRequest) -> DemoResult:
     """Build the tiny pipeline (once), precompile the demo matrix, restore it into an empty
     directory with ``neffcache restore`` in a separate process, and time each cell's first
-    call in a fresh process against the restored cache (imports torch only in the workers
-    and when building the model).
-
-    Returns a DemoResult whether or not the cells stayed warm (its ``exit_code`` says).
-    Raises UsageError for bad shapes, and the store's and the index's errors when they cannot
-    be opened."""
+    call in a fresh process. A DemoResult whether or not the cells stayed warm; UsageError for
+    bad shapes, the store's and the index's errors when they cannot be opened."""
     shapes = request.shapes
     parsed = parse_shapes(shapes if shapes is None or isinstance(shapes, str)
                           else ",".join(shapes))
     settings = read_settings(os.environ, store=request.store, index=request.index)
-    say = request.notice or _silent
-    return _run(settings, parsed, request, say)
+    return _run(settings, parsed, request, request.notice or (lambda _message: None))
 
 
 def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
@@ -219,13 +191,12 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     from neffcache.reports import date_prefixes
 
     started = time.monotonic()
-    workers, timeout = request.workers, request.timeout
-    env = demo_environment(os.environ if request.environ is None else request.environ)
+    env = {**DEMO_ENV, **(os.environ if request.environ is None else request.environ)}
     demo_dir = settings.home / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
     say(f"[1/4] tiny Flux2KleinPipeline: {demo_dir / MODEL_DIR} (built once, random weights)")
     model_dir = build_tiny_flux2_klein(demo_dir / MODEL_DIR)
-    matrix = load_matrix(write_demo_matrix(demo_dir, shapes))
+    matrix = load_matrix(_write_matrix(demo_dir, shapes))
     fingerprint = collect_fingerprint(matrix.backend, env)
     store = open_checked_store(settings.store_url, create=True)
     cells = matrix.cells
@@ -236,7 +207,7 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
         say(f"[2/4] precompile {len(cells)} cells of {matrix.source} (cold, one fresh "
             f"process each) -> {store.url}")
         run = RunContext(matrix, store, ix, fingerprint,
-                         PrecompileOptions(workers=workers, timeout=timeout), env,
+                         PrecompileOptions(workers=request.workers, timeout=request.timeout), env,
                          RunHooks(progress=request.progress))
         pre = apply_precompile(matrix, cells, store, ix, fingerprint, run.options,
                                environ=env, hooks=run.hooks)
@@ -256,10 +227,6 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
                       fingerprint_key=fingerprint.key, instance_dir=str(instance),
                       precompile=pre, restore=restore_doc, restore_exit=restore_exit,
                       cells=demo_cells, coverage=coverage, seconds=time.monotonic() - started)
-
-
-def _silent(_message: str) -> None:
-    pass
 
 
 def _restore_cli(matrix_path: Path, target: Path, settings: Settings,

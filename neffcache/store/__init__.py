@@ -1,24 +1,5 @@
-"""Stores: where blobs, packs and manifests live. ``open_store`` turns a URL into one.
-
-The face of the package: code outside ``neffcache.store`` imports these names from here, never
-from a submodule.
-
-- ``open_store(url)`` / ``describe_store(url)``: a path, ``file://PATH``, ``s3://BUCKET/PREFIX``
-  or ``bundle:FILE`` (a bundle file, read-only) → a ``Store``.
-- ``Store`` the narrow protocol, ``MultipartUploads`` / ``Upload`` what S3 adds for gc,
-  ``ObjectStream`` the base of a backend's read stream; ``NotFoundError`` the one "not found".
-- The key layout (see ``neffcache.store.base``): ``BLOBS``, ``MANIFESTS``, ``CELLS``,
-  ``PENDING``, ``PACKS``, ``REPORTS``, ``RETIRED`` and ``blob_key``, ``pack_key``,
-  ``manifest_key``, ``cell_pointer_key``, ``report_key``, ``entry_key_of``, ``check_key``;
-  ``STORE_MARKER`` and ``recognise_store`` (what every backend's ``check`` asks: a store, not
-  an endpoint answering anything or a mistyped prefix);
-  ``DAMAGED`` and ``holds_good`` (skip only an object that is not known to be bad).
-- ``MirroredStore``: stores read in order, a miss, a re-read or an unreachable store going to
-  the next; ``side_environ`` the environment one store of several is configured from
-  (``NEFFCACHE_FROM_*``, ``NEFFCACHE_TO_*``, ``NEFFCACHE_MIRROR_<N>_*``).
-- Bundles: ``BundleStore`` (a bundle file as a read-only store) and the format, pure:
-  ``Toc``, ``Member``, ``BundleEntry``, ``TOC_NAME``, ``bundle_entry``, ``encode_toc``,
-  ``decode_toc``, ``plan_members``.
+"""Stores: where blobs, packs and manifests live (the key layout: ``neffcache.store.base``).
+``open_store`` turns a URL into one; code outside imports the names of ``_FACE`` from here.
 """
 
 from __future__ import annotations
@@ -35,10 +16,9 @@ from neffcache.faces import lazy_face
 # module -> the names the face takes from it, each imported on first use.
 _FACE = {
     "base": ("BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED",
-             "STORE_MARKER", "MultipartUploads", "ObjectStream", "Store", "TempFile",
-             "TempFiles", "Upload", "blob_key", "cell_pointer_key", "check_key",
-             "entry_key_of", "holds_good", "manifest_key", "pack_key", "recognise_store",
-             "report_key"),
+             "STORE_MARKER", "MultipartUploads", "Store", "TempFile", "TempFiles", "Upload",
+             "blob_key", "cell_pointer_key", "entry_key_of", "holds_good", "manifest_key",
+             "pack_key", "report_key"),
     "bundle": ("BundleStore",),
     "bundle_format": ("TOC_NAME", "BundleEntry", "Member", "Toc", "bundle_entry", "decode_toc",
                       "encode_toc", "plan_members"),
@@ -54,9 +34,8 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     # isort: off
     from neffcache.errors import NotFoundError
     from neffcache.store.base import (BLOBS, CELLS, DAMAGED, MANIFESTS, PACKS, PENDING, REPORTS,
-        RETIRED, STORE_MARKER, MultipartUploads, ObjectStream, Store, TempFile, TempFiles, Upload,
-        blob_key, cell_pointer_key, check_key, entry_key_of, holds_good, manifest_key, pack_key,
-        recognise_store, report_key)
+        RETIRED, STORE_MARKER, MultipartUploads, Store, TempFile, TempFiles, Upload, blob_key,
+        cell_pointer_key, entry_key_of, holds_good, manifest_key, pack_key, report_key)
     from neffcache.store.bundle import BundleStore
     from neffcache.store.bundle_format import (TOC_NAME, BundleEntry, Member, Toc, bundle_entry,
         decode_toc, encode_toc, plan_members)
@@ -70,21 +49,11 @@ BUNDLE = "bundle:"
 def open_store(url: str, *, create: bool = False, deadline: float | None = None,
                expect_sha256: str | None = None,
                environ: Mapping[str, str] | None = None) -> Store:
-    """The store at ``url``:
-
-    - ``s3://bucket/prefix`` → S3 store; with a ``deadline`` (``time.monotonic()``) every wait
-      is clipped to what is left; ``environ`` (default: the process's) is what it is
-      configured from (``side_environ`` makes one per side of a copy);
-    - ``file:///path`` or a plain path → local store (whose directory is created only with
-      ``create``, by the commands that publish);
-    - ``bundle:FILE`` → the bundle file as a read-only ``BundleStore`` (its structure checked
-      on opening; with ``expect_sha256``, its digest too: IntegrityError otherwise; every
-      member against its table of contents by ``check``; a gzip bundle capped by
-      ``NEFFCACHE_BUNDLE_MAX_BYTES`` in ``environ``, else as ``BundleStore`` says). Close it
-      when done (it is a context manager).
-
-    ConfigError for any other URL; UsageError for ``expect_sha256`` with a URL that is not a
-    bundle's."""
+    """The store at ``url``: ``s3://bucket/prefix`` (every wait clipped to a ``deadline``, a
+    ``time.monotonic()`` value; configured from ``environ``, default the process's); a path or
+    ``file://PATH`` (its directory created only with ``create``); ``bundle:FILE``, read-only
+    (checked on opening, against ``expect_sha256`` too when given; a gzip bundle capped by
+    ``NEFFCACHE_BUNDLE_MAX_BYTES``; close it when done). ConfigError for any other URL."""
     if url.startswith(BUNDLE):
         from neffcache.store.bundle import BundleStore
         from neffcache.store.s3_config import byte_count
@@ -105,8 +74,7 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None,
         return _local(url[len("file://"):], create)
     if "://" in url:
         raise ConfigError(f"store {redact_url(url)!r}: expected a path, file://PATH, "
-                          f"s3://BUCKET/PREFIX "
-                          f"or bundle:FILE")
+                          "s3://BUCKET/PREFIX or bundle:FILE")
     return _local(url, create)
 
 

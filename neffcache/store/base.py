@@ -1,26 +1,5 @@
-"""The store protocol: a narrow, content-addressed object interface every backend implements.
-
-Keys are relative POSIX strings. Layout (under a store's root or prefix):
-
-    blobs/sha256/<aa>/<sha256>     file contents; identical files are stored once
-    manifests/<entry-key>.json     one manifest per entry, never overwritten
-    cells/<cell-key>/<fingerprint-key>.json
-                                   pointer to an entry, written after its manifest, so a
-                                   restore can list which fingerprints a cell was built for
-    pending/<entry-key>.<id>.json  a publish in progress: the blobs it relies on (gc spares
-                                   them while the intent is younger than its grace period)
-    packs/<aa>/<sha256>            many small blobs back to back, so a restore fetches them
-                                   in a few requests; an extra: every member is also a blob
-    reports/<YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json
-                                   one restore report per restore run, written by the instance
-                                   (create-only); reindex and serve ingest them into the index
-    retired/<time>-<id>.json       a retire: who, when, why, which entries and what they
-                                   referenced (gc spares that while the record is young)
-    damaged/<key>                  quarantine: an object found damaged; writers treat the
-                                   object as absent (``holds_good``) until it is rewritten
-    neffcache-store.json           the marker that says "a neffcache store is here" (written by
-                                   the commands that create a store: ``recognise_store``)
-
+"""The store protocol: a narrow, content-addressed object interface every backend implements,
+and the key layout (relative POSIX keys under a store's root or prefix, one prefix a kind).
 Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
 SDK's other failures into ``UnavailableError`` once, inside the backend.
 """
@@ -29,21 +8,31 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
-from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
+from neffcache.errors import (
+    ConfigError,
+    IntegrityError,
+    NotFoundError,
+    UnavailableError,
+    UsageError,
+)
 
-BLOBS = "blobs/sha256/"
-MANIFESTS = "manifests/"
+BLOBS = "blobs/sha256/"  # <aa>/<sha256>: file contents, identical files stored once
+MANIFESTS = "manifests/"  # <entry-key>.json: one manifest per entry, never overwritten
+# <cell-key>/<fingerprint-key>.json: a pointer to an entry, written after its manifest
 CELLS = "cells/"
+# <entry-key>.<id>.json: a publish in progress, the blobs it relies on (gc spares them a while)
 PENDING = "pending/"
-PACKS = "packs/"
+PACKS = "packs/"  # <aa>/<sha256>: small blobs back to back (each member is also a blob)
+# <YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json: one per restore run (create-only)
 REPORTS = "reports/"
-RETIRED = "retired/"
-DAMAGED = "damaged/"
-STORE_MARKER = "neffcache-store.json"
+RETIRED = "retired/"  # <time>-<id>.json: a retire, its entries and what they referenced
+DAMAGED = "damaged/"  # <key>: quarantine; writers treat the object as absent (holds_good)
+STORE_MARKER = "neffcache-store.json"  # "a neffcache store is here" (recognise_store)
 _MARKER_BODY = b'{"neffcache_store":1}\n'
 
 
@@ -78,9 +67,8 @@ def report_key(day: str, report_id: str) -> str:
 
 
 def holds_good(store: Store, key: str, size: int) -> bool:
-    """Whether a writer may skip ``key``: the object exists, is ``size`` bytes (one ranged
-    read of its last byte) and is not quarantined under ``damaged/``. A known-bad object (a
-    wrong size or quarantined) is deleted, so the caller's create-only put rewrites it."""
+    """Whether a writer may skip ``key``: it exists, is ``size`` bytes (one ranged read of its
+    last byte) and is not under ``damaged/``; a known-bad one is deleted, so a put rewrites it."""
     try:
         tail = store.read(key, max(0, size - 1), 2)
     except NotFoundError:
@@ -93,13 +81,10 @@ def holds_good(store: Store, key: str, size: int) -> bool:
 
 
 def recognise_store(store: Store, *, create: bool) -> None:
-    """That ``store`` is a neffcache store, not an endpoint that answers anything (an HTML page,
-    a redirect, a proxy's error page) nor a mistyped prefix with nothing under it. It is one when
-    its ``STORE_MARKER`` holds the marker document, or, for stores older than the marker, when
-    it holds a manifest or a blob (what a push writes first). With ``create`` (the commands that
-    publish into it) a store without the marker gets one, read back. UnavailableError (exit 6)
-    when the marker holds something else, ConfigError (exit 2) when there is nothing under the
-    store at all."""
+    """That ``store`` is a neffcache store, not an endpoint that answers anything nor a mistyped
+    prefix: its ``STORE_MARKER`` holds the marker, or (older stores) it holds a manifest or a
+    blob. With ``create`` a store without the marker gets one, read back. UnavailableError
+    (exit 6) when the marker holds something else, ConfigError (exit 2) when nothing is there."""
     try:
         _marker_ok(store, store.read(STORE_MARKER))
         return
@@ -144,13 +129,14 @@ def entry_key_of(manifest_object_key: str) -> str | None:
 
 @runtime_checkable
 class Store(Protocol):
-    """What restore, publish, verify and gc need from a place that holds blobs and manifests."""
+    """What restore, publish, verify and gc need from a place that holds blobs and manifests.
+    A backend that subclasses it explicitly inherits ``read``."""
 
     url: str
 
     def check(self) -> None:
-        """Probe that the store is reachable (UnavailableError with a one-line reason) and is
-        a neffcache store (``recognise_store``)."""
+        """That the store is reachable (UnavailableError with a one-line reason) and is a
+        neffcache store (``recognise_store``)."""
 
     def has(self, key: str) -> bool:
         """Whether an object exists."""
@@ -161,10 +147,12 @@ class Store(Protocol):
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         """An object's bytes, or a range of them; NotFoundError if absent."""
+        with self.open(key, start, length) as body:
+            return body.read()
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
-        """Store an object from a stream. With if_absent, never overwrite another writer's
-        object: return False when the key already exists. True when this call wrote it."""
+        """Store an object from a stream; with if_absent never overwrite another writer's
+        (False when the key exists). True when this call wrote it."""
 
     def list(self, prefix: str) -> Iterator[str]:
         """Keys under a prefix, in no particular order."""
@@ -184,13 +172,12 @@ class Upload:
 
 @runtime_checkable
 class MultipartUploads(Protocol):
-    """What a store with multipart uploads (S3) adds, for gc to abort those left behind."""
+    """What a store with multipart uploads (S3) adds, for gc to abort those left behind: the
+    incomplete ones under its prefix, and aborting one (already gone: not an error)."""
 
-    def list_uploads(self) -> Iterator[Upload]:
-        """Incomplete multipart uploads under the store's prefix."""
+    def list_uploads(self) -> Iterator[Upload]: ...
 
-    def abort_upload(self, upload: Upload) -> None:
-        """Abort one; an upload already completed or aborted is not an error."""
+    def abort_upload(self, upload: Upload) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,13 +191,12 @@ class TempFile:
 
 @runtime_checkable
 class TempFiles(Protocol):
-    """What a store that writes through temp files (local) adds, for verify and gc."""
+    """What a store that writes through temp files (local) adds, for verify and gc: the temp
+    files no live writer owns (dead PID, or older than a grace period), and their removal."""
 
-    def stale_temps(self) -> Iterator[TempFile]:
-        """Temp files no live writer owns (dead PID, or older than a grace period)."""
+    def stale_temps(self) -> Iterator[TempFile]: ...
 
-    def remove_temp(self, temp: TempFile) -> None:
-        """Remove one; one already gone is not an error."""
+    def remove_temp(self, temp: TempFile) -> None: ...
 
 
 class ObjectStream(io.RawIOBase):
@@ -235,3 +221,32 @@ class ObjectStream(io.RawIOBase):
         if not self.closed:
             self._close_source()
         super().close()
+
+
+class FileRange(ObjectStream):
+    """``left`` bytes of an open file from ``offset``, read with ``os.pread`` (thread-safe on a
+    shared file); closing the stream closes the file when it is ``owned``. IntegrityError
+    naming ``where`` if the file ends first."""
+
+    def __init__(self, fh: BinaryIO, offset: int, left: int, where: str, *,
+                 owned: bool = False) -> None:
+        super().__init__()
+        self._fh, self._offset, self._left, self._owned = fh, offset, left, owned
+        self._where = where
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = self._left if size is None or size < 0 else min(size, self._left)
+        parts = []
+        while want > 0:
+            data = os.pread(self._fh.fileno(), min(want, 16 << 20), self._offset)
+            if not data:
+                raise IntegrityError(f"{self._where}: file ended inside a member (truncated)")
+            parts.append(data)
+            self._offset += len(data)
+            self._left -= len(data)
+            want -= len(data)
+        return b"".join(parts)
+
+    def _close_source(self) -> None:
+        if self._owned:
+            self._fh.close()

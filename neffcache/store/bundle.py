@@ -1,23 +1,13 @@
-"""A bundle file as a read-only store (``open_store("bundle:FILE")``), so restore, copy and
-import read it like any store.
+"""A bundle file as a read-only store (``open_store("bundle:FILE")``).
 
-Opening a bundle checks its structure without trusting it: the TOC comes first and is hashed
-(the bundle's digest, compared with ``expect_sha256`` when given); every other tar member must be
-a regular file the TOC lists, once, with the TOC's size, lying inside the file; every listed
-member must be present; the bytes between members (tar padding) and after the last must be
-zero, so no byte of the file escapes a check. ``verify_all`` then hashes every member against the
-TOC (once; ``check`` runs it, so a bundle used as a mirror or a repair or copy source is refused
-whole when one member differs, as ``bundle show --verify`` refuses it). Members are read by
-offset from the file, never extracted, so a member name never becomes a path. A plain tar
-bundle is a whole number of 10 KiB tar records (what tar writes), so a cut anywhere, its
-trailing padding included, is refused.
-
-A gzip-compressed bundle is first decompressed into an anonymous temp file. Its cap comes from
-the trusted side, never from its TOC alone: the TOC's digest is compared with ``expect_sha256``
-the moment the TOC is decompressed (an authenticated TOC's sizes are then the cap), an
-operator's ``max_bytes`` caps it always, and an unauthenticated bundle without ``max_bytes``
-may grow to at most ``UNTRUSTED_GZIP_RATIO`` times its compressed size (plus 16 MiB) and
-never into the last ``TMP_RESERVE`` bytes free in the temp directory.
+Opening one checks its structure without trusting it: the TOC comes first and is hashed (the
+digest, compared with ``expect_sha256``); every other member is a regular file the TOC lists,
+once, of its size; the bytes between and after members are zero; the file is a whole number of
+tar records (a cut anywhere is refused). ``check`` hashes every member against the TOC (once).
+Members are read by offset, never extracted, so a name never becomes a path. A gzip bundle is
+decompressed into an anonymous temp file, capped from the trusted side: an authenticated TOC's
+sizes, the operator's ``max_bytes``, else ``UNTRUSTED_GZIP_RATIO`` times its compressed size,
+and never into the last ``TMP_RESERVE`` bytes free in the temp directory.
 """
 
 from __future__ import annotations
@@ -30,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
-from neffcache.store.base import ObjectStream
+from neffcache.store.base import FileRange
 from neffcache.store.bundle_format import MAX_TOC_BYTES, TOC_NAME, Member, Toc, decode_toc
 
 if TYPE_CHECKING:
@@ -58,8 +48,7 @@ class BundleStore:
             raise UsageError(f"bundle {self.path}: cannot read: {exc.strerror}") from None
         expect = None if expect_sha256 is None else expect_sha256.strip().lower()
         try:
-            gzipped = self._fh.read(2) == b"\x1f\x8b"
-            if gzipped:
+            if self._fh.read(2) == b"\x1f\x8b":  # gzip
                 self._fh = _decompress(self.path, self._fh, expect, max_bytes)
             self._fh.seek(0, os.SEEK_END)
             self._size = self._fh.tell()
@@ -84,11 +73,10 @@ class BundleStore:
         self.close()
 
     def verify_all(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """Hash every member against the TOC; IntegrityError at the first that differs.
-        Returns the bytes checked."""
-        total = 0
+        """Hash every member against the TOC (IntegrityError at the first that differs); the
+        bytes checked."""
         if self._verified:
-            return sum(m.size for m in self.toc.members)
+            return self.toc.total_bytes
         for i, m in enumerate(self.toc.members, 1):
             h = hashlib.sha256()
             with self.open(m.name) as src:
@@ -97,18 +85,15 @@ class BundleStore:
             if h.hexdigest() != m.sha256:
                 raise IntegrityError(f"bundle {self.path}: member {m.name} does not match its "
                                      f"sha256 in the table of contents (damaged or tampered)")
-            total += m.size
             if progress:
                 progress(i, len(self.toc.members))
         self._verified = True
-        return total
+        return self.toc.total_bytes
 
     # --- the store protocol ---------------------------------------------------------------
 
     def check(self) -> None:
-        """Every member against the table of contents (``verify_all``, once), before a bundle
-        serves as a mirror or a source: a bundle with one member that does not match is
-        refused whole, as ``bundle show --verify`` refuses it."""
+        """A bundle with one member that differs from its TOC is refused whole."""
         self.verify_all()
 
     def has(self, key: str) -> bool:
@@ -122,7 +107,8 @@ class BundleStore:
             raise UsageError(f"{self.url}/{key}: negative range start={start} length={length}")
         start = min(start, member.size)
         left = member.size - start if length is None else min(length, member.size - start)
-        return _Slice(self._fh, self._offsets[key] + start, left)  # type: ignore[return-value]
+        body = FileRange(self._fh, self._offsets[key] + start, left, "bundle")
+        return body  # type: ignore[return-value]
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
         with self.open(key, start, length) as fh:
@@ -144,36 +130,13 @@ class BundleStore:
         raise UsageError(f"{self.url}: a bundle is read-only")
 
 
-class _Slice(ObjectStream):
-    """``left`` bytes of a shared file from ``offset``, read with ``os.pread`` (thread-safe)."""
-
-    def __init__(self, fh: BinaryIO, offset: int, left: int) -> None:
-        super().__init__()
-        self._fd = fh.fileno()
-        self._offset = offset
-        self._left = left
-
-    def read(self, size: int | None = -1) -> bytes:
-        want = self._left if size is None or size < 0 else min(size, self._left)
-        parts = []
-        while want > 0:
-            data = os.pread(self._fd, min(want, 16 << 20), self._offset)
-            if not data:
-                raise IntegrityError("bundle: file ended inside a member (truncated)")
-            parts.append(data)
-            self._offset += len(data)
-            self._left -= len(data)
-            want -= len(data)
-        return b"".join(parts)
-
-    def _close_source(self) -> None:
-        return None
-
-
-def check_digest(digest: str, expect: str | None, name: str) -> None:
-    """IntegrityError unless the TOC's ``digest`` is the ``expect``ed one (when given)."""
+def _trusted_toc(data: bytes, expect: str | None, name: str) -> tuple[str, Toc]:
+    """The TOC's digest, checked against ``expect`` (when given) before anything the TOC says
+    is believed, and the TOC."""
+    digest = hashlib.sha256(data).hexdigest()
     if expect is not None and digest != expect:
         raise IntegrityError(f"bundle {name}: digest {digest} is not the expected {expect}")
+    return digest, decode_toc(data, f"bundle {name}")
 
 
 def _index(fh: BinaryIO, size: int, name: str,
@@ -195,9 +158,7 @@ def _index(fh: BinaryIO, size: int, name: str,
     toc_data = os.pread(fh.fileno(), toc_info.size, toc_info.offset_data)
     if len(toc_data) != toc_info.size:
         raise IntegrityError(f"bundle {name}: truncated inside its table of contents")
-    digest = hashlib.sha256(toc_data).hexdigest()
-    check_digest(digest, expect, name)  # before anything the TOC says is believed
-    toc = decode_toc(toc_data, f"bundle {name}")
+    digest, toc = _trusted_toc(toc_data, expect, name)
     listed: dict[str, Member] = {m.name: m for m in toc.members}
     offsets: dict[str, int] = {}
     for info in infos[1:]:
@@ -245,7 +206,7 @@ def _check_gaps(fh: BinaryIO, infos: list[tarfile.TarInfo], size: int, name: str
 def _decompress(path: Path, fh: BinaryIO, expect: str | None,
                 max_bytes: int | None) -> BinaryIO:
     """A gzip bundle's tar into an anonymous temp file, stopped as soon as it grows beyond its
-    cap (see the module docstring); the TOC's digest is checked as soon as it is out."""
+    cap (module docstring)."""
     import gzip
     import tempfile
 
@@ -287,8 +248,7 @@ _CAP_HINT = "; pass --expect-sha256 or --max-bytes to allow more"
 
 
 def _untrusted_cap(compressed: int, max_bytes: int | None) -> int:
-    """The most an unauthenticated gzip bundle may expand to: the operator's ``max_bytes``,
-    else a fixed ratio of its compressed size; never into the temp directory's last bytes."""
+    """The most an unauthenticated gzip bundle may expand to."""
     import tempfile
 
     cap = max_bytes if max_bytes is not None else \
@@ -303,8 +263,7 @@ def _untrusted_cap(compressed: int, max_bytes: int | None) -> int:
 
 def _toc_limit(out: BinaryIO, path: Path, written: int,
                expect: str | None) -> tuple[int | None, int]:
-    """Once the TOC is decompressed: (its end, the largest tar its members allow), its digest
-    checked against ``expect`` first."""
+    """Once the TOC is out: (its end, the largest tar its members allow), digest checked."""
     import tarfile
 
     head = os.pread(out.fileno(), _BLOCK, 0)
@@ -318,9 +277,7 @@ def _toc_limit(out: BinaryIO, path: Path, written: int,
     end = _BLOCK + info.size
     if written < end:
         return None, MAX_TOC_BYTES + 2 * _BLOCK
-    data = os.pread(out.fileno(), info.size, _BLOCK)
-    check_digest(hashlib.sha256(data).hexdigest(), expect, str(path))
-    toc = decode_toc(data, f"bundle {path}")
+    _, toc = _trusted_toc(os.pread(out.fileno(), info.size, _BLOCK), expect, str(path))
     per_member = 4 * _BLOCK  # header, a long-name header and its block, padding
     limit = end + _BLOCK + sum(m.size + per_member for m in toc.members) + 3 * RECORD
     return end, limit

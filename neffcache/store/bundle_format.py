@@ -1,13 +1,7 @@
-"""The bundle format (pure, no I/O): one tar file carrying entries to a host without the store.
-
-A bundle is a POSIX tar (optionally gzip-compressed) of store objects under their store keys
-(``manifests/``, ``cells/``, ``blobs/sha256/``, ``packs/``), each blob once. Its first member,
-``neffcache-bundle.json``, is the table of contents (TOC): every other member's name, size and
-sha256, and the entries the bundle carries. The sha256 of the TOC's bytes is the bundle's
-digest: it covers every member's sha256, so comparing it with a published digest
-(``--expect-sha256``) authenticates the whole file. A reader refuses any member the TOC does
-not list, any listed member that is absent or of another size or sha256, anything but regular
-files, and names that are not store keys of those four kinds.
+"""The bundle format (pure): a POSIX tar (optionally gzipped) of store objects under their keys
+(``manifests/``, ``cells/``, ``blobs/sha256/``, ``packs/``), first of all ``neffcache-bundle.json``,
+the table of contents (TOC: every member's name, size and sha256, and the entries carried). The
+TOC's sha256 is the bundle's digest: compared with a published one it authenticates the file.
 """
 
 from __future__ import annotations

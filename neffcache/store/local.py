@@ -1,13 +1,9 @@
-"""A store in a local directory: the embedded default under ``$NEFFCACHE_HOME/store``.
+"""A store in a local directory (the embedded default: ``$NEFFCACHE_HOME/store``).
 
-Writes go to a temp file in the same directory, are fsynced, then linked into place; ``os.link``
-fails if the final name exists, which gives an atomic "create if absent" on POSIX filesystems.
-Temp names carry the writer's PID (``.tmp-<pid>-<random>``): one whose process is gone, or older
-than ``TEMP_GRACE_SECONDS``, is stale (a writer killed mid-put); ``stale_temps`` lists them,
-``verify`` reports them, ``gc`` removes them and a copy into the store sweeps them first.
-Only a store opened with ``create=True`` (push, precompile, capture, import and copy targets)
-creates its directory; for every other command a directory that does not exist is a
-configuration error (a typo in --store must not read as an empty store, a cache miss).
+Writes go to a fsynced temp file linked into place (``os.link`` fails if the name exists: an
+atomic create-if-absent). Temp names carry the writer's PID: one whose process is gone, or older
+than ``TEMP_GRACE_SECONDS``, is stale (``stale_temps``). Only ``create=True`` creates the
+directory; otherwise a missing one is a ConfigError (a typo in --store is not a cache miss).
 """
 
 from __future__ import annotations
@@ -22,14 +18,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from neffcache.errors import ConfigError, NotFoundError, UnavailableError, UsageError
-from neffcache.store.base import ObjectStream, TempFile, recognise_store
+from neffcache.store.base import FileRange, Store, TempFile, check_key, recognise_store
 
 _CHUNK = 1 << 20
 TEMP_PREFIX = ".tmp-"
 TEMP_GRACE_SECONDS = 3600.0  # a live writer's temp file older than this is stale too
 
 
-class LocalStore:
+class LocalStore(Store):
     def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(root).expanduser().absolute()
         self.url = f"file://{self.root}"
@@ -48,10 +44,7 @@ class LocalStore:
                               hint="check --store / NEFFCACHE_STORE")
 
     def _path(self, key: str) -> Path:
-        parts = key.split("/")
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise UsageError(f"invalid store key {key!r}")
-        return self.root.joinpath(*parts)
+        return self.root.joinpath(*check_key(key).split("/"))
 
     def check(self) -> None:
         self._require_root()
@@ -73,11 +66,10 @@ class LocalStore:
             raise UnavailableError(f"{self.url}/{key}: {exc.strerror}") from None
         if start == 0 and length is None:
             return fh
-        return _Range(fh, start, length)  # type: ignore[return-value]
-
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        with self.open(key, start, length) as fh:
-            return fh.read()
+        left = max(0, os.fstat(fh.fileno()).st_size - start)
+        body = FileRange(fh, start, left if length is None else min(length, left),
+                         f"{self.url}/{key}", owned=True)
+        return body  # type: ignore[return-value]
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         final = self._path(key)
@@ -171,25 +163,3 @@ def _writer_alive(name: str) -> bool:
     except PermissionError:
         return True
     return True
-
-
-class _Range(ObjectStream):
-    """``length`` bytes of an open file from ``start`` (or up to its end)."""
-
-    def __init__(self, fh: BinaryIO, start: int, length: int | None) -> None:
-        super().__init__()
-        self._fh = fh
-        fh.seek(start)
-        self._left = length
-
-    def read(self, size: int | None = -1) -> bytes:
-        want = -1 if size is None else size
-        if self._left is not None:
-            want = self._left if want < 0 else min(want, self._left)
-        data = self._fh.read(want)
-        if self._left is not None:
-            self._left -= len(data)
-        return data
-
-    def _close_source(self) -> None:
-        self._fh.close()

@@ -1,14 +1,8 @@
-"""An ordered list of stores read as one: a read that misses on one store goes to the next, and
-a repeated read of the same bytes (the restore re-fetches only what failed verification) starts
-at the next store, so a damaged object on the primary is served by a mirror. Read-only.
-
-A store that cannot serve — unreachable (``UnavailableError``: refused, timed out), not a store
-at all or misconfigured (``ConfigError``), or a bundle with a member that does not match its
-table of contents (``IntegrityError`` from its check) — is passed over for the next one, and
-left alone for the rest of the run once it failed (its client already retried), so a dead
-primary costs one probe, not one timeout per object. Each store is checked
-(``Store.check``) before its first use, the primary by ``check`` and a mirror only once it is
-needed."""
+"""An ordered list of stores read as one (writes go to the first): a miss goes to the next
+store, and a repeated read of the same bytes (a re-fetch after a failed verification) starts at
+the next one. A store is checked on first use; one that cannot serve (unreachable,
+misconfigured, a bundle that fails its check) is passed over for the rest of the run, so a dead
+primary costs one probe, not one timeout per object."""
 
 from __future__ import annotations
 
@@ -32,7 +26,7 @@ _DOWN = (UnavailableError, ConfigError)
 T = TypeVar("T")
 
 
-class MirroredStore:
+class MirroredStore(Store):
     """Reads from ``stores`` in order (the first is the primary); counts what each served.
     ``notice`` gets one line per store passed over as unreachable."""
 
@@ -85,10 +79,6 @@ class MirroredStore:
         with self._lock:
             down = [e for _, e in sorted(self._down.items())]
         raise missed or down[0]
-
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        with self.open(key, start, length) as body:
-            return body.read()
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         return self.stores[0].put(key, source, if_absent=if_absent)

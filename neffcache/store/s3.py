@@ -1,23 +1,15 @@
-"""A store in an S3 bucket under a prefix (AWS or any S3-compatible server such as SeaweedFS),
-through one client for reads and writes: obstore (Rust's object_store, behind a thin Python
-binding; ~10 ms to import, requests, SigV4 signing, retries and connection pooling run outside
-the GIL). ``s3_config`` decides endpoint, region and credential source; ``s3_errors`` turns
-the client's exceptions into ``NotFoundError`` / ``UnavailableError`` / ``ConfigError``.
-
-Retries are obstore's (one policy for every call): a failed request (5xx such as SlowDown,
-a refused or dropped connection, a timeout of a read-only request) is sent again up to
-``max_attempts`` times in all, after exponential backoff with jitter (100 ms, then each sleep
-drawn between 100 ms and twice the last; capped),
-and a response cut short is resumed with a ranged GET from the last byte received. With a
-``deadline`` every wait — connect, read, a whole request, the backoff and the retrying — is
-clipped to what is left of it when the store is opened.
-
-Permissions: a reader needs ``s3:GetObject`` and ``s3:ListBucket`` on the prefix. Without
-ListBucket S3 answers 403 instead of 404 for a missing key, which reads as "unavailable".
+"""A store in an S3 bucket under a prefix (AWS or any S3-compatible server), through obstore
+(Rust's object_store: signing, retries and pooling outside the GIL); ``s3_config`` decides how it
+is reached, ``s3_errors`` translates its failures. Retries are obstore's: a failed request (5xx,
+a dropped connection, a read timeout) is sent up to ``max_attempts`` times after backoff with
+jitter, and a response cut short resumes with a ranged GET. With a ``deadline`` every wait is
+clipped to what is left of it. A reader needs ``s3:GetObject`` and ``s3:ListBucket`` (without
+ListBucket S3 answers 403 for a missing key, which reads as "unavailable").
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -34,34 +26,37 @@ from obstore.exceptions import AlreadyExistsError, BaseError, PreconditionError
 from obstore.store import S3Store as _Client
 
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
-from neffcache.store.base import BLOBS, PACKS, ObjectStream, Upload, check_key, recognise_store
+from neffcache.store.base import (
+    BLOBS,
+    PACKS,
+    ObjectStream,
+    Store,
+    Upload,
+    check_key,
+    recognise_store,
+)
 from neffcache.store.s3_config import (
     ENVIRONMENT,
     NONE,
-    CredentialSource,
-    PutSettings,
-    S3Location,
-    byte_count,
-    configured_endpoint,
-    credential_source,
-    locate,
+    MiB,
+    S3Tuning,
+    load_s3_settings,
     parse_s3_url,
-    put_settings,
-    read_profile,
-    unsigned_payload,
 )
-
-if TYPE_CHECKING:
-    from obstore.store import S3Config  # a TypedDict of the type stubs only
 from neffcache.store.s3_errors import (
     RANGE_NOT_SATISFIABLE,
     no_credentials,
-    redact,
     response_code,
     translate,
 )
 
-MiB = 1 << 20
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from obstore.store import S3Config  # a TypedDict of the type stubs only
+
+    from neffcache.store.s3_botocore import UploadClient
+
 # Whole requests get this long; a stalled body is caught sooner by the read timeout.
 REQUEST_TIMEOUT = 15 * 60.0
 RETRY_TIMEOUT = 3 * 60.0  # no retry starts later than this after a call's first attempt
@@ -75,99 +70,65 @@ POOL_CONNECTIONS = 64  # connections kept open per client
 # peak RSS with 16 MiB parts, 4 each and no bound; 297-345 MiB with 2 x 2 through a spool;
 # 232 MiB read straight from the files; 129-142 MiB so with 8 MiB parts; issue 22).
 MULTIPART_CONCURRENCY = 2
-PART_SIZE = 8 * MiB  # also the default multipart threshold
 MULTIPART_UPLOADS = 2
 # obstore raises FileNotFoundError (not one of its own classes) for a missing object.
 _CLIENT_ERRORS = (BaseError, FileNotFoundError)
 _PROBE_PREFIX = "neffcache-check"
 # Keys whose name is the sha256 of their bytes: rewriting one rewrites the same bytes.
 _CONTENT_ADDRESSED = (BLOBS, PACKS)
-_KEY_VARIABLES = (("access_key_id", "AWS_ACCESS_KEY_ID"),
-                  ("secret_access_key", "AWS_SECRET_ACCESS_KEY"),
-                  ("session_token", "AWS_SESSION_TOKEN"))
 
 
-class S3Store:
+class S3Store(Store):
     """Objects at ``s3://<bucket>/<prefix>/<key>``; see the module docstring for the contract.
 
-    ``environ`` is what neffcache's own decisions read (endpoint, region, credential source;
-    tests pass their own); obstore itself reads the process environment for the rest."""
+    ``environ`` is what neffcache's own decisions read (``s3_config.load_s3_settings``; tests
+    pass their own); obstore itself reads the process environment for the rest."""
 
-    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
-                 max_attempts: int = 5, multipart_threshold: int = PART_SIZE,
-                 part_size: int = PART_SIZE, environ: Mapping[str, str] | None = None,
-                 deadline: float | None = None, create: bool = False) -> None:
-        if part_size < 5 * MiB or multipart_threshold < part_size:
-            raise UsageError("S3 store: part_size must be >= 5 MiB and <= multipart_threshold")
+    def __init__(self, bucket: str, prefix: str = "", *, environ: Mapping[str, str] | None = None,
+                 deadline: float | None = None, create: bool = False,
+                 **tuning: Unpack[S3Tuning]) -> None:
         env = os.environ if environ is None else environ
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self.multipart_threshold, self.part_size = multipart_threshold, part_size
+        self.settings = load_s3_settings(bucket, prefix, env, tuning)
+        self.bucket, self.prefix = bucket, self.settings.location.prefix
+        self.url, self.endpoint = self.settings.url, self.settings.endpoint
         self.create = create  # check() gives a store without its marker one (recognise_store)
-        self._keys = {name: env[var] for name, var in _KEY_VARIABLES if env.get(var)}
-        profile = read_profile(env)
-        self.location = locate(bucket, self.prefix, endpoint_url, env, profile or {})
-        self._unsigned = unsigned_payload(self.location, env)
-        self.put_settings: PutSettings = put_settings(env)
-        self._attributes: Any = {"Storage-Class": self.put_settings.storage_class} \
-            if self.put_settings.storage_class else None
-        self.credentials: CredentialSource = credential_source(env, profile)
-        self.endpoint = redact(self.location.endpoint or "https://s3.amazonaws.com")
         self._provider = None
-        if self.credentials.needs_botocore:
-            from neffcache.store.s3_profile import profile_credentials
+        if self.settings.credentials.needs_botocore:
+            from neffcache.store.s3_botocore import profile_credentials
 
-            self._provider = profile_credentials(self.credentials, self.url, env)
+            self._provider = profile_credentials(self.settings.credentials, self.url, env)
         # With a deadline (a time.monotonic() value) no wait may outlast it.
         left = None if deadline is None else max(0.05, deadline - time.monotonic())
 
-        def clip(seconds: float) -> float:
-            return seconds if left is None else min(seconds, left)
+        def clip(*seconds: float) -> tuple[float, ...]:
+            return seconds if left is None else tuple(min(t, left) for t in seconds)
 
-        self._retries = max(0, max_attempts - 1)
-        self._client = self._connect((clip(CONNECT_TIMEOUT), clip(READ_TIMEOUT),
-                                      clip(REQUEST_TIMEOUT), clip(RETRY_TIMEOUT)),
-                                     POOL_CONNECTIONS)
+        self._client = self._connect(clip(CONNECT_TIMEOUT, READ_TIMEOUT, REQUEST_TIMEOUT,
+                                          RETRY_TIMEOUT))
         # check() must fail within seconds on an unreachable endpoint: short waits, and no
         # retry starts after PROBE_TIMEOUT (the same number of attempts as every other call).
-        self._probe_timeouts = (clip(min(CONNECT_TIMEOUT, 2.0)), clip(min(READ_TIMEOUT, 5.0)),
-                                clip(PROBE_TIMEOUT), clip(PROBE_TIMEOUT))
-        self._pool = POOL_CONNECTIONS
+        self._probe_timeouts = clip(2.0, 5.0, PROBE_TIMEOUT, PROBE_TIMEOUT)
         self._probe: _Client | None = None
         self._lock = threading.Lock()
         self._multipart = threading.BoundedSemaphore(MULTIPART_UPLOADS)
-        self._upload_settings = (CONNECT_TIMEOUT, READ_TIMEOUT, max_attempts)  # for gc
-        self._uploads: Any = None  # s3_uploads.UploadClient, made when gc first asks
+        self._uploads: UploadClient | None = None  # made when gc first asks
 
     @classmethod
-    def from_url(cls, url: str, environ: Mapping[str, str] | None = None,
-                 **options: Any) -> S3Store:
-        """``s3://bucket/prefix``; the endpoint comes from AWS_ENDPOINT_URL_S3 or
-        AWS_ENDPOINT_URL (else AWS's regional endpoint), credentials from the standard chain;
-        NEFFCACHE_S3_MULTIPART_THRESHOLD and NEFFCACHE_S3_PART_SIZE (bytes) tune uploads;
-        NEFFCACHE_S3_SSE, NEFFCACHE_S3_SSE_KMS_KEY_ID and NEFFCACHE_S3_STORAGE_CLASS go on every
-        PUT (``s3_config.put_settings``)."""
-        env = os.environ if environ is None else environ
-        bucket, prefix = parse_s3_url(url)
-        options.setdefault("endpoint_url", configured_endpoint(env))
-        for name, var in (("multipart_threshold", "NEFFCACHE_S3_MULTIPART_THRESHOLD"),
-                          ("part_size", "NEFFCACHE_S3_PART_SIZE")):
-            if env.get(var):
-                options.setdefault(name, byte_count(var, env[var]))
-        return cls(bucket, prefix, environ=environ, **options)
+    def from_url(cls, url: str, environ: Mapping[str, str] | None = None, *,
+                 deadline: float | None = None, create: bool = False,
+                 **tuning: Unpack[S3Tuning]) -> S3Store:
+        """``s3://bucket/prefix``, configured as ``s3_config.load_s3_settings`` says."""
+        return cls(*parse_s3_url(url), environ=environ, deadline=deadline, create=create,
+                   **tuning)
 
     # -- the protocol -------------------------------------------------------------------------
 
     def check(self) -> None:
         with self._lock:
             if self._probe is None:
-                self._probe = self._connect(self._probe_timeouts, self._pool)
-        self._no_source("ListObjectsV2")
-        try:  # one small LIST under a name nothing uses: proves bucket, credentials and access
-            obstore.list_with_delimiter(self._probe, _PROBE_PREFIX)
-        except _CLIENT_ERRORS as exc:
-            raise self._error(exc, "ListObjectsV2", None) from None
+                self._probe = self._connect(self._probe_timeouts)
+        with self._translated("ListObjectsV2"):  # one small LIST under a name nothing uses:
+            obstore.list_with_delimiter(self._probe, _PROBE_PREFIX)  # bucket, keys, access
         recognise_store(self, create=self.create)
 
     def has(self, key: str) -> bool:
@@ -189,44 +150,39 @@ class S3Store:
             options["range"] = (start, start + length)
         elif start:
             options["range"] = {"offset": start}
-        self._no_source("GetObject")
-        try:
-            result = obstore.get(self._client, key, options=options)  # type: ignore[arg-type]
-        except _CLIENT_ERRORS as exc:
-            if response_code(exc)[0] in RANGE_NOT_SATISFIABLE:
+        with self._translated("GetObject", key):
+            try:
+                result = obstore.get(self._client, key, options=options)  # type: ignore[arg-type]
+            except _CLIENT_ERRORS as exc:
+                if response_code(exc)[0] not in RANGE_NOT_SATISFIABLE:
+                    raise
                 return io.BytesIO()  # the object exists; the range starts past its end
-            raise self._error(exc, "GetObject", key) from None
-        return _Body(iter(result.stream(min_chunk_size=256 * 1024)), self, key)  # type: ignore[return-value]
-
-    def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        with self.open(key, start, length) as body:
-            return body.read()
+        body = _Body(iter(result.stream(min_chunk_size=256 * 1024)), self, key)
+        return body  # type: ignore[return-value]
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         check_key(key)
         self._no_source("PutObject")
+        threshold = self.settings.multipart_threshold
         sized = _size_of(source)  # a VerifyingReader says how large it is; a local file too
-        if sized is not None and sized >= self.multipart_threshold and (
-                not if_absent or key.startswith(_CONTENT_ADDRESSED)):
-            if if_absent and self.has(key):
-                return False
-            with self._multipart:  # before reading: only the uploads running hold bytes
-                if _is_local_file(source):
-                    return self._put_multipart(key, source)
-                return self._put_spooled(
-                    key, source, [_read_up_to(source, self.multipart_threshold)])
-        first = _read_up_to(source, self.multipart_threshold)
-        if len(first) < self.multipart_threshold or (
-                if_absent and not key.startswith(_CONTENT_ADDRESSED)):
+        # A body known to be large goes multipart, unless it must stay one conditional PUT;
+        # another's first part tells.
+        multipart = sized is not None and sized >= threshold and (
+            not if_absent or key.startswith(_CONTENT_ADDRESSED))
+        head = [] if multipart else [_read_up_to(source, threshold)]
+        if head and (len(head[0]) < threshold or (
+                if_absent and not key.startswith(_CONTENT_ADDRESSED))):
             # One conditional PutObject (If-None-Match: *): the server refuses to overwrite.
-            return self._put_once(key, first if len(first) < self.multipart_threshold
+            first = head.pop()
+            return self._put_once(key, first if len(first) < threshold
                                   else _whole(first, source), if_absent)
         if if_absent and self.has(key):
             return False  # skip uploading a large body the store already holds
-        head = [first]  # handed on, not held here: the spool takes it (16 MiB)
-        del first
-        with self._multipart:  # bounded: each holds MULTIPART_CONCURRENCY parts in memory
-            return self._put_spooled(key, source, head)
+        # Bounded: each upload holds MULTIPART_CONCURRENCY parts; the spool takes ``head``.
+        with self._multipart:
+            if not head and _is_local_file(source):
+                return self._put_multipart(key, source)
+            return self._put_spooled(key, source, head or [_read_up_to(source, threshold)])
 
     def _put_spooled(self, key: str, source: BinaryIO, head: list[bytes]) -> bool:
         # The body is spooled first to an unnamed temp file (bounded memory, no name to leave
@@ -240,93 +196,91 @@ class S3Store:
             return self._put_multipart(key, spool)
 
     def _put_multipart(self, key: str, source: BinaryIO) -> bool:
-        """A multipart upload read from ``source`` (a local file, or one read through a
-        VerifyingReader: obstore reads to end of file before it completes the upload, so a
-        reader that fails its sha256 there aborts the upload, and nothing is committed)."""
-        # A multipart upload cannot be made conditional through obstore; a racing writer of a
-        # content-addressed key writes the same bytes, so the last complete upload is harmless.
-        try:
-            obstore.put(self._client, key, source, use_multipart=True,
-                        chunk_size=self.part_size, max_concurrency=MULTIPART_CONCURRENCY,
-                        attributes=self._attributes)
-        except (*_CLIENT_ERRORS, OSError) as exc:
-            # obstore aborts the upload when reading the source fails, and raises an OSError
-            # carrying the source's error as text: raise the source's own IntegrityError.
-            failure = getattr(source, "failure", None)
-            if isinstance(failure, IntegrityError):
-                raise failure from None
-            if isinstance(exc, _CLIENT_ERRORS):
-                raise self._error(exc, "UploadPart", key) from None
-            raise
+        """A multipart upload, unconditional (obstore cannot make one conditional; a racing
+        writer of a content-addressed key writes the same bytes). A VerifyingReader failing its
+        sha256 at end of file aborts it: nothing is committed."""
+        with self._translated("UploadPart", key):
+            try:
+                obstore.put(self._client, key, source, use_multipart=True,
+                            chunk_size=self.settings.part_size,
+                            max_concurrency=MULTIPART_CONCURRENCY, attributes=self._attributes)
+            except (*_CLIENT_ERRORS, OSError):
+                # obstore aborts the upload when reading the source fails, and raises an
+                # OSError carrying the source's error as text: raise the source's own.
+                failure = getattr(source, "failure", None)
+                if isinstance(failure, IntegrityError):
+                    raise failure from None
+                raise
+        return True
+
+    def _put_once(self, key: str, body: bytes | memoryview, if_absent: bool) -> bool:
+        with self._translated("PutObject", key):
+            try:
+                obstore.put(self._client, key, body, mode="create" if if_absent else "overwrite",
+                            use_multipart=False, attributes=self._attributes)
+            except (AlreadyExistsError, PreconditionError):
+                if if_absent:
+                    return False
+                raise
         return True
 
     def list(self, prefix: str) -> Iterator[str]:
-        """Keys under ``prefix``; object_store lists whole path segments, so a prefix that ends
-        inside a name is listed from its parent and filtered."""
+        # object_store lists whole path segments: a prefix ending inside a name is filtered
         parent = prefix.rpartition("/")[0]
-        self._no_source("ListObjectsV2")
-        try:
+        with self._translated("ListObjectsV2"):
             for batch in obstore.list(self._client, parent or None, chunk_size=1000):
-                for meta in batch:
-                    if meta["path"].startswith(prefix):
-                        yield meta["path"]
-        except _CLIENT_ERRORS as exc:
-            raise self._error(exc, "ListObjectsV2", None) from None
+                yield from (meta["path"] for meta in batch if meta["path"].startswith(prefix))
 
     def delete(self, key: str) -> None:
         check_key(key)
-        self._no_source("DeleteObject")
-        try:
+        with contextlib.suppress(NotFoundError), self._translated("DeleteObject", key):
             obstore.delete(self._client, key)
-        except _CLIENT_ERRORS as exc:
-            error = self._error(exc, "DeleteObject", key)
-            if not isinstance(error, NotFoundError):
-                raise error from None
 
     # -- multipart uploads (store.base.MultipartUploads; gc only) ---------------------------
 
     def list_uploads(self) -> Iterator[Upload]:
-        """Incomplete multipart uploads under the prefix (through botocore: see s3_uploads)."""
+        """Incomplete multipart uploads under the prefix (through botocore: see s3_botocore)."""
         return self._upload_client().list()
 
     def abort_upload(self, upload: Upload) -> None:
         self._upload_client().abort(upload)
 
-    def _upload_client(self) -> Any:
-        from neffcache.store.s3_uploads import UploadClient
+    def _upload_client(self) -> UploadClient:
+        from neffcache.store.s3_botocore import UploadClient
 
         with self._lock:
             if self._uploads is None:
-                connect, read, attempts = self._upload_settings
-                self._uploads = UploadClient(self.location, where=self.url,
-                                             endpoint=self.endpoint, source=self.credentials,
-                                             connect_timeout=connect, read_timeout=read,
-                                             max_attempts=attempts)
+                self._uploads = UploadClient(self.settings, (CONNECT_TIMEOUT, READ_TIMEOUT))
             return self._uploads
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _connect(self, timeouts: tuple[float, float, float, float], pool: int) -> _Client:
-        """A client whose connect, read and whole-request timeouts and retry window are
-        ``timeouts`` (seconds); one backoff sleep never outlasts the retry window."""
+    @property
+    def _attributes(self) -> Any:
+        storage_class = self.settings.puts.storage_class
+        return {"Storage-Class": storage_class} if storage_class else None
+
+    def _connect(self, timeouts: tuple[float, ...]) -> _Client:
+        """A client with ``timeouts``: connect, read, whole request, retry window (seconds)."""
         connect, read, request, retrying = (timedelta(seconds=t) for t in timeouts)
-        loc: S3Location = self.location
-        config: S3Config = {"virtual_hosted_style_request": loc.virtual_hosted}
-        if loc.endpoint:
-            config["endpoint"] = loc.endpoint
-        if loc.region:
-            config["region"] = loc.region
-        if self._unsigned:
+        s = self.settings
+        config: S3Config = {"virtual_hosted_style_request": s.location.virtual_hosted}
+        if s.location.endpoint:
+            config["endpoint"] = s.location.endpoint
+        if s.location.region:
+            config["region"] = s.location.region
+        if s.unsigned:
             config["unsigned_payload"] = True
-        if self.put_settings.sse:  # on every PutObject and CreateMultipartUpload
-            config["server_side_encryption"] = self.put_settings.sse
-        if self.put_settings.kms_key_id:
-            config["sse_kms_key_id"] = self.put_settings.kms_key_id
-        if self.credentials.name == ENVIRONMENT:  # this store's keys, not the process's
-            config.update(self._keys)  # type: ignore[typeddict-item]
+        if s.puts.sse:  # on every PutObject and CreateMultipartUpload
+            config["server_side_encryption"] = s.puts.sse
+        if s.puts.kms_key_id:
+            config["sse_kms_key_id"] = s.puts.kms_key_id
+        if s.credentials.name == ENVIRONMENT:  # this store's keys, not the process's
+            config.update(dict(s.keys))  # type: ignore[typeddict-item]
         options = dict(connect_timeout=connect, read_timeout=read, timeout=request,
-                       pool_max_idle_per_host=str(pool), allow_http=loc.allow_http)
-        retry = {"max_retries": self._retries, "retry_timeout": retrying,
+                       pool_max_idle_per_host=str(POOL_CONNECTIONS),
+                       allow_http=s.location.allow_http)
+        retry = {"max_retries": max(0, s.max_attempts - 1), "retry_timeout": retrying,
                  "backoff": {"max_backoff": min(retrying, timedelta(seconds=MAX_BACKOFF))}}
         try:
             return _Client(self.bucket, prefix=self.prefix or None, config=config,
@@ -335,39 +289,32 @@ class S3Store:
         except _CLIENT_ERRORS as exc:
             raise self._error(exc, "configure", None) from None
 
-    def _put_once(self, key: str, body: bytes | memoryview, if_absent: bool) -> bool:
-        try:
-            obstore.put(self._client, key, body, mode="create" if if_absent else "overwrite",
-                        use_multipart=False, attributes=self._attributes)
-        except (AlreadyExistsError, PreconditionError):
-            if if_absent:
-                return False
-            raise
-        except _CLIENT_ERRORS as exc:
-            raise self._error(exc, "PutObject", key) from None
-        return True
-
     def _head(self, key: str) -> None:
         check_key(key)
-        self._no_source("HeadObject")
-        try:
+        with self._translated("HeadObject", key):
             obstore.head(self._client, key)
+
+    @contextlib.contextmanager
+    def _translated(self, op: str, key: str | None = None) -> Iterator[None]:
+        """Run one call of the client: its failures leave as domain errors (``_error``)."""
+        self._no_source(op)
+        try:
+            yield
         except _CLIENT_ERRORS as exc:
-            raise self._error(exc, "HeadObject", key) from None
+            raise self._error(exc, op, key) from None
 
     def _no_source(self, op: str) -> None:
-        if self.credentials.name == NONE:
+        if self.settings.credentials.name == NONE:
             raise no_credentials(self.url, op)
 
     def _error(self, exc: BaseException, op: str, key: str | None) -> Exception:
         where = f"{self.url}/{key}" if key else self.url
         return translate(exc, where=where, endpoint=self.endpoint, op=op, key=key,
-                         source=self.credentials.name)
+                         source=self.settings.credentials.name)
 
 
 class _Body(ObjectStream):
-    """An object's body as a stream: chunks from obstore, errors translated while reading.
-    ``read(n)`` with ``n`` at least the chunk left hands on obstore's own chunk, no copy."""
+    """An object's body as a stream of obstore's chunks, handed on uncopied where whole."""
 
     zero_copy_reads = True  # restore.install.read_piece: read() over readinto a buffer
 
@@ -415,9 +362,8 @@ class _Body(ObjectStream):
 
 
 def _whole(first: bytes, source: BinaryIO) -> bytes | memoryview:
-    """``first`` (just read from ``source``) and the rest of ``source``, as one body, with no
-    copy of the whole (a manifest of a million files is 234 MiB): a ``BytesIO``'s own buffer
-    from where ``first`` began, else one buffer the rest is read into."""
+    """``first`` (just read from ``source``) and the rest of it as one body, without a copy of
+    the whole (a manifest of a million files is 234 MiB)."""
     if isinstance(source, io.BytesIO):
         start = source.tell() - len(first)
         del first
@@ -430,8 +376,7 @@ def _whole(first: bytes, source: BinaryIO) -> bytes | memoryview:
 
 
 def _is_local_file(source: BinaryIO) -> bool:
-    """Whether ``source`` reads a regular file on this host (a VerifyingReader over one says
-    so too): obstore may read it itself, with no spool; an obstore stream must be spooled."""
+    """Whether ``source`` reads a regular local file (obstore may read it without a spool)."""
     try:
         return stat.S_ISREG(os.fstat(source.fileno()).st_mode)
     except (AttributeError, OSError, ValueError):
@@ -439,8 +384,7 @@ def _is_local_file(source: BinaryIO) -> bool:
 
 
 def _size_of(source: BinaryIO) -> int | None:
-    """How many bytes ``source`` has left to read, when it says (``size``, a VerifyingReader)
-    or is a regular local file (its size past the current position); else None."""
+    """How many bytes ``source`` has left, when it says (``size``) or is a local file."""
     sized = getattr(source, "size", None)
     if isinstance(sized, int):
         return sized
@@ -450,7 +394,7 @@ def _size_of(source: BinaryIO) -> int | None:
 
 
 def _read_up_to(source: BinaryIO, size: int) -> bytes:
-    """Read exactly ``size`` bytes unless the stream ends first (streams may return less)."""
+    """``size`` bytes unless the stream ends first (a stream may return less per read)."""
     chunks: list[bytes] = []
     left = size
     while left > 0:

@@ -1,13 +1,8 @@
-"""How an ``s3://`` store is reached, decided from the environment alone: endpoint, region,
-addressing style, whether request bodies are signed, and which credential source applies.
-Pure: reads no file but the AWS config files it is handed, opens no connection.
-
-The credentials themselves are resolved by libraries, never here: obstore (object_store) for
-environment keys, container credentials and the instance role; botocore for the profile-based
-sources it alone knows (shared credentials file, SSO, assume-role and credential_process
-profiles) and for web identity (obstore 0.12 always calls the public regional STS endpoint,
-while botocore honours AWS_ENDPOINT_URL_STS, which VPCs without internet access need).
-``credential_source`` only picks which of the two asks, in the order botocore's chain looks.
+"""How an ``s3://`` store is reached, decided from the environment alone (pure but for reading
+the AWS config files): endpoint, region, addressing, signing, what every PUT carries, and which
+credential source applies. Credentials are resolved by obstore (environment keys, container,
+instance role) or botocore (profiles, SSO, web identity: it honours AWS_ENDPOINT_URL_STS, which
+VPCs without internet access need), never here.
 """
 
 from __future__ import annotations
@@ -16,10 +11,11 @@ import configparser
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 from neffcache.config import redact_url
-from neffcache.errors import ConfigError
+from neffcache.errors import ConfigError, UsageError
 
 ENVIRONMENT = "environment"
 WEB_IDENTITY = "web-identity"
@@ -27,6 +23,8 @@ PROFILE = "profile"
 CONTAINER = "container"
 INSTANCE = "instance-metadata"
 NONE = "none"
+MiB = 1 << 20
+PART_SIZE = 8 * MiB  # also the default multipart threshold
 
 # Keys that make a profile a credential source for botocore (its shared-file, config-file,
 # assume-role, SSO and process providers).
@@ -61,13 +59,11 @@ class CredentialSource:
 
 def side_environ(env: Mapping[str, str], side: str, profile: str | None = None) -> (
         dict[str, str]):
-    """The environment one store of several reads (``side``: FROM or TO of a copy or a repair's
-    source, ``MIRROR_<N>`` for a restore's N-th mirror): ``env`` with every
-    ``NEFFCACHE_<SIDE>_AWS_*`` variable as ``AWS_*``, ``NEFFCACHE_<SIDE>_S3_*`` as
-    ``NEFFCACHE_S3_*``, ``NEFFCACHE_<SIDE>_BUNDLE_*`` as ``NEFFCACHE_BUNDLE_*`` and
-    ``NEFFCACHE_<SIDE>_S3_ENDPOINT`` as ``AWS_ENDPOINT_URL_S3``; a ``profile`` selects that AWS
-    profile. A profile of the side's own (flag or ``NEFFCACHE_<SIDE>_AWS_PROFILE``) drops the
-    shared environment keys, which belong to another store (pure)."""
+    """The environment one store of several reads (``side``: FROM, TO, ``MIRROR_<N>``): ``env``
+    with ``NEFFCACHE_<SIDE>_AWS_*`` as ``AWS_*``, ``NEFFCACHE_<SIDE>_S3_*`` / ``_BUNDLE_*`` as
+    ``NEFFCACHE_S3_*`` / ``NEFFCACHE_BUNDLE_*`` and ``NEFFCACHE_<SIDE>_S3_ENDPOINT`` as
+    ``AWS_ENDPOINT_URL_S3``. A profile of the side's own (``profile`` or
+    ``NEFFCACHE_<SIDE>_AWS_PROFILE``) drops the shared environment keys (pure)."""
     out = dict(env)
     head = f"NEFFCACHE_{side}_"
     own = {var[len(head):]: value for var, value in env.items() if var.startswith(head)}
@@ -107,17 +103,15 @@ def configured_endpoint(env: Mapping[str, str]) -> str | None:
 
 def locate(bucket: str, prefix: str, endpoint: str | None, env: Mapping[str, str],
            profile: Mapping[str, str]) -> S3Location:
-    """The location of ``bucket``: an explicit endpoint is addressed path-style (moto,
-    SeaweedFS, MinIO, IP and IPv6 endpoints); AWS itself virtual-hosted, unless the bucket name
-    has dots (their TLS certificate would not match), with FIPS and dual-stack endpoints as
-    the AWS_USE_FIPS_ENDPOINT / AWS_USE_DUALSTACK_ENDPOINT variables ask."""
+    """Where ``bucket`` is served: an explicit endpoint path-style; AWS virtual-hosted unless
+    the name has dots (TLS names), FIPS and dual-stack as AWS_USE_FIPS_ENDPOINT /
+    AWS_USE_DUALSTACK_ENDPOINT ask."""
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or profile.get("region") \
         or None
     if endpoint:
         scheme = urlsplit(endpoint).scheme
         if scheme not in ("http", "https"):
-            raise ConfigError(f"S3 endpoint {_without_user(endpoint)!r}: expected http:// or "
-                              "https://")
+            raise ConfigError(f"S3 endpoint {redact(endpoint)!r}: expected http:// or https://")
         return S3Location(bucket, prefix, endpoint.rstrip("/"), region, False, scheme == "http")
     fips = _flag(env, "AWS_USE_FIPS_ENDPOINT")
     dualstack = _flag(env, "AWS_USE_DUALSTACK_ENDPOINT")
@@ -133,9 +127,8 @@ def locate(bucket: str, prefix: str, endpoint: str | None, env: Mapping[str, str
 
 def credential_source(env: Mapping[str, str], profile: Mapping[str, str] | None) -> (
         CredentialSource):
-    """Which source botocore's chain would use first: environment keys, web identity from the
-    environment, a profile with credentials (``profile`` is its merged settings, or None when
-    neither file has it), container credentials, the instance role; or none at all."""
+    """Which source botocore's chain would use first (``profile``: the selected profile's
+    settings, or None when neither AWS file has it)."""
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
         return CredentialSource(ENVIRONMENT)
     if env.get("AWS_WEB_IDENTITY_TOKEN_FILE") and env.get("AWS_ROLE_ARN"):
@@ -157,24 +150,20 @@ def profile_name(env: Mapping[str, str]) -> str:
 
 
 def read_profile(env: Mapping[str, str]) -> dict[str, str] | None:
-    """The selected profile's settings from ~/.aws/credentials and ~/.aws/config (or the
-    files AWS_SHARED_CREDENTIALS_FILE / AWS_CONFIG_FILE name), the credentials file winning;
-    None when neither file has the profile. Unreadable or malformed files count as absent:
-    botocore, which resolves such profiles, reports them precisely."""
+    """The selected profile's settings from the AWS config and credentials files (the latter
+    winning); None when neither has it. Unreadable or malformed files count as absent
+    (botocore, which resolves such profiles, reports them precisely)."""
     name = profile_name(env)
     home = env.get("HOME") or os.path.expanduser("~")
-    found: dict[str, str] | None = None
-    config = _section(env.get("AWS_CONFIG_FILE") or f"{home}/.aws/config",
-                      name if name == "default" else f"profile {name}", home)
+    config_file = env.get("AWS_CONFIG_FILE") or f"{home}/.aws/config"
+    config = _section(config_file, name if name == "default" else f"profile {name}", home)
     if config is None and name == "default":
-        config = _section(env.get("AWS_CONFIG_FILE") or f"{home}/.aws/config",
-                          "profile default", home)
+        config = _section(config_file, "profile default", home)
     credentials = _section(env.get("AWS_SHARED_CREDENTIALS_FILE") or f"{home}/.aws/credentials",
                            name, home)
-    for part in (config, credentials):
-        if part is not None:
-            found = {**(found or {}), **part}
-    return found
+    if config is None and credentials is None:
+        return None
+    return {**(config or {}), **(credentials or {})}
 
 
 def _section(path: str, section: str, home: str) -> dict[str, str] | None:
@@ -190,12 +179,9 @@ def _section(path: str, section: str, home: str) -> dict[str, str] | None:
 
 
 def unsigned_payload(location: S3Location, env: Mapping[str, str]) -> bool:
-    """Whether request bodies go unsigned (SigV4's ``UNSIGNED-PAYLOAD``) instead of hashed
-    into the signature: over HTTPS, where TLS already protects the body (as the AWS SDKs'
-    S3 signers do; over plain HTTP the payload stays signed). It spares a sha256 pass over
-    every uploaded byte (~0.4 s of a push's 2.6 s of user CPU on the 3,000-file eager tree,
-    measured); blobs are verified by their own sha256 anyway. ``AWS_UNSIGNED_PAYLOAD``
-    (true/false, obstore's own variable) overrides it for a server that wants otherwise."""
+    """Whether request bodies go unsigned (``UNSIGNED-PAYLOAD``): over HTTPS, as the AWS SDKs do,
+    sparing a sha256 pass over every uploaded byte (~0.4 s of a push's 2.6 s CPU, measured);
+    ``AWS_UNSIGNED_PAYLOAD`` (true/false, obstore's own variable) overrides it."""
     given = env.get("AWS_UNSIGNED_PAYLOAD", "").strip().lower()
     if given in ("true", "false"):
         return given == "true"
@@ -210,15 +196,16 @@ def byte_count(name: str, value: str) -> int:
         raise ConfigError(f"{name}={value!r}: expected a number of bytes") from None
 
 
+def redact(endpoint: str) -> str:
+    """An endpoint URL without any user:password part (nor query or fragment)."""
+    parts = urlsplit(endpoint)
+    if not parts.scheme:
+        return endpoint
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()
+
+
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() == "true"
-
-
-def _without_user(endpoint: str) -> str:
-    parts = urlsplit(endpoint)
-    if "@" not in parts.netloc:
-        return endpoint
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 # Server-side encryption a bucket policy may require on every PUT: NEFFCACHE_S3_SSE's value
@@ -230,9 +217,7 @@ _STORAGE_CLASS_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 
 @dataclass(frozen=True, slots=True)
 class PutSettings:
-    """What every PUT an S3 store makes carries (PutObject, CreateMultipartUpload): server-side
-    encryption (``sse``: AES256, aws:kms, aws:kms:dsse; ``kms_key_id`` for the KMS ones) and
-    a storage class; None each: the bucket's defaults."""
+    """What every PutObject and CreateMultipartUpload carries (None: the bucket's default)."""
 
     sse: str | None = None
     kms_key_id: str | None = None
@@ -259,10 +244,70 @@ def put_settings(env: Mapping[str, str]) -> PutSettings:
     return PutSettings(sse, key, storage)
 
 
+_KEY_VARIABLES = (("access_key_id", "AWS_ACCESS_KEY_ID"),
+                  ("secret_access_key", "AWS_SECRET_ACCESS_KEY"),
+                  ("session_token", "AWS_SESSION_TOKEN"))
+_SIZE_VARIABLES = (("multipart_threshold", "NEFFCACHE_S3_MULTIPART_THRESHOLD"),
+                   ("part_size", "NEFFCACHE_S3_PART_SIZE"))
+
+
+class S3Tuning(TypedDict, total=False):
+    """What a caller may set over a store's environment (``S3Store(bucket, **tuning)``)."""
+
+    endpoint_url: str | None
+    max_attempts: int
+    multipart_threshold: int
+    part_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class S3Settings:
+    """Everything one ``s3://`` store is configured with, decided once (``load_s3_settings``)."""
+
+    location: S3Location
+    puts: PutSettings
+    unsigned: bool  # request bodies go unsigned (``unsigned_payload``)
+    credentials: CredentialSource
+    keys: tuple[tuple[str, str], ...]  # the store's own environment keys, by obstore's names
+    max_attempts: int
+    multipart_threshold: int
+    part_size: int
+
+    @property
+    def url(self) -> str:
+        loc = self.location
+        return f"s3://{loc.bucket}/{loc.prefix}" if loc.prefix else f"s3://{loc.bucket}"
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint as messages show it: no user:password."""
+        return redact(self.location.endpoint or "https://s3.amazonaws.com")
+
+
+def load_s3_settings(bucket: str, prefix: str, env: Mapping[str, str],
+                     tuning: S3Tuning) -> S3Settings:
+    """The settings of the store at ``bucket``/``prefix``: ``tuning``, else ``env``'s
+    AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (``configured_endpoint``; none: AWS's regional
+    endpoint), NEFFCACHE_S3_MULTIPART_THRESHOLD and NEFFCACHE_S3_PART_SIZE (bytes); region and
+    credential source as the AWS chain finds them; NEFFCACHE_S3_SSE, NEFFCACHE_S3_SSE_KMS_KEY_ID
+    and NEFFCACHE_S3_STORAGE_CLASS on every PUT (``put_settings``)."""
+    sizes = {name: byte_count(var, env[var]) for name, var in _SIZE_VARIABLES if env.get(var)}
+    threshold = tuning.get("multipart_threshold", sizes.get("multipart_threshold", PART_SIZE))
+    part_size = tuning.get("part_size", sizes.get("part_size", PART_SIZE))
+    if part_size < 5 * MiB or threshold < part_size:
+        raise UsageError("S3 store: part_size must be >= 5 MiB and <= multipart_threshold")
+    profile = read_profile(env)
+    endpoint = tuning["endpoint_url"] if "endpoint_url" in tuning else configured_endpoint(env)
+    location = locate(bucket, prefix.strip("/"), endpoint, env, profile or {})
+    return S3Settings(location, put_settings(env), unsigned_payload(location, env),
+                      credential_source(env, profile),
+                      tuple((name, env[var]) for name, var in _KEY_VARIABLES if env.get(var)),
+                      tuning.get("max_attempts", 5), threshold, part_size)
+
+
 def s3_settings(env: Mapping[str, str]) -> tuple[tuple[str, str | None, str], ...]:
     """What an ``s3://`` store opened with ``env`` is configured with, as (name, value, the
-    variable it came from or "default"), for ``neffcache config``: no credential is shown,
-    only which source supplies them (pure but for reading the AWS profile files)."""
+    variable it came from or "default"), for ``neffcache config``: never a credential."""
     def first(*names: str) -> tuple[str | None, str]:
         found = next((n for n in names if env.get(n)), None)
         return (env[found], found) if found else (None, "default")
@@ -273,7 +318,7 @@ def s3_settings(env: Mapping[str, str]) -> tuple[tuple[str, str | None, str], ..
     profile = read_profile(env)
     source = credential_source(env, profile)
     puts = put_settings(env)
-    rows = [("s3.endpoint", _without_user(endpoint) if endpoint else None, endpoint_from),
+    rows = [("s3.endpoint", redact(endpoint) if endpoint else None, endpoint_from),
             ("s3.region", *first("AWS_REGION", "AWS_DEFAULT_REGION")),
             ("s3.credentials", source.name + (f" (profile {source.profile})"
                                               if source.profile else ""),

@@ -1,13 +1,7 @@
-"""The one place an S3 failure becomes a domain error: obstore's exceptions (``translate``) and
-botocore's, for the credential sources it resolves (``credential_error``) and the multipart-upload
-calls gc makes through it (``botocore_failure``; both by class name: no botocore import here),
-to ``NotFoundError``, ``UnavailableError`` (exit 6)
-or ``ConfigError`` (exit 2), each a one-line message with a hint where one helps.
-
-obstore reports a failed request as an exception whose text holds the HTTP status and the
-S3 error document; the status and ``<Code>`` are read from it and nothing else is kept, so a
-message names the store URL, the code, the HTTP status and the operation, never credentials
-or response bodies.
+"""The one place an S3 failure becomes a domain error (``NotFoundError``, ``UnavailableError``
+exit 6, ``ConfigError`` exit 2): obstore's (``translate``) and botocore's (``credential_error``,
+``botocore_failure``, by class name). Only the status and S3 ``<Code>`` are read from a failure,
+so a one-line message never holds credentials or response bodies.
 """
 
 from __future__ import annotations
@@ -24,31 +18,26 @@ if TYPE_CHECKING:
 NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
 RANGE_NOT_SATISFIABLE = frozenset({"416", "InvalidRange"})
 REDIRECT = frozenset({"301", "PermanentRedirect", "AuthorizationHeaderMalformed"})
-REASONS = {
-    "NoSuchBucket": "bucket does not exist",
-    "AccessDenied": "access denied",
-    "403": "access denied",
-    "AllAccessDisabled": "access denied",
-    "InvalidAccessKeyId": "access key id not recognised",
-    "SignatureDoesNotMatch": "secret key does not match the access key id",
-    "ExpiredToken": "credentials have expired",
-    "InvalidToken": "session token is invalid",
-    "RequestTimeTooSkewed": "this host's clock is too far from the server's",
-    "SlowDown": "throttled by the server after retries",
-    "Throttling": "throttled by the server after retries",
-    "ThrottlingException": "throttled by the server after retries",
-    "RequestLimitExceeded": "throttled by the server after retries",
-    "ServiceUnavailable": "service unavailable after retries",
-    "503": "service unavailable after retries",
-    "InternalError": "server error after retries",
-    "500": "server error after retries",
-}
+# S3 error code (or HTTP status) -> what a message says, and the hint that goes with it.
+REASONS = {code: reason for codes, reason in (
+    (("NoSuchBucket",), "bucket does not exist"),
+    (("AccessDenied", "403", "AllAccessDisabled"), "access denied"),
+    (("InvalidAccessKeyId",), "access key id not recognised"),
+    (("SignatureDoesNotMatch",), "secret key does not match the access key id"),
+    (("ExpiredToken",), "credentials have expired"),
+    (("InvalidToken",), "session token is invalid"),
+    (("RequestTimeTooSkewed",), "this host's clock is too far from the server's"),
+    (("SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded"),
+     "throttled by the server after retries"),
+    (("ServiceUnavailable", "503"), "service unavailable after retries"),
+    (("InternalError", "500"), "server error after retries"),
+) for code in codes}
 HINTS = {
     "InvalidAccessKeyId": "check AWS_ACCESS_KEY_ID / AWS_PROFILE (aws sts get-caller-identity)",
     "SignatureDoesNotMatch": "check AWS_SECRET_ACCESS_KEY / AWS_PROFILE",
     "ExpiredToken": "refresh the credentials (aws sso login, or a new session token)",
-    "AccessDenied": "the role needs s3:GetObject and s3:ListBucket on the prefix",
-    "403": "the role needs s3:GetObject and s3:ListBucket on the prefix",
+    **dict.fromkeys(("AccessDenied", "403"),
+                    "the role needs s3:GetObject and s3:ListBucket on the prefix"),
     "RequestTimeTooSkewed": "synchronise this host's clock (chrony, systemd-timesyncd)",
 }
 # A write refused: the permission, or a bucket policy that requires encryption on every PUT.
@@ -63,21 +52,23 @@ _CODE = re.compile(r"<Code>([A-Za-z0-9.]{1,64})</Code>")
 _STATUS = re.compile(r"status(?: code)?:? (\d{3})\b")
 _URI = re.compile(r"Error performing \w+ (\S+)")
 _RETRY_SETTING = re.compile(r"retry_timeout:\s*\S+")
-_BOTOCORE_UNREACHABLE = frozenset({"EndpointConnectionError", "ConnectTimeoutError",
-                                   "ReadTimeoutError", "ConnectionClosedError",
-                                   "ProxyConnectionError", "SSLError", "HTTPClientError"})
-_BOTOCORE_CREDENTIALS = frozenset({
-    "NoCredentialsError", "ProfileNotFound", "SSOTokenLoadError", "UnauthorizedSSOTokenError",
-    "TokenRetrievalError", "SSOError", "PendingAuthorizationExpiredError", "InvalidConfigError",
-    "PartialCredentialsError", "InfiniteLoopConfigError", "InvalidProfileConfigError",
-    "CredentialRetrievalError"})
+# botocore's exception classes, by name, as credential_error and botocore_failure tell them.
+_NO_SSO_LOGIN = frozenset({"SSOTokenLoadError", "UnauthorizedSSOTokenError", "SSOError",
+                           "TokenRetrievalError", "PendingAuthorizationExpiredError"})
+_PROFILE_BROKEN = frozenset({"InvalidConfigError", "PartialCredentialsError",
+                             "InfiniteLoopConfigError", "InvalidProfileConfigError"})
+_BOTOCORE_CREDENTIALS = _NO_SSO_LOGIN | _PROFILE_BROKEN | {
+    "NoCredentialsError", "ProfileNotFound", "CredentialRetrievalError"}
+_STS_UNREACHABLE = frozenset({"EndpointConnectionError", "ConnectTimeoutError",
+                              "ReadTimeoutError", "ConnectionClosedError"})
+_BOTOCORE_UNREACHABLE = _STS_UNREACHABLE | {"ProxyConnectionError", "SSLError", "HTTPClientError"}
 _CREDENTIAL_PATHS = ("/latest/api/token", "/latest/meta-data/", "/v2/credentials",
                      "/credentials", "sts.")
 
 
 def response_code(exc: BaseException) -> tuple[str, str]:
-    """(S3 error code or the HTTP status when the body had none, HTTP status or "?") from a
-    client exception's text; ("", "?") when no response was received."""
+    """(S3 error code, else the HTTP status; HTTP status or "?") from a client exception's text;
+    ("", "?") when no response was received."""
     text = str(exc)
     status = _STATUS.search(text)
     code = _CODE.search(text)
@@ -110,20 +101,18 @@ def translate(exc: BaseException, *, where: str, endpoint: str, op: str, key: st
 
 def credential_error(exc: BaseException, source: CredentialSource,
                      where: str) -> NeffcacheError:
-    """The domain error for a botocore credential failure: a configuration the user must fix
-    is exit 2, a source that refused or could not be reached is exit 6."""
+    """A botocore credential failure: a configuration to fix is exit 2, a source that refused or
+    could not be reached exit 6."""
     name = type(exc).__name__
     profile = source.profile or "default"
     detail = " ".join(str(exc).split())[:200]
     if name == "ProfileNotFound":
         return ConfigError(f"{where}: AWS profile {profile!r} is not in ~/.aws/config or "
                            "~/.aws/credentials", hint=f"aws configure --profile {profile}")
-    if name in ("SSOTokenLoadError", "UnauthorizedSSOTokenError", "TokenRetrievalError",
-                "SSOError", "PendingAuthorizationExpiredError"):
+    if name in _NO_SSO_LOGIN:
         return ConfigError(f"{where}: AWS SSO profile {profile!r} has no valid login ({name})",
                            hint=f"aws sso login --profile {profile}")
-    if name in ("InvalidConfigError", "PartialCredentialsError", "InfiniteLoopConfigError",
-                "InvalidProfileConfigError"):
+    if name in _PROFILE_BROKEN:
         return ConfigError(f"{where}: AWS profile {profile!r} is misconfigured: {detail}",
                            hint=f"aws configure list --profile {profile}")
     if name == "CredentialRetrievalError":
@@ -131,25 +120,28 @@ def credential_error(exc: BaseException, source: CredentialSource,
                                 f"failed: {detail}",
                                 hint="run the profile's credential_process by hand")
     if name == "NoCredentialsError":
-        return UnavailableError(f"{where}: {NO_CREDENTIALS}", hint=NO_CREDENTIALS_HINT)
-    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
-                "ConnectionClosedError"):
+        return no_credentials(where)
+    if name in _STS_UNREACHABLE:
         return UnavailableError(f"{where}: cannot reach AWS STS for the {source.name} "
                                 f"credentials ({name})", hint="check AWS_ENDPOINT_URL_STS and "
                                 "the network path to STS")
     what = "web identity token" if source.name == "web-identity" else f"profile {profile!r}"
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(
-        exc, "response") else None
-    return UnavailableError(f"{where}: AWS STS refused the {what} ({code or name})",
+    return UnavailableError(f"{where}: AWS STS refused the {what} ({botocore_code(exc) or name})",
                             hint="check AWS_ROLE_ARN and that the role trusts this identity "
                                  "(aws sts get-caller-identity)")
+
+
+def botocore_code(exc: BaseException) -> str | None:
+    """The error code a botocore ClientError carries (None for any other failure)."""
+    response = getattr(exc, "response", None)
+    error = response.get("Error") if isinstance(response, dict) else None
+    return str(error.get("Code")) if isinstance(error, dict) and error.get("Code") else None
 
 
 def botocore_failure(exc: BaseException, *, where: str, endpoint: str, op: str,
                      source: CredentialSource, denied_hint: str | None = None
                      ) -> NeffcacheError:
-    """The domain error for a failed botocore S3 call: the server's code and status only (never
-    the response body or credentials); ``denied_hint`` names the permissions ``op`` needs."""
+    """A failed botocore S3 call; ``denied_hint`` names the permissions ``op`` needs."""
     name = type(exc).__name__
     response = getattr(exc, "response", None)
     if isinstance(response, dict) and isinstance(response.get("Error"), dict):
@@ -170,8 +162,7 @@ def botocore_failure(exc: BaseException, *, where: str, endpoint: str, op: str,
 
 def client_failure(where: str, code: str, status: int | str, op: str,
                    key: str | None) -> NotFoundError | UnavailableError | ConfigError:
-    """The error for a request the server answered with ``code`` (an S3 error code, or the
-    HTTP status when the body had none)."""
+    """A request the server answered with ``code`` (an S3 error code, else the HTTP status)."""
     if key is not None and code in NOT_FOUND:
         return NotFoundError(f"{where}: not found")
     if code in REDIRECT:
@@ -192,19 +183,9 @@ def unreachable(where: str, endpoint: str, what: str, op: str) -> UnavailableErr
                             hint=hint)
 
 
-def no_credentials(where: str, op: str) -> UnavailableError:
-    return UnavailableError(f"{where}: {NO_CREDENTIALS} ({op})", hint=NO_CREDENTIALS_HINT)
-
-
-def redact(endpoint: str) -> str:
-    """An endpoint URL without any user:password part."""
-    parts = urlsplit(endpoint)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}" if parts.scheme else endpoint
+def no_credentials(where: str, op: str | None = None) -> UnavailableError:
+    return UnavailableError(f"{where}: {NO_CREDENTIALS}" + (f" ({op})" if op else ""),
+                            hint=NO_CREDENTIALS_HINT)
 
 
 def _is_credential_request(uri: str, endpoint: str) -> bool:

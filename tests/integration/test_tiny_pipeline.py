@@ -20,8 +20,8 @@ from neffcache.demo.tiny_pipeline import (  # noqa: E402
     build_tiny_flux2_klein,
     is_complete_build,
 )
-from neffcache.demo.warmup import load_pipeline, timed_call, warm_call  # noqa: E402
 from neffcache.errors import UsageError  # noqa: E402
+from tests.support.warmup import load_pipeline, timed_call, warm_call  # noqa: E402
 
 pytestmark = pytest.mark.compile
 

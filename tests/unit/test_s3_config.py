@@ -23,9 +23,10 @@ from neffcache.store.s3_config import (
     parse_s3_url,
     put_settings,
     read_profile,
+    redact,
     unsigned_payload,
 )
-from neffcache.store.s3_errors import redact, response_code, translate
+from neffcache.store.s3_errors import response_code, translate
 
 
 @pytest.mark.parametrize("url,expected", [("s3://b/a/b/", ("b", "a/b")), ("s3://b", ("b", ""))])

@@ -1,11 +1,6 @@
-"""Load a Diffusers pipeline and time one warm-up call; used by worker subprocesses.
-
-Set every compile-cache environment variable (``TORCHINDUCTOR_CACHE_DIR``,
-``TORCH_NEURONX_NEFF_CACHE_DIR``, ...) before calling anything here: torch and the
-backend are imported lazily, inside these functions, and read their settings then.
-The call is timed including the copy of the output to the CPU, so asynchronous
-devices (neuron) are measured to completion.
-"""
+"""Load a Diffusers pipeline and time one call on it (the tiny pipeline's tests; the package
+itself warms cells in its workers). torch and diffusers are imported inside the functions; the
+call is timed including the copy of its output to the CPU."""
 
 from __future__ import annotations
 
@@ -23,10 +18,8 @@ _DTYPES = ("float32", "bfloat16", "float16")
 
 
 def load_pipeline(model_path: str | Path, dtype: str = "float32", device: str = "cpu") -> Any:
-    """``DiffusionPipeline.from_pretrained(model_path)`` in ``dtype``, moved to ``device``.
-
-    A local directory is loaded with ``local_files_only=True`` (never touches the Hub).
-    """
+    """``DiffusionPipeline.from_pretrained(model_path)`` in ``dtype``, moved to ``device`` (a
+    local directory is loaded with ``local_files_only=True``)."""
     if dtype not in _DTYPES:
         raise UsageError(f"dtype: {dtype!r} is not one of {', '.join(_DTYPES)}")
     import torch
@@ -34,8 +27,7 @@ def load_pipeline(model_path: str | Path, dtype: str = "float32", device: str = 
 
     local = Path(model_path).is_dir()
     pipe = DiffusionPipeline.from_pretrained(
-        str(model_path), **{_dtype_kwarg(): getattr(torch, dtype)}, local_files_only=local
-    )
+        str(model_path), **{_dtype_kwarg(): getattr(torch, dtype)}, local_files_only=local)
     pipe = pipe.to(device)
     pipe.set_progress_bar_config(disable=True)
     return pipe
@@ -51,26 +43,14 @@ def _dtype_kwarg() -> str:
 
 
 def timed_call(pipe: Any, height: int, width: int, batch: int, steps: int = 1) -> tuple[float, Any]:
-    """Run one pipeline call and return ``(seconds, output)``.
-
-    ``output`` is the latent tensor on the CPU, shape
-    ``(batch, latent_channels, height // 8, width // 8)`` for Flux2Klein.
-    """
+    """One pipeline call: ``(seconds, output)``, the output the latents on the CPU."""
     import torch
 
     generator = torch.Generator(device="cpu").manual_seed(WARM_SEED)
     start = time.perf_counter()
-    result = pipe(
-        prompt=WARM_PROMPT,
-        height=height,
-        width=width,
-        num_images_per_prompt=batch,
-        num_inference_steps=steps,
-        guidance_scale=1.0,
-        generator=generator,
-        output_type="latent",
-        return_dict=False,
-    )[0]
+    result = pipe(prompt=WARM_PROMPT, height=height, width=width, num_images_per_prompt=batch,
+                  num_inference_steps=steps, guidance_scale=1.0, generator=generator,
+                  output_type="latent", return_dict=False)[0]
     output = result.to("cpu") if isinstance(result, torch.Tensor) else result
     return time.perf_counter() - start, output
 
