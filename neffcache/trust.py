@@ -13,20 +13,19 @@ copied, imported, written by repair or vouched for.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from neffcache.canonical import digest_of
 from neffcache.config import Settings
 from neffcache.errors import ConfigError, NeffcacheError, UntrustedEntryError
+from neffcache.hashing import is_sha256
 from neffcache.keys import load_trusted_keys
 from neffcache.manifest import DIGEST_FIELD, Manifest, manifest_digest
 from neffcache.signing import PublicKey, check_trusted, signed_digest_trusted
 from neffcache.store import CELLS, Store, cell_pointer_key
 from neffcache.thread_pool import map_in_threads
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 NO_KEYS_HINT = "configure trusted keys: --trusted-key KEY, NEFFCACHE_TRUSTED_KEYS or the " \
     "config file's trusted_keys"
 
@@ -118,7 +117,7 @@ def _read_pointer(store: Store, key: str, entry: str) -> tuple[bool, str | None]
     if not isinstance(doc, dict) or doc.get("entry_key") != entry:
         return False, None
     pin = doc.get(DIGEST_FIELD)
-    return True, pin if isinstance(pin, str) and _SHA256.match(pin) else None
+    return True, pin if is_sha256(pin) else None
 
 
 def signers(manifests: Iterable[Manifest]) -> tuple[str, ...]:
