@@ -7,7 +7,6 @@ imported only when ``explain_fingerprint`` needs them.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from neffcache.fingerprint import (
     diff_fingerprints,
     diff_pairs,
 )
+from neffcache.hashing import is_key_prefix
 from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ __all__ = ["ExplainRequest", "ExplainResult", "FingerprintRequest", "Fingerprint
            "explain_fingerprint", "show_fingerprint"]
 
 DEFAULT_BACKEND = "inductor"
-_HEX_RE = re.compile(r"^[0-9a-f]{6,64}$")
 
 
 @checked_request
@@ -163,7 +162,7 @@ def _explained(key: str, settings: Settings) -> tuple[Manifest | None, Fingerpri
     except (NotFoundError, UsageError) as exc:
         missed = exc
     clean = key.strip().lower()
-    if not _HEX_RE.match(clean):
+    if not is_key_prefix(clean):
         raise missed
     from neffcache.index import find_fingerprints, open_index
 
@@ -185,7 +184,7 @@ def _read_entry(key: str, store_url: str) -> Manifest:
     from neffcache.store import MANIFESTS, entry_key_of, manifest_key, open_store
 
     key = key.strip().lower()
-    if not _HEX_RE.match(key):
+    if not is_key_prefix(key):
         raise UsageError(f"--explain {key!r}: expected an entry key (hex, at least 6 digits)")
     s = open_store(store_url)
     if len(key) < 64:

@@ -90,6 +90,11 @@ def is_sha256(value: object) -> bool:
     return isinstance(value, str) and SHA256_HEX.fullmatch(value) is not None
 
 
+def is_key_prefix(text: str) -> bool:
+    """Whether ``text`` can name a key by its start: 6 to 64 lowercase hex digits."""
+    return re.fullmatch(r"[0-9a-f]{6,64}", text) is not None
+
+
 class VerifyingReader(io.RawIOBase):
     """A read-only stream over ``raw`` that must yield exactly ``size`` bytes with ``sha256``:
     each byte is hashed the first time it is read (not again after a seek back); reading past

@@ -152,7 +152,12 @@ def record_json(value: Any) -> Any:
 
 
 def entry_key(cell: Cell, fingerprint: Fingerprint) -> str:
-    return digest_of({"cell": cell.key, "fingerprint": fingerprint.key})
+    return entry_key_for(cell.key, fingerprint.key)
+
+
+def entry_key_for(cell_key: str, fingerprint_key: str) -> str:
+    """The entry key of a cell key and a fingerprint key (as a cell pointer's key names them)."""
+    return digest_of({"cell": cell_key, "fingerprint": fingerprint_key})
 
 
 DIGEST_FIELD = "manifest_sha256"
