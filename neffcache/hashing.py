@@ -1,4 +1,5 @@
-"""sha256 of files and streams: a whole-file digest, and a reader that hashes what it hands on.
+"""sha256 of files and streams: a whole-file digest, a reader that hashes what it hands on, and
+what a sha256 (or a key prefix) looks like in hex.
 
 ``VerifyingReader`` wraps a file being uploaded: it hashes every byte exactly once, in order,
 even when the consumer seeks back to re-read (botocore does, to compute its own checksums), and
