@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
@@ -42,6 +43,10 @@ class Document:
 
     def to_json(self) -> dict[str, Any]:
         return fields_of(self)
+
+    def encode(self) -> bytes:
+        """``to_json()`` as compact JSON, keys sorted: the bytes a report or spool file holds."""
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
 
 
 def shaped_as(value: Any, shape: Any) -> Any:

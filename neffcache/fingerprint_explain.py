@@ -7,8 +7,7 @@ imported only when ``explain_fingerprint`` needs them.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from neffcache.fingerprint import (
     diff_fingerprints,
     diff_pairs,
 )
+from neffcache.hashing import is_key_prefix
 from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ __all__ = ["ExplainRequest", "ExplainResult", "FingerprintRequest", "Fingerprint
            "explain_fingerprint", "show_fingerprint"]
 
 DEFAULT_BACKEND = "inductor"
-_HEX_RE = re.compile(r"^[0-9a-f]{6,64}$")
 
 
 @checked_request
@@ -125,12 +124,8 @@ class ExplainResult(ExitRule):
 def show_fingerprint(request: FingerprintRequest) -> FingerprintResult:
     """This host's fingerprint for ``request.backend`` (``neffcache fingerprint``). Raises
     UsageError for an unknown backend, ConfigError for a bad setting or ``python``."""
-    environ = os.environ if request.environ is None else request.environ
-    settings = read_settings(environ, python=request.python)
-    interpreter = described_interpreter(settings.python)
-    backend = get_backend(request.backend or DEFAULT_BACKEND).name
-    return FingerprintResult(collect_fingerprint(backend, environ, python=settings.python),
-                             interpreter)
+    _, interpreter, here = _host(request)
+    return FingerprintResult(here(request.backend or DEFAULT_BACKEND), interpreter)
 
 
 def explain_fingerprint(request: ExplainRequest) -> ExplainResult:
@@ -138,18 +133,24 @@ def explain_fingerprint(request: ExplainRequest) -> ExplainResult:
     in the index): ``neffcache fingerprint --explain KEY``. Raises UsageError when ``key``
     names no single entry or fingerprint; NotFoundError when a full entry key has no manifest
     and is no fingerprint key either."""
-    environ = os.environ if request.environ is None else request.environ
-    settings = read_settings(environ, store=request.store, index=request.index,
-                             python=request.python)
-    interpreter = described_interpreter(settings.python)
+    settings, interpreter, here_as = _host(request, request.store, request.index)
     manifest, there = _explained(request.key, settings)
-    here = collect_fingerprint(get_backend(request.backend or there.backend).name, environ,
-                               python=settings.python)
+    here = here_as(request.backend or there.backend)
     return ExplainResult(here=here, there=there, python=interpreter,
                          entry_key=manifest.entry_key if manifest else None,
                          cell_id=manifest.cell.id if manifest else None,
                          differences=diff_fingerprints(here, there),
                          info_differences=diff_pairs(here.info, there.info))
+
+
+def _host(request: FingerprintRequest | ExplainRequest, store: str | None = None,
+          index: str | None = None) -> tuple[Settings, str, Callable[[str], Fingerprint]]:
+    """The settings ``request`` reads, the interpreter they name (ConfigError for a bad one), and
+    this host's fingerprint for a backend (UsageError for an unknown one)."""
+    environ = os.environ if request.environ is None else request.environ
+    settings = read_settings(environ, store=store, index=index, python=request.python)
+    return settings, described_interpreter(settings.python), lambda backend: collect_fingerprint(
+        get_backend(backend).name, environ, python=settings.python)
 
 
 def _explained(key: str, settings: Settings) -> tuple[Manifest | None, Fingerprint]:
@@ -161,7 +162,7 @@ def _explained(key: str, settings: Settings) -> tuple[Manifest | None, Fingerpri
     except (NotFoundError, UsageError) as exc:
         missed = exc
     clean = key.strip().lower()
-    if not _HEX_RE.match(clean):
+    if not is_key_prefix(clean):
         raise missed
     from neffcache.index import find_fingerprints, open_index
 
@@ -183,7 +184,7 @@ def _read_entry(key: str, store_url: str) -> Manifest:
     from neffcache.store import MANIFESTS, entry_key_of, manifest_key, open_store
 
     key = key.strip().lower()
-    if not _HEX_RE.match(key):
+    if not is_key_prefix(key):
         raise UsageError(f"--explain {key!r}: expected an entry key (hex, at least 6 digits)")
     s = open_store(store_url)
     if len(key) < 64:

@@ -1,4 +1,5 @@
-"""sha256 of files and streams: a whole-file digest, and a reader that hashes what it hands on.
+"""sha256 of files and streams: a whole-file digest, a reader that hashes what it hands on, and
+what a sha256 (or a key prefix) looks like in hex.
 
 ``VerifyingReader`` wraps a file being uploaded: it hashes every byte exactly once, in order,
 even when the consumer seeks back to re-read (botocore does, to compute its own checksums), and
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -18,6 +20,7 @@ from typing import BinaryIO
 from neffcache.errors import IntegrityError
 
 CHUNK = 1 << 20
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a sha256 as its 64 lowercase hex digits
 
 
 def sha256_file(path: str | Path) -> tuple[str, int]:
@@ -81,6 +84,16 @@ class PartHasher:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def is_sha256(value: object) -> bool:
+    """Whether ``value`` is a string of exactly 64 lowercase hex digits."""
+    return isinstance(value, str) and SHA256_HEX.fullmatch(value) is not None
+
+
+def is_key_prefix(text: str) -> bool:
+    """Whether ``text`` can name a key by its start: 6 to 64 lowercase hex digits."""
+    return re.fullmatch(r"[0-9a-f]{6,64}", text) is not None
 
 
 class VerifyingReader(io.RawIOBase):
@@ -171,6 +184,11 @@ class VerifyingReader(io.RawIOBase):
             pass
         if not self.verified:
             self._check_end()
+
+    def read_to_end(self) -> None:
+        """``finish`` without a seek back (object streams cannot): checks size and sha256."""
+        self.read(1)
+        self.finish()
 
     def close(self) -> None:
         try:

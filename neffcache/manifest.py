@@ -22,6 +22,7 @@ from neffcache.canonical import canonical_pieces, digest_chunked, digest_of
 from neffcache.documents import Document
 from neffcache.errors import ManifestError, MatrixError
 from neffcache.fingerprint import Fingerprint
+from neffcache.hashing import is_sha256
 from neffcache.matrix import Cell
 from neffcache.parts import MAX_PART_SIZE, MIN_PART_SIZE, REQUIRED_OVER, needs_parts, part_count
 
@@ -29,7 +30,6 @@ SCHEMA_VERSION = 1
 MAX_FILE_SIZE = 1 << 40
 MAX_FILES = 1_000_000
 MAX_PACKS = 100_000
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ROOT_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _KEY_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 _ED25519_B64_RE = re.compile(r"^[A-Za-z0-9+/]{86}==$")  # 64 bytes
@@ -152,7 +152,12 @@ def record_json(value: Any) -> Any:
 
 
 def entry_key(cell: Cell, fingerprint: Fingerprint) -> str:
-    return digest_of({"cell": cell.key, "fingerprint": fingerprint.key})
+    return entry_key_for(cell.key, fingerprint.key)
+
+
+def entry_key_for(cell_key: str, fingerprint_key: str) -> str:
+    """The entry key of a cell key and a fingerprint key (as a cell pointer's key names them)."""
+    return digest_of({"cell": cell_key, "fingerprint": fingerprint_key})
 
 
 DIGEST_FIELD = "manifest_sha256"
@@ -298,7 +303,7 @@ def validate_files(raw: Any, *, allowed_roots: Sequence[str] | None,
         size, sha, mode = item.get("size"), item.get("sha256"), item.get("mode", 0o644)
         if not _is_size(size):
             raise ManifestError(f"{where}: size {size!r}: expected an integer >= 0")
-        if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+        if not is_sha256(sha):
             raise ManifestError(f"{where}: sha256 {sha!r}: expected 64 lowercase hex digits")
         if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
             shown = f"{mode:#o}" if isinstance(mode, int) and not isinstance(mode, bool) \
@@ -329,7 +334,7 @@ def validate_packs(raw: Any, files: Sequence[FileRecord], *,
     out = []
     for where, item in _objects(raw, "packs", MAX_PACKS, "packs", source):
         sha, size, members = item.get("sha256"), item.get("size"), item.get("members")
-        if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+        if not is_sha256(sha):
             raise ManifestError(f"{where}: sha256 {sha!r}: expected 64 lowercase hex digits")
         if not _is_size(size):
             raise ManifestError(f"{where}: size {size!r}: expected an integer >= 0")
@@ -381,7 +386,7 @@ def validate_parts(raw: Any, files: Sequence[FileRecord], *,
                                 f"file's {sizes[sha]} bytes")
         count = part_count(sizes[sha], part_size)
         if not isinstance(digests, list) or len(digests) != count \
-                or not all(isinstance(d, str) and _SHA256_RE.match(d) for d in digests):
+                or not all(is_sha256(d) for d in digests):
             raise ManifestError(f"{where}: digests: expected {count} sha256 hex digests, one "
                                 f"per part")
         out.append(PartDigests(sha, part_size, tuple(digests)))

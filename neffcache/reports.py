@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from neffcache.documents import fields_of
+from neffcache.documents import Document, fields_of
 from neffcache.errors import ReportError
 from neffcache.fingerprint import Fingerprint
+from neffcache.hashing import SHA256_HEX, is_sha256
 from neffcache.store import REPORTS
 from neffcache.store import report_key as _report_key
 
@@ -34,7 +35,6 @@ MAX_FIELDS = 200  # fingerprint fields and info
 MAX_INT = (1 << 63) - 1
 STATUSES = ("ok", "partial", "failed")
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 _HOST_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 REPORT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}-\d{8}T\d{6}Z-[0-9a-f]{8}")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -46,7 +46,7 @@ _ACCESS_KEY = re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")
 
 
 @dataclass(frozen=True, slots=True)
-class Report:
+class Report(Document):
     """One restore run as an instance reports it; every field validated."""
 
     report_id: str
@@ -86,9 +86,6 @@ class Report:
         doc["neffcache_version"] = doc.pop("version")
         return doc
 
-    def encode(self) -> bytes:
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
-
     @classmethod
     def from_json(cls, data: Any) -> Report:
         """Validate a decoded report; ReportError names the first bad field."""
@@ -125,7 +122,7 @@ VERDICT_STATUSES = ("hit", "compiled")
 
 
 @dataclass(frozen=True, slots=True)
-class Verdicts:
+class Verdicts(Document):
     """One ``neffcache warm``'s verdicts: (entry key, hit | compiled) pairs, judged at
     ``time``, for the index (``Index.record_verification``); spooled when it is slow."""
 
@@ -137,9 +134,6 @@ class Verdicts:
         return {"kind": VERDICTS_KIND, "schema_version": SCHEMA_VERSION,
                 "report_id": self.report_id, "time": format_time(self.time),
                 "verdicts": [{"entry_key": k, "status": s} for k, s in self.verdicts]}
-
-    def encode(self) -> bytes:
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Verdicts:
@@ -210,7 +204,7 @@ def build_report(doc: Mapping[str, Any], *, fingerprint: Fingerprint, host: str,
         cells_requested=names("cells_requested"), cells_restored=names("cells_restored"),
         cells_missing=names("cells_missing"), cells_incomplete=names("cells_incomplete"),
         entries=tuple(k for k in (doc.get("entries") or ())[:MAX_CELLS]
-                      if isinstance(k, str) and _HEX64.fullmatch(k)),
+                      if is_sha256(k)),
         files_fetched=count("files_fetched"), files_skipped=count("files_skipped"),
         files_failed=len(failed) if isinstance(failed, list) else count("files_failed_count"),
         bytes_fetched=count("bytes_fetched"), deadline_hit=bool(doc.get("deadline_hit")),
@@ -308,7 +302,7 @@ class _Fields:
         return value
 
     def hex64(self, name: str) -> str:
-        return self.match(name, _HEX64)
+        return self.match(name, SHA256_HEX)
 
     def choice(self, name: str, choices: Sequence[str]) -> str:
         value = self._get(name)
@@ -352,7 +346,7 @@ class _Fields:
     def keys(self, name: str) -> tuple[str, ...]:
         value = self._get(name)
         if not isinstance(value, list) or len(value) > MAX_CELLS or not all(
-                isinstance(k, str) and _HEX64.fullmatch(k) for k in value):
+                is_sha256(k) for k in value):
             raise ReportError(f"{name}: expected a list of entry keys (64 hex characters)")
         return tuple(value)
 

@@ -13,20 +13,18 @@ copied, imported, written by repair or vouched for.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from neffcache.canonical import digest_of
 from neffcache.config import Settings
 from neffcache.errors import ConfigError, NeffcacheError, UntrustedEntryError
+from neffcache.hashing import is_sha256
 from neffcache.keys import load_trusted_keys
-from neffcache.manifest import DIGEST_FIELD, Manifest, manifest_digest
+from neffcache.manifest import DIGEST_FIELD, Manifest, entry_key_for, manifest_digest
 from neffcache.signing import PublicKey, check_trusted, signed_digest_trusted
 from neffcache.store import CELLS, Store, cell_pointer_key
 from neffcache.thread_pool import map_in_threads
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 NO_KEYS_HINT = "configure trusted keys: --trusted-key KEY, NEFFCACHE_TRUSTED_KEYS or the " \
     "config file's trusted_keys"
 
@@ -102,7 +100,7 @@ def read_pins(store: Store, workers: int = 8) -> dict[str, str | None]:
         cell_key, _, name = key[len(CELLS):].partition("/")
         if not name.endswith(".json") or "/" in name:
             return None
-        entry = digest_of({"cell": cell_key, "fingerprint": name[:-5]})
+        entry = entry_key_for(cell_key, name[:-5])
         names, pin = _read_pointer(store, key, entry)
         return (entry, pin) if names else None
 
@@ -118,7 +116,7 @@ def _read_pointer(store: Store, key: str, entry: str) -> tuple[bool, str | None]
     if not isinstance(doc, dict) or doc.get("entry_key") != entry:
         return False, None
     pin = doc.get(DIGEST_FIELD)
-    return True, pin if isinstance(pin, str) and _SHA256.match(pin) else None
+    return True, pin if is_sha256(pin) else None
 
 
 def signers(manifests: Iterable[Manifest]) -> tuple[str, ...]:

@@ -20,6 +20,19 @@ def ranged(request: str, field: str) -> click.ParamType:
     return kind(r.min, r.max, min_open=r.min_open)
 
 
+_TRUSTED_KEY = click.option(
+    "--trusted-key", "trusted_keys", multiple=True, metavar="KEY|FILE",
+    help="Trust entries signed by this public key (ed25519:<base64>, or a file of them, one "
+         "per line): with any key configured, an unsigned entry or one signed by another "
+         "key is refused (exit 4), and a manifest replaces one in a store only if signed "
+         "and matching its pinned digest. Repeatable, for key rotation [env "
+         "NEFFCACHE_TRUSTED_KEYS or config `trusted_keys`, space-separated].")
+_REQUIRE_SIGNATURES = click.option(
+    "--require-signatures", "require_signatures", is_flag=True,
+    help="Fail closed (exit 2) when no trusted key is configured, instead of reading "
+         "entries unchecked [env NEFFCACHE_REQUIRE_SIGNATURES=1; config "
+         "`require_signatures = true`].")
+
 _SHARED: dict[str, Callable[[Any], Any]] = {
     "store": click.option(
         "--store", "store", metavar="URL", default=None,
@@ -37,19 +50,13 @@ _SHARED: dict[str, Callable[[Any], Any]] = {
              "[env NEFFCACHE_SIGNING_KEY_FILE, or the PEM itself in NEFFCACHE_SIGNING_KEY; "
              "config key `signing_key_file`; default: unsigned]."),
     # the trust gate's policy (neffcache.trust), the same for every command that installs,
-    # copies, imports, repairs or verifies
-    "trusted_key": click.option(
-        "--trusted-key", "trusted_keys", multiple=True, metavar="KEY|FILE",
-        help="Trust entries signed by this public key (ed25519:<base64>, or a file of them, one "
-             "per line): with any key configured, an unsigned entry or one signed by another "
-             "key is refused (exit 4), and a manifest replaces one in a store only if signed "
-             "and matching its pinned digest. Repeatable, for key rotation [env "
-             "NEFFCACHE_TRUSTED_KEYS or config `trusted_keys`, space-separated]."),
-    "require_signatures": click.option(
-        "--require-signatures", "require_signatures", is_flag=True,
-        help="Fail closed (exit 2) when no trusted key is configured, instead of reading "
-             "entries unchecked [env NEFFCACHE_REQUIRE_SIGNATURES=1; config "
-             "`require_signatures = true`]."),
+    # copies, imports, repairs or verifies: --trusted-key, --require-signatures
+    "trust": lambda f: _TRUSTED_KEY(_REQUIRE_SIGNATURES(f)),
+    "log_format": click.option(
+        "--log-format", "log_format", type=click.Choice(("text", "jsonl")), default="text",
+        show_default=True, envvar="NEFFCACHE_LOG_FORMAT", show_envvar=True,
+        help="stderr's log: text lines, or jsonl (one JSON object per event: ts, event, cell, "
+             "elapsed, phase, message) for CI systems that parse logs. Results stay on stdout."),
     "python": click.option(
         "--python", "python", metavar="PATH", default=None,
         help="The Python interpreter that runs inference (e.g. /opt/venv/bin/python): the "

@@ -88,7 +88,7 @@ def export(as_json: bool, **params: Any) -> None:
 @click.argument("file", metavar="FILE", type=click.Path(dir_okay=False))
 @_read_options
 @workers_option("ImportBundleRequest", 8, "Parallel uploads.")
-@shared("trusted_key", "require_signatures", "store", "json")
+@shared("trust", "store", "json")
 def import_(as_json: bool, **params: Any) -> None:
     """Publish every entry of bundle FILE into the store.
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 @click.option("--all", "all_entries", is_flag=True, help="Every entry of the source store.")
 @shared("matrix_cells", "fingerprint")
 @workers_option("CopyEntriesRequest", 8, "Parallel transfers.")
-@shared("trusted_key", "require_signatures", "json")
+@shared("trust", "json")
 def copy(as_json: bool, **params: Any) -> None:
     """Copy entries from one store to another: another region, a local mirror.
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 @click.option("--quarantine", is_flag=True,
               help="Mark each damaged blob or pack under damaged/ in the store, so push, copy "
                    "and bundle import rewrite it instead of skipping it.")
-@shared("trusted_key", "require_signatures", "store", "json")
+@shared("trust", "store", "json")
 def verify(as_json: bool, local: str | None, quick: bool, quarantine: bool, store: str | None,
            **params: Any) -> None:
     """Check that every manifest in the store decodes and every blob it references exists

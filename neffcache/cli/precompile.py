@@ -20,7 +20,6 @@ from neffcache.cli._process import stop_on_signals
 if TYPE_CHECKING:
     from neffcache.precompile import CellBeat, Event, PrecompileReport, StopSummary
 
-LOG_FORMATS = ("text", "jsonl")
 # the phase a progress event's cell is in after it (a JSON line's "phase")
 EVENT_PHASES = {"start": "starting", "claim": "claimed", "verify": "verifying",
                 "done": "done", "failed": "failed", "cancel": "cancelled", "skip": "skipped",
@@ -301,12 +300,7 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
               help="Off a terminal (and with --log-format jsonl): a line per running cell this "
                    "often, with elapsed time, phase and the worker's last log line; --claim: "
                    "a worker waiting for a lease says so as often. 0: none.")
-@click.option("--log-format", type=click.Choice(LOG_FORMATS), default="text",
-              show_default=True, envvar="NEFFCACHE_LOG_FORMAT", show_envvar=True,
-              help="stderr's log: text lines, or jsonl (one JSON object per event and "
-                   "heartbeat: ts, event, cell, elapsed, phase, message) for CI systems that "
-                   "parse logs. Results stay on stdout.")
-@shared("store", "index", "json")
+@shared("log_format", "store", "index", "json")
 def precompile(as_json: bool, log_format: str, **params: Any) -> None:
     from neffcache.precompile import PrecompileRequest
     from neffcache.precompile import precompile as run_precompile

@@ -20,7 +20,7 @@ from neffcache.lifecycle import RepairResult
 @click.option("--dry-run", is_flag=True, help="Only list what would be rewritten.")
 @yes_option("Rewrite")
 @workers_option("RepairRequest", 8, "Parallel reads and writes.")
-@shared("trusted_key", "require_signatures", "store", "json")
+@shared("trust", "store", "json")
 def repair(as_json: bool, **params: Any) -> None:
     """Rewrite the store's missing or damaged objects from a source of good bytes.
 

@@ -110,10 +110,7 @@ Examples:
 @click.option("--first", "first", multiple=True, metavar="GLOB",
               help="Restore (and announce) the cells matching GLOB first (repeatable, in "
                    "order); the rest follow in matrix order.")
-@click.option("--log-format", type=click.Choice(("text", "jsonl")), default="text",
-              show_default=True, envvar="NEFFCACHE_LOG_FORMAT", show_envvar=True,
-              help="stderr's log: text lines, or jsonl (one JSON object per cell announced "
-                   "ready and per notice: ts, event, cell, elapsed, phase, message).")
+@shared("log_format")
 @click.option("--deadline", type=ranged("RestoreRequest", "deadline"), metavar="SECONDS",
               default=None, help="Stop starting new work SECONDS after the process started; "
               "transfers in flight stop at their next chunk, what is done stays, the rest is "
@@ -144,7 +141,7 @@ Examples:
                    "NEFFCACHE_MIRROR_<N>_AWS_* (e.g. _AWS_PROFILE), a bundle's cap "
                    "NEFFCACHE_MIRROR_<N>_BUNDLE_MAX_BYTES. Repeatable [env NEFFCACHE_MIRRORS "
                    "or config `mirrors`, space-separated].")
-@shared("trusted_key", "require_signatures", "python")
+@shared("trust", "python")
 @click.option("--report-to", "report_to", metavar="store|none|DIR", default=None,
               help="Where to write this run's restore report: `store` (one object under the "
                    "store's reports/ prefix), `none`, or a local directory "

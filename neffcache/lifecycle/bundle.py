@@ -249,8 +249,7 @@ def _add(tar: tarfile.TarFile, store: Store, member: Member, small: dict[str, by
         except OSError as exc:  # tarfile: "unexpected end of data"
             raise IntegrityError(f"{store.url}/{member.name}: shorter than its recorded "
                                  f"{member.size} bytes ({exc})") from None
-        reader.read(1)  # reach the end: checks size and sha256 (object streams cannot seek)
-        reader.finish()
+        reader.read_to_end()
 
 
 class _FullReads:

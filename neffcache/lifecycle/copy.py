@@ -155,8 +155,7 @@ def put_verified(dst: Store, key: str, raw: BinaryIO, size: int, sha256: str, *,
     wrote = dst.put(key, reader, if_absent=True)  # type: ignore[arg-type]  # a raw stream
     if wrote:
         try:
-            reader.read(1)  # reach the end: checks size and sha256 without a seek
-            reader.finish()
+            reader.read_to_end()
         except IntegrityError:
             dst.delete(key)  # ours, and wrong: take it back before anyone trusts it
             raise

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from neffcache.backends import BACKENDS
-from neffcache.canonical import digest_of
 from neffcache.errors import ManifestError, UsageError
-from neffcache.manifest import Manifest, decode_manifest
+from neffcache.hashing import is_key_prefix
+from neffcache.manifest import Manifest, decode_manifest, entry_key_for
 from neffcache.matrix import Cell, select_cells
 from neffcache.matrix_io import load_matrix
 from neffcache.store import CELLS, MANIFESTS, Store, entry_key_of, manifest_key
@@ -28,7 +28,7 @@ def match_fingerprint(key: str, wanted: Sequence[str]) -> bool:
 def check_fingerprint_args(wanted: Iterable[str]) -> tuple[str, ...]:
     out = tuple(w.strip().lower() for w in wanted)
     for w in out:
-        if len(w) < 6 or len(w) > 64 or any(c not in "0123456789abcdef" for c in w):
+        if not is_key_prefix(w):
             raise UsageError(f"--fingerprint {w!r}: expected a fingerprint key or a prefix of "
                              f"at least 6 hex digits")
     return out
@@ -39,11 +39,7 @@ def select_entry_keys(store: Store, cells: Sequence[Cell] | None,
     """Entry keys in the store: all (``cells=None``) or those built for ``cells`` (through their
     pointers), restricted to ``fingerprints`` when given; sorted, each once."""
     if cells is None:
-        keys = set()
-        for k in store.list(MANIFESTS):
-            ek = entry_key_of(k)
-            if ek is not None:
-                keys.add(ek)
+        keys = {ek for k in store.list(MANIFESTS) if (ek := entry_key_of(k)) is not None}
         if not fingerprints:
             return tuple(sorted(keys))
         manifests = read_manifests(store, sorted(keys), workers=workers)
@@ -59,7 +55,7 @@ def select_entry_keys(store: Store, cells: Sequence[Cell] | None,
                 continue
             fp = name[: -len(".json")]
             if match_fingerprint(fp, fingerprints):
-                out.append(digest_of({"cell": cell.key, "fingerprint": fp}))
+                out.append(entry_key_for(cell.key, fp))
         return out
 
     found = {k for ks in map_in_threads(pointed, cells, workers) for k in ks}

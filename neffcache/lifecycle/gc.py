@@ -21,7 +21,6 @@ pack deleted under a racing publish loses nothing: restore falls back to the mem
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ from typing import Any
 
 from neffcache.documents import Document
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
+from neffcache.hashing import is_sha256
 from neffcache.lifecycle.retire import parse_record
 from neffcache.manifest import SCHEMA_VERSION
 from neffcache.precompile import GRACE_FLOOR_SECONDS, REFRESH_SECONDS
@@ -53,7 +53,6 @@ DEFAULT_GRACE_SECONDS = 3600.0
 # next listing: a publish that starts meanwhile has at most this long to be missed (its final
 # re-check of the blobs it skipped then finds any such deletion).
 RECHECK_SECONDS = 10.0
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _BATCH = 500
 Sorted = tuple[tuple[str, ...], tuple[str, ...], int, tuple[str, ...]]
 
@@ -110,7 +109,7 @@ class GcResult:
 def _sha_of(key: str, key_of: Callable[[str], str]) -> str | None:
     """The sha256 of a blob or pack key, or None if it is not exactly ``key_of(sha256)``."""
     name = key.rsplit("/", 1)[-1]
-    return name if _SHA_RE.match(name) and key_of(name) == key else None
+    return name if is_sha256(name) and key_of(name) == key else None
 
 
 def plan_packs(pack_keys: Iterable[str], referenced: set[str], intents: Iterable[Intent], *,
@@ -175,7 +174,7 @@ def manifest_all_references(data: bytes, source: str) -> tuple[set[str], set[str
 
 def _shas(records: list[Any]) -> set[str]:
     return {r["sha256"] for r in records if isinstance(r, dict)
-            and isinstance(r.get("sha256"), str) and _SHA_RE.match(r["sha256"])}
+            and is_sha256(r.get("sha256"))}
 
 
 def parse_intent(key: str, data: bytes) -> Intent:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import Backend, cache_environment
-from neffcache.canonical import digest_of
 from neffcache.errors import (
     CacheMissError,
     DeadlineExceededError,
@@ -35,7 +34,7 @@ from neffcache.errors import (
     repair_hint,
 )
 from neffcache.fingerprint import Fingerprint
-from neffcache.manifest import entry_key
+from neffcache.manifest import entry_key, entry_key_for
 from neffcache.matrix import Cell
 from neffcache.restore.apply import Progress
 from neffcache.restore.install import LISTED_FAILURES, FileFailure
@@ -239,7 +238,7 @@ def outcome_error(r: RestoreResult) -> NeffcacheError | None:
         ids = ", ".join(c.id for c in res.missing[:3]) + (", ..." if len(res.missing) > 3 else "")
         if not r.restored and res.elsewhere:
             cell_key = next(c.key for c in res.missing if c.id == res.elsewhere[0][0])
-            other = digest_of({"cell": cell_key, "fingerprint": res.elsewhere[0][1][0]})
+            other = entry_key_for(cell_key, res.elsewhere[0][1][0])
             return FingerprintMismatchError(
                 f"no requested cell has an entry for fingerprint {r.fingerprint_key[:12]}; "
                 f"{len(res.elsewhere)} were built for another environment ({ids})",

@@ -19,6 +19,7 @@ from neffcache.command_steps import consent
 from neffcache.config import read_settings
 from neffcache.errors import DeadlineExceededError, ExitRule, NeffcacheError, UsageError
 from neffcache.fingerprint import Fingerprint, check_usable, collect_fingerprint
+from neffcache.hashing import is_sha256
 from neffcache.manifest import DIGEST_FIELD, SIGNATURE_FIELD, entry_key
 from neffcache.matrix import Matrix
 from neffcache.matrix_io import load_matrix
@@ -174,7 +175,7 @@ def plan_prune(target: Path, backend: Backend, keep: Keep, fingerprint_key: str)
     wanted: set[FileAt] = set()  # the kept entries' files
     for name in sorted(os.listdir(target / LOCAL_ENTRIES)):
         key = name[:-len(".json")] if name.endswith(".json") else ""
-        if len(key) != 64 or not all(ch in "0123456789abcdef" for ch in key):
+        if not is_sha256(key):
             continue  # missing.json, the lock, the report spool
         doc = read_local_doc(target, key, backend.root_names)
         if doc is None:
