@@ -15,6 +15,7 @@ from typing import Any
 from neffcache.canonical import canonical_json
 from neffcache.documents import Document
 from neffcache.errors import IntegrityError
+from neffcache.hashing import SHA256_HEX, is_sha256
 from neffcache.manifest import MAX_FILE_SIZE, Manifest
 from neffcache.store.base import blob_key, pack_key
 
@@ -23,14 +24,13 @@ SCHEMA_VERSION = 1
 TOC_NAME = "neffcache-bundle.json"
 MAX_TOC_BYTES = 256 << 20
 MAX_MEMBERS = 2_000_000
-_HEX = "[0-9a-f]{64}"
-_NAME_RES = (
-    re.compile(rf"^manifests/{_HEX}\.json$"),
-    re.compile(rf"^cells/{_HEX}/{_HEX}\.json$"),
-    re.compile(rf"^blobs/sha256/[0-9a-f]{{2}}/({_HEX})$"),
-    re.compile(rf"^packs/[0-9a-f]{{2}}/({_HEX})$"),
+_HEX = SHA256_HEX.pattern
+_NAME_RES = (  # each a whole name (fullmatch: a trailing newline is not a name's end)
+    re.compile(rf"manifests/{_HEX}\.json"),
+    re.compile(rf"cells/{_HEX}/{_HEX}\.json"),
+    re.compile(rf"blobs/sha256/[0-9a-f]{{2}}/({_HEX})"),
+    re.compile(rf"packs/[0-9a-f]{{2}}/({_HEX})"),
 )
-_SHA_RE = re.compile(rf"^{_HEX}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,7 @@ def check_member_name(name: Any, sha256: str | None = None, source: str = "bundl
     """A member name must be a store key of a kind a bundle carries; a blob's or pack's name
     must be its sha256's key."""
     for pattern in _NAME_RES if isinstance(name, str) else ():
-        match = pattern.match(name)
+        match = pattern.fullmatch(name)
         if match is None:
             continue
         if match.groups() and sha256 is not None and \
@@ -123,7 +123,7 @@ def _members(raw: Any, source: str) -> tuple[Member, ...]:
         if not isinstance(item, list) or len(item) != 3:
             raise IntegrityError(f"{source}: members[{i}]: expected [name, size, sha256]")
         name, size, sha = item
-        if not isinstance(sha, str) or not _SHA_RE.match(sha):
+        if not is_sha256(sha):
             raise IntegrityError(f"{source}: members[{i}]: sha256 {str(sha)[:70]!r}: expected "
                                  f"64 lowercase hex digits")
         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_FILE_SIZE:
@@ -146,7 +146,7 @@ def _entries(raw: Any, names: set[str], source: str) -> tuple[BundleEntry, ...]:
         if not isinstance(item, dict) or not all(isinstance(item.get(f), str) for f in fields):
             raise IntegrityError(f"{source}: entries[{i}]: expected {', '.join(fields)}")
         e = BundleEntry(*(item[f] for f in fields))
-        if not _SHA_RE.match(e.entry_key) or f"manifests/{e.entry_key}.json" not in names:
+        if not is_sha256(e.entry_key) or f"manifests/{e.entry_key}.json" not in names:
             raise IntegrityError(f"{source}: entries[{i}]: entry {e.entry_key[:70]!r} has no "
                                  f"manifest in the bundle")
         out.append(e)

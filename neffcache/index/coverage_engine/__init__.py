@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from neffcache.errors import (
     MatrixError,
     UsageError,
 )
+from neffcache.hashing import is_sha256
 from neffcache.index.coverage_engine.reads import (
     current_matrix,
     database_now,
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from neffcache.matrix import Cell
 
 HOST = "host"  # in CoverageRequest.fingerprints: this host's fingerprint
-_FULL_KEY = re.compile(r"[0-9a-f]{64}")  # a fingerprint key (sha256 hex)
 
 
 @checked_request
@@ -347,7 +346,7 @@ def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerpri
         else:
             key = w.strip().lower()
             found = _find_fingerprints(reader, key)
-            if not found and _FULL_KEY.fullmatch(key):
+            if not found and is_sha256(key):
                 order.append(key)  # a fingerprint nothing has been built for yet
                 continue
             if len(found) != 1:
