@@ -55,8 +55,9 @@ _SHARED: dict[str, Callable[[Any], Any]] = {
     "log_format": click.option(
         "--log-format", "log_format", type=click.Choice(("text", "jsonl")), default="text",
         show_default=True, envvar="NEFFCACHE_LOG_FORMAT", show_envvar=True,
-        help="stderr's log: text lines, or jsonl (one JSON object per event: ts, event, cell, "
-             "elapsed, phase, message) for CI systems that parse logs. Results stay on stdout."),
+        help="stderr's log: text lines, or jsonl (one JSON object per event: ts (UTC, ISO "
+             "8601), event, cell, elapsed, phase, message) for CI systems that parse logs. "
+             "Results stay on stdout."),
     "python": click.option(
         "--python", "python", metavar="PATH", default=None,
         help="The Python interpreter that runs inference (e.g. /opt/venv/bin/python): the "

@@ -32,10 +32,8 @@ def fingerprint(backend: str | None, explain: str | None, python: str | None,
     the Neuron runtime version) are recorded but never compared.
 
     The package versions, the Python version and the torch path are those of the interpreter
-    that runs inference: --python PATH (or NEFFCACHE_PYTHON, or the config key `python`),
-    read by running it once with a small script that imports nothing but the standard
-    library; by default the interpreter running neffcache. CPU, flags and target are the
-    host's either way.
+    --python names, read by running it once with a small script that imports nothing but the
+    standard library. CPU, flags and target are the host's either way.
 
     With --explain ENTRY_KEY, name each field that differs from that entry's, with this
     host's value, the entry's value and why the field matters, i.e. why the entry would not

@@ -211,16 +211,14 @@ kubectl logs, a SLURM output file) each running cell gets a heartbeat line every
 --heartbeat seconds (default 30): elapsed time, phase (starting, importing, loading,
 compiling, publishing, verifying) and the worker's last log line, trimmed; with --claim a
 worker waiting for a lease says so as often ("waiting for a lease: N cell(s) held by other
-runners"). --log-format jsonl (or NEFFCACHE_LOG_FORMAT=jsonl) writes every event and
-heartbeat as one JSON object per line instead: {"ts" (UTC ISO 8601), "event", "cell",
-"elapsed", "phase", "message"}.
+runners"). --log-format jsonl writes every event and heartbeat as one JSON object per line
+instead.
 
 Exits 1 if any cell failed (after trying every other cell), or if --verify found a
 restored entry that still compiled; 5 if this host's fingerprint cannot be used (neuron
-target unknown: give --target or set the target variable); 2 if the interpreter
-(--python, else the one running neffcache) lacks what the backend needs (torch;
-torch-neuronx for neuron), unless --allow-missing-packages (not --force: that one re-warms
-cells that have an entry).
+target unknown: give --target or set the target variable); 2 if the interpreter lacks what
+the backend needs, unless --allow-missing-packages (not --force: that one re-warms cells
+that have an entry).
 
 MATRIX is registered in the index under its `name` (coverage and the dashboard follow the
 registered matrix). An edited copy that kept the `name` of a registered matrix with other
@@ -257,10 +255,9 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
               help="Only shard I of N (0 <= I < N; cells sorted by id, round-robin), for CI "
                    "matrix jobs.")
 @click.option("--claim", is_flag=True,
-              help="Take cells one at a time from the index's claim queue, shared by every "
-                   "worker on the same index (any number of machines): each cell is compiled "
-                   "once, a dead worker's cell goes back to the queue when its lease expires. "
-                   "Needs a shared index (Postgres; SQLite for workers on one host).")
+              help="Take cells one at a time from the index's claim queue, so each cell is "
+                   "compiled once (see above). Needs a shared index (Postgres; SQLite for "
+                   "workers on one host).")
 @click.option("--lease", "lease_seconds", type=ranged("PrecompileRequest", "lease_seconds"),
               default=300.0,
               show_default=True, metavar="SECONDS",
@@ -292,14 +289,12 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
 @shared("allow_missing_packages", "python", "signing_key")
 @click.option("--replace-matrix", is_flag=True,
               help="Register MATRIX as the current version of its `name` even when the index "
-                   "holds other content under that name (without it that is refused, exit 2, "
-                   "before any cell is warmed).")
+                   "holds other content under that name (see above).")
 @click.option("--heartbeat", "heartbeat_seconds",
               type=ranged("PrecompileRequest", "heartbeat_seconds"), default=30.0,
               show_default=True, metavar="SECONDS",
-              help="Off a terminal (and with --log-format jsonl): a line per running cell this "
-                   "often, with elapsed time, phase and the worker's last log line; --claim: "
-                   "a worker waiting for a lease says so as often. 0: none.")
+              help="How often a heartbeat line is written per running cell (see above). "
+                   "0: none.")
 @shared("log_format", "store", "index", "json")
 def precompile(as_json: bool, log_format: str, **params: Any) -> None:
     from neffcache.precompile import PrecompileRequest

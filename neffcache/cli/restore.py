@@ -67,10 +67,10 @@ such paths and a warning on stderr names a few.
 Cells are installed in the order the service needs them: those matching --first GLOB
 (repeatable, in order) first, then the others in matrix order. Each cell is announced the
 moment every file it needs is verified and renamed into place (cells already in place at
-once): a line on stderr (`  ready  CELL  SECONDS s`; with --log-format jsonl a JSON object:
-ts, event "ready", cell, elapsed (seconds since the process started), phase, message), and a
-marker DIR/.neffcache-entries/ready/<cell id, percent-encoded> holding the entry key, which a
-service polls (`neffcache.cell_ready(DIR, CELL)` in Python). A restore removes the markers
+once): a line on stderr (`  ready  CELL  SECONDS s`; with --log-format jsonl a JSON object,
+event "ready", elapsed: seconds since the process started), and a marker
+DIR/.neffcache-entries/ready/<cell id, percent-encoded> holding the entry key, which a service
+polls (`neffcache.cell_ready(DIR, CELL)` in Python). A restore removes the markers
 of the cells it is about to change before it installs anything; an evicted, refused or
 incomplete cell never has one. --json adds cells_ready: [{cell, seconds}] in announcement
 order.
@@ -105,8 +105,7 @@ Examples:
 @click.argument("matrix", metavar="MATRIX", type=click.Path(dir_okay=False))
 @click.option("--to", "to", required=True, metavar="DIR", type=click.Path(file_okay=False),
               help="Base directory: each cache root R is restored into DIR/R.")
-@click.option("--cells", "cells", multiple=True, metavar="GLOB",
-              help="Only cells whose id matches GLOB (repeatable), e.g. 'flux2-klein/*/1024x*'.")
+@shared("cells")
 @click.option("--first", "first", multiple=True, metavar="GLOB",
               help="Restore (and announce) the cells matching GLOB first (repeatable, in "
                    "order); the rest follow in matrix order.")
@@ -126,7 +125,7 @@ Examples:
               help="Restore from a bundle file (`neffcache bundle export`) instead of the "
                    "store: no store, no index, no network.")
 @click.option("--expect-sha256", "expect_sha256", metavar="DIGEST", default=None,
-              help="With --from-bundle: refuse the bundle (exit 4) unless its digest is DIGEST.")
+              help="With --from-bundle: refuse the bundle unless its digest is DIGEST.")
 @click.option("--max-bytes", "bundle_max_bytes",
               type=ranged("RestoreRequest", "bundle_max_bytes"), default=None,
               metavar="BYTES",
@@ -150,9 +149,8 @@ Examples:
 @click.option("--index", "index", metavar="URL", default=None, hidden=True,
               help="Ignored (restore never opens the index); kept so old boot hooks still run.")
 @click.option("--dry-run", is_flag=True,
-              help="Only print the plan: what would be fetched (files, bytes, which packs and "
-                   "blobs, how many requests) and what is already in place. Reads manifests "
-                   "from the store; fetches no blob, writes nothing, sends no report.")
+              help="Only print the plan (see above). Reads manifests from the store; fetches "
+                   "no blob, writes nothing, sends no report.")
 @shared("json")
 @tuned_for_restore
 def restore(as_json: bool, print_env: bool, dry_run: bool, index: str | None, log_format: str,
