@@ -108,3 +108,21 @@ def workers_option(request: str, default: int | None, help: str, **attrs: Any) -
 def yes_option(verb: str) -> Any:
     return click.option("--yes", "-y", "confirmed", is_flag=True,
                         help=f"{verb} without asking (required when stdin is not a terminal).")
+
+
+class Group(click.Group):
+    """A command group whose Examples: block is each subcommand's first example, derived so
+    that it cannot drift from them."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_help_text(ctx, formatter)
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text("\b\nExamples:\n" + "\n".join(
+                "  " + _first_example(self.commands[n]) for n in self.list_commands(ctx)))
+
+
+def _first_example(command: click.Command) -> str:
+    lines = (command.help or "").split("Examples:\n", 1)[1].splitlines()
+    n = next(i for i, line in enumerate(lines) if not line.endswith("\\"))
+    return "\n  ".join(line.strip() for line in lines[: n + 1])

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from neffcache.cli._common import counter, finish, human_bytes
-from neffcache.cli._options import ranged, shared, workers_option
+from neffcache.cli._options import Group, ranged, shared, workers_option
 from neffcache.errors import EXIT_CODE_HELP
 
 FORMAT_HELP = """\b
@@ -31,7 +31,7 @@ def _read_options(f: Any) -> Any:
                              "export`, is DIGEST.")(f)
 
 
-@click.group("bundle", epilog=EXIT_CODE_HELP)
+@click.group("bundle", cls=Group, epilog=EXIT_CODE_HELP)
 def bundle() -> None:
     """Carry entries to hosts and regions without the store: one self-describing file.
 
@@ -40,12 +40,6 @@ def bundle() -> None:
     restores from a bundle with no store, no index and no network (an AMI bake, an
     air-gapped host). A truncated, tampered or foreign bundle is refused with exit 4 and
     nothing is installed.
-
-    \b
-    Examples:
-      neffcache bundle export matrix.toml -o neff.bundle
-      neffcache bundle import neff.bundle --store s3://other-region/neff
-      neffcache restore matrix.toml --from-bundle neff.bundle --to /var/cache/neffcache
     """
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from neffcache.cli._common import finish
-from neffcache.cli._options import shared
+from neffcache.cli._options import Group, shared
 
 
-@click.group("db")
+@click.group("db", cls=Group)
 def db() -> None:
     """Index database maintenance.
 
@@ -16,12 +16,6 @@ def db() -> None:
     use. A named index (--index or NEFFCACHE_INDEX, e.g. a shared Postgres) is only ever
     changed by `neffcache db upgrade`; every other command refuses an outdated schema
     (exit 7) until it is run.
-
-    \b
-    Examples:
-      neffcache db upgrade --index postgresql+psycopg://neff@db.internal/neffcache
-      neffcache db current --json
-      neffcache db current --check || neffcache db upgrade
     """
 
 

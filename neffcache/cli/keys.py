@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from neffcache.cli._common import finish
-from neffcache.cli._options import shared
+from neffcache.cli._options import Group, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 
-@click.group("keys", epilog=EXIT_CODE_HELP)
+@click.group("keys", cls=Group, epilog=EXIT_CODE_HELP)
 def keys() -> None:
     """Signing keys for entries (Ed25519).
 
@@ -19,12 +19,6 @@ def keys() -> None:
     key (exit 4). Trust several keys at once to rotate: publish with the new one, then drop the
     old key once its entries are retired. Give instances that back-fill (`neffcache capture`) a
     key of their own, so a fleet can trust CI's key alone.
-
-    \b
-    Examples:
-      neffcache keys generate --out /secure/ci-signing.pem --public-out ci.pub
-      neffcache keys show /secure/ci-signing.pem
-      NEFFCACHE_TRUSTED_KEYS="$(cat ci.pub)" neffcache restore --matrix m.toml --to /var/cache/n
     """
 
 

@@ -7,11 +7,11 @@ from typing import Any
 import click
 
 from neffcache.cli._common import finish, format_table
-from neffcache.cli._options import ranged, shared
+from neffcache.cli._options import Group, ranged, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 
-@click.group("matrix", epilog=EXIT_CODE_HELP)
+@click.group("matrix", cls=Group, epilog=EXIT_CODE_HELP)
 def matrix() -> None:
     """Register matrix files in the index and list them.
 
@@ -19,12 +19,6 @@ def matrix() -> None:
     expected set of cells without the file at hand. Registering changed content under a
     registered name is refused unless --replace (then it adds a version); the latest
     registration is the current version.
-
-    \b
-    Examples:
-      neffcache matrix register matrix.toml
-      neffcache matrix ls
-      neffcache matrix show flux2-klein --versions
     """
 
 

@@ -8,11 +8,11 @@ from typing import Any
 import click
 
 from neffcache.cli._common import finish
-from neffcache.cli._options import ranged, shared
+from neffcache.cli._options import Group, ranged, shared
 from neffcache.errors import EXIT_CODE_HELP
 
 
-@click.group("reports")
+@click.group("reports", cls=Group)
 def reports() -> None:
     """Restore reports: what each instance restored, read into the index.
 
@@ -21,12 +21,6 @@ def reports() -> None:
     (or NEFFCACHE_REPORTS=DIR), a file in DIR. Instances never need database credentials:
     `neffcache reindex`, `neffcache serve` (in the background) and `neffcache reports ingest`
     put reports into the index, each once.
-
-    \b
-    Examples:
-      neffcache reports ingest
-      neffcache reports ingest --days 2 --store s3://my-bucket/neff --json
-      neffcache reports ingest --from /var/log/neffcache/reports
     """
 
 
