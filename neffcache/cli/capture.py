@@ -40,9 +40,8 @@ def capture(as_json: bool, **params: Any) -> None:
     local. Several cells without an entry and no --cell is a usage error (exit 2), since
     files cannot be told apart by cell. A back-filled entry holds only what was new on top
     of the restored entries, so restore it together with them (the whole matrix, as the
-    boot hook does). `neffcache warm` shows which cells compiled. An interpreter without what
-    the backend needs (torch; torch-neuronx for neuron) is refused (exit 2, a dry run too)
-    unless --allow-missing-packages.
+    boot hook does). `neffcache warm` shows which cells compiled. --allow-missing-packages
+    applies to a dry run too.
 
     --json prints: action (publish, exists, nothing), cell_id, entry_key, new_files,
     new_bytes, restored_files, reason, fingerprint_key, and when published: created,

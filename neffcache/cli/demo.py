@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from neffcache.cli._common import finish, format_table, human_bytes, progress
-from neffcache.cli._options import ranged, shared
+from neffcache.cli._options import ranged, shared, workers_option
 
 if TYPE_CHECKING:
     from neffcache.demo import DemoResult
@@ -49,8 +49,7 @@ def render_demo(report: DemoResult) -> str:
 @click.command("demo")
 @click.option("--shapes", metavar="HxW[,HxW...]", default=None,
               help="Shapes to warm instead of the demo matrix's two (64x64,96x128).")
-@click.option("--workers", type=ranged("DemoRequest", "workers"), default=1, show_default=True,
-              help="Cells compiled at the same time.")
+@workers_option("DemoRequest", 1, "Cells compiled at the same time.")
 @click.option("--timeout", type=ranged("DemoRequest", "timeout"), default=1800, show_default=True,
               metavar="SECONDS", help="Kill one warm-up after this long.")
 @shared("store", "index", "json")

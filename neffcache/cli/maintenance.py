@@ -40,8 +40,8 @@ def verify(as_json: bool, local: str | None, quick: bool, quarantine: bool, stor
     Blobs shared by several entries are checked once. Any problem (a manifest that does not
     decode or is hostile, part digests that do not match their blob, a missing, truncated or
     corrupt blob or pack) is listed and the command exits 4; a store that cannot be read
-    exits 6. With --trusted-key (or NEFFCACHE_TRUSTED_KEYS) an entry none of those keys signed
-    is listed too (kind untrusted): what a restore trusting them would refuse.
+    exits 6. With --trusted-key an entry none of those keys signed is listed too (kind
+    untrusted): what a restore trusting them would refuse.
 
     --json prints: ok, manifests, blobs, packs, bytes_checked, quick, problems (key, kind,
     error), problem_count, seconds.
@@ -111,7 +111,7 @@ def _verify_text(result: VerifyStoreResult | VerifyLocalDirResult) -> str:
               default=3600.0, show_default=True,
               metavar="SECONDS", help="Spare blobs named by a publish in progress (its note is "
               "renewed every 150 s) or by entries retired less than SECONDS ago; abort "
-              "multipart uploads started more than SECONDS ago. At least 600 unless --force.")
+              "multipart uploads started more than SECONDS ago.")
 @click.option("--force", is_flag=True,
               help="Accept a --grace below the 600 s floor (only when no publish, copy or "
                    "retire can be running).")

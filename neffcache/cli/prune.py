@@ -35,9 +35,9 @@ def prune(as_json: bool, **params: Any) -> None:
     directories left empty go, the state file stops vouching for the removed paths, and the
     copy goes last (an interrupted prune is safe to rerun).
 
-    Plan first: --dry-run prints what would go. Without --yes it asks on a terminal and
-    refuses otherwise. prune holds DIR's restore lock while it removes anything: while a
-    restore runs into DIR it refuses (exit 1) and touches nothing.
+    Plan first: --dry-run prints what would go, and without --yes a terminal is asked. prune
+    holds DIR's restore lock while it removes anything: while a restore runs into DIR it
+    refuses (exit 1) and touches nothing.
 
     --json prints: target, fingerprint_key, dry_run, kept, pruned (entry_key, cell_id,
     fingerprint_key, files, bytes), files_to_remove, bytes_to_remove, files_shared, unreadable,

@@ -58,7 +58,7 @@ def retire(as_json: bool, **params: Any) -> None:
     less than its --grace ago, so a restore that read a manifest just before it was retired
     still completes. When an index is configured (or the embedded one exists) the retired
     entries are removed from it too; a failing index is only a warning (`neffcache reindex`
-    repairs it). Without --yes it asks on a terminal and refuses otherwise.
+    repairs it).
 
     --json prints: policy (keep_sdk_versions, keep_matrices, keep_restored_days,
     keep_fingerprints), sdk_versions (backend, sdk, label, kept), keep (entry_key, cell_id,
