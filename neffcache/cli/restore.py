@@ -82,10 +82,9 @@ per planned request: kind pack|blob|part, the pack or blob sha256, start, bytes 
 conflicts); its exit code is the one the restore would end with if every fetch
 succeeded (3 some cells have no entry, 5, 4, 6 as above).
 
-With --from-bundle FILE the entries come from a bundle instead of the store, and no
-index is contacted. The bundle's structure (and, with --expect-sha256, its digest) is
-checked first; before anything is installed every member is hashed against its table
-of contents, so a truncated, tampered or foreign bundle is exit 4 with nothing installed.
+With --from-bundle the bundle's structure (and, with --expect-sha256, its digest) is checked
+first; before anything is installed every member is hashed against its table of contents,
+so a truncated, tampered or foreign bundle is exit 4 with nothing installed.
 
 \b
 Examples:
