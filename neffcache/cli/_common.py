@@ -113,12 +113,10 @@ def stream_table(headers: list[str], rows: Iterable[list[Any]], sample: int = 50
     first = list(itertools.islice(it, sample))
     if not first:
         return 0
-    click.echo(format_table(headers, first))
+    widths = _widths(headers, first)
+    click.echo("\n".join(_row(r, widths) for r in [headers, *first]))
     sys.stdout.flush()
-    widths = [max([len(h)] + [len(str(r[i])) for r in first]) for i, h in enumerate(headers)]
-    lines = ("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in it)
-    n = len(first) + _write_lines(lines, True)
+    n = len(first) + _write_lines((_row(r, widths) for r in it), True)
     sys.stdout.flush()
     return n
 
@@ -167,10 +165,16 @@ def ask(question: str, would: str, hint: str) -> bool:
 
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    return "\n".join(lines)
+    widths = _widths(headers, cells)
+    return "\n".join(_row(r, widths) for r in [headers, *cells])
+
+
+def _widths(headers: list[str], rows: list[list[Any]]) -> list[int]:
+    return [max([len(h)] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
+
+
+def _row(cells: list[Any], widths: list[int]) -> str:
+    return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
 
 def human_bytes(n: float) -> str:

@@ -1,10 +1,5 @@
-"""Process-wide settings a command makes once, at the CLI edge: the open-file limit, the cyclic GC,
-signal handlers (``stop_on_signals``), and how the process ends (``exit_process``).
-
-The library below never changes the process: ``neffcache.restore`` only reads the open-file
-limit (``neffcache.restore.install.batch_files``) and leaves the garbage collector alone; a
-command that wants either says so here, with ``@tuned_for_restore`` or ``@without_cyclic_gc``.
-"""
+"""Process-wide settings a command makes once, at the CLI edge (the library below never changes
+the process): the open-file limit, the cyclic GC, signal handlers, how the process ends."""
 
 from __future__ import annotations
 

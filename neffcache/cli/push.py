@@ -42,7 +42,7 @@ def push(as_json: bool, **params: Any) -> None:
     recorded in the index; if that fails the store still holds it (`neffcache reindex`).
 
     --json prints: entry_key, cell_id, fingerprint_key, created, files, total_bytes,
-    blobs_uploaded, blobs_skipped, bytes_uploaded, indexed.
+    blobs_uploaded, blobs_skipped, bytes_uploaded, indexed, store.
 
     \b
     Examples:
