@@ -162,7 +162,6 @@ def gc(as_json: bool, **params: Any) -> None:
 
 
 def _ask(preview: CollectGarbageResult) -> bool:
-    """gc without --yes: a terminal's consent, or a refusal."""
     return ask(f"Delete or abort {preview.pending} in {preview.store}?",
                f"gc would delete or abort {preview.pending}",
                hint="neffcache gc --dry-run, then neffcache gc --yes")

@@ -84,8 +84,7 @@ def ls(index: str | None, as_json: bool) -> None:
 @matrix.command("show", epilog=EXIT_CODE_HELP)
 @click.argument("name", metavar="NAME")
 @click.option("--version", "version", type=ranged("ShowRegisteredMatrixRequest", "version"),
-              default=None,
-              help="This version instead of the current one.")
+              default=None, help="This version instead of the current one.")
 @click.option("--versions", "versions", is_flag=True, help="List every version instead.")
 @shared("index", "json")
 def show(as_json: bool, **params: Any) -> None:

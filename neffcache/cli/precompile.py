@@ -259,8 +259,7 @@ JSON output: {"matrix", "backend", "fingerprint_key", "store", "run_id", "second
                    "compiled once (see above). Needs a shared index (Postgres; SQLite for "
                    "workers on one host).")
 @click.option("--lease", "lease_seconds", type=ranged("PrecompileRequest", "lease_seconds"),
-              default=300.0,
-              show_default=True, metavar="SECONDS",
+              default=300.0, show_default=True, metavar="SECONDS",
               help="--claim: a lease not renewed for this long (database clock) expires; "
                    "heartbeats renew it every third of it while the cell compiles.")
 @click.option("--retries", type=ranged("PrecompileRequest", "retries"),

@@ -57,7 +57,6 @@ def repair(as_json: bool, **params: Any) -> None:
 
 
 def _ask(preview: RepairResult) -> bool:
-    """repair without --yes: a terminal's consent, or a refusal."""
     n = len(preview.planned)
     return ask(f"Rewrite {n} object(s) in {preview.store} from {preview.source}?",
                f"repair would rewrite {n} object(s)",

@@ -82,7 +82,6 @@ def retire(as_json: bool, **params: Any) -> None:
 
 
 def _ask(preview: RetireEntriesResult) -> bool:
-    """retire without --yes: a terminal's consent, or a refusal."""
     plan = preview.plan
     what = (f"retire {len(plan.retire)} of {len(plan.retire) + len(plan.keep)} entries "
             f"({human_bytes(plan.bytes_freed)} freed by the next gc)")

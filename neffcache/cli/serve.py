@@ -21,8 +21,7 @@ from neffcache.errors import EXIT_CODE_HELP
                                                  "debug"]), default="warning",
               show_default=True, help="uvicorn's log level (access lines at info).")
 @click.option("--ingest-every", "ingest_every", type=ranged("ServeRequest", "ingest_every"),
-              default=60.0,
-              show_default=True, metavar="SECONDS",
+              default=60.0, show_default=True, metavar="SECONDS",
               help="Ingest new restore reports from the store's reports/ prefix this often; "
                    "0 turns it off.")
 @shared("store", "index")
