@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, exc, select
+from sqlalchemy import Connection, Engine, exc, insert, select
 
 from neffcache.errors import SchemaOutdatedError, UnavailableError
 from neffcache.index import listing, queries
@@ -33,7 +33,7 @@ from neffcache.index.schema import (
     upgrade_engine,
 )
 from neffcache.index.sqla_reader import SqlaReader
-from neffcache.index.tables import index_changes
+from neffcache.index.tables import index_changes, restore_reports
 from neffcache.index.values import (
     ClaimResult,
     EntrySummary,
@@ -222,7 +222,7 @@ class Index:
         The whole report is also kept as JSON."""
         with self.write_session() as s:
             row = record_runs.restore_report_row(report)
-            s.add(row)
+            s.execute(insert(restore_reports), [row])
             record_runs.restores_recorded(s, [row])
 
     def record_reports(self, reports: Sequence[Report]) -> int:
