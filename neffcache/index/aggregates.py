@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import TableClause, delete, func, select
 
 from neffcache.index.engine import dialect_insert
+from neffcache.index.queries import has_entry
 from neffcache.index.tables import (
     cell_failures,
     coverage_counts,
@@ -197,13 +198,10 @@ def _rebuild_coverage(session: Session | Connection, matrix_cells: Any) -> None:
             .group_by(mc.c.matrix_id, e.fingerprint_key)):
         rows[(matrix_id, fp)] = [int(n), 0]
     failed_pairs = select(f.cell_key, f.fingerprint_key).distinct().subquery()
-    has_entry = (select(e.entry_key)
-                 .where(e.cell_key == failed_pairs.c.cell_key,
-                        e.fingerprint_key == failed_pairs.c.fingerprint_key).exists())
     for matrix_id, fp, n in session.execute(
             select(mc.c.matrix_id, failed_pairs.c.fingerprint_key, func.count())
             .join(failed_pairs, failed_pairs.c.cell_key == mc.c.cell_key)
-            .where(~has_entry)
+            .where(~has_entry(failed_pairs.c.cell_key, failed_pairs.c.fingerprint_key))
             .group_by(mc.c.matrix_id, failed_pairs.c.fingerprint_key)):
         rows.setdefault((matrix_id, fp), [0, 0])[1] = int(n)
     _add(session, coverage_counts, ("matrix_id", "fingerprint_key"), rows, ("ready", "failed"))

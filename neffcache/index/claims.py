@@ -20,11 +20,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import (
     ColumnElement,
-    Exists,
     and_,
     case,
     delete,
-    exists,
     func,
     or_,
     select,
@@ -36,8 +34,9 @@ from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
 from neffcache.index.coverage_engine.reads import live_lease
 from neffcache.index.models import CellFailureRow
+from neffcache.index.queries import has_entry
 from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells
-from neffcache.index.tables import cell_claims, cells, entries
+from neffcache.index.tables import cell_claims, cells
 from neffcache.index.values import ClaimResult, Lease, LiveLease
 from neffcache.matrix import Cell
 
@@ -47,11 +46,6 @@ C = cell_claims.c
 def _free(now: datetime) -> ColumnElement[bool]:
     """No live lease: never claimed, released, or its holder stopped renewing it."""
     return or_(C.holder.is_(None), C.expires_at <= now)
-
-
-def _has_entry() -> Exists:
-    return exists().where(entries.c.cell_key == C.cell_key,
-                          entries.c.fingerprint_key == C.fingerprint_key)
 
 
 def queue_cells(session: Session, matrix_name: str, cells: Sequence[Cell],
@@ -101,7 +95,7 @@ def claim_next(session: Session, cell_keys: Sequence[str], fingerprint_key: str,
     expires = now + timedelta(seconds=lease_seconds)
     pick = (select(C.cell_key)
             .where(C.fingerprint_key == fingerprint_key, C.cell_key.in_(keys), _free(now),
-                   C.attempts < max_attempts, ~_has_entry())
+                   C.attempts < max_attempts, ~has_entry(C.cell_key, C.fingerprint_key))
             .order_by(C.attempts, C.position, C.cell_key).limit(1)
             .with_for_update(skip_locked=True).scalar_subquery())
     stmt = (update(cell_claims).where(C.fingerprint_key == fingerprint_key, C.cell_key == pick)

@@ -42,6 +42,7 @@ from neffcache.index.queries import (
     ID_CURSOR_PATTERN,
     NAME_CURSOR_PATTERN,
     glob_clause,
+    has_entry,
     key_prefix_clause,
     keyset_cursor,
     parse_cursor,
@@ -51,7 +52,6 @@ from neffcache.index.tables import (
     cell_claims,
     cell_failures,
     cells,
-    entries,
     fingerprint_counts,
     fingerprints,
     matrices,
@@ -186,10 +186,7 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
         stmt = stmt.where(key_prefix_clause(f.fingerprint_key, fingerprint_key))
     if current_only:
         latest = select(func.max(f.id)).group_by(f.cell_key, f.fingerprint_key)
-        e = entries.c
-        has_entry = (select(e.entry_key).where(e.cell_key == f.cell_key,
-                                               e.fingerprint_key == f.fingerprint_key).exists())
-        stmt = stmt.where(f.id.in_(latest), ~has_entry)
+        stmt = stmt.where(f.id.in_(latest), ~has_entry(f.cell_key, f.fingerprint_key))
     if after:
         at, key = _id_cursor(after)
         stmt = stmt.where(or_(f.created_at < at, and_(f.created_at == at, f.id < key)))

@@ -20,7 +20,8 @@ from neffcache.index.coverage_engine import find_fingerprints
 from neffcache.index.coverage_engine.reads import live_lease
 from neffcache.index.ops_queries import EPOCH, lease_stats, reported_fingerprints
 from neffcache.index.ops_values import CoverageColumn, FingerprintDiff
-from neffcache.index.tables import cell_claims, cell_failures, cells, entries, matrices
+from neffcache.index.queries import has_entry
+from neffcache.index.tables import cell_claims, cell_failures, cells, matrices
 from neffcache.index.tables import matrix_cells as MC
 from neffcache.index.values import InProgressDoc, LiveLease, as_utc, iso
 
@@ -145,22 +146,20 @@ WINDOW = 20  # _failed looks among the newest WINDOW x limit failures first
 def _failed_statement(matrix_ids: list[int], limit: int, window: int | None) -> Select[Any]:
     """Without a window, "latest" is one grouped pass over every failure; within one, a
     probe of the (cell, fingerprint) index per row of the window."""
-    f, e = cell_failures, entries
+    f = cell_failures
     newer = cell_failures.alias("newer")
     latest = (f.c.id.in_(select(func.max(f.c.id)).group_by(f.c.cell_key, f.c.fingerprint_key))
               if window is None else
               ~select(newer.c.id).where(newer.c.cell_key == f.c.cell_key,
                                         newer.c.fingerprint_key == f.c.fingerprint_key,
                                         newer.c.id > f.c.id).exists())
-    has_entry = (select(e.c.entry_key).where(e.c.cell_key == f.c.cell_key,
-                                             e.c.fingerprint_key == f.c.fingerprint_key)
-                 .exists())
     stmt = (select(matrices.c.name, cells.c.id, f.c.cell_key, f.c.fingerprint_key, f.c.run_id,
                    f.c.exit_status, f.c.created_at)
             .select_from(f.join(MC, MC.c.cell_key == f.c.cell_key)
                          .join(matrices, matrices.c.id == MC.c.matrix_id)
                          .join(cells, cells.c.key == f.c.cell_key))
-            .where(MC.c.matrix_id.in_(matrix_ids), latest, ~has_entry)
+            .where(MC.c.matrix_id.in_(matrix_ids), latest,
+                   ~has_entry(f.c.cell_key, f.c.fingerprint_key))
             .order_by(f.c.created_at.desc(), f.c.id.desc(), matrices.c.name).limit(limit))
     if window is not None:
         recent = cell_failures.alias("recent")
