@@ -68,9 +68,9 @@ class _OnFirstUse:
 
 
 if not TYPE_CHECKING:
-    # The write paths load on first use, ``sqlalchemy.orm`` only with the ORM's writers: a
-    # read command (``ls``, ``coverage``) and recording an entry (``push``) start without
-    # the ORM and the mapped models; ``ls`` without coverage.
+    # The write paths load on first use, ``sqlalchemy.orm`` only with the Session's writers:
+    # a read command (``ls``, ``coverage``) and recording an entry (``push``) start without
+    # the ORM; ``ls`` without coverage.
     _claims = _OnFirstUse("neffcache.index.claims")
     _coverage = _OnFirstUse("neffcache.index.coverage_engine.grid")
     record = _OnFirstUse("neffcache.index.record")

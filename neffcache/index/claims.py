@@ -18,25 +18,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import (
-    ColumnElement,
-    and_,
-    case,
-    delete,
-    func,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import ColumnElement, and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
 from neffcache.index.coverage_engine.reads import live_lease
-from neffcache.index.models import CellFailureRow
 from neffcache.index.queries import has_entry
 from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells
-from neffcache.index.tables import cell_claims, cells
+from neffcache.index.tables import cell_claims, cell_failures, cells
 from neffcache.index.values import ClaimResult, Lease, LiveLease
 from neffcache.matrix import Cell
 
@@ -75,13 +65,13 @@ def fail_exhausted(session: Session, cell_keys: Sequence[str], fingerprint_key: 
         C.holder.is_not(None), C.expires_at <= now, C.attempts >= max_attempts)).all()
     for cell_key, host, expires, attempts in rows:
         aggregates.failure_adding(session, cell_key, fingerprint_key)
-        session.add(CellFailureRow(
+        session.execute(insert(cell_failures).values(
             run_id=None, cell_key=cell_key, fingerprint_key=fingerprint_key,
             exit_status=None, seconds=0.0, created_at=now,
             log_tail=(f"neffcache: the lease of {host} expired at {expires} without a result "
                       f"(worker died?); attempt {attempts} of {max_attempts}, not retried")))
-        session.execute(update(cell_claims).where(C.cell_key == cell_key,
-                                        C.fingerprint_key == fingerprint_key)
+        session.execute(update(cell_claims)
+                        .where(C.cell_key == cell_key, C.fingerprint_key == fingerprint_key)
                         .values(holder=None, host=None, expires_at=None))
     return len(rows)
 
@@ -127,7 +117,7 @@ def renew(session: Session, lease: Lease, lease_seconds: float, now: datetime) -
 def release_done(session: Session, lease: Lease) -> None:
     """The entry is published (and indexed): the cell leaves the queue."""
     session.execute(delete(cell_claims).where(C.cell_key == lease.cell_key,
-                                    C.fingerprint_key == lease.fingerprint_key))
+                                              C.fingerprint_key == lease.fingerprint_key))
 
 
 def release_failed(session: Session, lease: Lease) -> bool:

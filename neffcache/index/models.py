@@ -1,6 +1,6 @@
-"""The ORM's rows, mapped onto the Core tables of ``neffcache.index.tables`` (the one schema);
-ORM rows never leave ``neffcache.index``. Alembic compares the migrations with ``Base.metadata``.
-"""
+"""ORM rows mapped onto the Core tables of ``neffcache.index.tables`` (the one schema), for
+Alembic (``Base.metadata``, with the partial index below), tests and tools; the package's own
+statements are Core."""
 
 from __future__ import annotations
 

@@ -343,8 +343,7 @@ def last_fingerprint_runs(index: Index,
 
 def reported_fingerprints(index: Index) -> list[ReportedFingerprint]:
     """The fingerprints restore reports of each registered matrix named (the aggregate: one
-    row per matrix x fingerprint, as many as the coverage columns they add); Core, no ORM
-    rows."""
+    row per matrix x fingerprint, as many as the coverage columns they add)."""
     rf = report_fingerprints
     with index.connection() as conn:
         rows = conn.execute(select(rf.c.matrix, rf.c.fingerprint_key, rf.c.reports,

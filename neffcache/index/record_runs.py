@@ -9,21 +9,26 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from neffcache.errors import UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
 from neffcache.index.engine import dialect_insert
-from neffcache.index.models import CellFailureRow, PrecompileRunRow
 from neffcache.index.record import (
     fingerprint_row,
     insert_if_absent,
     save_fingerprints_and_cells,
     utcnow,
 )
-from neffcache.index.tables import entries, fingerprints, precompile_runs, restore_reports
+from neffcache.index.tables import (
+    cell_failures,
+    entries,
+    fingerprints,
+    precompile_runs,
+    restore_reports,
+)
 from neffcache.index.values import chunks
 from neffcache.matrix import Cell
 
@@ -38,10 +43,10 @@ def save_failure(session: Session, run_id: str | None, cell: Cell, fingerprint: 
     now = utcnow()
     save_fingerprints_and_cells(session, [fingerprint], [cell], now)
     aggregates.failure_adding(session, cell.key, fingerprint.key)
-    session.add(CellFailureRow(run_id=run_id, cell_key=cell.key,
-                               fingerprint_key=fingerprint.key, exit_status=exit_status,
-                               seconds=float(seconds), log_tail=log_tail[-LOG_TAIL_CHARS:],
-                               created_at=now))
+    session.execute(insert(cell_failures).values(
+        run_id=run_id, cell_key=cell.key, fingerprint_key=fingerprint.key,
+        exit_status=exit_status, seconds=float(seconds), log_tail=log_tail[-LOG_TAIL_CHARS:],
+        created_at=now))
 
 
 def save_run_start(session: Session, host: str, fingerprint: Fingerprint,
@@ -49,8 +54,9 @@ def save_run_start(session: Session, host: str, fingerprint: Fingerprint,
     now = utcnow()
     save_fingerprints_and_cells(session, [fingerprint], [], now)
     run_id = uuid.uuid4().hex
-    session.add(PrecompileRunRow(id=run_id, started_at=now, host=host[:255],
-                                 fingerprint_key=fingerprint.key, matrix_name=matrix_name[:255]))
+    session.execute(insert(precompile_runs).values(
+        id=run_id, started_at=now, host=host[:255], fingerprint_key=fingerprint.key,
+        matrix_name=matrix_name[:255]))
     return run_id
 
 
