@@ -293,9 +293,10 @@ class Index:
             return _claims.release_cancelled(s, lease)
 
     def live_leases(self, limit: int = 500) -> list[LiveLease]:
-        """Cells in progress anywhere (live leases), oldest first."""
-        with self.read_session() as s:
-            return _claims.all_live_leases(s, self.now(s), limit)
+        """Cells in progress anywhere (live leases: by the expires_at index), oldest claim
+        first, with the cells' readable ids."""
+        with self.connection() as conn:
+            return [lease for _, lease in _claims.held_leases(conn, self.now(conn), limit)]
 
     # --- reads --------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import ColumnElement, and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
@@ -24,11 +25,15 @@ from sqlalchemy.orm import Session
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
 from neffcache.index.coverage_engine.reads import live_lease
+from neffcache.index.cursors import EPOCH
 from neffcache.index.queries import has_entry
 from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells
 from neffcache.index.tables import cell_claims, cell_failures, cells
 from neffcache.index.values import ClaimResult, Lease, LiveLease
 from neffcache.matrix import Cell
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 C = cell_claims.c
 
@@ -139,14 +144,17 @@ def release_cancelled(session: Session, lease: Lease) -> bool:
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def all_live_leases(session: Session, now: datetime, limit: int = 500) -> list[LiveLease]:
-    """Every live lease (by the expires_at index), oldest claim first, at most ``limit``,
-    with the cell's readable id."""
-    rows = session.execute(select(
-        C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at, C.expires_at,
-        C.attempts, cells.c.id).join(cells, cells.c.key == C.cell_key)
-        .where(C.expires_at > now, C.holder.is_not(None))
-        .order_by(C.claimed_at).limit(limit))
-    return [replace(live_lease(r), cell_id=str(r[7])) for r in rows]
+def held_leases(conn: Session | Connection, now: datetime, limit: int, *,
+                expired: bool = False) -> list[tuple[str, LiveLease]]:
+    """(matrix name, lease with the cell's readable id) of the live leases, oldest claim
+    first, or with ``expired`` of the leases held past their expiry (their holder stopped
+    renewing), oldest expiry first; at most ``limit``, by a range of the expires_at index."""
+    held = and_(C.expires_at > EPOCH, C.expires_at <= now) if expired else C.expires_at > now
+    rows = conn.execute(select(
+        C.matrix_name, C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at,
+        C.expires_at, C.attempts, cells.c.id).join(cells, cells.c.key == C.cell_key)
+        .where(C.holder.is_not(None), held)
+        .order_by(C.expires_at if expired else C.claimed_at).limit(limit))
+    return [(str(r[0]), replace(live_lease(r[1:8]), cell_id=str(r[8]))) for r in rows]
 
 

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from neffcache.errors import NotFoundError
 from neffcache.index.api import Index
+from neffcache.index.cursors import EPOCH  # below every lease expiry: a range start
 from neffcache.index.ops_values import (
     DURATION_BUCKETS,
     NO_ENTRY,
@@ -308,8 +309,6 @@ def lease_stats(index: Index) -> list[LeaseStats]:
     return [LeaseStats(m, fp, live, expired)
             for (m, fp), (live, expired) in sorted(counts.items())]
 
-
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # below every lease expiry: a range start
 
 
 def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[MatrixRunTime]:

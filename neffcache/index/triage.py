@@ -6,7 +6,7 @@ two fingerprints apart. A few queries whatever the index's size."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
@@ -16,12 +16,12 @@ from neffcache.documents import Doc, Document
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint, diff_fingerprints
 from neffcache.index.api import Index
+from neffcache.index.claims import held_leases
 from neffcache.index.coverage_engine import find_fingerprints
-from neffcache.index.coverage_engine.reads import live_lease
-from neffcache.index.ops_queries import EPOCH, lease_stats, reported_fingerprints
+from neffcache.index.ops_queries import lease_stats, reported_fingerprints
 from neffcache.index.ops_values import CoverageColumn, FingerprintDiff
 from neffcache.index.queries import has_entry
-from neffcache.index.tables import cell_claims, cell_failures, cells, matrices
+from neffcache.index.tables import cell_failures, cells, matrices
 from neffcache.index.tables import matrix_cells as MC
 from neffcache.index.values import InProgressDoc, LiveLease, as_utc, iso
 
@@ -111,7 +111,7 @@ def attention(index: Index, limit: int = 20) -> Attention:
         ids = [g.matrix.id for g in grids]
         failed = _failed(conn, ids, limit) if any(
             f.failed for g in grids for f in g.fingerprints) else []
-        stale = _stale(conn, now, limit)
+        stale = held_leases(conn, now, limit, expired=True)
     recent = {(r.matrix, r.fingerprint_key): r.last_seen_at
               for r in reported_fingerprints(index)
               if r.last_seen_at is not None and r.last_seen_at >= now - FLEET_WINDOW}
@@ -166,19 +166,6 @@ def _failed_statement(matrix_ids: list[int], limit: int, window: int | None) -> 
         stmt = stmt.where(f.c.id.in_(select(recent.c.id).order_by(
             recent.c.created_at.desc(), recent.c.id.desc()).limit(window)))
     return stmt
-
-
-def _stale(conn: Connection, now: datetime, limit: int) -> list[tuple[str, LiveLease]]:
-    """Leases still held past their expiry (the holder stopped renewing), oldest expiry
-    first."""
-    c = cell_claims
-    rows = conn.execute(
-        select(c.c.matrix_name, c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at,
-               c.c.heartbeat_at, c.c.expires_at, c.c.attempts, cells.c.id)
-        .select_from(c.join(cells, cells.c.key == c.c.cell_key))
-        .where(c.c.holder.is_not(None), c.c.expires_at > EPOCH, c.c.expires_at <= now)
-        .order_by(c.c.expires_at).limit(limit))
-    return [(str(r[0]), replace(live_lease(r[1:8]), cell_id=str(r[8]))) for r in rows]
 
 
 def fingerprint_diff(index: Index, key: str, against: str) -> FingerprintDiff:
