@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime, timedelta, timezone
 from itertools import accumulate
 from typing import Any
@@ -213,9 +214,7 @@ def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
     """Restore reports, newest first (by time recorded, then id); ``after``
     (``restore_cursor`` of the last of a page): the reports after it."""
     r = restore_reports.c
-    stmt = (select(r.id, r.created_at, r.host, r.fingerprint_key, r.matrix, r.cells_restored,
-                   r.cells_missing, r.missing, r.files_fetched, r.files_skipped,
-                   r.bytes_fetched, r.seconds, r.exit_code)
+    stmt = (select(*(r[f.name] for f in fields(RestoreRecord) if f.init))  # its columns
             .order_by(r.created_at.desc(), r.id.desc()).limit(limit))
     if host:
         stmt = stmt.where(r.host == host)
@@ -225,11 +224,9 @@ def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
         at, key = _id_cursor(after)
         stmt = stmt.where(or_(r.created_at < at, and_(r.created_at == at, r.id < key)))
     with index.read_session() as s:
-        return [RestoreRecord(row.id, as_utc(row.created_at), row.host,  # type: ignore[arg-type]
-                              row.fingerprint_key, row.matrix, row.cells_restored,
-                              row.cells_missing, tuple(str(c) for c in (row.missing or ())),
-                              row.files_fetched, row.files_skipped, row.bytes_fetched,
-                              row.seconds, row.exit_code) for row in s.execute(stmt)]
+        return [RestoreRecord(**{**row._mapping, "created_at": as_utc(row.created_at),
+                                 "missing": tuple(str(c) for c in (row.missing or ()))})
+                for row in s.execute(stmt)]
 
 
 def restore_outcomes(index: Index,
