@@ -1,6 +1,7 @@
 """ORM rows mapped onto the Core tables of ``neffcache.index.tables`` (the one schema), for
-Alembic (``Base.metadata``, with the partial index below), tests and tools; the package's own
-statements are Core."""
+the tests and tools that write or read rows whole; Alembic compares the migrations with
+``Base.metadata`` (every table, with the partial index below). The package's own statements
+are Core."""
 
 from __future__ import annotations
 
@@ -28,14 +29,6 @@ class Base(DeclarativeBase):
         super().__init_subclass__(**kw)
 
 
-class FingerprintRow(Base):
-    __table__ = tables.fingerprints
-
-
-class CellRow(Base):
-    __table__ = tables.cells
-
-
 class EntryRow(Base):
     __table__ = tables.entries
 
@@ -60,14 +53,6 @@ class RestoreReportRow(Base):
     __table__ = tables.restore_reports
 
 
-class MatrixRow(Base):
-    __table__ = tables.matrices
-
-
-class MatrixCellRow(Base):
-    __table__ = tables.matrix_cells
-
-
 class CellClaimRow(Base):
     __table__ = tables.cell_claims
 
@@ -87,6 +72,3 @@ class RestoreCountRow(Base):
 class ReportFingerprintRow(Base):
     __table__ = tables.report_fingerprints
 
-
-class IndexChangeRow(Base):
-    __table__ = tables.index_changes
