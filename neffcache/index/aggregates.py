@@ -17,9 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import TableClause, delete, func, select
+from sqlalchemy import Table, delete, func, select
 
 from neffcache.index.engine import dialect_insert
+from neffcache.index.queries import has_entry
 from neffcache.index.tables import (
     cell_failures,
     coverage_counts,
@@ -40,24 +41,22 @@ Pair = tuple[str, str]  # (cell key, fingerprint key)
 
 
 @functools.cache
-def _upsert(insert_of: Any, table: TableClause, keys: tuple[str, ...], values: tuple[str, ...],
-            replace: tuple[str, ...]) -> Any:
+def _upsert(insert_of: Any, table: Table, replace: tuple[str, ...]) -> Any:
     stmt: Any = insert_of(table)
     greatest = func.max if "sqlite" in insert_of.__module__ else func.greatest
-    update = {c: table.c[c] + stmt.excluded[c] for c in values}
-    update.update({c: greatest(table.c[c], stmt.excluded[c]) for c in replace})
-    return stmt.on_conflict_do_update(index_elements=list(keys), set_=update)
+    update = {c.name: greatest(c, stmt.excluded[c.name]) if c.name in replace
+              else c + stmt.excluded[c.name] for c in table.c if not c.primary_key}
+    return stmt.on_conflict_do_update(index_elements=list(table.primary_key), set_=update)
 
 
-def _add(session: Session | Connection, table: TableClause, keys: Sequence[str],
-         rows: Mapping[tuple[Any, ...], Sequence[Any]], values: Sequence[str],
-         replace: Sequence[str] = ()) -> None:
-    """Upsert ``rows`` ({key tuple: value tuple}): ``values`` columns add, ``replace``
-    columns take the greatest of old and new."""
+def _add(session: Session | Connection, table: Table,
+         rows: Mapping[tuple[Any, ...], Sequence[Any]], replace: Sequence[str] = ()) -> None:
+    """Upsert ``rows`` ({primary key: the other columns' values, in table order}): values
+    add, except in the ``replace`` columns, which take the greatest of old and new."""
     if not rows:
         return
-    stmt = _upsert(dialect_insert(session), table, tuple(keys), tuple(values), tuple(replace))
-    names = [*keys, *values, *replace]
+    stmt = _upsert(dialect_insert(session), table, tuple(replace))
+    names = [c.name for c in table.primary_key] + [c.name for c in table.c if not c.primary_key]
     docs = [dict(zip(names, (*k, *v), strict=True)) for k, v in sorted(rows.items())]
     for part in chunks(docs):
         session.execute(stmt, list(part))
@@ -74,7 +73,7 @@ def _matrices_of(session: Session | Connection, cell_keys: Iterable[str]) -> dic
     return out
 
 
-def _pairs_with(session: Session | Connection, table: TableClause, pairs: Sequence[Pair]
+def _pairs_with(session: Session | Connection, table: Table, pairs: Sequence[Pair]
                 ) -> set[Pair]:
     """Which of these (cell, fingerprint) pairs have a row in ``table`` (entries/failures)."""
     found: set[Pair] = set()
@@ -102,8 +101,7 @@ def _coverage_deltas(session: Session | Connection, deltas: Mapping[Pair, tuple[
             acc = rows.setdefault((matrix_id, fp), [0, 0])
             acc[0] += ready
             acc[1] += failed
-    _add(session, coverage_counts, ("matrix_id", "fingerprint_key"), rows,
-         ("ready", "failed"))
+    _add(session, coverage_counts, rows)
 
 
 def _entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
@@ -122,7 +120,7 @@ def _entries_changed(session: Session | Connection, entries: Sequence[tuple[str,
         acc = per_fp.setdefault((fp,), [0, 0])
         acc[0] += sign
         acc[1] += sign * int(size)
-    _add(session, fingerprint_counts, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
+    _add(session, fingerprint_counts, per_fp)
 
 
 def entries_added(session: Session | Connection, entries: Sequence[tuple[str, str, int]]) -> None:
@@ -180,10 +178,8 @@ def restores_added(session: Session | Connection,
             s = seen.setdefault((matrix, fp), [0, when])
             s[0] += 1
             s[1] = max(s[1], when)
-    _add(session, restore_counts, ("period_start", "exit_code", "restored_any", "bucket"),
-         counts, ("restores", "seconds_sum", "bytes_sum"))
-    _add(session, report_fingerprints, ("matrix", "fingerprint_key"), seen, ("reports",),
-         replace=("last_seen_at",))
+    _add(session, restore_counts, counts)
+    _add(session, report_fingerprints, seen, replace=("last_seen_at",))
 
 
 # --- rebuild ------------------------------------------------------------------------------
@@ -197,16 +193,13 @@ def _rebuild_coverage(session: Session | Connection, matrix_cells: Any) -> None:
             .group_by(mc.c.matrix_id, e.fingerprint_key)):
         rows[(matrix_id, fp)] = [int(n), 0]
     failed_pairs = select(f.cell_key, f.fingerprint_key).distinct().subquery()
-    has_entry = (select(e.entry_key)
-                 .where(e.cell_key == failed_pairs.c.cell_key,
-                        e.fingerprint_key == failed_pairs.c.fingerprint_key).exists())
     for matrix_id, fp, n in session.execute(
             select(mc.c.matrix_id, failed_pairs.c.fingerprint_key, func.count())
             .join(failed_pairs, failed_pairs.c.cell_key == mc.c.cell_key)
-            .where(~has_entry)
+            .where(~has_entry(failed_pairs.c.cell_key, failed_pairs.c.fingerprint_key))
             .group_by(mc.c.matrix_id, failed_pairs.c.fingerprint_key)):
         rows.setdefault((matrix_id, fp), [0, 0])[1] = int(n)
-    _add(session, coverage_counts, ("matrix_id", "fingerprint_key"), rows, ("ready", "failed"))
+    _add(session, coverage_counts, rows)
 
 
 def rebuild_aggregates(session: Session | Connection) -> None:
@@ -219,7 +212,7 @@ def rebuild_aggregates(session: Session | Connection) -> None:
     per_fp = {(fp,): [int(n), int(b or 0)] for fp, n, b in session.execute(
         select(e.fingerprint_key, func.count(), func.sum(e.total_bytes))
         .group_by(e.fingerprint_key))}
-    _add(session, fingerprint_counts, ("fingerprint_key",), per_fp, ("entries", "total_bytes"))
+    _add(session, fingerprint_counts, per_fp)
     r = restore_reports.c
     restores_added(session, [tuple(row) for row in session.execute(  # type: ignore[misc]
         select(r.created_at, r.exit_code, r.cells_restored, r.seconds, r.bytes_fetched,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, exc, select
+from sqlalchemy import Connection, Engine, exc, insert, select
 
 from neffcache.errors import SchemaOutdatedError, UnavailableError
 from neffcache.index import listing, queries
@@ -33,7 +33,7 @@ from neffcache.index.schema import (
     upgrade_engine,
 )
 from neffcache.index.sqla_reader import SqlaReader
-from neffcache.index.tables import index_changes
+from neffcache.index.tables import index_changes, restore_reports
 from neffcache.index.values import (
     ClaimResult,
     EntrySummary,
@@ -68,9 +68,9 @@ class _OnFirstUse:
 
 
 if not TYPE_CHECKING:
-    # The write paths load on first use, ``sqlalchemy.orm`` only with the ORM's writers: a
-    # read command (``ls``, ``coverage``) and recording an entry (``push``) start without
-    # the ORM and the mapped models; ``ls`` without coverage.
+    # The write paths load on first use, ``sqlalchemy.orm`` only with the Session's writers:
+    # a read command (``ls``, ``coverage``) and recording an entry (``push``) start without
+    # the ORM; ``ls`` without coverage.
     _claims = _OnFirstUse("neffcache.index.claims")
     _coverage = _OnFirstUse("neffcache.index.coverage_engine.grid")
     record = _OnFirstUse("neffcache.index.record")
@@ -222,7 +222,7 @@ class Index:
         The whole report is also kept as JSON."""
         with self.write_session() as s:
             row = record_runs.restore_report_row(report)
-            s.add(row)
+            s.execute(insert(restore_reports), [row])
             record_runs.restores_recorded(s, [row])
 
     def record_reports(self, reports: Sequence[Report]) -> int:
@@ -293,9 +293,10 @@ class Index:
             return _claims.release_cancelled(s, lease)
 
     def live_leases(self, limit: int = 500) -> list[LiveLease]:
-        """Cells in progress anywhere (live leases), oldest first."""
-        with self.read_session() as s:
-            return _claims.all_live_leases(s, self.now(s), limit)
+        """Cells in progress anywhere (live leases: by the expires_at index), oldest claim
+        first, with the cells' readable ids."""
+        with self.connection() as conn:
+            return [lease for _, lease in _claims.held_leases(conn, self.now(conn), limit)]
 
     # --- reads --------------------------------------------------------------------------
 

@@ -17,30 +17,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from sqlalchemy import (
-    ColumnElement,
-    Exists,
-    and_,
-    case,
-    delete,
-    exists,
-    func,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import ColumnElement, and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
 from neffcache.index.coverage_engine.reads import live_lease
-from neffcache.index.models import CellClaimRow, CellFailureRow, CellRow, EntryRow
+from neffcache.index.cursors import EPOCH
+from neffcache.index.queries import has_entry
 from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells
+from neffcache.index.tables import cell_claims, cell_failures, cells
 from neffcache.index.values import ClaimResult, Lease, LiveLease
 from neffcache.matrix import Cell
 
-C = CellClaimRow
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+C = cell_claims.c
 
 
 def _free(now: datetime) -> ColumnElement[bool]:
@@ -48,16 +43,11 @@ def _free(now: datetime) -> ColumnElement[bool]:
     return or_(C.holder.is_(None), C.expires_at <= now)
 
 
-def _has_entry() -> Exists:
-    return exists().where(EntryRow.cell_key == C.cell_key,
-                          EntryRow.fingerprint_key == C.fingerprint_key)
-
-
 def queue_cells(session: Session, matrix_name: str, cells: Sequence[Cell],
                 fingerprint: Fingerprint, now: datetime) -> None:
     """Queue (cell, fingerprint) rows for cells that have none yet (insert-if-absent)."""
     save_fingerprints_and_cells(session, [fingerprint], cells, now)
-    insert_if_absent(session, CellClaimRow, [
+    insert_if_absent(session, cell_claims, [
         {"cell_key": c.key, "fingerprint_key": fingerprint.key, "matrix_name": matrix_name,
          "position": i, "attempts": 0, "queued_at": now} for i, c in enumerate(cells)])
 
@@ -66,7 +56,7 @@ def remove_undeclared(session: Session, matrix_name: str, declared_keys: Sequenc
                       now: datetime) -> int:
     """Delete this matrix's queue rows for cells it no longer declares (unless a live lease
     is on them: their holder releases them). Returns how many were removed."""
-    result = session.execute(delete(C).where(
+    result = session.execute(delete(cell_claims).where(
         C.matrix_name == matrix_name, _free(now), C.cell_key.not_in(list(declared_keys))))
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
@@ -80,13 +70,13 @@ def fail_exhausted(session: Session, cell_keys: Sequence[str], fingerprint_key: 
         C.holder.is_not(None), C.expires_at <= now, C.attempts >= max_attempts)).all()
     for cell_key, host, expires, attempts in rows:
         aggregates.failure_adding(session, cell_key, fingerprint_key)
-        session.add(CellFailureRow(
+        session.execute(insert(cell_failures).values(
             run_id=None, cell_key=cell_key, fingerprint_key=fingerprint_key,
             exit_status=None, seconds=0.0, created_at=now,
             log_tail=(f"neffcache: the lease of {host} expired at {expires} without a result "
                       f"(worker died?); attempt {attempts} of {max_attempts}, not retried")))
-        session.execute(update(C).where(C.cell_key == cell_key,
-                                        C.fingerprint_key == fingerprint_key)
+        session.execute(update(cell_claims)
+                        .where(C.cell_key == cell_key, C.fingerprint_key == fingerprint_key)
                         .values(holder=None, host=None, expires_at=None))
     return len(rows)
 
@@ -100,19 +90,18 @@ def claim_next(session: Session, cell_keys: Sequence[str], fingerprint_key: str,
     expires = now + timedelta(seconds=lease_seconds)
     pick = (select(C.cell_key)
             .where(C.fingerprint_key == fingerprint_key, C.cell_key.in_(keys), _free(now),
-                   C.attempts < max_attempts, ~_has_entry())
+                   C.attempts < max_attempts, ~has_entry(C.cell_key, C.fingerprint_key))
             .order_by(C.attempts, C.position, C.cell_key).limit(1)
             .with_for_update(skip_locked=True).scalar_subquery())
-    stmt = (update(C).where(C.fingerprint_key == fingerprint_key, C.cell_key == pick)
+    stmt = (update(cell_claims).where(C.fingerprint_key == fingerprint_key, C.cell_key == pick)
             .values(holder=holder, host=host, claimed_at=now, heartbeat_at=now,
                     expires_at=expires, attempts=C.attempts + 1)
-            .returning(C.cell_key, C.attempts)
-            .execution_options(synchronize_session=False))
+            .returning(C.cell_key, C.attempts))
     row = session.execute(stmt).first()
     if row is not None:
         return ClaimResult(Lease(row[0], fingerprint_key, holder, host, int(row[1]), now,
                                  expires), 0)
-    live = session.scalar(select(func.count()).select_from(C).where(
+    live = session.scalar(select(func.count()).select_from(cell_claims).where(
         C.fingerprint_key == fingerprint_key, C.cell_key.in_(keys), C.holder.is_not(None),
         C.expires_at > now)) or 0
     return ClaimResult(None, int(live))
@@ -125,21 +114,21 @@ def _mine(lease: Lease) -> ColumnElement[bool]:
 
 def renew(session: Session, lease: Lease, lease_seconds: float, now: datetime) -> bool:
     """Heartbeat: push the lease's expiry out; False if the lease is no longer ours."""
-    result = session.execute(update(C).where(_mine(lease)).values(
+    result = session.execute(update(cell_claims).where(_mine(lease)).values(
         heartbeat_at=now, expires_at=now + timedelta(seconds=lease_seconds)))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def release_done(session: Session, lease: Lease) -> None:
     """The entry is published (and indexed): the cell leaves the queue."""
-    session.execute(delete(C).where(C.cell_key == lease.cell_key,
-                                    C.fingerprint_key == lease.fingerprint_key))
+    session.execute(delete(cell_claims).where(C.cell_key == lease.cell_key,
+                                              C.fingerprint_key == lease.fingerprint_key))
 
 
 def release_failed(session: Session, lease: Lease) -> bool:
     """The attempt failed: drop the lease; the cell is claimable again while it has attempts
     left. False if the lease was no longer ours."""
-    result = session.execute(update(C).where(_mine(lease)).values(
+    result = session.execute(update(cell_claims).where(_mine(lease)).values(
         holder=None, host=None, expires_at=None))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -149,20 +138,23 @@ def release_cancelled(session: Session, lease: Lease) -> bool:
     the attempt its claim counted, so no retry is spent and the cell is claimable at once.
     The existing columns say it (no lease, attempts as before the claim). False if the lease
     was no longer ours."""
-    result = session.execute(update(C).where(_mine(lease)).values(
+    result = session.execute(update(cell_claims).where(_mine(lease)).values(
         holder=None, host=None, expires_at=None,
         attempts=case((C.attempts > 0, C.attempts - 1), else_=0)))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def all_live_leases(session: Session, now: datetime, limit: int = 500) -> list[LiveLease]:
-    """Every live lease (by the expires_at index), oldest claim first, at most ``limit``,
-    with the cell's readable id."""
-    rows = session.execute(select(
-        C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at, C.expires_at,
-        C.attempts, CellRow.id).join(CellRow, CellRow.key == C.cell_key)
-        .where(C.expires_at > now, C.holder.is_not(None))
-        .order_by(C.claimed_at).limit(limit))
-    return [replace(live_lease(r), cell_id=str(r[7])) for r in rows]
+def held_leases(conn: Session | Connection, now: datetime, limit: int, *,
+                expired: bool = False) -> list[tuple[str, LiveLease]]:
+    """(matrix name, lease with the cell's readable id) of the live leases, oldest claim
+    first, or with ``expired`` of the leases held past their expiry (their holder stopped
+    renewing), oldest expiry first; at most ``limit``, by a range of the expires_at index."""
+    held = and_(C.expires_at > EPOCH, C.expires_at <= now) if expired else C.expires_at > now
+    rows = conn.execute(select(
+        C.matrix_name, C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at,
+        C.expires_at, C.attempts, cells.c.id).join(cells, cells.c.key == C.cell_key)
+        .where(C.holder.is_not(None), held)
+        .order_by(C.expires_at if expired else C.claimed_at).limit(limit))
+    return [(str(r[0]), replace(live_lease(r[1:8]), cell_id=str(r[8]))) for r in rows]
 
 

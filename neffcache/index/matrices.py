@@ -29,13 +29,14 @@ from neffcache.index.matrix_reads import (
 )
 from neffcache.index.ops_values import MatrixVersion
 from neffcache.index.tables import matrices as M
+from neffcache.index.tables import matrix_cells as MC
 from neffcache.matrix import Cell, Matrix
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 # Reads here are Core (``tables``): ``coverage NAME`` starts without the ORM; registering a
-# matrix (a write) imports the models and the aggregates in ``_save``.
+# matrix (a write) imports the aggregates in ``_save``.
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -101,24 +102,23 @@ def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool
     from sqlalchemy import update
 
     from neffcache.index import aggregates
-    from neffcache.index.models import MatrixCellRow, MatrixRow
     from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells, utcnow
 
     now = utcnow()
     current = _current_id(s, name)
     known = s.scalar(select(M.c.id).where(M.c.name == name, M.c.digest == digest))
-    insert_if_absent(s, MatrixRow, [{"name": name, "digest": digest, "backend": matrix.backend,
-                                     "toml": text, "registered_at": now}])
+    insert_if_absent(s, M, [{"name": name, "digest": digest, "backend": matrix.backend,
+                             "toml": text, "registered_at": now}])
     matrix_id = s.scalar(select(M.c.id).where(M.c.name == name, M.c.digest == digest))
     assert matrix_id is not None
     if matrix_id == current:
         return False
     save_fingerprints_and_cells(s, [], matrix.cells, now)
-    insert_if_absent(s, MatrixCellRow, [{"matrix_id": matrix_id, "cell_key": c.key,
-                                         "position": i} for i, c in enumerate(matrix.cells)])
+    insert_if_absent(s, MC, [{"matrix_id": matrix_id, "cell_key": c.key, "position": i}
+                             for i, c in enumerate(matrix.cells)])
     if known is None:
         aggregates.matrix_registered(s, matrix_id)
-    s.execute(update(MatrixRow).where(MatrixRow.id == matrix_id).values(registered_at=now))
+    s.execute(update(M).where(M.c.id == matrix_id).values(registered_at=now))
     return True
 
 

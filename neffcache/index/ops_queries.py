@@ -6,28 +6,17 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime, timedelta, timezone
 from itertools import accumulate
 from typing import Any
 
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import Select, Table, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from neffcache.errors import NotFoundError
 from neffcache.index.api import Index
-from neffcache.index.models import (
-    CellClaimRow,
-    CellFailureRow,
-    CellRow,
-    EntryRow,
-    FingerprintCountRow,
-    FingerprintRow,
-    MatrixCellRow,
-    MatrixRow,
-    PrecompileRunRow,
-    RestoreCountRow,
-    RestoreReportRow,
-)
+from neffcache.index.cursors import EPOCH  # below every lease expiry: a range start
 from neffcache.index.ops_values import (
     DURATION_BUCKETS,
     NO_ENTRY,
@@ -55,11 +44,25 @@ from neffcache.index.queries import (
     ID_CURSOR_PATTERN,
     NAME_CURSOR_PATTERN,
     glob_clause,
+    has_entry,
     key_prefix_clause,
     keyset_cursor,
     parse_cursor,
 )
 from neffcache.index.record import as_utc
+from neffcache.index.tables import (
+    cell_claims,
+    cell_failures,
+    cells,
+    fingerprint_counts,
+    fingerprints,
+    matrices,
+    matrix_cells,
+    precompile_runs,
+    report_fingerprints,
+    restore_counts,
+    restore_reports,
+)
 
 
 def _fingerprint_info(key: str, backend: str, fields: dict[str, Any],
@@ -72,9 +75,9 @@ def _fingerprint_info(key: str, backend: str, fields: dict[str, Any],
 def _columns(s: Session, keys: set[str]) -> list[FingerprintInfo]:
     """Fingerprints by first appearance (then backend, SDK version, key): the grid's
     column order."""
-    rows = s.execute(select(FingerprintRow.key, FingerprintRow.backend, FingerprintRow.fields,
-                            FingerprintRow.first_seen_at)
-                     .where(FingerprintRow.key.in_(sorted(keys)))).all() if keys else []
+    fp = fingerprints.c
+    rows = s.execute(select(fp.key, fp.backend, fp.fields, fp.first_seen_at)
+                     .where(fp.key.in_(sorted(keys)))).all() if keys else []
     infos = [_fingerprint_info(*r) for r in rows]
     known = {i.key for i in infos}  # a report may name a fingerprint only by its key
     infos += [_fingerprint_info(k, "unknown", {}, None) for k in sorted(keys - known)]
@@ -85,35 +88,34 @@ def _columns(s: Session, keys: set[str]) -> list[FingerprintInfo]:
 def fingerprint_stats(index: Index) -> list[FingerprintStats]:
     """Every fingerprint with its entry count and bytes, oldest first."""
     with index.read_session() as s:
-        totals = {k: (int(n), int(b)) for k, n, b in s.execute(
-            select(FingerprintCountRow.fingerprint_key, FingerprintCountRow.entries,
-                   FingerprintCountRow.total_bytes))}
-        infos = _columns(s, set(s.scalars(select(FingerprintRow.key))))
+        totals = {k: (int(n), int(b)) for k, n, b in s.execute(select(fingerprint_counts))}
+        infos = _columns(s, set(s.scalars(select(fingerprints.c.key))))
     return [FingerprintStats(i, *totals.get(i.key, (0, 0))) for i in infos]
 
 
 def index_totals(index: Index) -> IndexTotals:
     with index.read_session() as s:
-        n_entries, n_bytes = s.execute(select(func.sum(FingerprintCountRow.entries),
-                                              func.sum(FingerprintCountRow.total_bytes))).one()
+        fc = fingerprint_counts.c
+        n_entries, n_bytes = s.execute(select(func.sum(fc.entries),
+                                              func.sum(fc.total_bytes))).one()
 
-        def count(model: type) -> int:
-            return int(s.scalar(select(func.count()).select_from(model)) or 0)
+        def count(table: Table) -> int:
+            return int(s.scalar(select(func.count()).select_from(table)) or 0)
 
         return IndexTotals(
             entries=int(n_entries or 0), total_bytes=int(n_bytes or 0),
-            fingerprints=count(FingerprintRow), cells=count(CellRow),
-            matrices=int(s.scalar(select(func.count(MatrixRow.name.distinct()))) or 0),
-            runs=count(PrecompileRunRow),
-            restores=int(s.scalar(select(func.sum(RestoreCountRow.restores))) or 0))
+            fingerprints=count(fingerprints), cells=count(cells),
+            matrices=int(s.scalar(select(func.count(matrices.c.name.distinct()))) or 0),
+            runs=count(precompile_runs),
+            restores=int(s.scalar(select(func.sum(restore_counts.c.restores))) or 0))
 
 
 def list_runs(index: Index, limit: int = 50, matrix: str | None = None,
               after: str | None = None) -> list[RunSummary]:
     """Precompile runs, newest first (by start, then id), with how many failures each
     recorded; ``after`` (``run_cursor`` of the last run of a page): the runs after it."""
-    r = PrecompileRunRow
-    stmt = select(r).order_by(r.started_at.desc(), r.id).limit(limit)
+    r = precompile_runs.c
+    stmt = select(precompile_runs).order_by(r.started_at.desc(), r.id).limit(limit)
     if matrix:
         stmt = stmt.where(r.matrix_name == matrix)
     if after:
@@ -124,11 +126,11 @@ def list_runs(index: Index, limit: int = 50, matrix: str | None = None,
 
 
 def _run_summaries(s: Session, stmt: Select[Any]) -> list[RunSummary]:
-    runs = list(s.scalars(stmt))
+    runs = s.execute(stmt).all()
     ids = [r.id for r in runs]
-    failures = dict(s.execute(select(CellFailureRow.run_id, func.count())
-                              .where(CellFailureRow.run_id.in_(ids))
-                              .group_by(CellFailureRow.run_id)).all()) if ids else {}
+    f = cell_failures.c
+    counted = select(f.run_id, func.count()).where(f.run_id.in_(ids)).group_by(f.run_id)
+    failures: dict[str, int] = dict(s.execute(counted).all()) if ids else {}
     return [RunSummary(r.id, as_utc(r.started_at), as_utc(r.finished_at),  # type: ignore[arg-type]
                        r.host, r.fingerprint_key, r.matrix_name, r.cells_ok,
                        r.cells_failed, int(failures.get(r.id, 0)), r.cells_cancelled)
@@ -159,7 +161,8 @@ def _id_cursor(after: str) -> tuple[datetime, int]:
 
 def get_run(index: Index, run_id: str) -> RunSummary:
     with index.read_session() as s:
-        found = _run_summaries(s, select(PrecompileRunRow).where(PrecompileRunRow.id == run_id))
+        found = _run_summaries(s, select(precompile_runs)
+                              .where(precompile_runs.c.id == run_id))
     if not found:
         raise NotFoundError(f"precompile run {run_id!r}: not in the index")
     return found[0]
@@ -172,22 +175,20 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
     """Failed warm-ups, newest first (by time, then id). ``current_only``: only the latest
     failure of each cell x fingerprint that still has no entry (the cells coverage shows as
     failed); ``after`` (``failure_cursor`` of the last of a page): the failures after it."""
-    f = CellFailureRow
-    stmt = (select(f, CellRow.id).join(CellRow, CellRow.key == f.cell_key)
+    f = cell_failures.c
+    stmt = (select(cell_failures, cells.c.id.label("cell_id"))
+            .join(cells, cells.c.key == f.cell_key)
             .order_by(f.created_at.desc(), f.id.desc()))
     if run_id:
         stmt = stmt.where(f.run_id == run_id)
     if matrix is not None:
-        stmt = stmt.where(f.cell_key.in_(select(MatrixCellRow.cell_key)
-                                         .where(MatrixCellRow.matrix_id == matrix.id)))
+        mc = matrix_cells.c
+        stmt = stmt.where(f.cell_key.in_(select(mc.cell_key).where(mc.matrix_id == matrix.id)))
     if fingerprint_key:
         stmt = stmt.where(key_prefix_clause(f.fingerprint_key, fingerprint_key))
     if current_only:
         latest = select(func.max(f.id)).group_by(f.cell_key, f.fingerprint_key)
-        has_entry = (select(EntryRow.entry_key).where(EntryRow.cell_key == f.cell_key,
-                                                      EntryRow.fingerprint_key == f.fingerprint_key)
-                     .exists())
-        stmt = stmt.where(f.id.in_(latest), ~has_entry)
+        stmt = stmt.where(f.id.in_(latest), ~has_entry(f.cell_key, f.fingerprint_key))
     if after:
         at, key = _id_cursor(after)
         stmt = stmt.where(or_(f.created_at < at, and_(f.created_at == at, f.id < key)))
@@ -195,12 +196,12 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
     with index.read_session() as s:
         exact = True
         if cell_glob:
-            clause, exact = glob_clause(s, CellRow.id, cell_glob)
+            clause, exact = glob_clause(s, cells.c.id, cell_glob)
             stmt = stmt.where(clause)
-        for row, cell_id in s.execute(stmt.limit(limit if exact else None)):
-            if not exact and not fnmatch.fnmatchcase(cell_id, cell_glob or "*"):
+        for row in s.execute(stmt.limit(limit if exact else None)):
+            if not exact and not fnmatch.fnmatchcase(row.cell_id, cell_glob or "*"):
                 continue
-            out.append(FailureRecord(cell_id, row.cell_key, row.fingerprint_key, row.run_id,
+            out.append(FailureRecord(row.cell_id, row.cell_key, row.fingerprint_key, row.run_id,
                                      row.exit_status, row.seconds, row.log_tail,
                                      as_utc(row.created_at), row.id))  # type: ignore[arg-type]
             if len(out) >= limit:
@@ -212,10 +213,8 @@ def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
                   matrix: str | None = None, after: str | None = None) -> list[RestoreRecord]:
     """Restore reports, newest first (by time recorded, then id); ``after``
     (``restore_cursor`` of the last of a page): the reports after it."""
-    r = RestoreReportRow
-    stmt = (select(r.id, r.created_at, r.host, r.fingerprint_key, r.matrix, r.cells_restored,
-                   r.cells_missing, r.missing, r.files_fetched, r.files_skipped,
-                   r.bytes_fetched, r.seconds, r.exit_code)
+    r = restore_reports.c
+    stmt = (select(*(r[f.name] for f in fields(RestoreRecord) if f.init))  # its columns
             .order_by(r.created_at.desc(), r.id.desc()).limit(limit))
     if host:
         stmt = stmt.where(r.host == host)
@@ -225,11 +224,9 @@ def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
         at, key = _id_cursor(after)
         stmt = stmt.where(or_(r.created_at < at, and_(r.created_at == at, r.id < key)))
     with index.read_session() as s:
-        return [RestoreRecord(row.id, as_utc(row.created_at), row.host,  # type: ignore[arg-type]
-                              row.fingerprint_key, row.matrix, row.cells_restored,
-                              row.cells_missing, tuple(str(c) for c in (row.missing or ())),
-                              row.files_fetched, row.files_skipped, row.bytes_fetched,
-                              row.seconds, row.exit_code) for row in s.execute(stmt)]
+        return [RestoreRecord(**{**row._mapping, "created_at": as_utc(row.created_at),
+                                 "missing": tuple(str(c) for c in (row.missing or ()))})
+                for row in s.execute(stmt)]
 
 
 def restore_outcomes(index: Index,
@@ -238,7 +235,7 @@ def restore_outcomes(index: Index,
     duration buckets and misses split by kind: one grouped query over the aggregates."""
     if tuple(bounds) != DURATION_BUCKETS:
         raise ValueError("restore_outcomes: the aggregates are kept for DURATION_BUCKETS")
-    c = RestoreCountRow
+    c = restore_counts.c
     stmt = (select(c.exit_code, c.restored_any, c.bucket, func.sum(c.restores),
                    func.sum(c.seconds_sum), func.sum(c.bytes_sum))
             .group_by(c.exit_code, c.restored_any, c.bucket))
@@ -281,7 +278,7 @@ def restore_timeline(index: Index, *, days: int = 14, step: str = "day",
 
         def step_of(h: datetime) -> datetime:
             return h.replace(hour=0)
-    c = RestoreCountRow
+    c = restore_counts.c
     with index.read_session() as s:
         rows = [(as_utc(p), code, any_restored, n) for p, code, any_restored, n in s.execute(
             select(c.period_start, c.exit_code, c.restored_any, func.sum(c.restores))
@@ -297,7 +294,7 @@ def lease_stats(index: Index) -> list[LeaseStats]:
     """Held leases per (matrix, fingerprint) at the database's clock, live and expired: the
     leased rows only, by a range of the expires_at index (a queued row without a lease has
     no expiry), so the cost follows the busy and dead workers, not the queue's length."""
-    c = CellClaimRow
+    c = cell_claims.c
     counts: dict[tuple[str, str], list[int]] = {}
     with index.read_session() as s:
         now = index.now(s)
@@ -310,20 +307,18 @@ def lease_stats(index: Index) -> list[LeaseStats]:
             for (m, fp), (live, expired) in sorted(counts.items())]
 
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # below every lease expiry: a range start
-
 
 def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[MatrixRunTime]:
     """When a precompile run of each registered matrix (and of any matrix run in the window)
     last started, looked for only in the last ``window`` (a range of the started_at index):
     None for a registered matrix with no run that recent."""
-    r = PrecompileRunRow
+    r = precompile_runs.c
     with index.read_session() as s:
         since = index.now(s) - window
         latest = {str(m): as_utc(t) for m, t in s.execute(
             select(r.matrix_name, func.max(r.started_at)).where(r.started_at >= since)
             .group_by(r.matrix_name))}
-        names = set(s.scalars(select(MatrixRow.name).distinct())) | set(latest)
+        names = set(s.scalars(select(matrices.c.name).distinct())) | set(latest)
     return [MatrixRunTime(m, latest.get(m)) for m in sorted(names)]
 
 
@@ -332,7 +327,7 @@ def last_fingerprint_runs(index: Index,
     """When a precompile run of each (matrix, fingerprint) last started, for the runs of
     the last ``window`` only (a range of the started_at index); pairs with no run that
     recent are absent."""
-    r = PrecompileRunRow
+    r = precompile_runs.c
     with index.read_session() as s:
         since = index.now(s) - window
         rows = s.execute(select(r.matrix_name, r.fingerprint_key, func.max(r.started_at))
@@ -344,10 +339,7 @@ def last_fingerprint_runs(index: Index,
 
 def reported_fingerprints(index: Index) -> list[ReportedFingerprint]:
     """The fingerprints restore reports of each registered matrix named (the aggregate: one
-    row per matrix x fingerprint, as many as the coverage columns they add); Core, no ORM
-    rows."""
-    from neffcache.index.tables import matrices, report_fingerprints
-
+    row per matrix x fingerprint, as many as the coverage columns they add)."""
     rf = report_fingerprints
     with index.connection() as conn:
         rows = conn.execute(select(rf.c.matrix, rf.c.fingerprint_key, rf.c.reports,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     ARRAY,
+    Exists,
     String,
     and_,
     any_,
@@ -58,6 +59,13 @@ def key_prefix_clause(column: Any, prefix: str) -> Any:
     if not _HEX.fullmatch(p):
         return false()
     return and_(column >= p, column < p + "g")  # "g" sorts after every hex digit
+
+
+def has_entry(cell_key: Any, fingerprint_key: Any) -> Exists:
+    """EXISTS an entry for the (cell key, fingerprint key) columns of the outer rows."""
+    e = entries.c
+    return (select(e.entry_key)
+            .where(e.cell_key == cell_key, e.fingerprint_key == fingerprint_key).exists())
 
 
 def dialect_name(conn: Any) -> str:

@@ -1,5 +1,5 @@
 """Writes of precompile runs, failures and restore reports (with the fingerprints reports
-name, and the entries' last use and restore count), as ORM rows. Every function takes an open
+name, and the entries' last use and restore count). Every function takes an open
 Session inside a write transaction; the caller commits. Entries: ``record``."""
 
 from __future__ import annotations
@@ -9,25 +9,25 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from neffcache.errors import UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
 from neffcache.index.engine import dialect_insert
-from neffcache.index.models import (
-    CellFailureRow,
-    EntryRow,
-    FingerprintRow,
-    PrecompileRunRow,
-    RestoreReportRow,
-)
 from neffcache.index.record import (
     fingerprint_row,
     insert_if_absent,
     save_fingerprints_and_cells,
     utcnow,
+)
+from neffcache.index.tables import (
+    cell_failures,
+    entries,
+    fingerprints,
+    precompile_runs,
+    restore_reports,
 )
 from neffcache.index.values import chunks
 from neffcache.matrix import Cell
@@ -43,10 +43,10 @@ def save_failure(session: Session, run_id: str | None, cell: Cell, fingerprint: 
     now = utcnow()
     save_fingerprints_and_cells(session, [fingerprint], [cell], now)
     aggregates.failure_adding(session, cell.key, fingerprint.key)
-    session.add(CellFailureRow(run_id=run_id, cell_key=cell.key,
-                               fingerprint_key=fingerprint.key, exit_status=exit_status,
-                               seconds=float(seconds), log_tail=log_tail[-LOG_TAIL_CHARS:],
-                               created_at=now))
+    session.execute(insert(cell_failures).values(
+        run_id=run_id, cell_key=cell.key, fingerprint_key=fingerprint.key,
+        exit_status=exit_status, seconds=float(seconds), log_tail=log_tail[-LOG_TAIL_CHARS:],
+        created_at=now))
 
 
 def save_run_start(session: Session, host: str, fingerprint: Fingerprint,
@@ -54,14 +54,15 @@ def save_run_start(session: Session, host: str, fingerprint: Fingerprint,
     now = utcnow()
     save_fingerprints_and_cells(session, [fingerprint], [], now)
     run_id = uuid.uuid4().hex
-    session.add(PrecompileRunRow(id=run_id, started_at=now, host=host[:255],
-                                 fingerprint_key=fingerprint.key, matrix_name=matrix_name[:255]))
+    session.execute(insert(precompile_runs).values(
+        id=run_id, started_at=now, host=host[:255], fingerprint_key=fingerprint.key,
+        matrix_name=matrix_name[:255]))
     return run_id
 
 
 def save_run_finish(session: Session, run_id: str, ok: int, failed: int,
                     cancelled: int | None = None) -> None:
-    result = session.execute(update(PrecompileRunRow).where(PrecompileRunRow.id == run_id)
+    result = session.execute(update(precompile_runs).where(precompile_runs.c.id == run_id)
                              .values(finished_at=utcnow(), cells_ok=int(ok),
                                      cells_failed=int(failed), cells_cancelled=cancelled))
     if not result.rowcount:  # type: ignore[attr-defined]
@@ -98,15 +99,15 @@ def _cells_and_count(report: Mapping[str, Any], name: str) -> tuple[list[str], i
     return listed, _int(report, f"cells_{name}", default=len(listed))
 
 
-def restore_report_row(report: Mapping[str, Any]) -> RestoreReportRow:
-    """Map a restore report (see ``Index.record_restore``) to a row; every key is also kept
-    in the ``report`` JSON column."""
+def restore_report_row(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Map a restore report (see ``Index.record_restore``) to a ``restore_reports`` row; every
+    key is also kept in the ``report`` JSON column."""
     fp = report.get("fingerprint")
     fp_key = report.get("fingerprint_key") or (fp.get("key") if isinstance(fp, Mapping) else fp)
     restored, n_restored = _cells_and_count(report, "restored")
     missing, n_missing = _cells_and_count(report, "missing")
     seconds = report.get("seconds", 0.0)
-    return RestoreReportRow(
+    return dict(
         host=str(report.get("host") or "unknown")[:255],
         fingerprint_key=str(fp_key or "")[:64],
         matrix=str(report.get("matrix") or "")[:255],
@@ -126,7 +127,7 @@ def existing_report_ids(session: Session, ids: Sequence[str]) -> set[str]:
     found: set[str] = set()
     for part in chunks(sorted(set(ids))):
         found.update(str(r) for r in session.scalars(
-            select(RestoreReportRow.report_id).where(RestoreReportRow.report_id.in_(part))))
+            select(restore_reports.c.report_id).where(restore_reports.c.report_id.in_(part))))
     return found
 
 
@@ -143,15 +144,14 @@ def save_reports(session: Session, reports: Sequence[Report]) -> int:
         return 0
     fps = {r.fingerprint.key: fingerprint_row(r.fingerprint, min(r.time, now))
            for r in new if r.fingerprint is not None}
-    insert_if_absent(session, FingerprintRow, [fps[k] for k in sorted(fps)])
-    stmt = _insert_ignoring_duplicates(session, RestoreReportRow, "report_id")
-    columns = [c.key for c in RestoreReportRow.__table__.columns if c.key != "id"]
-    added: list[RestoreReportRow] = []
+    insert_if_absent(session, fingerprints, [fps[k] for k in sorted(fps)])
+    stmt = (dialect_insert(session)(restore_reports)
+            .on_conflict_do_nothing(index_elements=["report_id"]))
+    added: list[dict[str, Any]] = []
     for r in new:
-        row = restore_report_row(r.to_json())
-        row.report_id, row.created_at = r.report_id, min(r.time, now)
-        inserted = session.execute(stmt.values({c: getattr(row, c) for c in columns})
-                                   .returning(RestoreReportRow.id))
+        row = restore_report_row(r.to_json()) | {"report_id": r.report_id,
+                                                  "created_at": min(r.time, now)}
+        inserted = session.execute(stmt.values(row).returning(restore_reports.c.id))
         if inserted.all():  # no row back: another ingester has it
             added.append(row)
     restores_recorded(session, added)
@@ -162,7 +162,7 @@ def save_reports(session: Session, reports: Sequence[Report]) -> int:
             for key in r.entries:
                 last_use[key] = max(last_use.get(key, when), when)
     _save_last_use(session, last_use)
-    inserted_ids = {row.report_id for row in added}
+    inserted_ids = {row["report_id"] for row in added}
     _save_restore_counts(session, restore_counts(
         r for r in new if r.report_id in inserted_ids))
     return len(added)
@@ -179,29 +179,25 @@ def restore_counts(reports: Iterable[Report]) -> dict[str, int]:
     return counts
 
 
-def restores_recorded(session: Session, rows: Sequence[RestoreReportRow]) -> None:
+def restores_recorded(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
     """Count new restore report rows in the aggregates."""
     aggregates.restores_added(session, [
-        (r.created_at, r.exit_code, r.cells_restored, r.seconds, r.bytes_fetched, r.matrix,
-         r.fingerprint_key) for r in rows])
-
-
-def _insert_ignoring_duplicates(session: Session, model: type, column: str) -> Any:
-    return dialect_insert(session)(model).on_conflict_do_nothing(index_elements=[column])
+        (r["created_at"], r["exit_code"], r["cells_restored"], r["seconds"], r["bytes_fetched"],
+         r["matrix"], r["fingerprint_key"]) for r in rows])
 
 
 def _save_last_use(session: Session, last_use: Mapping[str, datetime]) -> None:
     """``entries.last_used_at = max(it, t)`` per entry key."""
-    e = EntryRow
-    _update_per_value(session, last_use, lambda when: update(e).where(
+    e = entries.c
+    _update_per_value(session, last_use, lambda when: update(entries).where(
         e.last_used_at.is_(None) | (e.last_used_at < when)).values(last_used_at=when))
 
 
 def _save_restore_counts(session: Session, counts: Mapping[str, int]) -> None:
     """``entries.restore_count += n`` per entry key. Only reports this session inserted are
     counted, so concurrent ingesters never count one twice."""
-    e = EntryRow
-    _update_per_value(session, counts, lambda n: update(e).values(
+    e = entries.c
+    _update_per_value(session, counts, lambda n: update(entries).values(
         restore_count=e.restore_count + n))
 
 
@@ -213,7 +209,7 @@ def _update_per_value(session: Session, values: Mapping[str, Any],
         by_value.setdefault(value, []).append(key)
     for value, keys in sorted(by_value.items()):
         for part in chunks(sorted(keys)):
-            session.execute(statement(value).where(EntryRow.entry_key.in_(part)))
+            session.execute(statement(value).where(entries.c.entry_key.in_(part)))
 
 
 def _jsonable(value: Any) -> Any:

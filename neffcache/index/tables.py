@@ -1,114 +1,234 @@
-"""The columns the read paths and the entry writes use, as SQLAlchemy Core table clauses: reads
-such as ``ls`` and ``coverage``, and recording an entry (``push``, ``capture``), then import no
-ORM (``sqlalchemy.orm`` and the mapped models cost a CLI command ~0.15 s of start-up).
-``models`` stays the one schema definition (DDL, migrations, the ORM's writes);
-``tests/unit/test_index_queries.py`` keeps these columns and types in step with it.
+"""The index's schema, declared once as SQLAlchemy Core tables: the reads (``ls``, ``coverage``)
+and the entry writes (``push``, ``capture``) use them without importing the ORM
+(``sqlalchemy.orm`` costs a CLI command ~0.15 s of start-up); ``models`` maps the ORM's rows
+onto them and adds the one index whose dialect options would import the Postgres dialect.
+
+    fingerprints   key, backend, fields
+    cells          key, readable id, pipeline, mode, shape, batch, tp, full JSON
+    entries        one per (cell, fingerprint): where, how big, how long it took, verified?
+    blobs          sha256 -> size (identical files across entries counted once)
+    entry_files    an entry's files: position, root, path, sha256, size, mode
+    precompile_runs / cell_failures      precompile attempts and the cells that failed
+    restore_reports                      what each restore fetched, skipped or missed (one row
+                                         per report object, unique by report_id)
+    matrices / matrix_cells              registered matrix files and their cells
+    cell_claims    the work queue of ``precompile --claim``: one row per (cell, fingerprint)
+                   still to warm, with the lease of the worker warming it (if any)
+    coverage_counts / fingerprint_counts / restore_counts / report_fingerprints
+                   aggregates kept up to date by every write (``neffcache.index.aggregates``)
+                   so the ops surface never reads whole tables per request
+    index_changes  one row: a counter every write transaction raises (triggers on every
+                   table, migration 0009), so a reader knows cheaply whether anything changed
+
+Every constraint and index is named by ``NAMING_CONVENTION`` so migrations stay portable.
+Timestamps are stored in UTC. Columns are NOT NULL unless declared ``nullable=True``.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, Integer, String, Text, column, table
+import functools
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
 
 KEY = 64  # sha256 hex: cell keys, fingerprint keys, entry keys, blob digests
 UTC_TS = DateTime(timezone=True)
 
-fingerprints = table(
-    "fingerprints",
-    column("key", String(KEY)), column("backend", String(32)), column("fields", JSON),
-    column("first_seen_at", UTC_TS),
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+col = functools.partial(Column, nullable=False)
+
+fingerprints = Table(
+    "fingerprints", metadata,
+    col("key", String(KEY), primary_key=True), col("backend", String(32)), col("fields", JSON),
+    col("first_seen_at", UTC_TS),
 )
 
-cells = table(
-    "cells",
-    column("key", String(KEY)), column("id", String(255)), column("pipeline", String(64)),
-    column("mode", String(16)), column("height", Integer), column("width", Integer),
-    column("batch", Integer), column("tp", Integer), column("json", JSON),
+cells = Table(
+    "cells", metadata,
+    col("key", String(KEY), primary_key=True), col("id", String(255)),
+    col("pipeline", String(64)), col("mode", String(16)), col("height", Integer),
+    col("width", Integer), col("batch", Integer), col("tp", Integer), col("json", JSON),
+    Index(None, "id"), Index(None, "pipeline", "mode"),
 )
 
-entries = table(
-    "entries",
-    column("entry_key", String(KEY)), column("cell_key", String(KEY)),
-    column("fingerprint_key", String(KEY)), column("store_url", String(1024)),
-    column("total_bytes", BigInteger), column("file_count", Integer),
-    column("compile_seconds", Float), column("created_at", UTC_TS),
-    column("verified_status", String(16)), column("verified_at", UTC_TS),
-    column("last_used_at", UTC_TS), column("restore_count", Integer),
-    column("producer", JSON), column("recorded_at", UTC_TS), column("signed_by", String(16)),
+entries = Table(
+    "entries", metadata,
+    col("entry_key", String(KEY), primary_key=True),
+    col("cell_key", String(KEY), ForeignKey("cells.key")),
+    col("fingerprint_key", String(KEY), ForeignKey("fingerprints.key")),
+    col("store_url", String(1024)), col("total_bytes", BigInteger), col("file_count", Integer),
+    col("compile_seconds", Double, nullable=True), col("producer", JSON),
+    col("created_at", UTC_TS), col("recorded_at", UTC_TS),
+    col("verified_status", String(16), nullable=True),
+    col("verified_at", UTC_TS, nullable=True),
+    # The newest restore report (ingested from the store) that found this entry.
+    col("last_used_at", UTC_TS, nullable=True),
+    # How many ingested ok/partial restore reports found this entry.
+    col("restore_count", Integer, default=0, server_default=text("0")),
+    # The key id that signed the entry's manifest (null: unsigned; migration 0009).
+    col("signed_by", String(16), nullable=True),
+    UniqueConstraint("cell_key", "fingerprint_key"),
+    # Covering: coverage reads a matrix's entries from this index alone (migration 0006).
+    Index(None, "cell_key", "fingerprint_key", "entry_key", "total_bytes"),
+    Index(None, "fingerprint_key"),
+    Index(None, "created_at"),
+    # A cell's entries newest first: ``ls --cell GLOB`` reads each matching cell's newest
+    # through it, whatever the rows' age (migration 0008).
+    Index(None, "cell_key", "created_at", "entry_key"),
+    Index(None, "last_used_at"),
 )
 
-blobs = table("blobs", column("sha256", String(KEY)), column("size", BigInteger))
-
-entry_files = table(
-    "entry_files",
-    column("entry_key", String(KEY)), column("position", Integer), column("root", String(32)),
-    column("path", Text), column("sha256", String(KEY)), column("size", BigInteger),
-    column("mode", Integer),
+blobs = Table(
+    "blobs", metadata,
+    col("sha256", String(KEY), primary_key=True), col("size", BigInteger),
 )
 
-cell_failures = table(
-    "cell_failures",
-    column("id", Integer), column("run_id", String(32)), column("cell_key", String(KEY)),
-    column("fingerprint_key", String(KEY)), column("exit_status", Integer),
-    column("log_tail", Text), column("created_at", UTC_TS),
+entry_files = Table(
+    "entry_files", metadata,
+    col("entry_key", String(KEY), ForeignKey("entries.entry_key", ondelete="CASCADE"),
+        primary_key=True),
+    # Place in the manifest's (root, path)-sorted file list; paths may be too long for a key.
+    col("position", Integer, primary_key=True, autoincrement=False),
+    col("root", String(32)), col("path", Text),
+    col("sha256", String(KEY), ForeignKey("blobs.sha256")), col("size", BigInteger),
+    col("mode", Integer),
+    Index(None, "sha256"),
 )
 
-cell_claims = table(
-    "cell_claims",
-    column("cell_key", String(KEY)), column("fingerprint_key", String(KEY)),
-    column("matrix_name", String(255)), column("host", String(255)),
-    column("holder", String(32)), column("attempts", Integer),
-    column("claimed_at", UTC_TS), column("heartbeat_at", UTC_TS),
-    column("expires_at", UTC_TS),
+precompile_runs = Table(
+    "precompile_runs", metadata,
+    col("id", String(32), primary_key=True), col("started_at", UTC_TS),
+    col("finished_at", UTC_TS, nullable=True), col("host", String(255)),
+    col("fingerprint_key", String(KEY), ForeignKey("fingerprints.key")),
+    col("matrix_name", String(255)), col("cells_ok", Integer, nullable=True),
+    col("cells_failed", Integer, nullable=True),
+    col("cells_cancelled", Integer, nullable=True),  # set when the run was stopped (0009)
+    Index(None, "started_at"),
 )
 
-matrices = table(
-    "matrices",
-    column("id", Integer), column("name", String(255)), column("digest", String(KEY)),
-    column("backend", String(32)), column("toml", Text), column("registered_at", UTC_TS),
+cell_failures = Table(
+    "cell_failures", metadata,
+    col("id", Integer, primary_key=True, autoincrement=True),
+    col("run_id", String(32), ForeignKey("precompile_runs.id", ondelete="SET NULL"),
+        nullable=True),
+    col("cell_key", String(KEY), ForeignKey("cells.key")),
+    col("fingerprint_key", String(KEY), ForeignKey("fingerprints.key")),
+    col("exit_status", Integer, nullable=True), col("seconds", Double), col("log_tail", Text),
+    col("created_at", UTC_TS),
+    Index(None, "cell_key", "fingerprint_key"), Index(None, "run_id"),
 )
 
-matrix_cells = table(
-    "matrix_cells",
-    column("matrix_id", Integer), column("cell_key", String(KEY)),
-    column("position", Integer),
+restore_reports = Table(
+    "restore_reports", metadata,
+    col("id", Integer, primary_key=True, autoincrement=True),
+    # The report object's id (reports/<date>/<report-id>.json); ingesting it twice adds nothing.
+    # NULL for reports recorded before reports went through the store.
+    col("report_id", String(128), nullable=True), col("host", String(255)),
+    col("fingerprint_key", String(KEY)),  # this host's; may have no entry
+    col("matrix", String(255)), col("cells_restored", Integer),
+    col("cells_missing", Integer), col("restored", JSON), col("missing", JSON),
+    col("files_fetched", Integer), col("files_skipped", Integer),
+    col("bytes_fetched", BigInteger), col("seconds", Double), col("exit_code", Integer),
+    col("report", JSON), col("created_at", UTC_TS),
+    Index(None, "created_at"), Index(None, "fingerprint_key"),
+    Index(None, "report_id", unique=True),
 )
 
-coverage_counts = table(
-    "coverage_counts",
-    column("matrix_id", Integer), column("fingerprint_key", String(KEY)),
-    column("ready", BigInteger), column("failed", BigInteger),
+matrices = Table(
+    "matrices", metadata,
+    col("id", Integer, primary_key=True, autoincrement=True), col("name", String(255)),
+    col("digest", String(KEY)), col("backend", String(32)), col("toml", Text),
+    col("registered_at", UTC_TS),
+    UniqueConstraint("name", "digest"),
 )
 
-fingerprint_counts = table(
-    "fingerprint_counts",
-    column("fingerprint_key", String(KEY)), column("entries", BigInteger),
-    column("total_bytes", BigInteger),
+matrix_cells = Table(
+    "matrix_cells", metadata,
+    col("matrix_id", Integer, ForeignKey("matrices.id", ondelete="CASCADE"), primary_key=True),
+    col("cell_key", String(KEY), ForeignKey("cells.key"), primary_key=True),
+    col("position", Integer),
+    Index(None, "cell_key"),
 )
 
-restore_counts = table(
-    "restore_counts",
-    column("period_start", UTC_TS), column("exit_code", Integer),
-    column("restored_any", Integer), column("bucket", Integer), column("restores", BigInteger),
-    column("seconds_sum", Float), column("bytes_sum", BigInteger),
+# A (cell, fingerprint) queued for ``precompile --claim``; while ``holder`` is set and
+# ``expires_at`` is in the future (database clock), that worker holds the lease. The row is
+# deleted once the entry is published; ``attempts`` counts claims across the fleet.
+cell_claims = Table(
+    "cell_claims", metadata,
+    col("cell_key", String(KEY), ForeignKey("cells.key"), primary_key=True),
+    col("fingerprint_key", String(KEY), ForeignKey("fingerprints.key"), primary_key=True),
+    col("matrix_name", String(255)),
+    col("position", Integer),  # the cell's place in its matrix: claims go in matrix order
+    col("attempts", Integer), col("queued_at", UTC_TS),
+    col("holder", String(32), nullable=True),  # the lease's random token
+    col("host", String(255), nullable=True),  # "hostname pid N", for people
+    col("claimed_at", UTC_TS, nullable=True), col("heartbeat_at", UTC_TS, nullable=True),
+    col("expires_at", UTC_TS, nullable=True),
+    Index(None, "fingerprint_key", "expires_at"), Index(None, "matrix_name"),
+    Index(None, "expires_at"),
 )
 
-restore_reports = table(  # what the aggregates count (the rows are written by the ORM)
-    "restore_reports",
-    column("created_at", UTC_TS), column("exit_code", Integer),
-    column("cells_restored", Integer), column("seconds", Float),
-    column("bytes_fetched", BigInteger), column("matrix", String(255)),
-    column("fingerprint_key", String(KEY)),
+# Per registered matrix version x fingerprint: cells with an entry (``ready``) and cells
+# whose warm-up failed with no entry (``failed``). Missing = the version's cells - both.
+coverage_counts = Table(
+    "coverage_counts", metadata,
+    col("matrix_id", Integer, ForeignKey("matrices.id", ondelete="CASCADE"), primary_key=True),
+    col("fingerprint_key", String(KEY), primary_key=True),
+    col("ready", BigInteger), col("failed", BigInteger),
+    Index(None, "fingerprint_key"),
 )
 
-report_fingerprints = table(
-    "report_fingerprints",
-    column("matrix", String(255)), column("fingerprint_key", String(KEY)),
-    column("reports", BigInteger), column("last_seen_at", UTC_TS),
+fingerprint_counts = Table(  # entries and their bytes per fingerprint
+    "fingerprint_counts", metadata,
+    col("fingerprint_key", String(KEY), primary_key=True), col("entries", BigInteger),
+    col("total_bytes", BigInteger),
+)
+
+# Restore reports per hour (UTC, by report time), exit code, whether any cell was restored,
+# and duration bucket (index into DURATION_BUCKETS; len = over the last bound).
+restore_counts = Table(
+    "restore_counts", metadata,
+    col("period_start", UTC_TS, primary_key=True),
+    col("exit_code", Integer, primary_key=True, autoincrement=False),
+    col("restored_any", Integer, primary_key=True, autoincrement=False),
+    col("bucket", Integer, primary_key=True, autoincrement=False),
+    col("restores", BigInteger), col("seconds_sum", Double), col("bytes_sum", BigInteger),
+)
+
+# A fingerprint some host restored a matrix with (from restore reports), built for or not:
+# the dashboard shows it as a column even at 0 % coverage.
+report_fingerprints = Table(
+    "report_fingerprints", metadata,
+    col("matrix", String(255), primary_key=True),
+    col("fingerprint_key", String(KEY), primary_key=True), col("reports", BigInteger),
+    col("last_seen_at", UTC_TS),
 )
 
 # One row (id 1): raised once per write transaction by triggers on every other table (0009).
-index_changes = table("index_changes", column("id", Integer), column("version", BigInteger))
+index_changes = Table(
+    "index_changes", metadata,
+    col("id", Integer, primary_key=True, autoincrement=False), col("version", BigInteger),
+)
 
-ALL = (fingerprints, cells, entries, blobs, entry_files, cell_failures, cell_claims, matrices,
-       matrix_cells, coverage_counts, fingerprint_counts, restore_counts, restore_reports,
-       report_fingerprints, index_changes)
+ALL = tuple(metadata.tables.values())

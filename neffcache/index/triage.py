@@ -6,7 +6,7 @@ two fingerprints apart. A few queries whatever the index's size."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
@@ -16,11 +16,12 @@ from neffcache.documents import Doc, Document
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint, diff_fingerprints
 from neffcache.index.api import Index
+from neffcache.index.claims import held_leases
 from neffcache.index.coverage_engine import find_fingerprints
-from neffcache.index.coverage_engine.reads import live_lease
-from neffcache.index.ops_queries import EPOCH, lease_stats, reported_fingerprints
+from neffcache.index.ops_queries import lease_stats, reported_fingerprints
 from neffcache.index.ops_values import CoverageColumn, FingerprintDiff
-from neffcache.index.tables import cell_claims, cell_failures, cells, entries, matrices
+from neffcache.index.queries import has_entry
+from neffcache.index.tables import cell_failures, cells, matrices
 from neffcache.index.tables import matrix_cells as MC
 from neffcache.index.values import InProgressDoc, LiveLease, as_utc, iso
 
@@ -110,7 +111,7 @@ def attention(index: Index, limit: int = 20) -> Attention:
         ids = [g.matrix.id for g in grids]
         failed = _failed(conn, ids, limit) if any(
             f.failed for g in grids for f in g.fingerprints) else []
-        stale = _stale(conn, now, limit)
+        stale = held_leases(conn, now, limit, expired=True)
     recent = {(r.matrix, r.fingerprint_key): r.last_seen_at
               for r in reported_fingerprints(index)
               if r.last_seen_at is not None and r.last_seen_at >= now - FLEET_WINDOW}
@@ -145,41 +146,26 @@ WINDOW = 20  # _failed looks among the newest WINDOW x limit failures first
 def _failed_statement(matrix_ids: list[int], limit: int, window: int | None) -> Select[Any]:
     """Without a window, "latest" is one grouped pass over every failure; within one, a
     probe of the (cell, fingerprint) index per row of the window."""
-    f, e = cell_failures, entries
+    f = cell_failures
     newer = cell_failures.alias("newer")
     latest = (f.c.id.in_(select(func.max(f.c.id)).group_by(f.c.cell_key, f.c.fingerprint_key))
               if window is None else
               ~select(newer.c.id).where(newer.c.cell_key == f.c.cell_key,
                                         newer.c.fingerprint_key == f.c.fingerprint_key,
                                         newer.c.id > f.c.id).exists())
-    has_entry = (select(e.c.entry_key).where(e.c.cell_key == f.c.cell_key,
-                                             e.c.fingerprint_key == f.c.fingerprint_key)
-                 .exists())
     stmt = (select(matrices.c.name, cells.c.id, f.c.cell_key, f.c.fingerprint_key, f.c.run_id,
                    f.c.exit_status, f.c.created_at)
             .select_from(f.join(MC, MC.c.cell_key == f.c.cell_key)
                          .join(matrices, matrices.c.id == MC.c.matrix_id)
                          .join(cells, cells.c.key == f.c.cell_key))
-            .where(MC.c.matrix_id.in_(matrix_ids), latest, ~has_entry)
+            .where(MC.c.matrix_id.in_(matrix_ids), latest,
+                   ~has_entry(f.c.cell_key, f.c.fingerprint_key))
             .order_by(f.c.created_at.desc(), f.c.id.desc(), matrices.c.name).limit(limit))
     if window is not None:
         recent = cell_failures.alias("recent")
         stmt = stmt.where(f.c.id.in_(select(recent.c.id).order_by(
             recent.c.created_at.desc(), recent.c.id.desc()).limit(window)))
     return stmt
-
-
-def _stale(conn: Connection, now: datetime, limit: int) -> list[tuple[str, LiveLease]]:
-    """Leases still held past their expiry (the holder stopped renewing), oldest expiry
-    first."""
-    c = cell_claims
-    rows = conn.execute(
-        select(c.c.matrix_name, c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at,
-               c.c.heartbeat_at, c.c.expires_at, c.c.attempts, cells.c.id)
-        .select_from(c.join(cells, cells.c.key == c.c.cell_key))
-        .where(c.c.holder.is_not(None), c.c.expires_at > EPOCH, c.c.expires_at <= now)
-        .order_by(c.c.expires_at).limit(limit))
-    return [(str(r[0]), replace(live_lease(r[1:8]), cell_id=str(r[8]))) for r in rows]
 
 
 def fingerprint_diff(index: Index, key: str, against: str) -> FingerprintDiff:

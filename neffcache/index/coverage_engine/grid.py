@@ -167,19 +167,15 @@ def _leased_cells(conn: Connection, matrix_ids: Sequence[int],
     versions that has no entry (few: one per busy worker)."""
     from sqlalchemy import select
 
+    from neffcache.index.queries import has_entry
     from neffcache.index.tables import cell_claims as c
     from neffcache.index.tables import cell_failures as f
-    from neffcache.index.tables import entries as e
     from neffcache.index.tables import matrix_cells as mc
-
-    has_entry = (select(e.c.entry_key).where(e.c.cell_key == c.c.cell_key,
-                                             e.c.fingerprint_key == c.c.fingerprint_key)
-                 .exists())
     has_failure = (select(f.c.id).where(f.c.cell_key == c.c.cell_key,
                                         f.c.fingerprint_key == c.c.fingerprint_key).exists())
     rows = conn.execute(
         select(mc.c.matrix_id, c.c.fingerprint_key, has_failure)
         .select_from(c.join(mc, mc.c.cell_key == c.c.cell_key))
         .where(mc.c.matrix_id.in_(matrix_ids), c.c.holder.is_not(None), c.c.expires_at > now,
-               ~has_entry))
+               ~has_entry(c.c.cell_key, c.c.fingerprint_key)))
     return [(int(m), str(fp), bool(failure)) for m, fp, failure in rows]
