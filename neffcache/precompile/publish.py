@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from neffcache.backends import Backend
 from neffcache.canonical import canonical_json
@@ -74,6 +74,7 @@ STOP_POLL_SECONDS = 0.1  # how often a publish (and a precompile run) looks at i
 
 T = TypeVar("T")
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,12 +167,9 @@ class PublishOptions:
 Sources = Mapping[str, tuple[FileRecord, Path]]  # sha256 -> (its record, a local file)
 
 
-def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
-                  roots: Mapping[str, Path], options: PublishOptions | None = None,
-                  **knobs: Any) -> PublishResult:
-    """Publish the files under ``roots`` as ``cell``'s entry (see the module's docstring);
-    ``knobs`` are ``PublishOptions`` fields, given one by one."""
-    opts = replace(options or PublishOptions(), **knobs)
+def publish_with(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
+                 roots: Mapping[str, Path], opts: PublishOptions) -> PublishResult:
+    """Publish the files under ``roots`` as ``cell``'s entry (see the module's docstring)."""
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
@@ -210,6 +208,20 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
         write_pointer(store, manifest)
     return PublishResult(manifest, created, len(uploaded), len(skipped), nbytes,
                          packs_uploaded, pack_bytes)
+
+
+def _taking_options(make: Callable[P, PublishOptions]) -> Callable[
+        Concatenate[Store, Cell, Fingerprint, Backend, Mapping[str, Path], P], PublishResult]:
+    def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
+                      roots: Mapping[str, Path], /, *args: P.args,
+                      **kwargs: P.kwargs) -> PublishResult:
+        """``publish_with`` for ``PublishOptions(*args, **kwargs)``."""
+        return publish_with(store, cell, fingerprint, backend, roots, make(*args, **kwargs))
+
+    return publish_entry
+
+
+publish_entry = _taking_options(PublishOptions)  # PublishOptions' fields, declared there once
 
 
 def _put_manifest(store: Store, mkey: str, manifest: Manifest, signer: SigningKey | None

@@ -57,7 +57,7 @@ from neffcache.precompile.publish import (
     STOP_POLL_SECONDS,
     PublishOptions,
     plan_publish,
-    publish_entry,
+    publish_with,
 )
 from neffcache.precompile.warm import warm_restored
 from neffcache.precompile.worker import WorkerSpec
@@ -346,7 +346,7 @@ class PrecompileRun:
         producer = {"tool": "neffcache precompile", "run_id": str(self.run_id),
                     "matrix": c.matrix.name or Path(c.matrix.source).name,
                     "worker_wall_seconds": f"{outcome.wall_seconds:.3f}"}
-        result = publish_entry(c.store, plan.cell, c.fingerprint, backend, roots, PublishOptions(
+        result = publish_with(c.store, plan.cell, c.fingerprint, backend, roots, PublishOptions(
             producer=producer, compile_seconds=outcome.seconds, files=files,
             signer=self.options.signer, stop=self._cancel))
         with self._lock:

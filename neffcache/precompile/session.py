@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from neffcache.backends import neuron_env
 from neffcache.errors import ExitRule, NeffcacheError, UsageError, WorkerError
@@ -21,9 +21,6 @@ from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport
 from neffcache.precompile.push_cell import open_publisher
 from neffcache.precompile.run import RunContext, RunHooks, precompile_cells, register_matrix_file
 from neffcache.request_rules import checked_request
-
-if TYPE_CHECKING:
-    pass
 
 _SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
 
