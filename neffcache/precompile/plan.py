@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import Backend, compile_only_refusal
-from neffcache.documents import Document
+from neffcache.documents import Document, fields_of
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest, entry_key
@@ -88,14 +88,9 @@ class CellReport:
     log_tail: str | None = None
     verify: VerifyReport | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
-                "entry_key": self.entry_key, "status": self.status, "seconds": self.seconds,
-                "wall_seconds": None if self.wall_seconds is None else round(self.wall_seconds, 3),
-                "files": self.files, "total_bytes": self.total_bytes,
-                "bytes_uploaded": self.bytes_uploaded, "exit_status": self.exit_status,
-                "error": self.error, "log_tail": self.log_tail,
-                "verify": self.verify.to_json() if self.verify else None}
+    def to_json(self) -> dict[str, Any]:  # its fields, the wall seconds rounded
+        wall = self.wall_seconds
+        return dict(fields_of(self), wall_seconds=None if wall is None else round(wall, 3))
 
 
 @dataclass(frozen=True, slots=True)

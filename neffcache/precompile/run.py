@@ -162,7 +162,7 @@ class PrecompileRun:
                             or tempfile.mkdtemp(prefix="neffcache-precompile-"))
         self.plans: tuple[CellPlan, ...] = tuple(plans)
         self.run_id: str | None = None  # set by start
-        self._emit = context.hooks.progress or (lambda event: None)
+        self.emit: Callable[[Event], None] = context.hooks.progress or (lambda event: None)
         self._reports = dict(reports)
         self._started = started
         self._lock = threading.Lock()  # the reports, the cell numbers, the index's writes
@@ -192,9 +192,6 @@ class PrecompileRun:
         until = time.monotonic() + seconds
         while not self.stopping and (left := until - time.monotonic()) > 0:
             self._stopping.wait(min(left, STOP_POLL_SECONDS))
-
-    def emit(self, event: Event) -> None:
-        self._emit(event)
 
     def start(self, host: str) -> None:
         """Before the first warm-up: the work directory, and the run's row in the index."""
