@@ -28,7 +28,8 @@ CANCELLED = "cancelled"  # its worker was ended because the run was stopped (not
 HIT, COMPILED, VERIFY_FAILED = "hit", "compiled", "verify-failed"
 
 # A progress event: (kind, cell id, message); kinds: start, skip, done, failed, cancel,
-# verify, note, claim, wait (--claim: waiting for a lease; the cell id is the matrix name).
+# verify, note, claim, wait (--claim: waiting for a lease; the cell id is the matrix name);
+# a warm's: start, hit, compiled, failed.
 Event = tuple[str, str, str]
 
 

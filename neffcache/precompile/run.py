@@ -242,9 +242,7 @@ class PrecompileRun:
     def warm(self, plan: CellPlan) -> CellReport:
         """Warm one planned cell in a worker, then publish, index (and with ``verify``, verify)
         its entry, or record its failure; the cell's report, also kept for ``finish``."""
-        report = self._warm(plan)
-        self._keep(report)
-        return report
+        return self._kept(self._warm(plan))
 
     def already_published(self, plan: CellPlan) -> CellReport | None:
         """If the store holds ``plan``'s entry (its index row lost), index it and report it as
@@ -253,9 +251,7 @@ class PrecompileRun:
             return None
         index_known_entries(self.context.store, self.context.index, [plan], self.backend)
         self.emit(("skip", plan.cell.id, "ready (entry in store)"))
-        report = _cell_report(plan, EXISTS)
-        self._keep(report)
-        return report
+        return self._kept(_cell_report(plan, EXISTS))
 
     def finish(self, released: int = 0) -> PrecompileReport:
         """Remove the work directory (unless kept or given) and make the report, the cells in
@@ -276,9 +272,10 @@ class PrecompileRun:
 
     # --- one cell ------------------------------------------------------------------------
 
-    def _keep(self, report: CellReport) -> None:
+    def _kept(self, report: CellReport) -> CellReport:
         with self._lock:
             self._reports[report.cell_id] = report
+        return report
 
     def _warm(self, plan: CellPlan) -> CellReport:
         cell, options = plan.cell, self.options
