@@ -6,7 +6,6 @@ eager cell in compile-only mode); the value objects a precompile reports; each c
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.worker import WorkerSpec
 from neffcache.signing import SigningKey
 from neffcache.store import Store, manifest_key
+from neffcache.thread_pool import map_in_threads
 
 WARM, SKIP, REFUSE = "warm", "skip", "refuse"
 SKIPPED, PUBLISHED, EXISTS, FAILED = "skipped", "published", "exists", "failed"
@@ -188,10 +188,7 @@ def find_ready(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
                workers: int = 16) -> set[str]:
     """Entry keys of these cells that the store already holds (one existence check each)."""
     keys = [entry_key(c, fingerprint) for c in cells]
-    if not keys:
-        return set()
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(keys)))) as pool:
-        present = list(pool.map(lambda k: store.has(manifest_key(k)), keys))
+    present = map_in_threads(lambda k: store.has(manifest_key(k)), keys, workers)
     return {k for k, p in zip(keys, present, strict=True) if p}
 
 
@@ -207,10 +204,7 @@ def read_entry(store: Store, key: str, backend: Backend) -> Manifest | None:
 def read_entries(store: Store, keys: Sequence[str], backend: Backend,
                  workers: int = 16) -> dict[str, Manifest]:
     """Entry key -> manifest, for the keys whose entry the store holds (read in parallel)."""
-    if not keys:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(workers, len(keys))) as pool:
-        found = list(pool.map(lambda key: read_entry(store, key, backend), keys))
+    found = map_in_threads(lambda key: read_entry(store, key, backend), keys, workers)
     return {k: m for k, m in zip(keys, found, strict=True) if m is not None}
 
 

@@ -59,7 +59,7 @@ from neffcache.store import (
     manifest_key,
     pack_key,
 )
-from neffcache.thread_pool import usable_cpus
+from neffcache.thread_pool import map_in_threads, usable_cpus
 from neffcache.version import __version__
 
 # Parallel uploads: a small blob costs a request, not bandwidth. Measured on a loaded SeaweedFS
@@ -138,8 +138,7 @@ def hash_files(found: Sequence[tuple[str, str, Path, int | None]], workers: int,
             raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
         return FileRecord(root=root, path=rel, size=size, sha256=sha, mode=mode)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        records = list(pool.map(record, found))
+    records = map_in_threads(record, found, workers)
     return validate_files([r.to_json() for r in records], allowed_roots=allowed_roots,
                           source=source)
 

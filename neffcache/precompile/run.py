@@ -137,12 +137,11 @@ def open_run(context: RunContext, cells: Sequence[Cell], *, announce_skips: bool
     reports: dict[str, CellReport] = {}
     for p in plans:
         if p.action == SKIP:
-            reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, SKIPPED)
+            reports[p.cell.id] = _cell_report(p, SKIPPED)
             if announce_skips:
                 emit(("skip", p.cell.id, "ready (entry in store)"))
         elif p.action == REFUSE:
-            reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, REFUSED,
-                                            error=p.reason)
+            reports[p.cell.id] = _cell_report(p, REFUSED, error=p.reason)
             emit(("refused", p.cell.id, p.reason or ""))
     index_known_entries(store, context.index, [p for p in plans if p.action == SKIP],
                         get_backend(context.matrix.backend))
