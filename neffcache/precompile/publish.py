@@ -256,26 +256,21 @@ def _upload_blobs(store: Store, sources: Sources, opts: PublishOptions, *,
     refused; otherwise, and for large blobs, the probe comes first."""
     uploaded: list[str] = []
     skipped: list[str] = []
-    done = 0
 
     def one(sha: str) -> tuple[str, bool]:
         record, path = sources[sha]
         key = blob_key(sha)
-        if put_first and record.size <= PUT_FIRST_MAX:
-            # One create-only put: a fresh blob costs one request. A refused put means the store
-            # holds something under the key; keep it only if it holds good, else rewrite it.
-            if _upload_file(store, key, record, path):
-                return sha, True
-            if holds_good(store, key, record.size):
-                return sha, False
-            return sha, _upload_file(store, key, record, path)
+        # One create-only put: a fresh blob costs one request. A refused put means the store
+        # holds something under the key; keep it only if it holds good, else rewrite it.
+        if put_first and record.size <= PUT_FIRST_MAX and _upload_file(store, key, record, path):
+            return sha, True
         if holds_good(store, key, record.size):
             return sha, False
         return sha, _upload_file(store, key, record, path)
 
-    for sha, wrote in _in_pool(one, sorted(sources), opts.workers, opts.stop):
+    blobs = _in_pool(one, sorted(sources), opts.workers, opts.stop)
+    for done, (sha, wrote) in enumerate(blobs, 1):
         (uploaded if wrote else skipped).append(sha)
-        done += 1
         if opts.on_progress:
             opts.on_progress(done, len(sources))
     nbytes = sum(sources[s][0].size for s in uploaded)
