@@ -10,7 +10,7 @@ entries they were compiled on top of. ``plan_backfill`` is pure.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from neffcache.precompile.capture import scan_roots
 from neffcache.precompile.hit_check import FileState
 from neffcache.precompile.indexing import record_entry_or_warn
 from neffcache.precompile.plan import read_entries
-from neffcache.precompile.publish import PublishOptions, PublishResult, hash_files, publish_entry
+from neffcache.precompile.publish import PublishOptions, PublishResult, hash_files, publish_with
 from neffcache.precompile.push_cell import open_publisher
 from neffcache.request_rules import checked_request
 from neffcache.store import Store
@@ -111,8 +111,8 @@ def apply_backfill(store: Store, plan: BackfillPlan, backend: Backend, fingerpri
         return None
     files = hash_new_files(plan, dirs, workers=options.workers)
     roots = {name: Path(d) for name, d in dirs.items()}
-    return publish_entry(store, plan.cell, fingerprint, backend, roots, options,
-                         producer=PRODUCER, files=files)
+    return publish_with(store, plan.cell, fingerprint, backend, roots,
+                        replace(options, producer=PRODUCER, files=files))
 
 
 # What a capture's JSON takes from the publish's, when it published.

@@ -66,7 +66,7 @@ class Beats:
     def __init__(self, interval: float, tell: Callable[[CellBeat], None] | None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.interval = interval if tell is not None else 0.0
-        self._tell = tell
+        self._tell = tell or (lambda beat: None)
         self._clock = clock
         self._cells: dict[str, _Watched] = {}
         self._lock = threading.Lock()
@@ -123,7 +123,6 @@ class Beats:
         while not self._stop.wait(look):
             try:
                 for beat in self.due():
-                    if self._tell is not None:
-                        self._tell(beat)
+                    self._tell(beat)
             except Exception:  # noqa: BLE001 - say, stderr closed: the run goes on, untold
                 return

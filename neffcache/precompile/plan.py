@@ -6,13 +6,12 @@ eager cell in compile-only mode); the value objects a precompile reports; each c
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from neffcache.backends import Backend, compile_only_refusal
-from neffcache.documents import Document
+from neffcache.documents import Document, fields_of
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest, entry_key
@@ -20,6 +19,7 @@ from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.worker import WorkerSpec
 from neffcache.signing import SigningKey
 from neffcache.store import Store, manifest_key
+from neffcache.thread_pool import map_in_threads
 
 WARM, SKIP, REFUSE = "warm", "skip", "refuse"
 SKIPPED, PUBLISHED, EXISTS, FAILED = "skipped", "published", "exists", "failed"
@@ -28,7 +28,8 @@ CANCELLED = "cancelled"  # its worker was ended because the run was stopped (not
 HIT, COMPILED, VERIFY_FAILED = "hit", "compiled", "verify-failed"
 
 # A progress event: (kind, cell id, message); kinds: start, skip, done, failed, cancel,
-# verify, note, claim, wait (--claim: waiting for a lease; the cell id is the matrix name).
+# verify, note, claim, wait (--claim: waiting for a lease; the cell id is the matrix name);
+# a warm's: start, hit, compiled, failed.
 Event = tuple[str, str, str]
 
 
@@ -88,14 +89,9 @@ class CellReport:
     log_tail: str | None = None
     verify: VerifyReport | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"cell_id": self.cell_id, "cell_key": self.cell_key,
-                "entry_key": self.entry_key, "status": self.status, "seconds": self.seconds,
-                "wall_seconds": None if self.wall_seconds is None else round(self.wall_seconds, 3),
-                "files": self.files, "total_bytes": self.total_bytes,
-                "bytes_uploaded": self.bytes_uploaded, "exit_status": self.exit_status,
-                "error": self.error, "log_tail": self.log_tail,
-                "verify": self.verify.to_json() if self.verify else None}
+    def to_json(self) -> dict[str, Any]:  # its fields, the wall seconds rounded
+        wall = self.wall_seconds
+        return dict(fields_of(self), wall_seconds=None if wall is None else round(wall, 3))
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,10 +188,7 @@ def find_ready(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
                workers: int = 16) -> set[str]:
     """Entry keys of these cells that the store already holds (one existence check each)."""
     keys = [entry_key(c, fingerprint) for c in cells]
-    if not keys:
-        return set()
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(keys)))) as pool:
-        present = list(pool.map(lambda k: store.has(manifest_key(k)), keys))
+    present = map_in_threads(lambda k: store.has(manifest_key(k)), keys, workers)
     return {k for k, p in zip(keys, present, strict=True) if p}
 
 
@@ -211,10 +204,7 @@ def read_entry(store: Store, key: str, backend: Backend) -> Manifest | None:
 def read_entries(store: Store, keys: Sequence[str], backend: Backend,
                  workers: int = 16) -> dict[str, Manifest]:
     """Entry key -> manifest, for the keys whose entry the store holds (read in parallel)."""
-    if not keys:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(workers, len(keys))) as pool:
-        found = list(pool.map(lambda key: read_entry(store, key, backend), keys))
+    found = map_in_threads(lambda key: read_entry(store, key, backend), keys, workers)
     return {k: m for k, m in zip(keys, found, strict=True) if m is not None}
 
 

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from neffcache.backends import Backend
 from neffcache.canonical import canonical_json
@@ -59,7 +59,7 @@ from neffcache.store import (
     manifest_key,
     pack_key,
 )
-from neffcache.thread_pool import usable_cpus
+from neffcache.thread_pool import map_in_threads, usable_cpus
 from neffcache.version import __version__
 
 # Parallel uploads: a small blob costs a request, not bandwidth. Measured on a loaded SeaweedFS
@@ -74,6 +74,7 @@ STOP_POLL_SECONDS = 0.1  # how often a publish (and a precompile run) looks at i
 
 T = TypeVar("T")
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +138,7 @@ def hash_files(found: Sequence[tuple[str, str, Path, int | None]], workers: int,
             raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
         return FileRecord(root=root, path=rel, size=size, sha256=sha, mode=mode)
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        records = list(pool.map(record, found))
+    records = map_in_threads(record, found, workers)
     return validate_files([r.to_json() for r in records], allowed_roots=allowed_roots,
                           source=source)
 
@@ -166,12 +166,9 @@ class PublishOptions:
 Sources = Mapping[str, tuple[FileRecord, Path]]  # sha256 -> (its record, a local file)
 
 
-def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
-                  roots: Mapping[str, Path], options: PublishOptions | None = None,
-                  **knobs: Any) -> PublishResult:
-    """Publish the files under ``roots`` as ``cell``'s entry (see the module's docstring);
-    ``knobs`` are ``PublishOptions`` fields, given one by one."""
-    opts = replace(options or PublishOptions(), **knobs)
+def publish_with(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
+                 roots: Mapping[str, Path], opts: PublishOptions) -> PublishResult:
+    """Publish the files under ``roots`` as ``cell``'s entry (see the module's docstring)."""
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
@@ -212,6 +209,20 @@ def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: B
                          packs_uploaded, pack_bytes)
 
 
+def _taking_options(make: Callable[P, PublishOptions]) -> Callable[
+        Concatenate[Store, Cell, Fingerprint, Backend, Mapping[str, Path], P], PublishResult]:
+    def publish_entry(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
+                      roots: Mapping[str, Path], /, *args: P.args,
+                      **kwargs: P.kwargs) -> PublishResult:
+        """``publish_with`` for ``PublishOptions(*args, **kwargs)``."""
+        return publish_with(store, cell, fingerprint, backend, roots, make(*args, **kwargs))
+
+    return publish_entry
+
+
+publish_entry = _taking_options(PublishOptions)  # PublishOptions' fields, declared there once
+
+
 def _put_manifest(store: Store, mkey: str, manifest: Manifest, signer: SigningKey | None
                   ) -> tuple[Manifest, bool]:
     """Sign (with ``signer``) and write the manifest if absent: it, and whether it was new."""
@@ -245,26 +256,21 @@ def _upload_blobs(store: Store, sources: Sources, opts: PublishOptions, *,
     refused; otherwise, and for large blobs, the probe comes first."""
     uploaded: list[str] = []
     skipped: list[str] = []
-    done = 0
 
     def one(sha: str) -> tuple[str, bool]:
         record, path = sources[sha]
         key = blob_key(sha)
-        if put_first and record.size <= PUT_FIRST_MAX:
-            # One create-only put: a fresh blob costs one request. A refused put means the store
-            # holds something under the key; keep it only if it holds good, else rewrite it.
-            if _upload_file(store, key, record, path):
-                return sha, True
-            if holds_good(store, key, record.size):
-                return sha, False
-            return sha, _upload_file(store, key, record, path)
+        # One create-only put: a fresh blob costs one request. A refused put means the store
+        # holds something under the key; keep it only if it holds good, else rewrite it.
+        if put_first and record.size <= PUT_FIRST_MAX and _upload_file(store, key, record, path):
+            return sha, True
         if holds_good(store, key, record.size):
             return sha, False
         return sha, _upload_file(store, key, record, path)
 
-    for sha, wrote in _in_pool(one, sorted(sources), opts.workers, opts.stop):
+    blobs = _in_pool(one, sorted(sources), opts.workers, opts.stop)
+    for done, (sha, wrote) in enumerate(blobs, 1):
         (uploaded if wrote else skipped).append(sha)
-        done += 1
         if opts.on_progress:
             opts.on_progress(done, len(sources))
     nbytes = sum(sources[s][0].size for s in uploaded)

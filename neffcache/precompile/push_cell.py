@@ -21,7 +21,7 @@ from neffcache.precompile.publish import (
     DEFAULT_WORKERS,
     PublishOptions,
     PublishResult,
-    publish_entry,
+    publish_with,
 )
 from neffcache.request_rules import checked_request
 from neffcache.signing import SigningKey
@@ -140,7 +140,7 @@ def push(request: PushRequest) -> PushResult:
     backend = get_backend(name)
     roots = parse_roots(request.roots, backend)
     to = open_publisher(request, backend.name)
-    result = publish_entry(to.store, cell, to.fingerprint, backend, roots, PublishOptions(
+    result = publish_with(to.store, cell, to.fingerprint, backend, roots, PublishOptions(
         compile_seconds=request.compile_seconds, workers=request.workers, signer=to.signer))
     indexed = record_entry_or_warn(to.settings, result.manifest, to.store.url, request.notice)
     return PushResult(result, indexed, to.store.url)

@@ -57,7 +57,7 @@ from neffcache.precompile.publish import (
     STOP_POLL_SECONDS,
     PublishOptions,
     plan_publish,
-    publish_entry,
+    publish_with,
 )
 from neffcache.precompile.warm import warm_restored
 from neffcache.precompile.worker import WorkerSpec
@@ -137,12 +137,11 @@ def open_run(context: RunContext, cells: Sequence[Cell], *, announce_skips: bool
     reports: dict[str, CellReport] = {}
     for p in plans:
         if p.action == SKIP:
-            reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, SKIPPED)
+            reports[p.cell.id] = _cell_report(p, SKIPPED)
             if announce_skips:
                 emit(("skip", p.cell.id, "ready (entry in store)"))
         elif p.action == REFUSE:
-            reports[p.cell.id] = CellReport(p.cell.id, p.cell.key, p.entry_key, REFUSED,
-                                            error=p.reason)
+            reports[p.cell.id] = _cell_report(p, REFUSED, error=p.reason)
             emit(("refused", p.cell.id, p.reason or ""))
     index_known_entries(store, context.index, [p for p in plans if p.action == SKIP],
                         get_backend(context.matrix.backend))
@@ -162,7 +161,7 @@ class PrecompileRun:
                             or tempfile.mkdtemp(prefix="neffcache-precompile-"))
         self.plans: tuple[CellPlan, ...] = tuple(plans)
         self.run_id: str | None = None  # set by start
-        self._emit = context.hooks.progress or (lambda event: None)
+        self.emit: Callable[[Event], None] = context.hooks.progress or (lambda event: None)
         self._reports = dict(reports)
         self._started = started
         self._lock = threading.Lock()  # the reports, the cell numbers, the index's writes
@@ -192,9 +191,6 @@ class PrecompileRun:
         until = time.monotonic() + seconds
         while not self.stopping and (left := until - time.monotonic()) > 0:
             self._stopping.wait(min(left, STOP_POLL_SECONDS))
-
-    def emit(self, event: Event) -> None:
-        self._emit(event)
 
     def start(self, host: str) -> None:
         """Before the first warm-up: the work directory, and the run's row in the index."""
@@ -245,9 +241,7 @@ class PrecompileRun:
     def warm(self, plan: CellPlan) -> CellReport:
         """Warm one planned cell in a worker, then publish, index (and with ``verify``, verify)
         its entry, or record its failure; the cell's report, also kept for ``finish``."""
-        report = self._warm(plan)
-        self._keep(report)
-        return report
+        return self._kept(self._warm(plan))
 
     def already_published(self, plan: CellPlan) -> CellReport | None:
         """If the store holds ``plan``'s entry (its index row lost), index it and report it as
@@ -256,9 +250,7 @@ class PrecompileRun:
             return None
         index_known_entries(self.context.store, self.context.index, [plan], self.backend)
         self.emit(("skip", plan.cell.id, "ready (entry in store)"))
-        report = _cell_report(plan, EXISTS)
-        self._keep(report)
-        return report
+        return self._kept(_cell_report(plan, EXISTS))
 
     def finish(self, released: int = 0) -> PrecompileReport:
         """Remove the work directory (unless kept or given) and make the report, the cells in
@@ -279,9 +271,10 @@ class PrecompileRun:
 
     # --- one cell ------------------------------------------------------------------------
 
-    def _keep(self, report: CellReport) -> None:
+    def _kept(self, report: CellReport) -> CellReport:
         with self._lock:
             self._reports[report.cell_id] = report
+        return report
 
     def _warm(self, plan: CellPlan) -> CellReport:
         cell, options = plan.cell, self.options
@@ -346,7 +339,7 @@ class PrecompileRun:
         producer = {"tool": "neffcache precompile", "run_id": str(self.run_id),
                     "matrix": c.matrix.name or Path(c.matrix.source).name,
                     "worker_wall_seconds": f"{outcome.wall_seconds:.3f}"}
-        result = publish_entry(c.store, plan.cell, c.fingerprint, backend, roots, PublishOptions(
+        result = publish_with(c.store, plan.cell, c.fingerprint, backend, roots, PublishOptions(
             producer=producer, compile_seconds=outcome.seconds, files=files,
             signer=self.options.signer, stop=self._cancel))
         with self._lock:

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from neffcache.backends import neuron_env
 from neffcache.errors import ExitRule, NeffcacheError, UsageError, WorkerError
@@ -21,9 +21,6 @@ from neffcache.precompile.plan import Event, PrecompileOptions, PrecompileReport
 from neffcache.precompile.push_cell import open_publisher
 from neffcache.precompile.run import RunContext, RunHooks, precompile_cells, register_matrix_file
 from neffcache.request_rules import checked_request
-
-if TYPE_CHECKING:
-    pass
 
 _SHARD_RE = re.compile(r"^(\d+)/(\d+)$")
 
@@ -90,7 +87,19 @@ class PrecompileResult(ExitRule):
         return self.report.to_json()
 
     def error(self) -> NeffcacheError | None:
-        return failure_error(self.report)
+        report, parts = self.report, []
+        if report.stopped is not None and report.stopped.cancelled:
+            parts.append(f"stopped: {report.stopped.cancelled} cell(s) cancelled")
+        if report.failed:
+            ids = ", ".join(c.cell_id for c in report.failed[:5])
+            parts.append(f"{len(report.failed)} of {len(report.cells)} cells failed ({ids})")
+        if unclean := report.not_verified:
+            ids = ", ".join(f"{c.cell_id}: {c.verify.status}" for c in unclean[:5] if c.verify)
+            parts.append(f"{len(unclean)} restored entries did not warm cleanly ({ids})")
+        if not parts:
+            return None
+        return WorkerError("; ".join(parts),
+                           hint="neffcache coverage MATRIX --json shows each failure's log tail")
 
 
 def precompile(request: PrecompileRequest) -> PrecompileResult:
@@ -182,21 +191,3 @@ def refuse_if_nothing_left(cells: Sequence[Cell], compile_only: bool) -> None:
     if cells and all(reasons):
         raise UsageError(f"{cells[0].id}: {reasons[0]} (all {len(cells)} selected cells are "
                          f"refused)")
-
-
-def failure_error(report: PrecompileReport) -> WorkerError | None:
-    """The exit rule: the error that makes precompile exit 1, or None. Pure."""
-    parts = []
-    if report.stopped is not None and report.stopped.cancelled:
-        parts.append(f"stopped: {report.stopped.cancelled} cell(s) cancelled")
-    if report.failed:
-        ids = ", ".join(c.cell_id for c in report.failed[:5])
-        parts.append(f"{len(report.failed)} of {len(report.cells)} cells failed ({ids})")
-    if report.not_verified:
-        ids = ", ".join(f"{c.cell_id}: {c.verify.status}" for c in report.not_verified[:5]
-                        if c.verify)
-        parts.append(f"{len(report.not_verified)} restored entries did not warm cleanly ({ids})")
-    if not parts:
-        return None
-    return WorkerError("; ".join(parts),
-                       hint="neffcache coverage MATRIX --json shows each failure's log tail")

@@ -14,13 +14,9 @@ from neffcache.backends import Backend
 from neffcache.errors import CacheMissError, NeffcacheError, WorkerError
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.launch import WorkerOutcome, run_worker
-from neffcache.precompile.plan import worker_spec
+from neffcache.precompile.plan import COMPILED, FAILED, HIT, worker_spec
 
 REPORT_SCHEMA = 1
-HIT, COMPILED, FAILED = "hit", "compiled", "failed"
-
-# A progress event: (kind, cell id, message); kinds: start, hit, compiled, failed.
-Event = tuple[str, str, str]
 
 
 @dataclass(frozen=True, slots=True)

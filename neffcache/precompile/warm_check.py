@@ -21,14 +21,8 @@ from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import entry_key
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.indexing import report_to_index, silent
-from neffcache.precompile.warm import (
-    FAILED,
-    Event,
-    WarmReport,
-    describe,
-    judge_outcome,
-    warm_restored,
-)
+from neffcache.precompile.plan import Event
+from neffcache.precompile.warm import FAILED, WarmReport, describe, judge_outcome, warm_restored
 from neffcache.report_send import SPOOL_DIR, discard, keep, load, pending
 from neffcache.reports import Verdicts, make_report_id
 from neffcache.request_rules import checked_request
