@@ -11,6 +11,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 from neffcache.errors import DeadlineExceededError, UsageError
 from neffcache.restore.fs import DirCache, Roots, is_temp, open_dir_at
@@ -18,6 +19,11 @@ from neffcache.restore.fs import DirCache, Roots, is_temp, open_dir_at
 ENTRIES_DIR = ".neffcache-entries"  # manifest copies, missing.json and the lock
 LOCK_FILE = "lock"
 _POLL = (0.02, 0.25)  # first and longest wait between tries for a lock held elsewhere
+
+
+def local_manifest_path(target: str | Path, key: str) -> Path:
+    """Where entry ``key``'s local manifest copy lives under ``target``."""
+    return Path(target, ENTRIES_DIR, f"{key}.json")
 
 
 class Held:

@@ -254,15 +254,6 @@ def sync_filesystems(fds: Iterable[int]) -> bool:
     return True
 
 
-def start_writeback(fd: int, offset: int, length: int) -> None:
-    """Start writing a range of a file to disk without waiting (``sync_file_range(2)``, flag
-    SYNC_FILE_RANGE_WRITE), a hint. Restore does not use it (beside a heavy writer it can block
-    on the device's queue)."""
-    fn = _libc_function("sync_file_range", "c_int", "c_longlong", "c_longlong", "c_uint")
-    if fn is not None and length > 0:
-        fn(fd, offset, length, 2)
-
-
 @functools.cache  # looked up once per process
 def _libc_function(name: str, *argtypes: str) -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):

@@ -34,8 +34,13 @@ from neffcache.manifest import (
     signature_from_json,
 )
 from neffcache.matrix import Cell
-from neffcache.restore.dest import ENTRIES_DIR, is_unclean, lock_destination
-from neffcache.restore.fs import Roots, replace_best_effort, tmp_name
+from neffcache.restore.dest import (
+    ENTRIES_DIR,
+    is_unclean,
+    local_manifest_path,
+    lock_destination,
+)
+from neffcache.restore.fs import Roots, replace_best_effort
 from neffcache.restore.outcome import RestoreJob, RestoreResult, job_result
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
@@ -58,11 +63,6 @@ MISSING_SCHEMA = 1
 # whose other cells are in place takes the no-op path (no store request at all).
 MISSING_RECHECK_SECONDS = 6 * 3600.0
 _BAD_PARTS = frozenset({"", ".", ".."})
-_NEW_COPY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def local_manifest_path(target: Path, key: str) -> Path:
-    return Path(target, LOCAL_ENTRIES, f"{key}.json")
 
 
 def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, Any] | None:
@@ -246,42 +246,6 @@ def _real_dir(path: Path) -> bool:
 def _plain_relative(path: object) -> bool:
     return isinstance(path, str) and bool(path) and path[0] != "/" and "\x00" not in path \
         and not _BAD_PARTS.intersection(path.split("/"))
-
-
-class ManifestCopies:
-    """Keeps each manifest a restore reads from the store as its local copy, the store's bytes: put
-    aside under a temp name before decoding, renamed to ``<entry-key>.json`` once it decoded as that
-    entry's manifest, removed otherwise. Best effort, not fsynced: a missing copy only means asking
-    the store again."""
-
-    def __init__(self, target: Path) -> None:
-        self.target = target
-
-    def aside(self, key: str, data: bytes) -> str | None:
-        tmp = os.path.join(self.target, LOCAL_ENTRIES, tmp_name())
-        try:
-            fd = os.open(tmp, _NEW_COPY, 0o666)
-        except OSError:
-            return None
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-        except OSError:
-            self.settle(key, tmp, False)
-            return None
-        return tmp
-
-    def settle(self, key: str, tmp: str | None, ok: bool) -> None:
-        if tmp is None:
-            return
-        if ok:
-            try:
-                os.replace(tmp, local_manifest_path(self.target, key))
-                return
-            except OSError:
-                pass
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
 
 
 def save_missing(target: Path, fingerprint_key: str,

@@ -242,14 +242,11 @@ def _wait(claims: Sequence[_Claim], index: Mapping[str, int],
     return who
 
 
-_SOLE = ((0,),)  # the owners of a one-path group of a one-entry plan (most groups): shared
-
-
 def _owners(targets: list[Target], owned: list[tuple[int, ...]] | None,
             sole: dict[tuple[int, ...], tuple[tuple[int, ...]]]) -> tuple[tuple[int, ...], ...]:
     """A group's ``owners``, the common shapes shared rather than one tuple per group."""
-    if owned is None:  # a one-entry plan
-        return _SOLE if len(targets) == 1 else ((0,),) * len(targets)
+    if owned is None:  # a one-entry plan: one shared constant (``t * 1`` is ``t``)
+        return ((0,),) * len(targets)
     if len(owned) == 1:
         return sole.setdefault(owned[0], (owned[0],))
     return tuple(owned)
