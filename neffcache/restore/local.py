@@ -126,60 +126,44 @@ def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootSt
                   fds: Mapping[str, int], deadline: float | None) -> int | None:
     """Once every file is confirmed: ``fdatasync`` those pending in this boot, on a thread of their
     own waited for until ``deadline`` at most (beside a busy writer one sync can take seconds);
-    those not synced stay pending. How many stay pending; None when a file is not the one its row
-    names."""
-    syncs = _Syncs(docs, states)
-    if deadline is None:
-        syncs.run(fds)
-    elif time.monotonic() >= deadline:  # past it already: nothing more is started
+    those not synced stay pending, and only syncs that returned before the wait ended are settled.
+    How many stay pending; None when a file is not the one its row names."""
+    if deadline is not None and time.monotonic() >= deadline:  # nothing more is started
         return sum(1 for _ in _pending_rows(docs, states))
-    else:
-        own = {root: os.dup(fd) for root, fd in fds.items()}
-        threading.Thread(target=syncs.run, args=(own, True), name="neffcache-settle",
-                         daemon=True).start()
-        syncs.finished.wait(max(0.0, deadline - time.monotonic()))
-    finished = syncs.finished.is_set()  # before the snapshot: then it holds every sync
-    synced = syncs.stop()
-    if syncs.failed:
-        return None
-    for root, path in synced:
-        states[root].settle(path)
-    return 0 if finished else sum(1 for _ in _pending_rows(docs, states))
+    synced: list[tuple[str, str]] = []
+    failed: list[bool] = []
+    finished, stopped = threading.Event(), threading.Event()
+    own = fds if deadline is None else {root: os.dup(fd) for root, fd in fds.items()}
 
-
-class _Syncs:
-    """The syncs of ``_sync_pending`` on the thread that calls ``run``: ``stop`` says which returned
-    before it was called (those alone may be settled)."""
-
-    def __init__(self, docs: Sequence[Mapping[str, Any]],
-                 states: Mapping[str, RootState]) -> None:
-        self.docs, self.states = docs, states
-        self.synced: list[tuple[str, str]] = []
-        self.failed = False
-        self.finished = threading.Event()
-        self._stopped = threading.Event()
-
-    def run(self, fds: Mapping[str, int], own_fds: bool = False) -> None:
+    def run() -> None:
         try:
-            for root, path in _pending_rows(self.docs, self.states):
-                if self._stopped.is_set():
+            for root, path in _pending_rows(docs, states):
+                if stopped.is_set():
                     return
-                if not self.states[root].sync_row(fds[root], path):
-                    self.failed = True
+                if not states[root].sync_row(own[root], path):
+                    failed.append(True)
                     return
-                self.synced.append((root, path))
+                synced.append((root, path))
         except Exception:  # noqa: BLE001 - gone or unreadable: the full restore decides
-            self.failed = True
+            failed.append(True)
         finally:
-            self.finished.set()
-            if own_fds:
-                for fd in fds.values():
-                    os.close(fd)
+            finished.set()
+            for fd in own.values() if own is not fds else ():
+                os.close(fd)
 
-    def stop(self) -> list[tuple[str, str]]:
-        """No sync starts after this; the files whose sync returned before it."""
-        self._stopped.set()
-        return self.synced[:]
+    if deadline is None:
+        run()
+    else:
+        threading.Thread(target=run, name="neffcache-settle", daemon=True).start()
+        finished.wait(max(0.0, deadline - time.monotonic()))
+    done = finished.is_set()  # before the snapshot: then it holds every sync
+    stopped.set()
+    settled = synced[:]  # the syncs that returned by now: no later one is settled
+    if failed:
+        return None
+    for root, path in settled:
+        states[root].settle(path)
+    return 0 if done else sum(1 for _ in _pending_rows(docs, states))
 
 
 def _pending_rows(docs: Sequence[Mapping[str, Any]],
