@@ -116,7 +116,7 @@ def sweep_dirs(roots: Roots, dirs: Iterable[tuple[str, str]]) -> int:
             fd = _existing(cache, missing, root, dir_path)
             if fd is None:
                 continue
-            n += _sweep_fd(fd)
+            n += sweep_temps(fd)
             cache.trim()
     finally:
         cache.close()
@@ -140,26 +140,19 @@ def _existing(cache: DirCache, missing: set[tuple[str, str]], root: str,
         return None
 
 
-def sweep_entries(held: Held) -> int:
-    return _sweep_fd(held.entries_fd)
-
-
 def sweep_trees(roots: Roots) -> int:
     """Remove every temp file anywhere under the roots (never through a symlink); how many."""
     n = 0
     for fd in roots.fds.values():
         for _dir, _subdirs, files, dfd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
-            n += _unlink_temps(dfd, files)
+            n += sweep_temps(dfd, files)
     return n
 
 
-def _sweep_fd(fd: int) -> int:
-    return _unlink_temps(fd, os.listdir(fd))
-
-
-def _unlink_temps(dfd: int, names: Iterable[str]) -> int:
+def sweep_temps(dfd: int, names: Iterable[str] | None = None) -> int:
+    """Remove the temp files directly in directory ``dfd`` (among ``names``, else all); how many."""
     n = 0
-    for name in names:
+    for name in os.listdir(dfd) if names is None else names:
         if not is_temp(name):
             continue
         try:

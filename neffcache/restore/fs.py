@@ -12,7 +12,7 @@ import os
 import stat
 import sys
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from neffcache.errors import UsageError
@@ -118,15 +118,6 @@ class Roots:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @contextlib.contextmanager
-    def parent(self, root: str, path: str, *, create: bool) -> Iterator[int]:
-        """The descriptor of a file's directory inside ``root``, never through a symlink."""
-        dirs = DirCache(self)
-        try:
-            yield dirs.get(root, path.rpartition("/")[0], create=create)
-        finally:
-            dirs.close()
 
 
 class DirCache:
