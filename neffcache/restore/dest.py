@@ -11,6 +11,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 from neffcache.errors import DeadlineExceededError, UsageError
 from neffcache.restore.fs import DirCache, Roots, is_temp, open_dir_at
@@ -18,6 +19,11 @@ from neffcache.restore.fs import DirCache, Roots, is_temp, open_dir_at
 ENTRIES_DIR = ".neffcache-entries"  # manifest copies, missing.json and the lock
 LOCK_FILE = "lock"
 _POLL = (0.02, 0.25)  # first and longest wait between tries for a lock held elsewhere
+
+
+def local_manifest_path(target: str | Path, key: str) -> Path:
+    """Where entry ``key``'s local manifest copy lives under ``target``."""
+    return Path(target, ENTRIES_DIR, f"{key}.json")
 
 
 class Held:
@@ -110,7 +116,7 @@ def sweep_dirs(roots: Roots, dirs: Iterable[tuple[str, str]]) -> int:
             fd = _existing(cache, missing, root, dir_path)
             if fd is None:
                 continue
-            n += _sweep_fd(fd)
+            n += sweep_temps(fd)
             cache.trim()
     finally:
         cache.close()
@@ -134,26 +140,19 @@ def _existing(cache: DirCache, missing: set[tuple[str, str]], root: str,
         return None
 
 
-def sweep_entries(held: Held) -> int:
-    return _sweep_fd(held.entries_fd)
-
-
 def sweep_trees(roots: Roots) -> int:
     """Remove every temp file anywhere under the roots (never through a symlink); how many."""
     n = 0
     for fd in roots.fds.values():
         for _dir, _subdirs, files, dfd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
-            n += _unlink_temps(dfd, files)
+            n += sweep_temps(dfd, files)
     return n
 
 
-def _sweep_fd(fd: int) -> int:
-    return _unlink_temps(fd, os.listdir(fd))
-
-
-def _unlink_temps(dfd: int, names: Iterable[str]) -> int:
+def sweep_temps(dfd: int, names: Iterable[str] | None = None) -> int:
+    """Remove the temp files directly in directory ``dfd`` (among ``names``, else all); how many."""
     n = 0
-    for name in names:
+    for name in os.listdir(dfd) if names is None else names:
         if not is_temp(name):
             continue
         try:

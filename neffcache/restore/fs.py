@@ -12,7 +12,7 @@ import os
 import stat
 import sys
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from neffcache.errors import UsageError
@@ -118,15 +118,6 @@ class Roots:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @contextlib.contextmanager
-    def parent(self, root: str, path: str, *, create: bool) -> Iterator[int]:
-        """The descriptor of a file's directory inside ``root``, never through a symlink."""
-        dirs = DirCache(self)
-        try:
-            yield dirs.get(root, path.rpartition("/")[0], create=create)
-        finally:
-            dirs.close()
 
 
 class DirCache:
@@ -252,15 +243,6 @@ def sync_filesystems(fds: Iterable[int]) -> bool:
             err = ctypes.get_errno()
             raise OSError(err, f"syncfs: {os.strerror(err)}")
     return True
-
-
-def start_writeback(fd: int, offset: int, length: int) -> None:
-    """Start writing a range of a file to disk without waiting (``sync_file_range(2)``, flag
-    SYNC_FILE_RANGE_WRITE), a hint. Restore does not use it (beside a heavy writer it can block
-    on the device's queue)."""
-    fn = _libc_function("sync_file_range", "c_int", "c_longlong", "c_longlong", "c_uint")
-    if fn is not None and length > 0:
-        fn(fd, offset, length, 2)
 
 
 @functools.cache  # looked up once per process

@@ -213,14 +213,11 @@ def copies(dirs: DirCache, g: FetchGroup) -> list[Outcome]:
             fd = os.open(first.path.rpartition("/")[2],
                          os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
             with os.fdopen(fd, "rb") as src:
-                out.append((t, place(dirs, t, functools.partial(copy_into, src, t))))
+                write = functools.partial(copy_verified, src, t=t, deadline=None)
+                out.append((t, place(dirs, t, write)))
         except Exception as exc:  # noqa: BLE001
             out.append((t, failure(t, exc, g.sha256)))
     return out
-
-
-def copy_into(src: BinaryIO, t: Target, fd: int) -> None:
-    copy_verified(src, fd, t, None)
 
 
 def copy_verified(src: BinaryIO, fd: int, t: Target, deadline: float | None) -> None:

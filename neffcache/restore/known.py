@@ -15,10 +15,16 @@ from neffcache.errors import ManifestError, NotFoundError, UnavailableError, Unt
 from neffcache.manifest import DIGEST_FIELD, Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.restore.fs import Roots
-from neffcache.restore.local import ManifestCopies, local_manifest_path, read_missing_record
+from neffcache.restore.local import local_manifest_path, read_missing_record
 from neffcache.restore.outcome import RestoreJob
 from neffcache.restore.plan import FileId, short_cells, wanted_pairs, wanted_sizes
-from neffcache.restore.resolve import CellFailure, Resolution, find_elsewhere, resolve_entries
+from neffcache.restore.resolve import (
+    CellFailure,
+    ManifestCopies,
+    Resolution,
+    find_elsewhere,
+    resolve_entries,
+)
 from neffcache.restore.scan import scan_present
 from neffcache.restore.seen import Present
 from neffcache.restore.state import StateRecord

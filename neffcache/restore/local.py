@@ -34,8 +34,13 @@ from neffcache.manifest import (
     signature_from_json,
 )
 from neffcache.matrix import Cell
-from neffcache.restore.dest import ENTRIES_DIR, is_unclean, lock_destination
-from neffcache.restore.fs import Roots, replace_best_effort, tmp_name
+from neffcache.restore.dest import (
+    ENTRIES_DIR,
+    is_unclean,
+    local_manifest_path,
+    lock_destination,
+)
+from neffcache.restore.fs import Roots, replace_best_effort
 from neffcache.restore.outcome import RestoreJob, RestoreResult, job_result
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
@@ -58,11 +63,6 @@ MISSING_SCHEMA = 1
 # whose other cells are in place takes the no-op path (no store request at all).
 MISSING_RECHECK_SECONDS = 6 * 3600.0
 _BAD_PARTS = frozenset({"", ".", ".."})
-_NEW_COPY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def local_manifest_path(target: Path, key: str) -> Path:
-    return Path(target, LOCAL_ENTRIES, f"{key}.json")
 
 
 def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, Any] | None:
@@ -126,60 +126,44 @@ def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootSt
                   fds: Mapping[str, int], deadline: float | None) -> int | None:
     """Once every file is confirmed: ``fdatasync`` those pending in this boot, on a thread of their
     own waited for until ``deadline`` at most (beside a busy writer one sync can take seconds);
-    those not synced stay pending. How many stay pending; None when a file is not the one its row
-    names."""
-    syncs = _Syncs(docs, states)
-    if deadline is None:
-        syncs.run(fds)
-    elif time.monotonic() >= deadline:  # past it already: nothing more is started
+    those not synced stay pending, and only syncs that returned before the wait ended are settled.
+    How many stay pending; None when a file is not the one its row names."""
+    if deadline is not None and time.monotonic() >= deadline:  # nothing more is started
         return sum(1 for _ in _pending_rows(docs, states))
-    else:
-        own = {root: os.dup(fd) for root, fd in fds.items()}
-        threading.Thread(target=syncs.run, args=(own, True), name="neffcache-settle",
-                         daemon=True).start()
-        syncs.finished.wait(max(0.0, deadline - time.monotonic()))
-    finished = syncs.finished.is_set()  # before the snapshot: then it holds every sync
-    synced = syncs.stop()
-    if syncs.failed:
-        return None
-    for root, path in synced:
-        states[root].settle(path)
-    return 0 if finished else sum(1 for _ in _pending_rows(docs, states))
+    synced: list[tuple[str, str]] = []
+    failed: list[bool] = []
+    finished, stopped = threading.Event(), threading.Event()
+    own = fds if deadline is None else {root: os.dup(fd) for root, fd in fds.items()}
 
-
-class _Syncs:
-    """The syncs of ``_sync_pending`` on the thread that calls ``run``: ``stop`` says which returned
-    before it was called (those alone may be settled)."""
-
-    def __init__(self, docs: Sequence[Mapping[str, Any]],
-                 states: Mapping[str, RootState]) -> None:
-        self.docs, self.states = docs, states
-        self.synced: list[tuple[str, str]] = []
-        self.failed = False
-        self.finished = threading.Event()
-        self._stopped = threading.Event()
-
-    def run(self, fds: Mapping[str, int], own_fds: bool = False) -> None:
+    def run() -> None:
         try:
-            for root, path in _pending_rows(self.docs, self.states):
-                if self._stopped.is_set():
+            for root, path in _pending_rows(docs, states):
+                if stopped.is_set():
                     return
-                if not self.states[root].sync_row(fds[root], path):
-                    self.failed = True
+                if not states[root].sync_row(own[root], path):
+                    failed.append(True)
                     return
-                self.synced.append((root, path))
+                synced.append((root, path))
         except Exception:  # noqa: BLE001 - gone or unreadable: the full restore decides
-            self.failed = True
+            failed.append(True)
         finally:
-            self.finished.set()
-            if own_fds:
-                for fd in fds.values():
-                    os.close(fd)
+            finished.set()
+            for fd in own.values() if own is not fds else ():
+                os.close(fd)
 
-    def stop(self) -> list[tuple[str, str]]:
-        """No sync starts after this; the files whose sync returned before it."""
-        self._stopped.set()
-        return self.synced[:]
+    if deadline is None:
+        run()
+    else:
+        threading.Thread(target=run, name="neffcache-settle", daemon=True).start()
+        finished.wait(max(0.0, deadline - time.monotonic()))
+    done = finished.is_set()  # before the snapshot: then it holds every sync
+    stopped.set()
+    settled = synced[:]  # the syncs that returned by now: no later one is settled
+    if failed:
+        return None
+    for root, path in settled:
+        states[root].settle(path)
+    return 0 if done else sum(1 for _ in _pending_rows(docs, states))
 
 
 def _pending_rows(docs: Sequence[Mapping[str, Any]],
@@ -246,42 +230,6 @@ def _real_dir(path: Path) -> bool:
 def _plain_relative(path: object) -> bool:
     return isinstance(path, str) and bool(path) and path[0] != "/" and "\x00" not in path \
         and not _BAD_PARTS.intersection(path.split("/"))
-
-
-class ManifestCopies:
-    """Keeps each manifest a restore reads from the store as its local copy, the store's bytes: put
-    aside under a temp name before decoding, renamed to ``<entry-key>.json`` once it decoded as that
-    entry's manifest, removed otherwise. Best effort, not fsynced: a missing copy only means asking
-    the store again."""
-
-    def __init__(self, target: Path) -> None:
-        self.target = target
-
-    def aside(self, key: str, data: bytes) -> str | None:
-        tmp = os.path.join(self.target, LOCAL_ENTRIES, tmp_name())
-        try:
-            fd = os.open(tmp, _NEW_COPY, 0o666)
-        except OSError:
-            return None
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-        except OSError:
-            self.settle(key, tmp, False)
-            return None
-        return tmp
-
-    def settle(self, key: str, tmp: str | None, ok: bool) -> None:
-        if tmp is None:
-            return
-        if ok:
-            try:
-                os.replace(tmp, local_manifest_path(self.target, key))
-                return
-            except OSError:
-                pass
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
 
 
 def save_missing(target: Path, fingerprint_key: str,

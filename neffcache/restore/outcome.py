@@ -45,7 +45,6 @@ from neffcache.signing import PublicKey
 from neffcache.trust import signers
 
 REPORT_SCHEMA = 1
-MAX_LISTED_FAILURES = LISTED_FAILURES  # files_failed lists this many; files_failed_count all
 Notice = Callable[[str], None]
 
 
@@ -178,7 +177,7 @@ class RestoreResult(ExitRule):
             "cells_incomplete": list(self.incomplete) + [c.id for c in res.unresolved],
             "files_fetched": self.files_fetched,
             "files_skipped": self.files_skipped,
-            "files_failed": [f.to_json() for f in self.failures[:MAX_LISTED_FAILURES]],
+            "files_failed": [f.to_json() for f in self.failures[:LISTED_FAILURES]],
             "files_failed_count": self.files_failed,
             "files_unsynced": self.files_unsynced,
             "bytes_fetched": self.bytes_fetched,

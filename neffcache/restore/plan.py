@@ -242,14 +242,11 @@ def _wait(claims: Sequence[_Claim], index: Mapping[str, int],
     return who
 
 
-_SOLE = ((0,),)  # the owners of a one-path group of a one-entry plan (most groups): shared
-
-
 def _owners(targets: list[Target], owned: list[tuple[int, ...]] | None,
             sole: dict[tuple[int, ...], tuple[tuple[int, ...]]]) -> tuple[tuple[int, ...], ...]:
     """A group's ``owners``, the common shapes shared rather than one tuple per group."""
-    if owned is None:  # a one-entry plan
-        return _SOLE if len(targets) == 1 else ((0,),) * len(targets)
+    if owned is None:  # a one-entry plan: one shared constant (``t * 1`` is ``t``)
+        return ((0,),) * len(targets)
     if len(owned) == 1:
         return sole.setdefault(owned[0], (owned[0],))
     return tuple(owned)
@@ -279,12 +276,7 @@ def _claims(manifests: Sequence[Manifest], target_dirs: Mapping[str, str]
     name it (a tuple per path, not a list: 90 MiB less per million files)."""
     wants: dict[FileId, _Claim | list[_Claim]] = {}
     for m in manifests:
-        key = m.entry_key  # a digest: computed once per entry, not per file
-        for f in m.files:
-            if f.root not in target_dirs:
-                raise _no_target(key, f)
-            fid = (f.root, f.path)
-            claim = (key, f)
+        for fid, claim in _one_claims(m, target_dirs):
             have = wants.get(fid)
             if have is None:
                 wants[fid] = claim

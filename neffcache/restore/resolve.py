@@ -4,17 +4,21 @@ another environment"; with ``keep``, the bytes the store sent become the local c
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
 
 from neffcache.backends import Backend
 from neffcache.errors import ManifestError, NotFoundError, UnavailableError, UntrustedEntryError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
+from neffcache.restore.dest import ENTRIES_DIR, local_manifest_path
 from neffcache.restore.fetch import ATTEMPTS
+from neffcache.restore.fs import tmp_name
 from neffcache.signing import PublicKey, check_trusted
 from neffcache.store import CELLS, Store, manifest_key
 from neffcache.thread_pool import map_in_threads
@@ -38,22 +42,50 @@ class Resolution:
     elsewhere: tuple[tuple[str, tuple[str, ...]], ...] = ()  # cell id -> other fingerprint keys
 
 
-class KeepCopies(Protocol):
-    """Where a resolve keeps the manifests it read, as the store sent them (called from its threads,
-    one key each)."""
+_NEW_COPY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class ManifestCopies:
+    """Keeps each manifest a restore reads from the store as its local copy, the store's bytes: put
+    aside under a temp name before decoding, renamed to ``<entry-key>.json`` once it decoded as that
+    entry's manifest, removed otherwise. Best effort, not fsynced: a missing copy only means asking
+    the store again."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
 
     def aside(self, key: str, data: bytes) -> str | None:
-        """Write ``data`` under a temp name; that name, or None where it could not."""
+        tmp = os.path.join(self.target, ENTRIES_DIR, tmp_name())
+        try:
+            fd = os.open(tmp, _NEW_COPY, 0o666)
+        except OSError:
+            return None
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+        except OSError:
+            self.settle(key, tmp, False)
+            return None
+        return tmp
 
     def settle(self, key: str, tmp: str | None, ok: bool) -> None:
-        """The bytes at ``tmp`` become entry ``key``'s copy if ``ok``, else they are removed."""
+        if tmp is None:
+            return
+        if ok:
+            try:
+                os.replace(tmp, local_manifest_path(self.target, key))
+                return
+            except OSError:
+                pass
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
                     backend: Backend, *, workers: int = 16,
                     deadline: float | None = None,
                     trusted: Sequence[PublicKey] = (),
-                    keep: KeepCopies | None = None) -> Resolution:
+                    keep: ManifestCopies | None = None) -> Resolution:
     """Read and validate each cell's manifest for this fingerprint (in parallel); with ``keep``,
     each one found is kept there."""
 
@@ -81,7 +113,7 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
 
 def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
                    deadline: float | None, trusted: Sequence[PublicKey] = (),
-                   keep: KeepCopies | None = None) -> Manifest | CellFailure | str:
+                   keep: ManifestCopies | None = None) -> Manifest | CellFailure | str:
     """The cell's manifest, a failure, "missing", or "unresolved" (the deadline)."""
     for attempt in range(1, ATTEMPTS + 1):
         tmp, ok = None, False

@@ -29,7 +29,7 @@ from neffcache.restore.dest import (
     Held,
     lock_destination,
     sweep_dirs,
-    sweep_entries,
+    sweep_temps,
     sweep_trees,
 )
 from neffcache.restore.fs import Roots
@@ -109,7 +109,7 @@ def _locked(store: Store, job: RestoreJob, held: Held,
     try:
         # Under the lock every temp file is stale: in the entries directory, in the
         # directories this run writes to, and (after a killed run) anywhere under the roots.
-        stale = sweep_entries(held) + (sweep_trees(roots) if held.unclean else 0)
+        stale = sweep_temps(held.entries_fd) + (sweep_trees(roots) if held.unclean else 0)
         copies = read_copies(job.target, job.entry_keys(), job.backend,
                              job.trusted)  # before the state table: see read_copies
         state, pending = load_states(dirs)  # one read of each state file, rows packed

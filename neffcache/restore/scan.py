@@ -10,7 +10,7 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 
 from neffcache.hashing import CHUNK
-from neffcache.restore.fs import Roots
+from neffcache.restore.fs import DirCache, Roots
 from neffcache.restore.plan import FileId, PresentFile
 from neffcache.restore.seen import Present
 from neffcache.restore.state import StateRecord, state_record
@@ -77,11 +77,14 @@ def _hash_present(roots: Roots, items: list[tuple[FileId, os.stat_result]],
         (root, path), _st = item
         if deadline is not None and time.monotonic() >= deadline:
             return item[0], None
+        dirs = DirCache(roots)  # the file's directory, never through a symlink
         try:
-            with roots.parent(root, path, create=False) as dfd:
-                return item[0], _hash_at(dfd, path.rpartition("/")[2], deadline)
+            parent, _, name = path.rpartition("/")
+            return item[0], _hash_at(dirs.get(root, parent, create=False), name, deadline)
         except OSError:
             return item[0], None
+        finally:
+            dirs.close()
 
     for (fid, sha), (_, st) in zip(map_in_threads(one, items, workers), items, strict=True):
         if sha is not None:

@@ -192,15 +192,7 @@ def _rows(t: _Window, i: int, into: Rows) -> int:
     if t.s[i] == "}":
         return i + 1
     while True:
-        s = t.s
-        try:  # as _item does, without a call more per row unless at the window's end
-            (path, row), j = _row(s, i)
-            whole = j + 3 <= len(s) or t.eof
-        except (BadState, ValueError, IndexError):
-            whole = False
-        if not whole:
-            (path, row), j = _item(t, i, _row)
-        i = j
+        (path, row), i = _item(t, i, _row)
         packed = pack_row(row)
         if packed is not None:  # else not a record: its file is hashed again
             into[path] = packed

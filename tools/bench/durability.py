@@ -22,6 +22,8 @@ same tree and condition, and loaded against quiet, in this run.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -35,7 +37,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from neffcache.restore.fs import start_writeback, sync_filesystems  # noqa: E402
+from neffcache.restore.fs import sync_filesystems  # noqa: E402
+
+
+@functools.cache
+def _sync_file_range() -> ctypes._CFuncPtr:
+    fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    fn.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Start writing a range of a file to disk without waiting (``sync_file_range(2)``, flag
+    SYNC_FILE_RANGE_WRITE): what restore did before it deferred durability."""
+    if length > 0:
+        _sync_file_range()(fd, offset, length, 2)
+
 
 WRITER = """
 import os, sys
