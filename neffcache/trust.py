@@ -22,7 +22,7 @@ from neffcache.hashing import is_sha256
 from neffcache.keys import load_trusted_keys
 from neffcache.manifest import DIGEST_FIELD, Manifest, entry_key_for, manifest_digest
 from neffcache.signing import PublicKey, check_trusted, signed_digest_trusted
-from neffcache.store import CELLS, Store, cell_pointer_key
+from neffcache.store import CELLS, Store, cell_pointer_key, pointer_parts
 from neffcache.thread_pool import map_in_threads
 
 NO_KEYS_HINT = "configure trusted keys: --trusted-key KEY, NEFFCACHE_TRUSTED_KEYS or the " \
@@ -97,10 +97,10 @@ def read_pins(store: Store, workers: int = 8) -> dict[str, str | None]:
     entry key -> the digest it pins (None: no pin)."""
 
     def one(key: str) -> tuple[str, str | None] | None:
-        cell_key, _, name = key[len(CELLS):].partition("/")
-        if not name.endswith(".json") or "/" in name:
+        pointer = pointer_parts(key)
+        if pointer is None:
             return None
-        entry = entry_key_for(cell_key, name[:-5])
+        entry = entry_key_for(*pointer)
         names, pin = _read_pointer(store, key, entry)
         return (entry, pin) if names else None
 

@@ -15,7 +15,7 @@ from neffcache.hashing import is_key_prefix
 from neffcache.manifest import Manifest, decode_manifest, entry_key_for
 from neffcache.matrix import Cell, select_cells
 from neffcache.matrix_io import load_matrix
-from neffcache.store import CELLS, MANIFESTS, Store, entry_key_of, manifest_key
+from neffcache.store import CELLS, MANIFESTS, Store, entry_key_of, manifest_key, pointer_parts
 from neffcache.thread_pool import map_in_threads
 
 
@@ -47,16 +47,9 @@ def select_entry_keys(store: Store, cells: Sequence[Cell] | None,
                             if match_fingerprint(m.fingerprint.key, fingerprints)))
 
     def pointed(cell: Cell) -> list[str]:
-        prefix = f"{CELLS}{cell.key}/"
-        out = []
-        for k in store.list(prefix):
-            name = k[len(prefix):]
-            if "/" in name or not name.endswith(".json"):
-                continue
-            fp = name[: -len(".json")]
-            if match_fingerprint(fp, fingerprints):
-                out.append(entry_key_for(cell.key, fp))
-        return out
+        pointers = (pointer_parts(k) for k in store.list(f"{CELLS}{cell.key}/"))
+        return [entry_key_for(*p) for p in pointers
+                if p is not None and match_fingerprint(p[1], fingerprints)]
 
     found = {k for ks in map_in_threads(pointed, cells, workers) for k in ks}
     return tuple(sorted(k for k in found if store.has(manifest_key(k))))

@@ -20,7 +20,7 @@ from neffcache.restore.dest import ENTRIES_DIR, local_manifest_path
 from neffcache.restore.fetch import ATTEMPTS
 from neffcache.restore.fs import tmp_name
 from neffcache.signing import PublicKey, check_trusted
-from neffcache.store import CELLS, Store, manifest_key
+from neffcache.store import CELLS, Store, manifest_key, pointer_parts
 from neffcache.thread_pool import map_in_threads
 
 
@@ -155,10 +155,10 @@ def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint
             return cell.id, ()
         prefix = f"{CELLS}{cell.key}/"
         try:
-            names = [k[len(prefix):] for k in store.list(prefix)]
+            pointers = [pointer_parts(k) for k in store.list(prefix)]
         except (UnavailableError, NotFoundError):
             return cell.id, ()
-        fps = sorted(n[:-5] for n in names if n.endswith(".json") and "/" not in n)
+        fps = sorted(p[1] for p in pointers if p is not None)
         return cell.id, tuple(f for f in fps if f != fingerprint.key)
 
     return tuple((cid, fps) for cid, fps in map_in_threads(

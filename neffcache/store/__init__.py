@@ -18,6 +18,7 @@ _FACE = {
     "base": ("BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED",
              "STORE_MARKER", "MultipartUploads", "Store", "TempFile", "TempFiles", "Upload",
              "blob_key", "cell_pointer_key", "entry_key_of", "holds_good", "manifest_key",
+             "pointer_parts",
              "pack_key", "report_key"),
     "bundle": ("BundleStore",),
     "bundle_format": ("TOC_NAME", "BundleEntry", "Member", "Toc", "bundle_entry", "decode_toc",
@@ -35,7 +36,8 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.errors import NotFoundError
     from neffcache.store.base import (BLOBS, CELLS, DAMAGED, MANIFESTS, PACKS, PENDING, REPORTS,
         RETIRED, STORE_MARKER, MultipartUploads, Store, TempFile, TempFiles, Upload, blob_key,
-        cell_pointer_key, entry_key_of, holds_good, manifest_key, pack_key, report_key)
+        cell_pointer_key, entry_key_of, holds_good, manifest_key, pack_key, pointer_parts,
+        report_key)
     from neffcache.store.bundle import BundleStore
     from neffcache.store.bundle_format import (TOC_NAME, BundleEntry, Member, Toc, bundle_entry,
         decode_toc, encode_toc, plan_members)

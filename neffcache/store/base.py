@@ -121,10 +121,20 @@ def _marker_ok(store: Store, body: bytes) -> None:
 
 def entry_key_of(manifest_object_key: str) -> str | None:
     """The entry key in a manifest object key, or None for anything else under manifests/."""
-    name = manifest_object_key.removeprefix(MANIFESTS)
-    if "/" in name or not name.endswith(".json"):
-        return None
-    return name[: -len(".json")]
+    return _json_name(manifest_object_key.removeprefix(MANIFESTS))
+
+
+def pointer_parts(object_key: str) -> tuple[str, str] | None:
+    """(cell key, fingerprint key) of a cell pointer's object key, or None for anything else
+    under cells/."""
+    cell_key, _, name = object_key.removeprefix(CELLS).partition("/")
+    fingerprint_key = _json_name(name)
+    return None if fingerprint_key is None else (cell_key, fingerprint_key)
+
+
+def _json_name(name: str) -> str | None:
+    """``name`` without ``.json`` when it names one object (no ``/``), else None."""
+    return name[: -len(".json")] if name.endswith(".json") and "/" not in name else None
 
 
 @runtime_checkable
