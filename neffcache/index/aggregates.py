@@ -1,14 +1,4 @@
-"""The ops aggregates, kept up to date by the writes that change them (one transaction each):
-coverage counts per (matrix version, fingerprint), entries and bytes per fingerprint, restore
-reports per hour x exit code x duration bucket, and the fingerprints restore reports name.
-
-Every change is an ``INSERT .. ON CONFLICT DO UPDATE SET n = n + excluded.n`` (atomic on
-SQLite and Postgres, rows touched in key order so concurrent writers do not deadlock).
-``rebuild_aggregates`` recomputes them all from the base tables (migration 0004, reindex,
-bulk loads). Each function takes an open Session or Connection inside a write transaction.
-The statements are Core statements on ``neffcache.index.tables`` (no ORM import on the entry
-path), each upsert built once per dialect (see ``neffcache.index.record``).
-"""
+"""The ops aggregates, kept up to date by the writes that change them (atomic upserts)."""
 
 from __future__ import annotations
 
@@ -51,19 +41,19 @@ def _upsert(insert_of: Any, table: Table, replace: tuple[str, ...]) -> Any:
 
 def _add(session: Session | Connection, table: Table,
          rows: Mapping[tuple[Any, ...], Sequence[Any]], replace: Sequence[str] = ()) -> None:
-    """Upsert ``rows`` ({primary key: the other columns' values, in table order}): values
-    add, except in the ``replace`` columns, which take the greatest of old and new."""
+    """Upsert ``rows`` ({primary key: other columns}): values add, except the ``replace``
+    columns, which take the greatest."""
     if not rows:
         return
     stmt = _upsert(dialect_insert(session), table, tuple(replace))
     names = [c.name for c in table.primary_key] + [c.name for c in table.c if not c.primary_key]
+    # rows in key order: concurrent writers do not deadlock
     docs = [dict(zip(names, (*k, *v), strict=True)) for k, v in sorted(rows.items())]
     for part in chunks(docs):
         session.execute(stmt, list(part))
 
 
 def _matrices_of(session: Session | Connection, cell_keys: Iterable[str]) -> dict[str, list[int]]:
-    """Registered matrix versions holding each cell."""
     out: dict[str, list[int]] = {}
     mc = matrix_cells.c
     for part in chunks(sorted(set(cell_keys))):
@@ -75,7 +65,6 @@ def _matrices_of(session: Session | Connection, cell_keys: Iterable[str]) -> dic
 
 def _pairs_with(session: Session | Connection, table: Table, pairs: Sequence[Pair]
                 ) -> set[Pair]:
-    """Which of these (cell, fingerprint) pairs have a row in ``table`` (entries/failures)."""
     found: set[Pair] = set()
     by_fp: dict[str, list[str]] = {}
     for cell, fp in pairs:
@@ -91,8 +80,7 @@ def _pairs_with(session: Session | Connection, table: Table, pairs: Sequence[Pai
 
 def _coverage_deltas(session: Session | Connection, deltas: Mapping[Pair, tuple[int, int]],
                      matrices: Mapping[str, Sequence[int]] | None = None) -> None:
-    """Apply (ready, failed) changes of (cell, fingerprint) pairs to every matrix version
-    holding the cell (``matrices``: those versions per cell, when already read)."""
+    """Apply (ready, failed) changes of pairs to every matrix version holding the cell."""
     if matrices is None:
         matrices = _matrices_of(session, (c for c, _ in deltas))
     rows: dict[tuple[Any, ...], list[int]] = {}
@@ -106,9 +94,8 @@ def _coverage_deltas(session: Session | Connection, deltas: Mapping[Pair, tuple[
 
 def _entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
                      sign: int) -> None:
-    """Entries added (``sign`` 1) or removed (-1): ready moves by ``sign`` and failed the
-    other way where the pair has a failure, in every matrix version holding the cell (only
-    those cells' failures are read); entries and bytes per fingerprint move by ``sign``."""
+    """Entries added (``sign`` 1) or removed (-1): ready moves by ``sign``, failed the other
+    way where the pair has a failure."""
     pairs = [(c, f) for c, f, _ in entries]
     matrices = _matrices_of(session, (c for c, _ in pairs))
     held = [p for p in pairs if p[0] in matrices]
@@ -124,19 +111,16 @@ def _entries_changed(session: Session | Connection, entries: Sequence[tuple[str,
 
 
 def entries_added(session: Session | Connection, entries: Sequence[tuple[str, str, int]]) -> None:
-    """New entries ((cell key, fingerprint key, total bytes)), already inserted: the cell is
-    now ready, and no longer failed where it had failed."""
+    """Entries (cell key, fingerprint key, total bytes) already inserted."""
     _entries_changed(session, entries, 1)
 
 
 def entries_removed(session: Session | Connection, entries: Sequence[tuple[str, str, int]]) -> None:
-    """Entries just deleted: undo ``entries_added`` (a cell that had failed is failed again)."""
     _entries_changed(session, entries, -1)
 
 
 def failure_adding(session: Session | Connection, cell_key: str, fingerprint_key: str) -> None:
-    """Call before inserting a failure: the first failure of a cell with no entry makes it
-    failed."""
+    """Call before inserting a failure."""
     pair = [(cell_key, fingerprint_key)]
     if _pairs_with(session, entries, pair) or _pairs_with(session, cell_failures, pair):
         return
@@ -144,7 +128,6 @@ def failure_adding(session: Session | Connection, cell_key: str, fingerprint_key
 
 
 def matrix_registered(session: Session | Connection, matrix_id: int) -> None:
-    """Counts for a newly registered matrix version, from the base tables."""
     mc = matrix_cells.c
     _rebuild_coverage(session, select(mc.cell_key, mc.matrix_id)
                       .where(mc.matrix_id == matrix_id).subquery())
@@ -164,8 +147,7 @@ def bucket_of(seconds: float) -> int:
 
 def restores_added(session: Session | Connection,
                    rows: Iterable[tuple[datetime, int, int, float, int, str, str]]) -> None:
-    """New restore reports: (time, exit code, cells restored, seconds, bytes fetched, matrix,
-    fingerprint key)."""
+    """Rows: (time, exit code, cells restored, seconds, bytes, matrix, fingerprint key)."""
     counts: dict[tuple[Any, ...], list[Any]] = {}
     seen: dict[tuple[Any, ...], list[Any]] = {}
     for when, code, restored, seconds, nbytes, matrix, fp in rows:
@@ -181,8 +163,6 @@ def restores_added(session: Session | Connection,
     _add(session, restore_counts, counts)
     _add(session, report_fingerprints, seen, replace=("last_seen_at",))
 
-
-# --- rebuild ------------------------------------------------------------------------------
 
 def _rebuild_coverage(session: Session | Connection, matrix_cells: Any) -> None:
     mc, e, f = matrix_cells, entries.c, cell_failures.c
@@ -203,7 +183,6 @@ def _rebuild_coverage(session: Session | Connection, matrix_cells: Any) -> None:
 
 
 def rebuild_aggregates(session: Session | Connection) -> None:
-    """Recompute every aggregate from the base tables (after a bulk load or an upgrade)."""
     for table in (coverage_counts, fingerprint_counts, restore_counts, report_fingerprints):
         session.execute(delete(table))
     mc = matrix_cells.c

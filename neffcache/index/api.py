@@ -1,9 +1,4 @@
-"""``open_index`` and the ``Index`` handle: the only way the rest of neffcache talks to SQL.
-
-Opening never changes a schema unless asked: ``auto_upgrade=True`` (the CLI passes it for the
-embedded SQLite default) creates and migrates on first use; otherwise an empty or older
-schema raises SchemaOutdatedError naming ``neffcache db upgrade``.
-"""
+"""``open_index`` and the ``Index`` handle: the only way the rest of neffcache talks to SQL."""
 
 from __future__ import annotations
 
@@ -56,9 +51,8 @@ if TYPE_CHECKING:
 
 
 class _OnFirstUse:
-    """A module imported when one of its attributes is first read: the import system's lock
-    makes concurrent first uses wait for one complete import (``importlib.util.LazyLoader``
-    is not thread-safe before Python 3.12)."""
+    """A module imported when one of its attributes is first read (``LazyLoader`` is not
+    thread-safe before Python 3.12)."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -68,9 +62,7 @@ class _OnFirstUse:
 
 
 if not TYPE_CHECKING:
-    # The write paths load on first use, ``sqlalchemy.orm`` only with the Session's writers:
-    # a read command (``ls``, ``coverage``) and recording an entry (``push``) start without
-    # the ORM; ``ls`` without coverage.
+    # ``ls``, ``coverage`` and ``push`` start without the ORM; ``ls`` without coverage.
     _claims = _OnFirstUse("neffcache.index.claims")
     _coverage = _OnFirstUse("neffcache.index.coverage_engine.grid")
     record = _OnFirstUse("neffcache.index.record")
@@ -80,8 +72,7 @@ ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few r
 
 
 class Index:
-    """An open index. Query methods return frozen dataclasses; call ``close()`` when done
-    (or use it as a context manager)."""
+    """An open index; ``close()`` it, or use it as a context manager."""
 
     def __init__(self, engine: Engine, url: str) -> None:
         self._engine = engine
@@ -93,18 +84,14 @@ class Index:
         # (None: nowhere; the CLI's ``ls`` sets one, see ``ls_call``).
         self.statements: StatementCache | None = None
 
-    # --- sessions: the only way into SQL ------------------------------------------------
-
     @property
     def engine(self) -> Engine:
-        """The SQLAlchemy engine, for event listeners (tests count statements) and bulk
-        tools; queries go through ``connection``, ``read_session`` or ``write_session``."""
+        """For event listeners and bulk tools; queries use the sessions below."""
         return self._engine
 
     @contextlib.contextmanager
     def read_session(self) -> Iterator[Session]:
-        """An ORM session for reads (no transaction is committed); driver errors become
-        UnavailableError or SchemaOutdatedError."""
+        """An ORM session for reads; driver errors become UnavailableError/SchemaOutdatedError."""
         from sqlalchemy.orm import Session
 
         with translate_errors(self.url), Session(self._engine) as session:
@@ -112,14 +99,12 @@ class Index:
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Connection]:
-        """A Core connection for reads (no ORM import: what ``ls`` and ``coverage`` use)."""
         with translate_errors(self.url), self._engine.connect() as conn:
             yield conn
 
     @contextlib.contextmanager
     def write_session(self) -> Iterator[Session]:
-        """An ORM session in one write transaction, committed when the block ends (rolled
-        back on an exception); SQLite takes its write lock at BEGIN."""
+        """One write transaction, committed when the block ends; SQLite locks at BEGIN."""
         from sqlalchemy.orm import Session
 
         with translate_errors(self.url), Session(self._writer) as session, session.begin():
@@ -127,17 +112,12 @@ class Index:
 
     @contextlib.contextmanager
     def _write_connection(self) -> Iterator[Connection]:
-        """A Core connection in one write transaction (``write_session`` without the ORM:
-        the entry writes), committed when the block ends."""
         with translate_errors(self.url), self._writer.begin() as conn:
             yield conn
 
     def refresh_statistics(self, tables: Sequence[str]) -> None:
-        """``VACUUM (ANALYZE)`` ``tables`` after a bulk write on PostgreSQL, so reads do not
-        wait for autovacuum: the statistics (a fresh million-row index read ``entries`` whole:
-        353 ms instead of 23 ms) and the visibility map, without which a covering index still
-        visits the table (coverage of a 400-cell matrix read 15,450 table pages: 73-180 ms;
-        7.5 ms as an index-only scan). SQLite keeps the plans it has: nothing to do."""
+        """``VACUUM (ANALYZE)`` ``tables`` after a bulk write on PostgreSQL: without fresh
+        statistics and visibility map, a million-row ``entries`` read took 353 ms, not 23 ms."""
         if self._engine.dialect.name != "postgresql":
             return
         from sqlalchemy import text
@@ -149,8 +129,7 @@ class Index:
                                   + conn.dialect.identifier_preparer.quote(table)))
 
     def now(self, conn: Connection | Session) -> datetime:
-        """The time leases are judged by: ``lease_clock()`` when set (tests), else the
-        database's clock (read through ``conn``)."""
+        """``lease_clock()`` when set (tests), else the database's clock."""
         return self.lease_clock() if self.lease_clock else queries.database_now(conn)
 
     def close(self) -> None:
@@ -166,21 +145,17 @@ class Index:
         return read_schema_state(self._engine, self.url)
 
     def change_count(self) -> int:
-        """How many write transactions the index has committed (one row, raised by triggers
-        on every table: migration 0009): equal counts mean nothing changed in between."""
+        """Write transactions committed (raised by triggers): equal counts mean no change."""
         with self.connection() as conn:
             return int(conn.execute(select(index_changes.c.version)
                                     .where(index_changes.c.id == 1)).scalar_one())
-
-    # --- writes -------------------------------------------------------------------------
 
     def record_entry(self, manifest: Manifest, store_url: str) -> bool:
         """Index a published entry; idempotent. True if it was not indexed before."""
         return self.record_entries([manifest], store_url) == 1
 
     def record_entries(self, manifests: Sequence[Manifest], store_url: str) -> int:
-        """Index many entries, ENTRY_BATCH per transaction (entries, files and aggregates
-        together); returns how many were new."""
+        """ENTRY_BATCH entries per transaction; returns how many were new."""
         return sum(self._record_batch(part, store_url)
                    for part in record.chunks(list(manifests), ENTRY_BATCH))
 
@@ -196,52 +171,42 @@ class Index:
 
     def record_failure(self, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
                        exit_status: int | None, seconds: float, log_tail: str) -> None:
-        """Record a failed warm-up of ``cell`` (the last 16,000 characters of its log)."""
         with self.write_session() as s:
             record_runs.save_failure(s, run_id, cell, fingerprint, exit_status, seconds, log_tail)
 
     def start_run(self, host: str, fingerprint: Fingerprint, matrix_name: str) -> str:
-        """Record the start of a precompile run; returns its id."""
+        """Returns the run's id."""
         with self.write_session() as s:
             return record_runs.save_run_start(s, host, fingerprint, matrix_name)
 
     def finish_run(self, run_id: str, ok: int, failed: int,
                    cancelled: int | None = None) -> None:
-        """Record the end of a run: how many cells were warmed ok and how many failed;
-        ``cancelled`` (None: the run was not stopped) how many its stop ended."""
+        """``cancelled``: how many cells the run's stop ended (None: not stopped)."""
         with self.write_session() as s:
             record_runs.save_run_finish(s, run_id, ok, failed, cancelled)
 
     def record_restore(self, report: Mapping[str, Any]) -> None:
-        """Record a restore report (``RestoreResult.to_json()`` plus ``host``, ``matrix``).
-
-        Keys read, all optional: host, fingerprint_key (or fingerprint: {key} or a key),
-        matrix, cells_restored and cells_missing (each a count, or the list of cell ids),
-        restored and missing (lists of cell ids, or of objects with cell_id/id),
-        files_fetched, files_skipped, bytes_fetched (or bytes), seconds, exit_code.
-        The whole report is also kept as JSON."""
+        """Record a restore report (``RestoreResult.to_json()`` plus ``host``, ``matrix``); see
+        ``record_runs.restore_report_row`` for the keys read. The whole report is kept as JSON."""
         with self.write_session() as s:
             row = record_runs.restore_report_row(report)
             s.execute(insert(restore_reports), [row])
             record_runs.restores_recorded(s, [row])
 
     def record_reports(self, reports: Sequence[Report]) -> int:
-        """Ingest validated restore reports (from the store or report files); idempotent by
-        report id. Returns how many were new."""
+        """Ingest validated restore reports; idempotent by report id. Returns how many were new."""
         if not reports:
             return 0
         with self.write_session() as s:
             return record_runs.save_reports(s, reports)
 
     def known_report_ids(self, report_ids: Sequence[str]) -> set[str]:
-        """Which of these report ids are already ingested."""
         with self.read_session() as s:
             return record_runs.existing_report_ids(s, report_ids)
 
     def record_verification(self, entry_key: str, status: str,
                             at: datetime | None = None) -> bool:
-        """Mark an entry verified (status such as 'ok' or 'corrupt'), judged ``at`` (default
-        now; a verdict older than the one recorded is not); False if unknown or older."""
+        """A verdict older than the one recorded is not kept; False if unknown or older."""
         with self._write_connection() as conn:
             return record.save_verification(conn, entry_key, status, at)
 
@@ -250,13 +215,10 @@ class Index:
         with self._write_connection() as conn:
             return record.delete_entries(conn, entry_keys)
 
-    # --- claims (precompile --claim) -----------------------------------------------------
-
     def queue_claims(self, matrix_name: str, cells: Sequence[Cell], fingerprint: Fingerprint,
                      declared_keys: Sequence[str]) -> int:
-        """Queue these cells (insert-if-absent) and delete the matrix's queue rows for cells
-        it no longer declares (not in ``declared_keys``, every cell of the matrix); returns
-        how many of those were removed."""
+        """Queue these cells and drop the matrix's rows for cells not in ``declared_keys``;
+        returns how many were dropped."""
         with self.write_session() as s:
             now = self.now(s)
             removed = _claims.remove_undeclared(s, matrix_name, declared_keys, now)
@@ -265,8 +227,8 @@ class Index:
 
     def claim_next(self, cell_keys: Sequence[str], fingerprint_key: str, *, holder: str,
                    host: str, lease_seconds: float, max_attempts: int) -> ClaimResult:
-        """Claim the next queued cell with no entry and no live lease (see index.claims);
-        first records a failure for any lease that expired on its last allowed attempt."""
+        """Claim the next queued cell with no entry and no live lease; first records a failure
+        for any lease that expired on its last allowed attempt."""
         with self.write_session() as s:
             now = self.now(s)
             _claims.fail_exhausted(s, cell_keys, fingerprint_key, max_attempts, now)
@@ -287,18 +249,14 @@ class Index:
             return _claims.release_failed(s, lease)
 
     def release_cancelled(self, lease: Lease) -> bool:
-        """The holder was stopped: free the lease without spending an attempt (the cell is
-        claimable at once); False if the lease was no longer ours."""
+        """Free the lease without spending an attempt; False if it was no longer ours."""
         with self.write_session() as s:
             return _claims.release_cancelled(s, lease)
 
     def live_leases(self, limit: int = 500) -> list[LiveLease]:
-        """Cells in progress anywhere (live leases: by the expires_at index), oldest claim
-        first, with the cells' readable ids."""
+        """Cells in progress anywhere, oldest claim first."""
         with self.connection() as conn:
             return [lease for _, lease in _claims.held_leases(conn, self.now(conn), limit)]
-
-    # --- reads --------------------------------------------------------------------------
 
     def entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
                 limit: int | None = None, after: str | None = None) -> list[EntrySummary]:
@@ -308,8 +266,7 @@ class Index:
     def iter_entries(self, cell_glob: str | None = None, fingerprint_key: str | None = None,
                      limit: int | None = None,
                      after: str | None = None) -> Iterator[EntrySummary]:
-        """``entries`` as they are read (one connection, held until the iterator is
-        exhausted or closed): memory stays one batch of rows, whatever the count."""
+        """``entries`` as they are read, holding one connection until exhausted or closed."""
         with self.connection() as conn:
             try:
                 yield from listing.iter_entries(SqlaReader(conn, self.statements), cell_glob,
@@ -319,15 +276,13 @@ class Index:
                     self.statements.save()
 
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
-        """Which of these entry keys are indexed (primary-key lookups, a few hundred keys
-        per query): what a run needs, never every key."""
+        """Which of these entry keys are indexed (never reads every key)."""
         with self.connection() as conn:
             return record.existing_entry_keys(conn, sorted(set(keys)))
 
     def entry_key_pages(self, size: int = queries.KEY_PAGE) -> Iterator[list[str]]:
-        """Every indexed entry key in key order, ``size`` at a time, each page read in its
-        own short transaction (keyset pagination: memory stays one page, and pages may be
-        deleted from between reads)."""
+        """Every indexed entry key in key order, ``size`` at a time, each page in its own
+        transaction (pages may be deleted from between reads)."""
         after: str | None = None
         while True:
             with self.read_session() as s:
@@ -338,8 +293,8 @@ class Index:
             after = page[-1]
 
     def restored_fingerprints(self, since: datetime) -> set[str]:
-        """Fingerprint keys an ok/partial restore report (ingested) found entries of at or
-        after ``since``."""
+        """Fingerprint keys an ingested ok/partial restore report found entries of since
+        ``since``."""
         with self.read_session() as s:
             return queries.restored_fingerprint_keys(s, since)
 
@@ -350,24 +305,20 @@ class Index:
     def matrix_coverage(self, name: str, *, version: int | None = None,
                         pattern: str | None = None, offset: int = 0,
                         limit: int | None = None) -> CoverageGrid:
-        """A page of a registered matrix's coverage (the API's grid): the statuses and counts
-        of ``coverage`` for its cells matching ``pattern``, columns in first-seen order, plus
-        the fingerprints its restore reports named; see ``coverage_engine.grid``.
-        NotFoundError for an unknown name or version."""
+        """A page of a registered matrix's coverage (the API's grid); NotFoundError for an unknown
+        name or version."""
         with self.connection() as conn:
             return _coverage.matrix_coverage(conn, self.now(conn), name, version=version,
                                              pattern=pattern, offset=offset, limit=limit)
 
     def coverage_summaries(self) -> list[CoverageGrid]:
-        """Coverage counts (no rows) of the current version of every registered matrix, from
-        the aggregates: the dashboard's summary and /metrics."""
+        """Coverage counts (no rows) of every registered matrix's current version."""
         with self.connection() as conn:
             return _coverage.coverage_summaries(conn, self.now(conn))
 
 
 def _first_look(engine: Engine, url: str, embedded_first_use: bool) -> SchemaState | None:
-    """The schema state; None when an embedded index being created by a concurrent first use
-    is busy (its upgrade then waits for the write lock, and finds the schema done)."""
+    """None when an embedded index being created by a concurrent first use is busy."""
     try:
         return read_schema_state(engine, url)
     except UnavailableError:
@@ -377,9 +328,8 @@ def _first_look(engine: Engine, url: str, embedded_first_use: bool) -> SchemaSta
 
 
 def open_index(url: str, *, auto_upgrade: bool) -> Index:
-    """Open the index at ``url``. With ``auto_upgrade`` create/migrate it to this code's
-    schema; without, refuse anything but the current schema (SchemaOutdatedError).
-    An unreachable database raises UnavailableError (one line, password redacted)."""
+    """Open the index at ``url``: with ``auto_upgrade`` create or migrate it, else refuse any
+    other schema (SchemaOutdatedError); UnavailableError when unreachable."""
     url = normalise_url(url)
     path = sqlite_path(url)
     if not auto_upgrade and path is not None and not path.exists():

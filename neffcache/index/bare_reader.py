@@ -1,9 +1,4 @@
-"""``listing``'s Reader on the bare DB-API driver (sqlite3, psycopg), from the compiled
-statements SQLAlchemy left in the ``StatementCache``: a read command that finds them runs
-without importing SQLAlchemy. A statement not in the cache goes to a SQLAlchemy reader
-opened for it (``fallback``); a database this path cannot vouch for (not at the schema the
-cache was compiled for, not reachable, a URL it does not read) is left to SQLAlchemy whole
-(``open_bare`` returns None), whose errors say what is wrong."""
+"""``listing``'s Reader on the bare DB-API driver, from the compiled statements in the cache."""
 
 from __future__ import annotations
 
@@ -145,10 +140,8 @@ class BareReader:
 
 def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *,
               snapshot: bool = False) -> BareReader | None:
-    """A BareReader on the database at ``url`` if the cache has this code's statements and
-    the database is at the schema they were compiled for; else None (use SQLAlchemy).
-    ``snapshot``: its statements see one snapshot (Postgres: one REPEATABLE READ
-    transaction; SQLite: one read transaction, as its statements run in turn)."""
+    """A BareReader if the cache has this code's statements and the database is at their
+    schema; else None (use SQLAlchemy). ``snapshot``: the statements see one snapshot."""
     if cache.head is None:
         return None
     opened = _connect(url)
@@ -177,8 +170,7 @@ def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *
 
 
 def _connect(url: str) -> tuple[Any, str] | None:
-    """A DB-API connection for a ``sqlite:///PATH`` (an existing file, never created here)
-    or ``postgresql[+psycopg]://`` URL; None for anything else or on any failure."""
+    """A DB-API connection (an existing SQLite file, never created); None if not possible."""
     try:
         if url.startswith("sqlite:///") and "?" not in url:
             import sqlite3

@@ -1,11 +1,4 @@
-"""The index's use cases other than coverage and ``ls`` (``ls_call``), one call each, as the
-CLI runs them: rebuild from the store (``reindex``), ingest restore reports (``reports
-ingest``), register / list / show matrices (``matrix``), upgrade / show the schema (``db``).
-
-Each takes a frozen request whose ``index``/``store`` settings are None for "as the CLI
-would" (NEFFCACHE_* > config file > default, read at call time) and returns a frozen result
-with ``to_json()`` (the command's ``--json`` document), ``error()`` and ``exit_code``.
-"""
+"""The index's use cases besides coverage and ``ls``: reindex, reports ingest, matrix, db."""
 
 from __future__ import annotations
 
@@ -44,8 +37,6 @@ def _settings(index: str | None, store: str | None = None) -> Settings:
 class _Success(ExitRule):
     """Results whose outcome is always a success (exit 0): the call returns one or raises."""
 
-
-# --- reindex -------------------------------------------------------------------------------
 
 @checked_request
 class ReindexStoreRequest:
@@ -100,8 +91,6 @@ def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
     return ReindexStoreResult(st.url, result, reports)
 
 
-# --- reports ingest ------------------------------------------------------------------------
-
 @checked_request
 class IngestRestoreReportsRequest:
     """``neffcache reports ingest``: ``sources`` report files or directories of ``*.json``
@@ -149,8 +138,6 @@ def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestor
             result = ingest_reports(ix, st, prefixes)
     return IngestRestoreReportsResult(source, result)
 
-
-# --- matrix register / ls / show -----------------------------------------------------------
 
 @checked_request
 class RegisterMatrixFileRequest:
@@ -267,8 +254,6 @@ def show_registered_matrix(request: ShowRegisteredMatrixRequest) -> ShowRegister
         versions = tuple(matrix_versions(ix, request.name)) if request.versions else (chosen,)
     return ShowRegisteredMatrixResult(chosen, versions, request.versions)
 
-
-# --- db upgrade / current ------------------------------------------------------------------
 
 @checked_request
 class UpgradeSchemaRequest:

@@ -1,16 +1,4 @@
-"""The claim queue of ``precompile --claim``: queue, claim, heartbeat, release, clean up.
-
-A lease ends one of three ways: done (the row goes), failed (the attempt counts) or
-cancelled (the runner was stopped: the attempt is given back).
-
-Each function takes an open Session inside a write transaction and ``now``, a timestamp from
-ONE clock: the database's (``queries.database_now``: Postgres ``now()``, SQLite's own clock,
-which is this host's, since SQLite is shared only on one host) or a test's fake clock. Lease times
-are never taken from the workers' own clocks, so hosts with skewed clocks cannot steal or
-keep leases. A claim is one statement: ``UPDATE ... WHERE key = (SELECT ... FOR UPDATE SKIP
-LOCKED LIMIT 1) RETURNING``; on SQLite the write transaction (BEGIN IMMEDIATE) already
-serialises claimers, and SQLAlchemy leaves the FOR UPDATE out.
-"""
+"""The claim queue of ``precompile --claim``: queue, claim, heartbeat, release, clean up."""
 
 from __future__ import annotations
 
@@ -35,6 +23,8 @@ from neffcache.matrix import Cell
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+# ``now`` always comes from one clock (the database's, or a test's), never a worker's: hosts
+# with skewed clocks cannot steal or keep leases.
 C = cell_claims.c
 
 
@@ -45,7 +35,6 @@ def _free(now: datetime) -> ColumnElement[bool]:
 
 def queue_cells(session: Session, matrix_name: str, cells: Sequence[Cell],
                 fingerprint: Fingerprint, now: datetime) -> None:
-    """Queue (cell, fingerprint) rows for cells that have none yet (insert-if-absent)."""
     save_fingerprints_and_cells(session, [fingerprint], cells, now)
     insert_if_absent(session, cell_claims, [
         {"cell_key": c.key, "fingerprint_key": fingerprint.key, "matrix_name": matrix_name,
@@ -54,8 +43,7 @@ def queue_cells(session: Session, matrix_name: str, cells: Sequence[Cell],
 
 def remove_undeclared(session: Session, matrix_name: str, declared_keys: Sequence[str],
                       now: datetime) -> int:
-    """Delete this matrix's queue rows for cells it no longer declares (unless a live lease
-    is on them: their holder releases them). Returns how many were removed."""
+    """Delete the matrix's queue rows for cells it no longer declares, unless leased."""
     result = session.execute(delete(cell_claims).where(
         C.matrix_name == matrix_name, _free(now), C.cell_key.not_in(list(declared_keys))))
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
@@ -63,8 +51,8 @@ def remove_undeclared(session: Session, matrix_name: str, declared_keys: Sequenc
 
 def fail_exhausted(session: Session, cell_keys: Sequence[str], fingerprint_key: str,
                    max_attempts: int, now: datetime) -> int:
-    """A lease that expired on a cell's last allowed attempt (its worker died): record a
-    failure with the reason and clear the lease, so coverage says failed. Returns how many."""
+    """A lease expired on a cell's last allowed attempt (its worker died): record a failure and
+    clear the lease, so coverage says failed. Returns how many."""
     rows = session.execute(select(C.cell_key, C.host, C.expires_at, C.attempts).where(
         C.fingerprint_key == fingerprint_key, C.cell_key.in_(list(cell_keys)),
         C.holder.is_not(None), C.expires_at <= now, C.attempts >= max_attempts)).all()
@@ -84,8 +72,8 @@ def fail_exhausted(session: Session, cell_keys: Sequence[str], fingerprint_key: 
 def claim_next(session: Session, cell_keys: Sequence[str], fingerprint_key: str, *,
                holder: str, host: str, lease_seconds: float, max_attempts: int,
                now: datetime) -> ClaimResult:
-    """Claim the first queued cell (matrix order, fewest attempts first) of ``cell_keys``
-    with no entry, no live lease and attempts left, in one statement."""
+    """Claim the first queued cell (matrix order, fewest attempts first) with no entry, no live
+    lease and attempts left, in one statement."""
     keys = list(cell_keys)
     expires = now + timedelta(seconds=lease_seconds)
     pick = (select(C.cell_key)
@@ -113,30 +101,26 @@ def _mine(lease: Lease) -> ColumnElement[bool]:
 
 
 def renew(session: Session, lease: Lease, lease_seconds: float, now: datetime) -> bool:
-    """Heartbeat: push the lease's expiry out; False if the lease is no longer ours."""
+    """Heartbeat; False if the lease is no longer ours."""
     result = session.execute(update(cell_claims).where(_mine(lease)).values(
         heartbeat_at=now, expires_at=now + timedelta(seconds=lease_seconds)))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def release_done(session: Session, lease: Lease) -> None:
-    """The entry is published (and indexed): the cell leaves the queue."""
     session.execute(delete(cell_claims).where(C.cell_key == lease.cell_key,
                                               C.fingerprint_key == lease.fingerprint_key))
 
 
 def release_failed(session: Session, lease: Lease) -> bool:
-    """The attempt failed: drop the lease; the cell is claimable again while it has attempts
-    left. False if the lease was no longer ours."""
+    """The cell is claimable again while it has attempts left; False if no longer ours."""
     result = session.execute(update(cell_claims).where(_mine(lease)).values(
         holder=None, host=None, expires_at=None))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def release_cancelled(session: Session, lease: Lease) -> bool:
-    """The runner was stopped (SIGTERM, SIGINT) mid-attempt: drop the lease and give back
-    the attempt its claim counted, so no retry is spent and the cell is claimable at once.
-    The existing columns say it (no lease, attempts as before the claim). False if the lease
+    """The runner was stopped: drop the lease and give back its attempt; False if the lease
     was no longer ours."""
     result = session.execute(update(cell_claims).where(_mine(lease)).values(
         holder=None, host=None, expires_at=None,
@@ -146,9 +130,8 @@ def release_cancelled(session: Session, lease: Lease) -> bool:
 
 def held_leases(conn: Session | Connection, now: datetime, limit: int, *,
                 expired: bool = False) -> list[tuple[str, LiveLease]]:
-    """(matrix name, lease with the cell's readable id) of the live leases, oldest claim
-    first, or with ``expired`` of the leases held past their expiry (their holder stopped
-    renewing), oldest expiry first; at most ``limit``, by a range of the expires_at index."""
+    """(matrix name, lease) of the live leases, oldest claim first, or with ``expired`` of
+    those held past their expiry, oldest expiry first; at most ``limit``."""
     held = and_(C.expires_at > EPOCH, C.expires_at <= now) if expired else C.expires_at > now
     rows = conn.execute(select(
         C.matrix_name, C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at,

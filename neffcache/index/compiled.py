@@ -1,15 +1,4 @@
-"""Compiled forms of ``listing``'s statements, kept in a file per code version: what
-SQLAlchemy compiled for each (dialect, statement, shape) once, so a read command can run it
-on the bare driver without importing SQLAlchemy (~0.3-0.4 s of a command's start-up).
-
-The file (``$NEFFCACHE_HOME/sql/<digest>.json``, mode 0600) is named by a digest of this
-package's sources and of the SQLAlchemy release: other code never reads it. It holds the
-schema revision the code expects, and per statement its SQL, its parameters in order, the
-values of the ones SQLAlchemy made up (literals), which parameters and columns are
-datetimes and which columns are JSON (the types SQLAlchemy converts on SQLite). A file
-another user owns, or that others may write, is never read (its SQL would run with this user's index
-credentials). Best effort: an unreadable or unwritable file only means the statements go
-through SQLAlchemy."""
+"""Compiled forms of the read statements, kept in a file per code version for the bare driver."""
 
 from __future__ import annotations
 
@@ -32,10 +21,7 @@ _SOURCES = Path(__file__).resolve().parent  # neffcache/index: the statements an
 
 @dataclass(frozen=True, slots=True)
 class CompiledStatement:
-    """One statement's compiled form: ``names`` in the order the driver takes them (qmark:
-    positions, may repeat; pyformat: each once), ``defaults`` the made-up parameters' values,
-    ``datetime_params``/``datetime_columns``/``json_columns`` what to convert (SQLite keeps
-    text)."""
+    """``names``: in the driver's order (qmark: may repeat); the rest says what to convert."""
 
     sql: str
     names: tuple[str, ...]
@@ -65,8 +51,7 @@ def statement_key(dialect: str, name: str, shape: Shape) -> str:
 
 
 def code_digest() -> str:
-    """sha256 of the index package's sources and of SQLAlchemy's release (its package's
-    ``__init__`` file, found without importing it)."""
+    """sha256 of the index package's sources and SQLAlchemy's release."""
     h = hashlib.sha256(f"format {FORMAT}\n".encode())
     for path in sorted(_SOURCES.rglob("*.py")):  # coverage_engine/ too
         h.update(path.relative_to(_SOURCES).as_posix().encode() + b"\0" + path.read_bytes()
@@ -89,7 +74,7 @@ class StatementCache:
 
     @staticmethod
     def load(home: Path) -> StatementCache:
-        """The cache of this code version under ``home`` (empty if missing or unreadable)."""
+        """Empty if missing or unreadable."""
         try:
             path = home / "sql" / f"{code_digest()}.json"
         except OSError:
@@ -140,8 +125,7 @@ class StatementCache:
 
 
 def _prune(keep: Path, max_age_s: float = 30 * 86400) -> None:
-    """Remove other code versions' files not written for ``max_age_s`` (an upgraded install
-    leaves its predecessor's behind; two installs sharing a home keep both)."""
+    """Remove other code versions' files not written for ``max_age_s``."""
     now = time.time()
     with contextlib.suppress(OSError):
         for other in keep.parent.glob("*.json"):

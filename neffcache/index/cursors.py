@@ -1,5 +1,4 @@
-"""Keyset cursors of the index's listings (``ls --after``, the API's ``next``): made from a
-row's (time, key), parsed back with a pattern per key kind. Pure: no database here."""
+"""Keyset cursors of the index's listings. Pure: no database here."""
 
 from __future__ import annotations
 
@@ -22,21 +21,18 @@ _PATTERNS = {p: re.compile(p) for p in (CURSOR_PATTERN, ID_CURSOR_PATTERN,
 
 
 def entry_cursor(entry: EntrySummary) -> str:
-    """A keyset cursor, opaque to callers: the listing continues after ``entry`` (newest
-    first). Microseconds since the epoch of its creation, a dot, its key."""
+    """An opaque keyset cursor: the listing continues after ``entry``."""
     return keyset_cursor(entry.created_at, entry.entry_key)
 
 
 def keyset_cursor(at: datetime, key: str | int) -> str:
-    """A keyset cursor for a listing ordered by (time, key): microseconds since the epoch of
-    ``at``, a dot, ``key`` (hex, or an integer id); matches CURSOR_PATTERN."""
+    """Microseconds since the epoch of ``at``, a dot, ``key``."""
     micros = (at - EPOCH) // timedelta(microseconds=1)
     return f"{micros}.{key}"
 
 
 def parse_entry_cursor(cursor: str, pattern: str = CURSOR_PATTERN) -> tuple[datetime, str]:
-    """(time, key) of a cursor from ``keyset_cursor`` (matching ``pattern``: hex keys by
-    default); UsageError if malformed."""
+    """(time, key) of a cursor; UsageError if malformed."""
     if not _PATTERNS[pattern].fullmatch(cursor):
         raise UsageError(f"bad cursor {cursor[:40]!r}", hint="pass the `next` cursor of "
                          "the previous page unchanged")

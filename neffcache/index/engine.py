@@ -1,6 +1,4 @@
-"""Engines for index URLs: SQLite in WAL mode with a busy timeout and immediate write
-transactions, Postgres through psycopg 3; one engine per database per process; driver errors
-become neffcache errors here, once."""
+"""Engines for index URLs (SQLite in WAL mode, Postgres through psycopg 3); driver errors."""
 
 from __future__ import annotations
 
@@ -25,7 +23,6 @@ WRITE = {"neffcache_write": True}  # execution option: SQLite takes the write lo
 
 
 def normalise_url(url: str) -> str:
-    """``postgres://`` and ``postgresql://`` mean psycopg 3 (the only driver installed)."""
     for prefix in ("postgres://", "postgresql://"):
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix):]
@@ -33,7 +30,7 @@ def normalise_url(url: str) -> str:
 
 
 def sqlite_path(url: str) -> Path | None:
-    """The database file of a SQLite URL (None for in-memory or other databases)."""
+    """None for in-memory or other databases."""
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
         return None
@@ -41,14 +38,9 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def index_engine(url: str) -> Engine:
-    """The engine an ``Index`` of ``url`` uses: a view (``execution_options()``, with event
-    listeners of its own) of the one engine this process keeps per database, as SQLAlchemy
-    advises. An index opened again in the same process (a long-lived process recording entry
-    by entry) then finds the dialect set up by the first connection and its statements
-    compiled (compiling them again was about a third of a reopen and a write). ``Index.close``
-    still closes the pool's connections (``dispose``); the pool never makes a caller wait
-    (unbounded overflow, as one pool per index was). An in-memory SQLite database is new
-    per open: not shared."""
+    """A view of the one engine this process keeps per database: reopening finds the dialect
+    set up and the statements compiled (a third of a reopen and a write). In-memory SQLite is
+    new per open."""
     url = normalise_url(url)
     if url.startswith("sqlite") and sqlite_path(url) is None:
         return make_engine(url)
@@ -61,7 +53,6 @@ def _shared_engine(url: str) -> Engine:
 
 
 def make_engine(url: str, **pool: Any) -> Engine:
-    """A new engine for ``url`` (``pool``: create_engine's pool options)."""
     url = normalise_url(url)
     try:
         parsed = make_url(url)
@@ -115,9 +106,7 @@ def _sqlite_engine(url: str, **pool: Any) -> Engine:
 
 
 def dialect_insert(session: Any) -> Any:
-    """``insert`` of the dialect a Session or Connection is bound to (the one with
-    ``on_conflict_do_*``): SQLite's or PostgreSQL's, importing only that dialect (the other
-    one's import is ~40 ms of a command's start-up)."""
+    """``insert`` of the bound dialect, importing only that one (the other is ~40 ms)."""
     bind = session.get_bind() if hasattr(session, "get_bind") else session
     if bind.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -129,7 +118,6 @@ def dialect_insert(session: Any) -> Any:
 
 
 def describe_error(url: str, err: BaseException) -> str:
-    """One line naming the index (password redacted) and the driver's reason."""
     orig = getattr(err, "orig", None) or err
     reason = " ".join(str(orig).split()) or type(orig).__name__
     password = _password(url)
@@ -147,7 +135,6 @@ def _password(url: str) -> str | None:
 
 @contextlib.contextmanager
 def translate_errors(url: str) -> Iterator[None]:
-    """Turn SQLAlchemy/driver failures into UnavailableError or SchemaOutdatedError."""
     try:
         yield
     except (exc.OperationalError, exc.InterfaceError) as e:

@@ -1,9 +1,4 @@
-"""Ingest restore reports into the index: report objects under the store's ``reports/`` prefix
-(reindex, serve's poller) and report files (``neffcache reports ingest --from``).
-
-Idempotent: a report id already in the index is not read again, and a malformed or hostile
-report is skipped with its one-line reason; only its validated fields ever reach the index.
-"""
+"""Ingest restore reports from the store's ``reports/`` or from files (idempotent)."""
 
 from __future__ import annotations
 
@@ -30,8 +25,8 @@ class InvalidReport:
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
-    """What an ingest found and added. ``settled`` (not in the JSON) holds the keys that need
-    no second look: ingested now or before, or invalid."""
+    """What an ingest found and added; ``settled`` (not in the JSON): keys needing no second
+    look."""
 
     scanned: int = 0
     added: int = 0
@@ -52,8 +47,7 @@ class IngestResult:
 
 def plan_ingest(object_keys: Iterable[str], skip: Collection[str] = ()
                 ) -> tuple[list[tuple[str, str]], list[str]]:
-    """Pure: (object key, report id) pairs to consider, sorted, leaving out ``skip``; and the
-    keys under reports/ that do not name a report (skipped as invalid)."""
+    """(object key, report id) pairs, sorted, without ``skip``; and keys naming no report."""
     wanted, stray = [], []
     for key in sorted(set(object_keys)):
         if key in skip:
@@ -65,8 +59,7 @@ def plan_ingest(object_keys: Iterable[str], skip: Collection[str] = ()
 
 def ingest_reports(index: Index, store: Store, prefixes: Sequence[str] = (REPORTS,), *,
                    skip: Collection[str] = ()) -> IngestResult:
-    """Ingest every report object under ``prefixes`` whose key is not in ``skip`` and whose
-    id is not yet in the index."""
+    """Ingest the report objects under ``prefixes`` not in ``skip`` nor yet in the index."""
     listed: list[str] = []
     for prefix in prefixes:
         listed.extend(store.list(prefix))
@@ -114,8 +107,7 @@ def _load(store: Store, key: str, rid: str) -> Report | InvalidReport | None:
 
 
 def ingest_report_files(index: Index, paths: Sequence[Path]) -> IngestResult:
-    """Ingest report files: each path a file, or a directory whose ``*.json`` files are read
-    (not recursively)."""
+    """Each path a file, or a directory whose ``*.json`` files are read (not recursively)."""
     files: list[Path] = []
     for p in paths:
         files.extend(sorted(p.glob("*.json")) if p.is_dir() else [p])
@@ -138,9 +130,8 @@ def ingest_report_files(index: Index, paths: Sequence[Path]) -> IngestResult:
 
 
 class ReportPoller:
-    """Serve's background ingestion: the first tick reads the last ``catch_up_days`` of
-    date prefixes, every later tick only yesterday's, today's and tomorrow's (UTC), and
-    keys already settled are remembered, so a tick reads only new objects."""
+    """Serve's background ingestion: the first tick reads ``catch_up_days``, every later tick
+    yesterday to tomorrow (UTC); settled keys are not read again."""
 
     def __init__(self, index: Index, store: Store, *, catch_up_days: int = 7,
                  warn: Callable[[str], None] | None = None) -> None:
@@ -167,7 +158,7 @@ class ReportPoller:
         return result
 
     def safe_tick(self, now: datetime) -> IngestResult | None:
-        """``tick``, with any store or index failure turned into one warning line."""
+        """``tick``, with a failure turned into one warning line."""
         try:
             return self.tick(now)
         except NeffcacheError as exc:

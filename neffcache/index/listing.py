@@ -1,7 +1,4 @@
-"""How ``ls`` reads entries: which statements, in which order, with which parameters (the
-plan), over a ``Reader``. No SQLAlchemy here: the statements are named by a name and a
-shape (``listing_statements`` builds them), so a read command can run their compiled forms
-on the bare driver (``bare_reader``) without importing SQLAlchemy."""
+"""How ``ls`` reads entries: the plan over a ``Reader``, without importing SQLAlchemy."""
 
 from __future__ import annotations
 
@@ -21,30 +18,27 @@ BATCH = 1000  # rows per fetch when streaming
 
 
 class Reader(Protocol):
-    """Runs a named statement (``listing_statements``, ``coverage_engine.statements``) in one of
-    its shapes."""
+    """Runs a named statement in one of its shapes."""
 
     dialect: str  # "sqlite" or "postgresql"
 
     def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
              ) -> Iterator[tuple[Any, ...]]:
-        """The statement's rows as they are read (at most BATCH in memory)."""
+        """At most BATCH rows in memory."""
         ...
 
     def first(self, name: str, shape: Shape, params: Mapping[str, Any]
               ) -> tuple[Any, ...] | None:
-        """The statement's first row (None: no row)."""
         ...
 
     def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """The statement's rows at once (one round trip): for a result the caller holds
-        whole anyway (coverage's facts of a batch of cells)."""
+        """Every row in one round trip."""
         ...
 
 
 def glob_to_like(pattern: str) -> str:
-    """A LIKE pattern matching at least everything the glob matches (exact for * and ?;
-    a [...] class and everything after it become %). Callers re-check with fnmatch."""
+    """A LIKE pattern matching at least what the glob matches (a [...] class and the rest
+    become %); callers re-check with fnmatch."""
     out = []
     for ch in pattern:
         if ch == "[":
@@ -62,21 +56,18 @@ def glob_to_like(pattern: str) -> str:
 
 
 def glob_prefix(pattern: str) -> str:
-    """The literal text a glob's matches all start with (up to its first ``*``, ``?``, ``[``)."""
     return re.split(r"[*?\[]", pattern, maxsplit=1)[0]
 
 
 def prefix_upper(prefix: str) -> str | None:
-    """The smallest string above every string starting with ``prefix`` (its last character
-    incremented; None if that is the largest code point): a range an index serves."""
+    """The smallest string above every string starting with ``prefix`` (None: none)."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1) if ord(prefix[-1]) < 0x10FFFF else None
 
 
 def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
-    """The shape and parameters of the cell-id filter for ``pattern``, and whether it is
-    exact (then no fnmatch re-check is needed and a LIMIT can go to SQL): SQLite's GLOB has
-    fnmatch's syntax (``[!...]`` spelled ``[^...]``) and its range on the literal prefix
-    lets ix_cells_id serve it; LIKE is exact on Postgres without ``[...]``."""
+    """The cell-id filter's shape and parameters, and whether it is exact (no fnmatch
+    re-check). SQLite's GLOB has fnmatch's syntax, and the literal prefix's range lets
+    ix_cells_id serve it; Postgres LIKE is exact without ``[...]``."""
     if dialect != "sqlite":
         return {"glob": True}, {"glob": glob_to_like(pattern)}, "[" not in pattern
     shape: dict[str, Any] = {"glob": True, "prefix": None}
@@ -93,10 +84,8 @@ def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, A
 
 def entry_filter(fingerprint_key: str | None, position: tuple[datetime, str] | None
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The shape and parameters of the listing's conditions on an entry: its fingerprint
-    (a hex key prefix, as a range an index serves under any collation: LIKE 'abc%' cannot
-    use one under C.UTF-8; a non-hex prefix matches nothing), and for a next page, listed
-    after ``position`` (created_at, entry_key) newest first."""
+    """The shape and parameters of the fingerprint filter (a hex prefix as a range: LIKE
+    'abc%' uses no index under C.UTF-8) and of the position after ``position``."""
     shape: dict[str, Any] = {"fp": None, "pos": position is not None}
     params: dict[str, Any] = {}
     if fingerprint_key:
@@ -112,7 +101,7 @@ def entry_filter(fingerprint_key: str | None, position: tuple[datetime, str] | N
 
 
 def shape_of(*parts: Mapping[str, Any]) -> Shape:
-    """One statement shape from the shapes of its parts (sorted: a stable cache key)."""
+    """Merged and sorted: a stable cache key."""
     merged: dict[str, Any] = {}
     for p in parts:
         merged.update(p)
@@ -122,18 +111,11 @@ def shape_of(*parts: Mapping[str, Any]) -> Shape:
 def iter_entries(reader: Reader, cell_glob: str | None = None,
                  fingerprint_key: str | None = None,
                  limit: int | None = None, after: str | None = None) -> Iterator[EntrySummary]:
-    """Entries, newest first, yielded as the database returns them (memory stays one batch,
-    whatever the count); ``cell_glob`` matches cell ids (fnmatch, case-sensitive) and
-    ``fingerprint_key`` may be a full key or a prefix of one. ``after`` (a cursor from
-    ``entry_cursor``): only the entries listed after that one (keyset paging).
+    """Entries newest first, as the database returns them (one batch in memory).
 
-    With a glob and a limit, the cheaper of two plans (same rows, same order), neither
-    depending on table statistics: read the newest ``limit`` entries of each matching cell
-    (``ix_entries_cell_key_created_at_entry_key``; on Postgres a LATERAL per cell) and keep
-    the newest ``limit`` of those (~matching cells x min(fingerprints, limit) index rows,
-    whatever the rows' age), or, for a broad glob, walk the entries newest first and keep
-    those whose cell matches (~limit x cells / matching cells rows if the matching cells'
-    entries are spread over time; bounded, then the first plan answers); see ``_walk``."""
+    With a glob and a limit, the cheaper of two plans, neither depending on table statistics:
+    each matching cell's newest ``limit`` entries (an index probe per cell), or for a broad
+    glob a walk of the entries newest first (``_walk``)."""
     position = parse_entry_cursor(after) if after else None
     fshape, fparams = entry_filter(fingerprint_key, position)
     if not cell_glob:
@@ -167,10 +149,9 @@ def iter_entries(reader: Reader, cell_glob: str | None = None,
 
 def newest_bound(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, Any],
                  limit: int) -> datetime | None:
-    """The ``limit``-th newest of the matching cells' newest entries (None: fewer cells
-    have one): ``limit`` cells have an entry that new, so the newest ``limit`` entries are all
-    at least that new. One index probe per cell, in a statement of its own: its result is a
-    plain parameter of the listing (a subquery there inflates the planner's estimates)."""
+    """The ``limit``-th newest of the matching cells' newest entries: the newest ``limit``
+    entries are all at least that new. A statement of its own: as a subquery it inflated the
+    planner's estimates."""
     row = reader.first("newest_bound", shape_of(gshape), {**gparams, "skip": limit - 1})
     return None if row is None or row[0] is None else as_utc(row[0])
 
@@ -178,11 +159,9 @@ def newest_bound(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str
 def _walk(reader: Reader, fshape: Mapping[str, Any], fparams: Mapping[str, Any],
           gshape: Mapping[str, Any], gparams: Mapping[str, Any], check: str | None,
           limit: int, plan: tuple[int, int]) -> list[EntrySummary] | None:
-    """The walk: the newest entries whose cell matches, up to ``limit``; None when the
-    per-cell plan should answer. The walk is bounded to the newest few times the rows it
-    expects to read and widened eightfold while it finds fewer than ``limit`` (the matching
-    cells' entries are older than the rest), while it reads fewer rows than half of what the
-    per-cell plan reads: an old pipeline costs at most about three times that plan."""
+    """The newest entries whose cell matches, up to ``limit``; None when the per-cell plan
+    should answer. Widened eightfold while it finds too few, up to half of the per-cell plan's
+    rows: an old pipeline costs at most about three times that plan."""
     budget, per_cell_rows = plan
     while True:
         found = list(_rows(reader, "walk", {**fshape, **gshape},
@@ -197,8 +176,7 @@ def _walk(reader: Reader, fshape: Mapping[str, Any], fparams: Mapping[str, Any],
 
 def _rows(reader: Reader, name: str, shape: Mapping[str, Any], params: Mapping[str, Any],
           check: str | None, limit: int | None) -> Iterator[EntrySummary]:
-    """Rows of statement ``name`` whose cell id matches the glob ``check`` (None: all), up
-    to ``limit`` (in SQL unless rows are re-checked here), as they are read."""
+    """Rows whose cell id matches the glob ``check`` (None: all), up to ``limit``."""
     limited = limit is not None and check is None
     rows = reader.rows(name, shape_of(shape, {"limited": limited}),
                        {**params, "limit": limit} if limited else params)
@@ -214,12 +192,8 @@ def _rows(reader: Reader, name: str, shape: Mapping[str, Any], params: Mapping[s
 
 def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, Any],
               limit: int, by_fingerprint: bool) -> tuple[int, int] | None:
-    """(how many of the newest entries to walk first, how many rows the per-cell plan
-    reads) if a first walk reads no more rows than that plan, else None. Counted
-    from how many cells match (not from statistics), assuming their entries are spread over
-    time like the rest; the first walk is four times the estimate. The per-cell plan reads
-    about one index probe per matching cell plus ``limit`` rows (with a fingerprint: each
-    matching cell's entries), so a walk pays only for globs matching most cells."""
+    """(rows to walk first, rows the per-cell plan reads) if a walk is cheaper, else None;
+    estimated from how many cells match (not from statistics)."""
     row = reader.first("walk_counts", shape_of(gshape), gparams)
     assert row is not None  # counts: always one row
     matching, all_cells, n_fps = row
@@ -234,7 +208,6 @@ def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, A
 
 
 def summary(row: tuple[Any, ...]) -> EntrySummary:
-    """An ``EntrySummary`` from a listing row (the columns of ``listing_statements``)."""
     (entry_key, cell_id, cell_key, fp_key, backend, store_url, total_bytes, file_count,
      compile_seconds, created_at, verified_status, verified_at, last_used_at,
      restore_count, signed_by) = row

@@ -1,6 +1,4 @@
-"""The statements of ``listing``'s plan, built with SQLAlchemy Core from a name, a dialect
-and a shape (which filters a call has); every value is a named parameter, so one compiled
-form per shape serves every call, through SQLAlchemy or cached for the bare driver."""
+"""The statements of ``listing``'s plan, built with SQLAlchemy Core from a name and a shape."""
 
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ _LIKE_ESCAPE = "\\"
 
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
-    """The statement ``name`` of ``listing`` in ``shape`` for ``dialect``."""
     return BUILDERS[name](dialect, **dict(shape))
 
 
@@ -25,7 +22,6 @@ def _param(name: str, type_: Any = None) -> Any:
 
 
 def _cell_clause(dialect: str, glob: bool, prefix: str | None = None) -> Any:
-    """The cell-id filter of ``listing.glob_filter``'s shape (None: no glob)."""
     if not glob:
         return None
     c = cells.c.id
@@ -40,7 +36,6 @@ def _cell_clause(dialect: str, glob: bool, prefix: str | None = None) -> Any:
 
 
 def _entry_filters(src: Any, fp: str | None, pos: bool) -> list[Any]:
-    """``listing.entry_filter``'s conditions on entries ``src``."""
     out: list[Any] = []
     if fp == "range":
         out.append(and_(src.c.fingerprint_key >= _param("fp_lo"),
@@ -56,9 +51,7 @@ def _entry_filters(src: Any, fp: str | None, pos: bool) -> list[Any]:
 
 def _listing(src: Any, cell_key: Any, fp: str | None, pos: bool,
              order: tuple[Any, Any] | None = None, base: Any = None) -> Any:
-    """The listing's columns and filters over entries ``src`` (read from ``base``: src
-    itself, or a join starting from a subquery of chosen keys), joined to each entry's
-    cell by ``cell_key``, ordered newest first by ``order`` (created_at, entry_key)."""
+    """The listing's columns over entries ``src`` (read from ``base``), newest first."""
     c, f = cells, fingerprints
     created_at, entry_key = order or (src.c.created_at, src.c.entry_key)
     return (select(src.c.entry_key, c.c.id, src.c.cell_key, src.c.fingerprint_key,
@@ -78,14 +71,12 @@ def _limited(stmt: Any, limited: bool) -> Any:
 
 def _entries(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
              prefix: str | None = None) -> Any:
-    """Every entry (or those of the cells matching the glob), newest first."""
     stmt = _listing(entries, entries.c.cell_key, fp, pos)
     clause = _cell_clause(dialect, glob, prefix)
     return _limited(stmt if clause is None else stmt.where(clause), limited)
 
 
 def _walk_counts(dialect: str, *, glob: bool, prefix: str | None = None) -> Any:
-    """(cells matching the glob, all cells, fingerprints): ``listing.walk_plan``'s counts."""
     clause = _cell_clause(dialect, glob, prefix)
     return select(
         select(func.count()).select_from(cells).where(clause).scalar_subquery(),
@@ -95,7 +86,6 @@ def _walk_counts(dialect: str, *, glob: bool, prefix: str | None = None) -> Any:
 
 def _walk(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
           prefix: str | None = None) -> Any:
-    """The newest ``budget`` entries whose cell matches (``listing._walk``)."""
     e = entries
     # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot
     # start from the matching cells and look their entries up, so it reads entries by
@@ -112,8 +102,6 @@ def _walk(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
 
 
 def _newest_bound(dialect: str, *, glob: bool, prefix: str | None = None) -> Any:
-    """The ``skip + 1``-th newest of the matching cells' newest entries
-    (``listing.newest_bound``)."""
     e, c = entries, cells
     newest = select(func.max(e.c.created_at)).where(e.c.cell_key == c.c.key).scalar_subquery()
     per_cell = (select(newest.label("newest")).where(_cell_clause(dialect, glob, prefix))
@@ -125,12 +113,9 @@ def _newest_bound(dialect: str, *, glob: bool, prefix: str | None = None) -> Any
 
 def _newest_keys(dialect: str, fp: str | None, pos: bool, glob: bool,
                  prefix: str | None, whole: bool, since: bool) -> Any:
-    """A subquery (entry_key, created_at) of the newest ``per_cell`` entries of the cells
-    matching the glob (``whole=False``: each cell's newest ``per_cell``, for a caller that
-    drops cells), read cell by cell from ix_entries_cell_key_created_at_entry_key alone:
-    never a walk of the entries by created_at (which reads every newer entry first: 838k
-    rows for an old pipeline); the listing's other columns are then read for that many
-    rows. ``since``: only entries at least as new as ``listing.newest_bound``."""
+    """(entry_key, created_at) of each matching cell's newest ``per_cell`` entries (``whole``:
+    of them all), read from the cell-key index alone: never a walk by created_at, which read
+    838k rows for an old pipeline."""
     e, c = entries, cells
     filters = _entry_filters(e, fp, pos)
     if since:
@@ -159,7 +144,6 @@ def _newest_keys(dialect: str, fp: str | None, pos: bool, glob: bool,
 
 def _entries_newest(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
                     whole: bool, since: bool, prefix: str | None = None) -> Any:
-    """The listing of ``_newest_keys``'s entries (``listing.iter_entries``'s per-cell plan)."""
     e = entries
     newest = _newest_keys(dialect, fp, pos, glob, prefix, whole, since)
     return _limited(_listing(e, e.c.cell_key, fp, pos, (newest.c.created_at, newest.c.entry_key),

@@ -1,7 +1,4 @@
-"""``neffcache ls``'s use case: list the entries the index knows, newest first. It runs
-``listing``'s plan on the bare driver when the statements' compiled forms are cached for
-this code (``bare_reader``: no SQLAlchemy import, ~0.3-0.4 s less start-up), else through
-SQLAlchemy, which leaves them cached for the next command."""
+"""``neffcache ls``'s use case: list the entries the index knows, newest first."""
 
 from __future__ import annotations
 
@@ -41,7 +38,6 @@ class ListEntriesResult(ExitRule):
     next: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """{"entries": [EntrySummary.to_json()], "count", "next"}, as ``ls --json`` prints."""
         return {"entries": [e.to_json() for e in self.entries], "count": len(self.entries),
                 "next": self.next}
 
@@ -55,11 +51,8 @@ def list_entries(request: ListEntriesRequest) -> ListEntriesResult:
 
 
 def iter_entries(request: ListEntriesRequest) -> Iterator[EntrySummary]:
-    """``list_entries``'s entries one at a time, as the index returns them (what ``ls``
-    prints: the first at once, in flat memory at any count). The index is opened at the
-    first ``next()`` and closed when the iterator is exhausted or closed; its errors, and a
-    malformed ``after`` (UsageError), are raised by the first ``next()``. The next page's
-    cursor: ``next_cursor(request, count, last)``."""
+    """``list_entries``'s entries one at a time, in flat memory. The index is opened at the
+    first ``next()``, which raises its errors and UsageError for a malformed ``after``."""
     with open_reader(read_settings(os.environ, index=request.index)) as reader:
         yield from listing.iter_entries(reader, request.cell, request.fingerprint,
                                         request.limit, request.after)
@@ -67,8 +60,7 @@ def iter_entries(request: ListEntriesRequest) -> Iterator[EntrySummary]:
 
 def next_cursor(request: ListEntriesRequest, count: int,
                 last: EntrySummary | None) -> str | None:
-    """The ``after`` of the page following one of ``count`` entries ending with ``last``;
-    None when the listing is complete (no limit, or fewer than ``limit`` entries)."""
+    """The ``after`` of the next page; None when the listing is complete."""
     if request.limit is None or count < request.limit or last is None:
         return None
     return entry_cursor(last)

@@ -1,11 +1,4 @@
-"""Registered matrices: store a matrix's TOML, sha256 and cells in the index, keep every
-version, and give back the cells of the current one (coverage without the file at hand).
-
-A matrix is named by its ``name`` key (else the file's stem). Its sha256 is the digest of
-the canonical JSON of the parsed TOML, so comments and layout do not make a new version.
-Registering new content adds a version; registering content seen before makes that version
-current again (``registered_at`` moves to now). Versions count from 1 per name.
-"""
+"""Registered matrices: every version of a matrix's TOML, sha256 and cells in the index."""
 
 from __future__ import annotations
 
@@ -62,13 +55,9 @@ def matrix_digest(text: str, source: str = "<matrix>") -> str:
 
 def register_matrix(index: Index, matrix: Matrix, text: str,
                     name: str | None = None, *, replace: bool = False) -> MatrixVersion:
-    """Record ``matrix`` (parsed from ``text``) as the current version of its name; returns
-    that version (``changed`` is False when it already was the current one). Idempotent and
-    safe to call from several precompile shards at once.
-
-    A name whose current version has other content (another digest: an edited copy of a
-    matrix that kept its ``name``) is refused with a UsageError (exit 2) unless ``replace``:
-    then this content becomes the current version (a new one, or an older one again)."""
+    """Record ``matrix`` as the current version of its name (``changed``: False if it already
+    was); safe from several shards at once. Other content under a current name is a UsageError
+    (exit 2) unless ``replace``."""
     name = (name or matrix_name_of(matrix))[:255]
     digest = matrix_digest(text, matrix.source)
     with index.write_session() as s:
@@ -134,7 +123,7 @@ def matrix_versions(index: Index, name: str) -> list[MatrixVersion]:
 
 
 def list_matrices(index: Index) -> list[MatrixVersion]:
-    """The current version of every registered matrix, by name (two queries in all)."""
+    """The current version of every registered matrix, by name."""
     with index.connection() as conn:
         return current_versions_in(conn)
 
@@ -151,7 +140,6 @@ def get_matrix(index: Index, name: str, version: int | None = None, *,
 
 
 def matrix_cell_refs(index: Index, matrix_id: int) -> list[tuple[str, str]]:
-    """(cell id, cell key) of a registered version, in declared order."""
     with index.connection() as conn:
         return cell_refs_in(conn, matrix_id)
 

@@ -1,6 +1,4 @@
-"""Reads of registered matrices on an open connection (Core, no ORM): a name's versions and
-the current one, every current version, a version's cells and TOML. ``matrices`` wraps them
-for an ``Index``; the coverage engine reads them inside its own connection."""
+"""Reads of registered matrices on an open connection (Core, no ORM)."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ if TYPE_CHECKING:
 
 
 def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[MatrixVersion]:
-    """Every version of matrix ``name``, oldest first (empty if unknown); without ``counts``
-    every ``cell_count`` is 0 (one query fewer, for a caller that reads the cells anyway)."""
+    """Oldest first; without ``counts`` every ``cell_count`` is 0 (one query fewer)."""
     versions = matrix_versions(SqlaReader(conn), name)
     if not versions or not counts:
         return versions
@@ -38,7 +35,6 @@ def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[Mat
 
 
 def cell_counts(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
-    """Cells per registered version."""
     if not ids:
         return {}
     return {int(k): int(n) for k, n in conn.execute(
@@ -47,7 +43,6 @@ def cell_counts(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
 
 
 def current_versions_in(conn: Connection) -> list[MatrixVersion]:
-    """The current version of every registered matrix, by name (two queries in all)."""
     rows = conn.execute(select(M.c.id, M.c.name, M.c.digest, M.c.backend, M.c.registered_at)
                         .order_by(M.c.name, M.c.id)).all()
     by_name: dict[str, list[Any]] = {}
@@ -63,17 +58,14 @@ def current_versions_in(conn: Connection) -> list[MatrixVersion]:
 
 
 def cell_refs_in(conn: Connection, matrix_id: int) -> list[tuple[str, str]]:
-    """(cell id, cell key) of a registered version, in declared order."""
     return matrix_cell_refs(SqlaReader(conn), matrix_id)
 
 
 def cells_in(conn: Connection, matrix_id: int) -> tuple[Cell, ...]:
-    """The cells of a registered version, in declared order."""
     rows = conn.scalars(select(C.c.json).select_from(C.join(MC, MC.c.cell_key == C.c.key))
                         .where(MC.c.matrix_id == matrix_id).order_by(MC.c.position))
     return tuple(Cell.from_json(j) for j in rows)
 
 
 def toml_in(conn: Connection, matrix_id: int) -> str | None:
-    """The TOML a version was registered with."""
     return conn.scalar(select(M.c.toml).where(M.c.id == matrix_id))

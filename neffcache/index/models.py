@@ -1,7 +1,4 @@
-"""ORM rows mapped onto the Core tables of ``neffcache.index.tables`` (the one schema), for
-the tests and tools that write or read rows whole; Alembic compares the migrations with
-``Base.metadata`` (every table, with the partial index below). The package's own statements
-are Core."""
+"""ORM rows mapped onto the Core tables of ``neffcache.index.tables``, for tests, tools, Alembic."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Read queries for the ops surface (HTTP API, dashboard, metrics): fingerprint and SDK
-totals, precompile runs, failures, restore reports and restore outcome aggregates (coverage
-is ``coverage_engine``'s). Each is a few set-based queries, never one per cell."""
+"""Read queries for the ops surface (HTTP API, dashboard, metrics): a few set-based queries each."""
 
 from __future__ import annotations
 
@@ -73,8 +71,7 @@ def _fingerprint_info(key: str, backend: str, fields: dict[str, Any],
 
 
 def _columns(s: Session, keys: set[str]) -> list[FingerprintInfo]:
-    """Fingerprints by first appearance (then backend, SDK version, key): the grid's
-    column order."""
+    """The grid's column order: by first appearance, then backend, SDK version, key."""
     fp = fingerprints.c
     rows = s.execute(select(fp.key, fp.backend, fp.fields, fp.first_seen_at)
                      .where(fp.key.in_(sorted(keys)))).all() if keys else []
@@ -112,8 +109,8 @@ def index_totals(index: Index) -> IndexTotals:
 
 def list_runs(index: Index, limit: int = 50, matrix: str | None = None,
               after: str | None = None) -> list[RunSummary]:
-    """Precompile runs, newest first (by start, then id), with how many failures each
-    recorded; ``after`` (``run_cursor`` of the last run of a page): the runs after it."""
+    """Precompile runs, newest first, with how many failures each recorded; ``after``: a
+    ``run_cursor``."""
     r = precompile_runs.c
     stmt = select(precompile_runs).order_by(r.started_at.desc(), r.id).limit(limit)
     if matrix:
@@ -154,7 +151,6 @@ def restore_cursor(restore: RestoreRecord) -> str:
 
 
 def _id_cursor(after: str) -> tuple[datetime, int]:
-    """(time, integer id) of a cursor of a listing keyed by an integer id."""
     at, key = parse_cursor(after, ID_CURSOR_PATTERN)
     return at, int(key)
 
@@ -172,9 +168,8 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
                   fingerprint_key: str | None = None, cell_glob: str | None = None,
                   current_only: bool = True, limit: int = 100,
                   after: str | None = None) -> list[FailureRecord]:
-    """Failed warm-ups, newest first (by time, then id). ``current_only``: only the latest
-    failure of each cell x fingerprint that still has no entry (the cells coverage shows as
-    failed); ``after`` (``failure_cursor`` of the last of a page): the failures after it."""
+    """Failed warm-ups, newest first. ``current_only``: each pair's latest failure without an
+    entry (what coverage shows as failed); ``after``: a ``failure_cursor``."""
     f = cell_failures.c
     stmt = (select(cell_failures, cells.c.id.label("cell_id"))
             .join(cells, cells.c.key == f.cell_key)
@@ -211,8 +206,7 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
 
 def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
                   matrix: str | None = None, after: str | None = None) -> list[RestoreRecord]:
-    """Restore reports, newest first (by time recorded, then id); ``after``
-    (``restore_cursor`` of the last of a page): the reports after it."""
+    """Restore reports, newest first; ``after``: a ``restore_cursor``."""
     r = restore_reports.c
     stmt = (select(*(r[f.name] for f in fields(RestoreRecord) if f.init))  # its columns
             .order_by(r.created_at.desc(), r.id.desc()).limit(limit))
@@ -231,8 +225,8 @@ def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
 
 def restore_outcomes(index: Index,
                      bounds: Sequence[float] = DURATION_BUCKETS) -> list[RestoreOutcomeStats]:
-    """Every restore report summed per outcome (hit, partial, miss, error), with cumulative
-    duration buckets and misses split by kind: one grouped query over the aggregates."""
+    """Every restore report summed per outcome, with cumulative duration buckets and misses
+    split by kind."""
     if tuple(bounds) != DURATION_BUCKETS:
         raise ValueError("restore_outcomes: the aggregates are kept for DURATION_BUCKETS")
     c = restore_counts.c
@@ -291,9 +285,8 @@ RUN_WINDOW = timedelta(days=7)  # how far back the last precompile run of a matr
 
 
 def lease_stats(index: Index) -> list[LeaseStats]:
-    """Held leases per (matrix, fingerprint) at the database's clock, live and expired: the
-    leased rows only, by a range of the expires_at index (a queued row without a lease has
-    no expiry), so the cost follows the busy and dead workers, not the queue's length."""
+    """Held leases per (matrix, fingerprint), live and expired: by a range of the expires_at
+    index, so the cost follows the busy and dead workers, not the queue's length."""
     c = cell_claims.c
     counts: dict[tuple[str, str], list[int]] = {}
     with index.read_session() as s:
@@ -309,9 +302,8 @@ def lease_stats(index: Index) -> list[LeaseStats]:
 
 
 def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[MatrixRunTime]:
-    """When a precompile run of each registered matrix (and of any matrix run in the window)
-    last started, looked for only in the last ``window`` (a range of the started_at index):
-    None for a registered matrix with no run that recent."""
+    """When a run of each registered matrix last started within ``window`` (None: not
+    that recently)."""
     r = precompile_runs.c
     with index.read_session() as s:
         since = index.now(s) - window
@@ -324,9 +316,7 @@ def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[M
 
 def last_fingerprint_runs(index: Index,
                           window: timedelta = RUN_WINDOW) -> list[FingerprintRunTime]:
-    """When a precompile run of each (matrix, fingerprint) last started, for the runs of
-    the last ``window`` only (a range of the started_at index); pairs with no run that
-    recent are absent."""
+    """When a run of each (matrix, fingerprint) last started within ``window``."""
     r = precompile_runs.c
     with index.read_session() as s:
         since = index.now(s) - window
@@ -338,8 +328,7 @@ def last_fingerprint_runs(index: Index,
 
 
 def reported_fingerprints(index: Index) -> list[ReportedFingerprint]:
-    """The fingerprints restore reports of each registered matrix named (the aggregate: one
-    row per matrix x fingerprint, as many as the coverage columns they add)."""
+    """The fingerprints restore reports of each registered matrix named (the aggregate)."""
     rf = report_fingerprints
     with index.connection() as conn:
         rows = conn.execute(select(rf.c.matrix, rf.c.fingerprint_key, rf.c.reports,

@@ -1,10 +1,4 @@
-"""What the ops queries return (matrix versions, coverage grids, fingerprint and SDK totals,
-precompile runs, failures, restore reports) and the pure rules behind them.
-
-Pure: no SQLAlchemy, no I/O. A value's document is its fields (``neffcache.documents``);
-one that is not (flattened, reordered) is a TypedDict beside it (``*Doc``), built by its
-``to_json``. The fields are a contract: add, never rename.
-"""
+"""What the ops queries return and the rules behind them (pure: no I/O)."""
 
 from __future__ import annotations
 
@@ -42,8 +36,7 @@ def miss_kind(exit_code: int) -> str | None:
 
 
 def restore_outcome(exit_code: int, cells_restored: int, cells_missing: int) -> Outcome:
-    """hit: every requested cell in place; partial: some restored, some not; miss: nothing
-    restored because entries were missing (exit 3 or 5); error: anything else."""
+    """miss: nothing restored because entries were missing (exit 3 or 5)."""
     if exit_code == 0:
         return HIT
     if exit_code in (3, 5):
@@ -84,8 +77,6 @@ class MatrixDetail(Document):
 
 
 def fingerprint_target(backend: str, fields: Mapping[str, Any]) -> str:
-    """What a fingerprint's entries run on: the Neuron target (with its LNC when not the
-    default), the CPU architecture for inductor; 'unknown' when the fingerprint does not say."""
     if backend == "neuron":
         target = str(fields.get("target") or "unknown")
         lnc = str(fields.get("lnc") or "default")
@@ -96,8 +87,7 @@ def fingerprint_target(backend: str, fields: Mapping[str, Any]) -> str:
 
 
 def known_versions(backend: str, fields: Mapping[str, Any]) -> str:
-    """When a fingerprint's SDK version is not a version (absent, unknown): the package
-    versions it does name besides the SDK, e.g. 'torch 2.9.0 · torch-neuronx absent'; else ''."""
+    """E.g. 'torch 2.9.0 · torch-neuronx absent' when the SDK version is absent or unknown."""
     if sdk_version(backend, fields) not in ("absent", "unknown"):
         return ""
     sdk = SDK_FIELDS.get(backend)
@@ -107,13 +97,9 @@ def known_versions(backend: str, fields: Mapping[str, Any]) -> str:
 
 def distinguish(columns: Sequence[CoverageColumn],
                 prints: Mapping[str, Fingerprint]) -> tuple[CoverageColumn, ...]:
-    """Pure: each column with what tells it apart from its neighbours (``diff_fingerprints``
-    over ``prints``, the columns' fingerprints by key): ``distinct``, the fields, with this
-    column's values, in which it differs from the columns whose cards read the same
-    (``label``: e.g. the same SDK on the same target, but other NEURON_CC_FLAGS), and
-    ``nearest``, the other column it differs from in the fewest fields (ties: column order),
-    which the explanation compares it with. A column the index has no fingerprint for (named
-    only by restore reports) gets neither."""
+    """Each column with ``distinct`` (the fields in which it differs from the columns whose
+    cards read the same) and ``nearest`` (the column it differs from in the fewest fields,
+    ties: column order); a column without a fingerprint in ``prints`` gets neither."""
     known = [c for c in columns if c.key in prints]
     out = []
     for c in columns:
@@ -133,8 +119,7 @@ def distinguish(columns: Sequence[CoverageColumn],
 
 @dataclass(frozen=True, slots=True)
 class FingerprintDiff:
-    """The explanation of a fingerprint card: each field in which ``key`` differs from
-    ``against`` (``diff_fingerprints``), with why that field matters (``FIELD_NOTES``)."""
+    """Each field in which fingerprint ``key`` differs from ``against``, with its note."""
 
     key: str
     against: str
@@ -163,15 +148,13 @@ class FingerprintDiffDoc(TypedDict):
 
 
 def severity(f: CoverageColumn) -> tuple[Any, ...]:
-    """Pure: the dashboard's order, worst first: restored by the fleet with nothing built,
-    then the most failed cells, then the most missing; ties by backend, SDK version, target
-    and key."""
+    """The dashboard's order, worst first: restored by the fleet with nothing built, then the
+    most failed cells, then the most missing."""
     return (not (f.restores and not f.ready), -f.failed, -f.missing, f.backend,
             f.sdk_version, f.target, f.key)
 
 
 def by_severity(columns: Iterable[CoverageColumn]) -> list[CoverageColumn]:
-    """Pure: ``columns`` worst first (``severity``)."""
     return sorted(columns, key=severity)
 
 
@@ -216,7 +199,6 @@ class CoverageGrid(Document):
             object.__setattr__(self, name, value)
 
     def counts_json(self) -> dict[str, Any]:  # MatrixCoverageDoc
-        """The counts without rows (/api/summary's coverage)."""
         return {"matrix": self.name, "version": self.version, "cells": self.total_cells,
                 "fingerprints": [f.to_json() for f in self.fingerprints]}
 
@@ -274,7 +256,7 @@ class SdkBytes(Document):
 
 
 def group_by_sdk(stats: Iterable[FingerprintStats]) -> tuple[SdkBytes, ...]:
-    """Pure: fingerprint totals summed per (backend, SDK version), largest first."""
+    """Fingerprint totals summed per (backend, SDK version), largest first."""
     acc: dict[tuple[str, str], list[int]] = {}
     for s in stats:
         a = acc.setdefault((s.info.backend, s.info.sdk_version), [0, 0, 0])
@@ -359,7 +341,7 @@ class RestoreRecord(Document):
 
 @dataclass(frozen=True, slots=True)
 class RestoreOutcomeStats:
-    """Restores with one outcome: how many, total seconds and bytes, cumulative buckets."""
+    """Restores with one outcome: how many, seconds, bytes and cumulative buckets."""
 
     outcome: Outcome
     count: int
@@ -396,8 +378,7 @@ class RestoreOutcomeDoc(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class LeaseStats:
-    """Claim-queue leases of one (matrix, fingerprint) at the database's clock: held and
-    live, and held but past their expiry (the holder stopped renewing: a dead worker)."""
+    """Leases of one (matrix, fingerprint): live, and held past their expiry (a dead worker)."""
 
     matrix: str
     fingerprint_key: str
@@ -457,8 +438,8 @@ class RestorePoint(Document):
 
 def build_timeline(rows: Iterable[tuple[datetime, int, int, int]],
                    starts: Sequence[datetime], step_of: Any) -> tuple[RestorePoint, ...]:
-    """Pure: (hour, exit code, restored any, restores) rows summed into the periods
-    ``starts`` (``step_of`` maps an hour to its period start); empty periods included."""
+    """(hour, exit code, restored any, restores) rows summed into the periods ``starts``
+    (``step_of``: an hour's period start); empty periods included."""
     acc = {s: [0, 0, 0, 0, 0] for s in starts}
     for hour, code, restored_any, n in rows:
         slot = acc.get(step_of(hour))

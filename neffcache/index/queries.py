@@ -1,7 +1,4 @@
-"""Read queries other than coverage and ``ls`` (``listing``): entry keys (a page at a time),
-fingerprints, fingerprints restored lately, the database's clock, and the glob and key
-prefix clauses other reads share. Core only (``neffcache.index.tables``): no ORM import.
-Each function takes a Session or a Connection."""
+"""Read queries other than coverage and ``ls``, and the clauses other reads share (Core only)."""
 
 from __future__ import annotations
 
@@ -44,17 +41,15 @@ _HEX = re.compile(r"[0-9a-f]{1,64}")
 
 
 def glob_clause(session: Any, column: Any, pattern: str) -> tuple[Any, bool]:
-    """A WHERE clause for the glob ``pattern`` on ``column`` and whether it is exact (then no
-    fnmatch re-check is needed and a LIMIT can go to SQL): SQLite's GLOB has fnmatch's
-    syntax (``[!...]`` spelled ``[^...]``); LIKE is exact on Postgres without ``[...]``."""
+    """A WHERE clause for the glob and whether it is exact (no fnmatch re-check needed)."""
     if dialect_name(session) == "sqlite":
         return column.op("GLOB")(pattern.replace("[!", "[^")), True
     return column.like(glob_to_like(pattern), escape=_LIKE_ESCAPE), "[" not in pattern
 
 
 def key_prefix_clause(column: Any, prefix: str) -> Any:
-    """``column`` starts with the hex ``prefix``, as a range an index serves under any
-    collation (LIKE 'abc%' cannot use one under C.UTF-8); a non-hex prefix matches nothing."""
+    """``column`` starts with the hex ``prefix``, as a range (LIKE 'abc%' uses no index under
+    C.UTF-8); a non-hex prefix matches nothing."""
     p = prefix.lower()
     if not _HEX.fullmatch(p):
         return false()
@@ -62,29 +57,25 @@ def key_prefix_clause(column: Any, prefix: str) -> Any:
 
 
 def has_entry(cell_key: Any, fingerprint_key: Any) -> Exists:
-    """EXISTS an entry for the (cell key, fingerprint key) columns of the outer rows."""
     e = entries.c
     return (select(e.entry_key)
             .where(e.cell_key == cell_key, e.fingerprint_key == fingerprint_key).exists())
 
 
 def dialect_name(conn: Any) -> str:
-    """``sqlite`` or ``postgresql``, of a Connection or a Session."""
     bind = conn if hasattr(conn, "dialect") else conn.get_bind()
     return str(bind.dialect.name)
 
 
 def key_batches(conn: Any, keys: Sequence[str]) -> list[Sequence[str]]:
-    """``keys`` in batches for ``key_in``: one on Postgres (an array parameter has no size
-    limit), BATCH-sized IN lists on SQLite."""
+    """One batch on Postgres (an array has no size limit), BATCH-sized on SQLite."""
     if dialect_name(conn) == "postgresql":
         return [keys] if keys else []
     return list(chunks(keys))
 
 
 def key_in(conn: Any, column: Any, keys: Sequence[str]) -> Any:
-    """``column`` is one of ``keys``: ``= ANY(array)`` on Postgres (one parameter: the driver
-    need not parse hundreds of placeholders), ``IN (...)`` on SQLite. Both use an index."""
+    """``= ANY(array)`` on Postgres (one parameter, not hundreds), ``IN (...)`` on SQLite."""
     if dialect_name(conn) == "postgresql":
         return column == any_(bindparam(None, list(keys), type_=ARRAY(String)))
     return column.in_(keys)
@@ -106,8 +97,7 @@ def database_now(conn: Any) -> datetime:
 
 
 def restored_fingerprint_keys(session: Any, since: datetime) -> set[str]:
-    """Fingerprint keys with an entry an ok/partial restore report found at or after ``since``
-    (its ``last_used_at``); read through the last-use index, never every entry."""
+    """Through the last-use index, never every entry."""
     return set(session.scalars(select(entries.c.fingerprint_key).distinct()
                                .where(entries.c.last_used_at >= since)))
 
@@ -116,8 +106,7 @@ KEY_PAGE = 10_000  # entry keys per page when every key must be visited (reindex
 
 
 def entry_keys_after(session: Any, after: str | None, limit: int) -> list[str]:
-    """Up to ``limit`` entry keys greater than ``after`` (all from the start when None), in
-    key order: one range scan of the primary key."""
+    """Up to ``limit`` entry keys greater than ``after``, in key order."""
     stmt = select(entries.c.entry_key).order_by(entries.c.entry_key).limit(limit)
     if after is not None:
         stmt = stmt.where(entries.c.entry_key > after)

@@ -1,8 +1,4 @@
-"""A ``Reader`` for a read command (``ls``, ``coverage``): the bare driver when the statement
-cache holds this code's statements for a database at their schema (``bare_reader``: no
-SQLAlchemy import), else SQLAlchemy (``sqla_reader``), which leaves what it compiles cached
-for the next command. Either way the statements are the builders' (``listing_statements``,
-``coverage_engine.statements``)."""
+"""A ``Reader`` for a read command: the bare driver when it can, else SQLAlchemy."""
 
 from __future__ import annotations
 
@@ -20,17 +16,14 @@ if TYPE_CHECKING:
 
 
 def open_index_as_cli(settings: Settings) -> Index:
-    """The index as the CLI opens it (SQLAlchemy): the embedded default is created or
-    upgraded on first use; a named one must already be at this code's schema."""
+    """The embedded default is created or upgraded on first use."""
     from neffcache.index.api import open_index
 
     return open_index(settings.index_url, auto_upgrade=settings.index_is_embedded)
 
 
 def open_reader(settings: Settings, *, snapshot: bool = False) -> BareReader | SqlaFallback:
-    """A Reader on the index of ``settings`` (close it when done). ``snapshot``: every
-    statement sees one snapshot (Postgres: REPEATABLE READ; SQLite's read has one). Raises
-    UnavailableError (exit 6) or SchemaOutdatedError (7) for the index."""
+    """Close it when done. Raises UnavailableError (exit 6) or SchemaOutdatedError (7)."""
     statements = StatementCache.load(default_home(os.environ))
     bare = open_bare(settings.index_url, statements, snapshot=snapshot,
                      fallback=lambda: SqlaFallback(settings, statements, snapshot=snapshot))
@@ -40,8 +33,7 @@ def open_reader(settings: Settings, *, snapshot: bool = False) -> BareReader | S
 
 
 class SqlaFallback:
-    """A SQLAlchemy reader (the index opened as the CLI opens it) for the statements the
-    cache lacks; what it compiles is added to the cache, written when it is closed."""
+    """For the statements the cache lacks; what it compiles is cached when it is closed."""
 
     dialect: str
 

@@ -1,13 +1,4 @@
-"""Writes of entries to the index: entries with their cells, fingerprints, blobs and files,
-their removal and verification (failures, runs and restore reports: ``record_runs``). Every
-function takes an open Connection or Session inside a write transaction; the caller commits.
-Inserts of shared rows are insert-if-absent.
-
-The statements are Core statements on ``neffcache.index.tables``, each built once per dialect:
-recording an entry (``push``, ``capture``: one entry per process) imports neither
-``sqlalchemy.orm`` nor the mapped models (~0.15 s of a command's start-up), and an
-ORM-enabled insert or select costs the ORM's bulk-persistence and compile-state work on
-every call, which at one entry per transaction was most of the time an entry took."""
+"""Writes of entries to the index (Core, no ORM: ~0.15 s of ``push``'s start-up)."""
 
 from __future__ import annotations
 
@@ -61,7 +52,7 @@ def _insert_ignoring(insert_of: Any, table: TableClause) -> Any:
 
 def insert_if_absent(session: Session | Connection, table: TableClause | type,
                      rows: Sequence[Mapping[str, Any]]) -> None:
-    """Insert ``rows`` into ``table`` (a table, or a mapped model's), skipping existing keys."""
+    """``table``: a table, or a mapped model's."""
     if not rows:
         return
     stmt = _insert_ignoring(dialect_insert(session), getattr(table, "__table__", table))
@@ -97,7 +88,7 @@ def existing_entry_keys(session: Session | Connection, keys: Sequence[str]) -> s
 
 def save_entries(session: Session | Connection, manifests: Sequence[Manifest],
                  store_url: str) -> int:
-    """Insert the manifests not yet indexed; returns how many were new."""
+    """Returns how many of the manifests were new."""
     now = utcnow()
     by_key = {m.entry_key: m for m in manifests}
     new = [by_key[k] for k in sorted(set(by_key) - existing_entry_keys(session, list(by_key)))]
@@ -128,7 +119,7 @@ def save_entries(session: Session | Connection, manifests: Sequence[Manifest],
 
 
 def delete_entries(session: Session | Connection, keys: Sequence[str]) -> int:
-    """Remove entries, their file rows, and blobs no remaining entry references."""
+    """Entries, their file rows, and blobs no remaining entry references."""
     removed = 0
     e, f, b = entries.c, entry_files.c, blobs.c
     for part in chunks(list(keys)):
@@ -147,7 +138,7 @@ def delete_entries(session: Session | Connection, keys: Sequence[str]) -> int:
 
 def save_verification(session: Session | Connection, entry_key: str, status: str,
                       at: datetime | None = None) -> bool:
-    """``at``: when it was judged (default now); a verdict older than the entry's is kept out."""
+    """A verdict older than the entry's is kept out."""
     e = entries.c
     stmt = update(entries).where(e.entry_key == entry_key)
     if at is not None:

@@ -1,6 +1,4 @@
-"""Writes of precompile runs, failures and restore reports (with the fingerprints reports
-name, and the entries' last use and restore count). Every function takes an open
-Session inside a write transaction; the caller commits. Entries: ``record``."""
+"""Writes of precompile runs, failures and restore reports (in the caller's transaction)."""
 
 from __future__ import annotations
 
@@ -78,7 +76,7 @@ def _int(report: Mapping[str, Any], *names: str, default: int = 0) -> int:
 
 
 def _cell_ids(value: Any) -> list[str]:
-    """A list of cell ids from ids, or from objects with an ``id``/``cell_id``."""
+    """Cell ids from ids, or from objects with an ``id``/``cell_id``."""
     if not isinstance(value, (list, tuple)):
         return []
     out = []
@@ -90,7 +88,6 @@ def _cell_ids(value: Any) -> list[str]:
 
 
 def _cells_and_count(report: Mapping[str, Any], name: str) -> tuple[list[str], int]:
-    """``restored``/``missing`` lists and ``cells_<name>`` as a count or as the list itself."""
     listed = _cell_ids(report.get(name))
     value = report.get(f"cells_{name}")
     if isinstance(value, (list, tuple)):
@@ -100,8 +97,7 @@ def _cells_and_count(report: Mapping[str, Any], name: str) -> tuple[list[str], i
 
 
 def restore_report_row(report: Mapping[str, Any]) -> dict[str, Any]:
-    """Map a restore report (see ``Index.record_restore``) to a ``restore_reports`` row; every
-    key is also kept in the ``report`` JSON column."""
+    """Every key of the report is also kept in the ``report`` JSON column."""
     fp = report.get("fingerprint")
     fp_key = report.get("fingerprint_key") or (fp.get("key") if isinstance(fp, Mapping) else fp)
     restored, n_restored = _cells_and_count(report, "restored")
@@ -132,10 +128,8 @@ def existing_report_ids(session: Session, ids: Sequence[str]) -> set[str]:
 
 
 def save_reports(session: Session, reports: Sequence[Report]) -> int:
-    """Insert the validated reports not yet ingested (unique by report id; a concurrent
-    ingester's rows are left alone); record each fingerprint they name (so the fleet's
-    fingerprints show even when nothing was built for them) and move the entries they found
-    to their newest use. Returns how many reports were new."""
+    """Insert the reports not yet ingested (a concurrent ingester's rows are left alone), with
+    the fingerprints they name and the entries' last use. Returns how many were new."""
     now = utcnow()
     by_id = {r.report_id: r for r in reports}
     fresh = set(by_id) - existing_report_ids(session, list(by_id))
@@ -169,8 +163,7 @@ def save_reports(session: Session, reports: Sequence[Report]) -> int:
 
 
 def restore_counts(reports: Iterable[Report]) -> dict[str, int]:
-    """Per entry key, how many of ``reports`` (ok or partial) found it; each report counts an
-    entry once (pure)."""
+    """Per entry key, how many ok or partial reports found it."""
     counts: dict[str, int] = {}
     for r in reports:
         if r.status != "failed":
@@ -180,22 +173,19 @@ def restore_counts(reports: Iterable[Report]) -> dict[str, int]:
 
 
 def restores_recorded(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Count new restore report rows in the aggregates."""
     aggregates.restores_added(session, [
         (r["created_at"], r["exit_code"], r["cells_restored"], r["seconds"], r["bytes_fetched"],
          r["matrix"], r["fingerprint_key"]) for r in rows])
 
 
 def _save_last_use(session: Session, last_use: Mapping[str, datetime]) -> None:
-    """``entries.last_used_at = max(it, t)`` per entry key."""
     e = entries.c
     _update_per_value(session, last_use, lambda when: update(entries).where(
         e.last_used_at.is_(None) | (e.last_used_at < when)).values(last_used_at=when))
 
 
 def _save_restore_counts(session: Session, counts: Mapping[str, int]) -> None:
-    """``entries.restore_count += n`` per entry key. Only reports this session inserted are
-    counted, so concurrent ingesters never count one twice."""
+    """Only reports this session inserted are counted: no report counts twice."""
     e = entries.c
     _update_per_value(session, counts, lambda n: update(entries).values(
         restore_count=e.restore_count + n))
@@ -203,7 +193,7 @@ def _save_restore_counts(session: Session, counts: Mapping[str, int]) -> None:
 
 def _update_per_value(session: Session, values: Mapping[str, Any],
                       statement: Callable[[Any], Any]) -> None:
-    """``statement(value)`` for the entries of each key, one UPDATE per distinct value."""
+    """One UPDATE per distinct value."""
     by_value: dict[Any, list[str]] = {}
     for key, value in values.items():
         by_value.setdefault(value, []).append(key)

@@ -1,6 +1,4 @@
-"""Rebuild the index's entries (with their cells, fingerprints and files) from the store's
-manifests alone. Invalid manifests are skipped and reported with their one-line reason;
-entries whose manifest is no longer in the store are removed (unless ``prune=False``)."""
+"""Rebuild the index's entries from the store's manifests alone."""
 
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ T = TypeVar("T")
 
 
 def plan_reindex(object_keys: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """Pure: (manifest object key, entry key) pairs to read, and keys that are not manifests."""
     wanted, stray = [], []
     for key in sorted(object_keys):
         entry = entry_key_of(key)
@@ -45,8 +42,7 @@ def _load(store: Store, key: str, entry: str) -> Manifest | InvalidManifest | No
 
 def read_objects(load: Callable[[str, str], T], items: Sequence[tuple[str, str]]
                  ) -> Iterator[T]:
-    """``load(object key, expected name)`` for each pair, READERS objects at a time (S3
-    latency dominates), results in input order; shared by reindex and report ingestion."""
+    """``load(object key, expected name)`` per pair, READERS at a time, in input order."""
     with ThreadPoolExecutor(max_workers=READERS) as pool:
         yield from pool.map(lambda kv: load(*kv), items)
 
@@ -56,9 +52,8 @@ BULK = 1000  # rows written past which the planner's statistics are refreshed
 
 def reindex(index: Index, store: Store, *, prune: bool = True,
             progress: Callable[[int, int], None] | None = None) -> ReindexResult:
-    """Index every valid manifest in ``store``; see the module docstring. Memory: the store's
-    listing, plus one batch of manifests and one page of index keys (never every indexed key
-    in a set)."""
+    """Index every valid manifest; invalid ones are listed, entries whose manifest is gone are
+    removed unless not ``prune``. Memory: the listing, one batch and one page of index keys."""
     wanted, _stray = plan_reindex(list(store.list(MANIFESTS)))
     found: list[str] = []  # entry keys with a valid manifest, in key order (as ``wanted``)
     invalid: list[InvalidManifest] = []
@@ -91,8 +86,7 @@ def reindex(index: Index, store: Store, *, prune: bool = True,
 
 
 def stale_keys(page: Sequence[str], found: Sequence[str]) -> list[str]:
-    """Pure: the keys of ``page`` not in ``found`` (sorted), in page order. Only the slice of
-    ``found`` within the page's key range is hashed, so memory stays about one page."""
+    """The keys of ``page`` not in ``found`` (sorted); memory stays about one page."""
     if not page:
         return []
     lo = bisect.bisect_left(found, min(page))
@@ -103,10 +97,8 @@ def stale_keys(page: Sequence[str], found: Sequence[str]) -> list[str]:
 
 def remove_stale(index: Index, found: Sequence[str],
                  still_stored: Callable[[Sequence[str]], set[str]] | None = None) -> int:
-    """Remove the indexed entries whose key is not in ``found`` (sorted), walking the index's
-    keys a page at a time and deleting a batch per transaction. ``still_stored(keys)`` names
-    the candidates whose manifest the store holds after all (published since the listing):
-    those stay."""
+    """Remove the indexed entries not in ``found`` (sorted), a batch per transaction, except
+    those ``still_stored`` names (published since the listing)."""
     removed = 0
     stale: list[str] = []
 
@@ -125,6 +117,5 @@ def remove_stale(index: Index, found: Sequence[str],
 
 
 def stored_manifests(store: Store, keys: Sequence[str]) -> set[str]:
-    """Which of these entry keys have a manifest in ``store`` now (READERS checks at a time)."""
     present = read_objects(lambda k, _: store.has(manifest_key(k)), [(k, k) for k in keys])
     return {k for k, p in zip(keys, present, strict=True) if p}

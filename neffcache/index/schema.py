@@ -1,9 +1,4 @@
-"""Schema revisions: which migration a database is at, and upgrading it with Alembic,
-configured in code (no alembic.ini) from the migrations shipped as ``neffcache.migrations``.
-
-One upgrade at a time: SQLite takes its write lock before reading the current revision,
-Postgres takes a transaction-scoped advisory lock, so concurrent first uses do not collide.
-"""
+"""Schema revisions: which migration a database is at, and upgrading it with Alembic."""
 
 from __future__ import annotations
 
@@ -35,7 +30,6 @@ _PG_LOCK_ID = 0x6E656666  # "neff"
 
 
 def migrations_dir() -> Path:
-    """The directory holding env.py and versions/, wherever the package is installed."""
     spec = importlib.util.find_spec("neffcache.migrations")
     if spec is None or spec.origin is None:
         raise NeffcacheError("neffcache.migrations is not installed with this package")
@@ -60,8 +54,7 @@ def script_heads() -> tuple[str, ...]:
 
 
 def current_revision(conn: Connection) -> str | None:
-    """The database's revision (None: no neffcache schema). One query: a read command pays
-    one round trip for the check, not a catalog lookup (reflection) before it."""
+    """None: no neffcache schema. One query, no reflection before it."""
     try:
         with conn.begin_nested() if conn.in_transaction() else conn.begin():
             rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")
@@ -80,7 +73,6 @@ def read_schema_state(engine: Engine, url: str) -> SchemaState:
 
 
 def require_current(state: SchemaState) -> None:
-    """Refuse a database whose schema is not the one this code was written for."""
     if state.up_to_date:
         return
     if state.current is None:
@@ -102,7 +94,7 @@ def known_revisions() -> set[str]:
 
 
 def upgrade_engine(engine: Engine, url: str, revision: str = "head") -> tuple[str | None, str]:
-    """Migrate to ``revision`` in one transaction; returns (from revision, to revision)."""
+    """In one transaction; returns (from revision, to revision)."""
     from alembic import command
 
     ensure_parent_dir(url)
@@ -119,7 +111,6 @@ def upgrade_engine(engine: Engine, url: str, revision: str = "head") -> tuple[st
 
 
 def downgrade_engine(engine: Engine, url: str, revision: str = "base") -> None:
-    """Migrate down (for tests and for undoing an upgrade by hand)."""
     from alembic import command
 
     with translate_errors(url), engine.connect().execution_options(**WRITE) as conn:
@@ -128,7 +119,7 @@ def downgrade_engine(engine: Engine, url: str, revision: str = "base") -> None:
 
 
 def upgrade_index(url: str) -> tuple[str | None, str]:
-    """Create or migrate the index at ``url`` to this code's head: (from revision, to revision)."""
+    """Create or migrate the index at ``url``: (from revision, to revision)."""
     url = normalise_url(url)
     engine = make_engine(url)
     try:

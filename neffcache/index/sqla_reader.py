@@ -1,7 +1,4 @@
-"""The Reader (``listing``'s protocol) over a SQLAlchemy Connection: builds each statement
-(``listing_statements``, ``coverage_engine.statements``), runs it, and keeps its compiled form in
-the ``StatementCache`` so the next read command can run it on the bare driver
-(``bare_reader``)."""
+"""The Reader over a SQLAlchemy Connection, caching each statement's compiled form."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ from neffcache.index.schema import SCHEMA_REVISION
 
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
-    """The statement ``name`` (of ``listing`` or ``coverage_engine.reads``) in ``shape``
-    (``ls`` imports no coverage)."""
+    """``ls`` imports no coverage."""
     builder = listing_statements.BUILDERS.get(name)
     if builder is None:
         from neffcache.index.coverage_engine.statements import BUILDERS
@@ -63,9 +59,8 @@ class SqlaReader:
 
 def compile_statement(stmt: Any, dialect: Any, params: Mapping[str, Any]
                       ) -> CompiledStatement | None:
-    """``stmt``'s compiled form for the bare driver; None when it needs more than SQL text
-    and plain parameters (a post-compiled IN list, a type SQLAlchemy converts other than a
-    datetime or a JSON column, a made-up parameter whose value is not a plain literal)."""
+    """``stmt``'s compiled form for the bare driver; None when it needs more than SQL text and
+    plain parameters."""
     compiled = stmt.compile(dialect=dialect)
     if "POSTCOMPILE" in compiled.string or dialect.paramstyle not in ("qmark", "pyformat"):
         return None
@@ -97,7 +92,6 @@ def compile_statement(stmt: Any, dialect: Any, params: Mapping[str, Any]
 
 
 def _converts(type_: Any, dialect: Any) -> bool:
-    """Whether SQLAlchemy converts this column's values from what the driver returns."""
     try:
         return type_.dialect_impl(dialect).result_processor(dialect, None) is not None
     except (TypeError, exc.InvalidRequestError):

@@ -1,28 +1,4 @@
-"""The index's schema, declared once as SQLAlchemy Core tables: the reads (``ls``, ``coverage``)
-and the entry writes (``push``, ``capture``) use them without importing the ORM
-(``sqlalchemy.orm`` costs a CLI command ~0.15 s of start-up); ``models`` maps the ORM's rows
-onto them and adds the one index whose dialect options would import the Postgres dialect.
-
-    fingerprints   key, backend, fields
-    cells          key, readable id, pipeline, mode, shape, batch, tp, full JSON
-    entries        one per (cell, fingerprint): where, how big, how long it took, verified?
-    blobs          sha256 -> size (identical files across entries counted once)
-    entry_files    an entry's files: position, root, path, sha256, size, mode
-    precompile_runs / cell_failures      precompile attempts and the cells that failed
-    restore_reports                      what each restore fetched, skipped or missed (one row
-                                         per report object, unique by report_id)
-    matrices / matrix_cells              registered matrix files and their cells
-    cell_claims    the work queue of ``precompile --claim``: one row per (cell, fingerprint)
-                   still to warm, with the lease of the worker warming it (if any)
-    coverage_counts / fingerprint_counts / restore_counts / report_fingerprints
-                   aggregates kept up to date by every write (``neffcache.index.aggregates``)
-                   so the ops surface never reads whole tables per request
-    index_changes  one row: a counter every write transaction raises (triggers on every
-                   table, migration 0009), so a reader knows cheaply whether anything changed
-
-Every constraint and index is named by ``NAMING_CONVENTION`` so migrations stay portable.
-Timestamps are stored in UTC. Columns are NOT NULL unless declared ``nullable=True``.
-"""
+"""The index's schema, declared once as SQLAlchemy Core tables."""
 
 from __future__ import annotations
 
@@ -48,6 +24,7 @@ from sqlalchemy import (
 KEY = 64  # sha256 hex: cell keys, fingerprint keys, entry keys, blob digests
 UTC_TS = DateTime(timezone=True)
 
+# every constraint and index named, so migrations stay portable; timestamps are UTC
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",

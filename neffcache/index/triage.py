@@ -1,8 +1,4 @@
-"""What the dashboard's first screen leads with, across every registered matrix (never only
-the selected one): failed cells of their current versions, stale cells (leases held past
-their expiry: a worker that died), and fingerprints the fleet restored with lately (restore
-reports within ``FLEET_WINDOW``) that have nothing built; and the explanation of what tells
-two fingerprints apart. A few queries whatever the index's size."""
+"""What the dashboard's first screen leads with across every registered matrix."""
 
 from __future__ import annotations
 
@@ -78,8 +74,7 @@ class AttentionDoc(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class Attention:
-    """What is wrong across every registered matrix; the lists at most ``limit`` long, newest
-    failure, oldest expiry, most restored first; the counts over everything."""
+    """What is wrong across every registered matrix; lists at most ``limit`` long."""
 
     failed_cells: int
     failed: tuple[FailedCell, ...]
@@ -103,8 +98,7 @@ class Attention:
 
 
 def attention(index: Index, limit: int = 20) -> Attention:
-    """``Attention`` from the coverage summaries (counts, columns), the latest failures of
-    the current versions' cells, the expired leases and the fleet's recent fingerprints."""
+    """Failed and stale cells, and fingerprints the fleet restores with nothing built."""
     grids = index.coverage_summaries()
     with index.connection() as conn:
         now = index.now(conn)
@@ -126,11 +120,8 @@ def attention(index: Index, limit: int = 20) -> Attention:
 
 
 def _failed(conn: Connection, matrix_ids: list[int], limit: int) -> list[FailedCell]:
-    """The latest failure of each cell x fingerprint of these matrix versions that still
-    has no entry, newest first. Looked for first among the newest ``WINDOW`` x ``limit``
-    failures (a top-N of one table: the checks then run for those rows only, not for every
-    failure ever recorded); only when fewer qualify there, among all of them (any row outside
-    the window is older than every row in it, so the answer is the same)."""
+    """The latest failure without an entry of each pair, newest first: looked for among the
+    newest ``WINDOW`` x ``limit`` failures first (a top-N), then among all of them."""
     for window in (WINDOW * limit, None):
         found = [FailedCell(str(m), str(cid), str(ck), str(fk), run, status, as_utc(at))  # type: ignore[arg-type]
                  for m, cid, ck, fk, run, status, at
@@ -169,8 +160,7 @@ def _failed_statement(matrix_ids: list[int], limit: int, window: int | None) -> 
 
 
 def fingerprint_diff(index: Index, key: str, against: str) -> FingerprintDiff:
-    """What tells fingerprint ``key`` apart from ``against`` (each a key or a unique prefix
-    of one in the index); NotFoundError when either matches no fingerprint or several."""
+    """NotFoundError when ``key`` or ``against`` matches no fingerprint or several."""
     a, b = _one_fingerprint(index, key), _one_fingerprint(index, against)
     return FingerprintDiff(a.key, b.key, diff_fingerprints(a, b))
 

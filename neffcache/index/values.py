@@ -1,5 +1,4 @@
-"""What index queries return: frozen dataclasses, each its document's declaration (see
-``ops_values``; the JSON fields are a contract: add, never rename). Pure; no SQLAlchemy."""
+"""What index queries return: frozen dataclasses, each its document's declaration (pure)."""
 
 from __future__ import annotations
 
@@ -112,7 +111,7 @@ class CoverageColumn(Document):
 
     @property
     def label(self) -> tuple[str, str, str, str]:
-        """What its card's title reads: backend, SDK version, target, known versions."""
+        """What its card's title reads."""
         return (self.backend, self.sdk_version, self.target, self.known)
 
     def report_json(self) -> dict[str, Any]:
@@ -147,9 +146,8 @@ class CoverageRow(Document):
 
 @dataclass(frozen=True, slots=True)
 class CoverageReport:
-    """Cells x fingerprint columns (``rules.build_coverage``): each cell's status per column
-    (``statuses``, in column order), each column's counts and, with details, every cell x
-    column as a CoverageRow, row-major by cell then column."""
+    """Cells x fingerprint columns: statuses per cell, counts per column and, with details,
+    every cell x column as a CoverageRow, row-major."""
 
     cells: tuple[tuple[str, str], ...]  # (cell id, cell key) in the caller's order
     fingerprints: tuple[CoverageColumn, ...]
@@ -170,7 +168,7 @@ class CoverageReport:
         raise KeyError((cell_key, fingerprint_key))
 
     def only(self, keys: Sequence[str]) -> CoverageReport:
-        """These columns only, in this order (keys the report lacks are left out)."""
+        """These columns only, in this order (unknown keys left out)."""
         index = {fp.key: j for j, fp in enumerate(self.fingerprints)}
         chosen = [index[k] for k in dict.fromkeys(keys) if k in index]
         n = len(self.fingerprints)
@@ -221,8 +219,7 @@ class SchemaState:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A worker's claim on one (cell, fingerprint): ``holder`` is its random token; the lease
-    lives until ``expires_at`` (database clock) unless renewed by a heartbeat."""
+    """A worker's claim on one (cell, fingerprint), until ``expires_at`` unless renewed."""
 
     cell_key: str
     fingerprint_key: str
@@ -235,9 +232,7 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
-    """What a claim found: a lease, or none, with how many other cells of the matrix are
-    being warmed under live leases right now (a worker with no lease waits while any are:
-    a lease whose holder dies expires and goes back to the queue)."""
+    """A lease or none, and how many cells of the matrix are warmed under live leases now."""
 
     lease: Lease | None
     live_elsewhere: int
@@ -256,7 +251,7 @@ class InProgressDoc(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class LiveLease:
-    """A cell in progress, for coverage and the dashboard: who holds it, since when."""
+    """A cell in progress: who holds it, since when."""
 
     cell_key: str
     fingerprint_key: str

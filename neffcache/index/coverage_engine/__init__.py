@@ -1,12 +1,4 @@
-"""Coverage, the one engine: every cell x every relevant fingerprint with its status, and
-the counts per fingerprint. ``neffcache coverage``, /api/coverage (and the dashboard's grid),
-the dashboard's summary and /metrics all get their statuses and counts from ``rules`` (the
-rule ``status_of``, the counter ``Tally``), over what ``reads`` reads.
-
-This face holds the use cases: ``coverage`` and ``stream_coverage`` (a matrix, a file or a
-registered name, x fingerprints, and the ``--check`` gate: what ``neffcache coverage``
-prints), and ``find_fingerprints`` (a key prefix, for ``neffcache fingerprint --explain``
-and the dashboard's explanations)."""
+"""Coverage, the one engine: ``coverage``, ``stream_coverage`` and ``find_fingerprints``."""
 
 from __future__ import annotations
 
@@ -96,7 +88,6 @@ class CoverageResult(ExitRule):
     not_ready: tuple[CoverageRow, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The document ``neffcache coverage --json`` prints ("check" only with check)."""
         report = self.report.to_json()
         doc = {"matrix": self.matrix, "backend": self.backend,
                "here": self.here.key if self.here else None, **report}
@@ -105,13 +96,11 @@ class CoverageResult(ExitRule):
         return doc
 
     def error(self) -> CacheMissError | None:
-        """CacheMissError (exit 3) naming up to three cells when a checked cell is not
-        ready; None otherwise."""
+        """CacheMissError (exit 3) naming up to three cells when a checked cell is not ready."""
         return _not_ready_error(self.matrix, self.not_ready)
 
 
 def check_json(not_ready: Sequence[Any]) -> dict[str, Any]:
-    """The ``check`` key of the coverage document."""
     return {"ok": not not_ready, "not_ready": [
         {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key, "status": r.status}
         for r in not_ready]}
@@ -128,15 +117,11 @@ def _not_ready_error(matrix: str,
 
 
 def coverage(request: CoverageRequest) -> CoverageResult:
-    """Every cell of a matrix x every relevant fingerprint, with its status (ready,
-    in_progress, failed, missing) and counts per fingerprint; reads the index only.
+    """Every cell of a matrix x every relevant fingerprint, with statuses and counts.
 
-    Raises MatrixError (exit 2) for a matrix that is neither a readable file nor a registered
-    name, UsageError (2) for a --fingerprint that is malformed, or a prefix that names no
-    single fingerprint (a full key nothing was built for is a column: missing, exit 3 under
-    check),
-    UnavailableError (6) / SchemaOutdatedError (7) for the index. The check's outcome is in
-    the result (``exit_code`` 3), not raised."""
+    Raises MatrixError (exit 2) for a matrix neither a file nor registered, UsageError (2) for a
+    malformed --fingerprint or a prefix naming no single fingerprint, UnavailableError (6) /
+    SchemaOutdatedError (7) for the index. The check's outcome is in the result, not raised."""
     from neffcache.index.coverage_engine.rules import build_coverage
 
     settings = _read_settings(request)
@@ -166,9 +151,6 @@ def _read_settings(request: CoverageRequest) -> Settings:
 
 @dataclass(frozen=True, slots=True)
 class _Chosen:
-    """What a coverage request selects: the matrix (source, backend), its cells, this
-    host's fingerprint, the fingerprints to show first and the keys of the columns."""
-
     source: str
     backend: str
     cells: tuple[tuple[str, str], ...]  # (id, key), distinct, in order
@@ -190,13 +172,9 @@ def _choose(reader: Reader, request: CoverageRequest, python: str | None) -> _Ch
 
 
 class CoverageStream(ExitRule):
-    """``coverage`` as it is read, in flat memory (what ``coverage --json``/``--jsonl``
-    print): ``matrix``, ``backend``, ``here`` and ``cells`` at once, the rows as ``rows()``
-    yields them (CoverageResult's, in its order, a batch of cells read at a time; iterate
-    once). The columns' counts are tallied as the rows go by: after the rows,
-    ``fingerprints`` (CoverageResult's ``report.fingerprints``), ``not_ready`` (with check),
-    ``error()`` and ``exit_code`` as CoverageResult's. Holds an index connection:
-    ``close()`` it, or use it as a context manager."""
+    """``coverage`` as it is read, in flat memory (``coverage --json``/``--jsonl``): rows as
+    ``rows()`` yields them (iterate once); ``fingerprints``, ``not_ready`` and ``error()`` are
+    known after the rows. Holds an index connection: ``close()`` it, or use ``with``."""
 
     __slots__ = ("_cells", "_check", "_closer", "_counts", "_plan", "backend", "cells",
                  "fingerprints", "here", "matrix", "not_ready")
@@ -213,23 +191,19 @@ class CoverageStream(ExitRule):
         self.not_ready: tuple[CoverageRow, ...] | None = None
 
     def head_json(self) -> dict[str, Any]:
-        """The document's keys known before the rows, as in CoverageResult.to_json()."""
         return {"matrix": self.matrix, "backend": self.backend,
                 "here": self.here.key if self.here else None,
                 "cells": [{"id": i, "key": k} for i, k in self.cells]}
 
     def rows(self) -> Iterator[CoverageRow]:
-        """Every cell x fingerprint, row-major by cell; when done, sets ``fingerprints``
-        (and, with check, ``not_ready``)."""
+        """Every cell x fingerprint, row-major by cell; when done, sets ``fingerprints``."""
         from neffcache.index.coverage_engine.rules import coverage_row
 
         for item in self._tally():
             yield coverage_row(*item)
 
     def lines(self, encode: Callable[[Any], str]) -> Iterator[str]:
-        """``encode(row.to_json())`` of each of ``rows()``, in its order (what ``--json``
-        and ``--jsonl`` print per row), made without building most rows
-        (``rules.RowLines``); sets what ``rows()`` sets."""
+        """``encode(row.to_json())`` of each of ``rows()``, without building most rows."""
         from neffcache.index.coverage_engine.rules import RowLines
 
         line = RowLines(encode).line
@@ -250,7 +224,6 @@ class CoverageStream(ExitRule):
             self.not_ready = tuple(missed)
 
     def tail_json(self) -> dict[str, Any]:
-        """The document's keys after the rows, as in CoverageResult.to_json()."""
         doc: dict[str, Any] = {"fingerprints": [f.report_json()
                                                 for f in self.fingerprints or ()]}
         if self.not_ready is not None:
@@ -271,10 +244,8 @@ class CoverageStream(ExitRule):
 
 
 def stream_coverage(request: CoverageRequest) -> CoverageStream:
-    """``coverage`` as a stream (``CoverageStream``): the same cells, columns, counts and
-    rows in flat memory, whatever the matrix (a batch of cells read at a time; with more
-    than one batch, the columns come from DISTINCT queries first). Raises what ``coverage``
-    raises, before any row is read."""
+    """``coverage`` as a stream (``CoverageStream``), a batch of cells read at a time.
+    Raises what ``coverage`` raises, before any row is read."""
     from neffcache.index.coverage_engine.reads import coverage_cells, plan_coverage
 
     settings = _read_settings(request)
@@ -297,8 +268,7 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
 
 def _load_cells(reader: Reader, matrix: str
                 ) -> tuple[str, str, Sequence[Cell] | Sequence[tuple[str, str]]]:
-    """(source, backend, cells) of a matrix file, else of a registered matrix by name (its
-    cells as (id, key), as registered)."""
+    """(source, backend, cells) of a matrix file, else of a registered matrix."""
     from neffcache.matrix_io import load_matrix
 
     if Path(matrix).exists() or "/" in matrix or matrix.endswith(".toml"):  # a file
@@ -324,10 +294,8 @@ def find_fingerprints(index: Index, prefix: str) -> dict[str, Fingerprint]:
 def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerprint],
                   python: str | None
                   ) -> tuple[Fingerprint | None, list[Fingerprint], list[str]]:
-    """(this host's fingerprint or None, the fingerprints to show first, the keys of the
-    columns in order). A full key the index does not know is a column too (nothing has been
-    built for it: every cell missing); an unknown prefix, a malformed key or an ambiguous
-    prefix is a UsageError."""
+    """(this host's fingerprint, the fingerprints to show first, the columns' keys). A full
+    key the index does not know is a column; a bad or ambiguous prefix is a UsageError."""
     from neffcache.fingerprint import collect_fingerprint
 
     here = None

@@ -1,9 +1,4 @@
-"""Coverage of registered matrices for the API (SQLAlchemy Core on an open Connection):
-``matrix_coverage``, a matrix's grid (/api/coverage, the dashboard), columns worst first,
-each with what tells it apart (``ops_values.distinguish``), and ``coverage_summaries``, every
-registered matrix's counts from the aggregates with leased cells moved by the rule
-(``rules.Tally.add_leased``; /api/summary, /metrics): a few queries at any index size. The
-facts come from ``reads``, the statuses and counts from ``rules``."""
+"""Coverage of registered matrices for the API: a matrix's grid and every matrix's summary."""
 
 from __future__ import annotations
 
@@ -37,7 +32,6 @@ if TYPE_CHECKING:
 
 def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
                        named: Sequence[str] = ()) -> CoverageFacts:
-    """What the index holds for the cells of a registered matrix version (no details)."""
     from sqlalchemy import text
 
     from neffcache.index.sqla_reader import SqlaReader
@@ -52,8 +46,6 @@ def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
 
 
 def matrix_entry_pairs(conn: Connection, matrix_id: int) -> Any:
-    """(cell key, fingerprint key) of every entry for a cell of a matrix version (on
-    Postgres a LATERAL probe per cell: ``statements._entries``)."""
     from neffcache.index.coverage_engine import statements
 
     stmt = statements.build("cov_entries", conn.dialect.name,
@@ -62,9 +54,8 @@ def matrix_entry_pairs(conn: Connection, matrix_id: int) -> Any:
 
 
 def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
-    """How each entry of these cells (a page of a grid) was verified, where it was: the
-    first call after a restore (``neffcache warm``, ``precompile --verify``) was a hit (warm),
-    compiled, or failed. Served by the partial index on verified entries (migration 0007)."""
+    """How the first call after a restore went for the verified entries of these cells
+    (served by the partial index of migration 0007)."""
     from sqlalchemy import select
 
     from neffcache.index.queries import key_batches, key_in
@@ -79,7 +70,6 @@ def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
 
 
 def _restores_of(conn: Connection, names: Sequence[str]) -> dict[str, dict[str, int]]:
-    """Per matrix name, the fingerprints its restore reports named and how many times."""
     from sqlalchemy import select
 
     from neffcache.index.tables import report_fingerprints as rf
@@ -95,11 +85,9 @@ def _restores_of(conn: Connection, names: Sequence[str]) -> dict[str, dict[str, 
 def matrix_coverage(conn: Connection, now: datetime, name: str, *,
                     version: int | None = None, pattern: str | None = None, offset: int = 0,
                     limit: int | None = None) -> CoverageGrid:
-    """A registered matrix's coverage (current version, or ``version``): its cells matching
-    the glob ``pattern`` x every fingerprint with an entry, a failure or a live lease for any
-    of its cells, or that a restore report of this matrix named (the fleet's fingerprints,
-    even at 0 %), worst first (``ops_values.severity``); counts over every matching cell, rows for
-    ``offset``..``offset + limit``. A fixed number of queries (``Index.matrix_coverage``)."""
+    """A registered matrix's grid: its cells matching ``pattern`` x every fingerprint with a
+    row for them or named by its restore reports, worst first; counts over every matching cell,
+    rows for ``offset``..``offset + limit``."""
     from neffcache.index.ops_values import by_severity, distinguish
 
     chosen = choose_version(versions_in(conn, name, counts=False), name, version)
@@ -119,11 +107,8 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
 
 
 def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
-    """Counts (no rows) for the current version of every registered matrix: ready and failed
-    from the aggregates (kept by the rule without leases), cells with a live lease moved to
-    their status by the rule (``Tally.add_leased``), missing the rest; columns as
-    ``matrix_coverage`` chooses them, worst first; the matrices by their worst column. A few
-    small queries whatever the size of the index (``Index.coverage_summaries``)."""
+    """Counts of every registered matrix's current version: ready and failed from the
+    aggregates, leased cells moved by the rule (``Tally.add_leased``), missing the rest."""
     from sqlalchemy import select
 
     from neffcache.index.ops_values import CoverageGrid, by_severity, severity
@@ -163,8 +148,7 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
 
 def _leased_cells(conn: Connection, matrix_ids: Sequence[int],
                   now: datetime) -> list[tuple[int, str, bool]]:
-    """(matrix id, fingerprint key, has a failure) per live lease on a cell of these matrix
-    versions that has no entry (few: one per busy worker)."""
+    """(matrix id, fingerprint key, has a failure) per live lease on a cell with no entry."""
     from sqlalchemy import select
 
     from neffcache.index.queries import has_entry

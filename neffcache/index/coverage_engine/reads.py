@@ -1,18 +1,4 @@
-"""Coverage's reads over a ``listing.Reader`` (no SQLAlchemy import here: ``neffcache
-coverage`` runs them on the bare driver, the API through SQLAlchemy): what the index holds
-for a scope of cells (their keys, or a registered matrix version), in a fixed number of
-statements whatever the cell count, never one per cell (``statements`` builds them); ``now``
-(the database clock, ``database_now``) decides which leases are live. The statuses and counts
-come from ``rules`` alone; ``grid`` reads the API's grid and summaries.
-
-- ``read_facts``: entries, failures (the latest per pair, with details), live leases and the
-  fingerprints they name; ``plan_coverage``/``coverage_cells``: the same a batch of cells at
-  a time, for a stream in flat memory; a registered matrix's versions and cells.
-
-Relevant fingerprints are the given ones (this host's) plus every fingerprint with an entry,
-a failure or a live lease for any of the cells (plus, for a registered matrix in the API, the
-fingerprints restore reports of that matrix named).
-"""
+"""Coverage's reads over a ``listing.Reader``: a fixed number of statements per scope of cells."""
 
 from __future__ import annotations
 
@@ -46,15 +32,13 @@ SINGLE = 500  # up to this many cells are read once, with details, before the fi
 
 
 def keys_param(dialect: str, keys: Sequence[str]) -> str:
-    """A set of keys as the one parameter ``statements.in_keys`` takes: a Postgres array
-    literal (``{"k1","k2"}``, each element quoted), a JSON list on SQLite (``json_each``)."""
+    """Keys as ``statements.in_keys``'s one parameter: a Postgres array literal, else JSON."""
     if dialect == "postgresql":
         return "{" + ",".join(f'"{_array_escape(k)}"' for k in keys) + "}"
     return json.dumps(list(keys))
 
 
 def _array_escape(key: str) -> str:
-    """``key`` inside a double-quoted element of a Postgres array literal."""
     if "\\" in key or '"' in key:
         return key.replace("\\", "\\\\").replace('"', '\\"')
     return key
@@ -69,8 +53,7 @@ def scope_of_matrix(matrix_id: int) -> Scope:
 
 
 def database_now(reader: Reader) -> datetime:
-    """The database server's current time (UTC). Postgres: ``now()`` (the transaction's
-    start, so one transaction sees one time); SQLite: its own clock, in milliseconds."""
+    """The database's time (UTC); Postgres: the transaction's start."""
     row = reader.first("now", (), {})
     assert row is not None
     value = row[0]
@@ -81,10 +64,8 @@ def database_now(reader: Reader) -> datetime:
 
 def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = True,
                named: Sequence[str] = ()) -> CoverageFacts:
-    """What the index holds for the cells of ``scope``: one statement each for entries,
-    failures (the latest per pair, with details) and live leases at ``now``, then the
-    fingerprints they name (with ``named`` ones: columns even when nothing was built for
-    them). A scope of no keys reads nothing but the named fingerprints."""
+    """What the index holds for the cells of ``scope``: entries, latest failures and live
+    leases at ``now`` (one statement each), then the fingerprints they and ``named`` name."""
     facts = CoverageFacts(named=tuple(dict.fromkeys(named)))
     if scope[0] != "keys" or scope[1]:
         kind, value = scope
@@ -106,7 +87,6 @@ def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = T
 
 
 def read_fingerprints(reader: Reader, keys: Sequence[str], facts: CoverageFacts) -> None:
-    """The fingerprints of ``keys`` the index knows, into ``facts``."""
     from neffcache.fingerprint import Fingerprint
 
     if not keys:
@@ -119,8 +99,7 @@ def read_fingerprints(reader: Reader, keys: Sequence[str], facts: CoverageFacts)
 
 
 def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: datetime) -> set[str]:
-    """Fingerprint keys with an entry, a failure or a live lease for one of these cells,
-    without reading the cells' rows (``statements._fingerprints_with``)."""
+    """Fingerprint keys with an entry, a failure or a live lease for one of these cells."""
     if not cell_keys:
         return set()
     return {r[0] for r in reader.all("cov_fingerprints_with", (), {
@@ -128,8 +107,7 @@ def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: dateti
 
 
 def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
-    """Up to 10 fingerprint keys starting with the hex ``prefix``, in order (a range an
-    index serves; a non-hex prefix matches nothing)."""
+    """Up to 10 fingerprint keys starting with the hex ``prefix``, in order."""
     p = prefix.lower()
     if not p or any(ch not in "0123456789abcdef" for ch in p) or len(p) > 64:
         return []
@@ -138,7 +116,6 @@ def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
 
 
 def find_fingerprints(reader: Reader, prefix: str) -> dict[str, Fingerprint]:
-    """Fingerprints whose key starts with ``prefix`` (hex), at most 10."""
     keys = find_fingerprint_keys(reader, prefix)
     facts = CoverageFacts()
     read_fingerprints(reader, keys, facts)
@@ -146,8 +123,6 @@ def find_fingerprints(reader: Reader, prefix: str) -> dict[str, Fingerprint]:
 
 
 def live_lease(r: Sequence[Any]) -> LiveLease:
-    """A LiveLease from (cell key, fingerprint key, host, claimed, heartbeat, expires,
-    attempts); a live lease has all three times."""
     claimed, heartbeat, expires = (_utc(t) for t in r[3:6])
     return LiveLease(str(r[0]), str(r[1]), str(r[2] or "?"), claimed, heartbeat, expires,
                      int(r[6]))
@@ -159,10 +134,8 @@ def _utc(ts: datetime | None) -> datetime:
     return out
 
 
-# --- a stream: a batch of cells at a time ---------------------------------------------------
-
 def batches(n: int) -> Iterator[tuple[int, int]]:
-    """(start, stop) of the batches of ``n`` cells: FIRST_BATCH, then STREAM_BATCH each."""
+    """FIRST_BATCH cells, then STREAM_BATCH each."""
     start, size = 0, FIRST_BATCH
     while start < n:
         yield start, min(n, start + size)
@@ -171,9 +144,7 @@ def batches(n: int) -> Iterator[tuple[int, int]]:
 
 @dataclass(frozen=True, slots=True)
 class CoveragePlan:
-    """What a coverage stream will list: its cells (id, key), its columns' keys in order,
-    the fingerprints it knows (the given ones, those of the index), which keys were given,
-    and the facts of the only batch when the cells fit in one (read once, with details)."""
+    """What a coverage stream will list; ``single``: the facts of the only batch, if one."""
 
     cells: tuple[tuple[str, str], ...]
     keys: tuple[str, ...]
@@ -182,7 +153,6 @@ class CoveragePlan:
     single: CoverageFacts | None = None
 
     def columns(self, tally: Tally) -> tuple[Any, ...]:
-        """The columns (``build_coverage``'s), counted by ``tally``."""
         return tuple(column_of(k, self.fingerprints.get(k), tally.counts(k),
                                here=k in self.given) for k in self.keys)
 
@@ -190,10 +160,8 @@ class CoveragePlan:
 def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, str]],
                   given: Sequence[Fingerprint], now: datetime, *, named: Sequence[str] = (),
                   only: Sequence[str] | None = None) -> CoveragePlan:
-    """The columns ``build_coverage`` gives ``cells`` (distinct, in order); ``only``: just
-    these columns, in this order. Up to SINGLE cells are read once, with details; for more,
-    each fingerprint is asked whether it has a row for them (``fingerprints_with_rows``)
-    and the rows are read later, a batch at a time."""
+    """The columns ``build_coverage`` gives ``cells``; ``only``: just these, in this order.
+    Up to SINGLE cells are read at once with details; more are read a batch at a time."""
     cells = cell_ids_and_keys(cells)
     single = None
     if len(cells) <= SINGLE:
@@ -216,10 +184,8 @@ Cell_ = tuple[str, str, str, Status, CoverageFacts]  # cell id, cell key, fp key
 
 
 def coverage_cells(reader: Reader, plan: CoveragePlan, now: datetime) -> Iterator[Cell_]:
-    """Every cell x column of ``plan``, row-major by cell then column (``build_coverage``'s
-    order), as (cell id, cell key, fingerprint key, status, the facts that explain it):
-    each batch of cells read with details when its turn comes (the first batch small, so
-    the first rows come at once). ``rules.coverage_row(*item)`` is its CoverageRow."""
+    """Every cell x column of ``plan`` in ``build_coverage``'s order, as
+    ``rules.coverage_row``'s arguments; each batch read when its turn comes."""
     for start, stop in batches(len(plan.cells)):
         part = plan.cells[start:stop]
         facts = plan.single if plan.single is not None else read_facts(
@@ -229,24 +195,17 @@ def coverage_cells(reader: Reader, plan: CoveragePlan, now: datetime) -> Iterato
                 yield cell_id, ck, k, facts.status((ck, k)), facts
 
 
-# --- registered matrices: the API's grid, the summaries ------------------------------------
-
-
-# --- registered matrices, over a Reader (``matrix_reads`` wraps them for a Connection) --------
 
 def matrix_cell_refs(reader: Reader, matrix_id: int) -> list[tuple[str, str]]:
-    """(cell id, cell key) of a registered version, in declared order."""
     return [(r[0], r[1]) for r in reader.all("matrix_cell_refs", (), {"matrix_id": matrix_id})]
 
 
 def _registered(row: Sequence[Any]) -> tuple[Any, ...]:
-    """A version row's order as the current one is chosen: the last registered, then id."""
     return (as_utc(row[3]), row[0])
 
 
 def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
-    """Every version of matrix ``name``, oldest first (empty if unknown), each with a
-    ``cell_count`` of 0 (``matrix_reads.versions_in`` counts them)."""
+    """Every version of matrix ``name``, oldest first, each with a ``cell_count`` of 0."""
     from neffcache.index.ops_values import MatrixVersion
 
     rows = list(reader.all("matrix_versions", (), {"name": name}))
@@ -258,8 +217,7 @@ def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
 
 
 def current_matrix(reader: Reader, name: str) -> tuple[int, str] | None:
-    """(id, backend) of the current version of matrix ``name`` (as ``matrix_versions``
-    marks it); None if the name is unknown."""
+    """(id, backend) of the current version of matrix ``name``; None if unknown."""
     rows = list(reader.all("matrix_versions", (), {"name": name}))
     if not rows:
         return None
@@ -269,8 +227,7 @@ def current_matrix(reader: Reader, name: str) -> tuple[int, str] | None:
 
 def choose_version(versions: Sequence[MatrixVersion], name: str,
                    version: int | None = None) -> MatrixVersion:
-    """Pure: the current version (or ``version``) of ``versions``; NotFoundError names what
-    is unknown."""
+    """The current version (or ``version``); NotFoundError names what is unknown."""
     if not versions:
         raise NotFoundError(f"matrix {name!r}: not registered (neffcache matrix register FILE)")
     if version is None:

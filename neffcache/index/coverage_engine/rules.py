@@ -1,15 +1,4 @@
-"""Coverage's rule and its counter (pure: no I/O, no SQLAlchemy).
-
-- ``status_of`` is the rule: ready (an entry), in_progress (no entry; a live lease), failed
-  (no entry, no lease; a recorded failure), missing (none of these).
-- ``Tally`` counts statuses per fingerprint column: the one counter behind ``coverage``'s
-  report, the stream (as its rows go by), the API's grid and the summaries (from the
-  aggregates, with leased cells moved by the rule); ``column_of`` makes its counts a
-  ``CoverageColumn``.
-- ``build_coverage`` applies both to cells and the facts read for them (``CoverageFacts``):
-  cells x columns with each cell's statuses and, with details, each row; ``grid_page``
-  pages it as the API's grid; ``RowLines`` writes a row's JSON line without building it.
-"""
+"""Coverage's rule ``status_of`` and its counter ``Tally`` (pure: no I/O, no SQLAlchemy)."""
 
 from __future__ import annotations
 
@@ -49,8 +38,7 @@ Pair = tuple[str, str]  # (cell key, fingerprint key)
 
 
 def status_of(entry: bool, lease: bool, failure: bool) -> Status:
-    """The coverage rule for one cell x fingerprint (pure): an entry wins, then a live lease,
-    then a recorded failure; else missing."""
+    """The coverage rule: an entry wins, then a live lease, then a recorded failure."""
     if entry:
         return READY
     if lease:
@@ -67,8 +55,8 @@ class FailureFact:
 
 @dataclass(frozen=True, slots=True)
 class CoverageFacts:
-    """What the index holds for some cells, keyed by (cell key, fingerprint key). Without
-    details an entry is (None, None) and a failure has no log tail."""
+    """What the index holds for some cells, by (cell key, fingerprint key); without details
+    an entry is (None, None) and a failure has no log tail."""
 
     entries: dict[Pair, tuple[str | None, int | None]] = field(default_factory=dict)
     failures: dict[Pair, FailureFact] = field(default_factory=dict)
@@ -78,7 +66,6 @@ class CoverageFacts:
     named: tuple[str, ...] = ()  # columns even with nothing for these cells (restore reports)
 
     def status(self, pair: Pair) -> Status:
-        """``status_of`` one (cell key, fingerprint key) of these facts."""
         return status_of(pair in self.entries, pair in self.leases, pair in self.failures)
 
 
@@ -97,8 +84,7 @@ class Tally:
         counts[status] += n
 
     def add_leased(self, key: str, failure: bool) -> None:
-        """A cell with a live lease and no entry, which was counted as the rule counts it
-        without its lease (the aggregates): moved to the status the rule gives it."""
+        """A leased cell with no entry, counted as without its lease (the aggregates): moved."""
         self.add(key, status_of(False, False, failure), -1)
         self.add(key, status_of(False, True, failure))
 
@@ -115,8 +101,7 @@ class Tally:
 
 def column_of(key: str, fp: Fingerprint | None, counts: Mapping[str, int], *,
               here: bool = False, restores: int = 0) -> CoverageColumn:
-    """A column with its counts and what its card names (SDK version, target, the versions it
-    knows); a key the index has no fingerprint for is of backend ``unknown``."""
+    """A key the index has no fingerprint for is of backend ``unknown``."""
     backend = fp.backend if fp else "unknown"
     fields = dict(fp.fields) if fp else {}
     return CoverageColumn(key, backend, sdk_version(backend, fields), counts[READY],
@@ -128,8 +113,7 @@ def column_of(key: str, fp: Fingerprint | None, counts: Mapping[str, int], *,
 
 def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
                       ) -> tuple[tuple[str, str], ...]:
-    """(id, key) per distinct cell, in order, from cells (a key is a digest: computed once
-    here) or from (id, key) pairs already made."""
+    """(id, key) per distinct cell, in order (a Cell's key is a digest: computed once)."""
     from neffcache.matrix import Cell, cell_keys
 
     pairs: Iterable[tuple[str, str]]
@@ -146,7 +130,6 @@ def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
 
 def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
                  facts: CoverageFacts) -> CoverageRow:
-    """A CoverageRow with what explains its status (entry, lease holder, failure)."""
     pair = (cell_key, fp_key)
     if status == READY:
         entry_key, size = facts.entries[pair]
@@ -172,10 +155,8 @@ def column_order(given: Sequence[Fingerprint], seen: Iterable[str]) -> list[str]
 def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
                    given: Sequence[Fingerprint], facts: CoverageFacts, *,
                    details: bool = True) -> CoverageReport:
-    """``cells`` (Cells, or (id, key) pairs) under the given fingerprints, those in
-    ``facts`` and those it names (``column_order``; a named key the index does not know is a
-    column of backend ``unknown``): each cell's statuses, each column's counts and, with
-    ``details``, each cell x column as a CoverageRow (what explains its status)."""
+    """``cells`` x the columns of ``column_order``: each cell's statuses, each column's counts
+    and, with ``details``, each cell x column as a CoverageRow."""
     cell_ids = cell_ids_and_keys(cells)
     fps: dict[str, Fingerprint] = {**facts.fingerprints, **{fp.key: fp for fp in given}}
     order = column_order(given, {*facts.fingerprints, *facts.named})
@@ -196,10 +177,7 @@ def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | N
               offset: int = 0, limit: int | None = None,
               restores: Mapping[str, int] | None = None,
               verified: Mapping[Pair, str] | None = None) -> CoverageGrid:
-    """A coverage report (of the cells matching ``pattern``) as the API's grid: its columns'
-    counts over every cell (with the restore reports that named each, from ``restores``),
-    and the statuses of cells ``offset``..``offset + limit`` (with how their ready entries
-    were verified, from ``verified``)."""
+    """A coverage report as a page of the API's grid (counts over every cell)."""
     from dataclasses import replace
 
     total = len(report.cells)
@@ -217,11 +195,9 @@ def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | N
 
 
 class RowLines:
-    """One line of JSON per CoverageRow, ``encode(row.to_json())``'s text: the common rows
-    (ready, missing) are filled into templates made from that encoding of a row with
-    placeholder values, without building a row or its document (a third of the time of
-    20,000 rows); the others are encoded whole. Values filled in are str, int or None,
-    encoded as ``json`` encodes them (ASCII: ``encode`` must have ``ensure_ascii``)."""
+    """One line of JSON per CoverageRow, as ``encode(row.to_json())`` writes it: ready and
+    missing rows are filled into templates (a third of the time of 20,000 rows); ``encode``
+    must have ``ensure_ascii``."""
 
     def __init__(self, encode: Callable[[Any], str]) -> None:
         self._encode = encode
@@ -244,13 +220,11 @@ class RowLines:
         return self._encode(coverage_row(cell_id, cell_key, fp_key, status, facts).to_json())
 
     def _cell(self, cell_id: str, cell_key: str) -> dict[str, str]:
-        """The cell's values, encoded once for its row of columns."""
         if self._last[0] != (cell_id, cell_key):
             self._last = ((cell_id, cell_key), {"a": _value(cell_id), "b": _value(cell_key)})
         return self._last[1]
 
     def _fp(self, fp_key: str) -> str:
-        """A column's key, encoded once."""
         out = self._fps.get(fp_key)
         if out is None:
             out = self._fps[fp_key] = _value(fp_key)
@@ -258,8 +232,7 @@ class RowLines:
 
 
 def _template(text: str, n: int) -> str:
-    """``text`` (the encoding of a row whose varying values were ``"\\0a"``, ``"\\0b"``,
-    ...) as a %-template of those values by name (``%(a)s``, ...)."""
+    """``text``, a row encoded with placeholders ``"\\0a"``..., as a %-template."""
     out = text.replace("%", "%%")
     for name in "abcde"[:n]:
         placeholder = json.dumps("\0" + name)

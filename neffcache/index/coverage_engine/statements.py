@@ -1,12 +1,4 @@
-"""The statements of coverage's reads (``coverage_engine.reads``), built with SQLAlchemy Core from a
-name, a dialect and a shape, as ``listing_statements`` builds ``ls``'s: every value a named
-parameter, so one compiled form per shape serves every call, through SQLAlchemy (the API,
-the dashboard, /metrics) or cached for the bare driver (``neffcache coverage``).
-
-A set of cell keys is one parameter ``keys`` whatever its size: ``= ANY(CAST(:keys AS
-TEXT[]))`` (an array literal, as text) on Postgres, ``IN (SELECT value FROM json_each(:keys))``
-(a JSON list) on SQLite; both probe the cell-key indexes. A registered matrix's cells are a
-subquery of ``matrix_cells``."""
+"""The statements of coverage's reads, built with SQLAlchemy Core from a name, dialect and shape."""
 
 from __future__ import annotations
 
@@ -44,7 +36,6 @@ MATRIX = "matrix"  # a scope: the cells of the registered version ``matrix_id``
 
 
 def in_keys(dialect: str, column: Any, name: str = "keys") -> Any:
-    """``column`` is one of the keys in parameter ``name`` (``reads.keys_param``)."""
     if dialect == "postgresql":
         # The array as one literal the server parses: psycopg adapts a list of 20,000 strings
         # element by element (53 ms a statement; 13.5 ms as text). Untyped, the parameter is
@@ -56,7 +47,6 @@ def in_keys(dialect: str, column: Any, name: str = "keys") -> Any:
 
 
 def in_scope(dialect: str, scope: str, column: Any) -> Any:
-    """``column`` (a cell key) is one of the cells of ``scope`` (KEYS or MATRIX)."""
     if scope == MATRIX:
         return column.in_(select(matrix_cells.c.cell_key)
                           .where(matrix_cells.c.matrix_id == bindparam("matrix_id", type_=Integer)))
@@ -64,16 +54,12 @@ def in_scope(dialect: str, scope: str, column: Any) -> Any:
 
 
 def _now(dialect: str) -> Any:
-    """The database's clock (``reads.database_now``): Postgres ``now()`` (the
-    transaction's start), SQLite its own clock in milliseconds, as text."""
     if dialect == "postgresql":
         return select(func.now().label("now"))
     return select(literal_column("strftime('%Y-%m-%d %H:%M:%f', 'now')").label("now"))
 
 
 def _entries(dialect: str, *, scope: str, details: bool) -> Any:
-    """The scope's entries: (cell key, fingerprint key, entry key, total bytes), or without
-    details (cell key, fingerprint key)."""
     e = entries
     if details:
         return select(e.c.cell_key, e.c.fingerprint_key, e.c.entry_key,
@@ -94,8 +80,7 @@ def _entries(dialect: str, *, scope: str, details: bool) -> Any:
 
 
 def _failures(dialect: str, *, scope: str, details: bool) -> Any:
-    """Each (cell, fingerprint)'s latest failure of the scope: (cell key, fingerprint key,
-    exit status, log tail, failed at), or without details the distinct pairs."""
+    """Each pair's latest failure of the scope, or without details the distinct pairs."""
     f = cell_failures
     if not details:
         return (select(f.c.cell_key, f.c.fingerprint_key).distinct()
@@ -107,8 +92,6 @@ def _failures(dialect: str, *, scope: str, details: bool) -> Any:
 
 
 def _leases(dialect: str, *, scope: str) -> Any:
-    """The scope's live leases at ``now``: (cell key, fingerprint key, host, claimed,
-    heartbeat, expires, attempts), as ``reads.live_lease`` reads them."""
     c = cell_claims
     return select(c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at,
                   c.c.heartbeat_at, c.c.expires_at, c.c.attempts).where(
@@ -117,17 +100,14 @@ def _leases(dialect: str, *, scope: str) -> Any:
 
 
 def _fingerprints(dialect: str) -> Any:
-    """The fingerprints whose keys are ``keys``: (key, backend, fields, first seen)."""
     fp = fingerprints
     return (select(fp.c.key, fp.c.backend, fp.c.fields, fp.c.first_seen_at)
             .where(in_keys(dialect, fp.c.key)))
 
 
 def _fingerprints_with(dialect: str) -> Any:
-    """Fingerprint keys with an entry, a failure or a live lease at ``now`` for one of the
-    cells ``keys`` (each at most once): one statement, so the keys are sent and parsed once.
-    Each fingerprint asks whether one such entry or failure exists (a few probes of the
-    (cell key, fingerprint key) indexes), never reading the cells' rows."""
+    """Fingerprint keys with an entry, a failure or a live lease for one of the cells
+    ``keys``: one statement, so the keys are sent and parsed once."""
     fp = fingerprints
 
     def having(t: Any) -> Any:
@@ -148,21 +128,17 @@ def _fingerprints_with(dialect: str) -> Any:
 
 
 def _fingerprint_prefix(dialect: str) -> Any:
-    """Up to ``limit`` fingerprint keys in [lo, hi) (a hex prefix as a range), in order."""
     key = fingerprints.c.key
     return (select(key).where(key >= bindparam("lo"), key < bindparam("hi"))
             .order_by(key).limit(bindparam("limit", type_=Integer)))
 
 
 def _matrix_versions(dialect: str) -> Any:
-    """Every version of the matrix ``name``: (id, digest, backend, registered at), oldest
-    first."""
     return (select(M.c.id, M.c.digest, M.c.backend, M.c.registered_at)
             .where(M.c.name == bindparam("name")).order_by(M.c.id))
 
 
 def _matrix_cell_refs(dialect: str) -> Any:
-    """(cell id, cell key) of the registered version ``matrix_id``, in declared order."""
     mc = matrix_cells
     return (select(C.c.id, C.c.key).select_from(C.join(mc, mc.c.cell_key == C.c.key))
             .where(mc.c.matrix_id == bindparam("matrix_id", type_=Integer))
@@ -178,5 +154,4 @@ BUILDERS: dict[str, Callable[..., Any]] = {
 
 
 def build(name: str, dialect: str, shape: tuple[tuple[str, Any], ...] = ()) -> Any:
-    """The statement ``name`` of ``reads`` in ``shape`` for ``dialect``."""
     return BUILDERS[name](dialect, **dict(shape))
