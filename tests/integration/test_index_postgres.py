@@ -220,8 +220,9 @@ def test_a_matrix_grid_probes_entries_per_cell_before_any_analyze(
     cells come from the partial index. The grid's counts are still right."""
     from sqlalchemy import select
 
-    from neffcache.index.coverage_engine.grid import matrix_entry_pairs, verified_pairs
+    from neffcache.index.coverage_engine.grid import verified_pairs
     from neffcache.index.tables import entries, matrix_cells
+    from tests.support.coverage import matrix_entry_pairs
 
     url = pg_new_database()
     upgrade_index(url)

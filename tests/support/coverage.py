@@ -7,6 +7,9 @@ fingerprints, then every one with an entry, a failure or a live lease for the ce
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import CoverageReport, Index
@@ -22,3 +25,13 @@ def coverage_of(ix: Index, cells: Sequence[Cell], fingerprints: Sequence[Fingerp
         facts = read_facts(SqlaReader(conn), scope_of_keys(sorted({c.key for c in cells})),
                            ix.now(conn), named=keys)
     return build_coverage(cells, fingerprints, facts)
+
+
+def matrix_entry_pairs(conn: Connection, matrix_id: int) -> Any:
+    """(cell key, fingerprint key) of every entry for a cell of a matrix version (on
+    Postgres a LATERAL probe per cell: ``statements._entries``)."""
+    from neffcache.index.coverage_engine import statements
+
+    stmt = statements.build("cov_entries", conn.dialect.name,
+                            (("details", False), ("scope", "matrix")))
+    return stmt.params(matrix_id=matrix_id)

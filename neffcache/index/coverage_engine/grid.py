@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from neffcache.index.coverage_engine.reads import (
     choose_version,
+    matrix_cell_refs,
     read_facts,
     read_fingerprints,
     scope_of_matrix,
@@ -22,7 +23,8 @@ from neffcache.index.coverage_engine.rules import (
     column_of,
     grid_page,
 )
-from neffcache.index.matrix_reads import cell_refs_in, current_versions_in, versions_in
+from neffcache.index.matrices import current_versions_in, versions_in
+from neffcache.index.sqla_reader import SqlaReader
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -34,8 +36,6 @@ def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
                        named: Sequence[str] = ()) -> CoverageFacts:
     from sqlalchemy import text
 
-    from neffcache.index.sqla_reader import SqlaReader
-
     if conn.dialect.name == "postgresql":
         # Without statistics the planner guesses thousands of entries per cell, and at that
         # cost it JIT-compiles the probe: ~0.1 s spent before a 20,000-row read (this read
@@ -43,14 +43,6 @@ def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
         conn.execute(text("SET LOCAL jit = off"))
     return read_facts(SqlaReader(conn), scope_of_matrix(matrix_id), now, details=False,
                       named=named)
-
-
-def matrix_entry_pairs(conn: Connection, matrix_id: int) -> Any:
-    from neffcache.index.coverage_engine import statements
-
-    stmt = statements.build("cov_entries", conn.dialect.name,
-                            (("details", False), ("scope", "matrix")))
-    return stmt.params(matrix_id=matrix_id)
 
 
 def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
@@ -91,7 +83,7 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
     from neffcache.index.ops_values import by_severity, distinguish
 
     chosen = choose_version(versions_in(conn, name, counts=False), name, version)
-    refs = cell_refs_in(conn, chosen.id)
+    refs = matrix_cell_refs(SqlaReader(conn), chosen.id)
     restores = _restores_of(conn, [name]).get(name, {})
     facts = fetch_matrix_facts(conn, chosen.id, now, named=list(restores))
     chosen = replace(chosen, cell_count=len(refs))
@@ -112,7 +104,6 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
     from sqlalchemy import select
 
     from neffcache.index.ops_values import CoverageGrid, by_severity, severity
-    from neffcache.index.sqla_reader import SqlaReader
     from neffcache.index.tables import coverage_counts as cc
     from neffcache.index.values import FAILED, READY
 
