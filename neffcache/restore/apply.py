@@ -1,6 +1,4 @@
-"""Apply a restore plan: run its fetch units (``fetch``, ``install``) in two bounded lanes, in plan
-order and none after the deadline, and tally what they did, never raising for a file; ``on_ready``
-hears of each cell the moment its last file is in place."""
+"""Apply a restore plan: run its fetch units in two bounded lanes and tally what they did."""
 
 from __future__ import annotations
 

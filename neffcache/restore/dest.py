@@ -1,6 +1,4 @@
-"""The destination DIR of a restore: its lock (``flock`` on ``DIR/.neffcache-entries/lock``, which
-names the holder and is emptied at the end), the mark a killed restore leaves (a non-empty lock file
-nobody holds: the next restore sweeps the roots), stale temp files."""
+"""The destination DIR of a restore: its lock, a killed restore's mark, stale temp files."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Run one fetch unit (a pack run, a blob GET, a part of a large blob): bring its bytes from the
-store, verify them as they arrive, install them (``install``). A piece that breaks off, ends early
-or does not verify is fetched again, at most ``ATTEMPTS`` times; retrying a failed request is the
-store client's job."""
+"""Run one fetch unit (a pack run, a blob GET, a part of a large blob): fetch, verify, install."""
 
 from __future__ import annotations
 

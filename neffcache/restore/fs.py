@@ -1,6 +1,4 @@
-"""File-system primitives of a restore (the bottom layer): directory descriptors opened with
-``O_NOFOLLOW`` one component at a time (a symlink at or inside a root is never followed), per-file
-``fdatasync`` (never a whole-filesystem ``syncfs``), temp names ``.neffcache-*.tmp``."""
+"""File-system primitives of a restore: ``O_NOFOLLOW`` descriptors, ``fdatasync``, temp names."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Install one file atomically: temp file beside the target, verify, rename.
-
-A file is written to a new temp file in its final directory (created with its final mode), its
-size and sha256 checked before it has a name, and ``os.replace``d into place (replacing even a
-symlink there: nothing is written through one); the temp file is removed on any failure.
-Nothing is fsynced here: the state file records the file as pending (``neffcache.restore.state``).
-Small files go in batches (``Batch``). Failures become ``FileFailure`` records, never exceptions.
-"""
+"""Install one file atomically: temp file beside the target, verify, rename (never fsynced)."""
 
 from __future__ import annotations
 

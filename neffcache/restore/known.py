@@ -1,6 +1,4 @@
-"""Resolve with the local manifest copies: a cell with a valid copy (decoded fully, its entry key,
-trusted) is judged from it, and asks the store only whether it is still published (one HEAD) when it
-has something to fetch; the store is asked in proportion to what is missing."""
+"""Resolve with the local manifest copies, asking the store only about what is missing."""
 
 from __future__ import annotations
 

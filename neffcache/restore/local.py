@@ -1,11 +1,4 @@
-"""Local copies of manifests, and the store-free check that a restore has nothing to do.
-
-Every manifest a restore reads is kept as ``<target>/.neffcache-entries/<entry-key>.json``. When a
-boot finds its cache in place, these copies (read lightly: this check only *confirms* files, in a
-directory only the restoring user can write) and the state files answer "every requested file is in
-place" with one ``fstatat`` per file: no store, no hashing. Files pending in this boot are
-``fdatasync``ed once all are confirmed and then vouched for (``state.save_settled``, under DIR's
-lock); one pending from an earlier boot sends the run to the full restore."""
+"""Local copies of manifests, and the store-free check that a restore has nothing to do."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""One restore as values: what it restores and how (``RestoreJob``, handed whole to each step),
-what it did (``RestoreResult``, its report) and the error it ends with.
-
-Exit rule (``outcome_error``), first match wins:
-  4  a manifest was rejected, or a blob was missing/corrupt/truncated
-  1  a file could not be written locally (permissions, disk full, symlink in the way)
-  6  the store could not be reached for some manifest or blob
-  3  the deadline stopped the restore before everything was in place
-  5  no requested cell could be restored and some missing cells have entries built for
-     another fingerprint
-  3  some requested cells have no entry
-  0  every requested cell is restored (or was already present and valid)
-"""
+"""One restore as values: its job (``RestoreJob``), its result (``RestoreResult``), its error."""
 
 from __future__ import annotations
 
@@ -143,7 +131,7 @@ class RestoreResult(ExitRule):
         return signers(self.resolution.found)
 
     def error(self) -> NeffcacheError | None:
-        """The error this restore ends with, or None; see the module docstring."""
+        """The error this restore ends with, or None (``outcome_error``)."""
         return outcome_error(self)
 
     def judged_json(self) -> dict[str, Any]:
@@ -212,7 +200,7 @@ def job_result(job: RestoreJob, store_url: str, resolution: Resolution,
 
 
 def outcome_error(r: RestoreResult) -> NeffcacheError | None:
-    """The error a restore ends with (None for success); see the module docstring."""
+    """The error a restore ends with (None for success): the first rule below that matches."""
     res = r.resolution
     kinds = {f.kind for f in r.failures} | {f.kind for f in res.failed}
     first: dict[str, str] = {}

@@ -1,7 +1,4 @@
-"""The whole restore plan (pure, no I/O): files already valid, fetch groups (a blob fetched once,
-installed at every path that wants it), conflicts (the first cell's record wins) and the fetch units
-(pack runs, blob GETs, parts of large blobs), cell by cell in priority order, so a deadline leaves
-whole cells done and the first cells are ready first."""
+"""The whole restore plan, cell by cell in priority order (pure, no I/O)."""
 
 from __future__ import annotations
 

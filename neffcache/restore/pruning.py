@@ -1,7 +1,4 @@
-"""Prune a restore destination: remove the entries the matrix and fingerprint no longer need
-(regular files of the recorded size only, never through a symlink, never a path a kept entry wants),
-then forget them in the state file, then drop their copies; safe to rerun. It takes DIR's lock
-without waiting: while a restore runs there, prune refuses and touches nothing."""
+"""Prune a restore destination: remove the entries the matrix and fingerprint no longer need."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Ready markers (``DIR/.neffcache-entries/ready/<cell id>``): a cell is announced the moment every
-file it needs is verified and in place; markers are removed, under DIR's lock, before a cell's files
-change or go. They vouch for the service only, never for a later restore."""
+"""Ready markers (``DIR/.neffcache-entries/ready/<cell id>``), for the service only."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Resolve: read and fully validate each requested cell's manifest from the store, in parallel (read
-again, at most ``ATTEMPTS`` times, when damaged or untrusted); tell "never built" from "built for
-another environment"; with ``keep``, the bytes the store sent become the local copy."""
+"""Resolve: read and validate each requested cell's manifest from the store, in parallel."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""The whole restore from the store (resolve, keep manifest copies, scan, plan, apply, judge),
-and its dry run (``preview_cells``: resolve, scan, plan; nothing fetched or written).
-
-Steps (imports point down): ``resolve`` → ``local`` → ``known`` → ``scan`` → ``plan`` →
-``apply`` (``fetch``, ``install``, ``fs``) → ``outcome``. The run holds DIR's lock (``dest``):
-stale temp files are swept first, the state file written last. Files installed are recorded as
-pending (this boot); the state file vouches only for files vouched for before, those
-``fdatasync``ed this run (``settle_pending``) and pending ones from an earlier boot that hashed
-the same (``Durable.reread``), so a crash never leaves a file trusted unhashed without its
-bytes on disk. Ready markers are for the service only: no restore trusts a file for one.
-"""
+"""The whole restore from the store under DIR's lock (``run_job``), and its dry run."""
 
 from __future__ import annotations
 

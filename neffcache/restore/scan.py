@@ -1,5 +1,4 @@
-"""Scan what is in place at each wanted path: one ``fstatat`` each; a file is hashed only when its
-size is wanted and the state file does not vouch for it (then it is held as a path: ``seen``)."""
+"""Scan what is in place at each wanted path; hash only what the state file does not vouch for."""
 
 from __future__ import annotations
 

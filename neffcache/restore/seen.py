@@ -1,5 +1,4 @@
-"""What a scan found in place, held small (issue 22): files the state file vouched for are one path
-each (``Present``), and ``Vouched`` is the matching view of the records kept. Pure."""
+"""What a scan found in place, held small (issue 22). Pure."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The restore use case as one call (``restore``) and its dry run (``preview_restore``): settings,
-cells, the deadline, the store-free check, store or bundle, the report. ``run``, ``preview`` and
-``local`` do the work; this module decides which runs, and within which time."""
+"""The restore use case as one call (``restore``) and its dry run (``preview_restore``)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The state file of each cache root: what neffcache last verified, so reruns skip hashing.
-
-``<root>/.neffcache-state.json`` maps each path to (size, mtime_ns, ctime_ns, inode, sha256, mode).
-Its ``files`` are a ``Durable`` set: the state file never vouches for bytes that may not be on disk.
-A file a restore installed but did not sync is only ``pending`` under its boot (``boot_id``): the
-next restore in that boot ``fdatasync``s it before trusting it (``settle_pending``), one in a later
-boot hashes it. Rows are held packed (``state_rows``). A damaged state file reads as empty; writing
-one is atomic and best effort."""
+"""The state file of each cache root: what neffcache last verified, durable or pending."""
 
 from __future__ import annotations
 
@@ -31,7 +24,6 @@ from neffcache.restore.state_rows import (
     encode_rows,
     packed_as_json,
     parse_row_pieces,
-    parse_rows,
     unpack_row,
 )
 from neffcache.thread_pool import map_in_threads
@@ -68,17 +60,11 @@ def _record(packed: bytes) -> StateRecord:
     return StateRecord(size, mtime, ctime, inode, sha, _MODES.get(mode, mode))
 
 
-def encode_state(records: Mapping[str, StateRecord],
-                 pending: Mapping[str, tuple[str, StateRecord]] | None = None) -> bytes:
-    """The state file: ``files`` (durable) and, if any, ``pending`` ({boot: {path: row}})."""
-    return b"".join(encode_state_chunks(sorted(records), records.__getitem__, pending))
-
-
 def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
                         pending: Mapping[str, tuple[str, StateRecord]] | None = None,
                         batch: int = 4096) -> Iterator[bytes]:
-    """``encode_state``'s bytes for ``paths`` (sorted) in pieces of ``batch`` records, then the
-    ``pending`` ones not among them, by boot: a million files are never one string."""
+    """The state file for ``paths`` (sorted) in pieces of ``batch`` records, then the ``pending``
+    ones not among them, by boot: a million files are never one string."""
     boots: dict[str, list[str]] = {}
     if pending:
         durable = set(paths)
@@ -93,26 +79,6 @@ def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
     return encode_rows(paths, lambda p: _row(record(p)),
                        ((boot, mine, pending_row) for boot, mine in boots.items()),
                        STATE_SCHEMA, batch)
-
-
-def decode_state(data: bytes) -> dict[str, StateRecord]:
-    """A state file's durable records; anything unexpected yields an empty state."""
-    files, _ = _parse(data)
-    return {p: _record(b) for p, b in files.items()}
-
-
-def decode_pending(data: bytes) -> dict[str, tuple[str, StateRecord]]:
-    """A state file's pending records with their boot; anything unexpected yields none."""
-    _, pending = _parse(data)
-    return {p: (boot, _record(b)) for boot, rows in pending.items() for p, b in rows.items()}
-
-
-def _parse(data: bytes) -> tuple[Rows, dict[str, Rows]]:
-    try:
-        text = data.decode()
-    except UnicodeDecodeError:
-        return {}, {}
-    return parse_rows(text, STATE_SCHEMA)
 
 
 _MODES = {m: m for m in range(0o10000)}  # one int object per mode, not one per file

@@ -1,7 +1,4 @@
-"""The state file's rows, compact: parsed with ``json``'s C scanners through a window over the
-text's pieces and packed 66 bytes a file (``json.loads`` would hold ~550), written in pieces, so a
-million rows are never one string. An implausible row is dropped (its file hashed again), a document
-that is not one reads as empty. Pure."""
+"""The state file's rows, packed 66 bytes a file, parsed and written in pieces. Pure."""
 
 from __future__ import annotations
 
@@ -41,14 +38,9 @@ def unpack_row(packed: bytes) -> tuple[int, int, int, int, str, int]:
     return size, mtime, ctime, inode, raw.hex(), mode
 
 
-def parse_rows(text: str, schema: int) -> tuple[Rows, dict[str, Rows]]:
-    """A state document's durable rows and its pending rows by boot, packed; empty ones when it is
-    not a document of ``schema``."""
-    return parse_row_pieces((text,), schema)
-
-
 def parse_row_pieces(pieces: Iterable[str], schema: int) -> tuple[Rows, dict[str, Rows]]:
-    """``parse_rows`` of the text that ``pieces`` make up, read as the parser gets to them."""
+    """The durable rows and the pending rows by boot, packed, of the text ``pieces`` make up (read
+    as the parser gets to them); empty ones when it is not a state document of ``schema``."""
     try:
         files, pending, version = _parse(_Window(pieces))
     except (BadState, IndexError, ValueError):
