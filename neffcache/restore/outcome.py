@@ -38,11 +38,9 @@ Notice = Callable[[str], None]
 
 @dataclass(frozen=True, slots=True)
 class RestoreJob:
-    """What one restore restores (``cells``, in priority order, of ``backend``, built for
-    ``fingerprint``, into ``target/<root>``) and how: ``workers`` read manifests and scan,
-    ``transfers`` fetch (None: ``workers``), no new work after ``deadline`` (monotonic), each
-    entry signed by one of ``trusted``, warnings to ``notice``, (files done, total, bytes) to
-    ``progress``, cells ready to ``announcer``, requests shaped by ``units``."""
+    """What one restore restores (``cells`` in priority order, into ``target/<root>``) and how:
+    ``workers`` read manifests and scan, ``transfers`` fetch (None: ``workers``), no new work
+    after ``deadline`` (monotonic)."""
 
     cells: tuple[Cell, ...]
     backend: Backend
@@ -113,8 +111,7 @@ class RestoreResult(ExitRule):
 
     @property
     def repair_hint(self) -> str | None:
-        """When a mirror served objects the store should have had: the command that repairs the
-        store from the first such mirror; else None."""
+        """The command that repairs the store from the first mirror that served objects, or None."""
         served = [url for url, n in self.served_by if n and url != self.store_url]
         if not served:
             return None
@@ -187,9 +184,7 @@ class RestoreResult(ExitRule):
 
 def job_result(job: RestoreJob, store_url: str, resolution: Resolution,
                started: float) -> RestoreResult:
-    """The result of ``job`` with what every restore reports (backend, fingerprint, target, cells
-    requested, cache environment, seconds since ``started``) and nothing done yet: each way of
-    restoring sets what it did with ``dataclasses.replace``."""
+    """The result of ``job`` with nothing done yet: each way of restoring replaces what it did."""
     return RestoreResult(
         backend=job.backend.name, fingerprint_key=job.fingerprint.key, store_url=store_url,
         target=str(job.target), requested=tuple(c.id for c in job.cells),

@@ -9,8 +9,7 @@ from neffcache.restore.plan import FileId, PresentFile
 
 
 class Present(Mapping[FileId, PresentFile]):
-    """What is in place at each wanted path: ``odd`` ones as found, ``seen`` ones as their record in
-    ``against`` says."""
+    """What is in place at each wanted path: ``odd`` as found, ``seen`` as ``against`` says."""
 
     __slots__ = ("against", "odd", "seen")
 
@@ -76,8 +75,7 @@ class Present(Mapping[FileId, PresentFile]):
 
 
 class Vouched(Mapping[FileId, Any]):
-    """The durable records a state file keeps: each ``seen`` file not ``replaced`` this run, with
-    the record it matched, and ``extra`` over them."""
+    """The durable records kept: each ``seen`` file not ``replaced`` this run, and ``extra``."""
 
     __slots__ = ("_extra", "_present", "_replaced")
 
