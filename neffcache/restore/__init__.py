@@ -1,16 +1,4 @@
-"""Restore a matrix's entries from the store alone: resolve, plan, fetch, install, judge.
-
-Use cases (code outside ``neffcache.restore`` imports only this face):
-``restore(RestoreRequest) -> RestoreResult`` (``neffcache restore``: settings, deadline, the
-store-free check, store or bundle, the report); ``preview_restore`` (its ``--dry-run``);
-``prune(PruneRequest) -> PruneResult`` (``neffcache prune``); ``cell_ready(target, cell_id)``
-(for the service: announced ready and still there; no store); ``restore_cells(store, cells,
-backend, fingerprint, target, **job)`` (the restore step alone, from an open store).
-Also for other packages: ``lock_destination``, the files a restore keeps beside the cache
-(``LOCAL_ENTRIES``, ``MISSING_FILE``, ``STATE_FILE``) and the state file's reader and writer
-(``load_state``, ``load_pending``, ``save_state`` of a ``Durable`` set, ``forget_paths``).
-Modules, top to bottom: ARCHITECTURE.md.
-"""
+"""Restore a matrix's entries from the store alone (the face; modules: ARCHITECTURE.md)."""
 
 from __future__ import annotations
 

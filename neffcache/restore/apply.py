@@ -1,6 +1,4 @@
-"""Apply a restore plan: run its fetch units (``fetch``, ``install``) in two bounded lanes, in plan
-order and none after the deadline, and tally what they did, never raising for a file; ``on_ready``
-hears of each cell the moment its last file is in place."""
+"""Apply a restore plan: run its fetch units in two bounded lanes and tally what they did."""
 
 from __future__ import annotations
 
@@ -22,8 +20,7 @@ Ready = Callable[[int], None]  # a cell (its index in the plan's manifest order)
 
 @dataclass(frozen=True, slots=True)
 class RestoreReport:
-    """What ``apply_restore`` did: files installed, bytes fetched, failures (counted, the first few
-    as records)."""
+    """What ``apply_restore`` did: files installed, bytes fetched, failures."""
 
     installed: tuple[Target, ...]
     failures: Failures
@@ -85,13 +82,10 @@ class _Collector:
 def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
                   deadline: float | None = None, progress: Progress | None = None,
                   roots: Roots | None = None, on_ready: Ready | None = None) -> RestoreReport:
-    """Run every fetch unit of the plan; failures are collected, never raised.
-
-    Pack runs (thousands of small files: kernel and GIL work) run on at most one thread per CPU plus
-    one, blob GETs and parts (network waits) on ``workers``. No unit starts after ``deadline`` and a
-    transfer stops at its next chunk past it; a unit whose store call hangs is not waited for
-    (``hung`` counts it: the caller must then leave ``roots`` open). ``on_ready(i)`` is called, one
-    call at a time, when the last path cell ``i`` waited for is installed."""
+    """Run every fetch unit of the plan; failures are collected, never raised. Pack runs (kernel
+    and GIL work) run on at most one thread per CPU plus one, blob GETs and parts on ``workers``. A
+    unit whose store call hangs is not waited for (``hung``: the caller leaves ``roots`` open).
+    ``on_ready(i)`` is called, one call at a time, once cell ``i``'s last path is installed."""
     own = roots is None
     roots = roots or Roots(dict(plan.target_dirs))
     units = plan.units

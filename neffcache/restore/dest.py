@@ -1,6 +1,4 @@
-"""The destination DIR of a restore: its lock (``flock`` on ``DIR/.neffcache-entries/lock``, which
-names the holder and is emptied at the end), the mark a killed restore leaves (a non-empty lock file
-nobody holds: the next restore sweeps the roots), stale temp files."""
+"""The destination DIR of a restore: its lock, a killed restore's mark, stale temp files."""
 
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ _POLL = (0.02, 0.25)  # first and longest wait between tries for a lock held els
 
 
 def local_manifest_path(target: str | Path, key: str) -> Path:
-    """Where entry ``key``'s local manifest copy lives under ``target``."""
     return Path(target, ENTRIES_DIR, f"{key}.json")
 
 
@@ -41,9 +38,8 @@ class Held:
 def lock_destination(target: str, *, deadline: float | None = None,
                      on_wait: Callable[[str], None] | None = None,
                      who: str = "restore") -> Iterator[Held]:
-    """Hold DIR's restore lock for the block (creating ``DIR/.neffcache-entries``; a symlink is
-    refused); one held elsewhere is waited for, until ``deadline`` at most
-    (``DeadlineExceededError``); ``on_wait`` is told once who holds it."""
+    """Hold DIR's restore lock for the block; one held elsewhere is waited for, until ``deadline``
+    at most (``DeadlineExceededError``); ``on_wait`` is told once who holds it."""
     try:
         os.makedirs(target, exist_ok=True)
         efd = open_dir_at(target, ENTRIES_DIR, create=True,
@@ -125,8 +121,7 @@ def sweep_dirs(roots: Roots, dirs: Iterable[tuple[str, str]]) -> int:
 
 def _existing(cache: DirCache, missing: set[tuple[str, str]], root: str,
               dir_path: str) -> int | None:
-    """The descriptor of an existing directory, or None when it (or a parent, remembered in
-    ``missing``) is absent or not a directory."""
+    """The descriptor of an existing directory, or None (absent ones remembered in ``missing``)."""
     parent = dir_path.rpartition("/")[0]
     if (root, dir_path) in missing or (parent and (root, parent) in missing):
         return None

@@ -1,7 +1,4 @@
-"""Run one fetch unit (a pack run, a blob GET, a part of a large blob): bring its bytes from the
-store, verify them as they arrive, install them (``install``). A piece that breaks off, ends early
-or does not verify is fetched again, at most ``ATTEMPTS`` times; retrying a failed request is the
-store client's job."""
+"""Run one fetch unit (a pack run, a blob GET, a part of a large blob): fetch, verify, install."""
 
 from __future__ import annotations
 
@@ -58,8 +55,7 @@ ABANDONED_BATCH = 4096
 
 
 class Fetcher:
-    """Runs units for ``apply_restore`` (``run`` never raises); holds the large files being
-    assembled from parts."""
+    """Runs units for ``apply_restore`` (``run`` never raises)."""
 
     def __init__(self, store: Store, roots: Roots, deadline: float | None,
                  batch_files: int = BATCH_FILES) -> None:
@@ -95,9 +91,8 @@ class Fetcher:
 
     def abandon(self, units: Sequence[Unit], running: Sequence[Unit] = ()
                 ) -> Iterator[list[Outcome]]:
-        """Deadline failures for units never started and for units still running on a hung thread, a
-        few thousand at a time; large files left unfinished are removed, except those a running unit
-        still writes to."""
+        """Deadline failures for units not started or hung, in batches; unfinished large files are
+        removed, except those a running unit still writes to."""
         busy = {g.sha256 for unit in running for g in unit_groups(unit)}
         out: list[Outcome] = []
         seen: set[str] = set()
@@ -124,8 +119,8 @@ class Fetcher:
             raise Stopped
 
     def _pack(self, run: PackRun, dirs: DirCache) -> list[Outcome]:
-        """Read the run's members from one ranged read, again from the first member not delivered
-        when the stream breaks (at most ``ATTEMPTS`` reads); a corrupt member is read alone."""
+        """The run's members from one ranged read, again from the first not delivered when the
+        stream breaks (at most ``ATTEMPTS`` reads); a corrupt member is read alone."""
         key, slices = pack_key(run.pack), run.slices
         out: list[Outcome] = []
         i = reads = 0  # the first member not yet handled; ranged reads opened so far
@@ -152,8 +147,7 @@ class Fetcher:
 
     def _members(self, run: PackRun, i: int, window: Window, batch: Batch,
                  out: list[Outcome]) -> tuple[int, BaseException | None]:
-        """Take members from ``i`` on out of one stream into the batch; (the first member not
-        handled, why the stream stopped or None)."""
+        """Members from ``i`` on into the batch; (the first not handled, why the stream stopped)."""
         while i < len(run.slices):
             s = run.slices[i]
             g = s.group
@@ -181,8 +175,8 @@ class Fetcher:
         return i, None
 
     def _member(self, pack: str, s: Slice, failed: IntegrityError) -> bytes:
-        """A member that arrived corrupt: from its own blob, else its own range of the pack, each at
-        most ``ATTEMPTS - 1`` more times; ``failed`` again if nothing verifies."""
+        """A member that arrived corrupt: from its own blob, else its own range of the pack; raises
+        ``failed`` if nothing verifies."""
         for key, start, length in ((blob_key(s.group.sha256), 0, None),
                                    (pack_key(pack), s.offset, s.group.size)):
             for _ in range(ATTEMPTS - 1):
@@ -255,7 +249,6 @@ class Fetcher:
                     raise
 
     def _receive_part(self, part: BlobPart, asm: _Assembly, body: BinaryIO) -> None:
-        """Write the part's bytes at their offsets and hash them as they arrive."""
         g, done = part.group, 0
         buf = self._buffer()
         own = hashlib.sha256()
@@ -283,8 +276,7 @@ class Fetcher:
 
 
 class _Assembly:
-    """A large file written by ``count`` parts into one temp file, each part verified by its worker:
-    once every part finished without error the file holds the bytes its manifest names."""
+    """A large file written by ``count`` parts into one temp file, each verified by its worker."""
 
     def __init__(self, g: FetchGroup, count: int) -> None:
         self.group, self.count = g, count
@@ -313,8 +305,7 @@ class _Assembly:
                 raise
 
     def part_done(self, error: BaseException | None) -> bool:
-        """Record a finished part (and its error, if any). True once, when every part has
-        finished: the caller must then ``finish`` the file."""
+        """Record a finished part; True once, when every part has: the caller must ``finish``."""
         with self._lock:
             self._finished += 1
             if error is not None:
@@ -338,7 +329,6 @@ class _Assembly:
         return [(t, rec), *copies(dirs, g)]
 
     def discard(self) -> None:
-        """Close descriptors; remove the temp file unless it was renamed into place."""
         with self._lock:
             if self.fd >= 0:
                 if self.tmp:
@@ -354,8 +344,7 @@ class _Assembly:
 # --- outcomes ---------------------------------------------------------------------------------
 
 def _stopped(o: StateRecord | FileFailure) -> StateRecord | FileFailure:
-    """A store failure that ends after the deadline was cut short by it (the client's timeouts
-    and retries are clipped to the deadline): a deadline stop, not an unreachable store."""
+    """A store failure that ends after the deadline was cut short by it: a deadline stop."""
     if isinstance(o, FileFailure) and o.kind == "unavailable":
         return FileFailure(o.root, o.path, "deadline",
                            f"{o.root}/{o.path}: stopped at the deadline ({o.message})")
@@ -363,6 +352,5 @@ def _stopped(o: StateRecord | FileFailure) -> StateRecord | FileFailure:
 
 
 def _bytes(out: Sequence[Outcome], groups: Iterable[FetchGroup]) -> int:
-    """Bytes of the groups whose first target was installed by this call."""
     ok = {t.id for t, o in out if not isinstance(o, FileFailure)}
     return sum(g.size for g in groups if g.targets[0].id in ok)

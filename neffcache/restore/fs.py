@@ -1,6 +1,4 @@
-"""File-system primitives of a restore (the bottom layer): directory descriptors opened with
-``O_NOFOLLOW`` one component at a time (a symlink at or inside a root is never followed), per-file
-``fdatasync`` (never a whole-filesystem ``syncfs``), temp names ``.neffcache-*.tmp``."""
+"""File-system primitives of a restore: ``O_NOFOLLOW`` descriptors, ``fdatasync``, temp names."""
 
 from __future__ import annotations
 
@@ -30,13 +28,11 @@ class UnsafePathError(OSError):
 
 
 def tmp_name() -> str:
-    """A fresh temp file name: ``.neffcache-<8 hex, per process>-<counter>.tmp``."""
     return f"{_TMP}{next(_names):x}{TMP_SUFFIX}"
 
 
 def replace_best_effort(final: Path, data: bytes | Iterable[bytes]) -> None:
-    """Write ``data`` (bytes, or pieces) to ``final`` through a temp file and a rename, not fsynced,
-    any OSError swallowed: for bookkeeping files whose loss only costs work."""
+    """Write ``data`` (or pieces) to ``final`` through a rename, not fsynced, OSError ignored."""
     tmp = final.with_name(tmp_name())
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -54,14 +50,13 @@ def replace_best_effort(final: Path, data: bytes | Iterable[bytes]) -> None:
 
 
 def is_temp(name: str) -> bool:
-    """Whether ``name`` is one of neffcache's temp file names (``.neffcache-*.tmp``)."""
     return name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX) and \
         len(name) > len(TMP_PREFIX) + len(TMP_SUFFIX)
 
 
 def open_dir_at(parent: str | int, name: str, *, create: bool, what: str) -> int:
-    """The descriptor of directory ``name`` in ``parent`` (a path or a descriptor), created if
-    asked, never through a symlink at ``name`` (one there, or a file: ``UsageError``, exit 2)."""
+    """The descriptor of directory ``name`` in ``parent``, created if asked, never through a
+    symlink (one there, or a file: ``UsageError``)."""
     pfd = parent if isinstance(parent, int) else \
         os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -86,8 +81,7 @@ def open_dir_at(parent: str | int, name: str, *, create: bool, what: str) -> int
 # --- directory descriptors --------------------------------------------------------------------
 
 class Roots:
-    """Open descriptors of each target root (created if needed; with ``create=False`` a missing root
-    is left out). DIR is followed as named; a root that is a symlink is refused."""
+    """Open descriptors of each target root (missing: created, or left out); never a symlink."""
 
     def __init__(self, target_dirs: Mapping[str, str], *, create: bool = True) -> None:
         self.fds: dict[str, int] = {}
@@ -121,9 +115,8 @@ class Roots:
 
 
 class DirCache:
-    """Directory descriptors inside the roots for one thread: each opened once from its parent with
-    ``O_NOFOLLOW`` (created first when asked) and checked to lie inside its root; valid until
-    ``trim`` or ``close``."""
+    """Directory descriptors inside the roots for one thread, each opened once from its parent with
+    ``O_NOFOLLOW`` and checked to lie inside its root."""
 
     def __init__(self, roots: Roots, *, check_inside: bool = True) -> None:
         self.roots = roots
@@ -178,7 +171,6 @@ class DirCache:
         return True
 
     def trim(self) -> None:
-        """Bound the descriptors held: past the limit, close them all."""
         if len(self.fds) >= _MAX_OPEN_DIRS:
             self._close_all()
 
@@ -192,8 +184,7 @@ class DirCache:
 
 
 def _assert_inside(fd: int, real_root: str, root: str, dir_path: str) -> None:
-    """Defence in depth: the directory just opened must be exactly ``<resolved root>/<dir_path>``
-    (one readlink of /proc/self/fd, skipped where there is no /proc)."""
+    """Defence in depth: the directory just opened must be ``<resolved root>/<dir_path>``."""
     try:
         real = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
@@ -204,8 +195,7 @@ def _assert_inside(fd: int, real_root: str, root: str, dir_path: str) -> None:
 
 
 def datasync_at(dfd: int, path: str, same: Callable[[os.stat_result], bool]) -> bool:
-    """``fdatasync`` the file at ``path`` under ``dfd`` (not through a symlink) if ``same(its
-    stat)``: True when it was that file and its bytes are now on disk."""
+    """``fdatasync`` the file at ``path`` under ``dfd`` if ``same(its stat)``; True if it did."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     try:
         if not same(os.fstat(fd)):
@@ -230,8 +220,7 @@ def boot_id() -> str | None:
 
 
 def sync_filesystems(fds: Iterable[int]) -> bool:
-    """``syncfs(2)`` once per filesystem of the descriptors; False where unavailable. Restore does
-    not use it (beside a heavy writer it waits for their writes too)."""
+    """``syncfs(2)`` once per filesystem; False where unavailable. Restore never uses it."""
     syncfs = _libc_function("syncfs", "c_int")
     if syncfs is None:
         return False

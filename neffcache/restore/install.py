@@ -1,11 +1,4 @@
-"""Install one file atomically: temp file beside the target, verify, rename.
-
-A file is written to a new temp file in its final directory (created with its final mode), its
-size and sha256 checked before it has a name, and ``os.replace``d into place (replacing even a
-symlink there: nothing is written through one); the temp file is removed on any failure.
-Nothing is fsynced here: the state file records the file as pending (``neffcache.restore.state``).
-Small files go in batches (``Batch``). Failures become ``FileFailure`` records, never exceptions.
-"""
+"""Install one file atomically: temp file beside the target, verify, rename (never fsynced)."""
 
 from __future__ import annotations
 
@@ -55,8 +48,7 @@ LISTED_FAILURES = 100
 
 @dataclass(frozen=True, slots=True)
 class Failures:
-    """The files that failed: ``count`` in all; ``listed`` the first ``LISTED_FAILURES``, then the
-    first of each kind not among them."""
+    """The files that failed: ``count``; ``listed`` the first ones, then the first of each kind."""
 
     listed: tuple[FileFailure, ...] = ()
     count: int = 0
@@ -89,7 +81,6 @@ class FailureTally:
         self._kinds.setdefault(f.kind, f)
 
     def take(self, failures: Failures) -> None:
-        """All of ``failures``: its listed records, and the others counted."""
         for f in failures.listed:
             self.add(f)
         self._count += failures.count - len(failures.listed)
@@ -121,8 +112,7 @@ def read_umask() -> None:
 # --- files -----------------------------------------------------------------------------------
 
 def place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateRecord:
-    """Write a temp file beside ``t``'s path with ``write(fd)`` (which verifies), set its mode,
-    rename it into place."""
+    """A temp file beside ``t``'s path, written by ``write(fd)`` (which verifies), renamed."""
     dir_path, _, name = t.path.rpartition("/")
     dfd = dirs.get(t.root, dir_path, create=True)
     tmp = tmp_name()
@@ -142,8 +132,7 @@ def place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateRecor
 
 
 class Batch:
-    """Small files written to temp files and renamed together once verified (each holds a descriptor
-    until then); uncommitted temp files are removed on exit."""
+    """Small files written to temp files, renamed together once verified (else removed on exit)."""
 
     def __init__(self, dirs: DirCache) -> None:
         self.dirs = dirs
@@ -256,8 +245,7 @@ def verify_member(data: bytes | memoryview, g: FetchGroup, pack: str) -> None:
 
 
 class Window:
-    """Byte ranges of a stream, asked for in increasing order, served from large reads (a range
-    inside one read is a zero-copy view). Holds one read at a time."""
+    """Byte ranges of a stream, asked for in increasing order, served from large reads."""
 
     def __init__(self, src: BinaryIO, pos: int) -> None:
         self._src = src
@@ -265,7 +253,6 @@ class Window:
         self._buf: bytes = b""
 
     def take(self, offset: int, size: int) -> bytes | memoryview:
-        """``size`` bytes from ``offset``, or fewer if the stream ends first."""
         start = offset - self._pos
         while start >= len(self._buf):  # skip what lies before the range
             start -= len(self._buf)
@@ -288,8 +275,7 @@ class Window:
 
 
 def batch_files(pack_threads: int, transfer_threads: int) -> int:
-    """Small files per batch: every pack thread's batch must fit the open-file soft limit beside the
-    transfers' files (the CLI raises the limit at start; this only reads it)."""
+    """Small files per batch: every pack thread's batch must fit the open-file soft limit."""
     import resource
 
     try:
@@ -303,15 +289,13 @@ def batch_files(pack_threads: int, transfer_threads: int) -> int:
 
 
 def read_piece(src: BinaryIO, view: memoryview) -> bytes | memoryview:
-    """The next at most ``len(view)`` bytes of ``src``: the stream's own chunk where it hands one
-    over without a copy (``zero_copy_reads``), else read into ``view``."""
+    """The next at most ``len(view)`` bytes of ``src``, without a copy where it can."""
     if getattr(src, "zero_copy_reads", False):
         return src.read(len(view))
     return view[:read_into(src, view)]
 
 
 def read_into(src: BinaryIO, view: memoryview) -> int:
-    """Fill ``view`` from ``src`` (``readinto`` where it has one, else ``read`` and a copy)."""
     try:
         return src.readinto(view)  # type: ignore[attr-defined]
     except (AttributeError, NotImplementedError, io.UnsupportedOperation):

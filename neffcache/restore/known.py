@@ -1,6 +1,4 @@
-"""Resolve with the local manifest copies: a cell with a valid copy (decoded fully, its entry key,
-trusted) is judged from it, and asks the store only whether it is still published (one HEAD) when it
-has something to fetch; the store is asked in proportion to what is missing."""
+"""Resolve with the local manifest copies, asking the store only about what is missing."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ from neffcache.thread_pool import map_in_threads
 
 @dataclass(frozen=True, slots=True)
 class Known:
-    """The resolution (found in cell order), what a scan found at every path it wants, the records
-    of files hashed, and when the missing cells were last asked."""
+    """The resolution, what a scan found at every path it wants, the records of files hashed."""
 
     resolution: Resolution
     present: Present  # files vouched for held as paths (``seen``): see ``seen``
@@ -46,8 +43,7 @@ class Known:
 
 def read_copy(target: Path, key: str, backend: Backend,
               trusted: Sequence[PublicKey] = ()) -> Manifest | None:
-    """The local copy of entry ``key``'s manifest, validated as one from the store is (signature
-    too, with ``trusted`` keys), carrying its self-digest; None otherwise."""
+    """The local copy of entry ``key``'s manifest, validated as one from the store is, or None."""
     try:  # the bytes as a temporary: decoding frees them once they are text
         m = decode_manifest(_ours(local_manifest_path(target, key).read_bytes(), key),
                             allowed_roots=backend.root_names, source=f"{key}.json")
@@ -59,8 +55,8 @@ def read_copy(target: Path, key: str, backend: Backend,
 
 def read_copies(target: Path, keys: Sequence[str], backend: Backend,
                 trusted: Sequence[PublicKey] = ()) -> dict[str, Manifest]:
-    """The valid local copies of entries ``keys``, by key. Read before the state table: decoding
-    peaks ~150 MiB above what it keeps, memory the packed rows then reuse (issue 22)."""
+    """The valid local copies of entries ``keys``, by key."""
+    # read before the state table: decoding peaks ~150 MiB above what it keeps (issue 22)
     return {k: m for k in keys if (m := read_copy(target, k, backend, trusted)) is not None}
 
 
@@ -72,8 +68,7 @@ def _ours(data: bytes, key: str) -> bytes:
 
 def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str, str],
                   state: Mapping[FileId, StateRecord], copies: Mapping[str, Manifest]) -> Known:
-    """Judge each of ``job``'s cells from its valid copy (``copies``), ask the store about the rest,
-    and scan every path the found entries want (each once)."""
+    """Judge each cell from its valid copy, ask the store about the rest, scan what they want."""
     cells, fingerprint, target = job.cells, job.fingerprint, job.target
     workers, deadline = job.workers, job.deadline
     now = time.time()
@@ -115,8 +110,7 @@ def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str
 def _confirm_published(store: Store, manifests: Sequence[Manifest], workers: int,
                        deadline: float | None
                        ) -> tuple[list[Cell], list[CellFailure], list[Cell]]:
-    """Of entries judged from their copies with something to fetch: the cells whose manifest the
-    store no longer has, could not say, or did not answer in time."""
+    """The cells of these entries the store no longer has, could not say, or did not answer."""
 
     def one(m: Manifest) -> tuple[Cell, str]:
         if deadline is not None and time.monotonic() >= deadline:
@@ -148,8 +142,7 @@ def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence
             found: Sequence[Manifest], present: Present,
             records: dict[FileId, StateRecord], *, workers: int, deadline: float | None
             ) -> tuple[Present, dict[FileId, StateRecord]]:
-    """What is in place at every path ``found`` wants: the first scan's look where it wanted the
-    same sizes, a look at the others."""
+    """What is in place at every path ``found`` wants (the first scan's look where it can)."""
     if len(found) == len(scanned) and all(a is b for a, b in zip(found, scanned, strict=True)):
         return present, records  # the very entries scanned: no two maps of a million paths
     before, wanted = wanted_sizes(scanned), wanted_sizes(found)

@@ -1,11 +1,4 @@
-"""Local copies of manifests, and the store-free check that a restore has nothing to do.
-
-Every manifest a restore reads is kept as ``<target>/.neffcache-entries/<entry-key>.json``. When a
-boot finds its cache in place, these copies (read lightly: this check only *confirms* files, in a
-directory only the restoring user can write) and the state files answer "every requested file is in
-place" with one ``fstatat`` per file: no store, no hashing. Files pending in this boot are
-``fdatasync``ed once all are confirmed and then vouched for (``state.save_settled``, under DIR's
-lock); one pending from an earlier boot sends the run to the full restore."""
+"""Local copies of manifests, and the store-free check that a restore has nothing to do."""
 
 from __future__ import annotations
 
@@ -83,8 +76,7 @@ def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, An
 
 def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
                 ) -> Manifest | None:
-    """A Manifest from a local copy (no file list with ``with_files=False``), or None if it is not
-    entry ``key``."""
+    """A Manifest from a local copy, or None if it is not entry ``key``."""
     try:
         files = tuple(FileRecord(f["root"], f["path"], f["size"], f["sha256"], f["mode"])
                       for f in doc["files"]) if with_files else ()
@@ -99,9 +91,8 @@ def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
 def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str, str],
                      target: Path | None = None,
                      deadline: float | None = None) -> tuple[int, int] | None:
-    """How many files the entries want, if every one is in place as the state file vouched for it,
-    and how many stay pending (``_sync_pending``); None at the first doubt or when two entries claim
-    one path. With ``target``, the state files then vouch for what was synced."""
+    """(files the entries want, files left pending) if every one is in place as the state file
+    vouched for it; None at the first doubt or when two entries claim one path."""
     states: dict[str, RootState] = {}
     fds: dict[str, int] = {}
     try:
@@ -124,10 +115,9 @@ def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str
 
 def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootState],
                   fds: Mapping[str, int], deadline: float | None) -> int | None:
-    """Once every file is confirmed: ``fdatasync`` those pending in this boot, on a thread of their
-    own waited for until ``deadline`` at most (beside a busy writer one sync can take seconds);
-    those not synced stay pending, and only syncs that returned before the wait ended are settled.
-    How many stay pending; None when a file is not the one its row names."""
+    """``fdatasync`` the files pending in this boot on a thread waited for until ``deadline`` (one
+    sync can take seconds beside a busy writer); how many stay pending, None when a file is not
+    the one its row names."""
     if deadline is not None and time.monotonic() >= deadline:  # nothing more is started
         return sum(1 for _ in _pending_rows(docs, states))
     synced: list[tuple[str, str]] = []
@@ -168,7 +158,7 @@ def _sync_pending(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootSt
 
 def _pending_rows(docs: Sequence[Mapping[str, Any]],
                   states: Mapping[str, RootState]) -> Iterator[tuple[str, str]]:
-    """(root, path) of each file of the copies the state file does not vouch for."""
+    """Each file of the copies the state file does not vouch for."""
     for doc in docs:
         for f in doc["files"]:
             root, path = f["root"], f["path"]
@@ -178,8 +168,7 @@ def _pending_rows(docs: Sequence[Mapping[str, Any]],
 
 def _record_settled(target: Path, dirs: Mapping[str, str],
                     states: Mapping[str, RootState]) -> None:
-    """Write the state files that now vouch for what this check synced, under DIR's lock (not waited
-    for; after a killed restore nothing is written: the full run sweeps first)."""
+    """Write the state files that vouch for what this check synced, under DIR's lock if free."""
     if not any(s.settled for s in states.values()):
         return
     try:
@@ -234,8 +223,8 @@ def _plain_relative(path: object) -> bool:
 
 def save_missing(target: Path, fingerprint_key: str,
                  missing: Mapping[str, Sequence[str]], now: float) -> None:
-    """Remember which entry keys the store lacked (with the other fingerprint keys their cells were
-    built for) at ``now``; best effort. An empty ``missing`` removes the record."""
+    """Remember which entry keys the store lacked (and the fingerprints their cells were built for)
+    at ``now``; best effort. An empty ``missing`` removes the record."""
     d = Path(target, LOCAL_ENTRIES)
     final = d / MISSING_FILE
     if not missing:
@@ -273,8 +262,7 @@ def read_missing_record(target: Path, fingerprint_key: str, now: float,
 def _plan_locally(docs: Sequence[Mapping[str, Any]], keys: Sequence[str],
                   dirs: Mapping[str, str], deadline: float | None
                   ) -> tuple[int, tuple[Conflict, ...]] | None:
-    """Files in place and conflicts when a local plan over the copies has nothing to fetch (this
-    boot's pending files synced first, until ``deadline``); else None."""
+    """Files in place and conflicts when a local plan over the copies has nothing to fetch."""
     full = _all([manifest_of(d, k) for d, k in zip(docs, keys, strict=True)])
     if full is None or len(full) < 2:
         return None
@@ -294,7 +282,6 @@ T = TypeVar("T")
 
 
 def _all(items: list[T | None]) -> list[T] | None:
-    """``items`` if none is None, else None."""
     kept = [x for x in items if x is not None]
     return kept if len(kept) == len(items) else None
 
@@ -303,12 +290,9 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
                   target: Path, *, store_url: str, trusted: Sequence[PublicKey] = (),
                   deadline: float | None = None) -> RestoreResult | None:
     """The result of a restore that finds every requested cell in place, from the local copies and
-    the state files alone (no store, no hashing); None when a copy is missing or refused by
-    ``trusted``, a file is absent, changed or unvouched, a root is a symlink, or a restore runs or
-    was killed in DIR: then a full restore decides. Cells the last full restore found without an
-    entry count as missing for a few hours (``read_missing``). Pending files are synced until
-    ``deadline``; those not synced stay pending (``files_unsynced``). The result's manifests carry
-    no file list."""
+    the state files alone (no store, no hashing); None at any doubt: then a full restore decides.
+    Cells recently found without an entry count as missing (``read_missing``). The result's
+    manifests carry no file list."""
     started = time.monotonic()
     job = RestoreJob(tuple(cells), backend, fingerprint, target, deadline=deadline,
                      trusted=trusted)

@@ -1,16 +1,4 @@
-"""One restore as values: what it restores and how (``RestoreJob``, handed whole to each step),
-what it did (``RestoreResult``, its report) and the error it ends with.
-
-Exit rule (``outcome_error``), first match wins:
-  4  a manifest was rejected, or a blob was missing/corrupt/truncated
-  1  a file could not be written locally (permissions, disk full, symlink in the way)
-  6  the store could not be reached for some manifest or blob
-  3  the deadline stopped the restore before everything was in place
-  5  no requested cell could be restored and some missing cells have entries built for
-     another fingerprint
-  3  some requested cells have no entry
-  0  every requested cell is restored (or was already present and valid)
-"""
+"""One restore as values: its job (``RestoreJob``), its result (``RestoreResult``), its error."""
 
 from __future__ import annotations
 
@@ -50,11 +38,9 @@ Notice = Callable[[str], None]
 
 @dataclass(frozen=True, slots=True)
 class RestoreJob:
-    """What one restore restores (``cells``, in priority order, of ``backend``, built for
-    ``fingerprint``, into ``target/<root>``) and how: ``workers`` read manifests and scan,
-    ``transfers`` fetch (None: ``workers``), no new work after ``deadline`` (monotonic), each
-    entry signed by one of ``trusted``, warnings to ``notice``, (files done, total, bytes) to
-    ``progress``, cells ready to ``announcer``, requests shaped by ``units``."""
+    """What one restore restores (``cells`` in priority order, into ``target/<root>``) and how:
+    ``workers`` read manifests and scan, ``transfers`` fetch (None: ``workers``), no new work
+    after ``deadline`` (monotonic)."""
 
     cells: tuple[Cell, ...]
     backend: Backend
@@ -125,8 +111,7 @@ class RestoreResult(ExitRule):
 
     @property
     def repair_hint(self) -> str | None:
-        """When a mirror served objects the store should have had: the command that repairs the
-        store from the first such mirror; else None."""
+        """The command that repairs the store from the first mirror that served objects, or None."""
         served = [url for url, n in self.served_by if n and url != self.store_url]
         if not served:
             return None
@@ -143,7 +128,7 @@ class RestoreResult(ExitRule):
         return signers(self.resolution.found)
 
     def error(self) -> NeffcacheError | None:
-        """The error this restore ends with, or None; see the module docstring."""
+        """The error this restore ends with, or None (``outcome_error``)."""
         return outcome_error(self)
 
     def judged_json(self) -> dict[str, Any]:
@@ -199,9 +184,7 @@ class RestoreResult(ExitRule):
 
 def job_result(job: RestoreJob, store_url: str, resolution: Resolution,
                started: float) -> RestoreResult:
-    """The result of ``job`` with what every restore reports (backend, fingerprint, target, cells
-    requested, cache environment, seconds since ``started``) and nothing done yet: each way of
-    restoring sets what it did with ``dataclasses.replace``."""
+    """The result of ``job`` with nothing done yet: each way of restoring replaces what it did."""
     return RestoreResult(
         backend=job.backend.name, fingerprint_key=job.fingerprint.key, store_url=store_url,
         target=str(job.target), requested=tuple(c.id for c in job.cells),
@@ -212,7 +195,7 @@ def job_result(job: RestoreJob, store_url: str, resolution: Resolution,
 
 
 def outcome_error(r: RestoreResult) -> NeffcacheError | None:
-    """The error a restore ends with (None for success); see the module docstring."""
+    """The error a restore ends with (None for success): the first rule below that matches."""
     res = r.resolution
     kinds = {f.kind for f in r.failures} | {f.kind for f in res.failed}
     first: dict[str, str] = {}

@@ -1,7 +1,4 @@
-"""The whole restore plan (pure, no I/O): files already valid, fetch groups (a blob fetched once,
-installed at every path that wants it), conflicts (the first cell's record wins) and the fetch units
-(pack runs, blob GETs, parts of large blobs), cell by cell in priority order, so a deadline leaves
-whole cells done and the first cells are ready first."""
+"""The whole restore plan, cell by cell in priority order (pure, no I/O)."""
 
 from __future__ import annotations
 
@@ -94,8 +91,7 @@ class BlobGet:
 
 @dataclass(frozen=True, slots=True)
 class BlobPart:
-    """Part ``index`` of ``count`` of a large blob: ``length`` bytes from ``start``, and their
-    sha256 from the manifest's part digests."""
+    """Part ``index`` of ``count`` of a large blob: ``length`` bytes from ``start``, ``digest``."""
 
     group: FetchGroup
     index: int
@@ -110,8 +106,7 @@ Unit = PackRun | BlobGet | BlobPart
 
 @dataclass(frozen=True, slots=True)
 class RestorePlan:
-    """Files already in place, fetch groups, the store requests that bring them (``units``, in the
-    order they run), and the paths entries disagree about."""
+    """Files already in place, fetch groups, their store requests in run order, conflicts."""
 
     target_dirs: tuple[tuple[str, str], ...]
     fetch: tuple[FetchGroup, ...]
@@ -135,8 +130,8 @@ class RestorePlan:
 
 
 def wanted_sizes(manifests: Iterable[Manifest]) -> dict[FileId, tuple[int, ...]]:
-    """Every path the entries want, with the distinct sizes wanted there (a tuple, not a set: 50,
-    not 200, MiB per million)."""
+    """Every path the entries want, with the distinct sizes wanted there."""
+    # a tuple of sizes, not a set: 50, not 200, MiB per million paths
     out: dict[FileId, tuple[int, ...]] = {}
     for m in manifests:
         for f in m.files:
@@ -150,16 +145,14 @@ def wanted_sizes(manifests: Iterable[Manifest]) -> dict[FileId, tuple[int, ...]]
 
 
 def wanted_pairs(manifests: Sequence[Manifest]) -> Iterator[tuple[FileId, tuple[int, ...]]]:
-    """``wanted_sizes(manifests).items()``, without the map for one entry (it names each path once;
-    a map of a million paths is ~170 MiB)."""
+    """``wanted_sizes(manifests).items()``, without the ~170 MiB map for one entry."""
     if len(manifests) == 1:
         return (((f.root, f.path), (f.size,)) for f in manifests[0].files)
     return iter(wanted_sizes(manifests).items())
 
 
 def unwanted_files(manifests: Iterable[Manifest], have: Iterable[FileId]) -> set[FileId]:
-    """The files of ``have`` that no entry wants (a set per root, not a map of every wanted path).
-    """
+    """The files of ``have`` that no entry wants (no map of every wanted path)."""
     left: dict[str, set[str]] = {}
     for root, path in have:
         left.setdefault(root, set()).add(path)
@@ -174,13 +167,9 @@ def unwanted_files(manifests: Iterable[Manifest], have: Iterable[FileId]) -> set
 def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
                  present: Mapping[FileId, PresentFile], policy: UnitPolicy = DEFAULT_UNITS
                  ) -> RestorePlan:
-    """Decide per wanted file: already valid, or fetch (grouped by sha256); note conflicts.
-
-    ``manifests`` come in priority order: files are scheduled cell by cell and a blob several cells
-    want is fetched for the first. Each group says which cells each of its paths completes
-    (``owners``), and ``waiting`` how many paths each cell waits for. Where entries disagree, the
-    first manifest's record wins (a present file valid for any of them is left) and the disagreement
-    is listed in ``conflicts``."""
+    """Decide per wanted file: already valid, or fetch (grouped by sha256, for the first cell of
+    ``manifests``, in priority order, that wants it). Where entries disagree, the first manifest's
+    record wins (a present file valid for any of them is left): a ``Conflict``."""
     single = len(manifests) == 1
     wants = _one_claims(manifests[0], target_dirs) if single else \
         iter(_claims(manifests, target_dirs).items())
@@ -233,7 +222,7 @@ def plan_restore(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
 def _wait(claims: Sequence[_Claim], index: Mapping[str, int],
           interned: dict[tuple[int, ...], tuple[int, ...]], waiting: list[int]
           ) -> tuple[int, ...]:
-    """The cells whose entries claim a path to fetch (each then waits for one more path)."""
+    """The cells whose entries claim a path to fetch (each waits for one more path)."""
     who = (index[claims[0][0]],) if len(claims) == 1 else \
         tuple(dict.fromkeys(index[k] for k, _ in claims))
     who = interned.setdefault(who, who)
@@ -256,7 +245,6 @@ _Claim = tuple[str, Target]  # (entry key, what it wants at a path)
 
 
 def _one_claims(m: Manifest, target_dirs: Mapping[str, str]) -> Iterator[tuple[FileId, _Claim]]:
-    """``_claims`` of one entry, as its records come (it names each path once): no map."""
     key = m.entry_key
     for f in m.files:
         if f.root not in target_dirs:
@@ -265,15 +253,14 @@ def _one_claims(m: Manifest, target_dirs: Mapping[str, str]) -> Iterator[tuple[F
 
 
 def _no_target(key: str, f: FileRecord) -> ManifestError:
-    """An entry names a root the restore has no directory for."""
     return ManifestError(f"entry {key[:12]}: file {f.root}/{f.path}: root {f.root!r} has no "
                          f"target directory")
 
 
 def _claims(manifests: Sequence[Manifest], target_dirs: Mapping[str, str]
             ) -> dict[FileId, _Claim | list[_Claim]]:
-    """Per wanted path, in manifest order: the one entry's claim, or a list when several entries
-    name it (a tuple per path, not a list: 90 MiB less per million files)."""
+    """Per wanted path: the one entry's claim, or a list of them in manifest order."""
+    # a tuple for a path one entry claims, not a list: 90 MiB less per million files
     wants: dict[FileId, _Claim | list[_Claim]] = {}
     for m in manifests:
         for fid, claim in _one_claims(m, target_dirs):
@@ -294,13 +281,9 @@ def unit_groups(unit: Unit) -> tuple[FetchGroup, ...]:
 def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
                policy: UnitPolicy = DEFAULT_UNITS,
                parts: Iterable[PartDigests] = ()) -> tuple[Unit, ...]:
-    """Requests for every group of ``fetch``: a blob from the first of ``packs`` that holds it,
-    split at the part size of the first of ``parts`` that describes it, else one GET verified whole
-    (a small file, or one whose part digests are for another size).
-
-    Order: cell by cell (a group counts for the first cell that wants it), and within a cell the
-    parts of split blobs first, largest blob first (the longest piece of work must not be its cell's
-    tail), then the rest in fetch order."""
+    """Requests for every group: from the first of ``packs`` that holds it, else in parts (of the
+    first of ``parts`` for its size), else one GET. Cell by cell; within a cell the parts first,
+    largest blob first (the longest work must not be its cell's tail), then fetch order."""
     order = {g.sha256: i for i, g in enumerate(fetch)}
     where: dict[str, tuple[str, int]] = {}
     for p in packs:
@@ -332,7 +315,6 @@ def plan_units(fetch: Sequence[FetchGroup], packs: Iterable[PackRecord],
 
 
 def _rank(g: FetchGroup) -> int:
-    """The first cell (in the plan's order) that waits for the group."""
     owners = g.owners
     if len(owners) == 1:
         return owners[0][0]
@@ -347,8 +329,7 @@ def _digests_for(g: FetchGroup, digests: dict[str, PartDigests]) -> PartDigests 
 
 
 def _runs(pack: str, slices: list[Slice], policy: UnitPolicy) -> list[PackRun]:
-    """Cut offset-sorted slices into runs: a new run when the gap or the length would grow past the
-    policy's limits."""
+    """Cut offset-sorted slices into runs within the policy's gap and length."""
     runs: list[PackRun] = []
     current: list[Slice] = []
     start = end = 0
@@ -398,5 +379,4 @@ def short_cells(manifests: Sequence[Manifest], target_dirs: Mapping[str, str],
 
 
 def _is(have: PresentFile | None, f: FileRecord) -> bool:
-    """What is there is ``f``'s bytes with its mode."""
     return have is not None and (have.sha256, have.size, have.mode) == (f.sha256, f.size, f.mode)

@@ -1,7 +1,4 @@
-"""Prune a restore destination: remove the entries the matrix and fingerprint no longer need
-(regular files of the recorded size only, never through a symlink, never a path a kept entry wants),
-then forget them in the state file, then drop their copies; safe to rerun. It takes DIR's lock
-without waiting: while a restore runs there, prune refuses and touches nothing."""
+"""Prune a restore destination: remove the entries the matrix and fingerprint no longer need."""
 
 from __future__ import annotations
 
@@ -73,9 +70,7 @@ class PruneResult(ExitRule):
         return sum(size for _, _, size in self.remove)
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache prune --json``: target, fingerprint_key, dry_run, kept, pruned,
-        files_to_remove, bytes_to_remove, files_shared, unreadable, removed, bytes_removed, skipped.
-        """
+        """The document ``neffcache prune --json`` prints."""
         return {"target": self.target, "fingerprint_key": self.fingerprint_key,
                 "dry_run": self.dry_run, "kept": list(self.kept),
                 "pruned": [{"entry_key": p.entry_key, "cell_id": p.cell_id,
@@ -144,8 +139,7 @@ def prune(request: PruneRequest) -> PruneResult:
 
 def evict_untrusted(target: Path, backend: Backend, trusted: Callable[[Any, Any], bool], *,
                     deadline: float | None = None) -> PruneResult | None:
-    """Prune the entries whose local copy ``trusted(signature, manifest_sha256)`` refuses, under
-    DIR's lock (waited for until ``deadline``); None when every copy is trusted (no lock taken)."""
+    """Prune the entries whose copy ``trusted(signature, manifest_sha256)`` refuses, if any."""
     if not (target / LOCAL_ENTRIES).is_dir():
         return None
 
@@ -159,7 +153,6 @@ def evict_untrusted(target: Path, backend: Backend, trusted: Callable[[Any, Any]
 
 def _prune_locked(target: Path, backend: Backend, keep: Keep, fingerprint_key: str,
                   deadline: float | None, who: str) -> PruneResult:
-    """Plan again under DIR's lock and apply (a killed restore's mark stays for its sweep)."""
     with lock_destination(str(target), deadline=deadline, who=who) as held:
         done = apply_prune(target, backend, plan_prune(target, backend, keep, fingerprint_key))
         if not held.unclean:
@@ -202,8 +195,7 @@ def plan_prune(target: Path, backend: Backend, keep: Keep, fingerprint_key: str)
 
 
 def apply_prune(target: Path, backend: Backend, plan: PruneResult) -> PruneResult:
-    """Remove the plan's files (then empty directories), forget them in the state files, then the
-    copies; their cells' ready markers go first. Call it holding DIR's lock."""
+    """Remove the plan's markers, files, emptied dirs, state rows and copies; hold DIR's lock."""
     remove_markers_of(target, {entry.entry_key for entry in plan.pruned})
     dirs = root_dirs(backend, str(target))
     removed: dict[str, set[str]] = {}

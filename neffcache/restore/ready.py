@@ -1,6 +1,4 @@
-"""Ready markers (``DIR/.neffcache-entries/ready/<cell id>``): a cell is announced the moment every
-file it needs is verified and in place; markers are removed, under DIR's lock, before a cell's files
-change or go. They vouch for the service only, never for a later restore."""
+"""Ready markers (``DIR/.neffcache-entries/ready/<cell id>``), for the service only."""
 
 from __future__ import annotations
 
@@ -21,7 +19,6 @@ _COPY_SUFFIX = ".json"
 
 
 def marker_path(target: str | Path, cell_id: str) -> Path:
-    """Where cell ``cell_id``'s ready marker lives under ``target``."""
     return Path(target, ENTRIES_DIR, READY_DIR, quote(cell_id, safe=""))
 
 
@@ -45,7 +42,7 @@ def marker_entry(target: str | Path, cell_id: str) -> str | None:
 
 
 def write_marker(target: str | Path, cell_id: str, key: str) -> None:
-    """Cell ``cell_id`` is ready with entry ``key``: its marker, written whole (best effort)."""
+    """Cell ``cell_id``'s marker, written whole (best effort)."""
     final = marker_path(target, cell_id)
     tmp = Path(target, ENTRIES_DIR, tmp_name())
     try:
@@ -58,7 +55,6 @@ def write_marker(target: str | Path, cell_id: str, key: str) -> None:
 
 
 def remove_markers(target: str | Path, cell_ids: Iterable[str]) -> None:
-    """Remove these cells' markers (those absent are fine)."""
     for cid in cell_ids:
         with contextlib.suppress(OSError):
             marker_path(target, cid).unlink()
@@ -77,8 +73,7 @@ def remove_markers_of(target: str | Path, keys: Collection[str]) -> None:
 
 
 class Announcer:
-    """Announces cells ready, each once: marker first, then ``on_ready(cell_id)``; keeps (cell id,
-    seconds since ``started``) in order. Thread-safe."""
+    """Announces cells ready, each once: marker first, then ``on_ready(cell_id)``. Thread-safe."""
 
     def __init__(self, target: str | Path, started: float,
                  on_ready: Callable[[str], None] | None = None) -> None:
@@ -88,16 +83,13 @@ class Announcer:
         self._done: set[str] = set()
 
     def reset(self, ready: Sequence[tuple[str, str]], waiting: Iterable[str]) -> None:
-        """Under DIR's lock, before anything is installed: the markers of ``waiting`` cells go, then
-        the cells ``ready`` now (cell id, entry key) are announced (a marker naming the entry
-        stays)."""
+        """Under DIR's lock, before any install: unmark ``waiting``, announce ``ready``."""
         remove_markers(self.target, waiting)
         for cid, key in ready:
             self.ready(cid, key, rewrite=False)
 
     def ready(self, cell_id: str, key: str, *, rewrite: bool = True) -> None:
-        """Announce ``cell_id`` ready with entry ``key`` (once); with ``rewrite=False`` a marker
-        that names ``key`` already is left."""
+        """Announce ``cell_id`` (once); ``rewrite=False`` leaves a marker that names ``key``."""
         with self._lock:
             if cell_id in self._done:
                 return

@@ -1,6 +1,4 @@
-"""Resolve: read and fully validate each requested cell's manifest from the store, in parallel (read
-again, at most ``ATTEMPTS`` times, when damaged or untrusted); tell "never built" from "built for
-another environment"; with ``keep``, the bytes the store sent become the local copy."""
+"""Resolve: read and validate each requested cell's manifest from the store, in parallel."""
 
 from __future__ import annotations
 
@@ -46,10 +44,8 @@ _NEW_COPY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class ManifestCopies:
-    """Keeps each manifest a restore reads from the store as its local copy, the store's bytes: put
-    aside under a temp name before decoding, renamed to ``<entry-key>.json`` once it decoded as that
-    entry's manifest, removed otherwise. Best effort, not fsynced: a missing copy only means asking
-    the store again."""
+    """Keeps each manifest's bytes read from the store as its local copy: put aside before decoding,
+    renamed once it decoded as that entry's manifest. Best effort, not fsynced."""
 
     def __init__(self, target: Path) -> None:
         self.target = target
@@ -86,8 +82,7 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
                     deadline: float | None = None,
                     trusted: Sequence[PublicKey] = (),
                     keep: ManifestCopies | None = None) -> Resolution:
-    """Read and validate each cell's manifest for this fingerprint (in parallel); with ``keep``,
-    each one found is kept there."""
+    """Read and validate each cell's manifest for this fingerprint (in parallel)."""
 
     def one(cell: Cell) -> tuple[Cell, Manifest | CellFailure | str]:
         if deadline is not None and time.monotonic() >= deadline:
@@ -147,8 +142,7 @@ def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
 def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint, *,
                    workers: int = 16, deadline: float | None = None
                    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """For cells without an entry: the other fingerprints they were built for (one LIST each; store
-    errors only lose the diagnosis)."""
+    """For cells without an entry: the other fingerprints they were built for (one LIST each)."""
 
     def one(cell: Cell) -> tuple[str, tuple[str, ...]]:
         if deadline is not None and time.monotonic() >= deadline:

@@ -1,14 +1,4 @@
-"""The whole restore from the store (resolve, keep manifest copies, scan, plan, apply, judge),
-and its dry run (``preview_cells``: resolve, scan, plan; nothing fetched or written).
-
-Steps (imports point down): ``resolve`` → ``local`` → ``known`` → ``scan`` → ``plan`` →
-``apply`` (``fetch``, ``install``, ``fs``) → ``outcome``. The run holds DIR's lock (``dest``):
-stale temp files are swept first, the state file written last. Files installed are recorded as
-pending (this boot); the state file vouches only for files vouched for before, those
-``fdatasync``ed this run (``settle_pending``) and pending ones from an earlier boot that hashed
-the same (``Durable.reread``), so a crash never leaves a file trusted unhashed without its
-bytes on disk. Ready markers are for the service only: no restore trusts a file for one.
-"""
+"""The whole restore from the store under DIR's lock (``run_job``), and its dry run."""
 
 from __future__ import annotations
 
@@ -72,8 +62,7 @@ MAX_LISTED_UNITS = 1000
 
 
 def run_job(store: Store, job: RestoreJob) -> RestoreResult:
-    """Restore ``job`` from ``store``, holding the target's lock throughout (a restore already
-    running there is waited for, until the deadline at most; ``job.notice`` is told)."""
+    """Restore ``job`` from ``store``, holding the target's lock (waited for until the deadline)."""
     started = time.monotonic()
     with lock_destination(str(job.target), deadline=job.deadline, on_wait=job.notice) as held:
         try:
@@ -89,8 +78,7 @@ def run_job(store: Store, job: RestoreJob) -> RestoreResult:
 def _taking_job(make: Callable[P, RestoreJob]
                 ) -> Callable[Concatenate[Store, P], RestoreResult]:
     def restore_cells(store: Store, /, *args: P.args, **kwargs: P.kwargs) -> RestoreResult:
-        """Restore ``RestoreJob(*args, **kwargs)`` (cells, backend, fingerprint, target, then
-        the job's fields as keywords) from an open ``store``: the restore step alone."""
+        """Restore ``RestoreJob(*args, **kwargs)`` from an open ``store`` (the restore step)."""
         return run_job(store, make(*args, **kwargs))
 
     return restore_cells
@@ -161,8 +149,7 @@ def _locked(store: Store, job: RestoreJob, held: Held,
 
 def _announce(job: RestoreJob, resolution: Resolution,
               plan: RestorePlan) -> Callable[[int], None] | None:
-    """Before anything is installed: announce the cells in place, unmark the others; returns
-    what announces each of those as it lands."""
+    """Announce the cells in place, unmark the others; returns what announces each as it lands."""
     announcer, cells = job.announcer, job.cells
     if announcer is None:
         return None
@@ -174,8 +161,7 @@ def _announce(job: RestoreJob, resolution: Resolution,
 
 
 def _rss(phase: str) -> None:
-    """With ``NEFFCACHE_DEBUG_RSS=1``: RSS now and at peak after ``phase``, to stderr
-    (tools/bench/memory.py)."""
+    """With ``NEFFCACHE_DEBUG_RSS=1``: RSS now and at peak after ``phase``, to stderr."""
     if os.environ.get("NEFFCACHE_DEBUG_RSS") != "1":
         return
     with open("/proc/self/statm", "rb") as f:
@@ -188,8 +174,8 @@ def _rss(phase: str) -> None:
 def _save(dirs: Mapping[str, str], state: Mapping[FileId, StateRecord], pending: Pending,
           settled: Durable, seen: Present, records: Mapping[FileId, StateRecord],
           unwanted: Collection[FileId]) -> None:
-    """Write the state file if it changes: it vouches for what it vouched for and still holds,
-    and what was settled or re-read this run; every other file verified this run is pending."""
+    """Write the state file if it changes: it vouches for what it did and still holds, and what
+    was settled or re-read this run; every other file verified this run is pending."""
     durable = Durable.vouched(state, seen, records, unwanted,
                               settled.still(records) | Durable.reread(pending, records))
     waiting = pending_now(records, skip=durable.records,  # a view: no copies of a million
@@ -203,8 +189,7 @@ def _equal(a: Mapping[FileId, object], b: Mapping[FileId, object]) -> bool:
 
 
 def _sync_failures(settled: SyncOutcome) -> Failures:
-    """A pending file whose ``fdatasync`` failed stays pending and fails the run (someone
-    should look)."""
+    """A pending file whose ``fdatasync`` failed stays pending and fails the run."""
     tally = FailureTally()
     for (root, path), why in settled.failed:
         tally.add(FileFailure(root, path, "io", f"{root}/{path}: could not be made durable "
@@ -262,7 +247,6 @@ class RestorePreview(ExitRule):
 
 
 def unit_json(u: Unit) -> dict[str, Any]:
-    """One planned store request: its object, byte range and the files it brings."""
     if isinstance(u, PackRun):
         return {"kind": "pack", "pack": u.pack, "start": u.start, "bytes": u.length,
                 "files": sum(len(s.group.targets) for s in u.slices),

@@ -1,5 +1,4 @@
-"""Scan what is in place at each wanted path: one ``fstatat`` each; a file is hashed only when its
-size is wanted and the state file does not vouch for it (then it is held as a path: ``seen``)."""
+"""Scan what is in place at each wanted path; hash only what the state file does not vouch for."""
 
 from __future__ import annotations
 
@@ -24,12 +23,9 @@ def scan_present(roots: Roots, wanted: Wanted,
                  deadline: float | None = None, hash_unknown: bool = True,
                  hashed: Mapping[FileId, StateRecord] | None = None
                  ) -> tuple[Present, dict[FileId, StateRecord]]:
-    """Look at every wanted path (a map to the sizes wanted there, or its pairs): size and mode, and
-    sha256 when the size is wanted: from ``state`` (durable records: a match is ``seen``) or
-    ``hashed`` (this run's records) when size, times and inode match, else by hashing it in a pool
-    (not with ``hash_unknown=False``). Returns the records of files hashed now or matching
-    ``hashed``. The ``fstatat`` does not follow a symlink at the name and only reads metadata; a
-    file to hash is opened without following any symlink."""
+    """Size, mode and (when the size is wanted) sha256 at every wanted path: from ``state`` (a match
+    is ``seen``) or ``hashed`` when size, times and inode match, else hashed (unless not
+    ``hash_unknown``). Returns the records of files hashed now or matching ``hashed``."""
     present = Present(state)
     odd = present.odd
     records: dict[FileId, StateRecord] = {}

@@ -1,5 +1,4 @@
-"""What a scan found in place, held small (issue 22): files the state file vouched for are one path
-each (``Present``), and ``Vouched`` is the matching view of the records kept. Pure."""
+"""What a scan found in place, held small (issue 22). Pure."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from neffcache.restore.plan import FileId, PresentFile
 
 
 class Present(Mapping[FileId, PresentFile]):
-    """What is in place at each wanted path: ``odd`` ones as found, ``seen`` ones as their record in
-    ``against`` says."""
+    """What is in place at each wanted path: ``odd`` as found, ``seen`` as ``against`` says."""
 
     __slots__ = ("against", "odd", "seen")
 
@@ -77,8 +75,7 @@ class Present(Mapping[FileId, PresentFile]):
 
 
 class Vouched(Mapping[FileId, Any]):
-    """The durable records a state file keeps: each ``seen`` file not ``replaced`` this run, with
-    the record it matched, and ``extra`` over them."""
+    """The durable records kept: each ``seen`` file not ``replaced`` this run, and ``extra``."""
 
     __slots__ = ("_extra", "_present", "_replaced")
 

@@ -1,6 +1,4 @@
-"""The restore use case as one call (``restore``) and its dry run (``preview_restore``): settings,
-cells, the deadline, the store-free check, store or bundle, the report. ``run``, ``preview`` and
-``local`` do the work; this module decides which runs, and within which time."""
+"""The restore use case as one call (``restore``) and its dry run (``preview_restore``)."""
 
 from __future__ import annotations
 
@@ -172,12 +170,10 @@ def restore(request: RestoreRequest) -> RestoreResult:
     silent past the deadline (3); a failure report is written once the fingerprint is known."""
     s = _session(request)
     with _handing_over(s.backend, s.target):
-        result = _restore_session(request, s)
-    return result
+        return _restore_session(request, s)
 
 
 def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
-    """``restore`` once the session is made."""
     _make_scratch_dirs(s.backend, s.target)
     if request.on_environment is not None:  # before anything that can fail on the network
         request.on_environment(cache_environment(s.backend, str(s.target)))
@@ -214,8 +210,7 @@ def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
 
 @contextmanager
 def _handing_over(backend: Backend, target: Path) -> Iterator[None]:
-    """A NeffcacheError raised in the block carries the cache environment (``exc.environment``), so
-    a service still points its runtime at the cache directories."""
+    """A NeffcacheError raised in the block carries the cache environment (``exc.environment``)."""
     try:
         yield
     except NeffcacheError as exc:
@@ -224,10 +219,8 @@ def _handing_over(backend: Backend, target: Path) -> Iterator[None]:
 
 
 def preview_restore(request: RestoreRequest) -> RestorePreview:
-    """The plan ``restore(request)`` would run (``neffcache restore --dry-run``): manifests are read
-    from the store and mirrors; nothing is fetched, created, written or reported. Its ``exit_code``
-    is the one the restore would end with if every fetch succeeded; raises as ``restore`` does (a
-    ``bundle`` is refused: exit 2)."""
+    """The plan ``restore(request)`` would run (``--dry-run``): manifests are read, nothing is
+    fetched, created, written or reported; raises as ``restore`` does (a ``bundle``: exit 2)."""
     if request.bundle is not None:
         raise UsageError("--dry-run goes with a store, without --print-env or --from-bundle")
     s = _session(request)
@@ -245,19 +238,16 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
 
 
 def default_workers() -> int:
-    """Parallel manifest reads and local checks: more threads than a few per CPU only contend for
-    the GIL (measured)."""
+    """Parallel manifest reads and local checks (more only contend for the GIL: measured)."""
     return min(16, 4 * usable_cpus())
 
 
 def default_transfers() -> int:
-    """Parallel blob and part transfers: fewer than ``default_workers`` (on 2 CPUs, 4 threads spent
-    10-15 % less CPU than 8 in the same time; issue 22)."""
+    # fewer than default_workers: on 2 CPUs, 4 threads spent 10-15 % less CPU than 8 (issue 22)
     return min(16, TRANSFERS_PER_CPU * usable_cpus())
 
 
 def conflict_warning(conflicts: Sequence[Conflict], listed: int = 3) -> str:
-    """One line: how many paths entries disagreed about, and the first few."""
     some = "; ".join(c.message for c in conflicts[:listed])
     more = f"; and {len(conflicts) - listed} more" if len(conflicts) > listed else ""
     return (f"warning: {len(conflicts)} path(s) are wanted with different bytes by different "
@@ -290,8 +280,8 @@ def _session(request: RestoreRequest) -> _Session:
 
 
 def prioritized(cells: Sequence[Cell], first: Sequence[str]) -> tuple[Cell, ...]:
-    """``cells`` with those matching ``first[0]`` first, then ``first[1]``, ..., then the rest, each
-    group in matrix order; a glob that matches no cell is a UsageError."""
+    """``cells`` matching ``first[0]`` first, then ``first[1]``, ..., then the rest, each in matrix
+    order; a glob that matches no cell is a UsageError."""
     rank = len(first)
     for glob in first:
         if not any(fnmatch.fnmatchcase(c.id, glob) for c in cells):
@@ -304,22 +294,20 @@ def prioritized(cells: Sequence[Cell], first: Sequence[str]) -> tuple[Cell, ...]
 
 
 def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
-    """The flags `neffcache fingerprint --explain` needs to take the same fingerprint and read the
-    same store."""
+    """The flags `neffcache fingerprint --explain` needs for the same fingerprint and store."""
     python = s.settings.python
     args = ("--python", described_interpreter(python)) if python is not None else ()
     return (*args, "--store", store_url)
 
 
 def _fingerprint(request: RestoreRequest, s: _Session) -> Fingerprint:
-    """The request's fingerprint, else this host's (with the configured interpreter)."""
     if request.fingerprint is not None:
         return request.fingerprint
     return collect_fingerprint(s.backend.name, os.environ, python=s.settings.python)
 
 
 def _open_bundle(request: RestoreRequest) -> BundleStore | None:
-    """The bundle as a read-only store, its structure (and digest) checked; None without one."""
+    """The bundle as a read-only store, its structure (and digest) checked."""
     if request.bundle is None:
         if request.expect_sha256:
             raise UsageError("--expect-sha256 checks a bundle: use it with --from-bundle FILE")
@@ -332,7 +320,6 @@ def _open_bundle(request: RestoreRequest) -> BundleStore | None:
 
 def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
              opened: list[Store]) -> RestoreResult:
-    """The restore once the fingerprint is known; a failure is reported (not for a bundle)."""
     try:
         # An unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly.
         check_usable(fingerprint)
@@ -353,8 +340,7 @@ def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
 
 
 def _evict(s: _Session) -> tuple[tuple[str, ...], int]:
-    """With trusted keys: the files of entries restored here that none of them signed leave the
-    cache roots (``pruning.evict_untrusted``); (entry keys, files removed)."""
+    """With trusted keys: entries restored here that none signed leave; (entry keys, files)."""
     done = evict_untrusted(s.target, s.backend, TrustPolicy(s.trusted).vouches_for_copy,
                            deadline=s.until) if s.trusted else None
     if done is None:
@@ -366,8 +352,7 @@ def _evict(s: _Session) -> tuple[tuple[str, ...], int]:
 
 
 def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> RestoreResult:
-    """The restore from the store, then each mirror in order (the result says what each
-    served); the store opened is appended to ``opened``."""
+    """The restore from the store, then each mirror; the store opened is appended to ``opened``."""
     primary = open_store(s.settings.store_url, deadline=s.until)
     opened.append(primary)
     workers = s.request.workers
@@ -384,8 +369,7 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
 
 
 def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> MirroredStore:
-    """The primary, then the mirrors (the N-th configured from NEFFCACHE_MIRROR_<N>_*); one that
-    cannot be reached is passed over; bundles are closed with ``stack``."""
+    """The primary, then the mirrors (the N-th configured from NEFFCACHE_MIRROR_<N>_*)."""
     mirrors = [open_store(url, deadline=s.until, environ=side_environ(os.environ, f"MIRROR_{n}"))
                for n, url in enumerate(s.mirrors, 1)]
     for m in mirrors:
@@ -395,8 +379,7 @@ def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> MirroredStore:
 
 
 def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> RestoreResult:
-    """Hash every member of the bundle against its table of contents (nothing is installed from a
-    bad bundle), then restore from it as from a store."""
+    """Hash every member of the bundle (nothing is installed from a bad one), then restore."""
     done = _in_place(s, fingerprint, source.url)
     if done is not None:  # already in place: the bundle's structure was checked, enough
         return done
@@ -405,8 +388,7 @@ def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> 
 
 
 def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreResult | None:
-    """``restore_local``, each cell in place announced ready in priority order. A missing marker is
-    written under DIR's lock only when no restore holds it and none was killed there."""
+    """``restore_local``; a missing ready marker is written only under DIR's lock, if clean."""
     result = restore_local(s.cells, s.backend, fingerprint, s.target, store_url=store_url,
                            trusted=s.trusted, deadline=s.until)
     if result is None:
@@ -430,9 +412,8 @@ def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreR
 
 
 def _before(until: float | None, work: Callable[[], T]) -> T:
-    """``work()``, waited for until a moment after the deadline at most: store calls already stop by
-    then, so this only catches a call that hangs anyway (DeadlineExceededError, exit 3); ``work``
-    runs on in a daemon thread."""
+    """``work()``, waited for until just after the deadline (then DeadlineExceededError; it runs
+    on in a daemon thread): store calls stop by then, so this only catches one that hangs."""
     if until is None:
         return work()
     done: list[T] = []
@@ -469,7 +450,6 @@ def _make_scratch_dirs(backend: Backend, target: Path) -> None:
 
 
 def _failure_doc(s: _Session, fingerprint: Fingerprint, exc: BaseException) -> dict[str, Any]:
-    """A restore report for a run that failed before fetching anything."""
     ids = [c.id for c in s.cells]
     return {"status": "failed", "exit_code": exit_code_for(exc), "error": str(exc),
             "backend": fingerprint.backend,
@@ -479,7 +459,6 @@ def _failure_doc(s: _Session, fingerprint: Fingerprint, exc: BaseException) -> d
 
 
 def _report_timeout(until: float | None) -> float:
-    """The report's time budget: 2 s, less when the deadline is nearer, 0.2 s past it."""
     if until is None:
         return REPORT_TIMEOUT
     return min(REPORT_TIMEOUT, max(LATE_REPORT_TIMEOUT, until - time.monotonic()))
@@ -487,8 +466,8 @@ def _report_timeout(until: float | None) -> float:
 
 def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
                  opened: Sequence[Store] = ()) -> None:
-    """Write this run's restore report where the settings say (never to the index), after those
-    spooled earlier, through the store the restore opened if any; one not written is spooled."""
+    """Write this run's restore report where the settings say (never to the index); one not
+    written is spooled."""
     if s.settings.reports_to == REPORTS_OFF:
         return
     doc = dict(doc)
@@ -496,7 +475,7 @@ def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
     report = build_report(doc, fingerprint=fingerprint, host=socket.gethostname(),
                           matrix=s.matrix_name, now=datetime.now(timezone.utc),
                           nonce=os.urandom(4).hex(), version=__version__)
-    spooled = s.settings.report_spool  # where the reports it could not send wait
+    spooled = s.settings.report_spool
     spool = Path(spooled).expanduser() if spooled else s.target / LOCAL_ENTRIES / SPOOL_DIR
     send_report(report, s.settings.reports_to, s.settings.store_url, _report_timeout(s.until),
                 s.notice, spool=spool, store=opened[0] if opened else None)

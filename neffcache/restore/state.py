@@ -1,11 +1,4 @@
-"""The state file of each cache root: what neffcache last verified, so reruns skip hashing.
-
-``<root>/.neffcache-state.json`` maps each path to (size, mtime_ns, ctime_ns, inode, sha256, mode).
-Its ``files`` are a ``Durable`` set: the state file never vouches for bytes that may not be on disk.
-A file a restore installed but did not sync is only ``pending`` under its boot (``boot_id``): the
-next restore in that boot ``fdatasync``s it before trusting it (``settle_pending``), one in a later
-boot hashes it. Rows are held packed (``state_rows``). A damaged state file reads as empty; writing
-one is atomic and best effort."""
+"""The state file of each cache root: what neffcache last verified, durable or pending."""
 
 from __future__ import annotations
 
@@ -31,7 +24,6 @@ from neffcache.restore.state_rows import (
     encode_rows,
     packed_as_json,
     parse_row_pieces,
-    parse_rows,
     unpack_row,
 )
 from neffcache.thread_pool import map_in_threads
@@ -56,7 +48,9 @@ class StateRecord:
             (size, mtime_ns, ctime_ns, inode)
 
 
-Pending = Mapping[FileId, tuple[str, StateRecord]]  # installed, not known durable: (boot, record)
+# Installed, not known durable: (boot, record). The state file never vouches for bytes that may
+# not be on disk: the next restore in that boot fdatasyncs a pending file, a later boot hashes it.
+Pending = Mapping[FileId, tuple[str, StateRecord]]
 
 
 def _row(r: StateRecord) -> list[Any]:
@@ -68,17 +62,11 @@ def _record(packed: bytes) -> StateRecord:
     return StateRecord(size, mtime, ctime, inode, sha, _MODES.get(mode, mode))
 
 
-def encode_state(records: Mapping[str, StateRecord],
-                 pending: Mapping[str, tuple[str, StateRecord]] | None = None) -> bytes:
-    """The state file: ``files`` (durable) and, if any, ``pending`` ({boot: {path: row}})."""
-    return b"".join(encode_state_chunks(sorted(records), records.__getitem__, pending))
-
-
 def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
                         pending: Mapping[str, tuple[str, StateRecord]] | None = None,
                         batch: int = 4096) -> Iterator[bytes]:
-    """``encode_state``'s bytes for ``paths`` (sorted) in pieces of ``batch`` records, then the
-    ``pending`` ones not among them, by boot: a million files are never one string."""
+    """The state file for ``paths`` (sorted) in pieces of ``batch`` records, then the ``pending``
+    ones not among them, by boot: a million files are never one string."""
     boots: dict[str, list[str]] = {}
     if pending:
         durable = set(paths)
@@ -95,26 +83,6 @@ def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
                        STATE_SCHEMA, batch)
 
 
-def decode_state(data: bytes) -> dict[str, StateRecord]:
-    """A state file's durable records; anything unexpected yields an empty state."""
-    files, _ = _parse(data)
-    return {p: _record(b) for p, b in files.items()}
-
-
-def decode_pending(data: bytes) -> dict[str, tuple[str, StateRecord]]:
-    """A state file's pending records with their boot; anything unexpected yields none."""
-    _, pending = _parse(data)
-    return {p: (boot, _record(b)) for boot, rows in pending.items() for p, b in rows.items()}
-
-
-def _parse(data: bytes) -> tuple[Rows, dict[str, Rows]]:
-    try:
-        text = data.decode()
-    except UnicodeDecodeError:
-        return {}, {}
-    return parse_rows(text, STATE_SCHEMA)
-
-
 _MODES = {m: m for m in range(0o10000)}  # one int object per mode, not one per file
 
 
@@ -124,8 +92,7 @@ def state_record(st: os.stat_result, sha256: str) -> StateRecord:
 
 
 class StateTable(Mapping[FileId, StateRecord]):
-    """State records by root and path, each held packed (``state_rows``): a lookup unpacks the one
-    record it returns (~240 bytes a file instead of ~780)."""
+    """State records by root and path, held packed: ~240 bytes a file instead of ~780."""
 
     __slots__ = ("_roots",)
 
@@ -202,8 +169,8 @@ def load_pending(target_dirs: Mapping[str, str]) -> PendingTable:
 
 @dataclass(slots=True)
 class RootState:
-    """One root's state file as read, rows packed, and which file it was (``stamp``: inode, size,
-    mtime; None when there was none), so ``save_settled`` writes back only over that very file."""
+    """One root's state file as read, and which file it was (``stamp``: None when none), so
+    ``save_settled`` writes back only over that very file."""
 
     files: Rows
     pending: dict[str, Rows]
@@ -211,7 +178,6 @@ class RootState:
     settled: int = 0  # pending rows this process made durable (``settle``)
 
     def this_boot(self) -> Rows:
-        """The rows pending in this boot."""
         now = fs.boot_id()
         return self.pending.get(now, {}) if now else {}
 
@@ -226,7 +192,7 @@ class RootState:
                                                   st.st_ino) == (size, mtime, ctime, inode))
 
     def settle(self, path: str) -> None:
-        """Count ``path``'s row pending in this boot among the durable ones, once synced."""
+        """``path``'s row pending in this boot is durable now (synced)."""
         self.files[path] = self.this_boot().pop(path)
         self.settled += 1
 
@@ -236,7 +202,7 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int]:
 
 
 def read_root_state(d: str) -> RootState:
-    """The state file of the root at ``d``, read once (none there, or unreadable: empty)."""
+    """The state file of the root at ``d`` (none there, or unreadable: empty)."""
     try:
         with open(Path(d, STATE_FILE), "rb") as fh:
             stamp = _stamp(os.fstat(fh.fileno()))
@@ -247,8 +213,7 @@ def read_root_state(d: str) -> RootState:
 
 
 def _text_pieces(fh: BinaryIO, size: int = 1 << 20) -> Iterator[str]:
-    """The file's text in pieces as parsed (a bad byte raises ``UnicodeDecodeError``): the whole
-    text is never held beside its bytes (issue 22)."""
+    """The file's text in pieces, never whole beside its bytes (issue 22)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     while chunk := fh.read(size):
         yield decoder.decode(chunk)
@@ -296,8 +261,7 @@ def _record_at(records: Mapping[FileId, StateRecord], root: str, path: str) -> S
 
 def pending_now(records: Mapping[FileId, StateRecord], skip: Container[FileId] = (),
                 also: Pending | None = None) -> Pending:
-    """``records`` (but those in ``skip``) as pending in this boot, and the pending records
-    ``also``: a view, not a million pairs held at once."""
+    """``records`` (but those in ``skip``) as pending in this boot, and ``also``: a view."""
     return _Fresh(records, skip, fs.boot_id() or "", also or {})
 
 
@@ -326,7 +290,7 @@ class _Fresh(Mapping[FileId, tuple[str, StateRecord]]):
 
 
 class _AtRoot(Mapping[str, tuple[str, StateRecord]]):
-    """The pending records of one root, by path: a view of ``pending``, not a copy."""
+    """The pending records of one root, by path: a view of ``pending``."""
 
     __slots__ = ("_pending", "_root")
 
@@ -346,7 +310,7 @@ class _AtRoot(Mapping[str, tuple[str, StateRecord]]):
 
 def overlay(state: Mapping[FileId, StateRecord], over: Mapping[FileId, StateRecord]
             ) -> Mapping[FileId, StateRecord]:
-    """``state`` with ``over``'s records over it, one mapping for lookups without a copy."""
+    """``state`` with ``over``'s records over it, without a copy."""
     if not over or not state:
         return over or state
     return ChainMap(over, state)  # type: ignore[arg-type]  # read only: never written to
@@ -357,8 +321,7 @@ _PROOF = object()  # only this module makes Durable sets
 
 @dataclass(frozen=True, slots=True)
 class Durable:
-    """State records whose files are known to be on disk: the only thing ``save_state`` takes. Made
-    only here (``sync_records``, ``vouched``, ``reread``)."""
+    """State records whose files are known to be on disk: the only thing ``save_state`` takes."""
 
     records: Mapping[FileId, StateRecord]
     proof: object = field(default=None, repr=False, compare=False)
@@ -381,8 +344,8 @@ class Durable:
 
     @staticmethod
     def reread(pending: Pending, records: Mapping[FileId, StateRecord]) -> Durable:
-        """The ``records`` just hashed that equal a pending record from an earlier boot: that inode,
-        unchanged, so its bytes were read from the disk."""
+        """The ``records`` just hashed that equal a pending record from an earlier boot (so read
+        from the disk)."""
         now = fs.boot_id()
         out: dict[FileId, StateRecord] = {}
         if now:
@@ -393,7 +356,6 @@ class Durable:
         return Durable(MappingProxyType(out), _PROOF)
 
     def still(self, records: Mapping[FileId, StateRecord]) -> Durable:
-        """Those of these records that ``records`` still hold."""
         return Durable(MappingProxyType({k: r for k, r in self.records.items()
                                          if records.get(k) == r}), _PROOF)
 
@@ -412,9 +374,8 @@ class SyncOutcome:
 
 def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: int = 8,
                  deadline: float | None = None) -> SyncOutcome:
-    """Make the files of ``fresh`` durable: each opened from its root (never through a symlink),
-    checked to be the very inode and times of its record, and ``fdatasync``ed. One that changed or
-    came after the deadline is left out (a later run hashes it). Directories are not fsynced: a
+    """``fdatasync`` each file of ``fresh`` that is still the very inode and times of its record
+    (one that changed or came after the deadline is left out). Directories are not fsynced: a
     rename lost in a crash leaves another inode at the name, which no record matches."""
     items = sorted(fresh)  # keys only: no (key, record) pair per file
 
@@ -443,8 +404,7 @@ def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: 
 
 def settle_pending(roots: Roots, pending: Pending, wanted: Iterable[FileId], *,
                    workers: int = 8, deadline: float | None = None) -> SyncOutcome:
-    """Make this boot's pending records of ``wanted`` files durable (``sync_records``); records from
-    an earlier boot are hashed instead (``Durable.reread``)."""
+    """``sync_records`` of this boot's pending records of ``wanted`` files (older: hashed)."""
     now = fs.boot_id()
     mine: dict[FileId, StateRecord] = {}
     if now:

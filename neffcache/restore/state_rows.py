@@ -1,7 +1,4 @@
-"""The state file's rows, compact: parsed with ``json``'s C scanners through a window over the
-text's pieces and packed 66 bytes a file (``json.loads`` would hold ~550), written in pieces, so a
-million rows are never one string. An implausible row is dropped (its file hashed again), a document
-that is not one reads as empty. Pure."""
+"""The state file's rows, packed 66 bytes a file, parsed and written in pieces. Pure."""
 
 from __future__ import annotations
 
@@ -36,19 +33,13 @@ def pack_row(row: Any) -> bytes | None:
 
 
 def unpack_row(packed: bytes) -> tuple[int, int, int, int, str, int]:
-    """The row ``pack_row`` packed: (size, mtime_ns, ctime_ns, inode, sha256, mode)."""
     size, mtime, ctime, inode, mode, raw = PACKED.unpack(packed)
     return size, mtime, ctime, inode, raw.hex(), mode
 
 
-def parse_rows(text: str, schema: int) -> tuple[Rows, dict[str, Rows]]:
-    """A state document's durable rows and its pending rows by boot, packed; empty ones when it is
-    not a document of ``schema``."""
-    return parse_row_pieces((text,), schema)
-
-
 def parse_row_pieces(pieces: Iterable[str], schema: int) -> tuple[Rows, dict[str, Rows]]:
-    """``parse_rows`` of the text that ``pieces`` make up, read as the parser gets to them."""
+    """The durable rows and the pending rows by boot, packed, of the text ``pieces`` make up (read
+    as the parser gets to them); empty ones when it is not a state document of ``schema``."""
     try:
         files, pending, version = _parse(_Window(pieces))
     except (BadState, IndexError, ValueError):
@@ -60,8 +51,8 @@ MARGIN = 1 << 16  # characters kept ahead of the parser: an item longer than thi
 
 
 class _Window:
-    """The text from where the parser is (``s``): ``at(i)`` drops what is before ``i`` and reads
-    pieces until ``need`` characters follow (or the text ends), returning where ``i`` is now."""
+    """The text from where the parser is (``s``): ``at(i)`` drops what is before ``i``, reads until
+    ``need`` characters follow (or the end) and returns where ``i`` is now."""
 
     __slots__ = ("_pieces", "eof", "s")
 
@@ -113,7 +104,7 @@ def _parse(t: _Window) -> tuple[Rows, dict[str, Rows], list[Any]]:
 
 
 def _skip(t: _Window, i: int) -> int:
-    """The first non-white position from ``i`` (reading on), with a margin after it."""
+    """The first non-white position from ``i``, with a margin after it."""
     while True:
         s = t.s
         i = _skip_in(s, i)
@@ -153,7 +144,6 @@ def _value(s: str, i: int) -> tuple[Any, int]:
 
 
 def _key(s: str, i: int) -> tuple[str, int]:
-    """An object's key at ``s[i]`` and where its value starts (after the ':')."""
     if s[i] != '"':
         raise BadState(f"a key expected at {i}")
     key, i = scanstring(s, i + 1)
@@ -183,8 +173,7 @@ def _object(t: _Window, i: int, member: Callable[[str, int], int]) -> int:
 
 
 def _rows(t: _Window, i: int, into: Rows) -> int:
-    """The object of rows at ``i`` into ``into``, implausible rows left out. The hot loop: per file
-    one key and one row scanned by ``json``'s C scanner, and one pack."""
+    """The object of rows at ``i`` into ``into``, implausible rows left out (the hot loop)."""
     i = t.at(i)
     if t.s[i] != "{":
         raise BadState(f"an object expected at {i}")
@@ -205,7 +194,6 @@ def _rows(t: _Window, i: int, into: Rows) -> int:
 
 
 def _row(s: str, i: int) -> tuple[tuple[str, Any], int]:
-    """The ``"path": row`` at ``s[i]`` and where what follows it starts (after white space)."""
     if s[i] in _WHITE:
         i = _skip_in(s, i)
     if s[i] != '"':
@@ -251,5 +239,4 @@ def _pieces(paths: Sequence[str], row: Callable[[str], list[Any]], batch: int) -
 
 
 def packed_as_json(rows: Mapping[str, bytes]) -> Callable[[str], list[Any]]:
-    """The JSON row of each path of ``rows`` (packed), for ``encode_rows``."""
     return lambda path: list(unpack_row(rows[path]))

@@ -33,14 +33,9 @@ from neffcache.restore.plan import (
     wanted_sizes,
 )
 from neffcache.restore.resolve import CellFailure, Resolution
-from neffcache.restore.state import (
-    StateRecord,
-    decode_pending,
-    decode_state,
-    encode_state,
-    encode_state_chunks,
-)
-from neffcache.restore.state_rows import parse_row_pieces, parse_rows, unpack_row
+from neffcache.restore.state import StateRecord, encode_state_chunks
+from neffcache.restore.state_rows import parse_row_pieces, unpack_row
+from tests.support.state_codec import decode_pending, decode_state, encode_state, parse_rows
 
 FP = build_fingerprint("neuron", {"target": "trn2"})
 DIRS = {"neff": "/t/neff", "hlo": "/t/hlo"}
