@@ -1,11 +1,4 @@
-"""Back-fill, the use case behind ``neffcache capture`` (``capture_entry(CaptureRequest) ->
-CaptureResult``): publish the files an instance compiled at run time as the entry of a cell.
-
-A file in the cache roots is *runtime-compiled* when no entry of this fingerprint for the
-matrix lists it. Those files become the entry of ONE cell without an entry (``--cell``, or the
-only such cell), so restore needs no change; they are meant to be restored together with the
-entries they were compiled on top of. ``plan_backfill`` is pure.
-"""
+"""``capture_entry(CaptureRequest)`` (``neffcache capture``): back-fill runtime-compiled files."""
 
 from __future__ import annotations
 

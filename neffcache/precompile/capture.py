@@ -1,6 +1,4 @@
-"""Which files in a backend's cache roots belong in an entry, and their state (I/O edge): locks,
-temp files and anything outside a root's capture globs are never captured (``Backend.captures``).
-"""
+"""Which files in a backend's cache roots belong in an entry, and their state (I/O edge)."""
 
 from __future__ import annotations
 

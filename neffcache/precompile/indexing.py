@@ -1,7 +1,4 @@
-"""Tell the index what a use case published or judged. The store is the source of truth, so an
-index that fails (or, on a boot, answers slowly) is a notice, never an error. Importing this
-module imports no SQL.
-"""
+"""Tell the index what a use case published or judged; a failing index is only a notice."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Start a warm-up worker for one cell and collect what it did (the parent side of the worker).
-
-``run_worker`` starts the worker (or torchrun, for a tp > 1 cell) in its own session with the
-cache variables already in its environment, waits up to a timeout, stops its process group
-(SIGTERM, then SIGKILL after a grace: only torchrun can reach its ranks' sessions), and returns
-a ``WorkerOutcome``. Under ``python`` (an interpreter without neffcache) the worker finds this
-package through a ``PYTHONPATH`` directory holding only a link to it (never site-packages,
-which would shadow that interpreter's own packages).
-
-A worker never outlives its runner, even a SIGKILLed one: between fork and exec the child
-asks the kernel for SIGKILL when the runner dies (``worker.die_with_parent``, Linux only),
-which needs no cooperation from the command and no watchdog thread.
-"""
+"""Start a warm-up worker for one cell and collect its outcome (the parent side of the worker)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Plan a precompile: which cells to warm, skip (an entry exists, unless forced) or refuse (an
-eager cell in compile-only mode); the value objects a precompile reports; each cell's
-``WorkerSpec``. ``plan_precompile`` is pure; ``find_ready`` and ``read_entry`` read the store.
-"""
+"""Plan a precompile (warm, skip or refuse each cell) and the value objects a precompile reports."""
 
 from __future__ import annotations
 

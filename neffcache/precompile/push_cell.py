@@ -1,5 +1,4 @@
-"""``push(PushRequest) -> PushResult``: the use case behind ``neffcache push``: publish the
-cache dirs of one warmed cell as its entry on this host's fingerprint, then index it."""
+"""``push(PushRequest) -> PushResult``, the use case behind ``neffcache push``."""
 
 from __future__ import annotations
 

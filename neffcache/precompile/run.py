@@ -1,10 +1,4 @@
-"""Run a precompile: ``open_run`` plans the cells; a driver calls the ``PrecompileRun``'s
-``start``, ``in_slots`` (each slot calls ``warm`` or ``already_published`` per cell), ``finish``.
-
-A failed warm-up publishes nothing; ``verify`` restores each new entry and warms it again. The
-hooks' ``stop`` starts no more cells, ends the running workers, stops a publish at its next
-safe point and reports those cells ``cancelled``. The library installs no signal handler.
-"""
+"""Run a precompile: warm each planned cell in a worker, publish, index and verify its entry."""
 
 from __future__ import annotations
 

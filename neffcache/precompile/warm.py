@@ -1,7 +1,4 @@
-"""Boot-time check: run a cell's first call against restored cache dirs and judge whether it
-compiled (new or rewritten files, a moved compile counter: ``hit_check``). What a miss compiled
-stays in the directory, where ``neffcache capture`` can back-fill it.
-"""
+"""Boot-time check: a cell's first call against restored cache dirs, judged hit or compiled."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``check_warm(WarmRequest) -> WarmResult``, the use case behind ``neffcache warm``: each
-cell's first call against the restored cache, each verdict recorded on its entry in the index."""
+"""``check_warm(WarmRequest) -> WarmResult``, the use case behind ``neffcache warm``."""
 
 from __future__ import annotations
 

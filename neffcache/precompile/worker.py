@@ -1,11 +1,4 @@
-"""The warm-up worker: ``python -m neffcache.precompile.worker --spec FILE`` warms one cell.
-
-Started by ``launch`` with every cache variable already set (checked here before torch is
-imported), it loads the pipeline, compiles the declared components, makes one call at the
-cell's shape and writes a JSON result (seconds, compile counters, C++ outputs, the capturable
-files before and after: ``hit_check`` judges them). A tp > 1 cell runs as tp ranks under
-torchrun, sharing the cell's cache roots; rank 0 alone scans them and writes the result.
-"""
+"""The warm-up worker: ``python -m neffcache.precompile.worker --spec FILE`` warms one cell."""
 
 from __future__ import annotations
 
