@@ -36,8 +36,8 @@ def walk_captured(backend: Backend, root: str, top: Path
 
 
 def _may_hold_captures(globs: list[list[str]], dir_parts: list[str]) -> bool:
-    """Whether a directory could contain a file matching a capture glob (component-wise), so
-    a root such as TMPDIR is not walked beyond the compiler's own subtree."""
+    """Whether a directory could hold a file a capture glob matches, so a root such as TMPDIR
+    is not walked beyond the compiler's own subtree."""
     return not globs or any(
         all(fnmatch.fnmatchcase(dir_parts[i], g[i])
             for i in range(min(len(dir_parts), len(g) - 1))) for g in globs)

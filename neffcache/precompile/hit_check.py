@@ -6,7 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# (counter group, counter name) pairs that count real compilation work.
+# (counter group, counter name) pairs that count real compilation work. Hit counters alone are
+# not trusted: inductor can report FX-graph hits while kernels rebuild.
 WORK_COUNTERS: tuple[tuple[str, str], ...] = (
     ("inductor", "fxgraph_cache_miss"),
     ("inductor", "fxgraph_cache_bypass"),

@@ -38,7 +38,7 @@ _RUNNING_LOCK = threading.Lock()
 
 @dataclass(frozen=True, slots=True)
 class WorkerOutcome:
-    """How one worker run ended. ``ok`` means exit 0 and a complete result document."""
+    """How one worker run ended. ``ok``: exit 0 and a complete result document."""
 
     cell_id: str
     ok: bool
@@ -51,7 +51,7 @@ class WorkerOutcome:
 
     @property
     def seconds(self) -> float | None:
-        """The warm-up call's own duration (first call: compile + run)."""
+        """The first call's own duration (compile + run)."""
         if self.result and isinstance(self.result.get("seconds"), (int, float)):
             return float(self.result["seconds"])
         return None
@@ -82,16 +82,16 @@ def verdict_of(result: Mapping[str, Any]) -> Verdict:
 
 def worker_environment(backend: Backend, base: Path, environ: Mapping[str, str],
                        extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The child's environment: ours, plus extras, with the cache variables pointing at
-    ``base`` (they win over anything inherited)."""
+    """Ours, plus extras, with the cache variables pointing at ``base`` (they win)."""
     env = {**_CHILD_DEFAULTS, **environ, **(extra or {})}
     env.update(cache_environment(backend, str(base)))
     return env
 
 
 def import_path(workdir: Path, environ: Mapping[str, str]) -> str:
-    """``PYTHONPATH`` for a worker under another interpreter: ``workdir/import`` (holding a
-    link named neffcache to this neffcache package) first, then ``environ``'s entries."""
+    """``PYTHONPATH`` for a worker under another interpreter: ``workdir/import``, holding only
+    a link to this package (site-packages would shadow that interpreter's own), then
+    ``environ``'s entries."""
     shim = workdir / "import"
     shim.mkdir(parents=True, exist_ok=True)
     link = shim / "neffcache"
@@ -116,9 +116,8 @@ def tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
 def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
                environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None,
                timeout: float | None = None, python: str | None = None) -> WorkerOutcome:
-    """Run one worker to completion (or ``timeout`` seconds) and collect its outcome:
-    ``workdir`` holds the spec, log and result; the roots under ``spec.base`` are created
-    (empty, unless the caller restored into them); ``python``: None runs it under this one."""
+    """Run one worker in its own session to completion (or ``timeout`` seconds, then its
+    process group is stopped) and collect its outcome; ``workdir`` holds spec, log, result."""
     workdir.mkdir(parents=True, exist_ok=True)
     for d in root_dirs(backend, spec.base).values():
         Path(d).mkdir(parents=True, exist_ok=True)
@@ -162,8 +161,8 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
 
 
 def _child_guard() -> Callable[[], None] | None:
-    """What the child runs before exec: die with this process, and exit at once if it is
-    already gone. None where the platform has no way."""
+    """What the child runs before exec: die with this process (a worker never outlives its
+    runner, even a SIGKILLed one), and exit at once if it is already gone. None: no way."""
     set_pdeathsig = die_with_parent()
     if set_pdeathsig is None:
         return None
@@ -178,8 +177,8 @@ def _child_guard() -> Callable[[], None] | None:
 
 
 def kill_running_workers(grace: float = STOP_GRACE_SECONDS) -> int:
-    """End the process group of every worker this process started that is still running
-    (a run stopped or interrupted) and return how many there were."""
+    """End the process group of every worker this process started that still runs; how
+    many there were."""
     with _RUNNING_LOCK:
         procs = list(_RUNNING)
     _stop_groups(procs, grace)

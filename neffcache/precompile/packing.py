@@ -52,5 +52,6 @@ def plan_packs(files: Iterable[FileRecord], policy: PackPolicy = DEFAULT_POLICY
 
 
 def _cuts_after(f: FileRecord, target: int) -> bool:
-    """True with probability size/target, decided by the member's sha256 alone."""
+    """True with probability size/target, decided by the member's sha256 alone: entries with
+    the same small files build the same packs, which the store keeps once."""
     return int(f.sha256[:16], 16) < _SPAN * min(f.size, target) // target

@@ -90,8 +90,7 @@ class Publishing(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Publisher:
-    """Where and as what a use case publishes: its settings, this host's fingerprint, the
-    signing key (or None) and the open store."""
+    """Where and as what a use case publishes."""
 
     settings: Settings
     fingerprint: Fingerprint
@@ -187,7 +186,7 @@ def _read_cell_json(cell_json: str) -> tuple[Cell, str | None]:
 
 def parse_roots(roots: Mapping[str, str | Path] | Sequence[str],
                 backend: Backend) -> dict[str, Path]:
-    """Each cache root's directory, from a mapping or ``NAME=DIR`` strings, checked."""
+    """Each cache root's directory, from a mapping or ``NAME=DIR`` strings."""
     if isinstance(roots, Mapping):
         specs = [f"{name}={directory}" for name, directory in roots.items()]
     elif isinstance(roots, str):

@@ -68,7 +68,7 @@ READERS = 16  # manifests read in parallel when indexing entries the index does 
 @dataclass(frozen=True, slots=True)
 class RunHooks:
     """How the caller follows and stops a run: ``progress`` gets each event, setting ``stop``
-    ends it early, ``heartbeat`` gets a ``CellBeat`` per running cell at an interval."""
+    ends it early (the library installs no signal handler), ``heartbeat`` gets each beat."""
 
     progress: Callable[[Event], None] | None = None
     stop: threading.Event | None = None
@@ -92,7 +92,7 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
                      fingerprint: Fingerprint, options: PrecompileOptions, *,
                      environ: Mapping[str, str], hooks: RunHooks = RunHooks()) -> PrecompileReport:
     """Warm, publish and record every planned cell, ``options.workers`` at a time; never
-    raises for a failed cell (the report says which failed). ``hooks``: see ``RunHooks``."""
+    raises for a failed cell (the report says which failed)."""
     return precompile_cells(RunContext(matrix, store, index, fingerprint, options, environ,
                                        hooks), cells)
 
@@ -120,8 +120,8 @@ def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileRe
 
 def open_run(context: RunContext, cells: Sequence[Cell], *, announce_skips: bool
              ) -> PrecompileRun:
-    """Plan the cells, report the skipped (``announce_skips``: as events too) and refused
-    ones, index the ready entries the index lacks, register the matrix."""
+    """Plan the cells, report the skipped and refused ones, index the ready entries the index
+    lacks, register the matrix."""
     started = time.monotonic()
     store, fingerprint = context.store, context.fingerprint
     plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
@@ -144,8 +144,7 @@ def open_run(context: RunContext, cells: Sequence[Cell], *, announce_skips: bool
 
 
 class PrecompileRun:
-    """One run, static or claimed: its plans and what its slot threads share (the reports so
-    far, the run's id in the index, the stop flag)."""
+    """One run, static or claimed: its plans and what its slot threads share."""
 
     def __init__(self, context: RunContext, plans: Sequence[CellPlan],
                  reports: Mapping[str, CellReport], started: float) -> None:
@@ -180,14 +179,13 @@ class PrecompileRun:
     def cancelled(self) -> bool:  # the caller's stop event is set
         return self._cancel.is_set()
 
-    def pause(self, seconds: float) -> None:
-        """Wait ``seconds``, or less when the run stops meanwhile."""
+    def pause(self, seconds: float) -> None:  # or less, when the run stops meanwhile
         until = time.monotonic() + seconds
         while not self.stopping and (left := until - time.monotonic()) > 0:
             self._stopping.wait(min(left, STOP_POLL_SECONDS))
 
     def start(self, host: str) -> None:
-        """Before the first warm-up: the work directory, and the run's row in the index."""
+        """Before the first warm-up: the work directory and the run's row in the index."""
         from neffcache.index import matrix_name_of
 
         c = self.context
@@ -195,10 +193,8 @@ class PrecompileRun:
         self.run_id = c.index.start_run(host, c.fingerprint, matrix_name_of(c.matrix))
 
     def in_slots(self, slot: Callable[[], None]) -> None:
-        """Run ``slot`` in ``options.workers`` threads until each returns. On any failure
-        (Ctrl-C, a store failure) stop the run and its workers, so the other slots start
-        nothing more, and raise it; once the stop event is set, end the running workers'
-        process groups and let the slots return. Always record the run's counts in the index."""
+        """Run ``slot`` in ``options.workers`` threads until each returns; a failure stops the
+        run and its workers and is raised. Always records the run's counts in the index."""
         count = max(1, self.options.workers)
         try:
             with self.beats, ThreadPoolExecutor(max_workers=count) as pool:
@@ -233,13 +229,13 @@ class PrecompileRun:
             raise
 
     def warm(self, plan: CellPlan) -> CellReport:
-        """Warm one planned cell in a worker, then publish, index (and with ``verify``, verify)
-        its entry, or record its failure; the cell's report, also kept for ``finish``."""
+        """Warm one planned cell in a worker, then publish, index (and maybe verify) its entry,
+        or record its failure; the cell's report, also kept for ``finish``."""
         return self._kept(self._warm(plan))
 
     def already_published(self, plan: CellPlan) -> CellReport | None:
-        """If the store holds ``plan``'s entry (its index row lost), index it and report it as
-        existing (kept for ``finish``); None when the store lacks it."""
+        """If the store holds ``plan``'s entry (its index row lost), index it and report it
+        existing; None when the store lacks it."""
         if not self.context.store.has(manifest_key(plan.entry_key)):
             return None
         index_known_entries(self.context.store, self.context.index, [plan], self.backend)
@@ -247,8 +243,8 @@ class PrecompileRun:
         return self._kept(_cell_report(plan, EXISTS))
 
     def finish(self, released: int = 0) -> PrecompileReport:
-        """Remove the work directory (unless kept or given) and make the report, the cells in
-        plan order; ``released``: leases the driver gave back as cancelled."""
+        """Remove the work directory (unless kept or given) and make the report;
+        ``released``: leases the driver gave back as cancelled."""
         c, options = self.context, self.options
         if not options.keep_workdir and options.workdir is None:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -262,8 +258,6 @@ class PrecompileRun:
             stopped=StopSummary(self._ended_workers + self._stopped_publishes,
                                 sum(1 for r in cells if r.status == CANCELLED), released)
             if self.cancelled else None)
-
-    # --- one cell ------------------------------------------------------------------------
 
     def _kept(self, report: CellReport) -> CellReport:
         with self._lock:
@@ -308,8 +302,7 @@ class PrecompileRun:
                 shutil.rmtree(cell_dir, ignore_errors=True)
 
     def _not_warmed(self, plan: CellPlan, outcome: WorkerOutcome) -> CellReport:
-        """A worker that did not succeed: cancelled (the run was stopped), interrupted, or a
-        failure recorded in the index."""
+        """Cancelled (the run was stopped), interrupted, or a failure recorded in the index."""
         if self.cancelled:
             self.emit(("cancel", plan.cell.id, f"worker ended: the run was stopped "
                                                f"({outcome.wall_seconds:.1f} s)"))
@@ -385,8 +378,7 @@ class PrecompileRun:
 
 def _cell_report(plan: CellPlan, status: str, outcome: WorkerOutcome | None = None,
                  **fields: Any) -> CellReport:
-    """``plan``'s cell report: ``outcome``'s seconds, wall seconds and exit status, and
-    ``fields`` (which win)."""
+    """``plan``'s cell report: ``outcome``'s seconds and exit status, then ``fields``."""
     if outcome is not None:
         fields = {"seconds": outcome.seconds, "wall_seconds": outcome.wall_seconds,
                   "exit_status": outcome.exit_status, **fields}
@@ -396,8 +388,7 @@ def _cell_report(plan: CellPlan, status: str, outcome: WorkerOutcome | None = No
 def index_known_entries(store: Store, index: Index, plans: Sequence[CellPlan],
                         backend: Backend) -> None:
     """Index the entries the store holds but this index lacks (coverage stays true when
-    several indexes share a store): only these cells' keys are looked up, the unknown ones
-    read in parallel and recorded a batch per transaction."""
+    several indexes share a store)."""
     if not plans:
         return
     known = index.indexed_entry_keys([p.entry_key for p in plans])
@@ -414,8 +405,8 @@ def _slug(n: int, cell: Cell) -> str:
 
 
 def register_matrix_file(index: Index, matrix: Matrix, *, replace: bool = False) -> None:
-    """Keep the declared matrix in the index, so coverage needs no file (a new version only
-    when its content changed; ``replace``: even when its name holds other content)."""
+    """Keep the declared matrix in the index, so coverage needs no file (``replace``: even
+    when its name holds other content)."""
     from neffcache.index import register_matrix
 
     if not matrix.source or matrix.source.startswith("<"):

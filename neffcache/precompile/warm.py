@@ -76,7 +76,7 @@ class WarmReport:
 
 
 def judge_outcome(cell: Cell, key: str, outcome: WorkerOutcome) -> WarmCell:
-    """A worker's outcome as hit / compiled / failed. Pure."""
+    """A worker's outcome as hit, compiled or failed. Pure."""
     verdict = outcome.verdict()
     if verdict is None:
         return WarmCell(cell.id, cell.key, key, FAILED, outcome.seconds, outcome.wall_seconds,
@@ -98,7 +98,6 @@ def describe(result: WarmCell) -> str:
 def warm_restored(matrix: Matrix, cell: Cell, backend: Backend, base: Path, workdir: Path, *,
                   environ: Mapping[str, str], timeout: float | None = None,
                   python: str | None = None) -> WorkerOutcome:
-    """Warm ``cell`` in a fresh process (under ``python``; None: this interpreter; in
-    ``environ``) against cache roots already restored under ``base``."""
+    """Warm ``cell`` in a fresh process against cache roots already restored under ``base``."""
     spec = worker_spec(matrix, cell, base, workdir / "result.json")
     return run_worker(spec, backend, workdir, environ=environ, timeout=timeout, python=python)
