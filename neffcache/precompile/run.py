@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import itertools
-import queue
 import shutil
 import socket
 import tempfile
@@ -102,16 +101,10 @@ def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileRe
     run = open_run(context, cells, announce_skips=True)
     if run.to_warm:
         run.start(socket.gethostname())
-        planned: queue.SimpleQueue[CellPlan] = queue.SimpleQueue()
-        for plan in run.to_warm:
-            planned.put(plan)
+        planned = iter(run.to_warm)  # shared: next() is atomic, each plan goes to one slot
 
         def slot() -> None:
-            while not run.stopping:
-                try:
-                    plan = planned.get_nowait()
-                except queue.Empty:
-                    return
+            while not run.stopping and (plan := next(planned, None)) is not None:
                 run.warm(plan)
 
         run.in_slots(slot)
