@@ -54,13 +54,6 @@ class Heartbeat(Ticker):
         self._lease_seconds = lease_seconds
         self.lost = threading.Event()
 
-    def __enter__(self) -> Heartbeat:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def tick(self) -> bool:
         try:
             if not self._index.renew_lease(self._lease, self._lease_seconds):

@@ -102,13 +102,9 @@ class Beats(Ticker):
             beats.append(CellBeat(cid, now - w.started, phase, last_log_line(text)))
         return beats
 
-    def __enter__(self) -> Beats:
+    def start(self) -> None:  # inert without an interval
         if self.interval > 0:
-            self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+            super().start()
 
     def tick(self) -> bool:
         try:

@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from neffcache.canonical import canonical_json
 from neffcache.errors import NeffcacheError, UnavailableError
@@ -21,6 +21,7 @@ from neffcache.store import PENDING, Store
 # minutes also absorbs a few minutes of clock skew between the publishing host and gc's.
 GRACE_FLOOR_SECONDS = 600.0
 REFRESH_SECONDS = GRACE_FLOOR_SECONDS / 4
+_T = TypeVar("_T", bound="Ticker")
 
 
 def write_intent(store: Store, manifest: Manifest) -> str:
@@ -53,6 +54,13 @@ class Ticker:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+
+    def __enter__(self: _T) -> _T:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def _run(self) -> None:
         while not self._stop.wait(self.tick_interval):

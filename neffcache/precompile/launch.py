@@ -26,6 +26,7 @@ from neffcache.precompile.hit_check import (
 from neffcache.precompile.worker import WorkerSpec, die_with_parent, launch_command
 
 LOG_TAIL_CHARS = 16_000
+WORKER_LOG = "worker.log"  # in the worker's directory
 TERMINATED_STATUS = 143  # 128 + SIGTERM: a worker whose runner was already gone
 TIMEOUT_STATUS = 124  # what coreutils' timeout(1) reports; the log tail says "timed out"
 STOP_GRACE_SECONDS = 40.0  # SIGTERM; torchrun gives its ranks 30 s to stop, then SIGKILLs them
@@ -123,7 +124,7 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
         Path(d).mkdir(parents=True, exist_ok=True)
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec.to_json(), indent=2, sort_keys=True), encoding="utf-8")
-    log_path = workdir / "worker.log"
+    log_path = workdir / WORKER_LOG
     result_path = Path(spec.result_path)
     result_path.unlink(missing_ok=True)
     env = worker_environment(backend, Path(spec.base), environ, extra_env)

@@ -20,7 +20,7 @@ from neffcache.errors import NeffcacheError, StoppedError
 from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.heartbeat import PUBLISHING, VERIFYING, Beats, CellBeat
-from neffcache.precompile.launch import WorkerOutcome, kill_running_workers, run_worker
+from neffcache.precompile.launch import WORKER_LOG, WorkerOutcome, kill_running_workers, run_worker
 from neffcache.precompile.plan import (
     CANCELLED,
     COMPILED,
@@ -60,8 +60,6 @@ from neffcache.store import Store, manifest_key
 if TYPE_CHECKING:
     from neffcache.index import Index
 
-WORKER_LOG = "worker.log"  # the log run_worker writes in a cell's directory
-READERS = 16  # manifests read in parallel when indexing entries the index does not know
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,7 +386,7 @@ def index_known_entries(store: Store, index: Index, plans: Sequence[CellPlan],
     unknown = [p.entry_key for p in plans if p.entry_key not in known]
     if not unknown:
         return
-    manifests = list(read_entries(store, unknown, backend, READERS).values())
+    manifests = list(read_entries(store, unknown, backend).values())
     if manifests:
         index.record_entries(manifests, store.url)
 
