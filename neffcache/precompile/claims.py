@@ -43,9 +43,8 @@ def host_label() -> str:
 
 
 class Heartbeat(Ticker):
-    """Renews one lease every ``interval`` seconds while the block runs (a dead parent stops
-    renewing, so its lease expires). ``lost`` is set when the index says the lease is no
-    longer ours; a failed renewal is told to ``note``."""
+    """Renews one lease every ``interval`` seconds in the block (a dead parent stops, so its
+    lease expires); sets ``lost`` once the lease is not ours, tells ``note`` a failed renewal."""
 
     def __init__(self, index: Index, lease: Lease, lease_seconds: float,
                  interval: float, note: Callable[[str], None] = lambda message: None) -> None:

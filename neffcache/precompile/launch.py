@@ -90,9 +90,8 @@ def worker_environment(backend: Backend, base: Path, environ: Mapping[str, str],
 
 
 def import_path(workdir: Path, environ: Mapping[str, str]) -> str:
-    """``PYTHONPATH`` for a worker under another interpreter: ``workdir/import``, holding only
-    a link to this package (site-packages would shadow that interpreter's own), then
-    ``environ``'s entries."""
+    """``PYTHONPATH`` for a worker under another interpreter: ``workdir/import`` (only a link to
+    this package: site-packages would shadow that interpreter's own), then ``environ``'s."""
     shim = workdir / "import"
     shim.mkdir(parents=True, exist_ok=True)
     link = shim / "neffcache"

@@ -305,8 +305,6 @@ def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...], sour
             wrote = store.put(pack_key(sha), body, if_absent=True)  # type: ignore[arg-type]
         return PackRecord(sha, size, tuple(layout)), wrote
 
-    if not groups:
-        return (), 0, 0
     done = list(_in_pool(one, groups, PACK_WORKERS, stop))
     wrote = [p for p, w in done if w]
     return tuple(p for p, _ in done), len(wrote), sum(p.size for p in wrote)
@@ -338,10 +336,7 @@ def _part_digests(files: tuple[FileRecord, ...], sources: Sources, opts: Publish
         _check_same(path, f, sha, size)
         return PartDigests(f.sha256, policy.part_bytes, digests)
 
-    large = needs_parts(files, policy)
-    if not large:
-        return ()
-    return tuple(_in_pool(one, large, hash_workers(opts.workers), opts.stop))
+    return tuple(_in_pool(one, needs_parts(files, policy), hash_workers(opts.workers), opts.stop))
 
 
 def _in_pool(fn: Callable[[T], R], items: Iterable[T], workers: int,
