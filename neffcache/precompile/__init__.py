@@ -1,17 +1,4 @@
-"""Pre-compile a matrix: warm each cell in a worker process, publish what it compiled as an entry.
-
-Use cases (each ``verb(Request) -> Result``; a result has ``to_json()``, ``error()`` and
-``exit_code``; a request that cannot run raises a ``NeffcacheError``):
-
-    precompile(PrecompileRequest) -> PrecompileResult    neffcache precompile (static or --claim)
-    push(PushRequest) -> PushResult                      neffcache push: one cell's cache dirs
-    capture_entry(CaptureRequest) -> CaptureResult       neffcache capture: back-fill a cell
-    check_warm(WarmRequest) -> WarmResult                neffcache warm: boot check after restore
-
-Also, for the other packages, the steps below them (``apply_precompile``, ``warm_restored``,
-``publish_entry``, the ``pending/`` intents that keep gc off a publish). Modules, bottom to
-top, are listed in ARCHITECTURE.md. Importing this package imports no SQL, AWS SDK or torch.
-"""
+"""Pre-compile a matrix: precompile, push, capture_entry, check_warm (importing it is light)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Back-fill, the use case behind ``neffcache capture`` (``capture_entry(CaptureRequest) ->
-CaptureResult``): publish the files an instance compiled at run time as the entry of a cell.
-
-A file in the cache roots is *runtime-compiled* when no entry of this fingerprint for the
-matrix lists it. Those files become the entry of ONE cell without an entry (``--cell``, or the
-only such cell), so restore needs no change; they are meant to be restored together with the
-entries they were compiled on top of. ``plan_backfill`` is pure.
-"""
+"""``capture_entry(CaptureRequest)`` (``neffcache capture``): back-fill runtime-compiled files."""
 
 from __future__ import annotations
 
@@ -51,8 +44,8 @@ class BackfillPlan:
 
 def plan_backfill(present: Sequence[FileState], cells: Sequence[Cell], fingerprint: Fingerprint,
                   entries: Mapping[str, Manifest], cell_id: str | None = None) -> BackfillPlan:
-    """Decide what to publish. ``present``: capturable files in the roots; ``entries``: cell
-    id -> this fingerprint's manifest, for the cells that have one; ``cell_id``: --cell. Pure."""
+    """Decide what to publish: files in ``present`` that no entry lists become the entry of
+    one cell without one (``entries``: cell id -> manifest). Pure."""
     known = {(f.root, f.path) for m in entries.values() for f in m.files}
     new = tuple(f for f in present if (f.root, f.path) not in known)
     restored = len(present) - len(new)
@@ -95,7 +88,7 @@ def _attribute(cells: Sequence[Cell], entries: Mapping[str, Manifest], cell_id: 
 
 def hash_new_files(plan: BackfillPlan, dirs: Mapping[str, str | Path],
                    workers: int = 8) -> tuple[FileRecord, ...]:
-    """Records (size, sha256, mode) for the plan's new files, validated as a manifest's are."""
+    """Records for the plan's new files, validated as a manifest's are."""
     return hash_files([(f.root, f.path, Path(dirs[f.root], *f.path.split("/")), None)
                        for f in plan.new_files], max(1, workers), list(dirs), "capture")
 
@@ -105,8 +98,7 @@ PRODUCER = {"tool": "neffcache capture", "source": "runtime-compiled (back-fill)
 
 def apply_backfill(store: Store, plan: BackfillPlan, backend: Backend, fingerprint: Fingerprint,
                    dirs: Mapping[str, str | Path], options: PublishOptions) -> PublishResult | None:
-    """Publish the plan's new files as its cell's entry (None unless the plan says publish);
-    when another instance back-filled the cell first, its entry stands (``created`` False)."""
+    """Publish the plan's new files as its cell's entry (None unless the plan says publish)."""
     if plan.action != PUBLISH or plan.cell is None:
         return None
     files = hash_new_files(plan, dirs, workers=options.workers)
@@ -115,7 +107,6 @@ def apply_backfill(store: Store, plan: BackfillPlan, backend: Backend, fingerpri
                         replace(options, producer=PRODUCER, files=files))
 
 
-# What a capture's JSON takes from the publish's, when it published.
 _PUBLISH_FIELDS = ("created", "files", "total_bytes", "blobs_uploaded", "bytes_uploaded")
 
 

@@ -1,6 +1,4 @@
-"""Which files in a backend's cache roots belong in an entry, and their state (I/O edge): locks,
-temp files and anything outside a root's capture globs are never captured (``Backend.captures``).
-"""
+"""Which files in a backend's cache roots belong in an entry, and their state (I/O edge)."""
 
 from __future__ import annotations
 
@@ -38,8 +36,8 @@ def walk_captured(backend: Backend, root: str, top: Path
 
 
 def _may_hold_captures(globs: list[list[str]], dir_parts: list[str]) -> bool:
-    """Whether a directory could contain a file matching a capture glob (component-wise), so
-    a root such as TMPDIR is not walked beyond the compiler's own subtree."""
+    """Whether a directory could hold a file a capture glob matches, so a root such as TMPDIR
+    is not walked beyond the compiler's own subtree."""
     return not globs or any(
         all(fnmatch.fnmatchcase(dir_parts[i], g[i])
             for i in range(min(len(dir_parts), len(g) - 1))) for g in globs)

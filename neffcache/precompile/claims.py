@@ -1,8 +1,4 @@
-"""``precompile --claim``: cells taken one at a time from the index's claim queue, so workers on
-any number of machines share a matrix and each cell is compiled once. A ``Heartbeat`` renews a
-cell's lease while it is warmed; a lease whose holder died expires and is claimed anew; a
-stopped run releases its leases as cancelled (claimable at once, no attempt spent).
-"""
+"""``precompile --claim``: cells taken one at a time from the index's claim queue, under leases."""
 
 from __future__ import annotations
 
@@ -17,11 +13,8 @@ from typing import TYPE_CHECKING
 
 from neffcache.errors import NeffcacheError
 from neffcache.matrix import Cell
-from neffcache.precompile.plan import (
-    EXISTS,
-    PUBLISHED,
-    PrecompileReport,
-)
+from neffcache.precompile.intents import Ticker
+from neffcache.precompile.plan import EXISTS, PUBLISHED, PrecompileReport
 from neffcache.precompile.run import PrecompileRun, RunContext, open_run
 
 if TYPE_CHECKING:
@@ -49,37 +42,26 @@ def host_label() -> str:
     return f"{socket.gethostname()} pid {os.getpid()}"
 
 
-class Heartbeat:
-    """Renews one lease every ``interval`` seconds on a daemon thread until stopped (a dead
-    parent stops renewing, so its lease expires). ``lost`` is set when the index says the
-    lease is no longer ours; a failed renewal is told to ``note``."""
+class Heartbeat(Ticker):
+    """Renews one lease every ``interval`` seconds in the block (a dead parent stops, so its
+    lease expires); sets ``lost`` once the lease is not ours, tells ``note`` a failed renewal."""
 
     def __init__(self, index: Index, lease: Lease, lease_seconds: float,
                  interval: float, note: Callable[[str], None] = lambda message: None) -> None:
+        super().__init__(interval, "neffcache-heartbeat")
         self._index, self._lease, self._note = index, lease, note
-        self._lease_seconds, self._interval = lease_seconds, interval
-        self._stop = threading.Event()
+        self._lease_seconds = lease_seconds
         self.lost = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="neffcache-heartbeat",
-                                        daemon=True)
 
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                if not self._index.renew_lease(self._lease, self._lease_seconds):
-                    self.lost.set()
-                    return
-            except NeffcacheError as exc:  # a blip: try again at the next beat
-                self._note(f"lease renewal failed (trying again in {self._interval:g} s): "
-                           f"{exc}")
+    def tick(self) -> bool:
+        try:
+            if not self._index.renew_lease(self._lease, self._lease_seconds):
+                self.lost.set()
+                return False
+        except NeffcacheError as exc:  # a blip: try again at the next beat
+            self._note(f"lease renewal failed (trying again in {self.tick_interval:g} s): "
+                       f"{exc}")
+        return True
 
 
 def apply_claims(context: RunContext, cells: Sequence[Cell],

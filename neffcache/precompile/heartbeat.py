@@ -1,7 +1,4 @@
-"""Heartbeats: what each running cell is doing (elapsed, phase, the worker's last log line),
-told every ``interval`` seconds by a thread of the run. While the worker runs, the phase is the
-latest ``PHASE_MARK`` line it printed. ``worker_phase`` and ``last_log_line`` are pure.
-"""
+"""Heartbeats: what each running cell is doing, told at an interval by a thread of the run."""
 
 from __future__ import annotations
 
@@ -11,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from neffcache.precompile.intents import Ticker
 from neffcache.precompile.launch import tail
 from neffcache.precompile.worker import PHASE_MARK
 
@@ -59,19 +57,18 @@ class _Watched:
     due: float  # when its next beat is due (monotonic)
 
 
-class Beats:
+class Beats(Ticker):
     """The running cells of one run and the thread that tells their heartbeats. Inert (no
     thread, nothing told) when ``interval`` is 0 or ``tell`` is None."""
 
     def __init__(self, interval: float, tell: Callable[[CellBeat], None] | None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.interval = interval if tell is not None else 0.0
+        super().__init__(max(0.05, min(1.0, self.interval / 4)), "neffcache-beats")
         self._tell = tell or (lambda beat: None)
         self._clock = clock
         self._cells: dict[str, _Watched] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def watch(self, cell_id: str, log: Path) -> None:
         now = self._clock()
@@ -105,24 +102,14 @@ class Beats:
             beats.append(CellBeat(cid, now - w.started, phase, last_log_line(text)))
         return beats
 
-    def __enter__(self) -> Beats:
-        if self.interval > 0 and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="neffcache-beats",
-                                            daemon=True)
-            self._thread.start()
-        return self
+    def start(self) -> None:  # inert without an interval
+        if self.interval > 0:
+            super().start()
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def _run(self) -> None:
-        look = max(0.05, min(1.0, self.interval / 4))
-        while not self._stop.wait(look):
-            try:
-                for beat in self.due():
-                    self._tell(beat)
-            except Exception:  # noqa: BLE001 - say, stderr closed: the run goes on, untold
-                return
+    def tick(self) -> bool:
+        try:
+            for beat in self.due():
+                self._tell(beat)
+        except Exception:  # noqa: BLE001 - say, stderr closed: the run goes on, untold
+            return False
+        return True

@@ -1,10 +1,4 @@
-"""Proof that a hit is a hit: did a warm-up compile anything? Pure; no I/O, no torch.
-
-Hit counters alone are not trusted (inductor can report FX-graph hits while kernels rebuild):
-a warm-up compiled if capturable files appeared or changed in the cache roots, a counter that
-only moves when code is generated moved, or the C++ compiler produced an object, library or
-precompiled header (not the preprocessor pass inductor runs at every start).
-"""
+"""Proof that a hit is a hit: did a warm-up compile anything? Pure; no I/O, no torch."""
 
 from __future__ import annotations
 
@@ -12,7 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# (counter group, counter name) pairs that count real compilation work.
+# (counter group, counter name) pairs that count real compilation work. Hit counters alone are
+# not trusted: inductor can report FX-graph hits while kernels rebuild.
 WORK_COUNTERS: tuple[tuple[str, str], ...] = (
     ("inductor", "fxgraph_cache_miss"),
     ("inductor", "fxgraph_cache_bypass"),

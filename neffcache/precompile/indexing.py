@@ -1,7 +1,4 @@
-"""Tell the index what a use case published or judged. The store is the source of truth, so an
-index that fails (or, on a boot, answers slowly) is a notice, never an error. Importing this
-module imports no SQL.
-"""
+"""Tell the index what a use case published or judged; a failing index is only a notice."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ Notice = Callable[[str], None]
 
 def record_entry_or_warn(settings: Settings, manifest: Manifest, store_url: str,
                          notice: Notice | None = None) -> bool:
-    """Record a published entry in the index; True when it was. A failure is only a notice
-    (with the command that repairs it: ``neffcache reindex``) and returns False."""
+    """Record a published entry in the index; True when it was, else a notice and False."""
     from neffcache.index import open_index
 
     say = notice or silent
@@ -38,10 +34,8 @@ def record_entry_or_warn(settings: Settings, manifest: Manifest, store_url: str,
 
 def report_to_index(settings: Settings, what: str, write: Callable[[Index], None],
                     timeout: float, notice: Notice | None = None) -> bool | None:
-    """Run ``write(index)`` when an index is configured or the embedded one exists, in a
-    background thread given at most ``timeout`` seconds: a slow or failing index is a notice
-    naming ``what``, never an error (a boot must not wait on a dashboard). True when it was
-    written, False when the index did not take it in time, None when there is no index."""
+    """Run ``write(index)`` in a thread given at most ``timeout`` seconds (a boot must not wait
+    on a dashboard): True when written, False when not (a notice), None without an index."""
     if not settings.has_index:
         return None
     say = notice or silent

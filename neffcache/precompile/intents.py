@@ -1,10 +1,4 @@
-"""Publish intents: the ``pending/`` notes naming the blobs a publish (or copy) relies on, written
-before it decides anything, renewed in the background while it runs, dropped when it ends.
-
-gc spares what an intent younger than its grace names (a grace of at least
-``GRACE_FLOOR_SECONDS`` unless forced). A renewal writes a fresh intent under a new key before
-deleting the previous one, so a gc that listed ``pending/`` before it reads the new key too.
-"""
+"""Publish intents: ``pending/`` notes naming the blobs a publish relies on, so gc spares them."""
 
 from __future__ import annotations
 
@@ -15,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from neffcache.canonical import canonical_json
 from neffcache.errors import NeffcacheError, UnavailableError
@@ -27,6 +21,7 @@ from neffcache.store import PENDING, Store
 # minutes also absorbs a few minutes of clock skew between the publishing host and gc's.
 GRACE_FLOOR_SECONDS = 600.0
 REFRESH_SECONDS = GRACE_FLOOR_SECONDS / 4
+_T = TypeVar("_T", bound="Ticker")
 
 
 def write_intent(store: Store, manifest: Manifest) -> str:
@@ -40,31 +35,64 @@ def write_intent(store: Store, manifest: Manifest) -> str:
     return key
 
 
-class IntentHolder:
+class Ticker:
+    """Calls ``tick`` every ``interval`` seconds on a daemon thread, from ``start`` until
+    ``stop`` or until ``tick`` returns False: the one renewal loop of leases and intents."""
+
+    def __init__(self, interval: float, name: str) -> None:
+        self.tick_interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def tick(self) -> bool:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self: _T) -> _T:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick_interval):
+            if not self.tick():
+                return
+
+
+class IntentHolder(Ticker):
     """Holds one intent per manifest: written at construction (so before any blob is looked
-    at), renewed every ``every`` seconds by a background thread, deleted by ``release``."""
+    at), renewed every ``every`` seconds, deleted by ``release``."""
 
     def __init__(self, store: Store, manifests: Sequence[Manifest], *,
                  every: float = REFRESH_SECONDS) -> None:
+        super().__init__(every, "neffcache-intents")
         self.store = store
         self.manifests = tuple(manifests)
-        self.every = every
         self.keys = [write_intent(store, m) for m in self.manifests]
         self.renewals = 0  # intents rewritten (for tests and diagnostics)
         self.failures = 0  # renewals that failed: the previous intent stands, the next tick retries
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="neffcache-intents", daemon=True)
         if self.manifests:
-            self._thread.start()
+            self.start()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            for i, manifest in enumerate(self.manifests):
-                if self._stop.is_set():
-                    return
-                self._renew(i, manifest)
+    def tick(self) -> bool:
+        for i, manifest in enumerate(self.manifests):
+            if self._stop.is_set():
+                return False
+            self._renew(i, manifest)
+        return True
 
     def _renew(self, i: int, manifest: Manifest) -> None:
+        # The fresh intent is written before the previous one goes, so a gc that listed
+        # pending/ before this renewal reads the new key too.
         try:
             fresh = write_intent(self.store, manifest)
         except NeffcacheError:
@@ -77,9 +105,7 @@ class IntentHolder:
 
     def release(self) -> None:
         """Stop renewing and delete the current intents (a failed delete expires on its own)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self.stop()
         for key in self.keys:
             with contextlib.suppress(UnavailableError):
                 self.store.delete(key)

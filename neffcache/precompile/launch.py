@@ -1,16 +1,4 @@
-"""Start a warm-up worker for one cell and collect what it did (the parent side of the worker).
-
-``run_worker`` starts the worker (or torchrun, for a tp > 1 cell) in its own session with the
-cache variables already in its environment, waits up to a timeout, stops its process group
-(SIGTERM, then SIGKILL after a grace: only torchrun can reach its ranks' sessions), and returns
-a ``WorkerOutcome``. Under ``python`` (an interpreter without neffcache) the worker finds this
-package through a ``PYTHONPATH`` directory holding only a link to it (never site-packages,
-which would shadow that interpreter's own packages).
-
-A worker never outlives its runner, even a SIGKILLed one: between fork and exec the child
-asks the kernel for SIGKILL when the runner dies (``worker.die_with_parent``, Linux only),
-which needs no cooperation from the command and no watchdog thread.
-"""
+"""Start a warm-up worker for one cell and collect its outcome (the parent side of the worker)."""
 
 from __future__ import annotations
 
@@ -38,6 +26,7 @@ from neffcache.precompile.hit_check import (
 from neffcache.precompile.worker import WorkerSpec, die_with_parent, launch_command
 
 LOG_TAIL_CHARS = 16_000
+WORKER_LOG = "worker.log"  # in the worker's directory
 TERMINATED_STATUS = 143  # 128 + SIGTERM: a worker whose runner was already gone
 TIMEOUT_STATUS = 124  # what coreutils' timeout(1) reports; the log tail says "timed out"
 STOP_GRACE_SECONDS = 40.0  # SIGTERM; torchrun gives its ranks 30 s to stop, then SIGKILLs them
@@ -50,7 +39,7 @@ _RUNNING_LOCK = threading.Lock()
 
 @dataclass(frozen=True, slots=True)
 class WorkerOutcome:
-    """How one worker run ended. ``ok`` means exit 0 and a complete result document."""
+    """How one worker run ended. ``ok``: exit 0 and a complete result document."""
 
     cell_id: str
     ok: bool
@@ -63,7 +52,7 @@ class WorkerOutcome:
 
     @property
     def seconds(self) -> float | None:
-        """The warm-up call's own duration (first call: compile + run)."""
+        """The first call's own duration (compile + run)."""
         if self.result and isinstance(self.result.get("seconds"), (int, float)):
             return float(self.result["seconds"])
         return None
@@ -94,16 +83,15 @@ def verdict_of(result: Mapping[str, Any]) -> Verdict:
 
 def worker_environment(backend: Backend, base: Path, environ: Mapping[str, str],
                        extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The child's environment: ours, plus extras, with the cache variables pointing at
-    ``base`` (they win over anything inherited)."""
+    """Ours, plus extras, with the cache variables pointing at ``base`` (they win)."""
     env = {**_CHILD_DEFAULTS, **environ, **(extra or {})}
     env.update(cache_environment(backend, str(base)))
     return env
 
 
 def import_path(workdir: Path, environ: Mapping[str, str]) -> str:
-    """``PYTHONPATH`` for a worker under another interpreter: ``workdir/import`` (holding a
-    link named neffcache to this neffcache package) first, then ``environ``'s entries."""
+    """``PYTHONPATH`` for a worker under another interpreter: ``workdir/import`` (only a link to
+    this package: site-packages would shadow that interpreter's own), then ``environ``'s."""
     shim = workdir / "import"
     shim.mkdir(parents=True, exist_ok=True)
     link = shim / "neffcache"
@@ -128,15 +116,14 @@ def tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
 def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
                environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None,
                timeout: float | None = None, python: str | None = None) -> WorkerOutcome:
-    """Run one worker to completion (or ``timeout`` seconds) and collect its outcome:
-    ``workdir`` holds the spec, log and result; the roots under ``spec.base`` are created
-    (empty, unless the caller restored into them); ``python``: None runs it under this one."""
+    """Run one worker in its own session to completion (or ``timeout`` seconds, then its
+    process group is stopped) and collect its outcome; ``workdir`` holds spec, log, result."""
     workdir.mkdir(parents=True, exist_ok=True)
     for d in root_dirs(backend, spec.base).values():
         Path(d).mkdir(parents=True, exist_ok=True)
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec.to_json(), indent=2, sort_keys=True), encoding="utf-8")
-    log_path = workdir / "worker.log"
+    log_path = workdir / WORKER_LOG
     result_path = Path(spec.result_path)
     result_path.unlink(missing_ok=True)
     env = worker_environment(backend, Path(spec.base), environ, extra_env)
@@ -174,8 +161,8 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
 
 
 def _child_guard() -> Callable[[], None] | None:
-    """What the child runs before exec: die with this process, and exit at once if it is
-    already gone. None where the platform has no way."""
+    """What the child runs before exec: die with this process (a worker never outlives its
+    runner, even a SIGKILLed one), and exit at once if it is already gone. None: no way."""
     set_pdeathsig = die_with_parent()
     if set_pdeathsig is None:
         return None
@@ -190,8 +177,8 @@ def _child_guard() -> Callable[[], None] | None:
 
 
 def kill_running_workers(grace: float = STOP_GRACE_SECONDS) -> int:
-    """End the process group of every worker this process started that is still running
-    (a run stopped or interrupted) and return how many there were."""
+    """End the process group of every worker this process started that still runs; how
+    many there were."""
     with _RUNNING_LOCK:
         procs = list(_RUNNING)
     _stop_groups(procs, grace)

@@ -1,11 +1,4 @@
-"""Which small blobs go into which pack (pure, no I/O).
-
-A restore of thousands of small files is bound by requests, so publish also stores an entry's
-small blobs back to back in a few packs, each member still a blob of its own. A pack ends after
-a member whose sha256 falls under a threshold proportional to its size (packs average
-``target`` bytes), or at ``max_bytes``: boundaries depend on the members' contents only, so two
-entries with the same small files build the same packs, which the store keeps once.
-"""
+"""Which small blobs go into which pack (pure, no I/O)."""
 
 from __future__ import annotations
 
@@ -59,5 +52,6 @@ def plan_packs(files: Iterable[FileRecord], policy: PackPolicy = DEFAULT_POLICY
 
 
 def _cuts_after(f: FileRecord, target: int) -> bool:
-    """True with probability size/target, decided by the member's sha256 alone."""
+    """True with probability size/target, decided by the member's sha256 alone: entries with
+    the same small files build the same packs, which the store keeps once."""
     return int(f.sha256[:16], 16) < _SPAN * min(f.size, target) // target

@@ -1,7 +1,4 @@
-"""Plan a precompile: which cells to warm, skip (an entry exists, unless forced) or refuse (an
-eager cell in compile-only mode); the value objects a precompile reports; each cell's
-``WorkerSpec``. ``plan_precompile`` is pure; ``find_ready`` and ``read_entry`` read the store.
-"""
+"""Plan a precompile (warm, skip or refuse each cell) and the value objects a precompile reports."""
 
 from __future__ import annotations
 
@@ -138,13 +135,11 @@ class PrecompileReport:
                 "cells": [c.to_json() for c in self.cells]}
 
 
-# --- plan (pure) ---------------------------------------------------------------------------
-
 def plan_precompile(cells: Sequence[Cell], fingerprint: Fingerprint,
                     ready_entry_keys: Collection[str], *, force: bool = False,
                     compile_only: bool = False) -> tuple[CellPlan, ...]:
     """Warm every cell without an entry for this fingerprint (every cell with ``force``),
-    refusing what cannot be pre-compiled here (``refusal_reason``)."""
+    refusing what cannot be pre-compiled here."""
     plans = []
     for cell in cells:
         key = entry_key(cell, fingerprint)
@@ -182,11 +177,9 @@ def worker_spec(matrix: Matrix, cell: Cell, base: Path, result_path: Path) -> Wo
                       call_kwargs=pipeline.call_kwargs)
 
 
-# --- I/O -------------------------------------------------------------------------------------
-
 def find_ready(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,
                workers: int = 16) -> set[str]:
-    """Entry keys of these cells that the store already holds (one existence check each)."""
+    """Entry keys of these cells that the store already holds."""
     keys = [entry_key(c, fingerprint) for c in cells]
     present = map_in_threads(lambda k: store.has(manifest_key(k)), keys, workers)
     return {k for k, p in zip(keys, present, strict=True) if p}
@@ -203,7 +196,7 @@ def read_entry(store: Store, key: str, backend: Backend) -> Manifest | None:
 
 def read_entries(store: Store, keys: Sequence[str], backend: Backend,
                  workers: int = 16) -> dict[str, Manifest]:
-    """Entry key -> manifest, for the keys whose entry the store holds (read in parallel)."""
+    """Entry key -> manifest, for the keys whose entry the store holds."""
     found = map_in_threads(lambda key: read_entry(store, key, backend), keys, workers)
     return {k: m for k, m in zip(keys, found, strict=True) if m is not None}
 

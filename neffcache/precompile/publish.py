@@ -1,10 +1,4 @@
-"""Publish an entry: capture a warm-up's cache roots into blobs plus one manifest in a store.
-
-An intent first (so gc spares the blobs), then the blobs the store lacks (verified while
-streaming), packs of the small ones and part digests of the large ones, and the manifest last,
-if absent (the commit point: first writer wins), then the cell pointer. A set ``stop`` raises
-``StoppedError`` before the manifest: what reached the store is content-addressed and harmless.
-"""
+"""Publish an entry: capture a warm-up's cache roots into blobs plus one manifest in a store."""
 
 from __future__ import annotations
 
@@ -100,20 +94,19 @@ class PublishResult:
 
 
 def default_producer() -> dict[str, str]:
-    """Who wrote an entry: tool version and host name (never credentials or the environment)."""
+    """Who wrote an entry (never credentials or the environment)."""
     return {"neffcache": __version__, "host": socket.gethostname(),
             "python": platform.python_version()}
 
 
 def hash_workers(workers: int) -> int:
-    """Threads that hash local files for a publish of ``workers`` parallel uploads."""
     return max(1, min(workers, HASH_WORKERS_PER_CPU * usable_cpus()))
 
 
 def plan_publish(backend: Backend, roots: Mapping[str, Path], *,
                  workers: int = DEFAULT_WORKERS) -> tuple[FileRecord, ...]:
     """Every file under each named root that the backend captures, hashed, sorted by (root,
-    path). A root that is not a directory is a UsageError."""
+    path); a root that is not a directory is a UsageError."""
     found: list[tuple[str, str, Path, int | None]] = []
     for name, directory in sorted(roots.items()):
         backend.root(name)  # unknown root name -> UsageError naming the choices
@@ -126,8 +119,7 @@ def plan_publish(backend: Backend, roots: Mapping[str, Path], *,
 
 def hash_files(found: Sequence[tuple[str, str, Path, int | None]], workers: int,
                allowed_roots: Sequence[str], source: str) -> tuple[FileRecord, ...]:
-    """A record per (root, rel, local path, mode; None: the file's permission bits), checked
-    as a reader checks them: what we publish must decode."""
+    """A record per (root, rel, local path, mode or None), checked as a reader checks them."""
 
     def record(item: tuple[str, str, Path, int | None]) -> FileRecord:
         root, rel, path, mode = item
@@ -145,11 +137,11 @@ def hash_files(found: Sequence[tuple[str, str, Path, int | None]], workers: int,
 
 @dataclass(frozen=True, slots=True)
 class PublishOptions:
-    """How ``publish_entry`` publishes. ``files``: None plans them (``plan_publish``);
-    ``on_progress(done, total)``: told per blob; ``packing``: None packs nothing; ``parting``:
-    which large files get part digests (every file over 24 MiB whatever the policy);
-    ``refresh_every``: how often the intent is renewed; ``signer`` signs the manifest (its
-    digest: every field, packs and parts included); ``stop``: see the module's docstring."""
+    """How ``publish_entry`` publishes. ``files``: None plans them; ``on_progress(done,
+    total)``: told per blob; ``packing``: None packs nothing; ``parting``: which large files get
+    part digests (every file over 24 MiB whatever the policy); ``signer`` signs the manifest;
+    ``stop``: once set, ``StoppedError`` before the manifest (what reached the store is
+    content-addressed and harmless)."""
 
     producer: Mapping[str, str] | None = None
     compile_seconds: float | None = None
@@ -168,7 +160,8 @@ Sources = Mapping[str, tuple[FileRecord, Path]]  # sha256 -> (its record, a loca
 
 def publish_with(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Backend,
                  roots: Mapping[str, Path], opts: PublishOptions) -> PublishResult:
-    """Publish the files under ``roots`` as ``cell``'s entry (see the module's docstring)."""
+    """Publish the files under ``roots`` as ``cell``'s entry: an intent, the blobs the store
+    lacks, packs and part digests, the manifest if absent (first writer wins), the pointer."""
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
@@ -225,7 +218,7 @@ publish_entry = _taking_options(PublishOptions)  # PublishOptions' fields, decla
 
 def _put_manifest(store: Store, mkey: str, manifest: Manifest, signer: SigningKey | None
                   ) -> tuple[Manifest, bool]:
-    """Sign (with ``signer``) and write the manifest if absent: it, and whether it was new."""
+    """Sign and write the manifest if absent: it, and whether it was new."""
     if signer is not None:
         manifest = sign_manifest(manifest, signer)
     body = io.BytesIO()  # in pieces: never the whole manifest as dicts or twice as bytes
@@ -236,8 +229,8 @@ def _put_manifest(store: Store, mkey: str, manifest: Manifest, signer: SigningKe
 
 def _refill(store: Store, manifest: Manifest, mkey: str, sources: Sources,
             opts: PublishOptions) -> PublishResult:
-    """The entry exists: upload only the blobs it names that the store lacks or holds known
-    bad (``holds_good``), so a push repairs what a gone-bad store lost."""
+    """The entry exists: upload only the blobs it names that the store lacks or holds bad, so
+    a push repairs what a gone-bad store lost."""
     try:
         named = {f.sha256 for f in decode_manifest(store.read(mkey), source=mkey).files}
     except (ManifestError, NotFoundError):
@@ -251,9 +244,7 @@ def _refill(store: Store, manifest: Manifest, mkey: str, sources: Sources,
 
 def _upload_blobs(store: Store, sources: Sources, opts: PublishOptions, *,
                   put_first: bool = True) -> tuple[list[str], list[str], int]:
-    """Upload each blob the store lacks or holds known bad; returns (uploaded, skipped, bytes).
-    With ``put_first`` (a new entry) a small blob is put create-only first and probed only when
-    refused; otherwise, and for large blobs, the probe comes first."""
+    """Upload each blob the store lacks or holds bad; returns (uploaded, skipped, bytes)."""
     uploaded: list[str] = []
     skipped: list[str] = []
 
@@ -294,9 +285,8 @@ def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool
 
 def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...], sources: Sources,
                   stop: threading.Event | None) -> tuple[tuple[PackRecord, ...], int, int]:
-    """Build each pack in a temp file from the local files (each member checked against its
-    sha256 again), store it under its own sha256 if absent. Returns (pack records in order,
-    packs uploaded, bytes uploaded)."""
+    """Build each pack in a temp file, its members checked again, and store it if absent;
+    returns (pack records in order, packs uploaded, bytes uploaded)."""
 
     def one(members: tuple[FileRecord, ...]) -> tuple[PackRecord, bool]:
         whole = hashlib.sha256()
@@ -315,8 +305,6 @@ def _upload_packs(store: Store, groups: tuple[tuple[FileRecord, ...], ...], sour
             wrote = store.put(pack_key(sha), body, if_absent=True)  # type: ignore[arg-type]
         return PackRecord(sha, size, tuple(layout)), wrote
 
-    if not groups:
-        return (), 0, 0
     done = list(_in_pool(one, groups, PACK_WORKERS, stop))
     wrote = [p for p, w in done if w]
     return tuple(p for p, _ in done), len(wrote), sum(p.size for p in wrote)
@@ -332,7 +320,6 @@ def _read_again(path: Path, read: Callable[[Path], T]) -> T:
 
 
 def _check_same(path: Path, f: FileRecord, sha: str, size: int) -> None:
-    """A file read again must still be the one hashed."""
     if size != f.size or sha != f.sha256:
         raise IntegrityError(f"{path}: changed while being published (sha256 or size "
                              f"differs from {f.sha256[:12]})")
@@ -340,8 +327,7 @@ def _check_same(path: Path, f: FileRecord, sha: str, size: int) -> None:
 
 def _part_digests(files: tuple[FileRecord, ...], sources: Sources, opts: PublishOptions
                   ) -> tuple[PartDigests, ...]:
-    """A digest per part of each large file, read again with its whole-file sha256, which must
-    still be the recorded one."""
+    """A digest per part of each large file, its whole-file sha256 checked again."""
     policy = opts.parting
 
     def one(f: FileRecord) -> PartDigests:
@@ -350,17 +336,13 @@ def _part_digests(files: tuple[FileRecord, ...], sources: Sources, opts: Publish
         _check_same(path, f, sha, size)
         return PartDigests(f.sha256, policy.part_bytes, digests)
 
-    large = needs_parts(files, policy)
-    if not large:
-        return ()
-    return tuple(_in_pool(one, large, hash_workers(opts.workers), opts.stop))
+    return tuple(_in_pool(one, needs_parts(files, policy), hash_workers(opts.workers), opts.stop))
 
 
 def _in_pool(fn: Callable[[T], R], items: Iterable[T], workers: int,
              stop: threading.Event | None) -> Iterator[R]:
-    """``fn`` over ``items`` on at most ``workers`` threads, the results in input order; the
-    first failure is raised. Once ``stop`` is set, ``StoppedError`` is raised within
-    ``STOP_POLL_SECONDS``, the calls still running left to end on their own threads."""
+    """``fn`` over ``items`` on threads, results in input order; once ``stop`` is set,
+    ``StoppedError`` within ``STOP_POLL_SECONDS`` (running calls end on their own)."""
     todo = list(items)
     pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(todo))))
     abandon = False
@@ -382,8 +364,8 @@ def _check(stop: threading.Event | None) -> None:
 
 
 def write_pointer(store: Store, manifest: Manifest) -> None:
-    """The cell pointer, first writer wins; it pins the manifest's digest, the proof
-    ``neffcache.trust`` asks of a manifest that would replace this one."""
+    """The cell pointer, first writer wins; its digest is what ``neffcache.trust`` asks of a
+    manifest that would replace this one."""
     body = {"entry_key": manifest.entry_key, "cell_id": manifest.cell.id,
             "cell_key": manifest.cell.key, "fingerprint_key": manifest.fingerprint.key,
             "fingerprint": manifest.fingerprint.to_json(),

@@ -1,5 +1,4 @@
-"""``push(PushRequest) -> PushResult``: the use case behind ``neffcache push``: publish the
-cache dirs of one warmed cell as its entry on this host's fingerprint, then index it."""
+"""``push(PushRequest) -> PushResult``, the use case behind ``neffcache push``."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from neffcache.backends import Backend
 from neffcache.config import Settings
@@ -26,6 +25,10 @@ from neffcache.precompile.publish import (
 from neffcache.request_rules import checked_request
 from neffcache.signing import SigningKey
 from neffcache.store import Store
+
+if TYPE_CHECKING:
+    from neffcache.precompile.backfill_cell import CaptureRequest
+    from neffcache.precompile.session import PrecompileRequest
 
 
 @checked_request
@@ -72,27 +75,9 @@ class PushResult(ExitRule):
         return dict(self.published.to_json(), indexed=self.indexed, store=self.store_url)
 
 
-class Publishing(Protocol):
-    """The fields every publishing request (push, capture, precompile) shares."""
-
-    @property
-    def environ(self) -> Mapping[str, str] | None: ...
-    @property
-    def store(self) -> str | None: ...
-    @property
-    def index(self) -> str | None: ...
-    @property
-    def python(self) -> str | None: ...
-    @property
-    def allow_missing_packages(self) -> bool: ...
-    @property
-    def signing_key(self) -> str | Path | None: ...
-
-
 @dataclass(frozen=True, slots=True)
 class Publisher:
-    """Where and as what a use case publishes: its settings, this host's fingerprint, the
-    signing key (or None) and the open store."""
+    """Where and as what a use case publishes."""
 
     settings: Settings
     fingerprint: Fingerprint
@@ -100,7 +85,7 @@ class Publisher:
     store: Store
 
 
-def open_publisher(request: Publishing, backend: str,
+def open_publisher(request: PushRequest | CaptureRequest | PrecompileRequest, backend: str,
                    env: Mapping[str, str] | None = None) -> Publisher:
     """The settings, this host's fingerprint (collected in ``env``, default the request's
     environment) checked usable and publishable, the signing key and the open store."""
@@ -188,7 +173,7 @@ def _read_cell_json(cell_json: str) -> tuple[Cell, str | None]:
 
 def parse_roots(roots: Mapping[str, str | Path] | Sequence[str],
                 backend: Backend) -> dict[str, Path]:
-    """Each cache root's directory, from a mapping or ``NAME=DIR`` strings, checked."""
+    """Each cache root's directory, from a mapping or ``NAME=DIR`` strings."""
     if isinstance(roots, Mapping):
         specs = [f"{name}={directory}" for name, directory in roots.items()]
     elif isinstance(roots, str):

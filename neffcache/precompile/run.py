@@ -1,16 +1,9 @@
-"""Run a precompile: ``open_run`` plans the cells; a driver calls the ``PrecompileRun``'s
-``start``, ``in_slots`` (each slot calls ``warm`` or ``already_published`` per cell), ``finish``.
-
-A failed warm-up publishes nothing; ``verify`` restores each new entry and warms it again. The
-hooks' ``stop`` starts no more cells, ends the running workers, stops a publish at its next
-safe point and reports those cells ``cancelled``. The library installs no signal handler.
-"""
+"""Run a precompile: warm each planned cell in a worker, publish, index and verify its entry."""
 
 from __future__ import annotations
 
 import glob
 import itertools
-import queue
 import shutil
 import socket
 import tempfile
@@ -27,7 +20,7 @@ from neffcache.errors import NeffcacheError, StoppedError
 from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.heartbeat import PUBLISHING, VERIFYING, Beats, CellBeat
-from neffcache.precompile.launch import WorkerOutcome, kill_running_workers, run_worker
+from neffcache.precompile.launch import WORKER_LOG, WorkerOutcome, kill_running_workers, run_worker
 from neffcache.precompile.plan import (
     CANCELLED,
     COMPILED,
@@ -67,14 +60,12 @@ from neffcache.store import Store, manifest_key
 if TYPE_CHECKING:
     from neffcache.index import Index
 
-WORKER_LOG = "worker.log"  # the log run_worker writes in a cell's directory
-READERS = 16  # manifests read in parallel when indexing entries the index does not know
 
 
 @dataclass(frozen=True, slots=True)
 class RunHooks:
     """How the caller follows and stops a run: ``progress`` gets each event, setting ``stop``
-    ends it early, ``heartbeat`` gets a ``CellBeat`` per running cell at an interval."""
+    ends it early (the library installs no signal handler), ``heartbeat`` gets each beat."""
 
     progress: Callable[[Event], None] | None = None
     stop: threading.Event | None = None
@@ -98,7 +89,7 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
                      fingerprint: Fingerprint, options: PrecompileOptions, *,
                      environ: Mapping[str, str], hooks: RunHooks = RunHooks()) -> PrecompileReport:
     """Warm, publish and record every planned cell, ``options.workers`` at a time; never
-    raises for a failed cell (the report says which failed). ``hooks``: see ``RunHooks``."""
+    raises for a failed cell (the report says which failed)."""
     return precompile_cells(RunContext(matrix, store, index, fingerprint, options, environ,
                                        hooks), cells)
 
@@ -108,16 +99,10 @@ def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileRe
     run = open_run(context, cells, announce_skips=True)
     if run.to_warm:
         run.start(socket.gethostname())
-        planned: queue.SimpleQueue[CellPlan] = queue.SimpleQueue()
-        for plan in run.to_warm:
-            planned.put(plan)
+        planned = iter(run.to_warm)  # shared: next() is atomic, each plan goes to one slot
 
         def slot() -> None:
-            while not run.stopping:
-                try:
-                    plan = planned.get_nowait()
-                except queue.Empty:
-                    return
+            while not run.stopping and (plan := next(planned, None)) is not None:
                 run.warm(plan)
 
         run.in_slots(slot)
@@ -126,8 +111,8 @@ def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileRe
 
 def open_run(context: RunContext, cells: Sequence[Cell], *, announce_skips: bool
              ) -> PrecompileRun:
-    """Plan the cells, report the skipped (``announce_skips``: as events too) and refused
-    ones, index the ready entries the index lacks, register the matrix."""
+    """Plan the cells, report the skipped and refused ones, index the ready entries the index
+    lacks, register the matrix."""
     started = time.monotonic()
     store, fingerprint = context.store, context.fingerprint
     plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
@@ -150,8 +135,7 @@ def open_run(context: RunContext, cells: Sequence[Cell], *, announce_skips: bool
 
 
 class PrecompileRun:
-    """One run, static or claimed: its plans and what its slot threads share (the reports so
-    far, the run's id in the index, the stop flag)."""
+    """One run, static or claimed: its plans and what its slot threads share."""
 
     def __init__(self, context: RunContext, plans: Sequence[CellPlan],
                  reports: Mapping[str, CellReport], started: float) -> None:
@@ -186,14 +170,13 @@ class PrecompileRun:
     def cancelled(self) -> bool:  # the caller's stop event is set
         return self._cancel.is_set()
 
-    def pause(self, seconds: float) -> None:
-        """Wait ``seconds``, or less when the run stops meanwhile."""
+    def pause(self, seconds: float) -> None:  # or less, when the run stops meanwhile
         until = time.monotonic() + seconds
         while not self.stopping and (left := until - time.monotonic()) > 0:
             self._stopping.wait(min(left, STOP_POLL_SECONDS))
 
     def start(self, host: str) -> None:
-        """Before the first warm-up: the work directory, and the run's row in the index."""
+        """Before the first warm-up: the work directory and the run's row in the index."""
         from neffcache.index import matrix_name_of
 
         c = self.context
@@ -201,10 +184,8 @@ class PrecompileRun:
         self.run_id = c.index.start_run(host, c.fingerprint, matrix_name_of(c.matrix))
 
     def in_slots(self, slot: Callable[[], None]) -> None:
-        """Run ``slot`` in ``options.workers`` threads until each returns. On any failure
-        (Ctrl-C, a store failure) stop the run and its workers, so the other slots start
-        nothing more, and raise it; once the stop event is set, end the running workers'
-        process groups and let the slots return. Always record the run's counts in the index."""
+        """Run ``slot`` in ``options.workers`` threads until each returns; a failure stops the
+        run and its workers and is raised. Always records the run's counts in the index."""
         count = max(1, self.options.workers)
         try:
             with self.beats, ThreadPoolExecutor(max_workers=count) as pool:
@@ -239,13 +220,13 @@ class PrecompileRun:
             raise
 
     def warm(self, plan: CellPlan) -> CellReport:
-        """Warm one planned cell in a worker, then publish, index (and with ``verify``, verify)
-        its entry, or record its failure; the cell's report, also kept for ``finish``."""
+        """Warm one planned cell in a worker, then publish, index (and maybe verify) its entry,
+        or record its failure; the cell's report, also kept for ``finish``."""
         return self._kept(self._warm(plan))
 
     def already_published(self, plan: CellPlan) -> CellReport | None:
-        """If the store holds ``plan``'s entry (its index row lost), index it and report it as
-        existing (kept for ``finish``); None when the store lacks it."""
+        """If the store holds ``plan``'s entry (its index row lost), index it and report it
+        existing; None when the store lacks it."""
         if not self.context.store.has(manifest_key(plan.entry_key)):
             return None
         index_known_entries(self.context.store, self.context.index, [plan], self.backend)
@@ -253,8 +234,8 @@ class PrecompileRun:
         return self._kept(_cell_report(plan, EXISTS))
 
     def finish(self, released: int = 0) -> PrecompileReport:
-        """Remove the work directory (unless kept or given) and make the report, the cells in
-        plan order; ``released``: leases the driver gave back as cancelled."""
+        """Remove the work directory (unless kept or given) and make the report;
+        ``released``: leases the driver gave back as cancelled."""
         c, options = self.context, self.options
         if not options.keep_workdir and options.workdir is None:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -268,8 +249,6 @@ class PrecompileRun:
             stopped=StopSummary(self._ended_workers + self._stopped_publishes,
                                 sum(1 for r in cells if r.status == CANCELLED), released)
             if self.cancelled else None)
-
-    # --- one cell ------------------------------------------------------------------------
 
     def _kept(self, report: CellReport) -> CellReport:
         with self._lock:
@@ -314,8 +293,7 @@ class PrecompileRun:
                 shutil.rmtree(cell_dir, ignore_errors=True)
 
     def _not_warmed(self, plan: CellPlan, outcome: WorkerOutcome) -> CellReport:
-        """A worker that did not succeed: cancelled (the run was stopped), interrupted, or a
-        failure recorded in the index."""
+        """Cancelled (the run was stopped), interrupted, or a failure recorded in the index."""
         if self.cancelled:
             self.emit(("cancel", plan.cell.id, f"worker ended: the run was stopped "
                                                f"({outcome.wall_seconds:.1f} s)"))
@@ -391,8 +369,7 @@ class PrecompileRun:
 
 def _cell_report(plan: CellPlan, status: str, outcome: WorkerOutcome | None = None,
                  **fields: Any) -> CellReport:
-    """``plan``'s cell report: ``outcome``'s seconds, wall seconds and exit status, and
-    ``fields`` (which win)."""
+    """``plan``'s cell report: ``outcome``'s seconds and exit status, then ``fields``."""
     if outcome is not None:
         fields = {"seconds": outcome.seconds, "wall_seconds": outcome.wall_seconds,
                   "exit_status": outcome.exit_status, **fields}
@@ -402,15 +379,14 @@ def _cell_report(plan: CellPlan, status: str, outcome: WorkerOutcome | None = No
 def index_known_entries(store: Store, index: Index, plans: Sequence[CellPlan],
                         backend: Backend) -> None:
     """Index the entries the store holds but this index lacks (coverage stays true when
-    several indexes share a store): only these cells' keys are looked up, the unknown ones
-    read in parallel and recorded a batch per transaction."""
+    several indexes share a store)."""
     if not plans:
         return
     known = index.indexed_entry_keys([p.entry_key for p in plans])
     unknown = [p.entry_key for p in plans if p.entry_key not in known]
     if not unknown:
         return
-    manifests = list(read_entries(store, unknown, backend, READERS).values())
+    manifests = list(read_entries(store, unknown, backend).values())
     if manifests:
         index.record_entries(manifests, store.url)
 
@@ -420,8 +396,8 @@ def _slug(n: int, cell: Cell) -> str:
 
 
 def register_matrix_file(index: Index, matrix: Matrix, *, replace: bool = False) -> None:
-    """Keep the declared matrix in the index, so coverage needs no file (a new version only
-    when its content changed; ``replace``: even when its name holds other content)."""
+    """Keep the declared matrix in the index, so coverage needs no file (``replace``: even
+    when its name holds other content)."""
     from neffcache.index import register_matrix
 
     if not matrix.source or matrix.source.startswith("<"):

@@ -1,6 +1,4 @@
-"""``precompile(PrecompileRequest) -> PrecompileResult``, the use case behind ``neffcache
-precompile``: select and shard the cells, refuse what cannot run here, run (static or claimed).
-"""
+"""``precompile(PrecompileRequest) -> PrecompileResult``, behind ``neffcache precompile``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Boot-time check: run a cell's first call against restored cache dirs and judge whether it
-compiled (new or rewritten files, a moved compile counter: ``hit_check``). What a miss compiled
-stays in the directory, where ``neffcache capture`` can back-fill it.
-"""
+"""Boot-time check: a cell's first call against restored cache dirs, judged hit or compiled."""
 
 from __future__ import annotations
 
@@ -79,7 +76,7 @@ class WarmReport:
 
 
 def judge_outcome(cell: Cell, key: str, outcome: WorkerOutcome) -> WarmCell:
-    """A worker's outcome as hit / compiled / failed. Pure."""
+    """A worker's outcome as hit, compiled or failed. Pure."""
     verdict = outcome.verdict()
     if verdict is None:
         return WarmCell(cell.id, cell.key, key, FAILED, outcome.seconds, outcome.wall_seconds,
@@ -101,7 +98,6 @@ def describe(result: WarmCell) -> str:
 def warm_restored(matrix: Matrix, cell: Cell, backend: Backend, base: Path, workdir: Path, *,
                   environ: Mapping[str, str], timeout: float | None = None,
                   python: str | None = None) -> WorkerOutcome:
-    """Warm ``cell`` in a fresh process (under ``python``; None: this interpreter; in
-    ``environ``) against cache roots already restored under ``base``."""
+    """Warm ``cell`` in a fresh process against cache roots already restored under ``base``."""
     spec = worker_spec(matrix, cell, base, workdir / "result.json")
     return run_worker(spec, backend, workdir, environ=environ, timeout=timeout, python=python)

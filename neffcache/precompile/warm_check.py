@@ -1,5 +1,4 @@
-"""``check_warm(WarmRequest) -> WarmResult``, the use case behind ``neffcache warm``: each
-cell's first call against the restored cache, each verdict recorded on its entry in the index."""
+"""``check_warm(WarmRequest) -> WarmResult``, the use case behind ``neffcache warm``."""
 
 from __future__ import annotations
 
@@ -113,8 +112,8 @@ def check_warm(request: WarmRequest) -> WarmResult:
 def _warm_cells(request: WarmRequest, matrix: Matrix, cells: Sequence[Cell],
                 fingerprint: Fingerprint, environ: Mapping[str, str],
                 python: str | None) -> WarmReport:
-    """Warm each cell in turn in a fresh process (cells share the directory: a concurrent
-    cell's new files would be blamed on its neighbour); never raises for one that failed."""
+    # In turn, not at once: cells share the directory, and a concurrent cell's new files
+    # would be blamed on its neighbour.
     started = time.monotonic()
     backend = get_backend(matrix.backend)
     cache_dir = Path(request.cache).expanduser().absolute()
@@ -138,8 +137,8 @@ def _warm_cells(request: WarmRequest, matrix: Matrix, cells: Sequence[Cell],
 
 def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
                      notice: Callable[[str], None] | None) -> None:
-    """Mark each warmed cell's entry verified in the index, after the verdicts earlier warms
-    spooled; verdicts the index does not take in time are spooled in turn."""
+    """Record the verdicts earlier warms spooled, then these; spool them if the index does not
+    take them in time."""
     judged = tuple((c.entry_key, c.status) for c in report.cells if c.status != FAILED)
     spool = _spool_dir(target, settings.report_spool)
     waiting = [(s.path, v) for s in pending(spool)  # oldest first: newer ones win
@@ -182,6 +181,5 @@ def _spooled_verdicts(path: Path) -> Verdicts | None:
 
 
 def _spool_dir(target: Path, configured: str | None) -> Path:
-    """The restore's report spool for ``target`` (NEFFCACHE_REPORT_SPOOL, else
-    TARGET/.neffcache-entries/report-spool): one spool per restored directory."""
+    """The restore's report spool for ``target``: one per restored directory."""
     return Path(configured).expanduser() if configured else target / LOCAL_ENTRIES / SPOOL_DIR

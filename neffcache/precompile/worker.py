@@ -1,11 +1,4 @@
-"""The warm-up worker: ``python -m neffcache.precompile.worker --spec FILE`` warms one cell.
-
-Started by ``launch`` with every cache variable already set (checked here before torch is
-imported), it loads the pipeline, compiles the declared components, makes one call at the
-cell's shape and writes a JSON result (seconds, compile counters, C++ outputs, the capturable
-files before and after: ``hit_check`` judges them). A tp > 1 cell runs as tp ranks under
-torchrun, sharing the cell's cache roots; rank 0 alone scans them and writes the result.
-"""
+"""The warm-up worker: ``python -m neffcache.precompile.worker --spec FILE`` warms one cell."""
 
 from __future__ import annotations
 
@@ -72,8 +65,8 @@ TP_MESH_DIM = "tp"
 
 
 def torchrun_command(python: str, nproc: int, module: str, args: Sequence[str]) -> list[str]:
-    """``torchrun --standalone --nproc_per_node=N -m MODULE ARGS`` as ``python -m
-    torch.distributed.run``, so the ranks use the parent's Python. Pure."""
+    """``torchrun --nproc_per_node=N -m MODULE ARGS`` as ``python -m torch.distributed.run``,
+    so the ranks use the parent's Python. Pure."""
     if nproc < 1:
         raise UsageError(f"torchrun: --nproc_per_node must be >= 1, got {nproc}")
     return [python, "-m", "torch.distributed.run", "--standalone",
@@ -82,8 +75,8 @@ def torchrun_command(python: str, nproc: int, module: str, args: Sequence[str]) 
 
 def launch_command(spec_path: str | Path, cell: Cell, backend: Backend,
                    python: str = sys.executable) -> list[str]:
-    """The worker's command line: tp ranks under torchrun for a tp > 1 cell on a backend with
-    a distributed backend, else one process (which refuses a tp > 1 cell)."""
+    """tp ranks under torchrun for a tp > 1 cell on a backend with a distributed backend, else
+    one process (which refuses a tp > 1 cell)."""
     args = ["--spec", str(spec_path)]
     if cell.tp > 1 and backend.dist_backend is not None:
         return torchrun_command(python, cell.tp, backend.worker_module, args)
@@ -92,7 +85,7 @@ def launch_command(spec_path: str | Path, cell: Cell, backend: Backend,
 
 @dataclass(frozen=True, slots=True)
 class Rank:
-    """Where this process sits in a torchrun job (rank 0 of 1 when not launched by torchrun)."""
+    """Where this process sits in a torchrun job (rank 0 of 1 without torchrun)."""
 
     rank: int = 0
     world_size: int = 1
@@ -136,10 +129,9 @@ def build_call_kwargs(cell: Cell, steps: int, call_kwargs: Mapping[str, Any],
     return kwargs
 
 
-# --- inside the worker process ------------------------------------------------------------
-
 def check_environment(backend: Backend, base: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """The cache variables must already point at this cell's roots; returns what was seen."""
+    """The cache variables must already point at this cell's roots (checked before torch is
+    imported); returns what was seen."""
     expected = cache_environment(backend, base)
     seen = {var: environ.get(var, "") for var in expected}
     wrong = {v: seen[v] for v, path in expected.items() if seen[v] != path}
@@ -208,7 +200,7 @@ def _import_class(spec: str, what: str) -> Any:
 
 
 def init_tensor_parallel(backend: Backend, rank: Rank) -> Any:
-    """Join the process group and return a 1-D DeviceMesh over every rank (dim "tp")."""
+    """Join the process group; a 1-D DeviceMesh over every rank."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
@@ -279,7 +271,8 @@ def timed_call(pipe: Any, spec: WorkerSpec) -> float:
 
 
 def run(spec: WorkerSpec, rank: Rank | None = None) -> dict[str, Any]:
-    """Warm one cell (one rank of it) and return the result document (rank 0's is complete)."""
+    """Warm one cell (one rank of it): the result document (rank 0's is complete, its scans of
+    the shared roots included)."""
     from neffcache.precompile.capture import scan_roots
 
     started = time.perf_counter()
@@ -329,7 +322,7 @@ def run(spec: WorkerSpec, rank: Rank | None = None) -> dict[str, Any]:
 
 
 def say_phase(phase: str, rank: Rank | None = None) -> None:
-    """One ``PHASE_MARK`` line on stderr (rank 0 only), for the runner's heartbeats."""
+    """One ``PHASE_MARK`` line on stderr (rank 0 only), for the heartbeats."""
     if rank is None or rank.leader:
         print(f"{PHASE_MARK}{phase}", file=sys.stderr, flush=True)
 
@@ -353,9 +346,8 @@ def write_result(path: str, doc: Mapping[str, Any]) -> None:
 @functools.cache
 def die_with_parent() -> Callable[[], None] | None:
     """A call that makes the calling process get SIGKILL when its parent('s forking thread)
-    dies, even a SIGKILLed one (Linux ``prctl(PR_SET_PDEATHSIG)`` through ctypes), or None
-    where there is none. Resolved once: the call only enters libc, so a child may make it
-    between fork and exec."""
+    dies (Linux ``prctl(PR_SET_PDEATHSIG)``), or None. Resolved once: the call only enters
+    libc, so a child may make it between fork and exec."""
     if not sys.platform.startswith("linux"):
         return None
     try:
