@@ -1,11 +1,4 @@
-"""neffcache: compile once in CI, boot any number of Trainium instances warm.
-
-The public Python API: one call per command, ``verb(Request) -> Result`` (``help(neffcache.X)``
-documents each; README.md's "Python API" states the contract: requests checked when built,
-results with ``exit_code``, ``error()`` and ``to_json()``, stable names in ``__all__``).
-``neffcache.restore`` and ``neffcache.precompile`` are the functions, not the packages. Every
-name loads its machinery on first use (PEP 562): ``import neffcache`` takes milliseconds.
-"""
+"""neffcache: compile once in CI, boot any number of Trainium instances warm."""
 
 from __future__ import annotations
 
@@ -19,8 +12,7 @@ from neffcache import errors  # noqa: F401 - neffcache.errors, bound as on every
 from neffcache.faces import lazy_face
 from neffcache.version import __version__
 
-# module -> the names taken from it (the faces of the packages, loaded on first use: SQL,
-# FastAPI and torch only when asked); "X as Y": X under a short name.
+# module -> its names, loaded on first use (import neffcache takes milliseconds)
 _FACE = {
     "config_show": ("ConfigValue", "ShowConfigRequest", "ShowConfigResult", "show_config"),
     "demo": ("DemoCell", "DemoRequest", "DemoResult", "run_demo"),
@@ -66,7 +58,7 @@ _FACE = {
     "server": ("ServeRequest", "serve"),
     "store": ("BundleEntry", "Member", "TempFile", "Toc", "Upload"),
 }
-# Functions of this module (``restore`` and ``precompile`` share their names with packages).
+# functions of this module, not the packages of the same names
 _CALLS = ("capture_entry", "check_warm", "precompile", "preview_restore", "push", "restore")
 _LAZY_ALL, __getattr__ = lazy_face(globals(), _FACE)
 __all__ = sorted(["__version__", *_CALLS, *_LAZY_ALL])

@@ -1,6 +1,4 @@
-"""The build hook (pyproject's ``[tool.setuptools.cmdclass]``; loaded from this file alone): a
-build from a git checkout records its commit as ``neffcache/_commit.txt`` (``neffcache
---version``); the sdist carries it, so a wheel built from it names the same commit."""
+"""The build hook (loaded from this file alone): records the git commit in ``_commit.txt``."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ COMMIT_FILE = Path("neffcache", "_commit.txt")
 
 
 def _git_commit() -> str:
-    """HEAD of the checkout this file is in, with ``-dirty`` when tracked files changed."""
+    """HEAD, with ``-dirty`` when tracked files changed."""
     here = Path(__file__).resolve().parents[1]
     if not (here / ".git").exists():
         return ""
@@ -30,7 +28,7 @@ def _git_commit() -> str:
 
 
 def _commit() -> str:
-    """The commit a build is made from: the sdist's record, else the checkout's HEAD."""
+    # the sdist's record first: a wheel built from it names the same commit
     return COMMIT_FILE.read_text().strip() if COMMIT_FILE.exists() else _git_commit()
 
 

@@ -9,21 +9,18 @@ from typing import Any
 
 
 def canonical_json(value: Any, default: Callable[[Any], Any] | None = None) -> str:
-    """Sorted keys, no whitespace, UTF-8 kept as is: stable across runs and Python versions.
-    ``default``: the JSON value of an object json cannot encode (as ``json.dumps``)."""
+    """Sorted keys, no whitespace, UTF-8 kept as is: stable across runs and Python versions."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       default=default)
 
 
 def digest_of(value: Any) -> str:
-    """sha256 hex of the canonical JSON of a value."""
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
 def digest_chunked(value: dict[str, Any], batch: int = 4096,
                    default: Callable[[Any], Any] | None = None) -> str:
-    """``digest_of(value)`` hashed piece by piece (``canonical_pieces``): a million-file
-    manifest never exists as one string."""
+    """``digest_of(value)`` piece by piece: a million-file manifest is never one string."""
     h = hashlib.sha256()
     for piece in canonical_pieces(value, batch, default):
         h.update(piece.encode("utf-8"))
@@ -32,8 +29,7 @@ def digest_chunked(value: dict[str, Any], batch: int = 4096,
 
 def canonical_pieces(value: dict[str, Any], batch: int = 4096,
                      default: Callable[[Any], Any] | None = None) -> Iterator[str]:
-    """``canonical_json(value)`` of a dict, in pieces: a list (or tuple) value of more than
-    ``batch`` items is encoded ``batch`` items at a time; joined, the pieces are that string."""
+    """``canonical_json(value)`` of a dict, a long list ``batch`` items at a time."""
     yield "{"
     for n, key in enumerate(sorted(value)):
         item = value[key]

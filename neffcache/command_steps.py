@@ -1,5 +1,4 @@
-"""The steps every command's use case takes the same way: open and check its store, and go on
-with destructive work only with consent (the library never prompts)."""
+"""Steps every use case shares: open and check its store; destroy only with consent."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ Preview = TypeVar("Preview")
 
 def open_checked_store(url: str, *, create: bool = False,
                        environ: Mapping[str, str] | None = None) -> Store:
-    """The store at ``url`` (see ``open_store``), checked: UnavailableError (exit 6) when it
-    cannot be reached, ConfigError (exit 2) when it is not a neffcache store."""
+    """UnavailableError when it cannot be reached, ConfigError when not a neffcache store."""
     store = open_store(url, create=create, environ=environ)
     store.check()
     return store
@@ -23,8 +21,7 @@ def open_checked_store(url: str, *, create: bool = False,
 
 def consent(confirmed: bool, confirm: Callable[[Preview], bool] | None, preview: Preview,
             refusal: str, *, hint: str) -> bool:
-    """Whether to go on: ``confirmed``, else what ``confirm(preview)`` answers (``preview``:
-    the dry run's result); with neither, UsageError(``refusal``, ``hint``)."""
+    """``confirmed``, else ``confirm(preview)``; with neither, UsageError (never a prompt)."""
     if confirmed:
         return True
     if confirm is None:

@@ -1,9 +1,4 @@
-"""Settings from flags, ``NEFFCACHE_*`` variables, a config file and defaults (pure core; the
-variables and keys are README.md's "Configuration" table).
-
-Precedence: flag > environment > config file > default. Only the CLI and the server call
-``load_settings``; no module reads the environment at import time.
-"""
+"""Settings: flag > ``NEFFCACHE_*`` variable > config file > default (README "Configuration")."""
 
 from __future__ import annotations
 
@@ -57,8 +52,7 @@ class Settings:
 
     @property
     def has_index(self) -> bool:
-        """Whether an index is configured or the embedded one exists (the file, not a read)."""
-        return self.index_explicit or (self.home / "index.db").exists()
+            return self.index_explicit or (self.home / "index.db").exists()
 
 
 def default_home(environ: Mapping[str, str]) -> Path:
@@ -112,8 +106,7 @@ def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | N
                   *, store: str | None = None, index: str | None = None,
                   python: str | None = None, reports: str | None = None,
                   file_source: str = "config file") -> Settings:
-    """Resolve settings; ``file_values`` is the parsed config file (or None), ``file_source``
-    its path as ``Settings.sources`` names it."""
+    """``file_values``: the parsed config file, ``file_source`` its path (for ``sources``)."""
     file_values = file_values or {}
     sources: dict[str, str] = {}
 
@@ -157,7 +150,6 @@ def load_settings(environ: Mapping[str, str], file_values: Mapping[str, Any] | N
 
 
 def flag_value(value: str, name: str) -> bool:
-    """An on/off variable: 1/true/yes/on or 0/false/no/off (any case); else a ConfigError."""
     v = value.strip().lower()
     if v not in _TRUE | _FALSE:
         raise ConfigError(f"{name}={value!r}: expected 1/true/yes/on or 0/false/no/off")
@@ -165,7 +157,6 @@ def flag_value(value: str, name: str) -> bool:
 
 
 def reports_destination(value: str) -> str:
-    """``store``, ``none`` (any case) or a local directory path, as given."""
     value = value.strip()
     if value.lower() in (REPORTS_TO_STORE, REPORTS_OFF):
         return value.lower()
@@ -183,13 +174,11 @@ def _check_index_url(url: str) -> None:
 
 
 def redact_url(url: str) -> str:
-    """A URL with any password and every query value masked, for messages and logs
-    (``s3://KEY:SECRET@bucket`` -> ``s3://KEY:***@bucket``, ``?X-Amz-Signature=...`` ->
-    ``?X-Amz-Signature=***``); a secret may hold ``/``, so the user part ends at the last ``@``."""
+    """``url`` with any password and every query value masked, for messages and logs."""
     if "://" not in url:
         return url
     scheme, rest = url.split("://", 1)
-    creds, at, host = rest.rpartition("@")
+    creds, at, host = rest.rpartition("@")  # the last @: a secret may hold "/"
     if at and ":" in creds:
         creds = creds.split(":", 1)[0] + ":***"
     host, q, query = host.partition("?")
@@ -201,8 +190,8 @@ def redact_url(url: str) -> str:
 def read_settings(environ: Mapping[str, str], *, store: str | None = None,
                   index: str | None = None, python: str | None = None,
                   reports: str | None = None) -> Settings:
-    """The I/O edge: read the config file if present, then resolve. A file NEFFCACHE_CONFIG
-    names must exist (ConfigError); the default one ($NEFFCACHE_HOME/config.toml) may not."""
+    """The I/O edge: a file NEFFCACHE_CONFIG names must exist (ConfigError), the default one
+    may not."""
     path = config_file_path(environ)
     values = None
     if environ.get("NEFFCACHE_CONFIG") and not path.is_file():

@@ -1,7 +1,4 @@
-"""``show_config(ShowConfigRequest) -> ShowConfigResult``: the effective settings and where each
-came from (``neffcache config``): a flag, an environment variable, the config file, a default.
-Nothing secret is shown: passwords and query strings in URLs are masked (``redact_url``), the
-signing key's PEM and AWS credentials only said to be set, and by which source."""
+"""``neffcache config``: the effective settings and where each came from, secrets masked."""
 
 from __future__ import annotations
 

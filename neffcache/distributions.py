@@ -1,10 +1,4 @@
-"""Installed distributions' versions, found as ``importlib.metadata.version`` finds them but
-without it: it costs a boot-time restore 50-65 ms, this scan 1-3 ms (measured 2026-12-01).
-
-The first ``NAME-*.dist-info`` or ``.egg-info`` (PEP 503 names) in ``sys.path`` order gives its
-``Version`` header; where the scan cannot be sure it sees what importlib.metadata would (a zip
-or egg, another finder, unreadable metadata), importlib.metadata answers.
-"""
+"""Distribution versions as importlib.metadata finds them, in 1-3 ms instead of its 50-65."""
 
 from __future__ import annotations
 
@@ -22,7 +16,8 @@ def normalize(name: str) -> str:
 
 
 def versions(names: Iterable[str], path: Sequence[str] | None = None) -> dict[str, str]:
-    """``{name: version or 'absent'}`` for each distribution name."""
+    """The first ``NAME-*.dist-info`` or ``.egg-info`` on the path gives its version; where
+    the scan cannot be sure (a zip or egg, another finder), importlib.metadata answers."""
     names = list(names)
     entries = list(sys.path if path is None else path)
     if path is None and not _only_path_finder_provides_distributions():
@@ -52,8 +47,7 @@ def versions(names: Iterable[str], path: Sequence[str] | None = None) -> dict[st
 
 
 def _listing(entry: str) -> list[str] | None:
-    """The entry's children; [] when it does not exist; None when the scan cannot read it the
-    way importlib.metadata does (a file such as a zip, or an ``.egg`` directory)."""
+    """[] when it does not exist; None for what the scan cannot read (a zip, an ``.egg``)."""
     root = entry or "."
     if entry.lower().endswith(".egg"):
         return None
@@ -83,8 +77,6 @@ def _read_version(info_dir: str) -> str | None:
 
 
 def _only_path_finder_provides_distributions() -> bool:
-    """True when the standard path finder is the only finder that can report distributions
-    (a custom one could report others first)."""
     from importlib.machinery import PathFinder
 
     return all(f is PathFinder or not hasattr(f, "find_distributions") for f in sys.meta_path)

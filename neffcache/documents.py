@@ -1,18 +1,4 @@
-"""JSON documents derived from frozen dataclasses: a value is declared once, as its dataclass,
-and its document is its fields in order, each value ``encode``d (pure).
-
-``Document`` gives a dataclass ``to_json()``: each field under its name, its value encoded by
-``encode``: a nested value by its own ``to_json()`` (or its fields, for a dataclass without
-one), a tuple or list as a list, a mapping as an object, a datetime as ISO 8601 to the second,
-an enum as its value, a path as a string, None as null. ``Doc`` carries a field's
-description into the HTTP API's schema (``Annotated[int, Doc("...")]``), which
-``neffcache.server.schemas`` derives from the same dataclass, and its other name in the
-document (``key``; "" leaves it out) or that it is left out when None (``optional``); a
-computed key is a ``field(init=False)`` its ``__post_init__`` sets. A value whose document
-is not its fields (flattened, reordered, a stored format with a ``schema_version``) writes
-its own ``to_json``; ``shaped_as`` builds it when the API declares the document as a
-TypedDict whose keys are the value's attributes.
-"""
+"""JSON documents derived from frozen dataclasses: their fields in order, each encoded (pure)."""
 
 from __future__ import annotations
 
@@ -28,8 +14,8 @@ from typing import Any, get_type_hints
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Doc:
-    """A field's description in the API's OpenAPI document, its key in its document when not
-    its name ("": not in it), and whether it is left out when None (``Annotated`` metadata)."""
+    """``Annotated`` metadata: a field's OpenAPI description (``server.schemas``), its key when
+    not its name ("": left out), and whether it is left out when None."""
 
     text: str = ""
     key: str | None = None
@@ -50,21 +36,18 @@ class Document:
 
 
 def shaped_as(value: Any, shape: Any) -> Any:
-    """``value``'s document as the TypedDict ``shape`` declares it: each of its keys, in order,
-    the value's attribute of that name (a property for a computed key), encoded; a field the
-    shape does not name is left out."""
+    """``value``'s document as the TypedDict ``shape`` declares it, from its attributes."""
     return {key: encode(getattr(value, key)) for key in shape.__annotations__}
 
 
 def fields_of(value: Any) -> dict[str, Any]:
-    """A dataclass instance's fields, in order, each value encoded (as ``Doc`` says)."""
     return {key: encode(item) for name, key, optional in document_keys(value.__class__)
             if (item := getattr(value, name)) is not None or not optional}
 
 
 @functools.cache
 def document_keys(cls: Any) -> tuple[tuple[str, str, bool], ...]:
-    """(field, key, optional) of each field of dataclass ``cls`` in its document, in order."""
+    """(field, key, optional) of each field of ``cls`` in its document."""
     fields = dataclasses.fields(cls)
     # only annotations naming Doc are resolved: others may name TYPE_CHECKING-only imports
     hints = get_type_hints(cls, include_extras=True) if any(
@@ -82,9 +65,6 @@ _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 def encode(value: Any) -> Any:
-    """The JSON value of ``value``: its own ``to_json()`` or fields, a list for a tuple, an
-    object for a mapping, ISO 8601 to the second for a datetime, an enum's value, a path's
-    text."""
     if type(value) in _PLAIN:  # most values: one set lookup (this runs per field per row)
         return value
     if isinstance(value, Enum):

@@ -26,11 +26,10 @@ from types import MappingProxyType
 
 
 class NeffcacheError(Exception):
-    """Root of every error neffcache raises on purpose. ``environment``: from a restore, the
-    cache variables that point the runtime at its cache directories (empty elsewhere)."""
+    """Root of every error neffcache raises on purpose."""
 
     hint: str | None = None
-    environment: Mapping[str, str] = MappingProxyType({})
+    environment: Mapping[str, str] = MappingProxyType({})  # a restore's cache variables
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -39,7 +38,6 @@ class NeffcacheError(Exception):
 
     @property
     def exit_code(self) -> int:
-        """The exit code the CLI ends with for this error (``EXIT_CODES``)."""
         return exit_code_for(self)
 
 
@@ -128,7 +126,7 @@ def exit_code_for(exc: BaseException) -> int:
 
 
 def by_class(table: Mapping[type[BaseException], int], exc: BaseException, default: int) -> int:
-    """``exc``'s value in a table keyed by class: its nearest class's (table order is moot)."""
+    """The value of ``exc``'s nearest class in the table."""
     return next((table[cls] for cls in type(exc).__mro__ if cls in table), default)
 
 
@@ -149,9 +147,8 @@ class ExitRule:
 
 
 def repair_hint(store_url: str) -> str:
-    """The hint for damage found in a store: the command that fixes it, the flag that works
-    around it meanwhile, and the one that lists it (``store_url`` masked, shell-quoted)."""
-    import shlex  # only for this message
+    """The hint for damage found in a store: the fix, the workaround and the listing."""
+    import shlex
 
     url = shlex.quote(store_url)
     return (f"neffcache repair --store {url} --from GOOD_STORE_OR_bundle:FILE rewrites the "
@@ -159,8 +156,7 @@ def repair_hint(store_url: str) -> str:
             f"restore --mirror GOOD_STORE reads them from there")
 
 
-# The exit codes and what each means, once: every command's --help (EXIT_CODE_HELP) and
-# restore's --help (restore_exit_rules) are made from it; exit_code_for is the mapping.
+# every command's --help (EXIT_CODE_HELP) and restore's (restore_exit_rules) are made from it
 EXIT_MEANINGS: dict[int, str] = {
     0: "success, or nothing to do",
     1: "unexpected error, or a file could not be written",
@@ -176,7 +172,7 @@ EXIT_CODE_HELP = "\b\nExit codes (the same for every command):\n" + "".join(
 
 
 def restore_exit_rules() -> str:
-    """Restore's exit rule, in the order it applies, each code read from ``EXIT_CODES``."""
+    """Restore's exit rule, in the order it applies."""
     rules = [
         (IntegrityError, "a manifest was rejected or a blob was missing, corrupt or truncated "
                          "(that file is never installed)"),

@@ -1,7 +1,4 @@
-"""Lazy package faces (PEP 562): a face's ``_FACE`` table maps each module (relative, or
-``neffcache.x``) to the names it exports (``"verify_store as verify"`` renames); ``lazy_face``
-derives ``__all__`` and ``__getattr__`` from it, ``tools/faces.py`` the static imports.
-"""
+"""Lazy package faces (PEP 562) from a ``_FACE`` table: module -> the names it exports."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ from typing import Any
 
 
 def exported(table: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, str]]:
-    """Each exported name -> (its module, relative to the package; its name there)."""
+    """Each exported name -> (its module, its name there); ``"x as y"`` renames."""
     out: dict[str, tuple[str, str]] = {}
     for module, names in table.items():
         for entry in names:
@@ -21,14 +18,12 @@ def exported(table: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, str]]
 
 
 def module_name(package: str, module: str) -> str:
-    """A table's module key as an absolute module name (``neffcache.x`` is one already)."""
     return module if module.startswith("neffcache.") else f"{package}.{module}"
 
 
 def lazy_face(namespace: dict[str, Any], table: Mapping[str, tuple[str, ...]]
               ) -> tuple[list[str], Callable[[str], Any]]:
-    """The ``__all__`` and the module ``__getattr__`` of the package whose globals are
-    ``namespace``: a name is imported from its module when first read, then kept."""
+    """``__all__`` and ``__getattr__`` for ``namespace``: a name is imported when first read."""
     package = namespace["__name__"]
     homes = exported(table)
 

@@ -1,11 +1,4 @@
-"""Host fingerprint: what must match between the machine that compiled and the one restoring.
-
-``collect_fingerprint`` gathers the facts with small probes (package metadata, /proc, DMI, dpkg's
-status file; never torch, never the metadata service; it runs only a named inference
-interpreter, ``neffcache.interpreter``); everything else here is pure. ``fields`` are compared
-(they make the key); ``info`` (instance type, Neuron runtime version) is recorded, never
-compared: neither changes what the compiler writes.
-"""
+"""Host fingerprint: what must match between the compiling and the restoring machine."""
 
 from __future__ import annotations
 
@@ -69,7 +62,7 @@ FIELD_NOTES: dict[str, str] = {
 @dataclass(frozen=True, slots=True)
 class Fingerprint:
     """A backend name plus sorted (field, value) pairs; ``key`` is their canonical digest.
-    ``info``: facts recorded alongside that never enter the key or equality."""
+    ``info`` (instance type, runtime version) never enters the key: the compiler ignores it."""
 
     backend: str
     fields: tuple[tuple[str, str], ...]
@@ -89,7 +82,7 @@ class Fingerprint:
 
     @property
     def unknown_fields(self) -> tuple[str, ...]:
-        """Fields that must be known for an entry to be usable but could not be determined."""
+        """Required fields (the neuron target) that could not be determined."""
         required = ("target",) if self.backend == "neuron" else ()
         return tuple(f for f in required if self.get(f) == UNKNOWN)
 
@@ -128,8 +121,8 @@ def build_fingerprint(backend: str, facts: Mapping[str, str],
 
 
 def check_usable(fingerprint: Fingerprint) -> None:
-    """Refuse a fingerprint whose required fields (the neuron target) are unknown: such a host
-    neither restores nor publishes."""
+    """FingerprintMismatchError when a required field is unknown: such a host neither restores
+    nor publishes."""
     unknown = fingerprint.unknown_fields
     if not unknown:
         return
@@ -156,16 +149,14 @@ ALLOW_MISSING_VAR = "NEFFCACHE_ALLOW_MISSING_PACKAGES"  # "1": the flag, for a w
 
 
 def missing_distributions(fingerprint: Fingerprint) -> tuple[str, ...]:
-    """The distributions its backend needs that the fingerprint says are absent."""
     return tuple(name for name in REQUIRED_DISTRIBUTIONS.get(fingerprint.backend, ())
                  if fingerprint.get(f"version.{name}") == ABSENT)
 
 
 def check_publishable(fingerprint: Fingerprint, python: str, *, allow_missing: bool = False,
                       environ: Mapping[str, str] | None = None) -> None:
-    """Refuse (UsageError) to publish under a fingerprint whose interpreter lacks what the
-    backend needs: no inference host would match the entry. ``allow_missing`` or
-    ``ALLOW_MISSING_VAR`` in ``environ`` publishes anyway."""
+    """UsageError when the interpreter lacks what the backend needs (no inference host would
+    match the entry), unless ``allow_missing`` or ``ALLOW_MISSING_VAR`` in ``environ``."""
     missing = missing_distributions(fingerprint)
     forced = (environ or {}).get(ALLOW_MISSING_VAR, "").strip().lower() in ("1", "true", "yes")
     if not missing or allow_missing or forced:
@@ -181,7 +172,6 @@ def check_publishable(fingerprint: Fingerprint, python: str, *, allow_missing: b
 
 
 def diff_fingerprints(here: Fingerprint, there: Fingerprint) -> tuple[FieldDiff, ...]:
-    """Fields whose values differ (a field missing on one side shows as 'absent')."""
     diffs = diff_pairs(here.fields, there.fields)
     if here.backend != there.backend:
         return (FieldDiff("backend", here.backend, there.backend), *diffs)
@@ -196,14 +186,11 @@ def diff_pairs(here: Iterable[tuple[str, str]], there: Iterable[tuple[str, str]]
 
 
 def _is_option(token: str) -> bool:
-    """A token that starts an option (``-O1``, ``--x``), not a value such as ``-1``."""
     return token.startswith("-") and len(token) > 1 and not re.match(r"^-\d", token)
 
 
 def cc_flag_groups(flags: str) -> tuple[tuple[str, str], ...]:
-    """NEURON_CC_FLAGS as (option name, canonical spelling) pairs in the given order: an
-    option and its separate value become one spelling (``--target trn2`` -> ``--target=trn2``,
-    ``-O 1`` -> ``-O1``)."""
+    """(option name, spelling) pairs in order; ``--target trn2`` -> ``--target=trn2``."""
     try:
         tokens = shlex.split(flags)
     except ValueError:
@@ -230,8 +217,7 @@ def cc_flag_groups(flags: str) -> tuple[tuple[str, str], ...]:
 
 
 def canonical_cc_flags(flags: str) -> str:
-    """NEURON_CC_FLAGS with order and spacing normalised. A stable sort by name: a repeated
-    option keeps its order (the last one wins in the compiler); each spelling shell-quoted."""
+    """A stable sort by name: a repeated option keeps its order (the compiler takes the last)."""
     groups = sorted(cc_flag_groups(flags), key=lambda g: g[0])
     return " ".join(shlex.quote(spelling) for _, spelling in groups)
 
@@ -240,7 +226,6 @@ _OPT_RE = re.compile(r"^(?:-O|--optlevel=|--opt-level=)([0-3])$")
 
 
 def opt_level(flags: str) -> str:
-    """The neuronx-cc optimisation level the flags select (the last one named), or 'default'."""
     levels = [m.group(1) for _, spelling in cc_flag_groups(flags)
               for m in [_OPT_RE.match(spelling)] if m]
     return levels[-1] if levels else "default"
@@ -251,8 +236,6 @@ def target_from_instance_type(instance_type: str) -> str:
     return m.group(1) if m else UNKNOWN
 
 
-# --- probes (I/O) -----------------------------------------------------------------------------
-
 def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8", errors="replace").strip()
@@ -261,7 +244,7 @@ def _read_text(path: Path) -> str:
 
 
 def probe_instance_type(environ: Mapping[str, str], dmi_path: Path | None = None) -> str:
-    """Instance type from an override variable, else DMI (EC2 fills product_name); no network."""
+    """From an override variable, else DMI (EC2 fills product_name); never the network."""
     return (environ.get(INSTANCE_TYPE_OVERRIDE, "").strip()
             or _read_text(dmi_path or _DMI_PRODUCT) or UNKNOWN)
 
@@ -271,8 +254,7 @@ _PARAGRAPH_END = re.compile(r"\n[ \t]*\n")
 
 def runtime_version_from_dpkg_status(text: str, package: str = neuron_env.RUNTIME_PACKAGE
                                      ) -> str | None:
-    """The version of an installed package in a dpkg status file's text (None if it is not
-    installed); only paragraphs naming it are parsed (~1 MB of them, on every boot)."""
+    """None if not installed; only paragraphs naming it are parsed (~1 MB of them, every boot)."""
     named = re.compile(rf"^Package:[ \t]*{re.escape(package)}[ \t]*$", re.MULTILINE)
     for found in named.finditer(text):  # dpkg writes Package first in each paragraph
         end = _PARAGRAPH_END.search(text, found.end())
@@ -290,7 +272,7 @@ def runtime_version_from_dpkg_status(text: str, package: str = neuron_env.RUNTIM
 
 def runtime_version_from_lib_names(names: Sequence[str],
                                    lib: str = neuron_env.RUNTIME_LIB_NAME) -> str | None:
-    """The highest fully versioned ``libnrt.so.X.Y.Z`` among file names (None if none)."""
+    """The highest fully versioned ``libnrt.so.X.Y.Z`` among file names."""
     best: tuple[int, ...] | None = None
     for name in names:
         rest = Path(name).name.removeprefix(f"{lib}.")
@@ -303,8 +285,7 @@ def runtime_version_from_lib_names(names: Sequence[str],
 
 def probe_runtime_version(dpkg_status: Path | None = None,
                           lib_dirs: Sequence[str] = neuron_env.RUNTIME_LIB_DIRS) -> str:
-    """The Neuron runtime version from dpkg's status file, else from the runtime library's
-    versioned file name; 'absent' when neither says."""
+    """From dpkg's status file, else from the runtime library's file name; else 'absent'."""
     try:
         raw = (dpkg_status or _DPKG_STATUS).read_bytes()
     except OSError:
@@ -336,14 +317,12 @@ def probe_torch_path() -> str:
 
 
 def interpreter_distributions(backend: str) -> tuple[str, ...]:
-    """The distributions whose versions enter a backend's fingerprint."""
     sdk = neuron_env.SDK_DISTRIBUTIONS if backend == "neuron" else ()
     return COMMON_DISTRIBUTIONS + sdk
 
 
 def interpreter_facts(backend: str, dist_versions: Mapping[str, str], python_version: str,
                       torch_path: str) -> dict[str, str]:
-    """The fields that describe an interpreter rather than the host."""
     facts = {f"version.{d}": dist_versions.get(d, ABSENT)
              for d in interpreter_distributions(backend)}
     facts["version.python"] = python_version
@@ -354,8 +333,7 @@ def interpreter_facts(backend: str, dist_versions: Mapping[str, str], python_ver
 
 def collect_fingerprint(backend: str, environ: Mapping[str, str],
                         python: str | None = None) -> Fingerprint:
-    """This host's fingerprint for a backend. The interpreter facts are those of ``python``
-    (the interpreter that will run inference) when given, else of the running one."""
+    """Interpreter facts from ``python`` (it runs inference) when given, else the running one."""
     names = interpreter_distributions(backend)
     if python is None:
         torch_path = probe_torch_path() if backend == "inductor" else ABSENT
@@ -389,7 +367,6 @@ def collect_fingerprint(backend: str, environ: Mapping[str, str],
 
 
 def described_interpreter(python: str | None) -> str:
-    """The path of the interpreter a fingerprint collected with ``python`` describes."""
     if python is None:
         return sys.executable
     from neffcache.interpreter import resolve_interpreter

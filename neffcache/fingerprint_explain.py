@@ -1,8 +1,4 @@
-"""``neffcache fingerprint``'s use cases: show this host's fingerprint, or explain how an
-entry's (from the store) or a fingerprint's (from the index) differs from it. Both exit 0: a
-result is information, never an error (``ExitRule``'s default). The store and the index are
-imported only when ``explain_fingerprint`` needs them.
-"""
+"""``neffcache fingerprint``: show this host's fingerprint, or explain how another differs."""
 
 from __future__ import annotations
 
@@ -145,8 +141,7 @@ def explain_fingerprint(request: ExplainRequest) -> ExplainResult:
 
 def _host(request: FingerprintRequest | ExplainRequest, store: str | None = None,
           index: str | None = None) -> tuple[Settings, str, Callable[[str], Fingerprint]]:
-    """The settings ``request`` reads, the interpreter they name (ConfigError for a bad one), and
-    this host's fingerprint for a backend (UsageError for an unknown one)."""
+    """The settings, the interpreter they name, and this host's fingerprint for a backend."""
     environ = os.environ if request.environ is None else request.environ
     settings = read_settings(environ, store=store, index=index, python=request.python)
     return settings, described_interpreter(settings.python), lambda backend: collect_fingerprint(
@@ -154,8 +149,7 @@ def _host(request: FingerprintRequest | ExplainRequest, store: str | None = None
 
 
 def _explained(key: str, settings: Settings) -> tuple[Manifest | None, Fingerprint]:
-    """(manifest, its fingerprint) of an entry in the store, else (None, fingerprint) from the
-    index."""
+    """From the store (manifest, its fingerprint), else from the index (None, fingerprint)."""
     try:
         manifest = _read_entry(key, settings.store_url)
         return manifest, manifest.fingerprint
@@ -179,7 +173,6 @@ def _explained(key: str, settings: Settings) -> tuple[Manifest | None, Fingerpri
 
 
 def _read_entry(key: str, store_url: str) -> Manifest:
-    """The manifest of the entry ``key`` (or the one entry whose key starts with it)."""
     from neffcache.manifest import decode_manifest
     from neffcache.store import MANIFESTS, entry_key_of, manifest_key, open_store
 

@@ -1,11 +1,4 @@
-"""sha256 of files and streams: a whole-file digest, a reader that hashes what it hands on, and
-what a sha256 (or a key prefix) looks like in hex.
-
-``VerifyingReader`` wraps a file being uploaded: it hashes every byte exactly once, in order,
-even when the consumer seeks back to re-read (botocore does, to compute its own checksums), and
-raises ``IntegrityError`` at end of file if the bytes are not the ones that were planned — so a
-file that changed while being uploaded is never committed under the wrong sha256.
-"""
+"""sha256 of files and streams, and what a sha256 (or a key prefix) looks like in hex."""
 
 from __future__ import annotations
 
@@ -24,7 +17,6 @@ SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a sha256 as its 64 lowercase hex dig
 
 
 def sha256_file(path: str | Path) -> tuple[str, int]:
-    """(sha256 hex, size) of a file's bytes, read in chunks."""
     h = hashlib.sha256()
     size = 0
     for chunk in _chunks(path):
@@ -34,7 +26,7 @@ def sha256_file(path: str | Path) -> tuple[str, int]:
 
 
 def sha256_file_parts(path: str | Path, part_bytes: int) -> tuple[str, int, tuple[str, ...]]:
-    """(sha256 hex, size, sha256 hex of each ``part_bytes`` slice) of a file, in one read pass."""
+    """(sha256, size, sha256 of each ``part_bytes`` slice) of a file, in one read pass."""
     whole, parts = hashlib.sha256(), PartHasher(part_bytes)
     size = 0
     for chunk in _chunks(path):
@@ -45,7 +37,7 @@ def sha256_file_parts(path: str | Path, part_bytes: int) -> tuple[str, int, tupl
 
 
 def _chunks(path: str | Path) -> Iterator[memoryview]:
-    """A file's bytes in order, as views of one reused buffer (each valid until the next)."""
+    """Views of one reused buffer, each valid until the next."""
     with open(path, "rb", buffering=0) as fh:
         buf = bytearray(CHUNK)
         view = memoryview(buf)
@@ -54,8 +46,7 @@ def _chunks(path: str | Path) -> Iterator[memoryview]:
 
 
 class PartHasher:
-    """The sha256 of each ``part_bytes`` slice of a stream fed in pieces of any size (the last
-    slice may be shorter; an empty stream has one empty part)."""
+    """The sha256 of each ``part_bytes`` slice of a stream (an empty stream has one part)."""
 
     def __init__(self, part_bytes: int) -> None:
         if part_bytes <= 0:
@@ -87,19 +78,18 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def is_sha256(value: object) -> bool:
-    """Whether ``value`` is a string of exactly 64 lowercase hex digits."""
     return isinstance(value, str) and SHA256_HEX.fullmatch(value) is not None
 
 
 def is_key_prefix(text: str) -> bool:
-    """Whether ``text`` can name a key by its start: 6 to 64 lowercase hex digits."""
+    """6 to 64 lowercase hex digits: enough to name a key by its start."""
     return re.fullmatch(r"[0-9a-f]{6,64}", text) is not None
 
 
 class VerifyingReader(io.RawIOBase):
-    """A read-only stream over ``raw`` that must yield exactly ``size`` bytes with ``sha256``:
-    each byte is hashed the first time it is read (not again after a seek back); reading past
-    ``size`` or reaching EOF with another digest raises ``IntegrityError``."""
+    """A file being uploaded, which must yield exactly ``size`` bytes with ``sha256``, else
+    IntegrityError: each byte is hashed once, in order, even when the consumer seeks back
+    (botocore does), so a file that changed meanwhile is never committed under that sha256."""
 
     def __init__(self, raw: BinaryIO, *, size: int, sha256: str, name: str) -> None:
         super().__init__()
@@ -112,7 +102,6 @@ class VerifyingReader(io.RawIOBase):
 
     @property
     def size(self) -> int:
-        """How many bytes the stream must hold (a store sizes its upload by it)."""
         return self._size
 
     def readable(self) -> bool:
@@ -129,13 +118,11 @@ class VerifyingReader(io.RawIOBase):
         return self._pos
 
     def fileno(self) -> int:
-        """The descriptor of the stream read (a store may size the upload from it); the bytes
-        handed on still pass through this reader."""
+        """The stream's descriptor (a store may size the upload from it)."""
         return self._raw.fileno()
 
     def read(self, size: int | None = -1) -> bytes:
-        """Up to ``size`` bytes as the underlying stream returns them, never asking for more
-        than one byte past the expected end (a consumer asking for far more costs no buffer)."""
+        """Never asks for more than one byte past the end: a huge ``size`` costs no buffer."""
         if size is None or size < 0:
             return self.readall()
         data = self._raw.read(min(size, max(0, self._size - self._pos) + 1))
@@ -170,8 +157,8 @@ class VerifyingReader(io.RawIOBase):
         self.verified = True
 
     def _fail(self, message: str) -> None:
-        """Raise an IntegrityError, kept as ``failure`` too: a library reading the stream
-        (obstore) may surface it as its own error; the store then raises this one."""
+        """Kept as ``failure`` too: obstore may surface it as its own error; the store then
+        raises this one."""
         self.failure = IntegrityError(message)
         raise self.failure
 
@@ -186,7 +173,7 @@ class VerifyingReader(io.RawIOBase):
             self._check_end()
 
     def read_to_end(self) -> None:
-        """``finish`` without a seek back (object streams cannot): checks size and sha256."""
+        """``finish`` without a seek back (object streams cannot)."""
         self.read(1)
         self.finish()
 

@@ -1,7 +1,4 @@
-"""The per-interpreter facts of a fingerprint (package versions, Python version, torch path)
-read from another Python, e.g. the inference service's, by running it once with a small
-standard-library script (torch is located, never imported; the target needs no neffcache).
-"""
+"""A fingerprint's interpreter facts read from another Python by running a probe script once."""
 
 from __future__ import annotations
 
@@ -20,7 +17,7 @@ HINT = ("point --python, NEFFCACHE_PYTHON or the config key `python` at the inte
         "runs inference, e.g. /opt/venv/bin/python")
 _MARKER = "neffcache-probe:"
 
-# Runs in the target interpreter (Python 3.8+), with the distribution names as argv[1].
+# Python 3.8+, stdlib only, torch located but never imported; argv[1]: the distribution names.
 # `-c` puts the working directory first on sys.path; the service does not have it there.
 PROBE_SCRIPT = f"""\
 import json, os, platform, sys
@@ -46,8 +43,6 @@ print({_MARKER!r} + json.dumps({{
 
 @dataclass(frozen=True, slots=True)
 class InterpreterFacts:
-    """What a fingerprint takes from an interpreter rather than from the host."""
-
     path: str
     python_version: str
     versions: tuple[tuple[str, str], ...]  # (distribution, version or 'absent')
@@ -59,7 +54,7 @@ class InterpreterFacts:
 
 
 def parse_probe_output(stdout: str, names: Sequence[str], path: str) -> InterpreterFacts:
-    """The facts from the probe script's stdout (its last marked line: site hooks may print)."""
+    """From the last marked line of stdout (site hooks may print)."""
     lines = [line for line in stdout.splitlines() if line.startswith(_MARKER)]
     if not lines:
         raise ValueError("no answer from the probe script")
@@ -80,9 +75,8 @@ def parse_probe_output(stdout: str, names: Sequence[str], path: str) -> Interpre
 
 
 def resolve_interpreter(value: str) -> str:
-    """The absolute path of the interpreter named by ``value`` (a path, or a bare name looked
-    up on PATH). Symlinks are kept: a venv's ``bin/python`` is a link to the base interpreter
-    and only its own path gives the venv's packages."""
+    """The absolute path of ``value`` (a path, or a name on PATH). Symlinks are kept: only a
+    venv's own ``bin/python`` gives the venv's packages."""
     if os.sep not in value:
         found = shutil.which(value)
         if found is None:
@@ -102,8 +96,7 @@ def resolve_interpreter(value: str) -> str:
 def probe_interpreter(value: str, names: Sequence[str], *,
                       environ: Mapping[str, str] | None = None,
                       timeout: float = PROBE_TIMEOUT) -> InterpreterFacts:
-    """Run the interpreter once (at most ``timeout`` seconds) and read its facts; any failure
-    is a ConfigError naming the interpreter."""
+    """Any failure is a ConfigError naming the interpreter."""
     import subprocess
 
     path = resolve_interpreter(value)

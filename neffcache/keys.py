@@ -1,6 +1,4 @@
-"""Signing keys and trusted public keys in files (the I/O edge of ``signing``), and the key use
-cases: ``generate_key`` (a new Ed25519 key file) and ``show_key`` (the public key a fleet
-trusts, from a private or public key file)."""
+"""Key files (the I/O edge of ``signing``) and the ``neffcache keys`` use cases."""
 
 from __future__ import annotations
 
@@ -26,8 +24,8 @@ _PEM_END = "-----END PUBLIC KEY-----"
 
 
 def load_trusted_keys(items: Sequence[str]) -> tuple[PublicKey, ...]:
-    """Each item is a key (``ed25519:<base64>``) or a file holding keys: ``ed25519:`` lines
-    (``#`` comments allowed) or PEM blocks. Duplicates are kept once, in order."""
+    """Each item a key (``ed25519:<base64>``) or a file of ``ed25519:`` lines (``#`` comments
+    allowed) or PEM blocks; each key once, in order."""
     keys: dict[str, PublicKey] = {}
     for item in items:
         found = [parse_public_key(item, "trusted key")] if item.startswith(PUBLIC_PREFIX) \
@@ -75,16 +73,14 @@ def load_signing_key(path: str | None, pem: str | None = None) -> SigningKey | N
 
 
 def signer_for(path: str | Path | None, settings: Settings) -> SigningKey | None:
-    """The key a publish signs with: file ``path`` (a request's ``signing_key``), else the
-    settings' (NEFFCACHE_SIGNING_KEY_FILE, the config's ``signing_key_file``,
-    NEFFCACHE_SIGNING_KEY), else None (unsigned)."""
+    """The key a publish signs with: file ``path``, else the settings', else None (unsigned)."""
     if path:
         return load_signing_key(str(path))
     return load_signing_key(settings.signing_key_file, settings.signing_key_pem)
 
 
 def write_signing_key(path: Path, pem: bytes) -> None:
-    """Create ``path`` (mode 0600, never over an existing file) holding ``pem``, durably."""
+    """Durably, mode 0600, never over an existing file."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:

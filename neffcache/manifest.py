@@ -1,14 +1,4 @@
-"""Entry manifests: the versioned JSON record of one warmed cell's files (pure, no I/O).
-
-A manifest names the cell, the fingerprint, and every file the warm-up left in the backend's
-cache roots, plus producer info; the entry key is the digest of (cell key, fingerprint key).
-Decoding refuses what a hostile writer could abuse: absolute paths, ``..``, duplicates, unknown
-roots, malformed sizes and digests. Optional fields, still schema 1 (absent when empty, so older
-manifests stay byte-identical): ``packs``, small blobs back to back in one object, each member
-one of the manifest's files; ``parts``, the sha256 of each slice of a large file (required over
-``neffcache.parts.REQUIRED_OVER``), checked as a parallel restore fetches it; ``signature``,
-outside the digest: an Ed25519 signature over it (``neffcache.signing``).
-"""
+"""Entry manifests: a warmed cell's files as versioned JSON, strictly decoded (pure, no I/O)."""
 
 from __future__ import annotations
 
@@ -123,8 +113,7 @@ class Manifest:
         return tuple(sorted({f.root for f in self.files}))
 
     def to_json(self, *, lazy: bool = False) -> dict[str, Any]:
-        """The manifest's body; ``lazy``: its records left as they are (a million files as
-        dicts would be ~250 MiB), for encoders given ``default=record_json``."""
+        """``lazy``: records kept as objects (a million as dicts: ~250 MiB), for ``record_json``."""
         doc = {
             "schema_version": SCHEMA_VERSION,
             "entry_key": self.entry_key,
@@ -137,6 +126,7 @@ class Manifest:
             "compile_seconds": self.compile_seconds,
             "created_at": self.created_at,
         }
+        # optional fields, still schema 1: absent when empty, so older manifests stay byte-identical
         if self.packs:
             doc["packs"] = self.packs if lazy else [p.to_json() for p in self.packs]
         if self.parts:
@@ -145,7 +135,6 @@ class Manifest:
 
 
 def record_json(value: Any) -> Any:
-    """The ``json.dumps`` default for a lazy body's records."""
     if isinstance(value, (FileRecord, PackRecord, PartDigests)):
         return value.to_json()
     raise TypeError(f"{type(value).__name__} is not a manifest record")
@@ -165,20 +154,17 @@ SIGNATURE_FIELD = "signature"
 
 
 def manifest_digest(manifest: Manifest) -> str:
-    """The sha256 of the canonical body: what ``manifest_sha256`` records and a signature
-    signs."""
+    """The sha256 of the canonical body: what ``manifest_sha256`` records and a signature signs."""
     return digest_chunked(manifest.to_json(lazy=True), default=record_json)
 
 
 def encode_manifest(manifest: Manifest) -> bytes:
-    """Canonical JSON carrying its own digest (so a bit flip that still decodes is caught on
-    read) and the entry's signature when it has one."""
+    """Canonical JSON with its own digest (a bit flip that still decodes is caught on read)."""
     return b"".join(encode_manifest_pieces(manifest))
 
 
 def encode_manifest_pieces(manifest: Manifest) -> Iterator[bytes]:
-    """``encode_manifest``'s bytes in pieces of a few thousand records, so a writer never holds
-    the whole document (a million files: 234 MiB)."""
+    """``encode_manifest`` in pieces: a writer never holds a million-file document (234 MiB)."""
     body = manifest.to_json(lazy=True)
     doc = {**body, DIGEST_FIELD: digest_chunked(body, default=record_json)}
     if manifest.signature is not None:
@@ -188,10 +174,9 @@ def encode_manifest_pieces(manifest: Manifest) -> Iterator[bytes]:
 
 
 def check_digest(doc: dict[str, Any], source: str) -> dict[str, Any]:
-    """``doc`` without its digest and signature; the digest must match. A manifest written
-    before digests existed has none (its blobs are still verified); a signature needs one."""
+    """``doc`` without its digest and signature; the digest must match."""
     body = {k: v for k, v in doc.items() if k not in (DIGEST_FIELD, SIGNATURE_FIELD)}
-    if DIGEST_FIELD not in doc:
+    if DIGEST_FIELD not in doc:  # written before digests existed (its blobs are still verified)
         if SIGNATURE_FIELD in doc:
             raise ManifestError(f"{source}: signed but without {DIGEST_FIELD}")
         return body
@@ -202,7 +187,6 @@ def check_digest(doc: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def signature_from_json(raw: Any, source: str) -> Signature | None:
-    """The ``signature`` field: absent, or ``{"key_id": 16 hex, "ed25519": base64}``."""
     if raw is None:
         return None
     if not isinstance(raw, dict) or set(raw) != {"key_id", "ed25519"}:
@@ -217,9 +201,7 @@ def signature_from_json(raw: Any, source: str) -> Signature | None:
 
 def decode_manifest(data: bytes | str, *, allowed_roots: Sequence[str] | None = None,
                     source: str = "manifest") -> Manifest:
-    """Parse and validate manifest bytes; any problem is a one-line ManifestError.
-
-    Memory: bytes passed as a temporary (``decode_manifest(store.read(key))``) are freed once
+    """Any problem is a one-line ManifestError. Bytes passed as a temporary are freed once
     they are text, and each parsed file record once it is a model."""
     try:
         if not isinstance(data, str):  # as json.loads would, but not holding the bytes
@@ -287,8 +269,7 @@ def validate_relative_path(path: Any, source: str = "manifest") -> str:
 
 def validate_files(raw: Any, *, allowed_roots: Sequence[str] | None,
                    source: str = "manifest") -> tuple[FileRecord, ...]:
-    """File records as decoded from JSON (a list only the caller holds: each item is set to
-    None once read), validated, sorted by (root, path)."""
+    """Validated and sorted by (root, path); ``raw`` is emptied as it is read (see _objects)."""
     seen: set[tuple[str, str]] = set()
     out = []
     shared: dict[Any, Any] = {}  # one object per distinct root name and mode, not per file
@@ -328,8 +309,6 @@ def validate_files(raw: Any, *, allowed_roots: Sequence[str] | None,
 
 def validate_packs(raw: Any, files: Sequence[FileRecord], *,
                    source: str = "manifest") -> tuple[PackRecord, ...]:
-    """Packs as decoded from JSON: digests well-formed, members in offset order, inside the
-    pack, not overlapping, and each one a file of the manifest (same sha256 and size)."""
     by_sha = {f.sha256: f for f in files}
     out = []
     for where, item in _objects(raw, "packs", MAX_PACKS, "packs", source):
@@ -366,8 +345,6 @@ def _pack_members(raw: list[Any], pack_size: int, files: Mapping[str, FileRecord
 
 def validate_parts(raw: Any, files: Sequence[FileRecord], *,
                    source: str = "manifest") -> tuple[PartDigests, ...]:
-    """Part digests as decoded from JSON: each names a file of the manifest (by sha256, once),
-    has a power-of-two part size the file is larger than, and one digest per part."""
     sizes = {f.sha256: f.size for f in files}
     seen: set[str] = set()
     out = []
@@ -405,8 +382,7 @@ def _require_parts(files: Sequence[FileRecord], parts: Sequence[PartDigests],
 
 def _objects(raw: Any, field: str, limit: int, noun: str,
              source: str) -> Iterator[tuple[str, Any]]:
-    """The objects of a JSON list field, each with where it is (for messages), each taken out
-    of ``raw`` (set to None) as it is handed on."""
+    """(where, object) of a JSON list field, each set to None in ``raw`` as it is handed on."""
     if not isinstance(raw, list) or len(raw) > limit:
         raise ManifestError(f"{source}: {field}: expected a list of at most {limit} {noun}")
     for i in range(len(raw)):
@@ -419,8 +395,8 @@ def _objects(raw: Any, field: str, limit: int, noun: str,
 
 
 class _RawFile:
-    """A parsed JSON object with exactly a file record's five keys, held without the dict
-    (72 bytes, not 232: a million-file manifest parses into 160 MiB less); read like the dict."""
+    """A file record's five-key JSON object, read like the dict (72 bytes, not 232: 160 MiB
+    less per million files)."""
 
     __slots__ = _FILE_FIELDS
 
@@ -443,10 +419,8 @@ class _RawFile:
 
 
 def loads_light(data: bytes | str, *, members: bool = True) -> Any:
-    """``json.loads``, but each five-key file record is a ``_RawFile`` (160 MiB less per
-    million files), for readers that only look (``neffcache.restore.local``); without
-    ``members`` each pack's members are dropped as it is parsed. Bytes passed as a temporary
-    are freed once they are text."""
+    """``json.loads`` with each file record a ``_RawFile``, for readers that only look;
+    without ``members`` each pack's members are dropped as it is parsed."""
     if not isinstance(data, str):
         data = data.decode(json.detect_encoding(data), "surrogatepass")
     return json.loads(data, object_hook=_file_hook(members))

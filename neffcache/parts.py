@@ -1,6 +1,4 @@
-"""Large files in parts (pure): which files need per-part digests (over ``REQUIRED_OVER``,
-so a restore verifies each parallel ranged read as it arrives), and their byte ranges.
-"""
+"""Large files in parts: which need per-part digests, and their byte ranges (pure)."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ from typing import Protocol, TypeVar
 
 MiB = 1 << 20
 PART_BYTES = 16 * MiB  # the part size publish digests at
-REQUIRED_OVER = 24 * MiB  # files larger than this must have part digests
+REQUIRED_OVER = 24 * MiB  # larger files need part digests: restore checks each ranged read
 MIN_PART_SIZE = 1 << 20
 MAX_PART_SIZE = 1 << 30
 
@@ -52,14 +50,12 @@ def part_count(size: int, part_size: int) -> int:
 
 
 def needs_parts(files: Iterable[F], policy: PartPolicy = DEFAULT_PARTS) -> tuple[F, ...]:
-    """One record per distinct large blob, in sha256 order. With the default policy: the files
-    a manifest must have part digests for."""
+    """One record per distinct large blob, in sha256 order."""
     over = max(policy.over, policy.part_bytes)  # a file of one part has no part digests
     return tuple(sorted({f.sha256: f for f in files if f.size > over}.values(),
                         key=lambda f: f.sha256))
 
 
 def part_ranges(size: int, part_bytes: int) -> tuple[tuple[int, int], ...]:
-    """(start, length) of each part of a ``size``-byte file, in order."""
     return tuple((i * part_bytes, min(part_bytes, size - i * part_bytes))
                  for i in range(part_count(size, part_bytes)))

@@ -1,12 +1,4 @@
-"""Send a restore report (I/O edge): one create-only object under the store's ``reports/``
-prefix, or one file in a local directory, within a time budget; never the index. A boot must
-not wait on it: the writes run in a daemon thread given ``timeout`` seconds in all, and any
-failure or timeout is one warning line, never an exit code.
-
-The spool: reports that could not be sent, kept as files (``<report-id>.json``, written via a
-temp file, fsync and rename) in a bounded local directory, oldest dropped, and sent first by the
-next restore that can; also ``neffcache warm``'s verdicts the index did not take in time.
-"""
+"""Send restore reports to the store or a directory within a time budget, spooling the unsent."""
 
 from __future__ import annotations
 
@@ -31,15 +23,9 @@ if TYPE_CHECKING:
 Put = Callable[[Report], str]
 
 
-def write_report(report: Report, destination: str, store_url: str) -> str:
-    """Write ``report`` to ``destination`` (``store`` or a directory path); returns where it
-    went. Raises NeffcacheError or OSError when it cannot."""
-    return _writer(destination, store_url)(report)
-
-
 def _writer(destination: str, store_url: str, store: Store | None = None) -> Put:
-    """A function writing reports to ``destination`` (the store at ``store_url``: ``store``,
-    the caller's open one, else opened once, when first written to)."""
+    """Writes reports (create-only) to ``destination``; the store is ``store``, else opened
+    once when first written to."""
     if destination != REPORTS_TO_STORE:
         directory = Path(destination).expanduser()
         return lambda report: str(write_file(directory, report))
@@ -59,10 +45,8 @@ def _writer(destination: str, store_url: str, store: Store | None = None) -> Put
 
 
 def send_spooled(spool: Path, put: Put, until: float) -> int:
-    """Send the spooled restore reports, oldest first, until ``until`` (time.monotonic());
-    each sent (or already there) leaves the spool, a file that is no document is dropped
-    (a warm's verdicts stay). Returns how many were sent; raises what ``put`` raises, at the
-    first report that cannot be sent."""
+    """Send spooled restore reports, oldest first, until ``until`` (time.monotonic()); returns
+    how many; raises what ``put`` raises. A file that is no document is dropped."""
     sent = 0
     for item in pending(spool):
         if time.monotonic() >= until:
@@ -88,11 +72,9 @@ def send_spooled(spool: Path, put: Put, until: float) -> int:
 def send_report(report: Report, destination: str, store_url: str, timeout: float,
                 warn: Callable[[str], None], spool: Path | None = None,
                 store: Store | None = None) -> bool:
-    """Write the report in a background thread for at most ``timeout`` seconds, after the
-    reports waiting in ``spool`` (if any); True when it was written. A failure or a timeout
-    is one ``warn`` line, never an exception; the report is then kept in ``spool``. ``store``:
-    the store at ``store_url`` already open (a restore's: no second client, no new
-    connection; measured ~10 ms of a boot), else it is opened here."""
+    """Write the report (after the spooled ones) in a daemon thread for at most ``timeout``
+    seconds: a boot never waits on it. True when written; else one ``warn`` line, never an
+    exception, and the report is spooled. ``store``: the restore's open one (saves ~10 ms)."""
     if destination == REPORTS_OFF:
         return False
     until = time.monotonic() + timeout
@@ -129,7 +111,7 @@ def send_report(report: Report, destination: str, store_url: str, timeout: float
 
 
 def _spool(report: Report, spool: Path | None) -> str:
-    """Keep the report in the spool; what to add to the warning line."""
+    """Spool the report; what to add to the warning line."""
     if spool is None:
         return ""
     try:
@@ -139,8 +121,6 @@ def _spool(report: Report, spool: Path | None) -> str:
     more = f", {dropped} oldest dropped" if dropped else ""
     return f"; kept in {spool}{more} (sent by the next restore that can)"
 
-
-# --- the spool ------------------------------------------------------------------------------
 
 Document = Report | Verdicts  # what a spool file holds (its "kind" says which)
 
@@ -176,7 +156,7 @@ class Spooled:
 
 
 def pending(directory: Path) -> list[Spooled]:
-    """The spooled report files, oldest first (none when the directory does not exist)."""
+    """The spooled files, oldest first."""
     found = []
     try:
         names = os.listdir(directory)
@@ -193,9 +173,8 @@ def pending(directory: Path) -> list[Spooled]:
 
 def keep(directory: Path, report: Document, *, max_files: int = MAX_FILES,
          max_bytes: int = MAX_BYTES) -> int:
-    """Spool ``report``, then drop the oldest files until at most ``max_files`` files and
-    ``max_bytes`` bytes are left; returns how many were dropped. Raises OSError when the
-    report cannot be written."""
+    """Spool ``report``, then drop the oldest files beyond ``max_files`` and ``max_bytes``;
+    returns how many were dropped. Raises OSError when the report cannot be written."""
     write_file(directory, report)
     files = pending(directory)
     total = sum(s.size for s in files)
@@ -210,8 +189,7 @@ def keep(directory: Path, report: Document, *, max_files: int = MAX_FILES,
 
 
 def load(path: Path) -> Document:
-    """A spooled document, decoded and validated as ingestion would; raises ReportError for a
-    file that is not one (too large, malformed) and OSError when it cannot be read."""
+    """Validated as ingestion would: ReportError for a file that is not one, else OSError."""
     if os.stat(path, follow_symlinks=False).st_size > REPORT_MAX_BYTES:
         raise ReportError(f"{path}: larger than {REPORT_MAX_BYTES} bytes")
     return decode_document(path.read_bytes(), source=str(path))

@@ -1,11 +1,4 @@
-"""Restore reports as documents (pure): build one from a restore's JSON, name its store key,
-encode it, and validate one read back (every field checked and bounded). ``Verdicts`` is the
-other document an instance spools: what one ``neffcache warm`` judged, for the index.
-
-A report is one small object ``reports/<YYYY-MM-DD>/<host>-<YYYYMMDDTHHMMSSZ>-<8 hex>.json`` (or
-a local file of that name), never written to the index: reindex, reports ingest and serve read
-it back.
-"""
+"""Restore reports and warm verdicts as documents: built, keyed, validated and bounded (pure)."""
 
 from __future__ import annotations
 
@@ -77,7 +70,6 @@ class Report(Document):
 
     @property
     def key(self) -> str:
-        """Its object key in the store."""
         return report_key(self.time, self.report_id)
 
     def to_json(self) -> dict[str, Any]:
@@ -88,7 +80,7 @@ class Report(Document):
 
     @classmethod
     def from_json(cls, data: Any) -> Report:
-        """Validate a decoded report; ReportError names the first bad field."""
+        """ReportError names the first bad field."""
         if not isinstance(data, Mapping):
             raise ReportError("not a JSON object")
         if data.get("kind") != KIND:
@@ -96,7 +88,7 @@ class Report(Document):
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ReportError(f"schema_version: expected {SCHEMA_VERSION}")
         v = _Fields(data)
-        fp_key = v.hex64("fingerprint_key")
+        fp_key = v.match("fingerprint_key", SHA256_HEX)
         report = cls(
             report_id=v.match("report_id", REPORT_ID), time=v.time("time"),
             host=v.text("host", MAX_NAME), matrix=v.text("matrix", MAX_NAME),
@@ -123,8 +115,7 @@ VERDICT_STATUSES = ("hit", "compiled")
 
 @dataclass(frozen=True, slots=True)
 class Verdicts(Document):
-    """One ``neffcache warm``'s verdicts: (entry key, hit | compiled) pairs, judged at
-    ``time``, for the index (``Index.record_verification``); spooled when it is slow."""
+    """One ``neffcache warm``'s (entry key, hit | compiled) pairs, for the index."""
 
     report_id: str
     time: datetime
@@ -146,12 +137,11 @@ class Verdicts(Document):
         pairs = []
         for item in items:
             f = _Fields(item if isinstance(item, Mapping) else {})
-            pairs.append((f.hex64("entry_key"), f.choice("status", VERDICT_STATUSES)))
+            pairs.append((f.match("entry_key", SHA256_HEX), f.choice("status", VERDICT_STATUSES)))
         return cls(v.match("report_id", REPORT_ID), v.time("time"), tuple(pairs))
 
 
 def decode_document(data: bytes, *, source: str) -> Report | Verdicts:
-    """A spooled document of either kind (``decode_report``'s checks and errors)."""
     if len(data) > MAX_BYTES:
         raise ReportError(f"{source}: larger than {MAX_BYTES} bytes")
     try:
@@ -166,7 +156,7 @@ def decode_document(data: bytes, *, source: str) -> Report | Verdicts:
 
 
 def decode_report(data: bytes, *, source: str) -> Report:
-    """Parse and validate a report object's bytes; ReportError names ``source`` and the field."""
+    """ReportError names ``source`` and the field."""
     doc = decode_document(data, source=source)
     if not isinstance(doc, Report):
         raise ReportError(f"{source}: kind: expected {KIND!r}")
@@ -175,9 +165,8 @@ def decode_report(data: bytes, *, source: str) -> Report:
 
 def build_report(doc: Mapping[str, Any], *, fingerprint: Fingerprint, host: str, matrix: str,
                  now: datetime, nonce: str, version: str) -> Report:
-    """A report from a restore's JSON document (``RestoreResult.to_json()`` or the failure
-    document restore writes when it stops early). Text is scrubbed of credentials and
-    truncated to its bound; ``nonce`` is 8 hex characters (the caller draws them)."""
+    """From a restore's JSON document (``RestoreResult.to_json()`` or its early-stop failure
+    document), text scrubbed of credentials and bounded; ``nonce``: 8 hex characters."""
     now = now.astimezone(timezone.utc)
     report_id = make_report_id(host, now, nonce)
 
@@ -212,11 +201,7 @@ def build_report(doc: Mapping[str, Any], *, fingerprint: Fingerprint, host: str,
         conflicts=count("conflicts"), version=_bounded(version, MAX_NAME))
 
 
-# --- keys ----------------------------------------------------------------------------------
-
-
 def safe_host(host: str) -> str:
-    """A host name usable in an object key: [A-Za-z0-9._-], at most 64 characters."""
     cleaned = _HOST_UNSAFE.sub("_", host).strip("._-")[:64]
     return cleaned or "unknown"
 
@@ -229,12 +214,11 @@ def make_report_id(host: str, when: datetime, nonce: str) -> str:
 
 
 def report_key(when: datetime, report_id: str) -> str:
-    """``reports/<YYYY-MM-DD>/<report-id>.json`` (the date is the report's UTC date)."""
+    """``reports/<UTC date>/<report-id>.json``."""
     return _report_key(f"{when.astimezone(timezone.utc):%Y-%m-%d}", report_id)
 
 
 def report_id_of(object_key: str) -> str | None:
-    """The report id in ``reports/<date>/<id>.json``, or None for any other key."""
     parts = object_key.split("/")
     if len(parts) != 3 or parts[0] + "/" != REPORTS or not _DATE.fullmatch(parts[1]) \
             or not parts[2].endswith(".json"):
@@ -244,18 +228,13 @@ def report_id_of(object_key: str) -> str | None:
 
 
 def date_prefixes(now: datetime, days_back: int, days_ahead: int = 1) -> list[str]:
-    """``reports/<date>/`` for each UTC date from ``days_back`` days before ``now`` to
-    ``days_ahead`` after (an instance's clock may be a little ahead), oldest first."""
+    """``reports/<date>/``, oldest first, ``days_ahead`` too: an instance's clock may be ahead."""
     today = now.astimezone(timezone.utc).date()
     return [f"{REPORTS}{today + timedelta(days=d):%Y-%m-%d}/"
             for d in range(-days_back, days_ahead + 1)]
 
 
-# --- helpers --------------------------------------------------------------------------------
-
-
 def scrub(text: str) -> str:
-    """``text`` without URL credentials, URL query strings or AWS access key ids."""
     text = _USERINFO.sub(r"\1", text)
     text = _QUERY.sub(r"\1", text)
     return _ACCESS_KEY.sub("AKIA…", text)
@@ -275,7 +254,7 @@ def _finite(value: Any) -> bool:
 
 
 class _Fields:
-    """Typed, bounded reads of a decoded report's fields (ReportError on the first bad one)."""
+    """Typed, bounded reads of a decoded report's fields."""
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         self.data = data
@@ -300,9 +279,6 @@ class _Fields:
         if not isinstance(value, str) or not pattern.fullmatch(value):
             raise ReportError(f"{name}: malformed")
         return value
-
-    def hex64(self, name: str) -> str:
-        return self.match(name, SHA256_HEX)
 
     def choice(self, name: str, choices: Sequence[str]) -> str:
         value = self._get(name)

@@ -1,14 +1,4 @@
-"""What a request's fields may hold, checked when the request is made (pure; one rule set for
-the CLI and the Python API).
-
-A field's type is its annotation, read as written: a value of another type is refused, and so is
-a lone ``str`` where a sequence is meant. A number's range is declared once, in ``RANGES``: the
-request checks it and the CLI's option type is made from it (``cli._common.ranged``). A broken
-rule is a ``UsageError`` naming the request and the field::
-
-    RestoreRequest.mirrors: expected a sequence of str, got the str 's3://b/p' (a lone
-    string where a sequence is meant: wrap it, e.g. ('s3://b/p',))
-"""
+"""Request fields checked when made, against their annotations and ``RANGES`` (pure)."""
 
 from __future__ import annotations
 
@@ -27,8 +17,7 @@ from neffcache.errors import UsageError
 
 @dataclass(frozen=True, slots=True)
 class Range:
-    """The numbers a field takes: ``min`` (exclusive with ``min_open``) to ``max``;
-    ``real``: a float field (the CLI's FloatRange), else an int field (IntRange)."""
+    """``min`` (exclusive with ``min_open``) to ``max``; ``real``: a float field (FloatRange)."""
 
     min: int | None = None
     max: int | None = None
@@ -53,7 +42,8 @@ _SECONDS = Range(0, real=True)  # a span of seconds, 0 allowed
 _TIMEOUT = Range(1, real=True)  # a worker's timeout: at least a second
 _BYTES = Range(0)
 
-# request class name -> field -> its range (fields typed ``X | None`` are checked when given)
+# request class -> field -> range, checked by the request, made the CLI's option type
+# (cli._common.ranged); a field typed ``X | None`` is checked when given
 RANGES: dict[str, dict[str, Range]] = {
     "RestoreRequest": {"deadline": Range(0, min_open=True, real=True), "workers": _WORKERS,
                        "bundle_max_bytes": _BYTES},
@@ -85,7 +75,7 @@ T = TypeVar("T")
 
 @dataclass_transform(frozen_default=True)
 def checked_request(cls: type[T]) -> type[T]:
-    """A public request: a frozen dataclass with slots that checks its fields when made."""
+    """A frozen dataclass with slots that checks its fields when made."""
     def __post_init__(self: object) -> None:
         check_request(self)
 
@@ -95,8 +85,6 @@ def checked_request(cls: type[T]) -> type[T]:
 
 @dataclass(frozen=True, slots=True)
 class _Rule:
-    """One field's rule: its type check (and what it expects, in words), its range."""
-
     name: str
     check: Check
     expected: str
@@ -105,8 +93,7 @@ class _Rule:
 
 
 def check_request(request: object) -> None:
-    """Nothing, or UsageError naming the first field of ``request`` whose value breaks its
-    rule."""
+    """UsageError naming the first field whose value breaks its rule."""
     cls = type(request)
     for rule in _rules(cls):
         value = getattr(request, rule.name)
@@ -133,7 +120,6 @@ _CACHE: dict[type, tuple[_Rule, ...]] = {}
 
 
 def _rules(cls: type) -> tuple[_Rule, ...]:
-    """Each field's rule, made from its annotation once per class."""
     found = _CACHE.get(cls)
     if found is None:
         ranges = RANGES.get(cls.__name__, {})
@@ -158,7 +144,7 @@ def _rule_of(name: str, annotation: str, scope: Mapping[str, object],
 
 
 def _split(text: str, sep: str) -> list[str]:
-    """``text`` split on ``sep`` outside brackets, each part stripped."""
+    """``text`` split on ``sep`` outside brackets."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         depth += {"[": 1, "]": -1}.get(ch, 0)
@@ -180,7 +166,6 @@ _GENERIC = re.compile(r"^([\w.]+)(?:\[(.*)\])?$", re.S)
 
 
 def _type_check(text: str, scope: Mapping[str, object]) -> tuple[Check, str]:
-    """(check, what it expects) for one alternative of an annotation."""
     if text in _SIMPLE:
         return _SIMPLE[text]
     match = _GENERIC.match(text)
@@ -209,8 +194,8 @@ def _union(text: str, scope: Mapping[str, object]) -> tuple[Check, str]:
 
 
 def _named(dotted: str, scope: Mapping[str, object]) -> tuple[Check, str]:
-    """A project or library type: the class the request's module binds to that name, else any
-    object with a class of that name (a name imported only for type checking)."""
+    """The class the module binds to that name, else any object with a class of that name
+    (one imported only for type checking)."""
     name = dotted.rsplit(".", 1)[-1]
     bound = scope.get(dotted.split(".", 1)[0])
     for part in dotted.split(".")[1:]:

@@ -1,10 +1,4 @@
-"""Signed entries: Ed25519 signatures over a manifest's digest, the key formats, and the trust
-check restore applies (pure; the crypto is ``cryptography``'s).
-
-A publisher signs ``MESSAGE_PREFIX + manifest_digest(manifest)``, which covers every field but
-the signature. A public key is written ``ed25519:<base64 of its 32 raw bytes>``; its id is the
-first 16 hex digits of their sha256. A private key is an unencrypted PKCS#8 PEM file.
-"""
+"""Ed25519 signatures over a manifest's digest, the key formats, and the trust check (pure)."""
 
 from __future__ import annotations
 
@@ -101,15 +95,13 @@ def signed_message(manifest: Manifest) -> bytes:
 
 
 def sign_manifest(manifest: Manifest, key: SigningKey) -> Manifest:
-    """The manifest with ``key``'s signature (any earlier signature replaced)."""
     value = key.private.sign(signed_message(manifest))
     return replace(manifest, signature=Signature(key.public.key_id,
                                                  base64.b64encode(value).decode("ascii")))
 
 
 def check_trusted(manifest: Manifest, trusted: Sequence[PublicKey], source: str) -> None:
-    """Nothing when no key is trusted, or when one of ``trusted`` signed exactly this
-    manifest; else UntrustedEntryError naming the entry and the key."""
+    """UntrustedEntryError unless no key is trusted or one of ``trusted`` signed this manifest."""
     if not trusted:
         return
     what = f"{source} (cell {manifest.cell.id})"
@@ -127,8 +119,7 @@ def check_trusted(manifest: Manifest, trusted: Sequence[PublicKey], source: str)
 
 
 def signed_digest_trusted(raw_signature: Any, digest: Any, trusted: Sequence[PublicKey]) -> bool:
-    """Whether a manifest document's raw ``signature`` field is a trusted key's signature of
-    ``digest`` (its ``manifest_sha256``, taken as written: for local copies this host wrote)."""
+    """Whether a raw ``signature`` field signs ``digest`` (taken as written: for local copies)."""
     try:
         sig = signature_from_json(raw_signature, "manifest")
     except ManifestError:

@@ -1,8 +1,4 @@
-"""Worker threads: lanes of units on their own thread counts that stop starting units at a
-deadline or after the first failure (``run_lanes``), and a map on threads (``map_in_threads``).
-One runner per thread takes the lane's next unit: a million units cost a byte each, not a
-future each (~1.6 KiB: a million blob GETs held 1.6 GiB; issue 38).
-"""
+"""Worker threads: lanes of units with a deadline (``run_lanes``) and ``map_in_threads``."""
 
 from __future__ import annotations
 
@@ -28,13 +24,13 @@ GRACE = 0.2
 def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], object],
               deadline: float | None = None, *, name: str = THREAD_NAME,
               stuck: list[U] | None = None) -> list[U]:
-    """Run ``run(unit)`` for each lane's units, in order, on that lane's own number of threads;
-    no unit starts once ``deadline`` (``time.monotonic()``) has passed. Returns the units never
-    started, lane by lane. Never waits more than ``GRACE`` seconds past the deadline: units
-    still running then are left on their threads and appended to ``stuck`` (the caller must
-    not take back what they hold). The first exception from ``run`` stops every thread from
-    starting another unit and is re-raised once all have ended."""
+    """Run each lane's units in order on its own number of threads; none starts past
+    ``deadline`` (monotonic). Returns the units never started. Units still running ``GRACE``
+    seconds past it are left and appended to ``stuck`` (do not take back what they hold). The
+    first exception stops all starts and is re-raised once every thread has ended."""
     stop = threading.Event()
+    # one runner per thread takes the next unit: a byte per unit, not a future (~1.6 KiB each;
+    # a million blob GETs held 1.6 GiB: issue 38)
     started = [bytearray(len(units)) for _, units in lanes]  # 1: taken by a thread
     running: dict[int, tuple[int, int]] = {}  # thread -> (lane, unit) it runs now
     failures: list[tuple[int, int, BaseException]] = []
@@ -81,8 +77,7 @@ def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], objec
 def _start(lanes: Sequence[tuple[int, Sequence[U]]],
            runner: Callable[[int, Sequence[U], Iterator[int]], None], name: str,
            pools: list[ThreadPoolExecutor]) -> list[Future[None]]:
-    """A pool per lane (appended to ``pools``), one ``runner`` per thread sharing the lane's
-    counter."""
+    """A pool per lane (appended to ``pools``), its runners sharing the lane's counter."""
     runners: list[Future[None]] = []
     for k, (count, units) in enumerate(lanes):
         if units:
@@ -96,10 +91,9 @@ def _start(lanes: Sequence[tuple[int, Sequence[U]]],
 def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
                    name: str = THREAD_NAME, deadline: float | None = None,
                    late: Callable[[T], R] | None = None) -> list[R]:
-    """``[fn(x) for x in items]`` on at most ``workers`` threads (inline when one would do), in
-    input order; the first exception ``fn`` raises is re-raised once every thread has stopped.
-    With a ``deadline`` (and ``late``) an item not started by it, or still running ``GRACE``
-    seconds after it, gives ``late(x)``: the caller never waits on a call that hangs."""
+    """``[fn(x) for x in items]`` on at most ``workers`` threads; the first exception is
+    re-raised once all have stopped. With a ``deadline``, an item not started by it, or still
+    running ``GRACE`` seconds after, gives ``late(x)``: the caller never waits on a hang."""
     todo = list(items)
     if deadline is None and min(workers, len(todo)) <= 1:
         return [fn(x) for x in todo]
@@ -107,8 +101,7 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
         raise ValueError("map_in_threads: a deadline needs `late` for the items it stops")
     indexed: list[Any] = [_NONE] * len(todo)  # a list: 8 bytes an item, not a dict's ~80
     failed = threading.Event()
-    # ``workers`` runners take the next item in input order until none is left: no future
-    # per item (a million of them cost over a GiB; issue 22), the same order of starts.
+    # runners take the next item in input order: no future per item (issue 22)
     taken = itertools.count()
     current: dict[int, int] = {}  # runner -> the item it runs
 
@@ -139,7 +132,7 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
 
 
 def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    """CPUs this process may run on (its affinity mask)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):

@@ -1,20 +1,11 @@
-"""The trust gate: one policy, and one check every manifest passes before it is installed,
-copied, imported, written by repair or vouched for.
-
-- Keys configured on the host mean signatures are required everywhere: a manifest must be
-  signed by one of them, or it is refused with the same line in every command.
-- ``require_signatures`` with no key configured fails closed (exit 2); with neither, nothing is
-  checked (a restore still says which keys signed its entries: ``signers``).
-- A manifest only *replaces* one a store lists (its cell pointer names the entry) with proof:
-  the digest its publisher pinned in that pointer must match, and with keys its signature must
-  verify. Without keys and without a pin nothing proves it: refused.
-"""
+"""The trust gate every manifest passes before it is installed, copied, imported or repaired."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from neffcache.config import Settings
 from neffcache.errors import ConfigError, NeffcacheError, UntrustedEntryError
@@ -31,18 +22,18 @@ NO_KEYS_HINT = "configure trusted keys: --trusted-key KEY, NEFFCACHE_TRUSTED_KEY
 
 @dataclass(frozen=True, slots=True)
 class TrustPolicy:
-    """The host's trusted keys: with any, every manifest must be signed by one of them."""
+    """The host's trusted keys: with any, every manifest must be signed by one of them (the
+    same refusal in every command); with none, nothing is checked."""
 
     keys: tuple[PublicKey, ...] = ()
 
     def admit(self, manifest: Manifest, source: str) -> None:
-        """Nothing, or UntrustedEntryError: unsigned, signed by a key not trusted, or changed
-        since it was signed (only with keys configured)."""
+        """UntrustedEntryError: unsigned, signed by a key not trusted, or changed since."""
         check_trusted(manifest, self.keys, source)
 
     def admit_replacement(self, manifest: Manifest, source: str, pin: str | None) -> None:
         """``admit``, and the proof a manifest needs to replace one a store lists: the digest
-        ``pin`` its publisher left (when there is one), and without keys a pin at all."""
+        ``pin`` its publisher left must match, and without keys there must be a pin."""
         self.admit(manifest, source)
         check_pin(manifest, source, pin)
         if pin is None and not self.keys:
@@ -52,24 +43,32 @@ class TrustPolicy:
                                       hint=NO_KEYS_HINT)
 
     def vouches_for_copy(self, signature: object, digest: object) -> bool:
-        """Whether a local manifest copy (its raw ``signature`` and ``manifest_sha256`` fields,
-        as restore wrote them) is trusted: always without keys."""
+        """Whether a local copy's raw ``signature`` and ``manifest_sha256`` fields are trusted."""
         return not self.keys or signed_digest_trusted(signature, digest, self.keys)
 
 
 def check_pin(manifest: Manifest, source: str, pin: str | None) -> None:
-    """Nothing, or UntrustedEntryError when ``pin`` (the digest the publisher left in the cell
-    pointer) is not the manifest's digest: rewritten after it was published."""
+    """UntrustedEntryError when ``pin`` (left in the cell pointer) is not the manifest's digest."""
     if pin is not None and (digest := manifest_digest(manifest)) != pin:
         raise UntrustedEntryError(f"{source} (cell {manifest.cell.id}): its digest "
                                   f"{digest[:12]} is not the {pin[:12]} its publisher pinned "
                                   f"in {pointer_of(manifest)} (rewritten after publish)")
 
 
-def load_trust(settings: Settings, keys: Sequence[str] = (), *,
-               require: bool = False) -> TrustPolicy:
-    """The policy from ``keys`` (flags: keys or files of them), else the settings' trusted
-    keys; ConfigError when signatures are required and no key is configured."""
+class TrustFlags(Protocol):
+    """A request's trust flags (restore, verify, repair, copy, bundle import)."""
+
+    @property
+    def trusted_keys(self) -> Sequence[str]: ...
+
+    @property
+    def require_signatures(self) -> bool: ...
+
+
+def load_trust(settings: Settings, flags: TrustFlags | None = None) -> TrustPolicy:
+    """The policy from the request's keys (or files of them), else the settings' trusted
+    keys; ConfigError when signatures are required and no key is configured (fail closed)."""
+    keys, require = (flags.trusted_keys, flags.require_signatures) if flags else ((), False)
     trusted = load_trusted_keys(tuple(keys) or settings.trusted_keys)
     if not trusted and (require or settings.require_signatures):
         raise ConfigError("signatures are required (--require-signatures / "
@@ -83,8 +82,7 @@ def pointer_of(manifest: Manifest) -> str:
 
 
 def admit_into(store: Store, manifest: Manifest, source: str, trust: TrustPolicy) -> None:
-    """The gate for a manifest about to be written into ``store``: a new entry (``admit``), or
-    a replacement when the store's cell pointer already names it."""
+    """``admit`` a new entry, ``admit_replacement`` one the store's cell pointer names."""
     listed, pin = _read_pointer(store, pointer_of(manifest), manifest.entry_key)
     if listed:
         trust.admit_replacement(manifest, source, pin)
@@ -93,8 +91,7 @@ def admit_into(store: Store, manifest: Manifest, source: str, trust: TrustPolicy
 
 
 def read_pins(store: Store, workers: int = 8) -> dict[str, str | None]:
-    """Every cell pointer of ``store`` that names the entry its place in ``cells/`` says:
-    entry key -> the digest it pins (None: no pin)."""
+    """Entry key -> pinned digest (or None) of each cell pointer naming its own entry."""
 
     def one(key: str) -> tuple[str, str | None] | None:
         pointer = pointer_parts(key)
@@ -108,7 +105,6 @@ def read_pins(store: Store, workers: int = 8) -> dict[str, str | None]:
 
 
 def _read_pointer(store: Store, key: str, entry: str) -> tuple[bool, str | None]:
-    """Whether pointer ``key`` names ``entry``, and the digest it pins."""
     try:
         doc = json.loads(store.read(key))
     except (NeffcacheError, ValueError):
@@ -120,7 +116,6 @@ def _read_pointer(store: Store, key: str, entry: str) -> tuple[bool, str | None]
 
 
 def signers(manifests: Iterable[Manifest]) -> tuple[str, ...]:
-    """The key ids that signed ``manifests``, each once, sorted."""
     return tuple(sorted({m.signature.key_id for m in manifests if m.signature is not None}))
 
 

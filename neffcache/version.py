@@ -1,5 +1,4 @@
-"""The package version, in one place (the top-level face re-exports it), and the commit a
-build was made from (written into the package by the build hook, neffcache/build_hook.py)."""
+"""The package version, and the commit a build was made from (see build_hook.py)."""
 
 __version__ = "0.1.0"
 

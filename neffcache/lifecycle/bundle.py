@@ -133,7 +133,7 @@ def import_bundle(request: ImportBundleRequest) -> ImportBundleResult:
     or foreign bundle, before the store is touched; UnavailableError (exit 6) when the store
     cannot be reached."""
     settings = read_settings(os.environ, store=request.store)
-    trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
+    trust = load_trust(settings, request)
     with BundleStore(request.file, expect_sha256=request.expect_sha256,
                      max_bytes=request.max_bytes) as src:
         src.verify_all()

@@ -75,8 +75,7 @@ def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
     IntegrityError (exit 4) for a source object that does not match its sha256 (nothing of it
     is kept), UnavailableError (exit 6) when a store cannot be reached."""
     env = os.environ if request.environ is None else request.environ
-    trust = load_trust(read_settings(env), request.trusted_keys,
-                       require=request.require_signatures)
+    trust = load_trust(read_settings(env), request)
     if (url := describe_store(request.source)) == describe_store(request.target):
         raise UsageError(f"--from and --to are the same store ({url})")  # before any write
     src = open_checked_store(request.source,

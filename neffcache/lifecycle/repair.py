@@ -155,7 +155,7 @@ def repair_store(request: RepairRequest) -> RepairResult:
     if (request.source is None) == (request.from_dir is None):
         raise UsageError("repair needs one source: --from STORE (or bundle:FILE) or --from-dir")
     settings = read_settings(os.environ, store=request.store)
-    trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
+    trust = load_trust(settings, request)
     target = open_checked_store(settings.store_url)
     with ExitStack() as stack:
         source = _open_source(request, target, stack)

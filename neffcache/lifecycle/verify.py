@@ -118,7 +118,7 @@ def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
     in the result (exit 4, or 6 when objects could only not be read); raises UnavailableError
     (exit 6) when the store cannot be reached, ConfigError for a bad store URL."""
     settings = read_settings(os.environ, store=request.store)
-    trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
+    trust = load_trust(settings, request)
     s = open_checked_store(settings.store_url)
     result = audit_store(s, quick=request.quick, workers=request.workers,
                          progress=request.progress, trust=trust)

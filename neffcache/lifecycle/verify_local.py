@@ -110,8 +110,7 @@ def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
     """Re-hash every file of every entry restored into ``target`` (no store is read); any
     problem is exit 4. Raises UsageError (exit 2) when ``target`` is not a directory neffcache
     restore wrote."""
-    trust = load_trust(read_settings(os.environ), request.trusted_keys,
-                       require=request.require_signatures)
+    trust = load_trust(read_settings(os.environ), request)
     return verify_local(Path(request.target),
                         workers=min(request.workers, LOCAL_WORKERS_MAX),
                         progress=request.progress, trust=trust)

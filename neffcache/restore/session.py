@@ -270,8 +270,7 @@ def _session(request: RestoreRequest) -> _Session:
         if not cells:
             raise UsageError(f"--cells {' '.join(request.cells)}: matches no cell of {label}")
         cells = prioritized(cells, request.first)
-        trusted = load_trust(settings, request.trusted_keys,
-                             require=request.require_signatures).keys
+        trusted = load_trust(settings, request).keys
     return _Session(request=request, settings=settings, matrix_name=m.name or label,
                     cells=cells, backend=backend, target=target, until=until,
                     notice=request.notice or (lambda message: None),

@@ -249,8 +249,8 @@ def test_retire_keeps_the_fingerprints_restored_lately(cli: Cli, tmp_path: Path,
     from datetime import datetime, timezone
 
     from neffcache.config import REPORTS_TO_STORE
-    from neffcache.report_send import write_report
     from neffcache.reports import build_report
+    from tests.support.report_writer import write_report
 
     store = open_store(s3_url)
     published = {}

@@ -14,7 +14,7 @@ import pytest
 
 from neffcache.errors import ReportError
 from neffcache.fingerprint import build_fingerprint
-from neffcache.report_send import keep, load, pending, send_report, send_spooled, write_report
+from neffcache.report_send import keep, load, pending, send_report, send_spooled
 from neffcache.reports import (
     Report,
     Verdicts,
@@ -23,6 +23,7 @@ from neffcache.reports import (
     decode_report,
     make_report_id,
 )
+from tests.support.report_writer import write_report
 
 FP = build_fingerprint("neuron", {"version.neuronx-cc": "2.1.0", "target": "trn2"})
 T0 = datetime(2026, 12, 2, 7, 8, 9, tzinfo=timezone.utc)
