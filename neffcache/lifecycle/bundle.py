@@ -1,9 +1,4 @@
-"""Bundles: entries of a store in one self-describing tar file (the format, and a bundle read
-as a store, live in ``neffcache.store``); use cases ``export_bundle``, ``import_bundle`` and
-``show_bundle``. ``write_bundle`` writes under a temp name beside the final path, every object
-checked against its sha256 as it streams in, fsynced, then renamed: a failed export leaves
-nothing at the final path. A bundle's digest is the sha256 of its table of contents.
-"""
+"""Bundles: export entries of a store into one tar file, import and show one."""
 
 from __future__ import annotations
 

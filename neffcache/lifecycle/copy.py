@@ -1,11 +1,4 @@
-"""Copy entries from one store to another (another region, a local mirror, a bundle): blobs
-once, each verified while streaming, then manifests and pointers last, first writer wins.
-
-Resumable: what the target already holds is skipped, and an entry becomes visible there only
-once its manifest is written, after every object it references. A ``pending/`` intent per entry
-(renewed while the copy runs) protects the blobs a copy relies on from a concurrent ``gc``.
-``plan_copy`` is pure; the use case is ``copy_entries(CopyEntriesRequest)``.
-"""
+"""Copy entries from one store to another: blobs once, verified, manifests last."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Which entries a lifecycle command (copy, bundle export, retire) acts on, read from a store:
-``select_entry_keys`` lists them (every manifest, or what the given cells' pointers name),
-``read_manifests`` reads and validates them, ``select_manifests`` does both for a command's
-selection (MATRIX [--cells] | --all, and --fingerprint).
-"""
+"""Which entries a lifecycle command (copy, bundle export, retire) acts on."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The gc use case, ``collect_garbage``: plan the blobs, packs and stale multipart uploads to
-delete or abort, ask for consent, apply; from a typed request (see ``gc`` for the rules)."""
+"""The gc use case, ``collect_garbage``: plan, ask for consent, apply."""
 
 from __future__ import annotations
 
@@ -45,7 +44,6 @@ class CollectGarbageResult(ExitRule):
 
     @property
     def pending(self) -> str:
-        """What applying the plan deletes or aborts, in words."""
         stale = len(self.uploads.abort) if self.uploads is not None else 0
         if self.gc is None:
             return f"{stale} multipart upload(s)"
@@ -136,7 +134,6 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
 
 def _collect_uploads(s: Store, request: CollectGarbageRequest,
                      now: float) -> CollectGarbageResult:
-    """gc with ``uploads_only``: only the stale multipart uploads."""
     found = collect_uploads(s, now=now, grace=request.grace, workers=request.workers)
     preview = CollectGarbageResult(s.url, True, request.grace, None, found[0] if found else None)
     if found is None or request.dry_run:

@@ -1,11 +1,4 @@
-"""Repair a store, ``repair_store``: one verify of the target, a plan (each replacement
-manifest read from the source and through the trust gate first, so the plan names the objects
-it brings too), consent, then the rewrites. What ``--dry-run`` lists is what the run rewrites;
-after its one verify a repair reads only what it rewrites. The good bytes come from a
-``Source``: another store, a bundle, or a restored directory (``verify_local.DirSource``).
-``plan_repair`` is pure; each rewrite happens only when the target's copy is still bad right
-before it, and writes only bytes that were checked.
-"""
+"""Repair a store, ``repair_store``: one verify, a plan, consent, then checked rewrites."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Retire entries by policy: keep the newest K SDK versions per backend, every entry of named
-matrices and of the fingerprints restored lately (the index's answer), retire the rest
-(``plan_retire`` is pure; ``apply_retire`` does the I/O; the use case is
-``retire_entries(RetireEntriesRequest)``). An entry's SDK version is the part of its
-fingerprint a Neuron SDK (or torch) release changes, ordered field by field, numerically where
-they are numbers.
-
-Apply writes the record first, ``retired/<time>-<id>.json`` (who, when, why, the policy, the
-entries, and every blob and pack they referenced), then deletes each retired entry's cell
-pointer and manifest. The blobs stay for ``gc``, which spares those a young record names: a
-restore that read a manifest just before it was retired still finds every blob. Records are
-never deleted: they are the history.
-"""
+"""Retire entries by policy (newest K SDK versions, named matrices, restored lately)."""
 
 from __future__ import annotations
 
@@ -163,8 +151,7 @@ class RetirePlan:
 
 
 def plan_retire(entries: Iterable[EntryInfo], policy: RetirePolicy) -> RetirePlan:
-    """Which entries the policy keeps (any rule keeps an entry) and which it retires, and the
-    bytes gc frees afterwards (pure)."""
+    """The entries the policy keeps (by any rule) and retires, and the bytes gc then frees."""
     policy.check()
     entries = sorted(entries, key=lambda e: (e.backend, e.cell_id, e.entry_key))
     by_backend: dict[str, set[SdkVersion]] = {}
@@ -192,8 +179,7 @@ def plan_retire(entries: Iterable[EntryInfo], policy: RetirePolicy) -> RetirePla
 
 
 def retire_record(plan: RetirePlan, *, by: str, reason: str, now: float) -> dict[str, Any]:
-    """The record of one retire: who, when, why, the policy, the entries and what they
-    referenced (gc spares those blobs and packs while the record is young)."""
+    """Who, when, why, the policy, the entries and what they referenced (gc spares those)."""
     return {"schema_version": RECORD_SCHEMA, "created_at": now,
             "retired_at": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "by": by, "reason": reason, "policy": plan.policy.to_json(),
@@ -204,8 +190,8 @@ def retire_record(plan: RetirePlan, *, by: str, reason: str, now: float) -> dict
 
 def apply_retire(store: Store, plan: RetirePlan, *, by: str, reason: str,
                  now: float | None = None) -> str:
-    """Write the record, then delete each retired entry's pointer and manifest. Returns the
-    record's key."""
+    """Write the record (never deleted: the history), then delete each retired entry's pointer
+    and manifest; the blobs stay for gc. Returns the record's key."""
     now = time.time() if now is None else now
     stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     key = f"{RETIRED}{stamp}-{uuid.uuid4().hex[:8]}.json"
@@ -230,8 +216,7 @@ def parse_record(data: bytes) -> tuple[float | None, frozenset[str], frozenset[s
 def policy_from(keep_sdk_versions: int | None, matrices: Sequence[tuple[str, Sequence[str]]],
                 config: Mapping[str, Any], keep_restored_days: int | None = None
                 ) -> RetirePolicy:
-    """Flags over the config file's [retire] table; ``matrices`` are (name, cell keys). The
-    restored fingerprints are added by ``with_restored`` once the index has answered."""
+    """Flags over the config file's [retire] table; ``matrices`` are (name, cell keys)."""
     k = keep_sdk_versions if keep_sdk_versions is not None else config.get("keep_sdk_versions")
     d = keep_restored_days if keep_restored_days is not None else config.get(
         "keep_restored_days")
@@ -239,11 +224,6 @@ def policy_from(keep_sdk_versions: int | None, matrices: Sequence[tuple[str, Seq
                         keep_cells=frozenset(c for _, cells in matrices for c in cells),
                         keep_matrices=tuple(name for name, _ in matrices),
                         keep_restored_days=d)
-
-
-def with_restored(policy: RetirePolicy, fingerprint_keys: Iterable[str]) -> RetirePolicy:
-    """The policy with the fingerprints restored in its last ``keep_restored_days``."""
-    return replace(policy, keep_fingerprints=frozenset(fingerprint_keys))
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +303,8 @@ def _policy(request: RetireEntriesRequest, settings: Settings) -> RetirePolicy:
                          request.keep_restored_days)
     policy.check()
     if policy.keep_restored_days is not None:
-        policy = with_restored(policy, _restored(settings, policy.keep_restored_days))
+        policy = replace(policy, keep_fingerprints=frozenset(
+            _restored(settings, policy.keep_restored_days)))
     return policy
 
 

@@ -1,8 +1,4 @@
-"""Store integrity: every manifest decodes and passes the trust gate, every blob and pack it
-references exists and (unless quick) matches its size, sha256 and part digests; each object is
-checked once, however many entries share it, and problems are collected, never raised one by
-one. The use case is ``verify_store(VerifyStoreRequest)``; ``audit_store`` checks an open store.
-"""
+"""Store integrity: manifests decode and pass the trust gate, their blobs and packs match."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Verify a restored directory: re-hash every file against the manifests restore kept beside it
-(``DIR/.neffcache-entries/``), catching damage a flipped bit hides from restore's stat-based
-"already in place" check; a damaged file is dropped from its root's state file, so the next
-restore fetches it again. ``plan_local_checks`` is pure; the use case is
-``verify_local_dir(VerifyLocalDirRequest)``. ``DirSource`` reads such a directory as a source
-of good bytes for ``neffcache repair --from-dir``.
-"""
+"""Verify a restored directory against its manifest copies; ``DirSource`` reads it."""
 
 from __future__ import annotations
 
