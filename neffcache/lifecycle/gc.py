@@ -164,8 +164,6 @@ def parse_intent(key: str, data: bytes) -> Intent:
     return Intent(key, created, blobs)
 
 
-# --- I/O ----------------------------------------------------------------------------------
-
 def _read_all(store: Store, keys: Iterable[str], workers: int) -> dict[str, bytes]:
     """The objects at ``keys`` that still exist (a finished publish drops its intent)."""
     def one(key: str) -> tuple[str, bytes | None]:
@@ -179,13 +177,8 @@ def _read_all(store: Store, keys: Iterable[str], workers: int) -> dict[str, byte
 
 def read_all_references(store: Store, keys: Iterable[str], workers: int
                         ) -> tuple[set[str], set[str]]:
-    blobs: set[str] = set()
-    packs: set[str] = set()
-    for key, data in _read_all(store, keys, workers).items():
-        b, p = manifest_all_references(data, key)
-        blobs |= b
-        packs |= p
-    return blobs, packs
+    found = [manifest_all_references(d, k) for k, d in _read_all(store, keys, workers).items()]
+    return set().union(*(b for b, _ in found)), set().union(*(p for _, p in found))
 
 
 def read_intents(store: Store, keys: Iterable[str], workers: int) -> list[Intent]:
@@ -195,14 +188,9 @@ def read_intents(store: Store, keys: Iterable[str], workers: int) -> list[Intent
 def read_retired(store: Store, *, now: float, grace: float, workers: int
                  ) -> tuple[set[str], set[str]]:
     """(blob sha256s, pack sha256s) named by retire records younger than ``grace``."""
-    blobs: set[str] = set()
-    packs: set[str] = set()
-    for data in _read_all(store, list(store.list(RETIRED)), workers).values():
-        created, b, p = parse_record(data)
-        if created is not None and now - created < grace:
-            blobs |= b
-            packs |= p
-    return blobs, packs
+    records = [parse_record(d) for d in _read_all(store, store.list(RETIRED), workers).values()]
+    young = [(b, p) for created, b, p in records if created is not None and now - created < grace]
+    return set().union(*(b for b, _ in young)), set().union(*(p for _, p in young))
 
 
 def collect_gc(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SECONDS,
@@ -238,10 +226,9 @@ def _spare(delete: tuple[str, ...], spared: tuple[str, ...], key_of: Callable[[s
 def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
              workers: int = 16, recheck: float = RECHECK_SECONDS,
              clock: Callable[[], float] = time.monotonic) -> GcResult:
-    """Delete the plan's blobs in batches, each after keeping those that manifests and intents
-    new since the last listing name; a delete later than ``recheck`` after that listing waits
-    for the next (the first ``workers`` of a batch always go). Then the packs, unless a publish
-    started since planning, and the stale intents."""
+    """Delete the plan's blobs in batches, keeping those new manifests and intents name; a delete
+    later than ``recheck`` after that listing waits for the next (the first ``workers`` of a
+    batch always go). Then the packs, unless a publish started since, and stale intents."""
     seen_manifests, seen_intents = set(seen[0]), set(seen[1])
     deleted: list[str] = []
     kept: list[str] = []
@@ -282,8 +269,6 @@ def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
     return GcResult(plan, tuple(deleted), tuple(kept), dry_run=False,
                     deleted_packs=tuple(packs))
 
-
-# --- multipart uploads (S3) ----------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
 class UploadPlan:
@@ -335,8 +320,7 @@ def collect_uploads(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SE
 
 def apply_uploads(store: Store, plan: UploadPlan, seen_intents: set[str], *,
                   workers: int = 16) -> tuple[Upload, ...]:
-    """Abort the plan's uploads but those new intents name (and every pack's, if any); the
-    uploads aborted."""
+    """Abort the plan's uploads but those new intents name (and every pack's, if any)."""
     if not plan.abort or not isinstance(store, MultipartUploads):
         return ()
     new = read_intents(store, set(store.list(PENDING)) - seen_intents, workers)

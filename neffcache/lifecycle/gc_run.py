@@ -63,9 +63,7 @@ class CollectGarbageResult(ExitRule):
                 "deleted_packs": len(self.gc.deleted_packs)}
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache gc --json``: the plan and what was done, store, uploads (null when there
-        are none to list), uploads_error when they could not be listed, temp_files (the first
-        200) and temp_files_removed. With ``uploads_only``: store, dry_run, uploads."""
+        """``neffcache gc --json``; with ``uploads_only``: store, dry_run, uploads."""
         uploads = None if self.uploads is None else \
             dict(self.uploads.to_json(), aborted=[upload_json(u) for u in self.aborted])
         if self.gc is None:
@@ -96,11 +94,10 @@ class CollectGarbageRequest:
 
 
 def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
-    """Delete blobs and packs no manifest references (sparing those of publishes in progress
-    and of entries retired less than ``grace`` ago) and abort stale multipart uploads. Raises
+    """Delete blobs and packs no manifest references and abort stale multipart uploads. Raises
     UsageError (exit 2) for a grace below the floor without ``force`` and without consent,
-    IntegrityError (exit 4) when a manifest cannot be read, UnavailableError (exit 6) when the
-    store cannot be reached (or, with ``uploads_only``, its uploads cannot be listed)."""
+    IntegrityError (exit 4) for an unreadable manifest, UnavailableError (exit 6) when the
+    store (with ``uploads_only``: its uploads) cannot be reached."""
     check_grace(request.grace, force=request.force)
     s = open_checked_store(read_settings(os.environ, store=request.store).store_url)
     now = time.time()

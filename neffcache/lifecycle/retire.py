@@ -157,16 +157,11 @@ def plan_retire(entries: Iterable[EntryInfo], policy: RetirePolicy) -> RetirePla
     by_backend: dict[str, set[SdkVersion]] = {}
     for e in entries:
         by_backend.setdefault(e.backend, set()).add(e.sdk)
-    versions: list[tuple[str, SdkVersion, bool]] = []
-    kept_versions: set[tuple[str, SdkVersion]] = set()
-    for backend, found in sorted(by_backend.items()):
-        ordered = sorted(found, key=version_order, reverse=True)
-        k = len(ordered) if policy.keep_sdk_versions is None else policy.keep_sdk_versions
-        for i, v in enumerate(ordered):
-            kept = policy.keep_sdk_versions is not None and i < k
-            versions.append((backend, v, kept))
-            if kept:
-                kept_versions.add((backend, v))
+    k = policy.keep_sdk_versions
+    versions = [(backend, v, k is not None and i < k)
+                for backend, found in sorted(by_backend.items())
+                for i, v in enumerate(sorted(found, key=version_order, reverse=True))]
+    kept_versions = {(backend, v) for backend, v, kept in versions if kept}
     rules = [(e, policy.kept_by(e, kept_versions)) for e in entries]
     keep = [e for e, r in rules if r]
     retire = [e for e, r in rules if not r]
@@ -190,8 +185,7 @@ def retire_record(plan: RetirePlan, *, by: str, reason: str, now: float) -> dict
 
 def apply_retire(store: Store, plan: RetirePlan, *, by: str, reason: str,
                  now: float | None = None) -> str:
-    """Write the record (never deleted: the history), then delete each retired entry's pointer
-    and manifest; the blobs stay for gc. Returns the record's key."""
+    """The record first (never deleted: the history), then pointers and manifests; its key."""
     now = time.time() if now is None else now
     stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     key = f"{RETIRED}{stamp}-{uuid.uuid4().hex[:8]}.json"
@@ -238,7 +232,6 @@ class RetireEntriesResult(ExitRule):
     index_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache retire --json``: the plan's document, dry_run, record, store."""
         return dict(self.plan.to_json(), dry_run=self.dry_run, record=self.record,
                     store=self.store)
 
@@ -266,11 +259,10 @@ class RetireEntriesRequest:
 
 
 def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:
-    """Retire every entry of the store the policy does not keep (blobs are left to gc), and
-    from the index when there is one (a failing index is only a notice). Raises UsageError
-    (exit 2) for no policy, for ``keep_restored_days`` without an index, and without consent;
-    MatrixError for a bad matrix file; UnavailableError (exit 6) when the store or the index
-    cannot be reached."""
+    """Retire every entry the policy does not keep, from the store and the index (a failing
+    index is only a notice). Raises UsageError (exit 2) for no policy, ``keep_restored_days``
+    without an index, or no consent; MatrixError for a bad matrix file; UnavailableError
+    (exit 6) when the store or the index cannot be reached."""
     settings = read_settings(os.environ, store=request.store, index=request.index)
     policy = _policy(request, settings)
     s = open_checked_store(settings.store_url)
@@ -296,7 +288,6 @@ def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:
 
 
 def _policy(request: RetireEntriesRequest, settings: Settings) -> RetirePolicy:
-    """The checked policy, with the index's restored fingerprints when it keeps them."""
     config = dict(settings.retire)
     files = tuple(request.keep_matrices) or tuple(config.get("keep_matrices", ()))
     policy = policy_from(request.keep_sdk_versions, [_matrix_cells(f) for f in files], config,
@@ -334,7 +325,6 @@ def _restored(settings: Settings, days: int) -> set[str]:
 
 def _unindex(settings: Settings, keys: list[str],
              notice: Callable[[str], None] | None) -> str | None:
-    """Remove retired entries from the index when there is one; a failure is only a notice."""
     if not settings.has_index:
         return None
     from neffcache.index import open_index  # SQLAlchemy: only when there is an index

@@ -39,8 +39,7 @@ LOCAL_WORKERS_MAX = 8
 
 @dataclass(frozen=True, slots=True)
 class LocalCheck:
-    """One path to check: where it is, and every (size, sha256, mode) an entry wants there
-    (several when entries disagree; restore keeps the first cell's, so any one is fine)."""
+    """A path and every (size, sha256, mode) an entry wants there (any one is fine)."""
 
     root: str
     path: str
@@ -60,8 +59,7 @@ class LocalProblem:
 
 @dataclass(frozen=True, slots=True)
 class VerifyLocalDirResult(ExitRule):
-    """What ``verify_local`` found in a restored directory: counts, bytes re-hashed, every
-    problem."""
+    """What ``verify_local`` found in a restored directory: counts, bytes, every problem."""
 
     target: str
     entries: int
@@ -71,7 +69,6 @@ class VerifyLocalDirResult(ExitRule):
     seconds: float
 
     def error(self) -> NeffcacheError | None:
-        """IntegrityError (exit 4) naming the first problem, or None."""
         if not self.problems:
             return None
         return IntegrityError(f"{len(self.problems)} problem(s) in {self.target}; first: "
@@ -101,9 +98,8 @@ class VerifyLocalDirRequest:
 
 
 def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
-    """Re-hash every file of every entry restored into ``target`` (no store is read); any
-    problem is exit 4. Raises UsageError (exit 2) when ``target`` is not a directory neffcache
-    restore wrote."""
+    """Re-hash every file restored into ``target`` (no store is read); a problem is exit 4.
+    Raises UsageError (exit 2) when ``target`` is not a directory neffcache restore wrote."""
     trust = load_trust(read_settings(os.environ), request.trusted_keys,
                        require=request.require_signatures)
     return verify_local(Path(request.target),
@@ -112,7 +108,6 @@ def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
 
 
 def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[LocalCheck, ...]:
-    """Each wanted path once, with every record wanting it (pure)."""
     wanted: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
     files: dict[tuple[str, str], str] = {}
     for m in manifests:
@@ -126,8 +121,7 @@ def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[Local
 
 def read_local_manifests(target: Path, trust: TrustPolicy = UNCHECKED
                          ) -> tuple[tuple[Manifest, ...], list[LocalProblem]]:
-    """The manifest copies restore kept in ``target`` that decode, and a problem for each
-    other one or (still returned: its files are there) one the trust gate refuses."""
+    """The manifest copies that decode (even refused ones: their files are there), problems."""
     d = target / LOCAL_ENTRIES
     found, problems = [], []
     for p in sorted(d.glob("*.json")):
@@ -178,9 +172,7 @@ def check_file(c: LocalCheck) -> tuple[int, LocalProblem | None]:
 def verify_local(target: Path, *, workers: int = 4,
                  progress: Callable[[int, int], None] | None = None,
                  trust: TrustPolicy = UNCHECKED) -> VerifyLocalDirResult:
-    """Re-hash what the local manifest copies say is restored in ``target``, under the
-    directory's restore lock (a restore running there is waited for: its half-done tree is
-    not damage, and both may rewrite the state file)."""
+    """Under the restore lock: a running restore's half-done tree is not damage."""
     started = time.monotonic()
     target = Path(target).expanduser().absolute()
     if not (target / LOCAL_ENTRIES).is_dir():
@@ -208,7 +200,7 @@ def verify_local(target: Path, *, workers: int = 4,
 
 def forget_states(manifests: Sequence[Manifest], target: str,
                   damaged: set[tuple[str, str]]) -> None:
-    """Drop the damaged paths from their roots' state files, so restore re-hashes them."""
+    """Drop the damaged paths from their roots' state files, so restore fetches them again."""
     gone: dict[str, set[str]] = {}
     for root, path in damaged:
         gone.setdefault(root, set()).add(path)
@@ -218,8 +210,7 @@ def forget_states(manifests: Sequence[Manifest], target: str,
 
 
 class DirSource:
-    """A restored directory as a ``repair.Source``: blobs by the files its manifest copies
-    name, packs rebuilt from their members, manifests from the copies (the caller checks)."""
+    """A restored directory as a ``repair.Source`` (packs rebuilt; the caller checks bytes)."""
 
     def __init__(self, target: str | Path) -> None:
         self.url = f"dir:{target}"
