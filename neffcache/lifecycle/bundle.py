@@ -116,7 +116,6 @@ class ImportBundleResult(ExitRule):
         return self.copy.error()
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache bundle import --json``: the copy's document, file and sha256."""
         return dict(self.copy.to_json(), file=self.file, sha256=self.sha256)
 
 

@@ -109,7 +109,6 @@ class CopyEntriesResult(ExitRule):
                                    f"nothing of them written; first: {self.refused[0][1]}")
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache copy --json``: the fields, ``refused`` as (entry_key, error) objects."""
         return dict(fields_of(self),
                     refused=[{"entry_key": k, "error": e} for k, e in self.refused])
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from neffcache.backends import BACKENDS
@@ -18,15 +18,6 @@ from neffcache.thread_pool import map_in_threads
 def match_fingerprint(key: str, wanted: Sequence[str]) -> bool:
     """Whether ``key`` starts with one of ``wanted`` (everything matches when it is empty)."""
     return not wanted or any(key.startswith(w) for w in wanted)
-
-
-def check_fingerprint_args(wanted: Iterable[str]) -> tuple[str, ...]:
-    out = tuple(w.strip().lower() for w in wanted)
-    for w in out:
-        if not is_key_prefix(w):
-            raise UsageError(f"--fingerprint {w!r}: expected a fingerprint key or a prefix of "
-                             f"at least 6 hex digits")
-    return out
 
 
 def select_entry_keys(store: Store, cells: Sequence[Cell] | None,
@@ -80,7 +71,11 @@ def select_manifests(store: Store, matrix: str | Path | None, patterns: Sequence
         raise UsageError("give a MATRIX or --all (not both)")
     if everything and patterns:
         raise UsageError("--cells selects cells of a MATRIX; it cannot be used with --all")
-    wanted = check_fingerprint_args(fingerprints)
+    wanted = tuple(w.strip().lower() for w in fingerprints)
+    for w in wanted:
+        if not is_key_prefix(w):
+            raise UsageError(f"--fingerprint {w!r}: expected a fingerprint key or a prefix of "
+                             f"at least 6 hex digits")
     cells = None
     if matrix is not None:
         m = load_matrix(matrix)

@@ -112,8 +112,7 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
         if request.notice is not None:
             hint = f" (Hint: {exc.hint})" if exc.hint else ""
             request.notice(f"warning: multipart uploads not checked: {exc}{hint}")
-    cleaner = s if isinstance(s, TempFiles) else None
-    temps = tuple(cleaner.stale_temps()) if cleaner is not None else ()
+    temps = tuple(s.stale_temps()) if isinstance(s, TempFiles) else ()
     preview = CollectGarbageResult(s.url, True, request.grace, GcResult(plan, (), (), True),
                                    found[0] if found else None, (), uploads_error, temps)
     doomed = len(plan.delete) + len(plan.delete_packs) + (len(found[0].abort) if found else 0)
@@ -123,8 +122,8 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
     result = apply_gc(s, plan, (seen_m, seen_i), workers=request.workers)
     aborted = () if not found else apply_uploads(s, *found, workers=request.workers)
     for temp in temps:
-        assert cleaner is not None  # temps only come from TempFiles
-        cleaner.remove_temp(temp)
+        assert isinstance(s, TempFiles)  # temps only come from TempFiles
+        s.remove_temp(temp)
     return replace(preview, dry_run=False, gc=result, aborted=aborted,
                    temps_removed=len(temps))
 

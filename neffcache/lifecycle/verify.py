@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from neffcache.command_steps import open_checked_store
 from neffcache.config import read_settings
+from neffcache.documents import Doc, Document
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
@@ -44,15 +45,12 @@ MAX_LISTED = 200
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class Problem(Document):
     key: str
     # manifest | missing | size | sha256 | unavailable (packs: the same kinds); manifests also
     # untrusted | pin (refused by the trust gate)
     kind: str
-    message: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"key": self.key, "kind": self.kind, "error": self.message}
+    message: Annotated[str, Doc(key="error")]
 
 
 @dataclass(frozen=True, slots=True)

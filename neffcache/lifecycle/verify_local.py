@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 from neffcache.backends import BACKENDS, root_dirs
 from neffcache.config import read_settings
+from neffcache.documents import Doc, Document
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
@@ -48,13 +49,10 @@ class LocalCheck:
 
 
 @dataclass(frozen=True, slots=True)
-class LocalProblem:
+class LocalProblem(Document):
     path: str
     kind: str  # missing | type | size | sha256 | mode | manifest | untrusted
-    message: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"path": self.path, "kind": self.kind, "error": self.message}
+    message: Annotated[str, Doc(key="error")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +74,6 @@ class VerifyLocalDirResult(ExitRule):
                               hint=f"neffcache restore MATRIX --to {self.target}")
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache verify --local DIR --json`` (the first 200 problems)."""
         return {"ok": not self.problems, "target": self.target, "entries": self.entries,
                 "files": self.files, "bytes_checked": self.bytes_checked,
                 "problems": [p.to_json() for p in self.problems[:MAX_LISTED]],
