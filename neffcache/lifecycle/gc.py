@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -95,11 +95,12 @@ def _sha_of(key: str, key_of: Callable[[str], str]) -> str | None:
 
 
 def plan_packs(pack_keys: Iterable[str], referenced: set[str], intents: Iterable[Intent], *,
-               now: float, grace: float) -> Sorted:
+               now: float, grace: float, retired: Set[str] = frozenset()) -> Sorted:
     """(delete, spared, packs seen, unknown keys): a publish in progress does not name its packs,
-    so none is deleted while an intent is fresh (and restore falls back to a pack's blobs)."""
+    so none is deleted while an intent is fresh (and restore falls back to a pack's blobs);
+    ``retired``: the packs young retire records name, spared too."""
     busy = any(i.fresh(now, grace) for i in intents)
-    return _sort_out(pack_keys, pack_key, referenced, lambda sha: busy)
+    return _sort_out(pack_keys, pack_key, referenced, lambda sha: busy or sha in retired)
 
 
 def _sort_out(keys: Iterable[str], key_of: Callable[[str], str], referenced: set[str],
@@ -121,10 +122,10 @@ def _sort_out(keys: Iterable[str], key_of: Callable[[str], str], referenced: set
 
 
 def plan_gc(blob_keys: Iterable[str], referenced: set[str], intents: Iterable[Intent], *,
-            now: float, grace: float) -> GcPlan:
-    """Unreferenced blobs to delete, sparing those a fresh intent names (pure)."""
+            now: float, grace: float, retired: Set[str] = frozenset()) -> GcPlan:
+    """Unreferenced blobs to delete, sparing those a fresh intent or ``retired`` names (pure)."""
     intents = list(intents)
-    protected = set().union(*(i.blobs for i in intents if i.fresh(now, grace)))
+    protected = set(retired).union(*(i.blobs for i in intents if i.fresh(now, grace)))
     stale = sorted(i.key for i in intents if not i.fresh(now, grace))
     delete, spared, total, unknown = _sort_out(blob_keys, blob_key, referenced,
                                                protected.__contains__)
@@ -202,25 +203,13 @@ def collect_gc(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SECONDS
     intent_keys = set(store.list(PENDING))
     refs, pack_refs = read_all_references(store, manifest_keys, workers)
     intents = read_intents(store, intent_keys, workers)
-    plan = plan_gc(blob_keys, refs, intents, now=now, grace=grace)
-    delete_packs, spared_packs, packs, unknown_packs = plan_packs(pack_keys, pack_refs, intents,
-                                                                  now=now, grace=grace)
     young_blobs, young_packs = read_retired(store, now=now, grace=grace, workers=workers)
-    delete, spared = _spare(plan.delete, plan.spared, blob_key, young_blobs)
-    delete_packs, spared_packs = _spare(delete_packs, spared_packs, pack_key, young_packs)
-    plan = replace(plan, manifests=len(manifest_keys), delete=delete, spared=spared,
-                   unknown=plan.unknown + unknown_packs, packs=packs, delete_packs=delete_packs,
-                   spared_packs=spared_packs)
+    plan = plan_gc(blob_keys, refs, intents, now=now, grace=grace, retired=young_blobs)
+    delete_packs, spared_packs, packs, unknown_packs = plan_packs(
+        pack_keys, pack_refs, intents, now=now, grace=grace, retired=young_packs)
+    plan = replace(plan, manifests=len(manifest_keys), unknown=plan.unknown + unknown_packs,
+                   packs=packs, delete_packs=delete_packs, spared_packs=spared_packs)
     return plan, manifest_keys, intent_keys
-
-
-def _spare(delete: tuple[str, ...], spared: tuple[str, ...], key_of: Callable[[str], str],
-           protected: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Move the keys whose sha256 is protected from ``delete`` to ``spared`` (pure)."""
-    if not protected:
-        return delete, spared
-    moved = tuple(k for k in delete if _sha_of(k, key_of) in protected)
-    return tuple(k for k in delete if k not in moved), tuple(sorted(spared + moved))
 
 
 def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
