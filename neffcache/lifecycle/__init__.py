@@ -1,25 +1,4 @@
-"""What happens to entries after publish: verify, gc, retire, copy between stores, bundles.
-
-Use cases, each ``verb(Request) -> Result``; a result knows its ``exit_code`` (from its
-``error()``) and its ``--json`` document (``to_json()``). None of them prompts: a destructive
-one takes ``dry_run`` (plan only), and ``confirmed`` or a ``confirm(preview)`` callback
-(``preview``: the dry run's result; when it returns False, that is the result). Common request
-fields: ``store`` (None: NEFFCACHE_STORE > config file > default), ``workers``, ``progress(done,
-total)``, ``notice(line)`` for warnings, and ``trusted_keys`` / ``require_signatures``, the
-trust gate's policy (``neffcache.trust``; empty: NEFFCACHE_TRUSTED_KEYS, the config file's).
-
-    verify_store(VerifyStoreRequest) -> VerifyStoreResult            neffcache verify
-    verify_local_dir(VerifyLocalDirRequest) -> VerifyLocalDirResult  neffcache verify --local
-    collect_garbage(CollectGarbageRequest) -> CollectGarbageResult   neffcache gc
-    retire_entries(RetireEntriesRequest) -> RetireEntriesResult      neffcache retire
-    copy_entries(CopyEntriesRequest) -> CopyEntriesResult            neffcache copy
-    repair_store(RepairRequest) -> RepairResult                      neffcache repair
-    export_bundle(ExportBundleRequest) -> ExportBundleResult         neffcache bundle export
-    import_bundle(ImportBundleRequest) -> ImportBundleResult         neffcache bundle import
-    show_bundle(ShowBundleRequest) -> ShowBundleResult               neffcache bundle show
-
-Modules: see ARCHITECTURE.md. Importing this package imports no SQL, AWS or torch library.
-"""
+"""The lifecycle face: verify, gc, retire, copy, repair and bundle, each verb(Request) -> Result."""
 
 from __future__ import annotations
 

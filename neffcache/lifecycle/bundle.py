@@ -1,9 +1,4 @@
-"""Bundles: entries of a store in one self-describing tar file (the format, and a bundle read
-as a store, live in ``neffcache.store``); use cases ``export_bundle``, ``import_bundle`` and
-``show_bundle``. ``write_bundle`` writes under a temp name beside the final path, every object
-checked against its sha256 as it streams in, fsynced, then renamed: a failed export leaves
-nothing at the final path. A bundle's digest is the sha256 of its table of contents.
-"""
+"""Bundles: export entries of a store into one tar file, import and show one."""
 
 from __future__ import annotations
 
@@ -70,7 +65,6 @@ class ExportBundleResult(ExitRule):
     file_bytes: int
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache bundle export --json``."""
         return {"file": self.file, "sha256": self.sha256,
                 "entries": [e.to_json() for e in self.toc.entries],
                 "members": len(self.toc.members), "bytes": self.toc.total_bytes,
@@ -78,10 +72,9 @@ class ExportBundleResult(ExitRule):
 
 
 def export_bundle(request: ExportBundleRequest) -> ExportBundleResult:
-    """Write the selected entries into one bundle file. Raises UsageError (exit 2) for a bad
-    selection, no entry selected or an unwritable file, IntegrityError (exit 4) for a store
-    object missing or not matching its sha256 or an entry the trust gate refuses (with keys
-    configured), UnavailableError (exit 6) when the store cannot be reached."""
+    """Write the selected entries into one bundle file. Raises UsageError (exit 2) for a bad or
+    empty selection or an unwritable file, IntegrityError (exit 4) for a bad store object or
+    an entry the trust gate refuses, UnavailableError (exit 6) for an unreachable store."""
     settings = read_settings(os.environ, store=request.store)
     trust = load_trust(settings)
     s = open_checked_store(settings.store_url)
@@ -123,14 +116,12 @@ class ImportBundleResult(ExitRule):
         return self.copy.error()
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache bundle import --json``: the copy's document, file and sha256."""
         return dict(self.copy.to_json(), file=self.file, sha256=self.sha256)
 
 
 def import_bundle(request: ImportBundleRequest) -> ImportBundleResult:
-    """Check the whole bundle (structure, every member, with ``expect_sha256`` the table), then
-    copy its entries into the store. Raises IntegrityError (exit 4) for a truncated, tampered
-    or foreign bundle, before the store is touched; UnavailableError (exit 6) when the store
+    """Check the whole bundle, then copy its entries into the store. Raises IntegrityError (exit
+    4) for a bad bundle, before the store is touched; UnavailableError (exit 6) when the store
     cannot be reached."""
     settings = read_settings(os.environ, store=request.store)
     trust = load_trust(settings, request)
@@ -165,7 +156,6 @@ class ShowBundleResult(ExitRule):
     verified: bool
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache bundle show --json``."""
         return {"file": self.file, "sha256": self.sha256, "created_at": self.toc.created_at,
                 "producer": dict(self.toc.producer),
                 "entries": [e.to_json() for e in self.toc.entries],
@@ -174,8 +164,7 @@ class ShowBundleResult(ExitRule):
 
 
 def show_bundle(request: ShowBundleRequest) -> ShowBundleResult:
-    """Read a bundle's table of contents and check its structure (and, with ``verify``, every
-    member against its sha256). Raises IntegrityError (exit 4) for a bad bundle."""
+    """A bundle's table of contents, its structure checked; IntegrityError (exit 4) if bad."""
     with BundleStore(request.file, expect_sha256=request.expect_sha256,
                      max_bytes=request.max_bytes) as b:
         if request.verify:
@@ -186,7 +175,8 @@ def show_bundle(request: ShowBundleRequest) -> ShowBundleResult:
 def write_bundle(store: Store, manifests: Sequence[Manifest], out: Path, *,
                  gzip: bool = False,
                  on_progress: Callable[[int, int], None] | None = None) -> tuple[str, Toc]:
-    """Write the entries (manifests, pointers, blobs, packs) to ``out``; (digest, TOC)."""
+    """Write the entries to ``out`` atomically, each object checked as it streams; (digest, TOC).
+    The digest is the sha256 of the table of contents."""
     if not manifests:
         raise UsageError("no entries selected: nothing to export")
     out = Path(out).absolute()

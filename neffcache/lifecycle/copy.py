@@ -1,11 +1,4 @@
-"""Copy entries from one store to another (another region, a local mirror, a bundle): blobs
-once, each verified while streaming, then manifests and pointers last, first writer wins.
-
-Resumable: what the target already holds is skipped, and an entry becomes visible there only
-once its manifest is written, after every object it references. A ``pending/`` intent per entry
-(renewed while the copy runs) protects the blobs a copy relies on from a concurrent ``gc``.
-``plan_copy`` is pure; the use case is ``copy_entries(CopyEntriesRequest)``.
-"""
+"""Copy entries from one store to another: blobs once, verified, manifests last."""
 
 from __future__ import annotations
 
@@ -70,10 +63,9 @@ class CopyEntriesRequest:
 
 
 def copy_entries(request: CopyEntriesRequest) -> CopyEntriesResult:
-    """Copy the selected entries from ``source`` to ``target``; a rerun copies only what is
-    missing. Raises UsageError (exit 2) for the same store twice or a bad selection,
-    IntegrityError (exit 4) for a source object that does not match its sha256 (nothing of it
-    is kept), UnavailableError (exit 6) when a store cannot be reached."""
+    """Copy the selected entries; a rerun copies only what is missing. Raises UsageError (exit
+    2) for the same store twice or a bad selection, IntegrityError (exit 4) for a bad source
+    object (nothing of it is kept), UnavailableError (exit 6) for an unreachable store."""
     env = os.environ if request.environ is None else request.environ
     trust = load_trust(read_settings(env), request)
     if (url := describe_store(request.source)) == describe_store(request.target):
@@ -116,15 +108,13 @@ class CopyEntriesResult(ExitRule):
                                    f"nothing of them written; first: {self.refused[0][1]}")
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache copy --json``: the fields, ``refused`` as (entry_key, error) objects."""
         return dict(fields_of(self),
                     refused=[{"entry_key": k, "error": e} for k, e in self.refused])
 
 
 def plan_copy(manifests: Sequence[Manifest]
               ) -> tuple[list[tuple[str, int]], list[PackRecord]]:
-    """The objects the entries need: each blob (sha256, size) once, largest first, and each
-    pack once (pure)."""
+    """Each blob (sha256, size) once, largest first, and each pack once (pure)."""
     blobs: dict[str, int] = {}
     packs: dict[str, PackRecord] = {}
     for m in manifests:
@@ -137,9 +127,7 @@ def plan_copy(manifests: Sequence[Manifest]
 
 
 def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> bool:
-    """Stream one object from ``src`` to ``dst`` unless ``dst`` holds it and it is not known to
-    be bad (``holds_good``); its bytes must have ``size`` and ``sha256`` or nothing is
-    committed (IntegrityError). True when written."""
+    """``put_verified`` unless ``dst`` holds the object and it is not known to be bad."""
     if holds_good(dst, key, size):  # the skip decision: a rerun skips it
         return False
     with src.open(key) as raw:
@@ -148,8 +136,8 @@ def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> boo
 
 def put_verified(dst: Store, key: str, raw: BinaryIO, size: int, sha256: str, *,
                  name: str) -> bool:
-    """Put ``raw`` at ``key`` of ``dst`` (if absent), checked while it streams: bytes without
-    ``size`` and ``sha256`` are taken back (IntegrityError). True when written."""
+    """Put ``raw`` at ``key`` if absent; bytes without ``size`` and ``sha256`` are taken back
+    (IntegrityError). True when written."""
     reader = VerifyingReader(raw, size=size, sha256=sha256, name=name)
     wrote = dst.put(key, reader, if_absent=True)  # type: ignore[arg-type]  # a raw stream
     if wrote:
@@ -165,9 +153,7 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
                on_progress: Callable[[int, int], None] | None = None,
                refresh_every: float = REFRESH_SECONDS,
                trust: TrustPolicy = UNCHECKED) -> CopyEntriesResult:
-    """Copy the entries' blobs and packs the target lacks, then their manifests and pointers;
-    an entry the target lacks passes the trust gate first (``trust.admit_into``: refused,
-    nothing of it is written). ``on_progress(done, total)`` is called per blob."""
+    """Objects, then manifests and pointers; a refused entry has nothing of it written."""
     present = [m for m in manifests if dst.has(manifest_key(m.entry_key))]
     have = {m.entry_key for m in present}
     gated = map_in_threads(lambda m: _gate(dst, m, src.url, trust),
@@ -181,7 +167,7 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
         sha, size = item
         return sha, size, copy_object(src, dst, blob_key(sha), size, sha)
 
-    with held_intents(dst, todo, every=refresh_every):
+    with held_intents(dst, todo, every=refresh_every):  # a concurrent gc spares their blobs
         outcomes = []
         for i in range(0, len(blobs), 256):  # progress per batch, bounded memory
             batch = map_in_threads(blob, blobs[i:i + 256], workers)
@@ -213,7 +199,6 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
 
 
 def _gate(dst: Store, m: Manifest, source: str, trust: TrustPolicy) -> tuple[Manifest, str]:
-    """The entry and why the gate refused it ("" when admitted)."""
     try:
         admit_into(dst, m, f"{source}/{manifest_key(m.entry_key)}", trust)
     except UntrustedEntryError as exc:

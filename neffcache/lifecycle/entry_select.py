@@ -1,12 +1,8 @@
-"""Which entries a lifecycle command (copy, bundle export, retire) acts on, read from a store:
-``select_entry_keys`` lists them (every manifest, or what the given cells' pointers name),
-``read_manifests`` reads and validates them, ``select_manifests`` does both for a command's
-selection (MATRIX [--cells] | --all, and --fingerprint).
-"""
+"""Which entries a lifecycle command (copy, bundle export, retire) acts on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from neffcache.backends import BACKENDS
@@ -20,24 +16,13 @@ from neffcache.thread_pool import map_in_threads
 
 
 def match_fingerprint(key: str, wanted: Sequence[str]) -> bool:
-    """Whether fingerprint ``key`` is one of ``wanted`` (each a full key or a prefix of at least
-    6 hex digits); everything matches when ``wanted`` is empty."""
+    """Whether ``key`` starts with one of ``wanted`` (everything matches when it is empty)."""
     return not wanted or any(key.startswith(w) for w in wanted)
-
-
-def check_fingerprint_args(wanted: Iterable[str]) -> tuple[str, ...]:
-    out = tuple(w.strip().lower() for w in wanted)
-    for w in out:
-        if not is_key_prefix(w):
-            raise UsageError(f"--fingerprint {w!r}: expected a fingerprint key or a prefix of "
-                             f"at least 6 hex digits")
-    return out
 
 
 def select_entry_keys(store: Store, cells: Sequence[Cell] | None,
                       fingerprints: Sequence[str] = (), *, workers: int = 16) -> tuple[str, ...]:
-    """Entry keys in the store: all (``cells=None``) or those built for ``cells`` (through their
-    pointers), restricted to ``fingerprints`` when given; sorted, each once."""
+    """Sorted entry keys: all (``cells=None``) or those the cells' pointers name."""
     if cells is None:
         keys = {ek for k in store.list(MANIFESTS) if (ek := entry_key_of(k)) is not None}
         if not fingerprints:
@@ -57,9 +42,8 @@ def select_entry_keys(store: Store, cells: Sequence[Cell] | None,
 
 def decode_entry(data: bytes, source: str, entry_key: str | None, *,
                  known_backend: bool = False) -> Manifest:
-    """The manifest in ``data`` (read from ``source``), decoded with its backend's roots;
-    ManifestError unless it describes ``entry_key`` (and, with ``known_backend``, unless its
-    backend is one this neffcache knows)."""
+    """The manifest, decoded with its backend's roots; ManifestError unless it describes
+    ``entry_key`` (with ``known_backend``: or its backend is unknown)."""
     m = decode_manifest(data, source=source)
     backend = BACKENDS.get(m.fingerprint.backend)
     if backend is None and known_backend:
@@ -81,15 +65,17 @@ def read_manifests(store: Store, keys: Sequence[str], *, workers: int = 16
 def select_manifests(store: Store, matrix: str | Path | None, patterns: Sequence[str] = (),
                      fingerprints: Sequence[str] = (), everything: bool = False, *,
                      workers: int = 16) -> tuple[Manifest, ...]:
-    """The validated manifests of the selected entries, sorted by entry key: those built for
-    the cells of ``matrix`` (only the cells whose id matches one of ``patterns``, when given),
-    or every entry (``everything``); only ``fingerprints`` (keys or prefixes) when given.
-    UsageError for a selection that is not exactly one of the two, or matches no cell."""
+    """The validated manifests of a command's selection (MATRIX [--cells] | --all, and
+    --fingerprint), sorted by entry key; UsageError for a bad selection."""
     if everything == (matrix is not None):
         raise UsageError("give a MATRIX or --all (not both)")
     if everything and patterns:
         raise UsageError("--cells selects cells of a MATRIX; it cannot be used with --all")
-    wanted = check_fingerprint_args(fingerprints)
+    wanted = tuple(w.strip().lower() for w in fingerprints)
+    for w in wanted:
+        if not is_key_prefix(w):
+            raise UsageError(f"--fingerprint {w!r}: expected a fingerprint key or a prefix of "
+                             f"at least 6 hex digits")
     cells = None
     if matrix is not None:
         m = load_matrix(matrix)

@@ -1,28 +1,10 @@
-"""Garbage collection: delete blobs and packs no manifest references, abort stale multipart
-uploads (``plan_*`` are pure; ``collect_*``/``apply_*`` do the I/O; the use case is
-``gc_run.collect_garbage``).
-
-Concurrent publishes stay safe: a publish writes ``pending/<entry-key>.<id>.json`` naming every
-blob it relies on *before* uploading or skipping any, renews it every ``REFRESH_SECONDS`` and
-drops it once its manifest is written (``precompile.intents``). gc lists blobs first, then
-manifests and intents; a blob a fresh intent names (younger than the grace, at least
-``GRACE_FLOOR_SECONDS`` unless forced) is spared, and manifests and intents are listed again
-before each batch of deletions, each delete starting within ``RECHECK_SECONDS`` of that
-listing. Stale intents (crashed publishes) are deleted; a manifest gc cannot read stops it.
-The blobs and packs a young retire record names are spared too, so a restore that read a
-manifest just before it was retired still finds them. Stale multipart uploads (S3) are aborted
-unless a fresh intent names their blob.
-
-A publish uploads its packs before its manifest without naming them in its intent, so
-unreferenced packs (and their uploads) are deleted only when no publish is in progress. Even a
-pack deleted under a racing publish loses nothing: restore falls back to the members' blobs.
-"""
+"""gc: delete blobs and packs no manifest references, abort stale multipart uploads."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -113,11 +95,12 @@ def _sha_of(key: str, key_of: Callable[[str], str]) -> str | None:
 
 
 def plan_packs(pack_keys: Iterable[str], referenced: set[str], intents: Iterable[Intent], *,
-               now: float, grace: float) -> Sorted:
-    """(delete, spared, packs seen, unknown keys): unreferenced packs are deleted only when no
-    intent is fresh, since a publish in progress does not name the packs it uploads (pure)."""
+               now: float, grace: float, retired: Set[str] = frozenset()) -> Sorted:
+    """(delete, spared, packs seen, unknown keys): a publish in progress does not name its packs,
+    so none is deleted while an intent is fresh (and restore falls back to a pack's blobs);
+    ``retired``: the packs young retire records name, spared too."""
     busy = any(i.fresh(now, grace) for i in intents)
-    return _sort_out(pack_keys, pack_key, referenced, lambda sha: busy)
+    return _sort_out(pack_keys, pack_key, referenced, lambda sha: busy or sha in retired)
 
 
 def _sort_out(keys: Iterable[str], key_of: Callable[[str], str], referenced: set[str],
@@ -139,10 +122,10 @@ def _sort_out(keys: Iterable[str], key_of: Callable[[str], str], referenced: set
 
 
 def plan_gc(blob_keys: Iterable[str], referenced: set[str], intents: Iterable[Intent], *,
-            now: float, grace: float) -> GcPlan:
-    """Unreferenced blobs to delete, sparing those a fresh intent names (pure)."""
+            now: float, grace: float, retired: Set[str] = frozenset()) -> GcPlan:
+    """Unreferenced blobs to delete, sparing those a fresh intent or ``retired`` names (pure)."""
     intents = list(intents)
-    protected = set().union(*(i.blobs for i in intents if i.fresh(now, grace)))
+    protected = set(retired).union(*(i.blobs for i in intents if i.fresh(now, grace)))
     stale = sorted(i.key for i in intents if not i.fresh(now, grace))
     delete, spared, total, unknown = _sort_out(blob_keys, blob_key, referenced,
                                                protected.__contains__)
@@ -150,14 +133,9 @@ def plan_gc(blob_keys: Iterable[str], referenced: set[str], intents: Iterable[In
                   spared=spared, stale_intents=tuple(stale), unknown=unknown)
 
 
-def manifest_references(data: bytes, source: str) -> set[str]:
-    """The sha256s a manifest references, read leniently (a hostile path does not hide its
-    blobs); a manifest that is not JSON, or of a newer schema, is an IntegrityError."""
-    return manifest_all_references(data, source)[0]
-
-
 def manifest_all_references(data: bytes, source: str) -> tuple[set[str], set[str]]:
-    """(blob sha256s, pack sha256s) a manifest references; see ``manifest_references``."""
+    """(blob sha256s, pack sha256s) a manifest references, read leniently (a hostile path does
+    not hide its blobs); IntegrityError for one that is not JSON or of a newer schema."""
     try:
         doc = json.loads(data)
         version = doc.get("schema_version")
@@ -187,11 +165,8 @@ def parse_intent(key: str, data: bytes) -> Intent:
     return Intent(key, created, blobs)
 
 
-# --- I/O ----------------------------------------------------------------------------------
-
 def _read_all(store: Store, keys: Iterable[str], workers: int) -> dict[str, bytes]:
-    """The objects at ``keys``, but those deleted since they were listed (a finished
-    publish's intent)."""
+    """The objects at ``keys`` that still exist (a finished publish drops its intent)."""
     def one(key: str) -> tuple[str, bytes | None]:
         try:
             return key, store.read(key)
@@ -203,14 +178,8 @@ def _read_all(store: Store, keys: Iterable[str], workers: int) -> dict[str, byte
 
 def read_all_references(store: Store, keys: Iterable[str], workers: int
                         ) -> tuple[set[str], set[str]]:
-    """(blob sha256s, pack sha256s) the manifests at ``keys`` reference."""
-    blobs: set[str] = set()
-    packs: set[str] = set()
-    for key, data in _read_all(store, keys, workers).items():
-        b, p = manifest_all_references(data, key)
-        blobs |= b
-        packs |= p
-    return blobs, packs
+    found = [manifest_all_references(d, k) for k, d in _read_all(store, keys, workers).items()]
+    return set().union(*(b for b, _ in found)), set().union(*(p for _, p in found))
 
 
 def read_intents(store: Store, keys: Iterable[str], workers: int) -> list[Intent]:
@@ -220,56 +189,35 @@ def read_intents(store: Store, keys: Iterable[str], workers: int) -> list[Intent
 def read_retired(store: Store, *, now: float, grace: float, workers: int
                  ) -> tuple[set[str], set[str]]:
     """(blob sha256s, pack sha256s) named by retire records younger than ``grace``."""
-    blobs: set[str] = set()
-    packs: set[str] = set()
-    for data in _read_all(store, list(store.list(RETIRED)), workers).values():
-        created, b, p = parse_record(data)
-        if created is not None and now - created < grace:
-            blobs |= b
-            packs |= p
-    return blobs, packs
+    records = [parse_record(d) for d in _read_all(store, store.list(RETIRED), workers).values()]
+    young = [(b, p) for created, b, p in records if created is not None and now - created < grace]
+    return set().union(*(b for b, _ in young)), set().union(*(p for _, p in young))
 
 
 def collect_gc(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SECONDS,
                workers: int = 16) -> tuple[GcPlan, set[str], set[str]]:
-    """List blobs, then manifests and intents; plan. Also returns the manifest and intent keys
-    seen, so ``apply_gc`` can look only at what appeared since."""
+    """The plan, and the manifest and intent keys seen (``apply_gc`` reads only newer ones)."""
     blob_keys = list(store.list(BLOBS))  # blobs first: anything uploaded later is not a candidate
     pack_keys = list(store.list(PACKS))
     manifest_keys = {k for k in store.list(MANIFESTS) if k.endswith(".json")}
     intent_keys = set(store.list(PENDING))
     refs, pack_refs = read_all_references(store, manifest_keys, workers)
     intents = read_intents(store, intent_keys, workers)
-    plan = plan_gc(blob_keys, refs, intents, now=now, grace=grace)
-    delete_packs, spared_packs, packs, unknown_packs = plan_packs(pack_keys, pack_refs, intents,
-                                                                  now=now, grace=grace)
     young_blobs, young_packs = read_retired(store, now=now, grace=grace, workers=workers)
-    delete, spared = _spare(plan.delete, plan.spared, blob_key, young_blobs)
-    delete_packs, spared_packs = _spare(delete_packs, spared_packs, pack_key, young_packs)
-    plan = replace(plan, manifests=len(manifest_keys), delete=delete, spared=spared,
-                   unknown=plan.unknown + unknown_packs, packs=packs, delete_packs=delete_packs,
-                   spared_packs=spared_packs)
+    plan = plan_gc(blob_keys, refs, intents, now=now, grace=grace, retired=young_blobs)
+    delete_packs, spared_packs, packs, unknown_packs = plan_packs(
+        pack_keys, pack_refs, intents, now=now, grace=grace, retired=young_packs)
+    plan = replace(plan, manifests=len(manifest_keys), unknown=plan.unknown + unknown_packs,
+                   packs=packs, delete_packs=delete_packs, spared_packs=spared_packs)
     return plan, manifest_keys, intent_keys
-
-
-def _spare(delete: tuple[str, ...], spared: tuple[str, ...], key_of: Callable[[str], str],
-           protected: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Move the keys whose sha256 is protected from ``delete`` to ``spared`` (pure)."""
-    if not protected:
-        return delete, spared
-    moved = tuple(k for k in delete if _sha_of(k, key_of) in protected)
-    return tuple(k for k in delete if k not in moved), tuple(sorted(spared + moved))
 
 
 def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
              workers: int = 16, recheck: float = RECHECK_SECONDS,
              clock: Callable[[], float] = time.monotonic) -> GcResult:
-    """Delete the plan's blobs in batches; before each batch, read manifests and intents that
-    appeared since planning and keep any blob they name. A delete that would start more than
-    ``recheck`` seconds after that listing goes back for the next one (the first ``workers`` of
-    a batch always go, so every round makes progress). Then the plan's packs, unless a
-    publish started since planning (its packs are named nowhere yet) and except those new
-    manifests name. Then delete stale intents."""
+    """Delete the plan's blobs in batches, keeping those new manifests and intents name; a delete
+    later than ``recheck`` after that listing waits for the next (the first ``workers`` of a
+    batch always go). Then the packs, unless a publish started since, and stale intents."""
     seen_manifests, seen_intents = set(seen[0]), set(seen[1])
     deleted: list[str] = []
     kept: list[str] = []
@@ -311,8 +259,6 @@ def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
                     deleted_packs=tuple(packs))
 
 
-# --- multipart uploads (S3) ----------------------------------------------------------------
-
 @dataclass(frozen=True, slots=True)
 class UploadPlan:
     listed: int  # incomplete multipart uploads under the store's prefix
@@ -332,9 +278,8 @@ def upload_json(upload: Upload) -> dict[str, str]:
 
 def plan_uploads(uploads: Iterable[Upload], intents: Iterable[Intent], *, now: float,
                  grace: float) -> UploadPlan:
-    """Uploads of blobs and packs started more than ``grace`` ago, to abort unless a fresh intent
-    names the blob (or, for a pack, any publish is in progress: intents do not name packs)
-    (pure)."""
+    """Uploads older than ``grace`` to abort, unless a fresh intent names the blob (for a pack:
+    unless any publish is in progress)."""
     uploads = list(uploads)
     fresh = [i for i in intents if i.fresh(now, grace)]
     named = set().union(*(i.blobs for i in fresh))
@@ -353,8 +298,7 @@ def plan_uploads(uploads: Iterable[Upload], intents: Iterable[Intent], *, now: f
 
 def collect_uploads(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SECONDS,
                     workers: int = 16) -> tuple[UploadPlan, set[str]] | None:
-    """List the store's multipart uploads, then the intents; plan. None for a store without
-    multipart uploads (local, bundle). Also returns the intent keys seen, for ``apply_uploads``."""
+    """The plan and the intent keys seen; None for a store without multipart uploads."""
     if not isinstance(store, MultipartUploads):
         return None
     uploads = list(store.list_uploads())  # first: an upload started later is no candidate
@@ -365,8 +309,7 @@ def collect_uploads(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SE
 
 def apply_uploads(store: Store, plan: UploadPlan, seen_intents: set[str], *,
                   workers: int = 16) -> tuple[Upload, ...]:
-    """Abort the plan's uploads, except those named by intents that appeared since planning
-    (and every pack's, if any did). Returns the uploads aborted."""
+    """Abort the plan's uploads but those new intents name (and every pack's, if any)."""
     if not plan.abort or not isinstance(store, MultipartUploads):
         return ()
     new = read_intents(store, set(store.list(PENDING)) - seen_intents, workers)

@@ -1,5 +1,4 @@
-"""The gc use case, ``collect_garbage``: plan the blobs, packs and stale multipart uploads to
-delete or abort, ask for consent, apply; from a typed request (see ``gc`` for the rules)."""
+"""The gc use case, ``collect_garbage``: plan, ask for consent, apply."""
 
 from __future__ import annotations
 
@@ -45,7 +44,6 @@ class CollectGarbageResult(ExitRule):
 
     @property
     def pending(self) -> str:
-        """What applying the plan deletes or aborts, in words."""
         stale = len(self.uploads.abort) if self.uploads is not None else 0
         if self.gc is None:
             return f"{stale} multipart upload(s)"
@@ -65,9 +63,7 @@ class CollectGarbageResult(ExitRule):
                 "deleted_packs": len(self.gc.deleted_packs)}
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache gc --json``: the plan and what was done, store, uploads (null when there
-        are none to list), uploads_error when they could not be listed, temp_files (the first
-        200) and temp_files_removed. With ``uploads_only``: store, dry_run, uploads."""
+        """``neffcache gc --json``; with ``uploads_only``: store, dry_run, uploads."""
         uploads = None if self.uploads is None else \
             dict(self.uploads.to_json(), aborted=[upload_json(u) for u in self.aborted])
         if self.gc is None:
@@ -98,11 +94,10 @@ class CollectGarbageRequest:
 
 
 def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
-    """Delete blobs and packs no manifest references (sparing those of publishes in progress
-    and of entries retired less than ``grace`` ago) and abort stale multipart uploads. Raises
+    """Delete blobs and packs no manifest references and abort stale multipart uploads. Raises
     UsageError (exit 2) for a grace below the floor without ``force`` and without consent,
-    IntegrityError (exit 4) when a manifest cannot be read, UnavailableError (exit 6) when the
-    store cannot be reached (or, with ``uploads_only``, its uploads cannot be listed)."""
+    IntegrityError (exit 4) for an unreadable manifest, UnavailableError (exit 6) when the
+    store (with ``uploads_only``: its uploads) cannot be reached."""
     check_grace(request.grace, force=request.force)
     s = open_checked_store(read_settings(os.environ, store=request.store).store_url)
     now = time.time()
@@ -117,8 +112,7 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
         if request.notice is not None:
             hint = f" (Hint: {exc.hint})" if exc.hint else ""
             request.notice(f"warning: multipart uploads not checked: {exc}{hint}")
-    cleaner = s if isinstance(s, TempFiles) else None
-    temps = tuple(cleaner.stale_temps()) if cleaner is not None else ()
+    temps = tuple(s.stale_temps()) if isinstance(s, TempFiles) else ()
     preview = CollectGarbageResult(s.url, True, request.grace, GcResult(plan, (), (), True),
                                    found[0] if found else None, (), uploads_error, temps)
     doomed = len(plan.delete) + len(plan.delete_packs) + (len(found[0].abort) if found else 0)
@@ -128,15 +122,14 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
     result = apply_gc(s, plan, (seen_m, seen_i), workers=request.workers)
     aborted = () if not found else apply_uploads(s, *found, workers=request.workers)
     for temp in temps:
-        assert cleaner is not None  # temps only come from TempFiles
-        cleaner.remove_temp(temp)
+        assert isinstance(s, TempFiles)  # temps only come from TempFiles
+        s.remove_temp(temp)
     return replace(preview, dry_run=False, gc=result, aborted=aborted,
                    temps_removed=len(temps))
 
 
 def _collect_uploads(s: Store, request: CollectGarbageRequest,
                      now: float) -> CollectGarbageResult:
-    """gc with ``uploads_only``: only the stale multipart uploads."""
     found = collect_uploads(s, now=now, grace=request.grace, workers=request.workers)
     preview = CollectGarbageResult(s.url, True, request.grace, None, found[0] if found else None)
     if found is None or request.dry_run:

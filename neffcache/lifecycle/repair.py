@@ -1,11 +1,4 @@
-"""Repair a store, ``repair_store``: one verify of the target, a plan (each replacement
-manifest read from the source and through the trust gate first, so the plan names the objects
-it brings too), consent, then the rewrites. What ``--dry-run`` lists is what the run rewrites;
-after its one verify a repair reads only what it rewrites. The good bytes come from a
-``Source``: another store, a bundle, or a restored directory (``verify_local.DirSource``).
-``plan_repair`` is pure; each rewrite happens only when the target's copy is still bad right
-before it, and writes only bytes that were checked.
-"""
+"""Repair a store, ``repair_store``: one verify, a plan, consent, then checked rewrites."""
 
 from __future__ import annotations
 
@@ -17,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any
 
 from neffcache.command_steps import consent, open_checked_store
 from neffcache.config import read_settings
@@ -55,8 +48,8 @@ from neffcache.trust import TrustPolicy, load_trust
 
 @dataclass(frozen=True, slots=True)
 class RepairItem(Document):
-    """One object to rewrite (kind: blob | pack | manifest), and why; the size and sha256 its
-    new bytes must have."""
+    """One object to rewrite (kind: blob | pack | manifest), why, and its new bytes' size and
+    sha256."""
 
     key: str
     kind: str
@@ -67,9 +60,8 @@ class RepairItem(Document):
 
 def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
                 packs: Mapping[str, PackRecord]) -> tuple[RepairItem, ...]:
-    """The objects to rewrite for verify's ``problems``, each once, in key order, given the
-    manifests' sizes of blobs and records of packs by sha256 (pure). An unreadable object
-    ("unavailable") is not planned: it may be good."""
+    """The objects to rewrite for verify's ``problems``, each once, in key order (pure); an
+    unreadable object is not planned: it may be good."""
     items: dict[str, RepairItem] = {}
     for p in problems:
         if p.kind == "unavailable" or p.key in items:
@@ -84,14 +76,8 @@ def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
     return tuple(items[k] for k in sorted(items))
 
 
-class Source(Protocol):
-    """Where a repair reads good bytes: a store, a bundle or a restored directory."""
-
-    url: str
-
-    def open(self, key: str) -> BinaryIO: ...
-
-    def read(self, key: str) -> bytes: ...
+# Where a repair reads good bytes: a store, a bundle (a BundleStore) or a restored directory.
+Source = Store | DirSource
 
 
 @checked_request
@@ -140,18 +126,16 @@ class RepairResult(ExitRule):
                               "--from-dir DIR")
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache repair --json``."""
         return dict(fields_of(self), ok=not self.remaining,
                     outcomes=[{"key": k, "outcome": o} for k, o in self.outcomes],
                     **{o: self.count(o) for o in ("repaired", "good", "unavailable")})
 
 
 def repair_store(request: RepairRequest) -> RepairResult:
-    """Rewrite the store's missing and damaged manifests, blobs and packs from the source; a
-    good object is never overwritten, only bytes that match their size and sha256 are written,
-    and only manifests that pass the trust gate. Raises UsageError (exit 2) for no or two
-    sources, the same store twice or no consent; ConfigError (2) for a trust setting that
-    cannot be met; UnavailableError (exit 6) when a store cannot be reached."""
+    """Rewrite the store's missing and damaged objects from the source, never a good one, only
+    with checked bytes and gated manifests. Raises UsageError (exit 2) for no or two sources,
+    the same store twice or no consent; ConfigError (2) for a trust setting that cannot be
+    met; UnavailableError (exit 6) when a store cannot be reached."""
     if (request.source is None) == (request.from_dir is None):
         raise UsageError("repair needs one source: --from STORE (or bundle:FILE) or --from-dir")
     settings = read_settings(os.environ, store=request.store)
@@ -175,9 +159,6 @@ def repair_store(request: RepairRequest) -> RepairResult:
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """The preview, the replacement manifests' bytes (by key) and the trust gate's verdict
-    on the bytes found in the target right before a rewrite."""
-
     result: RepairResult
     manifests: dict[str, bytes]
     admitted: Callable[[str, bytes], bool]
@@ -198,9 +179,7 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sou
 
 
 def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _Plan:
-    """One verify of the target, plus the manifests its cell pointers name that it lacks; each
-    manifest to rewrite read from the source and gated (refused: reported, not planned), and
-    the objects a replacement brings that the target lacks or holds damaged."""
+    """One verify of the target, then the objects the gated replacement manifests bring."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         cat = read_catalogue(target, pool, trust, workers=workers)
         _, found = check_objects(target, cat, pool, quick=False)
@@ -233,7 +212,6 @@ def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _P
 
 
 def _unlisted(cat: Catalogue) -> list[Problem]:
-    """A manifest the target's cell pointers name that it does not list: missing."""
     listed = {entry_key_of(k) for k in cat.decoded} | {
         entry_key_of(p.key) for p in cat.problems}
     return [Problem(manifest_key(e), "missing", f"{manifest_key(e)}: missing (named by its "
@@ -242,8 +220,7 @@ def _unlisted(cat: Catalogue) -> list[Problem]:
 
 def _replacement(source: Source, key: str, trust: TrustPolicy, cat: Catalogue
                  ) -> tuple[bytes | None, Problem | None]:
-    """The source's manifest ``key`` when it decodes as that entry and passes the trust gate
-    as a replacement; else a problem saying why (kind ``unavailable`` or ``untrusted``)."""
+    """The source's manifest ``key`` if it decodes and passes the gate, else why not."""
     where = f"{source.url}/{key}"
     try:
         data = source.read(key)
@@ -261,8 +238,7 @@ def _replacement(source: Source, key: str, trust: TrustPolicy, cat: Catalogue
 
 
 def _apply(target: Store, source: Source, plan: _Plan, workers: int) -> list[tuple[str, str]]:
-    """Blobs and packs first, then manifests: as in a publish, an entry's manifest is written
-    only after the objects it references."""
+    """As in a publish, an entry's manifest is written only after the objects it references."""
     objects = [i for i in plan.result.planned if i.kind != "manifest"]
     manifests = [i for i in plan.result.planned if i.kind == "manifest"]
     done = map_in_threads(lambda i: rewrite_object(target, source, i), objects, workers)
@@ -273,7 +249,6 @@ def _apply(target: Store, source: Source, plan: _Plan, workers: int) -> list[tup
 
 
 def good_manifest(data: bytes, key: str) -> Manifest | None:
-    """The manifest in ``data`` when it decodes and describes the entry its key names."""
     try:
         return decode_entry(data, key, entry_key_of(key))
     except ManifestError:
@@ -281,8 +256,6 @@ def good_manifest(data: bytes, key: str) -> Manifest | None:
 
 
 def object_is_good(store: Store, item: RepairItem) -> bool:
-    """Whether the target's blob or pack is good after all (re-checked right before a
-    write)."""
     try:
         h, n = hashlib.sha256(), 0
         with store.open(item.key) as src:
@@ -295,8 +268,7 @@ def object_is_good(store: Store, item: RepairItem) -> bool:
 
 
 def rewrite_object(target: Store, source: Source, item: RepairItem) -> str:
-    """Rewrite one blob or pack of ``target`` from ``source``: "repaired", "good" (the
-    target's copy is good: untouched), or "unavailable" (the source lacks good bytes)."""
+    """"repaired", "good" (the target's copy: untouched) or "unavailable" (no good bytes)."""
     if object_is_good(target, item):
         return "good"
     assert item.size is not None and item.sha256 is not None
@@ -315,9 +287,8 @@ def rewrite_object(target: Store, source: Source, item: RepairItem) -> str:
 
 def rewrite_manifest(target: Store, key: str, data: bytes,
                      admitted: Callable[[bytes], bool]) -> str:
-    """Replace manifest ``key`` of ``target`` with ``data`` (already through the trust gate)
-    unless the target's copy is ``admitted`` right before the write: "repaired", "good" or
-    "unavailable" (what is there afterwards is not ``data``)."""
+    """Unless the target's copy is ``admitted`` right before the write: "repaired", "good" or
+    "unavailable" (afterwards it is not ``data``)."""
     if _admitted_at(target, key, admitted):
         return "good"
     target.delete(key)

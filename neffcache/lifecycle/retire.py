@@ -1,16 +1,4 @@
-"""Retire entries by policy: keep the newest K SDK versions per backend, every entry of named
-matrices and of the fingerprints restored lately (the index's answer), retire the rest
-(``plan_retire`` is pure; ``apply_retire`` does the I/O; the use case is
-``retire_entries(RetireEntriesRequest)``). An entry's SDK version is the part of its
-fingerprint a Neuron SDK (or torch) release changes, ordered field by field, numerically where
-they are numbers.
-
-Apply writes the record first, ``retired/<time>-<id>.json`` (who, when, why, the policy, the
-entries, and every blob and pack they referenced), then deletes each retired entry's cell
-pointer and manifest. The blobs stay for ``gc``, which spares those a young record names: a
-restore that read a manifest just before it was retired still finds every blob. Records are
-never deleted: they are the history.
-"""
+"""Retire entries by policy (newest K SDK versions, named matrices, restored lately)."""
 
 from __future__ import annotations
 
@@ -163,23 +151,17 @@ class RetirePlan:
 
 
 def plan_retire(entries: Iterable[EntryInfo], policy: RetirePolicy) -> RetirePlan:
-    """Which entries the policy keeps (any rule keeps an entry) and which it retires, and the
-    bytes gc frees afterwards (pure)."""
+    """The entries the policy keeps (by any rule) and retires, and the bytes gc then frees."""
     policy.check()
     entries = sorted(entries, key=lambda e: (e.backend, e.cell_id, e.entry_key))
     by_backend: dict[str, set[SdkVersion]] = {}
     for e in entries:
         by_backend.setdefault(e.backend, set()).add(e.sdk)
-    versions: list[tuple[str, SdkVersion, bool]] = []
-    kept_versions: set[tuple[str, SdkVersion]] = set()
-    for backend, found in sorted(by_backend.items()):
-        ordered = sorted(found, key=version_order, reverse=True)
-        k = len(ordered) if policy.keep_sdk_versions is None else policy.keep_sdk_versions
-        for i, v in enumerate(ordered):
-            kept = policy.keep_sdk_versions is not None and i < k
-            versions.append((backend, v, kept))
-            if kept:
-                kept_versions.add((backend, v))
+    k = policy.keep_sdk_versions
+    versions = [(backend, v, k is not None and i < k)
+                for backend, found in sorted(by_backend.items())
+                for i, v in enumerate(sorted(found, key=version_order, reverse=True))]
+    kept_versions = {(backend, v) for backend, v, kept in versions if kept}
     rules = [(e, policy.kept_by(e, kept_versions)) for e in entries]
     keep = [e for e, r in rules if r]
     retire = [e for e, r in rules if not r]
@@ -192,8 +174,7 @@ def plan_retire(entries: Iterable[EntryInfo], policy: RetirePolicy) -> RetirePla
 
 
 def retire_record(plan: RetirePlan, *, by: str, reason: str, now: float) -> dict[str, Any]:
-    """The record of one retire: who, when, why, the policy, the entries and what they
-    referenced (gc spares those blobs and packs while the record is young)."""
+    """Who, when, why, the policy, the entries and what they referenced (gc spares those)."""
     return {"schema_version": RECORD_SCHEMA, "created_at": now,
             "retired_at": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "by": by, "reason": reason, "policy": plan.policy.to_json(),
@@ -204,8 +185,7 @@ def retire_record(plan: RetirePlan, *, by: str, reason: str, now: float) -> dict
 
 def apply_retire(store: Store, plan: RetirePlan, *, by: str, reason: str,
                  now: float | None = None) -> str:
-    """Write the record, then delete each retired entry's pointer and manifest. Returns the
-    record's key."""
+    """The record first (never deleted: the history), then pointers and manifests; its key."""
     now = time.time() if now is None else now
     stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     key = f"{RETIRED}{stamp}-{uuid.uuid4().hex[:8]}.json"
@@ -230,8 +210,7 @@ def parse_record(data: bytes) -> tuple[float | None, frozenset[str], frozenset[s
 def policy_from(keep_sdk_versions: int | None, matrices: Sequence[tuple[str, Sequence[str]]],
                 config: Mapping[str, Any], keep_restored_days: int | None = None
                 ) -> RetirePolicy:
-    """Flags over the config file's [retire] table; ``matrices`` are (name, cell keys). The
-    restored fingerprints are added by ``with_restored`` once the index has answered."""
+    """Flags over the config file's [retire] table; ``matrices`` are (name, cell keys)."""
     k = keep_sdk_versions if keep_sdk_versions is not None else config.get("keep_sdk_versions")
     d = keep_restored_days if keep_restored_days is not None else config.get(
         "keep_restored_days")
@@ -239,11 +218,6 @@ def policy_from(keep_sdk_versions: int | None, matrices: Sequence[tuple[str, Seq
                         keep_cells=frozenset(c for _, cells in matrices for c in cells),
                         keep_matrices=tuple(name for name, _ in matrices),
                         keep_restored_days=d)
-
-
-def with_restored(policy: RetirePolicy, fingerprint_keys: Iterable[str]) -> RetirePolicy:
-    """The policy with the fingerprints restored in its last ``keep_restored_days``."""
-    return replace(policy, keep_fingerprints=frozenset(fingerprint_keys))
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +232,6 @@ class RetireEntriesResult(ExitRule):
     index_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache retire --json``: the plan's document, dry_run, record, store."""
         return dict(self.plan.to_json(), dry_run=self.dry_run, record=self.record,
                     store=self.store)
 
@@ -286,11 +259,10 @@ class RetireEntriesRequest:
 
 
 def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:
-    """Retire every entry of the store the policy does not keep (blobs are left to gc), and
-    from the index when there is one (a failing index is only a notice). Raises UsageError
-    (exit 2) for no policy, for ``keep_restored_days`` without an index, and without consent;
-    MatrixError for a bad matrix file; UnavailableError (exit 6) when the store or the index
-    cannot be reached."""
+    """Retire every entry the policy does not keep, from the store and the index (a failing
+    index is only a notice). Raises UsageError (exit 2) for no policy, ``keep_restored_days``
+    without an index, or no consent; MatrixError for a bad matrix file; UnavailableError
+    (exit 6) when the store or the index cannot be reached."""
     settings = read_settings(os.environ, store=request.store, index=request.index)
     policy = _policy(request, settings)
     s = open_checked_store(settings.store_url)
@@ -316,14 +288,14 @@ def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:
 
 
 def _policy(request: RetireEntriesRequest, settings: Settings) -> RetirePolicy:
-    """The checked policy, with the index's restored fingerprints when it keeps them."""
     config = dict(settings.retire)
     files = tuple(request.keep_matrices) or tuple(config.get("keep_matrices", ()))
     policy = policy_from(request.keep_sdk_versions, [_matrix_cells(f) for f in files], config,
                          request.keep_restored_days)
     policy.check()
     if policy.keep_restored_days is not None:
-        policy = with_restored(policy, _restored(settings, policy.keep_restored_days))
+        policy = replace(policy, keep_fingerprints=frozenset(
+            _restored(settings, policy.keep_restored_days)))
     return policy
 
 
@@ -353,7 +325,6 @@ def _restored(settings: Settings, days: int) -> set[str]:
 
 def _unindex(settings: Settings, keys: list[str],
              notice: Callable[[str], None] | None) -> str | None:
-    """Remove retired entries from the index when there is one; a failure is only a notice."""
     if not settings.has_index:
         return None
     from neffcache.index import open_index  # SQLAlchemy: only when there is an index

@@ -1,8 +1,4 @@
-"""Store integrity: every manifest decodes and passes the trust gate, every blob and pack it
-references exists and (unless quick) matches its size, sha256 and part digests; each object is
-checked once, however many entries share it, and problems are collected, never raised one by
-one. The use case is ``verify_store(VerifyStoreRequest)``; ``audit_store`` checks an open store.
-"""
+"""Store integrity: manifests decode and pass the trust gate, their blobs and packs match."""
 
 from __future__ import annotations
 
@@ -13,10 +9,11 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from neffcache.command_steps import open_checked_store
 from neffcache.config import read_settings
+from neffcache.documents import Doc, Document
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
@@ -48,15 +45,12 @@ MAX_LISTED = 200
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class Problem(Document):
     key: str
     # manifest | missing | size | sha256 | unavailable (packs: the same kinds); manifests also
     # untrusted | pin (refused by the trust gate)
     kind: str
-    message: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"key": self.key, "kind": self.kind, "error": self.message}
+    message: Annotated[str, Doc(key="error")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +79,7 @@ class VerifyStoreResult(ExitRule):
                               f"{bad[0].message}")
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache verify --json``: ok, manifests, blobs, packs, bytes_checked, quick,
-        problems (key, kind, error; the first 200), problem_count, seconds, temp_files (stale
-        temp files a killed writer left, which ``gc`` removes: key, size; the first 200)."""
+        """``neffcache verify --json``; lists hold their first 200 (temp_files: ``gc`` removes)."""
         return {"ok": not self.problems, "manifests": self.manifests, "blobs": self.blobs,
                 "bytes_checked": self.bytes_checked, "quick": self.quick, "packs": self.packs,
                 "problems": [p.to_json() for p in self.problems[:MAX_LISTED]],
@@ -114,9 +106,9 @@ class VerifyStoreRequest:
 
 
 def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
-    """Check every manifest of the store and every blob and pack it references. Problems are
-    in the result (exit 4, or 6 when objects could only not be read); raises UnavailableError
-    (exit 6) when the store cannot be reached, ConfigError for a bad store URL."""
+    """Check every manifest of the store and every blob and pack it references; problems are in
+    the result. Raises UnavailableError (exit 6) for an unreachable store, ConfigError for a
+    bad store URL."""
     settings = read_settings(os.environ, store=request.store)
     trust = load_trust(settings, request)
     s = open_checked_store(settings.store_url)
@@ -131,10 +123,7 @@ def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
 
 @dataclass(slots=True)
 class Catalogue:
-    """What a store's manifests reference, each object once: blob sha256 -> (size, first
-    referencing key), pack sha256 -> (record, first referencing key), blob sha256 -> each
-    distinct part digests record -> first referencing key; the manifests' problems, and the
-    keys of those that decoded."""
+    """What a store's manifests reference, each object once with its first referencing key."""
 
     blobs: dict[str, tuple[int, str]] = field(default_factory=dict)
     packs: dict[str, tuple[PackRecord, str]] = field(default_factory=dict)
@@ -145,7 +134,6 @@ class Catalogue:
     pins: dict[str, str | None] = field(default_factory=dict)  # entry key -> pinned digest
 
     def add(self, key: str, doc: Manifest) -> None:
-        """Take in manifest ``key``'s references (a size that disagrees is a problem)."""
         self.decoded.add(key)
         for pack in doc.packs:
             self.packs.setdefault(pack.sha256, (pack, key))
@@ -162,8 +150,7 @@ class Catalogue:
 def audit_store(store: Store, *, quick: bool = False, workers: int = 8,
                 progress: Callable[[int, int], None] | None = None,
                 trust: TrustPolicy = UNCHECKED) -> VerifyStoreResult:
-    """Check every manifest of ``store`` (through the trust gate) and every blob and pack it
-    references, each once; ``progress(done, total)`` per blob."""
+    """Check every manifest of ``store`` (gated) and each blob and pack it references, once."""
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         catalogue = read_catalogue(store, pool, trust, workers=workers)
@@ -176,8 +163,6 @@ def audit_store(store: Store, *, quick: bool = False, workers: int = 8,
 
 def read_catalogue(store: Store, pool: ThreadPoolExecutor, trust: TrustPolicy = UNCHECKED,
                    *, workers: int = 8) -> Catalogue:
-    """Read and decode every manifest of ``store`` once, each through the trust gate (its
-    pin read from its cell pointer); their references and problems."""
     keys = sorted(k for k in store.list(MANIFESTS) if entry_key_of(k) is not None)
     catalogue = Catalogue(listed=len(keys), pins=read_pins(store, workers))
     for key, doc, refused in pool.map(lambda k: _read_gated(store, k, trust, catalogue.pins),
@@ -193,7 +178,6 @@ def read_catalogue(store: Store, pool: ThreadPoolExecutor, trust: TrustPolicy = 
 
 def _read_gated(store: Store, key: str, trust: TrustPolicy, pins: Mapping[str, str | None]
                 ) -> tuple[str, Manifest | Problem, Problem | None]:
-    """Manifest ``key`` (or why it cannot be read), and why the trust gate refuses it."""
     try:
         doc = decode_entry(store.read(key), key, entry_key_of(key))
     except (ManifestError, NotFoundError) as exc:
@@ -218,8 +202,7 @@ def gate(doc: Manifest, key: str, trust: TrustPolicy, pins: Mapping[str, str | N
 def check_objects(store: Store, catalogue: Catalogue, pool: ThreadPoolExecutor, quick: bool,
                   progress: Callable[[int, int], None] | None = None,
                   only: Collection[str] | None = None) -> tuple[int, list[Problem]]:
-    """Check the catalogue's blobs and packs (only those whose sha256 is in ``only``, when
-    given): bytes read and the problems found."""
+    """Bytes read and problems of the catalogue's blobs and packs (with ``only``: those)."""
     blobs = sorted(s for s in catalogue.blobs if only is None or s in only)
     packs = sorted((s, r) for s, r in catalogue.packs.items() if only is None or s in only)
 
@@ -245,8 +228,6 @@ def check_objects(store: Store, catalogue: Catalogue, pool: ThreadPoolExecutor, 
 
 def _check_blob(store: Store, sha: str, size: int, ref: str, quick: bool,
                 parts: Mapping[PartDigests, str]) -> tuple[int, list[Problem]]:
-    """The blob exists and (unless quick) has its size and sha256, and the part digests of
-    every manifest that records some for it."""
     key = blob_key(sha)
     if quick:
         if store.has(key):
@@ -286,8 +267,7 @@ def _parts_problem(record: PartDigests, by: str, found: tuple[str, ...]) -> Prob
 
 def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
                 ) -> tuple[int, list[Problem]]:
-    """A pack is present and (unless quick) each member's bytes at its offset match its
-    sha256; streamed member by member, so memory stays at one member."""
+    """Streamed member by member, so memory stays at one member."""
     pack, by = ref
     key = pack_key(sha)
     try:
@@ -326,7 +306,6 @@ def read_full(src: Any, size: int) -> bytes:
 
 
 def _skip(src: Any, size: int) -> int:
-    """Read and drop ``size`` bytes (fewer where ``src`` ends); how many there were."""
     n = 0
     while n < size and (chunk := src.read(min(CHUNK, size - n))):
         n += len(chunk)

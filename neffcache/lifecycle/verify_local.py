@@ -1,10 +1,4 @@
-"""Verify a restored directory: re-hash every file against the manifests restore kept beside it
-(``DIR/.neffcache-entries/``), catching damage a flipped bit hides from restore's stat-based
-"already in place" check; a damaged file is dropped from its root's state file, so the next
-restore fetches it again. ``plan_local_checks`` is pure; the use case is
-``verify_local_dir(VerifyLocalDirRequest)``. ``DirSource`` reads such a directory as a source
-of good bytes for ``neffcache repair --from-dir``.
-"""
+"""Verify a restored directory against its manifest copies; ``DirSource`` reads it."""
 
 from __future__ import annotations
 
@@ -16,10 +10,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 from neffcache.backends import BACKENDS, root_dirs
 from neffcache.config import read_settings
+from neffcache.documents import Doc, Document
 from neffcache.errors import (
     ExitRule,
     IntegrityError,
@@ -45,8 +40,7 @@ LOCAL_WORKERS_MAX = 8
 
 @dataclass(frozen=True, slots=True)
 class LocalCheck:
-    """One path to check: where it is, and every (size, sha256, mode) an entry wants there
-    (several when entries disagree; restore keeps the first cell's, so any one is fine)."""
+    """A path and every (size, sha256, mode) an entry wants there (any one is fine)."""
 
     root: str
     path: str
@@ -55,19 +49,15 @@ class LocalCheck:
 
 
 @dataclass(frozen=True, slots=True)
-class LocalProblem:
+class LocalProblem(Document):
     path: str
     kind: str  # missing | type | size | sha256 | mode | manifest | untrusted
-    message: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"path": self.path, "kind": self.kind, "error": self.message}
+    message: Annotated[str, Doc(key="error")]
 
 
 @dataclass(frozen=True, slots=True)
 class VerifyLocalDirResult(ExitRule):
-    """What ``verify_local`` found in a restored directory: counts, bytes re-hashed, every
-    problem."""
+    """What ``verify_local`` found in a restored directory: counts, bytes, every problem."""
 
     target: str
     entries: int
@@ -77,7 +67,6 @@ class VerifyLocalDirResult(ExitRule):
     seconds: float
 
     def error(self) -> NeffcacheError | None:
-        """IntegrityError (exit 4) naming the first problem, or None."""
         if not self.problems:
             return None
         return IntegrityError(f"{len(self.problems)} problem(s) in {self.target}; first: "
@@ -85,7 +74,6 @@ class VerifyLocalDirResult(ExitRule):
                               hint=f"neffcache restore MATRIX --to {self.target}")
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache verify --local DIR --json`` (the first 200 problems)."""
         return {"ok": not self.problems, "target": self.target, "entries": self.entries,
                 "files": self.files, "bytes_checked": self.bytes_checked,
                 "problems": [p.to_json() for p in self.problems[:MAX_LISTED]],
@@ -107,9 +95,8 @@ class VerifyLocalDirRequest:
 
 
 def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
-    """Re-hash every file of every entry restored into ``target`` (no store is read); any
-    problem is exit 4. Raises UsageError (exit 2) when ``target`` is not a directory neffcache
-    restore wrote."""
+    """Re-hash every file restored into ``target`` (no store is read); a problem is exit 4.
+    Raises UsageError (exit 2) when ``target`` is not a directory neffcache restore wrote."""
     trust = load_trust(read_settings(os.environ), request)
     return verify_local(Path(request.target),
                         workers=min(request.workers, LOCAL_WORKERS_MAX),
@@ -117,7 +104,6 @@ def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
 
 
 def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[LocalCheck, ...]:
-    """Each wanted path once, with every record wanting it (pure)."""
     wanted: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
     files: dict[tuple[str, str], str] = {}
     for m in manifests:
@@ -131,8 +117,7 @@ def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[Local
 
 def read_local_manifests(target: Path, trust: TrustPolicy = UNCHECKED
                          ) -> tuple[tuple[Manifest, ...], list[LocalProblem]]:
-    """The manifest copies restore kept in ``target`` that decode, and a problem for each
-    other one or (still returned: its files are there) one the trust gate refuses."""
+    """The manifest copies that decode (even refused ones: their files are there), problems."""
     d = target / LOCAL_ENTRIES
     found, problems = [], []
     for p in sorted(d.glob("*.json")):
@@ -183,9 +168,7 @@ def check_file(c: LocalCheck) -> tuple[int, LocalProblem | None]:
 def verify_local(target: Path, *, workers: int = 4,
                  progress: Callable[[int, int], None] | None = None,
                  trust: TrustPolicy = UNCHECKED) -> VerifyLocalDirResult:
-    """Re-hash what the local manifest copies say is restored in ``target``, under the
-    directory's restore lock (a restore running there is waited for: its half-done tree is
-    not damage, and both may rewrite the state file)."""
+    """Under the restore lock: a running restore's half-done tree is not damage."""
     started = time.monotonic()
     target = Path(target).expanduser().absolute()
     if not (target / LOCAL_ENTRIES).is_dir():
@@ -213,7 +196,7 @@ def verify_local(target: Path, *, workers: int = 4,
 
 def forget_states(manifests: Sequence[Manifest], target: str,
                   damaged: set[tuple[str, str]]) -> None:
-    """Drop the damaged paths from their roots' state files, so restore re-hashes them."""
+    """Drop the damaged paths from their roots' state files, so restore fetches them again."""
     gone: dict[str, set[str]] = {}
     for root, path in damaged:
         gone.setdefault(root, set()).add(path)
@@ -223,8 +206,7 @@ def forget_states(manifests: Sequence[Manifest], target: str,
 
 
 class DirSource:
-    """A restored directory as a ``repair.Source``: blobs by the files its manifest copies
-    name, packs rebuilt from their members, manifests from the copies (the caller checks)."""
+    """A restored directory as a ``repair.Source`` (packs rebuilt; the caller checks bytes)."""
 
     def __init__(self, target: str | Path) -> None:
         self.url = f"dir:{target}"

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from neffcache.backends import get_backend
 from neffcache.fingerprint import Fingerprint, build_fingerprint
 from neffcache.hashing import sha256_bytes
+from neffcache.lifecycle.gc import manifest_all_references
+from neffcache.lifecycle.retire import RetirePolicy
 from neffcache.matrix import Cell
 from neffcache.precompile.publish import PublishResult, publish_entry
 from neffcache.store import TOC_NAME, Member, Store, Toc, encode_toc
@@ -28,6 +31,16 @@ def sdk_fingerprint(cc: str, torch: str = "2.8.0") -> Fingerprint:
                                         "version.neuronx-cc": cc,
                                         "version.torch-neuronx": f"{torch}.1",
                                         "version.torch": torch})
+
+
+def manifest_references(data: bytes, source: str) -> set[str]:
+    """The blob sha256s a manifest references (``gc.manifest_all_references``'s first)."""
+    return manifest_all_references(data, source)[0]
+
+
+def with_restored(policy: RetirePolicy, fingerprint_keys: Iterable[str]) -> RetirePolicy:
+    """The policy with the fingerprints restored in its last ``keep_restored_days``."""
+    return replace(policy, keep_fingerprints=frozenset(fingerprint_keys))
 
 
 def publish_synthetic(store: Store, c: Cell, fp: Fingerprint, root: Path, *, seed: int,

@@ -18,7 +18,6 @@ from neffcache.lifecycle.gc import (
     collect_gc,
     collect_uploads,
     manifest_all_references,
-    manifest_references,
     plan_gc,
     plan_packs,
     plan_uploads,
@@ -31,6 +30,7 @@ from neffcache.restore.run import restore_cells
 from neffcache.store import blob_key
 from neffcache.store.base import PACKS, Upload, pack_key
 from neffcache.store.local import LocalStore
+from tests.support.lifecycle import manifest_references
 from tests.support.slow_store import SlowStore
 from tests.support.synthetic import make_neff_cache
 

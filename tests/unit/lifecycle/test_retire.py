@@ -18,10 +18,9 @@ from neffcache.lifecycle.retire import (
     policy_from,
     retire_record,
     version_order,
-    with_restored,
 )
 from neffcache.store import blob_key
-from tests.support.lifecycle import cell, publish_synthetic, sdk_fingerprint
+from tests.support.lifecycle import cell, publish_synthetic, sdk_fingerprint, with_restored
 from tests.support.memory_store import MemoryStore
 
 
