@@ -1,6 +1,4 @@
-"""Stores: where blobs, packs and manifests live (the key layout: ``neffcache.store.base``).
-``open_store`` turns a URL into one; code outside imports the names of ``_FACE`` from here.
-"""
+"""Stores (where blobs, packs and manifests live) and ``open_store``, a store from its URL."""
 
 from __future__ import annotations
 
@@ -13,7 +11,6 @@ from neffcache.config import redact_url
 from neffcache.errors import ConfigError, UsageError
 from neffcache.faces import lazy_face
 
-# module -> the names the face takes from it, each imported on first use.
 _FACE = {
     "base": ("BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED",
              "STORE_MARKER", "MultipartUploads", "Store", "TempFile", "TempFiles", "Upload",
@@ -51,11 +48,9 @@ BUNDLE = "bundle:"
 def open_store(url: str, *, create: bool = False, deadline: float | None = None,
                expect_sha256: str | None = None,
                environ: Mapping[str, str] | None = None) -> Store:
-    """The store at ``url``: ``s3://bucket/prefix`` (every wait clipped to a ``deadline``, a
-    ``time.monotonic()`` value; configured from ``environ``, default the process's); a path or
-    ``file://PATH`` (its directory created only with ``create``); ``bundle:FILE``, read-only
-    (checked on opening, against ``expect_sha256`` too when given; a gzip bundle capped by
-    ``NEFFCACHE_BUNDLE_MAX_BYTES``; close it when done). ConfigError for any other URL."""
+    """``s3://bucket/prefix`` (waits clipped to ``deadline``, a ``time.monotonic()`` value), a path
+    or ``file://PATH`` (created only with ``create``), or ``bundle:FILE`` (read-only, checked
+    against ``expect_sha256`` when given; close it). ConfigError for any other URL."""
     if url.startswith(BUNDLE):
         from neffcache.store.bundle import BundleStore
         from neffcache.store.s3_config import byte_count
@@ -81,7 +76,7 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None,
 
 
 def describe_store(url: str) -> str:
-    """The URL ``open_store(url).url`` would report, without opening anything (no SDK import)."""
+    """``open_store(url).url`` without opening anything (no SDK import)."""
     if url.startswith("s3://"):
         bucket, _, prefix = redact_url(url)[len("s3://"):].partition("/")
         prefix = prefix.strip("/")

@@ -1,8 +1,4 @@
-"""The store protocol: a narrow, content-addressed object interface every backend implements,
-and the key layout (relative POSIX keys under a store's root or prefix, one prefix a kind).
-Every backend raises ``NotFoundError`` (and only that) for a missing key, and translates its
-SDK's other failures into ``UnavailableError`` once, inside the backend.
-"""
+"""The store protocol every backend implements, and the key layout (one prefix per kind)."""
 
 from __future__ import annotations
 
@@ -37,8 +33,7 @@ _MARKER_BODY = b'{"neffcache_store":1}\n'
 
 
 def check_key(key: str) -> str:
-    """Return ``key`` if it is a relative POSIX key with no empty, ``.`` or ``..`` part; else
-    raise UsageError. Every store applies the same rule, so no key escapes a root or prefix."""
+    """``key``, or UsageError unless it is relative with no empty, ``.`` or ``..`` part."""
     parts = key.split("/")
     if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise UsageError(f"invalid store key {key!r}: expected a relative path without '..'")
@@ -62,13 +57,13 @@ def cell_pointer_key(cell_key: str, fingerprint_key: str) -> str:
 
 
 def report_key(day: str, report_id: str) -> str:
-    """``reports/<day>/<report-id>.json``; ``day`` is the report's UTC date, YYYY-MM-DD."""
+    """``day`` is the report's UTC date, YYYY-MM-DD."""
     return f"{REPORTS}{day}/{report_id}.json"
 
 
 def holds_good(store: Store, key: str, size: int) -> bool:
-    """Whether a writer may skip ``key``: it exists, is ``size`` bytes (one ranged read of its
-    last byte) and is not under ``damaged/``; a known-bad one is deleted, so a put rewrites it."""
+    """Whether a writer may skip ``key``: it is ``size`` bytes and not under ``damaged/``; a
+    known-bad one is deleted, so a put rewrites it."""
     try:
         tail = store.read(key, max(0, size - 1), 2)
     except NotFoundError:
@@ -81,10 +76,9 @@ def holds_good(store: Store, key: str, size: int) -> bool:
 
 
 def recognise_store(store: Store, *, create: bool) -> None:
-    """That ``store`` is a neffcache store, not an endpoint that answers anything nor a mistyped
-    prefix: its ``STORE_MARKER`` holds the marker, or (older stores) it holds a manifest or a
-    blob. With ``create`` a store without the marker gets one, read back. UnavailableError
-    (exit 6) when the marker holds something else, ConfigError (exit 2) when nothing is there."""
+    """That ``store`` holds the marker, or (older stores) a manifest or a blob; with ``create``
+    it gets a marker, read back. UnavailableError when the marker holds something else (an
+    endpoint that answers anything), ConfigError when nothing is there (a mistyped prefix)."""
     try:
         _marker_ok(store, store.read(STORE_MARKER))
         return
@@ -120,60 +114,55 @@ def _marker_ok(store: Store, body: bytes) -> None:
 
 
 def entry_key_of(manifest_object_key: str) -> str | None:
-    """The entry key in a manifest object key, or None for anything else under manifests/."""
+    """None for anything under manifests/ that is not a manifest."""
     return _json_name(manifest_object_key.removeprefix(MANIFESTS))
 
 
 def pointer_parts(object_key: str) -> tuple[str, str] | None:
-    """(cell key, fingerprint key) of a cell pointer's object key, or None for anything else
-    under cells/."""
+    """(cell key, fingerprint key), or None for anything under cells/ that is not a pointer."""
     cell_key, _, name = object_key.removeprefix(CELLS).partition("/")
     fingerprint_key = _json_name(name)
     return None if fingerprint_key is None else (cell_key, fingerprint_key)
 
 
 def _json_name(name: str) -> str | None:
-    """``name`` without ``.json`` when it names one object (no ``/``), else None."""
     return name[: -len(".json")] if name.endswith(".json") and "/" not in name else None
 
 
 @runtime_checkable
 class Store(Protocol):
     """What restore, publish, verify and gc need from a place that holds blobs and manifests.
-    A backend that subclasses it explicitly inherits ``read``."""
+    Every backend raises NotFoundError (and only that) for a missing key, and its SDK's other
+    failures as UnavailableError. A backend that subclasses it explicitly inherits ``read``."""
 
     url: str
 
     def check(self) -> None:
-        """That the store is reachable (UnavailableError with a one-line reason) and is a
-        neffcache store (``recognise_store``)."""
+        """That the store is reachable (else UnavailableError) and is a neffcache store."""
 
-    def has(self, key: str) -> bool:
-        """Whether an object exists."""
+    def has(self, key: str) -> bool: ...
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
-        """A readable stream of an object's bytes, or of ``length`` bytes from ``start`` (fewer
-        if the object ends first); the caller closes it. NotFoundError if absent."""
+        """A stream of ``length`` bytes from ``start`` (fewer if the object ends first); the
+        caller closes it. NotFoundError if absent."""
 
     def read(self, key: str, start: int = 0, length: int | None = None) -> bytes:
-        """An object's bytes, or a range of them; NotFoundError if absent."""
         with self.open(key, start, length) as body:
             return body.read()
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
-        """Store an object from a stream; with if_absent never overwrite another writer's
-        (False when the key exists). True when this call wrote it."""
+        """True when this call wrote it; with if_absent an existing key is left (False)."""
 
     def list(self, prefix: str) -> Iterator[str]:
-        """Keys under a prefix, in no particular order."""
+        """Keys under a prefix, unordered."""
 
     def delete(self, key: str) -> None:
-        """Remove an object; missing objects are not an error."""
+        """A missing object is not an error."""
 
 
 @dataclass(frozen=True, slots=True)
 class Upload:
-    """An incomplete multipart upload: its key (relative, as in the store), id, start time."""
+    """An incomplete multipart upload (its key relative, as in the store)."""
 
     key: str
     upload_id: str
@@ -182,8 +171,7 @@ class Upload:
 
 @runtime_checkable
 class MultipartUploads(Protocol):
-    """What a store with multipart uploads (S3) adds, for gc to abort those left behind: the
-    incomplete ones under its prefix, and aborting one (already gone: not an error)."""
+    """The incomplete multipart uploads of a store (S3), for gc to abort (gone: no error)."""
 
     def list_uploads(self) -> Iterator[Upload]: ...
 
@@ -192,7 +180,7 @@ class MultipartUploads(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TempFile:
-    """A temp file a killed writer left in a store: its key (relative), size, mtime."""
+    """A temp file a killed writer left in a store (its key relative)."""
 
     key: str
     size: int
@@ -201,8 +189,7 @@ class TempFile:
 
 @runtime_checkable
 class TempFiles(Protocol):
-    """What a store that writes through temp files (local) adds, for verify and gc: the temp
-    files no live writer owns (dead PID, or older than a grace period), and their removal."""
+    """The temp files no live writer owns in a store (local), for verify and gc to remove."""
 
     def stale_temps(self) -> Iterator[TempFile]: ...
 
@@ -210,14 +197,10 @@ class TempFiles(Protocol):
 
 
 class ObjectStream(io.RawIOBase):
-    """A read-only stream of an object's bytes: a backend implements ``read`` and
-    ``_close_source``; the rest of the file protocol is shared."""
+    """A read-only stream: a backend implements ``read`` and ``_close_source``."""
 
     def readable(self) -> bool:
         return True
-
-    def readall(self) -> bytes:
-        return self.read(-1)
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(buffer))
@@ -234,9 +217,8 @@ class ObjectStream(io.RawIOBase):
 
 
 class FileRange(ObjectStream):
-    """``left`` bytes of an open file from ``offset``, read with ``os.pread`` (thread-safe on a
-    shared file); closing the stream closes the file when it is ``owned``. IntegrityError
-    naming ``where`` if the file ends first."""
+    """``left`` bytes of a file from ``offset``, by ``os.pread`` (thread-safe on a shared file);
+    closed with the stream when ``owned``. IntegrityError if the file ends first."""
 
     def __init__(self, fh: BinaryIO, offset: int, left: int, where: str, *,
                  owned: bool = False) -> None:

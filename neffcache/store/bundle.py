@@ -1,14 +1,4 @@
-"""A bundle file as a read-only store (``open_store("bundle:FILE")``).
-
-Opening one checks its structure without trusting it: the TOC comes first and is hashed (the
-digest, compared with ``expect_sha256``); every other member is a regular file the TOC lists,
-once, of its size; the bytes between and after members are zero; the file is a whole number of
-tar records (a cut anywhere is refused). ``check`` hashes every member against the TOC (once).
-Members are read by offset, never extracted, so a name never becomes a path. A gzip bundle is
-decompressed into an anonymous temp file, capped from the trusted side: an authenticated TOC's
-sizes, the operator's ``max_bytes``, else ``UNTRUSTED_GZIP_RATIO`` times its compressed size,
-and never into the last ``TMP_RESERVE`` bytes free in the temp directory.
-"""
+"""A bundle file as a read-only store (``open_store("bundle:FILE")``)."""
 
 from __future__ import annotations
 
@@ -34,7 +24,8 @@ TMP_RESERVE = 64 << 20
 
 
 class BundleStore:
-    """Read-only Store over a bundle file. ``put`` and ``delete`` are UsageErrors."""
+    """Read-only: ``put`` and ``delete`` are UsageErrors. Members are read by offset, never
+    extracted, so a name never becomes a path."""
 
     def __init__(self, path: str | Path, *, expect_sha256: str | None = None,
                  max_bytes: int | None = None) -> None:
@@ -61,7 +52,7 @@ class BundleStore:
             self._fh.close()
             raise
         self._members = {m.name: m for m in self.toc.members}
-        self._verified = False  # verify_all has passed
+        self._verified = False
 
     def close(self) -> None:
         self._fh.close()
@@ -73,8 +64,8 @@ class BundleStore:
         self.close()
 
     def verify_all(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """Hash every member against the TOC (IntegrityError at the first that differs); the
-        bytes checked."""
+        """Hash every member against the TOC (IntegrityError at the first that differs, once);
+        the bytes checked."""
         if self._verified:
             return self.toc.total_bytes
         for i, m in enumerate(self.toc.members, 1):
@@ -89,8 +80,6 @@ class BundleStore:
                 progress(i, len(self.toc.members))
         self._verified = True
         return self.toc.total_bytes
-
-    # --- the store protocol ---------------------------------------------------------------
 
     def check(self) -> None:
         """A bundle with one member that differs from its TOC is refused whole."""
@@ -131,8 +120,7 @@ class BundleStore:
 
 
 def _trusted_toc(data: bytes, expect: str | None, name: str) -> tuple[str, Toc]:
-    """The TOC's digest, checked against ``expect`` (when given) before anything the TOC says
-    is believed, and the TOC."""
+    """(digest, TOC): the digest checked against ``expect`` before the TOC is believed."""
     digest = hashlib.sha256(data).hexdigest()
     if expect is not None and digest != expect:
         raise IntegrityError(f"bundle {name}: digest {digest} is not the expected {expect}")
@@ -141,7 +129,8 @@ def _trusted_toc(data: bytes, expect: str | None, name: str) -> tuple[str, Toc]:
 
 def _index(fh: BinaryIO, size: int, name: str,
            expect: str | None = None) -> tuple[str, Toc, dict[str, int]]:
-    """(digest, TOC, data offset per member) after every structural check (module docstring)."""
+    """(digest, TOC, data offset per member) once the TOC comes first, every other member is a
+    regular file the TOC lists, once, of its size, and the bytes between are zero."""
     import tarfile  # here, not at the top: the store face stays cheap to import
 
     fh.seek(0)
@@ -183,7 +172,6 @@ def _index(fh: BinaryIO, size: int, name: str,
 
 
 def _check_gaps(fh: BinaryIO, infos: list[tarfile.TarInfo], size: int, name: str) -> None:
-    """The bytes after each member up to the next header, and after the last, are zeros."""
     ends = [(i.offset_data + i.size, nxt.offset) for i, nxt in pairwise(infos)]
     last = infos[-1].offset_data + infos[-1].size
     if size < -(-last // _BLOCK) * _BLOCK + 2 * _BLOCK:
@@ -205,8 +193,8 @@ def _check_gaps(fh: BinaryIO, infos: list[tarfile.TarInfo], size: int, name: str
 
 def _decompress(path: Path, fh: BinaryIO, expect: str | None,
                 max_bytes: int | None) -> BinaryIO:
-    """A gzip bundle's tar into an anonymous temp file, stopped as soon as it grows beyond its
-    cap (module docstring)."""
+    """A gzip bundle's tar in an anonymous temp file, stopped once it grows beyond its cap, set
+    from the trusted side (``_untrusted_cap`` until the TOC is authenticated)."""
     import gzip
     import tempfile
 
@@ -248,7 +236,8 @@ _CAP_HINT = "; pass --expect-sha256 or --max-bytes to allow more"
 
 
 def _untrusted_cap(compressed: int, max_bytes: int | None) -> int:
-    """The most an unauthenticated gzip bundle may expand to."""
+    """``max_bytes``, else ``UNTRUSTED_GZIP_RATIO`` times ``compressed``; never into the last
+    ``TMP_RESERVE`` bytes free in the temp directory."""
     import tempfile
 
     cap = max_bytes if max_bytes is not None else \

@@ -1,8 +1,4 @@
-"""The bundle format (pure): a POSIX tar (optionally gzipped) of store objects under their keys
-(``manifests/``, ``cells/``, ``blobs/sha256/``, ``packs/``), first of all ``neffcache-bundle.json``,
-the table of contents (TOC: every member's name, size and sha256, and the entries carried). The
-TOC's sha256 is the bundle's digest: compared with a published one it authenticates the file.
-"""
+"""The bundle format (pure): a tar (maybe gzipped) of store objects under their keys, TOC first."""
 
 from __future__ import annotations
 
@@ -21,6 +17,8 @@ from neffcache.store.base import blob_key, pack_key
 
 FORMAT = "neffcache-bundle"
 SCHEMA_VERSION = 1
+# The table of contents (TOC): every member's name, size and sha256, and the entries carried.
+# Its sha256 is the bundle's digest: compared with a published one it authenticates the file.
 TOC_NAME = "neffcache-bundle.json"
 MAX_TOC_BYTES = 256 << 20
 MAX_MEMBERS = 2_000_000
@@ -79,8 +77,7 @@ def encode_toc(toc: Toc) -> bytes:
 
 
 def check_member_name(name: Any, sha256: str | None = None, source: str = "bundle") -> str:
-    """A member name must be a store key of a kind a bundle carries; a blob's or pack's name
-    must be its sha256's key."""
+    """A store key of a kind a bundle carries; a blob's or pack's, its sha256's key."""
     for pattern in _NAME_RES if isinstance(name, str) else ():
         match = pattern.fullmatch(name)
         if match is None:
@@ -94,7 +91,7 @@ def check_member_name(name: Any, sha256: str | None = None, source: str = "bundl
 
 
 def decode_toc(data: bytes, source: str = "bundle") -> Toc:
-    """Parse and validate a TOC; anything unexpected is an IntegrityError naming it."""
+    """Anything unexpected is an IntegrityError naming it."""
     try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError):
@@ -155,8 +152,8 @@ def _entries(raw: Any, names: set[str], source: str) -> tuple[BundleEntry, ...]:
 
 def plan_members(manifests: Sequence[Manifest], manifest_bytes: Mapping[str, bytes],
                  pointer_bytes: Mapping[str, bytes]) -> tuple[Member, ...]:
-    """The members of a bundle of these entries, in write order: manifests and pointers
-    (small, read first), then each blob once (largest first), then packs (pure)."""
+    """In write order: manifests and pointers (small, read first), then each blob once
+    (largest first), then packs."""
     from neffcache.hashing import sha256_bytes
 
     members = [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(manifest_bytes.items())]

@@ -1,10 +1,4 @@
-"""A store in a local directory (the embedded default: ``$NEFFCACHE_HOME/store``).
-
-Writes go to a fsynced temp file linked into place (``os.link`` fails if the name exists: an
-atomic create-if-absent). Temp names carry the writer's PID: one whose process is gone, or older
-than ``TEMP_GRACE_SECONDS``, is stale (``stale_temps``). Only ``create=True`` creates the
-directory; otherwise a missing one is a ConfigError (a typo in --store is not a cache miss).
-"""
+"""A store in a local directory (the embedded default: ``$NEFFCACHE_HOME/store``)."""
 
 from __future__ import annotations
 
@@ -26,6 +20,8 @@ TEMP_GRACE_SECONDS = 3600.0  # a live writer's temp file older than this is stal
 
 
 class LocalStore(Store):
+    """Only ``create`` creates the directory: a typo in --store is a ConfigError, not a miss."""
+
     def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(root).expanduser().absolute()
         self.url = f"file://{self.root}"
@@ -88,7 +84,7 @@ class LocalStore(Store):
                 os.fsync(out.fileno())
             os.chmod(tmp, 0o644)
             if if_absent:
-                try:
+                try:  # an atomic create-if-absent
                     os.link(tmp, final)
                 except FileExistsError:
                     return False
@@ -119,10 +115,8 @@ class LocalStore(Store):
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
 
-    # -- temp files a killed writer left (store.base.TempFiles) ------------------------------
-
     def stale_temps(self, grace: float = TEMP_GRACE_SECONDS) -> Iterator[TempFile]:
-        """Temp files whose writer is dead (by the PID in the name) or older than ``grace``."""
+        """Temp files whose writer (its PID in the name) is dead, or older than ``grace``."""
         if not self.root.is_dir():
             return
         now = time.time()
@@ -143,16 +137,10 @@ class LocalStore(Store):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.root / temp.key)
 
-    def sweep_temps(self, grace: float = TEMP_GRACE_SECONDS) -> int:
-        """Remove the stale temp files; how many."""
-        stale = list(self.stale_temps(grace))
-        for temp in stale:
-            self.remove_temp(temp)
-        return len(stale)
 
 
 def _writer_alive(name: str) -> bool:
-    """Whether the process named in a temp file's name still runs (unknown PID: assume so)."""
+    """Whether the process named in a temp file's name still runs (no PID: assume so)."""
     pid = name[len(TEMP_PREFIX):].partition("-")[0]
     if not pid.isdigit():
         return True  # an older name without a PID: only its age tells

@@ -1,8 +1,4 @@
-"""An ordered list of stores read as one (writes go to the first): a miss goes to the next
-store, and a repeated read of the same bytes (a re-fetch after a failed verification) starts at
-the next one. A store is checked on first use; one that cannot serve (unreachable,
-misconfigured, a bundle that fails its check) is passed over for the rest of the run, so a dead
-primary costs one probe, not one timeout per object."""
+"""An ordered list of stores read as one (writes go to the first)."""
 
 from __future__ import annotations
 
@@ -21,14 +17,15 @@ from neffcache.errors import (
 )
 from neffcache.store.base import Store
 
-# What makes a store pass over to the next (see the module docstring).
 _DOWN = (UnavailableError, ConfigError)
 T = TypeVar("T")
 
 
 class MirroredStore(Store):
-    """Reads from ``stores`` in order (the first is the primary); counts what each served.
-    ``notice`` gets one line per store passed over as unreachable."""
+    """Reads from ``stores`` in order: a miss goes to the next, and a repeated read of the same
+    bytes (a re-fetch after a failed verification) starts at the next. A store that cannot serve
+    is passed over for the rest of the run (a dead primary costs one probe, not one timeout per
+    object); ``notice`` gets one line for each."""
 
     def __init__(self, stores: Sequence[Store],
                  notice: Callable[[str], None] | None = None) -> None:
@@ -45,7 +42,7 @@ class MirroredStore(Store):
         self._checking = tuple(threading.Lock() for _ in self.stores)
 
     def served(self) -> dict[str, int]:
-        """Objects (or ranges) served, per store URL, in the stores' order."""
+        """Objects (or ranges) served, per store URL."""
         with self._lock:
             return {s.url: self._served[s.url] for s in self.stores if self._served[s.url]}
 
@@ -95,8 +92,6 @@ class MirroredStore(Store):
     def delete(self, key: str) -> None:
         self.stores[0].delete(key)
 
-    # -- helpers ------------------------------------------------------------------------------
-
     def _order(self, key: str, start: int, length: int | None) -> tuple[int, ...]:
         with self._lock:
             n = self._asked[(key, start, length)]
@@ -106,10 +101,7 @@ class MirroredStore(Store):
         return every[first:] + every[:first]
 
     def _usable(self, i: int) -> bool:
-        """Whether store ``i`` answers: checked on first use, never again once down."""
-        with self._lock:
-            if i in self._down or i in self._checked:
-                return i not in self._down
+        """Checked on first use, never again once down."""
         with self._checking[i]:  # one probe, however many threads need the store at once
             with self._lock:
                 if i in self._down or i in self._checked:

@@ -1,11 +1,4 @@
-"""A store in an S3 bucket under a prefix (AWS or any S3-compatible server), through obstore
-(Rust's object_store: signing, retries and pooling outside the GIL); ``s3_config`` decides how it
-is reached, ``s3_errors`` translates its failures. Retries are obstore's: a failed request (5xx,
-a dropped connection, a read timeout) is sent up to ``max_attempts`` times after backoff with
-jitter, and a response cut short resumes with a ranged GET. With a ``deadline`` every wait is
-clipped to what is left of it. A reader needs ``s3:GetObject`` and ``s3:ListBucket`` (without
-ListBucket S3 answers 403 for a missing key, which reads as "unavailable").
-"""
+"""A store in an S3 bucket under a prefix (AWS or S3-compatible), through obstore."""
 
 from __future__ import annotations
 
@@ -35,6 +28,7 @@ from neffcache.store.base import (
     check_key,
     recognise_store,
 )
+from neffcache.store.s3_botocore import UploadClient, profile_credentials
 from neffcache.store.s3_config import (
     ENVIRONMENT,
     NONE,
@@ -55,34 +49,25 @@ if TYPE_CHECKING:
 
     from obstore.store import S3Config  # a TypedDict of the type stubs only
 
-    from neffcache.store.s3_botocore import UploadClient
-
-# Whole requests get this long; a stalled body is caught sooner by the read timeout.
-REQUEST_TIMEOUT = 15 * 60.0
+REQUEST_TIMEOUT = 15 * 60.0  # a whole request; a stalled body trips READ_TIMEOUT sooner
 RETRY_TIMEOUT = 3 * 60.0  # no retry starts later than this after a call's first attempt
 MAX_BACKOFF = 15.0  # obstore's default cap on one backoff sleep
 PROBE_TIMEOUT = 5.0  # check() fails within about this on an unreachable endpoint
 CONNECT_TIMEOUT, READ_TIMEOUT = 5.0, 60.0  # one connection attempt; one stalled read
 POOL_CONNECTIONS = 64  # connections kept open per client
-# Memory: a multipart upload holds up to MULTIPART_CONCURRENCY parts (part_size each) in
-# flight, plus the part being read and the one being filled, and at most MULTIPART_UPLOADS run
-# at once per store, whatever the callers' threads (6 x 64 MiB pushed on 8 threads: 568 MiB
-# peak RSS with 16 MiB parts, 4 each and no bound; 297-345 MiB with 2 x 2 through a spool;
-# 232 MiB read straight from the files; 129-142 MiB so with 8 MiB parts; issue 22).
+# Memory: an upload holds MULTIPART_CONCURRENCY + 2 parts, and at most MULTIPART_UPLOADS run
+# at once per store, whatever the callers' threads (issue 22: 568 MiB peak RSS unbounded, ~135).
 MULTIPART_CONCURRENCY = 2
 MULTIPART_UPLOADS = 2
-# obstore raises FileNotFoundError (not one of its own classes) for a missing object.
-_CLIENT_ERRORS = (BaseError, FileNotFoundError)
+_CLIENT_ERRORS = (BaseError, FileNotFoundError)  # obstore's "missing object" is the latter
 _PROBE_PREFIX = "neffcache-check"
-# Keys whose name is the sha256 of their bytes: rewriting one rewrites the same bytes.
-_CONTENT_ADDRESSED = (BLOBS, PACKS)
+_CONTENT_ADDRESSED = (BLOBS, PACKS)  # rewriting one of these rewrites the same bytes
 
 
 class S3Store(Store):
-    """Objects at ``s3://<bucket>/<prefix>/<key>``; see the module docstring for the contract.
-
-    ``environ`` is what neffcache's own decisions read (``s3_config.load_s3_settings``; tests
-    pass their own); obstore itself reads the process environment for the rest."""
+    """Objects at ``s3://<bucket>/<prefix>/<key>``. A reader needs s3:GetObject and
+    s3:ListBucket (without it a missing key is a 403: "unavailable"). ``environ`` is what
+    neffcache's own decisions read; obstore reads the process environment for the rest."""
 
     def __init__(self, bucket: str, prefix: str = "", *, environ: Mapping[str, str] | None = None,
                  deadline: float | None = None, create: bool = False,
@@ -91,13 +76,10 @@ class S3Store(Store):
         self.settings = load_s3_settings(bucket, prefix, env, tuning)
         self.bucket, self.prefix = bucket, self.settings.location.prefix
         self.url, self.endpoint = self.settings.url, self.settings.endpoint
-        self.create = create  # check() gives a store without its marker one (recognise_store)
+        self.create = create
         self._provider = None
         if self.settings.credentials.needs_botocore:
-            from neffcache.store.s3_botocore import profile_credentials
-
             self._provider = profile_credentials(self.settings.credentials, self.url, env)
-        # With a deadline (a time.monotonic() value) no wait may outlast it.
         left = None if deadline is None else max(0.05, deadline - time.monotonic())
 
         def clip(*seconds: float) -> tuple[float, ...]:
@@ -105,30 +87,26 @@ class S3Store(Store):
 
         self._client = self._connect(clip(CONNECT_TIMEOUT, READ_TIMEOUT, REQUEST_TIMEOUT,
                                           RETRY_TIMEOUT))
-        # check() must fail within seconds on an unreachable endpoint: short waits, and no
-        # retry starts after PROBE_TIMEOUT (the same number of attempts as every other call).
+        # check() fails within seconds on an unreachable endpoint (as many attempts as others).
         self._probe_timeouts = clip(2.0, 5.0, PROBE_TIMEOUT, PROBE_TIMEOUT)
         self._probe: _Client | None = None
         self._lock = threading.Lock()
         self._multipart = threading.BoundedSemaphore(MULTIPART_UPLOADS)
-        self._uploads: UploadClient | None = None  # made when gc first asks
+        self._uploads = UploadClient(self.settings, (CONNECT_TIMEOUT, READ_TIMEOUT))
 
     @classmethod
     def from_url(cls, url: str, environ: Mapping[str, str] | None = None, *,
                  deadline: float | None = None, create: bool = False,
                  **tuning: Unpack[S3Tuning]) -> S3Store:
-        """``s3://bucket/prefix``, configured as ``s3_config.load_s3_settings`` says."""
         return cls(*parse_s3_url(url), environ=environ, deadline=deadline, create=create,
                    **tuning)
-
-    # -- the protocol -------------------------------------------------------------------------
 
     def check(self) -> None:
         with self._lock:
             if self._probe is None:
                 self._probe = self._connect(self._probe_timeouts)
-        with self._translated("ListObjectsV2"):  # one small LIST under a name nothing uses:
-            obstore.list_with_delimiter(self._probe, _PROBE_PREFIX)  # bucket, keys, access
+        with self._translated("ListObjectsV2"):  # one small LIST: bucket, keys, access
+            obstore.list_with_delimiter(self._probe, _PROBE_PREFIX)
         recognise_store(self, create=self.create)
 
     def has(self, key: str) -> bool:
@@ -164,9 +142,8 @@ class S3Store(Store):
         check_key(key)
         self._no_source("PutObject")
         threshold = self.settings.multipart_threshold
-        sized = _size_of(source)  # a VerifyingReader says how large it is; a local file too
-        # A body known to be large goes multipart, unless it must stay one conditional PUT;
-        # another's first part tells.
+        sized = _size_of(source)
+        # A large body goes multipart, unless it must stay one conditional PUT.
         multipart = sized is not None and sized >= threshold and (
             not if_absent or key.startswith(_CONTENT_ADDRESSED))
         head = [] if multipart else [_read_up_to(source, threshold)]
@@ -178,17 +155,14 @@ class S3Store(Store):
                                   else _whole(first, source), if_absent)
         if if_absent and self.has(key):
             return False  # skip uploading a large body the store already holds
-        # Bounded: each upload holds MULTIPART_CONCURRENCY parts; the spool takes ``head``.
         with self._multipart:
             if not head and _is_local_file(source):
                 return self._put_multipart(key, source)
             return self._put_spooled(key, source, head or [_read_up_to(source, threshold)])
 
     def _put_spooled(self, key: str, source: BinaryIO, head: list[bytes]) -> bool:
-        # The body is spooled first to an unnamed temp file (bounded memory, no name to leave
-        # behind): ``source`` may itself be an obstore stream (an S3 -> S3 copy), and reading one
-        # inside obstore.put panics ("Cannot start a runtime from within a runtime"). A
-        # source that fails its sha256 (VerifyingReader) fails here, before any upload starts.
+        # ``source`` may be an obstore stream (S3 -> S3), and reading one inside obstore.put
+        # panics ("Cannot start a runtime from within a runtime"): spooled to a temp file.
         with tempfile.TemporaryFile(prefix=".neffcache-put-") as spool:
             spool.write(head.pop())
             shutil.copyfileobj(source, spool, MiB)
@@ -196,17 +170,15 @@ class S3Store(Store):
             return self._put_multipart(key, spool)
 
     def _put_multipart(self, key: str, source: BinaryIO) -> bool:
-        """A multipart upload, unconditional (obstore cannot make one conditional; a racing
-        writer of a content-addressed key writes the same bytes). A VerifyingReader failing its
-        sha256 at end of file aborts it: nothing is committed."""
+        """Unconditional (obstore cannot make one conditional; a racing writer of a
+        content-addressed key writes the same bytes). A source failing its sha256 aborts it."""
         with self._translated("UploadPart", key):
             try:
                 obstore.put(self._client, key, source, use_multipart=True,
                             chunk_size=self.settings.part_size,
                             max_concurrency=MULTIPART_CONCURRENCY, attributes=self._attributes)
             except (*_CLIENT_ERRORS, OSError):
-                # obstore aborts the upload when reading the source fails, and raises an
-                # OSError carrying the source's error as text: raise the source's own.
+                # obstore aborts, raising the source's error as an OSError's text.
                 failure = getattr(source, "failure", None)
                 if isinstance(failure, IntegrityError):
                     raise failure from None
@@ -236,24 +208,11 @@ class S3Store(Store):
         with contextlib.suppress(NotFoundError), self._translated("DeleteObject", key):
             obstore.delete(self._client, key)
 
-    # -- multipart uploads (store.base.MultipartUploads; gc only) ---------------------------
-
     def list_uploads(self) -> Iterator[Upload]:
-        """Incomplete multipart uploads under the prefix (through botocore: see s3_botocore)."""
-        return self._upload_client().list()
+        return self._uploads.list()
 
     def abort_upload(self, upload: Upload) -> None:
-        self._upload_client().abort(upload)
-
-    def _upload_client(self) -> UploadClient:
-        from neffcache.store.s3_botocore import UploadClient
-
-        with self._lock:
-            if self._uploads is None:
-                self._uploads = UploadClient(self.settings, (CONNECT_TIMEOUT, READ_TIMEOUT))
-            return self._uploads
-
-    # -- helpers ------------------------------------------------------------------------------
+        self._uploads.abort(upload)
 
     @property
     def _attributes(self) -> Any:
@@ -261,7 +220,9 @@ class S3Store(Store):
         return {"Storage-Class": storage_class} if storage_class else None
 
     def _connect(self, timeouts: tuple[float, ...]) -> _Client:
-        """A client with ``timeouts``: connect, read, whole request, retry window (seconds)."""
+        """A client with ``timeouts``: connect, read, whole request, retry window (seconds).
+        obstore retries a failed request (5xx, a dropped connection, a read timeout) with
+        jittered backoff, and resumes a response cut short with a ranged GET."""
         connect, read, request, retrying = (timedelta(seconds=t) for t in timeouts)
         s = self.settings
         config: S3Config = {"virtual_hosted_style_request": s.location.virtual_hosted}
@@ -296,7 +257,6 @@ class S3Store(Store):
 
     @contextlib.contextmanager
     def _translated(self, op: str, key: str | None = None) -> Iterator[None]:
-        """Run one call of the client: its failures leave as domain errors (``_error``)."""
         self._no_source(op)
         try:
             yield
@@ -314,7 +274,7 @@ class S3Store(Store):
 
 
 class _Body(ObjectStream):
-    """An object's body as a stream of obstore's chunks, handed on uncopied where whole."""
+    """An object's body as obstore's chunks, handed on uncopied where whole."""
 
     zero_copy_reads = True  # restore.install.read_piece: read() over readinto a buffer
 
@@ -376,7 +336,7 @@ def _whole(first: bytes, source: BinaryIO) -> bytes | memoryview:
 
 
 def _is_local_file(source: BinaryIO) -> bool:
-    """Whether ``source`` reads a regular local file (obstore may read it without a spool)."""
+    """Whether obstore may read ``source`` without a spool (a regular local file)."""
     try:
         return stat.S_ISREG(os.fstat(source.fileno()).st_mode)
     except (AttributeError, OSError, ValueError):
@@ -384,7 +344,6 @@ def _is_local_file(source: BinaryIO) -> bool:
 
 
 def _size_of(source: BinaryIO) -> int | None:
-    """How many bytes ``source`` has left, when it says (``size``) or is a local file."""
     sized = getattr(source, "size", None)
     if isinstance(sized, int):
         return sized
@@ -394,7 +353,6 @@ def _size_of(source: BinaryIO) -> int | None:
 
 
 def _read_up_to(source: BinaryIO, size: int) -> bytes:
-    """``size`` bytes unless the stream ends first (a stream may return less per read)."""
     chunks: list[bytes] = []
     left = size
     while left > 0:

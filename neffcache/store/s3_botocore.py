@@ -1,7 +1,4 @@
-"""What botocore does for an S3 store where obstore cannot, imported only then (~0.1-0.2 s):
-credentials from profiles (SSO, assume-role, credential_process) and web identity, and gc's
-listing and aborting of incomplete multipart uploads under the prefix.
-"""
+"""What botocore (~0.1-0.2 s to import) does for an S3 store where obstore cannot."""
 
 from __future__ import annotations
 
@@ -20,16 +17,13 @@ from neffcache.store.s3_errors import (
     no_credentials,
 )
 
-# obstore asks again after this long; botocore refreshes temporary credentials itself before
-# they expire, so a short lifetime here only costs a cheap call.
-TTL = timedelta(minutes=5)
+TTL = timedelta(minutes=5)  # botocore refreshes before expiry: asking again is cheap
 
 
 def profile_credentials(source: CredentialSource, where: str,
                         env: Mapping[str, str]) -> Callable[[], dict[str, Any]]:
-    """A credential provider for obstore, resolved once now so that a broken source fails here
-    rather than inside the first request. The profile and the AWS files are the store's own
-    (``env``): a profile given explicitly makes botocore skip the process's environment keys."""
+    """A credential provider for obstore (profiles, SSO, web identity), resolved once now so
+    that a broken source fails here rather than inside the first request."""
     import botocore.session  # type: ignore[import-untyped]
 
     try:
@@ -61,8 +55,7 @@ DENIED_HINT = ("gc needs s3:ListBucketMultipartUploads and s3:AbortMultipartUplo
 
 
 class UploadClient:
-    """List and abort the multipart uploads under the store's prefix (keys relative to it); the
-    botocore client is made on first use, with ``timeouts`` (connect, read; seconds)."""
+    """The multipart uploads under the store's prefix, for gc (``timeouts``: connect, read)."""
 
     def __init__(self, settings: S3Settings, timeouts: tuple[float, float]) -> None:
         self.settings, self._timeouts = settings, timeouts

@@ -1,9 +1,4 @@
-"""How an ``s3://`` store is reached, decided from the environment alone (pure but for reading
-the AWS config files): endpoint, region, addressing, signing, what every PUT carries, and which
-credential source applies. Credentials are resolved by obstore (environment keys, container,
-instance role) or botocore (profiles, SSO, web identity: it honours AWS_ENDPOINT_URL_STS, which
-VPCs without internet access need), never here.
-"""
+"""How an ``s3://`` store is reached, from the environment and the AWS config files alone."""
 
 from __future__ import annotations
 
@@ -26,8 +21,7 @@ NONE = "none"
 MiB = 1 << 20
 PART_SIZE = 8 * MiB  # also the default multipart threshold
 
-# Keys that make a profile a credential source for botocore (its shared-file, config-file,
-# assume-role, SSO and process providers).
+# Keys that make a profile a credential source for botocore.
 _PROFILE_SOURCE_KEYS = frozenset({
     "aws_access_key_id", "role_arn", "credential_process", "sso_session", "sso_start_url",
     "web_identity_token_file", "credential_source", "source_profile", "login_session"})
@@ -47,7 +41,8 @@ class S3Location:
 
 @dataclass(frozen=True, slots=True)
 class CredentialSource:
-    """Which credential source applies; ``profile`` is set when botocore resolves it."""
+    """Which credential source applies. Credentials are resolved by obstore, or by botocore
+    (profiles, SSO, web identity: it honours AWS_ENDPOINT_URL_STS), never here."""
 
     name: str
     profile: str | None = None
@@ -60,9 +55,8 @@ class CredentialSource:
 def side_environ(env: Mapping[str, str], side: str, profile: str | None = None) -> (
         dict[str, str]):
     """The environment one store of several reads (``side``: FROM, TO, ``MIRROR_<N>``): ``env``
-    with ``NEFFCACHE_<SIDE>_AWS_*`` as ``AWS_*``, ``NEFFCACHE_<SIDE>_S3_*`` / ``_BUNDLE_*`` as
-    ``NEFFCACHE_S3_*`` / ``NEFFCACHE_BUNDLE_*`` and ``NEFFCACHE_<SIDE>_S3_ENDPOINT`` as
-    ``AWS_ENDPOINT_URL_S3``. A profile of the side's own (``profile`` or
+    with ``NEFFCACHE_<SIDE>_X`` as ``X`` for AWS_*, and as ``NEFFCACHE_X`` for S3_* / BUNDLE_*
+    (``S3_ENDPOINT``: ``AWS_ENDPOINT_URL_S3``). A profile of the side's own (``profile`` or
     ``NEFFCACHE_<SIDE>_AWS_PROFILE``) drops the shared environment keys (pure)."""
     out = dict(env)
     head = f"NEFFCACHE_{side}_"
@@ -83,7 +77,6 @@ def side_environ(env: Mapping[str, str], side: str, profile: str | None = None) 
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
-    """``s3://bucket/prefix`` → (bucket, prefix without surrounding slashes)."""
     parts = urlsplit(url)
     bucket = parts.netloc
     if parts.scheme != "s3" or not bucket or parts.query or parts.fragment \
@@ -94,8 +87,7 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 
 
 def configured_endpoint(env: Mapping[str, str]) -> str | None:
-    """AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL (both ignored when
-    AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true), as the AWS SDKs read them."""
+    """AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL, as the AWS SDKs read them."""
     if env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
         return None
     return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
@@ -127,8 +119,7 @@ def locate(bucket: str, prefix: str, endpoint: str | None, env: Mapping[str, str
 
 def credential_source(env: Mapping[str, str], profile: Mapping[str, str] | None) -> (
         CredentialSource):
-    """Which source botocore's chain would use first (``profile``: the selected profile's
-    settings, or None when neither AWS file has it)."""
+    """Which source botocore's chain would use first (``profile``: None when not in a file)."""
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
         return CredentialSource(ENVIRONMENT)
     if env.get("AWS_WEB_IDENTITY_TOKEN_FILE") and env.get("AWS_ROLE_ARN"):
@@ -151,8 +142,8 @@ def profile_name(env: Mapping[str, str]) -> str:
 
 def read_profile(env: Mapping[str, str]) -> dict[str, str] | None:
     """The selected profile's settings from the AWS config and credentials files (the latter
-    winning); None when neither has it. Unreadable or malformed files count as absent
-    (botocore, which resolves such profiles, reports them precisely)."""
+    winning); None when neither has it. Unreadable files count as absent (botocore, which
+    resolves such profiles, reports them precisely)."""
     name = profile_name(env)
     home = env.get("HOME") or os.path.expanduser("~")
     config_file = env.get("AWS_CONFIG_FILE") or f"{home}/.aws/config"
@@ -179,9 +170,8 @@ def _section(path: str, section: str, home: str) -> dict[str, str] | None:
 
 
 def unsigned_payload(location: S3Location, env: Mapping[str, str]) -> bool:
-    """Whether request bodies go unsigned (``UNSIGNED-PAYLOAD``): over HTTPS, as the AWS SDKs do,
-    sparing a sha256 pass over every uploaded byte (~0.4 s of a push's 2.6 s CPU, measured);
-    ``AWS_UNSIGNED_PAYLOAD`` (true/false, obstore's own variable) overrides it."""
+    """Over HTTPS, as the AWS SDKs do: no sha256 pass over every uploaded byte (~0.4 s of a
+    push's 2.6 s CPU). ``AWS_UNSIGNED_PAYLOAD`` (true/false, obstore's own) overrides it."""
     given = env.get("AWS_UNSIGNED_PAYLOAD", "").strip().lower()
     if given in ("true", "false"):
         return given == "true"
@@ -189,7 +179,7 @@ def unsigned_payload(location: S3Location, env: Mapping[str, str]) -> bool:
 
 
 def byte_count(name: str, value: str) -> int:
-    """A setting that is a number of bytes; ConfigError (exit 2) naming it otherwise."""
+    """ConfigError (exit 2) naming the setting unless ``value`` is a number."""
     try:
         return int(value)
     except ValueError:
@@ -197,7 +187,7 @@ def byte_count(name: str, value: str) -> int:
 
 
 def redact(endpoint: str) -> str:
-    """An endpoint URL without any user:password part (nor query or fragment)."""
+    """Without any user:password part (nor query or fragment)."""
     parts = urlsplit(endpoint)
     if not parts.scheme:
         return endpoint
@@ -208,8 +198,7 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() == "true"
 
 
-# Server-side encryption a bucket policy may require on every PUT: NEFFCACHE_S3_SSE's value
-# (any case) -> the x-amz-server-side-encryption value S3 expects.
+# NEFFCACHE_S3_SSE's value (any case) -> the x-amz-server-side-encryption value S3 expects.
 SSE_ALGORITHMS = {"aes256": "AES256", "sse-s3": "AES256", "aws:kms": "aws:kms",
                   "sse-kms": "aws:kms", "aws:kms:dsse": "aws:kms:dsse"}
 _STORAGE_CLASS_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ_")
@@ -225,9 +214,8 @@ class PutSettings:
 
 
 def put_settings(env: Mapping[str, str]) -> PutSettings:
-    """``NEFFCACHE_S3_SSE`` (AES256 | aws:kms | aws:kms:dsse; sse-s3 and sse-kms too),
-    ``NEFFCACHE_S3_SSE_KMS_KEY_ID`` (a KMS key id or ARN; alone it means aws:kms) and
-    ``NEFFCACHE_S3_STORAGE_CLASS`` (STANDARD, STANDARD_IA, INTELLIGENT_TIERING, ...)."""
+    """``NEFFCACHE_S3_SSE``, ``NEFFCACHE_S3_SSE_KMS_KEY_ID`` (alone it means aws:kms) and
+    ``NEFFCACHE_S3_STORAGE_CLASS``."""
     given = env.get("NEFFCACHE_S3_SSE", "").strip()
     key = env.get("NEFFCACHE_S3_SSE_KMS_KEY_ID", "").strip() or None
     sse = SSE_ALGORITHMS.get(given.lower()) if given else ("aws:kms" if key else None)
@@ -262,7 +250,7 @@ class S3Tuning(TypedDict, total=False):
 
 @dataclass(frozen=True, slots=True)
 class S3Settings:
-    """Everything one ``s3://`` store is configured with, decided once (``load_s3_settings``)."""
+    """Everything one ``s3://`` store is configured with, decided once."""
 
     location: S3Location
     puts: PutSettings
@@ -286,11 +274,8 @@ class S3Settings:
 
 def load_s3_settings(bucket: str, prefix: str, env: Mapping[str, str],
                      tuning: S3Tuning) -> S3Settings:
-    """The settings of the store at ``bucket``/``prefix``: ``tuning``, else ``env``'s
-    AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (``configured_endpoint``; none: AWS's regional
-    endpoint), NEFFCACHE_S3_MULTIPART_THRESHOLD and NEFFCACHE_S3_PART_SIZE (bytes); region and
-    credential source as the AWS chain finds them; NEFFCACHE_S3_SSE, NEFFCACHE_S3_SSE_KMS_KEY_ID
-    and NEFFCACHE_S3_STORAGE_CLASS on every PUT (``put_settings``)."""
+    """``tuning`` over ``env``'s settings; region and credential source as the AWS chain finds
+    them."""
     sizes = {name: byte_count(var, env[var]) for name, var in _SIZE_VARIABLES if env.get(var)}
     threshold = tuning.get("multipart_threshold", sizes.get("multipart_threshold", PART_SIZE))
     part_size = tuning.get("part_size", sizes.get("part_size", PART_SIZE))
@@ -306,8 +291,8 @@ def load_s3_settings(bucket: str, prefix: str, env: Mapping[str, str],
 
 
 def s3_settings(env: Mapping[str, str]) -> tuple[tuple[str, str | None, str], ...]:
-    """What an ``s3://`` store opened with ``env`` is configured with, as (name, value, the
-    variable it came from or "default"), for ``neffcache config``: never a credential."""
+    """(name, value, the variable it came from or "default") for ``neffcache config``: never a
+    credential."""
     def first(*names: str) -> tuple[str | None, str]:
         found = next((n for n in names if env.get(n)), None)
         return (env[found], found) if found else (None, "default")

@@ -1,8 +1,4 @@
-"""The one place an S3 failure becomes a domain error (``NotFoundError``, ``UnavailableError``
-exit 6, ``ConfigError`` exit 2): obstore's (``translate``) and botocore's (``credential_error``,
-``botocore_failure``, by class name). Only the status and S3 ``<Code>`` are read from a failure,
-so a one-line message never holds credentials or response bodies.
-"""
+"""The one place an obstore or botocore failure becomes a domain error (botocore's by name)."""
 
 from __future__ import annotations
 
@@ -40,7 +36,6 @@ HINTS = {
                     "the role needs s3:GetObject and s3:ListBucket on the prefix"),
     "RequestTimeTooSkewed": "synchronise this host's clock (chrony, systemd-timesyncd)",
 }
-# A write refused: the permission, or a bucket policy that requires encryption on every PUT.
 WRITE_OPS = frozenset({"PutObject", "UploadPart", "CreateMultipartUpload", "CopyObject"})
 WRITE_DENIED_HINT = ("the role needs s3:PutObject on the prefix; if the bucket policy requires "
                      "encryption, set NEFFCACHE_S3_SSE=aws:kms (with NEFFCACHE_S3_SSE_KMS_KEY_ID) "
@@ -52,7 +47,6 @@ _CODE = re.compile(r"<Code>([A-Za-z0-9.]{1,64})</Code>")
 _STATUS = re.compile(r"status(?: code)?:? (\d{3})\b")
 _URI = re.compile(r"Error performing \w+ (\S+)")
 _RETRY_SETTING = re.compile(r"retry_timeout:\s*\S+")
-# botocore's exception classes, by name, as credential_error and botocore_failure tell them.
 _NO_SSO_LOGIN = frozenset({"SSOTokenLoadError", "UnauthorizedSSOTokenError", "SSOError",
                            "TokenRetrievalError", "PendingAuthorizationExpiredError"})
 _PROFILE_BROKEN = frozenset({"InvalidConfigError", "PartialCredentialsError",
@@ -67,8 +61,8 @@ _CREDENTIAL_PATHS = ("/latest/api/token", "/latest/meta-data/", "/v2/credentials
 
 
 def response_code(exc: BaseException) -> tuple[str, str]:
-    """(S3 error code, else the HTTP status; HTTP status or "?") from a client exception's text;
-    ("", "?") when no response was received."""
+    """(S3 error code, else the HTTP status; HTTP status or "?") from a client exception's text,
+    ("", "?") without a response: only these are read, so a message never holds credentials."""
     text = str(exc)
     status = _STATUS.search(text)
     code = _CODE.search(text)
@@ -78,7 +72,6 @@ def response_code(exc: BaseException) -> tuple[str, str]:
 
 def translate(exc: BaseException, *, where: str, endpoint: str, op: str, key: str | None,
               source: str) -> NeffcacheError:
-    """The domain error for a failed store call (``where`` names the object or store)."""
     from obstore.exceptions import NotFoundError as ObjectNotFound
     from obstore.exceptions import UnauthenticatedError
 
@@ -101,8 +94,7 @@ def translate(exc: BaseException, *, where: str, endpoint: str, op: str, key: st
 
 def credential_error(exc: BaseException, source: CredentialSource,
                      where: str) -> NeffcacheError:
-    """A botocore credential failure: a configuration to fix is exit 2, a source that refused or
-    could not be reached exit 6."""
+    """A configuration to fix is exit 2, a source that refused or could not be reached exit 6."""
     name = type(exc).__name__
     profile = source.profile or "default"
     detail = " ".join(str(exc).split())[:200]
@@ -132,7 +124,7 @@ def credential_error(exc: BaseException, source: CredentialSource,
 
 
 def botocore_code(exc: BaseException) -> str | None:
-    """The error code a botocore ClientError carries (None for any other failure)."""
+    """The code of a botocore ClientError (None for any other failure)."""
     response = getattr(exc, "response", None)
     error = response.get("Error") if isinstance(response, dict) else None
     return str(error.get("Code")) if isinstance(error, dict) and error.get("Code") else None
@@ -141,7 +133,7 @@ def botocore_code(exc: BaseException) -> str | None:
 def botocore_failure(exc: BaseException, *, where: str, endpoint: str, op: str,
                      source: CredentialSource, denied_hint: str | None = None
                      ) -> NeffcacheError:
-    """A failed botocore S3 call; ``denied_hint`` names the permissions ``op`` needs."""
+    """``denied_hint`` names the permissions ``op`` needs."""
     name = type(exc).__name__
     response = getattr(exc, "response", None)
     if isinstance(response, dict) and isinstance(response.get("Error"), dict):
@@ -162,7 +154,6 @@ def botocore_failure(exc: BaseException, *, where: str, endpoint: str, op: str,
 
 def client_failure(where: str, code: str, status: int | str, op: str,
                    key: str | None) -> NotFoundError | UnavailableError | ConfigError:
-    """A request the server answered with ``code`` (an S3 error code, else the HTTP status)."""
     if key is not None and code in NOT_FOUND:
         return NotFoundError(f"{where}: not found")
     if code in REDIRECT:
@@ -189,7 +180,6 @@ def no_credentials(where: str, op: str | None = None) -> UnavailableError:
 
 
 def _is_credential_request(uri: str, endpoint: str) -> bool:
-    """Whether the failed request went to a credential service rather than the store."""
     host = urlsplit(uri).netloc
     if endpoint and host == urlsplit(endpoint).netloc:
         return False
@@ -197,10 +187,10 @@ def _is_credential_request(uri: str, endpoint: str) -> bool:
 
 
 def _short_reason(text: str) -> str:
-    """A few words for a failure without a server answer (connection refused, timeout…)."""
+    """A few words for a failure without a server answer."""
     lowered = _RETRY_SETTING.sub("", text.lower())  # "retry_timeout: 180s" is not a timeout
     if "connection refused" in lowered or "connectionrefused" in lowered:
-        return "connection refused"  # nothing listens there: a wrong endpoint or port
+        return "connection refused"
     if "timed out" in lowered or "timeout" in lowered:
         return "timed out"
     if "connect" in lowered:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from neffcache.lifecycle import CollectGarbageRequest, collect_garbage
 from neffcache.lifecycle.verify import audit_store as verify_store
-from neffcache.store.local import LocalStore
+from tests.support.local_store import LocalStore
 
 
 def dead_pid() -> int:
