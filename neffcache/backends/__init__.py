@@ -1,7 +1,4 @@
-"""The backend table: what differs between TorchNeuron and TorchInductor (the cache roots its
-compiler writes and the variables pointing at them, scratch space never captured, the device,
-the compile and distributed backends), and nothing else. Pure data: no torch import here.
-"""
+"""The backend table: what differs between TorchNeuron and TorchInductor. Pure data."""
 
 from __future__ import annotations
 
@@ -82,11 +79,9 @@ NEURON = Backend(
     dist_backend=neuron_env.DIST_BACKEND,
 )
 
-# TorchInductor keeps its precompiled C++ headers in <tempdir>/torchinductor_<user>/
-# precompiled_headers, outside TORCHINDUCTOR_CACHE_DIR; restored without them the first call
-# recompiles the header (10.0 s instead of 5.3 s on the tiny pipeline), so they are a root of
-# their own, through TMPDIR (restore as the same user name). Disabling them instead would change
-# the FX graph keys (cpp_cache_precompile_headers enters them).
+# Inductor's precompiled C++ headers live in <TMPDIR>/torchinductor_<user>/, outside its cache
+# dir; without them the first call recompiles them (10.0 s instead of 5.3 s). Disabling them
+# would change the FX graph keys.
 INDUCTOR = Backend(
     name="inductor",
     device="cpu",
@@ -109,7 +104,7 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (NEURON, INDUCTOR)}
 
 
 def register_backend(backend: Backend) -> None:
-    """Add a backend to the table, or replace one of the same name (a test backend)."""
+    """Add a backend, or replace one of the same name (a test backend)."""
     BACKENDS[backend.name] = backend
 
 
@@ -140,7 +135,7 @@ def compile_only_refusal(mode: str) -> str | None:
 
 
 def root_dirs(backend: Backend, base: str) -> dict[str, str]:
-    """Where each cache root lives under a base directory: ``<base>/<root name>``."""
+    """``{root name: <base>/<root name>}``."""
     return {r.name: f"{base.rstrip('/')}/{r.name}" for r in backend.roots}
 
 

@@ -1,6 +1,4 @@
-"""Every TorchNeuron / Neuron SDK name neffcache uses, in one place (no other module spells
-them: a unit test checks), so a rename upstream (DESIGN.md §1) is a one-line change here.
-"""
+"""Every TorchNeuron / Neuron SDK name neffcache uses (no other module spells them)."""
 
 # Cache roots and scratch (read by torch_neuronx once, at import).
 NEFF_CACHE_DIR = "TORCH_NEURONX_NEFF_CACHE_DIR"

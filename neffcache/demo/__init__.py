@@ -1,7 +1,4 @@
-"""The demo (``neffcache demo``): ``run_demo(DemoRequest) -> DemoResult`` compiles a tiny
-Flux2Klein pipeline once, boots a fresh instance warm and compares cold and restored first
-calls. Importing it imports nothing heavy (torch only in workers and to build the model).
-"""
+"""``neffcache demo``: ``run_demo(DemoRequest) -> DemoResult``; imports nothing heavy."""
 
 from neffcache.demo.runner import DemoCell, DemoRequest, DemoResult, run_demo
 

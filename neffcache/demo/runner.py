@@ -1,8 +1,4 @@
-"""The ``neffcache demo`` job: build the tiny Flux2KleinPipeline under ``$NEFFCACHE_HOME/demo/``
-(once), precompile its matrix, then act as a new instance (an empty directory, ``neffcache
-restore`` as a separate process, one first call per cell in a fresh process, judged by
-neffcache.precompile.hit_check). ``render_demo_matrix`` is pure; ``run_demo`` does the I/O.
-"""
+"""The ``neffcache demo`` job: precompile a tiny pipeline, restore it fresh, time first calls."""
 
 from __future__ import annotations
 
@@ -149,7 +145,6 @@ def parse_shapes(text: str | None) -> tuple[str, ...] | None:
 
 
 def render_demo_matrix(template: str, shapes: Sequence[str] | None) -> str:
-    """The demo matrix text, with the template's shapes replaced when given (pure)."""
     if not shapes:
         return template
     listed = ", ".join(f'"{s}"' for s in shapes)
@@ -169,18 +164,13 @@ def _write_matrix(demo_dir: Path, shapes: Sequence[str] | None) -> Path:
 
 def run_demo(request: DemoRequest) -> DemoResult:
     """Build the tiny pipeline (once), precompile the demo matrix, restore it into an empty
-    directory with ``neffcache restore`` in a separate process, and time each cell's first
-    call in a fresh process. A DemoResult whether or not the cells stayed warm; UsageError for
-    bad shapes, the store's and the index's errors when they cannot be opened."""
+    directory in a separate process and time each cell's first call in a fresh process.
+    UsageError for bad shapes; the store's and the index's errors when they cannot open."""
     shapes = request.shapes
     parsed = parse_shapes(shapes if shapes is None or isinstance(shapes, str)
                           else ",".join(shapes))
     settings = read_settings(os.environ, store=request.store, index=request.index)
-    return _run(settings, parsed, request, request.notice or (lambda _message: None))
-
-
-def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
-         say: Callable[[str], None]) -> DemoResult:
+    say = request.notice or (lambda _message: None)
     from neffcache.command_steps import open_checked_store
     from neffcache.demo.tiny_pipeline import build_tiny_flux2_klein
     from neffcache.fingerprint import collect_fingerprint
@@ -196,7 +186,7 @@ def _run(settings: Settings, shapes: Sequence[str] | None, request: DemoRequest,
     demo_dir.mkdir(parents=True, exist_ok=True)
     say(f"[1/4] tiny Flux2KleinPipeline: {demo_dir / MODEL_DIR} (built once, random weights)")
     model_dir = build_tiny_flux2_klein(demo_dir / MODEL_DIR)
-    matrix = load_matrix(_write_matrix(demo_dir, shapes))
+    matrix = load_matrix(_write_matrix(demo_dir, parsed))
     fingerprint = collect_fingerprint(matrix.backend, env)
     store = open_checked_store(settings.store_url, create=True)
     cells = matrix.cells
@@ -248,7 +238,6 @@ def _restore_cli(matrix_path: Path, target: Path, settings: Settings,
 
 def _restored_cell(run: RunContext, cell: Cell, pre: PrecompileReport, instance: Path,
                    say: Callable[[str], None]) -> DemoCell:
-    """``cell`` warmed in a fresh process against the caches restored into ``instance``."""
     from neffcache.backends import get_backend
     from neffcache.manifest import entry_key
     from neffcache.precompile import stored_compile_seconds, warm_restored

@@ -1,7 +1,4 @@
-"""Build a tiny random-weight ``Flux2KleinPipeline`` locally, with no Hub download: a real
-Diffusers pipeline (about 8 MB, deterministic for a seed) that compiles with TorchInductor on a
-CPU in well under a minute. torch, diffusers and transformers are imported inside functions.
-"""
+"""A tiny random-weight ``Flux2KleinPipeline`` (~8 MB, deterministic), built with no download."""
 
 from __future__ import annotations
 
@@ -14,12 +11,8 @@ from typing import Any
 
 from neffcache.errors import UsageError
 
-__all__ = ["MARKER_NAME", "BUILD_VERSION", "build_tiny_flux2_klein", "is_complete_build"]
-
-#: Written last into a finished build; its presence means "complete".
 MARKER_NAME = ".neffcache-tiny-pipeline.json"
-#: Bump when the architecture below changes, so old builds are not mistaken for new ones.
-BUILD_VERSION = 1
+BUILD_VERSION = 1  # bump when the architecture below changes
 
 _TEXT_HIDDEN, _TEXT_LAYERS = 32, 28  # 28 layers: hidden_states[9], [18] and [27] exist
 _OUT_LAYERS = (9, 18, 27)
@@ -51,17 +44,12 @@ _CHAT_TEMPLATE = (
 
 
 def is_complete_build(out_dir: Path) -> bool:
-    """True if ``out_dir`` holds a finished build (its marker file exists)."""
     return (Path(out_dir) / MARKER_NAME).is_file()
 
 
 def build_tiny_flux2_klein(out_dir: Path, *, seed: int = 0) -> Path:
-    """Build the tiny pipeline and ``save_pretrained`` it to ``out_dir``; return ``out_dir``.
-
-    Idempotent (a complete build for ``seed`` is returned untouched); built in a temp directory
-    next to ``out_dir`` and renamed into place, so a crash never leaves a half-built one.
-    UsageError if ``out_dir`` holds something else (another seed or version, or any non-empty
-    directory without the marker)."""
+    """Build the pipeline into ``out_dir`` (idempotent; renamed into place, so never half
+    built). UsageError if ``out_dir`` holds anything else."""
     out_dir = Path(out_dir)
     if _check_existing(out_dir, seed):
         return out_dir

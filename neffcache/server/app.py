@@ -1,10 +1,4 @@
-"""The FastAPI application: JSON API under /api, /healthz, /metrics, the dashboard at / with
-its static files, GET and HEAD only (anything else is 405), errors mapped by
-``status.HTTP_STATUSES``; a bad parameter is a 400 in the same {error, type, hint} shape.
-
-The app reads through one open ``Index`` given by the caller; it never writes. Answers built
-from the index's state alone are held and shared until it changes (``shared``).
-"""
+"""The FastAPI application: /api, /healthz, /metrics and the dashboard; GET and HEAD only."""
 
 from __future__ import annotations
 
@@ -41,7 +35,6 @@ ALLOWED_METHODS = ("GET", "HEAD")
 
 
 def web_dir() -> Path:
-    """The dashboard's files, shipped as package data (neffcache/web)."""
     return Path(str(resources.files("neffcache") / "web"))
 
 

@@ -1,29 +1,4 @@
-"""Prometheus metrics read from the index at scrape time (a custom prometheus_client
-Collector; nothing is counted in this process, so any number of servers agree).
-
-    neffcache_index_up                                      1 if the index answered the scrape
-    neffcache_entries{backend,sdk_version}                  entries per SDK version
-    neffcache_entry_bytes{backend,sdk_version}              bytes of those entries
-    neffcache_matrix_cells{matrix}                          cells of the current version
-    neffcache_coverage_ratio{matrix,fingerprint,backend,sdk_version}     ready / cells
-                                            (a matrix with nothing built: one series, labels "", 0;
-                                             a fingerprint only restore reports name: 0)
-    neffcache_coverage_cells{matrix,fingerprint,backend,sdk_version,status}   cell counts
-                                            (status: ready, in_progress, failed, missing)
-    neffcache_failed_cells{matrix,fingerprint}              cells whose warm-up failed
-    neffcache_cells_in_progress{matrix,fingerprint}         cells a live lease is warming
-    neffcache_leases_active{matrix,fingerprint}             live claim-queue leases
-    neffcache_leases_expired{matrix,fingerprint}            leases held past their expiry
-    neffcache_last_precompile_run_timestamp_seconds{matrix} last run's start (0: none in 7 days)
-    neffcache_precompile_fingerprint_last_run_timestamp_seconds{matrix,fingerprint}
-                                            the last run of the matrix under the fingerprint
-                                            (runs of the last 7 days only; absent otherwise)
-    neffcache_restore_fingerprint_last_seen_timestamp_seconds{matrix,fingerprint}
-                                            the last restore report with it (registered matrices)
-    neffcache_restores_total{outcome}                       restore reports (hit|partial|miss|error)
-    neffcache_restore_bytes_total{outcome}                  bytes those restores fetched
-    neffcache_restore_duration_seconds{outcome}             histogram of restore durations
-"""
+"""Prometheus metrics read from the index at each scrape (nothing is counted in-process)."""
 
 from __future__ import annotations
 
@@ -63,28 +38,19 @@ class IndexCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("neffcache_index_up", "1 if the index answered this scrape.")
+        ix = self._index
         try:
-            families = list(self._families())
+            families = [*_storage(ix), *_restores(ix), *_leases(ix), *_runs(ix), *_reported(ix)]
         except NeffcacheError:
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
+            families = []
+        up.add_metric([], 1 if families else 0)
         yield up
         yield from families
 
-    def _families(self) -> Iterator[Metric]:
-        yield from _storage(self._index)
-        yield from _restores(self._index)
-        yield from _leases(self._index)
-        yield from _runs(self._index)
-        yield from _reported(self._index)
-
 
 def render_metrics(index: Index, registry: CollectorRegistry) -> bytes:
-    """The whole scrape: the registry's families (prometheus_client), then the coverage
-    families — about 13,000 samples for 50 matrices x 50 fingerprints — written straight to
-    the text format, which is several times faster than building Metric objects for them."""
+    """The registry's families, then the coverage families written straight as text (about
+    13,000 samples at 50 x 50: several times faster than building Metric objects)."""
     head = generate_latest(registry)
     if b"neffcache_index_up 0.0" in head:
         return head
@@ -99,14 +65,9 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _labels(**labels: str) -> str:
-    """``{a="..",b=".."}`` with names sorted, as prometheus_client writes them."""
-    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in sorted(labels.items())) + "}"
-
-
 def coverage_text(grids: Sequence[CoverageGrid]) -> str:
     """Pure: the coverage families in the Prometheus text format 0.0.4."""
-    cells = [f"neffcache_matrix_cells{_labels(matrix=g.matrix.name)} "
+    cells = [f'neffcache_matrix_cells{{matrix="{_label(g.matrix.name)}"}} '
              f"{floatToGoString(g.total_cells)}" for g in grids]
     ratio, counts, failed, busy = [], [], [], []
     for g in grids:
@@ -151,8 +112,7 @@ def _storage(ix: Index) -> Iterator[Metric]:
     for s in group_by_sdk(fingerprint_stats(ix)):
         entries.add_metric([s.backend, s.sdk_version], s.entries)
         size.add_metric([s.backend, s.sdk_version], s.total_bytes)
-    yield entries
-    yield size
+    yield from (entries, size)
 
 
 def _restores(ix: Index) -> Iterator[Metric]:
@@ -165,7 +125,8 @@ def _restores(ix: Index) -> Iterator[Metric]:
     for o in restore_outcomes(ix):
         total.add_metric([o.outcome], o.count)
         size.add_metric([o.outcome], o.bytes_sum)
-        buckets = [(_le(b), n) for b, n in zip(DURATION_BUCKETS, o.buckets, strict=True)]
+        buckets = [(repr(float(b)), n)
+                   for b, n in zip(DURATION_BUCKETS, o.buckets, strict=True)]
         hist.add_metric([o.outcome], [*buckets, ("+Inf", o.count)], sum_value=o.seconds_sum)
     yield from (total, size, hist)
 
@@ -211,12 +172,8 @@ def _reported(ix: Index) -> Iterator[Metric]:
     yield seen
 
 
-def _le(bound: float) -> str:
-    return repr(float(bound))
-
-
 def metrics_registry(index: Index) -> CollectorRegistry:
-    """A registry holding only the index collector (no process metrics of this server)."""
+    """Only the index collector (no process metrics of this server)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(IndexCollector(index))
     return registry

@@ -1,6 +1,4 @@
-"""The server's process set-up: bind the socket, open the index, ingest restore reports in the
-background, and run uvicorn until it is stopped (``neffcache serve``). Light to import:
-uvicorn, FastAPI and SQLAlchemy are imported inside the functions that need them."""
+"""``serve``: bind, open the index, ingest restore reports in the background, run uvicorn."""
 
 from __future__ import annotations
 
@@ -23,26 +21,21 @@ if TYPE_CHECKING:
 
     from neffcache.index import Index
 
-LOOPBACK_NAMES = ("localhost",)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8077
 DEFAULT_INGEST_EVERY = 60.0
-# The longest request head uvicorn's HTTP/1.1 parser (h11) buffers before it answers. At h11's
-# default (16 KiB) a long query string that arrives in more than one read is refused with a
+# At h11's default (16 KiB) a long query string arriving in several reads is refused with a
 # plain-text 400 and a reset connection, before the app can answer it in the documented shape.
 MAX_REQUEST_HEAD = 1 << 20
 
 
 @checked_request
 class ServeRequest:
-    """What ``neffcache serve`` is asked to do.
-
-    host, port: the address to listen on (port 0 picks a free one); anything but loopback
-    gets a warning through ``notice``. log_level: uvicorn's (access lines at info and debug).
-    ingest_every: seconds between ingests of the store's restore reports (0: never).
-    store, index: URLs; None resolves as the CLI does (NEFFCACHE_* > config file > default).
-    notice: receives the warnings and the "serving at" line (default: dropped).
-    """
+    """What ``neffcache serve`` is asked to do: ``host``/``port`` to listen on (port 0 picks a
+    free one; anything but loopback gets a warning), uvicorn's ``log_level`` (access lines at
+    info and debug), ``ingest_every`` seconds between ingests of restore reports (0: never),
+    ``store``/``index`` URLs (None: NEFFCACHE_* > config file > default) and ``notice`` for the
+    warnings and the "serving at" line (default: dropped)."""
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -55,7 +48,7 @@ class ServeRequest:
 
 def is_loopback(host: str) -> bool:
     """True for 127.0.0.0/8, ::1 and 'localhost' (pure)."""
-    if host.lower() in LOOPBACK_NAMES:
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
@@ -64,8 +57,7 @@ def is_loopback(host: str) -> bool:
 
 
 def require_serve_extra() -> None:
-    """Raise a ConfigError naming the ``serve`` extra when FastAPI, uvicorn or
-    prometheus_client is missing."""
+    """ConfigError naming the ``serve`` extra when one of its packages is missing."""
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
@@ -76,23 +68,17 @@ def require_serve_extra() -> None:
 
 
 def serve(request: ServeRequest) -> None:
-    """Serve the index read-only over HTTP until the process is stopped (Ctrl-C or SIGTERM:
-    uvicorn's handlers end it gracefully), then return None.
-
-    Opens the index (upgrading an embedded one), binds ``host:port`` before anything is
-    printed, and every ``ingest_every`` seconds ingests the store's restore reports in a
-    daemon thread (its failures are warnings; serving goes on).
-
-    Raises ConfigError when the ``serve`` extra is not installed (exit 2), UsageError when the
-    address cannot be listened on (exit 2), and the index's errors when it cannot be opened.
-    """
+    """Serve the index read-only over HTTP until the process is stopped (Ctrl-C or SIGTERM),
+    ingesting the store's restore reports every ``ingest_every`` seconds (failures are
+    warnings). ConfigError without the ``serve`` extra, UsageError when the address cannot be
+    listened on (both exit 2), the index's errors when it cannot be opened."""
     require_serve_extra()
     import uvicorn
 
     from neffcache.index import open_index
     from neffcache.server.app import create_app
 
-    say = request.notice or _silent
+    say = request.notice or (lambda _message: None)
     settings = read_settings(os.environ, store=request.store, index=request.index)
     if not is_loopback(request.host):
         say(f"warning: binding {request.host}: the index's contents (matrices, hosts, log "
@@ -108,7 +94,7 @@ def serve(request: ServeRequest) -> None:
 
 
 def server_config(app: FastAPI, *, log_level: str = "warning") -> uvicorn.Config:
-    """uvicorn's configuration for the ops server (``neffcache serve`` and the tests)."""
+    """uvicorn's configuration for ``neffcache serve`` and the tests."""
     import uvicorn
 
     return uvicorn.Config(app, log_level=log_level, server_header=False,
@@ -169,7 +155,3 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-def _silent(_message: str) -> None:
-    pass

@@ -1,6 +1,4 @@
-"""The JSON endpoints of the read-only API (GET only). Each calls one index query and returns
-its ``to_json`` (a document the index declares); the response models in ``schemas``, built
-from those declarations, document and check the shapes."""
+"""The JSON endpoints under /api: each returns one index query's ``to_json``."""
 
 from __future__ import annotations
 
@@ -10,45 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
-from neffcache.index import (
-    CURSOR_PATTERN,
-    ID_CURSOR_PATTERN,
-    NAME_CURSOR_PATTERN,
-    AttentionDoc,
-    CoverageGrid,
-    EntrySummary,
-    FailureRecord,
-    FingerprintDiffDoc,
-    FingerprintDoc,
-    Index,
-    InProgressDoc,
-    MatrixDetail,
-    MatrixVersion,
-    RestoreOutcomeDoc,
-    RestorePoint,
-    RestoreRecord,
-    RunDetail,
-    RunSummary,
-    SdkBytes,
-    attention,
-    entry_cursor,
-    failure_cursor,
-    fingerprint_diff,
-    fingerprint_stats,
-    get_matrix,
-    get_run,
-    group_by_sdk,
-    index_totals,
-    list_failures,
-    list_matrices,
-    list_restores,
-    list_runs,
-    matrix_versions,
-    restore_cursor,
-    run_cursor,
-)
-from neffcache.index import restore_outcomes as outcome_stats
-from neffcache.index import restore_timeline as timeline_points
+from neffcache import index as idx
 from neffcache.server import schemas as m
 from neffcache.server.shared import shared
 
@@ -81,11 +41,11 @@ NEXT = "Next-Cursor"  # response header: pass it as ``after`` for the next page
 _NEXT_DOC: dict[int | str, dict[str, Any]] = {200: {"headers": {NEXT: {
     "schema": {"type": "string"},
     "description": "Present when more items may follow: the `after` of the next page."}}}}
-After = Annotated[str | None, Query(pattern=CURSOR_PATTERN, description=(
+After = Annotated[str | None, Query(pattern=idx.CURSOR_PATTERN, description=(
     "Continue after this cursor (a page's Next-Cursor header)."))]
-AfterId = Annotated[str | None, Query(pattern=ID_CURSOR_PATTERN, description=(
+AfterId = Annotated[str | None, Query(pattern=idx.ID_CURSOR_PATTERN, description=(
     "Continue after this cursor (a page's Next-Cursor header)."))]
-AfterName = Annotated[str | None, Query(pattern=NAME_CURSOR_PATTERN, description=(
+AfterName = Annotated[str | None, Query(pattern=idx.NAME_CURSOR_PATTERN, description=(
     "Continue after this cursor (a page's Next-Cursor header)."))]
 
 
@@ -97,8 +57,8 @@ def _paged(response: Response, found: list[Any], limit: int,
     return [x.to_json() for x in found]
 
 
-def _index(request: Request) -> Index:
-    index: Index = request.app.state.index
+def _index(request: Request) -> idx.Index:
+    index: idx.Index = request.app.state.index
     return index
 
 
@@ -109,51 +69,51 @@ def summary(request: Request) -> dict[str, Any]:
     ix = _index(request)
     return {
         "index": request.app.state.index_label,
-        "totals": index_totals(ix).to_json(),
+        "totals": idx.index_totals(ix).to_json(),
         "coverage": [g.counts_json() for g in ix.coverage_summaries()],
-        "sdk_versions": [s.to_json() for s in group_by_sdk(fingerprint_stats(ix))],
-        "restore_outcomes": [o.to_json() for o in outcome_stats(ix)],
+        "sdk_versions": [s.to_json() for s in idx.group_by_sdk(idx.fingerprint_stats(ix))],
+        "restore_outcomes": [o.to_json() for o in idx.restore_outcomes(ix)],
     }
 
 
-@router.get("/attention", response_model=m.model_of(AttentionDoc),
+@router.get("/attention", response_model=m.model_of(idx.AttentionDoc),
             summary="What is wrong across every registered matrix: failed and stale cells, "
                     "fingerprints the fleet restores with nothing built")
 def attention_now(request: Request,
                   limit: Annotated[int, Query(ge=1, le=200, description=(
                       "At most this many items in each list."))] = 20) -> dict[str, Any]:
-    return attention(_index(request), limit).to_json()
+    return idx.attention(_index(request), limit).to_json()
 
 
 FingerprintKey = Annotated[str, Query(min_length=6, max_length=64, pattern="^[0-9a-fA-F]+$",
                                       description="A fingerprint key or a unique prefix.")]
 
 
-@router.get("/fingerprint-diff", response_model=m.model_of(FingerprintDiffDoc),
+@router.get("/fingerprint-diff", response_model=m.model_of(idx.FingerprintDiffDoc),
             summary="What tells two fingerprints apart: each differing field, both values, "
                     "and why the field matters",
             responses={404: {"model": m.ErrorDoc}})
 def fingerprint_difference(request: Request, key: FingerprintKey,
-                           against: FingerprintKey) -> FingerprintDiffDoc:
-    return fingerprint_diff(_index(request), key, against).to_json()
+                           against: FingerprintKey) -> idx.FingerprintDiffDoc:
+    return idx.fingerprint_diff(_index(request), key, against).to_json()
 
 
-@router.get("/matrices", response_model=m.many(MatrixVersion),
+@router.get("/matrices", response_model=m.many(idx.MatrixVersion),
             summary="The current version of every registered matrix")
 def matrices(request: Request) -> list[dict[str, Any]]:
-    return [v.to_json() for v in list_matrices(_index(request))]
+    return [v.to_json() for v in idx.list_matrices(_index(request))]
 
 
-@router.get("/matrix", response_model=m.model_of(MatrixDetail),
+@router.get("/matrix", response_model=m.model_of(idx.MatrixDetail),
             summary="One matrix: the chosen version with its TOML, and its history",
             responses={404: {"model": m.ErrorDoc}})
 def matrix(request: Request, name: MatrixName, version: Version = None) -> dict[str, Any]:
     ix = _index(request)
-    chosen = get_matrix(ix, name, version, with_toml=True)
-    return MatrixDetail(chosen, tuple(matrix_versions(ix, name))).to_json()
+    chosen = idx.get_matrix(ix, name, version, with_toml=True)
+    return idx.MatrixDetail(chosen, tuple(idx.matrix_versions(ix, name))).to_json()
 
 
-@router.get("/coverage", response_model=m.model_of(CoverageGrid),
+@router.get("/coverage", response_model=m.model_of(idx.CoverageGrid),
             summary="A page of a matrix's cells x fingerprints, with status counts",
             responses={404: {"model": m.ErrorDoc}})
 def coverage(request: Request, matrix: MatrixName, version: Version = None,
@@ -164,49 +124,49 @@ def coverage(request: Request, matrix: MatrixName, version: Version = None,
                                            offset=offset, limit=limit).to_json()
 
 
-@router.get("/entries", response_model=m.many(EntrySummary), summary="Entries, newest first; "
+@router.get("/entries", response_model=m.many(idx.EntrySummary), summary="Entries, newest first; "
             "keyset paging: pass the Next-Cursor header of a page as `after`", responses=_NEXT_DOC)
 def entries(request: Request, response: Response, cells: Glob = None,
             fingerprint: Annotated[str | None, Query(max_length=64, description=(
                 "A fingerprint key or a prefix of one."))] = None,
             limit: Limit = 100, after: After = None) -> list[dict[str, Any]]:
     found = _index(request).entries(cells or None, fingerprint or None, limit, after or None)
-    return _paged(response, found, limit, entry_cursor)
+    return _paged(response, found, limit, idx.entry_cursor)
 
 
-@router.get("/fingerprints", response_model=m.many(FingerprintDoc),
+@router.get("/fingerprints", response_model=m.many(idx.FingerprintDoc),
             summary="Every fingerprint with its entries and bytes")
-def fingerprints(request: Request) -> list[FingerprintDoc]:
-    return [s.to_json() for s in fingerprint_stats(_index(request))]
+def fingerprints(request: Request) -> list[idx.FingerprintDoc]:
+    return [s.to_json() for s in idx.fingerprint_stats(_index(request))]
 
 
-@router.get("/sdk-versions", response_model=m.many(SdkBytes),
+@router.get("/sdk-versions", response_model=m.many(idx.SdkBytes),
             summary="Entries and bytes per backend and SDK version")
 def sdk_versions(request: Request) -> list[dict[str, Any]]:
-    return [s.to_json() for s in group_by_sdk(fingerprint_stats(_index(request)))]
+    return [s.to_json() for s in idx.group_by_sdk(idx.fingerprint_stats(_index(request)))]
 
 
-@router.get("/runs", response_model=m.many(RunSummary), summary="Precompile runs, newest "
+@router.get("/runs", response_model=m.many(idx.RunSummary), summary="Precompile runs, newest "
             "first; keyset paging: pass the Next-Cursor header of a page as `after`",
             responses=_NEXT_DOC)
 def runs(request: Request, response: Response,
          matrix: Annotated[str | None, Query(max_length=255)] = None,
          limit: Limit = 50, after: AfterName = None) -> list[dict[str, Any]]:
-    return _paged(response, list_runs(_index(request), limit, matrix or None, after or None),
-                  limit, run_cursor)
+    return _paged(response, idx.list_runs(_index(request), limit, matrix or None, after or None),
+                  limit, idx.run_cursor)
 
 
-@router.get("/run", response_model=m.model_of(RunDetail),
+@router.get("/run", response_model=m.model_of(idx.RunDetail),
             summary="One precompile run and every failure it recorded, with log tails",
             responses={404: {"model": m.ErrorDoc}})
 def run(request: Request, id: Annotated[str, Query(min_length=1, max_length=64)],
         limit: Limit = 200) -> dict[str, Any]:
     ix = _index(request)
-    failures = list_failures(ix, run_id=id, current_only=False, limit=limit)
-    return RunDetail(get_run(ix, id), tuple(failures)).to_json()
+    failures = idx.list_failures(ix, run_id=id, current_only=False, limit=limit)
+    return idx.RunDetail(idx.get_run(ix, id), tuple(failures)).to_json()
 
 
-@router.get("/failures", response_model=m.many(FailureRecord),
+@router.get("/failures", response_model=m.many(idx.FailureRecord),
             summary="Failed cells with their log tails, newest first; keyset paging: pass "
                     "the Next-Cursor header of a page as `after`",
             responses={404: {"model": m.ErrorDoc}, **_NEXT_DOC})
@@ -220,38 +180,38 @@ def failures(request: Request, response: Response,
                  "that still has no entry."))] = False,
              limit: Limit = 100, after: AfterId = None) -> list[dict[str, Any]]:
     ix = _index(request)
-    version = get_matrix(ix, matrix) if matrix else None
-    return _paged(response, list_failures(
+    version = idx.get_matrix(ix, matrix) if matrix else None
+    return _paged(response, idx.list_failures(
         ix, matrix=version, fingerprint_key=fingerprint or None, cell_glob=cells or None,
-        current_only=not all, limit=limit, after=after or None), limit, failure_cursor)
+        current_only=not all, limit=limit, after=after or None), limit, idx.failure_cursor)
 
 
-@router.get("/in-progress", response_model=m.many(InProgressDoc),
+@router.get("/in-progress", response_model=m.many(idx.InProgressDoc),
             summary="Cells being warmed now by precompile --claim workers (live leases): "
                     "which host holds each, since when; oldest first")
-def in_progress(request: Request, limit: Limit = 200) -> list[InProgressDoc]:
+def in_progress(request: Request, limit: Limit = 200) -> list[idx.InProgressDoc]:
     return [lease.to_json() for lease in _index(request).live_leases(limit)]
 
 
-@router.get("/restores", response_model=m.many(RestoreRecord),
+@router.get("/restores", response_model=m.many(idx.RestoreRecord),
             summary="Restore reports, newest first; keyset paging: pass the Next-Cursor "
                     "header of a page as `after`", responses=_NEXT_DOC)
 def restores(request: Request, response: Response,
              host: Annotated[str | None, Query(max_length=255)] = None,
              matrix: Annotated[str | None, Query(max_length=255)] = None,
              limit: Limit = 50, after: AfterId = None) -> list[dict[str, Any]]:
-    return _paged(response, list_restores(_index(request), limit=limit, host=host or None,
+    return _paged(response, idx.list_restores(_index(request), limit=limit, host=host or None,
                                           matrix=matrix or None, after=after or None),
-                  limit, restore_cursor)
+                  limit, idx.restore_cursor)
 
 
-@router.get("/restore-outcomes", response_model=m.many(RestoreOutcomeDoc),
+@router.get("/restore-outcomes", response_model=m.many(idx.RestoreOutcomeDoc),
             summary="Restores per outcome with duration buckets")
-def restore_outcomes(request: Request) -> list[RestoreOutcomeDoc]:
-    return [o.to_json() for o in outcome_stats(_index(request))]
+def restore_outcomes(request: Request) -> list[idx.RestoreOutcomeDoc]:
+    return [o.to_json() for o in idx.restore_outcomes(_index(request))]
 
 
-@router.get("/restore-timeline", response_model=m.many(RestorePoint),
+@router.get("/restore-timeline", response_model=m.many(idx.RestorePoint),
             summary="Restores per day (or hour) by outcome, misses split into no entry and "
                     "other fingerprint; empty periods included, oldest first")
 def restore_timeline(request: Request,
@@ -259,4 +219,4 @@ def restore_timeline(request: Request,
                          "How many days back, today included."))] = 14,
                      step: Annotated[Literal["day", "hour"], Query(description=(
                          "Period of each point (UTC)."))] = "day") -> list[dict[str, Any]]:
-    return [p.to_json() for p in timeline_points(_index(request), days=days, step=step)]
+    return [p.to_json() for p in idx.restore_timeline(_index(request), days=days, step=step)]

@@ -1,14 +1,9 @@
-"""Response models of the HTTP API: they document the JSON (served as /openapi.json) and check
-every response against it. Each is generated from the index's declaration of that document,
-so a shape is written once: a value whose document is its fields is its frozen dataclass
-(``neffcache.documents``: a datetime is an ISO string or null, a tuple a list, ``Doc`` a key's
-description, other name or absence), any other document a TypedDict of ``neffcache.index``
-(the one its ``to_json`` builds). Only the server's own documents (errors, health, the
-summary it assembles) are declared here."""
+"""Response models of the API, generated from the index's document declarations."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 from datetime import datetime
 from typing import (
@@ -25,25 +20,8 @@ from typing import (
 
 from pydantic import BaseModel, Field, create_model
 
+from neffcache import index as idx
 from neffcache.documents import Doc, document_keys
-from neffcache.index import (
-    CoverageColumn,
-    CoverageGrid,
-    EntrySummary,
-    FailedCell,
-    FailureRecord,
-    GridRow,
-    IndexTotals,
-    MatrixCoverageDoc,
-    MatrixDetail,
-    MatrixVersion,
-    RestoreOutcomeDoc,
-    RestorePoint,
-    RestoreRecord,
-    RunDetail,
-    RunSummary,
-    SdkBytes,
-)
 
 
 class ErrorDoc(BaseModel):
@@ -56,10 +34,10 @@ class Summary(TypedDict):
     """Totals, coverage per matrix x fingerprint, bytes per SDK version, restore outcomes."""
 
     index: str
-    totals: IndexTotals
-    coverage: list[MatrixCoverageDoc]
-    sdk_versions: list[SdkBytes]
-    restore_outcomes: list[RestoreOutcomeDoc]
+    totals: idx.IndexTotals
+    coverage: list[idx.MatrixCoverageDoc]
+    sdk_versions: list[idx.SdkBytes]
+    restore_outcomes: list[idx.RestoreOutcomeDoc]
 
 
 class Health(BaseModel):
@@ -69,37 +47,32 @@ class Health(BaseModel):
     schema_head: str
 
 
-_MODELS: dict[type, type[BaseModel]] = {}
-
 # The API's name and description of each dataclass's document (its OpenAPI component).
 _DOCUMENTS: dict[type, tuple[str, str | None]] = {
-    EntrySummary: ("EntryDoc", EntrySummary.__doc__),
-    CoverageGrid: ("CoverageGridDoc", "A page of a registered matrix's cells x fingerprints "
-                   "(/api/coverage)."),
-    CoverageColumn: ("FingerprintCountsDoc", "A fingerprint's column of a coverage grid, "
-                     "counted over the grid's cells."),
-    FailedCell: ("AttentionFailureDoc", None),
-    FailureRecord: ("FailureDoc", None),
-    GridRow: ("GridRowDoc", None),
-    MatrixDetail: ("MatrixDetail", MatrixDetail.__doc__),
-    MatrixVersion: ("MatrixDoc", "A registered matrix version (``matrix ls/show --json``, "
-                    "/api/matrices)."),
-    RestoreRecord: ("RestoreDoc", None),
-    RunDetail: ("RunDetail", None),
-    RunSummary: ("RunDoc", None),
-    IndexTotals: ("TotalsDoc", None),
-    RestorePoint: ("RestorePointDoc", None),
-    SdkBytes: ("SdkBytesDoc", None),
+    idx.EntrySummary: ("EntryDoc", idx.EntrySummary.__doc__),
+    idx.CoverageGrid: ("CoverageGridDoc", "A page of a registered matrix's cells x "
+                       "fingerprints (/api/coverage)."),
+    idx.CoverageColumn: ("FingerprintCountsDoc", "A fingerprint's column of a coverage grid, "
+                         "counted over the grid's cells."),
+    idx.FailedCell: ("AttentionFailureDoc", None),
+    idx.FailureRecord: ("FailureDoc", None),
+    idx.GridRow: ("GridRowDoc", None),
+    idx.MatrixDetail: ("MatrixDetail", idx.MatrixDetail.__doc__),
+    idx.MatrixVersion: ("MatrixDoc", "A registered matrix version (``matrix ls/show --json``, "
+                        "/api/matrices)."),
+    idx.RestoreRecord: ("RestoreDoc", None),
+    idx.RunDetail: ("RunDetail", None),
+    idx.RunSummary: ("RunDoc", None),
+    idx.IndexTotals: ("TotalsDoc", None),
+    idx.RestorePoint: ("RestorePointDoc", None),
+    idx.SdkBytes: ("SdkBytesDoc", None),
 }
 
 
+@functools.cache
 def model_of(shape: type) -> type[BaseModel]:
-    """The pydantic model of a document: a TypedDict's of the same name, every key a field
-    (a key the document may lack defaults to None), or a dataclass's (its keys as
-    ``document_keys`` says, named as ``_DOCUMENTS`` says); a field's ``Doc`` is its
-    description, nested documents are their models."""
-    if shape in _MODELS:
-        return _MODELS[shape]
+    """The pydantic model of a TypedDict (same name) or a dataclass (keys as ``document_keys``
+    says, named as ``_DOCUMENTS`` says); a key the document may lack defaults to None."""
     hints = get_type_hints(shape, include_extras=True)
     if dataclasses.is_dataclass(shape):
         name, doc = _DOCUMENTS[shape]
@@ -117,9 +90,7 @@ def model_of(shape: type) -> type[BaseModel]:
             fields[key] = (tp, Field(description=description))
         else:
             fields[key] = (tp | None, Field(None, description=description))
-    model: type[BaseModel] = create_model(name, __doc__=doc, **fields)
-    _MODELS[shape] = model
-    return model
+    return create_model(name, __doc__=doc, **fields)
 
 
 def _unwrap(hint: Any) -> tuple[Any, str | None]:
@@ -130,8 +101,8 @@ def _unwrap(hint: Any) -> tuple[Any, str | None]:
 
 
 def _convert(tp: Any) -> Any:
-    """``tp`` with every document inside it (lists, dicts, unions) replaced by its model, as
-    its JSON is: a datetime an ISO string or null, a tuple a list."""
+    """``tp`` as its JSON is: documents inside it as their models, a datetime an ISO string or
+    null, a tuple a list."""
     if isinstance(tp, type) and (is_typeddict(tp) or dataclasses.is_dataclass(tp)):
         return model_of(tp)
     if tp is datetime:
@@ -147,11 +118,9 @@ def _convert(tp: Any) -> Any:
 
 
 def list_of(item: Any) -> Any:
-    """``list[item]`` for a type only known at run time (a type checker cannot follow
-    ``list[variable]``)."""
+    """``list[item]`` for a type known only at run time (mypy cannot follow ``list[var]``)."""
     return list.__class_getitem__(item)
 
 
 def many(shape: type) -> Any:
-    """The model of a list of ``shape`` documents."""
     return list_of(model_of(shape))

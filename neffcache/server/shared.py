@@ -1,18 +1,4 @@
-"""Answers built from the index's state alone (``/metrics``, ``/api/summary``), built once per
-change of that state and shared by every request that asks meanwhile.
-
-Before each answer the index's change counter is read (one row, ``Index.change_count``; every
-write raises it, whoever writes). The held answer is served while the counter has not moved;
-when it has, one request rebuilds it and the requests that ask meanwhile wait for that build
-instead of starting their own (single flight, one lock per answer). So a change is in the next
-response, and 20 clients cost one build per change instead of 20 builds each.
-
-Some parts of these answers follow the clock, not the index (a lease expires, a run leaves
-the last 7 days): an answer older than ``MAX_AGE`` is rebuilt by the next request while the
-others keep getting the held one (they never wait for a rebuild the index did not ask for).
-An index that cannot say its counter (unreachable) is not cached: the answer is built as
-before (``/metrics`` then says ``neffcache_index_up 0``).
-"""
+"""Answers built from the index's state alone, built once per change and shared by requests."""
 
 from __future__ import annotations
 
@@ -40,9 +26,7 @@ GZIP_LEVEL = 6
 
 @dataclass(frozen=True, slots=True)
 class Body:
-    """A rendered answer: what every request that shares it is sent; ``gzipped``, compressed
-    once per build, to a client that accepts gzip (Prometheus and browsers ask for it: the
-    metrics of 50 matrices x 50 fingerprints are 3.3 MB, ~0.2 MB compressed)."""
+    """A rendered answer, gzipped once per build (metrics at 50 x 50: 3.3 MB, ~0.2 MB gzipped)."""
 
     content: bytes
     media_type: str
@@ -69,8 +53,7 @@ class _Held:
 
 
 class SharedAnswers:
-    """The held answers of one app over one ``Index``; ``builds`` counts the builds of each
-    answer (tests, and anyone asking how often the index changes under load)."""
+    """The held answers of one app; ``builds`` counts the builds of each."""
 
     def __init__(self, index: Index, *, max_age: float = MAX_AGE,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -81,8 +64,10 @@ class SharedAnswers:
         self.builds: Counter[str] = Counter()
 
     def get(self, name: str, build: Callable[[], Body]) -> Body:
-        """The answer ``name``: held if the index has not changed since it was built, else
-        built by ``build`` once for every request waiting on it."""
+        """Held while the index's change count has not moved, else rebuilt by one request
+        while the others wait (single flight); one older than ``max_age`` (leases expire, runs
+        age) is rebuilt by one request while the others get the held one. An unreachable
+        index is not cached."""
         try:
             version = self._index.change_count()
         except NeffcacheError:
@@ -116,10 +101,8 @@ class SharedAnswers:
 def shared(name: str, model: type[BaseModel] | None = None,
            media_type: str = "application/json") -> Callable[[Callable[..., Any]],
                                                             Callable[..., Response]]:
-    """Route decorator: the endpoint's answer is held in the app's ``SharedAnswers`` under
-    ``name``. The endpoint takes only ``request`` (its answer may depend on nothing else) and
-    returns bytes in ``media_type``, or a document that ``model`` checks (as FastAPI's
-    ``response_model`` would) before it is rendered once as JSON."""
+    """Route decorator: the answer is held under ``name``; the endpoint takes only ``request``
+    and returns bytes in ``media_type`` or a document ``model`` checks before it is rendered."""
 
     def decorate(endpoint: Callable[..., Any]) -> Callable[..., Response]:
         if list(inspect.signature(endpoint).parameters) != ["request"]:

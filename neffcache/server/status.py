@@ -1,5 +1,4 @@
-"""HTTP statuses for neffcache errors: the sibling of ``neffcache.errors.EXIT_CODES``, resolved
-the same way (by walking the class hierarchy, so table order does not matter). Pure."""
+"""HTTP statuses and error bodies for neffcache errors (as ``errors.EXIT_CODES``). Pure."""
 
 from __future__ import annotations
 
@@ -33,19 +32,16 @@ HTTP_STATUSES: dict[type[BaseException], int] = {
 
 
 def http_status_for(exc: BaseException) -> int:
-    """The HTTP status for an exception (500 for anything not in the table)."""
     return by_class(HTTP_STATUSES, exc, 500)
 
 
 def error_document(exc: BaseException) -> dict[str, str | None]:
-    """The JSON body of an error response: one-line message, error class, optional hint."""
     return {"error": " ".join(str(exc).split()), "type": type(exc).__name__,
             "hint": getattr(exc, "hint", None)}
 
 
 def validation_document(errors: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:
-    """The 400 body for bad query parameters: which parameter and what was expected, never
-    the value sent (it may be huge)."""
+    """The 400 body: never the value sent (it may be huge)."""
     parts = []
     for e in errors[:3]:
         loc = [str(x) for x in e.get("loc", ()) if x not in ("query", "path", "body")]
