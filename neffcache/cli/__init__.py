@@ -1,14 +1,8 @@
-"""The ``neffcache`` console script: a lazy click group, and the one place errors become exits.
-
-Subcommands live in ``neffcache.cli.<module>`` (the table ``COMMANDS``) and are imported only
-when run (or when ``--help`` lists them), so ``neffcache restore`` on a boot path pays for
-nothing else.
-"""
+"""The ``neffcache`` console script: a lazy click group, and the one place errors become exits."""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 
 import click
@@ -16,8 +10,9 @@ import click
 from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, exit_code_for
 from neffcache.version import version_text
 
-# name -> the one-line help `neffcache --help` shows without importing the command, which is
-# the attribute of that name of neffcache.cli.<name> (or of the module _MODULES names)
+# name -> the one-line help `neffcache --help` shows; the command (the attribute of that name of
+# neffcache.cli.<name>, or of the module _MODULES names) is imported only when run, so
+# `neffcache restore` on a boot path pays for nothing else
 COMMANDS: dict[str, str] = {
     "push": "Publish an entry for a cell from cache dirs.",
     "restore": "Fetch a matrix's entries into cache dirs, verified.",
@@ -48,32 +43,23 @@ _MODULES = {"verify": "maintenance", "gc": "maintenance"}
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(n for n in COMMANDS if _available(n))
+        return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS or not _available(name):
+        if name not in COMMANDS:
             return None
-        return getattr(importlib.import_module(_module(name)), name)
+        module = importlib.import_module(f"neffcache.cli.{_MODULES.get(name, name)}")
+        return getattr(module, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(n, COMMANDS[n]) for n in self.list_commands(ctx)]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, COMMANDS[n]) for n in self.list_commands(ctx)])
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
         click.echo(f"neffcache {version_text()}")
         ctx.exit()
-
-
-def _module(name: str) -> str:
-    return f"neffcache.cli.{_MODULES.get(name, name)}"
-
-
-def _available(name: str) -> bool:
-    return importlib.util.find_spec(_module(name)) is not None
 
 
 @click.group(cls=LazyGroup, epilog=EXIT_CODE_HELP,

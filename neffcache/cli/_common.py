@@ -24,9 +24,7 @@ class Outcome(Protocol):
 
 def finish(result: Outcome, as_json: bool, text: Callable[[], str | None],
            notes: Iterable[str] = ()) -> None:
-    """Print a use case's result, its ``--json`` document or ``text()`` (None: nothing), to
-    stdout, then ``notes`` to stderr; then raise its error, which the group turns into the
-    ``Error:``/``Hint:`` lines and the exit code."""
+    """``--json`` or ``text()`` (None: nothing) to stdout, ``notes`` to stderr; raise the error."""
     if as_json:
         emit_json(result.to_json())
     else:
@@ -46,9 +44,8 @@ def emit_json(doc: Any) -> None:
 
 
 def json_text(doc: Any, depth: int = 2, _pad: str = "") -> str:
-    """``doc`` as JSON, keys sorted, indented two spaces for ``depth`` levels and each deeper
-    value on one line: a 20,000-row document is then encoded by json's C encoder (an indented
-    dump falls back to the pure-Python one, ~10x slower) and stays one row per line."""
+    """JSON, keys sorted, indented for ``depth`` levels, deeper values on one line: json's C
+    encoder then does the rows (an indented dump is pure Python, ~10x slower)."""
     if depth > 0 and isinstance(doc, dict) and doc:
         inner = _pad + "  "
         items = [f"{inner}{json.dumps(str(k))}: {json_text(v, depth - 1, inner)}"
@@ -65,16 +62,13 @@ def json_text(doc: Any, depth: int = 2, _pad: str = "") -> str:
 
 
 _ONE_LINE = json.JSONEncoder(sort_keys=True, default=str, separators=(", ", ": "))
-encode_line = _ONE_LINE.encode  # one item as stream_json and stream_lines write it
+encode_line = _ONE_LINE.encode  # one item as stream_json and stream_lines want it
 FLUSH_EVERY = 1000  # streamed lines between flushes (the first line is flushed at once)
 
 
-def _write_lines(items: Iterable[Any], encoded: bool, lead: str = "", sep: str = "",
-                 end: str = "\n") -> int:
-    """Each item's line (``encoded``: the items are lines already), flushing the first at once
-    and then every ``FLUSH_EVERY``; how many."""
+def _write_lines(lines: Iterable[str], lead: str = "", sep: str = "", end: str = "\n") -> int:
     out, n = sys.stdout, 0
-    for line in (items if encoded else map(encode_line, items)):
+    for line in lines:
         out.write((lead if n == 0 else sep) + line + end)
         n += 1
         if n == 1 or n % FLUSH_EVERY == 0:
@@ -82,16 +76,15 @@ def _write_lines(items: Iterable[Any], encoded: bool, lead: str = "", sep: str =
     return n
 
 
-def stream_json(head: Mapping[str, Any], key: str, items: Iterable[Any],
-                tail: Callable[[], Mapping[str, Any]], *, encoded: bool = False) -> None:
-    """One JSON document written as it is made, formatted as ``json_text``: ``head``'s keys,
-    then ``key``: ``items`` one per line as they come, then the keys ``tail()`` returns."""
+def stream_json(head: Mapping[str, Any], key: str, lines: Iterable[str],
+                tail: Callable[[], Mapping[str, Any]]) -> None:
+    """``json_text`` written as it is made: ``head``, then ``key``: ``lines``, then ``tail()``."""
     out = sys.stdout
     out.write("{\n")
     for k, v in sorted(head.items()):
         out.write(f"  {json.dumps(k)}: {json_text(v, 1, '  ')},\n")
     out.write(f"  {json.dumps(key)}: [")
-    n = _write_lines(items, encoded, "\n    ", ",\n    ", "")
+    n = _write_lines(lines, "\n    ", ",\n    ", "")
     out.write("\n  ]" if n else "]")
     for k, v in tail().items():
         out.write(f",\n  {json.dumps(k)}: {json_text(v, 1, '  ')}")
@@ -99,16 +92,14 @@ def stream_json(head: Mapping[str, Any], key: str, items: Iterable[Any],
     out.flush()
 
 
-def stream_lines(items: Iterable[Any], *, encoded: bool = False) -> int:
-    """Each item as one line of JSON (keys sorted), written as it comes; how many."""
-    n = _write_lines(items, encoded)
+def stream_lines(lines: Iterable[str]) -> int:
+    n = _write_lines(lines)
     sys.stdout.flush()
     return n
 
 
 def stream_table(headers: list[str], rows: Iterable[list[Any]], sample: int = 500) -> int:
-    """``format_table`` as rows come: column widths from the first ``sample`` rows (a wider
-    value later pushes its line right). How many rows."""
+    """``format_table`` as rows come, column widths from the first ``sample`` rows; how many."""
     it = iter(rows)
     first = list(itertools.islice(it, sample))
     if not first:
@@ -116,19 +107,17 @@ def stream_table(headers: list[str], rows: Iterable[list[Any]], sample: int = 50
     widths = _widths(headers, first)
     click.echo("\n".join(_row(r, widths) for r in [headers, *first]))
     sys.stdout.flush()
-    n = len(first) + _write_lines((_row(r, widths) for r in it), True)
+    n = len(first) + _write_lines(_row(r, widths) for r in it)
     sys.stdout.flush()
     return n
 
 
 def progress(message: str) -> None:
-    """A progress/log line on stderr (stdout is reserved for results)."""
     click.echo(message, err=True)
 
 
 def counter(label: str, unit: str, every: int = 1) -> Callable[[int, int], None] | None:
-    """A ``progress(done, total)`` callback drawing "label: done/total unit" on one stderr line
-    (every ``every``-th call, and the last), or None when stderr is not a terminal."""
+    """A ``progress(done, total)`` callback on one stderr line; None off a terminal."""
     if not sys.stderr.isatty():
         return None
 
@@ -143,8 +132,7 @@ def counter(label: str, unit: str, every: int = 1) -> Callable[[int, int], None]
 
 def jsonl_line(event: str, cell: str | None, message: str, *, elapsed: float | None = None,
                phase: str | None = None, ts: datetime | None = None) -> str:
-    """One JSON object for ``--log-format jsonl``: ts (UTC, ISO 8601), event, cell, elapsed
-    (seconds since the cell's worker started, or null), phase, message."""
+    """One ``--log-format jsonl`` object; elapsed: seconds since the cell's worker started."""
     when = (ts or datetime.now(timezone.utc)).astimezone(timezone.utc)
     return json.dumps({"ts": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
                        "event": event, "cell": cell,
@@ -153,8 +141,7 @@ def jsonl_line(event: str, cell: str | None, message: str, *, elapsed: float | N
 
 
 def ask(question: str, would: str, hint: str) -> bool:
-    """A terminal's yes to ``question`` (a no is click's Abort); without a terminal, refuse:
-    UsageError("``would``; refusing without --yes ..."). For a destructive command's consent."""
+    """A terminal's yes (a no is click's Abort); without a terminal, a UsageError."""
     if not sys.stdin.isatty():
         raise UsageError(f"{would}; refusing without --yes when stdin is not a terminal",
                          hint=hint)
@@ -178,8 +165,8 @@ def _row(cells: list[Any], widths: list[int]) -> str:
 
 
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"

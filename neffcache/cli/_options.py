@@ -13,8 +13,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def ranged(request: str, field: str) -> click.ParamType:
-    """The option type of a request field's range (``request_rules.RANGES``): the flag refuses
-    what the request would, in click's words."""
+    """A request field's range (``request_rules.RANGES``) as an option type: click refuses it."""
     r = RANGES[request][field]
     kind = click.FloatRange if r.real else click.IntRange
     return kind(r.min, r.max, min_open=r.min_open)
@@ -98,11 +97,8 @@ def shared(*names: str) -> Callable[[F], F]:
 
 
 def workers_option(request: str, default: int | None, help: str, **attrs: Any) -> Any:
-    """``--workers`` in the range ``request`` accepts."""
-    if default is not None:
-        attrs["show_default"] = True
     return click.option("--workers", "workers", type=ranged(request, "workers"), default=default,
-                        help=help, **attrs)
+                        show_default=default is not None, help=help, **attrs)
 
 
 def yes_option(verb: str) -> Any:
@@ -111,8 +107,7 @@ def yes_option(verb: str) -> Any:
 
 
 class Group(click.Group):
-    """A command group whose Examples: block is each subcommand's first example, derived so
-    that it cannot drift from them."""
+    """A group whose Examples: are its subcommands' first ones (so they cannot drift)."""
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         super().format_help_text(ctx, formatter)

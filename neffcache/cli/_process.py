@@ -1,5 +1,4 @@
-"""Process-wide settings a command makes once, at the CLI edge (the library below never changes
-the process): the open-file limit, the cyclic GC, signal handlers, how the process ends."""
+"""Process-wide settings made at the CLI edge: open-file limit, cyclic GC, signals, process exit."""
 
 from __future__ import annotations
 
@@ -16,9 +15,8 @@ _FREEZE_REGISTERED = False
 
 
 def raise_open_file_limit() -> int:
-    """Raise the soft limit on open files to the hard one (as Go programs do) and return the
-    limit in force: 1,024 is common, and many pack threads holding a batch of files each
-    (193 threads of 32 files) need ~6,000."""
+    """Raise the soft open-file limit to the hard one (as Go does); the limit in force. 1,024 is
+    common, and 193 pack threads of 32 files each need ~6,000."""
     import resource
 
     try:
@@ -36,23 +34,9 @@ def raise_open_file_limit() -> int:
     return soft
 
 
-def tuned_for_restore(fn: Callable[..., None]) -> Callable[..., None]:
-    """The command with the open-file limit raised and the cyclic GC off (a restore makes ~10
-    objects per file and no cycles: the collector cost ~5% of a large restore's CPU)."""
-    inner = without_cyclic_gc(fn)
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        raise_open_file_limit()
-        inner(*args, **kwargs)
-
-    return wrapper
-
-
 def without_cyclic_gc(fn: Callable[..., None]) -> Callable[..., None]:
-    """The command with the cyclic GC off (a coverage report's 20,000 rows: it cost ~14% of
-    the CPU), and what exists at exit frozen so the final collection skips it (~0.1 s); back
-    on afterwards for callers that run the command in-process."""
+    """The command with the cyclic GC off (it cost a 20,000-row coverage ~14% of the CPU, a large
+    restore ~5%), what exists at exit frozen (the final collection skips it, ~0.1 s)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
@@ -71,14 +55,9 @@ def without_cyclic_gc(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-STOP_SIGNALS = ("SIGTERM", "SIGINT")
-
-
 class stop_on_signals:  # noqa: N801 - used as a context manager, named like one
-    """``with stop_on_signals() as stop:`` SIGTERM and SIGINT set ``stop.event`` (a library
-    call's ``stop``) instead of ending the process, so the call can end its workers and release
-    what it holds; ``stop.exit_code`` is then 128 + signal. A second signal ends the process at
-    once. Only in the main thread (elsewhere this does nothing)."""
+    """SIGTERM and SIGINT set ``stop.event`` (a library call's ``stop``) instead of ending the
+    process; a second one ends it at once. Main thread only (elsewhere does nothing)."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -87,8 +66,7 @@ class stop_on_signals:  # noqa: N801 - used as a context manager, named like one
 
     def __enter__(self) -> stop_on_signals:
         if threading.current_thread() is threading.main_thread():
-            for name in STOP_SIGNALS:
-                sig = getattr(signal, name)
+            for sig in (signal.SIGTERM, signal.SIGINT):
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -115,9 +93,8 @@ class stop_on_signals:  # noqa: N801 - used as a context manager, named like one
 
 
 def exit_process(code: int) -> None:
-    """End the process with ``code``: ``sys.exit``, or ``os._exit`` once the output is flushed
-    when a non-daemon thread still runs (a restore worker whose store call hangs past the
-    deadline), so that a --deadline holds whatever the server does."""
+    """``sys.exit``, or ``os._exit`` after a flush while a non-daemon thread runs (a worker's
+    store call hung past the deadline), so a --deadline holds whatever the server does."""
     import sys
     import time
 

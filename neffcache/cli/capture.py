@@ -1,6 +1,4 @@
-"""``neffcache capture MATRIX --cache DIR``: back-fill what an instance compiled at run time
-as the entry of the cell it served (the use case is ``neffcache.precompile.capture_entry``; this
-module parses and renders)."""
+"""``neffcache capture``: back-fill runtime-compiled files as an entry (``capture_entry``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``neffcache config``: the effective settings and where each came from; parse, call
-``neffcache.config_show.show_config``, render."""
+"""``neffcache config``: parse, call ``neffcache.config_show.show_config``, render."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``neffcache coverage MATRIX``: every cell of a matrix x every relevant fingerprint, with
-its status (ready, in_progress, failed, missing), as a table or JSON."""
+"""``neffcache coverage``: every cell of a matrix x every relevant fingerprint, with its status."""
 
 from __future__ import annotations
 
@@ -118,9 +117,9 @@ def _stream(request: CoverageRequest, as_jsonl: bool) -> None:
     with stream_coverage(request) as stream:
         lines = stream.lines(encode_line)  # each row's to_json(), as encode_line writes it
         if as_jsonl:
-            stream_lines(lines, encoded=True)
+            stream_lines(lines)
         else:
-            stream_json(stream.head_json(), "rows", lines, stream.tail_json, encoded=True)
+            stream_json(stream.head_json(), "rows", lines, stream.tail_json)
     err = stream.error()
     if err is not None:
         raise err

@@ -1,5 +1,4 @@
-"""``neffcache demo``: build a tiny pipeline, precompile it, restore it as a fresh instance
-would, and show cold vs restored first-call times and the coverage table."""
+"""``neffcache demo``: run ``neffcache.demo.run_demo`` and render cold vs restored first calls."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ def _secs(value: float | None) -> str:
 
 
 def render_demo(report: DemoResult) -> str:
-    """The per-cell table, the restore line, the coverage table and the verdict."""
     from neffcache.cli.coverage import render_coverage
 
     rows = []

@@ -64,7 +64,6 @@ def fingerprint(backend: str | None, explain: str | None, python: str | None,
 
 
 def render_fingerprint(result: FingerprintResult) -> str:
-    """This host's fingerprint as a table, its info line and a warning per unknown field."""
     fp = result.fingerprint
     lines = [f"fingerprint {fp.key}  (backend {fp.backend}, python {result.python})",
              format_table(["field", "value"], [[k, v] for k, v in fp.fields])]
@@ -77,7 +76,6 @@ def render_fingerprint(result: FingerprintResult) -> str:
 
 
 def render_explain(result: ExplainResult) -> str:
-    """Which fields differ between this host and the explained entry or fingerprint."""
     here, there, diffs = result.here, result.there, result.differences
     if result.entry_key is not None:
         lines = [f"entry {result.entry_key} ({result.cell_id}, backend {there.backend})",

@@ -7,18 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from neffcache.cli._common import format_table, human_bytes, stream_json, stream_lines, stream_table
+from neffcache.cli._common import encode_line, human_bytes, stream_json, stream_lines, stream_table
 from neffcache.cli._options import ranged, shared
 from neffcache.cli._process import without_cyclic_gc
 from neffcache.errors import UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator
 
     from neffcache.index import EntrySummary
 
 
-_HEADERS = ["CELL", "FINGERPRINT", "BACKEND", "SIZE", "FILES", "COMPILE", "CREATED (UTC)",
+HEADERS = ["CELL", "FINGERPRINT", "BACKEND", "SIZE", "FILES", "COMPILE", "CREATED (UTC)",
             "ENTRY"]
 
 
@@ -26,10 +26,6 @@ def entry_line(e: EntrySummary) -> list[Any]:
     return [e.cell_id, e.fingerprint_key[:12], e.backend, human_bytes(e.total_bytes),
             e.file_count, "-" if e.compile_seconds is None else f"{e.compile_seconds:.1f}s",
             e.created_at.strftime("%Y-%m-%d %H:%M"), e.entry_key[:12]]
-
-
-def render_entries(entries: Sequence[EntrySummary]) -> str:
-    return format_table(_HEADERS, [entry_line(e) for e in entries])
 
 
 @click.command("ls")
@@ -82,13 +78,13 @@ def ls(as_json: bool, as_jsonl: bool, **params: Any) -> None:
     seen = _Seen()
     rows = seen.track(itertools.chain(() if first is None else (first,), found))
     if as_json:
-        stream_json({}, "entries", (e.to_json() for e in rows),
+        stream_json({}, "entries", (encode_line(e.to_json()) for e in rows),
                     lambda: {"count": seen.count,
                              "next": next_cursor(request, seen.count, seen.last)})
         return
     if as_jsonl:
-        stream_lines(e.to_json() for e in rows)
-    elif not stream_table(_HEADERS, (entry_line(e) for e in rows)):
+        stream_lines(encode_line(e.to_json()) for e in rows)
+    elif not stream_table(HEADERS, (entry_line(e) for e in rows)):
         click.echo("no entries", err=True)
     cursor = next_cursor(request, seen.count, seen.last)
     if cursor:

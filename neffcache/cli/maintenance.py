@@ -1,5 +1,4 @@
-"""Store maintenance commands: ``neffcache verify`` (integrity, of a store or a restored tree) and
-``neffcache gc`` (delete blobs and packs no manifest references, abort stale multipart uploads)."""
+"""Store maintenance: ``neffcache verify`` (a store or a restored tree) and ``neffcache gc``."""
 
 from __future__ import annotations
 

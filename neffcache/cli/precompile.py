@@ -1,6 +1,4 @@
-"""``neffcache precompile MATRIX``: warm every cell not yet cached for this fingerprint, publish
-entries, record failures; a progress display on stderr, the results on stdout. The use case is
-``neffcache.precompile.precompile``; this module parses, displays and renders."""
+"""``neffcache precompile``: parse, call ``neffcache.precompile``, show progress, render."""
 
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ from neffcache.cli._options import ranged, shared, workers_option
 from neffcache.cli._process import stop_on_signals
 
 if TYPE_CHECKING:
-    from neffcache.precompile import CellBeat, Event, PrecompileReport, StopSummary
+    from neffcache.precompile import CellBeat, Event, PrecompileReport
 
 # the phase a progress event's cell is in after it (a JSON line's "phase")
 EVENT_PHASES = {"start": "starting", "claim": "claimed", "verify": "verifying",
@@ -37,16 +35,13 @@ def human_elapsed(seconds: float) -> str:
 
 
 def heartbeat_line(beat: CellBeat) -> str:
-    """A heartbeat as a text log line (as the event lines: kind, cell, then what it says)."""
     return (f"{'beat':>7}  {beat.cell_id}  {human_elapsed(beat.elapsed)} {beat.phase}  "
             f"log: {beat.line or '-'}")
 
 
 class ProgressDisplay:
-    """Events and heartbeats as lines on stderr. ``text``: an event per line; on a terminal
-    also a live status line with elapsed time and phase, off one a heartbeat line per running
-    cell (``beat``). ``jsonl``: every event, heartbeat and notice as a JSON object per line,
-    no status line. ``total`` (the selected cells) may come later, through ``set_total``."""
+    """Events and heartbeats on stderr, as text (on a terminal under a live status line, off
+    one with heartbeat lines) or as JSON lines."""
 
     def __init__(self, total: int = 0, stream: IO[str] | None = None,
                  log_format: str = "text") -> None:
@@ -98,7 +93,6 @@ class ProgressDisplay:
                 self._write(f"{kind:>7}  {cell_id}  {message}")
 
     def beat(self, beat: CellBeat) -> None:
-        """A heartbeat: a line off a terminal (or JSON); on one, the status line's phase."""
         with self._lock:
             self.phases[beat.cell_id] = beat.phase
             if self.jsonl:
@@ -108,7 +102,6 @@ class ProgressDisplay:
                 self._write(heartbeat_line(beat))
 
     def notice(self, message: str) -> None:
-        """A log line that is no cell's event (say, "no cell selected")."""
         with self._lock:
             self._write(jsonl_line("notice", None, message) if self.jsonl else message)
 
@@ -146,14 +139,6 @@ def _columns() -> int:
         return os.get_terminal_size(sys.stderr.fileno()).columns or 100
     except (OSError, ValueError):
         return 100
-
-
-def stop_line(signal_name: str, stopped: StopSummary | None) -> str:
-    """The one line a stopped precompile prints on stderr."""
-    running, cancelled, released = ((stopped.running, stopped.cancelled, stopped.released)
-                                    if stopped else (0, 0, 0))
-    return (f"neffcache: stopped by {signal_name}: {running} cell(s) running, {cancelled} "
-            f"cancelled, {released} lease(s) released")
 
 
 def render_precompile(report: PrecompileReport) -> str:
@@ -309,7 +294,10 @@ def precompile(as_json: bool, log_format: str, **params: Any) -> None:
     else:
         click.echo(render_precompile(result.report))
     if stop.signal_name is not None and stop.exit_code is not None:
-        display.notice(stop_line(stop.signal_name, result.report.stopped))
+        s = result.report.stopped
+        running, cancelled, released = (s.running, s.cancelled, s.released) if s else (0, 0, 0)
+        display.notice(f"neffcache: stopped by {stop.signal_name}: {running} cell(s) running, "
+                       f"{cancelled} cancelled, {released} lease(s) released")
         raise click.exceptions.Exit(stop.exit_code)
     err = result.error()
     if err is not None:

@@ -1,5 +1,4 @@
-"""``neffcache prune``: remove from a persistent restore destination the entries the current
-matrix and fingerprint no longer need; parse, call ``neffcache.restore.prune``, render."""
+"""``neffcache prune``: parse, call ``neffcache.restore.prune``, render."""
 
 from __future__ import annotations
 

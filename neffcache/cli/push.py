@@ -1,5 +1,4 @@
-"""``neffcache push``: publish the cache dirs of one warmed cell as an entry (the use case is
-``neffcache.precompile.push``; this module parses and renders)."""
+"""``neffcache push``: parse, call ``neffcache.precompile.push``, render."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""``neffcache restore``: fetch a matrix's entries for this host's fingerprint into cache dirs.
-
-Parse, call ``neffcache.restore.restore`` (or ``preview_restore`` for --dry-run), render: the
-session itself (deadline, store-free check, store or bundle, report) is the library's.
-"""
+"""``neffcache restore``: parse, call ``neffcache.restore`` (restore or preview_restore), render."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ import click
 
 from neffcache.cli._common import finish, human_bytes, jsonl_line, progress
 from neffcache.cli._options import ranged, shared, workers_option
-from neffcache.cli._process import tuned_for_restore
+from neffcache.cli._process import raise_open_file_limit, without_cyclic_gc
 from neffcache.errors import EXIT_CODE_HELP, UsageError, restore_exit_rules
 
 RESTORE_HELP = """Fetch the entries of MATRIX built for this host's fingerprint into DIR.
@@ -151,11 +147,16 @@ Examples:
               help="Only print the plan (see above). Reads manifests from the store; fetches "
                    "no blob, writes nothing, sends no report.")
 @shared("json")
-@tuned_for_restore
+@without_cyclic_gc
 def restore(as_json: bool, print_env: bool, dry_run: bool, index: str | None, log_format: str,
             **params: Any) -> None:
     started = _process_start()
-    _check_flags(print_env=print_env, as_json=as_json, dry_run=dry_run, bundle=params["bundle"])
+    raise_open_file_limit()
+    if print_env and as_json:
+        raise UsageError("--print-env and --json both write to stdout; choose one "
+                         "(the JSON report has an `environment` field)")
+    if dry_run and (print_env or params["bundle"]):
+        raise UsageError("--dry-run goes with a store, without --print-env or --from-bundle")
     if index is not None:
         progress("warning: --index is ignored: restore writes its report to the store "
                  "(see --report-to); neffcache reindex or serve reads reports into the index")
@@ -179,17 +180,8 @@ def restore(as_json: bool, print_env: bool, dry_run: bool, index: str | None, lo
     finish(result, as_json, lambda: _text(result.to_json(), print_env))
 
 
-def _check_flags(*, print_env: bool, as_json: bool, dry_run: bool, bundle: str | None) -> None:
-    if print_env and as_json:
-        raise UsageError("--print-env and --json both write to stdout; choose one "
-                         "(the JSON report has an `environment` field)")
-    if dry_run and (print_env or bundle):
-        raise UsageError("--dry-run goes with a store, without --print-env or --from-bundle")
-
-
 def _print_env(environment: Mapping[str, str]) -> None:
-    """`export` lines for `eval`, flushed at once: printed before the store is contacted, so
-    the cache dirs are set even if the store is unreachable."""
+    """Flushed at once, before the store is contacted: the dirs are set even if it is down."""
     for var, value in sorted(environment.items()):
         sys.stdout.write(f"export {var}={shlex.quote(value)}\n")
     sys.stdout.flush()
@@ -218,8 +210,7 @@ def _dry_run_text(doc: dict[str, Any]) -> str:
 
 
 def _text(doc: dict[str, Any], print_env: bool) -> str | None:
-    """The summary and what went wrong; with --print-env (stdout is for `eval`) the summary
-    goes to stderr."""
+    """The summary and what went wrong; with --print-env (stdout is for `eval`) on stderr."""
     if print_env:
         progress(_summary(doc))
         return None
@@ -249,8 +240,7 @@ def _details(doc: dict[str, Any]) -> list[str]:
 
 
 def _process_start() -> float:
-    """When this process started, on the ``time.monotonic()`` clock, so a --deadline also
-    counts interpreter start-up and imports (Linux /proc; elsewhere: now)."""
+    """The process's start on the monotonic clock, so a --deadline counts start-up (Linux)."""
     try:
         with open("/proc/self/stat", "rb") as fh:
             fields = fh.read().rsplit(b")", 1)[1].split()
@@ -262,9 +252,7 @@ def _process_start() -> float:
 
 
 class _Log:
-    """stderr's log: notices and cells announced ready, as text lines or as JSON lines
-    (``precompile --log-format jsonl``'s objects); with ``update`` (a terminal, text), under
-    a self-overwriting progress line, at most ~10 updates/s, that a log line first ends."""
+    """stderr's log (text or JSON lines), under a progress line (``update``, <= 10/s)."""
 
     def __init__(self, jsonl: bool, started: float) -> None:
         self.jsonl, self.started = jsonl, started

@@ -1,5 +1,4 @@
-"""``neffcache retire``: remove entries by policy (SDK versions, matrices and fingerprints
-restored lately kept), plan first."""
+"""``neffcache retire``: remove entries by policy, plan first."""
 
 from __future__ import annotations
 

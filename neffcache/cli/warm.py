@@ -1,6 +1,4 @@
-"""``neffcache warm MATRIX --cache DIR``: after a restore, run each cell's first call against
-DIR in a fresh process and report every cell that compiled (a miss); a boot health check. The
-use case is ``neffcache.precompile.check_warm``; this module parses and renders."""
+"""``neffcache warm``: the boot health check (``neffcache.precompile.check_warm``) rendered."""
 
 from __future__ import annotations
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.cli.ls import render_entries
 from neffcache.index import (
     CoverageRequest,
     ListEntriesRequest,
@@ -25,6 +24,7 @@ from neffcache.index import (
     open_index,
 )
 from neffcache.index.coverage_engine.reads import STREAM_BATCH
+from tests.support.ls_table import render_entries
 from tests.support.ops_seed import bulk_entries, matrix_text, sdk_fingerprint, seed
 
 CLI = str(Path(sys.executable).with_name("neffcache"))
