@@ -10,9 +10,8 @@ import click
 from neffcache.errors import EXIT_CODE_HELP, NeffcacheError, exit_code_for
 from neffcache.version import version_text
 
-# name -> the one-line help `neffcache --help` shows; the command (the attribute of that name of
-# neffcache.cli.<name>, or of the module _MODULES names) is imported only when run, so
-# `neffcache restore` on a boot path pays for nothing else
+# name -> `neffcache --help`'s line; the command (attribute `name` of neffcache.cli.<module>) is
+# imported only when run, so `neffcache restore` on a boot path pays for nothing else
 COMMANDS: dict[str, str] = {
     "push": "Publish an entry for a cell from cache dirs.",
     "restore": "Fetch a matrix's entries into cache dirs, verified.",

@@ -46,13 +46,12 @@ def emit_json(doc: Any) -> None:
 def json_text(doc: Any, depth: int = 2, _pad: str = "") -> str:
     """JSON, keys sorted, indented for ``depth`` levels, deeper values on one line: json's C
     encoder then does the rows (an indented dump is pure Python, ~10x slower)."""
+    inner = _pad + "  "
     if depth > 0 and isinstance(doc, dict) and doc:
-        inner = _pad + "  "
         items = [f"{inner}{json.dumps(str(k))}: {json_text(v, depth - 1, inner)}"
                  for k, v in sorted(doc.items())]
         return "{\n" + ",\n".join(items) + "\n" + _pad + "}"
     if depth > 0 and isinstance(doc, (list, tuple)) and doc:
-        inner = _pad + "  "
         if depth == 1:  # one line per item (the 20,000-row case): no recursion per item
             items = [inner + line for line in map(_ONE_LINE.encode, doc)]
         else:
@@ -151,9 +150,8 @@ def ask(question: str, would: str, hint: str) -> bool:
 
 
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:
-    cells = [[str(c) for c in r] for r in rows]
-    widths = _widths(headers, cells)
-    return "\n".join(_row(r, widths) for r in [headers, *cells])
+    widths = _widths(headers, rows)
+    return "\n".join(_row(r, widths) for r in [headers, *rows])
 
 
 def _widths(headers: list[str], rows: list[list[Any]]) -> list[int]:

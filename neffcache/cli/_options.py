@@ -48,8 +48,7 @@ _SHARED: dict[str, Callable[[Any], Any]] = {
              "keys generate` makes one): restores that trust its public key accept the entry "
              "[env NEFFCACHE_SIGNING_KEY_FILE, or the PEM itself in NEFFCACHE_SIGNING_KEY; "
              "config key `signing_key_file`; default: unsigned]."),
-    # the trust gate's policy (neffcache.trust), the same for every command that installs,
-    # copies, imports, repairs or verifies: --trusted-key, --require-signatures
+    # the trust gate's policy (neffcache.trust) for every command that installs or checks entries
     "trust": lambda f: _TRUSTED_KEY(_REQUIRE_SIGNATURES(f)),
     "log_format": click.option(
         "--log-format", "log_format", type=click.Choice(("text", "jsonl")), default="text",
