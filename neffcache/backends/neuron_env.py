@@ -1,4 +1,4 @@
-"""Every TorchNeuron / Neuron SDK name neffcache uses (no other module spells them)."""
+"""Every TorchNeuron / Neuron SDK name neffcache uses, spelt only here (a test checks)."""
 
 # Cache roots and scratch (read by torch_neuronx once, at import).
 NEFF_CACHE_DIR = "TORCH_NEURONX_NEFF_CACHE_DIR"
@@ -17,12 +17,10 @@ TARGETS = ("trn2", "trn3")
 LOGICAL_NC_CONFIG = "NEURON_LOGICAL_NC_CONFIG"
 CC_FLAGS = "NEURON_CC_FLAGS"
 
-# Python distributions whose versions enter the neuron fingerprint (torch and Python are
-# common to every backend). NKI ships as `neuronx-nki` or, in newer SDKs, `nki`.
+# Distributions whose versions enter the neuron fingerprint; NKI is `neuronx-nki` or `nki`.
 SDK_DISTRIBUTIONS = ("torch-neuronx", "neuronx-cc", "neuronx-nki", "nki", "libneuronxla")
 
-# The Neuron runtime: its Debian package (read from dpkg's status file, never by running a
-# command) and where its shared library lives (a versioned file name is the fallback).
+# The Neuron runtime's Debian package (read from dpkg's status file) and shared library.
 RUNTIME_PACKAGE = "aws-neuronx-runtime-lib"
 RUNTIME_LIB_DIRS = ("/opt/aws/neuron/lib",)
 RUNTIME_LIB_NAME = "libnrt.so"
