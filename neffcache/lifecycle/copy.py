@@ -12,13 +12,7 @@ from typing import Any, BinaryIO
 from neffcache.command_steps import open_checked_store
 from neffcache.config import read_settings
 from neffcache.documents import fields_of
-from neffcache.errors import (
-    ExitRule,
-    IntegrityError,
-    NeffcacheError,
-    UntrustedEntryError,
-    UsageError,
-)
+from neffcache.errors import ExitRule, IntegrityError, UntrustedEntryError, UsageError
 from neffcache.hashing import VerifyingReader
 from neffcache.lifecycle.entry_select import select_manifests
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
@@ -101,8 +95,8 @@ class CopyEntriesResult(ExitRule):
     packs_skipped: int
     refused: tuple[tuple[str, str], ...] = ()  # (entry key, why): stopped by the trust gate
 
-    def error(self) -> NeffcacheError | None:
-        """UntrustedEntryError (exit 4) when the trust gate refused an entry."""
+    def error(self) -> UntrustedEntryError | None:
+        """Exit 4 when the trust gate refused an entry."""
         if not self.refused:
             return None
         return UntrustedEntryError(f"{len(self.refused)} entr(ies) refused by the trust gate, "
@@ -137,8 +131,7 @@ def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> boo
 
 def put_verified(dst: Store, key: str, raw: BinaryIO, size: int, sha256: str, *,
                  name: str) -> bool:
-    """Put ``raw`` at ``key`` if absent; bytes without ``size`` and ``sha256`` are taken back
-    (IntegrityError). True when written."""
+    """Put ``raw`` at ``key`` if absent; wrong bytes are taken back and raise IntegrityError."""
     reader = VerifyingReader(raw, size=size, sha256=sha256, name=name)
     wrote = dst.put(key, reader, if_absent=True)  # type: ignore[arg-type]  # a raw stream
     if wrote:

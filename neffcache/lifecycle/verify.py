@@ -106,9 +106,8 @@ class VerifyStoreRequest:
 
 
 def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
-    """Check every manifest of the store and every blob and pack it references; problems are in
-    the result. Raises UnavailableError (exit 6) for an unreachable store, ConfigError for a
-    bad store URL."""
+    """Check every manifest of the store and what it references; problems are in the result.
+    Raises UnavailableError (exit 6) for an unreachable store, ConfigError for a bad URL."""
     settings = read_settings(os.environ, store=request.store)
     trust = load_trust(settings, request.trusted_keys, require=request.require_signatures)
     s = open_checked_store(settings.store_url)
