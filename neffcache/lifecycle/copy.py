@@ -38,8 +38,7 @@ class CopyEntriesRequest:
     created): the selection as for ``ExportBundleRequest``. Each side is configured on its own,
     from ``environ`` (default: the process's) with ``NEFFCACHE_FROM_*`` / ``NEFFCACHE_TO_*``
     overrides and ``source_profile`` / ``target_profile`` (``store.side_environ``). Each entry
-    the target lacks passes the trust gate (``trusted_keys``) before anything of it is written.
-    """
+    the target lacks passes the trust gate (``trusted_keys``) before any of it is written."""
 
     source: str
     target: str
@@ -164,8 +163,7 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
     with held_intents(dst, todo, every=refresh_every):  # a concurrent gc spares their blobs
         outcomes = []
         for i in range(0, len(blobs), 256):  # progress per batch, bounded memory
-            batch = map_in_threads(blob, blobs[i:i + 256], workers)
-            outcomes.extend(batch)
+            outcomes.extend(map_in_threads(blob, blobs[i:i + 256], workers))
             if on_progress:
                 on_progress(len(outcomes), len(blobs))
         packs = map_in_threads(lambda p: copy_object(src, dst, pack_key(p.sha256), p.size,
@@ -177,8 +175,7 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
             write_pointer(dst, m)
         # A gc that listed pending/ before our intents existed may have deleted a blob we
         # skipped: check those once more, now that manifests reference them.
-        skipped = [(sha, size) for sha, size, wrote in outcomes if not wrote]
-        again = [(s, n) for s, n in skipped if not dst.has(blob_key(s))]
+        again = [(s, n) for s, n, wrote in outcomes if not wrote and not dst.has(blob_key(s))]
         map_in_threads(blob, again, workers)
         for m in present:
             write_pointer(dst, m)  # a copy killed between manifest and pointer

@@ -89,12 +89,11 @@ class VerifyStoreResult(ExitRule):
 
 @checked_request
 class VerifyStoreRequest:
-    """What ``verify_store`` checks. ``quick``: existence only (no download);
-    ``progress(done, total)``: per blob; ``quarantine``: mark each damaged blob or pack with a
-    ``damaged/<key>`` object, so push, copy and bundle import rewrite it instead of skipping.
-    ``trusted_keys`` (``ed25519:...`` or files of them; empty: the settings'): a manifest none
-    of them signed is a problem (``untrusted``), as is one whose digest is not the one its cell
-    pointer pins (``pin``)."""
+    """What ``verify_store`` checks. ``quick``: existence only (no download); ``progress(done,
+    total)``: per blob; ``quarantine``: mark each damaged blob or pack with a ``damaged/<key>``
+    object, so push, copy and bundle import rewrite it instead of skipping. ``trusted_keys``
+    (``ed25519:...`` or files of them; empty: the settings'): a manifest none of them signed is
+    a problem (``untrusted``), as is one whose digest its cell pointer does not pin (``pin``)."""
 
     store: str | None = None
     quick: bool = False
