@@ -66,12 +66,12 @@ class GcPlan(Document):
     blobs: int
     referenced: int
     delete: tuple[str, ...]  # blob keys
-    spared: tuple[str, ...]  # unreferenced, but named by a publish in progress
+    spared: tuple[str, ...]  # unreferenced, but named by a publish in progress or a young retire
     stale_intents: tuple[str, ...]
     unknown: tuple[str, ...]  # keys under blobs/ or packs/ that are not such keys: left alone
     packs: int = 0
     delete_packs: tuple[str, ...] = ()  # pack keys
-    spared_packs: tuple[str, ...] = ()  # unreferenced, but a publish is in progress
+    spared_packs: tuple[str, ...] = ()  # unreferenced, but a publish is in progress or a retire
 
 
 @dataclass(frozen=True, slots=True)

@@ -270,9 +270,8 @@ def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
     key = pack_key(sha)
     try:
         if quick:
-            found = store.has(key)
-            return 0, [] if found else [Problem(key, "missing", f"{key}: missing "
-                                                f"(referenced by {by})")]
+            return 0, [] if store.has(key) else [Problem(key, "missing", f"{key}: missing "
+                                                         f"(referenced by {by})")]
         bad, n = [], 0
         with store.open(key) as src:
             for m in pack.members:  # validated: in offset order, inside the pack
