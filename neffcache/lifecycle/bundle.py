@@ -175,8 +175,7 @@ def show_bundle(request: ShowBundleRequest) -> ShowBundleResult:
 def write_bundle(store: Store, manifests: Sequence[Manifest], out: Path, *,
                  gzip: bool = False,
                  on_progress: Callable[[int, int], None] | None = None) -> tuple[str, Toc]:
-    """Write the entries to ``out`` atomically, each object checked as it streams; (digest, TOC).
-    The digest is the sha256 of the table of contents."""
+    """Write the entries to ``out`` atomically, each object checked; (the TOC's sha256, TOC)."""
     if not manifests:
         raise UsageError("no entries selected: nothing to export")
     out = Path(out).absolute()

@@ -12,13 +12,7 @@ from typing import Any, BinaryIO
 from neffcache.command_steps import open_checked_store
 from neffcache.config import read_settings
 from neffcache.documents import fields_of
-from neffcache.errors import (
-    ExitRule,
-    IntegrityError,
-    NeffcacheError,
-    UntrustedEntryError,
-    UsageError,
-)
+from neffcache.errors import ExitRule, IntegrityError, UntrustedEntryError, UsageError
 from neffcache.hashing import VerifyingReader
 from neffcache.lifecycle.entry_select import select_manifests
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
@@ -44,8 +38,7 @@ class CopyEntriesRequest:
     created): the selection as for ``ExportBundleRequest``. Each side is configured on its own,
     from ``environ`` (default: the process's) with ``NEFFCACHE_FROM_*`` / ``NEFFCACHE_TO_*``
     overrides and ``source_profile`` / ``target_profile`` (``store.side_environ``). Each entry
-    the target lacks passes the trust gate (``trusted_keys``) before anything of it is written.
-    """
+    the target lacks passes the trust gate (``trusted_keys``) before any of it is written."""
 
     source: str
     target: str
@@ -100,8 +93,8 @@ class CopyEntriesResult(ExitRule):
     packs_skipped: int
     refused: tuple[tuple[str, str], ...] = ()  # (entry key, why): stopped by the trust gate
 
-    def error(self) -> NeffcacheError | None:
-        """UntrustedEntryError (exit 4) when the trust gate refused an entry."""
+    def error(self) -> UntrustedEntryError | None:
+        """Exit 4 when the trust gate refused an entry."""
         if not self.refused:
             return None
         return UntrustedEntryError(f"{len(self.refused)} entr(ies) refused by the trust gate, "
@@ -136,8 +129,7 @@ def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> boo
 
 def put_verified(dst: Store, key: str, raw: BinaryIO, size: int, sha256: str, *,
                  name: str) -> bool:
-    """Put ``raw`` at ``key`` if absent; bytes without ``size`` and ``sha256`` are taken back
-    (IntegrityError). True when written."""
+    """Put ``raw`` at ``key`` if absent; wrong bytes are taken back and raise IntegrityError."""
     reader = VerifyingReader(raw, size=size, sha256=sha256, name=name)
     wrote = dst.put(key, reader, if_absent=True)  # type: ignore[arg-type]  # a raw stream
     if wrote:
@@ -170,8 +162,7 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
     with held_intents(dst, todo, every=refresh_every):  # a concurrent gc spares their blobs
         outcomes = []
         for i in range(0, len(blobs), 256):  # progress per batch, bounded memory
-            batch = map_in_threads(blob, blobs[i:i + 256], workers)
-            outcomes.extend(batch)
+            outcomes.extend(map_in_threads(blob, blobs[i:i + 256], workers))
             if on_progress:
                 on_progress(len(outcomes), len(blobs))
         packs = map_in_threads(lambda p: copy_object(src, dst, pack_key(p.sha256), p.size,
@@ -183,8 +174,7 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
             write_pointer(dst, m)
         # A gc that listed pending/ before our intents existed may have deleted a blob we
         # skipped: check those once more, now that manifests reference them.
-        skipped = [(sha, size) for sha, size, wrote in outcomes if not wrote]
-        again = [(s, n) for s, n in skipped if not dst.has(blob_key(s))]
+        again = [(s, n) for s, n, wrote in outcomes if not wrote and not dst.has(blob_key(s))]
         map_in_threads(blob, again, workers)
         for m in present:
             write_pointer(dst, m)  # a copy killed between manifest and pointer

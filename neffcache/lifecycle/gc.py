@@ -66,12 +66,12 @@ class GcPlan(Document):
     blobs: int
     referenced: int
     delete: tuple[str, ...]  # blob keys
-    spared: tuple[str, ...]  # unreferenced, but named by a publish in progress
+    spared: tuple[str, ...]  # unreferenced, but named by a publish in progress or a young retire
     stale_intents: tuple[str, ...]
     unknown: tuple[str, ...]  # keys under blobs/ or packs/ that are not such keys: left alone
     packs: int = 0
     delete_packs: tuple[str, ...] = ()  # pack keys
-    spared_packs: tuple[str, ...] = ()  # unreferenced, but a publish is in progress
+    spared_packs: tuple[str, ...] = ()  # unreferenced, but a publish is in progress or a retire
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +96,8 @@ def _sha_of(key: str, key_of: Callable[[str], str]) -> str | None:
 
 def plan_packs(pack_keys: Iterable[str], referenced: set[str], intents: Iterable[Intent], *,
                now: float, grace: float, retired: Set[str] = frozenset()) -> Sorted:
-    """(delete, spared, packs seen, unknown keys): a publish in progress does not name its packs,
-    so none is deleted while an intent is fresh (and restore falls back to a pack's blobs);
-    ``retired``: the packs young retire records name, spared too."""
+    """(delete, spared, packs seen, unknown keys): a publish in progress names none of its packs,
+    so none goes while an intent is fresh (restore falls back to the blobs), nor ``retired``."""
     busy = any(i.fresh(now, grace) for i in intents)
     return _sort_out(pack_keys, pack_key, referenced, lambda sha: busy or sha in retired)
 
@@ -278,8 +277,7 @@ def upload_json(upload: Upload) -> dict[str, str]:
 
 def plan_uploads(uploads: Iterable[Upload], intents: Iterable[Intent], *, now: float,
                  grace: float) -> UploadPlan:
-    """Uploads older than ``grace`` to abort, unless a fresh intent names the blob (for a pack:
-    unless any publish is in progress)."""
+    """Uploads older than ``grace`` to abort, unless a fresh intent may need them (pure)."""
     uploads = list(uploads)
     fresh = [i for i in intents if i.fresh(now, grace)]
     named = set().union(*(i.blobs for i in fresh))

@@ -48,8 +48,7 @@ from neffcache.trust import TrustPolicy, load_trust
 
 @dataclass(frozen=True, slots=True)
 class RepairItem(Document):
-    """One object to rewrite (kind: blob | pack | manifest), why, and its new bytes' size and
-    sha256."""
+    """One object to rewrite (kind: blob | pack | manifest), why, and its bytes' size, sha256."""
 
     key: str
     kind: str
@@ -60,8 +59,7 @@ class RepairItem(Document):
 
 def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
                 packs: Mapping[str, PackRecord]) -> tuple[RepairItem, ...]:
-    """The objects to rewrite for verify's ``problems``, each once, in key order (pure); an
-    unreadable object is not planned: it may be good."""
+    """The objects to rewrite, each once, by key (pure); an "unavailable" one may be good."""
     items: dict[str, RepairItem] = {}
     for p in problems:
         if p.kind == "unavailable" or p.key in items:

@@ -272,18 +272,16 @@ def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:
     preview = RetireEntriesResult(plan, True, None, s.url)
     if request.dry_run:
         return preview
-    if plan.retire and not consent(
-            request.confirmed, request.confirm, preview,
-            f"retire would retire {len(plan.retire)} of {len(plan.retire) + len(plan.keep)} "
-            f"entries from {preview.store}; not confirmed",
-            hint="neffcache retire ... --dry-run, then the same with --yes"):
+    if not plan.retire:
+        return replace(preview, dry_run=False)
+    if not consent(request.confirmed, request.confirm, preview,
+                   f"retire would retire {len(plan.retire)} of {len(plan.retire) + len(plan.keep)}"
+                   f" entries from {preview.store}; not confirmed",
+                   hint="neffcache retire ... --dry-run, then the same with --yes"):
         return preview
-    record = None
-    index_error = None
-    if plan.retire:
-        record = apply_retire(s, plan, by=request.by or _who(),
-                              reason=request.reason or policy.describe())
-        index_error = _unindex(settings, [e.entry_key for e in plan.retire], request.notice)
+    record = apply_retire(s, plan, by=request.by or _who(),
+                          reason=request.reason or policy.describe())
+    index_error = _unindex(settings, [e.entry_key for e in plan.retire], request.notice)
     return RetireEntriesResult(plan, False, record, s.url, index_error)
 
 

@@ -89,12 +89,11 @@ class VerifyStoreResult(ExitRule):
 
 @checked_request
 class VerifyStoreRequest:
-    """What ``verify_store`` checks. ``quick``: existence only (no download);
-    ``progress(done, total)``: per blob; ``quarantine``: mark each damaged blob or pack with a
-    ``damaged/<key>`` object, so push, copy and bundle import rewrite it instead of skipping.
-    ``trusted_keys`` (``ed25519:...`` or files of them; empty: the settings'): a manifest none
-    of them signed is a problem (``untrusted``), as is one whose digest is not the one its cell
-    pointer pins (``pin``)."""
+    """What ``verify_store`` checks. ``quick``: existence only (no download); ``progress(done,
+    total)``: per blob; ``quarantine``: mark each damaged blob or pack with a ``damaged/<key>``
+    object, so push, copy and bundle import rewrite it instead of skipping. ``trusted_keys``
+    (``ed25519:...`` or files of them; empty: the settings'): a manifest none of them signed is
+    a problem (``untrusted``), as is one whose digest its cell pointer does not pin (``pin``)."""
 
     store: str | None = None
     quick: bool = False
@@ -106,9 +105,8 @@ class VerifyStoreRequest:
 
 
 def verify_store(request: VerifyStoreRequest) -> VerifyStoreResult:
-    """Check every manifest of the store and every blob and pack it references; problems are in
-    the result. Raises UnavailableError (exit 6) for an unreachable store, ConfigError for a
-    bad store URL."""
+    """Check every manifest of the store and what it references; problems are in the result.
+    Raises UnavailableError (exit 6) for an unreachable store, ConfigError for a bad URL."""
     settings = read_settings(os.environ, store=request.store)
     trust = load_trust(settings, request)
     s = open_checked_store(settings.store_url)
@@ -272,9 +270,8 @@ def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
     key = pack_key(sha)
     try:
         if quick:
-            found = store.has(key)
-            return 0, [] if found else [Problem(key, "missing", f"{key}: missing "
-                                                f"(referenced by {by})")]
+            return 0, [] if store.has(key) else [Problem(key, "missing", f"{key}: missing "
+                                                         f"(referenced by {by})")]
         bad, n = [], 0
         with store.open(key) as src:
             for m in pack.members:  # validated: in offset order, inside the pack

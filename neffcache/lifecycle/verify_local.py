@@ -118,9 +118,8 @@ def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[Local
 def read_local_manifests(target: Path, trust: TrustPolicy = UNCHECKED
                          ) -> tuple[tuple[Manifest, ...], list[LocalProblem]]:
     """The manifest copies that decode (even refused ones: their files are there), problems."""
-    d = target / LOCAL_ENTRIES
     found, problems = [], []
-    for p in sorted(d.glob("*.json")):
+    for p in sorted((target / LOCAL_ENTRIES).glob("*.json")):
         if p.name == MISSING_FILE:  # what the store lacked at the last restore: no manifest
             continue
         try:
