@@ -130,7 +130,12 @@ class Index:
 
     def now(self, conn: Connection | Session) -> datetime:
         """``lease_clock()`` when set (tests), else the database's clock."""
-        return self.lease_clock() if self.lease_clock else queries.database_now(conn)
+        if self.lease_clock:
+            return self.lease_clock()
+        from neffcache.index.coverage_engine.reads import database_now
+
+        return database_now(SqlaReader(conn if isinstance(conn, Connection)
+                                       else conn.connection()))
 
     def close(self) -> None:
         self._engine.dispose()
@@ -299,8 +304,13 @@ class Index:
             return queries.restored_fingerprint_keys(s, since)
 
     def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
+        from neffcache.index.coverage_engine.reads import read_fingerprints
+        from neffcache.index.coverage_engine.rules import CoverageFacts
+
+        facts = CoverageFacts()
         with self.connection() as conn:
-            return queries.get_fingerprints(conn, keys)
+            read_fingerprints(SqlaReader(conn), sorted(set(keys)), facts)
+        return facts.fingerprints
 
     def matrix_coverage(self, name: str, *, version: int | None = None,
                         pattern: str | None = None, offset: int = 0,

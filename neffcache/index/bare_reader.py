@@ -56,20 +56,6 @@ class BareReader:
             finally:
                 cur.close()
 
-    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
-              ) -> tuple[Any, ...] | None:
-        compiled = self._cache.get(self.dialect, name, shape)
-        if compiled is None:
-            return self._sqlalchemy().first(name, shape, params)
-        with self._errors():
-            cur = self.conn.cursor()
-            try:
-                cur.execute(compiled.sql, self._args(compiled, params))
-                row = cur.fetchone()
-            finally:
-                cur.close()
-        return None if row is None else self._row(compiled, row)
-
     def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         compiled = self._cache.get(self.dialect, name, shape)
         if compiled is None:

@@ -139,5 +139,3 @@ def held_leases(conn: Session | Connection, now: datetime, limit: int, *,
         .where(C.holder.is_not(None), held)
         .order_by(C.expires_at if expired else C.claimed_at).limit(limit))
     return [(str(r[0]), replace(live_lease(r[1:8]), cell_id=str(r[8]))) for r in rows]
-
-

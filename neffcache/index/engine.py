@@ -118,19 +118,9 @@ def dialect_insert(session: Any) -> Any:
 
 
 def describe_error(url: str, err: BaseException) -> str:
-    orig = getattr(err, "orig", None) or err
-    reason = " ".join(str(orig).split()) or type(orig).__name__
-    password = _password(url)
-    if password:
-        reason = reason.replace(password, "***")
-    return f"index {redact_url(url)}: {reason}"
+    from neffcache.index.bare_reader import describe
 
-
-def _password(url: str) -> str | None:
-    try:
-        return make_url(normalise_url(url)).password  # type: ignore[return-value]
-    except exc.ArgumentError:
-        return None
+    return describe(url, getattr(err, "orig", None) or err)
 
 
 @contextlib.contextmanager

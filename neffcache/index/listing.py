@@ -27,10 +27,6 @@ class Reader(Protocol):
         """At most BATCH rows in memory."""
         ...
 
-    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
-              ) -> tuple[Any, ...] | None:
-        ...
-
     def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Every row in one round trip."""
         ...
@@ -152,8 +148,8 @@ def newest_bound(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str
     """The ``limit``-th newest of the matching cells' newest entries: the newest ``limit``
     entries are all at least that new. A statement of its own: as a subquery it inflated the
     planner's estimates."""
-    row = reader.first("newest_bound", shape_of(gshape), {**gparams, "skip": limit - 1})
-    return None if row is None or row[0] is None else as_utc(row[0])
+    rows = reader.all("newest_bound", shape_of(gshape), {**gparams, "skip": limit - 1})
+    return None if not rows or rows[0][0] is None else as_utc(rows[0][0])
 
 
 def _walk(reader: Reader, fshape: Mapping[str, Any], fparams: Mapping[str, Any],
@@ -194,9 +190,7 @@ def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, A
               limit: int, by_fingerprint: bool) -> tuple[int, int] | None:
     """(rows to walk first, rows the per-cell plan reads) if a walk is cheaper, else None;
     estimated from how many cells match (not from statistics)."""
-    row = reader.first("walk_counts", shape_of(gshape), gparams)
-    assert row is not None  # counts: always one row
-    matching, all_cells, n_fps = row
+    matching, all_cells, n_fps = reader.all("walk_counts", shape_of(gshape), gparams)[0]
     if not matching:
         return None
     n_fps = max(1, n_fps)  # entries per cell, at most

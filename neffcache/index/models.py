@@ -68,4 +68,3 @@ class RestoreCountRow(Base):
 
 class ReportFingerprintRow(Base):
     __table__ = tables.report_fingerprints
-

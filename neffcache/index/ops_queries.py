@@ -14,7 +14,13 @@ from sqlalchemy.orm import Session
 
 from neffcache.errors import NotFoundError
 from neffcache.index.api import Index
-from neffcache.index.cursors import EPOCH  # below every lease expiry: a range start
+from neffcache.index.cursors import (  # EPOCH: below every lease expiry, a range start
+    EPOCH,
+    ID_CURSOR_PATTERN,
+    NAME_CURSOR_PATTERN,
+    keyset_cursor,
+    parse_cursor,
+)
 from neffcache.index.ops_values import (
     DURATION_BUCKETS,
     NO_ENTRY,
@@ -38,15 +44,7 @@ from neffcache.index.ops_values import (
     restore_outcome,
     sdk_version,
 )
-from neffcache.index.queries import (
-    ID_CURSOR_PATTERN,
-    NAME_CURSOR_PATTERN,
-    glob_clause,
-    has_entry,
-    key_prefix_clause,
-    keyset_cursor,
-    parse_cursor,
-)
+from neffcache.index.queries import glob_clause, has_entry, key_prefix_clause
 from neffcache.index.record import as_utc
 from neffcache.index.tables import (
     cell_claims,
@@ -298,7 +296,6 @@ def lease_stats(index: Index) -> list[LeaseStats]:
             acc[0 if as_utc(expires) > now else 1] += 1  # type: ignore[operator]
     return [LeaseStats(m, fp, live, expired)
             for (m, fp), (live, expired) in sorted(counts.items())]
-
 
 
 def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[MatrixRunTime]:

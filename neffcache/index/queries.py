@@ -15,26 +15,15 @@ from sqlalchemy import (
     any_,
     bindparam,
     false,
-    func,
     select,
-    text,
 )
 
-from neffcache.index.cursors import (  # noqa: F401  (the listings' cursors, re-exported)
-    CURSOR_PATTERN,
-    ID_CURSOR_PATTERN,
-    NAME_CURSOR_PATTERN,
-    entry_cursor,
-    keyset_cursor,
-    parse_cursor,
-    parse_entry_cursor,
-)
 from neffcache.index.listing import glob_to_like
-from neffcache.index.tables import entries, fingerprints
-from neffcache.index.values import as_utc, chunks
+from neffcache.index.tables import entries
+from neffcache.index.values import chunks
 
 if TYPE_CHECKING:
-    from neffcache.fingerprint import Fingerprint
+    pass
 
 _LIKE_ESCAPE = "\\"
 _HEX = re.compile(r"[0-9a-f]{1,64}")
@@ -81,21 +70,6 @@ def key_in(conn: Any, column: Any, keys: Sequence[str]) -> Any:
     return column.in_(keys)
 
 
-def database_now(conn: Any) -> datetime:
-    """The database server's current time (UTC). Postgres: ``now()`` (the transaction's
-    start, so one transaction sees one time); SQLite: its own clock, in milliseconds."""
-    if dialect_name(conn) == "postgresql":
-        value = conn.scalar(select(func.now()))
-    else:
-        value = conn.scalar(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"))
-        value = datetime.fromisoformat(str(value))
-    out = as_utc(value)
-    assert out is not None
-    return out
-
-
-
-
 def restored_fingerprint_keys(session: Any, since: datetime) -> set[str]:
     """Through the last-use index, never every entry."""
     return set(session.scalars(select(entries.c.fingerprint_key).distinct()
@@ -111,16 +85,3 @@ def entry_keys_after(session: Any, after: str | None, limit: int) -> list[str]:
     if after is not None:
         stmt = stmt.where(entries.c.entry_key > after)
     return list(session.scalars(stmt))
-
-
-def get_fingerprints(session: Any, keys: Sequence[str]) -> dict[str, Fingerprint]:
-    from neffcache.fingerprint import Fingerprint  # not on ``ls``'s path
-
-    out: dict[str, Fingerprint] = {}
-    for part in key_batches(session, sorted(set(keys))):
-        for key, backend, fields in session.execute(
-                select(fingerprints.c.key, fingerprints.c.backend, fingerprints.c.fields)
-                .where(key_in(session, fingerprints.c.key, part))).all():
-            out[key] = Fingerprint(backend=backend, fields=tuple(
-                sorted((str(k), str(v)) for k, v in fields.items())))
-    return out

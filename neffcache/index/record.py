@@ -146,5 +146,3 @@ def save_verification(session: Session | Connection, entry_key: str, status: str
     result = session.execute(stmt.values(verified_status=status[:16],
                                          verified_at=at or utcnow()))
     return bool(result.rowcount)  # type: ignore[attr-defined]
-
-

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from neffcache.index.coverage_engine.reads import (
     choose_version,
     matrix_cell_refs,
+    matrix_versions,
     read_facts,
     read_fingerprints,
     scope_of_matrix,
@@ -23,13 +24,12 @@ from neffcache.index.coverage_engine.rules import (
     column_of,
     grid_page,
 )
-from neffcache.index.matrices import current_versions_in, versions_in
 from neffcache.index.sqla_reader import SqlaReader
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from neffcache.index.ops_values import CoverageGrid
+    from neffcache.index.ops_values import CoverageGrid, MatrixVersion
 
 
 def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
@@ -154,3 +154,45 @@ def _leased_cells(conn: Connection, matrix_ids: Sequence[int],
         .where(mc.c.matrix_id.in_(matrix_ids), c.c.holder.is_not(None), c.c.expires_at > now,
                ~has_entry(c.c.cell_key, c.c.fingerprint_key)))
     return [(int(m), str(fp), bool(failure)) for m, fp, failure in rows]
+
+
+def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[MatrixVersion]:
+    """Oldest first; without ``counts`` every ``cell_count`` is 0 (one query fewer)."""
+    versions = matrix_versions(SqlaReader(conn), name)
+    if not versions or not counts:
+        return versions
+    n_cells = _cell_counts(conn, [v.id for v in versions])
+    return [replace(v, cell_count=n_cells.get(v.id, 0)) for v in versions]
+
+
+def _cell_counts(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
+    from sqlalchemy import func, select
+
+    from neffcache.index.tables import matrix_cells as MC
+
+    if not ids:
+        return {}
+    return {int(k): int(n) for k, n in conn.execute(
+        select(MC.c.matrix_id, func.count()).where(MC.c.matrix_id.in_(ids))
+        .group_by(MC.c.matrix_id)).all()}
+
+
+def current_versions_in(conn: Connection) -> list[MatrixVersion]:
+    from sqlalchemy import select
+
+    from neffcache.index.ops_values import MatrixVersion
+    from neffcache.index.tables import matrices as M
+    from neffcache.index.values import as_utc
+
+    rows = conn.execute(select(M.c.id, M.c.name, M.c.digest, M.c.backend, M.c.registered_at)
+                        .order_by(M.c.name, M.c.id)).all()
+    by_name: dict[str, list[Any]] = {}
+    for r in rows:
+        by_name.setdefault(r.name, []).append(r)
+    current = {name: max(enumerate(rs, 1), key=lambda x: (as_utc(x[1].registered_at),
+                                                          x[1].id))
+               for name, rs in by_name.items()}
+    counts = _cell_counts(conn, [r.id for _, r in current.values()])
+    return [MatrixVersion(r.id, name, n, r.digest, r.backend, counts.get(r.id, 0),
+                          as_utc(r.registered_at), True)  # type: ignore[arg-type]
+            for name, (n, r) in sorted(current.items())]

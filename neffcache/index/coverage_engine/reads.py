@@ -54,9 +54,7 @@ def scope_of_matrix(matrix_id: int) -> Scope:
 
 def database_now(reader: Reader) -> datetime:
     """The database's time (UTC); Postgres: the transaction's start."""
-    row = reader.first("now", (), {})
-    assert row is not None
-    value = row[0]
+    value = reader.all("now", (), {})[0][0]
     out = as_utc(value if isinstance(value, datetime) else datetime.fromisoformat(str(value)))
     assert out is not None
     return out
@@ -193,7 +191,6 @@ def coverage_cells(reader: Reader, plan: CoveragePlan, now: datetime) -> Iterato
         for cell_id, ck in part:
             for k in plan.keys:
                 yield cell_id, ck, k, facts.status((ck, k)), facts
-
 
 
 def matrix_cell_refs(reader: Reader, matrix_id: int) -> list[tuple[str, str]]:
