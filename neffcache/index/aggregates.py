@@ -92,10 +92,10 @@ def _coverage_deltas(session: Session | Connection, deltas: Mapping[Pair, tuple[
     _add(session, coverage_counts, rows)
 
 
-def _entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
-                     sign: int) -> None:
-    """Entries added (``sign`` 1) or removed (-1): ready moves by ``sign``, failed the other
-    way where the pair has a failure."""
+def entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
+                    sign: int) -> None:
+    """Entries (cell key, fingerprint key, total bytes) just inserted (``sign`` 1) or deleted
+    (-1): ready moves by ``sign``, failed the other way where the pair has a failure."""
     pairs = [(c, f) for c, f, _ in entries]
     matrices = _matrices_of(session, (c for c, _ in pairs))
     held = [p for p in pairs if p[0] in matrices]
@@ -108,15 +108,6 @@ def _entries_changed(session: Session | Connection, entries: Sequence[tuple[str,
         acc[0] += sign
         acc[1] += sign * int(size)
     _add(session, fingerprint_counts, per_fp)
-
-
-def entries_added(session: Session | Connection, entries: Sequence[tuple[str, str, int]]) -> None:
-    """Entries (cell key, fingerprint key, total bytes) already inserted."""
-    _entries_changed(session, entries, 1)
-
-
-def entries_removed(session: Session | Connection, entries: Sequence[tuple[str, str, int]]) -> None:
-    _entries_changed(session, entries, -1)
 
 
 def failure_adding(session: Session | Connection, cell_key: str, fingerprint_key: str) -> None:

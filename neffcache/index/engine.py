@@ -63,10 +63,8 @@ def make_engine(url: str, **pool: Any) -> Engine:
         return _sqlite_engine(url, **pool)
     if backend == "postgresql":
         try:
-            # No hstore column: skip the type lookup SQLAlchemy makes on first connect (a
-            # round trip every command pays at start-up). No JIT: the index's queries read
-            # few rows, and a per-cell plan's summed cost estimate crosses jit_above_cost,
-            # so compiling it took longer (~200 ms) than running it.
+            # No hstore lookup: a round trip at every start-up. No JIT: a per-cell plan's cost
+            # estimate crosses jit_above_cost, and compiling took longer (~200 ms) than running.
             return create_engine(url, pool_pre_ping=True, use_native_hstore=False,
                                  connect_args={"connect_timeout": CONNECT_TIMEOUT_S,
                                                "options": "-c jit=off"}, **pool)
@@ -97,8 +95,7 @@ def _sqlite_engine(url: str, **pool: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        # A deferred transaction that later writes cannot wait for the lock (SQLITE_BUSY at
-        # once); writers take it up front and wait up to the busy timeout instead.
+        # A deferred transaction that later writes gets SQLITE_BUSY at once: writers lock first.
         immediate = conn.get_execution_options().get("neffcache_write")
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 

@@ -87,10 +87,8 @@ def _walk_counts(dialect: str, *, glob: bool, prefix: str | None = None) -> Any:
 def _walk(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
           prefix: str | None = None) -> Any:
     e = entries
-    # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot
-    # start from the matching cells and look their entries up, so it reads entries by
-    # created_at, newest first, no older than the walk's budget allows, and stops at the
-    # limit; each entry's cell is then one primary-key lookup.
+    # cell_key as an expression no index serves: the planner must read entries newest first
+    # (within the budget) and stop at the limit, not start from the matching cells.
     unindexed = e.c.cell_key + ""
     matching = select(cells.c.key).where(_cell_clause(dialect, glob, prefix)).scalar_subquery()
     oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
@@ -132,9 +130,8 @@ def _newest_keys(dialect: str, fp: str | None, pos: bool, glob: bool,
                 .select_from(matching.join(lateral, true()))
                 .order_by(lateral.c.created_at.desc(), lateral.c.entry_key)
                 .limit(per_cell if whole else None).subquery("newest"))
-    # SQLite has no LATERAL: ordering by an expression no index serves (the same value)
-    # keeps its planner from the created_at index; it reads the matching cells (a range on
-    # ix_cells_id) and each one's entries from the covering index, then sorts those.
+    # SQLite has no LATERAL: ordering by an unindexed expression keeps its planner off the
+    # created_at index; it reads each matching cell's entries from the covering index.
     per_cell_order = func.coalesce(e.c.created_at, e.c.created_at)
     return (select(e.c.entry_key, e.c.created_at)
             .where(e.c.cell_key.in_(select(c.c.key).where(clause)), *filters)

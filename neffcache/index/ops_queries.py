@@ -255,21 +255,15 @@ def restore_outcomes(index: Index,
 def restore_timeline(index: Index, *, days: int = 14, step: str = "day",
                      now: datetime | None = None) -> tuple[RestorePoint, ...]:
     """Restores per ``step`` (hour or day, UTC) over the last ``days`` days, by outcome."""
+    hourly = step == "hour"
+    width, n = (timedelta(hours=1), 24 * days) if hourly else (timedelta(days=1), days)
+
+    def step_of(h: datetime) -> datetime:
+        return h if hourly else h.replace(hour=0)
+
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    hour = now.replace(minute=0, second=0, microsecond=0)
-    if step == "hour":
-        first = hour - timedelta(hours=24 * days - 1)
-        starts = [first + timedelta(hours=i) for i in range(24 * days)]
-
-        def step_of(h: datetime) -> datetime:
-            return h
-    else:
-        today = hour.replace(hour=0)
-        first = today - timedelta(days=days - 1)
-        starts = [first + timedelta(days=i) for i in range(days)]
-
-        def step_of(h: datetime) -> datetime:
-            return h.replace(hour=0)
+    first = step_of(now.replace(minute=0, second=0, microsecond=0)) - width * (n - 1)
+    starts = [first + width * i for i in range(n)]
     c = restore_counts.c
     with index.read_session() as s:
         rows = [(as_utc(p), code, any_restored, n) for p, code, any_restored, n in s.execute(

@@ -108,8 +108,8 @@ def save_entries(session: Session | Connection, manifests: Sequence[Manifest],
     } for m in new]
     for part in chunks(entry_rows):
         session.execute(insert(entries), list(part))
-    aggregates.entries_added(session, [(r["cell_key"], r["fingerprint_key"], r["total_bytes"])
-                                       for r in entry_rows])
+    aggregates.entries_changed(session, [(r["cell_key"], r["fingerprint_key"], r["total_bytes"])
+                                         for r in entry_rows], 1)
     file_rows = [{"entry_key": m.entry_key, "position": i, "root": f.root, "path": f.path,
                   "sha256": f.sha256, "size": f.size, "mode": f.mode}
                  for m in new for i, f in enumerate(m.files)]
@@ -132,7 +132,7 @@ def delete_entries(session: Session | Connection, keys: Sequence[str]) -> int:
         for sha_part in chunks(sorted(shas)):
             referenced = exists().where(f.sha256 == b.sha256)
             session.execute(delete(blobs).where(b.sha256.in_(sha_part), ~referenced))
-        aggregates.entries_removed(session, [tuple(r) for r in gone])  # type: ignore[misc]
+        aggregates.entries_changed(session, [tuple(r) for r in gone], -1)  # type: ignore[misc]
     return removed
 
 

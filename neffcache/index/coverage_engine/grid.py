@@ -37,9 +37,7 @@ def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
     from sqlalchemy import text
 
     if conn.dialect.name == "postgresql":
-        # Without statistics the planner guesses thousands of entries per cell, and at that
-        # cost it JIT-compiles the probe: ~0.1 s spent before a 20,000-row read (this read
-        # transaction only).
+        # Without statistics the planner's cost estimate JIT-compiles the probe: ~0.1 s.
         conn.execute(text("SET LOCAL jit = off"))
     return read_facts(SqlaReader(conn), scope_of_matrix(matrix_id), now, details=False,
                       named=named)
