@@ -251,12 +251,12 @@ class Index:
 
     def release_failed(self, lease: Lease) -> bool:
         with self.write_session() as s:
-            return _claims.release_failed(s, lease)
+            return _claims.release(s, lease)
 
     def release_cancelled(self, lease: Lease) -> bool:
         """Free the lease without spending an attempt; False if it was no longer ours."""
         with self.write_session() as s:
-            return _claims.release_cancelled(s, lease)
+            return _claims.release(s, lease, give_back=True)
 
     def live_leases(self, limit: int = 500) -> list[LiveLease]:
         """Cells in progress anywhere, oldest claim first."""

@@ -84,8 +84,6 @@ class BareReader:
         return {n: values[n] for n in compiled.names}
 
     def _row(self, compiled: CompiledStatement, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        if self.dialect != "sqlite" or not (compiled.datetime_columns or compiled.json_columns):
-            return tuple(row)
         out = list(row)
         for i in compiled.datetime_columns:
             if isinstance(out[i], str):

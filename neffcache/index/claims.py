@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
@@ -112,19 +112,13 @@ def release_done(session: Session, lease: Lease) -> None:
                                               C.fingerprint_key == lease.fingerprint_key))
 
 
-def release_failed(session: Session, lease: Lease) -> bool:
-    """The cell is claimable again while it has attempts left; False if no longer ours."""
-    result = session.execute(update(cell_claims).where(_mine(lease)).values(
-        holder=None, host=None, expires_at=None))
-    return bool(result.rowcount)  # type: ignore[attr-defined]
-
-
-def release_cancelled(session: Session, lease: Lease) -> bool:
-    """The runner was stopped: drop the lease and give back its attempt; False if the lease
-    was no longer ours."""
-    result = session.execute(update(cell_claims).where(_mine(lease)).values(
-        holder=None, host=None, expires_at=None,
-        attempts=case((C.attempts > 0, C.attempts - 1), else_=0)))
+def release(session: Session, lease: Lease, *, give_back: bool = False) -> bool:
+    """Drop the lease: the cell is claimable again while it has attempts left (``give_back``:
+    the runner was stopped, the attempt is not spent). False if the lease was no longer ours."""
+    values: dict[str, Any] = {"holder": None, "host": None, "expires_at": None}
+    if give_back:
+        values["attempts"] = case((C.attempts > 0, C.attempts - 1), else_=0)
+    result = session.execute(update(cell_claims).where(_mine(lease)).values(**values))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 

@@ -51,15 +51,6 @@ def glob_to_like(pattern: str) -> str:
     return "".join(out)
 
 
-def glob_prefix(pattern: str) -> str:
-    return re.split(r"[*?\[]", pattern, maxsplit=1)[0]
-
-
-def prefix_upper(prefix: str) -> str | None:
-    """The smallest string above every string starting with ``prefix`` (None: none)."""
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1) if ord(prefix[-1]) < 0x10FFFF else None
-
-
 def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """The cell-id filter's shape and parameters, and whether it is exact (no fnmatch
     re-check). SQLite's GLOB has fnmatch's syntax, and the literal prefix's range lets
@@ -68,9 +59,10 @@ def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, A
         return {"glob": True}, {"glob": glob_to_like(pattern)}, "[" not in pattern
     shape: dict[str, Any] = {"glob": True, "prefix": None}
     params: dict[str, Any] = {"glob": pattern.replace("[!", "[^")}
-    prefix = glob_prefix(pattern)
+    prefix = re.split(r"[*?\[]", pattern, maxsplit=1)[0]  # what every match starts with
     if prefix:
-        upper = prefix_upper(prefix)
+        # above every string starting with ``prefix``, unless it ends in the last code point
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1) if ord(prefix[-1]) < 0x10FFFF else None
         shape["prefix"] = "from" if upper is None else "range"
         params["lo"] = prefix
         if upper is not None:

@@ -89,11 +89,10 @@ def read_fingerprints(reader: Reader, keys: Sequence[str], facts: CoverageFacts)
 
     if not keys:
         return
-    for key, backend, fields, first_seen in reader.all(
+    for key, backend, fields in reader.all(
             "cov_fingerprints", (), {"keys": keys_param(reader.dialect, keys)}):
         facts.fingerprints[key] = Fingerprint(backend=backend, fields=tuple(
             sorted((str(k), str(v)) for k, v in fields.items())))
-        facts.first_seen[key] = as_utc(first_seen)
 
 
 def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: datetime) -> set[str]:

@@ -62,7 +62,6 @@ class CoverageFacts:
     failures: dict[Pair, FailureFact] = field(default_factory=dict)
     leases: dict[Pair, LiveLease] = field(default_factory=dict)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
-    first_seen: dict[str, datetime | None] = field(default_factory=dict)
     named: tuple[str, ...] = ()  # columns even with nothing for these cells (restore reports)
 
     def status(self, pair: Pair) -> Status:

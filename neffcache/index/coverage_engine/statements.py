@@ -97,8 +97,7 @@ def _leases(dialect: str, *, scope: str) -> Any:
 
 def _fingerprints(dialect: str) -> Any:
     fp = fingerprints
-    return (select(fp.c.key, fp.c.backend, fp.c.fields, fp.c.first_seen_at)
-            .where(in_keys(dialect, fp.c.key)))
+    return select(fp.c.key, fp.c.backend, fp.c.fields).where(in_keys(dialect, fp.c.key))
 
 
 def _fingerprints_with(dialect: str) -> Any:
