@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import (
-    ARRAY,
-    Exists,
-    String,
-    and_,
-    any_,
-    bindparam,
-    false,
-    select,
-)
+from sqlalchemy import Exists, and_, false, select
 
 from neffcache.index.listing import glob_to_like
 from neffcache.index.tables import entries
-from neffcache.index.values import chunks
-
-if TYPE_CHECKING:
-    pass
 
 _LIKE_ESCAPE = "\\"
 _HEX = re.compile(r"[0-9a-f]{1,64}")
@@ -54,20 +40,6 @@ def has_entry(cell_key: Any, fingerprint_key: Any) -> Exists:
 def dialect_name(conn: Any) -> str:
     bind = conn if hasattr(conn, "dialect") else conn.get_bind()
     return str(bind.dialect.name)
-
-
-def key_batches(conn: Any, keys: Sequence[str]) -> list[Sequence[str]]:
-    """One batch on Postgres (an array has no size limit), BATCH-sized on SQLite."""
-    if dialect_name(conn) == "postgresql":
-        return [keys] if keys else []
-    return list(chunks(keys))
-
-
-def key_in(conn: Any, column: Any, keys: Sequence[str]) -> Any:
-    """``= ANY(array)`` on Postgres (one parameter, not hundreds), ``IN (...)`` on SQLite."""
-    if dialect_name(conn) == "postgresql":
-        return column == any_(bindparam(None, list(keys), type_=ARRAY(String)))
-    return column.in_(keys)
 
 
 def restored_fingerprint_keys(session: Any, since: datetime) -> set[str]:

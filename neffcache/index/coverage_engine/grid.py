@@ -48,15 +48,17 @@ def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
     (served by the partial index of migration 0007)."""
     from sqlalchemy import select
 
-    from neffcache.index.queries import key_batches, key_in
+    from neffcache.index.coverage_engine.reads import keys_param
+    from neffcache.index.coverage_engine.statements import in_keys
     from neffcache.index.tables import entries as e
 
-    out: dict[Pair, str] = {}
-    for part in key_batches(conn, sorted(set(cell_keys))):
-        out.update(((ck, fk), str(v)) for ck, fk, v in conn.execute(
-            select(e.c.cell_key, e.c.fingerprint_key, e.c.verified_status)
-            .where(key_in(conn, e.c.cell_key, part), e.c.verified_status.is_not(None))))
-    return out
+    if not cell_keys:
+        return {}
+    dialect = conn.dialect.name
+    stmt = (select(e.c.cell_key, e.c.fingerprint_key, e.c.verified_status)
+            .where(in_keys(dialect, e.c.cell_key), e.c.verified_status.is_not(None)))
+    return {(ck, fk): str(v) for ck, fk, v in conn.execute(
+        stmt, {"keys": keys_param(dialect, sorted(set(cell_keys)))})}
 
 
 def _restores_of(conn: Connection, names: Sequence[str]) -> dict[str, dict[str, int]]:
