@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, exc, insert, select
 
 from neffcache.errors import SchemaOutdatedError, UnavailableError
-from neffcache.index import listing, queries
+from neffcache.index import listing
 from neffcache.index.compiled import StatementCache
 from neffcache.index.engine import (
     WRITE,
@@ -28,7 +28,7 @@ from neffcache.index.schema import (
     upgrade_engine,
 )
 from neffcache.index.sqla_reader import SqlaReader
-from neffcache.index.tables import index_changes, restore_reports
+from neffcache.index.tables import entries, index_changes, restore_reports
 from neffcache.index.values import (
     ClaimResult,
     EntrySummary,
@@ -69,6 +69,7 @@ if not TYPE_CHECKING:
     record_runs = _OnFirstUse("neffcache.index.record_runs")
 
 ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few round trips)
+KEY_PAGE = 10_000  # entry keys per page when every key must be visited (reindex's prune)
 
 
 class Index:
@@ -285,13 +286,15 @@ class Index:
         with self.connection() as conn:
             return record.existing_entry_keys(conn, sorted(set(keys)))
 
-    def entry_key_pages(self, size: int = queries.KEY_PAGE) -> Iterator[list[str]]:
+    def entry_key_pages(self, size: int = KEY_PAGE) -> Iterator[list[str]]:
         """Every indexed entry key in key order, ``size`` at a time, each page in its own
         transaction (pages may be deleted from between reads)."""
+        key = entries.c.entry_key
         after: str | None = None
         while True:
+            stmt = select(key).order_by(key).limit(size)
             with self.read_session() as s:
-                page = queries.entry_keys_after(s, after, size)
+                page = list(s.scalars(stmt if after is None else stmt.where(key > after)))
             if not page:
                 return
             yield page
@@ -299,9 +302,11 @@ class Index:
 
     def restored_fingerprints(self, since: datetime) -> set[str]:
         """Fingerprint keys an ingested ok/partial restore report found entries of since
-        ``since``."""
+        ``since`` (through the last-use index)."""
+        e = entries.c
         with self.read_session() as s:
-            return queries.restored_fingerprint_keys(s, since)
+            return set(s.scalars(select(e.fingerprint_key).distinct()
+                                 .where(e.last_used_at >= since)))
 
     def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
         from neffcache.index.coverage_engine.reads import read_fingerprints

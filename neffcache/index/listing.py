@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from neffcache.index.cursors import EPOCH, parse_entry_cursor
+from neffcache.index.cursors import EPOCH, parse_cursor
 from neffcache.index.values import EntrySummary, as_utc
 
 Shape = tuple[tuple[str, Any], ...]  # a statement's variant: which filters it has
@@ -104,7 +104,7 @@ def iter_entries(reader: Reader, cell_glob: str | None = None,
     With a glob and a limit, the cheaper of two plans, neither depending on table statistics:
     each matching cell's newest ``limit`` entries (an index probe per cell), or for a broad
     glob a walk of the entries newest first (``_walk``)."""
-    position = parse_entry_cursor(after) if after else None
+    position = parse_cursor(after) if after else None
     fshape, fparams = entry_filter(fingerprint_key, position)
     if not cell_glob:
         yield from _rows(reader, "entries", {**fshape, "glob": False}, fparams, None, limit)

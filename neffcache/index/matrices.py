@@ -141,4 +141,3 @@ def registered_cells(index: Index, name: str, version: int | None = None) -> tup
         rows = conn.scalars(select(C.c.json).select_from(C.join(MC, MC.c.cell_key == C.c.key))
                             .where(MC.c.matrix_id == v.id).order_by(MC.c.position))
         return tuple(Cell.from_json(j) for j in rows)
-

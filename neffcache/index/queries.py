@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Exists, and_, false, select
@@ -40,20 +39,3 @@ def has_entry(cell_key: Any, fingerprint_key: Any) -> Exists:
 def dialect_name(conn: Any) -> str:
     bind = conn if hasattr(conn, "dialect") else conn.get_bind()
     return str(bind.dialect.name)
-
-
-def restored_fingerprint_keys(session: Any, since: datetime) -> set[str]:
-    """Through the last-use index, never every entry."""
-    return set(session.scalars(select(entries.c.fingerprint_key).distinct()
-                               .where(entries.c.last_used_at >= since)))
-
-
-KEY_PAGE = 10_000  # entry keys per page when every key must be visited (reindex's prune)
-
-
-def entry_keys_after(session: Any, after: str | None, limit: int) -> list[str]:
-    """Up to ``limit`` entry keys greater than ``after``, in key order."""
-    stmt = select(entries.c.entry_key).order_by(entries.c.entry_key).limit(limit)
-    if after is not None:
-        stmt = stmt.where(entries.c.entry_key > after)
-    return list(session.scalars(stmt))
