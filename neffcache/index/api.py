@@ -332,16 +332,6 @@ class Index:
             return _coverage.coverage_summaries(conn, self.now(conn))
 
 
-def _first_look(engine: Engine, url: str, embedded_first_use: bool) -> SchemaState | None:
-    """None when an embedded index being created by a concurrent first use is busy."""
-    try:
-        return read_schema_state(engine, url)
-    except UnavailableError:
-        if not embedded_first_use:
-            raise
-        return None
-
-
 def open_index(url: str, *, auto_upgrade: bool) -> Index:
     """Open the index at ``url``: with ``auto_upgrade`` create or migrate it, else refuse any
     other schema (SchemaOutdatedError); UnavailableError when unreachable."""
@@ -354,7 +344,12 @@ def open_index(url: str, *, auto_upgrade: bool) -> Index:
         ensure_parent_dir(url)
     engine = index_engine(url)
     try:
-        state = _first_look(engine, url, auto_upgrade and path is not None)
+        try:
+            state: SchemaState | None = read_schema_state(engine, url)
+        except UnavailableError:
+            if not (auto_upgrade and path is not None):
+                raise
+            state = None  # busy: a concurrent first use creating it (the upgrade waits)
         if state is None or (not state.up_to_date and auto_upgrade and (
                 state.current is None or state.current in known_revisions())):
             upgrade_engine(engine, url)  # under the write lock: one first use migrates

@@ -12,8 +12,8 @@ from neffcache.index.cursors import EPOCH, parse_cursor
 from neffcache.index.values import EntrySummary, as_utc
 
 Shape = tuple[tuple[str, Any], ...]  # a statement's variant: which filters it has
-_LIKE_ESCAPE = "\\"
-_HEX = re.compile(r"[0-9a-f]{1,64}")
+LIKE_ESCAPE = "\\"
+HEX = re.compile(r"[0-9a-f]{1,64}")
 BATCH = 1000  # rows per fetch when streaming
 
 
@@ -44,8 +44,8 @@ def glob_to_like(pattern: str) -> str:
             out.append("%")
         elif ch == "?":
             out.append("_")
-        elif ch in ("%", "_", _LIKE_ESCAPE):
-            out.append(_LIKE_ESCAPE + ch)
+        elif ch in ("%", "_", LIKE_ESCAPE):
+            out.append(LIKE_ESCAPE + ch)
         else:
             out.append(ch)
     return "".join(out)
@@ -78,7 +78,7 @@ def entry_filter(fingerprint_key: str | None, position: tuple[datetime, str] | N
     params: dict[str, Any] = {}
     if fingerprint_key:
         p = fingerprint_key.lower()
-        if _HEX.fullmatch(p):
+        if HEX.fullmatch(p):
             shape["fp"] = "range"
             params.update(fp_lo=p, fp_hi=p + "g")  # "g" sorts after every hex digit
         else:

@@ -7,10 +7,8 @@ from typing import Any
 
 from sqlalchemy import Integer, and_, bindparam, false, func, or_, select, true
 
-from neffcache.index.listing import Shape
+from neffcache.index.listing import LIKE_ESCAPE, Shape
 from neffcache.index.tables import UTC_TS, cells, entries, fingerprints
-
-_LIKE_ESCAPE = "\\"
 
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
@@ -32,7 +30,7 @@ def _cell_clause(dialect: str, glob: bool, prefix: str | None = None) -> Any:
         elif prefix == "from":
             clause = and_(c >= _param("lo"), clause)
         return clause
-    return c.like(_param("glob"), escape=_LIKE_ESCAPE)
+    return c.like(_param("glob"), escape=LIKE_ESCAPE)
 
 
 def _entry_filters(src: Any, fp: str | None, pos: bool) -> list[Any]:

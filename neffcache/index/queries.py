@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from sqlalchemy import Exists, and_, false, select
 
-from neffcache.index.listing import glob_to_like
+from neffcache.index.listing import HEX, LIKE_ESCAPE, glob_to_like
 from neffcache.index.tables import entries
-
-_LIKE_ESCAPE = "\\"
-_HEX = re.compile(r"[0-9a-f]{1,64}")
 
 
 def glob_clause(session: Any, column: Any, pattern: str) -> tuple[Any, bool]:
     """A WHERE clause for the glob and whether it is exact (no fnmatch re-check needed)."""
     if dialect_name(session) == "sqlite":
         return column.op("GLOB")(pattern.replace("[!", "[^")), True
-    return column.like(glob_to_like(pattern), escape=_LIKE_ESCAPE), "[" not in pattern
+    return column.like(glob_to_like(pattern), escape=LIKE_ESCAPE), "[" not in pattern
 
 
 def key_prefix_clause(column: Any, prefix: str) -> Any:
     """``column`` starts with the hex ``prefix``, as a range (LIKE 'abc%' uses no index under
     C.UTF-8); a non-hex prefix matches nothing."""
     p = prefix.lower()
-    if not _HEX.fullmatch(p):
+    if not HEX.fullmatch(p):
         return false()
     return and_(column >= p, column < p + "g")  # "g" sorts after every hex digit
 
