@@ -41,8 +41,7 @@ def _upsert(insert_of: Any, table: Table, replace: tuple[str, ...]) -> Any:
 
 def _add(session: Session | Connection, table: Table,
          rows: Mapping[tuple[Any, ...], Sequence[Any]], replace: Sequence[str] = ()) -> None:
-    """Upsert ``rows`` ({primary key: other columns}): values add, except the ``replace``
-    columns, which take the greatest."""
+    """Upsert: values add, except ``replace`` columns, which take the greatest."""
     if not rows:
         return
     stmt = _upsert(dialect_insert(session), table, tuple(replace))

@@ -51,8 +51,7 @@ if TYPE_CHECKING:
 
 
 class _OnFirstUse:
-    """A module imported when one of its attributes is first read (``LazyLoader`` is not
-    thread-safe before Python 3.12)."""
+    """Imports a module at first attribute read (``LazyLoader``: not thread-safe < 3.12)."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -223,8 +222,7 @@ class Index:
 
     def queue_claims(self, matrix_name: str, cells: Sequence[Cell], fingerprint: Fingerprint,
                      declared_keys: Sequence[str]) -> int:
-        """Queue these cells and drop the matrix's rows for cells not in ``declared_keys``;
-        returns how many were dropped."""
+        """Queue these cells, dropping rows of undeclared ones; returns how many were dropped."""
         with self.write_session() as s:
             now = self.now(s)
             removed = _claims.remove_undeclared(s, matrix_name, declared_keys, now)
@@ -287,8 +285,7 @@ class Index:
             return record.existing_entry_keys(conn, sorted(set(keys)))
 
     def entry_key_pages(self, size: int = KEY_PAGE) -> Iterator[list[str]]:
-        """Every indexed entry key in key order, ``size`` at a time, each page in its own
-        transaction (pages may be deleted from between reads)."""
+        """Entry keys in key order, a page per transaction (pages may be deleted in between)."""
         key = entries.c.entry_key
         after: str | None = None
         while True:
@@ -301,8 +298,7 @@ class Index:
             after = page[-1]
 
     def restored_fingerprints(self, since: datetime) -> set[str]:
-        """Fingerprint keys an ingested ok/partial restore report found entries of since
-        ``since`` (through the last-use index)."""
+        """Fingerprints an ingested ok/partial report found entries of since ``since``."""
         e = entries.c
         with self.read_session() as s:
             return set(s.scalars(select(e.fingerprint_key).distinct()
@@ -320,8 +316,7 @@ class Index:
     def matrix_coverage(self, name: str, *, version: int | None = None,
                         pattern: str | None = None, offset: int = 0,
                         limit: int | None = None) -> CoverageGrid:
-        """A page of a registered matrix's coverage (the API's grid); NotFoundError for an unknown
-        name or version."""
+        """A page of a registered matrix's grid; NotFoundError for an unknown name or version."""
         with self.connection() as conn:
             return _coverage.matrix_coverage(conn, self.now(conn), name, version=version,
                                              pattern=pattern, offset=offset, limit=limit)

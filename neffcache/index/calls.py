@@ -61,8 +61,7 @@ class ReindexStoreResult(ExitRule):
     reports: IngestResult
 
     def to_json(self) -> dict[str, Any]:
-        """As ``reindex --json`` prints: the store, the manifests' document flattened in, and
-        the reports' under "reports"."""
+        """The manifests' document flattened in, the reports' under "reports"."""
         return {"store": self.store, **self.manifests.to_json(),
                 "reports": self.reports.to_json()}
 
@@ -112,8 +111,7 @@ class IngestRestoreReportsResult(_Success):
     ingest: IngestResult
 
     def to_json(self) -> dict[str, Any]:
-        """As ``reports ingest --json`` prints: the source, the ingest's document flattened
-        in."""
+        """The source, with the ingest's document flattened in."""
         return {"source": self.source, **self.ingest.to_json()}
 
 

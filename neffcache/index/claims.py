@@ -72,8 +72,7 @@ def fail_exhausted(session: Session, cell_keys: Sequence[str], fingerprint_key: 
 def claim_next(session: Session, cell_keys: Sequence[str], fingerprint_key: str, *,
                holder: str, host: str, lease_seconds: float, max_attempts: int,
                now: datetime) -> ClaimResult:
-    """Claim the first queued cell (matrix order, fewest attempts first) with no entry, no live
-    lease and attempts left, in one statement."""
+    """The first claimable cell (matrix order, fewest attempts first), in one statement."""
     keys = list(cell_keys)
     expires = now + timedelta(seconds=lease_seconds)
     pick = (select(C.cell_key)

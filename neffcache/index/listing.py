@@ -33,8 +33,7 @@ class Reader(Protocol):
 
 
 def glob_to_like(pattern: str) -> str:
-    """A LIKE pattern matching at least what the glob matches (a [...] class and the rest
-    become %); callers re-check with fnmatch."""
+    """A LIKE pattern matching at least what the glob does: callers re-check with fnmatch."""
     out = []
     for ch in pattern:
         if ch == "[":
@@ -180,8 +179,7 @@ def _rows(reader: Reader, name: str, shape: Mapping[str, Any], params: Mapping[s
 
 def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, Any],
               limit: int, by_fingerprint: bool) -> tuple[int, int] | None:
-    """(rows to walk first, rows the per-cell plan reads) if a walk is cheaper, else None;
-    estimated from how many cells match (not from statistics)."""
+    """(rows to walk first, the per-cell plan's rows) if a walk is cheaper, else None."""
     matching, all_cells, n_fps = reader.all("walk_counts", shape_of(gshape), gparams)[0]
     if not matching:
         return None

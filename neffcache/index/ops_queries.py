@@ -189,7 +189,7 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
     with index.read_session() as s:
         exact = True
         if cell_glob:
-            clause, exact = glob_clause(s, cells.c.id, cell_glob)
+            clause, exact = glob_clause(s.get_bind().dialect.name, cells.c.id, cell_glob)
             stmt = stmt.where(clause)
         for row in s.execute(stmt.limit(limit if exact else None)):
             if not exact and not fnmatch.fnmatchcase(row.cell_id, cell_glob or "*"):

@@ -438,8 +438,7 @@ class RestorePoint(Document):
 
 def build_timeline(rows: Iterable[tuple[datetime, int, int, int]],
                    starts: Sequence[datetime], step_of: Any) -> tuple[RestorePoint, ...]:
-    """(hour, exit code, restored any, restores) rows summed into the periods ``starts``
-    (``step_of``: an hour's period start); empty periods included."""
+    """Rows (hour, exit code, restored any, n) summed per period; empty periods included."""
     acc = {s: [0, 0, 0, 0, 0] for s in starts}
     for hour, code, restored_any, n in rows:
         slot = acc.get(step_of(hour))

@@ -10,9 +10,9 @@ from neffcache.index.listing import HEX, LIKE_ESCAPE, glob_to_like
 from neffcache.index.tables import entries
 
 
-def glob_clause(session: Any, column: Any, pattern: str) -> tuple[Any, bool]:
+def glob_clause(dialect: str, column: Any, pattern: str) -> tuple[Any, bool]:
     """A WHERE clause for the glob and whether it is exact (no fnmatch re-check needed)."""
-    if dialect_name(session) == "sqlite":
+    if dialect == "sqlite":
         return column.op("GLOB")(pattern.replace("[!", "[^")), True
     return column.like(glob_to_like(pattern), escape=LIKE_ESCAPE), "[" not in pattern
 
@@ -30,8 +30,3 @@ def has_entry(cell_key: Any, fingerprint_key: Any) -> Exists:
     e = entries.c
     return (select(e.entry_key)
             .where(e.cell_key == cell_key, e.fingerprint_key == fingerprint_key).exists())
-
-
-def dialect_name(conn: Any) -> str:
-    bind = conn if hasattr(conn, "dialect") else conn.get_bind()
-    return str(bind.dialect.name)

@@ -97,8 +97,7 @@ def stale_keys(page: Sequence[str], found: Sequence[str]) -> list[str]:
 
 def remove_stale(index: Index, found: Sequence[str],
                  still_stored: Callable[[Sequence[str]], set[str]] | None = None) -> int:
-    """Remove the indexed entries not in ``found`` (sorted), a batch per transaction, except
-    those ``still_stored`` names (published since the listing)."""
+    """Remove indexed entries not in ``found`` (sorted) unless ``still_stored`` (new since)."""
     removed = 0
     stale: list[str] = []
 

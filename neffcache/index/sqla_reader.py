@@ -53,8 +53,7 @@ class SqlaReader:
 
 def compile_statement(stmt: Any, dialect: Any, params: Mapping[str, Any]
                       ) -> CompiledStatement | None:
-    """``stmt``'s compiled form for the bare driver; None when it needs more than SQL text and
-    plain parameters."""
+    """None when the statement needs more than SQL text and plain parameters."""
     compiled = stmt.compile(dialect=dialect)
     if "POSTCOMPILE" in compiled.string or dialect.paramstyle not in ("qmark", "pyformat"):
         return None

@@ -135,8 +135,7 @@ WINDOW = 20  # _failed looks among the newest WINDOW x limit failures first
 
 
 def _failed_statement(matrix_ids: list[int], limit: int, window: int | None) -> Select[Any]:
-    """Without a window, "latest" is one grouped pass over every failure; within one, a
-    probe of the (cell, fingerprint) index per row of the window."""
+    """Without a window, one grouped pass; within one, an index probe per row."""
     f = cell_failures
     newer = cell_failures.alias("newer")
     latest = (f.c.id.in_(select(func.max(f.c.id)).group_by(f.c.cell_key, f.c.fingerprint_key))

@@ -44,8 +44,7 @@ def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
 
 
 def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
-    """How the first call after a restore went for the verified entries of these cells
-    (served by the partial index of migration 0007)."""
+    """How the first call after a restore went (the partial index of migration 0007)."""
     from sqlalchemy import select
 
     from neffcache.index.coverage_engine.reads import keys_param

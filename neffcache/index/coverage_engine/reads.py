@@ -181,8 +181,7 @@ Cell_ = tuple[str, str, str, Status, CoverageFacts]  # cell id, cell key, fp key
 
 
 def coverage_cells(reader: Reader, plan: CoveragePlan, now: datetime) -> Iterator[Cell_]:
-    """Every cell x column of ``plan`` in ``build_coverage``'s order, as
-    ``rules.coverage_row``'s arguments; each batch read when its turn comes."""
+    """``rules.coverage_row``'s arguments per cell x column; each batch read in its turn."""
     for start, stop in batches(len(plan.cells)):
         part = plan.cells[start:stop]
         facts = plan.single if plan.single is not None else read_facts(

@@ -55,8 +55,7 @@ class FailureFact:
 
 @dataclass(frozen=True, slots=True)
 class CoverageFacts:
-    """What the index holds for some cells, by (cell key, fingerprint key); without details
-    an entry is (None, None) and a failure has no log tail."""
+    """By (cell key, fingerprint key); without details, no entry key, size or log tail."""
 
     entries: dict[Pair, tuple[str | None, int | None]] = field(default_factory=dict)
     failures: dict[Pair, FailureFact] = field(default_factory=dict)
@@ -154,8 +153,7 @@ def column_order(given: Sequence[Fingerprint], seen: Iterable[str]) -> list[str]
 def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
                    given: Sequence[Fingerprint], facts: CoverageFacts, *,
                    details: bool = True) -> CoverageReport:
-    """``cells`` x the columns of ``column_order``: each cell's statuses, each column's counts
-    and, with ``details``, each cell x column as a CoverageRow."""
+    """Each cell's statuses, each column's counts and, with ``details``, each CoverageRow."""
     cell_ids = cell_ids_and_keys(cells)
     fps: dict[str, Fingerprint] = {**facts.fingerprints, **{fp.key: fp for fp in given}}
     order = column_order(given, {*facts.fingerprints, *facts.named})

@@ -101,8 +101,7 @@ def _fingerprints(dialect: str) -> Any:
 
 
 def _fingerprints_with(dialect: str) -> Any:
-    """Fingerprint keys with an entry, a failure or a live lease for one of the cells
-    ``keys``: one statement, so the keys are sent and parsed once."""
+    """Fingerprints with a row for one of the cells ``keys``: the keys sent once."""
     fp = fingerprints
 
     def having(t: Any) -> Any:
