@@ -93,8 +93,7 @@ def _coverage_deltas(session: Session | Connection, deltas: Mapping[Pair, tuple[
 
 def entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
                     sign: int) -> None:
-    """Entries (cell key, fingerprint key, total bytes) just inserted (``sign`` 1) or deleted
-    (-1): ready moves by ``sign``, failed the other way where the pair has a failure."""
+    """Entries just inserted (``sign`` 1) or deleted (-1): ready and failed move."""
     pairs = [(c, f) for c, f, _ in entries]
     matrices = _matrices_of(session, (c for c, _ in pairs))
     held = [p for p in pairs if p[0] in matrices]

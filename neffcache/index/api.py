@@ -191,8 +191,7 @@ class Index:
             record_runs.save_run_finish(s, run_id, ok, failed, cancelled)
 
     def record_restore(self, report: Mapping[str, Any]) -> None:
-        """Record a restore report (``RestoreResult.to_json()`` plus ``host``, ``matrix``); see
-        ``record_runs.restore_report_row`` for the keys read. The whole report is kept as JSON."""
+        """``RestoreResult.to_json()`` plus ``host`` and ``matrix``, kept whole as JSON too."""
         with self.write_session() as s:
             row = record_runs.restore_report_row(report)
             s.execute(insert(restore_reports), [row])
@@ -231,8 +230,7 @@ class Index:
 
     def claim_next(self, cell_keys: Sequence[str], fingerprint_key: str, *, holder: str,
                    host: str, lease_seconds: float, max_attempts: int) -> ClaimResult:
-        """Claim the next queued cell with no entry and no live lease; first records a failure
-        for any lease that expired on its last allowed attempt."""
+        """Claim the next claimable cell, after failing leases expired on their last attempt."""
         with self.write_session() as s:
             now = self.now(s)
             _claims.fail_exhausted(s, cell_keys, fingerprint_key, max_attempts, now)

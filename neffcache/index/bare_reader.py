@@ -124,8 +124,7 @@ class BareReader:
 
 def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *,
               snapshot: bool = False) -> BareReader | None:
-    """A BareReader if the cache has this code's statements and the database is at their
-    schema; else None (use SQLAlchemy). ``snapshot``: the statements see one snapshot."""
+    """None unless the cache has this code's statements and the database is at their schema."""
     if cache.head is None:
         return None
     opened = _connect(url)

@@ -51,8 +51,7 @@ def remove_undeclared(session: Session, matrix_name: str, declared_keys: Sequenc
 
 def fail_exhausted(session: Session, cell_keys: Sequence[str], fingerprint_key: str,
                    max_attempts: int, now: datetime) -> int:
-    """A lease expired on a cell's last allowed attempt (its worker died): record a failure and
-    clear the lease, so coverage says failed. Returns how many."""
+    """Leases expired on a cell's last attempt (dead workers) become failures; how many."""
     rows = session.execute(select(C.cell_key, C.host, C.expires_at, C.attempts).where(
         C.fingerprint_key == fingerprint_key, C.cell_key.in_(list(cell_keys)),
         C.holder.is_not(None), C.expires_at <= now, C.attempts >= max_attempts)).all()
@@ -123,8 +122,7 @@ def release(session: Session, lease: Lease, *, give_back: bool = False) -> bool:
 
 def held_leases(conn: Session | Connection, now: datetime, limit: int, *,
                 expired: bool = False) -> list[tuple[str, LiveLease]]:
-    """(matrix name, lease) of the live leases, oldest claim first, or with ``expired`` of
-    those held past their expiry, oldest expiry first; at most ``limit``."""
+    """(matrix, lease) of live leases by claim, or with ``expired`` the expired ones by expiry."""
     held = and_(C.expires_at > EPOCH, C.expires_at <= now) if expired else C.expires_at > now
     rows = conn.execute(select(
         C.matrix_name, C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at,

@@ -71,8 +71,7 @@ def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, A
 
 def entry_filter(fingerprint_key: str | None, position: tuple[datetime, str] | None
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The shape and parameters of the fingerprint filter (a hex prefix as a range: LIKE
-    'abc%' uses no index under C.UTF-8) and of the position after ``position``."""
+    """The fingerprint filter (a hex prefix as a range: LIKE uses no index under C.UTF-8)."""
     shape: dict[str, Any] = {"fp": None, "pos": position is not None}
     params: dict[str, Any] = {}
     if fingerprint_key:

@@ -148,8 +148,7 @@ class FingerprintDiffDoc(TypedDict):
 
 
 def severity(f: CoverageColumn) -> tuple[Any, ...]:
-    """The dashboard's order, worst first: restored by the fleet with nothing built, then the
-    most failed cells, then the most missing."""
+    """Worst first: restored with nothing built, then most failed, then most missing."""
     return (not (f.restores and not f.ready), -f.failed, -f.missing, f.backend,
             f.sdk_version, f.target, f.key)
 

@@ -18,8 +18,7 @@ def glob_clause(dialect: str, column: Any, pattern: str) -> tuple[Any, bool]:
 
 
 def key_prefix_clause(column: Any, prefix: str) -> Any:
-    """``column`` starts with the hex ``prefix``, as a range (LIKE 'abc%' uses no index under
-    C.UTF-8); a non-hex prefix matches nothing."""
+    """A hex prefix as a range (LIKE uses no index under C.UTF-8); non-hex matches nothing."""
     p = prefix.lower()
     if not HEX.fullmatch(p):
         return false()

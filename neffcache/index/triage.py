@@ -120,8 +120,7 @@ def attention(index: Index, limit: int = 20) -> Attention:
 
 
 def _failed(conn: Connection, matrix_ids: list[int], limit: int) -> list[FailedCell]:
-    """The latest failure without an entry of each pair, newest first: looked for among the
-    newest ``WINDOW`` x ``limit`` failures first (a top-N), then among all of them."""
+    """Each pair's latest failure without an entry, newest first: a top-N window first."""
     for window in (WINDOW * limit, None):
         found = [FailedCell(str(m), str(cid), str(ck), str(fk), run, status, as_utc(at))  # type: ignore[arg-type]
                  for m, cid, ck, fk, run, status, at

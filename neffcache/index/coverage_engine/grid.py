@@ -98,8 +98,7 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
 
 
 def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
-    """Counts of every registered matrix's current version: ready and failed from the
-    aggregates, leased cells moved by the rule (``Tally.add_leased``), missing the rest."""
+    """Every current version's counts: the aggregates, with leased cells moved by the rule."""
     from sqlalchemy import select
 
     from neffcache.index.ops_values import CoverageGrid, by_severity, severity

@@ -62,8 +62,7 @@ def database_now(reader: Reader) -> datetime:
 
 def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = True,
                named: Sequence[str] = ()) -> CoverageFacts:
-    """What the index holds for the cells of ``scope``: entries, latest failures and live
-    leases at ``now`` (one statement each), then the fingerprints they and ``named`` name."""
+    """Entries, latest failures and live leases of ``scope``, one statement each; their prints."""
     facts = CoverageFacts(named=tuple(dict.fromkeys(named)))
     if scope[0] != "keys" or scope[1]:
         kind, value = scope
@@ -157,8 +156,7 @@ class CoveragePlan:
 def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, str]],
                   given: Sequence[Fingerprint], now: datetime, *, named: Sequence[str] = (),
                   only: Sequence[str] | None = None) -> CoveragePlan:
-    """The columns ``build_coverage`` gives ``cells``; ``only``: just these, in this order.
-    Up to SINGLE cells are read at once with details; more are read a batch at a time."""
+    """The columns for ``cells`` (``only``: these); up to SINGLE cells read at once."""
     cells = cell_ids_and_keys(cells)
     single = None
     if len(cells) <= SINGLE:
