@@ -8,8 +8,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import func, select, text
+
 from neffcache.index.coverage_engine.reads import (
     choose_version,
+    keys_param,
     matrix_cell_refs,
     matrix_versions,
     read_facts,
@@ -24,18 +27,26 @@ from neffcache.index.coverage_engine.rules import (
     column_of,
     grid_page,
 )
+from neffcache.index.coverage_engine.statements import in_keys
+from neffcache.index.ops_values import (
+    CoverageGrid,
+    MatrixVersion,
+    by_severity,
+    distinguish,
+    severity,
+)
+from neffcache.index.queries import has_entry
 from neffcache.index.sqla_reader import SqlaReader
+from neffcache.index.tables import matrices as M
+from neffcache.index.tables import matrix_cells as MC
+from neffcache.index.values import FAILED, READY, as_utc
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from neffcache.index.ops_values import CoverageGrid, MatrixVersion
-
 
 def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
                        named: Sequence[str] = ()) -> CoverageFacts:
-    from sqlalchemy import text
-
     if conn.dialect.name == "postgresql":
         # Without statistics the planner's cost estimate JIT-compiles the probe: ~0.1 s.
         conn.execute(text("SET LOCAL jit = off"))
@@ -45,10 +56,6 @@ def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
 
 def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
     """How the first call after a restore went (the partial index of migration 0007)."""
-    from sqlalchemy import select
-
-    from neffcache.index.coverage_engine.reads import keys_param
-    from neffcache.index.coverage_engine.statements import in_keys
     from neffcache.index.tables import entries as e
 
     if not cell_keys:
@@ -61,8 +68,6 @@ def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
 
 
 def _restores_of(conn: Connection, names: Sequence[str]) -> dict[str, dict[str, int]]:
-    from sqlalchemy import select
-
     from neffcache.index.tables import report_fingerprints as rf
 
     out: dict[str, dict[str, int]] = {}
@@ -79,7 +84,6 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
     """A registered matrix's grid: its cells matching ``pattern`` x every fingerprint with a
     row for them or named by its restore reports, worst first; counts over every matching cell,
     rows for ``offset``..``offset + limit``."""
-    from neffcache.index.ops_values import by_severity, distinguish
 
     chosen = choose_version(versions_in(conn, name, counts=False), name, version)
     refs = matrix_cell_refs(SqlaReader(conn), chosen.id)
@@ -99,11 +103,7 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
 
 def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
     """Every current version's counts: the aggregates, with leased cells moved by the rule."""
-    from sqlalchemy import select
-
-    from neffcache.index.ops_values import CoverageGrid, by_severity, severity
     from neffcache.index.tables import coverage_counts as cc
-    from neffcache.index.values import FAILED, READY
 
     versions = current_versions_in(conn)
     ids = [v.id for v in versions]
@@ -138,18 +138,14 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
 def _leased_cells(conn: Connection, matrix_ids: Sequence[int],
                   now: datetime) -> list[tuple[int, str, bool]]:
     """(matrix id, fingerprint key, has a failure) per live lease on a cell with no entry."""
-    from sqlalchemy import select
-
-    from neffcache.index.queries import has_entry
     from neffcache.index.tables import cell_claims as c
     from neffcache.index.tables import cell_failures as f
-    from neffcache.index.tables import matrix_cells as mc
     has_failure = (select(f.c.id).where(f.c.cell_key == c.c.cell_key,
                                         f.c.fingerprint_key == c.c.fingerprint_key).exists())
     rows = conn.execute(
-        select(mc.c.matrix_id, c.c.fingerprint_key, has_failure)
-        .select_from(c.join(mc, mc.c.cell_key == c.c.cell_key))
-        .where(mc.c.matrix_id.in_(matrix_ids), c.c.holder.is_not(None), c.c.expires_at > now,
+        select(MC.c.matrix_id, c.c.fingerprint_key, has_failure)
+        .select_from(c.join(MC, MC.c.cell_key == c.c.cell_key))
+        .where(MC.c.matrix_id.in_(matrix_ids), c.c.holder.is_not(None), c.c.expires_at > now,
                ~has_entry(c.c.cell_key, c.c.fingerprint_key)))
     return [(int(m), str(fp), bool(failure)) for m, fp, failure in rows]
 
@@ -164,10 +160,6 @@ def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[Mat
 
 
 def _cell_counts(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
-    from sqlalchemy import func, select
-
-    from neffcache.index.tables import matrix_cells as MC
-
     if not ids:
         return {}
     return {int(k): int(n) for k, n in conn.execute(
@@ -176,12 +168,6 @@ def _cell_counts(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
 
 
 def current_versions_in(conn: Connection) -> list[MatrixVersion]:
-    from sqlalchemy import select
-
-    from neffcache.index.ops_values import MatrixVersion
-    from neffcache.index.tables import matrices as M
-    from neffcache.index.values import as_utc
-
     rows = conn.execute(select(M.c.id, M.c.name, M.c.digest, M.c.backend, M.c.registered_at)
                         .order_by(M.c.name, M.c.id)).all()
     by_name: dict[str, list[Any]] = {}
