@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, delete, func, select
+from sqlalchemy import Connection, Table, delete, func, select
 
 from neffcache.index.engine import dialect_insert
 from neffcache.index.queries import has_entry
@@ -24,7 +24,6 @@ from neffcache.index.tables import (
 from neffcache.index.values import chunks
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
 Pair = tuple[str, str]  # (cell key, fingerprint key)

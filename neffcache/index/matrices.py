@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from neffcache.canonical import digest_of
 from neffcache.errors import MatrixError, UsageError
@@ -83,8 +83,6 @@ def _refuse_other_content(s: Session, name: str, digest: str, source: str) -> No
 
 
 def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool:
-    from sqlalchemy import update
-
     from neffcache.index import aggregates
     from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells, utcnow
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import TableClause, delete, exists, insert, or_, select, update
+from sqlalchemy import Connection, TableClause, delete, exists, insert, or_, select, update
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
@@ -18,7 +18,6 @@ from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Connection, Select, func, select
 
 from neffcache.documents import Doc, Document
 from neffcache.errors import NotFoundError
@@ -20,9 +20,6 @@ from neffcache.index.queries import has_entry
 from neffcache.index.tables import cell_failures, cells, matrices
 from neffcache.index.tables import matrix_cells as MC
 from neffcache.index.values import InProgressDoc, LiveLease, as_utc, iso
-
-if TYPE_CHECKING:
-    from sqlalchemy import Connection
 
 # How recent a restore report must be for its fingerprint to count as the fleet's (the alert
 # rules in tools/deploy/prometheus use the same 7 days).

@@ -6,9 +6,9 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import Connection, func, select, text
 
 from neffcache.index.coverage_engine.reads import (
     choose_version,
@@ -40,9 +40,6 @@ from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import matrices as M
 from neffcache.index.tables import matrix_cells as MC
 from neffcache.index.values import FAILED, READY, as_utc
-
-if TYPE_CHECKING:
-    from sqlalchemy import Connection
 
 
 def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
