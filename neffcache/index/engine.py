@@ -38,9 +38,8 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def index_engine(url: str) -> Engine:
-    """A view of the one engine this process keeps per database: reopening finds the dialect
-    set up and the statements compiled (a third of a reopen and a write). In-memory SQLite is
-    new per open."""
+    """A view of this process's one engine per database (reopening found the statements compiled:
+    a third of a reopen and a write); in-memory SQLite is new per open."""
     url = normalise_url(url)
     if url.startswith("sqlite") and sqlite_path(url) is None:
         return make_engine(url)

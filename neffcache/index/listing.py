@@ -51,9 +51,8 @@ def glob_to_like(pattern: str) -> str:
 
 
 def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
-    """The cell-id filter's shape and parameters, and whether it is exact (no fnmatch
-    re-check). SQLite's GLOB has fnmatch's syntax, and the literal prefix's range lets
-    ix_cells_id serve it; Postgres LIKE is exact without ``[...]``."""
+    """The cell-id filter's shape, parameters and exactness: SQLite's GLOB is fnmatch's syntax
+    (its literal prefix's range serves ix_cells_id); Postgres LIKE is exact without ``[...]``."""
     if dialect != "sqlite":
         return {"glob": True}, {"glob": glob_to_like(pattern)}, "[" not in pattern
     shape: dict[str, Any] = {"glob": True, "prefix": None}
@@ -135,9 +134,8 @@ def iter_entries(reader: Reader, cell_glob: str | None = None,
 
 def newest_bound(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, Any],
                  limit: int) -> datetime | None:
-    """The ``limit``-th newest of the matching cells' newest entries: the newest ``limit``
-    entries are all at least that new. A statement of its own: as a subquery it inflated the
-    planner's estimates."""
+    """The ``limit``-th newest of the matching cells' newest entries: a statement of its own (as
+    a subquery it inflated the planner's estimates)."""
     rows = reader.all("newest_bound", shape_of(gshape), {**gparams, "skip": limit - 1})
     return None if not rows or rows[0][0] is None else as_utc(rows[0][0])
 

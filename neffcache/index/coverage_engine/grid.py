@@ -78,9 +78,8 @@ def _restores_of(conn: Connection, names: Sequence[str]) -> dict[str, dict[str, 
 def matrix_coverage(conn: Connection, now: datetime, name: str, *,
                     version: int | None = None, pattern: str | None = None, offset: int = 0,
                     limit: int | None = None) -> CoverageGrid:
-    """A registered matrix's grid: its cells matching ``pattern`` x every fingerprint with a
-    row for them or named by its restore reports, worst first; counts over every matching cell,
-    rows for ``offset``..``offset + limit``."""
+    """A registered matrix's grid: matching cells x every fingerprint with a row for them or
+    named by its restore reports, worst first; counts over every matching cell."""
 
     chosen = choose_version(versions_in(conn, name, counts=False), name, version)
     refs = matrix_cell_refs(SqlaReader(conn), chosen.id)

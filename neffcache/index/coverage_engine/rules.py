@@ -192,9 +192,8 @@ def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | N
 
 
 class RowLines:
-    """One line of JSON per CoverageRow, as ``encode(row.to_json())`` writes it: ready and
-    missing rows are filled into templates (a third of the time of 20,000 rows); ``encode``
-    must have ``ensure_ascii``."""
+    """CoverageRows as ``encode(row.to_json())`` lines: ready and missing ones fill templates (a
+    third of the time of 20,000 rows); ``encode`` must have ``ensure_ascii``."""
 
     def __init__(self, encode: Callable[[Any], str]) -> None:
         self._encode = encode
