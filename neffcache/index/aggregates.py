@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, delete, func, select
+from sqlalchemy import Connection, Table, delete, func, select
 
 from neffcache.index.engine import dialect_insert
 from neffcache.index.queries import has_entry
@@ -24,7 +24,6 @@ from neffcache.index.tables import (
 from neffcache.index.values import chunks
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
 Pair = tuple[str, str]  # (cell key, fingerprint key)
@@ -41,8 +40,7 @@ def _upsert(insert_of: Any, table: Table, replace: tuple[str, ...]) -> Any:
 
 def _add(session: Session | Connection, table: Table,
          rows: Mapping[tuple[Any, ...], Sequence[Any]], replace: Sequence[str] = ()) -> None:
-    """Upsert ``rows`` ({primary key: other columns}): values add, except the ``replace``
-    columns, which take the greatest."""
+    """Upsert: values add, except ``replace`` columns, which take the greatest."""
     if not rows:
         return
     stmt = _upsert(dialect_insert(session), table, tuple(replace))
@@ -92,10 +90,9 @@ def _coverage_deltas(session: Session | Connection, deltas: Mapping[Pair, tuple[
     _add(session, coverage_counts, rows)
 
 
-def _entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
-                     sign: int) -> None:
-    """Entries added (``sign`` 1) or removed (-1): ready moves by ``sign``, failed the other
-    way where the pair has a failure."""
+def entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
+                    sign: int) -> None:
+    """Entries just inserted (``sign`` 1) or deleted (-1): ready and failed move."""
     pairs = [(c, f) for c, f, _ in entries]
     matrices = _matrices_of(session, (c for c, _ in pairs))
     held = [p for p in pairs if p[0] in matrices]
@@ -108,15 +105,6 @@ def _entries_changed(session: Session | Connection, entries: Sequence[tuple[str,
         acc[0] += sign
         acc[1] += sign * int(size)
     _add(session, fingerprint_counts, per_fp)
-
-
-def entries_added(session: Session | Connection, entries: Sequence[tuple[str, str, int]]) -> None:
-    """Entries (cell key, fingerprint key, total bytes) already inserted."""
-    _entries_changed(session, entries, 1)
-
-
-def entries_removed(session: Session | Connection, entries: Sequence[tuple[str, str, int]]) -> None:
-    _entries_changed(session, entries, -1)
 
 
 def failure_adding(session: Session | Connection, cell_key: str, fingerprint_key: str) -> None:

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, exc, insert, select
+from sqlalchemy import Connection, Engine, exc, insert, select, text
 
 from neffcache.errors import SchemaOutdatedError, UnavailableError
-from neffcache.index import listing, queries
+from neffcache.index import listing
 from neffcache.index.compiled import StatementCache
 from neffcache.index.engine import (
     WRITE,
@@ -28,7 +28,7 @@ from neffcache.index.schema import (
     upgrade_engine,
 )
 from neffcache.index.sqla_reader import SqlaReader
-from neffcache.index.tables import index_changes, restore_reports
+from neffcache.index.tables import entries, index_changes, restore_reports
 from neffcache.index.values import (
     ClaimResult,
     EntrySummary,
@@ -51,8 +51,7 @@ if TYPE_CHECKING:
 
 
 class _OnFirstUse:
-    """A module imported when one of its attributes is first read (``LazyLoader`` is not
-    thread-safe before Python 3.12)."""
+    """Imports a module at first attribute read (``LazyLoader``: not thread-safe < 3.12)."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -69,6 +68,7 @@ if not TYPE_CHECKING:
     record_runs = _OnFirstUse("neffcache.index.record_runs")
 
 ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few round trips)
+KEY_PAGE = 10_000  # entry keys per page when every key must be visited (reindex's prune)
 
 
 class Index:
@@ -120,8 +120,6 @@ class Index:
         statistics and visibility map, a million-row ``entries`` read took 353 ms, not 23 ms."""
         if self._engine.dialect.name != "postgresql":
             return
-        from sqlalchemy import text
-
         with translate_errors(self.url), self._writer.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # VACUUM: no txn
             for table in tables:
@@ -130,7 +128,12 @@ class Index:
 
     def now(self, conn: Connection | Session) -> datetime:
         """``lease_clock()`` when set (tests), else the database's clock."""
-        return self.lease_clock() if self.lease_clock else queries.database_now(conn)
+        if self.lease_clock:
+            return self.lease_clock()
+        from neffcache.index.coverage_engine.reads import database_now
+
+        return database_now(SqlaReader(conn if isinstance(conn, Connection)
+                                       else conn.connection()))
 
     def close(self) -> None:
         self._engine.dispose()
@@ -186,8 +189,7 @@ class Index:
             record_runs.save_run_finish(s, run_id, ok, failed, cancelled)
 
     def record_restore(self, report: Mapping[str, Any]) -> None:
-        """Record a restore report (``RestoreResult.to_json()`` plus ``host``, ``matrix``); see
-        ``record_runs.restore_report_row`` for the keys read. The whole report is kept as JSON."""
+        """``RestoreResult.to_json()`` plus ``host`` and ``matrix``, kept whole as JSON too."""
         with self.write_session() as s:
             row = record_runs.restore_report_row(report)
             s.execute(insert(restore_reports), [row])
@@ -217,8 +219,7 @@ class Index:
 
     def queue_claims(self, matrix_name: str, cells: Sequence[Cell], fingerprint: Fingerprint,
                      declared_keys: Sequence[str]) -> int:
-        """Queue these cells and drop the matrix's rows for cells not in ``declared_keys``;
-        returns how many were dropped."""
+        """Queue these cells, dropping rows of undeclared ones; returns how many were dropped."""
         with self.write_session() as s:
             now = self.now(s)
             removed = _claims.remove_undeclared(s, matrix_name, declared_keys, now)
@@ -227,8 +228,7 @@ class Index:
 
     def claim_next(self, cell_keys: Sequence[str], fingerprint_key: str, *, holder: str,
                    host: str, lease_seconds: float, max_attempts: int) -> ClaimResult:
-        """Claim the next queued cell with no entry and no live lease; first records a failure
-        for any lease that expired on its last allowed attempt."""
+        """Claim the next claimable cell, after failing leases expired on their last attempt."""
         with self.write_session() as s:
             now = self.now(s)
             _claims.fail_exhausted(s, cell_keys, fingerprint_key, max_attempts, now)
@@ -246,12 +246,12 @@ class Index:
 
     def release_failed(self, lease: Lease) -> bool:
         with self.write_session() as s:
-            return _claims.release_failed(s, lease)
+            return _claims.release(s, lease)
 
     def release_cancelled(self, lease: Lease) -> bool:
         """Free the lease without spending an attempt; False if it was no longer ours."""
         with self.write_session() as s:
-            return _claims.release_cancelled(s, lease)
+            return _claims.release(s, lease, give_back=True)
 
     def live_leases(self, limit: int = 500) -> list[LiveLease]:
         """Cells in progress anywhere, oldest claim first."""
@@ -280,33 +280,39 @@ class Index:
         with self.connection() as conn:
             return record.existing_entry_keys(conn, sorted(set(keys)))
 
-    def entry_key_pages(self, size: int = queries.KEY_PAGE) -> Iterator[list[str]]:
-        """Every indexed entry key in key order, ``size`` at a time, each page in its own
-        transaction (pages may be deleted from between reads)."""
+    def entry_key_pages(self, size: int = KEY_PAGE) -> Iterator[list[str]]:
+        """Entry keys in key order, a page per transaction (pages may be deleted in between)."""
+        key = entries.c.entry_key
         after: str | None = None
         while True:
+            stmt = select(key).order_by(key).limit(size)
             with self.read_session() as s:
-                page = queries.entry_keys_after(s, after, size)
+                page = list(s.scalars(stmt if after is None else stmt.where(key > after)))
             if not page:
                 return
             yield page
             after = page[-1]
 
     def restored_fingerprints(self, since: datetime) -> set[str]:
-        """Fingerprint keys an ingested ok/partial restore report found entries of since
-        ``since``."""
+        """Fingerprints an ingested ok/partial report found entries of since ``since``."""
+        e = entries.c
         with self.read_session() as s:
-            return queries.restored_fingerprint_keys(s, since)
+            return set(s.scalars(select(e.fingerprint_key).distinct()
+                                 .where(e.last_used_at >= since)))
 
     def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
+        from neffcache.index.coverage_engine.reads import read_fingerprints
+        from neffcache.index.coverage_engine.rules import CoverageFacts
+
+        facts = CoverageFacts()
         with self.connection() as conn:
-            return queries.get_fingerprints(conn, keys)
+            read_fingerprints(SqlaReader(conn), sorted(set(keys)), facts)
+        return facts.fingerprints
 
     def matrix_coverage(self, name: str, *, version: int | None = None,
                         pattern: str | None = None, offset: int = 0,
                         limit: int | None = None) -> CoverageGrid:
-        """A page of a registered matrix's coverage (the API's grid); NotFoundError for an unknown
-        name or version."""
+        """A page of a registered matrix's grid; NotFoundError for an unknown name or version."""
         with self.connection() as conn:
             return _coverage.matrix_coverage(conn, self.now(conn), name, version=version,
                                              pattern=pattern, offset=offset, limit=limit)
@@ -315,16 +321,6 @@ class Index:
         """Coverage counts (no rows) of every registered matrix's current version."""
         with self.connection() as conn:
             return _coverage.coverage_summaries(conn, self.now(conn))
-
-
-def _first_look(engine: Engine, url: str, embedded_first_use: bool) -> SchemaState | None:
-    """None when an embedded index being created by a concurrent first use is busy."""
-    try:
-        return read_schema_state(engine, url)
-    except UnavailableError:
-        if not embedded_first_use:
-            raise
-        return None
 
 
 def open_index(url: str, *, auto_upgrade: bool) -> Index:
@@ -339,7 +335,12 @@ def open_index(url: str, *, auto_upgrade: bool) -> Index:
         ensure_parent_dir(url)
     engine = index_engine(url)
     try:
-        state = _first_look(engine, url, auto_upgrade and path is not None)
+        try:
+            state: SchemaState | None = read_schema_state(engine, url)
+        except UnavailableError:
+            if not (auto_upgrade and path is not None):
+                raise
+            state = None  # busy: a concurrent first use creating it (the upgrade waits)
         if state is None or (not state.up_to_date and auto_upgrade and (
                 state.current is None or state.current in known_revisions())):
             upgrade_engine(engine, url)  # under the write lock: one first use migrates

@@ -56,20 +56,6 @@ class BareReader:
             finally:
                 cur.close()
 
-    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
-              ) -> tuple[Any, ...] | None:
-        compiled = self._cache.get(self.dialect, name, shape)
-        if compiled is None:
-            return self._sqlalchemy().first(name, shape, params)
-        with self._errors():
-            cur = self.conn.cursor()
-            try:
-                cur.execute(compiled.sql, self._args(compiled, params))
-                row = cur.fetchone()
-            finally:
-                cur.close()
-        return None if row is None else self._row(compiled, row)
-
     def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         compiled = self._cache.get(self.dialect, name, shape)
         if compiled is None:
@@ -98,8 +84,6 @@ class BareReader:
         return {n: values[n] for n in compiled.names}
 
     def _row(self, compiled: CompiledStatement, row: tuple[Any, ...]) -> tuple[Any, ...]:
-        if self.dialect != "sqlite" or not (compiled.datetime_columns or compiled.json_columns):
-            return tuple(row)
         out = list(row)
         for i in compiled.datetime_columns:
             if isinstance(out[i], str):
@@ -140,8 +124,7 @@ class BareReader:
 
 def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *,
               snapshot: bool = False) -> BareReader | None:
-    """A BareReader if the cache has this code's statements and the database is at their
-    schema; else None (use SQLAlchemy). ``snapshot``: the statements see one snapshot."""
+    """None unless the cache has this code's statements and the database is at their schema."""
     if cache.head is None:
         return None
     opened = _connect(url)

@@ -61,8 +61,7 @@ class ReindexStoreResult(ExitRule):
     reports: IngestResult
 
     def to_json(self) -> dict[str, Any]:
-        """As ``reindex --json`` prints: the store, the manifests' document flattened in, and
-        the reports' under "reports"."""
+        """The manifests' document flattened in, the reports' under "reports"."""
         return {"store": self.store, **self.manifests.to_json(),
                 "reports": self.reports.to_json()}
 
@@ -112,8 +111,7 @@ class IngestRestoreReportsResult(_Success):
     ingest: IngestResult
 
     def to_json(self) -> dict[str, Any]:
-        """As ``reports ingest --json`` prints: the source, the ingest's document flattened
-        in."""
+        """The source, with the ingest's document flattened in."""
         return {"source": self.source, **self.ingest.to_json()}
 
 
@@ -170,22 +168,18 @@ def register_matrix_file(request: RegisterMatrixFileRequest) -> RegisterMatrixFi
     from neffcache.matrix import parse_matrix
 
     file = str(request.file)
-    text = _read_matrix(file)
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MatrixError(f"{file}: matrix file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MatrixError(f"{file}: cannot read matrix file: {exc}") from None
     spec = parse_matrix(text, source=file)
     if request.name is not None and not request.name.strip():
         raise MatrixError("--name: expected a non-empty name")
     with open_index_as_cli(_settings(request.index)) as ix:
         return RegisterMatrixFileResult(register_matrix(ix, spec, text, request.name,
                                                         replace=request.replace))
-
-
-def _read_matrix(file: str) -> str:
-    try:
-        return Path(file).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MatrixError(f"{file}: matrix file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MatrixError(f"{file}: cannot read matrix file: {exc}") from None
 
 
 @checked_request

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.orm import Session
@@ -51,8 +51,7 @@ def remove_undeclared(session: Session, matrix_name: str, declared_keys: Sequenc
 
 def fail_exhausted(session: Session, cell_keys: Sequence[str], fingerprint_key: str,
                    max_attempts: int, now: datetime) -> int:
-    """A lease expired on a cell's last allowed attempt (its worker died): record a failure and
-    clear the lease, so coverage says failed. Returns how many."""
+    """Leases expired on a cell's last attempt (dead workers) become failures; how many."""
     rows = session.execute(select(C.cell_key, C.host, C.expires_at, C.attempts).where(
         C.fingerprint_key == fingerprint_key, C.cell_key.in_(list(cell_keys)),
         C.holder.is_not(None), C.expires_at <= now, C.attempts >= max_attempts)).all()
@@ -72,8 +71,7 @@ def fail_exhausted(session: Session, cell_keys: Sequence[str], fingerprint_key: 
 def claim_next(session: Session, cell_keys: Sequence[str], fingerprint_key: str, *,
                holder: str, host: str, lease_seconds: float, max_attempts: int,
                now: datetime) -> ClaimResult:
-    """Claim the first queued cell (matrix order, fewest attempts first) with no entry, no live
-    lease and attempts left, in one statement."""
+    """The first claimable cell (matrix order, fewest attempts first), in one statement."""
     keys = list(cell_keys)
     expires = now + timedelta(seconds=lease_seconds)
     pick = (select(C.cell_key)
@@ -112,26 +110,19 @@ def release_done(session: Session, lease: Lease) -> None:
                                               C.fingerprint_key == lease.fingerprint_key))
 
 
-def release_failed(session: Session, lease: Lease) -> bool:
-    """The cell is claimable again while it has attempts left; False if no longer ours."""
-    result = session.execute(update(cell_claims).where(_mine(lease)).values(
-        holder=None, host=None, expires_at=None))
-    return bool(result.rowcount)  # type: ignore[attr-defined]
-
-
-def release_cancelled(session: Session, lease: Lease) -> bool:
-    """The runner was stopped: drop the lease and give back its attempt; False if the lease
-    was no longer ours."""
-    result = session.execute(update(cell_claims).where(_mine(lease)).values(
-        holder=None, host=None, expires_at=None,
-        attempts=case((C.attempts > 0, C.attempts - 1), else_=0)))
+def release(session: Session, lease: Lease, *, give_back: bool = False) -> bool:
+    """Drop the lease: the cell is claimable again while it has attempts left (``give_back``:
+    the runner was stopped, the attempt is not spent). False if the lease was no longer ours."""
+    values: dict[str, Any] = {"holder": None, "host": None, "expires_at": None}
+    if give_back:
+        values["attempts"] = case((C.attempts > 0, C.attempts - 1), else_=0)
+    result = session.execute(update(cell_claims).where(_mine(lease)).values(**values))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def held_leases(conn: Session | Connection, now: datetime, limit: int, *,
                 expired: bool = False) -> list[tuple[str, LiveLease]]:
-    """(matrix name, lease) of the live leases, oldest claim first, or with ``expired`` of
-    those held past their expiry, oldest expiry first; at most ``limit``."""
+    """(matrix, lease) of live leases by claim, or with ``expired`` the expired ones by expiry."""
     held = and_(C.expires_at > EPOCH, C.expires_at <= now) if expired else C.expires_at > now
     rows = conn.execute(select(
         C.matrix_name, C.cell_key, C.fingerprint_key, C.host, C.claimed_at, C.heartbeat_at,
@@ -139,5 +130,3 @@ def held_leases(conn: Session | Connection, now: datetime, limit: int, *,
         .where(C.holder.is_not(None), held)
         .order_by(C.expires_at if expired else C.claimed_at).limit(limit))
     return [(str(r[0]), replace(live_lease(r[1:8]), cell_id=str(r[8]))) for r in rows]
-
-

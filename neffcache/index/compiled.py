@@ -9,7 +9,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,7 @@ class CompiledStatement:
     json_columns: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"sql": self.sql, "names": list(self.names), "defaults": dict(self.defaults),
-                "datetime_params": sorted(self.datetime_params),
-                "datetime_columns": list(self.datetime_columns),
-                "json_columns": list(self.json_columns)}
+        return {**asdict(self), "datetime_params": sorted(self.datetime_params)}
 
     @staticmethod
     def from_json(doc: Mapping[str, Any]) -> CompiledStatement:

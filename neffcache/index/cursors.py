@@ -31,13 +31,10 @@ def keyset_cursor(at: datetime, key: str | int) -> str:
     return f"{micros}.{key}"
 
 
-def parse_entry_cursor(cursor: str, pattern: str = CURSOR_PATTERN) -> tuple[datetime, str]:
+def parse_cursor(cursor: str, pattern: str = CURSOR_PATTERN) -> tuple[datetime, str]:
     """(time, key) of a cursor; UsageError if malformed."""
     if not _PATTERNS[pattern].fullmatch(cursor):
         raise UsageError(f"bad cursor {cursor[:40]!r}", hint="pass the `next` cursor of "
                          "the previous page unchanged")
     micros, key = cursor.split(".", 1)
     return EPOCH + timedelta(microseconds=int(micros)), key
-
-
-parse_cursor = parse_entry_cursor

@@ -38,9 +38,8 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def index_engine(url: str) -> Engine:
-    """A view of the one engine this process keeps per database: reopening finds the dialect
-    set up and the statements compiled (a third of a reopen and a write). In-memory SQLite is
-    new per open."""
+    """A view of this process's one engine per database (reopening found the statements compiled:
+    a third of a reopen and a write); in-memory SQLite is new per open."""
     url = normalise_url(url)
     if url.startswith("sqlite") and sqlite_path(url) is None:
         return make_engine(url)
@@ -63,10 +62,8 @@ def make_engine(url: str, **pool: Any) -> Engine:
         return _sqlite_engine(url, **pool)
     if backend == "postgresql":
         try:
-            # No hstore column: skip the type lookup SQLAlchemy makes on first connect (a
-            # round trip every command pays at start-up). No JIT: the index's queries read
-            # few rows, and a per-cell plan's summed cost estimate crosses jit_above_cost,
-            # so compiling it took longer (~200 ms) than running it.
+            # No hstore lookup: a round trip at every start-up. No JIT: a per-cell plan's cost
+            # estimate crosses jit_above_cost, and compiling took longer (~200 ms) than running.
             return create_engine(url, pool_pre_ping=True, use_native_hstore=False,
                                  connect_args={"connect_timeout": CONNECT_TIMEOUT_S,
                                                "options": "-c jit=off"}, **pool)
@@ -97,8 +94,7 @@ def _sqlite_engine(url: str, **pool: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        # A deferred transaction that later writes cannot wait for the lock (SQLITE_BUSY at
-        # once); writers take it up front and wait up to the busy timeout instead.
+        # A deferred transaction that later writes gets SQLITE_BUSY at once: writers lock first.
         immediate = conn.get_execution_options().get("neffcache_write")
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
@@ -118,19 +114,9 @@ def dialect_insert(session: Any) -> Any:
 
 
 def describe_error(url: str, err: BaseException) -> str:
-    orig = getattr(err, "orig", None) or err
-    reason = " ".join(str(orig).split()) or type(orig).__name__
-    password = _password(url)
-    if password:
-        reason = reason.replace(password, "***")
-    return f"index {redact_url(url)}: {reason}"
+    from neffcache.index.bare_reader import describe
 
-
-def _password(url: str) -> str | None:
-    try:
-        return make_url(normalise_url(url)).password  # type: ignore[return-value]
-    except exc.ArgumentError:
-        return None
+    return describe(url, getattr(err, "orig", None) or err)
 
 
 @contextlib.contextmanager

@@ -39,12 +39,6 @@ class IngestResult:
                 "already_ingested": self.already_ingested,
                 "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid]}
 
-    def __add__(self, other: IngestResult) -> IngestResult:
-        return IngestResult(self.scanned + other.scanned, self.added + other.added,
-                            self.already_ingested + other.already_ingested,
-                            self.invalid + other.invalid, self.settled | other.settled)
-
-
 def plan_ingest(object_keys: Iterable[str], skip: Collection[str] = ()
                 ) -> tuple[list[tuple[str, str]], list[str]]:
     """(object key, report id) pairs, sorted, without ``skip``; and keys naming no report."""

@@ -8,12 +8,12 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from neffcache.index.cursors import EPOCH, parse_entry_cursor
+from neffcache.index.cursors import EPOCH, parse_cursor
 from neffcache.index.values import EntrySummary, as_utc
 
 Shape = tuple[tuple[str, Any], ...]  # a statement's variant: which filters it has
-_LIKE_ESCAPE = "\\"
-_HEX = re.compile(r"[0-9a-f]{1,64}")
+LIKE_ESCAPE = "\\"
+HEX = re.compile(r"[0-9a-f]{1,64}")
 BATCH = 1000  # rows per fetch when streaming
 
 
@@ -27,18 +27,13 @@ class Reader(Protocol):
         """At most BATCH rows in memory."""
         ...
 
-    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
-              ) -> tuple[Any, ...] | None:
-        ...
-
     def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Every row in one round trip."""
         ...
 
 
 def glob_to_like(pattern: str) -> str:
-    """A LIKE pattern matching at least what the glob matches (a [...] class and the rest
-    become %); callers re-check with fnmatch."""
+    """A LIKE pattern matching at least what the glob does: callers re-check with fnmatch."""
     out = []
     for ch in pattern:
         if ch == "[":
@@ -48,33 +43,24 @@ def glob_to_like(pattern: str) -> str:
             out.append("%")
         elif ch == "?":
             out.append("_")
-        elif ch in ("%", "_", _LIKE_ESCAPE):
-            out.append(_LIKE_ESCAPE + ch)
+        elif ch in ("%", "_", LIKE_ESCAPE):
+            out.append(LIKE_ESCAPE + ch)
         else:
             out.append(ch)
     return "".join(out)
 
 
-def glob_prefix(pattern: str) -> str:
-    return re.split(r"[*?\[]", pattern, maxsplit=1)[0]
-
-
-def prefix_upper(prefix: str) -> str | None:
-    """The smallest string above every string starting with ``prefix`` (None: none)."""
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1) if ord(prefix[-1]) < 0x10FFFF else None
-
-
 def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
-    """The cell-id filter's shape and parameters, and whether it is exact (no fnmatch
-    re-check). SQLite's GLOB has fnmatch's syntax, and the literal prefix's range lets
-    ix_cells_id serve it; Postgres LIKE is exact without ``[...]``."""
+    """The cell-id filter's shape, parameters and exactness: SQLite's GLOB is fnmatch's syntax
+    (its literal prefix's range serves ix_cells_id); Postgres LIKE is exact without ``[...]``."""
     if dialect != "sqlite":
         return {"glob": True}, {"glob": glob_to_like(pattern)}, "[" not in pattern
     shape: dict[str, Any] = {"glob": True, "prefix": None}
     params: dict[str, Any] = {"glob": pattern.replace("[!", "[^")}
-    prefix = glob_prefix(pattern)
+    prefix = re.split(r"[*?\[]", pattern, maxsplit=1)[0]  # what every match starts with
     if prefix:
-        upper = prefix_upper(prefix)
+        # above every string starting with ``prefix``, unless it ends in the last code point
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1) if ord(prefix[-1]) < 0x10FFFF else None
         shape["prefix"] = "from" if upper is None else "range"
         params["lo"] = prefix
         if upper is not None:
@@ -84,13 +70,12 @@ def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, A
 
 def entry_filter(fingerprint_key: str | None, position: tuple[datetime, str] | None
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The shape and parameters of the fingerprint filter (a hex prefix as a range: LIKE
-    'abc%' uses no index under C.UTF-8) and of the position after ``position``."""
+    """The fingerprint filter (a hex prefix as a range: LIKE uses no index under C.UTF-8)."""
     shape: dict[str, Any] = {"fp": None, "pos": position is not None}
     params: dict[str, Any] = {}
     if fingerprint_key:
         p = fingerprint_key.lower()
-        if _HEX.fullmatch(p):
+        if HEX.fullmatch(p):
             shape["fp"] = "range"
             params.update(fp_lo=p, fp_hi=p + "g")  # "g" sorts after every hex digit
         else:
@@ -116,7 +101,7 @@ def iter_entries(reader: Reader, cell_glob: str | None = None,
     With a glob and a limit, the cheaper of two plans, neither depending on table statistics:
     each matching cell's newest ``limit`` entries (an index probe per cell), or for a broad
     glob a walk of the entries newest first (``_walk``)."""
-    position = parse_entry_cursor(after) if after else None
+    position = parse_cursor(after) if after else None
     fshape, fparams = entry_filter(fingerprint_key, position)
     if not cell_glob:
         yield from _rows(reader, "entries", {**fshape, "glob": False}, fparams, None, limit)
@@ -149,11 +134,10 @@ def iter_entries(reader: Reader, cell_glob: str | None = None,
 
 def newest_bound(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, Any],
                  limit: int) -> datetime | None:
-    """The ``limit``-th newest of the matching cells' newest entries: the newest ``limit``
-    entries are all at least that new. A statement of its own: as a subquery it inflated the
-    planner's estimates."""
-    row = reader.first("newest_bound", shape_of(gshape), {**gparams, "skip": limit - 1})
-    return None if row is None or row[0] is None else as_utc(row[0])
+    """The ``limit``-th newest of the matching cells' newest entries: a statement of its own (as
+    a subquery it inflated the planner's estimates)."""
+    rows = reader.all("newest_bound", shape_of(gshape), {**gparams, "skip": limit - 1})
+    return None if not rows or rows[0][0] is None else as_utc(rows[0][0])
 
 
 def _walk(reader: Reader, fshape: Mapping[str, Any], fparams: Mapping[str, Any],
@@ -192,11 +176,8 @@ def _rows(reader: Reader, name: str, shape: Mapping[str, Any], params: Mapping[s
 
 def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, Any],
               limit: int, by_fingerprint: bool) -> tuple[int, int] | None:
-    """(rows to walk first, rows the per-cell plan reads) if a walk is cheaper, else None;
-    estimated from how many cells match (not from statistics)."""
-    row = reader.first("walk_counts", shape_of(gshape), gparams)
-    assert row is not None  # counts: always one row
-    matching, all_cells, n_fps = row
+    """(rows to walk first, the per-cell plan's rows) if a walk is cheaper, else None."""
+    matching, all_cells, n_fps = reader.all("walk_counts", shape_of(gshape), gparams)[0]
     if not matching:
         return None
     n_fps = max(1, n_fps)  # entries per cell, at most

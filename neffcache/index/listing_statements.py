@@ -7,10 +7,8 @@ from typing import Any
 
 from sqlalchemy import Integer, and_, bindparam, false, func, or_, select, true
 
-from neffcache.index.listing import Shape
+from neffcache.index.listing import LIKE_ESCAPE, Shape
 from neffcache.index.tables import UTC_TS, cells, entries, fingerprints
-
-_LIKE_ESCAPE = "\\"
 
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
@@ -32,7 +30,7 @@ def _cell_clause(dialect: str, glob: bool, prefix: str | None = None) -> Any:
         elif prefix == "from":
             clause = and_(c >= _param("lo"), clause)
         return clause
-    return c.like(_param("glob"), escape=_LIKE_ESCAPE)
+    return c.like(_param("glob"), escape=LIKE_ESCAPE)
 
 
 def _entry_filters(src: Any, fp: str | None, pos: bool) -> list[Any]:
@@ -87,10 +85,8 @@ def _walk_counts(dialect: str, *, glob: bool, prefix: str | None = None) -> Any:
 def _walk(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
           prefix: str | None = None) -> Any:
     e = entries
-    # entries.cell_key as an expression (``|| ''``) no index serves: the planner cannot
-    # start from the matching cells and look their entries up, so it reads entries by
-    # created_at, newest first, no older than the walk's budget allows, and stops at the
-    # limit; each entry's cell is then one primary-key lookup.
+    # cell_key as an expression no index serves: the planner must read entries newest first
+    # (within the budget) and stop at the limit, not start from the matching cells.
     unindexed = e.c.cell_key + ""
     matching = select(cells.c.key).where(_cell_clause(dialect, glob, prefix)).scalar_subquery()
     oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
@@ -113,9 +109,8 @@ def _newest_bound(dialect: str, *, glob: bool, prefix: str | None = None) -> Any
 
 def _newest_keys(dialect: str, fp: str | None, pos: bool, glob: bool,
                  prefix: str | None, whole: bool, since: bool) -> Any:
-    """(entry_key, created_at) of each matching cell's newest ``per_cell`` entries (``whole``:
-    of them all), read from the cell-key index alone: never a walk by created_at, which read
-    838k rows for an old pipeline."""
+    """(entry_key, created_at) of each matching cell's newest ``per_cell`` (``whole``: of all of
+    them), from the cell-key index alone (a created_at walk read 838k rows for an old pipeline)."""
     e, c = entries, cells
     filters = _entry_filters(e, fp, pos)
     if since:
@@ -132,9 +127,8 @@ def _newest_keys(dialect: str, fp: str | None, pos: bool, glob: bool,
                 .select_from(matching.join(lateral, true()))
                 .order_by(lateral.c.created_at.desc(), lateral.c.entry_key)
                 .limit(per_cell if whole else None).subquery("newest"))
-    # SQLite has no LATERAL: ordering by an expression no index serves (the same value)
-    # keeps its planner from the created_at index; it reads the matching cells (a range on
-    # ix_cells_id) and each one's entries from the covering index, then sorts those.
+    # SQLite has no LATERAL: ordering by an unindexed expression keeps its planner off the
+    # created_at index; it reads each matching cell's entries from the covering index.
     per_cell_order = func.coalesce(e.c.created_at, e.c.created_at)
     return (select(e.c.entry_key, e.c.created_at)
             .where(e.c.cell_key.in_(select(c.c.key).where(clause)), *filters)

@@ -7,25 +7,20 @@ from dataclasses import replace
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from neffcache.canonical import digest_of
 from neffcache.errors import MatrixError, UsageError
 from neffcache.index.api import Index
+from neffcache.index.coverage_engine.grid import current_versions_in, versions_in
 from neffcache.index.coverage_engine.reads import choose_version
-from neffcache.index.coverage_engine.reads import matrix_versions as _versions
 from neffcache.index.ops_values import MatrixVersion
-from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import cells as C
 from neffcache.index.tables import matrices as M
 from neffcache.index.tables import matrix_cells as MC
-from neffcache.index.values import as_utc
 from neffcache.matrix import Cell, Matrix
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
 # Reads here are Core (``tables``): ``coverage NAME`` starts without the ORM; registering a
@@ -88,8 +83,6 @@ def _refuse_other_content(s: Session, name: str, digest: str, source: str) -> No
 
 
 def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool:
-    from sqlalchemy import update
-
     from neffcache.index import aggregates
     from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells, utcnow
 
@@ -146,35 +139,3 @@ def registered_cells(index: Index, name: str, version: int | None = None) -> tup
         rows = conn.scalars(select(C.c.json).select_from(C.join(MC, MC.c.cell_key == C.c.key))
                             .where(MC.c.matrix_id == v.id).order_by(MC.c.position))
         return tuple(Cell.from_json(j) for j in rows)
-
-
-def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[MatrixVersion]:
-    """Oldest first; without ``counts`` every ``cell_count`` is 0 (one query fewer)."""
-    versions = _versions(SqlaReader(conn), name)
-    if not versions or not counts:
-        return versions
-    n_cells = _cell_counts(conn, [v.id for v in versions])
-    return [replace(v, cell_count=n_cells.get(v.id, 0)) for v in versions]
-
-
-def _cell_counts(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
-    if not ids:
-        return {}
-    return {int(k): int(n) for k, n in conn.execute(
-        select(MC.c.matrix_id, func.count()).where(MC.c.matrix_id.in_(ids))
-        .group_by(MC.c.matrix_id)).all()}
-
-
-def current_versions_in(conn: Connection) -> list[MatrixVersion]:
-    rows = conn.execute(select(M.c.id, M.c.name, M.c.digest, M.c.backend, M.c.registered_at)
-                        .order_by(M.c.name, M.c.id)).all()
-    by_name: dict[str, list[Any]] = {}
-    for r in rows:
-        by_name.setdefault(r.name, []).append(r)
-    current = {name: max(enumerate(rs, 1), key=lambda x: (as_utc(x[1].registered_at),
-                                                          x[1].id))
-               for name, rs in by_name.items()}
-    counts = _cell_counts(conn, [r.id for _, r in current.values()])
-    return [MatrixVersion(r.id, name, n, r.digest, r.backend, counts.get(r.id, 0),
-                          as_utc(r.registered_at), True)  # type: ignore[arg-type]
-            for name, (n, r) in sorted(current.items())]

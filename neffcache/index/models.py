@@ -48,24 +48,3 @@ class CellFailureRow(Base):
 
 class RestoreReportRow(Base):
     __table__ = tables.restore_reports
-
-
-class CellClaimRow(Base):
-    __table__ = tables.cell_claims
-
-
-class CoverageCountRow(Base):
-    __table__ = tables.coverage_counts
-
-
-class FingerprintCountRow(Base):
-    __table__ = tables.fingerprint_counts
-
-
-class RestoreCountRow(Base):
-    __table__ = tables.restore_counts
-
-
-class ReportFingerprintRow(Base):
-    __table__ = tables.report_fingerprints
-

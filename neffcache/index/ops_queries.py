@@ -14,7 +14,13 @@ from sqlalchemy.orm import Session
 
 from neffcache.errors import NotFoundError
 from neffcache.index.api import Index
-from neffcache.index.cursors import EPOCH  # below every lease expiry: a range start
+from neffcache.index.cursors import (  # EPOCH: below every lease expiry, a range start
+    EPOCH,
+    ID_CURSOR_PATTERN,
+    NAME_CURSOR_PATTERN,
+    keyset_cursor,
+    parse_cursor,
+)
 from neffcache.index.ops_values import (
     DURATION_BUCKETS,
     NO_ENTRY,
@@ -38,15 +44,7 @@ from neffcache.index.ops_values import (
     restore_outcome,
     sdk_version,
 )
-from neffcache.index.queries import (
-    ID_CURSOR_PATTERN,
-    NAME_CURSOR_PATTERN,
-    glob_clause,
-    has_entry,
-    key_prefix_clause,
-    keyset_cursor,
-    parse_cursor,
-)
+from neffcache.index.queries import glob_clause, has_entry, key_prefix_clause
 from neffcache.index.record import as_utc
 from neffcache.index.tables import (
     cell_claims,
@@ -191,7 +189,7 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
     with index.read_session() as s:
         exact = True
         if cell_glob:
-            clause, exact = glob_clause(s, cells.c.id, cell_glob)
+            clause, exact = glob_clause(s.get_bind().dialect.name, cells.c.id, cell_glob)
             stmt = stmt.where(clause)
         for row in s.execute(stmt.limit(limit if exact else None)):
             if not exact and not fnmatch.fnmatchcase(row.cell_id, cell_glob or "*"):
@@ -257,21 +255,15 @@ def restore_outcomes(index: Index,
 def restore_timeline(index: Index, *, days: int = 14, step: str = "day",
                      now: datetime | None = None) -> tuple[RestorePoint, ...]:
     """Restores per ``step`` (hour or day, UTC) over the last ``days`` days, by outcome."""
+    hourly = step == "hour"
+    width, n = (timedelta(hours=1), 24 * days) if hourly else (timedelta(days=1), days)
+
+    def step_of(h: datetime) -> datetime:
+        return h if hourly else h.replace(hour=0)
+
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    hour = now.replace(minute=0, second=0, microsecond=0)
-    if step == "hour":
-        first = hour - timedelta(hours=24 * days - 1)
-        starts = [first + timedelta(hours=i) for i in range(24 * days)]
-
-        def step_of(h: datetime) -> datetime:
-            return h
-    else:
-        today = hour.replace(hour=0)
-        first = today - timedelta(days=days - 1)
-        starts = [first + timedelta(days=i) for i in range(days)]
-
-        def step_of(h: datetime) -> datetime:
-            return h.replace(hour=0)
+    first = step_of(now.replace(minute=0, second=0, microsecond=0)) - width * (n - 1)
+    starts = [first + width * i for i in range(n)]
     c = restore_counts.c
     with index.read_session() as s:
         rows = [(as_utc(p), code, any_restored, n) for p, code, any_restored, n in s.execute(
@@ -298,7 +290,6 @@ def lease_stats(index: Index) -> list[LeaseStats]:
             acc[0 if as_utc(expires) > now else 1] += 1  # type: ignore[operator]
     return [LeaseStats(m, fp, live, expired)
             for (m, fp), (live, expired) in sorted(counts.items())]
-
 
 
 def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[MatrixRunTime]:

@@ -148,8 +148,7 @@ class FingerprintDiffDoc(TypedDict):
 
 
 def severity(f: CoverageColumn) -> tuple[Any, ...]:
-    """The dashboard's order, worst first: restored by the fleet with nothing built, then the
-    most failed cells, then the most missing."""
+    """Worst first: restored with nothing built, then most failed, then most missing."""
     return (not (f.restores and not f.ready), -f.failed, -f.missing, f.backend,
             f.sdk_version, f.target, f.key)
 
@@ -438,8 +437,7 @@ class RestorePoint(Document):
 
 def build_timeline(rows: Iterable[tuple[datetime, int, int, int]],
                    starts: Sequence[datetime], step_of: Any) -> tuple[RestorePoint, ...]:
-    """(hour, exit code, restored any, restores) rows summed into the periods ``starts``
-    (``step_of``: an hour's period start); empty periods included."""
+    """Rows (hour, exit code, restored any, n) summed per period; empty periods included."""
     acc = {s: [0, 0, 0, 0, 0] for s in starts}
     for hour, code, restored_any, n in rows:
         slot = acc.get(step_of(hour))

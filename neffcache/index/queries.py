@@ -2,56 +2,25 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import (
-    ARRAY,
-    Exists,
-    String,
-    and_,
-    any_,
-    bindparam,
-    false,
-    func,
-    select,
-    text,
-)
+from sqlalchemy import Exists, and_, false, select
 
-from neffcache.index.cursors import (  # noqa: F401  (the listings' cursors, re-exported)
-    CURSOR_PATTERN,
-    ID_CURSOR_PATTERN,
-    NAME_CURSOR_PATTERN,
-    entry_cursor,
-    keyset_cursor,
-    parse_cursor,
-    parse_entry_cursor,
-)
-from neffcache.index.listing import glob_to_like
-from neffcache.index.tables import entries, fingerprints
-from neffcache.index.values import as_utc, chunks
-
-if TYPE_CHECKING:
-    from neffcache.fingerprint import Fingerprint
-
-_LIKE_ESCAPE = "\\"
-_HEX = re.compile(r"[0-9a-f]{1,64}")
+from neffcache.index.listing import HEX, LIKE_ESCAPE, glob_to_like
+from neffcache.index.tables import entries
 
 
-def glob_clause(session: Any, column: Any, pattern: str) -> tuple[Any, bool]:
+def glob_clause(dialect: str, column: Any, pattern: str) -> tuple[Any, bool]:
     """A WHERE clause for the glob and whether it is exact (no fnmatch re-check needed)."""
-    if dialect_name(session) == "sqlite":
+    if dialect == "sqlite":
         return column.op("GLOB")(pattern.replace("[!", "[^")), True
-    return column.like(glob_to_like(pattern), escape=_LIKE_ESCAPE), "[" not in pattern
+    return column.like(glob_to_like(pattern), escape=LIKE_ESCAPE), "[" not in pattern
 
 
 def key_prefix_clause(column: Any, prefix: str) -> Any:
-    """``column`` starts with the hex ``prefix``, as a range (LIKE 'abc%' uses no index under
-    C.UTF-8); a non-hex prefix matches nothing."""
+    """A hex prefix as a range (LIKE uses no index under C.UTF-8); non-hex matches nothing."""
     p = prefix.lower()
-    if not _HEX.fullmatch(p):
+    if not HEX.fullmatch(p):
         return false()
     return and_(column >= p, column < p + "g")  # "g" sorts after every hex digit
 
@@ -60,67 +29,3 @@ def has_entry(cell_key: Any, fingerprint_key: Any) -> Exists:
     e = entries.c
     return (select(e.entry_key)
             .where(e.cell_key == cell_key, e.fingerprint_key == fingerprint_key).exists())
-
-
-def dialect_name(conn: Any) -> str:
-    bind = conn if hasattr(conn, "dialect") else conn.get_bind()
-    return str(bind.dialect.name)
-
-
-def key_batches(conn: Any, keys: Sequence[str]) -> list[Sequence[str]]:
-    """One batch on Postgres (an array has no size limit), BATCH-sized on SQLite."""
-    if dialect_name(conn) == "postgresql":
-        return [keys] if keys else []
-    return list(chunks(keys))
-
-
-def key_in(conn: Any, column: Any, keys: Sequence[str]) -> Any:
-    """``= ANY(array)`` on Postgres (one parameter, not hundreds), ``IN (...)`` on SQLite."""
-    if dialect_name(conn) == "postgresql":
-        return column == any_(bindparam(None, list(keys), type_=ARRAY(String)))
-    return column.in_(keys)
-
-
-def database_now(conn: Any) -> datetime:
-    """The database server's current time (UTC). Postgres: ``now()`` (the transaction's
-    start, so one transaction sees one time); SQLite: its own clock, in milliseconds."""
-    if dialect_name(conn) == "postgresql":
-        value = conn.scalar(select(func.now()))
-    else:
-        value = conn.scalar(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"))
-        value = datetime.fromisoformat(str(value))
-    out = as_utc(value)
-    assert out is not None
-    return out
-
-
-
-
-def restored_fingerprint_keys(session: Any, since: datetime) -> set[str]:
-    """Through the last-use index, never every entry."""
-    return set(session.scalars(select(entries.c.fingerprint_key).distinct()
-                               .where(entries.c.last_used_at >= since)))
-
-
-KEY_PAGE = 10_000  # entry keys per page when every key must be visited (reindex's prune)
-
-
-def entry_keys_after(session: Any, after: str | None, limit: int) -> list[str]:
-    """Up to ``limit`` entry keys greater than ``after``, in key order."""
-    stmt = select(entries.c.entry_key).order_by(entries.c.entry_key).limit(limit)
-    if after is not None:
-        stmt = stmt.where(entries.c.entry_key > after)
-    return list(session.scalars(stmt))
-
-
-def get_fingerprints(session: Any, keys: Sequence[str]) -> dict[str, Fingerprint]:
-    from neffcache.fingerprint import Fingerprint  # not on ``ls``'s path
-
-    out: dict[str, Fingerprint] = {}
-    for part in key_batches(session, sorted(set(keys))):
-        for key, backend, fields in session.execute(
-                select(fingerprints.c.key, fingerprints.c.backend, fingerprints.c.fields)
-                .where(key_in(session, fingerprints.c.key, part))).all():
-            out[key] = Fingerprint(backend=backend, fields=tuple(
-                sorted((str(k), str(v)) for k, v in fields.items())))
-    return out

@@ -58,10 +58,6 @@ class SqlaFallback:
              ) -> Iterator[tuple[Any, ...]]:
         return self._reader.rows(name, shape, params)
 
-    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
-              ) -> tuple[Any, ...] | None:
-        return self._reader.first(name, shape, params)
-
     def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         return self._reader.all(name, shape, params)
 

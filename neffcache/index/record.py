@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import TableClause, delete, exists, insert, or_, select, update
+from sqlalchemy import Connection, TableClause, delete, exists, insert, or_, select, update
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
@@ -18,7 +18,6 @@ from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
     from sqlalchemy.orm import Session
 
 
@@ -108,8 +107,8 @@ def save_entries(session: Session | Connection, manifests: Sequence[Manifest],
     } for m in new]
     for part in chunks(entry_rows):
         session.execute(insert(entries), list(part))
-    aggregates.entries_added(session, [(r["cell_key"], r["fingerprint_key"], r["total_bytes"])
-                                       for r in entry_rows])
+    aggregates.entries_changed(session, [(r["cell_key"], r["fingerprint_key"], r["total_bytes"])
+                                         for r in entry_rows], 1)
     file_rows = [{"entry_key": m.entry_key, "position": i, "root": f.root, "path": f.path,
                   "sha256": f.sha256, "size": f.size, "mode": f.mode}
                  for m in new for i, f in enumerate(m.files)]
@@ -132,7 +131,7 @@ def delete_entries(session: Session | Connection, keys: Sequence[str]) -> int:
         for sha_part in chunks(sorted(shas)):
             referenced = exists().where(f.sha256 == b.sha256)
             session.execute(delete(blobs).where(b.sha256.in_(sha_part), ~referenced))
-        aggregates.entries_removed(session, [tuple(r) for r in gone])  # type: ignore[misc]
+        aggregates.entries_changed(session, [tuple(r) for r in gone], -1)  # type: ignore[misc]
     return removed
 
 
@@ -146,5 +145,3 @@ def save_verification(session: Session | Connection, entry_key: str, status: str
     result = session.execute(stmt.values(verified_status=status[:16],
                                          verified_at=at or utcnow()))
     return bool(result.rowcount)  # type: ignore[attr-defined]
-
-

@@ -128,8 +128,7 @@ def existing_report_ids(session: Session, ids: Sequence[str]) -> set[str]:
 
 
 def save_reports(session: Session, reports: Sequence[Report]) -> int:
-    """Insert the reports not yet ingested (a concurrent ingester's rows are left alone), with
-    the fingerprints they name and the entries' last use. Returns how many were new."""
+    """Insert the reports not yet ingested, with their fingerprints and entries' last use."""
     now = utcnow()
     by_id = {r.report_id: r for r in reports}
     fresh = set(by_id) - existing_report_ids(session, list(by_id))

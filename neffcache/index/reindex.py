@@ -52,8 +52,8 @@ BULK = 1000  # rows written past which the planner's statistics are refreshed
 
 def reindex(index: Index, store: Store, *, prune: bool = True,
             progress: Callable[[int, int], None] | None = None) -> ReindexResult:
-    """Index every valid manifest; invalid ones are listed, entries whose manifest is gone are
-    removed unless not ``prune``. Memory: the listing, one batch and one page of index keys."""
+    """Index every valid manifest, prune entries whose manifest is gone; memory: the listing,
+    one batch and one page of index keys."""
     wanted, _stray = plan_reindex(list(store.list(MANIFESTS)))
     found: list[str] = []  # entry keys with a valid manifest, in key order (as ``wanted``)
     invalid: list[InvalidManifest] = []
@@ -97,8 +97,7 @@ def stale_keys(page: Sequence[str], found: Sequence[str]) -> list[str]:
 
 def remove_stale(index: Index, found: Sequence[str],
                  still_stored: Callable[[Sequence[str]], set[str]] | None = None) -> int:
-    """Remove the indexed entries not in ``found`` (sorted), a batch per transaction, except
-    those ``still_stored`` names (published since the listing)."""
+    """Remove indexed entries not in ``found`` (sorted) unless ``still_stored`` (new since)."""
     removed = 0
     stale: list[str] = []
 

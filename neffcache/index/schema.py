@@ -47,12 +47,6 @@ def alembic_config(url: str, connection: Connection | None = None) -> Config:
     return cfg
 
 
-def script_heads() -> tuple[str, ...]:
-    from alembic.script import ScriptDirectory
-
-    return tuple(ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads())
-
-
 def current_revision(conn: Connection) -> str | None:
     """None: no neffcache schema. One query, no reflection before it."""
     try:

@@ -38,12 +38,6 @@ class SqlaReader:
         stmt = self._statement(name, shape, params)
         yield from self.conn.execute(stmt.execution_options(yield_per=BATCH), dict(params))
 
-    def first(self, name: str, shape: Shape, params: Mapping[str, Any]
-              ) -> tuple[Any, ...] | None:
-        stmt = self._statement(name, shape, params)
-        row = self.conn.execute(stmt, dict(params)).first()
-        return None if row is None else tuple(row)
-
     def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         stmt = self._statement(name, shape, params)
         return [tuple(row) for row in self.conn.execute(stmt, dict(params))]
@@ -59,8 +53,7 @@ class SqlaReader:
 
 def compile_statement(stmt: Any, dialect: Any, params: Mapping[str, Any]
                       ) -> CompiledStatement | None:
-    """``stmt``'s compiled form for the bare driver; None when it needs more than SQL text and
-    plain parameters."""
+    """None when the statement needs more than SQL text and plain parameters."""
     compiled = stmt.compile(dialect=dialect)
     if "POSTCOMPILE" in compiled.string or dialect.paramstyle not in ("qmark", "pyformat"):
         return None

@@ -148,9 +148,8 @@ matrix_cells = Table(
     Index(None, "cell_key"),
 )
 
-# A (cell, fingerprint) queued for ``precompile --claim``; while ``holder`` is set and
-# ``expires_at`` is in the future (database clock), that worker holds the lease. The row is
-# deleted once the entry is published; ``attempts`` counts claims across the fleet.
+# A (cell, fingerprint) queued for ``precompile --claim``: leased while ``holder`` is set and
+# ``expires_at`` is ahead (database clock); deleted once the entry is published.
 cell_claims = Table(
     "cell_claims", metadata,
     col("cell_key", String(KEY), ForeignKey("cells.key"), primary_key=True),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Connection, Select, func, select
 
 from neffcache.documents import Doc, Document
 from neffcache.errors import NotFoundError
@@ -20,9 +20,6 @@ from neffcache.index.queries import has_entry
 from neffcache.index.tables import cell_failures, cells, matrices
 from neffcache.index.tables import matrix_cells as MC
 from neffcache.index.values import InProgressDoc, LiveLease, as_utc, iso
-
-if TYPE_CHECKING:
-    from sqlalchemy import Connection
 
 # How recent a restore report must be for its fingerprint to count as the fleet's (the alert
 # rules in tools/deploy/prometheus use the same 7 days).
@@ -120,8 +117,7 @@ def attention(index: Index, limit: int = 20) -> Attention:
 
 
 def _failed(conn: Connection, matrix_ids: list[int], limit: int) -> list[FailedCell]:
-    """The latest failure without an entry of each pair, newest first: looked for among the
-    newest ``WINDOW`` x ``limit`` failures first (a top-N), then among all of them."""
+    """Each pair's latest failure without an entry, newest first: a top-N window first."""
     for window in (WINDOW * limit, None):
         found = [FailedCell(str(m), str(cid), str(ck), str(fk), run, status, as_utc(at))  # type: ignore[arg-type]
                  for m, cid, ck, fk, run, status, at
@@ -135,8 +131,7 @@ WINDOW = 20  # _failed looks among the newest WINDOW x limit failures first
 
 
 def _failed_statement(matrix_ids: list[int], limit: int, window: int | None) -> Select[Any]:
-    """Without a window, "latest" is one grouped pass over every failure; within one, a
-    probe of the (cell, fingerprint) index per row of the window."""
+    """Without a window, one grouped pass; within one, an index probe per row."""
     f = cell_failures
     newer = cell_failures.alias("newer")
     latest = (f.c.id.in_(select(func.max(f.c.id)).group_by(f.c.cell_key, f.c.fingerprint_key))

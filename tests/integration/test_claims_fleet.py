@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 from neffcache.cli import run
-from neffcache.index.models import CellClaimRow, EntryRow
+from neffcache.index.models import EntryRow
 from neffcache.store import open_store
 from tests.support.claims_fleet import (
     draw_seconds,
@@ -28,6 +28,7 @@ from tests.support.claims_fleet import (
     wait_all,
     wait_for_start,
 )
+from tests.support.rows import CellClaimRow
 from tests.support.sleep_backend import read_records, register, write_sleep_matrix
 
 LEASE = 4.0

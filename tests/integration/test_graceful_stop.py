@@ -20,11 +20,11 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from neffcache.cli import run
-from neffcache.index.models import CellClaimRow
 from neffcache.manifest import decode_manifest
 from neffcache.store import BLOBS, CELLS, MANIFESTS, PENDING, open_store
 from tests.support.claims_fleet import fleet_env, start_worker, wait_for_start
 from tests.support.faulty_proxy import FaultyProxy
+from tests.support.rows import CellClaimRow
 from tests.support.sleep_backend import (
     SECONDS_FILE,
     cell_ids,

@@ -15,14 +15,14 @@ from neffcache.index import Index, open_index
 from neffcache.index import ops_queries as q
 from neffcache.index.aggregates import bucket_of, hour_of, rebuild_aggregates
 from neffcache.index.matrices import register_matrix
-from neffcache.index.models import (
+from neffcache.matrix import parse_matrix
+from tests.support.ops_seed import matrix_text, sdk_fingerprint
+from tests.support.rows import (
     CoverageCountRow,
     FingerprintCountRow,
     ReportFingerprintRow,
     RestoreCountRow,
 )
-from neffcache.matrix import parse_matrix
-from tests.support.ops_seed import matrix_text, sdk_fingerprint
 from tests.unit.test_index_factories import make_manifest
 
 MODELS = (CoverageCountRow, FingerprintCountRow, RestoreCountRow, ReportFingerprintRow)

@@ -14,8 +14,8 @@ from neffcache.index.schema import (
     downgrade_engine,
     make_engine,
     migrations_dir,
-    script_heads,
 )
+from tests.support.migrations import script_heads
 
 TABLES = {"fingerprints", "cells", "entries", "blobs", "entry_files", "precompile_runs",
           "cell_failures", "restore_reports", "matrices", "matrix_cells", "cell_claims",

@@ -294,8 +294,7 @@ def find_fingerprints(index: Index, prefix: str) -> dict[str, Fingerprint]:
 def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerprint],
                   python: str | None
                   ) -> tuple[Fingerprint | None, list[Fingerprint], list[str]]:
-    """(this host's fingerprint, the fingerprints to show first, the columns' keys). A full
-    key the index does not know is a column; a bad or ambiguous prefix is a UsageError."""
+    """(this host's, the ones to show first, the columns' keys); UsageError for a bad prefix."""
     from neffcache.fingerprint import collect_fingerprint
 
     here = None

@@ -6,11 +6,15 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from sqlalchemy import Connection, func, select, text
 
 from neffcache.index.coverage_engine.reads import (
     choose_version,
+    keys_param,
     matrix_cell_refs,
+    matrix_versions,
     read_facts,
     read_fingerprints,
     scope_of_matrix,
@@ -23,47 +27,44 @@ from neffcache.index.coverage_engine.rules import (
     column_of,
     grid_page,
 )
-from neffcache.index.matrices import current_versions_in, versions_in
+from neffcache.index.coverage_engine.statements import in_keys
+from neffcache.index.ops_values import (
+    CoverageGrid,
+    MatrixVersion,
+    by_severity,
+    distinguish,
+    severity,
+)
+from neffcache.index.queries import has_entry
 from neffcache.index.sqla_reader import SqlaReader
-
-if TYPE_CHECKING:
-    from sqlalchemy import Connection
-
-    from neffcache.index.ops_values import CoverageGrid
+from neffcache.index.tables import matrices as M
+from neffcache.index.tables import matrix_cells as MC
+from neffcache.index.values import FAILED, READY, as_utc
 
 
 def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
                        named: Sequence[str] = ()) -> CoverageFacts:
-    from sqlalchemy import text
-
     if conn.dialect.name == "postgresql":
-        # Without statistics the planner guesses thousands of entries per cell, and at that
-        # cost it JIT-compiles the probe: ~0.1 s spent before a 20,000-row read (this read
-        # transaction only).
+        # Without statistics the planner's cost estimate JIT-compiles the probe: ~0.1 s.
         conn.execute(text("SET LOCAL jit = off"))
     return read_facts(SqlaReader(conn), scope_of_matrix(matrix_id), now, details=False,
                       named=named)
 
 
 def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
-    """How the first call after a restore went for the verified entries of these cells
-    (served by the partial index of migration 0007)."""
-    from sqlalchemy import select
-
-    from neffcache.index.queries import key_batches, key_in
+    """How the first call after a restore went (the partial index of migration 0007)."""
     from neffcache.index.tables import entries as e
 
-    out: dict[Pair, str] = {}
-    for part in key_batches(conn, sorted(set(cell_keys))):
-        out.update(((ck, fk), str(v)) for ck, fk, v in conn.execute(
-            select(e.c.cell_key, e.c.fingerprint_key, e.c.verified_status)
-            .where(key_in(conn, e.c.cell_key, part), e.c.verified_status.is_not(None))))
-    return out
+    if not cell_keys:
+        return {}
+    dialect = conn.dialect.name
+    stmt = (select(e.c.cell_key, e.c.fingerprint_key, e.c.verified_status)
+            .where(in_keys(dialect, e.c.cell_key), e.c.verified_status.is_not(None)))
+    return {(ck, fk): str(v) for ck, fk, v in conn.execute(
+        stmt, {"keys": keys_param(dialect, sorted(set(cell_keys)))})}
 
 
 def _restores_of(conn: Connection, names: Sequence[str]) -> dict[str, dict[str, int]]:
-    from sqlalchemy import select
-
     from neffcache.index.tables import report_fingerprints as rf
 
     out: dict[str, dict[str, int]] = {}
@@ -77,10 +78,8 @@ def _restores_of(conn: Connection, names: Sequence[str]) -> dict[str, dict[str, 
 def matrix_coverage(conn: Connection, now: datetime, name: str, *,
                     version: int | None = None, pattern: str | None = None, offset: int = 0,
                     limit: int | None = None) -> CoverageGrid:
-    """A registered matrix's grid: its cells matching ``pattern`` x every fingerprint with a
-    row for them or named by its restore reports, worst first; counts over every matching cell,
-    rows for ``offset``..``offset + limit``."""
-    from neffcache.index.ops_values import by_severity, distinguish
+    """A registered matrix's grid: matching cells x every fingerprint with a row for them or
+    named by its restore reports, worst first; counts over every matching cell."""
 
     chosen = choose_version(versions_in(conn, name, counts=False), name, version)
     refs = matrix_cell_refs(SqlaReader(conn), chosen.id)
@@ -99,13 +98,8 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
 
 
 def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
-    """Counts of every registered matrix's current version: ready and failed from the
-    aggregates, leased cells moved by the rule (``Tally.add_leased``), missing the rest."""
-    from sqlalchemy import select
-
-    from neffcache.index.ops_values import CoverageGrid, by_severity, severity
+    """Every current version's counts: the aggregates, with leased cells moved by the rule."""
     from neffcache.index.tables import coverage_counts as cc
-    from neffcache.index.values import FAILED, READY
 
     versions = current_versions_in(conn)
     ids = [v.id for v in versions]
@@ -140,17 +134,45 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
 def _leased_cells(conn: Connection, matrix_ids: Sequence[int],
                   now: datetime) -> list[tuple[int, str, bool]]:
     """(matrix id, fingerprint key, has a failure) per live lease on a cell with no entry."""
-    from sqlalchemy import select
-
-    from neffcache.index.queries import has_entry
     from neffcache.index.tables import cell_claims as c
     from neffcache.index.tables import cell_failures as f
-    from neffcache.index.tables import matrix_cells as mc
     has_failure = (select(f.c.id).where(f.c.cell_key == c.c.cell_key,
                                         f.c.fingerprint_key == c.c.fingerprint_key).exists())
     rows = conn.execute(
-        select(mc.c.matrix_id, c.c.fingerprint_key, has_failure)
-        .select_from(c.join(mc, mc.c.cell_key == c.c.cell_key))
-        .where(mc.c.matrix_id.in_(matrix_ids), c.c.holder.is_not(None), c.c.expires_at > now,
+        select(MC.c.matrix_id, c.c.fingerprint_key, has_failure)
+        .select_from(c.join(MC, MC.c.cell_key == c.c.cell_key))
+        .where(MC.c.matrix_id.in_(matrix_ids), c.c.holder.is_not(None), c.c.expires_at > now,
                ~has_entry(c.c.cell_key, c.c.fingerprint_key)))
     return [(int(m), str(fp), bool(failure)) for m, fp, failure in rows]
+
+
+def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[MatrixVersion]:
+    """Oldest first; without ``counts`` every ``cell_count`` is 0 (one query fewer)."""
+    versions = matrix_versions(SqlaReader(conn), name)
+    if not versions or not counts:
+        return versions
+    n_cells = _cell_counts(conn, [v.id for v in versions])
+    return [replace(v, cell_count=n_cells.get(v.id, 0)) for v in versions]
+
+
+def _cell_counts(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
+    if not ids:
+        return {}
+    return {int(k): int(n) for k, n in conn.execute(
+        select(MC.c.matrix_id, func.count()).where(MC.c.matrix_id.in_(ids))
+        .group_by(MC.c.matrix_id)).all()}
+
+
+def current_versions_in(conn: Connection) -> list[MatrixVersion]:
+    rows = conn.execute(select(M.c.id, M.c.name, M.c.digest, M.c.backend, M.c.registered_at)
+                        .order_by(M.c.name, M.c.id)).all()
+    by_name: dict[str, list[Any]] = {}
+    for r in rows:
+        by_name.setdefault(r.name, []).append(r)
+    current = {name: max(enumerate(rs, 1), key=lambda x: (as_utc(x[1].registered_at),
+                                                          x[1].id))
+               for name, rs in by_name.items()}
+    counts = _cell_counts(conn, [r.id for _, r in current.values()])
+    return [MatrixVersion(r.id, name, n, r.digest, r.backend, counts.get(r.id, 0),
+                          as_utc(r.registered_at), True)  # type: ignore[arg-type]
+            for name, (n, r) in sorted(current.items())]

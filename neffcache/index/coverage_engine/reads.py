@@ -54,9 +54,7 @@ def scope_of_matrix(matrix_id: int) -> Scope:
 
 def database_now(reader: Reader) -> datetime:
     """The database's time (UTC); Postgres: the transaction's start."""
-    row = reader.first("now", (), {})
-    assert row is not None
-    value = row[0]
+    value = reader.all("now", (), {})[0][0]
     out = as_utc(value if isinstance(value, datetime) else datetime.fromisoformat(str(value)))
     assert out is not None
     return out
@@ -64,8 +62,7 @@ def database_now(reader: Reader) -> datetime:
 
 def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = True,
                named: Sequence[str] = ()) -> CoverageFacts:
-    """What the index holds for the cells of ``scope``: entries, latest failures and live
-    leases at ``now`` (one statement each), then the fingerprints they and ``named`` name."""
+    """Entries, latest failures and live leases of ``scope``, one statement each; their prints."""
     facts = CoverageFacts(named=tuple(dict.fromkeys(named)))
     if scope[0] != "keys" or scope[1]:
         kind, value = scope
@@ -91,11 +88,10 @@ def read_fingerprints(reader: Reader, keys: Sequence[str], facts: CoverageFacts)
 
     if not keys:
         return
-    for key, backend, fields, first_seen in reader.all(
+    for key, backend, fields in reader.all(
             "cov_fingerprints", (), {"keys": keys_param(reader.dialect, keys)}):
         facts.fingerprints[key] = Fingerprint(backend=backend, fields=tuple(
             sorted((str(k), str(v)) for k, v in fields.items())))
-        facts.first_seen[key] = as_utc(first_seen)
 
 
 def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: datetime) -> set[str]:
@@ -160,8 +156,7 @@ class CoveragePlan:
 def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, str]],
                   given: Sequence[Fingerprint], now: datetime, *, named: Sequence[str] = (),
                   only: Sequence[str] | None = None) -> CoveragePlan:
-    """The columns ``build_coverage`` gives ``cells``; ``only``: just these, in this order.
-    Up to SINGLE cells are read at once with details; more are read a batch at a time."""
+    """The columns for ``cells`` (``only``: these); up to SINGLE cells read at once."""
     cells = cell_ids_and_keys(cells)
     single = None
     if len(cells) <= SINGLE:
@@ -184,8 +179,7 @@ Cell_ = tuple[str, str, str, Status, CoverageFacts]  # cell id, cell key, fp key
 
 
 def coverage_cells(reader: Reader, plan: CoveragePlan, now: datetime) -> Iterator[Cell_]:
-    """Every cell x column of ``plan`` in ``build_coverage``'s order, as
-    ``rules.coverage_row``'s arguments; each batch read when its turn comes."""
+    """``rules.coverage_row``'s arguments per cell x column; each batch read in its turn."""
     for start, stop in batches(len(plan.cells)):
         part = plan.cells[start:stop]
         facts = plan.single if plan.single is not None else read_facts(
@@ -193,7 +187,6 @@ def coverage_cells(reader: Reader, plan: CoveragePlan, now: datetime) -> Iterato
         for cell_id, ck in part:
             for k in plan.keys:
                 yield cell_id, ck, k, facts.status((ck, k)), facts
-
 
 
 def matrix_cell_refs(reader: Reader, matrix_id: int) -> list[tuple[str, str]]:

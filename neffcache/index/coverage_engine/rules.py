@@ -55,14 +55,12 @@ class FailureFact:
 
 @dataclass(frozen=True, slots=True)
 class CoverageFacts:
-    """What the index holds for some cells, by (cell key, fingerprint key); without details
-    an entry is (None, None) and a failure has no log tail."""
+    """By (cell key, fingerprint key); without details, no entry key, size or log tail."""
 
     entries: dict[Pair, tuple[str | None, int | None]] = field(default_factory=dict)
     failures: dict[Pair, FailureFact] = field(default_factory=dict)
     leases: dict[Pair, LiveLease] = field(default_factory=dict)
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
-    first_seen: dict[str, datetime | None] = field(default_factory=dict)
     named: tuple[str, ...] = ()  # columns even with nothing for these cells (restore reports)
 
     def status(self, pair: Pair) -> Status:
@@ -155,8 +153,7 @@ def column_order(given: Sequence[Fingerprint], seen: Iterable[str]) -> list[str]
 def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
                    given: Sequence[Fingerprint], facts: CoverageFacts, *,
                    details: bool = True) -> CoverageReport:
-    """``cells`` x the columns of ``column_order``: each cell's statuses, each column's counts
-    and, with ``details``, each cell x column as a CoverageRow."""
+    """Each cell's statuses, each column's counts and, with ``details``, each CoverageRow."""
     cell_ids = cell_ids_and_keys(cells)
     fps: dict[str, Fingerprint] = {**facts.fingerprints, **{fp.key: fp for fp in given}}
     order = column_order(given, {*facts.fingerprints, *facts.named})
@@ -195,9 +192,8 @@ def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | N
 
 
 class RowLines:
-    """One line of JSON per CoverageRow, as ``encode(row.to_json())`` writes it: ready and
-    missing rows are filled into templates (a third of the time of 20,000 rows); ``encode``
-    must have ``ensure_ascii``."""
+    """CoverageRows as ``encode(row.to_json())`` lines: ready and missing ones fill templates (a
+    third of the time of 20,000 rows); ``encode`` must have ``ensure_ascii``."""
 
     def __init__(self, encode: Callable[[Any], str]) -> None:
         self._encode = encode

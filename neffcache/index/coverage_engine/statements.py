@@ -37,10 +37,8 @@ MATRIX = "matrix"  # a scope: the cells of the registered version ``matrix_id``
 
 def in_keys(dialect: str, column: Any, name: str = "keys") -> Any:
     if dialect == "postgresql":
-        # The array as one literal the server parses: psycopg adapts a list of 20,000 strings
-        # element by element (53 ms a statement; 13.5 ms as text). Untyped, the parameter is
-        # the array itself when the plan is made (a typed one is cast at run time, and the
-        # planner's hashed ``= ANY`` needs a constant array: 0.58 s instead of 0.06 s).
+        # One text literal: psycopg adapts a 20,000-string list in 53 ms (13.5 ms as text);
+        # untyped, the planner's hashed ``= ANY`` sees a constant array (0.06 s, not 0.58 s).
         return column == any_(cast(bindparam(name), ARRAY(Text)))
     listed = func.json_each(bindparam(name)).table_valued("value")
     return column.in_(select(listed.c.value))
@@ -65,11 +63,9 @@ def _entries(dialect: str, *, scope: str, details: bool) -> Any:
         return select(e.c.cell_key, e.c.fingerprint_key, e.c.entry_key,
                       e.c.total_bytes).where(in_scope(dialect, scope, e.c.cell_key))
     if scope == MATRIX and dialect == "postgresql":
-        # One LATERAL probe of the entries' (cell, fingerprint) index per cell of the version
-        # (``OFFSET 0`` keeps the planner from flattening it into a join): a nested loop
-        # whatever the statistics say. The plain ``IN (subquery)`` was planned as a hash join
-        # over a sequential scan of every entry until the table's first ANALYZE (0.57 s at 1M
-        # entries after a bulk fill, 0.06 s probing); SQLite always probes the index.
+        # A LATERAL index probe per cell (``OFFSET 0``: not flattened into a join), whatever
+        # the statistics say: ``IN (subquery)`` scanned every entry until the first ANALYZE
+        # (0.57 s at 1M entries, 0.06 s probing).
         mc = matrix_cells
         probe = (select(e.c.cell_key, e.c.fingerprint_key).where(e.c.cell_key == mc.c.cell_key)
                  .offset(literal_column("0", Integer)).lateral("probe"))
@@ -101,20 +97,16 @@ def _leases(dialect: str, *, scope: str) -> Any:
 
 def _fingerprints(dialect: str) -> Any:
     fp = fingerprints
-    return (select(fp.c.key, fp.c.backend, fp.c.fields, fp.c.first_seen_at)
-            .where(in_keys(dialect, fp.c.key)))
+    return select(fp.c.key, fp.c.backend, fp.c.fields).where(in_keys(dialect, fp.c.key))
 
 
 def _fingerprints_with(dialect: str) -> Any:
-    """Fingerprint keys with an entry, a failure or a live lease for one of the cells
-    ``keys``: one statement, so the keys are sent and parsed once."""
+    """Fingerprints with a row for one of the cells ``keys``: the keys sent once."""
     fp = fingerprints
 
     def having(t: Any) -> Any:
-        # Postgres takes the cells as one array: probed per fingerprint through the cell-key
-        # index it costs the whole array each time (0.6 s at 20,000 cells); as an expression
-        # (``|| ''``) it is a hashed filter on the fingerprint's rows, stopping at the first
-        # match (~20 ms). SQLite probes the keys through the index.
+        # On Postgres, probing the array through the cell-key index per fingerprint took 0.6 s
+        # at 20,000 cells; as an expression (``|| ''``) it is a hashed filter (~20 ms).
         cell = (t.c.cell_key + literal_column("''", String) if dialect == "postgresql"
                 else t.c.cell_key)
         return select(fp.c.key).where(select(t.c.cell_key).where(

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import select
 
 from neffcache.index import IN_PROGRESS, MISSING, Index, open_index
-from neffcache.index.models import CellClaimRow
 from neffcache.index.values import Lease
 from neffcache.precompile.claims import Heartbeat
 from tests.support.coverage import coverage_of
+from tests.support.rows import CellClaimRow
 from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
