@@ -78,8 +78,6 @@ def open_dir_at(parent: str | int, name: str, *, create: bool, what: str) -> int
 
 
 
-# --- directory descriptors --------------------------------------------------------------------
-
 class Roots:
     """Open descriptors of each target root (missing: created, or left out); never a symlink."""
 
