@@ -170,12 +170,9 @@ class DirCache:
 
     def trim(self) -> None:
         if len(self.fds) >= _MAX_OPEN_DIRS:
-            self._close_all()
+            self.close()
 
     def close(self) -> None:
-        self._close_all()
-
-    def _close_all(self) -> None:
         fds, self.fds = self.fds, {}
         for fd in fds.values():
             os.close(fd)

@@ -60,7 +60,6 @@ class RestoreJob:
         object.__setattr__(self, "target", Path(self.target).absolute())
 
     def entry_keys(self) -> list[str]:
-        """Each cell's entry key for the fingerprint, in cell order."""
         return [entry_key(c, self.fingerprint) for c in self.cells]
 
 

@@ -149,7 +149,6 @@ class _Session:
 
     def job(self, fingerprint: Fingerprint, workers: int, transfers: int | None = None,
             progress: Progress | None = None) -> RestoreJob:
-        """The restore of the session's cells built for ``fingerprint``, as ``run_job`` takes it."""
         return RestoreJob(self.cells, self.backend, fingerprint, self.target, workers=workers,
                           transfers=transfers, deadline=self.until, trusted=self.trusted,
                           notice=self.notice, progress=progress, announcer=self.announcer)
