@@ -465,8 +465,7 @@ def _report_timeout(until: float | None) -> float:
 
 def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
                  opened: Sequence[Store] = ()) -> None:
-    """Write this run's restore report where the settings say (never to the index); one not
-    written is spooled."""
+    """Write this run's report where the settings say (never to the index), else spool it."""
     if s.settings.reports_to == REPORTS_OFF:
         return
     doc = dict(doc)
