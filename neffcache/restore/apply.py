@@ -111,6 +111,3 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     deadline_hit = any(f.kind == "deadline" for f in failures.listed)
     return RestoreReport(installed, failures, nbytes, deadline_hit, states,
                          len(units) - len(left) - len(hung), len(hung))
-
-
-__all__ = ["FileFailure", "Failures", "Progress", "RestoreReport", "apply_restore"]

@@ -66,19 +66,20 @@ def lock_destination(target: str, *, deadline: float | None = None,
 
 def _acquire(fd: int, target: str, deadline: float | None,
              on_wait: Callable[[str], None] | None) -> None:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return
-    except BlockingIOError:
-        pass
-    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another restore"
-    if on_wait is not None:
-        on_wait(f"waiting for {holder} into {target} to finish (one restore per directory)")
-    if deadline is None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return
-    pause = _POLL[0]
+    pause, holder = _POLL[0], ""
     while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        if not holder:  # told once
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another restore"
+            if on_wait is not None:
+                on_wait(f"waiting for {holder} into {target} to finish (one restore per directory)")
+        if deadline is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return
         left = deadline - time.monotonic()
         if left <= 0:
             raise DeadlineExceededError(
@@ -86,11 +87,6 @@ def _acquire(fd: int, target: str, deadline: float | None,
                 f"(one restore per directory); nothing was restored by this run")
         time.sleep(min(pause, left))
         pause = min(pause * 2, _POLL[1])
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            continue
 
 
 def is_unclean(target: str) -> bool:

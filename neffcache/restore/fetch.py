@@ -44,14 +44,9 @@ from neffcache.restore.plan import (
 from neffcache.restore.state import StateRecord, state_record
 from neffcache.store import Store, blob_key, pack_key
 
-# Fetches of one piece (blob, part, pack member) before its file fails: as many as the S3
-# client's attempts per request (S3Store max_attempts).
-ATTEMPTS = 5
-# What a body can do wrong on the way: break off after the client's own resumptions
-# (UnavailableError) or arrive short or corrupt (IntegrityError).
-BODY_FAULTS = (IntegrityError, UnavailableError)
-# Deadline failures of units never started are handed on in lists of this many files.
-ABANDONED_BATCH = 4096
+ATTEMPTS = 5  # fetches of one piece before its file fails (as S3Store max_attempts)
+BODY_FAULTS = (IntegrityError, UnavailableError)  # a body broke off, or came short or corrupt
+ABANDONED_BATCH = 4096  # deadline failures of units never started, handed on in lists
 
 
 class Fetcher:
@@ -111,8 +106,6 @@ class Fetcher:
                     out = []
         if out:
             yield out
-
-    # -- units --------------------------------------------------------------------------------
 
     def _check(self) -> None:
         if self.deadline is not None and time.monotonic() >= self.deadline:
@@ -340,8 +333,6 @@ class _Assembly:
                 os.close(self.dfd)
                 self.dfd = -1
 
-
-# --- outcomes ---------------------------------------------------------------------------------
 
 def _stopped(o: StateRecord | FileFailure) -> StateRecord | FileFailure:
     """A store failure that ends after the deadline was cut short by it: a deadline stop."""

@@ -78,8 +78,6 @@ def open_dir_at(parent: str | int, name: str, *, create: bool, what: str) -> int
 
 
 
-# --- directory descriptors --------------------------------------------------------------------
-
 class Roots:
     """Open descriptors of each target root (missing: created, or left out); never a symlink."""
 
@@ -172,12 +170,9 @@ class DirCache:
 
     def trim(self) -> None:
         if len(self.fds) >= _MAX_OPEN_DIRS:
-            self._close_all()
+            self.close()
 
     def close(self) -> None:
-        self._close_all()
-
-    def _close_all(self) -> None:
         fds, self.fds = self.fds, {}
         for fd in fds.values():
             os.close(fd)

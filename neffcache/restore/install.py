@@ -41,9 +41,7 @@ class FileFailure:
 
 Outcome = tuple[Target, "StateRecord | FileFailure"]
 
-# Failed files held as records: the first ones (as many as a restore's JSON lists), and the
-# first of each kind; the others are only counted (a million missing blobs are a count).
-LISTED_FAILURES = 100
+LISTED_FAILURES = 100  # failed files held as records (then the first of each kind); others counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +106,6 @@ def read_umask() -> None:
         _UMASK = os.umask(0o022)
         os.umask(_UMASK)
 
-
-# --- files -----------------------------------------------------------------------------------
 
 def place(dirs: DirCache, t: Target, write: Callable[[int], None]) -> StateRecord:
     """A temp file beside ``t``'s path, written by ``write(fd)`` (which verifies), renamed."""
@@ -292,16 +288,10 @@ def read_piece(src: BinaryIO, view: memoryview) -> bytes | memoryview:
     """The next at most ``len(view)`` bytes of ``src``, without a copy where it can."""
     if getattr(src, "zero_copy_reads", False):
         return src.read(len(view))
-    return view[:read_into(src, view)]
-
-
-def read_into(src: BinaryIO, view: memoryview) -> int:
     try:
-        return src.readinto(view)  # type: ignore[attr-defined]
+        return view[:src.readinto(view)]  # type: ignore[attr-defined]
     except (AttributeError, NotImplementedError, io.UnsupportedOperation):
-        data = src.read(len(view))
-        view[:len(data)] = data
-        return len(data)
+        return src.read(len(view))
 
 
 # Files are written in slices of this size. Measured here (kernel 6.18, ext4, 2-core VM): a
@@ -317,9 +307,8 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view[:WRITE_BYTES]):]
 
 
-# Parts of large files are written in slices of this size: one write per chunk a store body
-# hands on (256 KiB and up), a quarter of the syscalls and GIL hand-offs of WRITE_BYTES with
-# no more system time (measured; 1 MiB slices cost more, see WRITE_BYTES).
+# Parts are written one chunk a store body hands on (256 KiB and up) at a time: a quarter of the
+# syscalls and GIL hand-offs of WRITE_BYTES with no more system time (measured).
 PART_WRITE_BYTES = 256 << 10
 
 

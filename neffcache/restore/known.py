@@ -55,7 +55,6 @@ def read_copy(target: Path, key: str, backend: Backend,
 
 def read_copies(target: Path, keys: Sequence[str], backend: Backend,
                 trusted: Sequence[PublicKey] = ()) -> dict[str, Manifest]:
-    """The valid local copies of entries ``keys``, by key."""
     # read before the state table: decoding peaks ~150 MiB above what it keeps (issue 22)
     return {k: m for k in keys if (m := read_copy(target, k, backend, trusted)) is not None}
 

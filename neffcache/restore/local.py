@@ -223,10 +223,8 @@ def _plain_relative(path: object) -> bool:
 
 def save_missing(target: Path, fingerprint_key: str,
                  missing: Mapping[str, Sequence[str]], now: float) -> None:
-    """Remember which entry keys the store lacked (and the fingerprints their cells were built for)
-    at ``now``; best effort. An empty ``missing`` removes the record."""
-    d = Path(target, LOCAL_ENTRIES)
-    final = d / MISSING_FILE
+    """Remember which entry keys the store lacked at ``now`` (best effort); none: no record."""
+    final = Path(target, LOCAL_ENTRIES, MISSING_FILE)
     if not missing:
         with contextlib.suppress(OSError):
             final.unlink()

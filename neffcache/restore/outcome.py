@@ -60,7 +60,6 @@ class RestoreJob:
         object.__setattr__(self, "target", Path(self.target).absolute())
 
     def entry_keys(self) -> list[str]:
-        """Each cell's entry key for the fingerprint, in cell order."""
         return [entry_key(c, self.fingerprint) for c in self.cells]
 
 
@@ -197,19 +196,18 @@ def job_result(job: RestoreJob, store_url: str, resolution: Resolution,
 def outcome_error(r: RestoreResult) -> NeffcacheError | None:
     """The error a restore ends with (None for success): the first rule below that matches."""
     res = r.resolution
-    kinds = {f.kind for f in r.failures} | {f.kind for f in res.failed}
-    first: dict[str, str] = {}
+    first: dict[str, str] = {}  # the first message of each kind of failure
     for kind, message in [(f.kind, f.message) for f in r.failures] + \
             [(f.kind, f.message) for f in res.failed]:
         first.setdefault(kind, message)
     n_fail = r.files_failed + len(res.failed)
-    if "integrity" in kinds:
+    if "integrity" in first:
         msg = first["integrity"]
         return IntegrityError(f"{n_fail} problem(s) found, nothing bad installed; first: {msg}",
                               hint=repair_hint(r.store_url))
-    if "io" in kinds:
+    if "io" in first:
         return NeffcacheError(f"{n_fail} file(s) could not be installed; first: {first['io']}")
-    if "unavailable" in kinds:
+    if "unavailable" in first:
         return UnavailableError(f"store {r.store_url} unavailable: {first['unavailable']}")
     if r.deadline_hit:
         left = len(r.requested) - len(r.restored) - len(res.missing)

@@ -11,11 +11,10 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
-from neffcache.restore.dest import ENTRIES_DIR
+from neffcache.restore.dest import ENTRIES_DIR, local_manifest_path
 from neffcache.restore.fs import tmp_name
 
 READY_DIR = "ready"  # in ENTRIES_DIR
-_COPY_SUFFIX = ".json"
 
 
 def marker_path(target: str | Path, cell_id: str) -> Path:
@@ -26,7 +25,7 @@ def cell_ready(target: str | Path, cell_id: str) -> bool:
     """Whether cell ``cell_id`` was announced ready in restore destination ``target`` (every file
     verified and renamed into place) and its entry is still there. Never reads the store."""
     key = marker_entry(target, cell_id)
-    return key is not None and Path(target, ENTRIES_DIR, key + _COPY_SUFFIX).is_file()
+    return key is not None and local_manifest_path(target, key).is_file()
 
 
 def marker_entry(target: str | Path, cell_id: str) -> str | None:
@@ -61,7 +60,6 @@ def remove_markers(target: str | Path, cell_ids: Iterable[str]) -> None:
 
 
 def remove_markers_of(target: str | Path, keys: Collection[str]) -> None:
-    """Remove every marker that names one of the entries ``keys``."""
     if not keys:
         return
     d = Path(target, ENTRIES_DIR, READY_DIR)

@@ -95,8 +95,7 @@ def _locked(store: Store, job: RestoreJob, held: Held,
     roots = Roots(dirs)  # refuses a root that is a symlink
     report: RestoreReport | None = None
     try:
-        # Under the lock every temp file is stale: in the entries directory, in the
-        # directories this run writes to, and (after a killed run) anywhere under the roots.
+        # Under the lock every temp file is stale (after a killed run: anywhere under the roots).
         stale = sweep_temps(held.entries_fd) + (sweep_trees(roots) if held.unclean else 0)
         copies = read_copies(job.target, job.entry_keys(), job.backend,
                              job.trusted)  # before the state table: see read_copies

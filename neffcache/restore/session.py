@@ -149,7 +149,6 @@ class _Session:
 
     def job(self, fingerprint: Fingerprint, workers: int, transfers: int | None = None,
             progress: Progress | None = None) -> RestoreJob:
-        """The restore of the session's cells built for ``fingerprint``, as ``run_job`` takes it."""
         return RestoreJob(self.cells, self.backend, fingerprint, self.target, workers=workers,
                           transfers=transfers, deadline=self.until, trusted=self.trusted,
                           notice=self.notice, progress=progress, announcer=self.announcer)
@@ -465,8 +464,7 @@ def _report_timeout(until: float | None) -> float:
 
 def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
                  opened: Sequence[Store] = ()) -> None:
-    """Write this run's restore report where the settings say (never to the index); one not
-    written is spooled."""
+    """Write this run's report where the settings say (never to the index), else spool it."""
     if s.settings.reports_to == REPORTS_OFF:
         return
     doc = dict(doc)
