@@ -26,6 +26,7 @@ def profile_credentials(source: CredentialSource, where: str,
     import botocore.session  # type: ignore[import-untyped]
 
     try:
+        # An explicit profile makes botocore skip the process's environment keys.
         session = botocore.session.Session(profile=source.profile)
         for name, var in (("config_file", "AWS_CONFIG_FILE"),
                           ("credentials_file", "AWS_SHARED_CREDENTIALS_FILE")):
