@@ -11,7 +11,7 @@ from typing import Any
 from neffcache.canonical import canonical_json
 from neffcache.documents import Document
 from neffcache.errors import IntegrityError
-from neffcache.hashing import SHA256_HEX, is_sha256
+from neffcache.hashing import SHA256_HEX, is_sha256, sha256_bytes
 from neffcache.manifest import MAX_FILE_SIZE, Manifest
 from neffcache.store.base import blob_key, pack_key
 
@@ -154,8 +154,6 @@ def plan_members(manifests: Sequence[Manifest], manifest_bytes: Mapping[str, byt
                  pointer_bytes: Mapping[str, bytes]) -> tuple[Member, ...]:
     """In write order: manifests and pointers (small, read first), then each blob once
     (largest first), then packs."""
-    from neffcache.hashing import sha256_bytes
-
     members = [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(manifest_bytes.items())]
     members += [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(pointer_bytes.items())]
     blobs: dict[str, int] = {}

@@ -140,7 +140,6 @@ class LocalStore(Store):
 
 
 def _writer_alive(name: str) -> bool:
-    """Whether the process named in a temp file's name still runs (no PID: assume so)."""
     pid = name[len(TEMP_PREFIX):].partition("-")[0]
     if not pid.isdigit():
         return True  # an older name without a PID: only its age tells

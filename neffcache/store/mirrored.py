@@ -48,9 +48,8 @@ class MirroredStore(Store):
 
     def check(self) -> None:
         """Fine when one store answers (the primary first); else the primary's error."""
-        for i in range(len(self.stores)):
-            if self._usable(i):
-                return
+        if any(self._usable(i) for i in range(len(self.stores))):
+            return
         with self._lock:
             raise self._down[0]
 
@@ -101,7 +100,6 @@ class MirroredStore(Store):
         return every[first:] + every[:first]
 
     def _usable(self, i: int) -> bool:
-        """Checked on first use, never again once down."""
         with self._checking[i]:  # one probe, however many threads need the store at once
             with self._lock:
                 if i in self._down or i in self._checked:

@@ -77,9 +77,8 @@ class S3Store(Store):
         self.bucket, self.prefix = bucket, self.settings.location.prefix
         self.url, self.endpoint = self.settings.url, self.settings.endpoint
         self.create = create
-        self._provider = None
-        if self.settings.credentials.needs_botocore:
-            self._provider = profile_credentials(self.settings.credentials, self.url, env)
+        self._provider = profile_credentials(self.settings.credentials, self.url, env) \
+            if self.settings.credentials.needs_botocore else None
         left = None if deadline is None else max(0.05, deadline - time.monotonic())
 
         def clip(*seconds: float) -> tuple[float, ...]:

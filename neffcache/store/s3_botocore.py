@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from neffcache.errors import NeffcacheError
 from neffcache.store.base import Upload
 from neffcache.store.s3_config import NONE, CredentialSource, S3Settings
 from neffcache.store.s3_errors import (
@@ -27,19 +26,19 @@ def profile_credentials(source: CredentialSource, where: str,
     import botocore.session  # type: ignore[import-untyped]
 
     try:
+        # An explicit profile makes botocore skip the process's environment keys.
         session = botocore.session.Session(profile=source.profile)
         for name, var in (("config_file", "AWS_CONFIG_FILE"),
                           ("credentials_file", "AWS_SHARED_CREDENTIALS_FILE")):
             if env.get(var):
                 session.set_config_variable(name, env[var])
         found = session.get_credentials()
-        if found is None:
-            raise no_credentials(where)
-        found.get_frozen_credentials()
-    except NeffcacheError:
-        raise
+        if found is not None:
+            found.get_frozen_credentials()
     except Exception as exc:  # noqa: BLE001 - every botocore failure is translated below
         raise credential_error(exc, source, where) from None
+    if found is None:
+        raise no_credentials(where)
 
     def provide() -> dict[str, Any]:
         frozen = found.get_frozen_credentials()

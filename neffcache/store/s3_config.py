@@ -29,8 +29,6 @@ _PROFILE_SOURCE_KEYS = frozenset({
 
 @dataclass(frozen=True, slots=True)
 class S3Location:
-    """Where a bucket is served and how to address it."""
-
     bucket: str
     prefix: str
     endpoint: str | None  # None: AWS's regional endpoint, chosen by obstore
@@ -87,7 +85,6 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 
 
 def configured_endpoint(env: Mapping[str, str]) -> str | None:
-    """AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL, as the AWS SDKs read them."""
     if env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
         return None
     return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
@@ -112,9 +109,8 @@ def locate(bucket: str, prefix: str, endpoint: str | None, env: Mapping[str, str
         return S3Location(bucket, prefix, None, region, not dotted, False)
     host = "s3" + ("-fips" if fips else "") + (".dualstack" if dualstack else "")
     where = f"{host}.{region or 'us-east-1'}.amazonaws.com"
-    if dotted:
-        return S3Location(bucket, prefix, f"https://{where}", region, False, False)
-    return S3Location(bucket, prefix, f"https://{bucket}.{where}", region, True, False)
+    endpoint = f"https://{where}" if dotted else f"https://{bucket}.{where}"
+    return S3Location(bucket, prefix, endpoint, region, not dotted, False)
 
 
 def credential_source(env: Mapping[str, str], profile: Mapping[str, str] | None) -> (
@@ -240,8 +236,6 @@ _SIZE_VARIABLES = (("multipart_threshold", "NEFFCACHE_S3_MULTIPART_THRESHOLD"),
 
 
 class S3Tuning(TypedDict, total=False):
-    """What a caller may set over a store's environment (``S3Store(bucket, **tuning)``)."""
-
     endpoint_url: str | None
     max_attempts: int
     multipart_threshold: int
@@ -250,8 +244,6 @@ class S3Tuning(TypedDict, total=False):
 
 @dataclass(frozen=True, slots=True)
 class S3Settings:
-    """Everything one ``s3://`` store is configured with, decided once."""
-
     location: S3Location
     puts: PutSettings
     unsigned: bool  # request bodies go unsigned (``unsigned_payload``)
@@ -268,7 +260,6 @@ class S3Settings:
 
     @property
     def endpoint(self) -> str:
-        """The endpoint as messages show it: no user:password."""
         return redact(self.location.endpoint or "https://s3.amazonaws.com")
 
 

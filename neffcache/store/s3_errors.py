@@ -124,7 +124,6 @@ def credential_error(exc: BaseException, source: CredentialSource,
 
 
 def botocore_code(exc: BaseException) -> str | None:
-    """The code of a botocore ClientError (None for any other failure)."""
     response = getattr(exc, "response", None)
     error = response.get("Error") if isinstance(response, dict) else None
     return str(error.get("Code")) if isinstance(error, dict) and error.get("Code") else None
@@ -187,7 +186,6 @@ def _is_credential_request(uri: str, endpoint: str) -> bool:
 
 
 def _short_reason(text: str) -> str:
-    """A few words for a failure without a server answer."""
     lowered = _RETRY_SETTING.sub("", text.lower())  # "retry_timeout: 180s" is not a timeout
     if "connection refused" in lowered or "connectionrefused" in lowered:
         return "connection refused"
