@@ -37,7 +37,7 @@ def write_intent(store: Store, manifest: Manifest) -> str:
 
 class Ticker:
     """Calls ``tick`` every ``interval`` seconds on a daemon thread, from ``start`` until
-    ``stop`` or until ``tick`` returns False: the one renewal loop of leases and intents."""
+    ``stop`` or until ``tick`` returns False: the one loop of leases, intents and beats."""
 
     def __init__(self, interval: float, name: str) -> None:
         self.tick_interval = interval
