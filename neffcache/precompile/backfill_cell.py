@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neffcache.backends import Backend
 from neffcache.errors import ExitRule, UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import FileRecord, Manifest, entry_key
@@ -19,7 +18,6 @@ from neffcache.precompile.plan import read_entries
 from neffcache.precompile.publish import PublishOptions, PublishResult, hash_files, publish_with
 from neffcache.precompile.push_cell import open_publisher
 from neffcache.request_rules import checked_request
-from neffcache.store import Store
 
 PUBLISH, EXISTS, NOTHING = "publish", "exists", "nothing"
 
@@ -96,17 +94,6 @@ def hash_new_files(plan: BackfillPlan, dirs: Mapping[str, str | Path],
 PRODUCER = {"tool": "neffcache capture", "source": "runtime-compiled (back-fill)"}
 
 
-def apply_backfill(store: Store, plan: BackfillPlan, backend: Backend, fingerprint: Fingerprint,
-                   dirs: Mapping[str, str | Path], options: PublishOptions) -> PublishResult | None:
-    """Publish the plan's new files as its cell's entry (None unless the plan says publish)."""
-    if plan.action != PUBLISH or plan.cell is None:
-        return None
-    files = hash_new_files(plan, dirs, workers=options.workers)
-    roots = {name: Path(d) for name, d in dirs.items()}
-    return publish_with(store, plan.cell, fingerprint, backend, roots,
-                        replace(options, producer=PRODUCER, files=files))
-
-
 _PUBLISH_FIELDS = ("created", "files", "total_bytes", "blobs_uploaded", "bytes_uploaded")
 
 
@@ -179,11 +166,13 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     present = scan_roots(backend, {k: v for k, v in dirs.items() if Path(v).is_dir()})
     plan = plan_backfill(present, m.cells, to.fingerprint, entries, request.cell_id)
     published, indexed = None, None
-    if not request.dry_run:
-        published = apply_backfill(to.store, plan, backend, to.fingerprint, dirs,
-                                   PublishOptions(workers=request.workers, signer=to.signer))
-        if published is not None:
-            indexed = record_entry_or_warn(to.settings, published.manifest, to.store.url,
-                                           request.notice)
+    if not request.dry_run and plan.action == PUBLISH and plan.cell is not None:
+        files = hash_new_files(plan, dirs, workers=request.workers)
+        published = publish_with(to.store, plan.cell, to.fingerprint, backend,
+                                 {name: Path(d) for name, d in dirs.items()},
+                                 PublishOptions(producer=PRODUCER, workers=request.workers,
+                                                files=files, signer=to.signer))
+        indexed = record_entry_or_warn(to.settings, published.manifest, to.store.url,
+                                       request.notice)
     return CaptureResult(plan, to.fingerprint.key, to.store.url, request.dry_run, published,
                          indexed)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from neffcache.errors import NeffcacheError
 from neffcache.matrix import Cell
-from neffcache.precompile.intents import Ticker
+from neffcache.precompile.heartbeat import Ticker
 from neffcache.precompile.plan import EXISTS, PUBLISHED, PrecompileReport
 from neffcache.precompile.run import PrecompileRun, RunContext, open_run
 

@@ -7,14 +7,48 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from neffcache.precompile.intents import Ticker
 from neffcache.precompile.launch import tail
 from neffcache.precompile.worker import PHASE_MARK
 
 STARTING, PUBLISHING, VERIFYING = "starting", "publishing", "verifying"
 LINE_CHARS = 200  # a beat's log line is trimmed to this many characters
 _TAIL_BYTES = 8192  # what a beat reads of the log's end
+_T = TypeVar("_T", bound="Ticker")
+
+
+class Ticker:
+    """Calls ``tick`` every ``interval`` seconds on a daemon thread, from ``start`` until
+    ``stop`` or until ``tick`` returns False: the one loop of leases, intents and beats."""
+
+    def __init__(self, interval: float, name: str) -> None:
+        self.tick_interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def tick(self) -> bool:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self: _T) -> _T:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick_interval):
+            if not self.tick():
+                return
 
 
 @dataclass(frozen=True, slots=True)

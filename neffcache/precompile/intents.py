@@ -5,15 +5,15 @@ from __future__ import annotations
 import contextlib
 import io
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from neffcache.canonical import canonical_json
 from neffcache.errors import NeffcacheError, UnavailableError
 from neffcache.manifest import Manifest
+from neffcache.precompile.heartbeat import Ticker
 from neffcache.store import PENDING, Store
 
 # The shortest grace gc accepts without --force. A live intent is at most REFRESH_SECONDS old
@@ -21,7 +21,6 @@ from neffcache.store import PENDING, Store
 # minutes also absorbs a few minutes of clock skew between the publishing host and gc's.
 GRACE_FLOOR_SECONDS = 600.0
 REFRESH_SECONDS = GRACE_FLOOR_SECONDS / 4
-_T = TypeVar("_T", bound="Ticker")
 
 
 def write_intent(store: Store, manifest: Manifest) -> str:
@@ -33,39 +32,6 @@ def write_intent(store: Store, manifest: Manifest) -> str:
                             "blobs": sorted({f.sha256 for f in manifest.files})}
     store.put(key, io.BytesIO(canonical_json(body).encode("utf-8")), if_absent=True)
     return key
-
-
-class Ticker:
-    """Calls ``tick`` every ``interval`` seconds on a daemon thread, from ``start`` until
-    ``stop`` or until ``tick`` returns False: the one renewal loop of leases and intents."""
-
-    def __init__(self, interval: float, name: str) -> None:
-        self.tick_interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def tick(self) -> bool:
-        raise NotImplementedError
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def __enter__(self: _T) -> _T:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.tick_interval):
-            if not self.tick():
-                return
 
 
 class IntentHolder(Ticker):

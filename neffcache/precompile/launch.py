@@ -117,7 +117,8 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
                environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None,
                timeout: float | None = None, python: str | None = None) -> WorkerOutcome:
     """Run one worker in its own session to completion (or ``timeout`` seconds, then its
-    process group is stopped) and collect its outcome; ``workdir`` holds spec, log, result."""
+    process group is stopped) and collect its outcome; creates the roots under ``spec.base``
+    (empty, unless the caller restored into them); ``workdir`` holds spec, log and result."""
     workdir.mkdir(parents=True, exist_ok=True)
     for d in root_dirs(backend, spec.base).values():
         Path(d).mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from neffcache.backends import Backend
 from neffcache.config import Settings
@@ -25,10 +25,6 @@ from neffcache.precompile.publish import (
 from neffcache.request_rules import checked_request
 from neffcache.signing import SigningKey
 from neffcache.store import Store
-
-if TYPE_CHECKING:
-    from neffcache.precompile.backfill_cell import CaptureRequest
-    from neffcache.precompile.session import PrecompileRequest
 
 
 @checked_request
@@ -75,6 +71,23 @@ class PushResult(ExitRule):
         return dict(self.published.to_json(), indexed=self.indexed, store=self.store_url)
 
 
+class Publishing(Protocol):
+    """The fields every publishing request (push, capture, precompile) shares."""
+
+    @property
+    def environ(self) -> Mapping[str, str] | None: ...
+    @property
+    def store(self) -> str | None: ...
+    @property
+    def index(self) -> str | None: ...
+    @property
+    def python(self) -> str | None: ...
+    @property
+    def allow_missing_packages(self) -> bool: ...
+    @property
+    def signing_key(self) -> str | Path | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Publisher:
     """Where and as what a use case publishes."""
@@ -85,7 +98,7 @@ class Publisher:
     store: Store
 
 
-def open_publisher(request: PushRequest | CaptureRequest | PrecompileRequest, backend: str,
+def open_publisher(request: Publishing, backend: str,
                    env: Mapping[str, str] | None = None) -> Publisher:
     """The settings, this host's fingerprint (collected in ``env``, default the request's
     environment) checked usable and publishable, the signing key and the open store."""

@@ -46,12 +46,7 @@ from neffcache.precompile.plan import (
     read_entries,
     worker_spec,
 )
-from neffcache.precompile.publish import (
-    STOP_POLL_SECONDS,
-    PublishOptions,
-    plan_publish,
-    publish_with,
-)
+from neffcache.precompile.publish import STOP_POLL_SECONDS, PublishOptions, publish_with
 from neffcache.precompile.warm import warm_restored
 from neffcache.precompile.worker import WorkerSpec
 from neffcache.restore import RestoreRequest, RestoreResult, restore
@@ -313,20 +308,19 @@ class PrecompileRun:
     def _publish(self, plan: CellPlan, spec: WorkerSpec, outcome: WorkerOutcome) -> CellReport:
         c, backend = self.context, self.backend
         roots = {name: Path(d) for name, d in root_dirs(backend, spec.base).items()}
-        files = plan_publish(backend, roots)
         producer = {"tool": "neffcache precompile", "run_id": str(self.run_id),
                     "matrix": c.matrix.name or Path(c.matrix.source).name,
                     "worker_wall_seconds": f"{outcome.wall_seconds:.3f}"}
         result = publish_with(c.store, plan.cell, c.fingerprint, backend, roots, PublishOptions(
-            producer=producer, compile_seconds=outcome.seconds, files=files,
-            signer=self.options.signer, stop=self._cancel))
+            producer=producer, compile_seconds=outcome.seconds, signer=self.options.signer,
+            stop=self._cancel))
         with self._lock:
             c.index.record_entry(result.manifest, c.store.url)
         status = PUBLISHED if result.created else EXISTS
+        files = len(result.manifest.files)
         self.emit(("done", plan.cell.id, f"{status}: first call {outcome.seconds or 0:.1f} s, "
-                                         f"{len(files)} files, "
-                                         f"{result.manifest.total_bytes} bytes"))
-        return _cell_report(plan, status, outcome, files=len(files),
+                                         f"{files} files, {result.manifest.total_bytes} bytes"))
+        return _cell_report(plan, status, outcome, files=files,
                             total_bytes=result.manifest.total_bytes,
                             bytes_uploaded=result.bytes_uploaded)
 

@@ -104,19 +104,18 @@ def check_warm(request: WarmRequest) -> WarmResult:
     fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
     check_usable(fingerprint)
     python = None if settings.python is None else described_interpreter(settings.python)
-    report = _warm_cells(request, m, cells, fingerprint, environ, python)
+    report = _warm_cells(request, m, cells, fingerprint, environ, python, target)
     _record_verdicts(settings, target, report, request.notice)
     return WarmResult(report, request.strict)
 
 
 def _warm_cells(request: WarmRequest, matrix: Matrix, cells: Sequence[Cell],
                 fingerprint: Fingerprint, environ: Mapping[str, str],
-                python: str | None) -> WarmReport:
+                python: str | None, cache_dir: Path) -> WarmReport:
     # In turn, not at once: cells share the directory, and a concurrent cell's new files
     # would be blamed on its neighbour.
     started = time.monotonic()
     backend = get_backend(matrix.backend)
-    cache_dir = Path(request.cache).expanduser().absolute()
     emit = request.progress or (lambda event: None)
     workdir = Path(tempfile.mkdtemp(prefix="neffcache-warm-"))
     results = []

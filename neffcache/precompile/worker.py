@@ -65,8 +65,8 @@ TP_MESH_DIM = "tp"
 
 
 def torchrun_command(python: str, nproc: int, module: str, args: Sequence[str]) -> list[str]:
-    """``torchrun --nproc_per_node=N -m MODULE ARGS`` as ``python -m torch.distributed.run``,
-    so the ranks use the parent's Python. Pure."""
+    """``torchrun --standalone --nproc_per_node=N -m MODULE ARGS`` as ``python -m
+    torch.distributed.run``, so the ranks use the parent's Python. Pure."""
     if nproc < 1:
         raise UsageError(f"torchrun: --nproc_per_node must be >= 1, got {nproc}")
     return [python, "-m", "torch.distributed.run", "--standalone",
