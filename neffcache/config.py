@@ -21,7 +21,6 @@ BOOL_KEYS = frozenset({"require_signatures"})
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"", "0", "false", "no", "off"})
 REPORTS_TO_STORE, REPORTS_OFF = "store", "none"
 DEFAULT = "default"  # Settings.sources: a value nobody set
-# Tables of the config file: [retire] holds the retire policy (`neffcache retire`).
 TABLE_KEYS = {"retire": {"keep_sdk_versions": int, "keep_matrices": list,
                          "keep_restored_days": int}}
 

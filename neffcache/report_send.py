@@ -156,7 +156,6 @@ class Spooled:
 
 
 def pending(directory: Path) -> list[Spooled]:
-    """The spooled files, oldest first."""
     found = []
     try:
         names = os.listdir(directory)

@@ -77,7 +77,6 @@ def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], objec
 def _start(lanes: Sequence[tuple[int, Sequence[U]]],
            runner: Callable[[int, Sequence[U], Iterator[int]], None], name: str,
            pools: list[ThreadPoolExecutor]) -> list[Future[None]]:
-    """A pool per lane (appended to ``pools``), its runners sharing the lane's counter."""
     runners: list[Future[None]] = []
     for k, (count, units) in enumerate(lanes):
         if units:
@@ -132,7 +131,6 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
 
 
 def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
