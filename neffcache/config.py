@@ -189,8 +189,7 @@ def redact_url(url: str) -> str:
 def read_settings(environ: Mapping[str, str], *, store: str | None = None,
                   index: str | None = None, python: str | None = None,
                   reports: str | None = None) -> Settings:
-    """The I/O edge: a file NEFFCACHE_CONFIG names must exist (ConfigError), the default one
-    may not."""
+    """The I/O edge: a file NEFFCACHE_CONFIG names must exist, the default one may not."""
     path = config_file_path(environ)
     values = None
     if environ.get("NEFFCACHE_CONFIG") and not path.is_file():

@@ -121,8 +121,7 @@ def build_fingerprint(backend: str, facts: Mapping[str, str],
 
 
 def check_usable(fingerprint: Fingerprint) -> None:
-    """FingerprintMismatchError when a required field is unknown: such a host neither restores
-    nor publishes."""
+    """FingerprintMismatchError: a host with an unknown target neither restores nor publishes."""
     if not fingerprint.unknown_fields:  # only ever the neuron target
         return
     seen = fingerprint.get_info("instance_type")

@@ -391,8 +391,7 @@ def _objects(raw: Any, field: str, limit: int, noun: str,
 
 
 class _RawFile:
-    """A file record's five-key JSON object, read like the dict (72 bytes, not 232: 160 MiB
-    less per million files)."""
+    """A file record's JSON object, read like the dict (72 bytes, not 232: 160 MiB a million)."""
 
     __slots__ = _FILE_FIELDS
 
