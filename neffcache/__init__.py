@@ -51,15 +51,16 @@ _FACE = {
     "precompile": ("BackfillPlan", "CaptureRequest", "CaptureResult", "CellBeat", "CellReport",
                    "FileState", "PrecompileReport", "PrecompileRequest", "PrecompileResult",
                    "PushRequest", "PushResult", "StopSummary", "Verdict", "VerifyReport",
-                   "WarmCell", "WarmReport", "WarmRequest", "WarmResult"),
+                   "WarmCell", "WarmReport", "WarmRequest", "WarmResult", "capture_entry",
+                   "check_warm", "push"),
     "restore": ("CellFailure", "Conflict", "FetchGroup", "FileFailure", "PruneRequest",
                 "PruneResult", "PrunedEntry", "Resolution", "RestorePlan", "RestorePreview",
-                "RestoreRequest", "RestoreResult", "cell_ready", "prune"),
+                "RestoreRequest", "RestoreResult", "cell_ready", "preview_restore", "prune"),
     "server": ("ServeRequest", "serve"),
     "store": ("BundleEntry", "Member", "TempFile", "Toc", "Upload"),
 }
 # functions of this module, not the packages of the same names
-_CALLS = ("capture_entry", "check_warm", "precompile", "preview_restore", "push", "restore")
+_CALLS = ("precompile", "restore")
 _LAZY_ALL, __getattr__ = lazy_face(globals(), _FACE)
 __all__ = sorted(["__version__", *_CALLS, *_LAZY_ALL])
 
@@ -107,10 +108,10 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.precompile import (BackfillPlan, CaptureRequest, CaptureResult, CellBeat,
         CellReport, FileState, PrecompileReport, PrecompileRequest, PrecompileResult, PushRequest,
         PushResult, StopSummary, Verdict, VerifyReport, WarmCell, WarmReport, WarmRequest,
-        WarmResult)
+        WarmResult, capture_entry, check_warm, push)
     from neffcache.restore import (CellFailure, Conflict, FetchGroup, FileFailure, PrunedEntry,
         PruneRequest, PruneResult, Resolution, RestorePlan, RestorePreview, RestoreRequest,
-        RestoreResult, cell_ready, prune)
+        RestoreResult, cell_ready, preview_restore, prune)
     from neffcache.server import ServeRequest, serve
     from neffcache.store import BundleEntry, Member, TempFile, Toc, Upload
     # isort: on
@@ -125,39 +126,9 @@ def restore(request: RestoreRequest) -> RestoreResult:
     return call(request)
 
 
-def preview_restore(request: RestoreRequest) -> RestorePreview:
-    """The plan ``restore(request)`` would run (``restore --dry-run``); fetches nothing."""
-    from neffcache.restore import preview_restore as call
-
-    return call(request)
-
-
 def precompile(request: PrecompileRequest) -> PrecompileResult:
     """Warm every selected cell not yet cached for this host's fingerprint, each in a worker
     process, and publish and index what each compiled (``neffcache precompile``)."""
     from neffcache.precompile import precompile as call
-
-    return call(request)
-
-
-def push(request: PushRequest) -> PushResult:
-    """Publish the files under each cache root as one cell's entry (``neffcache push``)."""
-    from neffcache.precompile import push as call
-
-    return call(request)
-
-
-def capture_entry(request: CaptureRequest) -> CaptureResult:
-    """Publish what an instance compiled at run time as its cell's entry (``neffcache
-    capture``)."""
-    from neffcache.precompile import capture_entry as call
-
-    return call(request)
-
-
-def check_warm(request: WarmRequest) -> WarmResult:
-    """Each cell's first call in a fresh process against restored caches: did it compile?
-    (``neffcache warm``)."""
-    from neffcache.precompile import check_warm as call
 
     return call(request)

@@ -49,8 +49,6 @@ class BuildPy(build_py):
 
 
 class Sdist(sdist):
-    """sdist that writes the commit into the release tree."""
-
     def make_release_tree(self, base_dir: str, files: list[str]) -> None:
         super().make_release_tree(base_dir, files)
         commit = _commit()

@@ -21,7 +21,6 @@ BOOL_KEYS = frozenset({"require_signatures"})
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"", "0", "false", "no", "off"})
 REPORTS_TO_STORE, REPORTS_OFF = "store", "none"
 DEFAULT = "default"  # Settings.sources: a value nobody set
-# Tables of the config file: [retire] holds the retire policy (`neffcache retire`).
 TABLE_KEYS = {"retire": {"keep_sdk_versions": int, "keep_matrices": list,
                          "keep_restored_days": int}}
 
@@ -190,8 +189,7 @@ def redact_url(url: str) -> str:
 def read_settings(environ: Mapping[str, str], *, store: str | None = None,
                   index: str | None = None, python: str | None = None,
                   reports: str | None = None) -> Settings:
-    """The I/O edge: a file NEFFCACHE_CONFIG names must exist (ConfigError), the default one
-    may not."""
+    """The I/O edge: a file NEFFCACHE_CONFIG names must exist, the default one may not."""
     path = config_file_path(environ)
     values = None
     if environ.get("NEFFCACHE_CONFIG") and not path.is_file():

@@ -32,8 +32,7 @@ class ShowConfigResult(ExitRule):
     config_read: bool
 
     def to_json(self) -> dict[str, Any]:
-        """``neffcache config --json``: config_file, config_read and settings ({name: {value,
-        source}})."""
+        """``neffcache config --json``: settings as {name: {value, source}}."""
         return {"config_file": self.config_file, "config_read": self.config_read,
                 "settings": {v.name: {"value": v.value, "source": v.source}
                              for v in self.values}}
@@ -50,9 +49,7 @@ class ShowConfigRequest:
 
 
 def show_config(request: ShowConfigRequest) -> ShowConfigResult:
-    """The settings a command would run with here. Raises ConfigError (exit 2) as any command
-    would: a config file NEFFCACHE_CONFIG names that does not exist, a malformed one, a bad
-    value."""
+    """The settings a command would run with here; ConfigError (exit 2) as any command's."""
     s = read_settings(os.environ, store=request.store, index=request.index,
                       python=request.python, reports=request.reports)
     src = dict(s.sources)

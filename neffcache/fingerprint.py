@@ -121,21 +121,16 @@ def build_fingerprint(backend: str, facts: Mapping[str, str],
 
 
 def check_usable(fingerprint: Fingerprint) -> None:
-    """FingerprintMismatchError when a required field is unknown: such a host neither restores
-    nor publishes."""
-    unknown = fingerprint.unknown_fields
-    if not unknown:
+    """FingerprintMismatchError: a host with an unknown target neither restores nor publishes."""
+    if not fingerprint.unknown_fields:  # only ever the neuron target
         return
-    if unknown[0] == "target":
-        seen = fingerprint.get_info("instance_type")
-        raise FingerprintMismatchError(
-            f"fingerprint field 'target' is unknown on this host: {neuron_env.PLATFORM_TARGET} "
-            f"is not set and the instance type ({seen}) is not a Trainium one; an unknown "
-            f"target never matches an entry",
-            hint=f"export {neuron_env.PLATFORM_TARGET}=trn2 (or trn3), or "
-                 f"{INSTANCE_TYPE_OVERRIDE}=trn2.48xlarge")
-    raise FingerprintMismatchError(f"fingerprint field {unknown[0]!r} is unknown on this "
-                                   f"host; an unknown value never matches an entry")
+    seen = fingerprint.get_info("instance_type")
+    raise FingerprintMismatchError(
+        f"fingerprint field 'target' is unknown on this host: {neuron_env.PLATFORM_TARGET} "
+        f"is not set and the instance type ({seen}) is not a Trainium one; an unknown "
+        f"target never matches an entry",
+        hint=f"export {neuron_env.PLATFORM_TARGET}=trn2 (or trn3), or "
+             f"{INSTANCE_TYPE_OVERRIDE}=trn2.48xlarge")
 
 
 # What each backend's compile needs in the interpreter that runs it; an entry published

@@ -25,9 +25,6 @@ from neffcache.request_rules import checked_request
 if TYPE_CHECKING:
     from neffcache.manifest import Manifest
 
-__all__ = ["ExplainRequest", "ExplainResult", "FingerprintRequest", "FingerprintResult",
-           "explain_fingerprint", "show_fingerprint"]
-
 DEFAULT_BACKEND = "inductor"
 
 

@@ -157,8 +157,7 @@ class VerifyingReader(io.RawIOBase):
         self.verified = True
 
     def _fail(self, message: str) -> None:
-        """Kept as ``failure`` too: obstore may surface it as its own error; the store then
-        raises this one."""
+        """Kept as ``failure``: obstore may surface it as its own, the store raises this one."""
         self.failure = IntegrityError(message)
         raise self.failure
 

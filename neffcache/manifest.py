@@ -108,10 +108,6 @@ class Manifest:
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
-    @property
-    def roots(self) -> tuple[str, ...]:
-        return tuple(sorted({f.root for f in self.files}))
-
     def to_json(self, *, lazy: bool = False) -> dict[str, Any]:
         """``lazy``: records kept as objects (a million as dicts: ~250 MiB), for ``record_json``."""
         doc = {
@@ -395,8 +391,7 @@ def _objects(raw: Any, field: str, limit: int, noun: str,
 
 
 class _RawFile:
-    """A file record's five-key JSON object, read like the dict (72 bytes, not 232: 160 MiB
-    less per million files)."""
+    """A file record's JSON object, read like the dict (72 bytes, not 232: 160 MiB a million)."""
 
     __slots__ = _FILE_FIELDS
 

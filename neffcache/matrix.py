@@ -273,8 +273,7 @@ def cell_keys(cells: Iterable[Cell]) -> list[str]:
 
 
 def _key_template(c: Cell) -> str | None:
-    """``canonical_json(c.to_json())`` with %-slots for mode, height, width, batch and tp;
-    None if a fixed value holds a placeholder's text."""
+    """``canonical_json(c.to_json())`` with %-slots; None if a value holds a placeholder."""
     holder = Cell(c.pipeline, c.pipeline_class, c.model, c.revision, c.dtype, "\0m",
                   c.components, "\0h", "\0w", "\0b", "\0t")  # type: ignore[arg-type]
     text = canonical_json(holder.to_json()).replace("%", "%%")

@@ -24,8 +24,7 @@ Put = Callable[[Report], str]
 
 
 def _writer(destination: str, store_url: str, store: Store | None = None) -> Put:
-    """Writes reports (create-only) to ``destination``; the store is ``store``, else opened
-    once when first written to."""
+    """Writes reports (create-only) to ``destination``; a store is opened once, when needed."""
     if destination != REPORTS_TO_STORE:
         directory = Path(destination).expanduser()
         return lambda report: str(write_file(directory, report))
@@ -156,7 +155,6 @@ class Spooled:
 
 
 def pending(directory: Path) -> list[Spooled]:
-    """The spooled files, oldest first."""
     found = []
     try:
         names = os.listdir(directory)

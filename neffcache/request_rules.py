@@ -194,8 +194,7 @@ def _union(text: str, scope: Mapping[str, object]) -> tuple[Check, str]:
 
 
 def _named(dotted: str, scope: Mapping[str, object]) -> tuple[Check, str]:
-    """The class the module binds to that name, else any object with a class of that name
-    (one imported only for type checking)."""
+    """The class the module binds to that name, else any class of that name (TYPE_CHECKING)."""
     name = dotted.rsplit(".", 1)[-1]
     bound = scope.get(dotted.split(".", 1)[0])
     for part in dotted.split(".")[1:]:

@@ -77,7 +77,6 @@ def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], objec
 def _start(lanes: Sequence[tuple[int, Sequence[U]]],
            runner: Callable[[int, Sequence[U], Iterator[int]], None], name: str,
            pools: list[ThreadPoolExecutor]) -> list[Future[None]]:
-    """A pool per lane (appended to ``pools``), its runners sharing the lane's counter."""
     runners: list[Future[None]] = []
     for k, (count, units) in enumerate(lanes):
         if units:
@@ -100,27 +99,13 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
     if deadline is not None and late is None:
         raise ValueError("map_in_threads: a deadline needs `late` for the items it stops")
     indexed: list[Any] = [_NONE] * len(todo)  # a list: 8 bytes an item, not a dict's ~80
-    failed = threading.Event()
-    # runners take the next item in input order: no future per item (issue 22)
-    taken = itertools.count()
-    current: dict[int, int] = {}  # runner -> the item it runs
 
-    def runner(k: int) -> None:
-        while not failed.is_set() and (deadline is None or time.monotonic() < deadline):
-            i = next(taken)  # atomic: each item goes to one runner
-            if i >= len(todo):
-                return
-            current[k] = i
-            try:
-                indexed[i] = fn(todo[i])
-            except BaseException:
-                failed.set()
-                raise
+    def one(i: int) -> None:
+        indexed[i] = fn(todo[i])
 
     stuck: list[int] = []
-    run_lanes([(workers, range(min(workers, len(todo))))], runner, deadline, name=name,
-              stuck=stuck)
-    stopped = {current[k] for k in stuck if k in current}
+    run_lanes([(workers, range(len(todo)))], one, deadline, name=name, stuck=stuck)
+    stopped = set(stuck)
     out: list[R] = []
     for i in range(len(todo)):
         if indexed[i] is not _NONE and i not in stopped:
@@ -132,7 +117,6 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
 
 
 def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
