@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Protocol
 
 from neffcache.command_steps import consent, open_checked_store
 from neffcache.config import read_settings
@@ -75,7 +75,14 @@ def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
 
 
 # Where a repair reads good bytes: a store, a bundle (a BundleStore) or a restored directory.
-Source = Store | DirSource
+class Source(Protocol):
+    """Where a repair reads good bytes: a store, a bundle or a restored directory."""
+
+    url: str
+
+    def open(self, key: str) -> BinaryIO: ...
+
+    def read(self, key: str) -> bytes: ...
 
 
 @checked_request
