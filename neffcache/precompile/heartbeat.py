@@ -31,7 +31,8 @@ class Ticker:
         raise NotImplementedError
 
     def start(self) -> None:
-        self._thread.start()
+        if self._thread.ident is None:  # once: IntentHolder starts itself on construction
+            self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
