@@ -303,22 +303,13 @@ class _Body(ObjectStream):
         out, self._buf = self._buf[:size], self._buf[size:]
         return bytes(out)
 
-    def readinto(self, buffer: Any) -> int:
-        if not self._buf and not self._fill():
-            return 0
-        n = min(len(buffer), len(self._buf))
-        buffer[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
-
     def _close_source(self) -> None:
         self._chunks = iter(())
         self._buf = memoryview(b"")
 
 
 def _whole(first: bytes, source: BinaryIO) -> bytes | memoryview:
-    """``first`` (just read from ``source``) and the rest of it as one body, without a copy of
-    the whole (a manifest of a million files is 234 MiB)."""
+    """``first`` and the rest of ``source``, a BytesIO uncopied (a manifest may be 234 MiB)."""
     if isinstance(source, io.BytesIO):
         start = source.tell() - len(first)
         del first
