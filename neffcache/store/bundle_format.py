@@ -152,8 +152,7 @@ def _entries(raw: Any, names: set[str], source: str) -> tuple[BundleEntry, ...]:
 
 def plan_members(manifests: Sequence[Manifest], manifest_bytes: Mapping[str, bytes],
                  pointer_bytes: Mapping[str, bytes]) -> tuple[Member, ...]:
-    """In write order: manifests and pointers (small, read first), then each blob once
-    (largest first), then packs."""
+    """In write order: manifests, pointers, each blob once (largest first), then packs."""
     members = [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(manifest_bytes.items())]
     members += [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(pointer_bytes.items())]
     blobs: dict[str, int] = {}

@@ -138,7 +138,6 @@ class LocalStore(Store):
             os.unlink(self.root / temp.key)
 
 
-
 def _writer_alive(name: str) -> bool:
     pid = name[len(TEMP_PREFIX):].partition("-")[0]
     if not pid.isdigit():

@@ -141,32 +141,28 @@ class S3Store(Store):
         check_key(key)
         self._no_source("PutObject")
         threshold = self.settings.multipart_threshold
+        # One conditional PutObject (If-None-Match: *) unless the key is content-addressed:
+        # obstore cannot make a multipart upload conditional.
+        one_put = if_absent and not key.startswith(_CONTENT_ADDRESSED)
         sized = _size_of(source)
-        # A large body goes multipart, unless it must stay one conditional PUT.
-        multipart = sized is not None and sized >= threshold and (
-            not if_absent or key.startswith(_CONTENT_ADDRESSED))
-        head = [] if multipart else [_read_up_to(source, threshold)]
-        if head and (len(head[0]) < threshold or (
-                if_absent and not key.startswith(_CONTENT_ADDRESSED))):
-            # One conditional PutObject (If-None-Match: *): the server refuses to overwrite.
-            first = head.pop()
-            return self._put_once(key, first if len(first) < threshold
-                                  else _whole(first, source), if_absent)
+        head = b""
+        if one_put or sized is None or sized < threshold:
+            head = _read_up_to(source, threshold)
+            if one_put or len(head) < threshold:
+                return self._put_once(key, head if len(head) < threshold
+                                      else _whole(head, source), if_absent)
         if if_absent and self.has(key):
             return False  # skip uploading a large body the store already holds
         with self._multipart:
             if not head and _is_local_file(source):
                 return self._put_multipart(key, source)
-            return self._put_spooled(key, source, head or [_read_up_to(source, threshold)])
-
-    def _put_spooled(self, key: str, source: BinaryIO, head: list[bytes]) -> bool:
-        # ``source`` may be an obstore stream (S3 -> S3), and reading one inside obstore.put
-        # panics ("Cannot start a runtime from within a runtime"): spooled to a temp file.
-        with tempfile.TemporaryFile(prefix=".neffcache-put-") as spool:
-            spool.write(head.pop())
-            shutil.copyfileobj(source, spool, MiB)
-            spool.seek(0)
-            return self._put_multipart(key, spool)
+            # ``source`` may be an obstore stream (S3 -> S3), and reading one inside obstore.put
+            # panics ("Cannot start a runtime from within a runtime"): spooled to a temp file.
+            with tempfile.TemporaryFile(prefix=".neffcache-put-") as spool:
+                spool.write(head or _read_up_to(source, threshold))
+                shutil.copyfileobj(source, spool, MiB)
+                spool.seek(0)
+                return self._put_multipart(key, spool)
 
     def _put_multipart(self, key: str, source: BinaryIO) -> bool:
         """Unconditional (obstore cannot make one conditional; a racing writer of a
@@ -307,22 +303,13 @@ class _Body(ObjectStream):
         out, self._buf = self._buf[:size], self._buf[size:]
         return bytes(out)
 
-    def readinto(self, buffer: Any) -> int:
-        if not self._buf and not self._fill():
-            return 0
-        n = min(len(buffer), len(self._buf))
-        buffer[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
-
     def _close_source(self) -> None:
         self._chunks = iter(())
         self._buf = memoryview(b"")
 
 
 def _whole(first: bytes, source: BinaryIO) -> bytes | memoryview:
-    """``first`` (just read from ``source``) and the rest of it as one body, without a copy of
-    the whole (a manifest of a million files is 234 MiB)."""
+    """``first`` and the rest of ``source``, a BytesIO uncopied (a manifest may be 234 MiB)."""
     if isinstance(source, io.BytesIO):
         start = source.tell() - len(first)
         del first

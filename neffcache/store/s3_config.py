@@ -265,8 +265,7 @@ class S3Settings:
 
 def load_s3_settings(bucket: str, prefix: str, env: Mapping[str, str],
                      tuning: S3Tuning) -> S3Settings:
-    """``tuning`` over ``env``'s settings; region and credential source as the AWS chain finds
-    them."""
+    """``tuning`` over ``env``; region and credential source as the AWS chain finds them."""
     sizes = {name: byte_count(var, env[var]) for name, var in _SIZE_VARIABLES if env.get(var)}
     threshold = tuning.get("multipart_threshold", sizes.get("multipart_threshold", PART_SIZE))
     part_size = tuning.get("part_size", sizes.get("part_size", PART_SIZE))
@@ -282,8 +281,7 @@ def load_s3_settings(bucket: str, prefix: str, env: Mapping[str, str],
 
 
 def s3_settings(env: Mapping[str, str]) -> tuple[tuple[str, str | None, str], ...]:
-    """(name, value, the variable it came from or "default") for ``neffcache config``: never a
-    credential."""
+    """(name, value, its variable or "default") rows for ``neffcache config``, no credential."""
     def first(*names: str) -> tuple[str | None, str]:
         found = next((n for n in names if env.get(n)), None)
         return (env[found], found) if found else (None, "default")
@@ -291,10 +289,9 @@ def s3_settings(env: Mapping[str, str]) -> tuple[tuple[str, str | None, str], ..
     endpoint, endpoint_from = first("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
     if env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
         endpoint, endpoint_from = None, "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
-    profile = read_profile(env)
-    source = credential_source(env, profile)
+    source = credential_source(env, read_profile(env))
     puts = put_settings(env)
-    rows = [("s3.endpoint", redact(endpoint) if endpoint else None, endpoint_from),
+    return (("s3.endpoint", redact(endpoint) if endpoint else None, endpoint_from),
             ("s3.region", *first("AWS_REGION", "AWS_DEFAULT_REGION")),
             ("s3.credentials", source.name + (f" (profile {source.profile})"
                                               if source.profile else ""),
@@ -304,5 +301,4 @@ def s3_settings(env: Mapping[str, str]) -> tuple[tuple[str, str | None, str], ..
             ("s3.sse_kms_key_id", puts.kms_key_id, *first("NEFFCACHE_S3_SSE_KMS_KEY_ID")[1:]),
             ("s3.storage_class", puts.storage_class, *first("NEFFCACHE_S3_STORAGE_CLASS")[1:]),
             ("s3.multipart_threshold", *first("NEFFCACHE_S3_MULTIPART_THRESHOLD")),
-            ("s3.part_size", *first("NEFFCACHE_S3_PART_SIZE"))]
-    return tuple(rows)
+            ("s3.part_size", *first("NEFFCACHE_S3_PART_SIZE")))
