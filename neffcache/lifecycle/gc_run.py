@@ -23,7 +23,7 @@ from neffcache.lifecycle.gc import (
     upload_json,
 )
 from neffcache.request_rules import checked_request
-from neffcache.store import Store, TempFile, TempFiles, Upload
+from neffcache.store import TempFile, TempFiles, Upload
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,46 +101,37 @@ def collect_garbage(request: CollectGarbageRequest) -> CollectGarbageResult:
     check_grace(request.grace, force=request.force)
     s = open_checked_store(read_settings(os.environ, store=request.store).store_url)
     now = time.time()
-    if request.uploads_only:
-        return _collect_uploads(s, request, now)
-    plan, seen_m, seen_i = collect_gc(s, now=now, grace=request.grace, workers=request.workers)
+    gc: GcResult | None = None
+    seen: tuple[set[str], set[str]] = (set(), set())
+    if not request.uploads_only:
+        plan, seen_m, seen_i = collect_gc(s, now=now, grace=request.grace,
+                                          workers=request.workers)
+        gc, seen = GcResult(plan, (), (), True), (seen_m, seen_i)
     uploads_error: str | None = None
     try:
         found = collect_uploads(s, now=now, grace=request.grace, workers=request.workers)
     except UnavailableError as exc:
+        if request.uploads_only:
+            raise
         found, uploads_error = None, str(exc)
         if request.notice is not None:
             hint = f" (Hint: {exc.hint})" if exc.hint else ""
             request.notice(f"warning: multipart uploads not checked: {exc}{hint}")
-    temps = tuple(s.stale_temps()) if isinstance(s, TempFiles) else ()
-    preview = CollectGarbageResult(s.url, True, request.grace, GcResult(plan, (), (), True),
+    temps = tuple(s.stale_temps()) if isinstance(s, TempFiles) and gc is not None else ()
+    preview = CollectGarbageResult(s.url, True, request.grace, gc,
                                    found[0] if found else None, (), uploads_error, temps)
-    doomed = len(plan.delete) + len(plan.delete_packs) + (len(found[0].abort) if found else 0)
-    if request.dry_run or ((doomed or plan.stale_intents or temps)
-                           and not _consent(request, preview)):
+    doomed = len(temps) + (len(found[0].abort) if found else 0)
+    if gc is not None:
+        doomed += len(plan.delete) + len(plan.delete_packs) + len(plan.stale_intents)
+    if request.dry_run or (doomed and not consent(
+            request.confirmed, request.confirm, preview,
+            f"gc would delete or abort {preview.pending} in {preview.store}; not confirmed",
+            hint="neffcache gc --dry-run, then neffcache gc --yes")):
         return preview
-    result = apply_gc(s, plan, (seen_m, seen_i), workers=request.workers)
+    result = None if gc is None else apply_gc(s, plan, seen, workers=request.workers)
     aborted = () if not found else apply_uploads(s, *found, workers=request.workers)
     for temp in temps:
         assert isinstance(s, TempFiles)  # temps only come from TempFiles
         s.remove_temp(temp)
     return replace(preview, dry_run=False, gc=result, aborted=aborted,
                    temps_removed=len(temps))
-
-
-def _collect_uploads(s: Store, request: CollectGarbageRequest,
-                     now: float) -> CollectGarbageResult:
-    found = collect_uploads(s, now=now, grace=request.grace, workers=request.workers)
-    preview = CollectGarbageResult(s.url, True, request.grace, None, found[0] if found else None)
-    if found is None or request.dry_run:
-        return replace(preview, dry_run=request.dry_run)
-    if found[0].abort and not _consent(request, preview):
-        return preview
-    return replace(preview, dry_run=False, aborted=apply_uploads(s, *found,
-                                                                 workers=request.workers))
-
-
-def _consent(request: CollectGarbageRequest, preview: CollectGarbageResult) -> bool:
-    return consent(request.confirmed, request.confirm, preview,
-                   f"gc would delete or abort {preview.pending} in {preview.store}; not "
-                   "confirmed", hint="neffcache gc --dry-run, then neffcache gc --yes")
