@@ -168,8 +168,7 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sou
 
 def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int
           ) -> tuple[RepairResult, dict[str, bytes], Callable[[str, bytes], bool]]:
-    """One verify of the target, then the objects the gated replacement manifests bring; the
-    preview, the replacement manifests' bytes, and the gate a target's manifest must pass."""
+    """One verify of the target, then the objects the gated replacement manifests bring."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         cat = read_catalogue(target, pool, trust, workers=workers)
         _, found = check_objects(target, cat, pool, quick=False)
