@@ -16,7 +16,7 @@ from neffcache.errors import ExitRule, IntegrityError, UntrustedEntryError, Usag
 from neffcache.hashing import VerifyingReader
 from neffcache.lifecycle.entry_select import select_manifests
 from neffcache.manifest import Manifest, PackRecord, encode_manifest
-from neffcache.precompile import REFRESH_SECONDS, held_intents, write_pointer
+from neffcache.precompile import held_intents, write_pointer
 from neffcache.request_rules import checked_request
 from neffcache.store import (
     Store,
@@ -143,7 +143,6 @@ def put_verified(dst: Store, key: str, raw: BinaryIO, size: int, sha256: str, *,
 
 def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers: int = 8,
                on_progress: Callable[[int, int], None] | None = None,
-               refresh_every: float = REFRESH_SECONDS,
                trust: TrustPolicy = UNCHECKED) -> CopyEntriesResult:
     """Objects, then manifests and pointers; a refused entry has nothing of it written."""
     present = [m for m in manifests if dst.has(manifest_key(m.entry_key))]
@@ -159,7 +158,7 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
         sha, size = item
         return sha, size, copy_object(src, dst, blob_key(sha), size, sha)
 
-    with held_intents(dst, todo, every=refresh_every):  # a concurrent gc spares their blobs
+    with held_intents(dst, todo):  # a concurrent gc spares their blobs
         outcomes = []
         for i in range(0, len(blobs), 256):  # progress per batch, bounded memory
             outcomes.extend(map_in_threads(blob, blobs[i:i + 256], workers))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +23,7 @@ from neffcache.errors import (
     UntrustedEntryError,
     UsageError,
 )
-from neffcache.hashing import CHUNK
+from neffcache.hashing import CHUNK, VerifyingReader
 from neffcache.lifecycle.copy import put_verified
 from neffcache.lifecycle.entry_select import decode_entry
 from neffcache.lifecycle.verify import Catalogue, Problem, check_objects, gate, read_catalogue
@@ -148,25 +147,16 @@ def repair_store(request: RepairRequest) -> RepairResult:
     target = open_checked_store(settings.store_url)
     with ExitStack() as stack:
         source = _open_source(request, target, stack)
-        plan = _plan(target, source, trust, request.workers)
-        preview = plan.result
+        preview, manifests, admitted = _plan(target, source, trust, request.workers)
         if request.dry_run or not preview.planned or not consent(
                 request.confirmed, request.confirm, preview,
                 f"repair would rewrite {len(preview.planned)} object(s) in {preview.store}; "
                 "not confirmed", hint="neffcache repair --dry-run, then neffcache repair --yes"):
             return preview
-        outcomes = _apply(target, source, plan, request.workers)
-        manifests = {i.key for i in preview.planned if i.kind == "manifest"}
+        outcomes = _apply(target, source, preview.planned, manifests, admitted, request.workers)
         done = {k for k, o in outcomes if o == "repaired" or o == "good" and k not in manifests}
         return replace(preview, dry_run=False, outcomes=tuple(outcomes),
                        remaining=tuple(p for p in preview.remaining if p.key not in done))
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    result: RepairResult
-    manifests: dict[str, bytes]
-    admitted: Callable[[str, bytes], bool]
 
 
 def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Source:
@@ -183,7 +173,8 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sou
     return source
 
 
-def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _Plan:
+def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int
+          ) -> tuple[RepairResult, dict[str, bytes], Callable[[str, bytes], bool]]:
     """One verify of the target, then the objects the gated replacement manifests bring."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         cat = read_catalogue(target, pool, trust, workers=workers)
@@ -192,12 +183,11 @@ def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _P
         wanted = [i for i in plan_repair(problems, {}, {}) if i.kind == "manifest"]
         read = map_in_threads(lambda i: _replacement(source, i.key, trust, cat), wanted,
                               workers)
-        manifests = {i.key: data for i, (data, _) in zip(wanted, read, strict=True) if data}
-        refused = tuple(p for _, p in read if p is not None)
+        refused = tuple(r for r in read if isinstance(r, Problem))
+        manifests = {i.key: r for i, r in zip(wanted, read, strict=True)
+                     if not isinstance(r, Problem)}
         known = (set(cat.blobs), set(cat.packs))
-        for key, data in manifests.items():
-            doc = good_manifest(data, key)
-            assert doc is not None  # _replacement decoded it
+        for key, (_, doc) in manifests.items():
             cat.add(key, doc)
         brought = (set(cat.blobs) - known[0]) | (set(cat.packs) - known[1])
         _, more = check_objects(target, cat, pool, quick=False, only=brought)
@@ -213,7 +203,7 @@ def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _P
 
     result = RepairResult(target.url, source.url, True, planned,
                           remaining=(*problems, *refused), refused=refused)
-    return _Plan(result, manifests, admitted)
+    return result, {k: data for k, (data, _) in manifests.items()}, admitted
 
 
 def _unlisted(cat: Catalogue) -> list[Problem]:
@@ -224,31 +214,32 @@ def _unlisted(cat: Catalogue) -> list[Problem]:
 
 
 def _replacement(source: Source, key: str, trust: TrustPolicy, cat: Catalogue
-                 ) -> tuple[bytes | None, Problem | None]:
+                 ) -> tuple[bytes, Manifest] | Problem:
     """The source's manifest ``key`` if it decodes and passes the gate, else why not."""
     where = f"{source.url}/{key}"
     try:
         data = source.read(key)
     except NotFoundError:
-        return None, Problem(key, "unavailable", f"{where}: the source does not have it")
+        return Problem(key, "unavailable", f"{where}: the source does not have it")
     doc = good_manifest(data, key)
     if doc is None:
-        return None, Problem(key, "unavailable", f"{where}: does not decode as that entry's "
-                             f"manifest")
+        return Problem(key, "unavailable", f"{where}: does not decode as that entry's manifest")
     try:
         trust.admit_replacement(doc, where, cat.pins.get(doc.entry_key))
     except UntrustedEntryError as exc:
-        return None, Problem(key, "untrusted", str(exc))
-    return data, None
+        return Problem(key, "untrusted", str(exc))
+    return data, doc
 
 
-def _apply(target: Store, source: Source, plan: _Plan, workers: int) -> list[tuple[str, str]]:
+def _apply(target: Store, source: Source, planned: Sequence[RepairItem],
+           replacements: Mapping[str, bytes], admitted: Callable[[str, bytes], bool],
+           workers: int) -> list[tuple[str, str]]:
     """As in a publish, an entry's manifest is written only after the objects it references."""
-    objects = [i for i in plan.result.planned if i.kind != "manifest"]
-    manifests = [i for i in plan.result.planned if i.kind == "manifest"]
+    objects = [i for i in planned if i.kind != "manifest"]
+    manifests = [i for i in planned if i.kind == "manifest"]
     done = map_in_threads(lambda i: rewrite_object(target, source, i), objects, workers)
     done += map_in_threads(lambda i: rewrite_manifest(
-        target, i.key, plan.manifests[i.key], lambda data: plan.admitted(i.key, data)),
+        target, i.key, replacements[i.key], lambda data: admitted(i.key, data)),
         manifests, workers)
     return list(zip((i.key for i in (*objects, *manifests)), done, strict=True))
 
@@ -260,23 +251,22 @@ def good_manifest(data: bytes, key: str) -> Manifest | None:
         return None
 
 
-def object_is_good(store: Store, item: RepairItem) -> bool:
+def object_is_good(store: Store, key: str, size: int, sha256: str) -> bool:
     try:
-        h, n = hashlib.sha256(), 0
-        with store.open(item.key) as src:
-            while chunk := src.read(CHUNK):
-                n += len(chunk)
-                h.update(chunk)
-    except NotFoundError:
+        with store.open(key) as src:
+            reader = VerifyingReader(src, size=size, sha256=sha256, name=key)
+            while reader.read(CHUNK):
+                pass
+    except (NotFoundError, IntegrityError):
         return False
-    return n == item.size and h.hexdigest() == item.sha256
+    return True
 
 
 def rewrite_object(target: Store, source: Source, item: RepairItem) -> str:
     """"repaired", "good" (the target's copy: untouched) or "unavailable" (no good bytes)."""
-    if object_is_good(target, item):
-        return "good"
     assert item.size is not None and item.sha256 is not None
+    if object_is_good(target, item.key, item.size, item.sha256):
+        return "good"
     try:  # checked while it streams: a mismatch leaves nothing of it
         with source.open(item.key) as raw:
             target.delete(item.key)
@@ -284,7 +274,7 @@ def rewrite_object(target: Store, source: Source, item: RepairItem) -> str:
                          name=f"{source.url}/{item.key}")
     except (NotFoundError, IntegrityError):
         return "unavailable"
-    if not object_is_good(target, item):
+    if not object_is_good(target, item.key, item.size, item.sha256):
         return "unavailable"
     target.delete(DAMAGED + item.key)  # no longer quarantined
     return "repaired"
