@@ -12,8 +12,8 @@ _FACE = {
                "ImportBundleResult", "ShowBundleRequest", "ShowBundleResult", "export_bundle",
                "import_bundle", "show_bundle"),
     "copy": ("CopyEntriesRequest", "CopyEntriesResult", "copy_entries"),
-    "gc": ("CollectGarbageRequest", "CollectGarbageResult", "GcPlan", "GcResult", "UploadPlan",
-           "collect_garbage"),
+    "gc": ("GcPlan", "GcResult", "UploadPlan"),
+    "gc_run": ("CollectGarbageRequest", "CollectGarbageResult", "collect_garbage"),
     "repair": ("RepairItem", "RepairRequest", "RepairResult", "repair_store"),
     "retire": ("EntryInfo", "RetireEntriesRequest", "RetireEntriesResult", "RetirePlan",
                "RetirePolicy", "retire_entries", "sdk_label"),
@@ -30,8 +30,9 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         ImportBundleRequest, ImportBundleResult, ShowBundleRequest, ShowBundleResult, export_bundle,
         import_bundle, show_bundle)
     from neffcache.lifecycle.copy import CopyEntriesRequest, CopyEntriesResult, copy_entries
-    from neffcache.lifecycle.gc import (CollectGarbageRequest, CollectGarbageResult, GcPlan,
-        GcResult, UploadPlan, collect_garbage)
+    from neffcache.lifecycle.gc import GcPlan, GcResult, UploadPlan
+    from neffcache.lifecycle.gc_run import (CollectGarbageRequest, CollectGarbageResult,
+        collect_garbage)
     from neffcache.lifecycle.repair import RepairItem, RepairRequest, RepairResult, repair_store
     from neffcache.lifecycle.retire import (EntryInfo, RetireEntriesRequest, RetireEntriesResult,
         RetirePlan, RetirePolicy, retire_entries, sdk_label)
