@@ -83,7 +83,6 @@ class Roots:
 
     def __init__(self, target_dirs: Mapping[str, str], *, create: bool = True) -> None:
         self.fds: dict[str, int] = {}
-        self.dirs = dict(target_dirs)
         self.real: dict[str, str] = {}  # each root's resolved path, for _assert_inside
         self.created: set[tuple[str, str]] = set()  # directories this restore made
         try:
