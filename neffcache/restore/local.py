@@ -231,7 +231,7 @@ def save_missing(target: Path, fingerprint_key: str,
         return
     doc = {"schema_version": MISSING_SCHEMA, "fingerprint_key": fingerprint_key,
            "checked_at": now, "entries": {k: list(v) for k, v in sorted(missing.items())}}
-    replace_best_effort(final, json.dumps(doc, sort_keys=True).encode())
+    replace_best_effort(final, [json.dumps(doc, sort_keys=True).encode()])
 
 
 def read_missing_record(target: Path, fingerprint_key: str, now: float,
