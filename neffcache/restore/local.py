@@ -22,7 +22,6 @@ from neffcache.manifest import (
     SIGNATURE_FIELD,
     FileRecord,
     Manifest,
-    entry_key,
     loads_light,
     signature_from_json,
 )
@@ -315,8 +314,8 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     found = _all([manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)])
     if found is None:
         return None
-    elsewhere = tuple((c.id, known_missing[entry_key(c, fingerprint)]) for c in missing
-                      if known_missing[entry_key(c, fingerprint)])
+    elsewhere = tuple((c.id, known_missing[k]) for c, k in zip(job.cells, all_keys, strict=True)
+                      if known_missing.get(k))
     resolution = Resolution(tuple(found), tuple(missing), (), (), elsewhere)
     return replace(job_result(job, store_url, resolution, started),
                    restored=tuple(c.id for c in cells), files_skipped=confirmed[0],
