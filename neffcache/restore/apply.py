@@ -27,7 +27,6 @@ class RestoreReport:
     bytes_fetched: int
     deadline_hit: bool
     states: tuple[StateRecord, ...] = field(default=(), repr=False)  # of installed[i]
-    requests: int = 0
     hung: int = 0  # units still running at the deadline (a store call that did not return)
 
 
@@ -109,5 +108,4 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
         installed, failures = tuple(tally.installed), tally.failures.done()
         states, nbytes = tuple(tally.states), tally.bytes
     deadline_hit = any(f.kind == "deadline" for f in failures.listed)
-    return RestoreReport(installed, failures, nbytes, deadline_hit, states,
-                         len(units) - len(left) - len(hung), len(hung))
+    return RestoreReport(installed, failures, nbytes, deadline_hit, states, len(hung))

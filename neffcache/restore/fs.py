@@ -31,16 +31,13 @@ def tmp_name() -> str:
     return f"{_TMP}{next(_names):x}{TMP_SUFFIX}"
 
 
-def replace_best_effort(final: Path, data: bytes | Iterable[bytes]) -> None:
-    """Write ``data`` (or pieces) to ``final`` through a rename, not fsynced, OSError ignored."""
+def replace_best_effort(final: Path, pieces: Iterable[bytes]) -> None:
+    """Write ``pieces`` to ``final`` through a rename, not fsynced, OSError ignored."""
     tmp = final.with_name(tmp_name())
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
-            if isinstance(data, bytes):
-                fh.write(data)
-            else:
-                fh.writelines(data)
+            fh.writelines(pieces)
         os.replace(tmp, final)
     except OSError:
         pass
@@ -83,7 +80,6 @@ class Roots:
 
     def __init__(self, target_dirs: Mapping[str, str], *, create: bool = True) -> None:
         self.fds: dict[str, int] = {}
-        self.dirs = dict(target_dirs)
         self.real: dict[str, str] = {}  # each root's resolved path, for _assert_inside
         self.created: set[tuple[str, str]] = set()  # directories this restore made
         try:

@@ -90,8 +90,8 @@ def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str
             local_manifest_path(target, entry_key(c, fingerprint)).unlink()
     elsewhere = dict(asked.elsewhere) | dict(find_elsewhere(
         store, gone, fingerprint, workers=workers, deadline=deadline)) | {
-        c.id: recorded[entry_key(c, fingerprint)] for c in reused
-        if recorded[entry_key(c, fingerprint)]}
+        c.id: recorded[k] for c, k in zip(cells, keys, strict=True)
+        if k not in copies and recorded.get(k)}
     dropped = {c.id for c in gone} | {f.cell_id for f in failed} | {c.id for c in late}
     by_key = {m.entry_key: m for m in asked.found} | {
         k: m for k, m in copies.items() if m.cell.id not in dropped}

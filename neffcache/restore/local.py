@@ -22,7 +22,6 @@ from neffcache.manifest import (
     SIGNATURE_FIELD,
     FileRecord,
     Manifest,
-    entry_key,
     loads_light,
     signature_from_json,
 )
@@ -231,19 +230,14 @@ def save_missing(target: Path, fingerprint_key: str,
         return
     doc = {"schema_version": MISSING_SCHEMA, "fingerprint_key": fingerprint_key,
            "checked_at": now, "entries": {k: list(v) for k, v in sorted(missing.items())}}
-    replace_best_effort(final, json.dumps(doc, sort_keys=True).encode())
-
-
-def read_missing(target: Path, fingerprint_key: str, now: float,
-                 max_age: float = MISSING_RECHECK_SECONDS) -> dict[str, tuple[str, ...]]:
-    """Entry keys recorded missing for this fingerprint less than ``max_age`` seconds ago."""
-    return read_missing_record(target, fingerprint_key, now, max_age)[0]
+    replace_best_effort(final, [json.dumps(doc, sort_keys=True).encode()])
 
 
 def read_missing_record(target: Path, fingerprint_key: str, now: float,
                         max_age: float = MISSING_RECHECK_SECONDS
                         ) -> tuple[dict[str, tuple[str, ...]], float]:
-    """``read_missing``'s entries and the time they were checked (``now`` when none)."""
+    """Entry keys recorded missing for this fingerprint less than ``max_age`` seconds ago, and
+    the time they were checked (``now`` when none)."""
     try:
         doc = json.loads(Path(target, LOCAL_ENTRIES, MISSING_FILE).read_bytes())
         if doc.get("schema_version") != MISSING_SCHEMA \
@@ -289,7 +283,7 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
                   deadline: float | None = None) -> RestoreResult | None:
     """The result of a restore that finds every requested cell in place, from the local copies and
     the state files alone (no store, no hashing); None at any doubt: then a full restore decides.
-    Cells recently found without an entry count as missing (``read_missing``). The result's
+    Cells recently found without an entry count as missing (``read_missing_record``). The result's
     manifests carry no file list."""
     started = time.monotonic()
     job = RestoreJob(tuple(cells), backend, fingerprint, target, deadline=deadline,
@@ -298,7 +292,7 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     if is_unclean(str(target)) or not _real_dir(Path(target, LOCAL_ENTRIES)):
         return None
     all_keys = job.entry_keys()
-    known_missing = read_missing(target, fingerprint.key, time.time()) if any(
+    known_missing = read_missing_record(target, fingerprint.key, time.time())[0] if any(
         not local_manifest_path(target, k).exists() for k in all_keys) else {}
     missing = [c for c, k in zip(cells, all_keys, strict=True) if k in known_missing]
     cells = [c for c, k in zip(cells, all_keys, strict=True) if k not in known_missing]
@@ -320,8 +314,8 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
     found = _all([manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)])
     if found is None:
         return None
-    elsewhere = tuple((c.id, known_missing[entry_key(c, fingerprint)]) for c in missing
-                      if known_missing[entry_key(c, fingerprint)])
+    elsewhere = tuple((c.id, known_missing[k]) for c, k in zip(job.cells, all_keys, strict=True)
+                      if known_missing.get(k))
     resolution = Resolution(tuple(found), tuple(missing), (), (), elsewhere)
     return replace(job_result(job, store_url, resolution, started),
                    restored=tuple(c.id for c in cells), files_skipped=confirmed[0],

@@ -63,6 +63,43 @@ class RestoreJob:
         return [entry_key(c, self.fingerprint) for c in self.cells]
 
 
+def outcome_error(r: RestoreResult) -> NeffcacheError | None:
+    """The error a restore ends with (None for success): the first rule below that matches."""
+    res = r.resolution
+    first: dict[str, str] = {}  # the first message of each kind of failure
+    for kind, message in [(f.kind, f.message) for f in r.failures] + \
+            [(f.kind, f.message) for f in res.failed]:
+        first.setdefault(kind, message)
+    n_fail = r.files_failed + len(res.failed)
+    if "integrity" in first:
+        msg = first["integrity"]
+        return IntegrityError(f"{n_fail} problem(s) found, nothing bad installed; first: {msg}",
+                              hint=repair_hint(r.store_url))
+    if "io" in first:
+        return NeffcacheError(f"{n_fail} file(s) could not be installed; first: {first['io']}")
+    if "unavailable" in first:
+        return UnavailableError(f"store {r.store_url} unavailable: {first['unavailable']}")
+    if r.deadline_hit:
+        left = len(r.requested) - len(r.restored) - len(res.missing)
+        return DeadlineExceededError(
+            f"deadline reached: {len(r.restored)} of {len(r.requested)} cells restored, "
+            f"{left} not finished (rerun to resume)")
+    if res.missing:
+        ids = ", ".join(c.id for c in res.missing[:3]) + (", ..." if len(res.missing) > 3 else "")
+        if not r.restored and res.elsewhere:
+            cell_key = next(c.key for c in res.missing if c.id == res.elsewhere[0][0])
+            other = entry_key_for(cell_key, res.elsewhere[0][1][0])
+            return FingerprintMismatchError(
+                f"no requested cell has an entry for fingerprint {r.fingerprint_key[:12]}; "
+                f"{len(res.elsewhere)} were built for another environment ({ids})",
+                hint=shlex.join(["neffcache", "fingerprint", "--explain", other,
+                                 *r.explain_args]))  # run as printed: the fields that differ
+        return CacheMissError(f"{len(res.missing)} of {len(r.requested)} cells have no entry for "
+                              f"fingerprint {r.fingerprint_key[:12]}: {ids}",
+                              hint="neffcache precompile MATRIX (on a build host)")
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class RestoreResult(ExitRule):
     """What a restore did: the cells requested, restored, missing or incomplete, the files fetched,
@@ -126,9 +163,7 @@ class RestoreResult(ExitRule):
         """The key ids that signed the entries found, each once."""
         return signers(self.resolution.found)
 
-    def error(self) -> NeffcacheError | None:
-        """The error this restore ends with, or None (``outcome_error``)."""
-        return outcome_error(self)
+    error = outcome_error
 
     def judged_json(self) -> dict[str, Any]:
         """The verdict and the cells, as a restore's report and a dry run both show them."""
@@ -191,40 +226,3 @@ def job_result(job: RestoreJob, store_url: str, resolution: Resolution,
         bytes_fetched=0, failures=(), deadline_hit=False,
         seconds=time.monotonic() - started,
         environment=tuple(sorted(cache_environment(job.backend, str(job.target)).items())))
-
-
-def outcome_error(r: RestoreResult) -> NeffcacheError | None:
-    """The error a restore ends with (None for success): the first rule below that matches."""
-    res = r.resolution
-    first: dict[str, str] = {}  # the first message of each kind of failure
-    for kind, message in [(f.kind, f.message) for f in r.failures] + \
-            [(f.kind, f.message) for f in res.failed]:
-        first.setdefault(kind, message)
-    n_fail = r.files_failed + len(res.failed)
-    if "integrity" in first:
-        msg = first["integrity"]
-        return IntegrityError(f"{n_fail} problem(s) found, nothing bad installed; first: {msg}",
-                              hint=repair_hint(r.store_url))
-    if "io" in first:
-        return NeffcacheError(f"{n_fail} file(s) could not be installed; first: {first['io']}")
-    if "unavailable" in first:
-        return UnavailableError(f"store {r.store_url} unavailable: {first['unavailable']}")
-    if r.deadline_hit:
-        left = len(r.requested) - len(r.restored) - len(res.missing)
-        return DeadlineExceededError(
-            f"deadline reached: {len(r.restored)} of {len(r.requested)} cells restored, "
-            f"{left} not finished (rerun to resume)")
-    if res.missing:
-        ids = ", ".join(c.id for c in res.missing[:3]) + (", ..." if len(res.missing) > 3 else "")
-        if not r.restored and res.elsewhere:
-            cell_key = next(c.key for c in res.missing if c.id == res.elsewhere[0][0])
-            other = entry_key_for(cell_key, res.elsewhere[0][1][0])
-            return FingerprintMismatchError(
-                f"no requested cell has an entry for fingerprint {r.fingerprint_key[:12]}; "
-                f"{len(res.elsewhere)} were built for another environment ({ids})",
-                hint=shlex.join(["neffcache", "fingerprint", "--explain", other,
-                                 *r.explain_args]))  # run as printed: the fields that differ
-        return CacheMissError(f"{len(res.missing)} of {len(r.requested)} cells have no entry for "
-                              f"fingerprint {r.fingerprint_key[:12]}: {ids}",
-                              hint="neffcache precompile MATRIX (on a build host)")
-    return None

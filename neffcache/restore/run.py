@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Concatenate, ParamSpec
+from typing import Any
 
 from neffcache.backends import root_dirs
 from neffcache.errors import ExitRule, NeffcacheError
@@ -56,7 +56,6 @@ from neffcache.restore.state import (
 )
 from neffcache.store import Store
 
-P = ParamSpec("P")
 PREVIEW_SCHEMA = 1
 MAX_LISTED_UNITS = 1000
 
@@ -75,16 +74,9 @@ def run_job(store: Store, job: RestoreJob) -> RestoreResult:
     return result
 
 
-def _taking_job(make: Callable[P, RestoreJob]
-                ) -> Callable[Concatenate[Store, P], RestoreResult]:
-    def restore_cells(store: Store, /, *args: P.args, **kwargs: P.kwargs) -> RestoreResult:
-        """Restore ``RestoreJob(*args, **kwargs)`` from an open ``store`` (the restore step)."""
-        return run_job(store, make(*args, **kwargs))
-
-    return restore_cells
-
-
-restore_cells = _taking_job(RestoreJob)  # RestoreJob's fields, declared there once
+def restore_cells(store: Store, /, *args: Any, **kwargs: Any) -> RestoreResult:
+    """Restore ``RestoreJob(*args, **kwargs)`` from an open ``store`` (the restore step)."""
+    return run_job(store, RestoreJob(*args, **kwargs))
 
 
 def _locked(store: Store, job: RestoreJob, held: Held,

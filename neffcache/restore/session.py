@@ -322,12 +322,15 @@ def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
         # An unknown neuron target matches nothing: refuse (exit 5) rather than miss quietly.
         check_usable(fingerprint)
         evicted = _evict(s)
-        if source is not None:
-            result = _from_bundle(s, fingerprint, source)
-        else:
-            # Everything already in place (local manifest copies + state file): no store.
-            result = _in_place(s, fingerprint, describe_store(s.settings.store_url)) or \
-                _before(s.until, lambda: _from_store(s, fingerprint, opened))
+        # Everything already in place (local manifest copies + state file): no store, and a
+        # bundle's structure was checked, enough.
+        url = describe_store(s.settings.store_url) if source is None else source.url
+        result = _in_place(s, fingerprint, url)
+        if result is None and source is not None:
+            source.verify_all()  # every member hashed: nothing is installed from a bad bundle
+            result = run_job(source, s.job(fingerprint, s.request.workers or BUNDLE_WORKERS))
+        elif result is None:
+            result = _before(s.until, lambda: _from_store(s, fingerprint, opened))
         return replace(result, signatures_checked=bool(s.trusted), evicted=evicted[0],
                        evicted_files=evicted[1])
     except NeffcacheError as exc:
@@ -374,15 +377,6 @@ def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> MirroredStore:
         if isinstance(m, BundleStore):
             stack.enter_context(m)
     return MirroredStore([primary, *mirrors], notice=s.notice)
-
-
-def _from_bundle(s: _Session, fingerprint: Fingerprint, source: BundleStore) -> RestoreResult:
-    """Hash every member of the bundle (nothing is installed from a bad one), then restore."""
-    done = _in_place(s, fingerprint, source.url)
-    if done is not None:  # already in place: the bundle's structure was checked, enough
-        return done
-    source.verify_all()
-    return run_job(source, s.job(fingerprint, s.request.workers or BUNDLE_WORKERS))
 
 
 def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreResult | None:

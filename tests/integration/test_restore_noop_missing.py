@@ -16,12 +16,12 @@ from neffcache.restore.local import (
     LOCAL_ENTRIES,
     MISSING_FILE,
     MISSING_RECHECK_SECONDS,
-    read_missing,
     restore_local,
 )
 from neffcache.restore.run import restore_cells
 from neffcache.store.local import LocalStore
 from tests.support.faulty_store import FaultyStore
+from tests.support.missing_record import read_missing
 
 FP = build_fingerprint("neuron", {"target": "trn2"})
 OTHER = build_fingerprint("neuron", {"target": "trn3"})
