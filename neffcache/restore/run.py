@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 from neffcache.backends import root_dirs
 from neffcache.errors import ExitRule, NeffcacheError
@@ -58,6 +58,7 @@ from neffcache.store import Store
 
 PREVIEW_SCHEMA = 1
 MAX_LISTED_UNITS = 1000
+P = ParamSpec("P")
 
 
 def run_job(store: Store, job: RestoreJob) -> RestoreResult:
@@ -74,9 +75,17 @@ def run_job(store: Store, job: RestoreJob) -> RestoreResult:
     return result
 
 
-def restore_cells(store: Store, /, *args: Any, **kwargs: Any) -> RestoreResult:
-    """Restore ``RestoreJob(*args, **kwargs)`` from an open ``store`` (the restore step)."""
-    return run_job(store, RestoreJob(*args, **kwargs))
+def _taking_job(make: Callable[P, RestoreJob]
+                ) -> Callable[Concatenate[Store, P], RestoreResult]:
+    def restore_cells(store: Store, /, *args: P.args, **kwargs: P.kwargs) -> RestoreResult:
+        """Restore ``RestoreJob(*args, **kwargs)`` (cells, backend, fingerprint, target, then
+        the job's fields as keywords) from an open ``store``: the restore step alone."""
+        return run_job(store, make(*args, **kwargs))
+
+    return restore_cells
+
+
+restore_cells = _taking_job(RestoreJob)  # RestoreJob's fields, declared there once
 
 
 def _locked(store: Store, job: RestoreJob, held: Held,
