@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,7 @@ from neffcache.config import Settings, default_home
 from neffcache.index.bare_reader import BareReader, open_bare
 from neffcache.index.compiled import StatementCache
 from neffcache.index.listing import Shape
+from neffcache.index.values import Closing
 
 if TYPE_CHECKING:
     from neffcache.index.api import Index
@@ -32,7 +34,7 @@ def open_reader(settings: Settings, *, snapshot: bool = False) -> BareReader | S
     return SqlaFallback(settings, statements, snapshot=snapshot)
 
 
-class SqlaFallback:
+class SqlaFallback(Closing):
     """For the statements the cache lacks; what it compiles is cached when it is closed."""
 
     dialect: str
@@ -41,14 +43,11 @@ class SqlaFallback:
                  snapshot: bool = False) -> None:
         from neffcache.index.sqla_reader import SqlaReader
 
-        self._statements = statements
-        self._ix = open_index_as_cli(settings)
-        try:
-            self._conn_cm = self._ix.connection()
-            conn = self._conn_cm.__enter__()
-        except BaseException:
-            self._ix.close()
-            raise
+        with contextlib.ExitStack() as opening:
+            ix = opening.enter_context(open_index_as_cli(settings))
+            conn = opening.enter_context(ix.connection())
+            opening.callback(statements.save)  # the first thing ``close`` does
+            self._stack = opening.pop_all()
         if snapshot and conn.dialect.name == "postgresql":
             conn.execution_options(isolation_level="REPEATABLE READ")
         self._reader = SqlaReader(conn, statements)
@@ -62,14 +61,4 @@ class SqlaFallback:
         return self._reader.all(name, shape, params)
 
     def close(self) -> None:
-        try:
-            self._statements.save()
-            self._conn_cm.__exit__(None, None, None)
-        finally:
-            self._ix.close()
-
-    def __enter__(self) -> SqlaFallback:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self._stack.close()

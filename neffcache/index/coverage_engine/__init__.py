@@ -26,7 +26,7 @@ from neffcache.index.coverage_engine.reads import (
 )
 from neffcache.index.coverage_engine.reads import find_fingerprints as _find_fingerprints
 from neffcache.index.readers import open_reader
-from neffcache.index.values import READY, CoverageColumn, CoverageReport, CoverageRow
+from neffcache.index.values import READY, Closing, CoverageColumn, CoverageReport, CoverageRow
 from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ def _choose(reader: Reader, request: CoverageRequest, python: str | None) -> _Ch
     return _Chosen(source, backend, cells, here, given, order)
 
 
-class CoverageStream(ExitRule):
+class CoverageStream(ExitRule, Closing):
     """``coverage`` as it is read, in flat memory (``coverage --json``/``--jsonl``): rows as
     ``rows()`` yields them (iterate once); ``fingerprints``, ``not_ready`` and ``error()`` are
     known after the rows. Holds an index connection: ``close()`` it, or use ``with``."""
@@ -235,12 +235,6 @@ class CoverageStream(ExitRule):
 
     def close(self) -> None:
         self._closer.close()
-
-    def __enter__(self) -> CoverageStream:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 def stream_coverage(request: CoverageRequest) -> CoverageStream:
