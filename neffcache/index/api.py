@@ -31,6 +31,7 @@ from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import entries, index_changes, restore_reports
 from neffcache.index.values import (
     ClaimResult,
+    Closing,
     EntrySummary,
     Lease,
     LiveLease,
@@ -71,7 +72,7 @@ ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few r
 KEY_PAGE = 10_000  # entry keys per page when every key must be visited (reindex's prune)
 
 
-class Index:
+class Index(Closing):
     """An open index; ``close()`` it, or use it as a context manager."""
 
     def __init__(self, engine: Engine, url: str) -> None:
@@ -138,12 +139,6 @@ class Index:
     def close(self) -> None:
         self._engine.dispose()
 
-    def __enter__(self) -> Index:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def schema_state(self) -> SchemaState:
         return read_schema_state(self._engine, self.url)
 
@@ -204,7 +199,7 @@ class Index:
 
     def known_report_ids(self, report_ids: Sequence[str]) -> set[str]:
         with self.read_session() as s:
-            return record_runs.existing_report_ids(s, report_ids)
+            return record.existing_keys(s, restore_reports.c.report_id, report_ids)
 
     def record_verification(self, entry_key: str, status: str,
                             at: datetime | None = None) -> bool:
@@ -278,7 +273,7 @@ class Index:
     def indexed_entry_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of these entry keys are indexed (never reads every key)."""
         with self.connection() as conn:
-            return record.existing_entry_keys(conn, sorted(set(keys)))
+            return record.existing_keys(conn, entries.c.entry_key, keys)
 
     def entry_key_pages(self, size: int = KEY_PAGE) -> Iterator[list[str]]:
         """Entry keys in key order, a page per transaction (pages may be deleted in between)."""

@@ -7,20 +7,20 @@ import json
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 
 from neffcache.config import redact_url
 from neffcache.errors import UnavailableError
 from neffcache.index.compiled import CompiledStatement, StatementCache
 from neffcache.index.listing import BATCH, Reader, Shape
+from neffcache.index.values import Closing
 
 BUSY_TIMEOUT_S = 30  # as ``engine``: the index's writers hold the lock briefly
 CONNECT_TIMEOUT_S = 10
 _SQLITE_TS = "%04d-%02d-%02d %02d:%02d:%02d.%06d"  # SQLAlchemy's SQLite DATETIME text
 
 
-class BareReader:
+class BareReader(Closing):
     """Runs cached statements on a DB-API connection ``conn`` of ``dialect``."""
 
     def __init__(self, conn: Any, dialect: str, url: str, cache: StatementCache,
@@ -114,12 +114,6 @@ class BareReader:
         if close is not None:
             close()
 
-    def __enter__(self) -> BareReader:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *,

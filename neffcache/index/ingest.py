@@ -10,7 +10,7 @@ from typing import Any
 
 from neffcache.errors import NeffcacheError, NotFoundError, ReportError
 from neffcache.index.api import Index
-from neffcache.index.reindex import BULK, read_objects
+from neffcache.index.reindex import BULK, plan_objects, read_objects
 from neffcache.reports import MAX_BYTES, Report, date_prefixes, decode_report, report_id_of
 from neffcache.store import REPORTS, Store
 
@@ -41,14 +41,7 @@ class IngestResult:
 
 def plan_ingest(object_keys: Iterable[str], skip: Collection[str] = ()
                 ) -> tuple[list[tuple[str, str]], list[str]]:
-    """(object key, report id) pairs, sorted, without ``skip``; and keys naming no report."""
-    wanted, stray = [], []
-    for key in sorted(set(object_keys)):
-        if key in skip:
-            continue
-        rid = report_id_of(key)
-        (wanted.append((key, rid)) if rid else stray.append(key))
-    return wanted, stray
+    return plan_objects(object_keys, report_id_of, skip)
 
 
 def ingest_reports(index: Index, store: Store, prefixes: Sequence[str] = (REPORTS,), *,

@@ -189,13 +189,8 @@ def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, A
 
 
 def summary(row: tuple[Any, ...]) -> EntrySummary:
-    (entry_key, cell_id, cell_key, fp_key, backend, store_url, total_bytes, file_count,
-     compile_seconds, created_at, verified_status, verified_at, last_used_at,
-     restore_count, signed_by) = row
-    return EntrySummary(
-        entry_key=entry_key, cell_id=cell_id, cell_key=cell_key, fingerprint_key=fp_key,
-        backend=backend, store_url=store_url, total_bytes=total_bytes, file_count=file_count,
-        compile_seconds=compile_seconds, created_at=as_utc(created_at),  # type: ignore[arg-type]
-        verified_status=verified_status, verified_at=as_utc(verified_at),
-        last_used_at=as_utc(last_used_at), restore_count=int(restore_count or 0),
-        signed_by=signed_by)
+    """A row of the entry statements: EntrySummary's fields, in order."""
+    *head, created_at, verified_status, verified_at, last_used_at, restore_count, signed_by = row
+    return EntrySummary(*head, as_utc(created_at), verified_status,  # type: ignore[call-arg]
+                        as_utc(verified_at), as_utc(last_used_at), int(restore_count or 0),
+                        signed_by)

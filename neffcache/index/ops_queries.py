@@ -61,30 +61,18 @@ from neffcache.index.tables import (
 )
 
 
-def _fingerprint_info(key: str, backend: str, fields: dict[str, Any],
-                      first_seen: datetime | None) -> FingerprintInfo:
-    return FingerprintInfo(key, backend, sdk_version(backend, fields),
-                           tuple(sorted((str(k), str(v)) for k, v in fields.items())),
-                           as_utc(first_seen))
-
-
-def _columns(s: Session, keys: set[str]) -> list[FingerprintInfo]:
-    """The grid's column order: by first appearance, then backend, SDK version, key."""
-    fp = fingerprints.c
-    rows = s.execute(select(fp.key, fp.backend, fp.fields, fp.first_seen_at)
-                     .where(fp.key.in_(sorted(keys)))).all() if keys else []
-    infos = [_fingerprint_info(*r) for r in rows]
-    known = {i.key for i in infos}  # a report may name a fingerprint only by its key
-    infos += [_fingerprint_info(k, "unknown", {}, None) for k in sorted(keys - known)]
-    return sorted(infos, key=lambda f: (f.first_seen_at is None, f.first_seen_at, f.backend,
-                                        f.sdk_version, f.key))
-
-
 def fingerprint_stats(index: Index) -> list[FingerprintStats]:
-    """Every fingerprint with its entry count and bytes, oldest first."""
+    """Every fingerprint with its entry count and bytes: by first appearance, then backend,
+    SDK version, key."""
+    fp = fingerprints.c
     with index.read_session() as s:
         totals = {k: (int(n), int(b)) for k, n, b in s.execute(select(fingerprint_counts))}
-        infos = _columns(s, set(s.scalars(select(fingerprints.c.key))))
+        rows = s.execute(select(fp.key, fp.backend, fp.fields, fp.first_seen_at)).all()
+    infos = [FingerprintInfo(key, backend, sdk_version(backend, fields),
+                             tuple(sorted((str(k), str(v)) for k, v in fields.items())),
+                             as_utc(first_seen)) for key, backend, fields, first_seen in rows]
+    infos.sort(key=lambda f: (f.first_seen_at is None, f.first_seen_at, f.backend,
+                              f.sdk_version, f.key))
     return [FingerprintStats(i, *totals.get(i.key, (0, 0))) for i in infos]
 
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from neffcache.config import Settings, default_home
 from neffcache.index.bare_reader import BareReader, open_bare
 from neffcache.index.compiled import StatementCache
-from neffcache.index.listing import Shape
 
 if TYPE_CHECKING:
     from neffcache.index.api import Index
+    from neffcache.index.sqla_reader import SqlaReader
 
 
 def open_index_as_cli(settings: Settings) -> Index:
@@ -22,54 +22,25 @@ def open_index_as_cli(settings: Settings) -> Index:
     return open_index(settings.index_url, auto_upgrade=settings.index_is_embedded)
 
 
-def open_reader(settings: Settings, *, snapshot: bool = False) -> BareReader | SqlaFallback:
+def open_reader(settings: Settings, *, snapshot: bool = False) -> BareReader | SqlaReader:
     """Close it when done. Raises UnavailableError (exit 6) or SchemaOutdatedError (7)."""
     statements = StatementCache.load(default_home(os.environ))
     bare = open_bare(settings.index_url, statements, snapshot=snapshot,
-                     fallback=lambda: SqlaFallback(settings, statements, snapshot=snapshot))
+                     fallback=lambda: open_sqla(settings, statements, snapshot=snapshot))
     if bare is not None:
         return bare
-    return SqlaFallback(settings, statements, snapshot=snapshot)
+    return open_sqla(settings, statements, snapshot=snapshot)
 
 
-class SqlaFallback:
+def open_sqla(settings: Settings, statements: StatementCache, *,
+              snapshot: bool = False) -> SqlaReader:
     """For the statements the cache lacks; what it compiles is cached when it is closed."""
+    from neffcache.index.sqla_reader import SqlaReader
 
-    dialect: str
-
-    def __init__(self, settings: Settings, statements: StatementCache, *,
-                 snapshot: bool = False) -> None:
-        from neffcache.index.sqla_reader import SqlaReader
-
-        self._statements = statements
-        self._ix = open_index_as_cli(settings)
-        try:
-            self._conn_cm = self._ix.connection()
-            conn = self._conn_cm.__enter__()
-        except BaseException:
-            self._ix.close()
-            raise
+    with contextlib.ExitStack() as opening:
+        ix = opening.enter_context(open_index_as_cli(settings))
+        conn = opening.enter_context(ix.connection())
+        opening.callback(statements.save)  # the first thing ``close`` does
         if snapshot and conn.dialect.name == "postgresql":
             conn.execution_options(isolation_level="REPEATABLE READ")
-        self._reader = SqlaReader(conn, statements)
-        self.dialect = self._reader.dialect
-
-    def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
-             ) -> Iterator[tuple[Any, ...]]:
-        return self._reader.rows(name, shape, params)
-
-    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        return self._reader.all(name, shape, params)
-
-    def close(self) -> None:
-        try:
-            self._statements.save()
-            self._conn_cm.__exit__(None, None, None)
-        finally:
-            self._ix.close()
-
-    def __enter__(self) -> SqlaFallback:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        return SqlaReader(conn, statements, opening.pop_all())

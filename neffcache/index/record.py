@@ -77,11 +77,11 @@ def save_fingerprints_and_cells(session: Session | Connection, fps: Iterable[Fin
     insert_if_absent(session, cells, [by_cell[k] for k in sorted(by_cell)])
 
 
-def existing_entry_keys(session: Session | Connection, keys: Sequence[str]) -> set[str]:
+def existing_keys(session: Session | Connection, column: Any, keys: Iterable[str]) -> set[str]:
+    """Which of ``keys`` are in ``column`` (an IN list per chunk, never a whole-table read)."""
     found: set[str] = set()
-    key = entries.c.entry_key
-    for part in chunks(keys):
-        found.update(session.scalars(select(key).where(key.in_(part))))
+    for part in chunks(sorted(set(keys))):
+        found.update(str(k) for k in session.scalars(select(column).where(column.in_(part))))
     return found
 
 
@@ -90,7 +90,8 @@ def save_entries(session: Session | Connection, manifests: Sequence[Manifest],
     """Returns how many of the manifests were new."""
     now = utcnow()
     by_key = {m.entry_key: m for m in manifests}
-    new = [by_key[k] for k in sorted(set(by_key) - existing_entry_keys(session, list(by_key)))]
+    known = existing_keys(session, entries.c.entry_key, by_key)
+    new = [by_key[k] for k in sorted(set(by_key) - known)]
     if not new:
         return 0
     save_fingerprints_and_cells(session, (m.fingerprint for m in new),

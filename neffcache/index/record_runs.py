@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, update
 from sqlalchemy.orm import Session
 
 from neffcache.errors import UsageError
@@ -15,6 +15,7 @@ from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
 from neffcache.index.engine import dialect_insert
 from neffcache.index.record import (
+    existing_keys,
     fingerprint_row,
     insert_if_absent,
     save_fingerprints_and_cells,
@@ -119,19 +120,11 @@ def restore_report_row(report: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def existing_report_ids(session: Session, ids: Sequence[str]) -> set[str]:
-    found: set[str] = set()
-    for part in chunks(sorted(set(ids))):
-        found.update(str(r) for r in session.scalars(
-            select(restore_reports.c.report_id).where(restore_reports.c.report_id.in_(part))))
-    return found
-
-
 def save_reports(session: Session, reports: Sequence[Report]) -> int:
     """Insert the reports not yet ingested, with their fingerprints and entries' last use."""
     now = utcnow()
     by_id = {r.report_id: r for r in reports}
-    fresh = set(by_id) - existing_report_ids(session, list(by_id))
+    fresh = set(by_id) - existing_keys(session, restore_reports.c.report_id, by_id)
     new = sorted((by_id[k] for k in fresh), key=lambda r: (r.time, r.report_id))  # oldest first
     if not new:
         return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -19,12 +19,20 @@ REMOVE_BATCH = 2_000  # stale entries removed per transaction
 T = TypeVar("T")
 
 
-def plan_reindex(object_keys: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
+def plan_objects(object_keys: Iterable[str], name_of: Callable[[str], str | None],
+                 skip: Collection[str] = ()) -> tuple[list[tuple[str, str]], list[str]]:
+    """(object key, the name it holds) pairs, sorted, without ``skip``; and keys naming none."""
     wanted, stray = [], []
-    for key in sorted(object_keys):
-        entry = entry_key_of(key)
-        (wanted.append((key, entry)) if entry else stray.append(key))
+    for key in sorted(set(object_keys)):
+        if key in skip:
+            continue
+        name = name_of(key)
+        (wanted.append((key, name)) if name else stray.append(key))
     return wanted, stray
+
+
+def plan_reindex(object_keys: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    return plan_objects(object_keys, entry_key_of)
 
 
 def _load(store: Store, key: str, entry: str) -> Manifest | InvalidManifest | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -11,6 +12,7 @@ from neffcache.index import listing_statements
 from neffcache.index.compiled import CompiledStatement, StatementCache
 from neffcache.index.listing import BATCH, Shape
 from neffcache.index.schema import SCHEMA_REVISION
+from neffcache.index.values import Closing
 
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
@@ -25,13 +27,20 @@ def build(name: str, dialect: str, shape: Shape) -> Any:
 _SIMPLE = (str, int, float, bool, type(None))
 
 
-class SqlaReader:
-    """Runs ``listing``'s statements through SQLAlchemy; records them in ``cache``."""
+class SqlaReader(Closing):
+    """Runs ``listing``'s statements through SQLAlchemy; records them in ``cache``; ``close``
+    closes ``closing`` (the connection's own, when ``readers`` opened it)."""
 
-    def __init__(self, conn: Connection, cache: StatementCache | None = None) -> None:
+    def __init__(self, conn: Connection, cache: StatementCache | None = None,
+                 closing: contextlib.ExitStack | None = None) -> None:
         self.conn = conn
         self.dialect = str(conn.dialect.name)
         self.cache = cache
+        self._closing = closing
+
+    def close(self) -> None:
+        if self._closing is not None:
+            self._closing.close()
 
     def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
              ) -> Iterator[tuple[Any, ...]]:

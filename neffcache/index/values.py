@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Annotated, Any, Final, Literal, TypedDict
+from typing import Annotated, Any, Final, Literal, TypedDict, TypeVar
 
 from neffcache.documents import Doc, Document
 
@@ -35,6 +35,24 @@ def as_utc(ts: datetime | None) -> datetime | None:
 
 def iso(ts: datetime | None) -> str | None:
     return ts.isoformat(timespec="seconds") if ts is not None else None
+
+
+_C = TypeVar("_C", bound="Closing")
+
+
+class Closing:
+    """What ``with`` closes: ``close()`` runs when the block ends."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True, slots=True)

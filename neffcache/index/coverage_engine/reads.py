@@ -211,11 +211,8 @@ def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
 
 def current_matrix(reader: Reader, name: str) -> tuple[int, str] | None:
     """(id, backend) of the current version of matrix ``name``; None if unknown."""
-    rows = list(reader.all("matrix_versions", (), {"name": name}))
-    if not rows:
-        return None
-    row = max(rows, key=_registered)
-    return int(row[0]), str(row[2])
+    current = [v for v in matrix_versions(reader, name) if v.current]
+    return (current[0].id, current[0].backend) if current else None
 
 
 def choose_version(versions: Sequence[MatrixVersion], name: str,
