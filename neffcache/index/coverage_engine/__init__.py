@@ -21,6 +21,8 @@ from neffcache.index.coverage_engine.reads import (
     current_matrix,
     database_now,
     matrix_cell_refs,
+    read_facts,
+    scope_of_keys,
 )
 from neffcache.index.coverage_engine.reads import find_fingerprints as _find_fingerprints
 from neffcache.index.readers import open_reader
@@ -120,17 +122,24 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     Raises MatrixError (exit 2) for a matrix neither a file nor registered, UsageError (2) for a
     malformed --fingerprint or a prefix naming no single fingerprint, UnavailableError (6) /
     SchemaOutdatedError (7) for the index. The check's outcome is in the result, not raised."""
-    with stream_coverage(request) as stream:
-        rows = tuple(stream.rows())  # sets fingerprints and not_ready
-    columns = stream.fingerprints or ()
-    n = len(columns)
-    statuses = tuple(tuple(r.status for r in rows[i * n:(i + 1) * n])
-                     for i in range(len(stream.cells)))
-    missed = {(r.cell_key, r.fingerprint_key) for r in stream.not_ready or ()}
-    not_ready = None if stream.not_ready is None else tuple(
-        r for r in rows if (r.cell_key, r.fingerprint_key) in missed)  # with their details
-    return CoverageResult(stream.matrix, stream.backend, stream.here,
-                          CoverageReport(stream.cells, columns, rows, statuses),
+    from neffcache.index.coverage_engine.rules import build_coverage
+
+    settings = _read_settings(request)
+    with open_reader(settings) as reader:
+        chosen = _choose(reader, request, settings.python)
+        known = {fp.key for fp in chosen.given}
+        facts = read_facts(reader, scope_of_keys(sorted({k for _, k in chosen.cells})),
+                           database_now(reader),
+                           named=[k for k in chosen.order if k not in known])
+    report = build_coverage(chosen.cells, chosen.given, facts)
+    if request.fingerprints:
+        report = report.only(chosen.order)
+    not_ready = None
+    if request.check:
+        keys = set(chosen.order)
+        not_ready = tuple(r for r in report.rows
+                          if r.fingerprint_key in keys and r.status != READY)
+    return CoverageResult(chosen.source, chosen.backend, chosen.here, report,
                           tuple(request.cells), not_ready)
 
 
