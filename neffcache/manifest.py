@@ -108,6 +108,10 @@ class Manifest:
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
+    @property
+    def roots(self) -> tuple[str, ...]:
+        return tuple(sorted({f.root for f in self.files}))
+
     def to_json(self, *, lazy: bool = False) -> dict[str, Any]:
         """``lazy``: records kept as objects (a million as dicts: ~250 MiB), for ``record_json``."""
         doc = {
