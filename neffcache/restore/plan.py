@@ -124,6 +124,10 @@ class RestorePlan:
     def bytes_to_fetch(self) -> int:
         return sum(g.size for g in self.fetch)
 
+    @property
+    def requests(self) -> int:
+        return len(self.units)
+
 
 def wanted_sizes(manifests: Iterable[Manifest]) -> dict[FileId, tuple[int, ...]]:
     """Every path the entries want, with the distinct sizes wanted there."""
