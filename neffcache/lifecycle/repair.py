@@ -147,14 +147,16 @@ def repair_store(request: RepairRequest) -> RepairResult:
     target = open_checked_store(settings.store_url)
     with ExitStack() as stack:
         source = _open_source(request, target, stack)
-        preview, manifests, admitted = _plan(target, source, trust, request.workers)
+        plan = _plan(target, source, trust, request.workers)
+        preview = plan.result
         if request.dry_run or not preview.planned or not consent(
                 request.confirmed, request.confirm, preview,
                 f"repair would rewrite {len(preview.planned)} object(s) in {preview.store}; "
                 "not confirmed", hint="neffcache repair --dry-run, then neffcache repair --yes"):
             return preview
-        outcomes = _apply(target, source, preview.planned, manifests, admitted, request.workers)
-        done = {k for k, o in outcomes if o == "repaired" or o == "good" and k not in manifests}
+        outcomes = _apply(target, source, plan, request.workers)
+        done = {k for k, o in outcomes
+                if o == "repaired" or o == "good" and k not in plan.manifests}
         return replace(preview, dry_run=False, outcomes=tuple(outcomes),
                        remaining=tuple(p for p in preview.remaining if p.key not in done))
 
@@ -173,8 +175,14 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sou
     return source
 
 
-def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int
-          ) -> tuple[RepairResult, dict[str, bytes], Callable[[str, bytes], bool]]:
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    result: RepairResult
+    manifests: dict[str, bytes]  # the gated replacements, by key
+    admitted: Callable[[str, bytes], bool]  # re-gates a manifest's bytes right before a write
+
+
+def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _Plan:
     """One verify of the target, then the objects the gated replacement manifests bring."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         cat = read_catalogue(target, pool, trust, workers=workers)
@@ -203,7 +211,7 @@ def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int
 
     result = RepairResult(target.url, source.url, True, planned,
                           remaining=(*problems, *refused), refused=refused)
-    return result, {k: data for k, (data, _) in manifests.items()}, admitted
+    return _Plan(result, {k: data for k, (data, _) in manifests.items()}, admitted)
 
 
 def _unlisted(cat: Catalogue) -> list[Problem]:
@@ -231,15 +239,13 @@ def _replacement(source: Source, key: str, trust: TrustPolicy, cat: Catalogue
     return data, doc
 
 
-def _apply(target: Store, source: Source, planned: Sequence[RepairItem],
-           replacements: Mapping[str, bytes], admitted: Callable[[str, bytes], bool],
-           workers: int) -> list[tuple[str, str]]:
+def _apply(target: Store, source: Source, plan: _Plan, workers: int) -> list[tuple[str, str]]:
     """As in a publish, an entry's manifest is written only after the objects it references."""
-    objects = [i for i in planned if i.kind != "manifest"]
-    manifests = [i for i in planned if i.kind == "manifest"]
+    objects = [i for i in plan.result.planned if i.kind != "manifest"]
+    manifests = [i for i in plan.result.planned if i.kind == "manifest"]
     done = map_in_threads(lambda i: rewrite_object(target, source, i), objects, workers)
     done += map_in_threads(lambda i: rewrite_manifest(
-        target, i.key, replacements[i.key], lambda data: admitted(i.key, data)),
+        target, i.key, plan.manifests[i.key], lambda data: plan.admitted(i.key, data)),
         manifests, workers)
     return list(zip((i.key for i in (*objects, *manifests)), done, strict=True))
 
@@ -251,10 +257,12 @@ def good_manifest(data: bytes, key: str) -> Manifest | None:
         return None
 
 
-def object_is_good(store: Store, key: str, size: int, sha256: str) -> bool:
+def object_is_good(store: Store, item: RepairItem) -> bool:
+    if item.size is None or item.sha256 is None:  # a manifest item: no object to check
+        return False
     try:
-        with store.open(key) as src:
-            reader = VerifyingReader(src, size=size, sha256=sha256, name=key)
+        with store.open(item.key) as src:
+            reader = VerifyingReader(src, size=item.size, sha256=item.sha256, name=item.key)
             while reader.read(CHUNK):
                 pass
     except (NotFoundError, IntegrityError):
@@ -265,7 +273,7 @@ def object_is_good(store: Store, key: str, size: int, sha256: str) -> bool:
 def rewrite_object(target: Store, source: Source, item: RepairItem) -> str:
     """"repaired", "good" (the target's copy: untouched) or "unavailable" (no good bytes)."""
     assert item.size is not None and item.sha256 is not None
-    if object_is_good(target, item.key, item.size, item.sha256):
+    if object_is_good(target, item):
         return "good"
     try:  # checked while it streams: a mismatch leaves nothing of it
         with source.open(item.key) as raw:
@@ -274,7 +282,7 @@ def rewrite_object(target: Store, source: Source, item: RepairItem) -> str:
                          name=f"{source.url}/{item.key}")
     except (NotFoundError, IntegrityError):
         return "unavailable"
-    if not object_is_good(target, item.key, item.size, item.sha256):
+    if not object_is_good(target, item):
         return "unavailable"
     target.delete(DAMAGED + item.key)  # no longer quarantined
     return "repaired"
