@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import functools
 import os
 import re
 import sys
@@ -94,7 +95,7 @@ class _Rule:
 
 def check_request(request: object) -> None:
     """UsageError naming the first field whose value breaks its rule."""
-    cls = type(request)
+    cls: type = type(request)
     for rule in _rules(cls):
         value = getattr(request, rule.name)
         if not rule.check(value):
@@ -116,31 +117,22 @@ def _lone_hint(value: object, rule: _Rule) -> str:
     return ""
 
 
-_CACHE: dict[type, tuple[_Rule, ...]] = {}
-
-
+@functools.cache
 def _rules(cls: type) -> tuple[_Rule, ...]:
-    found = _CACHE.get(cls)
-    if found is None:
-        ranges = RANGES.get(cls.__name__, {})
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        if not set(ranges) <= names:
-            raise TypeError(f"RANGES[{cls.__name__!r}] names no field {set(ranges) - names}")
-        scope = vars(sys.modules[cls.__module__])
-        found = tuple(_rule_of(f.name, str(f.type), scope, ranges.get(f.name))
-                      for f in dataclasses.fields(cls))  # type: ignore[arg-type]
-        _CACHE[cls] = found
-    return found
+    ranges = RANGES.get(cls.__name__, {})
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    if not set(ranges) <= names:
+        raise TypeError(f"RANGES[{cls.__name__!r}] names no field {set(ranges) - names}")
+    scope = vars(sys.modules[cls.__module__])
+    return tuple(_rule_of(f.name, str(f.type), scope, ranges.get(f.name))
+                 for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
 def _rule_of(name: str, annotation: str, scope: Mapping[str, object],
              range_: Range | None) -> _Rule:
-    alternatives = _split(annotation, "|")
-    parsed = [_type_check(a, scope) for a in alternatives]
-    heads = {a.split("[", 1)[0].strip() for a in alternatives}
-    checks = [c for c, _ in parsed]
-    return _Rule(name, lambda v: any(c(v) for c in checks), " or ".join(w for _, w in parsed),
-                 "Sequence" in heads and "str" not in heads, range_)
+    heads = {a.split("[", 1)[0].strip() for a in _split(annotation, "|")}
+    return _Rule(name, *_union(annotation, scope), "Sequence" in heads and "str" not in heads,
+                 range_)
 
 
 def _split(text: str, sep: str) -> list[str]:
