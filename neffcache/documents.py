@@ -35,11 +35,6 @@ class Document:
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
 
 
-def shaped_as(value: Any, shape: Any) -> Any:
-    """``value``'s document as the TypedDict ``shape`` declares it, from its attributes."""
-    return {key: encode(getattr(value, key)) for key in shape.__annotations__}
-
-
 def fields_of(value: Any) -> dict[str, Any]:
     return {key: encode(item) for name, key, optional in document_keys(value.__class__)
             if (item := getattr(value, name)) is not None or not optional}

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.documents import Document, encode, fields_of, shaped_as
+from neffcache.documents import Document, encode, fields_of
 from neffcache.index import EntrySummary, IndexTotals, ReindexResult
+from tests.support.documents import shaped_as
 
 
 class Colour(Enum):
