@@ -16,8 +16,8 @@ from typing import Any
 
 from neffcache.backends import neuron_env
 from neffcache.canonical import digest_of
-from neffcache.distributions import ABSENT, versions
 from neffcache.errors import FingerprintMismatchError, UsageError
+from neffcache.interpreter import ABSENT, probe_interpreter, resolve_interpreter, versions
 
 SCHEMA_VERSION = 1
 UNKNOWN = "unknown"
@@ -334,8 +334,6 @@ def collect_fingerprint(backend: str, environ: Mapping[str, str],
         torch_path = probe_torch_path() if backend == "inductor" else ABSENT
         facts = interpreter_facts(backend, versions(names), platform.python_version(), torch_path)
     else:
-        from neffcache.interpreter import probe_interpreter
-
         found = probe_interpreter(python, names, environ=environ)
         facts = interpreter_facts(backend, found.version_map, found.python_version,
                                   found.torch_path)
@@ -362,8 +360,4 @@ def collect_fingerprint(backend: str, environ: Mapping[str, str],
 
 
 def described_interpreter(python: str | None) -> str:
-    if python is None:
-        return sys.executable
-    from neffcache.interpreter import resolve_interpreter
-
-    return resolve_interpreter(python)
+    return sys.executable if python is None else resolve_interpreter(python)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.distributions import ABSENT, versions
+from neffcache.interpreter import ABSENT, versions
 
 
 def reference(name: str, path: list[str]) -> str:

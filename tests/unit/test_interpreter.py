@@ -9,7 +9,6 @@ import pytest
 
 from neffcache.backends import neuron_env
 from neffcache.config import load_settings, parse_config_file
-from neffcache.distributions import ABSENT
 from neffcache.errors import ConfigError
 from neffcache.fingerprint import (
     COMMON_DISTRIBUTIONS,
@@ -17,7 +16,7 @@ from neffcache.fingerprint import (
     interpreter_distributions,
     interpreter_facts,
 )
-from neffcache.interpreter import PROBE_SCRIPT, parse_probe_output
+from neffcache.interpreter import ABSENT, PROBE_SCRIPT, parse_probe_output
 
 ENV = {"HOME": "/home/u"}
 NAMES = ("torch", "diffusers", "nki")

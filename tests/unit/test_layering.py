@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.version", "neffcache.errors", "neffcache.build_hook", "neffcache.faces"),
     ("neffcache.request_rules",),
     ("neffcache.canonical", "neffcache.documents", "neffcache.hashing", "neffcache.thread_pool",
-     "neffcache.distributions", "neffcache.config"),
+     "neffcache.config"),
     ("neffcache.interpreter", "neffcache.backends"),
     ("neffcache.matrix", "neffcache.matrix_io", "neffcache.fingerprint"),
     ("neffcache.parts",),
