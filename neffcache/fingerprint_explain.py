@@ -147,24 +147,24 @@ def _host(request: FingerprintRequest | ExplainRequest, store: str | None = None
 
 def _explained(key: str, settings: Settings) -> tuple[Manifest | None, Fingerprint]:
     """From the store (manifest, its fingerprint), else from the index (None, fingerprint)."""
+    key = key.strip().lower()
+    if not is_key_prefix(key):
+        raise UsageError(f"--explain {key!r}: expected an entry key (hex, at least 6 digits)")
     try:
         manifest = _read_entry(key, settings.store_url)
         return manifest, manifest.fingerprint
     except (NotFoundError, UsageError) as exc:
         missed = exc
-    clean = key.strip().lower()
-    if not is_key_prefix(clean):
-        raise missed
     from neffcache.index import find_fingerprints, open_index
 
     try:
         with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as ix:
-            found = find_fingerprints(ix, clean)
+            found = find_fingerprints(ix, key)
     except UnavailableError:
         raise missed from None
     if len(found) == 1:
         return None, next(iter(found.values()))
-    raise UsageError(f"--explain {clean}: no entry in the store and "
+    raise UsageError(f"--explain {key}: no entry in the store and "
                      f"{'no' if not found else len(found)} fingerprints in the index "
                      f"match that key", hint="neffcache ls; neffcache coverage MATRIX")
 
@@ -173,9 +173,6 @@ def _read_entry(key: str, store_url: str) -> Manifest:
     from neffcache.manifest import decode_manifest
     from neffcache.store import MANIFESTS, entry_key_of, manifest_key, open_store
 
-    key = key.strip().lower()
-    if not is_key_prefix(key):
-        raise UsageError(f"--explain {key!r}: expected an entry key (hex, at least 6 digits)")
     s = open_store(store_url)
     if len(key) < 64:
         matches = sorted(k for k in (entry_key_of(o) for o in s.list(MANIFESTS))
