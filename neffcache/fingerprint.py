@@ -268,14 +268,10 @@ def runtime_version_from_dpkg_status(text: str, package: str = neuron_env.RUNTIM
 def runtime_version_from_lib_names(names: Sequence[str],
                                    lib: str = neuron_env.RUNTIME_LIB_NAME) -> str | None:
     """The highest fully versioned ``libnrt.so.X.Y.Z`` among file names."""
-    best: tuple[int, ...] | None = None
-    for name in names:
-        rest = Path(name).name.removeprefix(f"{lib}.")
-        if rest == Path(name).name or not re.fullmatch(r"\d+(\.\d+){2,}", rest):
-            continue
-        version = tuple(int(p) for p in rest.split("."))
-        best = version if best is None or version > best else best
-    return ".".join(map(str, best)) if best else None
+    pattern = re.compile(rf"{re.escape(lib)}\.(\d+(?:\.\d+){{2,}})")
+    found = [tuple(map(int, m.group(1).split("."))) for name in names
+             if (m := pattern.fullmatch(Path(name).name))]
+    return ".".join(map(str, max(found))) if found else None
 
 
 def probe_runtime_version(dpkg_status: Path | None = None,
@@ -295,12 +291,9 @@ def probe_runtime_version(dpkg_status: Path | None = None,
 
 
 def probe_isa_flags() -> str:
-    text = _read_text(Path("/proc/cpuinfo"))
-    flags: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            flags.update(line.split(":", 1)[1].split())
-            break
+    lines = _read_text(Path("/proc/cpuinfo")).splitlines()
+    line = next((x for x in lines if x.startswith(("flags", "Features"))), ":")
+    flags = set(line.split(":", 1)[1].split())
     return ",".join(f for f in ISA_FLAGS if f in flags) or "none"
 
 
