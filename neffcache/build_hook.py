@@ -27,15 +27,13 @@ def _git_commit() -> str:
     return head + ("-dirty" if dirty else "")
 
 
-def _commit() -> str:
+def _write(root: str) -> None:
     # the sdist's record first: a wheel built from it names the same commit
-    return COMMIT_FILE.read_text().strip() if COMMIT_FILE.exists() else _git_commit()
-
-
-def _write(root: str, commit: str) -> None:
-    target = Path(root, COMMIT_FILE)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(commit + "\n")
+    commit = COMMIT_FILE.read_text().strip() if COMMIT_FILE.exists() else _git_commit()
+    if commit:
+        target = Path(root, COMMIT_FILE)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(commit + "\n")
 
 
 class BuildPy(build_py):
@@ -43,15 +41,11 @@ class BuildPy(build_py):
 
     def run(self) -> None:
         super().run()
-        commit = _commit()
-        if commit and not self.editable_mode:
-            _write(self.build_lib, commit)
+        if not self.editable_mode:
+            _write(self.build_lib)
 
 
 class Sdist(sdist):
     def make_release_tree(self, base_dir: str, files: list[str]) -> None:
         super().make_release_tree(base_dir, files)
-        commit = _commit()
-        if commit:
-            _write(base_dir, commit)
-
+        _write(base_dir)
