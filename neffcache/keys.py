@@ -142,13 +142,11 @@ def show_key(request: ShowKeyRequest) -> KeyResult:
     Raises ConfigError (exit 2) when the file holds neither."""
     path = Path(request.path).expanduser()
     try:
-        head = path.read_bytes()[:64]
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
-    if b"PRIVATE KEY" in head:
-        key = load_signing_key(str(path))
-        assert key is not None
-        return _result(key.public, path)
+    if b"PRIVATE KEY" in data[:64]:
+        return _result(parse_signing_key(data, f"signing key file {path}").public, path)
     return _result(load_trusted_keys([str(path)])[0], path)
 
 

@@ -84,10 +84,10 @@ def generate_signing_key() -> tuple[bytes, SigningKey]:
     """A new key: its PKCS#8 PEM (to keep secret) and the key."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
-    return pem, SigningKey(PublicKey(key.public_key().public_bytes_raw()), key)
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())
+    return pem, parse_signing_key(pem, "a new key")
 
 
 def signed_message(manifest: Manifest) -> bytes:
