@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -27,6 +27,7 @@ MAX_NAME = 255  # host, matrix, cell ids, backend, status words
 MAX_FIELDS = 200  # fingerprint fields and info
 MAX_INT = (1 << 63) - 1
 STATUSES = ("ok", "partial", "failed")
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # UTC, to the microsecond
 
 _HOST_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 REPORT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}-\d{8}T\d{6}Z-[0-9a-f]{8}")
@@ -131,11 +132,9 @@ class Verdicts(Document):
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ReportError(f"schema_version: expected {SCHEMA_VERSION}")
         v = _Fields(data)
-        items = v._get("verdicts")
-        if not isinstance(items, list) or len(items) > MAX_CELLS:
-            raise ReportError(f"verdicts: expected a list of at most {MAX_CELLS}")
         pairs = []
-        for item in items:
+        for item in v._get("verdicts", lambda x: _cells(x, lambda _: True),
+                           f"expected a list of at most {MAX_CELLS}"):
             f = _Fields(item if isinstance(item, Mapping) else {})
             pairs.append((f.match("entry_key", SHA256_HEX), f.choice("status", VERDICT_STATUSES)))
         return cls(v.match("report_id", REPORT_ID), v.time("time"), tuple(pairs))
@@ -241,11 +240,16 @@ def scrub(text: str) -> str:
 
 
 def format_time(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.astimezone(timezone.utc).strftime(TIME_FORMAT)
 
 
 def _bounded(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _cells(value: Any, item_ok: Callable[[Any], bool]) -> bool:
+    """A list of at most ``MAX_CELLS`` items, each ``item_ok``."""
+    return isinstance(value, list) and len(value) <= MAX_CELLS and all(map(item_ok, value))
 
 
 def _finite(value: Any) -> bool:
@@ -259,72 +263,59 @@ class _Fields:
     def __init__(self, data: Mapping[str, Any]) -> None:
         self.data = data
 
-    def _get(self, name: str) -> Any:
+    def _get(self, name: str, ok: Callable[[Any], bool] | None = None,
+             expected: str = "") -> Any:
+        """ReportError when the field is missing, or ``expected`` when its value is not ``ok``."""
         if name not in self.data:
             raise ReportError(f"{name}: missing")
-        return self.data[name]
+        value = self.data[name]
+        if ok is not None and not ok(value):
+            raise ReportError(f"{name}: {expected}")
+        return value
 
     def text(self, name: str, limit: int, *, optional: bool = False) -> Any:
-        value = self._get(name)
-        if value is None and optional:
-            return None
-        if not isinstance(value, str) or len(value) > limit:
-            raise ReportError(f"{name}: expected a string of at most {limit} characters")
-        if value != scrub(value):
+        value = self._get(name, lambda v: (v is None and optional)
+                          or (isinstance(v, str) and len(v) <= limit),
+                          f"expected a string of at most {limit} characters")
+        if value is not None and value != scrub(value):
             raise ReportError(f"{name}: holds something that looks like a credential")
         return value
 
     def match(self, name: str, pattern: re.Pattern[str]) -> str:
-        value = self._get(name)
-        if not isinstance(value, str) or not pattern.fullmatch(value):
-            raise ReportError(f"{name}: malformed")
-        return value
+        return self._get(name, lambda v: isinstance(v, str) and bool(pattern.fullmatch(v)),
+                         "malformed")
 
     def choice(self, name: str, choices: Sequence[str]) -> str:
-        value = self._get(name)
-        if value not in choices:
-            raise ReportError(f"{name}: expected one of {', '.join(choices)}")
-        return str(value)
+        return str(self._get(name, lambda v: v in choices,
+                             f"expected one of {', '.join(choices)}"))
 
     def integer(self, name: str, limit: int = MAX_INT) -> int:
-        value = self._get(name)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-            raise ReportError(f"{name}: expected an integer from 0 to {limit}")
-        return value
+        return self._get(name, lambda v: not isinstance(v, bool) and isinstance(v, int)
+                         and 0 <= v <= limit, f"expected an integer from 0 to {limit}")
 
     def number(self, name: str) -> float:
-        value = self._get(name)
-        if not _finite(value) or not 0 <= value <= 1e9:
-            raise ReportError(f"{name}: expected a non-negative number")
-        return float(value)
+        return float(self._get(name, lambda v: _finite(v) and 0 <= v <= 1e9,
+                               "expected a non-negative number"))
 
     def flag(self, name: str) -> bool:
-        value = self._get(name)
-        if not isinstance(value, bool):
-            raise ReportError(f"{name}: expected true or false")
-        return value
+        return self._get(name, lambda v: isinstance(v, bool), "expected true or false")
 
     def time(self, name: str) -> datetime:
         value = self._get(name)
         try:
-            when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ")
+            when = datetime.strptime(value, TIME_FORMAT)
         except (TypeError, ValueError):
             raise ReportError(f"{name}: expected YYYY-MM-DDTHH:MM:SS.ffffffZ") from None
         return when.replace(tzinfo=timezone.utc)
 
     def names(self, name: str) -> tuple[str, ...]:
-        value = self._get(name)
-        if not isinstance(value, list) or len(value) > MAX_CELLS or not all(
-                isinstance(c, str) and 0 < len(c) <= MAX_NAME for c in value):
-            raise ReportError(f"{name}: expected a list of at most {MAX_CELLS} cell ids")
-        return tuple(value)
+        return tuple(self._get(name, lambda v: _cells(v, lambda c: isinstance(c, str)
+                                                      and 0 < len(c) <= MAX_NAME),
+                               f"expected a list of at most {MAX_CELLS} cell ids"))
 
     def keys(self, name: str) -> tuple[str, ...]:
-        value = self._get(name)
-        if not isinstance(value, list) or len(value) > MAX_CELLS or not all(
-                is_sha256(k) for k in value):
-            raise ReportError(f"{name}: expected a list of entry keys (64 hex characters)")
-        return tuple(value)
+        return tuple(self._get(name, lambda v: _cells(v, is_sha256),
+                               "expected a list of entry keys (64 hex characters)"))
 
     def fingerprint(self, name: str, key: str) -> Fingerprint | None:
         value = self._get(name)
