@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import neuron_env
-from neffcache.canonical import digest_of
+from neffcache.documents import digest_of
 from neffcache.errors import FingerprintMismatchError, UsageError
 from neffcache.interpreter import ABSENT, probe_interpreter, resolve_interpreter, versions
 

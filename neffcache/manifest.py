@@ -8,8 +8,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from neffcache.canonical import canonical_pieces, digest_chunked, digest_of
-from neffcache.documents import Document
+from neffcache.documents import Document, canonical_pieces, digest_chunked, digest_of
 from neffcache.errors import ManifestError, MatrixError
 from neffcache.fingerprint import Fingerprint
 from neffcache.hashing import is_sha256

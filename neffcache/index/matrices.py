@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select, update
 
-from neffcache.canonical import digest_of
+from neffcache.documents import digest_of
 from neffcache.errors import MatrixError, UsageError
 from neffcache.index.api import Index
 from neffcache.index.coverage_engine.grid import current_versions_in, versions_in

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from neffcache.backends import neuron_env
-from neffcache.canonical import canonical_json
 from neffcache.command_steps import consent, open_checked_store
 from neffcache.config import Settings, read_settings
+from neffcache.documents import canonical_json
 from neffcache.errors import ExitRule, NeffcacheError, UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
 from neffcache.manifest import Manifest
-from neffcache.matrix_io import load_matrix
+from neffcache.matrix import load_matrix
 from neffcache.request_rules import checked_request
 from neffcache.store import RETIRED, Store, cell_pointer_key, manifest_key
 

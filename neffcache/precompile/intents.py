@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from neffcache.canonical import canonical_json
+from neffcache.documents import canonical_json
 from neffcache.errors import NeffcacheError, UnavailableError
 from neffcache.manifest import Manifest
 from neffcache.precompile.heartbeat import Ticker

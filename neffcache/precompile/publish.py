@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from neffcache.backends import Backend
-from neffcache.canonical import canonical_json
+from neffcache.documents import canonical_json
 from neffcache.errors import (
     IntegrityError,
     ManifestError,

@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neffcache.canonical import canonical_json
-from neffcache.documents import Document
+from neffcache.documents import Document, canonical_json
 from neffcache.errors import IntegrityError
 from neffcache.hashing import SHA256_HEX, is_sha256, sha256_bytes
 from neffcache.manifest import MAX_FILE_SIZE, Manifest

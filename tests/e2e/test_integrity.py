@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from neffcache.canonical import digest_of
+from neffcache.documents import digest_of
 from neffcache.hashing import sha256_bytes
 from neffcache.store import blob_key, manifest_key
 from tests.e2e.conftest import CELL_64, Cli, restored_tree, split_url, temps_under

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from neffcache.canonical import digest_of
+from neffcache.documents import digest_of
 from neffcache.manifest import DIGEST_FIELD
 from tests.e2e.conftest import CELL_64, CELL_128, Cli, restored_tree, split_url
 

@@ -20,10 +20,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # core: pure models and small helpers (no store, no index, no network)
     ("neffcache.version", "neffcache.errors", "neffcache.build_hook", "neffcache.faces"),
     ("neffcache.request_rules",),
-    ("neffcache.canonical", "neffcache.documents", "neffcache.hashing", "neffcache.thread_pool",
-     "neffcache.config"),
+    ("neffcache.documents", "neffcache.hashing", "neffcache.thread_pool", "neffcache.config"),
     ("neffcache.interpreter", "neffcache.backends"),
-    ("neffcache.matrix", "neffcache.matrix_io", "neffcache.fingerprint"),
+    ("neffcache.matrix", "neffcache.fingerprint"),
     ("neffcache.parts",),
     ("neffcache.manifest",),
     # signed entries: signatures, the trust check, key files and the keys use cases

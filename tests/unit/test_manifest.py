@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neffcache.canonical import canonical_json, digest_of
+from neffcache.documents import canonical_json, digest_of
 from neffcache.errors import IntegrityError, ManifestError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.manifest import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.canonical import digest_of
+from neffcache.documents import digest_of
 from neffcache.errors import ConfigError, ManifestError, UntrustedEntryError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.manifest import (

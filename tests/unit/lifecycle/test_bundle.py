@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.canonical import digest_of
+from neffcache.documents import digest_of
 from neffcache.errors import IntegrityError, ManifestError, UsageError
 from neffcache.hashing import sha256_bytes
 from neffcache.lifecycle.bundle import write_bundle
