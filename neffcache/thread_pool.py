@@ -106,14 +106,9 @@ def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
     stuck: list[int] = []
     run_lanes([(workers, range(len(todo)))], one, deadline, name=name, stuck=stuck)
     stopped = set(stuck)
-    out: list[R] = []
-    for i in range(len(todo)):
-        if indexed[i] is not _NONE and i not in stopped:
-            out.append(indexed[i])
-        else:
-            assert late is not None  # only a deadline leaves an item without a result
-            out.append(late(todo[i]))
-    return out
+    given = late if late is not None else fn  # only a deadline leaves an item without a result
+    return [indexed[i] if indexed[i] is not _NONE and i not in stopped else given(todo[i])
+            for i in range(len(todo))]
 
 
 def usable_cpus() -> int:
