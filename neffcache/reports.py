@@ -31,7 +31,8 @@ TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # UTC, to the microsecond
 
 _HOST_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 REPORT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}-\d{8}T\d{6}Z-[0-9a-f]{8}")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_REPORT_KEY = re.compile(  # reports/<UTC date>/<report-id>.json
+    rf"{re.escape(REPORTS)}\d{{4}}-\d{{2}}-\d{{2}}/({REPORT_ID.pattern})\.json")
 # Credentials that could slip into free text: URL userinfo, query strings (presigned URLs carry
 # X-Amz-Signature / X-Amz-Credential / X-Amz-Security-Token there) and AWS access key ids.
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@")
@@ -218,12 +219,8 @@ def report_key(when: datetime, report_id: str) -> str:
 
 
 def report_id_of(object_key: str) -> str | None:
-    parts = object_key.split("/")
-    if len(parts) != 3 or parts[0] + "/" != REPORTS or not _DATE.fullmatch(parts[1]) \
-            or not parts[2].endswith(".json"):
-        return None
-    rid = parts[2][: -len(".json")]
-    return rid if REPORT_ID.fullmatch(rid) else None
+    found = _REPORT_KEY.fullmatch(object_key)
+    return found.group(1) if found else None
 
 
 def date_prefixes(now: datetime, days_back: int, days_ahead: int = 1) -> list[str]:
