@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import itertools
 import json
 import re
 import sys
@@ -255,14 +256,11 @@ def _parse_shapes(t: Mapping[str, Any], where: str) -> tuple[tuple[int, int], ..
 def _expand_cells(pipelines: Iterable[PipelineSpec]) -> tuple[Cell, ...]:
     cells: dict[str, Cell] = {}
     for p in pipelines:
-        for mode in p.modes:
-            components = p.components if mode != "eager" else ()
-            for h, w in p.shapes:
-                for b in p.batch_sizes:
-                    for tp in p.tp_degrees:
-                        cell = Cell(p.name, p.pipeline_class, p.model, p.revision, p.dtype,
-                                    mode, components, h, w, b, tp)
-                        cells.setdefault(cell.id, cell)
+        for mode, (h, w), b, tp in itertools.product(p.modes, p.shapes, p.batch_sizes,
+                                                     p.tp_degrees):
+            cell = Cell(p.name, p.pipeline_class, p.model, p.revision, p.dtype, mode,
+                        p.components if mode != "eager" else (), h, w, b, tp)
+            cells.setdefault(cell.id, cell)
     return tuple(cells.values())
 
 
