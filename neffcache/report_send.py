@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import threading
@@ -28,17 +29,17 @@ def _writer(destination: str, store_url: str, store: Store | None = None) -> Put
     if destination != REPORTS_TO_STORE:
         directory = Path(destination).expanduser()
         return lambda report: str(write_file(directory, report))
-    opened: list[Store] = [] if store is None else [store]
+
+    @functools.cache
+    def opened() -> Store:
+        from neffcache.store import open_store
+
+        return open_store(store_url) if store is None else store
 
     def put(report: Report) -> str:
-        if not opened:
-            from neffcache.store import open_store
-
-            opened.append(open_store(store_url))
-        store = opened[0]
-        if not store.put(report.key, io.BytesIO(report.encode()), if_absent=True):
+        if not opened().put(report.key, io.BytesIO(report.encode()), if_absent=True):
             raise FileExistsError(f"{report.key} already exists")
-        return f"{store.url}/{report.key}"
+        return f"{opened().url}/{report.key}"
 
     return put
 
