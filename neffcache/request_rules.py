@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 import collections.abc
 import dataclasses
 import functools
 import os
-import re
 import sys
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -123,77 +124,66 @@ def _rules(cls: type) -> tuple[_Rule, ...]:
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     if not set(ranges) <= names:
         raise TypeError(f"RANGES[{cls.__name__!r}] names no field {set(ranges) - names}")
-    scope = vars(sys.modules[cls.__module__])
-    return tuple(_rule_of(f.name, str(f.type), scope, ranges.get(f.name))
+    hints = typing.get_type_hints(cls, localns=_Scope(vars(sys.modules[cls.__module__])))
+    return tuple(_Rule(f.name, *_type_check(hints[f.name]), _sequence_only(hints[f.name]),
+                       ranges.get(f.name))
                  for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
 
-def _rule_of(name: str, annotation: str, scope: Mapping[str, object],
-             range_: Range | None) -> _Rule:
-    heads = {a.split("[", 1)[0].strip() for a in _split(annotation, "|")}
-    return _Rule(name, *_union(annotation, scope), "Sequence" in heads and "str" not in heads,
-                 range_)
+class _Unbound:
+    """A name its module binds only for type checkers: a value is one if a class of its
+    type has that name."""
 
 
-def _split(text: str, sep: str) -> list[str]:
-    """``text`` split on ``sep`` outside brackets."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += {"[": 1, "]": -1}.get(ch, 0)
-        if ch == sep and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    return [*parts, text[start:].strip()]
+class _Scope(dict[str, object]):
+    """A module's names, then the builtins, then an ``_Unbound`` class for any other name."""
+
+    def __missing__(self, name: str) -> object:
+        return getattr(builtins, name, None) or type(name, (_Unbound,), {})
+
+
+def _sequence_only(hint: object) -> bool:
+    """A Sequence is meant and a str is not: a lone string is a mistake worth naming."""
+    alternatives = typing.get_args(hint) if _is_union(hint) else (hint,)
+    return str not in alternatives and any(typing.get_origin(a) is collections.abc.Sequence
+                                           for a in alternatives)
+
+
+def _is_union(hint: object) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
 _SIMPLE: dict[str, tuple[Check, str]] = {
-    "None": (lambda v: v is None, "None"),
+    "NoneType": (lambda v: v is None, "None"),
     "str": (lambda v: isinstance(v, str), "str"),
     "bool": (lambda v: isinstance(v, bool), "bool"),
     "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "int"),
     "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
     "Path": (lambda v: isinstance(v, os.PathLike), "Path"),
 }
-_GENERIC = re.compile(r"^([\w.]+)(?:\[(.*)\])?$", re.S)
 
 
-def _type_check(text: str, scope: Mapping[str, object]) -> tuple[Check, str]:
-    if text in _SIMPLE:
-        return _SIMPLE[text]
-    match = _GENERIC.match(text)
-    if match is None:
-        raise TypeError(f"request_rules: cannot read the annotation {text!r}")
-    head, args = match.group(1), match.group(2)
-    if head == "Callable":
+def _type_check(hint: object) -> tuple[Check, str]:
+    origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
+    if _is_union(hint):
+        parsed = [_type_check(a) for a in args]
+        return (lambda v: any(c(v) for c, _ in parsed)), " or ".join(w for _, w in parsed)
+    if origin is collections.abc.Callable:
         return callable, "a callable"
-    if head == "Sequence" and args is not None:
-        item, what = _union(args, scope)
+    if origin is collections.abc.Sequence and args:
+        item, what = _type_check(args[0])
         return (lambda v: isinstance(v, Sequence) and not isinstance(v, (str, bytes))
                 and all(item(x) for x in v)), f"a sequence of {what}"
-    if head == "Mapping" and args is not None:
-        key_text, value_text = _split(args, ",")
-        key, _ = _union(key_text, scope)
-        value, what = _union(value_text, scope)
+    if origin is collections.abc.Mapping and args:
+        (key, _), (value, what) = _type_check(args[0]), _type_check(args[1])
         return (lambda v: isinstance(v, Mapping) and all(key(k) and value(x)
                                                          for k, x in v.items())), \
             f"a mapping of {what}"
-    return _named(head, scope)
-
-
-def _union(text: str, scope: Mapping[str, object]) -> tuple[Check, str]:
-    parsed = [_type_check(a, scope) for a in _split(text, "|")]
-    return (lambda v: any(c(v) for c, _ in parsed)), " or ".join(w for _, w in parsed)
-
-
-def _named(dotted: str, scope: Mapping[str, object]) -> tuple[Check, str]:
-    """The class the module binds to that name, else any class of that name (TYPE_CHECKING)."""
-    name = dotted.rsplit(".", 1)[-1]
-    bound = scope.get(dotted.split(".", 1)[0])
-    for part in dotted.split(".")[1:]:
-        bound = getattr(bound, part, None)
-    if isinstance(bound, type):
-        cls = bound
-        return (lambda v: isinstance(v, cls)), name
-    if typing.get_origin(bound) is collections.abc.Callable:
-        return callable, "a callable"
-    return (lambda v: any(k.__name__ == name for k in type(v).__mro__)), name
+    if not isinstance(origin, type):
+        raise TypeError(f"request_rules: cannot read the annotation {hint!r}")
+    cls, name = origin, origin.__name__
+    if name in _SIMPLE:
+        return _SIMPLE[name]
+    if issubclass(cls, _Unbound):
+        return (lambda v: any(k.__name__ == name for k in type(v).__mro__)), name
+    return (lambda v: isinstance(v, cls)), name
