@@ -70,8 +70,7 @@ class Fingerprint:
 
     @property
     def key(self) -> str:
-        return digest_of({"schema_version": SCHEMA_VERSION, "backend": self.backend,
-                          "fields": dict(self.fields)})
+        return digest_of({k: v for k, v in self.to_json().items() if k != "info"})
 
     @property
     def short(self) -> str:

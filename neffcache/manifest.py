@@ -126,10 +126,9 @@ class Manifest:
             "created_at": self.created_at,
         }
         # optional fields, still schema 1: absent when empty, so older manifests stay byte-identical
-        if self.packs:
-            doc["packs"] = self.packs if lazy else [p.to_json() for p in self.packs]
-        if self.parts:
-            doc["parts"] = self.parts if lazy else [p.to_json() for p in self.parts]
+        for name, records in (("packs", self.packs), ("parts", self.parts)):
+            if records:
+                doc[name] = records if lazy else [r.to_json() for r in records]
         return doc
 
 
@@ -164,8 +163,7 @@ def encode_manifest(manifest: Manifest) -> bytes:
 
 def encode_manifest_pieces(manifest: Manifest) -> Iterator[bytes]:
     """``encode_manifest`` in pieces: a writer never holds a million-file document (234 MiB)."""
-    body = manifest.to_json(lazy=True)
-    doc = {**body, DIGEST_FIELD: digest_chunked(body, default=record_json)}
+    doc = {**manifest.to_json(lazy=True), DIGEST_FIELD: manifest_digest(manifest)}
     if manifest.signature is not None:
         doc[SIGNATURE_FIELD] = manifest.signature.to_json()
     for piece in canonical_pieces(doc, default=record_json):
