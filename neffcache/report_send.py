@@ -60,10 +60,8 @@ def send_spooled(spool: Path, put: Put, until: float) -> int:
             continue
         if not isinstance(report, Report):
             continue  # a warm's verdicts: for the index, sent by the next warm
-        try:
+        with contextlib.suppress(FileExistsError):  # sent by a run that gave up waiting on it
             put(report)
-        except FileExistsError:  # sent before (a run that gave up waiting on it): done
-            pass
         discard(item.path)
         sent += 1
     return sent
@@ -83,11 +81,9 @@ def send_report(report: Report, destination: str, store_url: str, timeout: float
     put = _writer(destination, store_url, store)
 
     def send() -> None:
-        try:
-            if spool is not None:
+        if spool is not None:
+            with contextlib.suppress(BaseException):  # this report is tried all the same
                 flushed.append(send_spooled(spool, put, until))
-        except BaseException:  # noqa: BLE001 - this report is tried all the same
-            pass
         try:
             put(report)
         except BaseException as exc:  # noqa: BLE001 - reported as one warning line below
