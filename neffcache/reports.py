@@ -8,9 +8,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Annotated, Any
 
-from neffcache.documents import Document, fields_of
+from neffcache.documents import Doc, Document, fields_of
 from neffcache.errors import ReportError
 from neffcache.fingerprint import Fingerprint
 from neffcache.hashing import SHA256_HEX, is_sha256
@@ -68,17 +68,15 @@ class Report(Document):
     deadline_hit: bool
     seconds: float
     conflicts: int
-    version: str  # neffcache's version on the instance
+    version: Annotated[str, Doc(key="neffcache_version")]  # neffcache's, on the instance
 
     @property
     def key(self) -> str:
         return report_key(self.time, self.report_id)
 
     def to_json(self) -> dict[str, Any]:
-        doc = {"kind": KIND, "schema_version": SCHEMA_VERSION, **fields_of(self),
-               "time": format_time(self.time)}
-        doc["neffcache_version"] = doc.pop("version")
-        return doc
+        return {"kind": KIND, "schema_version": SCHEMA_VERSION, **fields_of(self),
+                "time": format_time(self.time)}
 
     @classmethod
     def from_json(cls, data: Any) -> Report:
