@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -163,6 +162,8 @@ def parse_probe_output(stdout: str, names: Sequence[str], path: str) -> Interpre
 def resolve_interpreter(value: str) -> str:
     """The absolute path of ``value`` (a path, or a name on PATH). Symlinks are kept: only a
     venv's own ``bin/python`` gives the venv's packages."""
+    import shutil  # not at the top: its archive modules would cost every boot ~3 ms
+
     if os.sep not in value:
         found = shutil.which(value)
         if found is None:
