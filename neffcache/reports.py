@@ -132,8 +132,7 @@ class Verdicts(Document):
             raise ReportError(f"schema_version: expected {SCHEMA_VERSION}")
         v = _Fields(data)
         pairs = []
-        for item in v._get("verdicts", lambda x: _cells(x, lambda _: True),
-                           f"expected a list of at most {MAX_CELLS}"):
+        for item in v._get("verdicts", _cells, f"expected a list of at most {MAX_CELLS}"):
             f = _Fields(item if isinstance(item, Mapping) else {})
             pairs.append((f.match("entry_key", SHA256_HEX), f.choice("status", VERDICT_STATUSES)))
         return cls(v.match("report_id", REPORT_ID), v.time("time"), tuple(pairs))
@@ -242,7 +241,7 @@ def _bounded(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _cells(value: Any, item_ok: Callable[[Any], bool]) -> bool:
+def _cells(value: Any, item_ok: Callable[[Any], bool] = lambda _: True) -> bool:
     """A list of at most ``MAX_CELLS`` items, each ``item_ok``."""
     return isinstance(value, list) and len(value) <= MAX_CELLS and all(map(item_ok, value))
 
