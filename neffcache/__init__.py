@@ -36,6 +36,7 @@ _FACE = {
               "iter_entries", "list_entries", "list_registered_matrices", "register_matrix_file",
               "reindex_store", "show_registered_matrix", "show_schema", "stream_coverage",
               "upgrade_schema"),
+    "keys": ("GenerateKeyRequest", "KeyResult", "ShowKeyRequest", "generate_key", "show_key"),
     "lifecycle": ("CollectGarbageRequest", "CollectGarbageResult", "CopyEntriesRequest",
                   "CopyEntriesResult", "EntryInfo", "ExportBundleRequest", "ExportBundleResult",
                   "GcPlan", "ImportBundleRequest", "ImportBundleResult", "LocalProblem", "Problem",
@@ -56,7 +57,6 @@ _FACE = {
                 "PruneResult", "PrunedEntry", "Resolution", "RestorePlan", "RestorePreview",
                 "RestoreRequest", "RestoreResult", "cell_ready", "preview_restore", "prune"),
     "server": ("ServeRequest", "serve"),
-    "signing": ("GenerateKeyRequest", "KeyResult", "ShowKeyRequest", "generate_key", "show_key"),
     "store": ("BundleEntry", "Member", "TempFile", "Toc", "Upload"),
 }
 # functions of this module, not the packages of the same names
@@ -92,6 +92,7 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         ingest_restore_reports, iter_entries, list_entries, list_registered_matrices,
         register_matrix_file, reindex_store, show_registered_matrix, show_schema, stream_coverage,
         upgrade_schema)
+    from neffcache.keys import GenerateKeyRequest, KeyResult, ShowKeyRequest, generate_key, show_key
     from neffcache.lifecycle import (CollectGarbageRequest, CollectGarbageResult,
         CopyEntriesRequest, CopyEntriesResult, EntryInfo, ExportBundleRequest, ExportBundleResult,
         GcPlan, ImportBundleRequest, ImportBundleResult, LocalProblem, Problem, RepairItem,
@@ -112,8 +113,6 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         PruneRequest, PruneResult, Resolution, RestorePlan, RestorePreview, RestoreRequest,
         RestoreResult, cell_ready, preview_restore, prune)
     from neffcache.server import ServeRequest, serve
-    from neffcache.signing import (GenerateKeyRequest, KeyResult, ShowKeyRequest, generate_key,
-        show_key)
     from neffcache.store import BundleEntry, Member, TempFile, Toc, Upload
     # isort: on
 

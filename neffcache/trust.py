@@ -10,8 +10,9 @@ from typing import Protocol
 from neffcache.config import Settings
 from neffcache.errors import ConfigError, NeffcacheError, UntrustedEntryError
 from neffcache.hashing import is_sha256
+from neffcache.keys import load_trusted_keys
 from neffcache.manifest import DIGEST_FIELD, Manifest, entry_key_for, manifest_digest
-from neffcache.signing import PublicKey, check_trusted, load_trusted_keys, signed_digest_trusted
+from neffcache.signing import PublicKey, check_trusted, signed_digest_trusted
 from neffcache.store import CELLS, Store, cell_pointer_key, pointer_parts
 from neffcache.thread_pool import map_in_threads
 

@@ -40,7 +40,7 @@ def generate(out: str, public_out: str | None, as_json: bool) -> None:
       neffcache keys generate --out /secure/ci-signing.pem --public-out ci.pub
       neffcache keys generate --out instance.pem --json
     """
-    from neffcache.signing import GenerateKeyRequest, generate_key
+    from neffcache.keys import GenerateKeyRequest, generate_key
 
     result = generate_key(GenerateKeyRequest(out=out, public_out=public_out))
     finish(result, as_json, lambda: f"{result.public_key}\nkey id {result.key_id} "
@@ -60,7 +60,7 @@ def show(path: str, as_json: bool) -> None:
       neffcache keys show /secure/ci-signing.pem
       neffcache keys show ci.pub --json
     """
-    from neffcache.signing import ShowKeyRequest, show_key
+    from neffcache.keys import ShowKeyRequest, show_key
 
     result = show_key(ShowKeyRequest(path=path))
     finish(result, as_json, lambda: f"{result.public_key}\nkey id {result.key_id}")

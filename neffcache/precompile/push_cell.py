@@ -110,7 +110,7 @@ def open_publisher(request: Publishing, backend: str,
         collect_fingerprint,
         described_interpreter,
     )
-    from neffcache.signing import signer_for
+    from neffcache.keys import signer_for
 
     environ = os.environ if request.environ is None else request.environ
     settings = read_settings(environ, store=request.store, index=request.index,

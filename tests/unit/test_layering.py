@@ -25,8 +25,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.matrix", "neffcache.fingerprint"),
     ("neffcache.parts",),
     ("neffcache.manifest",),
-    # signed entries: signatures, the trust check, key files and the keys use cases
+    # signed entries: signatures and trust (pure), then key files and the keys use cases
     ("neffcache.signing",),
+    ("neffcache.key_files", "neffcache.keys"),
     # storage and records
     ("neffcache.store",),
     # what every command's use case does alike: open and check its store, consent

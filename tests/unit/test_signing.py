@@ -13,6 +13,7 @@ import pytest
 from neffcache.documents import digest_of
 from neffcache.errors import ConfigError, ManifestError, UntrustedEntryError
 from neffcache.fingerprint import build_fingerprint
+from neffcache.keys import load_signing_key, load_trusted_keys, write_signing_key
 from neffcache.manifest import (
     DIGEST_FIELD,
     FileRecord,
@@ -25,13 +26,10 @@ from neffcache.matrix import Cell
 from neffcache.signing import (
     check_trusted,
     generate_signing_key,
-    load_signing_key,
-    load_trusted_keys,
     parse_public_key,
     parse_signing_key,
     sign_manifest,
     signed_digest_trusted,
-    write_signing_key,
 )
 
 CELL = Cell.from_json({"pipeline": "p", "class": "diffusers:Flux2KleinPipeline", "model": "/m",
