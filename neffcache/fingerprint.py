@@ -70,7 +70,8 @@ class Fingerprint:
 
     @property
     def key(self) -> str:
-        return digest_of({k: v for k, v in self.to_json().items() if k != "info"})
+        return digest_of({"schema_version": SCHEMA_VERSION, "backend": self.backend,
+                          "fields": dict(self.fields)})
 
     @property
     def short(self) -> str:

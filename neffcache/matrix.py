@@ -1,4 +1,4 @@
-"""Matrix files (TOML) → pipelines → cells, each combination of their values a cell."""
+"""Matrix files (TOML) → pipelines → cells, each combination of their values a cell (pure)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from neffcache.documents import canonical_json, digest_of
@@ -113,18 +112,6 @@ def _as_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"expected an integer, got {value!r}")
     return value
-
-
-def load_matrix(path: str | Path) -> Matrix:
-    """Read and parse a matrix file; a missing or unreadable file is a MatrixError."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MatrixError(f"{p}: matrix file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MatrixError(f"{p}: cannot read matrix file: {exc}") from None
-    return parse_matrix(text, source=str(p))
 
 
 def parse_matrix(text: str, source: str = "<matrix>") -> Matrix:

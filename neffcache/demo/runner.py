@@ -176,7 +176,7 @@ def run_demo(request: DemoRequest) -> DemoResult:
     from neffcache.fingerprint import collect_fingerprint
     from neffcache.index import CoverageRequest, ingest_reports, open_index, register_matrix
     from neffcache.index import coverage as cover
-    from neffcache.matrix import load_matrix
+    from neffcache.matrix_io import load_matrix
     from neffcache.precompile import PrecompileOptions, RunContext, RunHooks, apply_precompile
     from neffcache.reports import date_prefixes
 

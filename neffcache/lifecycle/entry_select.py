@@ -9,7 +9,8 @@ from neffcache.backends import BACKENDS
 from neffcache.errors import ManifestError, UsageError
 from neffcache.hashing import is_key_prefix
 from neffcache.manifest import Manifest, decode_manifest, entry_key_for
-from neffcache.matrix import Cell, load_matrix, select_cells
+from neffcache.matrix import Cell, select_cells
+from neffcache.matrix_io import load_matrix
 from neffcache.store import CELLS, MANIFESTS, Store, entry_key_of, manifest_key, pointer_parts
 from neffcache.thread_pool import map_in_threads
 

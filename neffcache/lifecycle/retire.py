@@ -24,7 +24,7 @@ from neffcache.errors import ExitRule, NeffcacheError, UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
 from neffcache.manifest import Manifest
-from neffcache.matrix import load_matrix
+from neffcache.matrix_io import load_matrix
 from neffcache.request_rules import checked_request
 from neffcache.store import RETIRED, Store, cell_pointer_key, manifest_key
 

@@ -152,7 +152,7 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     cannot be attributed to one cell, MatrixError (2), FingerprintMismatchError (5),
     UnavailableError (6); an index failure is only a notice."""
     from neffcache.backends import get_backend, root_dirs
-    from neffcache.matrix import load_matrix
+    from neffcache.matrix_io import load_matrix
 
     m = load_matrix(request.matrix)
     backend = get_backend(m.backend)

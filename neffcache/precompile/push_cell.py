@@ -157,7 +157,7 @@ def _load_cell(request: PushRequest) -> tuple[Cell, str | None]:
         return _read_cell_json(str(cell_json))
     if not (matrix and cell_id):
         raise UsageError("name the cell: --cell-json FILE, or --matrix MATRIX --cell ID")
-    from neffcache.matrix import load_matrix
+    from neffcache.matrix_io import load_matrix
 
     m = load_matrix(matrix)
     for c in m.cells:

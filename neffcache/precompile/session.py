@@ -110,7 +110,7 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
     """
     from neffcache.fingerprint import described_interpreter
     from neffcache.index import open_index
-    from neffcache.matrix import load_matrix
+    from neffcache.matrix_io import load_matrix
 
     environ = os.environ if request.environ is None else request.environ
     spec = load_matrix(request.matrix)

@@ -85,7 +85,8 @@ def check_warm(request: WarmRequest) -> WarmResult:
     from neffcache.backends import root_dirs
     from neffcache.config import read_settings
     from neffcache.fingerprint import check_usable, collect_fingerprint, described_interpreter
-    from neffcache.matrix import load_matrix, select_cells
+    from neffcache.matrix import select_cells
+    from neffcache.matrix_io import load_matrix
 
     environ = os.environ if request.environ is None else request.environ
     matrix = str(request.matrix)

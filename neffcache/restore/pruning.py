@@ -18,7 +18,8 @@ from neffcache.errors import DeadlineExceededError, ExitRule, NeffcacheError, Us
 from neffcache.fingerprint import Fingerprint, check_usable, collect_fingerprint
 from neffcache.hashing import is_sha256
 from neffcache.manifest import DIGEST_FIELD, SIGNATURE_FIELD, entry_key
-from neffcache.matrix import Matrix, load_matrix
+from neffcache.matrix import Matrix
+from neffcache.matrix_io import load_matrix
 from neffcache.request_rules import checked_request
 from neffcache.restore.dest import lock_destination
 from neffcache.restore.fs import DirCache, Roots

@@ -30,7 +30,8 @@ from neffcache.fingerprint import (
     described_interpreter,
 )
 from neffcache.manifest import entry_key
-from neffcache.matrix import Cell, Matrix, load_matrix, select_cells
+from neffcache.matrix import Cell, Matrix, select_cells
+from neffcache.matrix_io import load_matrix
 from neffcache.report_send import SPOOL_DIR, send_report
 from neffcache.reports import build_report
 from neffcache.request_rules import checked_request

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.s3
 
 def test_push_from_cell_json_then_restore_through_the_matrix(cli: Cli, matrix: Path,
                                                              tmp_path: Path) -> None:
-    from neffcache.matrix import load_matrix
+    from neffcache.matrix_io import load_matrix
 
     cell = next(c for c in load_matrix(matrix).cells if c.id == CELL_64)
     (tmp_path / "cell.json").write_text(json.dumps(cell.to_json()))

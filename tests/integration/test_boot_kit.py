@@ -103,7 +103,7 @@ def _kit_settings() -> dict[str, str]:
 
 
 def test_the_shipped_matrix_is_a_valid_example() -> None:
-    from neffcache.matrix import load_matrix
+    from neffcache.matrix_io import load_matrix
 
     m = load_matrix(str(KIT / "matrix.toml"))
     assert m.backend == "neuron" and m.cells

@@ -14,7 +14,8 @@ from neffcache.cli.coverage import render_coverage
 from neffcache.fingerprint import collect_fingerprint
 from neffcache.index import open_index
 from neffcache.manifest import encode_manifest
-from neffcache.matrix import Cell, load_matrix
+from neffcache.matrix import Cell
+from neffcache.matrix_io import load_matrix
 from neffcache.store.base import manifest_key
 from neffcache.store.local import LocalStore
 from tests.unit.test_index_factories import make_fingerprint, make_manifest

@@ -13,7 +13,7 @@ import pytest
 
 from neffcache.backends import get_backend
 from neffcache.manifest import decode_manifest
-from neffcache.matrix import load_matrix
+from neffcache.matrix_io import load_matrix
 from neffcache.precompile.warm import warm_restored
 from neffcache.store import open_store
 from tests.support.tiny_home import ENV, run_cli, session_demo

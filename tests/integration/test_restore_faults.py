@@ -75,7 +75,8 @@ def trees(base_env: dict[str, str], matrix: Path,
 
     from neffcache.backends import NEURON
     from neffcache.fingerprint import collect_fingerprint
-    from neffcache.matrix import load_matrix, select_cells
+    from neffcache.matrix import select_cells
+    from neffcache.matrix_io import load_matrix
     from neffcache.parts import PartPolicy
     from neffcache.precompile.packing import PackPolicy
     from neffcache.precompile.publish import publish_entry

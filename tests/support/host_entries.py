@@ -9,7 +9,7 @@ from pathlib import Path
 
 from neffcache.backends import get_backend
 from neffcache.fingerprint import collect_fingerprint
-from neffcache.matrix import load_matrix
+from neffcache.matrix_io import load_matrix
 from neffcache.precompile.publish import publish_entry
 from neffcache.store import BLOBS, CELLS, MANIFESTS, PACKS, BundleStore, Store
 from tests.support.lifecycle import bundle_with

@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.request_rules",),
     ("neffcache.documents", "neffcache.hashing", "neffcache.thread_pool", "neffcache.config"),
     ("neffcache.interpreter", "neffcache.backends"),
-    ("neffcache.matrix", "neffcache.fingerprint"),
+    ("neffcache.matrix", "neffcache.matrix_io", "neffcache.fingerprint"),
     ("neffcache.parts",),
     ("neffcache.manifest",),
     # signed entries: signatures and trust (pure), then key files and the keys use cases

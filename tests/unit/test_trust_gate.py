@@ -32,7 +32,7 @@ from neffcache.lifecycle import (
     verify_store,
 )
 from neffcache.manifest import Manifest, encode_manifest
-from neffcache.matrix import load_matrix
+from neffcache.matrix_io import load_matrix
 from neffcache.precompile.publish import publish_entry
 from neffcache.restore import RestoreRequest, cell_ready, restore
 from neffcache.signing import generate_signing_key, sign_manifest

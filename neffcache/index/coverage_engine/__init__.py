@@ -263,7 +263,7 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
 def _load_cells(reader: Reader, matrix: str
                 ) -> tuple[str, str, Sequence[Cell] | Sequence[tuple[str, str]]]:
     """(source, backend, cells) of a matrix file, else of a registered matrix."""
-    from neffcache.matrix import load_matrix
+    from neffcache.matrix_io import load_matrix
 
     if Path(matrix).exists() or "/" in matrix or matrix.endswith(".toml"):  # a file
         spec = load_matrix(matrix)

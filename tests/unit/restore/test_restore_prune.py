@@ -14,7 +14,7 @@ from neffcache.backends import get_backend
 from neffcache.errors import NeffcacheError, UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import entry_key
-from neffcache.matrix import load_matrix
+from neffcache.matrix_io import load_matrix
 from neffcache.precompile.publish import publish_entry
 from neffcache.restore import (
     LOCAL_ENTRIES,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from neffcache.matrix import load_matrix
+from neffcache.matrix_io import load_matrix
 from neffcache.restore import RestoreRequest, cell_ready, restore
 from neffcache.store.local import LocalStore
 from tests.support.host_entries import INSTANCE_TYPE, Published, publish_for_this_host
