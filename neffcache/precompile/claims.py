@@ -15,7 +15,7 @@ from neffcache.errors import NeffcacheError
 from neffcache.matrix import Cell
 from neffcache.precompile.heartbeat import Ticker
 from neffcache.precompile.plan import EXISTS, PUBLISHED, PrecompileReport
-from neffcache.precompile.run import PrecompileRun, RunContext, open_run
+from neffcache.precompile.run import PrecompileRun, RunContext
 
 if TYPE_CHECKING:
     from neffcache.index import Index, Lease
@@ -70,7 +70,7 @@ def apply_claims(context: RunContext, cells: Sequence[Cell],
     hooks' ``stop`` is set; the report lists the cells this worker handled."""
     from neffcache.index import matrix_name_of
 
-    run = open_run(context, cells, announce_skips=False)
+    run = PrecompileRun(context, cells, announce_skips=False)
     name = matrix_name_of(context.matrix)
     removed = context.index.queue_claims(name, [p.cell for p in run.to_warm],
                                          context.fingerprint, [c.key for c in context.matrix.cells])

@@ -23,7 +23,6 @@ from neffcache.precompile.heartbeat import PUBLISHING, VERIFYING, Beats, CellBea
 from neffcache.precompile.launch import WORKER_LOG, WorkerOutcome, kill_running_workers, run_worker
 from neffcache.precompile.plan import (
     CANCELLED,
-    COMPILED,
     EXISTS,
     FAILED,
     HIT,
@@ -47,7 +46,7 @@ from neffcache.precompile.plan import (
     worker_spec,
 )
 from neffcache.precompile.publish import STOP_POLL_SECONDS, PublishOptions, publish_with
-from neffcache.precompile.warm import warm_restored
+from neffcache.precompile.warm import judge_outcome, warm_restored
 from neffcache.precompile.worker import WorkerSpec
 from neffcache.restore import RestoreRequest, RestoreResult, restore
 from neffcache.store import Store, manifest_key
@@ -91,7 +90,7 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
 
 def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileReport:
     """The static driver: the slots take the planned cells in order."""
-    run = open_run(context, cells, announce_skips=True)
+    run = PrecompileRun(context, cells, announce_skips=True)
     if run.to_warm:
         run.start(socket.gethostname())
         planned = iter(run.to_warm)  # shared: next() is atomic, each plan goes to one slot
@@ -104,45 +103,25 @@ def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileRe
     return run.finish()
 
 
-def open_run(context: RunContext, cells: Sequence[Cell], *, announce_skips: bool
-             ) -> PrecompileRun:
-    """Plan the cells, report the skipped and refused ones, index the ready entries the index
-    lacks, register the matrix."""
-    started = time.monotonic()
-    store, fingerprint = context.store, context.fingerprint
-    plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
-                            force=context.options.force,
-                            compile_only=context.options.compile_only)
-    emit = context.hooks.progress or (lambda event: None)
-    reports: dict[str, CellReport] = {}
-    for p in plans:
-        if p.action == SKIP:
-            reports[p.cell.id] = _cell_report(p, SKIPPED)
-            if announce_skips:
-                emit(("skip", p.cell.id, "ready (entry in store)"))
-        elif p.action == REFUSE:
-            reports[p.cell.id] = _cell_report(p, REFUSED, error=p.reason)
-            emit(("refused", p.cell.id, p.reason or ""))
-    index_known_entries(store, context.index, [p for p in plans if p.action == SKIP],
-                        get_backend(context.matrix.backend))
-    register_matrix_file(context.index, context.matrix)
-    return PrecompileRun(context, plans, reports, started)
-
-
 class PrecompileRun:
     """One run, static or claimed: its plans and what its slot threads share."""
 
-    def __init__(self, context: RunContext, plans: Sequence[CellPlan],
-                 reports: Mapping[str, CellReport], started: float) -> None:
+    def __init__(self, context: RunContext, cells: Sequence[Cell], *,
+                 announce_skips: bool) -> None:
+        """Plan the cells, report the skipped and refused ones, index the ready entries the
+        index lacks, register the matrix."""
+        self._started = time.monotonic()
         self.context, self.options = context, context.options
+        store, fingerprint = context.store, context.fingerprint
+        self.plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
+                                     force=self.options.force,
+                                     compile_only=self.options.compile_only)
         self.backend = get_backend(context.matrix.backend)
         self.workdir = Path(self.options.workdir
                             or tempfile.mkdtemp(prefix="neffcache-precompile-"))
-        self.plans: tuple[CellPlan, ...] = tuple(plans)
         self.run_id: str | None = None  # set by start
         self.emit: Callable[[Event], None] = context.hooks.progress or (lambda event: None)
-        self._reports = dict(reports)
-        self._started = started
+        self._reports: dict[str, CellReport] = {}
         self._lock = threading.Lock()  # the reports, the cell numbers, the index's writes
         self._stopping = threading.Event()
         stop = context.hooks.stop
@@ -151,6 +130,17 @@ class PrecompileRun:
         self._stopped_publishes = 0  # publishes stopped by it (counted as running cells)
         self._numbers = itertools.count(1)
         self.beats = Beats(self.options.heartbeat_seconds, context.hooks.heartbeat)
+        for p in self.plans:
+            if p.action == SKIP:
+                self._kept(_cell_report(p, SKIPPED))
+                if announce_skips:
+                    self.emit(("skip", p.cell.id, "ready (entry in store)"))
+            elif p.action == REFUSE:
+                self._kept(_cell_report(p, REFUSED, error=p.reason))
+                self.emit(("refused", p.cell.id, p.reason or ""))
+        index_known_entries(store, context.index, [p for p in self.plans if p.action == SKIP],
+                            self.backend)
+        register_matrix_file(context.index, context.matrix)
 
     @property
     def to_warm(self) -> tuple[CellPlan, ...]:
@@ -344,13 +334,11 @@ class PrecompileRun:
         outcome = warm_restored(c.matrix, plan.cell, self.backend, target, cell_dir / "verify",
                                 environ={**c.environ, **dict(options.extra_env)},
                                 timeout=options.timeout, python=options.python)
-        verdict = outcome.verdict()
-        if verdict is None:
-            report = VerifyReport(VERIFY_FAILED, None, restored.seconds, error=outcome.error)
-        else:
-            report = VerifyReport(COMPILED if verdict.compiled else HIT, outcome.seconds,
-                                  restored.seconds, verdict=verdict.to_json())
-        return self._verified(plan, report)
+        judged = judge_outcome(plan.cell, plan.entry_key, outcome)
+        failed = judged.status == FAILED
+        return self._verified(plan, VerifyReport(
+            VERIFY_FAILED if failed else judged.status, None if failed else judged.seconds,
+            restored.seconds, verdict=judged.verdict, error=judged.error))
 
     def _verified(self, plan: CellPlan, report: VerifyReport) -> VerifyReport:
         with self._lock:
