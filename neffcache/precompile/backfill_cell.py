@@ -13,7 +13,6 @@ from neffcache.manifest import FileRecord, Manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.precompile.capture import scan_roots
 from neffcache.precompile.hit_check import FileState
-from neffcache.precompile.indexing import record_entry_or_warn
 from neffcache.precompile.plan import read_entries
 from neffcache.precompile.publish import PublishOptions, PublishResult, hash_files, publish_with
 from neffcache.precompile.push_cell import open_publisher
@@ -172,7 +171,6 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
                                  {name: Path(d) for name, d in dirs.items()},
                                  PublishOptions(producer=PRODUCER, workers=request.workers,
                                                 files=files, signer=to.signer))
-        indexed = record_entry_or_warn(to.settings, published.manifest, to.store.url,
-                                       request.notice)
+        indexed = to.record(published.manifest, request.notice)
     return CaptureResult(plan, to.fingerprint.key, to.store.url, request.dry_run, published,
                          indexed)

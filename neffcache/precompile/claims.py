@@ -78,9 +78,7 @@ def apply_claims(context: RunContext, cells: Sequence[Cell],
         run.emit(("note", name, f"removed {removed} queued cell(s) the matrix no longer "
                                 f"declares"))
     loop = _ClaimLoop(run, claim, name)
-    if run.to_warm:
-        run.start(host_label())
-        run.in_slots(loop.drain)
+    run.in_slots(loop.host, loop.drain)
     return run.finish(released=loop.released)
 
 

@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     from neffcache.index import Index
 
 
-
 @dataclass(frozen=True, slots=True)
 class RunHooks:
     """How the caller follows and stops a run: ``progress`` gets each event, setting ``stop``
@@ -91,15 +90,13 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
 def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileReport:
     """The static driver: the slots take the planned cells in order."""
     run = PrecompileRun(context, cells, announce_skips=True)
-    if run.to_warm:
-        run.start(socket.gethostname())
-        planned = iter(run.to_warm)  # shared: next() is atomic, each plan goes to one slot
+    planned = iter(run.to_warm)  # shared: next() is atomic, each plan goes to one slot
 
-        def slot() -> None:
-            while not run.stopping and (plan := next(planned, None)) is not None:
-                run.warm(plan)
+    def slot() -> None:
+        while not run.stopping and (plan := next(planned, None)) is not None:
+            run.warm(plan)
 
-        run.in_slots(slot)
+    run.in_slots(socket.gethostname(), slot)
     return run.finish()
 
 
@@ -119,8 +116,9 @@ class PrecompileRun:
         self.backend = get_backend(context.matrix.backend)
         self.workdir = Path(self.options.workdir
                             or tempfile.mkdtemp(prefix="neffcache-precompile-"))
-        self.run_id: str | None = None  # set by start
+        self.run_id: str | None = None  # set by in_slots
         self.emit: Callable[[Event], None] = context.hooks.progress or (lambda event: None)
+        self.environ = {**context.environ, **dict(self.options.extra_env)}  # the workers'
         self._reports: dict[str, CellReport] = {}
         self._lock = threading.Lock()  # the reports, the cell numbers, the index's writes
         self._stopping = threading.Event()
@@ -160,18 +158,17 @@ class PrecompileRun:
         while not self.stopping and (left := until - time.monotonic()) > 0:
             self._stopping.wait(min(left, STOP_POLL_SECONDS))
 
-    def start(self, host: str) -> None:
-        """Before the first warm-up: the work directory and the run's row in the index."""
+    def in_slots(self, host: str, slot: Callable[[], None]) -> None:
+        """With cells to warm: the work directory and the run's row in the index (run by
+        ``host``), then ``slot`` in ``options.workers`` threads until each returns; a failure
+        stops the run and its workers and is raised. Always records the run's counts."""
         from neffcache.index import matrix_name_of
 
-        c = self.context
+        if not self.to_warm:
+            return
+        c, count = self.context, max(1, self.options.workers)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.run_id = c.index.start_run(host, c.fingerprint, matrix_name_of(c.matrix))
-
-    def in_slots(self, slot: Callable[[], None]) -> None:
-        """Run ``slot`` in ``options.workers`` threads until each returns; a failure stops the
-        run and its workers and is raised. Always records the run's counts in the index."""
-        count = max(1, self.options.workers)
         try:
             with self.beats, ThreadPoolExecutor(max_workers=count) as pool:
                 pending = {pool.submit(self._guarded, slot) for _ in range(count)}
@@ -192,8 +189,7 @@ class PrecompileRun:
         finally:
             with self._lock:
                 statuses = [r.status for r in self._reports.values()]
-            assert self.run_id is not None, "in_slots before start"
-            self.context.index.finish_run(
+            c.index.finish_run(
                 self.run_id, statuses.count(PUBLISHED) + statuses.count(EXISTS),
                 statuses.count(FAILED), statuses.count(CANCELLED) if self.cancelled else None)
 
@@ -253,9 +249,8 @@ class PrecompileRun:
         self.emit(("start", cell.id, "warming"))
         self.beats.watch(cell.id, cell_dir / WORKER_LOG)
         try:
-            outcome = run_worker(spec, self.backend, cell_dir, environ=self.context.environ,
-                                 extra_env=dict(options.extra_env), timeout=options.timeout,
-                                 python=options.python)
+            outcome = run_worker(spec, self.backend, cell_dir, environ=self.environ,
+                                 timeout=options.timeout, python=options.python)
             if not outcome.ok:
                 return self._not_warmed(plan, outcome)
             self.beats.phase(cell.id, PUBLISHING)
@@ -332,8 +327,8 @@ class PrecompileRun:
                 VERIFY_FAILED, None, restored.seconds if restored else 0.0,
                 error=f"restore: {err or 'cell not restored'}"))
         outcome = warm_restored(c.matrix, plan.cell, self.backend, target, cell_dir / "verify",
-                                environ={**c.environ, **dict(options.extra_env)},
-                                timeout=options.timeout, python=options.python)
+                                environ=self.environ, timeout=options.timeout,
+                                python=options.python)
         judged = judge_outcome(plan.cell, plan.entry_key, outcome)
         failed = judged.status == FAILED
         return self._verified(plan, VerifyReport(

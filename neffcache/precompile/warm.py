@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,6 @@ from neffcache.errors import (
 )
 from neffcache.manifest import entry_key
 from neffcache.matrix import Cell, Matrix
-from neffcache.precompile.indexing import report_to_index, silent
 from neffcache.precompile.launch import WorkerOutcome, run_worker
 from neffcache.precompile.plan import COMPILED, FAILED, HIT, Event, worker_spec
 from neffcache.report_send import SPOOL_DIR, discard, keep, load, pending
@@ -241,9 +241,8 @@ def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
             discard(path)
         _apply(idx, mine)
 
-    written = report_to_index(settings, "warm results", write, INDEX_REPORT_TIMEOUT, notice)
-    if written is False and judged:
-        say = notice or silent
+    say = notice or _silent
+    if not _written_in_time(settings, write, say) and judged:
         try:
             keep(spool, mine)
         except OSError as exc:
@@ -251,6 +250,40 @@ def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
             return
         say(f"warm results kept in {spool}; the next neffcache warm that reaches the index "
             f"records them")
+
+
+def _written_in_time(settings: Settings, write: Callable[[Index], None],
+                     say: Callable[[str], None]) -> bool:
+    """Run ``write(index)`` in a thread given at most ``INDEX_REPORT_TIMEOUT`` seconds: False
+    when it did not end in time or failed (a notice), True when written or without an index."""
+    if not settings.has_index:
+        return True
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            from neffcache.index import open_index
+
+            with open_index(settings.index_url,
+                            auto_upgrade=settings.index_is_embedded) as idx:
+                write(idx)
+        except BaseException as exc:  # noqa: BLE001 - reported as a notice below
+            errors.append(exc)
+
+    worker = threading.Thread(target=send, name="neffcache-index-report", daemon=True)
+    worker.start()
+    worker.join(INDEX_REPORT_TIMEOUT)
+    if worker.is_alive():
+        say(f"warning: index did not answer within {INDEX_REPORT_TIMEOUT:.1f} s; warm results "
+            f"not recorded")
+    elif errors:
+        say(f"warning: warm results not recorded in the index: "
+            f"{' '.join(str(errors[0]).split())}")
+    return not (worker.is_alive() or errors)
+
+
+def _silent(message: str) -> None:
+    """The notice of a caller that gave none: dropped."""
 
 
 def _apply(idx: Index, verdicts: Verdicts) -> None:

@@ -60,7 +60,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.run", "neffcache.restore.preview", "neffcache.restore.pruning"),
     ("neffcache.restore.session", "neffcache.restore"),
     # precompile: warm cells in workers, publish entries
-    ("neffcache.precompile.hit_check", "neffcache.precompile.indexing"),
+    ("neffcache.precompile.hit_check",),
     ("neffcache.precompile.capture",),
     ("neffcache.precompile.worker",),
     ("neffcache.precompile.launch",),
