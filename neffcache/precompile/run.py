@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neffcache.backends import Backend, get_backend, root_dirs
+from neffcache.backends import get_backend, root_dirs
 from neffcache.errors import NeffcacheError, StoppedError
 from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell, Matrix
@@ -120,7 +120,7 @@ class PrecompileRun:
         self.emit: Callable[[Event], None] = context.hooks.progress or (lambda event: None)
         self.environ = {**context.environ, **dict(self.options.extra_env)}  # the workers'
         self._reports: dict[str, CellReport] = {}
-        self._lock = threading.Lock()  # the reports, the cell numbers, the index's writes
+        self._lock = threading.Lock()  # the reports, the index's writes
         self._stopping = threading.Event()
         stop = context.hooks.stop
         self._cancel = stop if stop is not None else threading.Event()  # the caller's stop
@@ -136,8 +136,7 @@ class PrecompileRun:
             elif p.action == REFUSE:
                 self._kept(_cell_report(p, REFUSED, error=p.reason))
                 self.emit(("refused", p.cell.id, p.reason or ""))
-        index_known_entries(store, context.index, [p for p in self.plans if p.action == SKIP],
-                            self.backend)
+        self._index_known([p for p in self.plans if p.action == SKIP])
         register_matrix_file(context.index, context.matrix)
 
     @property
@@ -210,7 +209,7 @@ class PrecompileRun:
         existing; None when the store lacks it."""
         if not self.context.store.has(manifest_key(plan.entry_key)):
             return None
-        index_known_entries(self.context.store, self.context.index, [plan], self.backend)
+        self._index_known([plan])
         self.emit(("skip", plan.cell.id, "ready (entry in store)"))
         return self._kept(_cell_report(plan, EXISTS))
 
@@ -231,6 +230,20 @@ class PrecompileRun:
                                 sum(1 for r in cells if r.status == CANCELLED), released)
             if self.cancelled else None)
 
+    def _index_known(self, plans: Sequence[CellPlan]) -> None:
+        """Index the entries the store holds but this index lacks (coverage stays true when
+        several indexes share a store)."""
+        if not plans:
+            return
+        store, index = self.context.store, self.context.index
+        known = index.indexed_entry_keys([p.entry_key for p in plans])
+        unknown = [p.entry_key for p in plans if p.entry_key not in known]
+        if not unknown:
+            return
+        manifests = list(read_entries(store, unknown, self.backend).values())
+        if manifests:
+            index.record_entries(manifests, store.url)
+
     def _kept(self, report: CellReport) -> CellReport:
         with self._lock:
             self._reports[report.cell_id] = report
@@ -238,9 +251,7 @@ class PrecompileRun:
 
     def _warm(self, plan: CellPlan) -> CellReport:
         cell, options = plan.cell, self.options
-        with self._lock:
-            n = next(self._numbers)
-        cell_dir = self.workdir / _slug(n, cell)
+        cell_dir = self.workdir / _slug(next(self._numbers), cell)  # next() is atomic
         spec = worker_spec(self.context.matrix, cell, cell_dir / "roots",
                            cell_dir / "result.json")
         if self.stopping:
@@ -351,21 +362,6 @@ def _cell_report(plan: CellPlan, status: str, outcome: WorkerOutcome | None = No
         fields = {"seconds": outcome.seconds, "wall_seconds": outcome.wall_seconds,
                   "exit_status": outcome.exit_status, **fields}
     return CellReport(plan.cell.id, plan.cell.key, plan.entry_key, status, **fields)
-
-
-def index_known_entries(store: Store, index: Index, plans: Sequence[CellPlan],
-                        backend: Backend) -> None:
-    """Index the entries the store holds but this index lacks (coverage stays true when
-    several indexes share a store)."""
-    if not plans:
-        return
-    known = index.indexed_entry_keys([p.entry_key for p in plans])
-    unknown = [p.entry_key for p in plans if p.entry_key not in known]
-    if not unknown:
-        return
-    manifests = list(read_entries(store, unknown, backend).values())
-    if manifests:
-        index.record_entries(manifests, store.url)
 
 
 def _slug(n: int, cell: Cell) -> str:

@@ -227,7 +227,9 @@ def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
     """Record the verdicts earlier warms spooled, then these; spool them if the index does not
     take them in time."""
     judged = tuple((c.entry_key, c.status) for c in report.cells if c.status != FAILED)
-    spool = _spool_dir(target, settings.report_spool)
+    # the restore's report spool for ``target``: one per restored directory
+    spool = (Path(settings.report_spool).expanduser() if settings.report_spool
+             else target / LOCAL_ENTRIES / SPOOL_DIR)
     waiting = [(s.path, v) for s in pending(spool)  # oldest first: newer ones win
                if (v := _spooled_verdicts(s.path)) is not None]
     if not judged and not waiting:
@@ -298,8 +300,3 @@ def _spooled_verdicts(path: Path) -> Verdicts | None:
     except (ReportError, OSError):
         return None  # the restore that sends the spool drops what is no document
     return doc if isinstance(doc, Verdicts) else None
-
-
-def _spool_dir(target: Path, configured: str | None) -> Path:
-    """The restore's report spool for ``target``: one per restored directory."""
-    return Path(configured).expanduser() if configured else target / LOCAL_ENTRIES / SPOOL_DIR
