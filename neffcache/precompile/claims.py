@@ -37,11 +37,6 @@ class ClaimOptions:
         return max(0.2, min(self.lease_seconds / 4, 1.0))
 
 
-def host_label() -> str:
-    """Who holds a lease, for people reading coverage: host name and process id."""
-    return f"{socket.gethostname()} pid {os.getpid()}"
-
-
 class Heartbeat(Ticker):
     """Renews one lease every ``interval`` seconds in the block (a dead parent stops, so its
     lease expires); sets ``lost`` once the lease is not ours, tells ``note`` a failed renewal."""
@@ -89,7 +84,7 @@ class _ClaimLoop:
         self.run, self.index, self.claim, self.name = run, run.context.index, claim, name
         self.plans = {p.cell.key: p for p in run.to_warm}
         self.keys = sorted(self.plans)
-        self.host = host_label()
+        self.host = f"{socket.gethostname()} pid {os.getpid()}"  # who holds its leases
         self.released = 0  # leases given back as cancelled
         self._lock = threading.Lock()
         self._next_wait = 0.0  # when a waiting slot may say so again (monotonic)

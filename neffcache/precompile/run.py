@@ -20,7 +20,7 @@ from neffcache.errors import NeffcacheError, StoppedError
 from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.heartbeat import PUBLISHING, VERIFYING, Beats, CellBeat
-from neffcache.precompile.launch import WORKER_LOG, WorkerOutcome, kill_running_workers, run_worker
+from neffcache.precompile.launch import WORKER_LOG, WorkerOutcome, kill_running_workers
 from neffcache.precompile.plan import (
     CANCELLED,
     EXISTS,
@@ -43,11 +43,9 @@ from neffcache.precompile.plan import (
     find_ready,
     plan_precompile,
     read_entries,
-    worker_spec,
 )
 from neffcache.precompile.publish import STOP_POLL_SECONDS, PublishOptions, publish_with
 from neffcache.precompile.warm import judge_outcome, warm_restored
-from neffcache.precompile.worker import WorkerSpec
 from neffcache.restore import RestoreRequest, RestoreResult, restore
 from neffcache.store import Store, manifest_key
 
@@ -252,21 +250,18 @@ class PrecompileRun:
     def _warm(self, plan: CellPlan) -> CellReport:
         cell, options = plan.cell, self.options
         cell_dir = self.workdir / _slug(next(self._numbers), cell)  # next() is atomic
-        spec = worker_spec(self.context.matrix, cell, cell_dir / "roots",
-                           cell_dir / "result.json")
         if self.stopping:
             return _cell_report(plan, CANCELLED if self.cancelled else FAILED,
                                 error="not started: stopped")
         self.emit(("start", cell.id, "warming"))
         self.beats.watch(cell.id, cell_dir / WORKER_LOG)
         try:
-            outcome = run_worker(spec, self.backend, cell_dir, environ=self.environ,
-                                 timeout=options.timeout, python=options.python)
+            outcome = self._worker(cell, cell_dir / "roots", cell_dir)
             if not outcome.ok:
                 return self._not_warmed(plan, outcome)
             self.beats.phase(cell.id, PUBLISHING)
             try:
-                report = self._publish(plan, spec, outcome)
+                report = self._publish(plan, outcome)
             except StoppedError:
                 with self._lock:
                     self._stopped_publishes += 1
@@ -282,6 +277,13 @@ class PrecompileRun:
             self.beats.forget(cell.id)
             if not options.keep_workdir:
                 shutil.rmtree(cell_dir, ignore_errors=True)
+
+    def _worker(self, cell: Cell, base: Path, workdir: Path) -> WorkerOutcome:
+        """A worker warming ``cell`` against the cache roots under ``base`` (empty, or restored
+        into), its spec, log and result in ``workdir``."""
+        return warm_restored(self.context.matrix, cell, self.backend, base, workdir,
+                             environ=self.environ, timeout=self.options.timeout,
+                             python=self.options.python)
 
     def _not_warmed(self, plan: CellPlan, outcome: WorkerOutcome) -> CellReport:
         """Cancelled (the run was stopped), interrupted, or a failure recorded in the index."""
@@ -301,9 +303,9 @@ class PrecompileRun:
         return _cell_report(plan, FAILED, outcome, error=outcome.error,
                             log_tail=outcome.log_tail[-2000:])
 
-    def _publish(self, plan: CellPlan, spec: WorkerSpec, outcome: WorkerOutcome) -> CellReport:
+    def _publish(self, plan: CellPlan, outcome: WorkerOutcome) -> CellReport:
         c, backend = self.context, self.backend
-        roots = {name: Path(d) for name, d in root_dirs(backend, spec.base).items()}
+        roots = {name: Path(d) for name, d in root_dirs(backend, str(outcome.base)).items()}
         producer = {"tool": "neffcache precompile", "run_id": str(self.run_id),
                     "matrix": c.matrix.name or Path(c.matrix.source).name,
                     "worker_wall_seconds": f"{outcome.wall_seconds:.3f}"}
@@ -321,7 +323,7 @@ class PrecompileRun:
                             bytes_uploaded=result.bytes_uploaded)
 
     def _verify(self, plan: CellPlan, cell_dir: Path) -> VerifyReport:
-        c, options = self.context, self.options
+        c = self.context
         self.emit(("verify", plan.cell.id, "restoring into a new directory and warming again"))
         target = cell_dir / "verify-roots"
         restored: RestoreResult | None = None
@@ -337,9 +339,7 @@ class PrecompileRun:
             return self._verified(plan, VerifyReport(
                 VERIFY_FAILED, None, restored.seconds if restored else 0.0,
                 error=f"restore: {err or 'cell not restored'}"))
-        outcome = warm_restored(c.matrix, plan.cell, self.backend, target, cell_dir / "verify",
-                                environ=self.environ, timeout=options.timeout,
-                                python=options.python)
+        outcome = self._worker(plan.cell, target, cell_dir / "verify")
         judged = judge_outcome(plan.cell, plan.entry_key, outcome)
         failed = judged.status == FAILED
         return self._verified(plan, VerifyReport(

@@ -124,7 +124,8 @@ def describe(result: WarmCell) -> str:
 def warm_restored(matrix: Matrix, cell: Cell, backend: Backend, base: Path, workdir: Path, *,
                   environ: Mapping[str, str], timeout: float | None = None,
                   python: str | None = None) -> WorkerOutcome:
-    """Warm ``cell`` in a fresh process against cache roots already restored under ``base``."""
+    """Warm ``cell`` in a fresh process against the cache roots under ``base`` (restored into,
+    or empty for a precompile)."""
     spec = worker_spec(matrix, cell, base, workdir / "result.json")
     return run_worker(spec, backend, workdir, environ=environ, timeout=timeout, python=python)
 
