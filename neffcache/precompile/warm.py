@@ -1,5 +1,4 @@
-"""``check_warm(WarmRequest)`` (``neffcache warm``): each cell's first call against restored cache
-dirs, judged hit or compiled."""
+"""``check_warm(WarmRequest)``, behind ``neffcache warm``: first calls on restored caches."""
 
 from __future__ import annotations
 
