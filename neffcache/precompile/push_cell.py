@@ -103,8 +103,7 @@ class Publisher:
 
         settings = self.settings
         try:
-            with open_index(settings.index_url,
-                            auto_upgrade=settings.index_is_embedded) as index:
+            with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as index:
                 index.record_entry(manifest, self.store.url)
             return True
         except NeffcacheError as exc:

@@ -266,8 +266,7 @@ def _written_in_time(settings: Settings, write: Callable[[Index], None],
         try:
             from neffcache.index import open_index
 
-            with open_index(settings.index_url,
-                            auto_upgrade=settings.index_is_embedded) as idx:
+            with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as idx:
                 write(idx)
         except BaseException as exc:  # noqa: BLE001 - reported as a notice below
             errors.append(exc)
