@@ -162,7 +162,7 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     to = open_publisher(request, backend.name)
     cell_ids = {entry_key(c, to.fingerprint): c.id for c in m.cells}
     entries = {cell_ids[k]: e for k, e in read_entries(to.store, list(cell_ids), backend).items()}
-    present = scan_roots(backend, {k: v for k, v in dirs.items() if Path(v).is_dir()})
+    present = scan_roots(backend, dirs)  # the roots that are directories
     plan = plan_backfill(present, m.cells, to.fingerprint, entries, request.cell_id)
     published, indexed = None, None
     if not request.dry_run and plan.action == PUBLISH and plan.cell is not None:
