@@ -20,8 +20,8 @@ _FACE = {
     "push_cell": ("PushRequest", "PushResult", "push"),
     "run": ("RunContext", "RunHooks", "apply_precompile"),
     "session": ("PrecompileRequest", "PrecompileResult", "precompile"),
-    "warm": ("WarmCell", "WarmReport", "warm_restored"),
-    "warm_check": ("WarmRequest", "WarmResult", "check_warm"),
+    "warm": ("WarmCell", "WarmReport", "WarmRequest", "WarmResult", "check_warm",
+             "warm_restored"),
 }
 __all__, __getattr__ = lazy_face(globals(), _FACE)
 
@@ -41,6 +41,6 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.precompile.push_cell import PushRequest, PushResult, push
     from neffcache.precompile.run import RunContext, RunHooks, apply_precompile
     from neffcache.precompile.session import PrecompileRequest, PrecompileResult, precompile
-    from neffcache.precompile.warm import WarmCell, WarmReport, warm_restored
-    from neffcache.precompile.warm_check import WarmRequest, WarmResult, check_warm
+    from neffcache.precompile.warm import (WarmCell, WarmReport, WarmRequest, WarmResult,
+        check_warm, warm_restored)
     # isort: on

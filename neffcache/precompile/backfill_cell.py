@@ -13,7 +13,6 @@ from neffcache.manifest import FileRecord, Manifest, entry_key
 from neffcache.matrix import Cell
 from neffcache.precompile.capture import scan_roots
 from neffcache.precompile.hit_check import FileState
-from neffcache.precompile.indexing import record_entry_or_warn
 from neffcache.precompile.plan import read_entries
 from neffcache.precompile.publish import PublishOptions, PublishResult, hash_files, publish_with
 from neffcache.precompile.push_cell import open_publisher
@@ -163,7 +162,7 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
     to = open_publisher(request, backend.name)
     cell_ids = {entry_key(c, to.fingerprint): c.id for c in m.cells}
     entries = {cell_ids[k]: e for k, e in read_entries(to.store, list(cell_ids), backend).items()}
-    present = scan_roots(backend, {k: v for k, v in dirs.items() if Path(v).is_dir()})
+    present = scan_roots(backend, dirs)  # the roots that are directories
     plan = plan_backfill(present, m.cells, to.fingerprint, entries, request.cell_id)
     published, indexed = None, None
     if not request.dry_run and plan.action == PUBLISH and plan.cell is not None:
@@ -172,7 +171,6 @@ def capture_entry(request: CaptureRequest) -> CaptureResult:
                                  {name: Path(d) for name, d in dirs.items()},
                                  PublishOptions(producer=PRODUCER, workers=request.workers,
                                                 files=files, signer=to.signer))
-        indexed = record_entry_or_warn(to.settings, published.manifest, to.store.url,
-                                       request.notice)
+        indexed = to.record(published.manifest, request.notice)
     return CaptureResult(plan, to.fingerprint.key, to.store.url, request.dry_run, published,
                          indexed)

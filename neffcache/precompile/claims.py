@@ -15,7 +15,7 @@ from neffcache.errors import NeffcacheError
 from neffcache.matrix import Cell
 from neffcache.precompile.heartbeat import Ticker
 from neffcache.precompile.plan import EXISTS, PUBLISHED, PrecompileReport
-from neffcache.precompile.run import PrecompileRun, RunContext, open_run
+from neffcache.precompile.run import PrecompileRun, RunContext
 
 if TYPE_CHECKING:
     from neffcache.index import Index, Lease
@@ -35,11 +35,6 @@ class ClaimOptions:
     @property
     def poll_seconds(self) -> float:  # how often a worker waiting for a lease looks again
         return max(0.2, min(self.lease_seconds / 4, 1.0))
-
-
-def host_label() -> str:
-    """Who holds a lease, for people reading coverage: host name and process id."""
-    return f"{socket.gethostname()} pid {os.getpid()}"
 
 
 class Heartbeat(Ticker):
@@ -70,7 +65,7 @@ def apply_claims(context: RunContext, cells: Sequence[Cell],
     hooks' ``stop`` is set; the report lists the cells this worker handled."""
     from neffcache.index import matrix_name_of
 
-    run = open_run(context, cells, announce_skips=False)
+    run = PrecompileRun(context, cells, announce_skips=False)
     name = matrix_name_of(context.matrix)
     removed = context.index.queue_claims(name, [p.cell for p in run.to_warm],
                                          context.fingerprint, [c.key for c in context.matrix.cells])
@@ -78,9 +73,7 @@ def apply_claims(context: RunContext, cells: Sequence[Cell],
         run.emit(("note", name, f"removed {removed} queued cell(s) the matrix no longer "
                                 f"declares"))
     loop = _ClaimLoop(run, claim, name)
-    if run.to_warm:
-        run.start(host_label())
-        run.in_slots(loop.drain)
+    run.in_slots(loop.host, loop.drain)
     return run.finish(released=loop.released)
 
 
@@ -91,7 +84,7 @@ class _ClaimLoop:
         self.run, self.index, self.claim, self.name = run, run.context.index, claim, name
         self.plans = {p.cell.key: p for p in run.to_warm}
         self.keys = sorted(self.plans)
-        self.host = host_label()
+        self.host = f"{socket.gethostname()} pid {os.getpid()}"  # who holds its leases
         self.released = 0  # leases given back as cancelled
         self._lock = threading.Lock()
         self._next_wait = 0.0  # when a waiting slot may say so again (monotonic)

@@ -54,10 +54,7 @@ class CompileActivity:
     cpp_probe: bool = False  # False when the C++ builder could not be instrumented
 
     def counter(self, group: str, name: str) -> int:
-        for g, values in self.counters:
-            if g == group:
-                return dict(values).get(name, 0)
-        return 0
+        return dict(dict(self.counters).get(group, ())).get(name, 0)
 
     @property
     def cpp_compiles(self) -> tuple[str, ...]:

@@ -114,8 +114,8 @@ def tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
 
 
 def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
-               environ: Mapping[str, str], extra_env: Mapping[str, str] | None = None,
-               timeout: float | None = None, python: str | None = None) -> WorkerOutcome:
+               environ: Mapping[str, str], timeout: float | None = None,
+               python: str | None = None) -> WorkerOutcome:
     """Run one worker in its own session to completion (or ``timeout`` seconds, then its
     process group is stopped) and collect its outcome; creates the roots under ``spec.base``
     (empty, unless the caller restored into them); ``workdir`` holds spec, log and result."""
@@ -127,7 +127,7 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
     log_path = workdir / WORKER_LOG
     result_path = Path(spec.result_path)
     result_path.unlink(missing_ok=True)
-    env = worker_environment(backend, Path(spec.base), environ, extra_env)
+    env = worker_environment(backend, Path(spec.base), environ)
     command = launch_command(spec_path, spec.cell, backend, python=python or sys.executable)
     if python is not None:
         env["PYTHONPATH"] = import_path(workdir, env)

@@ -145,10 +145,8 @@ def plan_precompile(cells: Sequence[Cell], fingerprint: Fingerprint,
         key = entry_key(cell, fingerprint)
         ready = key in ready_entry_keys
         reason = refusal_reason(cell, compile_only) if not ready or force else None
-        if reason is not None:
-            plans.append(CellPlan(cell, key, ready, REFUSE, reason))
-        else:
-            plans.append(CellPlan(cell, key, ready, WARM if force or not ready else SKIP))
+        action = REFUSE if reason is not None else WARM if force or not ready else SKIP
+        plans.append(CellPlan(cell, key, ready, action, reason))
     return tuple(plans)
 
 

@@ -12,10 +12,10 @@ from typing import Any, Protocol
 
 from neffcache.backends import Backend
 from neffcache.config import Settings
-from neffcache.errors import ExitRule, MatrixError, UsageError
+from neffcache.errors import ExitRule, MatrixError, NeffcacheError, UsageError
 from neffcache.fingerprint import Fingerprint
+from neffcache.manifest import Manifest
 from neffcache.matrix import Cell
-from neffcache.precompile.indexing import record_entry_or_warn
 from neffcache.precompile.publish import (
     DEFAULT_WORKERS,
     PublishOptions,
@@ -97,6 +97,21 @@ class Publisher:
     signer: SigningKey | None
     store: Store
 
+    def record(self, manifest: Manifest, notice: Callable[[str], None] | None) -> bool:
+        """Record a published entry in the index; True when it was, else a notice and False."""
+        from neffcache.index import open_index
+
+        settings = self.settings
+        try:
+            with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as index:
+                index.record_entry(manifest, self.store.url)
+            return True
+        except NeffcacheError as exc:
+            if notice is not None:
+                notice(f"warning: entry not recorded in the index: {' '.join(str(exc).split())}")
+                notice(f"hint: {exc.hint or 'neffcache reindex'}")
+            return False
+
 
 def open_publisher(request: Publishing, backend: str,
                    env: Mapping[str, str] | None = None) -> Publisher:
@@ -140,8 +155,7 @@ def push(request: PushRequest) -> PushResult:
     to = open_publisher(request, backend.name)
     result = publish_with(to.store, cell, to.fingerprint, backend, roots, PublishOptions(
         compile_seconds=request.compile_seconds, workers=request.workers, signer=to.signer))
-    indexed = record_entry_or_warn(to.settings, result.manifest, to.store.url, request.notice)
-    return PushResult(result, indexed, to.store.url)
+    return PushResult(result, to.record(result.manifest, request.notice), to.store.url)
 
 
 def _load_cell(request: PushRequest) -> tuple[Cell, str | None]:

@@ -15,15 +15,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neffcache.backends import Backend, get_backend, root_dirs
+from neffcache.backends import get_backend, root_dirs
 from neffcache.errors import NeffcacheError, StoppedError
 from neffcache.fingerprint import Fingerprint
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.heartbeat import PUBLISHING, VERIFYING, Beats, CellBeat
-from neffcache.precompile.launch import WORKER_LOG, WorkerOutcome, kill_running_workers, run_worker
+from neffcache.precompile.launch import WORKER_LOG, WorkerOutcome, kill_running_workers
 from neffcache.precompile.plan import (
     CANCELLED,
-    COMPILED,
     EXISTS,
     FAILED,
     HIT,
@@ -44,17 +43,14 @@ from neffcache.precompile.plan import (
     find_ready,
     plan_precompile,
     read_entries,
-    worker_spec,
 )
 from neffcache.precompile.publish import STOP_POLL_SECONDS, PublishOptions, publish_with
-from neffcache.precompile.warm import warm_restored
-from neffcache.precompile.worker import WorkerSpec
+from neffcache.precompile.warm import judge_outcome, warm_restored
 from neffcache.restore import RestoreRequest, RestoreResult, restore
 from neffcache.store import Store, manifest_key
 
 if TYPE_CHECKING:
     from neffcache.index import Index
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,59 +87,38 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
 
 def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileReport:
     """The static driver: the slots take the planned cells in order."""
-    run = open_run(context, cells, announce_skips=True)
-    if run.to_warm:
-        run.start(socket.gethostname())
-        planned = iter(run.to_warm)  # shared: next() is atomic, each plan goes to one slot
+    run = PrecompileRun(context, cells, announce_skips=True)
+    planned = iter(run.to_warm)  # shared: next() is atomic, each plan goes to one slot
 
-        def slot() -> None:
-            while not run.stopping and (plan := next(planned, None)) is not None:
-                run.warm(plan)
+    def slot() -> None:
+        while not run.stopping and (plan := next(planned, None)) is not None:
+            run.warm(plan)
 
-        run.in_slots(slot)
+    run.in_slots(socket.gethostname(), slot)
     return run.finish()
-
-
-def open_run(context: RunContext, cells: Sequence[Cell], *, announce_skips: bool
-             ) -> PrecompileRun:
-    """Plan the cells, report the skipped and refused ones, index the ready entries the index
-    lacks, register the matrix."""
-    started = time.monotonic()
-    store, fingerprint = context.store, context.fingerprint
-    plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
-                            force=context.options.force,
-                            compile_only=context.options.compile_only)
-    emit = context.hooks.progress or (lambda event: None)
-    reports: dict[str, CellReport] = {}
-    for p in plans:
-        if p.action == SKIP:
-            reports[p.cell.id] = _cell_report(p, SKIPPED)
-            if announce_skips:
-                emit(("skip", p.cell.id, "ready (entry in store)"))
-        elif p.action == REFUSE:
-            reports[p.cell.id] = _cell_report(p, REFUSED, error=p.reason)
-            emit(("refused", p.cell.id, p.reason or ""))
-    index_known_entries(store, context.index, [p for p in plans if p.action == SKIP],
-                        get_backend(context.matrix.backend))
-    register_matrix_file(context.index, context.matrix)
-    return PrecompileRun(context, plans, reports, started)
 
 
 class PrecompileRun:
     """One run, static or claimed: its plans and what its slot threads share."""
 
-    def __init__(self, context: RunContext, plans: Sequence[CellPlan],
-                 reports: Mapping[str, CellReport], started: float) -> None:
+    def __init__(self, context: RunContext, cells: Sequence[Cell], *,
+                 announce_skips: bool) -> None:
+        """Plan the cells, report the skipped and refused ones, index the ready entries the
+        index lacks, register the matrix."""
+        self._started = time.monotonic()
         self.context, self.options = context, context.options
+        store, fingerprint = context.store, context.fingerprint
+        self.plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
+                                     force=self.options.force,
+                                     compile_only=self.options.compile_only)
         self.backend = get_backend(context.matrix.backend)
         self.workdir = Path(self.options.workdir
                             or tempfile.mkdtemp(prefix="neffcache-precompile-"))
-        self.plans: tuple[CellPlan, ...] = tuple(plans)
-        self.run_id: str | None = None  # set by start
+        self.run_id: str | None = None  # set by in_slots
         self.emit: Callable[[Event], None] = context.hooks.progress or (lambda event: None)
-        self._reports = dict(reports)
-        self._started = started
-        self._lock = threading.Lock()  # the reports, the cell numbers, the index's writes
+        self.environ = {**context.environ, **dict(self.options.extra_env)}  # the workers'
+        self._reports: dict[str, CellReport] = {}
+        self._lock = threading.Lock()  # the reports, the index's writes
         self._stopping = threading.Event()
         stop = context.hooks.stop
         self._cancel = stop if stop is not None else threading.Event()  # the caller's stop
@@ -151,6 +126,16 @@ class PrecompileRun:
         self._stopped_publishes = 0  # publishes stopped by it (counted as running cells)
         self._numbers = itertools.count(1)
         self.beats = Beats(self.options.heartbeat_seconds, context.hooks.heartbeat)
+        for p in self.plans:
+            if p.action == SKIP:
+                self._kept(_cell_report(p, SKIPPED))
+                if announce_skips:
+                    self.emit(("skip", p.cell.id, "ready (entry in store)"))
+            elif p.action == REFUSE:
+                self._kept(_cell_report(p, REFUSED, error=p.reason))
+                self.emit(("refused", p.cell.id, p.reason or ""))
+        self._index_known([p for p in self.plans if p.action == SKIP])
+        register_matrix_file(context.index, context.matrix)
 
     @property
     def to_warm(self) -> tuple[CellPlan, ...]:
@@ -170,18 +155,17 @@ class PrecompileRun:
         while not self.stopping and (left := until - time.monotonic()) > 0:
             self._stopping.wait(min(left, STOP_POLL_SECONDS))
 
-    def start(self, host: str) -> None:
-        """Before the first warm-up: the work directory and the run's row in the index."""
+    def in_slots(self, host: str, slot: Callable[[], None]) -> None:
+        """With cells to warm: the work directory and the run's row in the index (run by
+        ``host``), then ``slot`` in ``options.workers`` threads until each returns; a failure
+        stops the run and its workers and is raised. Always records the run's counts."""
         from neffcache.index import matrix_name_of
 
-        c = self.context
+        if not self.to_warm:
+            return
+        c, count = self.context, max(1, self.options.workers)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.run_id = c.index.start_run(host, c.fingerprint, matrix_name_of(c.matrix))
-
-    def in_slots(self, slot: Callable[[], None]) -> None:
-        """Run ``slot`` in ``options.workers`` threads until each returns; a failure stops the
-        run and its workers and is raised. Always records the run's counts in the index."""
-        count = max(1, self.options.workers)
         try:
             with self.beats, ThreadPoolExecutor(max_workers=count) as pool:
                 pending = {pool.submit(self._guarded, slot) for _ in range(count)}
@@ -202,8 +186,7 @@ class PrecompileRun:
         finally:
             with self._lock:
                 statuses = [r.status for r in self._reports.values()]
-            assert self.run_id is not None, "in_slots before start"
-            self.context.index.finish_run(
+            c.index.finish_run(
                 self.run_id, statuses.count(PUBLISHED) + statuses.count(EXISTS),
                 statuses.count(FAILED), statuses.count(CANCELLED) if self.cancelled else None)
 
@@ -224,7 +207,7 @@ class PrecompileRun:
         existing; None when the store lacks it."""
         if not self.context.store.has(manifest_key(plan.entry_key)):
             return None
-        index_known_entries(self.context.store, self.context.index, [plan], self.backend)
+        self._index_known([plan])
         self.emit(("skip", plan.cell.id, "ready (entry in store)"))
         return self._kept(_cell_report(plan, EXISTS))
 
@@ -245,6 +228,20 @@ class PrecompileRun:
                                 sum(1 for r in cells if r.status == CANCELLED), released)
             if self.cancelled else None)
 
+    def _index_known(self, plans: Sequence[CellPlan]) -> None:
+        """Index the entries the store holds but this index lacks (coverage stays true when
+        several indexes share a store)."""
+        if not plans:
+            return
+        store, index = self.context.store, self.context.index
+        known = index.indexed_entry_keys([p.entry_key for p in plans])
+        unknown = [p.entry_key for p in plans if p.entry_key not in known]
+        if not unknown:
+            return
+        manifests = list(read_entries(store, unknown, self.backend).values())
+        if manifests:
+            index.record_entries(manifests, store.url)
+
     def _kept(self, report: CellReport) -> CellReport:
         with self._lock:
             self._reports[report.cell_id] = report
@@ -252,25 +249,19 @@ class PrecompileRun:
 
     def _warm(self, plan: CellPlan) -> CellReport:
         cell, options = plan.cell, self.options
-        with self._lock:
-            n = next(self._numbers)
-        cell_dir = self.workdir / _slug(n, cell)
-        spec = worker_spec(self.context.matrix, cell, cell_dir / "roots",
-                           cell_dir / "result.json")
+        cell_dir = self.workdir / _slug(next(self._numbers), cell)  # next() is atomic
         if self.stopping:
             return _cell_report(plan, CANCELLED if self.cancelled else FAILED,
                                 error="not started: stopped")
         self.emit(("start", cell.id, "warming"))
         self.beats.watch(cell.id, cell_dir / WORKER_LOG)
         try:
-            outcome = run_worker(spec, self.backend, cell_dir, environ=self.context.environ,
-                                 extra_env=dict(options.extra_env), timeout=options.timeout,
-                                 python=options.python)
+            outcome = self._worker(cell, cell_dir / "roots", cell_dir)
             if not outcome.ok:
                 return self._not_warmed(plan, outcome)
             self.beats.phase(cell.id, PUBLISHING)
             try:
-                report = self._publish(plan, spec, outcome)
+                report = self._publish(plan, outcome)
             except StoppedError:
                 with self._lock:
                     self._stopped_publishes += 1
@@ -286,6 +277,13 @@ class PrecompileRun:
             self.beats.forget(cell.id)
             if not options.keep_workdir:
                 shutil.rmtree(cell_dir, ignore_errors=True)
+
+    def _worker(self, cell: Cell, base: Path, workdir: Path) -> WorkerOutcome:
+        """A worker warming ``cell`` against the cache roots under ``base`` (empty, or restored
+        into), its spec, log and result in ``workdir``."""
+        return warm_restored(self.context.matrix, cell, self.backend, base, workdir,
+                             environ=self.environ, timeout=self.options.timeout,
+                             python=self.options.python)
 
     def _not_warmed(self, plan: CellPlan, outcome: WorkerOutcome) -> CellReport:
         """Cancelled (the run was stopped), interrupted, or a failure recorded in the index."""
@@ -305,9 +303,9 @@ class PrecompileRun:
         return _cell_report(plan, FAILED, outcome, error=outcome.error,
                             log_tail=outcome.log_tail[-2000:])
 
-    def _publish(self, plan: CellPlan, spec: WorkerSpec, outcome: WorkerOutcome) -> CellReport:
+    def _publish(self, plan: CellPlan, outcome: WorkerOutcome) -> CellReport:
         c, backend = self.context, self.backend
-        roots = {name: Path(d) for name, d in root_dirs(backend, spec.base).items()}
+        roots = {name: Path(d) for name, d in root_dirs(backend, str(outcome.base)).items()}
         producer = {"tool": "neffcache precompile", "run_id": str(self.run_id),
                     "matrix": c.matrix.name or Path(c.matrix.source).name,
                     "worker_wall_seconds": f"{outcome.wall_seconds:.3f}"}
@@ -325,7 +323,7 @@ class PrecompileRun:
                             bytes_uploaded=result.bytes_uploaded)
 
     def _verify(self, plan: CellPlan, cell_dir: Path) -> VerifyReport:
-        c, options = self.context, self.options
+        c = self.context
         self.emit(("verify", plan.cell.id, "restoring into a new directory and warming again"))
         target = cell_dir / "verify-roots"
         restored: RestoreResult | None = None
@@ -341,16 +339,12 @@ class PrecompileRun:
             return self._verified(plan, VerifyReport(
                 VERIFY_FAILED, None, restored.seconds if restored else 0.0,
                 error=f"restore: {err or 'cell not restored'}"))
-        outcome = warm_restored(c.matrix, plan.cell, self.backend, target, cell_dir / "verify",
-                                environ={**c.environ, **dict(options.extra_env)},
-                                timeout=options.timeout, python=options.python)
-        verdict = outcome.verdict()
-        if verdict is None:
-            report = VerifyReport(VERIFY_FAILED, None, restored.seconds, error=outcome.error)
-        else:
-            report = VerifyReport(COMPILED if verdict.compiled else HIT, outcome.seconds,
-                                  restored.seconds, verdict=verdict.to_json())
-        return self._verified(plan, report)
+        outcome = self._worker(plan.cell, target, cell_dir / "verify")
+        judged = judge_outcome(plan.cell, plan.entry_key, outcome)
+        failed = judged.status == FAILED
+        return self._verified(plan, VerifyReport(
+            VERIFY_FAILED if failed else judged.status, None if failed else judged.seconds,
+            restored.seconds, verdict=judged.verdict, error=judged.error))
 
     def _verified(self, plan: CellPlan, report: VerifyReport) -> VerifyReport:
         with self._lock:
@@ -368,21 +362,6 @@ def _cell_report(plan: CellPlan, status: str, outcome: WorkerOutcome | None = No
         fields = {"seconds": outcome.seconds, "wall_seconds": outcome.wall_seconds,
                   "exit_status": outcome.exit_status, **fields}
     return CellReport(plan.cell.id, plan.cell.key, plan.entry_key, status, **fields)
-
-
-def index_known_entries(store: Store, index: Index, plans: Sequence[CellPlan],
-                        backend: Backend) -> None:
-    """Index the entries the store holds but this index lacks (coverage stays true when
-    several indexes share a store)."""
-    if not plans:
-        return
-    known = index.indexed_entry_keys([p.entry_key for p in plans])
-    unknown = [p.entry_key for p in plans if p.entry_key not in known]
-    if not unknown:
-        return
-    manifests = list(read_entries(store, unknown, backend).values())
-    if manifests:
-        index.record_entries(manifests, store.url)
 
 
 def _slug(n: int, cell: Cell) -> str:

@@ -1,19 +1,44 @@
-"""Boot-time check: a cell's first call against restored cache dirs, judged hit or compiled."""
+"""``check_warm(WarmRequest)``, behind ``neffcache warm``: first calls on restored caches."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from neffcache.backends import Backend
-from neffcache.errors import CacheMissError, NeffcacheError, WorkerError
+from neffcache.backends import Backend, get_backend
+from neffcache.config import Settings
+from neffcache.errors import (
+    CacheMissError,
+    ExitRule,
+    NeffcacheError,
+    ReportError,
+    UsageError,
+    WorkerError,
+)
+from neffcache.manifest import entry_key
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.launch import WorkerOutcome, run_worker
-from neffcache.precompile.plan import COMPILED, FAILED, HIT, worker_spec
+from neffcache.precompile.plan import COMPILED, FAILED, HIT, Event, worker_spec
+from neffcache.report_send import SPOOL_DIR, discard, keep, load, pending
+from neffcache.reports import Verdicts, make_report_id
+from neffcache.request_rules import checked_request
+from neffcache.restore import LOCAL_ENTRIES
+
+if TYPE_CHECKING:
+    from neffcache.index import Index
 
 REPORT_SCHEMA = 1
+# A boot must not wait for a dashboard: the index gets this long, then the verdicts are spooled.
+INDEX_REPORT_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +123,179 @@ def describe(result: WarmCell) -> str:
 def warm_restored(matrix: Matrix, cell: Cell, backend: Backend, base: Path, workdir: Path, *,
                   environ: Mapping[str, str], timeout: float | None = None,
                   python: str | None = None) -> WorkerOutcome:
-    """Warm ``cell`` in a fresh process against cache roots already restored under ``base``."""
+    """Warm ``cell`` in a fresh process against the cache roots under ``base`` (restored into,
+    or empty for a precompile)."""
     spec = worker_spec(matrix, cell, base, workdir / "result.json")
     return run_worker(spec, backend, workdir, environ=environ, timeout=timeout, python=python)
+
+
+@checked_request
+class WarmRequest:
+    """What ``neffcache warm`` is asked to check; each field is the flag of that name.
+
+    ``cache``: the directory ``neffcache restore --to`` filled, warmed in place. ``cells``:
+    globs of cell ids (none: all). ``strict``: a cell that compiled is an error (exit 3).
+    ``python``: the interpreter the warm-ups run under and the fingerprint describes.
+    ``index``, ``python``: None resolves them as the CLI does, from ``environ`` (None: the
+    process's; also the workers' environment). ``notice``: warnings. ``progress``: each event.
+    """
+
+    matrix: str | Path
+    cache: str | Path
+    cells: Sequence[str] = ()
+    strict: bool = False
+    timeout: float | None = None
+    index: str | None = None
+    environ: Mapping[str, str] | None = None
+    notice: Callable[[str], None] | None = None
+    progress: Callable[[Event], None] | None = None
+    python: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WarmResult(ExitRule):
+    """Each cell's first call against the restored cache: hit, compiled or failed. ``to_json()``
+    is the ``--json`` document; ``error()`` a WorkerError (exit 1) for a failed warm-up, with
+    ``strict`` a CacheMissError (3) for a cell that compiled."""
+
+    report: WarmReport
+    strict: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return self.report.to_json()
+
+    def error(self) -> NeffcacheError | None:
+        return self.report.error(self.strict)
+
+
+def check_warm(request: WarmRequest) -> WarmResult:
+    """Warm each selected cell in turn, in a fresh process against the restored directory
+    itself, judge whether it compiled (``neffcache warm --help``), then mark each judged
+    entry verified in the index within 2 seconds, else spool the verdicts for the next warm.
+
+    Raises UsageError (2) when no cell matches or the directory holds no cache root,
+    MatrixError (2), FingerprintMismatchError (5). A cell that failed or compiled is in the
+    result, not raised.
+    """
+    from neffcache.backends import root_dirs
+    from neffcache.config import read_settings
+    from neffcache.fingerprint import check_usable, collect_fingerprint, described_interpreter
+    from neffcache.matrix import select_cells
+    from neffcache.matrix_io import load_matrix
+
+    environ = os.environ if request.environ is None else request.environ
+    matrix = str(request.matrix)
+    m = load_matrix(request.matrix)
+    cells = select_cells(m.cells, request.cells)
+    if not cells:
+        raise UsageError(f"--cells {' '.join(request.cells)}: matches no cell of {matrix}")
+    backend = get_backend(m.backend)
+    target = Path(request.cache).expanduser().absolute()
+    missing = [d for d in root_dirs(backend, str(target)).values() if not Path(d).is_dir()]
+    if len(missing) == len(backend.roots):
+        raise UsageError(f"--cache {target}: no cache root in it ({', '.join(missing)}); "
+                         f"restore into it first: neffcache restore {matrix} --to {target}")
+    settings = read_settings(environ, index=request.index, python=request.python)
+    fingerprint = collect_fingerprint(backend.name, environ, python=settings.python)
+    check_usable(fingerprint)
+    python = None if settings.python is None else described_interpreter(settings.python)
+    # In turn, not at once: cells share the directory, and a concurrent cell's new files
+    # would be blamed on its neighbour.
+    started = time.monotonic()
+    emit = request.progress or (lambda event: None)
+    workdir = Path(tempfile.mkdtemp(prefix="neffcache-warm-"))
+    results = []
+    try:
+        for n, cell in enumerate(cells, 1):
+            emit(("start", cell.id, f"first call against {target}"))
+            outcome = warm_restored(m, cell, backend, target, workdir / f"{n:03d}",
+                                    environ=environ, timeout=request.timeout, python=python)
+            result = judge_outcome(cell, entry_key(cell, fingerprint), outcome)
+            emit((result.status, cell.id, describe(result)))
+            results.append(result)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report = WarmReport(matrix=m.source, backend=backend.name, fingerprint_key=fingerprint.key,
+                        cache_dir=str(target), cells=tuple(results),
+                        seconds=time.monotonic() - started)
+    _record_verdicts(settings, target, report, request.notice)
+    return WarmResult(report, request.strict)
+
+
+def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
+                     notice: Callable[[str], None] | None) -> None:
+    """Record the verdicts earlier warms spooled, then these; spool them if the index does not
+    take them in time."""
+    judged = tuple((c.entry_key, c.status) for c in report.cells if c.status != FAILED)
+    # the restore's report spool for ``target``: one per restored directory
+    spool = (Path(settings.report_spool).expanduser() if settings.report_spool
+             else target / LOCAL_ENTRIES / SPOOL_DIR)
+    waiting = [(s.path, v) for s in pending(spool)  # oldest first: newer ones win
+               if (v := _spooled_verdicts(s.path)) is not None]
+    if not judged and not waiting:
+        return
+    now = datetime.now(timezone.utc)
+    mine = Verdicts(make_report_id(socket.gethostname(), now, os.urandom(4).hex()), now, judged)
+
+    def write(idx: Index) -> None:
+        for path, spooled in waiting:
+            _apply(idx, spooled)
+            discard(path)
+        _apply(idx, mine)
+
+    say = notice or _silent
+    if not _written_in_time(settings, write, say) and judged:
+        try:
+            keep(spool, mine)
+        except OSError as exc:
+            say(f"warning: warm results not spooled either ({spool}: {exc.strerror or exc})")
+            return
+        say(f"warm results kept in {spool}; the next neffcache warm that reaches the index "
+            f"records them")
+
+
+def _written_in_time(settings: Settings, write: Callable[[Index], None],
+                     say: Callable[[str], None]) -> bool:
+    """Run ``write(index)`` in a thread given at most ``INDEX_REPORT_TIMEOUT`` seconds: False
+    when it did not end in time or failed (a notice), True when written or without an index."""
+    if not settings.has_index:
+        return True
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            from neffcache.index import open_index
+
+            with open_index(settings.index_url, auto_upgrade=settings.index_is_embedded) as idx:
+                write(idx)
+        except BaseException as exc:  # noqa: BLE001 - reported as a notice below
+            errors.append(exc)
+
+    worker = threading.Thread(target=send, name="neffcache-index-report", daemon=True)
+    worker.start()
+    worker.join(INDEX_REPORT_TIMEOUT)
+    if worker.is_alive():
+        say(f"warning: index did not answer within {INDEX_REPORT_TIMEOUT:.1f} s; warm results "
+            f"not recorded")
+    elif errors:
+        say(f"warning: warm results not recorded in the index: "
+            f"{' '.join(str(errors[0]).split())}")
+    return not (worker.is_alive() or errors)
+
+
+def _silent(message: str) -> None:
+    """The notice of a caller that gave none: dropped."""
+
+
+def _apply(idx: Index, verdicts: Verdicts) -> None:
+    for key, status in verdicts.verdicts:
+        idx.record_verification(key, status, verdicts.time)
+
+
+def _spooled_verdicts(path: Path) -> Verdicts | None:
+    """A spooled warm's verdicts (None for a restore report, or a file that is neither)."""
+    try:
+        doc = load(path)
+    except (ReportError, OSError):
+        return None  # the restore that sends the spool drops what is no document
+    return doc if isinstance(doc, Verdicts) else None

@@ -59,7 +59,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.restore.run", "neffcache.restore.preview", "neffcache.restore.pruning"),
     ("neffcache.restore.session", "neffcache.restore"),
     # precompile: warm cells in workers, publish entries
-    ("neffcache.precompile.hit_check", "neffcache.precompile.indexing"),
+    ("neffcache.precompile.hit_check",),
     ("neffcache.precompile.capture",),
     ("neffcache.precompile.worker",),
     ("neffcache.precompile.launch",),
@@ -70,8 +70,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.precompile.plan",),
     ("neffcache.precompile.warm",),
     ("neffcache.precompile.run", "neffcache.precompile.backfill"),
-    ("neffcache.precompile.push_cell", "neffcache.precompile.backfill_cell",
-     "neffcache.precompile.warm_check"),
+    ("neffcache.precompile.push_cell", "neffcache.precompile.backfill_cell"),
     ("neffcache.precompile.claims",),
     ("neffcache.precompile.session", "neffcache.precompile"),
     # lifecycle: what happens to entries after they are published (most modules hold their
