@@ -10,17 +10,10 @@ from typing import Any
 
 from neffcache.errors import NeffcacheError, NotFoundError, ReportError
 from neffcache.index.api import Index
-from neffcache.index.reindex import BULK, plan_objects, read_objects
+from neffcache.index.reindex import BATCH, BULK, plan_objects, record_objects
+from neffcache.index.values import InvalidReport
 from neffcache.reports import MAX_BYTES, Report, date_prefixes, decode_report, report_id_of
 from neffcache.store import REPORTS, Store
-
-BATCH = 200  # reports ingested per transaction
-
-
-@dataclass(frozen=True, slots=True)
-class InvalidReport:
-    key: str
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +32,7 @@ class IngestResult:
                 "already_ingested": self.already_ingested,
                 "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid]}
 
+
 def plan_ingest(object_keys: Iterable[str], skip: Collection[str] = ()
                 ) -> tuple[list[tuple[str, str]], list[str]]:
     return plan_objects(object_keys, report_id_of, skip)
@@ -47,35 +41,22 @@ def plan_ingest(object_keys: Iterable[str], skip: Collection[str] = ()
 def ingest_reports(index: Index, store: Store, prefixes: Sequence[str] = (REPORTS,), *,
                    skip: Collection[str] = ()) -> IngestResult:
     """Ingest the report objects under ``prefixes`` not in ``skip`` nor yet in the index."""
-    listed: list[str] = []
-    for prefix in prefixes:
-        listed.extend(store.list(prefix))
-    wanted, stray = plan_ingest(listed, skip)
+    wanted, stray = plan_ingest((key for prefix in prefixes for key in store.list(prefix)), skip)
     invalid = [InvalidReport(k, f"{k}: not a report key (reports/YYYY-MM-DD/<report-id>.json)")
                for k in stray]
     known = index.known_report_ids([rid for _, rid in wanted])
     to_read = [(k, rid) for k, rid in wanted if rid not in known]
-    settled = {k for k, rid in wanted if rid in known} | set(stray)
-    added, valid, pending = 0, 0, []
-    loaded = read_objects(lambda k, r: _load(store, k, r), to_read)
-    for key, item in zip((k for k, _ in to_read), loaded, strict=True):
-        if isinstance(item, InvalidReport):
-            invalid.append(item)
-            settled.add(key)
-        elif item is not None:
-            valid += 1
-            pending.append(item)
-            settled.add(key)
-        if len(pending) >= BATCH:
-            added += index.record_reports(pending)
-            pending = []
-    added += index.record_reports(pending)
+    added, unreadable, valid = record_objects(lambda k, r: _load(store, k, r), to_read,
+                                              index.record_reports)
+    invalid.extend(unreadable)
     if added >= BULK:
         index.refresh_statistics(["restore_reports", "entries"])
+    settled = ({k for k, rid in wanted if rid in known} | set(stray) | {k for k, _ in valid}
+               | {bad.key for bad in unreadable})
     # Already ingested: known before this run, or recorded by another ingester meanwhile.
     return IngestResult(scanned=len(wanted) + len(stray), added=added,
-                        already_ingested=len(known) + valid - added, invalid=tuple(invalid),
-                        settled=frozenset(settled))
+                        already_ingested=len(known) + len(valid) - added,
+                        invalid=tuple(invalid), settled=frozenset(settled))
 
 
 def _load(store: Store, key: str, rid: str) -> Report | InvalidReport | None:
@@ -95,9 +76,7 @@ def _load(store: Store, key: str, rid: str) -> Report | InvalidReport | None:
 
 def ingest_report_files(index: Index, paths: Sequence[Path]) -> IngestResult:
     """Each path a file, or a directory whose ``*.json`` files are read (not recursively)."""
-    files: list[Path] = []
-    for p in paths:
-        files.extend(sorted(p.glob("*.json")) if p.is_dir() else [p])
+    files = [f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
     reports: list[Report] = []
     invalid: list[InvalidReport] = []
     for f in files:
@@ -109,9 +88,8 @@ def ingest_report_files(index: Index, paths: Sequence[Path]) -> IngestResult:
             invalid.append(InvalidReport(str(f), str(exc)))
         except OSError as exc:
             invalid.append(InvalidReport(str(f), f"{f}: cannot read: {exc.strerror}"))
-    unique = {r.report_id: r for r in reports}
-    added = sum(index.record_reports(list(unique.values())[i:i + BATCH])
-                for i in range(0, len(unique), BATCH))
+    unique = list({r.report_id: r for r in reports}.values())
+    added = sum(index.record_reports(unique[i:i + BATCH]) for i in range(0, len(unique), BATCH))
     return IngestResult(scanned=len(files), added=added,
                         already_ingested=len(reports) - added, invalid=tuple(invalid))
 

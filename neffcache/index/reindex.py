@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from neffcache.errors import ManifestError, NotFoundError
 from neffcache.index.api import Index
-from neffcache.index.values import InvalidManifest, ReindexResult
+from neffcache.index.values import InvalidManifest, InvalidObject, ReindexResult
 from neffcache.manifest import Manifest, decode_manifest
 from neffcache.store import MANIFESTS, Store, entry_key_of, manifest_key
 
@@ -55,6 +55,30 @@ def read_objects(load: Callable[[str, str], T], items: Sequence[tuple[str, str]]
         yield from pool.map(lambda kv: load(*kv), items)
 
 
+def record_objects(load: Callable[[str, str], T | InvalidObject | None],
+                   wanted: Sequence[tuple[str, str]], record: Callable[[list[T]], int],
+                   progress: Callable[[int, int], None] | None = None
+                   ) -> tuple[int, list[InvalidObject], list[tuple[str, str]]]:
+    """``load`` the ``wanted`` pairs' objects, ``record`` the valid ones BATCH at a time: (how
+    many were new, the invalid ones, the pairs whose object was valid); None: gone since."""
+    added, invalid, valid = 0, [], []
+    pending: list[T] = []
+    for done, (pair, item) in enumerate(zip(wanted, read_objects(load, wanted), strict=True), 1):
+        if isinstance(item, InvalidObject):
+            invalid.append(item)
+        elif item is not None:
+            valid.append(pair)
+            pending.append(item)
+        if len(pending) >= BATCH:
+            added += record(pending)
+            pending = []
+        if progress is not None:
+            progress(done, len(wanted))
+    if pending:
+        added += record(pending)
+    return added, invalid, valid
+
+
 BULK = 1000  # rows written past which the planner's statistics are refreshed
 
 
@@ -63,25 +87,11 @@ def reindex(index: Index, store: Store, *, prune: bool = True,
     """Index every valid manifest, prune entries whose manifest is gone; memory: the listing,
     one batch and one page of index keys."""
     wanted, _stray = plan_reindex(list(store.list(MANIFESTS)))
-    found: list[str] = []  # entry keys with a valid manifest, in key order (as ``wanted``)
-    invalid: list[InvalidManifest] = []
-    added = 0
-    pending: list[Manifest] = []
-    items = read_objects(lambda k, e: _load(store, k, e), wanted)
-    for done, ((_, entry), item) in enumerate(zip(wanted, items, strict=True), 1):
-        if isinstance(item, InvalidManifest):
-            invalid.append(item)
-        elif item is not None:
-            found.append(entry)  # the listing's string: no second copy of the key
-            pending.append(item)
-        if len(pending) >= BATCH:
-            added += index.record_entries(pending, store.url)
-            pending = []
-        if progress is not None:
-            progress(done, len(wanted))
-    if pending:
-        added += index.record_entries(pending, store.url)
-    found.sort()  # already in order (the listing is sorted): a linear pass
+    added, invalid, valid = record_objects(
+        lambda k, e: _load(store, k, e), wanted,
+        lambda manifests: index.record_entries(manifests, store.url), progress)
+    # entry keys with a valid manifest: already in order (the listing is sorted), a linear pass
+    found = sorted(entry for _, entry in valid)
     # An entry published while the store was read is in the index but not in the listing:
     # a candidate is removed only if its manifest is still absent.
     removed = (remove_stale(index, found, lambda keys: stored_manifests(store, keys))

@@ -202,9 +202,15 @@ class CoverageReport:
 
 
 @dataclass(frozen=True, slots=True)
-class InvalidManifest:
+class InvalidObject:
+    """A store object skipped (a manifest, a restore report): its key and why."""
+
     key: str
     reason: str
+
+
+InvalidManifest = InvalidObject  # its name in reindex's result
+InvalidReport = InvalidObject  # in ingest's
 
 
 @dataclass(frozen=True, slots=True)
