@@ -123,16 +123,13 @@ def describe_error(url: str, err: BaseException) -> str:
 def translate_errors(url: str) -> Iterator[None]:
     try:
         yield
-    except (exc.OperationalError, exc.InterfaceError) as e:
+    except (exc.OperationalError, exc.InterfaceError, exc.ProgrammingError) as e:
         if _is_missing_table(e):
             raise SchemaOutdatedError(f"{describe_error(url, e)} (schema missing or old)"
                                       ) from None
+        if isinstance(e, exc.ProgrammingError):
+            raise
         raise UnavailableError(describe_error(url, e)) from None
-    except exc.ProgrammingError as e:
-        if _is_missing_table(e):
-            raise SchemaOutdatedError(f"{describe_error(url, e)} (schema missing or old)"
-                                      ) from None
-        raise
 
 
 def _is_missing_table(e: exc.DBAPIError) -> bool:
