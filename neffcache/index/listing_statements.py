@@ -7,16 +7,8 @@ from typing import Any
 
 from sqlalchemy import Integer, and_, bindparam, false, func, or_, select, true
 
-from neffcache.index.listing import LIKE_ESCAPE, Shape
+from neffcache.index.listing import LIKE_ESCAPE
 from neffcache.index.tables import UTC_TS, cells, entries, fingerprints
-
-
-def build(name: str, dialect: str, shape: Shape) -> Any:
-    return BUILDERS[name](dialect, **dict(shape))
-
-
-def _param(name: str, type_: Any = None) -> Any:
-    return bindparam(name, type_=type_) if type_ is not None else bindparam(name)
 
 
 def _cell_clause(dialect: str, glob: bool, prefix: str | None = None) -> Any:
@@ -24,26 +16,26 @@ def _cell_clause(dialect: str, glob: bool, prefix: str | None = None) -> Any:
         return None
     c = cells.c.id
     if dialect == "sqlite":
-        clause: Any = c.op("GLOB")(_param("glob"))
+        clause: Any = c.op("GLOB")(bindparam("glob"))
         if prefix == "range":
-            clause = and_(c >= _param("lo"), c < _param("hi"), clause)
+            clause = and_(c >= bindparam("lo"), c < bindparam("hi"), clause)
         elif prefix == "from":
-            clause = and_(c >= _param("lo"), clause)
+            clause = and_(c >= bindparam("lo"), clause)
         return clause
-    return c.like(_param("glob"), escape=LIKE_ESCAPE)
+    return c.like(bindparam("glob"), escape=LIKE_ESCAPE)
 
 
 def _entry_filters(src: Any, fp: str | None, pos: bool) -> list[Any]:
     out: list[Any] = []
     if fp == "range":
-        out.append(and_(src.c.fingerprint_key >= _param("fp_lo"),
-                        src.c.fingerprint_key < _param("fp_hi")))
+        out.append(and_(src.c.fingerprint_key >= bindparam("fp_lo"),
+                        src.c.fingerprint_key < bindparam("fp_hi")))
     elif fp == "never":
         out.append(false())
     if pos:
-        out.append(or_(src.c.created_at < _param("pos_at", UTC_TS), and_(
-            src.c.created_at == _param("pos_at", UTC_TS),
-            src.c.entry_key > _param("pos_key"))))
+        out.append(or_(src.c.created_at < bindparam("pos_at", type_=UTC_TS), and_(
+            src.c.created_at == bindparam("pos_at", type_=UTC_TS),
+            src.c.entry_key > bindparam("pos_key"))))
     return out
 
 
@@ -64,7 +56,7 @@ def _listing(src: Any, cell_key: Any, fp: str | None, pos: bool,
 
 
 def _limited(stmt: Any, limited: bool) -> Any:
-    return stmt.limit(_param("limit", Integer)) if limited else stmt
+    return stmt.limit(bindparam("limit", type_=Integer)) if limited else stmt
 
 
 def _entries(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
@@ -90,10 +82,10 @@ def _walk(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
     unindexed = e.c.cell_key + ""
     matching = select(cells.c.key).where(_cell_clause(dialect, glob, prefix)).scalar_subquery()
     oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
-              .offset(_param("budget", Integer)).limit(1).scalar_subquery())
+              .offset(bindparam("budget", type_=Integer)).limit(1).scalar_subquery())
     stmt = _listing(e, unindexed, fp, pos).where(
         unindexed.in_(matching),
-        e.c.created_at >= func.coalesce(oldest, _param("epoch", UTC_TS)))
+        e.c.created_at >= func.coalesce(oldest, bindparam("epoch", type_=UTC_TS)))
     return _limited(stmt, limited)
 
 
@@ -104,7 +96,7 @@ def _newest_bound(dialect: str, *, glob: bool, prefix: str | None = None) -> Any
                 .subquery("cell_newest"))
     return (select(per_cell.c.newest)  # a cell without entries: NULL, last
             .order_by(per_cell.c.newest.desc().nulls_last())
-            .offset(_param("skip", Integer)).limit(1))
+            .offset(bindparam("skip", type_=Integer)).limit(1))
 
 
 def _newest_keys(dialect: str, fp: str | None, pos: bool, glob: bool,
@@ -114,9 +106,9 @@ def _newest_keys(dialect: str, fp: str | None, pos: bool, glob: bool,
     e, c = entries, cells
     filters = _entry_filters(e, fp, pos)
     if since:
-        filters.append(e.c.created_at >= _param("since", UTC_TS))
+        filters.append(e.c.created_at >= bindparam("since", type_=UTC_TS))
     clause = _cell_clause(dialect, glob, prefix)
-    per_cell = _param("per_cell", Integer)
+    per_cell = bindparam("per_cell", type_=Integer)
     if dialect == "postgresql":
         matching = select(c.c.key).where(clause).subquery("matching")
         lateral = (select(e.c.entry_key, e.c.created_at)
