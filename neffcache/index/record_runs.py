@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -141,46 +142,29 @@ def save_reports(session: Session, reports: Sequence[Report]) -> int:
         if inserted.all():  # no row back: another ingester has it
             added.append(row)
     restores_recorded(session, added)
-    last_use: dict[str, datetime] = {}
-    for r in new:
-        if r.status != "failed":
-            when = min(r.time, now)  # a clock ahead of ours does not set a future last use
-            for key in r.entries:
-                last_use[key] = max(last_use.get(key, when), when)
-    _save_last_use(session, last_use)
     inserted_ids = {row["report_id"] for row in added}
-    _save_restore_counts(session, restore_counts(
-        r for r in new if r.report_id in inserted_ids))
+    last_use: dict[str, datetime] = {}
+    counts: Counter[str] = Counter()  # per entry key, the ok or partial reports that found it
+    for r in new:
+        if r.status == "failed":
+            continue
+        when = min(r.time, now)  # a clock ahead of ours does not set a future last use
+        for key in r.entries:
+            last_use[key] = max(last_use.get(key, when), when)
+        if r.report_id in inserted_ids:  # only reports this session inserted: none counts twice
+            counts.update(set(r.entries))
+    e = entries.c
+    _update_per_value(session, last_use, lambda when: update(entries).where(
+        e.last_used_at.is_(None) | (e.last_used_at < when)).values(last_used_at=when))
+    _update_per_value(session, counts, lambda n: update(entries).values(
+        restore_count=e.restore_count + n))
     return len(added)
-
-
-def restore_counts(reports: Iterable[Report]) -> dict[str, int]:
-    """Per entry key, how many ok or partial reports found it."""
-    counts: dict[str, int] = {}
-    for r in reports:
-        if r.status != "failed":
-            for key in set(r.entries):
-                counts[key] = counts.get(key, 0) + 1
-    return counts
 
 
 def restores_recorded(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
     aggregates.restores_added(session, [
         (r["created_at"], r["exit_code"], r["cells_restored"], r["seconds"], r["bytes_fetched"],
          r["matrix"], r["fingerprint_key"]) for r in rows])
-
-
-def _save_last_use(session: Session, last_use: Mapping[str, datetime]) -> None:
-    e = entries.c
-    _update_per_value(session, last_use, lambda when: update(entries).where(
-        e.last_used_at.is_(None) | (e.last_used_at < when)).values(last_used_at=when))
-
-
-def _save_restore_counts(session: Session, counts: Mapping[str, int]) -> None:
-    """Only reports this session inserted are counted: no report counts twice."""
-    e = entries.c
-    _update_per_value(session, counts, lambda n: update(entries).values(
-        restore_count=e.restore_count + n))
 
 
 def _update_per_value(session: Session, values: Mapping[str, Any],
