@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from dataclasses import replace
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -59,10 +59,8 @@ def register_matrix(index: Index, matrix: Matrix, text: str,
         if not replace:
             _refuse_other_content(s, name, digest, matrix.source)
         changed = _save(s, matrix, text, name, digest)
-    found = [v for v in matrix_versions(index, name) if v.digest == digest]
-    v = found[0]
-    return MatrixVersion(v.id, v.name, v.version, v.digest, v.backend, v.cell_count,
-                         v.registered_at, v.current, changed)
+    registered = next(v for v in matrix_versions(index, name) if v.digest == digest)
+    return dataclasses.replace(registered, changed=changed)
 
 
 def _refuse_other_content(s: Session, name: str, digest: str, source: str) -> None:
@@ -129,7 +127,7 @@ def get_matrix(index: Index, name: str, version: int | None = None, *,
         if not with_toml:
             return chosen
         text = conn.scalar(select(M.c.toml).where(M.c.id == chosen.id))
-    return replace(chosen, toml=text)
+    return dataclasses.replace(chosen, toml=text)
 
 
 def registered_cells(index: Index, name: str, version: int | None = None) -> tuple[Cell, ...]:
