@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from neffcache.fingerprint import Fingerprint
     from neffcache.index import claims as _claims
-    from neffcache.index import record, record_runs
+    from neffcache.index import record
     from neffcache.index.coverage_engine import grid as _coverage
     from neffcache.index.ops_values import CoverageGrid
     from neffcache.manifest import Manifest
@@ -66,7 +66,6 @@ if not TYPE_CHECKING:
     _claims = _OnFirstUse("neffcache.index.claims")
     _coverage = _OnFirstUse("neffcache.index.coverage_engine.grid")
     record = _OnFirstUse("neffcache.index.record")
-    record_runs = _OnFirstUse("neffcache.index.record_runs")
 
 ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few round trips)
 KEY_PAGE = 10_000  # entry keys per page when every key must be visited (reindex's prune)
@@ -170,32 +169,32 @@ class Index(Closing):
     def record_failure(self, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
                        exit_status: int | None, seconds: float, log_tail: str) -> None:
         with self.write_session() as s:
-            record_runs.save_failure(s, run_id, cell, fingerprint, exit_status, seconds, log_tail)
+            record.save_failure(s, run_id, cell, fingerprint, exit_status, seconds, log_tail)
 
     def start_run(self, host: str, fingerprint: Fingerprint, matrix_name: str) -> str:
         """Returns the run's id."""
         with self.write_session() as s:
-            return record_runs.save_run_start(s, host, fingerprint, matrix_name)
+            return record.save_run_start(s, host, fingerprint, matrix_name)
 
     def finish_run(self, run_id: str, ok: int, failed: int,
                    cancelled: int | None = None) -> None:
         """``cancelled``: how many cells the run's stop ended (None: not stopped)."""
         with self.write_session() as s:
-            record_runs.save_run_finish(s, run_id, ok, failed, cancelled)
+            record.save_run_finish(s, run_id, ok, failed, cancelled)
 
     def record_restore(self, report: Mapping[str, Any]) -> None:
         """``RestoreResult.to_json()`` plus ``host`` and ``matrix``, kept whole as JSON too."""
         with self.write_session() as s:
-            row = record_runs.restore_report_row(report)
+            row = record.restore_report_row(report)
             s.execute(insert(restore_reports), [row])
-            record_runs.restores_recorded(s, [row])
+            record.restores_recorded(s, [row])
 
     def record_reports(self, reports: Sequence[Report]) -> int:
         """Ingest validated restore reports; idempotent by report id. Returns how many were new."""
         if not reports:
             return 0
         with self.write_session() as s:
-            return record_runs.save_reports(s, reports)
+            return record.save_reports(s, reports)
 
     def known_report_ids(self, report_ids: Sequence[str]) -> set[str]:
         with self.read_session() as s:
