@@ -33,11 +33,6 @@ def _settings(index: str | None, store: str | None = None) -> Settings:
     return read_settings(os.environ, index=index, store=store)
 
 
-@dataclass(frozen=True, slots=True)
-class _Success(ExitRule):
-    """Results whose outcome is always a success (exit 0): the call returns one or raises."""
-
-
 @checked_request
 class ReindexStoreRequest:
     """``neffcache reindex``: ``keep_missing`` keeps entries whose manifest is gone;
@@ -103,7 +98,7 @@ class IngestRestoreReportsRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class IngestRestoreReportsResult(_Success):
+class IngestRestoreReportsResult(ExitRule):
     """What was read (``source``: the store URL or the files) and added. A malformed report
     is skipped and listed in ``ingest.invalid``; it does not change the exit code."""
 
@@ -150,7 +145,7 @@ class RegisterMatrixFileRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class RegisterMatrixFileResult(_Success):
+class RegisterMatrixFileResult(ExitRule):
     """The version now current (``changed`` False when it already was)."""
 
     version: MatrixVersion
@@ -190,7 +185,7 @@ class ListRegisteredMatricesRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class ListRegisteredMatricesResult(_Success):
+class ListRegisteredMatricesResult(ExitRule):
     """The current version of every registered matrix, by name."""
 
     matrices: tuple[MatrixVersion, ...]
@@ -222,7 +217,7 @@ class ShowRegisteredMatrixRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class ShowRegisteredMatrixResult(_Success):
+class ShowRegisteredMatrixResult(ExitRule):
     """``chosen``: the version asked for (with its TOML unless ``history``); ``versions``:
     every version oldest first with ``history``, else just ``chosen``."""
 
@@ -257,7 +252,7 @@ class UpgradeSchemaRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class UpgradeSchemaResult(_Success):
+class UpgradeSchemaResult(ExitRule):
     """The revision before (None: a new database) and after; ``url`` password redacted."""
 
     url: str
