@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -33,15 +33,11 @@ class IngestResult:
                 "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid]}
 
 
-def plan_ingest(object_keys: Iterable[str], skip: Collection[str] = ()
-                ) -> tuple[list[tuple[str, str]], list[str]]:
-    return plan_objects(object_keys, report_id_of, skip)
-
-
 def ingest_reports(index: Index, store: Store, prefixes: Sequence[str] = (REPORTS,), *,
                    skip: Collection[str] = ()) -> IngestResult:
     """Ingest the report objects under ``prefixes`` not in ``skip`` nor yet in the index."""
-    wanted, stray = plan_ingest((key for prefix in prefixes for key in store.list(prefix)), skip)
+    wanted, stray = plan_objects((key for prefix in prefixes for key in store.list(prefix)),
+                                 report_id_of, skip)
     invalid = [InvalidReport(k, f"{k}: not a report key (reports/YYYY-MM-DD/<report-id>.json)")
                for k in stray]
     known = index.known_report_ids([rid for _, rid in wanted])

@@ -31,10 +31,6 @@ def plan_objects(object_keys: Iterable[str], name_of: Callable[[str], str | None
     return wanted, stray
 
 
-def plan_reindex(object_keys: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    return plan_objects(object_keys, entry_key_of)
-
-
 def _load(store: Store, key: str, entry: str) -> Manifest | InvalidManifest | None:
     try:
         manifest = decode_manifest(store.read(key), source=key)
@@ -86,7 +82,7 @@ def reindex(index: Index, store: Store, *, prune: bool = True,
             progress: Callable[[int, int], None] | None = None) -> ReindexResult:
     """Index every valid manifest, prune entries whose manifest is gone; memory: the listing,
     one batch and one page of index keys."""
-    wanted, _stray = plan_reindex(list(store.list(MANIFESTS)))
+    wanted, _stray = plan_objects(store.list(MANIFESTS), entry_key_of)
     added, invalid, valid = record_objects(
         lambda k, e: _load(store, k, e), wanted,
         lambda manifests: index.record_entries(manifests, store.url), progress)
