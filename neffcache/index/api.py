@@ -10,23 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, exc, insert, select, text
 
-from neffcache.errors import SchemaOutdatedError, UnavailableError
 from neffcache.index import listing
 from neffcache.index.compiled import StatementCache
-from neffcache.index.engine import (
-    WRITE,
-    ensure_parent_dir,
-    index_engine,
-    normalise_url,
-    sqlite_path,
-    translate_errors,
-)
-from neffcache.index.schema import (
-    known_revisions,
-    read_schema_state,
-    require_current,
-    upgrade_engine,
-)
+from neffcache.index.engine import WRITE, normalise_url, translate_errors
+from neffcache.index.schema import current_engine, read_schema_state
 from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import entries, index_changes, restore_reports
 from neffcache.index.values import (
@@ -321,26 +308,4 @@ def open_index(url: str, *, auto_upgrade: bool) -> Index:
     """Open the index at ``url``: with ``auto_upgrade`` create or migrate it, else refuse any
     other schema (SchemaOutdatedError); UnavailableError when unreachable."""
     url = normalise_url(url)
-    path = sqlite_path(url)
-    if not auto_upgrade and path is not None and not path.exists():
-        raise SchemaOutdatedError(f"index {url}: no such database file "
-                                  f"(create it with: neffcache db upgrade --index {url})")
-    if auto_upgrade:
-        ensure_parent_dir(url)
-    engine = index_engine(url)
-    try:
-        try:
-            state: SchemaState | None = read_schema_state(engine, url)
-        except UnavailableError:
-            if not (auto_upgrade and path is not None):
-                raise
-            state = None  # busy: a concurrent first use creating it (the upgrade waits)
-        if state is None or (not state.up_to_date and auto_upgrade and (
-                state.current is None or state.current in known_revisions())):
-            upgrade_engine(engine, url)  # under the write lock: one first use migrates
-        else:
-            require_current(state)
-    except BaseException:
-        engine.dispose()
-        raise
-    return Index(engine, url)
+    return Index(current_engine(url, auto_upgrade=auto_upgrade), url)

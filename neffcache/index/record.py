@@ -207,12 +207,7 @@ def _cell_ids(value: Any) -> list[str]:
     """Cell ids from ids, or from objects with an ``id``/``cell_id``."""
     if not isinstance(value, (list, tuple)):
         return []
-    out = []
-    for v in value:
-        if isinstance(v, Mapping):
-            v = v.get("cell_id") or v.get("id")
-        out.append(str(v))
-    return out
+    return [str(v.get("cell_id") or v.get("id") if isinstance(v, Mapping) else v) for v in value]
 
 
 def _cells_and_count(report: Mapping[str, Any], name: str) -> tuple[list[str], int]:

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, exc, inspect, text
 
 from neffcache.config import redact_url
-from neffcache.errors import NeffcacheError, SchemaOutdatedError
+from neffcache.errors import NeffcacheError, SchemaOutdatedError, UnavailableError
 from neffcache.index.engine import (
     WRITE,
     ensure_parent_dir,
+    index_engine,
     make_engine,
     normalise_url,
     sqlite_path,
@@ -133,3 +134,31 @@ def schema_state(url: str) -> SchemaState:
         return read_schema_state(engine, url)
     finally:
         engine.dispose()
+
+
+def current_engine(url: str, *, auto_upgrade: bool) -> Engine:
+    """The engine of ``url`` (normalised) at this code's schema: with ``auto_upgrade`` created or
+    migrated, else any other schema refused."""
+    path = sqlite_path(url)
+    if not auto_upgrade and path is not None and not path.exists():
+        raise SchemaOutdatedError(f"index {url}: no such database file "
+                                  f"(create it with: neffcache db upgrade --index {url})")
+    if auto_upgrade:
+        ensure_parent_dir(url)
+    engine = index_engine(url)
+    try:
+        try:
+            state: SchemaState | None = read_schema_state(engine, url)
+        except UnavailableError:
+            if not (auto_upgrade and path is not None):
+                raise
+            state = None  # busy: a concurrent first use creating it (the upgrade waits)
+        if state is None or (not state.up_to_date and auto_upgrade and (
+                state.current is None or state.current in known_revisions())):
+            upgrade_engine(engine, url)  # under the write lock: one first use migrates
+        else:
+            require_current(state)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine

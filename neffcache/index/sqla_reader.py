@@ -78,19 +78,15 @@ def compile_statement(stmt: Any, dialect: Any, params: Mapping[str, Any]
             if bind.callable is not None or not isinstance(bind.value, _SIMPLE):
                 return None
             defaults[key] = bind.value
-    datetime_columns, json_columns = [], []
-    for i, column in enumerate(stmt.selected_columns):
-        if _converts(column.type, dialect):
-            if isinstance(column.type, DateTime):
-                datetime_columns.append(i)
-            elif isinstance(column.type, JSON):
-                json_columns.append(i)
-            else:
-                return None
-    return CompiledStatement(sql=compiled.string, names=names, defaults=defaults,
-                             datetime_params=frozenset(datetime_params),
-                             datetime_columns=tuple(datetime_columns),
-                             json_columns=tuple(json_columns))
+    converted = [(i, c.type) for i, c in enumerate(stmt.selected_columns)
+                 if _converts(c.type, dialect)]
+    if not all(isinstance(type_, (DateTime, JSON)) for _, type_ in converted):
+        return None
+    return CompiledStatement(
+        sql=compiled.string, names=names, defaults=defaults,
+        datetime_params=frozenset(datetime_params),
+        datetime_columns=tuple(i for i, type_ in converted if isinstance(type_, DateTime)),
+        json_columns=tuple(i for i, type_ in converted if isinstance(type_, JSON)))
 
 
 def _converts(type_: Any, dialect: Any) -> bool:
