@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -18,18 +17,13 @@ from neffcache.index.ops_values import MatrixVersion
 from neffcache.index.tables import cells as C
 from neffcache.index.tables import matrices as M
 from neffcache.index.tables import matrix_cells as MC
-from neffcache.matrix import Cell, Matrix
+from neffcache.matrix import Cell, Matrix, tomllib  # tomllib: tomli before 3.11
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 # Reads here are Core (``tables``): ``coverage NAME`` starts without the ORM; registering a
 # matrix (a write) imports the aggregates in ``_save``.
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 def matrix_name_of(matrix: Matrix) -> str:
