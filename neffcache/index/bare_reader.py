@@ -112,10 +112,7 @@ class BareReader(Closing):
 def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *,
               snapshot: bool = False) -> BareReader | None:
     """None unless the cache has this code's statements and the database is at their schema."""
-    if cache.head is None:
-        return None
-    opened = _connect(url)
-    if opened is None:
+    if cache.head is None or (opened := _connect(url)) is None:
         return None
     conn, dialect = opened
     try:
