@@ -40,7 +40,7 @@ _FACE = {  # module -> the names the face takes from it
     "cursors": ("CURSOR_PATTERN", "ID_CURSOR_PATTERN", "NAME_CURSOR_PATTERN", "entry_cursor"),
     "ls_call": ("ListEntriesRequest", "ListEntriesResult", "iter_entries", "list_entries",
         "next_cursor"),
-    "schema": ("SCHEMA_REVISION", "schema_state", "upgrade_index"),
+    "engine": ("SCHEMA_REVISION", "schema_state", "upgrade_index"),
     "triage": ("FLEET_WINDOW", "Attention", "AttentionDoc", "FailedCell", "attention",
         "fingerprint_diff"),
     "values": ("FAILED", "IN_PROGRESS", "MISSING", "READY", "STATUSES", "ClaimResult",
@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.index.coverage_engine.rules import status_of
     from neffcache.index.cursors import (CURSOR_PATTERN, ID_CURSOR_PATTERN, NAME_CURSOR_PATTERN,
         entry_cursor)
+    from neffcache.index.engine import SCHEMA_REVISION, schema_state, upgrade_index
     from neffcache.index.ingest import (IngestResult, ReportPoller, ingest_report_files,
         ingest_reports)
     from neffcache.index.ls_call import (ListEntriesRequest, ListEntriesResult, iter_entries,
@@ -82,7 +83,6 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         MatrixCoverageDoc, MatrixDetail, MatrixRunTime, MatrixVersion, Outcome, ReportedFingerprint,
         RestoreOutcomeDoc, RestoreOutcomeStats, RestorePoint, RestoreRecord, RunDetail, RunSummary,
         SdkBytes, group_by_sdk, restore_outcome, sdk_version)
-    from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
     from neffcache.index.triage import (FLEET_WINDOW, Attention, AttentionDoc, FailedCell,
         attention, fingerprint_diff)
     from neffcache.index.values import (FAILED, IN_PROGRESS, MISSING, READY, STATUSES, ClaimResult,

@@ -12,8 +12,13 @@ from sqlalchemy import Connection, Engine, exc, insert, select, text
 
 from neffcache.index import listing
 from neffcache.index.compiled import StatementCache
-from neffcache.index.engine import WRITE, normalise_url, translate_errors
-from neffcache.index.schema import current_engine, read_schema_state
+from neffcache.index.engine import (
+    WRITE,
+    current_engine,
+    normalise_url,
+    read_schema_state,
+    translate_errors,
+)
 from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import entries, index_changes, restore_reports
 from neffcache.index.values import (

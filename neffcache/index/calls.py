@@ -17,8 +17,8 @@ from neffcache.errors import (
     SchemaOutdatedError,
     repair_hint,
 )
+from neffcache.index.engine import schema_state, upgrade_index
 from neffcache.index.readers import open_index_as_cli
-from neffcache.index.schema import schema_state, upgrade_index
 from neffcache.index.values import ReindexResult, SchemaState
 from neffcache.request_rules import checked_request
 

@@ -10,8 +10,8 @@ from sqlalchemy import JSON, Connection, DateTime, Float, exc
 
 from neffcache.index import listing_statements
 from neffcache.index.compiled import CompiledStatement, StatementCache
+from neffcache.index.engine import SCHEMA_REVISION
 from neffcache.index.listing import BATCH, Shape
-from neffcache.index.schema import SCHEMA_REVISION
 from neffcache.index.values import Closing
 
 
