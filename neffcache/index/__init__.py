@@ -20,7 +20,7 @@ _FACE = {  # module -> the names the face takes from it
     "coverage_engine": ("HOST", "CoverageRequest", "CoverageResult", "CoverageStream",
         "coverage", "find_fingerprints", "stream_coverage"),
     "coverage_engine.rules": ("status_of",),
-    "ingest": ("IngestResult", "ReportPoller", "ingest_report_files", "ingest_reports"),
+    "reindex": ("IngestResult", "ReportPoller", "ingest_report_files", "ingest_reports"),
     "matrices": ("get_matrix", "list_matrices", "matrix_digest", "matrix_name_of",
         "matrix_versions", "register_matrix", "registered_cells"),
     # the ops reads import the ORM
@@ -67,8 +67,6 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.index.cursors import (CURSOR_PATTERN, ID_CURSOR_PATTERN, NAME_CURSOR_PATTERN,
         entry_cursor)
     from neffcache.index.engine import SCHEMA_REVISION, schema_state, upgrade_index
-    from neffcache.index.ingest import (IngestResult, ReportPoller, ingest_report_files,
-        ingest_reports)
     from neffcache.index.ls_call import (ListEntriesRequest, ListEntriesResult, iter_entries,
         list_entries, next_cursor)
     from neffcache.index.matrices import (get_matrix, list_matrices, matrix_digest, matrix_name_of,
@@ -83,6 +81,8 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         MatrixCoverageDoc, MatrixDetail, MatrixRunTime, MatrixVersion, Outcome, ReportedFingerprint,
         RestoreOutcomeDoc, RestoreOutcomeStats, RestorePoint, RestoreRecord, RunDetail, RunSummary,
         SdkBytes, group_by_sdk, restore_outcome, sdk_version)
+    from neffcache.index.reindex import (IngestResult, ReportPoller, ingest_report_files,
+        ingest_reports)
     from neffcache.index.triage import (FLEET_WINDOW, Attention, AttentionDoc, FailedCell,
         attention, fingerprint_diff)
     from neffcache.index.values import (FAILED, IN_PROGRESS, MISSING, READY, STATUSES, ClaimResult,

@@ -22,11 +22,11 @@ from neffcache.index.readers import open_index_as_cli
 from neffcache.index.values import ReindexResult, SchemaState
 from neffcache.request_rules import checked_request
 
-# ingest, matrices and reindex (and what they import: the store, reports) load in the calls
+# reindex and matrices (and what they import: the store, reports) load in the calls
 # that use them: ``ls`` starts without them.
 if TYPE_CHECKING:
-    from neffcache.index.ingest import IngestResult
     from neffcache.index.ops_values import MatrixVersion
+    from neffcache.index.reindex import IngestResult
 
 
 def _settings(index: str | None, store: str | None = None) -> Settings:
@@ -74,8 +74,7 @@ def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
     opened first, so an outdated schema (SchemaOutdatedError, exit 7) is refused before the
     store is read; an unreachable store or index raises UnavailableError (6)."""
     from neffcache.command_steps import open_checked_store
-    from neffcache.index.ingest import ingest_reports
-    from neffcache.index.reindex import reindex
+    from neffcache.index.reindex import ingest_reports, reindex
 
     settings = _settings(request.index, request.store)
     with open_index_as_cli(settings) as ix:
@@ -114,7 +113,7 @@ def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestor
     """Ingest restore reports into the index, each once (by report id): from report files,
     else from the store. Raises UnavailableError (6) / SchemaOutdatedError (7)."""
     from neffcache.command_steps import open_checked_store
-    from neffcache.index.ingest import ingest_report_files, ingest_reports
+    from neffcache.index.reindex import ingest_report_files, ingest_reports
     from neffcache.reports import date_prefixes
     from neffcache.store import REPORTS
 
