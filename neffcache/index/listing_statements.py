@@ -15,14 +15,11 @@ def _cell_clause(dialect: str, glob: bool, prefix: str | None = None) -> Any:
     if not glob:
         return None
     c = cells.c.id
-    if dialect == "sqlite":
-        clause: Any = c.op("GLOB")(bindparam("glob"))
-        if prefix == "range":
-            clause = and_(c >= bindparam("lo"), c < bindparam("hi"), clause)
-        elif prefix == "from":
-            clause = and_(c >= bindparam("lo"), clause)
-        return clause
-    return c.like(bindparam("glob"), escape=LIKE_ESCAPE)
+    if dialect != "sqlite":
+        return c.like(bindparam("glob"), escape=LIKE_ESCAPE)
+    lo, hi = c >= bindparam("lo"), c < bindparam("hi")  # the literal prefix's range
+    bounds = {"range": [lo, hi], "from": [lo]}.get(prefix or "", [])
+    return and_(*bounds, c.op("GLOB")(bindparam("glob")))
 
 
 def _entry_filters(src: Any, fp: str | None, pos: bool) -> list[Any]:
