@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import JSON, Connection, DateTime, Float, exc
 
-from neffcache.index import listing_statements
+from neffcache.index import queries
 from neffcache.index.compiled import CompiledStatement, StatementCache
 from neffcache.index.engine import SCHEMA_REVISION
 from neffcache.index.listing import BATCH, Shape
@@ -17,7 +17,7 @@ from neffcache.index.values import Closing
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
     """``ls`` imports no coverage."""
-    builder = listing_statements.BUILDERS.get(name)
+    builder = queries.BUILDERS.get(name)
     if builder is None:
         from neffcache.index.coverage_engine.statements import BUILDERS
 
