@@ -175,8 +175,7 @@ class CoverageReport:
     def counts(self, fingerprint_key: str) -> dict[str, int]:
         for fp in self.fingerprints:
             if fp.key == fingerprint_key:
-                return {"ready": fp.ready, "failed": fp.failed, "missing": fp.missing,
-                        "in_progress": fp.in_progress}
+                return {s: getattr(fp, s) for s in ("ready", "failed", "missing", "in_progress")}
         raise KeyError(fingerprint_key)
 
     def row(self, cell_key: str, fingerprint_key: str) -> CoverageRow:
