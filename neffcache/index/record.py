@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
     from neffcache.reports import Report  # it imports the store package: not on push's path
 
+LOG_TAIL_CHARS = 16_000
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -159,9 +162,6 @@ def save_verification(session: Session | Connection, entry_key: str, status: str
     result = session.execute(stmt.values(verified_status=status[:16],
                                          verified_at=at or utcnow()))
     return bool(result.rowcount)  # type: ignore[attr-defined]
-
-
-LOG_TAIL_CHARS = 16_000
 
 
 def save_failure(session: Session, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
