@@ -1,4 +1,4 @@
-"""Alembic environment for the neffcache index, configured in code by neffcache.index.schema.
+"""Alembic environment for the neffcache index, configured in code by neffcache.index.engine.
 
 The caller passes an open connection in ``config.attributes["connection"]`` (already inside a
 transaction that holds the upgrade lock); without one, an engine is made from

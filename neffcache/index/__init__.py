@@ -20,8 +20,7 @@ _FACE = {  # module -> the names the face takes from it
     "coverage_engine": ("HOST", "CoverageRequest", "CoverageResult", "CoverageStream",
         "coverage", "find_fingerprints", "stream_coverage"),
     "coverage_engine.rules": ("status_of",),
-    "ingest": ("IngestResult", "InvalidReport", "ReportPoller", "ingest_report_files",
-        "ingest_reports"),
+    "reindex": ("IngestResult", "ReportPoller", "ingest_report_files", "ingest_reports"),
     "matrices": ("get_matrix", "list_matrices", "matrix_digest", "matrix_name_of",
         "matrix_versions", "register_matrix", "registered_cells"),
     # the ops reads import the ORM
@@ -41,12 +40,12 @@ _FACE = {  # module -> the names the face takes from it
     "cursors": ("CURSOR_PATTERN", "ID_CURSOR_PATTERN", "NAME_CURSOR_PATTERN", "entry_cursor"),
     "ls_call": ("ListEntriesRequest", "ListEntriesResult", "iter_entries", "list_entries",
         "next_cursor"),
-    "schema": ("SCHEMA_REVISION", "schema_state", "upgrade_index"),
+    "engine": ("SCHEMA_REVISION", "schema_state", "upgrade_index"),
     "triage": ("FLEET_WINDOW", "Attention", "AttentionDoc", "FailedCell", "attention",
         "fingerprint_diff"),
     "values": ("FAILED", "IN_PROGRESS", "MISSING", "READY", "STATUSES", "ClaimResult",
         "CoverageColumn", "CoverageFingerprint", "CoverageReport", "CoverageRow", "EntrySummary",
-        "InProgressDoc", "InvalidManifest",
+        "InProgressDoc", "InvalidManifest", "InvalidReport",
         "Lease", "LiveLease", "ReindexResult", "SchemaState", "Status"),
 }
 __all__, __getattr__ = lazy_face(globals(), _FACE)
@@ -67,8 +66,7 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.index.coverage_engine.rules import status_of
     from neffcache.index.cursors import (CURSOR_PATTERN, ID_CURSOR_PATTERN, NAME_CURSOR_PATTERN,
         entry_cursor)
-    from neffcache.index.ingest import (IngestResult, InvalidReport, ReportPoller,
-        ingest_report_files, ingest_reports)
+    from neffcache.index.engine import SCHEMA_REVISION, schema_state, upgrade_index
     from neffcache.index.ls_call import (ListEntriesRequest, ListEntriesResult, iter_entries,
         list_entries, next_cursor)
     from neffcache.index.matrices import (get_matrix, list_matrices, matrix_digest, matrix_name_of,
@@ -83,10 +81,12 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         MatrixCoverageDoc, MatrixDetail, MatrixRunTime, MatrixVersion, Outcome, ReportedFingerprint,
         RestoreOutcomeDoc, RestoreOutcomeStats, RestorePoint, RestoreRecord, RunDetail, RunSummary,
         SdkBytes, group_by_sdk, restore_outcome, sdk_version)
-    from neffcache.index.schema import SCHEMA_REVISION, schema_state, upgrade_index
+    from neffcache.index.reindex import (IngestResult, ReportPoller, ingest_report_files,
+        ingest_reports)
     from neffcache.index.triage import (FLEET_WINDOW, Attention, AttentionDoc, FailedCell,
         attention, fingerprint_diff)
     from neffcache.index.values import (FAILED, IN_PROGRESS, MISSING, READY, STATUSES, ClaimResult,
         CoverageColumn, CoverageFingerprint, CoverageReport, CoverageRow, EntrySummary,
-        InProgressDoc, InvalidManifest, Lease, LiveLease, ReindexResult, SchemaState, Status)
+        InProgressDoc, InvalidManifest, InvalidReport, Lease, LiveLease, ReindexResult, SchemaState,
+        Status)
     # isort: on

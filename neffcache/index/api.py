@@ -10,22 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, exc, insert, select, text
 
-from neffcache.errors import SchemaOutdatedError, UnavailableError
 from neffcache.index import listing
 from neffcache.index.compiled import StatementCache
 from neffcache.index.engine import (
     WRITE,
-    ensure_parent_dir,
-    index_engine,
+    current_engine,
     normalise_url,
-    sqlite_path,
-    translate_errors,
-)
-from neffcache.index.schema import (
-    known_revisions,
     read_schema_state,
-    require_current,
-    upgrade_engine,
+    translate_errors,
 )
 from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import entries, index_changes, restore_reports
@@ -43,7 +35,7 @@ if TYPE_CHECKING:
 
     from neffcache.fingerprint import Fingerprint
     from neffcache.index import claims as _claims
-    from neffcache.index import record, record_runs
+    from neffcache.index import record
     from neffcache.index.coverage_engine import grid as _coverage
     from neffcache.index.ops_values import CoverageGrid
     from neffcache.manifest import Manifest
@@ -66,7 +58,6 @@ if not TYPE_CHECKING:
     _claims = _OnFirstUse("neffcache.index.claims")
     _coverage = _OnFirstUse("neffcache.index.coverage_engine.grid")
     record = _OnFirstUse("neffcache.index.record")
-    record_runs = _OnFirstUse("neffcache.index.record_runs")
 
 ENTRY_BATCH = 200  # entries recorded per transaction (a short write lock, few round trips)
 KEY_PAGE = 10_000  # entry keys per page when every key must be visited (reindex's prune)
@@ -170,32 +161,32 @@ class Index(Closing):
     def record_failure(self, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
                        exit_status: int | None, seconds: float, log_tail: str) -> None:
         with self.write_session() as s:
-            record_runs.save_failure(s, run_id, cell, fingerprint, exit_status, seconds, log_tail)
+            record.save_failure(s, run_id, cell, fingerprint, exit_status, seconds, log_tail)
 
     def start_run(self, host: str, fingerprint: Fingerprint, matrix_name: str) -> str:
         """Returns the run's id."""
         with self.write_session() as s:
-            return record_runs.save_run_start(s, host, fingerprint, matrix_name)
+            return record.save_run_start(s, host, fingerprint, matrix_name)
 
     def finish_run(self, run_id: str, ok: int, failed: int,
                    cancelled: int | None = None) -> None:
         """``cancelled``: how many cells the run's stop ended (None: not stopped)."""
         with self.write_session() as s:
-            record_runs.save_run_finish(s, run_id, ok, failed, cancelled)
+            record.save_run_finish(s, run_id, ok, failed, cancelled)
 
     def record_restore(self, report: Mapping[str, Any]) -> None:
         """``RestoreResult.to_json()`` plus ``host`` and ``matrix``, kept whole as JSON too."""
         with self.write_session() as s:
-            row = record_runs.restore_report_row(report)
+            row = record.restore_report_row(report)
             s.execute(insert(restore_reports), [row])
-            record_runs.restores_recorded(s, [row])
+            record.restores_recorded(s, [row])
 
     def record_reports(self, reports: Sequence[Report]) -> int:
         """Ingest validated restore reports; idempotent by report id. Returns how many were new."""
         if not reports:
             return 0
         with self.write_session() as s:
-            return record_runs.save_reports(s, reports)
+            return record.save_reports(s, reports)
 
     def known_report_ids(self, report_ids: Sequence[str]) -> set[str]:
         with self.read_session() as s:
@@ -322,26 +313,4 @@ def open_index(url: str, *, auto_upgrade: bool) -> Index:
     """Open the index at ``url``: with ``auto_upgrade`` create or migrate it, else refuse any
     other schema (SchemaOutdatedError); UnavailableError when unreachable."""
     url = normalise_url(url)
-    path = sqlite_path(url)
-    if not auto_upgrade and path is not None and not path.exists():
-        raise SchemaOutdatedError(f"index {url}: no such database file "
-                                  f"(create it with: neffcache db upgrade --index {url})")
-    if auto_upgrade:
-        ensure_parent_dir(url)
-    engine = index_engine(url)
-    try:
-        try:
-            state: SchemaState | None = read_schema_state(engine, url)
-        except UnavailableError:
-            if not (auto_upgrade and path is not None):
-                raise
-            state = None  # busy: a concurrent first use creating it (the upgrade waits)
-        if state is None or (not state.up_to_date and auto_upgrade and (
-                state.current is None or state.current in known_revisions())):
-            upgrade_engine(engine, url)  # under the write lock: one first use migrates
-        else:
-            require_current(state)
-    except BaseException:
-        engine.dispose()
-        raise
-    return Index(engine, url)
+    return Index(current_engine(url, auto_upgrade=auto_upgrade), url)

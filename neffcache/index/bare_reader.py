@@ -17,7 +17,6 @@ from neffcache.index.values import Closing
 
 BUSY_TIMEOUT_S = 30  # as ``engine``: the index's writers hold the lock briefly
 CONNECT_TIMEOUT_S = 10
-_SQLITE_TS = "%04d-%02d-%02d %02d:%02d:%02d.%06d"  # SQLAlchemy's SQLite DATETIME text
 
 
 class BareReader(Closing):
@@ -37,9 +36,21 @@ class BareReader(Closing):
         compiled = self._cache.get(self.dialect, name, shape)
         if compiled is None:
             yield from self._sqlalchemy().rows(name, shape, params)
-            return
+        else:
+            yield from self._run(compiled, params, stream=True)
+
+    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        compiled = self._cache.get(self.dialect, name, shape)
+        if compiled is None:
+            return self._sqlalchemy().all(name, shape, params)
+        return list(self._run(compiled, params, stream=False))
+
+    def _run(self, compiled: CompiledStatement, params: Mapping[str, Any], *, stream: bool
+             ) -> Iterator[tuple[Any, ...]]:
+        """``stream``: a server-side cursor on Postgres (one batch in memory), else the whole
+        result in one round trip."""
         with self._errors():
-            if self.dialect == "postgresql":  # a server-side cursor: one batch in memory
+            if stream and self.dialect == "postgresql":
                 cur = self.conn.cursor(name="neffcache_listing")
             else:
                 cur = self.conn.cursor()
@@ -56,30 +67,13 @@ class BareReader(Closing):
             finally:
                 cur.close()
 
-    def all(self, name: str, shape: Shape, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        compiled = self._cache.get(self.dialect, name, shape)
-        if compiled is None:
-            return self._sqlalchemy().all(name, shape, params)
-        with self._errors():
-            cur = self.conn.cursor()  # client-side: one round trip for the whole result
-            try:
-                cur.execute(compiled.sql, self._args(compiled, params))
-                rows = cur.fetchall()
-            finally:
-                cur.close()
-        if self.dialect == "sqlite" and (compiled.datetime_columns or compiled.json_columns):
-            return [self._row(compiled, row) for row in rows]
-        return rows
-
     def _args(self, compiled: CompiledStatement, params: Mapping[str, Any]) -> Any:
         values = {**compiled.defaults, **params}
         if self.dialect == "sqlite":
             for name in compiled.datetime_params:
                 value = values.get(name)
-                if isinstance(value, datetime):
-                    values[name] = _SQLITE_TS % (value.year, value.month, value.day,
-                                                 value.hour, value.minute, value.second,
-                                                 value.microsecond)
+                if isinstance(value, datetime):  # as SQLAlchemy's SQLite DATETIME stores it
+                    values[name] = value.replace(tzinfo=None).isoformat(" ", "microseconds")
             return tuple(values[n] for n in compiled.names)
         return {n: values[n] for n in compiled.names}
 
@@ -115,14 +109,10 @@ class BareReader(Closing):
             close()
 
 
-
 def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *,
               snapshot: bool = False) -> BareReader | None:
     """None unless the cache has this code's statements and the database is at their schema."""
-    if cache.head is None:
-        return None
-    opened = _connect(url)
-    if opened is None:
+    if cache.head is None or (opened := _connect(url)) is None:
         return None
     conn, dialect = opened
     try:

@@ -17,25 +17,20 @@ from neffcache.errors import (
     SchemaOutdatedError,
     repair_hint,
 )
+from neffcache.index.engine import schema_state, upgrade_index
 from neffcache.index.readers import open_index_as_cli
-from neffcache.index.schema import schema_state, upgrade_index
 from neffcache.index.values import ReindexResult, SchemaState
 from neffcache.request_rules import checked_request
 
-# ingest, matrices and reindex (and what they import: the store, reports) load in the calls
+# reindex and matrices (and what they import: the store, reports) load in the calls
 # that use them: ``ls`` starts without them.
 if TYPE_CHECKING:
-    from neffcache.index.ingest import IngestResult
     from neffcache.index.ops_values import MatrixVersion
+    from neffcache.index.reindex import IngestResult
 
 
 def _settings(index: str | None, store: str | None = None) -> Settings:
     return read_settings(os.environ, index=index, store=store)
-
-
-@dataclass(frozen=True, slots=True)
-class _Success(ExitRule):
-    """Results whose outcome is always a success (exit 0): the call returns one or raises."""
 
 
 @checked_request
@@ -79,8 +74,7 @@ def reindex_store(request: ReindexStoreRequest) -> ReindexStoreResult:
     opened first, so an outdated schema (SchemaOutdatedError, exit 7) is refused before the
     store is read; an unreachable store or index raises UnavailableError (6)."""
     from neffcache.command_steps import open_checked_store
-    from neffcache.index.ingest import ingest_reports
-    from neffcache.index.reindex import reindex
+    from neffcache.index.reindex import ingest_reports, reindex
 
     settings = _settings(request.index, request.store)
     with open_index_as_cli(settings) as ix:
@@ -103,7 +97,7 @@ class IngestRestoreReportsRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class IngestRestoreReportsResult(_Success):
+class IngestRestoreReportsResult(ExitRule):
     """What was read (``source``: the store URL or the files) and added. A malformed report
     is skipped and listed in ``ingest.invalid``; it does not change the exit code."""
 
@@ -119,7 +113,7 @@ def ingest_restore_reports(request: IngestRestoreReportsRequest) -> IngestRestor
     """Ingest restore reports into the index, each once (by report id): from report files,
     else from the store. Raises UnavailableError (6) / SchemaOutdatedError (7)."""
     from neffcache.command_steps import open_checked_store
-    from neffcache.index.ingest import ingest_report_files, ingest_reports
+    from neffcache.index.reindex import ingest_report_files, ingest_reports
     from neffcache.reports import date_prefixes
     from neffcache.store import REPORTS
 
@@ -150,7 +144,7 @@ class RegisterMatrixFileRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class RegisterMatrixFileResult(_Success):
+class RegisterMatrixFileResult(ExitRule):
     """The version now current (``changed`` False when it already was)."""
 
     version: MatrixVersion
@@ -190,7 +184,7 @@ class ListRegisteredMatricesRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class ListRegisteredMatricesResult(_Success):
+class ListRegisteredMatricesResult(ExitRule):
     """The current version of every registered matrix, by name."""
 
     matrices: tuple[MatrixVersion, ...]
@@ -222,7 +216,7 @@ class ShowRegisteredMatrixRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class ShowRegisteredMatrixResult(_Success):
+class ShowRegisteredMatrixResult(ExitRule):
     """``chosen``: the version asked for (with its TOML unless ``history``); ``versions``:
     every version oldest first with ``history``, else just ``chosen``."""
 
@@ -257,7 +251,7 @@ class UpgradeSchemaRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class UpgradeSchemaResult(_Success):
+class UpgradeSchemaResult(ExitRule):
     """The revision before (None: a new database) and after; ``url`` password redacted."""
 
     url: str

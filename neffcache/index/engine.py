@@ -1,25 +1,35 @@
-"""Engines for index URLs (SQLite in WAL mode, Postgres through psycopg 3); driver errors."""
+"""Engines for index URLs (SQLite WAL, Postgres psycopg 3), driver errors, Alembic revisions."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy import Connection, Engine, create_engine, event, exc, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
 from neffcache.config import redact_url
-from neffcache.errors import ConfigError, SchemaOutdatedError, UnavailableError
+from neffcache.errors import ConfigError, NeffcacheError, SchemaOutdatedError, UnavailableError
+from neffcache.index.values import SchemaState
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 SHARED_ENGINES = 8  # databases whose engine a process keeps (``index_engine``)
 BUSY_TIMEOUT_S = 30
 CONNECT_TIMEOUT_S = 10
 WRITE = {"neffcache_write": True}  # execution option: SQLite takes the write lock at BEGIN
+# The head of migrations/versions; tests/unit/test_index_schema.py keeps the two in step.
+SCHEMA_REVISION = "0011"
+VERSION_TABLE = "alembic_version"
+_PG_LOCK_ID = 0x6E656666  # "neff"
 
 
 def normalise_url(url: str) -> str:
@@ -104,35 +114,23 @@ def _sqlite_engine(url: str, **pool: Any) -> Engine:
 def dialect_insert(session: Any) -> Any:
     """``insert`` of the bound dialect, importing only that one (the other is ~40 ms)."""
     bind = session.get_bind() if hasattr(session, "get_bind") else session
-    if bind.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert
-
-
-def describe_error(url: str, err: BaseException) -> str:
-    from neffcache.index.bare_reader import describe
-
-    return describe(url, getattr(err, "orig", None) or err)
+    name = "postgresql" if bind.dialect.name == "postgresql" else "sqlite"
+    return importlib.import_module(f"sqlalchemy.dialects.{name}").insert
 
 
 @contextlib.contextmanager
 def translate_errors(url: str) -> Iterator[None]:
     try:
         yield
-    except (exc.OperationalError, exc.InterfaceError) as e:
+    except (exc.OperationalError, exc.InterfaceError, exc.ProgrammingError) as e:
+        from neffcache.index.bare_reader import describe
+
+        reason = describe(url, getattr(e, "orig", None) or e)
         if _is_missing_table(e):
-            raise SchemaOutdatedError(f"{describe_error(url, e)} (schema missing or old)"
-                                      ) from None
-        raise UnavailableError(describe_error(url, e)) from None
-    except exc.ProgrammingError as e:
-        if _is_missing_table(e):
-            raise SchemaOutdatedError(f"{describe_error(url, e)} (schema missing or old)"
-                                      ) from None
-        raise
+            raise SchemaOutdatedError(f"{reason} (schema missing or old)") from None
+        if isinstance(e, exc.ProgrammingError):
+            raise
+        raise UnavailableError(reason) from None
 
 
 def _is_missing_table(e: exc.DBAPIError) -> bool:
@@ -149,3 +147,137 @@ def ensure_parent_dir(url: str) -> None:
         except OSError as e:
             raise UnavailableError(f"index {url}: cannot create {path.parent}: "
                                    f"{e.strerror}") from None
+
+
+def migrations_dir() -> Path:
+    spec = importlib.util.find_spec("neffcache.migrations")
+    if spec is None or spec.origin is None:
+        raise NeffcacheError("neffcache.migrations is not installed with this package")
+    return Path(spec.origin).resolve().parent
+
+
+def alembic_config(url: str, connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def current_revision(conn: Connection) -> str | None:
+    """None: no neffcache schema. One query, no reflection before it."""
+    try:
+        with conn.begin_nested() if conn.in_transaction() else conn.begin():
+            rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")
+                                ).scalars().all()
+    except (exc.OperationalError, exc.ProgrammingError):
+        if inspect(conn).has_table(VERSION_TABLE):
+            raise  # not a missing table: unreachable, locked, ...
+        return None
+    return rows[0] if len(rows) == 1 else (",".join(sorted(rows)) or None)
+
+
+def read_schema_state(engine: Engine, url: str) -> SchemaState:
+    with translate_errors(url), engine.connect() as conn:
+        return SchemaState(url=redact_url(url), current=current_revision(conn),
+                           head=SCHEMA_REVISION)
+
+
+def require_current(state: SchemaState) -> None:
+    if state.up_to_date:
+        return
+    if state.current is None:
+        raise SchemaOutdatedError(f"index {state.url} has no neffcache schema "
+                                  f"(expected revision {state.head})")
+    if state.current not in known_revisions():
+        raise SchemaOutdatedError(
+            f"index {state.url} is at revision {state.current}, newer than this neffcache "
+            f"knows (head {state.head})", hint="upgrade neffcache on this host")
+    raise SchemaOutdatedError(f"index {state.url} is at revision {state.current}, "
+                              f"this neffcache needs {state.head}")
+
+
+def known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return {s.revision for s in scripts.walk_revisions()}
+
+
+def upgrade_engine(engine: Engine, url: str, revision: str = "head") -> tuple[str | None, str]:
+    """In one transaction; returns (from revision, to revision)."""
+    from alembic import command
+
+    ensure_parent_dir(url)
+    with translate_errors(url), engine.connect().execution_options(**WRITE) as conn:
+        with conn.begin():
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _PG_LOCK_ID})
+            before = current_revision(conn)
+            if revision == "head" and before == SCHEMA_REVISION:
+                return before, before  # a concurrent first use did it while we waited
+            command.upgrade(alembic_config(url, conn), revision)
+            after = current_revision(conn)
+    return before, after or "base"
+
+
+def downgrade_engine(engine: Engine, url: str, revision: str = "base") -> None:
+    from alembic import command
+
+    with translate_errors(url), engine.connect().execution_options(**WRITE) as conn:
+        with conn.begin():
+            command.downgrade(alembic_config(url, conn), revision)
+
+
+def upgrade_index(url: str) -> tuple[str | None, str]:
+    """Create or migrate the index at ``url``: (from revision, to revision)."""
+    url = normalise_url(url)
+    engine = make_engine(url)
+    try:
+        return upgrade_engine(engine, url)
+    finally:
+        engine.dispose()
+
+
+def schema_state(url: str) -> SchemaState:
+    """Where the index at ``url`` stands; a missing SQLite file is reported, not created."""
+    url = normalise_url(url)
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        return SchemaState(url=redact_url(url), current=None, head=SCHEMA_REVISION)
+    engine = make_engine(url)
+    try:
+        return read_schema_state(engine, url)
+    finally:
+        engine.dispose()
+
+
+def current_engine(url: str, *, auto_upgrade: bool) -> Engine:
+    """The engine of ``url`` (normalised) at this code's schema: with ``auto_upgrade`` created or
+    migrated, else any other schema refused."""
+    path = sqlite_path(url)
+    if not auto_upgrade and path is not None and not path.exists():
+        raise SchemaOutdatedError(f"index {url}: no such database file "
+                                  f"(create it with: neffcache db upgrade --index {url})")
+    if auto_upgrade:
+        ensure_parent_dir(url)
+    engine = index_engine(url)
+    try:
+        try:
+            state: SchemaState | None = read_schema_state(engine, url)
+        except UnavailableError:
+            if not (auto_upgrade and path is not None):
+                raise
+            state = None  # busy: a concurrent first use creating it (the upgrade waits)
+        if state is None or (not state.up_to_date and auto_upgrade and (
+                state.current is None or state.current in known_revisions())):
+            upgrade_engine(engine, url)  # under the write lock: one first use migrates
+        else:
+            require_current(state)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine

@@ -13,6 +13,7 @@ from neffcache.index.values import EntrySummary, as_utc
 
 Shape = tuple[tuple[str, Any], ...]  # a statement's variant: which filters it has
 LIKE_ESCAPE = "\\"
+_LIKE = {"*": "%", "?": "_", **{ch: LIKE_ESCAPE + ch for ch in ("%", "_", LIKE_ESCAPE)}}
 HEX = re.compile(r"[0-9a-f]{1,64}")
 BATCH = 1000  # rows per fetch when streaming
 
@@ -34,20 +35,8 @@ class Reader(Protocol):
 
 def glob_to_like(pattern: str) -> str:
     """A LIKE pattern matching at least what the glob does: callers re-check with fnmatch."""
-    out = []
-    for ch in pattern:
-        if ch == "[":
-            out.append("%")
-            break
-        if ch == "*":
-            out.append("%")
-        elif ch == "?":
-            out.append("_")
-        elif ch in ("%", "_", LIKE_ESCAPE):
-            out.append(LIKE_ESCAPE + ch)
-        else:
-            out.append(ch)
-    return "".join(out)
+    head, bracket, _ = pattern.partition("[")  # from a class on: anything
+    return "".join(_LIKE.get(ch, ch) for ch in head) + ("%" if bracket else "")
 
 
 def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
@@ -87,10 +76,7 @@ def entry_filter(fingerprint_key: str | None, position: tuple[datetime, str] | N
 
 def shape_of(*parts: Mapping[str, Any]) -> Shape:
     """Merged and sorted: a stable cache key."""
-    merged: dict[str, Any] = {}
-    for p in parts:
-        merged.update(p)
-    return tuple(sorted(merged.items()))
+    return tuple(sorted({k: v for p in parts for k, v in p.items()}.items()))
 
 
 def iter_entries(reader: Reader, cell_glob: str | None = None,

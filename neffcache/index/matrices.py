@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from dataclasses import replace
+import dataclasses
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -18,18 +17,13 @@ from neffcache.index.ops_values import MatrixVersion
 from neffcache.index.tables import cells as C
 from neffcache.index.tables import matrices as M
 from neffcache.index.tables import matrix_cells as MC
-from neffcache.matrix import Cell, Matrix
+from neffcache.matrix import Cell, Matrix, tomllib  # tomllib: tomli before 3.11
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 # Reads here are Core (``tables``): ``coverage NAME`` starts without the ORM; registering a
 # matrix (a write) imports the aggregates in ``_save``.
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 def matrix_name_of(matrix: Matrix) -> str:
@@ -59,10 +53,8 @@ def register_matrix(index: Index, matrix: Matrix, text: str,
         if not replace:
             _refuse_other_content(s, name, digest, matrix.source)
         changed = _save(s, matrix, text, name, digest)
-    found = [v for v in matrix_versions(index, name) if v.digest == digest]
-    v = found[0]
-    return MatrixVersion(v.id, v.name, v.version, v.digest, v.backend, v.cell_count,
-                         v.registered_at, v.current, changed)
+    registered = next(v for v in matrix_versions(index, name) if v.digest == digest)
+    return dataclasses.replace(registered, changed=changed)
 
 
 def _refuse_other_content(s: Session, name: str, digest: str, source: str) -> None:
@@ -129,7 +121,7 @@ def get_matrix(index: Index, name: str, version: int | None = None, *,
         if not with_toml:
             return chosen
         text = conn.scalar(select(M.c.toml).where(M.c.id == chosen.id))
-    return replace(chosen, toml=text)
+    return dataclasses.replace(chosen, toml=text)
 
 
 def registered_cells(index: Index, name: str, version: int | None = None) -> tuple[Cell, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from typing import TYPE_CHECKING
 
@@ -25,11 +26,8 @@ def open_index_as_cli(settings: Settings) -> Index:
 def open_reader(settings: Settings, *, snapshot: bool = False) -> BareReader | SqlaReader:
     """Close it when done. Raises UnavailableError (exit 6) or SchemaOutdatedError (7)."""
     statements = StatementCache.load(default_home(os.environ))
-    bare = open_bare(settings.index_url, statements, snapshot=snapshot,
-                     fallback=lambda: open_sqla(settings, statements, snapshot=snapshot))
-    if bare is not None:
-        return bare
-    return open_sqla(settings, statements, snapshot=snapshot)
+    sqla = functools.partial(open_sqla, settings, statements, snapshot=snapshot)
+    return open_bare(settings.index_url, statements, sqla, snapshot=snapshot) or sqla()
 
 
 def open_sqla(settings: Settings, statements: StatementCache, *,

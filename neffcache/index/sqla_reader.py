@@ -8,16 +8,16 @@ from typing import Any
 
 from sqlalchemy import JSON, Connection, DateTime, Float, exc
 
-from neffcache.index import listing_statements
+from neffcache.index import queries
 from neffcache.index.compiled import CompiledStatement, StatementCache
+from neffcache.index.engine import SCHEMA_REVISION
 from neffcache.index.listing import BATCH, Shape
-from neffcache.index.schema import SCHEMA_REVISION
 from neffcache.index.values import Closing
 
 
 def build(name: str, dialect: str, shape: Shape) -> Any:
     """``ls`` imports no coverage."""
-    builder = listing_statements.BUILDERS.get(name)
+    builder = queries.BUILDERS.get(name)
     if builder is None:
         from neffcache.index.coverage_engine.statements import BUILDERS
 
@@ -78,19 +78,15 @@ def compile_statement(stmt: Any, dialect: Any, params: Mapping[str, Any]
             if bind.callable is not None or not isinstance(bind.value, _SIMPLE):
                 return None
             defaults[key] = bind.value
-    datetime_columns, json_columns = [], []
-    for i, column in enumerate(stmt.selected_columns):
-        if _converts(column.type, dialect):
-            if isinstance(column.type, DateTime):
-                datetime_columns.append(i)
-            elif isinstance(column.type, JSON):
-                json_columns.append(i)
-            else:
-                return None
-    return CompiledStatement(sql=compiled.string, names=names, defaults=defaults,
-                             datetime_params=frozenset(datetime_params),
-                             datetime_columns=tuple(datetime_columns),
-                             json_columns=tuple(json_columns))
+    converted = [(i, c.type) for i, c in enumerate(stmt.selected_columns)
+                 if _converts(c.type, dialect)]
+    if not all(isinstance(type_, (DateTime, JSON)) for _, type_ in converted):
+        return None
+    return CompiledStatement(
+        sql=compiled.string, names=names, defaults=defaults,
+        datetime_params=frozenset(datetime_params),
+        datetime_columns=tuple(i for i, type_ in converted if isinstance(type_, DateTime)),
+        json_columns=tuple(i for i, type_ in converted if isinstance(type_, JSON)))
 
 
 def _converts(type_: Any, dialect: Any) -> bool:

@@ -175,8 +175,7 @@ class CoverageReport:
     def counts(self, fingerprint_key: str) -> dict[str, int]:
         for fp in self.fingerprints:
             if fp.key == fingerprint_key:
-                return {"ready": fp.ready, "failed": fp.failed, "missing": fp.missing,
-                        "in_progress": fp.in_progress}
+                return {s: getattr(fp, s) for s in ("ready", "failed", "missing", "in_progress")}
         raise KeyError(fingerprint_key)
 
     def row(self, cell_key: str, fingerprint_key: str) -> CoverageRow:
@@ -202,9 +201,15 @@ class CoverageReport:
 
 
 @dataclass(frozen=True, slots=True)
-class InvalidManifest:
+class InvalidObject:
+    """A store object skipped (a manifest, a restore report): its key and why."""
+
     key: str
     reason: str
+
+
+InvalidManifest = InvalidObject  # its name in reindex's result
+InvalidReport = InvalidObject  # in ingest's
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from neffcache.index import open_index
-from neffcache.index.ingest import ReportPoller
 from neffcache.index.ops_queries import list_restores
+from neffcache.index.reindex import ReportPoller
 from neffcache.reports import decode_report
 from neffcache.store import open_store
 from neffcache.store.base import Store

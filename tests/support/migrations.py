@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from neffcache.index.schema import alembic_config
+from neffcache.index.engine import alembic_config
 
 
 def script_heads() -> tuple[str, ...]:

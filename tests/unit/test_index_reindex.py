@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from neffcache.index import Index, open_index
-from neffcache.index.reindex import plan_reindex, reindex, stale_keys
+from neffcache.index.reindex import reindex, stale_keys
 from neffcache.manifest import encode_manifest
 from neffcache.store.base import manifest_key
 from neffcache.store.local import LocalStore
 from tests.support.coverage import coverage_of
+from tests.support.plans import plan_reindex
 from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
 
 reindex_mod = importlib.import_module("neffcache.index.reindex")

@@ -126,8 +126,12 @@ def test_restored_fingerprints_are_those_an_ok_or_partial_report_found_lately(ix
 
 
 def test_the_migration_counts_the_reports_already_ingested(tmp_path: Path) -> None:
-    from neffcache.index.engine import make_engine
-    from neffcache.index.schema import SCHEMA_REVISION, downgrade_engine, upgrade_engine
+    from neffcache.index.engine import (
+        SCHEMA_REVISION,
+        downgrade_engine,
+        make_engine,
+        upgrade_engine,
+    )
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     fp = make_fingerprint(1)

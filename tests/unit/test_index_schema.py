@@ -9,12 +9,12 @@ from sqlalchemy import create_engine, inspect, text
 
 from neffcache.errors import SchemaOutdatedError, UnavailableError
 from neffcache.index import SCHEMA_REVISION, open_index, schema_state, upgrade_index
-from neffcache.index.models import Base
-from neffcache.index.schema import (
+from neffcache.index.engine import (
     downgrade_engine,
     make_engine,
     migrations_dir,
 )
+from neffcache.index.models import Base
 from tests.support.migrations import script_heads
 
 TABLES = {"fingerprints", "cells", "entries", "blobs", "entry_files", "precompile_runs",

@@ -12,7 +12,6 @@ import pytest
 from neffcache.config import load_settings
 from neffcache.errors import ConfigError, ReportError
 from neffcache.fingerprint import Fingerprint
-from neffcache.index.ingest import plan_ingest
 from neffcache.reports import (
     MAX_BYTES,
     Report,
@@ -24,6 +23,7 @@ from neffcache.reports import (
     safe_host,
     scrub,
 )
+from tests.support.plans import plan_ingest
 
 FP = Fingerprint("neuron", (("target", "trn2"), ("torch", "2.9.0")), (("instance", "trn2.48x"),))
 WHEN = datetime(2026, 12, 2, 7, 8, 9, 123456, tzinfo=timezone.utc)

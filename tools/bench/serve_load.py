@@ -106,7 +106,7 @@ def hammer(base: str, paths: tuple[str, ...], clients: int, seconds: float) -> d
 
 
 def schema_head(pythonpath: str) -> str:
-    out = subprocess.run([sys.executable, "-c", "from neffcache.index.schema import "
+    out = subprocess.run([sys.executable, "-c", "from neffcache.index import "
                           "SCHEMA_REVISION; print(SCHEMA_REVISION)"], check=True, text=True,
                          capture_output=True, env={**os.environ, "PYTHONPATH": pythonpath},
                          cwd=pythonpath)
@@ -114,11 +114,11 @@ def schema_head(pythonpath: str) -> str:
 
 
 def migrate(url: str, revision: str) -> None:
-    from neffcache.index.engine import index_engine
-    from neffcache.index.schema import (
+    from neffcache.index.engine import (
         SCHEMA_REVISION,
         current_revision,
         downgrade_engine,
+        index_engine,
         upgrade_engine,
     )
 
