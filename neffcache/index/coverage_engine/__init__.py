@@ -68,8 +68,40 @@ class CoverageRequest:
     index: str | None = None
 
 
+class _Checked(ExitRule):
+    """What ``CoverageResult`` and ``CoverageStream`` share: the head of their document, and
+    ``error()`` and the check's document from ``not_ready`` (None: no check)."""
+
+    __slots__ = ()
+    matrix: str
+    backend: str
+    here: Fingerprint | None
+    not_ready: tuple[CoverageRow, ...] | None
+
+    def error(self) -> CacheMissError | None:
+        """CacheMissError (exit 3) naming up to three cells when a checked cell is not ready."""
+        if not self.not_ready:
+            return None
+        n = len(self.not_ready)
+        ids = ", ".join(sorted({r.cell_id for r in self.not_ready})[:3])
+        return CacheMissError(f"{n} cell x fingerprint pair(s) of {self.matrix} are "
+                              f"not ready: {ids}{', ...' if n > 3 else ''}",
+                              hint="neffcache precompile MATRIX (on a build host)")
+
+    def _head_json(self) -> dict[str, Any]:
+        return {"matrix": self.matrix, "backend": self.backend,
+                "here": self.here.key if self.here else None}
+
+    def _check_json(self) -> dict[str, Any]:
+        if self.not_ready is None:
+            return {}
+        return {"check": {"ok": not self.not_ready, "not_ready": [
+            {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key, "status": r.status}
+            for r in self.not_ready]}}
+
+
 @dataclass(frozen=True, slots=True)
-class CoverageResult(ExitRule):
+class CoverageResult(_Checked):
     """A coverage report of one matrix, and the check when one was asked for.
 
     matrix: the matrix file as given, or the registered matrix's name; backend: its backend.
@@ -88,32 +120,7 @@ class CoverageResult(ExitRule):
     not_ready: tuple[CoverageRow, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        report = self.report.to_json()
-        doc = {"matrix": self.matrix, "backend": self.backend,
-               "here": self.here.key if self.here else None, **report}
-        if self.not_ready is not None:
-            doc["check"] = check_json(self.not_ready)
-        return doc
-
-    def error(self) -> CacheMissError | None:
-        """CacheMissError (exit 3) naming up to three cells when a checked cell is not ready."""
-        return _not_ready_error(self.matrix, self.not_ready)
-
-
-def check_json(not_ready: Sequence[Any]) -> dict[str, Any]:
-    return {"ok": not not_ready, "not_ready": [
-        {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key, "status": r.status}
-        for r in not_ready]}
-
-
-def _not_ready_error(matrix: str,
-                     not_ready: Sequence[CoverageRow] | None) -> CacheMissError | None:
-    if not not_ready:
-        return None
-    ids = ", ".join(sorted({r.cell_id for r in not_ready})[:3])
-    return CacheMissError(f"{len(not_ready)} cell x fingerprint pair(s) of {matrix} are "
-                          f"not ready: {ids}{', ...' if len(not_ready) > 3 else ''}",
-                          hint="neffcache precompile MATRIX (on a build host)")
+        return {**self._head_json(), **self.report.to_json(), **self._check_json()}
 
 
 def coverage(request: CoverageRequest) -> CoverageResult:
@@ -127,10 +134,8 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     settings = _read_settings(request)
     with open_reader(settings) as reader:
         chosen = _choose(reader, request, settings.python)
-        known = {fp.key for fp in chosen.given}
         facts = read_facts(reader, scope_of_keys(sorted({k for _, k in chosen.cells})),
-                           database_now(reader),
-                           named=[k for k in chosen.order if k not in known])
+                           database_now(reader), named=chosen.named)
     report = build_coverage(chosen.cells, chosen.given, facts)
     if request.fingerprints:
         report = report.only(chosen.order)
@@ -157,6 +162,7 @@ class _Chosen:
     here: Fingerprint | None
     given: list[Fingerprint]
     order: list[str]
+    named: list[str]  # the keys of order with no Fingerprint: nothing built for them yet
 
 
 def _choose(reader: Reader, request: CoverageRequest, python: str | None) -> _Chosen:
@@ -168,10 +174,12 @@ def _choose(reader: Reader, request: CoverageRequest, python: str | None) -> _Ch
     if pats:
         cells = tuple(c for c in cells if any(fnmatch.fnmatchcase(c[0], p) for p in pats))
     here, given, order = _fingerprints(reader, backend, tuple(request.fingerprints), python)
-    return _Chosen(source, backend, cells, here, given, order)
+    known = {fp.key for fp in given}
+    return _Chosen(source, backend, cells, here, given, order,
+                   [k for k in order if k not in known])
 
 
-class CoverageStream(ExitRule, Closing):
+class CoverageStream(_Checked, Closing):
     """``coverage`` as it is read, in flat memory (``coverage --json``/``--jsonl``): rows as
     ``rows()`` yields them (iterate once); ``fingerprints``, ``not_ready`` and ``error()`` are
     known after the rows. Holds an index connection: ``close()`` it, or use ``with``."""
@@ -191,9 +199,7 @@ class CoverageStream(ExitRule, Closing):
         self.not_ready: tuple[CoverageRow, ...] | None = None
 
     def head_json(self) -> dict[str, Any]:
-        return {"matrix": self.matrix, "backend": self.backend,
-                "here": self.here.key if self.here else None,
-                "cells": [{"id": i, "key": k} for i, k in self.cells]}
+        return {**self._head_json(), "cells": [{"id": i, "key": k} for i, k in self.cells]}
 
     def rows(self) -> Iterator[CoverageRow]:
         """Every cell x fingerprint, row-major by cell; when done, sets ``fingerprints``."""
@@ -224,14 +230,8 @@ class CoverageStream(ExitRule, Closing):
             self.not_ready = tuple(missed)
 
     def tail_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"fingerprints": [f.report_json()
-                                                for f in self.fingerprints or ()]}
-        if self.not_ready is not None:
-            doc["check"] = check_json(self.not_ready)
-        return doc
-
-    def error(self) -> CacheMissError | None:
-        return _not_ready_error(self.matrix, self.not_ready)
+        return {"fingerprints": [f.report_json() for f in self.fingerprints or ()],
+                **self._check_json()}
 
     def close(self) -> None:
         self._closer.close()
@@ -248,10 +248,8 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
         reader = open_reader(settings, snapshot=True)
         stack.callback(reader.close)
         chosen = _choose(reader, request, settings.python)
-        known = {fp.key for fp in chosen.given}
         now = database_now(reader)
-        plan = plan_coverage(reader, chosen.cells, chosen.given, now,
-                             named=[k for k in chosen.order if k not in known],
+        plan = plan_coverage(reader, chosen.cells, chosen.given, now, named=chosen.named,
                              only=chosen.order if request.fingerprints else None)
         cells = coverage_cells(reader, plan, now)
     except BaseException:

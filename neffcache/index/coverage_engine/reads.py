@@ -79,19 +79,20 @@ def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = T
             facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
     seen = {fp for _, fp in facts.entries} | {fp for _, fp in facts.failures} | {
         fp for _, fp in facts.leases} | set(facts.named)
-    read_fingerprints(reader, sorted(seen), facts)
+    facts.fingerprints.update(read_fingerprints(reader, sorted(seen)))
     return facts
 
 
-def read_fingerprints(reader: Reader, keys: Sequence[str], facts: CoverageFacts) -> None:
+def read_fingerprints(reader: Reader, keys: Sequence[str]) -> dict[str, Fingerprint]:
+    """The fingerprints of ``keys`` the index knows."""
     from neffcache.fingerprint import Fingerprint
 
     if not keys:
-        return
-    for key, backend, fields in reader.all(
-            "cov_fingerprints", (), {"keys": keys_param(reader.dialect, keys)}):
-        facts.fingerprints[key] = Fingerprint(backend=backend, fields=tuple(
-            sorted((str(k), str(v)) for k, v in fields.items())))
+        return {}
+    return {key: Fingerprint(backend=backend, fields=tuple(
+        sorted((str(k), str(v)) for k, v in fields.items())))
+        for key, backend, fields in reader.all(
+            "cov_fingerprints", (), {"keys": keys_param(reader.dialect, keys)})}
 
 
 def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: datetime) -> set[str]:
@@ -113,9 +114,8 @@ def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
 
 def find_fingerprints(reader: Reader, prefix: str) -> dict[str, Fingerprint]:
     keys = find_fingerprint_keys(reader, prefix)
-    facts = CoverageFacts()
-    read_fingerprints(reader, keys, facts)
-    return {k: facts.fingerprints[k] for k in keys if k in facts.fingerprints}
+    found = read_fingerprints(reader, keys)
+    return {k: found[k] for k in keys if k in found}
 
 
 def live_lease(r: Sequence[Any]) -> LiveLease:
@@ -165,9 +165,7 @@ def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, st
         known = single.fingerprints
     else:
         seen = set(named) | fingerprints_with_rows(reader, [k for _, k in cells], now)
-        facts = CoverageFacts()
-        read_fingerprints(reader, sorted(seen), facts)
-        known = facts.fingerprints
+        known = read_fingerprints(reader, sorted(seen))
     keys = column_order(given, seen)
     if only is not None:
         keys = [k for k in dict.fromkeys(only) if k in set(keys)]
@@ -193,18 +191,18 @@ def matrix_cell_refs(reader: Reader, matrix_id: int) -> list[tuple[str, str]]:
     return [(r[0], r[1]) for r in reader.all("matrix_cell_refs", (), {"matrix_id": matrix_id})]
 
 
-def _registered(row: Sequence[Any]) -> tuple[Any, ...]:
-    return (as_utc(row[3]), row[0])
-
-
 def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
     """Every version of matrix ``name``, oldest first, each with a ``cell_count`` of 0."""
+    return versions_of(name, reader.all("matrix_versions", (), {"name": name}))
+
+
+def versions_of(name: str, rows: Sequence[Sequence[Any]]) -> list[MatrixVersion]:
+    """Rows (id, digest, backend, registered at) of matrix ``name`` as its versions."""
     from neffcache.index.ops_values import MatrixVersion
 
-    rows = list(reader.all("matrix_versions", (), {"name": name}))
     if not rows:
         return []
-    current = max(rows, key=_registered)[0]
+    current = max(rows, key=lambda r: (as_utc(r[3]), r[0]))[0]
     return [MatrixVersion(r[0], name, n, r[1], r[2], 0, as_utc(r[3]),  # type: ignore[arg-type]
                           r[0] == current) for n, r in enumerate(rows, 1)]
 
