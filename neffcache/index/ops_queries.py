@@ -136,9 +136,10 @@ def restore_cursor(restore: RestoreRecord) -> str:
     return keyset_cursor(restore.created_at, restore.id)
 
 
-def _id_cursor(after: str) -> tuple[datetime, int]:
+def _older(created_at: Any, row_id: Any, after: str) -> Any:
+    """Rows after the ``after`` cursor of a listing newest first, then by id descending."""
     at, key = parse_cursor(after, ID_CURSOR_PATTERN)
-    return at, int(key)
+    return or_(created_at < at, and_(created_at == at, row_id < int(key)))
 
 
 def get_run(index: Index, run_id: str) -> RunSummary:
@@ -171,8 +172,7 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
         latest = select(func.max(f.id)).group_by(f.cell_key, f.fingerprint_key)
         stmt = stmt.where(f.id.in_(latest), ~has_entry(f.cell_key, f.fingerprint_key))
     if after:
-        at, key = _id_cursor(after)
-        stmt = stmt.where(or_(f.created_at < at, and_(f.created_at == at, f.id < key)))
+        stmt = stmt.where(_older(f.created_at, f.id, after))
     out: list[FailureRecord] = []
     with index.read_session() as s:
         exact = True
@@ -201,8 +201,7 @@ def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
     if matrix:
         stmt = stmt.where(r.matrix == matrix)
     if after:
-        at, key = _id_cursor(after)
-        stmt = stmt.where(or_(r.created_at < at, and_(r.created_at == at, r.id < key)))
+        stmt = stmt.where(_older(r.created_at, r.id, after))
     with index.read_session() as s:
         return [RestoreRecord(**{**row._mapping, "created_at": as_utc(row.created_at),
                                  "missing": tuple(str(c) for c in (row.missing or ()))})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -98,18 +99,17 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
 
     versions = current_versions_in(conn)
     ids = [v.id for v in versions]
-    tallies: dict[int, Tally] = {}
+    tallies: defaultdict[int, Tally] = defaultdict(Tally)
     named: dict[str, dict[str, int]] = {}
     if ids:
         for matrix_id, fp, ready, failed in conn.execute(
                 select(cc.c.matrix_id, cc.c.fingerprint_key, cc.c.ready, cc.c.failed)
                 .where(cc.c.matrix_id.in_(ids))):
             if ready or failed:
-                tally = tallies.setdefault(matrix_id, Tally())
-                tally.add(fp, READY, int(ready))
-                tally.add(fp, FAILED, int(failed))
+                tallies[matrix_id].add(fp, READY, int(ready))
+                tallies[matrix_id].add(fp, FAILED, int(failed))
         for matrix_id, fp, failure in _leased_cells(conn, ids, now):
-            tallies.setdefault(matrix_id, Tally()).add_leased(fp, failure)
+            tallies[matrix_id].add_leased(fp, failure)
         named = _restores_of(conn, sorted({v.name for v in versions}))
     keys = sorted({fp for t in tallies.values() for fp in t.keys()}
                   | {fp for fps in named.values() for fp in fps})

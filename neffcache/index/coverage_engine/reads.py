@@ -34,14 +34,9 @@ SINGLE = 500  # up to this many cells are read once, with details, before the fi
 def keys_param(dialect: str, keys: Sequence[str]) -> str:
     """Keys as ``statements.in_keys``'s one parameter: a Postgres array literal, else JSON."""
     if dialect == "postgresql":
-        return "{" + ",".join(f'"{_array_escape(k)}"' for k in keys) + "}"
+        return "{" + ",".join('"' + k.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                              for k in keys) + "}"
     return json.dumps(list(keys))
-
-
-def _array_escape(key: str) -> str:
-    if "\\" in key or '"' in key:
-        return key.replace("\\", "\\\\").replace('"', '\\"')
-    return key
 
 
 def scope_of_keys(keys: Sequence[str]) -> Scope:

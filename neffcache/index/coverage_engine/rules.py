@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any, cast
@@ -67,19 +69,20 @@ class CoverageFacts:
         return status_of(pair in self.entries, pair in self.leases, pair in self.failures)
 
 
+def _zeros() -> dict[str, int]:
+    return dict.fromkeys(STATUSES, 0)
+
+
 class Tally:
     """Statuses counted per column key: the one counter of coverage."""
 
     __slots__ = ("_n",)
 
     def __init__(self, keys: Iterable[str] = ()) -> None:
-        self._n: dict[str, dict[str, int]] = {k: dict.fromkeys(STATUSES, 0) for k in keys}
+        self._n = defaultdict(_zeros, {k: _zeros() for k in keys})
 
     def add(self, key: str, status: str, n: int = 1) -> None:
-        counts = self._n.get(key)
-        if counts is None:
-            counts = self._n[key] = dict.fromkeys(STATUSES, 0)
-        counts[status] += n
+        self._n[key][status] += n
 
     def add_leased(self, key: str, failure: bool) -> None:
         """A leased cell with no entry, counted as without its lease (the aggregates): moved."""
@@ -91,7 +94,7 @@ class Tally:
 
     def counts(self, key: str, cells: int | None = None) -> dict[str, int]:
         """The counts of column ``key``; with ``cells``, missing is what the others leave."""
-        n = dict(self._n.get(key) or dict.fromkeys(STATUSES, 0))
+        n = dict(self._n.get(key) or _zeros())
         if cells is not None:
             n[MISSING] = cells - n[READY] - n[FAILED] - n[IN_PROGRESS]
         return n
@@ -175,8 +178,6 @@ def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | N
               restores: Mapping[str, int] | None = None,
               verified: Mapping[Pair, str] | None = None) -> CoverageGrid:
     """A coverage report as a page of the API's grid (counts over every cell)."""
-    from dataclasses import replace
-
     total = len(report.cells)
     stop = total if limit is None else offset + limit
     keys = [c.key for c in report.fingerprints]
@@ -203,7 +204,7 @@ class RowLines:
         self._ready = _template(encode(ready.to_json()), 5)
         self._missing = _template(encode(missing.to_json()), 3)
         self._last: tuple[tuple[str, str] | None, dict[str, str]] = (None, {})
-        self._fps: dict[str, str] = {}
+        self._fp = functools.cache(_value)  # a fingerprint key's JSON, once per key
 
     def line(self, cell_id: str, cell_key: str, fp_key: str, status: Status,
              facts: CoverageFacts) -> str:
@@ -219,12 +220,6 @@ class RowLines:
         if self._last[0] != (cell_id, cell_key):
             self._last = ((cell_id, cell_key), {"a": _value(cell_id), "b": _value(cell_key)})
         return self._last[1]
-
-    def _fp(self, fp_key: str) -> str:
-        out = self._fps.get(fp_key)
-        if out is None:
-            out = self._fps[fp_key] = _value(fp_key)
-        return out
 
 
 def _template(text: str, n: int) -> str:
