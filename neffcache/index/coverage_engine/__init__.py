@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from neffcache.config import Settings
     from neffcache.fingerprint import Fingerprint
     from neffcache.index.api import Index
-    from neffcache.index.coverage_engine.reads import Cell_, CoveragePlan
+    from neffcache.index.coverage_engine.reads import Cell_
+    from neffcache.index.coverage_engine.rules import CoveragePlan
     from neffcache.index.listing import Reader
     from neffcache.matrix import Cell
 

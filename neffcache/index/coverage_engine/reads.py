@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from neffcache.errors import NotFoundError
 from neffcache.index.coverage_engine.rules import (
     CoverageFacts,
+    CoveragePlan,
     FailureFact,
-    Tally,
     cell_ids_and_keys,
-    column_of,
-    column_order,
 )
-from neffcache.index.listing import Reader, shape_of
+from neffcache.index.listing import HEX, Reader, shape_of
 from neffcache.index.values import LiveLease, Status, as_utc
 
 if TYPE_CHECKING:
@@ -101,7 +98,7 @@ def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: dateti
 def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
     """Up to 10 fingerprint keys starting with the hex ``prefix``, in order."""
     p = prefix.lower()
-    if not p or any(ch not in "0123456789abcdef" for ch in p) or len(p) > 64:
+    if not HEX.fullmatch(p):
         return []
     return [r[0] for r in reader.all("fingerprint_prefix", (),
                                       {"lo": p, "hi": p + "g", "limit": 10})]
@@ -133,21 +130,6 @@ def batches(n: int) -> Iterator[tuple[int, int]]:
         start, size = start + size, STREAM_BATCH
 
 
-@dataclass(frozen=True, slots=True)
-class CoveragePlan:
-    """What a coverage stream will list; ``single``: the facts of the only batch, if one."""
-
-    cells: tuple[tuple[str, str], ...]
-    keys: tuple[str, ...]
-    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
-    given: frozenset[str] = frozenset()
-    single: CoverageFacts | None = None
-
-    def columns(self, tally: Tally) -> tuple[Any, ...]:
-        return tuple(column_of(k, self.fingerprints.get(k), tally.counts(k),
-                               here=k in self.given) for k in self.keys)
-
-
 def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, str]],
                   given: Sequence[Fingerprint], now: datetime, *, named: Sequence[str] = (),
                   only: Sequence[str] | None = None) -> CoveragePlan:
@@ -161,11 +143,7 @@ def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, st
     else:
         seen = set(named) | fingerprints_with_rows(reader, [k for _, k in cells], now)
         known = read_fingerprints(reader, sorted(seen))
-    keys = column_order(given, seen)
-    if only is not None:
-        keys = [k for k in dict.fromkeys(only) if k in set(keys)]
-    fps = {**known, **{fp.key: fp for fp in given}}
-    return CoveragePlan(cells, tuple(keys), fps, frozenset(fp.key for fp in given), single)
+    return CoveragePlan.of(cells, given, known, seen, only=only, single=single)
 
 
 Cell_ = tuple[str, str, str, Status, CoverageFacts]  # cell id, cell key, fp key, status, facts

@@ -147,30 +147,51 @@ def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
     return CoverageRow(cell_id, cell_key, fp_key, MISSING)
 
 
-def column_order(given: Sequence[Fingerprint], seen: Iterable[str]) -> list[str]:
-    """The columns' keys: the given fingerprints first (in order), then the others by key."""
-    given_keys = list(dict.fromkeys(fp.key for fp in given))
-    return given_keys + sorted(set(seen) - set(given_keys))
+@dataclass(frozen=True, slots=True)
+class CoveragePlan:
+    """Cells and their columns' keys; ``single``: a stream's facts of its only batch, if one."""
+
+    cells: tuple[tuple[str, str], ...]
+    keys: tuple[str, ...]
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+    given: frozenset[str] = frozenset()
+    single: CoverageFacts | None = None
+
+    @staticmethod
+    def of(cells: tuple[tuple[str, str], ...], given: Sequence[Fingerprint],
+           known: Mapping[str, Fingerprint], seen: Iterable[str], *,
+           only: Sequence[str] | None = None, single: CoverageFacts | None = None
+           ) -> CoveragePlan:
+        """The columns: the given fingerprints first (in order), then the others seen, by key
+        (``only``: these keys, in this order)."""
+        given_keys = list(dict.fromkeys(fp.key for fp in given))
+        keys = given_keys + sorted(set(seen) - set(given_keys))
+        if only is not None:
+            keys = [k for k in dict.fromkeys(only) if k in set(keys)]
+        return CoveragePlan(cells, tuple(keys), {**known, **{fp.key: fp for fp in given}},
+                            frozenset(given_keys), single)
+
+    def columns(self, tally: Tally) -> tuple[CoverageColumn, ...]:
+        return tuple(column_of(k, self.fingerprints.get(k), tally.counts(k),
+                               here=k in self.given) for k in self.keys)
 
 
 def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
                    given: Sequence[Fingerprint], facts: CoverageFacts, *,
                    details: bool = True) -> CoverageReport:
     """Each cell's statuses, each column's counts and, with ``details``, each CoverageRow."""
-    cell_ids = cell_ids_and_keys(cells)
-    fps: dict[str, Fingerprint] = {**facts.fingerprints, **{fp.key: fp for fp in given}}
-    order = column_order(given, {*facts.fingerprints, *facts.named})
-    statuses = tuple(tuple(facts.status((ck, k)) for k in order) for _, ck in cell_ids)
-    tally = Tally(order)
+    plan = CoveragePlan.of(cell_ids_and_keys(cells), given, facts.fingerprints,
+                           {*facts.fingerprints, *facts.named})
+    statuses = tuple(tuple(facts.status((ck, k)) for k in plan.keys) for _, ck in plan.cells)
+    tally = Tally(plan.keys)
     for row in statuses:
-        for k, status in zip(order, row, strict=True):
+        for k, status in zip(plan.keys, row, strict=True):
             tally.add(k, status)
-    here = {fp.key for fp in given}
-    columns = tuple(column_of(k, fps.get(k), tally.counts(k), here=k in here) for k in order)
     rows = tuple(coverage_row(cell_id, cell_key, k, status, facts)
-                 for (cell_id, cell_key), row in zip(cell_ids, statuses, strict=True)
-                 for k, status in zip(order, row, strict=True)) if details else ()
-    return CoverageReport(cells=cell_ids, fingerprints=columns, rows=rows, statuses=statuses)
+                 for (cell_id, cell_key), row in zip(plan.cells, statuses, strict=True)
+                 for k, status in zip(plan.keys, row, strict=True)) if details else ()
+    return CoverageReport(cells=plan.cells, fingerprints=plan.columns(tally), rows=rows,
+                          statuses=statuses)
 
 
 def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | None = None,
