@@ -18,9 +18,9 @@ from neffcache.errors import (
 )
 from neffcache.hashing import is_sha256
 from neffcache.index.coverage_engine.reads import (
-    current_matrix,
     database_now,
     matrix_cell_refs,
+    matrix_versions,
     read_facts,
     scope_of_keys,
 )
@@ -267,13 +267,12 @@ def _load_cells(reader: Reader, matrix: str
     if Path(matrix).exists() or "/" in matrix or matrix.endswith(".toml"):  # a file
         spec = load_matrix(matrix)
         return spec.source, spec.backend, tuple(spec.cells)
-    current = current_matrix(reader, matrix)
-    if current is None:
+    current = [v for v in matrix_versions(reader, matrix) if v.current]
+    if not current:
         raise MatrixError(f"{matrix}: no such matrix file, and no matrix of that name is "
                           f"registered in the index",
                           hint="neffcache matrix register FILE")
-    matrix_id, backend = current
-    return matrix, backend, matrix_cell_refs(reader, matrix_id)
+    return matrix, current[0].backend, matrix_cell_refs(reader, current[0].id)
 
 
 def find_fingerprints(index: Index, prefix: str) -> dict[str, Fingerprint]:

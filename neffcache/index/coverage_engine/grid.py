@@ -27,6 +27,7 @@ from neffcache.index.coverage_engine.rules import (
     build_coverage,
     column_of,
     grid_page,
+    status_of,
 )
 from neffcache.index.coverage_engine.statements import in_keys
 from neffcache.index.ops_values import (
@@ -109,7 +110,9 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
                 tallies[matrix_id].add(fp, READY, int(ready))
                 tallies[matrix_id].add(fp, FAILED, int(failed))
         for matrix_id, fp, failure in _leased_cells(conn, ids, now):
-            tallies[matrix_id].add_leased(fp, failure)
+            # counted by the aggregates as without its lease: moved by the rule
+            tallies[matrix_id].add(fp, status_of(False, False, failure), -1)
+            tallies[matrix_id].add(fp, status_of(False, True, failure))
         named = _restores_of(conn, sorted({v.name for v in versions}))
     keys = sorted({fp for t in tallies.values() for fp in t.keys()}
                   | {fp for fps in named.values() for fp in fps})

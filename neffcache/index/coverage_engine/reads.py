@@ -180,12 +180,6 @@ def versions_of(name: str, rows: Sequence[Sequence[Any]]) -> list[MatrixVersion]
                           r[0] == current) for n, r in enumerate(rows, 1)]
 
 
-def current_matrix(reader: Reader, name: str) -> tuple[int, str] | None:
-    """(id, backend) of the current version of matrix ``name``; None if unknown."""
-    current = [v for v in matrix_versions(reader, name) if v.current]
-    return (current[0].id, current[0].backend) if current else None
-
-
 def choose_version(versions: Sequence[MatrixVersion], name: str,
                    version: int | None = None) -> MatrixVersion:
     """The current version (or ``version``); NotFoundError names what is unknown."""

@@ -84,11 +84,6 @@ class Tally:
     def add(self, key: str, status: str, n: int = 1) -> None:
         self._n[key][status] += n
 
-    def add_leased(self, key: str, failure: bool) -> None:
-        """A leased cell with no entry, counted as without its lease (the aggregates): moved."""
-        self.add(key, status_of(False, False, failure), -1)
-        self.add(key, status_of(False, True, failure))
-
     def keys(self) -> list[str]:
         return list(self._n)
 
