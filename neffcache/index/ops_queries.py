@@ -6,7 +6,7 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime, timedelta, timezone
-from itertools import accumulate
+from itertools import accumulate, islice
 from typing import Any
 
 from sqlalchemy import Select, Table, and_, func, or_, select
@@ -173,21 +173,17 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
         stmt = stmt.where(f.id.in_(latest), ~has_entry(f.cell_key, f.fingerprint_key))
     if after:
         stmt = stmt.where(_older(f.created_at, f.id, after))
-    out: list[FailureRecord] = []
     with index.read_session() as s:
         exact = True
         if cell_glob:
             clause, exact = glob_clause(s.get_bind().dialect.name, cells.c.id, cell_glob)
             stmt = stmt.where(clause)
-        for row in s.execute(stmt.limit(limit if exact else None)):
-            if not exact and not fnmatch.fnmatchcase(row.cell_id, cell_glob or "*"):
-                continue
-            out.append(FailureRecord(row.cell_id, row.cell_key, row.fingerprint_key, row.run_id,
-                                     row.exit_status, row.seconds, row.log_tail,
-                                     as_utc(row.created_at), row.id))  # type: ignore[arg-type]
-            if len(out) >= limit:
-                break
-    return out
+        rows = (row for row in s.execute(stmt.limit(limit if exact else None))
+                if exact or fnmatch.fnmatchcase(row.cell_id, cell_glob or "*"))
+        return [FailureRecord(row.cell_id, row.cell_key, row.fingerprint_key, row.run_id,
+                              row.exit_status, row.seconds, row.log_tail,
+                              as_utc(row.created_at), row.id)  # type: ignore[arg-type]
+                for row in islice(rows, limit)]
 
 
 def list_restores(index: Index, *, limit: int = 50, host: str | None = None,

@@ -112,12 +112,10 @@ def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
     """(id, key) per distinct cell, in order (a Cell's key is a digest: computed once)."""
     from neffcache.matrix import Cell, cell_keys
 
-    pairs: Iterable[tuple[str, str]]
+    pairs: Iterable[tuple[str, str]] = cast("Sequence[tuple[str, str]]", cells)
     if cells and isinstance(cells[0], Cell):
         cell_objs = cast("Sequence[Cell]", cells)
         pairs = zip([c.id for c in cell_objs], cell_keys(cell_objs), strict=True)
-    else:
-        pairs = cast("Sequence[tuple[str, str]]", cells)
     out: dict[str, str] = {}
     for cell_id, key in pairs:
         out.setdefault(key, cell_id)
