@@ -10,28 +10,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from neffcache.config import read_settings
 from neffcache.errors import (
     CacheMissError,
     ExitRule,
     MatrixError,
     UsageError,
 )
+from neffcache.fingerprint import Fingerprint, collect_fingerprint
 from neffcache.hashing import is_sha256
 from neffcache.index.coverage_engine.reads import (
+    coverage_cells,
     database_now,
     matrix_cell_refs,
     matrix_versions,
+    plan_coverage,
     read_facts,
     scope_of_keys,
 )
 from neffcache.index.coverage_engine.reads import find_fingerprints as _find_fingerprints
+from neffcache.index.coverage_engine.rules import (
+    RowLines,
+    Tally,
+    build_coverage,
+    cell_ids_and_keys,
+    coverage_row,
+)
 from neffcache.index.readers import open_reader
 from neffcache.index.values import READY, Closing, CoverageColumn, CoverageReport, CoverageRow
 from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
-    from neffcache.config import Settings
-    from neffcache.fingerprint import Fingerprint
     from neffcache.index.api import Index
     from neffcache.index.coverage_engine.reads import Cell_
     from neffcache.index.coverage_engine.rules import CoveragePlan
@@ -130,9 +139,7 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     Raises MatrixError (exit 2) for a matrix neither a file nor registered, UsageError (2) for a
     malformed --fingerprint or a prefix naming no single fingerprint, UnavailableError (6) /
     SchemaOutdatedError (7) for the index. The check's outcome is in the result, not raised."""
-    from neffcache.index.coverage_engine.rules import build_coverage
-
-    settings = _read_settings(request)
+    settings = read_settings(os.environ, index=request.index, python=request.python)
     with open_reader(settings) as reader:
         chosen = _choose(reader, request, settings.python)
         facts = read_facts(reader, scope_of_keys(sorted({k for _, k in chosen.cells})),
@@ -149,12 +156,6 @@ def coverage(request: CoverageRequest) -> CoverageResult:
                           tuple(request.cells), not_ready)
 
 
-def _read_settings(request: CoverageRequest) -> Settings:
-    from neffcache.config import read_settings
-
-    return read_settings(os.environ, index=request.index, python=request.python)
-
-
 @dataclass(frozen=True, slots=True)
 class _Chosen:
     source: str
@@ -167,8 +168,6 @@ class _Chosen:
 
 
 def _choose(reader: Reader, request: CoverageRequest, python: str | None) -> _Chosen:
-    from neffcache.index.coverage_engine.rules import cell_ids_and_keys
-
     source, backend, all_cells = _load_cells(reader, str(request.matrix))
     pats = [p for p in request.cells if p]
     cells = cell_ids_and_keys(all_cells)
@@ -190,8 +189,6 @@ class CoverageStream(_Checked, Closing):
 
     def __init__(self, chosen: _Chosen, plan: CoveragePlan, cells: Iterator[Cell_],
                  check: bool, closer: contextlib.ExitStack) -> None:
-        from neffcache.index.coverage_engine.rules import Tally
-
         self.matrix, self.backend, self.here = chosen.source, chosen.backend, chosen.here
         self.cells, self._plan = plan.cells, plan
         self._counts, self._cells, self._closer = Tally(plan.keys), cells, closer
@@ -204,15 +201,11 @@ class CoverageStream(_Checked, Closing):
 
     def rows(self) -> Iterator[CoverageRow]:
         """Every cell x fingerprint, row-major by cell; when done, sets ``fingerprints``."""
-        from neffcache.index.coverage_engine.rules import coverage_row
-
         for item in self._tally():
             yield coverage_row(*item)
 
     def lines(self, encode: Callable[[Any], str]) -> Iterator[str]:
         """``encode(row.to_json())`` of each of ``rows()``, without building most rows."""
-        from neffcache.index.coverage_engine.rules import RowLines
-
         line = RowLines(encode).line
         for item in self._tally():
             yield line(*item)
@@ -241,9 +234,7 @@ class CoverageStream(_Checked, Closing):
 def stream_coverage(request: CoverageRequest) -> CoverageStream:
     """``coverage`` as a stream (``CoverageStream``), a batch of cells read at a time.
     Raises what ``coverage`` raises, before any row is read."""
-    from neffcache.index.coverage_engine.reads import coverage_cells, plan_coverage
-
-    settings = _read_settings(request)
+    settings = read_settings(os.environ, index=request.index, python=request.python)
     stack = contextlib.ExitStack()
     try:
         reader = open_reader(settings, snapshot=True)
@@ -287,8 +278,6 @@ def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerpri
                   python: str | None
                   ) -> tuple[Fingerprint | None, list[Fingerprint], list[str]]:
     """(this host's, the ones to show first, the columns' keys); UsageError for a bad prefix."""
-    from neffcache.fingerprint import collect_fingerprint
-
     here = None
     if not wanted or HOST in wanted:
         here = collect_fingerprint(backend, os.environ, python=python)

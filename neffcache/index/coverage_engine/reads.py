@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from neffcache.errors import NotFoundError
+from neffcache.fingerprint import Fingerprint
 from neffcache.index.coverage_engine.rules import (
     CoverageFacts,
     CoveragePlan,
@@ -15,11 +16,10 @@ from neffcache.index.coverage_engine.rules import (
     cell_ids_and_keys,
 )
 from neffcache.index.listing import HEX, Reader, shape_of
+from neffcache.index.ops_values import MatrixVersion
 from neffcache.index.values import LiveLease, Status, as_utc
 
 if TYPE_CHECKING:
-    from neffcache.fingerprint import Fingerprint
-    from neffcache.index.ops_values import MatrixVersion
     from neffcache.matrix import Cell
 
 Scope = tuple[str, Any]  # ("keys", cell keys) or ("matrix", a registered version's id)
@@ -77,8 +77,6 @@ def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = T
 
 def read_fingerprints(reader: Reader, keys: Sequence[str]) -> dict[str, Fingerprint]:
     """The fingerprints of ``keys`` the index knows."""
-    from neffcache.fingerprint import Fingerprint
-
     if not keys:
         return {}
     return {key: Fingerprint(backend=backend, fields=tuple(
@@ -171,8 +169,6 @@ def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
 
 def versions_of(name: str, rows: Sequence[Sequence[Any]]) -> list[MatrixVersion]:
     """Rows (id, digest, backend, registered at) of matrix ``name`` as its versions."""
-    from neffcache.index.ops_values import MatrixVersion
-
     if not rows:
         return []
     current = max(rows, key=lambda r: (as_utc(r[3]), r[0]))[0]
