@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from itertools import accumulate, islice
 from typing import Any
 
-from sqlalchemy import Select, Table, and_, func, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from neffcache.errors import NotFoundError
@@ -77,20 +77,13 @@ def fingerprint_stats(index: Index) -> list[FingerprintStats]:
 
 
 def index_totals(index: Index) -> IndexTotals:
-    with index.read_session() as s:
-        fc = fingerprint_counts.c
-        n_entries, n_bytes = s.execute(select(func.sum(fc.entries),
-                                              func.sum(fc.total_bytes))).one()
-
-        def count(table: Table) -> int:
-            return int(s.scalar(select(func.count()).select_from(table)) or 0)
-
-        return IndexTotals(
-            entries=int(n_entries or 0), total_bytes=int(n_bytes or 0),
-            fingerprints=count(fingerprints), cells=count(cells),
-            matrices=int(s.scalar(select(func.count(matrices.c.name.distinct()))) or 0),
-            runs=count(precompile_runs),
-            restores=int(s.scalar(select(func.sum(restore_counts.c.restores))) or 0))
+    fc = fingerprint_counts.c
+    totals = (func.sum(fc.entries), func.sum(fc.total_bytes), func.count(fingerprints.c.key),
+              func.count(cells.c.key), func.count(matrices.c.name.distinct()),
+              func.count(precompile_runs.c.id), func.sum(restore_counts.c.restores))
+    with index.read_session() as s:  # one statement: a scalar subquery per total
+        row = s.execute(select(*(select(t).scalar_subquery() for t in totals))).one()
+    return IndexTotals(*(int(v or 0) for v in row))
 
 
 def list_runs(index: Index, limit: int = 50, matrix: str | None = None,
