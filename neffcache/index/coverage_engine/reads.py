@@ -47,9 +47,7 @@ def scope_of_matrix(matrix_id: int) -> Scope:
 def database_now(reader: Reader) -> datetime:
     """The database's time (UTC); Postgres: the transaction's start."""
     value = reader.all("now", (), {})[0][0]
-    out = as_utc(value if isinstance(value, datetime) else datetime.fromisoformat(str(value)))
-    assert out is not None
-    return out
+    return _utc(value if isinstance(value, datetime) else datetime.fromisoformat(str(value)))
 
 
 def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = True,
