@@ -7,6 +7,7 @@ import fnmatch
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import starmap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -201,14 +202,11 @@ class CoverageStream(_Checked, Closing):
 
     def rows(self) -> Iterator[CoverageRow]:
         """Every cell x fingerprint, row-major by cell; when done, sets ``fingerprints``."""
-        for item in self._tally():
-            yield coverage_row(*item)
+        return starmap(coverage_row, self._tally())
 
     def lines(self, encode: Callable[[Any], str]) -> Iterator[str]:
         """``encode(row.to_json())`` of each of ``rows()``, without building most rows."""
-        line = RowLines(encode).line
-        for item in self._tally():
-            yield line(*item)
+        return starmap(RowLines(encode).line, self._tally())
 
     def _tally(self) -> Iterator[Cell_]:
         missed: list[CoverageRow] = []
