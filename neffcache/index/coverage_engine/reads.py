@@ -77,10 +77,10 @@ def read_fingerprints(reader: Reader, keys: Sequence[str]) -> dict[str, Fingerpr
     """The fingerprints of ``keys`` the index knows."""
     if not keys:
         return {}
+    rows = reader.all("cov_fingerprints", (), {"keys": keys_param(reader.dialect, keys)})
     return {key: Fingerprint(backend=backend, fields=tuple(
-        sorted((str(k), str(v)) for k, v in fields.items())))
-        for key, backend, fields in reader.all(
-            "cov_fingerprints", (), {"keys": keys_param(reader.dialect, keys)})}
+                sorted((str(k), str(v)) for k, v in fields.items())))
+            for key, backend, fields in rows}
 
 
 def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: datetime) -> set[str]:
