@@ -39,14 +39,23 @@ def _upsert(insert_of: Any, table: Table, replace: tuple[str, ...]) -> Any:
 
 
 def _add(session: Session | Connection, table: Table,
-         rows: Mapping[tuple[Any, ...], Sequence[Any]], replace: Sequence[str] = ()) -> None:
-    """Upsert: values add, except ``replace`` columns, which take the greatest."""
-    if not rows:
+         rows: Iterable[tuple[tuple[Any, ...], Sequence[Any]]], replace: Sequence[str] = ()
+         ) -> None:
+    """Upsert (key, values) rows: values add, except ``replace`` columns, which take the
+    greatest; rows of one key are merged so first."""
+    values = [c.name for c in table.c if not c.primary_key]
+    merged: dict[tuple[Any, ...], list[Any]] = {}
+    for key, row in rows:
+        acc = merged.get(key)
+        merged[key] = list(row) if acc is None else [
+            max(a, b) if name in replace else a + b
+            for name, a, b in zip(values, acc, row, strict=True)]
+    if not merged:
         return
     stmt = _upsert(dialect_insert(session), table, tuple(replace))
-    names = [c.name for c in table.primary_key] + [c.name for c in table.c if not c.primary_key]
+    names = [c.name for c in table.primary_key] + values
     # rows in key order: concurrent writers do not deadlock
-    docs = [dict(zip(names, (*k, *v), strict=True)) for k, v in sorted(rows.items())]
+    docs = [dict(zip(names, (*k, *v), strict=True)) for k, v in sorted(merged.items())]
     for part in chunks(docs):
         session.execute(stmt, list(part))
 
@@ -81,13 +90,9 @@ def _coverage_deltas(session: Session | Connection, deltas: Mapping[Pair, tuple[
     """Apply (ready, failed) changes of pairs to every matrix version holding the cell."""
     if matrices is None:
         matrices = _matrices_of(session, (c for c, _ in deltas))
-    rows: dict[tuple[Any, ...], list[int]] = {}
-    for (cell, fp), (ready, failed) in deltas.items():
-        for matrix_id in matrices.get(cell, ()):
-            acc = rows.setdefault((matrix_id, fp), [0, 0])
-            acc[0] += ready
-            acc[1] += failed
-    _add(session, coverage_counts, rows)
+    _add(session, coverage_counts, (((matrix_id, fp), counts)
+                                    for (cell, fp), counts in deltas.items()
+                                    for matrix_id in matrices.get(cell, ())))
 
 
 def entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
@@ -99,12 +104,8 @@ def entries_changed(session: Session | Connection, entries: Sequence[tuple[str, 
     failed = _pairs_with(session, cell_failures, held) if held else set()
     _coverage_deltas(session, {p: (sign, -sign if p in failed else 0) for p in held},
                      matrices)
-    per_fp: dict[tuple[Any, ...], list[int]] = {}
-    for _, fp, size in entries:
-        acc = per_fp.setdefault((fp,), [0, 0])
-        acc[0] += sign
-        acc[1] += sign * int(size)
-    _add(session, fingerprint_counts, per_fp)
+    _add(session, fingerprint_counts, (((fp,), (sign, sign * int(size)))
+                                       for _, fp, size in entries))
 
 
 def failure_adding(session: Session | Connection, cell_key: str, fingerprint_key: str) -> None:
@@ -136,38 +137,29 @@ def bucket_of(seconds: float) -> int:
 def restores_added(session: Session | Connection,
                    rows: Iterable[tuple[datetime, int, int, float, int, str, str]]) -> None:
     """Rows: (time, exit code, cells restored, seconds, bytes, matrix, fingerprint key)."""
-    counts: dict[tuple[Any, ...], list[Any]] = {}
-    seen: dict[tuple[Any, ...], list[Any]] = {}
-    for when, code, restored, seconds, nbytes, matrix, fp in rows:
-        key = (hour_of(when), int(code), 1 if restored > 0 else 0, bucket_of(float(seconds)))
-        acc = counts.setdefault(key, [0, 0.0, 0])
-        acc[0] += 1
-        acc[1] += float(seconds)
-        acc[2] += int(nbytes)
-        if fp:
-            s = seen.setdefault((matrix, fp), [0, when])
-            s[0] += 1
-            s[1] = max(s[1], when)
-    _add(session, restore_counts, counts)
-    _add(session, report_fingerprints, seen, replace=("last_seen_at",))
+    rows = list(rows)
+    _add(session, restore_counts, (
+        ((hour_of(when), int(code), 1 if restored > 0 else 0, bucket_of(float(seconds))),
+         (1, float(seconds), int(nbytes)))
+        for when, code, restored, seconds, nbytes, _, _ in rows))
+    _add(session, report_fingerprints, (((matrix, fp), (1, when))
+                                        for when, *_, matrix, fp in rows if fp),
+         replace=("last_seen_at",))
 
 
 def _rebuild_coverage(session: Session | Connection, matrix_cells: Any) -> None:
     mc, e, f = matrix_cells, entries.c, cell_failures.c
-    rows: dict[tuple[Any, ...], list[int]] = {}
-    for matrix_id, fp, n in session.execute(
-            select(mc.c.matrix_id, e.fingerprint_key, func.count())
-            .select_from(mc.join(entries, e.cell_key == mc.c.cell_key))
-            .group_by(mc.c.matrix_id, e.fingerprint_key)):
-        rows[(matrix_id, fp)] = [int(n), 0]
+    ready = [((m, fp), (int(n), 0)) for m, fp, n in session.execute(
+        select(mc.c.matrix_id, e.fingerprint_key, func.count())
+        .select_from(mc.join(entries, e.cell_key == mc.c.cell_key))
+        .group_by(mc.c.matrix_id, e.fingerprint_key))]
     failed_pairs = select(f.cell_key, f.fingerprint_key).distinct().subquery()
-    for matrix_id, fp, n in session.execute(
-            select(mc.c.matrix_id, failed_pairs.c.fingerprint_key, func.count())
-            .join(failed_pairs, failed_pairs.c.cell_key == mc.c.cell_key)
-            .where(~has_entry(failed_pairs.c.cell_key, failed_pairs.c.fingerprint_key))
-            .group_by(mc.c.matrix_id, failed_pairs.c.fingerprint_key)):
-        rows.setdefault((matrix_id, fp), [0, 0])[1] = int(n)
-    _add(session, coverage_counts, rows)
+    failed = [((m, fp), (0, int(n))) for m, fp, n in session.execute(
+        select(mc.c.matrix_id, failed_pairs.c.fingerprint_key, func.count())
+        .join(failed_pairs, failed_pairs.c.cell_key == mc.c.cell_key)
+        .where(~has_entry(failed_pairs.c.cell_key, failed_pairs.c.fingerprint_key))
+        .group_by(mc.c.matrix_id, failed_pairs.c.fingerprint_key))]
+    _add(session, coverage_counts, ready + failed)  # a pair's two rows merge
 
 
 def rebuild_aggregates(session: Session | Connection) -> None:
@@ -176,10 +168,9 @@ def rebuild_aggregates(session: Session | Connection) -> None:
     mc = matrix_cells.c
     _rebuild_coverage(session, select(mc.cell_key, mc.matrix_id).subquery())
     e = entries.c
-    per_fp = {(fp,): [int(n), int(b or 0)] for fp, n, b in session.execute(
-        select(e.fingerprint_key, func.count(), func.sum(e.total_bytes))
-        .group_by(e.fingerprint_key))}
-    _add(session, fingerprint_counts, per_fp)
+    per_fp = session.execute(select(e.fingerprint_key, func.count(), func.sum(e.total_bytes))
+                             .group_by(e.fingerprint_key))
+    _add(session, fingerprint_counts, [((fp,), (int(n), int(b or 0))) for fp, n, b in per_fp])
     r = restore_reports.c
     restores_added(session, [tuple(row) for row in session.execute(  # type: ignore[misc]
         select(r.created_at, r.exit_code, r.cells_restored, r.seconds, r.bytes_fetched,

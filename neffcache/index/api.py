@@ -288,12 +288,9 @@ class Index(Closing):
 
     def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
         from neffcache.index.coverage_engine.reads import read_fingerprints
-        from neffcache.index.coverage_engine.rules import CoverageFacts
 
-        facts = CoverageFacts()
         with self.connection() as conn:
-            read_fingerprints(SqlaReader(conn), sorted(set(keys)), facts)
-        return facts.fingerprints
+            return read_fingerprints(SqlaReader(conn), sorted(set(keys)))
 
     def matrix_coverage(self, name: str, *, version: int | None = None,
                         pattern: str | None = None, offset: int = 0,

@@ -6,10 +6,10 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime, timedelta, timezone
-from itertools import accumulate
+from itertools import accumulate, islice
 from typing import Any
 
-from sqlalchemy import Select, Table, and_, func, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from neffcache.errors import NotFoundError
@@ -77,20 +77,13 @@ def fingerprint_stats(index: Index) -> list[FingerprintStats]:
 
 
 def index_totals(index: Index) -> IndexTotals:
-    with index.read_session() as s:
-        fc = fingerprint_counts.c
-        n_entries, n_bytes = s.execute(select(func.sum(fc.entries),
-                                              func.sum(fc.total_bytes))).one()
-
-        def count(table: Table) -> int:
-            return int(s.scalar(select(func.count()).select_from(table)) or 0)
-
-        return IndexTotals(
-            entries=int(n_entries or 0), total_bytes=int(n_bytes or 0),
-            fingerprints=count(fingerprints), cells=count(cells),
-            matrices=int(s.scalar(select(func.count(matrices.c.name.distinct()))) or 0),
-            runs=count(precompile_runs),
-            restores=int(s.scalar(select(func.sum(restore_counts.c.restores))) or 0))
+    fc = fingerprint_counts.c
+    totals = (func.sum(fc.entries), func.sum(fc.total_bytes), func.count(fingerprints.c.key),
+              func.count(cells.c.key), func.count(matrices.c.name.distinct()),
+              func.count(precompile_runs.c.id), func.sum(restore_counts.c.restores))
+    with index.read_session() as s:  # one statement: a scalar subquery per total
+        row = s.execute(select(*(select(t).scalar_subquery() for t in totals))).one()
+    return IndexTotals(*(int(v or 0) for v in row))
 
 
 def list_runs(index: Index, limit: int = 50, matrix: str | None = None,
@@ -136,9 +129,10 @@ def restore_cursor(restore: RestoreRecord) -> str:
     return keyset_cursor(restore.created_at, restore.id)
 
 
-def _id_cursor(after: str) -> tuple[datetime, int]:
+def _older(created_at: Any, row_id: Any, after: str) -> Any:
+    """Rows after the ``after`` cursor of a listing newest first, then by id descending."""
     at, key = parse_cursor(after, ID_CURSOR_PATTERN)
-    return at, int(key)
+    return or_(created_at < at, and_(created_at == at, row_id < int(key)))
 
 
 def get_run(index: Index, run_id: str) -> RunSummary:
@@ -171,23 +165,18 @@ def list_failures(index: Index, *, run_id: str | None = None, matrix: MatrixVers
         latest = select(func.max(f.id)).group_by(f.cell_key, f.fingerprint_key)
         stmt = stmt.where(f.id.in_(latest), ~has_entry(f.cell_key, f.fingerprint_key))
     if after:
-        at, key = _id_cursor(after)
-        stmt = stmt.where(or_(f.created_at < at, and_(f.created_at == at, f.id < key)))
-    out: list[FailureRecord] = []
+        stmt = stmt.where(_older(f.created_at, f.id, after))
     with index.read_session() as s:
         exact = True
         if cell_glob:
             clause, exact = glob_clause(s.get_bind().dialect.name, cells.c.id, cell_glob)
             stmt = stmt.where(clause)
-        for row in s.execute(stmt.limit(limit if exact else None)):
-            if not exact and not fnmatch.fnmatchcase(row.cell_id, cell_glob or "*"):
-                continue
-            out.append(FailureRecord(row.cell_id, row.cell_key, row.fingerprint_key, row.run_id,
-                                     row.exit_status, row.seconds, row.log_tail,
-                                     as_utc(row.created_at), row.id))  # type: ignore[arg-type]
-            if len(out) >= limit:
-                break
-    return out
+        rows = (row for row in s.execute(stmt.limit(limit if exact else None))
+                if exact or fnmatch.fnmatchcase(row.cell_id, cell_glob or "*"))
+        return [FailureRecord(row.cell_id, row.cell_key, row.fingerprint_key, row.run_id,
+                              row.exit_status, row.seconds, row.log_tail,
+                              as_utc(row.created_at), row.id)  # type: ignore[arg-type]
+                for row in islice(rows, limit)]
 
 
 def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
@@ -201,8 +190,7 @@ def list_restores(index: Index, *, limit: int = 50, host: str | None = None,
     if matrix:
         stmt = stmt.where(r.matrix == matrix)
     if after:
-        at, key = _id_cursor(after)
-        stmt = stmt.where(or_(r.created_at < at, and_(r.created_at == at, r.id < key)))
+        stmt = stmt.where(_older(r.created_at, r.id, after))
     with index.read_session() as s:
         return [RestoreRecord(**{**row._mapping, "created_at": as_utc(row.created_at),
                                  "missing": tuple(str(c) for c in (row.missing or ()))})

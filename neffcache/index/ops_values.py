@@ -256,13 +256,11 @@ class SdkBytes(Document):
 
 def group_by_sdk(stats: Iterable[FingerprintStats]) -> tuple[SdkBytes, ...]:
     """Fingerprint totals summed per (backend, SDK version), largest first."""
-    acc: dict[tuple[str, str], list[int]] = {}
+    groups: dict[tuple[str, str], list[FingerprintStats]] = {}
     for s in stats:
-        a = acc.setdefault((s.info.backend, s.info.sdk_version), [0, 0, 0])
-        a[0] += 1
-        a[1] += s.entries
-        a[2] += s.total_bytes
-    rows = [SdkBytes(b, v, n, e, t) for (b, v), (n, e, t) in acc.items()]
+        groups.setdefault((s.info.backend, s.info.sdk_version), []).append(s)
+    rows = [SdkBytes(b, v, len(g), sum(s.entries for s in g), sum(s.total_bytes for s in g))
+            for (b, v), g in groups.items()]
     return tuple(sorted(rows, key=lambda r: (-r.total_bytes, r.backend, r.sdk_version)))
 
 
@@ -438,14 +436,11 @@ class RestorePoint(Document):
 def build_timeline(rows: Iterable[tuple[datetime, int, int, int]],
                    starts: Sequence[datetime], step_of: Any) -> tuple[RestorePoint, ...]:
     """Rows (hour, exit code, restored any, n) summed per period; empty periods included."""
-    acc = {s: [0, 0, 0, 0, 0] for s in starts}
+    columns = ("hit", "partial", "miss_no_entry", "miss_other_fingerprint", "error")
+    acc = {s: dict.fromkeys(columns, 0) for s in starts}
     for hour, code, restored_any, n in rows:
         slot = acc.get(step_of(hour))
-        if slot is None:
-            continue
-        outcome = restore_outcome(int(code), int(restored_any), 0)
-        if outcome == MISS:
-            slot[3 if miss_kind(int(code)) == OTHER_FINGERPRINT else 2] += int(n)
-        else:
-            slot[{HIT: 0, PARTIAL: 1, ERROR: 4}[outcome]] += int(n)
-    return tuple(RestorePoint(s, *acc[s]) for s in starts)
+        if slot is not None:
+            outcome = restore_outcome(int(code), int(restored_any), 0)
+            slot[f"miss_{miss_kind(int(code))}" if outcome == MISS else outcome] += int(n)
+    return tuple(RestorePoint(s, **acc[s]) for s in starts)

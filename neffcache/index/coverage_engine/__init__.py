@@ -7,33 +7,44 @@ import fnmatch
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import starmap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from neffcache.config import read_settings
 from neffcache.errors import (
     CacheMissError,
     ExitRule,
     MatrixError,
     UsageError,
 )
+from neffcache.fingerprint import Fingerprint, collect_fingerprint
 from neffcache.hashing import is_sha256
 from neffcache.index.coverage_engine.reads import (
-    current_matrix,
+    coverage_cells,
     database_now,
     matrix_cell_refs,
+    matrix_versions,
+    plan_coverage,
     read_facts,
     scope_of_keys,
 )
 from neffcache.index.coverage_engine.reads import find_fingerprints as _find_fingerprints
+from neffcache.index.coverage_engine.rules import (
+    RowLines,
+    Tally,
+    build_coverage,
+    cell_ids_and_keys,
+    coverage_row,
+)
 from neffcache.index.readers import open_reader
 from neffcache.index.values import READY, Closing, CoverageColumn, CoverageReport, CoverageRow
 from neffcache.request_rules import checked_request
 
 if TYPE_CHECKING:
-    from neffcache.config import Settings
-    from neffcache.fingerprint import Fingerprint
     from neffcache.index.api import Index
-    from neffcache.index.coverage_engine.reads import Cell_, CoveragePlan
+    from neffcache.index.coverage_engine.reads import Cell_
+    from neffcache.index.coverage_engine.rules import CoveragePlan
     from neffcache.index.listing import Reader
     from neffcache.matrix import Cell
 
@@ -68,8 +79,40 @@ class CoverageRequest:
     index: str | None = None
 
 
+class _Checked(ExitRule):
+    """What ``CoverageResult`` and ``CoverageStream`` share: the head of their document, and
+    ``error()`` and the check's document from ``not_ready`` (None: no check)."""
+
+    __slots__ = ()
+    matrix: str
+    backend: str
+    here: Fingerprint | None
+    not_ready: tuple[CoverageRow, ...] | None
+
+    def error(self) -> CacheMissError | None:
+        """CacheMissError (exit 3) naming up to three cells when a checked cell is not ready."""
+        if not self.not_ready:
+            return None
+        n = len(self.not_ready)
+        ids = ", ".join(sorted({r.cell_id for r in self.not_ready})[:3])
+        return CacheMissError(f"{n} cell x fingerprint pair(s) of {self.matrix} are "
+                              f"not ready: {ids}{', ...' if n > 3 else ''}",
+                              hint="neffcache precompile MATRIX (on a build host)")
+
+    def _head_json(self) -> dict[str, Any]:
+        return {"matrix": self.matrix, "backend": self.backend,
+                "here": self.here.key if self.here else None}
+
+    def _check_json(self) -> dict[str, Any]:
+        if self.not_ready is None:
+            return {}
+        return {"check": {"ok": not self.not_ready, "not_ready": [
+            {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key, "status": r.status}
+            for r in self.not_ready]}}
+
+
 @dataclass(frozen=True, slots=True)
-class CoverageResult(ExitRule):
+class CoverageResult(_Checked):
     """A coverage report of one matrix, and the check when one was asked for.
 
     matrix: the matrix file as given, or the registered matrix's name; backend: its backend.
@@ -88,32 +131,7 @@ class CoverageResult(ExitRule):
     not_ready: tuple[CoverageRow, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        report = self.report.to_json()
-        doc = {"matrix": self.matrix, "backend": self.backend,
-               "here": self.here.key if self.here else None, **report}
-        if self.not_ready is not None:
-            doc["check"] = check_json(self.not_ready)
-        return doc
-
-    def error(self) -> CacheMissError | None:
-        """CacheMissError (exit 3) naming up to three cells when a checked cell is not ready."""
-        return _not_ready_error(self.matrix, self.not_ready)
-
-
-def check_json(not_ready: Sequence[Any]) -> dict[str, Any]:
-    return {"ok": not not_ready, "not_ready": [
-        {"cell_id": r.cell_id, "fingerprint_key": r.fingerprint_key, "status": r.status}
-        for r in not_ready]}
-
-
-def _not_ready_error(matrix: str,
-                     not_ready: Sequence[CoverageRow] | None) -> CacheMissError | None:
-    if not not_ready:
-        return None
-    ids = ", ".join(sorted({r.cell_id for r in not_ready})[:3])
-    return CacheMissError(f"{len(not_ready)} cell x fingerprint pair(s) of {matrix} are "
-                          f"not ready: {ids}{', ...' if len(not_ready) > 3 else ''}",
-                          hint="neffcache precompile MATRIX (on a build host)")
+        return {**self._head_json(), **self.report.to_json(), **self._check_json()}
 
 
 def coverage(request: CoverageRequest) -> CoverageResult:
@@ -122,15 +140,11 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     Raises MatrixError (exit 2) for a matrix neither a file nor registered, UsageError (2) for a
     malformed --fingerprint or a prefix naming no single fingerprint, UnavailableError (6) /
     SchemaOutdatedError (7) for the index. The check's outcome is in the result, not raised."""
-    from neffcache.index.coverage_engine.rules import build_coverage
-
-    settings = _read_settings(request)
+    settings = read_settings(os.environ, index=request.index, python=request.python)
     with open_reader(settings) as reader:
         chosen = _choose(reader, request, settings.python)
-        known = {fp.key for fp in chosen.given}
         facts = read_facts(reader, scope_of_keys(sorted({k for _, k in chosen.cells})),
-                           database_now(reader),
-                           named=[k for k in chosen.order if k not in known])
+                           database_now(reader), named=chosen.named)
     report = build_coverage(chosen.cells, chosen.given, facts)
     if request.fingerprints:
         report = report.only(chosen.order)
@@ -143,12 +157,6 @@ def coverage(request: CoverageRequest) -> CoverageResult:
                           tuple(request.cells), not_ready)
 
 
-def _read_settings(request: CoverageRequest) -> Settings:
-    from neffcache.config import read_settings
-
-    return read_settings(os.environ, index=request.index, python=request.python)
-
-
 @dataclass(frozen=True, slots=True)
 class _Chosen:
     source: str
@@ -157,21 +165,22 @@ class _Chosen:
     here: Fingerprint | None
     given: list[Fingerprint]
     order: list[str]
+    named: list[str]  # the keys of order with no Fingerprint: nothing built for them yet
 
 
 def _choose(reader: Reader, request: CoverageRequest, python: str | None) -> _Chosen:
-    from neffcache.index.coverage_engine.rules import cell_ids_and_keys
-
     source, backend, all_cells = _load_cells(reader, str(request.matrix))
     pats = [p for p in request.cells if p]
     cells = cell_ids_and_keys(all_cells)
     if pats:
         cells = tuple(c for c in cells if any(fnmatch.fnmatchcase(c[0], p) for p in pats))
     here, given, order = _fingerprints(reader, backend, tuple(request.fingerprints), python)
-    return _Chosen(source, backend, cells, here, given, order)
+    known = {fp.key for fp in given}
+    return _Chosen(source, backend, cells, here, given, order,
+                   [k for k in order if k not in known])
 
 
-class CoverageStream(ExitRule, Closing):
+class CoverageStream(_Checked, Closing):
     """``coverage`` as it is read, in flat memory (``coverage --json``/``--jsonl``): rows as
     ``rows()`` yields them (iterate once); ``fingerprints``, ``not_ready`` and ``error()`` are
     known after the rows. Holds an index connection: ``close()`` it, or use ``with``."""
@@ -181,8 +190,6 @@ class CoverageStream(ExitRule, Closing):
 
     def __init__(self, chosen: _Chosen, plan: CoveragePlan, cells: Iterator[Cell_],
                  check: bool, closer: contextlib.ExitStack) -> None:
-        from neffcache.index.coverage_engine.rules import Tally
-
         self.matrix, self.backend, self.here = chosen.source, chosen.backend, chosen.here
         self.cells, self._plan = plan.cells, plan
         self._counts, self._cells, self._closer = Tally(plan.keys), cells, closer
@@ -191,24 +198,15 @@ class CoverageStream(ExitRule, Closing):
         self.not_ready: tuple[CoverageRow, ...] | None = None
 
     def head_json(self) -> dict[str, Any]:
-        return {"matrix": self.matrix, "backend": self.backend,
-                "here": self.here.key if self.here else None,
-                "cells": [{"id": i, "key": k} for i, k in self.cells]}
+        return {**self._head_json(), "cells": [{"id": i, "key": k} for i, k in self.cells]}
 
     def rows(self) -> Iterator[CoverageRow]:
         """Every cell x fingerprint, row-major by cell; when done, sets ``fingerprints``."""
-        from neffcache.index.coverage_engine.rules import coverage_row
-
-        for item in self._tally():
-            yield coverage_row(*item)
+        return starmap(coverage_row, self._tally())
 
     def lines(self, encode: Callable[[Any], str]) -> Iterator[str]:
         """``encode(row.to_json())`` of each of ``rows()``, without building most rows."""
-        from neffcache.index.coverage_engine.rules import RowLines
-
-        line = RowLines(encode).line
-        for item in self._tally():
-            yield line(*item)
+        return starmap(RowLines(encode).line, self._tally())
 
     def _tally(self) -> Iterator[Cell_]:
         missed: list[CoverageRow] = []
@@ -224,14 +222,8 @@ class CoverageStream(ExitRule, Closing):
             self.not_ready = tuple(missed)
 
     def tail_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"fingerprints": [f.report_json()
-                                                for f in self.fingerprints or ()]}
-        if self.not_ready is not None:
-            doc["check"] = check_json(self.not_ready)
-        return doc
-
-    def error(self) -> CacheMissError | None:
-        return _not_ready_error(self.matrix, self.not_ready)
+        return {"fingerprints": [f.report_json() for f in self.fingerprints or ()],
+                **self._check_json()}
 
     def close(self) -> None:
         self._closer.close()
@@ -240,18 +232,14 @@ class CoverageStream(ExitRule, Closing):
 def stream_coverage(request: CoverageRequest) -> CoverageStream:
     """``coverage`` as a stream (``CoverageStream``), a batch of cells read at a time.
     Raises what ``coverage`` raises, before any row is read."""
-    from neffcache.index.coverage_engine.reads import coverage_cells, plan_coverage
-
-    settings = _read_settings(request)
+    settings = read_settings(os.environ, index=request.index, python=request.python)
     stack = contextlib.ExitStack()
     try:
         reader = open_reader(settings, snapshot=True)
         stack.callback(reader.close)
         chosen = _choose(reader, request, settings.python)
-        known = {fp.key for fp in chosen.given}
         now = database_now(reader)
-        plan = plan_coverage(reader, chosen.cells, chosen.given, now,
-                             named=[k for k in chosen.order if k not in known],
+        plan = plan_coverage(reader, chosen.cells, chosen.given, now, named=chosen.named,
                              only=chosen.order if request.fingerprints else None)
         cells = coverage_cells(reader, plan, now)
     except BaseException:
@@ -268,13 +256,12 @@ def _load_cells(reader: Reader, matrix: str
     if Path(matrix).exists() or "/" in matrix or matrix.endswith(".toml"):  # a file
         spec = load_matrix(matrix)
         return spec.source, spec.backend, tuple(spec.cells)
-    current = current_matrix(reader, matrix)
-    if current is None:
+    current = [v for v in matrix_versions(reader, matrix) if v.current]
+    if not current:
         raise MatrixError(f"{matrix}: no such matrix file, and no matrix of that name is "
                           f"registered in the index",
                           hint="neffcache matrix register FILE")
-    matrix_id, backend = current
-    return matrix, backend, matrix_cell_refs(reader, matrix_id)
+    return matrix, current[0].backend, matrix_cell_refs(reader, current[0].id)
 
 
 def find_fingerprints(index: Index, prefix: str) -> dict[str, Fingerprint]:
@@ -289,8 +276,6 @@ def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerpri
                   python: str | None
                   ) -> tuple[Fingerprint | None, list[Fingerprint], list[str]]:
     """(this host's, the ones to show first, the columns' keys); UsageError for a bad prefix."""
-    from neffcache.fingerprint import collect_fingerprint
-
     here = None
     if not wanted or HOST in wanted:
         here = collect_fingerprint(backend, os.environ, python=python)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -18,14 +19,15 @@ from neffcache.index.coverage_engine.reads import (
     read_facts,
     read_fingerprints,
     scope_of_matrix,
+    versions_of,
 )
 from neffcache.index.coverage_engine.rules import (
-    CoverageFacts,
     Pair,
     Tally,
     build_coverage,
     column_of,
     grid_page,
+    status_of,
 )
 from neffcache.index.coverage_engine.statements import in_keys
 from neffcache.index.ops_values import (
@@ -39,16 +41,7 @@ from neffcache.index.queries import has_entry
 from neffcache.index.sqla_reader import SqlaReader
 from neffcache.index.tables import matrices as M
 from neffcache.index.tables import matrix_cells as MC
-from neffcache.index.values import FAILED, READY, as_utc
-
-
-def fetch_matrix_facts(conn: Connection, matrix_id: int, now: datetime, *,
-                       named: Sequence[str] = ()) -> CoverageFacts:
-    if conn.dialect.name == "postgresql":
-        # Without statistics the planner's cost estimate JIT-compiles the probe: ~0.1 s.
-        conn.execute(text("SET LOCAL jit = off"))
-    return read_facts(SqlaReader(conn), scope_of_matrix(matrix_id), now, details=False,
-                      named=named)
+from neffcache.index.values import FAILED, READY
 
 
 def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
@@ -80,16 +73,20 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
                     limit: int | None = None) -> CoverageGrid:
     """A registered matrix's grid: matching cells x every fingerprint with a row for them or
     named by its restore reports, worst first; counts over every matching cell."""
-
-    chosen = choose_version(versions_in(conn, name, counts=False), name, version)
-    refs = matrix_cell_refs(SqlaReader(conn), chosen.id)
+    reader = SqlaReader(conn)
+    chosen = choose_version(matrix_versions(reader, name), name, version)
+    refs = matrix_cell_refs(reader, chosen.id)
     restores = _restores_of(conn, [name]).get(name, {})
-    facts = fetch_matrix_facts(conn, chosen.id, now, named=list(restores))
+    if conn.dialect.name == "postgresql":
+        # Without statistics the planner's cost estimate JIT-compiles the probe: ~0.1 s.
+        conn.execute(text("SET LOCAL jit = off"))
+    facts = read_facts(reader, scope_of_matrix(chosen.id), now, details=False,
+                       named=list(restores))
     chosen = replace(chosen, cell_count=len(refs))
     cells = [c for c in refs if not pattern or fnmatch.fnmatchcase(c[0], pattern)]
     report = build_coverage(cells, (), facts, details=False)
-    unordered = grid_page(chosen, report, restores=restores)
-    report = report.only([f.key for f in by_severity(unordered.fingerprints)])
+    report = report.only([f.key for f in by_severity(
+        replace(c, restores=restores.get(c.key, 0)) for c in report.fingerprints)])
     stop = len(report.cells) if limit is None else offset + limit
     verified = verified_pairs(conn, [key for _, key in report.cells[offset:stop]])
     grid = grid_page(chosen, report, pattern=pattern, offset=offset, limit=limit,
@@ -103,27 +100,27 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
 
     versions = current_versions_in(conn)
     ids = [v.id for v in versions]
-    tallies: dict[int, Tally] = {}
+    tallies: defaultdict[int, Tally] = defaultdict(Tally)
     named: dict[str, dict[str, int]] = {}
     if ids:
         for matrix_id, fp, ready, failed in conn.execute(
                 select(cc.c.matrix_id, cc.c.fingerprint_key, cc.c.ready, cc.c.failed)
                 .where(cc.c.matrix_id.in_(ids))):
             if ready or failed:
-                tally = tallies.setdefault(matrix_id, Tally())
-                tally.add(fp, READY, int(ready))
-                tally.add(fp, FAILED, int(failed))
+                tallies[matrix_id].add(fp, READY, int(ready))
+                tallies[matrix_id].add(fp, FAILED, int(failed))
         for matrix_id, fp, failure in _leased_cells(conn, ids, now):
-            tallies.setdefault(matrix_id, Tally()).add_leased(fp, failure)
+            # counted by the aggregates as without its lease: moved by the rule
+            tallies[matrix_id].add(fp, status_of(False, False, failure), -1)
+            tallies[matrix_id].add(fp, status_of(False, True, failure))
         named = _restores_of(conn, sorted({v.name for v in versions}))
     keys = sorted({fp for t in tallies.values() for fp in t.keys()}
                   | {fp for fps in named.values() for fp in fps})
-    facts = CoverageFacts()
-    read_fingerprints(SqlaReader(conn), keys, facts)
+    prints = read_fingerprints(SqlaReader(conn), keys)
     grids = []
     for v in versions:
         tally, restores = tallies.get(v.id, Tally()), named.get(v.name, {})
-        fps = by_severity(column_of(k, facts.fingerprints.get(k), tally.counts(k, v.cell_count),
+        fps = by_severity(column_of(k, prints.get(k), tally.counts(k, v.cell_count),
                                     restores=restores.get(k, 0))
                           for k in {*tally.keys(), *restores})
         grids.append(CoverageGrid(v, None, v.cell_count, 0, 0, tuple(fps), ()))
@@ -149,30 +146,23 @@ def _leased_cells(conn: Connection, matrix_ids: Sequence[int],
 def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[MatrixVersion]:
     """Oldest first; without ``counts`` every ``cell_count`` is 0 (one query fewer)."""
     versions = matrix_versions(SqlaReader(conn), name)
-    if not versions or not counts:
-        return versions
-    n_cells = _cell_counts(conn, [v.id for v in versions])
-    return [replace(v, cell_count=n_cells.get(v.id, 0)) for v in versions]
-
-
-def _cell_counts(conn: Connection, ids: Sequence[int]) -> dict[int, int]:
-    if not ids:
-        return {}
-    return {int(k): int(n) for k, n in conn.execute(
-        select(MC.c.matrix_id, func.count()).where(MC.c.matrix_id.in_(ids))
-        .group_by(MC.c.matrix_id)).all()}
+    return _counted(conn, versions) if counts else versions
 
 
 def current_versions_in(conn: Connection) -> list[MatrixVersion]:
-    rows = conn.execute(select(M.c.id, M.c.name, M.c.digest, M.c.backend, M.c.registered_at)
-                        .order_by(M.c.name, M.c.id)).all()
     by_name: dict[str, list[Any]] = {}
-    for r in rows:
-        by_name.setdefault(r.name, []).append(r)
-    current = {name: max(enumerate(rs, 1), key=lambda x: (as_utc(x[1].registered_at),
-                                                          x[1].id))
-               for name, rs in by_name.items()}
-    counts = _cell_counts(conn, [r.id for _, r in current.values()])
-    return [MatrixVersion(r.id, name, n, r.digest, r.backend, counts.get(r.id, 0),
-                          as_utc(r.registered_at), True)  # type: ignore[arg-type]
-            for name, (n, r) in sorted(current.items())]
+    for name, *row in conn.execute(select(M.c.name, M.c.id, M.c.digest, M.c.backend,
+                                          M.c.registered_at).order_by(M.c.name, M.c.id)):
+        by_name.setdefault(name, []).append(row)
+    return _counted(conn, [v for name in sorted(by_name)
+                           for v in versions_of(name, by_name[name]) if v.current])
+
+
+def _counted(conn: Connection, versions: list[MatrixVersion]) -> list[MatrixVersion]:
+    """``versions``, each with its ``cell_count``."""
+    if not versions:
+        return []
+    n_cells = {int(k): int(n) for k, n in conn.execute(
+        select(MC.c.matrix_id, func.count()).where(MC.c.matrix_id.in_([v.id for v in versions]))
+        .group_by(MC.c.matrix_id)).all()}
+    return [replace(v, cell_count=n_cells.get(v.id, 0)) for v in versions]

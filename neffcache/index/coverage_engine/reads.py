@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from neffcache.errors import NotFoundError
+from neffcache.fingerprint import Fingerprint
 from neffcache.index.coverage_engine.rules import (
     CoverageFacts,
+    CoveragePlan,
     FailureFact,
-    Tally,
     cell_ids_and_keys,
-    column_of,
-    column_order,
 )
-from neffcache.index.listing import Reader, shape_of
+from neffcache.index.listing import HEX, Reader, shape_of
+from neffcache.index.ops_values import MatrixVersion
 from neffcache.index.values import LiveLease, Status, as_utc
 
 if TYPE_CHECKING:
-    from neffcache.fingerprint import Fingerprint
-    from neffcache.index.ops_values import MatrixVersion
     from neffcache.matrix import Cell
 
 Scope = tuple[str, Any]  # ("keys", cell keys) or ("matrix", a registered version's id)
@@ -34,14 +31,9 @@ SINGLE = 500  # up to this many cells are read once, with details, before the fi
 def keys_param(dialect: str, keys: Sequence[str]) -> str:
     """Keys as ``statements.in_keys``'s one parameter: a Postgres array literal, else JSON."""
     if dialect == "postgresql":
-        return "{" + ",".join(f'"{_array_escape(k)}"' for k in keys) + "}"
+        return "{" + ",".join('"' + k.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                              for k in keys) + "}"
     return json.dumps(list(keys))
-
-
-def _array_escape(key: str) -> str:
-    if "\\" in key or '"' in key:
-        return key.replace("\\", "\\\\").replace('"', '\\"')
-    return key
 
 
 def scope_of_keys(keys: Sequence[str]) -> Scope:
@@ -55,9 +47,7 @@ def scope_of_matrix(matrix_id: int) -> Scope:
 def database_now(reader: Reader) -> datetime:
     """The database's time (UTC); Postgres: the transaction's start."""
     value = reader.all("now", (), {})[0][0]
-    out = as_utc(value if isinstance(value, datetime) else datetime.fromisoformat(str(value)))
-    assert out is not None
-    return out
+    return _utc(value if isinstance(value, datetime) else datetime.fromisoformat(str(value)))
 
 
 def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = True,
@@ -79,19 +69,18 @@ def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = T
             facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
     seen = {fp for _, fp in facts.entries} | {fp for _, fp in facts.failures} | {
         fp for _, fp in facts.leases} | set(facts.named)
-    read_fingerprints(reader, sorted(seen), facts)
+    facts.fingerprints.update(read_fingerprints(reader, sorted(seen)))
     return facts
 
 
-def read_fingerprints(reader: Reader, keys: Sequence[str], facts: CoverageFacts) -> None:
-    from neffcache.fingerprint import Fingerprint
-
+def read_fingerprints(reader: Reader, keys: Sequence[str]) -> dict[str, Fingerprint]:
+    """The fingerprints of ``keys`` the index knows."""
     if not keys:
-        return
-    for key, backend, fields in reader.all(
-            "cov_fingerprints", (), {"keys": keys_param(reader.dialect, keys)}):
-        facts.fingerprints[key] = Fingerprint(backend=backend, fields=tuple(
-            sorted((str(k), str(v)) for k, v in fields.items())))
+        return {}
+    rows = reader.all("cov_fingerprints", (), {"keys": keys_param(reader.dialect, keys)})
+    return {key: Fingerprint(backend=backend, fields=tuple(
+                sorted((str(k), str(v)) for k, v in fields.items())))
+            for key, backend, fields in rows}
 
 
 def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: datetime) -> set[str]:
@@ -105,7 +94,7 @@ def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: dateti
 def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
     """Up to 10 fingerprint keys starting with the hex ``prefix``, in order."""
     p = prefix.lower()
-    if not p or any(ch not in "0123456789abcdef" for ch in p) or len(p) > 64:
+    if not HEX.fullmatch(p):
         return []
     return [r[0] for r in reader.all("fingerprint_prefix", (),
                                       {"lo": p, "hi": p + "g", "limit": 10})]
@@ -113,9 +102,8 @@ def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
 
 def find_fingerprints(reader: Reader, prefix: str) -> dict[str, Fingerprint]:
     keys = find_fingerprint_keys(reader, prefix)
-    facts = CoverageFacts()
-    read_fingerprints(reader, keys, facts)
-    return {k: facts.fingerprints[k] for k in keys if k in facts.fingerprints}
+    found = read_fingerprints(reader, keys)
+    return {k: found[k] for k in keys if k in found}
 
 
 def live_lease(r: Sequence[Any]) -> LiveLease:
@@ -138,21 +126,6 @@ def batches(n: int) -> Iterator[tuple[int, int]]:
         start, size = start + size, STREAM_BATCH
 
 
-@dataclass(frozen=True, slots=True)
-class CoveragePlan:
-    """What a coverage stream will list; ``single``: the facts of the only batch, if one."""
-
-    cells: tuple[tuple[str, str], ...]
-    keys: tuple[str, ...]
-    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
-    given: frozenset[str] = frozenset()
-    single: CoverageFacts | None = None
-
-    def columns(self, tally: Tally) -> tuple[Any, ...]:
-        return tuple(column_of(k, self.fingerprints.get(k), tally.counts(k),
-                               here=k in self.given) for k in self.keys)
-
-
 def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, str]],
                   given: Sequence[Fingerprint], now: datetime, *, named: Sequence[str] = (),
                   only: Sequence[str] | None = None) -> CoveragePlan:
@@ -165,14 +138,8 @@ def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, st
         known = single.fingerprints
     else:
         seen = set(named) | fingerprints_with_rows(reader, [k for _, k in cells], now)
-        facts = CoverageFacts()
-        read_fingerprints(reader, sorted(seen), facts)
-        known = facts.fingerprints
-    keys = column_order(given, seen)
-    if only is not None:
-        keys = [k for k in dict.fromkeys(only) if k in set(keys)]
-    fps = {**known, **{fp.key: fp for fp in given}}
-    return CoveragePlan(cells, tuple(keys), fps, frozenset(fp.key for fp in given), single)
+        known = read_fingerprints(reader, sorted(seen))
+    return CoveragePlan.of(cells, given, known, seen, only=only, single=single)
 
 
 Cell_ = tuple[str, str, str, Status, CoverageFacts]  # cell id, cell key, fp key, status, facts
@@ -193,26 +160,18 @@ def matrix_cell_refs(reader: Reader, matrix_id: int) -> list[tuple[str, str]]:
     return [(r[0], r[1]) for r in reader.all("matrix_cell_refs", (), {"matrix_id": matrix_id})]
 
 
-def _registered(row: Sequence[Any]) -> tuple[Any, ...]:
-    return (as_utc(row[3]), row[0])
-
-
 def matrix_versions(reader: Reader, name: str) -> list[MatrixVersion]:
     """Every version of matrix ``name``, oldest first, each with a ``cell_count`` of 0."""
-    from neffcache.index.ops_values import MatrixVersion
+    return versions_of(name, reader.all("matrix_versions", (), {"name": name}))
 
-    rows = list(reader.all("matrix_versions", (), {"name": name}))
+
+def versions_of(name: str, rows: Sequence[Sequence[Any]]) -> list[MatrixVersion]:
+    """Rows (id, digest, backend, registered at) of matrix ``name`` as its versions."""
     if not rows:
         return []
-    current = max(rows, key=_registered)[0]
+    current = max(rows, key=lambda r: (as_utc(r[3]), r[0]))[0]
     return [MatrixVersion(r[0], name, n, r[1], r[2], 0, as_utc(r[3]),  # type: ignore[arg-type]
                           r[0] == current) for n, r in enumerate(rows, 1)]
-
-
-def current_matrix(reader: Reader, name: str) -> tuple[int, str] | None:
-    """(id, backend) of the current version of matrix ``name``; None if unknown."""
-    current = [v for v in matrix_versions(reader, name) if v.current]
-    return (current[0].id, current[0].backend) if current else None
 
 
 def choose_version(versions: Sequence[MatrixVersion], name: str,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any, cast
@@ -67,31 +69,27 @@ class CoverageFacts:
         return status_of(pair in self.entries, pair in self.leases, pair in self.failures)
 
 
+def _zeros() -> dict[str, int]:
+    return dict.fromkeys(STATUSES, 0)
+
+
 class Tally:
     """Statuses counted per column key: the one counter of coverage."""
 
     __slots__ = ("_n",)
 
     def __init__(self, keys: Iterable[str] = ()) -> None:
-        self._n: dict[str, dict[str, int]] = {k: dict.fromkeys(STATUSES, 0) for k in keys}
+        self._n = defaultdict(_zeros, {k: _zeros() for k in keys})
 
     def add(self, key: str, status: str, n: int = 1) -> None:
-        counts = self._n.get(key)
-        if counts is None:
-            counts = self._n[key] = dict.fromkeys(STATUSES, 0)
-        counts[status] += n
-
-    def add_leased(self, key: str, failure: bool) -> None:
-        """A leased cell with no entry, counted as without its lease (the aggregates): moved."""
-        self.add(key, status_of(False, False, failure), -1)
-        self.add(key, status_of(False, True, failure))
+        self._n[key][status] += n
 
     def keys(self) -> list[str]:
         return list(self._n)
 
     def counts(self, key: str, cells: int | None = None) -> dict[str, int]:
         """The counts of column ``key``; with ``cells``, missing is what the others leave."""
-        n = dict(self._n.get(key) or dict.fromkeys(STATUSES, 0))
+        n = dict(self._n.get(key) or _zeros())
         if cells is not None:
             n[MISSING] = cells - n[READY] - n[FAILED] - n[IN_PROGRESS]
         return n
@@ -114,12 +112,10 @@ def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
     """(id, key) per distinct cell, in order (a Cell's key is a digest: computed once)."""
     from neffcache.matrix import Cell, cell_keys
 
-    pairs: Iterable[tuple[str, str]]
+    pairs: Iterable[tuple[str, str]] = cast("Sequence[tuple[str, str]]", cells)
     if cells and isinstance(cells[0], Cell):
         cell_objs = cast("Sequence[Cell]", cells)
         pairs = zip([c.id for c in cell_objs], cell_keys(cell_objs), strict=True)
-    else:
-        pairs = cast("Sequence[tuple[str, str]]", cells)
     out: dict[str, str] = {}
     for cell_id, key in pairs:
         out.setdefault(key, cell_id)
@@ -144,30 +140,51 @@ def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
     return CoverageRow(cell_id, cell_key, fp_key, MISSING)
 
 
-def column_order(given: Sequence[Fingerprint], seen: Iterable[str]) -> list[str]:
-    """The columns' keys: the given fingerprints first (in order), then the others by key."""
-    given_keys = list(dict.fromkeys(fp.key for fp in given))
-    return given_keys + sorted(set(seen) - set(given_keys))
+@dataclass(frozen=True, slots=True)
+class CoveragePlan:
+    """Cells and their columns' keys; ``single``: a stream's facts of its only batch, if one."""
+
+    cells: tuple[tuple[str, str], ...]
+    keys: tuple[str, ...]
+    fingerprints: dict[str, Fingerprint] = field(default_factory=dict)
+    given: frozenset[str] = frozenset()
+    single: CoverageFacts | None = None
+
+    @staticmethod
+    def of(cells: tuple[tuple[str, str], ...], given: Sequence[Fingerprint],
+           known: Mapping[str, Fingerprint], seen: Iterable[str], *,
+           only: Sequence[str] | None = None, single: CoverageFacts | None = None
+           ) -> CoveragePlan:
+        """The columns: the given fingerprints first (in order), then the others seen, by key
+        (``only``: these keys, in this order)."""
+        given_keys = list(dict.fromkeys(fp.key for fp in given))
+        keys = given_keys + sorted(set(seen) - set(given_keys))
+        if only is not None:
+            keys = [k for k in dict.fromkeys(only) if k in set(keys)]
+        return CoveragePlan(cells, tuple(keys), {**known, **{fp.key: fp for fp in given}},
+                            frozenset(given_keys), single)
+
+    def columns(self, tally: Tally) -> tuple[CoverageColumn, ...]:
+        return tuple(column_of(k, self.fingerprints.get(k), tally.counts(k),
+                               here=k in self.given) for k in self.keys)
 
 
 def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
                    given: Sequence[Fingerprint], facts: CoverageFacts, *,
                    details: bool = True) -> CoverageReport:
     """Each cell's statuses, each column's counts and, with ``details``, each CoverageRow."""
-    cell_ids = cell_ids_and_keys(cells)
-    fps: dict[str, Fingerprint] = {**facts.fingerprints, **{fp.key: fp for fp in given}}
-    order = column_order(given, {*facts.fingerprints, *facts.named})
-    statuses = tuple(tuple(facts.status((ck, k)) for k in order) for _, ck in cell_ids)
-    tally = Tally(order)
+    plan = CoveragePlan.of(cell_ids_and_keys(cells), given, facts.fingerprints,
+                           {*facts.fingerprints, *facts.named})
+    statuses = tuple(tuple(facts.status((ck, k)) for k in plan.keys) for _, ck in plan.cells)
+    tally = Tally(plan.keys)
     for row in statuses:
-        for k, status in zip(order, row, strict=True):
+        for k, status in zip(plan.keys, row, strict=True):
             tally.add(k, status)
-    here = {fp.key for fp in given}
-    columns = tuple(column_of(k, fps.get(k), tally.counts(k), here=k in here) for k in order)
     rows = tuple(coverage_row(cell_id, cell_key, k, status, facts)
-                 for (cell_id, cell_key), row in zip(cell_ids, statuses, strict=True)
-                 for k, status in zip(order, row, strict=True)) if details else ()
-    return CoverageReport(cells=cell_ids, fingerprints=columns, rows=rows, statuses=statuses)
+                 for (cell_id, cell_key), row in zip(plan.cells, statuses, strict=True)
+                 for k, status in zip(plan.keys, row, strict=True)) if details else ()
+    return CoverageReport(cells=plan.cells, fingerprints=plan.columns(tally), rows=rows,
+                          statuses=statuses)
 
 
 def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | None = None,
@@ -175,8 +192,6 @@ def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | N
               restores: Mapping[str, int] | None = None,
               verified: Mapping[Pair, str] | None = None) -> CoverageGrid:
     """A coverage report as a page of the API's grid (counts over every cell)."""
-    from dataclasses import replace
-
     total = len(report.cells)
     stop = total if limit is None else offset + limit
     keys = [c.key for c in report.fingerprints]
@@ -203,7 +218,7 @@ class RowLines:
         self._ready = _template(encode(ready.to_json()), 5)
         self._missing = _template(encode(missing.to_json()), 3)
         self._last: tuple[tuple[str, str] | None, dict[str, str]] = (None, {})
-        self._fps: dict[str, str] = {}
+        self._fp = functools.cache(_value)  # a fingerprint key's JSON, once per key
 
     def line(self, cell_id: str, cell_key: str, fp_key: str, status: Status,
              facts: CoverageFacts) -> str:
@@ -219,12 +234,6 @@ class RowLines:
         if self._last[0] != (cell_id, cell_key):
             self._last = ((cell_id, cell_key), {"a": _value(cell_id), "b": _value(cell_key)})
         return self._last[1]
-
-    def _fp(self, fp_key: str) -> str:
-        out = self._fps.get(fp_key)
-        if out is None:
-            out = self._fps[fp_key] = _value(fp_key)
-        return out
 
 
 def _template(text: str, n: int) -> str:

@@ -87,12 +87,14 @@ def _failures(dialect: str, *, scope: str, details: bool) -> Any:
                   f.c.created_at).where(f.c.id.in_(latest))
 
 
-def _leases(dialect: str, *, scope: str) -> Any:
-    c = cell_claims
-    return select(c.c.cell_key, c.c.fingerprint_key, c.c.host, c.c.claimed_at,
-                  c.c.heartbeat_at, c.c.expires_at, c.c.attempts).where(
-        in_scope(dialect, scope, c.c.cell_key), c.c.holder.is_not(None),
-        c.c.expires_at > bindparam("now", type_=UTC_TS))
+def _leases(dialect: str, *, scope: str, columns: tuple[str, ...] = (
+        "cell_key", "fingerprint_key", "host", "claimed_at", "heartbeat_at", "expires_at",
+        "attempts")) -> Any:
+    """The live leases of the scope's cells (held, expiring after ``now``)."""
+    c = cell_claims.c
+    return select(*(c[name] for name in columns)).where(
+        in_scope(dialect, scope, c.cell_key), c.holder.is_not(None),
+        c.expires_at > bindparam("now", type_=UTC_TS))
 
 
 def _fingerprints(dialect: str) -> Any:
@@ -112,10 +114,7 @@ def _fingerprints_with(dialect: str) -> Any:
         return select(fp.c.key).where(select(t.c.cell_key).where(
             t.c.fingerprint_key == fp.c.key, in_keys(dialect, cell)).exists())
 
-    c = cell_claims
-    leased = select(c.c.fingerprint_key).where(
-        in_keys(dialect, c.c.cell_key), c.c.holder.is_not(None),
-        c.c.expires_at > bindparam("now", type_=UTC_TS))
+    leased = _leases(dialect, scope=KEYS, columns=("fingerprint_key",))
     return union(having(entries), having(cell_failures), leased)
 
 
