@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 from neffcache.command_steps import open_checked_store
 from neffcache.config import read_settings
@@ -39,6 +39,7 @@ from neffcache.store import (
     entry_key_of,
     pack_key,
 )
+from neffcache.store.base import read_full
 from neffcache.trust import UNCHECKED, TrustPolicy, check_pin, load_trust, read_pins
 
 MAX_LISTED = 200
@@ -202,47 +203,58 @@ def check_objects(store: Store, catalogue: Catalogue, pool: ThreadPoolExecutor, 
                   only: Collection[str] | None = None) -> tuple[int, list[Problem]]:
     """Bytes read and problems of the catalogue's blobs and packs (with ``only``: those)."""
     blobs = sorted(s for s in catalogue.blobs if only is None or s in only)
-    packs = sorted((s, r) for s, r in catalogue.packs.items() if only is None or s in only)
+    packs = sorted(s for s in catalogue.packs if only is None or s in only)
 
-    def check(sha: str) -> tuple[int, list[Problem]]:
+    def blob(sha: str) -> tuple[int, list[Problem]]:
         size, ref = catalogue.blobs[sha]
-        try:
-            return _check_blob(store, sha, size, ref, quick, catalogue.parts.get(sha, {}))
-        except UnavailableError as exc:
-            return 0, [Problem(blob_key(sha), "unavailable", str(exc))]
+        return _check(store, blob_key(sha), ref, quick, lambda src: _blob_problems(
+            src, sha, size, ref, catalogue.parts.get(sha, {})))
+
+    def pack(sha: str) -> tuple[int, list[Problem]]:
+        record, ref = catalogue.packs[sha]
+        return _check(store, pack_key(sha), ref, quick,
+                      lambda src: _pack_problems(src, pack_key(sha), record, ref))
 
     checked, problems = 0, []
-    for done, (nbytes, found) in enumerate(pool.map(check, blobs), 1):
+    for done, (nbytes, found) in enumerate(pool.map(blob, blobs), 1):
         checked += nbytes
         problems.extend(found)
         if progress:
             progress(done, len(blobs))
-    for nbytes, found in pool.map(lambda item: _check_pack(store, item[0], item[1], quick),
-                                  packs):
+    for nbytes, found in pool.map(pack, packs):
         checked += nbytes
         problems.extend(found)
     return checked, problems
 
 
-def _check_blob(store: Store, sha: str, size: int, ref: str, quick: bool,
-                parts: Mapping[PartDigests, str]) -> tuple[int, list[Problem]]:
-    key = blob_key(sha)
-    if quick:
+def _check(store: Store, key: str, ref: str, quick: bool,
+           check: Callable[[BinaryIO], tuple[int, list[Problem]]]) -> tuple[int, list[Problem]]:
+    """Bytes read and problems of object ``key``: ``check`` its bytes, or (``quick``) only
+    whether it is there."""
+    try:
+        if not quick:
+            with store.open(key) as src:
+                return check(src)
         if store.has(key):
             return 0, []
-        return 0, [Problem(key, "missing", f"{key}: missing (referenced by {ref})")]
+    except NotFoundError:
+        pass
+    except UnavailableError as exc:
+        return 0, [Problem(key, "unavailable", str(exc))]
+    return 0, [Problem(key, "missing", f"{key}: missing (referenced by {ref})")]
+
+
+def _blob_problems(src: BinaryIO, sha: str, size: int, ref: str,
+                   parts: Mapping[PartDigests, str]) -> tuple[int, list[Problem]]:
+    key = blob_key(sha)
     h = hashlib.sha256()
     hashers = {p: PartHasher(p.part_size) for p in parts}
     n = 0
-    try:
-        with store.open(key) as src:
-            while chunk := src.read(CHUNK):
-                n += len(chunk)
-                h.update(chunk)
-                for hasher in hashers.values():
-                    hasher.update(chunk)
-    except NotFoundError:
-        return 0, [Problem(key, "missing", f"{key}: missing (referenced by {ref})")]
+    while chunk := src.read(CHUNK):
+        n += len(chunk)
+        h.update(chunk)
+        for hasher in hashers.values():
+            hasher.update(chunk)
     if n != size:
         return n, [Problem(key, "size", f"{key}: {n} bytes, expected {size} "
                            f"(referenced by {ref})")]
@@ -263,47 +275,20 @@ def _parts_problem(record: PartDigests, by: str, found: tuple[str, ...]) -> Prob
                    f"fail")
 
 
-def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
-                ) -> tuple[int, list[Problem]]:
+def _pack_problems(src: BinaryIO, key: str, pack: PackRecord, by: str
+                   ) -> tuple[int, list[Problem]]:
     """Streamed member by member, so memory stays at one member."""
-    pack, by = ref
-    key = pack_key(sha)
-    try:
-        if quick:
-            return 0, [] if store.has(key) else [Problem(key, "missing", f"{key}: missing "
-                                                         f"(referenced by {by})")]
-        bad, n = [], 0
-        with store.open(key) as src:
-            for m in pack.members:  # validated: in offset order, inside the pack
-                n += _skip(src, m.offset - n)
-                data = read_full(src, m.size)
-                n += len(data)
-                if hashlib.sha256(data).hexdigest() != m.sha256:
-                    bad.append(m)
-            while chunk := src.read(CHUNK):
-                n += len(chunk)
-    except NotFoundError:
-        return 0, [Problem(key, "missing", f"{key}: missing (referenced by {by})")]
-    except UnavailableError as exc:
-        return 0, [Problem(key, "unavailable", str(exc))]
+    bad, n = [], 0
+    for m in pack.members:  # validated: in offset order, inside the pack
+        n += len(read_full(src, m.offset - n))  # the gap before it
+        data = read_full(src, m.size)
+        n += len(data)
+        if hashlib.sha256(data).hexdigest() != m.sha256:
+            bad.append(m)
+    while chunk := src.read(CHUNK):
+        n += len(chunk)
     if n != pack.size:
         return n, [Problem(key, "size", f"{key}: {n} bytes, expected {pack.size} "
                            f"(referenced by {by})")]
     return n, [Problem(key, "sha256", f"{key}: member {m.sha256[:12]} at offset {m.offset} "
                        f"does not match its sha256 (referenced by {by})") for m in bad]
-
-
-def read_full(src: Any, size: int) -> bytes:
-    """``size`` bytes of ``src`` (fewer only where it ends), however little each read gives."""
-    parts, left = [], size
-    while left > 0 and (chunk := src.read(min(left, CHUNK))):
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
-
-
-def _skip(src: Any, size: int) -> int:
-    n = 0
-    while n < size and (chunk := src.read(min(CHUNK, size - n))):
-        n += len(chunk)
-    return n
