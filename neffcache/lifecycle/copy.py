@@ -15,7 +15,7 @@ from neffcache.documents import fields_of
 from neffcache.errors import ExitRule, IntegrityError, UntrustedEntryError, UsageError
 from neffcache.hashing import VerifyingReader
 from neffcache.lifecycle.entry_select import select_manifests
-from neffcache.manifest import Manifest, PackRecord, encode_manifest
+from neffcache.manifest import Manifest, encode_manifest
 from neffcache.precompile import held_intents, write_pointer
 from neffcache.request_rules import checked_request
 from neffcache.store import (
@@ -28,6 +28,7 @@ from neffcache.store import (
     pack_key,
     side_environ,
 )
+from neffcache.store.bundle_format import plan_objects
 from neffcache.thread_pool import map_in_threads
 from neffcache.trust import UNCHECKED, TrustPolicy, admit_into, load_trust
 
@@ -105,20 +106,6 @@ class CopyEntriesResult(ExitRule):
                     refused=[{"entry_key": k, "error": e} for k, e in self.refused])
 
 
-def plan_copy(manifests: Sequence[Manifest]
-              ) -> tuple[list[tuple[str, int]], list[PackRecord]]:
-    """Each blob (sha256, size) once, largest first, and each pack once (pure)."""
-    blobs: dict[str, int] = {}
-    packs: dict[str, PackRecord] = {}
-    for m in manifests:
-        for f in m.files:
-            blobs.setdefault(f.sha256, f.size)
-        for p in m.packs:
-            packs.setdefault(p.sha256, p)
-    return (sorted(blobs.items(), key=lambda item: (-item[1], item[0])),
-            sorted(packs.values(), key=lambda p: p.sha256))
-
-
 def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> bool:
     """``put_verified`` unless ``dst`` holds the object and it is not known to be bad."""
     if holds_good(dst, key, size):  # the skip decision: a rerun skips it
@@ -152,7 +139,7 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
     refused = tuple((m.entry_key, why) for m, why in gated if why)
     todo = [m for m, why in gated if not why]
     manifests = [*present, *todo]
-    blobs, pack_records = plan_copy(manifests)  # a present entry's too: one may have gone bad
+    blobs, pack_records = plan_objects(manifests)  # a present entry's too: one may have gone bad
 
     def blob(item: tuple[str, int]) -> tuple[str, int, bool]:
         sha, size = item
