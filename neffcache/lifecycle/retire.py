@@ -22,7 +22,7 @@ from neffcache.command_steps import consent, open_checked_store
 from neffcache.config import Settings, read_settings
 from neffcache.errors import ExitRule, NeffcacheError, UsageError
 from neffcache.fingerprint import Fingerprint
-from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
+from neffcache.lifecycle.entry_select import select_manifests
 from neffcache.manifest import Manifest
 from neffcache.matrix_io import load_matrix
 from neffcache.request_rules import checked_request
@@ -266,8 +266,7 @@ def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:
     settings = read_settings(os.environ, store=request.store, index=request.index)
     policy = _policy(request, settings)
     s = open_checked_store(settings.store_url)
-    manifests = read_manifests(s, select_entry_keys(s, None, workers=request.workers),
-                               workers=request.workers)
+    manifests = select_manifests(s, None, everything=True, workers=request.workers)
     plan = plan_retire([EntryInfo.of(m) for m in manifests], policy)
     preview = RetireEntriesResult(plan, True, None, s.url)
     if request.dry_run:

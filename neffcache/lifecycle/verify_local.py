@@ -24,7 +24,6 @@ from neffcache.errors import (
     UntrustedEntryError,
     UsageError,
 )
-from neffcache.hashing import CHUNK
 from neffcache.lifecycle.entry_select import decode_entry
 from neffcache.lifecycle.verify import MAX_LISTED
 from neffcache.manifest import FileRecord, Manifest, PackRecord, encode_manifest
@@ -157,10 +156,7 @@ def check_file(c: LocalCheck) -> tuple[int, LocalProblem | None]:
         if st.st_size not in sizes:
             return 0, LocalProblem(c.file, "size", f"{c.file}: {st.st_size} bytes, expected "
                                    f"{' or '.join(str(s) for s in sorted(sizes))}")
-        h = hashlib.sha256()
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    sha, mode = h.hexdigest(), stat.S_IMODE(st.st_mode)
+        sha, mode = hashlib.file_digest(fh, "sha256").hexdigest(), stat.S_IMODE(st.st_mode)
     if not any(w[1] == sha for w in c.wanted):
         return st.st_size, LocalProblem(c.file, "sha256", f"{c.file}: sha256 {sha[:12]} is not "
                                         f"the manifest's {c.wanted[0][1][:12]} (damaged)")
