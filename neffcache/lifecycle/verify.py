@@ -164,26 +164,24 @@ def read_catalogue(store: Store, pool: ThreadPoolExecutor, trust: TrustPolicy = 
                    *, workers: int = 8) -> Catalogue:
     keys = sorted(k for k in store.list(MANIFESTS) if entry_key_of(k) is not None)
     catalogue = Catalogue(listed=len(keys), pins=read_pins(store, workers))
-    for key, doc, refused in pool.map(lambda k: _read_gated(store, k, trust, catalogue.pins),
-                                      keys):
-        if isinstance(doc, Problem):
-            catalogue.problems.append(doc)
-            continue
-        if refused is not None:  # its blobs are still checked: they may be fine
-            catalogue.problems.append(refused)
-        catalogue.add(key, doc)
+    read = pool.map(lambda k: _read_gated(store, k, trust, catalogue.pins), keys)
+    for key, (doc, problem) in zip(keys, read, strict=True):
+        if problem is not None:
+            catalogue.problems.append(problem)
+        if doc is not None:  # a refused one's blobs are still checked: they may be fine
+            catalogue.add(key, doc)
     return catalogue
 
 
 def _read_gated(store: Store, key: str, trust: TrustPolicy, pins: Mapping[str, str | None]
-                ) -> tuple[str, Manifest | Problem, Problem | None]:
+                ) -> tuple[Manifest | None, Problem | None]:
     try:
         doc = decode_entry(store.read(key), key, entry_key_of(key))
     except (ManifestError, NotFoundError) as exc:
-        return key, Problem(key, "manifest", str(exc)), None
+        return None, Problem(key, "manifest", str(exc))
     except UnavailableError as exc:
-        return key, Problem(key, "unavailable", str(exc)), None
-    return key, doc, gate(doc, key, trust, pins)
+        return None, Problem(key, "unavailable", str(exc))
+    return doc, gate(doc, key, trust, pins)
 
 
 def gate(doc: Manifest, key: str, trust: TrustPolicy, pins: Mapping[str, str | None]
