@@ -71,11 +71,10 @@ class VerifyStoreResult(ExitRule):
         """IntegrityError (exit 4), UnavailableError (only unreadable objects: exit 6) or None."""
         if not self.problems:
             return None
-        kinds = {p.kind for p in self.problems}
-        first = self.problems[0].message
-        if kinds == {"unavailable"}:
-            return UnavailableError(f"{len(self.problems)} object(s) could not be read: {first}")
         bad = [p for p in self.problems if p.kind != "unavailable"]
+        if not bad:
+            return UnavailableError(f"{len(self.problems)} object(s) could not be read: "
+                                    f"{self.problems[0].message}")
         return IntegrityError(f"{len(bad)} integrity problem(s) in the store; first: "
                               f"{bad[0].message}")
 
