@@ -105,19 +105,11 @@ def plan_packs(pack_keys: Iterable[str], referenced: set[str], intents: Iterable
 def _sort_out(keys: Iterable[str], key_of: Callable[[str], str], referenced: set[str],
               protected: Callable[[str], bool]) -> Sorted:
     """(unreferenced to delete, unreferenced but protected, well-formed keys, other keys)."""
-    delete: list[str] = []
-    spared: list[str] = []
-    unknown: list[str] = []
-    total = 0
-    for key in sorted(keys):
-        sha = _sha_of(key, key_of)
-        if sha is None:
-            unknown.append(key)
-            continue
-        total += 1
-        if sha not in referenced:
-            (spared if protected(sha) else delete).append(key)
-    return tuple(delete), tuple(spared), total, tuple(unknown)
+    shas = {key: _sha_of(key, key_of) for key in sorted(keys)}
+    unknown = tuple(key for key, sha in shas.items() if sha is None)
+    loose = [(key, sha) for key, sha in shas.items() if sha is not None and sha not in referenced]
+    return (tuple(key for key, sha in loose if not protected(sha)),
+            tuple(key for key, sha in loose if protected(sha)), len(shas) - len(unknown), unknown)
 
 
 def plan_gc(blob_keys: Iterable[str], referenced: set[str], intents: Iterable[Intent], *,
