@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import getpass
 import io
-import json
 import os
 import re
 import socket
@@ -195,16 +194,6 @@ def apply_retire(store: Store, plan: RetirePlan, *, by: str, reason: str,
         store.delete(cell_pointer_key(e.cell_key, e.fingerprint_key))
         store.delete(manifest_key(e.entry_key))
     return key
-
-
-def parse_record(data: bytes) -> tuple[float | None, frozenset[str], frozenset[str]]:
-    """(created_at, blob sha256s, pack sha256s) of a retire record; (None, ∅, ∅) if unreadable."""
-    try:
-        doc = json.loads(data)
-        return (float(doc["created_at"]), frozenset(str(b) for b in doc.get("blobs", [])),
-                frozenset(str(p) for p in doc.get("packs", [])))
-    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
-        return None, frozenset(), frozenset()
 
 
 def policy_from(keep_sdk_versions: int | None, matrices: Sequence[tuple[str, Sequence[str]]],

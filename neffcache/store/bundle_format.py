@@ -12,7 +12,7 @@ from neffcache.canonical import canonical_json
 from neffcache.documents import Document
 from neffcache.errors import IntegrityError
 from neffcache.hashing import SHA256_HEX, is_sha256, sha256_bytes
-from neffcache.manifest import MAX_FILE_SIZE, Manifest, PackRecord
+from neffcache.manifest import MAX_FILE_SIZE, Manifest
 from neffcache.store.base import blob_key, pack_key
 
 FORMAT = "neffcache-bundle"
@@ -150,25 +150,19 @@ def _entries(raw: Any, names: set[str], source: str) -> tuple[BundleEntry, ...]:
     return tuple(out)
 
 
-def plan_objects(manifests: Sequence[Manifest]
-                 ) -> tuple[list[tuple[str, int]], list[PackRecord]]:
-    """Each blob (sha256, size) once, largest first, and each pack once (pure)."""
+def plan_members(manifests: Sequence[Manifest], manifest_bytes: Mapping[str, bytes],
+                 pointer_bytes: Mapping[str, bytes]) -> tuple[Member, ...]:
+    """In write order: manifests, pointers, each blob once (largest first), then packs."""
+    members = [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(manifest_bytes.items())]
+    members += [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(pointer_bytes.items())]
     blobs: dict[str, int] = {}
-    packs: dict[str, PackRecord] = {}
+    packs: dict[str, int] = {}
     for m in manifests:
         for f in m.files:
             blobs.setdefault(f.sha256, f.size)
         for p in m.packs:
-            packs.setdefault(p.sha256, p)
-    return (sorted(blobs.items(), key=lambda item: (-item[1], item[0])),
-            sorted(packs.values(), key=lambda p: p.sha256))
-
-
-def plan_members(manifests: Sequence[Manifest], manifest_bytes: Mapping[str, bytes],
-                 pointer_bytes: Mapping[str, bytes]) -> tuple[Member, ...]:
-    """In write order: manifests, pointers, each blob once (largest first), then packs."""
-    blobs, packs = plan_objects(manifests)
-    return (*(Member(k, len(b), sha256_bytes(b)) for k, b in sorted(manifest_bytes.items())),
-            *(Member(k, len(b), sha256_bytes(b)) for k, b in sorted(pointer_bytes.items())),
-            *(Member(blob_key(s), n, s) for s, n in blobs),
-            *(Member(pack_key(p.sha256), p.size, p.sha256) for p in packs))
+            packs.setdefault(p.sha256, p.size)
+    members += [Member(blob_key(s), n, s)
+                for s, n in sorted(blobs.items(), key=lambda i: (-i[1], i[0]))]
+    members += [Member(pack_key(s), n, s) for s, n in sorted(packs.items())]
+    return tuple(members)
