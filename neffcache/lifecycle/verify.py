@@ -39,7 +39,6 @@ from neffcache.store import (
     entry_key_of,
     pack_key,
 )
-from neffcache.store.base import read_full
 from neffcache.trust import UNCHECKED, TrustPolicy, check_pin, load_trust, read_pins
 
 MAX_LISTED = 200
@@ -289,3 +288,12 @@ def _pack_problems(src: BinaryIO, key: str, pack: PackRecord, by: str
                            f"(referenced by {by})")]
     return n, [Problem(key, "sha256", f"{key}: member {m.sha256[:12]} at offset {m.offset} "
                        f"does not match its sha256 (referenced by {by})") for m in bad]
+
+
+def read_full(src: BinaryIO, size: int) -> bytes:
+    """``size`` bytes of ``src`` (fewer only where it ends), however little each read gives."""
+    parts, left = [], size
+    while left > 0 and (chunk := src.read(min(left, CHUNK))):
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)

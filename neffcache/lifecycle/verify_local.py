@@ -30,7 +30,6 @@ from neffcache.manifest import FileRecord, Manifest, PackRecord, encode_manifest
 from neffcache.request_rules import checked_request
 from neffcache.restore import LOCAL_ENTRIES, MISSING_FILE, forget_paths, lock_destination
 from neffcache.store import MANIFESTS, blob_key, entry_key_of, pack_key
-from neffcache.store.bundle_format import plan_objects
 from neffcache.thread_pool import map_in_threads
 from neffcache.trust import UNCHECKED, TrustPolicy, load_trust
 
@@ -220,7 +219,10 @@ class DirSource:
         self.files: dict[str, str] = {}
         for f, file in placed(manifests, str(root)):
             self.files.setdefault(f.sha256, file)
-        self.packs = {p.sha256: p for p in plan_objects(manifests)[1]}
+        self.packs: dict[str, PackRecord] = {}
+        for m in manifests:
+            for p in m.packs:
+                self.packs.setdefault(p.sha256, p)
 
     def read(self, key: str) -> bytes:
         with self.open(key) as src:
