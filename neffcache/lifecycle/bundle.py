@@ -19,7 +19,6 @@ from neffcache.errors import ExitRule, IntegrityError, NeffcacheError, NotFoundE
 from neffcache.hashing import VerifyingReader, sha256_bytes
 from neffcache.lifecycle.copy import CopyEntriesResult, apply_copy
 from neffcache.lifecycle.entry_select import read_manifests, select_manifests
-from neffcache.lifecycle.verify import read_full
 from neffcache.manifest import Manifest, encode_manifest
 from neffcache.precompile import default_producer
 from neffcache.request_rules import checked_request
@@ -230,24 +229,13 @@ def _add(tar: tarfile.TarFile, store: Store, member: Member, small: dict[str, by
     except NotFoundError:
         raise IntegrityError(f"{store.url}/{member.name}: missing (an entry references it)",
                              hint="neffcache verify") from None
-    with VerifyingReader(raw, size=member.size, sha256=member.sha256,
-                         name=f"{store.url}/{member.name}") as reader:
+    reader = VerifyingReader(raw, size=member.size, sha256=member.sha256,
+                             name=f"{store.url}/{member.name}")
+    # tarfile wants full reads, and object streams may return less per read: buffered
+    with io.BufferedReader(reader) as full:
         try:
-            # tarfile wants full reads; object streams may return less per read.
-            tar.addfile(_info(member.name, member.size), _FullReads(reader))  # type: ignore[arg-type]
+            tar.addfile(_info(member.name, member.size), full)
         except OSError as exc:  # tarfile: "unexpected end of data"
             raise IntegrityError(f"{store.url}/{member.name}: shorter than its recorded "
                                  f"{member.size} bytes ({exc})") from None
         reader.read_to_end()
-
-
-class _FullReads:
-    """``read(n)`` returns n bytes unless the stream ends (tarfile treats less as the end)."""
-
-    def __init__(self, src: VerifyingReader) -> None:
-        self._src = src
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            return self._src.read()
-        return read_full(self._src, size)

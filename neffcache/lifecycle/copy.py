@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -15,17 +16,19 @@ from neffcache.documents import fields_of
 from neffcache.errors import ExitRule, IntegrityError, UntrustedEntryError, UsageError
 from neffcache.hashing import VerifyingReader
 from neffcache.lifecycle.entry_select import select_manifests
-from neffcache.manifest import Manifest, PackRecord, encode_manifest
+from neffcache.manifest import Manifest, encode_manifest
 from neffcache.precompile import held_intents, write_pointer
 from neffcache.request_rules import checked_request
 from neffcache.store import (
+    BLOBS,
+    PACKS,
+    Member,
     Store,
     TempFiles,
-    blob_key,
     describe_store,
     holds_good,
     manifest_key,
-    pack_key,
+    plan_members,
     side_environ,
 )
 from neffcache.thread_pool import map_in_threads
@@ -105,26 +108,13 @@ class CopyEntriesResult(ExitRule):
                     refused=[{"entry_key": k, "error": e} for k, e in self.refused])
 
 
-def plan_copy(manifests: Sequence[Manifest]
-              ) -> tuple[list[tuple[str, int]], list[PackRecord]]:
-    """Each blob (sha256, size) once, largest first, and each pack once (pure)."""
-    blobs: dict[str, int] = {}
-    packs: dict[str, PackRecord] = {}
-    for m in manifests:
-        for f in m.files:
-            blobs.setdefault(f.sha256, f.size)
-        for p in m.packs:
-            packs.setdefault(p.sha256, p)
-    return (sorted(blobs.items(), key=lambda item: (-item[1], item[0])),
-            sorted(packs.values(), key=lambda p: p.sha256))
-
-
-def copy_object(src: Store, dst: Store, key: str, size: int, sha256: str) -> bool:
+def copy_object(src: Store, dst: Store, member: Member) -> bool:
     """``put_verified`` unless ``dst`` holds the object and it is not known to be bad."""
-    if holds_good(dst, key, size):  # the skip decision: a rerun skips it
+    if holds_good(dst, member.name, member.size):  # the skip decision: a rerun skips it
         return False
-    with src.open(key) as raw:
-        return put_verified(dst, key, raw, size, sha256, name=f"{src.url}/{key}")
+    with src.open(member.name) as raw:
+        return put_verified(dst, member.name, raw, member.size, member.sha256,
+                            name=f"{src.url}/{member.name}")
 
 
 def put_verified(dst: Store, key: str, raw: BinaryIO, size: int, sha256: str, *,
@@ -152,20 +142,17 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
     refused = tuple((m.entry_key, why) for m, why in gated if why)
     todo = [m for m, why in gated if not why]
     manifests = [*present, *todo]
-    blobs, pack_records = plan_copy(manifests)  # a present entry's too: one may have gone bad
+    objects = plan_members(manifests, {}, {})  # a present entry's too: one may have gone bad
+    blobs = [b for b in objects if b.name.startswith(BLOBS)]  # each once, largest first
 
-    def blob(item: tuple[str, int]) -> tuple[str, int, bool]:
-        sha, size = item
-        return sha, size, copy_object(src, dst, blob_key(sha), size, sha)
-
+    copy = functools.partial(copy_object, src, dst)
     with held_intents(dst, todo):  # a concurrent gc spares their blobs
-        outcomes = []
+        wrote: list[bool] = []
         for i in range(0, len(blobs), 256):  # progress per batch, bounded memory
-            outcomes.extend(map_in_threads(blob, blobs[i:i + 256], workers))
+            wrote += map_in_threads(copy, blobs[i:i + 256], workers)
             if on_progress:
-                on_progress(len(outcomes), len(blobs))
-        packs = map_in_threads(lambda p: copy_object(src, dst, pack_key(p.sha256), p.size,
-                                                     p.sha256), pack_records, workers)
+                on_progress(len(wrote), len(blobs))
+        packs = map_in_threads(copy, [p for p in objects if p.name.startswith(PACKS)], workers)
         copied = 0
         for m in todo:
             copied += dst.put(manifest_key(m.entry_key), io.BytesIO(encode_manifest(m)),
@@ -173,17 +160,17 @@ def apply_copy(src: Store, dst: Store, manifests: Sequence[Manifest], *, workers
             write_pointer(dst, m)
         # A gc that listed pending/ before our intents existed may have deleted a blob we
         # skipped: check those once more, now that manifests reference them.
-        again = [(s, n) for s, n, wrote in outcomes if not wrote and not dst.has(blob_key(s))]
-        map_in_threads(blob, again, workers)
+        map_in_threads(copy, [b for b, w in zip(blobs, wrote, strict=True)
+                              if not w and not dst.has(b.name)], workers)
         for m in present:
             write_pointer(dst, m)  # a copy killed between manifest and pointer
-    wrote = [(sha, size) for sha, size, w in outcomes if w]
+    new = [b for b, w in zip(blobs, wrote, strict=True) if w]
     return CopyEntriesResult(
         source=src.url, target=dst.url,
         entries=tuple(sorted((*(m.entry_key for m in manifests), *(k for k, _ in refused)))),
         entries_copied=copied, entries_present=len(present) + len(todo) - copied,
-        blobs_copied=len(wrote), blobs_skipped=len(outcomes) - len(wrote),
-        bytes_copied=sum(n for _, n in wrote), packs_copied=sum(packs),
+        blobs_copied=len(new), blobs_skipped=len(blobs) - len(new),
+        bytes_copied=sum(b.size for b in new), packs_copied=sum(packs),
         packs_skipped=len(packs) - sum(packs), refused=refused)
 
 

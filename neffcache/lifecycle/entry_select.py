@@ -22,14 +22,11 @@ def match_fingerprint(key: str, wanted: Sequence[str]) -> bool:
 
 def select_entry_keys(store: Store, cells: Sequence[Cell] | None,
                       fingerprints: Sequence[str] = (), *, workers: int = 16) -> tuple[str, ...]:
-    """Sorted entry keys: all (``cells=None``) or those the cells' pointers name."""
+    """Sorted entry keys: all (``cells=None``: of any fingerprint) or those the cells' pointers
+    name (of ``fingerprints``)."""
     if cells is None:
-        keys = {ek for k in store.list(MANIFESTS) if (ek := entry_key_of(k)) is not None}
-        if not fingerprints:
-            return tuple(sorted(keys))
-        manifests = read_manifests(store, sorted(keys), workers=workers)
-        return tuple(sorted(m.entry_key for m in manifests
-                            if match_fingerprint(m.fingerprint.key, fingerprints)))
+        return tuple(sorted({ek for k in store.list(MANIFESTS)
+                             if (ek := entry_key_of(k)) is not None}))
 
     def pointed(cell: Cell) -> list[str]:
         pointers = (pointer_parts(k) for k in store.list(f"{CELLS}{cell.key}/"))
@@ -83,4 +80,5 @@ def select_manifests(store: Store, matrix: str | Path | None, patterns: Sequence
         if not cells:
             raise UsageError(f"--cells {' '.join(patterns)}: matches no cell of {matrix}")
     keys = select_entry_keys(store, cells, wanted, workers=workers)
-    return read_manifests(store, keys, workers=workers)
+    return tuple(m for m in read_manifests(store, keys, workers=workers)
+                 if match_fingerprint(m.fingerprint.key, wanted))

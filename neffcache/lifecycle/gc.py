@@ -13,7 +13,6 @@ from typing import Any
 from neffcache.documents import Document
 from neffcache.errors import IntegrityError, NotFoundError, UsageError
 from neffcache.hashing import is_sha256
-from neffcache.lifecycle.retire import parse_record
 from neffcache.manifest import SCHEMA_VERSION
 from neffcache.precompile import GRACE_FLOOR_SECONDS, REFRESH_SECONDS
 from neffcache.store import (
@@ -52,9 +51,12 @@ def check_grace(grace: float, *, force: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Intent:
+    """What a publish in progress (pending/) or a retire (retired/: with packs) names."""
+
     key: str
     created_at: float | None  # None: unreadable, so it spares its blobs and is never deleted
     blobs: frozenset[str]
+    packs: frozenset[str] = frozenset()
 
     def fresh(self, now: float, grace: float) -> bool:
         return self.created_at is None or now - self.created_at < grace
@@ -105,19 +107,11 @@ def plan_packs(pack_keys: Iterable[str], referenced: set[str], intents: Iterable
 def _sort_out(keys: Iterable[str], key_of: Callable[[str], str], referenced: set[str],
               protected: Callable[[str], bool]) -> Sorted:
     """(unreferenced to delete, unreferenced but protected, well-formed keys, other keys)."""
-    delete: list[str] = []
-    spared: list[str] = []
-    unknown: list[str] = []
-    total = 0
-    for key in sorted(keys):
-        sha = _sha_of(key, key_of)
-        if sha is None:
-            unknown.append(key)
-            continue
-        total += 1
-        if sha not in referenced:
-            (spared if protected(sha) else delete).append(key)
-    return tuple(delete), tuple(spared), total, tuple(unknown)
+    shas = {key: _sha_of(key, key_of) for key in sorted(keys)}
+    unknown = tuple(key for key, sha in shas.items() if sha is None)
+    loose = [(key, sha) for key, sha in shas.items() if sha is not None and sha not in referenced]
+    return (tuple(key for key, sha in loose if not protected(sha)),
+            tuple(key for key, sha in loose if protected(sha)), len(shas) - len(unknown), unknown)
 
 
 def plan_gc(blob_keys: Iterable[str], referenced: set[str], intents: Iterable[Intent], *,
@@ -155,13 +149,13 @@ def _shas(records: list[Any]) -> set[str]:
 
 
 def parse_intent(key: str, data: bytes) -> Intent:
+    """A pending/ intent or a retired/ record (unreadable: ``created_at`` None, names nothing)."""
     try:
         doc = json.loads(data)
-        created = float(doc["created_at"])
-        blobs = frozenset(str(b) for b in doc["blobs"])
-    except (ValueError, UnicodeDecodeError, KeyError, TypeError):
+        return Intent(key, float(doc["created_at"]), frozenset(str(b) for b in doc["blobs"]),
+                      frozenset(str(p) for p in doc.get("packs", [])))
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
         return Intent(key, None, frozenset())
-    return Intent(key, created, blobs)
 
 
 def _read_all(store: Store, keys: Iterable[str], workers: int) -> dict[str, bytes]:
@@ -188,9 +182,9 @@ def read_intents(store: Store, keys: Iterable[str], workers: int) -> list[Intent
 def read_retired(store: Store, *, now: float, grace: float, workers: int
                  ) -> tuple[set[str], set[str]]:
     """(blob sha256s, pack sha256s) named by retire records younger than ``grace``."""
-    records = [parse_record(d) for d in _read_all(store, store.list(RETIRED), workers).values()]
-    young = [(b, p) for created, b, p in records if created is not None and now - created < grace]
-    return set().union(*(b for b, _ in young)), set().union(*(p for _, p in young))
+    young = [r for r in read_intents(store, store.list(RETIRED), workers)
+             if r.created_at is not None and now - r.created_at < grace]
+    return set().union(*(r.blobs for r in young)), set().union(*(r.packs for r in young))
 
 
 def collect_gc(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SECONDS,

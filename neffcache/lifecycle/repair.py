@@ -73,7 +73,6 @@ def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
     return tuple(items[k] for k in sorted(items))
 
 
-# Where a repair reads good bytes: a store, a bundle (a BundleStore) or a restored directory.
 class Source(Protocol):
     """Where a repair reads good bytes: a store, a bundle or a restored directory."""
 
@@ -179,7 +178,7 @@ def _open_source(request: RepairRequest, target: Store, stack: ExitStack) -> Sou
 class _Plan:
     result: RepairResult
     manifests: dict[str, bytes]  # the gated replacements, by key
-    admitted: Callable[[str, bytes], bool]  # re-gates a manifest's bytes right before a write
+    admitted: Callable[[str], bool]  # re-gates the target's manifest right before a write
 
 
 def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _Plan:
@@ -205,8 +204,11 @@ def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _P
                         {s: r for s, (r, _) in cat.packs.items()})
     planned = tuple(i for i in items if i.kind != "manifest" or i.key in manifests)
 
-    def admitted(key: str, data: bytes) -> bool:
-        doc = good_manifest(data, key)
+    def admitted(key: str) -> bool:
+        try:
+            doc = good_manifest(target.read(key), key)
+        except NotFoundError:
+            return False
         return doc is not None and gate(doc, key, trust, cat.pins) is None
 
     result = RepairResult(target.url, source.url, True, planned,
@@ -245,8 +247,7 @@ def _apply(target: Store, source: Source, plan: _Plan, workers: int) -> list[tup
     manifests = [i for i in plan.result.planned if i.kind == "manifest"]
     done = map_in_threads(lambda i: rewrite_object(target, source, i), objects, workers)
     done += map_in_threads(lambda i: rewrite_manifest(
-        target, i.key, plan.manifests[i.key], lambda data: plan.admitted(i.key, data)),
-        manifests, workers)
+        target, i.key, plan.manifests[i.key], plan.admitted), manifests, workers)
     return list(zip((i.key for i in (*objects, *manifests)), done, strict=True))
 
 
@@ -289,23 +290,16 @@ def rewrite_object(target: Store, source: Source, item: RepairItem) -> str:
 
 
 def rewrite_manifest(target: Store, key: str, data: bytes,
-                     admitted: Callable[[bytes], bool]) -> str:
+                     admitted: Callable[[str], bool]) -> str:
     """Unless the target's copy is ``admitted`` right before the write: "repaired", "good" or
     "unavailable" (afterwards it is not ``data``)."""
-    if _admitted_at(target, key, admitted):
+    if admitted(key):
         return "good"
     target.delete(key)
     target.put(key, io.BytesIO(data), if_absent=True)
     try:
         if target.read(key) != data:  # another writer's bytes since the delete
-            return "good" if _admitted_at(target, key, admitted) else "unavailable"
+            return "good" if admitted(key) else "unavailable"
     except NotFoundError:
         return "unavailable"
     return "repaired"
-
-
-def _admitted_at(target: Store, key: str, admitted: Callable[[bytes], bool]) -> bool:
-    try:
-        return admitted(target.read(key))
-    except NotFoundError:
-        return False

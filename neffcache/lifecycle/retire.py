@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import getpass
 import io
-import json
 import os
 import re
 import socket
@@ -22,7 +21,7 @@ from neffcache.config import Settings, read_settings
 from neffcache.documents import canonical_json
 from neffcache.errors import ExitRule, NeffcacheError, UsageError
 from neffcache.fingerprint import Fingerprint
-from neffcache.lifecycle.entry_select import read_manifests, select_entry_keys
+from neffcache.lifecycle.entry_select import select_manifests
 from neffcache.manifest import Manifest
 from neffcache.matrix_io import load_matrix
 from neffcache.request_rules import checked_request
@@ -197,16 +196,6 @@ def apply_retire(store: Store, plan: RetirePlan, *, by: str, reason: str,
     return key
 
 
-def parse_record(data: bytes) -> tuple[float | None, frozenset[str], frozenset[str]]:
-    """(created_at, blob sha256s, pack sha256s) of a retire record; (None, ∅, ∅) if unreadable."""
-    try:
-        doc = json.loads(data)
-        return (float(doc["created_at"]), frozenset(str(b) for b in doc.get("blobs", [])),
-                frozenset(str(p) for p in doc.get("packs", [])))
-    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
-        return None, frozenset(), frozenset()
-
-
 def policy_from(keep_sdk_versions: int | None, matrices: Sequence[tuple[str, Sequence[str]]],
                 config: Mapping[str, Any], keep_restored_days: int | None = None
                 ) -> RetirePolicy:
@@ -266,8 +255,7 @@ def retire_entries(request: RetireEntriesRequest) -> RetireEntriesResult:
     settings = read_settings(os.environ, store=request.store, index=request.index)
     policy = _policy(request, settings)
     s = open_checked_store(settings.store_url)
-    manifests = read_manifests(s, select_entry_keys(s, None, workers=request.workers),
-                               workers=request.workers)
+    manifests = select_manifests(s, None, everything=True, workers=request.workers)
     plan = plan_retire([EntryInfo.of(m) for m in manifests], policy)
     preview = RetireEntriesResult(plan, True, None, s.url)
     if request.dry_run:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 from neffcache.command_steps import open_checked_store
 from neffcache.config import read_settings
@@ -70,11 +70,10 @@ class VerifyStoreResult(ExitRule):
         """IntegrityError (exit 4), UnavailableError (only unreadable objects: exit 6) or None."""
         if not self.problems:
             return None
-        kinds = {p.kind for p in self.problems}
-        first = self.problems[0].message
-        if kinds == {"unavailable"}:
-            return UnavailableError(f"{len(self.problems)} object(s) could not be read: {first}")
         bad = [p for p in self.problems if p.kind != "unavailable"]
+        if not bad:
+            return UnavailableError(f"{len(self.problems)} object(s) could not be read: "
+                                    f"{self.problems[0].message}")
         return IntegrityError(f"{len(bad)} integrity problem(s) in the store; first: "
                               f"{bad[0].message}")
 
@@ -163,26 +162,24 @@ def read_catalogue(store: Store, pool: ThreadPoolExecutor, trust: TrustPolicy = 
                    *, workers: int = 8) -> Catalogue:
     keys = sorted(k for k in store.list(MANIFESTS) if entry_key_of(k) is not None)
     catalogue = Catalogue(listed=len(keys), pins=read_pins(store, workers))
-    for key, doc, refused in pool.map(lambda k: _read_gated(store, k, trust, catalogue.pins),
-                                      keys):
-        if isinstance(doc, Problem):
-            catalogue.problems.append(doc)
-            continue
-        if refused is not None:  # its blobs are still checked: they may be fine
-            catalogue.problems.append(refused)
-        catalogue.add(key, doc)
+    read = pool.map(lambda k: _read_gated(store, k, trust, catalogue.pins), keys)
+    for key, (doc, problem) in zip(keys, read, strict=True):
+        if problem is not None:
+            catalogue.problems.append(problem)
+        if doc is not None:  # a refused one's blobs are still checked: they may be fine
+            catalogue.add(key, doc)
     return catalogue
 
 
 def _read_gated(store: Store, key: str, trust: TrustPolicy, pins: Mapping[str, str | None]
-                ) -> tuple[str, Manifest | Problem, Problem | None]:
+                ) -> tuple[Manifest | None, Problem | None]:
     try:
         doc = decode_entry(store.read(key), key, entry_key_of(key))
     except (ManifestError, NotFoundError) as exc:
-        return key, Problem(key, "manifest", str(exc)), None
+        return None, Problem(key, "manifest", str(exc))
     except UnavailableError as exc:
-        return key, Problem(key, "unavailable", str(exc)), None
-    return key, doc, gate(doc, key, trust, pins)
+        return None, Problem(key, "unavailable", str(exc))
+    return doc, gate(doc, key, trust, pins)
 
 
 def gate(doc: Manifest, key: str, trust: TrustPolicy, pins: Mapping[str, str | None]
@@ -202,47 +199,58 @@ def check_objects(store: Store, catalogue: Catalogue, pool: ThreadPoolExecutor, 
                   only: Collection[str] | None = None) -> tuple[int, list[Problem]]:
     """Bytes read and problems of the catalogue's blobs and packs (with ``only``: those)."""
     blobs = sorted(s for s in catalogue.blobs if only is None or s in only)
-    packs = sorted((s, r) for s, r in catalogue.packs.items() if only is None or s in only)
+    packs = sorted(s for s in catalogue.packs if only is None or s in only)
 
-    def check(sha: str) -> tuple[int, list[Problem]]:
+    def blob(sha: str) -> tuple[int, list[Problem]]:
         size, ref = catalogue.blobs[sha]
-        try:
-            return _check_blob(store, sha, size, ref, quick, catalogue.parts.get(sha, {}))
-        except UnavailableError as exc:
-            return 0, [Problem(blob_key(sha), "unavailable", str(exc))]
+        return _check(store, blob_key(sha), ref, quick, lambda src: _blob_problems(
+            src, sha, size, ref, catalogue.parts.get(sha, {})))
+
+    def pack(sha: str) -> tuple[int, list[Problem]]:
+        record, ref = catalogue.packs[sha]
+        return _check(store, pack_key(sha), ref, quick,
+                      lambda src: _pack_problems(src, pack_key(sha), record, ref))
 
     checked, problems = 0, []
-    for done, (nbytes, found) in enumerate(pool.map(check, blobs), 1):
+    for done, (nbytes, found) in enumerate(pool.map(blob, blobs), 1):
         checked += nbytes
         problems.extend(found)
         if progress:
             progress(done, len(blobs))
-    for nbytes, found in pool.map(lambda item: _check_pack(store, item[0], item[1], quick),
-                                  packs):
+    for nbytes, found in pool.map(pack, packs):
         checked += nbytes
         problems.extend(found)
     return checked, problems
 
 
-def _check_blob(store: Store, sha: str, size: int, ref: str, quick: bool,
-                parts: Mapping[PartDigests, str]) -> tuple[int, list[Problem]]:
-    key = blob_key(sha)
-    if quick:
+def _check(store: Store, key: str, ref: str, quick: bool,
+           check: Callable[[BinaryIO], tuple[int, list[Problem]]]) -> tuple[int, list[Problem]]:
+    """Bytes read and problems of object ``key``: ``check`` its bytes, or (``quick``) only
+    whether it is there."""
+    try:
+        if not quick:
+            with store.open(key) as src:
+                return check(src)
         if store.has(key):
             return 0, []
-        return 0, [Problem(key, "missing", f"{key}: missing (referenced by {ref})")]
+    except NotFoundError:
+        pass
+    except UnavailableError as exc:
+        return 0, [Problem(key, "unavailable", str(exc))]
+    return 0, [Problem(key, "missing", f"{key}: missing (referenced by {ref})")]
+
+
+def _blob_problems(src: BinaryIO, sha: str, size: int, ref: str,
+                   parts: Mapping[PartDigests, str]) -> tuple[int, list[Problem]]:
+    key = blob_key(sha)
     h = hashlib.sha256()
     hashers = {p: PartHasher(p.part_size) for p in parts}
     n = 0
-    try:
-        with store.open(key) as src:
-            while chunk := src.read(CHUNK):
-                n += len(chunk)
-                h.update(chunk)
-                for hasher in hashers.values():
-                    hasher.update(chunk)
-    except NotFoundError:
-        return 0, [Problem(key, "missing", f"{key}: missing (referenced by {ref})")]
+    while chunk := src.read(CHUNK):
+        n += len(chunk)
+        h.update(chunk)
+        for hasher in hashers.values():
+            hasher.update(chunk)
     if n != size:
         return n, [Problem(key, "size", f"{key}: {n} bytes, expected {size} "
                            f"(referenced by {ref})")]
@@ -263,29 +271,18 @@ def _parts_problem(record: PartDigests, by: str, found: tuple[str, ...]) -> Prob
                    f"fail")
 
 
-def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
-                ) -> tuple[int, list[Problem]]:
+def _pack_problems(src: BinaryIO, key: str, pack: PackRecord, by: str
+                   ) -> tuple[int, list[Problem]]:
     """Streamed member by member, so memory stays at one member."""
-    pack, by = ref
-    key = pack_key(sha)
-    try:
-        if quick:
-            return 0, [] if store.has(key) else [Problem(key, "missing", f"{key}: missing "
-                                                         f"(referenced by {by})")]
-        bad, n = [], 0
-        with store.open(key) as src:
-            for m in pack.members:  # validated: in offset order, inside the pack
-                n += _skip(src, m.offset - n)
-                data = read_full(src, m.size)
-                n += len(data)
-                if hashlib.sha256(data).hexdigest() != m.sha256:
-                    bad.append(m)
-            while chunk := src.read(CHUNK):
-                n += len(chunk)
-    except NotFoundError:
-        return 0, [Problem(key, "missing", f"{key}: missing (referenced by {by})")]
-    except UnavailableError as exc:
-        return 0, [Problem(key, "unavailable", str(exc))]
+    bad, n = [], 0
+    for m in pack.members:  # validated: in offset order, inside the pack
+        n += len(read_full(src, m.offset - n))  # the gap before it
+        data = read_full(src, m.size)
+        n += len(data)
+        if hashlib.sha256(data).hexdigest() != m.sha256:
+            bad.append(m)
+    while chunk := src.read(CHUNK):
+        n += len(chunk)
     if n != pack.size:
         return n, [Problem(key, "size", f"{key}: {n} bytes, expected {pack.size} "
                            f"(referenced by {by})")]
@@ -293,17 +290,10 @@ def _check_pack(store: Store, sha: str, ref: tuple[PackRecord, str], quick: bool
                        f"does not match its sha256 (referenced by {by})") for m in bad]
 
 
-def read_full(src: Any, size: int) -> bytes:
+def read_full(src: BinaryIO, size: int) -> bytes:
     """``size`` bytes of ``src`` (fewer only where it ends), however little each read gives."""
     parts, left = [], size
     while left > 0 and (chunk := src.read(min(left, CHUNK))):
         parts.append(chunk)
         left -= len(chunk)
     return b"".join(parts)
-
-
-def _skip(src: Any, size: int) -> int:
-    n = 0
-    while n < size and (chunk := src.read(min(CHUNK, size - n))):
-        n += len(chunk)
-    return n

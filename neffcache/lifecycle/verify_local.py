@@ -24,10 +24,9 @@ from neffcache.errors import (
     UntrustedEntryError,
     UsageError,
 )
-from neffcache.hashing import CHUNK
 from neffcache.lifecycle.entry_select import decode_entry
 from neffcache.lifecycle.verify import MAX_LISTED
-from neffcache.manifest import Manifest, PackRecord, encode_manifest
+from neffcache.manifest import FileRecord, Manifest, PackRecord, encode_manifest
 from neffcache.request_rules import checked_request
 from neffcache.restore import LOCAL_ENTRIES, MISSING_FILE, forget_paths, lock_destination
 from neffcache.store import MANIFESTS, blob_key, entry_key_of, pack_key
@@ -106,13 +105,19 @@ def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
 def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[LocalCheck, ...]:
     wanted: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
     files: dict[tuple[str, str], str] = {}
+    for f, file in placed(manifests, target):
+        wanted.setdefault((f.root, f.path), []).append((f.size, f.sha256, f.mode))
+        files[(f.root, f.path)] = file
+    return tuple(LocalCheck(r, p, files[(r, p)], tuple(dict.fromkeys(w)))
+                 for (r, p), w in sorted(wanted.items()))
+
+
+def placed(manifests: Sequence[Manifest], target: str) -> Iterator[tuple[FileRecord, str]]:
+    """Each file of the manifests, with its path in the restored directory ``target``."""
     for m in manifests:
         dirs = root_dirs(BACKENDS[m.fingerprint.backend], target)
         for f in m.files:
-            wanted.setdefault((f.root, f.path), []).append((f.size, f.sha256, f.mode))
-            files[(f.root, f.path)] = f"{dirs[f.root]}/{f.path}"
-    return tuple(LocalCheck(r, p, files[(r, p)], tuple(dict.fromkeys(w)))
-                 for (r, p), w in sorted(wanted.items()))
+            yield f, f"{dirs[f.root]}/{f.path}"
 
 
 def read_local_manifests(target: Path, trust: TrustPolicy = UNCHECKED
@@ -151,10 +156,7 @@ def check_file(c: LocalCheck) -> tuple[int, LocalProblem | None]:
         if st.st_size not in sizes:
             return 0, LocalProblem(c.file, "size", f"{c.file}: {st.st_size} bytes, expected "
                                    f"{' or '.join(str(s) for s in sorted(sizes))}")
-        h = hashlib.sha256()
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    sha, mode = h.hexdigest(), stat.S_IMODE(st.st_mode)
+        sha, mode = hashlib.file_digest(fh, "sha256").hexdigest(), stat.S_IMODE(st.st_mode)
     if not any(w[1] == sha for w in c.wanted):
         return st.st_size, LocalProblem(c.file, "sha256", f"{c.file}: sha256 {sha[:12]} is not "
                                         f"the manifest's {c.wanted[0][1][:12]} (damaged)")
@@ -215,11 +217,10 @@ class DirSource:
         manifests, _ = read_local_manifests(root)
         self.manifests = {m.entry_key: m for m in manifests}
         self.files: dict[str, str] = {}
+        for f, file in placed(manifests, str(root)):
+            self.files.setdefault(f.sha256, file)
         self.packs: dict[str, PackRecord] = {}
         for m in manifests:
-            dirs = root_dirs(BACKENDS[m.fingerprint.backend], str(root))
-            for f in m.files:
-                self.files.setdefault(f.sha256, os.path.join(dirs[f.root], f.path))
             for p in m.packs:
                 self.packs.setdefault(p.sha256, p)
 

@@ -67,12 +67,15 @@ def open_store(url: str, *, create: bool = False, deadline: float | None = None,
         from neffcache.store.s3 import S3Store  # no AWS SDK import until the first write
 
         return S3Store.from_url(url, environ, deadline=deadline, create=create)
-    if url.startswith("file://"):
-        return _local(url[len("file://"):], create)
-    if "://" in url:
+    path = url.removeprefix("file://")
+    if path == url and "://" in url:
         raise ConfigError(f"store {redact_url(url)!r}: expected a path, file://PATH, "
                           "s3://BUCKET/PREFIX or bundle:FILE")
-    return _local(url, create)
+    if not path:
+        raise ConfigError("store: empty path")
+    from neffcache.store.local import LocalStore
+
+    return LocalStore(Path(path), create=create)
 
 
 def describe_store(url: str) -> str:
@@ -85,10 +88,3 @@ def describe_store(url: str) -> str:
         return f"{BUNDLE}{Path(url[len(BUNDLE):]).expanduser().absolute()}"
     return open_store(url).url  # a local store: constructing it touches nothing
 
-
-def _local(path: str, create: bool) -> Store:
-    from neffcache.store.local import LocalStore
-
-    if not path:
-        raise ConfigError("store: empty path")
-    return LocalStore(Path(path), create=create)

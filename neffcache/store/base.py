@@ -196,6 +196,15 @@ class TempFiles(Protocol):
     def remove_temp(self, temp: TempFile) -> None: ...
 
 
+def read_full(src: BinaryIO, size: int) -> bytes:
+    """``size`` bytes of ``src`` (fewer only where it ends), however little each read gives."""
+    parts, left = [], size
+    while left > 0 and (chunk := src.read(left)):
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
 class ObjectStream(io.RawIOBase):
     """A read-only stream: a backend implements ``read`` and ``_close_source``."""
 

@@ -98,18 +98,7 @@ class LocalStore(Store):
                 os.unlink(tmp)
 
     def list(self, prefix: str) -> Iterator[str]:
-        base = self.root
-        start = base / prefix.rstrip("/") if prefix else base
-        if not start.exists():
-            return
-        for dirpath, _dirs, files in os.walk(start):
-            rel = Path(dirpath).relative_to(base).as_posix()
-            for name in files:
-                if name.startswith(TEMP_PREFIX):
-                    continue
-                key = name if rel == "." else f"{rel}/{name}"
-                if key.startswith(prefix):
-                    yield key
+        return self._keys(prefix, temps=False)
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -117,21 +106,23 @@ class LocalStore(Store):
 
     def stale_temps(self, grace: float = TEMP_GRACE_SECONDS) -> Iterator[TempFile]:
         """Temp files whose writer (its PID in the name) is dead, or older than ``grace``."""
-        if not self.root.is_dir():
-            return
         now = time.time()
-        for dirpath, _dirs, files in os.walk(self.root):
+        for key in self._keys("", temps=True):
+            try:
+                st = self.root.joinpath(key).lstat()
+            except FileNotFoundError:
+                continue
+            if now - st.st_mtime >= grace or not _writer_alive(key.rpartition("/")[2]):
+                yield TempFile(key, st.st_size, st.st_mtime)
+
+    def _keys(self, prefix: str, *, temps: bool) -> Iterator[str]:
+        """The keys under ``prefix``: of the objects, or (``temps``) of writers' temp files."""
+        for dirpath, _dirs, files in os.walk(self.root / prefix.rstrip("/")):
+            rel = Path(dirpath).relative_to(self.root).as_posix()
             for name in files:
-                if not name.startswith(TEMP_PREFIX):
-                    continue
-                path = Path(dirpath, name)
-                try:
-                    st = path.lstat()
-                except FileNotFoundError:
-                    continue
-                if now - st.st_mtime >= grace or not _writer_alive(name):
-                    yield TempFile(path.relative_to(self.root).as_posix(), st.st_size,
-                                   st.st_mtime)
+                key = name if rel == "." else f"{rel}/{name}"
+                if name.startswith(TEMP_PREFIX) == temps and key.startswith(prefix):
+                    yield key
 
     def remove_temp(self, temp: TempFile) -> None:
         with contextlib.suppress(FileNotFoundError):

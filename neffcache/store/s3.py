@@ -26,6 +26,7 @@ from neffcache.store.base import (
     Store,
     Upload,
     check_key,
+    read_full,
     recognise_store,
 )
 from neffcache.store.s3_botocore import UploadClient, profile_credentials
@@ -147,7 +148,7 @@ class S3Store(Store):
         sized = _size_of(source)
         head = b""
         if one_put or sized is None or sized < threshold:
-            head = _read_up_to(source, threshold)
+            head = read_full(source, threshold)
             if one_put or len(head) < threshold:
                 return self._put_once(key, head if len(head) < threshold
                                       else _whole(head, source), if_absent)
@@ -159,7 +160,7 @@ class S3Store(Store):
             # ``source`` may be an obstore stream (S3 -> S3), and reading one inside obstore.put
             # panics ("Cannot start a runtime from within a runtime"): spooled to a temp file.
             with tempfile.TemporaryFile(prefix=".neffcache-put-") as spool:
-                spool.write(head or _read_up_to(source, threshold))
+                spool.write(head or read_full(source, threshold))
                 shutil.copyfileobj(source, spool, MiB)
                 spool.seek(0)
                 return self._put_multipart(key, spool)
@@ -336,15 +337,3 @@ def _size_of(source: BinaryIO) -> int | None:
     if not _is_local_file(source):
         return None
     return max(0, os.fstat(source.fileno()).st_size - source.tell())
-
-
-def _read_up_to(source: BinaryIO, size: int) -> bytes:
-    chunks: list[bytes] = []
-    left = size
-    while left > 0:
-        chunk = source.read(left)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
