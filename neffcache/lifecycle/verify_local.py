@@ -186,7 +186,8 @@ def verify_local(target: Path, *, workers: int = 4,
                     problems.append(problem)
             if progress:
                 progress(min(i + 512, len(checks)), len(checks))
-        damaged = {(c.root, c.path) for c in checks for p in problems if p.path == c.file}
+        bad = {p.path for p in problems}  # a set: a wiped directory has a problem per file
+        damaged = {(c.root, c.path) for c in checks if c.file in bad}
         if damaged:
             forget_states(manifests, str(target), damaged)
         if not held.unclean:  # a killed restore's mark stays for the next restore's sweep

@@ -82,9 +82,11 @@ class MirroredStore(Store):
     def list(self, prefix: str) -> Iterator[str]:
         seen: set[str] = set()
         for i in range(len(self.stores)):
-            new = self._call(i, lambda s: set(s.list(prefix)), set[str]()) - seen
-            seen |= new
-            yield from new
+            keys: tuple[str, ...] = self._call(i, lambda s: tuple(s.list(prefix)), ())
+            for key in keys:
+                if key not in seen:
+                    seen.add(key)
+                    yield key
 
     def delete(self, key: str) -> None:
         self.stores[0].delete(key)
