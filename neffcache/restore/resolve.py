@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from neffcache.backends import Backend
@@ -83,27 +83,22 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
                     trusted: Sequence[PublicKey] = (),
                     keep: ManifestCopies | None = None) -> Resolution:
     """Read and validate each cell's manifest for this fingerprint (in parallel)."""
+    asked = ask_cells(cells, lambda c: _read_manifest(store, c, entry_key(c, fingerprint), backend,
+                                                      deadline, trusted, keep), workers, deadline)
+    return replace(asked, elsewhere=find_elsewhere(store, asked.missing, fingerprint,
+                                                   workers=workers, deadline=deadline))
 
-    def one(cell: Cell) -> tuple[Cell, Manifest | CellFailure | str]:
-        if deadline is not None and time.monotonic() >= deadline:
-            return cell, "unresolved"
-        return cell, _read_manifest(store, cell, entry_key(cell, fingerprint), backend,
-                                    deadline, trusted, keep)
 
-    found: list[Manifest] = []
-    missing: list[Cell] = []
-    failed: list[CellFailure] = []
-    unresolved: list[Cell] = []
-    for cell, outcome in map_in_threads(one, cells, workers, deadline=deadline,
-                                        late=lambda c: (c, "unresolved")):
-        if isinstance(outcome, Manifest):
-            found.append(outcome)
-        elif isinstance(outcome, CellFailure):
-            failed.append(outcome)
-        else:
-            (missing if outcome == "missing" else unresolved).append(cell)
-    elsewhere = find_elsewhere(store, missing, fingerprint, workers=workers, deadline=deadline)
-    return Resolution(tuple(found), tuple(missing), tuple(failed), tuple(unresolved), elsewhere)
+def ask_cells(cells: Sequence[Cell], ask: Callable[[Cell], Manifest | CellFailure | str],
+              workers: int, deadline: float | None) -> Resolution:
+    """``ask`` about each cell in parallel, the answers sorted: a manifest (found), a failure,
+    "missing", or "unresolved" (not asked before the deadline); any other answer: none of these."""
+    answers = list(zip(cells, map_in_threads(ask, cells, workers, deadline=deadline,
+                                             late=lambda c: "unresolved"), strict=True))
+    return Resolution(tuple(a for _, a in answers if isinstance(a, Manifest)),
+                      tuple(c for c, a in answers if a == "missing"),
+                      tuple(a for _, a in answers if isinstance(a, CellFailure)),
+                      tuple(c for c, a in answers if a == "unresolved"))
 
 
 def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
@@ -145,8 +140,6 @@ def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint
     """For cells without an entry: the other fingerprints they were built for (one LIST each)."""
 
     def one(cell: Cell) -> tuple[str, tuple[str, ...]]:
-        if deadline is not None and time.monotonic() >= deadline:
-            return cell.id, ()
         prefix = f"{CELLS}{cell.key}/"
         try:
             pointers = [pointer_parts(k) for k in store.list(prefix)]
