@@ -169,17 +169,18 @@ def restore(request: RestoreRequest) -> RestoreResult:
     silent past the deadline (3); a failure report is written once the fingerprint is known."""
     s = _session(request)
     with _handing_over(s.backend, s.target):
-        return _restore_session(request, s)
+        return _restore_session(s)
 
 
-def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
+def _restore_session(s: _Session) -> RestoreResult:
+    request = s.request
     _make_scratch_dirs(s.backend, s.target)
     if request.on_environment is not None:  # before anything that can fail on the network
         request.on_environment(cache_environment(s.backend, str(s.target)))
     source = _open_bundle(request)
     opened: list[Store] = []  # the store the restore opened: the report goes through it too
     try:
-        fingerprint = _fingerprint(request, s)
+        fingerprint = _fingerprint(s)
         result = _restore(s, fingerprint, source, opened)
     finally:
         if source is not None:
@@ -223,12 +224,10 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
     if request.bundle is not None:
         raise UsageError("--dry-run goes with a store, without --print-env or --from-bundle")
     s = _session(request)
-    fingerprint = _fingerprint(request, s)
+    fingerprint = _fingerprint(s)
     check_usable(fingerprint)
     with ExitStack() as stack:
-        store = open_store(s.settings.store_url)
-        if s.mirrors:  # as the restore reads them
-            store = _mirrored(s, store, stack)
+        store = _mirrored(s, open_store(s.settings.store_url), stack)  # as the restore reads it
         store.check()
         preview = preview_cells(store, s.job(fingerprint,
                                              s.request.workers or default_workers()))
@@ -298,9 +297,9 @@ def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
     return (*args, "--store", store_url)
 
 
-def _fingerprint(request: RestoreRequest, s: _Session) -> Fingerprint:
-    if request.fingerprint is not None:
-        return request.fingerprint
+def _fingerprint(s: _Session) -> Fingerprint:
+    if s.request.fingerprint is not None:
+        return s.request.fingerprint
     return collect_fingerprint(s.backend.name, os.environ, python=s.settings.python)
 
 
@@ -360,7 +359,7 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
     job = s.job(fingerprint, workers or default_workers(), workers or default_transfers(),
                 s.request.progress)
     with ExitStack() as stack:
-        store = _mirrored(s, primary, stack) if s.mirrors else primary
+        store = _mirrored(s, primary, stack)
         if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
             store.check()
         result = run_job(store, job)
@@ -369,8 +368,10 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
         return result
 
 
-def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> MirroredStore:
-    """The primary, then the mirrors (the N-th configured from NEFFCACHE_MIRROR_<N>_*)."""
+def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> Store:
+    """The primary, then the mirrors (the N-th configured from NEFFCACHE_MIRROR_<N>_*), if any."""
+    if not s.mirrors:
+        return primary
     mirrors = [open_store(url, deadline=s.until, environ=side_environ(os.environ, f"MIRROR_{n}"))
                for n, url in enumerate(s.mirrors, 1)]
     for m in mirrors:
@@ -387,16 +388,14 @@ def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreR
         return result
     remove_markers(s.target, [c.id for c in result.resolution.missing])
     keys = {c.id: entry_key(c, fingerprint) for c in s.cells}
-    announcer = s.announcer
-    if all(marker_entry(s.target, c) == keys[c] for c in result.restored):
-        for cid in result.restored:
-            announcer.ready(cid, keys[cid], rewrite=False)
+    ready = [(cid, keys[cid]) for cid in result.restored]
+    if all(marker_entry(s.target, cid) == key for cid, key in ready):
+        s.announcer.reset(ready, ())
         return result
     try:
         with lock_destination(str(s.target), deadline=time.monotonic()) as held:
             if not held.unclean:  # a killed restore's mark stays for the full run's sweep
-                for cid in result.restored:
-                    announcer.ready(cid, keys[cid], rewrite=False)
+                s.announcer.reset(ready, ())
                 held.finished()
     except DeadlineExceededError:  # a restore runs there now: it announces for itself
         pass
@@ -450,12 +449,6 @@ def _failure_doc(s: _Session, fingerprint: Fingerprint, exc: BaseException) -> d
             "bytes_fetched": 0, "seconds": 0.0}
 
 
-def _report_timeout(until: float | None) -> float:
-    if until is None:
-        return REPORT_TIMEOUT
-    return min(REPORT_TIMEOUT, max(LATE_REPORT_TIMEOUT, until - time.monotonic()))
-
-
 def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
                  opened: Sequence[Store] = ()) -> None:
     """Write this run's report where the settings say (never to the index), else spool it."""
@@ -468,5 +461,7 @@ def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
                           nonce=os.urandom(4).hex(), version=__version__)
     spooled = s.settings.report_spool
     spool = Path(spooled).expanduser() if spooled else s.target / LOCAL_ENTRIES / SPOOL_DIR
-    send_report(report, s.settings.reports_to, s.settings.store_url, _report_timeout(s.until),
-                s.notice, spool=spool, store=opened[0] if opened else None)
+    timeout = REPORT_TIMEOUT if s.until is None else min(
+        REPORT_TIMEOUT, max(LATE_REPORT_TIMEOUT, s.until - time.monotonic()))
+    send_report(report, s.settings.reports_to, s.settings.store_url, timeout, s.notice,
+                spool=spool, store=opened[0] if opened else None)
