@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import codecs
 import errno
-import functools
 import os
 import stat
-import time
 from collections import ChainMap
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from neffcache.restore import fs
 from neffcache.restore.fs import Roots, datasync_at, replace_best_effort
@@ -30,6 +28,7 @@ from neffcache.thread_pool import map_in_threads
 
 STATE_FILE = ".neffcache-state.json"
 STATE_SCHEMA = 1
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,18 +244,14 @@ def save_state(target_dirs: Mapping[str, str], durable: Durable,
                pending: Pending | None = None) -> None:
     """Write each root's state file atomically (best effort), vouching for exactly the ``durable``
     records; ``pending`` ones are kept apart, under their boot."""
-    records = durable.records
     for root, d in target_dirs.items():
-        mine = sorted(p for rt, p in records if rt == root)
+        mine = _AtRoot(durable.records, root)
+        paths = sorted(mine)
         waiting = _AtRoot(pending or {}, root)
-        if not mine and next(iter(waiting), None) is None:
+        if not paths and next(iter(waiting), None) is None:
             continue
-        replace_best_effort(Path(d, STATE_FILE), encode_state_chunks(
-            mine, functools.partial(_record_at, records, root), waiting))
-
-
-def _record_at(records: Mapping[FileId, StateRecord], root: str, path: str) -> StateRecord:
-    return records[(root, path)]
+        replace_best_effort(Path(d, STATE_FILE), encode_state_chunks(paths, mine.__getitem__,
+                                                                     waiting))
 
 
 def pending_now(records: Mapping[FileId, StateRecord], skip: Container[FileId] = (),
@@ -289,20 +284,20 @@ class _Fresh(Mapping[FileId, tuple[str, StateRecord]]):
         return self._len
 
 
-class _AtRoot(Mapping[str, tuple[str, StateRecord]]):
-    """The pending records of one root, by path: a view of ``pending``."""
+class _AtRoot(Mapping[str, V]):
+    """The records of one root, by path: a view of ``records``."""
 
-    __slots__ = ("_pending", "_root")
+    __slots__ = ("_records", "_root")
 
-    def __init__(self, pending: Pending, root: str) -> None:
-        self._pending, self._root = pending, root
+    def __init__(self, records: Mapping[FileId, V], root: str) -> None:
+        self._records, self._root = records, root
 
-    def __getitem__(self, path: str) -> tuple[str, StateRecord]:
-        return self._pending[(self._root, path)]
+    def __getitem__(self, path: str) -> V:
+        return self._records[(self._root, path)]
 
     def __iter__(self) -> Iterator[str]:
         root = self._root
-        return (p for rt, p in self._pending if rt == root)
+        return (p for rt, p in self._records if rt == root)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -347,12 +342,9 @@ class Durable:
         """The ``records`` just hashed that equal a pending record from an earlier boot (so read
         from the disk)."""
         now = fs.boot_id()
-        out: dict[FileId, StateRecord] = {}
-        if now:
-            for k, r in records.items():
-                held = pending.get(k)  # one look (a packed table unpacks what it returns)
-                if held is not None and held[0] not in ("", now) and held[1] == r:
-                    out[k] = r
+        out = {k: r for k, r in records.items()  # one look (a packed table unpacks it)
+               if (held := pending.get(k)) is not None and held[0] not in ("", now)
+               and held[1] == r} if now else {}
         return Durable(MappingProxyType(out), _PROOF)
 
     def still(self, records: Mapping[FileId, StateRecord]) -> Durable:
@@ -382,8 +374,6 @@ def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: 
     def one(fid: FileId) -> bool | str:
         root, path = fid
         rec = fresh[fid]
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
         try:
             return datasync_at(roots.fds[root], path, lambda st: rec.matches(
                 st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
@@ -406,12 +396,8 @@ def settle_pending(roots: Roots, pending: Pending, wanted: Iterable[FileId], *,
                    workers: int = 8, deadline: float | None = None) -> SyncOutcome:
     """``sync_records`` of this boot's pending records of ``wanted`` files (older: hashed)."""
     now = fs.boot_id()
-    mine: dict[FileId, StateRecord] = {}
-    if now:
-        for k in wanted:
-            held = pending.get(k)
-            if held is not None and held[0] == now:
-                mine[k] = held[1]
+    mine = {k: held[1] for k in wanted
+            if (held := pending.get(k)) is not None and held[0] == now} if now else {}
     return sync_records(roots, mine, workers=workers, deadline=deadline)
 
 
