@@ -148,12 +148,9 @@ class PendingTable(Mapping[FileId, tuple[str, StateRecord]]):
 
 def load_states(target_dirs: Mapping[str, str]) -> tuple[StateTable, PendingTable]:
     """Each root's state file, read once: its durable and its pending records."""
-    files: dict[str, Rows] = {}
-    pending: dict[str, dict[str, Rows]] = {}
-    for root, d in target_dirs.items():
-        state = read_root_state(d)
-        files[root], pending[root] = state.files, state.pending
-    return StateTable(files), PendingTable(pending)
+    states = {root: read_root_state(d) for root, d in target_dirs.items()}
+    return StateTable({root: s.files for root, s in states.items()}), \
+        PendingTable({root: s.pending for root, s in states.items()})
 
 
 def load_state(target_dirs: Mapping[str, str]) -> StateTable:

@@ -20,18 +20,6 @@ class BadState(ValueError):
     """The text is not a state document this reader understands."""
 
 
-def pack_row(row: Any) -> bytes | None:
-    """A JSON row packed, or None if it is not one (wrong length or types, a bad sha256)."""
-    try:
-        size, mtime, ctime, inode, sha, mode = row
-        raw = bytes.fromhex(sha)  # TypeError: not a str
-        if len(raw) != 32 or len(sha) != 64:
-            return None
-        return PACKED.pack(size, mtime, ctime, inode, mode, raw)  # struct.error: not ints
-    except (ValueError, TypeError, struct.error):
-        return None
-
-
 def unpack_row(packed: bytes) -> tuple[int, int, int, int, str, int]:
     size, mtime, ctime, inode, mode, raw = PACKED.unpack(packed)
     return size, mtime, ctime, inode, raw.hex(), mode
@@ -182,9 +170,13 @@ def _rows(t: _Window, i: int, into: Rows) -> int:
         return i + 1
     while True:
         (path, row), i = _item(t, i, _row)
-        packed = pack_row(row)
-        if packed is not None:  # else not a record: its file is hashed again
-            into[path] = packed
+        try:  # a row of the wrong length or types, or a bad sha256, is left out: hashed again
+            size, mtime, ctime, inode, sha, mode = row
+            raw = bytes.fromhex(sha)  # TypeError: not a str
+            if len(raw) == 32 and len(sha) == 64:
+                into[path] = PACKED.pack(size, mtime, ctime, inode, mode, raw)  # struct.error
+        except (ValueError, TypeError, struct.error):
+            pass
         c = t.s[i]
         if c == "}":
             return i + 1
