@@ -9,15 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neffcache.backends import Backend
-from neffcache.errors import ManifestError, NotFoundError, UnavailableError, UntrustedEntryError
+from neffcache.errors import ManifestError, UntrustedEntryError
 from neffcache.manifest import DIGEST_FIELD, Manifest, decode_manifest, entry_key
-from neffcache.matrix import Cell
 from neffcache.restore.fs import Roots
 from neffcache.restore.local import local_manifest_path, read_missing_record
 from neffcache.restore.outcome import RestoreJob
 from neffcache.restore.plan import FileId, short_cells, wanted_pairs, wanted_sizes
 from neffcache.restore.resolve import (
-    CellFailure,
     ManifestCopies,
     Resolution,
     ask_cells,
@@ -79,8 +77,8 @@ def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str
     short = short_cells(held, dirs, present)  # not a whole plan: its claims of a million
     # the store asked whether it still has them: "missing" ones are gone
     confirmed = ask_cells([m.cell for m in held if m.cell.id in short],
-                          lambda c: _published(store, c, entry_key(c, fingerprint), deadline),
-                          workers, deadline)
+                          lambda c: "" if store.has(manifest_key(entry_key(c, fingerprint)))
+                          else "missing", workers, deadline)
     gone, failed, late = confirmed.missing, confirmed.failed, confirmed.unresolved
     uncopied = [(c, k) for c, k in zip(cells, keys, strict=True) if k not in copies]
     reused = [c for c, k in uncopied if k in recorded]
@@ -105,18 +103,6 @@ def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str
     present, records = _rescan(roots, state, held, resolution.found, present, records,
                                workers=workers, deadline=deadline)
     return Known(resolution, present, records, checked_at if reused else now)
-
-
-def _published(store: Store, cell: Cell, key: str, deadline: float | None) -> CellFailure | str:
-    """"" while the store has entry ``key``; else "missing", a failure, or "unresolved"."""
-    try:
-        return "" if store.has(manifest_key(key)) else "missing"
-    except NotFoundError:
-        return "missing"
-    except UnavailableError as exc:
-        if deadline is not None and time.monotonic() >= deadline:
-            return "unresolved"
-        return CellFailure(cell.id, "unavailable", str(exc))
 
 
 def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence[Manifest],

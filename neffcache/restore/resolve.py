@@ -91,9 +91,21 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
 
 def ask_cells(cells: Sequence[Cell], ask: Callable[[Cell], Manifest | CellFailure | str],
               workers: int, deadline: float | None) -> Resolution:
-    """``ask`` about each cell in parallel, the answers sorted: a manifest (found), a failure,
-    "missing", or "unresolved" (not asked before the deadline); any other answer: none of these."""
-    answers = list(zip(cells, map_in_threads(ask, cells, workers, deadline=deadline,
+    """``ask`` the store about each cell in parallel, the answers sorted: a manifest (found), a
+    failure (also: the store unavailable), "missing" (also: NotFoundError), or "unresolved" (not
+    asked before the deadline, or unavailable past it); any other answer: none of these."""
+
+    def one(cell: Cell) -> Manifest | CellFailure | str:
+        try:
+            return ask(cell)
+        except NotFoundError:
+            return "missing"
+        except UnavailableError as exc:
+            if deadline is not None and time.monotonic() >= deadline:
+                return "unresolved"  # the deadline cut the client's waits short
+            return CellFailure(cell.id, "unavailable", str(exc))
+
+    answers = list(zip(cells, map_in_threads(one, cells, workers, deadline=deadline,
                                              late=lambda c: "unresolved"), strict=True))
     return Resolution(tuple(a for _, a in answers if isinstance(a, Manifest)),
                       tuple(c for c, a in answers if a == "missing"),
@@ -103,8 +115,8 @@ def ask_cells(cells: Sequence[Cell], ask: Callable[[Cell], Manifest | CellFailur
 
 def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
                    deadline: float | None, trusted: Sequence[PublicKey] = (),
-                   keep: ManifestCopies | None = None) -> Manifest | CellFailure | str:
-    """The cell's manifest, a failure, "missing", or "unresolved" (the deadline)."""
+                   keep: ManifestCopies | None = None) -> Manifest | CellFailure:
+    """The cell's manifest, or an integrity failure (the store's errors: ``ask_cells``)."""
     for attempt in range(1, ATTEMPTS + 1):
         tmp, ok = None, False
         try:
@@ -118,12 +130,6 @@ def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
             check_trusted(m, trusted, f"manifests/{key}.json")
             ok = True
             return m
-        except NotFoundError:
-            return "missing"
-        except UnavailableError as exc:
-            if deadline is not None and time.monotonic() >= deadline:
-                return "unresolved"  # the deadline cut the client's waits short
-            return CellFailure(cell.id, "unavailable", str(exc))
         # damaged on the way or at rest, or untrusted (a mirror may hold the signed one): again
         except (ManifestError, UntrustedEntryError) as exc:
             if attempt == ATTEMPTS or (deadline is not None and time.monotonic() >= deadline):
