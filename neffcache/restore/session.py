@@ -202,7 +202,7 @@ def _restore_session(s: _Session) -> RestoreResult:
                  f"(.neffcache-*.tmp) left by an interrupted restore")
     result = replace(result, fingerprint_python=described_interpreter(s.settings.python),
                      explain_args=_explain_args(s, result.store_url),
-                     ready=tuple(s.announcer.announced))
+                     ready=tuple(s.announcer.announced.items()))
     if source is None:
         _send_report(s, result.to_json(), fingerprint, opened)
     return result

@@ -73,13 +73,8 @@ def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
             boots.setdefault(pending[p][0], []).append(p)
         del durable
     waiting = pending or {}
-
-    def pending_row(path: str) -> list[Any]:
-        return _row(waiting[path][1])
-
-    return encode_rows(paths, lambda p: _row(record(p)),
-                       ((boot, mine, pending_row) for boot, mine in boots.items()),
-                       STATE_SCHEMA, batch)
+    groups = [(boot, mine, lambda p: _row(waiting[p][1])) for boot, mine in boots.items()]
+    return encode_rows(paths, lambda p: _row(record(p)), groups, STATE_SCHEMA, batch)
 
 
 _MODES = {m: m for m in range(0o10000)}  # one int object per mode, not one per file
