@@ -30,7 +30,7 @@ def parse_row_pieces(pieces: Iterable[str], schema: int) -> tuple[Rows, dict[str
     as the parser gets to them); empty ones when it is not a state document of ``schema``."""
     try:
         files, pending, version = _parse(_Window(pieces))
-    except (BadState, IndexError, ValueError):
+    except (BadState, IndexError, ValueError, StopIteration):
         return {}, {}
     return (files, pending) if version == [schema] else ({}, {})
 
@@ -80,7 +80,7 @@ def _parse(t: _Window) -> tuple[Rows, dict[str, Rows], list[Any]]:
             return _rows(t, i, files)
         if key == "pending":
             return _object(t, i, lambda boot, j: _rows(t, j, pending.setdefault(boot, {})))
-        value, i = _item(t, i, _value)
+        value, i = _item(t, i, _scan_value)
         if key == "schema_version":
             version.append(value)
         return i
@@ -118,17 +118,10 @@ def _item(t: _Window, i: int, step: Callable[[str, int], tuple[Any, int]]) -> tu
             value, j = step(t.s, i)
             if j + 3 <= len(t.s) or t.eof:
                 return value, j
-        except (BadState, ValueError, IndexError):
+        except (BadState, ValueError, IndexError, StopIteration):  # StopIteration: no value there
             if t.eof:
                 raise
         i = t.more(i)
-
-
-def _value(s: str, i: int) -> tuple[Any, int]:
-    try:
-        return _scan_value(s, i)
-    except StopIteration as exc:
-        raise BadState(f"a value expected at {i}") from exc
 
 
 def _key(s: str, i: int) -> tuple[str, int]:
@@ -196,10 +189,7 @@ def _row(s: str, i: int) -> tuple[tuple[str, Any], int]:
         if s[i] != ":":
             raise BadState(f"':' expected at {i}")
     i = _skip_in(s, i + 1) if s[i + 1] in _WHITE else i + 1
-    try:
-        row, i = _scan_value(s, i)
-    except StopIteration as exc:
-        raise BadState(f"a row expected at {i}") from exc
+    row, i = _scan_value(s, i)  # StopIteration: no value there
     if i < len(s) and s[i] in _WHITE:
         i = _skip_in(s, i)
     return (path, row), i
