@@ -149,9 +149,12 @@ class _Session:
 
     def job(self, fingerprint: Fingerprint, workers: int, transfers: int | None = None,
             progress: Progress | None = None) -> RestoreJob:
-        return RestoreJob(self.cells, self.backend, fingerprint, self.target, workers=workers,
-                          transfers=transfers, deadline=self.until, trusted=self.trusted,
-                          notice=self.notice, progress=progress, announcer=self.announcer)
+        """``workers`` and ``transfers`` are the defaults: a request's ``workers`` sets both."""
+        asked = self.request.workers
+        return RestoreJob(self.cells, self.backend, fingerprint, self.target,
+                          workers=asked or workers, transfers=asked or transfers,
+                          deadline=self.until, trusted=self.trusted, notice=self.notice,
+                          progress=progress, announcer=self.announcer)
 
 
 def restore(request: RestoreRequest) -> RestoreResult:
@@ -229,8 +232,7 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
     with ExitStack() as stack:
         store = _mirrored(s, open_store(s.settings.store_url), stack)  # as the restore reads it
         store.check()
-        preview = preview_cells(store, s.job(fingerprint,
-                                             s.request.workers or default_workers()))
+        preview = preview_cells(store, s.job(fingerprint, default_workers()))
     return replace(preview, judged=replace(preview.judged,
                                            explain_args=_explain_args(s, store.url)))
 
@@ -327,7 +329,7 @@ def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
         result = _in_place(s, fingerprint, url)
         if result is None and source is not None:
             source.verify_all()  # every member hashed: nothing is installed from a bad bundle
-            result = run_job(source, s.job(fingerprint, s.request.workers or BUNDLE_WORKERS))
+            result = run_job(source, s.job(fingerprint, BUNDLE_WORKERS))
         elif result is None:
             result = _before(s.until, lambda: _from_store(s, fingerprint, opened))
         return replace(result, signatures_checked=bool(s.trusted), evicted=evicted[0],
@@ -355,9 +357,7 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
     """The restore from the store, then each mirror; the store opened is appended to ``opened``."""
     primary = open_store(s.settings.store_url, deadline=s.until)
     opened.append(primary)
-    workers = s.request.workers
-    job = s.job(fingerprint, workers or default_workers(), workers or default_transfers(),
-                s.request.progress)
+    job = s.job(fingerprint, default_workers(), default_transfers(), s.request.progress)
     with ExitStack() as stack:
         store = _mirrored(s, primary, stack)
         if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
