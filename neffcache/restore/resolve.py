@@ -83,8 +83,33 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
                     trusted: Sequence[PublicKey] = (),
                     keep: ManifestCopies | None = None) -> Resolution:
     """Read and validate each cell's manifest for this fingerprint (in parallel)."""
-    asked = ask_cells(cells, lambda c: _read_manifest(store, c, entry_key(c, fingerprint), backend,
-                                                      deadline, trusted, keep), workers, deadline)
+
+    def read(cell: Cell) -> Manifest | CellFailure:
+        """The cell's manifest, or an integrity failure (the store's errors: ``ask_cells``)."""
+        key = entry_key(cell, fingerprint)
+        source = f"manifests/{key}.json"
+        for attempt in range(1, ATTEMPTS + 1):
+            tmp, ok = None, False
+            try:
+                box = [store.read(manifest_key(key))]
+                tmp = keep.aside(key, box[0]) if keep is not None else None
+                # the bytes handed over as a temporary (popped): decoding frees them once parsed
+                m = decode_manifest(box.pop(), allowed_roots=backend.root_names, source=source)
+                if m.entry_key != key:
+                    raise ManifestError(f"{source} describes entry {m.entry_key}")
+                check_trusted(m, trusted, source)
+                ok = True
+                return m
+            # damaged on the way or at rest, or untrusted (a mirror may hold the signed one): again
+            except (ManifestError, UntrustedEntryError) as exc:
+                if attempt == ATTEMPTS or (deadline is not None and time.monotonic() >= deadline):
+                    return CellFailure(cell.id, "integrity", str(exc))
+            finally:
+                if keep is not None:
+                    keep.settle(key, tmp, ok)
+        raise AssertionError("unreachable")
+
+    asked = ask_cells(cells, read, workers, deadline)
     return replace(asked, elsewhere=find_elsewhere(store, asked.missing, fingerprint,
                                                    workers=workers, deadline=deadline))
 
@@ -111,33 +136,6 @@ def ask_cells(cells: Sequence[Cell], ask: Callable[[Cell], Manifest | CellFailur
                       tuple(c for c, a in answers if a == "missing"),
                       tuple(a for _, a in answers if isinstance(a, CellFailure)),
                       tuple(c for c, a in answers if a == "unresolved"))
-
-
-def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
-                   deadline: float | None, trusted: Sequence[PublicKey] = (),
-                   keep: ManifestCopies | None = None) -> Manifest | CellFailure:
-    """The cell's manifest, or an integrity failure (the store's errors: ``ask_cells``)."""
-    for attempt in range(1, ATTEMPTS + 1):
-        tmp, ok = None, False
-        try:
-            box = [store.read(manifest_key(key))]
-            tmp = keep.aside(key, box[0]) if keep is not None else None
-            # the bytes handed over as a temporary (popped): decoding frees them once parsed
-            m = decode_manifest(box.pop(), allowed_roots=backend.root_names,
-                                source=f"manifests/{key}.json")
-            if m.entry_key != key:
-                raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
-            check_trusted(m, trusted, f"manifests/{key}.json")
-            ok = True
-            return m
-        # damaged on the way or at rest, or untrusted (a mirror may hold the signed one): again
-        except (ManifestError, UntrustedEntryError) as exc:
-            if attempt == ATTEMPTS or (deadline is not None and time.monotonic() >= deadline):
-                return CellFailure(cell.id, "integrity", str(exc))
-        finally:
-            if keep is not None:
-                keep.settle(key, tmp, ok)
-    raise AssertionError("unreachable")
 
 
 def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint, *,
