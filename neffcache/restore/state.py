@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import os
 import stat
@@ -215,15 +216,10 @@ def save_settled(target_dirs: Mapping[str, str], states: Mapping[str, RootState]
     """Write back each root's state file whose pending rows were settled, if the file there is still
     the one read (a restore in between wrote its own). Call it holding DIR's lock."""
     for root, state in states.items():
-        if not state.settled:
-            continue
         final = Path(target_dirs[root], STATE_FILE)
-        try:
-            if state.stamp is None or _stamp(os.stat(final, follow_symlinks=False)) != state.stamp:
-                continue
-        except OSError:
-            continue
-        _rewrite(final, state.files, state.pending)
+        with contextlib.suppress(OSError):  # gone or unreadable there: not the file read
+            if state.settled and _stamp(os.stat(final, follow_symlinks=False)) == state.stamp:
+                _rewrite(final, state.files, state.pending)
 
 
 def _rewrite(final: Path, files: Rows, pending: Mapping[str, Rows]) -> None:
