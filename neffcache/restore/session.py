@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -182,12 +182,9 @@ def _restore_session(s: _Session) -> RestoreResult:
         request.on_environment(cache_environment(s.backend, str(s.target)))
     source = _open_bundle(request)
     opened: list[Store] = []  # the store the restore opened: the report goes through it too
-    try:
+    with source or nullcontext():
         fingerprint = _fingerprint(s)
         result = _restore(s, fingerprint, source, opened)
-    finally:
-        if source is not None:
-            source.close()
     if result.conflicts:
         s.notice(conflict_warning(result.conflicts))
     if result.repair_hint:
@@ -392,13 +389,11 @@ def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreR
     if all(marker_entry(s.target, cid) == key for cid, key in ready):
         s.announcer.reset(ready, ())
         return result
-    try:
-        with lock_destination(str(s.target), deadline=time.monotonic()) as held:
-            if not held.unclean:  # a killed restore's mark stays for the full run's sweep
-                s.announcer.reset(ready, ())
-                held.finished()
-    except DeadlineExceededError:  # a restore runs there now: it announces for itself
-        pass
+    lock = lock_destination(str(s.target), deadline=time.monotonic())
+    with suppress(DeadlineExceededError), lock as held:  # raised: a restore runs there, announcing
+        if not held.unclean:  # a killed restore's mark stays for the full run's sweep
+            s.announcer.reset(ready, ())
+            held.finished()
     return result
 
 
