@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, wait
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -402,27 +403,23 @@ def _before(until: float | None, work: Callable[[], T]) -> T:
     on in a daemon thread): store calls stop by then, so this only catches one that hangs."""
     if until is None:
         return work()
-    done: list[T] = []
-    failed: list[BaseException] = []
+    future: Future[T] = Future()
 
     def run() -> None:
         try:
-            done.append(work())
+            future.set_result(work())
         except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
-            failed.append(exc)
+            future.set_exception(exc)
 
-    worker = threading.Thread(target=run, name="neffcache-restore-main", daemon=True)
-    worker.start()
-    worker.join(max(0.0, until - time.monotonic()) + OVERRUN)
-    if failed:
-        if isinstance(failed[0], UnavailableError) and time.monotonic() >= until:
-            raise DeadlineExceededError(f"{failed[0]}; the deadline passed first (the store "
-                                        "client's waits end at the deadline)") from None
-        raise failed[0]
-    if done:
-        return done[0]
-    raise DeadlineExceededError("the store did not answer before the deadline; nothing more "
-                                "was installed (a rerun fetches what is missing)")
+    threading.Thread(target=run, name="neffcache-restore-main", daemon=True).start()
+    wait([future], max(0.0, until - time.monotonic()) + OVERRUN)
+    if not future.done():
+        raise DeadlineExceededError("the store did not answer before the deadline; nothing more "
+                                    "was installed (a rerun fetches what is missing)")
+    if isinstance(future.exception(), UnavailableError) and time.monotonic() >= until:
+        raise DeadlineExceededError(f"{future.exception()}; the deadline passed first (the store "
+                                    "client's waits end at the deadline)") from None
+    return future.result()
 
 
 def _make_scratch_dirs(backend: Backend, target: Path) -> None:
