@@ -13,7 +13,7 @@ from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from neffcache.backends import Backend, cache_environment, get_backend, root_dirs
 from neffcache.config import REPORTS_OFF, Settings, read_settings
@@ -64,8 +64,6 @@ LATE_REPORT_TIMEOUT = 0.2  # ... and this long once the deadline has passed
 OVERRUN = 0.3
 BUNDLE_WORKERS = 4  # a local file: a few readers are enough
 TRANSFERS_PER_CPU = 2  # default_workers
-
-T = TypeVar("T")
 
 
 @checked_request
@@ -177,11 +175,10 @@ def restore(request: RestoreRequest) -> RestoreResult:
 
 
 def _restore_session(s: _Session) -> RestoreResult:
-    request = s.request
     _make_scratch_dirs(s.backend, s.target)
-    if request.on_environment is not None:  # before anything that can fail on the network
-        request.on_environment(cache_environment(s.backend, str(s.target)))
-    source = _open_bundle(request)
+    if s.request.on_environment is not None:  # before anything that can fail on the network
+        s.request.on_environment(cache_environment(s.backend, str(s.target)))
+    source = _open_bundle(s.request)
     opened: list[Store] = []  # the store the restore opened: the report goes through it too
     with source or nullcontext():
         fingerprint = _fingerprint(s)
@@ -298,9 +295,8 @@ def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
 
 
 def _fingerprint(s: _Session) -> Fingerprint:
-    if s.request.fingerprint is not None:
-        return s.request.fingerprint
-    return collect_fingerprint(s.backend.name, os.environ, python=s.settings.python)
+    return s.request.fingerprint or collect_fingerprint(s.backend.name, os.environ,
+                                                        python=s.settings.python)
 
 
 def _open_bundle(request: RestoreRequest) -> BundleStore | None:
@@ -398,12 +394,12 @@ def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreR
     return result
 
 
-def _before(until: float | None, work: Callable[[], T]) -> T:
+def _before(until: float | None, work: Callable[[], RestoreResult]) -> RestoreResult:
     """``work()``, waited for until just after the deadline (then DeadlineExceededError; it runs
     on in a daemon thread): store calls stop by then, so this only catches one that hangs."""
     if until is None:
         return work()
-    future: Future[T] = Future()
+    future: Future[RestoreResult] = Future()
 
     def run() -> None:
         try:
