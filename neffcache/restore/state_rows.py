@@ -77,9 +77,9 @@ def _parse(t: _Window) -> tuple[Rows, dict[str, Rows], list[Any]]:
 
     def top(key: str, i: int) -> int:
         if key == "files":
-            return _rows(t, i, files)
+            return _object(t, i, into=files)
         if key == "pending":
-            return _object(t, i, lambda boot, j: _rows(t, j, pending.setdefault(boot, {})))
+            return _object(t, i, lambda boot, j: _object(t, j, into=pending.setdefault(boot, {})))
         value, i = _item(t, i, _scan_value)
         if key == "schema_version":
             version.append(value)
@@ -134,8 +134,11 @@ def _key(s: str, i: int) -> tuple[str, int]:
     return key, i + 1
 
 
-def _object(t: _Window, i: int, member: Callable[[str, int], int]) -> int:
-    """Walk the JSON object at ``i``: ``member(key, i)`` reads each value and returns its end."""
+def _object(t: _Window, i: int, member: Callable[[str, int], int] | None = None,
+            into: Rows | None = None) -> int:
+    """Walk the JSON object at ``i``: ``member(key, i)`` reads each value and returns its end;
+    or, given ``into``, each member is a row packed into it, implausible rows left out (the hot
+    loop)."""
     i = t.at(i)
     if t.s[i] != "{":
         raise BadState(f"an object expected at {i}")
@@ -143,33 +146,18 @@ def _object(t: _Window, i: int, member: Callable[[str, int], int]) -> int:
     if t.s[i] == "}":
         return i + 1
     while True:
-        key, i = _item(t, i, _key)
-        i = _skip(t, member(key, _skip(t, i)))
-        c = t.s[i]
-        if c == "}":
-            return i + 1
-        if c != ",":
-            raise BadState(f"',' or '}}' expected at {i}")
-        i = _skip(t, i + 1)
-
-
-def _rows(t: _Window, i: int, into: Rows) -> int:
-    """The object of rows at ``i`` into ``into``, implausible rows left out (the hot loop)."""
-    i = t.at(i)
-    if t.s[i] != "{":
-        raise BadState(f"an object expected at {i}")
-    i = _skip(t, i + 1)
-    if t.s[i] == "}":
-        return i + 1
-    while True:
-        (path, row), i = _item(t, i, _row)
-        try:  # a row of the wrong length or types, or a bad sha256, is left out: hashed again
-            size, mtime, ctime, inode, sha, mode = row
-            raw = bytes.fromhex(sha)  # TypeError: not a str
-            if len(raw) == 32 and len(sha) == 64:
-                into[path] = PACKED.pack(size, mtime, ctime, inode, mode, raw)  # struct.error
-        except (ValueError, TypeError, struct.error):
-            pass
+        if into is not None:
+            (path, row), i = _item(t, i, _row)
+            try:  # a row of the wrong length or types, or a bad sha256, is left out: hashed again
+                size, mtime, ctime, inode, sha, mode = row
+                raw = bytes.fromhex(sha)  # TypeError: not a str
+                if len(raw) == 32 and len(sha) == 64:
+                    into[path] = PACKED.pack(size, mtime, ctime, inode, mode, raw)  # struct.error
+            except (ValueError, TypeError, struct.error):
+                pass
+        elif member is not None:
+            key, i = _item(t, _skip(t, i), _key)
+            i = _skip(t, member(key, _skip(t, i)))
         c = t.s[i]
         if c == "}":
             return i + 1
