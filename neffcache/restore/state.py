@@ -47,6 +47,10 @@ class StateRecord:
         return (self.size, self.mtime_ns, self.ctime_ns, self.inode) == \
             (size, mtime_ns, ctime_ns, inode)
 
+    def is_file(self, st: os.stat_result) -> bool:
+        """Whether ``st`` is the very file (inode, size, times) this record describes."""
+        return self.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
 
 # Installed, not known durable: (boot, record). The state file never vouches for bytes that may
 # not be on disk: the next restore in that boot fdatasyncs a pending file, a later boot hashes it.
@@ -177,11 +181,7 @@ class RootState:
         """True once the very file (inode, size, times) of ``path``'s row pending in this boot is
         ``fdatasync``ed; moves nothing (it may run on another thread than ``settle``)."""
         packed = self.this_boot().get(path)
-        if packed is None:
-            return False
-        size, mtime, ctime, inode, _sha, _mode = unpack_row(packed)
-        return datasync_at(dfd, path, lambda st: (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                                  st.st_ino) == (size, mtime, ctime, inode))
+        return packed is not None and datasync_at(dfd, path, _record(packed).is_file)
 
     def settle(self, path: str) -> None:
         """``path``'s row pending in this boot is durable now (synced)."""
@@ -360,11 +360,8 @@ def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: 
     items = sorted(fresh)  # keys only: no (key, record) pair per file
 
     def one(fid: FileId) -> bool | str:
-        root, path = fid
-        rec = fresh[fid]
         try:
-            return datasync_at(roots.fds[root], path, lambda st: rec.matches(
-                st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+            return datasync_at(roots.fds[fid[0]], fid[1], fresh[fid].is_file)
         except (FileNotFoundError, NotADirectoryError):
             return False  # gone or replaced meanwhile: not that file, so not vouched for
         except OSError as exc:
