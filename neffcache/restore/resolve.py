@@ -40,9 +40,6 @@ class Resolution:
     elsewhere: tuple[tuple[str, tuple[str, ...]], ...] = ()  # cell id -> other fingerprint keys
 
 
-_NEW_COPY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 class ManifestCopies:
     """Keeps each manifest's bytes read from the store as its local copy: put aside before decoding,
     renamed once it decoded as that entry's manifest. Best effort, not fsynced."""
@@ -53,12 +50,10 @@ class ManifestCopies:
     def aside(self, key: str, data: bytes) -> str | None:
         tmp = os.path.join(self.target, ENTRIES_DIR, tmp_name())
         try:
-            fd = os.open(tmp, _NEW_COPY, 0o666)
-        except OSError:
-            return None
-        try:
-            with os.fdopen(fd, "wb") as fh:
+            with open(tmp, "xb") as fh:  # exclusive: never through a name already there
                 fh.write(data)
+        except FileExistsError:
+            return None  # not this copy's: left alone
         except OSError:
             self.settle(key, tmp, False)
             return None
