@@ -138,14 +138,12 @@ def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint
                    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """For cells without an entry: the other fingerprints they were built for (one LIST each)."""
 
-    def one(cell: Cell) -> tuple[str, tuple[str, ...]]:
-        prefix = f"{CELLS}{cell.key}/"
+    def others(cell: Cell) -> tuple[str, ...]:
         try:
-            pointers = [pointer_parts(k) for k in store.list(prefix)]
+            pointers = [pointer_parts(k) for k in store.list(f"{CELLS}{cell.key}/")]
         except (UnavailableError, NotFoundError):
-            return cell.id, ()
-        fps = sorted(p[1] for p in pointers if p is not None)
-        return cell.id, tuple(f for f in fps if f != fingerprint.key)
+            return ()
+        return tuple(sorted(p[1] for p in pointers if p is not None and p[1] != fingerprint.key))
 
-    return tuple((cid, fps) for cid, fps in map_in_threads(
-        one, cells, workers, deadline=deadline, late=lambda c: (c.id, ())) if fps)
+    found = map_in_threads(others, cells, workers, deadline=deadline, late=lambda c: ())
+    return tuple((c.id, fps) for c, fps in zip(cells, found, strict=True) if fps)

@@ -191,15 +191,13 @@ def encode_rows(files: Sequence[str], file_row: Callable[[str], list[Any]],
     yield b'{"schema_version":%d,"files":{' % schema
     yield from _pieces(files, file_row, batch)  # not copied: a million paths are 8 MiB
     yield b"}"
-    first = True
+    before = b',"pending":{'  # the first boot's, then between boots
     for boot, paths, row in pending:
-        yield (b',"pending":{' if first else b",") + json.dumps(boot).encode() + b":{"
+        yield before + json.dumps(boot).encode() + b":{"
         yield from _pieces(paths, row, batch)
         yield b"}"
-        first = False
-    if not first:
-        yield b"}"
-    yield b"}"
+        before = b","
+    yield b"}}" if before == b"," else b"}"
 
 
 def _pieces(paths: Sequence[str], row: Callable[[str], list[Any]], batch: int) -> Iterator[bytes]:
