@@ -63,7 +63,8 @@ LATE_REPORT_TIMEOUT = 0.2  # ... and this long once the deadline has passed
 # How long after the deadline the restore is waited for (its workers get thread_pool.GRACE).
 OVERRUN = 0.3
 BUNDLE_WORKERS = 4  # a local file: a few readers are enough
-TRANSFERS_PER_CPU = 2  # default_workers
+# Fewer than default_workers: on 2 CPUs, 4 threads spent 10-15 % less CPU than 8 (issue 22).
+TRANSFERS_PER_CPU = 2
 
 
 @checked_request
@@ -237,11 +238,6 @@ def default_workers() -> int:
     return min(16, 4 * usable_cpus())
 
 
-def default_transfers() -> int:
-    # fewer than default_workers: on 2 CPUs, 4 threads spent 10-15 % less CPU than 8 (issue 22)
-    return min(16, TRANSFERS_PER_CPU * usable_cpus())
-
-
 def conflict_warning(conflicts: Sequence[Conflict], listed: int = 3) -> str:
     some = "; ".join(c.message for c in conflicts[:listed])
     more = f"; and {len(conflicts) - listed} more" if len(conflicts) > listed else ""
@@ -351,7 +347,8 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
     """The restore from the store, then each mirror; the store opened is appended to ``opened``."""
     primary = open_store(s.settings.store_url, deadline=s.until)
     opened.append(primary)
-    job = s.job(fingerprint, default_workers(), default_transfers(), s.request.progress)
+    job = s.job(fingerprint, default_workers(), min(16, TRANSFERS_PER_CPU * usable_cpus()),
+                s.request.progress)
     with ExitStack() as stack:
         store = _mirrored(s, primary, stack)
         if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
