@@ -172,39 +172,35 @@ def restore(request: RestoreRequest) -> RestoreResult:
     silent past the deadline (3); a failure report is written once the fingerprint is known."""
     s = _session(request)
     with _handing_over(s.backend, s.target):
-        return _restore_session(s)
-
-
-def _restore_session(s: _Session) -> RestoreResult:
-    _make_scratch_dirs(s.backend, s.target)
-    if s.request.on_environment is not None:  # before anything that can fail on the network
-        s.request.on_environment(cache_environment(s.backend, str(s.target)))
-    source = _open_bundle(s.request)
-    opened: list[Store] = []  # the store the restore opened: the report goes through it too
-    with source or nullcontext():
-        fingerprint = _fingerprint(s)
-        result = _restore(s, fingerprint, source, opened)
-    if result.conflicts:
-        s.notice(conflict_warning(result.conflicts))
-    if result.repair_hint:
-        s.notice(f"restore: a mirror served objects the store lacked or held damaged; repair "
-                 f"the store: {result.repair_hint}")
-    if not s.trusted and result.signers:
-        s.notice(f"note: entries signed by key(s) {', '.join(result.signers)}; no trusted key "
-                 f"is configured, so no signature was checked (--trusted-key, "
-                 f"NEFFCACHE_TRUSTED_KEYS)")
-    if result.files_unsynced:
-        s.notice(f"restore: {result.files_unsynced} file(s) in place were not synced before the "
-                 f"deadline; they stay pending (a later restore syncs them)")
-    if result.stale_temps_removed:
-        s.notice(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
-                 f"(.neffcache-*.tmp) left by an interrupted restore")
-    result = replace(result, fingerprint_python=described_interpreter(s.settings.python),
-                     explain_args=_explain_args(s, result.store_url),
-                     ready=tuple(s.announcer.announced.items()))
-    if source is None:
-        _send_report(s, result.to_json(), fingerprint, opened)
-    return result
+        _make_scratch_dirs(s.backend, s.target)
+        if request.on_environment is not None:  # before anything that can fail on the network
+            request.on_environment(cache_environment(s.backend, str(s.target)))
+        source = _open_bundle(request)
+        opened: list[Store] = []  # the store the restore opened: the report goes through it too
+        with source or nullcontext():
+            fingerprint = _fingerprint(s)
+            result = _restore(s, fingerprint, source, opened)
+        if result.conflicts:
+            s.notice(conflict_warning(result.conflicts))
+        if result.repair_hint:
+            s.notice(f"restore: a mirror served objects the store lacked or held damaged; repair "
+                     f"the store: {result.repair_hint}")
+        if not s.trusted and result.signers:
+            s.notice(f"note: entries signed by key(s) {', '.join(result.signers)}; no trusted key "
+                     f"is configured, so no signature was checked (--trusted-key, "
+                     f"NEFFCACHE_TRUSTED_KEYS)")
+        if result.files_unsynced:
+            s.notice(f"restore: {result.files_unsynced} file(s) in place were not synced before "
+                     f"the deadline; they stay pending (a later restore syncs them)")
+        if result.stale_temps_removed:
+            s.notice(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
+                     f"(.neffcache-*.tmp) left by an interrupted restore")
+        result = replace(result, fingerprint_python=described_interpreter(s.settings.python),
+                         explain_args=_explain_args(s, result.store_url),
+                         ready=tuple(s.announcer.announced.items()))
+        if source is None:
+            _send_report(s, result.to_json(), fingerprint, opened)
+        return result
 
 
 @contextmanager
