@@ -62,13 +62,11 @@ class ManifestCopies:
     def settle(self, key: str, tmp: str | None, ok: bool) -> None:
         if tmp is None:
             return
-        if ok:
-            try:
+        with contextlib.suppress(OSError):
+            if ok:
                 os.replace(tmp, local_manifest_path(self.target, key))
                 return
-            except OSError:
-                pass
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # not decoded, or not renamed: no copy
             os.unlink(tmp)
 
 
