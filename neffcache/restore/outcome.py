@@ -147,10 +147,10 @@ class RestoreResult(ExitRule):
     @property
     def repair_hint(self) -> str | None:
         """The command that repairs the store from the first mirror that served objects, or None."""
-        served = [url for url, n in self.served_by if n and url != self.store_url]
-        if not served:
-            return None
-        return f"neffcache repair --store {self.store_url} --from {served[0]}"
+        for url, n in self.served_by:
+            if n and url != self.store_url:
+                return f"neffcache repair --store {self.store_url} --from {url}"
+        return None
 
     @property
     def files_failed(self) -> int:

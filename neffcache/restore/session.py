@@ -435,8 +435,7 @@ def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
     """Write this run's report where the settings say (never to the index), else spool it."""
     if s.settings.reports_to == REPORTS_OFF:
         return
-    doc = dict(doc)
-    doc.setdefault("store", describe_store(s.settings.store_url))
+    doc = {"store": describe_store(s.settings.store_url), **doc}  # the doc's own store wins
     report = build_report(doc, fingerprint=fingerprint, host=socket.gethostname(),
                           matrix=s.matrix_name, now=datetime.now(timezone.utc),
                           nonce=os.urandom(4).hex(), version=__version__)
