@@ -268,15 +268,11 @@ def _session(request: RestoreRequest) -> _Session:
 def prioritized(cells: Sequence[Cell], first: Sequence[str]) -> tuple[Cell, ...]:
     """``cells`` matching ``first[0]`` first, then ``first[1]``, ..., then the rest, each in matrix
     order; a glob that matches no cell is a UsageError."""
-    rank = len(first)
     for glob in first:
         if not any(fnmatch.fnmatchcase(c.id, glob) for c in cells):
             raise UsageError(f"--first {glob}: matches no selected cell")
-
-    def key(c: Cell) -> int:
-        return next((i for i, g in enumerate(first) if fnmatch.fnmatchcase(c.id, g)), rank)
-
-    return tuple(sorted(cells, key=key))  # stable: matrix order within a rank
+    return tuple(sorted(cells, key=lambda c: next(  # stable: matrix order within a rank
+        (i for i, g in enumerate(first) if fnmatch.fnmatchcase(c.id, g)), len(first))))
 
 
 def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
