@@ -80,7 +80,8 @@ class Announcer:
         self._lock = threading.Lock()
 
     def reset(self, ready: Sequence[tuple[str, str]], waiting: Iterable[str]) -> None:
-        """Under DIR's lock, before any install: unmark ``waiting``, announce ``ready``."""
+        """Before any install: unmark ``waiting``, announce ``ready`` (writing a marker that is
+        missing or names another entry: only under DIR's lock)."""
         remove_markers(self.target, waiting)
         for cid, key in ready:
             self.ready(cid, key, rewrite=False)
