@@ -65,10 +65,6 @@ class _Window:
         self.s = "".join(parts)  # one part: that very string, not a copy
         return 0
 
-    def more(self, i: int) -> int:
-        """``at(i)`` with twice what follows ``i`` now: an item ran past the window's end."""
-        return self.at(i, 2 * (len(self.s) - i) + MARGIN)
-
 
 def _parse(t: _Window) -> tuple[Rows, dict[str, Rows], list[Any]]:
     files: Rows = {}
@@ -121,7 +117,7 @@ def _item(t: _Window, i: int, step: Callable[[str, int], tuple[Any, int]]) -> tu
         except (BadState, ValueError, IndexError, StopIteration):  # StopIteration: no value there
             if t.eof:
                 raise
-        i = t.more(i)
+        i = t.at(i, 2 * (len(t.s) - i) + MARGIN)  # it ran past the window: twice as much
 
 
 def _key(s: str, i: int) -> tuple[str, int]:
