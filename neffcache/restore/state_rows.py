@@ -28,11 +28,27 @@ def unpack_row(packed: bytes) -> tuple[int, int, int, int, str, int]:
 def parse_row_pieces(pieces: Iterable[str], schema: int) -> tuple[Rows, dict[str, Rows]]:
     """The durable rows and the pending rows by boot, packed, of the text ``pieces`` make up (read
     as the parser gets to them); empty ones when it is not a state document of ``schema``."""
+    t = _Window(pieces)
+    files: Rows = {}
+    pending: dict[str, Rows] = {}
+    version: list[Any] = []
+
+    def top(key: str, i: int) -> int:
+        if key == "files":
+            return _object(t, i, into=files)
+        if key == "pending":
+            return _object(t, i, lambda boot, j: _object(t, j, into=pending.setdefault(boot, {})))
+        value, i = _item(t, i, _scan_value)
+        if key == "schema_version":
+            version.append(value)
+        return i
+
     try:
-        files, pending, version = _parse(_Window(pieces))
+        end = _skip(t, _object(t, _skip(t, 0), top))
     except (BadState, IndexError, ValueError, StopIteration):
         return {}, {}
-    return (files, pending) if version == [schema] else ({}, {})
+    # text after the document, or another schema: not a state document this reader understands
+    return (files, pending) if end == len(t.s) and version == [schema] else ({}, {})
 
 
 MARGIN = 1 << 16  # characters kept ahead of the parser: an item longer than this is read again
@@ -64,27 +80,6 @@ class _Window:
             have += len(piece)
         self.s = "".join(parts)  # one part: that very string, not a copy
         return 0
-
-
-def _parse(t: _Window) -> tuple[Rows, dict[str, Rows], list[Any]]:
-    files: Rows = {}
-    pending: dict[str, Rows] = {}
-    version: list[Any] = []
-
-    def top(key: str, i: int) -> int:
-        if key == "files":
-            return _object(t, i, into=files)
-        if key == "pending":
-            return _object(t, i, lambda boot, j: _object(t, j, into=pending.setdefault(boot, {})))
-        value, i = _item(t, i, _scan_value)
-        if key == "schema_version":
-            version.append(value)
-        return i
-
-    end = _skip(t, _object(t, _skip(t, 0), top))
-    if end != len(t.s):
-        raise BadState("text after the document")
-    return files, pending, version
 
 
 def _skip(t: _Window, i: int) -> int:
