@@ -246,10 +246,8 @@ def _session(request: RestoreRequest) -> _Session:
     until = None if request.deadline is None else started + request.deadline
     settings = read_settings(os.environ, store=request.store, python=request.python,
                              reports=request.report_to)
-    if isinstance(request.matrix, Matrix):
-        m, label = request.matrix, request.matrix.source
-    else:
-        m, label = load_matrix(request.matrix), str(request.matrix)
+    m = request.matrix if isinstance(request.matrix, Matrix) else load_matrix(request.matrix)
+    label = m.source if m is request.matrix else str(request.matrix)
     backend = get_backend(m.backend)
     target = Path(request.to).expanduser().absolute()
     with _handing_over(backend, target):
