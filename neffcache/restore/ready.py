@@ -33,11 +33,10 @@ def marker_entry(target: str | Path, cell_id: str) -> str | None:
     try:
         doc = json.loads(marker_path(target, cell_id).read_bytes())
         key = doc["entry_key"]
-        if doc["cell"] != cell_id or not isinstance(key, str) or not key.isalnum():
-            return None
+        plausible = doc["cell"] == cell_id and isinstance(key, str) and key.isalnum()
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return key
+    return key if plausible else None
 
 
 def write_marker(target: str | Path, cell_id: str, key: str) -> None:
