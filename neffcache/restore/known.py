@@ -100,15 +100,13 @@ def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str
         missing=tuple(c for c in cells if c.id in missing_ids),
         failed=(*failed, *asked.failed), unresolved=(*late, *asked.unresolved),
         elsewhere=tuple((c.id, elsewhere[c.id]) for c in cells if c.id in elsewhere))
-    present, records = _rescan(roots, state, held, resolution.found, present, records,
-                               workers=workers, deadline=deadline)
+    present, records = _rescan(job, roots, state, held, resolution.found, present, records)
     return Known(resolution, present, records, checked_at if reused else now)
 
 
-def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence[Manifest],
-            found: Sequence[Manifest], present: Present,
-            records: dict[FileId, StateRecord], *, workers: int, deadline: float | None
-            ) -> tuple[Present, dict[FileId, StateRecord]]:
+def _rescan(job: RestoreJob, roots: Roots, state: Mapping[FileId, StateRecord],
+            scanned: Sequence[Manifest], found: Sequence[Manifest], present: Present,
+            records: dict[FileId, StateRecord]) -> tuple[Present, dict[FileId, StateRecord]]:
     """What is in place at every path ``found`` wants (the first scan's look where it can)."""
     if len(found) == len(scanned) and all(a is b for a, b in zip(found, scanned, strict=True)):
         return present, records  # the very entries scanned: no two maps of a million paths
@@ -117,7 +115,7 @@ def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence
     if not extra and len(wanted) == len(before):
         return present, records
     more, more_records = scan_present(roots, extra, state, hashed=records,
-                                      workers=min(workers, 8), deadline=deadline)
+                                      workers=min(job.workers, 8), deadline=job.deadline)
     kept = present.keep(wanted, extra)  # a file hashed before is known, never "seen"
     kept_records = {fid: r for fid, r in records.items() if fid in wanted and fid not in extra}
     return kept.merge(more), kept_records | more_records
