@@ -9,17 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neffcache.backends import Backend
-from neffcache.errors import ManifestError, NotFoundError, UnavailableError, UntrustedEntryError
+from neffcache.errors import ManifestError, UntrustedEntryError
 from neffcache.manifest import DIGEST_FIELD, Manifest, decode_manifest, entry_key
-from neffcache.matrix import Cell
 from neffcache.restore.fs import Roots
 from neffcache.restore.local import local_manifest_path, read_missing_record
 from neffcache.restore.outcome import RestoreJob
 from neffcache.restore.plan import FileId, short_cells, wanted_pairs, wanted_sizes
 from neffcache.restore.resolve import (
-    CellFailure,
     ManifestCopies,
     Resolution,
+    ask_cells,
     find_elsewhere,
     resolve_entries,
 )
@@ -28,7 +27,6 @@ from neffcache.restore.seen import Present
 from neffcache.restore.state import StateRecord
 from neffcache.signing import PublicKey, check_trusted
 from neffcache.store import Store, manifest_key
-from neffcache.thread_pool import map_in_threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,21 +75,22 @@ def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str
     present, records = scan_present(roots, wanted_pairs(held), state, workers=min(workers, 8),
                                     deadline=deadline)
     short = short_cells(held, dirs, present)  # not a whole plan: its claims of a million
-    gone, failed, late = _confirm_published(store, [m for m in held if m.cell.id in short],
-                                            workers, deadline)
-    reused = [c for c, k in zip(cells, keys, strict=True) if k not in copies and k in recorded]
-    asked = resolve_entries(store, [c for c, k in zip(cells, keys, strict=True)
-                                    if k not in copies and k not in recorded], fingerprint,
+    # the store asked whether it still has them: "missing" ones are gone
+    confirmed = ask_cells([m.cell for m in held if m.cell.id in short],
+                          lambda c: "" if store.has(manifest_key(entry_key(c, fingerprint)))
+                          else "missing", workers, deadline)
+    gone, failed, late = confirmed.missing, confirmed.failed, confirmed.unresolved
+    uncopied = [(c, k) for c, k in zip(cells, keys, strict=True) if k not in copies]
+    reused = [c for c, k in uncopied if k in recorded]
+    asked = resolve_entries(store, [c for c, k in uncopied if k not in recorded], fingerprint,
                             job.backend, workers=workers, deadline=deadline,
-                            trusted=job.trusted,
-                            keep=ManifestCopies(target))
+                            trusted=job.trusted, keep=ManifestCopies(target))
     for c in gone:  # retired from the store: the copy no longer says what the store has
         with contextlib.suppress(OSError):
             local_manifest_path(target, entry_key(c, fingerprint)).unlink()
     elsewhere = dict(asked.elsewhere) | dict(find_elsewhere(
         store, gone, fingerprint, workers=workers, deadline=deadline)) | {
-        c.id: recorded[k] for c, k in zip(cells, keys, strict=True)
-        if k not in copies and recorded.get(k)}
+        c.id: recorded[k] for c, k in uncopied if recorded.get(k)}
     dropped = {c.id for c in gone} | {f.cell_id for f in failed} | {c.id for c in late}
     by_key = {m.entry_key: m for m in asked.found} | {
         k: m for k, m in copies.items() if m.cell.id not in dropped}
@@ -101,46 +100,13 @@ def resolve_known(store: Store, job: RestoreJob, roots: Roots, dirs: Mapping[str
         missing=tuple(c for c in cells if c.id in missing_ids),
         failed=(*failed, *asked.failed), unresolved=(*late, *asked.unresolved),
         elsewhere=tuple((c.id, elsewhere[c.id]) for c in cells if c.id in elsewhere))
-    present, records = _rescan(roots, state, held, resolution.found, present, records,
-                               workers=workers, deadline=deadline)
+    present, records = _rescan(job, roots, state, held, resolution.found, present, records)
     return Known(resolution, present, records, checked_at if reused else now)
 
 
-def _confirm_published(store: Store, manifests: Sequence[Manifest], workers: int,
-                       deadline: float | None
-                       ) -> tuple[list[Cell], list[CellFailure], list[Cell]]:
-    """The cells of these entries the store no longer has, could not say, or did not answer."""
-
-    def one(m: Manifest) -> tuple[Cell, str]:
-        if deadline is not None and time.monotonic() >= deadline:
-            return m.cell, "unresolved"
-        try:
-            return m.cell, "" if store.has(manifest_key(m.entry_key)) else "missing"
-        except NotFoundError:
-            return m.cell, "missing"
-        except UnavailableError as exc:
-            if deadline is not None and time.monotonic() >= deadline:
-                return m.cell, "unresolved"
-            return m.cell, str(exc)
-
-    gone: list[Cell] = []
-    failed: list[CellFailure] = []
-    late: list[Cell] = []
-    for cell, said in map_in_threads(one, manifests, workers, deadline=deadline,
-                                     late=lambda m: (m.cell, "unresolved")):
-        if said == "missing":
-            gone.append(cell)
-        elif said == "unresolved":
-            late.append(cell)
-        elif said:
-            failed.append(CellFailure(cell.id, "unavailable", said))
-    return gone, failed, late
-
-
-def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence[Manifest],
-            found: Sequence[Manifest], present: Present,
-            records: dict[FileId, StateRecord], *, workers: int, deadline: float | None
-            ) -> tuple[Present, dict[FileId, StateRecord]]:
+def _rescan(job: RestoreJob, roots: Roots, state: Mapping[FileId, StateRecord],
+            scanned: Sequence[Manifest], found: Sequence[Manifest], present: Present,
+            records: dict[FileId, StateRecord]) -> tuple[Present, dict[FileId, StateRecord]]:
     """What is in place at every path ``found`` wants (the first scan's look where it can)."""
     if len(found) == len(scanned) and all(a is b for a, b in zip(found, scanned, strict=True)):
         return present, records  # the very entries scanned: no two maps of a million paths
@@ -149,7 +115,7 @@ def _rescan(roots: Roots, state: Mapping[FileId, StateRecord], scanned: Sequence
     if not extra and len(wanted) == len(before):
         return present, records
     more, more_records = scan_present(roots, extra, state, hashed=records,
-                                      workers=min(workers, 8), deadline=deadline)
+                                      workers=min(job.workers, 8), deadline=job.deadline)
     kept = present.keep(wanted, extra)  # a file hashed before is known, never "seen"
     kept_records = {fid: r for fid, r in records.items() if fid in wanted and fid not in extra}
     return kept.merge(more), kept_records | more_records

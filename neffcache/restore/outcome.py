@@ -66,10 +66,9 @@ class RestoreJob:
 def outcome_error(r: RestoreResult) -> NeffcacheError | None:
     """The error a restore ends with (None for success): the first rule below that matches."""
     res = r.resolution
-    first: dict[str, str] = {}  # the first message of each kind of failure
-    for kind, message in [(f.kind, f.message) for f in r.failures] + \
-            [(f.kind, f.message) for f in res.failed]:
-        first.setdefault(kind, message)
+    # the first message of each kind of failure (the last pair of a kind wins in dict())
+    first = dict(reversed([(f.kind, f.message) for f in r.failures]
+                          + [(f.kind, f.message) for f in res.failed]))
     n_fail = r.files_failed + len(res.failed)
     if "integrity" in first:
         msg = first["integrity"]
@@ -148,10 +147,10 @@ class RestoreResult(ExitRule):
     @property
     def repair_hint(self) -> str | None:
         """The command that repairs the store from the first mirror that served objects, or None."""
-        served = [url for url, n in self.served_by if n and url != self.store_url]
-        if not served:
-            return None
-        return f"neffcache repair --store {self.store_url} --from {served[0]}"
+        for url, n in self.served_by:
+            if n and url != self.store_url:
+                return f"neffcache repair --store {self.store_url} --from {url}"
+        return None
 
     @property
     def files_failed(self) -> int:

@@ -33,11 +33,10 @@ def marker_entry(target: str | Path, cell_id: str) -> str | None:
     try:
         doc = json.loads(marker_path(target, cell_id).read_bytes())
         key = doc["entry_key"]
-        if doc["cell"] != cell_id or not isinstance(key, str) or not key.isalnum():
-            return None
+        plausible = doc["cell"] == cell_id and isinstance(key, str) and key.isalnum()
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return key
+    return key if plausible else None
 
 
 def write_marker(target: str | Path, cell_id: str, key: str) -> None:
@@ -76,12 +75,12 @@ class Announcer:
     def __init__(self, target: str | Path, started: float,
                  on_ready: Callable[[str], None] | None = None) -> None:
         self.target, self.started, self.on_ready = Path(target), started, on_ready
-        self.announced: list[tuple[str, float]] = []
+        self.announced: dict[str, float] = {}  # cell id -> seconds since ``started``, in order
         self._lock = threading.Lock()
-        self._done: set[str] = set()
 
     def reset(self, ready: Sequence[tuple[str, str]], waiting: Iterable[str]) -> None:
-        """Under DIR's lock, before any install: unmark ``waiting``, announce ``ready``."""
+        """Before any install: unmark ``waiting``, announce ``ready`` (writing a marker that is
+        missing or names another entry: only under DIR's lock)."""
         remove_markers(self.target, waiting)
         for cid, key in ready:
             self.ready(cid, key, rewrite=False)
@@ -89,11 +88,10 @@ class Announcer:
     def ready(self, cell_id: str, key: str, *, rewrite: bool = True) -> None:
         """Announce ``cell_id`` (once); ``rewrite=False`` leaves a marker that names ``key``."""
         with self._lock:
-            if cell_id in self._done:
+            if cell_id in self.announced:
                 return
-            self._done.add(cell_id)
             if rewrite or marker_entry(self.target, cell_id) != key:
                 write_marker(self.target, cell_id, key)
-            self.announced.append((cell_id, time.monotonic() - self.started))
+            self.announced[cell_id] = time.monotonic() - self.started
             if self.on_ready is not None:
                 self.on_ready(cell_id)

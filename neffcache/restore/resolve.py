@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from neffcache.backends import Backend
@@ -40,9 +40,6 @@ class Resolution:
     elsewhere: tuple[tuple[str, tuple[str, ...]], ...] = ()  # cell id -> other fingerprint keys
 
 
-_NEW_COPY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 class ManifestCopies:
     """Keeps each manifest's bytes read from the store as its local copy: put aside before decoding,
     renamed once it decoded as that entry's manifest. Best effort, not fsynced."""
@@ -53,12 +50,10 @@ class ManifestCopies:
     def aside(self, key: str, data: bytes) -> str | None:
         tmp = os.path.join(self.target, ENTRIES_DIR, tmp_name())
         try:
-            fd = os.open(tmp, _NEW_COPY, 0o666)
-        except OSError:
-            return None
-        try:
-            with os.fdopen(fd, "wb") as fh:
+            with open(tmp, "xb") as fh:  # exclusive: never through a name already there
                 fh.write(data)
+        except FileExistsError:
+            return None  # not this copy's: left alone
         except OSError:
             self.settle(key, tmp, False)
             return None
@@ -67,13 +62,11 @@ class ManifestCopies:
     def settle(self, key: str, tmp: str | None, ok: bool) -> None:
         if tmp is None:
             return
-        if ok:
-            try:
+        with contextlib.suppress(OSError):
+            if ok:
                 os.replace(tmp, local_manifest_path(self.target, key))
                 return
-            except OSError:
-                pass
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # not decoded, or not renamed: no copy
             os.unlink(tmp)
 
 
@@ -84,59 +77,58 @@ def resolve_entries(store: Store, cells: Sequence[Cell], fingerprint: Fingerprin
                     keep: ManifestCopies | None = None) -> Resolution:
     """Read and validate each cell's manifest for this fingerprint (in parallel)."""
 
-    def one(cell: Cell) -> tuple[Cell, Manifest | CellFailure | str]:
-        if deadline is not None and time.monotonic() >= deadline:
-            return cell, "unresolved"
-        return cell, _read_manifest(store, cell, entry_key(cell, fingerprint), backend,
-                                    deadline, trusted, keep)
+    def read(cell: Cell) -> Manifest | CellFailure:
+        """The cell's manifest, or an integrity failure (the store's errors: ``ask_cells``)."""
+        key = entry_key(cell, fingerprint)
+        source = f"manifests/{key}.json"
+        for attempt in range(1, ATTEMPTS + 1):
+            tmp, ok = None, False
+            try:
+                box = [store.read(manifest_key(key))]
+                tmp = keep.aside(key, box[0]) if keep is not None else None
+                # the bytes handed over as a temporary (popped): decoding frees them once parsed
+                m = decode_manifest(box.pop(), allowed_roots=backend.root_names, source=source)
+                if m.entry_key != key:
+                    raise ManifestError(f"{source} describes entry {m.entry_key}")
+                check_trusted(m, trusted, source)
+                ok = True
+                return m
+            # damaged on the way or at rest, or untrusted (a mirror may hold the signed one): again
+            except (ManifestError, UntrustedEntryError) as exc:
+                if attempt == ATTEMPTS or (deadline is not None and time.monotonic() >= deadline):
+                    return CellFailure(cell.id, "integrity", str(exc))
+            finally:
+                if keep is not None:
+                    keep.settle(key, tmp, ok)
+        raise AssertionError("unreachable")
 
-    found: list[Manifest] = []
-    missing: list[Cell] = []
-    failed: list[CellFailure] = []
-    unresolved: list[Cell] = []
-    for cell, outcome in map_in_threads(one, cells, workers, deadline=deadline,
-                                        late=lambda c: (c, "unresolved")):
-        if isinstance(outcome, Manifest):
-            found.append(outcome)
-        elif isinstance(outcome, CellFailure):
-            failed.append(outcome)
-        else:
-            (missing if outcome == "missing" else unresolved).append(cell)
-    elsewhere = find_elsewhere(store, missing, fingerprint, workers=workers, deadline=deadline)
-    return Resolution(tuple(found), tuple(missing), tuple(failed), tuple(unresolved), elsewhere)
+    asked = ask_cells(cells, read, workers, deadline)
+    return replace(asked, elsewhere=find_elsewhere(store, asked.missing, fingerprint,
+                                                   workers=workers, deadline=deadline))
 
 
-def _read_manifest(store: Store, cell: Cell, key: str, backend: Backend,
-                   deadline: float | None, trusted: Sequence[PublicKey] = (),
-                   keep: ManifestCopies | None = None) -> Manifest | CellFailure | str:
-    """The cell's manifest, a failure, "missing", or "unresolved" (the deadline)."""
-    for attempt in range(1, ATTEMPTS + 1):
-        tmp, ok = None, False
+def ask_cells(cells: Sequence[Cell], ask: Callable[[Cell], Manifest | CellFailure | str],
+              workers: int, deadline: float | None) -> Resolution:
+    """``ask`` the store about each cell in parallel, the answers sorted: a manifest (found), a
+    failure (also: the store unavailable), "missing" (also: NotFoundError), or "unresolved" (not
+    asked before the deadline, or unavailable past it); any other answer: none of these."""
+
+    def one(cell: Cell) -> Manifest | CellFailure | str:
         try:
-            box = [store.read(manifest_key(key))]
-            tmp = keep.aside(key, box[0]) if keep is not None else None
-            # the bytes handed over as a temporary (popped): decoding frees them once parsed
-            m = decode_manifest(box.pop(), allowed_roots=backend.root_names,
-                                source=f"manifests/{key}.json")
-            if m.entry_key != key:
-                raise ManifestError(f"manifests/{key}.json describes entry {m.entry_key}")
-            check_trusted(m, trusted, f"manifests/{key}.json")
-            ok = True
-            return m
+            return ask(cell)
         except NotFoundError:
             return "missing"
         except UnavailableError as exc:
             if deadline is not None and time.monotonic() >= deadline:
                 return "unresolved"  # the deadline cut the client's waits short
             return CellFailure(cell.id, "unavailable", str(exc))
-        # damaged on the way or at rest, or untrusted (a mirror may hold the signed one): again
-        except (ManifestError, UntrustedEntryError) as exc:
-            if attempt == ATTEMPTS or (deadline is not None and time.monotonic() >= deadline):
-                return CellFailure(cell.id, "integrity", str(exc))
-        finally:
-            if keep is not None:
-                keep.settle(key, tmp, ok)
-    raise AssertionError("unreachable")
+
+    answers = list(zip(cells, map_in_threads(one, cells, workers, deadline=deadline,
+                                             late=lambda c: "unresolved"), strict=True))
+    return Resolution(tuple(a for _, a in answers if isinstance(a, Manifest)),
+                      tuple(c for c, a in answers if a == "missing"),
+                      tuple(a for _, a in answers if isinstance(a, CellFailure)),
+                      tuple(c for c, a in answers if a == "unresolved"))
 
 
 def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint, *,
@@ -144,16 +136,12 @@ def find_elsewhere(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint
                    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """For cells without an entry: the other fingerprints they were built for (one LIST each)."""
 
-    def one(cell: Cell) -> tuple[str, tuple[str, ...]]:
-        if deadline is not None and time.monotonic() >= deadline:
-            return cell.id, ()
-        prefix = f"{CELLS}{cell.key}/"
+    def others(cell: Cell) -> tuple[str, ...]:
         try:
-            pointers = [pointer_parts(k) for k in store.list(prefix)]
+            pointers = [pointer_parts(k) for k in store.list(f"{CELLS}{cell.key}/")]
         except (UnavailableError, NotFoundError):
-            return cell.id, ()
-        fps = sorted(p[1] for p in pointers if p is not None)
-        return cell.id, tuple(f for f in fps if f != fingerprint.key)
+            return ()
+        return tuple(sorted(p[1] for p in pointers if p is not None and p[1] != fingerprint.key))
 
-    return tuple((cid, fps) for cid, fps in map_in_threads(
-        one, cells, workers, deadline=deadline, late=lambda c: (c.id, ())) if fps)
+    found = map_in_threads(others, cells, workers, deadline=deadline, late=lambda c: ())
+    return tuple((c.id, fps) for c, fps in zip(cells, found, strict=True) if fps)

@@ -28,12 +28,10 @@ class Present(Mapping[FileId, PresentFile]):
 
     def get(self, key: FileId, default: Any = None) -> Any:
         have = self.odd.get(key)
-        if have is not None:
-            return have
-        if not self.holds(key):
-            return default
-        r = self.against[key]
-        return PresentFile(r.size, r.sha256, r.mode)
+        if have is None and self.holds(key):
+            r = self.against[key]
+            return PresentFile(r.size, r.sha256, r.mode)
+        return default if have is None else have
 
     def __getitem__(self, key: FileId) -> PresentFile:
         have = self.get(key)

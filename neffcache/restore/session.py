@@ -8,11 +8,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from concurrent.futures import Future, wait
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from neffcache.backends import Backend, cache_environment, get_backend, root_dirs
 from neffcache.config import REPORTS_OFF, Settings, read_settings
@@ -62,9 +63,8 @@ LATE_REPORT_TIMEOUT = 0.2  # ... and this long once the deadline has passed
 # How long after the deadline the restore is waited for (its workers get thread_pool.GRACE).
 OVERRUN = 0.3
 BUNDLE_WORKERS = 4  # a local file: a few readers are enough
-TRANSFERS_PER_CPU = 2  # default_workers
-
-T = TypeVar("T")
+# Fewer than default_workers: on 2 CPUs, 4 threads spent 10-15 % less CPU than 8 (issue 22).
+TRANSFERS_PER_CPU = 2
 
 
 @checked_request
@@ -149,9 +149,12 @@ class _Session:
 
     def job(self, fingerprint: Fingerprint, workers: int, transfers: int | None = None,
             progress: Progress | None = None) -> RestoreJob:
-        return RestoreJob(self.cells, self.backend, fingerprint, self.target, workers=workers,
-                          transfers=transfers, deadline=self.until, trusted=self.trusted,
-                          notice=self.notice, progress=progress, announcer=self.announcer)
+        """``workers`` and ``transfers`` are the defaults: a request's ``workers`` sets both."""
+        asked = self.request.workers
+        return RestoreJob(self.cells, self.backend, fingerprint, self.target,
+                          workers=asked or workers, transfers=asked or transfers,
+                          deadline=self.until, trusted=self.trusted, notice=self.notice,
+                          progress=progress, announcer=self.announcer)
 
 
 def restore(request: RestoreRequest) -> RestoreResult:
@@ -169,42 +172,35 @@ def restore(request: RestoreRequest) -> RestoreResult:
     silent past the deadline (3); a failure report is written once the fingerprint is known."""
     s = _session(request)
     with _handing_over(s.backend, s.target):
-        return _restore_session(request, s)
-
-
-def _restore_session(request: RestoreRequest, s: _Session) -> RestoreResult:
-    _make_scratch_dirs(s.backend, s.target)
-    if request.on_environment is not None:  # before anything that can fail on the network
-        request.on_environment(cache_environment(s.backend, str(s.target)))
-    source = _open_bundle(request)
-    opened: list[Store] = []  # the store the restore opened: the report goes through it too
-    try:
-        fingerprint = _fingerprint(request, s)
-        result = _restore(s, fingerprint, source, opened)
-    finally:
-        if source is not None:
-            source.close()
-    if result.conflicts:
-        s.notice(conflict_warning(result.conflicts))
-    if result.repair_hint:
-        s.notice(f"restore: a mirror served objects the store lacked or held damaged; repair "
-                 f"the store: {result.repair_hint}")
-    if not s.trusted and result.signers:
-        s.notice(f"note: entries signed by key(s) {', '.join(result.signers)}; no trusted key "
-                 f"is configured, so no signature was checked (--trusted-key, "
-                 f"NEFFCACHE_TRUSTED_KEYS)")
-    if result.files_unsynced:
-        s.notice(f"restore: {result.files_unsynced} file(s) in place were not synced before the "
-                 f"deadline; they stay pending (a later restore syncs them)")
-    if result.stale_temps_removed:
-        s.notice(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
-                 f"(.neffcache-*.tmp) left by an interrupted restore")
-    result = replace(result, fingerprint_python=described_interpreter(s.settings.python),
-                     explain_args=_explain_args(s, result.store_url),
-                     ready=tuple(s.announcer.announced))
-    if source is None:
-        _send_report(s, result.to_json(), fingerprint, opened)
-    return result
+        _make_scratch_dirs(s.backend, s.target)
+        if request.on_environment is not None:  # before anything that can fail on the network
+            request.on_environment(cache_environment(s.backend, str(s.target)))
+        source = _open_bundle(request)
+        opened: list[Store] = []  # the store the restore opened: the report goes through it too
+        with source or nullcontext():
+            fingerprint = _fingerprint(s)
+            result = _restore(s, fingerprint, source, opened)
+        if result.conflicts:
+            s.notice(conflict_warning(result.conflicts))
+        if result.repair_hint:
+            s.notice(f"restore: a mirror served objects the store lacked or held damaged; repair "
+                     f"the store: {result.repair_hint}")
+        if not s.trusted and result.signers:
+            s.notice(f"note: entries signed by key(s) {', '.join(result.signers)}; no trusted key "
+                     f"is configured, so no signature was checked (--trusted-key, "
+                     f"NEFFCACHE_TRUSTED_KEYS)")
+        if result.files_unsynced:
+            s.notice(f"restore: {result.files_unsynced} file(s) in place were not synced before "
+                     f"the deadline; they stay pending (a later restore syncs them)")
+        if result.stale_temps_removed:
+            s.notice(f"restore: removed {result.stale_temps_removed} stale temp file(s) "
+                     f"(.neffcache-*.tmp) left by an interrupted restore")
+        result = replace(result, fingerprint_python=described_interpreter(s.settings.python),
+                         explain_args=_explain_args(s, result.store_url),
+                         ready=tuple(s.announcer.announced.items()))
+        if source is None:
+            _send_report(s, result.to_json(), fingerprint, opened)
+        return result
 
 
 @contextmanager
@@ -223,15 +219,12 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
     if request.bundle is not None:
         raise UsageError("--dry-run goes with a store, without --print-env or --from-bundle")
     s = _session(request)
-    fingerprint = _fingerprint(request, s)
+    fingerprint = _fingerprint(s)
     check_usable(fingerprint)
     with ExitStack() as stack:
-        store = open_store(s.settings.store_url)
-        if s.mirrors:  # as the restore reads them
-            store = _mirrored(s, store, stack)
+        store = _mirrored(s, open_store(s.settings.store_url), stack)  # as the restore reads it
         store.check()
-        preview = preview_cells(store, s.job(fingerprint,
-                                             s.request.workers or default_workers()))
+        preview = preview_cells(store, s.job(fingerprint, default_workers()))
     return replace(preview, judged=replace(preview.judged,
                                            explain_args=_explain_args(s, store.url)))
 
@@ -239,11 +232,6 @@ def preview_restore(request: RestoreRequest) -> RestorePreview:
 def default_workers() -> int:
     """Parallel manifest reads and local checks (more only contend for the GIL: measured)."""
     return min(16, 4 * usable_cpus())
-
-
-def default_transfers() -> int:
-    # fewer than default_workers: on 2 CPUs, 4 threads spent 10-15 % less CPU than 8 (issue 22)
-    return min(16, TRANSFERS_PER_CPU * usable_cpus())
 
 
 def conflict_warning(conflicts: Sequence[Conflict], listed: int = 3) -> str:
@@ -258,10 +246,8 @@ def _session(request: RestoreRequest) -> _Session:
     until = None if request.deadline is None else started + request.deadline
     settings = read_settings(os.environ, store=request.store, python=request.python,
                              reports=request.report_to)
-    if isinstance(request.matrix, Matrix):
-        m, label = request.matrix, request.matrix.source
-    else:
-        m, label = load_matrix(request.matrix), str(request.matrix)
+    m = request.matrix if isinstance(request.matrix, Matrix) else load_matrix(request.matrix)
+    label = m.source if m is request.matrix else str(request.matrix)
     backend = get_backend(m.backend)
     target = Path(request.to).expanduser().absolute()
     with _handing_over(backend, target):
@@ -280,15 +266,11 @@ def _session(request: RestoreRequest) -> _Session:
 def prioritized(cells: Sequence[Cell], first: Sequence[str]) -> tuple[Cell, ...]:
     """``cells`` matching ``first[0]`` first, then ``first[1]``, ..., then the rest, each in matrix
     order; a glob that matches no cell is a UsageError."""
-    rank = len(first)
     for glob in first:
         if not any(fnmatch.fnmatchcase(c.id, glob) for c in cells):
             raise UsageError(f"--first {glob}: matches no selected cell")
-
-    def key(c: Cell) -> int:
-        return next((i for i, g in enumerate(first) if fnmatch.fnmatchcase(c.id, g)), rank)
-
-    return tuple(sorted(cells, key=key))  # stable: matrix order within a rank
+    return tuple(sorted(cells, key=lambda c: next(  # stable: matrix order within a rank
+        (i for i, g in enumerate(first) if fnmatch.fnmatchcase(c.id, g)), len(first))))
 
 
 def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
@@ -298,10 +280,9 @@ def _explain_args(s: _Session, store_url: str) -> tuple[str, ...]:
     return (*args, "--store", store_url)
 
 
-def _fingerprint(request: RestoreRequest, s: _Session) -> Fingerprint:
-    if request.fingerprint is not None:
-        return request.fingerprint
-    return collect_fingerprint(s.backend.name, os.environ, python=s.settings.python)
+def _fingerprint(s: _Session) -> Fingerprint:
+    return s.request.fingerprint or collect_fingerprint(s.backend.name, os.environ,
+                                                        python=s.settings.python)
 
 
 def _open_bundle(request: RestoreRequest) -> BundleStore | None:
@@ -328,7 +309,7 @@ def _restore(s: _Session, fingerprint: Fingerprint, source: BundleStore | None,
         result = _in_place(s, fingerprint, url)
         if result is None and source is not None:
             source.verify_all()  # every member hashed: nothing is installed from a bad bundle
-            result = run_job(source, s.job(fingerprint, s.request.workers or BUNDLE_WORKERS))
+            result = run_job(source, s.job(fingerprint, BUNDLE_WORKERS))
         elif result is None:
             result = _before(s.until, lambda: _from_store(s, fingerprint, opened))
         return replace(result, signatures_checked=bool(s.trusted), evicted=evicted[0],
@@ -356,11 +337,10 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
     """The restore from the store, then each mirror; the store opened is appended to ``opened``."""
     primary = open_store(s.settings.store_url, deadline=s.until)
     opened.append(primary)
-    workers = s.request.workers
-    job = s.job(fingerprint, workers or default_workers(), workers or default_transfers(),
+    job = s.job(fingerprint, default_workers(), min(16, TRANSFERS_PER_CPU * usable_cpus()),
                 s.request.progress)
     with ExitStack() as stack:
-        store = _mirrored(s, primary, stack) if s.mirrors else primary
+        store = _mirrored(s, primary, stack)
         if s.until is None or time.monotonic() < s.until:  # past it, nothing more is asked of it
             store.check()
         result = run_job(store, job)
@@ -369,8 +349,10 @@ def _from_store(s: _Session, fingerprint: Fingerprint, opened: list[Store]) -> R
         return result
 
 
-def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> MirroredStore:
-    """The primary, then the mirrors (the N-th configured from NEFFCACHE_MIRROR_<N>_*)."""
+def _mirrored(s: _Session, primary: Store, stack: ExitStack) -> Store:
+    """The primary, then the mirrors (the N-th configured from NEFFCACHE_MIRROR_<N>_*), if any."""
+    if not s.mirrors:
+        return primary
     mirrors = [open_store(url, deadline=s.until, environ=side_environ(os.environ, f"MIRROR_{n}"))
                for n, url in enumerate(s.mirrors, 1)]
     for m in mirrors:
@@ -387,48 +369,40 @@ def _in_place(s: _Session, fingerprint: Fingerprint, store_url: str) -> RestoreR
         return result
     remove_markers(s.target, [c.id for c in result.resolution.missing])
     keys = {c.id: entry_key(c, fingerprint) for c in s.cells}
-    announcer = s.announcer
-    if all(marker_entry(s.target, c) == keys[c] for c in result.restored):
-        for cid in result.restored:
-            announcer.ready(cid, keys[cid], rewrite=False)
+    ready = [(cid, keys[cid]) for cid in result.restored]
+    if all(marker_entry(s.target, cid) == key for cid, key in ready):
+        s.announcer.reset(ready, ())
         return result
-    try:
-        with lock_destination(str(s.target), deadline=time.monotonic()) as held:
-            if not held.unclean:  # a killed restore's mark stays for the full run's sweep
-                for cid in result.restored:
-                    announcer.ready(cid, keys[cid], rewrite=False)
-                held.finished()
-    except DeadlineExceededError:  # a restore runs there now: it announces for itself
-        pass
+    lock = lock_destination(str(s.target), deadline=time.monotonic())
+    with suppress(DeadlineExceededError), lock as held:  # raised: a restore runs there, announcing
+        if not held.unclean:  # a killed restore's mark stays for the full run's sweep
+            s.announcer.reset(ready, ())
+            held.finished()
     return result
 
 
-def _before(until: float | None, work: Callable[[], T]) -> T:
+def _before(until: float | None, work: Callable[[], RestoreResult]) -> RestoreResult:
     """``work()``, waited for until just after the deadline (then DeadlineExceededError; it runs
     on in a daemon thread): store calls stop by then, so this only catches one that hangs."""
     if until is None:
         return work()
-    done: list[T] = []
-    failed: list[BaseException] = []
+    future: Future[RestoreResult] = Future()
 
     def run() -> None:
         try:
-            done.append(work())
+            future.set_result(work())
         except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
-            failed.append(exc)
+            future.set_exception(exc)
 
-    worker = threading.Thread(target=run, name="neffcache-restore-main", daemon=True)
-    worker.start()
-    worker.join(max(0.0, until - time.monotonic()) + OVERRUN)
-    if failed:
-        if isinstance(failed[0], UnavailableError) and time.monotonic() >= until:
-            raise DeadlineExceededError(f"{failed[0]}; the deadline passed first (the store "
-                                        "client's waits end at the deadline)") from None
-        raise failed[0]
-    if done:
-        return done[0]
-    raise DeadlineExceededError("the store did not answer before the deadline; nothing more "
-                                "was installed (a rerun fetches what is missing)")
+    threading.Thread(target=run, name="neffcache-restore-main", daemon=True).start()
+    wait([future], max(0.0, until - time.monotonic()) + OVERRUN)
+    if not future.done():
+        raise DeadlineExceededError("the store did not answer before the deadline; nothing more "
+                                    "was installed (a rerun fetches what is missing)")
+    if isinstance(future.exception(), UnavailableError) and time.monotonic() >= until:
+        raise DeadlineExceededError(f"{future.exception()}; the deadline passed first (the store "
+                                    "client's waits end at the deadline)") from None
+    return future.result()
 
 
 def _make_scratch_dirs(backend: Backend, target: Path) -> None:
@@ -450,23 +424,18 @@ def _failure_doc(s: _Session, fingerprint: Fingerprint, exc: BaseException) -> d
             "bytes_fetched": 0, "seconds": 0.0}
 
 
-def _report_timeout(until: float | None) -> float:
-    if until is None:
-        return REPORT_TIMEOUT
-    return min(REPORT_TIMEOUT, max(LATE_REPORT_TIMEOUT, until - time.monotonic()))
-
-
 def _send_report(s: _Session, doc: Mapping[str, Any], fingerprint: Fingerprint,
                  opened: Sequence[Store] = ()) -> None:
     """Write this run's report where the settings say (never to the index), else spool it."""
     if s.settings.reports_to == REPORTS_OFF:
         return
-    doc = dict(doc)
-    doc.setdefault("store", describe_store(s.settings.store_url))
+    doc = {"store": describe_store(s.settings.store_url), **doc}  # the doc's own store wins
     report = build_report(doc, fingerprint=fingerprint, host=socket.gethostname(),
                           matrix=s.matrix_name, now=datetime.now(timezone.utc),
                           nonce=os.urandom(4).hex(), version=__version__)
     spooled = s.settings.report_spool
     spool = Path(spooled).expanduser() if spooled else s.target / LOCAL_ENTRIES / SPOOL_DIR
-    send_report(report, s.settings.reports_to, s.settings.store_url, _report_timeout(s.until),
-                s.notice, spool=spool, store=opened[0] if opened else None)
+    timeout = REPORT_TIMEOUT if s.until is None else min(
+        REPORT_TIMEOUT, max(LATE_REPORT_TIMEOUT, s.until - time.monotonic()))
+    send_report(report, s.settings.reports_to, s.settings.store_url, timeout, s.notice,
+                spool=spool, store=opened[0] if opened else None)

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
-import functools
 import os
 import stat
-import time
 from collections import ChainMap
 from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from neffcache.restore import fs
 from neffcache.restore.fs import Roots, datasync_at, replace_best_effort
@@ -30,6 +29,7 @@ from neffcache.thread_pool import map_in_threads
 
 STATE_FILE = ".neffcache-state.json"
 STATE_SCHEMA = 1
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,10 @@ class StateRecord:
     def matches(self, size: int, mtime_ns: int, ctime_ns: int, inode: int) -> bool:
         return (self.size, self.mtime_ns, self.ctime_ns, self.inode) == \
             (size, mtime_ns, ctime_ns, inode)
+
+    def is_file(self, st: os.stat_result) -> bool:
+        """Whether ``st`` is the very file (inode, size, times) this record describes."""
+        return self.matches(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 # Installed, not known durable: (boot, record). The state file never vouches for bytes that may
@@ -74,13 +78,8 @@ def encode_state_chunks(paths: list[str], record: Callable[[str], StateRecord],
             boots.setdefault(pending[p][0], []).append(p)
         del durable
     waiting = pending or {}
-
-    def pending_row(path: str) -> list[Any]:
-        return _row(waiting[path][1])
-
-    return encode_rows(paths, lambda p: _row(record(p)),
-                       ((boot, mine, pending_row) for boot, mine in boots.items()),
-                       STATE_SCHEMA, batch)
+    groups = [(boot, mine, lambda p: _row(waiting[p][1])) for boot, mine in boots.items()]
+    return encode_rows(paths, lambda p: _row(record(p)), groups, STATE_SCHEMA, batch)
 
 
 _MODES = {m: m for m in range(0o10000)}  # one int object per mode, not one per file
@@ -149,12 +148,9 @@ class PendingTable(Mapping[FileId, tuple[str, StateRecord]]):
 
 def load_states(target_dirs: Mapping[str, str]) -> tuple[StateTable, PendingTable]:
     """Each root's state file, read once: its durable and its pending records."""
-    files: dict[str, Rows] = {}
-    pending: dict[str, dict[str, Rows]] = {}
-    for root, d in target_dirs.items():
-        state = read_root_state(d)
-        files[root], pending[root] = state.files, state.pending
-    return StateTable(files), PendingTable(pending)
+    states = {root: read_root_state(d) for root, d in target_dirs.items()}
+    return StateTable({root: s.files for root, s in states.items()}), \
+        PendingTable({root: s.pending for root, s in states.items()})
 
 
 def load_state(target_dirs: Mapping[str, str]) -> StateTable:
@@ -185,11 +181,7 @@ class RootState:
         """True once the very file (inode, size, times) of ``path``'s row pending in this boot is
         ``fdatasync``ed; moves nothing (it may run on another thread than ``settle``)."""
         packed = self.this_boot().get(path)
-        if packed is None:
-            return False
-        size, mtime, ctime, inode, _sha, _mode = unpack_row(packed)
-        return datasync_at(dfd, path, lambda st: (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                                  st.st_ino) == (size, mtime, ctime, inode))
+        return packed is not None and datasync_at(dfd, path, _record(packed).is_file)
 
     def settle(self, path: str) -> None:
         """``path``'s row pending in this boot is durable now (synced)."""
@@ -224,15 +216,10 @@ def save_settled(target_dirs: Mapping[str, str], states: Mapping[str, RootState]
     """Write back each root's state file whose pending rows were settled, if the file there is still
     the one read (a restore in between wrote its own). Call it holding DIR's lock."""
     for root, state in states.items():
-        if not state.settled:
-            continue
         final = Path(target_dirs[root], STATE_FILE)
-        try:
-            if state.stamp is None or _stamp(os.stat(final, follow_symlinks=False)) != state.stamp:
-                continue
-        except OSError:
-            continue
-        _rewrite(final, state.files, state.pending)
+        with contextlib.suppress(OSError):  # gone or unreadable there: not the file read
+            if state.settled and _stamp(os.stat(final, follow_symlinks=False)) == state.stamp:
+                _rewrite(final, state.files, state.pending)
 
 
 def _rewrite(final: Path, files: Rows, pending: Mapping[str, Rows]) -> None:
@@ -245,18 +232,14 @@ def save_state(target_dirs: Mapping[str, str], durable: Durable,
                pending: Pending | None = None) -> None:
     """Write each root's state file atomically (best effort), vouching for exactly the ``durable``
     records; ``pending`` ones are kept apart, under their boot."""
-    records = durable.records
     for root, d in target_dirs.items():
-        mine = sorted(p for rt, p in records if rt == root)
+        mine = _AtRoot(durable.records, root)
+        paths = sorted(mine)
         waiting = _AtRoot(pending or {}, root)
-        if not mine and next(iter(waiting), None) is None:
+        if not paths and next(iter(waiting), None) is None:
             continue
-        replace_best_effort(Path(d, STATE_FILE), encode_state_chunks(
-            mine, functools.partial(_record_at, records, root), waiting))
-
-
-def _record_at(records: Mapping[FileId, StateRecord], root: str, path: str) -> StateRecord:
-    return records[(root, path)]
+        replace_best_effort(Path(d, STATE_FILE), encode_state_chunks(paths, mine.__getitem__,
+                                                                     waiting))
 
 
 def pending_now(records: Mapping[FileId, StateRecord], skip: Container[FileId] = (),
@@ -289,20 +272,20 @@ class _Fresh(Mapping[FileId, tuple[str, StateRecord]]):
         return self._len
 
 
-class _AtRoot(Mapping[str, tuple[str, StateRecord]]):
-    """The pending records of one root, by path: a view of ``pending``."""
+class _AtRoot(Mapping[str, V]):
+    """The records of one root, by path: a view of ``records``."""
 
-    __slots__ = ("_pending", "_root")
+    __slots__ = ("_records", "_root")
 
-    def __init__(self, pending: Pending, root: str) -> None:
-        self._pending, self._root = pending, root
+    def __init__(self, records: Mapping[FileId, V], root: str) -> None:
+        self._records, self._root = records, root
 
-    def __getitem__(self, path: str) -> tuple[str, StateRecord]:
-        return self._pending[(self._root, path)]
+    def __getitem__(self, path: str) -> V:
+        return self._records[(self._root, path)]
 
     def __iter__(self) -> Iterator[str]:
         root = self._root
-        return (p for rt, p in self._pending if rt == root)
+        return (p for rt, p in self._records if rt == root)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -347,12 +330,9 @@ class Durable:
         """The ``records`` just hashed that equal a pending record from an earlier boot (so read
         from the disk)."""
         now = fs.boot_id()
-        out: dict[FileId, StateRecord] = {}
-        if now:
-            for k, r in records.items():
-                held = pending.get(k)  # one look (a packed table unpacks what it returns)
-                if held is not None and held[0] not in ("", now) and held[1] == r:
-                    out[k] = r
+        out = {k: r for k, r in records.items()  # one look (a packed table unpacks it)
+               if (held := pending.get(k)) is not None and held[0] not in ("", now)
+               and held[1] == r} if now else {}
         return Durable(MappingProxyType(out), _PROOF)
 
     def still(self, records: Mapping[FileId, StateRecord]) -> Durable:
@@ -380,13 +360,8 @@ def sync_records(roots: Roots, fresh: Mapping[FileId, StateRecord], *, workers: 
     items = sorted(fresh)  # keys only: no (key, record) pair per file
 
     def one(fid: FileId) -> bool | str:
-        root, path = fid
-        rec = fresh[fid]
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
         try:
-            return datasync_at(roots.fds[root], path, lambda st: rec.matches(
-                st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+            return datasync_at(roots.fds[fid[0]], fid[1], fresh[fid].is_file)
         except (FileNotFoundError, NotADirectoryError):
             return False  # gone or replaced meanwhile: not that file, so not vouched for
         except OSError as exc:
@@ -406,12 +381,8 @@ def settle_pending(roots: Roots, pending: Pending, wanted: Iterable[FileId], *,
                    workers: int = 8, deadline: float | None = None) -> SyncOutcome:
     """``sync_records`` of this boot's pending records of ``wanted`` files (older: hashed)."""
     now = fs.boot_id()
-    mine: dict[FileId, StateRecord] = {}
-    if now:
-        for k in wanted:
-            held = pending.get(k)
-            if held is not None and held[0] == now:
-                mine[k] = held[1]
+    mine = {k: held[1] for k in wanted
+            if (held := pending.get(k)) is not None and held[0] == now} if now else {}
     return sync_records(roots, mine, workers=workers, deadline=deadline)
 
 

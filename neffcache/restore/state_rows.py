@@ -20,18 +20,6 @@ class BadState(ValueError):
     """The text is not a state document this reader understands."""
 
 
-def pack_row(row: Any) -> bytes | None:
-    """A JSON row packed, or None if it is not one (wrong length or types, a bad sha256)."""
-    try:
-        size, mtime, ctime, inode, sha, mode = row
-        raw = bytes.fromhex(sha)  # TypeError: not a str
-        if len(raw) != 32 or len(sha) != 64:
-            return None
-        return PACKED.pack(size, mtime, ctime, inode, mode, raw)  # struct.error: not ints
-    except (ValueError, TypeError, struct.error):
-        return None
-
-
 def unpack_row(packed: bytes) -> tuple[int, int, int, int, str, int]:
     size, mtime, ctime, inode, mode, raw = PACKED.unpack(packed)
     return size, mtime, ctime, inode, raw.hex(), mode
@@ -40,11 +28,27 @@ def unpack_row(packed: bytes) -> tuple[int, int, int, int, str, int]:
 def parse_row_pieces(pieces: Iterable[str], schema: int) -> tuple[Rows, dict[str, Rows]]:
     """The durable rows and the pending rows by boot, packed, of the text ``pieces`` make up (read
     as the parser gets to them); empty ones when it is not a state document of ``schema``."""
+    t = _Window(pieces)
+    files: Rows = {}
+    pending: dict[str, Rows] = {}
+    version: list[Any] = []
+
+    def top(key: str, i: int) -> int:
+        if key == "files":
+            return _object(t, i, into=files)
+        if key == "pending":
+            return _object(t, i, lambda boot, j: _object(t, j, into=pending.setdefault(boot, {})))
+        value, i = _item(t, i, _scan_value)
+        if key == "schema_version":
+            version.append(value)
+        return i
+
     try:
-        files, pending, version = _parse(_Window(pieces))
-    except (BadState, IndexError, ValueError):
+        end = _skip(t, _object(t, _skip(t, 0), top))
+    except (BadState, IndexError, ValueError, StopIteration):
         return {}, {}
-    return (files, pending) if version == [schema] else ({}, {})
+    # text after the document, or another schema: not a state document this reader understands
+    return (files, pending) if end == len(t.s) and version == [schema] else ({}, {})
 
 
 MARGIN = 1 << 16  # characters kept ahead of the parser: an item longer than this is read again
@@ -77,31 +81,6 @@ class _Window:
         self.s = "".join(parts)  # one part: that very string, not a copy
         return 0
 
-    def more(self, i: int) -> int:
-        """``at(i)`` with twice what follows ``i`` now: an item ran past the window's end."""
-        return self.at(i, 2 * (len(self.s) - i) + MARGIN)
-
-
-def _parse(t: _Window) -> tuple[Rows, dict[str, Rows], list[Any]]:
-    files: Rows = {}
-    pending: dict[str, Rows] = {}
-    version: list[Any] = []
-
-    def top(key: str, i: int) -> int:
-        if key == "files":
-            return _rows(t, i, files)
-        if key == "pending":
-            return _object(t, i, lambda boot, j: _rows(t, j, pending.setdefault(boot, {})))
-        value, i = _item(t, i, _value)
-        if key == "schema_version":
-            version.append(value)
-        return i
-
-    end = _skip(t, _object(t, _skip(t, 0), top))
-    if end != len(t.s):
-        raise BadState("text after the document")
-    return files, pending, version
-
 
 def _skip(t: _Window, i: int) -> int:
     """The first non-white position from ``i``, with a margin after it."""
@@ -130,17 +109,10 @@ def _item(t: _Window, i: int, step: Callable[[str, int], tuple[Any, int]]) -> tu
             value, j = step(t.s, i)
             if j + 3 <= len(t.s) or t.eof:
                 return value, j
-        except (BadState, ValueError, IndexError):
+        except (BadState, ValueError, IndexError, StopIteration):  # StopIteration: no value there
             if t.eof:
                 raise
-        i = t.more(i)
-
-
-def _value(s: str, i: int) -> tuple[Any, int]:
-    try:
-        return _scan_value(s, i)
-    except StopIteration as exc:
-        raise BadState(f"a value expected at {i}") from exc
+        i = t.at(i, 2 * (len(t.s) - i) + MARGIN)  # it ran past the window: twice as much
 
 
 def _key(s: str, i: int) -> tuple[str, int]:
@@ -153,8 +125,11 @@ def _key(s: str, i: int) -> tuple[str, int]:
     return key, i + 1
 
 
-def _object(t: _Window, i: int, member: Callable[[str, int], int]) -> int:
-    """Walk the JSON object at ``i``: ``member(key, i)`` reads each value and returns its end."""
+def _object(t: _Window, i: int, member: Callable[[str, int], int] | None = None,
+            into: Rows | None = None) -> int:
+    """Walk the JSON object at ``i``: ``member(key, i)`` reads each value and returns its end;
+    or, given ``into``, each member is a row packed into it, implausible rows left out (the hot
+    loop)."""
     i = t.at(i)
     if t.s[i] != "{":
         raise BadState(f"an object expected at {i}")
@@ -162,29 +137,18 @@ def _object(t: _Window, i: int, member: Callable[[str, int], int]) -> int:
     if t.s[i] == "}":
         return i + 1
     while True:
-        key, i = _item(t, i, _key)
-        i = _skip(t, member(key, _skip(t, i)))
-        c = t.s[i]
-        if c == "}":
-            return i + 1
-        if c != ",":
-            raise BadState(f"',' or '}}' expected at {i}")
-        i = _skip(t, i + 1)
-
-
-def _rows(t: _Window, i: int, into: Rows) -> int:
-    """The object of rows at ``i`` into ``into``, implausible rows left out (the hot loop)."""
-    i = t.at(i)
-    if t.s[i] != "{":
-        raise BadState(f"an object expected at {i}")
-    i = _skip(t, i + 1)
-    if t.s[i] == "}":
-        return i + 1
-    while True:
-        (path, row), i = _item(t, i, _row)
-        packed = pack_row(row)
-        if packed is not None:  # else not a record: its file is hashed again
-            into[path] = packed
+        if into is not None:
+            (path, row), i = _item(t, i, _row)
+            try:  # a row of the wrong length or types, or a bad sha256, is left out: hashed again
+                size, mtime, ctime, inode, sha, mode = row
+                raw = bytes.fromhex(sha)  # TypeError: not a str
+                if len(raw) == 32 and len(sha) == 64:
+                    into[path] = PACKED.pack(size, mtime, ctime, inode, mode, raw)  # struct.error
+            except (ValueError, TypeError, struct.error):
+                pass
+        elif member is not None:
+            key, i = _item(t, _skip(t, i), _key)
+            i = _skip(t, member(key, _skip(t, i)))
         c = t.s[i]
         if c == "}":
             return i + 1
@@ -204,10 +168,7 @@ def _row(s: str, i: int) -> tuple[tuple[str, Any], int]:
         if s[i] != ":":
             raise BadState(f"':' expected at {i}")
     i = _skip_in(s, i + 1) if s[i + 1] in _WHITE else i + 1
-    try:
-        row, i = _scan_value(s, i)
-    except StopIteration as exc:
-        raise BadState(f"a row expected at {i}") from exc
+    row, i = _scan_value(s, i)  # StopIteration: no value there
     if i < len(s) and s[i] in _WHITE:
         i = _skip_in(s, i)
     return (path, row), i
@@ -221,15 +182,13 @@ def encode_rows(files: Sequence[str], file_row: Callable[[str], list[Any]],
     yield b'{"schema_version":%d,"files":{' % schema
     yield from _pieces(files, file_row, batch)  # not copied: a million paths are 8 MiB
     yield b"}"
-    first = True
+    before = b',"pending":{'  # the first boot's, then between boots
     for boot, paths, row in pending:
-        yield (b',"pending":{' if first else b",") + json.dumps(boot).encode() + b":{"
+        yield before + json.dumps(boot).encode() + b":{"
         yield from _pieces(paths, row, batch)
         yield b"}"
-        first = False
-    if not first:
-        yield b"}"
-    yield b"}"
+        before = b","
+    yield b"}}" if before == b"," else b"}"
 
 
 def _pieces(paths: Sequence[str], row: Callable[[str], list[Any]], batch: int) -> Iterator[bytes]:
