@@ -39,7 +39,8 @@ COMMANDS: dict[str, str] = {
 }
 _MODULES = {"verify": "maintenance", "gc": "maintenance", "repair": "maintenance",
             "prune": "retire", "bundle": "copy", "capture": "push", "db": "index",
-            "matrix": "index", "reindex": "index", "reports": "index"}
+            "matrix": "index", "reindex": "index", "reports": "index", "ls": "coverage",
+            "warm": "precompile"}
 
 
 class LazyGroup(click.Group):
