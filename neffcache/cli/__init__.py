@@ -40,7 +40,7 @@ COMMANDS: dict[str, str] = {
 _MODULES = {"verify": "maintenance", "gc": "maintenance", "repair": "maintenance",
             "prune": "retire", "bundle": "copy", "capture": "push", "db": "index",
             "matrix": "index", "reindex": "index", "reports": "index", "ls": "coverage",
-            "warm": "precompile"}
+            "warm": "precompile", "serve": "index", "config": "fingerprint"}
 
 
 class LazyGroup(click.Group):
