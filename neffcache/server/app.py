@@ -20,7 +20,6 @@ from neffcache.errors import NeffcacheError
 from neffcache.server import schemas as m
 from neffcache.server.metrics import metrics_registry, render_metrics
 from neffcache.server.shared import SharedAnswers, shared
-from neffcache.server.status import error_document, http_status_for, validation_document
 from neffcache.version import __version__
 
 # The dashboard loads nothing from elsewhere: scripts, styles and data come from this server.
@@ -100,11 +99,11 @@ def _add_system_routes(app: FastAPI) -> None:
 
     @app.exception_handler(NeffcacheError)
     def on_error(_request: Request, exc: NeffcacheError) -> JSONResponse:
-        return JSONResponse(error_document(exc), status_code=http_status_for(exc))
+        return JSONResponse(m.error_document(exc), status_code=m.http_status_for(exc))
 
     @app.exception_handler(RequestValidationError)
     def on_bad_parameter(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(validation_document(exc.errors()), status_code=400)
+        return JSONResponse(m.validation_document(exc.errors()), status_code=400)
 
 
 def _add_middleware(app: FastAPI) -> None:
