@@ -40,7 +40,8 @@ COMMANDS: dict[str, str] = {
 _MODULES = {"verify": "maintenance", "gc": "maintenance", "repair": "maintenance",
             "prune": "retire", "bundle": "copy", "capture": "push", "db": "index",
             "matrix": "index", "reindex": "index", "reports": "index", "ls": "coverage",
-            "warm": "precompile", "serve": "index", "config": "fingerprint"}
+            "warm": "precompile", "serve": "index", "config": "fingerprint",
+            "keys": "push"}
 
 
 class LazyGroup(click.Group):

@@ -210,17 +210,14 @@ def reindex(as_json: bool, **params: Any) -> None:
 
     result = reindex_store(ReindexStoreRequest(**params, progress=report))
     found, reports = result.manifests, result.reports
-
-    def text() -> str:
-        return (f"{result.store}: {found.scanned} manifests, {found.added} added, "
-                f"{found.already_indexed} already indexed, {found.removed} removed, "
-                f"{len(found.invalid)} invalid\n"
-                f"{result.store}: {reports.scanned} restore reports, {reports.added} added, "
-                f"{reports.already_ingested} already ingested, {len(reports.invalid)} skipped")
-
-    finish(result, as_json, text, [*(f"invalid: {bad.reason}" for bad in found.invalid),
-                                    *(f"warning: restore report skipped: {bad.reason}"
-                                      for bad in reports.invalid)])
+    finish(result, as_json, lambda: (
+        f"{result.store}: {found.scanned} manifests, {found.added} added, "
+        f"{found.already_indexed} already indexed, {found.removed} removed, "
+        f"{len(found.invalid)} invalid\n"
+        f"{result.store}: {reports.scanned} restore reports, {reports.added} added, "
+        f"{reports.already_ingested} already ingested, {len(reports.invalid)} skipped"),
+        [*(f"invalid: {bad.reason}" for bad in found.invalid),
+         *(f"warning: restore report skipped: {bad.reason}" for bad in reports.invalid)])
 
 
 @click.group("reports", cls=Group)
