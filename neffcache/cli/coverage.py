@@ -36,18 +36,16 @@ def _status_text(row: CoverageRow) -> str:
 
 def render_coverage(report: CoverageReport) -> str:
     """A cell x fingerprint grid, then one summary line per fingerprint (pure)."""
-    fps = report.fingerprints
-    heads = ["CELL"] + [f"{fp.short}{'*' if fp.here else ''}" for fp in fps]
-    n = len(fps)
-    grid = [[cell_id] + [_status_text(report.rows[i * n + j]) for j in range(n)]
+    fps, n = report.fingerprints, len(report.fingerprints)
+    labels = [f"{fp.short}{'*' if fp.here else ''}" for fp in fps]
+    grid = [[cell_id, *map(_status_text, report.rows[i * n:(i + 1) * n])]
             for i, (cell_id, _key) in enumerate(report.cells)]
-    summary = [[f"{fp.short}{'*' if fp.here else ''}", fp.backend, fp.ready, fp.in_progress,
-                fp.failed, fp.missing] for fp in fps]
-    parts = [format_table(heads, grid), "",
-             format_table(["FINGERPRINT", "BACKEND", "READY", "IN PROGRESS", "FAILED",
-                           "MISSING"], summary),
-             "* = this host's fingerprint"]
-    return "\n".join(parts)
+    summary = [[label, fp.backend, fp.ready, fp.in_progress, fp.failed, fp.missing]
+               for label, fp in zip(labels, fps, strict=True)]
+    return "\n".join([format_table(["CELL", *labels], grid), "",
+                      format_table(["FINGERPRINT", "BACKEND", "READY", "IN PROGRESS", "FAILED",
+                                    "MISSING"], summary),
+                      "* = this host's fingerprint"])
 
 
 @click.command("coverage")

@@ -37,14 +37,13 @@ class IndexCollector(Collector):
         self._index = index
 
     def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily("neffcache_index_up", "1 if the index answered this scrape.")
         ix = self._index
         try:
             families = [*_storage(ix), *_restores(ix), *_per_matrix(ix)]
         except NeffcacheError:
             families = []
-        up.add_metric([], 1 if families else 0)
-        yield up
+        yield _gauge("neffcache_index_up", "1 if the index answered this scrape.", [],
+                     [([], 1 if families else 0)])
         yield from families
 
 
