@@ -138,9 +138,7 @@ def ask(question: str, would: str, hint: str) -> bool:
     if not sys.stdin.isatty():
         raise UsageError(f"{would}; refusing without --yes when stdin is not a terminal",
                          hint=hint)
-    if not click.confirm(question, err=True):
-        raise click.exceptions.Abort()
-    return True
+    return click.confirm(question, err=True, abort=True)
 
 
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:

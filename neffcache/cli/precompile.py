@@ -144,7 +144,8 @@ def _columns() -> int:
 
 def render_precompile(report: PrecompileReport) -> str:
     rows = [[c.cell_id, c.status if c.status != "failed" else f"failed({c.exit_status})",
-             "-" if c.seconds is None else f"{c.seconds:.1f}", "-" if c.files is None else c.files,
+             "-" if c.seconds is None else f"{c.seconds:.1f}",
+             "-" if c.files is None else c.files,
              "-" if c.total_bytes is None else human_bytes(c.total_bytes),
              c.verify.status if c.verify else "-"] for c in report.cells]
     table = format_table(["CELL", "STATUS", "FIRST CALL S", "FILES", "SIZE", "VERIFY"], rows)
