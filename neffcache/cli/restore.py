@@ -225,14 +225,11 @@ def _summary(doc: dict[str, Any]) -> str:
 
 
 def _details(doc: dict[str, Any]) -> list[str]:
-    lines = []
-    for label, key in (("missing", "cells_missing"), ("incomplete", "cells_incomplete")):
-        if doc[key]:
-            lines.append(f"{label}: {', '.join(doc[key])}")
-    for cid, fps in doc["cells_elsewhere"].items():
-        lines.append(f"built elsewhere: {cid} (fingerprints {', '.join(f[:12] for f in fps)})")
-    for f in doc["cells_failed"]:
-        lines.append(f"failed: {f['cell']}: {f['error']}")
+    lines = [f"{label}: {', '.join(doc[key])}" for label, key in (
+        ("missing", "cells_missing"), ("incomplete", "cells_incomplete")) if doc[key]]
+    lines.extend(f"built elsewhere: {cid} (fingerprints {', '.join(f[:12] for f in fps)})"
+                 for cid, fps in doc["cells_elsewhere"].items())
+    lines.extend(f"failed: {f['cell']}: {f['error']}" for f in doc["cells_failed"])
     lines.extend(f"file failed: {f['error']}" for f in doc["files_failed"][:10])
     lines.extend(f"served by {url}: {n} object(s)" for url, n in doc.get("served_by", {}).items())
     return lines
