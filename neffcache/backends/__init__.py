@@ -141,8 +141,6 @@ def root_dirs(backend: Backend, base: str) -> dict[str, str]:
 
 def cache_environment(backend: Backend, base: str) -> dict[str, str]:
     """Variables to export so the backend's compiler uses the roots (and scratch) under base."""
-    env = {r.env_var: path for r in backend.roots if r.env_var
-           for path in [root_dirs(backend, base)[r.name]]}
-    for var, sub in backend.scratch:
-        env[var] = f"{base.rstrip('/')}/{sub}"
-    return env
+    dirs = root_dirs(backend, base)
+    return {**{r.env_var: dirs[r.name] for r in backend.roots if r.env_var},
+            **{var: f"{base.rstrip('/')}/{sub}" for var, sub in backend.scratch}}

@@ -37,7 +37,11 @@ COMMANDS: dict[str, str] = {
     "prune": "Remove from a restore DIR the entries the matrix no longer needs; plan first.",
     "retire": "Remove entries by policy (SDK versions kept, matrices kept); plan first.",
 }
-_MODULES = {"verify": "maintenance", "gc": "maintenance"}
+_MODULES = {"verify": "maintenance", "gc": "maintenance", "repair": "maintenance",
+            "prune": "retire", "bundle": "copy", "capture": "push", "db": "index",
+            "matrix": "index", "reindex": "index", "reports": "index", "ls": "coverage",
+            "warm": "precompile", "serve": "index", "config": "fingerprint",
+            "keys": "push"}
 
 
 class LazyGroup(click.Group):

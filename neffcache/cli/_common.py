@@ -65,13 +65,15 @@ encode_line = _ONE_LINE.encode  # one item as stream_json and stream_lines want 
 FLUSH_EVERY = 1000  # streamed lines between flushes (the first line is flushed at once)
 
 
-def _write_lines(lines: Iterable[str], lead: str = "", sep: str = "", end: str = "\n") -> int:
+def stream_lines(lines: Iterable[str], lead: str = "", sep: str = "", end: str = "\n") -> int:
+    """``lines`` to stdout as they come (``lead`` before the first, ``sep`` between); how many."""
     out, n = sys.stdout, 0
     for line in lines:
         out.write((lead if n == 0 else sep) + line + end)
         n += 1
         if n == 1 or n % FLUSH_EVERY == 0:
             out.flush()
+    out.flush()
     return n
 
 
@@ -83,18 +85,12 @@ def stream_json(head: Mapping[str, Any], key: str, lines: Iterable[str],
     for k, v in sorted(head.items()):
         out.write(f"  {json.dumps(k)}: {json_text(v, 1, '  ')},\n")
     out.write(f"  {json.dumps(key)}: [")
-    n = _write_lines(lines, "\n    ", ",\n    ", "")
+    n = stream_lines(lines, "\n    ", ",\n    ", "")
     out.write("\n  ]" if n else "]")
     for k, v in tail().items():
         out.write(f",\n  {json.dumps(k)}: {json_text(v, 1, '  ')}")
     out.write("\n}\n")
     out.flush()
-
-
-def stream_lines(lines: Iterable[str]) -> int:
-    n = _write_lines(lines)
-    sys.stdout.flush()
-    return n
 
 
 def stream_table(headers: list[str], rows: Iterable[list[Any]], sample: int = 500) -> int:
@@ -106,9 +102,7 @@ def stream_table(headers: list[str], rows: Iterable[list[Any]], sample: int = 50
     widths = _widths(headers, first)
     click.echo("\n".join(_row(r, widths) for r in [headers, *first]))
     sys.stdout.flush()
-    n = len(first) + _write_lines(_row(r, widths) for r in it)
-    sys.stdout.flush()
-    return n
+    return len(first) + stream_lines(_row(r, widths) for r in it)
 
 
 def progress(message: str) -> None:
@@ -144,9 +138,7 @@ def ask(question: str, would: str, hint: str) -> bool:
     if not sys.stdin.isatty():
         raise UsageError(f"{would}; refusing without --yes when stdin is not a terminal",
                          hint=hint)
-    if not click.confirm(question, err=True):
-        raise click.exceptions.Abort()
-    return True
+    return click.confirm(question, err=True, abort=True)
 
 
 def format_table(headers: list[str], rows: list[list[Any]]) -> str:

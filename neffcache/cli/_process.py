@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import gc
 import os
@@ -26,11 +27,9 @@ def raise_open_file_limit() -> int:
     if hard == resource.RLIM_INFINITY:
         hard = max(soft, 1 << 16) if soft != resource.RLIM_INFINITY else hard
     if soft != resource.RLIM_INFINITY and soft < hard:
-        try:
+        with contextlib.suppress(OSError, ValueError):  # not permitted: live within the soft one
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
-        except (OSError, ValueError):
-            pass  # not permitted: live within the soft limit
     return soft
 
 
@@ -105,9 +104,7 @@ def exit_process(code: int) -> None:
         t.join(max(0.0, until - time.monotonic()))
     if any(t.is_alive() for t in waiting):
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-            except (OSError, ValueError):
-                pass
         os._exit(code)
     sys.exit(code)

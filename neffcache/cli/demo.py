@@ -20,13 +20,10 @@ def _secs(value: float | None) -> str:
 def render_demo(report: DemoResult) -> str:
     from neffcache.cli.coverage import render_coverage
 
-    rows = []
-    for c in report.cells:
-        sp = c.speedup
-        compiled = c.verdict.summary() if c.verdict else f"FAILED: {c.error}"
-        cold = _secs(c.cold_seconds) + ("" if c.cold_source == "this run" else " (entry)")
-        rows.append([c.cell_id, cold, _secs(c.restored_seconds),
-                     "-" if sp is None else f"{sp:.1f}x", compiled])
+    rows = [[c.cell_id,
+             _secs(c.cold_seconds) + ("" if c.cold_source == "this run" else " (entry)"),
+             _secs(c.restored_seconds), "-" if c.speedup is None else f"{c.speedup:.1f}x",
+             c.verdict.summary() if c.verdict else f"FAILED: {c.error}"] for c in report.cells]
     table = format_table(["CELL", "COLD FIRST CALL", "RESTORED FIRST CALL", "SPEED-UP",
                           "COMPILED AFTER RESTORE"], rows)
     restore = report.restore

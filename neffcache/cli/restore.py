@@ -187,6 +187,13 @@ def _print_env(environment: Mapping[str, str]) -> None:
     sys.stdout.flush()
 
 
+_FETCH_LINES = {  # a planned request in the dry run's text, by its kind
+    "pack": "  pack {pack:.12}  bytes {start}+{bytes}  {files} files",
+    "blob": "  blob {sha256:.12}  {bytes} bytes  {paths[0]}",
+    "part": "  blob {sha256:.12}  part {part}/{parts}  bytes {start}+{bytes}  {paths[0]}",
+}
+
+
 def _dry_run_text(doc: dict[str, Any]) -> str:
     lines = [f"dry run: would fetch {doc['files_to_fetch']} files "
              f"({human_bytes(doc['bytes_to_fetch'])}, {doc['blobs_to_fetch']} blobs) into "
@@ -194,15 +201,7 @@ def _dry_run_text(doc: dict[str, Any]) -> str:
              f"from {len(doc['packs'])} packs, {doc['blob_gets']} blob GETs, "
              f"{doc['blob_parts']} ranged parts; {doc['files_present']} files already in "
              f"place [fingerprint {doc['fingerprint_key'][:12]}]"]
-    for u in doc["fetch"][:20]:
-        if u["kind"] == "pack":
-            lines.append(f"  pack {u['pack'][:12]}  bytes {u['start']}+{u['bytes']}  "
-                         f"{u['files']} files")
-        elif u["kind"] == "blob":
-            lines.append(f"  blob {u['sha256'][:12]}  {u['bytes']} bytes  {u['paths'][0]}")
-        else:
-            lines.append(f"  blob {u['sha256'][:12]}  part {u['part']}/{u['parts']}  "
-                         f"bytes {u['start']}+{u['bytes']}  {u['paths'][0]}")
+    lines += [_FETCH_LINES[u["kind"]].format_map(u) for u in doc["fetch"][:20]]
     if len(doc["fetch"]) > 20:
         lines.append(f"  ... {doc['requests'] - 20} more requests (--json lists them)")
     lines.extend(_details({**doc, "cells_incomplete": [], "files_failed": []}))
@@ -226,14 +225,11 @@ def _summary(doc: dict[str, Any]) -> str:
 
 
 def _details(doc: dict[str, Any]) -> list[str]:
-    lines = []
-    for label, key in (("missing", "cells_missing"), ("incomplete", "cells_incomplete")):
-        if doc[key]:
-            lines.append(f"{label}: {', '.join(doc[key])}")
-    for cid, fps in doc["cells_elsewhere"].items():
-        lines.append(f"built elsewhere: {cid} (fingerprints {', '.join(f[:12] for f in fps)})")
-    for f in doc["cells_failed"]:
-        lines.append(f"failed: {f['cell']}: {f['error']}")
+    lines = [f"{label}: {', '.join(doc[key])}" for label, key in (
+        ("missing", "cells_missing"), ("incomplete", "cells_incomplete")) if doc[key]]
+    lines.extend(f"built elsewhere: {cid} (fingerprints {', '.join(f[:12] for f in fps)})"
+                 for cid, fps in doc["cells_elsewhere"].items())
+    lines.extend(f"failed: {f['cell']}: {f['error']}" for f in doc["cells_failed"])
     lines.extend(f"file failed: {f['error']}" for f in doc["files_failed"][:10])
     lines.extend(f"served by {url}: {n} object(s)" for url, n in doc.get("served_by", {}).items())
     return lines

@@ -64,8 +64,7 @@ def build_tiny_flux2_klein(out_dir: Path, *, seed: int = 0) -> Path:
             os.fsync(fh.fileno())
         _move_into_place(tmp, out_dir, seed)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # gone once renamed into place
     return out_dir
 
 

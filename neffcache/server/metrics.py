@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import generate_latest
 from prometheus_client.core import (
@@ -37,14 +37,13 @@ class IndexCollector(Collector):
         self._index = index
 
     def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily("neffcache_index_up", "1 if the index answered this scrape.")
         ix = self._index
         try:
-            families = [*_storage(ix), *_restores(ix), *_leases(ix), *_runs(ix), *_reported(ix)]
+            families = [*_storage(ix), *_restores(ix), *_per_matrix(ix)]
         except NeffcacheError:
             families = []
-        up.add_metric([], 1 if families else 0)
-        yield up
+        yield _gauge("neffcache_index_up", "1 if the index answered this scrape.", [],
+                     [([], 1 if families else 0)])
         yield from families
 
 
@@ -104,15 +103,21 @@ def coverage_text(grids: Sequence[CoverageGrid]) -> str:
     return "".join(out)
 
 
+def _gauge(name: str, help_text: str, labels: list[str],
+           samples: Iterable[tuple[list[str], float]]) -> GaugeMetricFamily:
+    """A gauge family of ``samples``: (label values, value)."""
+    family = GaugeMetricFamily(name, help_text, labels=labels)
+    for values, value in samples:
+        family.add_metric(values, value)
+    return family
+
+
 def _storage(ix: Index) -> Iterator[Metric]:
-    entries = GaugeMetricFamily("neffcache_entries", "Entries in the index per SDK version.",
-                                labels=["backend", "sdk_version"])
-    size = GaugeMetricFamily("neffcache_entry_bytes", "Bytes of the entries per SDK version.",
-                             labels=["backend", "sdk_version"])
-    for s in group_by_sdk(fingerprint_stats(ix)):
-        entries.add_metric([s.backend, s.sdk_version], s.entries)
-        size.add_metric([s.backend, s.sdk_version], s.total_bytes)
-    yield from (entries, size)
+    sdks, labels = group_by_sdk(fingerprint_stats(ix)), ["backend", "sdk_version"]
+    yield _gauge("neffcache_entries", "Entries in the index per SDK version.", labels,
+                 (([s.backend, s.sdk_version], s.entries) for s in sdks))
+    yield _gauge("neffcache_entry_bytes", "Bytes of the entries per SDK version.", labels,
+                 (([s.backend, s.sdk_version], s.total_bytes) for s in sdks))
 
 
 def _restores(ix: Index) -> Iterator[Metric]:
@@ -131,45 +136,30 @@ def _restores(ix: Index) -> Iterator[Metric]:
     yield from (total, size, hist)
 
 
-def _leases(ix: Index) -> Iterator[Metric]:
-    labels = ["matrix", "fingerprint"]
-    active = GaugeMetricFamily("neffcache_leases_active", "Live claim-queue leases "
-                               "(cells a precompile --claim worker holds).", labels=labels)
-    expired = GaugeMetricFamily("neffcache_leases_expired", "Leases still held past their "
-                                "expiry: the holder stopped renewing (a dead worker?).",
-                                labels=labels)
-    for s in lease_stats(ix):
-        if s.active:
-            active.add_metric([s.matrix, s.fingerprint_key], s.active)
-        if s.expired:
-            expired.add_metric([s.matrix, s.fingerprint_key], s.expired)
-    yield from (active, expired)
-
-
-def _runs(ix: Index) -> Iterator[Metric]:
-    last = GaugeMetricFamily("neffcache_last_precompile_run_timestamp_seconds",
-                             "When a precompile run of the matrix last started (Unix time; 0: "
-                             "none in the last 7 days).", labels=["matrix"])
-    for r in last_precompile_runs(ix):
-        last.add_metric([r.matrix], r.started_at.timestamp() if r.started_at else 0.0)
-    yield last
-    per = GaugeMetricFamily("neffcache_precompile_fingerprint_last_run_timestamp_seconds",
-                            "When a precompile run of the matrix under the fingerprint last "
-                            "started (Unix time; runs of the last 7 days only).",
-                            labels=["matrix", "fingerprint"])
-    for f in last_fingerprint_runs(ix):
-        per.add_metric([f.matrix, f.fingerprint_key], f.started_at.timestamp())
-    yield per
-
-
-def _reported(ix: Index) -> Iterator[Metric]:
-    seen = GaugeMetricFamily("neffcache_restore_fingerprint_last_seen_timestamp_seconds",
-                             "When a restore report of the matrix last named the fingerprint "
-                             "(Unix time).", labels=["matrix", "fingerprint"])
-    for r in reported_fingerprints(ix):
-        if r.last_seen_at is not None:
-            seen.add_metric([r.matrix, r.fingerprint_key], r.last_seen_at.timestamp())
-    yield seen
+def _per_matrix(ix: Index) -> Iterator[Metric]:
+    """Claim-queue leases, the last precompile runs and the fingerprints restores report."""
+    leases, labels = lease_stats(ix), ["matrix", "fingerprint"]
+    yield _gauge("neffcache_leases_active", "Live claim-queue leases "
+                 "(cells a precompile --claim worker holds).", labels,
+                 (([s.matrix, s.fingerprint_key], s.active) for s in leases if s.active))
+    yield _gauge("neffcache_leases_expired", "Leases still held past their "
+                 "expiry: the holder stopped renewing (a dead worker?).", labels,
+                 (([s.matrix, s.fingerprint_key], s.expired) for s in leases if s.expired))
+    yield _gauge("neffcache_last_precompile_run_timestamp_seconds",
+                 "When a precompile run of the matrix last started (Unix time; 0: "
+                 "none in the last 7 days).", ["matrix"],
+                 (([r.matrix], r.started_at.timestamp() if r.started_at else 0.0)
+                  for r in last_precompile_runs(ix)))
+    yield _gauge("neffcache_precompile_fingerprint_last_run_timestamp_seconds",
+                 "When a precompile run of the matrix under the fingerprint last "
+                 "started (Unix time; runs of the last 7 days only).", labels,
+                 (([f.matrix, f.fingerprint_key], f.started_at.timestamp())
+                  for f in last_fingerprint_runs(ix)))
+    yield _gauge("neffcache_restore_fingerprint_last_seen_timestamp_seconds",
+                 "When a restore report of the matrix last named the fingerprint "
+                 "(Unix time).", labels,
+                 (([r.matrix, r.fingerprint_key], r.last_seen_at.timestamp())
+                  for r in reported_fingerprints(ix) if r.last_seen_at is not None))
 
 
 def metrics_registry(index: Index) -> CollectorRegistry:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from neffcache.cli._common import format_table
-from neffcache.cli.ls import HEADERS, entry_line
+from neffcache.cli.coverage import HEADERS, entry_line
 from neffcache.index import EntrySummary
 
 

@@ -35,7 +35,7 @@ from neffcache.index.ops_values import (
 )
 from neffcache.index.values import LiveLease
 from neffcache.server import is_loopback
-from neffcache.server.status import HTTP_STATUSES, error_document, http_status_for
+from neffcache.server.schemas import HTTP_STATUSES, error_document, http_status_for
 from tests.unit.test_index_factories import make_cell, make_fingerprint
 
 NOW = datetime(2026, 3, 1, tzinfo=timezone.utc)

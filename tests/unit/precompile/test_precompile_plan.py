@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from neffcache.backends import INDUCTOR, NEURON, cache_environment, compile_call
-from neffcache.demo.runner import parse_shapes, render_demo_matrix
+from neffcache.demo import parse_shapes, render_demo_matrix
 from neffcache.errors import UsageError, WorkerError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.manifest import entry_key
