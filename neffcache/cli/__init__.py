@@ -38,10 +38,10 @@ COMMANDS: dict[str, str] = {
     "retire": "Remove entries by policy (SDK versions kept, matrices kept); plan first.",
 }
 _MODULES = {"verify": "maintenance", "gc": "maintenance", "repair": "maintenance",
-            "prune": "retire", "bundle": "copy", "capture": "push", "db": "index",
-            "matrix": "index", "reindex": "index", "reports": "index", "ls": "coverage",
-            "warm": "precompile", "serve": "index", "config": "fingerprint",
-            "keys": "push"}
+            "prune": "retire", "bundle": "copy", "push": "publish", "capture": "publish",
+            "keys": "publish", "db": "index", "matrix": "index", "reindex": "index",
+            "reports": "index", "serve": "index", "ls": "coverage", "warm": "precompile",
+            "fingerprint": "host", "config": "host"}
 
 
 class LazyGroup(click.Group):
