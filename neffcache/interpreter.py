@@ -36,8 +36,7 @@ def versions(names: Iterable[str], path: Sequence[str] | None = None) -> dict[st
             break
         listing = _listing(entry)
         if listing is None:  # a zip, an egg or something else the scan does not read
-            return {n: _from_importlib(n) for n in names} if path is None else \
-                {n: ABSENT for n in names}
+            return {n: _from_importlib(n) if path is None else ABSENT for n in names}
         for child in listing:
             low = child.lower()
             if not low.endswith((".dist-info", ".egg-info")):
@@ -53,11 +52,10 @@ def versions(names: Iterable[str], path: Sequence[str] | None = None) -> dict[st
 
 def _listing(entry: str) -> list[str] | None:
     """[] when it does not exist; None for what the scan cannot read (a zip, an ``.egg``)."""
-    root = entry or "."
     if entry.lower().endswith(".egg"):
         return None
     try:
-        return os.listdir(root)
+        return os.listdir(entry or ".")
     except NotADirectoryError:
         return None
     except OSError:
@@ -149,13 +147,11 @@ def parse_probe_output(stdout: str, names: Sequence[str], path: str) -> Interpre
     if not isinstance(found, dict) or not isinstance(python, str) or not python \
             or not (torch_path is None or isinstance(torch_path, str)):
         raise ValueError("the probe's answer lacks versions or the Python version")
-    versions = []
     for name in names:
-        value = found.get(name)
-        if value is not None and not isinstance(value, str):
+        if not isinstance(found.get(name), (str, type(None))):
             raise ValueError(f"version of {name!r} is not a string")
-        versions.append((name, value or ABSENT))
-    return InterpreterFacts(path=path, python_version=python, versions=tuple(versions),
+    versions = tuple((name, found.get(name) or ABSENT) for name in names)
+    return InterpreterFacts(path=path, python_version=python, versions=versions,
                             torch_path=torch_path or ABSENT)
 
 
