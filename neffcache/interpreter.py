@@ -25,7 +25,10 @@ def versions(names: Iterable[str], path: Sequence[str] | None = None) -> dict[st
     finder), importlib.metadata answers."""
     names = list(names)
     entries = list(sys.path if path is None else path)
-    if path is None and not _only_path_finder_provides_distributions():
+    from importlib.machinery import PathFinder
+
+    if path is None and not all(f is PathFinder or not hasattr(f, "find_distributions")
+                                for f in sys.meta_path):
         return {n: _from_importlib(n) for n in names}
     wanted: dict[str, list[str]] = {}
     for n in names:
@@ -77,12 +80,6 @@ def _read_version(info_dir: str) -> str | None:
         except OSError:
             return None
     return None
-
-
-def _only_path_finder_provides_distributions() -> bool:
-    from importlib.machinery import PathFinder
-
-    return all(f is PathFinder or not hasattr(f, "find_distributions") for f in sys.meta_path)
 
 
 def _from_importlib(name: str) -> str:

@@ -238,7 +238,6 @@ def _from_json(doc: Mapping[str, Any], allowed_roots: Sequence[str] | None,
         raise ManifestError(f"{source}: compile_seconds: expected a number or null")
     packs = validate_packs(doc.get("packs", []), files, source=source)
     parts = validate_parts(doc.get("parts", []), files, source=source)
-    _require_parts(files, parts, source)
     manifest = Manifest(
         cell=cell, fingerprint=fingerprint, files=files,
         producer=tuple(sorted((str(k), str(v)) for k, v in producer.items())),
@@ -364,17 +363,12 @@ def validate_parts(raw: Any, files: Sequence[FileRecord], *,
             raise ManifestError(f"{where}: digests: expected {count} sha256 hex digests, one "
                                 f"per part")
         out.append(PartDigests(sha, part_size, tuple(digests)))
-    return tuple(out)
-
-
-def _require_parts(files: Sequence[FileRecord], parts: Sequence[PartDigests],
-                   source: str) -> None:
-    have = {p.sha256 for p in parts}
-    for f in needs_parts(files):
-        if f.sha256 not in have:
+    for f in needs_parts(files):  # every large file has them
+        if f.sha256 not in seen:
             raise ManifestError(f"{source}: file {f.root}/{f.path} ({f.size} bytes) has no part "
                                 f"digests: files over {REQUIRED_OVER} bytes need a 'parts' "
                                 f"record (sha256 {f.sha256[:12]}, a digest per part)")
+    return tuple(out)
 
 
 def _objects(raw: Any, field: str, limit: int, noun: str,
