@@ -102,10 +102,7 @@ class Matrix:
     cells: tuple[Cell, ...] = field(default=(), compare=False)
 
     def pipeline(self, name: str) -> PipelineSpec:
-        for spec in self.pipelines:
-            if spec.name == name:
-                return spec
-        raise KeyError(name)
+        return {spec.name: spec for spec in self.pipelines}[name]
 
 
 def _as_int(value: Any) -> int:
@@ -170,8 +167,7 @@ def _parse_pipeline(t: Any, where: str) -> PipelineSpec:
     if dtype not in DTYPES:
         raise MatrixError(f"{where}.dtype: expected one of {list(DTYPES)}, got {dtype!r}")
     components = _str_list(t, "components", where) if "components" in t else ("transformer",)
-    needs_components = any(m != "eager" for m in modes)
-    if needs_components and not components:
+    if not components and any(m != "eager" for m in modes):
         raise MatrixError(f"{where}.components: compile/regional modes need at least one")
     steps = t.get("warmup_steps", 1)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:

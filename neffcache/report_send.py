@@ -157,9 +157,7 @@ def pending(directory: Path) -> list[Spooled]:
         names = os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    for name in names:
-        if name.startswith(".") or not name.endswith(SUFFIX):
-            continue
+    for name in (n for n in names if not n.startswith(".") and n.endswith(SUFFIX)):
         with contextlib.suppress(FileNotFoundError):
             st = os.stat(directory / name, follow_symlinks=False)
             found.append(Spooled(directory / name, st.st_size, st.st_mtime))
