@@ -26,13 +26,10 @@ _PEM_END = "-----END PUBLIC KEY-----"
 def load_trusted_keys(items: Sequence[str]) -> tuple[PublicKey, ...]:
     """Each item a key (``ed25519:<base64>``) or a file of ``ed25519:`` lines (``#`` comments
     allowed) or PEM blocks; each key once, in order."""
-    keys: dict[str, PublicKey] = {}
-    for item in items:
-        found = [parse_public_key(item, "trusted key")] if item.startswith(PUBLIC_PREFIX) \
-            else _keys_in_file(Path(item).expanduser())
-        for k in found:
-            keys.setdefault(k.key_id, k)
-    return tuple(keys.values())
+    found = (k for item in items for k in (
+        [parse_public_key(item, "trusted key")] if item.startswith(PUBLIC_PREFIX)
+        else _keys_in_file(Path(item).expanduser())))
+    return tuple({k.key_id: k for k in found}.values())  # one key_id: one key (its raw bytes)
 
 
 def _keys_in_file(path: Path) -> list[PublicKey]:
