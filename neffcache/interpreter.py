@@ -23,10 +23,9 @@ def versions(names: Iterable[str], path: Sequence[str] | None = None) -> dict[st
     """The first ``NAME-*.dist-info`` or ``.egg-info`` on the path gives its version (1-3 ms,
     importlib.metadata's 50-65); where the scan cannot be sure (a zip or egg, another
     finder), importlib.metadata answers."""
-    names = list(names)
-    entries = list(sys.path if path is None else path)
     from importlib.machinery import PathFinder
 
+    names = list(names)
     if path is None and not all(f is PathFinder or not hasattr(f, "find_distributions")
                                 for f in sys.meta_path):
         return {n: _from_importlib(n) for n in names}
@@ -34,7 +33,7 @@ def versions(names: Iterable[str], path: Sequence[str] | None = None) -> dict[st
     for n in names:
         wanted.setdefault(normalize(n), []).append(n)
     found: dict[str, str] = {}
-    for entry in entries:
+    for entry in list(sys.path if path is None else path):
         if not wanted:
             break
         listing = _listing(entry)

@@ -7,18 +7,13 @@ import hashlib
 import itertools
 import json
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from neffcache.config import tomllib  # the one fallback to tomli (before Python 3.11)
 from neffcache.documents import canonical_json, digest_of
 from neffcache.errors import MatrixError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 MODES = ("eager", "compile", "regional")
 DTYPES = ("float32", "bfloat16", "float16")
