@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from neffcache.documents import Document, canonical_pieces, digest_chunked, digest_of
@@ -214,12 +214,11 @@ def decode_manifest(data: bytes | str, *, allowed_roots: Sequence[str] | None = 
     signature = signature_from_json(doc.get(SIGNATURE_FIELD), source)
     body = check_digest(doc, source)
     del doc
-    manifest = _from_json(body, allowed_roots, source)
-    return replace(manifest, signature=signature) if signature is not None else manifest
+    return _from_json(body, allowed_roots, source, signature)
 
 
-def _from_json(doc: Mapping[str, Any], allowed_roots: Sequence[str] | None,
-               source: str) -> Manifest:
+def _from_json(doc: Mapping[str, Any], allowed_roots: Sequence[str] | None, source: str,
+               signature: Signature | None) -> Manifest:
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ManifestError(f"{source}: schema_version {version!r} is not supported "
@@ -243,7 +242,7 @@ def _from_json(doc: Mapping[str, Any], allowed_roots: Sequence[str] | None,
         producer=tuple(sorted((str(k), str(v)) for k, v in producer.items())),
         compile_seconds=float(seconds) if seconds is not None else None,
         created_at=str(doc.get("created_at", "")),
-        packs=packs, parts=parts,
+        packs=packs, parts=parts, signature=signature,
     )
     claimed = doc.get("entry_key")
     if claimed is not None and claimed != manifest.entry_key:
