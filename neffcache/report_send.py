@@ -139,8 +139,7 @@ def write_file(directory: Path, report: Document) -> Path:
             os.fsync(out.fileno())
         os.replace(tmp, final)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        discard(tmp)
     return final
 
 
