@@ -281,9 +281,7 @@ def _int(v: int) -> str:
 def select_cells(cells: Iterable[Cell], patterns: Iterable[str] | None) -> tuple[Cell, ...]:
     """Cells whose id matches any glob pattern (all cells without one)."""
     pats = [p for p in (patterns or ()) if p]
-    if not pats:
-        return tuple(cells)
-    return tuple(c for c in cells if any(fnmatch.fnmatchcase(c.id, p) for p in pats))
+    return tuple(c for c in cells if not pats or any(fnmatch.fnmatchcase(c.id, p) for p in pats))
 
 
 def shard_cells(cells: Iterable[Cell], index: int, count: int) -> tuple[Cell, ...]:
