@@ -78,10 +78,7 @@ T = TypeVar("T")
 @dataclass_transform(frozen_default=True)
 def checked_request(cls: type[T]) -> type[T]:
     """A frozen dataclass with slots that checks its fields when made."""
-    def __post_init__(self: object) -> None:
-        check_request(self)
-
-    cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+    cls.__post_init__ = check_request  # type: ignore[attr-defined]
     return dataclass(frozen=True, slots=True)(cls)
 
 
