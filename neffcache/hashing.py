@@ -126,9 +126,8 @@ class VerifyingReader(io.RawIOBase):
         return data
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self._raw.read(len(buffer))
+        data = self.read(len(buffer))
         buffer[:len(data)] = data
-        self._take(data)
         return len(data)
 
     def _take(self, data: bytes) -> None:
