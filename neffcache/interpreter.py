@@ -39,11 +39,8 @@ def versions(names: Iterable[str], path: Sequence[str] | None = None) -> dict[st
         listing = _listing(entry)
         if listing is None:  # a zip, an egg or something else the scan does not read
             return {n: _from_importlib(n) if path is None else ABSENT for n in names}
-        for child in listing:
-            low = child.lower()
-            if not low.endswith((".dist-info", ".egg-info")):
-                continue
-            key = normalize(low.rpartition(".")[0].partition("-")[0])
+        for child in (c for c in listing if c.lower().endswith((".dist-info", ".egg-info"))):
+            key = normalize(child.lower().rpartition(".")[0].partition("-")[0])
             if key not in wanted:
                 continue
             version = _read_version(os.path.join(entry or ".", child))
