@@ -131,7 +131,7 @@ def generate_key(request: GenerateKeyRequest) -> KeyResult:
         except OSError as exc:
             raise UsageError(f"{request.public_out}: cannot write it ({exc.strerror})"
                              ) from None
-    return _result(key.public, out)
+    return KeyResult(key.public.text, key.public.key_id, str(out))
 
 
 def show_key(request: ShowKeyRequest) -> KeyResult:
@@ -142,10 +142,6 @@ def show_key(request: ShowKeyRequest) -> KeyResult:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
-    if b"PRIVATE KEY" in data[:64]:
-        return _result(parse_signing_key(data, f"signing key file {path}").public, path)
-    return _result(load_trusted_keys([str(path)])[0], path)
-
-
-def _result(public: PublicKey, path: Path) -> KeyResult:
+    public = parse_signing_key(data, f"signing key file {path}").public \
+        if b"PRIVATE KEY" in data[:64] else load_trusted_keys([str(path)])[0]
     return KeyResult(public.text, public.key_id, str(path))
