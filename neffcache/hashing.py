@@ -161,10 +161,8 @@ class VerifyingReader(io.RawIOBase):
         if self.verified:
             return
         self.seek(self._hashed)
-        while self.read(CHUNK):
+        while self.read(CHUNK):  # the empty read at the end checks size and sha256 (_take)
             pass
-        if not self.verified:
-            self._check_end()
 
     def read_to_end(self) -> None:
         """``finish`` without a seek back (object streams cannot)."""
