@@ -232,14 +232,11 @@ def _parse_shapes(t: Mapping[str, Any], where: str) -> tuple[tuple[int, int], ..
 
 
 def _expand_cells(pipelines: Iterable[PipelineSpec]) -> tuple[Cell, ...]:
-    cells: dict[str, Cell] = {}
-    for p in pipelines:
-        for mode, (h, w), b, tp in itertools.product(p.modes, p.shapes, p.batch_sizes,
-                                                     p.tp_degrees):
-            cell = Cell(p.name, p.pipeline_class, p.model, p.revision, p.dtype, mode,
-                        p.components if mode != "eager" else (), h, w, b, tp)
-            cells.setdefault(cell.id, cell)
-    return tuple(cells.values())
+    """Each id once: pipeline names are unique, and so are a pipeline's values of each axis."""
+    return tuple(Cell(p.name, p.pipeline_class, p.model, p.revision, p.dtype, mode,
+                      p.components if mode != "eager" else (), h, w, b, tp)
+                 for p in pipelines for mode, (h, w), b, tp in itertools.product(
+                     p.modes, p.shapes, p.batch_sizes, p.tp_degrees))
 
 
 def cell_keys(cells: Iterable[Cell]) -> list[str]:
