@@ -170,14 +170,12 @@ def keep(directory: Path, report: Document, *, max_files: int = MAX_FILES,
     write_file(directory, report)
     files = pending(directory)
     total = sum(s.size for s in files)
-    dropped = 0
-    for s in files:
+    for dropped, s in enumerate(files):  # oldest first
         if len(files) - dropped <= max_files and total <= max_bytes:
-            break
+            return dropped
         discard(s.path)
         total -= s.size
-        dropped += 1
-    return dropped
+    return len(files)
 
 
 def load(path: Path) -> Document:
