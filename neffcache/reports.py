@@ -80,7 +80,7 @@ class Report(Document):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Report:
-        """ReportError names the first bad field (its kind and schema_version checked)."""
+        """ReportError names the first bad field (kind and schema_version: decode_document)."""
         v = _Fields(data)
         fp_key = v.match("fingerprint_key", SHA256_HEX)
         report = cls(
