@@ -85,13 +85,9 @@ def document_keys(cls: Any) -> tuple[tuple[str, str, bool], ...]:
     # only annotations naming Doc are resolved: others may name TYPE_CHECKING-only imports
     hints = get_type_hints(cls, include_extras=True) if any(
         "Doc(" in str(f.type) for f in fields) else {}
-    keys = []
-    for f in fields:
-        doc = next((m for m in getattr(hints.get(f.name), "__metadata__", ())
-                    if isinstance(m, Doc)), Doc())
-        if doc.key != "":
-            keys.append((f.name, doc.key or f.name, doc.optional))
-    return tuple(keys)
+    docs = [(f.name, next((m for m in getattr(hints.get(f.name), "__metadata__", ())
+                           if isinstance(m, Doc)), Doc())) for f in fields]
+    return tuple((name, doc.key or name, doc.optional) for name, doc in docs if doc.key != "")
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})

@@ -9,12 +9,8 @@ from typing import Any
 
 def exported(table: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, str]]:
     """Each exported name -> (its module, its name there); ``"x as y"`` renames."""
-    out: dict[str, tuple[str, str]] = {}
-    for module, names in table.items():
-        for entry in names:
-            name, _, alias = entry.partition(" as ")
-            out[alias or name] = (module, name)
-    return out
+    return {alias or name: (module, name) for module, names in table.items()
+            for name, _, alias in (entry.partition(" as ") for entry in names)}
 
 
 def module_name(package: str, module: str) -> str:

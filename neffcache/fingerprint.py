@@ -254,11 +254,8 @@ def runtime_version_from_dpkg_status(text: str, package: str = neuron_env.RUNTIM
     for found in named.finditer(text):  # dpkg writes Package first in each paragraph
         end = _PARAGRAPH_END.search(text, found.end())
         para = text[found.start():end.start() if end else len(text)]
-        values: dict[str, str] = {}
-        for line in para.splitlines():
-            name, sep, value = line.partition(":")
-            if sep and not line[:1].isspace():
-                values[name.strip().lower()] = value.strip()
+        values = {name.strip().lower(): value.strip() for line in para.splitlines()
+                  for name, sep, value in [line.partition(":")] if sep and not line[:1].isspace()}
         status = values.get("status", "").split()
         if values.get("package") == package and status[-1:] == ["installed"]:
             return values.get("version") or None

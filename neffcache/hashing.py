@@ -93,16 +93,12 @@ class VerifyingReader(io.RawIOBase):
 
     def __init__(self, raw: BinaryIO, *, size: int, sha256: str, name: str) -> None:
         super().__init__()
-        self._raw, self._size, self._sha256, self._name = raw, size, sha256, name
+        self._raw, self.size, self._sha256, self._name = raw, size, sha256, name
         self._hash = hashlib.sha256()
         self._hashed = 0  # bytes [0, _hashed) went into _hash, in order
         self._pos = 0
         self.verified = False
         self.failure: IntegrityError | None = None
-
-    @property
-    def size(self) -> int:
-        return self._size
 
     def readable(self) -> bool:
         return True
@@ -125,20 +121,19 @@ class VerifyingReader(io.RawIOBase):
         """Never asks for more than one byte past the end: a huge ``size`` costs no buffer."""
         if size is None or size < 0:
             return self.readall()
-        data = self._raw.read(min(size, max(0, self._size - self._pos) + 1))
+        data = self._raw.read(min(size, max(0, self.size - self._pos) + 1))
         self._take(data)
         return data
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self._raw.read(len(buffer))
+        data = self.read(len(buffer))
         buffer[:len(data)] = data
-        self._take(data)
         return len(data)
 
     def _take(self, data: bytes) -> None:
         start, end = self._pos, self._pos + len(data)
-        if end > self._size:
-            self._fail(f"{self._name}: grew beyond {self._size} bytes while being uploaded")
+        if end > self.size:
+            self._fail(f"{self._name}: grew beyond {self.size} bytes while being uploaded")
         if start <= self._hashed < end:
             self._hash.update(data[self._hashed - start:])
             self._hashed = end
@@ -147,8 +142,8 @@ class VerifyingReader(io.RawIOBase):
             self._check_end()
 
     def _check_end(self) -> None:
-        if self._hashed != self._size:
-            self._fail(f"{self._name}: {self._hashed} bytes read, expected {self._size} (file "
+        if self._hashed != self.size:
+            self._fail(f"{self._name}: {self._hashed} bytes read, expected {self.size} (file "
                        f"changed while being uploaded)")
         digest = self._hash.hexdigest()
         if digest != self._sha256:
@@ -166,10 +161,8 @@ class VerifyingReader(io.RawIOBase):
         if self.verified:
             return
         self.seek(self._hashed)
-        while self.read(CHUNK):
+        while self.read(CHUNK):  # the empty read at the end checks size and sha256 (_take)
             pass
-        if not self.verified:
-            self._check_end()
 
     def read_to_end(self) -> None:
         """``finish`` without a seek back (object streams cannot)."""

@@ -23,26 +23,24 @@ def versions(names: Iterable[str], path: Sequence[str] | None = None) -> dict[st
     """The first ``NAME-*.dist-info`` or ``.egg-info`` on the path gives its version (1-3 ms,
     importlib.metadata's 50-65); where the scan cannot be sure (a zip or egg, another
     finder), importlib.metadata answers."""
+    from importlib.machinery import PathFinder
+
     names = list(names)
-    entries = list(sys.path if path is None else path)
-    if path is None and not _only_path_finder_provides_distributions():
+    if path is None and not all(f is PathFinder or not hasattr(f, "find_distributions")
+                                for f in sys.meta_path):
         return {n: _from_importlib(n) for n in names}
     wanted: dict[str, list[str]] = {}
     for n in names:
         wanted.setdefault(normalize(n), []).append(n)
     found: dict[str, str] = {}
-    for entry in entries:
+    for entry in list(sys.path if path is None else path):
         if not wanted:
             break
         listing = _listing(entry)
         if listing is None:  # a zip, an egg or something else the scan does not read
-            return {n: _from_importlib(n) for n in names} if path is None else \
-                {n: ABSENT for n in names}
-        for child in listing:
-            low = child.lower()
-            if not low.endswith((".dist-info", ".egg-info")):
-                continue
-            key = normalize(low.rpartition(".")[0].partition("-")[0])
+            return {n: _from_importlib(n) if path is None else ABSENT for n in names}
+        for child in (c for c in listing if c.lower().endswith((".dist-info", ".egg-info"))):
+            key = normalize(child.lower().rpartition(".")[0].partition("-")[0])
             if key not in wanted:
                 continue
             version = _read_version(os.path.join(entry or ".", child))
@@ -53,11 +51,10 @@ def versions(names: Iterable[str], path: Sequence[str] | None = None) -> dict[st
 
 def _listing(entry: str) -> list[str] | None:
     """[] when it does not exist; None for what the scan cannot read (a zip, an ``.egg``)."""
-    root = entry or "."
     if entry.lower().endswith(".egg"):
         return None
     try:
-        return os.listdir(root)
+        return os.listdir(entry or ".")
     except NotADirectoryError:
         return None
     except OSError:
@@ -79,12 +76,6 @@ def _read_version(info_dir: str) -> str | None:
         except OSError:
             return None
     return None
-
-
-def _only_path_finder_provides_distributions() -> bool:
-    from importlib.machinery import PathFinder
-
-    return all(f is PathFinder or not hasattr(f, "find_distributions") for f in sys.meta_path)
 
 
 def _from_importlib(name: str) -> str:
@@ -149,13 +140,11 @@ def parse_probe_output(stdout: str, names: Sequence[str], path: str) -> Interpre
     if not isinstance(found, dict) or not isinstance(python, str) or not python \
             or not (torch_path is None or isinstance(torch_path, str)):
         raise ValueError("the probe's answer lacks versions or the Python version")
-    versions = []
     for name in names:
-        value = found.get(name)
-        if value is not None and not isinstance(value, str):
+        if not isinstance(found.get(name), (str, type(None))):
             raise ValueError(f"version of {name!r} is not a string")
-        versions.append((name, value or ABSENT))
-    return InterpreterFacts(path=path, python_version=python, versions=tuple(versions),
+    versions = tuple((name, found.get(name) or ABSENT) for name in names)
+    return InterpreterFacts(path=path, python_version=python, versions=versions,
                             torch_path=torch_path or ABSENT)
 
 

@@ -26,13 +26,10 @@ _PEM_END = "-----END PUBLIC KEY-----"
 def load_trusted_keys(items: Sequence[str]) -> tuple[PublicKey, ...]:
     """Each item a key (``ed25519:<base64>``) or a file of ``ed25519:`` lines (``#`` comments
     allowed) or PEM blocks; each key once, in order."""
-    keys: dict[str, PublicKey] = {}
-    for item in items:
-        found = [parse_public_key(item, "trusted key")] if item.startswith(PUBLIC_PREFIX) \
-            else _keys_in_file(Path(item).expanduser())
-        for k in found:
-            keys.setdefault(k.key_id, k)
-    return tuple(keys.values())
+    found = (k for item in items for k in (
+        [parse_public_key(item, "trusted key")] if item.startswith(PUBLIC_PREFIX)
+        else _keys_in_file(Path(item).expanduser())))
+    return tuple({k.key_id: k for k in found}.values())  # one key_id: one key (its raw bytes)
 
 
 def _keys_in_file(path: Path) -> list[PublicKey]:
@@ -134,7 +131,7 @@ def generate_key(request: GenerateKeyRequest) -> KeyResult:
         except OSError as exc:
             raise UsageError(f"{request.public_out}: cannot write it ({exc.strerror})"
                              ) from None
-    return _result(key.public, out)
+    return KeyResult(key.public.text, key.public.key_id, str(out))
 
 
 def show_key(request: ShowKeyRequest) -> KeyResult:
@@ -145,10 +142,6 @@ def show_key(request: ShowKeyRequest) -> KeyResult:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
-    if b"PRIVATE KEY" in data[:64]:
-        return _result(parse_signing_key(data, f"signing key file {path}").public, path)
-    return _result(load_trusted_keys([str(path)])[0], path)
-
-
-def _result(public: PublicKey, path: Path) -> KeyResult:
+    public = parse_signing_key(data, f"signing key file {path}").public \
+        if b"PRIVATE KEY" in data[:64] else load_trusted_keys([str(path)])[0]
     return KeyResult(public.text, public.key_id, str(path))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from neffcache.documents import Document, canonical_pieces, digest_chunked, digest_of
@@ -214,12 +214,11 @@ def decode_manifest(data: bytes | str, *, allowed_roots: Sequence[str] | None = 
     signature = signature_from_json(doc.get(SIGNATURE_FIELD), source)
     body = check_digest(doc, source)
     del doc
-    manifest = _from_json(body, allowed_roots, source)
-    return replace(manifest, signature=signature) if signature is not None else manifest
+    return _from_json(body, allowed_roots, source, signature)
 
 
-def _from_json(doc: Mapping[str, Any], allowed_roots: Sequence[str] | None,
-               source: str) -> Manifest:
+def _from_json(doc: Mapping[str, Any], allowed_roots: Sequence[str] | None, source: str,
+               signature: Signature | None) -> Manifest:
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ManifestError(f"{source}: schema_version {version!r} is not supported "
@@ -238,13 +237,12 @@ def _from_json(doc: Mapping[str, Any], allowed_roots: Sequence[str] | None,
         raise ManifestError(f"{source}: compile_seconds: expected a number or null")
     packs = validate_packs(doc.get("packs", []), files, source=source)
     parts = validate_parts(doc.get("parts", []), files, source=source)
-    _require_parts(files, parts, source)
     manifest = Manifest(
         cell=cell, fingerprint=fingerprint, files=files,
         producer=tuple(sorted((str(k), str(v)) for k, v in producer.items())),
         compile_seconds=float(seconds) if seconds is not None else None,
         created_at=str(doc.get("created_at", "")),
-        packs=packs, parts=parts,
+        packs=packs, parts=parts, signature=signature,
     )
     claimed = doc.get("entry_key")
     if claimed is not None and claimed != manifest.entry_key:
@@ -364,17 +362,12 @@ def validate_parts(raw: Any, files: Sequence[FileRecord], *,
             raise ManifestError(f"{where}: digests: expected {count} sha256 hex digests, one "
                                 f"per part")
         out.append(PartDigests(sha, part_size, tuple(digests)))
-    return tuple(out)
-
-
-def _require_parts(files: Sequence[FileRecord], parts: Sequence[PartDigests],
-                   source: str) -> None:
-    have = {p.sha256 for p in parts}
-    for f in needs_parts(files):
-        if f.sha256 not in have:
+    for f in needs_parts(files):  # every large file has them
+        if f.sha256 not in seen:
             raise ManifestError(f"{source}: file {f.root}/{f.path} ({f.size} bytes) has no part "
                                 f"digests: files over {REQUIRED_OVER} bytes need a 'parts' "
                                 f"record (sha256 {f.sha256[:12]}, a digest per part)")
+    return tuple(out)
 
 
 def _objects(raw: Any, field: str, limit: int, noun: str,

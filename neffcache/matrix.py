@@ -7,18 +7,13 @@ import hashlib
 import itertools
 import json
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from neffcache.config import tomllib  # the one fallback to tomli (before Python 3.11)
 from neffcache.documents import canonical_json, digest_of
 from neffcache.errors import MatrixError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 MODES = ("eager", "compile", "regional")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -102,10 +97,7 @@ class Matrix:
     cells: tuple[Cell, ...] = field(default=(), compare=False)
 
     def pipeline(self, name: str) -> PipelineSpec:
-        for spec in self.pipelines:
-            if spec.name == name:
-                return spec
-        raise KeyError(name)
+        return {spec.name: spec for spec in self.pipelines}[name]
 
 
 def _as_int(value: Any) -> int:
@@ -170,8 +162,7 @@ def _parse_pipeline(t: Any, where: str) -> PipelineSpec:
     if dtype not in DTYPES:
         raise MatrixError(f"{where}.dtype: expected one of {list(DTYPES)}, got {dtype!r}")
     components = _str_list(t, "components", where) if "components" in t else ("transformer",)
-    needs_components = any(m != "eager" for m in modes)
-    if needs_components and not components:
+    if not components and any(m != "eager" for m in modes):
         raise MatrixError(f"{where}.components: compile/regional modes need at least one")
     steps = t.get("warmup_steps", 1)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -241,14 +232,11 @@ def _parse_shapes(t: Mapping[str, Any], where: str) -> tuple[tuple[int, int], ..
 
 
 def _expand_cells(pipelines: Iterable[PipelineSpec]) -> tuple[Cell, ...]:
-    cells: dict[str, Cell] = {}
-    for p in pipelines:
-        for mode, (h, w), b, tp in itertools.product(p.modes, p.shapes, p.batch_sizes,
-                                                     p.tp_degrees):
-            cell = Cell(p.name, p.pipeline_class, p.model, p.revision, p.dtype, mode,
-                        p.components if mode != "eager" else (), h, w, b, tp)
-            cells.setdefault(cell.id, cell)
-    return tuple(cells.values())
+    """Each id once: pipeline names are unique, and so are a pipeline's values of each axis."""
+    return tuple(Cell(p.name, p.pipeline_class, p.model, p.revision, p.dtype, mode,
+                      p.components if mode != "eager" else (), h, w, b, tp)
+                 for p in pipelines for mode, (h, w), b, tp in itertools.product(
+                     p.modes, p.shapes, p.batch_sizes, p.tp_degrees))
 
 
 def cell_keys(cells: Iterable[Cell]) -> list[str]:
@@ -290,9 +278,7 @@ def _int(v: int) -> str:
 def select_cells(cells: Iterable[Cell], patterns: Iterable[str] | None) -> tuple[Cell, ...]:
     """Cells whose id matches any glob pattern (all cells without one)."""
     pats = [p for p in (patterns or ()) if p]
-    if not pats:
-        return tuple(cells)
-    return tuple(c for c in cells if any(fnmatch.fnmatchcase(c.id, p) for p in pats))
+    return tuple(c for c in cells if not pats or any(fnmatch.fnmatchcase(c.id, p) for p in pats))
 
 
 def shard_cells(cells: Iterable[Cell], index: int, count: int) -> tuple[Cell, ...]:

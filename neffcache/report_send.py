@@ -139,8 +139,7 @@ def write_file(directory: Path, report: Document) -> Path:
             os.fsync(out.fileno())
         os.replace(tmp, final)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        discard(tmp)
     return final
 
 
@@ -157,9 +156,7 @@ def pending(directory: Path) -> list[Spooled]:
         names = os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    for name in names:
-        if name.startswith(".") or not name.endswith(SUFFIX):
-            continue
+    for name in (n for n in names if not n.startswith(".") and n.endswith(SUFFIX)):
         with contextlib.suppress(FileNotFoundError):
             st = os.stat(directory / name, follow_symlinks=False)
             found.append(Spooled(directory / name, st.st_size, st.st_mtime))
@@ -173,14 +170,12 @@ def keep(directory: Path, report: Document, *, max_files: int = MAX_FILES,
     write_file(directory, report)
     files = pending(directory)
     total = sum(s.size for s in files)
-    dropped = 0
-    for s in files:
+    for dropped, s in enumerate(files):  # oldest first
         if len(files) - dropped <= max_files and total <= max_bytes:
-            break
+            return dropped
         discard(s.path)
         total -= s.size
-        dropped += 1
-    return dropped
+    return len(files)
 
 
 def load(path: Path) -> Document:

@@ -79,14 +79,8 @@ class Report(Document):
                 "time": format_time(self.time)}
 
     @classmethod
-    def from_json(cls, data: Any) -> Report:
-        """ReportError names the first bad field."""
-        if not isinstance(data, Mapping):
-            raise ReportError("not a JSON object")
-        if data.get("kind") != KIND:
-            raise ReportError(f"kind: expected {KIND!r}")
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ReportError(f"schema_version: expected {SCHEMA_VERSION}")
+    def from_json(cls, data: Mapping[str, Any]) -> Report:
+        """ReportError names the first bad field (kind and schema_version: decode_document)."""
         v = _Fields(data)
         fp_key = v.match("fingerprint_key", SHA256_HEX)
         report = cls(
@@ -128,8 +122,6 @@ class Verdicts(Document):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Verdicts:
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ReportError(f"schema_version: expected {SCHEMA_VERSION}")
         v = _Fields(data)
         pairs = []
         for item in v._get("verdicts", _cells, f"expected a list of at most {MAX_CELLS}"):
@@ -143,9 +135,13 @@ def decode_document(data: bytes, *, source: str) -> Report | Verdicts:
         raise ReportError(f"{source}: larger than {MAX_BYTES} bytes")
     try:
         doc = json.loads(data)
-        if isinstance(doc, Mapping) and doc.get("kind") == VERDICTS_KIND:
-            return Verdicts.from_json(doc)
-        return Report.from_json(doc)
+        if not isinstance(doc, Mapping):
+            raise ReportError("not a JSON object")
+        if doc.get("kind") not in (KIND, VERDICTS_KIND):
+            raise ReportError(f"kind: expected {KIND!r}")
+        if doc.get("schema_version") != SCHEMA_VERSION:
+            raise ReportError(f"schema_version: expected {SCHEMA_VERSION}")
+        return (Verdicts if doc["kind"] == VERDICTS_KIND else Report).from_json(doc)
     except ReportError as exc:
         raise ReportError(f"{source}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError

@@ -78,10 +78,7 @@ T = TypeVar("T")
 @dataclass_transform(frozen_default=True)
 def checked_request(cls: type[T]) -> type[T]:
     """A frozen dataclass with slots that checks its fields when made."""
-    def __post_init__(self: object) -> None:
-        check_request(self)
-
-    cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+    cls.__post_init__ = check_request  # type: ignore[attr-defined]
     return dataclass(frozen=True, slots=True)(cls)
 
 
@@ -101,21 +98,18 @@ def check_request(request: object) -> None:
         value = getattr(request, rule.name)
         if not rule.check(value):
             raise UsageError(f"{cls.__name__}.{rule.name}: expected {rule.expected}, got "
-                             f"{_shown(value)}{_lone_hint(value, rule)}")
+                             f"{_shown(value, rule.sequence_only)}")
         if rule.range is not None and value is not None and not rule.range.holds(value):
             raise UsageError(f"{cls.__name__}.{rule.name}: {value!r} is not in the range "
                              f"{rule.range.describe()}")
 
 
-def _shown(value: object) -> str:
+def _shown(value: object, sequence_only: bool) -> str:
     text = repr(value)
-    return f"the {type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
-
-
-def _lone_hint(value: object, rule: _Rule) -> str:
-    if rule.sequence_only and isinstance(value, str):
-        return f" (a lone string where a sequence is meant: wrap it, e.g. ({value!r},))"
-    return ""
+    shown = f"the {type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+    if sequence_only and isinstance(value, str):
+        return f"{shown} (a lone string where a sequence is meant: wrap it, e.g. ({value!r},))"
+    return shown
 
 
 @functools.cache

@@ -53,9 +53,15 @@ def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], objec
                 running.pop(me, None)
 
     pools: list[ThreadPoolExecutor] = []
+    runners: list[Future[None]] = []
     late: list[U] = []
     try:
-        runners = _start(lanes, runner, name, pools)
+        for k, (count, units) in enumerate(lanes):
+            if units:
+                threads = min(max(1, count), len(units))
+                pools.append(ThreadPoolExecutor(threads, thread_name_prefix=f"{name}-{k}"))
+                taken = itertools.count()
+                runners += [pools[-1].submit(runner, k, units, taken) for _ in range(threads)]
         _, pending = wait(runners, timeout=None if deadline is None
                           else max(0.0, deadline + GRACE - time.monotonic()))
         if pending:  # past the deadline: what runs now is stuck (the rest start nothing)
@@ -72,19 +78,6 @@ def run_lanes(lanes: Sequence[tuple[int, Sequence[U]]], run: Callable[[U], objec
         raise min(failures, key=lambda f: (f[0], f[1]))[2]
     return [u for (_, units), begun in zip(lanes, started, strict=True)
             for u, b in zip(units, begun, strict=True) if not b]
-
-
-def _start(lanes: Sequence[tuple[int, Sequence[U]]],
-           runner: Callable[[int, Sequence[U], Iterator[int]], None], name: str,
-           pools: list[ThreadPoolExecutor]) -> list[Future[None]]:
-    runners: list[Future[None]] = []
-    for k, (count, units) in enumerate(lanes):
-        if units:
-            threads = min(max(1, count), len(units))
-            pools.append(ThreadPoolExecutor(threads, thread_name_prefix=f"{name}-{k}"))
-            taken = itertools.count()
-            runners += [pools[-1].submit(runner, k, units, taken) for _ in range(threads)]
-    return runners
 
 
 def map_in_threads(fn: Callable[[T], R], items: Iterable[T], workers: int, *,
