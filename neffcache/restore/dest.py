@@ -100,18 +100,15 @@ def is_unclean(target: str) -> bool:
 
 def sweep_dirs(roots: Roots, dirs: Iterable[tuple[str, str]]) -> int:
     """Remove every temp file directly in each existing ``(root, dir path)``; how many."""
-    cache = DirCache(roots, check_inside=False)
     missing: set[tuple[str, str]] = set()
     n = 0
-    try:
+    with contextlib.closing(DirCache(roots, check_inside=False)) as cache:
         for root, dir_path in sorted(set(dirs)):
             fd = _existing(cache, missing, root, dir_path)
             if fd is None:
                 continue
             n += sweep_temps(fd)
             cache.trim()
-    finally:
-        cache.close()
     return n
 
 

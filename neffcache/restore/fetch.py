@@ -8,14 +8,13 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import BinaryIO
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, TypeVar
 
 from neffcache.errors import IntegrityError, NotFoundError, UnavailableError
 from neffcache.hashing import CHUNK
 from neffcache.restore.fs import DirCache, Roots, tmp_name
 from neffcache.restore.install import (
-    BATCH_FILES,
     NEW,
     PART_WRITE_BYTES,
     Batch,
@@ -47,13 +46,14 @@ from neffcache.store import Store, blob_key, pack_key
 ATTEMPTS = 5  # fetches of one piece before its file fails (as S3Store max_attempts)
 BODY_FAULTS = (IntegrityError, UnavailableError)  # a body broke off, or came short or corrupt
 ABANDONED_BATCH = 4096  # deadline failures of units never started, handed on in lists
+_T = TypeVar("_T")
 
 
 class Fetcher:
     """Runs units for ``apply_restore`` (``run`` never raises)."""
 
     def __init__(self, store: Store, roots: Roots, deadline: float | None,
-                 batch_files: int = BATCH_FILES) -> None:
+                 batch_files: int) -> None:
         self.store, self.roots, self.deadline = store, roots, deadline
         self.batch_files = batch_files
         read_umask()
@@ -70,16 +70,13 @@ class Fetcher:
 
     def run(self, unit: Unit) -> tuple[list[Outcome], int]:
         """(outcome per target finished by this call, bytes fetched for them)."""
-        dirs = DirCache(self.roots)
-        try:
+        with contextlib.closing(DirCache(self.roots)) as dirs:
             if isinstance(unit, PackRun):
                 out = self._pack(unit, dirs)
             elif isinstance(unit, BlobGet):
                 out = self._blob(unit.group, dirs)
             else:
                 out = self._part(unit, dirs)
-        finally:
-            dirs.close()
         if self.deadline is not None and time.monotonic() >= self.deadline:
             out = [(t, _stopped(o)) for t, o in out]
         return out, _bytes(out, unit_groups(unit))
@@ -187,32 +184,33 @@ class Fetcher:
     def _blob(self, g: FetchGroup, dirs: DirCache) -> list[Outcome]:
         """One GET streamed into a temp file, again when it breaks or does not verify."""
         first = g.targets[0]
+        try:
+            rec = self._read(blob_key(g.sha256), 0, None, lambda src: place(
+                dirs, first, lambda fd: copy_verified(src, fd, first, self.deadline)))
+        except Exception as exc:  # noqa: BLE001 - the store retried the request already
+            return fail_all(g, exc)
+        return [(first, rec), *copies(dirs, g)]
+
+    def _read(self, key: str, start: int, length: int | None,
+              take: Callable[[BinaryIO], _T]) -> _T:
+        """``take(body)`` of a read of ``key``, read again when the body breaks or does not verify
+        (``ATTEMPTS`` reads at most); a failed open is not retried (the store retried it)."""
         for attempt in range(1, ATTEMPTS + 1):
+            self._check()
+            body = self.store.open(key, start, length)
             try:
-                self._check()
-                src = self.store.open(blob_key(g.sha256))
-            except Exception as exc:  # noqa: BLE001 - the store retried the request already
-                return fail_all(g, exc)
-            try:
-                with src:
+                with body:
                     self._check()  # a call that returns after the deadline writes nothing
-                    rec = place(dirs, first, functools.partial(
-                        copy_verified, src, t=first, deadline=self.deadline))
-            except BODY_FAULTS as exc:
+                    return take(body)
+            except BODY_FAULTS:
                 if attempt == ATTEMPTS:
-                    return fail_all(g, exc)
-                continue
-            except Exception as exc:  # noqa: BLE001
-                return fail_all(g, exc)
-            return [(first, rec), *copies(dirs, g)]
+                    raise
         raise AssertionError("unreachable")
 
     def _part(self, part: BlobPart, dirs: DirCache) -> list[Outcome]:
         g = part.group
         with self._lock:
-            asm = self._assemblies.get(g.sha256)
-            if asm is None:
-                asm = self._assemblies[g.sha256] = _Assembly(g, part.count)
+            asm = self._assemblies.setdefault(g.sha256, _Assembly(g, part.count))
         error: BaseException | None = None
         try:
             self._check()
@@ -228,18 +226,8 @@ class Fetcher:
         return asm.finish(dirs)
 
     def _fetch_part(self, part: BlobPart, asm: _Assembly) -> None:
-        """Fetch the part, again (its own range) when it breaks or does not match its digest."""
-        for attempt in range(1, ATTEMPTS + 1):
-            self._check()
-            body = self.store.open(blob_key(part.group.sha256), part.start, part.length)
-            try:
-                with body:
-                    self._check()
-                    self._receive_part(part, asm, body)
-                return
-            except BODY_FAULTS:
-                if attempt == ATTEMPTS:
-                    raise
+        self._read(blob_key(part.group.sha256), part.start, part.length,
+                   functools.partial(self._receive_part, part, asm))
 
     def _receive_part(self, part: BlobPart, asm: _Assembly, body: BinaryIO) -> None:
         g, done = part.group, 0
@@ -277,7 +265,7 @@ class _Assembly:
         self.tmp = ""
         self.error: BaseException | None = None
         self.write_lock = threading.Lock()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # open's cleanup is discard's
         self._finished = 0
 
     def open(self, dirs: DirCache) -> None:
@@ -292,9 +280,7 @@ class _Assembly:
                 self.fd = os.open(self.tmp, NEW, 0o600, dir_fd=self.dfd)
             except Exception as exc:
                 self.error = exc
-                if self.dfd >= 0:
-                    os.close(self.dfd)
-                    self.dfd = -1
+                self.discard()
                 raise
 
     def part_done(self, error: BaseException | None) -> bool:
@@ -316,9 +302,9 @@ class _Assembly:
             self.tmp = ""
             rec = state_record(os.fstat(self.fd), t.sha256)
         except Exception as exc:  # noqa: BLE001
-            self.discard()
             return fail_all(g, exc)
-        self.discard()
+        finally:
+            self.discard()
         return [(t, rec), *copies(dirs, g)]
 
     def discard(self) -> None:

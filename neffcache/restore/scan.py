@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -73,14 +74,12 @@ def _hash_present(roots: Roots, items: list[tuple[FileId, os.stat_result]],
         (root, path), _st = item
         if deadline is not None and time.monotonic() >= deadline:
             return item[0], None
-        dirs = DirCache(roots)  # the file's directory, never through a symlink
-        try:
-            parent, _, name = path.rpartition("/")
-            return item[0], _hash_at(dirs.get(root, parent, create=False), name, deadline)
+        parent, _, name = path.rpartition("/")
+        try:  # from the file's directory, never through a symlink
+            with contextlib.closing(DirCache(roots)) as dirs:
+                return item[0], _hash_at(dirs.get(root, parent, create=False), name, deadline)
         except OSError:
             return item[0], None
-        finally:
-            dirs.close()
 
     for (fid, sha), (_, st) in zip(map_in_threads(one, items, workers), items, strict=True):
         if sha is not None:
