@@ -78,15 +78,13 @@ class _Collector:
                     self.on_ready(i)
 
 
-def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
+def apply_restore(store: Store, plan: RestorePlan, roots: Roots, *, workers: int = 16,
                   deadline: float | None = None, progress: Progress | None = None,
-                  roots: Roots | None = None, on_ready: Ready | None = None) -> RestoreReport:
+                  on_ready: Ready | None = None) -> RestoreReport:
     """Run every fetch unit of the plan; failures are collected, never raised. Pack runs (kernel
     and GIL work) run on at most one thread per CPU plus one, blob GETs and parts on ``workers``. A
     unit whose store call hangs is not waited for (``hung``: the caller leaves ``roots`` open).
     ``on_ready(i)`` is called, one call at a time, once cell ``i``'s last path is installed."""
-    own = roots is None
-    roots = roots or Roots(dict(plan.target_dirs))
     units = plan.units
     tally = _Collector(plan.files_to_fetch, progress, plan.waiting, on_ready)
 
@@ -96,14 +94,10 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     runs = [u for u in units if isinstance(u, PackRun)]
     blobs = [u for u in units if not isinstance(u, PackRun)]
     hung: list[Unit] = []
-    try:
-        left = run_lanes([(file_workers, runs), (workers, blobs)],
-                         lambda u: tally.add(*fetcher.run(u), u), deadline, stuck=hung)
-        for stopped in fetcher.abandon(left, hung):
-            tally.add(stopped, 0)
-    finally:
-        if own and not hung:
-            roots.close()
+    left = run_lanes([(file_workers, runs), (workers, blobs)],
+                     lambda u: tally.add(*fetcher.run(u), u), deadline, stuck=hung)
+    for stopped in fetcher.abandon(left, hung):
+        tally.add(stopped, 0)
     with tally.lock:  # a hung unit that returns later must not change this report
         installed, failures = tuple(tally.installed), tally.failures.done()
         states, nbytes = tuple(tally.states), tally.bytes

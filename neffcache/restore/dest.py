@@ -116,16 +116,13 @@ def _existing(cache: DirCache, missing: set[tuple[str, str]], root: str,
               dir_path: str) -> int | None:
     """The descriptor of an existing directory, or None (absent ones remembered in ``missing``)."""
     parent = dir_path.rpartition("/")[0]
-    if (root, dir_path) in missing or (parent and (root, parent) in missing):
+    if (root, dir_path) in missing:
         return None
-    if parent and _existing(cache, missing, root, parent) is None:
-        missing.add((root, dir_path))
-        return None
-    try:
-        return cache.get(root, dir_path, create=False)
-    except OSError:  # absent (nothing stale there), or not a directory
-        missing.add((root, dir_path))
-        return None
+    if not parent or _existing(cache, missing, root, parent) is not None:
+        with contextlib.suppress(OSError):  # absent (nothing stale there), or not a directory
+            return cache.get(root, dir_path, create=False)
+    missing.add((root, dir_path))
+    return None
 
 
 def sweep_trees(roots: Roots) -> int:

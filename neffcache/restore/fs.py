@@ -34,16 +34,14 @@ def tmp_name() -> str:
 def replace_best_effort(final: Path, pieces: Iterable[bytes]) -> None:
     """Write ``pieces`` to ``final`` through a rename, not fsynced, OSError ignored."""
     tmp = final.with_name(tmp_name())
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fh.writelines(pieces)
-        os.replace(tmp, final)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    with contextlib.suppress(OSError):
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as fh:
+                fh.writelines(pieces)
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def is_temp(name: str) -> bool:
@@ -72,7 +70,6 @@ def open_dir_at(parent: str | int, name: str, *, create: bool, what: str) -> int
     finally:
         if pfd is not parent:
             os.close(pfd)
-
 
 
 class Roots:

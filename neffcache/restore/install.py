@@ -9,7 +9,7 @@ import io
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO
 
 from neffcache.errors import (
@@ -53,9 +53,9 @@ class Failures:
 
     def __add__(self, other: Failures) -> Failures:
         tally = FailureTally()
-        tally.take(self)
-        tally.take(other)
-        return tally.done()
+        for f in (*self.listed, *other.listed):
+            tally.add(f)
+        return replace(tally.done(), count=self.count + other.count)
 
 
 class FailureTally:
@@ -77,11 +77,6 @@ class FailureTally:
         if len(self._first) < self._listed:
             self._first.append(f)
         self._kinds.setdefault(f.kind, f)
-
-    def take(self, failures: Failures) -> None:
-        for f in failures.listed:
-            self.add(f)
-        self._count += failures.count - len(failures.listed)
 
     def done(self) -> Failures:
         listed = {id(f) for f in self._first}
@@ -160,7 +155,7 @@ class Batch:
             except Exception as exc:  # noqa: BLE001
                 if fd >= 0:
                     self._close([self.items.pop()], placed=set())
-                out.append((t, failure(t, exc, g.sha256)))
+                out.append((t, failure(t, exc)))
         return out
 
     def commit(self) -> list[Outcome]:
@@ -174,7 +169,7 @@ class Batch:
                     placed.add(fd)
                     out.append((t, state_record(os.fstat(fd), t.sha256)))
                 except OSError as exc:
-                    out.append((t, failure(t, exc, t.sha256)))
+                    out.append((t, failure(t, exc)))
         finally:
             self._close(items, placed)
         return out
@@ -198,14 +193,13 @@ def copies(dirs: DirCache, g: FetchGroup) -> list[Outcome]:
             fd = os.open(first.path.rpartition("/")[2],
                          os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
             with os.fdopen(fd, "rb") as src:
-                write = functools.partial(copy_verified, src, t=t, deadline=None)
-                out.append((t, place(dirs, t, write)))
+                out.append((t, place(dirs, t, functools.partial(copy_verified, src, t=t))))
         except Exception as exc:  # noqa: BLE001
-            out.append((t, failure(t, exc, g.sha256)))
+            out.append((t, failure(t, exc)))
     return out
 
 
-def copy_verified(src: BinaryIO, fd: int, t: Target, deadline: float | None) -> None:
+def copy_verified(src: BinaryIO, fd: int, t: Target, deadline: float | None = None) -> None:
     h = hashlib.sha256()
     n = 0
     while True:
@@ -321,16 +315,16 @@ def pwrite_all(fd: int, data: bytes | memoryview, offset: int,
 
 
 def fail_all(g: FetchGroup, exc: BaseException) -> list[Outcome]:
-    return [(t, failure(t, exc, g.sha256)) for t in g.targets]
+    return [(t, failure(t, exc)) for t in g.targets]
 
 
-def failure(t: Target, exc: BaseException, sha256: str) -> FileFailure:
+def failure(t: Target, exc: BaseException) -> FileFailure:
     where = f"{t.root}/{t.path}"
     if isinstance(exc, (Stopped, DeadlineExceededError)):
         return FileFailure(t.root, t.path, "deadline", f"{where}: stopped at the deadline")
     if isinstance(exc, NotFoundError):
         return FileFailure(t.root, t.path, "integrity",
-                           f"{where}: blob {sha256[:12]} is missing from the store")
+                           f"{where}: blob {t.sha256[:12]} is missing from the store")
     if isinstance(exc, IntegrityError):
         return FileFailure(t.root, t.path, "integrity", str(exc))
     if isinstance(exc, UnavailableError):

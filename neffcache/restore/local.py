@@ -88,8 +88,7 @@ def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
 
 
 def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str, str],
-                     target: Path | None = None,
-                     deadline: float | None = None) -> tuple[int, int] | None:
+                     target: Path, deadline: float | None) -> tuple[int, int] | None:
     """(files the entries want, files left pending) if every one is in place as the state file
     vouched for it; None at the first doubt or when two entries claim one path."""
     states: dict[str, RootState] = {}
@@ -107,8 +106,7 @@ def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str
     finally:
         for fd in fds.values():
             os.close(fd)
-    if target is not None:
-        _record_settled(target, target_dirs, states)
+    _record_settled(target, target_dirs, states)
     return count, left
 
 

@@ -129,9 +129,8 @@ def _locked(store: Store, job: RestoreJob, held: Held,
             stale += sweep_dirs(roots, {(t.root, t.path.rpartition("/")[0])
                                         for g in plan.fetch for t in g.targets})
         on_ready = _announce(job, resolution, plan)
-        report = apply_restore(store, plan, workers=job.transfers or job.workers,
-                               deadline=deadline, progress=job.progress, roots=roots,
-                               on_ready=on_ready)
+        report = apply_restore(store, plan, roots, workers=job.transfers or job.workers,
+                               deadline=deadline, progress=job.progress, on_ready=on_ready)
         _rss("apply")
         plan = replace(plan, fetch=(), units=())  # done with: report.installed holds the targets
         records.update(zip((t.id for t in report.installed), report.states, strict=True))
