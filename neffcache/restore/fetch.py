@@ -86,21 +86,16 @@ class Fetcher:
         """Deadline failures for units not started or hung, in batches; unfinished large files are
         removed, except those a running unit still writes to."""
         busy = {g.sha256 for unit in running for g in unit_groups(unit)}
+        groups = {g.sha256: g for unit in (*units, *running) for g in unit_groups(unit)}
         out: list[Outcome] = []
-        seen: set[str] = set()
-        for unit in (*units, *running):
-            for g in unit_groups(unit):
-                if g.sha256 in seen:
-                    continue
-                seen.add(g.sha256)
-                if g.sha256 not in busy:
-                    asm = self._assemblies.pop(g.sha256, None)
-                    if asm is not None:
-                        asm.discard()
-                out.extend(fail_all(g, Stopped()))
-                if len(out) >= ABANDONED_BATCH:
-                    yield out
-                    out = []
+        for sha, g in groups.items():
+            asm = None if sha in busy else self._assemblies.pop(sha, None)
+            if asm is not None:
+                asm.discard()
+            out.extend(fail_all(g, Stopped()))
+            if len(out) >= ABANDONED_BATCH:
+                yield out
+                out = []
         if out:
             yield out
 
