@@ -26,13 +26,14 @@ from neffcache.manifest import (
     signature_from_json,
 )
 from neffcache.matrix import Cell
-from neffcache.restore.dest import (
+from neffcache.restore.fs import (
     ENTRIES_DIR,
+    Roots,
     is_unclean,
     local_manifest_path,
     lock_destination,
+    replace_best_effort,
 )
-from neffcache.restore.fs import Roots, replace_best_effort
 from neffcache.restore.outcome import RestoreJob, RestoreResult, job_result
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution

@@ -21,8 +21,7 @@ from neffcache.manifest import DIGEST_FIELD, SIGNATURE_FIELD, entry_key
 from neffcache.matrix import Matrix
 from neffcache.matrix_io import load_matrix
 from neffcache.request_rules import checked_request
-from neffcache.restore.dest import lock_destination
-from neffcache.restore.fs import DirCache, Roots
+from neffcache.restore.fs import DirCache, Roots, lock_destination
 from neffcache.restore.local import (
     LOCAL_ENTRIES,
     local_manifest_path,
