@@ -58,14 +58,15 @@ class _Collector:
             if self.progress and outcomes:
                 self.progress(self.files, self.total, self.bytes)
             if done and unit is not None and self.on_ready is not None:
-                self._count_down(outcomes, unit)
+                self._count_down(outcomes, unit, done, self.on_ready)
 
-    def _count_down(self, outcomes: Sequence[Outcome], unit: Unit) -> None:
-        """Each installed file's cells wait for one path less; a cell at 0 is ready."""
+    def _count_down(self, outcomes: Sequence[Outcome], unit: Unit, done: int,
+                    on_ready: Ready) -> None:
+        """Each of the ``done`` installed files' cells wait for one path less; at 0 it is ready."""
         if len(self.waiting) == 1:  # one cell: every path is its own (no map per unit)
-            self.waiting[0] -= sum(not isinstance(o, FileFailure) for _, o in outcomes)
-            if self.waiting[0] == 0 and self.on_ready is not None:
-                self.on_ready(0)
+            self.waiting[0] -= done
+            if self.waiting[0] == 0:
+                on_ready(0)
             return
         owners = {id(t): o for g in unit_groups(unit)  # owners: one per target, or none
                   for t, o in zip(g.targets, g.owners, strict=False)}
@@ -74,8 +75,8 @@ class _Collector:
                 continue
             for i in owners.get(id(t), ()):
                 self.waiting[i] -= 1
-                if self.waiting[i] == 0 and self.on_ready is not None:
-                    self.on_ready(i)
+                if self.waiting[i] == 0:
+                    on_ready(i)
 
 
 def apply_restore(store: Store, plan: RestorePlan, roots: Roots, *, workers: int = 16,

@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import functools
 import itertools
 import os
 import stat
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -214,33 +212,17 @@ def boot_id() -> str | None:
 
 def sync_filesystems(fds: Iterable[int]) -> bool:
     """``syncfs(2)`` once per filesystem; False where unavailable. Restore never uses it."""
-    syncfs = _libc_function("syncfs", "c_int")
-    if syncfs is None:
-        return False
-    one_per_fs = {os.fstat(fd).st_dev: fd for fd in fds}
-    for fd in one_per_fs.values():
-        if syncfs(fd) != 0:
-            import ctypes
+    import ctypes
 
+    try:
+        syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):  # not Linux
+        return False
+    for fd in {os.fstat(fd).st_dev: fd for fd in fds}.values():
+        if syncfs(fd) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"syncfs: {os.strerror(err)}")
     return True
-
-
-@functools.cache  # looked up once per process
-def _libc_function(name: str, *argtypes: str) -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
-        fn.argtypes = [getattr(ctypes, a) for a in argtypes]
-        fn.restype = ctypes.c_int
-    except (OSError, AttributeError):
-        return None
-    found: Callable[..., int] = fn
-    return found
 
 
 def local_manifest_path(target: str | Path, key: str) -> Path:

@@ -237,17 +237,13 @@ def read_missing_record(target: Path, fingerprint_key: str, now: float,
                         ) -> tuple[dict[str, tuple[str, ...]], float]:
     """Entry keys recorded missing for this fingerprint less than ``max_age`` seconds ago, and
     the time they were checked (``now`` when none)."""
-    try:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         doc = json.loads(Path(target, LOCAL_ENTRIES, MISSING_FILE).read_bytes())
-        if doc.get("schema_version") != MISSING_SCHEMA \
-                or doc.get("fingerprint_key") != fingerprint_key:
-            return {}, now
         checked = float(doc["checked_at"])
-        if not 0 <= now - checked < max_age:
-            return {}, now
-        return {str(k): tuple(str(f) for f in v) for k, v in doc["entries"].items()}, checked
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}, now
+        if doc.get("schema_version") == MISSING_SCHEMA and 0 <= now - checked < max_age \
+                and doc.get("fingerprint_key") == fingerprint_key:
+            return {str(k): tuple(str(f) for f in v) for k, v in doc["entries"].items()}, checked
+    return {}, now
 
 
 def _plan_locally(docs: Sequence[Mapping[str, Any]], keys: Sequence[str],
