@@ -223,47 +223,6 @@ def copy_verified(src: BinaryIO, fd: int, t: Target, deadline: float | None = No
                              f"{t.sha256[:12]} (corrupt); not installed")
 
 
-def verify_member(data: bytes | memoryview, g: FetchGroup, pack: str) -> None:
-    t = g.targets[0]
-    if len(data) != g.size:
-        raise IntegrityError(f"{t.root}/{t.path}: pack {pack[:12]} holds {len(data)} of its "
-                             f"{g.size} bytes (truncated); not installed")
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != g.sha256:
-        raise IntegrityError(f"{t.root}/{t.path}: pack {pack[:12]} member sha256 is "
-                             f"{digest[:12]}, expected {g.sha256[:12]} (corrupt); not installed")
-
-
-class Window:
-    """Byte ranges of a stream, asked for in increasing order, served from large reads."""
-
-    def __init__(self, src: BinaryIO, pos: int) -> None:
-        self._src = src
-        self._pos = pos  # stream offset of _buf[0]
-        self._buf: bytes = b""
-
-    def take(self, offset: int, size: int) -> bytes | memoryview:
-        start = offset - self._pos
-        while start >= len(self._buf):  # skip what lies before the range
-            start -= len(self._buf)
-            self._pos += len(self._buf)
-            self._buf = self._src.read(CHUNK)
-            if not self._buf:
-                return b""
-        if start + size <= len(self._buf):
-            return memoryview(self._buf)[start:start + size]
-        parts = [self._buf[start:]]
-        need = size - len(parts[0])
-        while need > 0:
-            self._pos += len(self._buf)
-            self._buf = self._src.read(max(CHUNK, need))
-            if not self._buf:
-                break
-            parts.append(self._buf[:need])
-            need -= len(parts[-1])
-        return b"".join(parts)
-
-
 def batch_files(pack_threads: int, transfer_threads: int) -> int:
     """Small files per batch: every pack thread's batch must fit the open-file soft limit."""
     import resource
@@ -299,19 +258,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view[:WRITE_BYTES]):]
-
-
-# Parts are written one chunk a store body hands on (256 KiB and up) at a time: a quarter of the
-# syscalls and GIL hand-offs of WRITE_BYTES with no more system time (measured).
-PART_WRITE_BYTES = 256 << 10
-
-
-def pwrite_all(fd: int, data: bytes | memoryview, offset: int,
-               slice_bytes: int = WRITE_BYTES) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view[:slice_bytes], offset)
-        view, offset = view[n:], offset + n
 
 
 def fail_all(g: FetchGroup, exc: BaseException) -> list[Outcome]:
