@@ -47,11 +47,6 @@ def replace_best_effort(final: Path, pieces: Iterable[bytes]) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def is_temp(name: str) -> bool:
-    return name.startswith(TMP_PREFIX) and name.endswith(TMP_SUFFIX) and \
-        len(name) > len(TMP_PREFIX) + len(TMP_SUFFIX)
-
-
 def open_dir_at(parent: str | int, name: str, *, create: bool, what: str) -> int:
     """The descriptor of directory ``name`` in ``parent``, created if asked, never through a
     symlink (one there, or a file: ``UsageError``)."""
@@ -344,7 +339,8 @@ def sweep_temps(dfd: int, names: Iterable[str] | None = None) -> int:
     """Remove the temp files directly in directory ``dfd`` (among ``names``, else all); how many."""
     n = 0
     for name in os.listdir(dfd) if names is None else names:
-        if not is_temp(name):
+        if not name.startswith(TMP_PREFIX) or not name.endswith(TMP_SUFFIX) \
+                or len(name) <= len(TMP_PREFIX) + len(TMP_SUFFIX):
             continue
         try:
             if stat.S_ISDIR(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):

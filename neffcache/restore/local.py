@@ -169,15 +169,12 @@ def _record_settled(target: Path, dirs: Mapping[str, str],
     """Write the state files that vouch for what this check synced, under DIR's lock if free."""
     if not any(s.settled for s in states.values()):
         return
-    try:
+    with contextlib.suppress(NeffcacheError, OSError):  # best effort: the next check syncs again
         with lock_destination(str(target), deadline=time.monotonic(),
                               who="restore (store-free)") as held:
-            if held.unclean:
-                return  # the mark stays: the next full run sweeps
-            save_settled(dirs, states)
-            held.finished()
-    except (NeffcacheError, OSError):
-        return  # best effort: the next check syncs them again
+            if not held.unclean:  # else the mark stays: the next full run sweeps
+                save_settled(dirs, states)
+                held.finished()
 
 
 def _confirm(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootState],
