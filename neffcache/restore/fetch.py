@@ -8,7 +8,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO, TypeVar
 
 from neffcache.errors import IntegrityError, NotFoundError, UnavailableError
@@ -79,7 +79,8 @@ class Fetcher:
                 out = self._part(unit, dirs)
         if self.deadline is not None and time.monotonic() >= self.deadline:
             out = [(t, _stopped(o)) for t, o in out]
-        return out, _bytes(out, unit_groups(unit))
+        ok = {t.id for t, o in out if not isinstance(o, FileFailure)}
+        return out, sum(g.size for g in unit_groups(unit) if g.targets[0].id in ok)
 
     def abandon(self, units: Sequence[Unit], running: Sequence[Unit] = ()
                 ) -> Iterator[list[Outcome]]:
@@ -236,7 +237,10 @@ class Fetcher:
             # Writes to one file serialize on its inode lock anyway; waiting here (asleep)
             # instead of in the kernel (spinning) saves the CPU the other parts need.
             with asm.write_lock:
-                pwrite_all(asm.fd, data, part.start + done)
+                view, at = memoryview(data), part.start + done
+                while view:
+                    n = os.pwrite(asm.fd, view[:PART_WRITE_BYTES], at)
+                    view, at = view[n:], at + n
             own.update(data)
             done += len(data)
         t = g.targets[0]
@@ -323,11 +327,6 @@ def _stopped(o: StateRecord | FileFailure) -> StateRecord | FileFailure:
     return o
 
 
-def _bytes(out: Sequence[Outcome], groups: Iterable[FetchGroup]) -> int:
-    ok = {t.id for t, o in out if not isinstance(o, FileFailure)}
-    return sum(g.size for g in groups if g.targets[0].id in ok)
-
-
 def verify_member(data: bytes | memoryview, g: FetchGroup, pack: str) -> None:
     t = g.targets[0]
     if len(data) != g.size:
@@ -367,10 +366,3 @@ class Window:
             parts.append(self._buf[:need])
             need -= len(parts[-1])
         return b"".join(parts)
-
-
-def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view[:PART_WRITE_BYTES], offset)
-        view, offset = view[n:], offset + n

@@ -245,8 +245,8 @@ def read_missing_record(target: Path, fingerprint_key: str, now: float,
 
 def _plan_locally(docs: Sequence[Mapping[str, Any]], keys: Sequence[str],
                   dirs: Mapping[str, str], deadline: float | None
-                  ) -> tuple[int, tuple[Conflict, ...]] | None:
-    """Files in place and conflicts when a local plan over the copies has nothing to fetch."""
+                  ) -> tuple[int, int, tuple[Conflict, ...]] | None:
+    """(files in place, 0 pending, conflicts) if a local plan over the copies fetches nothing."""
     full = _all([manifest_of(d, k) for d, k in zip(docs, keys, strict=True)])
     if full is None or len(full) < 2:
         return None
@@ -259,7 +259,7 @@ def _plan_locally(docs: Sequence[Mapping[str, Any]], keys: Sequence[str],
     plan = plan_restore(full, dirs, present)
     if plan.fetch:
         return None
-    return len(plan.present), plan.conflicts
+    return len(plan.present), 0, plan.conflicts
 
 
 T = TypeVar("T")
@@ -297,12 +297,10 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
                                                  trusted) for d in docs):
         return None
     confirmed = confirm_in_place(docs, dirs, target, deadline)
-    conflicts: tuple[Conflict, ...] = ()
-    if confirmed is None:  # a file changed, or entries share paths: plan it, still locally
-        planned = _plan_locally(docs, keys, dirs, deadline)
-        if planned is None:
-            return None
-        confirmed, conflicts = (planned[0], 0), planned[1]
+    # None: a file changed, or entries share paths: plan it, still locally
+    here = (*confirmed, ()) if confirmed else _plan_locally(docs, keys, dirs, deadline)
+    if here is None:
+        return None
     found = _all([manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)])
     if found is None:
         return None
@@ -310,5 +308,5 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
                       if known_missing.get(k))
     resolution = Resolution(tuple(found), tuple(missing), (), (), elsewhere)
     return replace(job_result(job, store_url, resolution, started),
-                   restored=tuple(c.id for c in cells), files_skipped=confirmed[0],
-                   files_unsynced=confirmed[1], conflicts=conflicts)
+                   restored=tuple(c.id for c in cells), files_skipped=here[0],
+                   files_unsynced=here[1], conflicts=here[2])
