@@ -286,8 +286,7 @@ class _Assembly:
         """Record a finished part; True once, when every part has: the caller must ``finish``."""
         with self._lock:
             self._finished += 1
-            if error is not None:
-                self.error = self.error or error
+            self.error = self.error or error
             return self._finished == self.count
 
     def finish(self, dirs: DirCache) -> list[Outcome]:
