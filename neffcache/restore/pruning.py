@@ -196,22 +196,21 @@ def apply_prune(target: Path, backend: Backend, plan: PruneResult) -> PruneResul
     remove_markers_of(target, {entry.entry_key for entry in plan.pruned})
     dirs = root_dirs(backend, str(target))
     removed: dict[str, set[str]] = {}
-    nbytes = skipped = 0
+    nbytes = 0
     with Roots(dirs, create=False) as roots, contextlib.closing(DirCache(roots)) as cache:
         for root, path, size in plan.remove:
             if root in roots.fds and _remove(cache, root, path, size):
                 removed.setdefault(root, set()).add(path)
                 nbytes += size
-            else:
-                skipped += 1
         for root, paths in removed.items():
             _remove_empty_dirs(cache, root, paths)
     forget_paths(dirs, removed)
     for entry in plan.pruned:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(local_manifest_path(target, entry.entry_key))
-    return replace(plan, dry_run=False, removed=sum(map(len, removed.values())),
-                   bytes_removed=nbytes, skipped=skipped)
+    done = sum(map(len, removed.values()))  # plan.remove names each file once
+    return replace(plan, dry_run=False, removed=done, bytes_removed=nbytes,
+                   skipped=len(plan.remove) - done)
 
 
 def _remove(cache: DirCache, root: str, path: str, size: int) -> bool:
