@@ -21,13 +21,8 @@ from neffcache.manifest import DIGEST_FIELD, SIGNATURE_FIELD, entry_key
 from neffcache.matrix import Matrix
 from neffcache.matrix_io import load_matrix
 from neffcache.request_rules import checked_request
-from neffcache.restore.fs import DirCache, Roots, lock_destination
-from neffcache.restore.local import (
-    LOCAL_ENTRIES,
-    local_manifest_path,
-    manifest_of,
-    read_local_doc,
-)
+from neffcache.restore.fs import DirCache, Roots, local_manifest_path, lock_destination
+from neffcache.restore.local import LOCAL_ENTRIES, manifest_of, read_local_doc
 from neffcache.restore.ready import remove_markers_of
 from neffcache.restore.state import forget_paths
 
