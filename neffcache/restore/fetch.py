@@ -27,15 +27,7 @@ from neffcache.restore.install import (
     read_piece,
     read_umask,
 )
-from neffcache.restore.plan import (
-    BlobGet,
-    BlobPart,
-    FetchGroup,
-    PackRun,
-    Slice,
-    Unit,
-    unit_groups,
-)
+from neffcache.restore.plan import BlobGet, BlobPart, FetchGroup, PackRun, Slice, Unit, unit_groups
 from neffcache.restore.state import StateRecord, state_record
 from neffcache.store import Store, blob_key, pack_key
 

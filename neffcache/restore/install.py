@@ -12,12 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from neffcache.errors import (
-    DeadlineExceededError,
-    IntegrityError,
-    NotFoundError,
-    UnavailableError,
-)
+from neffcache.errors import DeadlineExceededError, IntegrityError, NotFoundError, UnavailableError
 from neffcache.hashing import CHUNK
 from neffcache.restore.fs import DirCache, UnsafePathError, tmp_name
 from neffcache.restore.plan import FetchGroup, Target

@@ -15,14 +15,7 @@ from neffcache.backends import root_dirs
 from neffcache.errors import ExitRule, NeffcacheError
 from neffcache.manifest import entry_key
 from neffcache.restore.apply import RestoreReport, apply_restore
-from neffcache.restore.fs import (
-    Held,
-    Roots,
-    lock_destination,
-    sweep_dirs,
-    sweep_temps,
-    sweep_trees,
-)
+from neffcache.restore.fs import Held, Roots, lock_destination, sweep_dirs, sweep_temps, sweep_trees
 from neffcache.restore.install import Failures, FailureTally, FileFailure
 from neffcache.restore.known import read_copies, resolve_known
 from neffcache.restore.local import save_missing
