@@ -269,11 +269,9 @@ def _acquire(fd: int, target: str, deadline: float | None,
              on_wait: Callable[[str], None] | None) -> None:
     pause, holder = _POLL[0], ""
     while True:
-        try:
+        with contextlib.suppress(BlockingIOError):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
-        except BlockingIOError:
-            pass
         if not holder:  # told once
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another restore"
             if on_wait is not None:
@@ -342,11 +340,8 @@ def sweep_temps(dfd: int, names: Iterable[str] | None = None) -> int:
         if not name.startswith(TMP_PREFIX) or not name.endswith(TMP_SUFFIX) \
                 or len(name) <= len(TMP_PREFIX) + len(TMP_SUFFIX):
             continue
-        try:
-            if stat.S_ISDIR(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
-                continue
-            os.unlink(name, dir_fd=dfd)
-            n += 1
-        except FileNotFoundError:
-            continue
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISDIR(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                os.unlink(name, dir_fd=dfd)
+                n += 1
     return n

@@ -60,7 +60,7 @@ _BAD_PARTS = frozenset({"", ".", ".."})
 
 def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, Any] | None:
     """The local copy of entry ``key``'s manifest as JSON, if present and plausible."""
-    try:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         doc = loads_light(local_manifest_path(target, key).read_bytes(), members=False)
         if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION \
                 or doc.get("entry_key") != key:
@@ -69,9 +69,8 @@ def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, An
         for f in doc["files"]:
             if f["root"] not in allowed or not _plain_relative(f["path"]):
                 return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return doc
+        return doc
+    return None
 
 
 def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True

@@ -75,11 +75,10 @@ def _hash_present(roots: Roots, items: list[tuple[FileId, os.stat_result]],
         if deadline is not None and time.monotonic() >= deadline:
             return None
         parent, _, name = path.rpartition("/")
-        try:  # from the file's directory, never through a symlink
-            with contextlib.closing(DirCache(roots)) as dirs:
-                return _hash_at(dirs.get(root, parent, create=False), name, deadline)
-        except OSError:
-            return None
+        # from the file's directory, never through a symlink
+        with contextlib.suppress(OSError), contextlib.closing(DirCache(roots)) as dirs:
+            return _hash_at(dirs.get(root, parent, create=False), name, deadline)
+        return None
 
     for sha, (fid, st) in zip(map_in_threads(one, items, workers), items, strict=True):
         if sha is not None:
