@@ -10,7 +10,7 @@ from neffcache.faces import lazy_face
 # (every command) loads this face, and only a restore needs the restore machinery.
 _FACE = {
     "apply": ("Progress",),
-    "dest": ("lock_destination",),
+    "fs": ("lock_destination",),
     "install": ("FileFailure",),
     "local": ("LOCAL_ENTRIES", "MISSING_FILE"),
     "outcome": ("RestoreResult",),
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     # ruff: noqa: F401 - re-exported: the face's __all__ is derived from _FACE
     # isort: off
     from neffcache.restore.apply import Progress
-    from neffcache.restore.dest import lock_destination
+    from neffcache.restore.fs import lock_destination
     from neffcache.restore.install import FileFailure
     from neffcache.restore.local import LOCAL_ENTRIES, MISSING_FILE
     from neffcache.restore.outcome import RestoreResult

@@ -58,14 +58,15 @@ class _Collector:
             if self.progress and outcomes:
                 self.progress(self.files, self.total, self.bytes)
             if done and unit is not None and self.on_ready is not None:
-                self._count_down(outcomes, unit)
+                self._count_down(outcomes, unit, done, self.on_ready)
 
-    def _count_down(self, outcomes: Sequence[Outcome], unit: Unit) -> None:
-        """Each installed file's cells wait for one path less; a cell at 0 is ready."""
+    def _count_down(self, outcomes: Sequence[Outcome], unit: Unit, done: int,
+                    on_ready: Ready) -> None:
+        """Each of the ``done`` installed files' cells wait for one path less; at 0 it is ready."""
         if len(self.waiting) == 1:  # one cell: every path is its own (no map per unit)
-            self.waiting[0] -= sum(not isinstance(o, FileFailure) for _, o in outcomes)
-            if self.waiting[0] == 0 and self.on_ready is not None:
-                self.on_ready(0)
+            self.waiting[0] -= done
+            if self.waiting[0] == 0:
+                on_ready(0)
             return
         owners = {id(t): o for g in unit_groups(unit)  # owners: one per target, or none
                   for t, o in zip(g.targets, g.owners, strict=False)}
@@ -74,19 +75,17 @@ class _Collector:
                 continue
             for i in owners.get(id(t), ()):
                 self.waiting[i] -= 1
-                if self.waiting[i] == 0 and self.on_ready is not None:
-                    self.on_ready(i)
+                if self.waiting[i] == 0:
+                    on_ready(i)
 
 
-def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
+def apply_restore(store: Store, plan: RestorePlan, roots: Roots, *, workers: int = 16,
                   deadline: float | None = None, progress: Progress | None = None,
-                  roots: Roots | None = None, on_ready: Ready | None = None) -> RestoreReport:
+                  on_ready: Ready | None = None) -> RestoreReport:
     """Run every fetch unit of the plan; failures are collected, never raised. Pack runs (kernel
     and GIL work) run on at most one thread per CPU plus one, blob GETs and parts on ``workers``. A
     unit whose store call hangs is not waited for (``hung``: the caller leaves ``roots`` open).
     ``on_ready(i)`` is called, one call at a time, once cell ``i``'s last path is installed."""
-    own = roots is None
-    roots = roots or Roots(dict(plan.target_dirs))
     units = plan.units
     tally = _Collector(plan.files_to_fetch, progress, plan.waiting, on_ready)
 
@@ -96,14 +95,10 @@ def apply_restore(store: Store, plan: RestorePlan, *, workers: int = 16,
     runs = [u for u in units if isinstance(u, PackRun)]
     blobs = [u for u in units if not isinstance(u, PackRun)]
     hung: list[Unit] = []
-    try:
-        left = run_lanes([(file_workers, runs), (workers, blobs)],
-                         lambda u: tally.add(*fetcher.run(u), u), deadline, stuck=hung)
-        for stopped in fetcher.abandon(left, hung):
-            tally.add(stopped, 0)
-    finally:
-        if own and not hung:
-            roots.close()
+    left = run_lanes([(file_workers, runs), (workers, blobs)],
+                     lambda u: tally.add(*fetcher.run(u), u), deadline, stuck=hung)
+    for stopped in fetcher.abandon(left, hung):
+        tally.add(stopped, 0)
     with tally.lock:  # a hung unit that returns later must not change this report
         installed, failures = tuple(tally.installed), tally.failures.done()
         states, nbytes = tuple(tally.states), tally.bytes

@@ -9,15 +9,10 @@ import io
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from neffcache.errors import (
-    DeadlineExceededError,
-    IntegrityError,
-    NotFoundError,
-    UnavailableError,
-)
+from neffcache.errors import DeadlineExceededError, IntegrityError, NotFoundError, UnavailableError
 from neffcache.hashing import CHUNK
 from neffcache.restore.fs import DirCache, UnsafePathError, tmp_name
 from neffcache.restore.plan import FetchGroup, Target
@@ -53,9 +48,9 @@ class Failures:
 
     def __add__(self, other: Failures) -> Failures:
         tally = FailureTally()
-        tally.take(self)
-        tally.take(other)
-        return tally.done()
+        for f in (*self.listed, *other.listed):
+            tally.add(f)
+        return replace(tally.done(), count=self.count + other.count)
 
 
 class FailureTally:
@@ -77,11 +72,6 @@ class FailureTally:
         if len(self._first) < self._listed:
             self._first.append(f)
         self._kinds.setdefault(f.kind, f)
-
-    def take(self, failures: Failures) -> None:
-        for f in failures.listed:
-            self.add(f)
-        self._count += failures.count - len(failures.listed)
 
     def done(self) -> Failures:
         listed = {id(f) for f in self._first}
@@ -160,7 +150,7 @@ class Batch:
             except Exception as exc:  # noqa: BLE001
                 if fd >= 0:
                     self._close([self.items.pop()], placed=set())
-                out.append((t, failure(t, exc, g.sha256)))
+                out.append((t, failure(t, exc)))
         return out
 
     def commit(self) -> list[Outcome]:
@@ -174,7 +164,7 @@ class Batch:
                     placed.add(fd)
                     out.append((t, state_record(os.fstat(fd), t.sha256)))
                 except OSError as exc:
-                    out.append((t, failure(t, exc, t.sha256)))
+                    out.append((t, failure(t, exc)))
         finally:
             self._close(items, placed)
         return out
@@ -198,14 +188,13 @@ def copies(dirs: DirCache, g: FetchGroup) -> list[Outcome]:
             fd = os.open(first.path.rpartition("/")[2],
                          os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
             with os.fdopen(fd, "rb") as src:
-                write = functools.partial(copy_verified, src, t=t, deadline=None)
-                out.append((t, place(dirs, t, write)))
+                out.append((t, place(dirs, t, functools.partial(copy_verified, src, t=t))))
         except Exception as exc:  # noqa: BLE001
-            out.append((t, failure(t, exc, g.sha256)))
+            out.append((t, failure(t, exc)))
     return out
 
 
-def copy_verified(src: BinaryIO, fd: int, t: Target, deadline: float | None) -> None:
+def copy_verified(src: BinaryIO, fd: int, t: Target, deadline: float | None = None) -> None:
     h = hashlib.sha256()
     n = 0
     while True:
@@ -227,47 +216,6 @@ def copy_verified(src: BinaryIO, fd: int, t: Target, deadline: float | None) -> 
     if digest != t.sha256:
         raise IntegrityError(f"{t.root}/{t.path}: blob sha256 is {digest[:12]}, expected "
                              f"{t.sha256[:12]} (corrupt); not installed")
-
-
-def verify_member(data: bytes | memoryview, g: FetchGroup, pack: str) -> None:
-    t = g.targets[0]
-    if len(data) != g.size:
-        raise IntegrityError(f"{t.root}/{t.path}: pack {pack[:12]} holds {len(data)} of its "
-                             f"{g.size} bytes (truncated); not installed")
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != g.sha256:
-        raise IntegrityError(f"{t.root}/{t.path}: pack {pack[:12]} member sha256 is "
-                             f"{digest[:12]}, expected {g.sha256[:12]} (corrupt); not installed")
-
-
-class Window:
-    """Byte ranges of a stream, asked for in increasing order, served from large reads."""
-
-    def __init__(self, src: BinaryIO, pos: int) -> None:
-        self._src = src
-        self._pos = pos  # stream offset of _buf[0]
-        self._buf: bytes = b""
-
-    def take(self, offset: int, size: int) -> bytes | memoryview:
-        start = offset - self._pos
-        while start >= len(self._buf):  # skip what lies before the range
-            start -= len(self._buf)
-            self._pos += len(self._buf)
-            self._buf = self._src.read(CHUNK)
-            if not self._buf:
-                return b""
-        if start + size <= len(self._buf):
-            return memoryview(self._buf)[start:start + size]
-        parts = [self._buf[start:]]
-        need = size - len(parts[0])
-        while need > 0:
-            self._pos += len(self._buf)
-            self._buf = self._src.read(max(CHUNK, need))
-            if not self._buf:
-                break
-            parts.append(self._buf[:need])
-            need -= len(parts[-1])
-        return b"".join(parts)
 
 
 def batch_files(pack_threads: int, transfer_threads: int) -> int:
@@ -307,30 +255,17 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view[:WRITE_BYTES]):]
 
 
-# Parts are written one chunk a store body hands on (256 KiB and up) at a time: a quarter of the
-# syscalls and GIL hand-offs of WRITE_BYTES with no more system time (measured).
-PART_WRITE_BYTES = 256 << 10
-
-
-def pwrite_all(fd: int, data: bytes | memoryview, offset: int,
-               slice_bytes: int = WRITE_BYTES) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view[:slice_bytes], offset)
-        view, offset = view[n:], offset + n
-
-
 def fail_all(g: FetchGroup, exc: BaseException) -> list[Outcome]:
-    return [(t, failure(t, exc, g.sha256)) for t in g.targets]
+    return [(t, failure(t, exc)) for t in g.targets]
 
 
-def failure(t: Target, exc: BaseException, sha256: str) -> FileFailure:
+def failure(t: Target, exc: BaseException) -> FileFailure:
     where = f"{t.root}/{t.path}"
     if isinstance(exc, (Stopped, DeadlineExceededError)):
         return FileFailure(t.root, t.path, "deadline", f"{where}: stopped at the deadline")
     if isinstance(exc, NotFoundError):
         return FileFailure(t.root, t.path, "integrity",
-                           f"{where}: blob {sha256[:12]} is missing from the store")
+                           f"{where}: blob {t.sha256[:12]} is missing from the store")
     if isinstance(exc, IntegrityError):
         return FileFailure(t.root, t.path, "integrity", str(exc))
     if isinstance(exc, UnavailableError):

@@ -26,13 +26,14 @@ from neffcache.manifest import (
     signature_from_json,
 )
 from neffcache.matrix import Cell
-from neffcache.restore.dest import (
+from neffcache.restore.fs import (
     ENTRIES_DIR,
+    Roots,
     is_unclean,
     local_manifest_path,
     lock_destination,
+    replace_best_effort,
 )
-from neffcache.restore.fs import Roots, replace_best_effort
 from neffcache.restore.outcome import RestoreJob, RestoreResult, job_result
 from neffcache.restore.plan import Conflict, plan_restore, wanted_sizes
 from neffcache.restore.resolve import Resolution
@@ -59,7 +60,7 @@ _BAD_PARTS = frozenset({"", ".", ".."})
 
 def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, Any] | None:
     """The local copy of entry ``key``'s manifest as JSON, if present and plausible."""
-    try:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         doc = loads_light(local_manifest_path(target, key).read_bytes(), members=False)
         if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION \
                 or doc.get("entry_key") != key:
@@ -68,9 +69,8 @@ def read_local_doc(target: Path, key: str, roots: Sequence[str]) -> dict[str, An
         for f in doc["files"]:
             if f["root"] not in allowed or not _plain_relative(f["path"]):
                 return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return doc
+        return doc
+    return None
 
 
 def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
@@ -88,8 +88,7 @@ def manifest_of(doc: Mapping[str, Any], key: str, *, with_files: bool = True
 
 
 def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str, str],
-                     target: Path | None = None,
-                     deadline: float | None = None) -> tuple[int, int] | None:
+                     target: Path, deadline: float | None) -> tuple[int, int] | None:
     """(files the entries want, files left pending) if every one is in place as the state file
     vouched for it; None at the first doubt or when two entries claim one path."""
     states: dict[str, RootState] = {}
@@ -107,8 +106,7 @@ def confirm_in_place(docs: Sequence[Mapping[str, Any]], target_dirs: Mapping[str
     finally:
         for fd in fds.values():
             os.close(fd)
-    if target is not None:
-        _record_settled(target, target_dirs, states)
+    _record_settled(target, target_dirs, states)
     return count, left
 
 
@@ -170,15 +168,12 @@ def _record_settled(target: Path, dirs: Mapping[str, str],
     """Write the state files that vouch for what this check synced, under DIR's lock if free."""
     if not any(s.settled for s in states.values()):
         return
-    try:
+    with contextlib.suppress(NeffcacheError, OSError):  # best effort: the next check syncs again
         with lock_destination(str(target), deadline=time.monotonic(),
                               who="restore (store-free)") as held:
-            if held.unclean:
-                return  # the mark stays: the next full run sweeps
-            save_settled(dirs, states)
-            held.finished()
-    except (NeffcacheError, OSError):
-        return  # best effort: the next check syncs them again
+            if not held.unclean:  # else the mark stays: the next full run sweeps
+                save_settled(dirs, states)
+                held.finished()
 
 
 def _confirm(docs: Sequence[Mapping[str, Any]], states: Mapping[str, RootState],
@@ -238,23 +233,19 @@ def read_missing_record(target: Path, fingerprint_key: str, now: float,
                         ) -> tuple[dict[str, tuple[str, ...]], float]:
     """Entry keys recorded missing for this fingerprint less than ``max_age`` seconds ago, and
     the time they were checked (``now`` when none)."""
-    try:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         doc = json.loads(Path(target, LOCAL_ENTRIES, MISSING_FILE).read_bytes())
-        if doc.get("schema_version") != MISSING_SCHEMA \
-                or doc.get("fingerprint_key") != fingerprint_key:
-            return {}, now
         checked = float(doc["checked_at"])
-        if not 0 <= now - checked < max_age:
-            return {}, now
-        return {str(k): tuple(str(f) for f in v) for k, v in doc["entries"].items()}, checked
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}, now
+        if doc.get("schema_version") == MISSING_SCHEMA and 0 <= now - checked < max_age \
+                and doc.get("fingerprint_key") == fingerprint_key:
+            return {str(k): tuple(str(f) for f in v) for k, v in doc["entries"].items()}, checked
+    return {}, now
 
 
 def _plan_locally(docs: Sequence[Mapping[str, Any]], keys: Sequence[str],
                   dirs: Mapping[str, str], deadline: float | None
-                  ) -> tuple[int, tuple[Conflict, ...]] | None:
-    """Files in place and conflicts when a local plan over the copies has nothing to fetch."""
+                  ) -> tuple[int, int, tuple[Conflict, ...]] | None:
+    """(files in place, 0 pending, conflicts) if a local plan over the copies fetches nothing."""
     full = _all([manifest_of(d, k) for d, k in zip(docs, keys, strict=True)])
     if full is None or len(full) < 2:
         return None
@@ -267,7 +258,7 @@ def _plan_locally(docs: Sequence[Mapping[str, Any]], keys: Sequence[str],
     plan = plan_restore(full, dirs, present)
     if plan.fetch:
         return None
-    return len(plan.present), plan.conflicts
+    return len(plan.present), 0, plan.conflicts
 
 
 T = TypeVar("T")
@@ -305,12 +296,10 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
                                                  trusted) for d in docs):
         return None
     confirmed = confirm_in_place(docs, dirs, target, deadline)
-    conflicts: tuple[Conflict, ...] = ()
-    if confirmed is None:  # a file changed, or entries share paths: plan it, still locally
-        planned = _plan_locally(docs, keys, dirs, deadline)
-        if planned is None:
-            return None
-        confirmed, conflicts = (planned[0], 0), planned[1]
+    # None: a file changed, or entries share paths: plan it, still locally
+    here = (*confirmed, ()) if confirmed else _plan_locally(docs, keys, dirs, deadline)
+    if here is None:
+        return None
     found = _all([manifest_of(d, k, with_files=False) for d, k in zip(docs, keys, strict=True)])
     if found is None:
         return None
@@ -318,5 +307,5 @@ def restore_local(cells: Sequence[Cell], backend: Backend, fingerprint: Fingerpr
                       if known_missing.get(k))
     resolution = Resolution(tuple(found), tuple(missing), (), (), elsewhere)
     return replace(job_result(job, store_url, resolution, started),
-                   restored=tuple(c.id for c in cells), files_skipped=confirmed[0],
-                   files_unsynced=confirmed[1], conflicts=conflicts)
+                   restored=tuple(c.id for c in cells), files_skipped=here[0],
+                   files_unsynced=here[1], conflicts=here[2])

@@ -7,7 +7,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +21,8 @@ from neffcache.manifest import DIGEST_FIELD, SIGNATURE_FIELD, entry_key
 from neffcache.matrix import Matrix
 from neffcache.matrix_io import load_matrix
 from neffcache.request_rules import checked_request
-from neffcache.restore.dest import lock_destination
-from neffcache.restore.fs import DirCache, Roots
-from neffcache.restore.local import (
-    LOCAL_ENTRIES,
-    local_manifest_path,
-    manifest_of,
-    read_local_doc,
-)
+from neffcache.restore.fs import DirCache, Roots, local_manifest_path, lock_destination
+from neffcache.restore.local import LOCAL_ENTRIES, manifest_of, read_local_doc
 from neffcache.restore.ready import remove_markers_of
 from neffcache.restore.state import forget_paths
 
@@ -73,9 +67,7 @@ class PruneResult(ExitRule):
         """The document ``neffcache prune --json`` prints."""
         return {"target": self.target, "fingerprint_key": self.fingerprint_key,
                 "dry_run": self.dry_run, "kept": list(self.kept),
-                "pruned": [{"entry_key": p.entry_key, "cell_id": p.cell_id,
-                            "fingerprint_key": p.fingerprint_key, "files": p.files,
-                            "bytes": p.bytes} for p in self.pruned],
+                "pruned": [asdict(p) for p in self.pruned],
                 "files_to_remove": len(self.remove), "bytes_to_remove": self.bytes_to_remove,
                 "files_shared": self.shared, "unreadable": list(self.unreadable),
                 "removed": self.removed, "bytes_removed": self.bytes_removed,
@@ -199,26 +191,21 @@ def apply_prune(target: Path, backend: Backend, plan: PruneResult) -> PruneResul
     remove_markers_of(target, {entry.entry_key for entry in plan.pruned})
     dirs = root_dirs(backend, str(target))
     removed: dict[str, set[str]] = {}
-    nbytes = skipped = 0
-    with Roots(dirs, create=False) as roots:
-        cache = DirCache(roots)
-        try:
-            for root, path, size in plan.remove:
-                if root in roots.fds and _remove(cache, root, path, size):
-                    removed.setdefault(root, set()).add(path)
-                    nbytes += size
-                else:
-                    skipped += 1
-            for root, paths in removed.items():
-                _remove_empty_dirs(cache, root, paths)
-        finally:
-            cache.close()
+    nbytes = 0
+    with Roots(dirs, create=False) as roots, contextlib.closing(DirCache(roots)) as cache:
+        for root, path, size in plan.remove:
+            if root in roots.fds and _remove(cache, root, path, size):
+                removed.setdefault(root, set()).add(path)
+                nbytes += size
+        for root, paths in removed.items():
+            _remove_empty_dirs(cache, root, paths)
     forget_paths(dirs, removed)
     for entry in plan.pruned:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(local_manifest_path(target, entry.entry_key))
-    return replace(plan, dry_run=False, removed=sum(map(len, removed.values())),
-                   bytes_removed=nbytes, skipped=skipped)
+    done = sum(map(len, removed.values()))  # plan.remove names each file once
+    return replace(plan, dry_run=False, removed=done, bytes_removed=nbytes,
+                   skipped=len(plan.remove) - done)
 
 
 def _remove(cache: DirCache, root: str, path: str, size: int) -> bool:

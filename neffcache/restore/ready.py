@@ -11,8 +11,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
-from neffcache.restore.dest import ENTRIES_DIR, local_manifest_path
-from neffcache.restore.fs import tmp_name
+from neffcache.restore.fs import ENTRIES_DIR, local_manifest_path, tmp_name
 
 READY_DIR = "ready"  # in ENTRIES_DIR
 

@@ -14,9 +14,8 @@ from neffcache.errors import ManifestError, NotFoundError, UnavailableError, Unt
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest, entry_key
 from neffcache.matrix import Cell
-from neffcache.restore.dest import ENTRIES_DIR, local_manifest_path
 from neffcache.restore.fetch import ATTEMPTS
-from neffcache.restore.fs import tmp_name
+from neffcache.restore.fs import ENTRIES_DIR, local_manifest_path, tmp_name
 from neffcache.signing import PublicKey, check_trusted
 from neffcache.store import CELLS, Store, manifest_key, pointer_parts
 from neffcache.thread_pool import map_in_threads

@@ -15,14 +15,7 @@ from neffcache.backends import root_dirs
 from neffcache.errors import ExitRule, NeffcacheError
 from neffcache.manifest import entry_key
 from neffcache.restore.apply import RestoreReport, apply_restore
-from neffcache.restore.dest import (
-    Held,
-    lock_destination,
-    sweep_dirs,
-    sweep_temps,
-    sweep_trees,
-)
-from neffcache.restore.fs import Roots
+from neffcache.restore.fs import Held, Roots, lock_destination, sweep_dirs, sweep_temps, sweep_trees
 from neffcache.restore.install import Failures, FailureTally, FileFailure
 from neffcache.restore.known import read_copies, resolve_known
 from neffcache.restore.local import save_missing
@@ -129,9 +122,8 @@ def _locked(store: Store, job: RestoreJob, held: Held,
             stale += sweep_dirs(roots, {(t.root, t.path.rpartition("/")[0])
                                         for g in plan.fetch for t in g.targets})
         on_ready = _announce(job, resolution, plan)
-        report = apply_restore(store, plan, workers=job.transfers or job.workers,
-                               deadline=deadline, progress=job.progress, roots=roots,
-                               on_ready=on_ready)
+        report = apply_restore(store, plan, roots, workers=job.transfers or job.workers,
+                               deadline=deadline, progress=job.progress, on_ready=on_ready)
         _rss("apply")
         plan = replace(plan, fetch=(), units=())  # done with: report.installed holds the targets
         records.update(zip((t.id for t in report.installed), report.states, strict=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -69,20 +70,17 @@ def scan_present(roots: Roots, wanted: Wanted,
 def _hash_present(roots: Roots, items: list[tuple[FileId, os.stat_result]],
                   present: Present, records: dict[FileId, StateRecord],
                   workers: int, deadline: float | None) -> None:
-    def one(item: tuple[FileId, os.stat_result]) -> tuple[FileId, str | None]:
+    def one(item: tuple[FileId, os.stat_result]) -> str | None:
         (root, path), _st = item
         if deadline is not None and time.monotonic() >= deadline:
-            return item[0], None
-        dirs = DirCache(roots)  # the file's directory, never through a symlink
-        try:
-            parent, _, name = path.rpartition("/")
-            return item[0], _hash_at(dirs.get(root, parent, create=False), name, deadline)
-        except OSError:
-            return item[0], None
-        finally:
-            dirs.close()
+            return None
+        parent, _, name = path.rpartition("/")
+        # from the file's directory, never through a symlink
+        with contextlib.suppress(OSError), contextlib.closing(DirCache(roots)) as dirs:
+            return _hash_at(dirs.get(root, parent, create=False), name, deadline)
+        return None
 
-    for (fid, sha), (_, st) in zip(map_in_threads(one, items, workers), items, strict=True):
+    for sha, (fid, st) in zip(map_in_threads(one, items, workers), items, strict=True):
         if sha is not None:
             present.odd[fid] = PresentFile(st.st_size, sha, stat.S_IMODE(st.st_mode))
             records[fid] = state_record(st, sha)

@@ -37,7 +37,7 @@ from neffcache.report_send import SPOOL_DIR, send_report
 from neffcache.reports import build_report
 from neffcache.request_rules import checked_request
 from neffcache.restore.apply import Progress
-from neffcache.restore.dest import lock_destination
+from neffcache.restore.fs import lock_destination
 from neffcache.restore.local import LOCAL_ENTRIES, restore_local
 from neffcache.restore.outcome import Notice, RestoreJob, RestoreResult
 from neffcache.restore.plan import Conflict

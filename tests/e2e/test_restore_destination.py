@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from neffcache.restore.dest import lock_destination
+from neffcache.restore.fs import lock_destination
 from tests.e2e.conftest import CELL_64, MATRIX, temps_under
 from tests.support.synthetic import KiB, MiB, Profile, make_neff_cache, make_profile_cache
 

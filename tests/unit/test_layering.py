@@ -43,7 +43,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.fingerprint_explain",),
     # restore: its steps, bottom to top
     ("neffcache.restore.fs", "neffcache.restore.plan", "neffcache.restore.state_rows"),
-    ("neffcache.restore.dest",),
     ("neffcache.restore.ready",),
     ("neffcache.restore.seen",),
     ("neffcache.restore.state",),

@@ -87,7 +87,7 @@ def test_verify_local_waits_for_a_restore_running_in_the_directory(tmp_path: Pat
     """Forgetting a damaged file's state rewrites the state file: under the restore lock."""
     import threading
 
-    from neffcache.restore.dest import lock_destination
+    from neffcache.restore.fs import lock_destination
 
     store = MemoryStore()
     publish_synthetic(store, cell(64), FP, tmp_path / "c", seed=7)

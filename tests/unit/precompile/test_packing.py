@@ -322,7 +322,7 @@ def test_noop_with_entries_sharing_a_path_is_planned_locally(tmp_path: Path) -> 
 def test_window_serves_ranges_across_reads() -> None:
     import io
 
-    from neffcache.restore import install as restore_files
+    from neffcache.restore import fetch as restore_files
 
     data = os.urandom(3 * restore_files.CHUNK + 123)
     w = restore_files.Window(io.BytesIO(data[100:]), 100)

@@ -21,14 +21,14 @@ from neffcache.precompile.publish import publish_entry
 from neffcache.restore import fs as restore_fs
 from neffcache.restore import local as local_mod
 from neffcache.restore import scan as scan_mod
-from neffcache.restore.dest import (
+from neffcache.restore.fs import (
     ENTRIES_DIR,
     LOCK_FILE,
+    Roots,
     is_unclean,
     lock_destination,
     sweep_dirs,
 )
-from neffcache.restore.fs import Roots
 from neffcache.restore.local import restore_local
 from neffcache.restore.run import restore_cells
 from neffcache.restore.state import (
