@@ -65,7 +65,7 @@ def apply_claims(context: RunContext, cells: Sequence[Cell],
     hooks' ``stop`` is set; the report lists the cells this worker handled."""
     from neffcache.index import matrix_name_of
 
-    run = PrecompileRun(context, cells, announce_skips=False)
+    run = PrecompileRun.open(context, cells, announce_skips=False)
     name = matrix_name_of(context.matrix)
     removed = context.index.queue_claims(name, [p.cell for p in run.to_warm],
                                          context.fingerprint, [c.key for c in context.matrix.cells])

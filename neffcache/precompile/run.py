@@ -87,7 +87,7 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
 
 def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileReport:
     """The static driver: the slots take the planned cells in order."""
-    run = PrecompileRun(context, cells, announce_skips=True)
+    run = PrecompileRun.open(context, cells, announce_skips=True)
     planned = iter(run.to_warm)  # shared: next() is atomic, each plan goes to one slot
 
     def slot() -> None:
@@ -101,19 +101,11 @@ def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileRe
 class PrecompileRun:
     """One run, static or claimed: its plans and what its slot threads share."""
 
-    def __init__(self, context: RunContext, cells: Sequence[Cell], *,
-                 announce_skips: bool) -> None:
-        """Plan the cells, report the skipped and refused ones, index the ready entries the
-        index lacks, register the matrix."""
-        self._started = time.monotonic()
-        self.context, self.options = context, context.options
-        store, fingerprint = context.store, context.fingerprint
-        self.plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
-                                     force=self.options.force,
-                                     compile_only=self.options.compile_only)
+    def __init__(self, context: RunContext, plans: tuple[CellPlan, ...], workdir: Path,
+                 started: float) -> None:
+        self.context, self.options, self.plans = context, context.options, plans
+        self.workdir, self._started = workdir, started
         self.backend = get_backend(context.matrix.backend)
-        self.workdir = Path(self.options.workdir
-                            or tempfile.mkdtemp(prefix="neffcache-precompile-"))
         self.run_id: str | None = None  # set by in_slots
         self.emit: Callable[[Event], None] = context.hooks.progress or (lambda event: None)
         self.environ = {**context.environ, **dict(self.options.extra_env)}  # the workers'
@@ -126,16 +118,29 @@ class PrecompileRun:
         self._stopped_publishes = 0  # publishes stopped by it (counted as running cells)
         self._numbers = itertools.count(1)
         self.beats = Beats(self.options.heartbeat_seconds, context.hooks.heartbeat)
-        for p in self.plans:
+
+    @classmethod
+    def open(cls, context: RunContext, cells: Sequence[Cell], *,
+             announce_skips: bool) -> PrecompileRun:
+        """Plan the cells, report the skipped and refused ones, index the ready entries the
+        index lacks, register the matrix: the run of those plans."""
+        started, options, fingerprint = time.monotonic(), context.options, context.fingerprint
+        plans = plan_precompile(cells, fingerprint, find_ready(context.store, cells, fingerprint),
+                                force=options.force, compile_only=options.compile_only)
+        run = cls(context, plans, Path(options.workdir
+                                       or tempfile.mkdtemp(prefix="neffcache-precompile-")),
+                  started)
+        for p in plans:
             if p.action == SKIP:
-                self._kept(_cell_report(p, SKIPPED))
+                run._kept(_cell_report(p, SKIPPED))
                 if announce_skips:
-                    self.emit(("skip", p.cell.id, "ready (entry in store)"))
+                    run.emit(("skip", p.cell.id, "ready (entry in store)"))
             elif p.action == REFUSE:
-                self._kept(_cell_report(p, REFUSED, error=p.reason))
-                self.emit(("refused", p.cell.id, p.reason or ""))
-        self._index_known([p for p in self.plans if p.action == SKIP])
+                run._kept(_cell_report(p, REFUSED, error=p.reason))
+                run.emit(("refused", p.cell.id, p.reason or ""))
+        run._index_known([p for p in plans if p.action == SKIP])
         register_matrix_file(context.index, context.matrix)
+        return run
 
     @property
     def to_warm(self) -> tuple[CellPlan, ...]:
