@@ -121,9 +121,8 @@ def compile_call(backend: Backend, mode: str) -> tuple[str, dict[str, object]] |
     if mode not in _COMPILE_METHODS:
         raise UsageError(f"unknown mode {mode!r} (expected one of {sorted(_COMPILE_METHODS)})")
     method = _COMPILE_METHODS[mode]
-    if method is None:
-        return None
-    return method, {"backend": backend.compile_backend, "fullgraph": True, "dynamic": False}
+    return None if method is None else (method, {"backend": backend.compile_backend,
+                                                 "fullgraph": True, "dynamic": False})
 
 
 def compile_only_refusal(mode: str) -> str | None:
@@ -141,8 +140,6 @@ def root_dirs(backend: Backend, base: str) -> dict[str, str]:
 
 def cache_environment(backend: Backend, base: str) -> dict[str, str]:
     """Variables to export so the backend's compiler uses the roots (and scratch) under base."""
-    env = {r.env_var: path for r in backend.roots if r.env_var
-           for path in [root_dirs(backend, base)[r.name]]}
-    for var, sub in backend.scratch:
-        env[var] = f"{base.rstrip('/')}/{sub}"
-    return env
+    dirs = root_dirs(backend, base)
+    return {**{r.env_var: dirs[r.name] for r in backend.roots if r.env_var},
+            **{var: f"{base.rstrip('/')}/{sub}" for var, sub in backend.scratch}}

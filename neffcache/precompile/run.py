@@ -241,11 +241,7 @@ class PrecompileRun:
         store, index = self.context.store, self.context.index
         known = index.indexed_entry_keys([p.entry_key for p in plans])
         unknown = [p.entry_key for p in plans if p.entry_key not in known]
-        if not unknown:
-            return
-        manifests = list(read_entries(store, unknown, self.backend).values())
-        if manifests:
-            index.record_entries(manifests, store.url)
+        index.record_entries(list(read_entries(store, unknown, self.backend).values()), store.url)
 
     def _kept(self, report: CellReport) -> CellReport:
         with self._lock:

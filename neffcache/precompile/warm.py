@@ -243,7 +243,7 @@ def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
             discard(path)
         _apply(idx, mine)
 
-    say = notice or _silent
+    say = notice or (lambda message: None)
     if not _written_in_time(settings, write, say) and judged:
         try:
             keep(spool, mine)
@@ -281,10 +281,6 @@ def _written_in_time(settings: Settings, write: Callable[[Index], None],
         say(f"warning: warm results not recorded in the index: "
             f"{' '.join(str(errors[0]).split())}")
     return not (worker.is_alive() or errors)
-
-
-def _silent(message: str) -> None:
-    """The notice of a caller that gave none: dropped."""
 
 
 def _apply(idx: Index, verdicts: Verdicts) -> None:
