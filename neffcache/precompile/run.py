@@ -241,7 +241,9 @@ class PrecompileRun:
         store, index = self.context.store, self.context.index
         known = index.indexed_entry_keys([p.entry_key for p in plans])
         unknown = [p.entry_key for p in plans if p.entry_key not in known]
-        index.record_entries(list(read_entries(store, unknown, self.backend).values()), store.url)
+        if unknown:
+            index.record_entries(list(read_entries(store, unknown, self.backend).values()),
+                                 store.url)
 
     def _kept(self, report: CellReport) -> CellReport:
         with self._lock:
