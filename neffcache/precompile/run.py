@@ -46,7 +46,7 @@ from neffcache.precompile.plan import (
 )
 from neffcache.precompile.publish import STOP_POLL_SECONDS, PublishOptions, publish_with
 from neffcache.precompile.warm import judge_outcome, warm_restored
-from neffcache.restore import RestoreRequest, RestoreResult, restore
+from neffcache.restore import RestoreRequest, restore
 from neffcache.store import Store, manifest_key
 
 if TYPE_CHECKING:
@@ -329,18 +329,16 @@ class PrecompileRun:
         c = self.context
         self.emit(("verify", plan.cell.id, "restoring into a new directory and warming again"))
         target = cell_dir / "verify-roots"
-        restored: RestoreResult | None = None
-        err: NeffcacheError | None
         try:  # as an instance would: the restore use case, for the fingerprint built here
             restored = restore(RestoreRequest(
                 c.matrix, target, cells=(glob.escape(plan.cell.id),), store=c.store.url,
                 fingerprint=c.fingerprint, report_to="none"))
-            err = restored.error()
         except NeffcacheError as exc:
-            err = exc
-        if restored is None or err is not None or plan.cell.id not in restored.restored:
+            return self._verified(plan, VerifyReport(VERIFY_FAILED, None, 0.0,
+                                                     error=f"restore: {exc}"))
+        if (err := restored.error()) is not None or plan.cell.id not in restored.restored:
             return self._verified(plan, VerifyReport(
-                VERIFY_FAILED, None, restored.seconds if restored else 0.0,
+                VERIFY_FAILED, None, restored.seconds,
                 error=f"restore: {err or 'cell not restored'}"))
         outcome = self._worker(plan.cell, target, cell_dir / "verify")
         judged = judge_outcome(plan.cell, plan.entry_key, outcome)
