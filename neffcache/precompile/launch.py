@@ -68,9 +68,7 @@ class WorkerOutcome:
 
     def verdict(self) -> Verdict | None:
         """Did this run compile anything? (None when it did not finish.)"""
-        if not self.ok or not self.result:
-            return None
-        return verdict_of(self.result)
+        return verdict_of(self.result) if self.ok and self.result else None
 
 
 def verdict_of(result: Mapping[str, Any]) -> Verdict:

@@ -152,9 +152,7 @@ def plan_precompile(cells: Sequence[Cell], fingerprint: Fingerprint,
 
 def refusal_reason(cell: Cell, compile_only: bool) -> str | None:
     """Why ``cell`` cannot be pre-compiled here (None: it can). Pure."""
-    if not compile_only:
-        return None
-    reason = compile_only_refusal(cell.mode)
+    reason = compile_only_refusal(cell.mode) if compile_only else None
     return f"compile-only: {reason}" if reason else None
 
 

@@ -230,18 +230,19 @@ def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
     # the restore's report spool for ``target``: one per restored directory
     spool = (Path(settings.report_spool).expanduser() if settings.report_spool
              else target / LOCAL_ENTRIES / SPOOL_DIR)
-    waiting = [(s.path, v) for s in pending(spool)  # oldest first: newer ones win
-               if (v := _spooled_verdicts(s.path)) is not None]
+    waiting: list[tuple[Path | None, Verdicts]] = [  # oldest first: newer ones win
+        (s.path, v) for s in pending(spool) if (v := _spooled_verdicts(s.path)) is not None]
     if not judged and not waiting:
         return
     now = datetime.now(timezone.utc)
     mine = Verdicts(make_report_id(socket.gethostname(), now, os.urandom(4).hex()), now, judged)
 
     def write(idx: Index) -> None:
-        for path, spooled in waiting:
-            _apply(idx, spooled)
-            discard(path)
-        _apply(idx, mine)
+        for path, verdicts in [*waiting, (None, mine)]:  # each spooled file gone once recorded
+            for key, status in verdicts.verdicts:
+                idx.record_verification(key, status, verdicts.time)
+            if path is not None:
+                discard(path)
 
     say = notice or (lambda message: None)
     if not _written_in_time(settings, write, say) and judged:
@@ -281,11 +282,6 @@ def _written_in_time(settings: Settings, write: Callable[[Index], None],
         say(f"warning: warm results not recorded in the index: "
             f"{' '.join(str(errors[0]).split())}")
     return not (worker.is_alive() or errors)
-
-
-def _apply(idx: Index, verdicts: Verdicts) -> None:
-    for key, status in verdicts.verdicts:
-        idx.record_verification(key, status, verdicts.time)
 
 
 def _spooled_verdicts(path: Path) -> Verdicts | None:
