@@ -190,8 +190,13 @@ def publish_with(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Ba
             packs, packs_uploaded, pack_bytes = packed.result()
             parts = parted.result()
         _check(opts.stop)  # the last safe point: past it, the entry is committed
-        manifest, created = _put_manifest(store, mkey, replace(manifest, packs=packs,
-                                                               parts=parts), opts.signer)
+        manifest = replace(manifest, packs=packs, parts=parts)
+        if opts.signer is not None:
+            manifest = sign_manifest(manifest, opts.signer)
+        body = io.BytesIO()  # in pieces: never the whole manifest as dicts or twice as bytes
+        body.writelines(encode_manifest_pieces(manifest))
+        body.seek(0)
+        created = store.put(mkey, body, if_absent=True)
         # A gc batch cleared before our intent existed may delete a blob we skipped after it
         # listed pending/: check the skipped ones once more, now that the manifest names them.
         again = {s: sources[s] for s in skipped if not store.has(blob_key(s))}
@@ -214,17 +219,6 @@ def _taking_options(make: Callable[P, PublishOptions]) -> Callable[
 
 
 publish_entry = _taking_options(PublishOptions)  # PublishOptions' fields, declared there once
-
-
-def _put_manifest(store: Store, mkey: str, manifest: Manifest, signer: SigningKey | None
-                  ) -> tuple[Manifest, bool]:
-    """Sign and write the manifest if absent: it, and whether it was new."""
-    if signer is not None:
-        manifest = sign_manifest(manifest, signer)
-    body = io.BytesIO()  # in pieces: never the whole manifest as dicts or twice as bytes
-    body.writelines(encode_manifest_pieces(manifest))
-    body.seek(0)
-    return manifest, store.put(mkey, body, if_absent=True)
 
 
 def _refill(store: Store, manifest: Manifest, mkey: str, sources: Sources,
