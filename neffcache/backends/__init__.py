@@ -127,10 +127,9 @@ def compile_call(backend: Backend, mode: str) -> tuple[str, dict[str, object]] |
 
 def compile_only_refusal(mode: str) -> str | None:
     """Why a cell in ``mode`` cannot be pre-compiled in compile-only mode (None: it can)."""
-    if compile_call(NEURON, mode) is None:
-        return ("eager cells compile each op the first time it runs on a NeuronCore, so their "
-                "NEFFs only exist once ops run on a device; compile-only mode runs none")
-    return None
+    return None if compile_call(NEURON, mode) is not None else (
+        "eager cells compile each op the first time it runs on a NeuronCore, so their NEFFs "
+        "only exist once ops run on a device; compile-only mode runs none")
 
 
 def root_dirs(backend: Backend, base: str) -> dict[str, str]:

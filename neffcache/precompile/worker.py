@@ -121,12 +121,9 @@ def build_call_kwargs(cell: Cell, steps: int, call_kwargs: Mapping[str, Any],
                       generator: Any = None) -> dict[str, Any]:
     """Pipeline call arguments: defaults, the matrix's call_kwargs, then the cell's shape and
     batch (they always win: they are what the cell is)."""
-    kwargs: dict[str, Any] = {"prompt": DEFAULT_PROMPT, "num_inference_steps": steps}
-    kwargs.update(call_kwargs)
-    kwargs.update(height=cell.height, width=cell.width, num_images_per_prompt=cell.batch)
-    if generator is not None:
-        kwargs["generator"] = generator
-    return kwargs
+    return {"prompt": DEFAULT_PROMPT, "num_inference_steps": steps, **call_kwargs,
+            "height": cell.height, "width": cell.width, "num_images_per_prompt": cell.batch,
+            **({} if generator is None else {"generator": generator})}
 
 
 def check_environment(backend: Backend, base: str, environ: Mapping[str, str]) -> dict[str, str]:
@@ -134,10 +131,9 @@ def check_environment(backend: Backend, base: str, environ: Mapping[str, str]) -
     imported); returns what was seen."""
     expected = cache_environment(backend, base)
     seen = {var: environ.get(var, "") for var in expected}
-    wrong = {v: seen[v] for v, path in expected.items() if seen[v] != path}
-    if wrong:
-        var = sorted(wrong)[0]
-        raise WorkerError(f"worker environment: {var}={wrong[var]!r}, expected "
+    if wrong := sorted(v for v, path in expected.items() if seen[v] != path):
+        var = wrong[0]
+        raise WorkerError(f"worker environment: {var}={seen[var]!r}, expected "
                           f"{expected[var]!r} (the parent must set it before start)")
     return seen
 
