@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import tempfile
 import threading
@@ -203,18 +202,15 @@ def check_warm(request: WarmRequest) -> WarmResult:
     # would be blamed on its neighbour.
     started = time.monotonic()
     emit = request.progress or (lambda event: None)
-    workdir = Path(tempfile.mkdtemp(prefix="neffcache-warm-"))
     results = []
-    try:
+    with tempfile.TemporaryDirectory(prefix="neffcache-warm-", ignore_cleanup_errors=True) as tmp:
         for n, cell in enumerate(cells, 1):
             emit(("start", cell.id, f"first call against {target}"))
-            outcome = warm_restored(m, cell, backend, target, workdir / f"{n:03d}",
+            outcome = warm_restored(m, cell, backend, target, Path(tmp, f"{n:03d}"),
                                     environ=environ, timeout=request.timeout, python=python)
             result = judge_outcome(cell, entry_key(cell, fingerprint), outcome)
             emit((result.status, cell.id, describe(result)))
             results.append(result)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     report = WarmReport(matrix=m.source, backend=backend.name, fingerprint_key=fingerprint.key,
                         cache_dir=str(target), cells=tuple(results),
                         seconds=time.monotonic() - started)
