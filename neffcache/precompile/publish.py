@@ -165,9 +165,7 @@ def publish_with(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Ba
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
-    files = opts.files
-    if files is None:
-        files = plan_publish(backend, roots, workers=opts.workers)
+    files = plan_publish(backend, roots, workers=opts.workers) if opts.files is None else opts.files
     manifest = Manifest(
         cell=cell, fingerprint=fingerprint, files=files,
         producer=tuple(sorted({**default_producer(), **(opts.producer or {})}.items())),

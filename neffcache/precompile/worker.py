@@ -230,8 +230,7 @@ def load_pipeline(spec: WorkerSpec, backend: Backend, mesh: Any = None) -> Any:
                                 else {"revision": spec.cell.revision})
     if mesh is not None:
         kwargs[TP_COMPONENT] = load_tp_transformer(cls, spec, mesh, location, kwargs)
-    pipe = cls.from_pretrained(spec.model, **location, **kwargs)
-    pipe = pipe.to(backend.device)
+    pipe = cls.from_pretrained(spec.model, **location, **kwargs).to(backend.device)
     if hasattr(pipe, "set_progress_bar_config"):
         pipe.set_progress_bar_config(disable=True)
     return pipe
