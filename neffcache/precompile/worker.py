@@ -155,10 +155,9 @@ class CompileProbe:
         original = getattr(getattr(cpp_builder, "CppBuilder", None), "build", None)
         if original is None:
             return
-        probe = self
 
         def build(builder: Any, *args: Any, **kwargs: Any) -> Any:
-            probe.outputs.append(probe._relative(str(builder.get_target_file_path())))
+            self.outputs.append(self._relative(str(builder.get_target_file_path())))
             return original(builder, *args, **kwargs)
 
         cpp_builder.CppBuilder.build = build  # type: ignore[method-assign,assignment]
