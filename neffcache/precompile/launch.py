@@ -53,9 +53,8 @@ class WorkerOutcome:
     @property
     def seconds(self) -> float | None:
         """The first call's own duration (compile + run)."""
-        if self.result and isinstance(self.result.get("seconds"), (int, float)):
-            return float(self.result["seconds"])
-        return None
+        seconds = (self.result or {}).get("seconds")
+        return float(seconds) if isinstance(seconds, (int, float)) else None
 
     @property
     def error(self) -> str:
@@ -82,9 +81,7 @@ def verdict_of(result: Mapping[str, Any]) -> Verdict:
 def worker_environment(backend: Backend, base: Path, environ: Mapping[str, str],
                        extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Ours, plus extras, with the cache variables pointing at ``base`` (they win)."""
-    env = {**_CHILD_DEFAULTS, **environ, **(extra or {})}
-    env.update(cache_environment(backend, str(base)))
-    return env
+    return {**_CHILD_DEFAULTS, **environ, **(extra or {}), **cache_environment(backend, str(base))}
 
 
 def import_path(workdir: Path, environ: Mapping[str, str]) -> str:

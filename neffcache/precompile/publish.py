@@ -256,8 +256,7 @@ def _upload_blobs(store: Store, sources: Sources, opts: PublishOptions, *,
         (uploaded if wrote else skipped).append(sha)
         if opts.on_progress:
             opts.on_progress(done, len(sources))
-    nbytes = sum(sources[s][0].size for s in uploaded)
-    return uploaded, skipped, nbytes
+    return uploaded, skipped, sum(sources[s][0].size for s in uploaded)
 
 
 def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool:
