@@ -109,7 +109,9 @@ class PrecompileRun:
         self.run_id: str | None = None  # set by in_slots
         self.emit: Callable[[Event], None] = context.hooks.progress or (lambda event: None)
         self.environ = {**context.environ, **dict(self.options.extra_env)}  # the workers'
-        self._reports: dict[str, CellReport] = {}
+        self._reports: dict[str, CellReport] = {  # skipped and refused cells: known from the plans
+            p.cell.id: _cell_report(p, SKIPPED if p.action == SKIP else REFUSED, error=p.reason)
+            for p in plans if p.action != WARM}
         self._lock = threading.Lock()  # the reports, the index's writes
         self._stopping = threading.Event()
         stop = context.hooks.stop
@@ -127,16 +129,12 @@ class PrecompileRun:
         started, options, fingerprint = time.monotonic(), context.options, context.fingerprint
         plans = plan_precompile(cells, fingerprint, find_ready(context.store, cells, fingerprint),
                                 force=options.force, compile_only=options.compile_only)
-        run = cls(context, plans, Path(options.workdir
-                                       or tempfile.mkdtemp(prefix="neffcache-precompile-")),
-                  started)
+        workdir = Path(options.workdir or tempfile.mkdtemp(prefix="neffcache-precompile-"))
+        run = cls(context, plans, workdir, started)
         for p in plans:
-            if p.action == SKIP:
-                run._kept(_cell_report(p, SKIPPED))
-                if announce_skips:
-                    run.emit(("skip", p.cell.id, "ready (entry in store)"))
+            if p.action == SKIP and announce_skips:
+                run.emit(("skip", p.cell.id, "ready (entry in store)"))
             elif p.action == REFUSE:
-                run._kept(_cell_report(p, REFUSED, error=p.reason))
                 run.emit(("refused", p.cell.id, p.reason or ""))
         run._index_known([p for p in plans if p.action == SKIP])
         register_matrix_file(context.index, context.matrix)
