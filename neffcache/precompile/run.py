@@ -250,7 +250,8 @@ class PrecompileRun:
 
     def _warm(self, plan: CellPlan) -> CellReport:
         cell, options = plan.cell, self.options
-        cell_dir = self.workdir / _slug(next(self._numbers), cell)  # next() is atomic
+        slug = "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in cell.id)
+        cell_dir = self.workdir / f"{next(self._numbers):03d}-{slug}"  # next() is atomic
         if self.stopping:
             return _cell_report(plan, CANCELLED if self.cancelled else FAILED,
                                 error="not started: stopped")
@@ -361,10 +362,6 @@ def _cell_report(plan: CellPlan, status: str, outcome: WorkerOutcome | None = No
         fields = {"seconds": outcome.seconds, "wall_seconds": outcome.wall_seconds,
                   "exit_status": outcome.exit_status, **fields}
     return CellReport(plan.cell.id, plan.cell.key, plan.entry_key, status, **fields)
-
-
-def _slug(n: int, cell: Cell) -> str:
-    return f"{n:03d}-" + "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in cell.id)
 
 
 def register_matrix_file(index: Index, matrix: Matrix, *, replace: bool = False) -> None:
