@@ -149,11 +149,8 @@ def precompile(request: PrecompileRequest) -> PrecompileResult:
         register_matrix_file(ix, spec, replace=request.replace_matrix)  # refused before work
         if request.selected is not None:
             request.selected(len(cells))
-        if request.claim:
-            report = apply_claims(context, cells, ClaimOptions(request.lease_seconds,
-                                                               request.retries))
-        else:
-            report = precompile_cells(context, cells)
+        report = (apply_claims(context, cells, ClaimOptions(request.lease_seconds, request.retries))
+                  if request.claim else precompile_cells(context, cells))
     return PrecompileResult(report)
 
 
