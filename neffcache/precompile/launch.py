@@ -100,8 +100,7 @@ def import_path(workdir: Path, environ: Mapping[str, str]) -> str:
 def tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
     try:
         with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
+            size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - limit))
             return fh.read().decode("utf-8", errors="replace")
     except OSError:
