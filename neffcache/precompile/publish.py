@@ -18,13 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from neffcache.backends import Backend
 from neffcache.documents import canonical_json
-from neffcache.errors import (
-    IntegrityError,
-    ManifestError,
-    NotFoundError,
-    StoppedError,
-    UsageError,
-)
+from neffcache.errors import IntegrityError, ManifestError, NotFoundError, StoppedError, UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.hashing import VerifyingReader, sha256_file, sha256_file_parts
 from neffcache.manifest import (
@@ -45,14 +39,7 @@ from neffcache.precompile.capture import walk_captured
 from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
 from neffcache.precompile.packing import DEFAULT_POLICY, PackPolicy, plan_packs
 from neffcache.signing import SigningKey, sign_manifest
-from neffcache.store import (
-    Store,
-    blob_key,
-    cell_pointer_key,
-    holds_good,
-    manifest_key,
-    pack_key,
-)
+from neffcache.store import Store, blob_key, cell_pointer_key, holds_good, manifest_key, pack_key
 from neffcache.thread_pool import map_in_threads, usable_cpus
 from neffcache.version import __version__
 
