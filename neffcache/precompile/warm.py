@@ -26,7 +26,8 @@ from neffcache.errors import (
 from neffcache.manifest import entry_key
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.launch import WorkerOutcome, run_worker
-from neffcache.precompile.plan import COMPILED, FAILED, HIT, Event, worker_spec
+from neffcache.precompile.plan import COMPILED, FAILED, HIT, Event, resolve_model
+from neffcache.precompile.worker import WorkerSpec
 from neffcache.report_send import SPOOL_DIR, discard, keep, load, pending
 from neffcache.reports import Verdicts, make_report_id
 from neffcache.request_rules import checked_request
@@ -124,7 +125,11 @@ def warm_restored(matrix: Matrix, cell: Cell, backend: Backend, base: Path, work
                   python: str | None = None) -> WorkerOutcome:
     """Warm ``cell`` in a fresh process against the cache roots under ``base`` (restored into,
     or empty for a precompile)."""
-    spec = worker_spec(matrix, cell, base, workdir / "result.json")
+    pipeline = matrix.pipeline(cell.pipeline)
+    spec = WorkerSpec(cell=cell, backend=matrix.backend,
+                      model=resolve_model(cell.model, matrix.source), base=str(base),
+                      result_path=str(workdir / "result.json"),
+                      warmup_steps=pipeline.warmup_steps, call_kwargs=pipeline.call_kwargs)
     return run_worker(spec, backend, workdir, environ=environ, timeout=timeout, python=python)
 
 
