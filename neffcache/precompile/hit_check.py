@@ -107,16 +107,14 @@ def judge_activity(files: FileDiff, activity: CompileActivity, *, shown: int = 3
     work = tuple((name, activity.counters.get(name, 0)) for name in WORK_COUNTERS)
     hits = tuple((name, activity.counters.get(name, 0)) for name in HIT_COUNTERS)
     cpp = activity.cpp_compiles
-    reasons: list[str] = []
-    if files.new:
-        reasons.append(f"{len(files.new)} new file(s) in the cache roots, e.g. "
-                       f"{', '.join(files.new[:shown])}")
-    if files.changed:
-        reasons.append(f"{len(files.changed)} cached file(s) rewritten, e.g. "
-                       f"{', '.join(files.changed[:shown])}")
-    reasons += [f"{name} = {value}" for name, value in work if value]
-    if cpp:
-        reasons.append(f"{len(cpp)} C++ compile(s), e.g. {', '.join(cpp[:shown])}")
+
+    def evidence(paths: tuple[str, ...], what: str) -> list[str]:
+        return [f"{len(paths)} {what}, e.g. {', '.join(paths[:shown])}"] if paths else []
+
+    reasons = (evidence(files.new, "new file(s) in the cache roots")
+               + evidence(files.changed, "cached file(s) rewritten")
+               + [f"{name} = {value}" for name, value in work if value]
+               + evidence(cpp, "C++ compile(s)"))
     return Verdict(compiled=bool(reasons), reasons=tuple(reasons), new_files=len(files.new),
                    changed_files=len(files.changed), work=work, hits=hits,
                    cpp_compiles=len(cpp))
