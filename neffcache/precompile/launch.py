@@ -158,8 +158,7 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
 def _child_guard() -> Callable[[], None] | None:
     """What the child runs before exec: die with this process (a worker never outlives its
     runner, even a SIGKILLed one), and exit at once if it is already gone. None: no way."""
-    set_pdeathsig = die_with_parent()
-    if set_pdeathsig is None:
+    if (set_pdeathsig := die_with_parent()) is None:
         return None
     parent = os.getpid()
 

@@ -367,8 +367,7 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 def main(argv: Sequence[str] | None = None) -> int:
     # Under torchrun the parent is torchrun; for a single worker this repeats what launch did.
-    guard = die_with_parent()
-    if guard is not None:
+    if (guard := die_with_parent()) is not None:
         guard()
     parser = argparse.ArgumentParser(prog="python -m neffcache.precompile.worker",
                                      description="Warm one cell (started by neffcache).")
