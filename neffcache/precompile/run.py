@@ -124,7 +124,7 @@ class PrecompileRun:
     @classmethod
     def open(cls, context: RunContext, cells: Sequence[Cell], *,
              announce_skips: bool) -> PrecompileRun:
-        """Plan the cells, report the skipped and refused ones, index the ready entries the
+        """Plan the cells, announce the skipped and refused ones, index the ready entries the
         index lacks, register the matrix: the run of those plans."""
         started, options, fingerprint = time.monotonic(), context.options, context.fingerprint
         plans = plan_precompile(cells, fingerprint, find_ready(context.store, cells, fingerprint),
