@@ -114,8 +114,7 @@ class PrecompileRun:
             for p in plans if p.action != WARM}
         self._lock = threading.Lock()  # the reports, the index's writes
         self._stopping = threading.Event()
-        stop = context.hooks.stop
-        self._cancel = stop if stop is not None else threading.Event()  # the caller's stop
+        self._cancel = context.hooks.stop or threading.Event()  # the caller's stop
         self._ended_workers = 0  # workers ended because of the stop event
         self._stopped_publishes = 0  # publishes stopped by it (counted as running cells)
         self._numbers = itertools.count(1)
