@@ -121,17 +121,15 @@ def compile_call(backend: Backend, mode: str) -> tuple[str, dict[str, object]] |
     if mode not in _COMPILE_METHODS:
         raise UsageError(f"unknown mode {mode!r} (expected one of {sorted(_COMPILE_METHODS)})")
     method = _COMPILE_METHODS[mode]
-    if method is None:
-        return None
-    return method, {"backend": backend.compile_backend, "fullgraph": True, "dynamic": False}
+    return None if method is None else (method, {"backend": backend.compile_backend,
+                                                 "fullgraph": True, "dynamic": False})
 
 
 def compile_only_refusal(mode: str) -> str | None:
     """Why a cell in ``mode`` cannot be pre-compiled in compile-only mode (None: it can)."""
-    if compile_call(NEURON, mode) is None:
-        return ("eager cells compile each op the first time it runs on a NeuronCore, so their "
-                "NEFFs only exist once ops run on a device; compile-only mode runs none")
-    return None
+    return None if compile_call(NEURON, mode) is not None else (
+        "eager cells compile each op the first time it runs on a NeuronCore, so their NEFFs "
+        "only exist once ops run on a device; compile-only mode runs none")
 
 
 def root_dirs(backend: Backend, base: str) -> dict[str, str]:

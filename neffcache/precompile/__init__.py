@@ -10,7 +10,6 @@ from neffcache.faces import lazy_face
 # not pay for the precompile machinery).
 _FACE = {
     "backfill_cell": ("BackfillPlan", "CaptureRequest", "CaptureResult", "capture_entry"),
-    "claims": ("ClaimOptions",),
     "heartbeat": ("CellBeat",),
     "hit_check": ("FileState", "Verdict"),
     "intents": ("GRACE_FLOOR_SECONDS", "REFRESH_SECONDS", "held_intents"),
@@ -19,7 +18,7 @@ _FACE = {
     "publish": ("PublishResult", "default_producer", "publish_entry", "write_pointer"),
     "push_cell": ("PushRequest", "PushResult", "push"),
     "run": ("RunContext", "RunHooks", "apply_precompile"),
-    "session": ("PrecompileRequest", "PrecompileResult", "precompile"),
+    "session": ("ClaimOptions", "PrecompileRequest", "PrecompileResult", "precompile"),
     "warm": ("WarmCell", "WarmReport", "WarmRequest", "WarmResult", "check_warm",
              "warm_restored"),
 }
@@ -30,7 +29,6 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     # isort: off
     from neffcache.precompile.backfill_cell import (BackfillPlan, CaptureRequest, CaptureResult,
         capture_entry)
-    from neffcache.precompile.claims import ClaimOptions
     from neffcache.precompile.heartbeat import CellBeat
     from neffcache.precompile.hit_check import FileState, Verdict
     from neffcache.precompile.intents import GRACE_FLOOR_SECONDS, REFRESH_SECONDS, held_intents
@@ -40,7 +38,8 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
         write_pointer)
     from neffcache.precompile.push_cell import PushRequest, PushResult, push
     from neffcache.precompile.run import RunContext, RunHooks, apply_precompile
-    from neffcache.precompile.session import PrecompileRequest, PrecompileResult, precompile
+    from neffcache.precompile.session import (ClaimOptions, PrecompileRequest, PrecompileResult,
+        precompile)
     from neffcache.precompile.warm import (WarmCell, WarmReport, WarmRequest, WarmResult,
         check_warm, warm_restored)
     # isort: on

@@ -68,10 +68,8 @@ class CellBeat:
 
 def worker_phase(log_text: str) -> str | None:
     """The latest phase a worker announced in this log text (None: none yet). Pure."""
-    at = log_text.rfind(PHASE_MARK)
-    if at < 0:
-        return None
-    return log_text[at + len(PHASE_MARK):].split("\n", 1)[0].strip() or None
+    _, found, after = log_text.rpartition(PHASE_MARK)
+    return (after.split("\n", 1)[0].strip() or None) if found else None
 
 
 def last_log_line(log_text: str, limit: int = LINE_CHARS) -> str:

@@ -6,20 +6,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# (counter group, counter name) pairs that count real compilation work. Hit counters alone are
-# not trusted: inductor can report FX-graph hits while kernels rebuild.
-WORK_COUNTERS: tuple[tuple[str, str], ...] = (
-    ("inductor", "fxgraph_cache_miss"),
-    ("inductor", "fxgraph_cache_bypass"),
-    ("aot_autograd", "autograd_cache_miss"),
-    ("aot_autograd", "autograd_cache_bypass"),
-)
+# "group.name" counters that count real compilation work. Hit counters alone are not trusted:
+# inductor can report FX-graph hits while kernels rebuild.
+WORK_COUNTERS = ("inductor.fxgraph_cache_miss", "inductor.fxgraph_cache_bypass",
+                 "aot_autograd.autograd_cache_miss", "aot_autograd.autograd_cache_bypass")
 # Counters shown for information (hits), never taken as proof of anything.
-HIT_COUNTERS: tuple[tuple[str, str], ...] = (
-    ("inductor", "fxgraph_cache_hit"),
-    ("aot_autograd", "autograd_cache_hit"),
-    ("stats", "unique_graphs"),
-)
+HIT_COUNTERS = ("inductor.fxgraph_cache_hit", "aot_autograd.autograd_cache_hit",
+                "stats.unique_graphs")
 # C++ builds whose output name ends like this are real compiles; ".i" is preprocessing.
 CPP_COMPILE_SUFFIXES = (".so", ".o", ".gch", ".pch", ".obj", ".dll")
 
@@ -47,14 +40,11 @@ class FileDiff:
 
 @dataclass(frozen=True, slots=True)
 class CompileActivity:
-    """What a warm-up did: counters (group -> name -> value) and C++ compiler outputs."""
+    """What a warm-up did: counters ("group.name" -> value) and C++ compiler outputs."""
 
-    counters: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    counters: Mapping[str, int] = field(default_factory=dict)
     cpp_outputs: tuple[str, ...] = ()
     cpp_probe: bool = False  # False when the C++ builder could not be instrumented
-
-    def counter(self, group: str, name: str) -> int:
-        return dict(dict(self.counters).get(group, ())).get(name, 0)
 
     @property
     def cpp_compiles(self) -> tuple[str, ...]:
@@ -62,13 +52,10 @@ class CompileActivity:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CompileActivity:
-        raw = data.get("counters") or {}
-        counters = tuple(sorted(
-            (str(g), tuple(sorted((str(k), int(v)) for k, v in dict(vals).items())))
-            for g, vals in dict(raw).items()))
-        return cls(counters=counters,
-                   cpp_outputs=tuple(str(p) for p in data.get("cpp_outputs") or ()),
-                   cpp_probe=bool(data.get("cpp_probe", False)))
+        counters = {f"{g}.{k}": int(v) for g, vals in dict(data.get("counters") or {}).items()
+                    for k, v in dict(vals).items()}
+        return cls(counters, tuple(str(p) for p in data.get("cpp_outputs") or ()),
+                   bool(data.get("cpp_probe", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,19 +104,17 @@ def diff_files(before: Iterable[FileState], after: Iterable[FileState]) -> FileD
 def judge_activity(files: FileDiff, activity: CompileActivity, *, shown: int = 3) -> Verdict:
     """Compiled if any capturable file is new or rewritten, any work counter moved, or the
     C++ compiler produced anything. Pure."""
-    work = tuple((f"{g}.{n}", activity.counter(g, n)) for g, n in WORK_COUNTERS)
-    hits = tuple((f"{g}.{n}", activity.counter(g, n)) for g, n in HIT_COUNTERS)
+    work = tuple((name, activity.counters.get(name, 0)) for name in WORK_COUNTERS)
+    hits = tuple((name, activity.counters.get(name, 0)) for name in HIT_COUNTERS)
     cpp = activity.cpp_compiles
-    reasons: list[str] = []
-    if files.new:
-        reasons.append(f"{len(files.new)} new file(s) in the cache roots, e.g. "
-                       f"{', '.join(files.new[:shown])}")
-    if files.changed:
-        reasons.append(f"{len(files.changed)} cached file(s) rewritten, e.g. "
-                       f"{', '.join(files.changed[:shown])}")
-    reasons += [f"{name} = {value}" for name, value in work if value]
-    if cpp:
-        reasons.append(f"{len(cpp)} C++ compile(s), e.g. {', '.join(cpp[:shown])}")
+
+    def evidence(paths: tuple[str, ...], what: str) -> list[str]:
+        return [f"{len(paths)} {what}, e.g. {', '.join(paths[:shown])}"] if paths else []
+
+    reasons = (evidence(files.new, "new file(s) in the cache roots")
+               + evidence(files.changed, "cached file(s) rewritten")
+               + [f"{name} = {value}" for name, value in work if value]
+               + evidence(cpp, "C++ compile(s)"))
     return Verdict(compiled=bool(reasons), reasons=tuple(reasons), new_files=len(files.new),
                    changed_files=len(files.changed), work=work, hits=hits,
                    cpp_compiles=len(cpp))

@@ -53,21 +53,18 @@ class IntentHolder(Ticker):
         for i, manifest in enumerate(self.manifests):
             if self._stop.is_set():
                 return False
-            self._renew(i, manifest)
+            # The fresh intent is written before the previous one goes, so a gc that listed
+            # pending/ before this renewal reads the new key too.
+            try:
+                fresh = write_intent(self.store, manifest)
+            except NeffcacheError:
+                self.failures += 1
+                continue
+            old, self.keys[i] = self.keys[i], fresh
+            self.renewals += 1
+            with contextlib.suppress(NeffcacheError):  # a leftover expires after the grace
+                self.store.delete(old)
         return True
-
-    def _renew(self, i: int, manifest: Manifest) -> None:
-        # The fresh intent is written before the previous one goes, so a gc that listed
-        # pending/ before this renewal reads the new key too.
-        try:
-            fresh = write_intent(self.store, manifest)
-        except NeffcacheError:
-            self.failures += 1
-            return
-        old, self.keys[i] = self.keys[i], fresh
-        self.renewals += 1
-        with contextlib.suppress(NeffcacheError):  # a leftover expires after the grace
-            self.store.delete(old)
 
     def release(self) -> None:
         """Stop renewing and delete the current intents (a failed delete expires on its own)."""

@@ -53,9 +53,8 @@ class WorkerOutcome:
     @property
     def seconds(self) -> float | None:
         """The first call's own duration (compile + run)."""
-        if self.result and isinstance(self.result.get("seconds"), (int, float)):
-            return float(self.result["seconds"])
-        return None
+        seconds = (self.result or {}).get("seconds")
+        return float(seconds) if isinstance(seconds, (int, float)) else None
 
     @property
     def error(self) -> str:
@@ -68,9 +67,7 @@ class WorkerOutcome:
 
     def verdict(self) -> Verdict | None:
         """Did this run compile anything? (None when it did not finish.)"""
-        if not self.ok or not self.result:
-            return None
-        return verdict_of(self.result)
+        return verdict_of(self.result) if self.ok and self.result else None
 
 
 def verdict_of(result: Mapping[str, Any]) -> Verdict:
@@ -84,9 +81,7 @@ def verdict_of(result: Mapping[str, Any]) -> Verdict:
 def worker_environment(backend: Backend, base: Path, environ: Mapping[str, str],
                        extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Ours, plus extras, with the cache variables pointing at ``base`` (they win)."""
-    env = {**_CHILD_DEFAULTS, **environ, **(extra or {})}
-    env.update(cache_environment(backend, str(base)))
-    return env
+    return {**_CHILD_DEFAULTS, **environ, **(extra or {}), **cache_environment(backend, str(base))}
 
 
 def import_path(workdir: Path, environ: Mapping[str, str]) -> str:
@@ -105,8 +100,7 @@ def import_path(workdir: Path, environ: Mapping[str, str]) -> str:
 def tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
     try:
         with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
+            size = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, size - limit))
             return fh.read().decode("utf-8", errors="replace")
     except OSError:
@@ -164,8 +158,7 @@ def run_worker(spec: WorkerSpec, backend: Backend, workdir: Path, *,
 def _child_guard() -> Callable[[], None] | None:
     """What the child runs before exec: die with this process (a worker never outlives its
     runner, even a SIGKILLed one), and exit at once if it is already gone. None: no way."""
-    set_pdeathsig = die_with_parent()
-    if set_pdeathsig is None:
+    if (set_pdeathsig := die_with_parent()) is None:
         return None
     parent = os.getpid()
 

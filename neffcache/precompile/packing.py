@@ -34,21 +34,18 @@ def plan_packs(files: Iterable[FileRecord], policy: PackPolicy = DEFAULT_POLICY
                    key=lambda f: f.sha256)
     if len(small) < policy.min_files:
         return ()
-    packs: list[tuple[FileRecord, ...]] = []
-    current: list[FileRecord] = []
+    packs: list[list[FileRecord]] = [[]]  # the last one is being filled
     size = 0
     for f in small:
-        if current and size + f.size > policy.max_bytes:
-            packs.append(tuple(current))
-            current, size = [], 0
-        current.append(f)
+        if packs[-1] and size + f.size > policy.max_bytes:
+            packs.append([])
+            size = 0
+        packs[-1].append(f)
         size += f.size
         if size >= policy.min_bytes and _cuts_after(f, policy.target):
-            packs.append(tuple(current))
-            current, size = [], 0
-    if current:
-        packs.append(tuple(current))
-    return tuple(packs)
+            packs.append([])
+            size = 0
+    return tuple(tuple(p) for p in packs if p)
 
 
 def _cuts_after(f: FileRecord, target: int) -> bool:

@@ -12,8 +12,7 @@ from neffcache.documents import Document, fields_of
 from neffcache.errors import NotFoundError
 from neffcache.fingerprint import Fingerprint
 from neffcache.manifest import Manifest, decode_manifest, entry_key
-from neffcache.matrix import Cell, Matrix
-from neffcache.precompile.worker import WorkerSpec
+from neffcache.matrix import Cell
 from neffcache.signing import SigningKey
 from neffcache.store import Store, manifest_key
 from neffcache.thread_pool import map_in_threads
@@ -152,9 +151,7 @@ def plan_precompile(cells: Sequence[Cell], fingerprint: Fingerprint,
 
 def refusal_reason(cell: Cell, compile_only: bool) -> str | None:
     """Why ``cell`` cannot be pre-compiled here (None: it can). Pure."""
-    if not compile_only:
-        return None
-    reason = compile_only_refusal(cell.mode)
+    reason = compile_only_refusal(cell.mode) if compile_only else None
     return f"compile-only: {reason}" if reason else None
 
 
@@ -165,14 +162,6 @@ def resolve_model(model: str, matrix_source: str) -> str:
         return str((Path(matrix_source).parent / model).resolve())
     path = Path(model).expanduser()
     return str(path.resolve()) if path.is_dir() else model
-
-
-def worker_spec(matrix: Matrix, cell: Cell, base: Path, result_path: Path) -> WorkerSpec:
-    pipeline = matrix.pipeline(cell.pipeline)
-    return WorkerSpec(cell=cell, backend=matrix.backend,
-                      model=resolve_model(cell.model, matrix.source), base=str(base),
-                      result_path=str(result_path), warmup_steps=pipeline.warmup_steps,
-                      call_kwargs=pipeline.call_kwargs)
 
 
 def find_ready(store: Store, cells: Sequence[Cell], fingerprint: Fingerprint,

@@ -18,13 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from neffcache.backends import Backend
 from neffcache.documents import canonical_json
-from neffcache.errors import (
-    IntegrityError,
-    ManifestError,
-    NotFoundError,
-    StoppedError,
-    UsageError,
-)
+from neffcache.errors import IntegrityError, ManifestError, NotFoundError, StoppedError, UsageError
 from neffcache.fingerprint import Fingerprint
 from neffcache.hashing import VerifyingReader, sha256_file, sha256_file_parts
 from neffcache.manifest import (
@@ -45,14 +39,7 @@ from neffcache.precompile.capture import walk_captured
 from neffcache.precompile.intents import REFRESH_SECONDS, held_intents
 from neffcache.precompile.packing import DEFAULT_POLICY, PackPolicy, plan_packs
 from neffcache.signing import SigningKey, sign_manifest
-from neffcache.store import (
-    Store,
-    blob_key,
-    cell_pointer_key,
-    holds_good,
-    manifest_key,
-    pack_key,
-)
+from neffcache.store import Store, blob_key, cell_pointer_key, holds_good, manifest_key, pack_key
 from neffcache.thread_pool import map_in_threads, usable_cpus
 from neffcache.version import __version__
 
@@ -165,9 +152,7 @@ def publish_with(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Ba
     if fingerprint.backend != backend.name:
         raise UsageError(f"fingerprint is for backend {fingerprint.backend!r}, "
                          f"not {backend.name!r}")
-    files = opts.files
-    if files is None:
-        files = plan_publish(backend, roots, workers=opts.workers)
+    files = plan_publish(backend, roots, workers=opts.workers) if opts.files is None else opts.files
     manifest = Manifest(
         cell=cell, fingerprint=fingerprint, files=files,
         producer=tuple(sorted({**default_producer(), **(opts.producer or {})}.items())),
@@ -190,8 +175,13 @@ def publish_with(store: Store, cell: Cell, fingerprint: Fingerprint, backend: Ba
             packs, packs_uploaded, pack_bytes = packed.result()
             parts = parted.result()
         _check(opts.stop)  # the last safe point: past it, the entry is committed
-        manifest, created = _put_manifest(store, mkey, replace(manifest, packs=packs,
-                                                               parts=parts), opts.signer)
+        manifest = replace(manifest, packs=packs, parts=parts)
+        if opts.signer is not None:
+            manifest = sign_manifest(manifest, opts.signer)
+        body = io.BytesIO()  # in pieces: never the whole manifest as dicts or twice as bytes
+        body.writelines(encode_manifest_pieces(manifest))
+        body.seek(0)
+        created = store.put(mkey, body, if_absent=True)
         # A gc batch cleared before our intent existed may delete a blob we skipped after it
         # listed pending/: check the skipped ones once more, now that the manifest names them.
         again = {s: sources[s] for s in skipped if not store.has(blob_key(s))}
@@ -214,17 +204,6 @@ def _taking_options(make: Callable[P, PublishOptions]) -> Callable[
 
 
 publish_entry = _taking_options(PublishOptions)  # PublishOptions' fields, declared there once
-
-
-def _put_manifest(store: Store, mkey: str, manifest: Manifest, signer: SigningKey | None
-                  ) -> tuple[Manifest, bool]:
-    """Sign and write the manifest if absent: it, and whether it was new."""
-    if signer is not None:
-        manifest = sign_manifest(manifest, signer)
-    body = io.BytesIO()  # in pieces: never the whole manifest as dicts or twice as bytes
-    body.writelines(encode_manifest_pieces(manifest))
-    body.seek(0)
-    return manifest, store.put(mkey, body, if_absent=True)
 
 
 def _refill(store: Store, manifest: Manifest, mkey: str, sources: Sources,
@@ -264,8 +243,7 @@ def _upload_blobs(store: Store, sources: Sources, opts: PublishOptions, *,
         (uploaded if wrote else skipped).append(sha)
         if opts.on_progress:
             opts.on_progress(done, len(sources))
-    nbytes = sum(sources[s][0].size for s in uploaded)
-    return uploaded, skipped, nbytes
+    return uploaded, skipped, sum(sources[s][0].size for s in uploaded)
 
 
 def _upload_file(store: Store, key: str, record: FileRecord, path: Path) -> bool:

@@ -201,12 +201,8 @@ def _read_cell_json(cell_json: str) -> tuple[Cell, str | None]:
 def parse_roots(roots: Mapping[str, str | Path] | Sequence[str],
                 backend: Backend) -> dict[str, Path]:
     """Each cache root's directory, from a mapping or ``NAME=DIR`` strings."""
-    if isinstance(roots, Mapping):
-        specs = [f"{name}={directory}" for name, directory in roots.items()]
-    elif isinstance(roots, str):
-        specs = [roots]
-    else:
-        specs = list(roots)
+    specs = ([f"{name}={directory}" for name, directory in roots.items()]
+             if isinstance(roots, Mapping) else [roots] if isinstance(roots, str) else list(roots))
     if not specs:
         raise UsageError(f"--root: name at least one cache root, e.g. "
                          f"{backend.root_names[0]}=/tmp/cache")

@@ -46,7 +46,7 @@ from neffcache.precompile.plan import (
 )
 from neffcache.precompile.publish import STOP_POLL_SECONDS, PublishOptions, publish_with
 from neffcache.precompile.warm import judge_outcome, warm_restored
-from neffcache.restore import RestoreRequest, RestoreResult, restore
+from neffcache.restore import RestoreRequest, restore
 from neffcache.store import Store, manifest_key
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def apply_precompile(matrix: Matrix, cells: Sequence[Cell], store: Store, index:
 
 def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileReport:
     """The static driver: the slots take the planned cells in order."""
-    run = PrecompileRun(context, cells, announce_skips=True)
+    run = PrecompileRun.open(context, cells, announce_skips=True)
     planned = iter(run.to_warm)  # shared: next() is atomic, each plan goes to one slot
 
     def slot() -> None:
@@ -101,41 +101,43 @@ def precompile_cells(context: RunContext, cells: Sequence[Cell]) -> PrecompileRe
 class PrecompileRun:
     """One run, static or claimed: its plans and what its slot threads share."""
 
-    def __init__(self, context: RunContext, cells: Sequence[Cell], *,
-                 announce_skips: bool) -> None:
-        """Plan the cells, report the skipped and refused ones, index the ready entries the
-        index lacks, register the matrix."""
-        self._started = time.monotonic()
-        self.context, self.options = context, context.options
-        store, fingerprint = context.store, context.fingerprint
-        self.plans = plan_precompile(cells, fingerprint, find_ready(store, cells, fingerprint),
-                                     force=self.options.force,
-                                     compile_only=self.options.compile_only)
+    def __init__(self, context: RunContext, plans: tuple[CellPlan, ...], workdir: Path,
+                 started: float) -> None:
+        self.context, self.options, self.plans = context, context.options, plans
+        self.workdir, self._started = workdir, started
         self.backend = get_backend(context.matrix.backend)
-        self.workdir = Path(self.options.workdir
-                            or tempfile.mkdtemp(prefix="neffcache-precompile-"))
         self.run_id: str | None = None  # set by in_slots
         self.emit: Callable[[Event], None] = context.hooks.progress or (lambda event: None)
         self.environ = {**context.environ, **dict(self.options.extra_env)}  # the workers'
-        self._reports: dict[str, CellReport] = {}
+        self._reports: dict[str, CellReport] = {  # skipped and refused cells: known from the plans
+            p.cell.id: _cell_report(p, SKIPPED if p.action == SKIP else REFUSED, error=p.reason)
+            for p in plans if p.action != WARM}
         self._lock = threading.Lock()  # the reports, the index's writes
         self._stopping = threading.Event()
-        stop = context.hooks.stop
-        self._cancel = stop if stop is not None else threading.Event()  # the caller's stop
+        self._cancel = context.hooks.stop or threading.Event()  # the caller's stop
         self._ended_workers = 0  # workers ended because of the stop event
         self._stopped_publishes = 0  # publishes stopped by it (counted as running cells)
         self._numbers = itertools.count(1)
         self.beats = Beats(self.options.heartbeat_seconds, context.hooks.heartbeat)
-        for p in self.plans:
-            if p.action == SKIP:
-                self._kept(_cell_report(p, SKIPPED))
-                if announce_skips:
-                    self.emit(("skip", p.cell.id, "ready (entry in store)"))
+
+    @classmethod
+    def open(cls, context: RunContext, cells: Sequence[Cell], *,
+             announce_skips: bool) -> PrecompileRun:
+        """Plan the cells, announce the skipped and refused ones, index the ready entries the
+        index lacks, register the matrix: the run of those plans."""
+        started, options, fingerprint = time.monotonic(), context.options, context.fingerprint
+        plans = plan_precompile(cells, fingerprint, find_ready(context.store, cells, fingerprint),
+                                force=options.force, compile_only=options.compile_only)
+        workdir = Path(options.workdir or tempfile.mkdtemp(prefix="neffcache-precompile-"))
+        run = cls(context, plans, workdir, started)
+        for p in plans:
+            if p.action == SKIP and announce_skips:
+                run.emit(("skip", p.cell.id, "ready (entry in store)"))
             elif p.action == REFUSE:
-                self._kept(_cell_report(p, REFUSED, error=p.reason))
-                self.emit(("refused", p.cell.id, p.reason or ""))
-        self._index_known([p for p in self.plans if p.action == SKIP])
+                run.emit(("refused", p.cell.id, p.reason or ""))
+        run._index_known([p for p in plans if p.action == SKIP])
         register_matrix_file(context.index, context.matrix)
+        return run
 
     @property
     def to_warm(self) -> tuple[CellPlan, ...]:
@@ -236,11 +238,9 @@ class PrecompileRun:
         store, index = self.context.store, self.context.index
         known = index.indexed_entry_keys([p.entry_key for p in plans])
         unknown = [p.entry_key for p in plans if p.entry_key not in known]
-        if not unknown:
-            return
-        manifests = list(read_entries(store, unknown, self.backend).values())
-        if manifests:
-            index.record_entries(manifests, store.url)
+        if unknown:
+            index.record_entries(list(read_entries(store, unknown, self.backend).values()),
+                                 store.url)
 
     def _kept(self, report: CellReport) -> CellReport:
         with self._lock:
@@ -249,7 +249,8 @@ class PrecompileRun:
 
     def _warm(self, plan: CellPlan) -> CellReport:
         cell, options = plan.cell, self.options
-        cell_dir = self.workdir / _slug(next(self._numbers), cell)  # next() is atomic
+        slug = "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in cell.id)
+        cell_dir = self.workdir / f"{next(self._numbers):03d}-{slug}"  # next() is atomic
         if self.stopping:
             return _cell_report(plan, CANCELLED if self.cancelled else FAILED,
                                 error="not started: stopped")
@@ -326,18 +327,16 @@ class PrecompileRun:
         c = self.context
         self.emit(("verify", plan.cell.id, "restoring into a new directory and warming again"))
         target = cell_dir / "verify-roots"
-        restored: RestoreResult | None = None
-        err: NeffcacheError | None
         try:  # as an instance would: the restore use case, for the fingerprint built here
             restored = restore(RestoreRequest(
                 c.matrix, target, cells=(glob.escape(plan.cell.id),), store=c.store.url,
                 fingerprint=c.fingerprint, report_to="none"))
-            err = restored.error()
         except NeffcacheError as exc:
-            err = exc
-        if restored is None or err is not None or plan.cell.id not in restored.restored:
+            return self._verified(plan, VerifyReport(VERIFY_FAILED, None, 0.0,
+                                                     error=f"restore: {exc}"))
+        if (err := restored.error()) is not None or plan.cell.id not in restored.restored:
             return self._verified(plan, VerifyReport(
-                VERIFY_FAILED, None, restored.seconds if restored else 0.0,
+                VERIFY_FAILED, None, restored.seconds,
                 error=f"restore: {err or 'cell not restored'}"))
         outcome = self._worker(plan.cell, target, cell_dir / "verify")
         judged = judge_outcome(plan.cell, plan.entry_key, outcome)
@@ -362,10 +361,6 @@ def _cell_report(plan: CellPlan, status: str, outcome: WorkerOutcome | None = No
         fields = {"seconds": outcome.seconds, "wall_seconds": outcome.wall_seconds,
                   "exit_status": outcome.exit_status, **fields}
     return CellReport(plan.cell.id, plan.cell.key, plan.entry_key, status, **fields)
-
-
-def _slug(n: int, cell: Cell) -> str:
-    return f"{n:03d}-" + "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in cell.id)
 
 
 def register_matrix_file(index: Index, matrix: Matrix, *, replace: bool = False) -> None:

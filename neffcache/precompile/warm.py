@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import tempfile
 import threading
@@ -27,7 +26,8 @@ from neffcache.errors import (
 from neffcache.manifest import entry_key
 from neffcache.matrix import Cell, Matrix
 from neffcache.precompile.launch import WorkerOutcome, run_worker
-from neffcache.precompile.plan import COMPILED, FAILED, HIT, Event, worker_spec
+from neffcache.precompile.plan import COMPILED, FAILED, HIT, Event, resolve_model
+from neffcache.precompile.worker import WorkerSpec
 from neffcache.report_send import SPOOL_DIR, discard, keep, load, pending
 from neffcache.reports import Verdicts, make_report_id
 from neffcache.request_rules import checked_request
@@ -125,7 +125,11 @@ def warm_restored(matrix: Matrix, cell: Cell, backend: Backend, base: Path, work
                   python: str | None = None) -> WorkerOutcome:
     """Warm ``cell`` in a fresh process against the cache roots under ``base`` (restored into,
     or empty for a precompile)."""
-    spec = worker_spec(matrix, cell, base, workdir / "result.json")
+    pipeline = matrix.pipeline(cell.pipeline)
+    spec = WorkerSpec(cell=cell, backend=matrix.backend,
+                      model=resolve_model(cell.model, matrix.source), base=str(base),
+                      result_path=str(workdir / "result.json"),
+                      warmup_steps=pipeline.warmup_steps, call_kwargs=pipeline.call_kwargs)
     return run_worker(spec, backend, workdir, environ=environ, timeout=timeout, python=python)
 
 
@@ -203,18 +207,15 @@ def check_warm(request: WarmRequest) -> WarmResult:
     # would be blamed on its neighbour.
     started = time.monotonic()
     emit = request.progress or (lambda event: None)
-    workdir = Path(tempfile.mkdtemp(prefix="neffcache-warm-"))
     results = []
-    try:
+    with tempfile.TemporaryDirectory(prefix="neffcache-warm-", ignore_cleanup_errors=True) as tmp:
         for n, cell in enumerate(cells, 1):
             emit(("start", cell.id, f"first call against {target}"))
-            outcome = warm_restored(m, cell, backend, target, workdir / f"{n:03d}",
+            outcome = warm_restored(m, cell, backend, target, Path(tmp, f"{n:03d}"),
                                     environ=environ, timeout=request.timeout, python=python)
             result = judge_outcome(cell, entry_key(cell, fingerprint), outcome)
             emit((result.status, cell.id, describe(result)))
             results.append(result)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     report = WarmReport(matrix=m.source, backend=backend.name, fingerprint_key=fingerprint.key,
                         cache_dir=str(target), cells=tuple(results),
                         seconds=time.monotonic() - started)
@@ -230,20 +231,21 @@ def _record_verdicts(settings: Settings, target: Path, report: WarmReport,
     # the restore's report spool for ``target``: one per restored directory
     spool = (Path(settings.report_spool).expanduser() if settings.report_spool
              else target / LOCAL_ENTRIES / SPOOL_DIR)
-    waiting = [(s.path, v) for s in pending(spool)  # oldest first: newer ones win
-               if (v := _spooled_verdicts(s.path)) is not None]
+    waiting: list[tuple[Path | None, Verdicts]] = [  # oldest first: newer ones win
+        (s.path, v) for s in pending(spool) if (v := _spooled_verdicts(s.path)) is not None]
     if not judged and not waiting:
         return
     now = datetime.now(timezone.utc)
     mine = Verdicts(make_report_id(socket.gethostname(), now, os.urandom(4).hex()), now, judged)
 
     def write(idx: Index) -> None:
-        for path, spooled in waiting:
-            _apply(idx, spooled)
-            discard(path)
-        _apply(idx, mine)
+        for path, verdicts in [*waiting, (None, mine)]:  # each spooled file gone once recorded
+            for key, status in verdicts.verdicts:
+                idx.record_verification(key, status, verdicts.time)
+            if path is not None:
+                discard(path)
 
-    say = notice or _silent
+    say = notice or (lambda message: None)
     if not _written_in_time(settings, write, say) and judged:
         try:
             keep(spool, mine)
@@ -281,15 +283,6 @@ def _written_in_time(settings: Settings, write: Callable[[Index], None],
         say(f"warning: warm results not recorded in the index: "
             f"{' '.join(str(errors[0]).split())}")
     return not (worker.is_alive() or errors)
-
-
-def _silent(message: str) -> None:
-    """The notice of a caller that gave none: dropped."""
-
-
-def _apply(idx: Index, verdicts: Verdicts) -> None:
-    for key, status in verdicts.verdicts:
-        idx.record_verification(key, status, verdicts.time)
 
 
 def _spooled_verdicts(path: Path) -> Verdicts | None:

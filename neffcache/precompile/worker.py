@@ -121,12 +121,9 @@ def build_call_kwargs(cell: Cell, steps: int, call_kwargs: Mapping[str, Any],
                       generator: Any = None) -> dict[str, Any]:
     """Pipeline call arguments: defaults, the matrix's call_kwargs, then the cell's shape and
     batch (they always win: they are what the cell is)."""
-    kwargs: dict[str, Any] = {"prompt": DEFAULT_PROMPT, "num_inference_steps": steps}
-    kwargs.update(call_kwargs)
-    kwargs.update(height=cell.height, width=cell.width, num_images_per_prompt=cell.batch)
-    if generator is not None:
-        kwargs["generator"] = generator
-    return kwargs
+    return {"prompt": DEFAULT_PROMPT, "num_inference_steps": steps, **call_kwargs,
+            "height": cell.height, "width": cell.width, "num_images_per_prompt": cell.batch,
+            **({} if generator is None else {"generator": generator})}
 
 
 def check_environment(backend: Backend, base: str, environ: Mapping[str, str]) -> dict[str, str]:
@@ -134,10 +131,9 @@ def check_environment(backend: Backend, base: str, environ: Mapping[str, str]) -
     imported); returns what was seen."""
     expected = cache_environment(backend, base)
     seen = {var: environ.get(var, "") for var in expected}
-    wrong = {v: seen[v] for v, path in expected.items() if seen[v] != path}
-    if wrong:
-        var = sorted(wrong)[0]
-        raise WorkerError(f"worker environment: {var}={wrong[var]!r}, expected "
+    if wrong := sorted(v for v, path in expected.items() if seen[v] != path):
+        var = wrong[0]
+        raise WorkerError(f"worker environment: {var}={seen[var]!r}, expected "
                           f"{expected[var]!r} (the parent must set it before start)")
     return seen
 
@@ -159,10 +155,9 @@ class CompileProbe:
         original = getattr(getattr(cpp_builder, "CppBuilder", None), "build", None)
         if original is None:
             return
-        probe = self
 
         def build(builder: Any, *args: Any, **kwargs: Any) -> Any:
-            probe.outputs.append(probe._relative(str(builder.get_target_file_path())))
+            self.outputs.append(self._relative(str(builder.get_target_file_path())))
             return original(builder, *args, **kwargs)
 
         cpp_builder.CppBuilder.build = build  # type: ignore[method-assign,assignment]
@@ -234,8 +229,7 @@ def load_pipeline(spec: WorkerSpec, backend: Backend, mesh: Any = None) -> Any:
                                 else {"revision": spec.cell.revision})
     if mesh is not None:
         kwargs[TP_COMPONENT] = load_tp_transformer(cls, spec, mesh, location, kwargs)
-    pipe = cls.from_pretrained(spec.model, **location, **kwargs)
-    pipe = pipe.to(backend.device)
+    pipe = cls.from_pretrained(spec.model, **location, **kwargs).to(backend.device)
     if hasattr(pipe, "set_progress_bar_config"):
         pipe.set_progress_bar_config(disable=True)
     return pipe
@@ -373,8 +367,7 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 def main(argv: Sequence[str] | None = None) -> int:
     # Under torchrun the parent is torchrun; for a single worker this repeats what launch did.
-    guard = die_with_parent()
-    if guard is not None:
+    if (guard := die_with_parent()) is not None:
         guard()
     parser = argparse.ArgumentParser(prog="python -m neffcache.precompile.worker",
                                      description="Warm one cell (started by neffcache).")

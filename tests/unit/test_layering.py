@@ -70,7 +70,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("neffcache.precompile.warm",),
     ("neffcache.precompile.run", "neffcache.precompile.backfill"),
     ("neffcache.precompile.push_cell", "neffcache.precompile.backfill_cell"),
-    ("neffcache.precompile.claims",),
     ("neffcache.precompile.session", "neffcache.precompile"),
     # lifecycle: what happens to entries after they are published (most modules hold their
     # use case too)

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from neffcache.index import IN_PROGRESS, MISSING, Index, open_index
 from neffcache.index.values import Lease
-from neffcache.precompile.claims import Heartbeat
+from neffcache.precompile.session import Heartbeat
 from tests.support.coverage import coverage_of
 from tests.support.rows import CellClaimRow
 from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
