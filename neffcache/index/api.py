@@ -149,14 +149,12 @@ class Index(Closing):
                    for part in record.chunks(list(manifests), ENTRY_BATCH))
 
     def _record_batch(self, manifests: Sequence[Manifest], store_url: str) -> int:
-        try:
-            with self._write_connection() as conn:
-                return record.save_entries(conn, manifests, store_url)
-        except exc.IntegrityError:
-            # Another writer indexed some of them between our check and our insert: retry
-            # once; the existing ones are then skipped.
-            with self._write_connection() as conn:
-                return record.save_entries(conn, manifests, store_url)
+        with contextlib.suppress(exc.IntegrityError), self._write_connection() as conn:
+            return record.save_entries(conn, manifests, store_url)
+        # Another writer indexed some of them between our check and our insert: retry once;
+        # the existing ones are then skipped.
+        with self._write_connection() as conn:
+            return record.save_entries(conn, manifests, store_url)
 
     def record_failure(self, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
                        exit_status: int | None, seconds: float, log_tail: str) -> None:

@@ -49,23 +49,20 @@ class BareReader(Closing):
              ) -> Iterator[tuple[Any, ...]]:
         """``stream``: a server-side cursor on Postgres (one batch in memory), else the whole
         result in one round trip."""
-        with self._errors():
-            if stream and self.dialect == "postgresql":
-                cur = self.conn.cursor(name="neffcache_listing")
-            else:
-                cur = self.conn.cursor()
-            converts = self.dialect == "sqlite" and bool(compiled.datetime_columns
-                                                         or compiled.json_columns)
-            try:
+        server_side = stream and self.dialect == "postgresql"
+        converts = self.dialect == "sqlite" and bool(compiled.datetime_columns
+                                                     or compiled.json_columns)
+        try:
+            with contextlib.closing(self.conn.cursor(name="neffcache_listing") if server_side
+                                    else self.conn.cursor()) as cur:
                 cur.execute(compiled.sql, self._args(compiled, params))
                 while batch := cur.fetchmany(BATCH):
-                    if converts:
-                        for row in batch:
-                            yield self._row(compiled, row)
-                    else:  # the driver's tuples as they are
-                        yield from batch
-            finally:
-                cur.close()
+                    # SQLite's text timestamps and JSON converted, else the driver's tuples
+                    yield from (self._row(compiled, row) for row in batch) if converts else batch
+        except Exception as e:  # the driver's errors: sqlite3.Error, psycopg.Error
+            if type(e).__module__.split(".")[0] not in ("sqlite3", "psycopg"):
+                raise
+            raise UnavailableError(describe(self._url, e)) from None
 
     def _args(self, compiled: CompiledStatement, params: Mapping[str, Any]) -> Any:
         values = {**compiled.defaults, **params}
@@ -92,15 +89,6 @@ class BareReader(Closing):
             self._fallback = self._open_fallback()
         return self._fallback
 
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except Exception as e:  # the driver's errors: sqlite3.Error, psycopg.Error
-            if type(e).__module__.split(".")[0] not in ("sqlite3", "psycopg"):
-                raise
-            raise UnavailableError(describe(self._url, e)) from None
-
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.conn.close()
@@ -116,10 +104,7 @@ def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *
         return None
     conn, dialect = opened
     try:
-        cur = conn.cursor()
-        cur.execute("SELECT version_num FROM alembic_version")
-        found = [r[0] for r in cur.fetchall()]
-        cur.close()
+        found = [r[0] for r in conn.execute("SELECT version_num FROM alembic_version")]
         if dialect == "postgresql":
             conn.rollback()  # end the check's transaction: the listing starts its own
             if snapshot:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import re
 from collections.abc import Iterator, Mapping
 from datetime import datetime
@@ -150,14 +151,8 @@ def _rows(reader: Reader, name: str, shape: Mapping[str, Any], params: Mapping[s
     limited = limit is not None and check is None
     rows = reader.rows(name, shape_of(shape, {"limited": limited}),
                        {**params, "limit": limit} if limited else params)
-    n = 0
-    for row in rows:
-        if check is not None and not fnmatch.fnmatchcase(row[1], check):
-            continue
-        yield summary(row)
-        n += 1
-        if limit is not None and n >= limit:
-            return
+    kept = (row for row in rows if check is None or fnmatch.fnmatchcase(row[1], check))
+    yield from map(summary, itertools.islice(kept, limit))
 
 
 def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, Any],

@@ -95,10 +95,8 @@ def save_fingerprints_and_cells(session: Session | Connection, fps: Iterable[Fin
 
 def existing_keys(session: Session | Connection, column: Any, keys: Iterable[str]) -> set[str]:
     """Which of ``keys`` are in ``column`` (an IN list per chunk, never a whole-table read)."""
-    found: set[str] = set()
-    for part in chunks(sorted(set(keys))):
-        found.update(str(k) for k in session.scalars(select(column).where(column.in_(part))))
-    return found
+    return {str(k) for part in chunks(sorted(set(keys)))
+            for k in session.scalars(select(column).where(column.in_(part)))}
 
 
 def save_entries(session: Session | Connection, manifests: Sequence[Manifest],

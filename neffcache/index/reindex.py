@@ -27,13 +27,8 @@ T = TypeVar("T")
 def plan_objects(object_keys: Iterable[str], name_of: Callable[[str], str | None],
                  skip: Collection[str] = ()) -> tuple[list[tuple[str, str]], list[str]]:
     """(object key, the name it holds) pairs, sorted, without ``skip``; and keys naming none."""
-    wanted, stray = [], []
-    for key in sorted(set(object_keys)):
-        if key in skip:
-            continue
-        name = name_of(key)
-        (wanted.append((key, name)) if name else stray.append(key))
-    return wanted, stray
+    named = [(key, name_of(key)) for key in sorted(set(object_keys).difference(skip))]
+    return [(key, name) for key, name in named if name], [key for key, name in named if not name]
 
 
 def _load_manifest(store: Store, key: str, entry: str) -> Manifest | InvalidManifest | None:
