@@ -266,12 +266,10 @@ class Index(Closing):
 
     def entry_key_pages(self, size: int = KEY_PAGE) -> Iterator[list[str]]:
         """Entry keys in key order, a page per transaction (pages may be deleted in between)."""
-        key = entries.c.entry_key
-        after: str | None = None
+        key, after = entries.c.entry_key, ""  # every key sorts after ""
         while True:
-            stmt = select(key).order_by(key).limit(size)
             with self.read_session() as s:
-                page = list(s.scalars(stmt if after is None else stmt.where(key > after)))
+                page = list(s.scalars(select(key).where(key > after).order_by(key).limit(size)))
             if not page:
                 return
             yield page

@@ -78,10 +78,9 @@ class StatementCache:
             return StatementCache(None)
         try:
             with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                if st.st_uid != os.getuid() or st.st_mode & 0o022:
-                    return StatementCache(path)  # SQL others could write: never run it
-                doc = json.loads(f.read())
+                st = os.fstat(f.fileno())  # SQL others could write: never run it
+                mine = st.st_uid == os.getuid() and not st.st_mode & 0o022
+                doc = json.loads(f.read()) if mine else {}
             if doc.get("format") != FORMAT:
                 return StatementCache(path)
             return StatementCache(path, doc.get("head"), {

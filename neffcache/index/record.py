@@ -212,8 +212,7 @@ def _cells_and_count(report: Mapping[str, Any], name: str) -> tuple[list[str], i
     listed = _cell_ids(report.get(name))
     value = report.get(f"cells_{name}")
     if isinstance(value, (list, tuple)):
-        listed = listed or _cell_ids(value)
-        return listed, len(_cell_ids(value))
+        return listed or _cell_ids(value), len(value)
     return listed, _int(report, f"cells_{name}", default=len(listed))
 
 
