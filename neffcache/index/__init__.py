@@ -26,9 +26,8 @@ _FACE = {  # module -> the names the face takes from it
     # the ops reads import the ORM
     "ops_queries": ("failure_cursor", "fingerprint_stats", "get_run", "index_totals",
         "last_fingerprint_runs", "last_precompile_runs", "lease_stats", "list_failures",
-        "list_restores", "list_runs",
-        "reported_fingerprints", "restore_cursor", "restore_outcomes", "restore_timeline",
-        "run_cursor"),
+        "list_restores", "list_runs", "reported_fingerprints", "restore_cursor",
+        "restore_outcomes", "restore_timeline", "run_cursor"),
     "ops_values": ("DURATION_BUCKETS", "OUTCOMES", "BucketDoc", "CoverageGrid",
         "FailureRecord", "FingerprintCounts", "FingerprintDiff",
         "FingerprintDiffDoc", "FingerprintDoc", "FingerprintInfo", "FingerprintRunTime",

@@ -227,9 +227,8 @@ def upgrade_engine(engine: Engine, url: str, revision: str = "head") -> tuple[st
 def downgrade_engine(engine: Engine, url: str, revision: str = "base") -> None:
     from alembic import command
 
-    with translate_errors(url), engine.connect().execution_options(**WRITE) as conn:
-        with conn.begin():
-            command.downgrade(alembic_config(url, conn), revision)
+    with translate_errors(url), engine.connect().execution_options(**WRITE) as conn, conn.begin():
+        command.downgrade(alembic_config(url, conn), revision)
 
 
 def upgrade_index(url: str) -> tuple[str | None, str]:

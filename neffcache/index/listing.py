@@ -75,13 +75,12 @@ def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, A
     shape: dict[str, Any] = {"glob": True, "prefix": None}
     params: dict[str, Any] = {"glob": pattern.replace("[!", "[^")}
     prefix = re.split(r"[*?\[]", pattern, maxsplit=1)[0]  # what every match starts with
-    if prefix:
-        # above every string starting with ``prefix``, unless it ends in the last code point
-        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1) if ord(prefix[-1]) < 0x10FFFF else None
-        shape["prefix"] = "from" if upper is None else "range"
+    if prefix and ord(prefix[-1]) < 0x10FFFF:  # hi: above every string starting with prefix
+        shape["prefix"] = "range"
+        params.update(lo=prefix, hi=prefix[:-1] + chr(ord(prefix[-1]) + 1))
+    elif prefix:  # it ends in the last code point: nothing is above all its strings
+        shape["prefix"] = "from"
         params["lo"] = prefix
-        if upper is not None:
-            params["hi"] = upper
     return shape, params, True
 
 
@@ -191,9 +190,7 @@ def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, A
     n_fps = max(1, n_fps)  # entries per cell, at most
     walked = int(4 * limit * all_cells / matching * (n_fps if by_fingerprint else 1)) + limit
     per_cell_rows = matching * min(n_fps, limit) if by_fingerprint else matching + limit
-    if walked > per_cell_rows:
-        return None
-    return walked, per_cell_rows
+    return None if walked > per_cell_rows else (walked, per_cell_rows)
 
 
 def summary(row: tuple[Any, ...]) -> EntrySummary:
