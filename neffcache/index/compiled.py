@@ -16,6 +16,7 @@ from typing import Any
 from neffcache.index.listing import Shape
 
 FORMAT = 2
+UNUSED_S = 30 * 86400  # ``save`` removes other code versions' files not written for this long
 _SOURCES = Path(__file__).resolve().parent  # neffcache/index: the statements and schema
 
 
@@ -113,17 +114,9 @@ class StatementCache:
                 json.dump(doc, f)
             os.replace(tmp, self.path)
             self._dirty = False
+            for other in self.path.parent.glob("*.json"):
+                if other != self.path and time.time() - other.stat().st_mtime > UNUSED_S:
+                    other.unlink(missing_ok=True)
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            return
-        _prune(self.path)
-
-
-def _prune(keep: Path, max_age_s: float = 30 * 86400) -> None:
-    """Remove other code versions' files not written for ``max_age_s``."""
-    now = time.time()
-    with contextlib.suppress(OSError):
-        for other in keep.parent.glob("*.json"):
-            if other != keep and now - other.stat().st_mtime > max_age_s:
-                other.unlink(missing_ok=True)

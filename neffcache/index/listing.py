@@ -116,12 +116,10 @@ def iter_entries(reader: Reader, cell_glob: str | None = None,
     glob a walk of the entries newest first (``_walk``)."""
     position = parse_cursor(after) if after else None
     fshape, fparams = entry_filter(fingerprint_key, position)
-    if not cell_glob:
-        yield from _rows(reader, "entries", {**fshape, "glob": False}, fparams, None, limit)
-        return
-    gshape, gparams, exact = glob_filter(reader.dialect, cell_glob)
+    gshape, gparams, exact = (glob_filter(reader.dialect, cell_glob) if cell_glob
+                              else ({"glob": False}, {}, True))
     check = None if exact else cell_glob  # LIKE ignores [...] classes: fnmatch re-checks
-    if not limit:
+    if not cell_glob or not limit:
         yield from _rows(reader, "entries", {**fshape, **gshape}, {**fparams, **gparams},
                          check, limit)
         return
