@@ -72,8 +72,7 @@ class Index(Closing):
         self.url = url
         # Where lease times come from: None = the database's clock; tests set a fake clock.
         self.lease_clock: Callable[[], datetime] | None = None
-        # Where ``iter_entries`` keeps its statements' compiled forms for the bare driver
-        # (None: nowhere; the CLI's ``ls`` sets one, see ``ls_call``).
+        # Where ``iter_entries`` keeps compiled statements for the bare driver (None: nowhere).
         self.statements: StatementCache | None = None
 
     @property

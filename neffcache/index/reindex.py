@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -65,13 +66,11 @@ def record_objects(load: Callable[[str, str], T | InvalidObject | None],
         elif item is not None:
             valid.append(pair)
             pending.append(item)
-        if len(pending) >= BATCH:
+        if pending and (len(pending) >= BATCH or done == len(wanted)):
             added += record(pending)
             pending = []
         if progress is not None:
             progress(done, len(wanted))
-    if pending:
-        added += record(pending)
     return added, invalid, valid
 
 
@@ -111,18 +110,12 @@ def remove_stale(index: Index, found: Sequence[str],
     """Remove indexed entries not in ``found`` (sorted) unless ``still_stored`` (new since)."""
     removed = 0
     stale: list[str] = []
-
-    def flush() -> int:
-        keep = still_stored(stale) if still_stored is not None else set()
-        return index.remove_entries([k for k in stale if k not in keep])
-
-    for page in index.entry_key_pages():
+    for page in itertools.chain(index.entry_key_pages(), [[]]):  # []: the end, remove the rest
         stale.extend(stale_keys(page, found))
-        if len(stale) >= REMOVE_BATCH:
-            removed += flush()
+        if stale and (len(stale) >= REMOVE_BATCH or not page):
+            keep = still_stored(stale) if still_stored is not None else set()
+            removed += index.remove_entries([k for k in stale if k not in keep])
             stale = []
-    if stale:
-        removed += flush()
     return removed
 
 
