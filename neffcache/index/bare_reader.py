@@ -15,7 +15,7 @@ from neffcache.index.compiled import CompiledStatement, StatementCache
 from neffcache.index.listing import BATCH, Reader, Shape
 from neffcache.index.values import Closing
 
-BUSY_TIMEOUT_S = 30  # as ``engine``: the index's writers hold the lock briefly
+BUSY_TIMEOUT_S = 30  # ``engine``'s too: the index's writers hold the lock briefly
 CONNECT_TIMEOUT_S = 10
 
 

@@ -17,14 +17,13 @@ from sqlalchemy.pool import StaticPool
 
 from neffcache.config import redact_url
 from neffcache.errors import ConfigError, NeffcacheError, SchemaOutdatedError, UnavailableError
+from neffcache.index.bare_reader import BUSY_TIMEOUT_S, CONNECT_TIMEOUT_S, describe
 from neffcache.index.values import SchemaState
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
 SHARED_ENGINES = 8  # databases whose engine a process keeps (``index_engine``)
-BUSY_TIMEOUT_S = 30
-CONNECT_TIMEOUT_S = 10
 WRITE = {"neffcache_write": True}  # execution option: SQLite takes the write lock at BEGIN
 # The head of migrations/versions; tests/unit/test_index_schema.py keeps the two in step.
 SCHEMA_REVISION = "0011"
@@ -123,8 +122,6 @@ def translate_errors(url: str) -> Iterator[None]:
     try:
         yield
     except (exc.OperationalError, exc.InterfaceError, exc.ProgrammingError) as e:
-        from neffcache.index.bare_reader import describe
-
         reason = describe(url, getattr(e, "orig", None) or e)
         if _is_missing_table(e):
             raise SchemaOutdatedError(f"{reason} (schema missing or old)") from None
