@@ -131,20 +131,18 @@ def _connect(url: str) -> tuple[Any, str] | None:
             if not path or path == ":memory:":
                 return None
             uri = "file:" + urllib.parse.quote(path) + "?mode=rw"
-            conn: Any = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S,
-                                   isolation_level=None, check_same_thread=False)
-            return conn, "sqlite"
+            return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False), "sqlite"
         for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
             if url.startswith(prefix):
                 import psycopg
 
                 try:
-                    pg: Any = psycopg.connect("postgresql://" + url[len(prefix):],
+                    return psycopg.connect("postgresql://" + url[len(prefix):],
                                            connect_timeout=CONNECT_TIMEOUT_S,
-                                           options="-c jit=off")
+                                           options="-c jit=off"), "postgresql"
                 except psycopg.OperationalError as e:  # unreachable: once, not twice
                     raise UnavailableError(describe(url, e)) from None
-                return pg, "postgresql"
     except UnavailableError:
         raise
     except Exception:

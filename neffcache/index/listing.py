@@ -87,18 +87,13 @@ def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, A
 def entry_filter(fingerprint_key: str | None, position: tuple[datetime, str] | None
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fingerprint filter (a hex prefix as a range: LIKE uses no index under C.UTF-8)."""
-    shape: dict[str, Any] = {"fp": None, "pos": position is not None}
-    params: dict[str, Any] = {}
-    if fingerprint_key:
-        p = fingerprint_key.lower()
-        if HEX.fullmatch(p):
-            shape["fp"] = "range"
-            params.update(fp_lo=p, fp_hi=p + "g")  # "g" sorts after every hex digit
-        else:
-            shape["fp"] = "never"
+    p = (fingerprint_key or "").lower()
+    fp = ("range" if HEX.fullmatch(p) else "never") if p else None
+    # "g" sorts after every hex digit
+    params: dict[str, Any] = {"fp_lo": p, "fp_hi": p + "g"} if fp == "range" else {}
     if position is not None:
         params.update(pos_at=position[0], pos_key=position[1])
-    return shape, params
+    return {"fp": fp, "pos": position is not None}, params
 
 
 def shape_of(*parts: Mapping[str, Any]) -> Shape:
