@@ -276,10 +276,9 @@ class Index(Closing):
 
     def restored_fingerprints(self, since: datetime) -> set[str]:
         """Fingerprints an ingested ok/partial report found entries of since ``since``."""
-        e = entries.c
         with self.read_session() as s:
-            return set(s.scalars(select(e.fingerprint_key).distinct()
-                                 .where(e.last_used_at >= since)))
+            return set(s.scalars(select(entries.c.fingerprint_key).distinct()
+                                 .where(entries.c.last_used_at >= since)))
 
     def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
         from neffcache.index.coverage_engine.reads import read_fingerprints

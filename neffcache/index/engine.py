@@ -156,11 +156,9 @@ def migrations_dir() -> Path:
 def alembic_config(url: str, connection: Connection | None = None) -> Config:
     from alembic.config import Config
 
-    cfg = Config()
+    cfg = Config(attributes={"connection": connection})  # env.py: None opens its own
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    if connection is not None:
-        cfg.attributes["connection"] = connection
     return cfg
 
 
