@@ -85,21 +85,18 @@ def make_engine(url: str, **pool: Any) -> Engine:
 
 def _sqlite_engine(url: str, **pool: Any) -> Engine:
     in_memory = sqlite_path(url) is None
-    kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S,
-                                               "check_same_thread": False}, **pool}
     if in_memory:
-        kwargs["poolclass"] = StaticPool
-    engine = create_engine(url, **kwargs)
+        pool["poolclass"] = StaticPool
+    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S,
+                                              "check_same_thread": False}, **pool)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
-        cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        dbapi_conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
         if not in_memory:
-            cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+        dbapi_conn.execute("PRAGMA foreign_keys=ON")
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
