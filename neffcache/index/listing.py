@@ -129,9 +129,8 @@ def iter_entries(reader: Reader, cell_glob: str | None = None,
     # the fnmatch re-check keeps or drops a cell's entries all together: each cell's newest
     # ``limit`` still hold the newest ``limit`` of the cells it keeps
     whole = check is None
-    since = None
-    if whole and fshape["fp"] is None and not fshape["pos"]:
-        since = newest_bound(reader, gshape, gparams, limit)
+    since = (newest_bound(reader, gshape, gparams, limit)
+             if whole and fshape["fp"] is None and not fshape["pos"] else None)
     yield from _rows(reader, "entries_newest",
                      {**fshape, **gshape, "whole": whole, "since": since is not None},
                      {**fparams, **gparams, "per_cell": limit,

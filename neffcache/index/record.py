@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -234,7 +235,7 @@ def restore_report_row(report: Mapping[str, Any]) -> dict[str, Any]:
         bytes_fetched=_int(report, "bytes_fetched", "bytes"),
         seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
         exit_code=_int(report, "exit_code"),
-        report=_jsonable(report),
+        report=json.loads(json.dumps(report, default=str)),  # what JSON cannot hold: its str
         created_at=utcnow(),
     )
 
@@ -294,9 +295,3 @@ def _update_per_value(session: Session, values: Mapping[str, Any],
     for value, keys in sorted(by_value.items()):
         for part in chunks(sorted(keys)):
             session.execute(statement(value).where(entries.c.entry_key.in_(part)))
-
-
-def _jsonable(value: Any) -> Any:
-    import json
-
-    return json.loads(json.dumps(value, default=str))
