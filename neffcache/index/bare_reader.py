@@ -105,6 +105,8 @@ def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *
     conn, dialect = opened
     try:
         found = [r[0] for r in conn.execute("SELECT version_num FROM alembic_version")]
+        if found != [cache.head]:
+            raise LookupError(found)
         if dialect == "postgresql":
             conn.rollback()  # end the check's transaction: the listing starts its own
             if snapshot:
@@ -114,9 +116,6 @@ def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *
     except Exception:  # no schema, another schema, the driver's own errors: SQLAlchemy says
         with contextlib.suppress(Exception):
             conn.close()
-        return None
-    if found != [cache.head]:
-        conn.close()
         return None
     return BareReader(conn, dialect, url, cache, fallback)
 
