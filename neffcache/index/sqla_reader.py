@@ -36,11 +36,10 @@ class SqlaReader(Closing):
         self.conn = conn
         self.dialect = str(conn.dialect.name)
         self.cache = cache
-        self._closing = closing
+        self._closing = closing or contextlib.ExitStack()
 
     def close(self) -> None:
-        if self._closing is not None:
-            self._closing.close()
+        self._closing.close()
 
     def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
              ) -> Iterator[tuple[Any, ...]]:
