@@ -79,9 +79,9 @@ class StatementCache:
             return StatementCache(None)
         try:
             with open(path, "rb") as f:
-                st = os.fstat(f.fileno())  # SQL others could write: never run it
+                st = os.fstat(f.fileno())
                 mine = st.st_uid == os.getuid() and not st.st_mode & 0o022
-                doc = json.loads(f.read()) if mine else {}
+                doc = json.loads(f.read()) if mine else {}  # SQL others could write: never run it
             if doc.get("format") != FORMAT:
                 return StatementCache(path)
             return StatementCache(path, doc.get("head"), {
