@@ -121,8 +121,7 @@ def iter_entries(reader: Reader, cell_glob: str | None = None,
     # the walk counts from the newest entry: a page further on is read per cell
     plan = (walk_plan(reader, gshape, gparams, limit, bool(fingerprint_key))
             if position is None else None)
-    found = None if plan is None else _walk(reader, fshape, fparams, gshape, gparams, check,
-                                            limit, plan)
+    found = plan and _walk(reader, fshape, fparams, gshape, gparams, check, limit, plan)
     if found is not None:
         yield from found
         return
