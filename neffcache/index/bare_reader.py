@@ -68,8 +68,7 @@ class BareReader(Closing):
         values = {**compiled.defaults, **params}
         if self.dialect == "sqlite":
             for name in compiled.datetime_params:
-                value = values.get(name)
-                if isinstance(value, datetime):  # as SQLAlchemy's SQLite DATETIME stores it
+                if isinstance(value := values.get(name), datetime):  # SQLAlchemy's SQLite DATETIME
                     values[name] = value.replace(tzinfo=None).isoformat(" ", "microseconds")
             return tuple(values[n] for n in compiled.names)
         return {n: values[n] for n in compiled.names}

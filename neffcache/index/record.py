@@ -196,8 +196,7 @@ def save_run_finish(session: Session, run_id: str, ok: int, failed: int,
 
 def _int(report: Mapping[str, Any], *names: str, default: int = 0) -> int:
     for n in names:
-        v = report.get(n)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if isinstance(v := report.get(n), (int, float)) and not isinstance(v, bool):
             return int(v)
     return default
 

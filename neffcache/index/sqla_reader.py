@@ -53,8 +53,7 @@ class SqlaReader(Closing):
     def _statement(self, name: str, shape: Shape, params: Mapping[str, Any]) -> Any:
         stmt = build(name, self.dialect, shape)
         if self.cache is not None and self.cache.get(self.dialect, name, shape) is None:
-            compiled = compile_statement(stmt, self.conn.dialect, params)
-            if compiled is not None:
+            if (compiled := compile_statement(stmt, self.conn.dialect, params)) is not None:
                 self.cache.put(self.dialect, name, shape, compiled, SCHEMA_REVISION)
         return stmt
 
