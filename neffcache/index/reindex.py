@@ -210,8 +210,7 @@ class ReportPoller:
         self._first = True
 
     def tick(self, now: datetime) -> IngestResult:
-        back = self.catch_up_days if self._first else 1
-        prefixes = date_prefixes(now, back)
+        prefixes = date_prefixes(now, self.catch_up_days if self._first else 1)
         skip = set().union(*(self._settled.get(p, set()) for p in prefixes))
         result = ingest_reports(self.index, self.store, prefixes, skip=skip)
         self._first = False
