@@ -26,9 +26,8 @@ _FACE = {  # module -> the names the face takes from it
     # the ops reads import the ORM
     "ops_queries": ("failure_cursor", "fingerprint_stats", "get_run", "index_totals",
         "last_fingerprint_runs", "last_precompile_runs", "lease_stats", "list_failures",
-        "list_restores", "list_runs",
-        "reported_fingerprints", "restore_cursor", "restore_outcomes", "restore_timeline",
-        "run_cursor"),
+        "list_restores", "list_runs", "reported_fingerprints", "restore_cursor",
+        "restore_outcomes", "restore_timeline", "run_cursor"),
     "ops_values": ("DURATION_BUCKETS", "OUTCOMES", "BucketDoc", "CoverageGrid",
         "FailureRecord", "FingerprintCounts", "FingerprintDiff",
         "FingerprintDiffDoc", "FingerprintDoc", "FingerprintInfo", "FingerprintRunTime",
@@ -37,7 +36,7 @@ _FACE = {  # module -> the names the face takes from it
         "RestoreOutcomeDoc", "RestoreOutcomeStats", "RestorePoint", "RestoreRecord",
         "RunDetail", "RunSummary", "SdkBytes", "group_by_sdk", "restore_outcome",
         "sdk_version"),
-    "cursors": ("CURSOR_PATTERN", "ID_CURSOR_PATTERN", "NAME_CURSOR_PATTERN", "entry_cursor"),
+    "listing": ("CURSOR_PATTERN", "ID_CURSOR_PATTERN", "NAME_CURSOR_PATTERN", "entry_cursor"),
     "ls_call": ("ListEntriesRequest", "ListEntriesResult", "iter_entries", "list_entries",
         "next_cursor"),
     "engine": ("SCHEMA_REVISION", "schema_state", "upgrade_index"),
@@ -64,9 +63,9 @@ if TYPE_CHECKING:  # written by tools/faces.py from _FACE: edit the table, not t
     from neffcache.index.coverage_engine import (HOST, CoverageRequest, CoverageResult,
         CoverageStream, coverage, find_fingerprints, stream_coverage)
     from neffcache.index.coverage_engine.rules import status_of
-    from neffcache.index.cursors import (CURSOR_PATTERN, ID_CURSOR_PATTERN, NAME_CURSOR_PATTERN,
-        entry_cursor)
     from neffcache.index.engine import SCHEMA_REVISION, schema_state, upgrade_index
+    from neffcache.index.listing import (CURSOR_PATTERN, ID_CURSOR_PATTERN, NAME_CURSOR_PATTERN,
+        entry_cursor)
     from neffcache.index.ls_call import (ListEntriesRequest, ListEntriesResult, iter_entries,
         list_entries, next_cursor)
     from neffcache.index.matrices import (get_matrix, list_matrices, matrix_digest, matrix_name_of,

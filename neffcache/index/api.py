@@ -72,8 +72,7 @@ class Index(Closing):
         self.url = url
         # Where lease times come from: None = the database's clock; tests set a fake clock.
         self.lease_clock: Callable[[], datetime] | None = None
-        # Where ``iter_entries`` keeps its statements' compiled forms for the bare driver
-        # (None: nowhere; the CLI's ``ls`` sets one, see ``ls_call``).
+        # Where ``iter_entries`` keeps compiled statements for the bare driver (None: nowhere).
         self.statements: StatementCache | None = None
 
     @property
@@ -149,14 +148,12 @@ class Index(Closing):
                    for part in record.chunks(list(manifests), ENTRY_BATCH))
 
     def _record_batch(self, manifests: Sequence[Manifest], store_url: str) -> int:
-        try:
-            with self._write_connection() as conn:
-                return record.save_entries(conn, manifests, store_url)
-        except exc.IntegrityError:
-            # Another writer indexed some of them between our check and our insert: retry
-            # once; the existing ones are then skipped.
-            with self._write_connection() as conn:
-                return record.save_entries(conn, manifests, store_url)
+        with contextlib.suppress(exc.IntegrityError), self._write_connection() as conn:
+            return record.save_entries(conn, manifests, store_url)
+        # Another writer indexed some of them between our check and our insert: retry once;
+        # the existing ones are then skipped.
+        with self._write_connection() as conn:
+            return record.save_entries(conn, manifests, store_url)
 
     def record_failure(self, run_id: str | None, cell: Cell, fingerprint: Fingerprint,
                        exit_status: int | None, seconds: float, log_tail: str) -> None:
@@ -268,12 +265,10 @@ class Index(Closing):
 
     def entry_key_pages(self, size: int = KEY_PAGE) -> Iterator[list[str]]:
         """Entry keys in key order, a page per transaction (pages may be deleted in between)."""
-        key = entries.c.entry_key
-        after: str | None = None
+        key, after = entries.c.entry_key, ""  # every key sorts after ""
         while True:
-            stmt = select(key).order_by(key).limit(size)
             with self.read_session() as s:
-                page = list(s.scalars(stmt if after is None else stmt.where(key > after)))
+                page = list(s.scalars(select(key).where(key > after).order_by(key).limit(size)))
             if not page:
                 return
             yield page
@@ -281,10 +276,9 @@ class Index(Closing):
 
     def restored_fingerprints(self, since: datetime) -> set[str]:
         """Fingerprints an ingested ok/partial report found entries of since ``since``."""
-        e = entries.c
         with self.read_session() as s:
-            return set(s.scalars(select(e.fingerprint_key).distinct()
-                                 .where(e.last_used_at >= since)))
+            return set(s.scalars(select(entries.c.fingerprint_key).distinct()
+                                 .where(entries.c.last_used_at >= since)))
 
     def fingerprints(self, keys: Sequence[str]) -> dict[str, Fingerprint]:
         from neffcache.index.coverage_engine.reads import read_fingerprints

@@ -15,7 +15,7 @@ from neffcache.index.compiled import CompiledStatement, StatementCache
 from neffcache.index.listing import BATCH, Reader, Shape
 from neffcache.index.values import Closing
 
-BUSY_TIMEOUT_S = 30  # as ``engine``: the index's writers hold the lock briefly
+BUSY_TIMEOUT_S = 30  # ``engine``'s too: the index's writers hold the lock briefly
 CONNECT_TIMEOUT_S = 10
 
 
@@ -49,30 +49,26 @@ class BareReader(Closing):
              ) -> Iterator[tuple[Any, ...]]:
         """``stream``: a server-side cursor on Postgres (one batch in memory), else the whole
         result in one round trip."""
-        with self._errors():
-            if stream and self.dialect == "postgresql":
-                cur = self.conn.cursor(name="neffcache_listing")
-            else:
-                cur = self.conn.cursor()
-            converts = self.dialect == "sqlite" and bool(compiled.datetime_columns
-                                                         or compiled.json_columns)
-            try:
+        server_side = stream and self.dialect == "postgresql"
+        converts = self.dialect == "sqlite" and bool(compiled.datetime_columns
+                                                     or compiled.json_columns)
+        try:
+            with contextlib.closing(self.conn.cursor(name="neffcache_listing") if server_side
+                                    else self.conn.cursor()) as cur:
                 cur.execute(compiled.sql, self._args(compiled, params))
                 while batch := cur.fetchmany(BATCH):
-                    if converts:
-                        for row in batch:
-                            yield self._row(compiled, row)
-                    else:  # the driver's tuples as they are
-                        yield from batch
-            finally:
-                cur.close()
+                    # SQLite's text timestamps and JSON converted, else the driver's tuples
+                    yield from (self._row(compiled, row) for row in batch) if converts else batch
+        except Exception as e:  # the driver's errors: sqlite3.Error, psycopg.Error
+            if type(e).__module__.split(".")[0] not in ("sqlite3", "psycopg"):
+                raise
+            raise UnavailableError(describe(self._url, e)) from None
 
     def _args(self, compiled: CompiledStatement, params: Mapping[str, Any]) -> Any:
         values = {**compiled.defaults, **params}
         if self.dialect == "sqlite":
             for name in compiled.datetime_params:
-                value = values.get(name)
-                if isinstance(value, datetime):  # as SQLAlchemy's SQLite DATETIME stores it
+                if isinstance(value := values.get(name), datetime):  # SQLAlchemy's SQLite DATETIME
                     values[name] = value.replace(tzinfo=None).isoformat(" ", "microseconds")
             return tuple(values[n] for n in compiled.names)
         return {n: values[n] for n in compiled.names}
@@ -92,15 +88,6 @@ class BareReader(Closing):
             self._fallback = self._open_fallback()
         return self._fallback
 
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except Exception as e:  # the driver's errors: sqlite3.Error, psycopg.Error
-            if type(e).__module__.split(".")[0] not in ("sqlite3", "psycopg"):
-                raise
-            raise UnavailableError(describe(self._url, e)) from None
-
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.conn.close()
@@ -116,10 +103,9 @@ def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *
         return None
     conn, dialect = opened
     try:
-        cur = conn.cursor()
-        cur.execute("SELECT version_num FROM alembic_version")
-        found = [r[0] for r in cur.fetchall()]
-        cur.close()
+        found = [r[0] for r in conn.execute("SELECT version_num FROM alembic_version")]
+        if found != [cache.head]:
+            raise LookupError(found)
         if dialect == "postgresql":
             conn.rollback()  # end the check's transaction: the listing starts its own
             if snapshot:
@@ -129,9 +115,6 @@ def open_bare(url: str, cache: StatementCache, fallback: Callable[[], Reader], *
     except Exception:  # no schema, another schema, the driver's own errors: SQLAlchemy says
         with contextlib.suppress(Exception):
             conn.close()
-        return None
-    if found != [cache.head]:
-        conn.close()
         return None
     return BareReader(conn, dialect, url, cache, fallback)
 
@@ -146,20 +129,18 @@ def _connect(url: str) -> tuple[Any, str] | None:
             if not path or path == ":memory:":
                 return None
             uri = "file:" + urllib.parse.quote(path) + "?mode=rw"
-            conn: Any = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S,
-                                   isolation_level=None, check_same_thread=False)
-            return conn, "sqlite"
+            return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                   check_same_thread=False), "sqlite"
         for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
             if url.startswith(prefix):
                 import psycopg
 
                 try:
-                    pg: Any = psycopg.connect("postgresql://" + url[len(prefix):],
+                    return psycopg.connect("postgresql://" + url[len(prefix):],
                                            connect_timeout=CONNECT_TIMEOUT_S,
-                                           options="-c jit=off")
+                                           options="-c jit=off"), "postgresql"
                 except psycopg.OperationalError as e:  # unreachable: once, not twice
                     raise UnavailableError(describe(url, e)) from None
-                return pg, "postgresql"
     except UnavailableError:
         raise
     except Exception:

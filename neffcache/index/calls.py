@@ -272,8 +272,7 @@ def upgrade_schema(request: UpgradeSchemaRequest) -> UpgradeSchemaResult:
     """Create the index schema or migrate it to this code's head, in one transaction (safe
     to rerun). Raises UnavailableError (6) when the database cannot be reached."""
     url = _settings(request.index).index_url
-    before, after = upgrade_index(url)
-    return UpgradeSchemaResult(redact_url(url), before, after)
+    return UpgradeSchemaResult(redact_url(url), *upgrade_index(url))
 
 
 @checked_request

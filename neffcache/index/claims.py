@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import aggregates
 from neffcache.index.coverage_engine.reads import live_lease
-from neffcache.index.cursors import EPOCH
+from neffcache.index.listing import EPOCH
 from neffcache.index.queries import has_entry
 from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells
 from neffcache.index.tables import cell_claims, cell_failures, cells

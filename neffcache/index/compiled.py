@@ -16,6 +16,7 @@ from typing import Any
 from neffcache.index.listing import Shape
 
 FORMAT = 2
+UNUSED_S = 30 * 86400  # ``save`` removes other code versions' files not written for this long
 _SOURCES = Path(__file__).resolve().parent  # neffcache/index: the statements and schema
 
 
@@ -79,9 +80,8 @@ class StatementCache:
         try:
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
-                if st.st_uid != os.getuid() or st.st_mode & 0o022:
-                    return StatementCache(path)  # SQL others could write: never run it
-                doc = json.loads(f.read())
+                mine = st.st_uid == os.getuid() and not st.st_mode & 0o022
+                doc = json.loads(f.read()) if mine else {}  # SQL others could write: never run it
             if doc.get("format") != FORMAT:
                 return StatementCache(path)
             return StatementCache(path, doc.get("head"), {
@@ -114,17 +114,9 @@ class StatementCache:
                 json.dump(doc, f)
             os.replace(tmp, self.path)
             self._dirty = False
+            for other in self.path.parent.glob("*.json"):
+                if other != self.path and time.time() - other.stat().st_mtime > UNUSED_S:
+                    other.unlink(missing_ok=True)
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            return
-        _prune(self.path)
-
-
-def _prune(keep: Path, max_age_s: float = 30 * 86400) -> None:
-    """Remove other code versions' files not written for ``max_age_s``."""
-    now = time.time()
-    with contextlib.suppress(OSError):
-        for other in keep.parent.glob("*.json"):
-            if other != keep and now - other.stat().st_mtime > max_age_s:
-                other.unlink(missing_ok=True)

@@ -17,14 +17,13 @@ from sqlalchemy.pool import StaticPool
 
 from neffcache.config import redact_url
 from neffcache.errors import ConfigError, NeffcacheError, SchemaOutdatedError, UnavailableError
+from neffcache.index.bare_reader import BUSY_TIMEOUT_S, CONNECT_TIMEOUT_S, describe
 from neffcache.index.values import SchemaState
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
 SHARED_ENGINES = 8  # databases whose engine a process keeps (``index_engine``)
-BUSY_TIMEOUT_S = 30
-CONNECT_TIMEOUT_S = 10
 WRITE = {"neffcache_write": True}  # execution option: SQLite takes the write lock at BEGIN
 # The head of migrations/versions; tests/unit/test_index_schema.py keeps the two in step.
 SCHEMA_REVISION = "0011"
@@ -86,21 +85,18 @@ def make_engine(url: str, **pool: Any) -> Engine:
 
 def _sqlite_engine(url: str, **pool: Any) -> Engine:
     in_memory = sqlite_path(url) is None
-    kwargs: dict[str, Any] = {"connect_args": {"timeout": BUSY_TIMEOUT_S,
-                                               "check_same_thread": False}, **pool}
     if in_memory:
-        kwargs["poolclass"] = StaticPool
-    engine = create_engine(url, **kwargs)
+        pool["poolclass"] = StaticPool
+    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S,
+                                              "check_same_thread": False}, **pool)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
-        cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+        dbapi_conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
         if not in_memory:
-            cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+        dbapi_conn.execute("PRAGMA foreign_keys=ON")
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
@@ -123,8 +119,6 @@ def translate_errors(url: str) -> Iterator[None]:
     try:
         yield
     except (exc.OperationalError, exc.InterfaceError, exc.ProgrammingError) as e:
-        from neffcache.index.bare_reader import describe
-
         reason = describe(url, getattr(e, "orig", None) or e)
         if _is_missing_table(e):
             raise SchemaOutdatedError(f"{reason} (schema missing or old)") from None
@@ -159,11 +153,9 @@ def migrations_dir() -> Path:
 def alembic_config(url: str, connection: Connection | None = None) -> Config:
     from alembic.config import Config
 
-    cfg = Config()
+    cfg = Config(attributes={"connection": connection})  # env.py: None opens its own
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    if connection is not None:
-        cfg.attributes["connection"] = connection
     return cfg
 
 
@@ -227,9 +219,8 @@ def upgrade_engine(engine: Engine, url: str, revision: str = "head") -> tuple[st
 def downgrade_engine(engine: Engine, url: str, revision: str = "base") -> None:
     from alembic import command
 
-    with translate_errors(url), engine.connect().execution_options(**WRITE) as conn:
-        with conn.begin():
-            command.downgrade(alembic_config(url, conn), revision)
+    with translate_errors(url), engine.connect().execution_options(**WRITE) as conn, conn.begin():
+        command.downgrade(alembic_config(url, conn), revision)
 
 
 def upgrade_index(url: str) -> tuple[str | None, str]:

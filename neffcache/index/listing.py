@@ -1,14 +1,15 @@
-"""How ``ls`` reads entries: the plan over a ``Reader``, without importing SQLAlchemy."""
+"""How ``ls`` reads entries over a ``Reader`` (no SQLAlchemy); the listings' keyset cursors."""
 
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import re
 from collections.abc import Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
-from neffcache.index.cursors import EPOCH, parse_cursor
+from neffcache.errors import UsageError
 from neffcache.index.values import EntrySummary, as_utc
 
 Shape = tuple[tuple[str, Any], ...]  # a statement's variant: which filters it has
@@ -16,6 +17,33 @@ LIKE_ESCAPE = "\\"
 _LIKE = {"*": "%", "?": "_", **{ch: LIKE_ESCAPE + ch for ch in ("%", "_", LIKE_ESCAPE)}}
 HEX = re.compile(r"[0-9a-f]{1,64}")
 BATCH = 1000  # rows per fetch when streaming
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9a-f]{1,64}$"  # every string it matches is a cursor
+ID_CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9]{1,18}$"  # a cursor of a listing keyed by integer ids
+NAME_CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9A-Za-z_-]{1,64}$"  # ... keyed by names (run ids)
+_PATTERNS = {p: re.compile(p) for p in (CURSOR_PATTERN, ID_CURSOR_PATTERN,
+                                        NAME_CURSOR_PATTERN)}
+
+
+def entry_cursor(entry: EntrySummary) -> str:
+    """An opaque keyset cursor: the listing continues after ``entry``."""
+    return keyset_cursor(entry.created_at, entry.entry_key)
+
+
+def keyset_cursor(at: datetime, key: str | int) -> str:
+    """Microseconds since the epoch of ``at``, a dot, ``key``."""
+    micros = (at - EPOCH) // timedelta(microseconds=1)
+    return f"{micros}.{key}"
+
+
+def parse_cursor(cursor: str, pattern: str = CURSOR_PATTERN) -> tuple[datetime, str]:
+    """(time, key) of a cursor; UsageError if malformed."""
+    if not _PATTERNS[pattern].fullmatch(cursor):
+        raise UsageError(f"bad cursor {cursor[:40]!r}", hint="pass the `next` cursor of "
+                         "the previous page unchanged")
+    micros, key = cursor.split(".", 1)
+    return EPOCH + timedelta(microseconds=int(micros)), key
 
 
 class Reader(Protocol):
@@ -47,31 +75,25 @@ def glob_filter(dialect: str, pattern: str) -> tuple[dict[str, Any], dict[str, A
     shape: dict[str, Any] = {"glob": True, "prefix": None}
     params: dict[str, Any] = {"glob": pattern.replace("[!", "[^")}
     prefix = re.split(r"[*?\[]", pattern, maxsplit=1)[0]  # what every match starts with
-    if prefix:
-        # above every string starting with ``prefix``, unless it ends in the last code point
-        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1) if ord(prefix[-1]) < 0x10FFFF else None
-        shape["prefix"] = "from" if upper is None else "range"
+    if prefix and ord(prefix[-1]) < 0x10FFFF:  # hi: above every string starting with prefix
+        shape["prefix"] = "range"
+        params.update(lo=prefix, hi=prefix[:-1] + chr(ord(prefix[-1]) + 1))
+    elif prefix:  # it ends in the last code point: nothing is above all its strings
+        shape["prefix"] = "from"
         params["lo"] = prefix
-        if upper is not None:
-            params["hi"] = upper
     return shape, params, True
 
 
 def entry_filter(fingerprint_key: str | None, position: tuple[datetime, str] | None
                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fingerprint filter (a hex prefix as a range: LIKE uses no index under C.UTF-8)."""
-    shape: dict[str, Any] = {"fp": None, "pos": position is not None}
-    params: dict[str, Any] = {}
-    if fingerprint_key:
-        p = fingerprint_key.lower()
-        if HEX.fullmatch(p):
-            shape["fp"] = "range"
-            params.update(fp_lo=p, fp_hi=p + "g")  # "g" sorts after every hex digit
-        else:
-            shape["fp"] = "never"
+    p = (fingerprint_key or "").lower()
+    fp = ("range" if HEX.fullmatch(p) else "never") if p else None
+    # "g" sorts after every hex digit
+    params: dict[str, Any] = {"fp_lo": p, "fp_hi": p + "g"} if fp == "range" else {}
     if position is not None:
         params.update(pos_at=position[0], pos_key=position[1])
-    return shape, params
+    return {"fp": fp, "pos": position is not None}, params
 
 
 def shape_of(*parts: Mapping[str, Any]) -> Shape:
@@ -89,29 +111,25 @@ def iter_entries(reader: Reader, cell_glob: str | None = None,
     glob a walk of the entries newest first (``_walk``)."""
     position = parse_cursor(after) if after else None
     fshape, fparams = entry_filter(fingerprint_key, position)
-    if not cell_glob:
-        yield from _rows(reader, "entries", {**fshape, "glob": False}, fparams, None, limit)
-        return
-    gshape, gparams, exact = glob_filter(reader.dialect, cell_glob)
+    gshape, gparams, exact = (glob_filter(reader.dialect, cell_glob) if cell_glob
+                              else ({"glob": False}, {}, True))
     check = None if exact else cell_glob  # LIKE ignores [...] classes: fnmatch re-checks
-    if not limit:
+    if not cell_glob or not limit:
         yield from _rows(reader, "entries", {**fshape, **gshape}, {**fparams, **gparams},
                          check, limit)
         return
     # the walk counts from the newest entry: a page further on is read per cell
     plan = (walk_plan(reader, gshape, gparams, limit, bool(fingerprint_key))
             if position is None else None)
-    found = None if plan is None else _walk(reader, fshape, fparams, gshape, gparams, check,
-                                            limit, plan)
+    found = plan and _walk(reader, fshape, fparams, gshape, gparams, check, limit, plan)
     if found is not None:
         yield from found
         return
     # the fnmatch re-check keeps or drops a cell's entries all together: each cell's newest
     # ``limit`` still hold the newest ``limit`` of the cells it keeps
     whole = check is None
-    since = None
-    if whole and fshape["fp"] is None and not fshape["pos"]:
-        since = newest_bound(reader, gshape, gparams, limit)
+    since = (newest_bound(reader, gshape, gparams, limit)
+             if whole and fshape["fp"] is None and not fshape["pos"] else None)
     yield from _rows(reader, "entries_newest",
                      {**fshape, **gshape, "whole": whole, "since": since is not None},
                      {**fparams, **gparams, "per_cell": limit,
@@ -150,14 +168,8 @@ def _rows(reader: Reader, name: str, shape: Mapping[str, Any], params: Mapping[s
     limited = limit is not None and check is None
     rows = reader.rows(name, shape_of(shape, {"limited": limited}),
                        {**params, "limit": limit} if limited else params)
-    n = 0
-    for row in rows:
-        if check is not None and not fnmatch.fnmatchcase(row[1], check):
-            continue
-        yield summary(row)
-        n += 1
-        if limit is not None and n >= limit:
-            return
+    kept = (row for row in rows if check is None or fnmatch.fnmatchcase(row[1], check))
+    yield from map(summary, itertools.islice(kept, limit))
 
 
 def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, Any],
@@ -169,9 +181,7 @@ def walk_plan(reader: Reader, gshape: Mapping[str, Any], gparams: Mapping[str, A
     n_fps = max(1, n_fps)  # entries per cell, at most
     walked = int(4 * limit * all_cells / matching * (n_fps if by_fingerprint else 1)) + limit
     per_cell_rows = matching * min(n_fps, limit) if by_fingerprint else matching + limit
-    if walked > per_cell_rows:
-        return None
-    return walked, per_cell_rows
+    return None if walked > per_cell_rows else (walked, per_cell_rows)
 
 
 def summary(row: tuple[Any, ...]) -> EntrySummary:

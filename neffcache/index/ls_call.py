@@ -10,7 +10,6 @@ from typing import Any
 from neffcache.config import read_settings
 from neffcache.errors import ExitRule
 from neffcache.index import listing
-from neffcache.index.cursors import entry_cursor
 from neffcache.index.readers import open_reader
 from neffcache.index.values import EntrySummary
 from neffcache.request_rules import checked_request
@@ -63,4 +62,4 @@ def next_cursor(request: ListEntriesRequest, count: int,
     """The ``after`` of the next page; None when the listing is complete."""
     if request.limit is None or count < request.limit or last is None:
         return None
-    return entry_cursor(last)
+    return listing.entry_cursor(last)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select, update
 
@@ -20,6 +20,7 @@ from neffcache.index.tables import matrix_cells as MC
 from neffcache.matrix import Cell, Matrix, tomllib  # tomllib: tomli before 3.11
 
 if TYPE_CHECKING:
+    from sqlalchemy import Row
     from sqlalchemy.orm import Session
 
 # Reads here are Core (``tables``): ``coverage NAME`` starts without the ORM; registering a
@@ -58,17 +59,14 @@ def register_matrix(index: Index, matrix: Matrix, text: str,
 
 
 def _refuse_other_content(s: Session, name: str, digest: str, source: str) -> None:
-    current = _current_id(s, name)
-    if current is None:
-        return
-    registered = s.scalar(select(M.c.digest).where(M.c.id == current))
-    if registered is None or registered == digest:
+    current = _current(s, name)
+    if current is None or current.digest == digest:
         return
     version = s.scalar(select(func.count()).select_from(M).where(M.c.name == name,
-                                                                 M.c.id <= current))
+                                                                 M.c.id <= current.id))
     raise UsageError(
         f"matrix {name!r} is registered with other content (version {version}, digest "
-        f"{registered[:12]}) than {source} (digest {digest[:12]}); refusing to replace it",
+        f"{current.digest[:12]}) than {source} (digest {digest[:12]}); refusing to replace it",
         hint="give the edited copy its own `name`, or replace the registered matrix on "
              "purpose: neffcache precompile --replace-matrix, neffcache matrix register "
              "--replace")
@@ -79,13 +77,13 @@ def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool
     from neffcache.index.record import insert_if_absent, save_fingerprints_and_cells, utcnow
 
     now = utcnow()
-    current = _current_id(s, name)
+    current = _current(s, name)
     known = s.scalar(select(M.c.id).where(M.c.name == name, M.c.digest == digest))
     insert_if_absent(s, M, [{"name": name, "digest": digest, "backend": matrix.backend,
                              "toml": text, "registered_at": now}])
     matrix_id = s.scalar(select(M.c.id).where(M.c.name == name, M.c.digest == digest))
     assert matrix_id is not None
-    if matrix_id == current:
+    if current is not None and current.id == matrix_id:
         return False
     save_fingerprints_and_cells(s, [], matrix.cells, now)
     insert_if_absent(s, MC, [{"matrix_id": matrix_id, "cell_key": c.key, "position": i}
@@ -96,9 +94,10 @@ def _save(s: Session, matrix: Matrix, text: str, name: str, digest: str) -> bool
     return True
 
 
-def _current_id(s: Any, name: str) -> int | None:
-    return s.scalar(select(M.c.id).where(M.c.name == name)  # type: ignore[no-any-return]
-                    .order_by(M.c.registered_at.desc(), M.c.id.desc()).limit(1))
+def _current(s: Session, name: str) -> Row[int, str] | None:
+    """The id and digest of the name's current version."""
+    return s.execute(select(M.c.id, M.c.digest).where(M.c.name == name)
+                     .order_by(M.c.registered_at.desc(), M.c.id.desc()).limit(1)).first()
 
 
 def matrix_versions(index: Index, name: str) -> list[MatrixVersion]:

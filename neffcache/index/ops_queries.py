@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from neffcache.errors import NotFoundError
 from neffcache.index.api import Index
-from neffcache.index.cursors import (  # EPOCH: below every lease expiry, a range start
+from neffcache.index.listing import (  # EPOCH: below every lease expiry, a range start
     EPOCH,
     ID_CURSOR_PATTERN,
     NAME_CURSOR_PATTERN,

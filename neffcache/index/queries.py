@@ -57,7 +57,7 @@ def _entry_filters(src: Any, fp: str | None, pos: bool) -> list[Any]:
     return out
 
 
-def _listing(src: Any, cell_key: Any, fp: str | None, pos: bool,
+def _listing(src: Any, cell_key: Any, fp: str | None, pos: bool, limited: bool,
              order: tuple[Any, Any] | None = None, base: Any = None) -> Any:
     """The listing's columns over entries ``src`` (read from ``base``), newest first."""
     c, f = cells, fingerprints
@@ -70,18 +70,15 @@ def _listing(src: Any, cell_key: Any, fp: str | None, pos: bool,
             .select_from((src if base is None else base).join(c, c.c.key == cell_key)
                          .join(f, f.c.key == src.c.fingerprint_key))
             .where(*_entry_filters(src, fp, pos))
-            .order_by(created_at.desc(), entry_key))
-
-
-def _limited(stmt: Any, limited: bool) -> Any:
-    return stmt.limit(bindparam("limit", type_=Integer)) if limited else stmt
+            .order_by(created_at.desc(), entry_key)
+            .limit(bindparam("limit", type_=Integer) if limited else None))
 
 
 def _entries(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
              prefix: str | None = None) -> Any:
-    stmt = _listing(entries, entries.c.cell_key, fp, pos)
+    stmt = _listing(entries, entries.c.cell_key, fp, pos, limited)
     clause = _cell_clause(dialect, glob, prefix)
-    return _limited(stmt if clause is None else stmt.where(clause), limited)
+    return stmt if clause is None else stmt.where(clause)
 
 
 def _walk_counts(dialect: str, *, glob: bool, prefix: str | None = None) -> Any:
@@ -101,10 +98,9 @@ def _walk(dialect: str, *, fp: str | None, pos: bool, glob: bool, limited: bool,
     matching = select(cells.c.key).where(_cell_clause(dialect, glob, prefix)).scalar_subquery()
     oldest = (select(e.c.created_at).order_by(e.c.created_at.desc())
               .offset(bindparam("budget", type_=Integer)).limit(1).scalar_subquery())
-    stmt = _listing(e, unindexed, fp, pos).where(
+    return _listing(e, unindexed, fp, pos, limited).where(
         unindexed.in_(matching),
         e.c.created_at >= func.coalesce(oldest, bindparam("epoch", type_=UTC_TS)))
-    return _limited(stmt, limited)
 
 
 def _newest_bound(dialect: str, *, glob: bool, prefix: str | None = None) -> Any:
@@ -150,8 +146,8 @@ def _entries_newest(dialect: str, *, fp: str | None, pos: bool, glob: bool, limi
                     whole: bool, since: bool, prefix: str | None = None) -> Any:
     e = entries
     newest = _newest_keys(dialect, fp, pos, glob, prefix, whole, since)
-    return _limited(_listing(e, e.c.cell_key, fp, pos, (newest.c.created_at, newest.c.entry_key),
-                             newest.join(e, e.c.entry_key == newest.c.entry_key)), limited)
+    return _listing(e, e.c.cell_key, fp, pos, limited, (newest.c.created_at, newest.c.entry_key),
+                    newest.join(e, e.c.entry_key == newest.c.entry_key))
 
 
 BUILDERS: dict[str, Callable[..., Any]] = {

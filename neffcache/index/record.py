@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -95,10 +96,8 @@ def save_fingerprints_and_cells(session: Session | Connection, fps: Iterable[Fin
 
 def existing_keys(session: Session | Connection, column: Any, keys: Iterable[str]) -> set[str]:
     """Which of ``keys`` are in ``column`` (an IN list per chunk, never a whole-table read)."""
-    found: set[str] = set()
-    for part in chunks(sorted(set(keys))):
-        found.update(str(k) for k in session.scalars(select(column).where(column.in_(part))))
-    return found
+    return {str(k) for part in chunks(sorted(set(keys)))
+            for k in session.scalars(select(column).where(column.in_(part)))}
 
 
 def save_entries(session: Session | Connection, manifests: Sequence[Manifest],
@@ -197,8 +196,7 @@ def save_run_finish(session: Session, run_id: str, ok: int, failed: int,
 
 def _int(report: Mapping[str, Any], *names: str, default: int = 0) -> int:
     for n in names:
-        v = report.get(n)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if isinstance(v := report.get(n), (int, float)) and not isinstance(v, bool):
             return int(v)
     return default
 
@@ -214,8 +212,7 @@ def _cells_and_count(report: Mapping[str, Any], name: str) -> tuple[list[str], i
     listed = _cell_ids(report.get(name))
     value = report.get(f"cells_{name}")
     if isinstance(value, (list, tuple)):
-        listed = listed or _cell_ids(value)
-        return listed, len(_cell_ids(value))
+        return listed or _cell_ids(value), len(value)
     return listed, _int(report, f"cells_{name}", default=len(listed))
 
 
@@ -237,7 +234,7 @@ def restore_report_row(report: Mapping[str, Any]) -> dict[str, Any]:
         bytes_fetched=_int(report, "bytes_fetched", "bytes"),
         seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
         exit_code=_int(report, "exit_code"),
-        report=_jsonable(report),
+        report=json.loads(json.dumps(report, default=str)),  # what JSON cannot hold: its str
         created_at=utcnow(),
     )
 
@@ -297,9 +294,3 @@ def _update_per_value(session: Session, values: Mapping[str, Any],
     for value, keys in sorted(by_value.items()):
         for part in chunks(sorted(keys)):
             session.execute(statement(value).where(entries.c.entry_key.in_(part)))
-
-
-def _jsonable(value: Any) -> Any:
-    import json
-
-    return json.loads(json.dumps(value, default=str))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,13 +28,8 @@ T = TypeVar("T")
 def plan_objects(object_keys: Iterable[str], name_of: Callable[[str], str | None],
                  skip: Collection[str] = ()) -> tuple[list[tuple[str, str]], list[str]]:
     """(object key, the name it holds) pairs, sorted, without ``skip``; and keys naming none."""
-    wanted, stray = [], []
-    for key in sorted(set(object_keys)):
-        if key in skip:
-            continue
-        name = name_of(key)
-        (wanted.append((key, name)) if name else stray.append(key))
-    return wanted, stray
+    named = [(key, name_of(key)) for key in sorted(set(object_keys).difference(skip))]
+    return [(key, name) for key, name in named if name], [key for key, name in named if not name]
 
 
 def _load_manifest(store: Store, key: str, entry: str) -> Manifest | InvalidManifest | None:
@@ -70,13 +66,11 @@ def record_objects(load: Callable[[str, str], T | InvalidObject | None],
         elif item is not None:
             valid.append(pair)
             pending.append(item)
-        if len(pending) >= BATCH:
+        if pending and (len(pending) >= BATCH or done == len(wanted)):
             added += record(pending)
             pending = []
         if progress is not None:
             progress(done, len(wanted))
-    if pending:
-        added += record(pending)
     return added, invalid, valid
 
 
@@ -116,18 +110,12 @@ def remove_stale(index: Index, found: Sequence[str],
     """Remove indexed entries not in ``found`` (sorted) unless ``still_stored`` (new since)."""
     removed = 0
     stale: list[str] = []
-
-    def flush() -> int:
-        keep = still_stored(stale) if still_stored is not None else set()
-        return index.remove_entries([k for k in stale if k not in keep])
-
-    for page in index.entry_key_pages():
+    for page in itertools.chain(index.entry_key_pages(), [[]]):  # []: the end, remove the rest
         stale.extend(stale_keys(page, found))
-        if len(stale) >= REMOVE_BATCH:
-            removed += flush()
+        if stale and (len(stale) >= REMOVE_BATCH or not page):
+            keep = still_stored(stale) if still_stored is not None else set()
+            removed += index.remove_entries([k for k in stale if k not in keep])
             stale = []
-    if stale:
-        removed += flush()
     return removed
 
 
@@ -222,8 +210,7 @@ class ReportPoller:
         self._first = True
 
     def tick(self, now: datetime) -> IngestResult:
-        back = self.catch_up_days if self._first else 1
-        prefixes = date_prefixes(now, back)
+        prefixes = date_prefixes(now, self.catch_up_days if self._first else 1)
         skip = set().union(*(self._settled.get(p, set()) for p in prefixes))
         result = ingest_reports(self.index, self.store, prefixes, skip=skip)
         self._first = False

@@ -36,11 +36,10 @@ class SqlaReader(Closing):
         self.conn = conn
         self.dialect = str(conn.dialect.name)
         self.cache = cache
-        self._closing = closing
+        self._closing = closing or contextlib.ExitStack()
 
     def close(self) -> None:
-        if self._closing is not None:
-            self._closing.close()
+        self._closing.close()
 
     def rows(self, name: str, shape: Shape, params: Mapping[str, Any]
              ) -> Iterator[tuple[Any, ...]]:
@@ -54,8 +53,7 @@ class SqlaReader(Closing):
     def _statement(self, name: str, shape: Shape, params: Mapping[str, Any]) -> Any:
         stmt = build(name, self.dialect, shape)
         if self.cache is not None and self.cache.get(self.dialect, name, shape) is None:
-            compiled = compile_statement(stmt, self.conn.dialect, params)
-            if compiled is not None:
+            if (compiled := compile_statement(stmt, self.conn.dialect, params)) is not None:
                 self.cache.put(self.dialect, name, shape, compiled, SCHEMA_REVISION)
         return stmt
 

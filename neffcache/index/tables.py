@@ -206,5 +206,3 @@ index_changes = Table(
     "index_changes", metadata,
     col("id", Integer, primary_key=True, autoincrement=False), col("version", BigInteger),
 )
-
-ALL = tuple(metadata.tables.values())

@@ -5,6 +5,8 @@ from __future__ import annotations
 from neffcache.index import tables
 from neffcache.index.models import Base
 
+ALL = tuple(tables.metadata.tables.values())  # every table of the schema
+
 
 class CellClaimRow(Base):
     __table__ = tables.cell_claims

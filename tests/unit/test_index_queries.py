@@ -17,9 +17,10 @@ from neffcache.index.listing import glob_filter, walk_plan
 from neffcache.index.matrices import register_matrix
 from neffcache.index.models import Base
 from neffcache.index.sqla_reader import SqlaReader
-from neffcache.index.tables import ALL, metadata
+from neffcache.index.tables import metadata
 from neffcache.matrix import parse_matrix
 from tests.support.ops_seed import matrix_text
+from tests.support.rows import ALL
 from tests.unit.test_index_factories import make_cell, make_fingerprint, make_manifest
 
 GLOBS = ["flux2-klein/*", "flux2-klein/compile/64x*", "*/64x7[0-9]/*", "sdxl/*",
