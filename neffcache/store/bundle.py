@@ -69,11 +69,9 @@ class BundleStore:
         if self._verified:
             return self.toc.total_bytes
         for m in self.toc.members:
-            h = hashlib.sha256()
-            with self.open(m.name) as src:
-                while chunk := src.read(_CHUNK):
-                    h.update(chunk)
-            if h.hexdigest() != m.sha256:
+            with FileRange(self._fh, self._offsets[m.name], m.size, "bundle") as src:
+                digest = hashlib.file_digest(src, "sha256").hexdigest()
+            if digest != m.sha256:
                 raise IntegrityError(f"bundle {self.path}: member {m.name} does not match its "
                                      f"sha256 in the table of contents (damaged or tampered)")
         self._verified = True
