@@ -73,8 +73,7 @@ class MirroredStore(Store):
                 self._served[self.stores[i].url] += 1
             return body
         with self._lock:
-            down = [e for _, e in sorted(self._down.items())]
-        raise missed or down[0]
+            raise missed or self._down[min(self._down)]
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         return self.stores[0].put(key, source, if_absent=if_absent)
