@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -153,13 +154,11 @@ def plan_retire(entries: Iterable[EntryInfo], policy: RetirePolicy) -> RetirePla
     """The entries the policy keeps (by any rule) and retires, and the bytes gc then frees."""
     policy.check()
     entries = sorted(entries, key=lambda e: (e.backend, e.cell_id, e.entry_key))
-    by_backend: dict[str, set[SdkVersion]] = {}
-    for e in entries:
-        by_backend.setdefault(e.backend, set()).add(e.sdk)
     k = policy.keep_sdk_versions
     versions = [(backend, v, k is not None and i < k)
-                for backend, found in sorted(by_backend.items())
-                for i, v in enumerate(sorted(found, key=version_order, reverse=True))]
+                for backend, group in groupby(entries, key=lambda e: e.backend)
+                for i, v in enumerate(sorted({e.sdk for e in group}, key=version_order,
+                                             reverse=True))]
     kept_versions = {(backend, v) for backend, v, kept in versions if kept}
     rules = [(e, policy.kept_by(e, kept_versions)) for e in entries]
     keep = [e for e, r in rules if r]
