@@ -217,13 +217,9 @@ class DirSource:
             raise UsageError(f"--from-dir {target}: not a directory")
         manifests, _ = read_local_manifests(root)
         self.manifests = {m.entry_key: m for m in manifests}
-        self.files: dict[str, str] = {}
-        for f, file in placed(manifests, str(root)):
-            self.files.setdefault(f.sha256, file)
-        self.packs: dict[str, PackRecord] = {}
-        for m in manifests:
-            for p in m.packs:
-                self.packs.setdefault(p.sha256, p)
+        # reversed: the first file (pack) of each sha256 is the one kept
+        self.files = {f.sha256: file for f, file in reversed(list(placed(manifests, str(root))))}
+        self.packs = {p.sha256: p for m in reversed(manifests) for p in reversed(m.packs)}
 
     def read(self, key: str) -> bytes:
         with self.open(key) as src:

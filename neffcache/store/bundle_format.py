@@ -154,13 +154,9 @@ def plan_members(manifests: Sequence[Manifest], manifest_bytes: Mapping[str, byt
     """In write order: manifests, pointers, each blob once (largest first), then packs."""
     members = [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(manifest_bytes.items())]
     members += [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(pointer_bytes.items())]
-    blobs: dict[str, int] = {}
-    packs: dict[str, int] = {}
-    for m in manifests:
-        for f in m.files:
-            blobs.setdefault(f.sha256, f.size)
-        for p in m.packs:
-            packs.setdefault(p.sha256, p.size)
+    # reversed: the first size recorded for a sha256 is the one kept
+    blobs = {f.sha256: f.size for m in reversed(manifests) for f in reversed(m.files)}
+    packs = {p.sha256: p.size for m in reversed(manifests) for p in reversed(m.packs)}
     members += [Member(blob_key(s), n, s)
                 for s, n in sorted(blobs.items(), key=lambda i: (-i[1], i[0]))]
     members += [Member(pack_key(s), n, s) for s, n in sorted(packs.items())]
