@@ -24,7 +24,6 @@ from neffcache.store.base import (
     PACKS,
     ObjectStream,
     Store,
-    Upload,
     check_key,
     read_full,
     recognise_store,
@@ -92,7 +91,8 @@ class S3Store(Store):
         self._probe: _Client | None = None
         self._lock = threading.Lock()
         self._multipart = threading.BoundedSemaphore(MULTIPART_UPLOADS)
-        self._uploads = UploadClient(self.settings, (CONNECT_TIMEOUT, READ_TIMEOUT))
+        uploads = UploadClient(self.settings, (CONNECT_TIMEOUT, READ_TIMEOUT))
+        self.list_uploads, self.abort_upload = uploads.list, uploads.abort  # MultipartUploads
 
     @classmethod
     def from_url(cls, url: str, environ: Mapping[str, str] | None = None, *,
@@ -203,12 +203,6 @@ class S3Store(Store):
         check_key(key)
         with contextlib.suppress(NotFoundError), self._translated("DeleteObject", key):
             obstore.delete(self._client, key)
-
-    def list_uploads(self) -> Iterator[Upload]:
-        return self._uploads.list()
-
-    def abort_upload(self, upload: Upload) -> None:
-        self._uploads.abort(upload)
 
     @property
     def _attributes(self) -> Any:
