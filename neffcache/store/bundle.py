@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -23,7 +24,7 @@ UNTRUSTED_GZIP_RATIO = 16
 TMP_RESERVE = 64 << 20
 
 
-class BundleStore:
+class BundleStore(AbstractContextManager["BundleStore"]):
     """Read-only: ``put`` and ``delete`` are UsageErrors. Members are read by offset, never
     extracted, so a name never becomes a path."""
 
@@ -56,9 +57,6 @@ class BundleStore:
 
     def close(self) -> None:
         self._fh.close()
-
-    def __enter__(self) -> BundleStore:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
