@@ -91,12 +91,11 @@ class MirroredStore(Store):
         self.stores[0].delete(key)
 
     def _order(self, key: str, start: int, length: int | None) -> tuple[int, ...]:
+        n = len(self.stores)
         with self._lock:
-            n = self._asked[(key, start, length)]
+            first = self._asked[(key, start, length)]
             self._asked[(key, start, length)] += 1
-        first = n % len(self.stores)
-        every = tuple(range(len(self.stores)))
-        return every[first:] + every[:first]
+        return tuple((first + i) % n for i in range(n))
 
     def _usable(self, i: int) -> bool:
         with self._checking[i]:  # one probe, however many threads need the store at once
