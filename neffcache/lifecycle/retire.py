@@ -87,15 +87,13 @@ class RetirePolicy:
                 "keep_fingerprints": sorted(self.keep_fingerprints)}
 
     def describe(self) -> str:
-        parts = []
-        if self.keep_sdk_versions is not None:
-            parts.append(f"keep the newest {self.keep_sdk_versions} SDK version(s) per backend")
-        if self.keep_matrices:
-            parts.append(f"keep the cells of {', '.join(self.keep_matrices)}")
-        if self.keep_restored_days is not None:
-            parts.append(f"keep the fingerprints restored in the last "
-                         f"{self.keep_restored_days} day(s) ({len(self.keep_fingerprints)})")
-        return "; ".join(parts)
+        rules = ((self.keep_sdk_versions is not None,
+                  f"keep the newest {self.keep_sdk_versions} SDK version(s) per backend"),
+                 (bool(self.keep_matrices), f"keep the cells of {', '.join(self.keep_matrices)}"),
+                 (self.keep_restored_days is not None,
+                  f"keep the fingerprints restored in the last {self.keep_restored_days} day(s) "
+                  f"({len(self.keep_fingerprints)})"))
+        return "; ".join(text for given, text in rules if given)
 
     def kept_by(self, e: EntryInfo, kept_versions: Set[tuple[str, SdkVersion]]) -> tuple[str, ...]:
         """The rules that keep ``e`` (empty: retire it)."""
