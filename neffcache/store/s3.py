@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import shutil
 import stat
@@ -79,15 +80,11 @@ class S3Store(Store):
         self.create = create
         self._provider = profile_credentials(self.settings.credentials, self.url, env) \
             if self.settings.credentials.needs_botocore else None
-        left = None if deadline is None else max(0.05, deadline - time.monotonic())
-
-        def clip(*seconds: float) -> tuple[float, ...]:
-            return seconds if left is None else tuple(min(t, left) for t in seconds)
-
-        self._client = self._connect(clip(CONNECT_TIMEOUT, READ_TIMEOUT, REQUEST_TIMEOUT,
-                                          RETRY_TIMEOUT))
+        left = math.inf if deadline is None else max(0.05, deadline - time.monotonic())
+        self._client = self._connect(tuple(min(t, left) for t in (
+            CONNECT_TIMEOUT, READ_TIMEOUT, REQUEST_TIMEOUT, RETRY_TIMEOUT)))
         # check() fails within seconds on an unreachable endpoint (as many attempts as others).
-        self._probe_timeouts = clip(2.0, 5.0, PROBE_TIMEOUT, PROBE_TIMEOUT)
+        self._probe_timeouts = tuple(min(t, left) for t in (2.0, 5.0, PROBE_TIMEOUT, PROBE_TIMEOUT))
         self._probe: _Client | None = None
         self._lock = threading.Lock()
         self._multipart = threading.BoundedSemaphore(MULTIPART_UPLOADS)
