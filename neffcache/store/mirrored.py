@@ -82,10 +82,8 @@ class MirroredStore(Store):
         seen: set[str] = set()
         for i in range(len(self.stores)):
             keys: tuple[str, ...] = self._call(i, lambda s: tuple(s.list(prefix)), ())
-            for key in keys:
-                if key not in seen:
-                    seen.add(key)
-                    yield key
+            yield from (key for key in dict.fromkeys(keys) if key not in seen)
+            seen.update(keys)
 
     def delete(self, key: str) -> None:
         self.stores[0].delete(key)
