@@ -226,8 +226,7 @@ def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
             keep, packs_named = read_all_references(store, new_m, workers)
             new_packs |= packs_named
             publish_started = publish_started or bool(new_i)
-            for intent in read_intents(store, new_i, workers):
-                keep |= intent.blobs
+            keep |= set().union(*(i.blobs for i in read_intents(store, new_i, workers)))
             if not todo:
                 break
             cleared = clock()
