@@ -113,8 +113,7 @@ def decode_toc(data: bytes, source: str = "bundle") -> Toc:
 def _members(raw: Any, source: str) -> tuple[Member, ...]:
     if not isinstance(raw, list) or len(raw) > MAX_MEMBERS:
         raise IntegrityError(f"{source}: members: expected a list of at most {MAX_MEMBERS}")
-    out: list[Member] = []
-    seen: set[str] = set()
+    out: dict[str, Member] = {}
     for i, item in enumerate(raw):
         if not isinstance(item, list) or len(item) != 3:
             raise IntegrityError(f"{source}: members[{i}]: expected [name, size, sha256]")
@@ -126,11 +125,10 @@ def _members(raw: Any, source: str) -> tuple[Member, ...]:
             raise IntegrityError(f"{source}: members[{i}]: size {size!r}: expected an integer "
                                  f">= 0")
         check_member_name(name, sha, source)
-        if name in seen:
+        if name in out:
             raise IntegrityError(f"{source}: member {name} listed twice")
-        seen.add(name)
-        out.append(Member(name, size, sha))
-    return tuple(out)
+        out[name] = Member(name, size, sha)
+    return tuple(out.values())
 
 
 def _entries(raw: Any, names: set[str], source: str) -> tuple[BundleEntry, ...]:
