@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -24,7 +24,7 @@ UNTRUSTED_GZIP_RATIO = 16
 TMP_RESERVE = 64 << 20
 
 
-class BundleStore(AbstractContextManager["BundleStore"]):
+class BundleStore(contextlib.AbstractContextManager["BundleStore"]):
     """Read-only: ``put`` and ``delete`` are UsageErrors. Members are read by offset, never
     extracted, so a name never becomes a path."""
 
@@ -236,11 +236,9 @@ def _untrusted_cap(compressed: int, max_bytes: int | None) -> int:
 
     cap = max_bytes if max_bytes is not None else \
         compressed * UNTRUSTED_GZIP_RATIO + (16 << 20)
-    try:
+    with contextlib.suppress(OSError):
         st = os.statvfs(tempfile.gettempdir())
         cap = min(cap, max(0, st.f_bavail * st.f_frsize - TMP_RESERVE))
-    except OSError:
-        pass
     return cap
 
 
