@@ -78,6 +78,8 @@ class S3Store(Store):
         self.bucket, self.prefix = bucket, self.settings.location.prefix
         self.url, self.endpoint = self.settings.url, self.settings.endpoint
         self.create = create
+        storage_class = self.settings.puts.storage_class
+        self._attributes: Any = {"Storage-Class": storage_class} if storage_class else None
         self._provider = profile_credentials(self.settings.credentials, self.url, env) \
             if self.settings.credentials.needs_botocore else None
         left = math.inf if deadline is None else max(0.05, deadline - time.monotonic())
@@ -200,11 +202,6 @@ class S3Store(Store):
         check_key(key)
         with contextlib.suppress(NotFoundError), self._translated("DeleteObject", key):
             obstore.delete(self._client, key)
-
-    @property
-    def _attributes(self) -> Any:
-        storage_class = self.settings.puts.storage_class
-        return {"Storage-Class": storage_class} if storage_class else None
 
     def _connect(self, timeouts: tuple[float, ...]) -> _Client:
         """A client with ``timeouts``: connect, read, whole request, retry window (seconds).
