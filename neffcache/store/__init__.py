@@ -81,8 +81,7 @@ def describe_store(url: str) -> str:
     """``open_store(url).url`` without opening anything (no SDK import)."""
     if url.startswith("s3://"):
         bucket, _, prefix = redact_url(url)[len("s3://"):].partition("/")
-        prefix = prefix.strip("/")
-        return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        return f"s3://{bucket}/{prefix.strip('/')}".removesuffix("/")  # no prefix: no slash
     if url.startswith(BUNDLE):
         return f"{BUNDLE}{Path(url[len(BUNDLE):]).expanduser().absolute()}"
     return open_store(url).url  # a local store: constructing it touches nothing
