@@ -122,11 +122,8 @@ class S3Store(Store):
         if length == 0:
             self._head(key)
             return io.BytesIO()
-        options: dict[str, Any] = {}
-        if length is not None:
-            options["range"] = (start, start + length)
-        elif start:
-            options["range"] = {"offset": start}
+        ranged = (start, start + length) if length is not None else {"offset": start}
+        options: dict[str, Any] = {"range": ranged} if length is not None or start else {}
         with self._translated("GetObject", key):
             try:
                 result = obstore.get(self._client, key, options=options)  # type: ignore[arg-type]
