@@ -130,8 +130,7 @@ def import_bundle(request: ImportBundleRequest) -> ImportBundleResult:
         manifests = read_manifests(src, [e.entry_key for e in src.toc.entries])
         dst = open_checked_store(settings.store_url, create=True)
         copied = apply_copy(src, dst, manifests, workers=request.workers, trust=trust)
-        digest = src.digest
-    return ImportBundleResult(copied, str(Path(request.file).absolute()), digest)
+        return ImportBundleResult(copied, str(Path(request.file).absolute()), src.digest)
 
 
 @checked_request

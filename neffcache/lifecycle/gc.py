@@ -226,8 +226,7 @@ def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
             keep, packs_named = read_all_references(store, new_m, workers)
             new_packs |= packs_named
             publish_started = publish_started or bool(new_i)
-            for intent in read_intents(store, new_i, workers):
-                keep |= intent.blobs
+            keep |= set().union(*(i.blobs for i in read_intents(store, new_i, workers)))
             if not todo:
                 break
             cleared = clock()
@@ -272,20 +271,15 @@ def upload_json(upload: Upload) -> dict[str, str]:
 def plan_uploads(uploads: Iterable[Upload], intents: Iterable[Intent], *, now: float,
                  grace: float) -> UploadPlan:
     """Uploads older than ``grace`` to abort, unless a fresh intent may need them (pure)."""
-    uploads = list(uploads)
     fresh = [i for i in intents if i.fresh(now, grace)]
     named = set().union(*(i.blobs for i in fresh))
-    abort: list[Upload] = []
-    spared: list[Upload] = []
-    unknown: list[Upload] = []
-    for u in sorted(uploads, key=lambda u: (u.key, u.upload_id)):
-        blob, pack = _sha_of(u.key, blob_key), _sha_of(u.key, pack_key)
-        if blob is None and pack is None:
-            unknown.append(u)
-        elif now - u.initiated >= grace:
-            needed = blob in named if blob is not None else bool(fresh)
-            (spared if needed else abort).append(u)
-    return UploadPlan(len(uploads), tuple(abort), tuple(spared), tuple(unknown))
+    shas = [(u, _sha_of(u.key, blob_key), _sha_of(u.key, pack_key))
+            for u in sorted(uploads, key=lambda u: (u.key, u.upload_id))]
+    old = [(u, blob in named if blob is not None else bool(fresh)) for u, blob, pack in shas
+           if (blob, pack) != (None, None) and now - u.initiated >= grace]
+    return UploadPlan(len(shas), tuple(u for u, needed in old if not needed),
+                      tuple(u for u, needed in old if needed),
+                      tuple(u for u, blob, pack in shas if (blob, pack) == (None, None)))
 
 
 def collect_uploads(store: Store, *, now: float, grace: float = DEFAULT_GRACE_SECONDS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -28,7 +28,7 @@ from neffcache.lifecycle.copy import put_verified
 from neffcache.lifecycle.entry_select import decode_entry
 from neffcache.lifecycle.verify import Catalogue, Problem, check_objects, gate, read_catalogue
 from neffcache.lifecycle.verify_local import DirSource
-from neffcache.manifest import Manifest, PackRecord
+from neffcache.manifest import Manifest
 from neffcache.request_rules import checked_request
 from neffcache.store import (
     BLOBS,
@@ -56,18 +56,17 @@ class RepairItem(Document):
     sha256: str | None = None
 
 
-def plan_repair(problems: Sequence[Problem], blobs: Mapping[str, int],
-                packs: Mapping[str, PackRecord]) -> tuple[RepairItem, ...]:
+def plan_repair(problems: Sequence[Problem], cat: Catalogue) -> tuple[RepairItem, ...]:
     """The objects to rewrite, each once, by key (pure); an "unavailable" one may be good."""
     items: dict[str, RepairItem] = {}
     for p in problems:
         if p.kind == "unavailable" or p.key in items:
             continue
         name = p.key.rsplit("/", 1)[-1]
-        if p.key.startswith(BLOBS) and name in blobs:
-            items[p.key] = RepairItem(p.key, "blob", p.kind, blobs[name], name)
-        elif p.key.startswith(PACKS) and name in packs:
-            items[p.key] = RepairItem(p.key, "pack", p.kind, packs[name].size, name)
+        if p.key.startswith(BLOBS) and name in cat.blobs:
+            items[p.key] = RepairItem(p.key, "blob", p.kind, cat.blobs[name][0], name)
+        elif p.key.startswith(PACKS) and name in cat.packs:
+            items[p.key] = RepairItem(p.key, "pack", p.kind, cat.packs[name][0].size, name)
         elif p.key.startswith(MANIFESTS) and entry_key_of(p.key) is not None:
             items[p.key] = RepairItem(p.key, "manifest", p.kind)
     return tuple(items[k] for k in sorted(items))
@@ -187,7 +186,7 @@ def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _P
         cat = read_catalogue(target, pool, trust, workers=workers)
         _, found = check_objects(target, cat, pool, quick=False)
         problems = [*cat.problems, *found, *_unlisted(cat)]
-        wanted = [i for i in plan_repair(problems, {}, {}) if i.kind == "manifest"]
+        wanted = [i for i in plan_repair(problems, cat) if i.kind == "manifest"]
         read = map_in_threads(lambda i: _replacement(source, i.key, trust, cat), wanted,
                               workers)
         refused = tuple(r for r in read if isinstance(r, Problem))
@@ -200,9 +199,8 @@ def _plan(target: Store, source: Source, trust: TrustPolicy, workers: int) -> _P
         _, more = check_objects(target, cat, pool, quick=False, only=brought)
     bad = {p.key for p in refused}
     problems = [p for p in problems if p.key not in bad] + more
-    items = plan_repair(problems, {s: n for s, (n, _) in cat.blobs.items()},
-                        {s: r for s, (r, _) in cat.packs.items()})
-    planned = tuple(i for i in items if i.kind != "manifest" or i.key in manifests)
+    planned = tuple(i for i in plan_repair(problems, cat)
+                    if i.kind != "manifest" or i.key in manifests)
 
     def admitted(key: str) -> bool:
         try:

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -86,15 +87,13 @@ class RetirePolicy:
                 "keep_fingerprints": sorted(self.keep_fingerprints)}
 
     def describe(self) -> str:
-        parts = []
-        if self.keep_sdk_versions is not None:
-            parts.append(f"keep the newest {self.keep_sdk_versions} SDK version(s) per backend")
-        if self.keep_matrices:
-            parts.append(f"keep the cells of {', '.join(self.keep_matrices)}")
-        if self.keep_restored_days is not None:
-            parts.append(f"keep the fingerprints restored in the last "
-                         f"{self.keep_restored_days} day(s) ({len(self.keep_fingerprints)})")
-        return "; ".join(parts)
+        rules = ((self.keep_sdk_versions is not None,
+                  f"keep the newest {self.keep_sdk_versions} SDK version(s) per backend"),
+                 (bool(self.keep_matrices), f"keep the cells of {', '.join(self.keep_matrices)}"),
+                 (self.keep_restored_days is not None,
+                  f"keep the fingerprints restored in the last {self.keep_restored_days} day(s) "
+                  f"({len(self.keep_fingerprints)})"))
+        return "; ".join(text for given, text in rules if given)
 
     def kept_by(self, e: EntryInfo, kept_versions: Set[tuple[str, SdkVersion]]) -> tuple[str, ...]:
         """The rules that keep ``e`` (empty: retire it)."""
@@ -153,13 +152,11 @@ def plan_retire(entries: Iterable[EntryInfo], policy: RetirePolicy) -> RetirePla
     """The entries the policy keeps (by any rule) and retires, and the bytes gc then frees."""
     policy.check()
     entries = sorted(entries, key=lambda e: (e.backend, e.cell_id, e.entry_key))
-    by_backend: dict[str, set[SdkVersion]] = {}
-    for e in entries:
-        by_backend.setdefault(e.backend, set()).add(e.sdk)
     k = policy.keep_sdk_versions
     versions = [(backend, v, k is not None and i < k)
-                for backend, found in sorted(by_backend.items())
-                for i, v in enumerate(sorted(found, key=version_order, reverse=True))]
+                for backend, group in groupby(entries, key=lambda e: e.backend)
+                for i, v in enumerate(sorted({e.sdk for e in group}, key=version_order,
+                                             reverse=True))]
     kept_versions = {(backend, v) for backend, v, kept in versions if kept}
     rules = [(e, policy.kept_by(e, kept_versions)) for e in entries]
     keep = [e for e, r in rules if r]

@@ -103,13 +103,11 @@ def verify_local_dir(request: VerifyLocalDirRequest) -> VerifyLocalDirResult:
 
 
 def plan_local_checks(manifests: Sequence[Manifest], target: str) -> tuple[LocalCheck, ...]:
-    wanted: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
-    files: dict[tuple[str, str], str] = {}
-    for f, file in placed(manifests, target):
-        wanted.setdefault((f.root, f.path), []).append((f.size, f.sha256, f.mode))
-        files[(f.root, f.path)] = file
-    return tuple(LocalCheck(r, p, files[(r, p)], tuple(dict.fromkeys(w)))
-                 for (r, p), w in sorted(wanted.items()))
+    wanted: dict[tuple[str, str, str], list[tuple[int, str, int]]] = {}
+    for f, file in placed(manifests, target):  # the file: <target>/<root>/<path>
+        wanted.setdefault((f.root, f.path, file), []).append((f.size, f.sha256, f.mode))
+    return tuple(LocalCheck(r, p, file, tuple(dict.fromkeys(w)))
+                 for (r, p, file), w in sorted(wanted.items()))
 
 
 def placed(manifests: Sequence[Manifest], target: str) -> Iterator[tuple[FileRecord, str]]:
@@ -217,13 +215,9 @@ class DirSource:
             raise UsageError(f"--from-dir {target}: not a directory")
         manifests, _ = read_local_manifests(root)
         self.manifests = {m.entry_key: m for m in manifests}
-        self.files: dict[str, str] = {}
-        for f, file in placed(manifests, str(root)):
-            self.files.setdefault(f.sha256, file)
-        self.packs: dict[str, PackRecord] = {}
-        for m in manifests:
-            for p in m.packs:
-                self.packs.setdefault(p.sha256, p)
+        # reversed: the first file (pack) of each sha256 is the one kept
+        self.files = {f.sha256: file for f, file in reversed(list(placed(manifests, str(root))))}
+        self.packs = {p.sha256: p for m in reversed(manifests) for p in reversed(m.packs)}
 
     def read(self, key: str) -> bytes:
         with self.open(key) as src:

@@ -15,8 +15,7 @@ _FACE = {
     "base": ("BLOBS", "CELLS", "DAMAGED", "MANIFESTS", "PACKS", "PENDING", "REPORTS", "RETIRED",
              "STORE_MARKER", "MultipartUploads", "Store", "TempFile", "TempFiles", "Upload",
              "blob_key", "cell_pointer_key", "entry_key_of", "holds_good", "manifest_key",
-             "pointer_parts",
-             "pack_key", "report_key"),
+             "pack_key", "pointer_parts", "report_key"),
     "bundle": ("BundleStore",),
     "bundle_format": ("TOC_NAME", "BundleEntry", "Member", "Toc", "bundle_entry", "decode_toc",
                       "encode_toc", "plan_members"),
@@ -82,8 +81,7 @@ def describe_store(url: str) -> str:
     """``open_store(url).url`` without opening anything (no SDK import)."""
     if url.startswith("s3://"):
         bucket, _, prefix = redact_url(url)[len("s3://"):].partition("/")
-        prefix = prefix.strip("/")
-        return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        return f"s3://{bucket}/{prefix.strip('/')}".removesuffix("/")  # no prefix: no slash
     if url.startswith(BUNDLE):
         return f"{BUNDLE}{Path(url[len(BUNDLE):]).expanduser().absolute()}"
     return open_store(url).url  # a local store: constructing it touches nothing

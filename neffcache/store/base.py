@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -34,8 +35,7 @@ _MARKER_BODY = b'{"neffcache_store":1}\n'
 
 def check_key(key: str) -> str:
     """``key``, or UsageError unless it is relative with no empty, ``.`` or ``..`` part."""
-    parts = key.split("/")
-    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+    if any(p in ("", ".", "..") for p in key.split("/")):  # "" and "/..." have an empty part
         raise UsageError(f"invalid store key {key!r}: expected a relative path without '..'")
     return key
 
@@ -79,11 +79,9 @@ def recognise_store(store: Store, *, create: bool) -> None:
     """That ``store`` holds the marker, or (older stores) a manifest or a blob; with ``create``
     it gets a marker, read back. UnavailableError when the marker holds something else (an
     endpoint that answers anything), ConfigError when nothing is there (a mistyped prefix)."""
-    try:
+    with contextlib.suppress(NotFoundError):
         _marker_ok(store, store.read(STORE_MARKER))
         return
-    except NotFoundError:
-        pass
     if create:
         store.put(STORE_MARKER, io.BytesIO(_MARKER_BODY), if_absent=True)
         try:

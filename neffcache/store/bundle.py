@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ UNTRUSTED_GZIP_RATIO = 16
 TMP_RESERVE = 64 << 20
 
 
-class BundleStore:
+class BundleStore(contextlib.AbstractContextManager["BundleStore"]):
     """Read-only: ``put`` and ``delete`` are UsageErrors. Members are read by offset, never
     extracted, so a name never becomes a path."""
 
@@ -57,9 +58,6 @@ class BundleStore:
     def close(self) -> None:
         self._fh.close()
 
-    def __enter__(self) -> BundleStore:
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.close()
 
@@ -69,11 +67,9 @@ class BundleStore:
         if self._verified:
             return self.toc.total_bytes
         for m in self.toc.members:
-            h = hashlib.sha256()
-            with self.open(m.name) as src:
-                while chunk := src.read(_CHUNK):
-                    h.update(chunk)
-            if h.hexdigest() != m.sha256:
+            with FileRange(self._fh, self._offsets[m.name], m.size, "bundle") as src:
+                digest = hashlib.file_digest(src, "sha256").hexdigest()
+            if digest != m.sha256:
                 raise IntegrityError(f"bundle {self.path}: member {m.name} does not match its "
                                      f"sha256 in the table of contents (damaged or tampered)")
         self._verified = True
@@ -240,11 +236,9 @@ def _untrusted_cap(compressed: int, max_bytes: int | None) -> int:
 
     cap = max_bytes if max_bytes is not None else \
         compressed * UNTRUSTED_GZIP_RATIO + (16 << 20)
-    try:
+    with contextlib.suppress(OSError):
         st = os.statvfs(tempfile.gettempdir())
         cap = min(cap, max(0, st.f_bavail * st.f_frsize - TMP_RESERVE))
-    except OSError:
-        pass
     return cap
 
 

@@ -113,8 +113,7 @@ def decode_toc(data: bytes, source: str = "bundle") -> Toc:
 def _members(raw: Any, source: str) -> tuple[Member, ...]:
     if not isinstance(raw, list) or len(raw) > MAX_MEMBERS:
         raise IntegrityError(f"{source}: members: expected a list of at most {MAX_MEMBERS}")
-    out: list[Member] = []
-    seen: set[str] = set()
+    out: dict[str, Member] = {}
     for i, item in enumerate(raw):
         if not isinstance(item, list) or len(item) != 3:
             raise IntegrityError(f"{source}: members[{i}]: expected [name, size, sha256]")
@@ -126,11 +125,10 @@ def _members(raw: Any, source: str) -> tuple[Member, ...]:
             raise IntegrityError(f"{source}: members[{i}]: size {size!r}: expected an integer "
                                  f">= 0")
         check_member_name(name, sha, source)
-        if name in seen:
+        if name in out:
             raise IntegrityError(f"{source}: member {name} listed twice")
-        seen.add(name)
-        out.append(Member(name, size, sha))
-    return tuple(out)
+        out[name] = Member(name, size, sha)
+    return tuple(out.values())
 
 
 def _entries(raw: Any, names: set[str], source: str) -> tuple[BundleEntry, ...]:
@@ -154,13 +152,9 @@ def plan_members(manifests: Sequence[Manifest], manifest_bytes: Mapping[str, byt
     """In write order: manifests, pointers, each blob once (largest first), then packs."""
     members = [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(manifest_bytes.items())]
     members += [Member(k, len(b), sha256_bytes(b)) for k, b in sorted(pointer_bytes.items())]
-    blobs: dict[str, int] = {}
-    packs: dict[str, int] = {}
-    for m in manifests:
-        for f in m.files:
-            blobs.setdefault(f.sha256, f.size)
-        for p in m.packs:
-            packs.setdefault(p.sha256, p.size)
+    # reversed: the first size recorded for a sha256 is the one kept
+    blobs = {f.sha256: f.size for m in reversed(manifests) for f in reversed(m.files)}
+    packs = {p.sha256: p.size for m in reversed(manifests) for p in reversed(m.packs)}
     members += [Member(blob_key(s), n, s)
                 for s, n in sorted(blobs.items(), key=lambda i: (-i[1], i[0]))]
     members += [Member(pack_key(s), n, s) for s, n in sorted(packs.items())]

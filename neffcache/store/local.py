@@ -72,12 +72,10 @@ class LocalStore(Store):
         self._require_root()
         if if_absent and final.exists():
             return False
+        tmp: str | None = None
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=final.parent)
-        except OSError as exc:
-            raise UnavailableError(f"{self.url}/{key}: cannot write: {exc.strerror}") from None
-        try:
             with os.fdopen(fd, "wb") as out:
                 shutil.copyfileobj(source, out, _CHUNK)
                 out.flush()
@@ -94,8 +92,9 @@ class LocalStore(Store):
         except OSError as exc:
             raise UnavailableError(f"{self.url}/{key}: cannot write: {exc.strerror}") from None
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            if tmp is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
 
     def list(self, prefix: str) -> Iterator[str]:
         return self._keys(prefix, temps=False)

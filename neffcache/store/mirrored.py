@@ -73,8 +73,7 @@ class MirroredStore(Store):
                 self._served[self.stores[i].url] += 1
             return body
         with self._lock:
-            down = [e for _, e in sorted(self._down.items())]
-        raise missed or down[0]
+            raise missed or self._down[min(self._down)]
 
     def put(self, key: str, source: BinaryIO, *, if_absent: bool = True) -> bool:
         return self.stores[0].put(key, source, if_absent=if_absent)
@@ -83,21 +82,18 @@ class MirroredStore(Store):
         seen: set[str] = set()
         for i in range(len(self.stores)):
             keys: tuple[str, ...] = self._call(i, lambda s: tuple(s.list(prefix)), ())
-            for key in keys:
-                if key not in seen:
-                    seen.add(key)
-                    yield key
+            yield from (key for key in dict.fromkeys(keys) if key not in seen)
+            seen.update(keys)
 
     def delete(self, key: str) -> None:
         self.stores[0].delete(key)
 
     def _order(self, key: str, start: int, length: int | None) -> tuple[int, ...]:
+        n = len(self.stores)
         with self._lock:
-            n = self._asked[(key, start, length)]
+            first = self._asked[(key, start, length)]
             self._asked[(key, start, length)] += 1
-        first = n % len(self.stores)
-        every = tuple(range(len(self.stores)))
-        return every[first:] + every[:first]
+        return tuple((first + i) % n for i in range(n))
 
     def _usable(self, i: int) -> bool:
         with self._checking[i]:  # one probe, however many threads need the store at once

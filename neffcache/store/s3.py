@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import shutil
 import stat
@@ -24,7 +25,6 @@ from neffcache.store.base import (
     PACKS,
     ObjectStream,
     Store,
-    Upload,
     check_key,
     read_full,
     recognise_store,
@@ -78,21 +78,20 @@ class S3Store(Store):
         self.bucket, self.prefix = bucket, self.settings.location.prefix
         self.url, self.endpoint = self.settings.url, self.settings.endpoint
         self.create = create
+        storage_class = self.settings.puts.storage_class
+        self._attributes: Any = {"Storage-Class": storage_class} if storage_class else None
         self._provider = profile_credentials(self.settings.credentials, self.url, env) \
             if self.settings.credentials.needs_botocore else None
-        left = None if deadline is None else max(0.05, deadline - time.monotonic())
-
-        def clip(*seconds: float) -> tuple[float, ...]:
-            return seconds if left is None else tuple(min(t, left) for t in seconds)
-
-        self._client = self._connect(clip(CONNECT_TIMEOUT, READ_TIMEOUT, REQUEST_TIMEOUT,
-                                          RETRY_TIMEOUT))
+        left = math.inf if deadline is None else max(0.05, deadline - time.monotonic())
+        self._client = self._connect(tuple(min(t, left) for t in (
+            CONNECT_TIMEOUT, READ_TIMEOUT, REQUEST_TIMEOUT, RETRY_TIMEOUT)))
         # check() fails within seconds on an unreachable endpoint (as many attempts as others).
-        self._probe_timeouts = clip(2.0, 5.0, PROBE_TIMEOUT, PROBE_TIMEOUT)
+        self._probe_timeouts = tuple(min(t, left) for t in (2.0, 5.0, PROBE_TIMEOUT, PROBE_TIMEOUT))
         self._probe: _Client | None = None
         self._lock = threading.Lock()
         self._multipart = threading.BoundedSemaphore(MULTIPART_UPLOADS)
-        self._uploads = UploadClient(self.settings, (CONNECT_TIMEOUT, READ_TIMEOUT))
+        uploads = UploadClient(self.settings, (CONNECT_TIMEOUT, READ_TIMEOUT))
+        self.list_uploads, self.abort_upload = uploads.list, uploads.abort  # MultipartUploads
 
     @classmethod
     def from_url(cls, url: str, environ: Mapping[str, str] | None = None, *,
@@ -123,11 +122,8 @@ class S3Store(Store):
         if length == 0:
             self._head(key)
             return io.BytesIO()
-        options: dict[str, Any] = {}
-        if length is not None:
-            options["range"] = (start, start + length)
-        elif start:
-            options["range"] = {"offset": start}
+        ranged = (start, start + length) if length is not None else {"offset": start}
+        options: dict[str, Any] = {"range": ranged} if length is not None or start else {}
         with self._translated("GetObject", key):
             try:
                 result = obstore.get(self._client, key, options=options)  # type: ignore[arg-type]
@@ -204,36 +200,20 @@ class S3Store(Store):
         with contextlib.suppress(NotFoundError), self._translated("DeleteObject", key):
             obstore.delete(self._client, key)
 
-    def list_uploads(self) -> Iterator[Upload]:
-        return self._uploads.list()
-
-    def abort_upload(self, upload: Upload) -> None:
-        self._uploads.abort(upload)
-
-    @property
-    def _attributes(self) -> Any:
-        storage_class = self.settings.puts.storage_class
-        return {"Storage-Class": storage_class} if storage_class else None
-
     def _connect(self, timeouts: tuple[float, ...]) -> _Client:
         """A client with ``timeouts``: connect, read, whole request, retry window (seconds).
         obstore retries a failed request (5xx, a dropped connection, a read timeout) with
         jittered backoff, and resumes a response cut short with a ranged GET."""
         connect, read, request, retrying = (timedelta(seconds=t) for t in timeouts)
         s = self.settings
+        given = {"endpoint": s.location.endpoint, "region": s.location.region,
+                 "unsigned_payload": s.unsigned or None,
+                 # SSE goes on every PutObject and CreateMultipartUpload
+                 "server_side_encryption": s.puts.sse, "sse_kms_key_id": s.puts.kms_key_id,
+                 # this store's keys, not the process's
+                 **(dict(s.keys) if s.credentials.name == ENVIRONMENT else {})}
         config: S3Config = {"virtual_hosted_style_request": s.location.virtual_hosted}
-        if s.location.endpoint:
-            config["endpoint"] = s.location.endpoint
-        if s.location.region:
-            config["region"] = s.location.region
-        if s.unsigned:
-            config["unsigned_payload"] = True
-        if s.puts.sse:  # on every PutObject and CreateMultipartUpload
-            config["server_side_encryption"] = s.puts.sse
-        if s.puts.kms_key_id:
-            config["sse_kms_key_id"] = s.puts.kms_key_id
-        if s.credentials.name == ENVIRONMENT:  # this store's keys, not the process's
-            config.update(dict(s.keys))  # type: ignore[typeddict-item]
+        config.update({k: v for k, v in given.items() if v})  # type: ignore[typeddict-item]
         options = dict(connect_timeout=connect, read_timeout=read, timeout=request,
                        pool_max_idle_per_host=str(POOL_CONNECTIONS),
                        allow_http=s.location.allow_http)

@@ -91,29 +91,27 @@ class UploadClient:
         if self.settings.credentials.name == NONE:
             raise no_credentials(self.settings.url, op)
         with self._lock:
-            if self._client is None:
-                self._client = self._make(op)
+            if self._client is not None:
+                return self._client
+            import botocore.session  # type: ignore[import-untyped]
+            from botocore.config import Config  # type: ignore[import-untyped]
+
+            loc = self.settings.location
+            connect, read = self._timeouts
+            config = Config(connect_timeout=connect, read_timeout=read,
+                            retries={"mode": "standard",
+                                     "total_max_attempts": self.settings.max_attempts},
+                            s3={"addressing_style": "virtual" if loc.virtual_hosted else "path"})
+            # A virtual-hosted FIPS/dual-stack endpoint already holds the bucket name: botocore
+            # builds the same one from AWS_USE_FIPS_ENDPOINT / AWS_USE_DUALSTACK_ENDPOINT itself.
+            endpoint = None if loc.virtual_hosted else loc.endpoint
+            try:
+                self._client = botocore.session.Session().create_client(
+                    "s3", region_name=loc.region or "us-east-1", endpoint_url=endpoint,
+                    config=config)
+            except Exception as exc:  # noqa: BLE001 - every botocore failure is translated
+                raise self._error(exc, op) from None
             return self._client
-
-    def _make(self, op: str) -> Any:
-        import botocore.session  # type: ignore[import-untyped]
-        from botocore.config import Config  # type: ignore[import-untyped]
-
-        loc = self.settings.location
-        connect, read = self._timeouts
-        config = Config(connect_timeout=connect, read_timeout=read,
-                        retries={"mode": "standard",
-                                 "total_max_attempts": self.settings.max_attempts},
-                        s3={"addressing_style": "virtual" if loc.virtual_hosted else "path"})
-        # A virtual-hosted FIPS/dual-stack endpoint already holds the bucket name: botocore
-        # builds the same one from AWS_USE_FIPS_ENDPOINT / AWS_USE_DUALSTACK_ENDPOINT itself.
-        endpoint = None if loc.virtual_hosted else loc.endpoint
-        try:
-            return botocore.session.Session().create_client(
-                "s3", region_name=loc.region or "us-east-1", endpoint_url=endpoint,
-                config=config)
-        except Exception as exc:  # noqa: BLE001 - every botocore failure is translated
-            raise self._error(exc, op) from None
 
     def _error(self, exc: BaseException, op: str) -> Exception:
         return botocore_failure(exc, where=self.settings.url, endpoint=self.settings.endpoint,
