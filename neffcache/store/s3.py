@@ -206,14 +206,19 @@ class S3Store(Store):
         jittered backoff, and resumes a response cut short with a ranged GET."""
         connect, read, request, retrying = (timedelta(seconds=t) for t in timeouts)
         s = self.settings
-        given = {"endpoint": s.location.endpoint, "region": s.location.region,
-                 "unsigned_payload": s.unsigned or None,
-                 # SSE goes on every PutObject and CreateMultipartUpload
-                 "server_side_encryption": s.puts.sse, "sse_kms_key_id": s.puts.kms_key_id,
-                 # this store's keys, not the process's
-                 **(dict(s.keys) if s.credentials.name == ENVIRONMENT else {})}
         config: S3Config = {"virtual_hosted_style_request": s.location.virtual_hosted}
-        config.update({k: v for k, v in given.items() if v})  # type: ignore[typeddict-item]
+        if s.location.endpoint:
+            config["endpoint"] = s.location.endpoint
+        if s.location.region:
+            config["region"] = s.location.region
+        if s.unsigned:
+            config["unsigned_payload"] = True
+        if s.puts.sse:  # on every PutObject and CreateMultipartUpload
+            config["server_side_encryption"] = s.puts.sse
+        if s.puts.kms_key_id:
+            config["sse_kms_key_id"] = s.puts.kms_key_id
+        if s.credentials.name == ENVIRONMENT:  # this store's keys, not the process's
+            config.update(dict(s.keys))  # type: ignore[typeddict-item]
         options = dict(connect_timeout=connect, read_timeout=read, timeout=request,
                        pool_max_idle_per_host=str(POOL_CONNECTIONS),
                        allow_http=s.location.allow_http)
