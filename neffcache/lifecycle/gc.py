@@ -215,6 +215,7 @@ def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
     deleted: list[str] = []
     kept: list[str] = []
     todo = list(plan.delete)
+    keep: set[str] = set()  # every listing's: a manifest seen once protects later batches too
     new_packs: set[str] = set()
     publish_started = False
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -223,7 +224,8 @@ def apply_gc(store: Store, plan: GcPlan, seen: tuple[set[str], set[str]], *,
             new_i = set(store.list(PENDING)) - seen_intents
             seen_manifests |= new_m
             seen_intents |= new_i
-            keep, packs_named = read_all_references(store, new_m, workers)
+            blobs_named, packs_named = read_all_references(store, new_m, workers)
+            keep |= blobs_named
             new_packs |= packs_named
             publish_started = publish_started or bool(new_i)
             keep |= set().union(*(i.blobs for i in read_intents(store, new_i, workers)))

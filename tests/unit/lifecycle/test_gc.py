@@ -11,6 +11,7 @@ from neffcache.backends import NEURON
 from neffcache.errors import IntegrityError, UsageError
 from neffcache.fingerprint import build_fingerprint
 from neffcache.hashing import sha256_bytes
+from neffcache.lifecycle import gc as gc_module
 from neffcache.lifecycle.gc import (
     Intent,
     apply_gc,
@@ -77,6 +78,23 @@ def test_gc_spares_blobs_of_a_manifest_written_after_planning(tmp_path: Path) ->
     result = apply_gc(store, plan, (seen_m, seen_i))
     assert result.deleted == () and result.kept_on_recheck == (blob_key(A),)
     assert store.has(blob_key(A))
+
+
+def test_a_manifest_seen_at_the_first_listing_protects_every_later_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A manifest written after planning names a blob of the last batch: gc keeps it though
+    the listings between found nothing new (each batch is checked against every listing)."""
+    monkeypatch.setattr(gc_module, "_BATCH", 1)
+    store = LocalStore(tmp_path / "store")
+    for sha in (A, B, C):
+        store.put(blob_key(sha), io.BytesIO(sha.encode()))
+    plan, seen_m, seen_i = collect_gc(store, now=0.0)
+    assert plan.delete == tuple(blob_key(s) for s in (A, B, C))
+    store.put("manifests/" + "e" * 64 + ".json", io.BytesIO(
+        b'{"schema_version": 1, "files": [{"sha256": "%s"}]}' % C.encode()))
+    result = apply_gc(store, plan, (seen_m, seen_i), recheck=1e9)
+    assert result.deleted == (blob_key(A), blob_key(B))
+    assert result.kept_on_recheck == (blob_key(C),) and store.has(blob_key(C))
 
 
 # --- packs ---------------------------------------------------------------------------------
