@@ -13,10 +13,24 @@ from sqlalchemy import Connection
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import CoverageReport, Index
-from neffcache.index.coverage_engine.reads import read_facts, scope_of_keys
+from neffcache.index.coverage_engine.reads import Scope, find_fingerprints, read_facts
 from neffcache.index.coverage_engine.rules import build_coverage
+from neffcache.index.listing import Reader
 from neffcache.index.sqla_reader import SqlaReader
 from neffcache.matrix import Cell
+
+
+def scope_of_keys(keys: Sequence[str]) -> Scope:
+    return ("keys", keys)
+
+
+def scope_of_matrix(matrix_id: int) -> Scope:
+    return ("matrix", matrix_id)
+
+
+def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
+    """Up to 10 fingerprint keys starting with the hex ``prefix``, in order."""
+    return list(find_fingerprints(reader, prefix))
 
 
 def coverage_of(ix: Index, cells: Sequence[Cell], fingerprints: Sequence[Fingerprint] = (),

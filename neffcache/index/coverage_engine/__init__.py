@@ -27,7 +27,6 @@ from neffcache.index.coverage_engine.reads import (
     matrix_versions,
     plan_coverage,
     read_facts,
-    scope_of_keys,
 )
 from neffcache.index.coverage_engine.reads import find_fingerprints as _find_fingerprints
 from neffcache.index.coverage_engine.rules import (
@@ -143,7 +142,7 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     settings = read_settings(os.environ, index=request.index, python=request.python)
     with open_reader(settings) as reader:
         chosen = _choose(reader, request, settings.python)
-        facts = read_facts(reader, scope_of_keys(sorted({k for _, k in chosen.cells})),
+        facts = read_facts(reader, ("keys", sorted({k for _, k in chosen.cells})),
                            database_now(reader), named=chosen.named)
     report = build_coverage(chosen.cells, chosen.given, facts)
     if request.fingerprints:
@@ -282,15 +281,9 @@ def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerpri
     given: list[Fingerprint] = []
     order: list[str] = []
     for w in wanted or (HOST,):
-        if not isinstance(w, str):
-            given.append(w)
-            order.append(w.key)
-        elif w == HOST:
-            assert here is not None
-            given.append(here)
-            order.append(here.key)
-        else:
-            key = w.strip().lower()
+        fp = here if w == HOST else w
+        if isinstance(fp, str):
+            key = fp.strip().lower()
             found = _find_fingerprints(reader, key)
             if not found and is_sha256(key):
                 order.append(key)  # a fingerprint nothing has been built for yet
@@ -303,6 +296,9 @@ def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerpri
                                  hint=None if found else "a fingerprint nothing has been "
                                  "built for yet: give its full 64-hex key "
                                  "(`neffcache fingerprint` on a host that has it prints it)")
-            given.extend(found.values())
-            order.extend(found)
+        else:
+            assert fp is not None
+            found = {fp.key: fp}
+        given.extend(found.values())
+        order.extend(found)
     return here, given, order

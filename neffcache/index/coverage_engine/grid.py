@@ -7,6 +7,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection, func, select, text
@@ -18,7 +20,6 @@ from neffcache.index.coverage_engine.reads import (
     matrix_versions,
     read_facts,
     read_fingerprints,
-    scope_of_matrix,
     versions_of,
 )
 from neffcache.index.coverage_engine.rules import (
@@ -80,18 +81,18 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
     if conn.dialect.name == "postgresql":
         # Without statistics the planner's cost estimate JIT-compiles the probe: ~0.1 s.
         conn.execute(text("SET LOCAL jit = off"))
-    facts = read_facts(reader, scope_of_matrix(chosen.id), now, details=False,
+    facts = read_facts(reader, ("matrix", chosen.id), now, details=False,
                        named=list(restores))
     chosen = replace(chosen, cell_count=len(refs))
     cells = [c for c in refs if not pattern or fnmatch.fnmatchcase(c[0], pattern)]
     report = build_coverage(cells, (), facts, details=False)
-    report = report.only([f.key for f in by_severity(
-        replace(c, restores=restores.get(c.key, 0)) for c in report.fingerprints)])
+    columns = by_severity(replace(c, restores=restores.get(c.key, 0)) for c in report.fingerprints)
+    report = replace(report.only([c.key for c in columns]),
+                     fingerprints=distinguish(columns, facts.fingerprints))
     stop = len(report.cells) if limit is None else offset + limit
     verified = verified_pairs(conn, [key for _, key in report.cells[offset:stop]])
-    grid = grid_page(chosen, report, pattern=pattern, offset=offset, limit=limit,
-                     restores=restores, verified=verified)
-    return replace(grid, fingerprints=distinguish(grid.fingerprints, facts.fingerprints))
+    return grid_page(chosen, report, pattern=pattern, offset=offset, limit=limit,
+                     verified=verified)
 
 
 def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
@@ -101,19 +102,17 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
     versions = current_versions_in(conn)
     ids = [v.id for v in versions]
     tallies: defaultdict[int, Tally] = defaultdict(Tally)
-    named: dict[str, dict[str, int]] = {}
-    if ids:
-        for matrix_id, fp, ready, failed in conn.execute(
-                select(cc.c.matrix_id, cc.c.fingerprint_key, cc.c.ready, cc.c.failed)
-                .where(cc.c.matrix_id.in_(ids))):
-            if ready or failed:
-                tallies[matrix_id].add(fp, READY, int(ready))
-                tallies[matrix_id].add(fp, FAILED, int(failed))
-        for matrix_id, fp, failure in _leased_cells(conn, ids, now):
-            # counted by the aggregates as without its lease: moved by the rule
-            tallies[matrix_id].add(fp, status_of(False, False, failure), -1)
-            tallies[matrix_id].add(fp, status_of(False, True, failure))
-        named = _restores_of(conn, sorted({v.name for v in versions}))
+    for matrix_id, fp, ready, failed in conn.execute(
+            select(cc.c.matrix_id, cc.c.fingerprint_key, cc.c.ready, cc.c.failed)
+            .where(cc.c.matrix_id.in_(ids))):
+        if ready or failed:
+            tallies[matrix_id].add(fp, READY, int(ready))
+            tallies[matrix_id].add(fp, FAILED, int(failed))
+    for matrix_id, fp, failure in _leased_cells(conn, ids, now):
+        # counted by the aggregates as without its lease: moved by the rule
+        tallies[matrix_id].add(fp, status_of(False, False, failure), -1)
+        tallies[matrix_id].add(fp, status_of(False, True, failure))
+    named = _restores_of(conn, sorted({v.name for v in versions}))
     keys = sorted({fp for t in tallies.values() for fp in t.keys()}
                   | {fp for fps in named.values() for fp in fps})
     prints = read_fingerprints(SqlaReader(conn), keys)
@@ -150,12 +149,10 @@ def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[Mat
 
 
 def current_versions_in(conn: Connection) -> list[MatrixVersion]:
-    by_name: dict[str, list[Any]] = {}
-    for name, *row in conn.execute(select(M.c.name, M.c.id, M.c.digest, M.c.backend,
-                                          M.c.registered_at).order_by(M.c.name, M.c.id)):
-        by_name.setdefault(name, []).append(row)
-    return _counted(conn, [v for name in sorted(by_name)
-                           for v in versions_of(name, by_name[name]) if v.current])
+    rows = sorted(conn.execute(select(M.c.name, M.c.id, M.c.digest, M.c.backend,
+                                      M.c.registered_at)), key=itemgetter(0, 1))
+    return _counted(conn, [v for name, group in groupby(rows, itemgetter(0))
+                           for v in versions_of(name, [r[1:] for r in group]) if v.current])
 
 
 def _counted(conn: Connection, versions: list[MatrixVersion]) -> list[MatrixVersion]:

@@ -6,7 +6,7 @@ import functools
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any, cast
@@ -189,7 +189,6 @@ def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
 
 def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | None = None,
               offset: int = 0, limit: int | None = None,
-              restores: Mapping[str, int] | None = None,
               verified: Mapping[Pair, str] | None = None) -> CoverageGrid:
     """A coverage report as a page of the API's grid (counts over every cell)."""
     total = len(report.cells)
@@ -200,10 +199,8 @@ def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | N
         (j, verified[(cell_key, k)]) for j, k in enumerate(keys) if (cell_key, k) in verified))
         for (cell_id, cell_key), statuses
         in zip(report.cells[offset:stop], report.statuses[offset:stop], strict=True))
-    fps = tuple(replace(c, restores=(restores or {}).get(c.key, 0))
-                for c in report.fingerprints)
     return CoverageGrid(matrix, pattern, total, offset, total if limit is None else limit,
-                        fps, rows)
+                        report.fingerprints, rows)
 
 
 class RowLines:
