@@ -147,11 +147,9 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     report = build_coverage(chosen.cells, chosen.given, facts)
     if request.fingerprints:
         report = report.only(chosen.order)
-    not_ready = None
-    if request.check:
-        keys = set(chosen.order)
-        not_ready = tuple(r for r in report.rows
-                          if r.fingerprint_key in keys and r.status != READY)
+    keys = set(chosen.order)
+    not_ready = tuple(r for r in report.rows if r.fingerprint_key in keys
+                      and r.status != READY) if request.check else None
     return CoverageResult(chosen.source, chosen.backend, chosen.here, report,
                           tuple(request.cells), not_ready)
 

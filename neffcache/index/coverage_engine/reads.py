@@ -47,8 +47,8 @@ def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = T
                named: Sequence[str] = ()) -> CoverageFacts:
     """Entries, latest failures and live leases of ``scope``, one statement each; their prints."""
     facts = CoverageFacts(named=tuple(dict.fromkeys(named)))
-    if scope[0] != "keys" or scope[1]:
-        kind, value = scope
+    kind, value = scope
+    if kind != "keys" or value:
         params = ({"matrix_id": value} if kind == "matrix"
                   else {"keys": keys_param(reader.dialect, value)})
         shape = shape_of({"scope": kind, "details": details})

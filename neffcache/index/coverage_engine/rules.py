@@ -73,23 +73,18 @@ def _zeros() -> dict[str, int]:
     return dict.fromkeys(STATUSES, 0)
 
 
-class Tally:
+class Tally(defaultdict[str, dict[str, int]]):
     """Statuses counted per column key: the one counter of coverage."""
 
-    __slots__ = ("_n",)
-
     def __init__(self, keys: Iterable[str] = ()) -> None:
-        self._n = defaultdict(_zeros, {k: _zeros() for k in keys})
+        super().__init__(_zeros, {k: _zeros() for k in keys})
 
     def add(self, key: str, status: str, n: int = 1) -> None:
-        self._n[key][status] += n
-
-    def keys(self) -> list[str]:
-        return list(self._n)
+        self[key][status] += n
 
     def counts(self, key: str, cells: int | None = None) -> dict[str, int]:
         """The counts of column ``key``; with ``cells``, missing is what the others leave."""
-        n = dict(self._n.get(key) or _zeros())
+        n = dict(self.get(key) or _zeros())
         if cells is not None:
             n[MISSING] = cells - n[READY] - n[FAILED] - n[IN_PROGRESS]
         return n
