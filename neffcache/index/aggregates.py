@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Table, delete, func, select
@@ -73,12 +75,9 @@ def _matrices_of(session: Session | Connection, cell_keys: Iterable[str]) -> dic
 def _pairs_with(session: Session | Connection, table: Table, pairs: Sequence[Pair]
                 ) -> set[Pair]:
     found: set[Pair] = set()
-    by_fp: dict[str, list[str]] = {}
-    for cell, fp in pairs:
-        by_fp.setdefault(fp, []).append(cell)
     t = table.c
-    for fp, cells in by_fp.items():
-        for part in chunks(sorted(set(cells))):
+    for fp, group in groupby(sorted(pairs, key=itemgetter(1)), itemgetter(1)):
+        for part in chunks(sorted({cell for cell, _ in group})):
             found.update((c, fp) for c in session.scalars(
                 select(t.cell_key).where(t.fingerprint_key == fp, t.cell_key.in_(part))
                 .distinct()))

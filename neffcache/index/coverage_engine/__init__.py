@@ -230,8 +230,7 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
     """``coverage`` as a stream (``CoverageStream``), a batch of cells read at a time.
     Raises what ``coverage`` raises, before any row is read."""
     settings = read_settings(os.environ, index=request.index, python=request.python)
-    stack = contextlib.ExitStack()
-    try:
+    with contextlib.ExitStack() as stack:  # closed here if anything raises before the rows
         reader = open_reader(settings, snapshot=True)
         stack.callback(reader.close)
         chosen = _choose(reader, request, settings.python)
@@ -239,10 +238,7 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
         plan = plan_coverage(reader, chosen.cells, chosen.given, now, named=chosen.named,
                              only=chosen.order if request.fingerprints else None)
         cells = coverage_cells(reader, plan, now)
-    except BaseException:
-        stack.close()
-        raise
-    return CoverageStream(chosen, plan, cells, request.check, stack)
+        return CoverageStream(chosen, plan, cells, request.check, stack.pop_all())
 
 
 def _load_cells(reader: Reader, matrix: str
