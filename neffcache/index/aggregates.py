@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from itertools import groupby
 from operator import itemgetter
@@ -72,7 +72,7 @@ def _matrices_of(session: Session | Connection, cell_keys: Iterable[str]) -> dic
     return out
 
 
-def _pairs_with(session: Session | Connection, table: Table, pairs: Sequence[Pair]
+def _pairs_with(session: Session | Connection, table: Table, pairs: Iterable[Pair]
                 ) -> set[Pair]:
     found: set[Pair] = set()
     t = table.c
@@ -84,25 +84,15 @@ def _pairs_with(session: Session | Connection, table: Table, pairs: Sequence[Pai
     return found
 
 
-def _coverage_deltas(session: Session | Connection, deltas: Mapping[Pair, tuple[int, int]],
-                     matrices: Mapping[str, Sequence[int]] | None = None) -> None:
-    """Apply (ready, failed) changes of pairs to every matrix version holding the cell."""
-    if matrices is None:
-        matrices = _matrices_of(session, (c for c, _ in deltas))
-    _add(session, coverage_counts, (((matrix_id, fp), counts)
-                                    for (cell, fp), counts in deltas.items()
-                                    for matrix_id in matrices.get(cell, ())))
-
-
 def entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
                     sign: int) -> None:
-    """Entries just inserted (``sign`` 1) or deleted (-1): ready and failed move."""
-    pairs = [(c, f) for c, f, _ in entries]
-    matrices = _matrices_of(session, (c for c, _ in pairs))
-    held = [p for p in pairs if p[0] in matrices]
+    """Entries just inserted (``sign`` 1) or deleted (-1): ready and failed move, in every
+    matrix version holding the cell."""
+    matrices = _matrices_of(session, (c for c, _, _ in entries))
+    held = dict.fromkeys((c, f) for c, f, _ in entries if c in matrices)
     failed = _pairs_with(session, cell_failures, held) if held else set()
-    _coverage_deltas(session, {p: (sign, -sign if p in failed else 0) for p in held},
-                     matrices)
+    _add(session, coverage_counts, (((m, fp), (sign, -sign if (cell, fp) in failed else 0))
+                                    for cell, fp in held for m in matrices[cell]))
     _add(session, fingerprint_counts, (((fp,), (sign, sign * int(size)))
                                        for _, fp, size in entries))
 
@@ -112,7 +102,8 @@ def failure_adding(session: Session | Connection, cell_key: str, fingerprint_key
     pair = [(cell_key, fingerprint_key)]
     if _pairs_with(session, entries, pair) or _pairs_with(session, cell_failures, pair):
         return
-    _coverage_deltas(session, {pair[0]: (0, 1)})
+    _add(session, coverage_counts, (((m, fingerprint_key), (0, 1))
+                                    for m in _matrices_of(session, [cell_key]).get(cell_key, ())))
 
 
 def matrix_registered(session: Session | Connection, matrix_id: int) -> None:

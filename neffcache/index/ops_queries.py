@@ -250,16 +250,14 @@ def lease_stats(index: Index) -> list[LeaseStats]:
     """Held leases per (matrix, fingerprint), live and expired: by a range of the expires_at
     index, so the cost follows the busy and dead workers, not the queue's length."""
     c = cell_claims.c
-    counts: dict[tuple[str, str], list[int]] = {}
     with index.read_session() as s:
         now = index.now(s)
-        for matrix, fp, expires in s.execute(
-                select(c.matrix_name, c.fingerprint_key, c.expires_at)
-                .where(c.expires_at > EPOCH, c.holder.is_not(None))):
-            acc = counts.setdefault((str(matrix), str(fp)), [0, 0])
-            acc[0 if as_utc(expires) > now else 1] += 1  # type: ignore[operator]
-    return [LeaseStats(m, fp, live, expired)
-            for (m, fp), (live, expired) in sorted(counts.items())]
+        counts = Counter((str(m), str(fp), as_utc(expires) <= now)  # type: ignore[operator]
+                         for m, fp, expires in s.execute(
+                             select(c.matrix_name, c.fingerprint_key, c.expires_at)
+                             .where(c.expires_at > EPOCH, c.holder.is_not(None))))
+    return [LeaseStats(m, fp, counts[m, fp, False], counts[m, fp, True])
+            for m, fp in sorted({(m, fp) for m, fp, _ in counts})]
 
 
 def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[MatrixRunTime]:
