@@ -52,8 +52,6 @@ def _add(session: Session | Connection, table: Table,
         merged[key] = list(row) if acc is None else [
             max(a, b) if name in replace else a + b
             for name, a, b in zip(values, acc, row, strict=True)]
-    if not merged:
-        return
     stmt = _upsert(dialect_insert(session), table, tuple(replace))
     names = [c.name for c in table.primary_key] + values
     # rows in key order: concurrent writers do not deadlock

@@ -168,9 +168,8 @@ class _Chosen:
 def _choose(reader: Reader, request: CoverageRequest, python: str | None) -> _Chosen:
     source, backend, all_cells = _load_cells(reader, str(request.matrix))
     pats = [p for p in request.cells if p]
-    cells = cell_ids_and_keys(all_cells)
-    if pats:
-        cells = tuple(c for c in cells if any(fnmatch.fnmatchcase(c[0], p) for p in pats))
+    cells = tuple(c for c in cell_ids_and_keys(all_cells)
+                  if not pats or any(fnmatch.fnmatchcase(c[0], p) for p in pats))
     here, given, order = _fingerprints(reader, backend, tuple(request.fingerprints), python)
     known = {fp.key for fp in given}
     return _Chosen(source, backend, cells, here, given, order,
@@ -269,9 +268,8 @@ def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerpri
                   python: str | None
                   ) -> tuple[Fingerprint | None, list[Fingerprint], list[str]]:
     """(this host's, the ones to show first, the columns' keys); UsageError for a bad prefix."""
-    here = None
-    if not wanted or HOST in wanted:
-        here = collect_fingerprint(backend, os.environ, python=python)
+    here = (collect_fingerprint(backend, os.environ, python=python)
+            if not wanted or HOST in wanted else None)
     given: list[Fingerprint] = []
     order: list[str] = []
     for w in wanted or (HOST,):

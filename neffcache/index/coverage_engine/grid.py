@@ -113,15 +113,14 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
         tallies[matrix_id].add(fp, status_of(False, False, failure), -1)
         tallies[matrix_id].add(fp, status_of(False, True, failure))
     named = _restores_of(conn, sorted({v.name for v in versions}))
-    keys = sorted({fp for t in tallies.values() for fp in t.keys()}
-                  | {fp for fps in named.values() for fp in fps})
+    keys = sorted(set().union(*tallies.values(), *named.values()))
     prints = read_fingerprints(SqlaReader(conn), keys)
     grids = []
     for v in versions:
         tally, restores = tallies.get(v.id, Tally()), named.get(v.name, {})
         fps = by_severity(column_of(k, prints.get(k), tally.counts(k, v.cell_count),
                                     restores=restores.get(k, 0))
-                          for k in {*tally.keys(), *restores})
+                          for k in {*tally, *restores})
         grids.append(CoverageGrid(v, None, v.cell_count, 0, 0, tuple(fps), ()))
     return sorted(grids, key=lambda g: (not g.fingerprints, severity(g.fingerprints[0])
                                         if g.fingerprints else (), g.matrix.name))
