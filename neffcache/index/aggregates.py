@@ -88,7 +88,7 @@ def entries_changed(session: Session | Connection, entries: Sequence[tuple[str, 
     matrix version holding the cell."""
     matrices = _matrices_of(session, (c for c, _, _ in entries))
     held = dict.fromkeys((c, f) for c, f, _ in entries if c in matrices)
-    failed = _pairs_with(session, cell_failures, held) if held else set()
+    failed = _pairs_with(session, cell_failures, held)
     _add(session, coverage_counts, (((m, fp), (sign, -sign if (cell, fp) in failed else 0))
                                     for cell, fp in held for m in matrices[cell]))
     _add(session, fingerprint_counts, (((fp,), (sign, sign * int(size)))

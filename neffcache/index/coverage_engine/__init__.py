@@ -144,9 +144,8 @@ def coverage(request: CoverageRequest) -> CoverageResult:
         chosen = _choose(reader, request, settings.python)
         facts = read_facts(reader, ("keys", sorted({k for _, k in chosen.cells})),
                            database_now(reader), named=chosen.named)
-    report = build_coverage(chosen.cells, chosen.given, facts)
-    if request.fingerprints:
-        report = report.only(chosen.order)
+    report = build_coverage(chosen.cells, chosen.given, facts,
+                            only=chosen.order if request.fingerprints else None)
     keys = set(chosen.order)
     not_ready = tuple(r for r in report.rows if r.fingerprint_key in keys
                       and r.status != READY) if request.check else None

@@ -49,8 +49,6 @@ def verified_pairs(conn: Any, cell_keys: Sequence[str]) -> dict[Pair, str]:
     """How the first call after a restore went (the partial index of migration 0007)."""
     from neffcache.index.tables import entries as e
 
-    if not cell_keys:
-        return {}
     dialect = conn.dialect.name
     stmt = (select(e.c.cell_key, e.c.fingerprint_key, e.c.verified_status)
             .where(in_keys(dialect, e.c.cell_key), e.c.verified_status.is_not(None)))
@@ -156,8 +154,6 @@ def current_versions_in(conn: Connection) -> list[MatrixVersion]:
 
 def _counted(conn: Connection, versions: list[MatrixVersion]) -> list[MatrixVersion]:
     """``versions``, each with its ``cell_count``."""
-    if not versions:
-        return []
     n_cells = {int(k): int(n) for k, n in conn.execute(
         select(MC.c.matrix_id, func.count()).where(MC.c.matrix_id.in_([v.id for v in versions]))
         .group_by(MC.c.matrix_id)).all()}

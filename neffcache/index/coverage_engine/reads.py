@@ -78,8 +78,6 @@ def read_fingerprints(reader: Reader, keys: Sequence[str]) -> dict[str, Fingerpr
 
 def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: datetime) -> set[str]:
     """Fingerprint keys with an entry, a failure or a live lease for one of these cells."""
-    if not cell_keys:
-        return set()
     return {r[0] for r in reader.all("cov_fingerprints_with", (), {
         "keys": keys_param(reader.dialect, cell_keys), "now": now})}
 

@@ -166,10 +166,11 @@ class CoveragePlan:
 
 def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
                    given: Sequence[Fingerprint], facts: CoverageFacts, *,
-                   details: bool = True) -> CoverageReport:
-    """Each cell's statuses, each column's counts and, with ``details``, each CoverageRow."""
+                   details: bool = True, only: Sequence[str] | None = None) -> CoverageReport:
+    """Each cell's statuses, each column's counts and, with ``details``, each CoverageRow
+    (``only``: these columns, as ``CoveragePlan.of``)."""
     plan = CoveragePlan.of(cell_ids_and_keys(cells), given, facts.fingerprints,
-                           {*facts.fingerprints, *facts.named})
+                           {*facts.fingerprints, *facts.named}, only=only)
     statuses = tuple(tuple(facts.status((ck, k)) for k in plan.keys) for _, ck in plan.cells)
     tally = Tally(plan.keys)
     for row in statuses:
