@@ -104,12 +104,6 @@ def failure_adding(session: Session | Connection, cell_key: str, fingerprint_key
                                     for m in _matrices_of(session, [cell_key]).get(cell_key, ())))
 
 
-def matrix_registered(session: Session | Connection, matrix_id: int) -> None:
-    mc = matrix_cells.c
-    _rebuild_coverage(session, select(mc.cell_key, mc.matrix_id)
-                      .where(mc.matrix_id == matrix_id).subquery())
-
-
 def hour_of(when: datetime) -> datetime:
     when = when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when
     return when.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
@@ -135,8 +129,12 @@ def restores_added(session: Session | Connection,
          replace=("last_seen_at",))
 
 
-def _rebuild_coverage(session: Session | Connection, matrix_cells: Any) -> None:
-    mc, e, f = matrix_cells, entries.c, cell_failures.c
+def matrix_registered(session: Session | Connection, matrix_id: int | None) -> None:
+    """Counts the coverage of the version ``matrix_id`` (None: of every version)."""
+    held = select(matrix_cells.c.cell_key, matrix_cells.c.matrix_id)
+    if matrix_id is not None:
+        held = held.where(matrix_cells.c.matrix_id == matrix_id)
+    mc, e, f = held.subquery(), entries.c, cell_failures.c
     ready = [((m, fp), (int(n), 0)) for m, fp, n in session.execute(
         select(mc.c.matrix_id, e.fingerprint_key, func.count())
         .select_from(mc.join(entries, e.cell_key == mc.c.cell_key))
@@ -153,8 +151,7 @@ def _rebuild_coverage(session: Session | Connection, matrix_cells: Any) -> None:
 def rebuild_aggregates(session: Session | Connection) -> None:
     for table in (coverage_counts, fingerprint_counts, restore_counts, report_fingerprints):
         session.execute(delete(table))
-    mc = matrix_cells.c
-    _rebuild_coverage(session, select(mc.cell_key, mc.matrix_id).subquery())
+    matrix_registered(session, None)
     e = entries.c
     per_fp = session.execute(select(e.fingerprint_key, func.count(), func.sum(e.total_bytes))
                              .group_by(e.fingerprint_key))

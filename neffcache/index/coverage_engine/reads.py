@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from itertools import pairwise
+from itertools import chain, pairwise
 from typing import TYPE_CHECKING, Any
 
 from neffcache.errors import NotFoundError
@@ -60,8 +60,7 @@ def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = T
         for r in reader.all("cov_leases", shape_of({"scope": kind}), {**params, "now": now}):
             lease = live_lease(r)
             facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
-    seen = {fp for _, fp in facts.entries} | {fp for _, fp in facts.failures} | {
-        fp for _, fp in facts.leases} | set(facts.named)
+    seen = {*facts.named, *(fp for _, fp in chain(facts.entries, facts.failures, facts.leases))}
     facts.fingerprints.update(read_fingerprints(reader, sorted(seen)))
     return facts
 
