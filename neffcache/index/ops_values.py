@@ -150,10 +150,6 @@ def severity(f: CoverageColumn) -> tuple[Any, ...]:
             f.sdk_version, f.target, f.key)
 
 
-def by_severity(columns: Iterable[CoverageColumn]) -> list[CoverageColumn]:
-    return sorted(columns, key=severity)
-
-
 @dataclass(frozen=True, slots=True)
 class GridRow(Document):
     cell_id: str

@@ -34,7 +34,6 @@ from neffcache.index.coverage_engine.statements import in_keys
 from neffcache.index.ops_values import (
     CoverageGrid,
     MatrixVersion,
-    by_severity,
     distinguish,
     severity,
 )
@@ -84,7 +83,8 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
     chosen = replace(chosen, cell_count=len(refs))
     cells = [c for c in refs if not pattern or fnmatch.fnmatchcase(c[0], pattern)]
     report = build_coverage(cells, (), facts, details=False)
-    columns = by_severity(replace(c, restores=restores.get(c.key, 0)) for c in report.fingerprints)
+    columns = sorted((replace(c, restores=restores.get(c.key, 0)) for c in report.fingerprints),
+                     key=severity)
     report = replace(report.only([c.key for c in columns]),
                      fingerprints=distinguish(columns, facts.fingerprints))
     stop = len(report.cells) if limit is None else offset + limit
@@ -116,9 +116,9 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
     grids = []
     for v in versions:
         tally, restores = tallies.get(v.id, Tally()), named.get(v.name, {})
-        fps = by_severity(column_of(k, prints.get(k), tally.counts(k, v.cell_count),
-                                    restores=restores.get(k, 0))
-                          for k in {*tally, *restores})
+        fps = sorted((column_of(k, prints.get(k), tally.counts(k, v.cell_count),
+                                restores=restores.get(k, 0)) for k in {*tally, *restores}),
+                     key=severity)
         grids.append(CoverageGrid(v, None, v.cell_count, 0, 0, tuple(fps), ()))
     return sorted(grids, key=lambda g: (not g.fingerprints, severity(g.fingerprints[0])
                                         if g.fingerprints else (), g.matrix.name))

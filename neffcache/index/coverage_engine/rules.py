@@ -120,10 +120,8 @@ def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
 def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
                  facts: CoverageFacts) -> CoverageRow:
     pair = (cell_key, fp_key)
-    if status == READY:
-        entry_key, size = facts.entries[pair]
-        return CoverageRow(cell_id, cell_key, fp_key, READY, entry_key=entry_key,
-                           total_bytes=size)
+    if status == READY:  # an entry's (key, size)
+        return CoverageRow(cell_id, cell_key, fp_key, READY, *facts.entries[pair])
     if status == IN_PROGRESS:
         lease = facts.leases[pair]
         return CoverageRow(cell_id, cell_key, fp_key, IN_PROGRESS, host=lease.host,
