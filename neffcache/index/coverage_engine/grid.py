@@ -95,6 +95,8 @@ def matrix_coverage(conn: Connection, now: datetime, name: str, *,
 
 def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
     """Every current version's counts: the aggregates, with leased cells moved by the rule."""
+    from neffcache.index.tables import cell_claims as c
+    from neffcache.index.tables import cell_failures as f
     from neffcache.index.tables import coverage_counts as cc
 
     versions = current_versions_in(conn)
@@ -106,7 +108,13 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
         if ready or failed:
             tallies[matrix_id].add(fp, READY, int(ready))
             tallies[matrix_id].add(fp, FAILED, int(failed))
-    for matrix_id, fp, failure in _leased_cells(conn, ids, now):
+    has_failure = (select(f.c.id).where(f.c.cell_key == c.c.cell_key,
+                                        f.c.fingerprint_key == c.c.fingerprint_key).exists())
+    for matrix_id, fp, failure in conn.execute(  # each live lease on a cell with no entry
+            select(MC.c.matrix_id, c.c.fingerprint_key, has_failure)
+            .select_from(c.join(MC, MC.c.cell_key == c.c.cell_key))
+            .where(MC.c.matrix_id.in_(ids), c.c.holder.is_not(None), c.c.expires_at > now,
+                   ~has_entry(c.c.cell_key, c.c.fingerprint_key))):
         # counted by the aggregates as without its lease: moved by the rule
         tallies[matrix_id].add(fp, status_of(False, False, failure), -1)
         tallies[matrix_id].add(fp, status_of(False, True, failure))
@@ -122,21 +130,6 @@ def coverage_summaries(conn: Connection, now: datetime) -> list[CoverageGrid]:
         grids.append(CoverageGrid(v, None, v.cell_count, 0, 0, tuple(fps), ()))
     return sorted(grids, key=lambda g: (not g.fingerprints, severity(g.fingerprints[0])
                                         if g.fingerprints else (), g.matrix.name))
-
-
-def _leased_cells(conn: Connection, matrix_ids: Sequence[int],
-                  now: datetime) -> list[tuple[int, str, bool]]:
-    """(matrix id, fingerprint key, has a failure) per live lease on a cell with no entry."""
-    from neffcache.index.tables import cell_claims as c
-    from neffcache.index.tables import cell_failures as f
-    has_failure = (select(f.c.id).where(f.c.cell_key == c.c.cell_key,
-                                        f.c.fingerprint_key == c.c.fingerprint_key).exists())
-    rows = conn.execute(
-        select(MC.c.matrix_id, c.c.fingerprint_key, has_failure)
-        .select_from(c.join(MC, MC.c.cell_key == c.c.cell_key))
-        .where(MC.c.matrix_id.in_(matrix_ids), c.c.holder.is_not(None), c.c.expires_at > now,
-               ~has_entry(c.c.cell_key, c.c.fingerprint_key)))
-    return [(int(m), str(fp), bool(failure)) for m, fp, failure in rows]
 
 
 def versions_in(conn: Connection, name: str, *, counts: bool = True) -> list[MatrixVersion]:
