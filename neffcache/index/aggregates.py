@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Table, delete, func, select
@@ -50,8 +52,6 @@ def _add(session: Session | Connection, table: Table,
         merged[key] = list(row) if acc is None else [
             max(a, b) if name in replace else a + b
             for name, a, b in zip(values, acc, row, strict=True)]
-    if not merged:
-        return
     stmt = _upsert(dialect_insert(session), table, tuple(replace))
     names = [c.name for c in table.primary_key] + values
     # rows in key order: concurrent writers do not deadlock
@@ -70,40 +70,27 @@ def _matrices_of(session: Session | Connection, cell_keys: Iterable[str]) -> dic
     return out
 
 
-def _pairs_with(session: Session | Connection, table: Table, pairs: Sequence[Pair]
+def _pairs_with(session: Session | Connection, table: Table, pairs: Iterable[Pair]
                 ) -> set[Pair]:
     found: set[Pair] = set()
-    by_fp: dict[str, list[str]] = {}
-    for cell, fp in pairs:
-        by_fp.setdefault(fp, []).append(cell)
     t = table.c
-    for fp, cells in by_fp.items():
-        for part in chunks(sorted(set(cells))):
+    for fp, group in groupby(sorted(pairs, key=itemgetter(1)), itemgetter(1)):
+        for part in chunks(sorted({cell for cell, _ in group})):
             found.update((c, fp) for c in session.scalars(
                 select(t.cell_key).where(t.fingerprint_key == fp, t.cell_key.in_(part))
                 .distinct()))
     return found
 
 
-def _coverage_deltas(session: Session | Connection, deltas: Mapping[Pair, tuple[int, int]],
-                     matrices: Mapping[str, Sequence[int]] | None = None) -> None:
-    """Apply (ready, failed) changes of pairs to every matrix version holding the cell."""
-    if matrices is None:
-        matrices = _matrices_of(session, (c for c, _ in deltas))
-    _add(session, coverage_counts, (((matrix_id, fp), counts)
-                                    for (cell, fp), counts in deltas.items()
-                                    for matrix_id in matrices.get(cell, ())))
-
-
 def entries_changed(session: Session | Connection, entries: Sequence[tuple[str, str, int]],
                     sign: int) -> None:
-    """Entries just inserted (``sign`` 1) or deleted (-1): ready and failed move."""
-    pairs = [(c, f) for c, f, _ in entries]
-    matrices = _matrices_of(session, (c for c, _ in pairs))
-    held = [p for p in pairs if p[0] in matrices]
-    failed = _pairs_with(session, cell_failures, held) if held else set()
-    _coverage_deltas(session, {p: (sign, -sign if p in failed else 0) for p in held},
-                     matrices)
+    """Entries just inserted (``sign`` 1) or deleted (-1): ready and failed move, in every
+    matrix version holding the cell."""
+    matrices = _matrices_of(session, (c for c, _, _ in entries))
+    held = dict.fromkeys((c, f) for c, f, _ in entries if c in matrices)
+    failed = _pairs_with(session, cell_failures, held)
+    _add(session, coverage_counts, (((m, fp), (sign, -sign if (cell, fp) in failed else 0))
+                                    for cell, fp in held for m in matrices[cell]))
     _add(session, fingerprint_counts, (((fp,), (sign, sign * int(size)))
                                        for _, fp, size in entries))
 
@@ -113,13 +100,8 @@ def failure_adding(session: Session | Connection, cell_key: str, fingerprint_key
     pair = [(cell_key, fingerprint_key)]
     if _pairs_with(session, entries, pair) or _pairs_with(session, cell_failures, pair):
         return
-    _coverage_deltas(session, {pair[0]: (0, 1)})
-
-
-def matrix_registered(session: Session | Connection, matrix_id: int) -> None:
-    mc = matrix_cells.c
-    _rebuild_coverage(session, select(mc.cell_key, mc.matrix_id)
-                      .where(mc.matrix_id == matrix_id).subquery())
+    _add(session, coverage_counts, (((m, fingerprint_key), (0, 1))
+                                    for m in _matrices_of(session, [cell_key]).get(cell_key, ())))
 
 
 def hour_of(when: datetime) -> datetime:
@@ -147,8 +129,12 @@ def restores_added(session: Session | Connection,
          replace=("last_seen_at",))
 
 
-def _rebuild_coverage(session: Session | Connection, matrix_cells: Any) -> None:
-    mc, e, f = matrix_cells, entries.c, cell_failures.c
+def matrix_registered(session: Session | Connection, matrix_id: int | None) -> None:
+    """Counts the coverage of the version ``matrix_id`` (None: of every version)."""
+    held = select(matrix_cells.c.cell_key, matrix_cells.c.matrix_id)
+    if matrix_id is not None:
+        held = held.where(matrix_cells.c.matrix_id == matrix_id)
+    mc, e, f = held.subquery(), entries.c, cell_failures.c
     ready = [((m, fp), (int(n), 0)) for m, fp, n in session.execute(
         select(mc.c.matrix_id, e.fingerprint_key, func.count())
         .select_from(mc.join(entries, e.cell_key == mc.c.cell_key))
@@ -165,8 +151,7 @@ def _rebuild_coverage(session: Session | Connection, matrix_cells: Any) -> None:
 def rebuild_aggregates(session: Session | Connection) -> None:
     for table in (coverage_counts, fingerprint_counts, restore_counts, report_fingerprints):
         session.execute(delete(table))
-    mc = matrix_cells.c
-    _rebuild_coverage(session, select(mc.cell_key, mc.matrix_id).subquery())
+    matrix_registered(session, None)
     e = entries.c
     per_fp = session.execute(select(e.fingerprint_key, func.count(), func.sum(e.total_bytes))
                              .group_by(e.fingerprint_key))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime, timedelta, timezone
@@ -207,24 +208,17 @@ def restore_outcomes(index: Index,
     stmt = (select(c.exit_code, c.restored_any, c.bucket, func.sum(c.restores),
                    func.sum(c.seconds_sum), func.sum(c.bytes_sum))
             .group_by(c.exit_code, c.restored_any, c.bucket))
-    count = dict.fromkeys(OUTCOMES, 0)
     seconds = dict.fromkeys(OUTCOMES, 0.0)
-    nbytes = dict.fromkeys(OUTCOMES, 0)
-    kinds = {o: {NO_ENTRY: 0, OTHER_FINGERPRINT: 0} for o in OUTCOMES}
-    per_bucket = {o: [0] * (len(bounds) + 1) for o in OUTCOMES}
+    sums: Counter[tuple[str, str | int | None]] = Counter()  # by (outcome, what)
     with index.read_session() as s:
         for code, any_restored, bucket, n, secs, size in s.execute(stmt):
-            o = restore_outcome(int(code), int(any_restored), 0)
-            count[o] += int(n or 0)
+            o, n = restore_outcome(int(code), int(any_restored), 0), int(n or 0)
             seconds[o] += float(secs or 0.0)
-            nbytes[o] += int(size or 0)
-            per_bucket[o][min(int(bucket), len(bounds))] += int(n or 0)
-            kind = miss_kind(int(code))
-            if kind is not None:
-                kinds[o][kind] += int(n or 0)
-    return [RestoreOutcomeStats(o, count[o], seconds[o], nbytes[o],
-                                tuple(accumulate(per_bucket[o][:len(bounds)])),
-                                kinds[o][NO_ENTRY], kinds[o][OTHER_FINGERPRINT])
+            sums.update({(o, "count"): n, (o, "bytes"): int(size or 0),
+                         (o, min(int(bucket), len(bounds))): n, (o, miss_kind(int(code))): n})
+    return [RestoreOutcomeStats(o, sums[o, "count"], seconds[o], sums[o, "bytes"],
+                                tuple(accumulate(sums[o, b] for b in range(len(bounds)))),
+                                sums[o, NO_ENTRY], sums[o, OTHER_FINGERPRINT])
             for o in OUTCOMES]
 
 
@@ -256,16 +250,14 @@ def lease_stats(index: Index) -> list[LeaseStats]:
     """Held leases per (matrix, fingerprint), live and expired: by a range of the expires_at
     index, so the cost follows the busy and dead workers, not the queue's length."""
     c = cell_claims.c
-    counts: dict[tuple[str, str], list[int]] = {}
     with index.read_session() as s:
         now = index.now(s)
-        for matrix, fp, expires in s.execute(
-                select(c.matrix_name, c.fingerprint_key, c.expires_at)
-                .where(c.expires_at > EPOCH, c.holder.is_not(None))):
-            acc = counts.setdefault((str(matrix), str(fp)), [0, 0])
-            acc[0 if as_utc(expires) > now else 1] += 1  # type: ignore[operator]
-    return [LeaseStats(m, fp, live, expired)
-            for (m, fp), (live, expired) in sorted(counts.items())]
+        counts = Counter((str(m), str(fp), as_utc(expires) <= now)  # type: ignore[operator]
+                         for m, fp, expires in s.execute(
+                             select(c.matrix_name, c.fingerprint_key, c.expires_at)
+                             .where(c.expires_at > EPOCH, c.holder.is_not(None))))
+    return [LeaseStats(m, fp, counts[m, fp, False], counts[m, fp, True])
+            for m, fp in sorted({(m, fp) for m, fp, _ in counts})]
 
 
 def last_precompile_runs(index: Index, window: timedelta = RUN_WINDOW) -> list[MatrixRunTime]:

@@ -101,20 +101,17 @@ def distinguish(columns: Sequence[CoverageColumn],
     cards read the same) and ``nearest`` (the column it differs from in the fewest fields,
     ties: column order); a column without a fingerprint in ``prints`` gets neither."""
     known = [c for c in columns if c.key in prints]
-    out = []
-    for c in columns:
-        if c.key not in prints:
-            out.append(c)
-            continue
-        diffs = {o.key: diff_fingerprints(prints[c.key], prints[o.key])
-                 for o in known if o.key != c.key}
+
+    def distinguished(c: CoverageColumn) -> CoverageColumn:
+        others = [o for o in known if o.key != c.key]
+        diffs = {o.key: diff_fingerprints(prints[c.key], prints[o.key]) for o in others}
         fields = dict(prints[c.key].fields)
-        names = sorted({d.name for o in known if o.key != c.key and o.label == c.label
-                        for d in diffs[o.key]})
+        names = sorted({d.name for o in others if o.label == c.label for d in diffs[o.key]})
         nearest = min(diffs, key=lambda k: len(diffs[k])) if diffs else None
-        out.append(replace(c, distinct=tuple((n, fields.get(n, "absent")) for n in names),
-                           nearest=nearest))
-    return tuple(out)
+        return replace(c, distinct=tuple((n, fields.get(n, "absent")) for n in names),
+                       nearest=nearest)
+
+    return tuple(distinguished(c) if c.key in prints else c for c in columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +148,6 @@ def severity(f: CoverageColumn) -> tuple[Any, ...]:
     """Worst first: restored with nothing built, then most failed, then most missing."""
     return (not (f.restores and not f.ready), -f.failed, -f.missing, f.backend,
             f.sdk_version, f.target, f.key)
-
-
-def by_severity(columns: Iterable[CoverageColumn]) -> list[CoverageColumn]:
-    return sorted(columns, key=severity)
 
 
 @dataclass(frozen=True, slots=True)

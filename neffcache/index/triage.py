@@ -97,11 +97,10 @@ class Attention:
 def attention(index: Index, limit: int = 20) -> Attention:
     """Failed and stale cells, and fingerprints the fleet restores with nothing built."""
     grids = index.coverage_summaries()
+    failed_cells = sum(f.failed for g in grids for f in g.fingerprints)
     with index.connection() as conn:
         now = index.now(conn)
-        ids = [g.matrix.id for g in grids]
-        failed = _failed(conn, ids, limit) if any(
-            f.failed for g in grids for f in g.fingerprints) else []
+        failed = _failed(conn, [g.matrix.id for g in grids], limit) if failed_cells else []
         stale = held_leases(conn, now, limit, expired=True)
     recent = {(r.matrix, r.fingerprint_key): r.last_seen_at
               for r in reported_fingerprints(index)
@@ -110,10 +109,8 @@ def attention(index: Index, limit: int = 20) -> Attention:
                       for g in grids for f in g.fingerprints
                       if f.ready == 0 and (g.matrix.name, f.key) in recent),
                      key=lambda u: (-u[1].restores, u[0], u[1].key))
-    return Attention(
-        failed_cells=sum(f.failed for g in grids for f in g.fingerprints),
-        failed=tuple(failed), stale_cells=sum(s.expired for s in lease_stats(index)),
-        stale=tuple(stale), unbuilt=tuple(unbuilt[:limit]))
+    return Attention(failed_cells, tuple(failed), sum(s.expired for s in lease_stats(index)),
+                     tuple(stale), tuple(unbuilt[:limit]))
 
 
 def _failed(conn: Connection, matrix_ids: list[int], limit: int) -> list[FailedCell]:

@@ -6,17 +6,36 @@ fingerprints, then every one with an entry, a failure or a live lease for the ce
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
 
 from neffcache.fingerprint import Fingerprint
 from neffcache.index import CoverageReport, Index
-from neffcache.index.coverage_engine.reads import read_facts, scope_of_keys
+from neffcache.index.coverage_engine.reads import Scope, find_fingerprints, read_facts
 from neffcache.index.coverage_engine.rules import build_coverage
+from neffcache.index.listing import Reader
+from neffcache.index.ops_values import CoverageColumn, severity
 from neffcache.index.sqla_reader import SqlaReader
 from neffcache.matrix import Cell
+
+
+def by_severity(columns: Iterable[CoverageColumn]) -> list[CoverageColumn]:
+    return sorted(columns, key=severity)
+
+
+def scope_of_keys(keys: Sequence[str]) -> Scope:
+    return ("keys", keys)
+
+
+def scope_of_matrix(matrix_id: int) -> Scope:
+    return ("matrix", matrix_id)
+
+
+def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
+    """Up to 10 fingerprint keys starting with the hex ``prefix``, in order."""
+    return list(find_fingerprints(reader, prefix))
 
 
 def coverage_of(ix: Index, cells: Sequence[Cell], fingerprints: Sequence[Fingerprint] = (),

@@ -23,17 +23,15 @@ from neffcache.index.compiled import StatementCache
 from neffcache.index.coverage_engine import reads as stream
 from neffcache.index.coverage_engine.reads import (
     database_now,
-    find_fingerprint_keys,
     fingerprints_with_rows,
     matrix_cell_refs,
     matrix_versions,
     read_facts,
-    scope_of_keys,
-    scope_of_matrix,
 )
 from neffcache.index.coverage_engine.rules import coverage_row
 from neffcache.index.listing import Reader
 from neffcache.index.sqla_reader import SqlaReader
+from tests.support.coverage import find_fingerprint_keys, scope_of_keys, scope_of_matrix
 from tests.support.ops_seed import matrix_text, sdk_fingerprint, seed
 
 NAME = "bare"

@@ -25,7 +25,6 @@ from neffcache.index.ops_values import (
     FingerprintInfo,
     FingerprintStats,
     MatrixVersion,
-    by_severity,
     distinguish,
     fingerprint_target,
     group_by_sdk,
@@ -36,6 +35,7 @@ from neffcache.index.ops_values import (
 from neffcache.index.values import LiveLease
 from neffcache.server import is_loopback
 from neffcache.server.schemas import HTTP_STATUSES, error_document, http_status_for
+from tests.support.coverage import by_severity
 from tests.unit.test_index_factories import make_cell, make_fingerprint
 
 NOW = datetime(2026, 3, 1, tzinfo=timezone.utc)

@@ -27,7 +27,6 @@ from neffcache.index.coverage_engine.reads import (
     matrix_versions,
     plan_coverage,
     read_facts,
-    scope_of_keys,
 )
 from neffcache.index.coverage_engine.reads import find_fingerprints as _find_fingerprints
 from neffcache.index.coverage_engine.rules import (
@@ -143,16 +142,13 @@ def coverage(request: CoverageRequest) -> CoverageResult:
     settings = read_settings(os.environ, index=request.index, python=request.python)
     with open_reader(settings) as reader:
         chosen = _choose(reader, request, settings.python)
-        facts = read_facts(reader, scope_of_keys(sorted({k for _, k in chosen.cells})),
+        facts = read_facts(reader, ("keys", sorted({k for _, k in chosen.cells})),
                            database_now(reader), named=chosen.named)
-    report = build_coverage(chosen.cells, chosen.given, facts)
-    if request.fingerprints:
-        report = report.only(chosen.order)
-    not_ready = None
-    if request.check:
-        keys = set(chosen.order)
-        not_ready = tuple(r for r in report.rows
-                          if r.fingerprint_key in keys and r.status != READY)
+    report = build_coverage(chosen.cells, chosen.given, facts,
+                            only=chosen.order if request.fingerprints else None)
+    keys = set(chosen.order)
+    not_ready = tuple(r for r in report.rows if r.fingerprint_key in keys
+                      and r.status != READY) if request.check else None
     return CoverageResult(chosen.source, chosen.backend, chosen.here, report,
                           tuple(request.cells), not_ready)
 
@@ -171,9 +167,8 @@ class _Chosen:
 def _choose(reader: Reader, request: CoverageRequest, python: str | None) -> _Chosen:
     source, backend, all_cells = _load_cells(reader, str(request.matrix))
     pats = [p for p in request.cells if p]
-    cells = cell_ids_and_keys(all_cells)
-    if pats:
-        cells = tuple(c for c in cells if any(fnmatch.fnmatchcase(c[0], p) for p in pats))
+    cells = tuple(c for c in cell_ids_and_keys(all_cells)
+                  if not pats or any(fnmatch.fnmatchcase(c[0], p) for p in pats))
     here, given, order = _fingerprints(reader, backend, tuple(request.fingerprints), python)
     known = {fp.key for fp in given}
     return _Chosen(source, backend, cells, here, given, order,
@@ -233,8 +228,7 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
     """``coverage`` as a stream (``CoverageStream``), a batch of cells read at a time.
     Raises what ``coverage`` raises, before any row is read."""
     settings = read_settings(os.environ, index=request.index, python=request.python)
-    stack = contextlib.ExitStack()
-    try:
+    with contextlib.ExitStack() as stack:  # closed here if anything raises before the rows
         reader = open_reader(settings, snapshot=True)
         stack.callback(reader.close)
         chosen = _choose(reader, request, settings.python)
@@ -242,10 +236,7 @@ def stream_coverage(request: CoverageRequest) -> CoverageStream:
         plan = plan_coverage(reader, chosen.cells, chosen.given, now, named=chosen.named,
                              only=chosen.order if request.fingerprints else None)
         cells = coverage_cells(reader, plan, now)
-    except BaseException:
-        stack.close()
-        raise
-    return CoverageStream(chosen, plan, cells, request.check, stack)
+        return CoverageStream(chosen, plan, cells, request.check, stack.pop_all())
 
 
 def _load_cells(reader: Reader, matrix: str
@@ -276,21 +267,14 @@ def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerpri
                   python: str | None
                   ) -> tuple[Fingerprint | None, list[Fingerprint], list[str]]:
     """(this host's, the ones to show first, the columns' keys); UsageError for a bad prefix."""
-    here = None
-    if not wanted or HOST in wanted:
-        here = collect_fingerprint(backend, os.environ, python=python)
+    here = (collect_fingerprint(backend, os.environ, python=python)
+            if not wanted or HOST in wanted else None)
     given: list[Fingerprint] = []
     order: list[str] = []
     for w in wanted or (HOST,):
-        if not isinstance(w, str):
-            given.append(w)
-            order.append(w.key)
-        elif w == HOST:
-            assert here is not None
-            given.append(here)
-            order.append(here.key)
-        else:
-            key = w.strip().lower()
+        fp = here if w == HOST else w
+        if isinstance(fp, str):
+            key = fp.strip().lower()
             found = _find_fingerprints(reader, key)
             if not found and is_sha256(key):
                 order.append(key)  # a fingerprint nothing has been built for yet
@@ -303,6 +287,9 @@ def _fingerprints(reader: Reader, backend: str, wanted: Sequence[str | Fingerpri
                                  hint=None if found else "a fingerprint nothing has been "
                                  "built for yet: give its full 64-hex key "
                                  "(`neffcache fingerprint` on a host that has it prints it)")
-            given.extend(found.values())
-            order.extend(found)
+        else:
+            assert fp is not None
+            found = {fp.key: fp}
+        given.extend(found.values())
+        order.extend(found)
     return here, given, order

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime
+from itertools import chain, pairwise
 from typing import TYPE_CHECKING, Any
 
 from neffcache.errors import NotFoundError
@@ -36,14 +37,6 @@ def keys_param(dialect: str, keys: Sequence[str]) -> str:
     return json.dumps(list(keys))
 
 
-def scope_of_keys(keys: Sequence[str]) -> Scope:
-    return ("keys", keys)
-
-
-def scope_of_matrix(matrix_id: int) -> Scope:
-    return ("matrix", matrix_id)
-
-
 def database_now(reader: Reader) -> datetime:
     """The database's time (UTC); Postgres: the transaction's start."""
     value = reader.all("now", (), {})[0][0]
@@ -54,8 +47,8 @@ def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = T
                named: Sequence[str] = ()) -> CoverageFacts:
     """Entries, latest failures and live leases of ``scope``, one statement each; their prints."""
     facts = CoverageFacts(named=tuple(dict.fromkeys(named)))
-    if scope[0] != "keys" or scope[1]:
-        kind, value = scope
+    kind, value = scope
+    if kind != "keys" or value:
         params = ({"matrix_id": value} if kind == "matrix"
                   else {"keys": keys_param(reader.dialect, value)})
         shape = shape_of({"scope": kind, "details": details})
@@ -67,8 +60,7 @@ def read_facts(reader: Reader, scope: Scope, now: datetime, *, details: bool = T
         for r in reader.all("cov_leases", shape_of({"scope": kind}), {**params, "now": now}):
             lease = live_lease(r)
             facts.leases[(lease.cell_key, lease.fingerprint_key)] = lease
-    seen = {fp for _, fp in facts.entries} | {fp for _, fp in facts.failures} | {
-        fp for _, fp in facts.leases} | set(facts.named)
+    seen = {*facts.named, *(fp for _, fp in chain(facts.entries, facts.failures, facts.leases))}
     facts.fingerprints.update(read_fingerprints(reader, sorted(seen)))
     return facts
 
@@ -85,25 +77,18 @@ def read_fingerprints(reader: Reader, keys: Sequence[str]) -> dict[str, Fingerpr
 
 def fingerprints_with_rows(reader: Reader, cell_keys: Sequence[str], now: datetime) -> set[str]:
     """Fingerprint keys with an entry, a failure or a live lease for one of these cells."""
-    if not cell_keys:
-        return set()
     return {r[0] for r in reader.all("cov_fingerprints_with", (), {
         "keys": keys_param(reader.dialect, cell_keys), "now": now})}
 
 
-def find_fingerprint_keys(reader: Reader, prefix: str) -> list[str]:
-    """Up to 10 fingerprint keys starting with the hex ``prefix``, in order."""
+def find_fingerprints(reader: Reader, prefix: str) -> dict[str, Fingerprint]:
+    """Up to 10 fingerprints whose key starts with the hex ``prefix``, by key."""
     p = prefix.lower()
     if not HEX.fullmatch(p):
-        return []
-    return [r[0] for r in reader.all("fingerprint_prefix", (),
+        return {}
+    keys = [r[0] for r in reader.all("fingerprint_prefix", (),
                                       {"lo": p, "hi": p + "g", "limit": 10})]
-
-
-def find_fingerprints(reader: Reader, prefix: str) -> dict[str, Fingerprint]:
-    keys = find_fingerprint_keys(reader, prefix)
-    found = read_fingerprints(reader, keys)
-    return {k: found[k] for k in keys if k in found}
+    return dict(sorted(read_fingerprints(reader, keys).items()))
 
 
 def live_lease(r: Sequence[Any]) -> LiveLease:
@@ -118,14 +103,6 @@ def _utc(ts: datetime | None) -> datetime:
     return out
 
 
-def batches(n: int) -> Iterator[tuple[int, int]]:
-    """FIRST_BATCH cells, then STREAM_BATCH each."""
-    start, size = 0, FIRST_BATCH
-    while start < n:
-        yield start, min(n, start + size)
-        start, size = start + size, STREAM_BATCH
-
-
 def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, str]],
                   given: Sequence[Fingerprint], now: datetime, *, named: Sequence[str] = (),
                   only: Sequence[str] | None = None) -> CoveragePlan:
@@ -133,7 +110,7 @@ def plan_coverage(reader: Reader, cells: Sequence[Cell] | Sequence[tuple[str, st
     cells = cell_ids_and_keys(cells)
     single = None
     if len(cells) <= SINGLE:
-        single = read_facts(reader, scope_of_keys([k for _, k in cells]), now, named=named)
+        single = read_facts(reader, ("keys", [k for _, k in cells]), now, named=named)
         seen = set(single.fingerprints) | set(single.named)
         known = single.fingerprints
     else:
@@ -147,10 +124,11 @@ Cell_ = tuple[str, str, str, Status, CoverageFacts]  # cell id, cell key, fp key
 
 def coverage_cells(reader: Reader, plan: CoveragePlan, now: datetime) -> Iterator[Cell_]:
     """``rules.coverage_row``'s arguments per cell x column; each batch read in its turn."""
-    for start, stop in batches(len(plan.cells)):
+    n = len(plan.cells)  # FIRST_BATCH cells, then STREAM_BATCH each
+    for start, stop in pairwise([0, *range(FIRST_BATCH, n, STREAM_BATCH), n] if n else []):
         part = plan.cells[start:stop]
         facts = plan.single if plan.single is not None else read_facts(
-            reader, scope_of_keys([k for _, k in part]), now)
+            reader, ("keys", [k for _, k in part]), now)
         for cell_id, ck in part:
             for k in plan.keys:
                 yield cell_id, ck, k, facts.status((ck, k)), facts

@@ -6,7 +6,7 @@ import functools
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from json.encoder import encode_basestring_ascii as _quote  # type: ignore[attr-defined]
 from typing import TYPE_CHECKING, Any, cast
@@ -73,23 +73,18 @@ def _zeros() -> dict[str, int]:
     return dict.fromkeys(STATUSES, 0)
 
 
-class Tally:
+class Tally(defaultdict[str, dict[str, int]]):
     """Statuses counted per column key: the one counter of coverage."""
 
-    __slots__ = ("_n",)
-
     def __init__(self, keys: Iterable[str] = ()) -> None:
-        self._n = defaultdict(_zeros, {k: _zeros() for k in keys})
+        super().__init__(_zeros, {k: _zeros() for k in keys})
 
     def add(self, key: str, status: str, n: int = 1) -> None:
-        self._n[key][status] += n
-
-    def keys(self) -> list[str]:
-        return list(self._n)
+        self[key][status] += n
 
     def counts(self, key: str, cells: int | None = None) -> dict[str, int]:
         """The counts of column ``key``; with ``cells``, missing is what the others leave."""
-        n = dict(self._n.get(key) or _zeros())
+        n = dict(self.get(key) or _zeros())
         if cells is not None:
             n[MISSING] = cells - n[READY] - n[FAILED] - n[IN_PROGRESS]
         return n
@@ -125,10 +120,8 @@ def cell_ids_and_keys(cells: Sequence[Cell] | Sequence[tuple[str, str]]
 def coverage_row(cell_id: str, cell_key: str, fp_key: str, status: Status,
                  facts: CoverageFacts) -> CoverageRow:
     pair = (cell_key, fp_key)
-    if status == READY:
-        entry_key, size = facts.entries[pair]
-        return CoverageRow(cell_id, cell_key, fp_key, READY, entry_key=entry_key,
-                           total_bytes=size)
+    if status == READY:  # an entry's (key, size)
+        return CoverageRow(cell_id, cell_key, fp_key, READY, *facts.entries[pair])
     if status == IN_PROGRESS:
         lease = facts.leases[pair]
         return CoverageRow(cell_id, cell_key, fp_key, IN_PROGRESS, host=lease.host,
@@ -171,10 +164,11 @@ class CoveragePlan:
 
 def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
                    given: Sequence[Fingerprint], facts: CoverageFacts, *,
-                   details: bool = True) -> CoverageReport:
-    """Each cell's statuses, each column's counts and, with ``details``, each CoverageRow."""
+                   details: bool = True, only: Sequence[str] | None = None) -> CoverageReport:
+    """Each cell's statuses, each column's counts and, with ``details``, each CoverageRow
+    (``only``: these columns, as ``CoveragePlan.of``)."""
     plan = CoveragePlan.of(cell_ids_and_keys(cells), given, facts.fingerprints,
-                           {*facts.fingerprints, *facts.named})
+                           {*facts.fingerprints, *facts.named}, only=only)
     statuses = tuple(tuple(facts.status((ck, k)) for k in plan.keys) for _, ck in plan.cells)
     tally = Tally(plan.keys)
     for row in statuses:
@@ -189,7 +183,6 @@ def build_coverage(cells: Sequence[Cell] | Sequence[tuple[str, str]],
 
 def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | None = None,
               offset: int = 0, limit: int | None = None,
-              restores: Mapping[str, int] | None = None,
               verified: Mapping[Pair, str] | None = None) -> CoverageGrid:
     """A coverage report as a page of the API's grid (counts over every cell)."""
     total = len(report.cells)
@@ -200,10 +193,8 @@ def grid_page(matrix: MatrixVersion, report: CoverageReport, *, pattern: str | N
         (j, verified[(cell_key, k)]) for j, k in enumerate(keys) if (cell_key, k) in verified))
         for (cell_id, cell_key), statuses
         in zip(report.cells[offset:stop], report.statuses[offset:stop], strict=True))
-    fps = tuple(replace(c, restores=(restores or {}).get(c.key, 0))
-                for c in report.fingerprints)
     return CoverageGrid(matrix, pattern, total, offset, total if limit is None else limit,
-                        fps, rows)
+                        report.fingerprints, rows)
 
 
 class RowLines:

@@ -59,10 +59,7 @@ def _now(dialect: str) -> Any:
 
 def _entries(dialect: str, *, scope: str, details: bool) -> Any:
     e = entries
-    if details:
-        return select(e.c.cell_key, e.c.fingerprint_key, e.c.entry_key,
-                      e.c.total_bytes).where(in_scope(dialect, scope, e.c.cell_key))
-    if scope == MATRIX and dialect == "postgresql":
+    if not details and scope == MATRIX and dialect == "postgresql":
         # A LATERAL index probe per cell (``OFFSET 0``: not flattened into a join), whatever
         # the statistics say: ``IN (subquery)`` scanned every entry until the first ANALYZE
         # (0.57 s at 1M entries, 0.06 s probing).
@@ -72,7 +69,9 @@ def _entries(dialect: str, *, scope: str, details: bool) -> Any:
         return (select(probe.c.cell_key, probe.c.fingerprint_key)
                 .select_from(mc.join(probe, true()))
                 .where(mc.c.matrix_id == bindparam("matrix_id", type_=Integer)))
-    return select(e.c.cell_key, e.c.fingerprint_key).where(in_scope(dialect, scope, e.c.cell_key))
+    shown = (e.c.entry_key, e.c.total_bytes) if details else ()
+    return select(e.c.cell_key, e.c.fingerprint_key, *shown).where(
+        in_scope(dialect, scope, e.c.cell_key))
 
 
 def _failures(dialect: str, *, scope: str, details: bool) -> Any:
